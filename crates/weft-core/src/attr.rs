@@ -1,0 +1,300 @@
+//! Attribute structures: what a provider offers and what an application asks
+//! for (`fi_info` and its `fi_*_attr` members).
+
+use crate::flags::{Caps, CompOrder, Mode, MrMode, MsgOrder, OpFlags};
+
+/// Endpoint type (`enum fi_ep_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum EpType {
+    /// Not specified: any type matches.
+    #[default]
+    Unspec,
+    /// Reliable, connection-oriented.
+    Msg,
+    /// Unreliable datagram.
+    Dgram,
+    /// Reliable datagram (connectionless, reliable).
+    Rdm,
+    /// Socket-like byte stream.
+    SockStream,
+    /// Socket-like datagram.
+    SockDgram,
+}
+
+impl EpType {
+    /// The libfabric spelling (`FI_EP_RDM`).
+    pub const fn fi_name(self) -> &'static str {
+        match self {
+            EpType::Unspec => "FI_EP_UNSPEC",
+            EpType::Msg => "FI_EP_MSG",
+            EpType::Dgram => "FI_EP_DGRAM",
+            EpType::Rdm => "FI_EP_RDM",
+            EpType::SockStream => "FI_EP_SOCK_STREAM",
+            EpType::SockDgram => "FI_EP_SOCK_DGRAM",
+        }
+    }
+
+    /// Parses the short names used by `fi_pingpong -e` (`msg`, `rdm`, `dgram`)
+    /// and the `FI_EP_*` names.
+    pub fn parse(s: &str) -> Option<EpType> {
+        let l = s.trim().to_ascii_lowercase();
+        let l = l.strip_prefix("fi_ep_").unwrap_or(&l);
+        Some(match l {
+            "unspec" => EpType::Unspec,
+            "msg" => EpType::Msg,
+            "dgram" => EpType::Dgram,
+            "rdm" => EpType::Rdm,
+            "sock_stream" => EpType::SockStream,
+            "sock_dgram" => EpType::SockDgram,
+            _ => return None,
+        })
+    }
+
+    /// Connection-oriented endpoints need connect/accept; the others an AV.
+    pub const fn is_connected(self) -> bool {
+        matches!(self, EpType::Msg | EpType::SockStream)
+    }
+}
+
+/// AV type (`enum fi_av_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum AvType {
+    /// Provider chooses; open reports the choice.
+    #[default]
+    Unspec,
+    /// fi_addr is an opaque value that may encode the address.
+    Map,
+    /// fi_addr is an index into a table.
+    Table,
+}
+
+/// Address format (`enum fi_addr_format` subset Weft implements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum AddrFormat {
+    /// Not specified.
+    #[default]
+    Unspec,
+    /// `struct sockaddr_in` (16 bytes).
+    SockaddrIn,
+    /// `struct sockaddr_in6` (28 bytes).
+    SockaddrIn6,
+    /// Either of the two, distinguished by length and family.
+    Sockaddr,
+    /// Formatted string (`fi_sockaddr_in://1.2.3.4:5`).
+    Str,
+}
+
+/// Wire protocol (`enum fi_protocol` subset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// Any.
+    #[default]
+    Unspec,
+    /// Plain UDP payloads.
+    Udp,
+    /// Weft's own framing over TCP (see `docs/wire.md`).
+    SockTcp,
+    /// Shared memory.
+    Shm,
+    /// RC over rdma_cm.
+    RdmaCmIbRc,
+    /// UD.
+    IbUd,
+}
+
+/// Progress model (`enum fi_progress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Progress {
+    /// Any.
+    #[default]
+    Unspec,
+    /// The provider makes progress on its own (Weft: reactor or busy-poll thread).
+    Auto,
+    /// The application must call into the provider.
+    Manual,
+}
+
+/// Threading model (`enum fi_threading`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Threading {
+    /// Any.
+    #[default]
+    Unspec,
+    /// Every object may be used from any thread at once.
+    Safe,
+    /// Per-fid serialisation required.
+    Fid,
+    /// Per-domain serialisation required.
+    Domain,
+    /// Per-completion-object serialisation required.
+    Completion,
+    /// Per-endpoint serialisation required.
+    Endpoint,
+}
+
+/// Fabric attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FabricAttr {
+    /// Fabric name (e.g. `"127.0.0.0/8"` or `"tcp"`).
+    pub name: Option<String>,
+    /// Provider name (`"tcp"`, `"udp"`, `"shm"`, `"verbs"`).
+    pub prov_name: Option<String>,
+    /// Provider version (major << 16 | minor).
+    pub prov_version: u32,
+    /// Implemented API version (major << 16 | minor).
+    pub api_version: u32,
+}
+
+/// Domain attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DomainAttr {
+    /// Domain name (interface or device).
+    pub name: Option<String>,
+    /// Threading model.
+    pub threading: Threading,
+    /// Control-path progress.
+    pub control_progress: Progress,
+    /// Data-path progress.
+    pub data_progress: Progress,
+    /// AV type the domain prefers.
+    pub av_type: AvType,
+    /// Memory registration mode.
+    pub mr_mode: MrMode,
+    /// Size of an MR key in bytes.
+    pub mr_key_size: usize,
+    /// Remote CQ data size in bytes.
+    pub cq_data_size: usize,
+    /// Maximum CQ entries.
+    pub cq_cnt: usize,
+    /// Maximum endpoints.
+    pub ep_cnt: usize,
+    /// Maximum transmit contexts per endpoint.
+    pub tx_ctx_cnt: usize,
+    /// Maximum receive contexts per endpoint.
+    pub rx_ctx_cnt: usize,
+    /// Maximum scalable transmit contexts.
+    pub max_ep_tx_ctx: usize,
+    /// Maximum scalable receive contexts.
+    pub max_ep_rx_ctx: usize,
+    /// Maximum iov entries in one MR registration.
+    pub mr_iov_limit: usize,
+    /// Maximum MRs.
+    pub mr_cnt: usize,
+    /// Domain capabilities.
+    pub caps: Caps,
+    /// Domain mode bits.
+    pub mode: Mode,
+}
+
+/// Endpoint attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EpAttr {
+    /// Endpoint type.
+    pub ep_type: EpType,
+    /// Wire protocol.
+    pub protocol: Protocol,
+    /// Protocol version.
+    pub protocol_version: u32,
+    /// Largest message, in bytes.
+    pub max_msg_size: usize,
+    /// Bytes reserved in front of buffers with `FI_MSG_PREFIX`.
+    pub msg_prefix_size: usize,
+    /// Ordered read-after-write bytes.
+    pub max_order_raw_size: usize,
+    /// Ordered write-after-read bytes.
+    pub max_order_war_size: usize,
+    /// Ordered write-after-write bytes.
+    pub max_order_waw_size: usize,
+    /// Tag bits layout (`mem_tag_format`).
+    pub mem_tag_format: u64,
+    /// Transmit contexts (0 = shared, 1 = normal, >1 = scalable).
+    pub tx_ctx_cnt: usize,
+    /// Receive contexts.
+    pub rx_ctx_cnt: usize,
+    /// Connection-manager data size (MSG endpoints).
+    pub cm_data_size: usize,
+}
+
+/// Transmit attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TxAttr {
+    /// Transmit capabilities.
+    pub caps: Caps,
+    /// Transmit mode bits.
+    pub mode: Mode,
+    /// Default operation flags.
+    pub op_flags: OpFlags,
+    /// Message ordering.
+    pub msg_order: MsgOrder,
+    /// Completion ordering.
+    pub comp_order: CompOrder,
+    /// Largest inject (`FI_INJECT`) size.
+    pub inject_size: usize,
+    /// Transmit queue depth.
+    pub size: usize,
+    /// Maximum iov entries per send.
+    pub iov_limit: usize,
+    /// Maximum RMA iov entries.
+    pub rma_iov_limit: usize,
+    /// Traffic class.
+    pub tclass: u32,
+}
+
+/// Receive attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RxAttr {
+    /// Receive capabilities.
+    pub caps: Caps,
+    /// Receive mode bits.
+    pub mode: Mode,
+    /// Default operation flags.
+    pub op_flags: OpFlags,
+    /// Message ordering.
+    pub msg_order: MsgOrder,
+    /// Completion ordering.
+    pub comp_order: CompOrder,
+    /// Bytes the provider buffers for unexpected messages.
+    pub total_buffered_recv: usize,
+    /// Receive queue depth.
+    pub size: usize,
+    /// Maximum iov entries per receive.
+    pub iov_limit: usize,
+}
+
+/// One `fi_info` entry: a provider's offer, or an application's hints.
+///
+/// In hints, zero / `Unspec` / `None` / empty mean "don't care".
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Info {
+    /// Capabilities.
+    pub caps: Caps,
+    /// Mode bits the application supports (hints) / the provider needs (offer).
+    pub mode: Mode,
+    /// Address format.
+    pub addr_format: AddrFormat,
+    /// Source address (raw bytes in `addr_format`).
+    pub src_addr: Option<Vec<u8>>,
+    /// Destination address.
+    pub dest_addr: Option<Vec<u8>>,
+    /// Transmit attributes.
+    pub tx_attr: TxAttr,
+    /// Receive attributes.
+    pub rx_attr: RxAttr,
+    /// Endpoint attributes.
+    pub ep_attr: EpAttr,
+    /// Domain attributes.
+    pub domain_attr: DomainAttr,
+    /// Fabric attributes.
+    pub fabric_attr: FabricAttr,
+}
+
+/// API version Weft implements: libfabric 1.17's object model.
+pub const API_VERSION: u32 = (1 << 16) | 17;
+
+/// Packs a `(major, minor)` version as libfabric's `FI_VERSION` does.
+pub const fn version(major: u16, minor: u16) -> u32 {
+    ((major as u32) << 16) | minor as u32
+}

@@ -1,0 +1,20 @@
+//! Weft's sans-IO core: the semantics of the libfabric object model with no
+//! runtime, no sockets and no `unsafe`.
+//!
+//! Everything here is deterministic and driven by its caller: address vector
+//! tables, tag matching, completion and counter rules, attributes and
+//! `getinfo` matching, and the wire codec of the software providers. The
+//! providers (`weft-tcp`, ...) and the async API (`weft`) build on it.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod addr;
+pub mod attr;
+pub mod av;
+pub mod error;
+pub mod flags;
+pub mod getinfo;
+pub mod tagmatch;
+pub mod wire;
+
+pub use error::{Error, Result};

@@ -1,0 +1,297 @@
+//! The software providers' wire format: a fixed 40-byte frame header,
+//! followed by `len` payload bytes. `docs/wire.md` is the normative
+//! description; this module is its only encoder and decoder.
+//!
+//! Decoding never trusts the peer: every field is checked before it is used,
+//! and a header the decoder rejects ends that connection with an error.
+
+use std::fmt;
+
+/// Frame magic, `"WF"` read as a little-endian `u16`.
+pub const MAGIC: u16 = u16::from_le_bytes(*b"WF");
+/// The wire version this code speaks.
+pub const VERSION: u8 = 1;
+/// Size of every frame header in bytes.
+pub const HEADER_LEN: usize = 40;
+/// Largest payload of a control frame (hello, connection request/response).
+pub const MAX_CONTROL_LEN: u64 = 4096;
+
+/// What a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// RDM: first frame of a connection; payload = the sender's listening
+    /// address (sockaddr bytes), so the acceptor can name the peer.
+    Hello = 1,
+    /// RDM: the acceptor's answer to `Hello`; `data` = 0 (accepted) or the
+    /// positive error code of the refusal (a simultaneous connect lost).
+    HelloAck = 2,
+    /// MSG: connection request; payload = CM data.
+    ConnReq = 3,
+    /// MSG: answer to `ConnReq`; `data` = 0 (accept) or an error code
+    /// (reject); payload = CM data.
+    ConnResp = 4,
+    /// An untagged message; payload = the message.
+    Msg = 5,
+    /// A tagged message; `tag` is its tag; payload = the message.
+    Tagged = 6,
+    /// Orderly shutdown: the sender sends nothing more.
+    Shutdown = 7,
+    /// Delivery acknowledgement of message `seq`; `data` = 0 or an error code.
+    Ack = 8,
+}
+
+impl FrameKind {
+    fn from_u8(v: u8) -> Option<FrameKind> {
+        Some(match v {
+            1 => FrameKind::Hello,
+            2 => FrameKind::HelloAck,
+            3 => FrameKind::ConnReq,
+            4 => FrameKind::ConnResp,
+            5 => FrameKind::Msg,
+            6 => FrameKind::Tagged,
+            7 => FrameKind::Shutdown,
+            8 => FrameKind::Ack,
+            _ => return None,
+        })
+    }
+
+    /// Data frames carry application messages; the rest are control frames.
+    pub const fn is_data(self) -> bool {
+        matches!(self, FrameKind::Msg | FrameKind::Tagged)
+    }
+}
+
+/// Header flag: `data` holds remote CQ data for the target's completion.
+pub const FLAG_CQ_DATA: u16 = 1 << 0;
+/// Header flag: the sender waits for an [`FrameKind::Ack`] of this frame
+/// (`FI_DELIVERY_COMPLETE`).
+pub const FLAG_ACK_REQ: u16 = 1 << 1;
+const KNOWN_FLAGS: u16 = FLAG_CQ_DATA | FLAG_ACK_REQ;
+
+/// A decoded frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Header {
+    /// Frame kind.
+    pub kind: Option<FrameKind>,
+    /// `FLAG_*` bits.
+    pub flags: u16,
+    /// Payload length in bytes.
+    pub len: u64,
+    /// Tag of a tagged message (0 otherwise).
+    pub tag: u64,
+    /// Remote CQ data, or a status code in control frames.
+    pub data: u64,
+    /// Sender's sequence number of this frame on its connection.
+    pub seq: u64,
+}
+
+impl Header {
+    /// A header of `kind` with everything else zero.
+    pub fn new(kind: FrameKind) -> Header {
+        Header {
+            kind: Some(kind),
+            ..Header::default()
+        }
+    }
+
+    /// The kind; headers from [`decode`] always have one.
+    pub fn frame_kind(&self) -> Option<FrameKind> {
+        self.kind
+    }
+
+    /// Encodes into the fixed-size header (little-endian fields).
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+        b[2] = VERSION;
+        b[3] = self.kind.map_or(0, |k| k as u8);
+        b[4..6].copy_from_slice(&self.flags.to_le_bytes());
+        // b[6..8] reserved, zero.
+        b[8..16].copy_from_slice(&self.len.to_le_bytes());
+        b[16..24].copy_from_slice(&self.tag.to_le_bytes());
+        b[24..32].copy_from_slice(&self.data.to_le_bytes());
+        b[32..40].copy_from_slice(&self.seq.to_le_bytes());
+        b
+    }
+}
+
+/// Why a header was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WireError {
+    /// Fewer than [`HEADER_LEN`] bytes.
+    Truncated(usize),
+    /// Not a Weft frame.
+    BadMagic(u16),
+    /// A version this code does not speak.
+    BadVersion(u8),
+    /// Unknown frame kind.
+    UnknownKind(u8),
+    /// Unknown flag bits, or flags not valid for the kind.
+    BadFlags(u16),
+    /// Reserved bytes not zero.
+    Reserved,
+    /// Payload longer than allowed for this kind / this endpoint.
+    TooLong {
+        /// Length announced by the peer.
+        len: u64,
+        /// Largest accepted.
+        max: u64,
+    },
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::Truncated(n) => write!(f, "truncated header ({n} of {HEADER_LEN} bytes)"),
+            WireError::BadMagic(m) => write!(f, "bad magic {m:#06x}"),
+            WireError::BadVersion(v) => write!(f, "unsupported wire version {v}"),
+            WireError::UnknownKind(k) => write!(f, "unknown frame kind {k}"),
+            WireError::BadFlags(fl) => write!(f, "invalid flags {fl:#06x}"),
+            WireError::Reserved => write!(f, "reserved header bytes not zero"),
+            WireError::TooLong { len, max } => write!(f, "payload of {len} bytes exceeds {max}"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+impl From<WireError> for crate::Error {
+    fn from(e: WireError) -> Self {
+        match e {
+            WireError::TooLong { .. } => crate::Error::MsgSize,
+            _ => crate::Error::Io,
+        }
+    }
+}
+
+/// Decodes and validates a header. `max_data_len` bounds data frames (the
+/// receiving endpoint's `max_msg_size`); control frames are bounded by
+/// [`MAX_CONTROL_LEN`], and frames that carry no payload must say 0.
+pub fn decode(b: &[u8], max_data_len: u64) -> Result<Header, WireError> {
+    if b.len() < HEADER_LEN {
+        return Err(WireError::Truncated(b.len()));
+    }
+    let u64_at = |o: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[o..o + 8]);
+        u64::from_le_bytes(a)
+    };
+    let magic = u16::from_le_bytes([b[0], b[1]]);
+    if magic != MAGIC {
+        return Err(WireError::BadMagic(magic));
+    }
+    if b[2] != VERSION {
+        return Err(WireError::BadVersion(b[2]));
+    }
+    let kind = FrameKind::from_u8(b[3]).ok_or(WireError::UnknownKind(b[3]))?;
+    let flags = u16::from_le_bytes([b[4], b[5]]);
+    if flags & !KNOWN_FLAGS != 0 || (flags != 0 && !kind.is_data()) {
+        return Err(WireError::BadFlags(flags));
+    }
+    if b[6] != 0 || b[7] != 0 {
+        return Err(WireError::Reserved);
+    }
+    let len = u64_at(8);
+    let max = match kind {
+        FrameKind::Msg | FrameKind::Tagged => max_data_len,
+        FrameKind::Hello | FrameKind::ConnReq | FrameKind::ConnResp => MAX_CONTROL_LEN,
+        FrameKind::HelloAck | FrameKind::Shutdown | FrameKind::Ack => 0,
+    };
+    if len > max {
+        return Err(WireError::TooLong { len, max });
+    }
+    Ok(Header {
+        kind: Some(kind),
+        flags,
+        len,
+        tag: u64_at(16),
+        data: u64_at(24),
+        seq: u64_at(32),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Header {
+        Header {
+            kind: Some(FrameKind::Tagged),
+            flags: FLAG_CQ_DATA,
+            len: 1234,
+            tag: 0xdead_beef_0000_0001,
+            data: 42,
+            seq: 7,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let h = sample();
+        assert_eq!(decode(&h.encode(), 1 << 20), Ok(h));
+    }
+
+    #[test]
+    fn every_truncation_is_rejected() {
+        let b = sample().encode();
+        for n in 0..HEADER_LEN {
+            assert_eq!(decode(&b[..n], 1 << 20), Err(WireError::Truncated(n)));
+        }
+    }
+
+    #[test]
+    fn oversize_and_garbage_are_rejected() {
+        let b = sample().encode();
+        assert_eq!(
+            decode(&b, 100),
+            Err(WireError::TooLong { len: 1234, max: 100 })
+        );
+        let mut bad = b;
+        bad[0] = b'X';
+        assert!(matches!(decode(&bad, 1 << 20), Err(WireError::BadMagic(_))));
+        let mut bad = b;
+        bad[2] = 9;
+        assert_eq!(decode(&bad, 1 << 20), Err(WireError::BadVersion(9)));
+        let mut bad = b;
+        bad[3] = 0;
+        assert_eq!(decode(&bad, 1 << 20), Err(WireError::UnknownKind(0)));
+        let mut bad = b;
+        bad[4] = 0x80;
+        assert!(matches!(decode(&bad, 1 << 20), Err(WireError::BadFlags(_))));
+        let mut bad = b;
+        bad[7] = 1;
+        assert_eq!(decode(&bad, 1 << 20), Err(WireError::Reserved));
+        let mut ack = Header::new(FrameKind::Ack);
+        ack.len = 1;
+        assert!(matches!(
+            decode(&ack.encode(), 1 << 20),
+            Err(WireError::TooLong { .. })
+        ));
+        let mut hello = Header::new(FrameKind::Hello);
+        hello.flags = FLAG_CQ_DATA;
+        assert!(matches!(
+            decode(&hello.encode(), 1 << 20),
+            Err(WireError::BadFlags(_))
+        ));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        // A small deterministic xorshift sweep; the fuzz target does the rest.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..20_000 {
+            let mut b = [0u8; HEADER_LEN];
+            for chunk in b.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+            }
+            b[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+            b[2] = VERSION;
+            let _ = decode(&b, 1 << 30);
+        }
+    }
+}
