@@ -62,7 +62,12 @@ pub fn decode_sockaddr(b: &[u8]) -> Result<SocketAddr> {
             let mut o = [0u8; 16];
             o.copy_from_slice(&b[8..24]);
             let scope = u32::from_ne_bytes([b[24], b[25], b[26], b[27]]);
-            Ok(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(o), port, flow, scope)))
+            Ok(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(o),
+                port,
+                flow,
+                scope,
+            )))
         }
         _ => Err(Error::Inval),
     }
@@ -119,7 +124,10 @@ mod tests {
         assert_eq!(decode_sockaddr(&[]), Err(Error::Inval));
         assert_eq!(decode_sockaddr(&[2, 0, 1]), Err(Error::Inval));
         assert_eq!(decode_sockaddr(&[99u8; 16]), Err(Error::Inval));
-        assert_eq!(parse_sockaddr_str("fi_sockaddr_in://nope"), Err(Error::Inval));
+        assert_eq!(
+            parse_sockaddr_str("fi_sockaddr_in://nope"),
+            Err(Error::Inval)
+        );
         assert_eq!(parse_numeric("1.2.3.4", "x"), Err(Error::Inval));
     }
 }

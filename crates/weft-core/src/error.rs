@@ -236,7 +236,10 @@ mod tests {
         assert_eq!(Error::NoKey.code(), 266);
         assert_eq!(Error::KeyRejected.code(), 129);
         assert_eq!(Error::NoRx.code(), 269);
-        assert_eq!(Error::Busy.to_string(), "Device or resource busy (FI_EBUSY)");
+        assert_eq!(
+            Error::Busy.to_string(),
+            "Device or resource busy (FI_EBUSY)"
+        );
     }
 
     #[test]

@@ -2,18 +2,24 @@
 //! runtime, no sockets and no `unsafe`.
 //!
 //! Everything here is deterministic and driven by its caller: address vector
-//! tables, tag matching, completion and counter rules, attributes and
-//! `getinfo` matching, and the wire codec of the software providers. The
-//! providers (`weft-tcp`, ...) and the async API (`weft`) build on it.
+//! tables, tag matching, completion, event and counter rules, attributes and
+//! `getinfo` matching, the provider boundary, and the wire codec of the
+//! software providers. The providers (`weft-tcp`, ...) and the async API
+//! (`weft`) build on it.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod addr;
 pub mod attr;
 pub mod av;
+pub mod completion;
+pub mod counter;
 pub mod error;
+pub mod eventq;
 pub mod flags;
 pub mod getinfo;
+pub mod provider;
+pub mod sync;
 pub mod tagmatch;
 pub mod wire;
 

@@ -246,7 +246,10 @@ mod tests {
         let b = sample().encode();
         assert_eq!(
             decode(&b, 100),
-            Err(WireError::TooLong { len: 1234, max: 100 })
+            Err(WireError::TooLong {
+                len: 1234,
+                max: 100
+            })
         );
         let mut bad = b;
         bad[0] = b'X';

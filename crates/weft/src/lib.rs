@@ -1,1 +1,76 @@
-//! placeholder
+//! Weft: an async, Tokio-based fabric runtime implementing the libfabric
+//! object model — fabric, domain, address vectors, endpoints, event and
+//! completion queues, counters — over its own providers.
+//!
+//! Every data operation comes in two forms: `post_*` is non-blocking and
+//! reports to the bound [`CompletionQueue`] (a [`futures::Stream`]) with the
+//! caller's context — for pipelines; the `async fn` form resolves with that
+//! operation's own completion — for services. Both coexist on one endpoint.
+//!
+//! ```
+//! use bytes::{Bytes, BytesMut};
+//! use weft::{AvAttr, BindFlags, CqAttr, EpType, Info};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), weft::Error> {
+//! let mut hints = Info::default();
+//! hints.ep_attr.ep_type = EpType::Rdm;
+//! hints.caps = weft::Caps::TAGGED;
+//! let info = weft::getinfo(Some(&hints))?.remove(0);
+//! let fabric = weft::Fabric::open(&info)?;
+//! let domain = fabric.domain(&info)?;
+//!
+//! // Two endpoints in one process, each with its own AV and CQ.
+//! let open = || -> Result<_, weft::Error> {
+//!     let av = domain.av(AvAttr::default())?;
+//!     let cq = domain.cq(CqAttr::default())?;
+//!     let ep = domain.endpoint(&info)?;
+//!     ep.bind_av(&av)?;
+//!     ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)?;
+//!     ep.enable()?;
+//!     Ok((ep, av))
+//! };
+//! let (a, a_av) = open()?;
+//! let (b, _b_av) = open()?;
+//! let b_addr = a_av.insert_sync(&[b.local_addr()?], Default::default())?.fi_addrs[0];
+//!
+//! let recv = b.trecv(BytesMut::zeroed(64), weft::FI_ADDR_UNSPEC, 7, 0);
+//! let send = a.tsend(b_addr, Bytes::from_static(b"hello"), 7);
+//! let (got, sent) = tokio::join!(recv, send);
+//! sent?;
+//! assert_eq!(&got?.into_bytes()[..], b"hello");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Contexts with bit 63 set are reserved for the `async` forms.
+
+mod av;
+mod counter;
+mod cq;
+mod endpoint;
+mod eq;
+mod fabric;
+mod passive;
+
+pub use av::{AddressVector, AvAttr, Insert, InsertReport};
+pub use counter::Counter;
+pub use cq::CompletionQueue;
+pub use endpoint::{Endpoint, RecvMsg, SendMsg};
+pub use eq::{ConnRequest, EventQueue};
+pub use fabric::{all_offers, getinfo, CqAttr, Domain, Fabric, PROVIDERS};
+pub use passive::PassiveEndpoint;
+
+pub use weft_core::addr::{
+    decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sockaddr_to_str, FiAddr,
+    FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
+};
+pub use weft_core::attr::{
+    AddrFormat, AvType, DomainAttr, EpAttr, EpType, FabricAttr, Info, Progress, Protocol, RxAttr,
+    Threading, TxAttr,
+};
+pub use weft_core::completion::{CqEntry, CqErrEntry, CqFormat, CqItem, WaitMode};
+pub use weft_core::eventq::{EqErrEntry, EqEvent, EqEventKind, EqItem};
+pub use weft_core::flags::{AvFlags, BindFlags, Caps, CompOrder, Mode, MrMode, MsgOrder, OpFlags};
+pub use weft_core::getinfo::format_info;
+pub use weft_core::{Error, Result};

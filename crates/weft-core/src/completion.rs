@@ -1,0 +1,529 @@
+//! Completion queue entries, the completion queue's shared state, and the
+//! rules that decide where an operation's completion goes.
+//!
+//! An operation ends exactly once, through its [`OpDone`]: success feeds the
+//! bound counter and, unless selective completion suppresses it, the CQ (or
+//! the future that awaits this one operation); failure feeds the counter's
+//! error count and always produces an error entry.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::BytesMut;
+use futures::channel::oneshot;
+
+use crate::addr::{FiAddr, FI_ADDR_NOTAVAIL};
+use crate::counter::CounterShared;
+use crate::error::{Error, Result};
+use crate::flags::OpFlags;
+use crate::sync::{lock, wake_all, WakerSet};
+
+/// Completion entry format (`enum fi_cq_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CqFormat {
+    /// Provider's choice (Weft: `Tagged`, the richest).
+    #[default]
+    Unspec,
+    /// Context only.
+    Context,
+    /// Context, flags, length.
+    Msg,
+    /// Msg plus buffer and remote CQ data.
+    Data,
+    /// Data plus tag.
+    Tagged,
+}
+
+/// A successful completion. Which fields are meaningful depends on the CQ
+/// format; Weft fills all of them and the CQ's reader sees the format it
+/// asked for through [`CqEntry::masked`].
+#[derive(Debug, Default)]
+pub struct CqEntry {
+    /// The operation's context.
+    pub context: u64,
+    /// `FI_SEND`/`FI_RECV` | `FI_MSG`/`FI_TAGGED` | `FI_REMOTE_CQ_DATA` ...
+    pub flags: OpFlags,
+    /// Bytes transferred (receives: bytes placed).
+    pub len: usize,
+    /// Receives: the buffer(s), holding `len` bytes in total.
+    pub bufs: Vec<BytesMut>,
+    /// Remote CQ data (with `FI_REMOTE_CQ_DATA`).
+    pub data: u64,
+    /// Tag of a tagged receive.
+    pub tag: u64,
+    /// Source address (`FI_SOURCE`), `FI_ADDR_NOTAVAIL` if unknown.
+    pub src: FiAddr,
+}
+
+impl CqEntry {
+    /// Clears the fields the format does not carry.
+    pub fn masked(mut self, format: CqFormat) -> CqEntry {
+        match format {
+            CqFormat::Context => {
+                self.flags = OpFlags::empty();
+                self.len = 0;
+                self.data = 0;
+                self.tag = 0;
+            }
+            CqFormat::Msg => {
+                self.data = 0;
+                self.tag = 0;
+            }
+            CqFormat::Data => self.tag = 0,
+            CqFormat::Tagged | CqFormat::Unspec => {}
+        }
+        self
+    }
+
+    /// The received bytes as one contiguous buffer (copies only when the
+    /// receive used more than one buffer).
+    pub fn into_bytes(mut self) -> BytesMut {
+        if self.bufs.len() == 1 {
+            return self.bufs.pop().unwrap_or_default();
+        }
+        let mut out = BytesMut::with_capacity(self.len);
+        for b in &self.bufs {
+            out.extend_from_slice(b);
+        }
+        out
+    }
+}
+
+/// An error completion (`struct fi_cq_err_entry`).
+#[derive(Debug)]
+pub struct CqErrEntry {
+    /// The operation's context.
+    pub context: u64,
+    /// Operation flags, as in a successful entry.
+    pub flags: OpFlags,
+    /// Bytes placed before the error.
+    pub len: usize,
+    /// Receives: the buffers given back (holding `len` bytes).
+    pub bufs: Vec<BytesMut>,
+    /// Remote CQ data, if any arrived.
+    pub data: u64,
+    /// Tag of the message, if any.
+    pub tag: u64,
+    /// Bytes that did not fit (`FI_ETRUNC`).
+    pub olen: usize,
+    /// The error.
+    pub err: Error,
+    /// Provider-specific error number (an OS errno for socket providers).
+    pub prov_errno: i32,
+    /// Source address, `FI_ADDR_NOTAVAIL` if unknown.
+    pub src: FiAddr,
+}
+
+impl CqErrEntry {
+    /// An error entry with nothing but context, flags and error set.
+    pub fn new(context: u64, flags: OpFlags, err: Error) -> CqErrEntry {
+        CqErrEntry {
+            context,
+            flags,
+            len: 0,
+            bufs: Vec::new(),
+            data: 0,
+            tag: 0,
+            olen: 0,
+            err,
+            prov_errno: err.code(),
+            src: FI_ADDR_NOTAVAIL,
+        }
+    }
+}
+
+impl std::fmt::Display for CqErrEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "operation {:#x} failed: {}", self.context, self.err)
+    }
+}
+
+impl std::error::Error for CqErrEntry {}
+
+impl From<CqErrEntry> for Error {
+    fn from(e: CqErrEntry) -> Error {
+        e.err
+    }
+}
+
+/// One item of a completion queue: a completion or an error entry.
+pub type CqItem = std::result::Result<CqEntry, CqErrEntry>;
+
+/// How a CQ reader waits when the queue is empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WaitMode {
+    /// Sleep until woken (reactor / eventfd style); no CPU while idle.
+    #[default]
+    Interrupt,
+    /// Spin: never sleep, re-poll at once (lowest latency, one core busy).
+    BusyPoll,
+    /// Poll inline for a bounded budget, then sleep.
+    Inline,
+}
+
+impl WaitMode {
+    /// Parses `interrupt`, `busy-poll` (or `busy`), `inline`.
+    pub fn parse(s: &str) -> Option<WaitMode> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "interrupt" | "irq" => Some(WaitMode::Interrupt),
+            "busy-poll" | "busypoll" | "busy_poll" | "busy" => Some(WaitMode::BusyPoll),
+            "inline" => Some(WaitMode::Inline),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct CqInner {
+    items: VecDeque<CqItem>,
+    readers: WakerSet,
+    signaled: bool,
+    closed: bool,
+}
+
+/// The shared state of a completion queue. Providers push into it; the
+/// public `CompletionQueue` reads from it.
+#[derive(Debug)]
+pub struct CqShared {
+    id: u64,
+    format: CqFormat,
+    wait: WaitMode,
+    inner: Mutex<CqInner>,
+    // Length mirror so empty checks on the busy path take no lock.
+    len: AtomicU64,
+}
+
+impl CqShared {
+    /// A new queue. `size` is a hint: the queue never drops an entry, so
+    /// it grows past it rather than losing a completion.
+    pub fn new(id: u64, format: CqFormat, wait: WaitMode, size: usize) -> Arc<CqShared> {
+        let inner = CqInner {
+            items: VecDeque::with_capacity(size.min(1 << 16)),
+            ..CqInner::default()
+        };
+        Arc::new(CqShared {
+            id,
+            format,
+            wait,
+            inner: Mutex::new(inner),
+            len: AtomicU64::new(0),
+        })
+    }
+
+    /// The object id (fid) of the queue.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The entry format.
+    pub fn format(&self) -> CqFormat {
+        self.format
+    }
+
+    /// How readers wait.
+    pub fn wait_mode(&self) -> WaitMode {
+        self.wait
+    }
+
+    /// Appends an item and wakes readers.
+    pub fn push(&self, item: CqItem) {
+        let item = item.map(|e| e.masked(self.format));
+        let wakers = {
+            let mut g = lock(&self.inner);
+            g.items.push_back(item);
+            self.len.store(g.items.len() as u64, Ordering::Release);
+            g.readers.take()
+        };
+        wake_all(wakers);
+    }
+
+    /// Number of queued items.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire) as usize
+    }
+
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `fi_cq_read` of up to `max` successful entries. An error entry at
+    /// the head gives `Err(Avail)` (read it with [`CqShared::read_err`]);
+    /// an empty queue gives `Err(Again)`.
+    pub fn read(&self, max: usize) -> Result<Vec<CqEntry>> {
+        let mut g = lock(&self.inner);
+        let mut out = Vec::new();
+        while out.len() < max {
+            match g.items.front() {
+                Some(Ok(_)) => {
+                    if let Some(Ok(e)) = g.items.pop_front() {
+                        out.push(e);
+                    }
+                }
+                Some(Err(_)) if out.is_empty() => {
+                    self.len.store(g.items.len() as u64, Ordering::Release);
+                    return Err(Error::Avail);
+                }
+                _ => break,
+            }
+        }
+        self.len.store(g.items.len() as u64, Ordering::Release);
+        if out.is_empty() {
+            Err(Error::Again)
+        } else {
+            Ok(out)
+        }
+    }
+
+    /// `fi_cq_readerr`: the error entry at the head, or `Err(Again)`.
+    pub fn read_err(&self) -> Result<CqErrEntry> {
+        let mut g = lock(&self.inner);
+        if matches!(g.items.front(), Some(Err(_))) {
+            if let Some(Err(e)) = g.items.pop_front() {
+                self.len.store(g.items.len() as u64, Ordering::Release);
+                return Ok(e);
+            }
+        }
+        Err(Error::Again)
+    }
+
+    /// Next item of any kind, in order, or `None` when empty.
+    pub fn pop(&self) -> Option<CqItem> {
+        let mut g = lock(&self.inner);
+        let it = g.items.pop_front();
+        self.len.store(g.items.len() as u64, Ordering::Release);
+        it
+    }
+
+    /// Moves up to `max` items, in order, into `out`; returns how many.
+    pub fn pop_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
+        let mut g = lock(&self.inner);
+        let n = max.min(g.items.len());
+        out.extend(g.items.drain(..n));
+        self.len.store(g.items.len() as u64, Ordering::Release);
+        n
+    }
+
+    /// Polls for the next item: `Ready(Some)` with an item, `Ready(None)`
+    /// once the queue is closed and drained, `Pending` after registering the
+    /// waker (or, in busy-poll mode, after asking to be polled again at once).
+    pub fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<CqItem>> {
+        let mut g = lock(&self.inner);
+        if let Some(it) = g.items.pop_front() {
+            self.len.store(g.items.len() as u64, Ordering::Release);
+            return Poll::Ready(Some(it));
+        }
+        if g.closed {
+            return Poll::Ready(None);
+        }
+        match self.wait {
+            WaitMode::BusyPoll => {
+                drop(g);
+                cx.waker().wake_by_ref();
+            }
+            WaitMode::Interrupt | WaitMode::Inline => g.readers.register(cx.waker()),
+        }
+        Poll::Pending
+    }
+
+    /// Polls until an item arrives or the queue is signalled; a signal
+    /// resolves to `Ready(None)` once (fi_cq_signal / fi_cq_sread returning
+    /// `Again`).
+    pub fn poll_item_or_signal(&self, cx: &mut Context<'_>) -> Poll<Option<CqItem>> {
+        let mut g = lock(&self.inner);
+        if let Some(it) = g.items.pop_front() {
+            self.len.store(g.items.len() as u64, Ordering::Release);
+            return Poll::Ready(Some(it));
+        }
+        if g.closed || std::mem::take(&mut g.signaled) {
+            return Poll::Ready(None);
+        }
+        match self.wait {
+            WaitMode::BusyPoll => {
+                drop(g);
+                cx.waker().wake_by_ref();
+            }
+            WaitMode::Interrupt | WaitMode::Inline => g.readers.register(cx.waker()),
+        }
+        Poll::Pending
+    }
+
+    /// `fi_cq_signal`: wakes a reader blocked on an empty queue.
+    pub fn signal(&self) {
+        let wakers = {
+            let mut g = lock(&self.inner);
+            g.signaled = true;
+            g.readers.take()
+        };
+        wake_all(wakers);
+    }
+
+    /// Marks the queue closed: streams end after the remaining items.
+    pub fn close(&self) {
+        let wakers = {
+            let mut g = lock(&self.inner);
+            g.closed = true;
+            g.readers.take()
+        };
+        wake_all(wakers);
+    }
+}
+
+/// Where the completion of one operation goes, and the rules for it.
+#[derive(Debug)]
+pub struct OpDone {
+    /// The caller's context.
+    pub context: u64,
+    /// Flags of the completion entry (`FI_SEND | FI_MSG`, ...).
+    pub flags: OpFlags,
+    /// Report success to the CQ (false under selective completion without
+    /// `FI_COMPLETION`). Errors are always reported.
+    pub report: bool,
+    /// The CQ bound for this direction.
+    pub cq: Option<Arc<CqShared>>,
+    /// The counter bound for this operation class.
+    pub cntr: Option<Arc<CounterShared>>,
+    /// The awaiting future of an `async fn` operation: it takes the
+    /// completion instead of the CQ.
+    pub waiter: Option<oneshot::Sender<CqItem>>,
+}
+
+impl OpDone {
+    /// Completion for `context` reporting to `cq` (no counter, no waiter).
+    pub fn to_cq(context: u64, flags: OpFlags, cq: Option<Arc<CqShared>>) -> OpDone {
+        OpDone {
+            context,
+            flags,
+            report: true,
+            cq,
+            cntr: None,
+            waiter: None,
+        }
+    }
+
+    /// The operation succeeded.
+    pub fn complete(self, mut entry: CqEntry) {
+        entry.context = self.context;
+        entry.flags |= self.flags;
+        if let Some(c) = &self.cntr {
+            c.add(1);
+        }
+        if let Some(w) = self.waiter {
+            // A dropped future means nobody wants this completion; the CQ
+            // must not receive it either (it was never going to).
+            let _ = w.send(Ok(entry));
+        } else if self.report {
+            if let Some(cq) = &self.cq {
+                cq.push(Ok(entry));
+            }
+        }
+    }
+
+    /// The operation failed; `e.context`/`e.flags` are filled in here.
+    pub fn fail(self, mut e: CqErrEntry) {
+        e.context = self.context;
+        e.flags |= self.flags;
+        if let Some(c) = &self.cntr {
+            c.add_err(1);
+        }
+        if let Some(w) = self.waiter {
+            let _ = w.send(Err(e));
+        } else if let Some(cq) = &self.cq {
+            cq.push(Err(e));
+        }
+    }
+
+    /// Fails with a bare error code.
+    pub fn fail_with(self, err: Error) {
+        let e = CqErrEntry::new(self.context, OpFlags::empty(), err);
+        self.fail(e);
+    }
+
+    /// True if an `async` caller is still waiting for this operation.
+    pub fn waiter_alive(&self) -> bool {
+        self.waiter.as_ref().is_some_and(|w| !w.is_canceled())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ctx: u64) -> CqEntry {
+        CqEntry {
+            context: ctx,
+            len: 4,
+            ..CqEntry::default()
+        }
+    }
+
+    #[test]
+    fn read_stops_at_error_and_readerr_takes_it() {
+        let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+        cq.push(Ok(entry(1)));
+        cq.push(Err(CqErrEntry::new(2, OpFlags::RECV, Error::Canceled)));
+        cq.push(Ok(entry(3)));
+        let got = cq.read(10).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(cq.read(10).unwrap_err(), Error::Avail);
+        let e = cq.read_err().unwrap();
+        assert_eq!((e.context, e.err), (2, Error::Canceled));
+        assert_eq!(cq.read_err().unwrap_err(), Error::Again);
+        assert_eq!(cq.read(10).unwrap()[0].context, 3);
+        assert_eq!(cq.read(10).unwrap_err(), Error::Again);
+    }
+
+    #[test]
+    fn formats_mask_fields() {
+        let cq = CqShared::new(1, CqFormat::Context, WaitMode::Interrupt, 4);
+        let mut e = entry(9);
+        e.tag = 5;
+        e.data = 6;
+        e.flags = OpFlags::RECV;
+        cq.push(Ok(e));
+        let got = cq.read(1).unwrap().pop().unwrap();
+        assert_eq!((got.context, got.len, got.tag, got.data), (9, 0, 0, 0));
+        assert!(got.flags.is_empty());
+    }
+
+    #[test]
+    fn selective_completion_suppresses_success_not_errors() {
+        let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+        let cntr = CounterShared::new(2);
+        let mk = || OpDone {
+            context: 7,
+            flags: OpFlags::SEND | OpFlags::MSG,
+            report: false,
+            cq: Some(cq.clone()),
+            cntr: Some(cntr.clone()),
+            waiter: None,
+        };
+        mk().complete(CqEntry::default());
+        assert!(cq.is_empty());
+        assert_eq!(cntr.read(), 1);
+        mk().fail_with(Error::ConnReset);
+        assert_eq!(cntr.read_err(), 1);
+        let e = cq.read_err().unwrap();
+        assert_eq!(e.err, Error::ConnReset);
+        assert!(e.flags.contains(OpFlags::SEND | OpFlags::MSG));
+    }
+
+    #[test]
+    fn waiter_takes_completion_instead_of_cq() {
+        let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+        let (tx, mut rx) = oneshot::channel();
+        let d = OpDone {
+            context: 1,
+            flags: OpFlags::RECV,
+            report: true,
+            cq: Some(cq.clone()),
+            cntr: None,
+            waiter: Some(tx),
+        };
+        d.complete(entry(1));
+        assert!(cq.is_empty());
+        assert!(rx.try_recv().unwrap().unwrap().is_ok());
+    }
+}

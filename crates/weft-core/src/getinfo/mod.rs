@@ -1,0 +1,307 @@
+//! `fi_getinfo` semantics: matching an application's hints against a
+//! provider's offers, narrowing the matches to what was asked for, provider
+//! selection strings (`FI_PROVIDER`) and `fi_info`-style rendering.
+//!
+//! In hints, zero / `Unspec` / `None` / empty mean "don't care". Everything
+//! else is a requirement: an offer that cannot meet it is no match, never a
+//! weaker match.
+//!
+//! The rules, field by field:
+//!
+//! * **caps** (info, `tx_attr`, `rx_attr`, `domain_attr`): requested bits must
+//!   be offered. If the request names primary caps, the result keeps exactly
+//!   those plus the offer's secondary caps (libfabric forbids enabling primary
+//!   caps that were not asked for). A request naming only secondary caps
+//!   leaves the offer's primary caps. Attribute caps not requested follow the
+//!   narrowed info caps, so they never exceed them.
+//! * **mode**: the offer's required bits must all be accepted by the hints.
+//!   `tx_attr`/`rx_attr`/`domain_attr` modes of 0 in the hints mean "same as
+//!   `info.mode`" (fi_endpoint(3)). The result carries the offer's modes.
+//! * **mr_mode**: the offer's required bits must be a subset of the hints'
+//!   `mr_mode`. Hints with `mr_mode` 0 declare that the application supports
+//!   no registration requirement, so they match only offers requiring none.
+//!   (libfabric additionally drops RMA-target bits for apps that request no
+//!   RMA; Weft does not, so that the rule stays predictable.)
+//! * **ep_type, protocol**: equal when given.
+//! * **addr_format**: equal when given, except that `FI_SOCKADDR` and the
+//!   specific `FI_SOCKADDR_IN{,6}` accept each other; the result is the more
+//!   specific one.
+//! * **av_type**: equal when given; an offer of `FI_AV_UNSPEC` supports any
+//!   type and the result takes the requested one.
+//! * **threading**: `FI_THREAD_SAFE` offers satisfy any request, otherwise the
+//!   levels must be equal. The result reports the requested level, which is
+//!   what the application promised to honour.
+//! * **progress**: a request for `FI_PROGRESS_MANUAL` is met by manual and by
+//!   auto offers (the app will drive progress, which an auto provider
+//!   tolerates); a request for `FI_PROGRESS_AUTO` needs auto. The result
+//!   reports what the provider actually does.
+//! * **names**: fabric and domain names must be equal; `prov_name` is a
+//!   selection string as accepted by [`provider_selected`].
+//! * **sizes and counts**: a hint larger than the offer is no match; the
+//!   result takes the hint (narrowing), else the offer's value.
+//! * **mem_tag_format**: the requested tag must not be wider (highest set bit)
+//!   than the offered one; the result takes the requested format.
+//! * **protocol_version**: a hint above the offer is no match; the result
+//!   keeps the offer's version, the one spoken on the wire.
+//! * **msg_order / comp_order**: requested bits must be offered; the result
+//!   is the request if nonzero, else the offer.
+//! * **op_flags, tclass, src_addr, dest_addr**: passed from the hints into
+//!   the result when given; the provider validates them when objects open.
+//! * **fabric versions, msg_prefix_size, mr_cnt**: not matched; offer values.
+
+mod format;
+
+pub use format::{
+    addr_format_str, av_type_str, caps_str, comp_order_str, format_info, mode_str, mr_mode_str,
+    msg_order_str, op_flags_str, progress_str, protocol_str, threading_str,
+};
+
+use crate::{attr::*, flags::*, Error, Result};
+
+/// Declares the numeric limits once for both the check and the narrowing,
+/// so the two lists cannot drift apart.
+macro_rules! limits {
+    ($($($field:ident).+),* $(,)?) => {
+        fn limits_ok(h: &Info, o: &Info) -> bool {
+            true $(&& (h.$($field).+ == 0 || h.$($field).+ <= o.$($field).+))*
+        }
+
+        fn narrow_limits(h: &Info, r: &mut Info) {
+            $(if h.$($field).+ != 0 {
+                r.$($field).+ = h.$($field).+;
+            })*
+        }
+    };
+}
+
+limits!(
+    ep_attr.max_msg_size,
+    ep_attr.max_order_raw_size,
+    ep_attr.max_order_war_size,
+    ep_attr.max_order_waw_size,
+    ep_attr.tx_ctx_cnt,
+    ep_attr.rx_ctx_cnt,
+    ep_attr.cm_data_size,
+    tx_attr.inject_size,
+    tx_attr.size,
+    tx_attr.iov_limit,
+    tx_attr.rma_iov_limit,
+    rx_attr.size,
+    rx_attr.iov_limit,
+    rx_attr.total_buffered_recv,
+    domain_attr.mr_key_size,
+    domain_attr.cq_data_size,
+    domain_attr.cq_cnt,
+    domain_attr.ep_cnt,
+    domain_attr.tx_ctx_cnt,
+    domain_attr.rx_ctx_cnt,
+    domain_attr.max_ep_tx_ctx,
+    domain_attr.max_ep_rx_ctx,
+    domain_attr.mr_iov_limit,
+);
+
+/// Does a provider's offer satisfy the hints? A request the provider cannot
+/// meet is no match (never a weaker one). See the module docs for the rules.
+pub fn satisfies(hints: &Info, offer: &Info) -> bool {
+    let (h, o) = (hints, offer);
+    let (hd, od) = (&h.domain_attr, &o.domain_attr);
+    let (he, oe) = (&h.ep_attr, &o.ep_attr);
+    let (ht, ot) = (&h.tx_attr, &o.tx_attr);
+    let (hr, or) = (&h.rx_attr, &o.rx_attr);
+
+    let caps = o.caps.contains(h.caps)
+        && ot.caps.contains(ht.caps)
+        && or.caps.contains(hr.caps)
+        && od.caps.contains(hd.caps);
+    let mode = h.mode.contains(o.mode)
+        && mode_or(ht.mode, h.mode).contains(ot.mode)
+        && mode_or(hr.mode, h.mode).contains(or.mode)
+        && mode_or(hd.mode, h.mode).contains(od.mode);
+    let endpoint = enum_ok(he.ep_type, EpType::Unspec, oe.ep_type)
+        && enum_ok(he.protocol, Protocol::Unspec, oe.protocol)
+        && addr_format_ok(h.addr_format, o.addr_format)
+        && (he.protocol_version == 0 || he.protocol_version <= oe.protocol_version)
+        && tag_format_ok(he.mem_tag_format, oe.mem_tag_format);
+    let domain =
+        (hd.av_type == AvType::Unspec || od.av_type == AvType::Unspec || hd.av_type == od.av_type)
+            && threading_ok(hd.threading, od.threading)
+            && progress_ok(hd.control_progress, od.control_progress)
+            && progress_ok(hd.data_progress, od.data_progress)
+            && hd.mr_mode.contains(od.mr_mode);
+    let order = ot.msg_order.contains(ht.msg_order)
+        && ot.comp_order.contains(ht.comp_order)
+        && or.msg_order.contains(hr.msg_order)
+        && or.comp_order.contains(hr.comp_order);
+    let names = name_ok(&h.fabric_attr.name, &o.fabric_attr.name)
+        && name_ok(&hd.name, &od.name)
+        && match h.fabric_attr.prov_name.as_deref() {
+            None => true,
+            Some(filter) => {
+                provider_selected(filter, o.fabric_attr.prov_name.as_deref().unwrap_or(""))
+            }
+        };
+
+    caps && mode && endpoint && domain && order && names && limits_ok(h, o)
+}
+
+/// The offer narrowed to the request: what `fi_getinfo` returns for an offer
+/// that [`satisfies`] the hints. Meaningless for offers that do not.
+pub fn narrow(hints: &Info, offer: &Info) -> Info {
+    let h = hints;
+    let mut r = offer.clone();
+
+    r.caps = narrow_caps(h.caps, offer.caps, Caps::all());
+    r.tx_attr.caps = narrow_caps(h.tx_attr.caps, offer.tx_attr.caps, r.caps);
+    r.rx_attr.caps = narrow_caps(h.rx_attr.caps, offer.rx_attr.caps, r.caps);
+    r.domain_attr.caps = narrow_caps(h.domain_attr.caps, offer.domain_attr.caps, r.caps);
+
+    r.addr_format = match (h.addr_format, offer.addr_format) {
+        (AddrFormat::SockaddrIn | AddrFormat::SockaddrIn6, AddrFormat::Sockaddr) => h.addr_format,
+        (_, o) => o,
+    };
+    if h.domain_attr.av_type != AvType::Unspec {
+        r.domain_attr.av_type = h.domain_attr.av_type;
+    }
+    if h.domain_attr.threading != Threading::Unspec {
+        r.domain_attr.threading = h.domain_attr.threading;
+    }
+    if h.ep_attr.mem_tag_format != 0 {
+        r.ep_attr.mem_tag_format = h.ep_attr.mem_tag_format;
+    }
+
+    narrow_nonzero(&mut r.tx_attr.op_flags, h.tx_attr.op_flags);
+    narrow_nonzero(&mut r.rx_attr.op_flags, h.rx_attr.op_flags);
+    narrow_nonzero(&mut r.tx_attr.msg_order, h.tx_attr.msg_order);
+    narrow_nonzero(&mut r.rx_attr.msg_order, h.rx_attr.msg_order);
+    narrow_nonzero(&mut r.tx_attr.comp_order, h.tx_attr.comp_order);
+    narrow_nonzero(&mut r.rx_attr.comp_order, h.rx_attr.comp_order);
+    if h.tx_attr.tclass != 0 {
+        r.tx_attr.tclass = h.tx_attr.tclass;
+    }
+    narrow_limits(h, &mut r);
+
+    if h.src_addr.is_some() {
+        r.src_addr.clone_from(&h.src_addr);
+    }
+    if h.dest_addr.is_some() {
+        r.dest_addr.clone_from(&h.dest_addr);
+    }
+    r
+}
+
+/// `fi_getinfo` over a provider's offers: the offers that [`satisfies`] the
+/// hints, each [`narrow`]ed to the request, in offer order. Without hints,
+/// every offer unchanged.
+///
+/// # Errors
+///
+/// [`Error::NoData`] (`-FI_ENODATA`) when nothing matches.
+pub fn getinfo(hints: Option<&Info>, offers: &[Info]) -> Result<Vec<Info>> {
+    let out: Vec<Info> = match hints {
+        None => offers.to_vec(),
+        Some(h) => offers
+            .iter()
+            .filter(|o| satisfies(h, o))
+            .map(|o| narrow(h, o))
+            .collect(),
+    };
+    if out.is_empty() {
+        Err(Error::NoData)
+    } else {
+        Ok(out)
+    }
+}
+
+/// Is provider `prov` selected by `filter`, a string like `FI_PROVIDER`:
+/// `"tcp"`, `"tcp,udp"`, or `"^shm"` (the caret excludes the whole list)?
+///
+/// Comparison ignores ASCII case. A layered name in the filter
+/// (`"tcp;ofi_rxm"`) stands for its first component; a layered `prov` is
+/// named by any of its components, so `"tcp"` selects `"tcp;ofi_rxm"` and
+/// `"^ofi_rxm"` rejects it. An empty filter (or a bare `"^"`) selects all.
+pub fn provider_selected(filter: &str, prov: &str) -> bool {
+    let filter = filter.trim();
+    let (negated, list) = match filter.strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, filter),
+    };
+    let mut names = list
+        .split(',')
+        .map(|n| n.split(';').next().unwrap_or_default().trim())
+        .filter(|n| !n.is_empty())
+        .peekable();
+    if names.peek().is_none() {
+        return true;
+    }
+    let listed = names.any(|n| prov.split(';').any(|p| p.trim().eq_ignore_ascii_case(n)));
+    listed != negated
+}
+
+/// A zero mode in a sub-attribute stands for the info-level mode.
+fn mode_or(specific: Mode, info: Mode) -> Mode {
+    if specific.is_empty() {
+        info
+    } else {
+        specific
+    }
+}
+
+fn enum_ok<T: PartialEq>(hint: T, unspec: T, offer: T) -> bool {
+    hint == unspec || hint == offer
+}
+
+fn addr_format_ok(hint: AddrFormat, offer: AddrFormat) -> bool {
+    use AddrFormat::{Sockaddr, SockaddrIn, SockaddrIn6, Unspec};
+    hint == Unspec
+        || hint == offer
+        || matches!(
+            (hint, offer),
+            (Sockaddr, SockaddrIn | SockaddrIn6) | (SockaddrIn | SockaddrIn6, Sockaddr)
+        )
+}
+
+fn threading_ok(hint: Threading, offer: Threading) -> bool {
+    hint == Threading::Unspec || offer == Threading::Safe || hint == offer
+}
+
+fn progress_ok(hint: Progress, offer: Progress) -> bool {
+    match hint {
+        Progress::Unspec => true,
+        Progress::Auto => offer == Progress::Auto,
+        Progress::Manual => matches!(offer, Progress::Manual | Progress::Auto),
+    }
+}
+
+/// Tag formats are compared by width: a provider with 64 usable tag bits
+/// (e.g. the generic `0xaaaa...` format) can carry any narrower layout.
+fn tag_format_ok(hint: u64, offer: u64) -> bool {
+    hint == 0 || hint.leading_zeros() >= offer.leading_zeros()
+}
+
+fn name_ok(hint: &Option<String>, offer: &Option<String>) -> bool {
+    match hint.as_deref() {
+        None | Some("") => true,
+        Some(h) => offer.as_deref() == Some(h),
+    }
+}
+
+/// Primary caps are narrowed to the request; secondary caps are reported as
+/// offered. `parent` bounds the primary caps of an attribute whose request
+/// is empty (the narrowed info caps).
+fn narrow_caps(hint: Caps, offer: Caps, parent: Caps) -> Caps {
+    let secondary = offer.difference(Caps::PRIMARY);
+    if hint.intersects(Caps::PRIMARY) {
+        hint.intersection(Caps::PRIMARY) | secondary
+    } else {
+        offer.intersection(Caps::PRIMARY).intersection(parent) | secondary
+    }
+}
+
+fn narrow_nonzero<F: bitflags::Flags + Copy>(result: &mut F, hint: F) {
+    if !hint.is_empty() {
+        *result = hint;
+    }
+}
+
+#[cfg(test)]
+mod tests;

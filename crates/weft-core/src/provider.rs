@@ -1,0 +1,151 @@
+//! The boundary between the public API and a provider: requests the API
+//! posts, and the object-safe traits a provider's endpoints implement.
+//!
+//! Posting never blocks and never awaits: an operation ends later through
+//! its [`OpDone`]. Connection set-up is the only asynchronous part and is
+//! expressed as boxed futures so that no runtime type crosses this boundary.
+// A rejected post hands the whole request back (buffers, completion sink)
+// so the caller loses nothing; boxing it would cost an allocation per post.
+#![allow(clippy::result_large_err)]
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use futures::future::BoxFuture;
+
+use crate::addr::FiAddr;
+use crate::attr::Info;
+use crate::av::AvTable;
+use crate::completion::{OpDone, WaitMode};
+use crate::error::{Error, Result};
+use crate::eventq::{ConnHandle, EqShared};
+use crate::flags::OpFlags;
+
+/// A send to post: message or tagged, one or more buffers.
+#[derive(Debug)]
+pub struct SendReq {
+    /// Destination (ignored by connected endpoints).
+    pub dest: FiAddr,
+    /// The message, gathered from these buffers in order.
+    pub iov: Vec<Bytes>,
+    /// `Some(tag)` for a tagged send.
+    pub tag: Option<u64>,
+    /// Remote CQ data.
+    pub data: Option<u64>,
+    /// Operation flags (`INJECT`, `DELIVERY_COMPLETE`, ...).
+    pub flags: OpFlags,
+    /// Where the completion goes.
+    pub done: OpDone,
+}
+
+impl SendReq {
+    /// Total message length.
+    pub fn len(&self) -> usize {
+        self.iov.iter().map(|b| b.len()).sum()
+    }
+
+    /// True for a zero-length message.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A receive to post.
+#[derive(Debug)]
+pub struct RecvReq {
+    /// Source filter (`FI_ADDR_UNSPEC` = any; needs `FI_DIRECTED_RECV`).
+    pub src: FiAddr,
+    /// Buffers filled in order; each one's `len()` is its capacity for this
+    /// receive (the completion truncates them to what arrived).
+    pub bufs: Vec<BytesMut>,
+    /// Tagged receive.
+    pub tagged: bool,
+    /// Tag to match.
+    pub tag: u64,
+    /// Tag bits to ignore.
+    pub ignore: u64,
+    /// Operation flags (`PEEK`, `CLAIM`, `DISCARD`, ...).
+    pub flags: OpFlags,
+    /// Where the completion goes.
+    pub done: OpDone,
+}
+
+impl RecvReq {
+    /// Total buffer capacity.
+    pub fn capacity(&self) -> usize {
+        self.bufs.iter().map(|b| b.len()).sum()
+    }
+}
+
+/// A post that could not be accepted, with the request handed back so the
+/// caller loses nothing (e.g. `Again` when the queue is full).
+#[derive(Debug)]
+pub struct Rejected<T> {
+    /// Why.
+    pub err: Error,
+    /// The request, untouched.
+    pub req: T,
+}
+
+/// What the API layer gives a provider when an endpoint is enabled.
+#[derive(Debug, Clone)]
+pub struct EpConfig {
+    /// The endpoint's object id (for EQ events).
+    pub fid: u64,
+    /// The endpoint's context (for EQ events).
+    pub context: u64,
+    /// Negotiated attributes (ep type, sizes, caps).
+    pub info: Info,
+    /// The bound AV (connectionless endpoints).
+    pub av: Option<Arc<Mutex<AvTable>>>,
+    /// The bound EQ.
+    pub eq: Option<Arc<EqShared>>,
+    /// How the endpoint makes progress.
+    pub wait: WaitMode,
+    /// Local address to bind, raw bytes (`None`: any port on the domain's
+    /// interface).
+    pub src_addr: Option<Vec<u8>>,
+    /// Accepting side of a MSG connection: the request from `ConnReq`.
+    pub conn: Option<ConnHandle>,
+}
+
+/// An enabled provider endpoint.
+pub trait ProviderEndpoint: Send + Sync + Debug {
+    /// Posts a send; gives it back on failure to post.
+    fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>>;
+    /// Posts a receive (or a peek/claim when the flags say so).
+    fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>>;
+    /// Cancels a posted receive with `context`; it completes with
+    /// `Canceled`. Returns whether one was found.
+    fn cancel(&self, context: u64) -> bool;
+    /// The bound local address, raw bytes.
+    fn local_addr(&self) -> Vec<u8>;
+    /// The connected peer's address (connected endpoints).
+    fn peer_addr(&self) -> Option<Vec<u8>>;
+    /// Room left in the transmit queue.
+    fn tx_size_left(&self) -> usize;
+    /// Room left in the receive queue.
+    fn rx_size_left(&self) -> usize;
+    /// MSG: connects to `dest` with CM data; resolves with the peer's CM
+    /// data once connected (a `Connected` event is also queued on the EQ).
+    fn connect(&self, dest: Vec<u8>, cm_data: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>>;
+    /// MSG: accepts the request this endpoint was opened with.
+    fn accept(&self, cm_data: Vec<u8>) -> BoxFuture<'static, Result<()>>;
+    /// Shuts down the connection (MSG) without closing the endpoint.
+    fn shutdown(&self) -> Result<()>;
+    /// Closes: outstanding operations are discarded without completions.
+    fn close(&self);
+}
+
+/// A listening (passive) endpoint.
+pub trait ProviderPassive: Send + Sync + Debug {
+    /// The bound address, raw bytes.
+    fn local_addr(&self) -> Vec<u8>;
+    /// Rejects a connection request with data for the peer.
+    fn reject(&self, conn: &ConnHandle, data: Vec<u8>) -> Result<()>;
+    /// Sets the listen backlog.
+    fn set_backlog(&self, backlog: usize) -> Result<()>;
+    /// Stops listening.
+    fn close(&self);
+}

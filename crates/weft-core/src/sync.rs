@@ -1,0 +1,44 @@
+//! Small synchronisation helpers shared by the queue objects.
+
+use std::sync::{Mutex, MutexGuard};
+use std::task::Waker;
+
+/// Locks a mutex, recovering the data if another thread panicked while
+/// holding it: every queue object keeps its invariants between statements,
+/// so the data is still consistent, and a poisoned lock must not turn one
+/// failure into a cascade of panics.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A set of wakers waiting for the same condition.
+#[derive(Debug, Default)]
+pub struct WakerSet {
+    wakers: Vec<Waker>,
+}
+
+impl WakerSet {
+    /// Registers `w` unless an equivalent waker is already present.
+    pub fn register(&mut self, w: &Waker) {
+        if !self.wakers.iter().any(|x| x.will_wake(w)) {
+            self.wakers.push(w.clone());
+        }
+    }
+
+    /// Takes every waker out, to be woken after the lock is released.
+    pub fn take(&mut self) -> Vec<Waker> {
+        std::mem::take(&mut self.wakers)
+    }
+
+    /// True when nobody waits.
+    pub fn is_empty(&self) -> bool {
+        self.wakers.is_empty()
+    }
+}
+
+/// Wakes every waker of a batch.
+pub fn wake_all(ws: Vec<Waker>) {
+    for w in ws {
+        w.wake();
+    }
+}

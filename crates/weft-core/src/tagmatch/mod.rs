@@ -1,0 +1,270 @@
+//! Message matching for one receive context: posted receives against
+//! arriving messages, and buffered unexpected messages against later
+//! receives, with the rules of fi_tagged(3) and fi_msg(3).
+//!
+//! Tagged and untagged traffic never cross-match. A receive whose `src` is
+//! [`FI_ADDR_UNSPEC`] accepts any sender; any other `src` is a directed
+//! receive (`FI_DIRECTED_RECV`). Callers without that capability pass
+//! `FI_ADDR_UNSPEC`, since directedness is the caller's policy, not the
+//! matcher's.
+//!
+//! Ordering is exact: an arrival takes the first-posted receive that accepts
+//! it, and a receive takes the oldest unexpected message it accepts. Both
+//! sides are indexed so that exact-tag traffic never walks unrelated entries.
+
+mod posted;
+mod unexpected;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::hash::Hash;
+
+use crate::addr::{FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
+use crate::flags::OpFlags;
+use crate::{Error, Result};
+
+use posted::PostedQueue;
+use unexpected::UnexpectedQueue;
+
+/// A posted receive's matching criteria. `src == FI_ADDR_UNSPEC` matches any
+/// source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvSpec {
+    /// Directed source, or [`FI_ADDR_UNSPEC`] for any source.
+    pub src: FiAddr,
+    /// Tagged receive (`fi_trecv`) rather than untagged (`fi_recv`).
+    pub tagged: bool,
+    /// Tag to match (tagged receives only).
+    pub tag: u64,
+    /// Tag bits to ignore when matching (tagged receives only).
+    pub ignore: u64,
+    /// The operation context; cancel and claim refer to receives by it.
+    pub context: u64,
+}
+
+/// What is known about an arrived message. `src` is the handle the
+/// receiver's AV gave the sender at arrival time ([`FI_ADDR_NOTAVAIL`] if
+/// unknown then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MsgInfo {
+    /// Sender's AV handle, or [`FI_ADDR_NOTAVAIL`].
+    pub src: FiAddr,
+    /// Sent as a tagged message.
+    pub tagged: bool,
+    /// The message tag (tagged messages only).
+    pub tag: u64,
+    /// Payload length in bytes.
+    pub len: usize,
+    /// Remote CQ data, if the sender attached any.
+    pub data: Option<u64>,
+}
+
+/// The tag rule of fi_tagged(3): bits set in `ignore` do not take part.
+pub fn tag_matches(recv_tag: u64, ignore: u64, msg_tag: u64) -> bool {
+    (recv_tag | ignore) == (msg_tag | ignore)
+}
+
+/// Whether `spec` accepts a message of this kind and tag, leaving the source
+/// aside so that callers can resolve it only when it matters.
+fn kind_and_tag_ok(spec: &RecvSpec, info: &MsgInfo) -> bool {
+    spec.tagged == info.tagged && (!spec.tagged || tag_matches(spec.tag, spec.ignore, info.tag))
+}
+
+/// Whether a receive directed at `want` accepts a message from `src`.
+fn src_ok(want: FiAddr, src: FiAddr) -> bool {
+    want == FI_ADDR_UNSPEC || want == src
+}
+
+/// Adds `seq` to the ordered set stored under `key`.
+fn index_insert<K: Hash + Eq>(map: &mut HashMap<K, BTreeSet<u64>>, key: K, seq: u64) {
+    map.entry(key).or_default().insert(seq);
+}
+
+/// Removes `seq` from the set under `key`, dropping emptied sets so that
+/// short-lived tags and contexts do not grow the map forever.
+fn index_remove<K: Hash + Eq>(map: &mut HashMap<K, BTreeSet<u64>>, key: &K, seq: u64) {
+    if let Some(set) = map.get_mut(key) {
+        set.remove(&seq);
+        if set.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
+/// The oldest sequence number stored under `key`.
+fn index_first<K: Hash + Eq>(map: &HashMap<K, BTreeSet<u64>>, key: &K) -> Option<u64> {
+    map.get(key).and_then(|set| set.first().copied())
+}
+
+/// The result of [`Matcher::post`].
+#[derive(Debug)]
+pub enum PostOutcome<R, U> {
+    /// Nothing buffered matched; the receive is now posted.
+    Queued,
+    /// A buffered unexpected message matched and was removed.
+    Matched {
+        /// The receive's payload, handed back to complete it.
+        recv: R,
+        /// The receive's criteria.
+        spec: RecvSpec,
+        /// The message, with its source re-resolved if it was unknown.
+        info: MsgInfo,
+        /// The buffered message.
+        payload: U,
+    },
+}
+
+/// Posted receives and unexpected messages of one receive context.
+///
+/// `R` is a posted receive's payload (buffer, completion sink), `U` a
+/// buffered unexpected message, and `S` the sender's raw identity (e.g. a
+/// `SocketAddr`), kept to re-resolve the source of messages whose sender
+/// was inserted into the AV only after they arrived.
+pub struct Matcher<R, U, S> {
+    posted: PostedQueue<R>,
+    unexpected: UnexpectedQueue<U, S>,
+}
+
+impl<R, U, S> fmt::Debug for Matcher<R, U, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Matcher")
+            .field("posted", &self.posted.len())
+            .field("unexpected", &self.unexpected.len())
+            .field("unexpected_bytes", &self.unexpected.bytes())
+            .field("claimed", &self.unexpected.claimed_len())
+            .finish()
+    }
+}
+
+impl<R, U, S> Default for Matcher<R, U, S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<R, U, S> Matcher<R, U, S> {
+    /// An empty matcher.
+    pub fn new() -> Self {
+        Matcher {
+            posted: PostedQueue::new(),
+            unexpected: UnexpectedQueue::new(),
+        }
+    }
+
+    /// An incoming message header: removes and returns the first-posted
+    /// receive that accepts it (same kind, tag rule, directed source).
+    /// `None` means the caller should buffer it with
+    /// [`push_unexpected`](Self::push_unexpected).
+    pub fn match_arrival(&mut self, info: &MsgInfo) -> Option<(RecvSpec, R)> {
+        self.posted.take_match(info)
+    }
+
+    /// Buffers an unmatched message; arrival order is preserved.
+    pub fn push_unexpected(&mut self, src_raw: S, info: MsgInfo, payload: U) {
+        self.unexpected.push(src_raw, info, payload);
+    }
+
+    /// Posts a receive. If a buffered message matches (oldest first, claimed
+    /// ones skipped) it is removed and returned; otherwise the receive is
+    /// queued. Messages that arrived from an unknown source are matched with
+    /// the source `resolve` gives their raw identity now, and that resolved
+    /// source is what the returned [`MsgInfo`] carries.
+    pub fn post(
+        &mut self,
+        spec: RecvSpec,
+        r: R,
+        resolve: &dyn Fn(&S) -> FiAddr,
+    ) -> PostOutcome<R, U> {
+        if let Some((seq, info)) = self.unexpected.find(&spec, resolve) {
+            if let Some((_, _, payload)) = self.unexpected.take(seq) {
+                return PostOutcome::Matched {
+                    recv: r,
+                    spec,
+                    info,
+                    payload,
+                };
+            }
+        }
+        self.posted.push(spec, r);
+        PostOutcome::Queued
+    }
+
+    /// `fi_trecvmsg` with `FI_PEEK`: `flags` must contain `PEEK`, optionally
+    /// with `CLAIM` or `DISCARD` (both is `Inval`).
+    ///
+    /// `PEEK` reports the first match and leaves it buffered; `PEEK|CLAIM`
+    /// also reserves it for `spec.context` so no other receive or peek sees
+    /// it; `PEEK|DISCARD` drops it. No match is `NoMsg`.
+    pub fn peek(
+        &mut self,
+        spec: &RecvSpec,
+        flags: OpFlags,
+        resolve: &dyn Fn(&S) -> FiAddr,
+    ) -> Result<MsgInfo> {
+        if !flags.contains(OpFlags::PEEK) || flags.contains(OpFlags::CLAIM | OpFlags::DISCARD) {
+            return Err(Error::Inval);
+        }
+        let (seq, info) = self.unexpected.find(spec, resolve).ok_or(Error::NoMsg)?;
+        if flags.contains(OpFlags::DISCARD) {
+            self.unexpected.take(seq);
+        } else if flags.contains(OpFlags::CLAIM) {
+            self.unexpected.claim(seq, spec.context, info);
+        }
+        Ok(info)
+    }
+
+    /// `fi_trecvmsg` with `FI_CLAIM` (no `PEEK`): takes the message claimed
+    /// by `context`. With `discard` (`CLAIM|DISCARD`) the payload is dropped
+    /// and `None` returned in its place. Nothing claimed by that context is
+    /// `NoMsg`.
+    pub fn claim(&mut self, context: u64, discard: bool) -> Result<(MsgInfo, Option<U>)> {
+        let (info, payload) = self.unexpected.take_claimed(context).ok_or(Error::NoMsg)?;
+        Ok((info, if discard { None } else { Some(payload) }))
+    }
+
+    /// Withdraws the first posted receive with this context. `None` if there
+    /// is none (never posted, or already matched).
+    pub fn cancel(&mut self, context: u64) -> Option<(RecvSpec, R)> {
+        self.posted.cancel(context)
+    }
+
+    /// Removes every posted receive (endpoint close), in post order.
+    pub fn drain_posted(&mut self) -> Vec<(RecvSpec, R)> {
+        self.posted.drain()
+    }
+
+    /// Removes every buffered message, claimed ones included, in arrival
+    /// order, returning each with its raw source.
+    pub fn drain_unexpected(&mut self) -> Vec<(S, MsgInfo, U)> {
+        self.unexpected.drain()
+    }
+
+    /// Number of posted receives.
+    pub fn posted_len(&self) -> usize {
+        self.posted.len()
+    }
+
+    /// Number of buffered unexpected messages, claimed ones included.
+    pub fn unexpected_len(&self) -> usize {
+        self.unexpected.len()
+    }
+
+    /// Sum of `info.len` over buffered unexpected messages, claimed ones
+    /// included (they still hold memory): the flow-control budget.
+    pub fn unexpected_bytes(&self) -> usize {
+        self.unexpected.bytes()
+    }
+}
+
+/// The source a buffered message is matched with: its arrival-time handle,
+/// or, if that was unknown, whatever the AV says about its raw identity now.
+fn effective_src<S>(info: &MsgInfo, src_raw: &S, resolve: &dyn Fn(&S) -> FiAddr) -> FiAddr {
+    if info.src == FI_ADDR_NOTAVAIL {
+        resolve(src_raw)
+    } else {
+        info.src
+    }
+}

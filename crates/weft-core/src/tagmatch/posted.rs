@@ -1,0 +1,142 @@
+//! Posted receives.
+//!
+//! Every receive gets a post sequence number. Exact-tag and untagged
+//! receives are bucketed by (tag, source) and source, so an arrival only
+//! looks at the head of the buckets it could match: its own source and
+//! "any source". Wildcard receives (non-zero ignore mask) cannot be bucketed
+//! by tag and sit in one ordered set; an arrival scans only those posted
+//! before the best bucket candidate, which keeps "first posted wins" exact.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
+
+use super::{index_first, index_insert, index_remove, kind_and_tag_ok, src_ok};
+use super::{MsgInfo, RecvSpec};
+use crate::addr::{FiAddr, FI_ADDR_UNSPEC};
+
+/// Which index a receive lives in, derived from its spec alone so removal
+/// never has to search.
+enum Slot {
+    Exact(u64, FiAddr),
+    Wild,
+    Untagged(FiAddr),
+}
+
+fn slot_of(spec: &RecvSpec) -> Slot {
+    if !spec.tagged {
+        Slot::Untagged(spec.src)
+    } else if spec.ignore == 0 {
+        Slot::Exact(spec.tag, spec.src)
+    } else {
+        Slot::Wild
+    }
+}
+
+fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+pub(super) struct PostedQueue<R> {
+    next_seq: u64,
+    entries: BTreeMap<u64, (RecvSpec, R)>,
+    exact: HashMap<(u64, FiAddr), BTreeSet<u64>>,
+    wild: BTreeSet<u64>,
+    untagged: HashMap<FiAddr, BTreeSet<u64>>,
+    by_context: HashMap<u64, BTreeSet<u64>>,
+}
+
+impl<R> PostedQueue<R> {
+    pub(super) fn new() -> Self {
+        PostedQueue {
+            next_seq: 0,
+            entries: BTreeMap::new(),
+            exact: HashMap::new(),
+            wild: BTreeSet::new(),
+            untagged: HashMap::new(),
+            by_context: HashMap::new(),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(super) fn push(&mut self, spec: RecvSpec, r: R) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        match slot_of(&spec) {
+            Slot::Exact(tag, src) => index_insert(&mut self.exact, (tag, src), seq),
+            Slot::Wild => {
+                self.wild.insert(seq);
+            }
+            Slot::Untagged(src) => index_insert(&mut self.untagged, src, seq),
+        }
+        index_insert(&mut self.by_context, spec.context, seq);
+        self.entries.insert(seq, (spec, r));
+    }
+
+    pub(super) fn take_match(&mut self, info: &MsgInfo) -> Option<(RecvSpec, R)> {
+        let seq = self.find(info)?;
+        self.remove(seq)
+    }
+
+    fn find(&self, info: &MsgInfo) -> Option<u64> {
+        // A message from an unknown sender carries FI_ADDR_NOTAVAIL, which
+        // is the same value as FI_ADDR_UNSPEC: only the "any source" bucket
+        // may take it, and that bucket is consulted anyway.
+        let own_src = info.src != FI_ADDR_UNSPEC;
+        if !info.tagged {
+            let any = index_first(&self.untagged, &FI_ADDR_UNSPEC);
+            let own = own_src
+                .then(|| index_first(&self.untagged, &info.src))
+                .flatten();
+            return earlier(any, own);
+        }
+        let any = index_first(&self.exact, &(info.tag, FI_ADDR_UNSPEC));
+        let own = own_src
+            .then(|| index_first(&self.exact, &(info.tag, info.src)))
+            .flatten();
+        let best = earlier(any, own);
+        let upper = best.map_or(Bound::Unbounded, Bound::Excluded);
+        let wild = self
+            .wild
+            .range((Bound::Unbounded, upper))
+            .copied()
+            .find(|seq| {
+                self.entries.get(seq).is_some_and(|(spec, _)| {
+                    kind_and_tag_ok(spec, info) && src_ok(spec.src, info.src)
+                })
+            });
+        wild.or(best)
+    }
+
+    pub(super) fn cancel(&mut self, context: u64) -> Option<(RecvSpec, R)> {
+        let seq = index_first(&self.by_context, &context)?;
+        self.remove(seq)
+    }
+
+    pub(super) fn drain(&mut self) -> Vec<(RecvSpec, R)> {
+        self.exact.clear();
+        self.wild.clear();
+        self.untagged.clear();
+        self.by_context.clear();
+        std::mem::take(&mut self.entries).into_values().collect()
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<(RecvSpec, R)> {
+        let (spec, r) = self.entries.remove(&seq)?;
+        match slot_of(&spec) {
+            Slot::Exact(tag, src) => index_remove(&mut self.exact, &(tag, src), seq),
+            Slot::Wild => {
+                self.wild.remove(&seq);
+            }
+            Slot::Untagged(src) => index_remove(&mut self.untagged, &src, seq),
+        }
+        index_remove(&mut self.by_context, &spec.context, seq);
+        Some((spec, r))
+    }
+}

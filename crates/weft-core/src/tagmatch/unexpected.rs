@@ -1,0 +1,176 @@
+//! Buffered unexpected messages.
+//!
+//! Messages are kept in arrival order under a sequence number. Unclaimed
+//! tagged messages are indexed by tag (for exact-tag receives) and in one
+//! ordered set (for wildcard receives); unclaimed untagged messages in
+//! another. Claimed messages leave those indexes, so no receive or peek can
+//! reach them, and are found only through their claiming context.
+//!
+//! Sources are not indexed: a message from a sender unknown at arrival is
+//! matched by resolving its raw identity at post time, so its source can
+//! change under us when the AV gains the sender.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::{effective_src, index_first, index_insert, index_remove, kind_and_tag_ok, src_ok};
+use super::{MsgInfo, RecvSpec};
+use crate::addr::FiAddr;
+
+struct Entry<U, S> {
+    src_raw: S,
+    info: MsgInfo,
+    payload: U,
+    claimed_by: Option<u64>,
+}
+
+pub(super) struct UnexpectedQueue<U, S> {
+    next_seq: u64,
+    entries: BTreeMap<u64, Entry<U, S>>,
+    bytes: usize,
+    by_tag: HashMap<u64, BTreeSet<u64>>,
+    tagged: BTreeSet<u64>,
+    untagged: BTreeSet<u64>,
+    claimed: HashMap<u64, BTreeSet<u64>>,
+    claimed_count: usize,
+}
+
+impl<U, S> UnexpectedQueue<U, S> {
+    pub(super) fn new() -> Self {
+        UnexpectedQueue {
+            next_seq: 0,
+            entries: BTreeMap::new(),
+            bytes: 0,
+            by_tag: HashMap::new(),
+            tagged: BTreeSet::new(),
+            untagged: BTreeSet::new(),
+            claimed: HashMap::new(),
+            claimed_count: 0,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(super) fn claimed_len(&self) -> usize {
+        self.claimed_count
+    }
+
+    pub(super) fn push(&mut self, src_raw: S, info: MsgInfo, payload: U) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.bytes += info.len;
+        self.index(seq, &info);
+        self.entries.insert(
+            seq,
+            Entry {
+                src_raw,
+                info,
+                payload,
+                claimed_by: None,
+            },
+        );
+    }
+
+    /// The oldest unclaimed message `spec` accepts, with its info carrying
+    /// the source it matched with.
+    pub(super) fn find(
+        &self,
+        spec: &RecvSpec,
+        resolve: &dyn Fn(&S) -> FiAddr,
+    ) -> Option<(u64, MsgInfo)> {
+        if !spec.tagged {
+            self.first_accepted(self.untagged.iter(), spec, resolve)
+        } else if spec.ignore == 0 {
+            let set = self.by_tag.get(&spec.tag)?;
+            self.first_accepted(set.iter(), spec, resolve)
+        } else {
+            self.first_accepted(self.tagged.iter(), spec, resolve)
+        }
+    }
+
+    fn first_accepted<'a>(
+        &self,
+        seqs: impl Iterator<Item = &'a u64>,
+        spec: &RecvSpec,
+        resolve: &dyn Fn(&S) -> FiAddr,
+    ) -> Option<(u64, MsgInfo)> {
+        seqs.filter_map(|&seq| self.entries.get(&seq).map(|e| (seq, e)))
+            .filter(|(_, e)| kind_and_tag_ok(spec, &e.info))
+            .find_map(|(seq, e)| {
+                let src = effective_src(&e.info, &e.src_raw, resolve);
+                src_ok(spec.src, src).then_some((seq, MsgInfo { src, ..e.info }))
+            })
+    }
+
+    /// Reserves a message for `context`. The info the peek reported (with
+    /// its resolved source) is stored, since the later claim has no AV to
+    /// resolve with and must report what the peek saw.
+    pub(super) fn claim(&mut self, seq: u64, context: u64, info: MsgInfo) {
+        let Some(entry) = self.entries.get_mut(&seq) else {
+            return;
+        };
+        if entry.claimed_by.is_some() {
+            return;
+        }
+        let old = entry.info;
+        entry.info = info;
+        entry.claimed_by = Some(context);
+        self.unindex(seq, &old);
+        index_insert(&mut self.claimed, context, seq);
+        self.claimed_count += 1;
+    }
+
+    pub(super) fn take_claimed(&mut self, context: u64) -> Option<(MsgInfo, U)> {
+        let seq = index_first(&self.claimed, &context)?;
+        self.take(seq).map(|(_, info, payload)| (info, payload))
+    }
+
+    pub(super) fn take(&mut self, seq: u64) -> Option<(S, MsgInfo, U)> {
+        let entry = self.entries.remove(&seq)?;
+        self.bytes -= entry.info.len;
+        match entry.claimed_by {
+            Some(context) => {
+                index_remove(&mut self.claimed, &context, seq);
+                self.claimed_count -= 1;
+            }
+            None => self.unindex(seq, &entry.info),
+        }
+        Some((entry.src_raw, entry.info, entry.payload))
+    }
+
+    pub(super) fn drain(&mut self) -> Vec<(S, MsgInfo, U)> {
+        self.bytes = 0;
+        self.by_tag.clear();
+        self.tagged.clear();
+        self.untagged.clear();
+        self.claimed.clear();
+        self.claimed_count = 0;
+        std::mem::take(&mut self.entries)
+            .into_values()
+            .map(|e| (e.src_raw, e.info, e.payload))
+            .collect()
+    }
+
+    fn index(&mut self, seq: u64, info: &MsgInfo) {
+        if info.tagged {
+            index_insert(&mut self.by_tag, info.tag, seq);
+            self.tagged.insert(seq);
+        } else {
+            self.untagged.insert(seq);
+        }
+    }
+
+    fn unindex(&mut self, seq: u64, info: &MsgInfo) {
+        if info.tagged {
+            index_remove(&mut self.by_tag, &info.tag, seq);
+            self.tagged.remove(&seq);
+        } else {
+            self.untagged.remove(&seq);
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! One TCP connection: the transmit queue (direct non-blocking writes from
+//! the posting thread, a writer task for the rest) and the receive state.
+//!
+//! The socket is held twice: as a `std` stream for direct syscalls (the
+//! posting thread's fast path, the busy-poll thread) and as a duplicate
+//! registered with Tokio for readiness in interrupt mode. Both name the
+//! same open file, so bytes are never split between two streams.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::Notify;
+use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
+use weft_core::sync::lock;
+use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ};
+use weft_core::{Error, Result};
+
+use crate::endpoint::EpShared;
+use crate::frame::TxFrame;
+use crate::rx::RxMachine;
+
+/// Most I/O slices handed to one `writev`.
+const MAX_IOV: usize = 64;
+
+#[derive(Debug, Default)]
+struct TxState {
+    queue: VecDeque<TxFrame>,
+    /// The writer task owns the head of the stream (a frame is partly out).
+    writer_active: bool,
+    closed: Option<Error>,
+    seq: u64,
+}
+
+/// A connection to one peer.
+#[derive(Debug)]
+pub struct Conn {
+    pub peer: SocketAddr,
+    /// The identity used for matching and AV lookups: the peer's listening
+    /// address (RDM) or its socket address (MSG).
+    pub peer_key: SocketAddr,
+    pub ep: Weak<EpShared>,
+    std: std::net::TcpStream,
+    pub tio: tokio::net::TcpStream,
+    tx: Mutex<TxState>,
+    tx_kick: Notify,
+    pub rx: Mutex<RxMachine>,
+    acks: Mutex<HashMap<u64, OpDone>>,
+    dead: AtomicBool,
+}
+
+impl Conn {
+    /// Wraps an established stream. Must run inside the runtime.
+    pub fn new(
+        stream: tokio::net::TcpStream,
+        peer_key: SocketAddr,
+        ep: &Arc<EpShared>,
+    ) -> Result<Arc<Conn>> {
+        stream.set_nodelay(true)?;
+        let peer = stream.peer_addr()?;
+        let std = stream.into_std()?;
+        std.set_nonblocking(true)?;
+        let dup = std.try_clone()?;
+        let tio = tokio::net::TcpStream::from_std(dup)?;
+        Ok(Arc::new(Conn {
+            peer,
+            peer_key,
+            ep: Arc::downgrade(ep),
+            std,
+            tio,
+            tx: Mutex::new(TxState::default()),
+            tx_kick: Notify::new(),
+            rx: Mutex::new(RxMachine::new(ep.max_msg as u64)),
+            acks: Mutex::new(HashMap::new()),
+            dead: AtomicBool::new(false),
+        }))
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    /// Queues a frame (assigning its sequence number) and writes as much as
+    /// the socket takes right now. On a dead connection the frame fails.
+    pub fn send(self: &Arc<Self>, mut f: TxFrame) {
+        let mut g = lock(&self.tx);
+        if let Some(err) = g.closed {
+            drop(g);
+            fail_frame(f, err);
+            return;
+        }
+        if f.hdr.kind.is_some_and(FrameKind::is_data) {
+            g.seq += 1;
+            f.hdr.seq = g.seq;
+        }
+        f.enc = f.hdr.encode();
+        if g.queue.is_empty() && !g.writer_active {
+            match write_some(&self.std, &mut f) {
+                Ok(true) => {
+                    drop(g);
+                    self.frame_written(f);
+                    return;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    drop(g);
+                    fail_frame(f, e);
+                    self.fail(Error::ConnReset);
+                    return;
+                }
+            }
+            g.queue.push_back(f);
+            g.writer_active = true;
+            drop(g);
+            self.tx_kick.notify_one();
+            return;
+        }
+        g.queue.push_back(f);
+        if !g.writer_active {
+            g.writer_active = true;
+            drop(g);
+            self.tx_kick.notify_one();
+        }
+    }
+
+    fn frame_written(&self, f: TxFrame) {
+        if let Some(ep) = self.ep.upgrade() {
+            ep.tx_released(1);
+        }
+        let Some(done) = f.done else { return };
+        if f.wait_ack {
+            let mut acks = lock(&self.acks);
+            if self.is_dead() {
+                drop(acks);
+                done.fail_with(Error::ConnReset);
+            } else {
+                acks.insert(f.hdr.seq, done);
+            }
+            return;
+        }
+        done.complete(CqEntry {
+            len: f.hdr.len as usize,
+            ..CqEntry::default()
+        });
+    }
+
+    /// The peer acknowledged delivery of `seq` (`status` 0 or an error code).
+    pub fn on_ack(&self, seq: u64, status: u64) {
+        let done = lock(&self.acks).remove(&seq);
+        if let Some(d) = done {
+            match Error::from_code(status as i32) {
+                None if status == 0 => d.complete(CqEntry::default()),
+                Some(e) => d.fail_with(e),
+                None => d.fail_with(Error::RemoteIo),
+            }
+        }
+    }
+
+    /// Sends an acknowledgement for a delivered frame.
+    pub fn send_ack(self: &Arc<Self>, hdr: &Header, status: u64) {
+        if hdr.flags & FLAG_ACK_REQ == 0 {
+            return;
+        }
+        let mut h = Header::new(FrameKind::Ack);
+        h.seq = hdr.seq;
+        h.data = status;
+        // Control frames do not hold a transmit credit.
+        if let Some(ep) = self.ep.upgrade() {
+            ep.tx_taken(1);
+        }
+        self.send(TxFrame::new(h, Vec::new(), None));
+    }
+
+    /// The writer task: writes what the fast path could not.
+    pub async fn writer(self: Arc<Self>) {
+        loop {
+            self.tx_kick.notified().await;
+            loop {
+                let mut f = {
+                    let mut g = lock(&self.tx);
+                    if g.closed.is_some() {
+                        return;
+                    }
+                    match g.queue.pop_front() {
+                        Some(f) => f,
+                        None => {
+                            g.writer_active = false;
+                            break;
+                        }
+                    }
+                };
+                loop {
+                    if self.tio.writable().await.is_err() {
+                        fail_frame(f, Error::ConnReset);
+                        self.fail(Error::ConnReset);
+                        return;
+                    }
+                    match self.tio.try_io(tokio::io::Interest::WRITABLE, || {
+                        write_some(&self.std, &mut f)
+                            .map_err(|e| io::Error::from_raw_os_error(e.code()))
+                    }) {
+                        Ok(true) => break,
+                        Ok(false) => continue,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Err(_) => {
+                            fail_frame(f, Error::ConnReset);
+                            self.fail(Error::ConnReset);
+                            return;
+                        }
+                    }
+                }
+                self.frame_written(f);
+            }
+        }
+    }
+
+    /// Ends the connection: queued frames and pending acks fail with `err`.
+    /// Idempotent.
+    pub fn fail(&self, err: Error) {
+        if self.dead.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let frames: Vec<TxFrame> = {
+            let mut g = lock(&self.tx);
+            g.closed = Some(err);
+            g.queue.drain(..).collect()
+        };
+        for f in frames {
+            fail_frame(f, err);
+        }
+        let acks: Vec<OpDone> = lock(&self.acks).drain().map(|(_, d)| d).collect();
+        for d in acks {
+            d.fail_with(err);
+        }
+        let _ = self.std.shutdown(std::net::Shutdown::Both);
+        self.tx_kick.notify_one();
+        if let Some(ep) = self.ep.upgrade() {
+            ep.conn_failed(self, err);
+        }
+    }
+
+    /// Closes without completing anything (endpoint close discards).
+    pub fn abort(&self) {
+        self.dead.store(true, Ordering::Release);
+        {
+            let mut g = lock(&self.tx);
+            g.closed = Some(Error::Canceled);
+            g.queue.clear();
+        }
+        lock(&self.acks).clear();
+        let _ = self.std.shutdown(std::net::Shutdown::Both);
+        self.tx_kick.notify_one();
+    }
+
+    /// Non-blocking read through the `std` handle (busy-poll thread).
+    pub fn read_direct(&self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::io::Read;
+        (&self.std).read(buf)
+    }
+}
+
+fn fail_frame(f: TxFrame, err: Error) {
+    if let Some(d) = f.done {
+        d.fail(CqErrEntry::new(0, Default::default(), err));
+    }
+}
+
+/// Writes as much of `f` as the socket takes. `Ok(true)` once the whole
+/// frame is out, `Ok(false)` when the socket is full.
+fn write_some(s: &std::net::TcpStream, f: &mut TxFrame) -> Result<bool> {
+    let total = f.total_len();
+    let mut w = s;
+    while f.written < total {
+        let mut iov = Vec::with_capacity(f.payload.len() + 1);
+        f.slices(&mut iov, MAX_IOV);
+        match w.write_vectored(&iov) {
+            Ok(0) => return Err(Error::ConnReset),
+            Ok(n) => f.written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::from(e)),
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,105 @@
+//! Who reads a connection: a Tokio task woken by the reactor (interrupt
+//! mode) or one spinning thread per endpoint (busy-poll mode). Writes that
+//! the posting thread could not finish always go to a Tokio writer task.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use weft_core::sync::lock;
+use weft_core::Error;
+
+use crate::conn::Conn;
+use crate::endpoint::{busy, EpShared};
+use crate::rx::RxStatus;
+
+/// Starts the drivers of a new connection.
+pub fn start(ep: &Arc<EpShared>, conn: &Arc<Conn>) {
+    let w = ep.rt.spawn(conn.clone().writer());
+    lock(&ep.tasks).push(w.abort_handle());
+    if busy(ep) {
+        if !ep.busy_running.swap(true, Ordering::AcqRel) {
+            let ep2 = ep.clone();
+            let spawned = std::thread::Builder::new()
+                .name("weft-tcp-busy".into())
+                .spawn(move || busy_loop(ep2));
+            if spawned.is_err() {
+                // No thread: fall back to the reactor rather than stall.
+                ep.busy_running.store(false, Ordering::Release);
+                spawn_reader(ep, conn);
+            }
+        }
+    } else {
+        spawn_reader(ep, conn);
+    }
+}
+
+fn spawn_reader(ep: &Arc<EpShared>, conn: &Arc<Conn>) {
+    let r = ep.rt.spawn(reader(ep.clone(), conn.clone()));
+    lock(&ep.tasks).push(r.abort_handle());
+}
+
+fn end(conn: &Conn, st: RxStatus) {
+    match st {
+        RxStatus::Closed(None) => conn.fail(Error::Shutdown),
+        RxStatus::Closed(Some(e)) => conn.fail(e),
+        RxStatus::WouldBlock | RxStatus::Parked => {}
+    }
+}
+
+async fn reader(ep: Arc<EpShared>, conn: Arc<Conn>) {
+    loop {
+        if ep.is_closed() || conn.is_dead() {
+            return;
+        }
+        // Register interest in a kick before progressing, so a receive
+        // posted in between is not missed while parked.
+        let kick = ep.rx_kick.notified();
+        let st = {
+            let mut rx = lock(&conn.rx);
+            let c = conn.clone();
+            rx.progress(&conn, &ep, &mut |b| c.tio.try_read(b))
+        };
+        match st {
+            RxStatus::WouldBlock => {
+                drop(kick);
+                if conn.tio.readable().await.is_err() {
+                    conn.fail(Error::ConnReset);
+                    return;
+                }
+            }
+            RxStatus::Parked => kick.await,
+            st => {
+                end(&conn, st);
+                return;
+            }
+        }
+    }
+}
+
+fn busy_loop(ep: Arc<EpShared>) {
+    let mut gen = usize::MAX;
+    let mut conns: Vec<Arc<Conn>> = Vec::new();
+    while !ep.is_closed() {
+        let g = ep.conns_gen.load(Ordering::Acquire);
+        if g != gen {
+            conns = lock(&ep.conns).clone();
+            gen = g;
+        }
+        for c in &conns {
+            if c.is_dead() {
+                continue;
+            }
+            let st = match c.rx.try_lock() {
+                Ok(mut rx) => rx.progress(c, &ep, &mut |b| c.read_direct(b)),
+                Err(_) => continue,
+            };
+            end(c, st);
+        }
+        if conns.is_empty() {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    ep.busy_running.store(false, Ordering::Release);
+}

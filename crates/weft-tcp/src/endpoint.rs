@@ -1,0 +1,510 @@
+//! The endpoint's shared state: matching, peers, credits, and the
+//! `ProviderEndpoint` operations.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+use weft_core::addr::{decode_sockaddr, encode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
+use weft_core::attr::EpType;
+use weft_core::completion::{CqErrEntry, WaitMode};
+use weft_core::eventq::{EqErrEntry, EqEvent, EqEventKind};
+use weft_core::flags::OpFlags;
+use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::sync::lock;
+use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
+use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ, FLAG_CQ_DATA};
+use weft_core::{Error, Result};
+
+use crate::conn::Conn;
+use crate::frame::TxFrame;
+use crate::rx::{copy_and_deliver, Arrival, UnexpState, Unexpected};
+
+pub type TcpMatcher = Matcher<RecvReq, Arc<Unexpected>, SocketAddr>;
+
+/// Per-peer state of an RDM endpoint.
+#[derive(Debug, Default)]
+pub struct PeerState {
+    pub conn: Option<Arc<Conn>>,
+    /// Frames waiting for the connection to exist.
+    pub pending: Vec<TxFrame>,
+    /// Our outbound connection attempt is in flight.
+    pub connecting: bool,
+    /// An inbound connection was accepted and is being set up.
+    pub accepting: bool,
+}
+
+/// State shared by the endpoint handle, its connections and its drivers.
+#[derive(Debug)]
+pub struct EpShared {
+    pub cfg: EpConfig,
+    pub ep_type: EpType,
+    pub max_msg: usize,
+    pub tx_size: usize,
+    pub rx_size: usize,
+    pub buffered_limit: usize,
+    pub local: SocketAddr,
+    pub rt: Handle,
+    pub matcher: Mutex<TcpMatcher>,
+    pub peers: Mutex<HashMap<SocketAddr, PeerState>>,
+    /// MSG: the one connection.
+    pub msg_conn: Mutex<Option<Arc<Conn>>>,
+    /// Every live connection (the busy-poll thread walks these).
+    pub conns: Mutex<Vec<Arc<Conn>>>,
+    pub conns_gen: AtomicUsize,
+    tx_used: AtomicUsize,
+    rx_used: AtomicUsize,
+    /// Receive buffers became available: parked readers retry.
+    pub rx_kick: Notify,
+    pub closed: AtomicBool,
+    /// Background tasks (listener, drivers) to stop on close.
+    pub tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// Busy-poll thread running.
+    pub busy_running: AtomicBool,
+}
+
+impl EpShared {
+    pub fn new(cfg: EpConfig, local: SocketAddr, rt: Handle) -> Arc<EpShared> {
+        let info = &cfg.info;
+        Arc::new(EpShared {
+            ep_type: info.ep_attr.ep_type,
+            max_msg: info.ep_attr.max_msg_size,
+            tx_size: info.tx_attr.size.max(1),
+            rx_size: info.rx_attr.size.max(1),
+            buffered_limit: info.rx_attr.total_buffered_recv.max(1),
+            local,
+            rt,
+            matcher: Mutex::new(Matcher::new()),
+            peers: Mutex::new(HashMap::new()),
+            msg_conn: Mutex::new(None),
+            conns: Mutex::new(Vec::new()),
+            conns_gen: AtomicUsize::new(0),
+            tx_used: AtomicUsize::new(0),
+            rx_used: AtomicUsize::new(0),
+            rx_kick: Notify::new(),
+            closed: AtomicBool::new(false),
+            tasks: Mutex::new(Vec::new()),
+            busy_running: AtomicBool::new(false),
+            cfg,
+        })
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Takes a transmit credit, `false` if the queue is full.
+    fn tx_take(&self) -> bool {
+        self.tx_used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                (u < self.tx_size).then_some(u + 1)
+            })
+            .is_ok()
+    }
+
+    pub fn tx_taken(&self, n: usize) {
+        self.tx_used.fetch_add(n, Ordering::AcqRel);
+    }
+
+    pub fn tx_released(&self, n: usize) {
+        let _ = self
+            .tx_used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                Some(u.saturating_sub(n))
+            });
+    }
+
+    fn rx_take(&self) -> bool {
+        self.rx_used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                (u < self.rx_size).then_some(u + 1)
+            })
+            .is_ok()
+    }
+
+    pub fn rx_released(&self, n: usize) {
+        let _ = self
+            .rx_used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                Some(u.saturating_sub(n))
+            });
+    }
+
+    /// The AV handle of a peer identity, `FI_ADDR_NOTAVAIL` if not inserted.
+    pub fn resolve_src(&self, key: &SocketAddr) -> FiAddr {
+        match &self.cfg.av {
+            Some(av) => lock(av)
+                .find(&encode_sockaddr(key))
+                .unwrap_or(FI_ADDR_NOTAVAIL),
+            None => FI_ADDR_NOTAVAIL,
+        }
+    }
+
+    /// What completions report for a source handle (user ids).
+    pub fn reported_addr(&self, a: FiAddr) -> FiAddr {
+        match &self.cfg.av {
+            Some(av) => lock(av).reported_addr(a),
+            None => a,
+        }
+    }
+
+    /// Matches an arriving message. `None`: nothing matched and the
+    /// unexpected budget is spent, so the reader must park.
+    pub fn arrival(&self, conn: &Arc<Conn>, info: MsgInfo) -> Option<Arrival> {
+        let mut m = lock(&self.matcher);
+        if let Some((_, req)) = m.match_arrival(&info) {
+            return Some(Arrival::Posted(req));
+        }
+        if m.unexpected_len() > 0 && m.unexpected_bytes() + info.len > self.buffered_limit {
+            return None;
+        }
+        let u = Arc::new(Unexpected {
+            st: Mutex::new(UnexpState {
+                data: bytes::BytesMut::zeroed(info.len),
+                filled: 0,
+                complete: info.len == 0,
+                waiter: None,
+            }),
+        });
+        m.push_unexpected(conn.peer_key, info, u.clone());
+        Some(Arrival::Unexpected(u))
+    }
+
+    /// A receive took an unexpected message: deliver it now, or when the
+    /// rest of it arrives.
+    fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Arc<Unexpected>) {
+        let mut g = lock(&u.st);
+        if g.complete {
+            // Matched and complete: nobody else can reach this buffer now.
+            let data = std::mem::take(&mut g.data);
+            drop(g);
+            copy_and_deliver(self, req, info, &data);
+        } else {
+            g.waiter = Some((req, info));
+        }
+        self.rx_kick.notify_waiters();
+    }
+
+    /// Registers a connection with the drivers.
+    pub fn add_conn(self: &Arc<Self>, conn: &Arc<Conn>) {
+        lock(&self.conns).push(conn.clone());
+        self.conns_gen.fetch_add(1, Ordering::AcqRel);
+        crate::driver::start(self, conn);
+    }
+
+    /// A connection died: forget it so the next send reconnects (RDM), or
+    /// report it on the EQ (MSG).
+    pub fn conn_failed(&self, conn: &Conn, err: Error) {
+        lock(&self.conns).retain(|c| !std::ptr::eq(c.as_ref(), conn));
+        self.conns_gen.fetch_add(1, Ordering::AcqRel);
+        if self.is_closed() {
+            return;
+        }
+        match self.ep_type {
+            EpType::Rdm => {
+                let mut peers = lock(&self.peers);
+                if let Some(p) = peers.get_mut(&conn.peer_key) {
+                    if p.conn
+                        .as_ref()
+                        .is_some_and(|c| std::ptr::eq(c.as_ref(), conn))
+                    {
+                        p.conn = None;
+                    }
+                }
+            }
+            _ => {
+                let is_ours = lock(&self.msg_conn)
+                    .as_ref()
+                    .is_some_and(|c| std::ptr::eq(c.as_ref(), conn));
+                if is_ours {
+                    if let Some(eq) = &self.cfg.eq {
+                        if err == Error::Shutdown {
+                            eq.push(Ok(EqEvent::new(
+                                EqEventKind::Shutdown,
+                                self.cfg.fid,
+                                self.cfg.context,
+                                0,
+                            )));
+                        } else {
+                            eq.push(Err(EqErrEntry {
+                                fid: self.cfg.fid,
+                                context: self.cfg.context,
+                                data: 0,
+                                err,
+                                prov_errno: err.code(),
+                                err_data: Vec::new(),
+                            }));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn frame_for(req: &mut SendReq) -> (Header, Vec<Bytes>) {
+        let mut h = Header::new(if req.tag.is_some() {
+            FrameKind::Tagged
+        } else {
+            FrameKind::Msg
+        });
+        h.tag = req.tag.unwrap_or(0);
+        h.len = req.len() as u64;
+        if let Some(d) = req.data {
+            h.flags |= FLAG_CQ_DATA;
+            h.data = d;
+        }
+        if req.flags.contains(OpFlags::DELIVERY_COMPLETE)
+            || req.flags.contains(OpFlags::COMMIT_COMPLETE)
+        {
+            h.flags |= FLAG_ACK_REQ;
+        }
+        (h, std::mem::take(&mut req.iov))
+    }
+
+    fn send(self: &Arc<Self>, mut req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+        if req.len() > self.max_msg {
+            return Err(Rejected {
+                err: Error::MsgSize,
+                req,
+            });
+        }
+        if self.ep_type == EpType::Rdm {
+            let dest = match self.dest_sockaddr(req.dest) {
+                Ok(d) => d,
+                Err(err) => return Err(Rejected { err, req }),
+            };
+            if !self.tx_take() {
+                return Err(Rejected {
+                    err: Error::Again,
+                    req,
+                });
+            }
+            let (h, payload) = Self::frame_for(&mut req);
+            let frame = TxFrame::new(h, payload, Some(req.done));
+            crate::link::rdm_send(self, dest, frame);
+            return Ok(());
+        }
+        let conn = lock(&self.msg_conn).clone();
+        let Some(conn) = conn.filter(|c| !c.is_dead()) else {
+            return Err(Rejected {
+                err: Error::NotConn,
+                req,
+            });
+        };
+        if !self.tx_take() {
+            return Err(Rejected {
+                err: Error::Again,
+                req,
+            });
+        }
+        let (h, payload) = Self::frame_for(&mut req);
+        conn.send(TxFrame::new(h, payload, Some(req.done)));
+        Ok(())
+    }
+
+    fn dest_sockaddr(&self, dest: FiAddr) -> Result<SocketAddr> {
+        let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
+        let (base, _) = weft_core::av::split_rx_addr(dest, lock(av).rx_ctx_bits());
+        let bytes = lock(av)
+            .lookup(base)
+            .map(|b| b.to_vec())
+            .map_err(|_| Error::AddrNotAvail)?;
+        decode_sockaddr(&bytes).map_err(|_| Error::AddrNotAvail)
+    }
+
+    fn recv(self: &Arc<Self>, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+        let spec = RecvSpec {
+            src: req.src,
+            tagged: req.tagged,
+            tag: req.tag,
+            ignore: req.ignore,
+            context: req.done.context,
+        };
+        let resolve = |s: &SocketAddr| self.resolve_src(s);
+        if req.flags.contains(OpFlags::PEEK) {
+            let r = lock(&self.matcher).peek(&spec, req.flags, &resolve);
+            match r {
+                Ok(info) => self.complete_peek(req, info),
+                Err(Error::Inval) => {
+                    return Err(Rejected {
+                        err: Error::Inval,
+                        req,
+                    })
+                }
+                Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
+            }
+            self.rx_kick.notify_waiters();
+            return Ok(());
+        }
+        if req.flags.contains(OpFlags::CLAIM) {
+            let discard = req.flags.contains(OpFlags::DISCARD);
+            let r = lock(&self.matcher).claim(spec.context, discard);
+            match r {
+                Ok((info, Some(u))) => {
+                    // The claimed message is delivered through the normal
+                    // path, which gives back one receive credit.
+                    self.rx_taken_anyway();
+                    self.take_unexpected(req, info, u);
+                }
+                Ok((info, None)) => self.complete_peek(req, info),
+                Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
+            }
+            self.rx_kick.notify_waiters();
+            return Ok(());
+        }
+        if !self.rx_take() {
+            return Err(Rejected {
+                err: Error::Again,
+                req,
+            });
+        }
+        let out = lock(&self.matcher).post(spec, req, &resolve);
+        match out {
+            PostOutcome::Queued => self.rx_kick.notify_waiters(),
+            PostOutcome::Matched {
+                recv,
+                info,
+                payload,
+                ..
+            } => self.take_unexpected(recv, info, payload),
+        }
+        Ok(())
+    }
+
+    fn rx_taken_anyway(&self) {
+        self.rx_used.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn complete_peek(&self, req: RecvReq, info: MsgInfo) {
+        crate::rx::complete_peek(self, req, info);
+    }
+}
+
+/// The `ProviderEndpoint` handle.
+#[derive(Debug)]
+pub struct TcpEndpoint {
+    pub shared: Arc<EpShared>,
+}
+
+impl ProviderEndpoint for TcpEndpoint {
+    fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+        if self.shared.is_closed() {
+            return Err(Rejected {
+                err: Error::OpBadState,
+                req,
+            });
+        }
+        self.shared.send(req)
+    }
+
+    fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+        if self.shared.is_closed() {
+            return Err(Rejected {
+                err: Error::OpBadState,
+                req,
+            });
+        }
+        if req.src != FI_ADDR_UNSPEC && self.shared.ep_type.is_connected() {
+            return Err(Rejected {
+                err: Error::Inval,
+                req,
+            });
+        }
+        self.shared.recv(req)
+    }
+
+    fn cancel(&self, context: u64) -> bool {
+        let r = lock(&self.shared.matcher).cancel(context);
+        match r {
+            Some((_, req)) => {
+                self.shared.rx_released(1);
+                req.done
+                    .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled));
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn local_addr(&self) -> Vec<u8> {
+        encode_sockaddr(&self.shared.local)
+    }
+
+    fn peer_addr(&self) -> Option<Vec<u8>> {
+        lock(&self.shared.msg_conn)
+            .as_ref()
+            .map(|c| encode_sockaddr(&c.peer))
+    }
+
+    fn tx_size_left(&self) -> usize {
+        self.shared
+            .tx_size
+            .saturating_sub(self.shared.tx_used.load(Ordering::Acquire))
+    }
+
+    fn rx_size_left(&self) -> usize {
+        self.shared
+            .rx_size
+            .saturating_sub(self.shared.rx_used.load(Ordering::Acquire))
+    }
+
+    fn connect(&self, dest: Vec<u8>, cm_data: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> {
+        let ep = self.shared.clone();
+        async move { crate::link::msg_connect(ep, dest, cm_data).await }.boxed()
+    }
+
+    fn accept(&self, cm_data: Vec<u8>) -> BoxFuture<'static, Result<()>> {
+        let ep = self.shared.clone();
+        async move { crate::link::msg_accept(ep, cm_data).await }.boxed()
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        let conn = lock(&self.shared.msg_conn).clone().ok_or(Error::NotConn)?;
+        conn.send(TxFrame::new(
+            Header::new(FrameKind::Shutdown),
+            Vec::new(),
+            None,
+        ));
+        Ok(())
+    }
+
+    fn close(&self) {
+        let ep = &self.shared;
+        if ep.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(c) = lock(&ep.msg_conn).take() {
+            c.send(TxFrame::new(
+                Header::new(FrameKind::Shutdown),
+                Vec::new(),
+                None,
+            ));
+        }
+        for c in lock(&ep.conns).drain(..) {
+            c.abort();
+        }
+        lock(&ep.peers).clear();
+        // Outstanding operations are discarded without completions.
+        let posted = lock(&ep.matcher).drain_posted();
+        drop(posted);
+        ep.rx_kick.notify_waiters();
+        crate::link::stop_listener(ep);
+    }
+}
+
+impl Drop for TcpEndpoint {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The passive wait mode a driver uses.
+pub fn busy(ep: &EpShared) -> bool {
+    ep.cfg.wait == WaitMode::BusyPoll
+}

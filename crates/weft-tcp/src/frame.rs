@@ -1,0 +1,94 @@
+//! Frames in flight: outgoing frames with their completion, and the async
+//! helpers for the handshake frames exchanged before a connection carries
+//! data.
+
+use std::io::IoSlice;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weft_core::completion::OpDone;
+use weft_core::wire::{self, FrameKind, Header, HEADER_LEN};
+use weft_core::{Error, Result};
+
+/// How long a peer may take to answer a handshake frame.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An outgoing frame: header, payload buffers, how much is written, and
+/// what to do once it is.
+#[derive(Debug)]
+pub struct TxFrame {
+    pub hdr: Header,
+    pub enc: [u8; HEADER_LEN],
+    pub payload: Vec<Bytes>,
+    /// Bytes of header + payload already written.
+    pub written: usize,
+    pub done: Option<OpDone>,
+    /// Delivery-complete: the completion waits for the peer's Ack.
+    pub wait_ack: bool,
+}
+
+impl TxFrame {
+    pub fn new(hdr: Header, payload: Vec<Bytes>, done: Option<OpDone>) -> TxFrame {
+        let wait_ack = hdr.flags & wire::FLAG_ACK_REQ != 0;
+        TxFrame {
+            hdr,
+            enc: [0; HEADER_LEN],
+            payload,
+            written: 0,
+            done,
+            wait_ack,
+        }
+    }
+
+    pub fn total_len(&self) -> usize {
+        HEADER_LEN + self.payload.iter().map(|b| b.len()).sum::<usize>()
+    }
+
+    /// The unwritten remainder as I/O slices (at most `max` of them).
+    pub fn slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>, max: usize) {
+        let mut skip = self.written;
+        let parts = std::iter::once(&self.enc[..]).chain(self.payload.iter().map(|b| &b[..]));
+        for p in parts {
+            if out.len() >= max {
+                break;
+            }
+            if skip >= p.len() {
+                skip -= p.len();
+                continue;
+            }
+            out.push(IoSlice::new(&p[skip..]));
+            skip = 0;
+        }
+    }
+}
+
+/// Writes one control frame (handshake; not on the hot path).
+pub async fn write_frame(s: &mut TcpStream, hdr: Header, payload: &[u8]) -> Result<()> {
+    let mut h = hdr;
+    h.len = payload.len() as u64;
+    s.write_all(&h.encode()).await?;
+    if !payload.is_empty() {
+        s.write_all(payload).await?;
+    }
+    Ok(())
+}
+
+/// Reads one control frame of the expected kind, with a deadline.
+pub async fn read_frame(s: &mut TcpStream, expect: FrameKind) -> Result<(Header, Vec<u8>)> {
+    let fut = async {
+        let mut b = [0u8; HEADER_LEN];
+        s.read_exact(&mut b).await?;
+        let h = wire::decode(&b, 0)?;
+        if h.kind != Some(expect) {
+            return Err(Error::Io);
+        }
+        let mut p = vec![0u8; h.len as usize];
+        s.read_exact(&mut p).await?;
+        Ok((h, p))
+    };
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
+        .await
+        .map_err(|_| Error::TimedOut)?
+}

@@ -1,0 +1,373 @@
+//! Connection establishment: lazy RDM connections with simultaneous-connect
+//! resolution, and MSG connect / accept / reject over a passive endpoint.
+//! The frames are described in `docs/wire.md`.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::runtime::Handle;
+use weft_core::addr::{decode_sockaddr, encode_sockaddr};
+use weft_core::completion::CqErrEntry;
+use weft_core::eventq::{ConnHandle, EqErrEntry, EqEvent, EqEventKind, EqShared};
+use weft_core::provider::ProviderPassive;
+use weft_core::sync::lock;
+use weft_core::wire::{FrameKind, Header};
+use weft_core::{Error, Result};
+
+use crate::conn::Conn;
+use crate::endpoint::{EpShared, PeerState};
+use crate::frame::{read_frame, write_frame, TxFrame, HANDSHAKE_TIMEOUT};
+
+/// Binds a listening socket. Must run inside the runtime.
+pub fn listen(addr: SocketAddr, backlog: u32) -> Result<TcpListener> {
+    let sock = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    sock.set_reuseaddr(true)?;
+    sock.bind(addr)?;
+    Ok(sock.listen(backlog.max(1))?)
+}
+
+/// RDM: starts accepting peers' connections.
+pub fn start_rdm_listener(ep: &Arc<EpShared>, l: TcpListener) {
+    let weak = Arc::downgrade(ep);
+    let t = ep.rt.spawn(async move {
+        loop {
+            let Ok((s, _)) = l.accept().await else {
+                continue;
+            };
+            let Some(ep) = weak.upgrade() else { return };
+            let rt = ep.rt.clone();
+            rt.spawn(async move {
+                if let Err(e) = rdm_handshake_in(ep, s).await {
+                    tracing::debug!(error = %e, "incoming RDM connection dropped");
+                }
+            });
+        }
+    });
+    lock(&ep.tasks).push(t.abort_handle());
+}
+
+pub fn stop_listener(ep: &EpShared) {
+    for t in lock(&ep.tasks).drain(..) {
+        t.abort();
+    }
+}
+
+fn attach(ep: &Arc<EpShared>, p: &mut PeerState, conn: Arc<Conn>) {
+    if let Some(old) = p.conn.replace(conn.clone()) {
+        if !Arc::ptr_eq(&old, &conn) {
+            old.fail(Error::ConnAborted);
+        }
+    }
+    ep.add_conn(&conn);
+    for f in p.pending.drain(..) {
+        conn.send(f);
+    }
+}
+
+/// The simultaneous-connect rule: the connection initiated by the endpoint
+/// whose encoded listening address is lower survives.
+fn keep_mine(ep: &EpShared, peer_key: &SocketAddr) -> bool {
+    encode_sockaddr(&ep.local) < encode_sockaddr(peer_key)
+}
+
+async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream) -> Result<()> {
+    let (_, payload) = read_frame(&mut s, FrameKind::Hello).await?;
+    let key = decode_sockaddr(&payload)?;
+    let refuse = {
+        let mut peers = lock(&ep.peers);
+        let p = peers.entry(key).or_default();
+        let busy = p.connecting || p.conn.as_ref().is_some_and(|c| !c.is_dead());
+        let refuse = busy && keep_mine(&ep, &key);
+        if !refuse {
+            p.accepting = true;
+        }
+        refuse
+    };
+    let mut ack = Header::new(FrameKind::HelloAck);
+    if refuse {
+        ack.data = Error::Already.code() as u64;
+        let _ = write_frame(&mut s, ack, &[]).await;
+        return Ok(());
+    }
+    let r = async {
+        write_frame(&mut s, ack, &[]).await?;
+        Conn::new(s, key, &ep)
+    }
+    .await;
+    let mut peers = lock(&ep.peers);
+    let p = peers.entry(key).or_default();
+    p.accepting = false;
+    match r {
+        Ok(conn) => attach(&ep, p, conn),
+        Err(e) if p.conn.is_none() && !p.connecting => fail_pending(p, e),
+        Err(_) => {}
+    }
+    Ok(())
+}
+
+fn fail_pending(p: &mut PeerState, err: Error) {
+    for f in p.pending.drain(..) {
+        if let Some(d) = f.done {
+            d.fail(CqErrEntry::new(0, Default::default(), err));
+        }
+    }
+}
+
+/// RDM send: over the peer's connection, or queued while one is made.
+pub fn rdm_send(ep: &Arc<EpShared>, dest: SocketAddr, frame: TxFrame) {
+    let mut peers = lock(&ep.peers);
+    let p = peers.entry(dest).or_default();
+    if let Some(c) = p.conn.as_ref().filter(|c| !c.is_dead()) {
+        let c = c.clone();
+        drop(peers);
+        c.send(frame);
+        return;
+    }
+    p.conn = None;
+    p.pending.push(frame);
+    if !p.connecting && !p.accepting {
+        p.connecting = true;
+        let ep2 = ep.clone();
+        ep.rt.spawn(rdm_connect(ep2, dest));
+    }
+}
+
+async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
+    let local = encode_sockaddr(&ep.local);
+    let r = async {
+        let mut s = tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(dest))
+            .await
+            .map_err(|_| Error::TimedOut)??;
+        write_frame(&mut s, Header::new(FrameKind::Hello), &local).await?;
+        let (h, _) = read_frame(&mut s, FrameKind::HelloAck).await?;
+        if h.data != 0 {
+            return Ok(None);
+        }
+        Ok(Some(Conn::new(s, dest, &ep)?))
+    }
+    .await;
+    let mut peers = lock(&ep.peers);
+    let p = peers.entry(dest).or_default();
+    p.connecting = false;
+    match r {
+        Ok(Some(conn)) => attach(&ep, p, conn),
+        Ok(None) => {
+            // Lost a simultaneous connect: the peer's connection carries
+            // the queued frames once accepted. If it never comes, fail them
+            // rather than hold them forever.
+            if p.conn.is_none() && !p.accepting {
+                let weak = Arc::downgrade(&ep);
+                ep.rt.spawn(async move {
+                    tokio::time::sleep(HANDSHAKE_TIMEOUT).await;
+                    if let Some(ep) = weak.upgrade() {
+                        let mut peers = lock(&ep.peers);
+                        if let Some(p) = peers.get_mut(&dest) {
+                            if p.conn.is_none() && !p.connecting && !p.accepting {
+                                fail_pending(p, Error::TimedOut);
+                            }
+                        }
+                    }
+                });
+            }
+        }
+        Err(e) => {
+            if p.conn.is_none() && !p.accepting {
+                tracing::debug!(peer = %dest, error = %e, "RDM connect failed");
+                fail_pending(p, e);
+            }
+        }
+    }
+}
+
+/// A connection request waiting for accept or reject.
+#[derive(Debug)]
+pub struct PendingConn {
+    stream: Mutex<Option<TcpStream>>,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+}
+
+impl PendingConn {
+    fn take(&self) -> Result<TcpStream> {
+        lock(&self.stream).take().ok_or(Error::OpBadState)
+    }
+}
+
+/// The accepting side's request, from the endpoint's configuration.
+pub fn pending_of(h: &ConnHandle) -> Result<Arc<PendingConn>> {
+    h.clone()
+        .downcast::<PendingConn>()
+        .map_err(|_| Error::Inval)
+}
+
+fn connected_event(ep: &EpShared, cm: Vec<u8>) {
+    if let Some(eq) = &ep.cfg.eq {
+        let mut ev = EqEvent::new(EqEventKind::Connected, ep.cfg.fid, ep.cfg.context, 0);
+        ev.cm_data = cm;
+        eq.push(Ok(ev));
+    }
+}
+
+fn cm_error(ep: &EpShared, err: Error, data: Vec<u8>) {
+    if let Some(eq) = &ep.cfg.eq {
+        eq.push(Err(EqErrEntry {
+            fid: ep.cfg.fid,
+            context: ep.cfg.context,
+            data: 0,
+            err,
+            prov_errno: err.code(),
+            err_data: data,
+        }));
+    }
+}
+
+/// MSG: active connect.
+pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Result<Vec<u8>> {
+    if cm.len() > ep.cfg.info.ep_attr.cm_data_size {
+        return Err(Error::Inval);
+    }
+    let addr = decode_sockaddr(&dest)?;
+    if lock(&ep.msg_conn).is_some() {
+        return Err(Error::IsConn);
+    }
+    let r = async {
+        let mut s = tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| Error::TimedOut)??;
+        write_frame(&mut s, Header::new(FrameKind::ConnReq), &cm).await?;
+        let (h, peer_cm) = read_frame(&mut s, FrameKind::ConnResp).await?;
+        Ok((s, h.data, peer_cm))
+    }
+    .await;
+    match r {
+        Ok((s, 0, peer_cm)) => {
+            let conn = Conn::new(s, addr, &ep)?;
+            *lock(&ep.msg_conn) = Some(conn.clone());
+            ep.add_conn(&conn);
+            connected_event(&ep, peer_cm.clone());
+            Ok(peer_cm)
+        }
+        Ok((_, _, data)) => {
+            cm_error(&ep, Error::ConnRefused, data);
+            Err(Error::ConnRefused)
+        }
+        Err(e) => {
+            cm_error(&ep, e, Vec::new());
+            Err(e)
+        }
+    }
+}
+
+/// MSG: accept the request the endpoint was opened with.
+pub async fn msg_accept(ep: Arc<EpShared>, cm: Vec<u8>) -> Result<()> {
+    if cm.len() > ep.cfg.info.ep_attr.cm_data_size {
+        return Err(Error::Inval);
+    }
+    let h = ep.cfg.conn.as_ref().ok_or(Error::OpBadState)?;
+    let pc = pending_of(h)?;
+    let mut s = pc.take()?;
+    write_frame(&mut s, Header::new(FrameKind::ConnResp), &cm).await?;
+    let conn = Conn::new(s, pc.peer, &ep)?;
+    *lock(&ep.msg_conn) = Some(conn.clone());
+    ep.add_conn(&conn);
+    connected_event(&ep, Vec::new());
+    Ok(())
+}
+
+/// A listening MSG endpoint.
+#[derive(Debug)]
+pub struct TcpPassive {
+    local: SocketAddr,
+    rt: Handle,
+    task: tokio::task::AbortHandle,
+}
+
+impl TcpPassive {
+    /// Binds and listens; connection requests become `ConnReq` events.
+    pub fn open(
+        addr: SocketAddr,
+        backlog: u32,
+        eq: Arc<EqShared>,
+        fid: u64,
+        context: u64,
+        cm_data_size: usize,
+        rt: Handle,
+    ) -> Result<TcpPassive> {
+        let _g = rt.enter();
+        let l = listen(addr, backlog)?;
+        let local = l.local_addr()?;
+        let eq_w: Weak<EqShared> = Arc::downgrade(&eq);
+        let t = rt.spawn(async move {
+            loop {
+                let Ok((mut s, peer)) = l.accept().await else {
+                    continue;
+                };
+                let eq_w = eq_w.clone();
+                tokio::spawn(async move {
+                    let Ok((_, cm)) = read_frame(&mut s, FrameKind::ConnReq).await else {
+                        return;
+                    };
+                    if cm.len() > cm_data_size {
+                        return;
+                    }
+                    let Some(eq) = eq_w.upgrade() else { return };
+                    let pc: ConnHandle = Arc::new(PendingConn {
+                        stream: Mutex::new(Some(s)),
+                        peer,
+                        local,
+                    });
+                    let mut ev = EqEvent::new(EqEventKind::ConnReq, fid, context, 0);
+                    ev.cm_data = cm;
+                    ev.conn = Some(pc);
+                    ev.peer_addr = Some(encode_sockaddr(&peer));
+                    eq.push(Ok(ev));
+                });
+            }
+        });
+        Ok(TcpPassive {
+            local,
+            rt,
+            task: t.abort_handle(),
+        })
+    }
+}
+
+impl ProviderPassive for TcpPassive {
+    fn local_addr(&self) -> Vec<u8> {
+        encode_sockaddr(&self.local)
+    }
+
+    fn reject(&self, conn: &ConnHandle, data: Vec<u8>) -> Result<()> {
+        let pc = pending_of(conn)?;
+        let mut s = pc.take()?;
+        self.rt.spawn(async move {
+            let mut h = Header::new(FrameKind::ConnResp);
+            h.data = Error::ConnRefused.code() as u64;
+            let _ = write_frame(&mut s, h, &data).await;
+            // Give the peer a moment to read the answer before the close.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        });
+        Ok(())
+    }
+
+    fn set_backlog(&self, _backlog: usize) -> Result<()> {
+        // The backlog is fixed when listening starts.
+        Err(Error::OpBadState)
+    }
+
+    fn close(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for TcpPassive {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

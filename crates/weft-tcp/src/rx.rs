@@ -1,0 +1,516 @@
+//! The receive side of a connection as a state machine over non-blocking
+//! reads, so the same code serves the reactor task and the busy-poll
+//! thread.
+//!
+//! Small frames are read through a staging buffer (header and payload in
+//! one syscall); large payloads are read straight into the posted buffer.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use bytes::BytesMut;
+use weft_core::addr::FI_ADDR_NOTAVAIL;
+use weft_core::completion::{CqEntry, CqErrEntry};
+use weft_core::flags::OpFlags;
+use weft_core::provider::RecvReq;
+use weft_core::sync::lock;
+use weft_core::tagmatch::MsgInfo;
+use weft_core::wire::{self, FrameKind, Header, FLAG_CQ_DATA, HEADER_LEN};
+use weft_core::Error;
+
+use crate::conn::Conn;
+use crate::endpoint::EpShared;
+
+const STAGING: usize = 64 * 1024;
+/// Payload bytes still to come above which reads go straight to the target.
+const DIRECT_MIN: usize = 16 * 1024;
+
+/// A buffered unexpected message, possibly still arriving.
+#[derive(Debug)]
+pub struct Unexpected {
+    pub st: Mutex<UnexpState>,
+}
+
+#[derive(Debug)]
+pub struct UnexpState {
+    pub data: BytesMut,
+    pub filled: usize,
+    pub complete: bool,
+    /// A receive matched it before its payload was complete.
+    pub waiter: Option<(RecvReq, MsgInfo)>,
+}
+
+enum Sink {
+    Posted {
+        req: RecvReq,
+        info: MsgInfo,
+        seg: usize,
+        off: usize,
+        placed: usize,
+    },
+    Unexpected(Arc<Unexpected>),
+}
+
+enum Phase {
+    Header,
+    /// A header that matched nothing while the unexpected budget was full.
+    Parked(Header),
+    Payload {
+        hdr: Header,
+        remaining: usize,
+        sink: Sink,
+    },
+}
+
+/// What a progress call ended with.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RxStatus {
+    /// Nothing more to read now.
+    WouldBlock,
+    /// Waiting for receive buffers (flow control); retry when kicked.
+    Parked,
+    /// The connection ended (cleanly: `None`).
+    Closed(Option<Error>),
+}
+
+/// Receive state of one connection.
+pub struct RxMachine {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    phase: Phase,
+    max_msg: u64,
+}
+
+impl std::fmt::Debug for RxMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxMachine")
+            .field("buffered", &(self.end - self.start))
+            .finish()
+    }
+}
+
+impl RxMachine {
+    pub fn new(max_msg: u64) -> RxMachine {
+        RxMachine {
+            buf: vec![0u8; STAGING].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            phase: Phase::Header,
+            max_msg,
+        }
+    }
+
+    /// Reads and dispatches until the socket has nothing more.
+    pub fn progress(
+        &mut self,
+        conn: &Arc<Conn>,
+        ep: &Arc<EpShared>,
+        read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
+    ) -> RxStatus {
+        loop {
+            match std::mem::replace(&mut self.phase, Phase::Header) {
+                Phase::Header => {
+                    if self.end - self.start >= HEADER_LEN {
+                        let hb = &self.buf[self.start..self.start + HEADER_LEN];
+                        let hdr = match wire::decode(hb, self.max_msg) {
+                            Ok(h) => h,
+                            Err(e) => {
+                                tracing::warn!(peer = %conn.peer, error = %e, "bad frame; closing connection");
+                                return RxStatus::Closed(Some(Error::from(e)));
+                            }
+                        };
+                        self.start += HEADER_LEN;
+                        if let Some(st) = self.on_header(conn, ep, hdr) {
+                            return st;
+                        }
+                        continue;
+                    }
+                    if let Some(st) = self.fill(read, true) {
+                        return st;
+                    }
+                }
+                Phase::Parked(hdr) => {
+                    if let Some(st) = self.on_header(conn, ep, hdr) {
+                        return st;
+                    }
+                }
+                Phase::Payload {
+                    hdr,
+                    mut remaining,
+                    mut sink,
+                } => {
+                    if remaining == 0 {
+                        finish(conn, ep, &hdr, sink);
+                        continue;
+                    }
+                    let avail = self.end - self.start;
+                    if avail > 0 {
+                        let n = avail.min(remaining);
+                        let (s, e) = (self.start, self.start + n);
+                        feed(&mut sink, &self.buf[s..e]);
+                        self.start = e;
+                        remaining -= n;
+                        self.phase = Phase::Payload {
+                            hdr,
+                            remaining,
+                            sink,
+                        };
+                        continue;
+                    }
+                    if remaining >= DIRECT_MIN {
+                        if let Some(slot) = direct_slot(&mut sink, remaining) {
+                            match read_once(read, slot) {
+                                Ok(0) => return self.closed_mid_frame(sink),
+                                Ok(n) => {
+                                    advance(&mut sink, n);
+                                    remaining -= n;
+                                    self.phase = Phase::Payload {
+                                        hdr,
+                                        remaining,
+                                        sink,
+                                    };
+                                    continue;
+                                }
+                                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                                    self.phase = Phase::Payload {
+                                        hdr,
+                                        remaining,
+                                        sink,
+                                    };
+                                    return RxStatus::WouldBlock;
+                                }
+                                Err(e) => {
+                                    fail_sink(sink, Error::from(e));
+                                    return RxStatus::Closed(Some(Error::ConnReset));
+                                }
+                            }
+                        }
+                    }
+                    self.phase = Phase::Payload {
+                        hdr,
+                        remaining,
+                        sink,
+                    };
+                    if let Some(st) = self.fill(read, false) {
+                        if let RxStatus::Closed(_) = st {
+                            if let Phase::Payload { sink, .. } =
+                                std::mem::replace(&mut self.phase, Phase::Header)
+                            {
+                                return self.closed_mid_frame(sink);
+                            }
+                        }
+                        return st;
+                    }
+                }
+            }
+        }
+    }
+
+    fn closed_mid_frame(&mut self, sink: Sink) -> RxStatus {
+        fail_sink(sink, Error::ConnReset);
+        RxStatus::Closed(Some(Error::ConnReset))
+    }
+
+    /// Reads into the staging buffer. `None` if bytes arrived.
+    fn fill(
+        &mut self,
+        read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
+        at_header: bool,
+    ) -> Option<RxStatus> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.start > STAGING / 2 || self.buf.len() - self.end < HEADER_LEN {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        match read_once(read, &mut self.buf[self.end..]) {
+            Ok(0) => {
+                if at_header && self.start == self.end {
+                    Some(RxStatus::Closed(None))
+                } else {
+                    Some(RxStatus::Closed(Some(Error::ConnReset)))
+                }
+            }
+            Ok(n) => {
+                self.end += n;
+                None
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(RxStatus::WouldBlock),
+            Err(e) => Some(RxStatus::Closed(Some(Error::from(e)))),
+        }
+    }
+
+    /// Dispatches a decoded header; `Some` stops progress.
+    fn on_header(&mut self, conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: Header) -> Option<RxStatus> {
+        let kind = hdr.kind?;
+        match kind {
+            FrameKind::Msg | FrameKind::Tagged => {
+                let info = MsgInfo {
+                    src: ep.resolve_src(&conn.peer_key),
+                    tagged: kind == FrameKind::Tagged,
+                    tag: hdr.tag,
+                    len: hdr.len as usize,
+                    data: (hdr.flags & FLAG_CQ_DATA != 0).then_some(hdr.data),
+                };
+                let sink = match ep.arrival(conn, info) {
+                    Some(s) => s,
+                    None => {
+                        self.phase = Phase::Parked(hdr);
+                        return Some(RxStatus::Parked);
+                    }
+                };
+                let sink = match sink {
+                    Arrival::Posted(req) => Sink::Posted {
+                        req,
+                        info,
+                        seg: 0,
+                        off: 0,
+                        placed: 0,
+                    },
+                    Arrival::Unexpected(u) => Sink::Unexpected(u),
+                };
+                self.phase = Phase::Payload {
+                    remaining: hdr.len as usize,
+                    hdr,
+                    sink,
+                };
+                None
+            }
+            FrameKind::Ack => {
+                conn.on_ack(hdr.seq, hdr.data);
+                None
+            }
+            FrameKind::Shutdown => Some(RxStatus::Closed(None)),
+            FrameKind::Hello | FrameKind::HelloAck | FrameKind::ConnReq | FrameKind::ConnResp => {
+                tracing::warn!(peer = %conn.peer, ?kind, "handshake frame on an established connection");
+                Some(RxStatus::Closed(Some(Error::Io)))
+            }
+        }
+    }
+}
+
+/// Where an arriving message goes.
+pub enum Arrival {
+    Posted(RecvReq),
+    Unexpected(Arc<Unexpected>),
+}
+
+fn read_once(
+    read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
+    b: &mut [u8],
+) -> io::Result<usize> {
+    loop {
+        match read(b) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
+/// Copies staged bytes into the sink.
+fn feed(sink: &mut Sink, mut data: &[u8]) {
+    if let Sink::Unexpected(u) = sink {
+        feed_unexpected(u, data);
+        return;
+    }
+    while !data.is_empty() {
+        let n = match direct_slot(sink, data.len()) {
+            Some(slot) => {
+                let n = slot.len().min(data.len());
+                slot[..n].copy_from_slice(&data[..n]);
+                n
+            }
+            // Past the receive buffer: the rest is truncated away.
+            None => data.len(),
+        };
+        advance(sink, n);
+        data = &data[n..];
+    }
+}
+
+/// The next writable region of the sink (at most `max` bytes), or `None`
+/// when the bytes are to be discarded.
+fn direct_slot(sink: &mut Sink, max: usize) -> Option<&mut [u8]> {
+    match sink {
+        Sink::Posted { req, seg, off, .. } => {
+            while *seg < req.bufs.len() && *off >= req.bufs[*seg].len() {
+                *seg += 1;
+                *off = 0;
+            }
+            let b = req.bufs.get_mut(*seg)?;
+            let end = (*off + max).min(b.len());
+            Some(&mut b[*off..end])
+        }
+        Sink::Unexpected(_) => None,
+    }
+}
+
+fn advance(sink: &mut Sink, n: usize) {
+    match sink {
+        Sink::Posted {
+            req,
+            seg,
+            off,
+            placed,
+            ..
+        } => {
+            if *seg < req.bufs.len() {
+                *off += n;
+                *placed += n;
+            }
+        }
+        Sink::Unexpected(_) => {}
+    }
+}
+
+/// Unexpected payloads are appended under their lock: a receive may be
+/// matching them concurrently.
+fn feed_unexpected(u: &Unexpected, data: &[u8]) {
+    let mut g = lock(&u.st);
+    let f = g.filled;
+    let n = data.len().min(g.data.len() - f);
+    g.data[f..f + n].copy_from_slice(&data[..n]);
+    g.filled += n;
+}
+
+fn fail_sink(sink: Sink, err: Error) {
+    match sink {
+        Sink::Posted {
+            req, info, placed, ..
+        } => {
+            let mut e = CqErrEntry::new(0, OpFlags::empty(), err);
+            e.len = placed;
+            e.tag = info.tag;
+            e.bufs = req.bufs;
+            req.done.fail(e);
+        }
+        Sink::Unexpected(u) => {
+            // A receive waiting on this message fails with the connection.
+            let waiter = lock(&u.st).waiter.take();
+            if let Some((req, _)) = waiter {
+                req.done.fail_with(err);
+            }
+        }
+    }
+}
+
+/// A whole payload has arrived.
+fn finish(conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: &Header, sink: Sink) {
+    match sink {
+        Sink::Posted {
+            req, info, placed, ..
+        } => {
+            deliver(ep, req, info, placed, None);
+            conn.send_ack(hdr, 0);
+        }
+        Sink::Unexpected(u) => {
+            let waiter = {
+                let mut g = lock(&u.st);
+                g.complete = true;
+                g.waiter
+                    .take()
+                    .map(|(req, info)| (req, info, std::mem::take(&mut g.data)))
+            };
+            if let Some((req, info, data)) = waiter {
+                copy_and_deliver(ep, req, info, &data);
+            }
+            conn.send_ack(hdr, 0);
+        }
+    }
+}
+
+/// Copies a fully buffered message into a receive and completes it.
+pub fn copy_and_deliver(ep: &EpShared, mut req: RecvReq, info: MsgInfo, data: &[u8]) {
+    let mut placed = 0;
+    for b in req.bufs.iter_mut() {
+        let n = b.len().min(data.len() - placed);
+        b[..n].copy_from_slice(&data[placed..placed + n]);
+        placed += n;
+        if placed == data.len() {
+            break;
+        }
+    }
+    deliver(ep, req, info, placed, None);
+}
+
+/// Completes a receive into which `placed` bytes of `info.len` went.
+pub fn deliver(ep: &EpShared, mut req: RecvReq, info: MsgInfo, placed: usize, err: Option<Error>) {
+    // Give back each buffer cut to the bytes it holds.
+    let mut left = placed;
+    for b in req.bufs.iter_mut() {
+        let n = b.len().min(left);
+        b.truncate(n);
+        left -= n;
+    }
+    let mut flags = OpFlags::RECV
+        | if info.tagged {
+            OpFlags::TAGGED
+        } else {
+            OpFlags::MSG
+        };
+    if info.data.is_some() {
+        flags |= OpFlags::REMOTE_CQ_DATA;
+    }
+    let src = if info.src == FI_ADDR_NOTAVAIL {
+        FI_ADDR_NOTAVAIL
+    } else {
+        ep.reported_addr(info.src)
+    };
+    ep.rx_released(1);
+    let err = err.or((info.len > placed).then_some(Error::Trunc));
+    match err {
+        None => req.done.complete(CqEntry {
+            context: 0,
+            flags,
+            len: placed,
+            bufs: req.bufs,
+            data: info.data.unwrap_or(0),
+            tag: info.tag,
+            src,
+        }),
+        Some(e) => {
+            let mut ee = CqErrEntry::new(0, flags, e);
+            ee.len = placed;
+            ee.olen = info.len - placed.min(info.len);
+            ee.bufs = req.bufs;
+            ee.data = info.data.unwrap_or(0);
+            ee.tag = info.tag;
+            ee.src = src;
+            req.done.fail(ee);
+        }
+    }
+}
+
+/// Completes a peek (or a discard): the message's length, tag and data are
+/// reported, no bytes are placed.
+pub fn complete_peek(ep: &EpShared, mut req: RecvReq, info: MsgInfo) {
+    for b in req.bufs.iter_mut() {
+        b.truncate(0);
+    }
+    let mut flags = OpFlags::RECV
+        | if info.tagged {
+            OpFlags::TAGGED
+        } else {
+            OpFlags::MSG
+        };
+    if info.data.is_some() {
+        flags |= OpFlags::REMOTE_CQ_DATA;
+    }
+    let src = if info.src == FI_ADDR_NOTAVAIL {
+        FI_ADDR_NOTAVAIL
+    } else {
+        ep.reported_addr(info.src)
+    };
+    req.done.complete(CqEntry {
+        context: 0,
+        flags,
+        len: info.len,
+        bufs: req.bufs,
+        data: info.data.unwrap_or(0),
+        tag: info.tag,
+        src,
+    });
+}

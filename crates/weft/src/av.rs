@@ -1,0 +1,360 @@
+//! Address vectors: synchronous inserts, and `FI_EVENT` inserts that are
+//! futures and also produce the EQ events fi_av(3) requires.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use futures::channel::oneshot;
+use weft_core::addr::{self, FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::attr::AvType;
+use weft_core::av::{self as core_av, AvTable, InsertEvent};
+use weft_core::eventq::{EqErrEntry, EqEvent, EqEventKind, EqShared};
+use weft_core::flags::AvFlags;
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+use crate::eq::EventQueue;
+use crate::fabric::Domain;
+
+pub use weft_core::av::AvAttr;
+
+/// The outcome of one insert call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InsertReport {
+    /// One handle per address, `FI_ADDR_NOTAVAIL` where it failed.
+    pub fi_addrs: Vec<FiAddr>,
+    /// Per-address result.
+    pub results: Vec<Result<FiAddr>>,
+    /// Number of addresses inserted (what `fi_av_insert` returns).
+    pub count: usize,
+    /// `FI_SYNC_ERR` status array (0 or a positive error code).
+    pub status: Option<Vec<i32>>,
+}
+
+impl InsertReport {
+    fn new(results: Vec<Result<FiAddr>>, sync_err: bool) -> InsertReport {
+        InsertReport {
+            fi_addrs: results
+                .iter()
+                .map(|r| *r.as_ref().unwrap_or(&FI_ADDR_NOTAVAIL))
+                .collect(),
+            count: results.iter().filter(|r| r.is_ok()).count(),
+            status: sync_err.then(|| core_av::sync_err_status(&results)),
+            results,
+        }
+    }
+}
+
+/// An insert in progress: a future of its report. Synchronous AVs give a
+/// ready one.
+#[derive(Debug)]
+pub struct Insert {
+    state: InsertState,
+}
+
+#[derive(Debug)]
+enum InsertState {
+    Ready(Option<InsertReport>),
+    Pending(oneshot::Receiver<InsertReport>),
+}
+
+impl Insert {
+    /// The report if the insert already finished (always for sync AVs).
+    pub fn now(self) -> Option<InsertReport> {
+        match self.state {
+            InsertState::Ready(r) => r,
+            InsertState::Pending(mut rx) => rx.try_recv().ok().flatten(),
+        }
+    }
+}
+
+impl Future for Insert {
+    type Output = InsertReport;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<InsertReport> {
+        match &mut self.state {
+            InsertState::Ready(r) => match r.take() {
+                Some(r) => Poll::Ready(r),
+                None => Poll::Pending,
+            },
+            InsertState::Pending(rx) => Pin::new(rx)
+                .poll(cx)
+                .map(|r| r.unwrap_or_else(|_| InsertReport::new(Vec::new(), false))),
+        }
+    }
+}
+
+/// An address vector.
+#[derive(Debug, Clone)]
+pub struct AddressVector {
+    pub(crate) inner: Arc<AvInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct AvInner {
+    pub(crate) fid: u64,
+    pub(crate) domain: Domain,
+    pub(crate) table: Arc<Mutex<AvTable>>,
+    eq: Mutex<Option<Arc<EqShared>>>,
+    pub(crate) bound_eps: AtomicUsize,
+    open_flags: AvFlags,
+}
+
+impl AddressVector {
+    pub(crate) fn open(domain: Domain, attr: AvAttr) -> Result<AddressVector> {
+        let table = AvTable::open(&attr)?;
+        Ok(AddressVector {
+            inner: Arc::new(AvInner {
+                fid: crate::fabric::next_fid(),
+                domain,
+                table: Arc::new(Mutex::new(table)),
+                eq: Mutex::new(None),
+                bound_eps: AtomicUsize::new(0),
+                open_flags: attr.flags,
+            }),
+        })
+    }
+
+    /// The object id.
+    pub fn fid(&self) -> u64 {
+        self.inner.fid
+    }
+
+    /// The AV type in use (never `Unspec`).
+    pub fn av_type(&self) -> AvType {
+        lock(&self.inner.table).av_type()
+    }
+
+    /// Binds the EQ for `FI_EVENT` inserts (flags must be empty).
+    pub fn bind_eq(&self, eq: &EventQueue, flags: u64) -> Result<()> {
+        if flags != 0 {
+            return Err(Error::BadFlags);
+        }
+        *lock(&self.inner.eq) = Some(eq.shared.clone());
+        Ok(())
+    }
+
+    fn validate(b: &[u8]) -> Result<()> {
+        addr::decode_sockaddr(b).map(|_| ())
+    }
+
+    /// `fi_av_insert`. On an AV opened with `FI_EVENT` (or with
+    /// `FI_EVENT` in `flags`) the insert returns at once, its events go to
+    /// the bound EQ (one error per failed address, then one completion
+    /// whose data is the success count), and the returned future resolves
+    /// with the same results. Otherwise the returned insert is ready.
+    pub fn insert(&self, addrs: &[Vec<u8>], flags: AvFlags, context: u64) -> Result<Insert> {
+        let opened_uid = self.inner.open_flags.contains(AvFlags::AV_USER_ID);
+        core_av::check_insert_flags(flags, opened_uid, true)?;
+        let event =
+            flags.contains(AvFlags::EVENT) || self.inner.open_flags.contains(AvFlags::EVENT);
+        let eq = if event {
+            Some(lock(&self.inner.eq).clone().ok_or(Error::NoEq)?)
+        } else {
+            None
+        };
+        let results = lock(&self.inner.table).insert(addrs, &Self::validate);
+        let report = InsertReport::new(results, flags.contains(AvFlags::SYNC_ERR));
+        if let Some(eq) = eq {
+            self.post_events(&eq, &report, context);
+        }
+        Ok(Insert {
+            state: InsertState::Ready(Some(report)),
+        })
+    }
+
+    /// Synchronous insert returning the report directly.
+    pub fn insert_sync(&self, addrs: &[Vec<u8>], flags: AvFlags) -> Result<InsertReport> {
+        self.insert(addrs, flags, 0)?.now().ok_or(Error::Again)
+    }
+
+    fn post_events(&self, eq: &EqShared, report: &InsertReport, context: u64) {
+        let fid = self.inner.fid;
+        let evs = core_av::insert_events(&report.results)
+            .into_iter()
+            .map(|e| match e {
+                InsertEvent::Error { index, err } => Err(EqErrEntry {
+                    fid,
+                    context,
+                    data: index as u64,
+                    err,
+                    prov_errno: err.code(),
+                    err_data: Vec::new(),
+                }),
+                InsertEvent::Complete { count } => Ok(EqEvent::new(
+                    EqEventKind::AvComplete,
+                    fid,
+                    context,
+                    count as u64,
+                )),
+            });
+        eq.push_all(evs);
+    }
+
+    /// `fi_av_insertsvc`: `node` may be a host name (resolved
+    /// asynchronously) or a numeric address; `service` a port.
+    pub fn insert_svc(
+        &self,
+        node: &str,
+        service: &str,
+        flags: AvFlags,
+        context: u64,
+    ) -> Result<Insert> {
+        self.insert_names(
+            vec![(node.to_string(), service.to_string())],
+            flags,
+            context,
+        )
+    }
+
+    /// `fi_av_insertsym`: `nodecnt` x `svccnt` addresses from a base name
+    /// with a numeric suffix (or a numeric IP) and a base port.
+    pub fn insert_sym(
+        &self,
+        node: &str,
+        nodecnt: usize,
+        service: &str,
+        svccnt: usize,
+        flags: AvFlags,
+        context: u64,
+    ) -> Result<Insert> {
+        let pairs = core_av::expand_insertsym(node, nodecnt, service, svccnt)?;
+        self.insert_names(pairs, flags, context)
+    }
+
+    /// Resolves names concurrently, keeping the slot order of the call:
+    /// handles are reserved now, filled as names resolve.
+    fn insert_names(
+        &self,
+        pairs: Vec<(String, String)>,
+        flags: AvFlags,
+        context: u64,
+    ) -> Result<Insert> {
+        let opened_uid = self.inner.open_flags.contains(AvFlags::AV_USER_ID);
+        core_av::check_insert_flags(flags, opened_uid, true)?;
+        let event =
+            flags.contains(AvFlags::EVENT) || self.inner.open_flags.contains(AvFlags::EVENT);
+        let eq = if event {
+            Some(lock(&self.inner.eq).clone().ok_or(Error::NoEq)?)
+        } else {
+            None
+        };
+        let numeric: Option<Vec<Vec<u8>>> = pairs
+            .iter()
+            .map(|(n, s)| {
+                addr::parse_numeric(n, s)
+                    .ok()
+                    .map(|a| addr::encode_sockaddr(&a))
+            })
+            .collect();
+        if let Some(addrs) = numeric {
+            return self.insert(&addrs, flags, context);
+        }
+        let handles = lock(&self.inner.table).reserve(pairs.len());
+        let (tx, rx) = oneshot::channel();
+        let av = self.clone();
+        let sync_err = flags.contains(AvFlags::SYNC_ERR);
+        self.inner.domain.rt().spawn(async move {
+            let lookups = pairs.iter().map(|(n, s)| async move {
+                let port: u16 = s.parse().map_err(|_| Error::Inval)?;
+                let mut it = tokio::net::lookup_host((n.as_str(), port))
+                    .await
+                    .map_err(|_| Error::NoData)?;
+                it.next()
+                    .map(|a| addr::encode_sockaddr(&a))
+                    .ok_or(Error::NoData)
+            });
+            let resolved = futures::future::join_all(lookups).await;
+            let results: Vec<Result<FiAddr>> = {
+                let mut t = lock(&av.inner.table);
+                handles
+                    .iter()
+                    .zip(resolved)
+                    .map(|(&h, r)| match r {
+                        Ok(bytes) => t.fill(h, bytes, None).map(|_| h),
+                        Err(e) => {
+                            t.release(h);
+                            Err(e)
+                        }
+                    })
+                    .collect()
+            };
+            let report = InsertReport::new(results, sync_err);
+            if let Some(eq) = &eq {
+                av.post_events(eq, &report, context);
+            }
+            let _ = tx.send(report);
+        });
+        Ok(Insert {
+            state: InsertState::Pending(rx),
+        })
+    }
+
+    /// `fi_av_remove`: every handle must be live (else `Inval`, and
+    /// nothing after the bad one is removed).
+    pub fn remove(&self, fi_addrs: &[FiAddr]) -> Result<()> {
+        let mut t = lock(&self.inner.table);
+        for &a in fi_addrs {
+            t.remove(a)?;
+        }
+        Ok(())
+    }
+
+    /// `fi_av_lookup` into `buf`: returns the full address length (larger
+    /// than `buf.len()` means truncated).
+    pub fn lookup_into(&self, fi_addr: FiAddr, buf: &mut [u8]) -> Result<usize> {
+        let t = lock(&self.inner.table);
+        let a = t.lookup(fi_addr)?;
+        Ok(core_av::copy_truncated(a, buf))
+    }
+
+    /// `fi_av_lookup` returning the bytes.
+    pub fn lookup(&self, fi_addr: FiAddr) -> Result<Vec<u8>> {
+        lock(&self.inner.table).lookup(fi_addr).map(|a| a.to_vec())
+    }
+
+    /// `fi_av_straddr`: the printable form of raw address bytes.
+    pub fn straddr(&self, addr_bytes: &[u8]) -> String {
+        match addr::decode_sockaddr(addr_bytes) {
+            Ok(a) => addr::sockaddr_to_str(&a),
+            Err(_) => addr_bytes.iter().map(|b| format!("{b:02x}")).collect(),
+        }
+    }
+
+    /// `fi_av_straddr` into a buffer, NUL-terminated and truncated; returns
+    /// the full length including the NUL.
+    pub fn straddr_into(&self, addr_bytes: &[u8], buf: &mut [u8]) -> usize {
+        core_av::straddr_into(&self.straddr(addr_bytes), buf)
+    }
+
+    /// `fi_rx_addr`.
+    pub fn rx_addr(&self, fi_addr: FiAddr, rx_index: u32) -> FiAddr {
+        core_av::rx_addr(fi_addr, rx_index, lock(&self.inner.table).rx_ctx_bits())
+    }
+
+    /// `fi_av_set_user_id`.
+    pub fn set_user_id(&self, fi_addr: FiAddr, user_id: u64) -> Result<()> {
+        lock(&self.inner.table).set_user_id(fi_addr, user_id)
+    }
+
+    /// Number of live entries.
+    pub fn len(&self) -> usize {
+        lock(&self.inner.table).len()
+    }
+
+    /// True when no address is inserted.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `fi_close`: `Busy` while endpoints are bound to it.
+    pub fn close(self) -> Result<()> {
+        if self.inner.bound_eps.load(Ordering::Acquire) > 0 {
+            return Err(Error::Busy);
+        }
+        Ok(())
+    }
+}

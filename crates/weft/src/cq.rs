@@ -1,0 +1,91 @@
+//! Completion queues as streams.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use weft_core::completion::{CqEntry, CqErrEntry, CqFormat, CqItem, CqShared};
+use weft_core::Result;
+
+/// A completion queue. As a [`Stream`] it yields every completion and
+/// every error entry in order; none is ever dropped. Batch and
+/// libfabric-style reads are available for throughput.
+#[derive(Debug, Clone)]
+pub struct CompletionQueue {
+    pub(crate) shared: Arc<CqShared>,
+    pub(crate) domain: u64,
+}
+
+impl CompletionQueue {
+    pub(crate) fn new(shared: Arc<CqShared>, domain: u64) -> CompletionQueue {
+        CompletionQueue { shared, domain }
+    }
+
+    /// The object id.
+    pub fn fid(&self) -> u64 {
+        self.shared.id()
+    }
+
+    /// The entry format.
+    pub fn format(&self) -> CqFormat {
+        self.shared.format()
+    }
+
+    /// `fi_cq_read`: up to `max` successful entries. `Avail` when an error
+    /// entry is at the head, `Again` when empty.
+    pub fn read(&self, max: usize) -> Result<Vec<CqEntry>> {
+        self.shared.read(max)
+    }
+
+    /// `fi_cq_readerr`: the error entry at the head, or `Again`.
+    pub fn read_err(&self) -> Result<CqErrEntry> {
+        self.shared.read_err()
+    }
+
+    /// Takes up to `max` items (completions and errors, in order) without
+    /// waiting; returns how many were appended to `out`.
+    pub fn try_read_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
+        self.shared.pop_batch(out, max)
+    }
+
+    /// Waits for at least one item, then takes up to `max`.
+    pub async fn read_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
+        if let Some(first) = std::future::poll_fn(|cx| self.shared.poll_next(cx)).await {
+            out.push(first);
+            1 + self.shared.pop_batch(out, max.saturating_sub(1))
+        } else {
+            0
+        }
+    }
+
+    /// `fi_cq_sread` with a timeout: the next item, or `None` on timeout or
+    /// when [`CompletionQueue::signal`] woke the reader.
+    pub async fn next_timeout(&self, timeout: std::time::Duration) -> Option<CqItem> {
+        let fut = std::future::poll_fn(|cx| self.shared.poll_item_or_signal(cx));
+        tokio::time::timeout(timeout, fut).await.ok().flatten()
+    }
+
+    /// `fi_cq_signal`: wakes a reader blocked in `next_timeout`.
+    pub fn signal(&self) {
+        self.shared.signal()
+    }
+
+    /// Number of queued items.
+    pub fn len(&self) -> usize {
+        self.shared.len()
+    }
+
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.shared.is_empty()
+    }
+}
+
+impl Stream for CompletionQueue {
+    type Item = CqItem;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<CqItem>> {
+        self.shared.poll_next(cx)
+    }
+}

@@ -1,0 +1,900 @@
+//! Endpoints: the fi_endpoint(3) state machine, the non-blocking `post_*`
+//! operations that report to the bound CQ, and the `async` forms that
+//! resolve with their own completion.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use futures::channel::oneshot;
+use weft_core::addr::{FiAddr, FI_ADDR_UNSPEC};
+use weft_core::attr::{EpType, Info};
+use weft_core::completion::{CqEntry, CqErrEntry, CqItem, CqShared, OpDone, WaitMode};
+use weft_core::counter::CounterShared;
+use weft_core::eventq::{ConnHandle, EqShared};
+use weft_core::flags::{BindFlags, Caps, OpFlags};
+use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+use crate::av::AddressVector;
+use crate::counter::Counter;
+use crate::cq::CompletionQueue;
+use crate::eq::EventQueue;
+use crate::fabric::{next_fid, Domain};
+
+const DISABLED: u8 = 0;
+const ENABLED: u8 = 1;
+const CLOSED: u8 = 2;
+
+/// Contexts of `async` operations live in the top half of the space so
+/// they never collide with an application's `post_*` contexts; contexts
+/// with bit 63 set are reserved.
+static NEXT_ASYNC_CTX: AtomicU64 = AtomicU64::new(1 << 63);
+
+/// Transmit flags an operation may carry.
+const TX_FLAGS: OpFlags = OpFlags::COMPLETION
+    .union(OpFlags::INJECT)
+    .union(OpFlags::REMOTE_CQ_DATA)
+    .union(OpFlags::MORE)
+    .union(OpFlags::INJECT_COMPLETE)
+    .union(OpFlags::TRANSMIT_COMPLETE)
+    .union(OpFlags::DELIVERY_COMPLETE)
+    .union(OpFlags::COMMIT_COMPLETE)
+    .union(OpFlags::MATCH_COMPLETE);
+/// Receive flags an operation may carry.
+const RX_FLAGS: OpFlags = OpFlags::COMPLETION
+    .union(OpFlags::MORE)
+    .union(OpFlags::PEEK)
+    .union(OpFlags::CLAIM)
+    .union(OpFlags::DISCARD);
+
+/// A message to send with every option (`fi_sendmsg` / `fi_tsendmsg`).
+#[derive(Debug, Clone, Default)]
+pub struct SendMsg {
+    /// Destination (ignored on connected endpoints).
+    pub dest: FiAddr,
+    /// Gathered in order (at most `iov_limit` buffers).
+    pub iov: Vec<Bytes>,
+    /// `Some(tag)` for a tagged send.
+    pub tag: Option<u64>,
+    /// Remote CQ data.
+    pub data: Option<u64>,
+    /// Context reported in the completion.
+    pub context: u64,
+}
+
+/// A receive with every option (`fi_recvmsg` / `fi_trecvmsg`).
+#[derive(Debug, Default)]
+pub struct RecvMsg {
+    /// Source filter (`FI_ADDR_UNSPEC`: any).
+    pub src: FiAddr,
+    /// Buffers filled in order; each one's `len()` is its capacity.
+    pub bufs: Vec<BytesMut>,
+    /// Tagged receive with `tag`/`ignore`.
+    pub tagged: bool,
+    /// Tag to match.
+    pub tag: u64,
+    /// Tag bits to ignore.
+    pub ignore: u64,
+    /// Context reported in the completion.
+    pub context: u64,
+}
+
+#[derive(Debug, Default)]
+struct Binds {
+    av: Option<AddressVector>,
+    eq: Option<Arc<EqShared>>,
+    tx_cq: Option<(Arc<CqShared>, bool)>,
+    rx_cq: Option<(Arc<CqShared>, bool)>,
+    send_cntr: Option<Arc<CounterShared>>,
+    recv_cntr: Option<Arc<CounterShared>>,
+    tx_op_flags: OpFlags,
+    rx_op_flags: OpFlags,
+    wait: WaitMode,
+    src_addr: Option<Vec<u8>>,
+    context: u64,
+}
+
+/// What the data path needs, fixed at enable.
+#[derive(Debug)]
+struct Live {
+    prov: Arc<dyn ProviderEndpoint>,
+    tx_cq: Option<(Arc<CqShared>, bool)>,
+    rx_cq: Option<(Arc<CqShared>, bool)>,
+    send_cntr: Option<Arc<CounterShared>>,
+    recv_cntr: Option<Arc<CounterShared>>,
+    tx_op_flags: OpFlags,
+    rx_op_flags: OpFlags,
+}
+
+/// An endpoint. Created disabled: bind an AV (connectionless types), CQs
+/// or counters, and an EQ (connection-oriented types), then `enable`.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    inner: Arc<EpInner>,
+}
+
+#[derive(Debug)]
+struct EpInner {
+    fid: u64,
+    domain: Domain,
+    info: Info,
+    conn: Option<ConnHandle>,
+    state: AtomicU8,
+    binds: Mutex<Binds>,
+    live: OnceLock<Live>,
+}
+
+impl Drop for EpInner {
+    fn drop(&mut self) {
+        if let Some(l) = self.live.get() {
+            l.prov.close();
+        }
+        if let Some(av) = &lock(&self.binds).av {
+            av.inner.bound_eps.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Endpoint {
+    pub(crate) fn new(domain: Domain, info: Info, conn: Option<ConnHandle>) -> Result<Endpoint> {
+        match info.ep_attr.ep_type {
+            EpType::Rdm | EpType::Msg => {}
+            EpType::Unspec => return Err(Error::Inval),
+            _ => return Err(Error::NoSys),
+        }
+        let binds = Binds {
+            tx_op_flags: info.tx_attr.op_flags,
+            rx_op_flags: info.rx_attr.op_flags,
+            src_addr: info.src_addr.clone(),
+            ..Binds::default()
+        };
+        Ok(Endpoint {
+            inner: Arc::new(EpInner {
+                fid: next_fid(),
+                domain,
+                info,
+                conn,
+                state: AtomicU8::new(DISABLED),
+                binds: Mutex::new(binds),
+                live: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The object id.
+    pub fn fid(&self) -> u64 {
+        self.inner.fid
+    }
+
+    /// The endpoint's attributes.
+    pub fn info(&self) -> &Info {
+        &self.inner.info
+    }
+
+    /// True once enabled (and not closed).
+    pub fn is_enabled(&self) -> bool {
+        self.inner.state.load(Ordering::Acquire) == ENABLED
+    }
+
+    fn binds_mut(&self) -> Result<std::sync::MutexGuard<'_, Binds>> {
+        if self.inner.state.load(Ordering::Acquire) != DISABLED {
+            return Err(Error::OpBadState);
+        }
+        Ok(lock(&self.inner.binds))
+    }
+
+    /// Binds an AV (flags must be empty). Connectionless endpoints need one.
+    pub fn bind_av(&self, av: &AddressVector) -> Result<()> {
+        if av.inner.domain.fid() != self.inner.domain.fid() {
+            return Err(Error::Domain);
+        }
+        if self.inner.info.ep_attr.ep_type.is_connected() {
+            return Err(Error::Inval);
+        }
+        let mut b = self.binds_mut()?;
+        if b.av.is_some() {
+            return Err(Error::Inval);
+        }
+        av.inner.bound_eps.fetch_add(1, Ordering::AcqRel);
+        b.av = Some(av.clone());
+        Ok(())
+    }
+
+    /// Binds an EQ for connection and error events.
+    pub fn bind_eq(&self, eq: &EventQueue) -> Result<()> {
+        let mut b = self.binds_mut()?;
+        if b.eq.is_some() {
+            return Err(Error::Inval);
+        }
+        b.eq = Some(eq.shared.clone());
+        Ok(())
+    }
+
+    /// Binds a CQ for `TRANSMIT` and/or `RECV` completions, optionally with
+    /// `SELECTIVE_COMPLETION`. One CQ per direction.
+    pub fn bind_cq(&self, cq: &CompletionQueue, flags: BindFlags) -> Result<()> {
+        let allowed = BindFlags::TRANSMIT | BindFlags::RECV | BindFlags::SELECTIVE_COMPLETION;
+        if !allowed.contains(flags) || !flags.intersects(BindFlags::TRANSMIT | BindFlags::RECV) {
+            return Err(Error::BadFlags);
+        }
+        if cq.domain != self.inner.domain.fid() {
+            return Err(Error::Domain);
+        }
+        let mut b = self.binds_mut()?;
+        let sel = flags.contains(BindFlags::SELECTIVE_COMPLETION);
+        if (flags.contains(BindFlags::TRANSMIT) && b.tx_cq.is_some())
+            || (flags.contains(BindFlags::RECV) && b.rx_cq.is_some())
+        {
+            return Err(Error::Inval);
+        }
+        if flags.contains(BindFlags::TRANSMIT) {
+            b.tx_cq = Some((cq.shared.clone(), sel));
+        }
+        if flags.contains(BindFlags::RECV) {
+            b.rx_cq = Some((cq.shared.clone(), sel));
+        }
+        Ok(())
+    }
+
+    /// Binds a counter to `SEND` and/or `RECV` completions. RMA counters
+    /// (`READ`, `WRITE`, `REMOTE_*`) need the RMA capability: `NoSys` here.
+    pub fn bind_counter(&self, c: &Counter, flags: BindFlags) -> Result<()> {
+        let rma =
+            BindFlags::READ | BindFlags::WRITE | BindFlags::REMOTE_READ | BindFlags::REMOTE_WRITE;
+        if flags.is_empty() || flags.contains(BindFlags::SELECTIVE_COMPLETION) {
+            return Err(Error::BadFlags);
+        }
+        if flags.intersects(rma) {
+            let caps = self.inner.info.caps;
+            let need_event = flags.intersects(BindFlags::REMOTE_READ | BindFlags::REMOTE_WRITE);
+            if !caps.contains(Caps::RMA) || (need_event && !caps.contains(Caps::RMA_EVENT)) {
+                return Err(Error::NoSys);
+            }
+        }
+        if c.domain != self.inner.domain.fid() {
+            return Err(Error::Domain);
+        }
+        let mut b = self.binds_mut()?;
+        if (flags.contains(BindFlags::SEND) && b.send_cntr.is_some())
+            || (flags.contains(BindFlags::RECV) && b.recv_cntr.is_some())
+        {
+            return Err(Error::Inval);
+        }
+        if flags.contains(BindFlags::SEND) {
+            b.send_cntr = Some(c.shared.clone());
+        }
+        if flags.contains(BindFlags::RECV) {
+            b.recv_cntr = Some(c.shared.clone());
+        }
+        Ok(())
+    }
+
+    /// Chooses how the endpoint makes progress (before enable).
+    pub fn set_wait_mode(&self, wait: WaitMode) -> Result<()> {
+        self.binds_mut()?.wait = wait;
+        Ok(())
+    }
+
+    /// Sets the local address to bind (raw bytes), before enable.
+    pub fn set_src_addr(&self, addr: Vec<u8>) -> Result<()> {
+        self.binds_mut()?.src_addr = Some(addr);
+        Ok(())
+    }
+
+    /// Sets the context reported with this endpoint's EQ events.
+    pub fn set_context(&self, context: u64) -> Result<()> {
+        self.binds_mut()?.context = context;
+        Ok(())
+    }
+
+    /// `FI_SETOPSFLAG`: default flags for `TRANSMIT` xor `RECV` operations.
+    pub fn set_op_flags(&self, side: OpFlags, flags: OpFlags) -> Result<()> {
+        let mut b = lock(&self.inner.binds);
+        match (
+            side.contains(OpFlags::TRANSMIT),
+            side.contains(OpFlags::RECV),
+        ) {
+            (true, false) if TX_FLAGS.contains(flags) => b.tx_op_flags = flags,
+            (false, true) if RX_FLAGS.contains(flags) => b.rx_op_flags = flags,
+            (true, false) | (false, true) => return Err(Error::BadFlags),
+            _ => return Err(Error::Inval),
+        }
+        Ok(())
+    }
+
+    /// `FI_GETOPSFLAG` for `TRANSMIT` xor `RECV`.
+    pub fn op_flags(&self, side: OpFlags) -> Result<OpFlags> {
+        let b = lock(&self.inner.binds);
+        match (
+            side.contains(OpFlags::TRANSMIT),
+            side.contains(OpFlags::RECV),
+        ) {
+            (true, false) => Ok(b.tx_op_flags),
+            (false, true) => Ok(b.rx_op_flags),
+            _ => Err(Error::Inval),
+        }
+    }
+
+    /// `FI_OPT_CM_DATA_SIZE` (read-only).
+    pub fn cm_data_size(&self) -> usize {
+        self.inner.info.ep_attr.cm_data_size
+    }
+
+    /// Enables the endpoint. Connectionless endpoints need an AV (`NoAv`);
+    /// every endpoint needs a transmit and a receive CQ or counter
+    /// (`NoCq`); connection-oriented ones need an EQ (`NoEq`).
+    pub fn enable(&self) -> Result<()> {
+        let _span = tracing::debug_span!("ep_enable", fid = self.inner.fid).entered();
+        let b = self.binds_mut()?;
+        let ep_type = self.inner.info.ep_attr.ep_type;
+        if !ep_type.is_connected() && b.av.is_none() {
+            return Err(Error::NoAv);
+        }
+        if (b.tx_cq.is_none() && b.send_cntr.is_none())
+            || (b.rx_cq.is_none() && b.recv_cntr.is_none())
+        {
+            return Err(Error::NoCq);
+        }
+        if ep_type.is_connected() && b.eq.is_none() {
+            return Err(Error::NoEq);
+        }
+        let cfg = EpConfig {
+            fid: self.inner.fid,
+            context: b.context,
+            info: self.inner.info.clone(),
+            av: b.av.as_ref().map(|a| a.inner.table.clone()),
+            eq: b.eq.clone(),
+            wait: b.wait,
+            src_addr: b.src_addr.clone(),
+            conn: self.inner.conn.clone(),
+        };
+        let prov = weft_tcp::open_endpoint(cfg, self.inner.domain.rt().clone())?;
+        let live = Live {
+            prov,
+            tx_cq: b.tx_cq.clone(),
+            rx_cq: b.rx_cq.clone(),
+            send_cntr: b.send_cntr.clone(),
+            recv_cntr: b.recv_cntr.clone(),
+            tx_op_flags: b.tx_op_flags,
+            rx_op_flags: b.rx_op_flags,
+        };
+        drop(b);
+        self.inner.live.set(live).map_err(|_| Error::OpBadState)?;
+        self.inner.state.store(ENABLED, Ordering::Release);
+        Ok(())
+    }
+
+    fn live(&self) -> Result<&Live> {
+        if self.inner.state.load(Ordering::Acquire) != ENABLED {
+            return Err(Error::OpBadState);
+        }
+        self.inner.live.get().ok_or(Error::OpBadState)
+    }
+
+    /// The bound local address, raw bytes (after enable).
+    pub fn local_addr(&self) -> Result<Vec<u8>> {
+        Ok(self.live()?.prov.local_addr())
+    }
+
+    /// The connected peer's address (MSG, once connected).
+    pub fn peer_addr(&self) -> Result<Vec<u8>> {
+        self.live()?.prov.peer_addr().ok_or(Error::NotConn)
+    }
+
+    /// Room in the transmit queue (deprecated in libfabric, kept).
+    pub fn tx_size_left(&self) -> Result<usize> {
+        Ok(self.live()?.prov.tx_size_left())
+    }
+
+    /// Room in the receive queue.
+    pub fn rx_size_left(&self) -> Result<usize> {
+        Ok(self.live()?.prov.rx_size_left())
+    }
+
+    fn check_send(&self, msg: &SendMsg, flags: OpFlags) -> Result<()> {
+        let info = &self.inner.info;
+        if !TX_FLAGS.contains(flags) || (flags & OpFlags::COMPLETION_LEVELS).bits().count_ones() > 1
+        {
+            return Err(Error::BadFlags);
+        }
+        let need = if msg.tag.is_some() {
+            Caps::TAGGED
+        } else {
+            Caps::MSG
+        };
+        if !info.caps.contains(need) {
+            return Err(Error::NoSys);
+        }
+        if msg.iov.len() > info.tx_attr.iov_limit.max(1) {
+            return Err(Error::Inval);
+        }
+        let len: usize = msg.iov.iter().map(|b| b.len()).sum();
+        if len > info.ep_attr.max_msg_size {
+            return Err(Error::MsgSize);
+        }
+        if flags.contains(OpFlags::INJECT) && len > info.tx_attr.inject_size {
+            return Err(Error::MsgSize);
+        }
+        Ok(())
+    }
+
+    fn check_recv(&self, msg: &RecvMsg, flags: OpFlags) -> Result<()> {
+        let info = &self.inner.info;
+        if !RX_FLAGS.contains(flags) {
+            return Err(Error::BadFlags);
+        }
+        if flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) && !msg.tagged {
+            return Err(Error::BadFlags);
+        }
+        if flags.contains(OpFlags::DISCARD) && !flags.intersects(OpFlags::PEEK | OpFlags::CLAIM) {
+            return Err(Error::BadFlags);
+        }
+        let need = if msg.tagged { Caps::TAGGED } else { Caps::MSG };
+        if !info.caps.contains(need) {
+            return Err(Error::NoSys);
+        }
+        if msg.bufs.len() > info.rx_attr.iov_limit.max(1) {
+            return Err(Error::Inval);
+        }
+        Ok(())
+    }
+
+    fn send_req(
+        &self,
+        live: &Live,
+        msg: SendMsg,
+        flags: OpFlags,
+        waiter: Option<oneshot::Sender<CqItem>>,
+    ) -> SendReq {
+        let flags = flags | live.tx_op_flags;
+        let kind = OpFlags::SEND
+            | if msg.tag.is_some() {
+                OpFlags::TAGGED
+            } else {
+                OpFlags::MSG
+            };
+        let (cq, selective) = live
+            .tx_cq
+            .clone()
+            .map_or((None, false), |(c, s)| (Some(c), s));
+        // fi_inject: no completion on success.
+        let report =
+            !flags.contains(OpFlags::INJECT) && (!selective || flags.contains(OpFlags::COMPLETION));
+        SendReq {
+            dest: msg.dest,
+            iov: msg.iov,
+            tag: msg.tag,
+            data: msg.data,
+            flags,
+            done: OpDone {
+                context: msg.context,
+                flags: kind,
+                report,
+                cq,
+                cntr: live.send_cntr.clone(),
+                waiter,
+            },
+        }
+    }
+
+    fn recv_req(
+        &self,
+        live: &Live,
+        msg: RecvMsg,
+        flags: OpFlags,
+        waiter: Option<oneshot::Sender<CqItem>>,
+    ) -> RecvReq {
+        let flags = flags | live.rx_op_flags;
+        let kind = OpFlags::RECV
+            | if msg.tagged {
+                OpFlags::TAGGED
+            } else {
+                OpFlags::MSG
+            };
+        let (cq, selective) = live
+            .rx_cq
+            .clone()
+            .map_or((None, false), |(c, s)| (Some(c), s));
+        let directed = self.inner.info.caps.contains(Caps::DIRECTED_RECV);
+        RecvReq {
+            src: if directed { msg.src } else { FI_ADDR_UNSPEC },
+            bufs: msg.bufs,
+            tagged: msg.tagged,
+            tag: msg.tag,
+            ignore: msg.ignore,
+            flags,
+            done: OpDone {
+                context: msg.context,
+                flags: kind,
+                report: !selective || flags.contains(OpFlags::COMPLETION),
+                cq,
+                cntr: live.recv_cntr.clone(),
+                waiter,
+            },
+        }
+    }
+
+    /// `fi_sendmsg` / `fi_tsendmsg`: posts a send; its completion goes to
+    /// the transmit CQ with `msg.context`. `Again` when the queue is full.
+    pub fn post_sendmsg(&self, msg: SendMsg, flags: OpFlags) -> Result<()> {
+        let live = self.live()?;
+        self.check_send(&msg, flags)?;
+        let req = self.send_req(live, msg, flags, None);
+        live.prov.post_send(req).map_err(|r| r.err)
+    }
+
+    /// `fi_send`.
+    pub fn post_send(&self, dest: FiAddr, buf: Bytes, context: u64) -> Result<()> {
+        self.post_sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                tag: None,
+                data: None,
+                context,
+            },
+            OpFlags::empty(),
+        )
+    }
+
+    /// `fi_senddata`: a send carrying remote CQ data.
+    pub fn post_senddata(&self, dest: FiAddr, buf: Bytes, data: u64, context: u64) -> Result<()> {
+        self.post_sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                tag: None,
+                data: Some(data),
+                context,
+            },
+            OpFlags::REMOTE_CQ_DATA,
+        )
+    }
+
+    /// `fi_inject`: the buffer is the caller's again on return and no
+    /// completion is generated (up to `inject_size` bytes).
+    pub fn inject(&self, dest: FiAddr, buf: Bytes) -> Result<()> {
+        self.post_sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                tag: None,
+                data: None,
+                context: 0,
+            },
+            OpFlags::INJECT,
+        )
+    }
+
+    /// `fi_tsend`.
+    pub fn post_tsend(&self, dest: FiAddr, buf: Bytes, tag: u64, context: u64) -> Result<()> {
+        self.post_sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                tag: Some(tag),
+                data: None,
+                context,
+            },
+            OpFlags::empty(),
+        )
+    }
+
+    /// `fi_tinject`.
+    pub fn tinject(&self, dest: FiAddr, buf: Bytes, tag: u64) -> Result<()> {
+        self.post_sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                tag: Some(tag),
+                data: None,
+                context: 0,
+            },
+            OpFlags::INJECT,
+        )
+    }
+
+    /// `fi_recvmsg` / `fi_trecvmsg`, including `PEEK`, `PEEK|CLAIM`,
+    /// `PEEK|DISCARD`, `CLAIM` and `CLAIM|DISCARD` for tagged receives.
+    /// On failure to post, the buffers come back in the error.
+    pub fn post_recvmsg(
+        &self,
+        msg: RecvMsg,
+        flags: OpFlags,
+    ) -> std::result::Result<(), (Error, Vec<BytesMut>)> {
+        let live = match self.live() {
+            Ok(l) => l,
+            Err(e) => return Err((e, msg.bufs)),
+        };
+        if let Err(e) = self.check_recv(&msg, flags) {
+            return Err((e, msg.bufs));
+        }
+        let req = self.recv_req(live, msg, flags, None);
+        live.prov
+            .post_recv(req)
+            .map_err(|Rejected { err, req }| (err, req.bufs))
+    }
+
+    /// `fi_recv`: receive into `buf` (its `len()` is the capacity).
+    pub fn post_recv(&self, buf: BytesMut, context: u64) -> Result<()> {
+        let msg = RecvMsg {
+            src: FI_ADDR_UNSPEC,
+            bufs: vec![buf],
+            context,
+            ..RecvMsg::default()
+        };
+        self.post_recvmsg(msg, OpFlags::empty()).map_err(|(e, _)| e)
+    }
+
+    /// `fi_trecv`.
+    pub fn post_trecv(
+        &self,
+        buf: BytesMut,
+        src: FiAddr,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+    ) -> Result<()> {
+        let msg = RecvMsg {
+            src,
+            bufs: vec![buf],
+            tagged: true,
+            tag,
+            ignore,
+            context,
+        };
+        self.post_recvmsg(msg, OpFlags::empty()).map_err(|(e, _)| e)
+    }
+
+    /// `fi_cancel`: a pending receive with `context` completes with a
+    /// `Canceled` error entry. `NoEnt` if none is pending (already
+    /// completed, or never posted).
+    pub fn cancel(&self, context: u64) -> Result<()> {
+        if self.live()?.prov.cancel(context) {
+            Ok(())
+        } else {
+            Err(Error::NoEnt)
+        }
+    }
+
+    /// Sends `msg` and resolves with its completion. A full transmit queue
+    /// is waited out, not reported.
+    pub async fn sendmsg(
+        &self,
+        msg: SendMsg,
+        flags: OpFlags,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        let fail = |e: Error| CqErrEntry::new(0, OpFlags::SEND, e);
+        let live = self.live().map_err(fail)?;
+        self.check_send(&msg, flags).map_err(fail)?;
+        let ctx = NEXT_ASYNC_CTX.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let mut msg = msg;
+        msg.context = ctx;
+        let mut req = self.send_req(live, msg, flags & !OpFlags::INJECT, Some(tx));
+        req.done.report = false;
+        let mut spins = 0u32;
+        loop {
+            match live.prov.post_send(req) {
+                Ok(()) => break,
+                Err(Rejected {
+                    err: Error::Again,
+                    req: r,
+                }) => {
+                    req = r;
+                    backoff(&mut spins).await;
+                }
+                Err(Rejected { err, .. }) => return Err(fail(err)),
+            }
+        }
+        OpFuture {
+            rx,
+            ep: None,
+            context: ctx,
+        }
+        .await
+    }
+
+    /// `send` resolving with the completion.
+    pub async fn send(&self, dest: FiAddr, buf: Bytes) -> std::result::Result<CqEntry, CqErrEntry> {
+        self.sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                ..SendMsg::default()
+            },
+            OpFlags::empty(),
+        )
+        .await
+    }
+
+    /// Tagged `send` resolving with the completion.
+    pub async fn tsend(
+        &self,
+        dest: FiAddr,
+        buf: Bytes,
+        tag: u64,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        self.sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                tag: Some(tag),
+                ..SendMsg::default()
+            },
+            OpFlags::empty(),
+        )
+        .await
+    }
+
+    /// Receives and resolves with the completion, whose `bufs` hold the
+    /// data. Dropping the future before a message matched withdraws the
+    /// receive, so no message is consumed by a receive nobody awaits.
+    pub async fn recvmsg(
+        &self,
+        msg: RecvMsg,
+        flags: OpFlags,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        let fail = |e: Error, bufs: Vec<BytesMut>| {
+            let mut ee = CqErrEntry::new(0, OpFlags::RECV, e);
+            ee.bufs = bufs;
+            ee
+        };
+        let live = match self.live() {
+            Ok(l) => l,
+            Err(e) => return Err(fail(e, msg.bufs)),
+        };
+        if let Err(e) = self.check_recv(&msg, flags) {
+            return Err(fail(e, msg.bufs));
+        }
+        let ctx = NEXT_ASYNC_CTX.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let mut msg = msg;
+        msg.context = ctx;
+        let mut req = self.recv_req(live, msg, flags, Some(tx));
+        let mut spins = 0u32;
+        loop {
+            match live.prov.post_recv(req) {
+                Ok(()) => break,
+                Err(Rejected {
+                    err: Error::Again,
+                    req: r,
+                }) => {
+                    req = r;
+                    backoff(&mut spins).await;
+                }
+                Err(Rejected { err, req }) => return Err(fail(err, req.bufs)),
+            }
+        }
+        OpFuture {
+            rx,
+            ep: Some(live.prov.clone()),
+            context: ctx,
+        }
+        .await
+    }
+
+    /// Receives one message into `buf`.
+    pub async fn recv(&self, buf: BytesMut) -> std::result::Result<CqEntry, CqErrEntry> {
+        let msg = RecvMsg {
+            src: FI_ADDR_UNSPEC,
+            bufs: vec![buf],
+            ..RecvMsg::default()
+        };
+        self.recvmsg(msg, OpFlags::empty()).await
+    }
+
+    /// Receives one tagged message matching `tag`/`ignore` from `src`.
+    pub async fn trecv(
+        &self,
+        buf: BytesMut,
+        src: FiAddr,
+        tag: u64,
+        ignore: u64,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        let msg = RecvMsg {
+            src,
+            bufs: vec![buf],
+            tagged: true,
+            tag,
+            ignore,
+            context: 0,
+        };
+        self.recvmsg(msg, OpFlags::empty()).await
+    }
+
+    /// MSG: connects to `dest` (raw address) with CM data; resolves with the
+    /// peer's CM data. A `Connected` event is queued on the EQ as well.
+    pub async fn connect(&self, dest: Vec<u8>, cm_data: Vec<u8>) -> Result<Vec<u8>> {
+        if !self.inner.info.ep_attr.ep_type.is_connected() {
+            return Err(Error::NoSys);
+        }
+        let prov = self.live()?.prov.clone();
+        prov.connect(dest, cm_data).await
+    }
+
+    /// MSG: accepts the request this endpoint was created for.
+    pub async fn accept(&self, cm_data: Vec<u8>) -> Result<()> {
+        if self.inner.conn.is_none() {
+            return Err(Error::Inval);
+        }
+        let prov = self.live()?.prov.clone();
+        prov.accept(cm_data).await
+    }
+
+    /// MSG: orderly shutdown; the peer gets a `Shutdown` event.
+    pub fn shutdown(&self) -> Result<()> {
+        self.live()?.prov.shutdown()
+    }
+
+    /// `fi_close`: outstanding operations are discarded without
+    /// completions. Closing twice is `OpBadState`.
+    pub fn close(&self) -> Result<()> {
+        let prev = self.inner.state.swap(CLOSED, Ordering::AcqRel);
+        if prev == CLOSED {
+            return Err(Error::OpBadState);
+        }
+        if let Some(l) = self.inner.live.get() {
+            l.prov.close();
+        }
+        if let Some(av) = lock(&self.inner.binds).av.take() {
+            av.inner.bound_eps.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+}
+
+/// Waits out a full queue: yield first, then sleep a little longer each
+/// time, so a stalled peer costs no CPU.
+async fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        tokio::task::yield_now().await;
+    } else {
+        let us = (*spins as u64).min(1000);
+        tokio::time::sleep(std::time::Duration::from_micros(us)).await;
+    }
+}
+
+/// The completion of one `async` operation. Dropping it cancels a receive
+/// that has not matched yet.
+struct OpFuture {
+    rx: oneshot::Receiver<CqItem>,
+    ep: Option<Arc<dyn ProviderEndpoint>>,
+    context: u64,
+}
+
+impl Future for OpFuture {
+    type Output = std::result::Result<CqEntry, CqErrEntry>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match Pin::new(&mut self.rx).poll(cx) {
+            Poll::Ready(Ok(item)) => {
+                self.ep = None;
+                Poll::Ready(item)
+            }
+            Poll::Ready(Err(_)) => {
+                self.ep = None;
+                Poll::Ready(Err(CqErrEntry::new(
+                    self.context,
+                    OpFlags::empty(),
+                    Error::Canceled,
+                )))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for OpFuture {
+    fn drop(&mut self) {
+        if let Some(ep) = self.ep.take() {
+            ep.cancel(self.context);
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! Fabric and domain: provider discovery (`getinfo`), and the factory of
+//! every other object.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::runtime::Handle;
+use weft_core::attr::Info;
+use weft_core::completion::{CqFormat, CqShared, WaitMode};
+use weft_core::counter::CounterShared;
+use weft_core::eventq::EqShared;
+use weft_core::getinfo;
+use weft_core::{Error, Result};
+
+use crate::av::{AddressVector, AvAttr};
+use crate::counter::Counter;
+use crate::cq::CompletionQueue;
+use crate::endpoint::Endpoint;
+use crate::eq::EventQueue;
+use crate::passive::PassiveEndpoint;
+
+static NEXT_FID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh object id (fid).
+pub(crate) fn next_fid() -> u64 {
+    NEXT_FID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Providers compiled into this build.
+pub const PROVIDERS: &[&str] = &[weft_tcp::NAME];
+
+/// Every offer of every provider, filtered by `FI_PROVIDER` when set.
+pub fn all_offers() -> Vec<Info> {
+    let filter = std::env::var("FI_PROVIDER").ok();
+    let mut v = weft_tcp::offers();
+    if let Some(f) = filter.filter(|f| !f.trim().is_empty()) {
+        v.retain(|i| {
+            getinfo::provider_selected(&f, i.fabric_attr.prov_name.as_deref().unwrap_or(""))
+        });
+    }
+    v
+}
+
+/// `fi_getinfo`: the offers that satisfy `hints`, narrowed to them.
+/// Nothing matching is `NoData`; an unknown provider name in the hints
+/// matches nothing.
+pub fn getinfo(hints: Option<&Info>) -> Result<Vec<Info>> {
+    getinfo::getinfo(hints, &all_offers())
+}
+
+/// Attributes of a completion queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqAttr {
+    /// Expected depth (a hint: entries are never dropped).
+    pub size: usize,
+    /// Entry format.
+    pub format: CqFormat,
+    /// How readers wait.
+    pub wait: WaitMode,
+}
+
+impl Default for CqAttr {
+    fn default() -> Self {
+        CqAttr {
+            size: 1024,
+            format: CqFormat::Tagged,
+            wait: WaitMode::Interrupt,
+        }
+    }
+}
+
+/// A fabric: the root object, tied to a Tokio runtime.
+#[derive(Debug, Clone)]
+pub struct Fabric {
+    pub(crate) inner: Arc<FabricInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct FabricInner {
+    pub(crate) fid: u64,
+    pub(crate) prov: String,
+    pub(crate) rt: Handle,
+}
+
+impl Fabric {
+    /// Opens the fabric of `info` on the current Tokio runtime.
+    /// Outside a runtime this is `NoDev` (use [`Fabric::open_with`]).
+    pub fn open(info: &Info) -> Result<Fabric> {
+        let rt = Handle::try_current().map_err(|_| Error::NoDev)?;
+        Fabric::open_with(info, rt)
+    }
+
+    /// Opens the fabric of `info`, running its I/O on `rt`.
+    pub fn open_with(info: &Info, rt: Handle) -> Result<Fabric> {
+        let prov = info
+            .fabric_attr
+            .prov_name
+            .clone()
+            .unwrap_or_else(|| weft_tcp::NAME.into());
+        if !PROVIDERS.contains(&prov.as_str()) {
+            return Err(Error::NoData);
+        }
+        tracing::debug!(provider = %prov, "fabric open");
+        Ok(Fabric {
+            inner: Arc::new(FabricInner {
+                fid: next_fid(),
+                prov,
+                rt,
+            }),
+        })
+    }
+
+    /// The provider's name.
+    pub fn provider(&self) -> &str {
+        &self.inner.prov
+    }
+
+    /// The object id.
+    pub fn fid(&self) -> u64 {
+        self.inner.fid
+    }
+
+    /// Opens a domain for `info`.
+    pub fn domain(&self, info: &Info) -> Result<Domain> {
+        let p = info
+            .fabric_attr
+            .prov_name
+            .as_deref()
+            .unwrap_or(&self.inner.prov);
+        if p != self.inner.prov {
+            return Err(Error::Inval);
+        }
+        Ok(Domain {
+            inner: Arc::new(DomainInner {
+                fid: next_fid(),
+                fabric: self.clone(),
+                info: info.clone(),
+            }),
+        })
+    }
+
+    /// Opens an event queue of `size` entries (1 ..= 1 << 16).
+    pub fn eq(&self, size: usize) -> Result<EventQueue> {
+        if size == 0 || size > 1 << 16 {
+            return Err(Error::Inval);
+        }
+        Ok(EventQueue::new(EqShared::new(next_fid(), size)))
+    }
+
+    /// Opens a passive (listening) endpoint for MSG connections. `addr`:
+    /// raw address to bind, `None` for an ephemeral loopback port.
+    pub fn passive_endpoint(&self, info: &Info, addr: Option<Vec<u8>>) -> Result<PassiveEndpoint> {
+        PassiveEndpoint::new(self.clone(), info.clone(), addr)
+    }
+}
+
+/// A domain: the resource group endpoints, queues and AVs belong to.
+#[derive(Debug, Clone)]
+pub struct Domain {
+    pub(crate) inner: Arc<DomainInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct DomainInner {
+    pub(crate) fid: u64,
+    pub(crate) fabric: Fabric,
+    pub(crate) info: Info,
+}
+
+impl Domain {
+    /// The object id.
+    pub fn fid(&self) -> u64 {
+        self.inner.fid
+    }
+
+    /// The info the domain was opened with.
+    pub fn info(&self) -> &Info {
+        &self.inner.info
+    }
+
+    /// The fabric.
+    pub fn fabric(&self) -> &Fabric {
+        &self.inner.fabric
+    }
+
+    /// Opens an address vector.
+    pub fn av(&self, attr: AvAttr) -> Result<AddressVector> {
+        AddressVector::open(self.clone(), attr)
+    }
+
+    /// Opens a completion queue (`size` 1 ..= 1 << 20).
+    pub fn cq(&self, attr: CqAttr) -> Result<CompletionQueue> {
+        if attr.size == 0 || attr.size > 1 << 20 {
+            return Err(Error::Inval);
+        }
+        let format = match attr.format {
+            CqFormat::Unspec => CqFormat::Tagged,
+            f => f,
+        };
+        Ok(CompletionQueue::new(
+            CqShared::new(next_fid(), format, attr.wait, attr.size),
+            self.fid(),
+        ))
+    }
+
+    /// Opens a counter.
+    pub fn counter(&self) -> Result<Counter> {
+        Ok(Counter::new(CounterShared::new(next_fid()), self.fid()))
+    }
+
+    /// Creates a (disabled) endpoint for `info`.
+    pub fn endpoint(&self, info: &Info) -> Result<Endpoint> {
+        Endpoint::new(self.clone(), info.clone(), None)
+    }
+
+    /// Creates the endpoint that will accept a connection request
+    /// (`FI_CONNREQ` event): bind it, enable it, then `accept`.
+    pub fn accept_endpoint(&self, info: &Info, req: &crate::eq::ConnRequest) -> Result<Endpoint> {
+        Endpoint::new(self.clone(), info.clone(), Some(req.handle()))
+    }
+
+    pub(crate) fn rt(&self) -> &Handle {
+        &self.inner.fabric.inner.rt
+    }
+}

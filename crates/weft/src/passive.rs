@@ -1,0 +1,126 @@
+//! Passive endpoints: listen for MSG connection requests.
+
+use std::sync::{Arc, Mutex};
+
+use weft_core::attr::{EpType, Info};
+use weft_core::eventq::EqShared;
+use weft_core::provider::ProviderPassive;
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+use crate::eq::{ConnRequest, EventQueue};
+use crate::fabric::{next_fid, Fabric};
+
+/// A listening endpoint. Bind an EQ, `listen`, then read `ConnReq`
+/// events from the EQ; accept through `Domain::accept_endpoint` or
+/// `reject`.
+#[derive(Debug)]
+pub struct PassiveEndpoint {
+    fid: u64,
+    fabric: Fabric,
+    info: Info,
+    addr: Option<Vec<u8>>,
+    eq: Mutex<Option<Arc<EqShared>>>,
+    backlog: Mutex<u32>,
+    prov: Mutex<Option<Arc<dyn ProviderPassive>>>,
+    context: u64,
+}
+
+impl PassiveEndpoint {
+    pub(crate) fn new(
+        fabric: Fabric,
+        info: Info,
+        addr: Option<Vec<u8>>,
+    ) -> Result<PassiveEndpoint> {
+        if info.ep_attr.ep_type != EpType::Msg {
+            return Err(Error::Inval);
+        }
+        Ok(PassiveEndpoint {
+            fid: next_fid(),
+            fabric,
+            info,
+            addr,
+            eq: Mutex::new(None),
+            backlog: Mutex::new(128),
+            prov: Mutex::new(None),
+            context: 0,
+        })
+    }
+
+    /// The object id.
+    pub fn fid(&self) -> u64 {
+        self.fid
+    }
+
+    /// The endpoint info.
+    pub fn info(&self) -> &Info {
+        &self.info
+    }
+
+    /// Binds the EQ that receives connection requests.
+    pub fn bind_eq(&self, eq: &EventQueue) -> Result<()> {
+        if lock(&self.prov).is_some() {
+            return Err(Error::OpBadState);
+        }
+        *lock(&self.eq) = Some(eq.shared.clone());
+        Ok(())
+    }
+
+    /// `FI_BACKLOG`: pending-connection limit, before `listen`.
+    pub fn set_backlog(&self, backlog: u32) -> Result<()> {
+        if backlog == 0 {
+            return Err(Error::Inval);
+        }
+        if let Some(p) = lock(&self.prov).as_ref() {
+            return p.set_backlog(backlog as usize);
+        }
+        *lock(&self.backlog) = backlog;
+        Ok(())
+    }
+
+    /// Starts listening. Needs a bound EQ (`NoEq`).
+    pub fn listen(&self) -> Result<()> {
+        let _span = tracing::debug_span!("pep_listen", fid = self.fid).entered();
+        let eq = lock(&self.eq).clone().ok_or(Error::NoEq)?;
+        let mut p = lock(&self.prov);
+        if p.is_some() {
+            return Err(Error::OpBadState);
+        }
+        let backlog = *lock(&self.backlog);
+        *p = Some(weft_tcp::open_passive(
+            self.addr.clone(),
+            backlog,
+            eq,
+            self.fid,
+            self.context,
+            self.fabric.inner.rt.clone(),
+        )?);
+        Ok(())
+    }
+
+    /// The listening address, raw bytes (after `listen`).
+    pub fn local_addr(&self) -> Result<Vec<u8>> {
+        lock(&self.prov)
+            .as_ref()
+            .map(|p| p.local_addr())
+            .ok_or(Error::OpBadState)
+    }
+
+    /// Rejects a request; the peer's connect fails with `ConnRefused` and
+    /// gets `data`.
+    pub fn reject(&self, req: &ConnRequest, data: Vec<u8>) -> Result<()> {
+        if data.len() > self.info.ep_attr.cm_data_size {
+            return Err(Error::Inval);
+        }
+        let p = lock(&self.prov).clone().ok_or(Error::OpBadState)?;
+        p.reject(&req.handle(), data)
+    }
+
+    /// Stops listening.
+    pub fn close(&self) -> Result<()> {
+        if let Some(p) = lock(&self.prov).take() {
+            p.close();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,115 @@
+//! Fuzzes the frame-header decoder of `docs/wire.md` and the sockaddr
+//! decoders used for the RDM `Hello` payload and `FI_ADDR_STR` addresses.
+//!
+//! Properties checked (a failed assertion is a finding):
+//! - nothing panics on arbitrary input;
+//! - a header that decodes re-encodes to exactly the 40 bytes it came from
+//!   and decodes again to the same `Header`;
+//! - the decoder's answer is consistent across `max_data_len` values
+//!   (accepted under a bound => accepted under every larger bound;
+//!   `TooLong` reports the real length and bound);
+//! - `decode_sockaddr` / `encode_sockaddr` and `parse_sockaddr_str` /
+//!   `sockaddr_to_str` round-trip whatever they accept.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use weft_core::addr::{decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sockaddr_to_str};
+use weft_core::wire::{
+    decode, FrameKind, Header, WireError, FLAG_ACK_REQ, FLAG_CQ_DATA, HEADER_LEN,
+    MAX_CONTROL_LEN,
+};
+
+/// `max_data_len` values every input is decoded with.
+const MAX_LENS: [u64; 7] = [0, 1, 64, 4096, 1 << 20, u64::MAX - 1, u64::MAX];
+
+fn check_header(data: &[u8]) {
+    let mut accepted_at: Option<u64> = None;
+    for &max in &MAX_LENS {
+        match decode(data, max) {
+            Ok(h) => {
+                let kind = h.frame_kind().expect("decoded header without a kind");
+                // Field constraints of docs/wire.md.
+                if kind.is_data() {
+                    assert!(h.len <= max, "data frame len {} > max {max}", h.len);
+                    assert_eq!(h.flags & !(FLAG_CQ_DATA | FLAG_ACK_REQ), 0);
+                } else {
+                    assert_eq!(h.flags, 0, "control frame with flags");
+                    let limit = match kind {
+                        FrameKind::Hello | FrameKind::ConnReq | FrameKind::ConnResp => {
+                            MAX_CONTROL_LEN
+                        }
+                        _ => 0,
+                    };
+                    assert!(h.len <= limit, "{kind:?} len {} > {limit}", h.len);
+                }
+                // Re-encoding is byte-exact (reserved bytes are zero) and
+                // decodes to the same header.
+                let enc = h.encode();
+                assert_eq!(&enc[..], &data[..HEADER_LEN], "re-encoding differs");
+                assert_eq!(decode(&enc, max), Ok(h), "re-decoding differs");
+                // Trailing bytes (the payload) never change the header.
+                assert_eq!(decode(&data[..HEADER_LEN], max), Ok(h));
+                // Monotone in the bound.
+                if accepted_at.is_none() {
+                    accepted_at = Some(max);
+                }
+            }
+            Err(e) => {
+                // MAX_LENS is increasing: once accepted, always accepted.
+                assert!(
+                    accepted_at.is_none(),
+                    "accepted with max {accepted_at:?} but rejected with max {max}: {e}"
+                );
+                match e {
+                    WireError::Truncated(n) => {
+                        assert!(data.len() < HEADER_LEN);
+                        assert_eq!(n, data.len());
+                    }
+                    WireError::TooLong { len, max: m } => assert!(len > m),
+                    _ => {}
+                }
+                // Display never panics.
+                let _ = e.to_string();
+                let _ = weft_core::Error::from(e);
+            }
+        }
+    }
+}
+
+fn check_sockaddr(data: &[u8]) {
+    if let Ok(a) = decode_sockaddr(data) {
+        let enc = encode_sockaddr(&a);
+        assert_eq!(enc.len(), data.len());
+        // sockaddr_in's sin_zero (bytes 8..16) is ignored by the decoder;
+        // everything else must round-trip byte for byte.
+        let n = if a.is_ipv4() { 8 } else { data.len() };
+        assert_eq!(&enc[..n], &data[..n], "sockaddr re-encoding differs");
+        assert_eq!(decode_sockaddr(&enc), Ok(a));
+    }
+    // Also try the slice as a Hello frame: header then payload.
+    if data.len() > HEADER_LEN {
+        if let Ok(h) = decode(data, 0) {
+            if h.frame_kind() == Some(FrameKind::Hello) {
+                let end = data.len().min(HEADER_LEN.saturating_add(h.len as usize));
+                let _ = decode_sockaddr(&data[HEADER_LEN..end]);
+            }
+        }
+    }
+}
+
+fn check_str(data: &[u8]) {
+    let s = String::from_utf8_lossy(data);
+    if let Ok(a) = parse_sockaddr_str(&s) {
+        // The string form carries ip and port only (no flowinfo / scope id).
+        let back = parse_sockaddr_str(&sockaddr_to_str(&a)).expect("formatted address reparses");
+        assert_eq!((back.ip(), back.port()), (a.ip(), a.port()));
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    check_header(data);
+    check_sockaddr(data);
+    check_str(data);
+    // Keep `Header` constructible from the public API in the target too.
+    let _ = Header::new(FrameKind::Ack).encode();
+});
