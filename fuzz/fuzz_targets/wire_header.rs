@@ -15,8 +15,7 @@
 use libfuzzer_sys::fuzz_target;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sockaddr_to_str};
 use weft_core::wire::{
-    decode, FrameKind, Header, WireError, FLAG_ACK_REQ, FLAG_CQ_DATA, HEADER_LEN,
-    MAX_CONTROL_LEN,
+    decode, FrameKind, Header, WireError, FLAG_ACK_REQ, FLAG_CQ_DATA, HEADER_LEN, MAX_CONTROL_LEN,
 };
 
 /// `max_data_len` values every input is decoded with.

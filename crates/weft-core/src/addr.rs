@@ -21,14 +21,17 @@ pub const SOCKADDR_IN_LEN: usize = 16;
 /// Length of an encoded `struct sockaddr_in6`.
 pub const SOCKADDR_IN6_LEN: usize = 28;
 
-/// Encodes a socket address as the bytes of a Linux `struct sockaddr_in` or
-/// `struct sockaddr_in6` (family in host order, port and address in network
-/// order), which is what libfabric's socket providers put in an AV.
+/// Encodes a socket address in the layout of a Linux `struct sockaddr_in` or
+/// `struct sockaddr_in6`, which is what libfabric's socket providers put in
+/// an AV. Port and address are in network order; the family and scope id
+/// are little-endian (what x86/ARM Linux stores), fixed so that the bytes —
+/// compared on the wire to resolve simultaneous connects — are the same on
+/// every host.
 pub fn encode_sockaddr(addr: &SocketAddr) -> Vec<u8> {
     match addr {
         SocketAddr::V4(a) => {
             let mut b = Vec::with_capacity(SOCKADDR_IN_LEN);
-            b.extend_from_slice(&AF_INET.to_ne_bytes());
+            b.extend_from_slice(&AF_INET.to_le_bytes());
             b.extend_from_slice(&a.port().to_be_bytes());
             b.extend_from_slice(&a.ip().octets());
             b.extend_from_slice(&[0u8; 8]);
@@ -36,11 +39,11 @@ pub fn encode_sockaddr(addr: &SocketAddr) -> Vec<u8> {
         }
         SocketAddr::V6(a) => {
             let mut b = Vec::with_capacity(SOCKADDR_IN6_LEN);
-            b.extend_from_slice(&AF_INET6.to_ne_bytes());
+            b.extend_from_slice(&AF_INET6.to_le_bytes());
             b.extend_from_slice(&a.port().to_be_bytes());
             b.extend_from_slice(&a.flowinfo().to_be_bytes());
             b.extend_from_slice(&a.ip().octets());
-            b.extend_from_slice(&a.scope_id().to_ne_bytes());
+            b.extend_from_slice(&a.scope_id().to_le_bytes());
             b
         }
     }
@@ -49,7 +52,7 @@ pub fn encode_sockaddr(addr: &SocketAddr) -> Vec<u8> {
 /// Decodes `sockaddr_in` / `sockaddr_in6` bytes. Anything else is `Inval`.
 pub fn decode_sockaddr(b: &[u8]) -> Result<SocketAddr> {
     let fam = b.get(0..2).ok_or(Error::Inval)?;
-    let fam = u16::from_ne_bytes([fam[0], fam[1]]);
+    let fam = u16::from_le_bytes([fam[0], fam[1]]);
     match (fam, b.len()) {
         (AF_INET, SOCKADDR_IN_LEN) => {
             let port = u16::from_be_bytes([b[2], b[3]]);
@@ -61,7 +64,7 @@ pub fn decode_sockaddr(b: &[u8]) -> Result<SocketAddr> {
             let flow = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
             let mut o = [0u8; 16];
             o.copy_from_slice(&b[8..24]);
-            let scope = u32::from_ne_bytes([b[24], b[25], b[26], b[27]]);
+            let scope = u32::from_le_bytes([b[24], b[25], b[26], b[27]]);
             Ok(SocketAddr::V6(SocketAddrV6::new(
                 Ipv6Addr::from(o),
                 port,

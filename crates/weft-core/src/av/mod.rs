@@ -190,3 +190,100 @@ pub fn sync_err_status<T>(results: &[Result<T>]) -> Vec<i32> {
         .map(|r| r.as_ref().err().map_or(0, |e| e.code()))
         .collect()
 }
+
+#[cfg(test)]
+mod rule_tests {
+    use super::*;
+
+    #[test]
+    fn insert_flag_rules() {
+        use AvFlags as F;
+        assert_eq!(check_insert_flags(F::empty(), false, false), Ok(()));
+        assert_eq!(check_insert_flags(F::MORE | F::EVENT, false, false), Ok(()));
+        assert_eq!(check_insert_flags(F::SYNC_ERR, false, true), Ok(()));
+        assert_eq!(
+            check_insert_flags(F::SYNC_ERR, false, false),
+            Err(Error::Inval)
+        );
+        assert_eq!(
+            check_insert_flags(F::EVENT | F::SYNC_ERR, false, true),
+            Err(Error::BadFlags)
+        );
+        assert_eq!(
+            check_insert_flags(F::EVENT | F::SYNC_ERR, false, false),
+            Err(Error::BadFlags)
+        );
+        assert_eq!(
+            check_insert_flags(F::READ, false, false),
+            Err(Error::BadFlags)
+        );
+        assert_eq!(
+            check_insert_flags(F::SYMMETRIC, false, false),
+            Err(Error::BadFlags)
+        );
+        assert_eq!(
+            check_insert_flags(F::from_bits_retain(1 << 2), false, false),
+            Err(Error::BadFlags)
+        );
+        assert_eq!(check_insert_flags(F::AV_USER_ID, false, false), Ok(()));
+        assert_eq!(
+            check_insert_flags(F::AV_USER_ID, true, false),
+            Err(Error::Inval)
+        );
+        assert_eq!(check_insert_flags(F::MORE, true, false), Ok(()));
+    }
+
+    #[test]
+    fn insert_event_sequences() {
+        let none: [Result<FiAddr>; 0] = [];
+        assert_eq!(
+            insert_events(&none),
+            vec![InsertEvent::Complete { count: 0 }]
+        );
+        assert_eq!(sync_err_status(&none), Vec::<i32>::new());
+
+        let all_fail: Vec<Result<FiAddr>> = vec![Err(Error::Inval), Err(Error::Canceled)];
+        assert_eq!(
+            insert_events(&all_fail),
+            vec![
+                InsertEvent::Error {
+                    index: 0,
+                    err: Error::Inval
+                },
+                InsertEvent::Error {
+                    index: 1,
+                    err: Error::Canceled
+                },
+                InsertEvent::Complete { count: 0 },
+            ]
+        );
+
+        let mixed: Vec<Result<FiAddr>> = vec![
+            Ok(0),
+            Err(Error::HostUnreach),
+            Ok(1),
+            Err(Error::Inval),
+            Ok(2),
+        ];
+        assert_eq!(
+            insert_events(&mixed),
+            vec![
+                InsertEvent::Error {
+                    index: 1,
+                    err: Error::HostUnreach
+                },
+                InsertEvent::Error {
+                    index: 3,
+                    err: Error::Inval
+                },
+                InsertEvent::Complete { count: 3 },
+            ]
+        );
+        assert_eq!(sync_err_status(&mixed), vec![0, 113, 0, 22, 0]);
+        let ok_only: Vec<Result<()>> = vec![Ok(()), Ok(())];
+        assert_eq!(
+            insert_events(&ok_only),
+            vec![InsertEvent::Complete { count: 2 }]
+        );
+    }
+}

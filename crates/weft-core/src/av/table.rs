@@ -534,3 +534,57 @@ impl AvTable {
         self.garbage = 0;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_bounds() {
+        let t = Layout::new(AvType::Table, 32);
+        assert_eq!((t.encode(7, 0), t.decode(7)), (7, Some((7, 0))));
+        assert_eq!(t.decode(1 << 32), None);
+        let m = Layout::new(AvType::Map, 0);
+        assert_eq!(
+            (m.index_bits, m.max_gen, m.max_slots),
+            (32, u32::MAX, u32::MAX - 2)
+        );
+        assert_ne!(m.encode(m.max_slots - 1, m.max_gen), FI_ADDR_NOTAVAIL);
+        let m = Layout::new(AvType::Map, 8);
+        assert_eq!((m.index_bits, m.max_gen), (32, (1 << 24) - 1));
+        let m = Layout::new(AvType::Map, 32);
+        assert_eq!(
+            (m.index_bits, m.max_gen, m.max_slots),
+            (24, 255, (1 << 24) - 1)
+        );
+        let top = m.encode(m.max_slots - 1, m.max_gen);
+        assert_eq!(top >> 32, 0);
+        assert_ne!(
+            top,
+            u64::from(u32::MAX),
+            "never the all-ones NOTAVAIL pattern"
+        );
+        assert_eq!(m.decode(top), Some((m.max_slots - 1, m.max_gen)));
+    }
+
+    #[test]
+    fn arena_garbage_stays_bounded() {
+        let mut t = AvTable::open(&AvAttr::default()).unwrap();
+        let ok = |_: &[u8]| Ok(());
+        for size in 1..200usize {
+            let addrs: Vec<Vec<u8>> = (0..64u8).map(|n| vec![n; size]).collect();
+            let hs = t.insert(&addrs, &ok);
+            assert!(t.garbage == 0 || t.garbage * 2 < t.arena.len() || t.garbage < 4096);
+            for h in hs.into_iter().flatten() {
+                t.remove(h).unwrap();
+            }
+        }
+        let owned: usize = t.slots.iter().map(|s| s.cap as usize).sum();
+        assert_eq!(owned + t.garbage, t.arena.len());
+        assert!(
+            t.arena.len() <= 2 * owned.max(4096),
+            "{} vs {owned}",
+            t.arena.len()
+        );
+    }
+}
