@@ -88,7 +88,7 @@ impl Conn {
         let mut g = lock(&self.tx);
         if let Some(err) = g.closed {
             drop(g);
-            fail_frame(f, err);
+            self.fail_frame(f, err);
             return;
         }
         if f.hdr.kind.is_some_and(FrameKind::is_data) {
@@ -96,6 +96,14 @@ impl Conn {
             f.hdr.seq = g.seq;
         }
         f.enc = f.hdr.encode();
+        if f.wait_ack {
+            // Registered before the first byte goes out: the peer's Ack can
+            // be read (by another thread) before this call returns, and an
+            // Ack that finds no entry would leave the send pending forever.
+            if let Some(done) = f.done.take() {
+                lock(&self.acks).insert(f.hdr.seq, done);
+            }
+        }
         if g.queue.is_empty() && !g.writer_active {
             match write_some(&self.std, &mut f) {
                 Ok(true) => {
@@ -104,12 +112,12 @@ impl Conn {
                     return;
                 }
                 Ok(false) => {}
-                Err(e) => {
-                    drop(g);
-                    fail_frame(f, e);
-                    self.fail(Error::ConnReset);
-                    return;
-                }
+                // The writer task meets the same error and fails the
+                // connection. Failing here could not be done safely: the
+                // caller may hold the peers lock (`attach`) or this
+                // connection's receive state (an Ack sent while delivering),
+                // both of which failing takes.
+                Err(_) => {}
             }
             g.queue.push_back(f);
             g.writer_active = true;
@@ -125,21 +133,25 @@ impl Conn {
         }
     }
 
-    fn frame_written(&self, f: TxFrame) {
-        if let Some(ep) = self.ep.upgrade() {
-            ep.tx_released(1);
-        }
-        let Some(done) = f.done else { return };
-        if f.wait_ack {
-            let mut acks = lock(&self.acks);
-            if self.is_dead() {
-                drop(acks);
-                done.fail_with(Error::ConnReset);
-            } else {
-                acks.insert(f.hdr.seq, done);
+    fn release_credit(&self, f: &TxFrame) {
+        if f.credit {
+            if let Some(ep) = self.ep.upgrade() {
+                ep.tx_released(1);
             }
-            return;
         }
+    }
+
+    /// A frame that will not be (fully) written. A delivery-complete
+    /// frame's completion sits in `acks` and fails with the connection.
+    fn fail_frame(&self, f: TxFrame, err: Error) {
+        self.release_credit(&f);
+        fail_frame_done(f, err);
+    }
+
+    fn frame_written(&self, f: TxFrame) {
+        self.release_credit(&f);
+        // Delivery-complete frames have no `done` here: it waits in `acks`.
+        let Some(done) = f.done else { return };
         done.complete(CqEntry {
             len: f.hdr.len as usize,
             ..CqEntry::default()
@@ -166,10 +178,6 @@ impl Conn {
         let mut h = Header::new(FrameKind::Ack);
         h.seq = hdr.seq;
         h.data = status;
-        // Control frames do not hold a transmit credit.
-        if let Some(ep) = self.ep.upgrade() {
-            ep.tx_taken(1);
-        }
         self.send(TxFrame::new(h, Vec::new(), None));
     }
 
@@ -193,7 +201,7 @@ impl Conn {
                 };
                 loop {
                     if self.tio.writable().await.is_err() {
-                        fail_frame(f, Error::ConnReset);
+                        self.fail_frame(f, Error::ConnReset);
                         self.fail(Error::ConnReset);
                         return;
                     }
@@ -205,7 +213,7 @@ impl Conn {
                         Ok(false) => continue,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                         Err(_) => {
-                            fail_frame(f, Error::ConnReset);
+                            self.fail_frame(f, Error::ConnReset);
                             self.fail(Error::ConnReset);
                             return;
                         }
@@ -228,7 +236,7 @@ impl Conn {
             g.queue.drain(..).collect()
         };
         for f in frames {
-            fail_frame(f, err);
+            self.fail_frame(f, err);
         }
         let acks: Vec<OpDone> = lock(&self.acks).drain().map(|(_, d)| d).collect();
         for d in acks {
@@ -237,8 +245,22 @@ impl Conn {
         let _ = self.std.shutdown(std::net::Shutdown::Both);
         self.tx_kick.notify_one();
         if let Some(ep) = self.ep.upgrade() {
+            // If a driver holds the receive state it finds `dead` set once
+            // it lets go, and aborts it then (see `abort_rx_if_dead`).
+            if let Ok(mut rx) = self.rx.try_lock() {
+                rx.abort(&ep, Error::ConnReset);
+            }
             ep.conn_failed(self, err);
         }
+    }
+
+    /// Called by a driver after releasing the receive state.
+    pub fn abort_rx_if_dead(&self, ep: &EpShared) -> bool {
+        if !self.is_dead() {
+            return false;
+        }
+        lock(&self.rx).abort(ep, Error::ConnReset);
+        true
     }
 
     /// Closes without completing anything (endpoint close discards).
@@ -261,7 +283,8 @@ impl Conn {
     }
 }
 
-fn fail_frame(f: TxFrame, err: Error) {
+/// Fails a frame's completion. The caller accounts for its credit.
+pub fn fail_frame_done(f: TxFrame, err: Error) {
     if let Some(d) = f.done {
         d.fail(CqErrEntry::new(0, Default::default(), err));
     }

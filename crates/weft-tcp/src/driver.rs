@@ -48,12 +48,15 @@ fn end(conn: &Conn, st: RxStatus) {
 
 async fn reader(ep: Arc<EpShared>, conn: Arc<Conn>) {
     loop {
-        if ep.is_closed() || conn.is_dead() {
+        if ep.is_closed() || conn.abort_rx_if_dead(&ep) {
             return;
         }
         // Register interest in a kick before progressing, so a receive
-        // posted in between is not missed while parked.
+        // posted in between is not missed while parked: `notify_waiters`
+        // only reaches futures that are already enabled.
         let kick = ep.rx_kick.notified();
+        tokio::pin!(kick);
+        kick.as_mut().enable();
         let st = {
             let mut rx = lock(&conn.rx);
             let c = conn.clone();
@@ -61,7 +64,6 @@ async fn reader(ep: Arc<EpShared>, conn: Arc<Conn>) {
         };
         match st {
             RxStatus::WouldBlock => {
-                drop(kick);
                 if conn.tio.readable().await.is_err() {
                     conn.fail(Error::ConnReset);
                     return;
@@ -86,7 +88,7 @@ fn busy_loop(ep: Arc<EpShared>) {
             gen = g;
         }
         for c in &conns {
-            if c.is_dead() {
+            if c.abort_rx_if_dead(&ep) {
                 continue;
             }
             let st = match c.rx.try_lock() {
@@ -94,6 +96,7 @@ fn busy_loop(ep: Arc<EpShared>) {
                 Err(_) => continue,
             };
             end(c, st);
+            c.abort_rx_if_dead(&ep);
         }
         if conns.is_empty() {
             std::thread::sleep(std::time::Duration::from_micros(200));

@@ -108,10 +108,6 @@ impl EpShared {
             .is_ok()
     }
 
-    pub fn tx_taken(&self, n: usize) {
-        self.tx_used.fetch_add(n, Ordering::AcqRel);
-    }
-
     pub fn tx_released(&self, n: usize) {
         let _ = self
             .tx_used
@@ -166,9 +162,13 @@ impl EpShared {
         }
         let u = Arc::new(Unexpected {
             st: Mutex::new(UnexpState {
-                data: bytes::BytesMut::zeroed(info.len),
-                filled: 0,
+                // Grown as bytes arrive, not sized from the header: a peer
+                // announcing a huge message and sending nothing must not
+                // cost its announced size in memory.
+                data: bytes::BytesMut::with_capacity(info.len.min(crate::rx::UNEXP_PREALLOC)),
+                len: info.len,
                 complete: info.len == 0,
+                failed: None,
                 waiter: None,
             }),
         });
@@ -180,6 +180,19 @@ impl EpShared {
     /// rest of it arrives.
     fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Arc<Unexpected>) {
         let mut g = lock(&u.st);
+        if let Some(err) = g.failed {
+            drop(g);
+            self.rx_kick.notify_waiters();
+            if req.flags.contains(OpFlags::CLAIM) {
+                // The caller asked for this very message; it is gone.
+                crate::rx::fail_recv(self, req, info, 0, err);
+                return;
+            }
+            // Its connection died mid-message: it was never delivered, so
+            // the receive goes on to match the next message instead.
+            self.repost(req);
+            return;
+        }
         if g.complete {
             // Matched and complete: nobody else can reach this buffer now.
             let data = std::mem::take(&mut g.data);
@@ -375,6 +388,28 @@ impl EpShared {
             } => self.take_unexpected(recv, info, payload),
         }
         Ok(())
+    }
+
+    /// Matches a receive that already holds its credit.
+    fn repost(&self, req: RecvReq) {
+        let spec = RecvSpec {
+            src: req.src,
+            tagged: req.tagged,
+            tag: req.tag,
+            ignore: req.ignore,
+            context: req.done.context,
+        };
+        let resolve = |s: &SocketAddr| self.resolve_src(s);
+        let out = lock(&self.matcher).post(spec, req, &resolve);
+        match out {
+            PostOutcome::Queued => self.rx_kick.notify_waiters(),
+            PostOutcome::Matched {
+                recv,
+                info,
+                payload,
+                ..
+            } => self.take_unexpected(recv, info, payload),
+        }
     }
 
     fn rx_taken_anyway(&self) {

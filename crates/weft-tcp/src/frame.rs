@@ -27,11 +27,17 @@ pub struct TxFrame {
     pub done: Option<OpDone>,
     /// Delivery-complete: the completion waits for the peer's Ack.
     pub wait_ack: bool,
+    /// Holds one transmit credit, given back exactly once when the frame is
+    /// written or fails. Only data frames take credits: control frames
+    /// (Ack, Shutdown) are not the application's and must not consume its
+    /// queue depth.
+    pub credit: bool,
 }
 
 impl TxFrame {
     pub fn new(hdr: Header, payload: Vec<Bytes>, done: Option<OpDone>) -> TxFrame {
         let wait_ack = hdr.flags & wire::FLAG_ACK_REQ != 0;
+        let credit = hdr.kind.is_some_and(FrameKind::is_data);
         TxFrame {
             hdr,
             enc: [0; HEADER_LEN],
@@ -39,6 +45,7 @@ impl TxFrame {
             written: 0,
             done,
             wait_ack,
+            credit,
         }
     }
 
@@ -91,4 +98,41 @@ pub async fn read_frame(s: &mut TcpStream, expect: FrameKind) -> Result<(Header,
     tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
         .await
         .map_err(|_| Error::TimedOut)?
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn only_data_frames_hold_a_credit() {
+        for k in [FrameKind::Msg, FrameKind::Tagged] {
+            assert!(TxFrame::new(Header::new(k), Vec::new(), None).credit);
+        }
+        for k in [FrameKind::Ack, FrameKind::Shutdown, FrameKind::Hello] {
+            assert!(!TxFrame::new(Header::new(k), Vec::new(), None).credit);
+        }
+    }
+
+    #[test]
+    fn slices_resume_where_writing_stopped() {
+        let mut f = TxFrame::new(
+            Header::new(FrameKind::Msg),
+            vec![Bytes::from_static(b"abc"), Bytes::from_static(b"defg")],
+            None,
+        );
+        f.enc = f.hdr.encode();
+        assert_eq!(f.total_len(), HEADER_LEN + 7);
+        f.written = HEADER_LEN + 4;
+        let mut out = Vec::new();
+        f.slices(&mut out, 8);
+        let rest: Vec<u8> = out.iter().flat_map(|s| s.iter().copied()).collect();
+        assert_eq!(rest, b"efg");
+        f.written = 10;
+        let mut out = Vec::new();
+        f.slices(&mut out, 1);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].len(), HEADER_LEN - 10);
+    }
 }

@@ -9,14 +9,13 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr};
-use weft_core::completion::CqErrEntry;
 use weft_core::eventq::{ConnHandle, EqErrEntry, EqEvent, EqEventKind, EqShared};
 use weft_core::provider::ProviderPassive;
 use weft_core::sync::lock;
 use weft_core::wire::{FrameKind, Header};
 use weft_core::{Error, Result};
 
-use crate::conn::Conn;
+use crate::conn::{fail_frame_done, Conn};
 use crate::endpoint::{EpShared, PeerState};
 use crate::frame::{read_frame, write_frame, TxFrame, HANDSHAKE_TIMEOUT};
 
@@ -37,8 +36,15 @@ pub fn start_rdm_listener(ep: &Arc<EpShared>, l: TcpListener) {
     let weak = Arc::downgrade(ep);
     let t = ep.rt.spawn(async move {
         loop {
-            let Ok((s, _)) = l.accept().await else {
-                continue;
+            let s = match l.accept().await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of descriptors and the like: retrying at once
+                    // would spin a core until the condition clears.
+                    tracing::debug!(error = %e, "RDM accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
             };
             let Some(ep) = weak.upgrade() else { return };
             let rt = ep.rt.clone();
@@ -58,16 +64,20 @@ pub fn stop_listener(ep: &EpShared) {
     }
 }
 
-fn attach(ep: &Arc<EpShared>, p: &mut PeerState, conn: Arc<Conn>) {
-    if let Some(old) = p.conn.replace(conn.clone()) {
-        if !Arc::ptr_eq(&old, &conn) {
-            old.fail(Error::ConnAborted);
-        }
-    }
+/// Makes `conn` the peer's connection. Returns the connection it replaced,
+/// which the caller must fail once the peers lock is released: failing
+/// takes that lock again (`conn_failed`).
+#[must_use]
+fn attach(ep: &Arc<EpShared>, p: &mut PeerState, conn: Arc<Conn>) -> Option<Arc<Conn>> {
+    let old = p
+        .conn
+        .replace(conn.clone())
+        .filter(|old| !Arc::ptr_eq(old, &conn));
     ep.add_conn(&conn);
     for f in p.pending.drain(..) {
         conn.send(f);
     }
+    old
 }
 
 /// The simultaneous-connect rule: the connection initiated by the endpoint
@@ -79,6 +89,15 @@ fn keep_mine(ep: &EpShared, peer_key: &SocketAddr) -> bool {
 async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream) -> Result<()> {
     let (_, payload) = read_frame(&mut s, FrameKind::Hello).await?;
     let key = decode_sockaddr(&payload)?;
+    if key == ep.local {
+        // Our own connect (a send to our own address): this end only
+        // receives. Our outgoing end is the peer's connection; letting this
+        // one replace it would close both ends of the one socket.
+        write_frame(&mut s, Header::new(FrameKind::HelloAck), &[]).await?;
+        let conn = Conn::new(s, key, &ep)?;
+        ep.add_conn(&conn);
+        return Ok(());
+    }
     let refuse = {
         let mut peers = lock(&ep.peers);
         let p = peers.entry(key).or_default();
@@ -100,22 +119,31 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream) -> Result<()> {
         Conn::new(s, key, &ep)
     }
     .await;
-    let mut peers = lock(&ep.peers);
-    let p = peers.entry(key).or_default();
-    p.accepting = false;
-    match r {
-        Ok(conn) => attach(&ep, p, conn),
-        Err(e) if p.conn.is_none() && !p.connecting => fail_pending(p, e),
-        Err(_) => {}
+    let replaced = {
+        let mut peers = lock(&ep.peers);
+        let p = peers.entry(key).or_default();
+        p.accepting = false;
+        match r {
+            Ok(conn) => attach(&ep, p, conn),
+            Err(e) if p.conn.is_none() && !p.connecting => {
+                fail_pending(&ep, p, e);
+                None
+            }
+            Err(_) => None,
+        }
+    };
+    if let Some(old) = replaced {
+        old.fail(Error::ConnAborted);
     }
     Ok(())
 }
 
-fn fail_pending(p: &mut PeerState, err: Error) {
+fn fail_pending(ep: &EpShared, p: &mut PeerState, err: Error) {
     for f in p.pending.drain(..) {
-        if let Some(d) = f.done {
-            d.fail(CqErrEntry::new(0, Default::default(), err));
+        if f.credit {
+            ep.tx_released(1);
         }
+        fail_frame_done(f, err);
     }
 }
 
@@ -156,7 +184,13 @@ async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
     let p = peers.entry(dest).or_default();
     p.connecting = false;
     match r {
-        Ok(Some(conn)) => attach(&ep, p, conn),
+        Ok(Some(conn)) => {
+            let replaced = attach(&ep, p, conn);
+            drop(peers);
+            if let Some(old) = replaced {
+                old.fail(Error::ConnAborted);
+            }
+        }
         Ok(None) => {
             // Lost a simultaneous connect: the peer's connection carries
             // the queued frames once accepted. If it never comes, fail them
@@ -169,7 +203,7 @@ async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
                         let mut peers = lock(&ep.peers);
                         if let Some(p) = peers.get_mut(&dest) {
                             if p.conn.is_none() && !p.connecting && !p.accepting {
-                                fail_pending(p, Error::TimedOut);
+                                fail_pending(&ep, p, Error::TimedOut);
                             }
                         }
                     }
@@ -179,7 +213,7 @@ async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
         Err(e) => {
             if p.conn.is_none() && !p.accepting {
                 tracing::debug!(peer = %dest, error = %e, "RDM connect failed");
-                fail_pending(p, e);
+                fail_pending(&ep, p, e);
             }
         }
     }

@@ -24,6 +24,8 @@ use crate::endpoint::EpShared;
 const STAGING: usize = 64 * 1024;
 /// Payload bytes still to come above which reads go straight to the target.
 const DIRECT_MIN: usize = 16 * 1024;
+/// Most bytes reserved up front for an unexpected message.
+pub const UNEXP_PREALLOC: usize = 64 * 1024;
 
 /// A buffered unexpected message, possibly still arriving.
 #[derive(Debug)]
@@ -33,9 +35,13 @@ pub struct Unexpected {
 
 #[derive(Debug)]
 pub struct UnexpState {
+    /// The bytes arrived so far.
     pub data: BytesMut,
-    pub filled: usize,
+    /// The announced length.
+    pub len: usize,
     pub complete: bool,
+    /// Its connection ended before the whole message arrived.
+    pub failed: Option<Error>,
     /// A receive matched it before its payload was complete.
     pub waiter: Option<(RecvReq, MsgInfo)>,
 }
@@ -161,7 +167,7 @@ impl RxMachine {
                     if remaining >= DIRECT_MIN {
                         if let Some(slot) = direct_slot(&mut sink, remaining) {
                             match read_once(read, slot) {
-                                Ok(0) => return self.closed_mid_frame(sink),
+                                Ok(0) => return self.closed_mid_frame(ep, sink),
                                 Ok(n) => {
                                     advance(&mut sink, n);
                                     remaining -= n;
@@ -181,7 +187,7 @@ impl RxMachine {
                                     return RxStatus::WouldBlock;
                                 }
                                 Err(e) => {
-                                    fail_sink(sink, Error::from(e));
+                                    fail_sink(ep, sink, Error::from(e));
                                     return RxStatus::Closed(Some(Error::ConnReset));
                                 }
                             }
@@ -197,7 +203,7 @@ impl RxMachine {
                             if let Phase::Payload { sink, .. } =
                                 std::mem::replace(&mut self.phase, Phase::Header)
                             {
-                                return self.closed_mid_frame(sink);
+                                return self.closed_mid_frame(ep, sink);
                             }
                         }
                         return st;
@@ -207,8 +213,19 @@ impl RxMachine {
         }
     }
 
-    fn closed_mid_frame(&mut self, sink: Sink) -> RxStatus {
-        fail_sink(sink, Error::ConnReset);
+    /// The connection was ended from elsewhere (writer error, replaced by
+    /// a newer connection): a message half-read must still complete, or its
+    /// receive would wait forever.
+    pub fn abort(&mut self, ep: &EpShared, err: Error) {
+        if let Phase::Payload { sink, .. } = std::mem::replace(&mut self.phase, Phase::Header) {
+            fail_sink(ep, sink, err);
+        }
+        self.start = 0;
+        self.end = 0;
+    }
+
+    fn closed_mid_frame(&mut self, ep: &EpShared, sink: Sink) -> RxStatus {
+        fail_sink(ep, sink, Error::ConnReset);
         RxStatus::Closed(Some(Error::ConnReset))
     }
 
@@ -370,31 +387,61 @@ fn advance(sink: &mut Sink, n: usize) {
 /// matching them concurrently.
 fn feed_unexpected(u: &Unexpected, data: &[u8]) {
     let mut g = lock(&u.st);
-    let f = g.filled;
-    let n = data.len().min(g.data.len() - f);
-    g.data[f..f + n].copy_from_slice(&data[..n]);
-    g.filled += n;
+    let n = data.len().min(g.len.saturating_sub(g.data.len()));
+    g.data.extend_from_slice(&data[..n]);
 }
 
-fn fail_sink(sink: Sink, err: Error) {
+fn fail_sink(ep: &EpShared, sink: Sink, err: Error) {
     match sink {
         Sink::Posted {
             req, info, placed, ..
-        } => {
-            let mut e = CqErrEntry::new(0, OpFlags::empty(), err);
-            e.len = placed;
-            e.tag = info.tag;
-            e.bufs = req.bufs;
-            req.done.fail(e);
-        }
+        } => fail_recv(ep, req, info, placed, err),
         Sink::Unexpected(u) => {
-            // A receive waiting on this message fails with the connection.
-            let waiter = lock(&u.st).waiter.take();
-            if let Some((req, _)) = waiter {
-                req.done.fail_with(err);
+            // A receive waiting on this message fails with the connection;
+            // an unmatched one is skipped by whichever receive finds it.
+            let waiter = {
+                let mut g = lock(&u.st);
+                g.failed = Some(err);
+                g.data = BytesMut::new();
+                g.waiter.take()
+            };
+            if let Some((req, info)) = waiter {
+                fail_recv(ep, req, info, 0, err);
             }
         }
     }
+}
+
+/// Fails a receive that was matched to a message which did not arrive
+/// whole, giving back its credit and whatever bytes it holds.
+pub fn fail_recv(ep: &EpShared, mut req: RecvReq, info: MsgInfo, placed: usize, err: Error) {
+    let mut left = placed;
+    for b in req.bufs.iter_mut() {
+        let n = b.len().min(left);
+        b.truncate(n);
+        left -= n;
+    }
+    ep.rx_released(1);
+    let mut flags = OpFlags::RECV
+        | if info.tagged {
+            OpFlags::TAGGED
+        } else {
+            OpFlags::MSG
+        };
+    if info.data.is_some() {
+        flags |= OpFlags::REMOTE_CQ_DATA;
+    }
+    let mut e = CqErrEntry::new(0, flags, err);
+    e.len = placed;
+    e.tag = info.tag;
+    e.data = info.data.unwrap_or(0);
+    e.src = if info.src == FI_ADDR_NOTAVAIL {
+        FI_ADDR_NOTAVAIL
+    } else {
+        ep.reported_addr(info.src)
+    };
+    e.bufs = req.bufs;
+    req.done.fail(e);
 }
 
 /// A whole payload has arrived.

@@ -1,0 +1,558 @@
+//! The TCP provider against peers that do not follow the protocol, and
+//! against well-behaved peers in the corners of the protocol (flow
+//! control, simultaneous connects, busy-poll, transmit credits).
+//!
+//! Every attack is followed by a well-behaved exchange on the same
+//! endpoint: a panic in a provider task would be swallowed by Tokio, so
+//! "the endpoint still works" is the real check.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weft::{
+    AddressVector, AvAttr, BindFlags, CompletionQueue, CqAttr, Domain, EpType, Error, FiAddr, Info,
+    OpFlags, SendMsg, WaitMode, FI_ADDR_UNSPEC,
+};
+use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ, HEADER_LEN};
+
+const T: Duration = Duration::from_secs(10);
+
+async fn to<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(T, f).await.expect("timed out")
+}
+
+struct Ep {
+    ep: weft::Endpoint,
+    av: AddressVector,
+    cq: CompletionQueue,
+}
+
+fn setup() -> (Domain, Info) {
+    let mut hints = Info::default();
+    hints.ep_attr.ep_type = EpType::Rdm;
+    hints.caps = weft::Caps::TAGGED | weft::Caps::MSG;
+    let info = weft::getinfo(Some(&hints)).unwrap().remove(0);
+    let fabric = weft::Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    (domain, info)
+}
+
+fn open_with(domain: &Domain, info: &Info, wait: WaitMode) -> Ep {
+    let av = domain.av(AvAttr::default()).unwrap();
+    let cq = domain.cq(CqAttr::default()).unwrap();
+    let ep = domain.endpoint(info).unwrap();
+    ep.bind_av(&av).unwrap();
+    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+        .unwrap();
+    ep.set_wait_mode(wait).unwrap();
+    ep.enable().unwrap();
+    Ep { ep, av, cq }
+}
+
+fn open(domain: &Domain, info: &Info) -> Ep {
+    open_with(domain, info, WaitMode::Interrupt)
+}
+
+fn addr_of(from: &Ep, to: &Ep) -> FiAddr {
+    from.av
+        .insert_sync(&[to.ep.local_addr().unwrap()], Default::default())
+        .unwrap()
+        .fi_addrs[0]
+}
+
+fn sockaddr(ep: &Ep) -> SocketAddr {
+    weft::decode_sockaddr(&ep.ep.local_addr().unwrap()).unwrap()
+}
+
+/// A well-behaved tagged exchange from `good` to `victim`.
+async fn assert_alive(victim: &Ep, good: &Ep, tag: u64) {
+    let dest = addr_of(good, victim);
+    let payload = Bytes::from(format!("still alive {tag}"));
+    let recv = victim
+        .ep
+        .trecv(BytesMut::zeroed(256), FI_ADDR_UNSPEC, tag, 0);
+    let send = good.ep.tsend(dest, payload.clone(), tag);
+    let (got, sent) = to(async { tokio::join!(recv, send) }).await;
+    sent.unwrap();
+    let got = got.unwrap();
+    assert_eq!(got.tag, tag);
+    assert_eq!(&got.into_bytes()[..], &payload[..]);
+}
+
+/// A raw connection that has done the RDM handshake, claiming to be the
+/// endpoint listening at a fresh address of its own.
+async fn hello(victim: SocketAddr) -> (TcpStream, std::net::TcpListener) {
+    let ident = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (s, status) = hello_as(victim, ident.local_addr().unwrap()).await;
+    assert_eq!(status, 0);
+    (s, ident)
+}
+
+/// The handshake claiming identity `ident`; returns the HelloAck status.
+async fn hello_as(victim: SocketAddr, ident: SocketAddr) -> (TcpStream, u64) {
+    let mut s = to(TcpStream::connect(victim)).await.unwrap();
+    let payload = weft::encode_sockaddr(&ident);
+    let mut h = Header::new(FrameKind::Hello);
+    h.len = payload.len() as u64;
+    to(s.write_all(&h.encode())).await.unwrap();
+    to(s.write_all(&payload)).await.unwrap();
+    let mut ack = [0u8; HEADER_LEN];
+    to(s.read_exact(&mut ack)).await.unwrap();
+    let ack = weft_core::wire::decode(&ack, 0).unwrap();
+    assert_eq!(ack.kind, Some(FrameKind::HelloAck));
+    (s, ack.data)
+}
+
+/// Waits for the victim to drop the connection (EOF or reset).
+async fn expect_closed(mut s: TcpStream) {
+    let mut b = [0u8; 64];
+    loop {
+        match to(s.read(&mut b)).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn malformed_input_closes_only_that_connection() {
+    let (domain, info) = setup();
+    let victim = open(&domain, &info);
+    let good = open(&domain, &info);
+    let va = sockaddr(&victim);
+    let mut tag = 1;
+
+    // Truncated header before any handshake, then close.
+    let mut s = to(TcpStream::connect(va)).await.unwrap();
+    to(s.write_all(&Header::new(FrameKind::Hello).encode()[..17]))
+        .await
+        .unwrap();
+    drop(s);
+    assert_alive(&victim, &good, tag).await;
+    tag += 1;
+
+    // Garbage instead of a handshake.
+    let mut s = to(TcpStream::connect(va)).await.unwrap();
+    let garbage: Vec<u8> = (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect();
+    let _ = to(s.write_all(&garbage)).await;
+    expect_closed(s).await;
+    assert_alive(&victim, &good, tag).await;
+    tag += 1;
+
+    // Handshake, then a truncated header and close.
+    let (mut s, _id) = hello(va).await;
+    to(s.write_all(&Header::new(FrameKind::Tagged).encode()[..25]))
+        .await
+        .unwrap();
+    drop(s);
+    assert_alive(&victim, &good, tag).await;
+    tag += 1;
+
+    // Handshake, then garbage.
+    let (mut s, _id) = hello(va).await;
+    let _ = to(s.write_all(&garbage)).await;
+    expect_closed(s).await;
+    assert_alive(&victim, &good, tag).await;
+    tag += 1;
+
+    // Handshake, then a data frame far beyond max_msg_size.
+    let (mut s, _id) = hello(va).await;
+    let mut h = Header::new(FrameKind::Tagged);
+    h.len = 1 << 31;
+    h.seq = 1;
+    to(s.write_all(&h.encode())).await.unwrap();
+    expect_closed(s).await;
+    assert_alive(&victim, &good, tag).await;
+    tag += 1;
+
+    // Handshake, then headers wrong in each field in turn.
+    let corruptions: [(usize, u8); 6] = [
+        (0, b'X'), // magic
+        (2, 9),    // version
+        (3, 0),    // kind
+        (3, 200),  // kind
+        (4, 0x80), // unknown flag
+        (7, 1),    // reserved
+    ];
+    for (at, v) in corruptions {
+        let (mut s, _id) = hello(va).await;
+        let mut b = Header::new(FrameKind::Tagged).encode();
+        b[at] = v;
+        to(s.write_all(&b)).await.unwrap();
+        expect_closed(s).await;
+        assert_alive(&victim, &good, tag).await;
+        tag += 1;
+    }
+
+    // Flags on a control frame, a second Hello, a payload on an Ack.
+    let mut bad_ack = Header::new(FrameKind::Ack);
+    bad_ack.flags = FLAG_ACK_REQ;
+    let mut long_ack = Header::new(FrameKind::Ack);
+    long_ack.len = 8;
+    for h in [bad_ack, Header::new(FrameKind::Hello), long_ack] {
+        let (mut s, _id) = hello(va).await;
+        to(s.write_all(&h.encode())).await.unwrap();
+        expect_closed(s).await;
+        assert_alive(&victim, &good, tag).await;
+        tag += 1;
+    }
+
+    // An Ack for a frame never sent is ignored, not fatal.
+    let (mut s, _id) = hello(va).await;
+    let mut ack = Header::new(FrameKind::Ack);
+    ack.seq = 12345;
+    to(s.write_all(&ack.encode())).await.unwrap();
+    assert_alive(&victim, &good, tag).await;
+    drop(s);
+    tag += 1;
+    assert_alive(&victim, &good, tag).await;
+
+    assert_eq!(victim.ep.rx_size_left().unwrap(), info.rx_attr.size);
+    assert_eq!(good.ep.tx_size_left().unwrap(), info.tx_attr.size);
+}
+
+/// A peer that dies mid-message: the receive the message matched fails
+/// with `ConnReset` (holding the bytes that did arrive), its credit comes
+/// back, and the endpoint goes on working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn peer_dies_mid_message_fails_the_matched_receive() {
+    let (domain, info) = setup();
+    let victim = open(&domain, &info);
+    let good = open(&domain, &info);
+    let va = sockaddr(&victim);
+
+    const TAG: u64 = 0xdead;
+    victim
+        .ep
+        .post_trecv(BytesMut::zeroed(2000), FI_ADDR_UNSPEC, TAG, 0, 77)
+        .unwrap();
+    assert_eq!(victim.ep.rx_size_left().unwrap(), info.rx_attr.size - 1);
+
+    let (mut s, _id) = hello(va).await;
+    let mut h = Header::new(FrameKind::Tagged);
+    h.tag = TAG;
+    h.len = 1000;
+    h.seq = 1;
+    let mut frame = h.encode().to_vec();
+    frame.extend_from_slice(b"0123456789");
+    to(s.write_all(&frame)).await.unwrap();
+    drop(s);
+
+    let item = to(victim.cq.next_timeout(T)).await.expect("no completion");
+    let e = item.expect_err("a half-arrived message cannot complete");
+    assert_eq!(e.context, 77);
+    assert_eq!(e.err, Error::ConnReset);
+    assert_eq!(e.len, 10);
+    assert_eq!(&e.bufs[0][..], b"0123456789");
+    assert_eq!(victim.ep.rx_size_left().unwrap(), info.rx_attr.size);
+
+    assert_alive(&victim, &good, TAG).await;
+}
+
+/// The same death while the message is still unexpected: no receive is
+/// consumed by it, and a receive posted later matches the next good one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn peer_dies_mid_unexpected_message_is_skipped() {
+    let (domain, info) = setup();
+    let victim = open(&domain, &info);
+    let good = open(&domain, &info);
+    let va = sockaddr(&victim);
+
+    const TAG: u64 = 0xbeef;
+    let (mut s, _id) = hello(va).await;
+    let mut h = Header::new(FrameKind::Tagged);
+    h.tag = TAG;
+    h.len = 1000;
+    h.seq = 1;
+    let mut frame = h.encode().to_vec();
+    frame.extend_from_slice(b"0123456789");
+    to(s.write_all(&frame)).await.unwrap();
+    // The victim's answer to the close is to close too: once we see that,
+    // it has read everything we sent.
+    to(s.shutdown()).await.unwrap();
+    expect_closed(s).await;
+
+    assert_alive(&victim, &good, TAG).await;
+    assert_eq!(victim.ep.rx_size_left().unwrap(), info.rx_attr.size);
+}
+
+/// Messages beyond the unexpected-message budget are held back by the
+/// sender's connection (the reader parks), not dropped: once receives are
+/// posted every one arrives, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unexpected_flood_is_flow_controlled_not_lost() {
+    let (domain, info) = setup();
+    let mut small = info.clone();
+    small.rx_attr.total_buffered_recv = 4096;
+    let victim = open(&domain, &small);
+    let good = open(&domain, &info);
+    let dest = addr_of(&good, &victim);
+
+    const N: usize = 600;
+    const LEN: usize = 1024;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let sender = {
+        let ep = good.ep.clone();
+        let sent = sent.clone();
+        tokio::spawn(async move {
+            for i in 0..N {
+                let mut p = vec![(i % 251) as u8; LEN];
+                p[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                to(ep.tsend(dest, Bytes::from(p), i as u64)).await.unwrap();
+                sent.fetch_add(1, Ordering::Release);
+            }
+        })
+    };
+    // Let far more than the budget go out before anything is posted.
+    to(async {
+        while sent.load(Ordering::Acquire) < 64 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+
+    for i in 0..N {
+        let got = to(victim
+            .ep
+            .trecv(BytesMut::zeroed(LEN), FI_ADDR_UNSPEC, 0, u64::MAX))
+        .await
+        .unwrap();
+        assert_eq!(got.tag, i as u64, "out of order or lost");
+        let b = got.into_bytes();
+        assert_eq!(b.len(), LEN);
+        assert_eq!(u64::from_le_bytes(b[..8].try_into().unwrap()), i as u64);
+        assert!(b[8..].iter().all(|&x| x == (i % 251) as u8));
+    }
+    to(sender).await.unwrap();
+    assert_alive(&victim, &good, 1 << 40).await;
+}
+
+async fn exchange(a: &Ep, b: &Ep, n: usize, len: usize, tag_base: u64) {
+    let to_b = addr_of(a, b);
+    let to_a = addr_of(b, a);
+    let run = |src: &Ep, dst: &Ep, dest: FiAddr| {
+        let s = src.ep.clone();
+        let r = dst.ep.clone();
+        async move {
+            let send = async {
+                for i in 0..n {
+                    let mut p = vec![i as u8; len.max(8)];
+                    p[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                    s.tsend(dest, Bytes::from(p), tag_base + i as u64)
+                        .await
+                        .unwrap();
+                }
+            };
+            let recv = async {
+                for i in 0..n {
+                    let got = r
+                        .trecv(BytesMut::zeroed(len.max(8)), FI_ADDR_UNSPEC, 0, u64::MAX)
+                        .await
+                        .unwrap();
+                    assert_eq!(
+                        got.tag,
+                        tag_base + i as u64,
+                        "lost, duplicated or reordered"
+                    );
+                    let b = got.into_bytes();
+                    assert_eq!(u64::from_le_bytes(b[..8].try_into().unwrap()), i as u64);
+                    assert!(b[8..].iter().all(|&x| x == i as u8));
+                }
+            };
+            tokio::join!(send, recv);
+        }
+    };
+    to(async { tokio::join!(run(a, b, to_b), run(b, a, to_a)) }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn busy_poll_endpoints_exchange_small_and_large() {
+    let (domain, info) = setup();
+    let a = open_with(&domain, &info, WaitMode::BusyPoll);
+    let b = open_with(&domain, &info, WaitMode::BusyPoll);
+    exchange(&a, &b, 500, 64, 0).await;
+    // Large enough for the direct-read path.
+    exchange(&a, &b, 8, 1 << 20, 1000).await;
+    // Mixed: a busy-poll endpoint and an interrupt one.
+    let c = open(&domain, &info);
+    exchange(&a, &c, 200, 100, 2000).await;
+    assert_eq!(a.ep.tx_size_left().unwrap(), info.tx_attr.size);
+    assert_eq!(a.ep.rx_size_left().unwrap(), info.rx_attr.size);
+}
+
+/// Both endpoints send to each other first, at the same moment, so both
+/// connect at once and one connection must give way. Repeated on fresh
+/// pairs to meet the race from both sides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn simultaneous_connect_loses_and_duplicates_nothing() {
+    let (domain, info) = setup();
+    for round in 0..20 {
+        let a = open(&domain, &info);
+        let b = open(&domain, &info);
+        let to_b = addr_of(&a, &b);
+        let to_a = addr_of(&b, &a);
+        // Post everything from both sides before any connection can exist.
+        const N: u64 = 50;
+        for i in 0..N {
+            a.ep.post_tsend(to_b, Bytes::from(i.to_le_bytes().to_vec()), i, i)
+                .unwrap();
+            b.ep.post_tsend(to_a, Bytes::from(i.to_le_bytes().to_vec()), i, i)
+                .unwrap();
+        }
+        for ep in [&a, &b] {
+            let mut got = Vec::new();
+            while got.len() < N as usize {
+                let e = to(ep
+                    .ep
+                    .trecv(BytesMut::zeroed(8), FI_ADDR_UNSPEC, 0, u64::MAX))
+                .await
+                .unwrap();
+                got.push(e.tag);
+            }
+            assert_eq!(got, (0..N).collect::<Vec<_>>(), "round {round}");
+        }
+        // Each send completed exactly once, successfully.
+        for ep in [&a, &b] {
+            let mut ctxs = Vec::new();
+            while ctxs.len() < N as usize {
+                let item = to(ep.cq.next_timeout(T))
+                    .await
+                    .expect("missing send completion");
+                ctxs.push(item.unwrap().context);
+            }
+            ctxs.sort_unstable();
+            assert_eq!(ctxs, (0..N).collect::<Vec<_>>());
+            assert!(ep.cq.is_empty());
+            assert_eq!(ep.ep.tx_size_left().unwrap(), info.tx_attr.size);
+        }
+        exchange(&a, &b, 10, 16, 100).await;
+    }
+}
+
+/// Transmit credits balance: delivery-complete sends (which make the
+/// receiver send Acks), plain sends and failed sends all give back exactly
+/// what they took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transmit_credits_return_after_every_kind_of_send() {
+    let (domain, info) = setup();
+    let a = open(&domain, &info);
+    let b = open(&domain, &info);
+    let to_b = addr_of(&a, &b);
+    let size = info.tx_attr.size;
+    assert_eq!(a.ep.tx_size_left().unwrap(), size);
+
+    const N: u64 = 100;
+    let sends = async {
+        for i in 0..N {
+            let msg = SendMsg {
+                dest: to_b,
+                iov: vec![Bytes::from(vec![1u8; 100])],
+                tag: Some(i),
+                ..SendMsg::default()
+            };
+            a.ep.sendmsg(msg, OpFlags::DELIVERY_COMPLETE).await.unwrap();
+        }
+    };
+    let recvs = async {
+        for i in 0..N {
+            let e =
+                b.ep.trecv(BytesMut::zeroed(100), FI_ADDR_UNSPEC, i, 0)
+                    .await
+                    .unwrap();
+            assert_eq!(e.len, 100);
+        }
+    };
+    to(async { tokio::join!(sends, recvs) }).await;
+    assert_eq!(a.ep.tx_size_left().unwrap(), size);
+    // b sent N Acks: control frames, which must not have moved its count.
+    assert_eq!(b.ep.tx_size_left().unwrap(), size);
+    assert_eq!(b.ep.rx_size_left().unwrap(), info.rx_attr.size);
+
+    // Delivery-complete to a message that arrives before its receive.
+    let early = a.ep.sendmsg(
+        SendMsg {
+            dest: to_b,
+            iov: vec![Bytes::from_static(b"early")],
+            tag: Some(9999),
+            ..SendMsg::default()
+        },
+        OpFlags::DELIVERY_COMPLETE,
+    );
+    to(early).await.unwrap();
+    let e = to(b.ep.trecv(BytesMut::zeroed(8), FI_ADDR_UNSPEC, 9999, 0))
+        .await
+        .unwrap();
+    assert_eq!(&e.into_bytes()[..], b"early");
+
+    // Sends to an address nobody listens on fail, and give back credits.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let nowhere =
+        a.av.insert_sync(&[weft::encode_sockaddr(&dead)], Default::default())
+            .unwrap()
+            .fi_addrs[0];
+    for i in 0..10 {
+        a.ep.post_tsend(nowhere, Bytes::from_static(b"x"), 0, 500 + i)
+            .unwrap();
+    }
+    for _ in 0..10 {
+        let item = to(a.cq.next_timeout(T)).await.expect("no completion");
+        assert!(item.is_err());
+    }
+    assert_eq!(a.ep.tx_size_left().unwrap(), size);
+    assert_alive(&b, &a, 4242).await;
+    assert_eq!(a.ep.tx_size_left().unwrap(), size);
+}
+
+/// An endpoint sending to its own address: both ends of the connection
+/// belong to one endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn send_to_self() {
+    let (domain, info) = setup();
+    let a = open(&domain, &info);
+    let me = addr_of(&a, &a);
+    for i in 0..50u64 {
+        let recv = a.ep.trecv(BytesMut::zeroed(8), FI_ADDR_UNSPEC, i, 0);
+        let send = a.ep.tsend(me, Bytes::from(i.to_le_bytes().to_vec()), i);
+        let (got, sent) = to(async { tokio::join!(recv, send) }).await;
+        sent.unwrap();
+        assert_eq!(&got.unwrap().into_bytes()[..], &i.to_le_bytes());
+    }
+    assert_eq!(a.ep.tx_size_left().unwrap(), info.tx_attr.size);
+}
+
+/// A second connection claiming the identity of a live one either is
+/// refused or replaces it (which closes the first): either way the
+/// endpoint keeps working. Both orders of the identities are tried, so
+/// both outcomes are met.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn second_connection_from_same_identity() {
+    let (domain, info) = setup();
+    let victim = open(&domain, &info);
+    let good = open(&domain, &info);
+    let va = sockaddr(&victim);
+    let mut replaced = 0;
+    for (i, ident) in ["127.0.0.1:1", "127.0.0.1:65535"].into_iter().enumerate() {
+        let ident: SocketAddr = ident.parse().unwrap();
+        let (first, st) = hello_as(va, ident).await;
+        assert_eq!(st, 0);
+        let (second, st) = hello_as(va, ident).await;
+        if st == 0 {
+            replaced += 1;
+            expect_closed(first).await;
+        } else {
+            expect_closed(second).await;
+        }
+        assert_alive(&victim, &good, i as u64).await;
+    }
+    assert!(replaced >= 1, "the replacing path was not reached");
+}
