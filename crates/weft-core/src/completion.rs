@@ -157,9 +157,11 @@ pub enum WaitMode {
     /// Sleep until woken (reactor / eventfd style); no CPU while idle.
     #[default]
     Interrupt,
-    /// Spin: never sleep, re-poll at once (lowest latency, one core busy).
+    /// A dedicated thread spins on the endpoint's sockets and completes
+    /// operations directly; CQ readers spin briefly before sleeping.
     BusyPoll,
-    /// Poll inline for a bounded budget, then sleep.
+    /// Readers poll for a bounded budget before sleeping; the endpoint is
+    /// driven by the reactor.
     Inline,
 }
 
@@ -174,6 +176,10 @@ impl WaitMode {
         }
     }
 }
+
+/// Length checks a busy-poll reader makes before it sleeps (a few
+/// microseconds).
+const SPIN_POLLS: u32 = 4096;
 
 #[derive(Debug, Default)]
 struct CqInner {
@@ -318,14 +324,38 @@ impl CqShared {
         if g.closed {
             return Poll::Ready(None);
         }
-        match self.wait {
-            WaitMode::BusyPoll => {
-                drop(g);
-                cx.waker().wake_by_ref();
+        if self.wait != WaitMode::Interrupt {
+            drop(g);
+            if let Some(it) = self.spin_for_item() {
+                return Poll::Ready(Some(it));
             }
-            WaitMode::Interrupt | WaitMode::Inline => g.readers.register(cx.waker()),
+            g = lock(&self.inner);
+            if let Some(it) = g.items.pop_front() {
+                self.len.store(g.items.len() as u64, Ordering::Release);
+                return Poll::Ready(Some(it));
+            }
         }
+        g.readers.register(cx.waker());
         Poll::Pending
+    }
+
+    /// Busy-poll readers spin on the lock-free length for a short while
+    /// before sleeping: completions that arrive within microseconds are
+    /// taken without a wake-up, and an idle reader still costs no CPU.
+    /// (The endpoint's busy-poll thread is the one dedicated spinner.)
+    fn spin_for_item(&self) -> Option<CqItem> {
+        for _ in 0..SPIN_POLLS {
+            if self.len.load(Ordering::Acquire) > 0 {
+                let mut g = lock(&self.inner);
+                let it = g.items.pop_front();
+                self.len.store(g.items.len() as u64, Ordering::Release);
+                if it.is_some() {
+                    return it;
+                }
+            }
+            std::hint::spin_loop();
+        }
+        None
     }
 
     /// Polls until an item arrives or the queue is signalled; a signal
@@ -340,13 +370,7 @@ impl CqShared {
         if g.closed || std::mem::take(&mut g.signaled) {
             return Poll::Ready(None);
         }
-        match self.wait {
-            WaitMode::BusyPoll => {
-                drop(g);
-                cx.waker().wake_by_ref();
-            }
-            WaitMode::Interrupt | WaitMode::Inline => g.readers.register(cx.waker()),
-        }
+        g.readers.register(cx.waker());
         Poll::Pending
     }
 

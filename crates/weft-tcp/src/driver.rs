@@ -101,7 +101,10 @@ fn busy_loop(ep: Arc<EpShared>) {
         if conns.is_empty() {
             std::thread::sleep(std::time::Duration::from_micros(200));
         } else {
-            std::hint::spin_loop();
+            // Spinning must not starve the threads it completes work for:
+            // on a machine with fewer cores than spinners, a bare spin
+            // holds the core for a whole scheduler slice (milliseconds).
+            std::thread::yield_now();
         }
     }
     ep.busy_running.store(false, Ordering::Release);
