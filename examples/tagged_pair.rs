@@ -30,7 +30,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     client.bind_cq(&client_cq, BindFlags::TRANSMIT | BindFlags::RECV)?;
     client.enable()?;
 
-    let to_server = client_av.insert_sync(&[server.local_addr()?], Default::default())?.fi_addrs[0];
+    let to_server = client_av
+        .insert_sync(&[server.local_addr()?], Default::default())?
+        .fi_addrs[0];
     println!("server at {}", server_av.straddr(&server.local_addr()?));
 
     // Server: pre-post 10 receives; each completion carries its context.
@@ -39,7 +41,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // Client: awaited sends.
     for i in 0..10u64 {
-        client.tsend(to_server, Bytes::from(format!("message {i}")), i).await?;
+        client
+            .tsend(to_server, Bytes::from(format!("message {i}")), i)
+            .await?;
     }
     let mut cq = server_cq.clone();
     let mut seen = 0;

@@ -1,1 +1,236 @@
-//! Shared helpers of the integration tests.
+//! Shared helpers of the integration tests: a [`Provider`] description, the
+//! list of providers every conformance test runs against ([`providers`]),
+//! and a [`Harness`] that builds fabric, domain, AVs, queues and endpoints
+//! for one provider.
+//!
+//! Every helper that awaits something bounds the wait with [`TIMEOUT`], so a
+//! bug fails a test quickly instead of hanging it.
+
+// Test helpers: failing loudly (panicking) is their job.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use weft::{
+    AddressVector, AvAttr, BindFlags, CompletionQueue, CqAttr, CqItem, Domain, EpType, EqItem,
+    EventQueue, Fabric, FiAddr, Info,
+};
+
+/// How long any single await in a test may take before the test fails.
+pub const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a test waits to be reasonably sure something does *not* happen
+/// (an entry that must not appear). Never used to assert speed.
+pub const QUIET: Duration = Duration::from_millis(200);
+
+/// The providers every conformance test is instantiated for.
+pub fn providers() -> Vec<&'static str> {
+    vec!["tcp"]
+}
+
+/// A provider under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Provider {
+    /// The provider's name, as in `fabric_attr.prov_name`.
+    pub name: &'static str,
+}
+
+impl Provider {
+    /// The provider called `name`.
+    pub fn named(name: &'static str) -> Provider {
+        Provider { name }
+    }
+
+    /// The provider's offer for `ep_type`, or `None` if it has none.
+    pub fn try_info(&self, ep_type: EpType) -> Option<Info> {
+        let mut hints = Info::default();
+        hints.ep_attr.ep_type = ep_type;
+        hints.fabric_attr.prov_name = Some(self.name.to_string());
+        weft::getinfo(Some(&hints))
+            .ok()
+            .and_then(|mut v| (!v.is_empty()).then(|| v.remove(0)))
+    }
+
+    /// The provider's offer for `ep_type` (panics if there is none).
+    pub fn info(&self, ep_type: EpType) -> Info {
+        self.try_info(ep_type)
+            .unwrap_or_else(|| panic!("provider {} offers no {:?}", self.name, ep_type))
+    }
+}
+
+/// Awaits `fut`, failing the test if it takes longer than [`TIMEOUT`].
+pub async fn within<F: Future>(what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(TIMEOUT, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {TIMEOUT:?}: {what}"),
+    }
+}
+
+/// The next item of a completion queue (fails the test on timeout).
+pub async fn next_cq(cq: &CompletionQueue) -> CqItem {
+    match cq.next_timeout(TIMEOUT).await {
+        Some(it) => it,
+        None => panic!("no completion within {TIMEOUT:?}"),
+    }
+}
+
+/// The next item of an event queue (fails the test on timeout).
+pub async fn next_eq(eq: &EventQueue) -> EqItem {
+    match eq.next_timeout(TIMEOUT).await {
+        Ok(it) => it,
+        Err(e) => panic!("no event within {TIMEOUT:?}: {e}"),
+    }
+}
+
+/// Asserts that `cq` stays empty for [`QUIET`].
+pub async fn assert_cq_quiet(cq: &CompletionQueue, what: &str) {
+    if let Some(it) = cq.next_timeout(QUIET).await {
+        panic!("{what}: unexpected completion {it:?}");
+    }
+}
+
+/// Fabric, domain and the info they were opened with, for one provider and
+/// endpoint type.
+#[derive(Debug, Clone)]
+pub struct Harness {
+    /// The provider under test.
+    pub provider: Provider,
+    /// The provider's offer for the endpoint type.
+    pub info: Info,
+    /// The fabric.
+    pub fabric: Fabric,
+    /// The domain.
+    pub domain: Domain,
+}
+
+/// An enabled connectionless endpoint with its own AV and CQ (bound for
+/// both directions).
+#[derive(Debug, Clone)]
+pub struct RdmEp {
+    /// The endpoint.
+    pub ep: weft::Endpoint,
+    /// Its address vector.
+    pub av: AddressVector,
+    /// Its CQ (transmit and receive).
+    pub cq: CompletionQueue,
+}
+
+impl RdmEp {
+    /// The endpoint's raw address.
+    pub fn addr(&self) -> Vec<u8> {
+        self.ep.local_addr().expect("local_addr")
+    }
+
+    /// Inserts `peer`'s address into this endpoint's AV; returns the handle.
+    pub fn insert(&self, peer: &RdmEp) -> FiAddr {
+        let r = self
+            .av
+            .insert_sync(&[peer.addr()], Default::default())
+            .expect("insert");
+        assert_eq!(r.count, 1, "insert of a peer address");
+        r.fi_addrs[0]
+    }
+}
+
+impl Harness {
+    /// Opens fabric and domain of `provider` for `ep_type`. Must run inside a
+    /// Tokio runtime.
+    pub fn new(provider: &Provider, ep_type: EpType) -> Harness {
+        let info = provider.info(ep_type);
+        let fabric = Fabric::open(&info).expect("fabric open");
+        assert_eq!(fabric.provider(), provider.name);
+        let domain = fabric.domain(&info).expect("domain open");
+        Harness {
+            provider: *provider,
+            info,
+            fabric,
+            domain,
+        }
+    }
+
+    /// RDM harness.
+    pub fn rdm(provider: &Provider) -> Harness {
+        Harness::new(provider, EpType::Rdm)
+    }
+
+    /// MSG harness.
+    pub fn msg(provider: &Provider) -> Harness {
+        Harness::new(provider, EpType::Msg)
+    }
+
+    /// A second, independent domain of the same fabric.
+    pub fn other_domain(&self) -> Domain {
+        self.fabric.domain(&self.info).expect("second domain")
+    }
+
+    /// An AV with default attributes.
+    pub fn av(&self) -> AddressVector {
+        self.domain.av(AvAttr::default()).expect("av open")
+    }
+
+    /// An AV with `attr`.
+    pub fn av_with(&self, attr: AvAttr) -> AddressVector {
+        self.domain.av(attr).expect("av open")
+    }
+
+    /// A CQ with default attributes.
+    pub fn cq(&self) -> CompletionQueue {
+        self.domain.cq(CqAttr::default()).expect("cq open")
+    }
+
+    /// An EQ of 64 entries.
+    pub fn eq(&self) -> EventQueue {
+        self.fabric.eq(64).expect("eq open")
+    }
+
+    /// A disabled endpoint of the harness's info.
+    pub fn endpoint(&self) -> weft::Endpoint {
+        self.domain.endpoint(&self.info).expect("endpoint")
+    }
+
+    /// An enabled RDM endpoint with its own AV and a CQ bound with
+    /// `TRANSMIT | RECV | extra`.
+    pub fn rdm_ep_with(&self, info: &Info, av: AddressVector, extra: BindFlags) -> RdmEp {
+        let cq = self.cq();
+        let ep = self.domain.endpoint(info).expect("endpoint");
+        ep.bind_av(&av).expect("bind av");
+        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV | extra)
+            .expect("bind cq");
+        ep.enable().expect("enable");
+        RdmEp { ep, av, cq }
+    }
+
+    /// An enabled RDM endpoint with its own AV and CQ.
+    pub fn rdm_ep(&self) -> RdmEp {
+        self.rdm_ep_with(&self.info, self.av(), BindFlags::empty())
+    }
+
+    /// Two enabled RDM endpoints, each with the other in its AV. Returns
+    /// `(a, b, b's handle in a's AV, a's handle in b's AV)`.
+    pub fn rdm_pair(&self) -> (RdmEp, RdmEp, FiAddr, FiAddr) {
+        let a = self.rdm_ep();
+        let b = self.rdm_ep();
+        let b_in_a = a.insert(&b);
+        let a_in_b = b.insert(&a);
+        (a, b, b_in_a, a_in_b)
+    }
+}
+
+/// A payload of `len` bytes whose content depends on `seed`.
+pub fn payload(len: usize, seed: u8) -> Bytes {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// Raw bytes of a loopback TCP address that nothing listens on (a port
+/// bound then released).
+pub fn dead_addr() -> Vec<u8> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let a = l.local_addr().expect("local_addr");
+    drop(l);
+    weft::encode_sockaddr(&a)
+}

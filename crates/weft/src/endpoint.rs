@@ -107,8 +107,9 @@ struct Live {
     rx_cq: Option<(Arc<CqShared>, bool)>,
     send_cntr: Option<Arc<CounterShared>>,
     recv_cntr: Option<Arc<CounterShared>>,
-    tx_op_flags: OpFlags,
-    rx_op_flags: OpFlags,
+    /// Default flags; `FI_SETOPSFLAG` may change them after enable too.
+    tx_op_flags: AtomicU64,
+    rx_op_flags: AtomicU64,
 }
 
 /// An endpoint. Created disabled: bind an AV (connectionless types), CQs
@@ -299,8 +300,18 @@ impl Endpoint {
             side.contains(OpFlags::TRANSMIT),
             side.contains(OpFlags::RECV),
         ) {
-            (true, false) if TX_FLAGS.contains(flags) => b.tx_op_flags = flags,
-            (false, true) if RX_FLAGS.contains(flags) => b.rx_op_flags = flags,
+            (true, false) if TX_FLAGS.contains(flags) => {
+                b.tx_op_flags = flags;
+                if let Some(l) = self.inner.live.get() {
+                    l.tx_op_flags.store(flags.bits(), Ordering::Release);
+                }
+            }
+            (false, true) if RX_FLAGS.contains(flags) => {
+                b.rx_op_flags = flags;
+                if let Some(l) = self.inner.live.get() {
+                    l.rx_op_flags.store(flags.bits(), Ordering::Release);
+                }
+            }
             (true, false) | (false, true) => return Err(Error::BadFlags),
             _ => return Err(Error::Inval),
         }
@@ -360,8 +371,8 @@ impl Endpoint {
             rx_cq: b.rx_cq.clone(),
             send_cntr: b.send_cntr.clone(),
             recv_cntr: b.recv_cntr.clone(),
-            tx_op_flags: b.tx_op_flags,
-            rx_op_flags: b.rx_op_flags,
+            tx_op_flags: AtomicU64::new(b.tx_op_flags.bits()),
+            rx_op_flags: AtomicU64::new(b.rx_op_flags.bits()),
         };
         drop(b);
         self.inner.live.set(live).map_err(|_| Error::OpBadState)?;
@@ -451,7 +462,7 @@ impl Endpoint {
         flags: OpFlags,
         waiter: Option<oneshot::Sender<CqItem>>,
     ) -> SendReq {
-        let flags = flags | live.tx_op_flags;
+        let flags = flags | OpFlags::from_bits_retain(live.tx_op_flags.load(Ordering::Acquire));
         let kind = OpFlags::SEND
             | if msg.tag.is_some() {
                 OpFlags::TAGGED
@@ -489,7 +500,7 @@ impl Endpoint {
         flags: OpFlags,
         waiter: Option<oneshot::Sender<CqItem>>,
     ) -> RecvReq {
-        let flags = flags | live.rx_op_flags;
+        let flags = flags | OpFlags::from_bits_retain(live.rx_op_flags.load(Ordering::Acquire));
         let kind = OpFlags::RECV
             | if msg.tagged {
                 OpFlags::TAGGED

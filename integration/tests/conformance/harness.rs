@@ -1,0 +1,28 @@
+//! Per-provider instantiation of the conformance tests (the rustls-test
+//! pattern): each module writes `async fn name(p: Provider)` once and lists
+//! it in `provider_tests! { ... }`, which generates one `#[tokio::test]`
+//! per provider, in a module named after it.
+
+/// Providers the macro instantiates tests for; must equal
+/// `weft_integration::providers()` (checked by a test).
+pub const INSTANTIATED: &[&str] = &["tcp"];
+
+/// Generates, for every provider, a module holding one multi-threaded
+/// `#[tokio::test]` per listed test function. Attributes written before a
+/// name (e.g. `#[ignore = "BUG: ..."]`) are applied to every instance.
+macro_rules! provider_tests {
+    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
+        provider_tests!(@provider tcp, "tcp"; $($(#[$attr])* $name),*);
+    };
+    (@provider $module:ident, $prov:literal; $($(#[$attr:meta])* $name:ident),*) => {
+        mod $module {
+            $(
+                $(#[$attr])*
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(weft_integration::Provider::named($prov)).await;
+                }
+            )*
+        }
+    };
+}
