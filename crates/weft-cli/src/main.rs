@@ -1,1 +1,72 @@
-fn main() {}
+//! `weft`: fi_info and fi_pingpong for Weft.
+
+mod args;
+mod bw;
+mod fail;
+mod info;
+mod link;
+mod pingpong;
+mod proto;
+mod report;
+mod run;
+
+use std::process::ExitCode;
+
+use args::Command;
+use proto::Kind;
+
+fn main() -> ExitCode {
+    // Library diagnostics only when asked for (RUST_LOG), and never on
+    // stdout, where the table goes.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
+
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let cmd = match args::parse(&argv) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("weft: {}\n\n{}", e.0, args::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let (name, result) = match &cmd {
+        Command::Help => {
+            print!("{}", args::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Command::Info(a) => ("info", info::run(a)),
+        Command::Pingpong(a) => ("pingpong", bench(Kind::Pingpong, a)),
+        Command::Bw(a) => ("bw", bench(Kind::Bw, a)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("weft {name}: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn bench(kind: Kind, a: &args::PerfArgs) -> fail::Res<()> {
+    let runtime = || {
+        // Two workers: a busy-polling reader then cannot starve the
+        // provider's I/O tasks of the same process.
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| fail::Failure::new("start runtime", e))
+    };
+    let rt = runtime()?;
+    // bw --self gives the server side a runtime of its own, as it would
+    // have in its own process (see run::run for why).
+    let server_rt = if a.self_test && kind == Kind::Bw {
+        Some(runtime()?)
+    } else {
+        None
+    };
+    let server_handle = server_rt.as_ref().map(|r| r.handle().clone());
+    rt.block_on(run::run(kind, a, server_handle))
+}

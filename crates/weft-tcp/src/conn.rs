@@ -205,12 +205,17 @@ impl Conn {
                         self.fail(Error::ConnReset);
                         return;
                     }
+                    // A full socket must come back as `WouldBlock` so that
+                    // Tokio clears the readiness; otherwise `writable()`
+                    // keeps returning at once and this task spins.
                     match self.tio.try_io(tokio::io::Interest::WRITABLE, || {
-                        write_some(&self.std, &mut f)
-                            .map_err(|e| io::Error::from_raw_os_error(e.code()))
+                        match write_some(&self.std, &mut f) {
+                            Ok(true) => Ok(()),
+                            Ok(false) => Err(io::ErrorKind::WouldBlock.into()),
+                            Err(e) => Err(io::Error::from_raw_os_error(e.code())),
+                        }
                     }) {
-                        Ok(true) => break,
-                        Ok(false) => continue,
+                        Ok(()) => break,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                         Err(_) => {
                             self.fail_frame(f, Error::ConnReset);

@@ -1,0 +1,303 @@
+//! Hand-written argument parsing. The option letters follow fi_pingpong
+//! and fi_info so that muscle memory (and scripts) carry over.
+
+use weft::{EpType, WaitMode};
+
+/// The OOB / passive-endpoint port fi_pingpong uses by default.
+pub const DEFAULT_PORT: u16 = 47592;
+
+/// fi_pingpong's `-S all` list.
+pub const ALL_SIZES: &[usize] = &[64, 256, 1 << 10, 4 << 10, 64 << 10, 1 << 20];
+
+pub const USAGE: &str = "\
+Usage:
+  weft info [-p PROV] [-e EP_TYPE] [-v] [--list]
+  weft pingpong [OPTIONS] [DEST]   server without DEST, client with it
+  weft bw [OPTIONS] [DEST]         streaming bandwidth, same roles
+  weft help
+
+info options:
+  -p <prov>     provider name (FI_PROVIDER is honoured as well)
+  -e <ep_type>  endpoint type: rdm|msg
+  -v            verbose, fi_info -v style
+  --list        print provider names only
+
+pingpong / bw options:
+  -p <prov>     provider (tcp)
+  -e <ep_type>  endpoint type: rdm|msg (rdm)
+  -S <size>     transfer size (64, 4k, 1m) or 'all' (64 256 1k 4k 64k 1m) (64)
+  -I <iters>    timed iterations per size, after 10% untimed warm-up (1000)
+  -B <port>     server: control / listen port (47592); client: OOB source port
+  -P <port>     client: server's port (47592)
+  -W <window>   bw only: sends in flight (64)
+  --mode <m>    interrupt|busy-poll|inline (interrupt). The library has no
+                separate inline path yet: inline behaves like interrupt.
+  --api <a>     post (post_* + CQ stream) | async (awaited tsend/trecv) (post)
+  --verify      check every payload byte, pattern varies per iteration
+  --self        server and client in this process over 127.0.0.1
+  -h, --help    this text
+
+The server takes sizes, iterations, window and --verify from the client.
+";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Help,
+    Info(InfoArgs),
+    Pingpong(PerfArgs),
+    Bw(PerfArgs),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InfoArgs {
+    pub prov: Option<String>,
+    pub ep_type: Option<EpType>,
+    pub verbose: bool,
+    pub list: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    Post,
+    Async,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerfArgs {
+    pub prov: String,
+    pub ep_type: EpType,
+    pub sizes: Vec<usize>,
+    pub iters: usize,
+    pub src_port: Option<u16>,
+    pub dst_port: Option<u16>,
+    pub window: usize,
+    pub dest: Option<String>,
+    pub mode: WaitMode,
+    pub api: Api,
+    pub verify: bool,
+    pub self_test: bool,
+}
+
+impl Default for PerfArgs {
+    fn default() -> Self {
+        PerfArgs {
+            prov: "tcp".into(),
+            ep_type: EpType::Rdm,
+            sizes: vec![64],
+            iters: 1000,
+            src_port: None,
+            dst_port: None,
+            window: 64,
+            dest: None,
+            mode: WaitMode::Interrupt,
+            api: Api::Post,
+            verify: false,
+            self_test: false,
+        }
+    }
+}
+
+/// A usage error: the message is printed above the usage text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+type Parsed<T> = Result<T, UsageError>;
+
+fn bad<T>(msg: impl Into<String>) -> Parsed<T> {
+    Err(UsageError(msg.into()))
+}
+
+/// Parses everything after the program name.
+pub fn parse(argv: &[String]) -> Parsed<Command> {
+    let Some((cmd, rest)) = argv.split_first() else {
+        return bad("missing command");
+    };
+    match cmd.as_str() {
+        "help" | "-h" | "--help" => Ok(Command::Help),
+        "info" => parse_info(rest),
+        "pingpong" => parse_perf(rest, false).map(|a| a.map_or(Command::Help, Command::Pingpong)),
+        "bw" => parse_perf(rest, true).map(|a| a.map_or(Command::Help, Command::Bw)),
+        other => bad(format!("unknown command '{other}'")),
+    }
+}
+
+/// Walks the arguments, handing out option values; keeps the "missing
+/// value" error in one place.
+struct Cursor<'a> {
+    it: std::slice::Iter<'a, String>,
+}
+
+impl<'a> Cursor<'a> {
+    fn value(&mut self, opt: &str) -> Parsed<&'a str> {
+        match self.it.next() {
+            Some(v) => Ok(v.as_str()),
+            None => bad(format!("option {opt} needs a value")),
+        }
+    }
+}
+
+fn parse_ep_type(s: &str) -> Parsed<EpType> {
+    match s.to_ascii_lowercase().as_str() {
+        "rdm" => Ok(EpType::Rdm),
+        "msg" => Ok(EpType::Msg),
+        _ => bad(format!("-e {s}: endpoint type must be rdm or msg")),
+    }
+}
+
+fn parse_info(rest: &[String]) -> Parsed<Command> {
+    let mut a = InfoArgs::default();
+    let mut c = Cursor { it: rest.iter() };
+    while let Some(arg) = c.it.next() {
+        match arg.as_str() {
+            "-p" => a.prov = Some(c.value("-p")?.to_string()),
+            "-e" => a.ep_type = Some(parse_ep_type(c.value("-e")?)?),
+            "-v" | "--verbose" => a.verbose = true,
+            "-l" | "--list" => a.list = true,
+            "-h" | "--help" => return Ok(Command::Help),
+            other => return bad(format!("info: unexpected argument '{other}'")),
+        }
+    }
+    Ok(Command::Info(a))
+}
+
+/// `None` means help was asked for.
+fn parse_perf(rest: &[String], bw: bool) -> Parsed<Option<PerfArgs>> {
+    let mut a = PerfArgs::default();
+    let mut c = Cursor { it: rest.iter() };
+    while let Some(arg) = c.it.next() {
+        match arg.as_str() {
+            "-p" => a.prov = c.value("-p")?.to_string(),
+            "-e" => a.ep_type = parse_ep_type(c.value("-e")?)?,
+            "-S" => a.sizes = parse_sizes(c.value("-S")?)?,
+            "-I" => a.iters = parse_count("-I", c.value("-I")?)?,
+            "-B" => a.src_port = Some(parse_port("-B", c.value("-B")?)?),
+            "-P" => a.dst_port = Some(parse_port("-P", c.value("-P")?)?),
+            "-W" if bw => a.window = parse_count("-W", c.value("-W")?)?,
+            "--mode" => {
+                let v = c.value("--mode")?;
+                a.mode = match WaitMode::parse(v) {
+                    Some(m) => m,
+                    None => return bad(format!("--mode {v}: use interrupt, busy-poll or inline")),
+                };
+            }
+            "--api" => {
+                a.api = match c.value("--api")? {
+                    "post" => Api::Post,
+                    "async" => Api::Async,
+                    v => return bad(format!("--api {v}: use post or async")),
+                }
+            }
+            "--verify" | "-c" => a.verify = true,
+            "--self" => a.self_test = true,
+            "-h" | "--help" => return Ok(None),
+            s if s.starts_with('-') && s.len() > 1 => {
+                return bad(format!("unknown option '{s}'"));
+            }
+            dest => {
+                if a.dest.is_some() {
+                    return bad(format!("unexpected argument '{dest}'"));
+                }
+                a.dest = Some(dest.to_string());
+            }
+        }
+    }
+    if a.self_test && a.dest.is_some() {
+        return bad("--self runs both sides locally: give no destination");
+    }
+    Ok(Some(a))
+}
+
+fn parse_count(opt: &str, s: &str) -> Parsed<usize> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => bad(format!("{opt} {s}: expected a positive integer")),
+    }
+}
+
+fn parse_port(opt: &str, s: &str) -> Parsed<u16> {
+    match s.parse::<u16>() {
+        Ok(p) => Ok(p),
+        Err(_) => bad(format!("{opt} {s}: expected a port number (0-65535)")),
+    }
+}
+
+/// The largest size accepted: anything bigger is surely a typo, and the
+/// provider's own limit is 1 GiB.
+const MAX_SIZE: usize = 1 << 30;
+
+/// `all`, or one size with an optional k/m/g (binary) suffix, as
+/// fi_pingpong accepts.
+pub fn parse_sizes(s: &str) -> Parsed<Vec<usize>> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(ALL_SIZES.to_vec());
+    }
+    let lower = s.to_ascii_lowercase();
+    let (num, shift) = match lower.as_bytes().last() {
+        Some(b'k') => (&lower[..lower.len() - 1], 10),
+        Some(b'm') => (&lower[..lower.len() - 1], 20),
+        Some(b'g') => (&lower[..lower.len() - 1], 30),
+        _ => (lower.as_str(), 0),
+    };
+    let n = num
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(1usize << shift));
+    match n {
+        Some(n) if (1..=MAX_SIZE).contains(&n) => Ok(vec![n]),
+        _ => bad(format!(
+            "-S {s}: expected 'all' or a size from 1 to 1g (e.g. 64, 4k, 1m)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_sizes("64").unwrap(), vec![64]);
+        assert_eq!(parse_sizes("4k").unwrap(), vec![4096]);
+        assert_eq!(parse_sizes("1M").unwrap(), vec![1 << 20]);
+        assert_eq!(parse_sizes("all").unwrap(), ALL_SIZES.to_vec());
+        assert!(parse_sizes("0").is_err());
+        assert!(parse_sizes("2g").is_err());
+        assert!(parse_sizes("x").is_err());
+    }
+
+    #[test]
+    fn pingpong_options() {
+        let c = parse(&argv(
+            "pingpong -e msg -S 1k -I 5 -P 9000 --mode busy-poll --api async --verify 10.0.0.1",
+        ))
+        .unwrap();
+        let Command::Pingpong(a) = c else {
+            unreachable!()
+        };
+        assert_eq!(a.ep_type, EpType::Msg);
+        assert_eq!(a.sizes, vec![1024]);
+        assert_eq!(a.iters, 5);
+        assert_eq!(a.dst_port, Some(9000));
+        assert_eq!(a.mode, WaitMode::BusyPoll);
+        assert_eq!(a.api, Api::Async);
+        assert!(a.verify);
+        assert_eq!(a.dest.as_deref(), Some("10.0.0.1"));
+    }
+
+    #[test]
+    fn errors() {
+        assert!(parse(&argv("")).is_err());
+        assert!(parse(&argv("frob")).is_err());
+        assert!(parse(&argv("pingpong -I")).is_err());
+        assert!(parse(&argv("pingpong -I 0")).is_err());
+        assert!(parse(&argv("pingpong -W 4")).is_err());
+        assert!(parse(&argv("pingpong --self 1.2.3.4")).is_err());
+        assert!(parse(&argv("info -x")).is_err());
+        assert!(matches!(parse(&argv("bw -W 4")), Ok(Command::Bw(a)) if a.window == 4));
+        assert_eq!(parse(&argv("pingpong -h")), Ok(Command::Help));
+    }
+}

@@ -1,0 +1,527 @@
+//! Bringing up one endpoint that can reach the peer, in the three
+//! topologies the benchmarks run in: server, client, and both in one
+//! process (`--self`). Also the data-path shims that hide the tagged (RDM)
+//! versus untagged (MSG) distinction from the benchmarks.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use weft::{
+    AddressVector, AvAttr, BindFlags, CompletionQueue, ConnRequest, CqAttr, CqEntry, CqErrEntry,
+    CqItem, Domain, Endpoint, EpType, EqEventKind, EventQueue, Fabric, FiAddr, Info,
+    PassiveEndpoint, WaitMode, FI_ADDR_UNSPEC,
+};
+
+use crate::args::{PerfArgs, DEFAULT_PORT};
+use crate::fail::{Context, Failure, Res};
+
+/// Benchmark payloads.
+pub const DATA_TAG: u64 = 0x1;
+/// Parameters and acknowledgements; a separate tag keeps them from ever
+/// matching a data receive on RDM. MSG has no tags: there the protocol
+/// is lockstep, so order alone keeps them apart.
+pub const CTRL_TAG: u64 = 0x2;
+
+/// How long a client keeps retrying a server that is not listening yet,
+/// so `server & client` in a script does not need a careful sleep.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Room for any control message (the parameter block is the largest).
+pub const CTRL_CAP: usize = 4096;
+
+/// One side of a benchmark: an enabled endpoint, its CQ, and the peer.
+#[derive(Debug)]
+pub struct Link {
+    pub ep: Endpoint,
+    pub cq: CompletionQueue,
+    pub peer: FiAddr,
+    tagged: bool,
+    mode: WaitMode,
+    // Objects the endpoint depends on that it does not itself keep alive.
+    _av: Option<AddressVector>,
+    _eq: Option<EventQueue>,
+    _pep: Option<PassiveEndpoint>,
+}
+
+/// The fabric-level objects both sides of `--self` share.
+#[derive(Debug)]
+pub struct Fab {
+    pub info: Info,
+    pub fabric: Fabric,
+    pub domain: Domain,
+    pub mode: WaitMode,
+}
+
+impl Fab {
+    /// The fabric's I/O runs on `rt`.
+    pub fn open(a: &PerfArgs, rt: tokio::runtime::Handle) -> Res<Fab> {
+        let mut hints = Info::default();
+        hints.fabric_attr.prov_name = Some(a.prov.clone());
+        hints.ep_attr.ep_type = a.ep_type;
+        hints.caps = match a.ep_type {
+            EpType::Msg => weft::Caps::MSG,
+            _ => weft::Caps::TAGGED,
+        };
+        let mut infos = weft::getinfo(Some(&hints)).with_ctx(|| {
+            format!(
+                "no provider matches -p {} -e {} (available: {})",
+                a.prov,
+                a.ep_type.fi_name(),
+                weft::PROVIDERS.join(", ")
+            )
+        })?;
+        let info = infos.remove(0);
+        let fabric = weft::Fabric::open_with(&info, rt).ctx("open fabric")?;
+        let domain = fabric.domain(&info).ctx("open domain")?;
+        Ok(Fab {
+            info,
+            fabric,
+            domain,
+            mode: a.mode,
+        })
+    }
+
+    fn cq(&self) -> Res<CompletionQueue> {
+        self.domain
+            .cq(CqAttr {
+                wait: self.mode,
+                ..CqAttr::default()
+            })
+            .ctx("open completion queue")
+    }
+
+    /// An enabled RDM endpoint bound to `src` (its IP is what the peer
+    /// will dial, so it must be reachable from there).
+    fn rdm(&self, src: SocketAddr) -> Res<(Endpoint, CompletionQueue, AddressVector)> {
+        let av = self
+            .domain
+            .av(AvAttr::default())
+            .ctx("open address vector")?;
+        let cq = self.cq()?;
+        let ep = self.domain.endpoint(&self.info).ctx("create endpoint")?;
+        ep.bind_av(&av).ctx("bind address vector")?;
+        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+            .ctx("bind completion queue")?;
+        ep.set_wait_mode(self.mode).ctx("set wait mode")?;
+        ep.set_src_addr(weft::encode_sockaddr(&src))
+            .ctx("set source address")?;
+        ep.enable().ctx("enable endpoint")?;
+        Ok((ep, cq, av))
+    }
+
+    /// A MSG endpoint, enabled: fresh for connecting, or for `req`.
+    fn msg(&self, req: Option<&ConnRequest>) -> Res<(Endpoint, CompletionQueue, EventQueue)> {
+        let eq = self.fabric.eq(64).ctx("open event queue")?;
+        let cq = self.cq()?;
+        let ep = match req {
+            Some(r) => self.domain.accept_endpoint(&self.info, r),
+            None => self.domain.endpoint(&self.info),
+        }
+        .ctx("create endpoint")?;
+        ep.bind_eq(&eq).ctx("bind event queue")?;
+        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+            .ctx("bind completion queue")?;
+        ep.set_wait_mode(self.mode).ctx("set wait mode")?;
+        ep.enable().ctx("enable endpoint")?;
+        Ok((ep, cq, eq))
+    }
+
+    fn listen(&self, addr: SocketAddr) -> Res<(PassiveEndpoint, EventQueue)> {
+        let eq = self.fabric.eq(64).ctx("open event queue")?;
+        let pep = self
+            .fabric
+            .passive_endpoint(&self.info, Some(weft::encode_sockaddr(&addr)))
+            .ctx("create passive endpoint")?;
+        pep.bind_eq(&eq).ctx("bind event queue")?;
+        pep.listen().with_ctx(|| format!("listen on {addr}"))?;
+        Ok((pep, eq))
+    }
+
+    /// MSG server half: waits for one request and accepts it.
+    async fn accept(&self, pep: PassiveEndpoint, pep_eq: &mut EventQueue) -> Res<Link> {
+        let req = loop {
+            match pep_eq.next().await {
+                Some(Ok(ev)) if ev.kind == EqEventKind::ConnReq => {
+                    break ConnRequest::from_event(&ev).ctx("read connection request")?;
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(Failure::new("wait for connection", e.err)),
+                None => return Err(Failure::new("wait for connection", "event queue closed")),
+            }
+        };
+        let (ep, cq, eq) = self.msg(Some(&req))?;
+        ep.accept(Vec::new()).await.ctx("accept connection")?;
+        Ok(Link {
+            ep,
+            cq,
+            peer: FI_ADDR_UNSPEC,
+            tagged: false,
+            mode: self.mode,
+            _av: None,
+            _eq: Some(eq),
+            _pep: Some(pep),
+        })
+    }
+
+    /// MSG client half.
+    async fn connect(&self, dest: SocketAddr) -> Res<Link> {
+        let deadline = Instant::now() + CONNECT_PATIENCE;
+        loop {
+            // A failed connect leaves the endpoint unusable: a new one
+            // per attempt.
+            let (ep, cq, eq) = self.msg(None)?;
+            match ep.connect(weft::encode_sockaddr(&dest), Vec::new()).await {
+                Ok(_) => {
+                    return Ok(Link {
+                        ep,
+                        cq,
+                        peer: FI_ADDR_UNSPEC,
+                        tagged: false,
+                        mode: self.mode,
+                        _av: None,
+                        _eq: Some(eq),
+                        _pep: None,
+                    })
+                }
+                Err(weft::Error::ConnRefused) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(Failure::new(format!("connect to {dest}"), e)),
+            }
+        }
+    }
+}
+
+fn rdm_link(
+    (ep, cq, av): (Endpoint, CompletionQueue, AddressVector),
+    peer: &[u8],
+    mode: WaitMode,
+) -> Res<Link> {
+    let rep = av
+        .insert_sync(&[peer.to_vec()], Default::default())
+        .ctx("insert peer address")?;
+    match rep.results.first() {
+        Some(Ok(fi)) => Ok(Link {
+            ep,
+            cq,
+            peer: *fi,
+            tagged: true,
+            mode,
+            _av: Some(av),
+            _eq: None,
+            _pep: None,
+        }),
+        Some(Err(e)) => Err(Failure::new("insert peer address", e)),
+        None => Err(Failure::new("insert peer address", "nothing inserted")),
+    }
+}
+
+/// Both sides in this process over loopback: (server, client), each on
+/// its own fabric.
+pub async fn self_pair(sfab: &Fab, cfab: &Fab) -> Res<(Link, Link)> {
+    let lo = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+    match sfab.info.ep_attr.ep_type {
+        EpType::Msg => {
+            let (pep, mut eq) = sfab.listen(lo)?;
+            let addr = pep.local_addr().ctx("passive endpoint address")?;
+            let addr = weft::decode_sockaddr(&addr).ctx("passive endpoint address")?;
+            let (s, c) = tokio::join!(sfab.accept(pep, &mut eq), cfab.connect(addr));
+            Ok((s?, c?))
+        }
+        _ => {
+            let (sep, scq, sav) = sfab.rdm(lo)?;
+            let (cep, ccq, cav) = cfab.rdm(lo)?;
+            let saddr = sep.local_addr().ctx("endpoint address")?;
+            let caddr = cep.local_addr().ctx("endpoint address")?;
+            Ok((
+                rdm_link((sep, scq, sav), &caddr, sfab.mode)?,
+                rdm_link((cep, ccq, cav), &saddr, cfab.mode)?,
+            ))
+        }
+    }
+}
+
+/// The server: RDM exchanges endpoint addresses over a plain TCP control
+/// connection on `-B`; MSG listens with a passive endpoint on `-B`.
+pub async fn serve(fab: &Fab, a: &PerfArgs) -> Res<Link> {
+    let port = a.src_port.unwrap_or(DEFAULT_PORT);
+    let any = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
+    if fab.info.ep_attr.ep_type == EpType::Msg {
+        let (pep, mut eq) = fab.listen(any)?;
+        return fab.accept(pep, &mut eq).await;
+    }
+    let l = TcpListener::bind(any)
+        .await
+        .with_ctx(|| format!("listen on {any}"))?;
+    let (mut s, _) = l.accept().await.ctx("accept control connection")?;
+    // Bind the fabric endpoint to the address the client reached us on:
+    // that one is routable from the client, a wildcard would not be.
+    let ip = s.local_addr().ctx("control connection address")?.ip();
+    let (ep, cq, av) = fab.rdm(SocketAddr::new(unmap(ip), 0))?;
+    let peer = exchange(&mut s, &ep.local_addr().ctx("endpoint address")?).await?;
+    rdm_link((ep, cq, av), &peer, fab.mode)
+}
+
+/// The client of `dest`, on `-P`.
+pub async fn dial(fab: &Fab, a: &PerfArgs, dest: &str) -> Res<Link> {
+    let port = a.dst_port.unwrap_or(DEFAULT_PORT);
+    let addr = resolve(dest, port).await?;
+    if fab.info.ep_attr.ep_type == EpType::Msg {
+        return fab.connect(addr).await;
+    }
+    let mut s = control_connect(addr, a.src_port).await?;
+    let ip = s.local_addr().ctx("control connection address")?.ip();
+    let (ep, cq, av) = fab.rdm(SocketAddr::new(unmap(ip), 0))?;
+    let peer = exchange(&mut s, &ep.local_addr().ctx("endpoint address")?).await?;
+    rdm_link((ep, cq, av), &peer, fab.mode)
+}
+
+fn unmap(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The provider speaks `FI_SOCKADDR_IN`, so IPv4 answers come first.
+async fn resolve(host: &str, port: u16) -> Res<SocketAddr> {
+    let what = || format!("resolve {host}:{port}");
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .with_ctx(what)?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| Failure::new(what(), "no address found"))
+}
+
+async fn control_connect(addr: SocketAddr, src_port: Option<u16>) -> Res<TcpStream> {
+    let what = || format!("connect to {addr}");
+    let deadline = Instant::now() + CONNECT_PATIENCE;
+    loop {
+        let sock = if addr.is_ipv4() {
+            TcpSocket::new_v4()
+        } else {
+            TcpSocket::new_v6()
+        }
+        .with_ctx(what)?;
+        if let Some(p) = src_port {
+            let unspec: IpAddr = if addr.is_ipv4() {
+                Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                std::net::Ipv6Addr::UNSPECIFIED.into()
+            };
+            sock.set_reuseaddr(true).with_ctx(what)?;
+            sock.bind(SocketAddr::new(unspec, p))
+                .with_ctx(|| format!("bind source port {p}"))?;
+        }
+        match sock.connect(addr).await {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(Failure::new(what(), e)),
+        }
+    }
+}
+
+/// Sends our raw endpoint address and reads the peer's, each prefixed by
+/// a big-endian u32 length.
+async fn exchange(s: &mut TcpStream, mine: &[u8]) -> Res<Vec<u8>> {
+    let what = "exchange endpoint addresses";
+    let len = u32::try_from(mine.len()).ctx(what)?;
+    s.write_all(&len.to_be_bytes()).await.ctx(what)?;
+    s.write_all(mine).await.ctx(what)?;
+    let mut lb = [0u8; 4];
+    s.read_exact(&mut lb).await.ctx(what)?;
+    let n = u32::from_be_bytes(lb) as usize;
+    if n == 0 || n > 1024 {
+        return Err(Failure::new(what, format!("peer sent a {n}-byte address")));
+    }
+    let mut peer = vec![0u8; n];
+    s.read_exact(&mut peer).await.ctx(what)?;
+    Ok(peer)
+}
+
+impl Link {
+    pub fn reaper(&self) -> Reaper {
+        Reaper::new(self.cq.clone(), self.mode == WaitMode::BusyPoll)
+    }
+
+    /// `fi_tsend` / `fi_send`, waiting out a full transmit queue.
+    pub async fn post_send(&self, buf: Bytes, ctx: u64) -> Res<()> {
+        loop {
+            let r = if self.tagged {
+                self.ep.post_tsend(self.peer, buf.clone(), DATA_TAG, ctx)
+            } else {
+                self.ep.post_send(self.peer, buf.clone(), ctx)
+            };
+            match r {
+                Err(weft::Error::Again) => tokio::task::yield_now().await,
+                r => return r.ctx("post send"),
+            }
+        }
+    }
+
+    /// `fi_trecv` / `fi_recv` into `buf` (its length is the capacity).
+    pub async fn post_recv(&self, buf: BytesMut, ctx: u64) -> Res<()> {
+        let mut buf = buf;
+        loop {
+            let msg = weft::RecvMsg {
+                src: FI_ADDR_UNSPEC,
+                bufs: vec![buf],
+                tagged: self.tagged,
+                tag: DATA_TAG,
+                ignore: 0,
+                context: ctx,
+            };
+            match self.ep.post_recvmsg(msg, weft::OpFlags::empty()) {
+                Ok(()) => return Ok(()),
+                Err((weft::Error::Again, mut back)) if !back.is_empty() => {
+                    buf = back.swap_remove(0);
+                    tokio::task::yield_now().await;
+                }
+                Err((e, _)) => return Err(Failure::new("post receive", e)),
+            }
+        }
+    }
+
+    pub async fn send(&self, buf: Bytes) -> Result<CqEntry, CqErrEntry> {
+        self.send_tagged(buf, DATA_TAG).await
+    }
+
+    pub async fn recv(&self, buf: BytesMut) -> Result<CqEntry, CqErrEntry> {
+        self.recv_tagged(buf, DATA_TAG).await
+    }
+
+    async fn send_tagged(&self, buf: Bytes, tag: u64) -> Result<CqEntry, CqErrEntry> {
+        if self.tagged {
+            self.ep.tsend(self.peer, buf, tag).await
+        } else {
+            self.ep.send(self.peer, buf).await
+        }
+    }
+
+    async fn recv_tagged(&self, buf: BytesMut, tag: u64) -> Result<CqEntry, CqErrEntry> {
+        if self.tagged {
+            self.ep.trecv(buf, FI_ADDR_UNSPEC, tag, 0).await
+        } else {
+            self.ep.recv(buf).await
+        }
+    }
+
+    /// Control messages always use the awaited forms: they then never
+    /// show up on the CQ the `post` benchmarks read.
+    pub async fn send_ctrl(&self, buf: Bytes) -> Res<()> {
+        self.send_tagged(buf, CTRL_TAG)
+            .await
+            .map(|_| ())
+            .ctx("send control message")
+    }
+
+    pub async fn recv_ctrl(&self) -> Res<Bytes> {
+        let e = self
+            .recv_tagged(BytesMut::zeroed(CTRL_CAP), CTRL_TAG)
+            .await
+            .ctx("receive control message")?;
+        Ok(payload(e))
+    }
+}
+
+/// The received bytes of a completion, as one buffer.
+pub fn payload(e: CqEntry) -> Bytes {
+    let mut bufs = e.bufs;
+    if bufs.len() == 1 {
+        let mut b = bufs.swap_remove(0);
+        b.truncate(e.len);
+        return b.freeze();
+    }
+    let mut out = BytesMut::with_capacity(e.len);
+    for b in bufs {
+        out.extend_from_slice(&b);
+    }
+    out.truncate(e.len);
+    out.freeze()
+}
+
+/// Reads completions for the `post` API. Completions that are not the
+/// one awaited are kept, since the order in which a send and a receive
+/// complete is not fixed.
+#[derive(Debug)]
+pub struct Reaper {
+    cq: CompletionQueue,
+    stash: VecDeque<CqEntry>,
+    batch: Vec<CqItem>,
+    busy: bool,
+}
+
+impl Reaper {
+    fn new(cq: CompletionQueue, busy: bool) -> Reaper {
+        Reaper {
+            busy,
+            cq,
+            stash: VecDeque::new(),
+            batch: Vec::with_capacity(64),
+        }
+    }
+
+    async fn fill(&mut self) -> Res<()> {
+        self.batch.clear();
+        if self.busy {
+            // Spin on the queue, but give the CPU away now and then: the
+            // provider's busy-poll thread and the peer's may need the same
+            // core, and a reader that never yields starves the very thread
+            // that would fill its queue (about 8 ms per message on 2 cores).
+            let mut spins = 0u32;
+            while self.cq.try_read_batch(&mut self.batch, 64) == 0 {
+                spins = spins.wrapping_add(1);
+                if spins % 64 == 0 {
+                    std::thread::yield_now();
+                }
+                tokio::task::yield_now().await;
+            }
+        } else if self.cq.read_batch(&mut self.batch, 64).await == 0 {
+            return Err(Failure::new("read completion queue", "queue closed"));
+        }
+        for item in self.batch.drain(..) {
+            match item {
+                Ok(e) => self.stash.push_back(e),
+                Err(e) => return Err(Failure::new("completion", e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The next completion, whichever it is.
+    pub async fn next(&mut self) -> Res<CqEntry> {
+        loop {
+            if let Some(e) = self.stash.pop_front() {
+                return Ok(e);
+            }
+            self.fill().await?;
+        }
+    }
+
+    /// The completion of the operation posted with `ctx`.
+    pub async fn wait(&mut self, ctx: u64) -> Res<CqEntry> {
+        loop {
+            if let Some(i) = self.stash.iter().position(|e| e.context == ctx) {
+                if let Some(e) = self.stash.remove(i) {
+                    return Ok(e);
+                }
+            }
+            self.fill().await?;
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Latency: the client sends `size` bytes, the server echoes them back,
+//! one message in flight per direction. Each side pre-posts its receive
+//! before the send that provokes the peer's message, so payloads land in
+//! posted buffers instead of taking the provider's unexpected path.
+
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::args::Api;
+use crate::fail::{Context, Res};
+use crate::link::{payload, Link};
+use crate::proto::{self, Params};
+
+const RECV_CTX: u64 = 1;
+const SEND_CTX: u64 = 2;
+
+/// The client's run of one size: the elapsed time of the timed iterations.
+pub async fn client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Duration> {
+    let total = p.warmup + p.iters;
+    let fixed = proto::pattern(size, 0);
+    let mut reaper = link.reaper();
+    let mut rbuf = BytesMut::zeroed(size);
+    let mut start = Instant::now();
+    for i in 0..total {
+        if i == p.warmup {
+            start = Instant::now();
+        }
+        let sbuf = if p.verify {
+            proto::pattern(size, i as u64)
+        } else {
+            fixed.clone()
+        };
+        let got = match api {
+            Api::Post => {
+                link.post_recv(rbuf, RECV_CTX).await?;
+                link.post_send(sbuf, SEND_CTX).await?;
+                reaper.wait(SEND_CTX).await?;
+                reaper.wait(RECV_CTX).await?
+            }
+            Api::Async => {
+                // join! polls in order: the receive is posted first.
+                let (r, s) = tokio::join!(link.recv(rbuf), link.send(sbuf));
+                s.ctx("send")?;
+                r.ctx("receive")?
+            }
+        };
+        if p.verify {
+            proto::check(&payload_ref(&got), size, i as u64)?;
+        } else {
+            proto::check_len(got.len, size, i as u64)?;
+        }
+        rbuf = reclaim(got.bufs, size);
+    }
+    Ok(start.elapsed())
+}
+
+/// The server's run of one size: receive, then echo the very buffer back.
+pub async fn server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Duration> {
+    let total = p.warmup + p.iters;
+    let mut reaper = link.reaper();
+    // Two buffers circulate: one being echoed, one posted for the next
+    // message.
+    let mut spare = BytesMut::zeroed(size);
+    let mut start = Instant::now();
+    let mut pending = match api {
+        Api::Post => {
+            link.post_recv(BytesMut::zeroed(size), RECV_CTX).await?;
+            None
+        }
+        Api::Async => Some(link.recv(BytesMut::zeroed(size)).await.ctx("receive")?),
+    };
+    for i in 0..total {
+        let got = match pending.take() {
+            Some(e) => e,
+            None => reaper.wait(RECV_CTX).await?,
+        };
+        // The clock starts at the first timed message, as the client's does
+        // when it sends it; the difference is one one-way trip in total.
+        if i == p.warmup {
+            start = Instant::now();
+        }
+        let data = payload(got);
+        if p.verify {
+            proto::check(&data, size, i as u64)?;
+        } else {
+            proto::check_len(data.len(), size, i as u64)?;
+        }
+        let last = i + 1 == total;
+        match api {
+            Api::Post => {
+                if !last {
+                    link.post_recv(spare, RECV_CTX).await?;
+                }
+                link.post_send(data.clone(), SEND_CTX).await?;
+                reaper.wait(SEND_CTX).await?;
+            }
+            Api::Async if last => {
+                link.send(data.clone()).await.ctx("send")?;
+            }
+            Api::Async => {
+                let (r, s) = tokio::join!(link.recv(spare), link.send(data.clone()));
+                s.ctx("send")?;
+                pending = Some(r.ctx("receive")?);
+            }
+        }
+        spare = recycle(data, size);
+    }
+    Ok(start.elapsed())
+}
+
+fn payload_ref(e: &weft::CqEntry) -> Bytes {
+    let mut out = BytesMut::with_capacity(e.len);
+    for b in &e.bufs {
+        out.extend_from_slice(b);
+    }
+    out.truncate(e.len);
+    out.freeze()
+}
+
+/// The receive buffer back from its completion, ready to post again.
+pub fn reclaim(bufs: Vec<BytesMut>, size: usize) -> BytesMut {
+    let mut b = bufs.into_iter().next().unwrap_or_default();
+    b.resize(size, 0);
+    b
+}
+
+/// A sent buffer becomes a receive buffer again once the provider has
+/// let go of it; if it has not, a fresh one is cheaper than waiting.
+pub fn recycle(data: Bytes, size: usize) -> BytesMut {
+    match data.try_into_mut() {
+        Ok(mut b) => {
+            b.resize(size, 0);
+            b
+        }
+        Err(_) => BytesMut::zeroed(size),
+    }
+}

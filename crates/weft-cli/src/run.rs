@@ -1,0 +1,151 @@
+//! Drives a benchmark in whichever role the arguments select, and prints
+//! the table.
+
+use std::io::Write;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+
+use crate::args::{Api, PerfArgs};
+use crate::fail::{Context, Failure, Res};
+use crate::link::{self, Fab, Link};
+use crate::proto::{self, Kind, Params};
+use crate::report;
+
+/// Transfers per timed iteration, for the report's arithmetic.
+fn xfers_per_iter(kind: Kind) -> usize {
+    match kind {
+        Kind::Pingpong => 2,
+        Kind::Bw => 1,
+    }
+}
+
+async fn one_size(
+    kind: Kind,
+    client: bool,
+    link: &Link,
+    p: &Params,
+    size: usize,
+    api: Api,
+) -> Res<Duration> {
+    match (kind, client) {
+        (Kind::Pingpong, true) => crate::pingpong::client(link, p, size, api).await,
+        (Kind::Pingpong, false) => crate::pingpong::server(link, p, size, api).await,
+        (Kind::Bw, true) => crate::bw::client(link, p, size, api).await,
+        (Kind::Bw, false) => crate::bw::server(link, p, size, api).await,
+    }
+}
+
+/// Every size in turn, a row per size as soon as it is measured.
+async fn sizes(
+    kind: Kind,
+    client: bool,
+    link: &Link,
+    p: &Params,
+    api: Api,
+    print: bool,
+) -> Res<()> {
+    if print {
+        println!("{}", report::HEADER);
+    }
+    for &size in &p.sizes {
+        let t = one_size(kind, client, link, p, size, api).await?;
+        if print {
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "{}",
+                report::row(size, p.iters, xfers_per_iter(kind), t)
+            )
+            .ctx("write")?;
+            out.flush().ctx("write")?;
+        }
+    }
+    Ok(())
+}
+
+async fn client_side(kind: Kind, link: &Link, p: &Params, api: Api) -> Res<()> {
+    proto::propose(link, p).await?;
+    sizes(kind, true, link, p, api, true).await?;
+    proto::send_done(link).await
+}
+
+async fn server_side(kind: Kind, link: &Link, api: Api, print: bool) -> Res<()> {
+    let p = proto::agree(link, kind).await?;
+    sizes(kind, false, link, &p, api, print).await?;
+    proto::wait_done(link).await
+}
+
+/// Busy-poll spins one provider thread per endpoint, plus the CQ reader
+/// with `--api post`. With fewer cores than spinners they preempt each
+/// other and latency gets worse than interrupt mode by orders of
+/// magnitude, so say so rather than print misleading numbers silently.
+fn warn_oversubscribed(kind_name: &str, a: &PerfArgs) {
+    if a.mode != weft::WaitMode::BusyPoll {
+        return;
+    }
+    let per_side = if a.api == Api::Post { 2 } else { 1 };
+    let spinners = if a.self_test { 2 * per_side } else { per_side };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < spinners {
+        eprintln!(
+            "weft {kind_name}: warning: busy-poll spins {spinners} threads on {cpus} CPUs; \
+             expect latencies far worse than --mode interrupt"
+        );
+    }
+}
+
+/// `server_rt`: with `--self`, the runtime the server side runs on.
+pub async fn run(kind: Kind, a: &PerfArgs, server_rt: Option<Handle>) -> Res<()> {
+    warn_oversubscribed(
+        match kind {
+            Kind::Pingpong => "pingpong",
+            Kind::Bw => "bw",
+        },
+        a,
+    );
+    let fab = Fab::open(a, Handle::current())?;
+    let api = a.api;
+    if a.self_test {
+        let params = Params::from_args(kind, a);
+        // Each side on its own fabric, and for bw on its own runtime: when
+        // a socket is full, weft-tcp's writer task spins without yielding
+        // its worker, and were the other side's reader queued behind it on
+        // the same runtime, nothing would ever drain the socket (a
+        // deadlock). Pingpong never has more than one message in flight
+        // and keeps the shared runtime, which is faster on small machines.
+        let srt = server_rt.unwrap_or_else(Handle::current);
+        let sfab = Fab::open(a, srt.clone())?;
+        let (s, c) = link::self_pair(&sfab, &fab).await?;
+        let mut server = srt.spawn(async move { server_side(kind, &s, api, false).await });
+        let client = client_side(kind, &c, &params, api);
+        tokio::pin!(client);
+        // Whichever side fails first decides: the other would wait forever.
+        tokio::select! {
+            r = &mut client => {
+                if let Err(e) = r {
+                    server.abort();
+                    return Err(e);
+                }
+                server.await.ctx("server task")?
+            }
+            r = &mut server => {
+                r.ctx("server task")??;
+                client.await
+            }
+        }
+    } else if let Some(dest) = &a.dest {
+        let link = link::dial(&fab, a, dest).await?;
+        client_side(kind, &link, &Params::from_args(kind, a), api).await
+    } else {
+        let link = link::serve(&fab, a).await?;
+        server_side(kind, &link, api, true).await
+    }
+}
+
+/// Failures carry the library's error; task join errors are wrapped here.
+impl From<tokio::task::JoinError> for Failure {
+    fn from(e: tokio::task::JoinError) -> Failure {
+        Failure::new("server task", e)
+    }
+}

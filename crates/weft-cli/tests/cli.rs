@@ -1,0 +1,79 @@
+//! Runs the built `weft` binary end to end.
+
+use std::process::{Command, Output};
+
+fn weft(args: &[&str]) -> Output {
+    match Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(args)
+        .env_remove("FI_PROVIDER")
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => unreachable!("cannot run weft: {e}"),
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn info_lists_tcp() {
+    let o = weft(&["info"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("provider: tcp"), "{out}");
+    assert!(
+        out.contains("FI_EP_RDM") && out.contains("FI_EP_MSG"),
+        "{out}"
+    );
+
+    let o = weft(&["info", "--list"]);
+    assert!(o.status.success());
+    assert_eq!(text(&o.stdout).trim(), "tcp");
+}
+
+#[test]
+fn pingpong_self_verify() {
+    let o = weft(&["pingpong", "--self", "-S", "64", "-I", "200", "--verify"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some("bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec")
+    );
+    let row = lines.next().unwrap_or_default();
+    assert!(row.starts_with("64      200     =200     25k"), "{row}");
+}
+
+#[test]
+fn unknown_provider_fails() {
+    let o = weft(&["info", "-p", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("weft info: no provider matches -p nope"),
+        "{err}"
+    );
+    assert!(err.contains("tcp"), "{err}");
+
+    let o = weft(&["pingpong", "--self", "-p", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).starts_with("weft pingpong: "));
+}
+
+#[test]
+fn bad_args_exit_2() {
+    for args in [
+        &["frobnicate"][..],
+        &["pingpong", "-I"],
+        &["pingpong", "-S", "huge"],
+        &["info", "--bogus"],
+        &[],
+    ] {
+        let o = weft(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(text(&o.stderr).contains("Usage:"), "{args:?}");
+    }
+}
