@@ -2,11 +2,8 @@
 //! operations that report to the bound CQ, and the `async` forms that
 //! resolve with their own completion.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
@@ -25,6 +22,8 @@ use crate::counter::Counter;
 use crate::cq::CompletionQueue;
 use crate::eq::EventQueue;
 use crate::fabric::{next_fid, Domain};
+use crate::msg::{RecvMsg, SendMsg};
+use crate::opfuture::{backoff, OpFuture};
 
 const DISABLED: u8 = 0;
 const ENABLED: u8 = 1;
@@ -51,38 +50,6 @@ const RX_FLAGS: OpFlags = OpFlags::COMPLETION
     .union(OpFlags::PEEK)
     .union(OpFlags::CLAIM)
     .union(OpFlags::DISCARD);
-
-/// A message to send with every option (`fi_sendmsg` / `fi_tsendmsg`).
-#[derive(Debug, Clone, Default)]
-pub struct SendMsg {
-    /// Destination (ignored on connected endpoints).
-    pub dest: FiAddr,
-    /// Gathered in order (at most `iov_limit` buffers).
-    pub iov: Vec<Bytes>,
-    /// `Some(tag)` for a tagged send.
-    pub tag: Option<u64>,
-    /// Remote CQ data.
-    pub data: Option<u64>,
-    /// Context reported in the completion.
-    pub context: u64,
-}
-
-/// A receive with every option (`fi_recvmsg` / `fi_trecvmsg`).
-#[derive(Debug, Default)]
-pub struct RecvMsg {
-    /// Source filter (`FI_ADDR_UNSPEC`: any).
-    pub src: FiAddr,
-    /// Buffers filled in order; each one's `len()` is its capacity.
-    pub bufs: Vec<BytesMut>,
-    /// Tagged receive with `tag`/`ignore`.
-    pub tagged: bool,
-    /// Tag to match.
-    pub tag: u64,
-    /// Tag bits to ignore.
-    pub ignore: u64,
-    /// Context reported in the completion.
-    pub context: u64,
-}
 
 #[derive(Debug, Default)]
 struct Binds {
@@ -857,55 +824,5 @@ impl Endpoint {
             av.inner.bound_eps.fetch_sub(1, Ordering::AcqRel);
         }
         Ok(())
-    }
-}
-
-/// Waits out a full queue: yield first, then sleep a little longer each
-/// time, so a stalled peer costs no CPU.
-async fn backoff(spins: &mut u32) {
-    *spins += 1;
-    if *spins < 64 {
-        tokio::task::yield_now().await;
-    } else {
-        let us = (*spins as u64).min(1000);
-        tokio::time::sleep(std::time::Duration::from_micros(us)).await;
-    }
-}
-
-/// The completion of one `async` operation. Dropping it cancels a receive
-/// that has not matched yet.
-struct OpFuture {
-    rx: oneshot::Receiver<CqItem>,
-    ep: Option<Arc<dyn ProviderEndpoint>>,
-    context: u64,
-}
-
-impl Future for OpFuture {
-    type Output = std::result::Result<CqEntry, CqErrEntry>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match Pin::new(&mut self.rx).poll(cx) {
-            Poll::Ready(Ok(item)) => {
-                self.ep = None;
-                Poll::Ready(item)
-            }
-            Poll::Ready(Err(_)) => {
-                self.ep = None;
-                Poll::Ready(Err(CqErrEntry::new(
-                    self.context,
-                    OpFlags::empty(),
-                    Error::Canceled,
-                )))
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl Drop for OpFuture {
-    fn drop(&mut self) {
-        if let Some(ep) = self.ep.take() {
-            ep.cancel(self.context);
-        }
     }
 }

@@ -51,14 +51,17 @@ mod cq;
 mod endpoint;
 mod eq;
 mod fabric;
+mod msg;
+mod opfuture;
 mod passive;
 
 pub use av::{AddressVector, AvAttr, Insert, InsertReport};
 pub use counter::Counter;
 pub use cq::CompletionQueue;
-pub use endpoint::{Endpoint, RecvMsg, SendMsg};
+pub use endpoint::Endpoint;
 pub use eq::{ConnRequest, EventQueue};
 pub use fabric::{all_offers, getinfo, CqAttr, Domain, Fabric, PROVIDERS};
+pub use msg::{RecvMsg, SendMsg};
 pub use passive::PassiveEndpoint;
 
 pub use weft_core::addr::{
