@@ -61,7 +61,6 @@ async fn send_phase(
                 }
                 reaper.next().await?;
                 done += 1;
-                tracing::trace!(done, sent, "send completion");
             }
         }
         Api::Async => {
@@ -124,7 +123,6 @@ async fn recv_phase(
             while got < n {
                 let e = reaper.next().await?;
                 let i = e.context as usize;
-                tracing::trace!(i, got, posted, "recv completion");
                 let buf = if p.verify {
                     let data = payload(e);
                     check(&data, i)?;

@@ -264,18 +264,14 @@ impl CqShared {
         while out.len() < max {
             match g.items.front() {
                 Some(Ok(_)) => {
-                    if let Some(Ok(e)) = g.items.pop_front() {
+                    if let Some(Ok(e)) = self.pop_front(&mut g) {
                         out.push(e);
                     }
                 }
-                Some(Err(_)) if out.is_empty() => {
-                    self.len.store(g.items.len() as u64, Ordering::Release);
-                    return Err(Error::Avail);
-                }
+                Some(Err(_)) if out.is_empty() => return Err(Error::Avail),
                 _ => break,
             }
         }
-        self.len.store(g.items.len() as u64, Ordering::Release);
         if out.is_empty() {
             Err(Error::Again)
         } else {
@@ -287,20 +283,11 @@ impl CqShared {
     pub fn read_err(&self) -> Result<CqErrEntry> {
         let mut g = lock(&self.inner);
         if matches!(g.items.front(), Some(Err(_))) {
-            if let Some(Err(e)) = g.items.pop_front() {
-                self.len.store(g.items.len() as u64, Ordering::Release);
+            if let Some(Err(e)) = self.pop_front(&mut g) {
                 return Ok(e);
             }
         }
         Err(Error::Again)
-    }
-
-    /// Next item of any kind, in order, or `None` when empty.
-    pub fn pop(&self) -> Option<CqItem> {
-        let mut g = lock(&self.inner);
-        let it = g.items.pop_front();
-        self.len.store(g.items.len() as u64, Ordering::Release);
-        it
     }
 
     /// Moves up to `max` items, in order, into `out`; returns how many.
@@ -312,13 +299,19 @@ impl CqShared {
         n
     }
 
+    /// Takes the head item, keeping the lock-free length mirror in step.
+    fn pop_front(&self, g: &mut CqInner) -> Option<CqItem> {
+        let it = g.items.pop_front();
+        self.len.store(g.items.len() as u64, Ordering::Release);
+        it
+    }
+
     /// Polls for the next item: `Ready(Some)` with an item, `Ready(None)`
     /// once the queue is closed and drained, `Pending` after registering the
-    /// waker (or, in busy-poll mode, after asking to be polled again at once).
+    /// waker (busy-poll and inline readers spin briefly first).
     pub fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<CqItem>> {
         let mut g = lock(&self.inner);
-        if let Some(it) = g.items.pop_front() {
-            self.len.store(g.items.len() as u64, Ordering::Release);
+        if let Some(it) = self.pop_front(&mut g) {
             return Poll::Ready(Some(it));
         }
         if g.closed {
@@ -330,8 +323,7 @@ impl CqShared {
                 return Poll::Ready(Some(it));
             }
             g = lock(&self.inner);
-            if let Some(it) = g.items.pop_front() {
-                self.len.store(g.items.len() as u64, Ordering::Release);
+            if let Some(it) = self.pop_front(&mut g) {
                 return Poll::Ready(Some(it));
             }
         }
@@ -346,11 +338,8 @@ impl CqShared {
     fn spin_for_item(&self) -> Option<CqItem> {
         for _ in 0..SPIN_POLLS {
             if self.len.load(Ordering::Acquire) > 0 {
-                let mut g = lock(&self.inner);
-                let it = g.items.pop_front();
-                self.len.store(g.items.len() as u64, Ordering::Release);
-                if it.is_some() {
-                    return it;
+                if let Some(it) = self.pop_front(&mut lock(&self.inner)) {
+                    return Some(it);
                 }
             }
             std::hint::spin_loop();
@@ -363,8 +352,7 @@ impl CqShared {
     /// `Again`).
     pub fn poll_item_or_signal(&self, cx: &mut Context<'_>) -> Poll<Option<CqItem>> {
         let mut g = lock(&self.inner);
-        if let Some(it) = g.items.pop_front() {
-            self.len.store(g.items.len() as u64, Ordering::Release);
+        if let Some(it) = self.pop_front(&mut g) {
             return Poll::Ready(Some(it));
         }
         if g.closed || std::mem::take(&mut g.signaled) {
@@ -415,18 +403,6 @@ pub struct OpDone {
 }
 
 impl OpDone {
-    /// Completion for `context` reporting to `cq` (no counter, no waiter).
-    pub fn to_cq(context: u64, flags: OpFlags, cq: Option<Arc<CqShared>>) -> OpDone {
-        OpDone {
-            context,
-            flags,
-            report: true,
-            cq,
-            cntr: None,
-            waiter: None,
-        }
-    }
-
     /// The operation succeeded.
     pub fn complete(self, mut entry: CqEntry) {
         entry.context = self.context;
@@ -463,11 +439,6 @@ impl OpDone {
     pub fn fail_with(self, err: Error) {
         let e = CqErrEntry::new(self.context, OpFlags::empty(), err);
         self.fail(e);
-    }
-
-    /// True if an `async` caller is still waiting for this operation.
-    pub fn waiter_alive(&self) -> bool {
-        self.waiter.as_ref().is_some_and(|w| !w.is_canceled())
     }
 }
 

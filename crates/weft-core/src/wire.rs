@@ -95,11 +95,6 @@ impl Header {
         }
     }
 
-    /// The kind; headers from [`decode`] always have one.
-    pub fn frame_kind(&self) -> Option<FrameKind> {
-        self.kind
-    }
-
     /// Encodes into the fixed-size header (little-endian fields).
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];

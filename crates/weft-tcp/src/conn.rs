@@ -136,7 +136,7 @@ impl Conn {
     fn release_credit(&self, f: &TxFrame) {
         if f.credit {
             if let Some(ep) = self.ep.upgrade() {
-                ep.tx_released(1);
+                ep.tx.release(1);
             }
         }
     }

@@ -28,6 +28,50 @@ use crate::rx::{copy_and_deliver, Arrival, UnexpState, Unexpected};
 
 pub type TcpMatcher = Matcher<RecvReq, Arc<Unexpected>, SocketAddr>;
 
+/// A queue's slots: operations in flight against its depth.
+#[derive(Debug)]
+pub struct Credits {
+    used: AtomicUsize,
+    size: usize,
+}
+
+impl Credits {
+    fn new(size: usize) -> Credits {
+        Credits {
+            used: AtomicUsize::new(0),
+            size: size.max(1),
+        }
+    }
+
+    /// Takes a slot; `false` when the queue is full.
+    pub fn try_take(&self) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                (u < self.size).then_some(u + 1)
+            })
+            .is_ok()
+    }
+
+    /// Takes a slot even past the depth (work already accepted elsewhere).
+    pub fn take(&self) {
+        self.used.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Gives `n` slots back.
+    pub fn release(&self, n: usize) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                Some(u.saturating_sub(n))
+            });
+    }
+
+    /// Free slots.
+    pub fn left(&self) -> usize {
+        self.size.saturating_sub(self.used.load(Ordering::Acquire))
+    }
+}
+
 /// Per-peer state of an RDM endpoint.
 #[derive(Debug, Default)]
 pub struct PeerState {
@@ -46,8 +90,6 @@ pub struct EpShared {
     pub cfg: EpConfig,
     pub ep_type: EpType,
     pub max_msg: usize,
-    pub tx_size: usize,
-    pub rx_size: usize,
     pub buffered_limit: usize,
     pub local: SocketAddr,
     pub rt: Handle,
@@ -58,8 +100,8 @@ pub struct EpShared {
     /// Every live connection (the busy-poll thread walks these).
     pub conns: Mutex<Vec<Arc<Conn>>>,
     pub conns_gen: AtomicUsize,
-    tx_used: AtomicUsize,
-    rx_used: AtomicUsize,
+    pub tx: Credits,
+    pub rx: Credits,
     /// Receive buffers became available: parked readers retry.
     pub rx_kick: Notify,
     pub closed: AtomicBool,
@@ -75,8 +117,6 @@ impl EpShared {
         Arc::new(EpShared {
             ep_type: info.ep_attr.ep_type,
             max_msg: info.ep_attr.max_msg_size,
-            tx_size: info.tx_attr.size.max(1),
-            rx_size: info.rx_attr.size.max(1),
             buffered_limit: info.rx_attr.total_buffered_recv.max(1),
             local,
             rt,
@@ -85,8 +125,8 @@ impl EpShared {
             msg_conn: Mutex::new(None),
             conns: Mutex::new(Vec::new()),
             conns_gen: AtomicUsize::new(0),
-            tx_used: AtomicUsize::new(0),
-            rx_used: AtomicUsize::new(0),
+            tx: Credits::new(info.tx_attr.size),
+            rx: Credits::new(info.rx_attr.size),
             rx_kick: Notify::new(),
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
@@ -97,39 +137,6 @@ impl EpShared {
 
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
-    }
-
-    /// Takes a transmit credit, `false` if the queue is full.
-    fn tx_take(&self) -> bool {
-        self.tx_used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                (u < self.tx_size).then_some(u + 1)
-            })
-            .is_ok()
-    }
-
-    pub fn tx_released(&self, n: usize) {
-        let _ = self
-            .tx_used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                Some(u.saturating_sub(n))
-            });
-    }
-
-    fn rx_take(&self) -> bool {
-        self.rx_used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                (u < self.rx_size).then_some(u + 1)
-            })
-            .is_ok()
-    }
-
-    pub fn rx_released(&self, n: usize) {
-        let _ = self
-            .rx_used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                Some(u.saturating_sub(n))
-            });
     }
 
     /// The AV handle of a peer identity, `FI_ADDR_NOTAVAIL` if not inserted.
@@ -287,63 +294,53 @@ impl EpShared {
                 req,
             });
         }
-        if self.ep_type == EpType::Rdm {
-            let dest = match self.dest_sockaddr(req.dest) {
-                Ok(d) => d,
+        // Where it goes: a peer (RDM, connected lazily) or the connection.
+        let route = if self.ep_type == EpType::Rdm {
+            match self.dest_sockaddr(req.dest) {
+                Ok(d) => Route::Peer(d),
                 Err(err) => return Err(Rejected { err, req }),
-            };
-            if !self.tx_take() {
-                return Err(Rejected {
-                    err: Error::Again,
-                    req,
-                });
             }
-            let (h, payload) = Self::frame_for(&mut req);
-            let frame = TxFrame::new(h, payload, Some(req.done));
-            crate::link::rdm_send(self, dest, frame);
-            return Ok(());
-        }
-        let conn = lock(&self.msg_conn).clone();
-        let Some(conn) = conn.filter(|c| !c.is_dead()) else {
-            return Err(Rejected {
-                err: Error::NotConn,
-                req,
-            });
+        } else {
+            match lock(&self.msg_conn).clone().filter(|c| !c.is_dead()) {
+                Some(c) => Route::Conn(c),
+                None => {
+                    return Err(Rejected {
+                        err: Error::NotConn,
+                        req,
+                    })
+                }
+            }
         };
-        if !self.tx_take() {
+        if !self.tx.try_take() {
             return Err(Rejected {
                 err: Error::Again,
                 req,
             });
         }
         let (h, payload) = Self::frame_for(&mut req);
-        conn.send(TxFrame::new(h, payload, Some(req.done)));
+        let frame = TxFrame::new(h, payload, Some(req.done));
+        match route {
+            Route::Peer(dest) => crate::link::rdm_send(self, dest, frame),
+            Route::Conn(conn) => conn.send(frame),
+        }
         Ok(())
     }
 
     fn dest_sockaddr(&self, dest: FiAddr) -> Result<SocketAddr> {
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
-        let (base, _) = weft_core::av::split_rx_addr(dest, lock(av).rx_ctx_bits());
-        let bytes = lock(av)
-            .lookup(base)
-            .map(|b| b.to_vec())
-            .map_err(|_| Error::AddrNotAvail)?;
-        decode_sockaddr(&bytes).map_err(|_| Error::AddrNotAvail)
+        // `lookup` ignores the receive-context bits of the handle.
+        let t = lock(av);
+        let bytes = t.lookup(dest).map_err(|_| Error::AddrNotAvail)?;
+        decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)
     }
 
     fn recv(self: &Arc<Self>, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
-        let spec = RecvSpec {
-            src: req.src,
-            tagged: req.tagged,
-            tag: req.tag,
-            ignore: req.ignore,
-            context: req.done.context,
-        };
+        let spec = spec_of(&req);
         let resolve = |s: &SocketAddr| self.resolve_src(s);
         if req.flags.contains(OpFlags::PEEK) {
             let r = lock(&self.matcher).peek(&spec, req.flags, &resolve);
             match r {
-                Ok(info) => self.complete_peek(req, info),
+                Ok(info) => crate::rx::complete_peek(self, req, info),
                 Err(Error::Inval) => {
                     return Err(Rejected {
                         err: Error::Inval,
@@ -362,43 +359,28 @@ impl EpShared {
                 Ok((info, Some(u))) => {
                     // The claimed message is delivered through the normal
                     // path, which gives back one receive credit.
-                    self.rx_taken_anyway();
+                    self.rx.take();
                     self.take_unexpected(req, info, u);
                 }
-                Ok((info, None)) => self.complete_peek(req, info),
+                Ok((info, None)) => crate::rx::complete_peek(self, req, info),
                 Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
             }
             self.rx_kick.notify_waiters();
             return Ok(());
         }
-        if !self.rx_take() {
+        if !self.rx.try_take() {
             return Err(Rejected {
                 err: Error::Again,
                 req,
             });
         }
-        let out = lock(&self.matcher).post(spec, req, &resolve);
-        match out {
-            PostOutcome::Queued => self.rx_kick.notify_waiters(),
-            PostOutcome::Matched {
-                recv,
-                info,
-                payload,
-                ..
-            } => self.take_unexpected(recv, info, payload),
-        }
+        self.repost(req);
         Ok(())
     }
 
     /// Matches a receive that already holds its credit.
     fn repost(&self, req: RecvReq) {
-        let spec = RecvSpec {
-            src: req.src,
-            tagged: req.tagged,
-            tag: req.tag,
-            ignore: req.ignore,
-            context: req.done.context,
-        };
+        let spec = spec_of(&req);
         let resolve = |s: &SocketAddr| self.resolve_src(s);
         let out = lock(&self.matcher).post(spec, req, &resolve);
         match out {
@@ -411,13 +393,24 @@ impl EpShared {
             } => self.take_unexpected(recv, info, payload),
         }
     }
+}
 
-    fn rx_taken_anyway(&self) {
-        self.rx_used.fetch_add(1, Ordering::AcqRel);
-    }
+/// Where a send goes.
+enum Route {
+    /// An RDM peer, connected on first use.
+    Peer(SocketAddr),
+    /// A MSG endpoint's connection.
+    Conn(Arc<Conn>),
+}
 
-    fn complete_peek(&self, req: RecvReq, info: MsgInfo) {
-        crate::rx::complete_peek(self, req, info);
+/// The matching criteria of a receive.
+fn spec_of(req: &RecvReq) -> RecvSpec {
+    RecvSpec {
+        src: req.src,
+        tagged: req.tagged,
+        tag: req.tag,
+        ignore: req.ignore,
+        context: req.done.context,
     }
 }
 
@@ -458,7 +451,7 @@ impl ProviderEndpoint for TcpEndpoint {
         let r = lock(&self.shared.matcher).cancel(context);
         match r {
             Some((_, req)) => {
-                self.shared.rx_released(1);
+                self.shared.rx.release(1);
                 req.done
                     .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled));
                 true
@@ -478,15 +471,11 @@ impl ProviderEndpoint for TcpEndpoint {
     }
 
     fn tx_size_left(&self) -> usize {
-        self.shared
-            .tx_size
-            .saturating_sub(self.shared.tx_used.load(Ordering::Acquire))
+        self.shared.tx.left()
     }
 
     fn rx_size_left(&self) -> usize {
-        self.shared
-            .rx_size
-            .saturating_sub(self.shared.rx_used.load(Ordering::Acquire))
+        self.shared.rx.left()
     }
 
     fn connect(&self, dest: Vec<u8>, cm_data: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> {

@@ -141,7 +141,7 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream) -> Result<()> {
 fn fail_pending(ep: &EpShared, p: &mut PeerState, err: Error) {
     for f in p.pending.drain(..) {
         if f.credit {
-            ep.tx_released(1);
+            ep.tx.release(1);
         }
         fail_frame_done(f, err);
     }

@@ -9,7 +9,7 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
-use weft_core::addr::FI_ADDR_NOTAVAIL;
+use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::completion::{CqEntry, CqErrEntry};
 use weft_core::flags::OpFlags;
 use weft_core::provider::RecvReq;
@@ -415,13 +415,20 @@ fn fail_sink(ep: &EpShared, sink: Sink, err: Error) {
 /// Fails a receive that was matched to a message which did not arrive
 /// whole, giving back its credit and whatever bytes it holds.
 pub fn fail_recv(ep: &EpShared, mut req: RecvReq, info: MsgInfo, placed: usize, err: Error) {
-    let mut left = placed;
-    for b in req.bufs.iter_mut() {
-        let n = b.len().min(left);
-        b.truncate(n);
-        left -= n;
-    }
-    ep.rx_released(1);
+    trim_bufs(&mut req.bufs, placed);
+    ep.rx.release(1);
+    let (flags, src) = recv_meta(ep, &info);
+    let mut e = CqErrEntry::new(0, flags, err);
+    e.len = placed;
+    e.tag = info.tag;
+    e.data = info.data.unwrap_or(0);
+    e.src = src;
+    e.bufs = req.bufs;
+    req.done.fail(e);
+}
+
+/// Completion flags and reported source of a receive of `info`.
+fn recv_meta(ep: &EpShared, info: &MsgInfo) -> (OpFlags, FiAddr) {
     let mut flags = OpFlags::RECV
         | if info.tagged {
             OpFlags::TAGGED
@@ -431,17 +438,22 @@ pub fn fail_recv(ep: &EpShared, mut req: RecvReq, info: MsgInfo, placed: usize, 
     if info.data.is_some() {
         flags |= OpFlags::REMOTE_CQ_DATA;
     }
-    let mut e = CqErrEntry::new(0, flags, err);
-    e.len = placed;
-    e.tag = info.tag;
-    e.data = info.data.unwrap_or(0);
-    e.src = if info.src == FI_ADDR_NOTAVAIL {
+    let src = if info.src == FI_ADDR_NOTAVAIL {
         FI_ADDR_NOTAVAIL
     } else {
         ep.reported_addr(info.src)
     };
-    e.bufs = req.bufs;
-    req.done.fail(e);
+    (flags, src)
+}
+
+/// Cuts each buffer to the bytes it holds, `placed` in total, in order.
+fn trim_bufs(bufs: &mut [BytesMut], placed: usize) {
+    let mut left = placed;
+    for b in bufs.iter_mut() {
+        let n = b.len().min(left);
+        b.truncate(n);
+        left -= n;
+    }
 }
 
 /// A whole payload has arrived.
@@ -450,7 +462,7 @@ fn finish(conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: &Header, sink: Sink) {
         Sink::Posted {
             req, info, placed, ..
         } => {
-            deliver(ep, req, info, placed, None);
+            deliver(ep, req, info, placed);
             conn.send_ack(hdr, 0);
         }
         Sink::Unexpected(u) => {
@@ -480,77 +492,42 @@ pub fn copy_and_deliver(ep: &EpShared, mut req: RecvReq, info: MsgInfo, data: &[
             break;
         }
     }
-    deliver(ep, req, info, placed, None);
+    deliver(ep, req, info, placed);
 }
 
-/// Completes a receive into which `placed` bytes of `info.len` went.
-pub fn deliver(ep: &EpShared, mut req: RecvReq, info: MsgInfo, placed: usize, err: Option<Error>) {
-    // Give back each buffer cut to the bytes it holds.
-    let mut left = placed;
-    for b in req.bufs.iter_mut() {
-        let n = b.len().min(left);
-        b.truncate(n);
-        left -= n;
+/// Completes a receive into which `placed` bytes of `info.len` went: a
+/// message larger than the buffers is a `Trunc` error with `olen` set.
+pub fn deliver(ep: &EpShared, mut req: RecvReq, info: MsgInfo, placed: usize) {
+    trim_bufs(&mut req.bufs, placed);
+    let (flags, src) = recv_meta(ep, &info);
+    ep.rx.release(1);
+    if info.len > placed {
+        let mut ee = CqErrEntry::new(0, flags, Error::Trunc);
+        ee.len = placed;
+        ee.olen = info.len - placed;
+        ee.bufs = req.bufs;
+        ee.data = info.data.unwrap_or(0);
+        ee.tag = info.tag;
+        ee.src = src;
+        req.done.fail(ee);
+        return;
     }
-    let mut flags = OpFlags::RECV
-        | if info.tagged {
-            OpFlags::TAGGED
-        } else {
-            OpFlags::MSG
-        };
-    if info.data.is_some() {
-        flags |= OpFlags::REMOTE_CQ_DATA;
-    }
-    let src = if info.src == FI_ADDR_NOTAVAIL {
-        FI_ADDR_NOTAVAIL
-    } else {
-        ep.reported_addr(info.src)
-    };
-    ep.rx_released(1);
-    let err = err.or((info.len > placed).then_some(Error::Trunc));
-    match err {
-        None => req.done.complete(CqEntry {
-            context: 0,
-            flags,
-            len: placed,
-            bufs: req.bufs,
-            data: info.data.unwrap_or(0),
-            tag: info.tag,
-            src,
-        }),
-        Some(e) => {
-            let mut ee = CqErrEntry::new(0, flags, e);
-            ee.len = placed;
-            ee.olen = info.len - placed.min(info.len);
-            ee.bufs = req.bufs;
-            ee.data = info.data.unwrap_or(0);
-            ee.tag = info.tag;
-            ee.src = src;
-            req.done.fail(ee);
-        }
-    }
+    req.done.complete(CqEntry {
+        context: 0,
+        flags,
+        len: placed,
+        bufs: req.bufs,
+        data: info.data.unwrap_or(0),
+        tag: info.tag,
+        src,
+    });
 }
 
 /// Completes a peek (or a discard): the message's length, tag and data are
 /// reported, no bytes are placed.
 pub fn complete_peek(ep: &EpShared, mut req: RecvReq, info: MsgInfo) {
-    for b in req.bufs.iter_mut() {
-        b.truncate(0);
-    }
-    let mut flags = OpFlags::RECV
-        | if info.tagged {
-            OpFlags::TAGGED
-        } else {
-            OpFlags::MSG
-        };
-    if info.data.is_some() {
-        flags |= OpFlags::REMOTE_CQ_DATA;
-    }
-    let src = if info.src == FI_ADDR_NOTAVAIL {
-        FI_ADDR_NOTAVAIL
-    } else {
-        ep.reported_addr(info.src)
-    };
+    trim_bufs(&mut req.bufs, 0);
+    let (flags, src) = recv_meta(ep, &info);
     req.done.complete(CqEntry {
         context: 0,
         flags,

@@ -137,6 +137,17 @@ impl AddressVector {
         Ok(())
     }
 
+    /// Checks an insert's flags and returns the EQ its events go to, if
+    /// it is an `FI_EVENT` insert (`NoEq` when none is bound).
+    fn event_eq(&self, flags: AvFlags) -> Result<Option<Arc<EqShared>>> {
+        let opened = self.inner.open_flags;
+        core_av::check_insert_flags(flags, opened.contains(AvFlags::AV_USER_ID), true)?;
+        if !(flags | opened).contains(AvFlags::EVENT) {
+            return Ok(None);
+        }
+        lock(&self.inner.eq).clone().map(Some).ok_or(Error::NoEq)
+    }
+
     fn validate(b: &[u8]) -> Result<()> {
         addr::decode_sockaddr(b).map(|_| ())
     }
@@ -147,15 +158,7 @@ impl AddressVector {
     /// whose data is the success count), and the returned future resolves
     /// with the same results. Otherwise the returned insert is ready.
     pub fn insert(&self, addrs: &[Vec<u8>], flags: AvFlags, context: u64) -> Result<Insert> {
-        let opened_uid = self.inner.open_flags.contains(AvFlags::AV_USER_ID);
-        core_av::check_insert_flags(flags, opened_uid, true)?;
-        let event =
-            flags.contains(AvFlags::EVENT) || self.inner.open_flags.contains(AvFlags::EVENT);
-        let eq = if event {
-            Some(lock(&self.inner.eq).clone().ok_or(Error::NoEq)?)
-        } else {
-            None
-        };
+        let eq = self.event_eq(flags)?;
         let results = lock(&self.inner.table).insert(addrs, &Self::validate);
         let report = InsertReport::new(results, flags.contains(AvFlags::SYNC_ERR));
         if let Some(eq) = eq {
@@ -233,15 +236,7 @@ impl AddressVector {
         flags: AvFlags,
         context: u64,
     ) -> Result<Insert> {
-        let opened_uid = self.inner.open_flags.contains(AvFlags::AV_USER_ID);
-        core_av::check_insert_flags(flags, opened_uid, true)?;
-        let event =
-            flags.contains(AvFlags::EVENT) || self.inner.open_flags.contains(AvFlags::EVENT);
-        let eq = if event {
-            Some(lock(&self.inner.eq).clone().ok_or(Error::NoEq)?)
-        } else {
-            None
-        };
+        let eq = self.event_eq(flags)?;
         let numeric: Option<Vec<Vec<u8>>> = pairs
             .iter()
             .map(|(n, s)| {

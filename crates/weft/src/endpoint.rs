@@ -23,7 +23,7 @@ use crate::cq::CompletionQueue;
 use crate::eq::EventQueue;
 use crate::fabric::{next_fid, Domain};
 use crate::msg::{RecvMsg, SendMsg};
-use crate::opfuture::{backoff, OpFuture};
+use crate::opfuture::{post_when_room, OpFuture};
 
 const DISABLED: u8 = 0;
 const ENABLED: u8 = 1;
@@ -654,21 +654,10 @@ impl Endpoint {
         let (tx, rx) = oneshot::channel();
         let mut msg = msg;
         msg.context = ctx;
-        let mut req = self.send_req(live, msg, flags & !OpFlags::INJECT, Some(tx));
-        req.done.report = false;
-        let mut spins = 0u32;
-        loop {
-            match live.prov.post_send(req) {
-                Ok(()) => break,
-                Err(Rejected {
-                    err: Error::Again,
-                    req: r,
-                }) => {
-                    req = r;
-                    backoff(&mut spins).await;
-                }
-                Err(Rejected { err, .. }) => return Err(fail(err)),
-            }
+        // The waiter takes the completion; the CQ never sees it.
+        let req = self.send_req(live, msg, flags & !OpFlags::INJECT, Some(tx));
+        if let Err(r) = post_when_room(req, |r| live.prov.post_send(r)).await {
+            return Err(fail(r.err));
         }
         OpFuture {
             rx,
@@ -734,20 +723,9 @@ impl Endpoint {
         let (tx, rx) = oneshot::channel();
         let mut msg = msg;
         msg.context = ctx;
-        let mut req = self.recv_req(live, msg, flags, Some(tx));
-        let mut spins = 0u32;
-        loop {
-            match live.prov.post_recv(req) {
-                Ok(()) => break,
-                Err(Rejected {
-                    err: Error::Again,
-                    req: r,
-                }) => {
-                    req = r;
-                    backoff(&mut spins).await;
-                }
-                Err(Rejected { err, req }) => return Err(fail(err, req.bufs)),
-            }
+        let req = self.recv_req(live, msg, flags, Some(tx));
+        if let Err(r) = post_when_room(req, |r| live.prov.post_recv(r)).await {
+            return Err(fail(r.err, r.req.bufs));
         }
         OpFuture {
             rx,

@@ -45,6 +45,9 @@
 //!
 //! Contexts with bit 63 set are reserved for the `async` forms.
 
+// Rejected posts hand the request back by value; see weft_core::provider.
+#![allow(clippy::result_large_err)]
+
 mod av;
 mod counter;
 mod cq;

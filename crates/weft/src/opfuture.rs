@@ -9,18 +9,34 @@ use std::task::{Context, Poll};
 use futures::channel::oneshot;
 use weft_core::completion::{CqEntry, CqErrEntry, CqItem};
 use weft_core::flags::OpFlags;
-use weft_core::provider::ProviderEndpoint;
+use weft_core::provider::{ProviderEndpoint, Rejected};
 use weft_core::Error;
 
-/// Waits out a full queue: yield first, then sleep a little longer each
-/// time, so a stalled peer costs no CPU.
-pub(crate) async fn backoff(spins: &mut u32) {
-    *spins += 1;
-    if *spins < 64 {
-        tokio::task::yield_now().await;
-    } else {
-        let us = (*spins as u64).min(1000);
-        tokio::time::sleep(std::time::Duration::from_micros(us)).await;
+/// Posts `req`, waiting out a full queue (`Again`): yield first, then
+/// sleep a little longer each time, so a stalled peer costs no CPU. Any
+/// other refusal hands the request back.
+pub(crate) async fn post_when_room<T>(
+    mut req: T,
+    post: impl Fn(T) -> Result<(), Rejected<T>>,
+) -> Result<(), Rejected<T>> {
+    let mut spins = 0u32;
+    loop {
+        match post(req) {
+            Err(Rejected {
+                err: Error::Again,
+                req: r,
+            }) => {
+                req = r;
+                spins += 1;
+                if spins < 64 {
+                    tokio::task::yield_now().await;
+                } else {
+                    let us = u64::from(spins).min(1000);
+                    tokio::time::sleep(std::time::Duration::from_micros(us)).await;
+                }
+            }
+            done => return done,
+        }
     }
 }
 
