@@ -30,8 +30,10 @@ pingpong / bw options:
   -B <port>     server: control / listen port (47592); client: OOB source port
   -P <port>     client: server's port (47592)
   -W <window>   bw only: sends in flight (64)
-  --mode <m>    interrupt|busy-poll|inline (interrupt). The library has no
-                separate inline path yet: inline behaves like interrupt.
+  --mode <m>    interrupt (reactor wake-ups, no CPU while idle) |
+                busy-poll (a spinning provider thread per endpoint) |
+                inline (the waiting task polls the sockets itself for up to
+                WEFT_INLINE_SPIN_US=200 us, then sleeps) (interrupt)
   --api <a>     post (post_* + CQ stream) | async (awaited tsend/trecv) (post)
   --verify      check every payload byte, pattern varies per iteration
   --self        server and client in this process over 127.0.0.1

@@ -18,6 +18,7 @@ use crate::addr::{FiAddr, FI_ADDR_NOTAVAIL};
 use crate::counter::CounterShared;
 use crate::error::{Error, Result};
 use crate::flags::OpFlags;
+use crate::progress::{InlineWait, Progress, ProgressHooks};
 use crate::sync::{lock, wake_all, WakerSet};
 
 /// Completion entry format (`enum fi_cq_format`).
@@ -199,6 +200,8 @@ pub struct CqShared {
     inner: Mutex<CqInner>,
     // Length mirror so empty checks on the busy path take no lock.
     len: AtomicU64,
+    // Inline mode: the bound endpoints, driven by readers of an empty queue.
+    hooks: ProgressHooks,
 }
 
 impl CqShared {
@@ -215,6 +218,7 @@ impl CqShared {
             wait,
             inner: Mutex::new(inner),
             len: AtomicU64::new(0),
+            hooks: ProgressHooks::default(),
         })
     }
 
@@ -231,6 +235,19 @@ impl CqShared {
     /// How readers wait.
     pub fn wait_mode(&self) -> WaitMode {
         self.wait
+    }
+
+    /// Inline mode: readers of this queue drive `hook` when it is empty.
+    pub fn add_progress(&self, hook: &Arc<dyn Progress>) {
+        self.hooks.add(hook);
+    }
+
+    /// Drives the bound endpoints once if the queue is empty and any are
+    /// registered (manual progress, as `fi_cq_read` does it).
+    fn progress_if_empty(&self) {
+        if self.len.load(Ordering::Acquire) == 0 && !self.hooks.is_empty() {
+            self.hooks.drive();
+        }
     }
 
     /// Appends an item and wakes readers.
@@ -259,6 +276,7 @@ impl CqShared {
     /// the head gives `Err(Avail)` (read it with [`CqShared::read_err`]);
     /// an empty queue gives `Err(Again)`.
     pub fn read(&self, max: usize) -> Result<Vec<CqEntry>> {
+        self.progress_if_empty();
         let mut g = lock(&self.inner);
         let mut out = Vec::new();
         while out.len() < max {
@@ -281,6 +299,7 @@ impl CqShared {
 
     /// `fi_cq_readerr`: the error entry at the head, or `Err(Again)`.
     pub fn read_err(&self) -> Result<CqErrEntry> {
+        self.progress_if_empty();
         let mut g = lock(&self.inner);
         if matches!(g.items.front(), Some(Err(_))) {
             if let Some(Err(e)) = self.pop_front(&mut g) {
@@ -292,11 +311,19 @@ impl CqShared {
 
     /// Moves up to `max` items, in order, into `out`; returns how many.
     pub fn pop_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
+        self.progress_if_empty();
         let mut g = lock(&self.inner);
         let n = max.min(g.items.len());
         out.extend(g.items.drain(..n));
         self.len.store(g.items.len() as u64, Ordering::Release);
         n
+    }
+
+    fn try_pop(&self) -> Option<CqItem> {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.pop_front(&mut lock(&self.inner))
     }
 
     /// Takes the head item, keeping the lock-free length mirror in step.
@@ -308,23 +335,36 @@ impl CqShared {
 
     /// Polls for the next item: `Ready(Some)` with an item, `Ready(None)`
     /// once the queue is closed and drained, `Pending` after registering the
-    /// waker (busy-poll and inline readers spin briefly first).
-    pub fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<CqItem>> {
+    /// waker. Busy-poll readers spin briefly first; inline readers drive the
+    /// bound endpoints (`wait` holds this reader's spin budget).
+    pub fn poll_next(&self, cx: &mut Context<'_>, wait: &mut InlineWait) -> Poll<Option<CqItem>> {
         let mut g = lock(&self.inner);
         if let Some(it) = self.pop_front(&mut g) {
+            wait.reset();
             return Poll::Ready(Some(it));
         }
         if g.closed {
             return Poll::Ready(None);
         }
-        if self.wait != WaitMode::Interrupt {
-            drop(g);
-            if let Some(it) = self.spin_for_item() {
-                return Poll::Ready(Some(it));
+        match self.wait {
+            WaitMode::Interrupt => {}
+            WaitMode::Inline if !self.hooks.is_empty() => {
+                g.readers.register(cx.waker());
+                drop(g);
+                return match wait.poll(cx, || self.hooks.drive(), |_| self.try_pop()) {
+                    Some(it) => Poll::Ready(Some(it)),
+                    None => Poll::Pending,
+                };
             }
-            g = lock(&self.inner);
-            if let Some(it) = self.pop_front(&mut g) {
-                return Poll::Ready(Some(it));
+            WaitMode::Inline | WaitMode::BusyPoll => {
+                drop(g);
+                if let Some(it) = self.spin_for_item() {
+                    return Poll::Ready(Some(it));
+                }
+                g = lock(&self.inner);
+                if let Some(it) = self.pop_front(&mut g) {
+                    return Poll::Ready(Some(it));
+                }
             }
         }
         g.readers.register(cx.waker());

@@ -18,6 +18,8 @@ pub mod error;
 pub mod eventq;
 pub mod flags;
 pub mod getinfo;
+pub mod hash;
+pub mod progress;
 pub mod provider;
 pub mod sync;
 pub mod tagmatch;

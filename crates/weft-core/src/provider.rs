@@ -21,6 +21,7 @@ use crate::completion::{OpDone, WaitMode};
 use crate::error::{Error, Result};
 use crate::eventq::{ConnHandle, EqShared};
 use crate::flags::OpFlags;
+use crate::progress::Progress;
 
 /// A send to post: message or tagged, one or more buffers.
 #[derive(Debug)]
@@ -123,6 +124,12 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     fn local_addr(&self) -> Vec<u8>;
     /// The connected peer's address (connected endpoints).
     fn peer_addr(&self) -> Option<Vec<u8>>;
+    /// The endpoint's inline-progress hook: one non-blocking pass over
+    /// its I/O. `None` when the provider is always driven by its own
+    /// threads.
+    fn progress_hook(&self) -> Option<Arc<dyn Progress>> {
+        None
+    }
     /// Room left in the transmit queue.
     fn tx_size_left(&self) -> usize;
     /// Room left in the receive queue.

@@ -6,7 +6,7 @@
 //! registered with Tokio for readiness in interrupt mode. Both name the
 //! same open file, so bytes are never split between two streams.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
+use weft_core::hash::{fast_map, FastMap};
 use weft_core::sync::lock;
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ};
 use weft_core::{Error, Result};
@@ -47,7 +48,7 @@ pub struct Conn {
     tx: Mutex<TxState>,
     tx_kick: Notify,
     pub rx: Mutex<RxMachine>,
-    acks: Mutex<HashMap<u64, OpDone>>,
+    acks: Mutex<FastMap<u64, OpDone>>,
     dead: AtomicBool,
 }
 
@@ -73,7 +74,7 @@ impl Conn {
             tx: Mutex::new(TxState::default()),
             tx_kick: Notify::new(),
             rx: Mutex::new(RxMachine::new(ep.max_msg as u64)),
-            acks: Mutex::new(HashMap::new()),
+            acks: Mutex::new(fast_map()),
             dead: AtomicBool::new(false),
         }))
     }

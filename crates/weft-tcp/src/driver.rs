@@ -78,27 +78,57 @@ async fn reader(ep: Arc<EpShared>, conn: Arc<Conn>) {
     }
 }
 
+/// The connections a spinner walks, refreshed only when the set changed.
+#[derive(Debug, Default)]
+pub struct ConnCache {
+    gen: usize,
+    conns: Vec<Arc<Conn>>,
+}
+
+impl ConnCache {
+    fn new() -> ConnCache {
+        ConnCache {
+            gen: usize::MAX,
+            conns: Vec::new(),
+        }
+    }
+}
+
+/// One non-blocking pass over every connection's receive side, reading
+/// with direct syscalls (no reactor). Returns the bytes read. A connection whose receive state another driver holds is
+/// skipped: that driver is making the same progress.
+pub fn poll_once(ep: &Arc<EpShared>, cache: &mut ConnCache) -> usize {
+    let g = ep.conns_gen.load(Ordering::Acquire);
+    if g != cache.gen {
+        cache.conns = lock(&ep.conns).clone();
+        cache.gen = g;
+    }
+    let mut work = 0;
+    for c in &cache.conns {
+        if c.abort_rx_if_dead(ep) {
+            continue;
+        }
+        let st = match c.rx.try_lock() {
+            Ok(mut rx) => rx.progress(c, ep, &mut |b| {
+                let r = c.read_direct(b);
+                if let Ok(n) = &r {
+                    work += n;
+                }
+                r
+            }),
+            Err(_) => continue,
+        };
+        end(c, st);
+        c.abort_rx_if_dead(ep);
+    }
+    work
+}
+
 fn busy_loop(ep: Arc<EpShared>) {
-    let mut gen = usize::MAX;
-    let mut conns: Vec<Arc<Conn>> = Vec::new();
+    let mut cache = ConnCache::new();
     while !ep.is_closed() {
-        let g = ep.conns_gen.load(Ordering::Acquire);
-        if g != gen {
-            conns = lock(&ep.conns).clone();
-            gen = g;
-        }
-        for c in &conns {
-            if c.abort_rx_if_dead(&ep) {
-                continue;
-            }
-            let st = match c.rx.try_lock() {
-                Ok(mut rx) => rx.progress(c, &ep, &mut |b| c.read_direct(b)),
-                Err(_) => continue,
-            };
-            end(c, st);
-            c.abort_rx_if_dead(&ep);
-        }
-        if conns.is_empty() {
+        poll_once(&ep, &mut cache);
+        if cache.conns.is_empty() {
             std::thread::sleep(std::time::Duration::from_micros(200));
         } else {
             // Spinning must not starve the threads it completes work for:
@@ -108,4 +138,34 @@ fn busy_loop(ep: Arc<EpShared>) {
         }
     }
     ep.busy_running.store(false, Ordering::Release);
+}
+
+/// Inline progress: the waiting task runs [`poll_once`] itself. One
+/// poller at a time; a second one finds the cache taken and returns, as
+/// the first is already doing the work.
+#[derive(Debug)]
+pub struct InlineProgress {
+    pub ep: Arc<EpShared>,
+    pub cache: std::sync::Mutex<ConnCache>,
+}
+
+impl weft_core::progress::Progress for InlineProgress {
+    fn progress(&self) -> usize {
+        if self.ep.is_closed() {
+            return 0;
+        }
+        match self.cache.try_lock() {
+            Ok(mut c) => poll_once(&self.ep, &mut c),
+            Err(_) => 0,
+        }
+    }
+}
+
+impl InlineProgress {
+    pub fn new(ep: Arc<EpShared>) -> InlineProgress {
+        InlineProgress {
+            ep,
+            cache: std::sync::Mutex::new(ConnCache::new()),
+        }
+    }
 }

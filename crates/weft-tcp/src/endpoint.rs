@@ -1,7 +1,6 @@
 //! The endpoint's shared state: matching, peers, credits, and the
 //! `ProviderEndpoint` operations.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +15,8 @@ use weft_core::attr::EpType;
 use weft_core::completion::{CqErrEntry, WaitMode};
 use weft_core::eventq::{EqErrEntry, EqEvent, EqEventKind};
 use weft_core::flags::OpFlags;
+use weft_core::hash::{fast_map, FastMap};
+use weft_core::progress::Progress;
 use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
 use weft_core::sync::lock;
 use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
@@ -23,6 +24,7 @@ use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ, FLAG_CQ_DATA};
 use weft_core::{Error, Result};
 
 use crate::conn::Conn;
+use crate::driver::InlineProgress;
 use crate::frame::TxFrame;
 use crate::rx::{copy_and_deliver, Arrival, UnexpState, Unexpected};
 
@@ -94,7 +96,7 @@ pub struct EpShared {
     pub local: SocketAddr,
     pub rt: Handle,
     pub matcher: Mutex<TcpMatcher>,
-    pub peers: Mutex<HashMap<SocketAddr, PeerState>>,
+    pub peers: Mutex<FastMap<SocketAddr, PeerState>>,
     /// MSG: the one connection.
     pub msg_conn: Mutex<Option<Arc<Conn>>>,
     /// Every live connection (the busy-poll thread walks these).
@@ -121,7 +123,7 @@ impl EpShared {
             local,
             rt,
             matcher: Mutex::new(Matcher::new()),
-            peers: Mutex::new(HashMap::new()),
+            peers: Mutex::new(fast_map()),
             msg_conn: Mutex::new(None),
             conns: Mutex::new(Vec::new()),
             conns_gen: AtomicUsize::new(0),
@@ -418,6 +420,15 @@ fn spec_of(req: &RecvReq) -> RecvSpec {
 #[derive(Debug)]
 pub struct TcpEndpoint {
     pub shared: Arc<EpShared>,
+    /// Inline progress of this endpoint (queues hold it weakly).
+    pub inline: Arc<dyn Progress>,
+}
+
+impl TcpEndpoint {
+    pub fn new(shared: Arc<EpShared>) -> TcpEndpoint {
+        let inline: Arc<dyn Progress> = Arc::new(InlineProgress::new(shared.clone()));
+        TcpEndpoint { shared, inline }
+    }
 }
 
 impl ProviderEndpoint for TcpEndpoint {
@@ -468,6 +479,10 @@ impl ProviderEndpoint for TcpEndpoint {
         lock(&self.shared.msg_conn)
             .as_ref()
             .map(|c| encode_sockaddr(&c.peer))
+    }
+
+    fn progress_hook(&self) -> Option<Arc<dyn Progress>> {
+        Some(self.inline.clone())
     }
 
     fn tx_size_left(&self) -> usize {

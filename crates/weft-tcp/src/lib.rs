@@ -169,7 +169,7 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
         }
         _ => return Err(Error::NoSys),
     };
-    Ok(Arc::new(endpoint::TcpEndpoint { shared }))
+    Ok(Arc::new(endpoint::TcpEndpoint::new(shared)))
 }
 
 /// Opens a listening passive endpoint for MSG connections.

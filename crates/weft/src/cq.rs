@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 
 use futures::Stream;
 use weft_core::completion::{CqEntry, CqErrEntry, CqFormat, CqItem, CqShared};
+use weft_core::progress::InlineWait;
 use weft_core::Result;
 
 /// A completion queue. As a [`Stream`] it yields every completion and
@@ -15,11 +16,17 @@ use weft_core::Result;
 pub struct CompletionQueue {
     pub(crate) shared: Arc<CqShared>,
     pub(crate) domain: u64,
+    // The spin budget of this handle's stream reads (inline mode).
+    wait: InlineWait,
 }
 
 impl CompletionQueue {
     pub(crate) fn new(shared: Arc<CqShared>, domain: u64) -> CompletionQueue {
-        CompletionQueue { shared, domain }
+        CompletionQueue {
+            shared,
+            domain,
+            wait: InlineWait::new(),
+        }
     }
 
     /// The object id.
@@ -51,7 +58,10 @@ impl CompletionQueue {
 
     /// Waits for at least one item, then takes up to `max`.
     pub async fn read_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
-        if let Some(first) = std::future::poll_fn(|cx| self.shared.poll_next(cx)).await {
+        if let Some(first) = {
+            let mut wait = InlineWait::new();
+            std::future::poll_fn(|cx| self.shared.poll_next(cx, &mut wait)).await
+        } {
             out.push(first);
             1 + self.shared.pop_batch(out, max.saturating_sub(1))
         } else {
@@ -86,6 +96,7 @@ impl Stream for CompletionQueue {
     type Item = CqItem;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<CqItem>> {
-        self.shared.poll_next(cx)
+        let this = self.get_mut();
+        this.shared.poll_next(cx, &mut this.wait)
     }
 }

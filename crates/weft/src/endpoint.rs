@@ -13,6 +13,7 @@ use weft_core::completion::{CqEntry, CqErrEntry, CqItem, CqShared, OpDone, WaitM
 use weft_core::counter::CounterShared;
 use weft_core::eventq::{ConnHandle, EqShared};
 use weft_core::flags::{BindFlags, Caps, OpFlags};
+use weft_core::progress::{InlineWait, Progress};
 use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
@@ -77,6 +78,8 @@ struct Live {
     /// Default flags; `FI_SETOPSFLAG` may change them after enable too.
     tx_op_flags: AtomicU64,
     rx_op_flags: AtomicU64,
+    /// Inline mode: awaited operations drive the endpoint themselves.
+    inline: Option<Arc<dyn Progress>>,
 }
 
 /// An endpoint. Created disabled: bind an AV (connectionless types), CQs
@@ -332,6 +335,16 @@ impl Endpoint {
             conn: self.inner.conn.clone(),
         };
         let prov = weft_tcp::open_endpoint(cfg, self.inner.domain.rt().clone())?;
+        let inline = if b.wait == WaitMode::Inline {
+            prov.progress_hook()
+        } else {
+            None
+        };
+        if let Some(h) = &inline {
+            for (cq, _) in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
+                cq.add_progress(h);
+            }
+        }
         let live = Live {
             prov,
             tx_cq: b.tx_cq.clone(),
@@ -340,6 +353,7 @@ impl Endpoint {
             recv_cntr: b.recv_cntr.clone(),
             tx_op_flags: AtomicU64::new(b.tx_op_flags.bits()),
             rx_op_flags: AtomicU64::new(b.rx_op_flags.bits()),
+            inline,
         };
         drop(b);
         self.inner.live.set(live).map_err(|_| Error::OpBadState)?;
@@ -663,6 +677,8 @@ impl Endpoint {
             rx,
             ep: None,
             context: ctx,
+            progress: live.inline.clone(),
+            wait: InlineWait::new(),
         }
         .await
     }
@@ -731,6 +747,8 @@ impl Endpoint {
             rx,
             ep: Some(live.prov.clone()),
             context: ctx,
+            progress: live.inline.clone(),
+            wait: InlineWait::new(),
         }
         .await
     }

@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use futures::channel::oneshot;
 use weft_core::completion::{CqEntry, CqErrEntry, CqItem};
 use weft_core::flags::OpFlags;
+use weft_core::progress::{InlineWait, Progress};
 use weft_core::provider::{ProviderEndpoint, Rejected};
 use weft_core::Error;
 
@@ -46,13 +47,33 @@ pub(crate) struct OpFuture {
     pub(crate) rx: oneshot::Receiver<CqItem>,
     pub(crate) ep: Option<Arc<dyn ProviderEndpoint>>,
     pub(crate) context: u64,
+    /// Inline mode: the endpoint's progress, driven while waiting.
+    pub(crate) progress: Option<Arc<dyn Progress>>,
+    pub(crate) wait: InlineWait,
 }
 
 impl Future for OpFuture {
     type Output = std::result::Result<CqEntry, CqErrEntry>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match Pin::new(&mut self.rx).poll(cx) {
+        let mut polled = Pin::new(&mut self.rx).poll(cx);
+        if polled.is_pending() {
+            let this = &mut *self;
+            if let Some(p) = &this.progress {
+                let rx = &mut this.rx;
+                if let Some(r) = this.wait.poll(
+                    cx,
+                    || p.progress(),
+                    |cx| match Pin::new(&mut *rx).poll(cx) {
+                        Poll::Ready(r) => Some(r),
+                        Poll::Pending => None,
+                    },
+                ) {
+                    polled = Poll::Ready(r);
+                }
+            }
+        }
+        match polled {
             Poll::Ready(Ok(item)) => {
                 self.ep = None;
                 Poll::Ready(item)

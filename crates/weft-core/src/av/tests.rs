@@ -1,5 +1,3 @@
-use std::time::Instant;
-
 use super::*;
 
 fn attr(av_type: AvType) -> AvAttr {
@@ -478,13 +476,10 @@ fn debug_is_a_summary() {
     assert!(s.contains("len: 1") && s.contains("Map"), "{s}");
 }
 
-/// Inserts, finds and looks up a million addresses; the bound catches
-/// quadratic behaviour or a slow reverse index, not a slow machine (this
-/// takes about 0.7 s per type in a debug build on a busy 2-core VM, most
-/// of it cache misses that a release build has too).
+/// Inserts, finds and looks up a million addresses: correctness at scale.
+/// Speed is measured by `cargo bench -p weft-core --bench av`, never here.
 fn million(ty: AvType) {
     const N: u32 = 1_000_000;
-    let start = Instant::now();
     let mut t = open(ty);
     let addrs: Vec<Vec<u8>> = (0..N).map(a).collect();
     let res = t.insert(&addrs, &ok);
@@ -498,8 +493,6 @@ fn million(ty: AvType) {
         assert_eq!(t.lookup(h).unwrap(), &addr[..]);
     }
     assert_eq!(t.find(&a(N)), None);
-    let elapsed = start.elapsed();
-    assert!(elapsed.as_secs_f64() < 3.0, "{ty:?}: {elapsed:?}");
 }
 
 #[test]

@@ -18,12 +18,13 @@ mod unexpected;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::hash::Hash;
 
 use crate::addr::{FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
 use crate::flags::OpFlags;
+use crate::hash::FastMap;
 use crate::{Error, Result};
 
 use posted::PostedQueue;
@@ -79,13 +80,13 @@ fn src_ok(want: FiAddr, src: FiAddr) -> bool {
 }
 
 /// Adds `seq` to the ordered set stored under `key`.
-fn index_insert<K: Hash + Eq>(map: &mut HashMap<K, BTreeSet<u64>>, key: K, seq: u64) {
+fn index_insert<K: Hash + Eq>(map: &mut FastMap<K, BTreeSet<u64>>, key: K, seq: u64) {
     map.entry(key).or_default().insert(seq);
 }
 
 /// Removes `seq` from the set under `key`, dropping emptied sets so that
 /// short-lived tags and contexts do not grow the map forever.
-fn index_remove<K: Hash + Eq>(map: &mut HashMap<K, BTreeSet<u64>>, key: &K, seq: u64) {
+fn index_remove<K: Hash + Eq>(map: &mut FastMap<K, BTreeSet<u64>>, key: &K, seq: u64) {
     if let Some(set) = map.get_mut(key) {
         set.remove(&seq);
         if set.is_empty() {
@@ -95,7 +96,7 @@ fn index_remove<K: Hash + Eq>(map: &mut HashMap<K, BTreeSet<u64>>, key: &K, seq:
 }
 
 /// The oldest sequence number stored under `key`.
-fn index_first<K: Hash + Eq>(map: &HashMap<K, BTreeSet<u64>>, key: &K) -> Option<u64> {
+fn index_first<K: Hash + Eq>(map: &FastMap<K, BTreeSet<u64>>, key: &K) -> Option<u64> {
     map.get(key).and_then(|set| set.first().copied())
 }
 

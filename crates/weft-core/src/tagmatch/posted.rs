@@ -7,12 +7,13 @@
 //! by tag and sit in one ordered set; an arrival scans only those posted
 //! before the best bucket candidate, which keeps "first posted wins" exact.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
-use super::{index_first, index_insert, index_remove, kind_and_tag_ok, src_ok};
+use super::{index_first, index_insert, index_remove, src_ok, tag_matches};
 use super::{MsgInfo, RecvSpec};
 use crate::addr::{FiAddr, FI_ADDR_UNSPEC};
+use crate::hash::{fast_map, FastMap};
 
 /// Which index a receive lives in, derived from its spec alone so removal
 /// never has to search.
@@ -43,10 +44,12 @@ fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 pub(super) struct PostedQueue<R> {
     next_seq: u64,
     entries: BTreeMap<u64, (RecvSpec, R)>,
-    exact: HashMap<(u64, FiAddr), BTreeSet<u64>>,
-    wild: BTreeSet<u64>,
-    untagged: HashMap<FiAddr, BTreeSet<u64>>,
-    by_context: HashMap<u64, BTreeSet<u64>>,
+    exact: FastMap<(u64, FiAddr), BTreeSet<u64>>,
+    // (tag, ignore, source) kept beside the sequence number: the scan of
+    // wildcard receives never touches the entries it rejects.
+    wild: BTreeMap<u64, (u64, u64, FiAddr)>,
+    untagged: FastMap<FiAddr, BTreeSet<u64>>,
+    by_context: FastMap<u64, BTreeSet<u64>>,
 }
 
 impl<R> PostedQueue<R> {
@@ -54,10 +57,10 @@ impl<R> PostedQueue<R> {
         PostedQueue {
             next_seq: 0,
             entries: BTreeMap::new(),
-            exact: HashMap::new(),
-            wild: BTreeSet::new(),
-            untagged: HashMap::new(),
-            by_context: HashMap::new(),
+            exact: fast_map(),
+            wild: BTreeMap::new(),
+            untagged: fast_map(),
+            by_context: fast_map(),
         }
     }
 
@@ -71,7 +74,7 @@ impl<R> PostedQueue<R> {
         match slot_of(&spec) {
             Slot::Exact(tag, src) => index_insert(&mut self.exact, (tag, src), seq),
             Slot::Wild => {
-                self.wild.insert(seq);
+                self.wild.insert(seq, (spec.tag, spec.ignore, spec.src));
             }
             Slot::Untagged(src) => index_insert(&mut self.untagged, src, seq),
         }
@@ -105,12 +108,10 @@ impl<R> PostedQueue<R> {
         let wild = self
             .wild
             .range((Bound::Unbounded, upper))
-            .copied()
-            .find(|seq| {
-                self.entries.get(seq).is_some_and(|(spec, _)| {
-                    kind_and_tag_ok(spec, info) && src_ok(spec.src, info.src)
-                })
-            });
+            .find(|(_, &(tag, ignore, src))| {
+                tag_matches(tag, ignore, info.tag) && src_ok(src, info.src)
+            })
+            .map(|(&seq, _)| seq);
         wild.or(best)
     }
 

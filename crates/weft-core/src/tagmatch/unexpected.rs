@@ -10,11 +10,12 @@
 //! matched by resolving its raw identity at post time, so its source can
 //! change under us when the AV gains the sender.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{effective_src, index_first, index_insert, index_remove, kind_and_tag_ok, src_ok};
-use super::{MsgInfo, RecvSpec};
+use super::{tag_matches, MsgInfo, RecvSpec};
 use crate::addr::FiAddr;
+use crate::hash::{fast_map, FastMap};
 
 struct Entry<U, S> {
     src_raw: S,
@@ -27,10 +28,12 @@ pub(super) struct UnexpectedQueue<U, S> {
     next_seq: u64,
     entries: BTreeMap<u64, Entry<U, S>>,
     bytes: usize,
-    by_tag: HashMap<u64, BTreeSet<u64>>,
-    tagged: BTreeSet<u64>,
+    by_tag: FastMap<u64, BTreeSet<u64>>,
+    // Tag kept beside the sequence number so a wildcard scan never
+    // touches the entries it rejects.
+    tagged: BTreeMap<u64, u64>,
     untagged: BTreeSet<u64>,
-    claimed: HashMap<u64, BTreeSet<u64>>,
+    claimed: FastMap<u64, BTreeSet<u64>>,
     claimed_count: usize,
 }
 
@@ -40,10 +43,10 @@ impl<U, S> UnexpectedQueue<U, S> {
             next_seq: 0,
             entries: BTreeMap::new(),
             bytes: 0,
-            by_tag: HashMap::new(),
-            tagged: BTreeSet::new(),
+            by_tag: fast_map(),
+            tagged: BTreeMap::new(),
             untagged: BTreeSet::new(),
-            claimed: HashMap::new(),
+            claimed: fast_map(),
             claimed_count: 0,
         }
     }
@@ -89,7 +92,12 @@ impl<U, S> UnexpectedQueue<U, S> {
             let set = self.by_tag.get(&spec.tag)?;
             self.first_accepted(set.iter(), spec, resolve)
         } else {
-            self.first_accepted(self.tagged.iter(), spec, resolve)
+            let seqs = self
+                .tagged
+                .iter()
+                .filter(|(_, &tag)| tag_matches(spec.tag, spec.ignore, tag))
+                .map(|(seq, _)| seq);
+            self.first_accepted(seqs, spec, resolve)
         }
     }
 
@@ -159,7 +167,7 @@ impl<U, S> UnexpectedQueue<U, S> {
     fn index(&mut self, seq: u64, info: &MsgInfo) {
         if info.tagged {
             index_insert(&mut self.by_tag, info.tag, seq);
-            self.tagged.insert(seq);
+            self.tagged.insert(seq, info.tag);
         } else {
             self.untagged.insert(seq);
         }

@@ -1,0 +1,235 @@
+//! Inline progress: the task that waits for a completion drives the
+//! provider itself instead of waiting for another thread to do it.
+//!
+//! This is libfabric's manual-progress model (`fi_cq_read` makes progress)
+//! done the async way: a reader of an inline CQ, or the future of an
+//! awaited operation on an inline endpoint, calls the bound endpoints'
+//! [`Progress`] hooks for a bounded spin budget before it sleeps. The
+//! completion is then produced on the thread that consumes it, with no
+//! cross-thread wake-up on the latency path; after the budget the reactor
+//! (which still drives the endpoint) takes over, so an idle reader costs no
+//! CPU.
+
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, RwLock, Weak};
+use std::task::Context;
+use std::time::{Duration, Instant};
+
+/// Something that can make progress when asked, without blocking.
+pub trait Progress: Send + Sync + Debug {
+    /// Does whatever I/O is ready (non-blocking) and delivers the
+    /// completions it produces; returns how many units of work it did
+    /// (0: nothing was ready). Must never block or wait.
+    fn progress(&self) -> usize;
+}
+
+/// Default spin budget of an inline waiter, in microseconds: a little
+/// over a loopback round trip, so a ping-pong reply is caught while
+/// spinning, while a waiter with nothing coming gives its thread back
+/// quickly.
+pub const DEFAULT_SPIN_US: u64 = 200;
+
+/// The spin budget: `WEFT_INLINE_SPIN_US` when set (0 disables spinning),
+/// else [`DEFAULT_SPIN_US`]. Read once per process.
+pub fn spin_budget() -> Duration {
+    static BUDGET: OnceLock<Duration> = OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        let us = std::env::var("WEFT_INLINE_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(DEFAULT_SPIN_US);
+        Duration::from_micros(us)
+    })
+}
+
+/// The progress hooks of the endpoints bound to one queue. Weak, so a
+/// queue never keeps a closed endpoint alive.
+#[derive(Debug, Default)]
+pub struct ProgressHooks {
+    any: AtomicBool,
+    hooks: RwLock<Vec<Weak<dyn Progress>>>,
+}
+
+impl ProgressHooks {
+    /// Adds a hook (the same hook twice is kept once).
+    pub fn add(&self, hook: &Arc<dyn Progress>) {
+        let w = Arc::downgrade(hook);
+        let mut g = self.hooks.write().unwrap_or_else(|p| p.into_inner());
+        if !g.iter().any(|h| Weak::ptr_eq(h, &w)) {
+            g.push(w);
+        }
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// True when no hook was ever added.
+    pub fn is_empty(&self) -> bool {
+        !self.any.load(Ordering::Acquire)
+    }
+
+    /// Runs every live hook once; returns the work done. Hooks whose
+    /// endpoint is gone are pruned.
+    pub fn drive(&self) -> usize {
+        if self.is_empty() {
+            return 0;
+        }
+        let mut work = 0;
+        let mut dead = false;
+        {
+            let g = self.hooks.read().unwrap_or_else(|p| p.into_inner());
+            for h in g.iter() {
+                match h.upgrade() {
+                    Some(p) => work += p.progress(),
+                    None => dead = true,
+                }
+            }
+        }
+        if dead {
+            let mut g = self.hooks.write().unwrap_or_else(|p| p.into_inner());
+            g.retain(|h| h.strong_count() > 0);
+            self.any.store(!g.is_empty(), Ordering::Release);
+        }
+        work
+    }
+}
+
+/// The spin state of one waiter: when its current wait began.
+///
+/// A waiter does not spin inside `poll` (that would stall the other
+/// futures of its task, e.g. the send joined with a receive): it drives
+/// progress once per poll and, while within the budget, asks to be polled
+/// again at once. Sibling futures and other tasks run in between; past the
+/// budget the waiter sleeps until the reactor's wake-up.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct InlineWait {
+    since: Option<Instant>,
+}
+
+impl InlineWait {
+    /// A fresh wait.
+    pub fn new() -> InlineWait {
+        InlineWait::default()
+    }
+
+    /// After a poll that found nothing: runs `drive` once and then tries
+    /// `ready` again. Returns the value, or `None` after re-arming `cx` for
+    /// an immediate re-poll while the budget lasts.
+    pub fn poll<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        drive: impl FnOnce() -> usize,
+        ready: impl FnOnce(&mut Context<'_>) -> Option<T>,
+    ) -> Option<T> {
+        let budget = spin_budget();
+        if budget.is_zero() {
+            return None;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if drive() > 0 {
+            if let Some(v) = ready(cx) {
+                self.since = None;
+                return Some(v);
+            }
+        }
+        if since.elapsed() < budget {
+            cx.waker().wake_by_ref();
+        }
+        None
+    }
+
+    /// The wait ended (something was delivered): the next wait gets a
+    /// fresh budget.
+    pub fn reset(&mut self) {
+        self.since = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[derive(Debug, Default)]
+    struct Count(AtomicUsize);
+
+    impl Progress for Count {
+        fn progress(&self) -> usize {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            1
+        }
+    }
+
+    #[test]
+    fn drive_calls_live_hooks_and_prunes_dead_ones() {
+        let hooks = ProgressHooks::default();
+        assert!(hooks.is_empty());
+        assert_eq!(hooks.drive(), 0);
+        let a: Arc<dyn Progress> = Arc::new(Count::default());
+        hooks.add(&a);
+        hooks.add(&a);
+        assert_eq!(hooks.drive(), 1, "a hook added twice runs once");
+        {
+            let b: Arc<dyn Progress> = Arc::new(Count::default());
+            hooks.add(&b);
+            assert_eq!(hooks.drive(), 2);
+        }
+        assert_eq!(hooks.drive(), 1, "the dropped endpoint's hook is gone");
+        drop(a);
+        assert_eq!(hooks.drive(), 0);
+        assert!(hooks.is_empty());
+    }
+
+    #[test]
+    fn inline_wait_drives_then_asks_to_be_polled_again() {
+        let woken = Arc::new(AtomicUsize::new(0));
+        let waker = counting_waker(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        let c = Count::default();
+        let mut w = InlineWait::new();
+        let got: Option<()> = w.poll(&mut cx, || c.progress(), |_| None);
+        assert_eq!(got, None);
+        assert_eq!(
+            c.0.load(Ordering::Relaxed),
+            1,
+            "one drive per poll, no spinning inside"
+        );
+        assert_eq!(
+            woken.load(Ordering::Relaxed),
+            1,
+            "re-polled at once within the budget"
+        );
+        let got = w.poll(&mut cx, || c.progress(), |_| Some(5));
+        assert_eq!(got, Some(5));
+        assert!(w.since.is_none(), "a delivery resets the budget");
+    }
+
+    #[test]
+    fn inline_wait_sleeps_after_the_budget() {
+        let woken = Arc::new(AtomicUsize::new(0));
+        let waker = counting_waker(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut w = InlineWait {
+            since: Some(Instant::now() - spin_budget() - Duration::from_millis(1)),
+        };
+        let got: Option<()> = w.poll(&mut cx, || 0, |_| None);
+        assert_eq!(got, None);
+        assert_eq!(
+            woken.load(Ordering::Relaxed),
+            0,
+            "past the budget: wait for the reactor"
+        );
+    }
+
+    fn counting_waker(n: Arc<AtomicUsize>) -> std::task::Waker {
+        struct W(Arc<AtomicUsize>);
+        impl std::task::Wake for W {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+            fn wake_by_ref(self: &Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        std::task::Waker::from(Arc::new(W(n)))
+    }
+}

@@ -1,0 +1,105 @@
+//! The raw-socket floor that any TCP provider sits on: a ping-pong of
+//! `SIZE`-byte messages over one loopback TCP connection with nothing but
+//! `read`/`write`, in two threads. `block` reads block in the kernel;
+//! `spin` reads are non-blocking and retried in a tight loop (what a
+//! busy-polling fabric does). Prints `usec/xfer` (half a round trip) and
+//! MB/s the way `fi_pingpong` does.
+//!
+//! usage: raw-pingpong block|spin SIZE ITERS
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::process::ExitCode;
+use std::time::Instant;
+
+fn read_full(s: &mut TcpStream, buf: &mut [u8], spin: bool) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match s.read(&mut buf[done..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => done += n,
+            Err(e) if spin && e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn write_full(s: &mut TcpStream, buf: &[u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match s.write(&buf[done..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn prepare(s: &TcpStream, spin: bool) -> io::Result<()> {
+    s.set_nodelay(true)?;
+    s.set_nonblocking(spin)
+}
+
+fn run(spin: bool, size: usize, iters: u64) -> io::Result<f64> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let addr = l.local_addr()?;
+    let server = std::thread::spawn(move || -> io::Result<()> {
+        let (mut s, _) = l.accept()?;
+        prepare(&s, spin)?;
+        let mut buf = vec![7u8; size];
+        for _ in 0..iters {
+            read_full(&mut s, &mut buf, spin)?;
+            write_full(&mut s, &buf)?;
+        }
+        Ok(())
+    });
+    let mut s = TcpStream::connect(addr)?;
+    prepare(&s, spin)?;
+    let mut buf = vec![7u8; size];
+    let t = Instant::now();
+    for _ in 0..iters {
+        write_full(&mut s, &buf)?;
+        read_full(&mut s, &mut buf, spin)?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    server
+        .join()
+        .map_err(|_| io::Error::other("server thread failed"))??;
+    Ok(secs)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let parsed = match args.as_slice() {
+        [_, mode, size, iters] => {
+            match (mode.as_str(), size.parse::<usize>(), iters.parse::<u64>()) {
+                ("block", Ok(s), Ok(i)) if s > 0 && i > 0 => Some((false, s, i)),
+                ("spin", Ok(s), Ok(i)) if s > 0 && i > 0 => Some((true, s, i)),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    let Some((spin, size, iters)) = parsed else {
+        eprintln!("usage: raw-pingpong block|spin SIZE ITERS");
+        return ExitCode::from(2);
+    };
+    match run(spin, size, iters) {
+        Ok(secs) => {
+            let half_rtt_us = secs / iters as f64 / 2.0 * 1e6;
+            let mbps = size as f64 / half_rtt_us;
+            println!("{half_rtt_us:.2} {mbps:.1}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("raw-pingpong: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
