@@ -46,6 +46,12 @@ fn no_match(a: &InfoArgs) -> Failure {
         what.push_str(&format!("; FI_PROVIDER={f}"));
     }
     what.push(')');
+    if let Some(reason) = a.prov.as_deref().and_then(weft::provider_unavailable) {
+        what.push_str(&format!(
+            "; {}: {reason}",
+            a.prov.as_deref().unwrap_or_default()
+        ));
+    }
     Failure::new(what, weft::Error::NoData)
 }
 

@@ -3,6 +3,15 @@
 //! Only the `sys` modules call libibverbs/librdmacm; everything above them
 //! is safe code. Built without the `rdma` feature, the provider offers
 //! nothing and says why.
+//!
+//! Implemented: device discovery and getinfo (`info`), `FI_EP_MSG` over RC
+//! queue pairs connected with rdma_cm (send/recv, remote CQ data through
+//! send-with-immediate, inline sends for small messages), completion
+//! channels driven by the Tokio reactor, a busy-poll thread, or inline
+//! polling by the waiting task.
+
+// Rejected posts hand the request back by value; see weft_core::provider.
+#![allow(clippy::result_large_err)]
 
 /// Provider name.
 pub const NAME: &str = "verbs";
@@ -11,12 +20,85 @@ pub const NAME: &str = "verbs";
 #[allow(unsafe_code)]
 pub mod sys;
 
+#[cfg(feature = "rdma")]
+mod cmchan;
+#[cfg(feature = "rdma")]
+mod cqdrive;
+#[cfg(feature = "rdma")]
+pub mod info;
+#[cfg(feature = "rdma")]
+mod msg;
+#[cfg(feature = "rdma")]
+mod passive;
+
+use std::sync::Arc;
+
+use tokio::runtime::Handle;
+use weft_core::attr::Info;
+use weft_core::eventq::EqShared;
+use weft_core::provider::{EpConfig, ProviderEndpoint, ProviderPassive};
+use weft_core::{Error, Result};
+
 /// Why this build offers no verbs domains, or `None` when it was built
-/// with RDMA support.
-pub fn unavailable_reason() -> Option<&'static str> {
-    if cfg!(feature = "rdma") {
-        None
-    } else {
-        Some("weft was built without the `verbs` feature (no RDMA support compiled in)")
+/// with RDMA support and found a usable device.
+pub fn unavailable_reason() -> Option<String> {
+    #[cfg(feature = "rdma")]
+    {
+        info::no_device_reason()
+    }
+    #[cfg(not(feature = "rdma"))]
+    {
+        Some("weft was built without the `verbs` feature (no RDMA support compiled in)".into())
+    }
+}
+
+/// The offers of this provider (empty without a device).
+pub fn offers() -> Vec<Info> {
+    #[cfg(feature = "rdma")]
+    {
+        info::offers()
+    }
+    #[cfg(not(feature = "rdma"))]
+    {
+        Vec::new()
+    }
+}
+
+/// Opens (enables) an endpoint. Only `FI_EP_MSG` exists so far; other
+/// types are not offered by getinfo and are `NoSys` here.
+pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
+    #[cfg(feature = "rdma")]
+    if cfg.info.ep_attr.ep_type == weft_core::attr::EpType::Msg {
+        return msg::open(cfg, rt);
+    }
+    let _ = (cfg, rt);
+    Err(Error::NoSys)
+}
+
+/// Opens a listening passive endpoint: `addr` raw, else the offer's
+/// source address (an address of the RDMA device's netdev).
+pub fn open_passive(
+    info: &Info,
+    addr: Option<Vec<u8>>,
+    backlog: u32,
+    eq: Arc<EqShared>,
+    fid: u64,
+    context: u64,
+    rt: Handle,
+) -> Result<Arc<dyn ProviderPassive>> {
+    #[cfg(feature = "rdma")]
+    {
+        let raw = addr
+            .or_else(|| info.src_addr.clone())
+            .ok_or(Error::AddrNotAvail)?;
+        let a = weft_core::addr::decode_sockaddr(&raw)?;
+        Ok(Arc::new(passive::VerbsPassive::open(
+            a, backlog, eq, fid, context, rt,
+        )?))
+    }
+    #[cfg(not(feature = "rdma"))]
+    {
+        let _ = (info, addr, backlog, eq, fid, context, rt);
+        Err(Error::NoDev)
     }
 }

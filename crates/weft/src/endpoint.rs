@@ -334,7 +334,11 @@ impl Endpoint {
             src_addr: b.src_addr.clone(),
             conn: self.inner.conn.clone(),
         };
-        let prov = weft_tcp::open_endpoint(cfg, self.inner.domain.rt().clone())?;
+        let rt = self.inner.domain.rt().clone();
+        let prov = match self.inner.domain.fabric().provider() {
+            weft_verbs::NAME if cfg!(feature = "verbs") => weft_verbs::open_endpoint(cfg, rt)?,
+            _ => weft_tcp::open_endpoint(cfg, rt)?,
+        };
         let inline = if b.wait == WaitMode::Inline {
             prov.progress_hook()
         } else {

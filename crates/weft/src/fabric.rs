@@ -27,12 +27,28 @@ pub(crate) fn next_fid() -> u64 {
 }
 
 /// Providers compiled into this build.
+#[cfg(feature = "verbs")]
+pub const PROVIDERS: &[&str] = &[weft_tcp::NAME, weft_verbs::NAME];
+/// Providers compiled into this build.
+#[cfg(not(feature = "verbs"))]
 pub const PROVIDERS: &[&str] = &[weft_tcp::NAME];
+
+/// Why `provider` offers nothing here (no device, not compiled in), if it
+/// is one Weft knows.
+pub fn provider_unavailable(provider: &str) -> Option<String> {
+    match provider {
+        weft_verbs::NAME => weft_verbs::unavailable_reason(),
+        _ => None,
+    }
+}
 
 /// Every offer of every provider, filtered by `FI_PROVIDER` when set.
 pub fn all_offers() -> Vec<Info> {
     let filter = std::env::var("FI_PROVIDER").ok();
     let mut v = weft_tcp::offers();
+    if cfg!(feature = "verbs") {
+        v.extend(weft_verbs::offers());
+    }
     if let Some(f) = filter.filter(|f| !f.trim().is_empty()) {
         v.retain(|i| {
             getinfo::provider_selected(&f, i.fabric_attr.prov_name.as_deref().unwrap_or(""))

@@ -87,14 +87,21 @@ impl PassiveEndpoint {
             return Err(Error::OpBadState);
         }
         let backlog = *lock(&self.backlog);
-        *p = Some(weft_tcp::open_passive(
-            self.addr.clone(),
-            backlog,
-            eq,
-            self.fid,
-            self.context,
-            self.fabric.inner.rt.clone(),
-        )?);
+        let rt = self.fabric.inner.rt.clone();
+        *p = Some(match self.fabric.provider() {
+            weft_verbs::NAME if cfg!(feature = "verbs") => weft_verbs::open_passive(
+                &self.info,
+                self.addr.clone(),
+                backlog,
+                eq,
+                self.fid,
+                self.context,
+                rt,
+            )?,
+            _ => {
+                weft_tcp::open_passive(self.addr.clone(), backlog, eq, self.fid, self.context, rt)?
+            }
+        });
         Ok(())
     }
 

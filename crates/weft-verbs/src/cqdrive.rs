@@ -1,0 +1,163 @@
+//! Who polls a verbs CQ: a Tokio task woken through the completion
+//! channel (interrupt and inline modes), a spinning thread (busy-poll), and
+//! in inline mode also the task waiting for a completion.
+//!
+//! The interrupt sequence never loses a wake-up: arm the CQ, then poll it
+//! empty, then sleep on the channel; after a wake-up, take and acknowledge
+//! the channel's events, re-arm, and poll again before sleeping. A
+//! completion that lands between the last poll and the re-arm is found by
+//! the poll that follows the re-arm.
+//!
+//! Polling and dispatch happen under one lock, so completions reach the
+//! endpoint in the order the CQ gave them whoever polls.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::runtime::Handle;
+use weft_core::completion::WaitMode;
+use weft_core::progress::Progress;
+use weft_core::sync::lock;
+use weft_core::Result;
+
+use crate::sys::{CompChannel, Cq, WorkCompletion};
+
+/// Completions per poll call.
+const BATCH: usize = 32;
+
+/// Where polled work completions go.
+pub trait CqSink: Send + Sync {
+    /// One work completion, in CQ order.
+    fn on_completion(&self, wc: &WorkCompletion);
+}
+
+/// A CQ and the lock that orders its polling.
+pub struct CqPoller {
+    cq: Arc<Cq>,
+    buf: Mutex<Vec<WorkCompletion>>,
+    sink: Weak<dyn CqSink>,
+}
+
+impl std::fmt::Debug for CqPoller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqPoller").field("cq", &self.cq).finish()
+    }
+}
+
+impl CqPoller {
+    /// Polls the CQ empty and dispatches; `None` when the sink is gone.
+    /// A poller that finds another one at work returns at once unless
+    /// `wait` (that one is draining the same queue).
+    pub fn drain(&self, wait: bool) -> Option<usize> {
+        let sink = self.sink.upgrade()?;
+        let mut buf = if wait {
+            lock(&self.buf)
+        } else {
+            match self.buf.try_lock() {
+                Ok(g) => g,
+                Err(_) => return Some(0),
+            }
+        };
+        let mut total = 0;
+        loop {
+            buf.clear();
+            let n = match self.cq.poll(&mut buf, BATCH) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "ibv_poll_cq failed");
+                    return Some(total);
+                }
+            };
+            for wc in buf.iter() {
+                sink.on_completion(wc);
+            }
+            total += n;
+            if n < BATCH {
+                return Some(total);
+            }
+        }
+    }
+}
+
+/// The slot through which inline waiters find the CQ once it exists.
+pub type PollerSlot = Arc<Mutex<Option<Arc<CqPoller>>>>;
+
+/// Inline progress of a verbs endpoint: one poll of its CQ.
+#[derive(Debug)]
+pub struct InlinePoll {
+    slot: PollerSlot,
+}
+
+impl InlinePoll {
+    /// Polls whatever CQ `slot` holds.
+    pub fn new(slot: PollerSlot) -> InlinePoll {
+        InlinePoll { slot }
+    }
+}
+
+impl Progress for InlinePoll {
+    fn progress(&self) -> usize {
+        let p = lock(&self.slot).clone();
+        p.and_then(|p| p.drain(false)).unwrap_or(0)
+    }
+}
+
+/// Starts the driver of `cq` for `wait` and puts its poller in `slot`.
+/// Returns the task to abort when the endpoint closes (busy-poll threads
+/// stop by themselves once the sink is gone or `slot` is emptied).
+pub fn start(
+    rt: &Handle,
+    wait: WaitMode,
+    cq: Arc<Cq>,
+    chan: Arc<CompChannel>,
+    sink: Weak<dyn CqSink>,
+    slot: &PollerSlot,
+) -> Result<Option<tokio::task::AbortHandle>> {
+    let poller = Arc::new(CqPoller {
+        cq: cq.clone(),
+        buf: Mutex::new(Vec::with_capacity(BATCH)),
+        sink,
+    });
+    *lock(slot) = Some(poller.clone());
+    if wait == WaitMode::BusyPoll {
+        let slot = slot.clone();
+        std::thread::Builder::new()
+            .name("weft-verbs-busy".into())
+            .spawn(move || loop {
+                let live = lock(&slot)
+                    .as_ref()
+                    .is_some_and(|p| Arc::ptr_eq(p, &poller));
+                if !live || poller.drain(true).is_none() {
+                    return;
+                }
+                // Give the core away between passes: on a machine with
+                // fewer cores than spinners a bare spin starves the very
+                // threads it completes work for.
+                std::thread::yield_now();
+            })
+            .map_err(|_| weft_core::Error::NoMem)?;
+        return Ok(None);
+    }
+    let afd = {
+        let _g = rt.enter();
+        chan.register_async()?
+    };
+    cq.req_notify(false)?;
+    let t = rt.spawn(async move {
+        loop {
+            if poller.drain(true).is_none() {
+                return;
+            }
+            let Ok(mut guard) = afd.readable().await else {
+                return;
+            };
+            if chan.get_events().is_err() {
+                return;
+            }
+            guard.clear_ready();
+            if cq.req_notify(false).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(Some(t.abort_handle()))
+}

@@ -1,0 +1,285 @@
+//! The verbs provider on a real RDMA device (soft-RoCE inside the VM of
+//! `integration/run-rxe`): MSG endpoints over RC queue pairs and rdma_cm,
+//! a server on one device (rxe1, 10.66.0.1) and a client on another (rxe2,
+//! 10.66.0.2), as on two hosts.
+//!
+//! Outside the VM, or in a build without the `verbs` feature, every test
+//! prints why it is skipped and returns; inside the VM (`RXE_VM=1`) a
+//! missing device is a failure, so nothing passes silently there.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use weft::{
+    BindFlags, CompletionQueue, ConnRequest, CqAttr, Domain, Endpoint, EpType, EqEventKind, Error,
+    EventQueue, Fabric, Info, PassiveEndpoint, SendMsg, WaitMode,
+};
+use weft_integration::{next_cq, next_eq, payload, within};
+
+const SERVER_DEV: &str = "rxe1";
+const CLIENT_DEV: &str = "rxe2";
+
+/// The verbs MSG offer of `dev`, or `None` (after saying why) when this
+/// run cannot use one.
+fn offer(dev: &str) -> Option<Info> {
+    let in_vm = std::env::var("RXE_VM").is_ok_and(|v| v == "1");
+    if !weft::PROVIDERS.contains(&"verbs") {
+        assert!(
+            !in_vm,
+            "inside the rxe VM but built without the verbs feature"
+        );
+        eprintln!("skipped: built without the `verbs` feature (run integration/run-rxe)");
+        return None;
+    }
+    let mut hints = Info::default();
+    hints.fabric_attr.prov_name = Some("verbs".into());
+    hints.ep_attr.ep_type = EpType::Msg;
+    hints.domain_attr.name = Some(dev.into());
+    match weft::getinfo(Some(&hints)) {
+        Ok(mut v) => Some(v.remove(0)),
+        Err(e) => {
+            let why = weft::provider_unavailable("verbs").unwrap_or_else(|| format!("{dev}: {e}"));
+            assert!(
+                !in_vm,
+                "inside the rxe VM but no verbs offer for {dev}: {why}"
+            );
+            eprintln!("skipped: no RDMA device {dev} ({why}); run integration/run-rxe");
+            None
+        }
+    }
+}
+
+struct Side {
+    domain: Domain,
+    info: Info,
+    fabric: Fabric,
+}
+
+fn side(info: Info) -> Side {
+    let fabric = Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    Side {
+        domain,
+        info,
+        fabric,
+    }
+}
+
+fn ep(
+    s: &Side,
+    req: Option<&ConnRequest>,
+    wait: WaitMode,
+) -> (Endpoint, EventQueue, CompletionQueue) {
+    let ep = match req {
+        Some(r) => s.domain.accept_endpoint(&s.info, r).unwrap(),
+        None => s.domain.endpoint(&s.info).unwrap(),
+    };
+    let eq = s.fabric.eq(64).unwrap();
+    let cq = s
+        .domain
+        .cq(CqAttr {
+            wait,
+            ..CqAttr::default()
+        })
+        .unwrap();
+    ep.bind_eq(&eq).unwrap();
+    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+        .unwrap();
+    ep.set_wait_mode(wait).unwrap();
+    ep.enable().unwrap();
+    (ep, eq, cq)
+}
+
+fn listen(s: &Side) -> (PassiveEndpoint, EventQueue) {
+    let pep = s.fabric.passive_endpoint(&s.info, None).unwrap();
+    let eq = s.fabric.eq(64).unwrap();
+    pep.bind_eq(&eq).unwrap();
+    pep.listen().unwrap();
+    (pep, eq)
+}
+
+struct Pair {
+    client: (Endpoint, EventQueue, CompletionQueue),
+    server: (Endpoint, EventQueue, CompletionQueue),
+    _pep: PassiveEndpoint,
+}
+
+async fn connect(wait: WaitMode) -> Option<Pair> {
+    let (srv, cli) = (side(offer(SERVER_DEV)?), side(offer(CLIENT_DEV)?));
+    let (pep, peq) = listen(&srv);
+    let addr = pep.local_addr().unwrap();
+    let client = ep(&cli, None, wait);
+    let c = client.0.clone();
+    let connecting = tokio::spawn(async move { c.connect(addr, b"hello server".to_vec()).await });
+    let ev = within("connection request", next_eq(&peq)).await.unwrap();
+    assert_eq!(ev.kind, EqEventKind::ConnReq);
+    let req = ConnRequest::from_event(&ev).unwrap();
+    assert_eq!(
+        req.cm_data, b"hello server",
+        "CM data arrives exactly, not padded"
+    );
+    let server = ep(&srv, Some(&req), wait);
+    within("accept", server.0.accept(b"hello client".to_vec()))
+        .await
+        .unwrap();
+    let got = within("connect", connecting).await.unwrap().unwrap();
+    assert_eq!(got, b"hello client");
+    for (e, q) in [(&client.0, &client.1), (&server.0, &server.1)] {
+        let ev = within("connected event", next_eq(q)).await.unwrap();
+        assert_eq!((ev.kind, ev.fid), (EqEventKind::Connected, e.fid()));
+    }
+    Some(Pair {
+        client,
+        server,
+        _pep: pep,
+    })
+}
+
+/// Messages of every path (inline, registered, multi-megabyte, empty),
+/// both ways, with remote CQ data, verified byte for byte.
+async fn exchange(p: &Pair) {
+    let (c, s) = (&p.client.0, &p.server.0);
+    for (i, len) in [0usize, 1, 64, 512, 513, 4096, 65536, 1 << 20, 4 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        for (from, to, dir) in [(c, s, 0u8), (s, c, 1u8)] {
+            let data = payload(len, i as u8 ^ dir);
+            let (got, sent) = within("exchange", async {
+                tokio::join!(
+                    to.recv(BytesMut::zeroed(len.max(1))),
+                    from.sendmsg(
+                        SendMsg {
+                            dest: 0,
+                            iov: vec![data.clone()],
+                            data: Some(0xC0DE_0000 | len as u64),
+                            ..SendMsg::default()
+                        },
+                        weft::OpFlags::empty()
+                    )
+                )
+            })
+            .await;
+            sent.unwrap();
+            let got = got.unwrap();
+            assert_eq!(got.len, len, "length of a {len}-byte message");
+            assert_eq!(got.data, 0xC0DE_0000 | len as u64, "remote CQ data");
+            assert!(got.flags.contains(weft::OpFlags::REMOTE_CQ_DATA));
+            assert_eq!(
+                &got.into_bytes()[..],
+                &data[..],
+                "payload of a {len}-byte message"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_connect_exchange_and_shutdown_interrupt() {
+    let Some(p) = connect(WaitMode::Interrupt).await else {
+        return;
+    };
+    exchange(&p).await;
+    // Many in flight at once, completions in order.
+    let (c, s) = (&p.client.0, &p.server.0);
+    for i in 0..200u64 {
+        s.post_recv(BytesMut::zeroed(64), i).unwrap();
+    }
+    for i in 0..200u64 {
+        c.post_send(0, Bytes::from(vec![i as u8; 64]), 1000 + i)
+            .unwrap();
+    }
+    for i in 0..200u64 {
+        let e = next_cq(&p.server.2).await.unwrap();
+        assert_eq!(e.context, i, "receives complete in posting order");
+        assert!(e.into_bytes().iter().all(|&b| b == i as u8));
+    }
+    let mut sends = 0;
+    while sends < 200 {
+        let e = next_cq(&p.client.2).await.unwrap();
+        assert!(e.context >= 1000);
+        sends += 1;
+    }
+    // A receive left posted is flushed when the peer shuts down.
+    s.post_recv(BytesMut::zeroed(64), 77).unwrap();
+    c.shutdown().unwrap();
+    let ev = within("shutdown event", next_eq(&p.server.1))
+        .await
+        .unwrap();
+    assert_eq!(ev.kind, EqEventKind::Shutdown);
+    let flushed = within("flush", next_cq(&p.server.2)).await.unwrap_err();
+    assert_eq!((flushed.context, flushed.err), (77, Error::Canceled));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_exchange_busy_poll() {
+    let Some(p) = connect(WaitMode::BusyPoll).await else {
+        return;
+    };
+    exchange(&p).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_exchange_inline() {
+    let Some(p) = connect(WaitMode::Inline).await else {
+        return;
+    };
+    exchange(&p).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_reject_delivers_data_and_refuses() {
+    let (Some(si), Some(ci)) = (offer(SERVER_DEV), offer(CLIENT_DEV)) else {
+        return;
+    };
+    let (srv, cli) = (side(si), side(ci));
+    let (pep, peq) = listen(&srv);
+    let addr = pep.local_addr().unwrap();
+    let (c, ceq, _ccq) = ep(&cli, None, WaitMode::Interrupt);
+    let c2 = c.clone();
+    let connecting = tokio::spawn(async move { c2.connect(addr, b"may I".to_vec()).await });
+    let ev = within("request", next_eq(&peq)).await.unwrap();
+    let req = ConnRequest::from_event(&ev).unwrap();
+    pep.reject(&req, b"no".to_vec()).unwrap();
+    let r = within("connect", connecting).await.unwrap();
+    assert_eq!(r.unwrap_err(), Error::ConnRefused);
+    let e = within("error event", next_eq(&ceq)).await.unwrap_err();
+    assert_eq!(e.err, Error::ConnRefused);
+    assert_eq!(e.err_data, b"no", "the reject's data reaches the connector");
+    // A second reject of the same request is refused, not a crash.
+    assert!(pep.reject(&req, Vec::new()).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_bad_input_is_refused_cleanly() {
+    let Some(p) = connect(WaitMode::Interrupt).await else {
+        return;
+    };
+    let c = &p.client.0;
+    // CM data over the limit, a second connect, oversized iov.
+    let too_long = vec![0u8; 200];
+    assert_eq!(
+        c.connect(p._pep.local_addr().unwrap(), too_long)
+            .await
+            .unwrap_err(),
+        Error::Inval
+    );
+    // A message larger than the receive buffer: the receive fails with an
+    // error completion (RC cannot deliver part of a message).
+    let s = &p.server.0;
+    s.post_recv(BytesMut::zeroed(16), 5).unwrap();
+    c.post_send(0, payload(4096, 1), 6).unwrap();
+    let e = within("truncated receive", next_cq(&p.server.2))
+        .await
+        .unwrap_err();
+    assert_eq!(e.context, 5);
+    assert_eq!(e.err, Error::Trunc, "a too-long message is truncation");
+    // RC cannot go on after it: the sender's side fails too, and the
+    // endpoint reports it rather than hanging.
+    let se = within("sender error", next_cq(&p.client.2))
+        .await
+        .unwrap_err();
+    assert_eq!(se.context, 6);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
