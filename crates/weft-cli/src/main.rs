@@ -51,13 +51,23 @@ fn main() -> ExitCode {
 
 fn bench(kind: Kind, a: &args::PerfArgs) -> fail::Res<()> {
     let runtime = || {
-        // Two workers: a busy-polling reader then cannot starve the
-        // provider's I/O tasks of the same process.
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| fail::Failure::new("start runtime", e))
+        if a.mode == weft::WaitMode::Inline {
+            // Inline progress wants the waiting task's thread to be the
+            // only one: a second worker would sit in epoll_wait and be
+            // woken by every arriving message the spinner has already
+            // read, taking a core from the spinner or the peer.
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        } else {
+            // Two workers: a busy-polling reader then cannot starve the
+            // provider's I/O tasks of the same process.
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+        }
+        .map_err(|e| fail::Failure::new("start runtime", e))
     };
     let rt = runtime()?;
     // bw --self gives the server side a runtime of its own, as it would

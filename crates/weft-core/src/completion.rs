@@ -351,7 +351,12 @@ impl CqShared {
             WaitMode::Inline if !self.hooks.is_empty() => {
                 g.readers.register(cx.waker());
                 drop(g);
-                return match wait.poll(cx, || self.hooks.drive(), |_| self.try_pop()) {
+                return match wait.poll(
+                    cx,
+                    || self.hooks.drive(),
+                    |_| self.try_pop(),
+                    || self.hooks.idle(),
+                ) {
                     Some(it) => Poll::Ready(Some(it)),
                     None => Poll::Pending,
                 };

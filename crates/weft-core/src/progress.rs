@@ -22,6 +22,11 @@ pub trait Progress: Send + Sync + Debug {
     /// completions it produces; returns how many units of work it did
     /// (0: nothing was ready). Must never block or wait.
     fn progress(&self) -> usize;
+
+    /// The waiter that was driving this stopped spinning (its budget ran
+    /// out) and now sleeps until the reactor wakes it: whatever was held
+    /// back while it spun must watch for I/O again.
+    fn idle(&self) {}
 }
 
 /// Default spin budget of an inline waiter, in microseconds: a little
@@ -65,6 +70,17 @@ impl ProgressHooks {
     /// True when no hook was ever added.
     pub fn is_empty(&self) -> bool {
         !self.any.load(Ordering::Acquire)
+    }
+
+    /// Tells every live hook that its waiter sleeps now.
+    pub fn idle(&self) {
+        if self.is_empty() {
+            return;
+        }
+        let g = self.hooks.read().unwrap_or_else(|p| p.into_inner());
+        for p in g.iter().filter_map(Weak::upgrade) {
+            p.idle();
+        }
     }
 
     /// Runs every live hook once; returns the work done. Hooks whose
@@ -113,12 +129,14 @@ impl InlineWait {
 
     /// After a poll that found nothing: runs `drive` once and then tries
     /// `ready` again. Returns the value, or `None` after re-arming `cx` for
-    /// an immediate re-poll while the budget lasts.
+    /// an immediate re-poll while the budget lasts; past the budget `idle`
+    /// runs and the caller sleeps.
     pub fn poll<T>(
         &mut self,
         cx: &mut Context<'_>,
         drive: impl FnOnce() -> usize,
         ready: impl FnOnce(&mut Context<'_>) -> Option<T>,
+        idle: impl FnOnce(),
     ) -> Option<T> {
         let budget = spin_budget();
         if budget.is_zero() {
@@ -133,6 +151,8 @@ impl InlineWait {
         }
         if since.elapsed() < budget {
             cx.waker().wake_by_ref();
+        } else {
+            idle();
         }
         None
     }
@@ -186,7 +206,7 @@ mod tests {
         let mut cx = Context::from_waker(&waker);
         let c = Count::default();
         let mut w = InlineWait::new();
-        let got: Option<()> = w.poll(&mut cx, || c.progress(), |_| None);
+        let got: Option<()> = w.poll(&mut cx, || c.progress(), |_| None, || {});
         assert_eq!(got, None);
         assert_eq!(
             c.0.load(Ordering::Relaxed),
@@ -198,7 +218,7 @@ mod tests {
             1,
             "re-polled at once within the budget"
         );
-        let got = w.poll(&mut cx, || c.progress(), |_| Some(5));
+        let got = w.poll(&mut cx, || c.progress(), |_| Some(5), || {});
         assert_eq!(got, Some(5));
         assert!(w.since.is_none(), "a delivery resets the budget");
     }
@@ -211,8 +231,10 @@ mod tests {
         let mut w = InlineWait {
             since: Some(Instant::now() - spin_budget() - Duration::from_millis(1)),
         };
-        let got: Option<()> = w.poll(&mut cx, || 0, |_| None);
+        let idled = std::cell::Cell::new(false);
+        let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
         assert_eq!(got, None);
+        assert!(idled.get(), "the provider hears that nobody spins any more");
         assert_eq!(
             woken.load(Ordering::Relaxed),
             0,

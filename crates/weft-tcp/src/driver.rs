@@ -64,6 +64,7 @@ async fn reader(ep: Arc<EpShared>, conn: Arc<Conn>) {
         };
         match st {
             RxStatus::WouldBlock => {
+                stand_aside(&ep).await;
                 if conn.tio.readable().await.is_err() {
                     conn.fail(Error::ConnReset);
                     return;
@@ -124,6 +125,47 @@ pub fn poll_once(ep: &Arc<EpShared>, cache: &mut ConnCache) -> usize {
     work
 }
 
+/// How long after its last pass an inline waiter still counts as
+/// spinning: covers the gap between one awaited operation and the next.
+const INLINE_HOLD_NS: u64 = 1_000_000;
+
+/// Monotonic nanoseconds since the first call.
+pub fn clock_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
+}
+
+/// While an inline waiter spins on this endpoint it reads the sockets
+/// itself; a reader woken by the reactor for the same bytes would only
+/// find them gone, and on a small machine that wake-up costs the spinner
+/// (or the peer) its core. So the reader waits until the waiter sleeps
+/// (it says so through `idle`) or stops polling.
+async fn stand_aside(ep: &EpShared) {
+    if ep.cfg.wait != weft_core::completion::WaitMode::Inline {
+        return;
+    }
+    loop {
+        let until = ep.inline_until.load(Ordering::Acquire);
+        let now = clock_ns();
+        if until <= now {
+            return;
+        }
+        let idle = ep.inline_idle.notified();
+        tokio::pin!(idle);
+        idle.as_mut().enable();
+        if ep.inline_until.load(Ordering::Acquire) <= clock_ns() {
+            return;
+        }
+        tokio::select! {
+            _ = idle => {}
+            _ = tokio::time::sleep(std::time::Duration::from_nanos(until - now)) => {}
+        }
+    }
+}
+
 fn busy_loop(ep: Arc<EpShared>) {
     let mut cache = ConnCache::new();
     while !ep.is_closed() {
@@ -154,10 +196,18 @@ impl weft_core::progress::Progress for InlineProgress {
         if self.ep.is_closed() {
             return 0;
         }
+        self.ep
+            .inline_until
+            .store(clock_ns() + INLINE_HOLD_NS, Ordering::Release);
         match self.cache.try_lock() {
             Ok(mut c) => poll_once(&self.ep, &mut c),
             Err(_) => 0,
         }
+    }
+
+    fn idle(&self) {
+        self.ep.inline_until.store(0, Ordering::Release);
+        self.ep.inline_idle.notify_waiters();
     }
 }
 

@@ -111,6 +111,11 @@ pub struct EpShared {
     pub tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// Busy-poll thread running.
     pub busy_running: AtomicBool,
+    /// Inline mode: until when (`driver::clock_ns`) a waiter is taken to
+    /// be spinning on this endpoint, so the reactor readers stand aside.
+    pub inline_until: std::sync::atomic::AtomicU64,
+    /// Inline mode: the spinning waiter went to sleep.
+    pub inline_idle: Notify,
 }
 
 impl EpShared {
@@ -133,6 +138,8 @@ impl EpShared {
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
             busy_running: AtomicBool::new(false),
+            inline_until: std::sync::atomic::AtomicU64::new(0),
+            inline_idle: Notify::new(),
             cfg,
         })
     }

@@ -68,6 +68,7 @@ impl Future for OpFuture {
                         Poll::Ready(r) => Some(r),
                         Poll::Pending => None,
                     },
+                    || p.idle(),
                 ) {
                     polled = Poll::Ready(r);
                 }
