@@ -25,6 +25,7 @@ info options:
 pingpong / bw options:
   -p <prov>     provider (tcp)
   -e <ep_type>  endpoint type: rdm|msg (rdm)
+  -d <domain>   domain (RDMA device) name, e.g. rxe1 (the provider's first)
   -S <size>     transfer size (64, 4k, 1m) or 'all' (64 256 1k 4k 64k 1m) (64)
   -I <iters>    timed iterations per size, after 10% untimed warm-up (1000)
   -B <port>     server: control / listen port (47592); client: OOB source port
@@ -67,6 +68,8 @@ pub enum Api {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PerfArgs {
     pub prov: String,
+    /// `-d`: the domain (device) to use, e.g. `rxe1`.
+    pub domain: Option<String>,
     pub ep_type: EpType,
     pub sizes: Vec<usize>,
     pub iters: usize,
@@ -84,6 +87,7 @@ impl Default for PerfArgs {
     fn default() -> Self {
         PerfArgs {
             prov: "tcp".into(),
+            domain: None,
             ep_type: EpType::Rdm,
             sizes: vec![64],
             iters: 1000,
@@ -169,6 +173,7 @@ fn parse_perf(rest: &[String], bw: bool) -> Parsed<Option<PerfArgs>> {
     while let Some(arg) = c.it.next() {
         match arg.as_str() {
             "-p" => a.prov = c.value("-p")?.to_string(),
+            "-d" => a.domain = Some(c.value("-d")?.to_string()),
             "-e" => a.ep_type = parse_ep_type(c.value("-e")?)?,
             "-S" => a.sizes = parse_sizes(c.value("-S")?)?,
             "-I" => a.iters = parse_count("-I", c.value("-I")?)?,

@@ -63,17 +63,26 @@ impl Fab {
         let mut hints = Info::default();
         hints.fabric_attr.prov_name = Some(a.prov.clone());
         hints.ep_attr.ep_type = a.ep_type;
+        hints.domain_attr.name.clone_from(&a.domain);
         hints.caps = match a.ep_type {
             EpType::Msg => weft::Caps::MSG,
             _ => weft::Caps::TAGGED,
         };
         let mut infos = weft::getinfo(Some(&hints)).with_ctx(|| {
-            format!(
-                "no provider matches -p {} -e {} (available: {})",
+            let mut m = format!(
+                "no provider matches -p {} -e {}{} (available: {})",
                 a.prov,
                 a.ep_type.fi_name(),
+                a.domain
+                    .as_deref()
+                    .map(|d| format!(" -d {d}"))
+                    .unwrap_or_default(),
                 weft::PROVIDERS.join(", ")
-            )
+            );
+            if let Some(why) = weft::provider_unavailable(&a.prov) {
+                m.push_str(&format!("; {}: {why}", a.prov));
+            }
+            m
         })?;
         let info = infos.remove(0);
         let fabric = weft::Fabric::open_with(&info, rt).ctx("open fabric")?;

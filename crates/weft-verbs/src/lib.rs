@@ -30,6 +30,8 @@ pub mod info;
 mod msg;
 #[cfg(feature = "rdma")]
 mod passive;
+#[cfg(feature = "rdma")]
+mod pool;
 
 use std::sync::Arc;
 

@@ -32,6 +32,7 @@ use weft_core::{Error, Result};
 
 use crate::cmchan::{self, CmChannel};
 use crate::cqdrive::{self, CqSink, PollerSlot};
+use crate::pool::{SlotPool, SLOT, SLOTS};
 use crate::sys::{
     AccessFlags, BytesMr, BytesMutMr, CmEventKind, CmId, CompChannel, ConnParam, Cq, Payload,
     PortSpace, ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RecvRequest, SendOp,
@@ -79,6 +80,14 @@ enum Inflight {
         // Zero-length buffers are not registered; given back as they were.
         empty: Vec<BytesMut>,
     },
+    /// A small send copied into a bounce slot.
+    SendSlot { done: OpDone, len: usize, slot: u32 },
+    /// A small receive landing in a bounce slot, copied out at completion.
+    RecvSlot {
+        done: OpDone,
+        bufs: Vec<BytesMut>,
+        slot: u32,
+    },
 }
 
 /// The verbs resources of one connection, children after parents.
@@ -88,6 +97,8 @@ pub struct Link {
     pub chan: Arc<CompChannel>,
     pub cq: Arc<Cq>,
     pub qp: Arc<QueuePair>,
+    pub send_pool: SlotPool,
+    pub recv_pool: SlotPool,
 }
 
 impl std::fmt::Debug for Link {
@@ -187,12 +198,16 @@ impl MsgShared {
                 sq_sig_all: false,
             },
         )?;
+        let send_pool = SlotPool::new(&pd, SLOTS, AccessFlags::NONE)?;
+        let recv_pool = SlotPool::new(&pd, SLOTS, AccessFlags::LOCAL_WRITE)?;
         let link = Arc::new(Link {
             id,
             pd,
             chan,
             cq,
             qp,
+            send_pool,
+            recv_pool,
         });
         *lock(&self.link) = Some(link.clone());
         // Receives posted while unconnected go to the new QP first, so the
@@ -284,6 +299,38 @@ impl MsgShared {
         link: &Link,
         req: RecvReq,
     ) -> std::result::Result<(), Rejected<RecvReq>> {
+        let cap = req.capacity();
+        if cap > 0 && cap <= SLOT {
+            if let Some(slot) = link.recv_pool.take() {
+                let wr_id = self.wr_id();
+                let mut g = lock(&self.inflight);
+                let posted = link.recv_pool.with(|mr| {
+                    let sge = mr.sge(SlotPool::offset(slot), cap)?;
+                    link.qp.post_recv(&RecvRequest {
+                        wr_id,
+                        sges: &[sge],
+                    })
+                });
+                return match posted {
+                    Ok(()) => {
+                        g.insert(
+                            wr_id,
+                            Inflight::RecvSlot {
+                                done: req.done,
+                                bufs: req.bufs,
+                                slot,
+                            },
+                        );
+                        Ok(())
+                    }
+                    Err(err) => {
+                        drop(g);
+                        link.recv_pool.put(slot);
+                        Err(Rejected { err, req })
+                    }
+                };
+            }
+        }
         let RecvReq {
             bufs,
             done,
@@ -370,7 +417,48 @@ impl CqSink for MsgShared {
         let Some(op) = lock(&self.inflight).remove(&wc.wr_id) else {
             return;
         };
+        let link = lock(&self.link).clone();
         match op {
+            Inflight::SendSlot { done, len, slot } => {
+                self.tx_used.fetch_sub(1, Ordering::AcqRel);
+                if let Some(l) = &link {
+                    l.send_pool.put(slot);
+                }
+                match wc.to_error() {
+                    None => done.complete(CqEntry {
+                        len,
+                        ..CqEntry::default()
+                    }),
+                    Some(e) => done.fail(CqErrEntry::new(0, OpFlags::SEND | OpFlags::MSG, e)),
+                }
+            }
+            Inflight::RecvSlot {
+                done,
+                mut bufs,
+                slot,
+            } => {
+                self.rx_used.fetch_sub(1, Ordering::AcqRel);
+                let err = recv_error(wc);
+                let mut placed = 0;
+                if let (None, Some(l)) = (err, &link) {
+                    let mut left = wc.byte_len as usize;
+                    let mut off = SlotPool::offset(slot);
+                    l.recv_pool.with(|mr| {
+                        for b in bufs.iter_mut() {
+                            let n = b.len().min(left);
+                            if mr.read_at(off, &mut b[..n]).is_ok() {
+                                placed += n;
+                            }
+                            off += n;
+                            left -= n;
+                        }
+                    });
+                }
+                if let Some(l) = &link {
+                    l.recv_pool.put(slot);
+                }
+                finish_recv(done, bufs, placed, err, wc.imm_data);
+            }
             Inflight::Send { done, len, _mrs } => {
                 self.tx_used.fetch_sub(1, Ordering::AcqRel);
                 drop(_mrs);
@@ -397,47 +485,60 @@ impl CqSink for MsgShared {
                     }
                 }
                 bufs.append(&mut empty);
-                let mut flags = OpFlags::RECV | OpFlags::MSG;
-                let imm = wc.imm_data;
-                if imm.is_some() {
-                    flags |= OpFlags::REMOTE_CQ_DATA;
-                }
-                // A message longer than the posted buffers ends the receive
-                // with a length error (rxe reports it as a local QP
-                // operation error): to the application that is truncation.
-                let err = match wc.status {
-                    WcStatus::LocLenErr | WcStatus::LocQpOpErr => Some(Error::Trunc),
-                    _ => wc.to_error(),
-                }
-                .or(lost.then_some(Error::Io));
+                let err = recv_error(wc).or(lost.then_some(Error::Io));
                 let placed = if err.is_none() {
                     wc.byte_len as usize
                 } else {
                     0
                 };
-                let mut left = placed;
-                for b in bufs.iter_mut() {
-                    let n = b.len().min(left);
-                    b.truncate(n);
-                    left -= n;
-                }
-                match err {
-                    None => done.complete(CqEntry {
-                        context: 0,
-                        flags,
-                        len: placed,
-                        bufs,
-                        data: u64::from(imm.unwrap_or(0)),
-                        tag: 0,
-                        src: weft_core::addr::FI_ADDR_NOTAVAIL,
-                    }),
-                    Some(e) => {
-                        let mut ee = CqErrEntry::new(0, flags, e);
-                        ee.bufs = bufs;
-                        done.fail(ee);
-                    }
-                }
+                finish_recv(done, bufs, placed, err, wc.imm_data);
             }
+        }
+    }
+}
+
+/// The error of a receive completion. A message longer than the posted
+/// buffers ends the receive with a length error (rxe reports it as a local
+/// QP operation error): to the application that is truncation.
+fn recv_error(wc: &WorkCompletion) -> Option<Error> {
+    match wc.status {
+        WcStatus::LocLenErr | WcStatus::LocQpOpErr => Some(Error::Trunc),
+        _ => wc.to_error(),
+    }
+}
+
+/// Completes a receive of `placed` bytes (buffers cut to what they hold).
+fn finish_recv(
+    done: OpDone,
+    mut bufs: Vec<BytesMut>,
+    placed: usize,
+    err: Option<Error>,
+    imm: Option<u32>,
+) {
+    let mut flags = OpFlags::RECV | OpFlags::MSG;
+    if imm.is_some() {
+        flags |= OpFlags::REMOTE_CQ_DATA;
+    }
+    let mut left = placed;
+    for b in bufs.iter_mut() {
+        let n = b.len().min(left);
+        b.truncate(n);
+        left -= n;
+    }
+    match err {
+        None => done.complete(CqEntry {
+            context: 0,
+            flags,
+            len: placed,
+            bufs,
+            data: u64::from(imm.unwrap_or(0)),
+            tag: 0,
+            src: weft_core::addr::FI_ADDR_NOTAVAIL,
+        }),
+        Some(e) => {
+            let mut ee = CqErrEntry::new(0, flags, e);
+            ee.bufs = bufs;
+            done.fail(ee);
         }
     }
 }
@@ -553,6 +654,40 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
                     reject(e, req)
                 }
             };
+        }
+        if len > 0 && len <= SLOT {
+            if let Some(slot) = link.send_pool.take() {
+                let mut g = lock(&ep.inflight);
+                let posted = link.send_pool.with(|mr| {
+                    let mut off = SlotPool::offset(slot);
+                    for b in &req.iov {
+                        mr.write_at(off, b)?;
+                        off += b.len();
+                    }
+                    let sge = mr.sge(SlotPool::offset(slot), len)?;
+                    link.qp
+                        .post_send(&SendRequest::new(wr_id, op, Payload::Sges(&[sge])))
+                });
+                return match posted {
+                    Ok(()) => {
+                        g.insert(
+                            wr_id,
+                            Inflight::SendSlot {
+                                done: req.done,
+                                len,
+                                slot,
+                            },
+                        );
+                        Ok(())
+                    }
+                    Err(e) => {
+                        drop(g);
+                        link.send_pool.put(slot);
+                        ep.tx_used.fetch_sub(1, Ordering::AcqRel);
+                        reject(e, req)
+                    }
+                };
+            }
         }
         let mut mrs = Vec::with_capacity(req.iov.len());
         for b in req.iov.iter().filter(|b| !b.is_empty()) {

@@ -833,15 +833,18 @@ async fn send_error_counts_on_counter(p: Provider) {
         .insert_sync(&[dead_addr()], Default::default())
         .unwrap()
         .fi_addrs[0];
-    let waiter = cntr.clone();
-    let w = tokio::spawn(async move { waiter.wait(1).await });
+    // The wait must be under way (it notes the error count when it
+    // starts) before the error happens: polled once here, not spawned,
+    // since a spawned task may start after the error on a slow machine.
+    let mut w = Box::pin(cntr.wait(1));
+    assert!(futures::poll!(&mut w).is_pending());
     ep.post_send(dead, Bytes::from_static(b"x"), 9).unwrap();
     let e = next_cq(&cq).await.unwrap_err();
     assert_eq!(e.context, 9);
     assert_eq!(cntr.read_err(), 1);
     assert_eq!(cntr.read(), 0);
     assert_eq!(
-        within("wait ends on error", w).await.unwrap().unwrap_err(),
+        within("wait ends on error", w).await.unwrap_err(),
         Error::Avail
     );
 }

@@ -1,0 +1,68 @@
+//! Pre-registered bounce slots for small messages.
+//!
+//! Registering a buffer costs a system call and page pinning per
+//! operation (and deregistering another); for small messages that is far
+//! more than copying the bytes. A receive that fits a slot lands in the
+//! slot and is copied into the caller's buffer at completion; a send that
+//! fits (and is too large to go inline) is copied into a slot at post
+//! time. When the slots run out, operations fall back to registering the
+//! caller's buffer.
+
+use std::sync::{Arc, Mutex};
+
+use weft_core::sync::lock;
+use weft_core::Result;
+
+use crate::sys::{AccessFlags, OwnedMr, ProtectionDomain};
+
+/// Bytes per slot.
+pub const SLOT: usize = 4096;
+/// Slots per pool: 1 MiB pinned per direction and endpoint, well inside
+/// the usual 8 MiB locked-memory limit.
+pub const SLOTS: usize = 256;
+
+/// A registered region cut into equal slots.
+pub struct SlotPool {
+    mr: Mutex<OwnedMr>,
+    free: Mutex<Vec<u32>>,
+}
+
+impl std::fmt::Debug for SlotPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotPool")
+            .field("free", &lock(&self.free).len())
+            .finish()
+    }
+}
+
+impl SlotPool {
+    /// `count` slots of [`SLOT`] bytes on `pd`.
+    pub fn new(pd: &Arc<ProtectionDomain>, count: usize, access: AccessFlags) -> Result<SlotPool> {
+        let mr = OwnedMr::new(pd, count * SLOT, access)?;
+        Ok(SlotPool {
+            mr: Mutex::new(mr),
+            free: Mutex::new((0..count as u32).rev().collect()),
+        })
+    }
+
+    /// A free slot, if any.
+    pub fn take(&self) -> Option<u32> {
+        lock(&self.free).pop()
+    }
+
+    /// Gives a slot back (after its work request completed).
+    pub fn put(&self, slot: u32) {
+        lock(&self.free).push(slot);
+    }
+
+    /// Byte offset of `slot` in the region.
+    pub fn offset(slot: u32) -> usize {
+        slot as usize * SLOT
+    }
+
+    /// Runs `f` with the region locked (copies in, scatter/gather elements
+    /// for a post).
+    pub fn with<R>(&self, f: impl FnOnce(&mut OwnedMr) -> R) -> R {
+        f(&mut lock(&self.mr))
+    }
+}
