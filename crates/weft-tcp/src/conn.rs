@@ -151,10 +151,17 @@ impl Conn {
 
     fn frame_written(&self, f: TxFrame) {
         self.release_credit(&f);
+        let TxFrame {
+            hdr, payload, done, ..
+        } = f;
+        // The caller's buffers are let go before the completion is
+        // delivered: an application that reuses a buffer on completion
+        // (`Bytes::try_into_mut`) must find itself its only owner.
+        drop(payload);
         // Delivery-complete frames have no `done` here: it waits in `acks`.
-        let Some(done) = f.done else { return };
+        let Some(done) = done else { return };
         done.complete(CqEntry {
-            len: f.hdr.len as usize,
+            len: hdr.len as usize,
             ..CqEntry::default()
         });
     }
@@ -182,50 +189,81 @@ impl Conn {
         self.send(TxFrame::new(h, Vec::new(), None));
     }
 
+    /// Writes queued frames, in order, while the socket takes them; the
+    /// frame being written stays at the head of the queue, so whoever
+    /// flushes next (the writer task, or an inline waiter) continues it.
+    /// `Ok(true)` when the queue is empty, `Ok(false)` when the socket is
+    /// full.
+    pub fn flush(&self) -> Result<bool> {
+        let mut done = Vec::new();
+        let r = {
+            let mut g = lock(&self.tx);
+            if let Some(e) = g.closed {
+                return Err(e);
+            }
+            loop {
+                let Some(f) = g.queue.front_mut() else {
+                    g.writer_active = false;
+                    break Ok(true);
+                };
+                match write_some(&self.std, f) {
+                    Ok(true) => {
+                        if let Some(f) = g.queue.pop_front() {
+                            done.push(f);
+                        }
+                    }
+                    Ok(false) => break Ok(false),
+                    Err(e) => break Err(e),
+                }
+            }
+        };
+        for f in done {
+            self.frame_written(f);
+        }
+        r
+    }
+
+    /// Inline progress: flushes what the writer task would, if anything is
+    /// queued. A failure is left to the writer task, which fails the
+    /// connection (see `send` for why not here).
+    pub fn flush_if_queued(&self) -> usize {
+        if !lock(&self.tx).writer_active {
+            return 0;
+        }
+        usize::from(self.flush().is_ok())
+    }
+
     /// The writer task: writes what the fast path could not.
     pub async fn writer(self: Arc<Self>) {
         loop {
             self.tx_kick.notified().await;
             loop {
-                let mut f = {
-                    let mut g = lock(&self.tx);
-                    if g.closed.is_some() {
-                        return;
-                    }
-                    match g.queue.pop_front() {
-                        Some(f) => f,
-                        None => {
-                            g.writer_active = false;
-                            break;
-                        }
-                    }
-                };
-                loop {
-                    if self.tio.writable().await.is_err() {
-                        self.fail_frame(f, Error::ConnReset);
-                        self.fail(Error::ConnReset);
-                        return;
-                    }
-                    // A full socket must come back as `WouldBlock` so that
-                    // Tokio clears the readiness; otherwise `writable()`
-                    // keeps returning at once and this task spins.
-                    match self.tio.try_io(tokio::io::Interest::WRITABLE, || {
-                        match write_some(&self.std, &mut f) {
-                            Ok(true) => Ok(()),
-                            Ok(false) => Err(io::ErrorKind::WouldBlock.into()),
-                            Err(e) => Err(io::Error::from_raw_os_error(e.code())),
-                        }
-                    }) {
-                        Ok(()) => break,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                        Err(_) => {
-                            self.fail_frame(f, Error::ConnReset);
+                // A full socket must come back as `WouldBlock` so that
+                // Tokio clears the readiness; otherwise `writable()` keeps
+                // returning at once and this task spins.
+                let r = self
+                    .tio
+                    .try_io(tokio::io::Interest::WRITABLE, || match self.flush() {
+                        Ok(true) => Ok(true),
+                        Ok(false) => Err(io::ErrorKind::WouldBlock.into()),
+                        Err(e) => Err(io::Error::from_raw_os_error(e.code())),
+                    });
+                match r {
+                    Ok(_) => break,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if self.tio.writable().await.is_err() {
                             self.fail(Error::ConnReset);
                             return;
                         }
                     }
+                    Err(_) => {
+                        if lock(&self.tx).closed.is_some() {
+                            return;
+                        }
+                        self.fail(Error::ConnReset);
+                        return;
+                    }
                 }
-                self.frame_written(f);
             }
         }
     }

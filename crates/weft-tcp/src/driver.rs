@@ -96,7 +96,8 @@ impl ConnCache {
 }
 
 /// One non-blocking pass over every connection's receive side, reading
-/// with direct syscalls (no reactor). Returns the bytes read. A connection whose receive state another driver holds is
+/// with direct syscalls (no reactor), and one flush of each connection's
+/// queued sends. Returns the work done (bytes read, flushes). A connection whose receive state another driver holds is
 /// skipped: that driver is making the same progress.
 pub fn poll_once(ep: &Arc<EpShared>, cache: &mut ConnCache) -> usize {
     let g = ep.conns_gen.load(Ordering::Acquire);
@@ -109,6 +110,9 @@ pub fn poll_once(ep: &Arc<EpShared>, cache: &mut ConnCache) -> usize {
         if c.abort_rx_if_dead(ep) {
             continue;
         }
+        // A large send the socket could not take at once continues here
+        // rather than waiting for the reactor to wake the writer task.
+        work += c.flush_if_queued();
         let st = match c.rx.try_lock() {
             Ok(mut rx) => rx.progress(c, ep, &mut |b| {
                 let r = c.read_direct(b);
