@@ -23,8 +23,9 @@ use crate::endpoint::EpShared;
 use crate::frame::TxFrame;
 use crate::rx::RxMachine;
 
-/// Most I/O slices handed to one `writev`.
-const MAX_IOV: usize = 64;
+/// Most I/O slices handed to one `writev` (header + the iov limit, with
+/// room to spare; a longer list is written in several calls).
+const MAX_IOV: usize = 16;
 
 #[derive(Debug, Default)]
 struct TxState {
@@ -340,9 +341,10 @@ fn write_some(s: &std::net::TcpStream, f: &mut TxFrame) -> Result<bool> {
     let total = f.total_len();
     let mut w = s;
     while f.written < total {
-        let mut iov = Vec::with_capacity(f.payload.len() + 1);
-        f.slices(&mut iov, MAX_IOV);
-        match w.write_vectored(&iov) {
+        // On the stack: no allocation per write.
+        let mut iov = [io::IoSlice::new(&[]); MAX_IOV];
+        let n = f.slices(&mut iov);
+        match w.write_vectored(&iov[..n]) {
             Ok(0) => return Err(Error::ConnReset),
             Ok(n) => f.written += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),

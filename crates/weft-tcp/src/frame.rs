@@ -54,20 +54,23 @@ impl TxFrame {
     }
 
     /// The unwritten remainder as I/O slices (at most `max` of them).
-    pub fn slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>, max: usize) {
+    pub fn slices<'a>(&'a self, out: &mut [IoSlice<'a>]) -> usize {
         let mut skip = self.written;
+        let mut n = 0;
         let parts = std::iter::once(&self.enc[..]).chain(self.payload.iter().map(|b| &b[..]));
         for p in parts {
-            if out.len() >= max {
+            if n >= out.len() {
                 break;
             }
             if skip >= p.len() {
                 skip -= p.len();
                 continue;
             }
-            out.push(IoSlice::new(&p[skip..]));
+            out[n] = IoSlice::new(&p[skip..]);
+            n += 1;
             skip = 0;
         }
+        n
     }
 }
 
@@ -125,14 +128,13 @@ mod tests {
         f.enc = f.hdr.encode();
         assert_eq!(f.total_len(), HEADER_LEN + 7);
         f.written = HEADER_LEN + 4;
-        let mut out = Vec::new();
-        f.slices(&mut out, 8);
-        let rest: Vec<u8> = out.iter().flat_map(|s| s.iter().copied()).collect();
+        let mut out = [IoSlice::new(&[]); 8];
+        let n = f.slices(&mut out);
+        let rest: Vec<u8> = out[..n].iter().flat_map(|s| s.iter().copied()).collect();
         assert_eq!(rest, b"efg");
         f.written = 10;
-        let mut out = Vec::new();
-        f.slices(&mut out, 1);
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].len(), HEADER_LEN - 10);
+        let mut one = [IoSlice::new(&[])];
+        assert_eq!(f.slices(&mut one), 1);
+        assert_eq!(one[0].len(), HEADER_LEN - 10);
     }
 }

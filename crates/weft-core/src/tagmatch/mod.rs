@@ -79,25 +79,78 @@ fn src_ok(want: FiAddr, src: FiAddr) -> bool {
     want == FI_ADDR_UNSPEC || want == src
 }
 
+/// The sequence numbers under one index key. Almost always one (a tag, a
+/// context in use once), so that case needs no allocation of its own; a
+/// key shared by several entries falls back to an ordered set.
+#[derive(Debug)]
+pub(crate) enum Seqs {
+    One(u64),
+    Many(BTreeSet<u64>),
+}
+
+impl Seqs {
+    fn first(&self) -> Option<u64> {
+        match self {
+            Seqs::One(s) => Some(*s),
+            Seqs::Many(set) => set.first().copied(),
+        }
+    }
+
+    /// In ascending order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &u64> + '_ {
+        let (one, many) = match self {
+            Seqs::One(s) => (Some(s), None),
+            Seqs::Many(set) => (None, Some(set.iter())),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+
+    fn insert(&mut self, seq: u64) {
+        match self {
+            Seqs::One(s) => {
+                *self = Seqs::Many(BTreeSet::from([*s, seq]));
+            }
+            Seqs::Many(set) => {
+                set.insert(seq);
+            }
+        }
+    }
+
+    /// Removes `seq`; true when nothing is left.
+    fn remove(&mut self, seq: u64) -> bool {
+        match self {
+            Seqs::One(s) => *s == seq,
+            Seqs::Many(set) => {
+                set.remove(&seq);
+                set.is_empty()
+            }
+        }
+    }
+}
+
 /// Adds `seq` to the ordered set stored under `key`.
-fn index_insert<K: Hash + Eq>(map: &mut FastMap<K, BTreeSet<u64>>, key: K, seq: u64) {
-    map.entry(key).or_default().insert(seq);
+fn index_insert<K: Hash + Eq>(map: &mut FastMap<K, Seqs>, key: K, seq: u64) {
+    match map.entry(key) {
+        std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().insert(seq),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            e.insert(Seqs::One(seq));
+        }
+    }
 }
 
 /// Removes `seq` from the set under `key`, dropping emptied sets so that
 /// short-lived tags and contexts do not grow the map forever.
-fn index_remove<K: Hash + Eq>(map: &mut FastMap<K, BTreeSet<u64>>, key: &K, seq: u64) {
+fn index_remove<K: Hash + Eq>(map: &mut FastMap<K, Seqs>, key: &K, seq: u64) {
     if let Some(set) = map.get_mut(key) {
-        set.remove(&seq);
-        if set.is_empty() {
+        if set.remove(seq) {
             map.remove(key);
         }
     }
 }
 
 /// The oldest sequence number stored under `key`.
-fn index_first<K: Hash + Eq>(map: &FastMap<K, BTreeSet<u64>>, key: &K) -> Option<u64> {
-    map.get(key).and_then(|set| set.first().copied())
+fn index_first<K: Hash + Eq>(map: &FastMap<K, Seqs>, key: &K) -> Option<u64> {
+    map.get(key).and_then(Seqs::first)
 }
 
 /// The result of [`Matcher::post`].

@@ -7,11 +7,11 @@
 //! by tag and sit in one ordered set; an arrival scans only those posted
 //! before the best bucket candidate, which keeps "first posted wins" exact.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use super::{index_first, index_insert, index_remove, src_ok, tag_matches};
-use super::{MsgInfo, RecvSpec};
+use super::{MsgInfo, RecvSpec, Seqs};
 use crate::addr::{FiAddr, FI_ADDR_UNSPEC};
 use crate::hash::{fast_map, FastMap};
 
@@ -44,12 +44,12 @@ fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 pub(super) struct PostedQueue<R> {
     next_seq: u64,
     entries: BTreeMap<u64, (RecvSpec, R)>,
-    exact: FastMap<(u64, FiAddr), BTreeSet<u64>>,
+    exact: FastMap<(u64, FiAddr), Seqs>,
     // (tag, ignore, source) kept beside the sequence number: the scan of
     // wildcard receives never touches the entries it rejects.
     wild: BTreeMap<u64, (u64, u64, FiAddr)>,
-    untagged: FastMap<FiAddr, BTreeSet<u64>>,
-    by_context: FastMap<u64, BTreeSet<u64>>,
+    untagged: FastMap<FiAddr, Seqs>,
+    by_context: FastMap<u64, Seqs>,
 }
 
 impl<R> PostedQueue<R> {

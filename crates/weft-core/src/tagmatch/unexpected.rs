@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{effective_src, index_first, index_insert, index_remove, kind_and_tag_ok, src_ok};
-use super::{tag_matches, MsgInfo, RecvSpec};
+use super::{tag_matches, MsgInfo, RecvSpec, Seqs};
 use crate::addr::FiAddr;
 use crate::hash::{fast_map, FastMap};
 
@@ -28,12 +28,12 @@ pub(super) struct UnexpectedQueue<U, S> {
     next_seq: u64,
     entries: BTreeMap<u64, Entry<U, S>>,
     bytes: usize,
-    by_tag: FastMap<u64, BTreeSet<u64>>,
+    by_tag: FastMap<u64, Seqs>,
     // Tag kept beside the sequence number so a wildcard scan never
     // touches the entries it rejects.
     tagged: BTreeMap<u64, u64>,
     untagged: BTreeSet<u64>,
-    claimed: FastMap<u64, BTreeSet<u64>>,
+    claimed: FastMap<u64, Seqs>,
     claimed_count: usize,
 }
 
