@@ -283,3 +283,50 @@ async fn msg_bad_input_is_refused_cleanly() {
     assert_eq!(se.context, 6);
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
+
+/// The peer closes its endpoint with messages in flight: every receive
+/// still posted here ends (with data, or flushed with `Canceled`), the EQ
+/// reports the connection's end, and nothing hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_peer_closing_mid_transfer_ends_everything() {
+    let Some(p) = connect(WaitMode::Interrupt).await else {
+        return;
+    };
+    let (c, s) = (&p.client.0, &p.server.0);
+    for i in 0..8u64 {
+        s.post_recv(BytesMut::zeroed(1 << 20), i).unwrap();
+    }
+    for i in 0..3u64 {
+        c.post_send(0, payload(1 << 20, i as u8), 100 + i).unwrap();
+    }
+    c.close().unwrap();
+    let ev = within("end of connection on the EQ", next_eq(&p.server.1)).await;
+    match ev {
+        Ok(e) => assert_eq!(e.kind, EqEventKind::Shutdown),
+        Err(e) => assert!(
+            matches!(e.err, Error::ConnAborted | Error::ConnReset),
+            "{e:?}"
+        ),
+    }
+    let (mut ok, mut flushed) = (0, 0);
+    for _ in 0..8 {
+        match within("every receive ends", next_cq(&p.server.2)).await {
+            Ok(e) => {
+                assert_eq!(e.len, 1 << 20);
+                ok += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.err, Error::Canceled, "{e:?}");
+                flushed += 1;
+            }
+        }
+    }
+    assert_eq!(ok + flushed, 8);
+    assert!(ok <= 3, "no more data than was sent");
+    // The surviving endpoint's QP is in the error state: a send either is
+    // refused at once or completes with an error, never hangs.
+    if s.post_send(0, payload(8, 0), 1).is_ok() {
+        let e = within("send on a dead connection", next_cq(&p.server.2)).await;
+        assert!(e.is_err(), "{e:?}");
+    }
+}
