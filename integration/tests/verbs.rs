@@ -330,3 +330,22 @@ async fn msg_peer_closing_mid_transfer_ends_everything() {
         assert!(e.is_err(), "{e:?}");
     }
 }
+
+/// A receive posted before the connection exists can be cancelled; once
+/// connected, receives are on the QP and `cancel` says it found none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_cancel_reaches_receives_not_yet_on_the_qp() {
+    let Some(ci) = offer(CLIENT_DEV) else { return };
+    let cli = side(ci);
+    let (c, _eq, cq) = ep(&cli, None, WaitMode::Interrupt);
+    c.post_recv(BytesMut::zeroed(64), 5).unwrap();
+    c.cancel(5).unwrap();
+    let e = within("cancelled receive", next_cq(&cq)).await.unwrap_err();
+    assert_eq!((e.context, e.err), (5, Error::Canceled));
+    assert_eq!(c.cancel(5).unwrap_err(), Error::NoEnt);
+    let Some(p) = connect(WaitMode::Interrupt).await else {
+        return;
+    };
+    p.server.0.post_recv(BytesMut::zeroed(64), 9).unwrap();
+    assert_eq!(p.server.0.cancel(9).unwrap_err(), Error::NoEnt);
+}

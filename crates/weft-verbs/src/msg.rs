@@ -11,6 +11,12 @@
 //! complete: the device never sees memory safe code can free or change.
 //! Sends up to the device's inline limit are copied into the work request
 //! instead and need no registration.
+//!
+//! A receive handed to the QP cannot be withdrawn: `cancel` (and dropping
+//! an awaited receive) only reaches receives posted before the connection
+//! existed. A dropped awaited receive that is already on the QP still
+//! takes the next message, whose completion then goes nowhere; keep
+//! receive futures alive (or use posted receives and the CQ) on verbs.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -771,10 +777,28 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         }
     }
 
-    fn cancel(&self, _context: u64) -> bool {
+    fn cancel(&self, context: u64) -> bool {
         // A receive handed to the QP cannot be taken back (verbs has no
-        // per-request cancel); one still waiting for the QP can.
-        false
+        // per-request cancel, and a plain RC peer's next message lands in
+        // whatever buffer is posted); one still waiting for the QP can.
+        let req = {
+            let mut g = lock(&self.shared.early_recvs);
+            g.iter()
+                .position(|r| r.done.context == context)
+                .map(|i| g.remove(i))
+        };
+        match req {
+            Some(r) => {
+                self.shared.rx_used.fetch_sub(1, Ordering::AcqRel);
+                r.done.fail(CqErrEntry::new(
+                    0,
+                    OpFlags::RECV | OpFlags::MSG,
+                    Error::Canceled,
+                ));
+                true
+            }
+            None => false,
+        }
     }
 
     fn local_addr(&self) -> Vec<u8> {
