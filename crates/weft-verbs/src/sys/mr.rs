@@ -432,6 +432,72 @@ impl Drop for OwnedMr {
     }
 }
 
+/// The accessors, `into_inner` and `Drop` shared by the registrations
+/// that own a `bytes` buffer (`$buf`): the buffer is handed back, or
+/// dropped, only after a successful deregistration; if deregistration
+/// fails it is leaked, since the device might still `$access` it.
+macro_rules! owning_registration {
+    ($ty:ident, $buf:ty, $access:literal) => {
+        impl $ty {
+            /// Local key.
+            pub fn lkey(&self) -> u32 {
+                self.mr.lkey
+            }
+
+            /// Remote key (meaningful with remote rights).
+            pub fn rkey(&self) -> u32 {
+                self.mr.rkey
+            }
+
+            /// Start address.
+            pub fn addr(&self) -> u64 {
+                self.mr.addr
+            }
+
+            /// Length in bytes.
+            pub fn len(&self) -> usize {
+                self.mr.len
+            }
+
+            /// Never true.
+            pub fn is_empty(&self) -> bool {
+                self.mr.len == 0
+            }
+
+            /// The whole buffer as one element (`MsgSize` beyond 4 GiB).
+            pub fn sge(&self) -> Result<Sge<'_>, Error> {
+                self.mr.sge(0, self.mr.len)
+            }
+
+            /// `offset..offset + len` as one element.
+            pub fn sge_range(&self, offset: usize, len: usize) -> Result<Sge<'_>, Error> {
+                self.mr.sge(offset, len)
+            }
+
+            #[doc = concat!("Deregisters and gives the buffer back. If deregistration fails the buffer is leaked (the device might still ", $access, " it) and the error is returned.")]
+            pub fn into_inner(mut self) -> Result<$buf, Error> {
+                let res = self.mr.deregister();
+                let buf = std::mem::take(&mut self.buf);
+                match res {
+                    Ok(()) => Ok(buf),
+                    Err(e) => {
+                        std::mem::forget(buf);
+                        Err(e)
+                    }
+                }
+            }
+        }
+
+        impl Drop for $ty {
+            fn drop(&mut self) {
+                if self.mr.deregister().is_err() {
+                    std::mem::forget(std::mem::take(&mut self.buf));
+                }
+            }
+        }
+    };
+}
+
 /// A [`Bytes`] registered for the device to read: zero-copy sends and RDMA
 /// write sources. Never device-writable, so the shared, immutable `Bytes`
 /// (and its clones elsewhere) stays immutable; it may also be exposed for
@@ -474,65 +540,9 @@ impl BytesMr {
     pub fn bytes(&self) -> &Bytes {
         &self.buf
     }
-
-    /// Local key.
-    pub fn lkey(&self) -> u32 {
-        self.mr.lkey
-    }
-
-    /// Remote key (meaningful with `REMOTE_READ`).
-    pub fn rkey(&self) -> u32 {
-        self.mr.rkey
-    }
-
-    /// Start address.
-    pub fn addr(&self) -> u64 {
-        self.mr.addr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.mr.len
-    }
-
-    /// Never true.
-    pub fn is_empty(&self) -> bool {
-        self.mr.len == 0
-    }
-
-    /// The whole buffer as one element (`MsgSize` beyond 4 GiB).
-    pub fn sge(&self) -> Result<Sge<'_>, Error> {
-        self.mr.sge(0, self.mr.len)
-    }
-
-    /// `offset..offset + len` as one element.
-    pub fn sge_range(&self, offset: usize, len: usize) -> Result<Sge<'_>, Error> {
-        self.mr.sge(offset, len)
-    }
-
-    /// Deregisters and gives the buffer back. If deregistration fails the
-    /// buffer is leaked (the device might still read it) and the error is
-    /// returned.
-    pub fn into_inner(mut self) -> Result<Bytes, Error> {
-        let res = self.mr.deregister();
-        let buf = std::mem::take(&mut self.buf);
-        match res {
-            Ok(()) => Ok(buf),
-            Err(e) => {
-                std::mem::forget(buf);
-                Err(e)
-            }
-        }
-    }
 }
 
-impl Drop for BytesMr {
-    fn drop(&mut self) {
-        if self.mr.deregister().is_err() {
-            std::mem::forget(std::mem::take(&mut self.buf));
-        }
-    }
-}
+owning_registration!(BytesMr, Bytes, "read");
 
 /// A [`BytesMut`] the device may write: zero-copy receives and RDMA read
 /// targets. The registration owns the buffer; it is not accessible at all
@@ -570,62 +580,6 @@ impl BytesMutMr {
         let mr = unsafe { RawMr::register(pd, ptr, len, access)? };
         Ok(BytesMutMr { mr, buf })
     }
-
-    /// Local key.
-    pub fn lkey(&self) -> u32 {
-        self.mr.lkey
-    }
-
-    /// Remote key (meaningful with remote rights).
-    pub fn rkey(&self) -> u32 {
-        self.mr.rkey
-    }
-
-    /// Start address.
-    pub fn addr(&self) -> u64 {
-        self.mr.addr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.mr.len
-    }
-
-    /// Never true.
-    pub fn is_empty(&self) -> bool {
-        self.mr.len == 0
-    }
-
-    /// The whole buffer as one element (`MsgSize` beyond 4 GiB).
-    pub fn sge(&self) -> Result<Sge<'_>, Error> {
-        self.mr.sge(0, self.mr.len)
-    }
-
-    /// `offset..offset + len` as one element.
-    pub fn sge_range(&self, offset: usize, len: usize) -> Result<Sge<'_>, Error> {
-        self.mr.sge(offset, len)
-    }
-
-    /// Deregisters and gives the buffer back with whatever the device wrote.
-    /// If deregistration fails the buffer is leaked (the device might still
-    /// write it) and the error is returned.
-    pub fn into_inner(mut self) -> Result<BytesMut, Error> {
-        let res = self.mr.deregister();
-        let buf = std::mem::take(&mut self.buf);
-        match res {
-            Ok(()) => Ok(buf),
-            Err(e) => {
-                std::mem::forget(buf);
-                Err(e)
-            }
-        }
-    }
 }
 
-impl Drop for BytesMutMr {
-    fn drop(&mut self) {
-        if self.mr.deregister().is_err() {
-            std::mem::forget(std::mem::take(&mut self.buf));
-        }
-    }
-}
+owning_registration!(BytesMutMr, BytesMut, "write");
