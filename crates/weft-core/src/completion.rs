@@ -428,6 +428,16 @@ impl CqShared {
     }
 }
 
+/// Cuts each buffer to the bytes it holds, `placed` in total, in order.
+pub fn trim_bufs(bufs: &mut [BytesMut], placed: usize) {
+    let mut left = placed;
+    for b in bufs.iter_mut() {
+        let n = b.len().min(left);
+        b.truncate(n);
+        left -= n;
+    }
+}
+
 /// Where the completion of one operation goes, and the rules for it.
 #[derive(Debug)]
 pub struct OpDone {

@@ -14,6 +14,7 @@ pub mod attr;
 pub mod av;
 pub mod completion;
 pub mod counter;
+pub mod credits;
 pub mod error;
 pub mod eventq;
 pub mod flags;

@@ -19,7 +19,7 @@ use crate::attr::Info;
 use crate::av::AvTable;
 use crate::completion::{OpDone, WaitMode};
 use crate::error::{Error, Result};
-use crate::eventq::{ConnHandle, EqShared};
+use crate::eventq::{ConnHandle, EqErrEntry, EqEvent, EqEventKind, EqShared};
 use crate::flags::OpFlags;
 use crate::progress::Progress;
 
@@ -109,6 +109,44 @@ pub struct EpConfig {
     pub src_addr: Option<Vec<u8>>,
     /// Accepting side of a MSG connection: the request from `ConnReq`.
     pub conn: Option<ConnHandle>,
+}
+
+impl EpConfig {
+    /// Queues `FI_CONNECTED` (with the peer's CM data) on the bound EQ.
+    pub fn eq_connected(&self, cm_data: Vec<u8>) {
+        if let Some(eq) = &self.eq {
+            let mut ev = EqEvent::new(EqEventKind::Connected, self.fid, self.context, 0);
+            ev.cm_data = cm_data;
+            eq.push(Ok(ev));
+        }
+    }
+
+    /// Queues `FI_SHUTDOWN` on the bound EQ.
+    pub fn eq_shutdown(&self) {
+        if let Some(eq) = &self.eq {
+            eq.push(Ok(EqEvent::new(
+                EqEventKind::Shutdown,
+                self.fid,
+                self.context,
+                0,
+            )));
+        }
+    }
+
+    /// Queues a connection error (with data from the peer, e.g. a
+    /// rejection's) on the bound EQ.
+    pub fn eq_error(&self, err: Error, data: Vec<u8>) {
+        if let Some(eq) = &self.eq {
+            eq.push(Err(EqErrEntry {
+                fid: self.fid,
+                context: self.context,
+                data: 0,
+                err,
+                prov_errno: err.code(),
+                err_data: data,
+            }));
+        }
+    }
 }
 
 /// An enabled provider endpoint.

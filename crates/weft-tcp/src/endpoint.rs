@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
 use weft_core::attr::EpType;
 use weft_core::completion::{CqErrEntry, WaitMode};
-use weft_core::eventq::{EqErrEntry, EqEvent, EqEventKind};
+use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::progress::Progress;
@@ -29,50 +29,6 @@ use crate::frame::TxFrame;
 use crate::rx::{copy_and_deliver, Arrival, UnexpState, Unexpected};
 
 pub type TcpMatcher = Matcher<RecvReq, Arc<Unexpected>, SocketAddr>;
-
-/// A queue's slots: operations in flight against its depth.
-#[derive(Debug)]
-pub struct Credits {
-    used: AtomicUsize,
-    size: usize,
-}
-
-impl Credits {
-    fn new(size: usize) -> Credits {
-        Credits {
-            used: AtomicUsize::new(0),
-            size: size.max(1),
-        }
-    }
-
-    /// Takes a slot; `false` when the queue is full.
-    pub fn try_take(&self) -> bool {
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                (u < self.size).then_some(u + 1)
-            })
-            .is_ok()
-    }
-
-    /// Takes a slot even past the depth (work already accepted elsewhere).
-    pub fn take(&self) {
-        self.used.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Gives `n` slots back.
-    pub fn release(&self, n: usize) {
-        let _ = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                Some(u.saturating_sub(n))
-            });
-    }
-
-    /// Free slots.
-    pub fn left(&self) -> usize {
-        self.size.saturating_sub(self.used.load(Ordering::Acquire))
-    }
-}
 
 /// Per-peer state of an RDM endpoint.
 #[derive(Debug, Default)]
@@ -252,24 +208,10 @@ impl EpShared {
                     .as_ref()
                     .is_some_and(|c| std::ptr::eq(c.as_ref(), conn));
                 if is_ours {
-                    if let Some(eq) = &self.cfg.eq {
-                        if err == Error::Shutdown {
-                            eq.push(Ok(EqEvent::new(
-                                EqEventKind::Shutdown,
-                                self.cfg.fid,
-                                self.cfg.context,
-                                0,
-                            )));
-                        } else {
-                            eq.push(Err(EqErrEntry {
-                                fid: self.cfg.fid,
-                                context: self.cfg.context,
-                                data: 0,
-                                err,
-                                prov_errno: err.code(),
-                                err_data: Vec::new(),
-                            }));
-                        }
+                    if err == Error::Shutdown {
+                        self.cfg.eq_shutdown();
+                    } else {
+                        self.cfg.eq_error(err, Vec::new());
                     }
                 }
             }

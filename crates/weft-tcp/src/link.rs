@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr};
-use weft_core::eventq::{ConnHandle, EqErrEntry, EqEvent, EqEventKind, EqShared};
+use weft_core::eventq::{ConnHandle, EqEvent, EqEventKind, EqShared};
 use weft_core::provider::ProviderPassive;
 use weft_core::sync::lock;
 use weft_core::wire::{FrameKind, Header};
@@ -240,27 +240,6 @@ pub fn pending_of(h: &ConnHandle) -> Result<Arc<PendingConn>> {
         .map_err(|_| Error::Inval)
 }
 
-fn connected_event(ep: &EpShared, cm: Vec<u8>) {
-    if let Some(eq) = &ep.cfg.eq {
-        let mut ev = EqEvent::new(EqEventKind::Connected, ep.cfg.fid, ep.cfg.context, 0);
-        ev.cm_data = cm;
-        eq.push(Ok(ev));
-    }
-}
-
-fn cm_error(ep: &EpShared, err: Error, data: Vec<u8>) {
-    if let Some(eq) = &ep.cfg.eq {
-        eq.push(Err(EqErrEntry {
-            fid: ep.cfg.fid,
-            context: ep.cfg.context,
-            data: 0,
-            err,
-            prov_errno: err.code(),
-            err_data: data,
-        }));
-    }
-}
-
 /// MSG: active connect.
 pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Result<Vec<u8>> {
     if cm.len() > ep.cfg.info.ep_attr.cm_data_size {
@@ -284,15 +263,15 @@ pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Resul
             let conn = Conn::new(s, addr, &ep)?;
             *lock(&ep.msg_conn) = Some(conn.clone());
             ep.add_conn(&conn);
-            connected_event(&ep, peer_cm.clone());
+            ep.cfg.eq_connected(peer_cm.clone());
             Ok(peer_cm)
         }
         Ok((_, _, data)) => {
-            cm_error(&ep, Error::ConnRefused, data);
+            ep.cfg.eq_error(Error::ConnRefused, data);
             Err(Error::ConnRefused)
         }
         Err(e) => {
-            cm_error(&ep, e, Vec::new());
+            ep.cfg.eq_error(e, Vec::new());
             Err(e)
         }
     }
@@ -310,7 +289,7 @@ pub async fn msg_accept(ep: Arc<EpShared>, cm: Vec<u8>) -> Result<()> {
     let conn = Conn::new(s, pc.peer, &ep)?;
     *lock(&ep.msg_conn) = Some(conn.clone());
     ep.add_conn(&conn);
-    connected_event(&ep, Vec::new());
+    ep.cfg.eq_connected(Vec::new());
     Ok(())
 }
 

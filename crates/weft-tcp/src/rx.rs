@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
 use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
-use weft_core::completion::{CqEntry, CqErrEntry};
+use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry};
 use weft_core::flags::OpFlags;
 use weft_core::provider::RecvReq;
 use weft_core::sync::lock;
@@ -444,16 +444,6 @@ fn recv_meta(ep: &EpShared, info: &MsgInfo) -> (OpFlags, FiAddr) {
         ep.reported_addr(info.src)
     };
     (flags, src)
-}
-
-/// Cuts each buffer to the bytes it holds, `placed` in total, in order.
-fn trim_bufs(bufs: &mut [BytesMut], placed: usize) {
-    let mut left = placed;
-    for b in bufs.iter_mut() {
-        let n = b.len().min(left);
-        b.truncate(n);
-        left -= n;
-    }
 }
 
 /// A whole payload has arrived.

@@ -83,9 +83,8 @@ impl CmChannel {
         let mut g = lock(&self.routes);
         match g.get_mut(&token) {
             Some(Route::To(tx)) => {
-                if let Err(mpsc::error::SendError(ev)) = tx.send(ev) {
+                if tx.send(ev).is_err() {
                     // The owner is gone; nothing to deliver to.
-                    drop(ev);
                     g.remove(&token);
                 }
             }

@@ -1,0 +1,150 @@
+//! What the device holds for each posted operation, and how its work
+//! completion ends it.
+
+use bytes::BytesMut;
+use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry, OpDone};
+use weft_core::flags::OpFlags;
+use weft_core::sync::lock;
+use weft_core::Error;
+
+use super::MsgShared;
+use crate::cqdrive::CqSink;
+use crate::pool::SlotPool;
+use crate::sys::{BytesMr, BytesMutMr, WcStatus, WorkCompletion};
+
+/// One posted operation, owned by the in-flight table until its
+/// completion: whatever the device may touch lives here until then.
+pub(super) struct Inflight {
+    pub done: OpDone,
+    pub op: Held,
+}
+
+/// The memory behind a posted operation.
+pub(super) enum Held {
+    /// A send of `len` bytes, copied inline into the work request.
+    SendInline { len: usize },
+    /// A send copied into a bounce slot.
+    SendSlot { len: usize, slot: u32 },
+    /// A send from the caller's buffers, registered.
+    SendRegistered { len: usize, _mrs: Vec<BytesMr> },
+    /// A receive landing in a bounce slot, copied out at completion.
+    RecvSlot { bufs: Vec<BytesMut>, slot: u32 },
+    /// A receive into the caller's buffers, registered (zero-length ones
+    /// are not registered and are given back as they were).
+    RecvRegistered {
+        mrs: Vec<BytesMutMr>,
+        empty: Vec<BytesMut>,
+    },
+}
+
+impl CqSink for MsgShared {
+    fn on_completion(&self, wc: &WorkCompletion) {
+        let Some(Inflight { done, op }) = lock(&self.inflight).remove(&wc.wr_id) else {
+            return;
+        };
+        let link = lock(&self.link).clone();
+        let len = match op {
+            Held::SendInline { len } | Held::SendRegistered { len, .. } => len,
+            Held::SendSlot { len, slot } => {
+                if let Some(l) = &link {
+                    l.send_pool.put(slot);
+                }
+                len
+            }
+            Held::RecvSlot { mut bufs, slot } => {
+                self.rx.release(1);
+                let err = recv_error(wc);
+                let mut placed = 0;
+                if let Some(l) = &link {
+                    if err.is_none() {
+                        let mut left = wc.byte_len as usize;
+                        let mut off = SlotPool::offset(slot);
+                        l.recv_pool.with(|mr| {
+                            for b in bufs.iter_mut() {
+                                let n = b.len().min(left);
+                                if mr.read_at(off, &mut b[..n]).is_ok() {
+                                    placed += n;
+                                }
+                                off += n;
+                                left -= n;
+                            }
+                        });
+                    }
+                    l.recv_pool.put(slot);
+                }
+                finish_recv(done, bufs, placed, err, wc.imm_data);
+                return;
+            }
+            Held::RecvRegistered { mrs, mut empty } => {
+                self.rx.release(1);
+                let mut bufs: Vec<BytesMut> = Vec::with_capacity(mrs.len() + empty.len());
+                let mut lost = false;
+                for m in mrs {
+                    match m.into_inner() {
+                        Ok(b) => bufs.push(b),
+                        Err(_) => lost = true,
+                    }
+                }
+                bufs.append(&mut empty);
+                let err = recv_error(wc).or(lost.then_some(Error::Io));
+                let placed = if err.is_none() {
+                    wc.byte_len as usize
+                } else {
+                    0
+                };
+                finish_recv(done, bufs, placed, err, wc.imm_data);
+                return;
+            }
+        };
+        // A send: its registrations (if any) were dropped with `op`.
+        self.tx.release(1);
+        match wc.to_error() {
+            None => done.complete(CqEntry {
+                len,
+                ..CqEntry::default()
+            }),
+            Some(e) => done.fail(CqErrEntry::new(0, OpFlags::SEND | OpFlags::MSG, e)),
+        }
+    }
+}
+
+/// The error of a receive completion. A message longer than the posted
+/// buffers ends the receive with a length error (rxe reports it as a local
+/// QP operation error): to the application that is truncation.
+fn recv_error(wc: &WorkCompletion) -> Option<Error> {
+    match wc.status {
+        WcStatus::LocLenErr | WcStatus::LocQpOpErr => Some(Error::Trunc),
+        _ => wc.to_error(),
+    }
+}
+
+/// Completes a receive of `placed` bytes (buffers cut to what they hold).
+fn finish_recv(
+    done: OpDone,
+    mut bufs: Vec<BytesMut>,
+    placed: usize,
+    err: Option<Error>,
+    imm: Option<u32>,
+) {
+    let mut flags = OpFlags::RECV | OpFlags::MSG;
+    if imm.is_some() {
+        flags |= OpFlags::REMOTE_CQ_DATA;
+    }
+    trim_bufs(&mut bufs, placed);
+    match err {
+        None => done.complete(CqEntry {
+            context: 0,
+            flags,
+            len: placed,
+            bufs,
+            data: u64::from(imm.unwrap_or(0)),
+            tag: 0,
+            src: weft_core::addr::FI_ADDR_NOTAVAIL,
+        }),
+        Some(e) => {
+            let mut ee = CqErrEntry::new(0, flags, e);
+            ee.bufs = bufs;
+            done.fail(ee);
+        }
+    }
+}

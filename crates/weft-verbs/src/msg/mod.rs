@@ -1,0 +1,486 @@
+//! `FI_EP_MSG` over an RC queue pair connected with rdma_cm.
+//!
+//! On the wire this is a plain RC QP: a send is one RDMA send (with
+//! immediate data for remote CQ data), nothing is framed, so plain rdma_cm
+//! RC programs are valid peers. The only protocol of Weft's own is the CM
+//! private data: one length byte, then the user's CM data (rdma_cm pads
+//! private data to a fixed size, so its length must travel with it).
+//!
+//! Buffers are the caller's, registered for the life of one operation and
+//! owned by the in-flight table until the device reports the work request
+//! complete: the device never sees memory safe code can free or change.
+//! Sends up to the device's inline limit are copied into the work request
+//! instead and need no registration.
+//!
+//! A receive handed to the QP cannot be withdrawn: `cancel` (and dropping
+//! an awaited receive) only reaches receives posted before the connection
+//! existed. A dropped awaited receive that is already on the QP still
+//! takes the next message, whose completion then goes nowhere; keep
+//! receive futures alive (or use posted receives and the CQ) on verbs.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::runtime::Handle;
+use weft_core::addr::{decode_sockaddr, encode_sockaddr};
+use weft_core::completion::CqErrEntry;
+use weft_core::credits::Credits;
+use weft_core::flags::OpFlags;
+use weft_core::hash::{fast_map, FastMap};
+use weft_core::progress::Progress;
+use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+use crate::cmchan::{self, CmChannel};
+use crate::cqdrive::{self, CqSink, PollerSlot};
+use crate::pool::{SlotPool, SLOTS};
+use crate::sys::{
+    AccessFlags, CmEventKind, CmId, CompChannel, ConnParam, Cq, PortSpace, ProtectionDomain,
+    QpCaps, QpInitAttr, QpType, QueuePair,
+};
+
+mod complete;
+mod post;
+
+use complete::Inflight;
+
+/// rdma_cm's private-data limit on an RC connect, less our length byte.
+pub const CM_DATA_SIZE: usize = 55;
+/// How long address and route resolution may take.
+const RESOLVE_MS: u32 = 2000;
+
+/// Encodes CM data with its length byte.
+pub fn cm_encode(data: &[u8]) -> Result<Vec<u8>> {
+    if data.len() > CM_DATA_SIZE {
+        return Err(Error::Inval);
+    }
+    let mut v = Vec::with_capacity(data.len() + 1);
+    v.push(data.len() as u8);
+    v.extend_from_slice(data);
+    Ok(v)
+}
+
+/// The user's CM data out of (padded) private data. Data from a peer that
+/// does not use the length byte is given back whole.
+pub fn cm_decode(pd: &[u8]) -> Vec<u8> {
+    match pd.split_first() {
+        Some((&n, rest)) if usize::from(n) <= rest.len() && usize::from(n) <= CM_DATA_SIZE => {
+            rest[..usize::from(n)].to_vec()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The verbs resources of one connection, children after parents.
+pub struct Link {
+    pub id: CmId,
+    pub pd: Arc<ProtectionDomain>,
+    pub chan: Arc<CompChannel>,
+    pub cq: Arc<Cq>,
+    pub qp: Arc<QueuePair>,
+    pub send_pool: SlotPool,
+    pub recv_pool: SlotPool,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("qp", &self.qp.qp_num())
+            .finish()
+    }
+}
+
+/// State shared by the endpoint handle and its drivers.
+pub struct MsgShared {
+    pub cfg: EpConfig,
+    pub rt: Handle,
+    pub link: Mutex<Option<Arc<Link>>>,
+    /// The channel whose events concern our id (ours, or the listener's).
+    pub cm: Mutex<Option<Arc<CmChannel>>>,
+    /// The CQ poller, for inline waiters.
+    poller: PollerSlot,
+    /// Receives posted before the QP existed.
+    early_recvs: Mutex<Vec<RecvReq>>,
+    inflight: Mutex<FastMap<u64, Inflight>>,
+    next_wr: AtomicUsize,
+    tx: Credits,
+    rx: Credits,
+    connecting: AtomicBool,
+    closed: AtomicBool,
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl std::fmt::Debug for MsgShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MsgShared")
+            .field("fid", &self.cfg.fid)
+            .field("link", &*lock(&self.link))
+            .finish()
+    }
+}
+
+impl MsgShared {
+    fn new(cfg: EpConfig, rt: Handle) -> Arc<MsgShared> {
+        let (tx, rx) = (cfg.info.tx_attr.size, cfg.info.rx_attr.size);
+        Arc::new(MsgShared {
+            cfg,
+            rt,
+            link: Mutex::new(None),
+            cm: Mutex::new(None),
+            poller: Arc::new(Mutex::new(None)),
+            early_recvs: Mutex::new(Vec::new()),
+            inflight: Mutex::new(fast_map()),
+            next_wr: AtomicUsize::new(1),
+            tx: Credits::new(tx),
+            rx: Credits::new(rx),
+            connecting: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            tasks: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn wr_id(&self) -> u64 {
+        self.next_wr.fetch_add(1, Ordering::Relaxed) as u64
+    }
+
+    /// Builds PD, completion channel, CQ and QP on the id's device.
+    fn build_link(self: &Arc<Self>, id: CmId) -> Result<Arc<Link>> {
+        let ctx = id.context()?;
+        let pd = ProtectionDomain::new(&ctx)?;
+        let chan = CompChannel::new(&ctx)?;
+        let info = &self.cfg.info;
+        let depth = (info.tx_attr.size + info.rx_attr.size) as u32;
+        let cq = Cq::new(&ctx, depth.max(16), Some(&chan))?;
+        let caps = QpCaps {
+            max_send_wr: info.tx_attr.size as u32,
+            max_recv_wr: info.rx_attr.size as u32,
+            max_send_sge: info.tx_attr.iov_limit as u32,
+            max_recv_sge: info.rx_attr.iov_limit as u32,
+            max_inline_data: info.tx_attr.inject_size as u32,
+        };
+        let qp = id.create_qp(
+            &pd,
+            &QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: cq.clone(),
+                recv_cq: cq.clone(),
+                srq: None,
+                caps,
+                sq_sig_all: false,
+            },
+        )?;
+        let send_pool = SlotPool::new(&pd, SLOTS, AccessFlags::NONE)?;
+        let recv_pool = SlotPool::new(&pd, SLOTS, AccessFlags::LOCAL_WRITE)?;
+        let link = Arc::new(Link {
+            id,
+            pd,
+            chan,
+            cq,
+            qp,
+            send_pool,
+            recv_pool,
+        });
+        *lock(&self.link) = Some(link.clone());
+        // Receives posted while unconnected go to the new QP first, so the
+        // peer's first message finds them.
+        let early = std::mem::take(&mut *lock(&self.early_recvs));
+        for r in early {
+            if let Err(rej) = self.post_recv_on(&link, r) {
+                self.rx.release(1);
+                rej.req.done.fail_with(rej.err);
+            }
+        }
+        Ok(link)
+    }
+
+    /// Starts the completion driver and the connection watcher.
+    fn start(
+        self: &Arc<Self>,
+        link: &Arc<Link>,
+        mut events: tokio::sync::mpsc::UnboundedReceiver<crate::sys::CmEvent>,
+    ) -> Result<()> {
+        let me: Arc<dyn CqSink> = self.clone();
+        let sink = Arc::downgrade(&me);
+        drop(me);
+        let h = cqdrive::start(
+            &self.rt,
+            self.cfg.wait,
+            link.cq.clone(),
+            link.chan.clone(),
+            sink,
+            &self.poller,
+        )?;
+        lock(&self.tasks).extend(h);
+        let me = Arc::downgrade(self);
+        let t = self.rt.spawn(async move {
+            while let Some(ev) = events.recv().await {
+                let Some(ep) = me.upgrade() else { return };
+                match ev.kind {
+                    CmEventKind::Disconnected | CmEventKind::DeviceRemoval => {
+                        ep.peer_gone(ev.kind == CmEventKind::Disconnected);
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        });
+        lock(&self.tasks).push(t.abort_handle());
+        Ok(())
+    }
+
+    /// The connection ended: the QP flushes what is posted (each fails
+    /// with `Canceled`), and the EQ hears of it once.
+    fn peer_gone(&self, clean: bool) {
+        if self.is_closed() {
+            return;
+        }
+        if let Some(l) = lock(&self.link).clone() {
+            let _ = l.qp.to_error();
+        }
+        if clean {
+            self.cfg.eq_shutdown();
+        } else {
+            self.cfg.eq_error(Error::ConnAborted, Vec::new());
+        }
+    }
+}
+
+/// The `ProviderEndpoint` handle.
+#[derive(Debug)]
+pub struct VerbsMsgEndpoint {
+    pub shared: Arc<MsgShared>,
+    inline: Arc<dyn Progress>,
+}
+
+/// Opens an MSG endpoint (connected later by `connect` or `accept`).
+pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
+    let shared = MsgShared::new(cfg, rt);
+    let inline: Arc<dyn Progress> = Arc::new(cqdrive::InlinePoll::new(shared.poller.clone()));
+    Ok(Arc::new(VerbsMsgEndpoint { shared, inline }))
+}
+
+async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Result<Vec<u8>> {
+    let chan = CmChannel::open(&ep.rt)?;
+    let id = CmId::new(&chan.ch, PortSpace::Tcp)?;
+    let mut events = chan.subscribe(id.token());
+    *lock(&ep.cm) = Some(chan.clone());
+    let src = ep
+        .cfg
+        .src_addr
+        .as_deref()
+        .or(ep.cfg.info.src_addr.as_deref())
+        .and_then(|a| decode_sockaddr(a).ok());
+    id.resolve_addr(src, dest, RESOLVE_MS)?;
+    cmchan::expect(&mut events, CmEventKind::AddrResolved)
+        .await
+        .map_err(|(e, _)| e)?;
+    id.resolve_route(RESOLVE_MS)?;
+    cmchan::expect(&mut events, CmEventKind::RouteResolved)
+        .await
+        .map_err(|(e, _)| e)?;
+    let link = ep.build_link(id)?;
+    let pd = cm_encode(&cm)?;
+    link.id.connect(&ConnParam::new(&pd))?;
+    match cmchan::expect(&mut events, CmEventKind::Established).await {
+        Ok(ev) => {
+            let peer_cm = cm_decode(&ev.private_data);
+            ep.start(&link, events)?;
+            Ok(peer_cm)
+        }
+        Err((e, data)) => {
+            *lock(&ep.link) = None;
+            ep.cfg.eq_error(e, cm_decode(&data));
+            Err(e)
+        }
+    }
+}
+
+impl ProviderEndpoint for VerbsMsgEndpoint {
+    fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+        self.shared.post_send(req)
+    }
+
+    fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+        let ep = &self.shared;
+        if ep.is_closed() {
+            return Err(Rejected {
+                err: Error::OpBadState,
+                req,
+            });
+        }
+        if req
+            .flags
+            .intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD)
+            || req.tagged
+        {
+            return Err(Rejected {
+                err: Error::NoSys,
+                req,
+            });
+        }
+        if req.bufs.len() > ep.cfg.info.rx_attr.iov_limit {
+            return Err(Rejected {
+                err: Error::Inval,
+                req,
+            });
+        }
+        if !ep.rx.try_take() {
+            return Err(Rejected {
+                err: Error::Again,
+                req,
+            });
+        }
+        let link = lock(&ep.link).clone();
+        match link {
+            Some(l) => ep.post_recv_on(&l, req).inspect_err(|_| ep.rx.release(1)),
+            None => {
+                lock(&ep.early_recvs).push(req);
+                Ok(())
+            }
+        }
+    }
+
+    fn cancel(&self, context: u64) -> bool {
+        // A receive handed to the QP cannot be taken back (verbs has no
+        // per-request cancel, and a plain RC peer's next message lands in
+        // whatever buffer is posted); one still waiting for the QP can.
+        let req = {
+            let mut g = lock(&self.shared.early_recvs);
+            g.iter()
+                .position(|r| r.done.context == context)
+                .map(|i| g.remove(i))
+        };
+        match req {
+            Some(r) => {
+                self.shared.rx.release(1);
+                r.done.fail(CqErrEntry::new(
+                    0,
+                    OpFlags::RECV | OpFlags::MSG,
+                    Error::Canceled,
+                ));
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn local_addr(&self) -> Vec<u8> {
+        let a = lock(&self.shared.link)
+            .as_ref()
+            .and_then(|l| l.id.local_addr())
+            .map(|a| encode_sockaddr(&a));
+        a.or_else(|| self.shared.cfg.info.src_addr.clone())
+            .unwrap_or_default()
+    }
+
+    fn peer_addr(&self) -> Option<Vec<u8>> {
+        lock(&self.shared.link)
+            .as_ref()
+            .and_then(|l| l.id.peer_addr())
+            .map(|a| encode_sockaddr(&a))
+    }
+
+    fn progress_hook(&self) -> Option<Arc<dyn Progress>> {
+        Some(self.inline.clone())
+    }
+
+    fn tx_size_left(&self) -> usize {
+        self.shared.tx.left()
+    }
+
+    fn rx_size_left(&self) -> usize {
+        self.shared.rx.left()
+    }
+
+    fn connect(&self, dest: Vec<u8>, cm_data: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> {
+        let ep = self.shared.clone();
+        async move {
+            if cm_data.len() > CM_DATA_SIZE {
+                return Err(Error::Inval);
+            }
+            let dest = decode_sockaddr(&dest)?;
+            if lock(&ep.link).is_some() || ep.connecting.swap(true, Ordering::AcqRel) {
+                return Err(Error::IsConn);
+            }
+            let r = active_connect(ep.clone(), dest, cm_data).await;
+            ep.connecting.store(false, Ordering::Release);
+            match &r {
+                Ok(cm) => ep.cfg.eq_connected(cm.clone()),
+                Err(e) if lock(&ep.link).is_none() => {
+                    tracing::debug!(error = %e, "verbs connect failed");
+                }
+                Err(_) => {}
+            }
+            r
+        }
+        .boxed()
+    }
+
+    fn accept(&self, cm_data: Vec<u8>) -> BoxFuture<'static, Result<()>> {
+        let ep = self.shared.clone();
+        async move {
+            let pd = cm_encode(&cm_data)?;
+            let h = ep.cfg.conn.clone().ok_or(Error::OpBadState)?;
+            let req = crate::passive::request_of(&h)?;
+            let (id, chan) = req.take()?;
+            let mut events = chan.subscribe(id.token());
+            *lock(&ep.cm) = Some(chan.clone());
+            let link = ep.build_link(id)?;
+            link.id.accept(&ConnParam::new(&pd))?;
+            match cmchan::expect(&mut events, CmEventKind::Established).await {
+                Ok(_) => {
+                    ep.start(&link, events)?;
+                    ep.cfg.eq_connected(Vec::new());
+                    Ok(())
+                }
+                Err((e, data)) => {
+                    ep.cfg.eq_error(e, cm_decode(&data));
+                    Err(e)
+                }
+            }
+        }
+        .boxed()
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        let link = lock(&self.shared.link).clone().ok_or(Error::NotConn)?;
+        link.id.disconnect()
+    }
+
+    fn close(&self) {
+        let ep = &self.shared;
+        if ep.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(l) = lock(&ep.link).as_ref() {
+            let _ = l.id.disconnect();
+            let _ = l.qp.to_error();
+        }
+        for t in lock(&ep.tasks).drain(..) {
+            t.abort();
+        }
+        *lock(&ep.poller) = None;
+        // Outstanding operations are discarded without completions; their
+        // buffers stay registered until the link (and QP) is gone.
+        lock(&ep.early_recvs).clear();
+        if let Some(c) = lock(&ep.cm).take() {
+            if let Some(l) = lock(&ep.link).as_ref() {
+                c.unsubscribe(l.id.token());
+            }
+        }
+    }
+}
+
+impl Drop for VerbsMsgEndpoint {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,204 @@
+//! Posting sends and receives: each picks where its bytes live (inline in
+//! the work request, a bounce slot, or the caller's registered buffers)
+//! and posts with the in-flight table locked, so that the completion —
+//! which another thread may poll the moment the post returns — finds its
+//! entry.
+
+use bytes::{Bytes, BytesMut};
+use weft_core::provider::{RecvReq, Rejected, SendReq};
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+use super::complete::{Held, Inflight};
+use super::{Link, MsgShared};
+use crate::pool::{SlotPool, SLOT};
+use crate::sys::{
+    AccessFlags, BytesMr, BytesMutMr, Payload, RecvRequest, SendOp, SendRequest, Sge,
+};
+
+impl MsgShared {
+    pub(super) fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+        let reject = |err, req| Err(Rejected { err, req });
+        if self.is_closed() {
+            return reject(Error::OpBadState, req);
+        }
+        let Some(link) = lock(&self.link).clone() else {
+            return reject(Error::NotConn, req);
+        };
+        if req.len() > self.cfg.info.ep_attr.max_msg_size {
+            return reject(Error::MsgSize, req);
+        }
+        if req.iov.len() > self.cfg.info.tx_attr.iov_limit {
+            return reject(Error::Inval, req);
+        }
+        if !self.tx.try_take() {
+            return reject(Error::Again, req);
+        }
+        let wr_id = self.wr_id();
+        let mut g = lock(&self.inflight);
+        match send_on(&link, &req, wr_id) {
+            Ok(op) => {
+                g.insert(wr_id, Inflight { done: req.done, op });
+                Ok(())
+            }
+            Err(e) => {
+                drop(g);
+                self.tx.release(1);
+                reject(e, req)
+            }
+        }
+    }
+
+    /// Posts `req` on the QP (the caller accounts for its credit).
+    pub(super) fn post_recv_on(
+        &self,
+        link: &Link,
+        req: RecvReq,
+    ) -> std::result::Result<(), Rejected<RecvReq>> {
+        let wr_id = self.wr_id();
+        let mut g = lock(&self.inflight);
+        let RecvReq {
+            src,
+            bufs,
+            tagged,
+            tag,
+            ignore,
+            flags,
+            done,
+        } = req;
+        match recv_on(link, bufs, wr_id) {
+            Ok(op) => {
+                g.insert(wr_id, Inflight { done, op });
+                Ok(())
+            }
+            Err((err, bufs)) => Err(Rejected {
+                err,
+                req: RecvReq {
+                    src,
+                    bufs,
+                    tagged,
+                    tag,
+                    ignore,
+                    flags,
+                    done,
+                },
+            }),
+        }
+    }
+}
+
+/// Posts the send of `req` and says what now holds its bytes.
+fn send_on(link: &Link, req: &SendReq, wr_id: u64) -> Result<Held> {
+    let len = req.len();
+    let op = match req.data {
+        Some(d) => SendOp::SendWithImm(d as u32),
+        None => SendOp::Send,
+    };
+    let post = |payload: Payload<'_>| link.qp.post_send(&SendRequest::new(wr_id, op, payload));
+    if len > 0 && len <= link.qp.caps().max_inline_data as usize {
+        let data: Bytes = match req.iov.as_slice() {
+            [one] => one.clone(),
+            many => {
+                let mut v = BytesMut::with_capacity(len);
+                for b in many {
+                    v.extend_from_slice(b);
+                }
+                v.freeze()
+            }
+        };
+        post(Payload::Inline(&data))?;
+        return Ok(Held::SendInline { len });
+    }
+    if len > 0 && len <= SLOT {
+        if let Some(slot) = link.send_pool.take() {
+            let posted = link.send_pool.with(|mr| {
+                let mut off = SlotPool::offset(slot);
+                for b in &req.iov {
+                    mr.write_at(off, b)?;
+                    off += b.len();
+                }
+                post(Payload::Sges(&[mr.sge(SlotPool::offset(slot), len)?]))
+            });
+            return match posted {
+                Ok(()) => Ok(Held::SendSlot { len, slot }),
+                Err(e) => {
+                    link.send_pool.put(slot);
+                    Err(e)
+                }
+            };
+        }
+    }
+    let mrs = req
+        .iov
+        .iter()
+        .filter(|b| !b.is_empty())
+        .map(|b| BytesMr::new(&link.pd, b.clone(), AccessFlags::NONE))
+        .collect::<Result<Vec<_>>>()?;
+    let sges = mrs
+        .iter()
+        .map(|m| m.sge())
+        .collect::<Result<Vec<Sge<'_>>>>()?;
+    post(Payload::Sges(&sges))?;
+    drop(sges);
+    Ok(Held::SendRegistered { len, _mrs: mrs })
+}
+
+/// Posts a receive into `bufs` and says what now holds them; on failure
+/// the buffers come back.
+fn recv_on(
+    link: &Link,
+    bufs: Vec<BytesMut>,
+    wr_id: u64,
+) -> std::result::Result<Held, (Error, Vec<BytesMut>)> {
+    let cap: usize = bufs.iter().map(|b| b.len()).sum();
+    if cap > 0 && cap <= SLOT {
+        if let Some(slot) = link.recv_pool.take() {
+            let posted = link.recv_pool.with(|mr| {
+                let sge = mr.sge(SlotPool::offset(slot), cap)?;
+                link.qp.post_recv(&RecvRequest {
+                    wr_id,
+                    sges: &[sge],
+                })
+            });
+            return match posted {
+                Ok(()) => Ok(Held::RecvSlot { bufs, slot }),
+                Err(e) => {
+                    link.recv_pool.put(slot);
+                    Err((e, bufs))
+                }
+            };
+        }
+    }
+    let mut mrs = Vec::with_capacity(bufs.len());
+    let mut empty = Vec::new();
+    let mut failed = None;
+    for b in bufs {
+        if b.is_empty() || failed.is_some() {
+            empty.push(b);
+            continue;
+        }
+        match BytesMutMr::new(&link.pd, b, AccessFlags::LOCAL_WRITE) {
+            Ok(mr) => mrs.push(mr),
+            Err(e) => failed = Some(e),
+        }
+    }
+    let posted = match failed {
+        Some(e) => Err(e),
+        None => mrs
+            .iter()
+            .map(|m| m.sge())
+            .collect::<Result<Vec<Sge<'_>>>>()
+            .and_then(|sges| link.qp.post_recv(&RecvRequest { wr_id, sges: &sges })),
+    };
+    match posted {
+        Ok(()) => Ok(Held::RecvRegistered { mrs, empty }),
+        Err(e) => {
+            let mut back: Vec<BytesMut> = mrs
+                .into_iter()
+                .filter_map(|m| m.into_inner().ok())
+                .collect();
+            back.append(&mut empty);
+            Err((e, back))
+        }
+    }
+}
