@@ -53,36 +53,19 @@ impl MsgShared {
     pub(super) fn post_recv_on(
         &self,
         link: &Link,
-        req: RecvReq,
+        mut req: RecvReq,
     ) -> std::result::Result<(), Rejected<RecvReq>> {
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
-        let RecvReq {
-            src,
-            bufs,
-            tagged,
-            tag,
-            ignore,
-            flags,
-            done,
-        } = req;
-        match recv_on(link, bufs, wr_id) {
+        match recv_on(link, std::mem::take(&mut req.bufs), wr_id) {
             Ok(op) => {
-                g.insert(wr_id, Inflight { done, op });
+                g.insert(wr_id, Inflight { done: req.done, op });
                 Ok(())
             }
-            Err((err, bufs)) => Err(Rejected {
-                err,
-                req: RecvReq {
-                    src,
-                    bufs,
-                    tagged,
-                    tag,
-                    ignore,
-                    flags,
-                    done,
-                },
-            }),
+            Err((err, bufs)) => {
+                req.bufs = bufs;
+                Err(Rejected { err, req })
+            }
         }
     }
 }
