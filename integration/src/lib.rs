@@ -25,9 +25,17 @@ pub const TIMEOUT: Duration = Duration::from_secs(5);
 /// (an entry that must not appear). Never used to assert speed.
 pub const QUIET: Duration = Duration::from_millis(200);
 
-/// The providers every conformance test is instantiated for.
+/// The providers every conformance test is instantiated for. The verbs
+/// instances need an RDMA device: without one they print why they are
+/// skipped (see [`Provider::usable`]).
 pub fn providers() -> Vec<&'static str> {
-    vec!["tcp"]
+    vec!["tcp", "verbs"]
+}
+
+/// The RDMA device the verbs conformance tests use (`WEFT_VERBS_DOMAIN`,
+/// default rxe1: rdma_cm cannot use rxe0, which sits on loopback).
+pub fn verbs_domain() -> String {
+    std::env::var("WEFT_VERBS_DOMAIN").unwrap_or_else(|_| "rxe1".into())
 }
 
 /// A provider under test.
@@ -43,11 +51,21 @@ impl Provider {
         Provider { name }
     }
 
+    /// Whether this run can test the provider: always for software
+    /// providers; for verbs only with an RDMA device (otherwise the reason
+    /// is printed, and inside the rxe VM the test fails instead).
+    pub fn usable(&self) -> bool {
+        self.name != "verbs" || verbs_offer(&verbs_domain(), EpType::Rdm).is_some()
+    }
+
     /// The provider's offer for `ep_type`, or `None` if it has none.
     pub fn try_info(&self, ep_type: EpType) -> Option<Info> {
         let mut hints = Info::default();
         hints.ep_attr.ep_type = ep_type;
         hints.fabric_attr.prov_name = Some(self.name.to_string());
+        if self.name == "verbs" {
+            hints.domain_attr.name = Some(verbs_domain());
+        }
         weft::getinfo(Some(&hints))
             .ok()
             .and_then(|mut v| (!v.is_empty()).then(|| v.remove(0)))
@@ -160,6 +178,24 @@ impl Harness {
         Harness::new(provider, EpType::Msg)
     }
 
+    /// An address of this provider's format at which nothing listens: a
+    /// released loopback TCP port for the socket providers, the domain's
+    /// own address with an unused rdma_cm port for verbs.
+    pub fn dead_addr(&self) -> Vec<u8> {
+        if self.provider.name != "verbs" {
+            return dead_addr();
+        }
+        let src = self
+            .info
+            .src_addr
+            .as_deref()
+            .expect("verbs offers a source address");
+        let mut a = weft::decode_sockaddr(src).expect("verbs source address");
+        // The discard port: no rdma_cm service listens there.
+        a.set_port(9);
+        weft::encode_sockaddr(&a)
+    }
+
     /// A second, independent domain of the same fabric.
     pub fn other_domain(&self) -> Domain {
         self.fabric.domain(&self.info).expect("second domain")
@@ -224,6 +260,38 @@ pub fn payload(len: usize, seed: u8) -> Bytes {
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect::<Vec<u8>>()
         .into()
+}
+
+/// The verbs offer of `ep_type` on device `dev`, or `None` (after saying
+/// why) when this run cannot use one. Inside the rxe VM (`RXE_VM=1`) a
+/// missing device or build feature fails the test instead, so nothing
+/// passes silently there.
+pub fn verbs_offer(dev: &str, ep_type: EpType) -> Option<Info> {
+    let in_vm = std::env::var("RXE_VM").is_ok_and(|v| v == "1");
+    if !weft::PROVIDERS.contains(&"verbs") {
+        assert!(
+            !in_vm,
+            "inside the rxe VM but built without the verbs feature"
+        );
+        eprintln!("skipped: built without the `verbs` feature (run integration/run-rxe)");
+        return None;
+    }
+    let mut hints = Info::default();
+    hints.fabric_attr.prov_name = Some("verbs".into());
+    hints.ep_attr.ep_type = ep_type;
+    hints.domain_attr.name = Some(dev.into());
+    match weft::getinfo(Some(&hints)) {
+        Ok(mut v) => Some(v.remove(0)),
+        Err(e) => {
+            let why = weft::provider_unavailable("verbs").unwrap_or_else(|| format!("{dev}: {e}"));
+            assert!(
+                !in_vm,
+                "inside the rxe VM but no verbs {ep_type:?} offer for {dev}: {why}"
+            );
+            eprintln!("skipped: no RDMA device {dev} ({why}); run integration/run-rxe");
+            None
+        }
+    }
 }
 
 /// Raw bytes of a loopback TCP address that nothing listens on (a port

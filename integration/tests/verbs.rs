@@ -15,39 +15,14 @@ use weft::{
     BindFlags, CompletionQueue, ConnRequest, CqAttr, Domain, Endpoint, EpType, EqEventKind, Error,
     EventQueue, Fabric, Info, PassiveEndpoint, SendMsg, WaitMode,
 };
-use weft_integration::{next_cq, next_eq, payload, within};
+use weft_integration::{next_cq, next_eq, payload, verbs_offer, within};
 
 const SERVER_DEV: &str = "rxe1";
 const CLIENT_DEV: &str = "rxe2";
 
-/// The verbs MSG offer of `dev`, or `None` (after saying why) when this
-/// run cannot use one.
+/// The verbs MSG offer of `dev` (see [`verbs_offer`]).
 fn offer(dev: &str) -> Option<Info> {
-    let in_vm = std::env::var("RXE_VM").is_ok_and(|v| v == "1");
-    if !weft::PROVIDERS.contains(&"verbs") {
-        assert!(
-            !in_vm,
-            "inside the rxe VM but built without the verbs feature"
-        );
-        eprintln!("skipped: built without the `verbs` feature (run integration/run-rxe)");
-        return None;
-    }
-    let mut hints = Info::default();
-    hints.fabric_attr.prov_name = Some("verbs".into());
-    hints.ep_attr.ep_type = EpType::Msg;
-    hints.domain_attr.name = Some(dev.into());
-    match weft::getinfo(Some(&hints)) {
-        Ok(mut v) => Some(v.remove(0)),
-        Err(e) => {
-            let why = weft::provider_unavailable("verbs").unwrap_or_else(|| format!("{dev}: {e}"));
-            assert!(
-                !in_vm,
-                "inside the rxe VM but no verbs offer for {dev}: {why}"
-            );
-            eprintln!("skipped: no RDMA device {dev} ({why}); run integration/run-rxe");
-            None
-        }
-    }
+    verbs_offer(dev, EpType::Msg)
 }
 
 struct Side {

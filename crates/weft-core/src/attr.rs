@@ -103,6 +103,9 @@ pub enum Protocol {
     RdmaCmIbRc,
     /// UD.
     IbUd,
+    /// Weft's reliable-datagram protocol over RC queue pairs (a header per
+    /// message, eager or read rendezvous; see the verbs provider).
+    WeftRdmRc,
 }
 
 /// Progress model (`enum fi_progress`).

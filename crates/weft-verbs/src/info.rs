@@ -251,8 +251,49 @@ pub fn offers_for(reports: &[DeviceReport]) -> Vec<Info> {
     reports
         .iter()
         .filter(|r| r.is_active())
-        .map(msg_offer)
+        .flat_map(|r| [rdm_offer(r), msg_offer(r)])
         .collect()
+}
+
+/// What the RDM endpoint implements: tagged and untagged messages with
+/// 64-bit CQ data (carried in Weft's header), source addresses and
+/// directed receives.
+pub const RDM_CAPS: Caps = Caps::MSG
+    .union(Caps::TAGGED)
+    .union(Caps::SEND)
+    .union(Caps::RECV)
+    .union(Caps::REMOTE_CQ_DATA)
+    .union(Caps::SOURCE)
+    .union(Caps::DIRECTED_RECV)
+    .union(Caps::AV_USER_ID)
+    .union(Caps::LOCAL_COMM)
+    .union(Caps::REMOTE_COMM);
+
+/// Tag bits: all 64 are matched.
+pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
+
+/// The `FI_EP_RDM` offer of one port: Weft's protocol over RC queue pairs
+/// (see the `rdm` module). Inject size is what fits inline beside the
+/// header; sends keep their order (one RC connection per peer).
+pub fn rdm_offer(r: &DeviceReport) -> Info {
+    let mut i = msg_offer(r);
+    let caps = RDM_CAPS;
+    i.caps = caps;
+    i.tx_attr.caps = caps & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE);
+    i.rx_attr.caps = caps & !Caps::SEND;
+    i.tx_attr.msg_order = MsgOrder::SAS;
+    i.rx_attr.msg_order = MsgOrder::SAS;
+    i.tx_attr.inject_size = crate::rdm::inject_size(to_usize(r.max_inline));
+    i.tx_attr.rma_iov_limit = 0;
+    i.rx_attr.iov_limit = i.tx_attr.iov_limit;
+    i.ep_attr.ep_type = EpType::Rdm;
+    i.ep_attr.protocol = Protocol::WeftRdmRc;
+    i.ep_attr.mem_tag_format = MEM_TAG_FORMAT;
+    i.ep_attr.cm_data_size = 0;
+    i.ep_attr.max_order_raw_size = 0;
+    i.ep_attr.max_order_waw_size = 0;
+    i.domain_attr.cq_data_size = 8;
+    i
 }
 
 fn to_usize(v: u32) -> usize {

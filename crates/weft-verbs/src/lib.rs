@@ -6,7 +6,9 @@
 //!
 //! Implemented: device discovery and getinfo (`info`), `FI_EP_MSG` over RC
 //! queue pairs connected with rdma_cm (send/recv, remote CQ data through
-//! send-with-immediate, inline sends for small messages), completion
+//! send-with-immediate, inline sends for small messages), `FI_EP_RDM` over
+//! RC connections made on first use (tagged matching in software, eager
+//! and RDMA-read rendezvous transfers, a shared receive queue), completion
 //! channels driven by the Tokio reactor, a busy-poll thread, or inline
 //! polling by the waiting task.
 
@@ -32,6 +34,8 @@ mod msg;
 mod passive;
 #[cfg(feature = "rdma")]
 mod pool;
+#[cfg(feature = "rdma")]
+mod rdm;
 
 use std::sync::Arc;
 
@@ -66,12 +70,14 @@ pub fn offers() -> Vec<Info> {
     }
 }
 
-/// Opens (enables) an endpoint. Only `FI_EP_MSG` exists so far; other
-/// types are not offered by getinfo and are `NoSys` here.
+/// Opens (enables) an endpoint: `FI_EP_MSG` or `FI_EP_RDM`. Other types
+/// are not offered by getinfo and are `NoSys` here.
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     #[cfg(feature = "rdma")]
-    if cfg.info.ep_attr.ep_type == weft_core::attr::EpType::Msg {
-        return msg::open(cfg, rt);
+    match cfg.info.ep_attr.ep_type {
+        weft_core::attr::EpType::Msg => return msg::open(cfg, rt),
+        weft_core::attr::EpType::Rdm => return rdm::open(cfg, rt),
+        _ => {}
     }
     let _ = (cfg, rt);
     Err(Error::NoSys)

@@ -23,6 +23,7 @@ pub const SLOTS: usize = 256;
 
 /// A registered region cut into equal slots.
 pub struct SlotPool {
+    slot: usize,
     mr: Mutex<OwnedMr>,
     free: Mutex<Vec<u32>>,
 }
@@ -38,8 +39,19 @@ impl std::fmt::Debug for SlotPool {
 impl SlotPool {
     /// `count` slots of [`SLOT`] bytes on `pd`.
     pub fn new(pd: &Arc<ProtectionDomain>, count: usize, access: AccessFlags) -> Result<SlotPool> {
-        let mr = OwnedMr::new(pd, count * SLOT, access)?;
+        Self::with_slot(pd, count, SLOT, access)
+    }
+
+    /// `count` slots of `slot` bytes on `pd`.
+    pub fn with_slot(
+        pd: &Arc<ProtectionDomain>,
+        count: usize,
+        slot: usize,
+        access: AccessFlags,
+    ) -> Result<SlotPool> {
+        let mr = OwnedMr::new(pd, count * slot, access)?;
         Ok(SlotPool {
+            slot,
             mr: Mutex::new(mr),
             free: Mutex::new((0..count as u32).rev().collect()),
         })
@@ -56,8 +68,8 @@ impl SlotPool {
     }
 
     /// Byte offset of `slot` in the region.
-    pub fn offset(slot: u32) -> usize {
-        slot as usize * SLOT
+    pub fn offset(&self, slot: u32) -> usize {
+        slot as usize * self.slot
     }
 
     /// Runs `f` with the region locked (copies in, scatter/gather elements

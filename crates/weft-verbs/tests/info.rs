@@ -58,8 +58,9 @@ fn offer_of<'a>(offers: &'a [Info], dev: &str) -> &'a Info {
     let mine: Vec<&Info> = offers
         .iter()
         .filter(|i| i.domain_attr.name.as_deref() == Some(dev))
+        .filter(|i| i.ep_attr.ep_type == EpType::Msg)
         .collect();
-    assert_eq!(mine.len(), 1, "one offer for {dev}: {mine:#?}");
+    assert_eq!(mine.len(), 1, "one MSG offer for {dev}: {mine:#?}");
     mine[0]
 }
 
@@ -119,14 +120,41 @@ fn rxe_offers() {
     }
     print!("{}", describe());
 
-    // MSG only: RDM and DGRAM are not implemented yet.
-    assert!(offers.iter().all(|o| o.ep_attr.ep_type == EpType::Msg));
-    assert!(!offers
+    // MSG and RDM; DGRAM is not implemented yet.
+    assert!(!offers.iter().any(|o| o.ep_attr.ep_type == EpType::Dgram));
+    let (msg, rdm): (Vec<Info>, Vec<Info>) = offers
         .iter()
-        .any(|o| matches!(o.ep_attr.ep_type, EpType::Rdm | EpType::Dgram)));
+        .cloned()
+        .partition(|o| o.ep_attr.ep_type == EpType::Msg);
+    assert!(rdm.iter().all(|o| o.ep_attr.ep_type == EpType::Rdm));
 
     let reports = discover_cached().unwrap();
-    for o in &offers {
+    for o in &rdm {
+        let dev = o.domain_attr.name.clone().unwrap();
+        let r = report_of(reports, &dev);
+        assert_eq!(o.ep_attr.protocol, Protocol::WeftRdmRc);
+        assert_eq!(o.ep_attr.max_msg_size, r.port_attr.max_msg_sz as usize);
+        assert_eq!(o.ep_attr.cm_data_size, 0);
+        // Inline sends carry Weft's 48-byte header too.
+        assert_eq!(
+            o.tx_attr.inject_size,
+            (r.max_inline as usize).min(256).saturating_sub(48)
+        );
+        assert_eq!(o.domain_attr.cq_data_size, 8, "CQ data rides in the header");
+        assert!(o.caps.contains(
+            Caps::MSG
+                | Caps::TAGGED
+                | Caps::SEND
+                | Caps::RECV
+                | Caps::REMOTE_CQ_DATA
+                | Caps::SOURCE
+                | Caps::DIRECTED_RECV
+        ));
+        assert!(!o.caps.intersects(Caps::RMA | Caps::ATOMIC));
+        assert_eq!(o.domain_attr.mr_mode, MrMode::empty());
+        assert_eq!(src(o).port(), 0);
+    }
+    for o in &msg {
         let dev = o.domain_attr.name.clone().unwrap();
         let r = report_of(reports, &dev);
         assert_eq!(r.state, PortState::Active);
@@ -172,9 +200,9 @@ fn rxe_offers() {
         };
         assert_eq!(o.addr_format, want_format);
     }
-    // Every active port is offered once.
+    // Every active port is offered once per endpoint type.
     let active = reports.iter().filter(|r| r.is_active()).count();
-    assert_eq!(offers.len(), active);
+    assert_eq!((msg.len(), rdm.len()), (active, active));
 
     if !in_vm() {
         return;
@@ -214,10 +242,9 @@ fn getinfo_selects_one_device() {
     let Some(offers) = offers_or_skip() else {
         return;
     };
-    let Some(want) = offers
-        .iter()
-        .find(|o| o.domain_attr.name.as_deref() == Some("rxe1"))
-    else {
+    let Some(want) = offers.iter().find(|o| {
+        o.domain_attr.name.as_deref() == Some("rxe1") && o.ep_attr.ep_type == EpType::Msg
+    }) else {
         assert!(!in_vm(), "RXE_VM=1 but no rxe1 offer");
         eprintln!("skipped: no rxe1 device");
         return;
@@ -236,9 +263,11 @@ fn getinfo_selects_one_device() {
     let got = getinfo(Some(&hints), &offers).unwrap();
     assert_eq!(got, vec![want.clone()]);
 
-    // Endpoint types this provider does not implement find nothing.
-    for t in [EpType::Rdm, EpType::Dgram] {
-        hints.ep_attr.ep_type = t;
-        assert_eq!(getinfo(Some(&hints), &offers), Err(Error::NoData), "{t:?}");
-    }
+    // RDM has its own offer; DGRAM is not implemented and finds nothing.
+    hints.ep_attr.ep_type = EpType::Rdm;
+    let got = getinfo(Some(&hints), &offers).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].ep_attr.protocol, Protocol::WeftRdmRc);
+    hints.ep_attr.ep_type = EpType::Dgram;
+    assert_eq!(getinfo(Some(&hints), &offers), Err(Error::NoData));
 }

@@ -373,6 +373,7 @@ async fn missing_capability_is_nosys(p: Provider) {
     hints.ep_attr.ep_type = weft::EpType::Rdm;
     hints.fabric_attr.prov_name = Some(p.name.to_string());
     hints.caps = weft::Caps::TAGGED;
+    hints.domain_attr.name = h.info.domain_attr.name.clone();
     let info = weft::getinfo(Some(&hints)).unwrap().remove(0);
     assert!(info.caps.contains(weft::Caps::TAGGED));
     assert!(!info.caps.contains(weft::Caps::MSG), "{:?}", info.caps);

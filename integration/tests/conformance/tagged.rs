@@ -12,7 +12,7 @@ use weft::{
     FI_ADDR_UNSPEC,
 };
 use weft_integration::{
-    assert_cq_quiet, dead_addr, next_cq, payload, within, Harness, Provider, RdmEp, QUIET,
+    assert_cq_quiet, next_cq, payload, within, Harness, Provider, RdmEp, QUIET,
 };
 
 /// A tagged send with `DELIVERY_COMPLETE`: once it resolves the target has
@@ -522,7 +522,7 @@ async fn selective_completion(p: Provider) {
     assert_cq_quiet(&a.cq, "no entry without FI_COMPLETION").await;
     // Errors are always reported.
     let dead =
-        a.av.insert_sync(&[dead_addr()], Default::default())
+        a.av.insert_sync(&[h.dead_addr()], Default::default())
             .unwrap()
             .fi_addrs[0];
     a.ep.post_send(dead, Bytes::from_static(b"lost"), 3)
@@ -830,7 +830,7 @@ async fn send_error_counts_on_counter(p: Provider) {
     ep.bind_counter(&cntr, BindFlags::SEND).unwrap();
     ep.enable().unwrap();
     let dead = av
-        .insert_sync(&[dead_addr()], Default::default())
+        .insert_sync(&[h.dead_addr()], Default::default())
         .unwrap()
         .fi_addrs[0];
     // The wait must be under way (it notes the error count when it

@@ -83,6 +83,7 @@ pub const fn protocol_str(p: Protocol) -> &'static str {
         Protocol::SockTcp => "FI_PROTO_SOCK_TCP",
         Protocol::Shm => "FI_PROTO_SHM",
         Protocol::RdmaCmIbRc => "FI_PROTO_RDMA_CM_IB_RC",
+        Protocol::WeftRdmRc => "FI_PROTO_WEFT_RDM_RC",
         Protocol::IbUd => "FI_PROTO_IB_UD",
     }
 }

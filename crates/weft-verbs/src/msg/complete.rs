@@ -9,7 +9,6 @@ use weft_core::Error;
 
 use super::MsgShared;
 use crate::cqdrive::CqSink;
-use crate::pool::SlotPool;
 use crate::sys::{BytesMr, BytesMutMr, WcStatus, WorkCompletion};
 
 /// One posted operation, owned by the in-flight table until its
@@ -58,7 +57,7 @@ impl CqSink for MsgShared {
                 if let Some(l) = &link {
                     if err.is_none() {
                         let mut left = wc.byte_len as usize;
-                        let mut off = SlotPool::offset(slot);
+                        let mut off = l.recv_pool.offset(slot);
                         l.recv_pool.with(|mr| {
                             for b in bufs.iter_mut() {
                                 let n = b.len().min(left);

@@ -11,7 +11,7 @@ use weft_core::{Error, Result};
 
 use super::complete::{Held, Inflight};
 use super::{Link, MsgShared};
-use crate::pool::{SlotPool, SLOT};
+use crate::pool::SLOT;
 use crate::sys::{
     AccessFlags, BytesMr, BytesMutMr, Payload, RecvRequest, SendOp, SendRequest, Sge,
 };
@@ -95,12 +95,12 @@ fn send_on(link: &Link, req: &SendReq, wr_id: u64) -> Result<Held> {
     if len > 0 && len <= SLOT {
         if let Some(slot) = link.send_pool.take() {
             let posted = link.send_pool.with(|mr| {
-                let mut off = SlotPool::offset(slot);
+                let mut off = link.send_pool.offset(slot);
                 for b in &req.iov {
                     mr.write_at(off, b)?;
                     off += b.len();
                 }
-                post(Payload::Sges(&[mr.sge(SlotPool::offset(slot), len)?]))
+                post(Payload::Sges(&[mr.sge(link.send_pool.offset(slot), len)?]))
             });
             return match posted {
                 Ok(()) => Ok(Held::SendSlot { len, slot }),
@@ -137,7 +137,7 @@ fn recv_on(
     if cap > 0 && cap <= SLOT {
         if let Some(slot) = link.recv_pool.take() {
             let posted = link.recv_pool.with(|mr| {
-                let sge = mr.sge(SlotPool::offset(slot), cap)?;
+                let sge = mr.sge(link.recv_pool.offset(slot), cap)?;
                 link.qp.post_recv(&RecvRequest {
                     wr_id,
                     sges: &[sge],

@@ -1,0 +1,602 @@
+//! `FI_EP_RDM` over RC queue pairs: one RC connection per peer, made by
+//! rdma_cm on the first send to it, all of an endpoint's connections
+//! sharing one CQ, one shared receive queue of bounce slots, and one
+//! software tag matcher.
+//!
+//! Messages up to a slot are sent eagerly (header and payload in one send,
+//! inline when small); larger ones announce the sender's registered buffer
+//! (request-to-send), the receiver reads it with RDMA read into the
+//! matched receive's buffers and answers "finished" (see [`proto`]). The
+//! sender's buffer stays registered and owned by the endpoint until then.
+//!
+//! Connections: each endpoint listens on its address; a connect request
+//! carries the requester's listening address as CM data, so both sides
+//! key the connection by the peer's endpoint address. When two endpoints
+//! connect to each other at once, the request from the lower address wins:
+//! the higher one accepts it, the lower one rejects the other with a
+//! marker, and the loser's queued sends leave on the winning connection.
+//!
+//! Send queues are kept small per connection; work that does not fit waits
+//! in the peer's backlog, in order, until completions make room.
+
+mod peers;
+pub(crate) mod proto;
+mod rx;
+mod tx;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::runtime::Handle;
+use weft_core::addr::{decode_sockaddr, encode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::completion::{CqErrEntry, OpDone};
+use weft_core::credits::Credits;
+use weft_core::flags::OpFlags;
+use weft_core::hash::{fast_map, FastMap};
+use weft_core::progress::Progress;
+use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::sync::lock;
+use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
+use weft_core::{Error, Result};
+
+use crate::cmchan::CmChannel;
+use crate::cqdrive::{self, CqSink, PollerSlot};
+use crate::pool::{SlotPool, SLOTS};
+use crate::sys::{
+    AccessFlags, BytesMr, BytesMutMr, CmId, CompChannel, Cq, PortSpace, ProtectionDomain,
+    QueuePair, Srq,
+};
+
+use proto::Header;
+pub(crate) use tx::inject_size;
+
+/// Send work requests one connection may have outstanding; more waits in
+/// the peer's backlog (a QP's send queue costs memory per peer).
+const QP_SEND_WR: usize = 128;
+/// Largest inline send (header included) asked of a QP.
+const QP_INLINE: usize = 256;
+/// Send work requests of all connections together: what the shared CQ
+/// holds beside the receive slots.
+const EP_SEND_WR: usize = 4096;
+/// Bytes per receive (and send) slot: a 4 KiB payload and its header, so
+/// page-sized messages still go eagerly (a rendezvous costs a
+/// registration on each side and two more messages).
+pub(crate) const RDM_SLOT: usize = 4096 + proto::HDR;
+/// Listen backlog of the endpoint's rdma_cm id.
+const LISTEN_BACKLOG: i32 = 256;
+
+/// One RC connection to a peer endpoint.
+pub(crate) struct Conn {
+    pub id: CmId,
+    pub qp: Arc<QueuePair>,
+    /// The peer's endpoint (listening) address.
+    pub peer: SocketAddr,
+    /// The peer endpoint's incarnation (from its CM data).
+    pub peer_nonce_cell: AtomicU64,
+    /// Send work requests this QP may still take.
+    pub sq: Credits,
+    pub dead: AtomicBool,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("peer", &self.peer)
+            .field("qp", &self.qp.qp_num())
+            .finish()
+    }
+}
+
+impl Conn {
+    fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn peer_nonce(&self) -> u64 {
+        self.peer_nonce_cell.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn peer_nonce_set(&self, n: u64) {
+        self.peer_nonce_cell.store(n, Ordering::Release);
+    }
+
+    fn inline_max(&self) -> usize {
+        self.qp.caps().max_inline_data as usize
+    }
+}
+
+/// Work for a peer that could not be posted yet.
+pub(crate) enum Deferred {
+    /// A send (no connection yet, or no room on it).
+    Send(SendReq),
+    /// A "finished" for a transfer the peer waits on.
+    Fin(Header),
+    /// A rendezvous read for a matched receive.
+    Read(Box<ReadJob>),
+    /// A rendezvous read into a buffer of the endpoint's own (a
+    /// delivery-complete message nobody was waiting for).
+    Pull(Arc<rx::Pull>, Header),
+}
+
+/// The state of one peer endpoint.
+#[derive(Default)]
+pub(crate) struct Peer {
+    pub up: Option<Arc<Conn>>,
+    pub backlog: VecDeque<Deferred>,
+    /// An outgoing connect is in progress.
+    pub active: bool,
+    /// An incoming connection is being accepted.
+    pub passive: bool,
+}
+
+/// A buffered message nobody was waiting for.
+pub(crate) enum Unexp {
+    /// Its payload, copied out of the receive slot.
+    Eager(Bytes),
+    /// Its announcement: the payload is still at the sender.
+    Rts { conn: Arc<Conn>, hdr: Header },
+    /// Its payload, being pulled from the sender.
+    Pull(Arc<rx::Pull>),
+}
+
+/// A matched receive waiting for (or doing) its rendezvous read.
+pub(crate) struct ReadJob {
+    pub req: RecvReq,
+    pub info: MsgInfo,
+    pub hdr: Header,
+    pub conn: Arc<Conn>,
+}
+
+/// What holds a send's bytes while the device may read them.
+pub(crate) enum TxHeld {
+    Inline,
+    Slot(u32),
+    Registered(#[allow(dead_code)] BytesMr),
+}
+
+/// One posted work request, owned here until its completion.
+pub(crate) enum Op {
+    /// An eager send: done at its work completion.
+    Send {
+        done: OpDone,
+        len: usize,
+        held: TxHeld,
+        conn: Arc<Conn>,
+    },
+    /// A request-to-send; the send itself ends with the peer's "finished".
+    Rts {
+        cookie: u64,
+        held: TxHeld,
+        conn: Arc<Conn>,
+    },
+    /// A "finished".
+    Fin { held: TxHeld, conn: Arc<Conn> },
+    /// A receive slot on the shared receive queue.
+    Slot { slot: u32 },
+    /// A pull of an unexpected message into the endpoint's buffer.
+    Pull {
+        pull: Arc<rx::Pull>,
+        hdr: Header,
+        mr: BytesMutMr,
+        conn: Arc<Conn>,
+    },
+    /// A rendezvous read into a receive's registered buffers.
+    Read {
+        job: ReadJob,
+        mrs: Vec<BytesMutMr>,
+        placed: usize,
+        conn: Arc<Conn>,
+    },
+}
+
+/// A send waiting for the peer's "finished": a rendezvous one (whose
+/// buffer stays registered, and owned here, until then) or a
+/// delivery-complete one.
+pub(crate) struct RndvSend {
+    pub done: OpDone,
+    pub len: usize,
+    pub _mr: Option<BytesMr>,
+    pub conn: Arc<Conn>,
+}
+
+/// The verbs objects every connection of the endpoint shares.
+pub(crate) struct Res {
+    pub pd: Arc<ProtectionDomain>,
+    pub chan: Arc<CompChannel>,
+    pub cq: Arc<Cq>,
+    pub srq: Arc<Srq>,
+    pub send_pool: SlotPool,
+    pub recv_pool: SlotPool,
+}
+
+pub(crate) type RdmMatcher = Matcher<RecvReq, Unexp, SocketAddr>;
+
+/// State shared by the endpoint handle, its connection tasks and its CQ
+/// driver. Connections (and with them the QPs) are declared before the
+/// in-flight table so that they go first when the endpoint is dropped.
+pub struct RdmShared {
+    pub(crate) me: Weak<RdmShared>,
+    pub(crate) cfg: EpConfig,
+    pub(crate) rt: Handle,
+    pub(crate) local: SocketAddr,
+    pub(crate) local_raw: Vec<u8>,
+    /// This endpoint's incarnation: tells a peer's restart from a
+    /// duplicate connect.
+    pub(crate) nonce: u64,
+    pub(crate) cm: Arc<CmChannel>,
+    pub(crate) listener: CmId,
+    pub(crate) peers: Mutex<FastMap<SocketAddr, Peer>>,
+    pub(crate) by_qp: Mutex<FastMap<u32, Arc<Conn>>>,
+    pub(crate) matcher: Mutex<RdmMatcher>,
+    pub(crate) inflight: Mutex<FastMap<u64, Op>>,
+    pub(crate) rndv: Mutex<FastMap<u64, RndvSend>>,
+    pub(crate) res: Res,
+    pub(crate) poller: PollerSlot,
+    /// Send work requests all connections may still post (CQ room).
+    pub(crate) ep_sq: Credits,
+    /// Peers with work in their backlog.
+    pub(crate) backlogged: AtomicUsize,
+    next_wr: AtomicU64,
+    pub(crate) tx: Credits,
+    pub(crate) rx: Credits,
+    pub(crate) closed: AtomicBool,
+    pub(crate) tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl std::fmt::Debug for RdmShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmShared")
+            .field("fid", &self.cfg.fid)
+            .field("local", &self.local)
+            .field("conns", &lock(&self.by_qp).len())
+            .finish()
+    }
+}
+
+impl RdmShared {
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn wr_id(&self) -> u64 {
+        self.next_wr.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The AV handle of the peer at `peer`, if the AV knows it.
+    pub(crate) fn resolve_src(&self, peer: &SocketAddr) -> FiAddr {
+        match &self.cfg.av {
+            Some(av) => lock(av)
+                .find(&encode_sockaddr(peer))
+                .unwrap_or(FI_ADDR_NOTAVAIL),
+            None => FI_ADDR_NOTAVAIL,
+        }
+    }
+
+    pub(crate) fn reported_addr(&self, a: FiAddr) -> FiAddr {
+        match &self.cfg.av {
+            Some(av) => lock(av).reported_addr(a),
+            None => a,
+        }
+    }
+
+    fn dest_of(&self, dest: FiAddr) -> Result<SocketAddr> {
+        let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
+        let t = lock(av);
+        let raw = t.lookup(dest).map_err(|_| Error::AddrNotAvail)?;
+        decode_sockaddr(raw).map_err(|_| Error::AddrNotAvail)
+    }
+
+    fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+        let spec = spec_of(&req);
+        let resolve = |s: &SocketAddr| self.resolve_src(s);
+        if req.flags.contains(OpFlags::PEEK) {
+            let r = lock(&self.matcher).peek(&spec, req.flags, &resolve);
+            match r {
+                Ok(info) => rx::complete_peek(self, req, info),
+                Err(Error::Inval) => {
+                    return Err(Rejected {
+                        err: Error::Inval,
+                        req,
+                    })
+                }
+                Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
+            }
+            return Ok(());
+        }
+        if req.flags.contains(OpFlags::CLAIM) {
+            let discard = req.flags.contains(OpFlags::DISCARD);
+            let r = lock(&self.matcher).claim(spec.context, discard);
+            match r {
+                Ok((info, Some(u))) => {
+                    // Delivered through the normal path, which gives back
+                    // one receive credit.
+                    self.rx.take();
+                    self.take_unexpected(req, info, u, true);
+                }
+                Ok((info, None)) => rx::complete_peek(self, req, info),
+                Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
+            }
+            return Ok(());
+        }
+        if !self.rx.try_take() {
+            return Err(Rejected {
+                err: Error::Again,
+                req,
+            });
+        }
+        self.repost(req);
+        Ok(())
+    }
+
+    /// Posts a receive to the matcher, or hands it the buffered message it
+    /// matches.
+    pub(crate) fn repost(&self, req: RecvReq) {
+        let spec = spec_of(&req);
+        let resolve = |s: &SocketAddr| self.resolve_src(s);
+        let out = lock(&self.matcher).post(spec, req, &resolve);
+        if let PostOutcome::Matched {
+            recv,
+            info,
+            payload,
+            ..
+        } = out
+        {
+            self.take_unexpected(recv, info, payload, false);
+        }
+    }
+
+    /// A receive matched a buffered message.
+    fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Unexp, claimed: bool) {
+        match u {
+            Unexp::Eager(data) => rx::copy_and_deliver(self, req, info, &data),
+            Unexp::Rts { conn, hdr } => {
+                if conn.is_dead() {
+                    if claimed {
+                        // The caller asked for this very message; it is gone.
+                        rx::fail_recv(self, req, info, 0, Error::ConnReset);
+                    } else {
+                        // Its sender is gone and the payload with it: the
+                        // receive goes on to the next message instead.
+                        self.repost(req);
+                    }
+                    return;
+                }
+                self.start_read(ReadJob {
+                    req,
+                    info,
+                    hdr,
+                    conn,
+                });
+            }
+            Unexp::Pull(p) => p.matched(self, req, info, claimed),
+        }
+    }
+}
+
+/// A value that differs between endpoints opened at the same address
+/// (time, process and a counter; uniqueness, not secrecy, is the point).
+fn incarnation(local: &SocketAddr) -> u64 {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    t ^ (u64::from(std::process::id()) << 40) ^ n.rotate_left(20) ^ u64::from(local.port())
+}
+
+fn spec_of(req: &RecvReq) -> RecvSpec {
+    RecvSpec {
+        src: req.src,
+        tagged: req.tagged,
+        tag: req.tag,
+        ignore: req.ignore,
+        context: req.done.context,
+    }
+}
+
+/// The `ProviderEndpoint` handle.
+#[derive(Debug)]
+pub struct VerbsRdmEndpoint {
+    shared: Arc<RdmShared>,
+    inline: Arc<dyn Progress>,
+}
+
+/// Opens an RDM endpoint: listens on the domain's address (or the one
+/// given), builds the shared CQ and receive queue, and starts the drivers.
+pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
+    let want = cfg
+        .src_addr
+        .as_deref()
+        .or(cfg.info.src_addr.as_deref())
+        .ok_or(Error::AddrNotAvail)
+        .and_then(decode_sockaddr)?;
+    let cm = CmChannel::open(&rt)?;
+    let listener = CmId::new(&cm.ch, PortSpace::Tcp)?;
+    listener.bind_addr(want)?;
+    listener.listen(LISTEN_BACKLOG)?;
+    let local = listener.local_addr().ok_or(Error::AddrNotAvail)?;
+    let ctx = listener.context()?;
+    let pd = ProtectionDomain::new(&ctx)?;
+    let chan = CompChannel::new(&ctx)?;
+    let srq = Srq::new(&pd, SLOTS as u32, 1)?;
+    let cq_depth = (EP_SEND_WR + SLOTS + 64) as u32;
+    let cq = Cq::new(&ctx, cq_depth, Some(&chan))?;
+    let res = Res {
+        send_pool: SlotPool::with_slot(&pd, SLOTS, RDM_SLOT, AccessFlags::NONE)?,
+        recv_pool: SlotPool::with_slot(&pd, SLOTS, RDM_SLOT, AccessFlags::LOCAL_WRITE)?,
+        pd,
+        chan,
+        cq,
+        srq,
+    };
+    let (tx, rx) = (cfg.info.tx_attr.size, cfg.info.rx_attr.size);
+    let shared = Arc::new_cyclic(|me| RdmShared {
+        me: me.clone(),
+        local_raw: encode_sockaddr(&local),
+        nonce: incarnation(&local),
+        local,
+        cm,
+        listener,
+        peers: Mutex::new(fast_map()),
+        by_qp: Mutex::new(fast_map()),
+        matcher: Mutex::new(Matcher::new()),
+        inflight: Mutex::new(fast_map()),
+        rndv: Mutex::new(fast_map()),
+        res,
+        poller: Arc::new(Mutex::new(None)),
+        ep_sq: Credits::new(EP_SEND_WR),
+        backlogged: AtomicUsize::new(0),
+        next_wr: AtomicU64::new(1),
+        tx: Credits::new(tx),
+        rx: Credits::new(rx),
+        closed: AtomicBool::new(false),
+        tasks: Mutex::new(Vec::new()),
+        rt,
+        cfg,
+    });
+    for slot in 0..SLOTS as u32 {
+        shared.post_slot(slot)?;
+    }
+    let me: Arc<dyn CqSink> = shared.clone();
+    let sink = Arc::downgrade(&me);
+    drop(me);
+    let t = cqdrive::start(
+        &shared.rt,
+        shared.cfg.wait,
+        shared.res.cq.clone(),
+        shared.res.chan.clone(),
+        sink,
+        &shared.poller,
+    )?;
+    lock(&shared.tasks).extend(t);
+    peers::listen(&shared);
+    tracing::debug!(local = %shared.local, "verbs rdm endpoint open");
+    let inline: Arc<dyn Progress> = Arc::new(cqdrive::InlinePoll::new(shared.poller.clone()));
+    Ok(Arc::new(VerbsRdmEndpoint { shared, inline }))
+}
+
+impl ProviderEndpoint for VerbsRdmEndpoint {
+    fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+        let ep = &self.shared;
+        let reject = |err, req| Err(Rejected { err, req });
+        if ep.is_closed() {
+            return reject(Error::OpBadState, req);
+        }
+        if req.len() > ep.cfg.info.ep_attr.max_msg_size {
+            return reject(Error::MsgSize, req);
+        }
+        if req.iov.len() > ep.cfg.info.tx_attr.iov_limit {
+            return reject(Error::Inval, req);
+        }
+        if req.flags.contains(OpFlags::INJECT) && req.len() > ep.cfg.info.tx_attr.inject_size {
+            return reject(Error::MsgSize, req);
+        }
+        let dest = match ep.dest_of(req.dest) {
+            Ok(d) => d,
+            Err(e) => return reject(e, req),
+        };
+        if !ep.tx.try_take() {
+            return reject(Error::Again, req);
+        }
+        ep.send_to(dest, req);
+        Ok(())
+    }
+
+    fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+        let ep = &self.shared;
+        if ep.is_closed() {
+            return Err(Rejected {
+                err: Error::OpBadState,
+                req,
+            });
+        }
+        if req.bufs.len() > ep.cfg.info.rx_attr.iov_limit {
+            return Err(Rejected {
+                err: Error::Inval,
+                req,
+            });
+        }
+        ep.recv(req)
+    }
+
+    fn cancel(&self, context: u64) -> bool {
+        let r = lock(&self.shared.matcher).cancel(context);
+        match r {
+            Some((_, req)) => {
+                self.shared.rx.release(1);
+                req.done
+                    .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled));
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn local_addr(&self) -> Vec<u8> {
+        self.shared.local_raw.clone()
+    }
+
+    fn peer_addr(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn progress_hook(&self) -> Option<Arc<dyn Progress>> {
+        Some(self.inline.clone())
+    }
+
+    fn tx_size_left(&self) -> usize {
+        self.shared.tx.left()
+    }
+
+    fn rx_size_left(&self) -> usize {
+        self.shared.rx.left()
+    }
+
+    fn connect(&self, _dest: Vec<u8>, _cm: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> {
+        async { Err(Error::OpNotSupp) }.boxed()
+    }
+
+    fn accept(&self, _cm: Vec<u8>) -> BoxFuture<'static, Result<()>> {
+        async { Err(Error::OpNotSupp) }.boxed()
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        Err(Error::OpNotSupp)
+    }
+
+    fn close(&self) {
+        let ep = &self.shared;
+        if ep.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for t in lock(&ep.tasks).drain(..) {
+            t.abort();
+        }
+        *lock(&ep.poller) = None;
+        ep.cm.close();
+        let conns: Vec<Arc<Conn>> = lock(&ep.by_qp).drain().map(|(_, c)| c).collect();
+        for c in &conns {
+            c.dead.store(true, Ordering::Release);
+            let _ = c.id.disconnect();
+            let _ = c.qp.to_error();
+        }
+        // Outstanding operations are discarded without completions; what
+        // the device may still touch stays owned by the in-flight tables
+        // until the endpoint (and its QPs) are gone.
+        lock(&ep.peers).clear();
+        drop(lock(&ep.matcher).drain_posted());
+        drop(lock(&ep.matcher).drain_unexpected());
+    }
+}
+
+impl Drop for VerbsRdmEndpoint {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,372 @@
+//! Connections to peers: the listener, connects on first use, the
+//! simultaneous-connect rule, and the end of a connection.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use weft_core::addr::{decode_sockaddr, encode_sockaddr};
+use weft_core::credits::Credits;
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+use super::{Conn, Deferred, RdmShared, QP_INLINE, QP_SEND_WR};
+use crate::cmchan;
+use crate::msg::{cm_decode, cm_encode};
+use crate::sys::{CmEvent, CmEventKind, CmId, ConnParam, PortSpace, QpCaps, QpInitAttr, QpType};
+
+/// Rejection data meaning "we are connecting to you too, and ours wins".
+const SIMULTANEOUS: &[u8] = b"weft-rdm: crossing connect";
+/// How long address and route resolution may take.
+const RESOLVE_MS: u32 = 2000;
+/// After losing a crossing connect, how long to wait for the winner's
+/// request before trying again.
+const CROSSING_RETRY: Duration = Duration::from_millis(100);
+
+type Events = UnboundedReceiver<CmEvent>;
+/// A failed attempt: the error, the peer's CM data (a rejection's reason)
+/// and the connection if one was built.
+type Failed = (Error, Vec<u8>, Option<Arc<Conn>>);
+/// How a connect or accept attempt ended.
+type Attempt = std::result::Result<Arc<Conn>, Failed>;
+
+/// Starts accepting connection requests on the endpoint's listener.
+pub(super) fn listen(ep: &Arc<RdmShared>) {
+    let mut events = ep.cm.subscribe(ep.listener.token());
+    let w = Arc::downgrade(ep);
+    let t = ep.rt.spawn(async move {
+        while let Some(mut ev) = events.recv().await {
+            if ev.kind != CmEventKind::ConnectRequest {
+                continue;
+            }
+            let Some(id) = ev.new_id.take() else { continue };
+            let Some(ep) = w.upgrade() else { return };
+            on_request(&ep, id, &ev.private_data);
+        }
+    });
+    lock(&ep.tasks).push(t.abort_handle());
+}
+
+/// Our CM data: where we listen, and which incarnation of the endpoint
+/// this is.
+fn hello(ep: &RdmShared) -> Result<Vec<u8>> {
+    let mut v = ep.local_raw.clone();
+    v.extend_from_slice(&ep.nonce.to_le_bytes());
+    cm_encode(&v)
+}
+
+/// The peer's listening address and incarnation from its CM data.
+fn parse_hello(private: &[u8]) -> Result<(SocketAddr, u64)> {
+    let d = cm_decode(private);
+    let (addr, nonce) = d
+        .split_at_checked(d.len().saturating_sub(8))
+        .ok_or(Error::Inval)?;
+    let n: [u8; 8] = nonce.try_into().map_err(|_| Error::Inval)?;
+    Ok((decode_sockaddr(addr)?, u64::from_le_bytes(n)))
+}
+
+fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
+    let Ok((peer, nonce)) = parse_hello(private) else {
+        // Not a Weft RDM endpoint: it did not say where it listens.
+        let _ = id.reject(&[]);
+        return;
+    };
+    let mut peers = lock(&ep.peers);
+    let p = peers.entry(peer).or_default();
+    let ours_wins = p.active && p.up.is_none() && ep.local_raw < encode_sockaddr(&peer);
+    // The same incarnation asking again while connected: a retry that
+    // crossed our own connection, not a restart; keep the one we have.
+    let duplicate =
+        p.up.as_ref()
+            .is_some_and(|u| u.peer_nonce() == nonce && !u.is_dead());
+    if p.passive || ours_wins || duplicate {
+        drop(peers);
+        if let Ok(d) = cm_encode(SIMULTANEOUS) {
+            let _ = id.reject(&d);
+        }
+        return;
+    }
+    p.passive = true;
+    drop(peers);
+    let ep2 = ep.clone();
+    let t = ep.rt.spawn(async move {
+        let mut events = ep2.cm.subscribe(id.token());
+        let r = accept(&ep2, id, peer, nonce, &mut events).await;
+        conn_done(&ep2, peer, false, r, events);
+    });
+    lock(&ep.tasks).push(t.abort_handle());
+}
+
+async fn accept(
+    ep: &Arc<RdmShared>,
+    id: CmId,
+    peer: SocketAddr,
+    nonce: u64,
+    events: &mut Events,
+) -> Attempt {
+    let conn = new_conn(ep, id, peer, nonce).map_err(|e| (e, Vec::new(), None))?;
+    let fail = |e: Error, d: Vec<u8>| (e, d, Some(conn.clone()));
+    let pd = hello(ep).map_err(|e| fail(e, Vec::new()))?;
+    conn.id
+        .accept(&ConnParam::new(&pd))
+        .map_err(|e| fail(e, Vec::new()))?;
+    cmchan::expect(events, CmEventKind::Established)
+        .await
+        .map_err(|(e, d)| fail(e, d))?;
+    Ok(conn)
+}
+
+/// Connects to `peer` (the caller has marked the peer `active`).
+pub(super) fn connect(ep: &RdmShared, peer: SocketAddr) {
+    let Some(ep) = ep.me.upgrade() else { return };
+    let ep2 = ep.clone();
+    let t = ep.rt.spawn(async move {
+        let id = match CmId::new(&ep2.cm.ch, PortSpace::Tcp) {
+            Ok(id) => id,
+            Err(e) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                drop(tx);
+                conn_done(&ep2, peer, true, Err((e, Vec::new(), None)), rx);
+                return;
+            }
+        };
+        let mut events = ep2.cm.subscribe(id.token());
+        let r = active(&ep2, id, peer, &mut events).await;
+        conn_done(&ep2, peer, true, r, events);
+    });
+    lock(&ep.tasks).push(t.abort_handle());
+}
+
+async fn active(ep: &Arc<RdmShared>, id: CmId, peer: SocketAddr, events: &mut Events) -> Attempt {
+    let plain = |(e, d): (Error, Vec<u8>)| (e, d, None);
+    let src = SocketAddr::new(ep.local.ip(), 0);
+    id.resolve_addr(Some(src), peer, RESOLVE_MS)
+        .map_err(|e| (e, Vec::new(), None))?;
+    cmchan::expect(events, CmEventKind::AddrResolved)
+        .await
+        .map_err(plain)?;
+    id.resolve_route(RESOLVE_MS)
+        .map_err(|e| (e, Vec::new(), None))?;
+    cmchan::expect(events, CmEventKind::RouteResolved)
+        .await
+        .map_err(plain)?;
+    let conn = new_conn(ep, id, peer, 0).map_err(|e| (e, Vec::new(), None))?;
+    let fail = |e: Error, d: Vec<u8>| (e, d, Some(conn.clone()));
+    let pd = hello(ep).map_err(|e| fail(e, Vec::new()))?;
+    conn.id
+        .connect(&ConnParam::new(&pd))
+        .map_err(|e| fail(e, Vec::new()))?;
+    let ev = cmchan::expect(events, CmEventKind::Established)
+        .await
+        .map_err(|(e, d)| fail(e, d))?;
+    let (_, nonce) = parse_hello(&ev.private_data).map_err(|e| fail(e, Vec::new()))?;
+    conn.peer_nonce_set(nonce);
+    Ok(conn)
+}
+
+/// A QP for `id` on the endpoint's PD, CQ and shared receive queue.
+fn new_conn(ep: &RdmShared, id: CmId, peer: SocketAddr, nonce: u64) -> Result<Arc<Conn>> {
+    let info = &ep.cfg.info;
+    let sge = info.tx_attr.iov_limit.max(info.rx_attr.iov_limit) as u32;
+    let qp = id.create_qp(
+        &ep.res.pd,
+        &QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: ep.res.cq.clone(),
+            recv_cq: ep.res.cq.clone(),
+            srq: Some(ep.res.srq.clone()),
+            caps: QpCaps {
+                max_send_wr: QP_SEND_WR as u32,
+                max_recv_wr: 0,
+                max_send_sge: sge,
+                max_recv_sge: 1,
+                max_inline_data: (info.tx_attr.inject_size + super::proto::HDR).min(QP_INLINE)
+                    as u32,
+            },
+            sq_sig_all: false,
+        },
+    )?;
+    let conn = Arc::new(Conn {
+        id,
+        qp,
+        peer,
+        peer_nonce_cell: std::sync::atomic::AtomicU64::new(nonce),
+        sq: Credits::new(QP_SEND_WR),
+        dead: std::sync::atomic::AtomicBool::new(false),
+    });
+    lock(&ep.by_qp).insert(conn.qp.qp_num(), conn.clone());
+    Ok(conn)
+}
+
+/// The end of a connect or accept attempt.
+fn conn_done(ep: &Arc<RdmShared>, peer: SocketAddr, was_active: bool, r: Attempt, events: Events) {
+    if ep.is_closed() {
+        return;
+    }
+    let mut peers = lock(&ep.peers);
+    let p = peers.entry(peer).or_default();
+    if was_active {
+        p.active = false;
+    } else {
+        p.passive = false;
+    }
+    match r {
+        Ok(conn)
+            if p.up
+                .as_ref()
+                .is_some_and(|u| !u.is_dead() && u.peer_nonce() == conn.peer_nonce()) =>
+        {
+            // Both of a crossing pair came up: one connection is enough,
+            // and the one already carrying traffic stays.
+            drop(peers);
+            kill(ep, &conn, Error::Already);
+        }
+        Ok(conn) => {
+            let old = p.up.replace(conn.clone());
+            ep.flush_locked(p);
+            drop(peers);
+            if let Some(old) = old {
+                // The peer came back with a new connection (it restarted
+                // at the same address): the old one is dead.
+                kill(ep, &old, Error::ConnReset);
+            }
+            tracing::debug!(%peer, active = was_active, "verbs rdm connection up");
+            watch(ep, conn, events);
+        }
+        Err((err, data, conn)) => {
+            let crossing = was_active && cm_decode(&data) == SIMULTANEOUS;
+            let waiting = p.up.is_none() && !p.backlog.is_empty();
+            let retry = crossing && waiting && !p.passive;
+            let give_up = !crossing && waiting && !p.active && !p.passive;
+            let failed: Vec<Deferred> = if give_up {
+                let n = p.backlog.len();
+                ep.backlogged.fetch_sub(n, Ordering::AcqRel);
+                p.backlog.drain(..).collect()
+            } else {
+                Vec::new()
+            };
+            if retry {
+                p.active = true;
+            }
+            drop(peers);
+            if let Some(c) = conn {
+                forget(ep, &c);
+            }
+            if !crossing {
+                tracing::debug!(%peer, error = %err, "verbs rdm connect failed");
+            }
+            for item in failed {
+                ep.fail_item(item, err);
+            }
+            if retry {
+                let w = Arc::downgrade(ep);
+                let t = ep.rt.spawn(async move {
+                    tokio::time::sleep(CROSSING_RETRY).await;
+                    let Some(ep) = w.upgrade() else { return };
+                    let go = {
+                        let mut peers = lock(&ep.peers);
+                        let p = peers.entry(peer).or_default();
+                        let go = p.up.is_none() && !p.passive && !p.backlog.is_empty();
+                        p.active = go;
+                        go
+                    };
+                    if go {
+                        connect(&ep, peer);
+                    }
+                });
+                lock(&ep.tasks).push(t.abort_handle());
+            }
+        }
+    }
+}
+
+/// Waits for the end of an established connection.
+fn watch(ep: &Arc<RdmShared>, conn: Arc<Conn>, mut events: Events) {
+    let w = Arc::downgrade(ep);
+    let t = ep.rt.spawn(async move {
+        while let Some(ev) = events.recv().await {
+            match ev.kind {
+                CmEventKind::Disconnected
+                | CmEventKind::DeviceRemoval
+                | CmEventKind::TimewaitExit => {
+                    if let Some(ep) = w.upgrade() {
+                        kill(&ep, &conn, Error::ConnReset);
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
+    });
+    lock(&ep.tasks).push(t.abort_handle());
+}
+
+/// Drops a connection that never came up.
+fn forget(ep: &RdmShared, c: &Arc<Conn>) {
+    c.dead.store(true, Ordering::Release);
+    remove_qp(ep, c);
+    ep.cm.unsubscribe(c.id.token());
+}
+
+fn remove_qp(ep: &RdmShared, c: &Arc<Conn>) {
+    let mut g = lock(&ep.by_qp);
+    if g.get(&c.qp.qp_num()).is_some_and(|x| Arc::ptr_eq(x, c)) {
+        g.remove(&c.qp.qp_num());
+    }
+}
+
+/// A connection ended: what is posted on it is flushed (each operation
+/// completes with an error), transfers the peer still owed a "finished"
+/// fail, and later sends to the peer connect anew.
+fn kill(ep: &Arc<RdmShared>, c: &Arc<Conn>, err: Error) {
+    if c.dead.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let _ = c.id.disconnect();
+    let _ = c.qp.to_error();
+    let reconnect = {
+        let mut peers = lock(&ep.peers);
+        match peers.get_mut(&c.peer) {
+            Some(p) if p.up.as_ref().is_some_and(|u| Arc::ptr_eq(u, c)) => {
+                p.up = None;
+                let go = !p.backlog.is_empty() && !p.active && !p.passive;
+                p.active |= go;
+                go
+            }
+            _ => false,
+        }
+    };
+    let owed: Vec<super::RndvSend> = {
+        let mut g = lock(&ep.rndv);
+        let keys: Vec<u64> = g
+            .iter()
+            .filter(|(_, r)| Arc::ptr_eq(&r.conn, c))
+            .map(|(k, _)| *k)
+            .collect();
+        keys.into_iter().filter_map(|k| g.remove(&k)).collect()
+    };
+    for r in owed {
+        ep.tx.release(1);
+        r.done.fail(weft_core::completion::CqErrEntry::new(
+            0,
+            weft_core::flags::OpFlags::SEND,
+            err,
+        ));
+    }
+    tracing::debug!(peer = %c.peer, error = %err, "verbs rdm connection down");
+    // The QP stays reachable by qp number until its flushed completions
+    // are in; they come back through the CQ like any other.
+    let ep2 = ep.clone();
+    let c2 = c.clone();
+    let t = ep.rt.spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        remove_qp(&ep2, &c2);
+        ep2.cm.unsubscribe(c2.id.token());
+    });
+    lock(&ep.tasks).push(t.abort_handle());
+    if reconnect {
+        connect(ep, c.peer);
+    }
+}

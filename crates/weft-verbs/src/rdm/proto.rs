@@ -1,0 +1,190 @@
+//! The header in front of every RDM message on an RC queue pair.
+//!
+//! RC gives reliable, ordered delivery between two QPs but knows nothing of
+//! tags, sources or rendezvous, so each send carries one fixed header:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0 | op: 1 eager, 2 request-to-send, 3 finished |
+//! | 1 | flags: 1 tagged, 2 CQ data, 4 failed (finished only), 8 acknowledge |
+//! | 2 | version (1) |
+//! | 3 | reserved (0) |
+//! | 4..8 | rkey of the sender's buffer (request-to-send) |
+//! | 8..16 | tag |
+//! | 16..24 | remote CQ data |
+//! | 24..32 | message length |
+//! | 32..40 | address of the sender's buffer (request-to-send) |
+//! | 40..48 | cookie: the sender's handle for the transfer |
+//!
+//! Little-endian throughout. An eager message's payload follows the header
+//! in the same send; a request-to-send announces a buffer the receiver
+//! reads with RDMA read once a receive matches, and answers with
+//! "finished" carrying the cookie back. A message flagged "acknowledge"
+//! (a delivery-complete send) is answered with "finished" as soon as it is
+//! matched or buffered at the receiver; an announced one is then pulled
+//! into a buffer at once rather than when a receive matches.
+
+use weft_core::{Error, Result};
+
+/// Header bytes.
+pub const HDR: usize = 48;
+const VERSION: u8 = 1;
+
+const F_TAGGED: u8 = 1;
+const F_DATA: u8 = 2;
+const F_FAILED: u8 = 4;
+const F_ACK: u8 = 8;
+
+/// What a message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Header and payload in one send.
+    Eager,
+    /// The payload waits in the sender's registered buffer.
+    Rts,
+    /// The receiver is done with a request-to-send's buffer.
+    Fin,
+}
+
+/// A decoded header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub op: Op,
+    pub tagged: bool,
+    /// Remote CQ data, if any.
+    pub data: Option<u64>,
+    /// The transfer failed at the receiver (`Fin` only).
+    pub failed: bool,
+    /// Answer with `Fin` once the message is matched or buffered.
+    pub ack: bool,
+    pub rkey: u32,
+    pub tag: u64,
+    pub len: u64,
+    pub addr: u64,
+    pub cookie: u64,
+}
+
+impl Header {
+    /// A header of `op` with everything else zero.
+    pub fn new(op: Op) -> Header {
+        Header {
+            op,
+            tagged: false,
+            data: None,
+            failed: false,
+            ack: false,
+            rkey: 0,
+            tag: 0,
+            len: 0,
+            addr: 0,
+            cookie: 0,
+        }
+    }
+
+    /// The wire form.
+    pub fn encode(&self) -> [u8; HDR] {
+        let mut b = [0u8; HDR];
+        b[0] = match self.op {
+            Op::Eager => 1,
+            Op::Rts => 2,
+            Op::Fin => 3,
+        };
+        let mut f = 0;
+        if self.tagged {
+            f |= F_TAGGED;
+        }
+        if self.data.is_some() {
+            f |= F_DATA;
+        }
+        if self.failed {
+            f |= F_FAILED;
+        }
+        if self.ack {
+            f |= F_ACK;
+        }
+        b[1] = f;
+        b[2] = VERSION;
+        b[4..8].copy_from_slice(&self.rkey.to_le_bytes());
+        b[8..16].copy_from_slice(&self.tag.to_le_bytes());
+        b[16..24].copy_from_slice(&self.data.unwrap_or(0).to_le_bytes());
+        b[24..32].copy_from_slice(&self.len.to_le_bytes());
+        b[32..40].copy_from_slice(&self.addr.to_le_bytes());
+        b[40..48].copy_from_slice(&self.cookie.to_le_bytes());
+        b
+    }
+
+    /// Parses a header; anything but a well-formed version-1 header is
+    /// `Proto`.
+    pub fn decode(b: &[u8]) -> Result<Header> {
+        if b.len() < HDR || b[2] != VERSION || b[3] != 0 {
+            return Err(Error::Io);
+        }
+        let op = match b[0] {
+            1 => Op::Eager,
+            2 => Op::Rts,
+            3 => Op::Fin,
+            _ => return Err(Error::Io),
+        };
+        let f = b[1];
+        if f & !(F_TAGGED | F_DATA | F_FAILED | F_ACK) != 0 {
+            return Err(Error::Io);
+        }
+        let u64_at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        let mut rk = [0u8; 4];
+        rk.copy_from_slice(&b[4..8]);
+        Ok(Header {
+            op,
+            tagged: f & F_TAGGED != 0,
+            data: (f & F_DATA != 0).then(|| u64_at(16)),
+            failed: f & F_FAILED != 0,
+            ack: f & F_ACK != 0,
+            rkey: u32::from_le_bytes(rk),
+            tag: u64_at(8),
+            len: u64_at(24),
+            addr: u64_at(32),
+            cookie: u64_at(40),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let mut h = Header::new(Op::Rts);
+        h.tagged = true;
+        h.data = Some(0xdead_beef_0000_0001);
+        h.rkey = 0x1234_5678;
+        h.tag = u64::MAX - 3;
+        h.len = 1 << 20;
+        h.addr = 0x7fff_0000_1000;
+        h.cookie = 42;
+        h.ack = true;
+        assert_eq!(Header::decode(&h.encode()), Ok(h));
+        let mut f = Header::new(Op::Fin);
+        f.failed = true;
+        f.cookie = 7;
+        assert_eq!(Header::decode(&f.encode()), Ok(f));
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        let good = Header::new(Op::Eager).encode();
+        assert_eq!(Header::decode(&good[..HDR - 1]), Err(Error::Io));
+        let mut bad = good;
+        bad[0] = 9;
+        assert_eq!(Header::decode(&bad), Err(Error::Io));
+        let mut bad = good;
+        bad[2] = 2;
+        assert_eq!(Header::decode(&bad), Err(Error::Io));
+        let mut bad = good;
+        bad[1] = 0x80;
+        assert_eq!(Header::decode(&bad), Err(Error::Io));
+    }
+}

@@ -1,0 +1,457 @@
+//! The completion side: arrivals in receive slots (matched, buffered, or
+//! the end of a rendezvous), and the ends of sends and reads.
+//!
+//! An arrival is matched and, if nothing takes it, buffered under one hold
+//! of the matcher lock, so a receive posted meanwhile cannot miss it.
+
+use std::sync::{Arc, Mutex};
+
+use bytes::BytesMut;
+use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry};
+use weft_core::flags::OpFlags;
+use weft_core::provider::RecvReq;
+use weft_core::sync::lock;
+use weft_core::tagmatch::MsgInfo;
+use weft_core::{Error, Result};
+
+use super::proto::{Header, Op as WireOp, HDR};
+use super::RDM_SLOT;
+use super::{Deferred, Op, RdmShared, ReadJob, Unexp};
+use crate::cqdrive::CqSink;
+use crate::sys::{RecvRequest, WorkCompletion};
+
+/// Most bytes pulled for one unexpected delivery-complete message; a
+/// larger one waits at the sender for its receive (its send then
+/// completes when it is matched, later but never falsely).
+const PULL_MAX: u64 = 64 << 20;
+
+/// An unexpected message being pulled from its sender.
+#[derive(Debug, Default)]
+pub(crate) struct Pull {
+    st: Mutex<PullState>,
+}
+
+#[derive(Debug, Default)]
+struct PullState {
+    /// The payload once read (or why it could not be).
+    data: Option<std::result::Result<BytesMut, Error>>,
+    /// A receive that matched it before the read finished.
+    waiter: Option<(RecvReq, MsgInfo, bool)>,
+}
+
+impl Pull {
+    /// The read ended.
+    pub(crate) fn finish(&self, ep: &RdmShared, r: std::result::Result<BytesMut, Error>) {
+        let waiter = {
+            let mut g = lock(&self.st);
+            match g.waiter.take() {
+                Some(w) => Some((w, r)),
+                None => {
+                    g.data = Some(r);
+                    None
+                }
+            }
+        };
+        if let Some(((req, info, claimed), r)) = waiter {
+            Self::hand(ep, req, info, claimed, r);
+        }
+    }
+
+    /// A receive matched it.
+    pub(crate) fn matched(&self, ep: &RdmShared, req: RecvReq, info: MsgInfo, claimed: bool) {
+        let r = {
+            let mut g = lock(&self.st);
+            match g.data.take() {
+                Some(r) => r,
+                None => {
+                    g.waiter = Some((req, info, claimed));
+                    return;
+                }
+            }
+        };
+        Self::hand(ep, req, info, claimed, r);
+    }
+
+    fn hand(
+        ep: &RdmShared,
+        req: RecvReq,
+        info: MsgInfo,
+        claimed: bool,
+        r: std::result::Result<BytesMut, Error>,
+    ) {
+        match r {
+            Ok(d) => copy_and_deliver(ep, req, info, &d),
+            Err(e) if claimed => fail_recv(ep, req, info, 0, e),
+            // Never delivered: the receive goes on to the next message.
+            Err(_) => ep.repost(req),
+        }
+    }
+}
+
+impl RdmShared {
+    /// Puts receive slot `slot` (back) on the shared receive queue.
+    pub(crate) fn post_slot(&self, slot: u32) -> Result<()> {
+        let wr_id = self.wr_id();
+        let mut g = lock(&self.inflight);
+        self.res.recv_pool.with(|mr| {
+            let sge = mr.sge(self.res.recv_pool.offset(slot), RDM_SLOT)?;
+            self.res.srq.post_recv(&RecvRequest {
+                wr_id,
+                sges: &[sge],
+            })
+        })?;
+        g.insert(wr_id, Op::Slot { slot });
+        Ok(())
+    }
+
+    fn repost_slot(&self, slot: u32) {
+        if self.is_closed() {
+            return;
+        }
+        if let Err(e) = self.post_slot(slot) {
+            tracing::warn!(error = %e, "cannot repost a receive slot");
+        }
+    }
+
+    fn on_arrival(&self, wc: &WorkCompletion, slot: u32) {
+        if !wc.is_ok() {
+            self.repost_slot(slot);
+            return;
+        }
+        let n = wc.byte_len as usize;
+        let base = self.res.recv_pool.offset(slot);
+        let mut hb = [0u8; HDR];
+        let hdr = if n >= HDR {
+            self.res
+                .recv_pool
+                .with(|mr| mr.read_at(base, &mut hb))
+                .and_then(|()| Header::decode(&hb))
+        } else {
+            Err(Error::Io)
+        };
+        let conn = lock(&self.by_qp).get(&wc.qp_num).cloned();
+        let (hdr, conn) = match (hdr, conn) {
+            (Ok(h), Some(c)) => (h, c),
+            (Err(e), _) => {
+                tracing::warn!(qp = wc.qp_num, len = n, error = %e, "malformed message dropped");
+                self.repost_slot(slot);
+                return;
+            }
+            (Ok(_), None) => {
+                // Its connection was torn down after the message landed.
+                self.repost_slot(slot);
+                return;
+            }
+        };
+        match hdr.op {
+            WireOp::Eager => {
+                let plen = n - HDR;
+                if hdr.len != plen as u64 {
+                    tracing::warn!(peer = %conn.peer, "eager message length mismatch; dropped");
+                    self.repost_slot(slot);
+                    return;
+                }
+                let info = self.info_of(&conn.peer, &hdr, plen);
+                let mut m = lock(&self.matcher);
+                match m.match_arrival(&info) {
+                    Some((_, req)) => {
+                        drop(m);
+                        let req = self.copy_from_slot(req, base + HDR, plen);
+                        self.repost_slot(slot);
+                        let placed = plen.min(req.capacity());
+                        deliver(self, req, info, placed);
+                    }
+                    None => {
+                        let mut data = vec![0u8; plen];
+                        let ok = self
+                            .res
+                            .recv_pool
+                            .with(|mr| mr.read_at(base + HDR, &mut data));
+                        if ok.is_ok() {
+                            m.push_unexpected(conn.peer, info, Unexp::Eager(data.into()));
+                        }
+                        drop(m);
+                        self.repost_slot(slot);
+                    }
+                }
+                if hdr.ack {
+                    self.send_fin(conn.peer, hdr.cookie, false);
+                }
+            }
+            WireOp::Rts => {
+                self.repost_slot(slot);
+                let info = self.info_of(&conn.peer, &hdr, hdr.len as usize);
+                let mut m = lock(&self.matcher);
+                match m.match_arrival(&info) {
+                    Some((_, req)) => {
+                        drop(m);
+                        self.start_read(ReadJob {
+                            req,
+                            info,
+                            hdr,
+                            conn,
+                        });
+                    }
+                    None if hdr.ack && hdr.len <= PULL_MAX => {
+                        // Delivery-complete: fetch it now, answer once here.
+                        let pull = Arc::new(Pull::default());
+                        m.push_unexpected(conn.peer, info, Unexp::Pull(pull.clone()));
+                        drop(m);
+                        let mut peers = lock(&self.peers);
+                        match peers.get_mut(&conn.peer) {
+                            Some(p) => self.submit_locked(p, Deferred::Pull(pull, hdr)),
+                            None => {
+                                drop(peers);
+                                pull.finish(self, Err(Error::ConnReset));
+                            }
+                        }
+                    }
+                    None => m.push_unexpected(conn.peer, info, Unexp::Rts { conn, hdr }),
+                }
+            }
+            WireOp::Fin => {
+                self.repost_slot(slot);
+                let r = lock(&self.rndv).remove(&hdr.cookie);
+                match r {
+                    Some(r) if r.conn.peer == conn.peer => {
+                        self.tx.release(1);
+                        if hdr.failed {
+                            r.done
+                                .fail(CqErrEntry::new(0, OpFlags::SEND, Error::RemoteIo));
+                        } else {
+                            r.done.complete(CqEntry {
+                                len: r.len,
+                                ..CqEntry::default()
+                            });
+                        }
+                    }
+                    Some(r) => {
+                        // Not this peer's transfer: put it back untouched.
+                        lock(&self.rndv).insert(hdr.cookie, r);
+                        tracing::warn!(peer = %conn.peer, "finished note for another peer's transfer");
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    fn info_of(&self, peer: &std::net::SocketAddr, h: &Header, len: usize) -> MsgInfo {
+        MsgInfo {
+            src: self.resolve_src(peer),
+            tagged: h.tagged,
+            tag: h.tag,
+            len,
+            data: h.data,
+        }
+    }
+
+    /// Copies up to `len` bytes at `off` of the receive region into the
+    /// receive's buffers.
+    fn copy_from_slot(&self, mut req: RecvReq, mut off: usize, len: usize) -> RecvReq {
+        let mut left = len;
+        self.res.recv_pool.with(|mr| {
+            for b in req.bufs.iter_mut() {
+                let n = b.len().min(left);
+                if n > 0 && mr.read_at(off, &mut b[..n]).is_err() {
+                    break;
+                }
+                off += n;
+                left -= n;
+            }
+        });
+        req
+    }
+
+    fn on_read_done(
+        &self,
+        wc: &WorkCompletion,
+        mut job: ReadJob,
+        mrs: Vec<super::BytesMutMr>,
+        placed: usize,
+    ) {
+        let mut bufs: Vec<BytesMut> = Vec::with_capacity(mrs.len() + job.req.bufs.len());
+        let mut lost = false;
+        for m in mrs {
+            match m.into_inner() {
+                Ok(b) => bufs.push(b),
+                Err(_) => lost = true,
+            }
+        }
+        bufs.append(&mut job.req.bufs);
+        job.req.bufs = bufs;
+        let peer = job.conn.peer;
+        let cookie = job.hdr.cookie;
+        match wc.to_error().or(lost.then_some(Error::Io)) {
+            None => {
+                deliver(self, job.req, job.info, placed);
+                self.send_fin(peer, cookie, false);
+            }
+            Some(e) => {
+                fail_recv(self, job.req, job.info, 0, e);
+                self.send_fin(peer, cookie, true);
+            }
+        }
+    }
+}
+
+impl CqSink for RdmShared {
+    fn on_completion(&self, wc: &WorkCompletion) {
+        let Some(op) = lock(&self.inflight).remove(&wc.wr_id) else {
+            return;
+        };
+        match op {
+            Op::Slot { slot } => return self.on_arrival(wc, slot),
+            Op::Send {
+                done,
+                len,
+                held,
+                conn,
+            } => {
+                self.release_wr(&conn, held);
+                self.tx.release(1);
+                match wc.to_error() {
+                    None => done.complete(CqEntry {
+                        len,
+                        ..CqEntry::default()
+                    }),
+                    Some(e) => done.fail(CqErrEntry::new(0, OpFlags::SEND, e)),
+                }
+            }
+            Op::Rts { cookie, held, conn } => {
+                self.release_wr(&conn, held);
+                if let Some(e) = wc.to_error() {
+                    let r = lock(&self.rndv).remove(&cookie);
+                    if let Some(r) = r {
+                        self.tx.release(1);
+                        r.done.fail(CqErrEntry::new(0, OpFlags::SEND, e));
+                    }
+                }
+            }
+            Op::Fin { held, conn } => self.release_wr(&conn, held),
+            Op::Pull {
+                pull,
+                hdr,
+                mr,
+                conn,
+            } => {
+                self.release_wr(&conn, super::TxHeld::Inline);
+                let r = match (wc.to_error(), mr.into_inner()) {
+                    (None, Ok(b)) => Ok(b),
+                    (Some(e), _) => Err(e),
+                    (None, Err(e)) => Err(e),
+                };
+                let failed = r.is_err();
+                pull.finish(self, r);
+                self.send_fin(conn.peer, hdr.cookie, failed);
+            }
+            Op::Read {
+                job,
+                mrs,
+                placed,
+                conn,
+            } => {
+                self.release_wr(&conn, super::TxHeld::Inline);
+                self.on_read_done(wc, job, mrs, placed);
+            }
+        }
+        self.flush_backlogs();
+    }
+}
+
+/// Completion flags and reported source of a receive of `info`.
+fn recv_meta(ep: &RdmShared, info: &MsgInfo) -> (OpFlags, FiAddr) {
+    let mut flags = OpFlags::RECV
+        | if info.tagged {
+            OpFlags::TAGGED
+        } else {
+            OpFlags::MSG
+        };
+    if info.data.is_some() {
+        flags |= OpFlags::REMOTE_CQ_DATA;
+    }
+    let src = if info.src == FI_ADDR_NOTAVAIL {
+        FI_ADDR_NOTAVAIL
+    } else {
+        ep.reported_addr(info.src)
+    };
+    (flags, src)
+}
+
+/// Copies a buffered message into a receive and completes it.
+pub(crate) fn copy_and_deliver(ep: &RdmShared, mut req: RecvReq, info: MsgInfo, data: &[u8]) {
+    let mut placed = 0;
+    for b in req.bufs.iter_mut() {
+        let n = b.len().min(data.len() - placed);
+        b[..n].copy_from_slice(&data[placed..placed + n]);
+        placed += n;
+        if placed == data.len() {
+            break;
+        }
+    }
+    deliver(ep, req, info, placed);
+}
+
+/// Completes a receive holding `placed` of the message's bytes: fewer
+/// than the message is a `Trunc` error with the overflow in `olen`.
+pub(crate) fn deliver(ep: &RdmShared, mut req: RecvReq, info: MsgInfo, placed: usize) {
+    trim_bufs(&mut req.bufs, placed);
+    let (flags, src) = recv_meta(ep, &info);
+    ep.rx.release(1);
+    if info.len > placed {
+        let mut ee = CqErrEntry::new(0, flags, Error::Trunc);
+        ee.len = placed;
+        ee.olen = info.len - placed;
+        ee.bufs = req.bufs;
+        ee.data = info.data.unwrap_or(0);
+        ee.tag = info.tag;
+        ee.src = src;
+        req.done.fail(ee);
+        return;
+    }
+    req.done.complete(CqEntry {
+        context: 0,
+        flags,
+        len: placed,
+        bufs: req.bufs,
+        data: info.data.unwrap_or(0),
+        tag: info.tag,
+        src,
+    });
+}
+
+/// Fails a matched receive, giving back its credit and buffers.
+pub(crate) fn fail_recv(
+    ep: &RdmShared,
+    mut req: RecvReq,
+    info: MsgInfo,
+    placed: usize,
+    err: Error,
+) {
+    trim_bufs(&mut req.bufs, placed);
+    ep.rx.release(1);
+    let (flags, src) = recv_meta(ep, &info);
+    let mut e = CqErrEntry::new(0, flags, err);
+    e.len = placed;
+    e.tag = info.tag;
+    e.data = info.data.unwrap_or(0);
+    e.src = src;
+    e.bufs = req.bufs;
+    req.done.fail(e);
+}
+
+/// Completes a peek (or a discard): length, tag and data, no bytes.
+pub(crate) fn complete_peek(ep: &RdmShared, mut req: RecvReq, info: MsgInfo) {
+    trim_bufs(&mut req.bufs, 0);
+    let (flags, src) = recv_meta(ep, &info);
+    req.done.complete(CqEntry {
+        context: 0,
+        flags,
+        len: info.len,
+        bufs: req.bufs,
+        data: info.data.unwrap_or(0),
+        tag: info.tag,
+        src,
+    });
+}

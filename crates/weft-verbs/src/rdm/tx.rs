@@ -1,0 +1,500 @@
+//! Everything that goes on a send queue: eager sends, requests-to-send,
+//! "finished" notes and rendezvous reads. Each takes a send-queue credit
+//! of its connection and of the endpoint (the shared CQ's room); without
+//! them, or without a connection, it waits in the peer's backlog, in
+//! order.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use weft_core::completion::CqErrEntry;
+use weft_core::flags::OpFlags;
+use weft_core::provider::SendReq;
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+use super::proto::{Header, Op as WireOp, HDR};
+use super::RDM_SLOT;
+use super::{rx, Conn, Deferred, Op, Peer, RdmShared, ReadJob, RndvSend, TxHeld, QP_INLINE};
+use crate::sys::{AccessFlags, BytesMr, BytesMutMr, Payload, SendOp, SendRequest, Sge};
+
+/// Largest payload sent eagerly: what fits a receive slot beside the header.
+pub const EAGER_MAX: usize = RDM_SLOT - HDR;
+
+/// The inject size an RDM endpoint offers for a device whose QPs take
+/// `max_inline` bytes inline.
+pub fn inject_size(max_inline: usize) -> usize {
+    max_inline.min(QP_INLINE).saturating_sub(HDR)
+}
+
+/// A post that did not happen: `None` means "no room yet, keep it".
+type NotPosted = (Deferred, Option<Error>);
+
+impl RdmShared {
+    /// Sends `req` to the peer at `dest` (its credit is taken), connecting
+    /// first if needed.
+    pub(crate) fn send_to(&self, dest: SocketAddr, req: SendReq) {
+        let mut peers = lock(&self.peers);
+        let p = peers.entry(dest).or_default();
+        self.submit_locked(p, Deferred::Send(req));
+        if p.up.is_none() && !p.active && !p.passive {
+            p.active = true;
+            drop(peers);
+            super::peers::connect(self, dest);
+        }
+    }
+
+    /// Posts `item` to the peer's connection if nothing waits before it,
+    /// else queues it.
+    pub(crate) fn submit_locked(&self, p: &mut Peer, item: Deferred) {
+        let item = match (&p.up, p.backlog.is_empty()) {
+            (Some(c), true) => match self.try_post(c, item) {
+                Ok(()) => return,
+                Err((item, None)) => item,
+                Err((item, Some(e))) => {
+                    self.fail_item(item, e);
+                    return;
+                }
+            },
+            _ => item,
+        };
+        p.backlog.push_back(item);
+        self.backlogged.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Posts as much of the peer's backlog as fits.
+    pub(crate) fn flush_locked(&self, p: &mut Peer) {
+        let Some(c) = p.up.clone() else { return };
+        while let Some(item) = p.backlog.pop_front() {
+            match self.try_post(&c, item) {
+                Ok(()) => {}
+                Err((item, None)) => {
+                    p.backlog.push_front(item);
+                    return;
+                }
+                Err((item, Some(e))) => self.fail_item(item, e),
+            }
+            self.backlogged.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// After a send-side completion gave credits back: anything waiting
+    /// for room goes out now.
+    pub(crate) fn flush_backlogs(&self) {
+        if self.backlogged.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut peers = lock(&self.peers);
+        for p in peers.values_mut() {
+            if !p.backlog.is_empty() {
+                self.flush_locked(p);
+            }
+        }
+    }
+
+    /// Ends an item that cannot be posted.
+    pub(crate) fn fail_item(&self, item: Deferred, err: Error) {
+        match item {
+            Deferred::Send(req) => {
+                self.tx.release(1);
+                let kind = if req.tag.is_some() {
+                    OpFlags::TAGGED
+                } else {
+                    OpFlags::MSG
+                };
+                let mut e = CqErrEntry::new(0, OpFlags::SEND | kind, err);
+                e.tag = req.tag.unwrap_or(0);
+                req.done.fail(e);
+            }
+            // The peer is unreachable: nobody is left to tell.
+            Deferred::Fin(_) => {}
+            Deferred::Read(job) => {
+                let job = *job;
+                rx::fail_recv(self, job.req, job.info, 0, err);
+            }
+            Deferred::Pull(pull, _) => pull.finish(self, Err(err)),
+        }
+    }
+
+    fn take_credits(&self, c: &Conn) -> bool {
+        if !c.sq.try_take() {
+            return false;
+        }
+        if !self.ep_sq.try_take() {
+            c.sq.release(1);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back the send-queue credits of one completed work request.
+    pub(crate) fn release_wr(&self, c: &Conn, held: TxHeld) {
+        if let TxHeld::Slot(s) = held {
+            self.res.send_pool.put(s);
+        }
+        c.sq.release(1);
+        self.ep_sq.release(1);
+    }
+
+    fn try_post(&self, c: &Arc<Conn>, item: Deferred) -> std::result::Result<(), NotPosted> {
+        if c.is_dead() {
+            return Err((item, Some(Error::ConnReset)));
+        }
+        if !self.take_credits(c) {
+            return Err((item, None));
+        }
+        let r = match item {
+            Deferred::Send(req) => self
+                .post_send_on(c, req)
+                .map_err(|(e, r)| (Deferred::Send(r), e)),
+            Deferred::Fin(h) => self.post_fin_on(c, h).map_err(|e| (Deferred::Fin(h), e)),
+            Deferred::Read(job) => self
+                .post_read_on(c, *job)
+                .map_err(|(e, j)| (Deferred::Read(Box::new(j)), e)),
+            Deferred::Pull(pull, h) => self
+                .post_pull_on(c, &pull, h)
+                .map_err(|e| (Deferred::Pull(pull, h), e)),
+        };
+        r.map_err(|(item, e)| {
+            c.sq.release(1);
+            self.ep_sq.release(1);
+            (item, Some(e))
+        })
+    }
+
+    /// Posts the header (and payload) as one send: inline when it fits,
+    /// else through a bounce slot, else from a registered copy.
+    fn post_msg(&self, c: &Conn, wr_id: u64, hdr: &[u8; HDR], payload: &[Bytes]) -> Result<TxHeld> {
+        let len = HDR + payload.iter().map(|b| b.len()).sum::<usize>();
+        let post = |p: Payload<'_>| c.qp.post_send(&SendRequest::new(wr_id, SendOp::Send, p));
+        if len <= c.inline_max().min(QP_INLINE) {
+            let mut buf = [0u8; QP_INLINE];
+            buf[..HDR].copy_from_slice(hdr);
+            let mut off = HDR;
+            for b in payload {
+                buf[off..off + b.len()].copy_from_slice(b);
+                off += b.len();
+            }
+            post(Payload::Inline(&buf[..len]))?;
+            return Ok(TxHeld::Inline);
+        }
+        if len <= RDM_SLOT {
+            if let Some(slot) = self.res.send_pool.take() {
+                let posted = self.res.send_pool.with(|mr| {
+                    let base = self.res.send_pool.offset(slot);
+                    mr.write_at(base, hdr)?;
+                    let mut off = base + HDR;
+                    for b in payload {
+                        mr.write_at(off, b)?;
+                        off += b.len();
+                    }
+                    post(Payload::Sges(&[mr.sge(base, len)?]))
+                });
+                return match posted {
+                    Ok(()) => Ok(TxHeld::Slot(slot)),
+                    Err(e) => {
+                        self.res.send_pool.put(slot);
+                        Err(e)
+                    }
+                };
+            }
+        }
+        let mut v = BytesMut::with_capacity(len);
+        v.extend_from_slice(hdr);
+        for b in payload {
+            v.extend_from_slice(b);
+        }
+        let mr = BytesMr::new(&self.res.pd, v.freeze(), AccessFlags::NONE)?;
+        post(Payload::Sges(&[mr.sge()?]))?;
+        Ok(TxHeld::Registered(mr))
+    }
+
+    fn post_send_on(
+        &self,
+        c: &Arc<Conn>,
+        mut req: SendReq,
+    ) -> std::result::Result<(), (Error, SendReq)> {
+        let len = req.len();
+        let mut h = Header::new(WireOp::Eager);
+        h.tagged = req.tag.is_some();
+        h.tag = req.tag.unwrap_or(0);
+        h.data = req.data;
+        h.len = len as u64;
+        let wr_id = self.wr_id();
+        // Delivery-complete: done when the receiver says the message is
+        // matched or buffered, not when the device acknowledges it.
+        h.ack = req
+            .flags
+            .intersects(OpFlags::DELIVERY_COMPLETE | OpFlags::COMMIT_COMPLETE);
+        if len <= EAGER_MAX && h.ack {
+            h.cookie = wr_id;
+            let iov = std::mem::take(&mut req.iov);
+            let payload = iov.clone();
+            return self.post_announced(c, &h, &payload, req, iov, None);
+        }
+        if len <= EAGER_MAX {
+            let mut g = lock(&self.inflight);
+            return match self.post_msg(c, wr_id, &h.encode(), &req.iov) {
+                Ok(held) => {
+                    // The device has what it needs (copied or registered):
+                    // the caller's buffers go now, not at completion.
+                    g.insert(
+                        wr_id,
+                        Op::Send {
+                            done: req.done,
+                            len,
+                            held,
+                            conn: c.clone(),
+                        },
+                    );
+                    Ok(())
+                }
+                Err(e) => Err((e, req)),
+            };
+        }
+        // Rendezvous: the peer reads the payload from our registered copy
+        // of the caller's bytes (one buffer, gathered if need be).
+        let data = match req.iov.as_slice() {
+            [one] => one.clone(),
+            many => {
+                let mut v = BytesMut::with_capacity(len);
+                for b in many {
+                    v.extend_from_slice(b);
+                }
+                v.freeze()
+            }
+        };
+        let mr = match BytesMr::new(&self.res.pd, data, AccessFlags::REMOTE_READ) {
+            Ok(m) => m,
+            Err(e) => return Err((e, req)),
+        };
+        h.op = WireOp::Rts;
+        h.addr = mr.addr();
+        h.rkey = mr.rkey();
+        h.cookie = wr_id;
+        let iov = std::mem::take(&mut req.iov);
+        self.post_announced(c, &h, &[], req, iov, Some(mr))
+    }
+
+    /// Posts a message whose send ends with the peer's "finished": `req`
+    /// (without its payload, in `payload` or registered) goes to the
+    /// rendezvous table first, so the answer always finds it; on failure
+    /// the request comes back whole, with `iov` as its payload.
+    fn post_announced(
+        &self,
+        c: &Arc<Conn>,
+        h: &Header,
+        payload: &[Bytes],
+        req: SendReq,
+        iov: Vec<Bytes>,
+        mr: Option<BytesMr>,
+    ) -> std::result::Result<(), (Error, SendReq)> {
+        let wr_id = h.cookie;
+        let SendReq {
+            dest,
+            tag,
+            data,
+            flags,
+            done,
+            ..
+        } = req;
+        let len = iov.iter().map(|b| b.len()).sum();
+        lock(&self.rndv).insert(
+            wr_id,
+            RndvSend {
+                done,
+                len,
+                _mr: mr,
+                conn: c.clone(),
+            },
+        );
+        let mut g = lock(&self.inflight);
+        match self.post_msg(c, wr_id, &h.encode(), payload) {
+            Ok(held) => {
+                g.insert(
+                    wr_id,
+                    Op::Rts {
+                        cookie: wr_id,
+                        held,
+                        conn: c.clone(),
+                    },
+                );
+                Ok(())
+            }
+            Err(e) => {
+                drop(g);
+                let back = lock(&self.rndv).remove(&wr_id);
+                match back {
+                    Some(r) => Err((
+                        e,
+                        SendReq {
+                            dest,
+                            iov,
+                            tag,
+                            data,
+                            flags,
+                            done: r.done,
+                        },
+                    )),
+                    // Unreachable in practice: nothing else removes an
+                    // entry whose message was never posted.
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    fn post_fin_on(&self, c: &Arc<Conn>, h: Header) -> Result<()> {
+        let wr_id = self.wr_id();
+        let mut g = lock(&self.inflight);
+        let held = self.post_msg(c, wr_id, &h.encode(), &[])?;
+        g.insert(
+            wr_id,
+            Op::Fin {
+                held,
+                conn: c.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Reads the announced payload into the receive's buffers (as much as
+    /// they hold), registered for the read and owned by the in-flight
+    /// table until it completes.
+    fn post_read_on(
+        &self,
+        c: &Arc<Conn>,
+        mut job: ReadJob,
+    ) -> std::result::Result<(), (Error, ReadJob)> {
+        let want = (job.hdr.len as usize).min(job.req.capacity());
+        let bufs = std::mem::take(&mut job.req.bufs);
+        let mut mrs = Vec::with_capacity(bufs.len());
+        let mut failed = None;
+        for b in bufs {
+            if b.is_empty() || failed.is_some() {
+                job.req.bufs.push(b);
+                continue;
+            }
+            match BytesMutMr::new(&self.res.pd, b, AccessFlags::LOCAL_WRITE) {
+                Ok(m) => mrs.push(m),
+                Err(e) => failed = Some(e),
+            }
+        }
+        let give_back = |mrs: Vec<BytesMutMr>, mut job: ReadJob| {
+            let mut v: Vec<BytesMut> = mrs
+                .into_iter()
+                .filter_map(|m| m.into_inner().ok())
+                .collect();
+            v.append(&mut job.req.bufs);
+            job.req.bufs = v;
+            job
+        };
+        if let Some(e) = failed {
+            return Err((e, give_back(mrs, job)));
+        }
+        let wr_id = self.wr_id();
+        let mut g = lock(&self.inflight);
+        let posted = (|| {
+            let mut sges: Vec<Sge<'_>> = Vec::with_capacity(mrs.len());
+            let mut left = want;
+            for m in &mrs {
+                if left == 0 {
+                    break;
+                }
+                let n = m.len().min(left);
+                sges.push(m.sge_range(0, n)?);
+                left -= n;
+            }
+            c.qp.post_send(&SendRequest::new(
+                wr_id,
+                SendOp::RdmaRead {
+                    remote_addr: job.hdr.addr,
+                    rkey: job.hdr.rkey,
+                },
+                Payload::Sges(&sges),
+            ))
+        })();
+        match posted {
+            Ok(()) => {
+                g.insert(
+                    wr_id,
+                    Op::Read {
+                        job,
+                        mrs,
+                        placed: want,
+                        conn: c.clone(),
+                    },
+                );
+                Ok(())
+            }
+            Err(e) => {
+                drop(g);
+                Err((e, give_back(mrs, job)))
+            }
+        }
+    }
+
+    /// Reads an announced payload into a buffer of our own.
+    fn post_pull_on(&self, c: &Arc<Conn>, pull: &Arc<rx::Pull>, h: Header) -> Result<()> {
+        let buf = BytesMut::zeroed(h.len as usize);
+        let mr = BytesMutMr::new(&self.res.pd, buf, AccessFlags::LOCAL_WRITE)?;
+        let wr_id = self.wr_id();
+        let mut g = lock(&self.inflight);
+        c.qp.post_send(&SendRequest::new(
+            wr_id,
+            SendOp::RdmaRead {
+                remote_addr: h.addr,
+                rkey: h.rkey,
+            },
+            Payload::Sges(&[mr.sge()?]),
+        ))?;
+        g.insert(
+            wr_id,
+            Op::Pull {
+                pull: pull.clone(),
+                hdr: h,
+                mr,
+                conn: c.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    /// A receive matched a request-to-send: read the payload (or, when the
+    /// receive holds nothing, finish at once).
+    pub(crate) fn start_read(&self, job: ReadJob) {
+        if job.hdr.len == 0 || job.req.capacity() == 0 {
+            let cookie = job.hdr.cookie;
+            let peer = job.conn.peer;
+            rx::deliver(self, job.req, job.info, 0);
+            self.send_fin(peer, cookie, false);
+            return;
+        }
+        let peer = job.conn.peer;
+        let mut peers = lock(&self.peers);
+        match peers.get_mut(&peer) {
+            Some(p) if p.up.is_some() || p.active || p.passive => {
+                self.submit_locked(p, Deferred::Read(Box::new(job)));
+            }
+            _ => {
+                drop(peers);
+                rx::fail_recv(self, job.req, job.info, 0, Error::ConnReset);
+            }
+        }
+    }
+
+    /// Tells the peer a transfer is over (its buffer is free).
+    pub(crate) fn send_fin(&self, peer: SocketAddr, cookie: u64, failed: bool) {
+        let mut h = Header::new(WireOp::Fin);
+        h.cookie = cookie;
+        h.failed = failed;
+        let mut peers = lock(&self.peers);
+        if let Some(p) = peers.get_mut(&peer) {
+            if p.up.is_some() || p.active || p.passive {
+                self.submit_locked(p, Deferred::Fin(h));
+            }
+        }
+    }
+}

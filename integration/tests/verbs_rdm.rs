@@ -1,0 +1,411 @@
+//! The verbs provider's RDM endpoints on a real RDMA device (soft-RoCE in
+//! the VM of `integration/run-rxe`): Weft's protocol over RC connections
+//! made on first use. Servers on rxe1 (10.66.0.1), clients on rxe2
+//! (10.66.0.2), as on two hosts.
+//!
+//! Outside the VM every test prints why it is skipped; inside it a missing
+//! device is a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use weft::{
+    AddressVector, AvAttr, BindFlags, CompletionQueue, CqAttr, Endpoint, EpType, Error, FiAddr,
+    Info, OpFlags, RecvMsg, SendMsg, WaitMode, FI_ADDR_UNSPEC,
+};
+use weft_integration::{next_cq, payload, verbs_offer, within, TIMEOUT};
+
+const SERVER_DEV: &str = "rxe1";
+const CLIENT_DEV: &str = "rxe2";
+
+/// An enabled RDM endpoint with its AV and CQ (and what keeps them open).
+struct Node {
+    ep: Endpoint,
+    av: AddressVector,
+    cq: CompletionQueue,
+    _domain: weft::Domain,
+    _fabric: weft::Fabric,
+}
+
+fn node(info: &Info, wait: WaitMode) -> Node {
+    let fabric = weft::Fabric::open(info).unwrap();
+    let domain = fabric.domain(info).unwrap();
+    let av = domain.av(AvAttr::default()).unwrap();
+    let cq = domain
+        .cq(CqAttr {
+            wait,
+            ..CqAttr::default()
+        })
+        .unwrap();
+    let ep = domain.endpoint(info).unwrap();
+    ep.bind_av(&av).unwrap();
+    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+        .unwrap();
+    ep.set_wait_mode(wait).unwrap();
+    ep.enable().unwrap();
+    Node {
+        ep,
+        av,
+        cq,
+        _domain: domain,
+        _fabric: fabric,
+    }
+}
+
+impl Node {
+    /// Inserts `peer` into this node's AV.
+    fn insert(&self, peer: &Node) -> FiAddr {
+        self.av
+            .insert_sync(&[peer.ep.local_addr().unwrap()], Default::default())
+            .unwrap()
+            .fi_addrs[0]
+    }
+}
+
+/// A server on rxe1 and a client on rxe2 that know each other:
+/// `(server, client, client's handle of the server, server's handle of
+/// the client)`.
+fn pair(wait: WaitMode) -> Option<(Node, Node, FiAddr, FiAddr)> {
+    let s = node(&verbs_offer(SERVER_DEV, EpType::Rdm)?, wait);
+    let c = node(&verbs_offer(CLIENT_DEV, EpType::Rdm)?, wait);
+    let to_s = c.insert(&s);
+    let to_c = s.insert(&c);
+    Some((s, c, to_s, to_c))
+}
+
+/// Every path (inline, slot, registered copy, rendezvous read; empty and
+/// multi-megabyte), tagged and not, both ways, with CQ data, verified
+/// byte for byte along with the reported source.
+async fn exchange(wait: WaitMode) {
+    let Some((s, c, to_s, to_c)) = pair(wait) else {
+        return;
+    };
+    let sizes = [
+        0usize,
+        1,
+        64,
+        200,
+        208,
+        1000,
+        4096,
+        4097,
+        65536,
+        1 << 20,
+        4 << 20,
+    ];
+    for (i, len) in sizes.into_iter().enumerate() {
+        for (from, to, dest, src, dir) in [(&c, &s, to_s, to_c, 0u8), (&s, &c, to_c, to_s, 1u8)] {
+            let tagged = i % 2 == 0;
+            let data = payload(len, i as u8 ^ dir);
+            let tag = 0x7a00 + i as u64;
+            let (got, sent) = within("rdm exchange", async {
+                tokio::join!(
+                    to.ep.recvmsg(
+                        RecvMsg {
+                            src: FI_ADDR_UNSPEC,
+                            bufs: vec![BytesMut::zeroed(len.max(1))],
+                            tagged,
+                            tag,
+                            ..RecvMsg::default()
+                        },
+                        OpFlags::empty()
+                    ),
+                    from.ep.sendmsg(
+                        SendMsg {
+                            dest,
+                            iov: vec![data.clone()],
+                            tag: tagged.then_some(tag),
+                            data: Some(0xC0DE_0000_0000 | len as u64),
+                            ..SendMsg::default()
+                        },
+                        OpFlags::empty()
+                    )
+                )
+            })
+            .await;
+            sent.unwrap_or_else(|e| panic!("send of {len} bytes: {e:?}"));
+            let got = got.unwrap_or_else(|e| panic!("receive of {len} bytes: {e:?}"));
+            assert_eq!(got.len, len, "length of a {len}-byte message");
+            assert_eq!(got.data, 0xC0DE_0000_0000 | len as u64, "64-bit CQ data");
+            assert_eq!(got.src, src, "source of a {len}-byte message");
+            if tagged {
+                assert_eq!(got.tag, tag);
+                assert!(got.flags.contains(OpFlags::TAGGED));
+            }
+            assert_eq!(&got.into_bytes()[..], &data[..], "payload of {len} bytes");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_exchange_interrupt() {
+    exchange(WaitMode::Interrupt).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_exchange_inline() {
+    exchange(WaitMode::Inline).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_exchange_busy_poll() {
+    exchange(WaitMode::BusyPoll).await;
+}
+
+/// Messages that arrive before their receives (eager ones buffered,
+/// rendezvous ones announced) are matched by tag later, in any order;
+/// peek and claim see them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_unexpected_then_matched() {
+    let Some((s, c, to_s, _)) = pair(WaitMode::Interrupt) else {
+        return;
+    };
+    let lens = [10usize, 3000, 100_000, 1 << 20, 0, 77];
+    for (i, &len) in lens.iter().enumerate() {
+        c.ep.post_tsend(to_s, payload(len, i as u8), 100 + i as u64, i as u64)
+            .unwrap();
+    }
+    // The eager ones complete at the sender before any receive exists.
+    let mut eager_done = 0;
+    while eager_done < 4 {
+        let e = next_cq(&c.cq).await.unwrap();
+        assert!(
+            [0u64, 1, 4, 5].contains(&e.context),
+            "only eager sends complete before a receive: {}",
+            e.context
+        );
+        eager_done += 1;
+    }
+    // Peek at the 1 MiB one (announced only), claiming it for context 500.
+    let peek = RecvMsg {
+        tagged: true,
+        tag: 103,
+        context: 500,
+        ..RecvMsg::default()
+    };
+    s.ep.post_recvmsg(peek, OpFlags::PEEK | OpFlags::CLAIM)
+        .unwrap();
+    let e = next_cq(&s.cq).await.unwrap();
+    assert_eq!(
+        (e.context, e.len),
+        (500, 1 << 20),
+        "peek reports the announced length"
+    );
+    // Receive in reverse order; the claimed one by its claim.
+    for (i, &len) in lens.iter().enumerate().rev() {
+        let (flags, context) = if i == 3 {
+            (OpFlags::CLAIM, 500)
+        } else {
+            (OpFlags::empty(), 200 + i as u64)
+        };
+        let m = RecvMsg {
+            bufs: vec![BytesMut::zeroed(len.max(1))],
+            tagged: true,
+            tag: 100 + i as u64,
+            context,
+            ..RecvMsg::default()
+        };
+        s.ep.post_recvmsg(m, flags).unwrap();
+        let got = next_cq(&s.cq)
+            .await
+            .unwrap_or_else(|e| panic!("receive {i}: {e:?}"));
+        assert_eq!((got.context, got.tag), (context, 100 + i as u64));
+        assert_eq!(&got.into_bytes()[..], &payload(len, i as u8)[..]);
+    }
+    // Now the rendezvous sends are finished too.
+    for _ in 0..2 {
+        let e = next_cq(&c.cq).await.unwrap();
+        assert!([2u64, 3].contains(&e.context));
+    }
+}
+
+/// Truncation on both paths: the receive gets what fits and `Trunc` with
+/// the overflow; the sender's operation succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_truncation() {
+    let Some((s, c, to_s, _)) = pair(WaitMode::Interrupt) else {
+        return;
+    };
+    for (len, cap) in [(2000usize, 100usize), (65536, 1000)] {
+        let data = payload(len, 9);
+        let (got, sent) = within("truncated exchange", async {
+            tokio::join!(
+                s.ep.recv(BytesMut::zeroed(cap)),
+                c.ep.send(to_s, data.clone())
+            )
+        })
+        .await;
+        sent.unwrap();
+        let e = got.expect_err("a truncated receive is an error completion");
+        assert_eq!(e.err, Error::Trunc);
+        assert_eq!((e.len, e.olen), (cap, len - cap));
+        let b: Vec<u8> = e.bufs.iter().flat_map(|b| b.iter().copied()).collect();
+        assert_eq!(&b[..], &data[..cap]);
+    }
+}
+
+/// Two endpoints that send to each other at the same moment connect once
+/// (the crossing connects are resolved) and lose nothing; then many
+/// messages each way stay in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_crossing_connects() {
+    for round in 0..5u8 {
+        let Some((s, c, to_s, to_c)) = pair(WaitMode::Interrupt) else {
+            return;
+        };
+        for n in [&s, &c] {
+            for i in 0..100u64 {
+                n.ep.post_recv(BytesMut::zeroed(64), i).unwrap();
+            }
+        }
+        let (a, b) = within("crossing first sends", async {
+            tokio::join!(
+                s.ep.send(to_c, payload(64, round)),
+                c.ep.send(to_s, payload(64, round ^ 0xff))
+            )
+        })
+        .await;
+        a.unwrap();
+        b.unwrap();
+        for i in 1..100u64 {
+            s.ep.post_send(to_c, payload(64, i as u8), 1000 + i)
+                .unwrap();
+            c.ep.post_send(to_s, payload(64, i as u8), 1000 + i)
+                .unwrap();
+        }
+        for n in [&s, &c] {
+            let mut next_recv = 0u64;
+            let mut sends = 0;
+            while next_recv < 100 || sends < 99 {
+                let e = next_cq(&n.cq).await.unwrap();
+                if e.context >= 1000 {
+                    sends += 1;
+                    continue;
+                }
+                assert_eq!(e.context, next_recv, "in order (round {round})");
+                let want = if next_recv == 0 {
+                    None
+                } else {
+                    Some(payload(64, next_recv as u8))
+                };
+                if let Some(w) = want {
+                    assert_eq!(&e.into_bytes()[..], &w[..]);
+                }
+                next_recv += 1;
+            }
+        }
+    }
+}
+
+/// Eight clients share the server's receive queue; each one's messages
+/// arrive in order, from the right source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_many_clients() {
+    let Some(sinfo) = verbs_offer(SERVER_DEV, EpType::Rdm) else {
+        return;
+    };
+    let Some(cinfo) = verbs_offer(CLIENT_DEV, EpType::Rdm) else {
+        return;
+    };
+    let s = node(&sinfo, WaitMode::Interrupt);
+    let clients: Vec<Node> = (0..8).map(|_| node(&cinfo, WaitMode::Interrupt)).collect();
+    let srcs: Vec<FiAddr> = clients.iter().map(|c| s.insert(c)).collect();
+    const N: u64 = 50;
+    for i in 0..N * clients.len() as u64 {
+        s.ep.post_trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, 0, u64::MAX, i)
+            .unwrap();
+    }
+    for (k, c) in clients.iter().enumerate() {
+        let to_s = c.insert(&s);
+        for i in 0..N {
+            let mut m = (k as u64).to_le_bytes().to_vec();
+            m.extend_from_slice(&i.to_le_bytes());
+            c.ep.post_tsend(to_s, m.into(), k as u64, i).unwrap();
+        }
+    }
+    let mut next = vec![0u64; clients.len()];
+    for _ in 0..N * clients.len() as u64 {
+        let e = next_cq(&s.cq).await.unwrap();
+        let k = e.tag as usize;
+        assert_eq!(e.src, srcs[k], "source of client {k}");
+        let b = e.into_bytes();
+        assert_eq!(u64::from_le_bytes(b[..8].try_into().unwrap()), k as u64);
+        assert_eq!(
+            u64::from_le_bytes(b[8..16].try_into().unwrap()),
+            next[k],
+            "client {k}'s messages in order"
+        );
+        next[k] += 1;
+    }
+}
+
+/// A peer that closes with transfers outstanding: the sender's pending
+/// rendezvous sends end with errors (no hang), and later sends to it fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_peer_closes_mid_transfer() {
+    let Some((s, c, to_s, _)) = pair(WaitMode::Interrupt) else {
+        return;
+    };
+    // Connect first, so the close finds an established connection.
+    let (got, sent) = tokio::join!(
+        s.ep.recv(BytesMut::zeroed(8)),
+        c.ep.send(to_s, payload(8, 1))
+    );
+    got.unwrap();
+    sent.unwrap();
+    for i in 0..4u64 {
+        c.ep.post_send(to_s, payload(1 << 20, i as u8), i).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.ep.close().unwrap();
+    drop(s);
+    for _ in 0..4 {
+        let e = next_cq(&c.cq).await;
+        let e = e.expect_err("an announced send to a closed peer fails");
+        assert!(
+            matches!(e.err, Error::ConnReset | Error::Canceled | Error::Io),
+            "error of a send to a closed peer: {:?}",
+            e.err
+        );
+    }
+    let r = tokio::time::timeout(TIMEOUT * 3, c.ep.send(to_s, payload(16, 0))).await;
+    let r = r.expect("a send to a closed peer ends");
+    assert!(r.is_err(), "a send to a closed peer fails: {r:?}");
+}
+
+/// Receives waiting in the matcher can be cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_cancel() {
+    let Some((s, _c, _, _)) = pair(WaitMode::Interrupt) else {
+        return;
+    };
+    s.ep.post_trecv(BytesMut::zeroed(8), FI_ADDR_UNSPEC, 5, 0, 77)
+        .unwrap();
+    s.ep.cancel(77).unwrap();
+    let e = next_cq(&s.cq).await.expect_err("a cancelled receive");
+    assert_eq!((e.err, e.context), (Error::Canceled, 77));
+    assert_eq!(s.ep.cancel(77), Err(Error::NoEnt));
+}
+
+/// Two endpoints on the same device reach each other too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_same_device() {
+    let Some(info) = verbs_offer(SERVER_DEV, EpType::Rdm) else {
+        return;
+    };
+    let a = node(&info, WaitMode::Interrupt);
+    let b = node(&info, WaitMode::Interrupt);
+    let to_b = a.insert(&b);
+    for len in [16usize, 100_000] {
+        let (got, sent) = within("same-device exchange", async {
+            tokio::join!(
+                b.ep.recv(BytesMut::zeroed(len)),
+                a.ep.send(to_b, payload(len, 3))
+            )
+        })
+        .await;
+        sent.unwrap();
+        assert_eq!(&got.unwrap().into_bytes()[..], &payload(len, 3)[..]);
+    }
+}
