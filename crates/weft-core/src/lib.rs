@@ -22,6 +22,7 @@ pub mod getinfo;
 pub mod hash;
 pub mod progress;
 pub mod provider;
+pub mod recvdone;
 pub mod sync;
 pub mod tagmatch;
 pub mod wire;

@@ -74,6 +74,16 @@ pub struct EpShared {
     pub inline_idle: Notify,
 }
 
+impl weft_core::recvdone::RecvCtx for EpShared {
+    fn rx_credits(&self) -> &Credits {
+        &self.rx
+    }
+
+    fn reported_addr(&self, a: FiAddr) -> FiAddr {
+        EpShared::reported_addr(self, a)
+    }
+}
+
 impl EpShared {
     pub fn new(cfg: EpConfig, local: SocketAddr, rt: Handle) -> Arc<EpShared> {
         let info = &cfg.info;

@@ -9,10 +9,9 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
-use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
-use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry};
-use weft_core::flags::OpFlags;
+
 use weft_core::provider::RecvReq;
+pub use weft_core::recvdone::{complete_peek, copy_and_deliver, deliver, fail_recv};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::wire::{self, FrameKind, Header, FLAG_CQ_DATA, HEADER_LEN};
@@ -412,40 +411,6 @@ fn fail_sink(ep: &EpShared, sink: Sink, err: Error) {
     }
 }
 
-/// Fails a receive that was matched to a message which did not arrive
-/// whole, giving back its credit and whatever bytes it holds.
-pub fn fail_recv(ep: &EpShared, mut req: RecvReq, info: MsgInfo, placed: usize, err: Error) {
-    trim_bufs(&mut req.bufs, placed);
-    ep.rx.release(1);
-    let (flags, src) = recv_meta(ep, &info);
-    let mut e = CqErrEntry::new(0, flags, err);
-    e.len = placed;
-    e.tag = info.tag;
-    e.data = info.data.unwrap_or(0);
-    e.src = src;
-    e.bufs = req.bufs;
-    req.done.fail(e);
-}
-
-/// Completion flags and reported source of a receive of `info`.
-fn recv_meta(ep: &EpShared, info: &MsgInfo) -> (OpFlags, FiAddr) {
-    let mut flags = OpFlags::RECV
-        | if info.tagged {
-            OpFlags::TAGGED
-        } else {
-            OpFlags::MSG
-        };
-    if info.data.is_some() {
-        flags |= OpFlags::REMOTE_CQ_DATA;
-    }
-    let src = if info.src == FI_ADDR_NOTAVAIL {
-        FI_ADDR_NOTAVAIL
-    } else {
-        ep.reported_addr(info.src)
-    };
-    (flags, src)
-}
-
 /// A whole payload has arrived.
 fn finish(conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: &Header, sink: Sink) {
     match sink {
@@ -469,62 +434,4 @@ fn finish(conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: &Header, sink: Sink) {
             conn.send_ack(hdr, 0);
         }
     }
-}
-
-/// Copies a fully buffered message into a receive and completes it.
-pub fn copy_and_deliver(ep: &EpShared, mut req: RecvReq, info: MsgInfo, data: &[u8]) {
-    let mut placed = 0;
-    for b in req.bufs.iter_mut() {
-        let n = b.len().min(data.len() - placed);
-        b[..n].copy_from_slice(&data[placed..placed + n]);
-        placed += n;
-        if placed == data.len() {
-            break;
-        }
-    }
-    deliver(ep, req, info, placed);
-}
-
-/// Completes a receive into which `placed` bytes of `info.len` went: a
-/// message larger than the buffers is a `Trunc` error with `olen` set.
-pub fn deliver(ep: &EpShared, mut req: RecvReq, info: MsgInfo, placed: usize) {
-    trim_bufs(&mut req.bufs, placed);
-    let (flags, src) = recv_meta(ep, &info);
-    ep.rx.release(1);
-    if info.len > placed {
-        let mut ee = CqErrEntry::new(0, flags, Error::Trunc);
-        ee.len = placed;
-        ee.olen = info.len - placed;
-        ee.bufs = req.bufs;
-        ee.data = info.data.unwrap_or(0);
-        ee.tag = info.tag;
-        ee.src = src;
-        req.done.fail(ee);
-        return;
-    }
-    req.done.complete(CqEntry {
-        context: 0,
-        flags,
-        len: placed,
-        bufs: req.bufs,
-        data: info.data.unwrap_or(0),
-        tag: info.tag,
-        src,
-    });
-}
-
-/// Completes a peek (or a discard): the message's length, tag and data are
-/// reported, no bytes are placed.
-pub fn complete_peek(ep: &EpShared, mut req: RecvReq, info: MsgInfo) {
-    trim_bufs(&mut req.bufs, 0);
-    let (flags, src) = recv_meta(ep, &info);
-    req.done.complete(CqEntry {
-        context: 0,
-        flags,
-        len: info.len,
-        bufs: req.bufs,
-        data: info.data.unwrap_or(0),
-        tag: info.tag,
-        src,
-    });
 }

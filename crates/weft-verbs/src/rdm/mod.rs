@@ -258,6 +258,16 @@ impl std::fmt::Debug for RdmShared {
     }
 }
 
+impl weft_core::recvdone::RecvCtx for RdmShared {
+    fn rx_credits(&self) -> &Credits {
+        &self.rx
+    }
+
+    fn reported_addr(&self, a: FiAddr) -> FiAddr {
+        RdmShared::reported_addr(self, a)
+    }
+}
+
 impl RdmShared {
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)

@@ -1,0 +1,122 @@
+//! Ending a matched receive: the completion entry (flags, source, tag,
+//! data, truncation) is the same for every provider that matches in
+//! software; only the receive credits and the AV that reports sources
+//! are the endpoint's own.
+
+use crate::addr::{FiAddr, FI_ADDR_NOTAVAIL};
+use crate::completion::{trim_bufs, CqEntry, CqErrEntry};
+use crate::credits::Credits;
+use crate::flags::OpFlags;
+use crate::provider::RecvReq;
+use crate::tagmatch::MsgInfo;
+use crate::Error;
+
+/// What an endpoint lends to the completion of its receives.
+pub trait RecvCtx {
+    /// The receive credits a completed receive gives back.
+    fn rx_credits(&self) -> &Credits;
+    /// The handle to report for a known source (user ids, etc.).
+    fn reported_addr(&self, a: FiAddr) -> FiAddr;
+}
+
+impl<T: RecvCtx> RecvCtx for std::sync::Arc<T> {
+    fn rx_credits(&self) -> &Credits {
+        (**self).rx_credits()
+    }
+
+    fn reported_addr(&self, a: FiAddr) -> FiAddr {
+        (**self).reported_addr(a)
+    }
+}
+
+/// Completion flags and reported source of a receive of `info`.
+fn recv_meta(ep: &dyn RecvCtx, info: &MsgInfo) -> (OpFlags, FiAddr) {
+    let mut flags = OpFlags::RECV
+        | if info.tagged {
+            OpFlags::TAGGED
+        } else {
+            OpFlags::MSG
+        };
+    if info.data.is_some() {
+        flags |= OpFlags::REMOTE_CQ_DATA;
+    }
+    let src = if info.src == FI_ADDR_NOTAVAIL {
+        FI_ADDR_NOTAVAIL
+    } else {
+        ep.reported_addr(info.src)
+    };
+    (flags, src)
+}
+
+/// Copies a fully buffered message into a receive and completes it.
+pub fn copy_and_deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, data: &[u8]) {
+    let mut placed = 0;
+    for b in req.bufs.iter_mut() {
+        let n = b.len().min(data.len() - placed);
+        b[..n].copy_from_slice(&data[placed..placed + n]);
+        placed += n;
+        if placed == data.len() {
+            break;
+        }
+    }
+    deliver(ep, req, info, placed);
+}
+
+/// Completes a receive into which `placed` bytes of `info.len` went: a
+/// message larger than the buffers is a `Trunc` error with `olen` set.
+pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize) {
+    trim_bufs(&mut req.bufs, placed);
+    let (flags, src) = recv_meta(ep, &info);
+    ep.rx_credits().release(1);
+    if info.len > placed {
+        let mut ee = CqErrEntry::new(0, flags, Error::Trunc);
+        ee.len = placed;
+        ee.olen = info.len - placed;
+        ee.bufs = req.bufs;
+        ee.data = info.data.unwrap_or(0);
+        ee.tag = info.tag;
+        ee.src = src;
+        req.done.fail(ee);
+        return;
+    }
+    req.done.complete(CqEntry {
+        context: 0,
+        flags,
+        len: placed,
+        bufs: req.bufs,
+        data: info.data.unwrap_or(0),
+        tag: info.tag,
+        src,
+    });
+}
+
+/// Fails a receive that was matched to a message which did not arrive
+/// whole, giving back its credit and whatever bytes it holds.
+pub fn fail_recv(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize, err: Error) {
+    trim_bufs(&mut req.bufs, placed);
+    ep.rx_credits().release(1);
+    let (flags, src) = recv_meta(ep, &info);
+    let mut e = CqErrEntry::new(0, flags, err);
+    e.len = placed;
+    e.tag = info.tag;
+    e.data = info.data.unwrap_or(0);
+    e.src = src;
+    e.bufs = req.bufs;
+    req.done.fail(e);
+}
+
+/// Completes a peek (or a discard): the message's length, tag and data are
+/// reported, no bytes are placed.
+pub fn complete_peek(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo) {
+    trim_bufs(&mut req.bufs, 0);
+    let (flags, src) = recv_meta(ep, &info);
+    req.done.complete(CqEntry {
+        context: 0,
+        flags,
+        len: info.len,
+        bufs: req.bufs,
+        data: info.data.unwrap_or(0),
+        tag: info.tag,
+        src,
+    });
+}
