@@ -1,20 +1,35 @@
 //! One failure type for every subcommand, so that all of them report
 //! `weft <cmd>: <what failed>: <cause>` and exit 1 the same way.
 
+use std::any::Any;
 use std::fmt;
 
 #[derive(Debug)]
 pub struct Failure {
     pub what: String,
     pub cause: String,
+    /// The library's error code behind the cause, if it was one: the
+    /// provider may know more about it than the code says.
+    pub code: Option<weft::Error>,
 }
 
 impl Failure {
-    pub fn new(what: impl Into<String>, cause: impl fmt::Display) -> Failure {
+    pub fn new(what: impl Into<String>, cause: impl fmt::Display + 'static) -> Failure {
+        let any: &dyn Any = &cause;
+        let code = any
+            .downcast_ref::<weft::Error>()
+            .copied()
+            .or_else(|| any.downcast_ref::<weft::CqErrEntry>().map(|e| e.err));
         Failure {
             what: what.into(),
             cause: cause.to_string(),
+            code,
         }
+    }
+
+    /// The provider's explanation of the error code, if it has one.
+    pub fn hint(&self, provider: &str) -> Option<String> {
+        weft::error_hint(provider, self.code?)
     }
 }
 
@@ -32,7 +47,7 @@ pub trait Context<T> {
     fn with_ctx(self, what: impl FnOnce() -> String) -> Res<T>;
 }
 
-impl<T, E: fmt::Display> Context<T> for Result<T, E> {
+impl<T, E: fmt::Display + 'static> Context<T> for Result<T, E> {
     fn ctx(self, what: &str) -> Res<T> {
         self.map_err(|e| Failure::new(what, e))
     }

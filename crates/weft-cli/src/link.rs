@@ -46,6 +46,10 @@ pub struct Link {
     _av: Option<AddressVector>,
     _eq: Option<EventQueue>,
     _pep: Option<PassiveEndpoint>,
+    /// RDM across processes: the control connection the addresses came
+    /// over. An RDM endpoint has no connection whose end it would see, so
+    /// this one tells the run that the peer process is gone.
+    pub ctrl: Option<TcpStream>,
 }
 
 /// The fabric-level objects both sides of `--self` share.
@@ -174,6 +178,7 @@ impl Fab {
             _av: None,
             _eq: Some(eq),
             _pep: Some(pep),
+            ctrl: None,
         })
     }
 
@@ -195,6 +200,7 @@ impl Fab {
                         _av: None,
                         _eq: Some(eq),
                         _pep: None,
+                        ctrl: None,
                     })
                 }
                 Err(weft::Error::ConnRefused) if Instant::now() < deadline => {
@@ -210,6 +216,7 @@ fn rdm_link(
     (ep, cq, av): (Endpoint, CompletionQueue, AddressVector),
     peer: &[u8],
     mode: WaitMode,
+    ctrl: Option<TcpStream>,
 ) -> Res<Link> {
     let rep = av
         .insert_sync(&[peer.to_vec()], Default::default())
@@ -224,8 +231,9 @@ fn rdm_link(
             _av: Some(av),
             _eq: None,
             _pep: None,
+            ctrl,
         }),
-        Some(Err(e)) => Err(Failure::new("insert peer address", e)),
+        Some(Err(e)) => Err(Failure::new("insert peer address", *e)),
         None => Err(Failure::new("insert peer address", "nothing inserted")),
     }
 }
@@ -248,8 +256,8 @@ pub async fn self_pair(sfab: &Fab, cfab: &Fab) -> Res<(Link, Link)> {
             let saddr = sep.local_addr().ctx("endpoint address")?;
             let caddr = cep.local_addr().ctx("endpoint address")?;
             Ok((
-                rdm_link((sep, scq, sav), &caddr, sfab.mode)?,
-                rdm_link((cep, ccq, cav), &saddr, cfab.mode)?,
+                rdm_link((sep, scq, sav), &caddr, sfab.mode, None)?,
+                rdm_link((cep, ccq, cav), &saddr, cfab.mode, None)?,
             ))
         }
     }
@@ -273,7 +281,7 @@ pub async fn serve(fab: &Fab, a: &PerfArgs) -> Res<Link> {
     let ip = s.local_addr().ctx("control connection address")?.ip();
     let (ep, cq, av) = fab.rdm(SocketAddr::new(unmap(ip), 0))?;
     let peer = exchange(&mut s, &ep.local_addr().ctx("endpoint address")?).await?;
-    rdm_link((ep, cq, av), &peer, fab.mode)
+    rdm_link((ep, cq, av), &peer, fab.mode, Some(s))
 }
 
 /// The client of `dest`, on `-P`.
@@ -287,7 +295,7 @@ pub async fn dial(fab: &Fab, a: &PerfArgs, dest: &str) -> Res<Link> {
     let ip = s.local_addr().ctx("control connection address")?.ip();
     let (ep, cq, av) = fab.rdm(SocketAddr::new(unmap(ip), 0))?;
     let peer = exchange(&mut s, &ep.local_addr().ctx("endpoint address")?).await?;
-    rdm_link((ep, cq, av), &peer, fab.mode)
+    rdm_link((ep, cq, av), &peer, fab.mode, Some(s))
 }
 
 fn unmap(ip: IpAddr) -> IpAddr {

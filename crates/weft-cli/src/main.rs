@@ -9,6 +9,7 @@ mod pingpong;
 mod proto;
 mod report;
 mod run;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -31,6 +32,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let prov = match &cmd {
+        Command::Pingpong(a) | Command::Bw(a) => Some(a.prov.clone()),
+        _ => None,
+    };
     let (name, result) = match &cmd {
         Command::Help => {
             print!("{}", args::USAGE);
@@ -44,6 +49,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("weft {name}: {e}");
+            if let Some(h) = prov.and_then(|p| e.hint(&p)) {
+                eprintln!("weft {name}: likely cause: {h}");
+            }
             ExitCode::from(1)
         }
     }

@@ -11,6 +11,7 @@ use crate::fail::{Context, Failure, Res};
 use crate::link::{self, Fab, Link};
 use crate::proto::{self, Kind, Params};
 use crate::report;
+use crate::watch;
 
 /// Transfers per timed iteration, for the report's arithmetic.
 fn xfers_per_iter(kind: Kind) -> usize {
@@ -135,11 +136,14 @@ pub async fn run(kind: Kind, a: &PerfArgs, server_rt: Option<Handle>) -> Res<()>
             }
         }
     } else if let Some(dest) = &a.dest {
-        let link = link::dial(&fab, a, dest).await?;
-        client_side(kind, &link, &Params::from_args(kind, a), api).await
+        let mut link = link::dial(&fab, a, dest).await?;
+        let ctrl = link.ctrl.take();
+        let params = Params::from_args(kind, a);
+        watch::guarded(ctrl, client_side(kind, &link, &params, api)).await
     } else {
-        let link = link::serve(&fab, a).await?;
-        server_side(kind, &link, api, true).await
+        let mut link = link::serve(&fab, a).await?;
+        let ctrl = link.ctrl.take();
+        watch::guarded(ctrl, server_side(kind, &link, api, true)).await
     }
 }
 

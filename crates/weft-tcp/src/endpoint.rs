@@ -55,6 +55,8 @@ pub struct EpShared {
     pub peers: Mutex<FastMap<SocketAddr, PeerState>>,
     /// MSG: the one connection.
     pub msg_conn: Mutex<Option<Arc<Conn>>>,
+    /// MSG: the connection is gone, so receives can no longer be filled.
+    pub msg_dead: AtomicBool,
     /// Every live connection (the busy-poll thread walks these).
     pub conns: Mutex<Vec<Arc<Conn>>>,
     pub conns_gen: AtomicUsize,
@@ -96,6 +98,7 @@ impl EpShared {
             matcher: Mutex::new(Matcher::new()),
             peers: Mutex::new(fast_map()),
             msg_conn: Mutex::new(None),
+            msg_dead: AtomicBool::new(false),
             conns: Mutex::new(Vec::new()),
             conns_gen: AtomicUsize::new(0),
             tx: Credits::new(info.tx_attr.size),
@@ -218,6 +221,8 @@ impl EpShared {
                     .as_ref()
                     .is_some_and(|c| std::ptr::eq(c.as_ref(), conn));
                 if is_ours {
+                    self.msg_dead.store(true, Ordering::Release);
+                    self.flush_posted();
                     if err == Error::Shutdown {
                         self.cfg.eq_shutdown();
                     } else {
@@ -225,6 +230,18 @@ impl EpShared {
                     }
                 }
             }
+        }
+    }
+
+    /// MSG after the connection died: every posted receive completes with
+    /// `Canceled`, as a flushed queue pair's would. Messages that arrived
+    /// before the end stay matchable.
+    fn flush_posted(&self) {
+        let posted = lock(&self.matcher).drain_posted();
+        for (_, req) in posted {
+            self.rx.release(1);
+            req.done
+                .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled));
         }
     }
 
@@ -345,7 +362,15 @@ impl EpShared {
         let resolve = |s: &SocketAddr| self.resolve_src(s);
         let out = lock(&self.matcher).post(spec, req, &resolve);
         match out {
-            PostOutcome::Queued => self.rx_kick.notify_waiters(),
+            PostOutcome::Queued => {
+                // Checked after queueing: either this or `conn_failed`
+                // sees the other's write, so no receive is left waiting
+                // on a connection that is gone.
+                if self.msg_dead.load(Ordering::Acquire) {
+                    self.flush_posted();
+                }
+                self.rx_kick.notify_waiters()
+            }
             PostOutcome::Matched {
                 recv,
                 info,

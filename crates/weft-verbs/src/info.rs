@@ -21,7 +21,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use weft_core::addr::encode_sockaddr;
@@ -35,7 +35,7 @@ use weft_core::Error;
 use crate::sys::{
     list_devices, AtomicCap, Context, DeviceAttr, GidEntry, LinkLayer, PortAttr, PortState,
 };
-use crate::NAME;
+use crate::{nodes, NAME};
 
 /// Default transmit/receive queue depth of an endpoint (capped by the
 /// device's `max_qp_wr`). Hints may ask for less, not more.
@@ -431,6 +431,22 @@ fn diagnose() -> Option<String> {
         }
     };
     if listed.is_empty() {
+        let nodes = nodes::scan(Path::new(SYS_UVERBS), Path::new(DEV_INFINIBAND));
+        let node_problems: Vec<String> = nodes.iter().filter_map(nodes::Node::problem).collect();
+        if !nodes.is_empty() && node_problems.len() == nodes.len() {
+            // Typical of a container given no device: sysfs shows the
+            // host's devices, /dev does not have their nodes.
+            let mut msg = format!(
+                "no RDMA device node: the kernel has RDMA devices ({}) but none of their \
+                 nodes in {DEV_INFINIBAND} is usable:",
+                kernel_devs.join(", ")
+            );
+            for p in node_problems {
+                msg.push_str("\n  - ");
+                msg.push_str(&p);
+            }
+            return Some(msg);
+        }
         let why = if Path::new(SYS_UVERBS).is_dir() {
             "their user-space drivers are missing (install rdma-core's \
              ibverbs-providers, e.g. librxe for rxe, mlx5 for ConnectX)"
@@ -500,20 +516,19 @@ fn inactive_hint(ll: LinkLayer) -> &'static str {
 
 /// Explains why `ibv_open_device` failed, naming the device node.
 fn open_failure(dev: &str, e: Error) -> String {
-    let Some(node) = uverbs_node(dev) else {
+    let node = nodes::node_of(Path::new(SYS_UVERBS), Path::new(DEV_INFINIBAND), dev);
+    if let Some(p) = node.as_ref().and_then(nodes::Node::problem) {
+        return format!("{dev}: cannot be opened ({e}): {p}");
+    }
+    let Some(node) = node.map(|n| n.name) else {
         return format!(
             "{dev}: cannot be opened ({e}), and no {SYS_UVERBS}/uverbs* entry belongs to it \
              (ib_uverbs not loaded? modprobe ib_uverbs)"
         );
     };
+    // The node is there and is the right device (checked above).
     let path = Path::new(DEV_INFINIBAND).join(&node);
     let shown = path.display();
-    if !path.exists() {
-        return format!(
-            "{dev}: cannot be opened ({e}): {shown} is missing (in a container, pass it in: \
-             --device {shown}, or bind-mount {DEV_INFINIBAND})"
-        );
-    }
     match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -529,14 +544,6 @@ fn open_failure(dev: &str, e: Error) -> String {
              problem? see dmesg)"
         ),
     }
-}
-
-/// The `uverbsN` node of a device, from `/sys/class/infiniband_verbs/*/ibdev`.
-fn uverbs_node(dev: &str) -> Option<String> {
-    dir_names(Path::new(SYS_UVERBS)).into_iter().find(|n| {
-        let ibdev: PathBuf = [SYS_UVERBS, n, "ibdev"].iter().collect();
-        std::fs::read_to_string(ibdev).is_ok_and(|s| s.trim() == dev)
-    })
 }
 
 fn dir_names(dir: &Path) -> Vec<String> {

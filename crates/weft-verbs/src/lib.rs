@@ -31,6 +31,8 @@ pub mod info;
 #[cfg(feature = "rdma")]
 mod msg;
 #[cfg(feature = "rdma")]
+mod nodes;
+#[cfg(feature = "rdma")]
 mod passive;
 #[cfg(feature = "rdma")]
 mod pool;
@@ -56,6 +58,22 @@ pub fn unavailable_reason() -> Option<String> {
     {
         Some("weft was built without the `verbs` feature (no RDMA support compiled in)".into())
     }
+}
+
+/// What commonly causes `err` from this provider on this machine, if the
+/// cause can be seen from here: a locked-memory limit too low for memory
+/// registration behind `NoMem`, the missing device behind `NoDev`.
+/// libfabric's errno values cannot say which limit or node is at fault;
+/// this names it so that a tool can print it next to the error.
+pub fn error_hint(err: Error) -> Option<String> {
+    #[cfg(feature = "rdma")]
+    match err {
+        Error::NoMem => return info::memlock_warning(),
+        Error::NoDev | Error::NoData => return info::no_device_reason(),
+        _ => {}
+    }
+    let _ = err;
+    None
 }
 
 /// The offers of this provider (empty without a device).

@@ -42,6 +42,17 @@ pub fn provider_unavailable(provider: &str) -> Option<String> {
     }
 }
 
+/// The cause behind `err` from `provider` that the code alone cannot
+/// carry, when it is visible from this process: e.g. for verbs, the
+/// locked-memory limit that made a registration fail with `NoMem`. Meant
+/// to be printed beside the error.
+pub fn error_hint(provider: &str, err: crate::Error) -> Option<String> {
+    match provider {
+        weft_verbs::NAME => weft_verbs::error_hint(err),
+        _ => None,
+    }
+}
+
 /// Every offer of every provider, filtered by `FI_PROVIDER` when set.
 pub fn all_offers() -> Vec<Info> {
     let filter = std::env::var("FI_PROVIDER").ok();

@@ -63,7 +63,9 @@ pub use counter::Counter;
 pub use cq::CompletionQueue;
 pub use endpoint::Endpoint;
 pub use eq::{ConnRequest, EventQueue};
-pub use fabric::{all_offers, getinfo, provider_unavailable, CqAttr, Domain, Fabric, PROVIDERS};
+pub use fabric::{
+    all_offers, error_hint, getinfo, provider_unavailable, CqAttr, Domain, Fabric, PROVIDERS,
+};
 pub use msg::{RecvMsg, SendMsg};
 pub use passive::PassiveEndpoint;
 
