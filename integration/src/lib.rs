@@ -267,6 +267,11 @@ pub fn payload(len: usize, seed: u8) -> Bytes {
 /// missing device or build feature fails the test instead, so nothing
 /// passes silently there.
 pub fn verbs_offer(dev: &str, ep_type: EpType) -> Option<Info> {
+    verbs_offer_with(dev, ep_type, |_| {})
+}
+
+/// [`verbs_offer`] with hints adjusted by `tune` (e.g. asking for RMA).
+pub fn verbs_offer_with(dev: &str, ep_type: EpType, tune: impl FnOnce(&mut Info)) -> Option<Info> {
     let in_vm = std::env::var("RXE_VM").is_ok_and(|v| v == "1");
     if !weft::PROVIDERS.contains(&"verbs") {
         assert!(
@@ -280,6 +285,7 @@ pub fn verbs_offer(dev: &str, ep_type: EpType) -> Option<Info> {
     hints.fabric_attr.prov_name = Some("verbs".into());
     hints.ep_attr.ep_type = ep_type;
     hints.domain_attr.name = Some(dev.into());
+    tune(&mut hints);
     match weft::getinfo(Some(&hints)) {
         Ok(mut v) => Some(v.remove(0)),
         Err(e) => {

@@ -239,6 +239,27 @@ bitflags! {
 }
 
 bitflags! {
+    /// Access rights of a memory region (`fi_mr_reg`'s `access`): the
+    /// operations that may use it, locally as a source or target, or
+    /// remotely through its key.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct MrAccess: u64 {
+        /// Local: read from by RMA writes and atomics this side initiates.
+        const READ = 1 << 8;
+        /// Local: written by RMA reads this side initiates.
+        const WRITE = 1 << 9;
+        /// Local: received into.
+        const RECV = 1 << 10;
+        /// Local: sent from.
+        const SEND = 1 << 11;
+        /// Remote peers may read it.
+        const REMOTE_READ = 1 << 12;
+        /// Remote peers may write it.
+        const REMOTE_WRITE = 1 << 13;
+    }
+}
+
+bitflags! {
     /// Memory registration mode bits (`fi_domain_attr::mr_mode`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct MrMode: u32 {

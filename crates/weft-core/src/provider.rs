@@ -79,6 +79,95 @@ impl RecvReq {
     }
 }
 
+/// What an RMA operation moves, and where the local side of it lives.
+#[derive(Debug)]
+pub enum RmaOp {
+    /// `fi_write` / `fi_writedata`.
+    Write {
+        /// The bytes written, gathered in order.
+        iov: Vec<Bytes>,
+        /// Remote CQ data reported at the target (`fi_writedata`).
+        data: Option<u64>,
+    },
+    /// `fi_read`.
+    Read {
+        /// Filled in order, each up to its `len()`; the completion gives
+        /// them back.
+        bufs: Vec<BytesMut>,
+    },
+}
+
+/// An RMA operation to post against a peer's memory region.
+#[derive(Debug)]
+pub struct RmaReq {
+    /// Target (ignored by connected endpoints).
+    pub dest: FiAddr,
+    /// The operation and its local buffers.
+    pub op: RmaOp,
+    /// Target address: a virtual address inside the remote region
+    /// (`FI_MR_VIRT_ADDR`).
+    pub addr: u64,
+    /// The remote region's key.
+    pub key: u64,
+    /// Operation flags (`DELIVERY_COMPLETE`, `REMOTE_CQ_DATA`, ...).
+    pub flags: OpFlags,
+    /// Where the completion goes.
+    pub done: OpDone,
+}
+
+impl RmaReq {
+    /// Bytes moved.
+    pub fn len(&self) -> usize {
+        match &self.op {
+            RmaOp::Write { iov, .. } => iov.iter().map(|b| b.len()).sum(),
+            RmaOp::Read { bufs } => bufs.iter().map(|b| b.len()).sum(),
+        }
+    }
+
+    /// True when nothing is moved.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A registered memory region, owned by the provider: the device may
+/// read or write it at any time while it is registered, so the
+/// application reaches its bytes only by copying in and out.
+pub trait ProviderMr: Send + Sync + Debug {
+    /// The key a peer passes to RMA operations (`fi_mr_key`).
+    fn key(&self) -> u64;
+    /// The region's address, the base of RMA target addresses
+    /// (`FI_MR_VIRT_ADDR`).
+    fn addr(&self) -> u64;
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// True for an empty region.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The local descriptor (`fi_mr_desc`): the local key.
+    fn desc(&self) -> u64;
+    /// Copies `out.len()` bytes from `offset`. `Inval` when out of range;
+    /// `Canceled` after close.
+    fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()>;
+    /// Copies `data` in at `offset`. `Inval` when out of range;
+    /// `Canceled` after close.
+    fn write_at(&self, offset: usize, data: &[u8]) -> Result<()>;
+    /// Deregisters: the key stops working at once (peers' operations
+    /// with it fail with `Access`). Later calls are no-ops.
+    fn close(&self);
+}
+
+/// A provider's domain: what endpoints and memory regions of one domain
+/// share (for verbs, the device context and protection domain).
+pub trait ProviderDomain: Send + Sync + Debug {
+    /// Allocates and registers `len` zeroed bytes with `access`.
+    /// `NoSys` when the provider has no memory registration.
+    fn mr_alloc(&self, len: usize, access: crate::flags::MrAccess) -> Result<Arc<dyn ProviderMr>>;
+    /// The concrete domain, for the provider's own endpoints.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
 /// A post that could not be accepted, with the request handed back so the
 /// caller loses nothing (e.g. `Again` when the queue is full).
 #[derive(Debug)]
@@ -109,6 +198,8 @@ pub struct EpConfig {
     pub src_addr: Option<Vec<u8>>,
     /// Accepting side of a MSG connection: the request from `ConnReq`.
     pub conn: Option<ConnHandle>,
+    /// The provider's domain object, if it has one.
+    pub domain: Option<Arc<dyn ProviderDomain>>,
 }
 
 impl EpConfig {
@@ -155,6 +246,14 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>>;
     /// Posts a receive (or a peek/claim when the flags say so).
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>>;
+    /// Posts an RMA read or write. Providers without RMA (nothing in
+    /// getinfo's caps) keep this default.
+    fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
+        Err(Rejected {
+            err: Error::NoSys,
+            req,
+        })
+    }
     /// Cancels a posted receive with `context`; it completes with
     /// `Canceled`. Returns whether one was found.
     fn cancel(&self, context: u64) -> bool;

@@ -7,8 +7,9 @@
 //! QPs), so [`offers`] works from [`discover_cached`], probed once per
 //! process.
 //!
-//! The offers are one `FI_EP_MSG` info per active port: RC queue pairs
-//! connected through rdma_cm, send/receive with 32-bit immediate data.
+//! The offers are an `FI_EP_MSG` and an `FI_EP_RDM` info per active port:
+//! RC queue pairs connected through rdma_cm, send/receive with immediate
+//! data, RMA write and read of regions with provider keys.
 //! Their attributes follow libfabric's verbs provider where Weft implements
 //! the same thing (fabric name `IB-0x<subnet prefix>`, message ordering,
 //! 4-byte keys and CQ data, device limits in the domain attributes) and the
@@ -67,21 +68,33 @@ pub const MSG_ORDER: MsgOrder = MsgOrder::RAR
     .union(MsgOrder::SAW)
     .union(MsgOrder::SAS);
 
-/// What the MSG endpoint implements: two-sided messages with immediate data.
+/// RMA as both endpoint types implement it: RDMA write and read of a
+/// peer's registered region (one remote segment per operation). Atomics
+/// are not offered.
+pub const RMA_CAPS: Caps = Caps::RMA
+    .union(Caps::READ)
+    .union(Caps::WRITE)
+    .union(Caps::REMOTE_READ)
+    .union(Caps::REMOTE_WRITE);
+
+/// What the MSG endpoint implements: two-sided messages with immediate
+/// data, and RMA.
 pub const MSG_CAPS: Caps = Caps::MSG
     .union(Caps::SEND)
     .union(Caps::RECV)
     .union(Caps::REMOTE_CQ_DATA)
     .union(Caps::LOCAL_COMM)
-    .union(Caps::REMOTE_COMM);
+    .union(Caps::REMOTE_COMM)
+    .union(RMA_CAPS);
 
-/// What the application must do about registration: nothing yet. The
-/// device needs local buffers registered (`FI_MR_LOCAL`), but the provider
-/// registers the caller's owned buffers itself for each operation, and no
-/// memory-region API is offered (no `FI_RMA`), so `VIRT_ADDR`, `PROV_KEY`
-/// and `ALLOCATED` do not reach the application. When RMA lands, those
-/// three bits become the offer's `mr_mode`.
-pub const MR_MODE: MrMode = MrMode::empty();
+/// What the application must do about registration: the keys of its
+/// regions are the device's (`PROV_KEY`) and RMA addresses are virtual
+/// addresses (`VIRT_ADDR`). Regions come from the domain's `mr_alloc`, so
+/// `ALLOCATED` holds by construction and is not asked. The device needs
+/// local buffers registered too, but the provider does that itself for
+/// each operation, so `FI_MR_LOCAL` is not asked either. Both bits concern
+/// RMA targets only: getinfo asks them only of hints that want RMA.
+pub const MR_MODE: MrMode = MrMode::PROV_KEY.union(MrMode::VIRT_ADDR);
 
 const SYS_INFINIBAND: &str = "/sys/class/infiniband";
 const SYS_UVERBS: &str = "/sys/class/infiniband_verbs";
@@ -267,7 +280,8 @@ pub const RDM_CAPS: Caps = Caps::MSG
     .union(Caps::DIRECTED_RECV)
     .union(Caps::AV_USER_ID)
     .union(Caps::LOCAL_COMM)
-    .union(Caps::REMOTE_COMM);
+    .union(Caps::REMOTE_COMM)
+    .union(RMA_CAPS);
 
 /// Tag bits: all 64 are matched.
 pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
@@ -284,7 +298,6 @@ pub fn rdm_offer(r: &DeviceReport) -> Info {
     i.tx_attr.msg_order = MsgOrder::SAS;
     i.rx_attr.msg_order = MsgOrder::SAS;
     i.tx_attr.inject_size = crate::rdm::inject_size(to_usize(r.max_inline));
-    i.tx_attr.rma_iov_limit = 0;
     i.rx_attr.iov_limit = i.tx_attr.iov_limit;
     i.ep_attr.ep_type = EpType::Rdm;
     i.ep_attr.protocol = Protocol::WeftRdmRc;

@@ -8,7 +8,9 @@
 //! queue pairs connected with rdma_cm (send/recv, remote CQ data through
 //! send-with-immediate, inline sends for small messages), `FI_EP_RDM` over
 //! RC connections made on first use (tagged matching in software, eager
-//! and RDMA-read rendezvous transfers, a shared receive queue), completion
+//! and RDMA-read rendezvous transfers, a shared receive queue), memory
+//! regions on the domain's protection domain (`domain`) with RDMA write
+//! and read on both endpoint types, completion
 //! channels driven by the Tokio reactor, a busy-poll thread, or inline
 //! polling by the waiting task.
 
@@ -23,9 +25,13 @@ pub const NAME: &str = "verbs";
 pub mod sys;
 
 #[cfg(feature = "rdma")]
+mod bufs;
+#[cfg(feature = "rdma")]
 mod cmchan;
 #[cfg(feature = "rdma")]
 mod cqdrive;
+#[cfg(feature = "rdma")]
+mod domain;
 #[cfg(feature = "rdma")]
 pub mod info;
 #[cfg(feature = "rdma")]
@@ -85,6 +91,20 @@ pub fn offers() -> Vec<Info> {
     #[cfg(not(feature = "rdma"))]
     {
         Vec::new()
+    }
+}
+
+/// Opens the provider side of a domain (its protection domain); `NoSys`
+/// in a build without RDMA support.
+pub fn open_domain(info: &Info) -> Result<Arc<dyn weft_core::provider::ProviderDomain>> {
+    #[cfg(feature = "rdma")]
+    {
+        domain::open(info)
+    }
+    #[cfg(not(feature = "rdma"))]
+    {
+        let _ = info;
+        Err(Error::NoSys)
     }
 }
 

@@ -150,8 +150,9 @@ fn rxe_offers() {
                 | Caps::SOURCE
                 | Caps::DIRECTED_RECV
         ));
-        assert!(!o.caps.intersects(Caps::RMA | Caps::ATOMIC));
-        assert_eq!(o.domain_attr.mr_mode, MrMode::empty());
+        assert!(o.caps.contains(Caps::RMA | Caps::READ | Caps::WRITE));
+        assert!(!o.caps.intersects(Caps::ATOMIC));
+        assert_eq!(o.domain_attr.mr_mode, MrMode::PROV_KEY | MrMode::VIRT_ADDR);
         assert_eq!(src(o).port(), 0);
     }
     for o in &msg {
@@ -174,9 +175,9 @@ fn rxe_offers() {
         assert!(o.tx_attr.iov_limit >= 1 && o.tx_attr.iov_limit <= r.attr.max_sge as usize);
         assert_eq!(o.rx_attr.iov_limit, r.attr.max_sge as usize);
         assert_eq!(o.rx_attr.total_buffered_recv, 0);
-        // The provider registers the caller's buffers itself and offers
-        // no MR API yet: nothing is asked of the application.
-        assert_eq!(o.domain_attr.mr_mode, MrMode::empty());
+        // The provider registers the caller's local buffers itself; only
+        // the RMA-target bits are asked.
+        assert_eq!(o.domain_attr.mr_mode, MrMode::PROV_KEY | MrMode::VIRT_ADDR);
         assert_eq!(o.domain_attr.mr_key_size, 4);
         assert_eq!(o.domain_attr.cq_data_size, 4);
         assert_eq!(o.domain_attr.mr_cnt, r.attr.max_mr as usize);
@@ -188,7 +189,8 @@ fn rxe_offers() {
                 | Caps::LOCAL_COMM
                 | Caps::REMOTE_COMM
         ));
-        assert!(!o.caps.intersects(Caps::RMA | Caps::TAGGED | Caps::ATOMIC));
+        assert!(o.caps.contains(Caps::RMA | Caps::READ | Caps::WRITE));
+        assert!(!o.caps.intersects(Caps::TAGGED | Caps::ATOMIC));
         assert!(o.mode.is_empty());
         // The offer's source address is an address of the port.
         assert_eq!(src(o).ip(), r.ips[0]);
@@ -253,11 +255,26 @@ fn getinfo_selects_one_device() {
     hints.ep_attr.ep_type = EpType::Msg;
     hints.fabric_attr.prov_name = Some("verbs".into());
     hints.domain_attr.name = Some("rxe1".into());
-    // Hints with mr_mode 0 (no registration support) match: the provider
-    // registers for the application.
+    // Hints with mr_mode 0 (no registration support) match, without RMA:
+    // the provider registers local buffers for the application, and only
+    // RMA targets need the key and address bits.
     let got = getinfo(Some(&hints), &offers).unwrap();
-    assert_eq!(got, vec![want.clone()]);
-    // So do hints that support every mode.
+    let mut no_rma = want.clone();
+    no_rma.caps -= Caps::RMA | Caps::READ | Caps::WRITE | Caps::REMOTE_READ | Caps::REMOTE_WRITE;
+    for c in [
+        &mut no_rma.tx_attr.caps,
+        &mut no_rma.rx_attr.caps,
+        &mut no_rma.domain_attr.caps,
+    ] {
+        *c -= Caps::RMA | Caps::READ | Caps::WRITE | Caps::REMOTE_READ | Caps::REMOTE_WRITE;
+    }
+    no_rma.domain_attr.mr_mode = MrMode::empty();
+    assert_eq!(got, vec![no_rma]);
+    // Asking for RMA without accepting its bits finds nothing.
+    hints.caps = Caps::MSG | Caps::RMA;
+    assert_eq!(getinfo(Some(&hints), &offers), Err(Error::NoData));
+    hints.caps = Caps::empty();
+    // Hints that support every mode get the whole offer.
     hints.domain_attr.mr_mode =
         MrMode::LOCAL | MrMode::VIRT_ADDR | MrMode::ALLOCATED | MrMode::PROV_KEY;
     let got = getinfo(Some(&hints), &offers).unwrap();

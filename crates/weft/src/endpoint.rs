@@ -33,7 +33,7 @@ const CLOSED: u8 = 2;
 /// Contexts of `async` operations live in the top half of the space so
 /// they never collide with an application's `post_*` contexts; contexts
 /// with bit 63 set are reserved.
-static NEXT_ASYNC_CTX: AtomicU64 = AtomicU64::new(1 << 63);
+pub(crate) static NEXT_ASYNC_CTX: AtomicU64 = AtomicU64::new(1 << 63);
 
 /// Transmit flags an operation may carry.
 const TX_FLAGS: OpFlags = OpFlags::COMPLETION
@@ -60,6 +60,8 @@ struct Binds {
     rx_cq: Option<(Arc<CqShared>, bool)>,
     send_cntr: Option<Arc<CounterShared>>,
     recv_cntr: Option<Arc<CounterShared>>,
+    read_cntr: Option<Arc<CounterShared>>,
+    write_cntr: Option<Arc<CounterShared>>,
     tx_op_flags: OpFlags,
     rx_op_flags: OpFlags,
     wait: WaitMode,
@@ -69,17 +71,20 @@ struct Binds {
 
 /// What the data path needs, fixed at enable.
 #[derive(Debug)]
-struct Live {
-    prov: Arc<dyn ProviderEndpoint>,
-    tx_cq: Option<(Arc<CqShared>, bool)>,
+pub(crate) struct Live {
+    pub(crate) prov: Arc<dyn ProviderEndpoint>,
+    pub(crate) tx_cq: Option<(Arc<CqShared>, bool)>,
     rx_cq: Option<(Arc<CqShared>, bool)>,
     send_cntr: Option<Arc<CounterShared>>,
     recv_cntr: Option<Arc<CounterShared>>,
+    /// Initiated RMA reads and writes (`FI_READ`, `FI_WRITE` binds).
+    pub(crate) read_cntr: Option<Arc<CounterShared>>,
+    pub(crate) write_cntr: Option<Arc<CounterShared>>,
     /// Default flags; `FI_SETOPSFLAG` may change them after enable too.
-    tx_op_flags: AtomicU64,
+    pub(crate) tx_op_flags: AtomicU64,
     rx_op_flags: AtomicU64,
     /// Inline mode: awaited operations drive the endpoint themselves.
-    inline: Option<Arc<dyn Progress>>,
+    pub(crate) inline: Option<Arc<dyn Progress>>,
 }
 
 /// An endpoint. Created disabled: bind an AV (connectionless types), CQs
@@ -212,8 +217,10 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Binds a counter to `SEND` and/or `RECV` completions. RMA counters
-    /// (`READ`, `WRITE`, `REMOTE_*`) need the RMA capability: `NoSys` here.
+    /// Binds a counter to `SEND` and/or `RECV` completions, or to the
+    /// RMA reads (`READ`) and writes (`WRITE`) this endpoint initiates,
+    /// which need the RMA capability. `REMOTE_*` counters need
+    /// `FI_RMA_EVENT`, which no provider offers: `NoSys`.
     pub fn bind_counter(&self, c: &Counter, flags: BindFlags) -> Result<()> {
         let rma =
             BindFlags::READ | BindFlags::WRITE | BindFlags::REMOTE_READ | BindFlags::REMOTE_WRITE;
@@ -233,8 +240,16 @@ impl Endpoint {
         let mut b = self.binds_mut()?;
         if (flags.contains(BindFlags::SEND) && b.send_cntr.is_some())
             || (flags.contains(BindFlags::RECV) && b.recv_cntr.is_some())
+            || (flags.contains(BindFlags::READ) && b.read_cntr.is_some())
+            || (flags.contains(BindFlags::WRITE) && b.write_cntr.is_some())
         {
             return Err(Error::Inval);
+        }
+        if flags.contains(BindFlags::READ) {
+            b.read_cntr = Some(c.shared.clone());
+        }
+        if flags.contains(BindFlags::WRITE) {
+            b.write_cntr = Some(c.shared.clone());
         }
         if flags.contains(BindFlags::SEND) {
             b.send_cntr = Some(c.shared.clone());
@@ -333,6 +348,7 @@ impl Endpoint {
             wait: b.wait,
             src_addr: b.src_addr.clone(),
             conn: self.inner.conn.clone(),
+            domain: self.inner.domain.inner.prov.clone(),
         };
         let rt = self.inner.domain.rt().clone();
         let prov = match self.inner.domain.fabric().provider() {
@@ -355,6 +371,8 @@ impl Endpoint {
             rx_cq: b.rx_cq.clone(),
             send_cntr: b.send_cntr.clone(),
             recv_cntr: b.recv_cntr.clone(),
+            read_cntr: b.read_cntr.clone(),
+            write_cntr: b.write_cntr.clone(),
             tx_op_flags: AtomicU64::new(b.tx_op_flags.bits()),
             rx_op_flags: AtomicU64::new(b.rx_op_flags.bits()),
             inline,
@@ -365,7 +383,7 @@ impl Endpoint {
         Ok(())
     }
 
-    fn live(&self) -> Result<&Live> {
+    pub(crate) fn live(&self) -> Result<&Live> {
         if self.inner.state.load(Ordering::Acquire) != ENABLED {
             return Err(Error::OpBadState);
         }

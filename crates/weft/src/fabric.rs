@@ -9,7 +9,9 @@ use weft_core::attr::Info;
 use weft_core::completion::{CqFormat, CqShared, WaitMode};
 use weft_core::counter::CounterShared;
 use weft_core::eventq::EqShared;
+use weft_core::flags::MrAccess;
 use weft_core::getinfo;
+use weft_core::provider::ProviderDomain;
 use weft_core::{Error, Result};
 
 use crate::av::{AddressVector, AvAttr};
@@ -17,6 +19,7 @@ use crate::counter::Counter;
 use crate::cq::CompletionQueue;
 use crate::endpoint::Endpoint;
 use crate::eq::EventQueue;
+use crate::mr::MemoryRegion;
 use crate::passive::PassiveEndpoint;
 
 static NEXT_FID: AtomicU64 = AtomicU64::new(1);
@@ -157,11 +160,17 @@ impl Fabric {
         if p != self.inner.prov {
             return Err(Error::Inval);
         }
+        let _span = tracing::debug_span!("domain_open", provider = p).entered();
+        let prov = match p {
+            weft_verbs::NAME if cfg!(feature = "verbs") => Some(weft_verbs::open_domain(info)?),
+            _ => None,
+        };
         Ok(Domain {
             inner: Arc::new(DomainInner {
                 fid: next_fid(),
                 fabric: self.clone(),
                 info: info.clone(),
+                prov,
             }),
         })
     }
@@ -192,6 +201,9 @@ pub(crate) struct DomainInner {
     pub(crate) fid: u64,
     pub(crate) fabric: Fabric,
     pub(crate) info: Info,
+    /// The provider's per-domain state (verbs: device context and
+    /// protection domain); `None` for providers that keep none.
+    pub(crate) prov: Option<Arc<dyn ProviderDomain>>,
 }
 
 impl Domain {
@@ -233,6 +245,20 @@ impl Domain {
     /// Opens a counter.
     pub fn counter(&self) -> Result<Counter> {
         Ok(Counter::new(CounterShared::new(next_fid()), self.fid()))
+    }
+
+    /// `fi_mr_reg` on memory the provider allocates: `len` zeroed bytes
+    /// registered with `access`, reached through the region's copy
+    /// methods (the device may write it at any time). `NoSys` when the
+    /// provider has no memory registration (no `FI_RMA` in its caps);
+    /// `Inval` for an empty region or no access rights.
+    pub fn mr_alloc(&self, len: usize, access: MrAccess) -> Result<MemoryRegion> {
+        if len == 0 || access.is_empty() {
+            return Err(Error::Inval);
+        }
+        let prov = self.inner.prov.as_ref().ok_or(Error::NoSys)?;
+        let mr = prov.mr_alloc(len, access)?;
+        Ok(MemoryRegion::new(mr, access, self.fid()))
     }
 
     /// Creates a (disabled) endpoint for `info`.

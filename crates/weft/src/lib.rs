@@ -54,9 +54,11 @@ mod cq;
 mod endpoint;
 mod eq;
 mod fabric;
+mod mr;
 mod msg;
 mod opfuture;
 mod passive;
+mod rma;
 
 pub use av::{AddressVector, AvAttr, Insert, InsertReport};
 pub use counter::Counter;
@@ -66,8 +68,11 @@ pub use eq::{ConnRequest, EventQueue};
 pub use fabric::{
     all_offers, error_hint, getinfo, provider_unavailable, CqAttr, Domain, Fabric, PROVIDERS,
 };
+pub use mr::MemoryRegion;
 pub use msg::{RecvMsg, SendMsg};
 pub use passive::PassiveEndpoint;
+pub use rma::RmaMsg;
+pub use weft_core::provider::RmaOp;
 
 pub use weft_core::addr::{
     decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sockaddr_to_str, FiAddr,
@@ -79,6 +84,8 @@ pub use weft_core::attr::{
 };
 pub use weft_core::completion::{CqEntry, CqErrEntry, CqFormat, CqItem, WaitMode};
 pub use weft_core::eventq::{EqErrEntry, EqEvent, EqEventKind, EqItem};
-pub use weft_core::flags::{AvFlags, BindFlags, Caps, CompOrder, Mode, MrMode, MsgOrder, OpFlags};
+pub use weft_core::flags::{
+    AvFlags, BindFlags, Caps, CompOrder, Mode, MrAccess, MrMode, MsgOrder, OpFlags,
+};
 pub use weft_core::getinfo::format_info;
 pub use weft_core::{Error, Result};

@@ -157,7 +157,7 @@ async fn bad_bind_flags(p: Provider) {
     ep.bind_cq(&h.cq(), BindFlags::RECV).unwrap();
 }
 
-async fn rma_counter_bind_is_nosys(p: Provider) {
+async fn rma_without_the_capability_is_nosys(p: Provider) {
     let h = Harness::rdm(&p);
     assert!(
         !h.info.caps.contains(weft::Caps::RMA),
@@ -175,6 +175,32 @@ async fn rma_counter_bind_is_nosys(p: Provider) {
     }
     ep.bind_counter(&c, BindFlags::SEND | BindFlags::RECV)
         .unwrap();
+    // RMA operations need the capability too; their buffers come back.
+    let (a, _b, to_b, _) = h.rdm_pair();
+    let bytes = bytes::Bytes::from_static(b"rma");
+    assert_eq!(a.ep.post_write(to_b, bytes, 0, 0, 1), Err(Error::NoSys));
+    let r = a.ep.post_rmamsg(
+        weft::RmaMsg {
+            dest: to_b,
+            op: weft::RmaOp::Read {
+                bufs: vec![bytes::BytesMut::zeroed(4)],
+            },
+            addr: 0,
+            key: 0,
+            context: 2,
+        },
+        weft::OpFlags::empty(),
+    );
+    match r {
+        Err((Error::NoSys, weft::RmaOp::Read { bufs })) => assert_eq!(bufs[0].len(), 4),
+        other => panic!("read without FI_RMA: {other:?}"),
+    }
+    // tcp has no memory registration at all; verbs registers, but only
+    // offers RMA to applications that accept its mr_mode.
+    if p.name == "tcp" {
+        let r = h.domain.mr_alloc(64, weft::MrAccess::REMOTE_WRITE);
+        assert_eq!(r.err(), Some(Error::NoSys));
+    }
 }
 
 async fn close_discards_outstanding_ops(p: Provider) {
@@ -418,7 +444,7 @@ provider_tests! {
     objects_from_another_domain_are_domain,
     binds_after_enable_are_rejected,
     bad_bind_flags,
-    rma_counter_bind_is_nosys,
+    rma_without_the_capability_is_nosys,
     close_discards_outstanding_ops,
     double_close_and_ops_after_close,
     size_left,

@@ -20,8 +20,12 @@
 //! * **mr_mode**: the offer's required bits must be a subset of the hints'
 //!   `mr_mode`. Hints with `mr_mode` 0 declare that the application supports
 //!   no registration requirement, so they match only offers requiring none.
-//!   (libfabric additionally drops RMA-target bits for apps that request no
-//!   RMA; Weft does not, so that the rule stays predictable.)
+//!   As in libfabric, the bits that only concern RMA targets
+//!   ([`MR_MODE_RMA_TARGET`]) are required only of hints that ask for
+//!   `FI_RMA` or `FI_ATOMIC`. Hints that ask for neither get neither: the
+//!   result carries no RMA/atomic caps and none of those bits (with empty
+//!   caps, or only secondary ones, RMA stays in only if the hints' `mr_mode`
+//!   accepts its bits).
 //! * **ep_type, protocol**: equal when given.
 //! * **addr_format**: equal when given, except that `FI_SOCKADDR` and the
 //!   specific `FI_SOCKADDR_IN{,6}` accept each other; the result is the more
@@ -100,6 +104,34 @@ limits!(
     domain_attr.mr_iov_limit,
 );
 
+/// `mr_mode` bits that matter only to the target of RMA and atomics
+/// (libfabric's `OFI_MR_MODE_RMA_TARGET`).
+pub const MR_MODE_RMA_TARGET: MrMode = MrMode::RAW
+    .union(MrMode::VIRT_ADDR)
+    .union(MrMode::PROV_KEY)
+    .union(MrMode::RMA_EVENT);
+
+/// The caps that come with RMA and atomics.
+const RMA_LIKE: Caps = Caps::RMA
+    .union(Caps::ATOMIC)
+    .union(Caps::READ)
+    .union(Caps::WRITE)
+    .union(Caps::REMOTE_READ)
+    .union(Caps::REMOTE_WRITE)
+    .union(Caps::RMA_EVENT);
+
+/// Whether the result for `h` keeps the offer's RMA (and with it the
+/// RMA-target `mr_mode` bits of `o`).
+fn keeps_rma(h: &Info, o: &Info) -> bool {
+    // Without primary caps in the hints, the result keeps the offer's
+    // (see `narrow_caps`): RMA among them if its bits are accepted.
+    h.caps.intersects(Caps::RMA | Caps::ATOMIC)
+        || (!h.caps.intersects(Caps::PRIMARY)
+            && h.domain_attr
+                .mr_mode
+                .contains(o.domain_attr.mr_mode & MR_MODE_RMA_TARGET))
+}
+
 /// Does a provider's offer satisfy the hints? A request the provider cannot
 /// meet is no match (never a weaker one). See the module docs for the rules.
 pub fn satisfies(hints: &Info, offer: &Info) -> bool {
@@ -127,7 +159,11 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
             && threading_ok(hd.threading, od.threading)
             && progress_ok(hd.control_progress, od.control_progress)
             && progress_ok(hd.data_progress, od.data_progress)
-            && hd.mr_mode.contains(od.mr_mode);
+            && hd.mr_mode.contains(if keeps_rma(h, o) {
+                od.mr_mode
+            } else {
+                od.mr_mode - MR_MODE_RMA_TARGET
+            });
     let order = ot.msg_order.contains(ht.msg_order)
         && ot.comp_order.contains(ht.comp_order)
         && or.msg_order.contains(hr.msg_order)
@@ -154,6 +190,13 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
     r.tx_attr.caps = narrow_caps(h.tx_attr.caps, offer.tx_attr.caps, r.caps);
     r.rx_attr.caps = narrow_caps(h.rx_attr.caps, offer.rx_attr.caps, r.caps);
     r.domain_attr.caps = narrow_caps(h.domain_attr.caps, offer.domain_attr.caps, r.caps);
+    if !keeps_rma(h, offer) {
+        r.caps -= RMA_LIKE;
+        r.tx_attr.caps -= RMA_LIKE;
+        r.rx_attr.caps -= RMA_LIKE;
+        r.domain_attr.caps -= RMA_LIKE;
+        r.domain_attr.mr_mode -= MR_MODE_RMA_TARGET;
+    }
 
     r.addr_format = match (h.addr_format, offer.addr_format) {
         (AddrFormat::SockaddrIn | AddrFormat::SockaddrIn6, AddrFormat::Sockaddr) => h.addr_format,

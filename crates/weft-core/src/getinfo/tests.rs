@@ -271,17 +271,49 @@ fn names_must_agree() {
 #[test]
 fn mr_mode_requirements_must_be_supported() {
     let mut o = offer();
-    o.domain_attr.mr_mode = MrMode::PROV_KEY | MrMode::VIRT_ADDR;
+    o.domain_attr.mr_mode = MrMode::PROV_KEY | MrMode::LOCAL;
     // mr_mode 0 in hints: the app supports no requirement at all.
     assert!(!satisfies(&Info::default(), &o));
-    let h = with(|h| h.domain_attr.mr_mode = MrMode::LOCAL | MrMode::PROV_KEY);
+    let h = with(|h| h.domain_attr.mr_mode = MrMode::PROV_KEY);
     assert!(!satisfies(&h, &o));
+    o.domain_attr.mr_mode = MrMode::PROV_KEY | MrMode::VIRT_ADDR;
     let all = MrMode::LOCAL | MrMode::PROV_KEY | MrMode::VIRT_ADDR | MrMode::ALLOCATED;
     let h = with(|h| h.domain_attr.mr_mode = all);
     assert!(satisfies(&h, &o));
     assert_eq!(narrow(&h, &o).domain_attr.mr_mode, o.domain_attr.mr_mode);
     // An offer needing nothing suits any app.
     assert!(matches(&h));
+}
+
+#[test]
+fn rma_target_mr_bits_bind_only_apps_that_want_rma() {
+    let mut o = offer();
+    o.domain_attr.mr_mode = MrMode::PROV_KEY | MrMode::VIRT_ADDR;
+    let rma_like = Caps::RMA | Caps::READ | Caps::WRITE | Caps::REMOTE_READ | Caps::REMOTE_WRITE;
+    // Asking for messages only: the bits are not required, and the
+    // result has neither them nor RMA.
+    let h = with(|h| h.caps = Caps::TAGGED);
+    assert!(satisfies(&h, &o));
+    let r = narrow(&h, &o);
+    assert_eq!(r.domain_attr.mr_mode, MrMode::empty());
+    assert!(!r.caps.intersects(rma_like) && !r.tx_attr.caps.intersects(rma_like));
+    // Empty caps and mr_mode 0: everything but RMA.
+    let r = narrow(&Info::default(), &o);
+    assert!(satisfies(&Info::default(), &o));
+    assert!(r.caps.contains(Caps::TAGGED) && !r.caps.intersects(rma_like));
+    assert!(!r.rx_attr.caps.intersects(rma_like));
+    // Empty caps and the bits accepted: the whole offer.
+    let h = with(|h| h.domain_attr.mr_mode = MrMode::PROV_KEY | MrMode::VIRT_ADDR);
+    assert_eq!(narrow(&h, &o), o);
+    // Asking for RMA without accepting the bits: no match.
+    let h = with(|h| h.caps = Caps::RMA);
+    assert!(!satisfies(&h, &o));
+    let h = with(|h| {
+        h.caps = Caps::RMA | Caps::WRITE;
+        h.domain_attr.mr_mode = MrMode::PROV_KEY | MrMode::VIRT_ADDR | MrMode::LOCAL;
+    });
+    assert!(satisfies(&h, &o));
+    assert_eq!(narrow(&h, &o).domain_attr.mr_mode, o.domain_attr.mr_mode);
 }
 
 #[test]

@@ -8,6 +8,7 @@ use weft_core::sync::lock;
 use weft_core::Error;
 
 use super::MsgShared;
+use crate::bufs::RmaLocal;
 use crate::cqdrive::CqSink;
 use crate::sys::{BytesMr, BytesMutMr, WcStatus, WorkCompletion};
 
@@ -34,6 +35,12 @@ pub(super) enum Held {
         mrs: Vec<BytesMutMr>,
         empty: Vec<BytesMut>,
     },
+    /// An RMA write or read of `len` bytes.
+    Rma {
+        len: usize,
+        read: bool,
+        local: RmaLocal,
+    },
 }
 
 impl CqSink for MsgShared {
@@ -43,6 +50,7 @@ impl CqSink for MsgShared {
         };
         let link = lock(&self.link).clone();
         let len = match op {
+            Held::Rma { len, read, local } => return self.finish_rma(wc, done, len, read, local),
             Held::SendInline { len } | Held::SendRegistered { len, .. } => len,
             Held::SendSlot { len, slot } => {
                 if let Some(l) = &link {
@@ -103,6 +111,44 @@ impl CqSink for MsgShared {
                 ..CqEntry::default()
             }),
             Some(e) => done.fail(CqErrEntry::new(0, OpFlags::SEND | OpFlags::MSG, e)),
+        }
+    }
+}
+
+impl MsgShared {
+    /// Ends an RMA operation.
+    fn finish_rma(
+        &self,
+        wc: &WorkCompletion,
+        done: OpDone,
+        len: usize,
+        read: bool,
+        local: RmaLocal,
+    ) {
+        self.tx.release(1);
+        let bufs = local.into_bufs();
+        match wc.to_error() {
+            None => done.complete(CqEntry {
+                len,
+                bufs,
+                ..CqEntry::default()
+            }),
+            Some(e) => {
+                let kind = if read { OpFlags::READ } else { OpFlags::WRITE };
+                let mut ee = CqErrEntry::new(0, OpFlags::RMA | kind, e);
+                ee.bufs = bufs;
+                done.fail(ee);
+                if e != Error::Canceled {
+                    // A bad key or address left the queue pair in the
+                    // error state: the connection is over (fi_endpoint(3):
+                    // a critical error). The peer hears of it through the
+                    // disconnect, this side at once.
+                    if let Some(l) = lock(&self.link).clone() {
+                        let _ = l.id.disconnect();
+                    }
+                    self.peer_gone(true);
+                }
+            }
         }
     }
 }

@@ -31,7 +31,7 @@ use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::progress::Progress;
-use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
@@ -111,6 +111,8 @@ pub struct MsgShared {
     rx: Credits,
     connecting: AtomicBool,
     closed: AtomicBool,
+    /// The connection's end was reported on the EQ (it is reported once).
+    ended: AtomicBool,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
@@ -139,6 +141,7 @@ impl MsgShared {
             rx: Credits::new(rx),
             connecting: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
         })
     }
@@ -154,7 +157,7 @@ impl MsgShared {
     /// Builds PD, completion channel, CQ and QP on the id's device.
     fn build_link(self: &Arc<Self>, id: CmId) -> Result<Arc<Link>> {
         let ctx = id.context()?;
-        let pd = ProtectionDomain::new(&ctx)?;
+        let pd = crate::domain::endpoint_pd(&self.cfg, &ctx)?;
         let chan = CompChannel::new(&ctx)?;
         let info = &self.cfg.info;
         let depth = (info.tx_attr.size + info.rx_attr.size) as u32;
@@ -238,8 +241,8 @@ impl MsgShared {
 
     /// The connection ended: the QP flushes what is posted (each fails
     /// with `Canceled`), and the EQ hears of it once.
-    fn peer_gone(&self, clean: bool) {
-        if self.is_closed() {
+    pub(super) fn peer_gone(&self, clean: bool) {
+        if self.is_closed() || self.ended.swap(true, Ordering::AcqRel) {
             return;
         }
         if let Some(l) = lock(&self.link).clone() {
@@ -306,6 +309,10 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
 impl ProviderEndpoint for VerbsMsgEndpoint {
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         self.shared.post_send(req)
+    }
+
+    fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
+        self.shared.post_rma(req)
     }
 
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {

@@ -4,13 +4,14 @@
 //! which another thread may poll the moment the post returns — finds its
 //! entry.
 
-use bytes::{Bytes, BytesMut};
-use weft_core::provider::{RecvReq, Rejected, SendReq};
+use bytes::BytesMut;
+use weft_core::provider::{RecvReq, Rejected, RmaOp, RmaReq, SendReq};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
 use super::complete::{Held, Inflight};
 use super::{Link, MsgShared};
+use crate::bufs::{gather, post_rma};
 use crate::pool::SLOT;
 use crate::sys::{
     AccessFlags, BytesMr, BytesMutMr, Payload, RecvRequest, SendOp, SendRequest, Sge,
@@ -49,6 +50,61 @@ impl MsgShared {
         }
     }
 
+    pub(super) fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
+        let reject = |err, req| Err(Rejected { err, req });
+        if self.is_closed() {
+            return reject(Error::OpBadState, req);
+        }
+        let Some(link) = lock(&self.link).clone() else {
+            return reject(Error::NotConn, req);
+        };
+        if req.len() > self.cfg.info.ep_attr.max_msg_size {
+            return reject(Error::MsgSize, req);
+        }
+        let n = match &req.op {
+            // Remote CQ data would consume a posted receive at the target
+            // (libfabric's FI_RX_CQ_DATA mode), which the offers do not
+            // ask applications to accept.
+            RmaOp::Write { data: Some(_), .. } => return reject(Error::NoSys, req),
+            RmaOp::Write { iov, .. } => iov.len(),
+            RmaOp::Read { bufs } => bufs.len(),
+        };
+        if n > self.cfg.info.tx_attr.iov_limit.max(1) {
+            return reject(Error::Inval, req);
+        }
+        let Ok(rkey) = u32::try_from(req.key) else {
+            // Verbs keys are 32 bits: no region has this key.
+            return reject(Error::Access, req);
+        };
+        if !self.tx.try_take() {
+            return reject(Error::Again, req);
+        }
+        let wr_id = self.wr_id();
+        let mut g = lock(&self.inflight);
+        let read = matches!(req.op, RmaOp::Read { .. });
+        let len = req.len();
+        let inline_max = link.qp.caps().max_inline_data as usize;
+        match post_rma(
+            &link.qp,
+            &link.pd,
+            inline_max,
+            req.op,
+            (req.addr, rkey),
+            wr_id,
+        ) {
+            Ok(local) => {
+                let op = Held::Rma { len, read, local };
+                g.insert(wr_id, Inflight { done: req.done, op });
+                Ok(())
+            }
+            Err((err, op)) => {
+                drop(g);
+                self.tx.release(1);
+                reject(err, RmaReq { op, ..req })
+            }
+        }
+    }
+
     /// Posts `req` on the QP (the caller accounts for its credit).
     pub(super) fn post_recv_on(
         &self,
@@ -79,16 +135,7 @@ fn send_on(link: &Link, req: &SendReq, wr_id: u64) -> Result<Held> {
     };
     let post = |payload: Payload<'_>| link.qp.post_send(&SendRequest::new(wr_id, op, payload));
     if len > 0 && len <= link.qp.caps().max_inline_data as usize {
-        let data: Bytes = match req.iov.as_slice() {
-            [one] => one.clone(),
-            many => {
-                let mut v = BytesMut::with_capacity(len);
-                for b in many {
-                    v.extend_from_slice(b);
-                }
-                v.freeze()
-            }
-        };
+        let data = gather(&req.iov, len);
         post(Payload::Inline(&data))?;
         return Ok(Held::SendInline { len });
     }

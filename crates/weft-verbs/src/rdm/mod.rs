@@ -21,6 +21,7 @@
 
 mod peers;
 pub(crate) mod proto;
+mod rma;
 mod rx;
 mod tx;
 
@@ -39,7 +40,7 @@ use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::progress::Progress;
-use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, RmaOp, RmaReq, SendReq};
 use weft_core::sync::lock;
 use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
 use weft_core::{Error, Result};
@@ -121,6 +122,8 @@ pub(crate) enum Deferred {
     /// A rendezvous read into a buffer of the endpoint's own (a
     /// delivery-complete message nobody was waiting for).
     Pull(Arc<rx::Pull>, Header),
+    /// An RMA read or write.
+    Rma(RmaReq),
 }
 
 /// The state of one peer endpoint.
@@ -192,6 +195,8 @@ pub(crate) enum Op {
         placed: usize,
         conn: Arc<Conn>,
     },
+    /// An RMA read or write of the application's.
+    Rma(rma::RmaOpState),
 }
 
 /// A send waiting for the peer's "finished": a rendezvous one (whose
@@ -432,7 +437,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     listener.listen(LISTEN_BACKLOG)?;
     let local = listener.local_addr().ok_or(Error::AddrNotAvail)?;
     let ctx = listener.context()?;
-    let pd = ProtectionDomain::new(&ctx)?;
+    let pd = crate::domain::endpoint_pd(&cfg, &ctx)?;
     let chan = CompChannel::new(&ctx)?;
     let srq = Srq::new(&pd, SLOTS as u32, 1)?;
     let cq_depth = (EP_SEND_WR + SLOTS + 64) as u32;
@@ -514,7 +519,41 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         if !ep.tx.try_take() {
             return reject(Error::Again, req);
         }
-        ep.send_to(dest, req);
+        ep.submit_to(dest, Deferred::Send(req));
+        Ok(())
+    }
+
+    fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
+        let ep = &self.shared;
+        let reject = |err, req| Err(Rejected { err, req });
+        if ep.is_closed() {
+            return reject(Error::OpBadState, req);
+        }
+        if req.len() > ep.cfg.info.ep_attr.max_msg_size {
+            return reject(Error::MsgSize, req);
+        }
+        let n = match &req.op {
+            RmaOp::Write { iov, data } => {
+                if data.is_some() {
+                    // Remote CQ data with a write is not carried over RDM
+                    // yet; getinfo says so by leaving FI_REMOTE_CQ_DATA out.
+                    return reject(Error::NoSys, req);
+                }
+                iov.len()
+            }
+            RmaOp::Read { bufs } => bufs.len(),
+        };
+        if n > ep.cfg.info.tx_attr.iov_limit.max(1) {
+            return reject(Error::Inval, req);
+        }
+        let dest = match ep.dest_of(req.dest) {
+            Ok(d) => d,
+            Err(e) => return reject(e, req),
+        };
+        if !ep.tx.try_take() {
+            return reject(Error::Again, req);
+        }
+        ep.submit_to(dest, Deferred::Rma(req));
         Ok(())
     }
 

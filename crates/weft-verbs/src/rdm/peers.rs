@@ -320,7 +320,7 @@ fn remove_qp(ep: &RdmShared, c: &Arc<Conn>) {
 /// A connection ended: what is posted on it is flushed (each operation
 /// completes with an error), transfers the peer still owed a "finished"
 /// fail, and later sends to the peer connect anew.
-fn kill(ep: &Arc<RdmShared>, c: &Arc<Conn>, err: Error) {
+pub(crate) fn kill(ep: &Arc<RdmShared>, c: &Arc<Conn>, err: Error) {
     if c.dead.swap(true, Ordering::AcqRel) {
         return;
     }

@@ -355,6 +355,19 @@ impl CqSink for RdmShared {
                 self.release_wr(&conn, super::TxHeld::Inline);
                 self.on_read_done(wc, job, mrs, placed);
             }
+            Op::Rma(op) => {
+                // A bad key or address puts the queue pair in the error
+                // state: everything after it on this connection would be
+                // flushed, so it goes, and the next operation to the peer
+                // connects anew. Before the completion, so that whatever
+                // the application posts on seeing it finds no connection.
+                if !matches!(wc.to_error(), None | Some(Error::Canceled)) {
+                    if let Some(ep) = self.me.upgrade() {
+                        super::peers::kill(&ep, &op.conn, Error::ConnReset);
+                    }
+                }
+                self.on_rma_done(wc, op);
+            }
         }
         self.flush_backlogs();
     }

@@ -33,12 +33,12 @@ pub fn inject_size(max_inline: usize) -> usize {
 type NotPosted = (Deferred, Option<Error>);
 
 impl RdmShared {
-    /// Sends `req` to the peer at `dest` (its credit is taken), connecting
-    /// first if needed.
-    pub(crate) fn send_to(&self, dest: SocketAddr, req: SendReq) {
+    /// Sends or queues `item` (a send or RMA operation whose credit is
+    /// taken) to the peer at `dest`, connecting first if needed.
+    pub(crate) fn submit_to(&self, dest: SocketAddr, item: Deferred) {
         let mut peers = lock(&self.peers);
         let p = peers.entry(dest).or_default();
-        self.submit_locked(p, Deferred::Send(req));
+        self.submit_locked(p, item);
         if p.up.is_none() && !p.active && !p.passive {
             p.active = true;
             drop(peers);
@@ -115,6 +115,7 @@ impl RdmShared {
                 rx::fail_recv(self, job.req, job.info, 0, err);
             }
             Deferred::Pull(pull, _) => pull.finish(self, Err(err)),
+            Deferred::Rma(req) => self.fail_rma(req, err),
         }
     }
 
@@ -156,6 +157,9 @@ impl RdmShared {
             Deferred::Pull(pull, h) => self
                 .post_pull_on(c, &pull, h)
                 .map_err(|e| (Deferred::Pull(pull, h), e)),
+            Deferred::Rma(req) => self
+                .post_rma_on(c, req)
+                .map_err(|(e, r)| (Deferred::Rma(r), e)),
         };
         r.map_err(|(item, e)| {
             c.sq.release(1);
@@ -256,16 +260,7 @@ impl RdmShared {
         }
         // Rendezvous: the peer reads the payload from our registered copy
         // of the caller's bytes (one buffer, gathered if need be).
-        let data = match req.iov.as_slice() {
-            [one] => one.clone(),
-            many => {
-                let mut v = BytesMut::with_capacity(len);
-                for b in many {
-                    v.extend_from_slice(b);
-                }
-                v.freeze()
-            }
-        };
+        let data = crate::bufs::gather(&req.iov, len);
         let mr = match BytesMr::new(&self.res.pd, data, AccessFlags::REMOTE_READ) {
             Ok(m) => m,
             Err(e) => return Err((e, req)),

@@ -1,0 +1,138 @@
+//! The caller's buffers on their way to and from the device: gathered
+//! into one, or registered one by one and handed back afterwards; and
+//! the RMA post both endpoint types share.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use weft_core::provider::RmaOp;
+use weft_core::Error;
+
+use crate::sys::{
+    AccessFlags, BytesMr, BytesMutMr, Payload, ProtectionDomain, QueuePair, SendOp, SendRequest,
+    Sge,
+};
+
+/// One buffer holding `iov` in order (`len` bytes in all); no copy when
+/// there is only one.
+pub(crate) fn gather(iov: &[Bytes], len: usize) -> Bytes {
+    match iov {
+        [one] => one.clone(),
+        many => {
+            let mut v = BytesMut::with_capacity(len);
+            for b in many {
+                v.extend_from_slice(b);
+            }
+            v.freeze()
+        }
+    }
+}
+
+/// Registers each buffer for the device to write into. On failure every
+/// buffer comes back, in order, with the error.
+pub(crate) fn register_targets(
+    pd: &Arc<ProtectionDomain>,
+    bufs: Vec<BytesMut>,
+) -> Result<Vec<BytesMutMr>, (Error, Vec<BytesMut>)> {
+    let mut mrs = Vec::with_capacity(bufs.len());
+    let mut left = bufs.into_iter();
+    for b in left.by_ref() {
+        match BytesMutMr::new(pd, b, AccessFlags::LOCAL_WRITE) {
+            Ok(m) => mrs.push(m),
+            Err(e) => {
+                let mut back = unregister(mrs);
+                back.extend(left);
+                return Err((e, back));
+            }
+        }
+    }
+    Ok(mrs)
+}
+
+/// The buffers back from their registrations (a buffer whose
+/// deregistration fails is leaked, never freed under the device).
+pub(crate) fn unregister(mrs: Vec<BytesMutMr>) -> Vec<BytesMut> {
+    mrs.into_iter()
+        .filter_map(|m| m.into_inner().ok())
+        .collect()
+}
+
+/// What keeps an RMA operation's local bytes alive while the device uses
+/// them.
+pub(crate) enum RmaLocal {
+    /// Copied into the work request (a small write).
+    Inline,
+    /// A write's registered source.
+    Source(#[allow(dead_code)] BytesMr),
+    /// A read's registered targets, handed back at completion.
+    Targets(Vec<BytesMutMr>),
+}
+
+impl RmaLocal {
+    /// A read's buffers, back from their registrations (none for writes).
+    pub(crate) fn into_bufs(self) -> Vec<BytesMut> {
+        match self {
+            RmaLocal::Targets(mrs) => unregister(mrs),
+            RmaLocal::Inline | RmaLocal::Source(_) => Vec::new(),
+        }
+    }
+}
+
+/// Posts `op` as one RDMA write or read on `qp` against `addr`/`rkey`:
+/// writes up to `inline_max` bytes go inline, larger ones from a
+/// registered copy (gathered); reads land in the caller's buffers,
+/// registered. On failure the operation comes back whole.
+pub(crate) fn post_rma(
+    qp: &QueuePair,
+    pd: &Arc<ProtectionDomain>,
+    inline_max: usize,
+    op: RmaOp,
+    (addr, rkey): (u64, u32),
+    wr_id: u64,
+) -> Result<RmaLocal, (Error, RmaOp)> {
+    match op {
+        RmaOp::Write { iov, data } => {
+            let len: usize = iov.iter().map(|b| b.len()).sum();
+            let wop = SendOp::RdmaWrite {
+                remote_addr: addr,
+                rkey,
+            };
+            let src = gather(&iov, len);
+            let post = |p: Payload<'_>| qp.post_send(&SendRequest::new(wr_id, wop, p));
+            let r = if len <= inline_max {
+                post(Payload::Inline(&src)).map(|()| RmaLocal::Inline)
+            } else {
+                BytesMr::new(pd, src, AccessFlags::NONE)
+                    .and_then(|mr| post(Payload::Sges(&[mr.sge()?])).map(|()| RmaLocal::Source(mr)))
+            };
+            r.map_err(|e| (e, RmaOp::Write { iov, data }))
+        }
+        RmaOp::Read { bufs } => {
+            let mrs = register_targets(pd, bufs).map_err(|(e, bufs)| (e, RmaOp::Read { bufs }))?;
+            let posted = mrs
+                .iter()
+                .filter(|m| !m.is_empty())
+                .map(|m| m.sge())
+                .collect::<Result<Vec<Sge<'_>>, Error>>()
+                .and_then(|sges| {
+                    qp.post_send(&SendRequest::new(
+                        wr_id,
+                        SendOp::RdmaRead {
+                            remote_addr: addr,
+                            rkey,
+                        },
+                        Payload::Sges(&sges),
+                    ))
+                });
+            match posted {
+                Ok(()) => Ok(RmaLocal::Targets(mrs)),
+                Err(e) => Err((
+                    e,
+                    RmaOp::Read {
+                        bufs: unregister(mrs),
+                    },
+                )),
+            }
+        }
+    }
+}

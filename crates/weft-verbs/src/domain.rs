@@ -1,0 +1,166 @@
+//! The verbs domain: one protection domain per `fi_domain`, on the device
+//! context librdmacm uses, shared by the domain's memory regions and the
+//! queue pairs of its endpoints.
+//!
+//! A remote key is only honoured on a queue pair of the region's
+//! protection domain, so an endpoint that is to be the target of RMA must
+//! create its queue pairs there. Using librdmacm's context (not one from
+//! `ibv_open_device`) matters: queue pairs made through rdma_cm live on
+//! it, and objects of two contexts cannot be mixed.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use weft_core::addr::decode_sockaddr;
+use weft_core::attr::Info;
+use weft_core::flags::MrAccess;
+use weft_core::provider::{EpConfig, ProviderDomain, ProviderMr};
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+use crate::sys::{AccessFlags, CmId, Context, EventChannel, OwnedMr, PortSpace, ProtectionDomain};
+
+/// The per-domain verbs objects.
+#[derive(Debug)]
+pub struct VerbsDomain {
+    pd: Arc<ProtectionDomain>,
+}
+
+/// Opens the domain of `info`: its device is the one that owns the
+/// offer's source address.
+pub fn open(info: &Info) -> Result<Arc<dyn ProviderDomain>> {
+    let src = info
+        .src_addr
+        .as_deref()
+        .ok_or(Error::AddrNotAvail)
+        .and_then(decode_sockaddr)?;
+    // Binding an rdma_cm id to the address finds the device and gives its
+    // librdmacm context, which outlives the id.
+    let ch = EventChannel::new()?;
+    let id = CmId::new(&ch, PortSpace::Tcp)?;
+    id.bind_addr(SocketAddr::new(src.ip(), 0))?;
+    let ctx = id.context()?;
+    if let Some(want) = info.domain_attr.name.as_deref() {
+        if ctx.name() != want {
+            return Err(Error::NoDev);
+        }
+    }
+    let pd = ProtectionDomain::new(&ctx)?;
+    tracing::debug!(device = ctx.name(), "verbs domain open");
+    Ok(Arc::new(VerbsDomain { pd }))
+}
+
+impl ProviderDomain for VerbsDomain {
+    fn mr_alloc(&self, len: usize, access: MrAccess) -> Result<Arc<dyn ProviderMr>> {
+        let mr = OwnedMr::new(&self.pd, len, access_flags(access))?;
+        Ok(Arc::new(VerbsMr {
+            key: u64::from(mr.rkey()),
+            addr: mr.addr(),
+            len: mr.len(),
+            desc: u64::from(mr.lkey()),
+            mr: Mutex::new(Some(mr)),
+        }))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// The protection domain an endpoint on device context `ctx` uses: its
+/// domain's when that is on the same device (so the domain's regions are
+/// reachable through it), else one of its own.
+pub(crate) fn endpoint_pd(cfg: &EpConfig, ctx: &Arc<Context>) -> Result<Arc<ProtectionDomain>> {
+    let dom = cfg
+        .domain
+        .as_ref()
+        .and_then(|d| d.as_any().downcast_ref::<VerbsDomain>());
+    match dom {
+        Some(d) if d.pd.context().as_ptr() == ctx.as_ptr() => Ok(d.pd.clone()),
+        _ => ProtectionDomain::new(ctx),
+    }
+}
+
+/// Verbs rights for libfabric access bits. The device writes the region
+/// for remote writes and for reads or receives landing in it, and verbs
+/// wants local write whenever remote write is given.
+fn access_flags(a: MrAccess) -> AccessFlags {
+    let mut f = AccessFlags::NONE;
+    if a.intersects(MrAccess::WRITE | MrAccess::RECV | MrAccess::REMOTE_WRITE) {
+        f |= AccessFlags::LOCAL_WRITE;
+    }
+    if a.contains(MrAccess::REMOTE_WRITE) {
+        f |= AccessFlags::REMOTE_WRITE;
+    }
+    if a.contains(MrAccess::REMOTE_READ) {
+        f |= AccessFlags::REMOTE_READ;
+    }
+    f
+}
+
+/// A region the application allocated through the domain. The memory
+/// lives (and stays registered) until `close`; copies in and out go
+/// through the registration, which never hands out a reference.
+#[derive(Debug)]
+struct VerbsMr {
+    key: u64,
+    addr: u64,
+    len: usize,
+    desc: u64,
+    mr: Mutex<Option<OwnedMr>>,
+}
+
+impl ProviderMr for VerbsMr {
+    fn key(&self) -> u64 {
+        self.key
+    }
+
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn desc(&self) -> u64 {
+        self.desc
+    }
+
+    fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        lock(&self.mr)
+            .as_ref()
+            .ok_or(Error::Canceled)?
+            .read_at(offset, out)
+    }
+
+    fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+        lock(&self.mr)
+            .as_mut()
+            .ok_or(Error::Canceled)?
+            .write_at(offset, data)
+    }
+
+    fn close(&self) {
+        // Deregistration happens in OwnedMr's drop (which leaks the memory
+        // rather than free it if the device refuses).
+        drop(lock(&self.mr).take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_bits_map_to_verbs_rights() {
+        assert_eq!(
+            access_flags(MrAccess::REMOTE_READ).bits(),
+            AccessFlags::REMOTE_READ.bits()
+        );
+        let w = access_flags(MrAccess::REMOTE_WRITE);
+        assert!(w.contains(AccessFlags::REMOTE_WRITE) && w.contains(AccessFlags::LOCAL_WRITE));
+        assert!(access_flags(MrAccess::WRITE).contains(AccessFlags::LOCAL_WRITE));
+        assert_eq!(access_flags(MrAccess::SEND | MrAccess::READ).bits(), 0);
+    }
+}

@@ -1,0 +1,283 @@
+//! RMA: reads and writes of a peer's registered memory (fi_rma(3)).
+//!
+//! The local side is an ordinary buffer, no registration needed: the
+//! provider registers it for the length of the operation. Writes take
+//! `Bytes` (shared, read-only while in flight); reads take `BytesMut`,
+//! which the completion gives back filled.
+
+use std::sync::atomic::Ordering;
+
+use bytes::{Bytes, BytesMut};
+use futures::channel::oneshot;
+use weft_core::addr::FiAddr;
+use weft_core::completion::{CqEntry, CqErrEntry, CqItem, OpDone};
+use weft_core::flags::{Caps, OpFlags};
+use weft_core::progress::InlineWait;
+use weft_core::provider::{Rejected, RmaOp, RmaReq};
+use weft_core::{Error, Result};
+
+use crate::endpoint::{Endpoint, Live, NEXT_ASYNC_CTX};
+use crate::opfuture::{post_when_room, OpFuture};
+
+/// Flags an RMA operation may carry.
+const RMA_FLAGS: OpFlags = OpFlags::COMPLETION
+    .union(OpFlags::REMOTE_CQ_DATA)
+    .union(OpFlags::MORE)
+    .union(OpFlags::TRANSMIT_COMPLETE)
+    .union(OpFlags::DELIVERY_COMPLETE);
+
+/// One RMA operation (`fi_msg_rma` with a single remote segment).
+#[derive(Debug)]
+pub struct RmaMsg {
+    /// The target peer (ignored by connected endpoints).
+    pub dest: FiAddr,
+    /// Write or read, with the local buffers.
+    pub op: RmaOp,
+    /// Target address inside the peer's region (its `addr()` + offset).
+    pub addr: u64,
+    /// The peer region's key.
+    pub key: u64,
+    /// Completion context.
+    pub context: u64,
+}
+
+impl Endpoint {
+    fn check_rma(&self, msg: &RmaMsg, flags: OpFlags) -> Result<()> {
+        let info = self.info();
+        if !RMA_FLAGS.contains(flags)
+            || (flags & OpFlags::COMPLETION_LEVELS).bits().count_ones() > 1
+        {
+            return Err(Error::BadFlags);
+        }
+        // RMA without READ or WRITE means both (fi_getinfo(3)).
+        let dir = match msg.op {
+            RmaOp::Write { .. } => Caps::WRITE,
+            RmaOp::Read { .. } => Caps::READ,
+        };
+        let rw = Caps::READ | Caps::WRITE;
+        if !info.caps.contains(Caps::RMA) || (info.caps.intersects(rw) && !info.caps.contains(dir))
+        {
+            return Err(Error::NoSys);
+        }
+        let (n, len, data) = match &msg.op {
+            RmaOp::Write { iov, data } => (iov.len(), iov.iter().map(|b| b.len()).sum(), *data),
+            RmaOp::Read { bufs } => (
+                bufs.len(),
+                bufs.iter().map(|b| b.len()).sum::<usize>(),
+                None,
+            ),
+        };
+        if n == 0 || n > info.tx_attr.iov_limit.max(1) {
+            return Err(Error::Inval);
+        }
+        if len > info.ep_attr.max_msg_size {
+            return Err(Error::MsgSize);
+        }
+        if data.is_some() != flags.contains(OpFlags::REMOTE_CQ_DATA) {
+            return Err(Error::BadFlags);
+        }
+        if data.is_some() && info.domain_attr.cq_data_size == 0 {
+            return Err(Error::NoSys);
+        }
+        Ok(())
+    }
+
+    fn rma_req(
+        &self,
+        live: &Live,
+        msg: RmaMsg,
+        flags: OpFlags,
+        waiter: Option<oneshot::Sender<CqItem>>,
+    ) -> RmaReq {
+        let flags = flags | OpFlags::from_bits_retain(live.tx_op_flags.load(Ordering::Acquire));
+        let (kind, cntr) = match msg.op {
+            RmaOp::Write { .. } => (OpFlags::RMA | OpFlags::WRITE, live.write_cntr.clone()),
+            RmaOp::Read { .. } => (OpFlags::RMA | OpFlags::READ, live.read_cntr.clone()),
+        };
+        let (cq, selective) = live
+            .tx_cq
+            .clone()
+            .map_or((None, false), |(c, s)| (Some(c), s));
+        RmaReq {
+            dest: msg.dest,
+            op: msg.op,
+            addr: msg.addr,
+            key: msg.key,
+            flags,
+            done: OpDone {
+                context: msg.context,
+                flags: kind,
+                report: !selective || flags.contains(OpFlags::COMPLETION),
+                cq,
+                cntr,
+                waiter,
+            },
+        }
+    }
+
+    /// `fi_writemsg` / `fi_readmsg`: posts the operation; its completion
+    /// goes to the transmit CQ with `msg.context` (a read's entry holds
+    /// the filled buffers). `Again` when the queue is full; on any
+    /// failure to post, the buffers come back with the error.
+    pub fn post_rmamsg(
+        &self,
+        msg: RmaMsg,
+        flags: OpFlags,
+    ) -> std::result::Result<(), (Error, RmaOp)> {
+        let live = match self.live() {
+            Ok(l) => l,
+            Err(e) => return Err((e, msg.op)),
+        };
+        if let Err(e) = self.check_rma(&msg, flags) {
+            return Err((e, msg.op));
+        }
+        let req = self.rma_req(live, msg, flags, None);
+        live.prov
+            .post_rma(req)
+            .map_err(|Rejected { err, req }| (err, req.op))
+    }
+
+    /// `fi_write`: `buf` to the peer's memory at `addr` under `key`.
+    pub fn post_write(
+        &self,
+        dest: FiAddr,
+        buf: Bytes,
+        addr: u64,
+        key: u64,
+        context: u64,
+    ) -> Result<()> {
+        let op = RmaOp::Write {
+            iov: vec![buf],
+            data: None,
+        };
+        self.post_rmamsg(rma(dest, op, addr, key, context), OpFlags::empty())
+            .map_err(|(e, _)| e)
+    }
+
+    /// `fi_writedata`: a write whose completion at the target carries
+    /// `data` (up to the domain's `cq_data_size` bytes).
+    pub fn post_writedata(
+        &self,
+        dest: FiAddr,
+        buf: Bytes,
+        data: u64,
+        addr: u64,
+        key: u64,
+        context: u64,
+    ) -> Result<()> {
+        let op = RmaOp::Write {
+            iov: vec![buf],
+            data: Some(data),
+        };
+        self.post_rmamsg(rma(dest, op, addr, key, context), OpFlags::REMOTE_CQ_DATA)
+            .map_err(|(e, _)| e)
+    }
+
+    /// `fi_read`: the peer's memory at `addr` under `key` into `buf`
+    /// (`buf.len()` bytes).
+    pub fn post_read(
+        &self,
+        dest: FiAddr,
+        buf: BytesMut,
+        addr: u64,
+        key: u64,
+        context: u64,
+    ) -> Result<()> {
+        let op = RmaOp::Read { bufs: vec![buf] };
+        self.post_rmamsg(rma(dest, op, addr, key, context), OpFlags::empty())
+            .map_err(|(e, _)| e)
+    }
+
+    /// Posts `msg` and resolves with its own completion; a full transmit
+    /// queue is waited out.
+    pub async fn rmamsg(
+        &self,
+        msg: RmaMsg,
+        flags: OpFlags,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        let kind = match msg.op {
+            RmaOp::Write { .. } => OpFlags::RMA | OpFlags::WRITE,
+            RmaOp::Read { .. } => OpFlags::RMA | OpFlags::READ,
+        };
+        let fail = |e: Error| CqErrEntry::new(0, kind, e);
+        let live = self.live().map_err(fail)?;
+        self.check_rma(&msg, flags).map_err(fail)?;
+        let ctx = NEXT_ASYNC_CTX.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let mut msg = msg;
+        msg.context = ctx;
+        let req = self.rma_req(live, msg, flags, Some(tx));
+        if let Err(r) = post_when_room(req, |r| live.prov.post_rma(r)).await {
+            let mut e = fail(r.err);
+            if let RmaOp::Read { bufs } = r.req.op {
+                e.bufs = bufs;
+            }
+            return Err(e);
+        }
+        OpFuture {
+            rx,
+            ep: None,
+            context: ctx,
+            progress: live.inline.clone(),
+            wait: InlineWait::new(),
+        }
+        .await
+    }
+
+    /// `write` resolving with its completion.
+    pub async fn write(
+        &self,
+        dest: FiAddr,
+        buf: Bytes,
+        addr: u64,
+        key: u64,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        let op = RmaOp::Write {
+            iov: vec![buf],
+            data: None,
+        };
+        self.rmamsg(rma(dest, op, addr, key, 0), OpFlags::empty())
+            .await
+    }
+
+    /// `writedata` resolving with its completion.
+    pub async fn writedata(
+        &self,
+        dest: FiAddr,
+        buf: Bytes,
+        data: u64,
+        addr: u64,
+        key: u64,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        let op = RmaOp::Write {
+            iov: vec![buf],
+            data: Some(data),
+        };
+        self.rmamsg(rma(dest, op, addr, key, 0), OpFlags::REMOTE_CQ_DATA)
+            .await
+    }
+
+    /// `read` resolving with its completion, whose `bufs` hold the bytes
+    /// read.
+    pub async fn read(
+        &self,
+        dest: FiAddr,
+        buf: BytesMut,
+        addr: u64,
+        key: u64,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        let op = RmaOp::Read { bufs: vec![buf] };
+        self.rmamsg(rma(dest, op, addr, key, 0), OpFlags::empty())
+            .await
+    }
+}
+
+fn rma(dest: FiAddr, op: RmaOp, addr: u64, key: u64, context: u64) -> RmaMsg {
+    RmaMsg {
+        dest,
+        op,
+        addr,
+        key,
+        context,
+    }
+}

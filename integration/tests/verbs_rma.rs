@@ -1,0 +1,428 @@
+//! RMA over the verbs provider on a real RDMA device (soft-RoCE in the VM
+//! of `integration/run-rxe`): memory regions from the domain, RDMA write
+//! and read between an RDM client on rxe2 and a server's region on rxe1,
+//! and over a MSG connection. Bad keys and addresses end in error
+//! completions, and the peer stays reachable afterwards.
+//!
+//! Outside the VM every test prints why it is skipped; inside it a missing
+//! device is a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use bytes::{Bytes, BytesMut};
+use weft::{
+    AddressVector, AvAttr, BindFlags, Caps, CompletionQueue, ConnRequest, CqAttr, Domain, Endpoint,
+    EpType, EqEventKind, Error, EventQueue, FiAddr, Info, MrAccess, MrMode, OpFlags, RmaMsg, RmaOp,
+    WaitMode, FI_ADDR_UNSPEC,
+};
+use weft_integration::{next_cq, next_eq, payload, verbs_offer_with, within};
+
+const SERVER_DEV: &str = "rxe1";
+const CLIENT_DEV: &str = "rxe2";
+
+/// The RMA-capable offer of `dev`: the hints ask for RMA and accept its
+/// registration mode.
+fn rma_offer(dev: &str, ep_type: EpType) -> Option<Info> {
+    verbs_offer_with(dev, ep_type, |h| {
+        h.caps = Caps::MSG | Caps::TAGGED.intersection(caps_of(ep_type)) | Caps::RMA;
+        h.domain_attr.mr_mode = MrMode::PROV_KEY | MrMode::VIRT_ADDR | MrMode::LOCAL;
+    })
+}
+
+fn caps_of(ep_type: EpType) -> Caps {
+    match ep_type {
+        EpType::Rdm => Caps::TAGGED,
+        _ => Caps::empty(),
+    }
+}
+
+struct Node {
+    ep: Endpoint,
+    av: AddressVector,
+    cq: CompletionQueue,
+    domain: Domain,
+    _fabric: weft::Fabric,
+}
+
+fn node(info: &Info) -> Node {
+    let fabric = weft::Fabric::open(info).unwrap();
+    let domain = fabric.domain(info).unwrap();
+    let av = domain.av(AvAttr::default()).unwrap();
+    let cq = domain.cq(CqAttr::default()).unwrap();
+    let ep = domain.endpoint(info).unwrap();
+    ep.bind_av(&av).unwrap();
+    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+        .unwrap();
+    ep.enable().unwrap();
+    Node {
+        ep,
+        av,
+        cq,
+        domain,
+        _fabric: fabric,
+    }
+}
+
+/// Server (rxe1, owns the regions) and client (rxe2), and the client's
+/// handle of the server.
+fn rdm_pair() -> Option<(Node, Node, FiAddr)> {
+    let s = node(&rma_offer(SERVER_DEV, EpType::Rdm)?);
+    let c = node(&rma_offer(CLIENT_DEV, EpType::Rdm)?);
+    let to_s =
+        c.av.insert_sync(&[s.ep.local_addr().unwrap()], Default::default())
+            .unwrap()
+            .fi_addrs[0];
+    Some((s, c, to_s))
+}
+
+#[test]
+fn offers_rma_only_to_apps_that_accept_its_mr_mode() {
+    let Some(info) = rma_offer(SERVER_DEV, EpType::Rdm) else {
+        return;
+    };
+    // RMA without READ or WRITE stands for both (fi_getinfo(3)).
+    assert!(info.caps.contains(Caps::RMA));
+    assert_eq!(
+        info.domain_attr.mr_mode,
+        MrMode::PROV_KEY | MrMode::VIRT_ADDR
+    );
+    // Default hints (mr_mode 0): no RMA, and nothing asked.
+    let plain = weft_integration::verbs_offer(SERVER_DEV, EpType::Rdm).unwrap();
+    assert!(!plain.caps.intersects(Caps::RMA));
+    assert_eq!(plain.domain_attr.mr_mode, MrMode::empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_write_then_read_back_every_size() {
+    let Some((s, c, to_s)) = rdm_pair() else {
+        return;
+    };
+    const LEN: usize = 8 << 20;
+    let mr = s
+        .domain
+        .mr_alloc(LEN, MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE)
+        .unwrap();
+    assert_eq!(mr.len(), LEN);
+    assert_eq!(mr.to_vec().unwrap(), vec![0u8; LEN], "regions start zeroed");
+    // Inline (small), registered, and multi-megabyte writes, at offsets.
+    let mut off = 0usize;
+    for (i, len) in [1usize, 64, 100, 4096, 65537, 1 << 20, 4 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let data = payload(len, i as u8 + 1);
+        let e = within(
+            "rma write",
+            c.ep.write(to_s, data.clone(), mr.addr() + off as u64, mr.key()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(e.len, len);
+        assert!(
+            e.flags.contains(OpFlags::RMA | OpFlags::WRITE),
+            "{:?}",
+            e.flags
+        );
+        // The target sees the bytes...
+        let mut got = vec![0u8; len];
+        mr.read_at(off, &mut got).unwrap();
+        assert_eq!(got, data, "write of {len} at {off}");
+        // ...and the initiator reads them back.
+        let e = within(
+            "rma read",
+            c.ep.read(
+                to_s,
+                BytesMut::zeroed(len),
+                mr.addr() + off as u64,
+                mr.key(),
+            ),
+        )
+        .await
+        .unwrap();
+        assert!(e.flags.contains(OpFlags::RMA | OpFlags::READ));
+        assert_eq!(e.len, len);
+        assert_eq!(&e.into_bytes()[..], &data[..], "read of {len} at {off}");
+        off += len;
+    }
+    // The byte after the last write is untouched.
+    let mut one = [0xffu8; 1];
+    mr.read_at(off, &mut one).unwrap();
+    assert_eq!(one, [0]);
+    // The target's own writes are what a reader sees.
+    mr.write_at(LEN - 3, b"end").unwrap();
+    let e =
+        c.ep.read(
+            to_s,
+            BytesMut::zeroed(3),
+            mr.addr() + (LEN - 3) as u64,
+            mr.key(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(&e.into_bytes()[..], b"end");
+    // Nothing showed up on the target's CQ: RMA is one-sided.
+    weft_integration::assert_cq_quiet(&s.cq, "target CQ after RMA").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_posted_rma_reports_to_the_cq_and_counters() {
+    let Some((s, c, to_s)) = rdm_pair() else {
+        return;
+    };
+    let mr = s
+        .domain
+        .mr_alloc(4096, MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE)
+        .unwrap();
+    // Gathered write: two buffers land back to back.
+    c.ep.post_rmamsg(
+        RmaMsg {
+            dest: to_s,
+            op: RmaOp::Write {
+                iov: vec![
+                    Bytes::from_static(b"hello, "),
+                    Bytes::from_static(b"region"),
+                ],
+                data: None,
+            },
+            addr: mr.addr() + 10,
+            key: mr.key(),
+            context: 77,
+        },
+        OpFlags::empty(),
+    )
+    .unwrap();
+    let e = within("write completion", next_cq(&c.cq)).await.unwrap();
+    assert_eq!((e.context, e.len), (77, 13));
+    let mut got = [0u8; 13];
+    mr.read_at(10, &mut got).unwrap();
+    assert_eq!(&got, b"hello, region");
+    // Scattered read into two buffers.
+    c.ep.post_rmamsg(
+        RmaMsg {
+            dest: to_s,
+            op: RmaOp::Read {
+                bufs: vec![BytesMut::zeroed(5), BytesMut::zeroed(8)],
+            },
+            addr: mr.addr() + 10,
+            key: mr.key(),
+            context: 78,
+        },
+        OpFlags::empty(),
+    )
+    .unwrap();
+    let e = within("read completion", next_cq(&c.cq)).await.unwrap();
+    assert_eq!(e.context, 78);
+    assert_eq!(&e.bufs[0][..], b"hello");
+    assert_eq!(&e.bufs[1][..], b", region");
+    // Remote CQ data with a write is not carried by this provider: a
+    // clear refusal, and the buffer is not lost.
+    assert_eq!(
+        c.ep.post_writedata(to_s, Bytes::from_static(b"x"), 1, mr.addr(), mr.key(), 1),
+        Err(Error::NoSys)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_bad_keys_and_ranges_fail_and_the_peer_stays_usable() {
+    let Some((s, c, to_s)) = rdm_pair() else {
+        return;
+    };
+    let mr = s
+        .domain
+        .mr_alloc(4096, MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE)
+        .unwrap();
+    let ro = s.domain.mr_alloc(4096, MrAccess::REMOTE_READ).unwrap();
+    let good = |what: &'static str| {
+        let c = &c;
+        let mr = &mr;
+        async move {
+            let e = within(
+                what,
+                c.ep.write(to_s, Bytes::from_static(b"ok"), mr.addr(), mr.key()),
+            )
+            .await;
+            assert!(e.is_ok(), "{what}: {e:?}");
+        }
+    };
+    good("first write").await;
+    let cases: Vec<(&str, u64, u64)> = vec![
+        ("wrong key", mr.addr(), u64::from(mr.key() as u32 ^ 0x5a5a)),
+        ("past the end", mr.addr() + 4095, mr.key()),
+        ("below the start", mr.addr() - 8, mr.key()),
+        ("read-only region", ro.addr(), ro.key()),
+        ("key wider than 32 bits", mr.addr(), mr.key() | 1 << 40),
+    ];
+    for (what, addr, key) in cases {
+        let e = within(what, c.ep.write(to_s, Bytes::from_static(b"12"), addr, key))
+            .await
+            .expect_err(what);
+        assert_eq!(e.err, Error::Access, "{what}");
+        assert!(e.flags.contains(OpFlags::RMA | OpFlags::WRITE), "{what}");
+        // The connection that carried the error is replaced: the next
+        // operation to the same peer works.
+        good(what).await;
+    }
+    // A failed read hands its buffer back.
+    let e = within(
+        "bad read",
+        c.ep.read(to_s, BytesMut::zeroed(16), mr.addr() + 4090, mr.key()),
+    )
+    .await
+    .expect_err("read past the end");
+    assert_eq!(e.err, Error::Access);
+    assert_eq!(e.bufs.iter().map(|b| b.len()).sum::<usize>(), 16);
+    // A closed region's key stops working at once; its copies fail.
+    let key = mr.key();
+    let addr = mr.addr();
+    mr.close();
+    assert_eq!(mr.read_at(0, &mut [0u8; 1]), Err(Error::Canceled));
+    let e = within(
+        "revoked key",
+        c.ep.write(to_s, Bytes::from_static(b"no"), addr, key),
+    )
+    .await
+    .expect_err("write with a revoked key");
+    assert_eq!(e.err, Error::Access);
+    // Messages still flow between the two.
+    let to_c =
+        s.av.insert_sync(&[c.ep.local_addr().unwrap()], Default::default())
+            .unwrap()
+            .fi_addrs[0];
+    let (got, sent) = within("message after errors", async {
+        tokio::join!(
+            s.ep.trecv(BytesMut::zeroed(8), FI_ADDR_UNSPEC, 5, 0),
+            c.ep.tsend(to_s, Bytes::from_static(b"still up"), 5)
+        )
+    })
+    .await;
+    sent.unwrap();
+    assert_eq!(&got.unwrap().into_bytes()[..], b"still up");
+    let _ = to_c;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn region_arguments_are_checked() {
+    let Some(info) = rma_offer(SERVER_DEV, EpType::Rdm) else {
+        return;
+    };
+    let fabric = weft::Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    assert_eq!(
+        domain.mr_alloc(0, MrAccess::REMOTE_READ).err(),
+        Some(Error::Inval)
+    );
+    assert_eq!(
+        domain.mr_alloc(8, MrAccess::empty()).err(),
+        Some(Error::Inval)
+    );
+    let mr = domain.mr_alloc(8, MrAccess::REMOTE_WRITE).unwrap();
+    assert_eq!(mr.write_at(7, b"ab"), Err(Error::Inval));
+    assert_eq!(mr.read_at(usize::MAX, &mut [0u8; 2]), Err(Error::Inval));
+    mr.write_at(6, b"ab").unwrap();
+    assert_eq!(&mr.to_vec().unwrap()[6..], b"ab");
+    assert_ne!(mr.addr(), 0);
+}
+
+/// A MSG connection, rxe2 -> rxe1, with RMA.
+async fn msg_pair() -> Option<(
+    Domain,
+    Endpoint,
+    Endpoint,
+    EventQueue,
+    EventQueue,
+    weft::PassiveEndpoint,
+)> {
+    let (si, ci) = (
+        rma_offer(SERVER_DEV, EpType::Msg)?,
+        rma_offer(CLIENT_DEV, EpType::Msg)?,
+    );
+    let (sf, cf) = (
+        weft::Fabric::open(&si).unwrap(),
+        weft::Fabric::open(&ci).unwrap(),
+    );
+    let (sd, cd) = (sf.domain(&si).unwrap(), cf.domain(&ci).unwrap());
+    let pep = sf.passive_endpoint(&si, None).unwrap();
+    let peq = sf.eq(16).unwrap();
+    pep.bind_eq(&peq).unwrap();
+    pep.listen().unwrap();
+    let mk = |d: &Domain, f: &weft::Fabric, info: &Info, req: Option<&ConnRequest>| {
+        let ep = match req {
+            Some(r) => d.accept_endpoint(info, r).unwrap(),
+            None => d.endpoint(info).unwrap(),
+        };
+        let eq = f.eq(16).unwrap();
+        let cq = d
+            .cq(CqAttr {
+                wait: WaitMode::Interrupt,
+                ..CqAttr::default()
+            })
+            .unwrap();
+        ep.bind_eq(&eq).unwrap();
+        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+            .unwrap();
+        ep.enable().unwrap();
+        (ep, eq)
+    };
+    let (cep, ceq) = mk(&cd, &cf, &ci, None);
+    let addr = pep.local_addr().unwrap();
+    let c2 = cep.clone();
+    let conn = tokio::spawn(async move { c2.connect(addr, Vec::new()).await });
+    let ev = within("connreq", next_eq(&peq)).await.unwrap();
+    assert_eq!(ev.kind, EqEventKind::ConnReq);
+    let req = ConnRequest::from_event(&ev).unwrap();
+    let (sep, seq) = mk(&sd, &sf, &si, Some(&req));
+    within("accept", sep.accept(Vec::new())).await.unwrap();
+    within("connect", conn).await.unwrap().unwrap();
+    for q in [&ceq, &seq] {
+        let ev = within("connected", next_eq(q)).await.unwrap();
+        assert_eq!(ev.kind, EqEventKind::Connected);
+    }
+    let _ = cd;
+    Some((sd, cep, sep, ceq, seq, pep))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_write_read_and_a_bad_key_ends_the_connection() {
+    let Some((sd, cep, _sep, ceq, seq, _pep)) = msg_pair().await else {
+        return;
+    };
+    let mr = sd
+        .mr_alloc(1 << 20, MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE)
+        .unwrap();
+    for (i, len) in [8usize, 4096, 1 << 20].into_iter().enumerate() {
+        let data = payload(len, 40 + i as u8);
+        within(
+            "msg write",
+            cep.write(FI_ADDR_UNSPEC, data.clone(), mr.addr(), mr.key()),
+        )
+        .await
+        .unwrap();
+        let e = within(
+            "msg read",
+            cep.read(FI_ADDR_UNSPEC, BytesMut::zeroed(len), mr.addr(), mr.key()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(&e.into_bytes()[..], &data[..]);
+    }
+    // A wrong key is a critical error on a MSG endpoint: the operation
+    // fails with Access and both sides see the connection end.
+    let e = within(
+        "bad key",
+        cep.write(
+            FI_ADDR_UNSPEC,
+            Bytes::from_static(b"x"),
+            mr.addr(),
+            u64::from(mr.key() as u32 ^ 1),
+        ),
+    )
+    .await
+    .expect_err("wrong key");
+    assert_eq!(e.err, Error::Access);
+    for (q, who) in [(&ceq, "client"), (&seq, "server")] {
+        match q.next_timeout(weft_integration::TIMEOUT).await {
+            Ok(Ok(ev)) => assert_eq!(ev.kind, EqEventKind::Shutdown, "{who}"),
+            Ok(Err(e)) => panic!("{who}: error event {e:?} instead of shutdown"),
+            Err(e) => panic!("{who}: no shutdown event: {e}"),
+        }
+    }
+}
