@@ -5,9 +5,11 @@
 # writes them to RESULTS/steps.tsv and the measurements to
 # RESULTS/metrics.tsv; exits 1 if a step failed.
 #
-# Usage: guest-test.sh IMAGE.oci.tar RESULTS-DIR [HOST-BIN-DIR]
+# Usage: guest-test.sh IMAGE.oci.tar RESULTS-DIR [HOST-BIN-DIR [COMPOSE-DIR]]
 #   HOST-BIN-DIR: the same binaries outside any container, for the start-up
 #   baseline (optional).
+#   COMPOSE-DIR: a podman-compose installed with pip --target (optional;
+#   without it the compose step is skipped with the reason).
 # Environment: WEFT_CONTAINERS_SKIP (see integration/run-containers --help),
 #   WEFT_CONTAINERS_STORAGE (overlay|vfs), the VM's WEFT_RXE_* variables.
 # shellcheck disable=SC2317 # the step functions are called through step()
@@ -17,6 +19,7 @@ set -uo pipefail
 ARCHIVE=$1
 RESULTS=$2
 HOST_BIN=${3:-}
+COMPOSE_DIR=${4:-}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 # shellcheck source=integration/containers/podman-env.sh
 . "$HERE/podman-env.sh"
@@ -285,6 +288,30 @@ step_g_device() {
   has "$SRV_DEV|device" || { WHY="-d $SRV_DEV: the message does not name the device"; return 1; }
 }
 
+# --- h. docker/compose.yaml with podman-compose ----------------------------------
+step_h_compose() {
+  if [ -z "$COMPOSE_DIR" ] || [ ! -f "$COMPOSE_DIR/podman_compose.py" ]; then
+    WHY="podman-compose is not available (integration/run-containers installs it with pip)"
+    return 1
+  fi
+  local pc=(env PYTHONPATH="$COMPOSE_DIR" WEFT_IMAGE="$IMG" WEFT_SERVER_UVERBS="/dev/infiniband/$U_SRV"
+    WEFT_CLIENT_UVERBS="/dev/infiniband/$U_CLI" WEFT_SERVER_DEV="$SRV_DEV" WEFT_CLIENT_DEV="$CLI_DEV"
+    WEFT_SERVER_IP="$SRV_IP" WEFT_EP=rdm python3 -m podman_compose -p weftcompose
+    -f "$HERE/../../docker/compose.yaml")
+  timeout -k 10 300 "${pc[@]}" up --no-build --abort-on-container-exit 2>&1 \
+    | tee "$PODMAN_RUN/out" | sed -u 's/^/    | /'
+  local rc=${PIPESTATUS[0]}
+  # podman-compose colours the service prefixes.
+  OUT=$(sed 's/\x1b\[[0-9;]*m//g' "$PODMAN_RUN/out")
+  "${pc[@]}" down -t 0 >/dev/null 2>&1 || true
+  [ "$rc" = 0 ] || { WHY="podman-compose up failed (rc $rc)"; return 1; }
+  # Both services print the table; the client's row is "4k 1k =1k ...".
+  grep -qE '^\[client\][[:space:]]*\|[[:space:]]*4k[[:space:]]+1k[[:space:]]+=1k' <<<"$OUT" \
+    || { WHY="no verified 4 KiB x 1000 row from the client"; return 1; }
+  NOTE="podman-compose $(PYTHONPATH="$COMPOSE_DIR" python3 -m podman_compose --version 2>/dev/null \
+    | awk '/podman-compose/ {print $3}'), rdm, 4 KiB x 1000 --verify"
+}
+
 # --- start-up time ----------------------------------------------------------------
 step_startup() {
   local t
@@ -319,6 +346,7 @@ step f-srv "kill" "server container killed mid-transfer: client ends within 5 s"
 step f-tcp "kill" "tcp MSG: client container killed: server ends within 5 s"     step_f_tcp
 step g-memlock diag "memlock 64 KiB: the error names the locked-memory limit"     step_g_memlock
 step g-device ""  "wrong/missing device node: the error names the device"       step_g_device
+step h-compose "" "docker/compose.yaml (podman-compose): rdm pingpong --verify"  step_h_compose
 step startup ""   "start-up time (podman run to first completion)"              step_startup
 
 df -h /tmp | tail -n 1 | awk '{print "guest /tmp used: " $3}'
