@@ -213,12 +213,44 @@ async fn rdm_posted_rma_reports_to_the_cq_and_counters() {
     assert_eq!(e.context, 78);
     assert_eq!(&e.bufs[0][..], b"hello");
     assert_eq!(&e.bufs[1][..], b", region");
-    // Remote CQ data with a write is not carried by this provider: a
-    // clear refusal, and the buffer is not lost.
-    assert_eq!(
-        c.ep.post_writedata(to_s, Bytes::from_static(b"x"), 1, mr.addr(), mr.key(), 1),
-        Err(Error::NoSys)
-    );
+    // A write with remote CQ data: the target's receive CQ reports it,
+    // after the bytes are in place, with the data and the source.
+    let to_c =
+        s.av.insert_sync(&[c.ep.local_addr().unwrap()], Default::default())
+            .unwrap()
+            .fi_addrs[0];
+    for (i, len) in [3usize, 3000, 200_000].into_iter().enumerate() {
+        let data = payload(len, 9 + i as u8);
+        let cq_data = 0xDA7A_0000_0000_0000 | i as u64;
+        c.ep.post_writedata(
+            to_s,
+            data.clone(),
+            cq_data,
+            mr.addr() + 100,
+            mr.key(),
+            90 + i as u64,
+        )
+        // The region is 4 KiB: the last one is out of range, and must
+        // fail at the target, not here.
+        .unwrap_or_else(|e| panic!("post_writedata of {len}: {e}"));
+        let e = within("writedata completion", next_cq(&c.cq)).await;
+        if 100 + len > 4096 {
+            let e = e.expect_err("writedata past the end of the region");
+            assert_eq!((e.err, e.context), (Error::Access, 92));
+            weft_integration::assert_cq_quiet(&s.cq, "target CQ after a failed writedata").await;
+            continue;
+        }
+        assert_eq!(e.unwrap().context, 90 + i as u64);
+        let t = within("target completion", next_cq(&s.cq)).await.unwrap();
+        assert_eq!(
+            t.flags,
+            OpFlags::RMA | OpFlags::REMOTE_WRITE | OpFlags::REMOTE_CQ_DATA
+        );
+        assert_eq!((t.len, t.data, t.src), (len, cq_data, to_c));
+        let mut got = vec![0u8; len];
+        mr.read_at(100, &mut got).unwrap();
+        assert_eq!(got, data);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -404,6 +436,19 @@ async fn msg_write_read_and_a_bad_key_ends_the_connection() {
         .unwrap();
         assert_eq!(&e.into_bytes()[..], &data[..]);
     }
+    // Remote CQ data would consume a posted receive at the target (the
+    // FI_RX_CQ_DATA mode the offer does not ask for): refused, clearly.
+    assert_eq!(
+        cep.post_writedata(
+            FI_ADDR_UNSPEC,
+            Bytes::from_static(b"d"),
+            1,
+            mr.addr(),
+            mr.key(),
+            1
+        ),
+        Err(Error::NoSys)
+    );
     // A wrong key is a critical error on a MSG endpoint: the operation
     // fails with Access and both sides see the connection end.
     let e = within(

@@ -17,7 +17,7 @@ use futures::future::BoxFuture;
 use crate::addr::FiAddr;
 use crate::attr::Info;
 use crate::av::AvTable;
-use crate::completion::{OpDone, WaitMode};
+use crate::completion::{CqShared, OpDone, WaitMode};
 use crate::error::{Error, Result};
 use crate::eventq::{ConnHandle, EqErrEntry, EqEvent, EqEventKind, EqShared};
 use crate::flags::OpFlags;
@@ -200,6 +200,9 @@ pub struct EpConfig {
     pub conn: Option<ConnHandle>,
     /// The provider's domain object, if it has one.
     pub domain: Option<Arc<dyn ProviderDomain>>,
+    /// The CQ bound for receive completions: where completions the peer
+    /// causes without a posted operation go (remote CQ data of writes).
+    pub rx_cq: Option<Arc<CqShared>>,
 }
 
 impl EpConfig {

@@ -349,6 +349,7 @@ impl Endpoint {
             src_addr: b.src_addr.clone(),
             conn: self.inner.conn.clone(),
             domain: self.inner.domain.inner.prov.clone(),
+            rx_cq: b.rx_cq.as_ref().map(|(c, _)| c.clone()),
         };
         let rt = self.inner.domain.rt().clone();
         let prov = match self.inner.domain.fabric().provider() {

@@ -197,6 +197,13 @@ pub(crate) enum Op {
     },
     /// An RMA read or write of the application's.
     Rma(rma::RmaOpState),
+    /// The RDMA write of a write with remote CQ data; the operation ends
+    /// with the note posted after it (`then`).
+    RmaPart {
+        held: crate::bufs::RmaLocal,
+        conn: Arc<Conn>,
+        then: u64,
+    },
 }
 
 /// A send waiting for the peer's "finished": a rendezvous one (whose
@@ -440,7 +447,8 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     let pd = crate::domain::endpoint_pd(&cfg, &ctx)?;
     let chan = CompChannel::new(&ctx)?;
     let srq = Srq::new(&pd, SLOTS as u32, 1)?;
-    let cq_depth = (EP_SEND_WR + SLOTS + 64) as u32;
+    // A write with remote CQ data is two work requests on one credit.
+    let cq_depth = (2 * EP_SEND_WR + SLOTS + 64) as u32;
     let cq = Cq::new(&ctx, cq_depth, Some(&chan))?;
     let res = Res {
         send_pool: SlotPool::with_slot(&pd, SLOTS, RDM_SLOT, AccessFlags::NONE)?,
@@ -533,14 +541,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
             return reject(Error::MsgSize, req);
         }
         let n = match &req.op {
-            RmaOp::Write { iov, data } => {
-                if data.is_some() {
-                    // Remote CQ data with a write is not carried over RDM
-                    // yet; getinfo says so by leaving FI_REMOTE_CQ_DATA out.
-                    return reject(Error::NoSys, req);
-                }
-                iov.len()
-            }
+            RmaOp::Write { iov, .. } => iov.len(),
             RmaOp::Read { bufs } => bufs.len(),
         };
         if n > ep.cfg.info.tx_attr.iov_limit.max(1) {

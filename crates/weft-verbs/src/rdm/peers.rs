@@ -178,7 +178,9 @@ fn new_conn(ep: &RdmShared, id: CmId, peer: SocketAddr, nonce: u64) -> Result<Ar
             recv_cq: ep.res.cq.clone(),
             srq: Some(ep.res.srq.clone()),
             caps: QpCaps {
-                max_send_wr: QP_SEND_WR as u32,
+                // A write with remote CQ data takes two work requests
+                // on one credit.
+                max_send_wr: 2 * QP_SEND_WR as u32,
                 max_recv_wr: 0,
                 max_send_sge: sge,
                 max_recv_sge: 1,

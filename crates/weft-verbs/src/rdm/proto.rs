@@ -44,6 +44,10 @@ pub enum Op {
     Rts,
     /// The receiver is done with a request-to-send's buffer.
     Fin,
+    /// An RDMA write just before it carried remote CQ data: the target
+    /// reports `len` bytes written with `data`. (The RC connection keeps
+    /// the write ahead of this note.)
+    WriteData,
 }
 
 /// A decoded header.
@@ -88,6 +92,7 @@ impl Header {
             Op::Eager => 1,
             Op::Rts => 2,
             Op::Fin => 3,
+            Op::WriteData => 4,
         };
         let mut f = 0;
         if self.tagged {
@@ -123,6 +128,7 @@ impl Header {
             1 => Op::Eager,
             2 => Op::Rts,
             3 => Op::Fin,
+            4 => Op::WriteData,
             _ => return Err(Error::Io),
         };
         let f = b[1];

@@ -12,9 +12,10 @@ use weft_core::provider::{RmaOp, RmaReq};
 use weft_core::sync::lock;
 use weft_core::Error;
 
+use super::proto::{Header, Op as WireOp};
 use super::{Conn, Op, RdmShared};
 use crate::bufs::{post_rma, RmaLocal};
-use crate::sys::WorkCompletion;
+use crate::sys::{Payload, SendOp, SendRequest, WorkCompletion};
 
 /// An RMA operation on the wire.
 pub(crate) struct RmaOpState {
@@ -23,6 +24,9 @@ pub(crate) struct RmaOpState {
     pub read: bool,
     pub held: RmaLocal,
     pub conn: Arc<Conn>,
+    /// The error of the write before this note (writes with remote CQ
+    /// data): it, not the note's flush, is what the operation reports.
+    pub err: Option<Error>,
 }
 
 fn kind(read: bool) -> OpFlags {
@@ -49,10 +53,64 @@ impl RdmShared {
             Err(_) => return Err((Error::Access, req)),
         };
         let read = matches!(req.op, RmaOp::Read { .. });
+        let data = match &req.op {
+            RmaOp::Write { data, .. } => *data,
+            RmaOp::Read { .. } => None,
+        };
         let op = std::mem::replace(&mut req.op, RmaOp::Read { bufs: Vec::new() });
+        // Cheap clones, to give back should the note fail to post.
+        let keep = match (&op, data) {
+            (RmaOp::Write { iov, .. }, Some(_)) => iov.clone(),
+            _ => Vec::new(),
+        };
+        // With remote CQ data, the write gets its own work request and the
+        // operation ends with the note after it.
+        let write_id = if data.is_some() { self.wr_id() } else { wr_id };
         let mut g = lock(&self.inflight);
-        match post_rma(&c.qp, &self.res.pd, c.inline_max(), op, (addr, rkey), wr_id) {
+        match post_rma(
+            &c.qp,
+            &self.res.pd,
+            c.inline_max(),
+            op,
+            (addr, rkey),
+            write_id,
+        ) {
             Ok(held) => {
+                let held = match data {
+                    None => held,
+                    Some(d) => {
+                        g.insert(
+                            write_id,
+                            Op::RmaPart {
+                                held,
+                                conn: c.clone(),
+                                then: wr_id,
+                            },
+                        );
+                        let mut h = Header::new(WireOp::WriteData);
+                        h.data = Some(d);
+                        h.len = len as u64;
+                        let note = h.encode();
+                        let posted = c.qp.post_send(&SendRequest::new(
+                            wr_id,
+                            SendOp::Send,
+                            Payload::Inline(&note),
+                        ));
+                        if let Err(e) = posted {
+                            // The write is on the queue: its completion
+                            // frees its buffer; the connection goes so
+                            // that it comes (flushed) now. The caller
+                            // still holds its own bytes.
+                            drop(g);
+                            if let Some(ep) = self.me.upgrade() {
+                                super::peers::kill(&ep, c, Error::ConnReset);
+                            }
+                            req.op = RmaOp::Write { iov: keep, data };
+                            return Err((e, req));
+                        }
+                        RmaLocal::Inline
+                    }
+                };
                 g.insert(
                     wr_id,
                     Op::Rma(RmaOpState {
@@ -61,6 +119,7 @@ impl RdmShared {
                         read,
                         held,
                         conn: c.clone(),
+                        err: None,
                     }),
                 );
                 Ok(())
@@ -68,6 +127,21 @@ impl RdmShared {
             Err((e, op)) => {
                 req.op = op;
                 Err((e, req))
+            }
+        }
+    }
+
+    /// The write of a write with remote CQ data is done. On an error the
+    /// note after it will be flushed: the operation reports this error.
+    pub(crate) fn on_rma_part_done(&self, wc: &WorkCompletion, conn: &Arc<Conn>, then: u64) {
+        if let Some(e) = wc.to_error() {
+            if let Some(Op::Rma(st)) = lock(&self.inflight).get_mut(&then) {
+                st.err.get_or_insert(e);
+            }
+            if e != Error::Canceled {
+                if let Some(ep) = self.me.upgrade() {
+                    super::peers::kill(&ep, conn, Error::ConnReset);
+                }
             }
         }
     }
@@ -88,7 +162,7 @@ impl RdmShared {
         self.release_wr(&op.conn, super::TxHeld::Inline);
         self.tx.release(1);
         let bufs = op.held.into_bufs();
-        match wc.to_error() {
+        match op.err.or(wc.to_error()) {
             None => op.done.complete(CqEntry {
                 len: op.len,
                 bufs,

@@ -234,6 +234,22 @@ impl RdmShared {
                     None => {}
                 }
             }
+            WireOp::WriteData => {
+                self.repost_slot(slot);
+                // The write landed before this note (RC order): report it
+                // on the receive CQ, as fi_writedata's target completion.
+                if let Some(cq) = &self.cfg.rx_cq {
+                    cq.push(Ok(CqEntry {
+                        context: 0,
+                        flags: OpFlags::RMA | OpFlags::REMOTE_WRITE | OpFlags::REMOTE_CQ_DATA,
+                        len: hdr.len as usize,
+                        bufs: Vec::new(),
+                        data: hdr.data.unwrap_or(0),
+                        tag: 0,
+                        src: self.reported_addr(self.resolve_src(&conn.peer)),
+                    }));
+                }
+            }
         }
     }
 
@@ -367,6 +383,10 @@ impl CqSink for RdmShared {
                     }
                 }
                 self.on_rma_done(wc, op);
+            }
+            Op::RmaPart { held, conn, then } => {
+                self.on_rma_part_done(wc, &conn, then);
+                drop(held);
             }
         }
         self.flush_backlogs();
