@@ -62,15 +62,20 @@ fn node(info: &Info) -> Node {
     }
 }
 
+/// `peer`'s address in `from`'s AV.
+fn handle(from: &Node, peer: &Node) -> FiAddr {
+    from.av
+        .insert_sync(&[peer.ep.local_addr().unwrap()], Default::default())
+        .unwrap()
+        .fi_addrs[0]
+}
+
 /// Server (rxe1, owns the regions) and client (rxe2), and the client's
 /// handle of the server.
 fn rdm_pair() -> Option<(Node, Node, FiAddr)> {
     let s = node(&rma_offer(SERVER_DEV, EpType::Rdm)?);
     let c = node(&rma_offer(CLIENT_DEV, EpType::Rdm)?);
-    let to_s =
-        c.av.insert_sync(&[s.ep.local_addr().unwrap()], Default::default())
-            .unwrap()
-            .fi_addrs[0];
+    let to_s = handle(&c, &s);
     Some((s, c, to_s))
 }
 
@@ -215,10 +220,7 @@ async fn rdm_posted_rma_reports_to_the_cq_and_counters() {
     assert_eq!(&e.bufs[1][..], b", region");
     // A write with remote CQ data: the target's receive CQ reports it,
     // after the bytes are in place, with the data and the source.
-    let to_c =
-        s.av.insert_sync(&[c.ep.local_addr().unwrap()], Default::default())
-            .unwrap()
-            .fi_addrs[0];
+    let to_c = handle(&s, &c);
     for (i, len) in [3usize, 3000, 200_000].into_iter().enumerate() {
         let data = payload(len, 9 + i as u8);
         let cq_data = 0xDA7A_0000_0000_0000 | i as u64;
@@ -315,10 +317,6 @@ async fn rdm_bad_keys_and_ranges_fail_and_the_peer_stays_usable() {
     .expect_err("write with a revoked key");
     assert_eq!(e.err, Error::Access);
     // Messages still flow between the two.
-    let to_c =
-        s.av.insert_sync(&[c.ep.local_addr().unwrap()], Default::default())
-            .unwrap()
-            .fi_addrs[0];
     let (got, sent) = within("message after errors", async {
         tokio::join!(
             s.ep.trecv(BytesMut::zeroed(8), FI_ADDR_UNSPEC, 5, 0),
@@ -328,7 +326,6 @@ async fn rdm_bad_keys_and_ranges_fail_and_the_peer_stays_usable() {
     .await;
     sent.unwrap();
     assert_eq!(&got.unwrap().into_bytes()[..], b"still up");
-    let _ = to_c;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -470,4 +467,105 @@ async fn msg_write_read_and_a_bad_key_ends_the_connection() {
             Err(e) => panic!("{who}: no shutdown event: {e}"),
         }
     }
+}
+
+/// Both endpoint types with `FI_ATOMIC` (rxe has 64-bit atomics).
+fn atomic_offer(dev: &str, ep_type: EpType) -> Option<Info> {
+    verbs_offer_with(dev, ep_type, |h| {
+        h.caps = Caps::MSG | Caps::RMA | Caps::ATOMIC;
+        h.domain_attr.mr_mode = MrMode::PROV_KEY | MrMode::VIRT_ADDR;
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_atomics_fetch_add_and_compare_swap() {
+    let (Some(si), Some(ci)) = (
+        atomic_offer(SERVER_DEV, EpType::Rdm),
+        atomic_offer(CLIENT_DEV, EpType::Rdm),
+    ) else {
+        return;
+    };
+    assert!(si.caps.contains(Caps::ATOMIC));
+    let (s, c) = (node(&si), node(&ci));
+    let to_s = handle(&c, &s);
+    let mr = s
+        .domain
+        .mr_alloc(64, MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE)
+        .unwrap();
+    let at = |i: u64| mr.addr() + 8 * i;
+    mr.write_at(8, &40u64.to_ne_bytes()).unwrap();
+    // Fetch-add returns the value before; the region holds the sum.
+    let old = within("fetch_add", c.ep.fetch_add(to_s, at(1), mr.key(), 2))
+        .await
+        .unwrap();
+    assert_eq!(old, 40);
+    let mut v = [0u8; 8];
+    mr.read_at(8, &mut v).unwrap();
+    assert_eq!(u64::from_ne_bytes(v), 42);
+    // Wrapping.
+    let old =
+        c.ep.fetch_add(to_s, at(1), mr.key(), u64::MAX)
+            .await
+            .unwrap();
+    assert_eq!(old, 42);
+    mr.read_at(8, &mut v).unwrap();
+    assert_eq!(u64::from_ne_bytes(v), 41);
+    // Compare-swap: swaps only on a match, returns the value before.
+    let old =
+        c.ep.compare_swap(to_s, at(1), mr.key(), 7, 99)
+            .await
+            .unwrap();
+    assert_eq!(old, 41, "no match: unchanged");
+    mr.read_at(8, &mut v).unwrap();
+    assert_eq!(u64::from_ne_bytes(v), 41);
+    let old =
+        c.ep.compare_swap(to_s, at(1), mr.key(), 41, 99)
+            .await
+            .unwrap();
+    assert_eq!(old, 41);
+    mr.read_at(8, &mut v).unwrap();
+    assert_eq!(u64::from_ne_bytes(v), 99);
+    // 100 concurrent increments from two endpoints lose none.
+    let c2 = node(&ci);
+    let to_s2 = handle(&c2, &s);
+    let key = mr.key();
+    let incs = (0..50).map(|_| c.ep.fetch_add(to_s, at(2), key, 1));
+    let incs2 = (0..50).map(|_| c2.ep.fetch_add(to_s2, at(2), key, 1));
+    let all = within("concurrent increments", async {
+        futures::future::join_all(incs.chain(incs2)).await
+    })
+    .await;
+    let mut olds: Vec<u64> = all.into_iter().map(|r| r.unwrap()).collect();
+    olds.sort_unstable();
+    assert_eq!(
+        olds,
+        (0..100).collect::<Vec<u64>>(),
+        "each increment saw a distinct value"
+    );
+    mr.read_at(16, &mut v).unwrap();
+    assert_eq!(u64::from_ne_bytes(v), 100);
+    // Misaligned targets are refused before anything is posted; a bad
+    // key fails at the target.
+    let e =
+        c.ep.fetch_add(to_s, at(1) + 4, mr.key(), 1)
+            .await
+            .unwrap_err();
+    assert_eq!(e.err, Error::Inval);
+    let e = within(
+        "bad key",
+        c.ep.fetch_add(to_s, at(1), u64::from(mr.key() as u32 ^ 3), 1),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.err, Error::Access);
+    assert!(e.flags.contains(OpFlags::ATOMIC));
+    // Without FI_ATOMIC in the endpoint's caps: NoSys.
+    let plain = node(&rma_offer(CLIENT_DEV, EpType::Rdm).unwrap());
+    let to_s3 = handle(&plain, &s);
+    let e = plain
+        .ep
+        .fetch_add(to_s3, at(1), mr.key(), 1)
+        .await
+        .unwrap_err();
+    assert_eq!(e.err, Error::NoSys);
 }

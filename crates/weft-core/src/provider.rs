@@ -95,6 +95,37 @@ pub enum RmaOp {
         /// them back.
         bufs: Vec<BytesMut>,
     },
+    /// `fi_fetch_atomic` / `fi_compare_atomic` on one 64-bit unsigned
+    /// integer at an 8-byte aligned target address; the completion's one
+    /// buffer holds the value before the operation (8 bytes, native
+    /// byte order).
+    Atomic(AtomicOp),
+}
+
+/// A 64-bit atomic operation on a peer's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// `FI_SUM` with fetch: adds, wrapping.
+    FetchAdd(u64),
+    /// `FI_CSWAP`: writes `swap` if the value equals `compare`.
+    CompareSwap {
+        /// The value expected.
+        compare: u64,
+        /// The value written if it is there.
+        swap: u64,
+    },
+}
+
+impl RmaOp {
+    /// The completion flags of the operation: `RMA | WRITE`, `RMA | READ`,
+    /// or `ATOMIC | READ` (the atomics fetch).
+    pub fn flags(&self) -> OpFlags {
+        match self {
+            RmaOp::Write { .. } => OpFlags::RMA | OpFlags::WRITE,
+            RmaOp::Read { .. } => OpFlags::RMA | OpFlags::READ,
+            RmaOp::Atomic(_) => OpFlags::ATOMIC | OpFlags::READ,
+        }
+    }
 }
 
 /// An RMA operation to post against a peer's memory region.
@@ -121,6 +152,7 @@ impl RmaReq {
         match &self.op {
             RmaOp::Write { iov, .. } => iov.iter().map(|b| b.len()).sum(),
             RmaOp::Read { bufs } => bufs.iter().map(|b| b.len()).sum(),
+            RmaOp::Atomic(_) => 8,
         }
     }
 

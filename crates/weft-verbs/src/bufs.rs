@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use weft_core::provider::RmaOp;
+use weft_core::provider::{AtomicOp, RmaOp};
 use weft_core::Error;
 
 use crate::sys::{
@@ -78,7 +78,7 @@ impl RmaLocal {
     }
 }
 
-/// Posts `op` as one RDMA write or read on `qp` against `addr`/`rkey`:
+/// Posts `op` as one RDMA write, read or 64-bit atomic on `qp` against `addr`/`rkey`:
 /// writes up to `inline_max` bytes go inline, larger ones from a
 /// registered copy (gathered); reads land in the caller's buffers,
 /// registered. On failure the operation comes back whole.
@@ -106,6 +106,33 @@ pub(crate) fn post_rma(
                     .and_then(|mr| post(Payload::Sges(&[mr.sge()?])).map(|()| RmaLocal::Source(mr)))
             };
             r.map_err(|e| (e, RmaOp::Write { iov, data }))
+        }
+        RmaOp::Atomic(a) => {
+            // The old value lands in an 8-byte buffer of our own.
+            let mrs = register_targets(pd, vec![BytesMut::zeroed(8)])
+                .map_err(|(e, _)| (e, RmaOp::Atomic(a)))?;
+            let sop = match a {
+                AtomicOp::FetchAdd(add) => SendOp::AtomicFetchAdd {
+                    remote_addr: addr,
+                    rkey,
+                    add,
+                },
+                AtomicOp::CompareSwap { compare, swap } => SendOp::AtomicCmpSwp {
+                    remote_addr: addr,
+                    rkey,
+                    compare,
+                    swap,
+                },
+            };
+            let posted = mrs
+                .first()
+                .ok_or(Error::Io)
+                .and_then(|m| m.sge())
+                .and_then(|sge| qp.post_send(&SendRequest::new(wr_id, sop, Payload::Sges(&[sge]))));
+            match posted {
+                Ok(()) => Ok(RmaLocal::Targets(mrs)),
+                Err(e) => Err((e, RmaOp::Atomic(a))),
+            }
         }
         RmaOp::Read { bufs } => {
             let mrs = register_targets(pd, bufs).map_err(|(e, bufs)| (e, RmaOp::Read { bufs }))?;

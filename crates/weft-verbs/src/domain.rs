@@ -18,12 +18,16 @@ use weft_core::provider::{EpConfig, ProviderDomain, ProviderMr};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use crate::sys::{AccessFlags, CmId, Context, EventChannel, OwnedMr, PortSpace, ProtectionDomain};
+use crate::sys::{
+    AccessFlags, AtomicCap, CmId, Context, EventChannel, OwnedMr, PortSpace, ProtectionDomain,
+};
 
 /// The per-domain verbs objects.
 #[derive(Debug)]
 pub struct VerbsDomain {
     pd: Arc<ProtectionDomain>,
+    /// The device does 64-bit atomics: remote-writable regions take them.
+    atomics: bool,
 }
 
 /// Opens the domain of `info`: its device is the one that owns the
@@ -45,14 +49,17 @@ pub fn open(info: &Info) -> Result<Arc<dyn ProviderDomain>> {
             return Err(Error::NoDev);
         }
     }
+    let atomics = ctx
+        .query_device()
+        .is_ok_and(|a| a.atomic_cap != AtomicCap::None);
     let pd = ProtectionDomain::new(&ctx)?;
-    tracing::debug!(device = ctx.name(), "verbs domain open");
-    Ok(Arc::new(VerbsDomain { pd }))
+    tracing::debug!(device = ctx.name(), atomics, "verbs domain open");
+    Ok(Arc::new(VerbsDomain { pd, atomics }))
 }
 
 impl ProviderDomain for VerbsDomain {
     fn mr_alloc(&self, len: usize, access: MrAccess) -> Result<Arc<dyn ProviderMr>> {
-        let mr = OwnedMr::new(&self.pd, len, access_flags(access))?;
+        let mr = OwnedMr::new(&self.pd, len, access_flags(access, self.atomics))?;
         Ok(Arc::new(VerbsMr {
             key: u64::from(mr.rkey()),
             addr: mr.addr(),
@@ -83,14 +90,19 @@ pub(crate) fn endpoint_pd(cfg: &EpConfig, ctx: &Arc<Context>) -> Result<Arc<Prot
 
 /// Verbs rights for libfabric access bits. The device writes the region
 /// for remote writes and for reads or receives landing in it, and verbs
-/// wants local write whenever remote write is given.
-fn access_flags(a: MrAccess) -> AccessFlags {
+/// wants local write whenever remote write is given. As in libfabric's
+/// verbs provider, remote write also admits atomics (libfabric has no
+/// separate bit) when the device has them.
+fn access_flags(a: MrAccess, atomics: bool) -> AccessFlags {
     let mut f = AccessFlags::NONE;
     if a.intersects(MrAccess::WRITE | MrAccess::RECV | MrAccess::REMOTE_WRITE) {
         f |= AccessFlags::LOCAL_WRITE;
     }
     if a.contains(MrAccess::REMOTE_WRITE) {
         f |= AccessFlags::REMOTE_WRITE;
+        if atomics {
+            f |= AccessFlags::REMOTE_ATOMIC;
+        }
     }
     if a.contains(MrAccess::REMOTE_READ) {
         f |= AccessFlags::REMOTE_READ;
@@ -154,13 +166,17 @@ mod tests {
 
     #[test]
     fn access_bits_map_to_verbs_rights() {
-        assert_eq!(
-            access_flags(MrAccess::REMOTE_READ).bits(),
-            AccessFlags::REMOTE_READ.bits()
-        );
-        let w = access_flags(MrAccess::REMOTE_WRITE);
+        let r = access_flags(MrAccess::REMOTE_READ, true);
+        assert_eq!(r.bits(), AccessFlags::REMOTE_READ.bits());
+        let w = access_flags(MrAccess::REMOTE_WRITE, false);
         assert!(w.contains(AccessFlags::REMOTE_WRITE) && w.contains(AccessFlags::LOCAL_WRITE));
-        assert!(access_flags(MrAccess::WRITE).contains(AccessFlags::LOCAL_WRITE));
-        assert_eq!(access_flags(MrAccess::SEND | MrAccess::READ).bits(), 0);
+        assert!(!w.contains(AccessFlags::REMOTE_ATOMIC));
+        let wa = access_flags(MrAccess::REMOTE_WRITE, true);
+        assert!(wa.contains(AccessFlags::REMOTE_ATOMIC));
+        assert!(access_flags(MrAccess::WRITE, true).contains(AccessFlags::LOCAL_WRITE));
+        assert_eq!(
+            access_flags(MrAccess::SEND | MrAccess::READ, true).bits(),
+            0
+        );
     }
 }

@@ -70,7 +70,8 @@ pub const MSG_ORDER: MsgOrder = MsgOrder::RAR
 
 /// RMA as both endpoint types implement it: RDMA write and read of a
 /// peer's registered region (one remote segment per operation). Atomics
-/// are not offered.
+/// (`FI_ATOMIC`: fetch-add and compare-swap of one `u64`) are added per
+/// device, when it has them ([`with_atomics`]).
 pub const RMA_CAPS: Caps = Caps::RMA
     .union(Caps::READ)
     .union(Caps::WRITE)
@@ -283,6 +284,15 @@ pub const RDM_CAPS: Caps = Caps::MSG
     .union(Caps::REMOTE_COMM)
     .union(RMA_CAPS);
 
+/// `caps` with `FI_ATOMIC` if the device does 64-bit atomics.
+pub fn with_atomics(caps: Caps, a: AtomicCap) -> Caps {
+    if a == AtomicCap::None {
+        caps
+    } else {
+        caps | Caps::ATOMIC
+    }
+}
+
 /// Tag bits: all 64 are matched.
 pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 
@@ -291,7 +301,7 @@ pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 /// header; sends keep their order (one RC connection per peer).
 pub fn rdm_offer(r: &DeviceReport) -> Info {
     let mut i = msg_offer(r);
-    let caps = RDM_CAPS;
+    let caps = with_atomics(RDM_CAPS, r.attr.atomic_cap);
     i.caps = caps;
     i.tx_attr.caps = caps & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE);
     i.rx_attr.caps = caps & !Caps::SEND;
@@ -316,7 +326,7 @@ fn to_usize(v: u32) -> usize {
 /// The `FI_EP_MSG` offer of one port.
 pub fn msg_offer(r: &DeviceReport) -> Info {
     let a = &r.attr;
-    let caps = MSG_CAPS;
+    let caps = with_atomics(MSG_CAPS, a.atomic_cap);
     let src = r.src_addr();
     let addr_format = match src {
         Some(SocketAddr::V6(_)) => AddrFormat::SockaddrIn6,

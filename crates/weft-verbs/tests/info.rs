@@ -23,7 +23,7 @@ use weft_core::Error;
 use weft_verbs::info::{
     describe, discover, discover_cached, no_device_reason, offers, DeviceReport,
 };
-use weft_verbs::sys::{Context, LinkLayer, PortState};
+use weft_verbs::sys::{AtomicCap, Context, LinkLayer, PortState};
 
 fn in_vm() -> bool {
     std::env::var("RXE_VM").as_deref() == Ok("1")
@@ -151,7 +151,11 @@ fn rxe_offers() {
                 | Caps::DIRECTED_RECV
         ));
         assert!(o.caps.contains(Caps::RMA | Caps::READ | Caps::WRITE));
-        assert!(!o.caps.intersects(Caps::ATOMIC));
+        // Atomics exactly when the device has them (rxe does).
+        assert_eq!(
+            o.caps.contains(Caps::ATOMIC),
+            r.attr.atomic_cap != AtomicCap::None
+        );
         assert_eq!(o.domain_attr.mr_mode, MrMode::PROV_KEY | MrMode::VIRT_ADDR);
         assert_eq!(src(o).port(), 0);
     }
@@ -190,7 +194,11 @@ fn rxe_offers() {
                 | Caps::REMOTE_COMM
         ));
         assert!(o.caps.contains(Caps::RMA | Caps::READ | Caps::WRITE));
-        assert!(!o.caps.intersects(Caps::TAGGED | Caps::ATOMIC));
+        assert!(!o.caps.intersects(Caps::TAGGED));
+        assert_eq!(
+            o.caps.contains(Caps::ATOMIC),
+            r.attr.atomic_cap != AtomicCap::None
+        );
         assert!(o.mode.is_empty());
         // The offer's source address is an address of the port.
         assert_eq!(src(o).ip(), r.ips[0]);
@@ -260,14 +268,16 @@ fn getinfo_selects_one_device() {
     // RMA targets need the key and address bits.
     let got = getinfo(Some(&hints), &offers).unwrap();
     let mut no_rma = want.clone();
-    no_rma.caps -= Caps::RMA | Caps::READ | Caps::WRITE | Caps::REMOTE_READ | Caps::REMOTE_WRITE;
-    for c in [
-        &mut no_rma.tx_attr.caps,
-        &mut no_rma.rx_attr.caps,
-        &mut no_rma.domain_attr.caps,
-    ] {
-        *c -= Caps::RMA | Caps::READ | Caps::WRITE | Caps::REMOTE_READ | Caps::REMOTE_WRITE;
-    }
+    let rma_like = Caps::RMA
+        | Caps::ATOMIC
+        | Caps::READ
+        | Caps::WRITE
+        | Caps::REMOTE_READ
+        | Caps::REMOTE_WRITE;
+    no_rma.caps -= rma_like;
+    no_rma.tx_attr.caps -= rma_like;
+    no_rma.rx_attr.caps -= rma_like;
+    no_rma.domain_attr.caps -= rma_like;
     no_rma.domain_attr.mr_mode = MrMode::empty();
     assert_eq!(got, vec![no_rma]);
     // Asking for RMA without accepting its bits finds nothing.

@@ -13,7 +13,7 @@ use weft_core::addr::FiAddr;
 use weft_core::completion::{CqEntry, CqErrEntry, CqItem, OpDone};
 use weft_core::flags::{Caps, OpFlags};
 use weft_core::progress::InlineWait;
-use weft_core::provider::{Rejected, RmaOp, RmaReq};
+use weft_core::provider::{AtomicOp, Rejected, RmaOp, RmaReq};
 use weft_core::{Error, Result};
 
 use crate::endpoint::{Endpoint, Live, NEXT_ASYNC_CTX};
@@ -49,14 +49,14 @@ impl Endpoint {
         {
             return Err(Error::BadFlags);
         }
-        // RMA without READ or WRITE means both (fi_getinfo(3)).
-        let dir = match msg.op {
-            RmaOp::Write { .. } => Caps::WRITE,
-            RmaOp::Read { .. } => Caps::READ,
+        // RMA (or ATOMIC) without READ or WRITE means both (fi_getinfo(3)).
+        let (primary, dir) = match msg.op {
+            RmaOp::Write { .. } => (Caps::RMA, Caps::WRITE),
+            RmaOp::Read { .. } => (Caps::RMA, Caps::READ),
+            RmaOp::Atomic(_) => (Caps::ATOMIC, Caps::READ),
         };
         let rw = Caps::READ | Caps::WRITE;
-        if !info.caps.contains(Caps::RMA) || (info.caps.intersects(rw) && !info.caps.contains(dir))
-        {
+        if !info.caps.contains(primary) || (info.caps.intersects(rw) && !info.caps.contains(dir)) {
             return Err(Error::NoSys);
         }
         let (n, len, data) = match &msg.op {
@@ -66,6 +66,13 @@ impl Endpoint {
                 bufs.iter().map(|b| b.len()).sum::<usize>(),
                 None,
             ),
+            RmaOp::Atomic(_) => {
+                // 64-bit atomics need a naturally aligned target.
+                if msg.addr % 8 != 0 {
+                    return Err(Error::Inval);
+                }
+                (1, 8, None)
+            }
         };
         if n == 0 || n > info.tx_attr.iov_limit.max(1) {
             return Err(Error::Inval);
@@ -90,9 +97,11 @@ impl Endpoint {
         waiter: Option<oneshot::Sender<CqItem>>,
     ) -> RmaReq {
         let flags = flags | OpFlags::from_bits_retain(live.tx_op_flags.load(Ordering::Acquire));
-        let (kind, cntr) = match msg.op {
-            RmaOp::Write { .. } => (OpFlags::RMA | OpFlags::WRITE, live.write_cntr.clone()),
-            RmaOp::Read { .. } => (OpFlags::RMA | OpFlags::READ, live.read_cntr.clone()),
+        let kind = msg.op.flags();
+        let cntr = if kind.contains(OpFlags::WRITE) {
+            live.write_cntr.clone()
+        } else {
+            live.read_cntr.clone()
         };
         let (cq, selective) = live
             .tx_cq
@@ -195,10 +204,7 @@ impl Endpoint {
         msg: RmaMsg,
         flags: OpFlags,
     ) -> std::result::Result<CqEntry, CqErrEntry> {
-        let kind = match msg.op {
-            RmaOp::Write { .. } => OpFlags::RMA | OpFlags::WRITE,
-            RmaOp::Read { .. } => OpFlags::RMA | OpFlags::READ,
-        };
+        let kind = msg.op.flags();
         let fail = |e: Error| CqErrEntry::new(0, kind, e);
         let live = self.live().map_err(fail)?;
         self.check_rma(&msg, flags).map_err(fail)?;
@@ -270,6 +276,57 @@ impl Endpoint {
         self.rmamsg(rma(dest, op, addr, key, 0), OpFlags::empty())
             .await
     }
+
+    /// `fi_fetch_atomic` with `FI_SUM` on a `u64` at `addr` (8-byte
+    /// aligned) of the peer's region: adds `add` (wrapping) and resolves
+    /// with the value before. `NoSys` without `FI_ATOMIC` in the caps.
+    pub async fn fetch_add(
+        &self,
+        dest: FiAddr,
+        addr: u64,
+        key: u64,
+        add: u64,
+    ) -> std::result::Result<u64, CqErrEntry> {
+        let op = RmaOp::Atomic(AtomicOp::FetchAdd(add));
+        old_value(
+            self.rmamsg(rma(dest, op, addr, key, 0), OpFlags::empty())
+                .await,
+        )
+    }
+
+    /// `fi_compare_atomic` with `FI_CSWAP` on a `u64` at `addr` (8-byte
+    /// aligned): writes `swap` if the value is `compare`, and resolves
+    /// with the value before either way (equal to `compare` when it
+    /// swapped).
+    pub async fn compare_swap(
+        &self,
+        dest: FiAddr,
+        addr: u64,
+        key: u64,
+        compare: u64,
+        swap: u64,
+    ) -> std::result::Result<u64, CqErrEntry> {
+        let op = RmaOp::Atomic(AtomicOp::CompareSwap { compare, swap });
+        old_value(
+            self.rmamsg(rma(dest, op, addr, key, 0), OpFlags::empty())
+                .await,
+        )
+    }
+}
+
+/// The value an atomic fetched, from its completion's buffer.
+fn old_value(r: std::result::Result<CqEntry, CqErrEntry>) -> std::result::Result<u64, CqErrEntry> {
+    let e = r?;
+    let mut b = [0u8; 8];
+    match e.bufs.first() {
+        Some(buf) if buf.len() >= 8 => b.copy_from_slice(&buf[..8]),
+        _ => {
+            let mut err = CqErrEntry::new(e.context, e.flags, Error::Io);
+            err.bufs = e.bufs;
+            return Err(err);
+        }
+    }
+    Ok(u64::from_ne_bytes(b))
 }
 
 fn rma(dest: FiAddr, op: RmaOp, addr: u64, key: u64, context: u64) -> RmaMsg {

@@ -38,7 +38,7 @@ pub(super) enum Held {
     /// An RMA write or read of `len` bytes.
     Rma {
         len: usize,
-        read: bool,
+        kind: OpFlags,
         local: RmaLocal,
     },
 }
@@ -50,7 +50,7 @@ impl CqSink for MsgShared {
         };
         let link = lock(&self.link).clone();
         let len = match op {
-            Held::Rma { len, read, local } => return self.finish_rma(wc, done, len, read, local),
+            Held::Rma { len, kind, local } => return self.finish_rma(wc, done, len, kind, local),
             Held::SendInline { len } | Held::SendRegistered { len, .. } => len,
             Held::SendSlot { len, slot } => {
                 if let Some(l) = &link {
@@ -122,7 +122,7 @@ impl MsgShared {
         wc: &WorkCompletion,
         done: OpDone,
         len: usize,
-        read: bool,
+        kind: OpFlags,
         local: RmaLocal,
     ) {
         self.tx.release(1);
@@ -134,8 +134,7 @@ impl MsgShared {
                 ..CqEntry::default()
             }),
             Some(e) => {
-                let kind = if read { OpFlags::READ } else { OpFlags::WRITE };
-                let mut ee = CqErrEntry::new(0, OpFlags::RMA | kind, e);
+                let mut ee = CqErrEntry::new(0, kind, e);
                 ee.bufs = bufs;
                 done.fail(ee);
                 if e != Error::Canceled {

@@ -68,6 +68,7 @@ impl MsgShared {
             RmaOp::Write { data: Some(_), .. } => return reject(Error::NoSys, req),
             RmaOp::Write { iov, .. } => iov.len(),
             RmaOp::Read { bufs } => bufs.len(),
+            RmaOp::Atomic(_) => 1,
         };
         if n > self.cfg.info.tx_attr.iov_limit.max(1) {
             return reject(Error::Inval, req);
@@ -81,7 +82,7 @@ impl MsgShared {
         }
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
-        let read = matches!(req.op, RmaOp::Read { .. });
+        let kind = req.op.flags();
         let len = req.len();
         let inline_max = link.qp.caps().max_inline_data as usize;
         match post_rma(
@@ -93,7 +94,7 @@ impl MsgShared {
             wr_id,
         ) {
             Ok(local) => {
-                let op = Held::Rma { len, read, local };
+                let op = Held::Rma { len, kind, local };
                 g.insert(wr_id, Inflight { done: req.done, op });
                 Ok(())
             }

@@ -543,6 +543,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         let n = match &req.op {
             RmaOp::Write { iov, .. } => iov.len(),
             RmaOp::Read { bufs } => bufs.len(),
+            RmaOp::Atomic(_) => 1,
         };
         if n > ep.cfg.info.tx_attr.iov_limit.max(1) {
             return reject(Error::Inval, req);

@@ -21,20 +21,13 @@ use crate::sys::{Payload, SendOp, SendRequest, WorkCompletion};
 pub(crate) struct RmaOpState {
     pub done: OpDone,
     pub len: usize,
-    pub read: bool,
+    /// Completion flags (`RmaOp::flags`).
+    pub kind: OpFlags,
     pub held: RmaLocal,
     pub conn: Arc<Conn>,
     /// The error of the write before this note (writes with remote CQ
     /// data): it, not the note's flush, is what the operation reports.
     pub err: Option<Error>,
-}
-
-fn kind(read: bool) -> OpFlags {
-    if read {
-        OpFlags::RMA | OpFlags::READ
-    } else {
-        OpFlags::RMA | OpFlags::WRITE
-    }
 }
 
 impl RdmShared {
@@ -52,10 +45,10 @@ impl RdmShared {
             // Verbs keys are 32 bits: no region has this key.
             Err(_) => return Err((Error::Access, req)),
         };
-        let read = matches!(req.op, RmaOp::Read { .. });
+        let kind = req.op.flags();
         let data = match &req.op {
             RmaOp::Write { data, .. } => *data,
-            RmaOp::Read { .. } => None,
+            RmaOp::Read { .. } | RmaOp::Atomic(_) => None,
         };
         let op = std::mem::replace(&mut req.op, RmaOp::Read { bufs: Vec::new() });
         // Cheap clones, to give back should the note fail to post.
@@ -116,7 +109,7 @@ impl RdmShared {
                     Op::Rma(RmaOpState {
                         done: req.done,
                         len,
-                        read,
+                        kind,
                         held,
                         conn: c.clone(),
                         err: None,
@@ -149,8 +142,7 @@ impl RdmShared {
     /// Ends an RMA operation that could not be posted.
     pub(crate) fn fail_rma(&self, req: RmaReq, err: Error) {
         self.tx.release(1);
-        let read = matches!(req.op, RmaOp::Read { .. });
-        let mut e = CqErrEntry::new(0, kind(read), err);
+        let mut e = CqErrEntry::new(0, req.op.flags(), err);
         if let RmaOp::Read { bufs } = req.op {
             e.bufs = bufs;
         }
@@ -169,7 +161,7 @@ impl RdmShared {
                 ..CqEntry::default()
             }),
             Some(e) => {
-                let mut entry = CqErrEntry::new(0, kind(op.read), e);
+                let mut entry = CqErrEntry::new(0, op.kind, e);
                 entry.bufs = bufs;
                 op.done.fail(entry);
             }
