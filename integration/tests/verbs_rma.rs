@@ -304,6 +304,25 @@ async fn rdm_bad_keys_and_ranges_fail_and_the_peer_stays_usable() {
     .expect_err("read past the end");
     assert_eq!(e.err, Error::Access);
     assert_eq!(e.bufs.iter().map(|b| b.len()).sum::<usize>(), 16);
+    // Reading needs REMOTE_READ at the target.
+    let wo = s.domain.mr_alloc(64, MrAccess::REMOTE_WRITE).unwrap();
+    let e = within(
+        "read of a write-only region",
+        c.ep.read(to_s, BytesMut::zeroed(8), wo.addr(), wo.key()),
+    )
+    .await
+    .expect_err("read without REMOTE_READ");
+    assert_eq!(e.err, Error::Access);
+    good("after the write-only read").await;
+    // None of the failed writes touched the target's memory.
+    let mut want = vec![0u8; 4096];
+    want[..2].copy_from_slice(b"ok");
+    assert_eq!(mr.to_vec().unwrap(), want, "only the good writes landed");
+    assert_eq!(
+        ro.to_vec().unwrap(),
+        vec![0u8; 4096],
+        "read-only region untouched"
+    );
     // A closed region's key stops working at once; its copies fail.
     let key = mr.key();
     let addr = mr.addr();

@@ -128,7 +128,7 @@ impl RmaOp {
     }
 }
 
-/// An RMA operation to post against a peer's memory region.
+/// An RMA or atomic operation to post against a peer's memory region.
 #[derive(Debug)]
 pub struct RmaReq {
     /// Target (ignored by connected endpoints).
@@ -281,8 +281,8 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>>;
     /// Posts a receive (or a peek/claim when the flags say so).
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>>;
-    /// Posts an RMA read or write. Providers without RMA (nothing in
-    /// getinfo's caps) keep this default.
+    /// Posts an RMA read, write or atomic. Providers without them
+    /// (nothing in getinfo's caps) keep this default.
     fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
         Err(Rejected {
             err: Error::NoSys,

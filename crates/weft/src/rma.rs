@@ -1,4 +1,5 @@
-//! RMA: reads and writes of a peer's registered memory (fi_rma(3)).
+//! RMA and atomics: reads, writes and 64-bit atomics on a peer's
+//! registered memory (fi_rma(3), fi_atomic(3)).
 //!
 //! The local side is an ordinary buffer, no registration needed: the
 //! provider registers it for the length of the operation. Writes take
@@ -124,9 +125,10 @@ impl Endpoint {
         }
     }
 
-    /// `fi_writemsg` / `fi_readmsg`: posts the operation; its completion
-    /// goes to the transmit CQ with `msg.context` (a read's entry holds
-    /// the filled buffers). `Again` when the queue is full; on any
+    /// `fi_writemsg` / `fi_readmsg` / `fi_fetch_atomicmsg`: posts the
+    /// operation; its completion goes to the transmit CQ with
+    /// `msg.context` (a read's entry holds the filled buffers, an
+    /// atomic's one 8-byte buffer with the value before). `Again` when the queue is full; on any
     /// failure to post, the buffers come back with the error.
     pub fn post_rmamsg(
         &self,
