@@ -178,15 +178,26 @@ async fn rdm_unexpected_then_matched() {
         eager_done += 1;
     }
     // Peek at the 1 MiB one (announced only), claiming it for context 500.
-    let peek = RecvMsg {
-        tagged: true,
-        tag: 103,
-        context: 500,
-        ..RecvMsg::default()
+    // The sender's completions say the device acknowledged the messages,
+    // not that the receiver has polled them yet: until it has, a peek
+    // rightly finds nothing (NoMsg) and is repeated.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let e = loop {
+        let peek = RecvMsg {
+            tagged: true,
+            tag: 103,
+            context: 500,
+            ..RecvMsg::default()
+        };
+        s.ep.post_recvmsg(peek, OpFlags::PEEK | OpFlags::CLAIM)
+            .unwrap();
+        match next_cq(&s.cq).await {
+            Err(e) if e.err == Error::NoMsg && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            r => break r.unwrap(),
+        }
     };
-    s.ep.post_recvmsg(peek, OpFlags::PEEK | OpFlags::CLAIM)
-        .unwrap();
-    let e = next_cq(&s.cq).await.unwrap();
     assert_eq!(
         (e.context, e.len),
         (500, 1 << 20),
