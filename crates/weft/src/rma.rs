@@ -128,8 +128,9 @@ impl Endpoint {
     /// `fi_writemsg` / `fi_readmsg` / `fi_fetch_atomicmsg`: posts the
     /// operation; its completion goes to the transmit CQ with
     /// `msg.context` (a read's entry holds the filled buffers, an
-    /// atomic's one 8-byte buffer with the value before). `Again` when the queue is full; on any
-    /// failure to post, the buffers come back with the error.
+    /// atomic's one 8-byte buffer with the value before). `Again` when
+    /// the queue is full; on any failure to post, the buffers come back
+    /// with the error.
     pub fn post_rmamsg(
         &self,
         msg: RmaMsg,

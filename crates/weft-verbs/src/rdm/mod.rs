@@ -306,6 +306,26 @@ impl RdmShared {
         }
     }
 
+    /// The checks every transmit post makes (state, length, buffer
+    /// count, destination), then its credit: the peer's address, or why
+    /// the post is refused.
+    fn admit(&self, dest: FiAddr, len: usize, n_bufs: usize) -> Result<SocketAddr> {
+        if self.is_closed() {
+            return Err(Error::OpBadState);
+        }
+        if len > self.cfg.info.ep_attr.max_msg_size {
+            return Err(Error::MsgSize);
+        }
+        if n_bufs > self.cfg.info.tx_attr.iov_limit.max(1) {
+            return Err(Error::Inval);
+        }
+        let dest = self.dest_of(dest)?;
+        if !self.tx.try_take() {
+            return Err(Error::Again);
+        }
+        Ok(dest)
+    }
+
     fn dest_of(&self, dest: FiAddr) -> Result<SocketAddr> {
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
         let t = lock(av);
@@ -507,56 +527,37 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
 impl ProviderEndpoint for VerbsRdmEndpoint {
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         let ep = &self.shared;
-        let reject = |err, req| Err(Rejected { err, req });
-        if ep.is_closed() {
-            return reject(Error::OpBadState, req);
+        // After the state check, as before the shared checks of `admit`.
+        let too_big = req.len() > ep.cfg.info.tx_attr.inject_size;
+        if !ep.is_closed() && req.flags.contains(OpFlags::INJECT) && too_big {
+            return Err(Rejected {
+                err: Error::MsgSize,
+                req,
+            });
         }
-        if req.len() > ep.cfg.info.ep_attr.max_msg_size {
-            return reject(Error::MsgSize, req);
+        match ep.admit(req.dest, req.len(), req.iov.len()) {
+            Ok(dest) => {
+                ep.submit_to(dest, Deferred::Send(req));
+                Ok(())
+            }
+            Err(err) => Err(Rejected { err, req }),
         }
-        if req.iov.len() > ep.cfg.info.tx_attr.iov_limit {
-            return reject(Error::Inval, req);
-        }
-        if req.flags.contains(OpFlags::INJECT) && req.len() > ep.cfg.info.tx_attr.inject_size {
-            return reject(Error::MsgSize, req);
-        }
-        let dest = match ep.dest_of(req.dest) {
-            Ok(d) => d,
-            Err(e) => return reject(e, req),
-        };
-        if !ep.tx.try_take() {
-            return reject(Error::Again, req);
-        }
-        ep.submit_to(dest, Deferred::Send(req));
-        Ok(())
     }
 
     fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
         let ep = &self.shared;
-        let reject = |err, req| Err(Rejected { err, req });
-        if ep.is_closed() {
-            return reject(Error::OpBadState, req);
-        }
-        if req.len() > ep.cfg.info.ep_attr.max_msg_size {
-            return reject(Error::MsgSize, req);
-        }
         let n = match &req.op {
             RmaOp::Write { iov, .. } => iov.len(),
             RmaOp::Read { bufs } => bufs.len(),
             RmaOp::Atomic(_) => 1,
         };
-        if n > ep.cfg.info.tx_attr.iov_limit.max(1) {
-            return reject(Error::Inval, req);
+        match ep.admit(req.dest, req.len(), n) {
+            Ok(dest) => {
+                ep.submit_to(dest, Deferred::Rma(req));
+                Ok(())
+            }
+            Err(err) => Err(Rejected { err, req }),
         }
-        let dest = match ep.dest_of(req.dest) {
-            Ok(d) => d,
-            Err(e) => return reject(e, req),
-        };
-        if !ep.tx.try_take() {
-            return reject(Error::Again, req);
-        }
-        ep.submit_to(dest, Deferred::Rma(req));
-        Ok(())
     }
 
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
