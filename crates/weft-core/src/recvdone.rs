@@ -105,6 +105,14 @@ pub fn fail_recv(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usiz
     req.done.fail(e);
 }
 
+/// Ends a posted receive that will not be filled (cancelled, or its
+/// connection is gone) with `Canceled`, giving back its credit.
+pub fn cancel_recv(ep: &dyn RecvCtx, req: RecvReq) {
+    ep.rx_credits().release(1);
+    req.done
+        .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled));
+}
+
 /// Completes a peek (or a discard): the message's length, tag and data are
 /// reported, no bytes are placed.
 pub fn complete_peek(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo) {

@@ -239,9 +239,7 @@ impl EpShared {
     fn flush_posted(&self) {
         let posted = lock(&self.matcher).drain_posted();
         for (_, req) in posted {
-            self.rx.release(1);
-            req.done
-                .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled));
+            weft_core::recvdone::cancel_recv(self, req);
         }
     }
 
@@ -446,9 +444,7 @@ impl ProviderEndpoint for TcpEndpoint {
         let r = lock(&self.shared.matcher).cancel(context);
         match r {
             Some((_, req)) => {
-                self.shared.rx.release(1);
-                req.done
-                    .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled));
+                weft_core::recvdone::cancel_recv(&*self.shared, req);
                 true
             }
             None => false,

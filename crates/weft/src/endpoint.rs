@@ -33,7 +33,7 @@ const CLOSED: u8 = 2;
 /// Contexts of `async` operations live in the top half of the space so
 /// they never collide with an application's `post_*` contexts; contexts
 /// with bit 63 set are reserved.
-pub(crate) static NEXT_ASYNC_CTX: AtomicU64 = AtomicU64::new(1 << 63);
+static NEXT_ASYNC_CTX: AtomicU64 = AtomicU64::new(1 << 63);
 
 /// Transmit flags an operation may carry.
 const TX_FLAGS: OpFlags = OpFlags::COMPLETION
@@ -85,6 +85,33 @@ pub(crate) struct Live {
     rx_op_flags: AtomicU64,
     /// Inline mode: awaited operations drive the endpoint themselves.
     pub(crate) inline: Option<Arc<dyn Progress>>,
+}
+
+impl Live {
+    /// The future of an `async` operation posted with `ctx`; with
+    /// `cancel_on_drop`, dropping it withdraws the operation (receives).
+    pub(crate) fn op_future(
+        &self,
+        ctx: u64,
+        rx: oneshot::Receiver<CqItem>,
+        cancel_on_drop: bool,
+    ) -> OpFuture {
+        OpFuture {
+            rx,
+            ep: cancel_on_drop.then(|| self.prov.clone()),
+            context: ctx,
+            progress: self.inline.clone(),
+            wait: InlineWait::new(),
+        }
+    }
+}
+
+/// A context for an `async` operation, and the channel its completion
+/// comes back on.
+pub(crate) fn async_op() -> (u64, oneshot::Sender<CqItem>, oneshot::Receiver<CqItem>) {
+    let ctx = NEXT_ASYNC_CTX.fetch_add(1, Ordering::Relaxed);
+    let (tx, rx) = oneshot::channel();
+    (ctx, tx, rx)
 }
 
 /// An endpoint. Created disabled: bind an AV (connectionless types), CQs
@@ -687,8 +714,7 @@ impl Endpoint {
         let fail = |e: Error| CqErrEntry::new(0, OpFlags::SEND, e);
         let live = self.live().map_err(fail)?;
         self.check_send(&msg, flags).map_err(fail)?;
-        let ctx = NEXT_ASYNC_CTX.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
+        let (ctx, tx, rx) = async_op();
         let mut msg = msg;
         msg.context = ctx;
         // The waiter takes the completion; the CQ never sees it.
@@ -696,14 +722,7 @@ impl Endpoint {
         if let Err(r) = post_when_room(req, |r| live.prov.post_send(r)).await {
             return Err(fail(r.err));
         }
-        OpFuture {
-            rx,
-            ep: None,
-            context: ctx,
-            progress: live.inline.clone(),
-            wait: InlineWait::new(),
-        }
-        .await
+        live.op_future(ctx, rx, false).await
     }
 
     /// `send` resolving with the completion.
@@ -758,22 +777,15 @@ impl Endpoint {
         if let Err(e) = self.check_recv(&msg, flags) {
             return Err(fail(e, msg.bufs));
         }
-        let ctx = NEXT_ASYNC_CTX.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
+        let (ctx, tx, rx) = async_op();
         let mut msg = msg;
         msg.context = ctx;
         let req = self.recv_req(live, msg, flags, Some(tx));
         if let Err(r) = post_when_room(req, |r| live.prov.post_recv(r)).await {
             return Err(fail(r.err, r.req.bufs));
         }
-        OpFuture {
-            rx,
-            ep: Some(live.prov.clone()),
-            context: ctx,
-            progress: live.inline.clone(),
-            wait: InlineWait::new(),
-        }
-        .await
+        // A receive that has not matched is withdrawn if the future goes.
+        live.op_future(ctx, rx, true).await
     }
 
     /// Receives one message into `buf`.

@@ -13,12 +13,11 @@ use futures::channel::oneshot;
 use weft_core::addr::FiAddr;
 use weft_core::completion::{CqEntry, CqErrEntry, CqItem, OpDone};
 use weft_core::flags::{Caps, OpFlags};
-use weft_core::progress::InlineWait;
 use weft_core::provider::{AtomicOp, Rejected, RmaOp, RmaReq};
 use weft_core::{Error, Result};
 
-use crate::endpoint::{Endpoint, Live, NEXT_ASYNC_CTX};
-use crate::opfuture::{post_when_room, OpFuture};
+use crate::endpoint::{async_op, Endpoint, Live};
+use crate::opfuture::post_when_room;
 
 /// Flags an RMA operation may carry.
 const RMA_FLAGS: OpFlags = OpFlags::COMPLETION
@@ -211,8 +210,7 @@ impl Endpoint {
         let fail = |e: Error| CqErrEntry::new(0, kind, e);
         let live = self.live().map_err(fail)?;
         self.check_rma(&msg, flags).map_err(fail)?;
-        let ctx = NEXT_ASYNC_CTX.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
+        let (ctx, tx, rx) = async_op();
         let mut msg = msg;
         msg.context = ctx;
         let req = self.rma_req(live, msg, flags, Some(tx));
@@ -223,14 +221,7 @@ impl Endpoint {
             }
             return Err(e);
         }
-        OpFuture {
-            rx,
-            ep: None,
-            context: ctx,
-            progress: live.inline.clone(),
-            wait: InlineWait::new(),
-        }
-        .await
+        live.op_future(ctx, rx, false).await
     }
 
     /// `write` resolving with its completion.

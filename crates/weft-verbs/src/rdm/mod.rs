@@ -581,9 +581,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         let r = lock(&self.shared.matcher).cancel(context);
         match r {
             Some((_, req)) => {
-                self.shared.rx.release(1);
-                req.done
-                    .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled));
+                weft_core::recvdone::cancel_recv(&*self.shared, req);
                 true
             }
             None => false,
