@@ -18,13 +18,17 @@ Usage:
 
 info options:
   -p <prov>     provider name (FI_PROVIDER is honoured as well)
-  -e <ep_type>  endpoint type: rdm|msg
+  -e <ep_type>  endpoint type: rdm|msg|dgram
   -v            verbose, fi_info -v style
   --list        print provider names only
 
 pingpong / bw options:
   -p <prov>     provider (tcp)
-  -e <ep_type>  endpoint type: rdm|msg (rdm)
+  -e <ep_type>  endpoint type: rdm|msg|dgram (rdm); dgram (verbs only) sends
+                untagged datagrams of at most the port MTU (the offer's
+                max_msg_size: larger -S sizes are refused, 'all' skips them),
+                bw waits for an acknowledgement after every window, and a
+                run fails once nothing completes for 10 s (a lost datagram)
   -d <domain>   domain (RDMA device) name, e.g. rxe1 (the provider's first)
   -S <size>     transfer size (64, 4k, 1m) or 'all' (64 256 1k 4k 64k 1m) (64)
   -I <iters>    timed iterations per size, after 10% untimed warm-up (1000)
@@ -72,6 +76,9 @@ pub struct PerfArgs {
     pub domain: Option<String>,
     pub ep_type: EpType,
     pub sizes: Vec<usize>,
+    /// `-S all`: sizes above the endpoint's largest message are skipped
+    /// rather than refused.
+    pub all_sizes: bool,
     pub iters: usize,
     pub src_port: Option<u16>,
     pub dst_port: Option<u16>,
@@ -90,6 +97,7 @@ impl Default for PerfArgs {
             domain: None,
             ep_type: EpType::Rdm,
             sizes: vec![64],
+            all_sizes: false,
             iters: 1000,
             src_port: None,
             dst_port: None,
@@ -146,7 +154,8 @@ fn parse_ep_type(s: &str) -> Parsed<EpType> {
     match s.to_ascii_lowercase().as_str() {
         "rdm" => Ok(EpType::Rdm),
         "msg" => Ok(EpType::Msg),
-        _ => bad(format!("-e {s}: endpoint type must be rdm or msg")),
+        "dgram" => Ok(EpType::Dgram),
+        _ => bad(format!("-e {s}: endpoint type must be rdm, msg or dgram")),
     }
 }
 
@@ -175,7 +184,11 @@ fn parse_perf(rest: &[String], bw: bool) -> Parsed<Option<PerfArgs>> {
             "-p" => a.prov = c.value("-p")?.to_string(),
             "-d" => a.domain = Some(c.value("-d")?.to_string()),
             "-e" => a.ep_type = parse_ep_type(c.value("-e")?)?,
-            "-S" => a.sizes = parse_sizes(c.value("-S")?)?,
+            "-S" => {
+                let v = c.value("-S")?;
+                a.sizes = parse_sizes(v)?;
+                a.all_sizes = v.eq_ignore_ascii_case("all");
+            }
             "-I" => a.iters = parse_count("-I", c.value("-I")?)?,
             "-B" => a.src_port = Some(parse_port("-B", c.value("-B")?)?),
             "-P" => a.dst_port = Some(parse_port("-P", c.value("-P")?)?),
@@ -293,6 +306,29 @@ mod tests {
         assert_eq!(a.api, Api::Async);
         assert!(a.verify);
         assert_eq!(a.dest.as_deref(), Some("10.0.0.1"));
+    }
+
+    #[test]
+    fn dgram() {
+        let Command::Pingpong(a) =
+            parse(&argv("pingpong -p verbs -e dgram -S 1k 10.66.0.1")).unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!(a.ep_type, EpType::Dgram);
+        assert_eq!((a.sizes.clone(), a.all_sizes), (vec![1024], false));
+        let Command::Bw(a) = parse(&argv("bw -e DGRAM -S all -W 8")).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!((a.ep_type, a.all_sizes, a.window), (EpType::Dgram, true, 8));
+        let Command::Info(i) = parse(&argv("info -p verbs -e dgram")).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(i.ep_type, Some(EpType::Dgram));
+        assert_eq!(i.prov.as_deref(), Some("verbs"));
+        let e = parse(&argv("pingpong -e sock_dgram")).unwrap_err();
+        assert!(e.0.contains("rdm, msg or dgram"), "{e:?}");
+        assert!(USAGE.contains("rdm|msg|dgram"));
     }
 
     #[test]

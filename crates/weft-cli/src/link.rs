@@ -1,9 +1,16 @@
 //! Bringing up one endpoint that can reach the peer, in the three
 //! topologies the benchmarks run in: server, client, and both in one
 //! process (`--self`). Also the data-path shims that hide the tagged (RDM)
-//! versus untagged (MSG) distinction from the benchmarks.
+//! versus untagged (MSG, DGRAM) distinction from the benchmarks.
+//!
+//! DGRAM is set up like RDM (connectionless: an AV, the peer's address
+//! from the TCP control connection) and used like MSG (no tags: the
+//! control conversation is lockstep). Datagrams are not retransmitted, so
+//! on a DGRAM link every wait for a completion gives up after
+//! [`DGRAM_IDLE`] without one instead of waiting for a lost one forever.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -34,6 +41,11 @@ const CONNECT_PATIENCE: Duration = Duration::from_secs(5);
 /// Room for any control message (the parameter block is the largest).
 pub const CTRL_CAP: usize = 4096;
 
+/// How long a DGRAM link waits for a completion before it takes the
+/// message for lost. Generous: the slowest step between two messages is
+/// the peer's address resolution at start-up.
+pub const DGRAM_IDLE: Duration = Duration::from_secs(10);
+
 /// One side of a benchmark: an enabled endpoint, its CQ, and the peer.
 #[derive(Debug)]
 pub struct Link {
@@ -42,13 +54,16 @@ pub struct Link {
     pub peer: FiAddr,
     tagged: bool,
     mode: WaitMode,
+    /// DGRAM: how long to wait for any completion (see [`DGRAM_IDLE`]).
+    idle: Option<Duration>,
     // Objects the endpoint depends on that it does not itself keep alive.
     _av: Option<AddressVector>,
     _eq: Option<EventQueue>,
     _pep: Option<PassiveEndpoint>,
-    /// RDM across processes: the control connection the addresses came
-    /// over. An RDM endpoint has no connection whose end it would see, so
-    /// this one tells the run that the peer process is gone.
+    /// RDM and DGRAM across processes: the control connection the
+    /// addresses came over. Such an endpoint has no connection whose end
+    /// it would see, so this one tells the run that the peer process is
+    /// gone.
     pub ctrl: Option<TcpStream>,
 }
 
@@ -69,7 +84,8 @@ impl Fab {
         hints.ep_attr.ep_type = a.ep_type;
         hints.domain_attr.name.clone_from(&a.domain);
         hints.caps = match a.ep_type {
-            EpType::Msg => weft::Caps::MSG,
+            // DGRAM has no tagged messages.
+            EpType::Msg | EpType::Dgram => weft::Caps::MSG,
             _ => weft::Caps::TAGGED,
         };
         let mut infos = weft::getinfo(Some(&hints)).with_ctx(|| {
@@ -83,6 +99,14 @@ impl Fab {
                     .unwrap_or_default(),
                 weft::PROVIDERS.join(", ")
             );
+            let offered = offered_types(&a.prov, a.domain.as_deref());
+            if !offered.is_empty() {
+                m.push_str(&format!(
+                    "; -p {} offers {} only",
+                    a.prov,
+                    offered.join(", ")
+                ));
+            }
             if let Some(why) = weft::provider_unavailable(&a.prov) {
                 m.push_str(&format!("; {}: {why}", a.prov));
             }
@@ -99,6 +123,11 @@ impl Fab {
         })
     }
 
+    /// DGRAM: the longest wait for a completion before giving up.
+    fn idle(&self) -> Option<Duration> {
+        (self.info.ep_attr.ep_type == EpType::Dgram).then_some(DGRAM_IDLE)
+    }
+
     fn cq(&self) -> Res<CompletionQueue> {
         self.domain
             .cq(CqAttr {
@@ -108,9 +137,9 @@ impl Fab {
             .ctx("open completion queue")
     }
 
-    /// An enabled RDM endpoint bound to `src` (its IP is what the peer
-    /// will dial, so it must be reachable from there).
-    fn rdm(&self, src: SocketAddr) -> Res<(Endpoint, CompletionQueue, AddressVector)> {
+    /// An enabled RDM or DGRAM endpoint bound to `src` (its IP is what
+    /// the peer will send to, so it must be reachable from there).
+    fn connless(&self, src: SocketAddr) -> Res<(Endpoint, CompletionQueue, AddressVector)> {
         let av = self
             .domain
             .av(AvAttr::default())
@@ -175,6 +204,7 @@ impl Fab {
             peer: FI_ADDR_UNSPEC,
             tagged: false,
             mode: self.mode,
+            idle: None,
             _av: None,
             _eq: Some(eq),
             _pep: Some(pep),
@@ -197,6 +227,7 @@ impl Fab {
                         peer: FI_ADDR_UNSPEC,
                         tagged: false,
                         mode: self.mode,
+                        idle: None,
                         _av: None,
                         _eq: Some(eq),
                         _pep: None,
@@ -212,22 +243,46 @@ impl Fab {
     }
 }
 
-fn rdm_link(
+/// The ep types `prov` (on `domain`, if given) offers, for the error when
+/// the one asked for is not among them.
+fn offered_types(prov: &str, domain: Option<&str>) -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = Vec::new();
+    for i in weft::all_offers() {
+        if i.fabric_attr.prov_name.as_deref() != Some(prov)
+            || domain.is_some_and(|d| i.domain_attr.name.as_deref() != Some(d))
+        {
+            continue;
+        }
+        let n = i.ep_attr.ep_type.fi_name();
+        if !v.contains(&n) {
+            v.push(n);
+        }
+    }
+    v
+}
+
+/// A connectionless (RDM or DGRAM) link once the peer's address is
+/// known. The insert is awaited: on a verbs DGRAM domain it resolves the
+/// address through rdma_cm (`insert_sync` would say `Again` there); on
+/// the others it is ready at once.
+async fn connless_link(
+    fab: &Fab,
     (ep, cq, av): (Endpoint, CompletionQueue, AddressVector),
     peer: &[u8],
-    mode: WaitMode,
     ctrl: Option<TcpStream>,
 ) -> Res<Link> {
     let rep = av
-        .insert_sync(&[peer.to_vec()], Default::default())
-        .ctx("insert peer address")?;
+        .insert(&[peer.to_vec()], Default::default(), 0)
+        .ctx("insert peer address")?
+        .await;
     match rep.results.first() {
         Some(Ok(fi)) => Ok(Link {
             ep,
             cq,
             peer: *fi,
-            tagged: true,
-            mode,
+            tagged: fab.info.ep_attr.ep_type != EpType::Dgram,
+            mode: fab.mode,
+            idle: fab.idle(),
             _av: Some(av),
             _eq: None,
             _pep: None,
@@ -251,20 +306,24 @@ pub async fn self_pair(sfab: &Fab, cfab: &Fab) -> Res<(Link, Link)> {
             Ok((s?, c?))
         }
         _ => {
-            let (sep, scq, sav) = sfab.rdm(lo)?;
-            let (cep, ccq, cav) = cfab.rdm(lo)?;
+            let (sep, scq, sav) = sfab.connless(lo)?;
+            let (cep, ccq, cav) = cfab.connless(lo)?;
             let saddr = sep.local_addr().ctx("endpoint address")?;
             let caddr = cep.local_addr().ctx("endpoint address")?;
-            Ok((
-                rdm_link((sep, scq, sav), &caddr, sfab.mode, None)?,
-                rdm_link((cep, ccq, cav), &saddr, cfab.mode, None)?,
-            ))
+            // Both at once: each resolution (verbs DGRAM) needs the other
+            // endpoint to answer, which it does as soon as it is enabled.
+            let (s, c) = tokio::join!(
+                connless_link(sfab, (sep, scq, sav), &caddr, None),
+                connless_link(cfab, (cep, ccq, cav), &saddr, None),
+            );
+            Ok((s?, c?))
         }
     }
 }
 
-/// The server: RDM exchanges endpoint addresses over a plain TCP control
-/// connection on `-B`; MSG listens with a passive endpoint on `-B`.
+/// The server: RDM and DGRAM exchange endpoint addresses over a plain TCP
+/// control connection on `-B`; MSG listens with a passive endpoint on
+/// `-B`.
 pub async fn serve(fab: &Fab, a: &PerfArgs) -> Res<Link> {
     let port = a.src_port.unwrap_or(DEFAULT_PORT);
     let any = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
@@ -279,9 +338,9 @@ pub async fn serve(fab: &Fab, a: &PerfArgs) -> Res<Link> {
     // Bind the fabric endpoint to the address the client reached us on:
     // that one is routable from the client, a wildcard would not be.
     let ip = s.local_addr().ctx("control connection address")?.ip();
-    let (ep, cq, av) = fab.rdm(SocketAddr::new(unmap(ip), 0))?;
+    let (ep, cq, av) = fab.connless(SocketAddr::new(unmap(ip), 0))?;
     let peer = exchange(&mut s, &ep.local_addr().ctx("endpoint address")?).await?;
-    rdm_link((ep, cq, av), &peer, fab.mode, Some(s))
+    connless_link(fab, (ep, cq, av), &peer, Some(s)).await
 }
 
 /// The client of `dest`, on `-P`.
@@ -293,9 +352,9 @@ pub async fn dial(fab: &Fab, a: &PerfArgs, dest: &str) -> Res<Link> {
     }
     let mut s = control_connect(addr, a.src_port).await?;
     let ip = s.local_addr().ctx("control connection address")?.ip();
-    let (ep, cq, av) = fab.rdm(SocketAddr::new(unmap(ip), 0))?;
+    let (ep, cq, av) = fab.connless(SocketAddr::new(unmap(ip), 0))?;
     let peer = exchange(&mut s, &ep.local_addr().ctx("endpoint address")?).await?;
-    rdm_link((ep, cq, av), &peer, fab.mode, Some(s))
+    connless_link(fab, (ep, cq, av), &peer, Some(s)).await
 }
 
 fn unmap(ip: IpAddr) -> IpAddr {
@@ -373,7 +432,28 @@ async fn exchange(s: &mut TcpStream, mine: &[u8]) -> Res<Vec<u8>> {
 
 impl Link {
     pub fn reaper(&self) -> Reaper {
-        Reaper::new(self.cq.clone(), self.mode == WaitMode::BusyPoll)
+        Reaper::new(self.cq.clone(), self.mode == WaitMode::BusyPoll, self.idle)
+    }
+
+    /// A DGRAM link: messages may be lost (and, in principle, reordered),
+    /// and nothing holds a sender back from outrunning the receiver.
+    pub fn lossy(&self) -> bool {
+        self.idle.is_some()
+    }
+
+    /// Awaits an operation; on a DGRAM link only for so long.
+    async fn bounded(
+        &self,
+        what: &str,
+        op: impl Future<Output = Result<CqEntry, CqErrEntry>>,
+    ) -> Res<CqEntry> {
+        match self.idle {
+            None => op.await.ctx(what),
+            Some(d) => match tokio::time::timeout(d, op).await {
+                Ok(r) => r.ctx(what),
+                Err(_) => Err(lost(what, d)),
+            },
+        }
     }
 
     /// `fi_tsend` / `fi_send`, waiting out a full transmit queue.
@@ -414,12 +494,13 @@ impl Link {
         }
     }
 
-    pub async fn send(&self, buf: Bytes) -> Result<CqEntry, CqErrEntry> {
-        self.send_tagged(buf, DATA_TAG).await
+    pub async fn send(&self, buf: Bytes) -> Res<CqEntry> {
+        self.bounded("send", self.send_tagged(buf, DATA_TAG)).await
     }
 
-    pub async fn recv(&self, buf: BytesMut) -> Result<CqEntry, CqErrEntry> {
-        self.recv_tagged(buf, DATA_TAG).await
+    pub async fn recv(&self, buf: BytesMut) -> Res<CqEntry> {
+        self.bounded("receive", self.recv_tagged(buf, DATA_TAG))
+            .await
     }
 
     async fn send_tagged(&self, buf: Bytes, tag: u64) -> Result<CqEntry, CqErrEntry> {
@@ -441,19 +522,32 @@ impl Link {
     /// Control messages always use the awaited forms: they then never
     /// show up on the CQ the `post` benchmarks read.
     pub async fn send_ctrl(&self, buf: Bytes) -> Res<()> {
-        self.send_tagged(buf, CTRL_TAG)
+        self.bounded("send control message", self.send_tagged(buf, CTRL_TAG))
             .await
             .map(|_| ())
-            .ctx("send control message")
     }
 
     pub async fn recv_ctrl(&self) -> Res<Bytes> {
         let e = self
-            .recv_tagged(BytesMut::zeroed(CTRL_CAP), CTRL_TAG)
-            .await
-            .ctx("receive control message")?;
+            .bounded(
+                "receive control message",
+                self.recv_tagged(BytesMut::zeroed(CTRL_CAP), CTRL_TAG),
+            )
+            .await?;
         Ok(payload(e))
     }
+}
+
+/// The failure of a DGRAM wait that saw nothing complete for `d`.
+fn lost(what: &str, d: Duration) -> Failure {
+    Failure::new(
+        what,
+        format!(
+            "nothing completed for {} s: a datagram was probably lost \
+             (FI_EP_DGRAM does not retransmit), or the peer stopped",
+            d.as_secs()
+        ),
+    )
 }
 
 /// The received bytes of a completion, as one buffer.
@@ -481,12 +575,15 @@ pub struct Reaper {
     stash: VecDeque<CqEntry>,
     batch: Vec<CqItem>,
     busy: bool,
+    /// DGRAM: how long to wait for a completion before giving up.
+    idle: Option<Duration>,
 }
 
 impl Reaper {
-    fn new(cq: CompletionQueue, busy: bool) -> Reaper {
+    fn new(cq: CompletionQueue, busy: bool, idle: Option<Duration>) -> Reaper {
         Reaper {
             busy,
+            idle,
             cq,
             stash: VecDeque::new(),
             batch: Vec::with_capacity(64),
@@ -495,6 +592,7 @@ impl Reaper {
 
     async fn fill(&mut self) -> Res<()> {
         self.batch.clear();
+        let deadline = self.idle.map(|d| (Instant::now() + d, d));
         if self.busy {
             // Spin on the queue, but give the CPU away now and then: the
             // provider's busy-poll thread and the peer's may need the same
@@ -505,11 +603,25 @@ impl Reaper {
                 spins = spins.wrapping_add(1);
                 if spins % 64 == 0 {
                     std::thread::yield_now();
+                    if let Some((at, d)) = deadline {
+                        if Instant::now() >= at {
+                            return Err(lost("read completion queue", d));
+                        }
+                    }
                 }
                 tokio::task::yield_now().await;
             }
-        } else if self.cq.read_batch(&mut self.batch, 64).await == 0 {
-            return Err(Failure::new("read completion queue", "queue closed"));
+        } else {
+            let read = self.cq.read_batch(&mut self.batch, 64);
+            let n = match deadline {
+                None => read.await,
+                Some((at, d)) => tokio::time::timeout_at(at.into(), read)
+                    .await
+                    .map_err(|_| lost("read completion queue", d))?,
+            };
+            if n == 0 {
+                return Err(Failure::new("read completion queue", "queue closed"));
+            }
         }
         for item in self.batch.drain(..) {
             match item {

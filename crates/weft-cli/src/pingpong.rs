@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use crate::args::Api;
-use crate::fail::{Context, Res};
+use crate::fail::Res;
 use crate::link::{payload, Link};
 use crate::proto::{self, Params};
 
@@ -41,8 +41,8 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Durat
             Api::Async => {
                 // join! polls in order: the receive is posted first.
                 let (r, s) = tokio::join!(link.recv(rbuf), link.send(sbuf));
-                s.ctx("send")?;
-                r.ctx("receive")?
+                s?;
+                r?
             }
         };
         if p.verify {
@@ -68,7 +68,7 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Durat
             link.post_recv(BytesMut::zeroed(size), RECV_CTX).await?;
             None
         }
-        Api::Async => Some(link.recv(BytesMut::zeroed(size)).await.ctx("receive")?),
+        Api::Async => Some(link.recv(BytesMut::zeroed(size)).await?),
     };
     for i in 0..total {
         let got = match pending.take() {
@@ -96,12 +96,12 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Durat
                 reaper.wait(SEND_CTX).await?;
             }
             Api::Async if last => {
-                link.send(data.clone()).await.ctx("send")?;
+                link.send(data.clone()).await?;
             }
             Api::Async => {
                 let (r, s) = tokio::join!(link.recv(spare), link.send(data.clone()));
-                s.ctx("send")?;
-                pending = Some(r.ctx("receive")?);
+                s?;
+                pending = Some(r?);
             }
         }
         spare = recycle(data, size);

@@ -155,18 +155,24 @@ pub async fn propose(link: &Link, p: &Params) -> Res<()> {
     ))
 }
 
-/// Server side: takes the client's parameters if they are for `kind`.
-pub async fn agree(link: &Link, kind: Kind) -> Res<Params> {
+/// Server side: takes the client's parameters if they are for `kind`
+/// and every size fits in one of this endpoint's messages (`max_size`).
+pub async fn agree(link: &Link, kind: Kind, max_size: usize) -> Res<Params> {
     let raw = link.recv_ctrl().await?;
     let verdict = Params::decode(&raw).and_then(|p| {
-        if p.kind == kind {
-            Ok(p)
-        } else {
+        if p.kind != kind {
             Err(format!(
                 "server runs {}, client asked for {}",
                 kind.name(),
                 p.kind.name()
             ))
+        } else if let Some(s) = p.sizes.iter().find(|&&s| s > max_size) {
+            Err(format!(
+                "size {s} is larger than the server endpoint's largest message \
+                 ({max_size} bytes, max_msg_size)"
+            ))
+        } else {
+            Ok(p)
         }
     });
     match verdict {

@@ -71,8 +71,8 @@ async fn client_side(kind: Kind, link: &Link, p: &Params, api: Api) -> Res<()> {
     proto::send_done(link).await
 }
 
-async fn server_side(kind: Kind, link: &Link, api: Api, print: bool) -> Res<()> {
-    let p = proto::agree(link, kind).await?;
+async fn server_side(kind: Kind, link: &Link, api: Api, print: bool, max: usize) -> Res<()> {
+    let p = proto::agree(link, kind, max).await?;
     sizes(kind, false, link, &p, api, print).await?;
     proto::wait_done(link).await
 }
@@ -96,16 +96,76 @@ fn warn_oversubscribed(kind_name: &str, a: &PerfArgs) {
     }
 }
 
+/// `-e` as the user spells it: `dgram` for `FI_EP_DGRAM`.
+fn ep_arg(t: weft::EpType) -> String {
+    t.fi_name()
+        .trim_start_matches("FI_EP_")
+        .to_ascii_lowercase()
+}
+
+/// The sizes the client runs: every one must fit in a single message of
+/// the endpoint (`max_msg_size`; for DGRAM one packet, the port's MTU),
+/// so a size that does not is refused here, before anything runs, rather
+/// than failing mid-run. `-S all` skips those that do not fit instead.
+fn fit_sizes(kind_name: &str, a: &PerfArgs, info: &weft::Info) -> Res<Vec<usize>> {
+    let max = info.ep_attr.max_msg_size;
+    let (fit, over): (Vec<usize>, Vec<usize>) = a.sizes.iter().partition(|&&s| s <= max);
+    if over.is_empty() {
+        return Ok(fit);
+    }
+    let why = if info.ep_attr.ep_type == weft::EpType::Dgram {
+        ": a datagram is one packet, at most the port's MTU"
+    } else {
+        ""
+    };
+    let what = format!(
+        "-p {} -e {}{}",
+        a.prov,
+        ep_arg(info.ep_attr.ep_type),
+        info.domain_attr
+            .name
+            .as_deref()
+            .map(|d| format!(" on {d}"))
+            .unwrap_or_default()
+    );
+    if a.all_sizes && !fit.is_empty() {
+        let skipped: Vec<String> = over.iter().map(|&s| report::size_str(s as u64)).collect();
+        eprintln!(
+            "weft {kind_name}: -S all: skipping {} (larger than max_msg_size, {max} bytes, \
+             of {what}{why})",
+            skipped.join(" "),
+        );
+        return Ok(fit);
+    }
+    Err(Failure::new(
+        format!("-S {}", over[0]),
+        format!(
+            "larger than the largest message of {what}: max_msg_size is {max} bytes{why}; \
+             use -S {max} or less"
+        ),
+    ))
+}
+
 /// `server_rt`: with `--self`, the runtime the server side runs on.
 pub async fn run(kind: Kind, a: &PerfArgs, server_rt: Option<Handle>) -> Res<()> {
-    warn_oversubscribed(
-        match kind {
-            Kind::Pingpong => "pingpong",
-            Kind::Bw => "bw",
-        },
-        a,
-    );
+    let kind_name = match kind {
+        Kind::Pingpong => "pingpong",
+        Kind::Bw => "bw",
+    };
+    warn_oversubscribed(kind_name, a);
     let fab = Fab::open(a, Handle::current())?;
+    let max = fab.info.ep_attr.max_msg_size;
+    // The server takes its sizes from the client (and checks them then).
+    let fitted;
+    let a = if a.self_test || a.dest.is_some() {
+        fitted = PerfArgs {
+            sizes: fit_sizes(kind_name, a, &fab.info)?,
+            ..a.clone()
+        };
+        &fitted
+    } else {
+        a
+    };
     let api = a.api;
     if a.self_test {
         let params = Params::from_args(kind, a);
@@ -118,7 +178,7 @@ pub async fn run(kind: Kind, a: &PerfArgs, server_rt: Option<Handle>) -> Res<()>
         let srt = server_rt.unwrap_or_else(Handle::current);
         let sfab = Fab::open(a, srt.clone())?;
         let (s, c) = link::self_pair(&sfab, &fab).await?;
-        let mut server = srt.spawn(async move { server_side(kind, &s, api, false).await });
+        let mut server = srt.spawn(async move { server_side(kind, &s, api, false, max).await });
         let client = client_side(kind, &c, &params, api);
         tokio::pin!(client);
         // Whichever side fails first decides: the other would wait forever.
@@ -143,7 +203,7 @@ pub async fn run(kind: Kind, a: &PerfArgs, server_rt: Option<Handle>) -> Res<()>
     } else {
         let mut link = link::serve(&fab, a).await?;
         let ctrl = link.ctrl.take();
-        watch::guarded(ctrl, server_side(kind, &link, api, true)).await
+        watch::guarded(ctrl, server_side(kind, &link, api, true, max)).await
     }
 }
 
@@ -151,5 +211,56 @@ pub async fn run(kind: Kind, a: &PerfArgs, server_rt: Option<Handle>) -> Res<()>
 impl From<tokio::task::JoinError> for Failure {
     fn from(e: tokio::task::JoinError) -> Failure {
         Failure::new("server task", e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dgram_info(max: usize) -> weft::Info {
+        let mut i = weft::Info::default();
+        i.ep_attr.ep_type = weft::EpType::Dgram;
+        i.ep_attr.max_msg_size = max;
+        i.domain_attr.name = Some("rxe2".into());
+        i
+    }
+
+    fn args(sizes: &str) -> PerfArgs {
+        PerfArgs {
+            prov: "verbs".into(),
+            ep_type: weft::EpType::Dgram,
+            sizes: crate::args::parse_sizes(sizes).unwrap_or_default(),
+            all_sizes: sizes == "all",
+            ..PerfArgs::default()
+        }
+    }
+
+    #[test]
+    fn sizes_must_fit_in_one_message() {
+        let info = dgram_info(1024);
+        assert_eq!(
+            fit_sizes("pingpong", &args("1k"), &info).ok(),
+            Some(vec![1024])
+        );
+        let e = fit_sizes("pingpong", &args("1025"), &info)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            e,
+            "-S 1025: larger than the largest message of -p verbs -e dgram on rxe2: \
+             max_msg_size is 1024 bytes: a datagram is one packet, at most the port's MTU; \
+             use -S 1024 or less"
+        );
+        // `all` keeps what fits.
+        assert_eq!(
+            fit_sizes("bw", &args("all"), &info).ok(),
+            Some(vec![64, 256, 1024])
+        );
+        // Other endpoint types only refuse what exceeds their own limit.
+        let mut rdm = dgram_info(1 << 30);
+        rdm.ep_attr.ep_type = weft::EpType::Rdm;
+        assert_eq!(fit_sizes("bw", &args("1m"), &rdm).ok(), Some(vec![1 << 20]));
     }
 }

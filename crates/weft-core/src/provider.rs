@@ -198,6 +198,46 @@ pub trait ProviderDomain: Send + Sync + Debug {
     fn mr_alloc(&self, len: usize, access: crate::flags::MrAccess) -> Result<Arc<dyn ProviderMr>>;
     /// The concrete domain, for the provider's own endpoints.
     fn as_any(&self) -> &dyn std::any::Any;
+    /// What must happen to an address before endpoints of this domain can
+    /// send to it, if anything: `None` (the default) when the bytes an AV
+    /// holds are enough.
+    fn addr_resolver(&self) -> Option<Arc<dyn AddrResolver>> {
+        None
+    }
+    /// What the domain's registration cache did, if it has one.
+    fn mr_cache_stats(&self) -> Option<MrCacheStats> {
+        None
+    }
+}
+
+/// Counters and occupancy of a registration cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MrCacheStats {
+    /// Lookups that found a registration.
+    pub hits: u64,
+    /// Lookups that registered.
+    pub misses: u64,
+    /// Entries dropped to stay within the limits.
+    pub evictions: u64,
+    /// Entries now.
+    pub entries: usize,
+    /// Bytes registered through entries now.
+    pub bytes: usize,
+}
+
+/// Resolution of AV addresses for providers that cannot send to raw
+/// address bytes (verbs `FI_EP_DGRAM`: each address needs an address
+/// handle, a queue pair number and a Q_Key, found through rdma_cm).
+///
+/// An AV of such a domain reserves the handles of an insert at once and
+/// fills them as their resolutions end; an address that fails to
+/// resolve fails its insert with the resolution's error.
+pub trait AddrResolver: Send + Sync + Debug {
+    /// Resolves `addr` (raw bytes in the domain's address format) and
+    /// keeps what sends to it need. Run on the domain's runtime.
+    fn resolve(&self, addr: Vec<u8>) -> BoxFuture<'static, Result<()>>;
+    /// No AV entry holds `addr` any more: what was kept for it may go.
+    fn forget(&self, addr: &[u8]);
 }
 
 /// A post that could not be accepted, with the request handed back so the

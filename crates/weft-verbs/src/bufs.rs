@@ -28,6 +28,26 @@ pub(crate) fn gather(iov: &[Bytes], len: usize) -> Bytes {
     }
 }
 
+/// The registration of `buf` for the device to read with `access` (a
+/// send source, an RDMA write source, a rendezvous buffer): from the
+/// domain's registration cache when the endpoint has it, else made for
+/// this one use.
+pub(crate) fn register_source(
+    cache: Option<&Arc<SourceCache>>,
+    pd: &Arc<ProtectionDomain>,
+    buf: &Bytes,
+    access: AccessFlags,
+) -> Result<Arc<BytesMr>, Error> {
+    let reg = || BytesMr::new(pd, buf.clone(), access);
+    match cache {
+        Some(c) => c.get((buf.as_ptr() as usize, buf.len(), access.bits()), reg),
+        None => reg().map(Arc::new),
+    }
+}
+
+/// The registration cache of send sources.
+pub(crate) type SourceCache = crate::regcache::RegCache<BytesMr>;
+
 /// Registers each buffer for the device to write into. On failure every
 /// buffer comes back, in order, with the error.
 pub(crate) fn register_targets(
@@ -63,7 +83,7 @@ pub(crate) enum RmaLocal {
     /// Copied into the work request (a small write).
     Inline,
     /// A write's registered source.
-    Source(#[allow(dead_code)] BytesMr),
+    Source(#[allow(dead_code)] Arc<BytesMr>),
     /// A read's registered targets, handed back at completion.
     Targets(Vec<BytesMutMr>),
 }
@@ -84,7 +104,7 @@ impl RmaLocal {
 /// registered. On failure the operation comes back whole.
 pub(crate) fn post_rma(
     qp: &QueuePair,
-    pd: &Arc<ProtectionDomain>,
+    (pd, cache): (&Arc<ProtectionDomain>, Option<&Arc<SourceCache>>),
     inline_max: usize,
     op: RmaOp,
     (addr, rkey): (u64, u32),
@@ -102,7 +122,7 @@ pub(crate) fn post_rma(
             let r = if len <= inline_max {
                 post(Payload::Inline(&src)).map(|()| RmaLocal::Inline)
             } else {
-                BytesMr::new(pd, src, AccessFlags::NONE)
+                register_source(cache, pd, &src, AccessFlags::NONE)
                     .and_then(|mr| post(Payload::Sges(&[mr.sge()?])).map(|()| RmaLocal::Source(mr)))
             };
             r.map_err(|e| (e, RmaOp::Write { iov, data }))

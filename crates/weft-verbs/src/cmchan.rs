@@ -128,6 +128,25 @@ impl Drop for CmChannel {
     }
 }
 
+/// How long address and route resolution may each take.
+pub const RESOLVE_MS: u32 = 2000;
+
+/// rdma_cm address then route resolution of `id` towards `dest` (from
+/// `src`, if given), awaited on `rx`, the id's events.
+pub async fn resolve(
+    id: &crate::sys::CmId,
+    rx: &mut mpsc::UnboundedReceiver<CmEvent>,
+    src: Option<std::net::SocketAddr>,
+    dest: std::net::SocketAddr,
+) -> std::result::Result<(), (Error, Vec<u8>)> {
+    id.resolve_addr(src, dest, RESOLVE_MS)
+        .map_err(|e| (e, Vec::new()))?;
+    expect(rx, CmEventKind::AddrResolved).await?;
+    id.resolve_route(RESOLVE_MS).map_err(|e| (e, Vec::new()))?;
+    expect(rx, CmEventKind::RouteResolved).await?;
+    Ok(())
+}
+
 /// Waits for the next event on `rx` of kind `want`. Any other event that
 /// ends the attempt is an error, with the event's private data (a
 /// rejection's reason); the channel closing is `Shutdown`.

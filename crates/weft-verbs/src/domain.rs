@@ -12,9 +12,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use weft_core::addr::decode_sockaddr;
-use weft_core::attr::Info;
+use weft_core::attr::{EpType, Info};
 use weft_core::flags::MrAccess;
-use weft_core::provider::{EpConfig, ProviderDomain, ProviderMr};
+use weft_core::provider::{AddrResolver, EpConfig, MrCacheStats, ProviderDomain, ProviderMr};
+
+use crate::bufs::SourceCache;
+use crate::dgram::UdResolver;
+use crate::regcache::CacheLimits;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
@@ -28,6 +32,10 @@ pub struct VerbsDomain {
     pd: Arc<ProtectionDomain>,
     /// The device does 64-bit atomics: remote-writable regions take them.
     atomics: bool,
+    /// A domain opened for `FI_EP_DGRAM`: its AVs resolve addresses.
+    ud: Option<Arc<UdResolver>>,
+    /// Registrations of send sources, shared by the domain's endpoints.
+    cache: Arc<SourceCache>,
 }
 
 /// Opens the domain of `info`: its device is the one that owns the
@@ -53,8 +61,20 @@ pub fn open(info: &Info) -> Result<Arc<dyn ProviderDomain>> {
         .query_device()
         .is_ok_and(|a| a.atomic_cap != AtomicCap::None);
     let pd = ProtectionDomain::new(&ctx)?;
+    let ud = (info.ep_attr.ep_type == EpType::Dgram).then(|| UdResolver::new(src.ip(), pd.clone()));
     tracing::debug!(device = ctx.name(), atomics, "verbs domain open");
-    Ok(Arc::new(VerbsDomain { pd, atomics }))
+    let limits = CacheLimits::from_env(
+        |k| std::env::var(k).ok(),
+        crate::info::memlock_limit().flatten(),
+    );
+    tracing::debug!(?limits, "verbs registration cache");
+    let cache = Arc::new(SourceCache::new(limits));
+    Ok(Arc::new(VerbsDomain {
+        pd,
+        atomics,
+        ud,
+        cache,
+    }))
 }
 
 impl ProviderDomain for VerbsDomain {
@@ -72,6 +92,21 @@ impl ProviderDomain for VerbsDomain {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+
+    fn mr_cache_stats(&self) -> Option<MrCacheStats> {
+        Some(self.cache.stats())
+    }
+
+    fn addr_resolver(&self) -> Option<Arc<dyn AddrResolver>> {
+        self.ud.clone().map(|r| r as Arc<dyn AddrResolver>)
+    }
+}
+
+impl VerbsDomain {
+    /// The address resolver of a DGRAM domain.
+    pub(crate) fn ud_resolver(&self) -> Option<Arc<UdResolver>> {
+        self.ud.clone()
+    }
 }
 
 /// The protection domain an endpoint on device context `ctx` uses: its
@@ -86,6 +121,20 @@ pub(crate) fn endpoint_pd(cfg: &EpConfig, ctx: &Arc<Context>) -> Result<Arc<Prot
         Some(d) if d.pd.context().as_ptr() == ctx.as_ptr() => Ok(d.pd.clone()),
         _ => ProtectionDomain::new(ctx),
     }
+}
+
+/// The registration cache an endpoint on protection domain `pd` uses:
+/// its domain's when `pd` is the domain's (a registration serves only
+/// queue pairs of its own protection domain).
+pub(crate) fn endpoint_cache(
+    cfg: &EpConfig,
+    pd: &Arc<ProtectionDomain>,
+) -> Option<Arc<SourceCache>> {
+    let dom = cfg
+        .domain
+        .as_ref()
+        .and_then(|d| d.as_any().downcast_ref::<VerbsDomain>())?;
+    Arc::ptr_eq(&dom.pd, pd).then(|| dom.cache.clone())
 }
 
 /// Verbs rights for libfabric access bits. The device writes the region

@@ -265,7 +265,7 @@ pub fn offers_for(reports: &[DeviceReport]) -> Vec<Info> {
     reports
         .iter()
         .filter(|r| r.is_active())
-        .flat_map(|r| [rdm_offer(r), msg_offer(r)])
+        .flat_map(|r| [rdm_offer(r), msg_offer(r), dgram_offer(r)])
         .collect()
 }
 
@@ -316,6 +316,45 @@ pub fn rdm_offer(r: &DeviceReport) -> Info {
     i.ep_attr.max_order_raw_size = 0;
     i.ep_attr.max_order_waw_size = 0;
     i.domain_attr.cq_data_size = 8;
+    i
+}
+
+/// What the DGRAM endpoint implements: datagrams of up to one path MTU
+/// on a UD queue pair, with 32-bit remote CQ data (immediate data),
+/// source addresses and directed receives.
+pub const DGRAM_CAPS: Caps = Caps::MSG
+    .union(Caps::SEND)
+    .union(Caps::RECV)
+    .union(Caps::REMOTE_CQ_DATA)
+    .union(Caps::SOURCE)
+    .union(Caps::DIRECTED_RECV)
+    .union(Caps::LOCAL_COMM)
+    .union(Caps::REMOTE_COMM);
+
+/// The `FI_EP_DGRAM` offer of one port (see the `dgram` module): a
+/// message is one UD packet, so the largest is the port's active MTU.
+/// Addresses are the IP and port of the endpoint's rdma_cm id, which
+/// inserts resolve to an address handle and queue pair.
+pub fn dgram_offer(r: &DeviceReport) -> Info {
+    let mut i = msg_offer(r);
+    let mtu = to_usize(r.port_attr.active_mtu.bytes());
+    i.caps = DGRAM_CAPS;
+    i.tx_attr.caps = DGRAM_CAPS & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE);
+    i.rx_attr.caps = DGRAM_CAPS & !Caps::SEND;
+    // UD promises neither delivery nor order.
+    i.tx_attr.msg_order = MsgOrder::empty();
+    i.rx_attr.msg_order = MsgOrder::empty();
+    i.tx_attr.inject_size = to_usize(r.max_inline).min(mtu);
+    i.tx_attr.rma_iov_limit = 0;
+    i.rx_attr.iov_limit = i.tx_attr.iov_limit;
+    i.ep_attr.ep_type = EpType::Dgram;
+    i.ep_attr.protocol = Protocol::IbUd;
+    i.ep_attr.max_msg_size = mtu;
+    i.ep_attr.cm_data_size = 0;
+    i.ep_attr.max_order_raw_size = 0;
+    i.ep_attr.max_order_waw_size = 0;
+    i.domain_attr.cq_data_size = 4;
+    i.domain_attr.mr_mode = MrMode::empty();
     i
 }
 

@@ -8,7 +8,9 @@
 //! queue pairs connected with rdma_cm (send/recv, remote CQ data through
 //! send-with-immediate, inline sends for small messages), `FI_EP_RDM` over
 //! RC connections made on first use (tagged matching in software, eager
-//! and RDMA-read rendezvous transfers, a shared receive queue), memory
+//! and RDMA-read rendezvous transfers, a shared receive queue),
+//! `FI_EP_DGRAM` over a UD queue pair whose AV inserts resolve addresses
+//! through rdma_cm (`dgram`), memory
 //! regions on the domain's protection domain (`domain`) with RDMA write
 //! and read on both endpoint types, completion
 //! channels driven by the Tokio reactor, a busy-poll thread, or inline
@@ -31,6 +33,8 @@ mod cmchan;
 #[cfg(feature = "rdma")]
 mod cqdrive;
 #[cfg(feature = "rdma")]
+mod dgram;
+#[cfg(feature = "rdma")]
 mod domain;
 #[cfg(feature = "rdma")]
 pub mod info;
@@ -44,6 +48,8 @@ mod passive;
 mod pool;
 #[cfg(feature = "rdma")]
 mod rdm;
+#[cfg(feature = "rdma")]
+pub mod regcache;
 
 use std::sync::Arc;
 
@@ -108,13 +114,15 @@ pub fn open_domain(info: &Info) -> Result<Arc<dyn weft_core::provider::ProviderD
     }
 }
 
-/// Opens (enables) an endpoint: `FI_EP_MSG` or `FI_EP_RDM`. Other types
+/// Opens (enables) an endpoint: `FI_EP_MSG`, `FI_EP_RDM` or `FI_EP_DGRAM`
+/// (the last on a domain opened with a DGRAM info). Other types
 /// are not offered by getinfo and are `NoSys` here.
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     #[cfg(feature = "rdma")]
     match cfg.info.ep_attr.ep_type {
         weft_core::attr::EpType::Msg => return msg::open(cfg, rt),
         weft_core::attr::EpType::Rdm => return rdm::open(cfg, rt),
+        weft_core::attr::EpType::Dgram => return dgram::open(cfg, rt),
         _ => {}
     }
     let _ = (cfg, rt);

@@ -8,11 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use futures::channel::oneshot;
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use weft_core::addr::{self, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::attr::AvType;
 use weft_core::av::{self as core_av, AvTable, InsertEvent};
 use weft_core::eventq::{EqErrEntry, EqEvent, EqEventKind, EqShared};
 use weft_core::flags::AvFlags;
+use weft_core::provider::AddrResolver;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
@@ -101,11 +104,14 @@ pub(crate) struct AvInner {
     eq: Mutex<Option<Arc<EqShared>>>,
     pub(crate) bound_eps: AtomicUsize,
     open_flags: AvFlags,
+    /// The provider's address resolution (verbs DGRAM), if it needs one.
+    resolver: Option<Arc<dyn AddrResolver>>,
 }
 
 impl AddressVector {
     pub(crate) fn open(domain: Domain, attr: AvAttr) -> Result<AddressVector> {
         let table = AvTable::open(&attr)?;
+        let resolver = domain.inner.prov.as_ref().and_then(|p| p.addr_resolver());
         Ok(AddressVector {
             inner: Arc::new(AvInner {
                 fid: crate::fabric::next_fid(),
@@ -114,6 +120,7 @@ impl AddressVector {
                 eq: Mutex::new(None),
                 bound_eps: AtomicUsize::new(0),
                 open_flags: attr.flags,
+                resolver,
             }),
         })
     }
@@ -156,9 +163,27 @@ impl AddressVector {
     /// `FI_EVENT` in `flags`) the insert returns at once, its events go to
     /// the bound EQ (one error per failed address, then one completion
     /// whose data is the success count), and the returned future resolves
-    /// with the same results. Otherwise the returned insert is ready.
+    /// with the same results. Otherwise the returned insert is ready —
+    /// except on a domain whose addresses need resolving (verbs
+    /// `FI_EP_DGRAM`), where every insert is a pending future: await it
+    /// (without `FI_EVENT` it posts no events).
     pub fn insert(&self, addrs: &[Vec<u8>], flags: AvFlags, context: u64) -> Result<Insert> {
         let eq = self.event_eq(flags)?;
+        if let Some(r) = &self.inner.resolver {
+            let lookups = addrs
+                .iter()
+                .map(|a| {
+                    let a = a.clone();
+                    let r = r.clone();
+                    async move {
+                        Self::validate(&a)?;
+                        r.resolve(a.clone()).await.map(|()| a)
+                    }
+                    .boxed()
+                })
+                .collect();
+            return Ok(self.fill_later(lookups, flags, eq, context));
+        }
         let results = lock(&self.inner.table).insert(addrs, &Self::validate);
         let report = InsertReport::new(results, flags.contains(AvFlags::SYNC_ERR));
         if let Some(eq) = eq {
@@ -169,8 +194,13 @@ impl AddressVector {
         })
     }
 
-    /// Synchronous insert returning the report directly.
+    /// Synchronous insert returning the report directly. `Again` on a
+    /// domain whose addresses need resolving (verbs `FI_EP_DGRAM`): await
+    /// [`insert`](Self::insert) there.
     pub fn insert_sync(&self, addrs: &[Vec<u8>], flags: AvFlags) -> Result<InsertReport> {
+        if self.inner.resolver.is_some() {
+            return Err(Error::Again);
+        }
         self.insert(addrs, flags, 0)?.now().ok_or(Error::Again)
     }
 
@@ -248,20 +278,45 @@ impl AddressVector {
         if let Some(addrs) = numeric {
             return self.insert(&addrs, flags, context);
         }
-        let handles = lock(&self.inner.table).reserve(pairs.len());
+        let resolver = self.inner.resolver.clone();
+        let lookups = pairs
+            .into_iter()
+            .map(|(n, s)| {
+                let resolver = resolver.clone();
+                async move {
+                    let port: u16 = s.parse().map_err(|_| Error::Inval)?;
+                    let mut it = tokio::net::lookup_host((n.as_str(), port))
+                        .await
+                        .map_err(|_| Error::NoData)?;
+                    let bytes = it
+                        .next()
+                        .map(|a| addr::encode_sockaddr(&a))
+                        .ok_or(Error::NoData)?;
+                    if let Some(r) = resolver {
+                        r.resolve(bytes.clone()).await?;
+                    }
+                    Ok(bytes)
+                }
+                .boxed()
+            })
+            .collect();
+        Ok(self.fill_later(lookups, flags, eq, context))
+    }
+
+    /// Reserves one handle per lookup now, in call order, and fills them
+    /// as the lookups (all running at once) end.
+    fn fill_later(
+        &self,
+        lookups: Vec<BoxFuture<'static, Result<Vec<u8>>>>,
+        flags: AvFlags,
+        eq: Option<Arc<EqShared>>,
+        context: u64,
+    ) -> Insert {
+        let handles = lock(&self.inner.table).reserve(lookups.len());
         let (tx, rx) = oneshot::channel();
         let av = self.clone();
         let sync_err = flags.contains(AvFlags::SYNC_ERR);
         self.inner.domain.rt().spawn(async move {
-            let lookups = pairs.iter().map(|(n, s)| async move {
-                let port: u16 = s.parse().map_err(|_| Error::Inval)?;
-                let mut it = tokio::net::lookup_host((n.as_str(), port))
-                    .await
-                    .map_err(|_| Error::NoData)?;
-                it.next()
-                    .map(|a| addr::encode_sockaddr(&a))
-                    .ok_or(Error::NoData)
-            });
             let resolved = futures::future::join_all(lookups).await;
             let results: Vec<Result<FiAddr>> = {
                 let mut t = lock(&av.inner.table);
@@ -283,9 +338,9 @@ impl AddressVector {
             }
             let _ = tx.send(report);
         });
-        Ok(Insert {
+        Insert {
             state: InsertState::Pending(rx),
-        })
+        }
     }
 
     /// `fi_av_remove`: every handle must be live (else `Inval`, and
@@ -293,7 +348,16 @@ impl AddressVector {
     pub fn remove(&self, fi_addrs: &[FiAddr]) -> Result<()> {
         let mut t = lock(&self.inner.table);
         for &a in fi_addrs {
+            let bytes = match &self.inner.resolver {
+                Some(_) => Some(t.lookup(a)?.to_vec()),
+                None => None,
+            };
             t.remove(a)?;
+            if let (Some(r), Some(b)) = (&self.inner.resolver, bytes) {
+                if t.find(&b).is_none() {
+                    r.forget(&b);
+                }
+            }
         }
         Ok(())
     }

@@ -146,7 +146,7 @@ impl Drop for EpInner {
 impl Endpoint {
     pub(crate) fn new(domain: Domain, info: Info, conn: Option<ConnHandle>) -> Result<Endpoint> {
         match info.ep_attr.ep_type {
-            EpType::Rdm | EpType::Msg => {}
+            EpType::Rdm | EpType::Msg | EpType::Dgram => {}
             EpType::Unspec => return Err(Error::Inval),
             _ => return Err(Error::NoSys),
         }

@@ -261,6 +261,15 @@ impl Domain {
         Ok(MemoryRegion::new(mr, access, self.fid()))
     }
 
+    /// What the domain's registration cache did (hits, misses,
+    /// evictions, occupancy): `None` for providers without one. The verbs
+    /// domain caches the registrations of the `Bytes` its endpoints send
+    /// from (limits from `FI_MR_CACHE_MAX_COUNT`, `FI_MR_CACHE_MAX_SIZE`;
+    /// `FI_MR_CACHE_MONITOR=disabled` turns it off).
+    pub fn mr_cache_stats(&self) -> Option<weft_core::provider::MrCacheStats> {
+        self.inner.prov.as_ref().and_then(|p| p.mr_cache_stats())
+    }
+
     /// Creates a (disabled) endpoint for `info`.
     pub fn endpoint(&self, info: &Info) -> Result<Endpoint> {
         Endpoint::new(self.clone(), info.clone(), None)

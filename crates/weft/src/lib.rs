@@ -72,7 +72,7 @@ pub use mr::MemoryRegion;
 pub use msg::{RecvMsg, SendMsg};
 pub use passive::PassiveEndpoint;
 pub use rma::RmaMsg;
-pub use weft_core::provider::{AtomicOp, RmaOp};
+pub use weft_core::provider::{AtomicOp, MrCacheStats, RmaOp};
 
 pub use weft_core::addr::{
     decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sockaddr_to_str, FiAddr,

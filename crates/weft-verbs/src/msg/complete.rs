@@ -26,7 +26,10 @@ pub(super) enum Held {
     /// A send copied into a bounce slot.
     SendSlot { len: usize, slot: u32 },
     /// A send from the caller's buffers, registered.
-    SendRegistered { len: usize, _mrs: Vec<BytesMr> },
+    SendRegistered {
+        len: usize,
+        _mrs: Vec<std::sync::Arc<BytesMr>>,
+    },
     /// A receive landing in a bounce slot, copied out at completion.
     RecvSlot { bufs: Vec<BytesMut>, slot: u32 },
     /// A receive into the caller's buffers, registered (zero-length ones

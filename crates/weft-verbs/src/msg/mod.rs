@@ -50,8 +50,6 @@ use complete::Inflight;
 
 /// rdma_cm's private-data limit on an RC connect, less our length byte.
 pub const CM_DATA_SIZE: usize = 55;
-/// How long address and route resolution may take.
-const RESOLVE_MS: u32 = 2000;
 
 /// Encodes CM data with its length byte.
 pub fn cm_encode(data: &[u8]) -> Result<Vec<u8>> {
@@ -84,6 +82,8 @@ pub struct Link {
     pub qp: Arc<QueuePair>,
     pub send_pool: SlotPool,
     pub recv_pool: SlotPool,
+    /// The domain's registration cache (when `pd` is the domain's).
+    pub cache: Option<Arc<crate::bufs::SourceCache>>,
 }
 
 impl std::fmt::Debug for Link {
@@ -183,6 +183,7 @@ impl MsgShared {
         let send_pool = SlotPool::new(&pd, SLOTS, AccessFlags::NONE)?;
         let recv_pool = SlotPool::new(&pd, SLOTS, AccessFlags::LOCAL_WRITE)?;
         let link = Arc::new(Link {
+            cache: crate::domain::endpoint_cache(&self.cfg, &pd),
             id,
             pd,
             chan,
@@ -281,12 +282,7 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
         .as_deref()
         .or(ep.cfg.info.src_addr.as_deref())
         .and_then(|a| decode_sockaddr(a).ok());
-    id.resolve_addr(src, dest, RESOLVE_MS)?;
-    cmchan::expect(&mut events, CmEventKind::AddrResolved)
-        .await
-        .map_err(|(e, _)| e)?;
-    id.resolve_route(RESOLVE_MS)?;
-    cmchan::expect(&mut events, CmEventKind::RouteResolved)
+    cmchan::resolve(&id, &mut events, src, dest)
         .await
         .map_err(|(e, _)| e)?;
     let link = ep.build_link(id)?;

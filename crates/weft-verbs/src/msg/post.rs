@@ -11,11 +11,9 @@ use weft_core::{Error, Result};
 
 use super::complete::{Held, Inflight};
 use super::{Link, MsgShared};
-use crate::bufs::{gather, post_rma};
+use crate::bufs::{gather, post_rma, register_source};
 use crate::pool::SLOT;
-use crate::sys::{
-    AccessFlags, BytesMr, BytesMutMr, Payload, RecvRequest, SendOp, SendRequest, Sge,
-};
+use crate::sys::{AccessFlags, BytesMutMr, Payload, RecvRequest, SendOp, SendRequest, Sge};
 
 impl MsgShared {
     pub(super) fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
@@ -87,7 +85,7 @@ impl MsgShared {
         let inline_max = link.qp.caps().max_inline_data as usize;
         match post_rma(
             &link.qp,
-            &link.pd,
+            (&link.pd, link.cache.as_ref()),
             inline_max,
             req.op,
             (req.addr, rkey),
@@ -163,7 +161,7 @@ fn send_on(link: &Link, req: &SendReq, wr_id: u64) -> Result<Held> {
         .iov
         .iter()
         .filter(|b| !b.is_empty())
-        .map(|b| BytesMr::new(&link.pd, b.clone(), AccessFlags::NONE))
+        .map(|b| register_source(link.cache.as_ref(), &link.pd, b, AccessFlags::NONE))
         .collect::<Result<Vec<_>>>()?;
     let sges = mrs
         .iter()

@@ -212,13 +212,15 @@ pub(crate) enum Op {
 pub(crate) struct RndvSend {
     pub done: OpDone,
     pub len: usize,
-    pub _mr: Option<BytesMr>,
+    pub _mr: Option<Arc<BytesMr>>,
     pub conn: Arc<Conn>,
 }
 
 /// The verbs objects every connection of the endpoint shares.
 pub(crate) struct Res {
     pub pd: Arc<ProtectionDomain>,
+    /// The domain's registration cache (when `pd` is the domain's).
+    pub cache: Option<Arc<crate::bufs::SourceCache>>,
     pub chan: Arc<CompChannel>,
     pub cq: Arc<Cq>,
     pub srq: Arc<Srq>,
@@ -471,6 +473,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     let cq_depth = (2 * EP_SEND_WR + SLOTS + 64) as u32;
     let cq = Cq::new(&ctx, cq_depth, Some(&chan))?;
     let res = Res {
+        cache: crate::domain::endpoint_cache(&cfg, &pd),
         send_pool: SlotPool::with_slot(&pd, SLOTS, RDM_SLOT, AccessFlags::NONE)?,
         recv_pool: SlotPool::with_slot(&pd, SLOTS, RDM_SLOT, AccessFlags::LOCAL_WRITE)?,
         pd,

@@ -19,8 +19,6 @@ use crate::sys::{CmEvent, CmEventKind, CmId, ConnParam, PortSpace, QpCaps, QpIni
 
 /// Rejection data meaning "we are connecting to you too, and ours wins".
 const SIMULTANEOUS: &[u8] = b"weft-rdm: crossing connect";
-/// How long address and route resolution may take.
-const RESOLVE_MS: u32 = 2000;
 /// After losing a crossing connect, how long to wait for the winner's
 /// request before trying again.
 const CROSSING_RETRY: Duration = Duration::from_millis(100);
@@ -142,14 +140,7 @@ pub(super) fn connect(ep: &RdmShared, peer: SocketAddr) {
 async fn active(ep: &Arc<RdmShared>, id: CmId, peer: SocketAddr, events: &mut Events) -> Attempt {
     let plain = |(e, d): (Error, Vec<u8>)| (e, d, None);
     let src = SocketAddr::new(ep.local.ip(), 0);
-    id.resolve_addr(Some(src), peer, RESOLVE_MS)
-        .map_err(|e| (e, Vec::new(), None))?;
-    cmchan::expect(events, CmEventKind::AddrResolved)
-        .await
-        .map_err(plain)?;
-    id.resolve_route(RESOLVE_MS)
-        .map_err(|e| (e, Vec::new(), None))?;
-    cmchan::expect(events, CmEventKind::RouteResolved)
+    cmchan::resolve(&id, events, Some(src), peer)
         .await
         .map_err(plain)?;
     let conn = new_conn(ep, id, peer, 0).map_err(|e| (e, Vec::new(), None))?;

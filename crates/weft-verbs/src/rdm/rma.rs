@@ -62,7 +62,7 @@ impl RdmShared {
         let mut g = lock(&self.inflight);
         match post_rma(
             &c.qp,
-            &self.res.pd,
+            (&self.res.pd, self.res.cache.as_ref()),
             c.inline_max(),
             op,
             (addr, rkey),

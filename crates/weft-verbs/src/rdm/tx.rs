@@ -261,7 +261,12 @@ impl RdmShared {
         // Rendezvous: the peer reads the payload from our registered copy
         // of the caller's bytes (one buffer, gathered if need be).
         let data = crate::bufs::gather(&req.iov, len);
-        let mr = match BytesMr::new(&self.res.pd, data, AccessFlags::REMOTE_READ) {
+        let mr = match crate::bufs::register_source(
+            self.res.cache.as_ref(),
+            &self.res.pd,
+            &data,
+            AccessFlags::REMOTE_READ,
+        ) {
             Ok(m) => m,
             Err(e) => return Err((e, req)),
         };
@@ -284,7 +289,7 @@ impl RdmShared {
         payload: &[Bytes],
         req: SendReq,
         iov: Vec<Bytes>,
-        mr: Option<BytesMr>,
+        mr: Option<Arc<BytesMr>>,
     ) -> std::result::Result<(), (Error, SendReq)> {
         let wr_id = h.cookie;
         let SendReq {

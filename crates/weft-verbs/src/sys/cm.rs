@@ -215,6 +215,10 @@ pub struct ConnParam<'a> {
     pub retry_count: u8,
     /// RNR retries (0-7, 7 = infinite).
     pub rnr_retry_count: u8,
+    /// The queue pair to announce when the id has none of its own (a UD
+    /// endpoint answering address resolution for its one QP); ignored
+    /// when the id has a QP.
+    pub qp_num: u32,
 }
 
 impl<'a> ConnParam<'a> {
@@ -227,7 +231,14 @@ impl<'a> ConnParam<'a> {
             flow_control: 0,
             retry_count: 7,
             rnr_retry_count: 7,
+            qp_num: 0,
         }
+    }
+
+    /// Announcing queue pair `qp_num` (for an id without a QP).
+    pub fn with_qp_num(mut self, qp_num: u32) -> Self {
+        self.qp_num = qp_num & 0x00ff_ffff;
+        self
     }
 
     fn to_raw(self, limit: usize) -> Result<rdma_conn_param, Error> {
@@ -247,7 +258,7 @@ impl<'a> ConnParam<'a> {
             retry_count: self.retry_count.min(7),
             rnr_retry_count: self.rnr_retry_count.min(7),
             srq: 0,
-            qp_num: 0,
+            qp_num: self.qp_num,
         })
     }
 }

@@ -53,6 +53,15 @@ pub use qp::{
 };
 pub use wr::{Payload, PostError, RecvRequest, SendFlags, SendOp, SendRequest, UdDest};
 
+/// The Q_Key rdma_cm gives UD ids of the UDP port space (`RDMA_UDP_QKEY`):
+/// a UD queue pair that answers address resolution must use it, because
+/// the kernel announces it to resolvers.
+pub const UDP_QKEY: u32 = rdma_sys::RDMA_UDP_QKEY;
+
+/// Bytes before a UD receive's payload: the packet's GRH (or, for RoCE v2
+/// over IPv4, 20 unused bytes and the IPv4 header).
+pub const GRH_LEN: usize = 40;
+
 /// The error for an errno value, keeping its meaning.
 pub(crate) fn errno_error(errno: i32) -> Error {
     Error::from_io(&io::Error::from_raw_os_error(errno))

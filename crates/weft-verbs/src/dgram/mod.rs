@@ -1,0 +1,422 @@
+//! `FI_EP_DGRAM` over a UD queue pair.
+//!
+//! A datagram is one UD packet: at most the port's MTU, delivered at most
+//! once, in no promised order. Nothing of Weft's own travels with it (the
+//! remote CQ data is the packet's immediate data), so a send is exactly
+//! the application's bytes.
+//!
+//! An endpoint's address is the IP and port of an rdma_cm id in the UDP
+//! port space; the endpoint answers the address resolutions (SIDR) of
+//! peers inserting it with its queue pair number. Inserting an address
+//! into the AV runs that resolution ([`resolve`]), so the entries hold
+//! address handles and sends need no lookup beyond them.
+//!
+//! Receives land in registered slots of the endpoint (each a GRH and an
+//! MTU), always posted to the queue pair, and are copied into the
+//! application's buffers: datagrams that arrive before a receive is posted
+//! wait in their slots instead of being dropped, and a receive can be
+//! cancelled, which one handed to the device could not be.
+
+mod resolve;
+mod rx;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::runtime::Handle;
+use weft_core::addr::{decode_sockaddr, encode_sockaddr, FiAddr};
+use weft_core::completion::OpDone;
+use weft_core::credits::Credits;
+use weft_core::flags::OpFlags;
+use weft_core::hash::{fast_map, FastMap};
+use weft_core::progress::Progress;
+use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+use crate::cmchan::CmChannel;
+use crate::cqdrive::{self, CqSink, PollerSlot};
+use crate::pool::SlotPool;
+use crate::sys::{
+    AccessFlags, CmEventKind, CmId, CompChannel, ConnParam, Cq, Payload, PortSpace, QpCaps,
+    QpInitAttr, QpType, QueuePair, SendOp, SendRequest, UdDest, GRH_LEN, UDP_QKEY,
+};
+
+pub use resolve::{UdPeer, UdResolver};
+
+/// Receive slots per endpoint: how many datagrams may wait for receives.
+const RX_SLOTS: usize = 256;
+/// Send slots per endpoint (sends larger than the inline limit).
+const TX_SLOTS: usize = 256;
+/// Receive work requests carry this bit; the rest of the id is the slot.
+const RECV_BIT: u64 = 1 << 63;
+/// Pending address resolutions a listener keeps.
+const LISTEN_BACKLOG: i32 = 1024;
+
+/// The endpoint's verbs objects, children after parents.
+struct Res {
+    listener: CmId,
+    chan: Arc<CompChannel>,
+    cq: Arc<Cq>,
+    qp: Arc<QueuePair>,
+    send_pool: SlotPool,
+    recv_pool: SlotPool,
+}
+
+/// A send on the device.
+struct Inflight {
+    done: OpDone,
+    len: usize,
+    slot: Option<u32>,
+}
+
+/// A datagram waiting in its slot for a receive.
+struct Arrival {
+    slot: u32,
+    len: usize,
+    src: FiAddr,
+    data: Option<u64>,
+}
+
+#[derive(Default)]
+struct RxQueue {
+    posted: VecDeque<RecvReq>,
+    arrived: VecDeque<Arrival>,
+}
+
+/// State shared by the endpoint handle and its drivers.
+pub struct DgramShared {
+    cfg: EpConfig,
+    rt: Handle,
+    local: SocketAddr,
+    mtu: usize,
+    resolver: Arc<UdResolver>,
+    cm: Arc<CmChannel>,
+    res: Res,
+    rxq: Mutex<RxQueue>,
+    inflight: Mutex<FastMap<u64, Inflight>>,
+    next_wr: AtomicU64,
+    tx: Credits,
+    rx: Credits,
+    poller: PollerSlot,
+    closed: AtomicBool,
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl std::fmt::Debug for DgramShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DgramShared")
+            .field("local", &self.local)
+            .field("qpn", &self.res.qp.qp_num())
+            .finish()
+    }
+}
+
+/// The `ProviderEndpoint` handle.
+#[derive(Debug)]
+pub struct VerbsDgramEndpoint {
+    shared: Arc<DgramShared>,
+    inline: Arc<dyn Progress>,
+}
+
+/// Opens a DGRAM endpoint on a DGRAM domain: binds its rdma_cm id,
+/// builds the UD queue pair on the domain's protection domain, posts the
+/// receive slots and starts answering resolutions.
+pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
+    let resolver = cfg
+        .domain
+        .as_ref()
+        .and_then(|d| d.as_any().downcast_ref::<crate::domain::VerbsDomain>())
+        .and_then(|d| d.ud_resolver())
+        // A DGRAM endpoint needs a domain opened for DGRAM, whose AV
+        // resolves addresses.
+        .ok_or(Error::Inval)?;
+    let want = cfg
+        .src_addr
+        .as_deref()
+        .or(cfg.info.src_addr.as_deref())
+        .ok_or(Error::AddrNotAvail)
+        .and_then(decode_sockaddr)?;
+    let cm = CmChannel::open(&rt)?;
+    let listener = CmId::new(&cm.ch, PortSpace::Udp)?;
+    listener.bind_addr(want)?;
+    listener.listen(LISTEN_BACKLOG)?;
+    let local = listener.local_addr().ok_or(Error::AddrNotAvail)?;
+    let ctx = listener.context()?;
+    let pd = resolver.pd().clone();
+    if pd.context().as_ptr() != ctx.as_ptr() {
+        // The address belongs to another device than the domain's.
+        return Err(Error::AddrNotAvail);
+    }
+    let info = &cfg.info;
+    let mtu = info.ep_attr.max_msg_size.clamp(1, 4096);
+    let tx_size = info.tx_attr.size.max(1);
+    let chan = CompChannel::new(&ctx)?;
+    let cq = Cq::new(&ctx, (tx_size + RX_SLOTS + 16) as u32, Some(&chan))?;
+    let qp = QueuePair::new(
+        &pd,
+        &QpInitAttr {
+            qp_type: QpType::Ud,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            srq: None,
+            caps: QpCaps {
+                max_send_wr: tx_size as u32,
+                max_recv_wr: RX_SLOTS as u32,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: info.tx_attr.inject_size as u32,
+            },
+            sq_sig_all: false,
+        },
+    )?;
+    qp.activate_ud(listener.port_num(), 0, UDP_QKEY, 0)?;
+    let res = Res {
+        send_pool: SlotPool::with_slot(&pd, TX_SLOTS, mtu, AccessFlags::NONE)?,
+        recv_pool: SlotPool::with_slot(&pd, RX_SLOTS, GRH_LEN + mtu, AccessFlags::LOCAL_WRITE)?,
+        listener,
+        chan,
+        cq,
+        qp,
+    };
+    let shared = Arc::new(DgramShared {
+        tx: Credits::new(tx_size),
+        rx: Credits::new(info.rx_attr.size.max(1)),
+        cfg,
+        rt,
+        local,
+        mtu,
+        resolver,
+        cm,
+        res,
+        rxq: Mutex::new(RxQueue::default()),
+        inflight: Mutex::new(fast_map()),
+        next_wr: AtomicU64::new(1),
+        poller: Arc::new(Mutex::new(None)),
+        closed: AtomicBool::new(false),
+        tasks: Mutex::new(Vec::new()),
+    });
+    for slot in 0..RX_SLOTS as u32 {
+        shared.post_slot(slot)?;
+    }
+    let me: Arc<dyn CqSink> = shared.clone();
+    let sink = Arc::downgrade(&me);
+    drop(me);
+    let t = cqdrive::start(
+        &shared.rt,
+        shared.cfg.wait,
+        shared.res.cq.clone(),
+        shared.res.chan.clone(),
+        sink,
+        &shared.poller,
+    )?;
+    lock(&shared.tasks).extend(t);
+    answer_resolutions(&shared);
+    tracing::debug!(local = %local, qpn = shared.res.qp.qp_num(), "verbs dgram endpoint open");
+    let inline: Arc<dyn Progress> = Arc::new(cqdrive::InlinePoll::new(shared.poller.clone()));
+    Ok(Arc::new(VerbsDgramEndpoint { shared, inline }))
+}
+
+/// Answers every resolution request (SIDR) reaching the endpoint's id
+/// with its queue pair; the kernel adds the Q_Key.
+fn answer_resolutions(ep: &Arc<DgramShared>) {
+    let mut events = ep.cm.subscribe(ep.res.listener.token());
+    let qpn = ep.res.qp.qp_num();
+    let t = ep.rt.spawn(async move {
+        while let Some(ev) = events.recv().await {
+            if ev.kind != CmEventKind::ConnectRequest {
+                continue;
+            }
+            if let Some(id) = ev.new_id {
+                if let Err(e) = id.accept(&ConnParam::new(&[]).with_qp_num(qpn)) {
+                    tracing::debug!(error = %e, "verbs dgram: answering a resolution failed");
+                }
+                // The reply went out during accept; a UD id keeps no state
+                // worth holding.
+                drop(id);
+            }
+        }
+    });
+    lock(&ep.tasks).push(t.abort_handle());
+}
+
+impl DgramShared {
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The resolved peer behind AV handle `dest`.
+    fn peer(&self, dest: FiAddr) -> Result<Arc<UdPeer>> {
+        let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
+        let t = lock(av);
+        let raw = t.lookup(dest).map_err(|_| Error::AddrNotAvail)?;
+        self.resolver.peer(raw).ok_or(Error::AddrNotAvail)
+    }
+
+    fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+        let reject = |err, req| Err(Rejected { err, req });
+        if self.is_closed() {
+            return reject(Error::OpBadState, req);
+        }
+        let len = req.len();
+        if len > self.mtu {
+            return reject(Error::MsgSize, req);
+        }
+        let inline = len <= self.cfg.info.tx_attr.inject_size;
+        if req.flags.contains(OpFlags::INJECT) && !inline {
+            return reject(Error::MsgSize, req);
+        }
+        if req.iov.len() > self.cfg.info.tx_attr.iov_limit {
+            return reject(Error::Inval, req);
+        }
+        let imm = match req.data {
+            None => None,
+            // The immediate is 32 bits (cq_data_size 4).
+            Some(d) => match u32::try_from(d) {
+                Ok(v) => Some(v),
+                Err(_) => return reject(Error::Inval, req),
+            },
+        };
+        let peer = match self.peer(req.dest) {
+            Ok(p) => p,
+            Err(e) => return reject(e, req),
+        };
+        if !self.tx.try_take() {
+            return reject(Error::Again, req);
+        }
+        let op = match imm {
+            Some(v) => SendOp::SendWithImm(v),
+            None => SendOp::Send,
+        };
+        let dest = UdDest {
+            ah: &peer.ah,
+            remote_qpn: peer.qpn,
+            remote_qkey: peer.qkey,
+        };
+        let wr_id = self.next_wr.fetch_add(1, Ordering::Relaxed) & !RECV_BIT;
+        let mut g = lock(&self.inflight);
+        let posted = if inline {
+            let bytes = crate::bufs::gather(&req.iov, len);
+            let wr = SendRequest::new(wr_id, op, Payload::Inline(&bytes)).ud(dest);
+            self.res.qp.post_send(&wr).map(|()| None)
+        } else {
+            match self.res.send_pool.take() {
+                None => Err(Error::Again),
+                Some(slot) => {
+                    let off = self.res.send_pool.offset(slot);
+                    let r = self.res.send_pool.with(|mr| {
+                        let mut at = off;
+                        for b in &req.iov {
+                            mr.write_at(at, b)?;
+                            at += b.len();
+                        }
+                        let sge = mr.sge(off, len)?;
+                        let sges = [sge];
+                        let wr = SendRequest::new(wr_id, op, Payload::Sges(&sges)).ud(dest);
+                        self.res.qp.post_send(&wr)
+                    });
+                    match r {
+                        Ok(()) => Ok(Some(slot)),
+                        Err(e) => {
+                            self.res.send_pool.put(slot);
+                            Err(e)
+                        }
+                    }
+                }
+            }
+        };
+        match posted {
+            Ok(slot) => {
+                g.insert(
+                    wr_id,
+                    Inflight {
+                        done: req.done,
+                        len,
+                        slot,
+                    },
+                );
+                Ok(())
+            }
+            Err(e) => {
+                drop(g);
+                self.tx.release(1);
+                reject(e, req)
+            }
+        }
+    }
+}
+
+impl ProviderEndpoint for VerbsDgramEndpoint {
+    fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+        self.shared.post_send(req)
+    }
+
+    fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+        self.shared.post_recv(req)
+    }
+
+    fn cancel(&self, context: u64) -> bool {
+        self.shared.cancel(context)
+    }
+
+    fn local_addr(&self) -> Vec<u8> {
+        encode_sockaddr(&self.shared.local)
+    }
+
+    fn peer_addr(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn progress_hook(&self) -> Option<Arc<dyn Progress>> {
+        Some(self.inline.clone())
+    }
+
+    fn tx_size_left(&self) -> usize {
+        self.shared.tx.left()
+    }
+
+    fn rx_size_left(&self) -> usize {
+        self.shared.rx.left()
+    }
+
+    fn connect(&self, _dest: Vec<u8>, _cm: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> {
+        async { Err(Error::OpNotSupp) }.boxed()
+    }
+
+    fn accept(&self, _cm: Vec<u8>) -> BoxFuture<'static, Result<()>> {
+        async { Err(Error::OpNotSupp) }.boxed()
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        Err(Error::OpNotSupp)
+    }
+
+    fn close(&self) {
+        let ep = &self.shared;
+        if ep.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = ep.res.qp.to_error();
+        for t in lock(&ep.tasks).drain(..) {
+            t.abort();
+        }
+        *lock(&ep.poller) = None;
+        ep.cm.unsubscribe(ep.res.listener.token());
+        ep.cm.close();
+        // Outstanding operations are discarded without completions; the
+        // slots stay registered until the endpoint (and its QP) is gone.
+        let mut q = lock(&ep.rxq);
+        q.posted.clear();
+        q.arrived.clear();
+    }
+}
+
+impl Drop for VerbsDgramEndpoint {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,306 @@
+//! The registration cache: registrations of the application's send
+//! buffers, kept for reuse so that sending the same bytes again costs no
+//! `ibv_reg_mr` (a system call that pins pages: tens of microseconds per
+//! megabyte).
+//!
+//! Caches in C runtimes must learn when cached memory is unmapped and the
+//! address reused (libfabric's userfaultfd or memhooks monitors), or they
+//! would hand the device pages that no longer back the address. Here an
+//! entry owns a clone of the `Bytes` it registered, so the memory cannot
+//! be freed, unmapped or changed while the entry exists, and a key (address,
+//! length, rights) always names the same bytes: no monitor is needed and
+//! there is no window in which a stale registration could be used.
+//!
+//! The price is that cached buffers stay allocated (and pinned) until
+//! evicted — at most `FI_MR_CACHE_MAX_SIZE` bytes per domain, 32 MiB by
+//! default — and that `Bytes::try_into_mut` cannot reclaim a cached
+//! buffer meanwhile. Limits follow libfabric's variables: `FI_MR_CACHE_MAX_COUNT`
+//! entries (0 disables the cache), `FI_MR_CACHE_MAX_SIZE` bytes, and
+//! `FI_MR_CACHE_MONITOR=disabled` turns it off; the other monitor names are
+//! accepted and mean the ownership rule above. The least recently used
+//! entries go first; an operation still using an evicted registration
+//! keeps it alive until it completes.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use weft_core::hash::{fast_map, FastMap};
+use weft_core::provider::MrCacheStats as CacheStats;
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+/// Default entry limit (libfabric's default).
+pub const DEFAULT_MAX_COUNT: usize = 1024;
+/// Default byte limit: pinned memory counts against `RLIMIT_MEMLOCK`, so
+/// at most half of a finite limit, and never more than this.
+pub const DEFAULT_MAX_SIZE: usize = 32 << 20;
+
+/// Limits of a cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheLimits {
+    /// Most entries (0: no caching).
+    pub max_count: usize,
+    /// Most bytes registered through entries.
+    pub max_size: usize,
+}
+
+impl CacheLimits {
+    /// From `FI_MR_CACHE_*` (`get` reads one variable) and the locked
+    /// memory limit (`None`: unlimited).
+    pub fn from_env(get: impl Fn(&str) -> Option<String>, memlock: Option<u64>) -> CacheLimits {
+        let num = |name: &str| get(name).and_then(|v| v.trim().parse::<usize>().ok());
+        let disabled =
+            get("FI_MR_CACHE_MONITOR").is_some_and(|m| m.trim().eq_ignore_ascii_case("disabled"));
+        let cap = memlock.map_or(DEFAULT_MAX_SIZE, |m| {
+            usize::try_from(m / 2)
+                .unwrap_or(usize::MAX)
+                .min(DEFAULT_MAX_SIZE)
+        });
+        CacheLimits {
+            max_count: if disabled {
+                0
+            } else {
+                num("FI_MR_CACHE_MAX_COUNT").unwrap_or(DEFAULT_MAX_COUNT)
+            },
+            max_size: num("FI_MR_CACHE_MAX_SIZE").unwrap_or(cap),
+        }
+    }
+}
+
+/// The cache key: start address, length and access rights of a buffer.
+pub type Key = (usize, usize, u32);
+
+struct Entry<T> {
+    reg: Arc<T>,
+    stamp: u64,
+}
+
+struct Inner<T> {
+    map: FastMap<Key, Entry<T>>,
+    /// Use stamp → key, oldest first.
+    lru: BTreeMap<u64, Key>,
+    next: u64,
+    stats: CacheStats,
+}
+
+/// A bounded LRU map from buffers to registrations `T`.
+pub struct RegCache<T> {
+    limits: CacheLimits,
+    inner: Mutex<Inner<T>>,
+}
+
+impl<T> std::fmt::Debug for RegCache<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegCache")
+            .field("limits", &self.limits)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl<T> RegCache<T> {
+    /// An empty cache.
+    pub fn new(limits: CacheLimits) -> RegCache<T> {
+        RegCache {
+            limits,
+            inner: Mutex::new(Inner {
+                map: fast_map(),
+                lru: BTreeMap::new(),
+                next: 0,
+                stats: CacheStats::default(),
+            }),
+        }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> CacheLimits {
+        self.limits
+    }
+
+    /// Counters and occupancy.
+    pub fn stats(&self) -> CacheStats {
+        lock(&self.inner).stats
+    }
+
+    /// The registration for `key` (`len` bytes), made by `register` on a
+    /// miss. Buffers too large for the cache, or all buffers when it is
+    /// disabled, are registered for this one use. A registration that
+    /// fails for lack of memory is retried once after emptying the cache,
+    /// whose entries hold pinned pages.
+    pub fn get(&self, key: Key, register: impl Fn() -> Result<T>) -> Result<Arc<T>> {
+        let len = key.1;
+        if self.limits.max_count == 0 || len > self.limits.max_size {
+            return register().map(Arc::new);
+        }
+        {
+            let mut g = lock(&self.inner);
+            let g = &mut *g;
+            let stamp = g.next;
+            if let Some(e) = g.map.get_mut(&key) {
+                g.lru.remove(&e.stamp);
+                e.stamp = stamp;
+                g.lru.insert(stamp, key);
+                g.next += 1;
+                g.stats.hits += 1;
+                return Ok(e.reg.clone());
+            }
+        }
+        // Registration is a system call: not under the lock.
+        let reg = match register() {
+            Err(Error::NoMem) => {
+                self.clear();
+                register()?
+            }
+            r => r?,
+        };
+        let reg = Arc::new(reg);
+        let mut g = lock(&self.inner);
+        g.stats.misses += 1;
+        if g.map.contains_key(&key) {
+            // Another thread registered the same buffer meanwhile.
+            return Ok(reg);
+        }
+        let stamp = g.next;
+        g.next += 1;
+        g.map.insert(
+            key,
+            Entry {
+                reg: reg.clone(),
+                stamp,
+            },
+        );
+        g.lru.insert(stamp, key);
+        g.stats.bytes += len;
+        g.stats.entries += 1;
+        while g.stats.entries > self.limits.max_count || g.stats.bytes > self.limits.max_size {
+            let Some((_, oldest)) = g.lru.pop_first() else {
+                break;
+            };
+            if g.map.remove(&oldest).is_some() {
+                g.stats.entries -= 1;
+                g.stats.bytes -= oldest.1;
+                g.stats.evictions += 1;
+            }
+        }
+        Ok(reg)
+    }
+
+    /// Drops every entry (registrations in use live on until their
+    /// operations end).
+    pub fn clear(&self) {
+        let mut g = lock(&self.inner);
+        g.map.clear();
+        g.lru.clear();
+        g.stats.entries = 0;
+        g.stats.bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn limits(max_count: usize, max_size: usize) -> CacheLimits {
+        CacheLimits {
+            max_count,
+            max_size,
+        }
+    }
+
+    #[test]
+    fn hit_after_miss_and_lru_eviction_by_count() {
+        let c: RegCache<usize> = RegCache::new(limits(2, 1 << 20));
+        let made = Cell::new(0);
+        let reg = |v: usize| {
+            let made = &made;
+            move || {
+                made.set(made.get() + 1);
+                Ok(v)
+            }
+        };
+        assert_eq!(*c.get((0x1000, 10, 0), reg(1)).unwrap(), 1);
+        assert_eq!(*c.get((0x1000, 10, 0), reg(9)).unwrap(), 1);
+        // Same address, other length or rights: other entries.
+        assert_eq!(*c.get((0x1000, 11, 0), reg(2)).unwrap(), 2);
+        // Touch the first so the second is the oldest.
+        c.get((0x1000, 10, 0), reg(9)).unwrap();
+        assert_eq!(*c.get((0x1000, 10, 1), reg(3)).unwrap(), 3);
+        let s = c.stats();
+        assert_eq!((s.hits, s.misses, s.evictions, s.entries), (2, 3, 1, 2));
+        assert_eq!(*c.get((0x1000, 10, 0), reg(9)).unwrap(), 1);
+        assert_eq!(*c.get((0x1000, 11, 0), reg(4)).unwrap(), 4, "evicted");
+        assert_eq!(made.get(), 4);
+    }
+
+    #[test]
+    fn byte_limit_and_oversized_buffers() {
+        let c: RegCache<u8> = RegCache::new(limits(100, 100));
+        c.get((1, 60, 0), || Ok(1)).unwrap();
+        c.get((2, 60, 0), || Ok(2)).unwrap();
+        let s = c.stats();
+        assert_eq!((s.entries, s.bytes, s.evictions), (1, 60, 1));
+        // Larger than the cache: registered, never kept.
+        c.get((3, 101, 0), || Ok(3)).unwrap();
+        c.get((3, 101, 0), || Ok(4)).unwrap();
+        let s = c.stats();
+        assert_eq!((s.entries, s.hits), (1, 0));
+    }
+
+    #[test]
+    fn evicted_registration_lives_while_used() {
+        let c: RegCache<String> = RegCache::new(limits(1, 1000));
+        let a = c.get((1, 1, 0), || Ok("a".to_owned())).unwrap();
+        c.get((2, 1, 0), || Ok("b".to_owned())).unwrap();
+        assert_eq!(c.stats().evictions, 1);
+        assert_eq!(*a, "a");
+        assert_eq!(Arc::strong_count(&a), 1);
+    }
+
+    #[test]
+    fn no_memory_empties_the_cache_and_retries_once() {
+        let c: RegCache<u8> = RegCache::new(limits(10, 1000));
+        c.get((1, 1, 0), || Ok(1)).unwrap();
+        let tries = Cell::new(0);
+        let r = c.get((2, 1, 0), || {
+            tries.set(tries.get() + 1);
+            if tries.get() == 1 {
+                Err(Error::NoMem)
+            } else {
+                Ok(2)
+            }
+        });
+        assert_eq!(*r.unwrap(), 2);
+        assert_eq!(c.stats().entries, 1);
+        let r = c.get((3, 1, 0), || Err(Error::NoMem));
+        assert_eq!(r.unwrap_err(), Error::NoMem);
+    }
+
+    #[test]
+    fn limits_from_the_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let d = CacheLimits::from_env(env(&[]), None);
+        assert_eq!(d, limits(DEFAULT_MAX_COUNT, DEFAULT_MAX_SIZE));
+        let small = CacheLimits::from_env(env(&[]), Some(8 << 20));
+        assert_eq!(small.max_size, 4 << 20);
+        let set = CacheLimits::from_env(
+            env(&[
+                ("FI_MR_CACHE_MAX_COUNT", "7"),
+                ("FI_MR_CACHE_MAX_SIZE", "4096"),
+            ]),
+            None,
+        );
+        assert_eq!(set, limits(7, 4096));
+        let off = CacheLimits::from_env(env(&[("FI_MR_CACHE_MONITOR", "disabled")]), None);
+        assert_eq!(off.max_count, 0);
+        let uffd = CacheLimits::from_env(env(&[("FI_MR_CACHE_MONITOR", "userfaultfd")]), None);
+        assert_eq!(uffd.max_count, DEFAULT_MAX_COUNT);
+    }
+}

@@ -1,0 +1,177 @@
+//! The verbs registration cache on a real device (soft-RoCE in the VM of
+//! `integration/run-rxe`): sending the same `Bytes` again reuses its
+//! registration, distinct buffers past the limits evict the oldest, and
+//! buffers freed and reallocated (possibly at the same address) always
+//! send their own bytes.
+//!
+//! Outside the VM every test prints why it is skipped; inside it a missing
+//! device is a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use bytes::{Bytes, BytesMut};
+use weft::{
+    AddressVector, AvAttr, BindFlags, CompletionQueue, CqAttr, Endpoint, EpType, FiAddr, Info,
+    MrAccess, WaitMode,
+};
+use weft_integration::{payload, verbs_offer, verbs_offer_with, within};
+
+const SERVER_DEV: &str = "rxe1";
+const CLIENT_DEV: &str = "rxe2";
+
+struct Node {
+    ep: Endpoint,
+    av: AddressVector,
+    _cq: CompletionQueue,
+    domain: weft::Domain,
+    _fabric: weft::Fabric,
+}
+
+fn node(info: &Info) -> Node {
+    let fabric = weft::Fabric::open(info).unwrap();
+    let domain = fabric.domain(info).unwrap();
+    let av = domain.av(AvAttr::default()).unwrap();
+    let cq = domain.cq(CqAttr::default()).unwrap();
+    let ep = domain.endpoint(info).unwrap();
+    ep.bind_av(&av).unwrap();
+    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+        .unwrap();
+    ep.set_wait_mode(WaitMode::Interrupt).unwrap();
+    ep.enable().unwrap();
+    Node {
+        ep,
+        av,
+        _cq: cq,
+        domain,
+        _fabric: fabric,
+    }
+}
+
+fn insert(from: &Node, to: &Node) -> FiAddr {
+    from.av
+        .insert_sync(&[to.ep.local_addr().unwrap()], Default::default())
+        .unwrap()
+        .fi_addrs[0]
+}
+
+/// Opens a client domain with `FI_MR_CACHE_*` set to `vars` (read when
+/// the domain opens), then puts the environment back.
+fn client_with(info: &Info, vars: &[(&str, &str)]) -> Node {
+    for (k, v) in vars {
+        std::env::set_var(k, v);
+    }
+    let n = node(info);
+    for (k, _) in vars {
+        std::env::remove_var(k);
+    }
+    n
+}
+
+async fn send_checked(c: &Node, s: &Node, to_s: FiAddr, buf: &Bytes) {
+    let (got, sent) = within("send", async {
+        tokio::join!(
+            s.ep.recv(BytesMut::zeroed(buf.len())),
+            c.ep.send(to_s, buf.clone())
+        )
+    })
+    .await;
+    sent.unwrap();
+    let got = got.unwrap();
+    assert_eq!(got.len, buf.len());
+    assert!(got.bufs[0][..] == buf[..], "received bytes differ");
+}
+
+/// Rendezvous sends (64 KiB) of one buffer register it once; with room
+/// for two entries, a third buffer evicts the least recently used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_sends_reuse_and_evict_registrations() {
+    let (Some(si), Some(ci)) = (
+        verbs_offer(SERVER_DEV, EpType::Rdm),
+        verbs_offer(CLIENT_DEV, EpType::Rdm),
+    ) else {
+        return;
+    };
+    let s = node(&si);
+    let c = client_with(&ci, &[("FI_MR_CACHE_MAX_COUNT", "2")]);
+    let to_s = insert(&c, &s);
+    insert(&s, &c);
+    let [a, b, d] = [1u8, 2, 3].map(|k| payload(64 << 10, k));
+    for _ in 0..3 {
+        send_checked(&c, &s, to_s, &a).await;
+    }
+    let st = c.domain.mr_cache_stats().unwrap();
+    assert_eq!((st.misses, st.hits, st.entries), (1, 2, 1), "{st:?}");
+    send_checked(&c, &s, to_s, &b).await;
+    send_checked(&c, &s, to_s, &a).await;
+    send_checked(&c, &s, to_s, &d).await; // evicts b
+    send_checked(&c, &s, to_s, &a).await;
+    send_checked(&c, &s, to_s, &b).await; // registered again
+    let st = c.domain.mr_cache_stats().unwrap();
+    assert_eq!((st.misses, st.hits, st.evictions), (4, 4, 2), "{st:?}");
+    assert_eq!((st.entries, st.bytes), (2, 128 << 10));
+}
+
+/// Buffers allocated, sent and dropped in a loop: evicted entries free
+/// their memory, the allocator hands the same addresses out again with
+/// new contents, and every send carries the new bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn freed_and_reallocated_buffers_send_their_own_bytes() {
+    let (Some(si), Some(ci)) = (
+        verbs_offer(SERVER_DEV, EpType::Rdm),
+        verbs_offer(CLIENT_DEV, EpType::Rdm),
+    ) else {
+        return;
+    };
+    let s = node(&si);
+    let c = client_with(&ci, &[("FI_MR_CACHE_MAX_COUNT", "1")]);
+    let to_s = insert(&c, &s);
+    insert(&s, &c);
+    let mut addrs = std::collections::HashSet::new();
+    let mut reused = 0;
+    for k in 0..24u8 {
+        let buf = Bytes::from(payload(256 << 10, k).to_vec());
+        if !addrs.insert(buf.as_ptr() as usize) {
+            reused += 1;
+        }
+        send_checked(&c, &s, to_s, &buf).await;
+    }
+    eprintln!("addresses seen again: {reused} of 24");
+    let st = c.domain.mr_cache_stats().unwrap();
+    assert_eq!((st.misses, st.entries), (24, 1), "{st:?}");
+}
+
+/// `FI_MR_CACHE_MONITOR=disabled` registers every time; RMA writes from
+/// one buffer hit the cache like sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disabled_cache_and_rma_writes() {
+    let rma = |h: &mut Info| {
+        h.caps = weft::Caps::MSG | weft::Caps::TAGGED | weft::Caps::RMA;
+        h.domain_attr.mr_mode = weft::MrMode::PROV_KEY | weft::MrMode::VIRT_ADDR;
+    };
+    let (Some(si), Some(ci)) = (
+        verbs_offer_with(SERVER_DEV, EpType::Rdm, rma),
+        verbs_offer_with(CLIENT_DEV, EpType::Rdm, rma),
+    ) else {
+        return;
+    };
+    let s = node(&si);
+    let off = client_with(&ci, &[("FI_MR_CACHE_MONITOR", "disabled")]);
+    let on = node(&ci);
+    let mr = s
+        .domain
+        .mr_alloc(1 << 20, MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ)
+        .unwrap();
+    let data = payload(512 << 10, 7);
+    for c in [&off, &on] {
+        let to_s = insert(c, &s);
+        for _ in 0..3 {
+            within("write", c.ep.write(to_s, data.clone(), mr.addr(), mr.key()))
+                .await
+                .unwrap();
+        }
+        assert!(mr.to_vec().unwrap()[..data.len()] == data[..]);
+    }
+    let st = off.domain.mr_cache_stats().unwrap();
+    assert_eq!((st.hits, st.entries), (0, 0), "{st:?}");
+    let st = on.domain.mr_cache_stats().unwrap();
+    assert_eq!((st.misses, st.hits), (1, 2), "{st:?}");
+}
