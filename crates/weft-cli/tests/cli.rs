@@ -81,3 +81,65 @@ fn bad_args_exit_2() {
         assert!(text(&o.stderr).contains("Usage:"), "{args:?}");
     }
 }
+
+/// Inside the rxe VM of `integration/run-rxe` (in a verbs build): a
+/// verified DGRAM pingpong over UD between rxe1 and rxe2, and a size past
+/// the MTU refused before anything starts. Elsewhere it says why it
+/// does nothing.
+#[test]
+fn verbs_dgram_pingpong_in_the_vm() {
+    let in_vm = std::env::var("RXE_VM").is_ok_and(|v| v == "1");
+    let list = text(&weft(&["info", "--list"]).stdout);
+    if !in_vm || !list.lines().any(|l| l == "verbs") {
+        assert!(!in_vm, "inside the rxe VM but weft lists no verbs provider");
+        eprintln!("skipped: needs the verbs build inside the rxe VM (integration/run-rxe)");
+        return;
+    }
+    let too_big = weft(&[
+        "pingpong",
+        "-p",
+        "verbs",
+        "-e",
+        "dgram",
+        "-d",
+        "rxe2",
+        "-S",
+        "8192",
+        "-P",
+        "47399",
+        "10.66.0.1",
+    ]);
+    assert_eq!(too_big.status.code(), Some(1));
+    assert!(
+        text(&too_big.stderr).contains("max_msg_size"),
+        "{}",
+        text(&too_big.stderr)
+    );
+    let common = [
+        "pingpong", "-p", "verbs", "-e", "dgram", "-S", "1024", "-I", "200",
+    ];
+    let server = std::thread::spawn(move || {
+        Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(common)
+            .args(["-d", "rxe1", "-B", "47311"])
+            .output()
+    });
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let mut args = common.to_vec();
+    args.extend(["--verify", "-d", "rxe2", "-P", "47311", "10.66.0.1"]);
+    let client = weft(&args);
+    let server = match server.join() {
+        Ok(Ok(o)) => o,
+        other => unreachable!("server did not run: {other:?}"),
+    };
+    assert!(client.status.success(), "{}", text(&client.stderr));
+    assert!(server.status.success(), "{}", text(&server.stderr));
+    let out = text(&client.stdout);
+    assert!(
+        out.lines()
+            .nth(1)
+            .unwrap_or_default()
+            .starts_with("1k      200     =200"),
+        "{out}"
+    );
+}

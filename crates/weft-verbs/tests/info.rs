@@ -120,8 +120,19 @@ fn rxe_offers() {
     }
     print!("{}", describe());
 
-    // MSG and RDM; DGRAM is not implemented yet.
-    assert!(!offers.iter().any(|o| o.ep_attr.ep_type == EpType::Dgram));
+    // MSG, RDM and DGRAM (over UD: one packet of at most the MTU).
+    let (dgram, offers): (Vec<Info>, Vec<Info>) = offers
+        .iter()
+        .cloned()
+        .partition(|o| o.ep_attr.ep_type == EpType::Dgram);
+    assert!(!dgram.is_empty());
+    for d in &dgram {
+        assert_eq!(d.ep_attr.protocol, Protocol::IbUd);
+        assert!(d.ep_attr.max_msg_size <= 4096);
+        assert!(d.tx_attr.inject_size <= d.ep_attr.max_msg_size);
+        assert_eq!(d.domain_attr.cq_data_size, 4);
+        assert!(!d.caps.intersects(Caps::TAGGED | Caps::RMA | Caps::ATOMIC));
+    }
     let (msg, rdm): (Vec<Info>, Vec<Info>) = offers
         .iter()
         .cloned()
@@ -290,11 +301,13 @@ fn getinfo_selects_one_device() {
     let got = getinfo(Some(&hints), &offers).unwrap();
     assert_eq!(got, vec![want.clone()]);
 
-    // RDM has its own offer; DGRAM is not implemented and finds nothing.
+    // RDM and DGRAM have their own offers.
     hints.ep_attr.ep_type = EpType::Rdm;
     let got = getinfo(Some(&hints), &offers).unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].ep_attr.protocol, Protocol::WeftRdmRc);
     hints.ep_attr.ep_type = EpType::Dgram;
-    assert_eq!(getinfo(Some(&hints), &offers), Err(Error::NoData));
+    let got = getinfo(Some(&hints), &offers).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].ep_attr.protocol, Protocol::IbUd);
 }
