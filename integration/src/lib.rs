@@ -300,6 +300,59 @@ pub fn verbs_offer_with(dev: &str, ep_type: EpType, tune: impl FnOnce(&mut Info)
     }
 }
 
+/// An enabled connectionless endpoint (RDM or DGRAM) of its own fabric
+/// and domain, with its AV (an EQ bound to it for `FI_EVENT` inserts) and
+/// one CQ for both directions.
+#[derive(Debug)]
+#[allow(missing_docs)]
+pub struct Node {
+    pub ep: weft::Endpoint,
+    pub av: AddressVector,
+    pub eq: EventQueue,
+    pub cq: CompletionQueue,
+    pub domain: Domain,
+    pub fabric: Fabric,
+}
+
+impl Node {
+    /// Opens everything for `info`, waiting in `wait` mode.
+    pub fn open(info: &Info, wait: weft::WaitMode) -> Node {
+        let fabric = Fabric::open(info).unwrap();
+        let domain = fabric.domain(info).unwrap();
+        let eq = fabric.eq(64).unwrap();
+        let av = domain.av(AvAttr::default()).unwrap();
+        av.bind_eq(&eq, 0).unwrap();
+        let cq = domain
+            .cq(CqAttr {
+                wait,
+                ..CqAttr::default()
+            })
+            .unwrap();
+        let ep = domain.endpoint(info).unwrap();
+        ep.bind_av(&av).unwrap();
+        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+            .unwrap();
+        ep.set_wait_mode(wait).unwrap();
+        ep.enable().unwrap();
+        Node {
+            ep,
+            av,
+            eq,
+            cq,
+            domain,
+            fabric,
+        }
+    }
+
+    /// `peer`'s handle in this node's AV (a synchronous insert).
+    pub fn handle_of(&self, peer: &Node) -> FiAddr {
+        self.av
+            .insert_sync(&[peer.ep.local_addr().unwrap()], Default::default())
+            .unwrap()
+            .fi_addrs[0]
+    }
+}
+
 /// Raw bytes of a loopback TCP address that nothing listens on (a port
 /// bound then released).
 pub fn dead_addr() -> Vec<u8> {

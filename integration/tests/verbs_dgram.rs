@@ -12,79 +12,38 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use weft::{
-    AddressVector, AvAttr, AvFlags, BindFlags, CompletionQueue, CqAttr, Endpoint, EpType, Error,
-    EventQueue, FiAddr, Info, OpFlags, RecvMsg, SendMsg, WaitMode, FI_ADDR_NOTAVAIL,
+    AvFlags, BindFlags, EpType, Error, FiAddr, OpFlags, RecvMsg, SendMsg, WaitMode,
+    FI_ADDR_NOTAVAIL,
 };
-use weft_integration::{next_cq, payload, verbs_offer, within, TIMEOUT};
+use weft_integration::{next_cq, payload, verbs_offer, within, Node, TIMEOUT};
 
 const SERVER_DEV: &str = "rxe1";
 const CLIENT_DEV: &str = "rxe2";
 
-/// An enabled DGRAM endpoint with its AV (opened with `FI_EVENT` and an
-/// EQ bound), CQ and what keeps them open.
-struct Node {
-    ep: Endpoint,
-    av: AddressVector,
-    eq: EventQueue,
-    cq: CompletionQueue,
-    domain: weft::Domain,
-    _fabric: weft::Fabric,
+/// Inserts `peer` into `node`'s AV (awaiting its resolution).
+async fn insert(node: &Node, peer: &Node) -> FiAddr {
+    let addr = peer.ep.local_addr().unwrap();
+    let rep = within(
+        "dgram insert",
+        node.av.insert(&[addr], AvFlags::empty(), 0).unwrap(),
+    )
+    .await;
+    assert_eq!(rep.count, 1, "{rep:?}");
+    rep.fi_addrs[0]
 }
 
-fn node(info: &Info, wait: WaitMode) -> Node {
-    let fabric = weft::Fabric::open(info).unwrap();
-    let domain = fabric.domain(info).unwrap();
-    let eq = fabric.eq(64).unwrap();
-    let av = domain.av(AvAttr::default()).unwrap();
-    av.bind_eq(&eq, 0).unwrap();
-    let cq = domain
-        .cq(CqAttr {
-            wait,
-            ..CqAttr::default()
-        })
-        .unwrap();
-    let ep = domain.endpoint(info).unwrap();
-    ep.bind_av(&av).unwrap();
-    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-        .unwrap();
-    ep.set_wait_mode(wait).unwrap();
-    ep.enable().unwrap();
-    Node {
-        ep,
-        av,
-        eq,
-        cq,
-        domain,
-        _fabric: fabric,
-    }
-}
-
-impl Node {
-    /// Inserts `peer` into this node's AV (awaiting its resolution).
-    async fn insert(&self, peer: &Node) -> FiAddr {
-        let addr = peer.ep.local_addr().unwrap();
-        let rep = within(
-            "dgram insert",
-            self.av.insert(&[addr], AvFlags::empty(), 0).unwrap(),
-        )
-        .await;
-        assert_eq!(rep.count, 1, "{rep:?}");
-        rep.fi_addrs[0]
-    }
-
-    fn mtu(&self) -> usize {
-        self.ep.info().ep_attr.max_msg_size
-    }
+fn mtu(node: &Node) -> usize {
+    node.ep.info().ep_attr.max_msg_size
 }
 
 /// A server on rxe1 and a client on rxe2 that know each other:
 /// `(server, client, client's handle of the server, server's handle of
 /// the client)`.
 async fn pair(wait: WaitMode) -> Option<(Node, Node, FiAddr, FiAddr)> {
-    let s = node(&verbs_offer(SERVER_DEV, EpType::Dgram)?, wait);
-    let c = node(&verbs_offer(CLIENT_DEV, EpType::Dgram)?, wait);
-    let to_s = c.insert(&s).await;
-    let to_c = s.insert(&c).await;
+    let s = Node::open(&verbs_offer(SERVER_DEV, EpType::Dgram)?, wait);
+    let c = Node::open(&verbs_offer(CLIENT_DEV, EpType::Dgram)?, wait);
+    let to_s = insert(&c, &s).await;
+    let to_c = insert(&s, &c).await;
     Some((s, c, to_s, to_c))
 }
 
@@ -118,7 +77,7 @@ async fn exchange(wait: WaitMode) {
     let Some((s, c, to_s, to_c)) = pair(wait).await else {
         return;
     };
-    let mtu = s.mtu();
+    let mtu = mtu(&s);
     let inject = s.ep.info().tx_attr.inject_size;
     let sizes = [0, 1, 64, inject, inject + 1, mtu / 2, mtu - 1, mtu];
     for (i, len) in sizes.into_iter().enumerate() {
@@ -189,8 +148,10 @@ async fn dgram_event_insert_resolves_concurrently() {
     let Some(ci) = verbs_offer(CLIENT_DEV, EpType::Dgram) else {
         return;
     };
-    let servers: Vec<Node> = (0..4).map(|_| node(&si, WaitMode::Interrupt)).collect();
-    let c = node(&ci, WaitMode::Interrupt);
+    let servers: Vec<Node> = (0..4)
+        .map(|_| Node::open(&si, WaitMode::Interrupt))
+        .collect();
+    let c = Node::open(&ci, WaitMode::Interrupt);
     // The synchronous form cannot block on rdma_cm; it inserts nothing.
     assert_eq!(
         c.av.insert_sync(&[servers[0].ep.local_addr().unwrap()], AvFlags::empty())
@@ -263,9 +224,9 @@ async fn dgram_early_arrivals_and_directed_receives() {
     let Some(ci) = verbs_offer(CLIENT_DEV, EpType::Dgram) else {
         return;
     };
-    let c2 = node(&ci, WaitMode::Interrupt);
-    let c2_to_s = c2.insert(&s).await;
-    let to_c2 = s.insert(&c2).await;
+    let c2 = Node::open(&ci, WaitMode::Interrupt);
+    let c2_to_s = insert(&c2, &s).await;
+    let to_c2 = insert(&s, &c2).await;
     for k in 0..3u8 {
         c.ep.send(to_s, payload(32, k)).await.unwrap();
     }
@@ -308,7 +269,7 @@ async fn dgram_bad_input() {
     let Some((s, c, to_s, _)) = pair(WaitMode::Interrupt).await else {
         return;
     };
-    let mtu = c.mtu();
+    let mtu = mtu(&c);
     let e = c.ep.send(to_s, payload(mtu + 1, 0)).await.unwrap_err();
     assert_eq!(e.err, Error::MsgSize);
     let e =
@@ -366,10 +327,10 @@ async fn dgram_remove_and_reinsert() {
     let Some(ci) = verbs_offer(CLIENT_DEV, EpType::Dgram) else {
         return;
     };
-    let s = node(&si, WaitMode::Interrupt);
-    let c = node(&ci, WaitMode::Interrupt);
+    let s = Node::open(&si, WaitMode::Interrupt);
+    let c = Node::open(&ci, WaitMode::Interrupt);
     let addr = s.ep.local_addr().unwrap();
-    let h = c.insert(&s).await;
+    let h = insert(&c, &s).await;
     c.av.remove(&[h]).unwrap();
     assert_eq!(
         c.ep.send(h, payload(8, 0)).await.unwrap_err().err,

@@ -10,67 +10,20 @@
 use std::time::Duration;
 
 use bytes::BytesMut;
-use weft::{
-    AddressVector, AvAttr, BindFlags, CompletionQueue, CqAttr, Endpoint, EpType, Error, FiAddr,
-    Info, OpFlags, RecvMsg, SendMsg, WaitMode, FI_ADDR_UNSPEC,
-};
-use weft_integration::{next_cq, payload, verbs_offer, within, TIMEOUT};
+use weft::{EpType, Error, FiAddr, OpFlags, RecvMsg, SendMsg, WaitMode, FI_ADDR_UNSPEC};
+use weft_integration::{next_cq, payload, verbs_offer, within, Node, TIMEOUT};
 
 const SERVER_DEV: &str = "rxe1";
 const CLIENT_DEV: &str = "rxe2";
-
-/// An enabled RDM endpoint with its AV and CQ (and what keeps them open).
-struct Node {
-    ep: Endpoint,
-    av: AddressVector,
-    cq: CompletionQueue,
-    _domain: weft::Domain,
-    _fabric: weft::Fabric,
-}
-
-fn node(info: &Info, wait: WaitMode) -> Node {
-    let fabric = weft::Fabric::open(info).unwrap();
-    let domain = fabric.domain(info).unwrap();
-    let av = domain.av(AvAttr::default()).unwrap();
-    let cq = domain
-        .cq(CqAttr {
-            wait,
-            ..CqAttr::default()
-        })
-        .unwrap();
-    let ep = domain.endpoint(info).unwrap();
-    ep.bind_av(&av).unwrap();
-    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-        .unwrap();
-    ep.set_wait_mode(wait).unwrap();
-    ep.enable().unwrap();
-    Node {
-        ep,
-        av,
-        cq,
-        _domain: domain,
-        _fabric: fabric,
-    }
-}
-
-impl Node {
-    /// Inserts `peer` into this node's AV.
-    fn insert(&self, peer: &Node) -> FiAddr {
-        self.av
-            .insert_sync(&[peer.ep.local_addr().unwrap()], Default::default())
-            .unwrap()
-            .fi_addrs[0]
-    }
-}
 
 /// A server on rxe1 and a client on rxe2 that know each other:
 /// `(server, client, client's handle of the server, server's handle of
 /// the client)`.
 fn pair(wait: WaitMode) -> Option<(Node, Node, FiAddr, FiAddr)> {
-    let s = node(&verbs_offer(SERVER_DEV, EpType::Rdm)?, wait);
-    let c = node(&verbs_offer(CLIENT_DEV, EpType::Rdm)?, wait);
-    let to_s = c.insert(&s);
-    let to_c = s.insert(&c);
+    let s = Node::open(&verbs_offer(SERVER_DEV, EpType::Rdm)?, wait);
+    let c = Node::open(&verbs_offer(CLIENT_DEV, EpType::Rdm)?, wait);
+    let to_s = c.handle_of(&s);
+    let to_c = s.handle_of(&c);
     Some((s, c, to_s, to_c))
 }
 
@@ -319,16 +272,18 @@ async fn rdm_many_clients() {
     let Some(cinfo) = verbs_offer(CLIENT_DEV, EpType::Rdm) else {
         return;
     };
-    let s = node(&sinfo, WaitMode::Interrupt);
-    let clients: Vec<Node> = (0..8).map(|_| node(&cinfo, WaitMode::Interrupt)).collect();
-    let srcs: Vec<FiAddr> = clients.iter().map(|c| s.insert(c)).collect();
+    let s = Node::open(&sinfo, WaitMode::Interrupt);
+    let clients: Vec<Node> = (0..8)
+        .map(|_| Node::open(&cinfo, WaitMode::Interrupt))
+        .collect();
+    let srcs: Vec<FiAddr> = clients.iter().map(|c| s.handle_of(c)).collect();
     const N: u64 = 50;
     for i in 0..N * clients.len() as u64 {
         s.ep.post_trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, 0, u64::MAX, i)
             .unwrap();
     }
     for (k, c) in clients.iter().enumerate() {
-        let to_s = c.insert(&s);
+        let to_s = c.handle_of(&s);
         for i in 0..N {
             let mut m = (k as u64).to_le_bytes().to_vec();
             m.extend_from_slice(&i.to_le_bytes());
@@ -405,9 +360,9 @@ async fn rdm_same_device() {
     let Some(info) = verbs_offer(SERVER_DEV, EpType::Rdm) else {
         return;
     };
-    let a = node(&info, WaitMode::Interrupt);
-    let b = node(&info, WaitMode::Interrupt);
-    let to_b = a.insert(&b);
+    let a = Node::open(&info, WaitMode::Interrupt);
+    let b = Node::open(&info, WaitMode::Interrupt);
+    let to_b = a.handle_of(&b);
     for len in [16usize, 100_000] {
         let (got, sent) = within("same-device exchange", async {
             tokio::join!(

@@ -9,49 +9,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use bytes::{Bytes, BytesMut};
-use weft::{
-    AddressVector, AvAttr, BindFlags, CompletionQueue, CqAttr, Endpoint, EpType, FiAddr, Info,
-    MrAccess, WaitMode,
-};
-use weft_integration::{payload, verbs_offer, verbs_offer_with, within};
+use weft::{EpType, FiAddr, Info, MrAccess, WaitMode};
+use weft_integration::{payload, verbs_offer, verbs_offer_with, within, Node};
 
 const SERVER_DEV: &str = "rxe1";
 const CLIENT_DEV: &str = "rxe2";
-
-struct Node {
-    ep: Endpoint,
-    av: AddressVector,
-    _cq: CompletionQueue,
-    domain: weft::Domain,
-    _fabric: weft::Fabric,
-}
-
-fn node(info: &Info) -> Node {
-    let fabric = weft::Fabric::open(info).unwrap();
-    let domain = fabric.domain(info).unwrap();
-    let av = domain.av(AvAttr::default()).unwrap();
-    let cq = domain.cq(CqAttr::default()).unwrap();
-    let ep = domain.endpoint(info).unwrap();
-    ep.bind_av(&av).unwrap();
-    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-        .unwrap();
-    ep.set_wait_mode(WaitMode::Interrupt).unwrap();
-    ep.enable().unwrap();
-    Node {
-        ep,
-        av,
-        _cq: cq,
-        domain,
-        _fabric: fabric,
-    }
-}
-
-fn insert(from: &Node, to: &Node) -> FiAddr {
-    from.av
-        .insert_sync(&[to.ep.local_addr().unwrap()], Default::default())
-        .unwrap()
-        .fi_addrs[0]
-}
 
 /// Opens a client domain with `FI_MR_CACHE_*` set to `vars` (read when
 /// the domain opens), then puts the environment back.
@@ -59,7 +21,7 @@ fn client_with(info: &Info, vars: &[(&str, &str)]) -> Node {
     for (k, v) in vars {
         std::env::set_var(k, v);
     }
-    let n = node(info);
+    let n = Node::open(info, WaitMode::Interrupt);
     for (k, _) in vars {
         std::env::remove_var(k);
     }
@@ -90,10 +52,10 @@ async fn rdm_sends_reuse_and_evict_registrations() {
     ) else {
         return;
     };
-    let s = node(&si);
+    let s = Node::open(&si, WaitMode::Interrupt);
     let c = client_with(&ci, &[("FI_MR_CACHE_MAX_COUNT", "2")]);
-    let to_s = insert(&c, &s);
-    insert(&s, &c);
+    let to_s = c.handle_of(&s);
+    s.handle_of(&c);
     let [a, b, d] = [1u8, 2, 3].map(|k| payload(64 << 10, k));
     for _ in 0..3 {
         send_checked(&c, &s, to_s, &a).await;
@@ -121,10 +83,10 @@ async fn freed_and_reallocated_buffers_send_their_own_bytes() {
     ) else {
         return;
     };
-    let s = node(&si);
+    let s = Node::open(&si, WaitMode::Interrupt);
     let c = client_with(&ci, &[("FI_MR_CACHE_MAX_COUNT", "1")]);
-    let to_s = insert(&c, &s);
-    insert(&s, &c);
+    let to_s = c.handle_of(&s);
+    s.handle_of(&c);
     let mut addrs = std::collections::HashSet::new();
     let mut reused = 0;
     for k in 0..24u8 {
@@ -153,16 +115,16 @@ async fn disabled_cache_and_rma_writes() {
     ) else {
         return;
     };
-    let s = node(&si);
+    let s = Node::open(&si, WaitMode::Interrupt);
     let off = client_with(&ci, &[("FI_MR_CACHE_MONITOR", "disabled")]);
-    let on = node(&ci);
+    let on = Node::open(&ci, WaitMode::Interrupt);
     let mr = s
         .domain
         .mr_alloc(1 << 20, MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ)
         .unwrap();
     let data = payload(512 << 10, 7);
     for c in [&off, &on] {
-        let to_s = insert(c, &s);
+        let to_s = c.handle_of(&s);
         for _ in 0..3 {
             within("write", c.ep.write(to_s, data.clone(), mr.addr(), mr.key()))
                 .await

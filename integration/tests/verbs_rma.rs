@@ -10,11 +10,10 @@
 
 use bytes::{Bytes, BytesMut};
 use weft::{
-    AddressVector, AvAttr, BindFlags, Caps, CompletionQueue, ConnRequest, CqAttr, Domain, Endpoint,
-    EpType, EqEventKind, Error, EventQueue, FiAddr, Info, MrAccess, MrMode, OpFlags, RmaMsg, RmaOp,
-    WaitMode, FI_ADDR_UNSPEC,
+    BindFlags, Caps, ConnRequest, CqAttr, Domain, Endpoint, EpType, EqEventKind, Error, EventQueue,
+    FiAddr, Info, MrAccess, MrMode, OpFlags, RmaMsg, RmaOp, WaitMode, FI_ADDR_UNSPEC,
 };
-use weft_integration::{next_cq, next_eq, payload, verbs_offer_with, within};
+use weft_integration::{next_cq, next_eq, payload, verbs_offer_with, within, Node};
 
 const SERVER_DEV: &str = "rxe1";
 const CLIENT_DEV: &str = "rxe2";
@@ -35,47 +34,12 @@ fn caps_of(ep_type: EpType) -> Caps {
     }
 }
 
-struct Node {
-    ep: Endpoint,
-    av: AddressVector,
-    cq: CompletionQueue,
-    domain: Domain,
-    _fabric: weft::Fabric,
-}
-
-fn node(info: &Info) -> Node {
-    let fabric = weft::Fabric::open(info).unwrap();
-    let domain = fabric.domain(info).unwrap();
-    let av = domain.av(AvAttr::default()).unwrap();
-    let cq = domain.cq(CqAttr::default()).unwrap();
-    let ep = domain.endpoint(info).unwrap();
-    ep.bind_av(&av).unwrap();
-    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-        .unwrap();
-    ep.enable().unwrap();
-    Node {
-        ep,
-        av,
-        cq,
-        domain,
-        _fabric: fabric,
-    }
-}
-
-/// `peer`'s address in `from`'s AV.
-fn handle(from: &Node, peer: &Node) -> FiAddr {
-    from.av
-        .insert_sync(&[peer.ep.local_addr().unwrap()], Default::default())
-        .unwrap()
-        .fi_addrs[0]
-}
-
 /// Server (rxe1, owns the regions) and client (rxe2), and the client's
 /// handle of the server.
 fn rdm_pair() -> Option<(Node, Node, FiAddr)> {
-    let s = node(&rma_offer(SERVER_DEV, EpType::Rdm)?);
-    let c = node(&rma_offer(CLIENT_DEV, EpType::Rdm)?);
-    let to_s = handle(&c, &s);
+    let s = Node::open(&rma_offer(SERVER_DEV, EpType::Rdm)?, WaitMode::Interrupt);
+    let c = Node::open(&rma_offer(CLIENT_DEV, EpType::Rdm)?, WaitMode::Interrupt);
+    let to_s = c.handle_of(&s);
     Some((s, c, to_s))
 }
 
@@ -220,7 +184,7 @@ async fn rdm_posted_rma_reports_to_the_cq_and_counters() {
     assert_eq!(&e.bufs[1][..], b", region");
     // A write with remote CQ data: the target's receive CQ reports it,
     // after the bytes are in place, with the data and the source.
-    let to_c = handle(&s, &c);
+    let to_c = s.handle_of(&c);
     for (i, len) in [3usize, 3000, 200_000].into_iter().enumerate() {
         let data = payload(len, 9 + i as u8);
         let cq_data = 0xDA7A_0000_0000_0000 | i as u64;
@@ -505,8 +469,11 @@ async fn rdm_atomics_fetch_add_and_compare_swap() {
         return;
     };
     assert!(si.caps.contains(Caps::ATOMIC));
-    let (s, c) = (node(&si), node(&ci));
-    let to_s = handle(&c, &s);
+    let (s, c) = (
+        Node::open(&si, WaitMode::Interrupt),
+        Node::open(&ci, WaitMode::Interrupt),
+    );
+    let to_s = c.handle_of(&s);
     let mr = s
         .domain
         .mr_alloc(64, MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE)
@@ -545,8 +512,8 @@ async fn rdm_atomics_fetch_add_and_compare_swap() {
     mr.read_at(8, &mut v).unwrap();
     assert_eq!(u64::from_ne_bytes(v), 99);
     // 100 concurrent increments from two endpoints lose none.
-    let c2 = node(&ci);
-    let to_s2 = handle(&c2, &s);
+    let c2 = Node::open(&ci, WaitMode::Interrupt);
+    let to_s2 = c2.handle_of(&s);
     let key = mr.key();
     let incs = (0..50).map(|_| c.ep.fetch_add(to_s, at(2), key, 1));
     let incs2 = (0..50).map(|_| c2.ep.fetch_add(to_s2, at(2), key, 1));
@@ -579,8 +546,11 @@ async fn rdm_atomics_fetch_add_and_compare_swap() {
     assert_eq!(e.err, Error::Access);
     assert!(e.flags.contains(OpFlags::ATOMIC));
     // Without FI_ATOMIC in the endpoint's caps: NoSys.
-    let plain = node(&rma_offer(CLIENT_DEV, EpType::Rdm).unwrap());
-    let to_s3 = handle(&plain, &s);
+    let plain = Node::open(
+        &rma_offer(CLIENT_DEV, EpType::Rdm).unwrap(),
+        WaitMode::Interrupt,
+    );
+    let to_s3 = plain.handle_of(&s);
     let e = plain
         .ep
         .fetch_add(to_s3, at(1), mr.key(), 1)

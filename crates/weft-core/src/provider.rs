@@ -334,8 +334,11 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     fn cancel(&self, context: u64) -> bool;
     /// The bound local address, raw bytes.
     fn local_addr(&self) -> Vec<u8>;
-    /// The connected peer's address (connected endpoints).
-    fn peer_addr(&self) -> Option<Vec<u8>>;
+    /// The connected peer's address (connected endpoints; connectionless
+    /// ones keep the default `None`).
+    fn peer_addr(&self) -> Option<Vec<u8>> {
+        None
+    }
     /// The endpoint's inline-progress hook: one non-blocking pass over
     /// its I/O. `None` when the provider is always driven by its own
     /// threads.
@@ -348,11 +351,22 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     fn rx_size_left(&self) -> usize;
     /// MSG: connects to `dest` with CM data; resolves with the peer's CM
     /// data once connected (a `Connected` event is also queued on the EQ).
-    fn connect(&self, dest: Vec<u8>, cm_data: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>>;
-    /// MSG: accepts the request this endpoint was opened with.
-    fn accept(&self, cm_data: Vec<u8>) -> BoxFuture<'static, Result<()>>;
-    /// Shuts down the connection (MSG) without closing the endpoint.
-    fn shutdown(&self) -> Result<()>;
+    /// Connectionless endpoints keep the default, `OpNotSupp`.
+    fn connect(&self, dest: Vec<u8>, cm_data: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> {
+        let _ = (dest, cm_data);
+        Box::pin(async { Err(Error::OpNotSupp) })
+    }
+    /// MSG: accepts the request this endpoint was opened with
+    /// (`OpNotSupp` by default).
+    fn accept(&self, cm_data: Vec<u8>) -> BoxFuture<'static, Result<()>> {
+        let _ = cm_data;
+        Box::pin(async { Err(Error::OpNotSupp) })
+    }
+    /// Shuts down the connection (MSG) without closing the endpoint
+    /// (`OpNotSupp` by default).
+    fn shutdown(&self) -> Result<()> {
+        Err(Error::OpNotSupp)
+    }
     /// Closes: outstanding operations are discarded without completions.
     fn close(&self);
 }

@@ -102,16 +102,18 @@ impl Progress for InlinePoll {
 }
 
 /// Starts the driver of `cq` for `wait` and puts its poller in `slot`.
-/// Returns the task to abort when the endpoint closes (busy-poll threads
-/// stop by themselves once the sink is gone or `slot` is emptied).
-pub fn start(
+/// The driver holds `sink` weakly, so the endpoint's drop ends it. Returns
+/// the task to abort when the endpoint closes (busy-poll threads stop by
+/// themselves once the sink is gone or `slot` is emptied).
+pub fn start<S: CqSink + 'static>(
     rt: &Handle,
     wait: WaitMode,
-    cq: Arc<Cq>,
-    chan: Arc<CompChannel>,
-    sink: Weak<dyn CqSink>,
+    (cq, chan): (Arc<Cq>, Arc<CompChannel>),
+    sink: &Arc<S>,
     slot: &PollerSlot,
 ) -> Result<Option<tokio::task::AbortHandle>> {
+    let sink: Weak<S> = Arc::downgrade(sink);
+    let sink: Weak<dyn CqSink> = sink;
     let poller = Arc::new(CqPoller {
         cq: cq.clone(),
         buf: Mutex::new(Vec::with_capacity(BATCH)),

@@ -10,10 +10,11 @@
 
 use std::sync::{Arc, Mutex};
 
+use bytes::BytesMut;
 use weft_core::sync::lock;
-use weft_core::Result;
+use weft_core::{Error, Result};
 
-use crate::sys::{AccessFlags, OwnedMr, ProtectionDomain};
+use crate::sys::{AccessFlags, OwnedMr, ProtectionDomain, Sge};
 
 /// Bytes per slot.
 pub const SLOT: usize = 4096;
@@ -70,6 +71,52 @@ impl SlotPool {
     /// Byte offset of `slot` in the region.
     pub fn offset(&self, slot: u32) -> usize {
         slot as usize * self.slot
+    }
+
+    /// Copies `parts` back to back into `slot` and hands `post` the
+    /// scatter/gather element over them. On failure the slot is free again.
+    pub fn post_from<'a>(
+        &self,
+        slot: u32,
+        parts: impl IntoIterator<Item = &'a [u8]>,
+        post: impl FnOnce(Sge<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let base = self.offset(slot);
+        let r = self.with(|mr| {
+            let mut off = base;
+            for p in parts {
+                mr.write_at(off, p)?;
+                off += p.len();
+            }
+            post(mr.sge(base, off - base)?)
+        });
+        if r.is_err() {
+            self.put(slot);
+        }
+        r
+    }
+
+    /// Copies up to `len` bytes from region offset `at` into `bufs`, in
+    /// order; returns the bytes placed, or the error that stopped the copy
+    /// with the bytes placed before it.
+    pub fn scatter(
+        &self,
+        mut at: usize,
+        len: usize,
+        bufs: &mut [BytesMut],
+    ) -> std::result::Result<usize, (Error, usize)> {
+        let mut placed = 0;
+        self.with(|mr| {
+            for b in bufs.iter_mut() {
+                let n = b.len().min(len - placed);
+                if n > 0 {
+                    mr.read_at(at, &mut b[..n]).map_err(|e| (e, placed))?;
+                }
+                placed += n;
+                at += n;
+            }
+            Ok(placed)
+        })
     }
 
     /// Runs `f` with the region locked (copies in, scatter/gather elements

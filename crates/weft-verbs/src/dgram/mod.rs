@@ -25,8 +25,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures::future::BoxFuture;
-use futures::FutureExt;
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, FiAddr};
 use weft_core::completion::OpDone;
@@ -39,7 +37,7 @@ use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
 use crate::cmchan::CmChannel;
-use crate::cqdrive::{self, CqSink, PollerSlot};
+use crate::cqdrive::{self, PollerSlot};
 use crate::pool::SlotPool;
 use crate::sys::{
     AccessFlags, CmEventKind, CmId, CompChannel, ConnParam, Cq, Payload, PortSpace, QpCaps,
@@ -203,15 +201,11 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     for slot in 0..RX_SLOTS as u32 {
         shared.post_slot(slot)?;
     }
-    let me: Arc<dyn CqSink> = shared.clone();
-    let sink = Arc::downgrade(&me);
-    drop(me);
     let t = cqdrive::start(
         &shared.rt,
         shared.cfg.wait,
-        shared.res.cq.clone(),
-        shared.res.chan.clone(),
-        sink,
+        (shared.res.cq.clone(), shared.res.chan.clone()),
+        &shared,
         &shared.poller,
     )?;
     lock(&shared.tasks).extend(t);
@@ -307,25 +301,15 @@ impl DgramShared {
             match self.res.send_pool.take() {
                 None => Err(Error::Again),
                 Some(slot) => {
-                    let off = self.res.send_pool.offset(slot);
-                    let r = self.res.send_pool.with(|mr| {
-                        let mut at = off;
-                        for b in &req.iov {
-                            mr.write_at(at, b)?;
-                            at += b.len();
-                        }
-                        let sge = mr.sge(off, len)?;
-                        let sges = [sge];
-                        let wr = SendRequest::new(wr_id, op, Payload::Sges(&sges)).ud(dest);
-                        self.res.qp.post_send(&wr)
-                    });
-                    match r {
-                        Ok(()) => Ok(Some(slot)),
-                        Err(e) => {
-                            self.res.send_pool.put(slot);
-                            Err(e)
-                        }
-                    }
+                    let parts = req.iov.iter().map(|b| &b[..]);
+                    self.res
+                        .send_pool
+                        .post_from(slot, parts, |sge| {
+                            let sges = [sge];
+                            let wr = SendRequest::new(wr_id, op, Payload::Sges(&sges)).ud(dest);
+                            self.res.qp.post_send(&wr)
+                        })
+                        .map(|()| Some(slot))
                 }
             }
         };
@@ -367,10 +351,6 @@ impl ProviderEndpoint for VerbsDgramEndpoint {
         encode_sockaddr(&self.shared.local)
     }
 
-    fn peer_addr(&self) -> Option<Vec<u8>> {
-        None
-    }
-
     fn progress_hook(&self) -> Option<Arc<dyn Progress>> {
         Some(self.inline.clone())
     }
@@ -381,18 +361,6 @@ impl ProviderEndpoint for VerbsDgramEndpoint {
 
     fn rx_size_left(&self) -> usize {
         self.shared.rx.left()
-    }
-
-    fn connect(&self, _dest: Vec<u8>, _cm: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> {
-        async { Err(Error::OpNotSupp) }.boxed()
-    }
-
-    fn accept(&self, _cm: Vec<u8>) -> BoxFuture<'static, Result<()>> {
-        async { Err(Error::OpNotSupp) }.boxed()
-    }
-
-    fn shutdown(&self) -> Result<()> {
-        Err(Error::OpNotSupp)
     }
 
     fn close(&self) {

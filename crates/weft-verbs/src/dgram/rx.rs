@@ -142,22 +142,7 @@ impl DgramShared {
     /// slot.
     fn deliver(&self, mut req: RecvReq, a: Arrival) {
         let pool = &self.res.recv_pool;
-        let mut off = pool.offset(a.slot) + GRH_LEN;
-        let mut left = a.len;
-        let mut placed = 0;
-        let mut err = None;
-        pool.with(|mr| {
-            for b in req.bufs.iter_mut() {
-                let n = b.len().min(left);
-                if let Err(e) = mr.read_at(off, &mut b[..n]) {
-                    err = Some(e);
-                    break;
-                }
-                placed += n;
-                off += n;
-                left -= n;
-            }
-        });
+        let copied = pool.scatter(pool.offset(a.slot) + GRH_LEN, a.len, &mut req.bufs);
         self.recycle(a.slot);
         let info = MsgInfo {
             src: a.src,
@@ -166,9 +151,9 @@ impl DgramShared {
             len: a.len,
             data: a.data,
         };
-        match err {
-            None => recvdone::deliver(self, req, info, placed),
-            Some(e) => recvdone::fail_recv(self, req, info, placed, e),
+        match copied {
+            Ok(placed) => recvdone::deliver(self, req, info, placed),
+            Err((e, placed)) => recvdone::fail_recv(self, req, info, placed, e),
         }
     }
 

@@ -67,18 +67,11 @@ impl CqSink for MsgShared {
                 let mut placed = 0;
                 if let Some(l) = &link {
                     if err.is_none() {
-                        let mut left = wc.byte_len as usize;
-                        let mut off = l.recv_pool.offset(slot);
-                        l.recv_pool.with(|mr| {
-                            for b in bufs.iter_mut() {
-                                let n = b.len().min(left);
-                                if mr.read_at(off, &mut b[..n]).is_ok() {
-                                    placed += n;
-                                }
-                                off += n;
-                                left -= n;
-                            }
-                        });
+                        let at = l.recv_pool.offset(slot);
+                        placed = l
+                            .recv_pool
+                            .scatter(at, wc.byte_len as usize, &mut bufs)
+                            .unwrap_or_else(|(_, placed)| placed);
                     }
                     l.recv_pool.put(slot);
                 }

@@ -36,7 +36,7 @@ use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
 use crate::cmchan::{self, CmChannel};
-use crate::cqdrive::{self, CqSink, PollerSlot};
+use crate::cqdrive::{self, PollerSlot};
 use crate::pool::{SlotPool, SLOTS};
 use crate::sys::{
     AccessFlags, CmEventKind, CmId, CompChannel, ConnParam, Cq, PortSpace, ProtectionDomain,
@@ -211,15 +211,11 @@ impl MsgShared {
         link: &Arc<Link>,
         mut events: tokio::sync::mpsc::UnboundedReceiver<crate::sys::CmEvent>,
     ) -> Result<()> {
-        let me: Arc<dyn CqSink> = self.clone();
-        let sink = Arc::downgrade(&me);
-        drop(me);
         let h = cqdrive::start(
             &self.rt,
             self.cfg.wait,
-            link.cq.clone(),
-            link.chan.clone(),
-            sink,
+            (link.cq.clone(), link.chan.clone()),
+            self,
             &self.poller,
         )?;
         lock(&self.tasks).extend(h);

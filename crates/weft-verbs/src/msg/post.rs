@@ -140,21 +140,10 @@ fn send_on(link: &Link, req: &SendReq, wr_id: u64) -> Result<Held> {
     }
     if len > 0 && len <= SLOT {
         if let Some(slot) = link.send_pool.take() {
-            let posted = link.send_pool.with(|mr| {
-                let mut off = link.send_pool.offset(slot);
-                for b in &req.iov {
-                    mr.write_at(off, b)?;
-                    off += b.len();
-                }
-                post(Payload::Sges(&[mr.sge(link.send_pool.offset(slot), len)?]))
-            });
-            return match posted {
-                Ok(()) => Ok(Held::SendSlot { len, slot }),
-                Err(e) => {
-                    link.send_pool.put(slot);
-                    Err(e)
-                }
-            };
+            let parts = req.iov.iter().map(|b| &b[..]);
+            link.send_pool
+                .post_from(slot, parts, |sge| post(Payload::Sges(&[sge])))?;
+            return Ok(Held::SendSlot { len, slot });
         }
     }
     let mrs = req

@@ -31,8 +31,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
-use futures::FutureExt;
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::completion::{CqErrEntry, OpDone};
@@ -46,7 +44,7 @@ use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
 use weft_core::{Error, Result};
 
 use crate::cmchan::CmChannel;
-use crate::cqdrive::{self, CqSink, PollerSlot};
+use crate::cqdrive::{self, PollerSlot};
 use crate::pool::{SlotPool, SLOTS};
 use crate::sys::{
     AccessFlags, BytesMr, BytesMutMr, CmId, CompChannel, Cq, PortSpace, ProtectionDomain,
@@ -509,15 +507,11 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     for slot in 0..SLOTS as u32 {
         shared.post_slot(slot)?;
     }
-    let me: Arc<dyn CqSink> = shared.clone();
-    let sink = Arc::downgrade(&me);
-    drop(me);
     let t = cqdrive::start(
         &shared.rt,
         shared.cfg.wait,
-        shared.res.cq.clone(),
-        shared.res.chan.clone(),
-        sink,
+        (shared.res.cq.clone(), shared.res.chan.clone()),
+        &shared,
         &shared.poller,
     )?;
     lock(&shared.tasks).extend(t);
@@ -595,10 +589,6 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         self.shared.local_raw.clone()
     }
 
-    fn peer_addr(&self) -> Option<Vec<u8>> {
-        None
-    }
-
     fn progress_hook(&self) -> Option<Arc<dyn Progress>> {
         Some(self.inline.clone())
     }
@@ -609,18 +599,6 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
 
     fn rx_size_left(&self) -> usize {
         self.shared.rx.left()
-    }
-
-    fn connect(&self, _dest: Vec<u8>, _cm: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> {
-        async { Err(Error::OpNotSupp) }.boxed()
-    }
-
-    fn accept(&self, _cm: Vec<u8>) -> BoxFuture<'static, Result<()>> {
-        async { Err(Error::OpNotSupp) }.boxed()
-    }
-
-    fn shutdown(&self) -> Result<()> {
-        Err(Error::OpNotSupp)
     }
 
     fn close(&self) {

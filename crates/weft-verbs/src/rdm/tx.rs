@@ -186,23 +186,11 @@ impl RdmShared {
         }
         if len <= RDM_SLOT {
             if let Some(slot) = self.res.send_pool.take() {
-                let posted = self.res.send_pool.with(|mr| {
-                    let base = self.res.send_pool.offset(slot);
-                    mr.write_at(base, hdr)?;
-                    let mut off = base + HDR;
-                    for b in payload {
-                        mr.write_at(off, b)?;
-                        off += b.len();
-                    }
-                    post(Payload::Sges(&[mr.sge(base, len)?]))
-                });
-                return match posted {
-                    Ok(()) => Ok(TxHeld::Slot(slot)),
-                    Err(e) => {
-                        self.res.send_pool.put(slot);
-                        Err(e)
-                    }
-                };
+                let parts = std::iter::once(&hdr[..]).chain(payload.iter().map(|b| &b[..]));
+                self.res
+                    .send_pool
+                    .post_from(slot, parts, |sge| post(Payload::Sges(&[sge])))?;
+                return Ok(TxHeld::Slot(slot));
             }
         }
         let mut v = BytesMut::with_capacity(len);
