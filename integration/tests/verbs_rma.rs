@@ -290,7 +290,7 @@ async fn rdm_bad_keys_and_ranges_fail_and_the_peer_stays_usable() {
     // A closed region's key stops working at once; its copies fail.
     let key = mr.key();
     let addr = mr.addr();
-    mr.close();
+    mr.close().expect("close");
     assert_eq!(mr.read_at(0, &mut [0u8; 1]), Err(Error::Canceled));
     let e = within(
         "revoked key",

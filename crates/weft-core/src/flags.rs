@@ -260,6 +260,27 @@ bitflags! {
 }
 
 bitflags! {
+    /// Flags of a memory registration (`fi_mr_reg`'s `flags`,
+    /// `fi_mr_regattr`'s): what the region is for, beyond its access.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct MrRegFlags: u64 {
+        /// Device memory (`FI_HMEM_DEVICE_ONLY`).
+        const HMEM_DEVICE_ONLY = 1 << 46;
+        /// Host memory from a device API (`FI_HMEM_HOST_ALLOC`).
+        const HMEM_HOST_ALLOC = 1 << 45;
+        /// A DMA-buf region (`FI_MR_DMABUF`).
+        const DMABUF = 1 << 40;
+        /// The key dies after one operation (`FI_MR_SINGLE_USE`).
+        const SINGLE_USE = 1 << 41;
+        /// Persistent memory (`FI_RMA_PMEM`).
+        const RMA_PMEM = 1 << 49;
+        /// The region will be bound to a counter of remote accesses
+        /// (`FI_RMA_EVENT`).
+        const RMA_EVENT = 1 << 56;
+    }
+}
+
+bitflags! {
     /// Memory registration mode bits (`fi_domain_attr::mr_mode`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct MrMode: u32 {

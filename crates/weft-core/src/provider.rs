@@ -162,9 +162,48 @@ impl RmaReq {
     }
 }
 
-/// A registered memory region, owned by the provider: the device may
-/// read or write it at any time while it is registered, so the
-/// application reaches its bytes only by copying in and out.
+/// The memory a registration covers.
+#[derive(Debug)]
+pub enum MrMemory {
+    /// `len` zeroed bytes the provider allocates (and frees).
+    Alloc(usize),
+    /// The application's buffers, registered where they are. The region
+    /// owns them while registered (so nothing else can free or touch
+    /// them while the device may) and hands them back through
+    /// [`ProviderMr::take_buffers`]. Several buffers make one region,
+    /// addressed as their concatenation.
+    Buffers(Vec<BytesMut>),
+}
+
+impl MrMemory {
+    /// The application's buffers, if any (what a refused request gives
+    /// back).
+    pub fn into_buffers(self) -> Vec<BytesMut> {
+        match self {
+            MrMemory::Buffers(b) => b,
+            MrMemory::Alloc(_) => Vec::new(),
+        }
+    }
+}
+
+/// A registration request, checked by the API layer (lengths, access,
+/// iov count, flags against the domain's caps) before a provider sees it.
+#[derive(Debug)]
+pub struct MrRequest {
+    /// What to register.
+    pub memory: MrMemory,
+    /// Access rights (never empty).
+    pub access: crate::flags::MrAccess,
+    /// The key the application asks for; providers whose `mr_mode` has
+    /// `FI_MR_PROV_KEY` choose their own and ignore it.
+    pub requested_key: u64,
+    /// Registration flags.
+    pub flags: crate::flags::MrRegFlags,
+}
+
+/// A registered memory region: the device may read or write it at any
+/// time while it is registered, so the application reaches its bytes
+/// only by copying in and out (or by taking its buffers back).
 pub trait ProviderMr: Send + Sync + Debug {
     /// The key a peer passes to RMA operations (`fi_mr_key`).
     fn key(&self) -> u64;
@@ -186,16 +225,42 @@ pub trait ProviderMr: Send + Sync + Debug {
     /// `Canceled` after close.
     fn write_at(&self, offset: usize, data: &[u8]) -> Result<()>;
     /// Deregisters: the key stops working at once (peers' operations
-    /// with it fail with `Access`). Later calls are no-ops.
+    /// with it fail with `Access`). Later calls are no-ops. Memory that
+    /// sub-regions still cover stays allocated until they are gone.
     fn close(&self);
+    /// Registers `offset..offset + len` of this region again, with its own
+    /// key and `access` (a sub-MR, `fi_mr_attr::base_mr`). The sub-region
+    /// keeps the memory alive. The API layer has checked the range.
+    /// `NoSys` for providers without sub-regions.
+    fn sub_region(
+        &self,
+        offset: usize,
+        len: usize,
+        access: crate::flags::MrAccess,
+    ) -> Result<Arc<dyn ProviderMr>> {
+        let _ = (offset, len, access);
+        Err(Error::NoSys)
+    }
+    /// Deregisters, as [`close`](Self::close), and hands back the
+    /// application buffers the region was registered on. `Inval` for a
+    /// region whose memory the provider allocated; `Canceled` once
+    /// closed.
+    fn take_buffers(&self) -> Result<Vec<BytesMut>> {
+        Err(Error::Inval)
+    }
 }
 
 /// A provider's domain: what endpoints and memory regions of one domain
 /// share (for verbs, the device context and protection domain).
 pub trait ProviderDomain: Send + Sync + Debug {
-    /// Allocates and registers `len` zeroed bytes with `access`.
-    /// `NoSys` when the provider has no memory registration.
-    fn mr_alloc(&self, len: usize, access: crate::flags::MrAccess) -> Result<Arc<dyn ProviderMr>>;
+    /// Registers memory (`fi_mr_regattr`). `NoSys` when the provider
+    /// has no memory registration; `BadFlags` for flags it does not
+    /// support.
+    /// A refused request comes back whole, with its buffers.
+    fn mr_reg(
+        &self,
+        req: MrRequest,
+    ) -> std::result::Result<Arc<dyn ProviderMr>, Rejected<MrRequest>>;
     /// The concrete domain, for the provider's own endpoints.
     fn as_any(&self) -> &dyn std::any::Any;
     /// What must happen to an address before endpoints of this domain can

@@ -9,22 +9,20 @@
 //! it, and objects of two contexts cannot be mixed.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use weft_core::addr::decode_sockaddr;
 use weft_core::attr::{EpType, Info};
-use weft_core::flags::MrAccess;
-use weft_core::provider::{AddrResolver, EpConfig, MrCacheStats, ProviderDomain, ProviderMr};
+use weft_core::provider::{
+    AddrResolver, EpConfig, MrCacheStats, MrRequest, ProviderDomain, ProviderMr, Rejected,
+};
 
 use crate::bufs::SourceCache;
 use crate::dgram::UdResolver;
 use crate::regcache::CacheLimits;
-use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use crate::sys::{
-    AccessFlags, AtomicCap, CmId, Context, EventChannel, OwnedMr, PortSpace, ProtectionDomain,
-};
+use crate::sys::{AtomicCap, CmId, Context, EventChannel, PortSpace, ProtectionDomain};
 
 /// The per-domain verbs objects.
 #[derive(Debug)]
@@ -78,15 +76,11 @@ pub fn open(info: &Info) -> Result<Arc<dyn ProviderDomain>> {
 }
 
 impl ProviderDomain for VerbsDomain {
-    fn mr_alloc(&self, len: usize, access: MrAccess) -> Result<Arc<dyn ProviderMr>> {
-        let mr = OwnedMr::new(&self.pd, len, access_flags(access, self.atomics))?;
-        Ok(Arc::new(VerbsMr {
-            key: u64::from(mr.rkey()),
-            addr: mr.addr(),
-            len: mr.len(),
-            desc: u64::from(mr.lkey()),
-            mr: Mutex::new(Some(mr)),
-        }))
+    fn mr_reg(
+        &self,
+        req: MrRequest,
+    ) -> std::result::Result<Arc<dyn ProviderMr>, Rejected<MrRequest>> {
+        crate::mr::register(&self.pd, self.atomics, req)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -135,97 +129,4 @@ pub(crate) fn endpoint_cache(
         .as_ref()
         .and_then(|d| d.as_any().downcast_ref::<VerbsDomain>())?;
     Arc::ptr_eq(&dom.pd, pd).then(|| dom.cache.clone())
-}
-
-/// Verbs rights for libfabric access bits. The device writes the region
-/// for remote writes and for reads or receives landing in it, and verbs
-/// wants local write whenever remote write is given. As in libfabric's
-/// verbs provider, remote write also admits atomics (libfabric has no
-/// separate bit) when the device has them.
-fn access_flags(a: MrAccess, atomics: bool) -> AccessFlags {
-    let mut f = AccessFlags::NONE;
-    if a.intersects(MrAccess::WRITE | MrAccess::RECV | MrAccess::REMOTE_WRITE) {
-        f |= AccessFlags::LOCAL_WRITE;
-    }
-    if a.contains(MrAccess::REMOTE_WRITE) {
-        f |= AccessFlags::REMOTE_WRITE;
-        if atomics {
-            f |= AccessFlags::REMOTE_ATOMIC;
-        }
-    }
-    if a.contains(MrAccess::REMOTE_READ) {
-        f |= AccessFlags::REMOTE_READ;
-    }
-    f
-}
-
-/// A region the application allocated through the domain. The memory
-/// lives (and stays registered) until `close`; copies in and out go
-/// through the registration, which never hands out a reference.
-#[derive(Debug)]
-struct VerbsMr {
-    key: u64,
-    addr: u64,
-    len: usize,
-    desc: u64,
-    mr: Mutex<Option<OwnedMr>>,
-}
-
-impl ProviderMr for VerbsMr {
-    fn key(&self) -> u64 {
-        self.key
-    }
-
-    fn addr(&self) -> u64 {
-        self.addr
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn desc(&self) -> u64 {
-        self.desc
-    }
-
-    fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        lock(&self.mr)
-            .as_ref()
-            .ok_or(Error::Canceled)?
-            .read_at(offset, out)
-    }
-
-    fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
-        lock(&self.mr)
-            .as_mut()
-            .ok_or(Error::Canceled)?
-            .write_at(offset, data)
-    }
-
-    fn close(&self) {
-        // Deregistration happens in OwnedMr's drop (which leaks the memory
-        // rather than free it if the device refuses).
-        drop(lock(&self.mr).take());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn access_bits_map_to_verbs_rights() {
-        let r = access_flags(MrAccess::REMOTE_READ, true);
-        assert_eq!(r.bits(), AccessFlags::REMOTE_READ.bits());
-        let w = access_flags(MrAccess::REMOTE_WRITE, false);
-        assert!(w.contains(AccessFlags::REMOTE_WRITE) && w.contains(AccessFlags::LOCAL_WRITE));
-        assert!(!w.contains(AccessFlags::REMOTE_ATOMIC));
-        let wa = access_flags(MrAccess::REMOTE_WRITE, true);
-        assert!(wa.contains(AccessFlags::REMOTE_ATOMIC));
-        assert!(access_flags(MrAccess::WRITE, true).contains(AccessFlags::LOCAL_WRITE));
-        assert_eq!(
-            access_flags(MrAccess::SEND | MrAccess::READ, true).bits(),
-            0
-        );
-    }
 }

@@ -39,6 +39,8 @@ mod domain;
 #[cfg(feature = "rdma")]
 pub mod info;
 #[cfg(feature = "rdma")]
+mod mr;
+#[cfg(feature = "rdma")]
 mod msg;
 #[cfg(feature = "rdma")]
 mod nodes;

@@ -9,7 +9,6 @@ use weft_core::attr::Info;
 use weft_core::completion::{CqFormat, CqShared, WaitMode};
 use weft_core::counter::CounterShared;
 use weft_core::eventq::EqShared;
-use weft_core::flags::MrAccess;
 use weft_core::getinfo;
 use weft_core::provider::ProviderDomain;
 use weft_core::{Error, Result};
@@ -19,7 +18,6 @@ use crate::counter::Counter;
 use crate::cq::CompletionQueue;
 use crate::endpoint::Endpoint;
 use crate::eq::EventQueue;
-use crate::mr::MemoryRegion;
 use crate::passive::PassiveEndpoint;
 
 static NEXT_FID: AtomicU64 = AtomicU64::new(1);
@@ -245,29 +243,6 @@ impl Domain {
     /// Opens a counter.
     pub fn counter(&self) -> Result<Counter> {
         Ok(Counter::new(CounterShared::new(next_fid()), self.fid()))
-    }
-
-    /// `fi_mr_reg` on memory the provider allocates: `len` zeroed bytes
-    /// registered with `access`, reached through the region's copy
-    /// methods (the device may write it at any time). `NoSys` when the
-    /// provider has no memory registration (no `FI_RMA` in its caps);
-    /// `Inval` for an empty region or no access rights.
-    pub fn mr_alloc(&self, len: usize, access: MrAccess) -> Result<MemoryRegion> {
-        if len == 0 || access.is_empty() {
-            return Err(Error::Inval);
-        }
-        let prov = self.inner.prov.as_ref().ok_or(Error::NoSys)?;
-        let mr = prov.mr_alloc(len, access)?;
-        Ok(MemoryRegion::new(mr, access, self.fid()))
-    }
-
-    /// What the domain's registration cache did (hits, misses,
-    /// evictions, occupancy): `None` for providers without one. The verbs
-    /// domain caches the registrations of the `Bytes` its endpoints send
-    /// from (limits from `FI_MR_CACHE_MAX_COUNT`, `FI_MR_CACHE_MAX_SIZE`;
-    /// `FI_MR_CACHE_MONITOR=disabled` turns it off).
-    pub fn mr_cache_stats(&self) -> Option<weft_core::provider::MrCacheStats> {
-        self.inner.prov.as_ref().and_then(|p| p.mr_cache_stats())
     }
 
     /// Creates a (disabled) endpoint for `info`.

@@ -68,7 +68,7 @@ pub use eq::{ConnRequest, EventQueue};
 pub use fabric::{
     all_offers, error_hint, getinfo, provider_unavailable, CqAttr, Domain, Fabric, PROVIDERS,
 };
-pub use mr::MemoryRegion;
+pub use mr::{MemoryRegion, MrAttr, RegError};
 pub use msg::{RecvMsg, SendMsg};
 pub use passive::PassiveEndpoint;
 pub use rma::RmaMsg;
@@ -85,7 +85,7 @@ pub use weft_core::attr::{
 pub use weft_core::completion::{CqEntry, CqErrEntry, CqFormat, CqItem, WaitMode};
 pub use weft_core::eventq::{EqErrEntry, EqEvent, EqEventKind, EqItem};
 pub use weft_core::flags::{
-    AvFlags, BindFlags, Caps, CompOrder, Mode, MrAccess, MrMode, MsgOrder, OpFlags,
+    AvFlags, BindFlags, Caps, CompOrder, Mode, MrAccess, MrMode, MrRegFlags, MsgOrder, OpFlags,
 };
 pub use weft_core::getinfo::format_info;
 pub use weft_core::{Error, Result};

@@ -4,7 +4,9 @@
 //! for as long as the registration exists, so safe code can neither free
 //! nor (for device-writable memory) access it while the device may:
 //!
-//! * [`OwnedMr`]: a zeroed, page-aligned allocation. Its contents are only
+//! * [`OwnedMr`]: a zeroed, page-aligned allocation, an application
+//!   [`BytesMut`] registered in place, or part of another `OwnedMr`'s
+//!   memory (a sub-region with keys of its own). Its contents are only
 //!   reachable through copies ([`OwnedMr::read_at`], [`OwnedMr::write_at`]),
 //!   never through `&[u8]`/`&mut [u8]`, because the device may write it at
 //!   any time (receives, RDMA reads landing here, and, with remote access,
@@ -292,26 +294,64 @@ fn page_size() -> usize {
         .unwrap_or(4096)
 }
 
-/// A registered region that owns its (page-aligned, zeroed) memory.
+/// The memory under one or more [`OwnedMr`]s: a zeroed page-aligned
+/// allocation, or an application buffer registered where it is. It is
+/// freed (or handed back) only when no registration covers it any more:
+/// each registration holds an `Arc` and drops it only after a successful
+/// deregistration.
+struct Backing {
+    base: NonNull<u8>,
+    len: usize,
+    /// `None` once taken back by [`OwnedMr::into_buffer`].
+    memory: Option<Memory>,
+    /// Serialises CPU copies in and out, which the registrations of one
+    /// backing (a region and its sub-regions) would otherwise race on.
+    cpu: std::sync::Mutex<()>,
+}
+
+enum Memory {
+    Aligned(AlignedBuf),
+    Buffer(BytesMut),
+}
+
+// SAFETY: the memory is owned by the Backing and only touched through raw
+// copies made under `cpu` (or by the device).
+unsafe impl Send for Backing {}
+// SAFETY: as above: shared access is serialised by `cpu`.
+unsafe impl Sync for Backing {}
+
+impl Backing {
+    /// Runs `f` with CPU copies of this memory excluded elsewhere.
+    fn with_cpu<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _g = self.cpu.lock().unwrap_or_else(|p| p.into_inner());
+        f()
+    }
+}
+
+/// A registered region that owns its memory: zeroed page-aligned memory
+/// it allocated, or an application buffer, or a part of another
+/// region's memory (a sub-region, with its own keys and rights).
 ///
 /// The contents are accessed only by copying ([`read_at`](Self::read_at),
 /// [`write_at`](Self::write_at)): no `&[u8]` is ever handed out, since the
 /// device may write the memory concurrently (local write, remote write,
 /// atomics). Reads racing with device writes may observe partially
 /// written data, exactly as with memory shared with another process.
-/// CPU writes take `&mut self`, so they never race with other CPU accesses.
+/// CPU copies of one memory (a region and its sub-regions) are
+/// serialised by a lock.
 pub struct OwnedMr {
     mr: RawMr,
-    base: NonNull<u8>,
-    /// `None` only if leaked in Drop.
-    buf: Option<AlignedBuf>,
+    /// `None` only after `into_buffer` or if leaked in Drop.
+    backing: Option<Arc<Backing>>,
+    /// Where the registration starts in the backing.
+    offset: usize,
     access: AccessFlags,
 }
 
-// SAFETY: the allocation is owned by this object and only accessed through
-// raw copies guarded by `&self`/`&mut self`; the ibv_mr is thread-safe.
+// SAFETY: the memory is owned (through the Backing) and only accessed
+// through raw copies under the Backing's lock; the ibv_mr is thread-safe.
 unsafe impl Send for OwnedMr {}
-// SAFETY: `&OwnedMr` only reads (copies out of) the allocation.
+// SAFETY: `&OwnedMr` only copies in and out under the Backing's lock.
 unsafe impl Sync for OwnedMr {}
 
 impl fmt::Debug for OwnedMr {
@@ -332,14 +372,88 @@ impl OwnedMr {
     /// write without local write).
     pub fn new(pd: &Arc<ProtectionDomain>, len: usize, access: AccessFlags) -> Result<Self, Error> {
         let buf = AlignedBuf::zeroed(len)?;
-        // SAFETY: `buf` is owned by the returned OwnedMr and freed only
-        // after a successful deregistration (see Drop); it is never
+        let backing = Arc::new(Backing {
+            base: buf.ptr,
+            len,
+            memory: Some(Memory::Aligned(buf)),
+            cpu: std::sync::Mutex::new(()),
+        });
+        Self::over(pd, backing, 0, len, access)
+    }
+
+    /// Registers the application's buffer where it is (its `len()` bytes,
+    /// not the spare capacity). The buffer comes back with the error if
+    /// registration fails, and through [`into_buffer`](Self::into_buffer)
+    /// afterwards. `Inval` for an empty buffer.
+    pub fn from_buffer(
+        pd: &Arc<ProtectionDomain>,
+        mut buf: BytesMut,
+        access: AccessFlags,
+    ) -> Result<Self, (Error, BytesMut)> {
+        let len = buf.len();
+        let Some(base) = NonNull::new(buf.as_mut_ptr()).filter(|_| len > 0) else {
+            return Err((Error::Inval, buf));
+        };
+        // Moving a BytesMut does not move its heap buffer, so `base` stays
+        // valid while the Backing owns it.
+        let backing = Arc::new(Backing {
+            base,
+            len,
+            memory: Some(Memory::Buffer(buf)),
+            cpu: std::sync::Mutex::new(()),
+        });
+        Self::over(pd, backing.clone(), 0, len, access).map_err(|e| {
+            let buf = match Arc::try_unwrap(backing).ok().and_then(|b| b.memory) {
+                Some(Memory::Buffer(b)) => b,
+                // Unreachable: the failed registration dropped its clone
+                // and the memory was a buffer.
+                _ => BytesMut::new(),
+            };
+            (e, buf)
+        })
+    }
+
+    /// Registers `offset..offset + len` of this region's memory again,
+    /// with its own keys and `access`. The sub-region keeps the memory
+    /// alive however long this region lives. `Inval` if the range is not
+    /// inside this region.
+    pub fn sub(
+        &self,
+        pd: &Arc<ProtectionDomain>,
+        offset: usize,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<OwnedMr, Error> {
+        let end = offset.checked_add(len).ok_or(Error::Inval)?;
+        let backing = self.backing.as_ref().ok_or(Error::Inval)?;
+        if end > self.mr.len || len == 0 {
+            return Err(Error::Inval);
+        }
+        Self::over(pd, backing.clone(), self.offset + offset, len, access)
+    }
+
+    fn over(
+        pd: &Arc<ProtectionDomain>,
+        backing: Arc<Backing>,
+        offset: usize,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<OwnedMr, Error> {
+        let end = offset.checked_add(len).ok_or(Error::Inval)?;
+        if end > backing.len {
+            return Err(Error::Inval);
+        }
+        // SAFETY: offset <= the backing's length, checked above.
+        let ptr = unsafe { backing.base.as_ptr().add(offset) };
+        // SAFETY: the range lies inside the backing, which the returned
+        // OwnedMr keeps alive (through its Arc) until a successful
+        // deregistration (see Drop and into_buffer); the memory is never
         // accessed through references, only through raw copies.
-        let mr = unsafe { RawMr::register(pd, buf.ptr.as_ptr(), len, access)? };
+        let mr = unsafe { RawMr::register(pd, ptr, len, access)? };
         Ok(OwnedMr {
             mr,
-            base: buf.ptr,
-            buf: Some(buf),
+            backing: Some(backing),
+            offset,
             access,
         })
     }
@@ -379,34 +493,45 @@ impl OwnedMr {
         self.mr.sge(offset, len)
     }
 
-    fn range_ptr(&self, offset: usize, len: usize) -> Result<*mut u8, Error> {
+    /// The backing and a pointer to `offset..offset + len` of this
+    /// registration in it.
+    fn range_ptr(&self, offset: usize, len: usize) -> Result<(&Backing, *mut u8), Error> {
         let end = offset.checked_add(len).ok_or(Error::Inval)?;
+        let backing = self.backing.as_deref().ok_or(Error::Canceled)?;
         if end > self.mr.len {
             return Err(Error::Inval);
         }
-        // SAFETY: offset <= the allocation's length, checked above.
-        Ok(unsafe { self.base.as_ptr().add(offset) })
+        // SAFETY: self.offset + offset + len <= self.offset + mr.len <=
+        // backing.len (checked here and at registration).
+        Ok((backing, unsafe {
+            backing.base.as_ptr().add(self.offset + offset)
+        }))
     }
 
     /// Copies `out.len()` bytes starting at `offset` into `out`.
     /// `Inval` if the range is out of bounds.
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<(), Error> {
-        let src = self.range_ptr(offset, out.len())?;
-        // SAFETY: `src..src + out.len()` lies inside the live allocation
-        // (checked); `out` is a distinct Rust buffer. The device may write
-        // the source concurrently; that only affects the bytes copied.
-        unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+        let (backing, src) = self.range_ptr(offset, out.len())?;
+        backing.with_cpu(|| {
+            // SAFETY: `src..src + out.len()` lies inside the live backing
+            // (checked); `out` is a distinct Rust buffer; other CPU copies
+            // of this memory are excluded by the lock. The device may write
+            // the source concurrently; that only affects the bytes copied.
+            unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) }
+        });
         Ok(())
     }
 
     /// Copies `data` into the region at `offset`. `Inval` if the range is
     /// out of bounds.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), Error> {
-        let dst = self.range_ptr(offset, data.len())?;
-        // SAFETY: `dst..dst + data.len()` lies inside the live allocation
-        // (checked); `data` is a distinct Rust buffer; `&mut self` excludes
-        // concurrent CPU access through this object.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        let (backing, dst) = self.range_ptr(offset, data.len())?;
+        backing.with_cpu(|| {
+            // SAFETY: `dst..dst + data.len()` lies inside the live backing
+            // (checked); `data` is a distinct Rust buffer; other CPU copies
+            // of this memory are excluded by the lock.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) }
+        });
         Ok(())
     }
 
@@ -421,13 +546,40 @@ impl OwnedMr {
     pub fn write_u64_at(&mut self, offset: usize, v: u64) -> Result<(), Error> {
         self.write_at(offset, &v.to_ne_bytes())
     }
+
+    /// Deregisters and hands back the application buffer the region was
+    /// registered on ([`from_buffer`](Self::from_buffer)). `Inval` for
+    /// allocated memory or a sub-region's (which is deregistered all the
+    /// same), `Busy` while sub-regions still cover the memory (they keep
+    /// it). If deregistration fails the memory is leaked and the error
+    /// returned.
+    pub fn into_buffer(mut self) -> Result<BytesMut, Error> {
+        if let Err(e) = self.mr.deregister() {
+            // The device may still access the memory: never free it.
+            std::mem::forget(self.backing.take());
+            return Err(e);
+        }
+        let backing = self.backing.take().ok_or(Error::Inval)?;
+        if self.offset != 0 || self.mr.len != backing.len {
+            return Err(Error::Inval);
+        }
+        let mut backing = Arc::try_unwrap(backing).map_err(|_| Error::Busy)?;
+        match backing.memory.take() {
+            Some(Memory::Buffer(b)) => Ok(b),
+            Some(Memory::Aligned(a)) => {
+                drop(a);
+                Err(Error::Inval)
+            }
+            None => Err(Error::Inval),
+        }
+    }
 }
 
 impl Drop for OwnedMr {
     fn drop(&mut self) {
         if self.mr.deregister().is_err() {
             // The device may still access the memory: never free it.
-            std::mem::forget(self.buf.take());
+            std::mem::forget(self.backing.take());
         }
     }
 }

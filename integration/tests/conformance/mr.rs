@@ -1,0 +1,246 @@
+//! Memory registration (spec/fi_mr.3.txt): the argument checks every
+//! provider shares, registration of application buffers in place, raw
+//! keys, sub-regions and unsupported flags. A provider without memory
+//! registration (tcp) answers valid requests with `NoSys` and hands the
+//! buffers back.
+
+use bytes::BytesMut;
+use weft::{Error, MrAccess, MrAttr, MrRegFlags};
+use weft_integration::{Harness, Provider};
+
+const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
+
+fn registers(h: &Harness) -> bool {
+    match h.domain.mr_alloc(1, MrAccess::REMOTE_READ) {
+        Ok(_) => true,
+        Err(Error::NoSys) => false,
+        Err(e) => panic!("mr_alloc(1): {e}"),
+    }
+}
+
+fn filled(len: usize, seed: u8) -> BytesMut {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+        .collect::<Vec<u8>>()
+        .as_slice()
+        .into()
+}
+
+/// Bad requests fail with the same error on every provider, before the
+/// provider sees them, and the buffers come back untouched.
+async fn bad_requests_are_refused_and_lose_nothing(p: Provider) {
+    let h = Harness::rdm(&p);
+    let d = &h.domain;
+    let check = |attr: MrAttr<'_>, want: Error, bufs: &[BytesMut]| {
+        let e = d.mr_regattr(attr).expect_err("must be refused");
+        assert_eq!(e.error, want);
+        assert_eq!(e.buffers, bufs, "buffers come back as they were");
+    };
+    let b = filled(64, 1);
+    check(
+        MrAttr::buffer(b.clone(), MrAccess::empty()),
+        Error::Inval,
+        std::slice::from_ref(&b),
+    );
+    check(
+        MrAttr::buffer(BytesMut::new(), RW),
+        Error::Inval,
+        &[BytesMut::new()],
+    );
+    check(MrAttr::alloc(0, RW), Error::Inval, &[]);
+    check(
+        MrAttr::buffer(b.clone(), RW).offset(8),
+        Error::Inval,
+        std::slice::from_ref(&b),
+    );
+    let limit = d.info().domain_attr.mr_iov_limit.max(1);
+    let many: Vec<BytesMut> = (0..=limit).map(|i| filled(16, i as u8)).collect();
+    check(MrAttr::iov(many.clone(), RW), Error::Inval, &many);
+    check(MrAttr::iov(Vec::new(), RW), Error::Inval, &[]);
+    // Flags that need a capability the domain lacks.
+    for f in [
+        MrRegFlags::RMA_EVENT,
+        MrRegFlags::RMA_PMEM,
+        MrRegFlags::HMEM_DEVICE_ONLY,
+        MrRegFlags::DMABUF,
+    ] {
+        check(
+            MrAttr::buffer(b.clone(), RW).flags(f),
+            Error::BadFlags,
+            std::slice::from_ref(&b),
+        );
+    }
+    if !registers(&h) {
+        // A well-formed request: NoSys, buffer back.
+        let e = d.mr_reg(b.clone(), RW).expect_err("no registration");
+        assert_eq!((e.error, e.buffers), (Error::NoSys, vec![b.clone()]));
+        let e = d.mr_regv(vec![b.clone()], RW).expect_err("no registration");
+        assert_eq!(e.error, Error::NoSys);
+        return;
+    }
+    // Verbs cannot see remote accesses at the target: single-use keys are
+    // refused by the provider, again losing nothing.
+    check(
+        MrAttr::buffer(b.clone(), RW).flags(MrRegFlags::SINGLE_USE),
+        Error::BadFlags,
+        std::slice::from_ref(&b),
+    );
+}
+
+/// A buffer registered in place: the region is the buffer (its bytes,
+/// its address), copies go through to it, and taking it back returns
+/// the same allocation with what was written.
+async fn application_buffers_register_in_place(p: Provider) {
+    let h = Harness::rdm(&p);
+    if !registers(&h) {
+        return;
+    }
+    let d = &h.domain;
+    let mut access = Vec::new();
+    for bits in 1u64..64 {
+        let a = MrAccess::from_bits_truncate(bits << 8);
+        access.push(a);
+    }
+    for (i, len) in [1usize, 7, 4096, 65_537, 1 << 20, 8 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let buf = filled(len, i as u8);
+        let ptr = buf.as_ptr() as u64;
+        let want = buf.clone();
+        let a = access[i * 11 % access.len()];
+        let mr = d.mr_reg(buf, a).expect("register in place");
+        assert_eq!(mr.len(), len);
+        assert_eq!(mr.access(), a);
+        assert_eq!(mr.addr(), ptr, "FI_MR_VIRT_ADDR: the buffer's own address");
+        assert_eq!(mr.to_vec().unwrap(), want, "the region is the buffer");
+        mr.write_at(len - 1, b"Z").unwrap();
+        assert_eq!(mr.write_at(len, b"Z"), Err(Error::Inval));
+        let back = mr.take_buffers().expect("take back");
+        assert_eq!(back.len(), 1);
+        assert_eq!(back[0].as_ptr() as u64, ptr, "the same allocation");
+        assert_eq!(&back[0][..len - 1], &want[..len - 1]);
+        assert_eq!(back[0][len - 1], b'Z');
+        assert_eq!(mr.take_buffers().unwrap_err(), Error::Canceled);
+        assert_eq!(mr.read_at(0, &mut [0u8; 1]), Err(Error::Canceled));
+        mr.close().unwrap();
+    }
+    // Every access combination registers.
+    for a in access {
+        let mr = d
+            .mr_reg(filled(64, 3), a)
+            .expect("every access combination");
+        assert_eq!(mr.access(), a);
+    }
+    // Regions on provider memory have no buffers to give back.
+    let mr = d.mr_alloc(64, RW).unwrap();
+    assert_eq!(mr.take_buffers().unwrap_err(), Error::Inval);
+    // Register, take back, free, allocate anew (the allocator may hand
+    // out the same address) and register again: each region holds the
+    // bytes it was given.
+    for round in 0..8u8 {
+        let mr = d.mr_reg(filled(256 << 10, round), RW).unwrap();
+        let mut first = [0u8; 4];
+        mr.read_at(0, &mut first).unwrap();
+        assert_eq!(&first[..], &filled(4, round)[..], "round {round}");
+        drop(mr.take_buffers().unwrap());
+    }
+}
+
+/// fi_mr_raw_attr / fi_mr_map_raw / fi_mr_unmap_key work on any region.
+async fn raw_keys_round_trip(p: Provider) {
+    let h = Harness::rdm(&p);
+    if !registers(&h) {
+        return;
+    }
+    let d = &h.domain;
+    let mr = d.mr_alloc(4096, RW).unwrap();
+    let size = mr.raw_key_size();
+    assert_eq!(size, d.info().domain_attr.mr_key_size);
+    let mut short = vec![0u8; size - 1];
+    assert_eq!(mr.raw_attr(&mut short).unwrap_err(), Error::TooSmall);
+    let mut raw = vec![0xaau8; size + 4];
+    let (base, n) = mr.raw_attr(&mut raw).unwrap();
+    assert_eq!((base, n), (mr.addr(), size));
+    assert_eq!(&raw[size..], &[0xaa; 4], "nothing written past the key");
+    let key = d.map_raw(base, &raw[..n]).unwrap();
+    assert_eq!(key, mr.key());
+    d.unmap_key(key).unwrap();
+    assert_eq!(d.map_raw(base, &raw[..n + 1]).unwrap_err(), Error::Inval);
+    mr.close().unwrap();
+    assert_eq!(mr.raw_attr(&mut raw).unwrap_err(), Error::Canceled);
+}
+
+/// Sub-regions: inside the base, own key and access, same memory; the
+/// base cannot close or give its buffers back while they live.
+async fn sub_regions_share_memory_and_hold_the_base(p: Provider) {
+    let h = Harness::rdm(&p);
+    if !registers(&h) {
+        return;
+    }
+    let d = &h.domain;
+    let base = d.mr_reg(filled(8192, 9), RW).unwrap();
+    let sub = d
+        .mr_regattr(MrAttr::sub(&base, 4096, 1024, MrAccess::REMOTE_READ))
+        .unwrap();
+    assert!(sub.is_sub_region() && !base.is_sub_region());
+    assert_eq!(sub.addr(), base.addr() + 4096);
+    assert_eq!(sub.len(), 1024);
+    assert_eq!(sub.access(), MrAccess::REMOTE_READ);
+    assert_ne!(sub.key(), base.key(), "a key of its own");
+    // One memory: a write through either is seen by the other.
+    base.write_at(4096, b"base").unwrap();
+    let mut got = [0u8; 4];
+    sub.read_at(0, &mut got).unwrap();
+    assert_eq!(&got, b"base");
+    sub.write_at(1020, b"sub!").unwrap();
+    base.read_at(5116, &mut got).unwrap();
+    assert_eq!(&got, b"sub!");
+    // Outside the base, zero length, with flags, another domain's base.
+    for (off, len) in [(8192, 1), (8000, 193), (0, 0), (usize::MAX, 2)] {
+        let e = d.mr_regattr(MrAttr::sub(&base, off, len, RW)).unwrap_err();
+        assert_eq!(e.error, Error::Inval, "sub {off}+{len}");
+    }
+    let e = d
+        .mr_regattr(MrAttr::sub(&base, 0, 8, RW).flags(MrRegFlags::SINGLE_USE))
+        .unwrap_err();
+    assert_eq!(e.error, Error::BadFlags);
+    let other = h.other_domain();
+    let e = other.mr_regattr(MrAttr::sub(&base, 0, 8, RW)).unwrap_err();
+    assert_eq!(e.error, Error::Domain);
+    // A sub-region of a sub-region is inside both.
+    let subsub = d
+        .mr_regattr(MrAttr::sub(&sub, 16, 16, MrAccess::REMOTE_WRITE))
+        .unwrap();
+    assert_eq!(subsub.addr(), base.addr() + 4096 + 16);
+    // The base stays while they live.
+    assert_eq!(base.close().unwrap_err(), Error::Busy);
+    assert_eq!(base.take_buffers().unwrap_err(), Error::Busy);
+    assert_eq!(sub.close().unwrap_err(), Error::Busy);
+    base.read_at(0, &mut got).unwrap();
+    subsub.close().unwrap();
+    sub.close().unwrap();
+    assert_eq!(sub.take_buffers().unwrap_err(), Error::Inval);
+    let back = base.take_buffers().unwrap();
+    assert_eq!(&back[0][4096..4100], b"base");
+    assert_eq!(&back[0][5116..5120], b"sub!");
+    // A closed base takes no new sub-regions.
+    let e = d.mr_regattr(MrAttr::sub(&base, 0, 8, RW)).unwrap_err();
+    assert_eq!(e.error, Error::Canceled);
+    // Dropping a base before its sub-region leaves the sub-region whole:
+    // the memory stays with it.
+    let base = d.mr_alloc(4096, RW).unwrap();
+    base.write_at(100, b"kept").unwrap();
+    let sub = d.mr_regattr(MrAttr::sub(&base, 100, 4, RW)).unwrap();
+    drop(base);
+    let mut got = [0u8; 4];
+    sub.read_at(0, &mut got).unwrap();
+    assert_eq!(&got, b"kept");
+}
+
+provider_tests! {
+    bad_requests_are_refused_and_lose_nothing,
+    application_buffers_register_in_place,
+    raw_keys_round_trip,
+    sub_regions_share_memory_and_hold_the_base,
+}
