@@ -1,7 +1,8 @@
 //! RMA over the verbs provider on a real RDMA device (soft-RoCE in the VM
 //! of `integration/run-rxe`): memory regions from the domain, RDMA write
 //! and read between an RDM client on rxe2 and a server's region on rxe1,
-//! and over a MSG connection. Bad keys and addresses end in error
+//! and over a MSG connection, where a write with remote CQ data completes
+//! the target's next posted receive. Bad keys and addresses end in error
 //! completions, and the peer stays reachable afterwards.
 //!
 //! Outside the VM every test prints why it is skipped; inside it a missing
@@ -10,8 +11,9 @@
 
 use bytes::{Bytes, BytesMut};
 use weft::{
-    BindFlags, Caps, ConnRequest, CqAttr, Domain, Endpoint, EpType, EqEventKind, Error, EventQueue,
-    FiAddr, Info, MrAccess, MrMode, OpFlags, RmaMsg, RmaOp, WaitMode, FI_ADDR_UNSPEC,
+    BindFlags, Caps, CompletionQueue, ConnRequest, CqAttr, Domain, Endpoint, EpType, EqEventKind,
+    Error, EventQueue, FiAddr, Info, Mode, MrAccess, MrMode, OpFlags, RmaMsg, RmaOp, WaitMode,
+    FI_ADDR_UNSPEC,
 };
 use weft_integration::{next_cq, next_eq, payload, verbs_offer_with, within, Node};
 
@@ -24,6 +26,8 @@ fn rma_offer(dev: &str, ep_type: EpType) -> Option<Info> {
     verbs_offer_with(dev, ep_type, |h| {
         h.caps = Caps::MSG | Caps::TAGGED.intersection(caps_of(ep_type)) | Caps::RMA;
         h.domain_attr.mr_mode = MrMode::PROV_KEY | MrMode::VIRT_ADDR | MrMode::LOCAL;
+        // MSG writedata completes a posted receive at the target.
+        h.mode = Mode::RX_CQ_DATA;
     })
 }
 
@@ -58,6 +62,15 @@ fn offers_rma_only_to_apps_that_accept_its_mr_mode() {
     let plain = weft_integration::verbs_offer(SERVER_DEV, EpType::Rdm).unwrap();
     assert!(!plain.caps.intersects(Caps::RMA));
     assert_eq!(plain.domain_attr.mr_mode, MrMode::empty());
+    // MSG keeps FI_RX_CQ_DATA for apps that accept it (their writedata
+    // takes a posted receive) and drops it for the others, whose
+    // writedata is then NoSys.
+    let msg = rma_offer(SERVER_DEV, EpType::Msg).unwrap();
+    assert!(msg.mode.contains(Mode::RX_CQ_DATA));
+    let msg = weft_integration::verbs_offer(SERVER_DEV, EpType::Msg).unwrap();
+    assert!(!msg.mode.contains(Mode::RX_CQ_DATA));
+    assert!(!msg.rx_attr.mode.contains(Mode::RX_CQ_DATA));
+    assert!(info.mode.is_empty(), "RDM has no such mode");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -334,15 +347,20 @@ async fn region_arguments_are_checked() {
     assert_ne!(mr.addr(), 0);
 }
 
-/// A MSG connection, rxe2 -> rxe1, with RMA.
-async fn msg_pair() -> Option<(
-    Domain,
-    Endpoint,
-    Endpoint,
-    EventQueue,
-    EventQueue,
-    weft::PassiveEndpoint,
-)> {
+/// A MSG connection, rxe2 -> rxe1, with RMA: the server's domain, both
+/// endpoints with their EQs and CQs, and the listener (kept alive).
+struct MsgPair {
+    sd: Domain,
+    cep: Endpoint,
+    sep: Endpoint,
+    ccq: CompletionQueue,
+    scq: CompletionQueue,
+    ceq: EventQueue,
+    seq: EventQueue,
+    _pep: weft::PassiveEndpoint,
+}
+
+async fn msg_pair() -> Option<MsgPair> {
     let (si, ci) = (
         rma_offer(SERVER_DEV, EpType::Msg)?,
         rma_offer(CLIENT_DEV, EpType::Msg)?,
@@ -372,16 +390,16 @@ async fn msg_pair() -> Option<(
         ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
             .unwrap();
         ep.enable().unwrap();
-        (ep, eq)
+        (ep, eq, cq)
     };
-    let (cep, ceq) = mk(&cd, &cf, &ci, None);
+    let (cep, ceq, ccq) = mk(&cd, &cf, &ci, None);
     let addr = pep.local_addr().unwrap();
     let c2 = cep.clone();
     let conn = tokio::spawn(async move { c2.connect(addr, Vec::new()).await });
     let ev = within("connreq", next_eq(&peq)).await.unwrap();
     assert_eq!(ev.kind, EqEventKind::ConnReq);
     let req = ConnRequest::from_event(&ev).unwrap();
-    let (sep, seq) = mk(&sd, &sf, &si, Some(&req));
+    let (sep, seq, scq) = mk(&sd, &sf, &si, Some(&req));
     within("accept", sep.accept(Vec::new())).await.unwrap();
     within("connect", conn).await.unwrap().unwrap();
     for q in [&ceq, &seq] {
@@ -389,17 +407,29 @@ async fn msg_pair() -> Option<(
         assert_eq!(ev.kind, EqEventKind::Connected);
     }
     let _ = cd;
-    Some((sd, cep, sep, ceq, seq, pep))
+    Some(MsgPair {
+        sd,
+        cep,
+        sep,
+        ccq,
+        scq,
+        ceq,
+        seq,
+        _pep: pep,
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_write_read_and_a_bad_key_ends_the_connection() {
-    let Some((sd, cep, _sep, ceq, seq, _pep)) = msg_pair().await else {
+    // Bound whole: a field left out of a pattern would be dropped here,
+    // and with the server's endpoint the connection.
+    let Some(p) = msg_pair().await else {
         return;
     };
-    let mr = sd
-        .mr_alloc(1 << 20, MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE)
-        .unwrap();
+    let (cep, ceq, seq) = (&p.cep, &p.ceq, &p.seq);
+    let mr =
+        p.sd.mr_alloc(1 << 20, MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE)
+            .unwrap();
     for (i, len) in [8usize, 4096, 1 << 20].into_iter().enumerate() {
         let data = payload(len, 40 + i as u8);
         within(
@@ -416,19 +446,6 @@ async fn msg_write_read_and_a_bad_key_ends_the_connection() {
         .unwrap();
         assert_eq!(&e.into_bytes()[..], &data[..]);
     }
-    // Remote CQ data would consume a posted receive at the target (the
-    // FI_RX_CQ_DATA mode the offer does not ask for): refused, clearly.
-    assert_eq!(
-        cep.post_writedata(
-            FI_ADDR_UNSPEC,
-            Bytes::from_static(b"d"),
-            1,
-            mr.addr(),
-            mr.key(),
-            1
-        ),
-        Err(Error::NoSys)
-    );
     // A wrong key is a critical error on a MSG endpoint: the operation
     // fails with Access and both sides see the connection end.
     let e = within(
@@ -443,13 +460,177 @@ async fn msg_write_read_and_a_bad_key_ends_the_connection() {
     .await
     .expect_err("wrong key");
     assert_eq!(e.err, Error::Access);
-    for (q, who) in [(&ceq, "client"), (&seq, "server")] {
+    for (q, who) in [(ceq, "client"), (seq, "server")] {
         match q.next_timeout(weft_integration::TIMEOUT).await {
             Ok(Ok(ev)) => assert_eq!(ev.kind, EqEventKind::Shutdown, "{who}"),
             Ok(Err(e)) => panic!("{who}: error event {e:?} instead of shutdown"),
             Err(e) => panic!("{who}: no shutdown event: {e}"),
         }
     }
+}
+
+/// The flags of `fi_writedata`'s target completion, on MSG as on RDM.
+const REMOTE_WRITE_DATA: OpFlags = OpFlags::RMA
+    .union(OpFlags::REMOTE_WRITE)
+    .union(OpFlags::REMOTE_CQ_DATA);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_writedata_completes_the_targets_next_receive() {
+    let Some(p) = msg_pair().await else {
+        return;
+    };
+    let mr =
+        p.sd.mr_alloc(1 << 20, MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE)
+            .unwrap();
+    // Inline, slot-sized and registered writes, each consuming one posted
+    // receive: a bounce-slot one (small), a registered one (large) and an
+    // empty one.
+    let cases = [(5usize, 64usize), (4096, 1 << 16), (1 << 20, 0)];
+    for (i, &(len, cap)) in cases.iter().enumerate() {
+        let ctx = 100 + i as u64;
+        p.sep.post_recv(BytesMut::zeroed(cap), ctx).unwrap();
+        let data = payload(len, 70 + i as u8);
+        let cq_data = 0xC0DE_0000 | i as u64;
+        p.cep
+            .post_writedata(
+                FI_ADDR_UNSPEC,
+                data.clone(),
+                cq_data,
+                mr.addr(),
+                mr.key(),
+                200 + i as u64,
+            )
+            .unwrap();
+        let e = within("writedata completion", next_cq(&p.ccq))
+            .await
+            .unwrap();
+        assert_eq!(e.context, 200 + i as u64);
+        assert!(e.flags.contains(OpFlags::RMA | OpFlags::WRITE), "{e:?}");
+        let t = within("target completion", next_cq(&p.scq)).await.unwrap();
+        assert_eq!(t.context, ctx, "the posted receive it consumed");
+        assert_eq!(t.flags, REMOTE_WRITE_DATA, "len {len}");
+        assert_eq!((t.len, t.data), (len, cq_data));
+        // The receive's buffer is handed back untouched: nothing landed
+        // in it.
+        assert_eq!(t.bufs.iter().map(|b| b.len()).sum::<usize>(), 0);
+        // The bytes are in place once the target hears of the write.
+        let mut got = vec![0u8; len];
+        mr.read_at(0, &mut got).unwrap();
+        assert_eq!(got, data, "write of {len}");
+    }
+    // The awaited receive form reports it the same way.
+    let (r, w) = within("awaited", async {
+        tokio::join!(
+            p.sep.recv(BytesMut::zeroed(16)),
+            p.cep.writedata(
+                FI_ADDR_UNSPEC,
+                Bytes::from_static(b"awaited"),
+                u64::from(u32::MAX),
+                mr.addr() + 10,
+                mr.key()
+            )
+        )
+    })
+    .await;
+    w.unwrap();
+    let r = r.unwrap();
+    assert_eq!(
+        (r.flags, r.len, r.data),
+        (REMOTE_WRITE_DATA, 7, 0xFFFF_FFFF)
+    );
+    // Remote CQ data is the 32-bit immediate: a 33-bit value is refused
+    // before anything is posted, for writes and for sends.
+    assert_eq!(
+        p.cep.post_writedata(
+            FI_ADDR_UNSPEC,
+            Bytes::from_static(b"d"),
+            1 << 32,
+            mr.addr(),
+            mr.key(),
+            1
+        ),
+        Err(Error::Inval)
+    );
+    assert_eq!(
+        p.cep
+            .post_senddata(FI_ADDR_UNSPEC, Bytes::from_static(b"d"), 1 << 32, 2),
+        Err(Error::Inval)
+    );
+    let e = p
+        .cep
+        .writedata(
+            FI_ADDR_UNSPEC,
+            Bytes::from_static(b"d"),
+            u64::MAX,
+            mr.addr(),
+            mr.key(),
+        )
+        .await
+        .expect_err("64-bit data");
+    assert_eq!(e.err, Error::Inval);
+    weft_integration::assert_cq_quiet(&p.scq, "target CQ after refused posts").await;
+    weft_integration::assert_cq_quiet(&p.ccq, "initiator CQ after refused posts").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_sends_and_writedatas_interleaved_arrive_in_order() {
+    let Some(p) = msg_pair().await else {
+        return;
+    };
+    let mr =
+        p.sd.mr_alloc(1 << 16, MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ)
+            .unwrap();
+    const N: u64 = 40;
+    for i in 0..N {
+        p.sep.post_recv(BytesMut::zeroed(256), 1000 + i).unwrap();
+    }
+    // Everything posted back to back; even ones are messages (every
+    // fourth with CQ data of its own), odd ones writes of 1 KiB into a
+    // slot of the region.
+    for i in 0..N {
+        let body = payload(if i % 4 == 2 { 200 } else { 1024 }, i as u8);
+        let r = if i % 2 == 1 {
+            p.cep
+                .post_writedata(FI_ADDR_UNSPEC, body, i, mr.addr() + 1024 * i, mr.key(), i)
+        } else if i % 4 == 2 {
+            p.cep.post_senddata(FI_ADDR_UNSPEC, body, 0x5E00 | i, i)
+        } else {
+            p.cep.post_send(FI_ADDR_UNSPEC, payload(100, i as u8), i)
+        };
+        r.unwrap_or_else(|e| panic!("post {i}: {e}"));
+    }
+    for i in 0..N {
+        let t = within("target completion", next_cq(&p.scq))
+            .await
+            .unwrap_or_else(|e| panic!("target completion {i}: {e:?}"));
+        assert_eq!(t.context, 1000 + i, "receives complete in posting order");
+        match i % 4 {
+            1 | 3 => {
+                assert_eq!((t.flags, t.len, t.data), (REMOTE_WRITE_DATA, 1024, i));
+                let mut got = vec![0u8; 1024];
+                mr.read_at(1024 * i as usize, &mut got).unwrap();
+                assert_eq!(&got[..], &payload(1024, i as u8)[..], "write {i}");
+            }
+            2 => {
+                assert_eq!(
+                    t.flags,
+                    OpFlags::RECV | OpFlags::MSG | OpFlags::REMOTE_CQ_DATA
+                );
+                assert_eq!(t.data, 0x5E00 | i);
+                assert_eq!(&t.into_bytes()[..], &payload(200, i as u8)[..]);
+            }
+            _ => {
+                assert_eq!(t.flags, OpFlags::RECV | OpFlags::MSG, "message {i}");
+                assert_eq!(&t.into_bytes()[..], &payload(100, i as u8)[..]);
+            }
+        }
+    }
+    let mut done = Vec::new();
+    for _ in 0..N {
+        done.push(within("initiator", next_cq(&p.ccq)).await.unwrap().context);
+    }
+    done.sort_unstable();
+    assert_eq!(done, (0..N).collect::<Vec<u64>>());
 }
 
 /// Both endpoint types with `FI_ATOMIC` (rxe has 64-bit atomics).

@@ -41,10 +41,20 @@ pingpong / bw options:
                 WEFT_INLINE_SPIN_US=200 us, then sleeps) (interrupt)
   --api <a>     post (post_* + CQ stream) | async (awaited tsend/trecv) (post)
   --verify      check every payload byte, pattern varies per iteration
+  --rma <op>    pingpong only: RMA on a registered region of each side
+                instead of messages (-e msg or rdm with an RMA provider,
+                e.g. -p verbs); the regions' keys go over one message
+                first. write: the client writes -S bytes with remote CQ
+                data (fi_writedata) into the server's region, the server
+                writes them back on seeing it (as ib_write_lat); usec/xfer
+                is half a round trip. read: the client reads -S bytes of
+                the server's region (fi_read), one read in flight (as
+                ib_read_lat); usec/xfer is a whole round trip per read
   --self        server and client in this process over 127.0.0.1
   -h, --help    this text
 
-The server takes sizes, iterations, window and --verify from the client.
+The server takes sizes, iterations, window, --verify and --rma from the
+client.
 ";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +79,24 @@ pub enum Api {
     Async,
 }
 
+/// `--rma`: which RMA operation the pingpong times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rma {
+    /// `fi_writedata` there and back.
+    Write,
+    /// `fi_read` of the server's region.
+    Read,
+}
+
+impl Rma {
+    pub fn name(self) -> &'static str {
+        match self {
+            Rma::Write => "write",
+            Rma::Read => "read",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PerfArgs {
     pub prov: String,
@@ -87,6 +115,8 @@ pub struct PerfArgs {
     pub mode: WaitMode,
     pub api: Api,
     pub verify: bool,
+    /// `--rma`: RMA instead of messages (pingpong only).
+    pub rma: Option<Rma>,
     pub self_test: bool,
 }
 
@@ -106,6 +136,7 @@ impl Default for PerfArgs {
             mode: WaitMode::Interrupt,
             api: Api::Post,
             verify: false,
+            rma: None,
             self_test: false,
         }
     }
@@ -208,6 +239,14 @@ fn parse_perf(rest: &[String], bw: bool) -> Parsed<Option<PerfArgs>> {
                 }
             }
             "--verify" | "-c" => a.verify = true,
+            "--rma" if !bw => {
+                a.rma = match c.value("--rma")? {
+                    "write" => Some(Rma::Write),
+                    "read" => Some(Rma::Read),
+                    v => return bad(format!("--rma {v}: use write or read")),
+                }
+            }
+            "--rma" => return bad("--rma: a pingpong option (bw streams messages)"),
             "--self" => a.self_test = true,
             "-h" | "--help" => return Ok(None),
             s if s.starts_with('-') && s.len() > 1 => {
@@ -329,6 +368,26 @@ mod tests {
         let e = parse(&argv("pingpong -e sock_dgram")).unwrap_err();
         assert!(e.0.contains("rdm, msg or dgram"), "{e:?}");
         assert!(USAGE.contains("rdm|msg|dgram"));
+    }
+
+    #[test]
+    fn rma() {
+        let Command::Pingpong(a) =
+            parse(&argv("pingpong -p verbs -e msg --rma write 10.66.0.1")).unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!(a.rma, Some(Rma::Write));
+        let Command::Pingpong(a) = parse(&argv("pingpong --rma read")).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(a.rma, Some(Rma::Read));
+        assert_eq!(PerfArgs::default().rma, None);
+        let e = parse(&argv("pingpong --rma atomic")).unwrap_err();
+        assert!(e.0.contains("write or read"), "{e:?}");
+        assert!(parse(&argv("pingpong --rma")).is_err());
+        let e = parse(&argv("bw --rma write")).unwrap_err();
+        assert!(e.0.contains("pingpong option"), "{e:?}");
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct Link {
     pub ep: Endpoint,
     pub cq: CompletionQueue,
     pub peer: FiAddr,
+    /// The endpoint's domain, where `--rma` allocates its region.
+    pub domain: Domain,
+    pub ep_type: EpType,
     tagged: bool,
     mode: WaitMode,
     /// DGRAM: how long to wait for any completion (see [`DGRAM_IDLE`]).
@@ -76,43 +79,51 @@ pub struct Fab {
     pub mode: WaitMode,
 }
 
+/// The hints for `a`; with `rma`, asking for RMA with remote CQ data too,
+/// and accepting what an RMA target must do (the region's own key and
+/// virtual address, regions from the domain).
+fn hints(a: &PerfArgs, rma: bool) -> Info {
+    let mut hints = Info::default();
+    hints.fabric_attr.prov_name = Some(a.prov.clone());
+    hints.ep_attr.ep_type = a.ep_type;
+    hints.domain_attr.name.clone_from(&a.domain);
+    hints.caps = match a.ep_type {
+        // DGRAM has no tagged messages.
+        EpType::Msg | EpType::Dgram => weft::Caps::MSG,
+        _ => weft::Caps::TAGGED,
+    };
+    if rma {
+        hints.caps |= weft::Caps::RMA | weft::Caps::REMOTE_CQ_DATA;
+        hints.domain_attr.mr_mode =
+            weft::MrMode::PROV_KEY | weft::MrMode::VIRT_ADDR | weft::MrMode::ALLOCATED;
+        // The write pingpong's remote CQ data takes a posted receive on
+        // MSG; the CLI posts them.
+        hints.mode |= weft::Mode::RX_CQ_DATA;
+    }
+    hints
+}
+
 impl Fab {
-    /// The fabric's I/O runs on `rt`.
+    /// The fabric's I/O runs on `rt`. A client with `--rma` needs RMA; a
+    /// server takes it when the provider has it, since the client says
+    /// what to run only once connected.
     pub fn open(a: &PerfArgs, rt: tokio::runtime::Handle) -> Res<Fab> {
-        let mut hints = Info::default();
-        hints.fabric_attr.prov_name = Some(a.prov.clone());
-        hints.ep_attr.ep_type = a.ep_type;
-        hints.domain_attr.name.clone_from(&a.domain);
-        hints.caps = match a.ep_type {
-            // DGRAM has no tagged messages.
-            EpType::Msg | EpType::Dgram => weft::Caps::MSG,
-            _ => weft::Caps::TAGGED,
+        let server = a.dest.is_none() && !a.self_test;
+        let with_rma = (a.rma.is_some() || server)
+            .then(|| weft::getinfo(Some(&hints(a, true))).ok())
+            .flatten();
+        let plain = hints(a, false);
+        let infos = match with_rma {
+            Some(v) => v,
+            None => weft::getinfo(Some(&plain)).with_ctx(|| no_match(a))?,
         };
-        let mut infos = weft::getinfo(Some(&hints)).with_ctx(|| {
-            let mut m = format!(
-                "no provider matches -p {} -e {}{} (available: {})",
-                a.prov,
-                a.ep_type.fi_name(),
-                a.domain
-                    .as_deref()
-                    .map(|d| format!(" -d {d}"))
-                    .unwrap_or_default(),
-                weft::PROVIDERS.join(", ")
-            );
-            let offered = offered_types(&a.prov, a.domain.as_deref());
-            if !offered.is_empty() {
-                m.push_str(&format!(
-                    "; -p {} offers {} only",
-                    a.prov,
-                    offered.join(", ")
-                ));
-            }
-            if let Some(why) = weft::provider_unavailable(&a.prov) {
-                m.push_str(&format!("; {}: {why}", a.prov));
-            }
-            m
-        })?;
-        let info = infos.remove(0);
+        let info = infos
+            .into_iter()
+            .next()
+            .ok_or_else(|| Failure::new(no_match(a), weft::Error::NoData))?;
+        if let Some(op) = a.rma.filter(|_| !has_rma(&info)) {
+            return Err(no_rma(a, op));
+        }
         let fabric = weft::Fabric::open_with(&info, rt).ctx("open fabric")?;
         let domain = fabric.domain(&info).ctx("open domain")?;
         Ok(Fab {
@@ -202,6 +213,8 @@ impl Fab {
             ep,
             cq,
             peer: FI_ADDR_UNSPEC,
+            domain: self.domain.clone(),
+            ep_type: EpType::Msg,
             tagged: false,
             mode: self.mode,
             idle: None,
@@ -225,6 +238,8 @@ impl Fab {
                         ep,
                         cq,
                         peer: FI_ADDR_UNSPEC,
+                        domain: self.domain.clone(),
+                        ep_type: EpType::Msg,
                         tagged: false,
                         mode: self.mode,
                         idle: None,
@@ -243,13 +258,14 @@ impl Fab {
     }
 }
 
-/// The ep types `prov` (on `domain`, if given) offers, for the error when
-/// the one asked for is not among them.
-fn offered_types(prov: &str, domain: Option<&str>) -> Vec<&'static str> {
+/// The ep types `prov` (on `domain`, if given) offers with `caps`, for
+/// the error when the one asked for is not among them.
+fn offered_types(prov: &str, domain: Option<&str>, caps: weft::Caps) -> Vec<&'static str> {
     let mut v: Vec<&'static str> = Vec::new();
     for i in weft::all_offers() {
         if i.fabric_attr.prov_name.as_deref() != Some(prov)
             || domain.is_some_and(|d| i.domain_attr.name.as_deref() != Some(d))
+            || !i.caps.contains(caps)
         {
             continue;
         }
@@ -259,6 +275,66 @@ fn offered_types(prov: &str, domain: Option<&str>) -> Vec<&'static str> {
         }
     }
     v
+}
+
+/// Why nothing matches `-p -e -d` as given.
+fn no_match(a: &PerfArgs) -> String {
+    let mut m = format!(
+        "no provider matches -p {} -e {}{} (available: {})",
+        a.prov,
+        a.ep_type.fi_name(),
+        a.domain
+            .as_deref()
+            .map(|d| format!(" -d {d}"))
+            .unwrap_or_default(),
+        weft::PROVIDERS.join(", ")
+    );
+    let offered = offered_types(&a.prov, a.domain.as_deref(), weft::Caps::empty());
+    if !offered.is_empty() {
+        m.push_str(&format!(
+            "; -p {} offers {} only",
+            a.prov,
+            offered.join(", ")
+        ));
+    }
+    if let Some(why) = weft::provider_unavailable(&a.prov) {
+        m.push_str(&format!("; {}: {why}", a.prov));
+    }
+    m
+}
+
+/// Whether `info` does what `--rma` needs: RMA (read and write, which
+/// bare `FI_RMA` stands for) and remote CQ data.
+pub fn has_rma(info: &Info) -> bool {
+    use weft::Caps;
+    let rw = Caps::READ | Caps::WRITE;
+    info.caps.contains(Caps::RMA | Caps::REMOTE_CQ_DATA)
+        && (!info.caps.intersects(rw) || info.caps.contains(rw))
+}
+
+/// The failure of `--rma` where the provider and endpoint type have none.
+fn no_rma(a: &PerfArgs, op: crate::args::Rma) -> Failure {
+    let with = offered_types(&a.prov, a.domain.as_deref(), weft::Caps::RMA);
+    let hint = if with.is_empty() {
+        format!("-p {} has no RMA at all", a.prov)
+    } else {
+        let eps: Vec<String> = with
+            .iter()
+            .map(|t| format!("-e {}", t.trim_start_matches("FI_EP_").to_lowercase()))
+            .collect();
+        format!("-p {} has it with {}", a.prov, eps.join(", "))
+    };
+    Failure::new(
+        format!("--rma {}", op.name()),
+        format!(
+            "-p {} -e {} has no RMA with remote CQ data (FI_RMA, FI_REMOTE_CQ_DATA); {hint}",
+            a.prov,
+            a.ep_type
+                .fi_name()
+                .trim_start_matches("FI_EP_")
+                .to_lowercase(),
+        ),
+    )
 }
 
 /// A connectionless (RDM or DGRAM) link once the peer's address is
@@ -280,6 +356,8 @@ async fn connless_link(
             ep,
             cq,
             peer: *fi,
+            domain: fab.domain.clone(),
+            ep_type: fab.info.ep_attr.ep_type,
             tagged: fab.info.ep_attr.ep_type != EpType::Dgram,
             mode: fab.mode,
             idle: fab.idle(),
@@ -442,7 +520,7 @@ impl Link {
     }
 
     /// Awaits an operation; on a DGRAM link only for so long.
-    async fn bounded(
+    pub(crate) async fn bounded(
         &self,
         what: &str,
         op: impl Future<Output = Result<CqEntry, CqErrEntry>>,
@@ -644,8 +722,20 @@ impl Reaper {
 
     /// The completion of the operation posted with `ctx`.
     pub async fn wait(&mut self, ctx: u64) -> Res<CqEntry> {
+        self.wait_for(|e| e.context == ctx).await
+    }
+
+    /// The target completion of the peer's next write with remote CQ
+    /// data (on MSG it completes a posted receive, on RDM it comes with
+    /// no context of ours: the flags are what tell it apart).
+    pub async fn wait_remote_write(&mut self) -> Res<CqEntry> {
+        let f = weft::OpFlags::REMOTE_WRITE | weft::OpFlags::REMOTE_CQ_DATA;
+        self.wait_for(|e| e.flags.contains(f)).await
+    }
+
+    async fn wait_for(&mut self, want: impl Fn(&CqEntry) -> bool) -> Res<CqEntry> {
         loop {
-            if let Some(i) = self.stash.iter().position(|e| e.context == ctx) {
+            if let Some(i) = self.stash.iter().position(&want) {
                 if let Some(e) = self.stash.remove(i) {
                     return Ok(e);
                 }

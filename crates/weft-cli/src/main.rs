@@ -8,6 +8,7 @@ mod link;
 mod pingpong;
 mod proto;
 mod report;
+mod rma;
 mod run;
 mod watch;
 

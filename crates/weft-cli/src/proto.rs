@@ -3,15 +3,22 @@
 //! with defaults serves any client), the server agrees or explains why
 //! not, and a final message tells the server the client is done, so
 //! neither side tears down while the other still has data in flight.
+//! With `--rma` the two sides also tell each other where their regions
+//! are ([`Region`]) before each size.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use std::time::Duration;
 
-use crate::args::PerfArgs;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::args::{PerfArgs, Rma};
 use crate::fail::{Failure, Res};
 use crate::link::{Link, CTRL_CAP};
 
 const MAGIC: &[u8; 4] = b"WEFT";
-const VERSION: u8 = 1;
+/// 2: the parameters carry `--rma`.
+const VERSION: u8 = 2;
+const REGION: &[u8; 4] = b"RGN1";
+const ELAPSED: &[u8; 4] = b"TIME";
 const OK: &[u8] = b"ok";
 const DONE: &[u8] = b"done";
 const REFUSE: &[u8] = b"no:";
@@ -39,6 +46,7 @@ pub struct Params {
     pub warmup: usize,
     pub window: usize,
     pub verify: bool,
+    pub rma: Option<Rma>,
 }
 
 impl Params {
@@ -52,6 +60,18 @@ impl Params {
             warmup: (a.iters / 10).max(1),
             window: a.window,
             verify: a.verify,
+            rma: a.rma,
+        }
+    }
+
+    /// Transfers per timed iteration, for the report's arithmetic: a
+    /// ping-pong has two (the ping and the pong), so a row's usec/xfer is
+    /// half a round trip; an RMA read is one transfer, its whole round
+    /// trip (as ib_read_lat reports it); bw counts each message.
+    pub fn xfers_per_iter(&self) -> usize {
+        match (self.kind, self.rma) {
+            (Kind::Pingpong, Some(Rma::Read)) | (Kind::Bw, _) => 1,
+            (Kind::Pingpong, _) => 2,
         }
     }
 
@@ -61,6 +81,11 @@ impl Params {
         b.put_u8(VERSION);
         b.put_u8(self.kind as u8);
         b.put_u8(u8::from(self.verify));
+        b.put_u8(match self.rma {
+            None => 0,
+            Some(Rma::Write) => 1,
+            Some(Rma::Read) => 2,
+        });
         b.put_u64(self.iters as u64);
         b.put_u64(self.warmup as u64);
         b.put_u64(self.window as u64);
@@ -88,6 +113,12 @@ impl Params {
             k => return Err(format!("unknown benchmark kind {k}")),
         };
         let verify = r.u8()? != 0;
+        let rma = match r.u8()? {
+            0 => None,
+            1 => Some(Rma::Write),
+            2 => Some(Rma::Read),
+            v => return Err(format!("unknown RMA operation {v}")),
+        };
         let iters = r.count()?;
         let warmup = r.count()?;
         let window = r.count()?;
@@ -106,6 +137,7 @@ impl Params {
             warmup,
             window,
             verify,
+            rma,
         })
     }
 }
@@ -155,9 +187,10 @@ pub async fn propose(link: &Link, p: &Params) -> Res<()> {
     ))
 }
 
-/// Server side: takes the client's parameters if they are for `kind`
-/// and every size fits in one of this endpoint's messages (`max_size`).
-pub async fn agree(link: &Link, kind: Kind, max_size: usize) -> Res<Params> {
+/// Server side: takes the client's parameters if they are for `kind`,
+/// every size fits in one of this endpoint's messages (`max_size`), and
+/// RMA, if asked for, is what the endpoint does (`has_rma`).
+pub async fn agree(link: &Link, kind: Kind, max_size: usize, has_rma: bool) -> Res<Params> {
     let raw = link.recv_ctrl().await?;
     let verdict = Params::decode(&raw).and_then(|p| {
         if p.kind != kind {
@@ -165,6 +198,14 @@ pub async fn agree(link: &Link, kind: Kind, max_size: usize) -> Res<Params> {
                 "server runs {}, client asked for {}",
                 kind.name(),
                 p.kind.name()
+            ))
+        } else if p.rma.is_some() && kind != Kind::Pingpong {
+            Err("--rma is a pingpong option".into())
+        } else if let Some(op) = p.rma.filter(|_| !has_rma) {
+            Err(format!(
+                "client asked for --rma {}, but this server's endpoint has no RMA \
+                 (FI_RMA; with -p verbs: -e msg or rdm)",
+                op.name()
             ))
         } else if let Some(s) = p.sizes.iter().find(|&&s| s > max_size) {
             Err(format!(
@@ -206,6 +247,82 @@ pub async fn wait_done(link: &Link) -> Res<()> {
     }
 }
 
+/// Where a side's region is: what the peer's RMA names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Region {
+    pub addr: u64,
+    pub key: u64,
+    pub len: usize,
+}
+
+impl Region {
+    fn encode(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(28);
+        b.put_slice(REGION);
+        b.put_u64(self.addr);
+        b.put_u64(self.key);
+        b.put_u64(self.len as u64);
+        b.freeze()
+    }
+
+    fn decode(b: &[u8]) -> Result<Region, String> {
+        let mut r = Reader(b);
+        if r.take(4)? != REGION {
+            return Err("expected the peer's region".into());
+        }
+        let addr = u64::from_be_bytes(r.array()?);
+        let key = u64::from_be_bytes(r.array()?);
+        let len = r.count()?;
+        Ok(Region { addr, key, len })
+    }
+}
+
+/// Tells the peer where this side's region is (`None`: it has none).
+pub async fn send_region(link: &Link, mine: Option<Region>) -> Res<()> {
+    let none = Region {
+        addr: 0,
+        key: 0,
+        len: 0,
+    };
+    link.send_ctrl(mine.unwrap_or(none).encode()).await
+}
+
+/// Where the peer's region is; it must hold at least `need` bytes (0 for
+/// a peer that has none to offer).
+pub async fn recv_region(link: &Link, need: usize) -> Res<Region> {
+    let what = "exchange RMA regions";
+    let raw = link.recv_ctrl().await?;
+    let peer = Region::decode(&raw).map_err(|e| Failure::new(what, e))?;
+    if peer.len < need {
+        return Err(Failure::new(
+            what,
+            format!("the peer's region holds {} bytes, not {need}", peer.len),
+        ));
+    }
+    Ok(peer)
+}
+
+/// Client side of a one-sided run: hands the server the time it measured,
+/// so that both print the same row.
+pub async fn send_elapsed(link: &Link, t: Duration) -> Res<()> {
+    let mut b = BytesMut::with_capacity(12);
+    b.put_slice(ELAPSED);
+    b.put_u64(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX));
+    link.send_ctrl(b.freeze()).await
+}
+
+/// Server side of [`send_elapsed`].
+pub async fn recv_elapsed(link: &Link) -> Res<Duration> {
+    let m = link.recv_ctrl().await?;
+    match m.strip_prefix(ELAPSED.as_slice()) {
+        Some(mut rest) if rest.len() == 8 => Ok(Duration::from_nanos(rest.get_u64())),
+        _ => Err(Failure::new(
+            "wait for the client's time",
+            "unexpected message",
+        )),
+    }
+}
+
 /// The payload of message `iter`: it changes with the iteration so that
 /// a stale buffer (an old message delivered again, or a receive that was
 /// never written) is caught, and with the offset in a way that does not
@@ -224,23 +341,29 @@ pub fn pattern(size: usize, iter: u64) -> Bytes {
 
 /// Checks a received payload; the error says where it first differs.
 pub fn check(got: &[u8], size: usize, iter: u64) -> Res<()> {
+    check_as(got, size, iter, &format!("iteration {iter}"))
+}
+
+/// Checks `got` against the pattern of `seed`; `which` names the
+/// transfer in the error.
+pub fn check_as(got: &[u8], size: usize, seed: u64, which: &str) -> Res<()> {
     if got.len() != size {
         return Err(Failure::new(
             "verify",
-            format!("iteration {iter}: got {} bytes, expected {size}", got.len()),
+            format!("{which}: got {} bytes, expected {size}", got.len()),
         ));
     }
     match got
         .iter()
         .enumerate()
-        .find(|&(j, &b)| b != pattern_byte(iter, j))
+        .find(|&(j, &b)| b != pattern_byte(seed, j))
     {
         None => Ok(()),
         Some((j, &b)) => Err(Failure::new(
             "verify",
             format!(
-                "iteration {iter}, size {size}: byte {j} is {b:#04x}, expected {:#04x}",
-                pattern_byte(iter, j)
+                "{which}, size {size}: byte {j} is {b:#04x}, expected {:#04x}",
+                pattern_byte(seed, j)
             ),
         )),
     }
@@ -271,8 +394,32 @@ mod tests {
             warmup: 1,
             window: 8,
             verify: true,
+            rma: None,
         };
         assert_eq!(Params::decode(&p.encode()).unwrap(), p);
+        let r = Params {
+            kind: Kind::Pingpong,
+            rma: Some(Rma::Read),
+            ..p.clone()
+        };
+        assert_eq!(Params::decode(&r.encode()).unwrap(), r);
+        assert_eq!((r.xfers_per_iter(), p.xfers_per_iter()), (1, 1));
+        let w = Params {
+            rma: Some(Rma::Write),
+            ..r.clone()
+        };
+        assert_eq!(w.xfers_per_iter(), 2);
+        let mut bad = w.encode().to_vec();
+        bad[7] = 9;
+        assert!(Params::decode(&bad).unwrap_err().contains("RMA"));
+        let reg = Region {
+            addr: 0x7f00_dead_b000,
+            key: 0x1234,
+            len: 4096,
+        };
+        assert_eq!(Region::decode(&reg.encode()).unwrap(), reg);
+        assert!(Region::decode(b"RGN1short").is_err());
+        assert!(Region::decode(&p.encode()).is_err());
         assert!(Params::decode(b"WEFT").is_err());
         assert!(Params::decode(b"nope-and-more-bytes").is_err());
     }

@@ -13,14 +13,6 @@ use crate::proto::{self, Kind, Params};
 use crate::report;
 use crate::watch;
 
-/// Transfers per timed iteration, for the report's arithmetic.
-fn xfers_per_iter(kind: Kind) -> usize {
-    match kind {
-        Kind::Pingpong => 2,
-        Kind::Bw => 1,
-    }
-}
-
 async fn one_size(
     kind: Kind,
     client: bool,
@@ -29,11 +21,13 @@ async fn one_size(
     size: usize,
     api: Api,
 ) -> Res<Duration> {
-    match (kind, client) {
-        (Kind::Pingpong, true) => crate::pingpong::client(link, p, size, api).await,
-        (Kind::Pingpong, false) => crate::pingpong::server(link, p, size, api).await,
-        (Kind::Bw, true) => crate::bw::client(link, p, size, api).await,
-        (Kind::Bw, false) => crate::bw::server(link, p, size, api).await,
+    match (kind, client, p.rma) {
+        (Kind::Pingpong, true, Some(op)) => crate::rma::client(link, p, size, op, api).await,
+        (Kind::Pingpong, false, Some(op)) => crate::rma::server(link, p, size, op, api).await,
+        (Kind::Pingpong, true, None) => crate::pingpong::client(link, p, size, api).await,
+        (Kind::Pingpong, false, None) => crate::pingpong::server(link, p, size, api).await,
+        (Kind::Bw, true, _) => crate::bw::client(link, p, size, api).await,
+        (Kind::Bw, false, _) => crate::bw::server(link, p, size, api).await,
     }
 }
 
@@ -53,12 +47,7 @@ async fn sizes(
         let t = one_size(kind, client, link, p, size, api).await?;
         if print {
             let mut out = std::io::stdout().lock();
-            writeln!(
-                out,
-                "{}",
-                report::row(size, p.iters, xfers_per_iter(kind), t)
-            )
-            .ctx("write")?;
+            writeln!(out, "{}", report::row(size, p.iters, p.xfers_per_iter(), t)).ctx("write")?;
             out.flush().ctx("write")?;
         }
     }
@@ -71,8 +60,17 @@ async fn client_side(kind: Kind, link: &Link, p: &Params, api: Api) -> Res<()> {
     proto::send_done(link).await
 }
 
-async fn server_side(kind: Kind, link: &Link, api: Api, print: bool, max: usize) -> Res<()> {
-    let p = proto::agree(link, kind, max).await?;
+/// What the server's endpoint can do, for judging the client's request.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// `max_msg_size`.
+    max: usize,
+    /// RMA with remote CQ data (see `link::has_rma`).
+    rma: bool,
+}
+
+async fn server_side(kind: Kind, link: &Link, api: Api, print: bool, lim: Limits) -> Res<()> {
+    let p = proto::agree(link, kind, lim.max, lim.rma).await?;
     sizes(kind, false, link, &p, api, print).await?;
     proto::wait_done(link).await
 }
@@ -154,7 +152,10 @@ pub async fn run(kind: Kind, a: &PerfArgs, server_rt: Option<Handle>) -> Res<()>
     };
     warn_oversubscribed(kind_name, a);
     let fab = Fab::open(a, Handle::current())?;
-    let max = fab.info.ep_attr.max_msg_size;
+    let lim = Limits {
+        max: fab.info.ep_attr.max_msg_size,
+        rma: link::has_rma(&fab.info),
+    };
     // The server takes its sizes from the client (and checks them then).
     let fitted;
     let a = if a.self_test || a.dest.is_some() {
@@ -178,7 +179,7 @@ pub async fn run(kind: Kind, a: &PerfArgs, server_rt: Option<Handle>) -> Res<()>
         let srt = server_rt.unwrap_or_else(Handle::current);
         let sfab = Fab::open(a, srt.clone())?;
         let (s, c) = link::self_pair(&sfab, &fab).await?;
-        let mut server = srt.spawn(async move { server_side(kind, &s, api, false, max).await });
+        let mut server = srt.spawn(async move { server_side(kind, &s, api, false, lim).await });
         let client = client_side(kind, &c, &params, api);
         tokio::pin!(client);
         // Whichever side fails first decides: the other would wait forever.
@@ -203,7 +204,7 @@ pub async fn run(kind: Kind, a: &PerfArgs, server_rt: Option<Handle>) -> Res<()>
     } else {
         let mut link = link::serve(&fab, a).await?;
         let ctrl = link.ctrl.take();
-        watch::guarded(ctrl, server_side(kind, &link, api, true, max)).await
+        watch::guarded(ctrl, server_side(kind, &link, api, true, lim)).await
     }
 }
 

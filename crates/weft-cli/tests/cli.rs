@@ -88,11 +88,7 @@ fn bad_args_exit_2() {
 /// does nothing.
 #[test]
 fn verbs_dgram_pingpong_in_the_vm() {
-    let in_vm = std::env::var("RXE_VM").is_ok_and(|v| v == "1");
-    let list = text(&weft(&["info", "--list"]).stdout);
-    if !in_vm || !list.lines().any(|l| l == "verbs") {
-        assert!(!in_vm, "inside the rxe VM but weft lists no verbs provider");
-        eprintln!("skipped: needs the verbs build inside the rxe VM (integration/run-rxe)");
+    if !in_rxe_vm() {
         return;
     }
     let too_big = weft(&[
@@ -142,4 +138,112 @@ fn verbs_dgram_pingpong_in_the_vm() {
             .starts_with("1k      200     =200"),
         "{out}"
     );
+}
+
+#[test]
+fn rma_pingpong_needs_an_rma_provider() {
+    // tcp has no RMA: refused before anything runs, saying so.
+    let o = weft(&["pingpong", "--self", "--rma", "write", "-I", "5"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("--rma write") && err.contains("-p tcp has no RMA at all"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
+}
+
+/// Inside the rxe VM (in a verbs build): `--rma write` and `--rma read`,
+/// verified, over MSG and RDM between rxe1 and rxe2, with both APIs; and
+/// DGRAM, which has no RMA, refused before the run.
+#[test]
+fn verbs_rma_pingpong_in_the_vm() {
+    if !in_rxe_vm() {
+        return;
+    }
+    let dgram = weft(&[
+        "pingpong",
+        "-p",
+        "verbs",
+        "-e",
+        "dgram",
+        "-d",
+        "rxe2",
+        "--rma",
+        "read",
+        "-P",
+        "47329",
+        "10.66.0.1",
+    ]);
+    assert_eq!(dgram.status.code(), Some(1));
+    let err = text(&dgram.stderr);
+    assert!(
+        err.contains("-p verbs -e dgram has no RMA") && err.contains("-e msg"),
+        "{err}"
+    );
+    let runs = [
+        ("msg", "write", "post", "47321"),
+        ("rdm", "write", "async", "47322"),
+        ("msg", "read", "async", "47323"),
+        ("rdm", "read", "post", "47324"),
+    ];
+    for (ep, op, api, port) in runs {
+        let what = format!("-e {ep} --rma {op} --api {api}");
+        let common = [
+            "pingpong", "-p", "verbs", "-e", ep, "-S", "4k", "-I", "100", "--api", api,
+        ];
+        // The server learns --rma (and --verify) from the client.
+        let server = std::thread::spawn(move || {
+            Command::new(env!("CARGO_BIN_EXE_weft"))
+                .args(common)
+                .args(["-d", "rxe1", "-B", port])
+                .output()
+        });
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let mut args = common.to_vec();
+        args.extend([
+            "--rma",
+            op,
+            "--verify",
+            "-d",
+            "rxe2",
+            "-P",
+            port,
+            "10.66.0.1",
+        ]);
+        let client = weft(&args);
+        let server = match server.join() {
+            Ok(Ok(o)) => o,
+            other => unreachable!("{what}: server did not run: {other:?}"),
+        };
+        assert!(client.status.success(), "{what}: {}", text(&client.stderr));
+        assert!(server.status.success(), "{what}: {}", text(&server.stderr));
+        let out = text(&client.stdout);
+        let row = out.lines().nth(1).unwrap_or_default();
+        // A write is two transfers per iteration, a read one.
+        let want = if op == "write" {
+            "4k      100     =100     800k"
+        } else {
+            "4k      100     =100     400k"
+        };
+        assert!(row.starts_with(want), "{what}: {out}");
+        if op == "read" {
+            // One-sided: the server prints the client's time.
+            let srv = text(&server.stdout);
+            assert_eq!(srv.lines().nth(1), Some(row), "{what}: {srv}");
+        }
+    }
+}
+
+/// True inside the rxe VM of `integration/run-rxe` with a verbs build;
+/// elsewhere says why the calling test does nothing.
+fn in_rxe_vm() -> bool {
+    let in_vm = std::env::var("RXE_VM").is_ok_and(|v| v == "1");
+    let list = text(&weft(&["info", "--list"]).stdout);
+    if !in_vm || !list.lines().any(|l| l == "verbs") {
+        assert!(!in_vm, "inside the rxe VM but weft lists no verbs provider");
+        eprintln!("skipped: needs the verbs build inside the rxe VM (integration/run-rxe)");
+        return false;
+    }
+    true
 }

@@ -182,6 +182,9 @@ pub struct DomainAttr {
     pub max_ep_tx_ctx: usize,
     /// Maximum scalable receive contexts.
     pub max_ep_rx_ctx: usize,
+    /// Shared receive contexts an endpoint may use (0: none; then
+    /// `fi_srx_context` is `NoSys`).
+    pub max_ep_srx_ctx: usize,
     /// Maximum iov entries in one MR registration.
     pub mr_iov_limit: usize,
     /// Maximum MRs.
@@ -293,6 +296,10 @@ pub struct Info {
     /// Fabric attributes.
     pub fabric_attr: FabricAttr,
 }
+
+/// `rx_ctx_cnt` / `tx_ctx_cnt` value asking for a shared context
+/// (`FI_SHARED_CONTEXT`).
+pub const SHARED_CONTEXT: usize = usize::MAX;
 
 /// API version Weft implements: libfabric 1.17's object model.
 pub const API_VERSION: u32 = (1 << 16) | 17;

@@ -269,10 +269,33 @@ pub trait ProviderDomain: Send + Sync + Debug {
     fn addr_resolver(&self) -> Option<Arc<dyn AddrResolver>> {
         None
     }
+    /// Opens a shared receive context (`fi_srx_context`). `NoSys` (the
+    /// default) for providers without them.
+    fn srx_open(&self, size: usize) -> Result<Arc<dyn ProviderSrx>> {
+        let _ = size;
+        Err(Error::NoSys)
+    }
     /// What the domain's registration cache did, if it has one.
     fn mr_cache_stats(&self) -> Option<MrCacheStats> {
         None
     }
+}
+
+/// A shared receive context: receives posted here are taken by whichever
+/// bound endpoint a message arrives at, and complete on that endpoint's
+/// receive CQ (the request's `done.cq` is `None` until then).
+pub trait ProviderSrx: Send + Sync + Debug {
+    /// Posts a receive. `Again` when full; the request comes back on
+    /// failure.
+    fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>>;
+    /// Cancels the pending receive with `context`; false if none can be.
+    fn cancel(&self, context: u64) -> bool;
+    /// Receives that can still be posted.
+    fn rx_size_left(&self) -> usize;
+    /// Stops taking receives; pending ones complete with `Canceled`.
+    fn close(&self);
+    /// The concrete context, for the provider's endpoints.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// Counters and occupancy of a registration cache.
@@ -340,6 +363,12 @@ pub struct EpConfig {
     /// The CQ bound for receive completions: where completions the peer
     /// causes without a posted operation go (remote CQ data of writes).
     pub rx_cq: Option<Arc<CqShared>>,
+    /// The counter bound to receive completions (receives taken from a
+    /// shared context count here).
+    pub rx_cntr: Option<Arc<crate::counter::CounterShared>>,
+    /// The bound shared receive context: the endpoint takes its receives
+    /// from there.
+    pub srx: Option<Arc<dyn ProviderSrx>>,
 }
 
 impl EpConfig {

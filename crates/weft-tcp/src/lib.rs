@@ -126,6 +126,7 @@ fn offer(ep_type: EpType) -> Info {
             rx_ctx_cnt: 1,
             max_ep_tx_ctx: 1,
             max_ep_rx_ctx: 1,
+            max_ep_srx_ctx: 0,
             mr_iov_limit: 0,
             mr_cnt: 0,
             ..DomainAttr::default()

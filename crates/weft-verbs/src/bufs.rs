@@ -101,21 +101,32 @@ impl RmaLocal {
 /// Posts `op` as one RDMA write, read or 64-bit atomic on `qp` against `addr`/`rkey`:
 /// writes up to `inline_max` bytes go inline, larger ones from a
 /// registered copy (gathered); reads land in the caller's buffers,
-/// registered. On failure the operation comes back whole.
+/// registered. A write with `imm` is an RDMA write with immediate, which
+/// also completes a receive at the target (the write's own remote CQ
+/// data is not looked at here: RDM carries it in a note of its own). On
+/// failure the operation comes back whole.
 pub(crate) fn post_rma(
     qp: &QueuePair,
     (pd, cache): (&Arc<ProtectionDomain>, Option<&Arc<SourceCache>>),
     inline_max: usize,
     op: RmaOp,
     (addr, rkey): (u64, u32),
+    imm: Option<u32>,
     wr_id: u64,
 ) -> Result<RmaLocal, (Error, RmaOp)> {
     match op {
         RmaOp::Write { iov, data } => {
             let len: usize = iov.iter().map(|b| b.len()).sum();
-            let wop = SendOp::RdmaWrite {
-                remote_addr: addr,
-                rkey,
+            let wop = match imm {
+                Some(imm) => SendOp::RdmaWriteWithImm {
+                    remote_addr: addr,
+                    rkey,
+                    imm,
+                },
+                None => SendOp::RdmaWrite {
+                    remote_addr: addr,
+                    rkey,
+                },
             };
             let src = gather(&iov, len);
             let post = |p: Payload<'_>| qp.post_send(&SendRequest::new(wr_id, wop, p));

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use weft_core::addr::decode_sockaddr;
 use weft_core::attr::{EpType, Info};
 use weft_core::provider::{
-    AddrResolver, EpConfig, MrCacheStats, MrRequest, ProviderDomain, ProviderMr, Rejected,
+    AddrResolver, EpConfig, MrCacheStats, MrRequest, ProviderDomain, ProviderMr, ProviderSrx,
+    Rejected,
 };
 
 use crate::bufs::SourceCache;
@@ -85,6 +86,10 @@ impl ProviderDomain for VerbsDomain {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+
+    fn srx_open(&self, size: usize) -> Result<Arc<dyn ProviderSrx>> {
+        Ok(crate::msg::MsgSrx::open(&self.pd, size)?)
     }
 
     fn mr_cache_stats(&self) -> Option<MrCacheStats> {

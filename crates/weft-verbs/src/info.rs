@@ -48,7 +48,8 @@ pub const TX_IOV_LIMIT: usize = 8;
 /// requests, less the length byte Weft puts in front (rdma_cm pads private
 /// data, so its length must travel with it).
 pub const CM_DATA_SIZE: usize = crate::msg::CM_DATA_SIZE;
-/// Bytes of remote CQ data: the 32-bit immediate of `IBV_WR_SEND_WITH_IMM`.
+/// Bytes of remote CQ data on MSG and DGRAM: the 32-bit immediate of
+/// `IBV_WR_SEND_WITH_IMM` (and, on MSG, of `IBV_WR_RDMA_WRITE_WITH_IMM`).
 pub const CQ_DATA_SIZE: usize = 4;
 /// MR key size: `lkey`/`rkey` are 32 bits.
 pub const MR_KEY_SIZE: usize = 4;
@@ -79,7 +80,9 @@ pub const RMA_CAPS: Caps = Caps::RMA
     .union(Caps::REMOTE_WRITE);
 
 /// What the MSG endpoint implements: two-sided messages with immediate
-/// data, and RMA.
+/// data, and RMA, writes with immediate data included. Remote CQ data
+/// completes a posted receive at the target, writes' as well as sends'
+/// (the offer's optional `FI_RX_CQ_DATA` mode; see the `msg` module).
 pub const MSG_CAPS: Caps = Caps::MSG
     .union(Caps::SEND)
     .union(Caps::RECV)
@@ -310,6 +313,12 @@ pub fn rdm_offer(r: &DeviceReport) -> Info {
     i.tx_attr.inject_size = crate::rdm::inject_size(to_usize(r.max_inline));
     i.rx_attr.iov_limit = i.tx_attr.iov_limit;
     i.ep_attr.ep_type = EpType::Rdm;
+    // RDM's remote CQ data travels in a note of its own.
+    i.mode = Mode::empty();
+    i.rx_attr.mode = Mode::empty();
+    // RDM matches in software over one SRQ of its own per endpoint;
+    // sharing it across endpoints is not offered.
+    i.domain_attr.max_ep_srx_ctx = 0;
     i.ep_attr.protocol = Protocol::WeftRdmRc;
     i.ep_attr.mem_tag_format = MEM_TAG_FORMAT;
     i.ep_attr.cm_data_size = 0;
@@ -348,6 +357,9 @@ pub fn dgram_offer(r: &DeviceReport) -> Info {
     i.tx_attr.rma_iov_limit = 0;
     i.rx_attr.iov_limit = i.tx_attr.iov_limit;
     i.ep_attr.ep_type = EpType::Dgram;
+    i.mode = Mode::empty();
+    i.rx_attr.mode = Mode::empty();
+    i.domain_attr.max_ep_srx_ctx = 0;
     i.ep_attr.protocol = Protocol::IbUd;
     i.ep_attr.max_msg_size = mtu;
     i.ep_attr.cm_data_size = 0;
@@ -375,7 +387,9 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
     let queue = QUEUE_SIZE.min(to_usize(a.max_qp_wr));
     Info {
         caps,
-        mode: Mode::empty(),
+        // Optional (getinfo drops it for hints that do not accept it):
+        // a write's remote CQ data takes a posted receive.
+        mode: Mode::RX_CQ_DATA,
         addr_format,
         src_addr: src.map(|s| encode_sockaddr(&s)),
         dest_addr: None,
@@ -392,7 +406,7 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
         },
         rx_attr: RxAttr {
             caps: caps & !Caps::SEND,
-            mode: Mode::empty(),
+            mode: Mode::RX_CQ_DATA,
             msg_order: MSG_ORDER,
             comp_order: CompOrder::empty(),
             total_buffered_recv: 0,
@@ -429,6 +443,8 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             rx_ctx_cnt: to_usize(a.max_qp),
             max_ep_tx_ctx: 1,
             max_ep_rx_ctx: 1,
+            // An endpoint takes receives from at most one shared context.
+            max_ep_srx_ctx: usize::from(a.max_srq > 0),
             mr_iov_limit: 1,
             mr_cnt: to_usize(a.max_mr),
             caps: Caps::LOCAL_COMM | Caps::REMOTE_COMM,

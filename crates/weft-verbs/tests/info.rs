@@ -17,7 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use weft_core::addr::decode_sockaddr;
 use weft_core::attr::{AddrFormat, EpType, Info, Protocol};
-use weft_core::flags::{Caps, MrMode};
+use weft_core::flags::{Caps, Mode, MrMode};
 use weft_core::getinfo::{format_info, getinfo};
 use weft_core::Error;
 use weft_verbs::info::{
@@ -210,7 +210,9 @@ fn rxe_offers() {
             o.caps.contains(Caps::ATOMIC),
             r.attr.atomic_cap != AtomicCap::None
         );
-        assert!(o.mode.is_empty());
+        // Optional: getinfo drops it for hints that do not accept it.
+        assert_eq!(o.mode, Mode::RX_CQ_DATA);
+        assert_eq!(o.rx_attr.mode, Mode::RX_CQ_DATA);
         // The offer's source address is an address of the port.
         assert_eq!(src(o).ip(), r.ips[0]);
         assert_eq!(src(o).port(), 0);
@@ -279,6 +281,10 @@ fn getinfo_selects_one_device() {
     // RMA targets need the key and address bits.
     let got = getinfo(Some(&hints), &offers).unwrap();
     let mut no_rma = want.clone();
+    // Hints without FI_RX_CQ_DATA get the offer without it (writes with
+    // remote CQ data are then refused).
+    no_rma.mode = Mode::empty();
+    no_rma.rx_attr.mode = Mode::empty();
     let rma_like = Caps::RMA
         | Caps::ATOMIC
         | Caps::READ
@@ -298,6 +304,7 @@ fn getinfo_selects_one_device() {
     // Hints that support every mode get the whole offer.
     hints.domain_attr.mr_mode =
         MrMode::LOCAL | MrMode::VIRT_ADDR | MrMode::ALLOCATED | MrMode::PROV_KEY;
+    hints.mode = Mode::RX_CQ_DATA;
     let got = getinfo(Some(&hints), &offers).unwrap();
     assert_eq!(got, vec![want.clone()]);
 

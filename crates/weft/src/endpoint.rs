@@ -25,6 +25,7 @@ use crate::eq::EventQueue;
 use crate::fabric::{next_fid, Domain};
 use crate::msg::{RecvMsg, SendMsg};
 use crate::opfuture::{post_when_room, OpFuture};
+use crate::srx::SharedRxContext;
 
 const DISABLED: u8 = 0;
 const ENABLED: u8 = 1;
@@ -67,6 +68,7 @@ struct Binds {
     wait: WaitMode,
     src_addr: Option<Vec<u8>>,
     context: u64,
+    srx: Option<SharedRxContext>,
 }
 
 /// What the data path needs, fixed at enable.
@@ -85,6 +87,8 @@ pub(crate) struct Live {
     rx_op_flags: AtomicU64,
     /// Inline mode: awaited operations drive the endpoint themselves.
     pub(crate) inline: Option<Arc<dyn Progress>>,
+    /// The shared receive context receives go to.
+    srx: Option<SharedRxContext>,
 }
 
 impl Live {
@@ -137,8 +141,12 @@ impl Drop for EpInner {
         if let Some(l) = self.live.get() {
             l.prov.close();
         }
-        if let Some(av) = &lock(&self.binds).av {
+        let b = lock(&self.binds);
+        if let Some(av) = &b.av {
             av.inner.bound_eps.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(srx) = &b.srx {
+            srx.inner.bound.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -287,6 +295,30 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Binds a shared receive context (before enable): the endpoint then
+    /// takes every message it receives into the context's receives, and
+    /// receives posted on the endpoint go there. `NoSys` for endpoints
+    /// whose offer has no shared contexts (`max_ep_srx_ctx` 0), `Domain`
+    /// for another domain's context, `Inval` for a second one.
+    pub fn bind_srx(&self, srx: &SharedRxContext) -> Result<()> {
+        if self.inner.info.domain_attr.max_ep_srx_ctx == 0 {
+            return Err(Error::NoSys);
+        }
+        if srx.inner.domain != self.inner.domain.fid() {
+            return Err(Error::Domain);
+        }
+        if srx.is_closed() {
+            return Err(Error::OpBadState);
+        }
+        let mut b = self.binds_mut()?;
+        if b.srx.is_some() {
+            return Err(Error::Inval);
+        }
+        srx.inner.bound.fetch_add(1, Ordering::AcqRel);
+        b.srx = Some(srx.clone());
+        Ok(())
+    }
+
     /// Chooses how the endpoint makes progress (before enable).
     pub fn set_wait_mode(&self, wait: WaitMode) -> Result<()> {
         self.binds_mut()?.wait = wait;
@@ -366,6 +398,12 @@ impl Endpoint {
         if ep_type.is_connected() && b.eq.is_none() {
             return Err(Error::NoEq);
         }
+        // A context's receives complete through whichever endpoint a
+        // message reaches; in inline mode nothing would drive that one
+        // while the application awaits the context.
+        if b.srx.is_some() && b.wait == WaitMode::Inline {
+            return Err(Error::Inval);
+        }
         let cfg = EpConfig {
             fid: self.inner.fid,
             context: b.context,
@@ -377,6 +415,8 @@ impl Endpoint {
             conn: self.inner.conn.clone(),
             domain: self.inner.domain.inner.prov.clone(),
             rx_cq: b.rx_cq.as_ref().map(|(c, _)| c.clone()),
+            rx_cntr: b.recv_cntr.clone(),
+            srx: b.srx.as_ref().map(|s| s.inner.prov.clone()),
         };
         let rt = self.inner.domain.rt().clone();
         let prov = match self.inner.domain.fabric().provider() {
@@ -404,6 +444,7 @@ impl Endpoint {
             tx_op_flags: AtomicU64::new(b.tx_op_flags.bits()),
             rx_op_flags: AtomicU64::new(b.rx_op_flags.bits()),
             inline,
+            srx: b.srx.clone(),
         };
         drop(b);
         self.inner.live.set(live).map_err(|_| Error::OpBadState)?;
@@ -653,6 +694,9 @@ impl Endpoint {
             Ok(l) => l,
             Err(e) => return Err((e, msg.bufs)),
         };
+        if let Some(srx) = &live.srx {
+            return srx.post_recvmsg(msg, flags);
+        }
         if let Err(e) = self.check_recv(&msg, flags) {
             return Err((e, msg.bufs));
         }
@@ -664,13 +708,8 @@ impl Endpoint {
 
     /// `fi_recv`: receive into `buf` (its `len()` is the capacity).
     pub fn post_recv(&self, buf: BytesMut, context: u64) -> Result<()> {
-        let msg = RecvMsg {
-            src: FI_ADDR_UNSPEC,
-            bufs: vec![buf],
-            context,
-            ..RecvMsg::default()
-        };
-        self.post_recvmsg(msg, OpFlags::empty()).map_err(|(e, _)| e)
+        self.post_recvmsg(RecvMsg::untagged(buf, context), OpFlags::empty())
+            .map_err(|(e, _)| e)
     }
 
     /// `fi_trecv`.
@@ -774,6 +813,12 @@ impl Endpoint {
             Ok(l) => l,
             Err(e) => return Err(fail(e, msg.bufs)),
         };
+        if let Some(srx) = &live.srx {
+            if !flags.is_empty() {
+                return Err(fail(Error::BadFlags, msg.bufs));
+            }
+            return srx.recvmsg(msg).await;
+        }
         if let Err(e) = self.check_recv(&msg, flags) {
             return Err(fail(e, msg.bufs));
         }
@@ -790,11 +835,7 @@ impl Endpoint {
 
     /// Receives one message into `buf`.
     pub async fn recv(&self, buf: BytesMut) -> std::result::Result<CqEntry, CqErrEntry> {
-        let msg = RecvMsg {
-            src: FI_ADDR_UNSPEC,
-            bufs: vec![buf],
-            ..RecvMsg::default()
-        };
+        let msg = RecvMsg::untagged(buf, 0);
         self.recvmsg(msg, OpFlags::empty()).await
     }
 
@@ -851,8 +892,12 @@ impl Endpoint {
         if let Some(l) = self.inner.live.get() {
             l.prov.close();
         }
-        if let Some(av) = lock(&self.inner.binds).av.take() {
+        let mut b = lock(&self.inner.binds);
+        if let Some(av) = b.av.take() {
             av.inner.bound_eps.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(srx) = b.srx.take() {
+            srx.inner.bound.fetch_sub(1, Ordering::AcqRel);
         }
         Ok(())
     }

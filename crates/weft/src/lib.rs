@@ -59,6 +59,7 @@ mod msg;
 mod opfuture;
 mod passive;
 mod rma;
+mod srx;
 
 pub use av::{AddressVector, AvAttr, Insert, InsertReport};
 pub use counter::Counter;
@@ -72,6 +73,7 @@ pub use mr::{MemoryRegion, MrAttr, RegError};
 pub use msg::{RecvMsg, SendMsg};
 pub use passive::PassiveEndpoint;
 pub use rma::RmaMsg;
+pub use srx::SharedRxContext;
 pub use weft_core::provider::{AtomicOp, MrCacheStats, RmaOp};
 
 pub use weft_core::addr::{
@@ -80,7 +82,7 @@ pub use weft_core::addr::{
 };
 pub use weft_core::attr::{
     AddrFormat, AvType, DomainAttr, EpAttr, EpType, FabricAttr, Info, Progress, Protocol, RxAttr,
-    Threading, TxAttr,
+    Threading, TxAttr, SHARED_CONTEXT,
 };
 pub use weft_core::completion::{CqEntry, CqErrEntry, CqFormat, CqItem, WaitMode};
 pub use weft_core::eventq::{EqErrEntry, EqEvent, EqEventKind, EqItem};

@@ -34,3 +34,16 @@ pub struct RecvMsg {
     /// Context reported in the completion.
     pub context: u64,
 }
+
+impl RecvMsg {
+    /// An untagged receive from anyone into `buf` (its `len()` is the
+    /// capacity), completing with `context`.
+    pub fn untagged(buf: BytesMut, context: u64) -> RecvMsg {
+        RecvMsg {
+            src: weft_core::addr::FI_ADDR_UNSPEC,
+            bufs: vec![buf],
+            context,
+            ..RecvMsg::default()
+        }
+    }
+}

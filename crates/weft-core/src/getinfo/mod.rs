@@ -17,6 +17,9 @@
 //! * **mode**: the offer's required bits must all be accepted by the hints.
 //!   `tx_attr`/`rx_attr`/`domain_attr` modes of 0 in the hints mean "same as
 //!   `info.mode`" (fi_endpoint(3)). The result carries the offer's modes.
+//!   [`OPTIONAL_MODES`] are the exception: an offer keeps them only for
+//!   hints that accept them, and otherwise stands without them (the
+//!   provider then refuses what needed them).
 //! * **mr_mode**: the offer's required bits must be a subset of the hints'
 //!   `mr_mode`. Hints with `mr_mode` 0 declare that the application supports
 //!   no registration requirement, so they match only offers requiring none.
@@ -104,6 +107,13 @@ limits!(
     domain_attr.mr_iov_limit,
 );
 
+/// Mode bits an offer may do without: `FI_RX_CQ_DATA` (remote CQ data of
+/// an RMA write takes a posted receive at the target). For hints that do
+/// not accept it the offer is narrowed without it, and the endpoint
+/// refuses RMA writes with remote CQ data (libfabric's verbs MSG offer
+/// drops the bit the same way).
+pub const OPTIONAL_MODES: Mode = Mode::RX_CQ_DATA;
+
 /// `mr_mode` bits that matter only to the target of RMA and atomics
 /// (libfabric's `OFI_MR_MODE_RMA_TARGET`).
 pub const MR_MODE_RMA_TARGET: MrMode = MrMode::RAW
@@ -145,10 +155,10 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
         && ot.caps.contains(ht.caps)
         && or.caps.contains(hr.caps)
         && od.caps.contains(hd.caps);
-    let mode = h.mode.contains(o.mode)
-        && mode_or(ht.mode, h.mode).contains(ot.mode)
-        && mode_or(hr.mode, h.mode).contains(or.mode)
-        && mode_or(hd.mode, h.mode).contains(od.mode);
+    let mode = h.mode.contains(o.mode - OPTIONAL_MODES)
+        && mode_or(ht.mode, h.mode).contains(ot.mode - OPTIONAL_MODES)
+        && mode_or(hr.mode, h.mode).contains(or.mode - OPTIONAL_MODES)
+        && mode_or(hd.mode, h.mode).contains(od.mode - OPTIONAL_MODES);
     let endpoint = enum_ok(he.ep_type, EpType::Unspec, oe.ep_type)
         && enum_ok(he.protocol, Protocol::Unspec, oe.protocol)
         && addr_format_ok(h.addr_format, o.addr_format)
@@ -177,7 +187,19 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
             }
         };
 
-    caps && mode && endpoint && domain && order && names && limits_ok(h, o)
+    caps && mode && endpoint && domain && order && names && shared_rx_ok(h, o)
+}
+
+/// `rx_ctx_cnt = FI_SHARED_CONTEXT` asks for an endpoint that takes its
+/// receives from a shared receive context: offers whose domain has
+/// them match; the other limits apply as usual.
+fn shared_rx_ok(h: &Info, o: &Info) -> bool {
+    if h.ep_attr.rx_ctx_cnt != SHARED_CONTEXT {
+        return limits_ok(h, o);
+    }
+    let mut plain = h.clone();
+    plain.ep_attr.rx_ctx_cnt = 0;
+    o.domain_attr.max_ep_srx_ctx > 0 && limits_ok(&plain, o)
 }
 
 /// The offer narrowed to the request: what `fi_getinfo` returns for an offer
@@ -186,6 +208,10 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
     let h = hints;
     let mut r = offer.clone();
 
+    r.mode -= OPTIONAL_MODES - h.mode;
+    r.tx_attr.mode -= OPTIONAL_MODES - mode_or(h.tx_attr.mode, h.mode);
+    r.rx_attr.mode -= OPTIONAL_MODES - mode_or(h.rx_attr.mode, h.mode);
+    r.domain_attr.mode -= OPTIONAL_MODES - mode_or(h.domain_attr.mode, h.mode);
     r.caps = narrow_caps(h.caps, offer.caps, Caps::all());
     r.tx_attr.caps = narrow_caps(h.tx_attr.caps, offer.tx_attr.caps, r.caps);
     r.rx_attr.caps = narrow_caps(h.rx_attr.caps, offer.rx_attr.caps, r.caps);

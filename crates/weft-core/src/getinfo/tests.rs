@@ -165,7 +165,7 @@ fn required_modes_must_be_accepted() {
     let mut h2 = h.clone();
     h2.tx_attr.mode = Mode::MSG_PREFIX;
     assert!(!satisfies(&h2, &o));
-    o.domain_attr.mode = Mode::RX_CQ_DATA;
+    o.domain_attr.mode = Mode::CONTEXT2;
     assert!(!satisfies(&h, &o));
 }
 
@@ -283,6 +283,26 @@ fn mr_mode_requirements_must_be_supported() {
     assert_eq!(narrow(&h, &o).domain_attr.mr_mode, o.domain_attr.mr_mode);
     // An offer needing nothing suits any app.
     assert!(matches(&h));
+}
+
+#[test]
+fn optional_modes_stay_only_for_hints_that_accept_them() {
+    let mut o = offer();
+    o.mode = Mode::RX_CQ_DATA;
+    o.rx_attr.mode = Mode::RX_CQ_DATA;
+    // Hints without the bit still match, and the result is without it.
+    let plain = Info::default();
+    assert!(satisfies(&plain, &o));
+    let r = narrow(&plain, &o);
+    assert!(!r.mode.contains(Mode::RX_CQ_DATA));
+    assert!(!r.rx_attr.mode.contains(Mode::RX_CQ_DATA));
+    // Hints accepting it keep it.
+    let h = with(|h| h.mode = Mode::RX_CQ_DATA);
+    let r = narrow(&h, &o);
+    assert!(r.mode.contains(Mode::RX_CQ_DATA) && r.rx_attr.mode.contains(Mode::RX_CQ_DATA));
+    // Other mode bits remain requirements.
+    o.mode |= Mode::CONTEXT;
+    assert!(!satisfies(&plain, &o));
 }
 
 #[test]

@@ -10,7 +10,8 @@ use weft_core::Error;
 use super::MsgShared;
 use crate::bufs::RmaLocal;
 use crate::cqdrive::CqSink;
-use crate::sys::{BytesMr, BytesMutMr, WcStatus, WorkCompletion};
+use crate::pool::SlotPool;
+use crate::sys::{BytesMr, BytesMutMr, WcOpcode, WcStatus, WorkCompletion};
 
 /// One posted operation, owned by the in-flight table until its
 /// completion: whatever the device may touch lives here until then.
@@ -49,6 +50,11 @@ pub(super) enum Held {
 impl CqSink for MsgShared {
     fn on_completion(&self, wc: &WorkCompletion) {
         let Some(Inflight { done, op }) = lock(&self.inflight).remove(&wc.wr_id) else {
+            // Not ours: a receive of the shared receive context, taken by
+            // a message that arrived here.
+            if let Some(srx) = self.srx() {
+                srx.on_completion(wc, &self.cfg);
+            }
             return;
         };
         let link = lock(&self.link).clone();
@@ -61,42 +67,9 @@ impl CqSink for MsgShared {
                 }
                 len
             }
-            Held::RecvSlot { mut bufs, slot } => {
+            op @ (Held::RecvSlot { .. } | Held::RecvRegistered { .. }) => {
                 self.rx.release(1);
-                let err = recv_error(wc);
-                let mut placed = 0;
-                if let Some(l) = &link {
-                    if err.is_none() {
-                        let at = l.recv_pool.offset(slot);
-                        placed = l
-                            .recv_pool
-                            .scatter(at, wc.byte_len as usize, &mut bufs)
-                            .unwrap_or_else(|(_, placed)| placed);
-                    }
-                    l.recv_pool.put(slot);
-                }
-                finish_recv(done, bufs, placed, err, wc.imm_data);
-                return;
-            }
-            Held::RecvRegistered { mrs, mut empty } => {
-                self.rx.release(1);
-                let mut bufs: Vec<BytesMut> = Vec::with_capacity(mrs.len() + empty.len());
-                let mut lost = false;
-                for m in mrs {
-                    match m.into_inner() {
-                        Ok(b) => bufs.push(b),
-                        Err(_) => lost = true,
-                    }
-                }
-                bufs.append(&mut empty);
-                let err = recv_error(wc).or(lost.then_some(Error::Io));
-                let placed = if err.is_none() {
-                    wc.byte_len as usize
-                } else {
-                    0
-                };
-                finish_recv(done, bufs, placed, err, wc.imm_data);
-                return;
+                return finish_posted_recv(op, done, wc, link.as_ref().map(|l| &l.recv_pool));
             }
         };
         // A send: its registrations (if any) were dropped with `op`.
@@ -146,6 +119,91 @@ impl MsgShared {
             }
         }
     }
+}
+
+/// Ends a posted receive (`Held::RecvSlot` or `Held::RecvRegistered`;
+/// anything else is ignored) with its work completion. `pool`: where its
+/// slot came from.
+pub(super) fn finish_posted_recv(
+    op: Held,
+    done: OpDone,
+    wc: &WorkCompletion,
+    pool: Option<&SlotPool>,
+) {
+    match op {
+        Held::RecvSlot { mut bufs, slot } => {
+            if is_remote_write(wc) {
+                // Nothing landed in the slot: it is free again.
+                if let Some(p) = pool {
+                    p.put(slot);
+                }
+                return finish_remote_write(done, bufs, wc);
+            }
+            let err = recv_error(wc);
+            let mut placed = 0;
+            if let Some(p) = pool {
+                if err.is_none() {
+                    let at = p.offset(slot);
+                    placed = p
+                        .scatter(at, wc.byte_len as usize, &mut bufs)
+                        .unwrap_or_else(|(_, placed)| placed);
+                }
+                p.put(slot);
+            }
+            finish_recv(done, bufs, placed, err, wc.imm_data);
+        }
+        Held::RecvRegistered { mrs, mut empty } => {
+            let mut bufs: Vec<BytesMut> = Vec::with_capacity(mrs.len() + empty.len());
+            let mut lost = false;
+            for m in mrs {
+                match m.into_inner() {
+                    Ok(b) => bufs.push(b),
+                    Err(_) => lost = true,
+                }
+            }
+            bufs.append(&mut empty);
+            if is_remote_write(wc) && !lost {
+                return finish_remote_write(done, bufs, wc);
+            }
+            let err = recv_error(wc).or(lost.then_some(Error::Io));
+            let placed = if err.is_none() {
+                wc.byte_len as usize
+            } else {
+                0
+            };
+            finish_recv(done, bufs, placed, err, wc.imm_data);
+        }
+        Held::SendInline { .. }
+        | Held::SendSlot { .. }
+        | Held::SendRegistered { .. }
+        | Held::Rma { .. } => {}
+    }
+}
+
+/// Whether a receive was consumed by the peer's RDMA write with
+/// immediate (`fi_writedata`) rather than by a message. Only a successful
+/// completion says which: a flushed one carries no opcode.
+fn is_remote_write(wc: &WorkCompletion) -> bool {
+    wc.is_ok() && wc.opcode == WcOpcode::RecvRdmaWithImm
+}
+
+/// Ends a receive consumed by a write with remote CQ data: the write's
+/// target completion, reported as the RDM endpoint reports
+/// `fi_writedata`'s (the flags of a remote write, not of a message; the
+/// data; `len` the bytes written into the region), with the receive's
+/// context and its buffers handed back untouched (empty).
+fn finish_remote_write(mut done: OpDone, mut bufs: Vec<BytesMut>, wc: &WorkCompletion) {
+    done.flags = OpFlags::empty();
+    trim_bufs(&mut bufs, 0);
+    done.complete(CqEntry {
+        context: 0,
+        flags: OpFlags::RMA | OpFlags::REMOTE_WRITE | OpFlags::REMOTE_CQ_DATA,
+        len: wc.byte_len as usize,
+        bufs,
+        data: u64::from(wc.imm_data.unwrap_or(0)),
+        tag: 0,
+        src: weft_core::addr::FI_ADDR_NOTAVAIL,
+    });
 }
 
 /// The error of a receive completion. A message longer than the posted

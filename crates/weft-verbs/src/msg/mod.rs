@@ -12,6 +12,19 @@
 //! Sends up to the device's inline limit are copied into the work request
 //! instead and need no registration.
 //!
+//! Remote CQ data rides in the 32-bit immediate of the send or RDMA
+//! write (wider data is refused with `Inval`). Receives are the
+//! application's own buffers posted on the QP, so, as in libfabric's
+//! verbs provider (its `FI_RX_CQ_DATA` mode), a write with remote CQ data
+//! (`fi_writedata`) consumes the receive at the head of the target's
+//! queue just as a message would: that receive completes with the flags
+//! of a remote write (`FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA`),
+//! the data, `len` the bytes written into the region and its buffers
+//! handed back untouched. Until the target posts a receive, the write
+//! waits (receiver-not-ready retries), like a send. The offer carries
+//! `FI_RX_CQ_DATA` as an optional mode: applications whose hints do not
+//! accept it get the offer without it, and their writedata is `NoSys`.
+//!
 //! A receive handed to the QP cannot be withdrawn: `cancel` (and dropping
 //! an awaited receive) only reaches receives posted before the connection
 //! existed. A dropped awaited receive that is already on the QP still
@@ -45,6 +58,9 @@ use crate::sys::{
 
 mod complete;
 mod post;
+mod srx;
+
+pub use srx::MsgSrx;
 
 use complete::Inflight;
 
@@ -146,6 +162,11 @@ impl MsgShared {
         })
     }
 
+    /// The bound shared receive context, if any.
+    pub(super) fn srx(&self) -> Option<&MsgSrx> {
+        self.cfg.srx.as_ref()?.as_any().downcast_ref::<MsgSrx>()
+    }
+
     fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
@@ -160,7 +181,17 @@ impl MsgShared {
         let pd = crate::domain::endpoint_pd(&self.cfg, &ctx)?;
         let chan = CompChannel::new(&ctx)?;
         let info = &self.cfg.info;
-        let depth = (info.tx_attr.size + info.rx_attr.size) as u32;
+        let srx = self.srx();
+        if let Some(x) = srx {
+            // The shared queue's receives name the context's registrations,
+            // which only queue pairs of its protection domain can use.
+            if !Arc::ptr_eq(&x.pd, &pd) {
+                return Err(Error::Domain);
+            }
+        }
+        // Every receive of a shared context may complete on this CQ.
+        let rx_depth = srx.map_or(info.rx_attr.size, |x| x.size().max(info.rx_attr.size));
+        let depth = u32::try_from(info.tx_attr.size + rx_depth).map_err(|_| Error::Inval)?;
         let cq = Cq::new(&ctx, depth.max(16), Some(&chan))?;
         let caps = QpCaps {
             max_send_wr: info.tx_attr.size as u32,
@@ -175,7 +206,7 @@ impl MsgShared {
                 qp_type: QpType::Rc,
                 send_cq: cq.clone(),
                 recv_cq: cq.clone(),
-                srq: None,
+                srq: srx.map(|x| x.srq.clone()),
                 caps,
                 sq_sig_all: false,
             },

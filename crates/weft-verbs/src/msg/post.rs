@@ -4,7 +4,10 @@
 //! which another thread may poll the moment the post returns — finds its
 //! entry.
 
+use std::sync::Arc;
+
 use bytes::BytesMut;
+use weft_core::flags::Mode;
 use weft_core::provider::{RecvReq, Rejected, RmaOp, RmaReq, SendReq};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
@@ -12,8 +15,10 @@ use weft_core::{Error, Result};
 use super::complete::{Held, Inflight};
 use super::{Link, MsgShared};
 use crate::bufs::{gather, post_rma, register_source};
-use crate::pool::SLOT;
-use crate::sys::{AccessFlags, BytesMutMr, Payload, RecvRequest, SendOp, SendRequest, Sge};
+use crate::pool::{SlotPool, SLOT};
+use crate::sys::{
+    AccessFlags, BytesMutMr, Payload, ProtectionDomain, RecvRequest, SendOp, SendRequest, Sge,
+};
 
 impl MsgShared {
     pub(super) fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
@@ -30,12 +35,19 @@ impl MsgShared {
         if req.iov.len() > self.cfg.info.tx_attr.iov_limit {
             return reject(Error::Inval, req);
         }
+        let op = match req.data.map(u32::try_from) {
+            None => SendOp::Send,
+            Some(Ok(imm)) => SendOp::SendWithImm(imm),
+            // The immediate is 32 bits (cq_data_size 4): wider data would
+            // arrive cut short.
+            Some(Err(_)) => return reject(Error::Inval, req),
+        };
         if !self.tx.try_take() {
             return reject(Error::Again, req);
         }
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
-        match send_on(&link, &req, wr_id) {
+        match send_on(&link, &req, op, wr_id) {
             Ok(op) => {
                 g.insert(wr_id, Inflight { done: req.done, op });
                 Ok(())
@@ -59,18 +71,29 @@ impl MsgShared {
         if req.len() > self.cfg.info.ep_attr.max_msg_size {
             return reject(Error::MsgSize, req);
         }
-        let n = match &req.op {
-            // Remote CQ data would consume a posted receive at the target
-            // (libfabric's FI_RX_CQ_DATA mode), which the offers do not
-            // ask applications to accept.
-            RmaOp::Write { data: Some(_), .. } => return reject(Error::NoSys, req),
-            RmaOp::Write { iov, .. } => iov.len(),
-            RmaOp::Read { bufs } => bufs.len(),
-            RmaOp::Atomic(_) => 1,
+        let (n, data) = match &req.op {
+            RmaOp::Write { iov, data } => (iov.len(), *data),
+            RmaOp::Read { bufs } => (bufs.len(), None),
+            RmaOp::Atomic(_) => (1, None),
         };
         if n > self.cfg.info.tx_attr.iov_limit.max(1) {
             return reject(Error::Inval, req);
         }
+        // Remote CQ data travels as the write's 32-bit immediate, which
+        // completes the receive at the head of the peer's queue (see the
+        // module docs of `msg`).
+        // Only an application that accepted FI_RX_CQ_DATA knows a write's
+        // data takes one of its receives; for others it is not offered.
+        let rx_cq_data = self.cfg.info.mode.contains(Mode::RX_CQ_DATA)
+            || self.cfg.info.rx_attr.mode.contains(Mode::RX_CQ_DATA);
+        if data.is_some() && !rx_cq_data {
+            return reject(Error::NoSys, req);
+        }
+        let imm = match data.map(u32::try_from) {
+            None => None,
+            Some(Ok(imm)) => Some(imm),
+            Some(Err(_)) => return reject(Error::Inval, req),
+        };
         let Ok(rkey) = u32::try_from(req.key) else {
             // Verbs keys are 32 bits: no region has this key.
             return reject(Error::Access, req);
@@ -89,6 +112,7 @@ impl MsgShared {
             inline_max,
             req.op,
             (req.addr, rkey),
+            imm,
             wr_id,
         ) {
             Ok(local) => {
@@ -125,13 +149,9 @@ impl MsgShared {
     }
 }
 
-/// Posts the send of `req` and says what now holds its bytes.
-fn send_on(link: &Link, req: &SendReq, wr_id: u64) -> Result<Held> {
+/// Posts the send of `req` as `op` and says what now holds its bytes.
+fn send_on(link: &Link, req: &SendReq, op: SendOp, wr_id: u64) -> Result<Held> {
     let len = req.len();
-    let op = match req.data {
-        Some(d) => SendOp::SendWithImm(d as u32),
-        None => SendOp::Send,
-    };
     let post = |payload: Payload<'_>| link.qp.post_send(&SendRequest::new(wr_id, op, payload));
     if len > 0 && len <= link.qp.caps().max_inline_data as usize {
         let data = gather(&req.iov, len);
@@ -168,55 +188,89 @@ fn recv_on(
     bufs: Vec<BytesMut>,
     wr_id: u64,
 ) -> std::result::Result<Held, (Error, Vec<BytesMut>)> {
-    let cap: usize = bufs.iter().map(|b| b.len()).sum();
-    if cap > 0 && cap <= SLOT {
-        if let Some(slot) = link.recv_pool.take() {
-            let posted = link.recv_pool.with(|mr| {
-                let sge = mr.sge(link.recv_pool.offset(slot), cap)?;
-                link.qp.post_recv(&RecvRequest {
-                    wr_id,
-                    sges: &[sge],
-                })
-            });
-            return match posted {
-                Ok(()) => Ok(Held::RecvSlot { bufs, slot }),
-                Err(e) => {
-                    link.recv_pool.put(slot);
-                    Err((e, bufs))
-                }
-            };
-        }
-    }
-    let mut mrs = Vec::with_capacity(bufs.len());
-    let mut empty = Vec::new();
-    let mut failed = None;
-    for b in bufs {
-        if b.is_empty() || failed.is_some() {
-            empty.push(b);
-            continue;
-        }
-        match BytesMutMr::new(&link.pd, b, AccessFlags::LOCAL_WRITE) {
-            Ok(mr) => mrs.push(mr),
-            Err(e) => failed = Some(e),
-        }
-    }
-    let posted = match failed {
-        Some(e) => Err(e),
-        None => mrs
-            .iter()
-            .map(|m| m.sge())
-            .collect::<Result<Vec<Sge<'_>>>>()
-            .and_then(|sges| link.qp.post_recv(&RecvRequest { wr_id, sges: &sges })),
+    let target = RecvTarget {
+        pool: &link.recv_pool,
+        pd: &link.pd,
+        post: &|wr| link.qp.post_recv(wr),
     };
-    match posted {
-        Ok(()) => Ok(Held::RecvRegistered { mrs, empty }),
-        Err(e) => {
-            let mut back: Vec<BytesMut> = mrs
-                .into_iter()
-                .filter_map(|m| m.into_inner().ok())
-                .collect();
-            back.append(&mut empty);
-            Err((e, back))
+    target.post(bufs, wr_id)
+}
+
+/// Where receives are posted: a connection's queue pair, or the shared
+/// receive queue of a shared receive context, each with its slots.
+pub(super) struct RecvTarget<'a> {
+    pub pool: &'a SlotPool,
+    pub pd: &'a Arc<ProtectionDomain>,
+    pub post: &'a dyn Fn(&RecvRequest<'_>) -> Result<()>,
+}
+
+impl RecvTarget<'_> {
+    /// Posts a receive into `bufs`: a bounce slot when they fit one,
+    /// else the buffers themselves, registered. On failure the buffers
+    /// come back.
+    pub(super) fn post(
+        &self,
+        bufs: Vec<BytesMut>,
+        wr_id: u64,
+    ) -> std::result::Result<Held, (Error, Vec<BytesMut>)> {
+        let cap: usize = bufs.iter().map(|b| b.len()).sum();
+        if cap > 0 && cap <= SLOT {
+            if let Some(slot) = self.pool.take() {
+                let posted = self.pool.with(|mr| {
+                    let sge = mr.sge(self.pool.offset(slot), cap)?;
+                    (self.post)(&RecvRequest {
+                        wr_id,
+                        sges: &[sge],
+                    })
+                });
+                return match posted {
+                    Ok(()) => Ok(Held::RecvSlot { bufs, slot }),
+                    Err(e) => {
+                        self.pool.put(slot);
+                        Err((e, bufs))
+                    }
+                };
+            }
+        }
+        self.post_registered(bufs, wr_id)
+    }
+
+    fn post_registered(
+        &self,
+        bufs: Vec<BytesMut>,
+        wr_id: u64,
+    ) -> std::result::Result<Held, (Error, Vec<BytesMut>)> {
+        let mut mrs = Vec::with_capacity(bufs.len());
+        let mut empty = Vec::new();
+        let mut failed = None;
+        for b in bufs {
+            if b.is_empty() || failed.is_some() {
+                empty.push(b);
+                continue;
+            }
+            match BytesMutMr::new(self.pd, b, AccessFlags::LOCAL_WRITE) {
+                Ok(mr) => mrs.push(mr),
+                Err(e) => failed = Some(e),
+            }
+        }
+        let posted = match failed {
+            Some(e) => Err(e),
+            None => mrs
+                .iter()
+                .map(|m| m.sge())
+                .collect::<Result<Vec<Sge<'_>>>>()
+                .and_then(|sges| (self.post)(&RecvRequest { wr_id, sges: &sges })),
+        };
+        match posted {
+            Ok(()) => Ok(Held::RecvRegistered { mrs, empty }),
+            Err(e) => {
+                let mut back: Vec<BytesMut> = mrs
+                    .into_iter()
+                    .filter_map(|m| m.into_inner().ok())
+                    .collect();
+                back.append(&mut empty);
+                Err((e, back))
+            }
         }
     }
 }

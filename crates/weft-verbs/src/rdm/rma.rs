@@ -66,6 +66,7 @@ impl RdmShared {
             c.inline_max(),
             op,
             (addr, rkey),
+            None,
             write_id,
         ) {
             Ok(held) => {
