@@ -8,6 +8,8 @@ use bytes::{Bytes, BytesMut};
 use weft_core::provider::{AtomicOp, RmaOp};
 use weft_core::Error;
 
+use crate::pool::{SlotPool, SLOT};
+
 use crate::sys::{
     AccessFlags, BytesMr, BytesMutMr, Payload, ProtectionDomain, QueuePair, SendOp, SendRequest,
     Sge,
@@ -86,16 +88,45 @@ pub(crate) enum RmaLocal {
     Source(#[allow(dead_code)] Arc<BytesMr>),
     /// A read's registered targets, handed back at completion.
     Targets(Vec<BytesMutMr>),
+    /// A small read landing in a slot of `pool`, copied into `bufs` at
+    /// completion (no registration per read).
+    ReadSlot {
+        pool: Arc<SlotPool>,
+        slot: u32,
+        len: usize,
+        bufs: Vec<BytesMut>,
+    },
 }
 
 impl RmaLocal {
-    /// A read's buffers, back from their registrations (none for writes).
-    pub(crate) fn into_bufs(self) -> Vec<BytesMut> {
+    /// A read's buffers, back from their registrations or filled from
+    /// their slot when the read succeeded (`ok`); none for writes.
+    pub(crate) fn into_bufs(self, ok: bool) -> Vec<BytesMut> {
         match self {
             RmaLocal::Targets(mrs) => unregister(mrs),
+            RmaLocal::ReadSlot {
+                pool,
+                slot,
+                len,
+                mut bufs,
+            } => {
+                if ok {
+                    // The slot holds exactly `len` bytes, which fit the
+                    // buffers (checked at post).
+                    let _ = pool.scatter(pool.offset(slot), len, &mut bufs);
+                }
+                pool.put(slot);
+                bufs
+            }
             RmaLocal::Inline | RmaLocal::Source(_) => Vec::new(),
         }
     }
+}
+
+/// Slots for small RDMA reads, per connection or endpoint: 16 of them
+/// (64 KiB pinned); reads beyond them register their buffers.
+pub(crate) fn read_pool(pd: &Arc<ProtectionDomain>) -> Result<Arc<SlotPool>, Error> {
+    SlotPool::new(pd, 16, AccessFlags::LOCAL_WRITE).map(Arc::new)
 }
 
 /// Posts `op` as one RDMA write, read or 64-bit atomic on `qp` against `addr`/`rkey`:
@@ -107,7 +138,11 @@ impl RmaLocal {
 /// failure the operation comes back whole.
 pub(crate) fn post_rma(
     qp: &QueuePair,
-    (pd, cache): (&Arc<ProtectionDomain>, Option<&Arc<SourceCache>>),
+    (pd, cache, reads): (
+        &Arc<ProtectionDomain>,
+        Option<&Arc<SourceCache>>,
+        Option<&Arc<SlotPool>>,
+    ),
     inline_max: usize,
     op: RmaOp,
     (addr, rkey): (u64, u32),
@@ -166,6 +201,35 @@ pub(crate) fn post_rma(
             }
         }
         RmaOp::Read { bufs } => {
+            let len: usize = bufs.iter().map(|b| b.len()).sum();
+            let slot = reads
+                .filter(|_| len > 0 && len <= SLOT)
+                .and_then(|p| p.take().map(|s| (p, s)));
+            if let Some((pool, slot)) = slot {
+                let posted = pool.with(|mr| {
+                    let sge = mr.sge(pool.offset(slot), len)?;
+                    qp.post_send(&SendRequest::new(
+                        wr_id,
+                        SendOp::RdmaRead {
+                            remote_addr: addr,
+                            rkey,
+                        },
+                        Payload::Sges(&[sge]),
+                    ))
+                });
+                return match posted {
+                    Ok(()) => Ok(RmaLocal::ReadSlot {
+                        pool: pool.clone(),
+                        slot,
+                        len,
+                        bufs,
+                    }),
+                    Err(e) => {
+                        pool.put(slot);
+                        Err((e, RmaOp::Read { bufs }))
+                    }
+                };
+            }
             let mrs = register_targets(pd, bufs).map_err(|(e, bufs)| (e, RmaOp::Read { bufs }))?;
             let posted = mrs
                 .iter()

@@ -95,7 +95,7 @@ impl MsgShared {
         local: RmaLocal,
     ) {
         self.tx.release(1);
-        let bufs = local.into_bufs();
+        let bufs = local.into_bufs(wc.is_ok());
         match wc.to_error() {
             None => done.complete(CqEntry {
                 len,

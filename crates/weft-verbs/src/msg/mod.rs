@@ -98,6 +98,8 @@ pub struct Link {
     pub qp: Arc<QueuePair>,
     pub send_pool: SlotPool,
     pub recv_pool: SlotPool,
+    /// Slots for small RDMA reads.
+    pub read_pool: Arc<SlotPool>,
     /// The domain's registration cache (when `pd` is the domain's).
     pub cache: Option<Arc<crate::bufs::SourceCache>>,
 }
@@ -213,6 +215,7 @@ impl MsgShared {
         )?;
         let send_pool = SlotPool::new(&pd, SLOTS, AccessFlags::NONE)?;
         let recv_pool = SlotPool::new(&pd, SLOTS, AccessFlags::LOCAL_WRITE)?;
+        let read_pool = crate::bufs::read_pool(&pd)?;
         let link = Arc::new(Link {
             cache: crate::domain::endpoint_cache(&self.cfg, &pd),
             id,
@@ -222,6 +225,7 @@ impl MsgShared {
             qp,
             send_pool,
             recv_pool,
+            read_pool,
         });
         *lock(&self.link) = Some(link.clone());
         // Receives posted while unconnected go to the new QP first, so the

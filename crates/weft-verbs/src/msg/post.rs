@@ -108,7 +108,7 @@ impl MsgShared {
         let inline_max = link.qp.caps().max_inline_data as usize;
         match post_rma(
             &link.qp,
-            (&link.pd, link.cache.as_ref()),
+            (&link.pd, link.cache.as_ref(), Some(&link.read_pool)),
             inline_max,
             req.op,
             (req.addr, rkey),

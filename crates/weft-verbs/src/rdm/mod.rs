@@ -224,6 +224,8 @@ pub(crate) struct Res {
     pub srq: Arc<Srq>,
     pub send_pool: SlotPool,
     pub recv_pool: SlotPool,
+    /// Slots for small RDMA reads.
+    pub read_pool: Arc<SlotPool>,
 }
 
 pub(crate) type RdmMatcher = Matcher<RecvReq, Unexp, SocketAddr>;
@@ -474,6 +476,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         cache: crate::domain::endpoint_cache(&cfg, &pd),
         send_pool: SlotPool::with_slot(&pd, SLOTS, RDM_SLOT, AccessFlags::NONE)?,
         recv_pool: SlotPool::with_slot(&pd, SLOTS, RDM_SLOT, AccessFlags::LOCAL_WRITE)?,
+        read_pool: crate::bufs::read_pool(&pd)?,
         pd,
         chan,
         cq,

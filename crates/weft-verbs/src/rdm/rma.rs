@@ -62,7 +62,11 @@ impl RdmShared {
         let mut g = lock(&self.inflight);
         match post_rma(
             &c.qp,
-            (&self.res.pd, self.res.cache.as_ref()),
+            (
+                &self.res.pd,
+                self.res.cache.as_ref(),
+                Some(&self.res.read_pool),
+            ),
             c.inline_max(),
             op,
             (addr, rkey),
@@ -154,7 +158,7 @@ impl RdmShared {
     pub(crate) fn on_rma_done(&self, wc: &WorkCompletion, op: RmaOpState) {
         self.release_wr(&op.conn, super::TxHeld::Inline);
         self.tx.release(1);
-        let bufs = op.held.into_bufs();
+        let bufs = op.held.into_bufs(op.err.is_none() && wc.is_ok());
         match op.err.or(wc.to_error()) {
             None => op.done.complete(CqEntry {
                 len: op.len,

@@ -1,0 +1,398 @@
+//! The data path of an endpoint: the non-blocking `post_*` operations
+//! that report to the bound CQ, and the `async` forms that resolve with
+//! their own completion (both checked against the endpoint's attributes
+//! first).
+
+use bytes::{Bytes, BytesMut};
+use futures::channel::oneshot;
+use std::sync::atomic::Ordering;
+use weft_core::addr::{FiAddr, FI_ADDR_UNSPEC};
+use weft_core::completion::{CqEntry, CqErrEntry, CqItem, OpDone};
+use weft_core::flags::{Caps, OpFlags};
+use weft_core::provider::{RecvReq, Rejected, SendReq};
+use weft_core::{Error, Result};
+
+use super::{async_op, Endpoint, Live, RX_FLAGS, TX_FLAGS};
+use crate::msg::{RecvMsg, SendMsg};
+use crate::opfuture::post_when_room;
+
+impl Endpoint {
+    fn check_send(&self, msg: &SendMsg, flags: OpFlags) -> Result<()> {
+        let info = &self.inner.info;
+        if !TX_FLAGS.contains(flags) || (flags & OpFlags::COMPLETION_LEVELS).bits().count_ones() > 1
+        {
+            return Err(Error::BadFlags);
+        }
+        let need = if msg.tag.is_some() {
+            Caps::TAGGED
+        } else {
+            Caps::MSG
+        };
+        if !info.caps.contains(need) {
+            return Err(Error::NoSys);
+        }
+        if msg.iov.len() > info.tx_attr.iov_limit.max(1) {
+            return Err(Error::Inval);
+        }
+        let len: usize = msg.iov.iter().map(|b| b.len()).sum();
+        if len > info.ep_attr.max_msg_size {
+            return Err(Error::MsgSize);
+        }
+        if flags.contains(OpFlags::INJECT) && len > info.tx_attr.inject_size {
+            return Err(Error::MsgSize);
+        }
+        Ok(())
+    }
+
+    fn check_recv(&self, msg: &RecvMsg, flags: OpFlags) -> Result<()> {
+        let info = &self.inner.info;
+        if !RX_FLAGS.contains(flags) {
+            return Err(Error::BadFlags);
+        }
+        if flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) && !msg.tagged {
+            return Err(Error::BadFlags);
+        }
+        if flags.contains(OpFlags::DISCARD) && !flags.intersects(OpFlags::PEEK | OpFlags::CLAIM) {
+            return Err(Error::BadFlags);
+        }
+        let need = if msg.tagged { Caps::TAGGED } else { Caps::MSG };
+        if !info.caps.contains(need) {
+            return Err(Error::NoSys);
+        }
+        if msg.bufs.len() > info.rx_attr.iov_limit.max(1) {
+            return Err(Error::Inval);
+        }
+        Ok(())
+    }
+
+    fn send_req(
+        &self,
+        live: &Live,
+        msg: SendMsg,
+        flags: OpFlags,
+        waiter: Option<oneshot::Sender<CqItem>>,
+    ) -> SendReq {
+        let flags = flags | OpFlags::from_bits_retain(live.tx_op_flags.load(Ordering::Acquire));
+        let kind = OpFlags::SEND
+            | if msg.tag.is_some() {
+                OpFlags::TAGGED
+            } else {
+                OpFlags::MSG
+            };
+        let (cq, selective) = live
+            .tx_cq
+            .clone()
+            .map_or((None, false), |(c, s)| (Some(c), s));
+        // fi_inject: no completion on success.
+        let report =
+            !flags.contains(OpFlags::INJECT) && (!selective || flags.contains(OpFlags::COMPLETION));
+        SendReq {
+            dest: msg.dest,
+            iov: msg.iov,
+            tag: msg.tag,
+            data: msg.data,
+            flags,
+            done: OpDone {
+                context: msg.context,
+                flags: kind,
+                report,
+                cq,
+                cntr: live.send_cntr.clone(),
+                waiter,
+            },
+        }
+    }
+
+    fn recv_req(
+        &self,
+        live: &Live,
+        msg: RecvMsg,
+        flags: OpFlags,
+        waiter: Option<oneshot::Sender<CqItem>>,
+    ) -> RecvReq {
+        let flags = flags | OpFlags::from_bits_retain(live.rx_op_flags.load(Ordering::Acquire));
+        let kind = OpFlags::RECV
+            | if msg.tagged {
+                OpFlags::TAGGED
+            } else {
+                OpFlags::MSG
+            };
+        let (cq, selective) = live
+            .rx_cq
+            .clone()
+            .map_or((None, false), |(c, s)| (Some(c), s));
+        let directed = self.inner.info.caps.contains(Caps::DIRECTED_RECV);
+        RecvReq {
+            src: if directed { msg.src } else { FI_ADDR_UNSPEC },
+            bufs: msg.bufs,
+            tagged: msg.tagged,
+            tag: msg.tag,
+            ignore: msg.ignore,
+            flags,
+            done: OpDone {
+                context: msg.context,
+                flags: kind,
+                report: !selective || flags.contains(OpFlags::COMPLETION),
+                cq,
+                cntr: live.recv_cntr.clone(),
+                waiter,
+            },
+        }
+    }
+
+    /// `fi_sendmsg` / `fi_tsendmsg`: posts a send; its completion goes to
+    /// the transmit CQ with `msg.context`. `Again` when the queue is full.
+    pub fn post_sendmsg(&self, msg: SendMsg, flags: OpFlags) -> Result<()> {
+        let live = self.live()?;
+        self.check_send(&msg, flags)?;
+        let req = self.send_req(live, msg, flags, None);
+        live.prov.post_send(req).map_err(|r| r.err)
+    }
+
+    /// `fi_send`.
+    pub fn post_send(&self, dest: FiAddr, buf: Bytes, context: u64) -> Result<()> {
+        self.post_sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                tag: None,
+                data: None,
+                context,
+            },
+            OpFlags::empty(),
+        )
+    }
+
+    /// `fi_senddata`: a send carrying remote CQ data.
+    pub fn post_senddata(&self, dest: FiAddr, buf: Bytes, data: u64, context: u64) -> Result<()> {
+        self.post_sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                tag: None,
+                data: Some(data),
+                context,
+            },
+            OpFlags::REMOTE_CQ_DATA,
+        )
+    }
+
+    /// `fi_inject`: the buffer is the caller's again on return and no
+    /// completion is generated (up to `inject_size` bytes).
+    pub fn inject(&self, dest: FiAddr, buf: Bytes) -> Result<()> {
+        self.post_sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                tag: None,
+                data: None,
+                context: 0,
+            },
+            OpFlags::INJECT,
+        )
+    }
+
+    /// `fi_tsend`.
+    pub fn post_tsend(&self, dest: FiAddr, buf: Bytes, tag: u64, context: u64) -> Result<()> {
+        self.post_sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                tag: Some(tag),
+                data: None,
+                context,
+            },
+            OpFlags::empty(),
+        )
+    }
+
+    /// `fi_tinject`.
+    pub fn tinject(&self, dest: FiAddr, buf: Bytes, tag: u64) -> Result<()> {
+        self.post_sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                tag: Some(tag),
+                data: None,
+                context: 0,
+            },
+            OpFlags::INJECT,
+        )
+    }
+
+    /// `fi_recvmsg` / `fi_trecvmsg`, including `PEEK`, `PEEK|CLAIM`,
+    /// `PEEK|DISCARD`, `CLAIM` and `CLAIM|DISCARD` for tagged receives.
+    /// On failure to post, the buffers come back in the error.
+    pub fn post_recvmsg(
+        &self,
+        msg: RecvMsg,
+        flags: OpFlags,
+    ) -> std::result::Result<(), (Error, Vec<BytesMut>)> {
+        let live = match self.live() {
+            Ok(l) => l,
+            Err(e) => return Err((e, msg.bufs)),
+        };
+        if let Some(srx) = &live.srx {
+            return srx.post_recvmsg(msg, flags);
+        }
+        if let Err(e) = self.check_recv(&msg, flags) {
+            return Err((e, msg.bufs));
+        }
+        let req = self.recv_req(live, msg, flags, None);
+        live.prov
+            .post_recv(req)
+            .map_err(|Rejected { err, req }| (err, req.bufs))
+    }
+
+    /// `fi_recv`: receive into `buf` (its `len()` is the capacity).
+    pub fn post_recv(&self, buf: BytesMut, context: u64) -> Result<()> {
+        self.post_recvmsg(RecvMsg::untagged(buf, context), OpFlags::empty())
+            .map_err(|(e, _)| e)
+    }
+
+    /// `fi_trecv`.
+    pub fn post_trecv(
+        &self,
+        buf: BytesMut,
+        src: FiAddr,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+    ) -> Result<()> {
+        let msg = RecvMsg {
+            src,
+            bufs: vec![buf],
+            tagged: true,
+            tag,
+            ignore,
+            context,
+        };
+        self.post_recvmsg(msg, OpFlags::empty()).map_err(|(e, _)| e)
+    }
+
+    /// `fi_cancel`: a pending receive with `context` completes with a
+    /// `Canceled` error entry. `NoEnt` if none is pending (already
+    /// completed, or never posted).
+    pub fn cancel(&self, context: u64) -> Result<()> {
+        if self.live()?.prov.cancel(context) {
+            Ok(())
+        } else {
+            Err(Error::NoEnt)
+        }
+    }
+
+    /// Sends `msg` and resolves with its completion. A full transmit queue
+    /// is waited out, not reported.
+    pub async fn sendmsg(
+        &self,
+        msg: SendMsg,
+        flags: OpFlags,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        let fail = |e: Error| CqErrEntry::new(0, OpFlags::SEND, e);
+        let live = self.live().map_err(fail)?;
+        self.check_send(&msg, flags).map_err(fail)?;
+        let (ctx, tx, rx) = async_op();
+        let mut msg = msg;
+        msg.context = ctx;
+        // The waiter takes the completion; the CQ never sees it.
+        let req = self.send_req(live, msg, flags & !OpFlags::INJECT, Some(tx));
+        if let Err(r) = post_when_room(req, |r| live.prov.post_send(r)).await {
+            return Err(fail(r.err));
+        }
+        live.op_future(ctx, rx, false).await
+    }
+
+    /// `send` resolving with the completion.
+    pub async fn send(&self, dest: FiAddr, buf: Bytes) -> std::result::Result<CqEntry, CqErrEntry> {
+        self.sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                ..SendMsg::default()
+            },
+            OpFlags::empty(),
+        )
+        .await
+    }
+
+    /// Tagged `send` resolving with the completion.
+    pub async fn tsend(
+        &self,
+        dest: FiAddr,
+        buf: Bytes,
+        tag: u64,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        self.sendmsg(
+            SendMsg {
+                dest,
+                iov: vec![buf],
+                tag: Some(tag),
+                ..SendMsg::default()
+            },
+            OpFlags::empty(),
+        )
+        .await
+    }
+
+    /// Receives and resolves with the completion, whose `bufs` hold the
+    /// data. Dropping the future before a message matched withdraws the
+    /// receive, so no message is consumed by a receive nobody awaits.
+    pub async fn recvmsg(
+        &self,
+        msg: RecvMsg,
+        flags: OpFlags,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        let fail = |e: Error, bufs: Vec<BytesMut>| {
+            let mut ee = CqErrEntry::new(0, OpFlags::RECV, e);
+            ee.bufs = bufs;
+            ee
+        };
+        let live = match self.live() {
+            Ok(l) => l,
+            Err(e) => return Err(fail(e, msg.bufs)),
+        };
+        if let Some(srx) = &live.srx {
+            if !flags.is_empty() {
+                return Err(fail(Error::BadFlags, msg.bufs));
+            }
+            return srx.recvmsg(msg).await;
+        }
+        if let Err(e) = self.check_recv(&msg, flags) {
+            return Err(fail(e, msg.bufs));
+        }
+        let (ctx, tx, rx) = async_op();
+        let mut msg = msg;
+        msg.context = ctx;
+        let req = self.recv_req(live, msg, flags, Some(tx));
+        if let Err(r) = post_when_room(req, |r| live.prov.post_recv(r)).await {
+            return Err(fail(r.err, r.req.bufs));
+        }
+        // A receive that has not matched is withdrawn if the future goes.
+        live.op_future(ctx, rx, true).await
+    }
+
+    /// Receives one message into `buf`.
+    pub async fn recv(&self, buf: BytesMut) -> std::result::Result<CqEntry, CqErrEntry> {
+        let msg = RecvMsg::untagged(buf, 0);
+        self.recvmsg(msg, OpFlags::empty()).await
+    }
+
+    /// Receives one tagged message matching `tag`/`ignore` from `src`.
+    pub async fn trecv(
+        &self,
+        buf: BytesMut,
+        src: FiAddr,
+        tag: u64,
+        ignore: u64,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        let msg = RecvMsg {
+            src,
+            bufs: vec![buf],
+            tagged: true,
+            tag,
+            ignore,
+            context: 0,
+        };
+        self.recvmsg(msg, OpFlags::empty()).await
+    }
+}
