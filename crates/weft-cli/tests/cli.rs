@@ -51,6 +51,22 @@ fn pingpong_self_verify() {
     assert!(row.starts_with("64      200     =200     25k"), "{row}");
 }
 
+/// `bw --self` in every wait mode: the server side's runtime gets a
+/// thread of its own (a current-thread one, which inline and interrupt
+/// use, runs nothing unless a thread drives it).
+#[test]
+fn bw_self_in_every_mode() {
+    for mode in ["interrupt", "inline", "busy-poll"] {
+        let o = weft(&[
+            "bw", "--self", "-S", "4096", "-I", "300", "--verify", "--mode", mode,
+        ]);
+        assert!(o.status.success(), "{mode}: {}", text(&o.stderr));
+        let out = text(&o.stdout);
+        let row = out.lines().nth(1).unwrap_or_default();
+        assert!(row.starts_with("4k      300     =300"), "{mode}: {row}");
+    }
+}
+
 #[test]
 fn unknown_provider_fails() {
     let o = weft(&["info", "-p", "nope"]);
