@@ -28,6 +28,21 @@ fn client_with(info: &Info, vars: &[(&str, &str)]) -> Node {
     n
 }
 
+/// An RDM server on rxe1 and a client on rxe2 opened with `vars` set
+/// (its registration cache reads them), each knowing the other; and the
+/// client's handle of the server.
+fn rdm_pair(vars: &[(&str, &str)]) -> Option<(Node, Node, FiAddr)> {
+    let (si, ci) = (
+        verbs_offer(SERVER_DEV, EpType::Rdm)?,
+        verbs_offer(CLIENT_DEV, EpType::Rdm)?,
+    );
+    let s = Node::open(&si, WaitMode::Interrupt);
+    let c = client_with(&ci, vars);
+    let to_s = c.handle_of(&s);
+    s.handle_of(&c);
+    Some((s, c, to_s))
+}
+
 async fn send_checked(c: &Node, s: &Node, to_s: FiAddr, buf: &Bytes) {
     let (got, sent) = within("send", async {
         tokio::join!(
@@ -46,16 +61,9 @@ async fn send_checked(c: &Node, s: &Node, to_s: FiAddr, buf: &Bytes) {
 /// for two entries, a third buffer evicts the least recently used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_sends_reuse_and_evict_registrations() {
-    let (Some(si), Some(ci)) = (
-        verbs_offer(SERVER_DEV, EpType::Rdm),
-        verbs_offer(CLIENT_DEV, EpType::Rdm),
-    ) else {
+    let Some((s, c, to_s)) = rdm_pair(&[("FI_MR_CACHE_MAX_COUNT", "2")]) else {
         return;
     };
-    let s = Node::open(&si, WaitMode::Interrupt);
-    let c = client_with(&ci, &[("FI_MR_CACHE_MAX_COUNT", "2")]);
-    let to_s = c.handle_of(&s);
-    s.handle_of(&c);
     let [a, b, d] = [1u8, 2, 3].map(|k| payload(64 << 10, k));
     for _ in 0..3 {
         send_checked(&c, &s, to_s, &a).await;
@@ -77,16 +85,9 @@ async fn rdm_sends_reuse_and_evict_registrations() {
 /// new contents, and every send carries the new bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn freed_and_reallocated_buffers_send_their_own_bytes() {
-    let (Some(si), Some(ci)) = (
-        verbs_offer(SERVER_DEV, EpType::Rdm),
-        verbs_offer(CLIENT_DEV, EpType::Rdm),
-    ) else {
+    let Some((s, c, to_s)) = rdm_pair(&[("FI_MR_CACHE_MAX_COUNT", "1")]) else {
         return;
     };
-    let s = Node::open(&si, WaitMode::Interrupt);
-    let c = client_with(&ci, &[("FI_MR_CACHE_MAX_COUNT", "1")]);
-    let to_s = c.handle_of(&s);
-    s.handle_of(&c);
     let mut addrs = std::collections::HashSet::new();
     let mut reused = 0;
     for k in 0..24u8 {

@@ -15,6 +15,13 @@ use crate::sys::{
     Sge,
 };
 
+/// Remote CQ data as the 32-bit immediate of a send or RDMA write
+/// (`cq_data_size` 4): wider data would arrive cut short, so it is `Inval`.
+pub(crate) fn imm_data(data: Option<u64>) -> Result<Option<u32>, Error> {
+    data.map(|d| u32::try_from(d).map_err(|_| Error::Inval))
+        .transpose()
+}
+
 /// One buffer holding `iov` in order (`len` bytes in all); no copy when
 /// there is only one.
 pub(crate) fn gather(iov: &[Bytes], len: usize) -> Bytes {
@@ -201,22 +208,19 @@ pub(crate) fn post_rma(
             }
         }
         RmaOp::Read { bufs } => {
+            let read = |sges: &[Sge<'_>]| {
+                let op = SendOp::RdmaRead {
+                    remote_addr: addr,
+                    rkey,
+                };
+                qp.post_send(&SendRequest::new(wr_id, op, Payload::Sges(sges)))
+            };
             let len: usize = bufs.iter().map(|b| b.len()).sum();
             let slot = reads
                 .filter(|_| len > 0 && len <= SLOT)
                 .and_then(|p| p.take().map(|s| (p, s)));
             if let Some((pool, slot)) = slot {
-                let posted = pool.with(|mr| {
-                    let sge = mr.sge(pool.offset(slot), len)?;
-                    qp.post_send(&SendRequest::new(
-                        wr_id,
-                        SendOp::RdmaRead {
-                            remote_addr: addr,
-                            rkey,
-                        },
-                        Payload::Sges(&[sge]),
-                    ))
-                });
+                let posted = pool.with(|mr| read(&[mr.sge(pool.offset(slot), len)?]));
                 return match posted {
                     Ok(()) => Ok(RmaLocal::ReadSlot {
                         pool: pool.clone(),
@@ -236,16 +240,7 @@ pub(crate) fn post_rma(
                 .filter(|m| !m.is_empty())
                 .map(|m| m.sge())
                 .collect::<Result<Vec<Sge<'_>>, Error>>()
-                .and_then(|sges| {
-                    qp.post_send(&SendRequest::new(
-                        wr_id,
-                        SendOp::RdmaRead {
-                            remote_addr: addr,
-                            rkey,
-                        },
-                        Payload::Sges(&sges),
-                    ))
-                });
+                .and_then(|sges| read(&sges));
             match posted {
                 Ok(()) => Ok(RmaLocal::Targets(mrs)),
                 Err(e) => Err((

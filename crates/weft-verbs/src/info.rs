@@ -299,11 +299,27 @@ pub fn with_atomics(caps: Caps, a: AtomicCap) -> Caps {
 /// Tag bits: all 64 are matched.
 pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 
+/// The MSG offer of a port without what only MSG has, for the RDM and
+/// DGRAM offers to build on: no CM data, no RMA ordering sizes, no
+/// `FI_RX_CQ_DATA` (RDM's remote CQ data travels in a note of its own,
+/// DGRAM has no RMA), and no shared receive contexts (RDM matches in
+/// software over one SRQ of its own per endpoint).
+fn connectionless_base(r: &DeviceReport) -> Info {
+    let mut i = msg_offer(r);
+    i.mode = Mode::empty();
+    i.rx_attr.mode = Mode::empty();
+    i.domain_attr.max_ep_srx_ctx = 0;
+    i.ep_attr.cm_data_size = 0;
+    i.ep_attr.max_order_raw_size = 0;
+    i.ep_attr.max_order_waw_size = 0;
+    i
+}
+
 /// The `FI_EP_RDM` offer of one port: Weft's protocol over RC queue pairs
 /// (see the `rdm` module). Inject size is what fits inline beside the
 /// header; sends keep their order (one RC connection per peer).
 pub fn rdm_offer(r: &DeviceReport) -> Info {
-    let mut i = msg_offer(r);
+    let mut i = connectionless_base(r);
     let caps = with_atomics(RDM_CAPS, r.attr.atomic_cap);
     i.caps = caps;
     i.tx_attr.caps = caps & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE);
@@ -313,17 +329,9 @@ pub fn rdm_offer(r: &DeviceReport) -> Info {
     i.tx_attr.inject_size = crate::rdm::inject_size(to_usize(r.max_inline));
     i.rx_attr.iov_limit = i.tx_attr.iov_limit;
     i.ep_attr.ep_type = EpType::Rdm;
-    // RDM's remote CQ data travels in a note of its own.
-    i.mode = Mode::empty();
-    i.rx_attr.mode = Mode::empty();
-    // RDM matches in software over one SRQ of its own per endpoint;
-    // sharing it across endpoints is not offered.
-    i.domain_attr.max_ep_srx_ctx = 0;
     i.ep_attr.protocol = Protocol::WeftRdmRc;
     i.ep_attr.mem_tag_format = MEM_TAG_FORMAT;
-    i.ep_attr.cm_data_size = 0;
-    i.ep_attr.max_order_raw_size = 0;
-    i.ep_attr.max_order_waw_size = 0;
+    // The 64-bit data rides in Weft's header.
     i.domain_attr.cq_data_size = 8;
     i
 }
@@ -345,7 +353,7 @@ pub const DGRAM_CAPS: Caps = Caps::MSG
 /// Addresses are the IP and port of the endpoint's rdma_cm id, which
 /// inserts resolve to an address handle and queue pair.
 pub fn dgram_offer(r: &DeviceReport) -> Info {
-    let mut i = msg_offer(r);
+    let mut i = connectionless_base(r);
     let mtu = to_usize(r.port_attr.active_mtu.bytes());
     i.caps = DGRAM_CAPS;
     i.tx_attr.caps = DGRAM_CAPS & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE);
@@ -357,14 +365,8 @@ pub fn dgram_offer(r: &DeviceReport) -> Info {
     i.tx_attr.rma_iov_limit = 0;
     i.rx_attr.iov_limit = i.tx_attr.iov_limit;
     i.ep_attr.ep_type = EpType::Dgram;
-    i.mode = Mode::empty();
-    i.rx_attr.mode = Mode::empty();
-    i.domain_attr.max_ep_srx_ctx = 0;
     i.ep_attr.protocol = Protocol::IbUd;
     i.ep_attr.max_msg_size = mtu;
-    i.ep_attr.cm_data_size = 0;
-    i.ep_attr.max_order_raw_size = 0;
-    i.ep_attr.max_order_waw_size = 0;
     i.domain_attr.cq_data_size = 4;
     i.domain_attr.mr_mode = MrMode::empty();
     i

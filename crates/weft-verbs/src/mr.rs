@@ -25,48 +25,28 @@ pub(crate) fn register(
     atomics: bool,
     req: MrRequest,
 ) -> std::result::Result<Arc<dyn ProviderMr>, Rejected<MrRequest>> {
-    if !req.flags.is_empty() {
-        return Err(Rejected {
-            err: Error::BadFlags,
-            req,
-        });
-    }
     let flags = access_flags(req.access, atomics);
-    let MrRequest {
-        memory,
-        access,
-        requested_key,
-        flags: reg_flags,
-    } = req;
-    let give_back = |err, memory| {
-        Err(Rejected {
-            err,
-            req: MrRequest {
-                memory,
-                access,
-                requested_key,
-                flags: reg_flags,
-            },
-        })
-    };
-    let (mr, buffers) = match memory {
-        MrMemory::Alloc(len) => match OwnedMr::new(pd, len, flags) {
-            Ok(mr) => (mr, false),
-            Err(e) => return give_back(e, MrMemory::Alloc(len)),
+    // The domain's mr_iov_limit is 1: an ibv_mr covers one range.
+    let made = match req.memory {
+        _ if !req.flags.is_empty() => Err((Error::BadFlags, req.memory)),
+        MrMemory::Alloc(len) => OwnedMr::new(pd, len, flags)
+            .map(|mr| (mr, false))
+            .map_err(|e| (e, MrMemory::Alloc(len))),
+        MrMemory::Buffers(mut bufs) if bufs.len() == 1 => match bufs.pop() {
+            Some(buf) => OwnedMr::from_buffer(pd, buf, flags)
+                .map(|mr| (mr, true))
+                .map_err(|(e, buf)| (e, MrMemory::Buffers(vec![buf]))),
+            None => Err((Error::Inval, MrMemory::Buffers(bufs))),
         },
-        // The domain's mr_iov_limit is 1: an ibv_mr covers one range.
-        MrMemory::Buffers(mut bufs) if bufs.len() == 1 => {
-            let Some(buf) = bufs.pop() else {
-                return give_back(Error::Inval, MrMemory::Buffers(bufs));
-            };
-            match OwnedMr::from_buffer(pd, buf, flags) {
-                Ok(mr) => (mr, true),
-                Err((e, buf)) => return give_back(e, MrMemory::Buffers(vec![buf])),
-            }
-        }
-        other => return give_back(Error::Inval, other),
+        other => Err((Error::Inval, other)),
     };
-    Ok(Arc::new(VerbsMr::new(mr, pd.clone(), atomics, buffers)))
+    match made {
+        Ok((mr, buffers)) => Ok(Arc::new(VerbsMr::new(mr, pd.clone(), atomics, buffers))),
+        Err((err, memory)) => Err(Rejected {
+            err,
+            req: MrRequest { memory, ..req },
+        }),
+    }
 }
 
 /// Verbs rights for libfabric access bits. The device writes the region

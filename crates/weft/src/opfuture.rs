@@ -44,12 +44,32 @@ pub(crate) async fn post_when_room<T>(
 /// The completion of one `async` operation. Dropping it cancels a receive
 /// that has not matched yet.
 pub(crate) struct OpFuture {
-    pub(crate) rx: oneshot::Receiver<CqItem>,
-    pub(crate) ep: Option<Arc<dyn ProviderEndpoint>>,
-    pub(crate) context: u64,
+    rx: oneshot::Receiver<CqItem>,
+    ep: Option<Arc<dyn ProviderEndpoint>>,
+    context: u64,
     /// Inline mode: the endpoint's progress, driven while waiting.
-    pub(crate) progress: Option<Arc<dyn Progress>>,
-    pub(crate) wait: InlineWait,
+    progress: Option<Arc<dyn Progress>>,
+    wait: InlineWait,
+}
+
+impl OpFuture {
+    /// The future of the operation posted with `context`, completing
+    /// through `rx`. `ep`: the endpoint that withdraws it if the future is
+    /// dropped first (receives); `progress`: what an inline waiter drives.
+    pub(crate) fn new(
+        rx: oneshot::Receiver<CqItem>,
+        context: u64,
+        ep: Option<Arc<dyn ProviderEndpoint>>,
+        progress: Option<Arc<dyn Progress>>,
+    ) -> OpFuture {
+        OpFuture {
+            rx,
+            ep,
+            context,
+            progress,
+            wait: InlineWait::new(),
+        }
+    }
 }
 
 impl Future for OpFuture {

@@ -150,39 +150,33 @@ impl SharedRxContext {
     /// posted, the receive stays posted even if the future is dropped
     /// (a receive handed to the device cannot be taken back), so the
     /// message it takes is then lost to the application.
-    pub async fn recvmsg(&self, msg: RecvMsg) -> std::result::Result<CqEntry, CqErrEntry> {
+    pub async fn recvmsg(
+        &self,
+        msg: RecvMsg,
+        flags: OpFlags,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
         let fail = |e: Error, bufs: Vec<BytesMut>| {
             let mut ee = CqErrEntry::new(0, OpFlags::RECV, e);
             ee.bufs = bufs;
             ee
         };
-        if let Err(e) = self
-            .open()
-            .and_then(|()| Self::check(&msg, OpFlags::empty()))
-        {
+        if let Err(e) = self.open().and_then(|()| Self::check(&msg, flags)) {
             return Err(fail(e, msg.bufs));
         }
         let (ctx, tx, rx) = async_op();
         let mut msg = msg;
         msg.context = ctx;
-        let req = Self::req(msg, OpFlags::empty(), Some(tx));
+        let req = Self::req(msg, flags, Some(tx));
         if let Err(r) = post_when_room(req, |r| self.inner.prov.post_recv(r)).await {
             return Err(fail(r.err, r.req.bufs));
         }
-        OpFuture {
-            rx,
-            ep: None,
-            context: ctx,
-            progress: None,
-            wait: weft_core::progress::InlineWait::new(),
-        }
-        .await
+        OpFuture::new(rx, ctx, None, None).await
     }
 
     /// Receives one message into `buf`.
     pub async fn recv(&self, buf: BytesMut) -> std::result::Result<CqEntry, CqErrEntry> {
         let msg = RecvMsg::untagged(buf, 0);
-        self.recvmsg(msg).await
+        self.recvmsg(msg, OpFlags::empty()).await
     }
 
     /// `fi_cancel`: `NoEnt` unless a receive with `context` could be

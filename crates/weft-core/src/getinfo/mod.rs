@@ -87,7 +87,6 @@ limits!(
     ep_attr.max_order_war_size,
     ep_attr.max_order_waw_size,
     ep_attr.tx_ctx_cnt,
-    ep_attr.rx_ctx_cnt,
     ep_attr.cm_data_size,
     tx_attr.inject_size,
     tx_attr.size,
@@ -187,19 +186,18 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
             }
         };
 
-    caps && mode && endpoint && domain && order && names && shared_rx_ok(h, o)
+    caps && mode && endpoint && domain && order && names && limits_ok(h, o) && rx_ctx_ok(h, o)
 }
 
-/// `rx_ctx_cnt = FI_SHARED_CONTEXT` asks for an endpoint that takes its
-/// receives from a shared receive context: offers whose domain has
-/// them match; the other limits apply as usual.
-fn shared_rx_ok(h: &Info, o: &Info) -> bool {
-    if h.ep_attr.rx_ctx_cnt != SHARED_CONTEXT {
-        return limits_ok(h, o);
+/// `rx_ctx_cnt`, a limit like the others except for
+/// `FI_SHARED_CONTEXT`, which asks for an endpoint that takes its receives
+/// from a shared receive context: offers whose domain has them match.
+fn rx_ctx_ok(h: &Info, o: &Info) -> bool {
+    match h.ep_attr.rx_ctx_cnt {
+        0 => true,
+        SHARED_CONTEXT => o.domain_attr.max_ep_srx_ctx > 0,
+        n => n <= o.ep_attr.rx_ctx_cnt,
     }
-    let mut plain = h.clone();
-    plain.ep_attr.rx_ctx_cnt = 0;
-    o.domain_attr.max_ep_srx_ctx > 0 && limits_ok(&plain, o)
 }
 
 /// The offer narrowed to the request: what `fi_getinfo` returns for an offer
@@ -248,6 +246,9 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
         r.tx_attr.tclass = h.tx_attr.tclass;
     }
     narrow_limits(h, &mut r);
+    if h.ep_attr.rx_ctx_cnt != 0 {
+        r.ep_attr.rx_ctx_cnt = h.ep_attr.rx_ctx_cnt;
+    }
 
     if h.src_addr.is_some() {
         r.src_addr.clone_from(&h.src_addr);

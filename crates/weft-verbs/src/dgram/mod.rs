@@ -267,13 +267,9 @@ impl DgramShared {
         if req.iov.len() > self.cfg.info.tx_attr.iov_limit {
             return reject(Error::Inval, req);
         }
-        let imm = match req.data {
-            None => None,
-            // The immediate is 32 bits (cq_data_size 4).
-            Some(d) => match u32::try_from(d) {
-                Ok(v) => Some(v),
-                Err(_) => return reject(Error::Inval, req),
-            },
+        let imm = match crate::bufs::imm_data(req.data) {
+            Ok(imm) => imm,
+            Err(e) => return reject(e, req),
         };
         let peer = match self.peer(req.dest) {
             Ok(p) => p,

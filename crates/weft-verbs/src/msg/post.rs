@@ -14,33 +14,39 @@ use weft_core::{Error, Result};
 
 use super::complete::{Held, Inflight};
 use super::{Link, MsgShared};
-use crate::bufs::{gather, post_rma, register_source};
+use crate::bufs::{gather, imm_data, post_rma, register_source};
 use crate::pool::{SlotPool, SLOT};
 use crate::sys::{
     AccessFlags, BytesMutMr, Payload, ProtectionDomain, RecvRequest, SendOp, SendRequest, Sge,
 };
 
 impl MsgShared {
+    /// The checks every post shares: the endpoint is open and connected,
+    /// and `len` bytes in `iovs` buffers fit its limits.
+    fn admit(&self, len: usize, iovs: usize) -> Result<Arc<Link>> {
+        if self.is_closed() {
+            return Err(Error::OpBadState);
+        }
+        let link = lock(&self.link).clone().ok_or(Error::NotConn)?;
+        if len > self.cfg.info.ep_attr.max_msg_size {
+            return Err(Error::MsgSize);
+        }
+        if iovs > self.cfg.info.tx_attr.iov_limit.max(1) {
+            return Err(Error::Inval);
+        }
+        Ok(link)
+    }
+
     pub(super) fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         let reject = |err, req| Err(Rejected { err, req });
-        if self.is_closed() {
-            return reject(Error::OpBadState, req);
-        }
-        let Some(link) = lock(&self.link).clone() else {
-            return reject(Error::NotConn, req);
+        let link = match self.admit(req.len(), req.iov.len()) {
+            Ok(l) => l,
+            Err(e) => return reject(e, req),
         };
-        if req.len() > self.cfg.info.ep_attr.max_msg_size {
-            return reject(Error::MsgSize, req);
-        }
-        if req.iov.len() > self.cfg.info.tx_attr.iov_limit {
-            return reject(Error::Inval, req);
-        }
-        let op = match req.data.map(u32::try_from) {
-            None => SendOp::Send,
-            Some(Ok(imm)) => SendOp::SendWithImm(imm),
-            // The immediate is 32 bits (cq_data_size 4): wider data would
-            // arrive cut short.
-            Some(Err(_)) => return reject(Error::Inval, req),
+        let op = match imm_data(req.data) {
+            Ok(None) => SendOp::Send,
+            Ok(Some(imm)) => SendOp::SendWithImm(imm),
+            Err(e) => return reject(e, req),
         };
         if !self.tx.try_take() {
             return reject(Error::Again, req);
@@ -62,37 +68,27 @@ impl MsgShared {
 
     pub(super) fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
         let reject = |err, req| Err(Rejected { err, req });
-        if self.is_closed() {
-            return reject(Error::OpBadState, req);
-        }
-        let Some(link) = lock(&self.link).clone() else {
-            return reject(Error::NotConn, req);
-        };
-        if req.len() > self.cfg.info.ep_attr.max_msg_size {
-            return reject(Error::MsgSize, req);
-        }
         let (n, data) = match &req.op {
             RmaOp::Write { iov, data } => (iov.len(), *data),
             RmaOp::Read { bufs } => (bufs.len(), None),
             RmaOp::Atomic(_) => (1, None),
         };
-        if n > self.cfg.info.tx_attr.iov_limit.max(1) {
-            return reject(Error::Inval, req);
-        }
+        let link = match self.admit(req.len(), n) {
+            Ok(l) => l,
+            Err(e) => return reject(e, req),
+        };
         // Remote CQ data travels as the write's 32-bit immediate, which
         // completes the receive at the head of the peer's queue (see the
-        // module docs of `msg`).
-        // Only an application that accepted FI_RX_CQ_DATA knows a write's
-        // data takes one of its receives; for others it is not offered.
+        // module docs of `msg`): only an application that accepted
+        // FI_RX_CQ_DATA expects that, for others it is not offered.
         let rx_cq_data = self.cfg.info.mode.contains(Mode::RX_CQ_DATA)
             || self.cfg.info.rx_attr.mode.contains(Mode::RX_CQ_DATA);
         if data.is_some() && !rx_cq_data {
             return reject(Error::NoSys, req);
         }
-        let imm = match data.map(u32::try_from) {
-            None => None,
-            Some(Ok(imm)) => Some(imm),
-            Some(Err(_)) => return reject(Error::Inval, req),
+        let imm = match imm_data(data) {
+            Ok(imm) => imm,
+            Err(e) => return reject(e, req),
         };
         let Ok(rkey) = u32::try_from(req.key) else {
             // Verbs keys are 32 bits: no region has this key.

@@ -23,6 +23,7 @@ use weft_core::{Error, Result};
 
 use super::complete::{finish_posted_recv, Held, Inflight};
 use super::post::RecvTarget;
+use crate::bufs::unregister;
 use crate::pool::{SlotPool, SLOTS};
 use crate::sys::{AccessFlags, ProtectionDomain, Srq, WorkCompletion};
 
@@ -154,10 +155,7 @@ impl ProviderSrx for MsgSrx {
             let bufs = match op {
                 Held::RecvSlot { bufs, .. } => bufs,
                 Held::RecvRegistered { mrs, mut empty } => {
-                    let mut b: Vec<_> = mrs
-                        .into_iter()
-                        .filter_map(|m| m.into_inner().ok())
-                        .collect();
+                    let mut b = unregister(mrs);
                     b.append(&mut empty);
                     b
                 }

@@ -394,22 +394,25 @@ impl OwnedMr {
         let Some(base) = NonNull::new(buf.as_mut_ptr()).filter(|_| len > 0) else {
             return Err((Error::Inval, buf));
         };
-        // Moving a BytesMut does not move its heap buffer, so `base` stays
-        // valid while the Backing owns it.
-        let backing = Arc::new(Backing {
-            base,
-            len,
-            memory: Some(Memory::Buffer(buf)),
-            cpu: std::sync::Mutex::new(()),
-        });
-        Self::over(pd, backing.clone(), 0, len, access).map_err(|e| {
-            let buf = match Arc::try_unwrap(backing).ok().and_then(|b| b.memory) {
-                Some(Memory::Buffer(b)) => b,
-                // Unreachable: the failed registration dropped its clone
-                // and the memory was a buffer.
-                _ => BytesMut::new(),
-            };
-            (e, buf)
+        // SAFETY: `buf` moves into the Backing of the returned OwnedMr
+        // (moving a BytesMut does not move its heap buffer), which keeps it
+        // until a successful deregistration (see Drop and into_buffer); it
+        // is only accessed through raw copies. On failure nothing is
+        // registered and the buffer goes back as it was.
+        let mr = match unsafe { RawMr::register(pd, base.as_ptr(), len, access) } {
+            Ok(mr) => mr,
+            Err(e) => return Err((e, buf)),
+        };
+        Ok(OwnedMr {
+            mr,
+            backing: Some(Arc::new(Backing {
+                base,
+                len,
+                memory: Some(Memory::Buffer(buf)),
+                cpu: std::sync::Mutex::new(()),
+            })),
+            offset: 0,
+            access,
         })
     }
 

@@ -352,10 +352,7 @@ impl Endpoint {
             Err(e) => return Err(fail(e, msg.bufs)),
         };
         if let Some(srx) = &live.srx {
-            if !flags.is_empty() {
-                return Err(fail(Error::BadFlags, msg.bufs));
-            }
-            return srx.recvmsg(msg).await;
+            return srx.recvmsg(msg, flags).await;
         }
         if let Err(e) = self.check_recv(&msg, flags) {
             return Err(fail(e, msg.bufs));

@@ -10,7 +10,7 @@ use weft_core::completion::{CqItem, CqShared, WaitMode};
 use weft_core::counter::CounterShared;
 use weft_core::eventq::{ConnHandle, EqShared};
 use weft_core::flags::{BindFlags, Caps, OpFlags};
-use weft_core::progress::{InlineWait, Progress};
+use weft_core::progress::Progress;
 use weft_core::provider::{EpConfig, ProviderEndpoint};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
@@ -98,13 +98,8 @@ impl Live {
         rx: oneshot::Receiver<CqItem>,
         cancel_on_drop: bool,
     ) -> OpFuture {
-        OpFuture {
-            rx,
-            ep: cancel_on_drop.then(|| self.prov.clone()),
-            context: ctx,
-            progress: self.inline.clone(),
-            wait: InlineWait::new(),
-        }
+        let ep = cancel_on_drop.then(|| self.prov.clone());
+        OpFuture::new(rx, ctx, ep, self.inline.clone())
     }
 }
 
