@@ -26,6 +26,7 @@ RATIOS = [
     ("inline / libfabric (lat)", "weft-inline", "libfabric", "usec"),
     ("busy-poll / libfabric (lat)", "weft-busy-poll", "libfabric", "usec"),
     ("inline / raw spin (lat)", "weft-inline", "raw-spin", "usec"),
+    ("busy-poll / raw spin (lat)", "weft-busy-poll", "raw-spin", "usec"),
     ("interrupt / raw block (lat)", "weft-interrupt", "raw-block", "usec"),
     ("inline async / inline post (lat)", "weft-inline-async", "weft-inline", "usec"),
     ("interrupt async / interrupt post (lat)", "weft-interrupt-async", "weft-interrupt", "usec"),

@@ -36,7 +36,8 @@ pingpong / bw options:
   -P <port>     client: server's port (47592)
   -W <window>   bw only: sends in flight (64)
   --mode <m>    interrupt (reactor wake-ups, no CPU while idle) |
-                busy-poll (a spinning provider thread per endpoint) |
+                busy-poll (the waiter polls itself; a provider thread
+                spins whenever no waiter does) |
                 inline (the waiting task polls the sockets itself for up to
                 WEFT_INLINE_SPIN_US=200 us, then sleeps) (interrupt)
   --api <a>     post (post_* + CQ stream) | async (awaited tsend/trecv) (post)

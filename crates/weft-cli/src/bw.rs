@@ -16,8 +16,8 @@ use futures::StreamExt;
 
 use crate::args::Api;
 use crate::fail::{Failure, Res};
-use crate::link::{payload, Link, Reaper};
-use crate::pingpong::{reclaim, recycle};
+use crate::link::{payload, reclaim, Link, Reaper};
+use crate::pingpong::recycle;
 use crate::proto::{self, Params};
 
 const ACK: &[u8] = b"ack";
@@ -149,7 +149,7 @@ async fn recv_phase(
     match api {
         Api::Post => {
             while posted < depth {
-                link.post_recv(BytesMut::zeroed(size), posted as u64)
+                link.post_recv(vec![BytesMut::zeroed(size)], posted as u64)
                     .await?;
                 posted += 1;
             }
@@ -159,7 +159,7 @@ async fn recv_phase(
                 let buf = if p.verify {
                     let data = payload(e);
                     check(&data, i)?;
-                    recycle(data, size)
+                    vec![recycle(data, size)]
                 } else {
                     proto::check_len(e.len, size, (first + i) as u64)?;
                     reclaim(e.bufs, size)

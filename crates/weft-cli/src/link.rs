@@ -549,13 +549,15 @@ impl Link {
         }
     }
 
-    /// `fi_trecv` / `fi_recv` into `buf` (its length is the capacity).
-    pub async fn post_recv(&self, buf: BytesMut, ctx: u64) -> Res<()> {
-        let mut buf = buf;
+    /// `fi_trecv` / `fi_recv` into `iov` (each buffer's length is its
+    /// capacity). The `Vec` comes back in the completion's `bufs`: posting
+    /// it again (see [`reclaim`]) keeps allocation off the latency path.
+    pub async fn post_recv(&self, iov: Vec<BytesMut>, ctx: u64) -> Res<()> {
+        let mut iov = iov;
         loop {
             let msg = weft::RecvMsg {
                 src: FI_ADDR_UNSPEC,
-                bufs: vec![buf],
+                bufs: iov,
                 tagged: self.tagged,
                 tag: DATA_TAG,
                 ignore: 0,
@@ -563,8 +565,8 @@ impl Link {
             };
             match self.ep.post_recvmsg(msg, weft::OpFlags::empty()) {
                 Ok(()) => return Ok(()),
-                Err((weft::Error::Again, mut back)) if !back.is_empty() => {
-                    buf = back.swap_remove(0);
+                Err((weft::Error::Again, back)) if !back.is_empty() => {
+                    iov = back;
                     tokio::task::yield_now().await;
                 }
                 Err((e, _)) => return Err(Failure::new("post receive", e)),
@@ -630,18 +632,35 @@ fn lost(what: &str, d: Duration) -> Failure {
 
 /// The received bytes of a completion, as one buffer.
 pub fn payload(e: CqEntry) -> Bytes {
+    payload_keep(e).0
+}
+
+/// [`payload`], also handing back the completion's emptied `Vec` for the
+/// next receive.
+pub fn payload_keep(e: CqEntry) -> (Bytes, Vec<BytesMut>) {
     let mut bufs = e.bufs;
     if bufs.len() == 1 {
         let mut b = bufs.swap_remove(0);
         b.truncate(e.len);
-        return b.freeze();
+        return (b.freeze(), bufs);
     }
     let mut out = BytesMut::with_capacity(e.len);
-    for b in bufs {
+    for b in bufs.drain(..) {
         out.extend_from_slice(&b);
     }
     out.truncate(e.len);
-    out.freeze()
+    (out.freeze(), bufs)
+}
+
+/// The receive buffers of a completion, ready to post again: the first
+/// buffer back at `size` bytes, in the same `Vec`.
+pub fn reclaim(mut bufs: Vec<BytesMut>, size: usize) -> Vec<BytesMut> {
+    bufs.truncate(1);
+    if bufs.is_empty() {
+        bufs.push(BytesMut::new());
+    }
+    bufs[0].resize(size, 0);
+    bufs
 }
 
 /// Reads completions for the `post` API. Completions that are not the
@@ -668,7 +687,8 @@ impl Reaper {
         }
     }
 
-    async fn fill(&mut self) -> Res<()> {
+    /// Reads the next batch of completions (at least one) into `batch`.
+    async fn read(&mut self) -> Res<()> {
         self.batch.clear();
         let deadline = self.idle.map(|d| (Instant::now() + d, d));
         if self.busy {
@@ -701,6 +721,11 @@ impl Reaper {
                 return Err(Failure::new("read completion queue", "queue closed"));
             }
         }
+        Ok(())
+    }
+
+    async fn fill(&mut self) -> Res<()> {
+        self.read().await?;
         for item in self.batch.drain(..) {
             match item {
                 Ok(e) => self.stash.push_back(e),
@@ -734,13 +759,27 @@ impl Reaper {
     }
 
     async fn wait_for(&mut self, want: impl Fn(&CqEntry) -> bool) -> Res<CqEntry> {
+        if let Some(i) = self.stash.iter().position(&want) {
+            if let Some(e) = self.stash.remove(i) {
+                return Ok(e);
+            }
+        }
+        // The awaited completion goes straight from the batch to the
+        // caller; only the others are kept, in order.
         loop {
-            if let Some(i) = self.stash.iter().position(&want) {
-                if let Some(e) = self.stash.remove(i) {
-                    return Ok(e);
+            self.read().await?;
+            let mut found = None;
+            for item in self.batch.drain(..) {
+                let e = item.map_err(|e| Failure::new("completion", e))?;
+                if found.is_none() && want(&e) {
+                    found = Some(e);
+                } else {
+                    self.stash.push_back(e);
                 }
             }
-            self.fill().await?;
+            if let Some(e) = found {
+                return Ok(e);
+            }
         }
     }
 }

@@ -59,28 +59,19 @@ fn main() -> ExitCode {
 }
 
 fn bench(kind: Kind, a: &args::PerfArgs) -> fail::Res<()> {
+    // One thread per side: the waiting task's thread is the only one.
+    // A second worker would sit in epoll_wait and be woken by every
+    // arriving message the spinner has already read, taking a core from
+    // the spinner or the peer. Interrupt mode gains the same way: the
+    // thread that waits in epoll_wait runs the woken task, with no
+    // hand-over between workers (64 B over tcp: 1.14x the blocking raw
+    // socket instead of 1.46x, docs/benchmarks.md). Busy-poll's spinning
+    // thread is the provider's own, not a runtime worker.
     let runtime = || {
-        if a.mode != weft::WaitMode::BusyPoll {
-            // Inline progress wants the waiting task's thread to be the
-            // only one: a second worker would sit in epoll_wait and be
-            // woken by every arriving message the spinner has already
-            // read, taking a core from the spinner or the peer. Interrupt
-            // mode gains the same way: the thread that waits in epoll_wait
-            // is the one that runs the woken task, with no hand-over
-            // between workers (64 B over tcp: 1.14x the blocking raw
-            // socket instead of 1.46x, docs/benchmarks.md).
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-        } else {
-            // Busy-poll: two workers, so the spinning reader cannot starve
-            // the provider's I/O tasks of the same process.
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-        }
-        .map_err(|e| fail::Failure::new("start runtime", e))
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| fail::Failure::new("start runtime", e))
     };
     let rt = runtime()?;
     // bw --self gives the server side a runtime of its own, as it would

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::args::Api;
 use crate::fail::Res;
-use crate::link::{payload, Link};
+use crate::link::{payload_keep, reclaim, Link};
 use crate::proto::{self, Params};
 
 const RECV_CTX: u64 = 1;
@@ -20,7 +20,7 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Durat
     let total = p.warmup + p.iters;
     let fixed = proto::pattern(size, 0);
     let mut reaper = link.reaper();
-    let mut rbuf = BytesMut::zeroed(size);
+    let mut rbuf = vec![BytesMut::zeroed(size)];
     let mut start = Instant::now();
     for i in 0..total {
         if i == p.warmup {
@@ -40,7 +40,8 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Durat
             }
             Api::Async => {
                 // join! polls in order: the receive is posted first.
-                let (r, s) = tokio::join!(link.recv(rbuf), link.send(sbuf));
+                let buf = rbuf.pop().unwrap_or_default();
+                let (r, s) = tokio::join!(link.recv(buf), link.send(sbuf));
                 s?;
                 r?
             }
@@ -60,12 +61,13 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Durat
     let total = p.warmup + p.iters;
     let mut reaper = link.reaper();
     // Two buffers circulate: one being echoed, one posted for the next
-    // message.
-    let mut spare = BytesMut::zeroed(size);
+    // message. The receive `Vec`s circulate with them.
+    let mut spare = vec![BytesMut::zeroed(size)];
     let mut start = Instant::now();
     let mut pending = match api {
         Api::Post => {
-            link.post_recv(BytesMut::zeroed(size), RECV_CTX).await?;
+            link.post_recv(vec![BytesMut::zeroed(size)], RECV_CTX)
+                .await?;
             None
         }
         Api::Async => Some(link.recv(BytesMut::zeroed(size)).await?),
@@ -80,7 +82,7 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Durat
         if i == p.warmup {
             start = Instant::now();
         }
-        let data = payload(got);
+        let (data, mut emptied) = payload_keep(got);
         if p.verify {
             proto::check(&data, size, i as u64)?;
         } else {
@@ -99,12 +101,16 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Durat
                 link.send(data.clone()).await?;
             }
             Api::Async => {
-                let (r, s) = tokio::join!(link.recv(spare), link.send(data.clone()));
+                let buf = spare.pop().unwrap_or_default();
+                let (r, s) = tokio::join!(link.recv(buf), link.send(data.clone()));
                 s?;
                 pending = Some(r?);
+                emptied = spare;
             }
         }
-        spare = recycle(data, size);
+        emptied.clear();
+        emptied.push(recycle(data, size));
+        spare = emptied;
     }
     Ok(start.elapsed())
 }
@@ -116,13 +122,6 @@ fn payload_ref(e: &weft::CqEntry) -> Bytes {
     }
     out.truncate(e.len);
     out.freeze()
-}
-
-/// The receive buffer back from its completion, ready to post again.
-pub fn reclaim(bufs: Vec<BytesMut>, size: usize) -> BytesMut {
-    let mut b = bufs.into_iter().next().unwrap_or_default();
-    b.resize(size, 0);
-    b
 }
 
 /// A sent buffer becomes a receive buffer again once the provider has

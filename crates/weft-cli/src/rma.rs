@@ -34,8 +34,7 @@ use weft::{CqEntry, EpType, MemoryRegion, MrAccess, OpFlags, RmaMsg, RmaOp};
 
 use crate::args::{Api, Rma};
 use crate::fail::{Context, Failure, Res};
-use crate::link::{Link, Reaper};
-use crate::pingpong::reclaim;
+use crate::link::{reclaim, Link, Reaper};
 use crate::proto::{self, Params, Region};
 
 /// The empty receive a write with remote CQ data completes on MSG.
@@ -146,7 +145,7 @@ async fn read_client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Dura
             let data: Vec<u8> = got.bufs.iter().flat_map(|b| b.iter().copied()).collect();
             proto::check_as(&data, size, READ_SEED, &format!("read {i}"))?;
         }
-        buf = reclaim(got.bufs, size);
+        buf = reclaim(got.bufs, size).pop().unwrap_or_default();
     }
     let t = start.elapsed();
     proto::send_elapsed(link, t).await?;
@@ -189,7 +188,7 @@ fn contents(mr: &MemoryRegion, size: usize) -> Res<Bytes> {
 /// complete (it carries no bytes); RDM needs none.
 async fn note_slot(link: &Link) -> Res<()> {
     if link.ep_type == EpType::Msg {
-        link.post_recv(BytesMut::new(), NOTE_CTX).await?;
+        link.post_recv(vec![BytesMut::new()], NOTE_CTX).await?;
     }
     Ok(())
 }

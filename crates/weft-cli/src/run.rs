@@ -75,16 +75,16 @@ async fn server_side(kind: Kind, link: &Link, api: Api, print: bool, lim: Limits
     proto::wait_done(link).await
 }
 
-/// Busy-poll spins one provider thread per endpoint, plus the CQ reader
-/// with `--api post`. With fewer cores than spinners they preempt each
-/// other and latency gets worse than interrupt mode by orders of
-/// magnitude, so say so rather than print misleading numbers silently.
+/// Busy-poll spins one thread per side: the waiter, with the provider's
+/// own spinning thread parked beside it. With fewer cores than spinners
+/// they preempt each other and latency gets worse than interrupt mode by
+/// orders of magnitude, so say so rather than print misleading numbers
+/// silently.
 fn warn_oversubscribed(kind_name: &str, a: &PerfArgs) {
     if a.mode != weft::WaitMode::BusyPoll {
         return;
     }
-    let per_side = if a.api == Api::Post { 2 } else { 1 };
-    let spinners = if a.self_test { 2 * per_side } else { per_side };
+    let spinners = if a.self_test { 2 } else { 1 };
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus < spinners {
         eprintln!(

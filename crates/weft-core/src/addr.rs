@@ -28,25 +28,44 @@ pub const SOCKADDR_IN6_LEN: usize = 28;
 /// compared on the wire to resolve simultaneous connects — are the same on
 /// every host.
 pub fn encode_sockaddr(addr: &SocketAddr) -> Vec<u8> {
-    match addr {
+    sockaddr_bytes(addr).to_vec()
+}
+
+/// [`encode_sockaddr`] into a value on the stack: for lookups on the data
+/// path (the source of every arriving message), which must not allocate.
+#[derive(Debug, Clone, Copy)]
+pub struct SockaddrBytes {
+    buf: [u8; SOCKADDR_IN6_LEN],
+    len: usize,
+}
+
+impl std::ops::Deref for SockaddrBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+/// The bytes of [`encode_sockaddr`], without allocating.
+pub fn sockaddr_bytes(addr: &SocketAddr) -> SockaddrBytes {
+    let mut buf = [0u8; SOCKADDR_IN6_LEN];
+    let len = match addr {
         SocketAddr::V4(a) => {
-            let mut b = Vec::with_capacity(SOCKADDR_IN_LEN);
-            b.extend_from_slice(&AF_INET.to_le_bytes());
-            b.extend_from_slice(&a.port().to_be_bytes());
-            b.extend_from_slice(&a.ip().octets());
-            b.extend_from_slice(&[0u8; 8]);
-            b
+            buf[0..2].copy_from_slice(&AF_INET.to_le_bytes());
+            buf[2..4].copy_from_slice(&a.port().to_be_bytes());
+            buf[4..8].copy_from_slice(&a.ip().octets());
+            SOCKADDR_IN_LEN
         }
         SocketAddr::V6(a) => {
-            let mut b = Vec::with_capacity(SOCKADDR_IN6_LEN);
-            b.extend_from_slice(&AF_INET6.to_le_bytes());
-            b.extend_from_slice(&a.port().to_be_bytes());
-            b.extend_from_slice(&a.flowinfo().to_be_bytes());
-            b.extend_from_slice(&a.ip().octets());
-            b.extend_from_slice(&a.scope_id().to_le_bytes());
-            b
+            buf[0..2].copy_from_slice(&AF_INET6.to_le_bytes());
+            buf[2..4].copy_from_slice(&a.port().to_be_bytes());
+            buf[4..8].copy_from_slice(&a.flowinfo().to_be_bytes());
+            buf[8..24].copy_from_slice(&a.ip().octets());
+            buf[24..28].copy_from_slice(&a.scope_id().to_le_bytes());
+            SOCKADDR_IN6_LEN
         }
-    }
+    };
+    SockaddrBytes { buf, len }
 }
 
 /// Decodes `sockaddr_in` / `sockaddr_in6` bytes. Anything else is `Inval`.

@@ -158,8 +158,10 @@ pub enum WaitMode {
     /// Sleep until woken (reactor / eventfd style); no CPU while idle.
     #[default]
     Interrupt,
-    /// A dedicated thread spins on the endpoint's sockets and completes
-    /// operations directly; CQ readers spin briefly before sleeping.
+    /// Progress never waits for the reactor: a waiter drives the bound
+    /// endpoints itself for its spin budget, as in `Inline`, and otherwise
+    /// a dedicated thread per endpoint spins on its sockets or CQ (parked
+    /// while a waiter spins, so one process spins on one core).
     BusyPoll,
     /// Readers poll for a bounded budget before sleeping; the endpoint is
     /// driven by the reactor.
@@ -348,7 +350,7 @@ impl CqShared {
         }
         match self.wait {
             WaitMode::Interrupt => {}
-            WaitMode::Inline if !self.hooks.is_empty() => {
+            WaitMode::Inline | WaitMode::BusyPoll if !self.hooks.is_empty() => {
                 g.readers.register(cx.waker());
                 drop(g);
                 return match wait.poll(

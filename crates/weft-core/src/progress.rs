@@ -11,9 +11,10 @@
 //! CPU.
 
 use std::fmt::Debug;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, RwLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::task::Context;
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 /// Something that can make progress when asked, without blocking.
@@ -46,6 +47,75 @@ pub fn spin_budget() -> Duration {
             .unwrap_or(DEFAULT_SPIN_US);
         Duration::from_micros(us)
     })
+}
+
+/// How long after its last pass a waiter still counts as spinning: covers
+/// the gap between one awaited operation and the next.
+pub const HOLD_NS: u64 = 1_000_000;
+
+/// Monotonic nanoseconds since the first call in this process.
+pub fn clock_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// Busy-poll hand-over between the waiter and the endpoint's spinning
+/// thread: while a waiter drives progress itself the spinner parks, so
+/// one process spins on one core and not two. A spinner beside a spinning
+/// waiter only takes cores from the waiter and the peer (on two cores,
+/// 4x libfabric's latency against about 0.8x without it).
+#[derive(Debug, Default)]
+pub struct SpinHold {
+    until: AtomicU64,
+    spinner: Mutex<Option<Thread>>,
+}
+
+impl SpinHold {
+    /// A waiter is driving progress now (and for [`HOLD_NS`] after).
+    pub fn waiter_active(&self) {
+        self.until.store(clock_ns() + HOLD_NS, Ordering::Release);
+    }
+
+    /// The waiter sleeps now: the spinner takes over at once.
+    pub fn waiter_idle(&self) {
+        self.until.store(0, Ordering::Release);
+        let t = self.spinner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = t.as_ref() {
+            t.unpark();
+        }
+    }
+
+    /// Nanoseconds the hold still lasts (0: no waiter is spinning).
+    pub fn remaining_ns(&self) -> u64 {
+        self.until
+            .load(Ordering::Acquire)
+            .saturating_sub(clock_ns())
+    }
+
+    /// Spinner side: parks the calling thread while a waiter holds the
+    /// endpoint (woken by [`SpinHold::waiter_idle`] or when the hold
+    /// ends). Returns true when it parked, so the caller re-checks
+    /// whether it should still run before polling.
+    pub fn park_while_held(&self) -> bool {
+        if self.remaining_ns() == 0 {
+            return false;
+        }
+        // Registered before the hold is read again: a waiter that goes
+        // idle in between then finds this thread and unparks it.
+        {
+            let me = std::thread::current();
+            let mut t = self.spinner.lock().unwrap_or_else(|p| p.into_inner());
+            if t.as_ref().map(Thread::id) != Some(me.id()) {
+                *t = Some(me);
+            }
+        }
+        let left = self.remaining_ns();
+        if left == 0 {
+            return false;
+        }
+        std::thread::park_timeout(Duration::from_nanos(left));
+        true
+    }
 }
 
 /// The progress hooks of the endpoints bound to one queue. Weak, so a
@@ -221,6 +291,30 @@ mod tests {
         let got = w.poll(&mut cx, || c.progress(), |_| Some(5), || {});
         assert_eq!(got, Some(5));
         assert!(w.since.is_none(), "a delivery resets the budget");
+    }
+
+    #[test]
+    fn spin_hold_parks_the_spinner_only_while_a_waiter_spins() {
+        let hold = Arc::new(SpinHold::default());
+        assert_eq!(hold.remaining_ns(), 0);
+        assert!(!hold.park_while_held(), "no waiter: the spinner runs");
+        hold.waiter_active();
+        assert!(hold.remaining_ns() > 0);
+        // A spinner parked beside the waiter is released by waiter_idle
+        // (the hold would also end by itself, so this cannot hang).
+        let h2 = hold.clone();
+        let spinner = std::thread::spawn(move || {
+            let mut parked = 0;
+            while h2.park_while_held() {
+                parked += 1;
+            }
+            parked
+        });
+        hold.waiter_idle();
+        let parked = spinner.join().unwrap();
+        assert!(parked <= 1_000_000, "the loop ended");
+        assert_eq!(hold.remaining_ns(), 0);
+        assert!(!hold.park_while_held());
     }
 
     #[test]

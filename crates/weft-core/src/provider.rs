@@ -23,13 +23,24 @@ use crate::eventq::{ConnHandle, EqErrEntry, EqEvent, EqEventKind, EqShared};
 use crate::flags::OpFlags;
 use crate::progress::Progress;
 
+/// The buffers of a send. One or two live inline: the common send of one
+/// buffer allocates nothing for its list.
+pub type Iov = smallvec::SmallVec<[Bytes; 2]>;
+
+/// The list of a single buffer.
+pub fn iov1(b: Bytes) -> Iov {
+    let mut v = Iov::new();
+    v.push(b);
+    v
+}
+
 /// A send to post: message or tagged, one or more buffers.
 #[derive(Debug)]
 pub struct SendReq {
     /// Destination (ignored by connected endpoints).
     pub dest: FiAddr,
     /// The message, gathered from these buffers in order.
-    pub iov: Vec<Bytes>,
+    pub iov: Iov,
     /// `Some(tag)` for a tagged send.
     pub tag: Option<u64>,
     /// Remote CQ data.

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::Notify;
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
 use weft_core::hash::{fast_map, FastMap};
+use weft_core::provider::Iov;
 use weft_core::sync::lock;
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ};
 use weft_core::{Error, Result};
@@ -187,7 +188,7 @@ impl Conn {
         let mut h = Header::new(FrameKind::Ack);
         h.seq = hdr.seq;
         h.data = status;
-        self.send(TxFrame::new(h, Vec::new(), None));
+        self.send(TxFrame::new(h, Iov::new(), None));
     }
 
     /// Writes queued frames, in order, while the socket takes them; the

@@ -42,7 +42,7 @@ fn end(conn: &Conn, st: RxStatus) {
     match st {
         RxStatus::Closed(None) => conn.fail(Error::Shutdown),
         RxStatus::Closed(Some(e)) => conn.fail(e),
-        RxStatus::WouldBlock | RxStatus::Parked => {}
+        RxStatus::WouldBlock | RxStatus::Drained | RxStatus::Parked => {}
     }
 }
 
@@ -63,6 +63,10 @@ async fn reader(ep: Arc<EpShared>, conn: Arc<Conn>) {
             rx.progress(&conn, &ep, &mut |b| c.tio.try_read(b))
         };
         match st {
+            // The task the delivered message woke (on one thread: the one
+            // that answers it) runs before the read that finds the socket
+            // empty, which would otherwise delay the answer.
+            RxStatus::Drained => tokio::task::yield_now().await,
             RxStatus::WouldBlock => {
                 stand_aside(&ep).await;
                 if conn.tio.readable().await.is_err() {
@@ -129,19 +133,6 @@ pub fn poll_once(ep: &Arc<EpShared>, cache: &mut ConnCache) -> usize {
     work
 }
 
-/// How long after its last pass an inline waiter still counts as
-/// spinning: covers the gap between one awaited operation and the next.
-const INLINE_HOLD_NS: u64 = 1_000_000;
-
-/// Monotonic nanoseconds since the first call.
-pub fn clock_ns() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos() as u64
-}
-
 /// While an inline waiter spins on this endpoint it reads the sockets
 /// itself; a reader woken by the reactor for the same bytes would only
 /// find them gone, and on a small machine that wake-up costs the spinner
@@ -152,20 +143,19 @@ async fn stand_aside(ep: &EpShared) {
         return;
     }
     loop {
-        let until = ep.inline_until.load(Ordering::Acquire);
-        let now = clock_ns();
-        if until <= now {
+        let left = ep.hold.remaining_ns();
+        if left == 0 {
             return;
         }
         let idle = ep.inline_idle.notified();
         tokio::pin!(idle);
         idle.as_mut().enable();
-        if ep.inline_until.load(Ordering::Acquire) <= clock_ns() {
+        if ep.hold.remaining_ns() == 0 {
             return;
         }
         tokio::select! {
             _ = idle => {}
-            _ = tokio::time::sleep(std::time::Duration::from_nanos(until - now)) => {}
+            _ = tokio::time::sleep(std::time::Duration::from_nanos(left)) => {}
         }
     }
 }
@@ -173,6 +163,9 @@ async fn stand_aside(ep: &EpShared) {
 fn busy_loop(ep: Arc<EpShared>) {
     let mut cache = ConnCache::new();
     while !ep.is_closed() {
+        if ep.hold.park_while_held() {
+            continue;
+        }
         poll_once(&ep, &mut cache);
         if cache.conns.is_empty() {
             std::thread::sleep(std::time::Duration::from_micros(200));
@@ -200,9 +193,7 @@ impl weft_core::progress::Progress for InlineProgress {
         if self.ep.is_closed() {
             return 0;
         }
-        self.ep
-            .inline_until
-            .store(clock_ns() + INLINE_HOLD_NS, Ordering::Release);
+        self.ep.hold.waiter_active();
         match self.cache.try_lock() {
             Ok(mut c) => poll_once(&self.ep, &mut c),
             Err(_) => 0,
@@ -210,7 +201,7 @@ impl weft_core::progress::Progress for InlineProgress {
     }
 
     fn idle(&self) {
-        self.ep.inline_until.store(0, Ordering::Release);
+        self.ep.hold.waiter_idle();
         self.ep.inline_idle.notify_waiters();
     }
 }

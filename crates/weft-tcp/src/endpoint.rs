@@ -5,19 +5,20 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
-use weft_core::addr::{decode_sockaddr, encode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
+use weft_core::addr::{
+    decode_sockaddr, encode_sockaddr, sockaddr_bytes, FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
+};
 use weft_core::attr::EpType;
 use weft_core::completion::{CqErrEntry, WaitMode};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::progress::Progress;
-use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::provider::{EpConfig, Iov, ProviderEndpoint, RecvReq, Rejected, SendReq};
 use weft_core::sync::lock;
 use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ, FLAG_CQ_DATA};
@@ -69,9 +70,10 @@ pub struct EpShared {
     pub tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// Busy-poll thread running.
     pub busy_running: AtomicBool,
-    /// Inline mode: until when (`driver::clock_ns`) a waiter is taken to
-    /// be spinning on this endpoint, so the reactor readers stand aside.
-    pub inline_until: std::sync::atomic::AtomicU64,
+    /// Inline and busy-poll modes: whether a waiter is spinning on this
+    /// endpoint, so the reactor readers (inline) or the busy-poll thread
+    /// stand aside.
+    pub hold: weft_core::progress::SpinHold,
     /// Inline mode: the spinning waiter went to sleep.
     pub inline_idle: Notify,
 }
@@ -107,7 +109,7 @@ impl EpShared {
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
             busy_running: AtomicBool::new(false),
-            inline_until: std::sync::atomic::AtomicU64::new(0),
+            hold: weft_core::progress::SpinHold::default(),
             inline_idle: Notify::new(),
             cfg,
         })
@@ -121,10 +123,32 @@ impl EpShared {
     pub fn resolve_src(&self, key: &SocketAddr) -> FiAddr {
         match &self.cfg.av {
             Some(av) => lock(av)
-                .find(&encode_sockaddr(key))
+                .find(&sockaddr_bytes(key))
                 .unwrap_or(FI_ADDR_NOTAVAIL),
             None => FI_ADDR_NOTAVAIL,
         }
+    }
+
+    /// [`resolve_src`](Self::resolve_src) for a connection's arrivals:
+    /// `cache` keeps the answer until the AV changes.
+    pub fn resolve_src_cached(
+        &self,
+        key: &SocketAddr,
+        cache: &mut Option<(u64, FiAddr)>,
+    ) -> FiAddr {
+        let Some(av) = &self.cfg.av else {
+            return FI_ADDR_NOTAVAIL;
+        };
+        let av = lock(av);
+        let v = av.version();
+        if let Some((cv, a)) = *cache {
+            if cv == v {
+                return a;
+            }
+        }
+        let a = av.find(&sockaddr_bytes(key)).unwrap_or(FI_ADDR_NOTAVAIL);
+        *cache = Some((v, a));
+        a
     }
 
     /// What completions report for a source handle (user ids).
@@ -243,7 +267,7 @@ impl EpShared {
         }
     }
 
-    fn frame_for(req: &mut SendReq) -> (Header, Vec<Bytes>) {
+    fn frame_for(req: &mut SendReq) -> (Header, Iov) {
         let mut h = Header::new(if req.tag.is_some() {
             FrameKind::Tagged
         } else {
@@ -487,7 +511,7 @@ impl ProviderEndpoint for TcpEndpoint {
         let conn = lock(&self.shared.msg_conn).clone().ok_or(Error::NotConn)?;
         conn.send(TxFrame::new(
             Header::new(FrameKind::Shutdown),
-            Vec::new(),
+            Iov::new(),
             None,
         ));
         Ok(())
@@ -501,7 +525,7 @@ impl ProviderEndpoint for TcpEndpoint {
         if let Some(c) = lock(&ep.msg_conn).take() {
             c.send(TxFrame::new(
                 Header::new(FrameKind::Shutdown),
-                Vec::new(),
+                Iov::new(),
                 None,
             ));
         }
@@ -513,6 +537,8 @@ impl ProviderEndpoint for TcpEndpoint {
         let posted = lock(&ep.matcher).drain_posted();
         drop(posted);
         ep.rx_kick.notify_waiters();
+        // A parked busy-poll thread sees the close now, not when the hold ends.
+        ep.hold.waiter_idle();
         crate::link::stop_listener(ep);
     }
 }

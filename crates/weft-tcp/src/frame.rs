@@ -5,10 +5,10 @@
 use std::io::IoSlice;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weft_core::completion::OpDone;
+use weft_core::provider::Iov;
 use weft_core::wire::{self, FrameKind, Header, HEADER_LEN};
 use weft_core::{Error, Result};
 
@@ -21,7 +21,7 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct TxFrame {
     pub hdr: Header,
     pub enc: [u8; HEADER_LEN],
-    pub payload: Vec<Bytes>,
+    pub payload: Iov,
     /// Bytes of header + payload already written.
     pub written: usize,
     pub done: Option<OpDone>,
@@ -35,7 +35,7 @@ pub struct TxFrame {
 }
 
 impl TxFrame {
-    pub fn new(hdr: Header, payload: Vec<Bytes>, done: Option<OpDone>) -> TxFrame {
+    pub fn new(hdr: Header, payload: Iov, done: Option<OpDone>) -> TxFrame {
         let wait_ack = hdr.flags & wire::FLAG_ACK_REQ != 0;
         let credit = hdr.kind.is_some_and(FrameKind::is_data);
         TxFrame {
@@ -107,14 +107,15 @@ pub async fn read_frame(s: &mut TcpStream, expect: FrameKind) -> Result<(Header,
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use bytes::Bytes;
 
     #[test]
     fn only_data_frames_hold_a_credit() {
         for k in [FrameKind::Msg, FrameKind::Tagged] {
-            assert!(TxFrame::new(Header::new(k), Vec::new(), None).credit);
+            assert!(TxFrame::new(Header::new(k), Iov::new(), None).credit);
         }
         for k in [FrameKind::Ack, FrameKind::Shutdown, FrameKind::Hello] {
-            assert!(!TxFrame::new(Header::new(k), Vec::new(), None).credit);
+            assert!(!TxFrame::new(Header::new(k), Iov::new(), None).credit);
         }
     }
 
@@ -122,7 +123,10 @@ mod tests {
     fn slices_resume_where_writing_stopped() {
         let mut f = TxFrame::new(
             Header::new(FrameKind::Msg),
-            vec![Bytes::from_static(b"abc"), Bytes::from_static(b"defg")],
+            Iov::from_vec(vec![
+                Bytes::from_static(b"abc"),
+                Bytes::from_static(b"defg"),
+            ]),
             None,
         );
         f.enc = f.hdr.encode();

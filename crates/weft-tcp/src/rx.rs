@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
 
+use weft_core::addr::FiAddr;
 use weft_core::provider::RecvReq;
 pub use weft_core::recvdone::{complete_peek, copy_and_deliver, deliver, fail_recv};
 use weft_core::sync::lock;
@@ -72,6 +73,10 @@ enum Phase {
 pub enum RxStatus {
     /// Nothing more to read now.
     WouldBlock,
+    /// The last read was short, so the socket was empty then; no read was
+    /// tried after it. The caller may run what the delivered messages woke
+    /// before it reads again.
+    Drained,
     /// Waiting for receive buffers (flow control); retry when kicked.
     Parked,
     /// The connection ended (cleanly: `None`).
@@ -85,6 +90,14 @@ pub struct RxMachine {
     end: usize,
     phase: Phase,
     max_msg: u64,
+    /// The peer's AV handle and the AV version it was found in: the
+    /// reverse lookup runs again only after the AV changed.
+    src: Option<(u64, FiAddr)>,
+    /// The last read returned less than it could take: the socket was
+    /// empty then, so this pass ends without another read (which would
+    /// only say `EAGAIN`: one syscall per message on the latency path).
+    /// The next pass reads again.
+    drained: bool,
 }
 
 impl std::fmt::Debug for RxMachine {
@@ -103,6 +116,8 @@ impl RxMachine {
             end: 0,
             phase: Phase::Header,
             max_msg,
+            src: None,
+            drained: false,
         }
     }
 
@@ -114,27 +129,16 @@ impl RxMachine {
         read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
     ) -> RxStatus {
         loop {
-            match std::mem::replace(&mut self.phase, Phase::Header) {
-                Phase::Header => {
-                    if self.end - self.start >= HEADER_LEN {
-                        let hb = &self.buf[self.start..self.start + HEADER_LEN];
-                        let hdr = match wire::decode(hb, self.max_msg) {
-                            Ok(h) => h,
-                            Err(e) => {
-                                tracing::warn!(peer = %conn.peer, error = %e, "bad frame; closing connection");
-                                return RxStatus::Closed(Some(Error::from(e)));
-                            }
-                        };
-                        self.start += HEADER_LEN;
-                        if let Some(st) = self.on_header(conn, ep, hdr) {
-                            return st;
-                        }
-                        continue;
-                    }
-                    if let Some(st) = self.fill(read, true) {
-                        return st;
-                    }
+            // The header state is handled in place: moving the phase out
+            // and back copies the whole receive record on every pass.
+            if matches!(self.phase, Phase::Header) {
+                if let Some(st) = self.header_step(conn, ep, read) {
+                    return st;
                 }
+                continue;
+            }
+            match std::mem::replace(&mut self.phase, Phase::Header) {
+                Phase::Header => {}
                 Phase::Parked(hdr) => {
                     if let Some(st) = self.on_header(conn, ep, hdr) {
                         return st;
@@ -163,11 +167,13 @@ impl RxMachine {
                         };
                         continue;
                     }
-                    if remaining >= DIRECT_MIN {
+                    if remaining >= DIRECT_MIN && !self.drained {
                         if let Some(slot) = direct_slot(&mut sink, remaining) {
+                            let want = slot.len();
                             match read_once(read, slot) {
                                 Ok(0) => return self.closed_mid_frame(ep, sink),
                                 Ok(n) => {
+                                    self.drained = n < want;
                                     advance(&mut sink, n);
                                     remaining -= n;
                                     self.phase = Phase::Payload {
@@ -212,6 +218,29 @@ impl RxMachine {
         }
     }
 
+    /// One step in the header state: decode a buffered header, or read
+    /// more. `Some` stops progress.
+    fn header_step(
+        &mut self,
+        conn: &Arc<Conn>,
+        ep: &Arc<EpShared>,
+        read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
+    ) -> Option<RxStatus> {
+        if self.end - self.start >= HEADER_LEN {
+            let hb = &self.buf[self.start..self.start + HEADER_LEN];
+            let hdr = match wire::decode(hb, self.max_msg) {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(peer = %conn.peer, error = %e, "bad frame; closing connection");
+                    return Some(RxStatus::Closed(Some(Error::from(e))));
+                }
+            };
+            self.start += HEADER_LEN;
+            return self.on_header(conn, ep, hdr);
+        }
+        self.fill(read, true)
+    }
+
     /// The connection was ended from elsewhere (writer error, replaced by
     /// a newer connection): a message half-read must still complete, or its
     /// receive would wait forever.
@@ -242,6 +271,10 @@ impl RxMachine {
             self.end -= self.start;
             self.start = 0;
         }
+        if std::mem::take(&mut self.drained) {
+            return Some(RxStatus::Drained);
+        }
+        let space = self.buf.len() - self.end;
         match read_once(read, &mut self.buf[self.end..]) {
             Ok(0) => {
                 if at_header && self.start == self.end {
@@ -252,6 +285,7 @@ impl RxMachine {
             }
             Ok(n) => {
                 self.end += n;
+                self.drained = n < space;
                 None
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(RxStatus::WouldBlock),
@@ -265,7 +299,7 @@ impl RxMachine {
         match kind {
             FrameKind::Msg | FrameKind::Tagged => {
                 let info = MsgInfo {
-                    src: ep.resolve_src(&conn.peer_key),
+                    src: ep.resolve_src_cached(&conn.peer_key, &mut self.src),
                     tagged: kind == FrameKind::Tagged,
                     tag: hdr.tag,
                     len: hdr.len as usize,
@@ -288,6 +322,17 @@ impl RxMachine {
                     },
                     Arrival::Unexpected(u) => Sink::Unexpected(u),
                 };
+                // A small message usually arrived whole with its header:
+                // deliver it now instead of through the payload state.
+                let len = hdr.len as usize;
+                if self.end - self.start >= len {
+                    let mut sink = sink;
+                    let (s, e) = (self.start, self.start + len);
+                    feed(&mut sink, &self.buf[s..e]);
+                    self.start = e;
+                    finish(conn, ep, &hdr, sink);
+                    return None;
+                }
                 self.phase = Phase::Payload {
                     remaining: hdr.len as usize,
                     hdr,

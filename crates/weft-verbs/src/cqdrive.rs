@@ -1,6 +1,7 @@
 //! Who polls a verbs CQ: a Tokio task woken through the completion
 //! channel (interrupt and inline modes), a spinning thread (busy-poll), and
-//! in inline mode also the task waiting for a completion.
+//! in inline and busy-poll modes also the task waiting for a completion
+//! (the busy-poll thread parks while that task polls).
 //!
 //! The interrupt sequence never loses a wake-up: arm the CQ, then poll it
 //! empty, then sleep on the channel; after a wake-up, take and acknowledge
@@ -15,7 +16,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::runtime::Handle;
 use weft_core::completion::WaitMode;
-use weft_core::progress::Progress;
+use weft_core::progress::{Progress, SpinHold};
 use weft_core::sync::lock;
 use weft_core::Result;
 
@@ -35,6 +36,8 @@ pub struct CqPoller {
     cq: Arc<Cq>,
     buf: Mutex<Vec<WorkCompletion>>,
     sink: Weak<dyn CqSink>,
+    /// Busy-poll: the spinning thread parks while a waiter polls.
+    hold: SpinHold,
 }
 
 impl std::fmt::Debug for CqPoller {
@@ -97,7 +100,25 @@ impl InlinePoll {
 impl Progress for InlinePoll {
     fn progress(&self) -> usize {
         let p = lock(&self.slot).clone();
-        p.and_then(|p| p.drain(false)).unwrap_or(0)
+        p.and_then(|p| {
+            p.hold.waiter_active();
+            p.drain(false)
+        })
+        .unwrap_or(0)
+    }
+
+    fn idle(&self) {
+        if let Some(p) = lock(&self.slot).as_ref() {
+            p.hold.waiter_idle();
+        }
+    }
+}
+
+/// Empties `slot` at close: a busy-poll thread ends at once, even one
+/// parked beside a waiter.
+pub fn stop(slot: &PollerSlot) {
+    if let Some(p) = lock(slot).take() {
+        p.hold.waiter_idle();
     }
 }
 
@@ -118,6 +139,7 @@ pub fn start<S: CqSink + 'static>(
         cq: cq.clone(),
         buf: Mutex::new(Vec::with_capacity(BATCH)),
         sink,
+        hold: SpinHold::default(),
     });
     *lock(slot) = Some(poller.clone());
     if wait == WaitMode::BusyPoll {
@@ -128,7 +150,13 @@ pub fn start<S: CqSink + 'static>(
                 let live = lock(&slot)
                     .as_ref()
                     .is_some_and(|p| Arc::ptr_eq(p, &poller));
-                if !live || poller.drain(true).is_none() {
+                if !live {
+                    return;
+                }
+                if poller.hold.park_while_held() {
+                    continue;
+                }
+                if poller.drain(true).is_none() {
                     return;
                 }
                 // Give the core away between passes: on a machine with

@@ -2,6 +2,7 @@
 
 use bytes::{Bytes, BytesMut};
 use weft_core::addr::FiAddr;
+use weft_core::provider::{iov1, Iov};
 
 /// A message to send with every option (`fi_sendmsg` / `fi_tsendmsg`).
 #[derive(Debug, Clone, Default)]
@@ -16,6 +17,49 @@ pub struct SendMsg {
     pub data: Option<u64>,
     /// Context reported in the completion.
     pub context: u64,
+}
+
+/// A send as the endpoint checks and posts it: [`SendMsg`] with its
+/// buffer list inline, so the one-buffer calls (`post_send`, `send`, ...)
+/// allocate nothing for it.
+#[derive(Debug)]
+pub(crate) struct SendParts {
+    pub dest: FiAddr,
+    pub iov: Iov,
+    pub tag: Option<u64>,
+    pub data: Option<u64>,
+    pub context: u64,
+}
+
+impl SendParts {
+    /// One buffer.
+    pub fn one(
+        dest: FiAddr,
+        buf: Bytes,
+        tag: Option<u64>,
+        data: Option<u64>,
+        context: u64,
+    ) -> Self {
+        SendParts {
+            dest,
+            iov: iov1(buf),
+            tag,
+            data,
+            context,
+        }
+    }
+}
+
+impl From<SendMsg> for SendParts {
+    fn from(m: SendMsg) -> Self {
+        SendParts {
+            dest: m.dest,
+            iov: m.iov.into(),
+            tag: m.tag,
+            data: m.data,
+            context: m.context,
+        }
+    }
 }
 
 /// A receive with every option (`fi_recvmsg` / `fi_trecvmsg`).

@@ -146,6 +146,9 @@ pub struct AvTable {
     garbage: usize,
     index: AddrIndex,
     live: usize,
+    /// Bumped by every change, so a reader may cache a lookup
+    /// ([`version`](Self::version)).
+    version: u64,
 }
 
 impl fmt::Debug for AvTable {
@@ -197,6 +200,7 @@ impl AvTable {
             garbage: 0,
             index: AddrIndex::with_capacity(hint),
             live: 0,
+            version: 0,
         })
     }
 
@@ -233,6 +237,7 @@ impl AvTable {
     /// MAP with 32 receive-context bits), the remaining handles are
     /// `FI_ADDR_NOTAVAIL`, which `fill` rejects with `Inval`.
     pub fn reserve(&mut self, n: usize) -> Vec<FiAddr> {
+        self.version += 1;
         let mut out = Vec::with_capacity(n.min(MAX_PREALLOC));
         for _ in 0..n {
             out.push(self.reserve_one().unwrap_or(FI_ADDR_NOTAVAIL));
@@ -274,6 +279,7 @@ impl AvTable {
     /// [`set_user_id`](Self::set_user_id)), or for an address of 4 GiB or
     /// more; the handle then stays reserved.
     pub fn fill(&mut self, fi_addr: FiAddr, addr: Vec<u8>, user_id: Option<u64>) -> Result<()> {
+        self.version += 1;
         self.fill_bytes(fi_addr, &addr, user_id)
     }
 
@@ -322,6 +328,7 @@ impl AvTable {
     /// Returns a reserved handle whose address failed back to the free pool.
     /// Anything but a reserved handle is ignored.
     pub fn release(&mut self, fi_addr: FiAddr) {
+        self.version += 1;
         if let Some(index) = self.resolve(fi_addr) {
             if self
                 .slots
@@ -395,6 +402,7 @@ impl AvTable {
     /// Removes a live entry (`fi_av_remove`). `Inval` for handles never
     /// handed out, out of range, reserved but unfilled, or already removed.
     pub fn remove(&mut self, fi_addr: FiAddr) -> Result<()> {
+        self.version += 1;
         let index = self.live_index(fi_addr).ok_or(Error::Inval)?;
         if let Some(slot) = self.slots.get(index as usize) {
             self.index.remove(slot.hash, index);
@@ -426,6 +434,12 @@ impl AvTable {
         best
     }
 
+    /// Changes whenever the table does: a [`find`](Self::find) result
+    /// stays valid for as long as the version is the same.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
     /// What a completion reports as the source of a message from `addr`:
     /// [`reported_addr`](Self::reported_addr) of [`find`](Self::find), or
     /// `FI_ADDR_NOTAVAIL` for an unknown peer.
@@ -437,6 +451,7 @@ impl AvTable {
     /// Sets the user id of a live entry (`fi_av_set_user_id`). `Inval` unless
     /// the AV was opened with `AV_USER_ID`, or for an invalid handle.
     pub fn set_user_id(&mut self, fi_addr: FiAddr, user_id: u64) -> Result<()> {
+        self.version += 1;
         if !self.flags.contains(AvFlags::AV_USER_ID) {
             return Err(Error::Inval);
         }

@@ -43,24 +43,28 @@ fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 
 pub(super) struct PostedQueue<R> {
     next_seq: u64,
-    entries: BTreeMap<u64, (RecvSpec, R)>,
+    // By sequence number. A hash map, not an ordered one: matching finds
+    // the sequence through the indexes, and only the rare `cancel` and
+    // `drain` need post order (they sort or scan). A B-tree moved the large
+    // receive records within its nodes on every insert and remove.
+    entries: FastMap<u64, (RecvSpec, R)>,
     exact: FastMap<(u64, FiAddr), Seqs>,
     // (tag, ignore, source) kept beside the sequence number: the scan of
     // wildcard receives never touches the entries it rejects.
     wild: BTreeMap<u64, (u64, u64, FiAddr)>,
     untagged: FastMap<FiAddr, Seqs>,
-    by_context: FastMap<u64, Seqs>,
+    // No index by context: `cancel` is rare and scans, while an index
+    // would cost every posted receive a map insert and remove.
 }
 
 impl<R> PostedQueue<R> {
     pub(super) fn new() -> Self {
         PostedQueue {
             next_seq: 0,
-            entries: BTreeMap::new(),
+            entries: fast_map(),
             exact: fast_map(),
             wild: BTreeMap::new(),
             untagged: fast_map(),
-            by_context: fast_map(),
         }
     }
 
@@ -78,7 +82,6 @@ impl<R> PostedQueue<R> {
             }
             Slot::Untagged(src) => index_insert(&mut self.untagged, src, seq),
         }
-        index_insert(&mut self.by_context, spec.context, seq);
         self.entries.insert(seq, (spec, r));
     }
 
@@ -116,7 +119,12 @@ impl<R> PostedQueue<R> {
     }
 
     pub(super) fn cancel(&mut self, context: u64) -> Option<(RecvSpec, R)> {
-        let seq = index_first(&self.by_context, &context)?;
+        let seq = self
+            .entries
+            .iter()
+            .filter(|(_, (spec, _))| spec.context == context)
+            .map(|(&seq, _)| seq)
+            .min()?;
         self.remove(seq)
     }
 
@@ -124,8 +132,10 @@ impl<R> PostedQueue<R> {
         self.exact.clear();
         self.wild.clear();
         self.untagged.clear();
-        self.by_context.clear();
-        std::mem::take(&mut self.entries).into_values().collect()
+        let mut all: Vec<(u64, (RecvSpec, R))> =
+            std::mem::take(&mut self.entries).into_iter().collect();
+        all.sort_unstable_by_key(|(seq, _)| *seq);
+        all.into_iter().map(|(_, e)| e).collect()
     }
 
     fn remove(&mut self, seq: u64) -> Option<(RecvSpec, R)> {
@@ -137,7 +147,6 @@ impl<R> PostedQueue<R> {
             }
             Slot::Untagged(src) => index_remove(&mut self.untagged, &src, seq),
         }
-        index_remove(&mut self.by_context, &spec.context, seq);
         Some((spec, r))
     }
 }

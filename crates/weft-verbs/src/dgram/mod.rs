@@ -368,7 +368,7 @@ impl ProviderEndpoint for VerbsDgramEndpoint {
         for t in lock(&ep.tasks).drain(..) {
             t.abort();
         }
-        *lock(&ep.poller) = None;
+        cqdrive::stop(&ep.poller);
         ep.cm.unsubscribe(ep.res.listener.token());
         ep.cm.close();
         // Outstanding operations are discarded without completions; the

@@ -501,7 +501,7 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         for t in lock(&ep.tasks).drain(..) {
             t.abort();
         }
-        *lock(&ep.poller) = None;
+        cqdrive::stop(&ep.poller);
         // Outstanding operations are discarded without completions; their
         // buffers stay registered until the link (and QP) is gone.
         lock(&ep.early_recvs).clear();

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use tokio::runtime::Handle;
-use weft_core::addr::{decode_sockaddr, encode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::addr::{decode_sockaddr, encode_sockaddr, sockaddr_bytes, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::completion::{CqErrEntry, OpDone};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
@@ -295,7 +295,7 @@ impl RdmShared {
     pub(crate) fn resolve_src(&self, peer: &SocketAddr) -> FiAddr {
         match &self.cfg.av {
             Some(av) => lock(av)
-                .find(&encode_sockaddr(peer))
+                .find(&sockaddr_bytes(peer))
                 .unwrap_or(FI_ADDR_NOTAVAIL),
             None => FI_ADDR_NOTAVAIL,
         }
@@ -612,7 +612,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         for t in lock(&ep.tasks).drain(..) {
             t.abort();
         }
-        *lock(&ep.poller) = None;
+        cqdrive::stop(&ep.poller);
         ep.cm.close();
         let conns: Vec<Arc<Conn>> = lock(&ep.by_qp).drain().map(|(_, c)| c).collect();
         for c in &conns {

@@ -276,7 +276,7 @@ impl RdmShared {
         h: &Header,
         payload: &[Bytes],
         req: SendReq,
-        iov: Vec<Bytes>,
+        iov: weft_core::provider::Iov,
         mr: Option<Arc<BytesMr>>,
     ) -> std::result::Result<(), (Error, SendReq)> {
         let wr_id = h.cookie;

@@ -13,11 +13,11 @@ use weft_core::provider::{RecvReq, Rejected, SendReq};
 use weft_core::{Error, Result};
 
 use super::{async_op, Endpoint, Live, RX_FLAGS, TX_FLAGS};
-use crate::msg::{RecvMsg, SendMsg};
+use crate::msg::{RecvMsg, SendMsg, SendParts};
 use crate::opfuture::post_when_room;
 
 impl Endpoint {
-    fn check_send(&self, msg: &SendMsg, flags: OpFlags) -> Result<()> {
+    fn check_send(&self, msg: &SendParts, flags: OpFlags) -> Result<()> {
         let info = &self.inner.info;
         if !TX_FLAGS.contains(flags) || (flags & OpFlags::COMPLETION_LEVELS).bits().count_ones() > 1
         {
@@ -68,7 +68,7 @@ impl Endpoint {
     fn send_req(
         &self,
         live: &Live,
-        msg: SendMsg,
+        msg: SendParts,
         flags: OpFlags,
         waiter: Option<oneshot::Sender<CqItem>>,
     ) -> SendReq {
@@ -143,6 +143,10 @@ impl Endpoint {
     /// `fi_sendmsg` / `fi_tsendmsg`: posts a send; its completion goes to
     /// the transmit CQ with `msg.context`. `Again` when the queue is full.
     pub fn post_sendmsg(&self, msg: SendMsg, flags: OpFlags) -> Result<()> {
+        self.post_parts(msg.into(), flags)
+    }
+
+    fn post_parts(&self, msg: SendParts, flags: OpFlags) -> Result<()> {
         let live = self.live()?;
         self.check_send(&msg, flags)?;
         let req = self.send_req(live, msg, flags, None);
@@ -151,28 +155,16 @@ impl Endpoint {
 
     /// `fi_send`.
     pub fn post_send(&self, dest: FiAddr, buf: Bytes, context: u64) -> Result<()> {
-        self.post_sendmsg(
-            SendMsg {
-                dest,
-                iov: vec![buf],
-                tag: None,
-                data: None,
-                context,
-            },
+        self.post_parts(
+            SendParts::one(dest, buf, None, None, context),
             OpFlags::empty(),
         )
     }
 
     /// `fi_senddata`: a send carrying remote CQ data.
     pub fn post_senddata(&self, dest: FiAddr, buf: Bytes, data: u64, context: u64) -> Result<()> {
-        self.post_sendmsg(
-            SendMsg {
-                dest,
-                iov: vec![buf],
-                tag: None,
-                data: Some(data),
-                context,
-            },
+        self.post_parts(
+            SendParts::one(dest, buf, None, Some(data), context),
             OpFlags::REMOTE_CQ_DATA,
         )
     }
@@ -180,42 +172,21 @@ impl Endpoint {
     /// `fi_inject`: the buffer is the caller's again on return and no
     /// completion is generated (up to `inject_size` bytes).
     pub fn inject(&self, dest: FiAddr, buf: Bytes) -> Result<()> {
-        self.post_sendmsg(
-            SendMsg {
-                dest,
-                iov: vec![buf],
-                tag: None,
-                data: None,
-                context: 0,
-            },
-            OpFlags::INJECT,
-        )
+        self.post_parts(SendParts::one(dest, buf, None, None, 0), OpFlags::INJECT)
     }
 
     /// `fi_tsend`.
     pub fn post_tsend(&self, dest: FiAddr, buf: Bytes, tag: u64, context: u64) -> Result<()> {
-        self.post_sendmsg(
-            SendMsg {
-                dest,
-                iov: vec![buf],
-                tag: Some(tag),
-                data: None,
-                context,
-            },
+        self.post_parts(
+            SendParts::one(dest, buf, Some(tag), None, context),
             OpFlags::empty(),
         )
     }
 
     /// `fi_tinject`.
     pub fn tinject(&self, dest: FiAddr, buf: Bytes, tag: u64) -> Result<()> {
-        self.post_sendmsg(
-            SendMsg {
-                dest,
-                iov: vec![buf],
-                tag: Some(tag),
-                data: None,
-                context: 0,
-            },
+        self.post_parts(
+            SendParts::one(dest, buf, Some(tag), None, 0),
             OpFlags::INJECT,
         )
     }
@@ -288,6 +259,14 @@ impl Endpoint {
         msg: SendMsg,
         flags: OpFlags,
     ) -> std::result::Result<CqEntry, CqErrEntry> {
+        self.send_parts(msg.into(), flags).await
+    }
+
+    async fn send_parts(
+        &self,
+        msg: SendParts,
+        flags: OpFlags,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
         let fail = |e: Error| CqErrEntry::new(0, OpFlags::SEND, e);
         let live = self.live().map_err(fail)?;
         self.check_send(&msg, flags).map_err(fail)?;
@@ -304,15 +283,8 @@ impl Endpoint {
 
     /// `send` resolving with the completion.
     pub async fn send(&self, dest: FiAddr, buf: Bytes) -> std::result::Result<CqEntry, CqErrEntry> {
-        self.sendmsg(
-            SendMsg {
-                dest,
-                iov: vec![buf],
-                ..SendMsg::default()
-            },
-            OpFlags::empty(),
-        )
-        .await
+        self.send_parts(SendParts::one(dest, buf, None, None, 0), OpFlags::empty())
+            .await
     }
 
     /// Tagged `send` resolving with the completion.
@@ -322,13 +294,8 @@ impl Endpoint {
         buf: Bytes,
         tag: u64,
     ) -> std::result::Result<CqEntry, CqErrEntry> {
-        self.sendmsg(
-            SendMsg {
-                dest,
-                iov: vec![buf],
-                tag: Some(tag),
-                ..SendMsg::default()
-            },
+        self.send_parts(
+            SendParts::one(dest, buf, Some(tag), None, 0),
             OpFlags::empty(),
         )
         .await

@@ -83,7 +83,8 @@ pub(crate) struct Live {
     /// Default flags; `FI_SETOPSFLAG` may change them after enable too.
     pub(crate) tx_op_flags: AtomicU64,
     rx_op_flags: AtomicU64,
-    /// Inline mode: awaited operations drive the endpoint themselves.
+    /// Inline and busy-poll modes: awaited operations drive the endpoint
+    /// themselves.
     pub(crate) inline: Option<Arc<dyn Progress>>,
     /// The shared receive context receives go to.
     srx: Option<SharedRxContext>,
@@ -416,7 +417,9 @@ impl Endpoint {
             weft_verbs::NAME if cfg!(feature = "verbs") => weft_verbs::open_endpoint(cfg, rt)?,
             _ => weft_tcp::open_endpoint(cfg, rt)?,
         };
-        let inline = if b.wait == WaitMode::Inline {
+        // Busy-poll waiters drive progress too: the provider's spinning
+        // thread parks while they do (weft_core::progress::SpinHold).
+        let inline = if b.wait != WaitMode::Interrupt {
             prov.progress_hook()
         } else {
             None
