@@ -405,6 +405,29 @@ async fn inline_endpoints_exchange_small_and_large() {
     assert_eq!(b.ep.rx_size_left().unwrap(), info.rx_attr.size);
 }
 
+/// Messages in a burst of [`connected_burst`].
+const N: u64 = 100;
+
+/// Two endpoints in `mode`, connected (set-up runs on the reactor), with
+/// `n` 64-byte tagged receives posted on `b` (context = tag = i) and `n`
+/// sends of byte `i` posted from `a`; nothing has been read yet.
+async fn connected_burst(mode: WaitMode, n: u64) -> (Ep, Ep) {
+    let (domain, info) = setup();
+    let a = open_with(&domain, &info, mode);
+    let b = open_with(&domain, &info, mode);
+    exchange(&a, &b, 1, 64, 0).await;
+    let to_b = addr_of(&a, &b);
+    for i in 0..n {
+        b.ep.post_trecv(BytesMut::zeroed(64), FI_ADDR_UNSPEC, i, 0, i)
+            .unwrap();
+    }
+    for i in 0..n {
+        a.ep.post_tsend(to_b, Bytes::from(vec![i as u8; 64]), i, 1000 + i)
+            .unwrap();
+    }
+    (a, b)
+}
+
 /// Inline progress is manual progress: on a single-threaded runtime that
 /// is never given back, the reactor cannot run, so only `cq.read` driving
 /// the endpoint can deliver these messages.
@@ -415,21 +438,7 @@ fn inline_cq_read_alone_makes_progress() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let (domain, info) = setup();
-        let a = open_with(&domain, &info, WaitMode::Inline);
-        let b = open_with(&domain, &info, WaitMode::Inline);
-        // Connect first (connection set-up runs on the reactor).
-        exchange(&a, &b, 1, 64, 0).await;
-        let to_b = addr_of(&a, &b);
-        const N: u64 = 100;
-        for i in 0..N {
-            b.ep.post_trecv(BytesMut::zeroed(64), FI_ADDR_UNSPEC, i, 0, i)
-                .unwrap();
-        }
-        for i in 0..N {
-            a.ep.post_tsend(to_b, Bytes::from(vec![i as u8; 64]), i, 1000 + i)
-                .unwrap();
-        }
+        let (a, b) = connected_burst(WaitMode::Inline, N).await;
         // From here on nothing awaits.
         let deadline = std::time::Instant::now() + T;
         let (mut sent, mut got) = (0u64, 0u64);
@@ -450,6 +459,40 @@ fn inline_cq_read_alone_makes_progress() {
                 }
             }
         }
+    });
+}
+
+/// Busy-poll without a waiter: once the last waiter's hold has lapsed, the
+/// endpoint's own thread delivers. The runtime's only thread is blocked in
+/// `std::thread::sleep` and nothing reads the queue until every message is
+/// in it, so neither the reactor nor a waiter can be the one that did it.
+#[test]
+fn busy_poll_thread_delivers_while_nobody_waits() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // Connecting uses waiters, which hold the endpoints for a while.
+        let (_a, b) = connected_burst(WaitMode::BusyPoll, N).await;
+        let deadline = std::time::Instant::now() + T;
+        while b.cq.len() < N as usize {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the busy-poll thread delivered {} of {N}",
+                b.cq.len()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let mut got = 0u64;
+        while got < N {
+            for e in b.cq.read(16).unwrap() {
+                assert_eq!(e.context, got, "in order");
+                assert!(e.bufs[0].iter().all(|&x| x == got as u8));
+                got += 1;
+            }
+        }
+        assert_eq!(b.cq.read(16).err(), Some(weft::Error::Again));
     });
 }
 

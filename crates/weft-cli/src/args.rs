@@ -38,8 +38,9 @@ pingpong / bw options:
   --mode <m>    interrupt (reactor wake-ups, no CPU while idle) |
                 busy-poll (the waiter polls itself; a provider thread
                 spins whenever no waiter does) |
-                inline (the waiting task polls the sockets itself for up to
-                WEFT_INLINE_SPIN_US=200 us, then sleeps) (interrupt)
+                inline (the waiting task polls the sockets itself until
+                WEFT_INLINE_SPIN_US=200 us pass without progress, then
+                sleeps) (interrupt)
   --api <a>     post (post_* + CQ stream) | async (awaited tsend/trecv) (post)
   --verify      check every payload byte, pattern varies per iteration
   --rma <op>    pingpong only: RMA on a registered region of each side

@@ -93,7 +93,16 @@ fn bench(kind: Kind, a: &args::PerfArgs) -> fail::Res<()> {
             });
         })
     });
-    let res = rt.block_on(run::run(kind, a, server_handle));
+    // The run is a spawned task, not `block_on`'s own future: a wake-up of
+    // that future makes the scheduler poll the driver (`epoll_wait` with a
+    // zero timeout) before polling it again, which a spinning waiter paid
+    // on about every other pass and interrupt mode on every message.
+    let args = a.clone();
+    let res = rt.block_on(async move {
+        tokio::spawn(async move { run::run(kind, &args, server_handle).await })
+            .await
+            .unwrap_or_else(|e| Err(fail::Failure::new("run", e)))
+    });
     let _ = stop.send(());
     if let Some(d) = driver {
         let _ = d.join();

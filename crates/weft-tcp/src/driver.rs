@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use tokio::io::Interest;
 use weft_core::sync::lock;
 use weft_core::Error;
 
@@ -57,17 +58,35 @@ async fn reader(ep: Arc<EpShared>, conn: Arc<Conn>) {
         let kick = ep.rx_kick.notified();
         tokio::pin!(kick);
         kick.as_mut().enable();
-        let st = {
+        let progress = || {
             let mut rx = lock(&conn.rx);
             let c = conn.clone();
             rx.progress(&conn, &ep, &mut |b| c.tio.try_read(b))
         };
+        // The pass runs inside `try_io`, so a pass that ends on a short read
+        // clears the reactor's readiness as of *before* its reads (what
+        // Tokio's own `poll_read` does on epoll): the socket is known to be
+        // empty without a read that says `EAGAIN`, and an edge that came
+        // during the pass leaves it ready.
+        let mut st = None;
+        let _ = conn.tio.try_io(Interest::READABLE, || {
+            let s = progress();
+            let drained = s == RxStatus::Drained;
+            st = Some(s);
+            if drained {
+                Err(std::io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(())
+            }
+        });
+        // Not ready as far as the reactor knows: the pass still runs (the
+        // first one, or one a newly posted receive kicked).
+        let st = match st {
+            Some(s) => s,
+            None => progress(),
+        };
         match st {
-            // The task the delivered message woke (on one thread: the one
-            // that answers it) runs before the read that finds the socket
-            // empty, which would otherwise delay the answer.
-            RxStatus::Drained => tokio::task::yield_now().await,
-            RxStatus::WouldBlock => {
+            RxStatus::WouldBlock | RxStatus::Drained => {
                 stand_aside(&ep).await;
                 if conn.tio.readable().await.is_err() {
                     conn.fail(Error::ConnReset);

@@ -74,8 +74,8 @@ pub enum RxStatus {
     /// Nothing more to read now.
     WouldBlock,
     /// The last read was short, so the socket was empty then; no read was
-    /// tried after it. The caller may run what the delivered messages woke
-    /// before it reads again.
+    /// tried after it (a reactor-driven caller may clear the socket's
+    /// readiness instead of reading again).
     Drained,
     /// Waiting for receive buffers (flow control); retry when kicked.
     Parked,
