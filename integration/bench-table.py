@@ -20,6 +20,7 @@ COLS = [
     ("weft-interrupt-async", "interrupt async"),
     ("raw-spin", "raw spin"),
     ("raw-block", "raw block"),
+    ("raw-tokio", "raw tokio"),
 ]
 # (label, numerator, denominator, metric): the targets, as ratios.
 RATIOS = [
@@ -28,6 +29,7 @@ RATIOS = [
     ("inline / raw spin (lat)", "weft-inline", "raw-spin", "usec"),
     ("busy-poll / raw spin (lat)", "weft-busy-poll", "raw-spin", "usec"),
     ("interrupt / raw block (lat)", "weft-interrupt", "raw-block", "usec"),
+    ("raw tokio / raw block (lat)", "raw-tokio", "raw-block", "usec"),
     ("inline async / inline post (lat)", "weft-inline-async", "weft-inline", "usec"),
     ("interrupt async / interrupt post (lat)", "weft-interrupt-async", "weft-interrupt", "usec"),
     ("best weft / libfabric (bw)", "best", "libfabric", "mbps"),

@@ -244,6 +244,12 @@ impl CqShared {
         self.hooks.add(hook);
     }
 
+    /// True when reads of an empty queue drive bound endpoints (inline and
+    /// busy-poll endpoints are bound).
+    pub fn drives_progress(&self) -> bool {
+        !self.hooks.is_empty()
+    }
+
     /// Drives the bound endpoints once if the queue is empty and any are
     /// registered (manual progress, as `fi_cq_read` does it).
     fn progress_if_empty(&self) {

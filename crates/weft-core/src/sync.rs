@@ -11,10 +11,14 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The wakers of one wake-up. One or two (the usual reader of a queue)
+/// live inline: waking a reader allocates nothing.
+pub type Wakers = smallvec::SmallVec<[Waker; 2]>;
+
 /// A set of wakers waiting for the same condition.
 #[derive(Debug, Default)]
 pub struct WakerSet {
-    wakers: Vec<Waker>,
+    wakers: Wakers,
 }
 
 impl WakerSet {
@@ -26,7 +30,7 @@ impl WakerSet {
     }
 
     /// Takes every waker out, to be woken after the lock is released.
-    pub fn take(&mut self) -> Vec<Waker> {
+    pub fn take(&mut self) -> Wakers {
         std::mem::take(&mut self.wakers)
     }
 
@@ -37,7 +41,7 @@ impl WakerSet {
 }
 
 /// Wakes every waker of a batch.
-pub fn wake_all(ws: Vec<Waker>) {
+pub fn wake_all(ws: impl IntoIterator<Item = Waker>) {
     for w in ws {
         w.wake();
     }

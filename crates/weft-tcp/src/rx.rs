@@ -94,9 +94,9 @@ pub struct RxMachine {
     /// reverse lookup runs again only after the AV changed.
     src: Option<(u64, FiAddr)>,
     /// The last read returned less than it could take: the socket was
-    /// empty then, so this pass ends without another read (which would
-    /// only say `EAGAIN`: one syscall per message on the latency path).
-    /// The next pass reads again.
+    /// empty then, so the pass ends without another read (which would only
+    /// say `EAGAIN`: one syscall per message on the latency path). The next
+    /// pass reads again (see [`RxMachine::forget_drained`]).
     drained: bool,
 }
 
@@ -119,6 +119,16 @@ impl RxMachine {
             src: None,
             drained: false,
         }
+    }
+
+    /// A short read says the socket was empty *then*. A spinning caller
+    /// may let the next pass skip its read on that word (it is back at
+    /// once), but the reactor's reader must not: bytes may have come since
+    /// (say, while the machine was parked), and a reader that cleared
+    /// readiness on a stale word would sleep beside them. It calls this
+    /// before each pass.
+    pub fn forget_drained(&mut self) {
+        self.drained = false;
     }
 
     /// Reads and dispatches until the socket has nothing more.

@@ -2,10 +2,12 @@
 //! `SIZE`-byte messages over one loopback TCP connection with nothing but
 //! `read`/`write`, in two threads. `block` reads block in the kernel;
 //! `spin` reads are non-blocking and retried in a tight loop (what a
-//! busy-polling fabric does). Prints `usec/xfer` (half a round trip) and
-//! MB/s the way `fi_pingpong` does.
+//! busy-polling fabric does); `tokio` waits in the Tokio reactor (one
+//! current-thread runtime per side, `read_exact`/`write_all`), the floor of
+//! anything that waits through it (`epoll_wait`, then `read`). Prints
+//! `usec/xfer` (half a round trip) and MB/s the way `fi_pingpong` does.
 //!
-//! usage: raw-pingpong block|spin SIZE ITERS
+//! usage: raw-pingpong block|spin|tokio SIZE ITERS
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -74,23 +76,72 @@ fn run(spin: bool, size: usize, iters: u64) -> io::Result<f64> {
     Ok(secs)
 }
 
+fn tokio_side<F: std::future::Future<Output = io::Result<()>>>(f: F) -> io::Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)
+}
+
+fn run_tokio(size: usize, iters: u64) -> io::Result<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let addr = l.local_addr()?;
+    let server = std::thread::spawn(move || -> io::Result<()> {
+        let (s, _) = l.accept()?;
+        prepare(&s, true)?;
+        tokio_side(async move {
+            let mut s = tokio::net::TcpStream::from_std(s)?;
+            let mut buf = vec![7u8; size];
+            for _ in 0..iters {
+                s.read_exact(&mut buf).await?;
+                s.write_all(&buf).await?;
+            }
+            Ok(())
+        })
+    });
+    let s = TcpStream::connect(addr)?;
+    prepare(&s, true)?;
+    let mut secs = 0.0;
+    tokio_side(async {
+        let mut s = tokio::net::TcpStream::from_std(s)?;
+        let mut buf = vec![7u8; size];
+        let t = Instant::now();
+        for _ in 0..iters {
+            s.write_all(&buf).await?;
+            s.read_exact(&mut buf).await?;
+        }
+        secs = t.elapsed().as_secs_f64();
+        Ok(())
+    })?;
+    server
+        .join()
+        .map_err(|_| io::Error::other("server thread failed"))??;
+    Ok(secs)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let parsed = match args.as_slice() {
         [_, mode, size, iters] => {
             match (mode.as_str(), size.parse::<usize>(), iters.parse::<u64>()) {
-                ("block", Ok(s), Ok(i)) if s > 0 && i > 0 => Some((false, s, i)),
-                ("spin", Ok(s), Ok(i)) if s > 0 && i > 0 => Some((true, s, i)),
+                (m @ ("block" | "spin" | "tokio"), Ok(s), Ok(i)) if s > 0 && i > 0 => {
+                    Some((m.to_string(), s, i))
+                }
                 _ => None,
             }
         }
         _ => None,
     };
-    let Some((spin, size, iters)) = parsed else {
-        eprintln!("usage: raw-pingpong block|spin SIZE ITERS");
+    let Some((mode, size, iters)) = parsed else {
+        eprintln!("usage: raw-pingpong block|spin|tokio SIZE ITERS");
         return ExitCode::from(2);
     };
-    match run(spin, size, iters) {
+    let res = match mode.as_str() {
+        "tokio" => run_tokio(size, iters),
+        m => run(m == "spin", size, iters),
+    };
+    match res {
         Ok(secs) => {
             let half_rtt_us = secs / iters as f64 / 2.0 * 1e6;
             let mbps = size as f64 / half_rtt_us;
