@@ -311,16 +311,9 @@ mod tests {
         // A spinner parked beside the waiter is released by waiter_idle
         // (the hold would also end by itself, so this cannot hang).
         let h2 = hold.clone();
-        let spinner = std::thread::spawn(move || {
-            let mut parked = 0;
-            while h2.park_while_held() {
-                parked += 1;
-            }
-            parked
-        });
+        let spinner = std::thread::spawn(move || while h2.park_while_held() {});
         hold.waiter_idle();
-        let parked = spinner.join().unwrap();
-        assert!(parked <= 1_000_000, "the loop ended");
+        spinner.join().unwrap();
         assert_eq!(hold.remaining_ns(), 0);
         assert!(!hold.park_while_held());
     }
