@@ -300,6 +300,29 @@ pub fn verbs_offer_with(dev: &str, ep_type: EpType, tune: impl FnOnce(&mut Info)
     }
 }
 
+/// An enabled endpoint of `domain` for `info`, bound to `av` and to one
+/// new CQ for both directions, waiting in `wait` mode.
+pub fn enabled_endpoint(
+    domain: &Domain,
+    info: &Info,
+    av: &AddressVector,
+    wait: weft::WaitMode,
+) -> (weft::Endpoint, CompletionQueue) {
+    let cq = domain
+        .cq(CqAttr {
+            wait,
+            ..CqAttr::default()
+        })
+        .unwrap();
+    let ep = domain.endpoint(info).unwrap();
+    ep.bind_av(av).unwrap();
+    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+        .unwrap();
+    ep.set_wait_mode(wait).unwrap();
+    ep.enable().unwrap();
+    (ep, cq)
+}
+
 /// An enabled connectionless endpoint (RDM or DGRAM) of its own fabric
 /// and domain, with its AV (an EQ bound to it for `FI_EVENT` inserts) and
 /// one CQ for both directions.
@@ -322,18 +345,7 @@ impl Node {
         let eq = fabric.eq(64).unwrap();
         let av = domain.av(AvAttr::default()).unwrap();
         av.bind_eq(&eq, 0).unwrap();
-        let cq = domain
-            .cq(CqAttr {
-                wait,
-                ..CqAttr::default()
-            })
-            .unwrap();
-        let ep = domain.endpoint(info).unwrap();
-        ep.bind_av(&av).unwrap();
-        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-            .unwrap();
-        ep.set_wait_mode(wait).unwrap();
-        ep.enable().unwrap();
+        let (ep, cq) = enabled_endpoint(&domain, info, &av, wait);
         Node {
             ep,
             av,

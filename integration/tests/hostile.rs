@@ -17,8 +17,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weft::{
-    AddressVector, AvAttr, BindFlags, CompletionQueue, CqAttr, Domain, EpType, Error, FiAddr, Info,
-    OpFlags, SendMsg, WaitMode, FI_ADDR_UNSPEC,
+    AddressVector, AvAttr, CompletionQueue, Domain, EpType, Error, FiAddr, Info, OpFlags, SendMsg,
+    WaitMode, FI_ADDR_UNSPEC,
 };
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ, HEADER_LEN};
 
@@ -46,18 +46,7 @@ fn setup() -> (Domain, Info) {
 
 fn open_with(domain: &Domain, info: &Info, wait: WaitMode) -> Ep {
     let av = domain.av(AvAttr::default()).unwrap();
-    let cq = domain
-        .cq(CqAttr {
-            wait,
-            ..CqAttr::default()
-        })
-        .unwrap();
-    let ep = domain.endpoint(info).unwrap();
-    ep.bind_av(&av).unwrap();
-    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-        .unwrap();
-    ep.set_wait_mode(wait).unwrap();
-    ep.enable().unwrap();
+    let (ep, cq) = weft_integration::enabled_endpoint(domain, info, &av, wait);
     Ep { ep, av, cq }
 }
 

@@ -133,6 +133,12 @@ impl CqErrEntry {
             src: FI_ADDR_NOTAVAIL,
         }
     }
+
+    /// The entry with the operation's buffers handed back in it.
+    pub fn with_bufs(mut self, bufs: Vec<BytesMut>) -> CqErrEntry {
+        self.bufs = bufs;
+        self
+    }
 }
 
 impl std::fmt::Display for CqErrEntry {
@@ -244,12 +250,6 @@ impl CqShared {
         self.hooks.add(hook);
     }
 
-    /// True when reads of an empty queue drive bound endpoints (inline and
-    /// busy-poll endpoints are bound).
-    pub fn drives_progress(&self) -> bool {
-        !self.hooks.is_empty()
-    }
-
     /// Drives the bound endpoints once if the queue is empty and any are
     /// registered (manual progress, as `fi_cq_read` does it).
     fn progress_if_empty(&self) {
@@ -320,6 +320,10 @@ impl CqShared {
     /// Moves up to `max` items, in order, into `out`; returns how many.
     pub fn pop_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
         self.progress_if_empty();
+        // Still empty: nothing to take, and no lock to take for it.
+        if max == 0 || self.len.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
         let mut g = lock(&self.inner);
         let n = max.min(g.items.len());
         out.extend(g.items.drain(..n));

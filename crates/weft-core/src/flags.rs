@@ -158,6 +158,16 @@ bitflags! {
 }
 
 impl OpFlags {
+    /// `TAGGED` for a tagged operation, else `MSG`: the class bit of a
+    /// message completion.
+    pub fn msg_or_tagged(tagged: bool) -> OpFlags {
+        if tagged {
+            OpFlags::TAGGED
+        } else {
+            OpFlags::MSG
+        }
+    }
+
     /// `FI_TRANSMIT`, an alias of `SEND` used with `SETOPSFLAG`/binds.
     pub const TRANSMIT: OpFlags = OpFlags::SEND;
     /// The completion-semantics flags; at most one may be given.

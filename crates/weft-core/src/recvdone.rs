@@ -31,12 +31,7 @@ impl<T: RecvCtx> RecvCtx for std::sync::Arc<T> {
 
 /// Completion flags and reported source of a receive of `info`.
 fn recv_meta(ep: &dyn RecvCtx, info: &MsgInfo) -> (OpFlags, FiAddr) {
-    let mut flags = OpFlags::RECV
-        | if info.tagged {
-            OpFlags::TAGGED
-        } else {
-            OpFlags::MSG
-        };
+    let mut flags = OpFlags::RECV | OpFlags::msg_or_tagged(info.tagged);
     if info.data.is_some() {
         flags |= OpFlags::REMOTE_CQ_DATA;
     }

@@ -61,7 +61,6 @@ async fn reader(ep: Arc<EpShared>, conn: Arc<Conn>) {
         let progress = || {
             let mut rx = lock(&conn.rx);
             let c = conn.clone();
-            rx.forget_drained();
             rx.progress(&conn, &ep, &mut |b| c.tio.try_read(b))
         };
         // The pass runs inside `try_io`, so a pass that ends on a short read

@@ -93,10 +93,10 @@ pub struct RxMachine {
     /// The peer's AV handle and the AV version it was found in: the
     /// reverse lookup runs again only after the AV changed.
     src: Option<(u64, FiAddr)>,
-    /// The last read returned less than it could take: the socket was
-    /// empty then, so the pass ends without another read (which would only
-    /// say `EAGAIN`: one syscall per message on the latency path). The next
-    /// pass reads again (see [`RxMachine::forget_drained`]).
+    /// The last read of this pass returned less than it could take: the
+    /// socket was empty then, so the pass ends without another read (which
+    /// would only say `EAGAIN`: one syscall per message on the latency
+    /// path). The next pass reads again.
     drained: bool,
 }
 
@@ -121,16 +121,6 @@ impl RxMachine {
         }
     }
 
-    /// A short read says the socket was empty *then*. A spinning caller
-    /// may let the next pass skip its read on that word (it is back at
-    /// once), but the reactor's reader must not: bytes may have come since
-    /// (say, while the machine was parked), and a reader that cleared
-    /// readiness on a stale word would sleep beside them. It calls this
-    /// before each pass.
-    pub fn forget_drained(&mut self) {
-        self.drained = false;
-    }
-
     /// Reads and dispatches until the socket has nothing more.
     pub fn progress(
         &mut self,
@@ -138,6 +128,11 @@ impl RxMachine {
         ep: &Arc<EpShared>,
         read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
     ) -> RxStatus {
+        // A short read says the socket was empty *then*: the word holds for
+        // the pass that made it, not the next one. Bytes may have come
+        // since (say, while the machine was parked), and a reactor reader
+        // that cleared readiness on a stale word would sleep beside them.
+        self.drained = false;
         loop {
             // The header state is handled in place: moving the phase out
             // and back copies the whole receive record on every pass.

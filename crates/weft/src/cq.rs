@@ -63,15 +63,7 @@ impl CompletionQueue {
             std::future::poll_fn(|cx| self.shared.poll_next(cx, &mut wait)).await
         } {
             out.push(first);
-            // The rest of the batch: on a queue that drives progress when
-            // read (inline, busy-poll) a read of an empty queue drives it
-            // once more, as `fi_cq_read` does; otherwise an empty queue has
-            // nothing to give and is not locked again.
-            if max > 1 && (!self.shared.is_empty() || self.shared.drives_progress()) {
-                1 + self.shared.pop_batch(out, max - 1)
-            } else {
-                1
-            }
+            1 + self.shared.pop_batch(out, max.saturating_sub(1))
         } else {
             0
         }

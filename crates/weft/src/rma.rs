@@ -6,17 +6,15 @@
 //! `Bytes` (shared, read-only while in flight); reads take `BytesMut`,
 //! which the completion gives back filled.
 
-use std::sync::atomic::Ordering;
-
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
 use weft_core::addr::FiAddr;
-use weft_core::completion::{CqEntry, CqErrEntry, CqItem, OpDone};
+use weft_core::completion::{CqEntry, CqErrEntry, CqItem};
 use weft_core::flags::{Caps, OpFlags};
 use weft_core::provider::{AtomicOp, Rejected, RmaOp, RmaReq};
 use weft_core::{Error, Result};
 
-use crate::endpoint::{async_op, Endpoint, Live};
+use crate::endpoint::{async_op, op_done, Endpoint, Live};
 use crate::opfuture::post_when_room;
 
 /// Flags an RMA operation may carry.
@@ -96,31 +94,20 @@ impl Endpoint {
         flags: OpFlags,
         waiter: Option<oneshot::Sender<CqItem>>,
     ) -> RmaReq {
-        let flags = flags | OpFlags::from_bits_retain(live.tx_op_flags.load(Ordering::Acquire));
+        let flags = live.tx_flags(flags);
         let kind = msg.op.flags();
         let cntr = if kind.contains(OpFlags::WRITE) {
             live.write_cntr.clone()
         } else {
             live.read_cntr.clone()
         };
-        let (cq, selective) = live
-            .tx_cq
-            .clone()
-            .map_or((None, false), |(c, s)| (Some(c), s));
         RmaReq {
             dest: msg.dest,
+            done: op_done(&live.tx_cq, msg.context, kind, flags, cntr, waiter),
             op: msg.op,
             addr: msg.addr,
             key: msg.key,
             flags,
-            done: OpDone {
-                context: msg.context,
-                flags: kind,
-                report: !selective || flags.contains(OpFlags::COMPLETION),
-                cq,
-                cntr,
-                waiter,
-            },
         }
     }
 

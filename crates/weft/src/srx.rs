@@ -155,11 +155,7 @@ impl SharedRxContext {
         msg: RecvMsg,
         flags: OpFlags,
     ) -> std::result::Result<CqEntry, CqErrEntry> {
-        let fail = |e: Error, bufs: Vec<BytesMut>| {
-            let mut ee = CqErrEntry::new(0, OpFlags::RECV, e);
-            ee.bufs = bufs;
-            ee
-        };
+        let fail = |e: Error, bufs| CqErrEntry::new(0, OpFlags::RECV, e).with_bufs(bufs);
         if let Err(e) = self.open().and_then(|()| Self::check(&msg, flags)) {
             return Err(fail(e, msg.bufs));
         }

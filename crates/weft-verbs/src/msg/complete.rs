@@ -103,9 +103,7 @@ impl MsgShared {
                 ..CqEntry::default()
             }),
             Some(e) => {
-                let mut ee = CqErrEntry::new(0, kind, e);
-                ee.bufs = bufs;
-                done.fail(ee);
+                done.fail(CqErrEntry::new(0, kind, e).with_bufs(bufs));
                 if e != Error::Canceled {
                     // A bad key or address left the queue pair in the
                     // error state: the connection is over (fi_endpoint(3):
@@ -240,9 +238,7 @@ fn finish_recv(
             src: weft_core::addr::FI_ADDR_NOTAVAIL,
         }),
         Some(e) => {
-            let mut ee = CqErrEntry::new(0, flags, e);
-            ee.bufs = bufs;
-            done.fail(ee);
+            done.fail(CqErrEntry::new(0, flags, e).with_bufs(bufs));
         }
     }
 }

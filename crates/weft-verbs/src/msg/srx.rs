@@ -161,9 +161,9 @@ impl ProviderSrx for MsgSrx {
                 }
                 _ => Vec::new(),
             };
-            let mut ee = CqErrEntry::new(0, OpFlags::RECV | OpFlags::MSG, Error::Canceled);
-            ee.bufs = bufs;
-            done.fail(ee);
+            done.fail(
+                CqErrEntry::new(0, OpFlags::RECV | OpFlags::MSG, Error::Canceled).with_bufs(bufs),
+            );
         }
     }
 

@@ -99,12 +99,8 @@ impl RdmShared {
         match item {
             Deferred::Send(req) => {
                 self.tx.release(1);
-                let kind = if req.tag.is_some() {
-                    OpFlags::TAGGED
-                } else {
-                    OpFlags::MSG
-                };
-                let mut e = CqErrEntry::new(0, OpFlags::SEND | kind, err);
+                let kind = OpFlags::SEND | OpFlags::msg_or_tagged(req.tag.is_some());
+                let mut e = CqErrEntry::new(0, kind, err);
                 e.tag = req.tag.unwrap_or(0);
                 req.done.fail(e);
             }

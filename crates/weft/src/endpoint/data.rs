@@ -5,14 +5,13 @@
 
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
-use std::sync::atomic::Ordering;
 use weft_core::addr::{FiAddr, FI_ADDR_UNSPEC};
-use weft_core::completion::{CqEntry, CqErrEntry, CqItem, OpDone};
+use weft_core::completion::{CqEntry, CqErrEntry, CqItem};
 use weft_core::flags::{Caps, OpFlags};
 use weft_core::provider::{RecvReq, Rejected, SendReq};
 use weft_core::{Error, Result};
 
-use super::{async_op, Endpoint, Live, RX_FLAGS, TX_FLAGS};
+use super::{async_op, op_done, Endpoint, Live, RX_FLAGS, TX_FLAGS};
 use crate::msg::{RecvMsg, SendMsg, SendParts};
 use crate::opfuture::post_when_room;
 
@@ -72,34 +71,25 @@ impl Endpoint {
         flags: OpFlags,
         waiter: Option<oneshot::Sender<CqItem>>,
     ) -> SendReq {
-        let flags = flags | OpFlags::from_bits_retain(live.tx_op_flags.load(Ordering::Acquire));
-        let kind = OpFlags::SEND
-            | if msg.tag.is_some() {
-                OpFlags::TAGGED
-            } else {
-                OpFlags::MSG
-            };
-        let (cq, selective) = live
-            .tx_cq
-            .clone()
-            .map_or((None, false), |(c, s)| (Some(c), s));
+        let flags = live.tx_flags(flags);
+        let kind = OpFlags::SEND | OpFlags::msg_or_tagged(msg.tag.is_some());
+        let mut done = op_done(
+            &live.tx_cq,
+            msg.context,
+            kind,
+            flags,
+            live.send_cntr.clone(),
+            waiter,
+        );
         // fi_inject: no completion on success.
-        let report =
-            !flags.contains(OpFlags::INJECT) && (!selective || flags.contains(OpFlags::COMPLETION));
+        done.report &= !flags.contains(OpFlags::INJECT);
         SendReq {
             dest: msg.dest,
             iov: msg.iov,
             tag: msg.tag,
             data: msg.data,
             flags,
-            done: OpDone {
-                context: msg.context,
-                flags: kind,
-                report,
-                cq,
-                cntr: live.send_cntr.clone(),
-                waiter,
-            },
+            done,
         }
     }
 
@@ -110,17 +100,8 @@ impl Endpoint {
         flags: OpFlags,
         waiter: Option<oneshot::Sender<CqItem>>,
     ) -> RecvReq {
-        let flags = flags | OpFlags::from_bits_retain(live.rx_op_flags.load(Ordering::Acquire));
-        let kind = OpFlags::RECV
-            | if msg.tagged {
-                OpFlags::TAGGED
-            } else {
-                OpFlags::MSG
-            };
-        let (cq, selective) = live
-            .rx_cq
-            .clone()
-            .map_or((None, false), |(c, s)| (Some(c), s));
+        let flags = live.rx_flags(flags);
+        let kind = OpFlags::RECV | OpFlags::msg_or_tagged(msg.tagged);
         let directed = self.inner.info.caps.contains(Caps::DIRECTED_RECV);
         RecvReq {
             src: if directed { msg.src } else { FI_ADDR_UNSPEC },
@@ -129,14 +110,14 @@ impl Endpoint {
             tag: msg.tag,
             ignore: msg.ignore,
             flags,
-            done: OpDone {
-                context: msg.context,
-                flags: kind,
-                report: !selective || flags.contains(OpFlags::COMPLETION),
-                cq,
-                cntr: live.recv_cntr.clone(),
+            done: op_done(
+                &live.rx_cq,
+                msg.context,
+                kind,
+                flags,
+                live.recv_cntr.clone(),
                 waiter,
-            },
+            ),
         }
     }
 
@@ -309,11 +290,7 @@ impl Endpoint {
         msg: RecvMsg,
         flags: OpFlags,
     ) -> std::result::Result<CqEntry, CqErrEntry> {
-        let fail = |e: Error, bufs: Vec<BytesMut>| {
-            let mut ee = CqErrEntry::new(0, OpFlags::RECV, e);
-            ee.bufs = bufs;
-            ee
-        };
+        let fail = |e: Error, bufs| CqErrEntry::new(0, OpFlags::RECV, e).with_bufs(bufs);
         let live = match self.live() {
             Ok(l) => l,
             Err(e) => return Err(fail(e, msg.bufs)),

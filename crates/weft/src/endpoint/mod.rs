@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::channel::oneshot;
 use weft_core::attr::{EpType, Info};
-use weft_core::completion::{CqItem, CqShared, WaitMode};
+use weft_core::completion::{CqItem, CqShared, OpDone, WaitMode};
 use weft_core::counter::CounterShared;
 use weft_core::eventq::{ConnHandle, EqShared};
 use weft_core::flags::{BindFlags, Caps, OpFlags};
@@ -81,7 +81,7 @@ pub(crate) struct Live {
     pub(crate) read_cntr: Option<Arc<CounterShared>>,
     pub(crate) write_cntr: Option<Arc<CounterShared>>,
     /// Default flags; `FI_SETOPSFLAG` may change them after enable too.
-    pub(crate) tx_op_flags: AtomicU64,
+    tx_op_flags: AtomicU64,
     rx_op_flags: AtomicU64,
     /// Inline and busy-poll modes: awaited operations drive the endpoint
     /// themselves.
@@ -91,6 +91,16 @@ pub(crate) struct Live {
 }
 
 impl Live {
+    /// `flags` of a transmit operation with the endpoint's defaults.
+    pub(crate) fn tx_flags(&self, flags: OpFlags) -> OpFlags {
+        flags | OpFlags::from_bits_retain(self.tx_op_flags.load(Ordering::Acquire))
+    }
+
+    /// `flags` of a receive with the endpoint's defaults.
+    pub(crate) fn rx_flags(&self, flags: OpFlags) -> OpFlags {
+        flags | OpFlags::from_bits_retain(self.rx_op_flags.load(Ordering::Acquire))
+    }
+
     /// The future of an `async` operation posted with `ctx`; with
     /// `cancel_on_drop`, dropping it withdraws the operation (receives).
     pub(crate) fn op_future(
@@ -101,6 +111,29 @@ impl Live {
     ) -> OpFuture {
         let ep = cancel_on_drop.then(|| self.prov.clone());
         OpFuture::new(rx, ctx, ep, self.inline.clone())
+    }
+}
+
+/// Where the completion of an operation posted with `flags` (defaults
+/// merged) goes: to the bound queue `cq` (and whether that queue is
+/// selective), reported on success unless the queue is selective and
+/// `FI_COMPLETION` is absent; and to `cntr`.
+pub(crate) fn op_done(
+    cq: &Option<(Arc<CqShared>, bool)>,
+    context: u64,
+    kind: OpFlags,
+    flags: OpFlags,
+    cntr: Option<Arc<CounterShared>>,
+    waiter: Option<oneshot::Sender<CqItem>>,
+) -> OpDone {
+    let (cq, selective) = cq.clone().map_or((None, false), |(c, s)| (Some(c), s));
+    OpDone {
+        context,
+        flags: kind,
+        report: !selective || flags.contains(OpFlags::COMPLETION),
+        cq,
+        cntr,
+        waiter,
     }
 }
 
