@@ -9,6 +9,8 @@
 // Test helpers: failing loudly (panicking) is their job.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod campaign;
+
 use std::future::Future;
 use std::time::Duration;
 

@@ -94,6 +94,9 @@ pub struct EqErrEntry {
     pub prov_errno: i32,
     /// Error data (e.g. reject CM data).
     pub err_data: Vec<u8>,
+    /// The peer the error concerns, raw address bytes (connection
+    /// refusals and closes by the provider's limits).
+    pub peer_addr: Option<Vec<u8>>,
 }
 
 impl std::fmt::Display for EqErrEntry {
@@ -272,6 +275,7 @@ mod tests {
             err: Error::Inval,
             prov_errno: 22,
             err_data: vec![],
+            peer_addr: None,
         }));
         assert_eq!(eq.read(false).unwrap_err(), Error::Avail);
         assert_eq!(eq.read_err().unwrap().data, 3);

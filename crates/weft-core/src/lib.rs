@@ -20,6 +20,7 @@ pub mod eventq;
 pub mod flags;
 pub mod getinfo;
 pub mod hash;
+pub mod limits;
 pub mod progress;
 pub mod provider;
 pub mod recvdone;

@@ -380,9 +380,32 @@ pub struct EpConfig {
     /// The bound shared receive context: the endpoint takes its receives
     /// from there.
     pub srx: Option<Arc<dyn ProviderSrx>>,
+    /// What peers may make the endpoint hold (connections, buffered
+    /// bytes, time).
+    pub limits: crate::limits::ConnLimits,
 }
 
 impl EpConfig {
+    /// Queues an error event naming the peer whose connection the
+    /// endpoint refused or closed (a limit, a timeout, a broken frame), so
+    /// the application sees each refusal and whom it concerned. Unlike
+    /// the application's own events these come from peers, so they are
+    /// dropped once the EQ holds its `size` entries: a flood of refusals
+    /// cannot grow an EQ that nobody reads.
+    pub fn eq_peer_error(&self, err: Error, peer: Vec<u8>) {
+        if let Some(eq) = &self.eq {
+            let _ = eq.write(Err(EqErrEntry {
+                fid: self.fid,
+                context: self.context,
+                data: 0,
+                err,
+                prov_errno: err.code(),
+                err_data: Vec::new(),
+                peer_addr: Some(peer),
+            }));
+        }
+    }
+
     /// Queues `FI_CONNECTED` (with the peer's CM data) on the bound EQ.
     pub fn eq_connected(&self, cm_data: Vec<u8>) {
         if let Some(eq) = &self.eq {
@@ -415,13 +438,34 @@ impl EpConfig {
                 err,
                 prov_errno: err.code(),
                 err_data: data,
+                peer_addr: None,
             }));
         }
     }
 }
 
+/// What an endpoint holds on its peers' behalf now: for monitoring, and
+/// for tests that bound it. Fields a provider does not track stay 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EpStats {
+    /// Connections open or being set up.
+    pub conns: usize,
+    /// Connections whose reader waits for a receive or for budget.
+    pub parked: usize,
+    /// Unexpected-message bytes buffered, with the fixed per-message cost
+    /// (`weft_core::limits::UNEXPECTED_OVERHEAD`).
+    pub unexpected_bytes: usize,
+    /// Peers the endpoint keeps state for.
+    pub peers: usize,
+}
+
 /// An enabled provider endpoint.
 pub trait ProviderEndpoint: Send + Sync + Debug {
+    /// What the endpoint holds for its peers now.
+    fn stats(&self) -> EpStats {
+        EpStats::default()
+    }
     /// Posts a send; gives it back on failure to post.
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>>;
     /// Posts a receive (or a peek/claim when the flags say so).

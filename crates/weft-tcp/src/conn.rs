@@ -9,8 +9,9 @@
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
@@ -20,6 +21,7 @@ use weft_core::sync::lock;
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ};
 use weft_core::{Error, Result};
 
+use crate::admission::ConnSlot;
 use crate::endpoint::EpShared;
 use crate::frame::TxFrame;
 use crate::rx::RxMachine;
@@ -52,7 +54,42 @@ pub struct Conn {
     pub rx: Mutex<RxMachine>,
     acks: Mutex<FastMap<u64, OpDone>>,
     dead: AtomicBool,
+    /// Bytes read, and writes made: the sweeper compares them between
+    /// passes instead of the data path reading a clock.
+    rx_bytes: AtomicU64,
+    tx_ops: AtomicU64,
+    /// Unexpected-message bytes this connection holds buffered.
+    pub charged: Arc<AtomicUsize>,
+    /// In the endpoint's parked list (see `parked.rs`).
+    pub parked: AtomicBool,
+    /// Wakes the reader of a parked connection, or one that was failed.
+    pub kick: Notify,
+    /// Closing after an idle spell: `Shutdown` sent, reading until the
+    /// peer closes too.
+    pub retiring: AtomicBool,
+    /// The reader and writer tasks, stopped with the endpoint.
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// The sweeper's view: activity seen, since when, and since when the
+    /// peer has been gone.
+    sweep: Mutex<SweepMark>,
+    _slot: ConnSlot,
 }
+
+#[derive(Debug)]
+struct SweepMark {
+    /// `rx_bytes + tx_ops` when last looked at, and since when unchanged.
+    seen: u64,
+    since: Instant,
+    /// Since when a frame has been seen part-way in, and `rx_bytes` then.
+    mid_since: Option<(Instant, u64)>,
+    gone_since: Option<Instant>,
+}
+
+/// Bytes a connection must deliver per stall window while a frame is
+/// part-way in: a peer trickling a byte now and then is as stalled as one
+/// sending nothing (at the default window, 1.6 KB/s; loopback and any
+/// real network are far above it).
+pub const STALL_MIN_BYTES: u64 = 16 * 1024;
 
 impl Conn {
     /// Wraps an established stream. Must run inside the runtime.
@@ -60,6 +97,7 @@ impl Conn {
         stream: tokio::net::TcpStream,
         peer_key: SocketAddr,
         ep: &Arc<EpShared>,
+        slot: ConnSlot,
     ) -> Result<Arc<Conn>> {
         stream.set_nodelay(true)?;
         let peer = stream.peer_addr()?;
@@ -78,7 +116,98 @@ impl Conn {
             rx: Mutex::new(RxMachine::new(ep.max_msg as u64)),
             acks: Mutex::new(fast_map()),
             dead: AtomicBool::new(false),
+            rx_bytes: AtomicU64::new(0),
+            tx_ops: AtomicU64::new(0),
+            charged: Arc::new(AtomicUsize::new(0)),
+            parked: AtomicBool::new(false),
+            kick: Notify::new(),
+            retiring: AtomicBool::new(false),
+            tasks: Mutex::new(Vec::new()),
+            sweep: Mutex::new(SweepMark {
+                seen: 0,
+                since: Instant::now(),
+                mid_since: None,
+                gone_since: None,
+            }),
+            _slot: slot,
         }))
+    }
+
+    /// Keeps a driver task's handle so closing the endpoint stops it.
+    pub fn add_task(&self, t: tokio::task::AbortHandle) {
+        lock(&self.tasks).push(t);
+    }
+
+    fn touch_tx(&self) {
+        self.tx_ops.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn touch_rx(&self, n: usize) {
+        self.rx_bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// How long nothing has moved either way, as of `now` (the sweeper's
+    /// clock).
+    pub fn quiet_for(&self, now: Instant) -> Duration {
+        let a = self
+            .rx_bytes
+            .load(Ordering::Relaxed)
+            .wrapping_add(self.tx_ops.load(Ordering::Relaxed));
+        let mut m = lock(&self.sweep);
+        if m.seen != a {
+            m.seen = a;
+            m.since = now;
+        }
+        now.saturating_duration_since(m.since)
+    }
+
+    /// Whether a frame part-way in (`mid`) has been so for a whole
+    /// `window` while fewer than [`STALL_MIN_BYTES`] arrived.
+    pub fn stalled(&self, now: Instant, mid: bool, window: Duration) -> bool {
+        let rx = self.rx_bytes.load(Ordering::Relaxed);
+        let mut m = lock(&self.sweep);
+        if !mid {
+            m.mid_since = None;
+            return false;
+        }
+        let (t0, b0) = *m.mid_since.get_or_insert((now, rx));
+        if now.saturating_duration_since(t0) < window {
+            return false;
+        }
+        if rx.wrapping_sub(b0) < STALL_MIN_BYTES {
+            return true;
+        }
+        // Enough came in this window: judge the next one afresh.
+        m.mid_since = Some((now, rx));
+        false
+    }
+
+    /// How long the peer has been seen gone (its end closed), as of `now`;
+    /// `None` while it is there. Read from the reactor's readiness without
+    /// a read, since a parked connection must leave its bytes unread.
+    pub fn gone_for(&self, now: Instant) -> Option<Duration> {
+        use futures::FutureExt;
+        let closed = self
+            .tio
+            .ready(tokio::io::Interest::READABLE)
+            .now_or_never()
+            .is_some_and(|r| r.map_or(true, |r| r.is_read_closed()));
+        let mut m = lock(&self.sweep);
+        if !closed {
+            m.gone_since = None;
+            return None;
+        }
+        let since = *m.gone_since.get_or_insert(now);
+        Some(now.saturating_duration_since(since))
+    }
+
+    /// Nothing queued to send and no acknowledgement awaited.
+    pub fn tx_idle(&self) -> bool {
+        let idle = {
+            let g = lock(&self.tx);
+            g.queue.is_empty() && !g.writer_active
+        };
+        idle && lock(&self.acks).is_empty()
     }
 
     pub fn is_dead(&self) -> bool {
@@ -108,6 +237,7 @@ impl Conn {
             }
         }
         if g.queue.is_empty() && !g.writer_active {
+            self.touch_tx();
             match write_some(&self.std, &mut f) {
                 Ok(true) => {
                     drop(g);
@@ -203,6 +333,7 @@ impl Conn {
             if let Some(e) = g.closed {
                 return Err(e);
             }
+            self.touch_tx();
             loop {
                 let Some(f) = g.queue.front_mut() else {
                     g.writer_active = false;
@@ -271,7 +402,8 @@ impl Conn {
     }
 
     /// Ends the connection: queued frames and pending acks fail with `err`.
-    /// Idempotent.
+    /// Idempotent. When an RDM peer retired the connection (`Shutdown`),
+    /// frames not yet begun go to the peer again over a new connection.
     pub fn fail(&self, err: Error) {
         if self.dead.swap(true, Ordering::AcqRel) {
             return;
@@ -281,8 +413,21 @@ impl Conn {
             g.closed = Some(err);
             g.queue.drain(..).collect()
         };
-        for f in frames {
-            self.fail_frame(f, err);
+        let ep = self.ep.upgrade();
+        let requeue = err == Error::Shutdown
+            && ep
+                .as_ref()
+                .is_some_and(|e| e.ep_type == weft_core::attr::EpType::Rdm && !e.is_closed());
+        let mut again = Vec::new();
+        for mut f in frames {
+            if requeue && f.written == 0 && f.credit {
+                if f.wait_ack {
+                    f.done = lock(&self.acks).remove(&f.hdr.seq);
+                }
+                again.push(f);
+            } else {
+                self.fail_frame(f, err);
+            }
         }
         let acks: Vec<OpDone> = lock(&self.acks).drain().map(|(_, d)| d).collect();
         for d in acks {
@@ -290,13 +435,18 @@ impl Conn {
         }
         let _ = self.std.shutdown(std::net::Shutdown::Both);
         self.tx_kick.notify_one();
-        if let Some(ep) = self.ep.upgrade() {
+        self.kick.notify_one();
+        if let Some(ep) = ep {
+            ep.parked.unpark(self);
             // If a driver holds the receive state it finds `dead` set once
             // it lets go, and aborts it then (see `abort_rx_if_dead`).
             if let Ok(mut rx) = self.rx.try_lock() {
                 rx.abort(&ep, Error::ConnReset);
             }
             ep.conn_failed(self, err);
+            for f in again {
+                crate::link::rdm_send(&ep, self.peer_key, f);
+            }
         }
     }
 
@@ -312,6 +462,9 @@ impl Conn {
     /// Closes without completing anything (endpoint close discards).
     pub fn abort(&self) {
         self.dead.store(true, Ordering::Release);
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
+        }
         {
             let mut g = lock(&self.tx);
             g.closed = Some(Error::Canceled);
@@ -320,12 +473,26 @@ impl Conn {
         lock(&self.acks).clear();
         let _ = self.std.shutdown(std::net::Shutdown::Both);
         self.tx_kick.notify_one();
+        self.kick.notify_one();
     }
 
     /// Non-blocking read through the `std` handle (busy-poll thread).
     pub fn read_direct(&self, buf: &mut [u8]) -> io::Result<usize> {
         use std::io::Read;
-        (&self.std).read(buf)
+        let r = (&self.std).read(buf);
+        if let Ok(n) = r {
+            self.touch_rx(n);
+        }
+        r
+    }
+
+    /// Non-blocking read through the reactor's handle (interrupt mode).
+    pub fn read_reactor(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let r = self.tio.try_read(buf);
+        if let Ok(n) = r {
+            self.touch_rx(n);
+        }
+        r
     }
 }
 

@@ -16,7 +16,7 @@ use crate::rx::RxStatus;
 /// Starts the drivers of a new connection.
 pub fn start(ep: &Arc<EpShared>, conn: &Arc<Conn>) {
     let w = ep.rt.spawn(conn.clone().writer());
-    lock(&ep.tasks).push(w.abort_handle());
+    conn.add_task(w.abort_handle());
     if busy(ep) {
         if !ep.busy_running.swap(true, Ordering::AcqRel) {
             let ep2 = ep.clone();
@@ -36,7 +36,7 @@ pub fn start(ep: &Arc<EpShared>, conn: &Arc<Conn>) {
 
 fn spawn_reader(ep: &Arc<EpShared>, conn: &Arc<Conn>) {
     let r = ep.rt.spawn(reader(ep.clone(), conn.clone()));
-    lock(&ep.tasks).push(r.abort_handle());
+    conn.add_task(r.abort_handle());
 }
 
 fn end(conn: &Conn, st: RxStatus) {
@@ -52,16 +52,10 @@ async fn reader(ep: Arc<EpShared>, conn: Arc<Conn>) {
         if ep.is_closed() || conn.abort_rx_if_dead(&ep) {
             return;
         }
-        // Register interest in a kick before progressing, so a receive
-        // posted in between is not missed while parked: `notify_waiters`
-        // only reaches futures that are already enabled.
-        let kick = ep.rx_kick.notified();
-        tokio::pin!(kick);
-        kick.as_mut().enable();
         let progress = || {
             let mut rx = lock(&conn.rx);
             let c = conn.clone();
-            rx.progress(&conn, &ep, &mut |b| c.tio.try_read(b))
+            rx.progress(&conn, &ep, &mut |b| c.read_reactor(b))
         };
         // The pass runs inside `try_io`, so a pass that ends on a short read
         // clears the reactor's readiness as of *before* its reads (what
@@ -93,7 +87,10 @@ async fn reader(ep: Arc<EpShared>, conn: Arc<Conn>) {
                     return;
                 }
             }
-            RxStatus::Parked => kick.await,
+            // Woken by a receive that takes the parked message, by budget
+            // coming back, or by the connection's end (a wake-up that came
+            // before this wait left a permit, so none is missed).
+            RxStatus::Parked => conn.kick.notified().await,
             st => {
                 end(&conn, st);
                 return;
@@ -110,7 +107,7 @@ pub struct ConnCache {
 }
 
 impl ConnCache {
-    fn new() -> ConnCache {
+    pub fn new() -> ConnCache {
         ConnCache {
             gen: usize::MAX,
             conns: Vec::new(),
@@ -136,6 +133,10 @@ pub fn poll_once(ep: &Arc<EpShared>, cache: &mut ConnCache) -> usize {
         // A large send the socket could not take at once continues here
         // rather than waiting for the reactor to wake the writer task.
         work += c.flush_if_queued();
+        // A parked connection has nothing to read until it is woken.
+        if c.parked.load(Ordering::Acquire) {
+            continue;
+        }
         let st = match c.rx.try_lock() {
             Ok(mut rx) => rx.progress(c, ep, &mut |b| {
                 let r = c.read_direct(b);
@@ -204,7 +205,17 @@ fn busy_loop(ep: Arc<EpShared>) {
 #[derive(Debug)]
 pub struct InlineProgress {
     pub ep: Arc<EpShared>,
-    pub cache: std::sync::Mutex<ConnCache>,
+}
+
+/// Lets go of connections that died since the inline cache was filled,
+/// when no inline waiter is polling (one that is refreshes it itself).
+pub fn trim_inline_cache(ep: &EpShared) {
+    let gen = ep.conns_gen.load(Ordering::Acquire);
+    if let Ok(mut c) = ep.inline_cache.try_lock() {
+        if c.gen != gen {
+            *c = ConnCache::new();
+        }
+    }
 }
 
 impl weft_core::progress::Progress for InlineProgress {
@@ -213,7 +224,7 @@ impl weft_core::progress::Progress for InlineProgress {
             return 0;
         }
         self.ep.hold.waiter_active();
-        match self.cache.try_lock() {
+        match self.ep.inline_cache.try_lock() {
             Ok(mut c) => poll_once(&self.ep, &mut c),
             Err(_) => 0,
         }
@@ -227,9 +238,6 @@ impl weft_core::progress::Progress for InlineProgress {
 
 impl InlineProgress {
     pub fn new(ep: Arc<EpShared>) -> InlineProgress {
-        InlineProgress {
-            ep,
-            cache: std::sync::Mutex::new(ConnCache::new()),
-        }
+        InlineProgress { ep }
     }
 }

@@ -17,16 +17,19 @@ use weft_core::completion::{CqErrEntry, WaitMode};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
+use weft_core::limits::{ConnLimits, UNEXPECTED_OVERHEAD};
 use weft_core::progress::Progress;
-use weft_core::provider::{EpConfig, Iov, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::provider::{EpConfig, EpStats, Iov, ProviderEndpoint, RecvReq, Rejected, SendReq};
 use weft_core::sync::lock;
 use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ, FLAG_CQ_DATA};
 use weft_core::{Error, Result};
 
+use crate::admission::Charge;
 use crate::conn::Conn;
-use crate::driver::InlineProgress;
+use crate::driver::{ConnCache, InlineProgress};
 use crate::frame::TxFrame;
+use crate::parked::Parked;
 use crate::rx::{copy_and_deliver, Arrival, UnexpState, Unexpected};
 
 pub type TcpMatcher = Matcher<RecvReq, Arc<Unexpected>, SocketAddr>;
@@ -41,6 +44,13 @@ pub struct PeerState {
     pub connecting: bool,
     /// An inbound connection was accepted and is being set up.
     pub accepting: bool,
+}
+
+impl PeerState {
+    /// Nothing left that needs the entry.
+    pub fn is_empty(&self) -> bool {
+        self.conn.is_none() && self.pending.is_empty() && !self.connecting && !self.accepting
+    }
 }
 
 /// State shared by the endpoint handle, its connections and its drivers.
@@ -63,10 +73,23 @@ pub struct EpShared {
     pub conns_gen: AtomicUsize,
     pub tx: Credits,
     pub rx: Credits,
-    /// Receive buffers became available: parked readers retry.
-    pub rx_kick: Notify,
+    /// What peers may make this endpoint hold.
+    pub limits: ConnLimits,
+    /// One connection's share of `buffered_limit`.
+    pub peer_cap: usize,
+    /// Unexpected-message bytes buffered now (payload plus the fixed
+    /// overhead of each message), against `buffered_limit`.
+    pub unexp_charged: AtomicUsize,
+    /// Connections waiting for a receive or for budget.
+    pub parked: Parked,
+    /// Connections open or handshaking (see `admission::ConnSlot`).
+    pub conn_count: Arc<AtomicUsize>,
+    /// Inline progress's view of the connections; the sweeper lets go of
+    /// dead ones when nobody polls.
+    pub inline_cache: Mutex<ConnCache>,
     pub closed: AtomicBool,
-    /// Background tasks (listener, drivers) to stop on close.
+    /// Background tasks (listener, sweeper) to stop on close; each
+    /// connection keeps its own drivers' handles.
     pub tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// Busy-poll thread running.
     pub busy_running: AtomicBool,
@@ -91,10 +114,23 @@ impl weft_core::recvdone::RecvCtx for EpShared {
 impl EpShared {
     pub fn new(cfg: EpConfig, local: SocketAddr, rt: Handle) -> Arc<EpShared> {
         let info = &cfg.info;
+        let buffered_limit = info.rx_attr.total_buffered_recv.max(1);
+        let ep_type = info.ep_attr.ep_type;
         Arc::new(EpShared {
-            ep_type: info.ep_attr.ep_type,
+            ep_type,
             max_msg: info.ep_attr.max_msg_size,
-            buffered_limit: info.rx_attr.total_buffered_recv.max(1),
+            buffered_limit,
+            limits: cfg.limits,
+            // A MSG endpoint has one peer, which may use the whole budget.
+            peer_cap: if ep_type == EpType::Rdm {
+                cfg.limits.peer_buffered.min(buffered_limit)
+            } else {
+                buffered_limit
+            },
+            unexp_charged: AtomicUsize::new(0),
+            parked: Parked::default(),
+            conn_count: Arc::new(AtomicUsize::new(0)),
+            inline_cache: Mutex::new(ConnCache::new()),
             local,
             rt,
             matcher: Mutex::new(Matcher::new()),
@@ -105,7 +141,6 @@ impl EpShared {
             conns_gen: AtomicUsize::new(0),
             tx: Credits::new(info.tx_attr.size),
             rx: Credits::new(info.rx_attr.size),
-            rx_kick: Notify::new(),
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
             busy_running: AtomicBool::new(false),
@@ -159,30 +194,62 @@ impl EpShared {
         }
     }
 
+    /// Whether `charge` more bytes fit `conn`'s share of the budget.
+    pub fn peer_fits(&self, conn: &Conn, charge: usize) -> bool {
+        conn.charged.load(Ordering::Acquire).saturating_add(charge) <= self.peer_cap
+    }
+
+    fn fits(&self, conn: &Conn, charge: usize) -> bool {
+        self.peer_fits(conn, charge)
+            && self
+                .unexp_charged
+                .load(Ordering::Acquire)
+                .saturating_add(charge)
+                <= self.buffered_limit
+    }
+
     /// Matches an arriving message. `None`: nothing matched and the
-    /// unexpected budget is spent, so the reader must park.
-    pub fn arrival(&self, conn: &Arc<Conn>, info: MsgInfo) -> Option<Arrival> {
+    /// message does not fit the budget (the endpoint's or this
+    /// connection's share), so the reader parks until a receive that takes
+    /// it is posted or enough budget comes back.
+    pub fn arrival(self: &Arc<Self>, conn: &Arc<Conn>, info: MsgInfo) -> Option<Arrival> {
         let mut m = lock(&self.matcher);
         if let Some((_, req)) = m.match_arrival(&info) {
             return Some(Arrival::Posted(req));
         }
-        if m.unexpected_len() > 0 && m.unexpected_bytes() + info.len > self.buffered_limit {
-            return None;
+        // Every message costs something, a zero-length one included.
+        let charge = UNEXPECTED_OVERHEAD.saturating_add(info.len);
+        if !self.fits(conn, charge) {
+            // Parked before the second look: budget released in between
+            // either shows in that look or finds this connection parked.
+            self.parked.park(conn, info);
+            if !self.fits(conn, charge) {
+                return None;
+            }
+            self.parked.unpark(conn);
         }
         let u = Arc::new(Unexpected {
             st: Mutex::new(UnexpState {
-                // Grown as bytes arrive, not sized from the header: a peer
-                // announcing a huge message and sending nothing must not
-                // cost its announced size in memory.
-                data: bytes::BytesMut::with_capacity(info.len.min(crate::rx::UNEXP_PREALLOC)),
+                // The whole announced length is charged, and the share
+                // bounds it, so the buffer is sized once (pages of a large
+                // one are only touched as bytes arrive).
+                data: bytes::BytesMut::with_capacity(info.len),
                 len: info.len,
                 complete: info.len == 0,
                 failed: None,
                 waiter: None,
             }),
+            _charge: Charge::new(self, &conn.charged, charge),
         });
         m.push_unexpected(conn.peer_key, info, u.clone());
         Some(Arrival::Unexpected(u))
+    }
+
+    /// A message still arriving died with its connection: it leaves the
+    /// unexpected queue (and gives back its budget) at once.
+    pub fn drop_dead_unexpected(&self, u: &Arc<Unexpected>) {
+        let gone = lock(&self.matcher).remove_unexpected(|p| Arc::ptr_eq(p, u));
+        drop(gone);
     }
 
     /// A receive took an unexpected message: deliver it now, or when the
@@ -191,7 +258,6 @@ impl EpShared {
         let mut g = lock(&u.st);
         if let Some(err) = g.failed {
             drop(g);
-            self.rx_kick.notify_waiters();
             if req.flags.contains(OpFlags::CLAIM) {
                 // The caller asked for this very message; it is gone.
                 crate::rx::fail_recv(self, req, info, 0, err);
@@ -208,14 +274,23 @@ impl EpShared {
             drop(g);
             copy_and_deliver(self, req, info, &data);
         } else {
-            g.waiter = Some((req, info));
+            g.waiter = Some(Box::new((req, info)));
         }
-        self.rx_kick.notify_waiters();
     }
 
     /// Registers a connection with the drivers.
     pub fn add_conn(self: &Arc<Self>, conn: &Arc<Conn>) {
-        lock(&self.conns).push(conn.clone());
+        {
+            let mut conns = lock(&self.conns);
+            // Checked under the lock `close` drains: a handshake that ends
+            // after the close must not leave a connection behind.
+            if self.is_closed() {
+                drop(conns);
+                conn.abort();
+                return;
+            }
+            conns.push(conn.clone());
+        }
         self.conns_gen.fetch_add(1, Ordering::AcqRel);
         crate::driver::start(self, conn);
     }
@@ -223,23 +298,20 @@ impl EpShared {
     /// A connection died: forget it so the next send reconnects (RDM), or
     /// report it on the EQ (MSG).
     pub fn conn_failed(&self, conn: &Conn, err: Error) {
-        lock(&self.conns).retain(|c| !std::ptr::eq(c.as_ref(), conn));
+        {
+            let mut conns = lock(&self.conns);
+            conns.retain(|c| !std::ptr::eq(c.as_ref(), conn));
+            let len = conns.len();
+            if conns.capacity() > 64 && len * 4 < conns.capacity() {
+                conns.shrink_to(len * 2);
+            }
+        }
         self.conns_gen.fetch_add(1, Ordering::AcqRel);
         if self.is_closed() {
             return;
         }
         match self.ep_type {
-            EpType::Rdm => {
-                let mut peers = lock(&self.peers);
-                if let Some(p) = peers.get_mut(&conn.peer_key) {
-                    if p.conn
-                        .as_ref()
-                        .is_some_and(|c| std::ptr::eq(c.as_ref(), conn))
-                    {
-                        p.conn = None;
-                    }
-                }
-            }
+            EpType::Rdm => self.detach(conn),
             _ => {
                 let is_ours = lock(&self.msg_conn)
                     .as_ref()
@@ -253,6 +325,25 @@ impl EpShared {
                         self.cfg.eq_error(err, Vec::new());
                     }
                 }
+            }
+        }
+    }
+
+    /// RDM: `conn` no longer carries sends to its peer; the peer's entry
+    /// goes once nothing else is in it, so identities that came and went
+    /// do not accumulate.
+    pub fn detach(&self, conn: &Conn) {
+        let mut peers = lock(&self.peers);
+        if let Some(p) = peers.get_mut(&conn.peer_key) {
+            if p.conn
+                .as_ref()
+                .is_some_and(|c| std::ptr::eq(c.as_ref(), conn))
+            {
+                p.conn = None;
+            }
+            if p.is_empty() {
+                peers.remove(&conn.peer_key);
+                shrink_map(&mut peers);
             }
         }
     }
@@ -349,7 +440,6 @@ impl EpShared {
                 }
                 Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
             }
-            self.rx_kick.notify_waiters();
             return Ok(());
         }
         if req.flags.contains(OpFlags::CLAIM) {
@@ -365,7 +455,6 @@ impl EpShared {
                 Ok((info, None)) => crate::rx::complete_peek(self, req, info),
                 Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
             }
-            self.rx_kick.notify_waiters();
             return Ok(());
         }
         if !self.rx.try_take() {
@@ -380,9 +469,27 @@ impl EpShared {
 
     /// Matches a receive that already holds its credit.
     fn repost(&self, req: RecvReq) {
+        self.place(req, false);
+    }
+
+    /// A receive whose message died mid-way (its sender's connection
+    /// ended or stalled): it is not failed, it goes back to the head of
+    /// the posted receives for the next message it accepts.
+    pub fn repost_front(&self, req: RecvReq) {
+        self.place(req, true);
+    }
+
+    fn place(&self, req: RecvReq, front: bool) {
         let spec = spec_of(&req);
         let resolve = |s: &SocketAddr| self.resolve_src(s);
-        let out = lock(&self.matcher).post(spec, req, &resolve);
+        let out = {
+            let mut m = lock(&self.matcher);
+            if front {
+                m.repost_front(spec, req, &resolve)
+            } else {
+                m.post(spec, req, &resolve)
+            }
+        };
         match out {
             PostOutcome::Queued => {
                 // Checked after queueing: either this or `conn_failed`
@@ -391,7 +498,7 @@ impl EpShared {
                 if self.msg_dead.load(Ordering::Acquire) {
                     self.flush_posted();
                 }
-                self.rx_kick.notify_waiters()
+                self.parked.wake_for_recv(&spec);
             }
             PostOutcome::Matched {
                 recv,
@@ -400,6 +507,16 @@ impl EpShared {
                 ..
             } => self.take_unexpected(recv, info, payload),
         }
+    }
+}
+
+/// Gives back the room a burst of peers left in `m`: a map keeps its
+/// capacity after removals, so a thousand peers that came and went would
+/// cost their entries' space for good.
+pub fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut FastMap<K, V>) {
+    let len = m.len();
+    if m.capacity() > 64 && len * 4 < m.capacity() {
+        m.shrink_to(len * 2);
     }
 }
 
@@ -497,6 +614,16 @@ impl ProviderEndpoint for TcpEndpoint {
         self.shared.rx.left()
     }
 
+    fn stats(&self) -> EpStats {
+        let ep = &self.shared;
+        let mut s = EpStats::default();
+        s.conns = ep.conn_count.load(Ordering::Acquire);
+        s.parked = ep.parked.len();
+        s.unexpected_bytes = ep.unexp_charged.load(Ordering::Acquire);
+        s.peers = lock(&ep.peers).len();
+        s
+    }
+
     fn connect(&self, dest: Vec<u8>, cm_data: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> {
         let ep = self.shared.clone();
         async move { crate::link::msg_connect(ep, dest, cm_data).await }.boxed()
@@ -536,7 +663,7 @@ impl ProviderEndpoint for TcpEndpoint {
         // Outstanding operations are discarded without completions.
         let posted = lock(&ep.matcher).drain_posted();
         drop(posted);
-        ep.rx_kick.notify_waiters();
+        ep.parked.wake_all();
         // A parked busy-poll thread sees the close now, not when the hold ends.
         ep.hold.waiter_idle();
         crate::link::stop_listener(ep);

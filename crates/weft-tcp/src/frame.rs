@@ -12,9 +12,6 @@ use weft_core::provider::Iov;
 use weft_core::wire::{self, FrameKind, Header, HEADER_LEN};
 use weft_core::{Error, Result};
 
-/// How long a peer may take to answer a handshake frame.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// An outgoing frame: header, payload buffers, how much is written, and
 /// what to do once it is.
 #[derive(Debug)]
@@ -74,19 +71,34 @@ impl TxFrame {
     }
 }
 
-/// Writes one control frame (handshake; not on the hot path).
-pub async fn write_frame(s: &mut TcpStream, hdr: Header, payload: &[u8]) -> Result<()> {
+/// Writes one control frame (handshake; not on the hot path) within
+/// `deadline`: a peer that never reads must not hold the task.
+pub async fn write_frame(
+    s: &mut TcpStream,
+    hdr: Header,
+    payload: &[u8],
+    deadline: Duration,
+) -> Result<()> {
     let mut h = hdr;
     h.len = payload.len() as u64;
-    s.write_all(&h.encode()).await?;
-    if !payload.is_empty() {
-        s.write_all(payload).await?;
-    }
-    Ok(())
+    let fut = async {
+        s.write_all(&h.encode()).await?;
+        if !payload.is_empty() {
+            s.write_all(payload).await?;
+        }
+        Ok::<(), Error>(())
+    };
+    tokio::time::timeout(deadline, fut)
+        .await
+        .map_err(|_| Error::TimedOut)?
 }
 
-/// Reads one control frame of the expected kind, with a deadline.
-pub async fn read_frame(s: &mut TcpStream, expect: FrameKind) -> Result<(Header, Vec<u8>)> {
+/// Reads one control frame of the expected kind within `deadline`.
+pub async fn read_frame(
+    s: &mut TcpStream,
+    expect: FrameKind,
+    deadline: Duration,
+) -> Result<(Header, Vec<u8>)> {
     let fut = async {
         let mut b = [0u8; HEADER_LEN];
         s.read_exact(&mut b).await?;
@@ -98,7 +110,7 @@ pub async fn read_frame(s: &mut TcpStream, expect: FrameKind) -> Result<(Header,
         s.read_exact(&mut p).await?;
         Ok((h, p))
     };
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
+    tokio::time::timeout(deadline, fut)
         .await
         .map_err(|_| Error::TimedOut)?
 }

@@ -13,12 +13,15 @@
 // Rejected posts hand the request back by value; see weft_core::provider.
 #![allow(clippy::result_large_err)]
 
+mod admission;
 mod conn;
 mod driver;
 mod endpoint;
 mod frame;
 mod link;
+mod parked;
 mod rx;
+mod sweep;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -159,6 +162,7 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
             let local = l.local_addr()?;
             let ep = endpoint::EpShared::new(cfg, local, rt.clone());
             link::start_rdm_listener(&ep, l);
+            sweep::start(&ep);
             ep
         }
         EpType::Msg => {
@@ -166,14 +170,17 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
                 Some(h) => link::pending_of(h)?.local,
                 None => bind_addr(&cfg)?,
             };
-            endpoint::EpShared::new(cfg, local, rt.clone())
+            let ep = endpoint::EpShared::new(cfg, local, rt.clone());
+            sweep::start(&ep);
+            ep
         }
         _ => return Err(Error::NoSys),
     };
     Ok(Arc::new(endpoint::TcpEndpoint::new(shared)))
 }
 
-/// Opens a listening passive endpoint for MSG connections.
+/// Opens a listening passive endpoint for MSG connections (limits from
+/// the environment, see `weft_core::limits`).
 pub fn open_passive(
     addr: Option<Vec<u8>>,
     backlog: u32,
@@ -193,6 +200,7 @@ pub fn open_passive(
         fid,
         context,
         CM_DATA_SIZE,
+        weft_core::limits::ConnLimits::from_env(),
         rt,
     )?))
 }

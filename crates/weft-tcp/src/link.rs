@@ -3,6 +3,7 @@
 //! The frames are described in `docs/wire.md`.
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -10,14 +11,16 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr};
 use weft_core::eventq::{ConnHandle, EqEvent, EqEventKind, EqShared};
+use weft_core::limits::ConnLimits;
 use weft_core::provider::ProviderPassive;
 use weft_core::sync::lock;
 use weft_core::wire::{FrameKind, Header};
 use weft_core::{Error, Result};
 
+use crate::admission::ConnSlot;
 use crate::conn::{fail_frame_done, Conn};
 use crate::endpoint::{EpShared, PeerState};
-use crate::frame::{read_frame, write_frame, TxFrame, HANDSHAKE_TIMEOUT};
+use crate::frame::{read_frame, write_frame, TxFrame};
 
 /// Binds a listening socket. Must run inside the runtime.
 pub fn listen(addr: SocketAddr, backlog: u32) -> Result<TcpListener> {
@@ -31,13 +34,15 @@ pub fn listen(addr: SocketAddr, backlog: u32) -> Result<TcpListener> {
     Ok(sock.listen(backlog.max(1))?)
 }
 
-/// RDM: starts accepting peers' connections.
+/// RDM: starts accepting peers' connections, up to the endpoint's
+/// connection limit (handshaking ones included); beyond it a connection
+/// is closed at once and reported.
 pub fn start_rdm_listener(ep: &Arc<EpShared>, l: TcpListener) {
     let weak = Arc::downgrade(ep);
     let t = ep.rt.spawn(async move {
         loop {
-            let s = match l.accept().await {
-                Ok((s, _)) => s,
+            let (s, peer) = match l.accept().await {
+                Ok(a) => a,
                 Err(e) => {
                     // Out of descriptors and the like: retrying at once
                     // would spin a core until the condition clears.
@@ -47,10 +52,19 @@ pub fn start_rdm_listener(ep: &Arc<EpShared>, l: TcpListener) {
                 }
             };
             let Some(ep) = weak.upgrade() else { return };
+            let Some(slot) = ConnSlot::try_take(&ep.conn_count, ep.limits.max_conns) else {
+                drop(s);
+                tracing::debug!(%peer, "connection limit reached; refused");
+                ep.report_addr(Error::ConnRefused, &peer);
+                continue;
+            };
             let rt = ep.rt.clone();
             rt.spawn(async move {
-                if let Err(e) = rdm_handshake_in(ep, s).await {
-                    tracing::debug!(error = %e, "incoming RDM connection dropped");
+                if let Err(e) = rdm_handshake_in(ep.clone(), s, slot).await {
+                    tracing::debug!(%peer, error = %e, "incoming RDM connection dropped");
+                    if e == Error::TimedOut {
+                        ep.report_addr(e, &peer);
+                    }
                 }
             });
         }
@@ -86,15 +100,16 @@ fn keep_mine(ep: &EpShared, peer_key: &SocketAddr) -> bool {
     encode_sockaddr(&ep.local) < encode_sockaddr(peer_key)
 }
 
-async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream) -> Result<()> {
-    let (_, payload) = read_frame(&mut s, FrameKind::Hello).await?;
+async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream, slot: ConnSlot) -> Result<()> {
+    let t = ep.limits.handshake_timeout;
+    let (_, payload) = read_frame(&mut s, FrameKind::Hello, t).await?;
     let key = decode_sockaddr(&payload)?;
     if key == ep.local {
         // Our own connect (a send to our own address): this end only
         // receives. Our outgoing end is the peer's connection; letting this
         // one replace it would close both ends of the one socket.
-        write_frame(&mut s, Header::new(FrameKind::HelloAck), &[]).await?;
-        let conn = Conn::new(s, key, &ep)?;
+        write_frame(&mut s, Header::new(FrameKind::HelloAck), &[], t).await?;
+        let conn = Conn::new(s, key, &ep, slot)?;
         ep.add_conn(&conn);
         return Ok(());
     }
@@ -105,32 +120,39 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream) -> Result<()> {
         let refuse = busy && keep_mine(&ep, &key);
         if !refuse {
             p.accepting = true;
+        } else if p.is_empty() {
+            peers.remove(&key);
         }
         refuse
     };
     let mut ack = Header::new(FrameKind::HelloAck);
     if refuse {
         ack.data = Error::Already.code() as u64;
-        let _ = write_frame(&mut s, ack, &[]).await;
+        let _ = write_frame(&mut s, ack, &[], t).await;
         return Ok(());
     }
     let r = async {
-        write_frame(&mut s, ack, &[]).await?;
-        Conn::new(s, key, &ep)
+        write_frame(&mut s, ack, &[], t).await?;
+        Conn::new(s, key, &ep, slot)
     }
     .await;
     let replaced = {
         let mut peers = lock(&ep.peers);
         let p = peers.entry(key).or_default();
         p.accepting = false;
-        match r {
+        let replaced = match r {
             Ok(conn) => attach(&ep, p, conn),
             Err(e) if p.conn.is_none() && !p.connecting => {
                 fail_pending(&ep, p, e);
                 None
             }
             Err(_) => None,
+        };
+        if p.is_empty() {
+            peers.remove(&key);
+            crate::endpoint::shrink_map(&mut peers);
         }
+        replaced
     };
     if let Some(old) = replaced {
         old.fail(Error::ConnAborted);
@@ -168,16 +190,18 @@ pub fn rdm_send(ep: &Arc<EpShared>, dest: SocketAddr, frame: TxFrame) {
 
 async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
     let local = encode_sockaddr(&ep.local);
+    let t = ep.limits.handshake_timeout;
     let r = async {
-        let mut s = tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(dest))
+        let slot = ConnSlot::take(&ep.conn_count);
+        let mut s = tokio::time::timeout(t, TcpStream::connect(dest))
             .await
             .map_err(|_| Error::TimedOut)??;
-        write_frame(&mut s, Header::new(FrameKind::Hello), &local).await?;
-        let (h, _) = read_frame(&mut s, FrameKind::HelloAck).await?;
+        write_frame(&mut s, Header::new(FrameKind::Hello), &local, t).await?;
+        let (h, _) = read_frame(&mut s, FrameKind::HelloAck, t).await?;
         if h.data != 0 {
             return Ok(None);
         }
-        Ok(Some(Conn::new(s, dest, &ep)?))
+        Ok(Some(Conn::new(s, dest, &ep, slot)?))
     }
     .await;
     let mut peers = lock(&ep.peers);
@@ -198,12 +222,15 @@ async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
             if p.conn.is_none() && !p.accepting {
                 let weak = Arc::downgrade(&ep);
                 ep.rt.spawn(async move {
-                    tokio::time::sleep(HANDSHAKE_TIMEOUT).await;
+                    tokio::time::sleep(t).await;
                     if let Some(ep) = weak.upgrade() {
                         let mut peers = lock(&ep.peers);
                         if let Some(p) = peers.get_mut(&dest) {
                             if p.conn.is_none() && !p.connecting && !p.accepting {
                                 fail_pending(&ep, p, Error::TimedOut);
+                            }
+                            if p.is_empty() {
+                                peers.remove(&dest);
                             }
                         }
                     }
@@ -215,16 +242,21 @@ async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
                 tracing::debug!(peer = %dest, error = %e, "RDM connect failed");
                 fail_pending(&ep, p, e);
             }
+            if p.is_empty() {
+                peers.remove(&dest);
+            }
         }
     }
 }
 
-/// A connection request waiting for accept or reject.
+/// A connection request waiting for accept or reject. It holds a place
+/// in the passive endpoint's count until it is answered or dropped.
 #[derive(Debug)]
 pub struct PendingConn {
     stream: Mutex<Option<TcpStream>>,
     pub peer: SocketAddr,
     pub local: SocketAddr,
+    _slot: ConnSlot,
 }
 
 impl PendingConn {
@@ -249,18 +281,19 @@ pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Resul
     if lock(&ep.msg_conn).is_some() {
         return Err(Error::IsConn);
     }
+    let t = ep.limits.handshake_timeout;
     let r = async {
-        let mut s = tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr))
+        let mut s = tokio::time::timeout(t, TcpStream::connect(addr))
             .await
             .map_err(|_| Error::TimedOut)??;
-        write_frame(&mut s, Header::new(FrameKind::ConnReq), &cm).await?;
-        let (h, peer_cm) = read_frame(&mut s, FrameKind::ConnResp).await?;
+        write_frame(&mut s, Header::new(FrameKind::ConnReq), &cm, t).await?;
+        let (h, peer_cm) = read_frame(&mut s, FrameKind::ConnResp, t).await?;
         Ok((s, h.data, peer_cm))
     }
     .await;
     match r {
         Ok((s, 0, peer_cm)) => {
-            let conn = Conn::new(s, addr, &ep)?;
+            let conn = Conn::new(s, addr, &ep, ConnSlot::take(&ep.conn_count))?;
             *lock(&ep.msg_conn) = Some(conn.clone());
             ep.add_conn(&conn);
             ep.cfg.eq_connected(peer_cm.clone());
@@ -285,8 +318,9 @@ pub async fn msg_accept(ep: Arc<EpShared>, cm: Vec<u8>) -> Result<()> {
     let h = ep.cfg.conn.as_ref().ok_or(Error::OpBadState)?;
     let pc = pending_of(h)?;
     let mut s = pc.take()?;
-    write_frame(&mut s, Header::new(FrameKind::ConnResp), &cm).await?;
-    let conn = Conn::new(s, pc.peer, &ep)?;
+    let t = ep.limits.handshake_timeout;
+    write_frame(&mut s, Header::new(FrameKind::ConnResp), &cm, t).await?;
+    let conn = Conn::new(s, pc.peer, &ep, ConnSlot::take(&ep.conn_count))?;
     *lock(&ep.msg_conn) = Some(conn.clone());
     ep.add_conn(&conn);
     ep.cfg.eq_connected(Vec::new());
@@ -303,6 +337,10 @@ pub struct TcpPassive {
 
 impl TcpPassive {
     /// Binds and listens; connection requests become `ConnReq` events.
+    /// Requests being read or waiting for an answer are bounded by
+    /// `limits.max_conns`, and each must arrive within the handshake
+    /// timeout.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         addr: SocketAddr,
         backlog: u32,
@@ -310,20 +348,33 @@ impl TcpPassive {
         fid: u64,
         context: u64,
         cm_data_size: usize,
+        limits: ConnLimits,
         rt: Handle,
     ) -> Result<TcpPassive> {
         let _g = rt.enter();
         let l = listen(addr, backlog)?;
         let local = l.local_addr()?;
         let eq_w: Weak<EqShared> = Arc::downgrade(&eq);
+        let pending = Arc::new(AtomicUsize::new(0));
         let t = rt.spawn(async move {
             loop {
-                let Ok((mut s, peer)) = l.accept().await else {
+                let (mut s, peer) = match l.accept().await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of descriptors: retrying at once would spin.
+                        tracing::debug!(error = %e, "MSG accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let Some(slot) = ConnSlot::try_take(&pending, limits.max_conns) else {
+                    tracing::debug!(%peer, "pending connection requests at the limit; refused");
                     continue;
                 };
                 let eq_w = eq_w.clone();
                 tokio::spawn(async move {
-                    let Ok((_, cm)) = read_frame(&mut s, FrameKind::ConnReq).await else {
+                    let t = limits.handshake_timeout;
+                    let Ok((_, cm)) = read_frame(&mut s, FrameKind::ConnReq, t).await else {
                         return;
                     };
                     if cm.len() > cm_data_size {
@@ -334,6 +385,7 @@ impl TcpPassive {
                         stream: Mutex::new(Some(s)),
                         peer,
                         local,
+                        _slot: slot,
                     });
                     let mut ev = EqEvent::new(EqEventKind::ConnReq, fid, context, 0);
                     ev.cm_data = cm;
@@ -362,7 +414,7 @@ impl ProviderPassive for TcpPassive {
         self.rt.spawn(async move {
             let mut h = Header::new(FrameKind::ConnResp);
             h.data = Error::ConnRefused.code() as u64;
-            let _ = write_frame(&mut s, h, &data).await;
+            let _ = write_frame(&mut s, h, &data, Duration::from_secs(1)).await;
             // Give the peer a moment to read the answer before the close.
             tokio::time::sleep(Duration::from_millis(50)).await;
         });

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use bytes::BytesMut;
 
 use weft_core::addr::FiAddr;
+use weft_core::flags::OpFlags;
 use weft_core::provider::RecvReq;
 pub use weft_core::recvdone::{complete_peek, copy_and_deliver, deliver, fail_recv};
 use weft_core::sync::lock;
@@ -24,13 +25,13 @@ use crate::endpoint::EpShared;
 const STAGING: usize = 64 * 1024;
 /// Payload bytes still to come above which reads go straight to the target.
 const DIRECT_MIN: usize = 16 * 1024;
-/// Most bytes reserved up front for an unexpected message.
-pub const UNEXP_PREALLOC: usize = 64 * 1024;
 
 /// A buffered unexpected message, possibly still arriving.
 #[derive(Debug)]
 pub struct Unexpected {
     pub st: Mutex<UnexpState>,
+    /// Its share of the budget, given back when the message is freed.
+    pub _charge: crate::admission::Charge,
 }
 
 #[derive(Debug)]
@@ -42,8 +43,10 @@ pub struct UnexpState {
     pub complete: bool,
     /// Its connection ended before the whole message arrived.
     pub failed: Option<Error>,
-    /// A receive matched it before its payload was complete.
-    pub waiter: Option<(RecvReq, MsgInfo)>,
+    /// A receive matched it before its payload was complete (boxed: most
+    /// messages never have one, and every buffered message pays for the
+    /// field's size).
+    pub waiter: Option<Box<(RecvReq, MsgInfo)>>,
 }
 
 enum Sink {
@@ -111,7 +114,9 @@ impl std::fmt::Debug for RxMachine {
 impl RxMachine {
     pub fn new(max_msg: u64) -> RxMachine {
         RxMachine {
-            buf: vec![0u8; STAGING].into_boxed_slice(),
+            // Allocated by the first read: a connection that never sends
+            // costs no staging buffer.
+            buf: Box::default(),
             start: 0,
             end: 0,
             phase: Phase::Header,
@@ -246,6 +251,44 @@ impl RxMachine {
         self.fill(read, true)
     }
 
+    /// A frame is part-way in: a partial header is buffered, or a
+    /// payload is still arriving. Only then can the peer stall us.
+    pub fn mid_frame(&self) -> bool {
+        match self.phase {
+            Phase::Header => self.end > self.start,
+            Phase::Parked(_) => false,
+            Phase::Payload { .. } => true,
+        }
+    }
+
+    /// Waiting for a receive or for budget.
+    pub fn is_parked(&self) -> bool {
+        matches!(self.phase, Phase::Parked(_))
+    }
+
+    /// Lets go of the staging buffer, keeping only bytes still staged: a
+    /// parked or quiet connection should not hold 64 KiB while it waits.
+    /// The next read allocates it again.
+    pub fn shrink(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        self.buf = self.buf[self.start..self.end].into();
+        self.end -= self.start;
+        self.start = 0;
+    }
+
+    fn ensure_staging(&mut self) {
+        if self.buf.len() < STAGING {
+            let mut b = vec![0u8; STAGING].into_boxed_slice();
+            let n = self.end - self.start;
+            b[..n].copy_from_slice(&self.buf[self.start..self.end]);
+            self.buf = b;
+            self.start = 0;
+            self.end = n;
+        }
+    }
+
     /// The connection was ended from elsewhere (writer error, replaced by
     /// a newer connection): a message half-read must still complete, or its
     /// receive would wait forever.
@@ -268,6 +311,7 @@ impl RxMachine {
         read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
         at_header: bool,
     ) -> Option<RxStatus> {
+        self.ensure_staging();
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -314,6 +358,7 @@ impl RxMachine {
                     Some(s) => s,
                     None => {
                         self.phase = Phase::Parked(hdr);
+                        self.shrink();
                         return Some(RxStatus::Parked);
                     }
                 };
@@ -440,22 +485,27 @@ fn feed_unexpected(u: &Unexpected, data: &[u8]) {
     g.data.extend_from_slice(&data[..n]);
 }
 
+/// The message feeding `sink` will not arrive whole. The receive it had
+/// matched did not get its message, so it goes back to the head of the
+/// posted receives (a claim fails instead: it asked for this very
+/// message); a message nobody had matched leaves the unexpected queue.
 fn fail_sink(ep: &EpShared, sink: Sink, err: Error) {
     match sink {
-        Sink::Posted {
-            req, info, placed, ..
-        } => fail_recv(ep, req, info, placed, err),
+        Sink::Posted { req, .. } => ep.repost_front(req),
         Sink::Unexpected(u) => {
-            // A receive waiting on this message fails with the connection;
-            // an unmatched one is skipped by whichever receive finds it.
             let waiter = {
                 let mut g = lock(&u.st);
                 g.failed = Some(err);
                 g.data = BytesMut::new();
                 g.waiter.take()
             };
-            if let Some((req, info)) = waiter {
-                fail_recv(ep, req, info, 0, err);
+            match waiter {
+                Some(w) if w.0.flags.contains(OpFlags::CLAIM) => {
+                    let (req, info) = *w;
+                    fail_recv(ep, req, info, 0, err)
+                }
+                Some(w) => ep.repost_front(w.0),
+                None => ep.drop_dead_unexpected(&u),
             }
         }
     }
@@ -474,9 +524,10 @@ fn finish(conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: &Header, sink: Sink) {
             let waiter = {
                 let mut g = lock(&u.st);
                 g.complete = true;
-                g.waiter
-                    .take()
-                    .map(|(req, info)| (req, info, std::mem::take(&mut g.data)))
+                g.waiter.take().map(|w| {
+                    let (req, info) = *w;
+                    (req, info, std::mem::take(&mut g.data))
+                })
             };
             if let Some((req, info, data)) = waiter {
                 copy_and_deliver(ep, req, info, &data);

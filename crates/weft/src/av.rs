@@ -216,6 +216,7 @@ impl AddressVector {
                     err,
                     prov_errno: err.code(),
                     err_data: Vec::new(),
+                    peer_addr: None,
                 }),
                 InsertEvent::Complete { count } => Ok(EqEvent::new(
                     EqEventKind::AvComplete,

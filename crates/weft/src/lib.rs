@@ -74,7 +74,7 @@ pub use msg::{RecvMsg, SendMsg};
 pub use passive::PassiveEndpoint;
 pub use rma::RmaMsg;
 pub use srx::SharedRxContext;
-pub use weft_core::provider::{AtomicOp, MrCacheStats, RmaOp};
+pub use weft_core::provider::{AtomicOp, EpStats, MrCacheStats, RmaOp};
 
 pub use weft_core::addr::{
     decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sockaddr_to_str, FiAddr,
@@ -90,4 +90,5 @@ pub use weft_core::flags::{
     AvFlags, BindFlags, Caps, CompOrder, Mode, MrAccess, MrMode, MrRegFlags, MsgOrder, OpFlags,
 };
 pub use weft_core::getinfo::format_info;
+pub use weft_core::limits::{ConnLimits, UNEXPECTED_OVERHEAD};
 pub use weft_core::{Error, Result};

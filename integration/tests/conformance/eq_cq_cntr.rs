@@ -64,6 +64,7 @@ async fn eq_readerr_without_error_is_again(p: Provider) {
         err: Error::Io,
         prov_errno: 5,
         err_data: vec![1, 2],
+        peer_addr: None,
     }))
     .unwrap();
     assert_eq!(eq.read(false).unwrap_err(), Error::Avail);

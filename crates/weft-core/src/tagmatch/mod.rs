@@ -63,6 +63,16 @@ pub struct MsgInfo {
     pub data: Option<u64>,
 }
 
+impl RecvSpec {
+    /// Whether this receive would take a message like `info` (kind, tag
+    /// and directed source). A message whose source was unknown when it
+    /// arrived is taken to be acceptable: its source may be resolved by
+    /// the time it is matched.
+    pub fn accepts(&self, info: &MsgInfo) -> bool {
+        kind_and_tag_ok(self, info) && (src_ok(self.src, info.src) || info.src == FI_ADDR_NOTAVAIL)
+    }
+}
+
 /// The tag rule of fi_tagged(3): bits set in `ignore` do not take part.
 pub fn tag_matches(recv_tag: u64, ignore: u64, msg_tag: u64) -> bool {
     (recv_tag | ignore) == (msg_tag | ignore)
@@ -244,6 +254,38 @@ impl<R, U, S> Matcher<R, U, S> {
         }
         self.posted.push(spec, r);
         PostOutcome::Queued
+    }
+
+    /// [`post`](Self::post) for a receive that had already matched a
+    /// message which then died (its sender's connection ended mid-way):
+    /// it takes a buffered message if one matches, else it goes back to
+    /// the head of the posted receives, ahead of those posted after it.
+    pub fn repost_front(
+        &mut self,
+        spec: RecvSpec,
+        r: R,
+        resolve: &dyn Fn(&S) -> FiAddr,
+    ) -> PostOutcome<R, U> {
+        if let Some((seq, info)) = self.unexpected.find(&spec, resolve) {
+            if let Some((_, _, payload)) = self.unexpected.take(seq) {
+                return PostOutcome::Matched {
+                    recv: r,
+                    spec,
+                    info,
+                    payload,
+                };
+            }
+        }
+        self.posted.push_front(spec, r);
+        PostOutcome::Queued
+    }
+
+    /// Removes the newest unclaimed buffered message that `pred` picks
+    /// (one whose sender died before it was complete), so it neither holds
+    /// buffer space nor is matched. Claimed messages stay: their claim
+    /// must still find them and report the failure.
+    pub fn remove_unexpected(&mut self, pred: impl Fn(&U) -> bool) -> Option<U> {
+        self.unexpected.remove_newest_where(pred)
     }
 
     /// `fi_trecvmsg` with `FI_PEEK`: `flags` must contain `PEEK`, optionally

@@ -41,8 +41,13 @@ fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
+/// Where sequence numbers start: receives put back at the front count
+/// down from here, new ones count up, so both keep post order.
+const FIRST_SEQ: u64 = 1 << 63;
+
 pub(super) struct PostedQueue<R> {
     next_seq: u64,
+    front_seq: u64,
     // By sequence number. A hash map, not an ordered one: matching finds
     // the sequence through the indexes, and only the rare `cancel` and
     // `drain` need post order (they sort or scan). A B-tree moved the large
@@ -60,7 +65,8 @@ pub(super) struct PostedQueue<R> {
 impl<R> PostedQueue<R> {
     pub(super) fn new() -> Self {
         PostedQueue {
-            next_seq: 0,
+            next_seq: FIRST_SEQ,
+            front_seq: FIRST_SEQ,
             entries: fast_map(),
             exact: fast_map(),
             wild: BTreeMap::new(),
@@ -75,6 +81,18 @@ impl<R> PostedQueue<R> {
     pub(super) fn push(&mut self, spec: RecvSpec, r: R) {
         let seq = self.next_seq;
         self.next_seq += 1;
+        self.insert(seq, spec, r);
+    }
+
+    /// Queues a receive ahead of every posted one: a receive handed back
+    /// after the message it had matched died keeps its place at the head.
+    pub(super) fn push_front(&mut self, spec: RecvSpec, r: R) {
+        self.front_seq -= 1;
+        let seq = self.front_seq;
+        self.insert(seq, spec, r);
+    }
+
+    fn insert(&mut self, seq: u64, spec: RecvSpec, r: R) {
         match slot_of(&spec) {
             Slot::Exact(tag, src) => index_insert(&mut self.exact, (tag, src), seq),
             Slot::Wild => {

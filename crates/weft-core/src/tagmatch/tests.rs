@@ -371,3 +371,59 @@ fn many_exact_receives() {
 }
 
 mod model;
+
+#[test]
+fn repost_front_goes_ahead_of_later_receives() {
+    let mut m = M::new();
+    assert!(queued(m.post(tspec(FI_ADDR_UNSPEC, 5, 0, 1), 1, &no_av)));
+    assert!(queued(m.post(tspec(FI_ADDR_UNSPEC, 0, 0xF, 2), 2, &no_av)));
+    // Receive 1 matched a message whose sender then died: it comes back
+    // ahead of receive 2 (exact and wildcard receives alike).
+    let (_, r1) = m.match_arrival(&tmsg(A, 5, 8)).unwrap();
+    assert_eq!(r1, 1);
+    assert!(queued(m.repost_front(
+        tspec(FI_ADDR_UNSPEC, 5, 0, 1),
+        r1,
+        &no_av
+    )));
+    assert_eq!(m.match_arrival(&tmsg(A, 5, 8)).unwrap().1, 1);
+    assert_eq!(m.match_arrival(&tmsg(A, 5, 8)).unwrap().1, 2);
+    // With a message already buffered, the reposted receive takes it.
+    m.push_unexpected(0, tmsg(B, 5, 3), 300);
+    let (recv, .., payload) = matched(m.repost_front(tspec(FI_ADDR_UNSPEC, 5, 0, 9), 9, &no_av));
+    assert_eq!((recv, payload), (9, 300));
+}
+
+#[test]
+fn remove_unexpected_takes_the_newest_unclaimed_pick() {
+    let mut m = M::new();
+    m.push_unexpected(0, tmsg(A, 5, 10), 100);
+    m.push_unexpected(0, tmsg(A, 5, 20), 100);
+    m.push_unexpected(0, tmsg(A, 6, 30), 101);
+    assert_eq!(m.remove_unexpected(|&p| p == 100), Some(100));
+    assert_eq!(m.unexpected_bytes(), 40);
+    // The older one of the pair is left, and is what a receive finds.
+    let (.., info, _) = matched(m.post(tspec(FI_ADDR_UNSPEC, 5, 0, 1), 1, &no_av));
+    assert_eq!(info.len, 10);
+    // Claimed messages are not removed.
+    m.peek(
+        &tspec(FI_ADDR_UNSPEC, 6, 0, 7),
+        OpFlags::PEEK | OpFlags::CLAIM,
+        &no_av,
+    )
+    .unwrap();
+    assert_eq!(m.remove_unexpected(|&p| p == 101), None);
+    assert_eq!(m.claim(7, false).unwrap().1, Some(101));
+}
+
+#[test]
+fn spec_accepts_follows_the_matching_rules() {
+    assert!(tspec(FI_ADDR_UNSPEC, 5, 0, 0).accepts(&tmsg(A, 5, 1)));
+    assert!(!tspec(FI_ADDR_UNSPEC, 5, 0, 0).accepts(&tmsg(A, 6, 1)));
+    assert!(tspec(FI_ADDR_UNSPEC, 4, 3, 0).accepts(&tmsg(A, 6, 1)));
+    assert!(!uspec(FI_ADDR_UNSPEC, 0).accepts(&tmsg(A, 5, 1)));
+    assert!(uspec(A, 0).accepts(&umsg(A, 1)));
+    assert!(!uspec(A, 0).accepts(&umsg(B, 1)));
+    // Unknown at arrival: may resolve to A by the time it is matched.
+    assert!(uspec(A, 0).accepts(&umsg(FI_ADDR_NOTAVAIL, 1)));
+}

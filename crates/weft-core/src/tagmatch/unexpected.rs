@@ -151,6 +151,19 @@ impl<U, S> UnexpectedQueue<U, S> {
         Some((entry.src_raw, entry.info, entry.payload))
     }
 
+    /// Removes the newest unclaimed message whose payload `pred` picks.
+    /// Searched from the newest: the message a dying connection was still
+    /// receiving is almost always the last one that arrived.
+    pub(super) fn remove_newest_where(&mut self, pred: impl Fn(&U) -> bool) -> Option<U> {
+        let seq = self
+            .entries
+            .iter()
+            .rev()
+            .find(|(_, e)| e.claimed_by.is_none() && pred(&e.payload))
+            .map(|(&seq, _)| seq)?;
+        self.take(seq).map(|(_, _, payload)| payload)
+    }
+
     pub(super) fn drain(&mut self) -> Vec<(S, MsgInfo, U)> {
         self.bytes = 0;
         self.by_tag.clear();

@@ -10,8 +10,9 @@ use weft_core::completion::{CqItem, CqShared, OpDone, WaitMode};
 use weft_core::counter::CounterShared;
 use weft_core::eventq::{ConnHandle, EqShared};
 use weft_core::flags::{BindFlags, Caps, OpFlags};
+use weft_core::limits::ConnLimits;
 use weft_core::progress::Progress;
-use weft_core::provider::{EpConfig, ProviderEndpoint};
+use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
@@ -67,6 +68,8 @@ struct Binds {
     src_addr: Option<Vec<u8>>,
     context: u64,
     srx: Option<SharedRxContext>,
+    /// `None`: the environment's limits, read at enable.
+    limits: Option<ConnLimits>,
 }
 
 /// What the data path needs, fixed at enable.
@@ -358,6 +361,14 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Sets what peers may make this endpoint hold (connections, buffered
+    /// bytes, idle and stall timeouts), before enable. Without it the
+    /// endpoint takes [`ConnLimits::from_env`] at enable.
+    pub fn set_conn_limits(&self, limits: ConnLimits) -> Result<()> {
+        self.binds_mut()?.limits = Some(limits);
+        Ok(())
+    }
+
     /// Sets the context reported with this endpoint's EQ events.
     pub fn set_context(&self, context: u64) -> Result<()> {
         self.binds_mut()?.context = context;
@@ -444,6 +455,7 @@ impl Endpoint {
             rx_cq: b.rx_cq.as_ref().map(|(c, _)| c.clone()),
             rx_cntr: b.recv_cntr.clone(),
             srx: b.srx.as_ref().map(|s| s.inner.prov.clone()),
+            limits: b.limits.unwrap_or_else(ConnLimits::from_env),
         };
         let rt = self.inner.domain.rt().clone();
         let prov = match self.inner.domain.fabric().provider() {
@@ -491,6 +503,12 @@ impl Endpoint {
     /// The bound local address, raw bytes (after enable).
     pub fn local_addr(&self) -> Result<Vec<u8>> {
         Ok(self.live()?.prov.local_addr())
+    }
+
+    /// What the endpoint holds on its peers' behalf now (connections,
+    /// parked readers, buffered unexpected bytes), after enable.
+    pub fn stats(&self) -> Result<EpStats> {
+        Ok(self.live()?.prov.stats())
     }
 
     /// The connected peer's address (MSG, once connected).
