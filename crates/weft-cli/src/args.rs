@@ -1,10 +1,34 @@
 //! Hand-written argument parsing. The option letters follow fi_pingpong
 //! and fi_info so that muscle memory (and scripts) carry over.
 
+use std::time::Duration;
+
 use weft::{EpType, WaitMode};
 
 /// The OOB / passive-endpoint port fi_pingpong uses by default.
 pub const DEFAULT_PORT: u16 = 47592;
+
+/// `--timeout`: how long each step of setting a run up (the address
+/// exchange, the parameter agreement, the final goodbye) may take before
+/// the peer is taken for a stranger and dropped.
+pub const DEFAULT_CTRL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest `--timeout`: past an hour a peer is surely not coming.
+pub const MAX_CTRL_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The most timed iterations (`-I`). With the warm-up on top and the
+/// largest size, the report's byte total still fits in a u64.
+pub const MAX_ITERS: usize = 1_000_000_000;
+
+/// The widest bw window (`-W`).
+pub const MAX_WINDOW: usize = 1 << 16;
+
+/// What bw may hold in flight at once, `-W` times the largest `-S`: the
+/// server posts that many receive buffers, so past this a typo (or a
+/// hostile client) would exhaust its memory.
+pub const MAX_BW_BYTES: u64 = 1 << 30;
+
+/// The most sizes one run takes (`-S all` is six); what a peer may ask for.
+pub const MAX_SIZES: usize = 64;
 
 /// fi_pingpong's `-S all` list.
 pub const ALL_SIZES: &[usize] = &[64, 256, 1 << 10, 4 << 10, 64 << 10, 1 << 20];
@@ -31,10 +55,18 @@ pingpong / bw options:
                 run fails once nothing completes for 10 s (a lost datagram)
   -d <domain>   domain (RDMA device) name, e.g. rxe1 (the provider's first)
   -S <size>     transfer size (64, 4k, 1m) or 'all' (64 256 1k 4k 64k 1m) (64)
-  -I <iters>    timed iterations per size, after 10% untimed warm-up (1000)
-  -B <port>     server: control / listen port (47592); client: OOB source port
-  -P <port>     client: server's port (47592)
-  -W <window>   bw only: sends in flight (64)
+  -I <iters>    timed iterations per size, after 10% untimed warm-up,
+                1 to 1000000000 (1000)
+  -B <port>     server: control / listen port (47592; 0: any free port,
+                printed on stderr); client: OOB source port
+  -P <port>     client: server's port, 1-65535 (47592)
+  -W <window>   bw only: sends in flight, 1 to 65536, and -W times -S at
+                most 1g (64)
+  --timeout <s> seconds each step of setting a run up may take: connecting
+                and the address exchange on the control port, the
+                parameter agreement, the final goodbye (10; 0.1 to 3600).
+                The server drops a control connection that says nothing
+                useful in time and waits for the next client
   --mode <m>    interrupt (reactor wake-ups, no CPU while idle) |
                 busy-poll (the waiter polls itself; a provider thread
                 spins whenever no waiter does) |
@@ -120,6 +152,8 @@ pub struct PerfArgs {
     /// `--rma`: RMA instead of messages (pingpong only).
     pub rma: Option<Rma>,
     pub self_test: bool,
+    /// `--timeout`: see [`DEFAULT_CTRL_TIMEOUT`].
+    pub ctrl_timeout: Duration,
 }
 
 impl Default for PerfArgs {
@@ -140,6 +174,7 @@ impl Default for PerfArgs {
             verify: false,
             rma: None,
             self_test: false,
+            ctrl_timeout: DEFAULT_CTRL_TIMEOUT,
         }
     }
 }
@@ -222,10 +257,11 @@ fn parse_perf(rest: &[String], bw: bool) -> Parsed<Option<PerfArgs>> {
                 a.sizes = parse_sizes(v)?;
                 a.all_sizes = v.eq_ignore_ascii_case("all");
             }
-            "-I" => a.iters = parse_count("-I", c.value("-I")?)?,
-            "-B" => a.src_port = Some(parse_port("-B", c.value("-B")?)?),
-            "-P" => a.dst_port = Some(parse_port("-P", c.value("-P")?)?),
-            "-W" if bw => a.window = parse_count("-W", c.value("-W")?)?,
+            "-I" => a.iters = parse_count("-I", c.value("-I")?, MAX_ITERS)?,
+            "-B" => a.src_port = Some(parse_port("-B", c.value("-B")?, 0)?),
+            "-P" => a.dst_port = Some(parse_port("-P", c.value("-P")?, 1)?),
+            "-W" if bw => a.window = parse_count("-W", c.value("-W")?, MAX_WINDOW)?,
+            "--timeout" => a.ctrl_timeout = parse_timeout(c.value("--timeout")?)?,
             "--mode" => {
                 let v = c.value("--mode")?;
                 a.mode = match WaitMode::parse(v) {
@@ -265,26 +301,60 @@ fn parse_perf(rest: &[String], bw: bool) -> Parsed<Option<PerfArgs>> {
     if a.self_test && a.dest.is_some() {
         return bad("--self runs both sides locally: give no destination");
     }
+    if bw {
+        bw_in_flight(a.window, &a.sizes).or_else(bad)?;
+    }
     Ok(Some(a))
 }
 
-fn parse_count(opt: &str, s: &str) -> Parsed<usize> {
+/// A count from 1 to `max`.
+fn parse_count(opt: &str, s: &str, max: usize) -> Parsed<usize> {
     match s.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => bad(format!("{opt} {s}: expected a positive integer")),
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => bad(format!("{opt} {s}: expected an integer from 1 to {max}")),
     }
 }
 
-fn parse_port(opt: &str, s: &str) -> Parsed<u16> {
+/// A port from `min` to 65535.
+fn parse_port(opt: &str, s: &str, min: u16) -> Parsed<u16> {
     match s.parse::<u16>() {
-        Ok(p) => Ok(p),
-        Err(_) => bad(format!("{opt} {s}: expected a port number (0-65535)")),
+        Ok(p) if p >= min => Ok(p),
+        _ => bad(format!(
+            "{opt} {s}: expected a port number from {min} to 65535"
+        )),
     }
+}
+
+/// Seconds, fractions allowed, from 0.1 to [`MAX_CTRL_TIMEOUT`].
+fn parse_timeout(s: &str) -> Parsed<Duration> {
+    let max = MAX_CTRL_TIMEOUT.as_secs();
+    match s.parse::<f64>().ok().map(Duration::try_from_secs_f64) {
+        Some(Ok(d)) if d >= Duration::from_millis(100) && d <= MAX_CTRL_TIMEOUT => Ok(d),
+        _ => bad(format!(
+            "--timeout {s}: expected seconds from 0.1 to {max} (e.g. 10, 2.5)"
+        )),
+    }
+}
+
+/// bw keeps up to `window` messages of each size in flight: the bytes
+/// that takes must stay within [`MAX_BW_BYTES`]. The message says what
+/// would fit; the server judges a client's parameters by it too.
+pub fn bw_in_flight(window: usize, sizes: &[usize]) -> Result<(), String> {
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    let bytes = (window as u64).checked_mul(largest as u64);
+    if bytes.is_some_and(|b| b <= MAX_BW_BYTES) {
+        return Ok(());
+    }
+    let fits = MAX_BW_BYTES / (largest as u64).max(1);
+    Err(format!(
+        "-W {window} with -S {largest}: bw would keep more than 1g in flight; \
+         use -W {fits} or less at that size"
+    ))
 }
 
 /// The largest size accepted: anything bigger is surely a typo, and the
 /// provider's own limit is 1 GiB.
-const MAX_SIZE: usize = 1 << 30;
+pub const MAX_SIZE: usize = 1 << 30;
 
 /// `all`, or one size with an optional k/m/g (binary) suffix, as
 /// fi_pingpong accepts.
@@ -403,5 +473,148 @@ mod tests {
         assert!(parse(&argv("info -x")).is_err());
         assert!(matches!(parse(&argv("bw -W 4")), Ok(Command::Bw(a)) if a.window == 4));
         assert_eq!(parse(&argv("pingpong -h")), Ok(Command::Help));
+    }
+
+    /// The message of the usage error `line` gives.
+    fn err(line: &str) -> String {
+        match parse(&argv(line)) {
+            Err(UsageError(m)) => m,
+            Ok(c) => unreachable!("{line}: accepted as {c:?}"),
+        }
+    }
+
+    fn perf(line: &str) -> PerfArgs {
+        match parse(&argv(line)) {
+            Ok(Command::Pingpong(a) | Command::Bw(a)) => a,
+            other => unreachable!("{line}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn iteration_counts_are_bounded() {
+        assert_eq!(
+            err("pingpong -I 18446744073709551615"),
+            "-I 18446744073709551615: expected an integer from 1 to 1000000000"
+        );
+        assert_eq!(
+            err("pingpong -I 1000000001"),
+            "-I 1000000001: expected an integer from 1 to 1000000000"
+        );
+        assert_eq!(
+            err("pingpong -I 0"),
+            "-I 0: expected an integer from 1 to 1000000000"
+        );
+        assert_eq!(
+            err("pingpong -I -5"),
+            "-I -5: expected an integer from 1 to 1000000000"
+        );
+        assert_eq!(
+            err("pingpong -I 1e3"),
+            "-I 1e3: expected an integer from 1 to 1000000000"
+        );
+        assert_eq!(perf("pingpong -I 1000000000").iters, MAX_ITERS);
+        // The largest count still leaves room for the warm-up on top.
+        let p = crate::proto::Params::from_args(
+            crate::proto::Kind::Pingpong,
+            &perf("pingpong -I 1000000000"),
+        );
+        assert_eq!(p.total().ok(), Some(1_100_000_000));
+    }
+
+    #[test]
+    fn ports_are_checked() {
+        assert_eq!(
+            err("pingpong -P 0 host"),
+            "-P 0: expected a port number from 1 to 65535"
+        );
+        assert_eq!(
+            err("pingpong -P 65536 host"),
+            "-P 65536: expected a port number from 1 to 65535"
+        );
+        assert_eq!(
+            err("pingpong -B 99999"),
+            "-B 99999: expected a port number from 0 to 65535"
+        );
+        assert_eq!(
+            err("bw -B http"),
+            "-B http: expected a port number from 0 to 65535"
+        );
+        assert_eq!(
+            err("pingpong -P -1 host"),
+            "-P -1: expected a port number from 1 to 65535"
+        );
+        assert_eq!(perf("pingpong -B 0").src_port, Some(0));
+        assert_eq!(perf("pingpong -P 65535 h").dst_port, Some(65535));
+    }
+
+    #[test]
+    fn sizes_are_checked() {
+        assert_eq!(
+            err("pingpong -S 0"),
+            "-S 0: expected 'all' or a size from 1 to 1g (e.g. 64, 4k, 1m)"
+        );
+        for bad in ["18446744073709551615g", "1025m", "2g", "k", "-1", "4kk"] {
+            assert!(err(&format!("pingpong -S {bad}")).starts_with(&format!("-S {bad}: ")));
+        }
+        assert_eq!(perf("pingpong -S 1g").sizes, vec![MAX_SIZE]);
+    }
+
+    #[test]
+    fn bw_windows_are_bounded() {
+        assert_eq!(err("bw -W 0"), "-W 0: expected an integer from 1 to 65536");
+        assert_eq!(
+            err("bw -W 65537"),
+            "-W 65537: expected an integer from 1 to 65536"
+        );
+        // 64 x 1 GiB receive buffers would be 64 GiB on the server.
+        assert_eq!(
+            err("bw -S 1g"),
+            "-W 64 with -S 1073741824: bw would keep more than 1g in flight; \
+             use -W 1 or less at that size"
+        );
+        assert_eq!(
+            err("bw -S 1m -W 1025"),
+            "-W 1025 with -S 1048576: bw would keep more than 1g in flight; \
+             use -W 1024 or less at that size"
+        );
+        assert_eq!(perf("bw -S 1m -W 1024").window, 1024);
+        assert_eq!(perf("bw -S 16m").window, 64);
+        assert_eq!(perf("bw -S 1g -W 1").sizes, vec![MAX_SIZE]);
+        // The window is bw's alone: a pingpong of 1 GiB is fine.
+        assert_eq!(perf("pingpong -S 1g").sizes, vec![MAX_SIZE]);
+        assert_eq!(bw_in_flight(1024, &[1 << 20]), Ok(()));
+        assert_eq!(
+            bw_in_flight(MAX_WINDOW, &[MAX_SIZE]),
+            Err(
+                "-W 65536 with -S 1073741824: bw would keep more than 1g in flight; \
+                 use -W 1 or less at that size"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn timeouts_are_checked() {
+        assert_eq!(PerfArgs::default().ctrl_timeout, Duration::from_secs(10));
+        assert_eq!(
+            perf("pingpong --timeout 2.5").ctrl_timeout,
+            Duration::from_millis(2500)
+        );
+        assert_eq!(
+            perf("bw --timeout 0.1 h").ctrl_timeout,
+            Duration::from_millis(100)
+        );
+        assert_eq!(perf("bw --timeout 3600").ctrl_timeout, MAX_CTRL_TIMEOUT);
+        for bad in ["0", "0.05", "-1", "3601", "nan", "inf", "1e400", "ten", ""] {
+            assert_eq!(
+                err(&format!("pingpong --timeout {bad}")),
+                if bad.is_empty() {
+                    "option --timeout needs a value".to_string()
+                } else {
+                    format!("--timeout {bad}: expected seconds from 0.1 to 3600 (e.g. 10, 2.5)")
+                }
+            );
+        }
+        assert!(USAGE.contains("--timeout <s>"));
     }
 }

@@ -56,3 +56,27 @@ impl<T, E: fmt::Display + 'static> Context<T> for Result<T, E> {
         self.map_err(|e| Failure::new(what(), e))
     }
 }
+
+/// `fut`, or after `limit` a failure of `what` that names the time limit
+/// (`--timeout`) as the reason.
+pub async fn within<T>(
+    limit: std::time::Duration,
+    what: &str,
+    fut: impl std::future::Future<Output = Res<T>>,
+) -> Res<T> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(timed_out(what, limit)),
+    }
+}
+
+/// The failure of a step that took longer than `limit`.
+pub fn timed_out(what: &str, limit: std::time::Duration) -> Failure {
+    Failure::new(
+        what,
+        format!(
+            "nothing within {} s (--timeout): the peer is gone or not a weft peer",
+            limit.as_secs_f64()
+        ),
+    )
+}

@@ -1,6 +1,7 @@
 //! Bringing up one endpoint that can reach the peer, in the three
 //! topologies the benchmarks run in: server, client, and both in one
-//! process (`--self`). Also the data-path shims that hide the tagged (RDM)
+//! process (`--self`; the two cross-process ones are set up by
+//! `control`). Also the data-path shims that hide the tagged (RDM)
 //! versus untagged (MSG, DGRAM) distinction from the benchmarks.
 //!
 //! DGRAM is set up like RDM (connectionless: an AV, the peer's address
@@ -12,20 +13,20 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 use weft::{
     AddressVector, AvAttr, BindFlags, CompletionQueue, ConnRequest, CqAttr, CqEntry, CqErrEntry,
     CqItem, Domain, Endpoint, EpType, EqEventKind, EventQueue, Fabric, FiAddr, Info,
     PassiveEndpoint, WaitMode, FI_ADDR_UNSPEC,
 };
 
-use crate::args::{PerfArgs, DEFAULT_PORT};
-use crate::fail::{Context, Failure, Res};
+use crate::args::PerfArgs;
+use crate::fail::{timed_out, within, Context, Failure, Res};
 
 /// Benchmark payloads.
 pub const DATA_TAG: u64 = 0x1;
@@ -36,7 +37,7 @@ pub const CTRL_TAG: u64 = 0x2;
 
 /// How long a client keeps retrying a server that is not listening yet,
 /// so `server & client` in a script does not need a careful sleep.
-const CONNECT_PATIENCE: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_PATIENCE: Duration = Duration::from_secs(5);
 
 /// Room for any control message (the parameter block is the largest).
 pub const CTRL_CAP: usize = 4096;
@@ -62,7 +63,9 @@ pub struct Link {
     // Objects the endpoint depends on that it does not itself keep alive.
     _av: Option<AddressVector>,
     _eq: Option<EventQueue>,
-    _pep: Option<PassiveEndpoint>,
+    /// Shared with the server's listener, which outlives a client that
+    /// turns out not to be one.
+    _pep: Option<Arc<PassiveEndpoint>>,
     /// RDM and DGRAM across processes: the control connection the
     /// addresses came over. Such an endpoint has no connection whose end
     /// it would see, so this one tells the run that the peer process is
@@ -150,7 +153,10 @@ impl Fab {
 
     /// An enabled RDM or DGRAM endpoint bound to `src` (its IP is what
     /// the peer will send to, so it must be reachable from there).
-    fn connless(&self, src: SocketAddr) -> Res<(Endpoint, CompletionQueue, AddressVector)> {
+    pub(crate) fn connless(
+        &self,
+        src: SocketAddr,
+    ) -> Res<(Endpoint, CompletionQueue, AddressVector)> {
         let av = self
             .domain
             .av(AvAttr::default())
@@ -184,7 +190,7 @@ impl Fab {
         Ok((ep, cq, eq))
     }
 
-    fn listen(&self, addr: SocketAddr) -> Res<(PassiveEndpoint, EventQueue)> {
+    pub(crate) fn listen(&self, addr: SocketAddr) -> Res<(PassiveEndpoint, EventQueue)> {
         let eq = self.fabric.eq(64).ctx("open event queue")?;
         let pep = self
             .fabric
@@ -195,20 +201,17 @@ impl Fab {
         Ok((pep, eq))
     }
 
-    /// MSG server half: waits for one request and accepts it.
-    async fn accept(&self, pep: PassiveEndpoint, pep_eq: &mut EventQueue) -> Res<Link> {
-        let req = loop {
-            match pep_eq.next().await {
-                Some(Ok(ev)) if ev.kind == EqEventKind::ConnReq => {
-                    break ConnRequest::from_event(&ev).ctx("read connection request")?;
-                }
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return Err(Failure::new("wait for connection", e.err)),
-                None => return Err(Failure::new("wait for connection", "event queue closed")),
-            }
-        };
-        let (ep, cq, eq) = self.msg(Some(&req))?;
-        ep.accept(Vec::new()).await.ctx("accept connection")?;
+    /// MSG server half: accepts `req`, waiting at most `limit` for the
+    /// connection to come up.
+    pub(crate) async fn accept_req(
+        &self,
+        req: &ConnRequest,
+        pep: Arc<PassiveEndpoint>,
+        limit: Duration,
+    ) -> Res<Link> {
+        let (ep, cq, eq) = self.msg(Some(req))?;
+        let accept = async { ep.accept(Vec::new()).await.ctx("accept connection") };
+        within(limit, "accept connection", accept).await?;
         Ok(Link {
             ep,
             cq,
@@ -225,14 +228,20 @@ impl Fab {
         })
     }
 
-    /// MSG client half.
-    async fn connect(&self, dest: SocketAddr) -> Res<Link> {
+    /// MSG client half; each attempt may take `limit` (a peer that
+    /// accepts the connection and never completes it is given up on).
+    pub(crate) async fn connect(&self, dest: SocketAddr, limit: Duration) -> Res<Link> {
         let deadline = Instant::now() + CONNECT_PATIENCE;
         loop {
             // A failed connect leaves the endpoint unusable: a new one
             // per attempt.
             let (ep, cq, eq) = self.msg(None)?;
-            match ep.connect(weft::encode_sockaddr(&dest), Vec::new()).await {
+            let attempt = ep.connect(weft::encode_sockaddr(&dest), Vec::new());
+            let outcome = match tokio::time::timeout(limit, attempt).await {
+                Ok(r) => r,
+                Err(_) => return Err(timed_out(&format!("connect to {dest}"), limit)),
+            };
+            match outcome {
                 Ok(_) => {
                     return Ok(Link {
                         ep,
@@ -341,7 +350,7 @@ fn no_rma(a: &PerfArgs, op: crate::args::Rma) -> Failure {
 /// known. The insert is awaited: on a verbs DGRAM domain it resolves the
 /// address through rdma_cm (`insert_sync` would say `Again` there); on
 /// the others it is ready at once.
-async fn connless_link(
+pub(crate) async fn connless_link(
     fab: &Fab,
     (ep, cq, av): (Endpoint, CompletionQueue, AddressVector),
     peer: &[u8],
@@ -371,16 +380,40 @@ async fn connless_link(
     }
 }
 
+/// The next connection request on a passive endpoint's `eq`; other
+/// events are skipped. The inner error is one request gone wrong (its
+/// peer's doing, or its connection's); the outer one, the queue itself.
+pub(crate) async fn conn_req(eq: &mut EventQueue) -> Res<Result<ConnRequest, String>> {
+    loop {
+        match eq.next().await {
+            Some(Ok(ev)) if ev.kind == EqEventKind::ConnReq => {
+                return Ok(ConnRequest::from_event(&ev)
+                    .map_err(|e| format!("unreadable connection request: {e}")));
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Ok(Err(format!("connection request failed: {}", e.err))),
+            None => return Err(Failure::new("wait for connection", "event queue closed")),
+        }
+    }
+}
+
 /// Both sides in this process over loopback: (server, client), each on
-/// its own fabric.
-pub async fn self_pair(sfab: &Fab, cfab: &Fab) -> Res<(Link, Link)> {
+/// its own fabric; each step of the set-up may take `limit`.
+pub async fn self_pair(sfab: &Fab, cfab: &Fab, limit: Duration) -> Res<(Link, Link)> {
     let lo = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
     match sfab.info.ep_attr.ep_type {
         EpType::Msg => {
             let (pep, mut eq) = sfab.listen(lo)?;
             let addr = pep.local_addr().ctx("passive endpoint address")?;
             let addr = weft::decode_sockaddr(&addr).ctx("passive endpoint address")?;
-            let (s, c) = tokio::join!(sfab.accept(pep, &mut eq), cfab.connect(addr));
+            let pep = Arc::new(pep);
+            let server = async {
+                let req = conn_req(&mut eq)
+                    .await?
+                    .map_err(|why| Failure::new("wait for connection", why))?;
+                sfab.accept_req(&req, pep, limit).await
+            };
+            let (s, c) = tokio::join!(server, cfab.connect(addr, limit));
             Ok((s?, c?))
         }
         _ => {
@@ -390,52 +423,25 @@ pub async fn self_pair(sfab: &Fab, cfab: &Fab) -> Res<(Link, Link)> {
             let caddr = cep.local_addr().ctx("endpoint address")?;
             // Both at once: each resolution (verbs DGRAM) needs the other
             // endpoint to answer, which it does as soon as it is enabled.
+            let what = "insert peer address";
             let (s, c) = tokio::join!(
-                connless_link(sfab, (sep, scq, sav), &caddr, None),
-                connless_link(cfab, (cep, ccq, cav), &saddr, None),
+                within(
+                    limit,
+                    what,
+                    connless_link(sfab, (sep, scq, sav), &caddr, None)
+                ),
+                within(
+                    limit,
+                    what,
+                    connless_link(cfab, (cep, ccq, cav), &saddr, None)
+                ),
             );
             Ok((s?, c?))
         }
     }
 }
 
-/// The server: RDM and DGRAM exchange endpoint addresses over a plain TCP
-/// control connection on `-B`; MSG listens with a passive endpoint on
-/// `-B`.
-pub async fn serve(fab: &Fab, a: &PerfArgs) -> Res<Link> {
-    let port = a.src_port.unwrap_or(DEFAULT_PORT);
-    let any = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
-    if fab.info.ep_attr.ep_type == EpType::Msg {
-        let (pep, mut eq) = fab.listen(any)?;
-        return fab.accept(pep, &mut eq).await;
-    }
-    let l = TcpListener::bind(any)
-        .await
-        .with_ctx(|| format!("listen on {any}"))?;
-    let (mut s, _) = l.accept().await.ctx("accept control connection")?;
-    // Bind the fabric endpoint to the address the client reached us on:
-    // that one is routable from the client, a wildcard would not be.
-    let ip = s.local_addr().ctx("control connection address")?.ip();
-    let (ep, cq, av) = fab.connless(SocketAddr::new(unmap(ip), 0))?;
-    let peer = exchange(&mut s, &ep.local_addr().ctx("endpoint address")?).await?;
-    connless_link(fab, (ep, cq, av), &peer, Some(s)).await
-}
-
-/// The client of `dest`, on `-P`.
-pub async fn dial(fab: &Fab, a: &PerfArgs, dest: &str) -> Res<Link> {
-    let port = a.dst_port.unwrap_or(DEFAULT_PORT);
-    let addr = resolve(dest, port).await?;
-    if fab.info.ep_attr.ep_type == EpType::Msg {
-        return fab.connect(addr).await;
-    }
-    let mut s = control_connect(addr, a.src_port).await?;
-    let ip = s.local_addr().ctx("control connection address")?.ip();
-    let (ep, cq, av) = fab.connless(SocketAddr::new(unmap(ip), 0))?;
-    let peer = exchange(&mut s, &ep.local_addr().ctx("endpoint address")?).await?;
-    connless_link(fab, (ep, cq, av), &peer, Some(s)).await
-}
-
-fn unmap(ip: IpAddr) -> IpAddr {
+pub(crate) fn unmap(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
@@ -443,7 +449,7 @@ fn unmap(ip: IpAddr) -> IpAddr {
 }
 
 /// The provider speaks `FI_SOCKADDR_IN`, so IPv4 answers come first.
-async fn resolve(host: &str, port: u16) -> Res<SocketAddr> {
+pub(crate) async fn resolve(host: &str, port: u16) -> Res<SocketAddr> {
     let what = || format!("resolve {host}:{port}");
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
         .await
@@ -455,57 +461,6 @@ async fn resolve(host: &str, port: u16) -> Res<SocketAddr> {
         .or(addrs.first())
         .copied()
         .ok_or_else(|| Failure::new(what(), "no address found"))
-}
-
-async fn control_connect(addr: SocketAddr, src_port: Option<u16>) -> Res<TcpStream> {
-    let what = || format!("connect to {addr}");
-    let deadline = Instant::now() + CONNECT_PATIENCE;
-    loop {
-        let sock = if addr.is_ipv4() {
-            TcpSocket::new_v4()
-        } else {
-            TcpSocket::new_v6()
-        }
-        .with_ctx(what)?;
-        if let Some(p) = src_port {
-            let unspec: IpAddr = if addr.is_ipv4() {
-                Ipv4Addr::UNSPECIFIED.into()
-            } else {
-                std::net::Ipv6Addr::UNSPECIFIED.into()
-            };
-            sock.set_reuseaddr(true).with_ctx(what)?;
-            sock.bind(SocketAddr::new(unspec, p))
-                .with_ctx(|| format!("bind source port {p}"))?;
-        }
-        match sock.connect(addr).await {
-            Ok(s) => return Ok(s),
-            Err(e)
-                if e.kind() == std::io::ErrorKind::ConnectionRefused
-                    && Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => return Err(Failure::new(what(), e)),
-        }
-    }
-}
-
-/// Sends our raw endpoint address and reads the peer's, each prefixed by
-/// a big-endian u32 length.
-async fn exchange(s: &mut TcpStream, mine: &[u8]) -> Res<Vec<u8>> {
-    let what = "exchange endpoint addresses";
-    let len = u32::try_from(mine.len()).ctx(what)?;
-    s.write_all(&len.to_be_bytes()).await.ctx(what)?;
-    s.write_all(mine).await.ctx(what)?;
-    let mut lb = [0u8; 4];
-    s.read_exact(&mut lb).await.ctx(what)?;
-    let n = u32::from_be_bytes(lb) as usize;
-    if n == 0 || n > 1024 {
-        return Err(Failure::new(what, format!("peer sent a {n}-byte address")));
-    }
-    let mut peer = vec![0u8; n];
-    s.read_exact(&mut peer).await.ctx(what)?;
-    Ok(peer)
 }
 
 impl Link {

@@ -2,6 +2,7 @@
 
 mod args;
 mod bw;
+mod control;
 mod fail;
 mod info;
 mod link;

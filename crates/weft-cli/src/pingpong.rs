@@ -17,7 +17,7 @@ const SEND_CTX: u64 = 2;
 
 /// The client's run of one size: the elapsed time of the timed iterations.
 pub async fn client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Duration> {
-    let total = p.warmup + p.iters;
+    let total = p.total()?;
     let fixed = proto::pattern(size, 0);
     let mut reaper = link.reaper();
     let mut rbuf = vec![BytesMut::zeroed(size)];
@@ -58,7 +58,7 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Durat
 
 /// The server's run of one size: receive, then echo the very buffer back.
 pub async fn server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Duration> {
-    let total = p.warmup + p.iters;
+    let total = p.total()?;
     let mut reaper = link.reaper();
     // Two buffers circulate: one being echoed, one posted for the next
     // message. The receive `Vec`s circulate with them.

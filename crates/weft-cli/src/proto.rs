@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::args::{PerfArgs, Rma};
-use crate::fail::{Failure, Res};
+use crate::args::{self, PerfArgs, Rma};
+use crate::fail::{within, Failure, Res};
 use crate::link::{Link, CTRL_CAP};
 
 const MAGIC: &[u8; 4] = b"WEFT";
@@ -75,6 +75,15 @@ impl Params {
         }
     }
 
+    /// Warm-up and timed iterations together. Both are bounded where they
+    /// come in (arguments, [`Params::decode`]), so this cannot overflow;
+    /// checked all the same, since a wrap would loop for ages.
+    pub fn total(&self) -> Res<usize> {
+        self.warmup
+            .checked_add(self.iters)
+            .ok_or_else(|| Failure::new("iterations", "warm-up plus -I overflows"))
+    }
+
     fn encode(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(64 + 8 * self.sizes.len());
         b.put_slice(MAGIC);
@@ -123,14 +132,20 @@ impl Params {
         let warmup = r.count()?;
         let window = r.count()?;
         let n = u32::from_be_bytes(r.array()?) as usize;
-        let mut sizes = Vec::with_capacity(n.min(64));
+        if n == 0 || n > args::MAX_SIZES {
+            return Err(format!(
+                "peer sent {n} sizes (1 to {} allowed)",
+                args::MAX_SIZES
+            ));
+        }
+        let mut sizes = Vec::with_capacity(n);
         for _ in 0..n {
             sizes.push(r.count()?);
         }
-        if iters == 0 || window == 0 || sizes.is_empty() || sizes.contains(&0) {
-            return Err("peer sent empty parameters".into());
+        if !r.0.is_empty() {
+            return Err(format!("{} stray bytes after the parameters", r.0.len()));
         }
-        Ok(Params {
+        let p = Params {
             kind,
             sizes,
             iters,
@@ -138,7 +153,34 @@ impl Params {
             window,
             verify,
             rma,
-        })
+        };
+        p.check_ranges()?;
+        Ok(p)
+    }
+
+    /// What a weft client's own argument checks guarantee; a peer past
+    /// them is not one, and would make the server loop or allocate
+    /// without end.
+    fn check_ranges(&self) -> Result<(), String> {
+        let in_range = |what: &str, v: usize, max: usize| {
+            if (1..=max).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("peer sent {what} {v} (1 to {max} allowed)"))
+            }
+        };
+        in_range("iterations", self.iters, args::MAX_ITERS)?;
+        in_range("window", self.window, args::MAX_WINDOW)?;
+        if self.warmup > args::MAX_ITERS {
+            return Err(format!("peer sent warm-up {}", self.warmup));
+        }
+        for &s in &self.sizes {
+            in_range("size", s, args::MAX_SIZE)?;
+        }
+        if self.kind == Kind::Bw {
+            args::bw_in_flight(self.window, &self.sizes)?;
+        }
+        Ok(())
     }
 }
 
@@ -169,14 +211,15 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Client side: proposes `p` and waits for the server's answer.
-pub async fn propose(link: &Link, p: &Params) -> Res<()> {
+/// Client side: proposes `p` and waits for the server's answer, at most
+/// `limit` for each.
+pub async fn propose(link: &Link, p: &Params, limit: Duration) -> Res<()> {
     let enc = p.encode();
     if enc.len() > CTRL_CAP {
         return Err(Failure::new("send parameters", "too many sizes"));
     }
-    link.send_ctrl(enc).await?;
-    let answer = link.recv_ctrl().await?;
+    within(limit, "send parameters", link.send_ctrl(enc)).await?;
+    let answer = within(limit, "wait for the server's answer", link.recv_ctrl()).await?;
     if answer.as_ref() == OK {
         return Ok(());
     }
@@ -187,47 +230,97 @@ pub async fn propose(link: &Link, p: &Params) -> Res<()> {
     ))
 }
 
+/// Why the server did not take a peer's parameters.
+#[derive(Debug)]
+pub enum Declined {
+    /// Nothing a weft client would send: silence past the time limit, a
+    /// broken link, bytes that are not a proposal. The server drops such a
+    /// peer and waits for another.
+    Stranger(Failure),
+    /// A weft client asked for a run this server cannot do, and was told
+    /// why; the server ends with the same error.
+    Refused(Failure),
+}
+
+/// What the server's endpoint can do, for judging a client's request.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// `max_msg_size`.
+    pub max: usize,
+    /// RMA with remote CQ data (see `link::has_rma`).
+    pub rma: bool,
+    /// `--timeout`: how long the proposal may take to come.
+    pub wait: Duration,
+}
+
 /// Server side: takes the client's parameters if they are for `kind`,
-/// every size fits in one of this endpoint's messages (`max_size`), and
-/// RMA, if asked for, is what the endpoint does (`has_rma`).
-pub async fn agree(link: &Link, kind: Kind, max_size: usize, has_rma: bool) -> Res<Params> {
-    let raw = link.recv_ctrl().await?;
-    let verdict = Params::decode(&raw).and_then(|p| {
-        if p.kind != kind {
-            Err(format!(
-                "server runs {}, client asked for {}",
-                kind.name(),
-                p.kind.name()
-            ))
-        } else if p.rma.is_some() && kind != Kind::Pingpong {
-            Err("--rma is a pingpong option".into())
-        } else if let Some(op) = p.rma.filter(|_| !has_rma) {
-            Err(format!(
-                "client asked for --rma {}, but this server's endpoint has no RMA \
-                 (FI_RMA; with -p verbs: -e msg or rdm)",
-                op.name()
-            ))
-        } else if let Some(s) = p.sizes.iter().find(|&&s| s > max_size) {
-            Err(format!(
-                "size {s} is larger than the server endpoint's largest message \
-                 ({max_size} bytes, max_msg_size)"
-            ))
-        } else {
-            Ok(p)
+/// every size fits in one of this endpoint's messages (`lim.max`), and
+/// RMA, if asked for, is what the endpoint does (`lim.rma`).
+pub async fn agree(link: &Link, kind: Kind, lim: Limits) -> Result<Params, Declined> {
+    let what = "wait for the client's parameters";
+    let raw = within(lim.wait, what, link.recv_ctrl())
+        .await
+        .map_err(Declined::Stranger)?;
+    let p = match Params::decode(&raw) {
+        Ok(p) => p,
+        Err(why) => {
+            refuse(link, &why, lim.wait).await;
+            return Err(Declined::Stranger(Failure::new(
+                "bad client parameters",
+                why,
+            )));
         }
-    });
-    match verdict {
+    };
+    match judge(p, kind, lim.max, lim.rma) {
         Ok(p) => {
-            link.send_ctrl(Bytes::from_static(OK)).await?;
+            let ok = link.send_ctrl(Bytes::from_static(OK));
+            within(lim.wait, "accept the client's parameters", ok)
+                .await
+                .map_err(Declined::Stranger)?;
             Ok(p)
         }
         Err(why) => {
-            let mut msg = REFUSE.to_vec();
-            msg.extend_from_slice(why.as_bytes());
-            // The refusal is a courtesy; our own error is what matters.
-            let _ = link.send_ctrl(Bytes::from(msg)).await;
-            Err(Failure::new("bad client parameters", why))
+            refuse(link, &why, lim.wait).await;
+            Err(Declined::Refused(Failure::new(
+                "bad client parameters",
+                why,
+            )))
         }
+    }
+}
+
+/// Tells the client why not. A courtesy: our own error is what matters,
+/// so a peer that does not take it is not waited for.
+async fn refuse(link: &Link, why: &str, limit: Duration) {
+    let mut msg = REFUSE.to_vec();
+    msg.extend_from_slice(why.as_bytes());
+    msg.truncate(CTRL_CAP);
+    let _ = tokio::time::timeout(limit, link.send_ctrl(Bytes::from(msg))).await;
+}
+
+/// Whether this server can run well-formed parameters `p`.
+fn judge(p: Params, kind: Kind, max_size: usize, has_rma: bool) -> Result<Params, String> {
+    if p.kind != kind {
+        Err(format!(
+            "server runs {}, client asked for {}",
+            kind.name(),
+            p.kind.name()
+        ))
+    } else if p.rma.is_some() && kind != Kind::Pingpong {
+        Err("--rma is a pingpong option".into())
+    } else if let Some(op) = p.rma.filter(|_| !has_rma) {
+        Err(format!(
+            "client asked for --rma {}, but this server's endpoint has no RMA \
+                 (FI_RMA; with -p verbs: -e msg or rdm)",
+            op.name()
+        ))
+    } else if let Some(s) = p.sizes.iter().find(|&&s| s > max_size) {
+        Err(format!(
+            "size {s} is larger than the server endpoint's largest message \
+                 ({max_size} bytes, max_msg_size)"
+        ))
+    } else {
+        Ok(p)
     }
 }
 
@@ -235,8 +328,10 @@ pub async fn send_done(link: &Link) -> Res<()> {
     link.send_ctrl(Bytes::from_static(DONE)).await
 }
 
-pub async fn wait_done(link: &Link) -> Res<()> {
-    let m = link.recv_ctrl().await?;
+/// The client says it is done right after its last transfer, which is
+/// also this side's last: a peer silent for `limit` past that is gone.
+pub async fn wait_done(link: &Link, limit: Duration) -> Res<()> {
+    let m = within(limit, "wait for client to finish", link.recv_ctrl()).await?;
     if m.as_ref() == DONE {
         Ok(())
     } else {
@@ -422,6 +517,107 @@ mod tests {
         assert!(Region::decode(&p.encode()).is_err());
         assert!(Params::decode(b"WEFT").is_err());
         assert!(Params::decode(b"nope-and-more-bytes").is_err());
+    }
+
+    fn sample() -> Params {
+        Params {
+            kind: Kind::Bw,
+            sizes: vec![64],
+            iters: 10,
+            warmup: 1,
+            window: 8,
+            verify: false,
+            rma: None,
+        }
+    }
+
+    /// Parameters no weft client sends are refused before anything is
+    /// allocated or looped over.
+    #[test]
+    fn out_of_range_parameters_are_refused() {
+        let cases = [
+            (
+                Params {
+                    iters: usize::MAX,
+                    ..sample()
+                },
+                "peer sent iterations 18446744073709551615 (1 to 1000000000 allowed)",
+            ),
+            (
+                Params {
+                    warmup: usize::MAX,
+                    ..sample()
+                },
+                "peer sent warm-up 18446744073709551615",
+            ),
+            (
+                Params {
+                    window: 1 << 20,
+                    ..sample()
+                },
+                "peer sent window 1048576 (1 to 65536 allowed)",
+            ),
+            (
+                Params {
+                    sizes: vec![64, (1 << 30) + 1],
+                    ..sample()
+                },
+                "peer sent size 1073741825 (1 to 1073741824 allowed)",
+            ),
+            (
+                Params {
+                    sizes: vec![1 << 30],
+                    window: 2,
+                    ..sample()
+                },
+                "-W 2 with -S 1073741824: bw would keep more than 1g in flight; \
+                 use -W 1 or less at that size",
+            ),
+            (
+                Params {
+                    sizes: vec![1; 65],
+                    ..sample()
+                },
+                "peer sent 65 sizes (1 to 64 allowed)",
+            ),
+        ];
+        for (p, why) in cases {
+            assert_eq!(Params::decode(&p.encode()), Err(why.to_string()));
+        }
+        // A pingpong has no window in flight: 1 GiB with any window is fine.
+        let pp = Params {
+            kind: Kind::Pingpong,
+            sizes: vec![1 << 30],
+            window: 64,
+            ..sample()
+        };
+        assert_eq!(Params::decode(&pp.encode()), Ok(pp.clone()));
+        let mut stray = pp.encode().to_vec();
+        stray.push(0);
+        assert_eq!(
+            Params::decode(&stray),
+            Err("1 stray bytes after the parameters".into())
+        );
+        let mut truncated = pp.encode().to_vec();
+        truncated.pop();
+        assert_eq!(
+            Params::decode(&truncated),
+            Err("truncated parameters".into())
+        );
+    }
+
+    #[test]
+    fn total_is_checked() {
+        assert_eq!(sample().total().ok(), Some(11));
+        let p = Params {
+            iters: usize::MAX,
+            warmup: 1,
+            ..sample()
+        };
+        assert_eq!(
+            p.total().err().map(|e| e.to_string()),
+            Some("iterations: warm-up plus -I overflows".into())
+        );
     }
 
     #[test]

@@ -57,7 +57,9 @@ pub fn row(size: usize, iters: usize, xfers_per_iter: usize, elapsed: Duration) 
     // row readable for absurdly fast runs.
     let usec = (elapsed.as_secs_f64() * 1e6).max(1.0);
     let xfers = (iters * xfers_per_iter) as f64;
-    let total = size as u64 * iters as u64 * xfers_per_iter as u64;
+    let total = (size as u64)
+        .saturating_mul(iters as u64)
+        .saturating_mul(xfers_per_iter as u64);
     format!(
         "{:<8}{:<8}={:<8}{:<8}{:8.2}s{:10.2}{:11.2}{:11.2}",
         size_str(size as u64),

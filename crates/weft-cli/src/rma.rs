@@ -69,7 +69,7 @@ async fn write_client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Dur
     let mut reaper = link.reaper();
     let fixed = proto::pattern(size, 0);
     let mut start = Instant::now();
-    for i in 0..p.warmup + p.iters {
+    for i in 0..p.total()? {
         if i == p.warmup {
             start = Instant::now();
         }
@@ -100,7 +100,7 @@ async fn write_server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Dur
     proto::send_region(link, Some(described(&mr))).await?;
     let mut reaper = link.reaper();
     let fixed = proto::pattern(size, 0);
-    let total = p.warmup + p.iters;
+    let total = p.total()?;
     let mut start = Instant::now();
     for i in 0..total {
         let note = reaper.wait_remote_write().await?;
@@ -132,7 +132,7 @@ async fn read_client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Dura
     let poison = p.verify.then(|| proto::pattern(size, READ_SEED + 1));
     let mut buf = BytesMut::zeroed(size);
     let mut start = Instant::now();
-    for i in 0..p.warmup + p.iters {
+    for i in 0..p.total()? {
         if i == p.warmup {
             start = Instant::now();
         }

@@ -7,9 +7,10 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 use crate::args::{Api, PerfArgs};
+use crate::control::{self, Listener};
 use crate::fail::{Context, Failure, Res};
 use crate::link::{self, Fab, Link};
-use crate::proto::{self, Kind, Params};
+use crate::proto::{self, Declined, Kind, Limits, Params};
 use crate::report;
 use crate::watch;
 
@@ -54,25 +55,66 @@ async fn sizes(
     Ok(())
 }
 
-async fn client_side(kind: Kind, link: &Link, p: &Params, api: Api) -> Res<()> {
-    proto::propose(link, p).await?;
+async fn client_side(kind: Kind, link: &Link, p: &Params, api: Api, a: &PerfArgs) -> Res<()> {
+    proto::propose(link, p, a.ctrl_timeout).await?;
     sizes(kind, true, link, p, api, true).await?;
     proto::send_done(link).await
 }
 
-/// What the server's endpoint can do, for judging the client's request.
-#[derive(Debug, Clone, Copy)]
-struct Limits {
-    /// `max_msg_size`.
-    max: usize,
-    /// RMA with remote CQ data (see `link::has_rma`).
-    rma: bool,
+/// The server's part once the client's parameters `p` are agreed.
+async fn server_run(
+    kind: Kind,
+    link: &Link,
+    p: &Params,
+    api: Api,
+    print: bool,
+    lim: Limits,
+) -> Res<()> {
+    sizes(kind, false, link, p, api, print).await?;
+    proto::wait_done(link, lim.wait).await
 }
 
-async fn server_side(kind: Kind, link: &Link, api: Api, print: bool, lim: Limits) -> Res<()> {
-    let p = proto::agree(link, kind, lim.max, lim.rma).await?;
-    sizes(kind, false, link, &p, api, print).await?;
-    proto::wait_done(link).await
+/// `--self`: the one client is ours, so any refusal is the run's failure.
+async fn self_server(kind: Kind, link: &Link, api: Api, lim: Limits) -> Res<()> {
+    let p = match proto::agree(link, kind, lim).await {
+        Ok(p) => p,
+        Err(Declined::Stranger(f) | Declined::Refused(f)) => return Err(f),
+    };
+    server_run(kind, link, &p, api, false, lim).await
+}
+
+/// Across processes: the first client that sets a run up gets it. One
+/// that goes silent or speaks no weft on the way is dropped (said so on
+/// stderr) and the next awaited; a weft client asking for what this
+/// server cannot do ends it, as it always has.
+async fn serve(kind: Kind, fab: &Fab, a: &PerfArgs, lim: Limits) -> Res<()> {
+    let who = format!("weft {}", kind_name(kind));
+    let mut listener = Listener::bind(fab, a, who.clone()).await?;
+    loop {
+        let mut link = listener.next(fab).await?;
+        match proto::agree(&link, kind, lim).await {
+            Ok(p) => {
+                // Pending control connections are closed and later ones
+                // refused, rather than left waiting for a run that is not
+                // theirs.
+                drop(listener);
+                let ctrl = link.ctrl.take();
+                let run = server_run(kind, &link, &p, a.api, true, lim);
+                return watch::guarded(ctrl, run).await;
+            }
+            Err(Declined::Stranger(f)) => {
+                eprintln!("{who}: dropped a client: {f}; waiting for another client");
+            }
+            Err(Declined::Refused(f)) => return Err(f),
+        }
+    }
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Pingpong => "pingpong",
+        Kind::Bw => "bw",
+    }
 }
 
 /// Busy-poll spins one thread per side: the waiter, with the provider's
@@ -146,15 +188,13 @@ fn fit_sizes(kind_name: &str, a: &PerfArgs, info: &weft::Info) -> Res<Vec<usize>
 
 /// `server_rt`: with `--self`, the runtime the server side runs on.
 pub async fn run(kind: Kind, a: &PerfArgs, server_rt: Option<Handle>) -> Res<()> {
-    let kind_name = match kind {
-        Kind::Pingpong => "pingpong",
-        Kind::Bw => "bw",
-    };
+    let kind_name = kind_name(kind);
     warn_oversubscribed(kind_name, a);
     let fab = Fab::open(a, Handle::current())?;
     let lim = Limits {
         max: fab.info.ep_attr.max_msg_size,
         rma: link::has_rma(&fab.info),
+        wait: a.ctrl_timeout,
     };
     // The server takes its sizes from the client (and checks them then).
     let fitted;
@@ -178,9 +218,9 @@ pub async fn run(kind: Kind, a: &PerfArgs, server_rt: Option<Handle>) -> Res<()>
         // and keeps the shared runtime, which is faster on small machines.
         let srt = server_rt.unwrap_or_else(Handle::current);
         let sfab = Fab::open(a, srt.clone())?;
-        let (s, c) = link::self_pair(&sfab, &fab).await?;
-        let mut server = srt.spawn(async move { server_side(kind, &s, api, false, lim).await });
-        let client = client_side(kind, &c, &params, api);
+        let (s, c) = link::self_pair(&sfab, &fab, a.ctrl_timeout).await?;
+        let mut server = srt.spawn(async move { self_server(kind, &s, api, lim).await });
+        let client = client_side(kind, &c, &params, api, a);
         tokio::pin!(client);
         // Whichever side fails first decides: the other would wait forever.
         tokio::select! {
@@ -197,14 +237,12 @@ pub async fn run(kind: Kind, a: &PerfArgs, server_rt: Option<Handle>) -> Res<()>
             }
         }
     } else if let Some(dest) = &a.dest {
-        let mut link = link::dial(&fab, a, dest).await?;
+        let mut link = control::dial(&fab, a, dest).await?;
         let ctrl = link.ctrl.take();
         let params = Params::from_args(kind, a);
-        watch::guarded(ctrl, client_side(kind, &link, &params, api)).await
+        watch::guarded(ctrl, client_side(kind, &link, &params, api, a)).await
     } else {
-        let mut link = link::serve(&fab, a).await?;
-        let ctrl = link.ctrl.take();
-        watch::guarded(ctrl, server_side(kind, &link, api, true, lim)).await
+        serve(kind, &fab, a, lim).await
     }
 }
 
