@@ -247,6 +247,12 @@ pub struct TxAttr {
     pub rma_iov_limit: usize,
     /// Traffic class.
     pub tclass: u32,
+    /// The transmit flags this offer honours, as operation flags and as
+    /// default `op_flags` (a Weft extension of `fi_tx_attr`). A hint whose
+    /// `op_flags` ask for more matches nothing, an endpoint whose
+    /// `op_flags` hold more is `BadFlags`, and so is an operation that
+    /// carries one: a flag is honoured or refused, never ignored.
+    pub op_flags_supported: OpFlags,
 }
 
 /// Receive attributes.
@@ -268,6 +274,9 @@ pub struct RxAttr {
     pub size: usize,
     /// Maximum iov entries per receive.
     pub iov_limit: usize,
+    /// The receive flags this offer honours (see
+    /// [`TxAttr::op_flags_supported`]).
+    pub op_flags_supported: OpFlags,
 }
 
 /// One `fi_info` entry: a provider's offer, or an application's hints.

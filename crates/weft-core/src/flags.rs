@@ -176,6 +176,19 @@ impl OpFlags {
         .union(OpFlags::DELIVERY_COMPLETE)
         .union(OpFlags::COMMIT_COMPLETE)
         .union(OpFlags::MATCH_COMPLETE);
+    /// Transmit flags every provider honours: `FI_COMPLETION` (selective
+    /// completion), `FI_INJECT`, remote CQ data, `FI_MORE` and the two
+    /// local completion levels.
+    pub const TX_BASE: OpFlags = OpFlags::COMPLETION
+        .union(OpFlags::INJECT)
+        .union(OpFlags::REMOTE_CQ_DATA)
+        .union(OpFlags::MORE)
+        .union(OpFlags::INJECT_COMPLETE)
+        .union(OpFlags::TRANSMIT_COMPLETE);
+    /// Receive flags every provider honours.
+    pub const RX_BASE: OpFlags = OpFlags::COMPLETION.union(OpFlags::MORE);
+    /// The `FI_PEEK` family of tagged receives.
+    pub const PEEK_FAMILY: OpFlags = OpFlags::PEEK.union(OpFlags::CLAIM).union(OpFlags::DISCARD);
 }
 
 bitflags! {

@@ -370,9 +370,7 @@ impl EpShared {
             h.flags |= FLAG_CQ_DATA;
             h.data = d;
         }
-        if req.flags.contains(OpFlags::DELIVERY_COMPLETE)
-            || req.flags.contains(OpFlags::COMMIT_COMPLETE)
-        {
+        if req.flags.contains(OpFlags::DELIVERY_COMPLETE) {
             h.flags |= FLAG_ACK_REQ;
         }
         (h, std::mem::take(&mut req.iov))

@@ -33,7 +33,7 @@ use weft_core::attr::{
     RxAttr, Threading, TxAttr, API_VERSION,
 };
 use weft_core::eventq::EqShared;
-use weft_core::flags::{Caps, CompOrder, MrMode, MsgOrder};
+use weft_core::flags::{Caps, CompOrder, MrMode, MsgOrder, OpFlags};
 use weft_core::provider::{EpConfig, ProviderEndpoint, ProviderPassive};
 use weft_core::{Error, Result};
 
@@ -88,6 +88,11 @@ fn offer(ep_type: EpType) -> Info {
             size: QUEUE_SIZE,
             iov_limit: IOV_LIMIT,
             rma_iov_limit: 0,
+            // Delivery-complete waits for the receiver's Ack, sent once
+            // the message is placed or buffered. Match-complete would
+            // need the Ack held until a receive takes it, and nothing
+            // here is persistent (commit-complete): neither is offered.
+            op_flags_supported: OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE,
             ..TxAttr::default()
         },
         rx_attr: RxAttr {
@@ -97,6 +102,7 @@ fn offer(ep_type: EpType) -> Info {
             total_buffered_recv: BUFFERED_RECV,
             size: QUEUE_SIZE,
             iov_limit: IOV_LIMIT,
+            op_flags_supported: OpFlags::RX_BASE | OpFlags::PEEK_FAMILY,
             ..RxAttr::default()
         },
         ep_attr: EpAttr {

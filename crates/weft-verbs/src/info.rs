@@ -30,7 +30,7 @@ use weft_core::attr::{
     version, AddrFormat, AvType, DomainAttr, EpAttr, EpType, FabricAttr, Info, Progress, Protocol,
     RxAttr, Threading, TxAttr, API_VERSION,
 };
-use weft_core::flags::{Caps, CompOrder, Mode, MrMode, MsgOrder};
+use weft_core::flags::{Caps, CompOrder, Mode, MrMode, MsgOrder, OpFlags};
 use weft_core::Error;
 
 use crate::sys::{
@@ -333,6 +333,11 @@ pub fn rdm_offer(r: &DeviceReport) -> Info {
     i.ep_attr.mem_tag_format = MEM_TAG_FORMAT;
     // The 64-bit data rides in Weft's header.
     i.domain_attr.cq_data_size = 8;
+    // The receiver acknowledges a delivery-complete message once it is
+    // placed or buffered. Match-complete would need the acknowledgement
+    // held until a receive takes it: not offered.
+    i.tx_attr.op_flags_supported = OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE;
+    i.rx_attr.op_flags_supported = OpFlags::RX_BASE | OpFlags::PEEK_FAMILY;
     i
 }
 
@@ -404,6 +409,9 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             size: queue,
             iov_limit: TX_IOV_LIMIT.min(to_usize(a.max_sge)),
             rma_iov_limit: 1,
+            // A send's completion on RC means the peer's NIC has it, not
+            // that a receive took it: no delivery- or match-complete.
+            op_flags_supported: OpFlags::TX_BASE,
             ..TxAttr::default()
         },
         rx_attr: RxAttr {
@@ -414,6 +422,7 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             total_buffered_recv: 0,
             size: queue,
             iov_limit: to_usize(a.max_sge),
+            op_flags_supported: OpFlags::RX_BASE,
             ..RxAttr::default()
         },
         ep_attr: EpAttr {

@@ -12,6 +12,7 @@ mod harness;
 mod av;
 mod endpoint;
 mod eq_cq_cntr;
+mod flags;
 mod mr;
 mod msg_ep;
 mod tagged;

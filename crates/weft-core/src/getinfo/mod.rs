@@ -52,8 +52,10 @@
 //!   keeps the offer's version, the one spoken on the wire.
 //! * **msg_order / comp_order**: requested bits must be offered; the result
 //!   is the request if nonzero, else the offer.
-//! * **op_flags, tclass, src_addr, dest_addr**: passed from the hints into
-//!   the result when given; the provider validates them when objects open.
+//! * **op_flags**: must be among the offer's `op_flags_supported` (a flag
+//!   the provider would ignore is no match); passed into the result.
+//! * **tclass, src_addr, dest_addr**: passed from the hints into the
+//!   result when given; the provider validates them when objects open.
 //! * **fabric versions, msg_prefix_size, mr_cnt**: not matched; offer values.
 
 mod format;
@@ -173,6 +175,8 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
             } else {
                 od.mr_mode - MR_MODE_RMA_TARGET
             });
+    let flags =
+        ot.op_flags_supported.contains(ht.op_flags) && or.op_flags_supported.contains(hr.op_flags);
     let order = ot.msg_order.contains(ht.msg_order)
         && ot.comp_order.contains(ht.comp_order)
         && or.msg_order.contains(hr.msg_order)
@@ -186,7 +190,14 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
             }
         };
 
-    caps && mode && endpoint && domain && order && names && limits_ok(h, o) && rx_ctx_ok(h, o)
+    caps && mode
+        && endpoint
+        && domain
+        && flags
+        && order
+        && names
+        && limits_ok(h, o)
+        && rx_ctx_ok(h, o)
 }
 
 /// `rx_ctx_cnt`, a limit like the others except for

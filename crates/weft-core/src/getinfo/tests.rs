@@ -21,6 +21,7 @@ fn offer() -> Info {
     };
     let order = MsgOrder::SAS | MsgOrder::RAW | MsgOrder::RMA_WAW;
     o.tx_attr = TxAttr {
+        op_flags_supported: OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE,
         caps: Caps::MSG | Caps::TAGGED | Caps::RMA | Caps::READ | Caps::WRITE | Caps::SEND,
         msg_order: order,
         inject_size: 64,
@@ -30,6 +31,7 @@ fn offer() -> Info {
         ..TxAttr::default()
     };
     o.rx_attr = RxAttr {
+        op_flags_supported: OpFlags::RX_BASE | OpFlags::PEEK_FAMILY,
         caps: Caps::MSG | Caps::TAGGED | Caps::RMA | Caps::RECV | Caps::REMOTE_WRITE,
         msg_order: order,
         size: 1024,
@@ -436,12 +438,12 @@ fn tag_format_is_compared_by_width() {
 fn op_flags_and_addresses_pass_through() {
     let h = with(|h| {
         h.tx_attr.op_flags = OpFlags::COMPLETION | OpFlags::DELIVERY_COMPLETE;
-        h.rx_attr.op_flags = OpFlags::MULTI_RECV;
+        h.rx_attr.op_flags = OpFlags::COMPLETION;
         h.dest_addr = Some(vec![7; 16]);
     });
     let r = getinfo(Some(&h), &[offer()]).unwrap().remove(0);
     assert_eq!(r.tx_attr.op_flags, h.tx_attr.op_flags);
-    assert_eq!(r.rx_attr.op_flags, OpFlags::MULTI_RECV);
+    assert_eq!(r.rx_attr.op_flags, OpFlags::COMPLETION);
     assert_eq!(r.dest_addr, h.dest_addr);
     // No src_addr in the hints: the provider's own address stays.
     assert_eq!(r.src_addr, offer().src_addr);
@@ -468,4 +470,23 @@ fn provider_selection_strings() {
     assert!(provider_selected("^", "tcp"));
     assert!(!provider_selected("tcp", ""));
     assert!(!provider_selected("tc", "tcp"));
+}
+
+#[test]
+fn op_flags_the_offer_would_ignore_match_nothing() {
+    for (tx, rx) in [
+        (OpFlags::FENCE, OpFlags::empty()),
+        (OpFlags::MULTICAST, OpFlags::empty()),
+        (OpFlags::COMMIT_COMPLETE, OpFlags::empty()),
+        (OpFlags::MATCH_COMPLETE, OpFlags::empty()),
+        (OpFlags::empty(), OpFlags::MULTI_RECV),
+    ] {
+        let h = with(|h| {
+            h.tx_attr.op_flags = tx;
+            h.rx_attr.op_flags = rx;
+        });
+        assert!(!satisfies(&h, &offer()), "{tx:?} / {rx:?} matched");
+    }
+    let h = with(|h| h.tx_attr.op_flags = OpFlags::INJECT_COMPLETE | OpFlags::COMPLETION);
+    assert!(satisfies(&h, &offer()));
 }

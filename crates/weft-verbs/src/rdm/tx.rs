@@ -213,9 +213,7 @@ impl RdmShared {
         let wr_id = self.wr_id();
         // Delivery-complete: done when the receiver says the message is
         // matched or buffered, not when the device acknowledges it.
-        h.ack = req
-            .flags
-            .intersects(OpFlags::DELIVERY_COMPLETE | OpFlags::COMMIT_COMPLETE);
+        h.ack = req.flags.contains(OpFlags::DELIVERY_COMPLETE);
         if len <= EAGER_MAX && h.ack {
             h.cookie = wr_id;
             let iov = std::mem::take(&mut req.iov);

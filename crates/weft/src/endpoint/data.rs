@@ -11,14 +11,16 @@ use weft_core::flags::{Caps, OpFlags};
 use weft_core::provider::{RecvReq, Rejected, SendReq};
 use weft_core::{Error, Result};
 
-use super::{async_op, op_done, Endpoint, Live, RX_FLAGS, TX_FLAGS};
+use super::{async_op, op_done, Endpoint, Live};
 use crate::msg::{RecvMsg, SendMsg, SendParts};
 use crate::opfuture::post_when_room;
 
 impl Endpoint {
     fn check_send(&self, msg: &SendParts, flags: OpFlags) -> Result<()> {
         let info = &self.inner.info;
-        if !TX_FLAGS.contains(flags) || (flags & OpFlags::COMPLETION_LEVELS).bits().count_ones() > 1
+        // A flag the provider would not honour is refused, never ignored.
+        if !info.tx_attr.op_flags_supported.contains(flags)
+            || (flags & OpFlags::COMPLETION_LEVELS).bits().count_ones() > 1
         {
             return Err(Error::BadFlags);
         }
@@ -45,7 +47,7 @@ impl Endpoint {
 
     fn check_recv(&self, msg: &RecvMsg, flags: OpFlags) -> Result<()> {
         let info = &self.inner.info;
-        if !RX_FLAGS.contains(flags) {
+        if !info.rx_attr.op_flags_supported.contains(flags) {
             return Err(Error::BadFlags);
         }
         if flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) && !msg.tagged {

@@ -35,23 +35,6 @@ const CLOSED: u8 = 2;
 /// with bit 63 set are reserved.
 static NEXT_ASYNC_CTX: AtomicU64 = AtomicU64::new(1 << 63);
 
-/// Transmit flags an operation may carry.
-const TX_FLAGS: OpFlags = OpFlags::COMPLETION
-    .union(OpFlags::INJECT)
-    .union(OpFlags::REMOTE_CQ_DATA)
-    .union(OpFlags::MORE)
-    .union(OpFlags::INJECT_COMPLETE)
-    .union(OpFlags::TRANSMIT_COMPLETE)
-    .union(OpFlags::DELIVERY_COMPLETE)
-    .union(OpFlags::COMMIT_COMPLETE)
-    .union(OpFlags::MATCH_COMPLETE);
-/// Receive flags an operation may carry.
-const RX_FLAGS: OpFlags = OpFlags::COMPLETION
-    .union(OpFlags::MORE)
-    .union(OpFlags::PEEK)
-    .union(OpFlags::CLAIM)
-    .union(OpFlags::DISCARD);
-
 #[derive(Debug, Default)]
 struct Binds {
     av: Option<AddressVector>,
@@ -187,6 +170,24 @@ impl Endpoint {
             EpType::Rdm | EpType::Msg | EpType::Dgram => {}
             EpType::Unspec => return Err(Error::Inval),
             _ => return Err(Error::NoSys),
+        }
+        // Default flags the provider would not honour (multi-receive,
+        // fences, multicast, completion levels it cannot give) are
+        // refused here rather than ignored on every operation.
+        if !info
+            .tx_attr
+            .op_flags_supported
+            .contains(info.tx_attr.op_flags)
+            || !info
+                .rx_attr
+                .op_flags_supported
+                .contains(info.rx_attr.op_flags)
+            || (info.tx_attr.op_flags & OpFlags::COMPLETION_LEVELS)
+                .bits()
+                .count_ones()
+                > 1
+        {
+            return Err(Error::BadFlags);
         }
         let binds = Binds {
             tx_op_flags: info.tx_attr.op_flags,
@@ -382,13 +383,13 @@ impl Endpoint {
             side.contains(OpFlags::TRANSMIT),
             side.contains(OpFlags::RECV),
         ) {
-            (true, false) if TX_FLAGS.contains(flags) => {
+            (true, false) if self.inner.info.tx_attr.op_flags_supported.contains(flags) => {
                 b.tx_op_flags = flags;
                 if let Some(l) = self.inner.live.get() {
                     l.tx_op_flags.store(flags.bits(), Ordering::Release);
                 }
             }
-            (false, true) if RX_FLAGS.contains(flags) => {
+            (false, true) if self.inner.info.rx_attr.op_flags_supported.contains(flags) => {
                 b.rx_op_flags = flags;
                 if let Some(l) = self.inner.live.get() {
                     l.rx_op_flags.store(flags.bits(), Ordering::Release);
