@@ -210,6 +210,8 @@ pub struct CqShared {
     len: AtomicU64,
     // Inline mode: the bound endpoints, driven by readers of an empty queue.
     hooks: ProgressHooks,
+    /// Endpoints bound to the queue.
+    pub bound: crate::sync::BindCount,
 }
 
 impl CqShared {
@@ -227,6 +229,7 @@ impl CqShared {
             inner: Mutex::new(inner),
             len: AtomicU64::new(0),
             hooks: ProgressHooks::default(),
+            bound: crate::sync::BindCount::default(),
         })
     }
 

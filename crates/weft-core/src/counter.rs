@@ -72,6 +72,25 @@ impl CounterShared {
         wake_all(ws);
     }
 
+    /// Polls for a change: ready with `(count, errors)` once either differs
+    /// from `seen`. Changes between two polls coalesce into one.
+    pub fn poll_change(&self, seen: (u64, u64), cx: &mut Context<'_>) -> Poll<(u64, u64)> {
+        let now = |s: &Self| (s.read(), s.read_err());
+        if now(self) != seen {
+            return Poll::Ready(now(self));
+        }
+        {
+            let mut g = lock(&self.waiters);
+            if !g.iter().any(|w| w.will_wake(cx.waker())) {
+                g.push(cx.waker().clone());
+            }
+        }
+        match now(self) {
+            n if n != seen => Poll::Ready(n),
+            _ => Poll::Pending,
+        }
+    }
+
     /// Polls `fi_cntr_wait(threshold)`: ready with `Ok(value)` once the
     /// count reaches `threshold`, or with `Err(Avail)` if the error count
     /// moved past `err_seen` (libfabric's wait returns on errors too).
@@ -124,6 +143,20 @@ mod tests {
         c.add_err(2);
         c.set_err(5);
         assert_eq!(c.read_err(), 5);
+    }
+
+    #[test]
+    fn changes_coalesce_and_wake() {
+        let c = CounterShared::new(1);
+        let w = noop_waker();
+        let mut cx = Context::from_waker(&w);
+        assert!(c.poll_change((0, 0), &mut cx).is_pending());
+        c.add(1);
+        c.add(2);
+        assert_eq!(c.poll_change((0, 0), &mut cx), Poll::Ready((3, 0)));
+        assert!(c.poll_change((3, 0), &mut cx).is_pending());
+        c.add_err(1);
+        assert_eq!(c.poll_change((3, 0), &mut cx), Poll::Ready((3, 1)));
     }
 
     #[test]

@@ -123,6 +123,8 @@ pub struct EqShared {
     id: u64,
     size: usize,
     inner: Mutex<EqInner>,
+    /// Objects bound to the queue (endpoints, AVs, passive endpoints).
+    pub bound: crate::sync::BindCount,
 }
 
 impl EqShared {
@@ -134,6 +136,7 @@ impl EqShared {
             id,
             size: size.max(1),
             inner: Mutex::new(EqInner::default()),
+            bound: crate::sync::BindCount::default(),
         })
     }
 

@@ -46,3 +46,31 @@ pub fn wake_all(ws: impl IntoIterator<Item = Waker>) {
         w.wake();
     }
 }
+
+/// How many objects a queue is bound to: closing a bound queue is
+/// `Busy`. Each binding holds a [`Bound`], which counts while it lives.
+#[derive(Debug, Default, Clone)]
+pub struct BindCount(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl BindCount {
+    /// One more binding, released when the guard drops.
+    pub fn hold(&self) -> Bound {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Bound(self.0.clone())
+    }
+
+    /// Bindings alive now.
+    pub fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// One binding of a queue (see [`BindCount`]).
+#[derive(Debug)]
+pub struct Bound(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}

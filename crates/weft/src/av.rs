@@ -102,6 +102,8 @@ pub(crate) struct AvInner {
     pub(crate) domain: Domain,
     pub(crate) table: Arc<Mutex<AvTable>>,
     eq: Mutex<Option<Arc<EqShared>>>,
+    /// Keeps the bound EQ from being closed under the AV.
+    eq_hold: Mutex<Option<weft_core::sync::Bound>>,
     pub(crate) bound_eps: AtomicUsize,
     open_flags: AvFlags,
     /// The provider's address resolution (verbs DGRAM), if it needs one.
@@ -118,6 +120,7 @@ impl AddressVector {
                 domain,
                 table: Arc::new(Mutex::new(table)),
                 eq: Mutex::new(None),
+                eq_hold: Mutex::new(None),
                 bound_eps: AtomicUsize::new(0),
                 open_flags: attr.flags,
                 resolver,
@@ -141,6 +144,7 @@ impl AddressVector {
             return Err(Error::BadFlags);
         }
         *lock(&self.inner.eq) = Some(eq.shared.clone());
+        *lock(&self.inner.eq_hold) = Some(eq.shared.bound.hold());
         Ok(())
     }
 
@@ -415,6 +419,8 @@ impl AddressVector {
         if self.inner.bound_eps.load(Ordering::Acquire) > 0 {
             return Err(Error::Busy);
         }
+        // The EQ may close once its AV has.
+        lock(&self.inner.eq_hold).take();
         Ok(())
     }
 }

@@ -76,6 +76,17 @@ impl CompletionQueue {
         tokio::time::timeout(timeout, fut).await.ok().flatten()
     }
 
+    /// `fi_close`: readers take what is queued, then the stream ends
+    /// (`None`) for every handle of the queue. `Busy` while an endpoint
+    /// that is not closed is bound to it.
+    pub fn close(&self) -> Result<()> {
+        if self.shared.bound.count() > 0 {
+            return Err(weft_core::Error::Busy);
+        }
+        self.shared.close();
+        Ok(())
+    }
+
     /// `fi_cq_signal`: wakes a reader blocked in `next_timeout`.
     pub fn signal(&self) {
         self.shared.signal()

@@ -51,6 +51,17 @@ impl EventQueue {
         }
     }
 
+    /// `fi_close`: readers take what is queued, then the stream ends
+    /// (`None`) for every handle of the queue. `Busy` while an endpoint,
+    /// AV or passive endpoint that is not closed is bound to it.
+    pub fn close(&self) -> Result<()> {
+        if self.shared.bound.count() > 0 {
+            return Err(Error::Busy);
+        }
+        self.shared.close();
+        Ok(())
+    }
+
     /// Number of queued entries.
     pub fn len(&self) -> usize {
         self.shared.len()

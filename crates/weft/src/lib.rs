@@ -62,7 +62,7 @@ mod rma;
 mod srx;
 
 pub use av::{AddressVector, AvAttr, Insert, InsertReport};
-pub use counter::Counter;
+pub use counter::{Counter, CounterChanges};
 pub use cq::CompletionQueue;
 pub use endpoint::Endpoint;
 pub use eq::{ConnRequest, EventQueue};

@@ -21,6 +21,8 @@ pub struct PassiveEndpoint {
     info: Info,
     addr: Option<Vec<u8>>,
     eq: Mutex<Option<Arc<EqShared>>>,
+    /// Keeps the bound EQ from being closed under the listener.
+    eq_hold: Mutex<Option<weft_core::sync::Bound>>,
     backlog: Mutex<u32>,
     prov: Mutex<Option<Arc<dyn ProviderPassive>>>,
     context: u64,
@@ -41,6 +43,7 @@ impl PassiveEndpoint {
             info,
             addr,
             eq: Mutex::new(None),
+            eq_hold: Mutex::new(None),
             backlog: Mutex::new(128),
             prov: Mutex::new(None),
             context: 0,
@@ -63,6 +66,7 @@ impl PassiveEndpoint {
             return Err(Error::OpBadState);
         }
         *lock(&self.eq) = Some(eq.shared.clone());
+        *lock(&self.eq_hold) = Some(eq.shared.bound.hold());
         Ok(())
     }
 
@@ -128,6 +132,7 @@ impl PassiveEndpoint {
         if let Some(p) = lock(&self.prov).take() {
             p.close();
         }
+        lock(&self.eq_hold).take();
         Ok(())
     }
 }

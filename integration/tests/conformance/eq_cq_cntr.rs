@@ -323,6 +323,78 @@ async fn counter_counts_sends_and_recvs(p: Provider) {
     assert_eq!(sc.read(), 0, "nothing was sent by the receiver");
 }
 
+/// A closed CQ or EQ ends its stream after what is queued, for every
+/// handle; closing one that an open endpoint is bound to is `Busy`.
+async fn closed_queues_end_their_streams(p: Provider) {
+    use futures::StreamExt;
+    let h = Harness::rdm(&p);
+    let a = h.rdm_ep();
+    let eq = h.fabric.eq(4).unwrap();
+    let ep = h.endpoint();
+    ep.bind_eq(&eq).unwrap();
+    assert_eq!(
+        a.cq.close().unwrap_err(),
+        Error::Busy,
+        "bound to an endpoint"
+    );
+    assert_eq!(eq.close().unwrap_err(), Error::Busy, "bound to an endpoint");
+    let av = h.av();
+    let eq2 = h.fabric.eq(4).unwrap();
+    av.bind_eq(&eq2, 0).unwrap();
+    assert_eq!(eq2.close().unwrap_err(), Error::Busy, "bound to an AV");
+    av.close().unwrap();
+    eq2.close().unwrap();
+
+    ep.close().unwrap();
+    eq.write(Ok(notify(1, 5))).unwrap();
+    let mut reader = eq.clone();
+    let waiting = tokio::spawn(async move {
+        let first = reader.next().await;
+        let end = reader.next().await;
+        (first, end)
+    });
+    eq.close().unwrap();
+    let (first, end) = within("eq stream end", waiting).await.unwrap();
+    assert_eq!(first.unwrap().unwrap().data, 5, "queued events come first");
+    assert!(end.is_none(), "then the stream ends");
+
+    a.ep.close().unwrap();
+    let mut cq = a.cq.clone();
+    let waiting = tokio::spawn(async move { cq.next().await });
+    a.cq.close().unwrap();
+    assert!(within("cq stream end", waiting).await.unwrap().is_none());
+}
+
+/// `Counter::wait_timeout` gives up with `TimedOut`; `Counter::changes`
+/// yields every state the counter reached (coalescing what came between
+/// two polls) and wakes on each change.
+async fn counter_wait_timeout_and_changes(p: Provider) {
+    use futures::StreamExt;
+    let h = Harness::rdm(&p);
+    let c = h.domain.counter().unwrap();
+    let r = within("wait_timeout", c.wait_timeout(1, Duration::from_millis(50))).await;
+    assert_eq!(r.unwrap_err(), Error::TimedOut);
+    let mut changes = c.changes();
+    let c2 = c.clone();
+    let adder = tokio::spawn(async move {
+        tokio::task::yield_now().await;
+        c2.add(2);
+    });
+    assert_eq!(within("change", changes.next()).await, Some((2, 0)));
+    adder.await.unwrap();
+    c.add_err(1);
+    assert_eq!(within("error change", changes.next()).await, Some((2, 1)));
+    c.add(1);
+    c.add(1);
+    assert_eq!(within("coalesced", changes.next()).await, Some((4, 1)));
+    assert_eq!(
+        within("reached", c.wait_timeout(4, Duration::from_secs(1)))
+            .await
+            .unwrap(),
+        4
+    );
+}
+
 provider_tests! {
     eq_open_sizes,
     eq_write_read_self,
@@ -339,4 +411,6 @@ provider_tests! {
     counter_wait_threshold,
     counter_wait_returns_avail_on_error,
     counter_counts_sends_and_recvs,
+    closed_queues_end_their_streams,
+    counter_wait_timeout_and_changes,
 }

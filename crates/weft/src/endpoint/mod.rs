@@ -13,7 +13,7 @@ use weft_core::flags::{BindFlags, Caps, OpFlags};
 use weft_core::limits::ConnLimits;
 use weft_core::progress::Progress;
 use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint};
-use weft_core::sync::lock;
+use weft_core::sync::{lock, Bound};
 use weft_core::{Error, Result};
 
 use crate::av::AddressVector;
@@ -53,6 +53,8 @@ struct Binds {
     srx: Option<SharedRxContext>,
     /// `None`: the environment's limits, read at enable.
     limits: Option<ConnLimits>,
+    /// One per bound queue: a bound CQ or EQ cannot be closed (`Busy`).
+    holds: Vec<Bound>,
 }
 
 /// What the data path needs, fixed at enable.
@@ -254,6 +256,7 @@ impl Endpoint {
             return Err(Error::Inval);
         }
         b.eq = Some(eq.shared.clone());
+        b.holds.push(eq.shared.bound.hold());
         Ok(())
     }
 
@@ -280,6 +283,7 @@ impl Endpoint {
         if flags.contains(BindFlags::RECV) {
             b.rx_cq = Some((cq.shared.clone(), sel));
         }
+        b.holds.push(cq.shared.bound.hold());
         Ok(())
     }
 
@@ -568,6 +572,7 @@ impl Endpoint {
         if let Some(srx) = b.srx.take() {
             srx.inner.bound.fetch_sub(1, Ordering::AcqRel);
         }
+        b.holds.clear();
         Ok(())
     }
 }
