@@ -433,7 +433,39 @@ async fn send_to_self(p: Provider) {
     assert_eq!(&got.into_bytes()[..], b"self");
 }
 
+/// `fi_getopt`/`fi_setopt`: what an endpoint has answers, what it lacks
+/// is `NoProtoOpt`, the read-only option refuses a set with `NoSys`.
+async fn getopt_setopt(p: Provider) {
+    use weft::EpOpt;
+    let rdm = Harness::rdm(&p).endpoint();
+    for opt in [
+        EpOpt::MinMultiRecv,
+        EpOpt::BufferedMin,
+        EpOpt::BufferedLimit,
+        EpOpt::CmDataSize,
+    ] {
+        assert_eq!(
+            rdm.getopt(opt).unwrap_err(),
+            Error::NoProtoOpt,
+            "{opt:?} on RDM"
+        );
+        assert_eq!(
+            rdm.setopt(opt, 64).unwrap_err(),
+            Error::NoProtoOpt,
+            "{opt:?} on RDM"
+        );
+    }
+    let h = Harness::msg(&p);
+    let msg = h.endpoint();
+    assert_eq!(
+        msg.getopt(EpOpt::CmDataSize).unwrap(),
+        h.info.ep_attr.cm_data_size
+    );
+    assert_eq!(msg.setopt(EpOpt::CmDataSize, 8).unwrap_err(), Error::NoSys);
+}
+
 provider_tests! {
+    getopt_setopt,
     default_op_flags_apply_to_operations,
     missing_capability_is_nosys,
     send_to_self,

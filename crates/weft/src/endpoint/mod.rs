@@ -57,6 +57,23 @@ struct Binds {
     holds: Vec<Bound>,
 }
 
+/// Endpoint options (`fi_getopt`/`fi_setopt`, level `FI_OPT_ENDPOINT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EpOpt {
+    /// `FI_OPT_MIN_MULTI_RECV`: the free space below which a multi-receive
+    /// buffer is released.
+    MinMultiRecv,
+    /// `FI_OPT_CM_DATA_SIZE`: connection-manager data size (read-only).
+    CmDataSize,
+    /// `FI_OPT_BUFFERED_MIN`: bytes of a message delivered before it is
+    /// matched (`FI_BUFFERED_RECV` mode).
+    BufferedMin,
+    /// `FI_OPT_BUFFERED_LIMIT`: the largest message buffered whole
+    /// (`FI_BUFFERED_RECV` mode).
+    BufferedLimit,
+}
+
 /// What the data path needs, fixed at enable.
 #[derive(Debug)]
 pub(crate) struct Live {
@@ -421,6 +438,37 @@ impl Endpoint {
     /// `FI_OPT_CM_DATA_SIZE` (read-only).
     pub fn cm_data_size(&self) -> usize {
         self.inner.info.ep_attr.cm_data_size
+    }
+
+    /// `fi_getopt` at `FI_OPT_ENDPOINT` level. An option the endpoint does
+    /// not have is `NoProtoOpt`: `CmDataSize` exists on connection-oriented
+    /// endpoints; `MinMultiRecv` needs `FI_MULTI_RECV`, and the
+    /// `Buffered*` options the `FI_BUFFERED_RECV` mode, which no offer has
+    /// yet.
+    pub fn getopt(&self, opt: EpOpt) -> Result<usize> {
+        let info = &self.inner.info;
+        match opt {
+            EpOpt::CmDataSize if info.ep_attr.ep_type.is_connected() => {
+                Ok(info.ep_attr.cm_data_size)
+            }
+            EpOpt::CmDataSize | EpOpt::MinMultiRecv | EpOpt::BufferedMin | EpOpt::BufferedLimit => {
+                Err(Error::NoProtoOpt)
+            }
+        }
+    }
+
+    /// `fi_setopt` at `FI_OPT_ENDPOINT` level: `NoSys` for the read-only
+    /// `CmDataSize`, `NoProtoOpt` for an option the endpoint does not
+    /// have (see [`getopt`](Self::getopt)).
+    pub fn setopt(&self, opt: EpOpt, _value: usize) -> Result<()> {
+        match opt {
+            EpOpt::CmDataSize if self.inner.info.ep_attr.ep_type.is_connected() => {
+                Err(Error::NoSys)
+            }
+            EpOpt::CmDataSize | EpOpt::MinMultiRecv | EpOpt::BufferedMin | EpOpt::BufferedLimit => {
+                Err(Error::NoProtoOpt)
+            }
+        }
     }
 
     /// Enables the endpoint. Connectionless endpoints need an AV (`NoAv`);
