@@ -271,7 +271,45 @@ async fn close_notifies_peer(p: Provider) {
     );
 }
 
+/// fi_endpoint(3): connect and accept enable an endpoint that was not
+/// enabled, with enable's checks (an endpoint without a CQ is `NoCq`).
+async fn connect_and_accept_enable_the_endpoint(p: Provider) {
+    let h = Harness::msg(&p);
+    let l = listen(&h);
+    let bare = h.endpoint();
+    bare.bind_eq(&h.eq()).unwrap();
+    let r = within(
+        "connect without a CQ",
+        bare.connect(l.addr.clone(), Vec::new()),
+    )
+    .await;
+    assert_eq!(r.unwrap_err(), Error::NoCq);
+
+    let bind = |ep: &Endpoint| {
+        let (eq, cq) = (h.eq(), h.cq());
+        ep.bind_eq(&eq).unwrap();
+        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+            .unwrap();
+        (eq, cq)
+    };
+    let client = h.endpoint();
+    let (ceq, _ccq) = bind(&client);
+    let c = client.clone();
+    let addr = l.addr.clone();
+    let connecting = tokio::spawn(async move { c.connect(addr, Vec::new()).await });
+    let req = conn_req(&l).await;
+    let server = h.domain.accept_endpoint(&h.info, &req).unwrap();
+    let (seq, _scq) = bind(&server);
+    within("accept", server.accept(Vec::new())).await.unwrap();
+    within("connect", connecting).await.unwrap().unwrap();
+    expect_connected(&ceq, client.fid()).await;
+    expect_connected(&seq, server.fid()).await;
+    assert!(client.local_addr().is_ok(), "connect enabled the client");
+    assert!(server.local_addr().is_ok(), "accept enabled the server");
+}
+
 provider_tests! {
+    connect_and_accept_enable_the_endpoint,
     close_notifies_peer,
     connect_to_nobody_fails,
     send_after_peer_shutdown_fails,

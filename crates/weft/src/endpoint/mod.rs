@@ -585,6 +585,7 @@ impl Endpoint {
         if !self.inner.info.ep_attr.ep_type.is_connected() {
             return Err(Error::NoSys);
         }
+        self.enable_if_disabled()?;
         let prov = self.live()?.prov.clone();
         prov.connect(dest, cm_data).await
     }
@@ -594,8 +595,22 @@ impl Endpoint {
         if self.inner.conn.is_none() {
             return Err(Error::Inval);
         }
+        self.enable_if_disabled()?;
         let prov = self.live()?.prov.clone();
         prov.accept(cm_data).await
+    }
+
+    /// fi_endpoint(3): `connect` and `accept` enable an endpoint that is
+    /// not enabled yet (with `enable`'s checks and errors).
+    fn enable_if_disabled(&self) -> Result<()> {
+        if self.inner.state.load(Ordering::Acquire) != DISABLED {
+            return Ok(());
+        }
+        match self.enable() {
+            // Enabled meanwhile by another caller: what we wanted.
+            Err(Error::OpBadState) if self.inner.state.load(Ordering::Acquire) == ENABLED => Ok(()),
+            r => r,
+        }
     }
 
     /// MSG: orderly shutdown; the peer gets a `Shutdown` event.
