@@ -26,6 +26,7 @@ pub mod provider;
 pub mod recvdone;
 pub mod sync;
 pub mod tagmatch;
+pub mod tclass;
 pub mod wire;
 
 pub use error::{Error, Result};

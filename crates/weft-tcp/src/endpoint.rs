@@ -75,6 +75,8 @@ pub struct EpShared {
     pub rx: Credits,
     /// What peers may make this endpoint hold.
     pub limits: ConnLimits,
+    /// The DSCP value of `tx_attr.tclass`, marked on every connection.
+    pub dscp: Option<u8>,
     /// One connection's share of `buffered_limit`.
     pub peer_cap: usize,
     /// Unexpected-message bytes buffered now (payload plus the fixed
@@ -112,12 +114,14 @@ impl weft_core::recvdone::RecvCtx for EpShared {
 }
 
 impl EpShared {
-    pub fn new(cfg: EpConfig, local: SocketAddr, rt: Handle) -> Arc<EpShared> {
+    pub fn new(cfg: EpConfig, local: SocketAddr, rt: Handle) -> Result<Arc<EpShared>> {
         let info = &cfg.info;
+        let dscp = weft_core::tclass::to_dscp(info.tx_attr.tclass)?;
         let buffered_limit = info.rx_attr.total_buffered_recv.max(1);
         let ep_type = info.ep_attr.ep_type;
-        Arc::new(EpShared {
+        Ok(Arc::new(EpShared {
             ep_type,
+            dscp,
             max_msg: info.ep_attr.max_msg_size,
             buffered_limit,
             limits: cfg.limits,
@@ -147,7 +151,7 @@ impl EpShared {
             hold: weft_core::progress::SpinHold::default(),
             inline_idle: Notify::new(),
             cfg,
-        })
+        }))
     }
 
     pub fn is_closed(&self) -> bool {

@@ -166,7 +166,7 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
         EpType::Rdm => {
             let l = link::listen(bind_addr(&cfg)?, 1024)?;
             let local = l.local_addr()?;
-            let ep = endpoint::EpShared::new(cfg, local, rt.clone());
+            let ep = endpoint::EpShared::new(cfg, local, rt.clone())?;
             link::start_rdm_listener(&ep, l);
             sweep::start(&ep);
             ep
@@ -176,7 +176,7 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
                 Some(h) => link::pending_of(h)?.local,
                 None => bind_addr(&cfg)?,
             };
-            let ep = endpoint::EpShared::new(cfg, local, rt.clone());
+            let ep = endpoint::EpShared::new(cfg, local, rt.clone())?;
             sweep::start(&ep);
             ep
         }

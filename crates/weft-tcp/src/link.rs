@@ -58,6 +58,7 @@ pub fn start_rdm_listener(ep: &Arc<EpShared>, l: TcpListener) {
                 ep.report_addr(Error::ConnRefused, &peer);
                 continue;
             };
+            let _ = crate::conn::mark(&s, ep.dscp);
             let rt = ep.rt.clone();
             rt.spawn(async move {
                 if let Err(e) = rdm_handshake_in(ep.clone(), s, slot).await {
@@ -196,6 +197,7 @@ async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
         let mut s = tokio::time::timeout(t, TcpStream::connect(dest))
             .await
             .map_err(|_| Error::TimedOut)??;
+        crate::conn::mark(&s, ep.dscp)?;
         write_frame(&mut s, Header::new(FrameKind::Hello), &local, t).await?;
         let (h, _) = read_frame(&mut s, FrameKind::HelloAck, t).await?;
         if h.data != 0 {
@@ -286,6 +288,7 @@ pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Resul
         let mut s = tokio::time::timeout(t, TcpStream::connect(addr))
             .await
             .map_err(|_| Error::TimedOut)??;
+        crate::conn::mark(&s, ep.dscp)?;
         write_frame(&mut s, Header::new(FrameKind::ConnReq), &cm, t).await?;
         let (h, peer_cm) = read_frame(&mut s, FrameKind::ConnResp, t).await?;
         Ok((s, h.data, peer_cm))

@@ -120,6 +120,11 @@ pub fn open_domain(info: &Info) -> Result<Arc<dyn weft_core::provider::ProviderD
 /// (the last on a domain opened with a DGRAM info). Other types
 /// are not offered by getinfo and are `NoSys` here.
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
+    // The traffic class of the address handle and QP is not set yet: a
+    // class asked for is refused rather than silently left at the default.
+    if cfg.info.tx_attr.tclass != weft_core::tclass::UNSPEC {
+        return Err(Error::NoSys);
+    }
     #[cfg(feature = "rdma")]
     match cfg.info.ep_attr.ep_type {
         // Only MSG endpoints take receives from a shared context.

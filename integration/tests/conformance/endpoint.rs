@@ -464,7 +464,47 @@ async fn getopt_setopt(p: Provider) {
     assert_eq!(msg.setopt(EpOpt::CmDataSize, 8).unwrap_err(), Error::NoSys);
 }
 
+/// `tx_attr.tclass`: a DSCP value or a label is applied by providers that
+/// can (the endpoint works with it), refused with `NoSys` by those that
+/// cannot yet; a class that is neither is `Inval` at creation.
+async fn traffic_class_applied_or_refused(p: Provider) {
+    let h = Harness::rdm(&p);
+    let mut bad = h.info.clone();
+    bad.tx_attr.tclass = weft::tclass::dscp_set(64);
+    assert_eq!(h.domain.endpoint(&bad).unwrap_err(), Error::Inval);
+    bad.tx_attr.tclass = weft::tclass::LABEL + 99;
+    assert_eq!(h.domain.endpoint(&bad).unwrap_err(), Error::Inval);
+    for tc in [weft::tclass::dscp_set(26), weft::tclass::LOW_LATENCY] {
+        let mut info = h.info.clone();
+        info.tx_attr.tclass = tc;
+        let av = h.av();
+        let cq = h.cq();
+        let ep = h.domain.endpoint(&info).unwrap();
+        ep.bind_av(&av).unwrap();
+        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+            .unwrap();
+        match ep.enable() {
+            Err(e) => {
+                assert_eq!(p.name, "verbs", "only verbs refuses a class");
+                assert_eq!(e, Error::NoSys);
+                continue;
+            }
+            Ok(()) => {}
+        }
+        let dest = av
+            .insert_sync(&[ep.local_addr().unwrap()], Default::default())
+            .unwrap()
+            .fi_addrs[0];
+        let recv = ep.trecv(BytesMut::zeroed(16), weft::FI_ADDR_UNSPEC, 9, 0);
+        let send = ep.tsend(dest, Bytes::from_static(b"classy"), 9);
+        let (got, sent) = within("exchange", async { tokio::join!(recv, send) }).await;
+        sent.unwrap();
+        assert_eq!(&got.unwrap().bufs[0][..], b"classy");
+    }
+}
+
 provider_tests! {
+    traffic_class_applied_or_refused,
     getopt_setopt,
     default_op_flags_apply_to_operations,
     missing_capability_is_nosys,

@@ -190,6 +190,8 @@ impl Endpoint {
             EpType::Unspec => return Err(Error::Inval),
             _ => return Err(Error::NoSys),
         }
+        // A traffic class that is neither a DSCP value nor a label.
+        weft_core::tclass::to_dscp(info.tx_attr.tclass)?;
         // Default flags the provider would not honour (multi-receive,
         // fences, multicast, completion levels it cannot give) are
         // refused here rather than ignored on every operation.
