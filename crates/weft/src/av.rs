@@ -171,7 +171,42 @@ impl AddressVector {
     /// except on a domain whose addresses need resolving (verbs
     /// `FI_EP_DGRAM`), where every insert is a pending future: await it
     /// (without `FI_EVENT` it posts no events).
+    ///
+    /// `FI_AV_USER_ID` in `flags` needs the ids:
+    /// [`insert_with_user_ids`](Self::insert_with_user_ids); here it is
+    /// `Inval`.
     pub fn insert(&self, addrs: &[Vec<u8>], flags: AvFlags, context: u64) -> Result<Insert> {
+        if flags.contains(AvFlags::AV_USER_ID) {
+            return Err(Error::Inval);
+        }
+        self.insert_inner(addrs, None, flags, context)
+    }
+
+    /// `fi_av_insert` with `FI_AV_USER_ID`: `user_ids[i]` is what
+    /// completions report as the source of messages from `addrs[i]`
+    /// (`FI_SOURCE`), in place of its handle. `Inval` when the lengths
+    /// differ, and on an AV opened with `FI_AV_USER_ID` (whose ids are
+    /// set with [`set_user_id`](Self::set_user_id)).
+    pub fn insert_with_user_ids(
+        &self,
+        addrs: &[Vec<u8>],
+        user_ids: &[u64],
+        flags: AvFlags,
+        context: u64,
+    ) -> Result<Insert> {
+        if user_ids.len() != addrs.len() {
+            return Err(Error::Inval);
+        }
+        self.insert_inner(addrs, Some(user_ids), flags | AvFlags::AV_USER_ID, context)
+    }
+
+    fn insert_inner(
+        &self,
+        addrs: &[Vec<u8>],
+        user_ids: Option<&[u64]>,
+        flags: AvFlags,
+        context: u64,
+    ) -> Result<Insert> {
         let eq = self.event_eq(flags)?;
         if let Some(r) = &self.inner.resolver {
             let lookups = addrs
@@ -186,9 +221,13 @@ impl AddressVector {
                     .boxed()
                 })
                 .collect();
-            return Ok(self.fill_later(lookups, flags, eq, context));
+            let ids = user_ids.map(<[u64]>::to_vec);
+            return Ok(self.fill_later(lookups, ids, flags, eq, context));
         }
-        let results = lock(&self.inner.table).insert(addrs, &Self::validate);
+        let results = match user_ids {
+            Some(ids) => lock(&self.inner.table).insert_with_user_ids(addrs, ids, &Self::validate),
+            None => lock(&self.inner.table).insert(addrs, &Self::validate),
+        };
         let report = InsertReport::new(results, flags.contains(AvFlags::SYNC_ERR));
         if let Some(eq) = eq {
             self.post_events(&eq, &report, context);
@@ -305,7 +344,7 @@ impl AddressVector {
                 .boxed()
             })
             .collect();
-        Ok(self.fill_later(lookups, flags, eq, context))
+        Ok(self.fill_later(lookups, None, flags, eq, context))
     }
 
     /// Reserves one handle per lookup now, in call order, and fills them
@@ -313,6 +352,7 @@ impl AddressVector {
     fn fill_later(
         &self,
         lookups: Vec<BoxFuture<'static, Result<Vec<u8>>>>,
+        user_ids: Option<Vec<u64>>,
         flags: AvFlags,
         eq: Option<Arc<EqShared>>,
         context: u64,
@@ -328,8 +368,12 @@ impl AddressVector {
                 handles
                     .iter()
                     .zip(resolved)
-                    .map(|(&h, r)| match r {
-                        Ok(bytes) => t.fill(h, bytes, None).map(|_| h),
+                    .enumerate()
+                    .map(|(i, (&h, r))| match r {
+                        Ok(bytes) => {
+                            let id = user_ids.as_ref().and_then(|v| v.get(i).copied());
+                            t.fill(h, bytes, id).map(|_| h)
+                        }
                         Err(e) => {
                             t.release(h);
                             Err(e)

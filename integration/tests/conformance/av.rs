@@ -511,7 +511,58 @@ async fn close_after_endpoint_dropped(p: Provider) {
     av.close().unwrap();
 }
 
+/// A per-insert `FI_AV_USER_ID`: the ids given with the insert are what
+/// completions report as the source; the flag without ids, mismatched
+/// lengths, or ids on an AV opened with `FI_AV_USER_ID` are `Inval`.
+async fn per_insert_user_id_reported_as_source(p: Provider) {
+    let h = Harness::rdm(&p);
+    let rx = h.rdm_ep();
+    let tx = h.rdm_ep();
+    let rx_in_tx = tx.insert(&rx);
+    let tx_addr = vec![tx.addr()];
+    assert_eq!(
+        rx.av.insert(&tx_addr, AvFlags::AV_USER_ID, 0).unwrap_err(),
+        Error::Inval,
+        "the flag without ids"
+    );
+    assert_eq!(
+        rx.av
+            .insert_with_user_ids(&tx_addr, &[1, 2], AvFlags::empty(), 0)
+            .unwrap_err(),
+        Error::Inval,
+        "one id per address"
+    );
+    let r = within(
+        "insert",
+        rx.av
+            .insert_with_user_ids(&tx_addr, &[0xFEED], AvFlags::empty(), 0)
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.count, 1);
+    tx.ep
+        .post_send(rx_in_tx, Bytes::from_static(b"id"), 1)
+        .unwrap();
+    rx.ep.post_recv(BytesMut::zeroed(16), 2).unwrap();
+    let e = next_cq(&rx.cq).await.unwrap();
+    assert_eq!(e.context, 2);
+    assert_eq!(e.src, 0xFEED, "completions report the insert's user id");
+
+    let uid_av = h.av_with(AvAttr {
+        flags: AvFlags::AV_USER_ID,
+        ..AvAttr::default()
+    });
+    assert_eq!(
+        uid_av
+            .insert_with_user_ids(&tx_addr, &[3], AvFlags::empty(), 0)
+            .unwrap_err(),
+        Error::Inval,
+        "AVs opened with AV_USER_ID take ids through set_user_id"
+    );
+}
+
 provider_tests! {
+    per_insert_user_id_reported_as_source,
     close_after_endpoint_dropped,
     open_types_report_choice,
     open_counts_are_hints,
