@@ -208,6 +208,19 @@ impl AddressVector {
         context: u64,
     ) -> Result<Insert> {
         let eq = self.event_eq(flags)?;
+        let info = &self.inner.domain.inner.info;
+        let converted: Vec<Vec<u8>>;
+        let addrs = if crate::addrfmt::is_str(info) {
+            // A string that does not parse stays as it is, so that its
+            // slot fails validation alone (`Inval`, FI_ADDR_NOTAVAIL).
+            converted = addrs
+                .iter()
+                .map(|a| crate::addrfmt::to_raw(info, a).unwrap_or_else(|_| a.clone()))
+                .collect();
+            &converted[..]
+        } else {
+            addrs
+        };
         if let Some(r) = &self.inner.resolver {
             let lookups = addrs
                 .iter()
@@ -414,18 +427,28 @@ impl AddressVector {
     /// `fi_av_lookup` into `buf`: returns the full address length (larger
     /// than `buf.len()` means truncated).
     pub fn lookup_into(&self, fi_addr: FiAddr, buf: &mut [u8]) -> Result<usize> {
-        let t = lock(&self.inner.table);
-        let a = t.lookup(fi_addr)?;
-        Ok(core_av::copy_truncated(a, buf))
+        let a = self.lookup(fi_addr)?;
+        Ok(core_av::copy_truncated(&a, buf))
     }
 
-    /// `fi_av_lookup` returning the bytes.
+    /// `fi_av_lookup` returning the bytes (the string form on an
+    /// `FI_ADDR_STR` domain).
     pub fn lookup(&self, fi_addr: FiAddr) -> Result<Vec<u8>> {
-        lock(&self.inner.table).lookup(fi_addr).map(|a| a.to_vec())
+        let raw = lock(&self.inner.table)
+            .lookup(fi_addr)
+            .map(|a| a.to_vec())?;
+        Ok(crate::addrfmt::to_user(&self.inner.domain.inner.info, raw))
     }
 
-    /// `fi_av_straddr`: the printable form of raw address bytes.
+    /// `fi_av_straddr`: the printable form of address bytes (on an
+    /// `FI_ADDR_STR` domain they are that form already).
     pub fn straddr(&self, addr_bytes: &[u8]) -> String {
+        let info = &self.inner.domain.inner.info;
+        if crate::addrfmt::is_str(info) {
+            if let Ok(raw) = crate::addrfmt::to_raw(info, addr_bytes) {
+                return String::from_utf8_lossy(&crate::addrfmt::to_user(info, raw)).into_owned();
+            }
+        }
         match addr::decode_sockaddr(addr_bytes) {
             Ok(a) => addr::sockaddr_to_str(&a),
             Err(_) => addr_bytes.iter().map(|b| format!("{b:02x}")).collect(),

@@ -160,7 +160,9 @@ impl Fabric {
         }
         let _span = tracing::debug_span!("domain_open", provider = p).entered();
         let prov = match p {
-            weft_verbs::NAME if cfg!(feature = "verbs") => Some(weft_verbs::open_domain(info)?),
+            weft_verbs::NAME if cfg!(feature = "verbs") => Some(weft_verbs::open_domain(
+                &crate::addrfmt::provider_info(info)?,
+            )?),
             _ => None,
         };
         Ok(Domain {

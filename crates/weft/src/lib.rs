@@ -48,6 +48,7 @@
 // Rejected posts hand the request back by value; see weft_core::provider.
 #![allow(clippy::result_large_err)]
 
+mod addrfmt;
 mod av;
 mod counter;
 mod cq;

@@ -92,19 +92,23 @@ impl PassiveEndpoint {
         }
         let backlog = *lock(&self.backlog);
         let rt = self.fabric.inner.rt.clone();
+        let addr = self
+            .addr
+            .as_deref()
+            .map(|a| crate::addrfmt::to_raw(&self.info, a))
+            .transpose()?;
+        let pinfo = crate::addrfmt::provider_info(&self.info)?;
         *p = Some(match self.fabric.provider() {
             weft_verbs::NAME if cfg!(feature = "verbs") => weft_verbs::open_passive(
-                &self.info,
-                self.addr.clone(),
+                &pinfo,
+                addr.clone(),
                 backlog,
                 eq,
                 self.fid,
                 self.context,
                 rt,
             )?,
-            _ => {
-                weft_tcp::open_passive(self.addr.clone(), backlog, eq, self.fid, self.context, rt)?
-            }
+            _ => weft_tcp::open_passive(addr, backlog, eq, self.fid, self.context, rt)?,
         });
         Ok(())
     }
@@ -113,7 +117,7 @@ impl PassiveEndpoint {
     pub fn local_addr(&self) -> Result<Vec<u8>> {
         lock(&self.prov)
             .as_ref()
-            .map(|p| p.local_addr())
+            .map(|p| crate::addrfmt::to_user(&self.info, p.local_addr()))
             .ok_or(Error::OpBadState)
     }
 

@@ -561,7 +561,51 @@ async fn per_insert_user_id_reported_as_source(p: Provider) {
     );
 }
 
+/// `FI_ADDR_STR`: hints asking for the string format get it; addresses
+/// then cross the API as `fi_sockaddr_in://ip:port` strings (local
+/// address, insert, lookup, straddr), and messages flow as before.
+async fn string_addresses(p: Provider) {
+    let mut hints = p.info(weft::EpType::Rdm);
+    hints.addr_format = weft::AddrFormat::Str;
+    hints.src_addr = None;
+    let info = weft::getinfo(Some(&hints)).unwrap().remove(0);
+    assert_eq!(info.addr_format, weft::AddrFormat::Str);
+    let fabric = weft::Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    let open = || {
+        let av = domain.av(AvAttr::default()).unwrap();
+        let (ep, cq) =
+            weft_integration::enabled_endpoint(&domain, &info, &av, weft::WaitMode::Interrupt);
+        (ep, av, cq)
+    };
+    let (a, a_av, _a_cq) = open();
+    let (b, _b_av, _b_cq) = open();
+    let b_addr = b.local_addr().unwrap();
+    let s = String::from_utf8(b_addr.clone()).unwrap();
+    assert!(s.starts_with("fi_sockaddr_in"), "{s}");
+    // A C caller's NUL-terminated string is taken too; garbage is not.
+    let mut with_nul = b_addr.clone();
+    with_nul.push(0);
+    let r = a_av
+        .insert_sync(
+            &[with_nul, b"fi_sockaddr_in://not-an-ip:1".to_vec()],
+            Default::default(),
+        )
+        .unwrap();
+    assert_eq!(r.count, 1);
+    assert_eq!(r.fi_addrs[1], weft::FI_ADDR_NOTAVAIL);
+    let dest = r.fi_addrs[0];
+    assert_eq!(a_av.lookup(dest).unwrap(), b_addr);
+    assert_eq!(a_av.straddr(&b_addr), s);
+    let recv = b.trecv(BytesMut::zeroed(8), FI_ADDR_UNSPEC, 3, 0);
+    let send = a.tsend(dest, Bytes::from_static(b"strings"), 3);
+    let (got, sent) = within("exchange", async { tokio::join!(recv, send) }).await;
+    sent.unwrap();
+    assert_eq!(&got.unwrap().bufs[0][..7], b"strings");
+}
+
 provider_tests! {
+    string_addresses,
     per_insert_user_id_reported_as_source,
     close_after_endpoint_dropped,
     open_types_report_choice,

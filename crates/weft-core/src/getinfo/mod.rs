@@ -235,6 +235,17 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
 
     r.addr_format = match (h.addr_format, offer.addr_format) {
         (AddrFormat::SockaddrIn | AddrFormat::SockaddrIn6, AddrFormat::Sockaddr) => h.addr_format,
+        (AddrFormat::Str, _) => {
+            // The offer's own address in the string form the result uses.
+            if let Some(a) = r
+                .src_addr
+                .as_deref()
+                .and_then(|b| crate::addr::decode_sockaddr(b).ok())
+            {
+                r.src_addr = Some(crate::addr::sockaddr_to_str(&a).into_bytes());
+            }
+            AddrFormat::Str
+        }
         (_, o) => o,
     };
     if h.domain_attr.av_type != AvType::Unspec {
@@ -332,12 +343,15 @@ fn enum_ok<T: PartialEq>(hint: T, unspec: T, offer: T) -> bool {
 }
 
 fn addr_format_ok(hint: AddrFormat, offer: AddrFormat) -> bool {
-    use AddrFormat::{Sockaddr, SockaddrIn, SockaddrIn6, Unspec};
+    use AddrFormat::{Sockaddr, SockaddrIn, SockaddrIn6, Str, Unspec};
     hint == Unspec
         || hint == offer
         || matches!(
             (hint, offer),
-            (Sockaddr, SockaddrIn | SockaddrIn6) | (SockaddrIn | SockaddrIn6, Sockaddr)
+            (Sockaddr, SockaddrIn | SockaddrIn6)
+                | (SockaddrIn | SockaddrIn6, Sockaddr)
+                // Socket addresses have a string form (FI_ADDR_STR).
+                | (Str, Sockaddr | SockaddrIn | SockaddrIn6)
         )
 }
 

@@ -497,14 +497,20 @@ impl Endpoint {
         if b.srx.is_some() && b.wait == WaitMode::Inline {
             return Err(Error::Inval);
         }
+        let info = &self.inner.info;
+        let src_addr = b
+            .src_addr
+            .as_deref()
+            .map(|a| crate::addrfmt::to_raw(info, a))
+            .transpose()?;
         let cfg = EpConfig {
             fid: self.inner.fid,
             context: b.context,
-            info: self.inner.info.clone(),
+            info: crate::addrfmt::provider_info(info)?,
             av: b.av.as_ref().map(|a| a.inner.table.clone()),
             eq: b.eq.clone(),
             wait: b.wait,
-            src_addr: b.src_addr.clone(),
+            src_addr,
             conn: self.inner.conn.clone(),
             domain: self.inner.domain.inner.prov.clone(),
             rx_cq: b.rx_cq.as_ref().map(|(c, _)| c.clone()),
@@ -556,8 +562,10 @@ impl Endpoint {
     }
 
     /// The bound local address, raw bytes (after enable).
+    /// (In the string form on an `FI_ADDR_STR` domain.)
     pub fn local_addr(&self) -> Result<Vec<u8>> {
-        Ok(self.live()?.prov.local_addr())
+        let raw = self.live()?.prov.local_addr();
+        Ok(crate::addrfmt::to_user(&self.inner.info, raw))
     }
 
     /// What the endpoint holds on its peers' behalf now (connections,
@@ -568,7 +576,8 @@ impl Endpoint {
 
     /// The connected peer's address (MSG, once connected).
     pub fn peer_addr(&self) -> Result<Vec<u8>> {
-        self.live()?.prov.peer_addr().ok_or(Error::NotConn)
+        let raw = self.live()?.prov.peer_addr().ok_or(Error::NotConn)?;
+        Ok(crate::addrfmt::to_user(&self.inner.info, raw))
     }
 
     /// Room in the transmit queue (deprecated in libfabric, kept).
@@ -588,6 +597,7 @@ impl Endpoint {
             return Err(Error::NoSys);
         }
         self.enable_if_disabled()?;
+        let dest = crate::addrfmt::to_raw(&self.inner.info, &dest)?;
         let prov = self.live()?.prov.clone();
         prov.connect(dest, cm_data).await
     }
