@@ -276,7 +276,7 @@ fn find_info(o: &Opts) -> Res<Info> {
                     .as_deref()
                     .map(|d| format!(" on domain {d}"))
                     .unwrap_or_default(),
-                weft::PROVIDERS.join(", ")
+                weft::providers().join(", ")
             );
             if let Some(why) = weft::provider_unavailable(&o.prov) {
                 m.push_str(&format!("; {}: {why}", o.prov));

@@ -275,7 +275,7 @@ pub fn verbs_offer(dev: &str, ep_type: EpType) -> Option<Info> {
 /// [`verbs_offer`] with hints adjusted by `tune` (e.g. asking for RMA).
 pub fn verbs_offer_with(dev: &str, ep_type: EpType, tune: impl FnOnce(&mut Info)) -> Option<Info> {
     let in_vm = std::env::var("RXE_VM").is_ok_and(|v| v == "1");
-    if !weft::PROVIDERS.contains(&"verbs") {
+    if !weft::providers().contains(&"verbs") {
         assert!(
             !in_vm,
             "inside the rxe VM but built without the verbs feature"

@@ -296,7 +296,7 @@ fn no_match(a: &PerfArgs) -> String {
             .as_deref()
             .map(|d| format!(" -d {d}"))
             .unwrap_or_default(),
-        weft::PROVIDERS.join(", ")
+        weft::providers().join(", ")
     );
     let offered = offered_types(&a.prov, a.domain.as_deref(), weft::Caps::empty());
     if !offered.is_empty() {

@@ -531,3 +531,61 @@ pub trait ProviderPassive: Send + Sync + Debug {
     /// Stops listening.
     fn close(&self);
 }
+
+/// What a passive endpoint (a listener for MSG connections) is opened
+/// with.
+#[derive(Debug, Clone)]
+pub struct PassiveConfig {
+    /// The attributes it was created with (raw addresses).
+    pub info: Info,
+    /// The address to listen on, raw; `None`: the provider's default.
+    pub addr: Option<Vec<u8>>,
+    /// Pending-connection limit.
+    pub backlog: u32,
+    /// Where connection requests go.
+    pub eq: Arc<EqShared>,
+    /// The passive endpoint's object id (for EQ events).
+    pub fid: u64,
+    /// Its context (for EQ events).
+    pub context: u64,
+}
+
+/// A provider: its offers and the objects it opens. Each provider crate
+/// implements this once; the `weft` crate keeps the one list of them
+/// (its registry), so nothing else compares provider names.
+///
+/// The open calls run inside the domain's Tokio runtime (the runtime's
+/// handle is the current one), so a provider spawns and registers I/O
+/// where its domain lives.
+pub trait Provider: Send + Sync + Debug {
+    /// The name (`fabric_attr.prov_name`, `FI_PROVIDER`).
+    fn name(&self) -> &'static str;
+    /// Whether this build can open the provider's objects (a provider
+    /// behind a cargo feature that is off still says why it cannot).
+    fn built(&self) -> bool {
+        true
+    }
+    /// Its offers, one per endpoint type and device it can serve.
+    fn offers(&self) -> Vec<Info>;
+    /// Why it offers nothing here (no device, not compiled in), if so.
+    fn unavailable_reason(&self) -> Option<String> {
+        None
+    }
+    /// The cause behind `err` that the code alone cannot carry, when this
+    /// process can see it (e.g. a locked-memory limit behind `NoMem`).
+    fn error_hint(&self, _err: Error) -> Option<String> {
+        None
+    }
+    /// Per-domain state (device context, protection domain), if the
+    /// provider keeps any.
+    fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {
+        Ok(None)
+    }
+    /// Opens (enables) an endpoint.
+    fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>>;
+    /// Opens a listening passive endpoint. Providers without MSG
+    /// endpoints keep this default.
+    fn open_passive(&self, _cfg: PassiveConfig) -> Result<Arc<dyn ProviderPassive>> {
+        Err(Error::NoSys)
+    }
+}

@@ -34,7 +34,7 @@ use weft_core::attr::{
 };
 use weft_core::eventq::EqShared;
 use weft_core::flags::{Caps, CompOrder, MrMode, MsgOrder, OpFlags};
-use weft_core::provider::{EpConfig, ProviderEndpoint, ProviderPassive};
+use weft_core::provider::{EpConfig, PassiveConfig, Provider, ProviderEndpoint, ProviderPassive};
 use weft_core::{Error, Result};
 
 pub use link::TcpPassive;
@@ -209,4 +209,33 @@ pub fn open_passive(
         weft_core::limits::ConnLimits::from_env(),
         rt,
     )?))
+}
+
+/// The tcp provider, as the `weft` registry holds it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpProvider;
+
+impl Provider for TcpProvider {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn offers(&self) -> Vec<Info> {
+        offers()
+    }
+
+    fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
+        open_endpoint(cfg, Handle::current())
+    }
+
+    fn open_passive(&self, cfg: PassiveConfig) -> Result<Arc<dyn ProviderPassive>> {
+        open_passive(
+            cfg.addr,
+            cfg.backlog,
+            cfg.eq,
+            cfg.fid,
+            cfg.context,
+            Handle::current(),
+        )
+    }
 }

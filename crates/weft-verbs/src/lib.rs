@@ -58,7 +58,7 @@ use std::sync::Arc;
 use tokio::runtime::Handle;
 use weft_core::attr::Info;
 use weft_core::eventq::EqShared;
-use weft_core::provider::{EpConfig, ProviderEndpoint, ProviderPassive};
+use weft_core::provider::{EpConfig, PassiveConfig, Provider, ProviderEndpoint, ProviderPassive};
 use weft_core::{Error, Result};
 
 /// Why this build offers no verbs domains, or `None` when it was built
@@ -165,5 +165,54 @@ pub fn open_passive(
     {
         let _ = (info, addr, backlog, eq, fid, context, rt);
         Err(Error::NoDev)
+    }
+}
+
+/// The verbs provider, as the `weft` registry holds it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VerbsProvider;
+
+impl Provider for VerbsProvider {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn built(&self) -> bool {
+        cfg!(feature = "rdma")
+    }
+
+    fn offers(&self) -> Vec<Info> {
+        offers()
+    }
+
+    fn unavailable_reason(&self) -> Option<String> {
+        unavailable_reason()
+    }
+
+    fn error_hint(&self, err: Error) -> Option<String> {
+        error_hint(err)
+    }
+
+    fn open_domain(
+        &self,
+        info: &Info,
+    ) -> Result<Option<Arc<dyn weft_core::provider::ProviderDomain>>> {
+        open_domain(info).map(Some)
+    }
+
+    fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
+        open_endpoint(cfg, Handle::current())
+    }
+
+    fn open_passive(&self, cfg: PassiveConfig) -> Result<Arc<dyn ProviderPassive>> {
+        open_passive(
+            &cfg.info,
+            cfg.addr,
+            cfg.backlog,
+            cfg.eq,
+            cfg.fid,
+            cfg.context,
+            Handle::current(),
+        )
     }
 }

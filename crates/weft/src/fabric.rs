@@ -10,7 +10,7 @@ use weft_core::completion::{CqFormat, CqShared, WaitMode};
 use weft_core::counter::CounterShared;
 use weft_core::eventq::EqShared;
 use weft_core::getinfo;
-use weft_core::provider::ProviderDomain;
+use weft_core::provider::{Provider, ProviderDomain};
 use weft_core::{Error, Result};
 
 use crate::av::{AddressVector, AvAttr};
@@ -27,20 +27,10 @@ pub(crate) fn next_fid() -> u64 {
     NEXT_FID.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Providers compiled into this build.
-#[cfg(feature = "verbs")]
-pub const PROVIDERS: &[&str] = &[weft_tcp::NAME, weft_verbs::NAME];
-/// Providers compiled into this build.
-#[cfg(not(feature = "verbs"))]
-pub const PROVIDERS: &[&str] = &[weft_tcp::NAME];
-
 /// Why `provider` offers nothing here (no device, not compiled in), if it
 /// is one Weft knows.
 pub fn provider_unavailable(provider: &str) -> Option<String> {
-    match provider {
-        weft_verbs::NAME => weft_verbs::unavailable_reason(),
-        _ => None,
-    }
+    crate::registry::known(provider)?.unavailable_reason()
 }
 
 /// The cause behind `err` from `provider` that the code alone cannot
@@ -48,19 +38,17 @@ pub fn provider_unavailable(provider: &str) -> Option<String> {
 /// locked-memory limit that made a registration fail with `NoMem`. Meant
 /// to be printed beside the error.
 pub fn error_hint(provider: &str, err: crate::Error) -> Option<String> {
-    match provider {
-        weft_verbs::NAME => weft_verbs::error_hint(err),
-        _ => None,
-    }
+    crate::registry::known(provider)?.error_hint(err)
 }
 
 /// Every offer of every provider, filtered by `FI_PROVIDER` when set.
 pub fn all_offers() -> Vec<Info> {
     let filter = std::env::var("FI_PROVIDER").ok();
-    let mut v = weft_tcp::offers();
-    if cfg!(feature = "verbs") {
-        v.extend(weft_verbs::offers());
-    }
+    let mut v: Vec<Info> = crate::registry::all()
+        .iter()
+        .filter(|p| p.built())
+        .flat_map(|p| p.offers())
+        .collect();
     if let Some(f) = filter.filter(|f| !f.trim().is_empty()) {
         v.retain(|i| {
             getinfo::provider_selected(&f, i.fabric_attr.prov_name.as_deref().unwrap_or(""))
@@ -106,7 +94,7 @@ pub struct Fabric {
 #[derive(Debug)]
 pub(crate) struct FabricInner {
     pub(crate) fid: u64,
-    pub(crate) prov: String,
+    pub(crate) prov: &'static dyn Provider,
     pub(crate) rt: Handle,
 }
 
@@ -120,15 +108,13 @@ impl Fabric {
 
     /// Opens the fabric of `info`, running its I/O on `rt`.
     pub fn open_with(info: &Info, rt: Handle) -> Result<Fabric> {
-        let prov = info
+        let name = info
             .fabric_attr
             .prov_name
-            .clone()
-            .unwrap_or_else(|| weft_tcp::NAME.into());
-        if !PROVIDERS.contains(&prov.as_str()) {
-            return Err(Error::NoData);
-        }
-        tracing::debug!(provider = %prov, "fabric open");
+            .as_deref()
+            .unwrap_or_else(|| crate::registry::default_name());
+        let prov = crate::registry::find(name).ok_or(Error::NoData)?;
+        tracing::debug!(provider = prov.name(), "fabric open");
         Ok(Fabric {
             inner: Arc::new(FabricInner {
                 fid: next_fid(),
@@ -140,7 +126,12 @@ impl Fabric {
 
     /// The provider's name.
     pub fn provider(&self) -> &str {
-        &self.inner.prov
+        self.inner.prov.name()
+    }
+
+    /// The provider's implementation.
+    pub(crate) fn prov(&self) -> &'static dyn Provider {
+        self.inner.prov
     }
 
     /// The object id.
@@ -154,16 +145,16 @@ impl Fabric {
             .fabric_attr
             .prov_name
             .as_deref()
-            .unwrap_or(&self.inner.prov);
-        if p != self.inner.prov {
+            .unwrap_or(self.provider());
+        if p != self.provider() {
             return Err(Error::Inval);
         }
         let _span = tracing::debug_span!("domain_open", provider = p).entered();
-        let prov = match p {
-            weft_verbs::NAME if cfg!(feature = "verbs") => Some(weft_verbs::open_domain(
-                &crate::addrfmt::provider_info(info)?,
-            )?),
-            _ => None,
+        let prov = {
+            let _rt = self.inner.rt.enter();
+            self.inner
+                .prov
+                .open_domain(&crate::addrfmt::provider_info(info)?)?
         };
         Ok(Domain {
             inner: Arc::new(DomainInner {

@@ -59,6 +59,7 @@ mod mr;
 mod msg;
 mod opfuture;
 mod passive;
+mod registry;
 mod rma;
 mod srx;
 
@@ -67,12 +68,11 @@ pub use counter::{Counter, CounterChanges};
 pub use cq::CompletionQueue;
 pub use endpoint::{Endpoint, EpOpt};
 pub use eq::{ConnRequest, EventQueue};
-pub use fabric::{
-    all_offers, error_hint, getinfo, provider_unavailable, CqAttr, Domain, Fabric, PROVIDERS,
-};
+pub use fabric::{all_offers, error_hint, getinfo, provider_unavailable, CqAttr, Domain, Fabric};
 pub use mr::{MemoryRegion, MrAttr, RegError};
 pub use msg::{RecvMsg, SendMsg};
 pub use passive::PassiveEndpoint;
+pub use registry::providers;
 pub use rma::RmaMsg;
 pub use srx::SharedRxContext;
 pub use weft_core::provider::{AtomicOp, EpStats, MrCacheStats, RmaOp};

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use weft_core::attr::{EpType, Info};
 use weft_core::eventq::EqShared;
-use weft_core::provider::ProviderPassive;
+use weft_core::provider::{PassiveConfig, ProviderPassive};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
@@ -98,18 +98,16 @@ impl PassiveEndpoint {
             .map(|a| crate::addrfmt::to_raw(&self.info, a))
             .transpose()?;
         let pinfo = crate::addrfmt::provider_info(&self.info)?;
-        *p = Some(match self.fabric.provider() {
-            weft_verbs::NAME if cfg!(feature = "verbs") => weft_verbs::open_passive(
-                &pinfo,
-                addr.clone(),
-                backlog,
-                eq,
-                self.fid,
-                self.context,
-                rt,
-            )?,
-            _ => weft_tcp::open_passive(addr, backlog, eq, self.fid, self.context, rt)?,
-        });
+        let cfg = PassiveConfig {
+            info: pinfo,
+            addr,
+            backlog,
+            eq,
+            fid: self.fid,
+            context: self.context,
+        };
+        let _rt = rt.enter();
+        *p = Some(self.fabric.prov().open_passive(cfg)?);
         Ok(())
     }
 

@@ -179,7 +179,13 @@ fn endpoint_type_protocol_and_address_format() {
     assert!(matches(&with(|h| h.ep_attr.protocol = Protocol::SockTcp)));
     assert!(!matches(&with(|h| h.ep_attr.protocol_version = 2)));
     assert!(!matches(&with(|h| h.addr_format = AddrFormat::SockaddrIn6)));
-    assert!(!matches(&with(|h| h.addr_format = AddrFormat::Str)));
+    // Socket addresses have a string form (FI_ADDR_STR): the result
+    // carries it, the offer's own address included.
+    let h = with(|h| h.addr_format = AddrFormat::Str);
+    assert!(matches(&h));
+    let r = narrow(&h, &offer());
+    assert_eq!(r.addr_format, AddrFormat::Str);
+    assert_eq!(r.src_addr, offer().src_addr, "not a socket address: kept");
     let h = with(|h| h.addr_format = AddrFormat::Sockaddr);
     assert_eq!(narrow(&h, &offer()).addr_format, AddrFormat::SockaddrIn);
     let mut o = offer();

@@ -518,10 +518,9 @@ impl Endpoint {
             srx: b.srx.as_ref().map(|s| s.inner.prov.clone()),
             limits: b.limits.unwrap_or_else(ConnLimits::from_env),
         };
-        let rt = self.inner.domain.rt().clone();
-        let prov = match self.inner.domain.fabric().provider() {
-            weft_verbs::NAME if cfg!(feature = "verbs") => weft_verbs::open_endpoint(cfg, rt)?,
-            _ => weft_tcp::open_endpoint(cfg, rt)?,
+        let prov = {
+            let _rt = self.inner.domain.rt().enter();
+            self.inner.domain.fabric().prov().open_endpoint(cfg)?
         };
         // Busy-poll waiters drive progress too: the provider's spinning
         // thread parks while they do (weft_core::progress::SpinHold).
