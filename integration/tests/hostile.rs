@@ -17,7 +17,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weft::{
-    AddressVector, AvAttr, CompletionQueue, Domain, EpType, FiAddr, Info, OpFlags, SendMsg,
+    AddressVector, AvAttr, CompletionQueue, Domain, EpType, Error, FiAddr, Info, OpFlags, SendMsg,
     WaitMode, FI_ADDR_UNSPEC,
 };
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ, HEADER_LEN};
@@ -666,4 +666,87 @@ async fn second_connection_from_same_identity() {
         assert_alive(&victim, &good, i as u64).await;
     }
     assert!(replaced >= 1, "the replacing path was not reached");
+}
+
+/// A MSG listener bounds the connection requests it holds: beyond the
+/// limit a connection is closed at once, one that never sends its request
+/// is dropped at the handshake timeout, each reported on the listener's
+/// EQ with the peer's address; a real client still gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listener_bounds_pending_requests_and_reports_them() {
+    let mut hints = Info::default();
+    hints.ep_attr.ep_type = EpType::Msg;
+    let info = weft::getinfo(Some(&hints)).unwrap().remove(0);
+    let fabric = weft::Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    let pep = fabric.passive_endpoint(&info, None).unwrap();
+    let eq = fabric.eq(64).unwrap();
+    pep.bind_eq(&eq).unwrap();
+    pep.set_conn_limits(
+        weft::ConnLimits::default()
+            .with_max_conns(2)
+            .with_handshake_timeout(Duration::from_millis(200)),
+    )
+    .unwrap();
+    pep.listen().unwrap();
+    let addr = weft::decode_sockaddr(&pep.local_addr().unwrap()).unwrap();
+
+    let mut silent = Vec::new();
+    for _ in 0..2 {
+        silent.push(to(TcpStream::connect(addr)).await.unwrap());
+        // Each is accepted before the next arrives.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let extra = to(TcpStream::connect(addr)).await.unwrap();
+    let extra_addr = extra.local_addr().unwrap();
+    expect_closed(extra).await;
+    let mut timed_out = 0;
+    let mut refused = 0;
+    for s in silent.drain(..) {
+        expect_closed(s).await;
+    }
+    // Two timeouts and one refusal, each naming its peer.
+    let t0 = std::time::Instant::now();
+    while timed_out + refused < 3 && t0.elapsed() < T {
+        match eq.read_err() {
+            Ok(e) => {
+                let peer = weft::decode_sockaddr(e.peer_addr.as_ref().unwrap()).unwrap();
+                match e.err {
+                    Error::TimedOut => timed_out += 1,
+                    Error::ConnRefused => {
+                        assert_eq!(peer, extra_addr);
+                        refused += 1
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    assert_eq!((timed_out, refused), (2, 1));
+
+    // A real client connects.
+    let (cq, ceq) = (
+        domain.cq(Default::default()).unwrap(),
+        fabric.eq(8).unwrap(),
+    );
+    let c = domain.endpoint(&info).unwrap();
+    c.bind_eq(&ceq).unwrap();
+    c.bind_cq(&cq, weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)
+        .unwrap();
+    let connecting = {
+        let c = c.clone();
+        let a = pep.local_addr().unwrap();
+        tokio::spawn(async move { c.connect(a, Vec::new()).await })
+    };
+    let ev = to(eq.next_timeout(T)).await.unwrap().unwrap();
+    assert_eq!(ev.kind, weft::EqEventKind::ConnReq);
+    let req = weft::ConnRequest::from_event(&ev).unwrap();
+    let s = domain.accept_endpoint(&info, &req).unwrap();
+    let seq = fabric.eq(8).unwrap();
+    s.bind_eq(&seq).unwrap();
+    s.bind_cq(&cq, weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)
+        .unwrap();
+    to(s.accept(Vec::new())).await.unwrap();
+    to(connecting).await.unwrap().unwrap();
 }

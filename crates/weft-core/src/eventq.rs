@@ -171,6 +171,23 @@ impl EqShared {
         wake_all(ws);
     }
 
+    /// Reports a peer the provider refused or dropped (a limit, a
+    /// timeout), with its raw address. Unlike the application's own
+    /// events these come from peers, so they are dropped once the queue
+    /// holds `size` entries: a flood of refusals cannot grow a queue that
+    /// nobody reads.
+    pub fn report_peer(&self, fid: u64, context: u64, err: Error, peer: Vec<u8>) {
+        let _ = self.write(Err(EqErrEntry {
+            fid,
+            context,
+            data: 0,
+            err,
+            prov_errno: err.code(),
+            err_data: Vec::new(),
+            peer_addr: Some(peer),
+        }));
+    }
+
     /// `fi_eq_write`: `Again` when the queue holds `size` entries.
     pub fn write(&self, item: EqItem) -> Result<()> {
         let ws = {

@@ -388,21 +388,11 @@ pub struct EpConfig {
 impl EpConfig {
     /// Queues an error event naming the peer whose connection the
     /// endpoint refused or closed (a limit, a timeout, a broken frame), so
-    /// the application sees each refusal and whom it concerned. Unlike
-    /// the application's own events these come from peers, so they are
-    /// dropped once the EQ holds its `size` entries: a flood of refusals
-    /// cannot grow an EQ that nobody reads.
+    /// the application sees each refusal and whom it concerned (bounded:
+    /// see [`EqShared::report_peer`]).
     pub fn eq_peer_error(&self, err: Error, peer: Vec<u8>) {
         if let Some(eq) = &self.eq {
-            let _ = eq.write(Err(EqErrEntry {
-                fid: self.fid,
-                context: self.context,
-                data: 0,
-                err,
-                prov_errno: err.code(),
-                err_data: Vec::new(),
-                peer_addr: Some(peer),
-            }));
+            eq.report_peer(self.fid, self.context, err, peer);
         }
     }
 
@@ -548,6 +538,9 @@ pub struct PassiveConfig {
     pub fid: u64,
     /// Its context (for EQ events).
     pub context: u64,
+    /// Requests pending at once (`max_conns`) and the time each may take
+    /// to arrive (`handshake_timeout`).
+    pub limits: crate::limits::ConnLimits,
 }
 
 /// A provider: its offers and the objects it opens. Each provider crate

@@ -32,7 +32,6 @@ use weft_core::attr::{
     version, AddrFormat, AvType, DomainAttr, EpAttr, EpType, FabricAttr, Info, Progress, Protocol,
     RxAttr, Threading, TxAttr, API_VERSION,
 };
-use weft_core::eventq::EqShared;
 use weft_core::flags::{Caps, CompOrder, MrMode, MsgOrder, OpFlags};
 use weft_core::provider::{EpConfig, PassiveConfig, Provider, ProviderEndpoint, ProviderPassive};
 use weft_core::{Error, Result};
@@ -185,32 +184,6 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
     Ok(Arc::new(endpoint::TcpEndpoint::new(shared)))
 }
 
-/// Opens a listening passive endpoint for MSG connections (limits from
-/// the environment, see `weft_core::limits`).
-pub fn open_passive(
-    addr: Option<Vec<u8>>,
-    backlog: u32,
-    eq: Arc<EqShared>,
-    fid: u64,
-    context: u64,
-    rt: Handle,
-) -> Result<Arc<dyn ProviderPassive>> {
-    let a = match addr {
-        Some(b) => decode_sockaddr(&b)?,
-        None => SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-    };
-    Ok(Arc::new(TcpPassive::open(
-        a,
-        backlog,
-        eq,
-        fid,
-        context,
-        CM_DATA_SIZE,
-        weft_core::limits::ConnLimits::from_env(),
-        rt,
-    )?))
-}
-
 /// The tcp provider, as the `weft` registry holds it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TcpProvider;
@@ -229,13 +202,19 @@ impl Provider for TcpProvider {
     }
 
     fn open_passive(&self, cfg: PassiveConfig) -> Result<Arc<dyn ProviderPassive>> {
-        open_passive(
-            cfg.addr,
+        let a = match cfg.addr {
+            Some(b) => decode_sockaddr(&b)?,
+            None => SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        };
+        Ok(Arc::new(TcpPassive::open(
+            a,
             cfg.backlog,
             cfg.eq,
             cfg.fid,
             cfg.context,
+            CM_DATA_SIZE,
+            cfg.limits,
             Handle::current(),
-        )
+        )?))
     }
 }

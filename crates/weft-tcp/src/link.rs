@@ -372,13 +372,20 @@ impl TcpPassive {
                 };
                 let Some(slot) = ConnSlot::try_take(&pending, limits.max_conns) else {
                     tracing::debug!(%peer, "pending connection requests at the limit; refused");
+                    report_refusal(&eq_w, fid, context, Error::ConnRefused, &peer);
                     continue;
                 };
                 let eq_w = eq_w.clone();
                 tokio::spawn(async move {
                     let t = limits.handshake_timeout;
-                    let Ok((_, cm)) = read_frame(&mut s, FrameKind::ConnReq, t).await else {
-                        return;
+                    let cm = match read_frame(&mut s, FrameKind::ConnReq, t).await {
+                        Ok((_, cm)) => cm,
+                        Err(e) => {
+                            if e == Error::TimedOut {
+                                report_refusal(&eq_w, fid, context, e, &peer);
+                            }
+                            return;
+                        }
                     };
                     if cm.len() > cm_data_size {
                         return;
@@ -403,6 +410,14 @@ impl TcpPassive {
             rt,
             task: t.abort_handle(),
         })
+    }
+}
+
+/// A connection the listener refused or dropped, on its EQ with the
+/// peer's address.
+fn report_refusal(eq: &Weak<EqShared>, fid: u64, context: u64, err: Error, peer: &SocketAddr) {
+    if let Some(eq) = eq.upgrade() {
+        eq.report_peer(fid, context, err, encode_sockaddr(peer));
     }
 }
 

@@ -24,6 +24,7 @@ pub struct PassiveEndpoint {
     /// Keeps the bound EQ from being closed under the listener.
     eq_hold: Mutex<Option<weft_core::sync::Bound>>,
     backlog: Mutex<u32>,
+    limits: Mutex<Option<weft_core::limits::ConnLimits>>,
     prov: Mutex<Option<Arc<dyn ProviderPassive>>>,
     context: u64,
 }
@@ -45,6 +46,7 @@ impl PassiveEndpoint {
             eq: Mutex::new(None),
             eq_hold: Mutex::new(None),
             backlog: Mutex::new(128),
+            limits: Mutex::new(None),
             prov: Mutex::new(None),
             context: 0,
         })
@@ -82,6 +84,18 @@ impl PassiveEndpoint {
         Ok(())
     }
 
+    /// Sets how many connection requests may be pending at once
+    /// (`max_conns`) and how long each may take to arrive
+    /// (`handshake_timeout`), before `listen`. Without it the listener
+    /// takes `ConnLimits::from_env` when it starts.
+    pub fn set_conn_limits(&self, limits: weft_core::limits::ConnLimits) -> Result<()> {
+        if lock(&self.prov).is_some() {
+            return Err(Error::OpBadState);
+        }
+        *lock(&self.limits) = Some(limits);
+        Ok(())
+    }
+
     /// Starts listening. Needs a bound EQ (`NoEq`).
     pub fn listen(&self) -> Result<()> {
         let _span = tracing::debug_span!("pep_listen", fid = self.fid).entered();
@@ -105,6 +119,7 @@ impl PassiveEndpoint {
             eq,
             fid: self.fid,
             context: self.context,
+            limits: lock(&self.limits).unwrap_or_else(weft_core::limits::ConnLimits::from_env),
         };
         let _rt = rt.enter();
         *p = Some(self.fabric.prov().open_passive(cfg)?);
