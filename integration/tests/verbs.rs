@@ -150,6 +150,10 @@ async fn exchange(p: &Pair) {
     }
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_connect_exchange_and_shutdown_interrupt() {
     let Some(p) = connect(WaitMode::Interrupt).await else {
@@ -187,6 +191,10 @@ async fn msg_connect_exchange_and_shutdown_interrupt() {
     assert_eq!((flushed.context, flushed.err), (77, Error::Canceled));
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_exchange_busy_poll() {
     let Some(p) = connect(WaitMode::BusyPoll).await else {
@@ -195,6 +203,10 @@ async fn msg_exchange_busy_poll() {
     exchange(&p).await;
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_exchange_inline() {
     let Some(p) = connect(WaitMode::Inline).await else {
@@ -203,6 +215,10 @@ async fn msg_exchange_inline() {
     exchange(&p).await;
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_reject_delivers_data_and_refuses() {
     let (Some(si), Some(ci)) = (offer(SERVER_DEV), offer(CLIENT_DEV)) else {
@@ -226,6 +242,10 @@ async fn msg_reject_delivers_data_and_refuses() {
     assert!(pep.reject(&req, Vec::new()).is_err());
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_bad_input_is_refused_cleanly() {
     let Some(p) = connect(WaitMode::Interrupt).await else {
@@ -262,6 +282,10 @@ async fn msg_bad_input_is_refused_cleanly() {
 /// The peer closes its endpoint with messages in flight: every receive
 /// still posted here ends (with data, or flushed with `Canceled`), the EQ
 /// reports the connection's end, and nothing hangs.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_peer_closing_mid_transfer_ends_everything() {
     let Some(p) = connect(WaitMode::Interrupt).await else {
@@ -308,6 +332,10 @@ async fn msg_peer_closing_mid_transfer_ends_everything() {
 
 /// A receive posted before the connection exists can be cancelled; once
 /// connected, receives are on the QP and `cancel` says it found none.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_cancel_reaches_receives_not_yet_on_the_qp() {
     let Some(ci) = offer(CLIENT_DEV) else { return };

@@ -51,6 +51,10 @@ fn raw(ip: [u8; 4], port: u16) -> Vec<u8> {
     weft::encode_sockaddr(&SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), port))
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[test]
 fn dgram_offer_describes_a_ud_queue_pair() {
     let Some(info) = verbs_offer(SERVER_DEV, EpType::Dgram) else {
@@ -120,16 +124,28 @@ async fn exchange(wait: WaitMode) {
     }
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dgram_exchange_interrupt() {
     exchange(WaitMode::Interrupt).await;
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dgram_exchange_busy_poll() {
     exchange(WaitMode::BusyPoll).await;
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "current_thread")]
 async fn dgram_exchange_inline() {
     exchange(WaitMode::Inline).await;
@@ -140,6 +156,10 @@ async fn dgram_exchange_inline() {
 /// address that could not be resolved, then one completion with the
 /// success count. Addresses resolve concurrently, so a slow failure does
 /// not hold up the others.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dgram_event_insert_resolves_concurrently() {
     let Some(si) = verbs_offer(SERVER_DEV, EpType::Dgram) else {
@@ -216,6 +236,10 @@ async fn dgram_event_insert_resolves_concurrently() {
 
 /// Datagrams that arrive before any receive wait for one; directed
 /// receives take only their source's; a receive can be cancelled.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dgram_early_arrivals_and_directed_receives() {
     let Some((s, c, to_s, to_c)) = pair(WaitMode::Interrupt).await else {
@@ -264,6 +288,10 @@ async fn dgram_early_arrivals_and_directed_receives() {
 /// Bad input: too long for a datagram, CQ data wider than 32 bits, an
 /// unknown handle, a receive too small (truncated, with the overflow
 /// length), tagged operations; the endpoint keeps working after each.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dgram_bad_input() {
     let Some((s, c, to_s, _)) = pair(WaitMode::Interrupt).await else {
@@ -319,6 +347,10 @@ async fn dgram_bad_input() {
 /// Removing an address forgets its resolution (sends to the handle fail);
 /// inserting it again resolves it anew — also after the peer endpoint was
 /// replaced by one with another queue pair on the same port.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dgram_remove_and_reinsert() {
     let Some(si) = verbs_offer(SERVER_DEV, EpType::Dgram) else {
@@ -367,6 +399,10 @@ async fn dgram_remove_and_reinsert() {
 /// Many datagrams in flight with posted receives and the CQ: none is
 /// lost or duplicated on this (loss-free) path, and the transmit queue
 /// reports `Again` rather than overflowing.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dgram_stream_through_the_cq() {
     let Some((s, c, to_s, to_c)) = pair(WaitMode::Interrupt).await else {

@@ -42,6 +42,10 @@ async fn read(c: &Node, to: FiAddr, len: usize, addr: u64, key: u64) -> Result<V
         .map_err(|e| e.err)
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peers_write_and_read_application_buffers_in_place() {
     let Some((s, c, to_s)) = pair() else {
@@ -70,6 +74,10 @@ async fn peers_write_and_read_application_buffers_in_place() {
     }
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sub_region_keys_reach_their_range_with_their_rights() {
     let Some((s, c, to_s)) = pair() else {

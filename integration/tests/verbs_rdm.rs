@@ -91,16 +91,28 @@ async fn exchange(wait: WaitMode) {
     }
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_exchange_interrupt() {
     exchange(WaitMode::Interrupt).await;
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_exchange_inline() {
     exchange(WaitMode::Inline).await;
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_exchange_busy_poll() {
     exchange(WaitMode::BusyPoll).await;
@@ -109,6 +121,10 @@ async fn rdm_exchange_busy_poll() {
 /// Messages that arrive before their receives (eager ones buffered,
 /// rendezvous ones announced) are matched by tag later, in any order;
 /// peek and claim see them too.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_unexpected_then_matched() {
     let Some((s, c, to_s, _)) = pair(WaitMode::Interrupt) else {
@@ -186,6 +202,10 @@ async fn rdm_unexpected_then_matched() {
 
 /// Truncation on both paths: the receive gets what fits and `Trunc` with
 /// the overflow; the sender's operation succeeds.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_truncation() {
     let Some((s, c, to_s, _)) = pair(WaitMode::Interrupt) else {
@@ -212,6 +232,10 @@ async fn rdm_truncation() {
 /// Two endpoints that send to each other at the same moment connect once
 /// (the crossing connects are resolved) and lose nothing; then many
 /// messages each way stay in order.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_crossing_connects() {
     for round in 0..5u8 {
@@ -264,6 +288,10 @@ async fn rdm_crossing_connects() {
 
 /// Eight clients share the server's receive queue; each one's messages
 /// arrive in order, from the right source.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_many_clients() {
     let Some(sinfo) = verbs_offer(SERVER_DEV, EpType::Rdm) else {
@@ -308,6 +336,10 @@ async fn rdm_many_clients() {
 
 /// A peer that closes with transfers outstanding: the sender's pending
 /// rendezvous sends end with errors (no hang), and later sends to it fail.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_peer_closes_mid_transfer() {
     let Some((s, c, to_s, _)) = pair(WaitMode::Interrupt) else {
@@ -341,6 +373,10 @@ async fn rdm_peer_closes_mid_transfer() {
 }
 
 /// Receives waiting in the matcher can be cancelled.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_cancel() {
     let Some((s, _c, _, _)) = pair(WaitMode::Interrupt) else {
@@ -355,6 +391,10 @@ async fn rdm_cancel() {
 }
 
 /// Two endpoints on the same device reach each other too.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_same_device() {
     let Some(info) = verbs_offer(SERVER_DEV, EpType::Rdm) else {

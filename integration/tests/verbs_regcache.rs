@@ -59,6 +59,10 @@ async fn send_checked(c: &Node, s: &Node, to_s: FiAddr, buf: &Bytes) {
 
 /// Rendezvous sends (64 KiB) of one buffer register it once; with room
 /// for two entries, a third buffer evicts the least recently used.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_sends_reuse_and_evict_registrations() {
     let Some((s, c, to_s)) = rdm_pair(&[("FI_MR_CACHE_MAX_COUNT", "2")]) else {
@@ -83,6 +87,10 @@ async fn rdm_sends_reuse_and_evict_registrations() {
 /// Buffers allocated, sent and dropped in a loop: evicted entries free
 /// their memory, the allocator hands the same addresses out again with
 /// new contents, and every send carries the new bytes.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn freed_and_reallocated_buffers_send_their_own_bytes() {
     let Some((s, c, to_s)) = rdm_pair(&[("FI_MR_CACHE_MAX_COUNT", "1")]) else {
@@ -104,6 +112,10 @@ async fn freed_and_reallocated_buffers_send_their_own_bytes() {
 
 /// `FI_MR_CACHE_MONITOR=disabled` registers every time; RMA writes from
 /// one buffer hit the cache like sends.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disabled_cache_and_rma_writes() {
     let rma = |h: &mut Info| {

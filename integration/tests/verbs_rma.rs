@@ -47,6 +47,10 @@ fn rdm_pair() -> Option<(Node, Node, FiAddr)> {
     Some((s, c, to_s))
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[test]
 fn offers_rma_only_to_apps_that_accept_its_mr_mode() {
     let Some(info) = rma_offer(SERVER_DEV, EpType::Rdm) else {
@@ -73,6 +77,10 @@ fn offers_rma_only_to_apps_that_accept_its_mr_mode() {
     assert!(info.mode.is_empty(), "RDM has no such mode");
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_write_then_read_back_every_size() {
     let Some((s, c, to_s)) = rdm_pair() else {
@@ -145,6 +153,10 @@ async fn rdm_write_then_read_back_every_size() {
     weft_integration::assert_cq_quiet(&s.cq, "target CQ after RMA").await;
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_posted_rma_reports_to_the_cq_and_counters() {
     let Some((s, c, to_s)) = rdm_pair() else {
@@ -232,6 +244,10 @@ async fn rdm_posted_rma_reports_to_the_cq_and_counters() {
     }
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_bad_keys_and_ranges_fail_and_the_peer_stays_usable() {
     let Some((s, c, to_s)) = rdm_pair() else {
@@ -324,6 +340,10 @@ async fn rdm_bad_keys_and_ranges_fail_and_the_peer_stays_usable() {
     assert_eq!(&got.unwrap().into_bytes()[..], b"still up");
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn region_arguments_are_checked() {
     let Some(info) = rma_offer(SERVER_DEV, EpType::Rdm) else {
@@ -419,6 +439,10 @@ async fn msg_pair() -> Option<MsgPair> {
     })
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_write_read_and_a_bad_key_ends_the_connection() {
     // Bound whole: a field left out of a pattern would be dropped here,
@@ -474,6 +498,10 @@ const REMOTE_WRITE_DATA: OpFlags = OpFlags::RMA
     .union(OpFlags::REMOTE_WRITE)
     .union(OpFlags::REMOTE_CQ_DATA);
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_writedata_completes_the_targets_next_receive() {
     let Some(p) = msg_pair().await else {
@@ -572,6 +600,10 @@ async fn msg_writedata_completes_the_targets_next_receive() {
     weft_integration::assert_cq_quiet(&p.ccq, "initiator CQ after refused posts").await;
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_sends_and_writedatas_interleaved_arrive_in_order() {
     let Some(p) = msg_pair().await else {
@@ -641,6 +673,10 @@ fn atomic_offer(dev: &str, ep_type: EpType) -> Option<Info> {
     })
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_atomics_fetch_add_and_compare_swap() {
     let (Some(si), Some(ci)) = (

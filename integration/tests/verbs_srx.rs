@@ -107,6 +107,10 @@ async fn serve(
     (conns, pep)
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_from_every_connection_take_the_shared_receives() {
     let (Some(s), Some(c)) = (side("rxe1"), side("rxe2")) else {
@@ -155,6 +159,10 @@ async fn messages_from_every_connection_take_the_shared_receives() {
     assert_eq!(srx.rx_size_left().unwrap(), s.info.rx_attr.size);
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn awaited_receives_and_endpoint_posts_use_the_context() {
     let (Some(s), Some(c)) = (side("rxe1"), side("rxe2")) else {
@@ -219,6 +227,10 @@ async fn awaited_receives_and_endpoint_posts_use_the_context() {
     assert_eq!((e.context, e.err), (99, Error::Trunc));
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binding_rules_and_close() {
     let (Some(s), Some(c)) = (side("rxe1"), side("rxe2")) else {

@@ -114,6 +114,10 @@ fn bad_args_exit_2() {
 /// the MTU refused before anything starts. Elsewhere it says why it
 /// does nothing.
 #[test]
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 fn verbs_dgram_pingpong_in_the_vm() {
     if !in_rxe_vm() {
         return;
@@ -184,6 +188,10 @@ fn rma_pingpong_needs_an_rma_provider() {
 /// verified, over MSG and RDM between rxe1 and rxe2, with both APIs; and
 /// DGRAM, which has no RMA, refused before the run.
 #[test]
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
 fn verbs_rma_pingpong_in_the_vm() {
     if !in_rxe_vm() {
         return;

@@ -118,7 +118,10 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream, slot: ConnSlot) -
         let mut peers = lock(&ep.peers);
         let p = peers.entry(key).or_default();
         let busy = p.connecting || p.conn.as_ref().is_some_and(|c| !c.is_dead());
-        let refuse = busy && keep_mine(&ep, &key);
+        // A second handshake from the same identity while one is still
+        // being set up is refused: letting both finish would leave which
+        // of them survives to the order their tasks happen to attach in.
+        let refuse = p.accepting || (busy && keep_mine(&ep, &key));
         if !refuse {
             p.accepting = true;
         } else if p.is_empty() {

@@ -1,13 +1,11 @@
 //! Tests of the libibverbs/librdmacm wrappers on real (soft-RoCE) devices.
 //!
-//! Without an RDMA device they print why they are skipped and pass, except
-//! under `RXE_VM=1` (the rxe VM), where a missing device fails them. Run
-//! them in the VM:
+//! They are built only with the `rdma` feature, and a missing device
+//! fails them, saying why: they never pass without running. Run them in
+//! the rxe VM:
 //!
 //! ```text
-//! cargo test -p weft-verbs --features rdma --no-run
-//! /work/shared/tools/rxe-vm --rw /work/target-verbs -- \
-//!     'ulimit -l unlimited; /work/target-verbs/debug/deps/sys-XXXX --test-threads=1'
+//! WEFT_RXE_CARGO_ARGS="-p weft-verbs" integration/run-rxe
 //! ```
 //!
 //! Devices: rxe0 on lo (127.0.0.1, loopback QPs), rxe1 10.66.0.1 (rdma_cm
@@ -46,13 +44,9 @@ fn open_or_skip(name: &str) -> Option<Arc<Context>> {
     match Context::open(name) {
         Ok(ctx) => Some(ctx),
         Err(e) if in_vm() => panic!("RXE_VM=1 but RDMA device {name} cannot be opened: {e}"),
-        Err(e) => {
-            eprintln!(
-                "skipped: no RDMA device {name} ({e}); run the tests in the rxe VM \
-                 (/work/shared/tools/rxe-vm, see integration/run-rxe)"
-            );
-            None
-        }
+        Err(e) => panic!(
+            "no RDMA device {name} ({e}): run these tests in the rxe VM (integration/run-rxe)"
+        ),
     }
 }
 

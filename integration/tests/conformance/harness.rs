@@ -13,7 +13,14 @@ pub const INSTANTIATED: &[&str] = &["tcp", "verbs"];
 macro_rules! provider_tests {
     ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
         provider_tests!(@provider tcp, "tcp"; $($(#[$attr])* $name),*);
-        provider_tests!(@provider verbs, "verbs"; $($(#[$attr])* $name),*);
+        provider_tests!(@provider verbs, "verbs";
+            $(
+                #[cfg_attr(
+                    not(feature = "verbs"),
+                    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+                )]
+                $(#[$attr])* $name
+            ),*);
     };
     (@provider $module:ident, $prov:literal; $($(#[$attr:meta])* $name:ident),*) => {
         mod $module {

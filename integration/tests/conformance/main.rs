@@ -1,4 +1,4 @@
-//! Conformance tests of Weft against `/work/shared/CONFORMANCE.md`.
+//! Conformance tests of Weft: the behaviours of `docs/conformance.md`.
 //!
 //! Every test is written once, as an `async fn` taking a
 //! [`weft_integration::Provider`], and instantiated for each provider of
