@@ -427,7 +427,10 @@ impl EpShared {
         decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)
     }
 
-    fn recv(self: &Arc<Self>, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+    pub(crate) fn recv(
+        self: &Arc<Self>,
+        req: RecvReq,
+    ) -> std::result::Result<(), Rejected<RecvReq>> {
         let spec = spec_of(&req);
         let resolve = |s: &SocketAddr| self.resolve_src(s);
         if req.flags.contains(OpFlags::PEEK) {

@@ -22,6 +22,10 @@ use weft_core::Error;
 use crate::conn::Conn;
 use crate::endpoint::EpShared;
 
+#[cfg(test)]
+#[path = "rx_tests.rs"]
+mod tests;
+
 const STAGING: usize = 64 * 1024;
 /// Payload bytes still to come above which reads go straight to the target.
 const DIRECT_MIN: usize = 16 * 1024;
