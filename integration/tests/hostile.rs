@@ -750,3 +750,88 @@ async fn listener_bounds_pending_requests_and_reports_them() {
     to(s.accept(Vec::new())).await.unwrap();
     to(connecting).await.unwrap().unwrap();
 }
+
+/// A MSG connection's fatal fault is a critical error (fi_endpoint(3)):
+/// the endpoint is disabled (operations `OpBadState`), what was pending
+/// completes with `Canceled`, the error is on the EQ, and `enable`
+/// re-enables it so that it can connect again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fatal_fault_disables_and_enable_re_enables() {
+    let mut hints = Info::default();
+    hints.ep_attr.ep_type = EpType::Msg;
+    let info = weft::getinfo(Some(&hints)).unwrap().remove(0);
+    let fabric = weft::Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+
+    // A peer that accepts, then resets the connection.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let fake = weft::encode_sockaddr(&l.local_addr().unwrap());
+    let peer = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut req = [0u8; HEADER_LEN];
+        s.read_exact(&mut req).await.unwrap();
+        to(s.write_all(&Header::new(FrameKind::ConnResp).encode()))
+            .await
+            .unwrap();
+        // Until the client has posted its receive.
+        let mut b = [0u8; 1];
+        let _ = tokio::time::timeout(Duration::from_millis(300), s.read(&mut b)).await;
+        s.set_zero_linger().unwrap();
+        drop(s);
+    });
+    let (cq, eq) = (
+        domain.cq(Default::default()).unwrap(),
+        fabric.eq(8).unwrap(),
+    );
+    let ep = domain.endpoint(&info).unwrap();
+    ep.bind_eq(&eq).unwrap();
+    ep.bind_cq(&cq, weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)
+        .unwrap();
+    to(ep.connect(fake, Vec::new())).await.unwrap();
+    let ev = to(eq.next_timeout(T)).await.unwrap().unwrap();
+    assert_eq!(ev.kind, weft::EqEventKind::Connected);
+    ep.post_recv(BytesMut::zeroed(16), 5).unwrap();
+    to(peer).await.unwrap();
+
+    let err = to(eq.next_timeout(T)).await.unwrap().unwrap_err();
+    assert!(
+        matches!(err.err, Error::ConnReset | Error::ConnAborted | Error::Io),
+        "{err:?}"
+    );
+    let flushed = to(cq.next_timeout(T)).await.unwrap().unwrap_err();
+    assert_eq!((flushed.context, flushed.err), (5, Error::Canceled));
+    assert!(!ep.is_enabled());
+    assert_eq!(
+        ep.post_send(weft::FI_ADDR_UNSPEC, Bytes::from_static(b"x"), 1)
+            .unwrap_err(),
+        Error::OpBadState
+    );
+
+    // Re-enabled, it connects to a real listener.
+    ep.enable().unwrap();
+    assert!(ep.is_enabled());
+    let pep = fabric.passive_endpoint(&info, None).unwrap();
+    let peq = fabric.eq(8).unwrap();
+    pep.bind_eq(&peq).unwrap();
+    pep.listen().unwrap();
+    let connecting = {
+        let ep = ep.clone();
+        let a = pep.local_addr().unwrap();
+        tokio::spawn(async move { ep.connect(a, Vec::new()).await })
+    };
+    let ev = to(peq.next_timeout(T)).await.unwrap().unwrap();
+    let req = weft::ConnRequest::from_event(&ev).unwrap();
+    let server = domain.accept_endpoint(&info, &req).unwrap();
+    let seq = fabric.eq(8).unwrap();
+    server.bind_eq(&seq).unwrap();
+    server
+        .bind_cq(&cq, weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)
+        .unwrap();
+    to(server.accept(Vec::new())).await.unwrap();
+    to(connecting).await.unwrap().unwrap();
+    let recv = server.recv(BytesMut::zeroed(16));
+    let send = ep.send(weft::FI_ADDR_UNSPEC, Bytes::from_static(b"again"));
+    let (got, sent) = to(async { tokio::join!(recv, send) }).await;
+    sent.unwrap();
+    assert_eq!(&got.unwrap().into_bytes()[..], b"again");
+}

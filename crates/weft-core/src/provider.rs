@@ -383,6 +383,31 @@ pub struct EpConfig {
     /// What peers may make the endpoint hold (connections, buffered
     /// bytes, time).
     pub limits: crate::limits::ConnLimits,
+    /// Raised by the provider on a critical error (a MSG connection's
+    /// fatal fault): the endpoint is disabled until re-enabled.
+    pub fault: Arc<Fault>,
+}
+
+/// An endpoint's critical-error state (fi_endpoint(3): a critical error
+/// moves the endpoint to the disabled state).
+#[derive(Debug, Default)]
+pub struct Fault(std::sync::atomic::AtomicBool);
+
+impl Fault {
+    /// The endpoint hit a critical error.
+    pub fn raise(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Re-enabled.
+    pub fn clear(&self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the endpoint is disabled by a critical error.
+    pub fn is_raised(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 impl EpConfig {
@@ -455,6 +480,12 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     /// What the endpoint holds for its peers now.
     fn stats(&self) -> EpStats {
         EpStats::default()
+    }
+    /// Makes an endpoint that a critical error disabled usable again
+    /// (`fi_enable` after the error). Providers that cannot keep this
+    /// default (`NoSys`).
+    fn reenable(&self) -> Result<()> {
+        Err(Error::NoSys)
     }
     /// Posts a send; gives it back on failure to post.
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>>;

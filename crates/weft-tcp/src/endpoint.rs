@@ -322,10 +322,15 @@ impl EpShared {
                     .is_some_and(|c| std::ptr::eq(c.as_ref(), conn));
                 if is_ours {
                     self.msg_dead.store(true, Ordering::Release);
-                    self.flush_posted();
                     if err == Error::Shutdown {
+                        self.flush_posted();
                         self.cfg.eq_shutdown();
                     } else {
+                        // A critical error: the endpoint is disabled (its
+                        // operations refused) before what was pending is
+                        // flushed and the error reported.
+                        self.cfg.fault.raise();
+                        self.flush_posted();
                         self.cfg.eq_error(err, Vec::new());
                     }
                 }
@@ -617,6 +622,18 @@ impl ProviderEndpoint for TcpEndpoint {
 
     fn rx_size_left(&self) -> usize {
         self.shared.rx.left()
+    }
+
+    /// A MSG endpoint that connected (not one made to accept a request)
+    /// forgets its dead connection and may connect again.
+    fn reenable(&self) -> Result<()> {
+        let ep = &self.shared;
+        if ep.ep_type != EpType::Msg || ep.cfg.conn.is_some() || ep.is_closed() {
+            return Err(Error::NoSys);
+        }
+        *lock(&ep.msg_conn) = None;
+        ep.msg_dead.store(false, Ordering::Release);
+        Ok(())
     }
 
     fn stats(&self) -> EpStats {

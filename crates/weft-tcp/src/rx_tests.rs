@@ -52,6 +52,7 @@ async fn rig(budget: usize) -> Rig {
         rx_cntr: None,
         srx: None,
         limits: ConnLimits::default().with_peer_buffered(budget),
+        fault: Arc::default(),
     };
     let local = "127.0.0.1:1".parse().unwrap();
     let ep = EpShared::new(cfg, local, tokio::runtime::Handle::current()).unwrap();

@@ -12,7 +12,7 @@ use weft_core::eventq::{ConnHandle, EqShared};
 use weft_core::flags::{BindFlags, Caps, OpFlags};
 use weft_core::limits::ConnLimits;
 use weft_core::progress::Progress;
-use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint};
+use weft_core::provider::{EpConfig, EpStats, Fault, ProviderEndpoint};
 use weft_core::sync::{lock, Bound};
 use weft_core::{Error, Result};
 
@@ -166,6 +166,9 @@ struct EpInner {
     state: AtomicU8,
     binds: Mutex<Binds>,
     live: OnceLock<Live>,
+    /// Raised by the provider on a critical error: disabled until
+    /// `enable` re-enables.
+    fault: Arc<Fault>,
 }
 
 impl Drop for EpInner {
@@ -225,6 +228,7 @@ impl Endpoint {
                 state: AtomicU8::new(DISABLED),
                 binds: Mutex::new(binds),
                 live: OnceLock::new(),
+                fault: Arc::default(),
             }),
         })
     }
@@ -240,8 +244,9 @@ impl Endpoint {
     }
 
     /// True once enabled (and not closed).
+    /// Enabled, and not disabled since by a critical error.
     pub fn is_enabled(&self) -> bool {
-        self.inner.state.load(Ordering::Acquire) == ENABLED
+        self.inner.state.load(Ordering::Acquire) == ENABLED && !self.inner.fault.is_raised()
     }
 
     fn binds_mut(&self) -> Result<std::sync::MutexGuard<'_, Binds>> {
@@ -476,8 +481,20 @@ impl Endpoint {
     /// Enables the endpoint. Connectionless endpoints need an AV (`NoAv`);
     /// every endpoint needs a transmit and a receive CQ or counter
     /// (`NoCq`); connection-oriented ones need an EQ (`NoEq`).
+    ///
+    /// After a critical error (a MSG connection's fatal fault, reported on
+    /// the EQ) the endpoint is disabled: its operations are `OpBadState`
+    /// and `enable` re-enables it where the provider can (tcp: an endpoint
+    /// that connected may connect again; an accepting endpoint cannot be
+    /// re-enabled, nor can verbs endpoints: `NoSys`).
     pub fn enable(&self) -> Result<()> {
         let _span = tracing::debug_span!("ep_enable", fid = self.inner.fid).entered();
+        if self.inner.fault.is_raised() {
+            let l = self.inner.live.get().ok_or(Error::OpBadState)?;
+            l.prov.reenable()?;
+            self.inner.fault.clear();
+            return Ok(());
+        }
         let b = self.binds_mut()?;
         let ep_type = self.inner.info.ep_attr.ep_type;
         if !ep_type.is_connected() && b.av.is_none() {
@@ -517,6 +534,7 @@ impl Endpoint {
             rx_cntr: b.recv_cntr.clone(),
             srx: b.srx.as_ref().map(|s| s.inner.prov.clone()),
             limits: b.limits.unwrap_or_else(ConnLimits::from_env),
+            fault: self.inner.fault.clone(),
         };
         let prov = {
             let _rt = self.inner.domain.rt().enter();
@@ -554,7 +572,7 @@ impl Endpoint {
     }
 
     pub(crate) fn live(&self) -> Result<&Live> {
-        if self.inner.state.load(Ordering::Acquire) != ENABLED {
+        if self.inner.state.load(Ordering::Acquire) != ENABLED || self.inner.fault.is_raised() {
             return Err(Error::OpBadState);
         }
         self.inner.live.get().ok_or(Error::OpBadState)
