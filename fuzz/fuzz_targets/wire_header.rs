@@ -26,7 +26,7 @@ fn check_header(data: &[u8]) {
     for &max in &MAX_LENS {
         match decode(data, max) {
             Ok(h) => {
-                let kind = h.frame_kind().expect("decoded header without a kind");
+                let kind = h.kind.expect("decoded header without a kind");
                 // Field constraints of docs/wire.md.
                 if kind.is_data() {
                     assert!(h.len <= max, "data frame len {} > max {max}", h.len);
@@ -88,7 +88,7 @@ fn check_sockaddr(data: &[u8]) {
     // Also try the slice as a Hello frame: header then payload.
     if data.len() > HEADER_LEN {
         if let Ok(h) = decode(data, 0) {
-            if h.frame_kind() == Some(FrameKind::Hello) {
+            if h.kind == Some(FrameKind::Hello) {
                 let end = data.len().min(HEADER_LEN.saturating_add(h.len as usize));
                 let _ = decode_sockaddr(&data[HEADER_LEN..end]);
             }
