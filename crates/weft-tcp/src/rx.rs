@@ -160,76 +160,89 @@ impl RxMachine {
                 }
                 Phase::Payload {
                     hdr,
-                    mut remaining,
-                    mut sink,
+                    remaining,
+                    sink,
                 } => {
-                    if remaining == 0 {
-                        finish(conn, ep, &hdr, sink);
-                        continue;
+                    if let Some(st) = self.payload_step(conn, ep, read, hdr, remaining, sink) {
+                        return st;
                     }
-                    let avail = self.end - self.start;
-                    if avail > 0 {
-                        let n = avail.min(remaining);
-                        let (s, e) = (self.start, self.start + n);
-                        feed(&mut sink, &self.buf[s..e]);
-                        self.start = e;
+                }
+            }
+        }
+    }
+
+    /// One step in the payload state: finish a complete message, feed it
+    /// staged bytes, read straight into the receive's buffer, or stage
+    /// more. `Some` stops progress.
+    fn payload_step(
+        &mut self,
+        conn: &Arc<Conn>,
+        ep: &Arc<EpShared>,
+        read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
+        hdr: Header,
+        mut remaining: usize,
+        mut sink: Sink,
+    ) -> Option<RxStatus> {
+        if remaining == 0 {
+            finish(conn, ep, &hdr, sink);
+            return None;
+        }
+        let avail = self.end - self.start;
+        if avail > 0 {
+            let n = avail.min(remaining);
+            let (s, e) = (self.start, self.start + n);
+            feed(&mut sink, &self.buf[s..e]);
+            self.start = e;
+            self.phase = Phase::Payload {
+                hdr,
+                remaining: remaining - n,
+                sink,
+            };
+            return None;
+        }
+        if remaining >= DIRECT_MIN && !self.drained {
+            if let Some(slot) = direct_slot(&mut sink, remaining) {
+                let want = slot.len();
+                match read_once(read, slot) {
+                    Ok(0) => return Some(self.closed_mid_frame(ep, sink)),
+                    Ok(n) => {
+                        self.drained = n < want;
+                        advance(&mut sink, n);
                         remaining -= n;
                         self.phase = Phase::Payload {
                             hdr,
                             remaining,
                             sink,
                         };
-                        continue;
+                        return None;
                     }
-                    if remaining >= DIRECT_MIN && !self.drained {
-                        if let Some(slot) = direct_slot(&mut sink, remaining) {
-                            let want = slot.len();
-                            match read_once(read, slot) {
-                                Ok(0) => return self.closed_mid_frame(ep, sink),
-                                Ok(n) => {
-                                    self.drained = n < want;
-                                    advance(&mut sink, n);
-                                    remaining -= n;
-                                    self.phase = Phase::Payload {
-                                        hdr,
-                                        remaining,
-                                        sink,
-                                    };
-                                    continue;
-                                }
-                                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                                    self.phase = Phase::Payload {
-                                        hdr,
-                                        remaining,
-                                        sink,
-                                    };
-                                    return RxStatus::WouldBlock;
-                                }
-                                Err(e) => {
-                                    fail_sink(ep, sink, Error::from(e));
-                                    return RxStatus::Closed(Some(Error::ConnReset));
-                                }
-                            }
-                        }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.phase = Phase::Payload {
+                            hdr,
+                            remaining,
+                            sink,
+                        };
+                        return Some(RxStatus::WouldBlock);
                     }
-                    self.phase = Phase::Payload {
-                        hdr,
-                        remaining,
-                        sink,
-                    };
-                    if let Some(st) = self.fill(read, false) {
-                        if let RxStatus::Closed(_) = st {
-                            if let Phase::Payload { sink, .. } =
-                                std::mem::replace(&mut self.phase, Phase::Header)
-                            {
-                                return self.closed_mid_frame(ep, sink);
-                            }
-                        }
-                        return st;
+                    Err(e) => {
+                        fail_sink(ep, sink, Error::from(e));
+                        return Some(RxStatus::Closed(Some(Error::ConnReset)));
                     }
                 }
             }
         }
+        self.phase = Phase::Payload {
+            hdr,
+            remaining,
+            sink,
+        };
+        let st = self.fill(read, false)?;
+        if let RxStatus::Closed(_) = st {
+            if let Phase::Payload { sink, .. } = std::mem::replace(&mut self.phase, Phase::Header) {
+                return Some(self.closed_mid_frame(ep, sink));
+            }
+        }
+        Some(st)
     }
 
     /// One step in the header state: decode a buffered header, or read
