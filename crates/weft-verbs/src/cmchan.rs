@@ -4,7 +4,13 @@
 //! Ids created for incoming requests report on the listener's channel, so a
 //! passive endpoint's channel carries the events of every connection it
 //! accepted; each accepting endpoint subscribes to its id's token. Events
-//! that arrive before their owner subscribes are kept for it.
+//! that arrive before their owner subscribes are kept for it: those of a
+//! listener, and those of a request's new id from the request on. Whoever
+//! takes a request's id and lets it go without subscribing unsubscribes
+//! it. Events of any other id nobody subscribes to (one whose owner has
+//! let it go, e.g. the time-wait end of a connection already dropped) are
+//! dropped: kept, they would pile up for every connection that came and
+//! went.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -81,16 +87,28 @@ impl CmChannel {
             _ => ev.id_token,
         };
         let mut g = lock(&self.routes);
+        let new_id = ev.new_id.as_ref().map(|id| id.token());
+        if let Some(t) = new_id {
+            g.entry(t).or_insert_with(|| Route::Held(VecDeque::new()));
+        }
         match g.get_mut(&token) {
             Some(Route::To(tx)) => {
                 if tx.send(ev).is_err() {
-                    // The owner is gone; nothing to deliver to.
+                    // The owner is gone; nothing to deliver to (a request's
+                    // id is destroyed with the event).
                     g.remove(&token);
+                    if let Some(t) = new_id {
+                        g.remove(&t);
+                    }
                 }
             }
             Some(Route::Held(q)) => q.push_back(ev),
-            None => {
+            // A request before its listener subscribed (it does at once).
+            None if ev.kind == CmEventKind::ConnectRequest => {
                 g.insert(token, Route::Held(VecDeque::from([ev])));
+            }
+            None => {
+                tracing::trace!(kind = ?ev.kind, "rdma_cm event for an id nobody owns; dropped");
             }
         }
     }
@@ -110,7 +128,13 @@ impl CmChannel {
 
     /// Stops routing (and holding) events of `token`.
     pub fn unsubscribe(&self, token: u64) {
-        lock(&self.routes).remove(&token);
+        let mut g = lock(&self.routes);
+        g.remove(&token);
+        // The room a crowd of connections needed goes back once they did.
+        let len = g.len();
+        if g.capacity() > 64 && len * 4 < g.capacity() {
+            g.shrink_to(len * 2);
+        }
     }
 
     /// Stops the reader.

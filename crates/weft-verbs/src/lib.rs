@@ -27,6 +27,8 @@ pub const NAME: &str = "verbs";
 pub mod sys;
 
 #[cfg(feature = "rdma")]
+mod admission;
+#[cfg(feature = "rdma")]
 mod bufs;
 #[cfg(feature = "rdma")]
 mod cmchan;

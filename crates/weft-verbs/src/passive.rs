@@ -1,15 +1,30 @@
 //! A listening rdma_cm id: connection requests become `ConnReq` events.
+//!
+//! Each request holds a QP-less id (kernel state, no device resources)
+//! and a place in the passive endpoint's count until the application
+//! lets go of it (drops the event or request, rejected or not, or the
+//! endpoint that accepted it: the tcp provider counts the same way). At
+//! `limits.max_conns` places (`FI_TCP_MAX_CONNS`: the limits are
+//! `ConnLimits::from_env`) more requests are rejected at once and each is
+//! reported on the EQ with the requester's address, in the EQ's room
+//! only, so a flood cannot grow the queue. A request the
+//! application does not answer waits for it as long as it likes (as with
+//! libfabric's verbs provider); the accepting endpoint's handshake is
+//! bounded by its `handshake_timeout`.
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::runtime::Handle;
 use weft_core::addr::encode_sockaddr;
-use weft_core::eventq::{ConnHandle, EqEvent, EqEventKind, EqShared};
+use weft_core::eventq::{ConnHandle, EqErrEntry, EqEvent, EqEventKind, EqShared};
+use weft_core::limits::ConnLimits;
 use weft_core::provider::ProviderPassive;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
+use crate::admission::ConnSlot;
 use crate::cmchan::CmChannel;
 use crate::msg::{cm_decode, cm_encode};
 use crate::sys::{CmEventKind, CmId, PortSpace};
@@ -20,6 +35,18 @@ use crate::sys::{CmEventKind, CmId, PortSpace};
 pub struct PendingReq {
     id: Mutex<Option<CmId>>,
     chan: Arc<CmChannel>,
+    /// Its place among the passive endpoint's requests.
+    _slot: ConnSlot,
+}
+
+impl Drop for PendingReq {
+    fn drop(&mut self) {
+        // Never answered: the id is destroyed (which rejects it) and its
+        // route on the channel goes with it.
+        if let Some(id) = lock(&self.id).take() {
+            self.chan.unsubscribe(id.token());
+        }
+    }
 }
 
 impl PendingReq {
@@ -45,7 +72,8 @@ pub struct VerbsPassive {
 }
 
 impl VerbsPassive {
-    /// Binds `addr` (an address of an RDMA device's netdev) and listens.
+    /// Binds `addr` (an address of an RDMA device's netdev) and listens,
+    /// with the limits of the environment.
     pub fn open(
         addr: SocketAddr,
         backlog: u32,
@@ -62,6 +90,8 @@ impl VerbsPassive {
         let mut events = chan.subscribe(id.token());
         let eq_w: Weak<EqShared> = Arc::downgrade(&eq);
         let ch = chan.clone();
+        let limits = ConnLimits::from_env();
+        let pending = Arc::new(AtomicUsize::new(0));
         let task = rt.spawn(async move {
             while let Some(mut ev) = events.recv().await {
                 if ev.kind != CmEventKind::ConnectRequest {
@@ -72,9 +102,32 @@ impl VerbsPassive {
                 };
                 let Some(eq) = eq_w.upgrade() else { return };
                 let peer = new_id.peer_addr();
+                let Some(slot) = ConnSlot::try_take(&pending, limits.max_conns) else {
+                    tracing::debug!(
+                        ?peer,
+                        "verbs: pending connection requests at the limit; refused"
+                    );
+                    let _ = new_id.reject(&[]);
+                    ch.unsubscribe(new_id.token());
+                    if let Some(p) = peer {
+                        // Written, not pushed: dropped once the EQ is full.
+                        let err = Error::ConnRefused;
+                        let _ = eq.write(Err(EqErrEntry {
+                            fid,
+                            context,
+                            data: 0,
+                            err,
+                            prov_errno: err.code(),
+                            err_data: Vec::new(),
+                            peer_addr: Some(encode_sockaddr(&p)),
+                        }));
+                    }
+                    continue;
+                };
                 let req: ConnHandle = Arc::new(PendingReq {
                     id: Mutex::new(Some(new_id)),
                     chan: ch.clone(),
+                    _slot: slot,
                 });
                 let mut e = EqEvent::new(EqEventKind::ConnReq, fid, context, 0);
                 e.cm_data = cm_decode(&ev.private_data);
@@ -98,8 +151,12 @@ impl ProviderPassive for VerbsPassive {
     }
 
     fn reject(&self, conn: &ConnHandle, data: Vec<u8>) -> Result<()> {
-        let (id, _) = request_of(conn)?.take()?;
-        id.reject(&cm_encode(&data)?)
+        let req = request_of(conn)?;
+        let data = cm_encode(&data)?;
+        let (id, chan) = req.take()?;
+        let r = id.reject(&data);
+        chan.unsubscribe(id.token());
+        r
     }
 
     fn set_backlog(&self, _backlog: usize) -> Result<()> {

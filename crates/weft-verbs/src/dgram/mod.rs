@@ -220,6 +220,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
 fn answer_resolutions(ep: &Arc<DgramShared>) {
     let mut events = ep.cm.subscribe(ep.res.listener.token());
     let qpn = ep.res.qp.qp_num();
+    let cm = Arc::downgrade(&ep.cm);
     let t = ep.rt.spawn(async move {
         while let Some(ev) = events.recv().await {
             if ev.kind != CmEventKind::ConnectRequest {
@@ -230,8 +231,12 @@ fn answer_resolutions(ep: &Arc<DgramShared>) {
                     tracing::debug!(error = %e, "verbs dgram: answering a resolution failed");
                 }
                 // The reply went out during accept; a UD id keeps no state
-                // worth holding.
+                // worth holding (nor does its route on the channel).
+                let token = id.token();
                 drop(id);
+                if let Some(cm) = cm.upgrade() {
+                    cm.unsubscribe(token);
+                }
             }
         }
     });

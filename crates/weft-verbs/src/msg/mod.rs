@@ -25,6 +25,12 @@
 //! `FI_RX_CQ_DATA` as an optional mode: applications whose hints do not
 //! accept it get the offer without it, and their writedata is `NoSys`.
 //!
+//! Connection setup is bounded by `limits.handshake_timeout` on both
+//! sides (from the request to `Established`), as in the tcp provider: a
+//! peer that never completes its side costs the endpoint one timeout, not
+//! a QP forever. Listening and the limit on pending requests are the
+//! passive endpoint's (`crate::passive`).
+//!
 //! A receive handed to the QP cannot be withdrawn: `cancel` (and dropping
 //! an awaited receive) only reaches receives posted before the connection
 //! existed. A dropped awaited receive that is already on the QP still
@@ -44,7 +50,9 @@ use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::progress::Progress;
-use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq};
+use weft_core::provider::{
+    EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
+};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
@@ -288,6 +296,18 @@ impl MsgShared {
     }
 }
 
+/// Waits for `Established` on `events`, at most the endpoint's handshake
+/// timeout.
+async fn established(
+    ep: &MsgShared,
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<crate::sys::CmEvent>,
+) -> std::result::Result<crate::sys::CmEvent, (Error, Vec<u8>)> {
+    let t = ep.cfg.limits.handshake_timeout;
+    tokio::time::timeout(t, cmchan::expect(events, CmEventKind::Established))
+        .await
+        .unwrap_or(Err((Error::TimedOut, Vec::new())))
+}
+
 /// The `ProviderEndpoint` handle.
 #[derive(Debug)]
 pub struct VerbsMsgEndpoint {
@@ -319,7 +339,7 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
     let link = ep.build_link(id)?;
     let pd = cm_encode(&cm)?;
     link.id.connect(&ConnParam::new(&pd))?;
-    match cmchan::expect(&mut events, CmEventKind::Established).await {
+    match established(&ep, &mut events).await {
         Ok(ev) => {
             let peer_cm = cm_decode(&ev.private_data);
             ep.start(&link, events)?;
@@ -334,6 +354,16 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
 }
 
 impl ProviderEndpoint for VerbsMsgEndpoint {
+    fn stats(&self) -> EpStats {
+        let ep = &self.shared;
+        // Open or being set up, as the tcp provider counts.
+        let up = lock(&ep.link).is_some() && !ep.ended.load(Ordering::Acquire) && !ep.is_closed();
+        let mut s = EpStats::default();
+        s.conns = usize::from(up);
+        s.peers = s.conns;
+        s
+    }
+
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         self.shared.post_send(req)
     }
@@ -469,7 +499,7 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
             *lock(&ep.cm) = Some(chan.clone());
             let link = ep.build_link(id)?;
             link.id.accept(&ConnParam::new(&pd))?;
-            match cmchan::expect(&mut events, CmEventKind::Established).await {
+            match established(&ep, &mut events).await {
                 Ok(_) => {
                     ep.start(&link, events)?;
                     ep.cfg.eq_connected(Vec::new());

@@ -18,6 +18,35 @@
 //!
 //! Send queues are kept small per connection; work that does not fit waits
 //! in the peer's backlog, in order, until completions make room.
+//!
+//! Hostile and failing peers (see [`peers`]): inbound connection requests
+//! beyond `limits.max_conns` connections (outbound and handshaking ones
+//! included) are rejected and reported on the EQ with the requester's
+//! address, as are requests without a Weft hello and handshakes not
+//! completed within `limits.handshake_timeout` (their QP and id are
+//! destroyed). A connection that ends (the peer disconnects, its process
+//! dies, any work request fails: an RC queue pair is in the error state
+//! after its first failed completion) gives back everything it held: its
+//! place in the count, its QP, its peer entry once nothing else waits
+//! there, the buffered announcements of messages it can no longer
+//! deliver, and the receives that had matched them, which go back to the
+//! head of the posted receives in the order they were matched (a claim
+//! fails instead: it asked for that very message). Sends the peer still
+//! owed a "finished" fail with `ConnReset`.
+//!
+//! Idle connections are not retired (`limits.idle_timeout` is not used
+//! here), only counted against `max_conns`. The target of RDMA writes
+//! sees no traffic from them, so an idle connection cannot be told from
+//! one carrying RMA; and a disconnect flushes whatever the peer has
+//! posted on it, which fails those operations at the peer: this protocol
+//! has no resend, so closing one side on a timer would turn a quiet
+//! period into spurious failures. An idle connection holds one QP and
+//! nothing else (receive buffers are the shared queue's, nothing is
+//! buffered for it), so `max_conns` bounds what idle peers cost; when
+//! they go away everything is reclaimed. Retiring them safely needs a
+//! drain exchange on the wire (stop posting, wait for the peer's last
+//! completion, then disconnect), which the tcp provider's `Shutdown`
+//! frame provides there.
 
 mod peers;
 pub(crate) mod proto;
@@ -30,6 +59,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use tokio::task::AbortHandle;
+
 use bytes::Bytes;
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, sockaddr_bytes, FiAddr, FI_ADDR_NOTAVAIL};
@@ -38,11 +69,14 @@ use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::progress::Progress;
-use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, RmaOp, RmaReq, SendReq};
+use weft_core::provider::{
+    EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaOp, RmaReq, SendReq,
+};
 use weft_core::sync::lock;
 use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
 use weft_core::{Error, Result};
 
+use crate::admission::ConnSlot;
 use crate::cmchan::CmChannel;
 use crate::cqdrive::{self, PollerSlot};
 use crate::pool::{SlotPool, SLOTS};
@@ -80,6 +114,17 @@ pub(crate) struct Conn {
     /// Send work requests this QP may still take.
     pub sq: Credits,
     pub dead: AtomicBool,
+    /// Rendezvous reads from this connection's peer that are posted and
+    /// not yet completed.
+    pub reads: AtomicUsize,
+    /// Receives whose messages were cut off by the end of this
+    /// connection, with the order they were matched in. They go back to
+    /// the posted receives together once its last read is in, so that
+    /// they keep that order.
+    pub orphans: Mutex<Vec<(u64, RecvReq)>>,
+    /// Its place in the endpoint's connection count, given back after the
+    /// QP and id (declared before it) are destroyed.
+    pub _slot: ConnSlot,
 }
 
 impl std::fmt::Debug for Conn {
@@ -118,8 +163,9 @@ pub(crate) enum Deferred {
     /// A rendezvous read for a matched receive.
     Read(Box<ReadJob>),
     /// A rendezvous read into a buffer of the endpoint's own (a
-    /// delivery-complete message nobody was waiting for).
-    Pull(Arc<rx::Pull>, Header),
+    /// delivery-complete message nobody was waiting for), from the
+    /// connection that announced it.
+    Pull(Arc<rx::Pull>, Header, Arc<Conn>),
     /// An RMA read or write.
     Rma(RmaReq),
 }
@@ -135,6 +181,38 @@ pub(crate) struct Peer {
     pub passive: bool,
 }
 
+impl Peer {
+    /// Nothing is kept for the peer: its entry can go.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.up.is_none() && self.backlog.is_empty() && !self.active && !self.passive
+    }
+}
+
+/// Handles of the endpoint's tasks, for close to stop them. Finished ones
+/// are dropped as new ones come (a check of all of them each time their
+/// number has doubled), so connections that came and went leave nothing
+/// behind.
+#[derive(Debug, Default)]
+pub(crate) struct Tasks {
+    live: Vec<AbortHandle>,
+    prune_at: usize,
+}
+
+impl Tasks {
+    pub(crate) fn push(&mut self, h: AbortHandle) {
+        if self.live.len() >= self.prune_at {
+            self.live.retain(|t| !t.is_finished());
+            self.prune_at = (2 * self.live.len()).max(16);
+        }
+        self.live.push(h);
+    }
+
+    pub(crate) fn take_all(&mut self) -> Vec<AbortHandle> {
+        self.prune_at = 0;
+        std::mem::take(&mut self.live)
+    }
+}
+
 /// A buffered message nobody was waiting for.
 pub(crate) enum Unexp {
     /// Its payload, copied out of the receive slot.
@@ -147,6 +225,9 @@ pub(crate) enum Unexp {
 
 /// A matched receive waiting for (or doing) its rendezvous read.
 pub(crate) struct ReadJob {
+    /// When it was matched (an id from the endpoint's counter): orders
+    /// the receives of a connection that died.
+    pub seq: u64,
     pub req: RecvReq,
     pub info: MsgInfo,
     pub hdr: Header,
@@ -204,6 +285,23 @@ pub(crate) enum Op {
     },
 }
 
+impl Op {
+    /// The connection the work request is on (a receive slot is on the
+    /// shared queue, not on one).
+    fn conn(&self) -> Option<&Arc<Conn>> {
+        match self {
+            Op::Send { conn, .. }
+            | Op::Rts { conn, .. }
+            | Op::Fin { conn, .. }
+            | Op::Pull { conn, .. }
+            | Op::Read { conn, .. }
+            | Op::RmaPart { conn, .. } => Some(conn),
+            Op::Rma(st) => Some(&st.conn),
+            Op::Slot { .. } => None,
+        }
+    }
+}
+
 /// A send waiting for the peer's "finished": a rendezvous one (whose
 /// buffer stays registered, and owned here, until then) or a
 /// delivery-complete one.
@@ -259,7 +357,9 @@ pub struct RdmShared {
     pub(crate) tx: Credits,
     pub(crate) rx: Credits,
     pub(crate) closed: AtomicBool,
-    pub(crate) tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    pub(crate) tasks: Mutex<Tasks>,
+    /// Connections open or being made (each holds a [`ConnSlot`]).
+    pub(crate) conn_count: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for RdmShared {
@@ -394,6 +494,66 @@ impl RdmShared {
         }
     }
 
+    /// A receive that had matched a message which then died with its
+    /// sender's connection: it takes a buffered message if one matches,
+    /// else it goes back to the head of the posted receives.
+    pub(crate) fn repost_front(&self, req: RecvReq) {
+        let spec = spec_of(&req);
+        let resolve = |s: &SocketAddr| self.resolve_src(s);
+        let out = lock(&self.matcher).repost_front(spec, req, &resolve);
+        if let PostOutcome::Matched {
+            recv,
+            info,
+            payload,
+            ..
+        } = out
+        {
+            self.take_unexpected(recv, info, payload, false);
+        }
+    }
+
+    /// The message `job` was to read is gone with its connection. Safe
+    /// under any lock: the receive waits in the connection's orphans
+    /// until [`settle_orphans`](Self::settle_orphans) (a claim fails now).
+    pub(crate) fn orphan(&self, job: ReadJob) {
+        if job.req.flags.contains(OpFlags::CLAIM) {
+            rx::fail_recv(self, job.req, job.info, 0, Error::ConnReset);
+            return;
+        }
+        lock(&job.conn.orphans).push((job.seq, job.req));
+    }
+
+    /// Once no read of the dead connection `c` is outstanding, its
+    /// orphaned receives go back to the head of the posted receives, in
+    /// the order they had matched. Takes the matcher's and the peers'
+    /// locks: never call it holding either.
+    pub(crate) fn settle_orphans(&self, c: &Conn) {
+        let mut back = {
+            let mut g = lock(&c.orphans);
+            if g.is_empty() || c.reads.load(Ordering::Acquire) != 0 {
+                return;
+            }
+            std::mem::take(&mut *g)
+        };
+        if self.is_closed() {
+            // Close discards outstanding operations without completions.
+            return;
+        }
+        back.sort_by_key(|(seq, _)| *seq);
+        for (_, req) in back.into_iter().rev() {
+            self.repost_front(req);
+        }
+    }
+
+    /// [`settle_orphans`](Self::settle_orphans) from a task, for callers
+    /// that hold the peers' lock.
+    pub(crate) fn settle_orphans_soon(&self, c: &Arc<Conn>) {
+        let (Some(ep), c) = (self.me.upgrade(), c.clone()) else {
+            return;
+        };
+        self.rt.spawn(async move { ep.settle_orphans(&c) });
+    }
+
     /// A receive matched a buffered message.
     fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Unexp, claimed: bool) {
         match u {
@@ -411,6 +571,7 @@ impl RdmShared {
                     return;
                 }
                 self.start_read(ReadJob {
+                    seq: self.wr_id(),
                     req,
                     info,
                     hdr,
@@ -503,7 +664,8 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         tx: Credits::new(tx),
         rx: Credits::new(rx),
         closed: AtomicBool::new(false),
-        tasks: Mutex::new(Vec::new()),
+        tasks: Mutex::new(Tasks::default()),
+        conn_count: Arc::new(AtomicUsize::new(0)),
         rt,
         cfg,
     });
@@ -517,7 +679,9 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         &shared,
         &shared.poller,
     )?;
-    lock(&shared.tasks).extend(t);
+    if let Some(h) = t {
+        lock(&shared.tasks).push(h);
+    }
     peers::listen(&shared);
     tracing::debug!(local = %shared.local, "verbs rdm endpoint open");
     let inline: Arc<dyn Progress> = Arc::new(cqdrive::InlinePoll::new(shared.poller.clone()));
@@ -525,6 +689,14 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
 }
 
 impl ProviderEndpoint for VerbsRdmEndpoint {
+    fn stats(&self) -> EpStats {
+        let ep = &self.shared;
+        let mut s = EpStats::default();
+        s.conns = ep.conn_count.load(Ordering::Acquire);
+        s.peers = lock(&ep.peers).len();
+        s
+    }
+
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         let ep = &self.shared;
         // After the state check, as before the shared checks of `admit`.
@@ -609,7 +781,8 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         if ep.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        for t in lock(&ep.tasks).drain(..) {
+        let tasks = lock(&ep.tasks).take_all();
+        for t in tasks {
             t.abort();
         }
         cqdrive::stop(&ep.poller);

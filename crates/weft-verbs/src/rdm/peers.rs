@@ -1,5 +1,12 @@
 //! Connections to peers: the listener, connects on first use, the
 //! simultaneous-connect rule, and the end of a connection.
+//!
+//! What a peer may make the endpoint hold (see the module docs of
+//! [`super`] for the rules): every connection, inbound or outbound, from
+//! its request or connect on, holds a [`ConnSlot`] until its QP and id are
+//! destroyed; an inbound request finds one free or is rejected. Each
+//! handshake is bounded by `limits.handshake_timeout`. A peer's entry
+//! lives while it has a connection, a connect in progress or queued work.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -9,10 +16,12 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr};
 use weft_core::credits::Credits;
+use weft_core::hash::FastMap;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use super::{Conn, Deferred, RdmShared, QP_INLINE, QP_SEND_WR};
+use super::{Conn, Deferred, Peer, RdmShared, Unexp, QP_INLINE, QP_SEND_WR};
+use crate::admission::ConnSlot;
 use crate::cmchan;
 use crate::msg::{cm_decode, cm_encode};
 use crate::sys::{CmEvent, CmEventKind, CmId, ConnParam, PortSpace, QpCaps, QpInitAttr, QpType};
@@ -65,10 +74,39 @@ fn parse_hello(private: &[u8]) -> Result<(SocketAddr, u64)> {
     Ok((decode_sockaddr(addr)?, u64::from_le_bytes(n)))
 }
 
+impl RdmShared {
+    /// Reports a connection the endpoint refused or dropped on its EQ,
+    /// with the requester's address (where its request came from, not
+    /// the address its hello claims). Bounded by the EQ's size.
+    fn report(&self, err: Error, from: Option<SocketAddr>) {
+        if let Some(a) = from {
+            self.cfg.eq_peer_error(err, encode_sockaddr(&a));
+        }
+    }
+}
+
+/// Rejects a request: the id is destroyed (dropped) here, so its route
+/// on the channel goes too.
+fn refuse(ep: &RdmShared, id: CmId, data: &[u8]) {
+    let _ = id.reject(data);
+    ep.cm.unsubscribe(id.token());
+}
+
 fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
+    let from = id.peer_addr();
+    // Before anything is built for it: a flood of requests must cost a
+    // rejection each, not a QP each.
+    let Some(slot) = ConnSlot::try_take(&ep.conn_count, ep.cfg.limits.max_conns) else {
+        tracing::debug!(peer = ?from, "verbs rdm connection limit reached; request refused");
+        refuse(ep, id, &[]);
+        ep.report(Error::ConnRefused, from);
+        return;
+    };
     let Ok((peer, nonce)) = parse_hello(private) else {
         // Not a Weft RDM endpoint: it did not say where it listens.
-        let _ = id.reject(&[]);
+        tracing::debug!(peer = ?from, "verbs rdm request without a hello; refused");
+        refuse(ep, id, &[]);
+        ep.report(Error::Io, from);
         return;
     };
     let mut peers = lock(&ep.peers);
@@ -80,21 +118,33 @@ fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
         p.up.as_ref()
             .is_some_and(|u| u.peer_nonce() == nonce && !u.is_dead());
     if p.passive || ours_wins || duplicate {
+        // Each of these has something in the entry: it stays.
         drop(peers);
-        if let Ok(d) = cm_encode(SIMULTANEOUS) {
-            let _ = id.reject(&d);
-        }
+        refuse(ep, id, &cm_encode(SIMULTANEOUS).unwrap_or_default());
         return;
     }
     p.passive = true;
     drop(peers);
     let ep2 = ep.clone();
     let t = ep.rt.spawn(async move {
-        let mut events = ep2.cm.subscribe(id.token());
-        let r = accept(&ep2, id, peer, nonce, &mut events).await;
-        conn_done(&ep2, peer, false, r, events);
+        let token = id.token();
+        let mut events = ep2.cm.subscribe(token);
+        let r = accept(&ep2, id, peer, nonce, slot, &mut events).await;
+        conn_done(&ep2, peer, false, r, events, Some(token));
     });
     lock(&ep.tasks).push(t.abort_handle());
+}
+
+/// Waits for `Established`, at most the handshake timeout: a peer that
+/// never completes its side must not hold a QP.
+async fn established(
+    ep: &RdmShared,
+    events: &mut Events,
+) -> std::result::Result<CmEvent, (Error, Vec<u8>)> {
+    let t = ep.cfg.limits.handshake_timeout;
+    tokio::time::timeout(t, cmchan::expect(events, CmEventKind::Established))
+        .await
+        .unwrap_or(Err((Error::TimedOut, Vec::new())))
 }
 
 async fn accept(
@@ -102,23 +152,24 @@ async fn accept(
     id: CmId,
     peer: SocketAddr,
     nonce: u64,
+    slot: ConnSlot,
     events: &mut Events,
 ) -> Attempt {
-    let conn = new_conn(ep, id, peer, nonce).map_err(|e| (e, Vec::new(), None))?;
+    let conn = new_conn(ep, id, peer, nonce, slot).map_err(|e| (e, Vec::new(), None))?;
     let fail = |e: Error, d: Vec<u8>| (e, d, Some(conn.clone()));
     let pd = hello(ep).map_err(|e| fail(e, Vec::new()))?;
     conn.id
         .accept(&ConnParam::new(&pd))
         .map_err(|e| fail(e, Vec::new()))?;
-    cmchan::expect(events, CmEventKind::Established)
-        .await
-        .map_err(|(e, d)| fail(e, d))?;
+    established(ep, events).await.map_err(|(e, d)| fail(e, d))?;
     Ok(conn)
 }
 
 /// Connects to `peer` (the caller has marked the peer `active`).
 pub(super) fn connect(ep: &RdmShared, peer: SocketAddr) {
     let Some(ep) = ep.me.upgrade() else { return };
+    // Counted from now, never refused: the application asked for it.
+    let slot = ConnSlot::take(&ep.conn_count);
     let ep2 = ep.clone();
     let t = ep.rt.spawn(async move {
         let id = match CmId::new(&ep2.cm.ch, PortSpace::Tcp) {
@@ -126,39 +177,50 @@ pub(super) fn connect(ep: &RdmShared, peer: SocketAddr) {
             Err(e) => {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 drop(tx);
-                conn_done(&ep2, peer, true, Err((e, Vec::new(), None)), rx);
+                conn_done(&ep2, peer, true, Err((e, Vec::new(), None)), rx, None);
                 return;
             }
         };
-        let mut events = ep2.cm.subscribe(id.token());
-        let r = active(&ep2, id, peer, &mut events).await;
-        conn_done(&ep2, peer, true, r, events);
+        let token = id.token();
+        let mut events = ep2.cm.subscribe(token);
+        let r = active(&ep2, id, peer, slot, &mut events).await;
+        conn_done(&ep2, peer, true, r, events, Some(token));
     });
     lock(&ep.tasks).push(t.abort_handle());
 }
 
-async fn active(ep: &Arc<RdmShared>, id: CmId, peer: SocketAddr, events: &mut Events) -> Attempt {
+async fn active(
+    ep: &Arc<RdmShared>,
+    id: CmId,
+    peer: SocketAddr,
+    slot: ConnSlot,
+    events: &mut Events,
+) -> Attempt {
     let plain = |(e, d): (Error, Vec<u8>)| (e, d, None);
     let src = SocketAddr::new(ep.local.ip(), 0);
     cmchan::resolve(&id, events, Some(src), peer)
         .await
         .map_err(plain)?;
-    let conn = new_conn(ep, id, peer, 0).map_err(|e| (e, Vec::new(), None))?;
+    let conn = new_conn(ep, id, peer, 0, slot).map_err(|e| (e, Vec::new(), None))?;
     let fail = |e: Error, d: Vec<u8>| (e, d, Some(conn.clone()));
     let pd = hello(ep).map_err(|e| fail(e, Vec::new()))?;
     conn.id
         .connect(&ConnParam::new(&pd))
         .map_err(|e| fail(e, Vec::new()))?;
-    let ev = cmchan::expect(events, CmEventKind::Established)
-        .await
-        .map_err(|(e, d)| fail(e, d))?;
+    let ev = established(ep, events).await.map_err(|(e, d)| fail(e, d))?;
     let (_, nonce) = parse_hello(&ev.private_data).map_err(|e| fail(e, Vec::new()))?;
     conn.peer_nonce_set(nonce);
     Ok(conn)
 }
 
 /// A QP for `id` on the endpoint's PD, CQ and shared receive queue.
-fn new_conn(ep: &RdmShared, id: CmId, peer: SocketAddr, nonce: u64) -> Result<Arc<Conn>> {
+fn new_conn(
+    ep: &RdmShared,
+    id: CmId,
+    peer: SocketAddr,
+    nonce: u64,
+    slot: ConnSlot,
+) -> Result<Arc<Conn>> {
     let info = &ep.cfg.info;
     let sge = info.tx_attr.iov_limit.max(info.rx_attr.iov_limit) as u32;
     let qp = id.create_qp(
@@ -188,15 +250,41 @@ fn new_conn(ep: &RdmShared, id: CmId, peer: SocketAddr, nonce: u64) -> Result<Ar
         peer_nonce_cell: std::sync::atomic::AtomicU64::new(nonce),
         sq: Credits::new(QP_SEND_WR),
         dead: std::sync::atomic::AtomicBool::new(false),
+        reads: std::sync::atomic::AtomicUsize::new(0),
+        orphans: std::sync::Mutex::new(Vec::new()),
+        _slot: slot,
     });
     lock(&ep.by_qp).insert(conn.qp.qp_num(), conn.clone());
     Ok(conn)
 }
 
-/// The end of a connect or accept attempt.
-fn conn_done(ep: &Arc<RdmShared>, peer: SocketAddr, was_active: bool, r: Attempt, events: Events) {
+/// Removes `peer`'s entry if nothing is kept for it any more (and gives
+/// the map's room back after a crowd of peers has gone).
+pub(crate) fn prune(peers: &mut FastMap<SocketAddr, Peer>, peer: &SocketAddr) {
+    if peers.get(peer).is_some_and(Peer::is_idle) {
+        peers.remove(peer);
+        let len = peers.len();
+        if peers.capacity() > 64 && len * 4 < peers.capacity() {
+            peers.shrink_to(len * 2);
+        }
+    }
+}
+
+/// The end of a connect or accept attempt. `token` is the attempt's id's
+/// route on the channel: a failed attempt's goes with it.
+fn conn_done(
+    ep: &Arc<RdmShared>,
+    peer: SocketAddr,
+    was_active: bool,
+    r: Attempt,
+    events: Events,
+    token: Option<u64>,
+) {
     if ep.is_closed() {
         return;
+    }
+    if let (Err(_), Some(t)) = (&r, token) {
+        ep.cm.unsubscribe(t);
     }
     let mut peers = lock(&ep.peers);
     let p = peers.entry(peer).or_default();
@@ -243,9 +331,14 @@ fn conn_done(ep: &Arc<RdmShared>, peer: SocketAddr, was_active: bool, r: Attempt
             if retry {
                 p.active = true;
             }
+            prune(&mut peers, &peer);
             drop(peers);
-            if let Some(c) = conn {
-                forget(ep, &c);
+            if let Some(c) = &conn {
+                forget(ep, c);
+                if !was_active && err == Error::TimedOut {
+                    tracing::debug!(%peer, "verbs rdm handshake timed out; connection dropped");
+                    ep.report(err, c.id.peer_addr());
+                }
             }
             if !crossing {
                 tracing::debug!(%peer, error = %err, "verbs rdm connect failed");
@@ -263,6 +356,7 @@ fn conn_done(ep: &Arc<RdmShared>, peer: SocketAddr, was_active: bool, r: Attempt
                         let p = peers.entry(peer).or_default();
                         let go = p.up.is_none() && !p.passive && !p.backlog.is_empty();
                         p.active = go;
+                        prune(&mut peers, &peer);
                         go
                     };
                     if go {
@@ -296,11 +390,10 @@ fn watch(ep: &Arc<RdmShared>, conn: Arc<Conn>, mut events: Events) {
     lock(&ep.tasks).push(t.abort_handle());
 }
 
-/// Drops a connection that never came up.
+/// Drops a connection that never came up (its route is already gone).
 fn forget(ep: &RdmShared, c: &Arc<Conn>) {
     c.dead.store(true, Ordering::Release);
     remove_qp(ep, c);
-    ep.cm.unsubscribe(c.id.token());
 }
 
 fn remove_qp(ep: &RdmShared, c: &Arc<Conn>) {
@@ -310,26 +403,53 @@ fn remove_qp(ep: &RdmShared, c: &Arc<Conn>) {
     }
 }
 
+/// Work queued for the peer that needed connection `c` (reads and pulls
+/// of what it announced): it can no longer be done.
+fn cut_off(ep: &RdmShared, p: &mut Peer, c: &Arc<Conn>) -> Vec<Deferred> {
+    let needs_c = |d: &Deferred| match d {
+        Deferred::Read(job) => Arc::ptr_eq(&job.conn, c),
+        Deferred::Pull(_, _, from) => Arc::ptr_eq(from, c),
+        _ => false,
+    };
+    if !p.backlog.iter().any(needs_c) {
+        return Vec::new();
+    }
+    let (cut, keep): (Vec<Deferred>, _) = p.backlog.drain(..).partition(needs_c);
+    p.backlog = keep.into();
+    ep.backlogged.fetch_sub(cut.len(), Ordering::AcqRel);
+    cut
+}
+
 /// A connection ended: what is posted on it is flushed (each operation
 /// completes with an error), transfers the peer still owed a "finished"
-/// fail, and later sends to the peer connect anew.
+/// fail, receives that had matched its messages go back to the posted
+/// receives, its unmatched announcements are dropped, and later sends to
+/// the peer connect anew.
 pub(crate) fn kill(ep: &Arc<RdmShared>, c: &Arc<Conn>, err: Error) {
     if c.dead.swap(true, Ordering::AcqRel) {
         return;
     }
     let _ = c.id.disconnect();
     let _ = c.qp.to_error();
-    let reconnect = {
+    let (reconnect, cut) = {
         let mut peers = lock(&ep.peers);
-        match peers.get_mut(&c.peer) {
-            Some(p) if p.up.as_ref().is_some_and(|u| Arc::ptr_eq(u, c)) => {
-                p.up = None;
-                let go = !p.backlog.is_empty() && !p.active && !p.passive;
-                p.active |= go;
-                go
+        let (reconnect, cut) = match peers.get_mut(&c.peer) {
+            Some(p) => {
+                let cut = cut_off(ep, p, c);
+                let reconnect = if p.up.as_ref().is_some_and(|u| Arc::ptr_eq(u, c)) {
+                    p.up = None;
+                    let go = !p.backlog.is_empty() && !p.active && !p.passive;
+                    p.active |= go;
+                    go
+                } else {
+                    false
+                };
+                (reconnect, cut)
             }
-            _ => false,
-        }
+            None => (false, Vec::new()),
+        };
+        prune(&mut peers, &c.peer);
+        (reconnect, cut)
     };
     let owed: Vec<super::RndvSend> = {
         let mut g = lock(&ep.rndv);
@@ -348,6 +468,25 @@ pub(crate) fn kill(ep: &Arc<RdmShared>, c: &Arc<Conn>, err: Error) {
             err,
         ));
     }
+    // Announcements nobody matched yet: their payloads were at the peer.
+    // Dropped after the matcher's lock is let go (they hold the
+    // connection).
+    let gone: Vec<Unexp> = {
+        let mut m = lock(&ep.matcher);
+        std::iter::from_fn(|| {
+            m.remove_unexpected(|u| matches!(u, Unexp::Rts { conn, .. } if Arc::ptr_eq(conn, c)))
+        })
+        .collect()
+    };
+    drop(gone);
+    for item in cut {
+        match item {
+            Deferred::Read(job) => ep.orphan(*job),
+            Deferred::Pull(pull, _, _) => pull.finish(ep, Err(err)),
+            _ => {}
+        }
+    }
+    ep.settle_orphans(c);
     tracing::debug!(peer = %c.peer, error = %err, "verbs rdm connection down");
     // The QP stays reachable by qp number until its flushed completions
     // are in; they come back through the CQ like any other.

@@ -101,7 +101,12 @@ impl RdmShared {
                             // still holds its own bytes.
                             drop(g);
                             if let Some(ep) = self.me.upgrade() {
-                                super::peers::kill(&ep, c, Error::ConnReset);
+                                // In a task: the caller holds the peers'
+                                // lock, which killing takes.
+                                let c = c.clone();
+                                self.rt.spawn(async move {
+                                    super::peers::kill(&ep, &c, Error::ConnReset)
+                                });
                             }
                             req.op = RmaOp::Write { iov: keep, data };
                             return Err((e, req));

@@ -41,8 +41,10 @@ struct PullState {
 }
 
 impl Pull {
-    /// The read ended.
+    /// The read ended. Takes the matcher's lock (and, through a receive
+    /// going back to it, the peers'): never call it holding either.
     pub(crate) fn finish(&self, ep: &RdmShared, r: std::result::Result<BytesMut, Error>) {
+        let failed = r.is_err();
         let waiter = {
             let mut g = lock(&self.st);
             match g.waiter.take() {
@@ -53,8 +55,20 @@ impl Pull {
                 }
             }
         };
-        if let Some(((req, info, claimed), r)) = waiter {
-            Self::hand(ep, req, info, claimed, r);
+        match waiter {
+            Some(((req, info, claimed), r)) => Self::hand(ep, req, info, claimed, r),
+            None if failed => {
+                // Nobody matched it and it will never arrive: it leaves
+                // the unexpected queue rather than wait there for a
+                // receive to reject it. One matched meanwhile finds the
+                // error instead (and its receive goes on).
+                let me: *const Pull = self;
+                let gone = lock(&ep.matcher).remove_unexpected(
+                    |u| matches!(u, Unexp::Pull(p) if std::ptr::eq(Arc::as_ptr(p), me)),
+                );
+                drop(gone);
+            }
+            None => {}
         }
     }
 
@@ -83,8 +97,9 @@ impl Pull {
         match r {
             Ok(d) => copy_and_deliver(ep, req, info, &d),
             Err(e) if claimed => fail_recv(ep, req, info, 0, e),
-            // Never delivered: the receive goes on to the next message.
-            Err(_) => ep.repost(req),
+            // Never delivered: the receive goes on to the next message,
+            // ahead of those posted after it.
+            Err(_) => ep.repost_front(req),
         }
     }
 }
@@ -187,6 +202,7 @@ impl RdmShared {
                     Some((_, req)) => {
                         drop(m);
                         self.start_read(ReadJob {
+                            seq: self.wr_id(),
                             req,
                             info,
                             hdr,
@@ -200,7 +216,7 @@ impl RdmShared {
                         drop(m);
                         let mut peers = lock(&self.peers);
                         match peers.get_mut(&conn.peer) {
-                            Some(p) => self.submit_locked(p, Deferred::Pull(pull, hdr)),
+                            Some(p) => self.submit_locked(p, Deferred::Pull(pull, hdr, conn)),
                             None => {
                                 drop(peers);
                                 pull.finish(self, Err(Error::ConnReset));
@@ -291,13 +307,16 @@ impl RdmShared {
         job.req.bufs = bufs;
         let peer = job.conn.peer;
         let cookie = job.hdr.cookie;
-        match wc.to_error().or(lost.then_some(Error::Io)) {
-            None => {
+        match (wc.to_error(), lost) {
+            (None, false) => {
                 deliver(self, job.req, job.info, placed);
                 self.send_fin(peer, cookie, false);
             }
-            Some(e) => {
-                fail_recv(self, job.req, job.info, 0, e);
+            // The connection is dead (the failed completion killed it):
+            // the message is gone with it, the receive goes on.
+            (Some(_), _) => self.orphan(job),
+            (None, true) => {
+                fail_recv(self, job.req, job.info, 0, Error::Io);
                 self.send_fin(peer, cookie, true);
             }
         }
@@ -309,6 +328,17 @@ impl CqSink for RdmShared {
         let Some(op) = lock(&self.inflight).remove(&wc.wr_id) else {
             return;
         };
+        // An RC queue pair is in the error state after its first failed
+        // completion (everything after it is flushed): the connection is
+        // dead, whoever is at fault (a peer that left, a bad key from
+        // either side). It goes before the operation completes, so that
+        // whatever the application posts on seeing the error finds no
+        // connection and the next operation to the peer connects anew.
+        if wc.to_error().is_some() {
+            if let (Some(c), Some(ep)) = (op.conn(), self.me.upgrade()) {
+                super::peers::kill(&ep, c, Error::ConnReset);
+            }
+        }
         match op {
             Op::Slot { slot } => return self.on_arrival(wc, slot),
             Op::Send {
@@ -361,21 +391,13 @@ impl CqSink for RdmShared {
                 conn,
             } => {
                 self.release_wr(&conn, super::TxHeld::Inline);
+                conn.reads.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                 self.on_read_done(wc, job, mrs, placed);
-            }
-            Op::Rma(op) => {
-                // A bad key or address puts the queue pair in the error
-                // state: everything after it on this connection would be
-                // flushed, so it goes, and the next operation to the peer
-                // connects anew. Before the completion, so that whatever
-                // the application posts on seeing it finds no connection.
-                if !matches!(wc.to_error(), None | Some(Error::Canceled)) {
-                    if let Some(ep) = self.me.upgrade() {
-                        super::peers::kill(&ep, &op.conn, Error::ConnReset);
-                    }
+                if conn.is_dead() {
+                    self.settle_orphans(&conn);
                 }
-                self.on_rma_done(wc, op);
             }
+            Op::Rma(op) => self.on_rma_done(wc, op),
             Op::RmaPart { held, conn, then } => {
                 self.on_rma_part_done(wc, &conn, then);
                 drop(held);

@@ -94,7 +94,9 @@ impl RdmShared {
         }
     }
 
-    /// Ends an item that cannot be posted.
+    /// Ends an item that cannot be posted. Safe under the peers' lock:
+    /// what would take it again (a receive going back to the matcher)
+    /// happens in a task.
     pub(crate) fn fail_item(&self, item: Deferred, err: Error) {
         match item {
             Deferred::Send(req) => {
@@ -106,11 +108,22 @@ impl RdmShared {
             }
             // The peer is unreachable: nobody is left to tell.
             Deferred::Fin(_) => {}
+            // Its connection is gone: the message with it.
+            Deferred::Read(job) if job.conn.is_dead() => {
+                let c = job.conn.clone();
+                self.orphan(*job);
+                self.settle_orphans_soon(&c);
+            }
+            // The receive's buffers could not be registered, or the like.
             Deferred::Read(job) => {
                 let job = *job;
                 rx::fail_recv(self, job.req, job.info, 0, err);
             }
-            Deferred::Pull(pull, _) => pull.finish(self, Err(err)),
+            Deferred::Pull(pull, ..) => {
+                if let Some(ep) = self.me.upgrade() {
+                    self.rt.spawn(async move { pull.finish(&ep, Err(err)) });
+                }
+            }
             Deferred::Rma(req) => self.fail_rma(req, err),
         }
     }
@@ -139,6 +152,26 @@ impl RdmShared {
         if c.is_dead() {
             return Err((item, Some(Error::ConnReset)));
         }
+        // A read of a message announced on another connection: that one
+        // is dead or about to be killed (only the peer's current
+        // connection lives on), its sender fails the send with it, and
+        // the data cannot be read through this one.
+        let cut_off = match &item {
+            Deferred::Read(job) => !Arc::ptr_eq(&job.conn, c) || job.conn.is_dead(),
+            Deferred::Pull(_, _, from) => !Arc::ptr_eq(from, c) || from.is_dead(),
+            _ => false,
+        };
+        if cut_off {
+            match item {
+                Deferred::Read(job) => {
+                    let from = job.conn.clone();
+                    self.orphan(*job);
+                    self.settle_orphans_soon(&from);
+                }
+                other => self.fail_item(other, Error::ConnReset),
+            }
+            return Ok(());
+        }
         if !self.take_credits(c) {
             return Err((item, None));
         }
@@ -150,9 +183,9 @@ impl RdmShared {
             Deferred::Read(job) => self
                 .post_read_on(c, *job)
                 .map_err(|(e, j)| (Deferred::Read(Box::new(j)), e)),
-            Deferred::Pull(pull, h) => self
+            Deferred::Pull(pull, h, from) => self
                 .post_pull_on(c, &pull, h)
-                .map_err(|e| (Deferred::Pull(pull, h), e)),
+                .map_err(|e| (Deferred::Pull(pull, h, from), e)),
             Deferred::Rma(req) => self
                 .post_rma_on(c, req)
                 .map_err(|(e, r)| (Deferred::Rma(r), e)),
@@ -400,6 +433,7 @@ impl RdmShared {
         })();
         match posted {
             Ok(()) => {
+                c.reads.fetch_add(1, Ordering::AcqRel);
                 g.insert(
                     wr_id,
                     Op::Read {
@@ -461,8 +495,11 @@ impl RdmShared {
                 self.submit_locked(p, Deferred::Read(Box::new(job)));
             }
             _ => {
+                // The connection went (and the peer's entry with it).
                 drop(peers);
-                rx::fail_recv(self, job.req, job.info, 0, Error::ConnReset);
+                let from = job.conn.clone();
+                self.orphan(job);
+                self.settle_orphans_soon(&from);
             }
         }
     }
