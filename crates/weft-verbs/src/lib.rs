@@ -59,7 +59,6 @@ use std::sync::Arc;
 
 use tokio::runtime::Handle;
 use weft_core::attr::Info;
-use weft_core::eventq::EqShared;
 use weft_core::provider::{EpConfig, PassiveConfig, Provider, ProviderEndpoint, ProviderPassive};
 use weft_core::{Error, Result};
 
@@ -144,28 +143,27 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
 
 /// Opens a listening passive endpoint: `addr` raw, else the offer's
 /// source address (an address of the RDMA device's netdev).
-pub fn open_passive(
-    info: &Info,
-    addr: Option<Vec<u8>>,
-    backlog: u32,
-    eq: Arc<EqShared>,
-    fid: u64,
-    context: u64,
-    rt: Handle,
-) -> Result<Arc<dyn ProviderPassive>> {
+pub fn open_passive(cfg: PassiveConfig, rt: Handle) -> Result<Arc<dyn ProviderPassive>> {
     #[cfg(feature = "rdma")]
     {
-        let raw = addr
-            .or_else(|| info.src_addr.clone())
+        let raw = cfg
+            .addr
+            .or_else(|| cfg.info.src_addr.clone())
             .ok_or(Error::AddrNotAvail)?;
         let a = weft_core::addr::decode_sockaddr(&raw)?;
         Ok(Arc::new(passive::VerbsPassive::open(
-            a, backlog, eq, fid, context, rt,
+            a,
+            cfg.backlog,
+            cfg.eq,
+            cfg.fid,
+            cfg.context,
+            cfg.limits,
+            rt,
         )?))
     }
     #[cfg(not(feature = "rdma"))]
     {
-        let _ = (info, addr, backlog, eq, fid, context, rt);
+        let _ = (cfg, rt);
         Err(Error::NoDev)
     }
 }
@@ -207,14 +205,6 @@ impl Provider for VerbsProvider {
     }
 
     fn open_passive(&self, cfg: PassiveConfig) -> Result<Arc<dyn ProviderPassive>> {
-        open_passive(
-            &cfg.info,
-            cfg.addr,
-            cfg.backlog,
-            cfg.eq,
-            cfg.fid,
-            cfg.context,
-            Handle::current(),
-        )
+        open_passive(cfg, Handle::current())
     }
 }

@@ -4,8 +4,8 @@
 //! and a place in the passive endpoint's count until the application
 //! lets go of it (drops the event or request, rejected or not, or the
 //! endpoint that accepted it: the tcp provider counts the same way). At
-//! `limits.max_conns` places (`FI_TCP_MAX_CONNS`: the limits are
-//! `ConnLimits::from_env`) more requests are rejected at once and each is
+//! `limits.max_conns` places (`PassiveEndpoint::set_conn_limits`, else
+//! `FI_TCP_MAX_CONNS`) more requests are rejected at once and each is
 //! reported on the EQ with the requester's address, in the EQ's room
 //! only, so a flood cannot grow the queue. A request the
 //! application does not answer waits for it as long as it likes (as with
@@ -80,6 +80,7 @@ impl VerbsPassive {
         eq: Arc<EqShared>,
         fid: u64,
         context: u64,
+        limits: ConnLimits,
         rt: Handle,
     ) -> Result<VerbsPassive> {
         let chan = CmChannel::open(&rt)?;
@@ -90,7 +91,6 @@ impl VerbsPassive {
         let mut events = chan.subscribe(id.token());
         let eq_w: Weak<EqShared> = Arc::downgrade(&eq);
         let ch = chan.clone();
-        let limits = ConnLimits::from_env();
         let pending = Arc::new(AtomicUsize::new(0));
         let task = rt.spawn(async move {
             while let Some(mut ev) = events.recv().await {
