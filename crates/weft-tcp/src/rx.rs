@@ -26,7 +26,14 @@ use crate::endpoint::EpShared;
 #[path = "rx_tests.rs"]
 mod tests;
 
+/// Largest staging buffer: a read this size takes a burst of small
+/// frames in one syscall.
 const STAGING: usize = 64 * 1024;
+/// First staging buffer: grown to [`STAGING`] once a read fills it, so a
+/// peer that trickles bytes (or sends little) holds 4 KiB, not 64.
+const STAGING_MIN: usize = 4 * 1024;
+/// The first read of a connection without a staging buffer.
+const PROBE: usize = 512;
 /// Payload bytes still to come above which reads go straight to the target.
 const DIRECT_MIN: usize = 16 * 1024;
 
@@ -105,6 +112,8 @@ pub struct RxMachine {
     /// would only say `EAGAIN`: one syscall per message on the latency
     /// path). The next pass reads again.
     drained: bool,
+    /// The last staging read filled the buffer: grow it before the next.
+    grow: bool,
 }
 
 impl std::fmt::Debug for RxMachine {
@@ -127,6 +136,7 @@ impl RxMachine {
             max_msg,
             src: None,
             drained: false,
+            grow: false,
         }
     }
 
@@ -295,15 +305,14 @@ impl RxMachine {
         self.start = 0;
     }
 
-    fn ensure_staging(&mut self) {
-        if self.buf.len() < STAGING {
-            let mut b = vec![0u8; STAGING].into_boxed_slice();
-            let n = self.end - self.start;
-            b[..n].copy_from_slice(&self.buf[self.start..self.end]);
-            self.buf = b;
-            self.start = 0;
-            self.end = n;
-        }
+    /// A staging buffer of `size` bytes holding what is staged now.
+    fn stage_to(&mut self, size: usize) {
+        let n = self.end - self.start;
+        let mut b = vec![0u8; size.max(n)].into_boxed_slice();
+        b[..n].copy_from_slice(&self.buf[self.start..self.end]);
+        self.buf = b;
+        self.start = 0;
+        self.end = n;
     }
 
     /// The connection was ended from elsewhere (writer error, replaced by
@@ -328,11 +337,19 @@ impl RxMachine {
         read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
         at_header: bool,
     ) -> Option<RxStatus> {
-        self.ensure_staging();
+        if self.start == self.end && self.buf.is_empty() {
+            return self.probe(read, at_header);
+        }
+        if self.buf.len() < STAGING_MIN {
+            self.stage_to(STAGING_MIN);
+        } else if self.grow && self.buf.len() < STAGING {
+            self.stage_to(STAGING);
+        }
+        self.grow = false;
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
-        } else if self.start > STAGING / 2 || self.buf.len() - self.end < HEADER_LEN {
+        } else if self.start > self.buf.len() / 2 || self.buf.len() - self.end < HEADER_LEN {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
@@ -352,6 +369,38 @@ impl RxMachine {
             Ok(n) => {
                 self.end += n;
                 self.drained = n < space;
+                // A full buffer: more is coming than it holds.
+                self.grow = n == space;
+                None
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(RxStatus::WouldBlock),
+            Err(e) => Some(RxStatus::Closed(Some(Error::from(e)))),
+        }
+    }
+
+    /// A read with no staging buffer (a new connection, or one that gave
+    /// its buffer back): into a small buffer on the stack first, so a
+    /// connection that has nothing to say never costs 64 KiB. Bytes that
+    /// arrive move into a staging buffer allocated then.
+    fn probe(
+        &mut self,
+        read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
+        at_header: bool,
+    ) -> Option<RxStatus> {
+        if std::mem::take(&mut self.drained) {
+            return Some(RxStatus::Drained);
+        }
+        let mut p = [0u8; PROBE];
+        match read_once(read, &mut p) {
+            Ok(0) if at_header => Some(RxStatus::Closed(None)),
+            Ok(0) => Some(RxStatus::Closed(Some(Error::ConnReset))),
+            Ok(n) => {
+                self.start = 0;
+                self.end = 0;
+                self.stage_to(STAGING_MIN);
+                self.buf[..n].copy_from_slice(&p[..n]);
+                self.end = n;
+                self.drained = n < PROBE;
                 None
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(RxStatus::WouldBlock),
