@@ -16,32 +16,32 @@ use futures::StreamExt;
 
 use crate::args::Api;
 use crate::fail::{Failure, Res};
-use crate::link::{payload, reclaim, Link, Reaper};
-use crate::pingpong::recycle;
+use crate::link::{payload, reclaim, recycle, Link, Reaper};
+use crate::meter::Meter;
 use crate::proto::{self, Params};
 
 const ACK: &[u8] = b"ack";
 
-pub async fn client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Duration> {
+pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
     let mut reaper = link.reaper();
-    for (first, n) in phases(link, p, 0, p.warmup) {
-        send_phase(link, &mut reaper, p, size, api, first, n).await?;
+    for phase in phases(link, p, 0, p.warmup) {
+        send_phase(link, &mut reaper, p, size, api, phase, m).await?;
     }
     let start = Instant::now();
-    for (first, n) in phases(link, p, p.warmup, p.iters) {
-        send_phase(link, &mut reaper, p, size, api, first, n).await?;
+    for phase in phases(link, p, p.warmup, p.iters) {
+        send_phase(link, &mut reaper, p, size, api, phase, m).await?;
     }
     Ok(start.elapsed())
 }
 
-pub async fn server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Duration> {
+pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
     let mut reaper = link.reaper();
-    for (first, n) in phases(link, p, 0, p.warmup) {
-        recv_phase(link, &mut reaper, p, size, api, first, n).await?;
+    for phase in phases(link, p, 0, p.warmup) {
+        recv_phase(link, &mut reaper, p, size, api, phase, m).await?;
     }
     let start = Instant::now();
-    for (first, n) in phases(link, p, p.warmup, p.iters) {
-        recv_phase(link, &mut reaper, p, size, api, first, n).await?;
+    for phase in phases(link, p, p.warmup, p.iters) {
+        recv_phase(link, &mut reaper, p, size, api, phase, m).await?;
     }
     Ok(start.elapsed())
 }
@@ -66,15 +66,15 @@ fn split(first: usize, n: usize, step: usize) -> Vec<(usize, usize)> {
     v
 }
 
-/// Sends messages `first .. first + n`.
+/// Sends messages `first .. first + n` (one phase).
 async fn send_phase(
     link: &Link,
     reaper: &mut Reaper,
     p: &Params,
     size: usize,
     api: Api,
-    first: usize,
-    n: usize,
+    (first, n): (usize, usize),
+    m: &Meter,
 ) -> Res<()> {
     let fixed = proto::pattern(size, 0);
     let payload_of = |i: usize| -> Bytes {
@@ -94,6 +94,7 @@ async fn send_phase(
                 }
                 reaper.next().await?;
                 done += 1;
+                m.set(first + done);
             }
         }
         Api::Async => {
@@ -110,6 +111,7 @@ async fn send_phase(
                     None => break,
                 }
                 done += 1;
+                m.set(first + done);
             }
         }
     }
@@ -133,8 +135,8 @@ async fn recv_phase(
     p: &Params,
     size: usize,
     api: Api,
-    first: usize,
-    n: usize,
+    (first, n): (usize, usize),
+    m: &Meter,
 ) -> Res<()> {
     let check = |data: &[u8], i: usize| {
         let iter = (first + i) as u64;
@@ -165,6 +167,7 @@ async fn recv_phase(
                     reclaim(e.bufs, size)
                 };
                 got += 1;
+                m.set(first + got);
                 if posted < n {
                     link.post_recv(buf, posted as u64).await?;
                     posted += 1;
@@ -181,6 +184,7 @@ async fn recv_phase(
                 let data = payload(r?);
                 check(&data, got)?;
                 got += 1;
+                m.set(first + got);
                 if posted < n {
                     queue.push_back(link.recv(recycle(data, size)));
                     posted += 1;

@@ -5,7 +5,10 @@ mod bw;
 mod control;
 mod fail;
 mod info;
+mod info_json;
 mod link;
+mod logging;
+mod meter;
 mod pingpong;
 mod proto;
 mod report;
@@ -19,28 +22,19 @@ use args::Command;
 use proto::Kind;
 
 fn main() -> ExitCode {
-    // Library diagnostics only when asked for (RUST_LOG), and never on
-    // stdout, where the table goes.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .try_init();
+    logging::init();
 
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let cmd = match args::parse(&argv) {
+    let cmd = match args::parse(std::env::args_os().skip(1)) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("weft: {}\n\n{}", e.0, args::USAGE);
-            return ExitCode::from(2);
-        }
+        Err(stop) => return stop.exit(),
     };
     let prov = match &cmd {
         Command::Pingpong(a) | Command::Bw(a) => Some(a.prov.clone()),
         _ => None,
     };
     let (name, result) = match &cmd {
-        Command::Help => {
-            print!("{}", args::USAGE);
+        Command::Completions(shell) => {
+            args::completions(*shell, &mut std::io::stdout().lock());
             return ExitCode::SUCCESS;
         }
         Command::Info(a) => ("info", info::run(a)),

@@ -9,14 +9,15 @@ use bytes::{Bytes, BytesMut};
 
 use crate::args::Api;
 use crate::fail::Res;
-use crate::link::{payload_keep, reclaim, Link};
+use crate::link::{payload_keep, reclaim, recycle, Link};
+use crate::meter::Meter;
 use crate::proto::{self, Params};
 
 const RECV_CTX: u64 = 1;
 const SEND_CTX: u64 = 2;
 
 /// The client's run of one size: the elapsed time of the timed iterations.
-pub async fn client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Duration> {
+pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
     let total = p.total()?;
     let fixed = proto::pattern(size, 0);
     let mut reaper = link.reaper();
@@ -52,12 +53,13 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Durat
             proto::check_len(got.len, size, i as u64)?;
         }
         rbuf = reclaim(got.bufs, size);
+        m.set(i + 1);
     }
     Ok(start.elapsed())
 }
 
 /// The server's run of one size: receive, then echo the very buffer back.
-pub async fn server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Duration> {
+pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
     let total = p.total()?;
     let mut reaper = link.reaper();
     // Two buffers circulate: one being echoed, one posted for the next
@@ -111,6 +113,7 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Durat
         emptied.clear();
         emptied.push(recycle(data, size));
         spare = emptied;
+        m.set(i + 1);
     }
     Ok(start.elapsed())
 }
@@ -122,16 +125,4 @@ fn payload_ref(e: &weft::CqEntry) -> Bytes {
     }
     out.truncate(e.len);
     out.freeze()
-}
-
-/// A sent buffer becomes a receive buffer again once the provider has
-/// let go of it; if it has not, a fresh one is cheaper than waiting.
-pub fn recycle(data: Bytes, size: usize) -> BytesMut {
-    match data.try_into_mut() {
-        Ok(mut b) => {
-            b.resize(size, 0);
-            b
-        }
-        Err(_) => BytesMut::zeroed(size),
-    }
 }

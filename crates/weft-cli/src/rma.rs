@@ -35,6 +35,7 @@ use weft::{CqEntry, EpType, MemoryRegion, MrAccess, OpFlags, RmaMsg, RmaOp};
 use crate::args::{Api, Rma};
 use crate::fail::{Context, Failure, Res};
 use crate::link::{reclaim, Link, Reaper};
+use crate::meter::Meter;
 use crate::proto::{self, Params, Region};
 
 /// The empty receive a write with remote CQ data completes on MSG.
@@ -47,22 +48,36 @@ const RMA_CTX: u64 = 4;
 const READ_SEED: u64 = 0;
 
 /// The client's run of one size: the elapsed time of the timed iterations.
-pub async fn client(link: &Link, p: &Params, size: usize, op: Rma, api: Api) -> Res<Duration> {
+pub async fn client(
+    link: &Link,
+    p: &Params,
+    size: usize,
+    op: Rma,
+    api: Api,
+    m: &Meter,
+) -> Res<Duration> {
     match op {
-        Rma::Write => write_client(link, p, size, api).await,
-        Rma::Read => read_client(link, p, size, api).await,
+        Rma::Write => write_client(link, p, size, api, m).await,
+        Rma::Read => read_client(link, p, size, api, m).await,
     }
 }
 
-/// The server's run of one size.
-pub async fn server(link: &Link, p: &Params, size: usize, op: Rma, api: Api) -> Res<Duration> {
+/// The server's run of one size; a read's has nothing to count.
+pub async fn server(
+    link: &Link,
+    p: &Params,
+    size: usize,
+    op: Rma,
+    api: Api,
+    m: &Meter,
+) -> Res<Duration> {
     match op {
-        Rma::Write => write_server(link, p, size, api).await,
+        Rma::Write => write_server(link, p, size, api, m).await,
         Rma::Read => read_server(link, size).await,
     }
 }
 
-async fn write_client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Duration> {
+async fn write_client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
     let mr = region(link, size, MrAccess::REMOTE_WRITE)?;
     proto::send_region(link, Some(described(&mr))).await?;
     let peer = proto::recv_region(link, size).await?;
@@ -86,11 +101,12 @@ async fn write_client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Dur
         if p.verify {
             proto::check(&contents(&mr, size)?, size, i as u64)?;
         }
+        m.set(i + 1);
     }
     Ok(start.elapsed())
 }
 
-async fn write_server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Duration> {
+async fn write_server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
     let mr = region(link, size, MrAccess::REMOTE_WRITE)?;
     let peer = proto::recv_region(link, size).await?;
     // Posted after the control receive above (MSG receives complete in
@@ -121,11 +137,12 @@ async fn write_server(link: &Link, p: &Params, size: usize, api: Api) -> Res<Dur
             note_slot(link).await?;
         }
         write(link, &mut reaper, api, back, i, &peer).await?;
+        m.set(i + 1);
     }
     Ok(start.elapsed())
 }
 
-async fn read_client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Duration> {
+async fn read_client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
     proto::send_region(link, None).await?;
     let peer = proto::recv_region(link, size).await?;
     let mut reaper = link.reaper();
@@ -146,6 +163,7 @@ async fn read_client(link: &Link, p: &Params, size: usize, api: Api) -> Res<Dura
             proto::check_as(&data, size, READ_SEED, &format!("read {i}"))?;
         }
         buf = reclaim(got.bufs, size).pop().unwrap_or_default();
+        m.set(i + 1);
     }
     let t = start.elapsed();
     proto::send_elapsed(link, t).await?;
@@ -237,19 +255,11 @@ async fn write(
     let cq_data = note_data(i);
     match api {
         Api::Post => {
-            loop {
-                match link.ep.post_writedata(
-                    link.peer,
-                    data.clone(),
-                    cq_data,
-                    to.addr,
-                    to.key,
-                    RMA_CTX,
-                ) {
-                    Err(weft::Error::Again) => tokio::task::yield_now().await,
-                    r => break r.ctx("post RMA write")?,
-                }
-            }
+            let post = || {
+                link.ep
+                    .post_writedata(link.peer, data.clone(), cq_data, to.addr, to.key, RMA_CTX)
+            };
+            weft::post_when_room(post).await.ctx("post RMA write")?;
             reaper.wait(RMA_CTX).await?;
         }
         Api::Async => {
@@ -271,24 +281,19 @@ async fn read(
 ) -> Res<CqEntry> {
     match api {
         Api::Post => {
-            let mut bufs = vec![buf];
-            loop {
+            let post = |op| {
                 let msg = RmaMsg {
                     dest: link.peer,
-                    op: RmaOp::Read { bufs },
+                    op,
                     addr: from.addr,
                     key: from.key,
                     context: RMA_CTX,
                 };
-                match link.ep.post_rmamsg(msg, OpFlags::empty()) {
-                    Ok(()) => break,
-                    Err((weft::Error::Again, RmaOp::Read { bufs: back })) => {
-                        bufs = back;
-                        tokio::task::yield_now().await;
-                    }
-                    Err((e, _)) => return Err(Failure::new("post RMA read", e)),
-                }
-            }
+                link.ep.post_rmamsg(msg, OpFlags::empty())
+            };
+            weft::post_when_room_with(RmaOp::Read { bufs: vec![buf] }, post)
+                .await
+                .map_err(|(e, _)| Failure::new("post RMA read", e))?;
             reaper.wait(RMA_CTX).await
         }
         Api::Async => {

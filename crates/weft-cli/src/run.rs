@@ -1,17 +1,17 @@
-//! Drives a benchmark in whichever role the arguments select, and prints
-//! the table.
+//! Drives a benchmark in whichever role the arguments select, and reports
+//! its results: the table, or with `--json` one JSON document.
 
-use std::io::Write;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::args::{Api, PerfArgs};
+use crate::args::{ep_name, Api, PerfArgs, Rma};
 use crate::control::{self, Listener};
 use crate::fail::{Context, Failure, Res};
 use crate::link::{self, Fab, Link};
+use crate::meter::{Meter, Progress};
 use crate::proto::{self, Declined, Kind, Limits, Params};
-use crate::report;
+use crate::report::{self, Figures, Sink};
 use crate::watch;
 
 async fn one_size(
@@ -21,43 +21,79 @@ async fn one_size(
     p: &Params,
     size: usize,
     api: Api,
+    m: &Meter,
 ) -> Res<Duration> {
     match (kind, client, p.rma) {
-        (Kind::Pingpong, true, Some(op)) => crate::rma::client(link, p, size, op, api).await,
-        (Kind::Pingpong, false, Some(op)) => crate::rma::server(link, p, size, op, api).await,
-        (Kind::Pingpong, true, None) => crate::pingpong::client(link, p, size, api).await,
-        (Kind::Pingpong, false, None) => crate::pingpong::server(link, p, size, api).await,
-        (Kind::Bw, true, _) => crate::bw::client(link, p, size, api).await,
-        (Kind::Bw, false, _) => crate::bw::server(link, p, size, api).await,
+        (Kind::Pingpong, true, Some(op)) => crate::rma::client(link, p, size, op, api, m).await,
+        (Kind::Pingpong, false, Some(op)) => crate::rma::server(link, p, size, op, api, m).await,
+        (Kind::Pingpong, true, None) => crate::pingpong::client(link, p, size, api, m).await,
+        (Kind::Pingpong, false, None) => crate::pingpong::server(link, p, size, api, m).await,
+        (Kind::Bw, true, _) => crate::bw::client(link, p, size, api, m).await,
+        (Kind::Bw, false, _) => crate::bw::server(link, p, size, api, m).await,
     }
 }
 
-/// Every size in turn, a row per size as soon as it is measured.
+/// Every size in turn, each result to `sink` as soon as it is measured;
+/// a side that shows its results also shows its progress on a terminal.
 async fn sizes(
     kind: Kind,
     client: bool,
     link: &Link,
     p: &Params,
     api: Api,
-    print: bool,
+    mut sink: Sink,
 ) -> Res<()> {
-    if print {
-        println!("{}", report::HEADER);
-    }
+    sink.begin()?;
+    let unit = match kind {
+        Kind::Pingpong => "iterations",
+        Kind::Bw => "messages",
+    };
     for &size in &p.sizes {
-        let t = one_size(kind, client, link, p, size, api).await?;
-        if print {
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "{}", report::row(size, p.iters, p.xfers_per_iter(), t)).ctx("write")?;
-            out.flush().ctx("write")?;
-        }
+        let (progress, meter) = Progress::start(!sink.quiet(), size, p.total()?, unit);
+        let t = one_size(kind, client, link, p, size, api, &meter).await?;
+        progress.end();
+        sink.add(Figures::new(size, p.iters, p.xfers_per_iter(), t))?;
     }
-    Ok(())
+    sink.end()
+}
+
+/// Where a side that shows its results shows them: the table, or with
+/// `--json` one document (`role`: client, server or self).
+fn sink(kind: Kind, a: &PerfArgs, p: &Params, role: &'static str) -> Sink {
+    if !a.json {
+        return Sink::Table;
+    }
+    let run = report::Run {
+        command: kind_name(kind),
+        role,
+        provider: a.prov.clone(),
+        ep_type: ep_name(a.ep_type),
+        mode: mode_name(a.mode),
+        api: a.api.name(),
+        rma: p.rma.map(Rma::name),
+        verify: p.verify,
+        warmup: p.warmup,
+        window: (kind == Kind::Bw).then_some(p.window),
+    };
+    Sink::Json(Box::new(report::Document {
+        run,
+        results: Vec::new(),
+    }))
+}
+
+/// `--mode` as the user spells it.
+fn mode_name(m: weft::WaitMode) -> &'static str {
+    match m {
+        weft::WaitMode::Interrupt => "interrupt",
+        weft::WaitMode::BusyPoll => "busy-poll",
+        weft::WaitMode::Inline => "inline",
+    }
 }
 
 async fn client_side(kind: Kind, link: &Link, p: &Params, api: Api, a: &PerfArgs) -> Res<()> {
     proto::propose(link, p, a.ctrl_timeout).await?;
-    sizes(kind, true, link, p, api, true).await?;
+    let role = if a.self_test { "self" } else { "client" };
+    sizes(kind, true, link, p, api, sink(kind, a, p, role)).await?;
     proto::send_done(link).await
 }
 
@@ -67,10 +103,10 @@ async fn server_run(
     link: &Link,
     p: &Params,
     api: Api,
-    print: bool,
+    sink: Sink,
     lim: Limits,
 ) -> Res<()> {
-    sizes(kind, false, link, p, api, print).await?;
+    sizes(kind, false, link, p, api, sink).await?;
     proto::wait_done(link, lim.wait).await
 }
 
@@ -80,7 +116,7 @@ async fn self_server(kind: Kind, link: &Link, api: Api, lim: Limits) -> Res<()> 
         Ok(p) => p,
         Err(Declined::Stranger(f) | Declined::Refused(f)) => return Err(f),
     };
-    server_run(kind, link, &p, api, false, lim).await
+    server_run(kind, link, &p, api, Sink::Quiet, lim).await
 }
 
 /// Across processes: the first client that sets a run up gets it. One
@@ -99,7 +135,7 @@ async fn serve(kind: Kind, fab: &Fab, a: &PerfArgs, lim: Limits) -> Res<()> {
                 // theirs.
                 drop(listener);
                 let ctrl = link.ctrl.take();
-                let run = server_run(kind, &link, &p, a.api, true, lim);
+                let run = server_run(kind, &link, &p, a.api, sink(kind, a, &p, "server"), lim);
                 return watch::guarded(ctrl, run).await;
             }
             Err(Declined::Stranger(f)) => {
@@ -136,13 +172,6 @@ fn warn_oversubscribed(kind_name: &str, a: &PerfArgs) {
     }
 }
 
-/// `-e` as the user spells it: `dgram` for `FI_EP_DGRAM`.
-fn ep_arg(t: weft::EpType) -> String {
-    t.fi_name()
-        .trim_start_matches("FI_EP_")
-        .to_ascii_lowercase()
-}
-
 /// The sizes the client runs: every one must fit in a single message of
 /// the endpoint (`max_msg_size`; for DGRAM one packet, the port's MTU),
 /// so a size that does not is refused here, before anything runs, rather
@@ -161,7 +190,7 @@ fn fit_sizes(kind_name: &str, a: &PerfArgs, info: &weft::Info) -> Res<Vec<usize>
     let what = format!(
         "-p {} -e {}{}",
         a.prov,
-        ep_arg(info.ep_attr.ep_type),
+        ep_name(info.ep_attr.ep_type),
         info.domain_attr
             .name
             .as_deref()

@@ -55,6 +55,7 @@ mod cq;
 mod endpoint;
 mod eq;
 mod fabric;
+mod helpers;
 mod mr;
 mod msg;
 mod opfuture;
@@ -69,6 +70,10 @@ pub use cq::CompletionQueue;
 pub use endpoint::{Endpoint, EpOpt};
 pub use eq::{ConnRequest, EventQueue};
 pub use fabric::{all_offers, error_hint, getinfo, provider_unavailable, CqAttr, Domain, Fabric};
+pub use helpers::{
+    ep_types_offered, explain_no_match, fi_log_directives, post_when_room, post_when_room_with,
+    read_batch_spinning, NoMatch, SpinPolicy, LOG_TARGETS,
+};
 pub use mr::{MemoryRegion, MrAttr, RegError};
 pub use msg::{RecvMsg, SendMsg};
 pub use passive::PassiveEndpoint;

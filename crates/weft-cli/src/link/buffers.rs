@@ -1,0 +1,50 @@
+//! Receive buffers out of completions and back into receives, so that
+//! the latency path allocates nothing.
+
+use bytes::{Bytes, BytesMut};
+use weft::CqEntry;
+
+/// The received bytes of a completion, as one buffer.
+pub fn payload(e: CqEntry) -> Bytes {
+    payload_keep(e).0
+}
+
+/// [`payload`], also handing back the completion's emptied `Vec` for the
+/// next receive.
+pub fn payload_keep(e: CqEntry) -> (Bytes, Vec<BytesMut>) {
+    let mut bufs = e.bufs;
+    if bufs.len() == 1 {
+        let mut b = bufs.swap_remove(0);
+        b.truncate(e.len);
+        return (b.freeze(), bufs);
+    }
+    let mut out = BytesMut::with_capacity(e.len);
+    for b in bufs.drain(..) {
+        out.extend_from_slice(&b);
+    }
+    out.truncate(e.len);
+    (out.freeze(), bufs)
+}
+
+/// The receive buffers of a completion, ready to post again: the first
+/// buffer back at `size` bytes, in the same `Vec`.
+pub fn reclaim(mut bufs: Vec<BytesMut>, size: usize) -> Vec<BytesMut> {
+    bufs.truncate(1);
+    if bufs.is_empty() {
+        bufs.push(BytesMut::new());
+    }
+    bufs[0].resize(size, 0);
+    bufs
+}
+
+/// A sent buffer becomes a receive buffer again once the provider has
+/// let go of it; if it has not, a fresh one is cheaper than waiting.
+pub fn recycle(data: Bytes, size: usize) -> BytesMut {
+    match data.try_into_mut() {
+        Ok(mut b) => {
+            b.resize(size, 0);
+            b
+        }
+        Err(_) => BytesMut::zeroed(size),
+    }
+}

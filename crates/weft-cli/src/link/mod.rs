@@ -1,0 +1,210 @@
+//! One side of a benchmark, [`Link`], and its data path: the shims that
+//! hide the tagged (RDM) versus untagged (MSG, DGRAM) distinction from
+//! the benchmarks. Bringing a link up, in the three topologies the
+//! benchmarks run in (server, client, and both in one process with
+//! `--self`; the two cross-process ones are driven by `control`), is in
+//! the submodules: `offer` picks the provider's offer, `fabric` opens
+//! its objects and endpoints, `setup` makes links of them, `addr`
+//! resolves the control connection's addresses; `reaper` reads
+//! completions and `buffers` recycles receive buffers.
+//!
+//! DGRAM is set up like RDM (connectionless: an AV, the peer's address
+//! from the TCP control connection) and used like MSG (no tags: the
+//! control conversation is lockstep). Datagrams are not retransmitted, so
+//! on a DGRAM link every wait for a completion gives up after
+//! [`DGRAM_IDLE`] without one instead of waiting for a lost one forever.
+
+mod addr;
+mod buffers;
+mod fabric;
+mod offer;
+mod reaper;
+mod setup;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::net::TcpStream;
+use weft::{
+    AddressVector, CompletionQueue, CqEntry, CqErrEntry, Domain, Endpoint, EpType, EventQueue,
+    FiAddr, PassiveEndpoint, WaitMode, FI_ADDR_UNSPEC,
+};
+
+pub(crate) use addr::{resolve, unmap};
+pub use buffers::{payload, payload_keep, reclaim, recycle};
+pub use fabric::Fab;
+pub(crate) use fabric::CONNECT_PATIENCE;
+pub use offer::has_rma;
+pub use reaper::Reaper;
+pub use setup::self_pair;
+pub(crate) use setup::{conn_req, connless_link};
+
+use crate::fail::{Context, Failure, Res};
+
+/// Benchmark payloads.
+pub const DATA_TAG: u64 = 0x1;
+/// Parameters and acknowledgements; a separate tag keeps them from ever
+/// matching a data receive on RDM. MSG has no tags: there the protocol
+/// is lockstep, so order alone keeps them apart.
+pub const CTRL_TAG: u64 = 0x2;
+
+/// Room for any control message (the parameter block is the largest).
+pub const CTRL_CAP: usize = 4096;
+
+/// How long a DGRAM link waits for a completion before it takes the
+/// message for lost. Generous: the slowest step between two messages is
+/// the peer's address resolution at start-up.
+pub const DGRAM_IDLE: Duration = Duration::from_secs(10);
+
+/// One side of a benchmark: an enabled endpoint, its CQ, and the peer.
+#[derive(Debug)]
+pub struct Link {
+    pub ep: Endpoint,
+    pub cq: CompletionQueue,
+    pub peer: FiAddr,
+    /// The endpoint's domain, where `--rma` allocates its region.
+    pub domain: Domain,
+    pub ep_type: EpType,
+    tagged: bool,
+    mode: WaitMode,
+    /// DGRAM: how long to wait for any completion (see [`DGRAM_IDLE`]).
+    idle: Option<Duration>,
+    // Objects the endpoint depends on that it does not itself keep alive.
+    _av: Option<AddressVector>,
+    _eq: Option<EventQueue>,
+    /// Shared with the server's listener, which outlives a client that
+    /// turns out not to be one.
+    _pep: Option<Arc<PassiveEndpoint>>,
+    /// RDM and DGRAM across processes: the control connection the
+    /// addresses came over. Such an endpoint has no connection whose end
+    /// it would see, so this one tells the run that the peer process is
+    /// gone.
+    pub ctrl: Option<TcpStream>,
+}
+
+impl Link {
+    pub fn reaper(&self) -> Reaper {
+        Reaper::new(self.cq.clone(), self.mode == WaitMode::BusyPoll, self.idle)
+    }
+
+    /// A DGRAM link: messages may be lost (and, in principle, reordered),
+    /// and nothing holds a sender back from outrunning the receiver.
+    pub fn lossy(&self) -> bool {
+        self.idle.is_some()
+    }
+
+    /// Awaits an operation; on a DGRAM link only for so long.
+    pub(crate) async fn bounded(
+        &self,
+        what: &str,
+        op: impl Future<Output = Result<CqEntry, CqErrEntry>>,
+    ) -> Res<CqEntry> {
+        match self.idle {
+            None => op.await.ctx(what),
+            Some(d) => match tokio::time::timeout(d, op).await {
+                Ok(r) => r.ctx(what),
+                Err(_) => Err(lost(what, d)),
+            },
+        }
+    }
+
+    /// `fi_tsend` / `fi_send`, waiting out a full transmit queue.
+    pub async fn post_send(&self, buf: Bytes, ctx: u64) -> Res<()> {
+        let post = || {
+            if self.tagged {
+                self.ep.post_tsend(self.peer, buf.clone(), DATA_TAG, ctx)
+            } else {
+                self.ep.post_send(self.peer, buf.clone(), ctx)
+            }
+        };
+        // The first try outside the helper's future: on the latency path
+        // the queue has room, and building that future cost about 20
+        // instructions a message.
+        let r = match post() {
+            Err(weft::Error::Again) => weft::post_when_room(post).await,
+            r => r,
+        };
+        r.ctx("post send")
+    }
+
+    /// `fi_trecv` / `fi_recv` into `iov` (each buffer's length is its
+    /// capacity), waiting out a full receive queue. The `Vec` comes back
+    /// in the completion's `bufs`: posting it again (see [`reclaim`])
+    /// keeps allocation off the latency path.
+    pub async fn post_recv(&self, iov: Vec<BytesMut>, ctx: u64) -> Res<()> {
+        let post = |bufs| {
+            let msg = weft::RecvMsg {
+                src: FI_ADDR_UNSPEC,
+                bufs,
+                tagged: self.tagged,
+                tag: DATA_TAG,
+                ignore: 0,
+                context: ctx,
+            };
+            self.ep.post_recvmsg(msg, weft::OpFlags::empty())
+        };
+        // First try outside the helper's future, as in `post_send`.
+        let r = match post(iov) {
+            Err((weft::Error::Again, back)) => weft::post_when_room_with(back, post).await,
+            r => r,
+        };
+        r.map_err(|(e, _)| Failure::new("post receive", e))
+    }
+
+    pub async fn send(&self, buf: Bytes) -> Res<CqEntry> {
+        self.bounded("send", self.send_tagged(buf, DATA_TAG)).await
+    }
+
+    pub async fn recv(&self, buf: BytesMut) -> Res<CqEntry> {
+        self.bounded("receive", self.recv_tagged(buf, DATA_TAG))
+            .await
+    }
+
+    async fn send_tagged(&self, buf: Bytes, tag: u64) -> Result<CqEntry, CqErrEntry> {
+        if self.tagged {
+            self.ep.tsend(self.peer, buf, tag).await
+        } else {
+            self.ep.send(self.peer, buf).await
+        }
+    }
+
+    async fn recv_tagged(&self, buf: BytesMut, tag: u64) -> Result<CqEntry, CqErrEntry> {
+        if self.tagged {
+            self.ep.trecv(buf, FI_ADDR_UNSPEC, tag, 0).await
+        } else {
+            self.ep.recv(buf).await
+        }
+    }
+
+    /// Control messages always use the awaited forms: they then never
+    /// show up on the CQ the `post` benchmarks read.
+    pub async fn send_ctrl(&self, buf: Bytes) -> Res<()> {
+        self.bounded("send control message", self.send_tagged(buf, CTRL_TAG))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn recv_ctrl(&self) -> Res<Bytes> {
+        let e = self
+            .bounded(
+                "receive control message",
+                self.recv_tagged(BytesMut::zeroed(CTRL_CAP), CTRL_TAG),
+            )
+            .await?;
+        Ok(payload(e))
+    }
+}
+
+/// The failure of a DGRAM wait that saw nothing complete for `d`.
+fn lost(what: &str, d: Duration) -> Failure {
+    Failure::new(
+        what,
+        format!(
+            "nothing completed for {} s: a datagram was probably lost \
+             (FI_EP_DGRAM does not retransmit), or the peer stopped",
+            d.as_secs()
+        ),
+    )
+}

@@ -1,0 +1,120 @@
+//! Reading completions for the `post` API.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use weft::{CompletionQueue, CqEntry, CqItem};
+
+use super::lost;
+use crate::fail::{Failure, Res};
+
+/// Reads completions for the `post` API. Completions that are not the
+/// one awaited are kept, since the order in which a send and a receive
+/// complete is not fixed.
+#[derive(Debug)]
+pub struct Reaper {
+    cq: CompletionQueue,
+    stash: VecDeque<CqEntry>,
+    batch: Vec<CqItem>,
+    busy: bool,
+    /// DGRAM: how long to wait for a completion before giving up.
+    idle: Option<Duration>,
+}
+
+impl Reaper {
+    pub(super) fn new(cq: CompletionQueue, busy: bool, idle: Option<Duration>) -> Reaper {
+        Reaper {
+            busy,
+            idle,
+            cq,
+            stash: VecDeque::new(),
+            batch: Vec::with_capacity(64),
+        }
+    }
+
+    /// Reads the next batch of completions (at least one) into `batch`.
+    async fn read(&mut self) -> Res<()> {
+        self.batch.clear();
+        let deadline = self.idle.map(|d| (Instant::now() + d, d));
+        if self.busy {
+            // Busy-poll's reader spins, sharing its core by the library's
+            // policy (the provider's spinning thread may need it).
+            let at = deadline.map(|(at, _)| at);
+            let n = weft::read_batch_spinning(&self.cq, &mut self.batch, 64, at).await;
+            if let (None, Some((_, d))) = (n, deadline) {
+                return Err(lost("read completion queue", d));
+            }
+        } else {
+            let read = self.cq.read_batch(&mut self.batch, 64);
+            let n = match deadline {
+                None => read.await,
+                Some((at, d)) => tokio::time::timeout_at(at.into(), read)
+                    .await
+                    .map_err(|_| lost("read completion queue", d))?,
+            };
+            if n == 0 {
+                return Err(Failure::new("read completion queue", "queue closed"));
+            }
+        }
+        Ok(())
+    }
+
+    async fn fill(&mut self) -> Res<()> {
+        self.read().await?;
+        for item in self.batch.drain(..) {
+            match item {
+                Ok(e) => self.stash.push_back(e),
+                Err(e) => return Err(Failure::new("completion", e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The next completion, whichever it is.
+    pub async fn next(&mut self) -> Res<CqEntry> {
+        loop {
+            if let Some(e) = self.stash.pop_front() {
+                return Ok(e);
+            }
+            self.fill().await?;
+        }
+    }
+
+    /// The completion of the operation posted with `ctx`.
+    pub async fn wait(&mut self, ctx: u64) -> Res<CqEntry> {
+        self.wait_for(|e| e.context == ctx).await
+    }
+
+    /// The target completion of the peer's next write with remote CQ
+    /// data (on MSG it completes a posted receive, on RDM it comes with
+    /// no context of ours: the flags are what tell it apart).
+    pub async fn wait_remote_write(&mut self) -> Res<CqEntry> {
+        let f = weft::OpFlags::REMOTE_WRITE | weft::OpFlags::REMOTE_CQ_DATA;
+        self.wait_for(|e| e.flags.contains(f)).await
+    }
+
+    async fn wait_for(&mut self, want: impl Fn(&CqEntry) -> bool) -> Res<CqEntry> {
+        if let Some(i) = self.stash.iter().position(&want) {
+            if let Some(e) = self.stash.remove(i) {
+                return Ok(e);
+            }
+        }
+        // The awaited completion goes straight from the batch to the
+        // caller; only the others are kept, in order.
+        loop {
+            self.read().await?;
+            let mut found = None;
+            for item in self.batch.drain(..) {
+                let e = item.map_err(|e| Failure::new("completion", e))?;
+                if found.is_none() && want(&e) {
+                    found = Some(e);
+                } else {
+                    self.stash.push_back(e);
+                }
+            }
+            if let Some(e) = found {
+                return Ok(e);
+            }
+        }
+    }
+}
