@@ -189,6 +189,9 @@ impl ProgressHooks {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct InlineWait {
     since: Option<Instant>,
+    /// `None`: [`spin_budget`]. Tests set a budget no scheduler delay can
+    /// outlast, so they check the logic, not the machine's speed.
+    budget: Option<Duration>,
 }
 
 impl InlineWait {
@@ -208,7 +211,7 @@ impl InlineWait {
         ready: impl FnOnce(&mut Context<'_>) -> Option<T>,
         idle: impl FnOnce(),
     ) -> Option<T> {
-        let budget = spin_budget();
+        let budget = self.budget.unwrap_or_else(spin_budget);
         if budget.is_zero() {
             return None;
         }
@@ -283,7 +286,10 @@ mod tests {
         let waker = counting_waker(woken.clone());
         let mut cx = Context::from_waker(&waker);
         let c = Count::default();
-        let mut w = InlineWait::new();
+        let mut w = InlineWait {
+            budget: Some(Duration::from_secs(3600)),
+            ..InlineWait::new()
+        };
         let got: Option<()> = w.poll(&mut cx, || c.progress(), |_| None, || {});
         assert_eq!(got, None);
         assert_eq!(
@@ -325,6 +331,7 @@ mod tests {
         let mut cx = Context::from_waker(&waker);
         let mut w = InlineWait {
             since: Some(Instant::now() - spin_budget() - Duration::from_millis(1)),
+            budget: None,
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
@@ -342,16 +349,22 @@ mod tests {
         let woken = Arc::new(AtomicUsize::new(0));
         let waker = counting_waker(woken.clone());
         let mut cx = Context::from_waker(&waker);
-        let past = Instant::now() - spin_budget() - Duration::from_millis(1);
-        let mut w = InlineWait { since: Some(past) };
+        // A budget no scheduler delay outlasts, and a start before the
+        // poll: moving bytes starts the budget again from the poll.
+        let start = Instant::now();
+        let mut w = InlineWait {
+            since: Some(start),
+            budget: Some(Duration::from_secs(3600)),
+        };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 4096, |_| None, || idled.set(true));
         assert_eq!(got, None);
         assert!(!idled.get(), "bytes moved: still spinning");
         assert_eq!(woken.load(Ordering::Relaxed), 1, "re-polled at once");
-        assert!(w.since.is_some_and(|s| s > past), "the budget starts again");
+        assert!(w.since.is_some_and(|s| s >= start), "the budget starts again");
         // Nothing more moves: past the budget the waiter sleeps.
-        w.since = Some(past);
+        w.budget = Some(Duration::from_nanos(1));
+        w.since = Some(start);
         let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
         assert_eq!(got, None);
         assert!(idled.get());
