@@ -361,7 +361,10 @@ mod tests {
         assert_eq!(got, None);
         assert!(!idled.get(), "bytes moved: still spinning");
         assert_eq!(woken.load(Ordering::Relaxed), 1, "re-polled at once");
-        assert!(w.since.is_some_and(|s| s >= start), "the budget starts again");
+        assert!(
+            w.since.is_some_and(|s| s >= start),
+            "the budget starts again"
+        );
         // Nothing more moves: past the budget the waiter sleeps.
         w.budget = Some(Duration::from_nanos(1));
         w.since = Some(start);

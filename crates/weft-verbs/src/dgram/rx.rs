@@ -5,8 +5,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use bytes::BytesMut;
 use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
-use weft_core::completion::{CqEntry, CqErrEntry};
+use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry};
 use weft_core::credits::Credits;
 use weft_core::flags::{Caps, OpFlags};
 use weft_core::provider::{RecvReq, Rejected};
@@ -139,11 +140,12 @@ impl DgramShared {
     }
 
     /// Copies a datagram into a receive, completes it, and recycles the
-    /// slot.
+    /// slot. Should the receive's future be gone by the hand-over (it
+    /// was dropped while the datagram was being copied in), the datagram
+    /// goes to the next receive instead.
     fn deliver(&self, mut req: RecvReq, a: Arrival) {
         let pool = &self.res.recv_pool;
         let copied = pool.scatter(pool.offset(a.slot) + GRH_LEN, a.len, &mut req.bufs);
-        self.recycle(a.slot);
         let info = MsgInfo {
             src: a.src,
             tagged: false,
@@ -152,8 +154,63 @@ impl DgramShared {
             data: a.data,
         };
         match copied {
-            Ok(placed) => recvdone::deliver(self, req, info, placed),
-            Err((e, placed)) => recvdone::fail_recv(self, req, info, placed, e),
+            Ok(placed) if placed == a.len && req.done.waiter.is_some() => {
+                self.rx.release(1);
+                if crate::msg::hand_over(req.done, self.entry(req.bufs, &info)).is_some() {
+                    // The slot still holds the datagram.
+                    return self.requeue(a);
+                }
+                self.recycle(a.slot);
+            }
+            Ok(placed) => {
+                self.recycle(a.slot);
+                recvdone::deliver(self, req, info, placed);
+            }
+            Err((e, placed)) => {
+                self.recycle(a.slot);
+                recvdone::fail_recv(self, req, info, placed, e);
+            }
+        }
+    }
+
+    /// The completion of a whole datagram in `bufs` (cut to it).
+    fn entry(&self, mut bufs: Vec<BytesMut>, info: &MsgInfo) -> CqEntry {
+        trim_bufs(&mut bufs, info.len);
+        let mut flags = OpFlags::RECV | OpFlags::MSG;
+        if info.data.is_some() {
+            flags |= OpFlags::REMOTE_CQ_DATA;
+        }
+        let src = if info.src == FI_ADDR_NOTAVAIL {
+            FI_ADDR_NOTAVAIL
+        } else {
+            self.reported_addr(info.src)
+        };
+        CqEntry {
+            context: 0,
+            flags,
+            len: info.len,
+            bufs,
+            data: info.data.unwrap_or(0),
+            tag: 0,
+            src,
+        }
+    }
+
+    /// A datagram whose receive went away: to the next receive that
+    /// takes it, or first in line for one.
+    fn requeue(&self, a: Arrival) {
+        let req = {
+            let mut q = lock(&self.rxq);
+            match q.posted.iter().position(|r| self.takes(r.src, a.src)) {
+                Some(i) => q.posted.remove(i),
+                None => {
+                    q.arrived.push_front(a);
+                    return;
+                }
+            }
+        };
+        if let Some(r) = req {
+            self.deliver(r, a);
         }
     }
 

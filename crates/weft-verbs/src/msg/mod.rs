@@ -31,11 +31,14 @@
 //! a QP forever. Listening and the limit on pending requests are the
 //! passive endpoint's (`crate::passive`).
 //!
-//! A receive handed to the QP cannot be withdrawn: `cancel` (and dropping
-//! an awaited receive) only reaches receives posted before the connection
-//! existed. A dropped awaited receive that is already on the QP still
-//! takes the next message, whose completion then goes nowhere; keep
-//! receive futures alive (or use posted receives and the CQ) on verbs.
+//! A receive can be withdrawn (`cancel`, or its future dropped) at any
+//! time without losing a message, although verbs cannot take back a work
+//! request: the receive leaves the queue of waiting receives and the
+//! message that lands in its work request goes to the next receive (see
+//! [`complete`]). After a withdrawal the next message lands in the
+//! withdrawn receive's work request, so one longer than that receive's
+//! buffers ends the connection with a length error, as it would have
+//! ended it had the receive stayed; receives of one size never meet it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -70,7 +73,9 @@ mod srx;
 
 pub use srx::MsgSrx;
 
-use complete::Inflight;
+pub(crate) use complete::hand_over;
+
+use complete::{Inflight, RecvMem, RxQueue};
 
 /// rdma_cm's private-data limit on an RC connect, less our length byte.
 pub const CM_DATA_SIZE: usize = 55;
@@ -131,7 +136,10 @@ pub struct MsgShared {
     poller: PollerSlot,
     /// Receives posted before the QP existed.
     early_recvs: Mutex<Vec<RecvReq>>,
+    /// Sends and RMA operations on the device.
     inflight: Mutex<FastMap<u64, Inflight>>,
+    /// The receives of the connection's own receive queue.
+    rxq: Mutex<RxQueue<RecvMem>>,
     next_wr: AtomicUsize,
     tx: Credits,
     rx: Credits,
@@ -162,6 +170,7 @@ impl MsgShared {
             poller: Arc::new(Mutex::new(None)),
             early_recvs: Mutex::new(Vec::new()),
             inflight: Mutex::new(fast_map()),
+            rxq: Mutex::new(RxQueue::default()),
             next_wr: AtomicUsize::new(1),
             tx: Credits::new(tx),
             rx: Credits::new(rx),
@@ -179,6 +188,12 @@ impl MsgShared {
 
     fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Withdraws receives whose futures are gone, then takes a receive
+    /// credit if that freed one.
+    fn sweep_and_take(&self) -> bool {
+        lock(&self.rxq).sweep(&self.rx) > 0 && self.rx.try_take()
     }
 
     fn wr_id(&self) -> u64 {
@@ -396,7 +411,7 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
                 req,
             });
         }
-        if !ep.rx.try_take() {
+        if !ep.rx.try_take() && !ep.sweep_and_take() {
             return Err(Rejected {
                 err: Error::Again,
                 req,
@@ -413,9 +428,12 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
     }
 
     fn cancel(&self, context: u64) -> bool {
-        // A receive handed to the QP cannot be taken back (verbs has no
-        // per-request cancel, and a plain RC peer's next message lands in
-        // whatever buffer is posted); one still waiting for the QP can.
+        let link = lock(&self.shared.link).clone();
+        if let Some(l) = link {
+            if self.shared.recv_side(&l.recv_pool).cancel(context) {
+                return true;
+            }
+        }
         let req = {
             let mut g = lock(&self.shared.early_recvs);
             g.iter()
@@ -425,11 +443,10 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         match req {
             Some(r) => {
                 self.shared.rx.release(1);
-                r.done.fail(CqErrEntry::new(
-                    0,
-                    OpFlags::RECV | OpFlags::MSG,
-                    Error::Canceled,
-                ));
+                r.done.fail(
+                    CqErrEntry::new(0, OpFlags::RECV | OpFlags::MSG, Error::Canceled)
+                        .with_bufs(r.bufs),
+                );
                 true
             }
             None => false,
@@ -535,6 +552,8 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         // Outstanding operations are discarded without completions; their
         // buffers stay registered until the link (and QP) is gone.
         lock(&ep.early_recvs).clear();
+        let waiting = lock(&ep.rxq).forget();
+        drop(waiting);
         if let Some(c) = lock(&ep.cm).take() {
             if let Some(l) = lock(&ep.link).as_ref() {
                 c.unsubscribe(l.id.token());

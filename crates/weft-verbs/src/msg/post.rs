@@ -12,7 +12,7 @@ use weft_core::provider::{RecvReq, Rejected, RmaOp, RmaReq, SendReq};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use super::complete::{Held, Inflight};
+use super::complete::{deliver, Held, Inflight, RecvMem, RecvSide, Waiting, RECV_WR_BIT};
 use super::{Link, MsgShared};
 use crate::bufs::{gather, imm_data, post_rma, register_source};
 use crate::pool::{SlotPool, SLOT};
@@ -124,17 +124,62 @@ impl MsgShared {
         }
     }
 
-    /// Posts `req` on the QP (the caller accounts for its credit).
+    /// Posts `req` on the connection's receive queue (the caller took
+    /// its credit).
     pub(super) fn post_recv_on(
         &self,
         link: &Link,
-        mut req: RecvReq,
+        req: RecvReq,
     ) -> std::result::Result<(), Rejected<RecvReq>> {
-        let wr_id = self.wr_id();
-        let mut g = lock(&self.inflight);
-        match recv_on(link, std::mem::take(&mut req.bufs), wr_id) {
-            Ok(op) => {
-                g.insert(wr_id, Inflight { done: req.done, op });
+        let target = RecvTarget {
+            pool: &link.recv_pool,
+            pd: &link.pd,
+            post: &|wr| link.qp.post_recv(wr),
+        };
+        let id = self.wr_id() | RECV_WR_BIT;
+        self.recv_side(&link.recv_pool).post(&target, req, id)
+    }
+
+    /// The connection's receive queue, whose slots come from `pool`.
+    pub(super) fn recv_side<'a>(&'a self, pool: &'a SlotPool) -> RecvSide<'a> {
+        RecvSide {
+            q: &self.rxq,
+            credits: &self.rx,
+            pool,
+        }
+    }
+}
+
+impl RecvSide<'_> {
+    /// Posts a receive whose credit is taken: it takes a held message at
+    /// once; else it waits, posting a work request of its own unless a
+    /// posted one is spare (that one's message will be copied in). On
+    /// failure the request comes back (its credit is the caller's).
+    pub(super) fn post(
+        &self,
+        target: &RecvTarget<'_>,
+        mut req: RecvReq,
+        id: u64,
+    ) -> std::result::Result<(), Rejected<RecvReq>> {
+        // Locked across the post, so that the completion (which another
+        // thread may poll the moment the post returns) finds the receive.
+        let mut q = lock(self.q);
+        if let Some(a) = q.take_held() {
+            drop(q);
+            self.credits.release(1);
+            let w = Waiting::new(id, req.done, Some(req.bufs));
+            if let Some(back) = deliver(w, a) {
+                self.reroute(back, true);
+            }
+            return Ok(());
+        }
+        if !q.needs_wr() {
+            q.push(id, req.done, Some(req.bufs), None);
+            return Ok(());
+        }
+        match target.post(std::mem::take(&mut req.bufs), id) {
+            Ok((mem, bufs)) => {
+                q.push(id, req.done, bufs, Some(mem));
                 Ok(())
             }
             Err((err, bufs)) => {
@@ -177,20 +222,8 @@ fn send_on(link: &Link, req: &SendReq, op: SendOp, wr_id: u64) -> Result<Held> {
     Ok(Held::SendRegistered { len, _mrs: mrs })
 }
 
-/// Posts a receive into `bufs` and says what now holds them; on failure
-/// the buffers come back.
-fn recv_on(
-    link: &Link,
-    bufs: Vec<BytesMut>,
-    wr_id: u64,
-) -> std::result::Result<Held, (Error, Vec<BytesMut>)> {
-    let target = RecvTarget {
-        pool: &link.recv_pool,
-        pd: &link.pd,
-        post: &|wr| link.qp.post_recv(wr),
-    };
-    target.post(bufs, wr_id)
-}
+/// A receive post that failed: the error, and the buffers back.
+pub(super) type RecvPostErr = (Error, Vec<BytesMut>);
 
 /// Where receives are posted: a connection's queue pair, or the shared
 /// receive queue of a shared receive context, each with its slots.
@@ -201,14 +234,15 @@ pub(super) struct RecvTarget<'a> {
 }
 
 impl RecvTarget<'_> {
-    /// Posts a receive into `bufs`: a bounce slot when they fit one,
-    /// else the buffers themselves, registered. On failure the buffers
-    /// come back.
+    /// Posts a receive work request for `bufs`: into a bounce slot when
+    /// they fit one (the buffers come back beside the memory), else into
+    /// the buffers themselves, registered. On failure the buffers come
+    /// back.
     pub(super) fn post(
         &self,
         bufs: Vec<BytesMut>,
         wr_id: u64,
-    ) -> std::result::Result<Held, (Error, Vec<BytesMut>)> {
+    ) -> std::result::Result<(RecvMem, Option<Vec<BytesMut>>), RecvPostErr> {
         let cap: usize = bufs.iter().map(|b| b.len()).sum();
         if cap > 0 && cap <= SLOT {
             if let Some(slot) = self.pool.take() {
@@ -220,7 +254,7 @@ impl RecvTarget<'_> {
                     })
                 });
                 return match posted {
-                    Ok(()) => Ok(Held::RecvSlot { bufs, slot }),
+                    Ok(()) => Ok((RecvMem::Slot(slot), Some(bufs))),
                     Err(e) => {
                         self.pool.put(slot);
                         Err((e, bufs))
@@ -235,7 +269,7 @@ impl RecvTarget<'_> {
         &self,
         bufs: Vec<BytesMut>,
         wr_id: u64,
-    ) -> std::result::Result<Held, (Error, Vec<BytesMut>)> {
+    ) -> std::result::Result<(RecvMem, Option<Vec<BytesMut>>), RecvPostErr> {
         let mut mrs = Vec::with_capacity(bufs.len());
         let mut empty = Vec::new();
         let mut failed = None;
@@ -258,7 +292,7 @@ impl RecvTarget<'_> {
                 .and_then(|sges| (self.post)(&RecvRequest { wr_id, sges: &sges })),
         };
         match posted {
-            Ok(()) => Ok(Held::RecvRegistered { mrs, empty }),
+            Ok(()) => Ok((RecvMem::Registered { mrs, empty }, None)),
             Err(e) => {
                 let mut back: Vec<BytesMut> = mrs
                     .into_iter()

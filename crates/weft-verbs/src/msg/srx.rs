@@ -9,6 +9,13 @@
 //! `wr_id`; the completion then goes to that endpoint's receive CQ and
 //! counter. A connection that ends does not flush the shared queue: its
 //! receives stay for the other endpoints.
+//!
+//! A receive can be withdrawn without losing a message, as on an
+//! endpoint's own queue (see [`super::complete`]): by `cancel`, or by
+//! dropping its future, which is noticed when a message would reach it
+//! or when the context runs out of receives. A message that lands in a
+//! withdrawn receive's work request goes to the oldest waiting receive,
+//! reported on the CQ of the endpoint it arrived at.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,12 +23,11 @@ use std::sync::{Arc, Mutex};
 use weft_core::completion::CqErrEntry;
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
-use weft_core::hash::{fast_map, FastMap};
 use weft_core::provider::{EpConfig, ProviderSrx, RecvReq, Rejected};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use super::complete::{finish_posted_recv, Held, Inflight};
+use super::complete::{RecvMem, RecvSide, Route, RxQueue};
 use super::post::RecvTarget;
 use crate::bufs::unregister;
 use crate::pool::{SlotPool, SLOTS};
@@ -29,7 +35,7 @@ use crate::sys::{AccessFlags, ProtectionDomain, Srq, WorkCompletion};
 
 /// Work request ids of shared receives have the top bit set, so they never
 /// collide with an endpoint's own.
-const SRX_WR_BIT: u64 = 1 << 63;
+pub(super) const SRX_WR_BIT: u64 = 1 << 63;
 
 /// Scatter/gather elements per shared receive.
 const SRX_SGE: u32 = 4;
@@ -39,7 +45,7 @@ pub struct MsgSrx {
     pub(super) pd: Arc<ProtectionDomain>,
     pub(super) srq: Arc<Srq>,
     pool: SlotPool,
-    inflight: Mutex<FastMap<u64, Inflight>>,
+    rxq: Mutex<RxQueue<RecvMem>>,
     next_wr: AtomicU64,
     credits: Credits,
     size: usize,
@@ -50,7 +56,7 @@ impl std::fmt::Debug for MsgSrx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MsgSrx")
             .field("size", &self.size)
-            .field("posted", &lock(&self.inflight).len())
+            .field("waiting", &lock(&self.rxq).waiting())
             .finish()
     }
 }
@@ -64,7 +70,7 @@ impl MsgSrx {
             pd: pd.clone(),
             srq,
             pool: SlotPool::new(pd, SLOTS, AccessFlags::LOCAL_WRITE)?,
-            inflight: Mutex::new(fast_map()),
+            rxq: Mutex::new(RxQueue::default()),
             next_wr: AtomicU64::new(SRX_WR_BIT),
             credits: Credits::new(size),
             size,
@@ -72,28 +78,33 @@ impl MsgSrx {
         }))
     }
 
+    /// Withdraws receives whose futures are gone, then takes a credit if
+    /// that freed one.
+    fn sweep_and_take(&self) -> bool {
+        lock(&self.rxq).sweep(&self.credits) > 0 && self.credits.try_take()
+    }
+
     /// Receives it holds at most (what a bound endpoint's CQ must fit).
     pub fn size(&self) -> usize {
         self.size
     }
 
+    fn side(&self) -> RecvSide<'_> {
+        RecvSide {
+            q: &self.rxq,
+            credits: &self.credits,
+            pool: &self.pool,
+        }
+    }
+
     /// A work completion of one of its receives, seen on the CQ of the
     /// endpoint configured by `ep`: completes the receive there.
     pub(super) fn on_completion(&self, wc: &WorkCompletion, ep: &EpConfig) {
-        if wc.wr_id & SRX_WR_BIT == 0 {
-            return;
-        }
-        let Some(Inflight { mut done, op }) = lock(&self.inflight).remove(&wc.wr_id) else {
-            return;
+        let route = Route {
+            cq: ep.rx_cq.clone(),
+            cntr: ep.rx_cntr.clone(),
         };
-        self.credits.release(1);
-        if done.cq.is_none() {
-            done.cq.clone_from(&ep.rx_cq);
-        }
-        if done.cntr.is_none() {
-            done.cntr.clone_from(&ep.rx_cntr);
-        }
-        finish_posted_recv(op, done, wc, Some(&self.pool));
+        self.side().on_completion(wc, &route);
     }
 }
 
@@ -106,37 +117,22 @@ impl ProviderSrx for MsgSrx {
         if req.bufs.len() > SRX_SGE as usize {
             return reject(Error::Inval, req);
         }
-        if !self.credits.try_take() {
+        if !self.credits.try_take() && !self.sweep_and_take() {
             return reject(Error::Again, req);
         }
-        let mut req = req;
         let wr_id = self.next_wr.fetch_add(1, Ordering::Relaxed) | SRX_WR_BIT;
         let target = RecvTarget {
             pool: &self.pool,
             pd: &self.pd,
             post: &|wr| self.srq.post_recv(wr),
         };
-        // The table is locked across the post so a completion cannot look
-        // the receive up before it is there.
-        let mut g = lock(&self.inflight);
-        match target.post(std::mem::take(&mut req.bufs), wr_id) {
-            Ok(op) => {
-                g.insert(wr_id, Inflight { done: req.done, op });
-                Ok(())
-            }
-            Err((err, bufs)) => {
-                drop(g);
-                self.credits.release(1);
-                req.bufs = bufs;
-                Err(Rejected { err, req })
-            }
-        }
+        self.side()
+            .post(&target, req, wr_id)
+            .inspect_err(|_| self.credits.release(1))
     }
 
-    fn cancel(&self, _context: u64) -> bool {
-        // A receive on the shared queue belongs to the device until a
-        // message takes it; verbs cannot take one back.
-        false
+    fn cancel(&self, context: u64) -> bool {
+        self.side().cancel(context)
     }
 
     fn rx_size_left(&self) -> usize {
@@ -147,21 +143,17 @@ impl ProviderSrx for MsgSrx {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        // No endpoint is bound any more; the receives still posted end
+        // No endpoint is bound any more; the receives still waiting end
         // with Canceled. Registered buffers come back deregistered (the
         // device is fenced off them); slot receives never lent theirs.
-        let pending: Vec<Inflight> = lock(&self.inflight).drain().map(|(_, v)| v).collect();
-        for Inflight { done, op } in pending {
-            let bufs = match op {
-                Held::RecvSlot { bufs, .. } => bufs,
-                Held::RecvRegistered { mrs, mut empty } => {
-                    let mut b = unregister(mrs);
-                    b.append(&mut empty);
-                    b
-                }
-                _ => Vec::new(),
-            };
-            done.fail(
+        let waiting = lock(&self.rxq).drain();
+        for (mut w, mem) in waiting {
+            let mut bufs = w.bufs.take().unwrap_or_default();
+            if let Some(RecvMem::Registered { mrs, mut empty }) = mem {
+                bufs = unregister(mrs);
+                bufs.append(&mut empty);
+            }
+            w.done.fail(
                 CqErrEntry::new(0, OpFlags::RECV | OpFlags::MSG, Error::Canceled).with_bufs(bufs),
             );
         }
