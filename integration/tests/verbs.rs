@@ -330,8 +330,9 @@ async fn msg_peer_closing_mid_transfer_ends_everything() {
     }
 }
 
-/// A receive posted before the connection exists can be cancelled; once
-/// connected, receives are on the QP and `cancel` says it found none.
+/// A receive posted before the connection exists can be cancelled, and so
+/// can one already on the QP (it completes with `Canceled`); `NoEnt` is
+/// only for a receive that already ended.
 #[cfg_attr(
     not(feature = "verbs"),
     ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
@@ -350,5 +351,10 @@ async fn msg_cancel_reaches_receives_not_yet_on_the_qp() {
         return;
     };
     p.server.0.post_recv(BytesMut::zeroed(64), 9).unwrap();
+    p.server.0.cancel(9).unwrap();
+    let e = within("cancelled receive on the QP", next_cq(&p.server.2))
+        .await
+        .unwrap_err();
+    assert_eq!((e.context, e.err), (9, Error::Canceled));
     assert_eq!(p.server.0.cancel(9).unwrap_err(), Error::NoEnt);
 }
