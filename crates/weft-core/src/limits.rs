@@ -5,6 +5,8 @@
 //! through an environment variable in libfabric's style or in code
 //! (`Endpoint::set_conn_limits`) before the endpoint is enabled.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Fixed cost charged for every buffered unexpected message on top of its
@@ -139,6 +141,45 @@ impl ConnLimits {
     }
 }
 
+/// One place in a connection count (an endpoint's, or a passive
+/// endpoint's pending requests), given back by `Drop`, so no path that
+/// ends a connection can forget to. Inbound connections are refused
+/// beyond the limit ([`try_take`](Self::try_take)); the ones the
+/// application asked for are counted but never refused
+/// ([`take`](Self::take)).
+#[derive(Debug)]
+pub struct ConnSlot {
+    count: Arc<AtomicUsize>,
+}
+
+impl ConnSlot {
+    /// A place if fewer than `max` are taken.
+    pub fn try_take(count: &Arc<AtomicUsize>, max: usize) -> Option<ConnSlot> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| ConnSlot {
+                count: count.clone(),
+            })
+    }
+
+    /// A place whatever the count.
+    pub fn take(count: &Arc<AtomicUsize>) -> ConnSlot {
+        count.fetch_add(1, Ordering::AcqRel);
+        ConnSlot {
+            count: count.clone(),
+        }
+    }
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -159,6 +200,22 @@ mod tests {
         assert_eq!(l.stall_timeout, Duration::from_millis(250));
         assert_eq!(l.peer_buffered, DEFAULT_PEER_BUFFERED);
         assert_eq!(l.handshake_timeout, DEFAULT_HANDSHAKE_TIMEOUT);
+    }
+
+    #[test]
+    fn slots_stop_at_the_limit_and_come_back_on_drop() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let a = ConnSlot::try_take(&count, 2).unwrap();
+        let b = ConnSlot::try_take(&count, 2).unwrap();
+        assert!(ConnSlot::try_take(&count, 2).is_none());
+        // Counted beyond the limit, never refused.
+        let c = ConnSlot::take(&count);
+        assert_eq!(count.load(Ordering::Acquire), 3);
+        drop((a, c));
+        assert_eq!(count.load(Ordering::Acquire), 1);
+        assert!(ConnSlot::try_take(&count, 2).is_some());
+        drop(b);
+        assert_eq!(count.load(Ordering::Acquire), 0);
     }
 
     #[test]

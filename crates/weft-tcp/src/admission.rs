@@ -1,47 +1,12 @@
-//! What a peer may make an endpoint hold: a place in the connection
-//! count, and a charge against the unexpected-message budget. Both are
-//! given back by `Drop`, so no path that ends a connection or a message
-//! can forget to.
+//! What a buffered message holds: a charge against the unexpected
+//! budget, given back by `Drop`, so no path that ends a message can
+//! forget to. (A connection's place in the count is
+//! `weft_core::limits::ConnSlot`.)
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use crate::endpoint::EpShared;
-
-/// One place in an endpoint's connection count.
-#[derive(Debug)]
-pub struct ConnSlot {
-    count: Arc<AtomicUsize>,
-}
-
-impl ConnSlot {
-    /// A place if fewer than `max` are taken.
-    pub fn try_take(count: &Arc<AtomicUsize>, max: usize) -> Option<ConnSlot> {
-        count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| ConnSlot {
-                count: count.clone(),
-            })
-    }
-
-    /// A place whatever the count: connections the application asked for
-    /// (outbound, MSG) are counted but never refused here.
-    pub fn take(count: &Arc<AtomicUsize>) -> ConnSlot {
-        count.fetch_add(1, Ordering::AcqRel);
-        ConnSlot {
-            count: count.clone(),
-        }
-    }
-}
-
-impl Drop for ConnSlot {
-    fn drop(&mut self) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 /// Bytes one buffered unexpected message holds against its connection's
 /// share and the endpoint's budget, released when the message is freed
@@ -74,27 +39,5 @@ impl Drop for Charge {
             ep.unexp_charged.fetch_sub(self.amount, Ordering::AcqRel);
             ep.parked.wake_for_budget(&ep);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-    use super::*;
-
-    #[test]
-    fn slots_stop_at_the_limit_and_come_back_on_drop() {
-        let count = Arc::new(AtomicUsize::new(0));
-        let a = ConnSlot::try_take(&count, 2).unwrap();
-        let b = ConnSlot::try_take(&count, 2).unwrap();
-        assert!(ConnSlot::try_take(&count, 2).is_none());
-        // Counted beyond the limit, never refused.
-        let c = ConnSlot::take(&count);
-        assert_eq!(count.load(Ordering::Acquire), 3);
-        drop((a, c));
-        assert_eq!(count.load(Ordering::Acquire), 1);
-        assert!(ConnSlot::try_take(&count, 2).is_some());
-        drop(b);
-        assert_eq!(count.load(Ordering::Acquire), 0);
     }
 }

@@ -21,10 +21,10 @@ use weft_core::sync::lock;
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ};
 use weft_core::{Error, Result};
 
-use crate::admission::ConnSlot;
 use crate::endpoint::EpShared;
 use crate::frame::TxFrame;
 use crate::rx::RxMachine;
+use weft_core::limits::ConnSlot;
 
 /// Most I/O slices handed to one `writev` (header + the iov limit, with
 /// room to spare; a longer list is written in several calls).

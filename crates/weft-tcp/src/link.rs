@@ -17,10 +17,10 @@ use weft_core::sync::lock;
 use weft_core::wire::{FrameKind, Header};
 use weft_core::{Error, Result};
 
-use crate::admission::ConnSlot;
 use crate::conn::{fail_frame_done, Conn};
 use crate::endpoint::{EpShared, PeerState};
 use crate::frame::{read_frame, write_frame, TxFrame};
+use weft_core::limits::ConnSlot;
 
 /// Binds a listening socket. Must run inside the runtime.
 pub fn listen(addr: SocketAddr, backlog: u32) -> Result<TcpListener> {

@@ -20,9 +20,9 @@ use weft_core::wire::{FrameKind, Header};
 use weft_core::Error;
 
 use super::{RxMachine, RxStatus};
-use crate::admission::ConnSlot;
 use crate::conn::Conn;
 use crate::endpoint::EpShared;
+use weft_core::limits::ConnSlot;
 
 struct Rig {
     ep: Arc<EpShared>,

@@ -27,8 +27,6 @@ pub const NAME: &str = "verbs";
 pub mod sys;
 
 #[cfg(feature = "rdma")]
-mod admission;
-#[cfg(feature = "rdma")]
 mod bufs;
 #[cfg(feature = "rdma")]
 mod cmchan;

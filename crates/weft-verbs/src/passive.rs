@@ -24,10 +24,10 @@ use weft_core::provider::ProviderPassive;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use crate::admission::ConnSlot;
 use crate::cmchan::CmChannel;
 use crate::msg::{cm_decode, cm_encode};
 use crate::sys::{CmEventKind, CmId, PortSpace};
+use weft_core::limits::ConnSlot;
 
 /// A connection request waiting for accept or reject: the new id, which
 /// reports on the listener's channel.

@@ -101,9 +101,9 @@ pub(crate) struct AvInner {
     pub(crate) fid: u64,
     pub(crate) domain: Domain,
     pub(crate) table: Arc<Mutex<AvTable>>,
-    eq: Mutex<Option<Arc<EqShared>>>,
-    /// Keeps the bound EQ from being closed under the AV.
-    eq_hold: Mutex<Option<weft_core::sync::Bound>>,
+    /// The bound EQ, and the binding that keeps it from being closed
+    /// under the AV.
+    eq: Mutex<Option<(Arc<EqShared>, weft_core::sync::Bound)>>,
     pub(crate) bound_eps: AtomicUsize,
     open_flags: AvFlags,
     /// The provider's address resolution (verbs DGRAM), if it needs one.
@@ -120,7 +120,6 @@ impl AddressVector {
                 domain,
                 table: Arc::new(Mutex::new(table)),
                 eq: Mutex::new(None),
-                eq_hold: Mutex::new(None),
                 bound_eps: AtomicUsize::new(0),
                 open_flags: attr.flags,
                 resolver,
@@ -143,8 +142,7 @@ impl AddressVector {
         if flags != 0 {
             return Err(Error::BadFlags);
         }
-        *lock(&self.inner.eq) = Some(eq.shared.clone());
-        *lock(&self.inner.eq_hold) = Some(eq.shared.bound.hold());
+        *lock(&self.inner.eq) = Some((eq.shared.clone(), eq.shared.bound.hold()));
         Ok(())
     }
 
@@ -156,7 +154,10 @@ impl AddressVector {
         if !(flags | opened).contains(AvFlags::EVENT) {
             return Ok(None);
         }
-        lock(&self.inner.eq).clone().map(Some).ok_or(Error::NoEq)
+        lock(&self.inner.eq)
+            .as_ref()
+            .map(|(eq, _)| Some(eq.clone()))
+            .ok_or(Error::NoEq)
     }
 
     fn validate(b: &[u8]) -> Result<()> {
@@ -487,7 +488,7 @@ impl AddressVector {
             return Err(Error::Busy);
         }
         // The EQ may close once its AV has.
-        lock(&self.inner.eq_hold).take();
+        lock(&self.inner.eq).take();
         Ok(())
     }
 }

@@ -20,9 +20,9 @@ pub struct PassiveEndpoint {
     fabric: Fabric,
     info: Info,
     addr: Option<Vec<u8>>,
-    eq: Mutex<Option<Arc<EqShared>>>,
-    /// Keeps the bound EQ from being closed under the listener.
-    eq_hold: Mutex<Option<weft_core::sync::Bound>>,
+    /// The bound EQ, and the binding that keeps it from being closed
+    /// under the listener.
+    eq: Mutex<Option<(Arc<EqShared>, weft_core::sync::Bound)>>,
     backlog: Mutex<u32>,
     limits: Mutex<Option<weft_core::limits::ConnLimits>>,
     prov: Mutex<Option<Arc<dyn ProviderPassive>>>,
@@ -44,7 +44,6 @@ impl PassiveEndpoint {
             info,
             addr,
             eq: Mutex::new(None),
-            eq_hold: Mutex::new(None),
             backlog: Mutex::new(128),
             limits: Mutex::new(None),
             prov: Mutex::new(None),
@@ -67,8 +66,7 @@ impl PassiveEndpoint {
         if lock(&self.prov).is_some() {
             return Err(Error::OpBadState);
         }
-        *lock(&self.eq) = Some(eq.shared.clone());
-        *lock(&self.eq_hold) = Some(eq.shared.bound.hold());
+        *lock(&self.eq) = Some((eq.shared.clone(), eq.shared.bound.hold()));
         Ok(())
     }
 
@@ -99,7 +97,10 @@ impl PassiveEndpoint {
     /// Starts listening. Needs a bound EQ (`NoEq`).
     pub fn listen(&self) -> Result<()> {
         let _span = tracing::debug_span!("pep_listen", fid = self.fid).entered();
-        let eq = lock(&self.eq).clone().ok_or(Error::NoEq)?;
+        let eq = lock(&self.eq)
+            .as_ref()
+            .map(|(eq, _)| eq.clone())
+            .ok_or(Error::NoEq)?;
         let mut p = lock(&self.prov);
         if p.is_some() {
             return Err(Error::OpBadState);
@@ -149,7 +150,7 @@ impl PassiveEndpoint {
         if let Some(p) = lock(&self.prov).take() {
             p.close();
         }
-        lock(&self.eq_hold).take();
+        lock(&self.eq).take();
         Ok(())
     }
 }

@@ -112,6 +112,20 @@ async fn open(max_conns: usize, heap: HeapProbe) -> (Victim, Usage, usize) {
     (v, base, conns)
 }
 
+/// The longest time any of `tasks` took to see its connection closed;
+/// `what` if one never saw it.
+async fn slowest(
+    tasks: Vec<tokio::task::JoinHandle<Option<Duration>>>,
+    what: &str,
+) -> Result<Duration, String> {
+    let mut worst = Duration::ZERO;
+    for t in tasks {
+        let e = t.await.ok().flatten().ok_or_else(|| what.to_string())?;
+        worst = worst.max(e);
+    }
+    Ok(worst)
+}
+
 /// Random-looking bytes from a small generator (no dependency, repeatable).
 fn noise(seed: u64, n: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -211,15 +225,7 @@ async fn slowloris_handshake(scale: &Scale, heap: HeapProbe) -> Outcome {
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let during = v.client.request().await?;
-    let mut worst = Duration::ZERO;
-    for t in tasks {
-        let e = t
-            .await
-            .ok()
-            .flatten()
-            .ok_or("a slow handshake was never closed")?;
-        worst = worst.max(e);
-    }
+    let worst = slowest(tasks, "a slow handshake was never closed").await?;
     r.line(format!(
         "{} slow handshakes, each closed; slowest after {worst:.2?}",
         scale.swarm
@@ -259,15 +265,7 @@ async fn slowloris_frames(scale: &Scale, heap: HeapProbe) -> Outcome {
                 .then(|| t0.elapsed())
         }));
     }
-    let mut worst = Duration::ZERO;
-    for t in tasks {
-        let e = t
-            .await
-            .ok()
-            .flatten()
-            .ok_or("a trickling peer was never closed")?;
-        worst = worst.max(e);
-    }
+    let worst = slowest(tasks, "a trickling peer was never closed").await?;
     let timed_out = v
         .refusals()
         .into_iter()

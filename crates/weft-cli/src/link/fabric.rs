@@ -135,7 +135,18 @@ impl Fab {
         let (ep, cq, eq) = self.msg(Some(req))?;
         let accept = async { ep.accept(Vec::new()).await.ctx("accept connection") };
         within(limit, "accept connection", accept).await?;
-        Ok(Link {
+        Ok(self.msg_link(ep, cq, eq, Some(pep)))
+    }
+
+    /// The link of a connected MSG endpoint.
+    fn msg_link(
+        &self,
+        ep: Endpoint,
+        cq: CompletionQueue,
+        eq: EventQueue,
+        pep: Option<Arc<PassiveEndpoint>>,
+    ) -> Link {
+        Link {
             ep,
             cq,
             peer: FI_ADDR_UNSPEC,
@@ -146,9 +157,9 @@ impl Fab {
             idle: None,
             _av: None,
             _eq: Some(eq),
-            _pep: Some(pep),
+            _pep: pep,
             ctrl: None,
-        })
+        }
     }
 
     /// MSG client half; each attempt may take `limit` (a peer that
@@ -165,22 +176,7 @@ impl Fab {
                 Err(_) => return Err(timed_out(&format!("connect to {dest}"), limit)),
             };
             match outcome {
-                Ok(_) => {
-                    return Ok(Link {
-                        ep,
-                        cq,
-                        peer: FI_ADDR_UNSPEC,
-                        domain: self.domain.clone(),
-                        ep_type: EpType::Msg,
-                        tagged: false,
-                        mode: self.mode,
-                        idle: None,
-                        _av: None,
-                        _eq: Some(eq),
-                        _pep: None,
-                        ctrl: None,
-                    })
-                }
+                Ok(_) => return Ok(self.msg_link(ep, cq, eq, None)),
                 Err(weft::Error::ConnRefused) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }

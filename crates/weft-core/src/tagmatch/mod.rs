@@ -242,6 +242,17 @@ impl<R, U, S> Matcher<R, U, S> {
         r: R,
         resolve: &dyn Fn(&S) -> FiAddr,
     ) -> PostOutcome<R, U> {
+        self.place(spec, r, resolve, false)
+    }
+
+    /// [`post`](Self::post), queueing at the head (`front`) or the tail.
+    fn place(
+        &mut self,
+        spec: RecvSpec,
+        r: R,
+        resolve: &dyn Fn(&S) -> FiAddr,
+        front: bool,
+    ) -> PostOutcome<R, U> {
         if let Some((seq, info)) = self.unexpected.find(&spec, resolve) {
             if let Some((_, _, payload)) = self.unexpected.take(seq) {
                 return PostOutcome::Matched {
@@ -252,7 +263,11 @@ impl<R, U, S> Matcher<R, U, S> {
                 };
             }
         }
-        self.posted.push(spec, r);
+        if front {
+            self.posted.push_front(spec, r);
+        } else {
+            self.posted.push(spec, r);
+        }
         PostOutcome::Queued
     }
 
@@ -266,18 +281,7 @@ impl<R, U, S> Matcher<R, U, S> {
         r: R,
         resolve: &dyn Fn(&S) -> FiAddr,
     ) -> PostOutcome<R, U> {
-        if let Some((seq, info)) = self.unexpected.find(&spec, resolve) {
-            if let Some((_, _, payload)) = self.unexpected.take(seq) {
-                return PostOutcome::Matched {
-                    recv: r,
-                    spec,
-                    info,
-                    payload,
-                };
-            }
-        }
-        self.posted.push_front(spec, r);
-        PostOutcome::Queued
+        self.place(spec, r, resolve, true)
     }
 
     /// Removes the newest unclaimed buffered message that `pred` picks

@@ -76,7 +76,6 @@ use weft_core::sync::lock;
 use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
 use weft_core::{Error, Result};
 
-use crate::admission::ConnSlot;
 use crate::cmchan::CmChannel;
 use crate::cqdrive::{self, PollerSlot};
 use crate::pool::{SlotPool, SLOTS};
@@ -84,6 +83,7 @@ use crate::sys::{
     AccessFlags, BytesMr, BytesMutMr, CmId, CompChannel, Cq, PortSpace, ProtectionDomain,
     QueuePair, Srq,
 };
+use weft_core::limits::ConnSlot;
 
 use proto::Header;
 pub(crate) use tx::inject_size;
@@ -480,27 +480,27 @@ impl RdmShared {
     /// Posts a receive to the matcher, or hands it the buffered message it
     /// matches.
     pub(crate) fn repost(&self, req: RecvReq) {
-        let spec = spec_of(&req);
-        let resolve = |s: &SocketAddr| self.resolve_src(s);
-        let out = lock(&self.matcher).post(spec, req, &resolve);
-        if let PostOutcome::Matched {
-            recv,
-            info,
-            payload,
-            ..
-        } = out
-        {
-            self.take_unexpected(recv, info, payload, false);
-        }
+        self.place(req, false);
     }
 
     /// A receive that had matched a message which then died with its
     /// sender's connection: it takes a buffered message if one matches,
     /// else it goes back to the head of the posted receives.
     pub(crate) fn repost_front(&self, req: RecvReq) {
+        self.place(req, true);
+    }
+
+    fn place(&self, req: RecvReq, front: bool) {
         let spec = spec_of(&req);
         let resolve = |s: &SocketAddr| self.resolve_src(s);
-        let out = lock(&self.matcher).repost_front(spec, req, &resolve);
+        let out = {
+            let mut m = lock(&self.matcher);
+            if front {
+                m.repost_front(spec, req, &resolve)
+            } else {
+                m.post(spec, req, &resolve)
+            }
+        };
         if let PostOutcome::Matched {
             recv,
             info,

@@ -21,10 +21,10 @@ use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
 use super::{Conn, Deferred, Peer, RdmShared, Unexp, QP_INLINE, QP_SEND_WR};
-use crate::admission::ConnSlot;
 use crate::cmchan;
 use crate::msg::{cm_decode, cm_encode};
 use crate::sys::{CmEvent, CmEventKind, CmId, ConnParam, PortSpace, QpCaps, QpInitAttr, QpType};
+use weft_core::limits::ConnSlot;
 
 /// Rejection data meaning "we are connecting to you too, and ours wins".
 const SIMULTANEOUS: &[u8] = b"weft-rdm: crossing connect";
