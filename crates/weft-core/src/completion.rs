@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::flags::OpFlags;
 use crate::progress::{InlineWait, Progress, ProgressHooks};
 use crate::sync::{lock, wake_all, WakerSet};
+use crate::tagmatch::MsgInfo;
 
 /// Completion entry format (`enum fi_cq_format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -453,6 +454,85 @@ pub fn trim_bufs(bufs: &mut [BytesMut], placed: usize) {
     }
 }
 
+/// Where a received message came from and where its completion was
+/// reported: kept beside the completion an awaiting future is sent, so a
+/// message whose future is dropped before it reads it can go back to its
+/// endpoint (see [`Returned`]).
+#[derive(Debug, Clone)]
+pub struct Origin {
+    /// The sender's AV handle as the endpoint knew it at arrival (before
+    /// any user id replaced it in the entry), or `FI_ADDR_NOTAVAIL`.
+    pub src: FiAddr,
+    /// The CQ the operation reported to (for a shared receive context:
+    /// the one of the endpoint the message arrived at).
+    pub cq: Option<Arc<CqShared>>,
+    /// Its counter, likewise.
+    pub cntr: Option<Arc<CounterShared>>,
+}
+
+impl Origin {
+    /// Nothing known about the source; no queues.
+    pub fn unknown() -> Origin {
+        Origin {
+            src: FI_ADDR_NOTAVAIL,
+            cq: None,
+            cntr: None,
+        }
+    }
+}
+
+/// What the awaiting future of an operation is sent.
+#[derive(Debug)]
+pub struct Finished {
+    /// The completion.
+    pub item: CqItem,
+    /// For a receive: where its message came from.
+    pub origin: Origin,
+}
+
+/// A received message nobody read: the future awaiting its receive was
+/// dropped after the message reached it. Its endpoint hands it to the next
+/// receive that takes it, ahead of later messages.
+#[derive(Debug)]
+pub struct Returned {
+    /// The completion the receive would have reported (buffers included).
+    pub entry: CqEntry,
+    /// Where it came from.
+    pub origin: Origin,
+}
+
+impl Returned {
+    /// The message as a matcher knows one: raw source, kind, tag, length,
+    /// remote data.
+    pub fn info(&self) -> MsgInfo {
+        let e = &self.entry;
+        MsgInfo {
+            src: self.origin.src,
+            tagged: e.flags.contains(OpFlags::TAGGED),
+            tag: e.tag,
+            len: e.len,
+            data: e.flags.contains(OpFlags::REMOTE_CQ_DATA).then_some(e.data),
+        }
+    }
+
+    /// Its bytes in one buffer: the receive's own when it had only one
+    /// (no copy), else joined.
+    pub fn take_bytes(&mut self) -> BytesMut {
+        let mut bufs = std::mem::take(&mut self.entry.bufs);
+        if bufs.len() == 1 {
+            return bufs.pop().unwrap_or_default();
+        }
+        let mut out = BytesMut::with_capacity(self.entry.len);
+        for b in &bufs {
+            out.extend_from_slice(b);
+        }
+        out
+    }
+}
+
+/// The channel an awaiting future's completion comes through.
+pub type Waiter = oneshot::Sender<Finished>;
+
 /// Where the completion of one operation goes, and the rules for it.
 #[derive(Debug)]
 pub struct OpDone {
@@ -469,26 +549,55 @@ pub struct OpDone {
     pub cntr: Option<Arc<CounterShared>>,
     /// The awaiting future of an `async fn` operation: it takes the
     /// completion instead of the CQ.
-    pub waiter: Option<oneshot::Sender<CqItem>>,
+    pub waiter: Option<Waiter>,
 }
 
 impl OpDone {
-    /// The operation succeeded.
-    pub fn complete(self, mut entry: CqEntry) {
+    /// The operation succeeded. For operations whose completion may be
+    /// dropped unread (a send: the data went); receives use
+    /// [`complete_from`](Self::complete_from).
+    pub fn complete(self, entry: CqEntry) {
+        drop(self.complete_from(entry, FI_ADDR_NOTAVAIL));
+    }
+
+    /// A receive succeeded with a message from `src` (the raw AV handle).
+    /// If the future awaiting it is already gone the message comes back,
+    /// uncounted, for the endpoint to hand to the next receive.
+    #[must_use = "a returned message must go to the next receive"]
+    pub fn complete_from(mut self, mut entry: CqEntry, src: FiAddr) -> Option<Returned> {
         entry.context = self.context;
         entry.flags |= self.flags;
+        // Counted before the hand-over, so whoever the completion wakes
+        // sees the counter already moved. A message that comes back was
+        // counted as well: counters count completions, and it will
+        // complete again in the receive that takes it.
         if let Some(c) = &self.cntr {
             c.add(1);
         }
-        if let Some(w) = self.waiter {
-            // A dropped future means nobody wants this completion; the CQ
-            // must not receive it either (it was never going to).
-            let _ = w.send(Ok(entry));
-        } else if self.report {
+        if let Some(w) = self.waiter.take() {
+            let origin = Origin {
+                src,
+                cq: self.cq.take(),
+                cntr: self.cntr.take(),
+            };
+            let sent = w.send(Finished {
+                item: Ok(entry),
+                origin,
+            });
+            return match sent {
+                Err(Finished {
+                    item: Ok(entry),
+                    origin,
+                }) => Some(Returned { entry, origin }),
+                _ => None,
+            };
+        }
+        if self.report {
             if let Some(cq) = &self.cq {
                 cq.push(Ok(entry));
             }
         }
+        None
     }
 
     /// The operation failed; `e.context`/`e.flags` are filled in here.
@@ -499,7 +608,10 @@ impl OpDone {
             c.add_err(1);
         }
         if let Some(w) = self.waiter {
-            let _ = w.send(Err(e));
+            let _ = w.send(Finished {
+                item: Err(e),
+                origin: Origin::unknown(),
+            });
         } else if let Some(cq) = &self.cq {
             cq.push(Err(e));
         }
@@ -576,6 +688,35 @@ mod tests {
     }
 
     #[test]
+    fn a_receive_whose_future_is_gone_hands_its_message_back() {
+        let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+        let (tx, rx) = oneshot::channel();
+        drop(rx);
+        let d = OpDone {
+            context: 1,
+            flags: OpFlags::RECV,
+            report: true,
+            cq: Some(cq.clone()),
+            cntr: None,
+            waiter: Some(tx),
+        };
+        let mut e = entry(1);
+        e.flags = OpFlags::TAGGED | OpFlags::REMOTE_CQ_DATA;
+        e.tag = 9;
+        e.data = 5;
+        e.bufs = vec![BytesMut::from(&b"ab"[..]), BytesMut::from(&b"cd"[..])];
+        let mut back = d.complete_from(e, 42).expect("the message comes back");
+        assert!(cq.is_empty(), "nor does the CQ get it");
+        let info = back.info();
+        assert_eq!(
+            (info.src, info.tagged, info.tag, info.len, info.data),
+            (42, true, 9, 4, Some(5))
+        );
+        assert!(Arc::ptr_eq(back.origin.cq.as_ref().unwrap(), &cq));
+        assert_eq!(&back.take_bytes()[..], b"abcd");
+    }
+
+    #[test]
     fn waiter_takes_completion_instead_of_cq() {
         let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
         let (tx, mut rx) = oneshot::channel();
@@ -589,6 +730,6 @@ mod tests {
         };
         d.complete(entry(1));
         assert!(cq.is_empty());
-        assert!(rx.try_recv().unwrap().unwrap().is_ok());
+        assert!(rx.try_recv().unwrap().unwrap().item.is_ok());
     }
 }

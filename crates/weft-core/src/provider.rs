@@ -17,7 +17,7 @@ use futures::future::BoxFuture;
 use crate::addr::FiAddr;
 use crate::attr::Info;
 use crate::av::AvTable;
-use crate::completion::{CqShared, OpDone, WaitMode};
+use crate::completion::{CqShared, OpDone, Returned, WaitMode};
 use crate::error::{Error, Result};
 use crate::eventq::{ConnHandle, EqErrEntry, EqEvent, EqEventKind, EqShared};
 use crate::flags::OpFlags;
@@ -301,6 +301,11 @@ pub trait ProviderSrx: Send + Sync + Debug {
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>>;
     /// Cancels the pending receive with `context`; false if none can be.
     fn cancel(&self, context: u64) -> bool;
+    /// Takes back a message whose receive's future was dropped after the
+    /// message reached it (see [`ProviderEndpoint::give_back`]); it is
+    /// reported where `r.origin` says when the receive that takes it has
+    /// no queue of its own.
+    fn give_back(&self, r: Returned);
     /// Receives that can still be posted.
     fn rx_size_left(&self) -> usize;
     /// Stops taking receives; pending ones complete with `Canceled`.
@@ -502,6 +507,12 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     /// Cancels a posted receive with `context`; it completes with
     /// `Canceled`. Returns whether one was found.
     fn cancel(&self, context: u64) -> bool;
+    /// Takes back a message that completed a receive whose future was
+    /// then dropped without reading it: the next receive that accepts it
+    /// gets it, ahead of later messages, so a dropped future never
+    /// consumes a message. (A receive found still posted is withdrawn by
+    /// [`cancel`](Self::cancel) instead.)
+    fn give_back(&self, r: Returned);
     /// The bound local address, raw bytes.
     fn local_addr(&self) -> Vec<u8>;
     /// The connected peer's address (connected endpoints; connectionless

@@ -4,7 +4,7 @@
 //! are the endpoint's own.
 
 use crate::addr::{FiAddr, FI_ADDR_NOTAVAIL};
-use crate::completion::{trim_bufs, CqEntry, CqErrEntry};
+use crate::completion::{trim_bufs, CqEntry, CqErrEntry, Returned};
 use crate::credits::Credits;
 use crate::flags::OpFlags;
 use crate::provider::RecvReq;
@@ -17,6 +17,10 @@ pub trait RecvCtx {
     fn rx_credits(&self) -> &Credits;
     /// The handle to report for a known source (user ids, etc.).
     fn reported_addr(&self, a: FiAddr) -> FiAddr;
+    /// Takes back a message whose receive's future was dropped as the
+    /// message reached it: the next receive that accepts it gets it,
+    /// ahead of later messages. Called with no lock of the endpoint held.
+    fn give_back(&self, r: Returned);
 }
 
 impl<T: RecvCtx> RecvCtx for std::sync::Arc<T> {
@@ -26,6 +30,10 @@ impl<T: RecvCtx> RecvCtx for std::sync::Arc<T> {
 
     fn reported_addr(&self, a: FiAddr) -> FiAddr {
         (**self).reported_addr(a)
+    }
+
+    fn give_back(&self, r: Returned) {
+        (**self).give_back(r)
     }
 }
 
@@ -58,7 +66,9 @@ pub fn copy_and_deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, data:
 }
 
 /// Completes a receive into which `placed` bytes of `info.len` went: a
-/// message larger than the buffers is a `Trunc` error with `olen` set.
+/// message larger than the buffers is a `Trunc` error with `olen` set. A
+/// whole message whose receive's future is gone goes back to `ep`. Call
+/// with no lock of the endpoint held.
 pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize) {
     trim_bufs(&mut req.bufs, placed);
     let (flags, src) = recv_meta(ep, &info);
@@ -74,7 +84,7 @@ pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize)
         req.done.fail(ee);
         return;
     }
-    req.done.complete(CqEntry {
+    let entry = CqEntry {
         context: 0,
         flags,
         len: placed,
@@ -82,7 +92,10 @@ pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize)
         data: info.data.unwrap_or(0),
         tag: info.tag,
         src,
-    });
+    };
+    if let Some(back) = req.done.complete_from(entry, info.src) {
+        ep.give_back(back);
+    }
 }
 
 /// Fails a receive that was matched to a message which did not arrive

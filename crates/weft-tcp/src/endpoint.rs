@@ -13,7 +13,7 @@ use weft_core::addr::{
     decode_sockaddr, encode_sockaddr, sockaddr_bytes, FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
 };
 use weft_core::attr::EpType;
-use weft_core::completion::{CqErrEntry, WaitMode};
+use weft_core::completion::{CqErrEntry, Returned, WaitMode};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
@@ -56,6 +56,9 @@ impl PeerState {
 /// State shared by the endpoint handle, its connections and its drivers.
 #[derive(Debug)]
 pub struct EpShared {
+    /// Itself, for what is handed only `&self` but must charge the
+    /// budget (a message given back by a dropped receive future).
+    pub me: std::sync::Weak<EpShared>,
     pub cfg: EpConfig,
     pub ep_type: EpType,
     pub max_msg: usize,
@@ -111,6 +114,10 @@ impl weft_core::recvdone::RecvCtx for EpShared {
     fn reported_addr(&self, a: FiAddr) -> FiAddr {
         EpShared::reported_addr(self, a)
     }
+
+    fn give_back(&self, r: Returned) {
+        self.take_back(r);
+    }
 }
 
 impl EpShared {
@@ -119,10 +126,16 @@ impl EpShared {
         let dscp = weft_core::tclass::to_dscp(info.tx_attr.tclass)?;
         let buffered_limit = info.rx_attr.total_buffered_recv.max(1);
         let ep_type = info.ep_attr.ep_type;
-        Ok(Arc::new(EpShared {
+        let max_msg = info.ep_attr.max_msg_size;
+        let (tx, rx) = (
+            Credits::new(info.tx_attr.size),
+            Credits::new(info.rx_attr.size),
+        );
+        Ok(Arc::new_cyclic(|me| EpShared {
+            me: me.clone(),
             ep_type,
             dscp,
-            max_msg: info.ep_attr.max_msg_size,
+            max_msg,
             buffered_limit,
             limits: cfg.limits,
             // A MSG endpoint has one peer, which may use the whole budget.
@@ -143,8 +156,8 @@ impl EpShared {
             msg_dead: AtomicBool::new(false),
             conns: Mutex::new(Vec::new()),
             conns_gen: AtomicUsize::new(0),
-            tx: Credits::new(info.tx_attr.size),
-            rx: Credits::new(info.rx_attr.size),
+            tx,
+            rx,
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
             busy_running: AtomicBool::new(false),
@@ -589,6 +602,10 @@ impl ProviderEndpoint for TcpEndpoint {
             });
         }
         self.shared.recv(req)
+    }
+
+    fn give_back(&self, r: Returned) {
+        self.shared.take_back(r);
     }
 
     fn cancel(&self, context: u64) -> bool {

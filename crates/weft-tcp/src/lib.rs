@@ -20,6 +20,7 @@ mod endpoint;
 mod frame;
 mod link;
 mod parked;
+mod returned;
 mod rx;
 mod sweep;
 

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::channel::oneshot;
-use weft_core::completion::{CqEntry, CqErrEntry, CqItem};
+use weft_core::completion::{CqEntry, CqErrEntry, Finished, Returned};
 use weft_core::flags::OpFlags;
 use weft_core::progress::{InlineWait, Progress};
-use weft_core::provider::{ProviderEndpoint, Rejected};
+use weft_core::provider::{ProviderEndpoint, ProviderSrx, Rejected};
 use weft_core::Error;
 
 /// Posts `req`, waiting out a full queue (`Again`): yield first, then
@@ -41,11 +41,60 @@ pub(crate) async fn post_when_room<T>(
     }
 }
 
-/// The completion of one `async` operation. Dropping it cancels a receive
-/// that has not matched yet.
+/// What a dropped receive future reaches: the endpoint it was posted on,
+/// or the shared receive context.
+pub(crate) enum Owner {
+    Ep(Arc<dyn ProviderEndpoint>),
+    Srx(Arc<dyn ProviderSrx>),
+}
+
+impl Owner {
+    fn cancel(&self, context: u64) -> bool {
+        match self {
+            Owner::Ep(ep) => ep.cancel(context),
+            Owner::Srx(srx) => srx.cancel(context),
+        }
+    }
+
+    fn give_back(&self, r: Returned) {
+        match self {
+            Owner::Ep(ep) => ep.give_back(r),
+            Owner::Srx(srx) => srx.give_back(r),
+        }
+    }
+}
+
+/// What dropping a receive's future does besides withdrawing it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnDrop {
+    /// Nothing to withdraw (a send, an RMA operation).
+    Nothing,
+    /// Withdraw; a completion already sent carries no message (a peek or
+    /// a discard), so it may go.
+    Cancel,
+    /// Withdraw; a message that already reached the receive goes back to
+    /// the owner for the next receive.
+    CancelOrGiveBack,
+}
+
+impl OnDrop {
+    /// For a receive posted with `flags` (the endpoint's defaults merged).
+    pub(crate) fn for_recv(flags: OpFlags) -> OnDrop {
+        if flags.intersects(OpFlags::PEEK | OpFlags::DISCARD) {
+            OnDrop::Cancel
+        } else {
+            OnDrop::CancelOrGiveBack
+        }
+    }
+}
+
+/// The completion of one `async` operation. Dropping it withdraws a
+/// receive that has not matched yet, and gives back a message that
+/// reached the receive but was never read.
 pub(crate) struct OpFuture {
-    rx: oneshot::Receiver<CqItem>,
-    ep: Option<Arc<dyn ProviderEndpoint>>,
+    rx: oneshot::Receiver<Finished>,
+    owner: Option<Owner>,
+    on_drop: OnDrop,
     context: u64,
     /// Inline mode: the endpoint's progress, driven while waiting.
     progress: Option<Arc<dyn Progress>>,
@@ -54,17 +103,19 @@ pub(crate) struct OpFuture {
 
 impl OpFuture {
     /// The future of the operation posted with `context`, completing
-    /// through `rx`. `ep`: the endpoint that withdraws it if the future is
-    /// dropped first (receives); `progress`: what an inline waiter drives.
+    /// through `rx`. `owner`: what withdraws it if the future is dropped
+    /// first (receives); `progress`: what an inline waiter drives.
     pub(crate) fn new(
-        rx: oneshot::Receiver<CqItem>,
+        rx: oneshot::Receiver<Finished>,
         context: u64,
-        ep: Option<Arc<dyn ProviderEndpoint>>,
+        owner: Option<Owner>,
+        on_drop: OnDrop,
         progress: Option<Arc<dyn Progress>>,
     ) -> OpFuture {
         OpFuture {
             rx,
-            ep,
+            owner: owner.filter(|_| on_drop != OnDrop::Nothing),
+            on_drop,
             context,
             progress,
             wait: InlineWait::new(),
@@ -95,12 +146,12 @@ impl Future for OpFuture {
             }
         }
         match polled {
-            Poll::Ready(Ok(item)) => {
-                self.ep = None;
-                Poll::Ready(item)
+            Poll::Ready(Ok(done)) => {
+                self.owner = None;
+                Poll::Ready(done.item)
             }
             Poll::Ready(Err(_)) => {
-                self.ep = None;
+                self.owner = None;
                 Poll::Ready(Err(CqErrEntry::new(
                     self.context,
                     OpFlags::empty(),
@@ -114,8 +165,25 @@ impl Future for OpFuture {
 
 impl Drop for OpFuture {
     fn drop(&mut self) {
-        if let Some(ep) = self.ep.take() {
-            ep.cancel(self.context);
+        let Some(owner) = self.owner.take() else {
+            return;
+        };
+        // Closed first: a completion racing this drop either is already
+        // in the channel (taken below) or finds it closed and comes back
+        // to its provider, which hands the message on itself.
+        self.rx.close();
+        if owner.cancel(self.context) {
+            return;
+        }
+        if self.on_drop != OnDrop::CancelOrGiveBack {
+            return;
+        }
+        if let Ok(Some(Finished {
+            item: Ok(entry),
+            origin,
+        })) = self.rx.try_recv()
+        {
+            owner.give_back(Returned { entry, origin });
         }
     }
 }

@@ -7,15 +7,14 @@
 //! which the completion gives back filled.
 
 use bytes::{Bytes, BytesMut};
-use futures::channel::oneshot;
 use weft_core::addr::FiAddr;
-use weft_core::completion::{CqEntry, CqErrEntry, CqItem};
+use weft_core::completion::{CqEntry, CqErrEntry, Waiter};
 use weft_core::flags::{Caps, OpFlags};
 use weft_core::provider::{AtomicOp, Rejected, RmaOp, RmaReq};
 use weft_core::{Error, Result};
 
 use crate::endpoint::{async_op, op_done, Endpoint, Live};
-use crate::opfuture::post_when_room;
+use crate::opfuture::{post_when_room, OnDrop};
 
 /// Flags an RMA operation may carry.
 const RMA_FLAGS: OpFlags = OpFlags::COMPLETION
@@ -87,13 +86,7 @@ impl Endpoint {
         Ok(())
     }
 
-    fn rma_req(
-        &self,
-        live: &Live,
-        msg: RmaMsg,
-        flags: OpFlags,
-        waiter: Option<oneshot::Sender<CqItem>>,
-    ) -> RmaReq {
+    fn rma_req(&self, live: &Live, msg: RmaMsg, flags: OpFlags, waiter: Option<Waiter>) -> RmaReq {
         let flags = live.tx_flags(flags);
         let kind = msg.op.flags();
         let cntr = if kind.contains(OpFlags::WRITE) {
@@ -208,7 +201,7 @@ impl Endpoint {
             }
             return Err(e);
         }
-        live.op_future(ctx, rx, false).await
+        live.op_future(ctx, rx, OnDrop::Nothing).await
     }
 
     /// `write` resolving with its completion.

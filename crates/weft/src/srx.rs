@@ -20,7 +20,7 @@ use weft_core::{Error, Result};
 use crate::endpoint::async_op;
 use crate::fabric::{next_fid, Domain};
 use crate::msg::RecvMsg;
-use crate::opfuture::{post_when_room, OpFuture};
+use crate::opfuture::{post_when_room, OnDrop, OpFuture, Owner};
 
 /// A shared receive context.
 #[derive(Debug, Clone)]
@@ -82,11 +82,7 @@ impl SharedRxContext {
         }
     }
 
-    fn req(
-        msg: RecvMsg,
-        flags: OpFlags,
-        waiter: Option<futures::channel::oneshot::Sender<weft_core::completion::CqItem>>,
-    ) -> RecvReq {
+    fn req(msg: RecvMsg, flags: OpFlags, waiter: Option<weft_core::completion::Waiter>) -> RecvReq {
         RecvReq {
             src: FI_ADDR_UNSPEC,
             bufs: msg.bufs,
@@ -146,10 +142,10 @@ impl SharedRxContext {
     }
 
     /// Receives one message, at whichever bound endpoint it arrives, and
-    /// resolves with the completion. A full context is waited out. Once
-    /// posted, the receive stays posted even if the future is dropped
-    /// (a receive handed to the device cannot be taken back), so the
-    /// message it takes is then lost to the application.
+    /// resolves with the completion. A full context is waited out.
+    /// Dropping the future withdraws the receive, or, when a message
+    /// already reached it, hands that message to the next receive of the
+    /// context, reported on the CQ of the endpoint it arrived at.
     pub async fn recvmsg(
         &self,
         msg: RecvMsg,
@@ -162,11 +158,13 @@ impl SharedRxContext {
         let (ctx, tx, rx) = async_op();
         let mut msg = msg;
         msg.context = ctx;
+        let on_drop = OnDrop::for_recv(flags);
         let req = Self::req(msg, flags, Some(tx));
         if let Err(r) = post_when_room(req, |r| self.inner.prov.post_recv(r)).await {
             return Err(fail(r.err, r.req.bufs));
         }
-        OpFuture::new(rx, ctx, None, None).await
+        let owner = Owner::Srx(self.inner.prov.clone());
+        OpFuture::new(rx, ctx, Some(owner), on_drop, None).await
     }
 
     /// Receives one message into `buf`.

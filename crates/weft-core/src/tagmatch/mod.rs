@@ -231,6 +231,13 @@ impl<R, U, S> Matcher<R, U, S> {
         self.unexpected.push(src_raw, info, payload);
     }
 
+    /// Puts back, ahead of every buffered message, one that a receive had
+    /// taken but nobody read (its future was dropped after the message
+    /// reached it), so the next receive that accepts it takes it first.
+    pub fn push_unexpected_front(&mut self, src_raw: S, info: MsgInfo, payload: U) {
+        self.unexpected.push_front(src_raw, info, payload);
+    }
+
     /// Posts a receive. If a buffered message matches (oldest first, claimed
     /// ones skipped) it is removed and returned; otherwise the receive is
     /// queued. Messages that arrived from an unknown source are matched with

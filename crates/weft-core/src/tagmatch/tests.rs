@@ -427,3 +427,23 @@ fn spec_accepts_follows_the_matching_rules() {
     // Unknown at arrival: may resolve to A by the time it is matched.
     assert!(uspec(A, 0).accepts(&umsg(FI_ADDR_NOTAVAIL, 1)));
 }
+
+#[test]
+fn a_message_put_back_goes_ahead_of_every_buffered_one() {
+    let mut m = M::new();
+    m.push_unexpected(0, umsg(A, 2), 2);
+    m.push_unexpected(0, tmsg(A, 7, 3), 3);
+    // Message 1 had reached a receive whose future was then dropped.
+    m.push_unexpected_front(0, umsg(A, 1), 1);
+    m.push_unexpected_front(0, tmsg(A, 7, 0), 0);
+    let (.., p) = matched(m.post(uspec(FI_ADDR_UNSPEC, 1), 1, &no_av));
+    assert_eq!(p, 1);
+    let (.., p) = matched(m.post(uspec(FI_ADDR_UNSPEC, 2), 2, &no_av));
+    assert_eq!(p, 2);
+    // Exact-tag and wildcard receives see the same order.
+    let (.., p) = matched(m.post(tspec(FI_ADDR_UNSPEC, 0, u64::MAX, 3), 3, &no_av));
+    assert_eq!(p, 0);
+    let (.., p) = matched(m.post(tspec(FI_ADDR_UNSPEC, 7, 0, 4), 4, &no_av));
+    assert_eq!(p, 3);
+    assert_eq!(m.unexpected_len(), 0);
+}

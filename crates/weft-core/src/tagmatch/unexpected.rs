@@ -24,8 +24,15 @@ struct Entry<U, S> {
     claimed_by: Option<u64>,
 }
 
+/// Room below the first tail sequence number for messages put back at
+/// the head (one per receive whose future was dropped unread).
+const FIRST_SEQ: u64 = 1 << 62;
+
 pub(super) struct UnexpectedQueue<U, S> {
     next_seq: u64,
+    /// Messages put back at the head count down from below the first
+    /// sequence number of those pushed at the tail.
+    next_front: u64,
     entries: BTreeMap<u64, Entry<U, S>>,
     bytes: usize,
     by_tag: FastMap<u64, Seqs>,
@@ -40,7 +47,8 @@ pub(super) struct UnexpectedQueue<U, S> {
 impl<U, S> UnexpectedQueue<U, S> {
     pub(super) fn new() -> Self {
         UnexpectedQueue {
-            next_seq: 0,
+            next_seq: FIRST_SEQ,
+            next_front: FIRST_SEQ - 1,
             entries: BTreeMap::new(),
             bytes: 0,
             by_tag: fast_map(),
@@ -66,6 +74,17 @@ impl<U, S> UnexpectedQueue<U, S> {
     pub(super) fn push(&mut self, src_raw: S, info: MsgInfo, payload: U) {
         let seq = self.next_seq;
         self.next_seq += 1;
+        self.insert(seq, src_raw, info, payload);
+    }
+
+    /// Puts a message back ahead of every other one.
+    pub(super) fn push_front(&mut self, src_raw: S, info: MsgInfo, payload: U) {
+        let seq = self.next_front;
+        self.next_front = self.next_front.saturating_sub(1);
+        self.insert(seq, src_raw, info, payload);
+    }
+
+    fn insert(&mut self, seq: u64, src_raw: S, info: MsgInfo, payload: U) {
         self.bytes += info.len;
         self.index(seq, &info);
         self.entries.insert(

@@ -27,12 +27,13 @@ use std::sync::{Arc, Mutex};
 
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, FiAddr};
-use weft_core::completion::OpDone;
+use weft_core::completion::{OpDone, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::progress::Progress;
 use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::recvdone::RecvCtx;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
@@ -74,10 +75,19 @@ struct Inflight {
 
 /// A datagram waiting in its slot for a receive.
 struct Arrival {
-    slot: u32,
+    held: Held,
     len: usize,
     src: FiAddr,
     data: Option<u64>,
+}
+
+/// Where a datagram waiting for a receive is.
+enum Held {
+    /// In its receive slot (with the GRH before it).
+    Slot(u32),
+    /// Given back by a receive whose future was dropped as the datagram
+    /// reached it: in that receive's buffer.
+    Copied(bytes::BytesMut),
 }
 
 #[derive(Default)]
@@ -346,6 +356,10 @@ impl ProviderEndpoint for VerbsDgramEndpoint {
 
     fn cancel(&self, context: u64) -> bool {
         self.shared.cancel(context)
+    }
+
+    fn give_back(&self, r: Returned) {
+        RecvCtx::give_back(&*self.shared, r);
     }
 
     fn local_addr(&self) -> Vec<u8> {

@@ -5,9 +5,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use bytes::BytesMut;
 use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
-use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry};
+use weft_core::completion::{CqEntry, CqErrEntry, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::{Caps, OpFlags};
 use weft_core::provider::{RecvReq, Rejected};
@@ -16,7 +15,7 @@ use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::{Error, Result};
 
-use super::{Arrival, DgramShared, RECV_BIT};
+use super::{Arrival, DgramShared, Held, RECV_BIT};
 use crate::cqdrive::CqSink;
 use crate::sys::{RecvRequest, WcOpcode, WcStatus, WorkCompletion, GRH_LEN};
 
@@ -30,6 +29,19 @@ impl RecvCtx for DgramShared {
             Some(av) => lock(av).reported_addr(a),
             None => a,
         }
+    }
+
+    fn give_back(&self, mut r: Returned) {
+        if self.is_closed() {
+            return;
+        }
+        let info = r.info();
+        self.requeue(Arrival {
+            held: Held::Copied(r.take_bytes()),
+            len: info.len,
+            src: info.src,
+            data: info.data,
+        });
     }
 }
 
@@ -139,13 +151,11 @@ impl DgramShared {
         }
     }
 
-    /// Copies a datagram into a receive, completes it, and recycles the
-    /// slot. Should the receive's future be gone by the hand-over (it
-    /// was dropped while the datagram was being copied in), the datagram
-    /// goes to the next receive instead.
+    /// Copies a datagram into a receive, recycles its slot, and completes
+    /// the receive. Should the receive's future be gone by the hand-over
+    /// (it was dropped while the datagram was being copied in), the
+    /// datagram comes back through `give_back` to the next receive.
     fn deliver(&self, mut req: RecvReq, a: Arrival) {
-        let pool = &self.res.recv_pool;
-        let copied = pool.scatter(pool.offset(a.slot) + GRH_LEN, a.len, &mut req.bufs);
         let info = MsgInfo {
             src: a.src,
             tagged: false,
@@ -153,46 +163,16 @@ impl DgramShared {
             len: a.len,
             data: a.data,
         };
-        match copied {
-            Ok(placed) if placed == a.len && req.done.waiter.is_some() => {
-                self.rx.release(1);
-                if crate::msg::hand_over(req.done, self.entry(req.bufs, &info)).is_some() {
-                    // The slot still holds the datagram.
-                    return self.requeue(a);
-                }
-                self.recycle(a.slot);
-            }
-            Ok(placed) => {
-                self.recycle(a.slot);
-                recvdone::deliver(self, req, info, placed);
-            }
-            Err((e, placed)) => {
-                self.recycle(a.slot);
-                recvdone::fail_recv(self, req, info, placed, e);
-            }
-        }
-    }
-
-    /// The completion of a whole datagram in `bufs` (cut to it).
-    fn entry(&self, mut bufs: Vec<BytesMut>, info: &MsgInfo) -> CqEntry {
-        trim_bufs(&mut bufs, info.len);
-        let mut flags = OpFlags::RECV | OpFlags::MSG;
-        if info.data.is_some() {
-            flags |= OpFlags::REMOTE_CQ_DATA;
-        }
-        let src = if info.src == FI_ADDR_NOTAVAIL {
-            FI_ADDR_NOTAVAIL
-        } else {
-            self.reported_addr(info.src)
+        let slot = match a.held {
+            Held::Slot(slot) => slot,
+            Held::Copied(data) => return recvdone::copy_and_deliver(self, req, info, &data),
         };
-        CqEntry {
-            context: 0,
-            flags,
-            len: info.len,
-            bufs,
-            data: info.data.unwrap_or(0),
-            tag: 0,
-            src,
+        let pool = &self.res.recv_pool;
+        let copied = pool.scatter(pool.offset(slot) + GRH_LEN, a.len, &mut req.bufs);
+        self.recycle(slot);
+        match copied {
+            Ok(placed) => recvdone::deliver(self, req, info, placed),
+            Err((e, placed)) => recvdone::fail_recv(self, req, info, placed, e),
         }
     }
 
@@ -223,7 +203,7 @@ impl DgramShared {
             Err(_) => FI_ADDR_NOTAVAIL,
         };
         let a = Arrival {
-            slot,
+            held: Held::Slot(slot),
             len: (wc.byte_len as usize).saturating_sub(GRH_LEN),
             src,
             data: wc.imm_data.map(u64::from),

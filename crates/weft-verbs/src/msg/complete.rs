@@ -36,7 +36,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
-use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry, CqShared, OpDone};
+use weft_core::addr::FI_ADDR_NOTAVAIL;
+use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry, CqShared, OpDone, Returned};
 use weft_core::counter::CounterShared;
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
@@ -533,6 +534,17 @@ impl RecvSide<'_> {
         }
     }
 
+    /// Takes back a message whose receive's future was dropped after the
+    /// message reached it: the oldest waiting receive gets it, or it is
+    /// held ahead of every other message.
+    pub fn give_back(&self, r: Returned) {
+        let route = Route {
+            cq: r.origin.cq,
+            cntr: r.origin.cntr,
+        };
+        self.reroute(arrived_back(r.entry, route), true);
+    }
+
     /// Withdraws the waiting receive with `context`; it ends with
     /// `Canceled` and its buffers. False if none waits.
     pub fn cancel(&self, context: u64) -> bool {
@@ -757,23 +769,9 @@ fn arrived_back(e: CqEntry, route: Route) -> Arrived {
 }
 
 /// `OpDone::complete`, except that a completion whose awaiting future is
-/// gone comes back rather than being dropped (and is not counted).
-pub(crate) fn hand_over(mut done: OpDone, mut entry: CqEntry) -> Option<CqEntry> {
-    let Some(w) = done.waiter.take() else {
-        done.complete(entry);
-        return None;
-    };
-    entry.context = done.context;
-    entry.flags |= done.flags;
-    match w.send(Ok(entry)) {
-        Ok(()) => {
-            if let Some(c) = &done.cntr {
-                c.add(1);
-            }
-            None
-        }
-        Err(item) => item.ok(),
-    }
+/// gone comes back rather than being dropped.
+fn hand_over(done: OpDone, entry: CqEntry) -> Option<CqEntry> {
+    done.complete_from(entry, FI_ADDR_NOTAVAIL).map(|r| r.entry)
 }
 
 /// Whether a receive was consumed by the peer's RDMA write with

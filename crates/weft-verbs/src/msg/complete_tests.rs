@@ -1,6 +1,6 @@
 use super::*;
 use futures::channel::oneshot;
-use weft_core::completion::CqItem;
+use weft_core::completion::Finished;
 
 /// Work request memory that is only a shape.
 struct Fake(Vec<usize>);
@@ -11,7 +11,7 @@ impl Shape for Fake {
     }
 }
 
-fn awaited(context: u64) -> (OpDone, oneshot::Receiver<CqItem>) {
+fn awaited(context: u64) -> (OpDone, oneshot::Receiver<Finished>) {
     let (tx, rx) = oneshot::channel();
     let done = OpDone {
         context,
@@ -35,8 +35,8 @@ fn message(n: u64) -> Arrived {
     }
 }
 
-fn number_of(item: CqItem) -> u64 {
-    let e = item.expect("a message");
+fn number_of(done: Finished) -> u64 {
+    let e = done.item.expect("a message");
     let b = e.into_bytes();
     u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
 }
@@ -58,7 +58,7 @@ fn a_copy_longer_than_the_receive_is_truncation_with_olen() {
     let (done, mut rx) = awaited(7);
     let w = Waiting::new(1, done, Some(vec![BytesMut::zeroed(3)]));
     assert!(deliver(w, message(0x0807_0605_0403_0201)).is_none());
-    let e = rx.try_recv().unwrap().unwrap().unwrap_err();
+    let e = rx.try_recv().unwrap().unwrap().item.unwrap_err();
     assert_eq!((e.err, e.len, e.olen, e.context), (Error::Trunc, 3, 5, 7));
     assert_eq!(&e.bufs[0][..], &[1, 2, 3]);
 }
@@ -145,11 +145,11 @@ fn random_withdrawals_lose_nothing_and_keep_order() {
     let credits = Credits::new(16);
     let mut q: RxQueue<Fake> = RxQueue::default();
     let mut posted_wrs = VecDeque::new();
-    let mut live: Vec<(u64, oneshot::Receiver<CqItem>)> = Vec::new();
+    let mut live: Vec<(u64, oneshot::Receiver<Finished>)> = Vec::new();
     let mut got = Vec::new();
     let (mut next_id, mut next_msg) = (1u64, 0u64);
     let mut by_receive = Vec::new();
-    let mut collect = |live: &mut Vec<(u64, oneshot::Receiver<CqItem>)>, got: &mut Vec<u64>| {
+    let mut collect = |live: &mut Vec<(u64, oneshot::Receiver<Finished>)>, got: &mut Vec<u64>| {
         live.retain_mut(|(id, rx)| match rx.try_recv() {
             Ok(Some(item)) => {
                 let n = number_of(item);

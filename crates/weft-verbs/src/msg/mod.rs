@@ -48,7 +48,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr};
-use weft_core::completion::CqErrEntry;
+use weft_core::completion::{CqErrEntry, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
@@ -72,8 +72,6 @@ mod post;
 mod srx;
 
 pub use srx::MsgSrx;
-
-pub(crate) use complete::hand_over;
 
 use complete::{Inflight, RecvMem, RxQueue};
 
@@ -424,6 +422,14 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
                 lock(&ep.early_recvs).push(req);
                 Ok(())
             }
+        }
+    }
+
+    fn give_back(&self, r: Returned) {
+        // Without a link the endpoint is closed: nothing will be received.
+        let link = lock(&self.shared.link).clone();
+        if let Some(l) = link {
+            self.shared.recv_side(&l.recv_pool).give_back(r);
         }
     }
 

@@ -20,7 +20,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use weft_core::completion::CqErrEntry;
+use weft_core::completion::{CqErrEntry, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::provider::{EpConfig, ProviderSrx, RecvReq, Rejected};
@@ -133,6 +133,12 @@ impl ProviderSrx for MsgSrx {
 
     fn cancel(&self, context: u64) -> bool {
         self.side().cancel(context)
+    }
+
+    fn give_back(&self, r: Returned) {
+        if !self.closed.load(Ordering::Acquire) {
+            self.side().give_back(r);
+        }
     }
 
     fn rx_size_left(&self) -> usize {

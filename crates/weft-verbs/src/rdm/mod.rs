@@ -64,7 +64,7 @@ use tokio::task::AbortHandle;
 use bytes::Bytes;
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, sockaddr_bytes, FiAddr, FI_ADDR_NOTAVAIL};
-use weft_core::completion::{CqErrEntry, OpDone};
+use weft_core::completion::{CqErrEntry, OpDone, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
@@ -380,6 +380,10 @@ impl weft_core::recvdone::RecvCtx for RdmShared {
     fn reported_addr(&self, a: FiAddr) -> FiAddr {
         RdmShared::reported_addr(self, a)
     }
+
+    fn give_back(&self, r: Returned) {
+        self.take_back(r);
+    }
 }
 
 impl RdmShared {
@@ -552,6 +556,34 @@ impl RdmShared {
             return;
         };
         self.rt.spawn(async move { ep.settle_orphans(&c) });
+    }
+
+    /// Takes back a message a dropped receive future did not read: the
+    /// oldest posted receive that accepts it gets it, else it goes ahead
+    /// of every buffered message.
+    fn take_back(&self, mut r: Returned) {
+        if self.is_closed() {
+            return;
+        }
+        let info = r.info();
+        let data = r.take_bytes().freeze();
+        // The sender's address when it was known at arrival; an unknown
+        // one stays unknown (the unspecified address resolves to none).
+        let key = match &self.cfg.av {
+            Some(av) if info.src != FI_ADDR_NOTAVAIL => lock(av)
+                .lookup(info.src)
+                .ok()
+                .and_then(|b| decode_sockaddr(b).ok()),
+            _ => None,
+        }
+        .unwrap_or_else(|| SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)));
+        let mut m = lock(&self.matcher);
+        if let Some((_, req)) = m.match_arrival(&info) {
+            drop(m);
+            rx::copy_and_deliver(self, req, info, &data);
+            return;
+        }
+        m.push_unexpected_front(key, info, Unexp::Eager(data));
     }
 
     /// A receive matched a buffered message.
@@ -747,6 +779,10 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
             });
         }
         ep.recv(req)
+    }
+
+    fn give_back(&self, r: Returned) {
+        self.shared.take_back(r);
     }
 
     fn cancel(&self, context: u64) -> bool {

@@ -4,16 +4,15 @@
 //! first).
 
 use bytes::{Bytes, BytesMut};
-use futures::channel::oneshot;
 use weft_core::addr::{FiAddr, FI_ADDR_UNSPEC};
-use weft_core::completion::{CqEntry, CqErrEntry, CqItem};
+use weft_core::completion::{CqEntry, CqErrEntry, Waiter};
 use weft_core::flags::{Caps, OpFlags};
 use weft_core::provider::{RecvReq, Rejected, SendReq};
 use weft_core::{Error, Result};
 
 use super::{async_op, op_done, Endpoint, Live};
 use crate::msg::{RecvMsg, SendMsg, SendParts};
-use crate::opfuture::post_when_room;
+use crate::opfuture::{post_when_room, OnDrop};
 
 impl Endpoint {
     fn check_send(&self, msg: &SendParts, flags: OpFlags) -> Result<()> {
@@ -71,7 +70,7 @@ impl Endpoint {
         live: &Live,
         msg: SendParts,
         flags: OpFlags,
-        waiter: Option<oneshot::Sender<CqItem>>,
+        waiter: Option<Waiter>,
     ) -> SendReq {
         let flags = live.tx_flags(flags);
         let kind = OpFlags::SEND | OpFlags::msg_or_tagged(msg.tag.is_some());
@@ -100,7 +99,7 @@ impl Endpoint {
         live: &Live,
         msg: RecvMsg,
         flags: OpFlags,
-        waiter: Option<oneshot::Sender<CqItem>>,
+        waiter: Option<Waiter>,
     ) -> RecvReq {
         let flags = live.rx_flags(flags);
         let kind = OpFlags::RECV | OpFlags::msg_or_tagged(msg.tagged);
@@ -261,7 +260,7 @@ impl Endpoint {
         if let Err(r) = post_when_room(req, |r| live.prov.post_send(r)).await {
             return Err(fail(r.err));
         }
-        live.op_future(ctx, rx, false).await
+        live.op_future(ctx, rx, OnDrop::Nothing).await
     }
 
     /// `send` resolving with the completion.
@@ -285,8 +284,9 @@ impl Endpoint {
     }
 
     /// Receives and resolves with the completion, whose `bufs` hold the
-    /// data. Dropping the future before a message matched withdraws the
-    /// receive, so no message is consumed by a receive nobody awaits.
+    /// data. Dropping the future withdraws the receive, or, when a message
+    /// already reached it, hands that message to the next receive ahead of
+    /// later ones: a receive nobody awaits consumes no message.
     pub async fn recvmsg(
         &self,
         msg: RecvMsg,
@@ -306,12 +306,14 @@ impl Endpoint {
         let (ctx, tx, rx) = async_op();
         let mut msg = msg;
         msg.context = ctx;
+        let on_drop = OnDrop::for_recv(live.rx_flags(flags));
         let req = self.recv_req(live, msg, flags, Some(tx));
         if let Err(r) = post_when_room(req, |r| live.prov.post_recv(r)).await {
             return Err(fail(r.err, r.req.bufs));
         }
-        // A receive that has not matched is withdrawn if the future goes.
-        live.op_future(ctx, rx, true).await
+        // A receive that has not matched is withdrawn if the future goes;
+        // one that has gives its message back.
+        live.op_future(ctx, rx, on_drop).await
     }
 
     /// Receives one message into `buf`.

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::channel::oneshot;
 use weft_core::attr::{EpType, Info};
-use weft_core::completion::{CqItem, CqShared, OpDone, WaitMode};
+use weft_core::completion::{CqShared, Finished, OpDone, WaitMode, Waiter};
 use weft_core::counter::CounterShared;
 use weft_core::eventq::{ConnHandle, EqShared};
 use weft_core::flags::{BindFlags, Caps, OpFlags};
@@ -21,7 +21,7 @@ use crate::counter::Counter;
 use crate::cq::CompletionQueue;
 use crate::eq::EventQueue;
 use crate::fabric::{next_fid, Domain};
-use crate::opfuture::OpFuture;
+use crate::opfuture::{OnDrop, OpFuture, Owner};
 use crate::srx::SharedRxContext;
 
 mod data;
@@ -106,16 +106,16 @@ impl Live {
         flags | OpFlags::from_bits_retain(self.rx_op_flags.load(Ordering::Acquire))
     }
 
-    /// The future of an `async` operation posted with `ctx`; with
-    /// `cancel_on_drop`, dropping it withdraws the operation (receives).
+    /// The future of an `async` operation posted with `ctx`; `on_drop`
+    /// says what dropping it does (receives are withdrawn).
     pub(crate) fn op_future(
         &self,
         ctx: u64,
-        rx: oneshot::Receiver<CqItem>,
-        cancel_on_drop: bool,
+        rx: oneshot::Receiver<Finished>,
+        on_drop: OnDrop,
     ) -> OpFuture {
-        let ep = cancel_on_drop.then(|| self.prov.clone());
-        OpFuture::new(rx, ctx, ep, self.inline.clone())
+        let owner = Owner::Ep(self.prov.clone());
+        OpFuture::new(rx, ctx, Some(owner), on_drop, self.inline.clone())
     }
 }
 
@@ -129,7 +129,7 @@ pub(crate) fn op_done(
     kind: OpFlags,
     flags: OpFlags,
     cntr: Option<Arc<CounterShared>>,
-    waiter: Option<oneshot::Sender<CqItem>>,
+    waiter: Option<Waiter>,
 ) -> OpDone {
     let (cq, selective) = cq.clone().map_or((None, false), |(c, s)| (Some(c), s));
     OpDone {
@@ -144,7 +144,7 @@ pub(crate) fn op_done(
 
 /// A context for an `async` operation, and the channel its completion
 /// comes back on.
-pub(crate) fn async_op() -> (u64, oneshot::Sender<CqItem>, oneshot::Receiver<CqItem>) {
+pub(crate) fn async_op() -> (u64, Waiter, oneshot::Receiver<Finished>) {
     let ctx = NEXT_ASYNC_CTX.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = oneshot::channel();
     (ctx, tx, rx)

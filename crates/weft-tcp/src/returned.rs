@@ -1,0 +1,75 @@
+//! Messages given back by receives whose futures were dropped just as
+//! the message reached them (the completion was sent, nobody read it).
+//!
+//! Such a message is not lost: it goes to the oldest posted receive that
+//! accepts it, or to the head of the unexpected queue, ahead of every
+//! message that arrived after it, where the next receive finds it. It is
+//! charged against the unexpected budget like any buffered message, even
+//! past the budget: it was admitted once already, and refusing it now
+//! could only drop it.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+
+use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::completion::Returned;
+use weft_core::limits::UNEXPECTED_OVERHEAD;
+use weft_core::sync::lock;
+
+use crate::admission::Charge;
+use crate::endpoint::EpShared;
+use crate::rx::{copy_and_deliver, UnexpState, Unexpected};
+
+impl EpShared {
+    /// Takes back a message a dropped receive future did not read.
+    pub fn take_back(&self, mut r: Returned) {
+        if self.is_closed() {
+            return;
+        }
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        let info = r.info();
+        let data = r.take_bytes();
+        let key = self.source_key(info.src);
+        let mut m = lock(&self.matcher);
+        if let Some((_, req)) = m.match_arrival(&info) {
+            drop(m);
+            copy_and_deliver(self, req, info, &data);
+            return;
+        }
+        let charge = UNEXPECTED_OVERHEAD.saturating_add(info.len);
+        // Not a connection's share: the connection it came on may be gone.
+        let share = Arc::new(AtomicUsize::new(0));
+        let u = Arc::new(Unexpected {
+            st: Mutex::new(UnexpState {
+                data,
+                len: info.len,
+                complete: true,
+                failed: None,
+                waiter: None,
+            }),
+            _charge: Charge::new(&me, &share, charge),
+        });
+        m.push_unexpected_front(key, info, u);
+    }
+
+    /// The matcher's raw identity of the sender with AV handle `src`: its
+    /// address, or an unspecified one that resolves to no handle when the
+    /// sender was unknown at arrival.
+    fn source_key(&self, src: FiAddr) -> SocketAddr {
+        let unknown = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+        if src == FI_ADDR_NOTAVAIL {
+            return unknown;
+        }
+        let Some(av) = &self.cfg.av else {
+            return unknown;
+        };
+        let t = lock(av);
+        t.lookup(src)
+            .ok()
+            .and_then(|b| decode_sockaddr(b).ok())
+            .unwrap_or(unknown)
+    }
+}
