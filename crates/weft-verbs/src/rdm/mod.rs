@@ -49,7 +49,6 @@
 //! frame provides there.
 
 mod peers;
-pub(crate) mod proto;
 mod rma;
 mod rx;
 mod tx;
@@ -85,8 +84,8 @@ use crate::sys::{
 };
 use weft_core::limits::ConnSlot;
 
-use proto::Header;
 pub(crate) use tx::inject_size;
+use weft_core::wire::rdm::Header;
 
 /// Send work requests one connection may have outstanding; more waits in
 /// the peer's backlog (a QP's send queue costs memory per peer).
@@ -99,7 +98,7 @@ const EP_SEND_WR: usize = 4096;
 /// Bytes per receive (and send) slot: a 4 KiB payload and its header, so
 /// page-sized messages still go eagerly (a rendezvous costs a
 /// registration on each side and two more messages).
-pub(crate) const RDM_SLOT: usize = 4096 + proto::HDR;
+pub(crate) const RDM_SLOT: usize = 4096 + weft_core::wire::rdm::HDR;
 /// Listen backlog of the endpoint's rdma_cm id.
 const LISTEN_BACKLOG: i32 = 256;
 

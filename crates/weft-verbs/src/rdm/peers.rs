@@ -237,8 +237,8 @@ fn new_conn(
                 max_recv_wr: 0,
                 max_send_sge: sge,
                 max_recv_sge: 1,
-                max_inline_data: (info.tx_attr.inject_size + super::proto::HDR).min(QP_INLINE)
-                    as u32,
+                max_inline_data: (info.tx_attr.inject_size + weft_core::wire::rdm::HDR)
+                    .min(QP_INLINE) as u32,
             },
             sq_sig_all: false,
         },

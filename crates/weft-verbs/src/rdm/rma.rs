@@ -12,10 +12,10 @@ use weft_core::provider::{RmaOp, RmaReq};
 use weft_core::sync::lock;
 use weft_core::Error;
 
-use super::proto::{Header, Op as WireOp};
 use super::{Conn, Op, RdmShared};
 use crate::bufs::{post_rma, RmaLocal};
 use crate::sys::{Payload, SendOp, SendRequest, WorkCompletion};
+use weft_core::wire::rdm::{Header, Op as WireOp};
 
 /// An RMA operation on the wire.
 pub(crate) struct RmaOpState {

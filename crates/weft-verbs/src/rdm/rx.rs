@@ -15,11 +15,11 @@ use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::{Error, Result};
 
-use super::proto::{Header, Op as WireOp, HDR};
 use super::RDM_SLOT;
 use super::{Deferred, Op, RdmShared, ReadJob, Unexp};
 use crate::cqdrive::CqSink;
 use crate::sys::{RecvRequest, WorkCompletion};
+use weft_core::wire::rdm::{Header, Op as WireOp, HDR};
 
 /// Most bytes pulled for one unexpected delivery-complete message; a
 /// larger one waits at the sender for its receive (its send then

@@ -15,10 +15,10 @@ use weft_core::provider::SendReq;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use super::proto::{Header, Op as WireOp, HDR};
 use super::RDM_SLOT;
 use super::{rx, Conn, Deferred, Op, Peer, RdmShared, ReadJob, RndvSend, TxHeld, QP_INLINE};
 use crate::sys::{AccessFlags, BytesMr, BytesMutMr, Payload, SendOp, SendRequest, Sge};
+use weft_core::wire::rdm::{Header, Op as WireOp, HDR};
 
 /// Largest payload sent eagerly: what fits a receive slot beside the header.
 pub const EAGER_MAX: usize = RDM_SLOT - HDR;

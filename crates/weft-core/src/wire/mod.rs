@@ -4,6 +4,10 @@
 //!
 //! Decoding never trusts the peer: every field is checked before it is used,
 //! and a header the decoder rejects ends that connection with an error.
+//!
+//! [`rdm`] is the verbs RDM provider's message header.
+
+pub mod rdm;
 
 use std::fmt;
 

@@ -1,4 +1,7 @@
-//! The header in front of every RDM message on an RC queue pair.
+//! The verbs RDM provider's wire format: the header in front of every
+//! RDM message on an RC queue pair. (It lives here, beside the software
+//! providers' frame codec, so it builds, is tested and is fuzzed without
+//! an RDMA stack.)
 //!
 //! RC gives reliable, ordered delivery between two QPs but knows nothing of
 //! tags, sources or rendezvous, so each send carries one fixed header:
@@ -24,7 +27,7 @@
 //! matched or buffered at the receiver; an announced one is then pulled
 //! into a buffer at once rather than when a receive matches.
 
-use weft_core::{Error, Result};
+use crate::{Error, Result};
 
 /// Header bytes.
 pub const HDR: usize = 48;
@@ -53,7 +56,9 @@ pub enum Op {
 /// A decoded header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
+    /// What the message is.
     pub op: Op,
+    /// Sent as a tagged message.
     pub tagged: bool,
     /// Remote CQ data, if any.
     pub data: Option<u64>,
@@ -61,10 +66,15 @@ pub struct Header {
     pub failed: bool,
     /// Answer with `Fin` once the message is matched or buffered.
     pub ack: bool,
+    /// Key of the sender's buffer (request-to-send).
     pub rkey: u32,
+    /// The message tag (tagged messages).
     pub tag: u64,
+    /// Payload length in bytes.
     pub len: u64,
+    /// Address of the sender's buffer (request-to-send).
     pub addr: u64,
+    /// The sender's handle for the transfer, echoed by `Fin`.
     pub cookie: u64,
 }
 
@@ -119,7 +129,7 @@ impl Header {
     }
 
     /// Parses a header; anything but a well-formed version-1 header is
-    /// `Proto`.
+    /// `Io` (the connection that sent it is torn down).
     pub fn decode(b: &[u8]) -> Result<Header> {
         if b.len() < HDR || b[2] != VERSION || b[3] != 0 {
             return Err(Error::Io);
