@@ -168,8 +168,8 @@ fn iteration_counts_are_bounded() {
     );
     assert_eq!(perf("pingpong -I 1000000000").iters, MAX_ITERS);
     // The largest count still leaves room for the warm-up on top.
-    let p = crate::proto::Params::from_args(
-        crate::proto::Kind::Pingpong,
+    let p = crate::negotiate::Params::from_args(
+        crate::negotiate::Kind::Pingpong,
         &perf("pingpong -I 1000000000"),
     );
     assert_eq!(p.total().ok(), Some(1_100_000_000));

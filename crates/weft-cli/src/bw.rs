@@ -18,7 +18,7 @@ use crate::args::Api;
 use crate::fail::{Failure, Res};
 use crate::link::{payload, reclaim, recycle, Link, Reaper};
 use crate::meter::Meter;
-use crate::proto::{self, Params};
+use crate::negotiate::{self, Params};
 
 const ACK: &[u8] = b"ack";
 
@@ -76,10 +76,10 @@ async fn send_phase(
     (first, n): (usize, usize),
     m: &Meter,
 ) -> Res<()> {
-    let fixed = proto::pattern(size, 0);
+    let fixed = negotiate::pattern(size, 0);
     let payload_of = |i: usize| -> Bytes {
         if p.verify {
-            proto::pattern(size, (first + i) as u64)
+            negotiate::pattern(size, (first + i) as u64)
         } else {
             fixed.clone()
         }
@@ -141,9 +141,9 @@ async fn recv_phase(
     let check = |data: &[u8], i: usize| {
         let iter = (first + i) as u64;
         if p.verify {
-            proto::check(data, size, iter)
+            negotiate::check(data, size, iter)
         } else {
-            proto::check_len(data.len(), size, iter)
+            negotiate::check_len(data.len(), size, iter)
         }
     };
     let depth = p.window.min(n);
@@ -163,7 +163,7 @@ async fn recv_phase(
                     check(&data, i)?;
                     vec![recycle(data, size)]
                 } else {
-                    proto::check_len(e.len, size, (first + i) as u64)?;
+                    negotiate::check_len(e.len, size, (first + i) as u64)?;
                     reclaim(e.bufs, size)
                 };
                 got += 1;

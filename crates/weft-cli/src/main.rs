@@ -9,8 +9,8 @@ mod info_json;
 mod link;
 mod logging;
 mod meter;
+mod negotiate;
 mod pingpong;
-mod proto;
 mod report;
 mod rma;
 mod run;
@@ -19,7 +19,7 @@ mod watch;
 use std::process::ExitCode;
 
 use args::Command;
-use proto::Kind;
+use negotiate::Kind;
 
 fn main() -> ExitCode {
     logging::init();

@@ -11,7 +11,7 @@ use crate::args::Api;
 use crate::fail::Res;
 use crate::link::{payload_keep, reclaim, recycle, Link};
 use crate::meter::Meter;
-use crate::proto::{self, Params};
+use crate::negotiate::{self, Params};
 
 const RECV_CTX: u64 = 1;
 const SEND_CTX: u64 = 2;
@@ -19,7 +19,7 @@ const SEND_CTX: u64 = 2;
 /// The client's run of one size: the elapsed time of the timed iterations.
 pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
     let total = p.total()?;
-    let fixed = proto::pattern(size, 0);
+    let fixed = negotiate::pattern(size, 0);
     let mut reaper = link.reaper();
     let mut rbuf = vec![BytesMut::zeroed(size)];
     let mut start = Instant::now();
@@ -28,7 +28,7 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
             start = Instant::now();
         }
         let sbuf = if p.verify {
-            proto::pattern(size, i as u64)
+            negotiate::pattern(size, i as u64)
         } else {
             fixed.clone()
         };
@@ -48,9 +48,9 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
             }
         };
         if p.verify {
-            proto::check(&payload_ref(&got), size, i as u64)?;
+            negotiate::check(&payload_ref(&got), size, i as u64)?;
         } else {
-            proto::check_len(got.len, size, i as u64)?;
+            negotiate::check_len(got.len, size, i as u64)?;
         }
         rbuf = reclaim(got.bufs, size);
         m.set(i + 1);
@@ -86,9 +86,9 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
         }
         let (data, mut emptied) = payload_keep(got);
         if p.verify {
-            proto::check(&data, size, i as u64)?;
+            negotiate::check(&data, size, i as u64)?;
         } else {
-            proto::check_len(data.len(), size, i as u64)?;
+            negotiate::check_len(data.len(), size, i as u64)?;
         }
         let last = i + 1 == total;
         match api {

@@ -36,7 +36,7 @@ use crate::args::{Api, Rma};
 use crate::fail::{Context, Failure, Res};
 use crate::link::{reclaim, Link, Reaper};
 use crate::meter::Meter;
-use crate::proto::{self, Params, Region};
+use crate::negotiate::{self, Params, Region};
 
 /// The empty receive a write with remote CQ data completes on MSG.
 const NOTE_CTX: u64 = 3;
@@ -79,17 +79,17 @@ pub async fn server(
 
 async fn write_client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
     let mr = region(link, size, MrAccess::REMOTE_WRITE)?;
-    proto::send_region(link, Some(described(&mr))).await?;
-    let peer = proto::recv_region(link, size).await?;
+    negotiate::send_region(link, Some(described(&mr))).await?;
+    let peer = negotiate::recv_region(link, size).await?;
     let mut reaper = link.reaper();
-    let fixed = proto::pattern(size, 0);
+    let fixed = negotiate::pattern(size, 0);
     let mut start = Instant::now();
     for i in 0..p.total()? {
         if i == p.warmup {
             start = Instant::now();
         }
         let data = if p.verify {
-            proto::pattern(size, i as u64)
+            negotiate::pattern(size, i as u64)
         } else {
             fixed.clone()
         };
@@ -99,7 +99,7 @@ async fn write_client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter)
         let note = reaper.wait_remote_write().await?;
         check_note(&note, size, i)?;
         if p.verify {
-            proto::check(&contents(&mr, size)?, size, i as u64)?;
+            negotiate::check(&contents(&mr, size)?, size, i as u64)?;
         }
         m.set(i + 1);
     }
@@ -108,14 +108,14 @@ async fn write_client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter)
 
 async fn write_server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
     let mr = region(link, size, MrAccess::REMOTE_WRITE)?;
-    let peer = proto::recv_region(link, size).await?;
+    let peer = negotiate::recv_region(link, size).await?;
     // Posted after the control receive above (MSG receives complete in
     // order) and before our region goes out, after which the client's
     // first write may come at any time.
     note_slot(link).await?;
-    proto::send_region(link, Some(described(&mr))).await?;
+    negotiate::send_region(link, Some(described(&mr))).await?;
     let mut reaper = link.reaper();
-    let fixed = proto::pattern(size, 0);
+    let fixed = negotiate::pattern(size, 0);
     let total = p.total()?;
     let mut start = Instant::now();
     for i in 0..total {
@@ -128,7 +128,7 @@ async fn write_server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter)
         check_note(&note, size, i)?;
         let back = if p.verify {
             let got = contents(&mr, size)?;
-            proto::check(&got, size, i as u64)?;
+            negotiate::check(&got, size, i as u64)?;
             got
         } else {
             fixed.clone()
@@ -143,10 +143,10 @@ async fn write_server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter)
 }
 
 async fn read_client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
-    proto::send_region(link, None).await?;
-    let peer = proto::recv_region(link, size).await?;
+    negotiate::send_region(link, None).await?;
+    let peer = negotiate::recv_region(link, size).await?;
     let mut reaper = link.reaper();
-    let poison = p.verify.then(|| proto::pattern(size, READ_SEED + 1));
+    let poison = p.verify.then(|| negotiate::pattern(size, READ_SEED + 1));
     let mut buf = BytesMut::zeroed(size);
     let mut start = Instant::now();
     for i in 0..p.total()? {
@@ -157,16 +157,16 @@ async fn read_client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) 
             buf.copy_from_slice(x);
         }
         let got = read(link, &mut reaper, api, buf, &peer).await?;
-        proto::check_len(got.len, size, i as u64)?;
+        negotiate::check_len(got.len, size, i as u64)?;
         if p.verify {
             let data: Vec<u8> = got.bufs.iter().flat_map(|b| b.iter().copied()).collect();
-            proto::check_as(&data, size, READ_SEED, &format!("read {i}"))?;
+            negotiate::check_as(&data, size, READ_SEED, &format!("read {i}"))?;
         }
         buf = reclaim(got.bufs, size).pop().unwrap_or_default();
         m.set(i + 1);
     }
     let t = start.elapsed();
-    proto::send_elapsed(link, t).await?;
+    negotiate::send_elapsed(link, t).await?;
     Ok(t)
 }
 
@@ -174,11 +174,11 @@ async fn read_client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) 
 /// is done; its time is the client's.
 async fn read_server(link: &Link, size: usize) -> Res<Duration> {
     let mr = region(link, size, MrAccess::REMOTE_READ)?;
-    mr.write_at(0, &proto::pattern(size, READ_SEED))
+    mr.write_at(0, &negotiate::pattern(size, READ_SEED))
         .ctx("fill RMA region")?;
-    proto::recv_region(link, 0).await?;
-    proto::send_region(link, Some(described(&mr))).await?;
-    proto::recv_elapsed(link).await
+    negotiate::recv_region(link, 0).await?;
+    negotiate::send_region(link, Some(described(&mr))).await?;
+    negotiate::recv_elapsed(link).await
 }
 
 fn region(link: &Link, size: usize, access: MrAccess) -> Res<MemoryRegion> {

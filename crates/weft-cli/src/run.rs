@@ -10,7 +10,7 @@ use crate::control::{self, Listener};
 use crate::fail::{Context, Failure, Res};
 use crate::link::{self, Fab, Link};
 use crate::meter::{Meter, Progress};
-use crate::proto::{self, Declined, Kind, Limits, Params};
+use crate::negotiate::{self, Declined, Kind, Limits, Params};
 use crate::report::{self, Figures, Sink};
 use crate::watch;
 
@@ -91,10 +91,10 @@ fn mode_name(m: weft::WaitMode) -> &'static str {
 }
 
 async fn client_side(kind: Kind, link: &Link, p: &Params, api: Api, a: &PerfArgs) -> Res<()> {
-    proto::propose(link, p, a.ctrl_timeout).await?;
+    negotiate::propose(link, p, a.ctrl_timeout).await?;
     let role = if a.self_test { "self" } else { "client" };
     sizes(kind, true, link, p, api, sink(kind, a, p, role)).await?;
-    proto::send_done(link).await
+    negotiate::send_done(link).await
 }
 
 /// The server's part once the client's parameters `p` are agreed.
@@ -107,12 +107,12 @@ async fn server_run(
     lim: Limits,
 ) -> Res<()> {
     sizes(kind, false, link, p, api, sink).await?;
-    proto::wait_done(link, lim.wait).await
+    negotiate::wait_done(link, lim.wait).await
 }
 
 /// `--self`: the one client is ours, so any refusal is the run's failure.
 async fn self_server(kind: Kind, link: &Link, api: Api, lim: Limits) -> Res<()> {
-    let p = match proto::agree(link, kind, lim).await {
+    let p = match negotiate::agree(link, kind, lim).await {
         Ok(p) => p,
         Err(Declined::Stranger(f) | Declined::Refused(f)) => return Err(f),
     };
@@ -128,7 +128,7 @@ async fn serve(kind: Kind, fab: &Fab, a: &PerfArgs, lim: Limits) -> Res<()> {
     let mut listener = Listener::bind(fab, a, who.clone()).await?;
     loop {
         let mut link = listener.next(fab).await?;
-        match proto::agree(&link, kind, lim).await {
+        match negotiate::agree(&link, kind, lim).await {
             Ok(p) => {
                 // Pending control connections are closed and later ones
                 // refused, rather than left waiting for a run that is not

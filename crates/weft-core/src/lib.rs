@@ -23,7 +23,7 @@ pub mod hash;
 pub mod limits;
 pub mod progress;
 pub mod provider;
-pub mod recvdone;
+pub mod recv_completion;
 pub mod sync;
 pub mod tagmatch;
 pub mod tclass;

@@ -446,7 +446,7 @@ impl Conn {
             }
             ep.conn_failed(self, err);
             for f in again {
-                crate::link::rdm_send(&ep, self.peer_key, f);
+                crate::connect::rdm_send(&ep, self.peer_key, f);
             }
         }
     }

@@ -106,7 +106,7 @@ pub struct EpShared {
     pub inline_idle: Notify,
 }
 
-impl weft_core::recvdone::RecvCtx for EpShared {
+impl weft_core::recv_completion::RecvCtx for EpShared {
     fn rx_credits(&self) -> &Credits {
         &self.rx
     }
@@ -376,7 +376,7 @@ impl EpShared {
     fn flush_posted(&self) {
         let posted = lock(&self.matcher).drain_posted();
         for (_, req) in posted {
-            weft_core::recvdone::cancel_recv(self, req);
+            weft_core::recv_completion::cancel_recv(self, req);
         }
     }
 
@@ -431,7 +431,7 @@ impl EpShared {
         let (h, payload) = Self::frame_for(&mut req);
         let frame = TxFrame::new(h, payload, Some(req.done));
         match route {
-            Route::Peer(dest) => crate::link::rdm_send(self, dest, frame),
+            Route::Peer(dest) => crate::connect::rdm_send(self, dest, frame),
             Route::Conn(conn) => conn.send(frame),
         }
         Ok(())
@@ -612,7 +612,7 @@ impl ProviderEndpoint for TcpEndpoint {
         let r = lock(&self.shared.matcher).cancel(context);
         match r {
             Some((_, req)) => {
-                weft_core::recvdone::cancel_recv(&*self.shared, req);
+                weft_core::recv_completion::cancel_recv(&*self.shared, req);
                 true
             }
             None => false,
@@ -665,12 +665,12 @@ impl ProviderEndpoint for TcpEndpoint {
 
     fn connect(&self, dest: Vec<u8>, cm_data: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> {
         let ep = self.shared.clone();
-        async move { crate::link::msg_connect(ep, dest, cm_data).await }.boxed()
+        async move { crate::connect::msg_connect(ep, dest, cm_data).await }.boxed()
     }
 
     fn accept(&self, cm_data: Vec<u8>) -> BoxFuture<'static, Result<()>> {
         let ep = self.shared.clone();
-        async move { crate::link::msg_accept(ep, cm_data).await }.boxed()
+        async move { crate::connect::msg_accept(ep, cm_data).await }.boxed()
     }
 
     fn shutdown(&self) -> Result<()> {
@@ -705,7 +705,7 @@ impl ProviderEndpoint for TcpEndpoint {
         ep.parked.wake_all();
         // A parked busy-poll thread sees the close now, not when the hold ends.
         ep.hold.waiter_idle();
-        crate::link::stop_listener(ep);
+        crate::connect::stop_listener(ep);
     }
 }
 

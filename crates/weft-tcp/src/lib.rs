@@ -15,10 +15,10 @@
 
 mod admission;
 mod conn;
+mod connect;
 mod driver;
 mod endpoint;
 mod frame;
-mod link;
 mod parked;
 mod returned;
 mod rx;
@@ -37,7 +37,7 @@ use weft_core::flags::{Caps, CompOrder, MrMode, MsgOrder, OpFlags};
 use weft_core::provider::{EpConfig, PassiveConfig, Provider, ProviderEndpoint, ProviderPassive};
 use weft_core::{Error, Result};
 
-pub use link::TcpPassive;
+pub use connect::TcpPassive;
 
 /// Provider name.
 pub const NAME: &str = "tcp";
@@ -164,16 +164,16 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
     let ep_type = cfg.info.ep_attr.ep_type;
     let shared = match ep_type {
         EpType::Rdm => {
-            let l = link::listen(bind_addr(&cfg)?, 1024)?;
+            let l = connect::listen(bind_addr(&cfg)?, 1024)?;
             let local = l.local_addr()?;
             let ep = endpoint::EpShared::new(cfg, local, rt.clone())?;
-            link::start_rdm_listener(&ep, l);
+            connect::start_rdm_listener(&ep, l);
             sweep::start(&ep);
             ep
         }
         EpType::Msg => {
             let local = match &cfg.conn {
-                Some(h) => link::pending_of(h)?.local,
+                Some(h) => connect::pending_of(h)?.local,
                 None => bind_addr(&cfg)?,
             };
             let ep = endpoint::EpShared::new(cfg, local, rt.clone())?;

@@ -13,7 +13,7 @@ use bytes::BytesMut;
 use weft_core::addr::FiAddr;
 use weft_core::flags::OpFlags;
 use weft_core::provider::RecvReq;
-pub use weft_core::recvdone::{complete_peek, copy_and_deliver, deliver, fail_recv};
+pub use weft_core::recv_completion::{complete_peek, copy_and_deliver, deliver, fail_recv};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::wire::{self, FrameKind, Header, FLAG_CQ_DATA, HEADER_LEN};

@@ -33,7 +33,7 @@ use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::progress::Progress;
 use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
-use weft_core::recvdone::RecvCtx;
+use weft_core::recv_completion::RecvCtx;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 

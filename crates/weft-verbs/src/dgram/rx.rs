@@ -10,7 +10,7 @@ use weft_core::completion::{CqEntry, CqErrEntry, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::{Caps, OpFlags};
 use weft_core::provider::{RecvReq, Rejected};
-use weft_core::recvdone::{self, RecvCtx};
+use weft_core::recv_completion::{self, RecvCtx};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::{Error, Result};
@@ -144,7 +144,7 @@ impl DgramShared {
         };
         match req {
             Some(r) => {
-                recvdone::cancel_recv(self, r);
+                recv_completion::cancel_recv(self, r);
                 true
             }
             None => false,
@@ -165,14 +165,14 @@ impl DgramShared {
         };
         let slot = match a.held {
             Held::Slot(slot) => slot,
-            Held::Copied(data) => return recvdone::copy_and_deliver(self, req, info, &data),
+            Held::Copied(data) => return recv_completion::copy_and_deliver(self, req, info, &data),
         };
         let pool = &self.res.recv_pool;
         let copied = pool.scatter(pool.offset(slot) + GRH_LEN, a.len, &mut req.bufs);
         self.recycle(slot);
         match copied {
-            Ok(placed) => recvdone::deliver(self, req, info, placed),
-            Err((e, placed)) => recvdone::fail_recv(self, req, info, placed, e),
+            Ok(placed) => recv_completion::deliver(self, req, info, placed),
+            Err((e, placed)) => recv_completion::fail_recv(self, req, info, placed, e),
         }
     }
 

@@ -371,7 +371,7 @@ impl std::fmt::Debug for RdmShared {
     }
 }
 
-impl weft_core::recvdone::RecvCtx for RdmShared {
+impl weft_core::recv_completion::RecvCtx for RdmShared {
     fn rx_credits(&self) -> &Credits {
         &self.rx
     }
@@ -788,7 +788,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         let r = lock(&self.shared.matcher).cancel(context);
         match r {
             Some((_, req)) => {
-                weft_core::recvdone::cancel_recv(&*self.shared, req);
+                weft_core::recv_completion::cancel_recv(&*self.shared, req);
                 true
             }
             None => false,

@@ -10,7 +10,7 @@ use bytes::BytesMut;
 use weft_core::completion::{CqEntry, CqErrEntry};
 use weft_core::flags::OpFlags;
 use weft_core::provider::RecvReq;
-pub(crate) use weft_core::recvdone::{complete_peek, copy_and_deliver, deliver, fail_recv};
+pub(crate) use weft_core::recv_completion::{complete_peek, copy_and_deliver, deliver, fail_recv};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::{Error, Result};
