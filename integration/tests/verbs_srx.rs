@@ -9,8 +9,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
+use std::pin::pin;
 
 use bytes::{Bytes, BytesMut};
+use futures::poll;
 use weft::{
     BindFlags, CompletionQueue, ConnRequest, CqAttr, CqItem, Domain, Endpoint, EpType, EqEventKind,
     Error, EventQueue, Fabric, Info, OpFlags, SharedRxContext, WaitMode, SHARED_CONTEXT,
@@ -39,7 +41,7 @@ fn side(dev: &str) -> Option<Side> {
 struct Conn {
     sep: Endpoint,
     scq: CompletionQueue,
-    _seq: EventQueue,
+    seq: EventQueue,
     cep: Endpoint,
     _ceq: EventQueue,
 }
@@ -99,7 +101,7 @@ async fn serve(
         conns.push(Conn {
             sep,
             scq,
-            _seq: seq,
+            seq,
             cep,
             _ceq: ceq,
         });
@@ -198,7 +200,10 @@ async fn awaited_receives_and_endpoint_posts_use_the_context() {
     // A connection that ends leaves the context's receives to the others.
     srx.post_recv(BytesMut::zeroed(32), 88).unwrap();
     conns[0].cep.shutdown().unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let ev = within("the server sees the end", next_eq(&conns[0].seq))
+        .await
+        .unwrap();
+    assert_eq!(ev.kind, EqEventKind::Shutdown);
     conns[1]
         .cep
         .send(0, Bytes::from_static(b"still there"))
@@ -280,15 +285,13 @@ async fn binding_rules_and_close() {
     // Busy while bound; pending receives end with Canceled at close,
     // their buffers handed back.
     assert_eq!(srx.close().unwrap_err(), Error::Busy);
-    let pending = tokio::spawn({
-        let srx = srx.clone();
-        async move { srx.recv(BytesMut::zeroed(1 << 20)).await }
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    // Posted by its first poll.
+    let mut pending = pin!(srx.recv(BytesMut::zeroed(1 << 20)));
+    assert!(poll!(pending.as_mut()).is_pending());
     srx.post_recv(BytesMut::zeroed(16), 5).unwrap();
     ep.close().unwrap();
     srx.close().unwrap();
-    let e = within("canceled", pending).await.unwrap().unwrap_err();
+    let e = within("canceled", pending).await.unwrap_err();
     assert_eq!(e.err, Error::Canceled);
     assert_eq!(e.bufs.iter().map(|b| b.len()).sum::<usize>(), 1 << 20);
     assert_eq!(

@@ -151,7 +151,7 @@ fn verbs_dgram_pingpong_in_the_vm() {
             .args(["-d", "rxe1", "-B", "47311"])
             .output()
     });
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    // No wait for the server: the client retries while it is refused.
     let mut args = common.to_vec();
     args.extend(["--verify", "-d", "rxe2", "-P", "47311", "10.66.0.1"]);
     let client = weft(&args);
@@ -234,7 +234,7 @@ fn verbs_rma_pingpong_in_the_vm() {
                 .args(["-d", "rxe1", "-B", port])
                 .output()
         });
-        std::thread::sleep(std::time::Duration::from_secs(2));
+        // No wait for the server: the client retries while it is refused.
         let mut args = common.to_vec();
         args.extend([
             "--rma",

@@ -1,9 +1,11 @@
 //! Event queues, completion queues and counters (fabtests eq_test,
 //! cq_test, cntr_test).
 
+use std::pin::pin;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use futures::poll;
 use weft::{
     BindFlags, CqAttr, CqFormat, EqErrEntry, EqEvent, EqEventKind, Error, OpFlags, WaitMode,
 };
@@ -106,17 +108,13 @@ async fn eq_next_timeout_returns_again(p: Provider) {
 async fn eq_next_timeout_woken_by_write(p: Provider) {
     let h = Harness::rdm(&p);
     let eq = h.fabric.eq(4).unwrap();
-    let eq2 = eq.clone();
-    let w = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        eq2.write(Ok(notify(5, 55))).unwrap();
-    });
-    let ev = within("eq sread", eq.next_timeout(TIMEOUT))
-        .await
-        .unwrap()
-        .unwrap();
+    // The reader waits first (its first poll finds nothing), then the
+    // write wakes it.
+    let mut read = pin!(eq.next_timeout(TIMEOUT));
+    assert!(poll!(read.as_mut()).is_pending(), "the queue is empty");
+    eq.write(Ok(notify(5, 55))).unwrap();
+    let ev = within("eq sread", read).await.unwrap().unwrap();
     assert_eq!(ev.data, 55);
-    w.await.unwrap();
 }
 
 async fn cq_open_sizes(p: Provider) {
@@ -162,14 +160,11 @@ async fn cq_signal_wakes_reader(p: Provider) {
                 ..CqAttr::default()
             })
             .unwrap();
-        let cq2 = cq.clone();
-        let reader = tokio::spawn(async move {
-            // Far longer than the test's timeout: only the signal ends it.
-            cq2.next_timeout(Duration::from_secs(3600)).await
-        });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Far longer than the test's timeout: only the signal ends it.
+        let mut reader = pin!(cq.next_timeout(Duration::from_secs(3600)));
+        assert!(poll!(reader.as_mut()).is_pending(), "{wait:?}: nothing yet");
         cq.signal();
-        let got = within("signalled reader", reader).await.unwrap();
+        let got = within("signalled reader", reader).await;
         assert!(got.is_none(), "{wait:?}: a signal wakes with no item");
     }
 }
@@ -265,32 +260,30 @@ async fn counter_wait_threshold(p: Provider) {
     // Already reached: resolves at once.
     c.set(4);
     assert_eq!(within("wait(4)", c.wait(4)).await.unwrap(), 4);
-    let c2 = c.clone();
-    let adder = tokio::spawn(async move {
-        for _ in 0..6 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            c2.add(1);
-        }
-    });
-    let v = within("wait(10)", c.wait(10)).await.unwrap();
-    assert!(v >= 10);
-    adder.await.unwrap();
+    // The wait is pending below the threshold and ends on reaching it.
+    let mut wait = pin!(c.wait(10));
+    for _ in 0..6 {
+        assert!(poll!(wait.as_mut()).is_pending(), "at {}", c.read());
+        c.add(1);
+    }
+    let v = within("wait(10)", wait).await.unwrap();
+    assert_eq!(v, 10);
     assert_eq!(c.read(), 10);
 }
 
 async fn counter_wait_returns_avail_on_error(p: Provider) {
     let h = Harness::rdm(&p);
     let c = h.domain.counter().unwrap();
-    c.add_err(1); // earlier errors do not end a new wait
-    let c2 = c.clone();
-    let erring = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        c2.add_err(1);
-    });
-    let r = within("wait(100)", c.wait(100)).await;
+    c.add_err(1);
+    let mut wait = pin!(c.wait(100));
+    assert!(
+        poll!(wait.as_mut()).is_pending(),
+        "earlier errors do not end a new wait"
+    );
+    c.add_err(1);
+    let r = within("wait(100)", wait).await;
     assert_eq!(r.unwrap_err(), Error::Avail);
     assert_eq!(c.read_err(), 2);
-    erring.await.unwrap();
 }
 
 async fn counter_counts_sends_and_recvs(p: Provider) {
