@@ -483,7 +483,7 @@ async fn serve(side: &Side, count: Option<u64>) -> Res<()> {
     // finished reply could lose a request that had just matched.
     let recv = post();
     tokio::pin!(recv);
-    while !count.is_some_and(|n| svc.served >= n) {
+    while count.is_none_or(|n| svc.served < n) {
         tokio::select! {
             got = &mut recv => {
                 recv.set(post());

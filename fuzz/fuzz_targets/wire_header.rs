@@ -8,12 +8,15 @@
 //! - the decoder's answer is consistent across `max_data_len` values
 //!   (accepted under a bound => accepted under every larger bound;
 //!   `TooLong` reports the real length and bound);
+//! - a `Hello`/`Verify` payload that parses as a claim (address and
+//!   nonce) re-encodes to its own length and parses again to itself;
 //! - `decode_sockaddr` / `encode_sockaddr` and `parse_sockaddr_str` /
 //!   `sockaddr_to_str` round-trip whatever they accept.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sockaddr_to_str};
+use weft_core::wire::claim::Claim;
 use weft_core::wire::{
     decode, FrameKind, Header, WireError, FLAG_ACK_REQ, FLAG_CQ_DATA, HEADER_LEN, MAX_CONTROL_LEN,
 };
@@ -34,9 +37,10 @@ fn check_header(data: &[u8]) {
                 } else {
                     assert_eq!(h.flags, 0, "control frame with flags");
                     let limit = match kind {
-                        FrameKind::Hello | FrameKind::ConnReq | FrameKind::ConnResp => {
-                            MAX_CONTROL_LEN
-                        }
+                        FrameKind::Hello
+                        | FrameKind::ConnReq
+                        | FrameKind::ConnResp
+                        | FrameKind::Verify => MAX_CONTROL_LEN,
                         _ => 0,
                     };
                     assert!(h.len <= limit, "{kind:?} len {} > {limit}", h.len);
@@ -88,9 +92,15 @@ fn check_sockaddr(data: &[u8]) {
     // Also try the slice as a Hello frame: header then payload.
     if data.len() > HEADER_LEN {
         if let Ok(h) = decode(data, 0) {
-            if h.kind == Some(FrameKind::Hello) {
+            if matches!(h.kind, Some(FrameKind::Hello | FrameKind::Verify)) {
                 let end = data.len().min(HEADER_LEN.saturating_add(h.len as usize));
-                let _ = decode_sockaddr(&data[HEADER_LEN..end]);
+                if let Ok(c) = Claim::decode(&data[HEADER_LEN..end]) {
+                    // A claim that parses re-encodes to the same bytes
+                    // (sin_zero aside) and parses again to itself.
+                    let enc = c.encode();
+                    assert_eq!(enc.len(), end - HEADER_LEN);
+                    assert_eq!(Claim::decode(&enc), Ok(c));
+                }
             }
         }
     }

@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod campaign;
+pub mod identity;
 
 use std::future::Future;
 use std::time::Duration;

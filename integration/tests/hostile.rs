@@ -21,6 +21,7 @@ use weft::{
     WaitMode, FI_ADDR_UNSPEC,
 };
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ, HEADER_LEN};
+use weft_integration::identity::Identity;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -81,18 +82,19 @@ async fn assert_alive(victim: &Ep, good: &Ep, tag: u64) {
 }
 
 /// A raw connection that has done the RDM handshake, claiming to be the
-/// endpoint listening at a fresh address of its own.
-async fn hello(victim: SocketAddr) -> (TcpStream, std::net::TcpListener) {
-    let ident = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let (s, status) = hello_as(victim, ident.local_addr().unwrap()).await;
+/// endpoint listening at a fresh address of its own (which confirms the
+/// claim when the victim asks).
+async fn hello(victim: SocketAddr) -> (TcpStream, Identity) {
+    let ident = Identity::new().await.unwrap();
+    let (s, status) = hello_as(victim, &ident).await;
     assert_eq!(status, 0);
     (s, ident)
 }
 
 /// The handshake claiming identity `ident`; returns the HelloAck status.
-async fn hello_as(victim: SocketAddr, ident: SocketAddr) -> (TcpStream, u64) {
+async fn hello_as(victim: SocketAddr, ident: &Identity) -> (TcpStream, u64) {
     let mut s = to(TcpStream::connect(victim)).await.unwrap();
-    let payload = weft::encode_sockaddr(&ident);
+    let payload = ident.hello_to(victim);
     let mut h = Header::new(FrameKind::Hello);
     h.len = payload.len() as u64;
     to(s.write_all(&h.encode())).await.unwrap();
@@ -652,8 +654,23 @@ async fn second_connection_from_same_identity() {
     let good = open(&domain, &info);
     let va = sockaddr(&victim);
     let mut replaced = 0;
-    for (i, ident) in ["127.0.0.1:1", "127.0.0.1:65535"].into_iter().enumerate() {
-        let ident: SocketAddr = ident.parse().unwrap();
+    // Identities whose address compares below and above the victim's (the
+    // simultaneous-connect rule decides by that order).
+    let (mut below, mut above) = (None, None);
+    for _ in 0..1000 {
+        let id = Identity::new().await.unwrap();
+        let lower = weft::encode_sockaddr(&id.addr()) < weft::encode_sockaddr(&va);
+        match lower {
+            true if below.is_none() => below = Some(id),
+            false if above.is_none() => above = Some(id),
+            _ => {}
+        }
+        if below.is_some() && above.is_some() {
+            break;
+        }
+    }
+    let idents = [below.expect("a lower port"), above.expect("a higher port")];
+    for (i, ident) in idents.iter().enumerate() {
         let (first, st) = hello_as(va, ident).await;
         assert_eq!(st, 0);
         let (second, st) = hello_as(va, ident).await;

@@ -14,12 +14,14 @@ use weft_core::eventq::{ConnHandle, EqEvent, EqEventKind, EqShared};
 use weft_core::limits::ConnLimits;
 use weft_core::provider::ProviderPassive;
 use weft_core::sync::lock;
+use weft_core::wire::claim::Claim;
 use weft_core::wire::{FrameKind, Header};
 use weft_core::{Error, Result};
 
 use crate::conn::{fail_frame_done, Conn};
 use crate::endpoint::{EpShared, PeerState};
-use crate::frame::{read_frame, write_frame, TxFrame};
+use crate::frame::{read_frame, read_frame_of, write_frame, TxFrame};
+use crate::verify::OpenClaim;
 use weft_core::limits::ConnSlot;
 
 /// Binds a listening socket. Must run inside the runtime.
@@ -103,8 +105,23 @@ fn keep_mine(ep: &EpShared, peer_key: &SocketAddr) -> bool {
 
 async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream, slot: ConnSlot) -> Result<()> {
     let t = ep.limits.handshake_timeout;
-    let (_, payload) = read_frame(&mut s, FrameKind::Hello, t).await?;
-    let key = decode_sockaddr(&payload)?;
+    let kinds = [FrameKind::Hello, FrameKind::Verify];
+    let (h, payload) = read_frame_of(&mut s, &kinds, t).await?;
+    if h.kind == Some(FrameKind::Verify) {
+        return crate::verify::answer(&ep, s, &payload).await;
+    }
+    let claim = Claim::decode(&payload)?;
+    let key = claim.addr;
+    // The claimed address must confirm the claim before the peer is known
+    // by it (and before anything about that peer changes here).
+    if let Err(e) = crate::verify::confirm(&ep, &claim, s.local_addr()?).await {
+        let mut ack = Header::new(FrameKind::HelloAck);
+        ack.data = e.code() as u64;
+        let _ = write_frame(&mut s, ack, &[], t).await;
+        tracing::debug!(claimed = %key, error = %e, "RDM identity claim refused");
+        ep.report_addr(e, &key);
+        return Ok(());
+    }
     if key == ep.local {
         // Our own connect (a send to our own address): this end only
         // receives. Our outgoing end is the peer's connection; letting this
@@ -193,7 +210,6 @@ pub fn rdm_send(ep: &Arc<EpShared>, dest: SocketAddr, frame: TxFrame) {
 }
 
 async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
-    let local = encode_sockaddr(&ep.local);
     let t = ep.limits.handshake_timeout;
     let r = async {
         let slot = ConnSlot::take(&ep.conn_count);
@@ -201,12 +217,20 @@ async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
             .await
             .map_err(|_| Error::TimedOut)??;
         crate::conn::mark(&s, ep.dscp)?;
-        write_frame(&mut s, Header::new(FrameKind::Hello), &local, t).await?;
+        // Remembered until the peer has answered: it may ask us to
+        // confirm the claim meanwhile.
+        let claim = OpenClaim::new(&ep, dest)?;
+        write_frame(&mut s, Header::new(FrameKind::Hello), &claim.hello(), t).await?;
         let (h, _) = read_frame(&mut s, FrameKind::HelloAck, t).await?;
-        if h.data != 0 {
-            return Ok(None);
+        drop(claim);
+        match h.data {
+            0 => Ok(Some(Conn::new(s, dest, &ep, slot)?)),
+            c if c == Error::Already.code() as u64 => Ok(None),
+            c => Err(i32::try_from(c)
+                .ok()
+                .and_then(Error::from_code)
+                .unwrap_or(Error::ConnRefused)),
         }
-        Ok(Some(Conn::new(s, dest, &ep, slot)?))
     }
     .await;
     let mut peers = lock(&ep.peers);

@@ -22,6 +22,7 @@ use weft_core::progress::Progress;
 use weft_core::provider::{EpConfig, EpStats, Iov, ProviderEndpoint, RecvReq, Rejected, SendReq};
 use weft_core::sync::lock;
 use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
+use weft_core::wire::claim::Nonce;
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ, FLAG_CQ_DATA};
 use weft_core::{Error, Result};
 
@@ -104,6 +105,11 @@ pub struct EpShared {
     pub hold: weft_core::progress::SpinHold,
     /// Inline mode: the spinning waiter went to sleep.
     pub inline_idle: Notify,
+    /// Nonces of our `Hello`s still being answered, with the address each
+    /// was sent to (`verify`).
+    pub claims: Mutex<FastMap<Nonce, SocketAddr>>,
+    /// Turns to verify a peer's claim.
+    pub verify_turns: tokio::sync::Semaphore,
 }
 
 impl weft_core::recv_completion::RecvCtx for EpShared {
@@ -163,6 +169,8 @@ impl EpShared {
             busy_running: AtomicBool::new(false),
             hold: weft_core::progress::SpinHold::default(),
             inline_idle: Notify::new(),
+            claims: Mutex::new(fast_map()),
+            verify_turns: tokio::sync::Semaphore::new(crate::verify::MAX_VERIFYING),
             cfg,
         }))
     }

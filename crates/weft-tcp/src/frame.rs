@@ -99,11 +99,20 @@ pub async fn read_frame(
     expect: FrameKind,
     deadline: Duration,
 ) -> Result<(Header, Vec<u8>)> {
+    read_frame_of(s, &[expect], deadline).await
+}
+
+/// [`read_frame`] of any kind in `expect`.
+pub async fn read_frame_of(
+    s: &mut TcpStream,
+    expect: &[FrameKind],
+    deadline: Duration,
+) -> Result<(Header, Vec<u8>)> {
     let fut = async {
         let mut b = [0u8; HEADER_LEN];
         s.read_exact(&mut b).await?;
         let h = wire::decode(&b, 0)?;
-        if h.kind != Some(expect) {
+        if !h.kind.is_some_and(|k| expect.contains(&k)) {
             return Err(Error::Io);
         }
         let mut p = vec![0u8; h.len as usize];

@@ -23,6 +23,7 @@ mod parked;
 mod returned;
 mod rx;
 mod sweep;
+mod verify;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;

@@ -461,7 +461,12 @@ impl RxMachine {
                 None
             }
             FrameKind::Shutdown => Some(RxStatus::Closed(None)),
-            FrameKind::Hello | FrameKind::HelloAck | FrameKind::ConnReq | FrameKind::ConnResp => {
+            FrameKind::Hello
+            | FrameKind::HelloAck
+            | FrameKind::ConnReq
+            | FrameKind::ConnResp
+            | FrameKind::Verify
+            | FrameKind::VerifyAck => {
                 tracing::warn!(peer = %conn.peer, ?kind, "handshake frame on an established connection");
                 Some(RxStatus::Closed(Some(Error::Io)))
             }

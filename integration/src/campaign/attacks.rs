@@ -151,7 +151,7 @@ async fn garbage(scale: &Scale, heap: HeapProbe) -> Outcome {
             let s = if i % 2 == 0 {
                 raw::connect(addr).await.ok()
             } else {
-                handshaken(addr).await.ok().flatten()
+                handshaken(addr).await.ok().flatten().map(TcpStream::from)
             };
             let Some(mut s) = s else { return false };
             let _ = s.write_all(&noise(i as u64, 64)).await;
@@ -294,7 +294,7 @@ async fn slowloris_frames(scale: &Scale, heap: HeapProbe) -> Outcome {
 async fn idle_flood(scale: &Scale, heap: HeapProbe) -> Outcome {
     let (v, base, conns) = open(scale.idle_limit, heap).await;
     let mut r = Report::default();
-    let mut held: Vec<TcpStream> = Vec::new();
+    let mut held: Vec<raw::Handshaken> = Vec::new();
     let mut refused = 0;
     let mut peak = 0;
     for chunk in 0..scale.idle.div_ceil(64) {
@@ -354,7 +354,7 @@ async fn unexpected_flood(scale: &Scale, heap: HeapProbe, len: usize, peers: usi
             let mut frame = Vec::with_capacity(per_peer * (40 + len));
             for i in 0..per_peer {
                 frame.extend_from_slice(&tagged_header(STRAY_TAG, len as u64, i as u64));
-                frame.extend(std::iter::repeat(p as u8).take(len));
+                frame.extend(std::iter::repeat_n(p as u8, len));
             }
             // The victim stops reading once the share is spent: the write
             // is bounded in time, not expected to finish.

@@ -8,6 +8,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weft_core::wire::{self, FrameKind, Header, HEADER_LEN};
 
+use crate::identity::Identity;
+
 /// How long an attacker waits for the victim before calling it a hang.
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -19,14 +21,42 @@ pub async fn connect(victim: SocketAddr) -> std::io::Result<TcpStream> {
     }
 }
 
-/// Connects and completes the RDM handshake claiming a fresh identity:
-/// its own socket's address, which no other attacker can hold at the same
-/// time (nothing listens there). `Ok(None)`: the victim closed the
-/// connection instead of answering (a limit).
-pub async fn handshaken(victim: SocketAddr) -> std::io::Result<Option<TcpStream>> {
+/// A raw connection that completed the RDM handshake, with the identity
+/// it claimed (kept while the connection is, so no other attacker is
+/// handed the same address meanwhile).
+#[derive(Debug)]
+pub struct Handshaken {
+    s: TcpStream,
+    _id: Identity,
+}
+
+impl std::ops::Deref for Handshaken {
+    type Target = TcpStream;
+    fn deref(&self) -> &TcpStream {
+        &self.s
+    }
+}
+
+impl std::ops::DerefMut for Handshaken {
+    fn deref_mut(&mut self) -> &mut TcpStream {
+        &mut self.s
+    }
+}
+
+impl From<Handshaken> for TcpStream {
+    fn from(h: Handshaken) -> TcpStream {
+        h.s
+    }
+}
+
+/// Connects and completes the RDM handshake claiming a fresh identity of
+/// its own, which confirms the claim when the victim asks
+/// ([`Identity`]). `Ok(None)`: the victim closed the connection instead
+/// of answering (a limit).
+pub async fn handshaken(victim: SocketAddr) -> std::io::Result<Option<Handshaken>> {
+    let id = Identity::new().await?;
     let mut s = connect(victim).await?;
-    let ident = s.local_addr()?;
-    let payload = weft::encode_sockaddr(&ident);
+    let payload = id.hello_to(victim);
     let mut h = Header::new(FrameKind::Hello);
     h.len = payload.len() as u64;
     if s.write_all(&h.encode()).await.is_err() || s.write_all(&payload).await.is_err() {
@@ -39,7 +69,9 @@ pub async fn handshaken(victim: SocketAddr) -> std::io::Result<Option<TcpStream>
         Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
     }
     match wire::decode(&ack, 0) {
-        Ok(a) if a.kind == Some(FrameKind::HelloAck) && a.data == 0 => Ok(Some(s)),
+        Ok(a) if a.kind == Some(FrameKind::HelloAck) && a.data == 0 => {
+            Ok(Some(Handshaken { s, _id: id }))
+        }
         _ => Ok(None),
     }
 }
@@ -73,7 +105,8 @@ pub async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 /// the victim will not read (it parked the connection) keep that FIN from
 /// ever arriving: the attacker's kernel gives such an orphan up only
 /// after minutes (`tcp_orphan_retries`).
-pub fn reset(s: TcpStream) {
+pub fn reset(s: impl Into<TcpStream>) {
+    let s: TcpStream = s.into();
     let _ = s.set_zero_linger();
     drop(s);
 }

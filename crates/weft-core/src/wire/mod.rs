@@ -7,14 +7,16 @@
 //!
 //! [`rdm`] is the verbs RDM provider's message header.
 
+pub mod claim;
 pub mod rdm;
 
 use std::fmt;
 
 /// Frame magic, `"WF"` read as a little-endian `u16`.
 pub const MAGIC: u16 = u16::from_le_bytes(*b"WF");
-/// The wire version this code speaks.
-pub const VERSION: u8 = 1;
+/// The wire version this code speaks (2: `Hello` carries a nonce that the
+/// acceptor has the claimed address confirm through `Verify`).
+pub const VERSION: u8 = 2;
 /// Size of every frame header in bytes.
 pub const HEADER_LEN: usize = 40;
 /// Largest payload of a control frame (hello, connection request/response).
@@ -25,10 +27,12 @@ pub const MAX_CONTROL_LEN: u64 = 4096;
 #[repr(u8)]
 pub enum FrameKind {
     /// RDM: first frame of a connection; payload = the sender's listening
-    /// address (sockaddr bytes), so the acceptor can name the peer.
+    /// address (sockaddr bytes) and a fresh nonce ([`claim::Claim`]), so
+    /// the acceptor can name the peer once the address confirms it.
     Hello = 1,
     /// RDM: the acceptor's answer to `Hello`; `data` = 0 (accepted) or the
-    /// positive error code of the refusal (a simultaneous connect lost).
+    /// positive error code of the refusal (a simultaneous connect lost,
+    /// an address that did not confirm the claim).
     HelloAck = 2,
     /// MSG: connection request; payload = CM data.
     ConnReq = 3,
@@ -43,6 +47,13 @@ pub enum FrameKind {
     Shutdown = 7,
     /// Delivery acknowledgement of message `seq`; `data` = 0 or an error code.
     Ack = 8,
+    /// RDM: first frame of a connection the acceptor of a `Hello` opens to
+    /// the claimed listening address; payload = the address the claimant
+    /// dialled and the claim's nonce ([`claim::Claim`]).
+    Verify = 14,
+    /// RDM: the answer to `Verify`; `data` = 0 (this endpoint made that
+    /// claim) or `FI_EACCES`.
+    VerifyAck = 15,
 }
 
 impl FrameKind {
@@ -56,6 +67,8 @@ impl FrameKind {
             6 => FrameKind::Tagged,
             7 => FrameKind::Shutdown,
             8 => FrameKind::Ack,
+            14 => FrameKind::Verify,
+            15 => FrameKind::VerifyAck,
             _ => return None,
         })
     }
@@ -195,8 +208,10 @@ pub fn decode(b: &[u8], max_data_len: u64) -> Result<Header, WireError> {
     let len = u64_at(8);
     let max = match kind {
         FrameKind::Msg | FrameKind::Tagged => max_data_len,
-        FrameKind::Hello | FrameKind::ConnReq | FrameKind::ConnResp => MAX_CONTROL_LEN,
-        FrameKind::HelloAck | FrameKind::Shutdown | FrameKind::Ack => 0,
+        FrameKind::Hello | FrameKind::ConnReq | FrameKind::ConnResp | FrameKind::Verify => {
+            MAX_CONTROL_LEN
+        }
+        FrameKind::HelloAck | FrameKind::Shutdown | FrameKind::Ack | FrameKind::VerifyAck => 0,
     };
     if len > max {
         return Err(WireError::TooLong { len, max });

@@ -114,7 +114,7 @@ impl QpInitAttr {
             && self
                 .srq
                 .as_ref()
-                .map_or(true, |s| s.pd().context().same_context(ctx));
+                .is_none_or(|s| s.pd().context().same_context(ctx));
         if same {
             Ok(())
         } else {
