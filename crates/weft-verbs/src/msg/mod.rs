@@ -336,8 +336,14 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
 }
 
 async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Result<Vec<u8>> {
+    let tos = crate::tos_of(&ep.cfg.info)?;
     let chan = CmChannel::open(&ep.rt)?;
     let id = CmId::new(&chan.ch, PortSpace::Tcp)?;
+    if let Some(t) = tos {
+        // Before route resolution, which turns it into the route's (and
+        // so the QP's) traffic class.
+        id.set_tos(t)?;
+    }
     let mut events = chan.subscribe(id.token());
     *lock(&ep.cm) = Some(chan.clone());
     let src = ep
@@ -374,6 +380,10 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         let mut s = EpStats::default();
         s.conns = usize::from(up);
         s.peers = s.conns;
+        if up {
+            let link = lock(&ep.link).clone();
+            s.tclass = crate::qp_tclass(link.as_ref().map(|l| &*l.qp));
+        }
         s
     }
 
@@ -517,7 +527,11 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
             let pd = cm_encode(&cm_data)?;
             let h = ep.cfg.conn.clone().ok_or(Error::OpBadState)?;
             let req = crate::passive::request_of(&h)?;
+            let tos = crate::tos_of(&ep.cfg.info)?;
             let (id, chan) = req.take()?;
+            if let Some(t) = tos {
+                id.set_tos(t)?;
+            }
             let mut events = chan.subscribe(id.token());
             *lock(&ep.cm) = Some(chan.clone());
             let link = ep.build_link(id)?;

@@ -342,6 +342,8 @@ pub struct RdmShared {
     pub(crate) nonce: u64,
     pub(crate) cm: Arc<CmChannel>,
     pub(crate) listener: CmId,
+    /// The IP TOS of every connection's rdma_cm id (`tx_attr.tclass`).
+    pub(crate) tos: Option<u8>,
     pub(crate) peers: Mutex<FastMap<SocketAddr, Peer>>,
     pub(crate) by_qp: Mutex<FastMap<u32, Arc<Conn>>>,
     pub(crate) matcher: Mutex<RdmMatcher>,
@@ -653,8 +655,12 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         .or(cfg.info.src_addr.as_deref())
         .ok_or(Error::AddrNotAvail)
         .and_then(decode_sockaddr)?;
+    let tos = crate::tos_of(&cfg.info)?;
     let cm = CmChannel::open(&rt)?;
     let listener = CmId::new(&cm.ch, PortSpace::Tcp)?;
+    if let Some(t) = tos {
+        listener.set_tos(t)?;
+    }
     listener.bind_addr(want)?;
     listener.listen(LISTEN_BACKLOG)?;
     let local = listener.local_addr().ok_or(Error::AddrNotAvail)?;
@@ -683,6 +689,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         local,
         cm,
         listener,
+        tos,
         peers: Mutex::new(fast_map()),
         by_qp: Mutex::new(fast_map()),
         matcher: Mutex::new(Matcher::new()),
@@ -726,6 +733,8 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         let mut s = EpStats::default();
         s.conns = ep.conn_count.load(Ordering::Acquire);
         s.peers = lock(&ep.peers).len();
+        let conns: Vec<Arc<Conn>> = lock(&ep.by_qp).values().cloned().collect();
+        s.tclass = crate::qp_tclass(conns.iter().map(|c| &*c.qp));
         s
     }
 
