@@ -32,7 +32,13 @@
 //! deliver, and the receives that had matched them, which go back to the
 //! head of the posted receives in the order they were matched (a claim
 //! fails instead: it asked for that very message). Sends the peer still
-//! owed a "finished" fail with `ConnReset`.
+//! owed a "finished" fail with `ConnReset`. So an RDM endpoint never raises
+//! the critical-error fault of fi_endpoint(3) (`EpConfig::fault`): a dead
+//! connection costs the operations that were on it, and the next send to
+//! that peer makes a new one; the endpoint itself stays enabled.
+//!
+//! A traffic class (`tx_attr.tclass`) is the IP TOS of the listener and of
+//! every connection's rdma_cm id, set before route resolution.
 //!
 //! Idle connections are not retired (`limits.idle_timeout` is not used
 //! here), only counted against `max_conns`. The target of RDMA writes
