@@ -234,9 +234,11 @@ async fn a_class_that_is_neither_dscp_nor_label_is_inval() {
                 "{ep_type:?} {bad:#x}"
             );
             if ep_type == EpType::Msg {
-                let r = fabric
-                    .passive_endpoint(&b, None)
-                    .and_then(|p| p.listen().map(|()| p));
+                let eq = fabric.eq(4).unwrap();
+                let r = fabric.passive_endpoint(&b, None).and_then(|p| {
+                    p.bind_eq(&eq)?;
+                    p.listen().map(|()| p)
+                });
                 assert_eq!(r.err(), Some(Error::Inval), "passive {bad:#x}");
             }
         }
