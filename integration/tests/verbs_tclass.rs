@@ -95,9 +95,11 @@ async fn msg_connection_queue_pairs_carry_the_class() {
 
 /// What the accepting side's queue pair carries when the two endpoints
 /// ask for different classes: on RoCE the connect request carries the
-/// connecting side's traffic class and the accepting side's path is built
-/// from it; the TOS set on the accepted id before `rdma_accept` is what
-/// this measures.
+/// connecting side's traffic class and the accepting side's path, and so
+/// its QP's address vector, is built from it; the TOS the accepting
+/// endpoint sets on its id before `rdma_accept` does not change it
+/// (measured on rxe, Linux 6.1: server unspecified or DSCP 10, client
+/// EF, both QPs 184).
 #[cfg_attr(
     not(feature = "verbs"),
     ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
@@ -115,11 +117,7 @@ async fn msg_classes_that_differ_per_side() {
             s.tclass, c.tclass
         );
         assert_eq!(c.tclass, tos(ctc), "the connecting side's own class");
-        assert!(
-            s.tclass == tos(ctc) || s.tclass == Some(tos(stc).unwrap_or(0)),
-            "server QP {:?}",
-            s.tclass
-        );
+        assert_eq!(s.tclass, tos(ctc), "the connecting side's class");
         msg_exchange(&p, 9).await;
     }
 }

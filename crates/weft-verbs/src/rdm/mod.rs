@@ -38,7 +38,10 @@
 //! that peer makes a new one; the endpoint itself stays enabled.
 //!
 //! A traffic class (`tx_attr.tclass`) is the IP TOS of the listener and of
-//! every connection's rdma_cm id, set before route resolution.
+//! every connection's rdma_cm id, set before route resolution. As on MSG
+//! (see `crate::msg`), a connection carries the class of the endpoint
+//! that made it: between endpoints of different classes, each accepted
+//! connection has its peer's.
 //!
 //! Idle connections are not retired (`limits.idle_timeout` is not used
 //! here), only counted against `max_conns`. The target of RDMA writes

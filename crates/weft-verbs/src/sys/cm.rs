@@ -502,8 +502,9 @@ impl CmId {
     /// `rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS)`: the IP TOS
     /// byte (DSCP << 2) of the id's connection. On RoCE it becomes the
     /// traffic class of the route that `resolve_route` builds, so it must
-    /// be set before that; the passive side's QP takes its traffic class
-    /// from the connect request instead (see the MSG endpoint).
+    /// be set before that. The passive side's QP takes its traffic class
+    /// from the connect request instead: set on a connect request's id
+    /// before `accept`, it does not change the QP (rxe, Linux 6.1).
     pub fn set_tos(&self, tos: u8) -> Result<(), Error> {
         let mut v = tos;
         self.inner.with(|id| {
