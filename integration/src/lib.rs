@@ -371,3 +371,78 @@ pub fn dead_addr() -> Vec<u8> {
     drop(l);
     weft::encode_sockaddr(&a)
 }
+
+/// A connected MSG pair: a client endpoint (`ci`'s device) connected to
+/// one accepted from a listener of `si`'s device, each with its own EQ
+/// and CQ (interrupt waits), both `Connected` events consumed. The
+/// fabrics, domains and listener are kept alive with it.
+#[derive(Debug)]
+#[allow(missing_docs)]
+pub struct MsgPair {
+    pub cep: weft::Endpoint,
+    pub sep: weft::Endpoint,
+    pub ceq: EventQueue,
+    pub seq: EventQueue,
+    pub ccq: CompletionQueue,
+    pub scq: CompletionQueue,
+    pub sd: Domain,
+    pub cd: Domain,
+    pub pep: weft::PassiveEndpoint,
+    pub peq: EventQueue,
+    pub fabrics: (Fabric, Fabric),
+}
+
+/// Connects a [`MsgPair`]: the client of `ci` to a listener of `si`.
+pub async fn msg_pair(si: &Info, ci: &Info) -> MsgPair {
+    let (sf, cf) = (Fabric::open(si).unwrap(), Fabric::open(ci).unwrap());
+    let (sd, cd) = (sf.domain(si).unwrap(), cf.domain(ci).unwrap());
+    let pep = sf.passive_endpoint(si, None).unwrap();
+    let peq = sf.eq(16).unwrap();
+    pep.bind_eq(&peq).unwrap();
+    pep.listen().unwrap();
+    let mk = |d: &Domain, f: &Fabric, info: &Info, req: Option<&weft::ConnRequest>| {
+        let ep = match req {
+            Some(r) => d.accept_endpoint(info, r).unwrap(),
+            None => d.endpoint(info).unwrap(),
+        };
+        let eq = f.eq(16).unwrap();
+        let cq = d
+            .cq(CqAttr {
+                wait: weft::WaitMode::Interrupt,
+                ..CqAttr::default()
+            })
+            .unwrap();
+        ep.bind_eq(&eq).unwrap();
+        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+            .unwrap();
+        ep.enable().unwrap();
+        (ep, eq, cq)
+    };
+    let (cep, ceq, ccq) = mk(&cd, &cf, ci, None);
+    let addr = pep.local_addr().unwrap();
+    let c2 = cep.clone();
+    let conn = tokio::spawn(async move { c2.connect(addr, Vec::new()).await });
+    let ev = within("connreq", next_eq(&peq)).await.unwrap();
+    assert_eq!(ev.kind, weft::EqEventKind::ConnReq);
+    let req = weft::ConnRequest::from_event(&ev).unwrap();
+    let (sep, seq, scq) = mk(&sd, &sf, si, Some(&req));
+    within("accept", sep.accept(Vec::new())).await.unwrap();
+    within("connect", conn).await.unwrap().unwrap();
+    for q in [&ceq, &seq] {
+        let ev = within("connected", next_eq(q)).await.unwrap();
+        assert_eq!(ev.kind, weft::EqEventKind::Connected);
+    }
+    MsgPair {
+        cep,
+        sep,
+        ceq,
+        seq,
+        ccq,
+        scq,
+        sd,
+        cd,
+        pep,
+        peq,
+        fabrics: (sf, cf),
+    }
+}

@@ -444,7 +444,7 @@ async fn msg_pair() -> Option<MsgPair> {
     ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn msg_write_read_and_a_bad_key_ends_the_connection() {
+async fn msg_write_read_and_a_bad_key_is_a_critical_error() {
     // Bound whole: a field left out of a pattern would be dropped here,
     // and with the server's endpoint the connection.
     let Some(p) = msg_pair().await else {
@@ -471,7 +471,10 @@ async fn msg_write_read_and_a_bad_key_ends_the_connection() {
         assert_eq!(&e.into_bytes()[..], &data[..]);
     }
     // A wrong key is a critical error on a MSG endpoint: the operation
-    // fails with Access and both sides see the connection end.
+    // fails with Access, the endpoint is disabled for good, its pending
+    // receive is flushed and its EQ has the error; the peer sees an
+    // orderly end (the disconnect).
+    cep.post_recv(BytesMut::zeroed(8), 77).unwrap();
     let e = within(
         "bad key",
         cep.write(
@@ -484,13 +487,26 @@ async fn msg_write_read_and_a_bad_key_ends_the_connection() {
     .await
     .expect_err("wrong key");
     assert_eq!(e.err, Error::Access);
-    for (q, who) in [(ceq, "client"), (seq, "server")] {
-        match q.next_timeout(weft_integration::TIMEOUT).await {
-            Ok(Ok(ev)) => assert_eq!(ev.kind, EqEventKind::Shutdown, "{who}"),
-            Ok(Err(e)) => panic!("{who}: error event {e:?} instead of shutdown"),
-            Err(e) => panic!("{who}: no shutdown event: {e}"),
-        }
+    let flushed = within("flushed receive", next_cq(&p.ccq))
+        .await
+        .unwrap_err();
+    assert_eq!((flushed.context, flushed.err), (77, Error::Canceled));
+    match ceq.next_timeout(weft_integration::TIMEOUT).await {
+        Ok(Err(e)) => assert_eq!(e.err, Error::Access),
+        other => panic!("client: {other:?} instead of the error"),
     }
+    assert!(!cep.is_enabled());
+    assert_eq!(
+        cep.post_send(FI_ADDR_UNSPEC, Bytes::from_static(b"x"), 1)
+            .unwrap_err(),
+        Error::OpBadState
+    );
+    assert_eq!(cep.enable().unwrap_err(), Error::NoSys);
+    match seq.next_timeout(weft_integration::TIMEOUT).await {
+        Ok(Ok(ev)) => assert_eq!(ev.kind, EqEventKind::Shutdown, "server"),
+        other => panic!("server: {other:?} instead of shutdown"),
+    }
+    assert!(ceq.next_timeout(weft_integration::QUIET).await.is_err());
 }
 
 /// The flags of `fi_writedata`'s target completion, on MSG as on RDM.

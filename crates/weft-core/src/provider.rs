@@ -478,6 +478,16 @@ pub struct EpStats {
     pub unexpected_bytes: usize,
     /// Peers the endpoint keeps state for.
     pub peers: usize,
+    /// The traffic class (IP TOS byte: DSCP << 2) the transport holds for
+    /// the endpoint's connections, read back where it can be: verbs
+    /// reports the address vector of a MSG endpoint's queue pair, of an
+    /// RDM endpoint's connected queue pairs (when they agree), and of the
+    /// address handles a DGRAM endpoint has sent with. `None`: nothing to
+    /// read yet, or not tracked.
+    pub tclass: Option<u8>,
+    /// The traffic class of the last datagram received, from its IP header
+    /// (verbs DGRAM on RoCE v2); `None` where not tracked.
+    pub rx_tclass: Option<u8>,
 }
 
 /// An enabled provider endpoint.

@@ -118,13 +118,11 @@ pub fn open_domain(info: &Info) -> Result<Arc<dyn weft_core::provider::ProviderD
 
 /// Opens (enables) an endpoint: `FI_EP_MSG`, `FI_EP_RDM` or `FI_EP_DGRAM`
 /// (the last on a domain opened with a DGRAM info). Other types
-/// are not offered by getinfo and are `NoSys` here.
+/// are not offered by getinfo and are `NoSys` here. A traffic class
+/// (`tx_attr.tclass`) becomes the IP TOS of the endpoint's rdma_cm ids
+/// and address handles; one that is neither a DSCP value nor a label is
+/// `Inval`.
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
-    // The traffic class of the address handle and QP is not set yet: a
-    // class asked for is refused rather than silently left at the default.
-    if cfg.info.tx_attr.tclass != weft_core::tclass::UNSPEC {
-        return Err(Error::NoSys);
-    }
     #[cfg(feature = "rdma")]
     match cfg.info.ep_attr.ep_type {
         // Only MSG endpoints take receives from a shared context.
@@ -140,6 +138,30 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
     Err(Error::NoSys)
 }
 
+/// The IP TOS byte of `info`'s traffic class (DSCP << 2, ECN bits
+/// clear), which RoCE carries as the traffic class of the address vector
+/// of a queue pair or address handle; `None` leaves the device default.
+#[cfg(feature = "rdma")]
+pub(crate) fn tos_of(info: &Info) -> Result<Option<u8>> {
+    Ok(weft_core::tclass::to_dscp(info.tx_attr.tclass)?.map(|d| d << 2))
+}
+
+/// The traffic class the device holds in the address vectors of `qps`
+/// (`EpStats::tclass`): `None` when there is none to read, a query fails
+/// or they disagree.
+#[cfg(feature = "rdma")]
+pub(crate) fn qp_tclass<'a>(qps: impl IntoIterator<Item = &'a sys::QueuePair>) -> Option<u8> {
+    let mut seen = None;
+    for qp in qps {
+        let tc = qp.address_vector().ok()?.traffic_class;
+        if seen.is_some_and(|s| s != tc) {
+            return None;
+        }
+        seen = Some(tc);
+    }
+    seen
+}
+
 /// Opens a listening passive endpoint: `addr` raw, else the offer's
 /// source address (an address of the RDMA device's netdev).
 pub fn open_passive(cfg: PassiveConfig, rt: Handle) -> Result<Arc<dyn ProviderPassive>> {
@@ -147,18 +169,12 @@ pub fn open_passive(cfg: PassiveConfig, rt: Handle) -> Result<Arc<dyn ProviderPa
     {
         let raw = cfg
             .addr
+            .clone()
             .or_else(|| cfg.info.src_addr.clone())
             .ok_or(Error::AddrNotAvail)?;
         let a = weft_core::addr::decode_sockaddr(&raw)?;
-        Ok(Arc::new(passive::VerbsPassive::open(
-            a,
-            cfg.backlog,
-            cfg.eq,
-            cfg.fid,
-            cfg.context,
-            cfg.limits,
-            rt,
-        )?))
+        let tos = tos_of(&cfg.info)?;
+        Ok(Arc::new(passive::VerbsPassive::open(a, cfg, tos, rt)?))
     }
     #[cfg(not(feature = "rdma"))]
     {

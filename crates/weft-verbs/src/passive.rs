@@ -19,8 +19,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::runtime::Handle;
 use weft_core::addr::encode_sockaddr;
 use weft_core::eventq::{ConnHandle, EqErrEntry, EqEvent, EqEventKind, EqShared};
-use weft_core::limits::ConnLimits;
-use weft_core::provider::ProviderPassive;
+use weft_core::provider::{PassiveConfig, ProviderPassive};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
@@ -73,18 +72,28 @@ pub struct VerbsPassive {
 
 impl VerbsPassive {
     /// Binds `addr` (an address of an RDMA device's netdev) and listens,
-    /// with the limits of the environment.
+    /// with the limits of the environment and the IP TOS `tos`.
     pub fn open(
         addr: SocketAddr,
-        backlog: u32,
-        eq: Arc<EqShared>,
-        fid: u64,
-        context: u64,
-        limits: ConnLimits,
+        cfg: PassiveConfig,
+        tos: Option<u8>,
         rt: Handle,
     ) -> Result<VerbsPassive> {
+        let PassiveConfig {
+            backlog,
+            eq,
+            fid,
+            context,
+            limits,
+            ..
+        } = cfg;
         let chan = CmChannel::open(&rt)?;
         let id = CmId::new(&chan.ch, PortSpace::Tcp)?;
+        if let Some(t) = tos {
+            // rdma_cm copies it to the listener's per-device ids; the
+            // endpoint that accepts a request sets its own on the new id.
+            id.set_tos(t)?;
+        }
         id.bind_addr(addr)?;
         id.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
         let local = id.local_addr().unwrap_or(addr);

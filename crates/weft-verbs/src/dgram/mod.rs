@@ -22,7 +22,7 @@ mod rx;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::runtime::Handle;
@@ -32,7 +32,7 @@ use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::progress::Progress;
-use weft_core::provider::{EpConfig, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
 use weft_core::recv_completion::RecvCtx;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
@@ -41,8 +41,9 @@ use crate::cmchan::CmChannel;
 use crate::cqdrive::{self, PollerSlot};
 use crate::pool::SlotPool;
 use crate::sys::{
-    AccessFlags, CmEventKind, CmId, CompChannel, ConnParam, Cq, Payload, PortSpace, QpCaps,
-    QpInitAttr, QpType, QueuePair, SendOp, SendRequest, UdDest, GRH_LEN, UDP_QKEY,
+    AccessFlags, AddressHandle, AhAttr, CmEventKind, CmId, CompChannel, ConnParam, Cq, Payload,
+    PortSpace, QpCaps, QpInitAttr, QpType, QueuePair, SendOp, SendRequest, UdDest, GRH_LEN,
+    UDP_QKEY,
 };
 
 pub use resolve::{UdPeer, UdResolver};
@@ -55,6 +56,8 @@ const TX_SLOTS: usize = 256;
 const RECV_BIT: u64 = 1 << 63;
 /// Pending address resolutions a listener keeps.
 const LISTEN_BACKLOG: i32 = 1024;
+/// No traffic class seen yet (in the `AtomicU16`s of [`DgramShared`]).
+const NO_TCLASS: u16 = u16::MAX;
 
 /// The endpoint's verbs objects, children after parents.
 struct Res {
@@ -96,6 +99,10 @@ struct RxQueue {
     arrived: VecDeque<Arrival>,
 }
 
+/// Address (AV bytes) → the peer entry and its copy of the endpoint's
+/// traffic class.
+type OwnAhs = FastMap<Vec<u8>, (Arc<UdPeer>, Arc<AddressHandle>)>;
+
 /// State shared by the endpoint handle and its drivers.
 pub struct DgramShared {
     cfg: EpConfig,
@@ -113,6 +120,18 @@ pub struct DgramShared {
     poller: PollerSlot,
     closed: AtomicBool,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// The IP TOS of `tx_attr.tclass`.
+    tos: Option<u8>,
+    /// The domain resolves each address once, for all its endpoints, into
+    /// an address handle of the default class; an endpoint with a class
+    /// of its own sends through copies with that class, made on first
+    /// use, each with the peer entry it copies (a re-resolved address
+    /// gets a new copy).
+    own_ahs: Mutex<OwnAhs>,
+    /// The traffic class of the address handle last sent with, and of
+    /// the last datagram received (`NO_TCLASS`: none yet).
+    tx_tclass: AtomicU16,
+    rx_tclass: AtomicU16,
 }
 
 impl std::fmt::Debug for DgramShared {
@@ -143,6 +162,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         // A DGRAM endpoint needs a domain opened for DGRAM, whose AV
         // resolves addresses.
         .ok_or(Error::Inval)?;
+    let tos = crate::tos_of(&cfg.info)?;
     let want = cfg
         .src_addr
         .as_deref()
@@ -207,6 +227,10 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         poller: Arc::new(Mutex::new(None)),
         closed: AtomicBool::new(false),
         tasks: Mutex::new(Vec::new()),
+        tos,
+        own_ahs: Mutex::new(fast_map()),
+        tx_tclass: AtomicU16::new(NO_TCLASS),
+        rx_tclass: AtomicU16::new(NO_TCLASS),
     });
     for slot in 0..RX_SLOTS as u32 {
         shared.post_slot(slot)?;
@@ -258,12 +282,34 @@ impl DgramShared {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// The resolved peer behind AV handle `dest`.
-    fn peer(&self, dest: FiAddr) -> Result<Arc<UdPeer>> {
+    /// The resolved peer behind AV handle `dest`, and the address handle
+    /// to send to it with (of the endpoint's traffic class).
+    fn peer(&self, dest: FiAddr) -> Result<(Arc<UdPeer>, Arc<AddressHandle>)> {
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
         let t = lock(av);
         let raw = t.lookup(dest).map_err(|_| Error::AddrNotAvail)?;
-        self.resolver.peer(raw).ok_or(Error::AddrNotAvail)
+        let peer = self.resolver.peer(raw).ok_or(Error::AddrNotAvail)?;
+        let ah = match self.tos {
+            Some(tos) if peer.ah.attr().traffic_class != tos => {
+                let mut own = lock(&self.own_ahs);
+                match own.get(raw) {
+                    Some((p, ah)) if Arc::ptr_eq(p, &peer) => ah.clone(),
+                    _ => {
+                        let attr = AhAttr {
+                            traffic_class: tos,
+                            ..*peer.ah.attr()
+                        };
+                        let ah = AddressHandle::new(self.resolver.pd(), &attr)?;
+                        own.insert(raw.to_vec(), (peer.clone(), ah.clone()));
+                        ah
+                    }
+                }
+            }
+            _ => peer.ah.clone(),
+        };
+        self.tx_tclass
+            .store(u16::from(ah.attr().traffic_class), Ordering::Relaxed);
+        Ok((peer, ah))
     }
 
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
@@ -286,7 +332,7 @@ impl DgramShared {
             Ok(imm) => imm,
             Err(e) => return reject(e, req),
         };
-        let peer = match self.peer(req.dest) {
+        let (peer, ah) = match self.peer(req.dest) {
             Ok(p) => p,
             Err(e) => return reject(e, req),
         };
@@ -298,7 +344,7 @@ impl DgramShared {
             None => SendOp::Send,
         };
         let dest = UdDest {
-            ah: &peer.ah,
+            ah: &ah,
             remote_qpn: peer.qpn,
             remote_qkey: peer.qkey,
         };
@@ -345,7 +391,20 @@ impl DgramShared {
     }
 }
 
+/// A traffic class kept in an `AtomicU16`.
+fn tclass_in(a: &AtomicU16) -> Option<u8> {
+    u8::try_from(a.load(Ordering::Relaxed)).ok()
+}
+
 impl ProviderEndpoint for VerbsDgramEndpoint {
+    fn stats(&self) -> EpStats {
+        let ep = &self.shared;
+        let mut s = EpStats::default();
+        s.tclass = tclass_in(&ep.tx_tclass);
+        s.rx_tclass = tclass_in(&ep.rx_tclass);
+        s
+    }
+
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         self.shared.post_send(req)
     }

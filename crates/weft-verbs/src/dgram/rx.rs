@@ -4,6 +4,7 @@
 //! pair.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::Ordering;
 
 use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
 use weft_core::completion::{CqEntry, CqErrEntry, Returned};
@@ -66,6 +67,15 @@ pub(super) fn grh_source(grh: &[u8; GRH_LEN]) -> Option<IpAddr> {
         return Some(IpAddr::V4(Ipv4Addr::new(s[0], s[1], s[2], s[3])));
     }
     None
+}
+
+/// The traffic class of a datagram from the header before it: the
+/// GRH's (bits 4..12), or the TOS byte of RoCE v2's IPv4 header.
+pub(super) fn grh_tclass(grh: &[u8; GRH_LEN]) -> Option<u8> {
+    if grh[0] >> 4 == 6 {
+        return Some((grh[0] << 4) | (grh[1] >> 4));
+    }
+    (grh[20] >> 4 == 4).then_some(grh[21])
 }
 
 impl DgramShared {
@@ -199,7 +209,12 @@ impl DgramShared {
         let pool = &self.res.recv_pool;
         let mut grh = [0u8; GRH_LEN];
         let src = match pool.with(|mr| mr.read_at(pool.offset(slot), &mut grh)) {
-            Ok(()) => self.source_of(&grh, wc.src_qp),
+            Ok(()) => {
+                if let Some(tc) = grh_tclass(&grh) {
+                    self.rx_tclass.store(u16::from(tc), Ordering::Relaxed);
+                }
+                self.source_of(&grh, wc.src_qp)
+            }
             Err(_) => FI_ADDR_NOTAVAIL,
         };
         let a = Arrival {
@@ -301,5 +316,18 @@ mod tests {
     #[test]
     fn unknown_header_has_no_source() {
         assert_eq!(grh_source(&[0u8; GRH_LEN]), None);
+        assert_eq!(grh_tclass(&[0u8; GRH_LEN]), None);
+    }
+
+    #[test]
+    fn tclass_of_ipv4_tos_and_of_grh() {
+        let mut g = [0u8; GRH_LEN];
+        g[20] = 0x45;
+        g[21] = 46 << 2;
+        assert_eq!(grh_tclass(&g), Some(184));
+        let mut g = [0u8; GRH_LEN];
+        // Version 6, traffic class 0xB8, flow label 0x12345.
+        g[0..4].copy_from_slice(&[0x6B, 0x81, 0x23, 0x45]);
+        assert_eq!(grh_tclass(&g), Some(0xB8));
     }
 }

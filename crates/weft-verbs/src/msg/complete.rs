@@ -624,6 +624,11 @@ fn fail(done: OpDone, mut bufs: Vec<BytesMut>, err: Error) {
 
 impl CqSink for MsgShared {
     fn on_completion(&self, wc: &WorkCompletion) {
+        if let Some(err) = fatal(wc) {
+            // Before the failed operation completes: whoever hears of it
+            // finds the endpoint disabled already.
+            self.critical(err);
+        }
         if wc.wr_id & SRX_WR_BIT != 0 {
             // A receive of the shared receive context, taken by a message
             // that arrived here.
@@ -682,20 +687,23 @@ impl MsgShared {
                 bufs,
                 ..CqEntry::default()
             }),
-            Some(e) => {
-                done.fail(CqErrEntry::new(0, kind, e).with_bufs(bufs));
-                if e != Error::Canceled {
-                    // A bad key or address left the queue pair in the
-                    // error state: the connection is over (fi_endpoint(3):
-                    // a critical error). The peer hears of it through the
-                    // disconnect, this side at once.
-                    if let Some(l) = lock(&self.link).clone() {
-                        let _ = l.id.disconnect();
-                    }
-                    self.peer_gone(true);
-                }
-            }
+            Some(e) => done.fail(CqErrEntry::new(0, kind, e).with_bufs(bufs)),
         }
+    }
+}
+
+/// The critical error a completion reports, if it is one: any failure but
+/// a flush. A failed work request leaves an RC queue pair in the error
+/// state (a bad key or address at the peer, a message longer than the
+/// receive it landed in, retries exhausted because the peer is gone);
+/// flushes only follow from that state, whatever caused it (such an
+/// error, a disconnect, our own close).
+fn fatal(wc: &WorkCompletion) -> Option<Error> {
+    match wc.status {
+        WcStatus::Success | WcStatus::WrFlushErr => None,
+        // Reported as the receive's own error is.
+        _ if wc.wr_id & (RECV_WR_BIT | SRX_WR_BIT) != 0 => recv_error(wc),
+        _ => wc.to_error(),
     }
 }
 

@@ -39,6 +39,27 @@
 //! withdrawn receive's work request, so one longer than that receive's
 //! buffers ends the connection with a length error, as it would have
 //! ended it had the receive stayed; receives of one size never meet it.
+//!
+//! Critical errors (fi_endpoint(3)): a work request that fails other than
+//! by a flush (a bad key or address at the peer, a message longer than the
+//! receive it lands in, at either end; retries exhausted), or an rdma_cm
+//! event saying that the connection broke, disables the endpoint (its
+//! operations are `OpBadState`), lets the queue pair flush what was posted
+//! (`Canceled`), disconnects so that the peer hears of it, and puts the
+//! error on the EQ once. An orderly end (`rdma_disconnect` by either side)
+//! is `FI_SHUTDOWN` instead and raises nothing. `enable` cannot re-enable
+//! a disabled endpoint (`NoSys`, `ProviderEndpoint::reenable`'s
+//! default): its registrations and flushed work requests belong to the
+//! dead queue pair, whose completions may still be arriving, and rdma_cm
+//! ids are not reconnected; open a new endpoint.
+//!
+//! A traffic class (`tx_attr.tclass`) is set as the IP TOS of the rdma_cm
+//! id before route resolution on the connecting side, whose queue pair's
+//! address vector then carries it. On RoCE the connect request carries
+//! that traffic class and the accepting side's queue pair is built from
+//! it: a connection has the class of the side that connected. The
+//! accepting endpoint sets its own on its id before `rdma_accept` too,
+//! which (measured on rxe, Linux 6.1) does not change its queue pair.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -280,8 +301,16 @@ impl MsgShared {
             while let Some(ev) = events.recv().await {
                 let Some(ep) = me.upgrade() else { return };
                 match ev.kind {
-                    CmEventKind::Disconnected | CmEventKind::DeviceRemoval => {
-                        ep.peer_gone(ev.kind == CmEventKind::Disconnected);
+                    CmEventKind::Disconnected => {
+                        ep.peer_gone();
+                        return;
+                    }
+                    // The device went away, or rdma_cm reports the
+                    // established connection broken: nothing orderly.
+                    CmEventKind::DeviceRemoval
+                    | CmEventKind::ConnectError
+                    | CmEventKind::Unreachable => {
+                        ep.critical(ev.error().unwrap_or(Error::ConnAborted));
                         return;
                     }
                     _ => {}
@@ -292,20 +321,37 @@ impl MsgShared {
         Ok(())
     }
 
-    /// The connection ended: the QP flushes what is posted (each fails
-    /// with `Canceled`), and the EQ hears of it once.
-    pub(super) fn peer_gone(&self, clean: bool) {
+    /// The connection ended in order (`rdma_disconnect` by either
+    /// side): the QP flushes what is posted (each fails with `Canceled`),
+    /// and the EQ hears `FI_SHUTDOWN` once.
+    pub(super) fn peer_gone(&self) {
         if self.is_closed() || self.ended.swap(true, Ordering::AcqRel) {
             return;
         }
         if let Some(l) = lock(&self.link).clone() {
             let _ = l.qp.to_error();
         }
-        if clean {
-            self.cfg.eq_shutdown();
-        } else {
-            self.cfg.eq_error(Error::ConnAborted, Vec::new());
+        self.cfg.eq_shutdown();
+    }
+
+    /// A critical error of the connection (fi_endpoint(3)): a work
+    /// request failed and left the QP in the error state, or rdma_cm
+    /// reports the connection broken. Unless the connection had already
+    /// ended, the endpoint is disabled (operations `OpBadState`) before
+    /// anything else is reported; the QP flushes what is posted (each
+    /// `Canceled`), the peer hears of it through the disconnect, and the
+    /// EQ hears `err` once.
+    pub(super) fn critical(&self, err: Error) {
+        if self.is_closed() || self.ended.swap(true, Ordering::AcqRel) {
+            return;
         }
+        self.cfg.fault.raise();
+        if let Some(l) = lock(&self.link).clone() {
+            let _ = l.qp.to_error();
+            let _ = l.id.disconnect();
+        }
+        tracing::debug!(error = %err, "verbs msg: critical error, endpoint disabled");
+        self.cfg.eq_error(err, Vec::new());
     }
 }
 
@@ -336,8 +382,14 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
 }
 
 async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Result<Vec<u8>> {
+    let tos = crate::tos_of(&ep.cfg.info)?;
     let chan = CmChannel::open(&ep.rt)?;
     let id = CmId::new(&chan.ch, PortSpace::Tcp)?;
+    if let Some(t) = tos {
+        // Before route resolution, which turns it into the route's (and
+        // so the QP's) traffic class.
+        id.set_tos(t)?;
+    }
     let mut events = chan.subscribe(id.token());
     *lock(&ep.cm) = Some(chan.clone());
     let src = ep
@@ -374,6 +426,10 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         let mut s = EpStats::default();
         s.conns = usize::from(up);
         s.peers = s.conns;
+        if up {
+            let link = lock(&ep.link).clone();
+            s.tclass = crate::qp_tclass(link.as_ref().map(|l| &*l.qp));
+        }
         s
     }
 
@@ -517,7 +573,11 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
             let pd = cm_encode(&cm_data)?;
             let h = ep.cfg.conn.clone().ok_or(Error::OpBadState)?;
             let req = crate::passive::request_of(&h)?;
+            let tos = crate::tos_of(&ep.cfg.info)?;
             let (id, chan) = req.take()?;
+            if let Some(t) = tos {
+                id.set_tos(t)?;
+            }
             let mut events = chan.subscribe(id.token());
             *lock(&ep.cm) = Some(chan.clone());
             let link = ep.build_link(id)?;

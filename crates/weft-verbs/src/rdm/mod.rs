@@ -32,7 +32,16 @@
 //! deliver, and the receives that had matched them, which go back to the
 //! head of the posted receives in the order they were matched (a claim
 //! fails instead: it asked for that very message). Sends the peer still
-//! owed a "finished" fail with `ConnReset`.
+//! owed a "finished" fail with `ConnReset`. So an RDM endpoint never raises
+//! the critical-error fault of fi_endpoint(3) (`EpConfig::fault`): a dead
+//! connection costs the operations that were on it, and the next send to
+//! that peer makes a new one; the endpoint itself stays enabled.
+//!
+//! A traffic class (`tx_attr.tclass`) is the IP TOS of the listener and of
+//! every connection's rdma_cm id, set before route resolution. As on MSG
+//! (see `crate::msg`), a connection carries the class of the endpoint
+//! that made it: between endpoints of different classes, each accepted
+//! connection has its peer's.
 //!
 //! Idle connections are not retired (`limits.idle_timeout` is not used
 //! here), only counted against `max_conns`. The target of RDMA writes
@@ -341,6 +350,8 @@ pub struct RdmShared {
     pub(crate) nonce: u64,
     pub(crate) cm: Arc<CmChannel>,
     pub(crate) listener: CmId,
+    /// The IP TOS of every connection's rdma_cm id (`tx_attr.tclass`).
+    pub(crate) tos: Option<u8>,
     pub(crate) peers: Mutex<FastMap<SocketAddr, Peer>>,
     pub(crate) by_qp: Mutex<FastMap<u32, Arc<Conn>>>,
     pub(crate) matcher: Mutex<RdmMatcher>,
@@ -652,8 +663,12 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         .or(cfg.info.src_addr.as_deref())
         .ok_or(Error::AddrNotAvail)
         .and_then(decode_sockaddr)?;
+    let tos = crate::tos_of(&cfg.info)?;
     let cm = CmChannel::open(&rt)?;
     let listener = CmId::new(&cm.ch, PortSpace::Tcp)?;
+    if let Some(t) = tos {
+        listener.set_tos(t)?;
+    }
     listener.bind_addr(want)?;
     listener.listen(LISTEN_BACKLOG)?;
     let local = listener.local_addr().ok_or(Error::AddrNotAvail)?;
@@ -682,6 +697,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         local,
         cm,
         listener,
+        tos,
         peers: Mutex::new(fast_map()),
         by_qp: Mutex::new(fast_map()),
         matcher: Mutex::new(Matcher::new()),
@@ -725,6 +741,8 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         let mut s = EpStats::default();
         s.conns = ep.conn_count.load(Ordering::Acquire);
         s.peers = lock(&ep.peers).len();
+        let conns: Vec<Arc<Conn>> = lock(&ep.by_qp).values().cloned().collect();
+        s.tclass = crate::qp_tclass(conns.iter().map(|c| &*c.qp));
         s
     }
 

@@ -155,6 +155,9 @@ async fn accept(
     slot: ConnSlot,
     events: &mut Events,
 ) -> Attempt {
+    if let Some(t) = ep.tos {
+        id.set_tos(t).map_err(|e| (e, Vec::new(), None))?;
+    }
     let conn = new_conn(ep, id, peer, nonce, slot).map_err(|e| (e, Vec::new(), None))?;
     let fail = |e: Error, d: Vec<u8>| (e, d, Some(conn.clone()));
     let pd = hello(ep).map_err(|e| fail(e, Vec::new()))?;
@@ -197,6 +200,10 @@ async fn active(
     events: &mut Events,
 ) -> Attempt {
     let plain = |(e, d): (Error, Vec<u8>)| (e, d, None);
+    if let Some(t) = ep.tos {
+        // Before route resolution, which makes it the QP's traffic class.
+        id.set_tos(t).map_err(|e| (e, Vec::new(), None))?;
+    }
     let src = SocketAddr::new(ep.local.ip(), 0);
     cmchan::resolve(&id, events, Some(src), peer)
         .await

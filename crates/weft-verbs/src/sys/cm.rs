@@ -21,7 +21,7 @@ use rdma_sys::{
     rdma_cm_id, rdma_conn_param, rdma_connect, rdma_create_event_channel, rdma_create_id,
     rdma_create_qp, rdma_destroy_event_channel, rdma_destroy_id, rdma_destroy_qp, rdma_disconnect,
     rdma_establish, rdma_event_channel, rdma_get_cm_event, rdma_listen, rdma_port_space,
-    rdma_reject, rdma_resolve_addr, rdma_resolve_route,
+    rdma_reject, rdma_resolve_addr, rdma_resolve_route, rdma_set_option,
 };
 use weft_core::Error;
 
@@ -30,6 +30,12 @@ use super::device::Context;
 use super::pd::ProtectionDomain;
 use super::qp::{QpInitAttr, QpType, QueuePair};
 use super::{check_ret, last_error_or, set_nonblocking};
+
+/// `RDMA_OPTION_ID` of rdma_cma.h (an anonymous enum, which the
+/// bindings leave out).
+const RDMA_OPTION_ID: libc::c_int = 0;
+/// `RDMA_OPTION_ID_TOS` of rdma_cma.h: a `uint8_t` IP TOS byte.
+const RDMA_OPTION_ID_TOS: libc::c_int = 0;
 
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 
@@ -491,6 +497,29 @@ impl CmId {
         // SAFETY: the id is alive and locked.
         self.inner
             .with(|id| check_ret(unsafe { rdma_listen(id, backlog) }))
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS)`: the IP TOS
+    /// byte (DSCP << 2) of the id's connection. On RoCE it becomes the
+    /// traffic class of the route that `resolve_route` builds, so it must
+    /// be set before that. The passive side's QP takes its traffic class
+    /// from the connect request instead: set on a connect request's id
+    /// before `accept`, it does not change the QP (rxe, Linux 6.1).
+    pub fn set_tos(&self, tos: u8) -> Result<(), Error> {
+        let mut v = tos;
+        self.inner.with(|id| {
+            // SAFETY: the id is alive and locked; the option is one byte,
+            // read during the call.
+            check_ret(unsafe {
+                rdma_set_option(
+                    id,
+                    RDMA_OPTION_ID,
+                    RDMA_OPTION_ID_TOS,
+                    (&mut v as *mut u8).cast(),
+                    std::mem::size_of::<u8>(),
+                )
+            })
+        })
     }
 
     /// `rdma_resolve_addr`: completes with `AddrResolved`/`AddrError`.

@@ -487,16 +487,30 @@ impl QueuePair {
         self.modify(&mut a, ibv_qp_attr_mask::IBV_QP_STATE)
     }
 
-    /// `ibv_query_qp` of the current state.
-    pub fn state(&self) -> Result<QpState, Error> {
+    /// `ibv_query_qp` of the attributes in `mask`.
+    fn query(&self, mask: ibv_qp_attr_mask) -> Result<ibv_qp_attr, Error> {
         let mut a = zeroed_qp_attr();
         // SAFETY: all-zero is a valid ibv_qp_init_attr (null pointers and
         // integers).
         let mut init = unsafe { MaybeUninit::<ibv_qp_init_attr>::zeroed().assume_init() };
-        let mask = i32::try_from(ibv_qp_attr_mask::IBV_QP_STATE.0).map_err(|_| Error::Inval)?;
+        let mask = i32::try_from(mask.0).map_err(|_| Error::Inval)?;
         // SAFETY: the QP is alive; both out-pointers are valid.
         check_ret(unsafe { ibv_query_qp(self.as_ptr(), &mut a, mask, &mut init) })?;
+        Ok(a)
+    }
+
+    /// `ibv_query_qp` of the current state.
+    pub fn state(&self) -> Result<QpState, Error> {
+        let a = self.query(ibv_qp_attr_mask::IBV_QP_STATE)?;
         Ok(QpState::from_raw(a.qp_state))
+    }
+
+    /// The primary address vector as the device holds it (`ibv_query_qp`
+    /// with `IBV_QP_AV`): what a connected QP's packets carry, e.g. the
+    /// traffic class rdma_cm gave it. Meaningful once the QP is past RTR.
+    pub fn address_vector(&self) -> Result<AhAttr, Error> {
+        let a = self.query(ibv_qp_attr_mask::IBV_QP_AV)?;
+        Ok(AhAttr::from_raw(&a.ah_attr))
     }
 }
 
