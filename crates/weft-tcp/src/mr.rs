@@ -467,7 +467,7 @@ mod tests {
         sub.close();
         assert_eq!(s.check(0, 1, MrAccess::REMOTE_READ), Err(Error::Access));
         let back = mr.take_buffers().unwrap();
-        assert_eq!(&back[1][..], b"de");
+        assert_eq!((&back[1][..], &back[2][..]), (&b"bc"[..], &b"de89"[..]));
         assert_eq!(r.put(0, b"x"), Err(Error::Access), "closed");
     }
 }
