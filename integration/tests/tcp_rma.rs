@@ -37,8 +37,14 @@ async fn default_hints_get_rma_on_both_types() {
         let i = tcp().info(t);
         let rma = Caps::RMA | Caps::READ | Caps::WRITE | Caps::REMOTE_READ | Caps::REMOTE_WRITE;
         assert!(i.caps.contains(rma), "{t:?}: {:?}", i.caps);
-        assert!(i.tx_attr.caps.contains(Caps::RMA | Caps::READ | Caps::WRITE));
-        assert!(!i.tx_attr.caps.intersects(Caps::REMOTE_READ | Caps::REMOTE_WRITE));
+        assert!(i
+            .tx_attr
+            .caps
+            .contains(Caps::RMA | Caps::READ | Caps::WRITE));
+        assert!(!i
+            .tx_attr
+            .caps
+            .intersects(Caps::REMOTE_READ | Caps::REMOTE_WRITE));
         assert!(i
             .rx_attr
             .caps
@@ -69,7 +75,9 @@ async fn atomics_are_not_offered() {
 async fn peers_reach_regions_over_several_buffers_and_sub_regions() {
     let h = Harness::rdm(&tcp());
     let (a, _b, to_b, _) = h.rdm_pair();
-    let bufs: Vec<BytesMut> = (0..4).map(|i| BytesMut::from(&[0xa0 + i; 100][..])).collect();
+    let bufs: Vec<BytesMut> = (0..4)
+        .map(|i| BytesMut::from(&[0xa0 + i; 100][..]))
+        .collect();
     let base = h
         .domain
         .mr_regattr(MrAttr::iov(bufs, RW).requested_key(10))
@@ -90,10 +98,12 @@ async fn peers_reach_regions_over_several_buffers_and_sub_regions() {
     // The sub-region has no remote read; its base does.
     let e = a.ep.read(to_b, BytesMut::zeroed(4), sub.addr(), sub.key());
     assert_eq!(e.await.unwrap_err().err, Error::Access);
-    let e = a.ep.write(to_b, Bytes::from_static(b"xx"), sub.addr() + 199, sub.key());
+    let e =
+        a.ep.write(to_b, Bytes::from_static(b"xx"), sub.addr() + 199, sub.key());
     assert_eq!(e.await.unwrap_err().err, Error::Access, "one byte past");
     assert_eq!(base.to_vec().unwrap(), after, "refused: nothing moved");
-    let r = a.ep.read(to_b, BytesMut::zeroed(400), base.addr(), base.key());
+    let r =
+        a.ep.read(to_b, BytesMut::zeroed(400), base.addr(), base.key());
     assert_eq!(&r.await.unwrap().into_bytes()[..], &after[..]);
     // The buffers come back with what the peer wrote.
     sub.close().unwrap();
@@ -198,13 +208,18 @@ async fn msg_rma_and_a_refusal_keep_the_connection() {
     c.write(none, Bytes::from_static(b"msg write"), 100, mr.key())
         .await
         .unwrap();
-    let r = c.read(none, BytesMut::zeroed(9), 100, mr.key()).await.unwrap();
+    let r = c
+        .read(none, BytesMut::zeroed(9), 100, mr.key())
+        .await
+        .unwrap();
     assert_eq!(&r.into_bytes()[..], b"msg write");
     c.writedata(none, Bytes::from_static(b"wd"), 42, 0, mr.key())
         .await
         .unwrap();
     let t = within("target entry", next_cq(scq)).await.unwrap();
-    assert!(t.flags.contains(OpFlags::REMOTE_WRITE | OpFlags::REMOTE_CQ_DATA));
+    assert!(t
+        .flags
+        .contains(OpFlags::REMOTE_WRITE | OpFlags::REMOTE_CQ_DATA));
     assert_eq!((t.data, t.len), (42, 2));
     let before = mr.to_vec().unwrap();
     let e = c
@@ -320,17 +335,37 @@ async fn forged_rma_frames_never_reach_outside_a_region() {
     let bad = [
         (Target { addr: 0, key: 99 }, 8usize),
         (Target { addr: 1020, key: 2 }, 8),
-        (Target { addr: u64::MAX - 3, key: 2 }, 8),
-        (Target { addr: 1, key: u64::MAX }, 8),
+        (
+            Target {
+                addr: u64::MAX - 3,
+                key: 2,
+            },
+            8,
+        ),
+        (
+            Target {
+                addr: 1,
+                key: u64::MAX,
+            },
+            8,
+        ),
         (Target { addr: 0, key: 1 }, 8),
     ];
     for (i, (t, n)) in bad.into_iter().enumerate() {
         let seq = i as u64 + 1;
-        s.write_all(&write_frame(seq, t, &vec![0xff; n], FLAG_ACK_REQ | FLAG_CQ_DATA))
-            .await
-            .unwrap();
+        s.write_all(&write_frame(
+            seq,
+            t,
+            &vec![0xff; n],
+            FLAG_ACK_REQ | FLAG_CQ_DATA,
+        ))
+        .await
+        .unwrap();
         let (ack, _) = read_frame(&mut s).await;
-        assert_eq!((ack.kind, ack.seq, ack.data), (Some(FrameKind::Ack), seq, 13));
+        assert_eq!(
+            (ack.kind, ack.seq, ack.data),
+            (Some(FrameKind::Ack), seq, 13)
+        );
     }
     assert_eq!(outer.to_vec().unwrap(), pristine, "nothing written");
     // Refused reads: one error answer each, no bytes.
@@ -345,14 +380,26 @@ async fn forged_rma_frames_never_reach_outside_a_region() {
     {
         s.write_all(&read_req(100 + i as u64, t, n)).await.unwrap();
         let (r, p) = read_frame(&mut s).await;
-        assert_eq!((r.kind, r.seq, r.len), (Some(FrameKind::RmaReadResp), 100 + i as u64, 0));
-        assert!(r.data == 13 || r.data == 90, "EACCES or EMSGSIZE: {}", r.data);
+        assert_eq!(
+            (r.kind, r.seq, r.len),
+            (Some(FrameKind::RmaReadResp), 100 + i as u64, 0)
+        );
+        assert!(
+            r.data == 13 || r.data == 90,
+            "EACCES or EMSGSIZE: {}",
+            r.data
+        );
         assert!(p.is_empty());
     }
     // A good write on the same stream lands, with its remote CQ data.
-    s.write_all(&write_frame(50, Target { addr: 1016, key: 2 }, b"12345678", FLAG_ACK_REQ | FLAG_CQ_DATA))
-        .await
-        .unwrap();
+    s.write_all(&write_frame(
+        50,
+        Target { addr: 1016, key: 2 },
+        b"12345678",
+        FLAG_ACK_REQ | FLAG_CQ_DATA,
+    ))
+    .await
+    .unwrap();
     let (ack, _) = read_frame(&mut s).await;
     assert_eq!((ack.seq, ack.data), (50, 0));
     let t = within("target entry", next_cq(&victim.cq)).await.unwrap();

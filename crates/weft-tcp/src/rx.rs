@@ -74,7 +74,10 @@ enum Sink {
     /// An RMA write's bytes, going into a region (or refused).
     Write(WriteSink),
     /// A piece of the answer to read request `seq`.
-    Read { seq: u64, read: Box<PendingRead> },
+    Read {
+        seq: u64,
+        read: Box<PendingRead>,
+    },
 }
 
 enum Phase {
@@ -541,7 +544,14 @@ impl RxMachine {
 impl RxMachine {
     /// Takes `len` payload bytes into `sink`: at once when they are all
     /// staged, else through the payload state.
-    fn payload(&mut self, conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: Header, len: usize, sink: Sink) {
+    fn payload(
+        &mut self,
+        conn: &Arc<Conn>,
+        ep: &Arc<EpShared>,
+        hdr: Header,
+        len: usize,
+        sink: Sink,
+    ) {
         let mut sink = sink;
         if self.end - self.start >= len {
             let (s, e) = (self.start, self.start + len);

@@ -5,7 +5,9 @@
 //! requested keys with offsets (tcp).
 
 use bytes::{Bytes, BytesMut};
-use weft::{BindFlags, Caps, EpType, Error, MemoryRegion, MrAccess, MrAttr, OpFlags, RmaMsg, RmaOp};
+use weft::{
+    BindFlags, Caps, EpType, Error, MemoryRegion, MrAccess, MrAttr, OpFlags, RmaMsg, RmaOp,
+};
 use weft_integration::{assert_cq_quiet, next_cq, payload, within, Harness, Provider, RdmEp};
 
 const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
@@ -174,7 +176,13 @@ async fn writedata_reports_at_the_target(p: Provider) {
     let mr = region(&h, 1024, MrAccess::REMOTE_WRITE, 31);
     let e = within(
         "writedata",
-        a.ep.writedata(to_b, Bytes::from_static(b"note"), 0xabcd, mr.addr() + 8, mr.key()),
+        a.ep.writedata(
+            to_b,
+            Bytes::from_static(b"note"),
+            0xabcd,
+            mr.addr() + 8,
+            mr.key(),
+        ),
     )
     .await
     .unwrap();
@@ -254,9 +262,12 @@ async fn refused_rma_fails_with_access_and_the_peer_stays_usable(p: Provider) {
     let gone = region(&h, 64, RW, 44);
     let (addr, key) = (gone.addr(), gone.key());
     gone.close().unwrap();
-    let e = within("closed key", a.ep.write(to_b, Bytes::from_static(b"z"), addr, key))
-        .await
-        .expect_err("closed key");
+    let e = within(
+        "closed key",
+        a.ep.write(to_b, Bytes::from_static(b"z"), addr, key),
+    )
+    .await
+    .expect_err("closed key");
     assert_eq!(e.err, Error::Access);
     // And RMA itself still works on the same pair.
     within(
