@@ -170,8 +170,9 @@ impl Domain {
     /// the domain does not support (`FI_RMA_EVENT` without the
     /// `FI_RMA_EVENT` cap, HMEM flags without `FI_HMEM`, `FI_RMA_PMEM`
     /// without `FI_RMA_PMEM`, or what the provider refuses); `Canceled`
-    /// for a closed base; `NoSys` without memory registration. Buffers
-    /// come back in the error.
+    /// for a closed base; `NoKey` for a requested key already in use (in
+    /// domains without `FI_MR_PROV_KEY`); `NoSys` without memory
+    /// registration. Buffers come back in the error.
     pub fn mr_regattr(&self, attr: MrAttr<'_>) -> std::result::Result<MemoryRegion, RegError> {
         let _span = tracing::debug_span!("mr_reg", domain = self.fid()).entered();
         match self.check(&attr) {

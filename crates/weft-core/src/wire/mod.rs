@@ -313,6 +313,34 @@ mod tests {
     }
 
     #[test]
+    fn rma_frames_have_their_own_bounds_and_flags() {
+        let mut w = Header::new(FrameKind::RmaWrite);
+        w.flags = FLAG_CQ_DATA | FLAG_ACK_REQ;
+        w.len = 100 + rma::TARGET_LEN as u64;
+        assert_eq!(decode(&w.encode(), 100), Ok(w), "max_msg_size + target");
+        w.len += 1;
+        assert!(matches!(
+            decode(&w.encode(), 100),
+            Err(WireError::TooLong { .. })
+        ));
+        let mut r = Header::new(FrameKind::RmaReadReq);
+        r.len = rma::READ_REQ_LEN as u64;
+        assert_eq!(decode(&r.encode(), 0), Ok(r));
+        r.flags = FLAG_CQ_DATA;
+        assert!(matches!(
+            decode(&r.encode(), 0),
+            Err(WireError::BadFlags(_))
+        ));
+        let mut a = Header::new(FrameKind::RmaReadResp);
+        a.len = rma::READ_CHUNK as u64 + 1;
+        assert!(matches!(
+            decode(&a.encode(), u64::MAX),
+            Err(WireError::TooLong { .. })
+        ));
+        assert!(FrameKind::RmaWrite.is_data() && !FrameKind::RmaReadResp.is_data());
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic() {
         // A small deterministic xorshift sweep; the fuzz target does the rest.
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
