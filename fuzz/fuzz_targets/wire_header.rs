@@ -11,12 +11,16 @@
 //! - a `Hello`/`Verify` payload that parses as a claim (address and
 //!   nonce) re-encodes to its own length and parses again to itself;
 //! - `decode_sockaddr` / `encode_sockaddr` and `parse_sockaddr_str` /
-//!   `sockaddr_to_str` round-trip whatever they accept.
+//!   `sockaddr_to_str` round-trip whatever they accept;
+//! - the RMA payload prefixes (`wire::rma`: a write's target, a read
+//!   request) decode exactly the sizes they have and round-trip, and
+//!   `range_in` never accepts a range that leaves the region.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sockaddr_to_str};
 use weft_core::wire::claim::Claim;
+use weft_core::wire::rma::{range_in, ReadReq, Target, READ_CHUNK, READ_REQ_LEN, TARGET_LEN};
 use weft_core::wire::{
     decode, FrameKind, Header, WireError, FLAG_ACK_REQ, FLAG_CQ_DATA, HEADER_LEN, MAX_CONTROL_LEN,
 };
@@ -31,7 +35,13 @@ fn check_header(data: &[u8]) {
             Ok(h) => {
                 let kind = h.kind.expect("decoded header without a kind");
                 // Field constraints of docs/wire.md.
-                if kind.is_data() {
+                if kind == FrameKind::RmaWrite {
+                    assert!(h.len <= max.saturating_add(TARGET_LEN as u64));
+                    assert_eq!(h.flags & !(FLAG_CQ_DATA | FLAG_ACK_REQ), 0);
+                } else if kind == FrameKind::RmaReadReq {
+                    assert!(h.len <= READ_REQ_LEN as u64);
+                    assert_eq!(h.flags, 0, "read request with flags");
+                } else if kind.is_data() {
                     assert!(h.len <= max, "data frame len {} > max {max}", h.len);
                     assert_eq!(h.flags & !(FLAG_CQ_DATA | FLAG_ACK_REQ), 0);
                 } else {
@@ -41,6 +51,7 @@ fn check_header(data: &[u8]) {
                         | FrameKind::ConnReq
                         | FrameKind::ConnResp
                         | FrameKind::Verify => MAX_CONTROL_LEN,
+                        FrameKind::RmaReadResp => READ_CHUNK as u64,
                         _ => 0,
                     };
                     assert!(h.len <= limit, "{kind:?} len {} > {limit}", h.len);
@@ -106,6 +117,48 @@ fn check_sockaddr(data: &[u8]) {
     }
 }
 
+fn check_rma(data: &[u8]) {
+    match Target::decode(data) {
+        Ok(t) => {
+            assert!(data.len() >= TARGET_LEN);
+            assert_eq!(&t.encode()[..], &data[..TARGET_LEN]);
+        }
+        Err(e) => assert!(data.len() < TARGET_LEN && e.got == data.len()),
+    }
+    match ReadReq::decode(data) {
+        Ok(r) => {
+            assert_eq!(data.len(), READ_REQ_LEN);
+            assert_eq!(&r.encode()[..], data);
+            // Whatever the peer asks, an accepted range stays inside.
+            for region_len in [0usize, 1, 4096, usize::MAX] {
+                for base in [0u64, r.target.addr, u64::MAX] {
+                    if let Some(off) = range_in(base, region_len, r.target.addr, r.len) {
+                        let end = (off as u128) + (r.len as u128);
+                        assert!(end <= region_len as u128, "range leaves the region");
+                        assert!(r.target.addr >= base);
+                    }
+                }
+            }
+        }
+        Err(e) => assert_ne!(e.got, READ_REQ_LEN),
+    }
+    // Also as an RMA frame: header, then its prefix.
+    if data.len() > HEADER_LEN {
+        if let Ok(h) = decode(data, 1 << 20) {
+            let rest = &data[HEADER_LEN..];
+            match h.kind {
+                Some(FrameKind::RmaWrite) => {
+                    let _ = Target::decode(rest);
+                }
+                Some(FrameKind::RmaReadReq) => {
+                    let _ = ReadReq::decode(&rest[..rest.len().min(h.len as usize)]);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 fn check_str(data: &[u8]) {
     let s = String::from_utf8_lossy(data);
     if let Ok(a) = parse_sockaddr_str(&s) {
@@ -118,6 +171,7 @@ fn check_str(data: &[u8]) {
 fuzz_target!(|data: &[u8]| {
     check_header(data);
     check_sockaddr(data);
+    check_rma(data);
     check_str(data);
     // Keep `Header` constructible from the public API in the target too.
     let _ = Header::new(FrameKind::Ack).encode();

@@ -79,6 +79,36 @@ impl Provider {
         self.try_info(ep_type)
             .unwrap_or_else(|| panic!("provider {} offers no {:?}", self.name, ep_type))
     }
+
+    /// The provider's offer for `ep_type` with hints tuned by `tune`, or
+    /// `None` if nothing matches.
+    pub fn try_info_with(&self, ep_type: EpType, tune: impl FnOnce(&mut Info)) -> Option<Info> {
+        let mut hints = Info::default();
+        hints.ep_attr.ep_type = ep_type;
+        hints.fabric_attr.prov_name = Some(self.name.to_string());
+        if self.name == "verbs" {
+            hints.domain_attr.name = Some(verbs_domain());
+        }
+        tune(&mut hints);
+        weft::getinfo(Some(&hints))
+            .ok()
+            .and_then(|mut v| (!v.is_empty()).then(|| v.remove(0)))
+    }
+
+    /// The offer with RMA: hints asking for messages and RMA, accepting
+    /// every registration mode the providers require (verbs: provider
+    /// keys, virtual addresses, local registration) and `FI_RX_CQ_DATA`.
+    /// An application written this way runs on both, reading keys and
+    /// addresses from its regions.
+    pub fn rma_info(&self, ep_type: EpType) -> Info {
+        self.try_info_with(ep_type, |h| {
+            h.caps = weft::Caps::MSG | weft::Caps::RMA;
+            h.domain_attr.mr_mode =
+                weft::MrMode::PROV_KEY | weft::MrMode::VIRT_ADDR | weft::MrMode::LOCAL;
+            h.mode = weft::Mode::RX_CQ_DATA;
+        })
+        .unwrap_or_else(|| panic!("provider {} offers no RMA on {:?}", self.name, ep_type))
+    }
 }
 
 /// Awaits `fut`, failing the test if it takes longer than [`TIMEOUT`].
@@ -171,6 +201,19 @@ impl Harness {
         }
     }
 
+    /// Opens fabric and domain of `provider` for `info`. Must run inside a
+    /// Tokio runtime.
+    pub fn with_info(provider: &Provider, info: Info) -> Harness {
+        let fabric = Fabric::open(&info).expect("fabric open");
+        let domain = fabric.domain(&info).expect("domain open");
+        Harness {
+            provider: *provider,
+            info,
+            fabric,
+            domain,
+        }
+    }
+
     /// RDM harness.
     pub fn rdm(provider: &Provider) -> Harness {
         Harness::new(provider, EpType::Rdm)
@@ -249,8 +292,13 @@ impl Harness {
     /// Two enabled RDM endpoints, each with the other in its AV. Returns
     /// `(a, b, b's handle in a's AV, a's handle in b's AV)`.
     pub fn rdm_pair(&self) -> (RdmEp, RdmEp, FiAddr, FiAddr) {
-        let a = self.rdm_ep();
-        let b = self.rdm_ep();
+        self.rdm_pair_with(&self.info)
+    }
+
+    /// [`rdm_pair`](Self::rdm_pair) of endpoints opened with `info`.
+    pub fn rdm_pair_with(&self, info: &Info) -> (RdmEp, RdmEp, FiAddr, FiAddr) {
+        let a = self.rdm_ep_with(info, self.av(), BindFlags::empty());
+        let b = self.rdm_ep_with(info, self.av(), BindFlags::empty());
         let b_in_a = a.insert(&b);
         let a_in_b = b.insert(&a);
         (a, b, b_in_a, a_in_b)

@@ -23,14 +23,15 @@
 //! iteration's pattern (read: against the region's pattern, in a buffer
 //! filled with another one before each read).
 //!
-//! On MSG a write with remote CQ data completes a receive the target
-//! posted (libfabric's `FI_RX_CQ_DATA`), so a side posts an empty receive
-//! before the peer's write can come; RDM reports the write on its own.
+//! On verbs MSG a write with remote CQ data completes a receive the
+//! target posted (libfabric's `FI_RX_CQ_DATA`, kept in the offer), so a
+//! side posts an empty receive before the peer's write can come; RDM,
+//! and tcp on either type, report the write on their own.
 
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use weft::{CqEntry, EpType, MemoryRegion, MrAccess, OpFlags, RmaMsg, RmaOp};
+use weft::{CqEntry, EpType, MemoryRegion, Mode, MrAccess, OpFlags, RmaMsg, RmaOp};
 
 use crate::args::{Api, Rma};
 use crate::fail::{Context, Failure, Res};
@@ -205,7 +206,9 @@ fn contents(mr: &MemoryRegion, size: usize) -> Res<Bytes> {
 /// On MSG, the receive the peer's next write with remote CQ data will
 /// complete (it carries no bytes); RDM needs none.
 async fn note_slot(link: &Link) -> Res<()> {
-    if link.ep_type == EpType::Msg {
+    // Only where the offer kept FI_RX_CQ_DATA (verbs MSG); tcp reports
+    // remote CQ data without taking a receive.
+    if link.ep_type == EpType::Msg && link.ep.info().mode.contains(Mode::RX_CQ_DATA) {
         link.post_recv(vec![BytesMut::new()], NOTE_CTX).await?;
     }
     Ok(())

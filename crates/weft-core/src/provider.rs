@@ -206,7 +206,8 @@ pub struct MrRequest {
     /// Access rights (never empty).
     pub access: crate::flags::MrAccess,
     /// The key the application asks for; providers whose `mr_mode` has
-    /// `FI_MR_PROV_KEY` choose their own and ignore it.
+    /// `FI_MR_PROV_KEY` choose their own and ignore it, the others use it
+    /// and refuse one already in use in the domain with `NoKey`.
     pub requested_key: u64,
     /// Registration flags.
     pub flags: crate::flags::MrRegFlags,
@@ -218,8 +219,9 @@ pub struct MrRequest {
 pub trait ProviderMr: Send + Sync + Debug {
     /// The key a peer passes to RMA operations (`fi_mr_key`).
     fn key(&self) -> u64;
-    /// The region's address, the base of RMA target addresses
-    /// (`FI_MR_VIRT_ADDR`).
+    /// The region's address, the base of RMA target addresses: its
+    /// virtual address with `FI_MR_VIRT_ADDR`, 0 without (targets are
+    /// offsets into the region).
     fn addr(&self) -> u64;
     /// Length in bytes.
     fn len(&self) -> usize;
@@ -242,14 +244,16 @@ pub trait ProviderMr: Send + Sync + Debug {
     /// Registers `offset..offset + len` of this region again, with its own
     /// key and `access` (a sub-MR, `fi_mr_attr::base_mr`). The sub-region
     /// keeps the memory alive. The API layer has checked the range.
+    /// `requested_key` is the key asked for, as in [`MrRequest`].
     /// `NoSys` for providers without sub-regions.
     fn sub_region(
         &self,
         offset: usize,
         len: usize,
         access: crate::flags::MrAccess,
+        requested_key: u64,
     ) -> Result<Arc<dyn ProviderMr>> {
-        let _ = (offset, len, access);
+        let _ = (offset, len, access, requested_key);
         Err(Error::NoSys)
     }
     /// Deregisters, as [`close`](Self::close), and hands back the

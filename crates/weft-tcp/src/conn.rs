@@ -23,6 +23,7 @@ use weft_core::{Error, Result};
 
 use crate::endpoint::EpShared;
 use crate::frame::TxFrame;
+use crate::rma::PendingRead;
 use crate::rx::RxMachine;
 use weft_core::limits::ConnSlot;
 
@@ -52,7 +53,11 @@ pub struct Conn {
     tx: Mutex<TxState>,
     tx_kick: Notify,
     pub rx: Mutex<RxMachine>,
-    acks: Mutex<FastMap<u64, OpDone>>,
+    /// Completions waiting for the peer's `Ack`, with the length they
+    /// report.
+    acks: Mutex<FastMap<u64, (OpDone, usize)>>,
+    /// RMA reads waiting for their answer, by request sequence number.
+    reads: Mutex<FastMap<u64, Box<PendingRead>>>,
     dead: AtomicBool,
     /// Bytes read, and writes made: the sweeper compares them between
     /// passes instead of the data path reading a clock.
@@ -116,6 +121,7 @@ impl Conn {
             tx_kick: Notify::new(),
             rx: Mutex::new(RxMachine::new(ep.max_msg as u64)),
             acks: Mutex::new(fast_map()),
+            reads: Mutex::new(fast_map()),
             dead: AtomicBool::new(false),
             rx_bytes: AtomicU64::new(0),
             tx_ops: AtomicU64::new(0),
@@ -208,7 +214,7 @@ impl Conn {
             let g = lock(&self.tx);
             g.queue.is_empty() && !g.writer_active
         };
-        idle && lock(&self.acks).is_empty()
+        idle && lock(&self.acks).is_empty() && lock(&self.reads).is_empty()
     }
 
     pub fn is_dead(&self) -> bool {
@@ -234,8 +240,12 @@ impl Conn {
             // be read (by another thread) before this call returns, and an
             // Ack that finds no entry would leave the send pending forever.
             if let Some(done) = f.done.take() {
-                lock(&self.acks).insert(f.hdr.seq, done);
+                lock(&self.acks).insert(f.hdr.seq, (done, f.op_len()));
             }
+        }
+        if let Some(r) = f.read.take() {
+            // As for acks: the answer may be read before this returns.
+            lock(&self.reads).insert(f.hdr.seq, r);
         }
         if g.queue.is_empty() && !g.writer_active {
             self.touch_tx();
@@ -284,9 +294,8 @@ impl Conn {
 
     fn frame_written(&self, f: TxFrame) {
         self.release_credit(&f);
-        let TxFrame {
-            hdr, payload, done, ..
-        } = f;
+        let len = f.op_len();
+        let TxFrame { payload, done, .. } = f;
         // The caller's buffers are let go before the completion is
         // delivered: an application that reuses a buffer on completion
         // (`Bytes::try_into_mut`) must find itself its only owner.
@@ -294,7 +303,7 @@ impl Conn {
         // Delivery-complete frames have no `done` here: it waits in `acks`.
         let Some(done) = done else { return };
         done.complete(CqEntry {
-            len: hdr.len as usize,
+            len,
             ..CqEntry::default()
         });
     }
@@ -302,9 +311,12 @@ impl Conn {
     /// The peer acknowledged delivery of `seq` (`status` 0 or an error code).
     pub fn on_ack(&self, seq: u64, status: u64) {
         let done = lock(&self.acks).remove(&seq);
-        if let Some(d) = done {
+        if let Some((d, len)) = done {
             match Error::from_code(status as i32) {
-                None if status == 0 => d.complete(CqEntry::default()),
+                None if status == 0 => d.complete(CqEntry {
+                    len,
+                    ..CqEntry::default()
+                }),
                 Some(e) => d.fail_with(e),
                 None => d.fail_with(Error::RemoteIo),
             }
@@ -316,10 +328,31 @@ impl Conn {
         if hdr.flags & FLAG_ACK_REQ == 0 {
             return;
         }
+        self.answer(hdr.seq, status);
+    }
+
+    /// Sends `Ack` of `seq` with `status` (an RMA write's answer, which
+    /// every write gets).
+    pub fn answer(self: &Arc<Self>, seq: u64, status: u64) {
         let mut h = Header::new(FrameKind::Ack);
-        h.seq = hdr.seq;
+        h.seq = seq;
         h.data = status;
         self.send(TxFrame::new(h, Iov::new(), None));
+    }
+
+    /// Takes the read that request `seq` made, while its answer arrives.
+    pub fn take_read(&self, seq: u64) -> Option<Box<PendingRead>> {
+        lock(&self.reads).remove(&seq)
+    }
+
+    /// Puts back a read whose answer has more to come. On a connection
+    /// that died meanwhile it fails instead, as the others did.
+    pub fn put_read(&self, seq: u64, r: Box<PendingRead>) {
+        if self.is_dead() {
+            (*r).fail(Error::ConnReset);
+            return;
+        }
+        lock(&self.reads).insert(seq, r);
     }
 
     /// Writes queued frames, in order, while the socket takes them; the
@@ -423,16 +456,23 @@ impl Conn {
         for mut f in frames {
             if requeue && f.written == 0 && f.credit {
                 if f.wait_ack {
-                    f.done = lock(&self.acks).remove(&f.hdr.seq);
+                    f.done = lock(&self.acks).remove(&f.hdr.seq).map(|(d, _)| d);
+                }
+                if f.hdr.kind == Some(FrameKind::RmaReadReq) {
+                    f.read = lock(&self.reads).remove(&f.hdr.seq);
                 }
                 again.push(f);
             } else {
                 self.fail_frame(f, err);
             }
         }
-        let acks: Vec<OpDone> = lock(&self.acks).drain().map(|(_, d)| d).collect();
+        let acks: Vec<OpDone> = lock(&self.acks).drain().map(|(_, (d, _))| d).collect();
         for d in acks {
             d.fail_with(err);
+        }
+        let reads: Vec<Box<PendingRead>> = lock(&self.reads).drain().map(|(_, r)| r).collect();
+        for r in reads {
+            (*r).fail(err);
         }
         let _ = self.std.shutdown(std::net::Shutdown::Both);
         self.tx_kick.notify_one();
@@ -472,6 +512,7 @@ impl Conn {
             g.queue.clear();
         }
         lock(&self.acks).clear();
+        lock(&self.reads).clear();
         let _ = self.std.shutdown(std::net::Shutdown::Both);
         self.tx_kick.notify_one();
         self.kick.notify_one();
@@ -522,10 +563,14 @@ pub fn marked(stream: &std::net::TcpStream) -> Result<u32> {
     })
 }
 
-/// Fails a frame's completion. The caller accounts for its credit.
+/// Fails a frame's completion (a read request's read, if it was never
+/// queued on a connection). The caller accounts for its credit.
 pub fn fail_frame_done(f: TxFrame, err: Error) {
     if let Some(d) = f.done {
         d.fail(CqErrEntry::new(0, Default::default(), err));
+    }
+    if let Some(r) = f.read {
+        (*r).fail(err);
     }
 }
 

@@ -19,7 +19,9 @@ use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::limits::{ConnLimits, UNEXPECTED_OVERHEAD};
 use weft_core::progress::Progress;
-use weft_core::provider::{EpConfig, EpStats, Iov, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::provider::{
+    EpConfig, EpStats, Iov, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
+};
 use weft_core::sync::lock;
 use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
 use weft_core::wire::claim::Nonce;
@@ -79,6 +81,8 @@ pub struct EpShared {
     pub rx: Credits,
     /// What peers may make this endpoint hold.
     pub limits: ConnLimits,
+    /// The domain's memory regions, which peers' RMA requests reach.
+    pub regions: Option<Arc<crate::mr::Regions>>,
     /// The DSCP value of `tx_attr.tclass`, marked on every connection.
     pub dscp: Option<u8>,
     /// One connection's share of `buffered_limit`.
@@ -137,8 +141,14 @@ impl EpShared {
             Credits::new(info.tx_attr.size),
             Credits::new(info.rx_attr.size),
         );
+        let regions = cfg
+            .domain
+            .as_ref()
+            .and_then(|d| d.as_any().downcast_ref::<crate::mr::TcpDomain>())
+            .map(|d| d.regions.clone());
         Ok(Arc::new_cyclic(|me| EpShared {
             me: me.clone(),
+            regions,
             ep_type,
             dscp,
             max_msg,
@@ -224,7 +234,7 @@ impl EpShared {
         conn.charged.load(Ordering::Acquire).saturating_add(charge) <= self.peer_cap
     }
 
-    fn fits(&self, conn: &Conn, charge: usize) -> bool {
+    pub(crate) fn fits(&self, conn: &Conn, charge: usize) -> bool {
         self.peer_fits(conn, charge)
             && self
                 .unexp_charged
@@ -413,22 +423,9 @@ impl EpShared {
                 req,
             });
         }
-        // Where it goes: a peer (RDM, connected lazily) or the connection.
-        let route = if self.ep_type == EpType::Rdm {
-            match self.dest_sockaddr(req.dest) {
-                Ok(d) => Route::Peer(d),
-                Err(err) => return Err(Rejected { err, req }),
-            }
-        } else {
-            match lock(&self.msg_conn).clone().filter(|c| !c.is_dead()) {
-                Some(c) => Route::Conn(c),
-                None => {
-                    return Err(Rejected {
-                        err: Error::NotConn,
-                        req,
-                    })
-                }
-            }
+        let route = match self.route(req.dest) {
+            Ok(r) => r,
+            Err(err) => return Err(Rejected { err, req }),
         };
         if !self.tx.try_take() {
             return Err(Rejected {
@@ -438,11 +435,29 @@ impl EpShared {
         }
         let (h, payload) = Self::frame_for(&mut req);
         let frame = TxFrame::new(h, payload, Some(req.done));
+        self.dispatch(route, frame);
+        Ok(())
+    }
+
+    /// Where a frame for `dest` goes: a peer (RDM, connected lazily) or
+    /// the connection.
+    pub(crate) fn route(&self, dest: FiAddr) -> Result<Route> {
+        if self.ep_type == EpType::Rdm {
+            self.dest_sockaddr(dest).map(Route::Peer)
+        } else {
+            lock(&self.msg_conn)
+                .clone()
+                .filter(|c| !c.is_dead())
+                .map(Route::Conn)
+                .ok_or(Error::NotConn)
+        }
+    }
+
+    pub(crate) fn dispatch(self: &Arc<Self>, route: Route, frame: TxFrame) {
         match route {
             Route::Peer(dest) => crate::connect::rdm_send(self, dest, frame),
             Route::Conn(conn) => conn.send(frame),
         }
-        Ok(())
     }
 
     fn dest_sockaddr(&self, dest: FiAddr) -> Result<SocketAddr> {
@@ -552,7 +567,7 @@ pub fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut FastMap<K, V>) {
 }
 
 /// Where a send goes.
-enum Route {
+pub(crate) enum Route {
     /// An RDM peer, connected on first use.
     Peer(SocketAddr),
     /// A MSG endpoint's connection.
@@ -610,6 +625,16 @@ impl ProviderEndpoint for TcpEndpoint {
             });
         }
         self.shared.recv(req)
+    }
+
+    fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
+        if self.shared.is_closed() {
+            return Err(Rejected {
+                err: Error::OpBadState,
+                req,
+            });
+        }
+        self.shared.rma(req)
     }
 
     fn give_back(&self, r: Returned) {

@@ -29,6 +29,12 @@ pub struct TxFrame {
     /// (Ack, Shutdown) are not the application's and must not consume its
     /// queue depth.
     pub credit: bool,
+    /// An RMA read request's read, registered with the connection (by
+    /// sequence number) when the frame is queued on it.
+    pub read: Option<Box<crate::rma::PendingRead>>,
+    /// A read answer's charge against the receive budget, given back
+    /// when the frame is written or dropped.
+    pub charge: Option<crate::admission::Charge>,
 }
 
 impl TxFrame {
@@ -43,6 +49,19 @@ impl TxFrame {
             done,
             wait_ack,
             credit,
+            read: None,
+            charge: None,
+        }
+    }
+
+    /// The length a completion reports: the payload, less an RMA
+    /// write's target prefix.
+    pub fn op_len(&self) -> usize {
+        let len = self.hdr.len as usize;
+        if self.hdr.kind == Some(FrameKind::RmaWrite) {
+            len.saturating_sub(wire::rma::TARGET_LEN)
+        } else {
+            len
         }
     }
 
@@ -132,10 +151,20 @@ mod tests {
 
     #[test]
     fn only_data_frames_hold_a_credit() {
-        for k in [FrameKind::Msg, FrameKind::Tagged] {
+        for k in [
+            FrameKind::Msg,
+            FrameKind::Tagged,
+            FrameKind::RmaWrite,
+            FrameKind::RmaReadReq,
+        ] {
             assert!(TxFrame::new(Header::new(k), Iov::new(), None).credit);
         }
-        for k in [FrameKind::Ack, FrameKind::Shutdown, FrameKind::Hello] {
+        for k in [
+            FrameKind::Ack,
+            FrameKind::Shutdown,
+            FrameKind::Hello,
+            FrameKind::RmaReadResp,
+        ] {
             assert!(!TxFrame::new(Header::new(k), Iov::new(), None).credit);
         }
     }

@@ -1,7 +1,8 @@
 //! Weft's TCP provider: `FI_EP_MSG` (connect/accept with CM data) and
 //! `FI_EP_RDM` (connectionless and reliable: one TCP connection per peer,
 //! made on first use, simultaneous connects resolved) over Weft's own
-//! framing (`docs/wire.md`).
+//! framing (`docs/wire.md`), with memory regions and RMA reads and writes
+//! carried as frames of their own and served by the target's reader.
 //!
 //! Sends are written from the posting thread when the socket has room
 //! (no task hop on the latency path), large messages go out with vectored
@@ -19,8 +20,10 @@ mod connect;
 mod driver;
 mod endpoint;
 mod frame;
+mod mr;
 mod parked;
 mod returned;
+mod rma;
 mod rx;
 mod sweep;
 mod verify;
@@ -35,7 +38,9 @@ use weft_core::attr::{
     RxAttr, Threading, TxAttr, API_VERSION,
 };
 use weft_core::flags::{Caps, CompOrder, MrMode, MsgOrder, OpFlags};
-use weft_core::provider::{EpConfig, PassiveConfig, Provider, ProviderEndpoint, ProviderPassive};
+use weft_core::provider::{
+    EpConfig, PassiveConfig, Provider, ProviderDomain, ProviderEndpoint, ProviderPassive,
+};
 use weft_core::{Error, Result};
 
 pub use connect::TcpPassive;
@@ -72,6 +77,11 @@ fn offer(ep_type: EpType) -> Info {
         | Caps::SOURCE
         | Caps::LOCAL_COMM
         | Caps::REMOTE_COMM
+        | Caps::RMA
+        | Caps::READ
+        | Caps::WRITE
+        | Caps::REMOTE_READ
+        | Caps::REMOTE_WRITE
         | if ep_type == EpType::Rdm {
             Caps::DIRECTED_RECV | Caps::AV_USER_ID
         } else {
@@ -82,13 +92,19 @@ fn offer(ep_type: EpType) -> Info {
         caps,
         addr_format: AddrFormat::SockaddrIn,
         tx_attr: TxAttr {
-            caps: caps & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE),
+            caps: caps
+                & !(Caps::RECV
+                    | Caps::DIRECTED_RECV
+                    | Caps::SOURCE
+                    | Caps::REMOTE_READ
+                    | Caps::REMOTE_WRITE),
             msg_order: order,
             comp_order: CompOrder::empty(),
             inject_size: INJECT_SIZE,
             size: QUEUE_SIZE,
             iov_limit: IOV_LIMIT,
-            rma_iov_limit: 0,
+            // One remote segment per operation (fi_msg_rma's rma_iov).
+            rma_iov_limit: 1,
             // Delivery-complete waits for the receiver's Ack, sent once
             // the message is placed or buffered. Match-complete would
             // need the Ack held until a receive takes it, and nothing
@@ -97,7 +113,7 @@ fn offer(ep_type: EpType) -> Info {
             ..TxAttr::default()
         },
         rx_attr: RxAttr {
-            caps: caps & !Caps::SEND,
+            caps: caps & !(Caps::SEND | Caps::READ | Caps::WRITE),
             msg_order: order,
             comp_order: CompOrder::empty(),
             total_buffered_recv: BUFFERED_RECV,
@@ -127,8 +143,10 @@ fn offer(ep_type: EpType) -> Info {
             control_progress: Progress::Auto,
             data_progress: Progress::Auto,
             av_type: AvType::Unspec,
+            // Requested keys, offset addressing: see docs/design.md,
+            // "tcp memory regions".
             mr_mode: MrMode::empty(),
-            mr_key_size: 0,
+            mr_key_size: 8,
             cq_data_size: 8,
             cq_cnt: 1 << 16,
             ep_cnt: 1 << 16,
@@ -137,8 +155,8 @@ fn offer(ep_type: EpType) -> Info {
             max_ep_tx_ctx: 1,
             max_ep_rx_ctx: 1,
             max_ep_srx_ctx: 0,
-            mr_iov_limit: 0,
-            mr_cnt: 0,
+            mr_iov_limit: IOV_LIMIT,
+            mr_cnt: mr::MR_CNT,
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {
@@ -197,6 +215,10 @@ impl Provider for TcpProvider {
 
     fn offers(&self) -> Vec<Info> {
         offers()
+    }
+
+    fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {
+        Ok(Some(Arc::new(mr::TcpDomain::default())))
     }
 
     fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {

@@ -16,11 +16,13 @@ use weft_core::provider::RecvReq;
 pub use weft_core::recv_completion::{complete_peek, copy_and_deliver, deliver, fail_recv};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
+use weft_core::wire::rma::{ReadReq, Target, READ_REQ_LEN, TARGET_LEN};
 use weft_core::wire::{self, FrameKind, Header, FLAG_CQ_DATA, HEADER_LEN};
 use weft_core::Error;
 
 use crate::conn::Conn;
 use crate::endpoint::EpShared;
+use crate::rma::{Answer, PendingRead, ReadJob, WriteSink};
 
 #[cfg(test)]
 #[path = "rx_tests.rs"]
@@ -69,12 +71,21 @@ enum Sink {
         placed: usize,
     },
     Unexpected(Arc<Unexpected>),
+    /// An RMA write's bytes, going into a region (or refused).
+    Write(WriteSink),
+    /// A piece of the answer to read request `seq`.
+    Read {
+        seq: u64,
+        read: Box<PendingRead>,
+    },
 }
 
 enum Phase {
     Header,
     /// A header that matched nothing while the unexpected budget was full.
     Parked(Header),
+    /// Answering a peer's read, piece by piece as the budget allows.
+    Serving(ReadJob),
     Payload {
         hdr: Header,
         remaining: usize,
@@ -166,6 +177,13 @@ impl RxMachine {
                 Phase::Parked(hdr) => {
                     if let Some(st) = self.on_header(conn, ep, hdr) {
                         return st;
+                    }
+                }
+                Phase::Serving(mut job) => {
+                    if !job.serve(conn, ep) {
+                        self.phase = Phase::Serving(job);
+                        self.shrink();
+                        return RxStatus::Parked;
                     }
                 }
                 Phase::Payload {
@@ -272,8 +290,25 @@ impl RxMachine {
                     return Some(RxStatus::Closed(Some(Error::from(e))));
                 }
             };
-            self.start += HEADER_LEN;
-            return self.on_header(conn, ep, hdr);
+            // An RMA request's fixed prefix is read with its header.
+            let prefix = match hdr.kind {
+                Some(FrameKind::RmaWrite) => TARGET_LEN,
+                Some(FrameKind::RmaReadReq) => READ_REQ_LEN,
+                _ => 0,
+            };
+            let short = match hdr.kind {
+                Some(FrameKind::RmaWrite) => hdr.len < TARGET_LEN as u64,
+                Some(FrameKind::RmaReadReq) => hdr.len != READ_REQ_LEN as u64,
+                _ => false,
+            };
+            if short {
+                tracing::warn!(peer = %conn.peer, len = hdr.len, "RMA frame of a bad length; closing connection");
+                return Some(RxStatus::Closed(Some(Error::Io)));
+            }
+            if self.end - self.start >= HEADER_LEN + prefix {
+                self.start += HEADER_LEN;
+                return self.on_header(conn, ep, hdr);
+            }
         }
         self.fill(read, true)
     }
@@ -283,14 +318,14 @@ impl RxMachine {
     pub fn mid_frame(&self) -> bool {
         match self.phase {
             Phase::Header => self.end > self.start,
-            Phase::Parked(_) => false,
+            Phase::Parked(_) | Phase::Serving(_) => false,
             Phase::Payload { .. } => true,
         }
     }
 
     /// Waiting for a receive or for budget.
     pub fn is_parked(&self) -> bool {
-        matches!(self.phase, Phase::Parked(_))
+        matches!(self.phase, Phase::Parked(_) | Phase::Serving(_))
     }
 
     /// Lets go of the staging buffer, keeping only bytes still staged: a
@@ -349,7 +384,9 @@ impl RxMachine {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
-        } else if self.start > self.buf.len() / 2 || self.buf.len() - self.end < HEADER_LEN {
+        } else if self.start > self.buf.len() / 2
+            || self.buf.len() - self.end < HEADER_LEN + READ_REQ_LEN
+        {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
@@ -456,6 +493,41 @@ impl RxMachine {
                 };
                 None
             }
+            FrameKind::RmaWrite => {
+                let t = match Target::decode(&self.buf[self.start..self.end]) {
+                    Ok(t) => t,
+                    Err(_) => return Some(RxStatus::Closed(Some(Error::Io))),
+                };
+                self.start += TARGET_LEN;
+                let len = (hdr.len as usize).saturating_sub(TARGET_LEN);
+                let sink = Sink::Write(WriteSink::open(ep, t, len));
+                self.payload(conn, ep, hdr, len, sink);
+                None
+            }
+            FrameKind::RmaReadReq => {
+                let end = self.start + READ_REQ_LEN;
+                let rr = match ReadReq::decode(&self.buf[self.start..end]) {
+                    Ok(r) => r,
+                    Err(_) => return Some(RxStatus::Closed(Some(Error::Io))),
+                };
+                self.start = end;
+                if let Some(job) = crate::rma::read_request(conn, ep, &hdr, rr) {
+                    self.phase = Phase::Serving(job);
+                }
+                None
+            }
+            FrameKind::RmaReadResp => match crate::rma::answer_piece(conn, &hdr) {
+                Ok(Answer::Done) => None,
+                Ok(Answer::Place(read)) => {
+                    let sink = Sink::Read { seq: hdr.seq, read };
+                    self.payload(conn, ep, hdr, hdr.len as usize, sink);
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!(peer = %conn.peer, seq = hdr.seq, "read answer that answers nothing; closing connection");
+                    Some(RxStatus::Closed(Some(e)))
+                }
+            },
             FrameKind::Ack => {
                 conn.on_ack(hdr.seq, hdr.data);
                 None
@@ -471,6 +543,33 @@ impl RxMachine {
                 Some(RxStatus::Closed(Some(Error::Io)))
             }
         }
+    }
+}
+
+impl RxMachine {
+    /// Takes `len` payload bytes into `sink`: at once when they are all
+    /// staged, else through the payload state.
+    fn payload(
+        &mut self,
+        conn: &Arc<Conn>,
+        ep: &Arc<EpShared>,
+        hdr: Header,
+        len: usize,
+        sink: Sink,
+    ) {
+        let mut sink = sink;
+        if self.end - self.start >= len {
+            let (s, e) = (self.start, self.start + len);
+            feed(&mut sink, &self.buf[s..e]);
+            self.start = e;
+            finish(conn, ep, &hdr, sink);
+            return;
+        }
+        self.phase = Phase::Payload {
+            remaining: len,
+            hdr,
+            sink,
+        };
     }
 }
 
@@ -494,9 +593,20 @@ fn read_once(
 
 /// Copies staged bytes into the sink.
 fn feed(sink: &mut Sink, mut data: &[u8]) {
-    if let Sink::Unexpected(u) = sink {
-        feed_unexpected(u, data);
-        return;
+    match sink {
+        Sink::Unexpected(u) => {
+            feed_unexpected(u, data);
+            return;
+        }
+        Sink::Write(w) => {
+            w.feed(data);
+            return;
+        }
+        Sink::Read { read, .. } => {
+            read.feed(data);
+            return;
+        }
+        Sink::Posted { .. } => {}
     }
     while !data.is_empty() {
         let n = match direct_slot(sink, data.len()) {
@@ -526,7 +636,9 @@ fn direct_slot(sink: &mut Sink, max: usize) -> Option<&mut [u8]> {
             let end = (*off + max).min(b.len());
             Some(&mut b[*off..end])
         }
-        Sink::Unexpected(_) => None,
+        Sink::Read { read, .. } => read.slot(max),
+        // A region is reached only under its lock: through staging.
+        Sink::Unexpected(_) | Sink::Write(_) => None,
     }
 }
 
@@ -544,7 +656,8 @@ fn advance(sink: &mut Sink, n: usize) {
                 *placed += n;
             }
         }
-        Sink::Unexpected(_) => {}
+        Sink::Read { read, .. } => read.advance(n),
+        Sink::Unexpected(_) | Sink::Write(_) => {}
     }
 }
 
@@ -563,6 +676,9 @@ fn feed_unexpected(u: &Unexpected, data: &[u8]) {
 fn fail_sink(ep: &EpShared, sink: Sink, err: Error) {
     match sink {
         Sink::Posted { req, .. } => ep.repost_front(req),
+        // Its initiator learns from the connection's end.
+        Sink::Write(_) => {}
+        Sink::Read { read, .. } => (*read).fail(err),
         Sink::Unexpected(u) => {
             let waiter = {
                 let mut g = lock(&u.st);
@@ -605,5 +721,10 @@ fn finish(conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: &Header, sink: Sink) {
             }
             conn.send_ack(hdr, 0);
         }
+        Sink::Write(w) => {
+            let len = (hdr.len as usize).saturating_sub(TARGET_LEN);
+            w.finish(conn, ep, hdr, len);
+        }
+        Sink::Read { seq, read } => crate::rma::piece_done(conn, seq, read),
     }
 }

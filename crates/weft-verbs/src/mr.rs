@@ -145,7 +145,9 @@ impl ProviderMr for VerbsMr {
         offset: usize,
         len: usize,
         access: MrAccess,
+        _requested_key: u64,
     ) -> Result<Arc<dyn ProviderMr>> {
+        // FI_MR_PROV_KEY: the device picks the key.
         let guard = lock(&self.mr);
         let base = guard.as_ref().ok_or(Error::Canceled)?;
         let sub = base.sub(&self.pd, offset, len, access_flags(access, self.atomics))?;

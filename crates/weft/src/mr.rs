@@ -78,7 +78,9 @@ impl<'a> MrAttr<'a> {
     }
 
     /// The key to use, for domains without `FI_MR_PROV_KEY` (others
-    /// choose their own keys and ignore it).
+    /// choose their own keys and ignore it). Such a domain refuses a key
+    /// that one of its regions (sub-regions included) already has with
+    /// `NoKey` (`FI_ENOKEY`); the default is 0.
     pub fn requested_key(mut self, key: u64) -> MrAttr<'a> {
         self.requested_key = key;
         self
@@ -168,8 +170,9 @@ impl Domain {
     /// the domain does not support (`FI_RMA_EVENT` without the
     /// `FI_RMA_EVENT` cap, HMEM flags without `FI_HMEM`, `FI_RMA_PMEM`
     /// without `FI_RMA_PMEM`, or what the provider refuses); `Canceled`
-    /// for a closed base; `NoSys` without memory registration. Buffers
-    /// come back in the error.
+    /// for a closed base; `NoKey` for a requested key already in use (in
+    /// domains without `FI_MR_PROV_KEY`); `NoSys` without memory
+    /// registration. Buffers come back in the error.
     pub fn mr_regattr(&self, attr: MrAttr<'_>) -> std::result::Result<MemoryRegion, RegError> {
         let _span = tracing::debug_span!("mr_reg", domain = self.fid()).entered();
         match self.check(&attr) {
@@ -186,7 +189,7 @@ impl Domain {
         let memory = match attr.memory {
             Source::Sub { base, offset, len } => {
                 return base
-                    .register_sub(offset, len, access)
+                    .register_sub(offset, len, access, attr.requested_key)
                     .map_err(|error| RegError {
                         error,
                         buffers: Vec::new(),
@@ -358,12 +361,18 @@ impl MemoryRegion {
 
     /// Registers part of this region for a sub-region, counting it so
     /// that this region cannot close before it.
-    fn register_sub(&self, offset: usize, len: usize, access: MrAccess) -> Result<MemoryRegion> {
+    fn register_sub(
+        &self,
+        offset: usize,
+        len: usize,
+        access: MrAccess,
+        requested_key: u64,
+    ) -> Result<MemoryRegion> {
         let mut st = lock(&self.state);
         if st.closed {
             return Err(Error::Canceled);
         }
-        let prov = self.prov.sub_region(offset, len, access)?;
+        let prov = self.prov.sub_region(offset, len, access, requested_key)?;
         st.subs += 1;
         Ok(MemoryRegion::new(
             prov,
@@ -386,13 +395,17 @@ impl MemoryRegion {
     }
 
     /// `fi_mr_key`: what a peer passes as the key of RMA operations on
-    /// this region (chosen by the provider: `FI_MR_PROV_KEY`).
+    /// this region: chosen by the provider with `FI_MR_PROV_KEY` in the
+    /// domain's `mr_mode`, the requested key
+    /// ([`MrAttr::requested_key`]) without.
     pub fn key(&self) -> u64 {
         self.prov.key()
     }
 
-    /// The region's first byte as an RMA target address
-    /// (`FI_MR_VIRT_ADDR`): a peer addresses byte `i` as `addr() + i`.
+    /// The region's first byte as an RMA target address: a peer
+    /// addresses byte `i` as `addr() + i`. With `FI_MR_VIRT_ADDR` in the
+    /// domain's `mr_mode` this is the memory's virtual address; without,
+    /// 0 (targets are offsets into the region, sub-regions included).
     pub fn addr(&self) -> u64 {
         self.prov.addr()
     }

@@ -15,6 +15,7 @@ mod eq_cq_cntr;
 mod flags;
 mod mr;
 mod msg_ep;
+mod rma;
 mod tagged;
 
 /// The provider list of the macro must be the library's list: adding a

@@ -1,14 +1,40 @@
 //! Memory registration (spec/fi_mr.3.txt): the argument checks every
 //! provider shares, registration of application buffers in place, raw
 //! keys, sub-regions and unsupported flags. A provider without memory
-//! registration (tcp) answers valid requests with `NoSys` and hands the
+//! registration answers valid requests with `NoSys` and hands the
 //! buffers back.
+//!
+//! The tests follow the domain's `mr_mode`: without `FI_MR_PROV_KEY`
+//! (tcp) every live region gets a key of its own through
+//! `requested_key`, and a key in use is refused with `NoKey`; without
+//! `FI_MR_VIRT_ADDR` a region's address is 0 and sub-regions are
+//! addressed from their own start.
 
 use bytes::BytesMut;
-use weft::{Error, MrAccess, MrAttr, MrRegFlags};
+use weft::{Domain, Error, MemoryRegion, MrAccess, MrAttr, MrMode, MrRegFlags, RegError};
 use weft_integration::{Harness, Provider};
 
 const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
+
+fn mr_mode(d: &Domain) -> MrMode {
+    d.info().domain_attr.mr_mode
+}
+
+/// `buf` registered under `key` (ignored by provider-key domains).
+fn reg_key(
+    d: &Domain,
+    buf: BytesMut,
+    access: MrAccess,
+    key: u64,
+) -> Result<MemoryRegion, RegError> {
+    d.mr_regattr(MrAttr::buffer(buf, access).requested_key(key))
+}
+
+/// `len` provider bytes registered under `key`.
+fn alloc_key(d: &Domain, len: usize, access: MrAccess, key: u64) -> MemoryRegion {
+    d.mr_regattr(MrAttr::alloc(len, access).requested_key(key))
+        .expect("mr_alloc")
+}
 
 fn registers(h: &Harness) -> bool {
     match h.domain.mr_alloc(1, MrAccess::REMOTE_READ) {
@@ -112,7 +138,11 @@ async fn application_buffers_register_in_place(p: Provider) {
         let mr = d.mr_reg(buf, a).expect("register in place");
         assert_eq!(mr.len(), len);
         assert_eq!(mr.access(), a);
-        assert_eq!(mr.addr(), ptr, "FI_MR_VIRT_ADDR: the buffer's own address");
+        if mr_mode(d).contains(MrMode::VIRT_ADDR) {
+            assert_eq!(mr.addr(), ptr, "FI_MR_VIRT_ADDR: the buffer's own address");
+        } else {
+            assert_eq!(mr.addr(), 0, "offsets address the region");
+        }
         assert_eq!(mr.to_vec().unwrap(), want, "the region is the buffer");
         mr.write_at(len - 1, b"Z").unwrap();
         assert_eq!(mr.write_at(len, b"Z"), Err(Error::Inval));
@@ -133,7 +163,7 @@ async fn application_buffers_register_in_place(p: Provider) {
         assert_eq!(mr.access(), a);
     }
     // Regions on provider memory have no buffers to give back.
-    let mr = d.mr_alloc(64, RW).unwrap();
+    let mr = alloc_key(d, 64, RW, 1000);
     assert_eq!(mr.take_buffers().unwrap_err(), Error::Inval);
     // Register, take back, free, allocate anew (the allocator may hand
     // out the same address) and register again: each region holds the
@@ -145,6 +175,61 @@ async fn application_buffers_register_in_place(p: Provider) {
         assert_eq!(&first[..], &filled(4, round)[..], "round {round}");
         drop(mr.take_buffers().unwrap());
     }
+}
+
+/// Several buffers make one region, addressed as their concatenation, up
+/// to the domain's `mr_iov_limit`; taking them back returns each one.
+async fn buffers_register_as_one_region(p: Provider) {
+    let h = Harness::rdm(&p);
+    if !registers(&h) {
+        return;
+    }
+    let d = &h.domain;
+    let limit = d.info().domain_attr.mr_iov_limit.max(1);
+    let bufs: Vec<BytesMut> = (0..limit).map(|i| filled(3 + i, i as u8)).collect();
+    let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+    let mr = d.mr_regv(bufs.clone(), RW).expect("regv up to the limit");
+    assert_eq!(mr.len(), all.len());
+    assert_eq!(mr.to_vec().unwrap(), all);
+    // A write across every boundary.
+    let mark = vec![0xeeu8; all.len() - 2];
+    mr.write_at(1, &mark).unwrap();
+    let back = mr.take_buffers().unwrap();
+    assert_eq!(back.len(), limit);
+    for (b, orig) in back.iter().zip(&bufs) {
+        assert_eq!(b.len(), orig.len(), "each buffer comes back whole");
+    }
+    let joined: Vec<u8> = back.iter().flat_map(|b| b.iter().copied()).collect();
+    assert_eq!(joined[0], all[0]);
+    assert_eq!(&joined[1..all.len() - 1], &mark[..]);
+    assert_eq!(joined[all.len() - 1], all[all.len() - 1]);
+}
+
+/// Without `FI_MR_PROV_KEY` the key is the one asked for, and a key in
+/// use in the domain is refused with `NoKey`, the buffer coming back;
+/// once its region closes the key is free again.
+async fn requested_keys_are_used_and_unique(p: Provider) {
+    let h = Harness::rdm(&p);
+    if !registers(&h) || mr_mode(&h.domain).contains(MrMode::PROV_KEY) {
+        return;
+    }
+    let d = &h.domain;
+    let a = reg_key(d, filled(16, 1), RW, 0xfeed).unwrap();
+    assert_eq!(a.key(), 0xfeed);
+    let b = filled(16, 2);
+    let e = reg_key(d, b.clone(), RW, 0xfeed).unwrap_err();
+    assert_eq!((e.error, e.buffers), (Error::NoKey, vec![b.clone()]));
+    let e = d
+        .mr_regattr(MrAttr::sub(&a, 0, 4, RW).requested_key(0xfeed))
+        .unwrap_err();
+    assert_eq!(e.error, Error::NoKey, "sub-regions share the key space");
+    // Another domain has keys of its own.
+    let other = h.other_domain();
+    let o = reg_key(&other, b.clone(), RW, 0xfeed).unwrap();
+    assert_eq!(o.key(), 0xfeed);
+    a.close().unwrap();
+    let again = reg_key(d, filled(8, 3), RW, 0xfeed).expect("key free after close");
+    assert_eq!(again.key(), 0xfeed);
 }
 
 /// fi_mr_raw_attr / fi_mr_map_raw / fi_mr_unmap_key work on any region.
@@ -179,12 +264,17 @@ async fn sub_regions_share_memory_and_hold_the_base(p: Provider) {
         return;
     }
     let d = &h.domain;
-    let base = d.mr_reg(filled(8192, 9), RW).unwrap();
+    let virt = mr_mode(d).contains(MrMode::VIRT_ADDR);
+    let base = reg_key(d, filled(8192, 9), RW, 1).unwrap();
     let sub = d
-        .mr_regattr(MrAttr::sub(&base, 4096, 1024, MrAccess::REMOTE_READ))
+        .mr_regattr(MrAttr::sub(&base, 4096, 1024, MrAccess::REMOTE_READ).requested_key(2))
         .unwrap();
     assert!(sub.is_sub_region() && !base.is_sub_region());
-    assert_eq!(sub.addr(), base.addr() + 4096);
+    if virt {
+        assert_eq!(sub.addr(), base.addr() + 4096);
+    } else {
+        assert_eq!(sub.addr(), 0, "addressed from its own start");
+    }
     assert_eq!(sub.len(), 1024);
     assert_eq!(sub.access(), MrAccess::REMOTE_READ);
     assert_ne!(sub.key(), base.key(), "a key of its own");
@@ -210,9 +300,11 @@ async fn sub_regions_share_memory_and_hold_the_base(p: Provider) {
     assert_eq!(e.error, Error::Domain);
     // A sub-region of a sub-region is inside both.
     let subsub = d
-        .mr_regattr(MrAttr::sub(&sub, 16, 16, MrAccess::REMOTE_WRITE))
+        .mr_regattr(MrAttr::sub(&sub, 16, 16, MrAccess::REMOTE_WRITE).requested_key(3))
         .unwrap();
-    assert_eq!(subsub.addr(), base.addr() + 4096 + 16);
+    if virt {
+        assert_eq!(subsub.addr(), base.addr() + 4096 + 16);
+    }
     // The base stays while they live.
     assert_eq!(base.close().unwrap_err(), Error::Busy);
     assert_eq!(base.take_buffers().unwrap_err(), Error::Busy);
@@ -229,9 +321,11 @@ async fn sub_regions_share_memory_and_hold_the_base(p: Provider) {
     assert_eq!(e.error, Error::Canceled);
     // Dropping a base before its sub-region leaves the sub-region whole:
     // the memory stays with it.
-    let base = d.mr_alloc(4096, RW).unwrap();
+    let base = alloc_key(d, 4096, RW, 4);
     base.write_at(100, b"kept").unwrap();
-    let sub = d.mr_regattr(MrAttr::sub(&base, 100, 4, RW)).unwrap();
+    let sub = d
+        .mr_regattr(MrAttr::sub(&base, 100, 4, RW).requested_key(5))
+        .unwrap();
     drop(base);
     let mut got = [0u8; 4];
     sub.read_at(0, &mut got).unwrap();
@@ -243,4 +337,6 @@ provider_tests! {
     application_buffers_register_in_place,
     raw_keys_round_trip,
     sub_regions_share_memory_and_hold_the_base,
+    buffers_register_as_one_region,
+    requested_keys_are_used_and_unique,
 }

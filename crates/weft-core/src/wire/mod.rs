@@ -5,17 +5,20 @@
 //! Decoding never trusts the peer: every field is checked before it is used,
 //! and a header the decoder rejects ends that connection with an error.
 //!
-//! [`rdm`] is the verbs RDM provider's message header.
+//! [`rdm`] is the verbs RDM provider's message header; [`rma`] the
+//! fixed prefixes of the RMA frames' payloads.
 
 pub mod claim;
 pub mod rdm;
+pub mod rma;
 
 use std::fmt;
 
 /// Frame magic, `"WF"` read as a little-endian `u16`.
 pub const MAGIC: u16 = u16::from_le_bytes(*b"WF");
 /// The wire version this code speaks (2: `Hello` carries a nonce that the
-/// acceptor has the claimed address confirm through `Verify`).
+/// acceptor has the claimed address confirm through `Verify`, and the RMA
+/// frames).
 pub const VERSION: u8 = 2;
 /// Size of every frame header in bytes.
 pub const HEADER_LEN: usize = 40;
@@ -46,7 +49,17 @@ pub enum FrameKind {
     /// Orderly shutdown: the sender sends nothing more.
     Shutdown = 7,
     /// Delivery acknowledgement of message `seq`; `data` = 0 or an error code.
+    /// Also the answer to every `RmaWrite`.
     Ack = 8,
+    /// RMA write; payload = the 16-byte [`rma::Target`] then the bytes
+    /// written; `data` = remote CQ data with [`FLAG_CQ_DATA`].
+    RmaWrite = 9,
+    /// RMA read request; payload = the 24-byte [`rma::ReadReq`].
+    RmaReadReq = 10,
+    /// A piece of the answer to read request `seq`: `tag` = its offset in
+    /// the read, `data` = 0 or an error code, payload = the bytes (at most
+    /// [`rma::READ_CHUNK`]).
+    RmaReadResp = 11,
     /// RDM: first frame of a connection the acceptor of a `Hello` opens to
     /// the claimed listening address; payload = the address the claimant
     /// dialled and the claim's nonce ([`claim::Claim`]).
@@ -67,15 +80,31 @@ impl FrameKind {
             6 => FrameKind::Tagged,
             7 => FrameKind::Shutdown,
             8 => FrameKind::Ack,
+            9 => FrameKind::RmaWrite,
+            10 => FrameKind::RmaReadReq,
+            11 => FrameKind::RmaReadResp,
             14 => FrameKind::Verify,
             15 => FrameKind::VerifyAck,
             _ => return None,
         })
     }
 
-    /// Data frames carry application messages; the rest are control frames.
+    /// Data frames carry application messages and RMA requests, are
+    /// numbered (`seq`) and take a transmit credit; the rest are control
+    /// frames.
     pub const fn is_data(self) -> bool {
-        matches!(self, FrameKind::Msg | FrameKind::Tagged)
+        matches!(
+            self,
+            FrameKind::Msg | FrameKind::Tagged | FrameKind::RmaWrite | FrameKind::RmaReadReq
+        )
+    }
+
+    /// The header flags a frame of this kind may carry.
+    pub const fn allowed_flags(self) -> u16 {
+        match self {
+            FrameKind::Msg | FrameKind::Tagged | FrameKind::RmaWrite => KNOWN_FLAGS,
+            _ => 0,
+        }
     }
 }
 
@@ -179,8 +208,10 @@ impl From<WireError> for crate::Error {
 }
 
 /// Decodes and validates a header. `max_data_len` bounds data frames (the
-/// receiving endpoint's `max_msg_size`); control frames are bounded by
-/// [`MAX_CONTROL_LEN`], and frames that carry no payload must say 0.
+/// receiving endpoint's `max_msg_size`; an `RmaWrite` may add its 16-byte
+/// target); control frames are bounded by [`MAX_CONTROL_LEN`], read
+/// requests and responses by their fixed sizes, and frames that carry no
+/// payload must say 0.
 pub fn decode(b: &[u8], max_data_len: u64) -> Result<Header, WireError> {
     if b.len() < HEADER_LEN {
         return Err(WireError::Truncated(b.len()));
@@ -199,7 +230,7 @@ pub fn decode(b: &[u8], max_data_len: u64) -> Result<Header, WireError> {
     }
     let kind = FrameKind::from_u8(b[3]).ok_or(WireError::UnknownKind(b[3]))?;
     let flags = u16::from_le_bytes([b[4], b[5]]);
-    if flags & !KNOWN_FLAGS != 0 || (flags != 0 && !kind.is_data()) {
+    if flags & !kind.allowed_flags() != 0 {
         return Err(WireError::BadFlags(flags));
     }
     if b[6] != 0 || b[7] != 0 {
@@ -208,6 +239,9 @@ pub fn decode(b: &[u8], max_data_len: u64) -> Result<Header, WireError> {
     let len = u64_at(8);
     let max = match kind {
         FrameKind::Msg | FrameKind::Tagged => max_data_len,
+        FrameKind::RmaWrite => max_data_len.saturating_add(rma::TARGET_LEN as u64),
+        FrameKind::RmaReadReq => rma::READ_REQ_LEN as u64,
+        FrameKind::RmaReadResp => rma::READ_CHUNK as u64,
         FrameKind::Hello | FrameKind::ConnReq | FrameKind::ConnResp | FrameKind::Verify => {
             MAX_CONTROL_LEN
         }
@@ -292,6 +326,34 @@ mod tests {
             decode(&hello.encode(), 1 << 20),
             Err(WireError::BadFlags(_))
         ));
+    }
+
+    #[test]
+    fn rma_frames_have_their_own_bounds_and_flags() {
+        let mut w = Header::new(FrameKind::RmaWrite);
+        w.flags = FLAG_CQ_DATA | FLAG_ACK_REQ;
+        w.len = 100 + rma::TARGET_LEN as u64;
+        assert_eq!(decode(&w.encode(), 100), Ok(w), "max_msg_size + target");
+        w.len += 1;
+        assert!(matches!(
+            decode(&w.encode(), 100),
+            Err(WireError::TooLong { .. })
+        ));
+        let mut r = Header::new(FrameKind::RmaReadReq);
+        r.len = rma::READ_REQ_LEN as u64;
+        assert_eq!(decode(&r.encode(), 0), Ok(r));
+        r.flags = FLAG_CQ_DATA;
+        assert!(matches!(
+            decode(&r.encode(), 0),
+            Err(WireError::BadFlags(_))
+        ));
+        let mut a = Header::new(FrameKind::RmaReadResp);
+        a.len = rma::READ_CHUNK as u64 + 1;
+        assert!(matches!(
+            decode(&a.encode(), u64::MAX),
+            Err(WireError::TooLong { .. })
+        ));
+        assert!(FrameKind::RmaWrite.is_data() && !FrameKind::RmaReadResp.is_data());
     }
 
     #[test]
