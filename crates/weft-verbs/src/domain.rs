@@ -18,7 +18,7 @@ use weft_core::provider::{
     Rejected,
 };
 
-use crate::bufs::SourceCache;
+use crate::user_bufs::SourceCache;
 use crate::dgram::UdResolver;
 use crate::regcache::CacheLimits;
 use weft_core::{Error, Result};

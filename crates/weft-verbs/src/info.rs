@@ -36,7 +36,7 @@ use weft_core::Error;
 use crate::sys::{
     list_devices, AtomicCap, Context, DeviceAttr, GidEntry, LinkLayer, PortAttr, PortState,
 };
-use crate::{nodes, NAME};
+use crate::{dev_nodes, NAME};
 
 /// Default transmit/receive queue depth of an endpoint (capped by the
 /// device's `max_qp_wr`). Hints may ask for less, not more.
@@ -520,8 +520,8 @@ fn diagnose() -> Option<String> {
         }
     };
     if listed.is_empty() {
-        let nodes = nodes::scan(Path::new(SYS_UVERBS), Path::new(DEV_INFINIBAND));
-        let node_problems: Vec<String> = nodes.iter().filter_map(nodes::Node::problem).collect();
+        let nodes = dev_nodes::scan(Path::new(SYS_UVERBS), Path::new(DEV_INFINIBAND));
+        let node_problems: Vec<String> = nodes.iter().filter_map(dev_nodes::Node::problem).collect();
         if !nodes.is_empty() && node_problems.len() == nodes.len() {
             // Typical of a container given no device: sysfs shows the
             // host's devices, /dev does not have their nodes.
@@ -605,8 +605,8 @@ fn inactive_hint(ll: LinkLayer) -> &'static str {
 
 /// Explains why `ibv_open_device` failed, naming the device node.
 fn open_failure(dev: &str, e: Error) -> String {
-    let node = nodes::node_of(Path::new(SYS_UVERBS), Path::new(DEV_INFINIBAND), dev);
-    if let Some(p) = node.as_ref().and_then(nodes::Node::problem) {
+    let node = dev_nodes::node_of(Path::new(SYS_UVERBS), Path::new(DEV_INFINIBAND), dev);
+    if let Some(p) = node.as_ref().and_then(dev_nodes::Node::problem) {
         return format!("{dev}: cannot be opened ({e}): {p}");
     }
     let Some(node) = node.map(|n| n.name) else {

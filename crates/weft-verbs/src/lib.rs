@@ -27,11 +27,11 @@ pub const NAME: &str = "verbs";
 pub mod sys;
 
 #[cfg(feature = "rdma")]
-mod bufs;
+mod user_bufs;
 #[cfg(feature = "rdma")]
-mod cmchan;
+mod cm_events;
 #[cfg(feature = "rdma")]
-mod cqdrive;
+mod cq_poller;
 #[cfg(feature = "rdma")]
 mod dgram;
 #[cfg(feature = "rdma")]
@@ -45,11 +45,11 @@ mod msg;
 // Pure logic (device-node parsing, the registration cache's bookkeeping)
 // builds and is unit-tested without the RDMA stack too.
 #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
-mod nodes;
+mod dev_nodes;
 #[cfg(feature = "rdma")]
 mod passive;
 #[cfg(feature = "rdma")]
-mod pool;
+mod slot_pool;
 #[cfg(feature = "rdma")]
 mod rdm;
 pub mod regcache;

@@ -23,7 +23,7 @@ use weft_core::provider::{PassiveConfig, ProviderPassive};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use crate::cmchan::CmChannel;
+use crate::cm_events::CmChannel;
 use crate::msg::{cm_decode, cm_encode};
 use crate::sys::{CmEventKind, CmId, PortSpace};
 use weft_core::limits::ConnSlot;

@@ -37,9 +37,9 @@ use weft_core::recv_completion::RecvCtx;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use crate::cmchan::CmChannel;
-use crate::cqdrive::{self, PollerSlot};
-use crate::pool::SlotPool;
+use crate::cm_events::CmChannel;
+use crate::cq_poller::{self, PollerSlot};
+use crate::slot_pool::SlotPool;
 use crate::sys::{
     AccessFlags, AddressHandle, AhAttr, CmEventKind, CmId, CompChannel, ConnParam, Cq, Payload,
     PortSpace, QpCaps, QpInitAttr, QpType, QueuePair, SendOp, SendRequest, UdDest, GRH_LEN,
@@ -235,7 +235,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     for slot in 0..RX_SLOTS as u32 {
         shared.post_slot(slot)?;
     }
-    let t = cqdrive::start(
+    let t = cq_poller::start(
         &shared.rt,
         shared.cfg.wait,
         (shared.res.cq.clone(), shared.res.chan.clone()),
@@ -245,7 +245,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     lock(&shared.tasks).extend(t);
     answer_resolutions(&shared);
     tracing::debug!(local = %local, qpn = shared.res.qp.qp_num(), "verbs dgram endpoint open");
-    let inline: Arc<dyn Progress> = Arc::new(cqdrive::InlinePoll::new(shared.poller.clone()));
+    let inline: Arc<dyn Progress> = Arc::new(cq_poller::InlinePoll::new(shared.poller.clone()));
     Ok(Arc::new(VerbsDgramEndpoint { shared, inline }))
 }
 
@@ -328,7 +328,7 @@ impl DgramShared {
         if req.iov.len() > self.cfg.info.tx_attr.iov_limit {
             return reject(Error::Inval, req);
         }
-        let imm = match crate::bufs::imm_data(req.data) {
+        let imm = match crate::user_bufs::imm_data(req.data) {
             Ok(imm) => imm,
             Err(e) => return reject(e, req),
         };
@@ -351,7 +351,7 @@ impl DgramShared {
         let wr_id = self.next_wr.fetch_add(1, Ordering::Relaxed) & !RECV_BIT;
         let mut g = lock(&self.inflight);
         let posted = if inline {
-            let bytes = crate::bufs::gather(&req.iov, len);
+            let bytes = crate::user_bufs::gather(&req.iov, len);
             let wr = SendRequest::new(wr_id, op, Payload::Inline(&bytes)).ud(dest);
             self.res.qp.post_send(&wr).map(|()| None)
         } else {
@@ -446,7 +446,7 @@ impl ProviderEndpoint for VerbsDgramEndpoint {
         for t in lock(&ep.tasks).drain(..) {
             t.abort();
         }
-        cqdrive::stop(&ep.poller);
+        cq_poller::stop(&ep.poller);
         ep.cm.unsubscribe(ep.res.listener.token());
         ep.cm.close();
         // Outstanding operations are discarded without completions; the

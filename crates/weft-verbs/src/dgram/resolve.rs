@@ -19,7 +19,7 @@ use weft_core::provider::AddrResolver;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use crate::cmchan::{self, CmChannel};
+use crate::cm_events::{self, CmChannel};
 use crate::sys::{AddressHandle, CmEventKind, CmId, ConnParam, PortSpace, ProtectionDomain};
 
 /// What a send to one resolved address needs.
@@ -109,11 +109,11 @@ impl UdResolver {
         let mut events = chan.subscribe(token);
         let r = async {
             let src = SocketAddr::new(self.src_ip, 0);
-            cmchan::resolve(&id, &mut events, Some(src), dest)
+            cm_events::resolve(&id, &mut events, Some(src), dest)
                 .await
                 .map_err(|(e, _)| e)?;
             id.connect(&ConnParam::new(&[]))?;
-            let ev = cmchan::expect(&mut events, CmEventKind::Established)
+            let ev = cm_events::expect(&mut events, CmEventKind::Established)
                 .await
                 .map_err(|(e, _)| match e {
                     // The host answered, but no endpoint listens at that

@@ -17,7 +17,7 @@ use weft_core::tagmatch::MsgInfo;
 use weft_core::{Error, Result};
 
 use super::{Arrival, DgramShared, Held, RECV_BIT};
-use crate::cqdrive::CqSink;
+use crate::cq_poller::CqSink;
 use crate::sys::{RecvRequest, WcOpcode, WcStatus, WorkCompletion, GRH_LEN};
 
 impl RecvCtx for DgramShared {

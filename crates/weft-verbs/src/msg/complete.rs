@@ -47,9 +47,9 @@ use weft_core::Error;
 
 use super::srx::SRX_WR_BIT;
 use super::MsgShared;
-use crate::bufs::{unregister, RmaLocal};
-use crate::cqdrive::CqSink;
-use crate::pool::SlotPool;
+use crate::user_bufs::{unregister, RmaLocal};
+use crate::cq_poller::CqSink;
+use crate::slot_pool::SlotPool;
 use crate::sys::{BytesMr, BytesMutMr, WcOpcode, WcStatus, WorkCompletion};
 
 /// Work request ids of an endpoint's own receives carry this bit (those

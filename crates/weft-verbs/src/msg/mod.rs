@@ -80,9 +80,9 @@ use weft_core::provider::{
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use crate::cmchan::{self, CmChannel};
-use crate::cqdrive::{self, PollerSlot};
-use crate::pool::{SlotPool, SLOTS};
+use crate::cm_events::{self, CmChannel};
+use crate::cq_poller::{self, PollerSlot};
+use crate::slot_pool::{SlotPool, SLOTS};
 use crate::sys::{
     AccessFlags, CmEventKind, CmId, CompChannel, ConnParam, Cq, PortSpace, ProtectionDomain,
     QpCaps, QpInitAttr, QpType, QueuePair,
@@ -133,7 +133,7 @@ pub struct Link {
     /// Slots for small RDMA reads.
     pub read_pool: Arc<SlotPool>,
     /// The domain's registration cache (when `pd` is the domain's).
-    pub cache: Option<Arc<crate::bufs::SourceCache>>,
+    pub cache: Option<Arc<crate::user_bufs::SourceCache>>,
 }
 
 impl std::fmt::Debug for Link {
@@ -257,7 +257,7 @@ impl MsgShared {
         )?;
         let send_pool = SlotPool::new(&pd, SLOTS, AccessFlags::NONE)?;
         let recv_pool = SlotPool::new(&pd, SLOTS, AccessFlags::LOCAL_WRITE)?;
-        let read_pool = crate::bufs::read_pool(&pd)?;
+        let read_pool = crate::user_bufs::read_pool(&pd)?;
         let link = Arc::new(Link {
             cache: crate::domain::endpoint_cache(&self.cfg, &pd),
             id,
@@ -288,7 +288,7 @@ impl MsgShared {
         link: &Arc<Link>,
         mut events: tokio::sync::mpsc::UnboundedReceiver<crate::sys::CmEvent>,
     ) -> Result<()> {
-        let h = cqdrive::start(
+        let h = cq_poller::start(
             &self.rt,
             self.cfg.wait,
             (link.cq.clone(), link.chan.clone()),
@@ -362,7 +362,7 @@ async fn established(
     events: &mut tokio::sync::mpsc::UnboundedReceiver<crate::sys::CmEvent>,
 ) -> std::result::Result<crate::sys::CmEvent, (Error, Vec<u8>)> {
     let t = ep.cfg.limits.handshake_timeout;
-    tokio::time::timeout(t, cmchan::expect(events, CmEventKind::Established))
+    tokio::time::timeout(t, cm_events::expect(events, CmEventKind::Established))
         .await
         .unwrap_or(Err((Error::TimedOut, Vec::new())))
 }
@@ -377,7 +377,7 @@ pub struct VerbsMsgEndpoint {
 /// Opens an MSG endpoint (connected later by `connect` or `accept`).
 pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     let shared = MsgShared::new(cfg, rt);
-    let inline: Arc<dyn Progress> = Arc::new(cqdrive::InlinePoll::new(shared.poller.clone()));
+    let inline: Arc<dyn Progress> = Arc::new(cq_poller::InlinePoll::new(shared.poller.clone()));
     Ok(Arc::new(VerbsMsgEndpoint { shared, inline }))
 }
 
@@ -398,7 +398,7 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
         .as_deref()
         .or(ep.cfg.info.src_addr.as_deref())
         .and_then(|a| decode_sockaddr(a).ok());
-    cmchan::resolve(&id, &mut events, src, dest)
+    cm_events::resolve(&id, &mut events, src, dest)
         .await
         .map_err(|(e, _)| e)?;
     let link = ep.build_link(id)?;
@@ -614,7 +614,7 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         for t in lock(&ep.tasks).drain(..) {
             t.abort();
         }
-        cqdrive::stop(&ep.poller);
+        cq_poller::stop(&ep.poller);
         // Outstanding operations are discarded without completions; their
         // buffers stay registered until the link (and QP) is gone.
         lock(&ep.early_recvs).clear();

@@ -14,8 +14,8 @@ use weft_core::{Error, Result};
 
 use super::complete::{deliver, Held, Inflight, RecvMem, RecvSide, Waiting, RECV_WR_BIT};
 use super::{Link, MsgShared};
-use crate::bufs::{gather, imm_data, post_rma, register_source};
-use crate::pool::{SlotPool, SLOT};
+use crate::user_bufs::{gather, imm_data, post_rma, register_source};
+use crate::slot_pool::{SlotPool, SLOT};
 use crate::sys::{
     AccessFlags, BytesMutMr, Payload, ProtectionDomain, RecvRequest, SendOp, SendRequest, Sge,
 };

@@ -29,8 +29,8 @@ use weft_core::{Error, Result};
 
 use super::complete::{RecvMem, RecvSide, Route, RxQueue};
 use super::post::RecvTarget;
-use crate::bufs::unregister;
-use crate::pool::{SlotPool, SLOTS};
+use crate::user_bufs::unregister;
+use crate::slot_pool::{SlotPool, SLOTS};
 use crate::sys::{AccessFlags, ProtectionDomain, Srq, WorkCompletion};
 
 /// Work request ids of shared receives have the top bit set, so they never

@@ -84,9 +84,9 @@ use weft_core::sync::lock;
 use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
 use weft_core::{Error, Result};
 
-use crate::cmchan::CmChannel;
-use crate::cqdrive::{self, PollerSlot};
-use crate::pool::{SlotPool, SLOTS};
+use crate::cm_events::CmChannel;
+use crate::cq_poller::{self, PollerSlot};
+use crate::slot_pool::{SlotPool, SLOTS};
 use crate::sys::{
     AccessFlags, BytesMr, BytesMutMr, CmId, CompChannel, Cq, PortSpace, ProtectionDomain,
     QueuePair, Srq,
@@ -287,7 +287,7 @@ pub(crate) enum Op {
     /// The RDMA write of a write with remote CQ data; the operation ends
     /// with the note posted after it (`then`).
     RmaPart {
-        held: crate::bufs::RmaLocal,
+        held: crate::user_bufs::RmaLocal,
         conn: Arc<Conn>,
         then: u64,
     },
@@ -324,7 +324,7 @@ pub(crate) struct RndvSend {
 pub(crate) struct Res {
     pub pd: Arc<ProtectionDomain>,
     /// The domain's registration cache (when `pd` is the domain's).
-    pub cache: Option<Arc<crate::bufs::SourceCache>>,
+    pub cache: Option<Arc<crate::user_bufs::SourceCache>>,
     pub chan: Arc<CompChannel>,
     pub cq: Arc<Cq>,
     pub srq: Arc<Srq>,
@@ -683,7 +683,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         cache: crate::domain::endpoint_cache(&cfg, &pd),
         send_pool: SlotPool::with_slot(&pd, SLOTS, RDM_SLOT, AccessFlags::NONE)?,
         recv_pool: SlotPool::with_slot(&pd, SLOTS, RDM_SLOT, AccessFlags::LOCAL_WRITE)?,
-        read_pool: crate::bufs::read_pool(&pd)?,
+        read_pool: crate::user_bufs::read_pool(&pd)?,
         pd,
         chan,
         cq,
@@ -719,7 +719,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     for slot in 0..SLOTS as u32 {
         shared.post_slot(slot)?;
     }
-    let t = cqdrive::start(
+    let t = cq_poller::start(
         &shared.rt,
         shared.cfg.wait,
         (shared.res.cq.clone(), shared.res.chan.clone()),
@@ -731,7 +731,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     }
     peers::listen(&shared);
     tracing::debug!(local = %shared.local, "verbs rdm endpoint open");
-    let inline: Arc<dyn Progress> = Arc::new(cqdrive::InlinePoll::new(shared.poller.clone()));
+    let inline: Arc<dyn Progress> = Arc::new(cq_poller::InlinePoll::new(shared.poller.clone()));
     Ok(Arc::new(VerbsRdmEndpoint { shared, inline }))
 }
 
@@ -838,7 +838,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         for t in tasks {
             t.abort();
         }
-        cqdrive::stop(&ep.poller);
+        cq_poller::stop(&ep.poller);
         ep.cm.close();
         let conns: Vec<Arc<Conn>> = lock(&ep.by_qp).drain().map(|(_, c)| c).collect();
         for c in &conns {

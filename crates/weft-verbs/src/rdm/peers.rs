@@ -21,7 +21,7 @@ use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
 use super::{Conn, Deferred, Peer, RdmShared, Unexp, QP_INLINE, QP_SEND_WR};
-use crate::cmchan;
+use crate::cm_events;
 use crate::msg::{cm_decode, cm_encode};
 use crate::sys::{CmEvent, CmEventKind, CmId, ConnParam, PortSpace, QpCaps, QpInitAttr, QpType};
 use weft_core::limits::ConnSlot;
@@ -142,7 +142,7 @@ async fn established(
     events: &mut Events,
 ) -> std::result::Result<CmEvent, (Error, Vec<u8>)> {
     let t = ep.cfg.limits.handshake_timeout;
-    tokio::time::timeout(t, cmchan::expect(events, CmEventKind::Established))
+    tokio::time::timeout(t, cm_events::expect(events, CmEventKind::Established))
         .await
         .unwrap_or(Err((Error::TimedOut, Vec::new())))
 }
@@ -205,7 +205,7 @@ async fn active(
         id.set_tos(t).map_err(|e| (e, Vec::new(), None))?;
     }
     let src = SocketAddr::new(ep.local.ip(), 0);
-    cmchan::resolve(&id, events, Some(src), peer)
+    cm_events::resolve(&id, events, Some(src), peer)
         .await
         .map_err(plain)?;
     let conn = new_conn(ep, id, peer, 0, slot).map_err(|e| (e, Vec::new(), None))?;

@@ -13,7 +13,7 @@ use weft_core::sync::lock;
 use weft_core::Error;
 
 use super::{Conn, Op, RdmShared};
-use crate::bufs::{post_rma, RmaLocal};
+use crate::user_bufs::{post_rma, RmaLocal};
 use crate::sys::{Payload, SendOp, SendRequest, WorkCompletion};
 use weft_core::wire::rdm::{Header, Op as WireOp};
 

@@ -17,7 +17,7 @@ use weft_core::{Error, Result};
 
 use super::RDM_SLOT;
 use super::{Deferred, Op, RdmShared, ReadJob, Unexp};
-use crate::cqdrive::CqSink;
+use crate::cq_poller::CqSink;
 use crate::sys::{RecvRequest, WorkCompletion};
 use weft_core::wire::rdm::{Header, Op as WireOp, HDR};
 

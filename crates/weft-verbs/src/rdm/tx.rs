@@ -275,8 +275,8 @@ impl RdmShared {
         }
         // Rendezvous: the peer reads the payload from our registered copy
         // of the caller's bytes (one buffer, gathered if need be).
-        let data = crate::bufs::gather(&req.iov, len);
-        let mr = match crate::bufs::register_source(
+        let data = crate::user_bufs::gather(&req.iov, len);
+        let mr = match crate::user_bufs::register_source(
             self.res.cache.as_ref(),
             &self.res.pd,
             &data,

@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use weft_core::provider::{AtomicOp, RmaOp};
 use weft_core::Error;
 
-use crate::pool::{SlotPool, SLOT};
+use crate::slot_pool::{SlotPool, SLOT};
 
 use crate::sys::{
     AccessFlags, BytesMr, BytesMutMr, Payload, ProtectionDomain, QueuePair, SendOp, SendRequest,
