@@ -60,7 +60,8 @@ async fn main() -> Res<()> {
     hints.fabric_attr.prov_name = Some(prov.clone());
     hints.ep_attr.ep_type = EpType::Rdm;
     hints.domain_attr.name = arg(&args, "-d");
-    let info = weft::getinfo(Some(&hints))?.remove(0);
+    let info = (weft::getinfo(Some(&hints))?.into_iter().next())
+        .ok_or(format!("no RDM endpoint from provider {prov}"))?;
     let fabric = weft::Fabric::open(&info)?;
     let domain = fabric.domain(&info)?;
     let av = domain.av(AvAttr::default())?;
@@ -85,7 +86,8 @@ async fn main() -> Res<()> {
     ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)?;
     let mine = av.lookup(addrs[me])?;
     ep.set_src_addr(mine.clone())?;
-    ep.enable()?;
+    ep.enable()
+        .map_err(|e| format!("enable at {}: {e}", av.straddr(&mine)))?;
     let who = format!("{me_name} (rank {me} of {count})");
     let dom = info.domain_attr.name.as_deref().unwrap_or("?");
     println!("{who}: {} over {prov} on {dom}", av.straddr(&mine));
