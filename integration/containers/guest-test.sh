@@ -27,6 +27,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 SRV_DEV=${WEFT_RXE_SERVER_DEV:-rxe1}
 CLI_DEV=${WEFT_RXE_CLIENT_DEV:-rxe2}
 SRV_IP=${WEFT_RXE_SERVER_IP:-10.66.0.1}
+CLI_IP=${WEFT_RXE_CLIENT_IP:-10.66.0.2}
 SKIP=",${WEFT_CONTAINERS_SKIP:-},"
 mkdir -p "$RESULTS"
 : > "$RESULTS/steps.tsv"
@@ -312,6 +313,49 @@ step_h_compose() {
     | awk '/podman-compose/ {print $3}'), rdm, 4 KiB x 1000 --verify"
 }
 
+# --- k8s. the StatefulSet's bootstrap (docker/k8s/) ------------------------------
+# Containers named weft-0 and weft-1 run the command of the manifest's pods
+# (its $(POD_NAME) and $(WEFT_PROVIDER) filled in): peer_group resolves
+# weft-0..weft-1 with insert_sym, binds to the address of its own name and
+# trades a hello with the other. Here /etc/hosts entries (--add-host) give
+# the names the rxe addresses that the cluster's DNS gives them there; as
+# in the manifest, IPC_LOCK stands in for a memlock limit.
+group() {  # PROV PORT
+  local prov=$1 port=$2 i u ok peer
+  local base=(--network host --cap-add IPC_LOCK --add-host "weft-0:$SRV_IP" --add-host "weft-1:$CLI_IP")
+  local devs=() outs=()
+  for i in 0 1; do
+    if [ "$prov" = verbs ]; then
+      if [ "$i" = 0 ]; then u=$U_SRV; else u=$U_CLI; fi
+      devs=(--device "/dev/infiniband/$u" --device /dev/infiniband/rdma_cm)
+    fi
+    start "weft-$i" "${base[@]}" "${devs[@]}" --hostname "weft-$i" "$IMG" \
+      peer_group --first weft-0 -n 2 --port "$port" --me "weft-$i" -p "$prov" --wait 60 || return 1
+  done
+  # Once a member has reported it stays up (as a pod must): wait for both
+  # reports, or for a member that ended, which has failed.
+  for _ in $(seq 240); do
+    ok=0
+    for i in 0 1; do
+      podman logs "weft-$i" 2>&1 | grep -q 'exchanged hellos with all 1 peers' && ok=$((ok + 1))
+    done
+    [ "$ok" = 2 ] && break
+    [ "$(podman inspect -f '{{.State.Running}}' weft-0 weft-1 | sort -u)" = true ] || break
+    sleep 0.5
+  done
+  podman kill weft-0 weft-1 >/dev/null 2>&1
+  for i in 0 1; do finish "weft-$i" 10; outs+=("$OUT"); done
+  for i in 0 1; do
+    peer=weft-$((1 - i))
+    grep -q "hello from $peer at" <<<"${outs[$i]}" || { WHY="weft-$i heard no hello from $peer"; return 1; }
+    grep -q 'exchanged hellos with all 1 peers' <<<"${outs[$i]}" \
+      || { WHY="weft-$i did not report the exchange: $(tail -n 1 <<<"${outs[$i]}" | cut -c1-200)"; return 1; }
+  done
+  NOTE="$(grep -h -m1 'rank' <<<"${outs[0]}" | cut -c1-120); $(grep -h -m1 'rank' <<<"${outs[1]}" | cut -c1-120)"
+}
+step_k8s_verbs() { group verbs 47620; }
+step_k8s_tcp() { group tcp 47621; }
+
 # --- start-up time ----------------------------------------------------------------
 step_startup() {
   local t
@@ -347,6 +391,8 @@ step f-tcp "kill" "tcp MSG: client container killed: server ends within 5 s"    
 step g-memlock diag "memlock 64 KiB: the error names the locked-memory limit"     step_g_memlock
 step g-device ""  "wrong/missing device node: the error names the device"       step_g_device
 step h-compose "" "docker/compose.yaml (podman-compose): rdm pingpong --verify"  step_h_compose
+step k8s-verbs "k8s" "StatefulSet bootstrap: weft-0, weft-1 find each other by name (verbs)" step_k8s_verbs
+step k8s-tcp "k8s" "StatefulSet bootstrap: weft-0, weft-1 find each other by name (tcp)" step_k8s_tcp
 step startup ""   "start-up time (podman run to first completion)"              step_startup
 
 df -h /tmp | tail -n 1 | awk '{print "guest /tmp used: " $3}'

@@ -90,6 +90,9 @@ pub use weft_core::attr::{
     AddrFormat, AvType, DomainAttr, EpAttr, EpType, FabricAttr, Info, Progress, Protocol, RxAttr,
     Threading, TxAttr, SHARED_CONTEXT,
 };
+/// What `AddressVector::insert_sym` expands a range into, in slot order:
+/// lets a caller tell which handle stands for which name.
+pub use weft_core::av::expand_insertsym;
 pub use weft_core::completion::{CqEntry, CqErrEntry, CqFormat, CqItem, WaitMode};
 pub use weft_core::eventq::{EqErrEntry, EqEvent, EqEventKind, EqItem};
 pub use weft_core::flags::{
