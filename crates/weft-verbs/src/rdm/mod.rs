@@ -180,19 +180,21 @@ pub(crate) enum Deferred {
 
 /// The state of one peer endpoint.
 #[derive(Default)]
-pub(crate) struct Peer {
-    pub up: Option<Arc<Conn>>,
-    pub backlog: VecDeque<Deferred>,
-    /// An outgoing connect is in progress.
-    pub active: bool,
-    /// An incoming connection is being accepted.
-    pub passive: bool,
+pub(crate) struct PeerState {
+    /// The connection that carries sends to the peer.
+    pub conn: Option<Arc<Conn>>,
+    /// Sends waiting for that connection to exist.
+    pub pending: VecDeque<Deferred>,
+    /// Our outbound connect is in progress.
+    pub connecting: bool,
+    /// An inbound connection is being accepted.
+    pub accepting: bool,
 }
 
-impl Peer {
+impl PeerState {
     /// Nothing is kept for the peer: its entry can go.
-    pub(crate) fn is_idle(&self) -> bool {
-        self.up.is_none() && self.backlog.is_empty() && !self.active && !self.passive
+    pub(crate) fn is_empty(&self) -> bool {
+        self.conn.is_none() && self.pending.is_empty() && !self.connecting && !self.accepting
     }
 }
 
@@ -352,7 +354,7 @@ pub struct RdmShared {
     pub(crate) listener: CmId,
     /// The IP TOS of every connection's rdma_cm id (`tx_attr.tclass`).
     pub(crate) tos: Option<u8>,
-    pub(crate) peers: Mutex<FastMap<SocketAddr, Peer>>,
+    pub(crate) peers: Mutex<FastMap<SocketAddr, PeerState>>,
     pub(crate) by_qp: Mutex<FastMap<u32, Arc<Conn>>>,
     pub(crate) matcher: Mutex<RdmMatcher>,
     pub(crate) inflight: Mutex<FastMap<u64, Op>>,

@@ -20,7 +20,7 @@ use weft_core::hash::FastMap;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use super::{Conn, Deferred, Peer, RdmShared, Unexp, QP_INLINE, QP_SEND_WR};
+use super::{Conn, Deferred, PeerState, RdmShared, Unexp, QP_INLINE, QP_SEND_WR};
 use crate::cm_events;
 use crate::msg::{cm_decode, cm_encode};
 use crate::sys::{CmEvent, CmEventKind, CmId, ConnParam, PortSpace, QpCaps, QpInitAttr, QpType};
@@ -111,19 +111,19 @@ fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
     };
     let mut peers = lock(&ep.peers);
     let p = peers.entry(peer).or_default();
-    let ours_wins = p.active && p.up.is_none() && ep.local_raw < encode_sockaddr(&peer);
+    let ours_wins = p.connecting && p.conn.is_none() && ep.local_raw < encode_sockaddr(&peer);
     // The same incarnation asking again while connected: a retry that
     // crossed our own connection, not a restart; keep the one we have.
     let duplicate =
-        p.up.as_ref()
+        p.conn.as_ref()
             .is_some_and(|u| u.peer_nonce() == nonce && !u.is_dead());
-    if p.passive || ours_wins || duplicate {
+    if p.accepting || ours_wins || duplicate {
         // Each of these has something in the entry: it stays.
         drop(peers);
         refuse(ep, id, &cm_encode(SIMULTANEOUS).unwrap_or_default());
         return;
     }
-    p.passive = true;
+    p.accepting = true;
     drop(peers);
     let ep2 = ep.clone();
     let t = ep.rt.spawn(async move {
@@ -267,8 +267,8 @@ fn new_conn(
 
 /// Removes `peer`'s entry if nothing is kept for it any more (and gives
 /// the map's room back after a crowd of peers has gone).
-pub(crate) fn prune(peers: &mut FastMap<SocketAddr, Peer>, peer: &SocketAddr) {
-    if peers.get(peer).is_some_and(Peer::is_idle) {
+pub(crate) fn prune(peers: &mut FastMap<SocketAddr, PeerState>, peer: &SocketAddr) {
+    if peers.get(peer).is_some_and(PeerState::is_empty) {
         peers.remove(peer);
         let len = peers.len();
         if peers.capacity() > 64 && len * 4 < peers.capacity() {
@@ -296,13 +296,13 @@ fn conn_done(
     let mut peers = lock(&ep.peers);
     let p = peers.entry(peer).or_default();
     if was_active {
-        p.active = false;
+        p.connecting = false;
     } else {
-        p.passive = false;
+        p.accepting = false;
     }
     match r {
         Ok(conn)
-            if p.up
+            if p.conn
                 .as_ref()
                 .is_some_and(|u| !u.is_dead() && u.peer_nonce() == conn.peer_nonce()) =>
         {
@@ -312,7 +312,7 @@ fn conn_done(
             kill(ep, &conn, Error::Already);
         }
         Ok(conn) => {
-            let old = p.up.replace(conn.clone());
+            let old = p.conn.replace(conn.clone());
             ep.flush_locked(p);
             drop(peers);
             if let Some(old) = old {
@@ -325,18 +325,18 @@ fn conn_done(
         }
         Err((err, data, conn)) => {
             let crossing = was_active && cm_decode(&data) == SIMULTANEOUS;
-            let waiting = p.up.is_none() && !p.backlog.is_empty();
-            let retry = crossing && waiting && !p.passive;
-            let give_up = !crossing && waiting && !p.active && !p.passive;
+            let waiting = p.conn.is_none() && !p.pending.is_empty();
+            let retry = crossing && waiting && !p.accepting;
+            let give_up = !crossing && waiting && !p.connecting && !p.accepting;
             let failed: Vec<Deferred> = if give_up {
-                let n = p.backlog.len();
+                let n = p.pending.len();
                 ep.backlogged.fetch_sub(n, Ordering::AcqRel);
-                p.backlog.drain(..).collect()
+                p.pending.drain(..).collect()
             } else {
                 Vec::new()
             };
             if retry {
-                p.active = true;
+                p.connecting = true;
             }
             prune(&mut peers, &peer);
             drop(peers);
@@ -361,8 +361,8 @@ fn conn_done(
                     let go = {
                         let mut peers = lock(&ep.peers);
                         let p = peers.entry(peer).or_default();
-                        let go = p.up.is_none() && !p.passive && !p.backlog.is_empty();
-                        p.active = go;
+                        let go = p.conn.is_none() && !p.accepting && !p.pending.is_empty();
+                        p.connecting = go;
                         prune(&mut peers, &peer);
                         go
                     };
@@ -412,17 +412,17 @@ fn remove_qp(ep: &RdmShared, c: &Arc<Conn>) {
 
 /// Work queued for the peer that needed connection `c` (reads and pulls
 /// of what it announced): it can no longer be done.
-fn cut_off(ep: &RdmShared, p: &mut Peer, c: &Arc<Conn>) -> Vec<Deferred> {
+fn cut_off(ep: &RdmShared, p: &mut PeerState, c: &Arc<Conn>) -> Vec<Deferred> {
     let needs_c = |d: &Deferred| match d {
         Deferred::Read(job) => Arc::ptr_eq(&job.conn, c),
         Deferred::Pull(_, _, from) => Arc::ptr_eq(from, c),
         _ => false,
     };
-    if !p.backlog.iter().any(needs_c) {
+    if !p.pending.iter().any(needs_c) {
         return Vec::new();
     }
-    let (cut, keep): (Vec<Deferred>, _) = p.backlog.drain(..).partition(needs_c);
-    p.backlog = keep.into();
+    let (cut, keep): (Vec<Deferred>, _) = p.pending.drain(..).partition(needs_c);
+    p.pending = keep.into();
     ep.backlogged.fetch_sub(cut.len(), Ordering::AcqRel);
     cut
 }
@@ -443,10 +443,10 @@ pub(crate) fn kill(ep: &Arc<RdmShared>, c: &Arc<Conn>, err: Error) {
         let (reconnect, cut) = match peers.get_mut(&c.peer) {
             Some(p) => {
                 let cut = cut_off(ep, p, c);
-                let reconnect = if p.up.as_ref().is_some_and(|u| Arc::ptr_eq(u, c)) {
-                    p.up = None;
-                    let go = !p.backlog.is_empty() && !p.active && !p.passive;
-                    p.active |= go;
+                let reconnect = if p.conn.as_ref().is_some_and(|u| Arc::ptr_eq(u, c)) {
+                    p.conn = None;
+                    let go = !p.pending.is_empty() && !p.connecting && !p.accepting;
+                    p.connecting |= go;
                     go
                 } else {
                     false

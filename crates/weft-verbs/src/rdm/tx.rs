@@ -16,7 +16,7 @@ use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
 use super::RDM_SLOT;
-use super::{rx, Conn, Deferred, Op, Peer, RdmShared, ReadJob, RndvSend, TxHeld, QP_INLINE};
+use super::{rx, Conn, Deferred, Op, PeerState, RdmShared, ReadJob, RndvSend, TxHeld, QP_INLINE};
 use crate::sys::{AccessFlags, BytesMr, BytesMutMr, Payload, SendOp, SendRequest, Sge};
 use weft_core::wire::rdm::{Header, Op as WireOp, HDR};
 
@@ -39,8 +39,8 @@ impl RdmShared {
         let mut peers = lock(&self.peers);
         let p = peers.entry(dest).or_default();
         self.submit_locked(p, item);
-        if p.up.is_none() && !p.active && !p.passive {
-            p.active = true;
+        if p.conn.is_none() && !p.connecting && !p.accepting {
+            p.connecting = true;
             drop(peers);
             super::peers::connect(self, dest);
         }
@@ -48,8 +48,8 @@ impl RdmShared {
 
     /// Posts `item` to the peer's connection if nothing waits before it,
     /// else queues it.
-    pub(crate) fn submit_locked(&self, p: &mut Peer, item: Deferred) {
-        let item = match (&p.up, p.backlog.is_empty()) {
+    pub(crate) fn submit_locked(&self, p: &mut PeerState, item: Deferred) {
+        let item = match (&p.conn, p.pending.is_empty()) {
             (Some(c), true) => match self.try_post(c, item) {
                 Ok(()) => return,
                 Err((item, None)) => item,
@@ -60,18 +60,18 @@ impl RdmShared {
             },
             _ => item,
         };
-        p.backlog.push_back(item);
+        p.pending.push_back(item);
         self.backlogged.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Posts as much of the peer's backlog as fits.
-    pub(crate) fn flush_locked(&self, p: &mut Peer) {
-        let Some(c) = p.up.clone() else { return };
-        while let Some(item) = p.backlog.pop_front() {
+    pub(crate) fn flush_locked(&self, p: &mut PeerState) {
+        let Some(c) = p.conn.clone() else { return };
+        while let Some(item) = p.pending.pop_front() {
             match self.try_post(&c, item) {
                 Ok(()) => {}
                 Err((item, None)) => {
-                    p.backlog.push_front(item);
+                    p.pending.push_front(item);
                     return;
                 }
                 Err((item, Some(e))) => self.fail_item(item, e),
@@ -88,7 +88,7 @@ impl RdmShared {
         }
         let mut peers = lock(&self.peers);
         for p in peers.values_mut() {
-            if !p.backlog.is_empty() {
+            if !p.pending.is_empty() {
                 self.flush_locked(p);
             }
         }
@@ -491,7 +491,7 @@ impl RdmShared {
         let peer = job.conn.peer;
         let mut peers = lock(&self.peers);
         match peers.get_mut(&peer) {
-            Some(p) if p.up.is_some() || p.active || p.passive => {
+            Some(p) if p.conn.is_some() || p.connecting || p.accepting => {
                 self.submit_locked(p, Deferred::Read(Box::new(job)));
             }
             _ => {
@@ -511,7 +511,7 @@ impl RdmShared {
         h.failed = failed;
         let mut peers = lock(&self.peers);
         if let Some(p) = peers.get_mut(&peer) {
-            if p.up.is_some() || p.active || p.passive {
+            if p.conn.is_some() || p.connecting || p.accepting {
                 self.submit_locked(p, Deferred::Fin(h));
             }
         }
