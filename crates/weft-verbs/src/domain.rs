@@ -18,9 +18,9 @@ use weft_core::provider::{
     Rejected,
 };
 
-use crate::user_bufs::SourceCache;
 use crate::dgram::UdResolver;
 use crate::regcache::CacheLimits;
+use crate::user_bufs::SourceCache;
 use weft_core::{Error, Result};
 
 use crate::sys::{AtomicCap, CmId, Context, EventChannel, PortSpace, ProtectionDomain};

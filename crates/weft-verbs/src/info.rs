@@ -521,7 +521,8 @@ fn diagnose() -> Option<String> {
     };
     if listed.is_empty() {
         let nodes = dev_nodes::scan(Path::new(SYS_UVERBS), Path::new(DEV_INFINIBAND));
-        let node_problems: Vec<String> = nodes.iter().filter_map(dev_nodes::Node::problem).collect();
+        let node_problems: Vec<String> =
+            nodes.iter().filter_map(dev_nodes::Node::problem).collect();
         if !nodes.is_empty() && node_problems.len() == nodes.len() {
             // Typical of a container given no device: sysfs shows the
             // host's devices, /dev does not have their nodes.

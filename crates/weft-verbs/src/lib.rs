@@ -27,8 +27,6 @@ pub const NAME: &str = "verbs";
 pub mod sys;
 
 #[cfg(feature = "rdma")]
-mod user_bufs;
-#[cfg(feature = "rdma")]
 mod cm_events;
 #[cfg(feature = "rdma")]
 mod cq_poller;
@@ -42,6 +40,8 @@ pub mod info;
 mod mr;
 #[cfg(feature = "rdma")]
 mod msg;
+#[cfg(feature = "rdma")]
+mod user_bufs;
 // Pure logic (device-node parsing, the registration cache's bookkeeping)
 // builds and is unit-tested without the RDMA stack too.
 #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
@@ -49,10 +49,10 @@ mod dev_nodes;
 #[cfg(feature = "rdma")]
 mod passive;
 #[cfg(feature = "rdma")]
-mod slot_pool;
-#[cfg(feature = "rdma")]
 mod rdm;
 pub mod regcache;
+#[cfg(feature = "rdma")]
+mod slot_pool;
 
 use std::sync::Arc;
 

@@ -156,100 +156,143 @@ pub(crate) fn post_rma(
     imm: Option<u32>,
     wr_id: u64,
 ) -> Result<RmaLocal, (Error, RmaOp)> {
+    let at = Posting {
+        qp,
+        pd,
+        wr_id,
+        addr,
+        rkey,
+    };
     match op {
-        RmaOp::Write { iov, data } => {
-            let len: usize = iov.iter().map(|b| b.len()).sum();
-            let wop = match imm {
-                Some(imm) => SendOp::RdmaWriteWithImm {
-                    remote_addr: addr,
-                    rkey,
-                    imm,
-                },
-                None => SendOp::RdmaWrite {
-                    remote_addr: addr,
-                    rkey,
-                },
-            };
-            let src = gather(&iov, len);
-            let post = |p: Payload<'_>| qp.post_send(&SendRequest::new(wr_id, wop, p));
-            let r = if len <= inline_max {
-                post(Payload::Inline(&src)).map(|()| RmaLocal::Inline)
-            } else {
-                register_source(cache, pd, &src, AccessFlags::NONE)
-                    .and_then(|mr| post(Payload::Sges(&[mr.sge()?])).map(|()| RmaLocal::Source(mr)))
-            };
-            r.map_err(|e| (e, RmaOp::Write { iov, data }))
+        RmaOp::Write { iov, data } => at.write(cache, inline_max, imm, iov, data),
+        RmaOp::Atomic(a) => at.atomic(a),
+        RmaOp::Read { bufs } => at.read(reads, bufs),
+    }
+}
+
+/// Where one RMA operation is posted: the queue pair, the protection
+/// domain its local memory is registered in, and the remote region.
+struct Posting<'a> {
+    qp: &'a QueuePair,
+    pd: &'a Arc<ProtectionDomain>,
+    wr_id: u64,
+    addr: u64,
+    rkey: u32,
+}
+
+impl Posting<'_> {
+    fn post(&self, op: SendOp, p: Payload<'_>) -> Result<(), Error> {
+        self.qp.post_send(&SendRequest::new(self.wr_id, op, p))
+    }
+
+    /// An RDMA write (with immediate if `imm`): inline up to
+    /// `inline_max`, else from a registered gathered copy.
+    fn write(
+        &self,
+        cache: Option<&Arc<SourceCache>>,
+        inline_max: usize,
+        imm: Option<u32>,
+        iov: Vec<Bytes>,
+        data: Option<u64>,
+    ) -> Result<RmaLocal, (Error, RmaOp)> {
+        let (remote_addr, rkey) = (self.addr, self.rkey);
+        let len: usize = iov.iter().map(|b| b.len()).sum();
+        let wop = match imm {
+            Some(imm) => SendOp::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            },
+            None => SendOp::RdmaWrite { remote_addr, rkey },
+        };
+        let src = gather(&iov, len);
+        let r = if len <= inline_max {
+            self.post(wop, Payload::Inline(&src))
+                .map(|()| RmaLocal::Inline)
+        } else {
+            register_source(cache, self.pd, &src, AccessFlags::NONE).and_then(|mr| {
+                self.post(wop, Payload::Sges(&[mr.sge()?]))
+                    .map(|()| RmaLocal::Source(mr))
+            })
+        };
+        r.map_err(|e| (e, RmaOp::Write { iov, data }))
+    }
+
+    /// A 64-bit atomic; the old value lands in an 8-byte buffer of our own.
+    fn atomic(&self, a: AtomicOp) -> Result<RmaLocal, (Error, RmaOp)> {
+        let (remote_addr, rkey) = (self.addr, self.rkey);
+        let mrs = register_targets(self.pd, vec![BytesMut::zeroed(8)])
+            .map_err(|(e, _)| (e, RmaOp::Atomic(a)))?;
+        let sop = match a {
+            AtomicOp::FetchAdd(add) => SendOp::AtomicFetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            },
+            AtomicOp::CompareSwap { compare, swap } => SendOp::AtomicCmpSwp {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            },
+        };
+        let posted = mrs
+            .first()
+            .ok_or(Error::Io)
+            .and_then(|m| m.sge())
+            .and_then(|sge| self.post(sop, Payload::Sges(&[sge])));
+        match posted {
+            Ok(()) => Ok(RmaLocal::Targets(mrs)),
+            Err(e) => Err((e, RmaOp::Atomic(a))),
         }
-        RmaOp::Atomic(a) => {
-            // The old value lands in an 8-byte buffer of our own.
-            let mrs = register_targets(pd, vec![BytesMut::zeroed(8)])
-                .map_err(|(e, _)| (e, RmaOp::Atomic(a)))?;
-            let sop = match a {
-                AtomicOp::FetchAdd(add) => SendOp::AtomicFetchAdd {
-                    remote_addr: addr,
-                    rkey,
-                    add,
-                },
-                AtomicOp::CompareSwap { compare, swap } => SendOp::AtomicCmpSwp {
-                    remote_addr: addr,
-                    rkey,
-                    compare,
-                    swap,
-                },
+    }
+
+    /// An RDMA read: a small one into a slot of `reads` (copied out at
+    /// completion), else into the caller's buffers, registered.
+    fn read(
+        &self,
+        reads: Option<&Arc<SlotPool>>,
+        bufs: Vec<BytesMut>,
+    ) -> Result<RmaLocal, (Error, RmaOp)> {
+        let op = || SendOp::RdmaRead {
+            remote_addr: self.addr,
+            rkey: self.rkey,
+        };
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        let slot = reads
+            .filter(|_| len > 0 && len <= SLOT)
+            .and_then(|p| p.take().map(|s| (p, s)));
+        if let Some((pool, slot)) = slot {
+            let posted =
+                pool.with(|mr| self.post(op(), Payload::Sges(&[mr.sge(pool.offset(slot), len)?])));
+            return match posted {
+                Ok(()) => Ok(RmaLocal::ReadSlot {
+                    pool: pool.clone(),
+                    slot,
+                    len,
+                    bufs,
+                }),
+                Err(e) => {
+                    pool.put(slot);
+                    Err((e, RmaOp::Read { bufs }))
+                }
             };
-            let posted = mrs
-                .first()
-                .ok_or(Error::Io)
-                .and_then(|m| m.sge())
-                .and_then(|sge| qp.post_send(&SendRequest::new(wr_id, sop, Payload::Sges(&[sge]))));
-            match posted {
-                Ok(()) => Ok(RmaLocal::Targets(mrs)),
-                Err(e) => Err((e, RmaOp::Atomic(a))),
-            }
         }
-        RmaOp::Read { bufs } => {
-            let read = |sges: &[Sge<'_>]| {
-                let op = SendOp::RdmaRead {
-                    remote_addr: addr,
-                    rkey,
-                };
-                qp.post_send(&SendRequest::new(wr_id, op, Payload::Sges(sges)))
-            };
-            let len: usize = bufs.iter().map(|b| b.len()).sum();
-            let slot = reads
-                .filter(|_| len > 0 && len <= SLOT)
-                .and_then(|p| p.take().map(|s| (p, s)));
-            if let Some((pool, slot)) = slot {
-                let posted = pool.with(|mr| read(&[mr.sge(pool.offset(slot), len)?]));
-                return match posted {
-                    Ok(()) => Ok(RmaLocal::ReadSlot {
-                        pool: pool.clone(),
-                        slot,
-                        len,
-                        bufs,
-                    }),
-                    Err(e) => {
-                        pool.put(slot);
-                        Err((e, RmaOp::Read { bufs }))
-                    }
-                };
-            }
-            let mrs = register_targets(pd, bufs).map_err(|(e, bufs)| (e, RmaOp::Read { bufs }))?;
-            let posted = mrs
-                .iter()
-                .filter(|m| !m.is_empty())
-                .map(|m| m.sge())
-                .collect::<Result<Vec<Sge<'_>>, Error>>()
-                .and_then(|sges| read(&sges));
-            match posted {
-                Ok(()) => Ok(RmaLocal::Targets(mrs)),
-                Err(e) => Err((
-                    e,
-                    RmaOp::Read {
-                        bufs: unregister(mrs),
-                    },
-                )),
-            }
+        let mrs = register_targets(self.pd, bufs).map_err(|(e, bufs)| (e, RmaOp::Read { bufs }))?;
+        let posted = mrs
+            .iter()
+            .filter(|m| !m.is_empty())
+            .map(|m| m.sge())
+            .collect::<Result<Vec<Sge<'_>>, Error>>()
+            .and_then(|sges| self.post(op(), Payload::Sges(&sges)));
+        match posted {
+            Ok(()) => Ok(RmaLocal::Targets(mrs)),
+            Err(e) => Err((
+                e,
+                RmaOp::Read {
+                    bufs: unregister(mrs),
+                },
+            )),
         }
     }
 }

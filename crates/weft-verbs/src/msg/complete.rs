@@ -47,10 +47,10 @@ use weft_core::Error;
 
 use super::srx::SRX_WR_BIT;
 use super::MsgShared;
-use crate::user_bufs::{unregister, RmaLocal};
 use crate::cq_poller::CqSink;
 use crate::slot_pool::SlotPool;
 use crate::sys::{BytesMr, BytesMutMr, WcOpcode, WcStatus, WorkCompletion};
+use crate::user_bufs::{unregister, RmaLocal};
 
 /// Work request ids of an endpoint's own receives carry this bit (those
 /// of a shared receive context carry [`SRX_WR_BIT`]), so a completion

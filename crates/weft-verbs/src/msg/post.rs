@@ -14,11 +14,11 @@ use weft_core::{Error, Result};
 
 use super::complete::{deliver, Held, Inflight, RecvMem, RecvSide, Waiting, RECV_WR_BIT};
 use super::{Link, MsgShared};
-use crate::user_bufs::{gather, imm_data, post_rma, register_source};
 use crate::slot_pool::{SlotPool, SLOT};
 use crate::sys::{
     AccessFlags, BytesMutMr, Payload, ProtectionDomain, RecvRequest, SendOp, SendRequest, Sge,
 };
+use crate::user_bufs::{gather, imm_data, post_rma, register_source};
 
 impl MsgShared {
     /// The checks every post shares: the endpoint is open and connected,

@@ -29,9 +29,9 @@ use weft_core::{Error, Result};
 
 use super::complete::{RecvMem, RecvSide, Route, RxQueue};
 use super::post::RecvTarget;
-use crate::user_bufs::unregister;
 use crate::slot_pool::{SlotPool, SLOTS};
 use crate::sys::{AccessFlags, ProtectionDomain, Srq, WorkCompletion};
+use crate::user_bufs::unregister;
 
 /// Work request ids of shared receives have the top bit set, so they never
 /// collide with an endpoint's own.

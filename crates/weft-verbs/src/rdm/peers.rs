@@ -114,9 +114,10 @@ fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
     let ours_wins = p.connecting && p.conn.is_none() && ep.local_raw < encode_sockaddr(&peer);
     // The same incarnation asking again while connected: a retry that
     // crossed our own connection, not a restart; keep the one we have.
-    let duplicate =
-        p.conn.as_ref()
-            .is_some_and(|u| u.peer_nonce() == nonce && !u.is_dead());
+    let duplicate = p
+        .conn
+        .as_ref()
+        .is_some_and(|u| u.peer_nonce() == nonce && !u.is_dead());
     if p.accepting || ours_wins || duplicate {
         // Each of these has something in the entry: it stays.
         drop(peers);

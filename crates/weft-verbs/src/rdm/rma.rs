@@ -13,8 +13,8 @@ use weft_core::sync::lock;
 use weft_core::Error;
 
 use super::{Conn, Op, RdmShared};
-use crate::user_bufs::{post_rma, RmaLocal};
 use crate::sys::{Payload, SendOp, SendRequest, WorkCompletion};
+use crate::user_bufs::{post_rma, RmaLocal};
 use weft_core::wire::rdm::{Header, Op as WireOp};
 
 /// An RMA operation on the wire.

@@ -16,7 +16,7 @@ use weft_core::tagmatch::MsgInfo;
 use weft_core::{Error, Result};
 
 use super::RDM_SLOT;
-use super::{Deferred, Op, RdmShared, ReadJob, Unexp};
+use super::{Conn, Deferred, Op, RdmShared, ReadJob, Unexp};
 use crate::cq_poller::CqSink;
 use crate::sys::{RecvRequest, WorkCompletion};
 use weft_core::wire::rdm::{Header, Op as WireOp, HDR};
@@ -160,112 +160,130 @@ impl RdmShared {
             }
         };
         match hdr.op {
-            WireOp::Eager => {
-                let plen = n - HDR;
-                if hdr.len != plen as u64 {
-                    tracing::warn!(peer = %conn.peer, "eager message length mismatch; dropped");
-                    self.repost_slot(slot);
-                    return;
-                }
-                let info = self.info_of(&conn.peer, &hdr, plen);
-                let mut m = lock(&self.matcher);
-                match m.match_arrival(&info) {
-                    Some((_, req)) => {
-                        drop(m);
-                        let req = self.copy_from_slot(req, base + HDR, plen);
-                        self.repost_slot(slot);
-                        let placed = plen.min(req.capacity());
-                        deliver(self, req, info, placed);
-                    }
-                    None => {
-                        let mut data = vec![0u8; plen];
-                        let ok = self
-                            .res
-                            .recv_pool
-                            .with(|mr| mr.read_at(base + HDR, &mut data));
-                        if ok.is_ok() {
-                            m.push_unexpected(conn.peer, info, Unexp::Eager(data.into()));
-                        }
-                        drop(m);
-                        self.repost_slot(slot);
-                    }
-                }
-                if hdr.ack {
-                    self.send_fin(conn.peer, hdr.cookie, false);
-                }
-            }
+            WireOp::Eager => self.on_eager(slot, base, n - HDR, hdr, conn),
             WireOp::Rts => {
                 self.repost_slot(slot);
-                let info = self.info_of(&conn.peer, &hdr, hdr.len as usize);
-                let mut m = lock(&self.matcher);
-                match m.match_arrival(&info) {
-                    Some((_, req)) => {
-                        drop(m);
-                        self.start_read(ReadJob {
-                            seq: self.wr_id(),
-                            req,
-                            info,
-                            hdr,
-                            conn,
-                        });
-                    }
-                    None if hdr.ack && hdr.len <= PULL_MAX => {
-                        // Delivery-complete: fetch it now, answer once here.
-                        let pull = Arc::new(Pull::default());
-                        m.push_unexpected(conn.peer, info, Unexp::Pull(pull.clone()));
-                        drop(m);
-                        let mut peers = lock(&self.peers);
-                        match peers.get_mut(&conn.peer) {
-                            Some(p) => self.submit_locked(p, Deferred::Pull(pull, hdr, conn)),
-                            None => {
-                                drop(peers);
-                                pull.finish(self, Err(Error::ConnReset));
-                            }
-                        }
-                    }
-                    None => m.push_unexpected(conn.peer, info, Unexp::Rts { conn, hdr }),
-                }
+                self.on_rts(hdr, conn);
             }
             WireOp::Fin => {
                 self.repost_slot(slot);
-                let r = lock(&self.rndv).remove(&hdr.cookie);
-                match r {
-                    Some(r) if r.conn.peer == conn.peer => {
-                        self.tx.release(1);
-                        if hdr.failed {
-                            r.done
-                                .fail(CqErrEntry::new(0, OpFlags::SEND, Error::RemoteIo));
-                        } else {
-                            r.done.complete(CqEntry {
-                                len: r.len,
-                                ..CqEntry::default()
-                            });
-                        }
-                    }
-                    Some(r) => {
-                        // Not this peer's transfer: put it back untouched.
-                        lock(&self.rndv).insert(hdr.cookie, r);
-                        tracing::warn!(peer = %conn.peer, "finished note for another peer's transfer");
-                    }
-                    None => {}
-                }
+                self.on_fin(&hdr, &conn);
             }
             WireOp::WriteData => {
                 self.repost_slot(slot);
-                // The write landed before this note (RC order): report it
-                // on the receive CQ, as fi_writedata's target completion.
-                if let Some(cq) = &self.cfg.rx_cq {
-                    cq.push(Ok(CqEntry {
-                        context: 0,
-                        flags: OpFlags::RMA | OpFlags::REMOTE_WRITE | OpFlags::REMOTE_CQ_DATA,
-                        len: hdr.len as usize,
-                        bufs: Vec::new(),
-                        data: hdr.data.unwrap_or(0),
-                        tag: 0,
-                        src: self.reported_addr(self.resolve_src(&conn.peer)),
-                    }));
+                self.on_write_data(&hdr, &conn);
+            }
+        }
+    }
+
+    /// A message of `plen` bytes whole in `slot` (at `base`): to the
+    /// receive it matches, or buffered.
+    fn on_eager(&self, slot: u32, base: usize, plen: usize, hdr: Header, conn: Arc<Conn>) {
+        if hdr.len != plen as u64 {
+            tracing::warn!(peer = %conn.peer, "eager message length mismatch; dropped");
+            self.repost_slot(slot);
+            return;
+        }
+        let info = self.info_of(&conn.peer, &hdr, plen);
+        let mut m = lock(&self.matcher);
+        match m.match_arrival(&info) {
+            Some((_, req)) => {
+                drop(m);
+                let req = self.copy_from_slot(req, base + HDR, plen);
+                self.repost_slot(slot);
+                let placed = plen.min(req.capacity());
+                deliver(self, req, info, placed);
+            }
+            None => {
+                let mut data = vec![0u8; plen];
+                let ok = self
+                    .res
+                    .recv_pool
+                    .with(|mr| mr.read_at(base + HDR, &mut data));
+                if ok.is_ok() {
+                    m.push_unexpected(conn.peer, info, Unexp::Eager(data.into()));
+                }
+                drop(m);
+                self.repost_slot(slot);
+            }
+        }
+        if hdr.ack {
+            self.send_fin(conn.peer, hdr.cookie, false);
+        }
+    }
+
+    /// A request-to-send: read now for the receive it matches, pull at
+    /// once for a delivery-complete send, or remember the announcement.
+    fn on_rts(&self, hdr: Header, conn: Arc<Conn>) {
+        let info = self.info_of(&conn.peer, &hdr, hdr.len as usize);
+        let mut m = lock(&self.matcher);
+        match m.match_arrival(&info) {
+            Some((_, req)) => {
+                drop(m);
+                self.start_read(ReadJob {
+                    seq: self.wr_id(),
+                    req,
+                    info,
+                    hdr,
+                    conn,
+                });
+            }
+            None if hdr.ack && hdr.len <= PULL_MAX => {
+                // Delivery-complete: fetch it now, answer once here.
+                let pull = Arc::new(Pull::default());
+                m.push_unexpected(conn.peer, info, Unexp::Pull(pull.clone()));
+                drop(m);
+                let mut peers = lock(&self.peers);
+                match peers.get_mut(&conn.peer) {
+                    Some(p) => self.submit_locked(p, Deferred::Pull(pull, hdr, conn)),
+                    None => {
+                        drop(peers);
+                        pull.finish(self, Err(Error::ConnReset));
+                    }
                 }
             }
+            None => m.push_unexpected(conn.peer, info, Unexp::Rts { conn, hdr }),
+        }
+    }
+
+    /// The peer is done with one of our announced buffers: the send ends.
+    fn on_fin(&self, hdr: &Header, conn: &Conn) {
+        let r = lock(&self.rndv).remove(&hdr.cookie);
+        match r {
+            Some(r) if r.conn.peer == conn.peer => {
+                self.tx.release(1);
+                if hdr.failed {
+                    r.done
+                        .fail(CqErrEntry::new(0, OpFlags::SEND, Error::RemoteIo));
+                } else {
+                    r.done.complete(CqEntry {
+                        len: r.len,
+                        ..CqEntry::default()
+                    });
+                }
+            }
+            Some(r) => {
+                // Not this peer's transfer: put it back untouched.
+                lock(&self.rndv).insert(hdr.cookie, r);
+                tracing::warn!(peer = %conn.peer, "finished note for another peer's transfer");
+            }
+            None => {}
+        }
+    }
+
+    /// The write this note follows landed (RC order): report it on the
+    /// receive CQ, as fi_writedata's target completion.
+    fn on_write_data(&self, hdr: &Header, conn: &Conn) {
+        if let Some(cq) = &self.cfg.rx_cq {
+            cq.push(Ok(CqEntry {
+                context: 0,
+                flags: OpFlags::RMA | OpFlags::REMOTE_WRITE | OpFlags::REMOTE_CQ_DATA,
+                len: hdr.len as usize,
+                bufs: Vec::new(),
+                data: hdr.data.unwrap_or(0),
+                tag: 0,
+                src: self.reported_addr(self.resolve_src(&conn.peer)),
+            }));
         }
     }
 
