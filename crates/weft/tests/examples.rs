@@ -68,6 +68,11 @@ fn msg_service() {
     run("msg_service");
 }
 
+#[test]
+fn rma_service() {
+    run("rma_service");
+}
+
 /// Starts one process of `name` per argument list and waits until each has
 /// printed a line containing `done`. The processes stay up after that (as
 /// a service's pods do), so they are killed then.
