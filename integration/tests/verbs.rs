@@ -8,7 +8,6 @@
 //! missing device is a failure, so nothing passes silently there.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use weft::{
@@ -276,7 +275,6 @@ async fn msg_bad_input_is_refused_cleanly() {
         .await
         .unwrap_err();
     assert_eq!(se.context, 6);
-    tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
 /// The peer closes its endpoint with messages in flight: every receive

@@ -255,7 +255,14 @@ async fn dgram_early_arrivals_and_directed_receives() {
         c.ep.send(to_s, payload(32, k)).await.unwrap();
     }
     c2.ep.send(c2_to_s, payload(32, 0x80)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // All four are in before the directed receive is posted.
+    let want = 4 * (32 + weft_core::limits::UNEXPECTED_OVERHEAD);
+    within("the four datagrams", async {
+        while s.ep.stats().unwrap().unexpected_bytes < want {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
     // c2's datagram first, though it arrived last.
     let got = within(
         "directed",

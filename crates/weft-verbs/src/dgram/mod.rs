@@ -402,6 +402,12 @@ impl ProviderEndpoint for VerbsDgramEndpoint {
         let mut s = EpStats::default();
         s.tclass = tclass_in(&ep.tx_tclass);
         s.rx_tclass = tclass_in(&ep.rx_tclass);
+        // Datagrams waiting for a receive, counted as buffered messages are.
+        s.unexpected_bytes = lock(&ep.rxq)
+            .arrived
+            .iter()
+            .map(|a| a.len + weft_core::limits::UNEXPECTED_OVERHEAD)
+            .sum();
         s
     }
 
