@@ -8,7 +8,6 @@
 //! missing device is a failure, so nothing passes silently there.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-
 use bytes::{Bytes, BytesMut};
 use weft::{
     BindFlags, CompletionQueue, ConnRequest, CqAttr, Domain, Endpoint, EpType, EqEventKind, Error,

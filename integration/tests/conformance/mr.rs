@@ -11,10 +11,17 @@
 //! addressed from their own start.
 
 use bytes::BytesMut;
-use weft::{Domain, Error, MemoryRegion, MrAccess, MrAttr, MrMode, MrRegFlags, RegError};
+use weft::{Domain, EpType, Error, MemoryRegion, MrAccess, MrAttr, MrMode, MrRegFlags, RegError};
 use weft_integration::{Harness, Provider};
 
 const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
+
+/// A domain opened for RMA: the `mr_mode` bits of RMA targets (provider
+/// keys, virtual addresses) are part of the result only then, and a
+/// provider that needs them (verbs) uses them either way.
+fn harness(p: &Provider) -> Harness {
+    Harness::with_info(p, p.rma_info(EpType::Rdm))
+}
 
 fn mr_mode(d: &Domain) -> MrMode {
     d.info().domain_attr.mr_mode
@@ -55,7 +62,7 @@ fn filled(len: usize, seed: u8) -> BytesMut {
 /// Bad requests fail with the same error on every provider, before the
 /// provider sees them, and the buffers come back untouched.
 async fn bad_requests_are_refused_and_lose_nothing(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = harness(&p);
     let d = &h.domain;
     let check = |attr: MrAttr<'_>, want: Error, bufs: &[BytesMut]| {
         let e = d.mr_regattr(attr).expect_err("must be refused");
@@ -117,7 +124,7 @@ async fn bad_requests_are_refused_and_lose_nothing(p: Provider) {
 /// its address), copies go through to it, and taking it back returns
 /// the same allocation with what was written.
 async fn application_buffers_register_in_place(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = harness(&p);
     if !registers(&h) {
         return;
     }
@@ -180,7 +187,7 @@ async fn application_buffers_register_in_place(p: Provider) {
 /// Several buffers make one region, addressed as their concatenation, up
 /// to the domain's `mr_iov_limit`; taking them back returns each one.
 async fn buffers_register_as_one_region(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = harness(&p);
     if !registers(&h) {
         return;
     }
@@ -209,7 +216,7 @@ async fn buffers_register_as_one_region(p: Provider) {
 /// use in the domain is refused with `NoKey`, the buffer coming back;
 /// once its region closes the key is free again.
 async fn requested_keys_are_used_and_unique(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = harness(&p);
     if !registers(&h) || mr_mode(&h.domain).contains(MrMode::PROV_KEY) {
         return;
     }
@@ -234,7 +241,7 @@ async fn requested_keys_are_used_and_unique(p: Provider) {
 
 /// fi_mr_raw_attr / fi_mr_map_raw / fi_mr_unmap_key work on any region.
 async fn raw_keys_round_trip(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = harness(&p);
     if !registers(&h) {
         return;
     }
@@ -259,7 +266,7 @@ async fn raw_keys_round_trip(p: Provider) {
 /// Sub-regions: inside the base, own key and access, same memory; the
 /// base cannot close or give its buffers back while they live.
 async fn sub_regions_share_memory_and_hold_the_base(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = harness(&p);
     if !registers(&h) {
         return;
     }
