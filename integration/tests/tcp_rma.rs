@@ -51,22 +51,14 @@ async fn default_hints_get_rma_on_both_types() {
             .caps
             .contains(Caps::RMA | Caps::REMOTE_READ | Caps::REMOTE_WRITE));
         assert!(!i.rx_attr.caps.intersects(Caps::READ | Caps::WRITE));
-        assert!(!i.caps.contains(Caps::ATOMIC), "atomics are not offered");
+        assert!(i.caps.contains(Caps::ATOMIC), "atomics (tcp_atomic.rs)");
+        assert!(i.tx_attr.caps.contains(Caps::ATOMIC));
         assert_eq!(i.domain_attr.mr_mode, MrMode::empty());
         assert_eq!(i.domain_attr.mr_key_size, 8);
         assert_eq!(i.domain_attr.mr_iov_limit, 8);
         assert_eq!(i.tx_attr.rma_iov_limit, 1);
         assert!(i.mode.is_empty(), "no FI_RX_CQ_DATA");
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn atomics_are_not_offered() {
-    let h = Harness::rdm(&tcp());
-    let (a, _b, to_b, _) = h.rdm_pair();
-    let mr = region(&h, 64, RW, 1);
-    let e = a.ep.fetch_add(to_b, 0, mr.key(), 1).await.unwrap_err();
-    assert_eq!(e.err, Error::NoSys);
 }
 
 /// A region over several application buffers and a sub-region with

@@ -458,7 +458,10 @@ impl Conn {
                 if f.wait_ack {
                     f.done = lock(&self.acks).remove(&f.hdr.seq).map(|(d, _)| d);
                 }
-                if f.hdr.kind == Some(FrameKind::RmaReadReq) {
+                if matches!(
+                    f.hdr.kind,
+                    Some(FrameKind::RmaReadReq | FrameKind::AtomicReq)
+                ) {
                     f.read = lock(&self.reads).remove(&f.hdr.seq);
                 }
                 again.push(f);

@@ -288,6 +288,35 @@ impl Region {
         }
     }
 
+    /// A peer's atomic on `len` bytes at `off` (checked with
+    /// [`check`](Self::check)): `f` gets a copy of them and changes it,
+    /// and the copy goes back, all under the memory's lock, so no other
+    /// access of this memory (any key onto it) sees it half done. What
+    /// `f` returns comes back; on its error the memory is untouched.
+    /// `Access` if the region closed since.
+    pub fn update<T>(
+        &self,
+        off: usize,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> Result<T>,
+    ) -> Result<T> {
+        let end = off.checked_add(len).ok_or(Error::Access)?;
+        if end > self.len {
+            return Err(Error::Access);
+        }
+        let mut g = lock(&self.mem.store);
+        match g.as_mut() {
+            Some(s) if self.open.load(Ordering::Acquire) => {
+                let mut copy = vec![0u8; len];
+                s.copy_out(self.start + off, &mut copy);
+                let r = f(&mut copy)?;
+                s.copy_in(self.start + off, &copy);
+                Ok(r)
+            }
+            _ => Err(Error::Access),
+        }
+    }
+
     fn close(&self) {
         let _g = lock(&self.mem.store);
         self.open.store(false, Ordering::Release);
