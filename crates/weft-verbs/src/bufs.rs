@@ -182,9 +182,6 @@ pub(crate) fn post_rma(
             r.map_err(|e| (e, RmaOp::Write { iov, data }))
         }
         RmaOp::Atomic(a) => {
-            // The old value lands in an 8-byte buffer of our own.
-            let mrs = register_targets(pd, vec![BytesMut::zeroed(8)])
-                .map_err(|(e, _)| (e, RmaOp::Atomic(a)))?;
             let sop = match verbs_atomic(&a) {
                 Some(VerbsAtomic::FetchAdd(add)) => SendOp::AtomicFetchAdd {
                     remote_addr: addr,
@@ -198,6 +195,11 @@ pub(crate) fn post_rma(
                     swap,
                 },
                 None => return Err((Error::OpNotSupp, RmaOp::Atomic(a))),
+            };
+            // The old value lands in an 8-byte buffer of our own.
+            let mrs = match register_targets(pd, vec![BytesMut::zeroed(8)]) {
+                Ok(m) => m,
+                Err((e, _)) => return Err((e, RmaOp::Atomic(a))),
             };
             let posted = mrs
                 .first()
