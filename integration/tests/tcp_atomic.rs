@@ -193,6 +193,66 @@ async fn atomics_are_atomic_across_keys_onto_one_memory() {
     drop(sub);
 }
 
+/// Large fetching atomics, several in flight, at a target whose share
+/// of the budget holds about one at a time: each waits its turn (the
+/// reader parks and resumes as answers are written) and all arrive
+/// right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn atomics_wait_for_budget_and_resume() {
+    let h = Harness::rdm(&tcp());
+    let target = {
+        let (av, cq) = (h.av(), h.cq());
+        let ep = h.domain.endpoint(&h.info).unwrap();
+        ep.set_conn_limits(ConnLimits::default().with_peer_buffered(ATOMIC_MAX))
+            .unwrap();
+        ep.bind_av(&av).unwrap();
+        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+            .unwrap();
+        ep.enable().unwrap();
+        RdmEp { ep, av, cq }
+    };
+    let peer = h.rdm_ep();
+    let to_t = peer.insert(&target);
+    let n = ATOMIC_MAX / 8;
+    let mr = region(&h, ATOMIC_MAX, RW, 8);
+    let ones = u64s(&vec![1; n]);
+    let ops = (0..16).map(|_| {
+        peer.ep
+            .fetch_atomic(to_t, AtomicOp::Sum, Datatype::U64, n, ones.clone(), 0, 8)
+    });
+    let olds = within("parked atomics", futures::future::join_all(ops)).await;
+    let mut firsts: Vec<u64> = olds
+        .into_iter()
+        .map(|r| {
+            let old = r.unwrap();
+            let v: Vec<u64> = old
+                .chunks_exact(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+                .collect();
+            assert!(v.iter().all(|&x| x == v[0]), "one atomic saw one state");
+            v[0]
+        })
+        .collect();
+    firsts.sort_unstable();
+    assert_eq!(firsts, (0..16).collect::<Vec<u64>>());
+    assert!(mr
+        .to_vec()
+        .unwrap()
+        .chunks_exact(8)
+        .all(|c| c == 16u64.to_ne_bytes()));
+    // An answer's charge is given back once it is written, which may
+    // be a moment after the initiator has read it.
+    let mut held = usize::MAX;
+    for _ in 0..100 {
+        held = target.ep.stats().unwrap().unexpected_bytes;
+        if held == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(held, 0, "charges given back");
+}
+
 // ---- Raw peers forging atomic frames ----
 
 /// A raw connection that has done the RDM handshake with `victim`, with

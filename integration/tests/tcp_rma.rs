@@ -189,7 +189,7 @@ async fn msg_pair(h: &Harness) -> MsgPair {
 
 /// MSG: write, read and writedata (reported at the target without a
 /// posted receive); a refused request fails with `Access` and the same
-/// connection then carries a message and a good write.
+/// connection then carries a message, a good write and atomics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_rma_and_a_refusal_keep_the_connection() {
     let h = Harness::msg(&tcp());
@@ -236,6 +236,15 @@ async fn msg_rma_and_a_refusal_keep_the_connection() {
     c.write(none, Bytes::from_static(b"ok"), 0, mr.key())
         .await
         .unwrap();
+    // Atomics on the same connection, a refused one included.
+    mr.write_at(64, &40u64.to_ne_bytes()).unwrap();
+    assert_eq!(c.fetch_add(none, 64, mr.key(), 2).await.unwrap(), 40);
+    assert_eq!(c.compare_swap(none, 64, mr.key(), 42, 7).await.unwrap(), 42);
+    let e = c.fetch_add(none, 64, mr.key() + 1, 1).await.unwrap_err();
+    assert_eq!(e.err, Error::Access);
+    let mut now = [0u8; 8];
+    mr.read_at(64, &mut now).unwrap();
+    assert_eq!(u64::from_ne_bytes(now), 7);
     assert_eq!(s.stats().unwrap().conns, 1, "the one connection stayed");
 }
 
