@@ -134,6 +134,33 @@ impl Atomic {
     pub fn bytes(&self) -> usize {
         self.count.saturating_mul(self.datatype.size())
     }
+
+    /// Its shape, given the provider's count `limit` for it: `1..=limit`
+    /// elements (`Inval` for none, `MsgSize` past the limit), `count`
+    /// operands (or none for `FI_ATOMIC_READ`) and `count` compare values
+    /// in the compare form only (`Inval`).
+    pub fn check_shape(&self, limit: usize) -> Result<()> {
+        use crate::atomic::{AtomicKind, AtomicOp};
+        if self.count == 0 {
+            return Err(Error::Inval);
+        }
+        if self.count > limit {
+            return Err(Error::MsgSize);
+        }
+        let n = self.bytes();
+        let operand =
+            self.operand.len() == n || (self.op == AtomicOp::Read && self.operand.is_empty());
+        let compare = if self.kind == AtomicKind::Compare {
+            self.compare.len() == n
+        } else {
+            self.compare.is_empty()
+        };
+        if operand && compare {
+            Ok(())
+        } else {
+            Err(Error::Inval)
+        }
+    }
 }
 
 impl RmaOp {

@@ -55,6 +55,14 @@ pub fn valid(
     Ok(ATOMIC_MAX.min(max_msg) / dt.size())
 }
 
+/// The initiator's own check of `a` (the API checks the same before
+/// posting; this keeps a frame the target would have to close the
+/// connection over from ever being sent): a supported combination
+/// (`OpNotSupp`) of the right shape (`Atomic::check_shape`).
+pub fn check(max_msg: usize, a: &Atomic) -> Result<()> {
+    a.check_shape(valid(max_msg, a.kind, a.op, a.datatype)?)
+}
+
 /// The request frame for `a` at `target`, with the pending operation its
 /// answer completes. The operands go out little-endian.
 pub fn request(a: Atomic, target: Target, done: weft_core::completion::OpDone) -> TxFrame {

@@ -499,4 +499,37 @@ mod tests {
         assert_eq!((&back[1][..], &back[2][..]), (&b"bc"[..], &b"de89"[..]));
         assert_eq!(r.put(0, b"x"), Err(Error::Access), "closed");
     }
+
+    #[test]
+    fn updates_are_all_or_nothing_and_span_buffers() {
+        let d = TcpDomain::default();
+        let bufs = vec![BytesMut::from(&b"0123"[..]), BytesMut::from(&b"4567"[..])];
+        let mr = d
+            .mr_reg(req(MrMemory::Buffers(bufs), MrAccess::REMOTE_WRITE, 1))
+            .unwrap();
+        let r = d.regions.get(1).unwrap();
+        let old = r
+            .update(2, 4, |m| {
+                let was = m.to_vec();
+                m.copy_from_slice(b"abcd");
+                Ok(was)
+            })
+            .unwrap();
+        assert_eq!(&old, b"2345");
+        let failed = r.update(0, 8, |m| {
+            m.fill(b'x');
+            Err::<(), _>(Error::OpNotSupp)
+        });
+        assert_eq!(failed, Err(Error::OpNotSupp));
+        let mut all = [0u8; 8];
+        mr.read_at(0, &mut all).unwrap();
+        assert_eq!(&all, b"01abcd67", "a failed update wrote nothing");
+        assert_eq!(
+            r.update(4, 5, |_| Ok(())),
+            Err(Error::Access),
+            "past the end"
+        );
+        mr.close();
+        assert_eq!(r.update(0, 1, |_| Ok(())), Err(Error::Access), "closed");
+    }
 }

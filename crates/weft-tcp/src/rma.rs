@@ -110,6 +110,11 @@ impl EpShared {
                 req,
             });
         }
+        if let RmaOp::Atomic(a) = &req.op {
+            if let Err(err) = crate::atomic::check(self.max_msg, a) {
+                return Err(Rejected { err, req });
+            }
+        }
         let route = match self.route(req.dest) {
             Ok(r) => r,
             Err(err) => return Err(Rejected { err, req }),

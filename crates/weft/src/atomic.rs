@@ -68,20 +68,8 @@ impl Endpoint {
     /// size (`Inval`).
     pub(crate) fn check_atomic(&self, a: &Atomic, addr: u64) -> Result<()> {
         let limit = self.atomic_valid(a.kind, a.op, a.datatype)?;
-        if a.count == 0 {
-            return Err(Error::Inval);
-        }
-        if a.count > limit {
-            return Err(Error::MsgSize);
-        }
-        let n = a.bytes();
-        let operand_ok = a.operand.len() == n || (a.op == AtomicOp::Read && a.operand.is_empty());
-        let compare_ok = if a.kind == AtomicKind::Compare {
-            a.compare.len() == n
-        } else {
-            a.compare.is_empty()
-        };
-        if !operand_ok || !compare_ok || addr % a.datatype.size() as u64 != 0 {
+        a.check_shape(limit)?;
+        if addr % a.datatype.size() as u64 != 0 {
             return Err(Error::Inval);
         }
         Ok(())
