@@ -197,4 +197,73 @@ mod tests {
         };
         assert_eq!(most.payload_len(), Some(ATOMIC_REQ_MAX));
     }
+
+    #[test]
+    fn arbitrary_requests_decode_and_apply_without_panic() {
+        // A deterministic xorshift sweep over plausible prefixes and
+        // arbitrary elements; the fuzz target does the rest.
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut applied = 0;
+        for _ in 0..20_000 {
+            let mut b = [0u8; ATOMIC_HDR_LEN];
+            b[..16].copy_from_slice(&[next().to_le_bytes(), next().to_le_bytes()].concat());
+            b[16] = (next() % 20) as u8;
+            b[17] = (next() % 15) as u8;
+            b[18] = (next() % 4) as u8;
+            b[24..].copy_from_slice(&(next() % 5).to_le_bytes());
+            // Mostly the length the prefix calls for, sometimes not.
+            let right = match (
+                AtomicOp::from_u8(b[16]),
+                Datatype::from_u8(b[17]),
+                AtomicKind::from_u8(b[18]),
+            ) {
+                (Some(op), Some(datatype), Some(kind)) => AtomicHdr {
+                    target: Target::default(),
+                    op,
+                    datatype,
+                    kind,
+                    count: u64::from(b[24]),
+                }
+                .payload_len(),
+                _ => None,
+            };
+            let claimed = match right {
+                Some(n) if next() % 4 != 0 => n as u64,
+                _ => next() % 200,
+            };
+            let Ok(h) = AtomicHdr::decode(&b, claimed) else {
+                continue;
+            };
+            let n = h.bytes().unwrap_or(0);
+            let data: Vec<u8> = (0..3 * n).map(|_| next() as u8).collect();
+            let mut target = data[..n].to_vec();
+            let operand = if h.op == AtomicOp::Read {
+                &[][..]
+            } else {
+                &data[n..2 * n]
+            };
+            let compare = if h.kind == AtomicKind::Compare {
+                &data[2 * n..]
+            } else {
+                &[][..]
+            };
+            match crate::atomic::apply(h.op, h.datatype, &mut target, operand, compare) {
+                Ok(old) => {
+                    assert_eq!(old, data[..n]);
+                    applied += 1;
+                }
+                Err(_) => assert_eq!(target, data[..n], "{h:?}"),
+            }
+        }
+        assert!(
+            applied > 100,
+            "the sweep reached the arithmetic {applied} times"
+        );
+    }
 }
