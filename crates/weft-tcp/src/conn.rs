@@ -56,7 +56,8 @@ pub struct Conn {
     /// Completions waiting for the peer's `Ack`, with the length they
     /// report.
     acks: Mutex<FastMap<u64, (OpDone, usize)>>,
-    /// RMA reads waiting for their answer, by request sequence number.
+    /// RMA reads and atomics waiting for their answer, by request sequence
+    /// number.
     reads: Mutex<FastMap<u64, Box<PendingRead>>>,
     dead: AtomicBool,
     /// Bytes read, and writes made: the sweeper compares them between

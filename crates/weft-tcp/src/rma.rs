@@ -31,8 +31,8 @@ use crate::endpoint::EpShared;
 use crate::frame::TxFrame;
 use crate::mr::Region;
 
-/// An initiator's read waiting for its answer: the buffers it fills in
-/// order, how far the answer has come, and its completion.
+/// An initiator's read (or atomic) waiting for its answer: the buffers
+/// it fills in order, how far the answer has come, and its completion.
 #[derive(Debug)]
 pub struct PendingRead {
     pub bufs: Vec<BytesMut>,
