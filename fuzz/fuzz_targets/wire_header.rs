@@ -14,11 +14,18 @@
 //!   `sockaddr_to_str` round-trip whatever they accept;
 //! - the RMA payload prefixes (`wire::rma`: a write's target, a read
 //!   request) decode exactly the sizes they have and round-trip, and
-//!   `range_in` never accepts a range that leaves the region.
+//!   `range_in` never accepts a range that leaves the region;
+//! - the atomic request prefix (`wire::atomic`) decodes only with the
+//!   payload length its count and form call for, never more than
+//!   `ATOMIC_REQ_MAX`, and round-trips; applying the decoded operation to
+//!   arbitrary elements (`weft_core::atomic::apply`) never panics, and
+//!   on an error leaves the target untouched.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sockaddr_to_str};
+use weft_core::atomic::{apply, supported, AtomicKind, AtomicOp};
+use weft_core::wire::atomic::{AtomicHdr, ATOMIC_HDR_LEN, ATOMIC_MAX, ATOMIC_REQ_MAX};
 use weft_core::wire::claim::Claim;
 use weft_core::wire::rma::{range_in, ReadReq, Target, READ_CHUNK, READ_REQ_LEN, TARGET_LEN};
 use weft_core::wire::{
@@ -38,6 +45,9 @@ fn check_header(data: &[u8]) {
                 if kind == FrameKind::RmaWrite {
                     assert!(h.len <= max.saturating_add(TARGET_LEN as u64));
                     assert_eq!(h.flags & !(FLAG_CQ_DATA | FLAG_ACK_REQ), 0);
+                } else if kind == FrameKind::AtomicReq {
+                    assert!(h.len <= ATOMIC_REQ_MAX as u64);
+                    assert_eq!(h.flags, 0, "atomic request with flags");
                 } else if kind == FrameKind::RmaReadReq {
                     assert!(h.len <= READ_REQ_LEN as u64);
                     assert_eq!(h.flags, 0, "read request with flags");
@@ -52,6 +62,7 @@ fn check_header(data: &[u8]) {
                         | FrameKind::ConnResp
                         | FrameKind::Verify => MAX_CONTROL_LEN,
                         FrameKind::RmaReadResp => READ_CHUNK as u64,
+                        FrameKind::AtomicResp => ATOMIC_MAX as u64,
                         _ => 0,
                     };
                     assert!(h.len <= limit, "{kind:?} len {} > {limit}", h.len);
@@ -159,6 +170,49 @@ fn check_rma(data: &[u8]) {
     }
 }
 
+fn check_atomic(data: &[u8]) {
+    let lens = [
+        data.len() as u64,
+        data.len().saturating_sub(HEADER_LEN) as u64,
+        ATOMIC_REQ_MAX as u64,
+    ];
+    for len in lens {
+        let Ok(a) = AtomicHdr::decode(data, len) else {
+            continue;
+        };
+        assert!(data.len() >= ATOMIC_HDR_LEN);
+        assert_eq!(&a.encode()[..], &data[..ATOMIC_HDR_LEN], "re-encoding differs");
+        assert_eq!(a.payload_len(), Some(len as usize));
+        assert!(len as usize <= ATOMIC_REQ_MAX);
+        let n = a.bytes().expect("decoded count within the bound");
+        assert!(n <= ATOMIC_MAX && a.answer_len() <= n);
+        // The arithmetic on whatever elements follow the prefix.
+        let rest = &data[ATOMIC_HDR_LEN..];
+        if n == 0 || rest.len() < n {
+            continue;
+        }
+        let mut target = rest[..n].to_vec();
+        let before = target.clone();
+        let operand = if a.op == AtomicOp::Read {
+            &rest[..0]
+        } else {
+            &rest[..n]
+        };
+        let compare = if a.kind == AtomicKind::Compare {
+            &rest[..n]
+        } else {
+            &rest[..0]
+        };
+        match apply(a.op, a.datatype, &mut target, operand, compare) {
+            Ok(old) => {
+                assert!(supported(a.kind, a.op, a.datatype).is_ok() || a.kind == AtomicKind::Plain);
+                assert_eq!(old, before);
+            }
+            Err(_) => assert_eq!(target, before, "a refused atomic changed its target"),
+        }
+    }
+}
+
 fn check_str(data: &[u8]) {
     let s = String::from_utf8_lossy(data);
     if let Ok(a) = parse_sockaddr_str(&s) {
@@ -172,6 +226,7 @@ fuzz_target!(|data: &[u8]| {
     check_header(data);
     check_sockaddr(data);
     check_rma(data);
+    check_atomic(data);
     check_str(data);
     // Keep `Header` constructible from the public API in the target too.
     let _ = Header::new(FrameKind::Ack).encode();

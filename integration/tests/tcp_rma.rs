@@ -51,22 +51,14 @@ async fn default_hints_get_rma_on_both_types() {
             .caps
             .contains(Caps::RMA | Caps::REMOTE_READ | Caps::REMOTE_WRITE));
         assert!(!i.rx_attr.caps.intersects(Caps::READ | Caps::WRITE));
-        assert!(!i.caps.contains(Caps::ATOMIC), "atomics are not offered");
+        assert!(i.caps.contains(Caps::ATOMIC), "atomics (tcp_atomic.rs)");
+        assert!(i.tx_attr.caps.contains(Caps::ATOMIC));
         assert_eq!(i.domain_attr.mr_mode, MrMode::empty());
         assert_eq!(i.domain_attr.mr_key_size, 8);
         assert_eq!(i.domain_attr.mr_iov_limit, 8);
         assert_eq!(i.tx_attr.rma_iov_limit, 1);
         assert!(i.mode.is_empty(), "no FI_RX_CQ_DATA");
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn atomics_are_not_offered() {
-    let h = Harness::rdm(&tcp());
-    let (a, _b, to_b, _) = h.rdm_pair();
-    let mr = region(&h, 64, RW, 1);
-    let e = a.ep.fetch_add(to_b, 0, mr.key(), 1).await.unwrap_err();
-    assert_eq!(e.err, Error::NoSys);
 }
 
 /// A region over several application buffers and a sub-region with
@@ -197,7 +189,7 @@ async fn msg_pair(h: &Harness) -> MsgPair {
 
 /// MSG: write, read and writedata (reported at the target without a
 /// posted receive); a refused request fails with `Access` and the same
-/// connection then carries a message and a good write.
+/// connection then carries a message, a good write and atomics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_rma_and_a_refusal_keep_the_connection() {
     let h = Harness::msg(&tcp());
@@ -244,6 +236,15 @@ async fn msg_rma_and_a_refusal_keep_the_connection() {
     c.write(none, Bytes::from_static(b"ok"), 0, mr.key())
         .await
         .unwrap();
+    // Atomics on the same connection, a refused one included.
+    mr.write_at(64, &40u64.to_ne_bytes()).unwrap();
+    assert_eq!(c.fetch_add(none, 64, mr.key(), 2).await.unwrap(), 40);
+    assert_eq!(c.compare_swap(none, 64, mr.key(), 42, 7).await.unwrap(), 42);
+    let e = c.fetch_add(none, 64, mr.key() + 1, 1).await.unwrap_err();
+    assert_eq!(e.err, Error::Access);
+    let mut now = [0u8; 8];
+    mr.read_at(64, &mut now).unwrap();
+    assert_eq!(u64::from_ne_bytes(now), 7);
     assert_eq!(s.stats().unwrap().conns, 1, "the one connection stayed");
 }
 

@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 pub mod addr;
+pub mod atomic;
 pub mod attr;
 pub mod av;
 pub mod completion;

@@ -106,34 +106,72 @@ pub enum RmaOp {
         /// them back.
         bufs: Vec<BytesMut>,
     },
-    /// `fi_fetch_atomic` / `fi_compare_atomic` on one 64-bit unsigned
-    /// integer at an 8-byte aligned target address; the completion's one
-    /// buffer holds the value before the operation (8 bytes, native
-    /// byte order).
-    Atomic(AtomicOp),
+    /// `fi_atomic` / `fi_fetch_atomic` / `fi_compare_atomic`.
+    Atomic(Atomic),
 }
 
-/// A 64-bit atomic operation on a peer's memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AtomicOp {
-    /// `FI_SUM` with fetch: adds, wrapping.
-    FetchAdd(u64),
-    /// `FI_CSWAP`: writes `swap` if the value equals `compare`.
-    CompareSwap {
-        /// The value expected.
-        compare: u64,
-        /// The value written if it is there.
-        swap: u64,
-    },
+/// An atomic operation on an array of `count` elements of a peer's
+/// memory (fi_atomic(3)). Operands are in host byte order, as in memory.
+#[derive(Debug)]
+pub struct Atomic {
+    /// The operation.
+    pub op: crate::atomic::AtomicOp,
+    /// The element type.
+    pub datatype: crate::atomic::Datatype,
+    /// Which call: plain, fetching or compare.
+    pub kind: crate::atomic::AtomicKind,
+    /// Elements.
+    pub count: usize,
+    /// `count` operands (empty for `FI_ATOMIC_READ`).
+    pub operand: Bytes,
+    /// `count` compare values for the compare form (the mask of
+    /// `FI_MSWAP`), else empty.
+    pub compare: Bytes,
+}
+
+impl Atomic {
+    /// Bytes of the target's memory it touches.
+    pub fn bytes(&self) -> usize {
+        self.count.saturating_mul(self.datatype.size())
+    }
+
+    /// Its shape, given the provider's count `limit` for it: `1..=limit`
+    /// elements (`Inval` for none, `MsgSize` past the limit), `count`
+    /// operands (or none for `FI_ATOMIC_READ`) and `count` compare values
+    /// in the compare form only (`Inval`).
+    pub fn check_shape(&self, limit: usize) -> Result<()> {
+        use crate::atomic::{AtomicKind, AtomicOp};
+        if self.count == 0 {
+            return Err(Error::Inval);
+        }
+        if self.count > limit {
+            return Err(Error::MsgSize);
+        }
+        let n = self.bytes();
+        let operand =
+            self.operand.len() == n || (self.op == AtomicOp::Read && self.operand.is_empty());
+        let compare = if self.kind == AtomicKind::Compare {
+            self.compare.len() == n
+        } else {
+            self.compare.is_empty()
+        };
+        if operand && compare {
+            Ok(())
+        } else {
+            Err(Error::Inval)
+        }
+    }
 }
 
 impl RmaOp {
     /// The completion flags of the operation: `RMA | WRITE`, `RMA | READ`,
-    /// or `ATOMIC | READ` (the atomics fetch).
+    /// `ATOMIC | WRITE` (`fi_atomic`) or `ATOMIC | READ` (the fetching
+    /// and compare forms).
     pub fn flags(&self) -> OpFlags {
         match self {
             RmaOp::Write { .. } => OpFlags::RMA | OpFlags::WRITE,
             RmaOp::Read { .. } => OpFlags::RMA | OpFlags::READ,
+            RmaOp::Atomic(a) if !a.kind.fetches() => OpFlags::ATOMIC | OpFlags::WRITE,
             RmaOp::Atomic(_) => OpFlags::ATOMIC | OpFlags::READ,
         }
     }
@@ -163,7 +201,7 @@ impl RmaReq {
         match &self.op {
             RmaOp::Write { iov, .. } => iov.iter().map(|b| b.len()).sum(),
             RmaOp::Read { bufs } => bufs.iter().map(|b| b.len()).sum(),
-            RmaOp::Atomic(_) => 8,
+            RmaOp::Atomic(a) => a.bytes(),
         }
     }
 
@@ -517,6 +555,19 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
             err: Error::NoSys,
             req,
         })
+    }
+    /// `fi_atomicvalid` and friends: how many elements one atomic of
+    /// `op` on `datatype` in form `kind` may carry, or `OpNotSupp` for a
+    /// combination this provider does not execute. Providers without
+    /// atomics keep the default, `NoSys`.
+    fn atomic_valid(
+        &self,
+        kind: crate::atomic::AtomicKind,
+        op: crate::atomic::AtomicOp,
+        datatype: crate::atomic::Datatype,
+    ) -> Result<usize> {
+        let _ = (kind, op, datatype);
+        Err(Error::NoSys)
     }
     /// Cancels a posted receive with `context`; it completes with
     /// `Canceled`. Returns whether one was found.

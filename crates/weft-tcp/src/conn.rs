@@ -56,7 +56,8 @@ pub struct Conn {
     /// Completions waiting for the peer's `Ack`, with the length they
     /// report.
     acks: Mutex<FastMap<u64, (OpDone, usize)>>,
-    /// RMA reads waiting for their answer, by request sequence number.
+    /// RMA reads and atomics waiting for their answer, by request sequence
+    /// number.
     reads: Mutex<FastMap<u64, Box<PendingRead>>>,
     dead: AtomicBool,
     /// Bytes read, and writes made: the sweeper compares them between
@@ -458,7 +459,10 @@ impl Conn {
                 if f.wait_ack {
                     f.done = lock(&self.acks).remove(&f.hdr.seq).map(|(d, _)| d);
                 }
-                if f.hdr.kind == Some(FrameKind::RmaReadReq) {
+                if matches!(
+                    f.hdr.kind,
+                    Some(FrameKind::RmaReadReq | FrameKind::AtomicReq)
+                ) {
                     f.read = lock(&self.reads).remove(&f.hdr.seq);
                 }
                 again.push(f);

@@ -637,6 +637,15 @@ impl ProviderEndpoint for TcpEndpoint {
         self.shared.rma(req)
     }
 
+    fn atomic_valid(
+        &self,
+        kind: weft_core::atomic::AtomicKind,
+        op: weft_core::atomic::AtomicOp,
+        datatype: weft_core::atomic::Datatype,
+    ) -> Result<usize> {
+        crate::atomic::valid(self.shared.max_msg, kind, op, datatype)
+    }
+
     fn give_back(&self, r: Returned) {
         self.shared.take_back(r);
     }

@@ -29,8 +29,9 @@ pub struct TxFrame {
     /// (Ack, Shutdown) are not the application's and must not consume its
     /// queue depth.
     pub credit: bool,
-    /// An RMA read request's read, registered with the connection (by
-    /// sequence number) when the frame is queued on it.
+    /// An RMA read request's read (or an atomic's pending answer),
+    /// registered with the connection (by sequence number) when the
+    /// frame is queued on it.
     pub read: Option<Box<crate::rma::PendingRead>>,
     /// A read answer's charge against the receive budget, given back
     /// when the frame is written or dropped.

@@ -1,7 +1,8 @@
 //! Weft's TCP provider: `FI_EP_MSG` (connect/accept with CM data) and
 //! `FI_EP_RDM` (connectionless and reliable: one TCP connection per peer,
 //! made on first use, simultaneous connects resolved) over Weft's own
-//! framing (`docs/wire.md`), with memory regions and RMA reads and writes
+//! framing (`docs/wire.md`), with memory regions, RMA reads and writes,
+//! and atomics (the fi_atomic(3) set on integers, `FLOAT` and `DOUBLE`)
 //! carried as frames of their own and served by the target's reader.
 //!
 //! Sends are written from the posting thread when the socket has room
@@ -15,6 +16,7 @@
 #![allow(clippy::result_large_err)]
 
 mod admission;
+mod atomic;
 mod conn;
 mod connect;
 mod driver;
@@ -78,6 +80,7 @@ fn offer(ep_type: EpType) -> Info {
         | Caps::LOCAL_COMM
         | Caps::REMOTE_COMM
         | Caps::RMA
+        | Caps::ATOMIC
         | Caps::READ
         | Caps::WRITE
         | Caps::REMOTE_READ

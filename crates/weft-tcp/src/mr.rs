@@ -288,6 +288,35 @@ impl Region {
         }
     }
 
+    /// A peer's atomic on `len` bytes at `off` (checked with
+    /// [`check`](Self::check)): `f` gets a copy of them and changes it,
+    /// and the copy goes back, all under the memory's lock, so no other
+    /// access of this memory (any key onto it) sees it half done. What
+    /// `f` returns comes back; on its error the memory is untouched.
+    /// `Access` if the region closed since.
+    pub fn update<T>(
+        &self,
+        off: usize,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> Result<T>,
+    ) -> Result<T> {
+        let end = off.checked_add(len).ok_or(Error::Access)?;
+        if end > self.len {
+            return Err(Error::Access);
+        }
+        let mut g = lock(&self.mem.store);
+        match g.as_mut() {
+            Some(s) if self.open.load(Ordering::Acquire) => {
+                let mut copy = vec![0u8; len];
+                s.copy_out(self.start + off, &mut copy);
+                let r = f(&mut copy)?;
+                s.copy_in(self.start + off, &copy);
+                Ok(r)
+            }
+            _ => Err(Error::Access),
+        }
+    }
+
     fn close(&self) {
         let _g = lock(&self.mem.store);
         self.open.store(false, Ordering::Release);
@@ -469,5 +498,38 @@ mod tests {
         let back = mr.take_buffers().unwrap();
         assert_eq!((&back[1][..], &back[2][..]), (&b"bc"[..], &b"de89"[..]));
         assert_eq!(r.put(0, b"x"), Err(Error::Access), "closed");
+    }
+
+    #[test]
+    fn updates_are_all_or_nothing_and_span_buffers() {
+        let d = TcpDomain::default();
+        let bufs = vec![BytesMut::from(&b"0123"[..]), BytesMut::from(&b"4567"[..])];
+        let mr = d
+            .mr_reg(req(MrMemory::Buffers(bufs), MrAccess::REMOTE_WRITE, 1))
+            .unwrap();
+        let r = d.regions.get(1).unwrap();
+        let old = r
+            .update(2, 4, |m| {
+                let was = m.to_vec();
+                m.copy_from_slice(b"abcd");
+                Ok(was)
+            })
+            .unwrap();
+        assert_eq!(&old, b"2345");
+        let failed = r.update(0, 8, |m| {
+            m.fill(b'x');
+            Err::<(), _>(Error::OpNotSupp)
+        });
+        assert_eq!(failed, Err(Error::OpNotSupp));
+        let mut all = [0u8; 8];
+        mr.read_at(0, &mut all).unwrap();
+        assert_eq!(&all, b"01abcd67", "a failed update wrote nothing");
+        assert_eq!(
+            r.update(4, 5, |_| Ok(())),
+            Err(Error::Access),
+            "past the end"
+        );
+        mr.close();
+        assert_eq!(r.update(0, 1, |_| Ok(())), Err(Error::Access), "closed");
     }
 }

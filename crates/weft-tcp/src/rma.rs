@@ -31,8 +31,8 @@ use crate::endpoint::EpShared;
 use crate::frame::TxFrame;
 use crate::mr::Region;
 
-/// An initiator's read waiting for its answer: the buffers it fills in
-/// order, how far the answer has come, and its completion.
+/// An initiator's read (or atomic) waiting for its answer: the buffers
+/// it fills in order, how far the answer has come, and its completion.
 #[derive(Debug)]
 pub struct PendingRead {
     pub bufs: Vec<BytesMut>,
@@ -44,6 +44,9 @@ pub struct PendingRead {
     pub seg: usize,
     pub off: usize,
     pub done: OpDone,
+    /// An atomic's answer (elements of this type, little-endian on the
+    /// wire) rather than a read's.
+    pub atomic: Option<weft_core::atomic::Datatype>,
 }
 
 impl PendingRead {
@@ -76,7 +79,12 @@ impl PendingRead {
         }
     }
 
-    pub fn complete(self) {
+    pub fn complete(mut self) {
+        if let Some(dt) = self.atomic {
+            for b in &mut self.bufs {
+                weft_core::atomic::from_wire(dt, b);
+            }
+        }
         let entry = CqEntry {
             len: self.len,
             bufs: self.bufs,
@@ -94,13 +102,18 @@ impl PendingRead {
 }
 
 impl EpShared {
-    /// Posts an RMA write or read (atomics are not offered: `NoSys`).
+    /// Posts an RMA write, read or atomic.
     pub fn rma(self: &Arc<Self>, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
         if req.len() > self.max_msg {
             return Err(Rejected {
                 err: Error::MsgSize,
                 req,
             });
+        }
+        if let RmaOp::Atomic(a) = &req.op {
+            if let Err(err) = crate::atomic::check(self.max_msg, a) {
+                return Err(Rejected { err, req });
+            }
         }
         let route = match self.route(req.dest) {
             Ok(r) => r,
@@ -149,24 +162,11 @@ impl EpShared {
                     seg: 0,
                     off: 0,
                     done: req.done,
+                    atomic: None,
                 }));
                 f
             }
-            RmaOp::Atomic(a) => {
-                // Not offered (no FI_ATOMIC in getinfo's caps).
-                self.tx.release(1);
-                return Err(Rejected {
-                    err: Error::NoSys,
-                    req: RmaReq {
-                        op: RmaOp::Atomic(a),
-                        dest: req.dest,
-                        addr: req.addr,
-                        key: req.key,
-                        flags: req.flags,
-                        done: req.done,
-                    },
-                });
-            }
+            RmaOp::Atomic(a) => crate::atomic::request(a, target, req.done),
         };
         self.dispatch(route, frame);
         Ok(())
@@ -345,13 +345,22 @@ pub enum Answer {
     Done,
 }
 
-/// Checks a read answer's header against the read it answers. `Err`: a
-/// protocol error (no such read, a piece out of order or past the end,
-/// an error with a payload), which ends the connection.
+/// Checks a read answer's (or an atomic answer's) header against the
+/// operation it answers. `Err`: a protocol error (no such operation, an
+/// answer of the other kind, a piece out of order or past the end, an
+/// atomic answer not whole, an error with a payload), which ends the
+/// connection.
 pub fn answer_piece(conn: &Conn, hdr: &Header) -> Result<Answer> {
     let Some(read) = conn.take_read(hdr.seq) else {
         return Err(Error::Io);
     };
+    // An atomic's answer comes whole, as one `AtomicResp`; a read's as
+    // `RmaReadResp` pieces.
+    let atomic = hdr.kind == Some(FrameKind::AtomicResp);
+    if atomic != read.atomic.is_some() {
+        read.fail(Error::Io);
+        return Err(Error::Io);
+    }
     if hdr.data != 0 {
         if hdr.len != 0 {
             read.fail(Error::Io);
@@ -361,7 +370,9 @@ pub fn answer_piece(conn: &Conn, hdr: &Header) -> Result<Answer> {
         read.fail(e);
         return Ok(Answer::Done);
     }
-    let fits = hdr.tag == read.got as u64
+    let whole = !atomic || hdr.len == read.len as u64;
+    let fits = whole
+        && hdr.tag == read.got as u64
         && (read.got as u64)
             .checked_add(hdr.len)
             .is_some_and(|end| end <= read.len as u64);

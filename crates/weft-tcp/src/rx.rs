@@ -16,10 +16,12 @@ use weft_core::provider::RecvReq;
 pub use weft_core::recv_completion::{complete_peek, copy_and_deliver, deliver, fail_recv};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
+use weft_core::wire::atomic::{AtomicHdr, ATOMIC_HDR_LEN};
 use weft_core::wire::rma::{ReadReq, Target, READ_REQ_LEN, TARGET_LEN};
 use weft_core::wire::{self, FrameKind, Header, FLAG_CQ_DATA, HEADER_LEN};
 use weft_core::Error;
 
+use crate::atomic::AtomicSink;
 use crate::conn::Conn;
 use crate::endpoint::EpShared;
 use crate::rma::{Answer, PendingRead, ReadJob, WriteSink};
@@ -73,11 +75,14 @@ enum Sink {
     Unexpected(Arc<Unexpected>),
     /// An RMA write's bytes, going into a region (or refused).
     Write(WriteSink),
-    /// A piece of the answer to read request `seq`.
+    /// A piece of the answer to read request `seq` (or the answer to an
+    /// atomic).
     Read {
         seq: u64,
         read: Box<PendingRead>,
     },
+    /// An atomic request's arrays, held until they are whole.
+    Atomic(Box<AtomicSink>),
 }
 
 enum Phase {
@@ -294,11 +299,13 @@ impl RxMachine {
             let prefix = match hdr.kind {
                 Some(FrameKind::RmaWrite) => TARGET_LEN,
                 Some(FrameKind::RmaReadReq) => READ_REQ_LEN,
+                Some(FrameKind::AtomicReq) => ATOMIC_HDR_LEN,
                 _ => 0,
             };
             let short = match hdr.kind {
                 Some(FrameKind::RmaWrite) => hdr.len < TARGET_LEN as u64,
                 Some(FrameKind::RmaReadReq) => hdr.len != READ_REQ_LEN as u64,
+                Some(FrameKind::AtomicReq) => hdr.len < ATOMIC_HDR_LEN as u64,
                 _ => false,
             };
             if short {
@@ -516,18 +523,41 @@ impl RxMachine {
                 }
                 None
             }
-            FrameKind::RmaReadResp => match crate::rma::answer_piece(conn, &hdr) {
-                Ok(Answer::Done) => None,
-                Ok(Answer::Place(read)) => {
-                    let sink = Sink::Read { seq: hdr.seq, read };
-                    self.payload(conn, ep, hdr, hdr.len as usize, sink);
-                    None
+            FrameKind::AtomicReq => {
+                let end = self.start + ATOMIC_HDR_LEN;
+                let ah = match AtomicHdr::decode(&self.buf[self.start..end], hdr.len) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(peer = %conn.peer, error = %e, "bad atomic request; closing connection");
+                        return Some(RxStatus::Closed(Some(Error::Io)));
+                    }
+                };
+                // The prefix stays staged until the request is admitted:
+                // a parked connection comes back to this header.
+                let Some(sink) = AtomicSink::admit(conn, ep, hdr.seq, ah) else {
+                    self.phase = Phase::Parked(hdr);
+                    self.shrink();
+                    return Some(RxStatus::Parked);
+                };
+                self.start = end;
+                let len = hdr.len as usize - ATOMIC_HDR_LEN;
+                self.payload(conn, ep, hdr, len, Sink::Atomic(Box::new(sink)));
+                None
+            }
+            FrameKind::RmaReadResp | FrameKind::AtomicResp => {
+                match crate::rma::answer_piece(conn, &hdr) {
+                    Ok(Answer::Done) => None,
+                    Ok(Answer::Place(read)) => {
+                        let sink = Sink::Read { seq: hdr.seq, read };
+                        self.payload(conn, ep, hdr, hdr.len as usize, sink);
+                        None
+                    }
+                    Err(e) => {
+                        tracing::warn!(peer = %conn.peer, seq = hdr.seq, "read answer that answers nothing; closing connection");
+                        Some(RxStatus::Closed(Some(e)))
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(peer = %conn.peer, seq = hdr.seq, "read answer that answers nothing; closing connection");
-                    Some(RxStatus::Closed(Some(e)))
-                }
-            },
+            }
             FrameKind::Ack => {
                 conn.on_ack(hdr.seq, hdr.data);
                 None
@@ -606,6 +636,10 @@ fn feed(sink: &mut Sink, mut data: &[u8]) {
             read.feed(data);
             return;
         }
+        Sink::Atomic(a) => {
+            a.feed(data);
+            return;
+        }
         Sink::Posted { .. } => {}
     }
     while !data.is_empty() {
@@ -638,7 +672,7 @@ fn direct_slot(sink: &mut Sink, max: usize) -> Option<&mut [u8]> {
         }
         Sink::Read { read, .. } => read.slot(max),
         // A region is reached only under its lock: through staging.
-        Sink::Unexpected(_) | Sink::Write(_) => None,
+        Sink::Unexpected(_) | Sink::Write(_) | Sink::Atomic(_) => None,
     }
 }
 
@@ -657,7 +691,7 @@ fn advance(sink: &mut Sink, n: usize) {
             }
         }
         Sink::Read { read, .. } => read.advance(n),
-        Sink::Unexpected(_) | Sink::Write(_) => {}
+        Sink::Unexpected(_) | Sink::Write(_) | Sink::Atomic(_) => {}
     }
 }
 
@@ -677,7 +711,7 @@ fn fail_sink(ep: &EpShared, sink: Sink, err: Error) {
     match sink {
         Sink::Posted { req, .. } => ep.repost_front(req),
         // Its initiator learns from the connection's end.
-        Sink::Write(_) => {}
+        Sink::Write(_) | Sink::Atomic(_) => {}
         Sink::Read { read, .. } => (*read).fail(err),
         Sink::Unexpected(u) => {
             let waiter = {
@@ -726,5 +760,6 @@ fn finish(conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: &Header, sink: Sink) {
             w.finish(conn, ep, hdr, len);
         }
         Sink::Read { seq, read } => crate::rma::piece_done(conn, seq, read),
+        Sink::Atomic(a) => a.finish(conn, ep),
     }
 }

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use weft_core::provider::{AtomicOp, RmaOp};
+use weft_core::atomic::{AtomicKind, AtomicOp, Datatype};
+use weft_core::provider::{Atomic, RmaOp};
 use weft_core::Error;
 
 use crate::slot_pool::{SlotPool, SLOT};
@@ -218,23 +219,27 @@ impl Posting<'_> {
         r.map_err(|e| (e, RmaOp::Write { iov, data }))
     }
 
-    /// A 64-bit atomic; the old value lands in an 8-byte buffer of our own.
-    fn atomic(&self, a: AtomicOp) -> Result<RmaLocal, (Error, RmaOp)> {
+    /// A 64-bit atomic the device executes (fetch-add, compare-swap);
+    /// the old value lands in an 8-byte buffer of our own.
+    fn atomic(&self, a: Atomic) -> Result<RmaLocal, (Error, RmaOp)> {
         let (remote_addr, rkey) = (self.addr, self.rkey);
-        let mrs = register_targets(self.pd, vec![BytesMut::zeroed(8)])
-            .map_err(|(e, _)| (e, RmaOp::Atomic(a)))?;
-        let sop = match a {
-            AtomicOp::FetchAdd(add) => SendOp::AtomicFetchAdd {
+        let sop = match verbs_atomic(&a) {
+            Some(VerbsAtomic::FetchAdd(add)) => SendOp::AtomicFetchAdd {
                 remote_addr,
                 rkey,
                 add,
             },
-            AtomicOp::CompareSwap { compare, swap } => SendOp::AtomicCmpSwp {
+            Some(VerbsAtomic::CompareSwap { compare, swap }) => SendOp::AtomicCmpSwp {
                 remote_addr,
                 rkey,
                 compare,
                 swap,
             },
+            None => return Err((Error::OpNotSupp, RmaOp::Atomic(a))),
+        };
+        let mrs = match register_targets(self.pd, vec![BytesMut::zeroed(8)]) {
+            Ok(m) => m,
+            Err((e, _)) => return Err((e, RmaOp::Atomic(a))),
         };
         let posted = mrs
             .first()
@@ -294,5 +299,43 @@ impl Posting<'_> {
                 },
             )),
         }
+    }
+}
+
+/// The two atomics the device executes: fetch-add and compare-swap of
+/// one `u64`.
+enum VerbsAtomic {
+    FetchAdd(u64),
+    CompareSwap { compare: u64, swap: u64 },
+}
+
+/// The elements of how many an atomic of `op` on `dt` in form `kind`
+/// may carry here (one), or `OpNotSupp`: the device does `FI_SUM` with
+/// fetch and `FI_CSWAP`, on one 64-bit unsigned integer.
+pub fn atomic_valid(kind: AtomicKind, op: AtomicOp, dt: Datatype) -> weft_core::Result<usize> {
+    match (kind, op, dt) {
+        (AtomicKind::Fetch, AtomicOp::Sum, Datatype::U64)
+        | (AtomicKind::Compare, AtomicOp::Cswap, Datatype::U64) => Ok(1),
+        _ => Err(Error::OpNotSupp),
+    }
+}
+
+fn first_u64(b: &[u8]) -> Option<u64> {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(b.get(..8)?);
+    Some(u64::from_ne_bytes(x))
+}
+
+fn verbs_atomic(a: &Atomic) -> Option<VerbsAtomic> {
+    atomic_valid(a.kind, a.op, a.datatype).ok()?;
+    if a.count != 1 {
+        return None;
+    }
+    match a.op {
+        AtomicOp::Sum => Some(VerbsAtomic::FetchAdd(first_u64(&a.operand)?)),
+        _ => Some(VerbsAtomic::CompareSwap {
+            compare: first_u64(&a.compare)?,
+            swap: first_u64(&a.operand)?,
+        }),
     }
 }

@@ -49,6 +49,7 @@
 #![allow(clippy::result_large_err)]
 
 mod addrfmt;
+mod atomic;
 mod av;
 mod counter;
 mod cq;
@@ -80,7 +81,8 @@ pub use passive::PassiveEndpoint;
 pub use registry::providers;
 pub use rma::RmaMsg;
 pub use srx::SharedRxContext;
-pub use weft_core::provider::{AtomicOp, EpStats, MrCacheStats, RmaOp};
+pub use weft_core::atomic::{AtomicKind, AtomicOp, Datatype};
+pub use weft_core::provider::{Atomic, EpStats, MrCacheStats, RmaOp};
 
 pub use weft_core::addr::{
     decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sockaddr_to_str, FiAddr,

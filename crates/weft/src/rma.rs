@@ -1,5 +1,5 @@
-//! RMA and atomics: reads, writes and 64-bit atomics on a peer's
-//! registered memory (fi_rma(3), fi_atomic(3)).
+//! RMA: reads and writes of a peer's registered memory (fi_rma(3)),
+//! and the checks atomics (`crate::atomic`) share with them.
 //!
 //! The local side is an ordinary buffer, no registration needed: the
 //! provider registers it for the length of the operation. Writes take
@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use weft_core::addr::FiAddr;
 use weft_core::completion::{CqEntry, CqErrEntry, Waiter};
 use weft_core::flags::{Caps, OpFlags};
-use weft_core::provider::{AtomicOp, Rejected, RmaOp, RmaReq};
+use weft_core::provider::{Rejected, RmaOp, RmaReq};
 use weft_core::{Error, Result};
 
 use crate::endpoint::{async_op, op_done, Endpoint, Live};
@@ -39,7 +39,7 @@ pub struct RmaMsg {
 }
 
 impl Endpoint {
-    fn check_rma(&self, msg: &RmaMsg, flags: OpFlags) -> Result<()> {
+    pub(crate) fn check_rma(&self, msg: &RmaMsg, flags: OpFlags) -> Result<()> {
         let info = self.info();
         if !RMA_FLAGS.contains(flags)
             || (flags & OpFlags::COMPLETION_LEVELS).bits().count_ones() > 1
@@ -47,9 +47,10 @@ impl Endpoint {
             return Err(Error::BadFlags);
         }
         // RMA (or ATOMIC) without READ or WRITE means both (fi_getinfo(3)).
-        let (primary, dir) = match msg.op {
+        let (primary, dir) = match &msg.op {
             RmaOp::Write { .. } => (Caps::RMA, Caps::WRITE),
             RmaOp::Read { .. } => (Caps::RMA, Caps::READ),
+            RmaOp::Atomic(a) if !a.kind.fetches() => (Caps::ATOMIC, Caps::WRITE),
             RmaOp::Atomic(_) => (Caps::ATOMIC, Caps::READ),
         };
         let rw = Caps::READ | Caps::WRITE;
@@ -63,12 +64,9 @@ impl Endpoint {
                 bufs.iter().map(|b| b.len()).sum::<usize>(),
                 None,
             ),
-            RmaOp::Atomic(_) => {
-                // 64-bit atomics need a naturally aligned target.
-                if msg.addr % 8 != 0 {
-                    return Err(Error::Inval);
-                }
-                (1, 8, None)
+            RmaOp::Atomic(a) => {
+                self.check_atomic(a, msg.addr)?;
+                (1, a.bytes(), None)
             }
         };
         if n == 0 || n > info.tx_attr.iov_limit.max(1) {
@@ -86,7 +84,13 @@ impl Endpoint {
         Ok(())
     }
 
-    fn rma_req(&self, live: &Live, msg: RmaMsg, flags: OpFlags, waiter: Option<Waiter>) -> RmaReq {
+    pub(crate) fn rma_req(
+        &self,
+        live: &Live,
+        msg: RmaMsg,
+        flags: OpFlags,
+        waiter: Option<Waiter>,
+    ) -> RmaReq {
         let flags = live.tx_flags(flags);
         let kind = msg.op.flags();
         let cntr = if kind.contains(OpFlags::WRITE) {
@@ -104,10 +108,11 @@ impl Endpoint {
         }
     }
 
-    /// `fi_writemsg` / `fi_readmsg` / `fi_fetch_atomicmsg`: posts the
-    /// operation; its completion goes to the transmit CQ with
-    /// `msg.context` (a read's entry holds the filled buffers, an
-    /// atomic's one 8-byte buffer with the value before). `Again` when
+    /// `fi_writemsg` / `fi_readmsg` / `fi_atomicmsg` and its fetching
+    /// and compare forms: posts the operation; its completion goes to
+    /// the transmit CQ with `msg.context` (a read's entry holds the
+    /// filled buffers, a fetching atomic's one buffer with the values
+    /// before). `Again` when
     /// the queue is full; on any failure to post, the buffers come back
     /// with the error.
     pub fn post_rmamsg(
@@ -250,60 +255,9 @@ impl Endpoint {
         self.rmamsg(rma(dest, op, addr, key, 0), OpFlags::empty())
             .await
     }
-
-    /// `fi_fetch_atomic` with `FI_SUM` on a `u64` at `addr` (8-byte
-    /// aligned) of the peer's region: adds `add` (wrapping) and resolves
-    /// with the value before. `NoSys` without `FI_ATOMIC` in the caps.
-    pub async fn fetch_add(
-        &self,
-        dest: FiAddr,
-        addr: u64,
-        key: u64,
-        add: u64,
-    ) -> std::result::Result<u64, CqErrEntry> {
-        let op = RmaOp::Atomic(AtomicOp::FetchAdd(add));
-        old_value(
-            self.rmamsg(rma(dest, op, addr, key, 0), OpFlags::empty())
-                .await,
-        )
-    }
-
-    /// `fi_compare_atomic` with `FI_CSWAP` on a `u64` at `addr` (8-byte
-    /// aligned): writes `swap` if the value is `compare`, and resolves
-    /// with the value before either way (equal to `compare` when it
-    /// swapped).
-    pub async fn compare_swap(
-        &self,
-        dest: FiAddr,
-        addr: u64,
-        key: u64,
-        compare: u64,
-        swap: u64,
-    ) -> std::result::Result<u64, CqErrEntry> {
-        let op = RmaOp::Atomic(AtomicOp::CompareSwap { compare, swap });
-        old_value(
-            self.rmamsg(rma(dest, op, addr, key, 0), OpFlags::empty())
-                .await,
-        )
-    }
 }
 
-/// The value an atomic fetched, from its completion's buffer.
-fn old_value(r: std::result::Result<CqEntry, CqErrEntry>) -> std::result::Result<u64, CqErrEntry> {
-    let e = r?;
-    let mut b = [0u8; 8];
-    match e.bufs.first() {
-        Some(buf) if buf.len() >= 8 => b.copy_from_slice(&buf[..8]),
-        _ => {
-            let mut err = CqErrEntry::new(e.context, e.flags, Error::Io);
-            err.bufs = e.bufs;
-            return Err(err);
-        }
-    }
-    Ok(u64::from_ne_bytes(b))
-}
-
-fn rma(dest: FiAddr, op: RmaOp, addr: u64, key: u64, context: u64) -> RmaMsg {
+pub(crate) fn rma(dest: FiAddr, op: RmaOp, addr: u64, key: u64, context: u64) -> RmaMsg {
     RmaMsg {
         dest,
         op,

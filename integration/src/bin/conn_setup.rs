@@ -3,7 +3,7 @@
 //! since wire version 2 the identity check) against the second message
 //! on the same connection. Loopback, one process.
 //!
-//! usage: conn-setup [PAIRS]    (default 200)
+//! usage: `conn-setup [PAIRS]` (default 200)
 //!
 //! Prints the medians in microseconds and their difference: the set-up.
 

@@ -9,6 +9,7 @@
 #[macro_use]
 mod harness;
 
+mod atomic;
 mod av;
 mod endpoint;
 mod eq_cq_cntr;

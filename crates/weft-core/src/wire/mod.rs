@@ -6,8 +6,10 @@
 //! and a header the decoder rejects ends that connection with an error.
 //!
 //! [`rdm`] is the verbs RDM provider's message header; [`rma`] the
-//! fixed prefixes of the RMA frames' payloads.
+//! fixed prefixes of the RMA frames' payloads, [`atomic`] that of the
+//! atomic request.
 
+pub mod atomic;
 pub mod claim;
 pub mod rdm;
 pub mod rma;
@@ -17,8 +19,8 @@ use std::fmt;
 /// Frame magic, `"WF"` read as a little-endian `u16`.
 pub const MAGIC: u16 = u16::from_le_bytes(*b"WF");
 /// The wire version this code speaks (2: `Hello` carries a nonce that the
-/// acceptor has the claimed address confirm through `Verify`, and the RMA
-/// frames).
+/// acceptor has the claimed address confirm through `Verify`, the RMA
+/// frames and the atomic frames).
 pub const VERSION: u8 = 2;
 /// Size of every frame header in bytes.
 pub const HEADER_LEN: usize = 40;
@@ -60,6 +62,13 @@ pub enum FrameKind {
     /// the read, `data` = 0 or an error code, payload = the bytes (at most
     /// [`rma::READ_CHUNK`]).
     RmaReadResp = 11,
+    /// Atomic request; payload = the 32-byte [`atomic::AtomicHdr`], the
+    /// operand array, and for the compare form the compare array
+    /// (elements little-endian).
+    AtomicReq = 12,
+    /// The answer to atomic request `seq`: `data` = 0 or an error code,
+    /// payload = the old values (fetching forms, on success) or nothing.
+    AtomicResp = 13,
     /// RDM: first frame of a connection the acceptor of a `Hello` opens to
     /// the claimed listening address; payload = the address the claimant
     /// dialled and the claim's nonce ([`claim::Claim`]).
@@ -83,6 +92,8 @@ impl FrameKind {
             9 => FrameKind::RmaWrite,
             10 => FrameKind::RmaReadReq,
             11 => FrameKind::RmaReadResp,
+            12 => FrameKind::AtomicReq,
+            13 => FrameKind::AtomicResp,
             14 => FrameKind::Verify,
             15 => FrameKind::VerifyAck,
             _ => return None,
@@ -95,7 +106,11 @@ impl FrameKind {
     pub const fn is_data(self) -> bool {
         matches!(
             self,
-            FrameKind::Msg | FrameKind::Tagged | FrameKind::RmaWrite | FrameKind::RmaReadReq
+            FrameKind::Msg
+                | FrameKind::Tagged
+                | FrameKind::RmaWrite
+                | FrameKind::RmaReadReq
+                | FrameKind::AtomicReq
         )
     }
 
@@ -210,8 +225,9 @@ impl From<WireError> for crate::Error {
 /// Decodes and validates a header. `max_data_len` bounds data frames (the
 /// receiving endpoint's `max_msg_size`; an `RmaWrite` may add its 16-byte
 /// target); control frames are bounded by [`MAX_CONTROL_LEN`], read
-/// requests and responses by their fixed sizes, and frames that carry no
-/// payload must say 0.
+/// requests and responses by their fixed sizes, atomic requests and
+/// answers by [`atomic::ATOMIC_REQ_MAX`] and [`atomic::ATOMIC_MAX`],
+/// and frames that carry no payload must say 0.
 pub fn decode(b: &[u8], max_data_len: u64) -> Result<Header, WireError> {
     if b.len() < HEADER_LEN {
         return Err(WireError::Truncated(b.len()));
@@ -242,6 +258,8 @@ pub fn decode(b: &[u8], max_data_len: u64) -> Result<Header, WireError> {
         FrameKind::RmaWrite => max_data_len.saturating_add(rma::TARGET_LEN as u64),
         FrameKind::RmaReadReq => rma::READ_REQ_LEN as u64,
         FrameKind::RmaReadResp => rma::READ_CHUNK as u64,
+        FrameKind::AtomicReq => atomic::ATOMIC_REQ_MAX as u64,
+        FrameKind::AtomicResp => atomic::ATOMIC_MAX as u64,
         FrameKind::Hello | FrameKind::ConnReq | FrameKind::ConnResp | FrameKind::Verify => {
             MAX_CONTROL_LEN
         }
@@ -354,6 +372,34 @@ mod tests {
             Err(WireError::TooLong { .. })
         ));
         assert!(FrameKind::RmaWrite.is_data() && !FrameKind::RmaReadResp.is_data());
+    }
+
+    #[test]
+    fn atomic_frames_have_fixed_bounds_and_no_flags() {
+        let mut q = Header::new(FrameKind::AtomicReq);
+        q.len = atomic::ATOMIC_REQ_MAX as u64;
+        assert_eq!(decode(&q.encode(), 0), Ok(q), "not tied to max_msg_size");
+        q.len += 1;
+        assert!(matches!(
+            decode(&q.encode(), u64::MAX),
+            Err(WireError::TooLong { .. })
+        ));
+        q.len = 40;
+        q.flags = FLAG_ACK_REQ;
+        assert!(matches!(
+            decode(&q.encode(), 0),
+            Err(WireError::BadFlags(_))
+        ));
+        let mut a = Header::new(FrameKind::AtomicResp);
+        a.len = atomic::ATOMIC_MAX as u64 + 1;
+        assert!(matches!(
+            decode(&a.encode(), u64::MAX),
+            Err(WireError::TooLong { .. })
+        ));
+        assert!(FrameKind::AtomicReq.is_data() && !FrameKind::AtomicResp.is_data());
+        assert_eq!(FrameKind::from_u8(12), Some(FrameKind::AtomicReq));
+        assert_eq!(FrameKind::from_u8(13), Some(FrameKind::AtomicResp));
+        assert_eq!(FrameKind::from_u8(16), None);
     }
 
     #[test]

@@ -437,6 +437,15 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         self.shared.post_send(req)
     }
 
+    fn atomic_valid(
+        &self,
+        kind: weft_core::atomic::AtomicKind,
+        op: weft_core::atomic::AtomicOp,
+        datatype: weft_core::atomic::Datatype,
+    ) -> weft_core::Result<usize> {
+        crate::user_bufs::atomic_valid(kind, op, datatype)
+    }
+
     fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
         self.shared.post_rma(req)
     }

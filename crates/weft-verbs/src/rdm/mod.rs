@@ -767,6 +767,15 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         }
     }
 
+    fn atomic_valid(
+        &self,
+        kind: weft_core::atomic::AtomicKind,
+        op: weft_core::atomic::AtomicOp,
+        datatype: weft_core::atomic::Datatype,
+    ) -> weft_core::Result<usize> {
+        crate::user_bufs::atomic_valid(kind, op, datatype)
+    }
+
     fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
         let ep = &self.shared;
         let n = match &req.op {
