@@ -11,6 +11,7 @@
 
 pub mod addr;
 pub mod attr;
+pub mod auth;
 pub mod av;
 pub mod completion;
 pub mod counter;

@@ -157,6 +157,9 @@ fn offer(ep_type: EpType) -> Info {
             max_ep_srx_ctx: 0,
             mr_iov_limit: IOV_LIMIT,
             mr_cnt: mr::MR_CNT,
+            // One key per endpoint, proven at connection set-up: see
+            // docs/design.md, "Authorization keys".
+            max_ep_auth_key: 1,
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {

@@ -8,6 +8,7 @@
 //! [`rdm`] is the verbs RDM provider's message header; [`rma`] the
 //! fixed prefixes of the RMA frames' payloads.
 
+pub mod auth;
 pub mod claim;
 pub mod rdm;
 pub mod rma;
@@ -17,8 +18,9 @@ use std::fmt;
 /// Frame magic, `"WF"` read as a little-endian `u16`.
 pub const MAGIC: u16 = u16::from_le_bytes(*b"WF");
 /// The wire version this code speaks (2: `Hello` carries a nonce that the
-/// acceptor has the claimed address confirm through `Verify`, and the RMA
-/// frames).
+/// acceptor has the claimed address confirm through `Verify`, the RMA
+/// frames, and the key-proof frames of endpoints with an authorization
+/// key).
 pub const VERSION: u8 = 2;
 /// Size of every frame header in bytes.
 pub const HEADER_LEN: usize = 40;
@@ -67,6 +69,18 @@ pub enum FrameKind {
     /// RDM: the answer to `Verify`; `data` = 0 (this endpoint made that
     /// claim) or `FI_EACCES`.
     VerifyAck = 15,
+    /// RDM: `Hello` from an endpoint that holds an authorization key;
+    /// same payload. Only a keyed acceptor goes on, with `KeyChallenge`.
+    KeyedHello = 16,
+    /// Both: a keyed acceptor's answer to `KeyedHello`/`KeyedConnReq`;
+    /// payload = its nonce and its MAC ([`auth::Challenge`]).
+    KeyChallenge = 17,
+    /// Both: the connector's answer to `KeyChallenge`; `data` = 0 and
+    /// payload = its MAC, or `data` = `FI_EKEYREJECTED` and no payload.
+    KeyProof = 18,
+    /// MSG: `ConnReq` from an endpoint that holds an authorization key;
+    /// payload = its nonce, then the CM data.
+    KeyedConnReq = 19,
 }
 
 impl FrameKind {
@@ -85,6 +99,10 @@ impl FrameKind {
             11 => FrameKind::RmaReadResp,
             14 => FrameKind::Verify,
             15 => FrameKind::VerifyAck,
+            16 => FrameKind::KeyedHello,
+            17 => FrameKind::KeyChallenge,
+            18 => FrameKind::KeyProof,
+            19 => FrameKind::KeyedConnReq,
             _ => return None,
         })
     }
@@ -242,9 +260,14 @@ pub fn decode(b: &[u8], max_data_len: u64) -> Result<Header, WireError> {
         FrameKind::RmaWrite => max_data_len.saturating_add(rma::TARGET_LEN as u64),
         FrameKind::RmaReadReq => rma::READ_REQ_LEN as u64,
         FrameKind::RmaReadResp => rma::READ_CHUNK as u64,
-        FrameKind::Hello | FrameKind::ConnReq | FrameKind::ConnResp | FrameKind::Verify => {
-            MAX_CONTROL_LEN
-        }
+        FrameKind::Hello
+        | FrameKind::ConnReq
+        | FrameKind::ConnResp
+        | FrameKind::Verify
+        | FrameKind::KeyedHello => MAX_CONTROL_LEN,
+        FrameKind::KeyedConnReq => MAX_CONTROL_LEN + claim::NONCE_LEN as u64,
+        FrameKind::KeyChallenge => auth::CHALLENGE_LEN as u64,
+        FrameKind::KeyProof => auth::PROOF_LEN as u64,
         FrameKind::HelloAck | FrameKind::Shutdown | FrameKind::Ack | FrameKind::VerifyAck => 0,
     };
     if len > max {
@@ -326,6 +349,38 @@ mod tests {
             decode(&hello.encode(), 1 << 20),
             Err(WireError::BadFlags(_))
         ));
+    }
+
+    #[test]
+    fn key_frames_have_their_own_bounds() {
+        for (k, max) in [
+            (FrameKind::KeyedHello, MAX_CONTROL_LEN),
+            (FrameKind::KeyChallenge, auth::CHALLENGE_LEN as u64),
+            (FrameKind::KeyProof, auth::PROOF_LEN as u64),
+            (FrameKind::KeyedConnReq, MAX_CONTROL_LEN + 16),
+        ] {
+            let mut h = Header::new(k);
+            h.len = max;
+            assert_eq!(decode(&h.encode(), 0), Ok(h), "{k:?}");
+            h.len += 1;
+            assert_eq!(
+                decode(&h.encode(), u64::MAX),
+                Err(WireError::TooLong { len: max + 1, max }),
+                "{k:?}"
+            );
+            h.len = 0;
+            h.flags = FLAG_ACK_REQ;
+            assert!(matches!(
+                decode(&h.encode(), 0),
+                Err(WireError::BadFlags(_))
+            ));
+            assert!(!k.is_data());
+        }
+        let mut b = Header::new(FrameKind::Msg).encode();
+        for unknown in [12u8, 13, 20] {
+            b[3] = unknown;
+            assert_eq!(decode(&b, 0), Err(WireError::UnknownKind(unknown)));
+        }
     }
 
     #[test]
