@@ -20,6 +20,7 @@ mod connect;
 mod driver;
 mod endpoint;
 mod frame;
+mod keyproof;
 mod mr;
 mod parked;
 mod returned;
@@ -216,6 +217,10 @@ impl Provider for TcpProvider {
         NAME
     }
 
+    fn auth_keys(&self) -> bool {
+        true
+    }
+
     fn offers(&self) -> Vec<Info> {
         offers()
     }
@@ -241,6 +246,10 @@ impl Provider for TcpProvider {
             cfg.context,
             CM_DATA_SIZE,
             cfg.limits,
+            weft_core::auth::effective_key(
+                cfg.info.ep_attr.auth_key.as_deref(),
+                cfg.info.domain_attr.auth_key.as_deref(),
+            )?,
             Handle::current(),
         )?))
     }
