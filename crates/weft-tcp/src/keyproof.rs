@@ -69,7 +69,13 @@ pub async fn accept(
             nonce: tr.acceptor_nonce,
             mac: key.prove(&tr, Role::Acceptor)?,
         };
-        write_frame(s, Header::new(FrameKind::KeyChallenge), &challenge.encode(), t).await?;
+        write_frame(
+            s,
+            Header::new(FrameKind::KeyChallenge),
+            &challenge.encode(),
+            t,
+        )
+        .await?;
         let (h, p) = read_frame(s, FrameKind::KeyProof, t).await?;
         key.verify(&tr, Role::Connector, &decode_proof(h.data, &p)?)
     }
@@ -118,10 +124,12 @@ pub async fn connect(
     if h.kind == Some(answer) {
         // An acceptor that answers without challenging has proven
         // nothing, even if it says yes.
-        return Err(match i32::try_from(h.data).ok().and_then(Error::from_code) {
-            Some(e) => e,
-            None => Error::KeyRejected,
-        });
+        return Err(
+            match i32::try_from(h.data).ok().and_then(Error::from_code) {
+                Some(e) => e,
+                None => Error::KeyRejected,
+            },
+        );
     }
     let checked = Challenge::decode(&p).and_then(|c| {
         let tr = Transcript {
