@@ -236,3 +236,26 @@ fn no_key(info: &Info) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys are refused before anything is opened, with or without a
+    /// device, rather than carried and ignored.
+    #[test]
+    fn keys_are_refused() {
+        let p = VerbsProvider;
+        assert!(!p.auth_keys());
+        let mut i = Info::default();
+        i.domain_attr.auth_key = Some(b"job".to_vec());
+        assert_eq!(p.open_domain(&i).err(), Some(Error::OpNotSupp));
+        let mut i = Info::default();
+        i.ep_attr.auth_key = Some(b"job".to_vec());
+        assert_eq!(no_key(&i), Err(Error::OpNotSupp));
+        assert_eq!(no_key(&Info::default()), Ok(()));
+        for o in offers() {
+            assert_eq!(o.domain_attr.max_ep_auth_key, 0);
+        }
+    }
+}
