@@ -14,7 +14,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use crate::addr::encode_sockaddr;
