@@ -3,7 +3,7 @@
 //! since wire version 2 the identity check) against the second message
 //! on the same connection. Loopback, one process.
 //!
-//! usage: conn-setup [PAIRS] [--key KEY]    (default 200 pairs, no key)
+//! usage: `conn-setup [PAIRS] [--key KEY]` (default 200 pairs, no key)
 //!
 //! With `--key`, both endpoints hold the authorization key KEY, so the
 //! set-up includes the key proof (`docs/wire.md` §8.6).
