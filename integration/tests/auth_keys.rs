@@ -471,3 +471,89 @@ async fn a_connector_refuses_forged_and_replayed_challenges() {
     connector_refuses(&ep, |_| vec![0; 47]).await;
     exchange(&ep, &friend, 2).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_peers_connect_simultaneously_and_to_themselves() {
+    let d = domain(None);
+    for _ in 0..3 {
+        let (a, b) = (open(&d, Some(JOB_A)), open(&d, Some(JOB_A)));
+        // Both connect at once: one connection survives (docs/wire.md §8.3).
+        tokio::join!(exchange(&a, &b, 2), exchange(&b, &a, 2));
+        exchange(&a, &a, 1).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_forged_proofs_and_challenges_are_refused_without_harm() {
+    let d = domain(None);
+    let l = listener(d.fabric(), Some(JOB_A));
+    let key = AuthKey::new(JOB_A).unwrap();
+
+    // A raw active side that answers the challenge with a forged MAC, then
+    // one that replays a proof made for an earlier challenge.
+    let mut old_proof = None;
+    for forge in [true, false] {
+        let mut s = to(TcpStream::connect(l.addr)).await.unwrap();
+        let nonce = fresh_nonce().unwrap();
+        let req = weft_core::wire::auth::encode_conn_req(&nonce, b"cm");
+        send_frame(&mut s, FrameKind::KeyedConnReq, 0, &req).await;
+        let (h, p) = recv_frame(&mut s).await;
+        assert_eq!(h.kind, Some(FrameKind::KeyChallenge));
+        let c = Challenge::decode(&p).unwrap();
+        let tr = Transcript {
+            kind: ConnKind::Msg,
+            connector_nonce: nonce,
+            acceptor_nonce: c.nonce,
+            connector: s.local_addr().unwrap(),
+            acceptor: l.addr,
+        };
+        key.verify(&tr, Role::Acceptor, &c.mac).unwrap();
+        let proof = match (forge, old_proof) {
+            (true, _) => {
+                // Keep a good proof for the replay below, send a forged one.
+                old_proof = Some(key.prove(&tr, Role::Connector).unwrap());
+                fresh_nonce().unwrap().repeat(2)
+            }
+            (false, Some(p)) => p.to_vec(),
+            (false, None) => unreachable!(),
+        };
+        send_frame(&mut s, FrameKind::KeyProof, 0, &proof).await;
+        let (h, p) = recv_frame(&mut s).await;
+        assert_eq!((h.kind, h.data), (Some(FrameKind::ConnResp), 129));
+        assert!(p.is_empty());
+        let e = to(l.eq.next_timeout(T)).await.unwrap().unwrap_err();
+        assert_eq!(e.err, Error::KeyRejected);
+        let peer = weft::decode_sockaddr(e.peer_addr.as_ref().unwrap()).unwrap();
+        assert_eq!(peer, s.local_addr().unwrap());
+        assert!(l.eq.is_empty(), "no FI_CONNREQ for a forged proof");
+    }
+
+    // A raw listener whose challenge carries a MAC made without the key:
+    // the active endpoint refuses it and proves nothing.
+    let raw = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let raw_addr = raw.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = raw.accept().await.unwrap();
+        let (h, _) = recv_frame(&mut s).await;
+        assert_eq!(h.kind, Some(FrameKind::KeyedConnReq));
+        let c = Challenge {
+            nonce: fresh_nonce().unwrap(),
+            mac: [0x42; 32],
+        };
+        send_frame(&mut s, FrameKind::KeyChallenge, 0, &c.encode()).await;
+        recv_frame(&mut s).await
+    });
+    let (c, ceq, _ccq) = msg_ep(&d, Some(JOB_A), None);
+    let r = to(c.connect(weft::encode_sockaddr(&raw_addr), Vec::new())).await;
+    assert_eq!(r.err(), Some(Error::KeyRejected));
+    assert_eq!(
+        to(ceq.next_timeout(T)).await.unwrap().unwrap_err().err,
+        Error::KeyRejected
+    );
+    let (h, p) = to(server).await.unwrap();
+    assert_eq!((h.kind, h.data), (Some(FrameKind::KeyProof), 129));
+    assert!(p.is_empty());
+
+    // The listener still serves its own job.
+    msg_connects(&d, &l, Some(JOB_A)).await;
+}
