@@ -20,13 +20,22 @@
 //!   `ATOMIC_REQ_MAX`, and round-trips; applying the decoded operation to
 //!   arbitrary elements (`weft_core::atomic::apply`) never panics, and
 //!   on an error leaves the target untouched.
+//! - the key-proof payloads (`wire::auth`: `KeyChallenge`, `KeyProof`,
+//!   `KeyedConnReq`) decode exactly the sizes they have and round-trip,
+//!   a refusal never yields a MAC, and a MAC check passes for exactly the
+//!   MAC the key gives.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sockaddr_to_str};
+use weft_core::auth::{AuthKey, ConnKind, Role, Transcript, MAC_LEN};
+use weft_core::wire::auth::{
+    decode_conn_req, decode_proof, encode_conn_req, Challenge, CHALLENGE_LEN, PROOF_LEN,
+};
+
 use weft_core::atomic::{apply, supported, AtomicKind, AtomicOp};
 use weft_core::wire::atomic::{AtomicHdr, ATOMIC_HDR_LEN, ATOMIC_MAX, ATOMIC_REQ_MAX};
-use weft_core::wire::claim::Claim;
+use weft_core::wire::claim::{Claim, NONCE_LEN};
 use weft_core::wire::rma::{range_in, ReadReq, Target, READ_CHUNK, READ_REQ_LEN, TARGET_LEN};
 use weft_core::wire::{
     decode, FrameKind, Header, WireError, FLAG_ACK_REQ, FLAG_CQ_DATA, HEADER_LEN, MAX_CONTROL_LEN,
@@ -60,7 +69,11 @@ fn check_header(data: &[u8]) {
                         FrameKind::Hello
                         | FrameKind::ConnReq
                         | FrameKind::ConnResp
-                        | FrameKind::Verify => MAX_CONTROL_LEN,
+                        | FrameKind::Verify
+                        | FrameKind::KeyedHello => MAX_CONTROL_LEN,
+                        FrameKind::KeyedConnReq => MAX_CONTROL_LEN + NONCE_LEN as u64,
+                        FrameKind::KeyChallenge => CHALLENGE_LEN as u64,
+                        FrameKind::KeyProof => PROOF_LEN as u64,
                         FrameKind::RmaReadResp => READ_CHUNK as u64,
                         FrameKind::AtomicResp => ATOMIC_MAX as u64,
                         _ => 0,
@@ -114,7 +127,10 @@ fn check_sockaddr(data: &[u8]) {
     // Also try the slice as a Hello frame: header then payload.
     if data.len() > HEADER_LEN {
         if let Ok(h) = decode(data, 0) {
-            if matches!(h.kind, Some(FrameKind::Hello | FrameKind::Verify)) {
+            if matches!(
+                h.kind,
+                Some(FrameKind::Hello | FrameKind::Verify | FrameKind::KeyedHello)
+            ) {
                 let end = data.len().min(HEADER_LEN.saturating_add(h.len as usize));
                 if let Ok(c) = Claim::decode(&data[HEADER_LEN..end]) {
                     // A claim that parses re-encodes to the same bytes
@@ -213,6 +229,73 @@ fn check_atomic(data: &[u8]) {
     }
 }
 
+fn check_key_payloads(data: &[u8]) {
+    match Challenge::decode(data) {
+        Ok(c) => {
+            assert_eq!(data.len(), CHALLENGE_LEN);
+            assert_eq!(&c.encode()[..], data, "challenge re-encoding differs");
+        }
+        Err(e) => {
+            assert_ne!(data.len(), CHALLENGE_LEN);
+            assert_eq!(e, weft_core::Error::KeyRejected);
+        }
+    }
+    let status = data.first().map_or(0, |&b| u64::from(b));
+    for s in [0, 129, status] {
+        match decode_proof(s, data) {
+            Ok(mac) => {
+                assert_eq!(s, 0, "a refusal yielded a MAC");
+                assert_eq!(data.len(), PROOF_LEN);
+                assert_eq!(&mac[..], data);
+            }
+            Err(_) => assert!(s != 0 || data.len() != PROOF_LEN),
+        }
+    }
+    match decode_conn_req(data) {
+        Ok((nonce, cm)) => {
+            assert!(data.len() >= NONCE_LEN);
+            assert_eq!(encode_conn_req(&nonce, cm), data, "request re-encoding differs");
+        }
+        Err(_) => assert!(data.len() < NONCE_LEN),
+    }
+    // A MAC check on arbitrary bytes passes for the key's own MAC only.
+    if let Ok(key) = AuthKey::new(b"fuzz key") {
+        let t = Transcript {
+            kind: ConnKind::Rdm,
+            connector_nonce: [1; NONCE_LEN],
+            acceptor_nonce: [2; NONCE_LEN],
+            connector: ([127, 0, 0, 1], 1).into(),
+            acceptor: ([127, 0, 0, 1], 2).into(),
+        };
+        let good = key.prove(&t, Role::Connector).expect("a MAC");
+        let tag = &data[..data.len().min(MAC_LEN + 1)];
+        assert_eq!(
+            key.verify(&t, Role::Connector, tag).is_ok(),
+            tag == &good[..],
+            "MAC check disagrees with equality"
+        );
+    }
+    // Also as a key-proof frame: header, then its payload.
+    if data.len() > HEADER_LEN {
+        if let Ok(h) = decode(data, 0) {
+            let rest = &data[HEADER_LEN..];
+            let p = &rest[..rest.len().min(h.len as usize)];
+            match h.kind {
+                Some(FrameKind::KeyChallenge) => {
+                    let _ = Challenge::decode(p);
+                }
+                Some(FrameKind::KeyProof) => {
+                    let _ = decode_proof(h.data, p);
+                }
+                Some(FrameKind::KeyedConnReq) => {
+                    let _ = decode_conn_req(p);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 fn check_str(data: &[u8]) {
     let s = String::from_utf8_lossy(data);
     if let Ok(a) = parse_sockaddr_str(&s) {
@@ -227,6 +310,7 @@ fuzz_target!(|data: &[u8]| {
     check_sockaddr(data);
     check_rma(data);
     check_atomic(data);
+    check_key_payloads(data);
     check_str(data);
     // Keep `Header` constructible from the public API in the target too.
     let _ = Header::new(FrameKind::Ack).encode();

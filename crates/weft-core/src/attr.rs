@@ -193,6 +193,15 @@ pub struct DomainAttr {
     pub caps: Caps,
     /// Domain mode bits.
     pub mode: Mode,
+    /// The default authorization key of the domain's endpoints
+    /// (`auth_key` and `auth_key_size`; an endpoint's own
+    /// [`EpAttr::auth_key`] takes precedence). `None`: no key. Offers
+    /// carry none; a hint's key is copied into the result.
+    pub auth_key: Option<Vec<u8>>,
+    /// Authorization keys an endpoint can hold (`max_ep_auth_key`): 1
+    /// where the provider enforces keys (tcp), 0 where it takes none
+    /// (verbs). Hints with a key match only offers that take one.
+    pub max_ep_auth_key: usize,
 }
 
 /// Endpoint attributes.
@@ -222,6 +231,14 @@ pub struct EpAttr {
     pub rx_ctx_cnt: usize,
     /// Connection-manager data size (MSG endpoints).
     pub cm_data_size: usize,
+    /// The endpoint's authorization key (`auth_key` and `auth_key_size`):
+    /// it completes connections only with peers that prove they hold the
+    /// same key (`docs/design.md`, "Authorization keys"). `None`: the
+    /// domain's key, if any. 1 ..= 64 bytes
+    /// ([`crate::auth::MAX_KEY_LEN`]); an empty or longer key is refused
+    /// with `Inval` when the endpoint is created. Offers carry none; a
+    /// hint's key is copied into the result.
+    pub auth_key: Option<Vec<u8>>,
 }
 
 /// Transmit attributes.

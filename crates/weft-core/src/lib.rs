@@ -12,6 +12,7 @@
 pub mod addr;
 pub mod atomic;
 pub mod attr;
+pub mod auth;
 pub mod av;
 pub mod completion;
 pub mod counter;

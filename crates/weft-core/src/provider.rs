@@ -676,6 +676,13 @@ pub trait Provider: Send + Sync + Debug {
     fn error_hint(&self, _err: Error) -> Option<String> {
         None
     }
+    /// Whether its endpoints take an authorization key and enforce it
+    /// (`ep_attr.auth_key`, `domain_attr.auth_key`). A provider that
+    /// keeps this default refuses keys: a key it would carry but not
+    /// check is worse than none.
+    fn auth_keys(&self) -> bool {
+        false
+    }
     /// Per-domain state (device context, protection domain), if the
     /// provider keeps any.
     fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {

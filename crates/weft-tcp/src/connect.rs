@@ -10,11 +10,12 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr};
+use weft_core::auth::{AuthKey, ConnKind};
 use weft_core::eventq::{ConnHandle, EqEvent, EqEventKind, EqShared};
 use weft_core::limits::ConnLimits;
 use weft_core::provider::ProviderPassive;
 use weft_core::sync::lock;
-use weft_core::wire::claim::Claim;
+use weft_core::wire::claim::{fresh_nonce, Claim};
 use weft_core::wire::{FrameKind, Header};
 use weft_core::{Error, Result};
 
@@ -105,13 +106,33 @@ fn keep_mine(ep: &EpShared, peer_key: &SocketAddr) -> bool {
 
 async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream, slot: ConnSlot) -> Result<()> {
     let t = ep.limits.handshake_timeout;
-    let kinds = [FrameKind::Hello, FrameKind::Verify];
+    let kinds = [FrameKind::Hello, FrameKind::KeyedHello, FrameKind::Verify];
     let (h, payload) = read_frame_of(&mut s, &kinds, t).await?;
     if h.kind == Some(FrameKind::Verify) {
         return crate::verify::answer(&ep, s, &payload).await;
     }
     let claim = Claim::decode(&payload)?;
     let key = claim.addr;
+    // The key first: a peer without it makes this endpoint neither dial
+    // out to check its claim nor change anything it knows.
+    let keyed = h.kind == Some(FrameKind::KeyedHello);
+    let proof = crate::keyproof::accept(
+        &mut s,
+        ep.auth.as_ref(),
+        keyed,
+        ConnKind::Rdm,
+        claim.nonce,
+        claim.addr,
+        t,
+    );
+    if let Err(e) = proof.await {
+        let mut ack = Header::new(FrameKind::HelloAck);
+        ack.data = e.code() as u64;
+        let _ = write_frame(&mut s, ack, &[], t).await;
+        tracing::debug!(claimed = %key, error = %e, "RDM key proof refused");
+        ep.report_addr(e, &key);
+        return Ok(());
+    }
     // The claimed address must confirm the claim before the peer is known
     // by it (and before anything about that peer changes here).
     if let Err(e) = crate::verify::confirm(&ep, &claim, s.local_addr()?).await {
@@ -220,7 +241,25 @@ async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
         // Remembered until the peer has answered: it may ask us to
         // confirm the claim meanwhile.
         let claim = OpenClaim::new(&ep, dest)?;
-        write_frame(&mut s, Header::new(FrameKind::Hello), &claim.hello(), t).await?;
+        let kind = match ep.auth {
+            Some(_) => FrameKind::KeyedHello,
+            None => FrameKind::Hello,
+        };
+        write_frame(&mut s, Header::new(kind), &claim.hello(), t).await?;
+        if let Some(k) = &ep.auth {
+            let (nonce, me) = (claim.nonce(), ep.local);
+            let proof = crate::keyproof::connect(
+                &mut s,
+                k,
+                ConnKind::Rdm,
+                nonce,
+                me,
+                dest,
+                FrameKind::HelloAck,
+                t,
+            );
+            proof.await?;
+        }
         let (h, _) = read_frame(&mut s, FrameKind::HelloAck, t).await?;
         drop(claim);
         match h.data {
@@ -274,6 +313,10 @@ async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
             if p.is_empty() {
                 peers.remove(&dest);
             }
+            drop(peers);
+            if e == Error::KeyRejected {
+                ep.report_addr(e, &dest);
+            }
         }
     }
 }
@@ -316,7 +359,26 @@ pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Resul
             .await
             .map_err(|_| Error::TimedOut)??;
         crate::conn::mark(&s, ep.dscp)?;
-        write_frame(&mut s, Header::new(FrameKind::ConnReq), &cm, t).await?;
+        match &ep.auth {
+            None => write_frame(&mut s, Header::new(FrameKind::ConnReq), &cm, t).await?,
+            Some(k) => {
+                let nonce = fresh_nonce()?;
+                let req = weft_core::wire::auth::encode_conn_req(&nonce, &cm);
+                write_frame(&mut s, Header::new(FrameKind::KeyedConnReq), &req, t).await?;
+                let me = s.local_addr()?;
+                let proof = crate::keyproof::connect(
+                    &mut s,
+                    k,
+                    ConnKind::Msg,
+                    nonce,
+                    me,
+                    addr,
+                    FrameKind::ConnResp,
+                    t,
+                );
+                proof.await?;
+            }
+        }
         let (h, peer_cm) = read_frame(&mut s, FrameKind::ConnResp, t).await?;
         Ok((s, h.data, peer_cm))
     }
@@ -329,9 +391,15 @@ pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Resul
             ep.cfg.eq_connected(peer_cm.clone());
             Ok(peer_cm)
         }
-        Ok((_, _, data)) => {
-            ep.cfg.eq_error(Error::ConnRefused, data);
-            Err(Error::ConnRefused)
+        Ok((_, code, data)) => {
+            // A listener that did not take our key (or our lack of one)
+            // says so; every other refusal is the application's reject.
+            let e = match code {
+                c if c == Error::KeyRejected.code() as u64 => Error::KeyRejected,
+                _ => Error::ConnRefused,
+            };
+            ep.cfg.eq_error(e, data);
+            Err(e)
         }
         Err(e) => {
             ep.cfg.eq_error(e, Vec::new());
@@ -379,6 +447,7 @@ impl TcpPassive {
         context: u64,
         cm_data_size: usize,
         limits: ConnLimits,
+        auth: Option<AuthKey>,
         rt: Handle,
     ) -> Result<TcpPassive> {
         let _g = rt.enter();
@@ -403,14 +472,29 @@ impl TcpPassive {
                     continue;
                 };
                 let eq_w = eq_w.clone();
+                let auth = auth.clone();
                 tokio::spawn(async move {
                     let t = limits.handshake_timeout;
-                    let cm = match read_frame(&mut s, FrameKind::ConnReq, t).await {
-                        Ok((_, cm)) => cm,
+                    let kinds = [FrameKind::ConnReq, FrameKind::KeyedConnReq];
+                    let (h, payload) = match read_frame_of(&mut s, &kinds, t).await {
+                        Ok(f) => f,
                         Err(e) => {
                             if e == Error::TimedOut {
                                 report_refusal(&eq_w, fid, context, e, &peer);
                             }
+                            return;
+                        }
+                    };
+                    let proof =
+                        crate::keyproof::accept_msg(&mut s, auth.as_ref(), &h, payload, peer, t);
+                    let cm = match proof.await {
+                        Ok(cm) => cm,
+                        Err(e) => {
+                            let mut no = Header::new(FrameKind::ConnResp);
+                            no.data = e.code() as u64;
+                            let _ = write_frame(&mut s, no, &[], t).await;
+                            tracing::debug!(%peer, error = %e, "MSG key proof refused");
+                            report_refusal(&eq_w, fid, context, e, &peer);
                             return;
                         }
                     };

@@ -114,6 +114,8 @@ pub struct EpShared {
     pub claims: Mutex<FastMap<Nonce, SocketAddr>>,
     /// Turns to verify a peer's claim.
     pub verify_turns: tokio::sync::Semaphore,
+    /// The authorization key peers must prove they hold (`keyproof`).
+    pub auth: Option<weft_core::auth::AuthKey>,
 }
 
 impl weft_core::recv_completion::RecvCtx for EpShared {
@@ -134,6 +136,10 @@ impl EpShared {
     pub fn new(cfg: EpConfig, local: SocketAddr, rt: Handle) -> Result<Arc<EpShared>> {
         let info = &cfg.info;
         let dscp = weft_core::tclass::to_dscp(info.tx_attr.tclass)?;
+        let auth = weft_core::auth::effective_key(
+            info.ep_attr.auth_key.as_deref(),
+            info.domain_attr.auth_key.as_deref(),
+        )?;
         let buffered_limit = info.rx_attr.total_buffered_recv.max(1);
         let ep_type = info.ep_attr.ep_type;
         let max_msg = info.ep_attr.max_msg_size;
@@ -181,6 +187,7 @@ impl EpShared {
             inline_idle: Notify::new(),
             claims: Mutex::new(fast_map()),
             verify_turns: tokio::sync::Semaphore::new(crate::verify::MAX_VERIFYING),
+            auth,
             cfg,
         }))
     }

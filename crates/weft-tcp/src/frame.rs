@@ -101,11 +101,15 @@ pub async fn write_frame(
 ) -> Result<()> {
     let mut h = hdr;
     h.len = payload.len() as u64;
+    // One write: a header and its payload written apart are two small
+    // segments, and Nagle holds the second until the peer's delayed ACK
+    // (40 ms) whenever the peer waits for the whole frame before it
+    // answers, as every handshake step does.
+    let mut b = Vec::with_capacity(HEADER_LEN + payload.len());
+    b.extend_from_slice(&h.encode());
+    b.extend_from_slice(payload);
     let fut = async {
-        s.write_all(&h.encode()).await?;
-        if !payload.is_empty() {
-            s.write_all(payload).await?;
-        }
+        s.write_all(&b).await?;
         Ok::<(), Error>(())
     };
     tokio::time::timeout(deadline, fut)

@@ -22,6 +22,7 @@ mod connect;
 mod driver;
 mod endpoint;
 mod frame;
+mod keyproof;
 mod mr;
 mod parked;
 mod returned;
@@ -160,6 +161,9 @@ fn offer(ep_type: EpType) -> Info {
             max_ep_srx_ctx: 0,
             mr_iov_limit: IOV_LIMIT,
             mr_cnt: mr::MR_CNT,
+            // One key per endpoint, proven at connection set-up: see
+            // docs/design.md, "Authorization keys".
+            max_ep_auth_key: 1,
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {
@@ -216,6 +220,10 @@ impl Provider for TcpProvider {
         NAME
     }
 
+    fn auth_keys(&self) -> bool {
+        true
+    }
+
     fn offers(&self) -> Vec<Info> {
         offers()
     }
@@ -241,6 +249,10 @@ impl Provider for TcpProvider {
             cfg.context,
             CM_DATA_SIZE,
             cfg.limits,
+            weft_core::auth::effective_key(
+                cfg.info.ep_attr.auth_key.as_deref(),
+                cfg.info.domain_attr.auth_key.as_deref(),
+            )?,
             Handle::current(),
         )?))
     }

@@ -568,7 +568,11 @@ impl RxMachine {
             | FrameKind::ConnReq
             | FrameKind::ConnResp
             | FrameKind::Verify
-            | FrameKind::VerifyAck => {
+            | FrameKind::VerifyAck
+            | FrameKind::KeyedHello
+            | FrameKind::KeyChallenge
+            | FrameKind::KeyProof
+            | FrameKind::KeyedConnReq => {
                 tracing::warn!(peer = %conn.peer, ?kind, "handshake frame on an established connection");
                 Some(RxStatus::Closed(Some(Error::Io)))
             }

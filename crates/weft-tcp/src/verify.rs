@@ -48,6 +48,11 @@ impl OpenClaim {
         })
     }
 
+    /// The nonce of this claim.
+    pub fn nonce(&self) -> Nonce {
+        self.nonce
+    }
+
     /// The `Hello` payload.
     pub fn hello(&self) -> Vec<u8> {
         Claim {

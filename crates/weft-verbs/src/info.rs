@@ -438,6 +438,7 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             tx_ctx_cnt: 1,
             rx_ctx_cnt: 1,
             cm_data_size: CM_DATA_SIZE,
+            auth_key: None,
         },
         domain_attr: DomainAttr {
             name: Some(r.name.clone()),
@@ -460,6 +461,11 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             mr_cnt: to_usize(a.max_mr),
             caps: Caps::LOCAL_COMM | Caps::REMOTE_COMM,
             mode: Mode::empty(),
+            auth_key: None,
+            // Keys are not proven over rdma_cm yet: an endpoint or domain
+            // with one is refused (`OpNotSupp`), and hints with one
+            // match no verbs offer.
+            max_ep_auth_key: 0,
         },
         fabric_attr: FabricAttr {
             name: Some(r.fabric_name()),

@@ -139,7 +139,9 @@ impl Fabric {
         self.inner.fid
     }
 
-    /// Opens a domain for `info`.
+    /// Opens a domain for `info`. A `domain_attr.auth_key` of the wrong
+    /// size is `Inval`; one on a provider that does not enforce keys
+    /// (verbs) is `OpNotSupp`.
     pub fn domain(&self, info: &Info) -> Result<Domain> {
         let p = info
             .fabric_attr
@@ -149,6 +151,7 @@ impl Fabric {
         if p != self.provider() {
             return Err(Error::Inval);
         }
+        check_keys(self.prov(), None, info.domain_attr.auth_key.as_deref())?;
         let _span = tracing::debug_span!("domain_open", provider = p).entered();
         let prov = {
             let _rt = self.inner.rt.enter();
@@ -175,7 +178,10 @@ impl Fabric {
     }
 
     /// Opens a passive (listening) endpoint for MSG connections. `addr`:
-    /// raw address to bind, `None` for an ephemeral loopback port.
+    /// raw address to bind, `None` for an ephemeral loopback port. Its
+    /// `ep_attr.auth_key` (else `domain_attr.auth_key`) is the key
+    /// connecting endpoints must prove they hold; sizes and providers as
+    /// for [`Domain::endpoint`].
     pub fn passive_endpoint(&self, info: &Info, addr: Option<Vec<u8>>) -> Result<PassiveEndpoint> {
         PassiveEndpoint::new(self.clone(), info.clone(), addr)
     }
@@ -238,7 +244,10 @@ impl Domain {
         Ok(Counter::new(CounterShared::new(next_fid()), self.fid()))
     }
 
-    /// Creates a (disabled) endpoint for `info`.
+    /// Creates a (disabled) endpoint for `info`. Its authorization key is
+    /// `info.ep_attr.auth_key`, else the domain's `domain_attr.auth_key`:
+    /// 1 ..= 64 bytes (`Inval` otherwise), on a provider that enforces
+    /// keys (`OpNotSupp` otherwise: verbs).
     pub fn endpoint(&self, info: &Info) -> Result<Endpoint> {
         Endpoint::new(self.clone(), info.clone(), None)
     }
@@ -252,4 +261,19 @@ impl Domain {
     pub(crate) fn rt(&self) -> &Handle {
         &self.inner.fabric.inner.rt
     }
+}
+
+/// An endpoint's or domain's authorization keys: sizes the providers take
+/// (`Inval` otherwise), on a provider that enforces them (`OpNotSupp`
+/// otherwise: a key it would ignore must not look like protection).
+pub(crate) fn check_keys(
+    prov: &dyn Provider,
+    ep: Option<&[u8]>,
+    domain: Option<&[u8]>,
+) -> Result<()> {
+    let key = weft_core::auth::effective_key(ep, domain)?;
+    if key.is_some() && !prov.auth_keys() {
+        return Err(Error::OpNotSupp);
+    }
+    Ok(())
 }

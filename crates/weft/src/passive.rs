@@ -38,6 +38,12 @@ impl PassiveEndpoint {
         if info.ep_attr.ep_type != EpType::Msg {
             return Err(Error::Inval);
         }
+        // The listener's key is what connecting endpoints must prove.
+        crate::fabric::check_keys(
+            fabric.prov(),
+            info.ep_attr.auth_key.as_deref(),
+            info.domain_attr.auth_key.as_deref(),
+        )?;
         Ok(PassiveEndpoint {
             fid: next_fid(),
             fabric,

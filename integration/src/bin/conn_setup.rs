@@ -3,7 +3,10 @@
 //! since wire version 2 the identity check) against the second message
 //! on the same connection. Loopback, one process.
 //!
-//! usage: `conn-setup [PAIRS]` (default 200)
+//! usage: `conn-setup [PAIRS] [--key KEY]` (default 200 pairs, no key)
+//!
+//! With `--key`, both endpoints hold the authorization key KEY, so the
+//! set-up includes the key proof (`docs/wire.md` §8.6).
 //!
 //! Prints the medians in microseconds and their difference: the set-up.
 
@@ -46,14 +49,19 @@ fn median(v: &mut [f64]) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Res<()> {
-    let pairs: usize = std::env::args()
-        .nth(1)
-        .map(|s| s.parse())
-        .transpose()?
-        .unwrap_or(200);
+    let mut pairs = 200;
+    let mut key = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--key" => key = Some(args.next().ok_or("--key needs a value")?.into_bytes()),
+            n => pairs = n.parse()?,
+        }
+    }
     let mut hints = Info::default();
     hints.ep_attr.ep_type = EpType::Rdm;
     hints.caps = weft::Caps::TAGGED;
+    hints.ep_attr.auth_key = key.clone();
     let info = weft::getinfo(Some(&hints))?.remove(0);
     let fabric = weft::Fabric::open(&info)?;
     let domain = fabric.domain(&info)?;
@@ -69,8 +77,9 @@ async fn main() -> Res<()> {
         second.push(one(&a, &b, dest, 2 * i as u64 + 1).await?);
     }
     let (f, s) = (median(&mut first), median(&mut second));
+    let keyed = if key.is_some() { "keyed" } else { "no key" };
     println!(
-        "{pairs} pairs: first message {f:.1} us, second {s:.1} us (medians); set-up ~{:.1} us",
+        "{pairs} pairs ({keyed}): first message {f:.1} us, second {s:.1} us (medians); set-up ~{:.1} us",
         f - s
     );
     Ok(())

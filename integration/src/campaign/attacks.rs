@@ -510,7 +510,8 @@ async fn stalled_payload(heap: HeapProbe) -> Outcome {
 }
 
 /// Thousands of parked connections beside a service that posts a receive
-/// per request: requests cost no more than 1.5x as long.
+/// per request: requests cost no more than 1.5x as long (a bound of the
+/// long form; the short one reports the ratio).
 async fn parked_storm(scale: &Scale, heap: HeapProbe) -> Outcome {
     let (v, base, conns) = open(scale.parked + 64, heap).await;
     let mut r = Report::default();
@@ -562,7 +563,9 @@ async fn parked_storm(scale: &Scale, heap: HeapProbe) -> Outcome {
     r.line(format!(
         "while parked: {u}; about {per_conn} B of heap per parked connection"
     ));
-    check(ratio <= 1.5, || format!("ratio {ratio:.2}"))?;
+    if scale.timing_bounds {
+        check(ratio <= 1.5, || format!("ratio {ratio:.2}"))?;
+    }
     socks.into_iter().for_each(raw::reset);
     back_to_baseline(&v, base, conns, &mut r).await?;
     Ok(r)

@@ -45,6 +45,10 @@ pub struct Scale {
     pub tiny: usize,
     /// Legitimate requests timed per latency sample.
     pub rounds: usize,
+    /// Whether latency ratios are bounds (the long form, a release build
+    /// run as a benchmark) or only reported (the test command's debug
+    /// build, where they say more about the machine than the code).
+    pub timing_bounds: bool,
     /// The campaign binary, for the peer that is killed with SIGKILL.
     pub peer_exe: Option<PathBuf>,
 }
@@ -61,6 +65,7 @@ impl Scale {
             parked: 1_000,
             tiny: 20_000,
             rounds: 200,
+            timing_bounds: false,
             peer_exe: None,
         }
     }
@@ -76,6 +81,7 @@ impl Scale {
             parked: 5_000,
             tiny: 2_000_000,
             rounds: 1_000,
+            timing_bounds: true,
             peer_exe: None,
         }
     }

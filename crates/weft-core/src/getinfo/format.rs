@@ -127,6 +127,10 @@ fn name_str(n: &Option<String>) -> &str {
     n.as_deref().unwrap_or("(null)")
 }
 
+fn key_size(k: &Option<Vec<u8>>) -> usize {
+    k.as_ref().map_or(0, Vec::len)
+}
+
 /// Socket addresses as `fi_av_straddr` prints them, `FI_ADDR_STR` as the
 /// string itself, anything undecodable as hex bytes.
 fn addr_str(format: AddrFormat, addr: Option<&[u8]>) -> String {
@@ -249,6 +253,8 @@ pub fn format_info(info: &Info, verbose: bool) -> String {
     line(&mut out, 2, "tx_ctx_cnt", ea.tx_ctx_cnt);
     line(&mut out, 2, "rx_ctx_cnt", ea.rx_ctx_cnt);
     line(&mut out, 2, "cm_data_size", ea.cm_data_size);
+    // The size only: a key printed in a log would be a key given away.
+    line(&mut out, 2, "auth_key_size", key_size(&ea.auth_key));
 
     out.push_str("    fi_domain_attr:\n");
     line(&mut out, 2, "name", name_str(&da.name));
@@ -275,6 +281,8 @@ pub fn format_info(info: &Info, verbose: bool) -> String {
     line(&mut out, 2, "caps", list(caps_str(da.caps)));
     line(&mut out, 2, "mode", list(mode_str(da.mode)));
     line(&mut out, 2, "mr_cnt", da.mr_cnt);
+    line(&mut out, 2, "auth_key_size", key_size(&da.auth_key));
+    line(&mut out, 2, "max_ep_auth_key", da.max_ep_auth_key);
 
     out.push_str("    fi_fabric_attr:\n");
     line(&mut out, 2, "name", name_str(&fa.name));

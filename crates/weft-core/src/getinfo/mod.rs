@@ -56,6 +56,12 @@
 //!   the provider would ignore is no match); passed into the result.
 //! * **tclass, src_addr, dest_addr**: passed from the hints into the
 //!   result when given; the provider validates them when objects open.
+//! * **auth_key** (`ep_attr`, `domain_attr`): offers carry none. A hint
+//!   with a key matches only offers whose `max_ep_auth_key` is at least 1
+//!   (providers that enforce keys), and only if the key's size is one the
+//!   provider takes (1 ..= [`MAX_KEY_LEN`](crate::auth::MAX_KEY_LEN)
+//!   bytes); the result carries the hint's keys.
+//! * **max_ep_auth_key**: a size like the others.
 //! * **fabric versions, msg_prefix_size, mr_cnt**: not matched; offer values.
 
 mod format;
@@ -106,6 +112,7 @@ limits!(
     domain_attr.max_ep_tx_ctx,
     domain_attr.max_ep_rx_ctx,
     domain_attr.mr_iov_limit,
+    domain_attr.max_ep_auth_key,
 );
 
 /// Mode bits an offer may do without: `FI_RX_CQ_DATA` (remote CQ data of
@@ -198,6 +205,19 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
         && names
         && limits_ok(h, o)
         && rx_ctx_ok(h, o)
+        && keys_ok(h, o)
+}
+
+/// A hint's authorization keys: sizes the provider takes, and an offer
+/// that takes a key at all.
+fn keys_ok(h: &Info, o: &Info) -> bool {
+    let keys = [
+        h.ep_attr.auth_key.as_deref(),
+        h.domain_attr.auth_key.as_deref(),
+    ];
+    let mut given = keys.into_iter().flatten().peekable();
+    given.peek().is_none()
+        || (o.domain_attr.max_ep_auth_key >= 1 && given.all(|k| crate::auth::check_key(k).is_ok()))
 }
 
 /// `rx_ctx_cnt`, a limit like the others except for
@@ -272,6 +292,12 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
         r.ep_attr.rx_ctx_cnt = h.ep_attr.rx_ctx_cnt;
     }
 
+    if h.ep_attr.auth_key.is_some() {
+        r.ep_attr.auth_key.clone_from(&h.ep_attr.auth_key);
+    }
+    if h.domain_attr.auth_key.is_some() {
+        r.domain_attr.auth_key.clone_from(&h.domain_attr.auth_key);
+    }
     if h.src_addr.is_some() {
         r.src_addr.clone_from(&h.src_addr);
     }

@@ -496,3 +496,49 @@ fn op_flags_the_offer_would_ignore_match_nothing() {
     let h = with(|h| h.tx_attr.op_flags = OpFlags::INJECT_COMPLETE | OpFlags::COMPLETION);
     assert!(satisfies(&h, &offer()));
 }
+
+#[test]
+fn auth_keys_need_an_offer_that_takes_them_and_pass_through() {
+    let mut keyed = offer();
+    keyed.domain_attr.max_ep_auth_key = 1;
+    let h = with(|h| h.ep_attr.auth_key = Some(b"job-a".to_vec()));
+    assert!(!satisfies(&h, &offer()), "an offer without keys");
+    assert!(satisfies(&h, &keyed));
+    let r = narrow(&h, &keyed);
+    assert_eq!(r.ep_attr.auth_key.as_deref(), Some(&b"job-a"[..]));
+    assert_eq!(r.domain_attr.auth_key, None);
+    let h = with(|h| h.domain_attr.auth_key = Some(b"job-b".to_vec()));
+    assert!(!satisfies(&h, &offer()));
+    assert_eq!(
+        narrow(&h, &keyed).domain_attr.auth_key.as_deref(),
+        Some(&b"job-b"[..])
+    );
+    // Sizes the provider does not take match nothing.
+    for bad in [Vec::new(), vec![0; crate::auth::MAX_KEY_LEN + 1]] {
+        assert!(!satisfies(
+            &with(|h| h.ep_attr.auth_key = Some(bad.clone())),
+            &keyed
+        ));
+        assert!(!satisfies(
+            &with(|h| h.domain_attr.auth_key = Some(bad.clone())),
+            &keyed
+        ));
+    }
+    // No key asked for: offers with and without keys both match, and the
+    // result carries none.
+    assert!(matches(&Info::default()));
+    assert_eq!(narrow(&Info::default(), &keyed).ep_attr.auth_key, None);
+    assert!(!satisfies(
+        &with(|h| h.domain_attr.max_ep_auth_key = 2),
+        &keyed
+    ));
+    let text = format_info(
+        &narrow(
+            &with(|h| h.ep_attr.auth_key = Some(b"secret".to_vec())),
+            &keyed,
+        ),
+        true,
+    );
+    assert!(text.contains("auth_key_size: 6"), "{text}");
+    assert!(!text.contains("secret"));
+}

@@ -10,6 +10,7 @@
 //! atomic request.
 
 pub mod atomic;
+pub mod auth;
 pub mod claim;
 pub mod rdm;
 pub mod rma;
@@ -20,7 +21,8 @@ use std::fmt;
 pub const MAGIC: u16 = u16::from_le_bytes(*b"WF");
 /// The wire version this code speaks (2: `Hello` carries a nonce that the
 /// acceptor has the claimed address confirm through `Verify`, the RMA
-/// frames and the atomic frames).
+/// frames, the atomic frames, and the key-proof frames of endpoints with an
+/// authorization key).
 pub const VERSION: u8 = 2;
 /// Size of every frame header in bytes.
 pub const HEADER_LEN: usize = 40;
@@ -76,6 +78,18 @@ pub enum FrameKind {
     /// RDM: the answer to `Verify`; `data` = 0 (this endpoint made that
     /// claim) or `FI_EACCES`.
     VerifyAck = 15,
+    /// RDM: `Hello` from an endpoint that holds an authorization key;
+    /// same payload. Only a keyed acceptor goes on, with `KeyChallenge`.
+    KeyedHello = 16,
+    /// Both: a keyed acceptor's answer to `KeyedHello`/`KeyedConnReq`;
+    /// payload = its nonce and its MAC ([`auth::Challenge`]).
+    KeyChallenge = 17,
+    /// Both: the connector's answer to `KeyChallenge`; `data` = 0 and
+    /// payload = its MAC, or `data` = `FI_EKEYREJECTED` and no payload.
+    KeyProof = 18,
+    /// MSG: `ConnReq` from an endpoint that holds an authorization key;
+    /// payload = its nonce, then the CM data.
+    KeyedConnReq = 19,
 }
 
 impl FrameKind {
@@ -96,6 +110,10 @@ impl FrameKind {
             13 => FrameKind::AtomicResp,
             14 => FrameKind::Verify,
             15 => FrameKind::VerifyAck,
+            16 => FrameKind::KeyedHello,
+            17 => FrameKind::KeyChallenge,
+            18 => FrameKind::KeyProof,
+            19 => FrameKind::KeyedConnReq,
             _ => return None,
         })
     }
@@ -260,9 +278,14 @@ pub fn decode(b: &[u8], max_data_len: u64) -> Result<Header, WireError> {
         FrameKind::RmaReadResp => rma::READ_CHUNK as u64,
         FrameKind::AtomicReq => atomic::ATOMIC_REQ_MAX as u64,
         FrameKind::AtomicResp => atomic::ATOMIC_MAX as u64,
-        FrameKind::Hello | FrameKind::ConnReq | FrameKind::ConnResp | FrameKind::Verify => {
-            MAX_CONTROL_LEN
-        }
+        FrameKind::Hello
+        | FrameKind::ConnReq
+        | FrameKind::ConnResp
+        | FrameKind::Verify
+        | FrameKind::KeyedHello => MAX_CONTROL_LEN,
+        FrameKind::KeyedConnReq => MAX_CONTROL_LEN + claim::NONCE_LEN as u64,
+        FrameKind::KeyChallenge => auth::CHALLENGE_LEN as u64,
+        FrameKind::KeyProof => auth::PROOF_LEN as u64,
         FrameKind::HelloAck | FrameKind::Shutdown | FrameKind::Ack | FrameKind::VerifyAck => 0,
     };
     if len > max {
@@ -347,6 +370,38 @@ mod tests {
     }
 
     #[test]
+    fn key_frames_have_their_own_bounds() {
+        for (k, max) in [
+            (FrameKind::KeyedHello, MAX_CONTROL_LEN),
+            (FrameKind::KeyChallenge, auth::CHALLENGE_LEN as u64),
+            (FrameKind::KeyProof, auth::PROOF_LEN as u64),
+            (FrameKind::KeyedConnReq, MAX_CONTROL_LEN + 16),
+        ] {
+            let mut h = Header::new(k);
+            h.len = max;
+            assert_eq!(decode(&h.encode(), 0), Ok(h), "{k:?}");
+            h.len += 1;
+            assert_eq!(
+                decode(&h.encode(), u64::MAX),
+                Err(WireError::TooLong { len: max + 1, max }),
+                "{k:?}"
+            );
+            h.len = 0;
+            h.flags = FLAG_ACK_REQ;
+            assert!(matches!(
+                decode(&h.encode(), 0),
+                Err(WireError::BadFlags(_))
+            ));
+            assert!(!k.is_data());
+        }
+        let mut b = Header::new(FrameKind::Msg).encode();
+        for unknown in [20u8, 21, 255] {
+            b[3] = unknown;
+            assert_eq!(decode(&b, 0), Err(WireError::UnknownKind(unknown)));
+        }
+    }
+
+    #[test]
     fn rma_frames_have_their_own_bounds_and_flags() {
         let mut w = Header::new(FrameKind::RmaWrite);
         w.flags = FLAG_CQ_DATA | FLAG_ACK_REQ;
@@ -399,7 +454,7 @@ mod tests {
         assert!(FrameKind::AtomicReq.is_data() && !FrameKind::AtomicResp.is_data());
         assert_eq!(FrameKind::from_u8(12), Some(FrameKind::AtomicReq));
         assert_eq!(FrameKind::from_u8(13), Some(FrameKind::AtomicResp));
-        assert_eq!(FrameKind::from_u8(16), None);
+        assert_eq!(FrameKind::from_u8(20), None);
     }
 
     #[test]

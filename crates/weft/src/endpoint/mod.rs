@@ -188,6 +188,17 @@ impl Drop for EpInner {
 
 impl Endpoint {
     pub(crate) fn new(domain: Domain, info: Info, conn: Option<ConnHandle>) -> Result<Endpoint> {
+        let mut info = info;
+        // The endpoint's key: its own, else its domain's (fi_endpoint(3)),
+        // so the provider finds it in one place.
+        if info.ep_attr.auth_key.is_none() {
+            info.ep_attr.auth_key = domain.info().domain_attr.auth_key.clone();
+        }
+        crate::fabric::check_keys(
+            domain.fabric().prov(),
+            info.ep_attr.auth_key.as_deref(),
+            info.domain_attr.auth_key.as_deref(),
+        )?;
         match info.ep_attr.ep_type {
             EpType::Rdm | EpType::Msg | EpType::Dgram => {}
             EpType::Unspec => return Err(Error::Inval),
