@@ -556,14 +556,31 @@ impl OpDone {
     /// The operation succeeded. For operations whose completion may be
     /// dropped unread (a send: the data went); receives use
     /// [`complete_from`](Self::complete_from).
-    pub fn complete(self, entry: CqEntry) {
-        drop(self.complete_from(entry, FI_ADDR_NOTAVAIL));
+    #[inline]
+    pub fn complete(mut self, mut entry: CqEntry) {
+        entry.context = self.context;
+        entry.flags |= self.flags;
+        if let Some(c) = &self.cntr {
+            c.add(1);
+        }
+        if let Some(w) = self.waiter.take() {
+            // Nothing to give back: what was sent stays sent.
+            let _ = w.send(Finished {
+                item: Ok(entry),
+                origin: Origin::unknown(),
+            });
+        } else if self.report {
+            if let Some(cq) = &self.cq {
+                cq.push(Ok(entry));
+            }
+        }
     }
 
     /// A receive succeeded with a message from `src` (the raw AV handle).
     /// If the future awaiting it is already gone the message comes back,
     /// uncounted, for the endpoint to hand to the next receive.
     #[must_use = "a returned message must go to the next receive"]
+    #[inline]
     pub fn complete_from(mut self, mut entry: CqEntry, src: FiAddr) -> Option<Returned> {
         entry.context = self.context;
         entry.flags |= self.flags;

@@ -114,8 +114,9 @@ impl Live {
         rx: oneshot::Receiver<Finished>,
         on_drop: OnDrop,
     ) -> OpFuture {
-        let owner = Owner::Ep(self.prov.clone());
-        OpFuture::new(rx, ctx, Some(owner), on_drop, self.inline.clone())
+        // Sends and RMA have nothing to withdraw: no handle to hold.
+        let owner = (on_drop != OnDrop::Nothing).then(|| Owner::Ep(self.prov.clone()));
+        OpFuture::new(rx, ctx, owner, on_drop, self.inline.clone())
     }
 }
 
