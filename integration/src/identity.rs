@@ -2,7 +2,8 @@
 //! address, and the acceptor has that address confirm the claim
 //! (`docs/wire.md` §8.2). A raw peer that wants its handshake accepted
 //! therefore needs an address of its own that answers `Verify` for the
-//! nonces it sent; this is one.
+//! nonces it sent; this is one. [`raw_hello`] does the whole handshake
+//! with one, for tests that then speak raw frames.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -92,4 +93,43 @@ async fn answer(mut s: TcpStream, claims: Claims) {
         ack.data = weft::Error::Access.code() as u64;
     }
     let _ = s.write_all(&ack.encode()).await;
+}
+
+/// A raw connection that has done the RDM handshake with `victim`, with
+/// the identity it claimed (which confirms the claim when asked; keep it
+/// while the connection lives). Fails the test if the victim refuses.
+pub async fn raw_hello(victim: SocketAddr) -> (TcpStream, Identity) {
+    let ident = Identity::new().await.unwrap();
+    let mut s = TcpStream::connect(victim).await.unwrap();
+    let payload = ident.hello_to(victim);
+    let mut h = Header::new(FrameKind::Hello);
+    h.len = payload.len() as u64;
+    s.write_all(&h.encode()).await.unwrap();
+    s.write_all(&payload).await.unwrap();
+    let (ack, _) = read_frame(&mut s).await;
+    assert_eq!((ack.kind, ack.data), (Some(FrameKind::HelloAck), 0));
+    (s, ident)
+}
+
+/// The next whole frame on `s` (within [`crate::TIMEOUT`]).
+pub async fn read_frame(s: &mut TcpStream) -> (Header, Vec<u8>) {
+    let mut b = [0u8; HEADER_LEN];
+    crate::within("frame", s.read_exact(&mut b)).await.unwrap();
+    let h = wire::decode(&b, 1 << 30).unwrap();
+    let mut p = vec![0u8; h.len as usize];
+    crate::within("payload", s.read_exact(&mut p))
+        .await
+        .unwrap();
+    (h, p)
+}
+
+/// Reads (and drops) what the victim sends until it closes `s`.
+pub async fn expect_closed(mut s: TcpStream) {
+    let mut b = [0u8; 256];
+    loop {
+        match crate::within("close", s.read(&mut b)).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
 }

@@ -7,19 +7,16 @@
 //! connection usable.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::net::SocketAddr;
-
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::AsyncWriteExt;
 use weft::{
     AtomicKind, AtomicOp, BindFlags, ConnLimits, Datatype, Error, MemoryRegion, MrAccess, MrAttr,
 };
 use weft_core::atomic::supported;
 use weft_core::wire::atomic::{AtomicHdr, ATOMIC_MAX};
 use weft_core::wire::rma::Target;
-use weft_core::wire::{self, FrameKind, Header, HEADER_LEN};
-use weft_integration::identity::Identity;
+use weft_core::wire::{FrameKind, Header, HEADER_LEN};
+use weft_integration::identity::{expect_closed, raw_hello, read_frame};
 use weft_integration::{within, Harness, Provider, RdmEp};
 
 const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
@@ -255,40 +252,6 @@ async fn atomics_wait_for_budget_and_resume() {
 
 // ---- Raw peers forging atomic frames ----
 
-/// A raw connection that has done the RDM handshake with `victim`, with
-/// the identity it claimed (which confirms the claim when asked).
-async fn hello(victim: SocketAddr) -> (TcpStream, Identity) {
-    let ident = Identity::new().await.unwrap();
-    let mut s = TcpStream::connect(victim).await.unwrap();
-    let payload = ident.hello_to(victim);
-    let mut h = Header::new(FrameKind::Hello);
-    h.len = payload.len() as u64;
-    s.write_all(&h.encode()).await.unwrap();
-    s.write_all(&payload).await.unwrap();
-    let (ack, _) = read_frame(&mut s).await;
-    assert_eq!((ack.kind, ack.data), (Some(FrameKind::HelloAck), 0));
-    (s, ident)
-}
-
-async fn read_frame(s: &mut TcpStream) -> (Header, Vec<u8>) {
-    let mut b = [0u8; HEADER_LEN];
-    within("frame", s.read_exact(&mut b)).await.unwrap();
-    let h = wire::decode(&b, 1 << 30).unwrap();
-    let mut p = vec![0u8; h.len as usize];
-    within("payload", s.read_exact(&mut p)).await.unwrap();
-    (h, p)
-}
-
-async fn expect_closed(mut s: TcpStream) {
-    let mut b = [0u8; 256];
-    loop {
-        match within("close", s.read(&mut b)).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-    }
-}
-
 /// An `AtomicReq` frame: header, prefix, then `arrays` (little-endian
 /// elements), with the header's length covering them.
 fn atomic_req(seq: u64, a: AtomicHdr, arrays: &[u8]) -> Vec<u8> {
@@ -337,7 +300,7 @@ async fn forged_atomic_frames_are_answered_or_end_their_connection() {
     let va = weft::decode_sockaddr(&victim.addr()).unwrap();
     let mr = region(&h, 64, RW, 6);
     mr.write_at(0, &u64s(&[100, 200])).unwrap();
-    let (mut s, _id) = hello(va).await;
+    let (mut s, _id) = raw_hello(va).await;
     // A good fetch-add of two elements: the old values, little-endian.
     s.write_all(&atomic_req(1, fetch_add_hdr(6, 0, 2), &le(&[1, 2])))
         .await
@@ -431,7 +394,7 @@ async fn forged_atomic_frames_are_answered_or_end_their_connection() {
         },
     ];
     for (i, a) in attacks.into_iter().enumerate() {
-        let (mut s, _id) = hello(va).await;
+        let (mut s, _id) = raw_hello(va).await;
         s.write_all(&a).await.unwrap();
         expect_closed(s).await;
         alive(&victim, &good, 6, 10 + i as u8).await;
@@ -464,7 +427,7 @@ async fn endless_atomic_requests_are_bounded_by_the_budget() {
     let count = (ATOMIC_MAX / 8) as u64;
     let _mr = region(&h, ATOMIC_MAX, RW, 7);
     let va = weft::decode_sockaddr(&victim.addr()).unwrap();
-    let (mut s, _id) = hello(va).await;
+    let (mut s, _id) = raw_hello(va).await;
     // 256 requests of 64 KiB operands, each answered with 64 KiB.
     let one = le(&vec![1u64; count as usize]);
     let mut reqs = Vec::new();

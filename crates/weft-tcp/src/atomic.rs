@@ -92,15 +92,7 @@ pub fn request(a: Atomic, target: Target, done: weft_core::completion::OpDone) -
         Vec::new()
     };
     let mut f = TxFrame::new(h, payload, None);
-    f.read = Some(Box::new(PendingRead {
-        bufs,
-        len,
-        got: 0,
-        seg: 0,
-        off: 0,
-        done,
-        atomic: Some(a.datatype),
-    }));
+    f.read = Some(PendingRead::new(bufs, done, Some(a.datatype)));
     f
 }
 

@@ -50,6 +50,25 @@ pub struct PendingRead {
 }
 
 impl PendingRead {
+    /// An answer of `bufs`' total length still to come, ending `done`;
+    /// `atomic`: the element type of an atomic's answer.
+    pub fn new(
+        bufs: Vec<BytesMut>,
+        done: OpDone,
+        atomic: Option<weft_core::atomic::Datatype>,
+    ) -> Box<PendingRead> {
+        let len = bufs.iter().map(|b| b.len()).sum();
+        Box::new(PendingRead {
+            bufs,
+            len,
+            got: 0,
+            seg: 0,
+            off: 0,
+            done,
+            atomic,
+        })
+    }
+
     /// Where the next bytes go, at most `max` of them.
     pub fn slot(&mut self, max: usize) -> Option<&mut [u8]> {
         while self.seg < self.bufs.len() && self.off >= self.bufs[self.seg].len() {
@@ -146,7 +165,7 @@ impl EpShared {
                 TxFrame::new(h, payload, Some(req.done))
             }
             RmaOp::Read { bufs } => {
-                let len = bufs.iter().map(|b| b.len()).sum();
+                let len: usize = bufs.iter().map(|b| b.len()).sum();
                 let mut h = Header::new(FrameKind::RmaReadReq);
                 let rr = ReadReq {
                     target,
@@ -155,15 +174,7 @@ impl EpShared {
                 let payload = weft_core::provider::iov1(Bytes::copy_from_slice(&rr.encode()));
                 h.len = payload[0].len() as u64;
                 let mut f = TxFrame::new(h, payload, None);
-                f.read = Some(Box::new(PendingRead {
-                    bufs,
-                    len,
-                    got: 0,
-                    seg: 0,
-                    off: 0,
-                    done: req.done,
-                    atomic: None,
-                }));
+                f.read = Some(PendingRead::new(bufs, req.done, None));
                 f
             }
             RmaOp::Atomic(a) => crate::atomic::request(a, target, req.done),

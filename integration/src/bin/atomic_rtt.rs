@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use weft::{AvAttr, AvFlags, BindFlags, Caps, CqAttr, Domain, EpType, Info, MrAccess, MrAttr};
+use weft::{AvAttr, AvFlags, Caps, Domain, EpType, Info, MrAccess, MrAttr, WaitMode};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -19,11 +19,7 @@ type Opened = (weft::Endpoint, weft::AddressVector, weft::CompletionQueue);
 
 fn open(domain: &Domain, info: &Info) -> Res<Opened> {
     let av = domain.av(AvAttr::default())?;
-    let cq = domain.cq(CqAttr::default())?;
-    let ep = domain.endpoint(info)?;
-    ep.bind_av(&av)?;
-    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)?;
-    ep.enable()?;
+    let (ep, cq) = weft_integration::enabled_endpoint(domain, info, &av, WaitMode::Interrupt);
     Ok((ep, av, cq))
 }
 

@@ -13,7 +13,7 @@
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use weft::{AvAttr, AvFlags, BindFlags, CqAttr, Domain, EpType, Info, FI_ADDR_UNSPEC};
+use weft::{AvAttr, AvFlags, Domain, EpType, Info, WaitMode, FI_ADDR_UNSPEC};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -23,11 +23,7 @@ type Opened = (weft::Endpoint, weft::AddressVector, weft::CompletionQueue);
 /// here is awaited, so the CQ stays empty).
 fn open(domain: &Domain, info: &Info) -> Res<Opened> {
     let av = domain.av(AvAttr::default())?;
-    let cq = domain.cq(CqAttr::default())?;
-    let ep = domain.endpoint(info)?;
-    ep.bind_av(&av)?;
-    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)?;
-    ep.enable()?;
+    let (ep, cq) = weft_integration::enabled_endpoint(domain, info, &av, WaitMode::Interrupt);
     Ok((ep, av, cq))
 }
 
