@@ -119,6 +119,21 @@ pub async fn within<F: Future>(what: &str, fut: F) -> F::Output {
     }
 }
 
+/// The unexpected bytes `ep` still holds once they stop falling to 0, or
+/// after a second: charges an endpoint gives back when a write finishes
+/// can trail the completion its peer already saw.
+pub async fn settled_unexpected_bytes(ep: &weft::Endpoint) -> usize {
+    let mut held = usize::MAX;
+    for _ in 0..100 {
+        held = ep.stats().map_or(usize::MAX, |s| s.unexpected_bytes);
+        if held == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held
+}
+
 /// The next item of a completion queue (fails the test on timeout).
 pub async fn next_cq(cq: &CompletionQueue) -> CqItem {
     match cq.next_timeout(TIMEOUT).await {

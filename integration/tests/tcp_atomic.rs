@@ -239,14 +239,7 @@ async fn atomics_wait_for_budget_and_resume() {
         .all(|c| c == 16u64.to_ne_bytes()));
     // An answer's charge is given back once it is written, which may
     // be a moment after the initiator has read it.
-    let mut held = usize::MAX;
-    for _ in 0..100 {
-        held = target.ep.stats().unwrap().unexpected_bytes;
-        if held == 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let held = weft_integration::settled_unexpected_bytes(&target.ep).await;
     assert_eq!(held, 0, "charges given back");
 }
 

@@ -142,14 +142,7 @@ async fn large_reads_are_answered_in_pieces_under_a_small_budget() {
     assert_eq!(&e.into_bytes()[..], &data[..]);
     // The target gives a piece's charge back once its write finishes,
     // which can be just after the initiator has read the last piece.
-    let mut held = usize::MAX;
-    for _ in 0..100 {
-        held = b.ep.stats().unwrap().unexpected_bytes;
-        if held == 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let held = weft_integration::settled_unexpected_bytes(&b.ep).await;
     assert_eq!(held, 0, "every piece's charge given back");
 }
 
