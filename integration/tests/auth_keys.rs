@@ -21,7 +21,7 @@ use weft::{
     EqEventKind, Error, EventQueue, FiAddr, Info, WaitMode, FI_ADDR_UNSPEC,
 };
 use weft_core::auth::{AuthKey, ConnKind, Role, Transcript, MAX_KEY_LEN};
-use weft_core::wire::auth::Challenge;
+use weft_core::wire::auth::{decode_keyed_hello, encode_keyed_hello, Challenge};
 use weft_core::wire::claim::{fresh_nonce, Claim};
 use weft_core::wire::{self, FrameKind, Header, HEADER_LEN};
 use weft_integration::identity::Identity;
@@ -304,6 +304,13 @@ async fn recv_frame(s: &mut TcpStream) -> (Header, Vec<u8>) {
     (h, p)
 }
 
+/// `id`'s `KeyedHello` payload to `victim`, selecting `key`.
+fn keyed_hello(id: &Identity, victim: SocketAddr, key: &[u8]) -> Vec<u8> {
+    let claim = Claim::decode(&id.hello_to(victim)).unwrap();
+    let sel = AuthKey::new(key).unwrap().selector(&claim.nonce).unwrap();
+    encode_keyed_hello(&claim, &sel)
+}
+
 /// Opens a keyed handshake to `victim` as `id`: the stream, the
 /// transcript (with the victim's nonce) and the challenge's MAC.
 async fn challenged(
@@ -311,14 +318,14 @@ async fn challenged(
     victim: SocketAddr,
 ) -> (TcpStream, Vec<u8>, Transcript, [u8; 32]) {
     let mut s = to(TcpStream::connect(victim)).await.unwrap();
-    let hello = id.hello_to(victim);
+    let hello = keyed_hello(id, victim, JOB_A);
     send_frame(&mut s, FrameKind::KeyedHello, 0, &hello).await;
     let (h, p) = recv_frame(&mut s).await;
     assert_eq!(h.kind, Some(FrameKind::KeyChallenge));
     let c = Challenge::decode(&p).unwrap();
     let tr = Transcript {
         kind: ConnKind::Rdm,
-        connector_nonce: Claim::decode(&hello).unwrap().nonce,
+        connector_nonce: decode_keyed_hello(&hello).unwrap().0.nonce,
         acceptor_nonce: c.nonce,
         connector: id.addr(),
         acceptor: victim,
@@ -399,6 +406,21 @@ async fn forged_replayed_and_truncated_proofs_are_refused_without_harm() {
     let proof = key.prove(&tr, Role::Connector).unwrap();
     send_frame(&mut s, FrameKind::KeyProof, 0, &proof[..31]).await;
     refused_raw(s, &victim, &id).await;
+
+    // A selector for another key: refused before anything is proven.
+    let mut s = to(TcpStream::connect(victim.addr)).await.unwrap();
+    let other = keyed_hello(&id, victim.addr, JOB_B);
+    send_frame(&mut s, FrameKind::KeyedHello, 0, &other).await;
+    refused_raw(s, &victim, &id).await;
+    // A keyed hello without its selector.
+    let mut s = to(TcpStream::connect(victim.addr)).await.unwrap();
+    let hello = keyed_hello(&id, victim.addr, JOB_A);
+    send_frame(&mut s, FrameKind::KeyedHello, 0, &hello[..hello.len() - 16]).await;
+    let mut b = [0u8; 64];
+    assert!(
+        matches!(to(s.read(&mut b)).await, Ok(0) | Err(_)),
+        "closed without an answer"
+    );
 
     // A plain Hello to a keyed endpoint.
     let mut s = to(TcpStream::connect(victim.addr)).await.unwrap();
@@ -495,7 +517,8 @@ async fn msg_forged_proofs_and_challenges_are_refused_without_harm() {
     for forge in [true, false] {
         let mut s = to(TcpStream::connect(l.addr)).await.unwrap();
         let nonce = fresh_nonce().unwrap();
-        let req = weft_core::wire::auth::encode_conn_req(&nonce, b"cm");
+        let sel = key.selector(&nonce).unwrap();
+        let req = weft_core::wire::auth::encode_conn_req(&nonce, &sel, b"cm");
         send_frame(&mut s, FrameKind::KeyedConnReq, 0, &req).await;
         let (h, p) = recv_frame(&mut s).await;
         assert_eq!(h.kind, Some(FrameKind::KeyChallenge));

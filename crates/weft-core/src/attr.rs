@@ -202,6 +202,12 @@ pub struct DomainAttr {
     /// where the provider enforces keys (tcp), 0 where it takes none
     /// (verbs). Hints with a key match only offers that take one.
     pub max_ep_auth_key: usize,
+    /// `FI_AV_AUTH_KEY` (libfabric's `auth_key_size` sentinel): the
+    /// domain's RDM endpoints take their keys from their AV
+    /// (`fi_av_insert_auth_key`) when they are enabled, and address
+    /// entries are inserted under a key. `auth_key` must then be `None`.
+    /// Hints with it match only offers that have it.
+    pub av_auth_key: bool,
 }
 
 /// Endpoint attributes.

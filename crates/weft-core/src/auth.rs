@@ -35,6 +35,15 @@ pub const MIN_KEY_LEN: usize = 1;
 /// HMAC uses as given.
 pub const MAX_KEY_LEN: usize = 64;
 
+/// Bytes of a key selector ([`AuthKey::selector`]).
+pub const SELECTOR_LEN: usize = 16;
+
+/// A key selector.
+pub type Selector = [u8; SELECTOR_LEN];
+
+/// Label of key selectors, distinct from the transcript's.
+const SELECTOR_LABEL: &[u8] = b"weft-auth-1 key selector";
+
 /// Label that starts every transcript, so these MACs cannot be confused
 /// with any other use of the same key.
 const LABEL: &[u8] = b"weft-auth-1";
@@ -68,6 +77,37 @@ impl AuthKey {
     pub fn new(key: &[u8]) -> Result<AuthKey> {
         check_key(key)?;
         Ok(AuthKey(key.to_vec()))
+    }
+
+    /// The key's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The selector a connector sends with its nonce so that an acceptor
+    /// holding several keys (`FI_AV_AUTH_KEY`) knows which one to prove:
+    /// the first [`SELECTOR_LEN`] bytes of HMAC-SHA256 over a label of its
+    /// own and the connector's nonce. Fresh with every nonce, so it tells
+    /// a listener without the key nothing it can reuse or link.
+    pub fn selector(&self, connector_nonce: &Nonce) -> Result<Selector> {
+        let mut m = Hmac::<Sha256>::new_from_slice(&self.0).map_err(|_| Error::Inval)?;
+        m.update(SELECTOR_LABEL);
+        m.update(connector_nonce);
+        let full = m.finalize().into_bytes();
+        let mut sel = [0u8; SELECTOR_LEN];
+        sel.copy_from_slice(full.get(..SELECTOR_LEN).ok_or(Error::Inval)?);
+        Ok(sel)
+    }
+
+    /// Whether `sel` is this key's selector for `connector_nonce`
+    /// (compared in constant time).
+    pub fn selects(&self, connector_nonce: &Nonce, sel: &[u8]) -> bool {
+        let Ok(mut m) = Hmac::<Sha256>::new_from_slice(&self.0) else {
+            return false;
+        };
+        m.update(SELECTOR_LABEL);
+        m.update(connector_nonce);
+        m.verify_truncated_left(sel).is_ok() && sel.len() == SELECTOR_LEN
     }
 
     fn mac(&self, t: &Transcript, role: Role) -> Result<Hmac<Sha256>> {
@@ -213,6 +253,18 @@ mod tests {
     }
 
     /// RFC 4231 test case 2, so the MAC is HMAC-SHA256 and nothing else.
+    #[test]
+    fn selectors_pick_the_key_and_change_with_the_nonce() {
+        let (a, b) = (AuthKey::new(b"a").unwrap(), AuthKey::new(b"b").unwrap());
+        let sa = a.selector(&[1; NONCE_LEN]).unwrap();
+        assert!(a.selects(&[1; NONCE_LEN], &sa));
+        assert!(!b.selects(&[1; NONCE_LEN], &sa));
+        assert!(!a.selects(&[2; NONCE_LEN], &sa));
+        assert_ne!(sa, a.selector(&[2; NONCE_LEN]).unwrap());
+        assert!(!a.selects(&[1; NONCE_LEN], &sa[..8]));
+        assert!(!a.selects(&[1; NONCE_LEN], &[]));
+    }
+
     #[test]
     fn hmac_is_the_standard_one() {
         let mut m = Hmac::<Sha256>::new_from_slice(b"Jefe").unwrap();

@@ -229,6 +229,9 @@ bitflags! {
         const EVENT = 1 << 24;
         /// Open / insert: user ids replace fi_addr in completions.
         const AV_USER_ID = 1 << 41;
+        /// Insert, remove, set user id: the handle given is an
+        /// authorization key's (`FI_AUTH_KEY`).
+        const AUTH_KEY = 1 << 57;
         /// Insert: per-address status array.
         const SYNC_ERR = 1 << 58;
         /// Open: all peers insert addresses in the same order.

@@ -249,6 +249,10 @@ pub struct MrRequest {
     pub requested_key: u64,
     /// Registration flags.
     pub flags: crate::flags::MrRegFlags,
+    /// The authorization key a peer's connection must have proven to
+    /// reach the region (`fi_mr_attr::auth_key`, else the domain's);
+    /// `None`: any connection the endpoint accepted.
+    pub auth_key: Option<crate::auth::AuthKey>,
 }
 
 /// A registered memory region: the device may read or write it at any

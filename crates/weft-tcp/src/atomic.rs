@@ -142,7 +142,7 @@ impl AtomicSink {
     pub fn finish(self, conn: &Arc<Conn>, ep: &EpShared) {
         let mut h = Header::new(FrameKind::AtomicResp);
         h.seq = self.seq;
-        let payload = match execute(ep, &self.hdr, self.data) {
+        let payload = match execute(ep, conn, &self.hdr, self.data) {
             Ok(old) => iov1(old),
             Err(e) => {
                 h.data = e.code() as u64;
@@ -158,7 +158,7 @@ impl AtomicSink {
 
 /// Checks and applies one request; the old values to answer with (empty
 /// for the plain form).
-fn execute(ep: &EpShared, hdr: &AtomicHdr, mut data: Vec<u8>) -> Result<Bytes> {
+fn execute(ep: &EpShared, conn: &Conn, hdr: &AtomicHdr, mut data: Vec<u8>) -> Result<Bytes> {
     atomic::supported(hdr.kind, hdr.op, hdr.datatype)?;
     let n = hdr.bytes().ok_or(Error::MsgSize)?;
     if n > ep.max_msg {
@@ -176,7 +176,7 @@ fn execute(ep: &EpShared, hdr: &AtomicHdr, mut data: Vec<u8>) -> Result<Bytes> {
         .as_ref()
         .and_then(|r| r.get(hdr.target.key))
         .ok_or(Error::Access)?;
-    let off = region.check(hdr.target.addr, n as u64, need)?;
+    let off = region.check(hdr.target.addr, n as u64, need, conn.auth.key.as_ref())?;
     atomic::from_wire(hdr.datatype, &mut data);
     let (operand, compare) = if hdr.op == atomic::AtomicOp::Read {
         (&data[..0], &data[..0])

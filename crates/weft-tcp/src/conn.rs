@@ -23,6 +23,7 @@ use weft_core::{Error, Result};
 
 use crate::endpoint::EpShared;
 use crate::frame::TxFrame;
+use crate::keys::{ConnAuth, Source};
 use crate::rma::PendingRead;
 use crate::rx::RxMachine;
 use weft_core::limits::ConnSlot;
@@ -47,6 +48,8 @@ pub struct Conn {
     /// The identity used for matching and AV lookups: the peer's listening
     /// address (RDM) or its socket address (MSG).
     pub peer_key: SocketAddr,
+    /// What the connection proved at set-up.
+    pub auth: ConnAuth,
     pub ep: Weak<EpShared>,
     std: std::net::TcpStream,
     pub tio: tokio::net::TcpStream,
@@ -98,12 +101,21 @@ struct SweepMark {
 pub const STALL_MIN_BYTES: u64 = 16 * 1024;
 
 impl Conn {
+    /// The peer as matching and AV lookups know it.
+    pub fn source(&self) -> Source {
+        Source {
+            addr: self.peer_key,
+            key: self.auth.av_key,
+        }
+    }
+
     /// Wraps an established stream. Must run inside the runtime.
     pub fn new(
         stream: tokio::net::TcpStream,
         peer_key: SocketAddr,
         ep: &Arc<EpShared>,
         slot: ConnSlot,
+        auth: ConnAuth,
     ) -> Result<Arc<Conn>> {
         stream.set_nodelay(true)?;
         mark(&stream, ep.dscp)?;
@@ -115,6 +127,7 @@ impl Conn {
         Ok(Arc::new(Conn {
             peer,
             peer_key,
+            auth,
             ep: Arc::downgrade(ep),
             std,
             tio,
@@ -490,7 +503,7 @@ impl Conn {
             }
             ep.conn_failed(self, err);
             for f in again {
-                crate::connect::rdm_send(&ep, self.peer_key, f);
+                crate::connect::rdm_send(&ep, self.source(), f);
             }
         }
     }

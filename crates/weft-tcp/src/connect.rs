@@ -15,6 +15,7 @@ use weft_core::eventq::{ConnHandle, EqEvent, EqEventKind, EqShared};
 use weft_core::limits::ConnLimits;
 use weft_core::provider::ProviderPassive;
 use weft_core::sync::lock;
+use weft_core::wire::auth::{decode_keyed_hello, encode_conn_req, encode_keyed_hello};
 use weft_core::wire::claim::{fresh_nonce, Claim};
 use weft_core::wire::{FrameKind, Header};
 use weft_core::{Error, Result};
@@ -22,6 +23,7 @@ use weft_core::{Error, Result};
 use crate::conn::{fail_frame_done, Conn};
 use crate::endpoint::{EpShared, PeerState};
 use crate::frame::{read_frame, read_frame_of, write_frame, TxFrame};
+use crate::keys::{ConnAuth, EpKeys, Source};
 use crate::verify::OpenClaim;
 use weft_core::limits::ConnSlot;
 
@@ -92,8 +94,15 @@ fn attach(ep: &Arc<EpShared>, p: &mut PeerState, conn: Arc<Conn>) -> Option<Arc<
         .replace(conn.clone())
         .filter(|old| !Arc::ptr_eq(old, &conn));
     ep.add_conn(&conn);
+    let under = p.want == conn.auth.av_key;
     for f in p.pending.drain(..) {
-        conn.send(f);
+        if under {
+            conn.send(f);
+        } else {
+            // Queued for the peer under another key than the one this
+            // connection proved.
+            fail_frame(ep, f, Error::KeyRejected);
+        }
     }
     old
 }
@@ -111,28 +120,27 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream, slot: ConnSlot) -
     if h.kind == Some(FrameKind::Verify) {
         return crate::verify::answer(&ep, s, &payload).await;
     }
-    let claim = Claim::decode(&payload)?;
+    let (claim, opening) = if h.kind == Some(FrameKind::KeyedHello) {
+        let (claim, sel) = decode_keyed_hello(&payload)?;
+        (claim, Some((claim.nonce, sel)))
+    } else {
+        (Claim::decode(&payload)?, None)
+    };
     let key = claim.addr;
     // The key first: a peer without it makes this endpoint neither dial
     // out to check its claim nor change anything it knows.
-    let keyed = h.kind == Some(FrameKind::KeyedHello);
-    let proof = crate::keyproof::accept(
-        &mut s,
-        ep.auth.as_ref(),
-        keyed,
-        ConnKind::Rdm,
-        claim.nonce,
-        claim.addr,
-        t,
-    );
-    if let Err(e) = proof.await {
-        let mut ack = Header::new(FrameKind::HelloAck);
-        ack.data = e.code() as u64;
-        let _ = write_frame(&mut s, ack, &[], t).await;
-        tracing::debug!(claimed = %key, error = %e, "RDM key proof refused");
-        ep.report_addr(e, &key);
-        return Ok(());
-    }
+    let proof = crate::keyproof::accept(&mut s, &ep.keys, opening, ConnKind::Rdm, claim.addr, t);
+    let auth = match proof.await {
+        Ok(a) => a,
+        Err(e) => {
+            let mut ack = Header::new(FrameKind::HelloAck);
+            ack.data = e.code() as u64;
+            let _ = write_frame(&mut s, ack, &[], t).await;
+            tracing::debug!(claimed = %key, error = %e, "RDM key proof refused");
+            ep.report_addr(e, &key);
+            return Ok(());
+        }
+    };
     // The claimed address must confirm the claim before the peer is known
     // by it (and before anything about that peer changes here).
     if let Err(e) = crate::verify::confirm(&ep, &claim, s.local_addr()?).await {
@@ -148,7 +156,7 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream, slot: ConnSlot) -
         // receives. Our outgoing end is the peer's connection; letting this
         // one replace it would close both ends of the one socket.
         write_frame(&mut s, Header::new(FrameKind::HelloAck), &[], t).await?;
-        let conn = Conn::new(s, key, &ep, slot)?;
+        let conn = Conn::new(s, key, &ep, slot, auth)?;
         ep.add_conn(&conn);
         return Ok(());
     }
@@ -175,7 +183,7 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream, slot: ConnSlot) -
     }
     let r = async {
         write_frame(&mut s, ack, &[], t).await?;
-        Conn::new(s, key, &ep, slot)
+        Conn::new(s, key, &ep, slot, auth)
     }
     .await;
     let replaced = {
@@ -204,24 +212,41 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream, slot: ConnSlot) -
 
 fn fail_pending(ep: &EpShared, p: &mut PeerState, err: Error) {
     for f in p.pending.drain(..) {
-        if f.credit {
-            ep.tx.release(1);
-        }
-        fail_frame_done(f, err);
+        fail_frame(ep, f, err);
     }
 }
 
+fn fail_frame(ep: &EpShared, f: TxFrame, err: Error) {
+    if f.credit {
+        ep.tx.release(1);
+    }
+    fail_frame_done(f, err);
+}
+
 /// RDM send: over the peer's connection, or queued while one is made.
-pub fn rdm_send(ep: &Arc<EpShared>, dest: SocketAddr, frame: TxFrame) {
+/// A frame for the peer under another key than its connection (or the
+/// connection being made) proves fails with `KeyRejected`.
+pub fn rdm_send(ep: &Arc<EpShared>, dest: Source, frame: TxFrame) {
     let mut peers = lock(&ep.peers);
-    let p = peers.entry(dest).or_default();
+    let p = peers.entry(dest.addr).or_default();
     if let Some(c) = p.conn.as_ref().filter(|c| !c.is_dead()) {
         let c = c.clone();
         drop(peers);
+        if c.auth.av_key != dest.key {
+            fail_frame(ep, frame, Error::KeyRejected);
+            return;
+        }
         c.send(frame);
         return;
     }
     p.conn = None;
+    if p.pending.is_empty() && !p.connecting {
+        p.want = dest.key;
+    } else if p.want != dest.key {
+        drop(peers);
+        fail_frame(ep, frame, Error::KeyRejected);
+        return;
+    }
     p.pending.push(frame);
     if !p.connecting && !p.accepting {
         p.connecting = true;
@@ -230,9 +255,11 @@ pub fn rdm_send(ep: &Arc<EpShared>, dest: SocketAddr, frame: TxFrame) {
     }
 }
 
-async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
+async fn rdm_connect(ep: Arc<EpShared>, to: Source) {
     let t = ep.limits.handshake_timeout;
+    let dest = to.addr;
     let r = async {
+        let auth = ep.keys.for_dest(to.key)?;
         let slot = ConnSlot::take(&ep.conn_count);
         let mut s = tokio::time::timeout(t, TcpStream::connect(dest))
             .await
@@ -241,12 +268,14 @@ async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
         // Remembered until the peer has answered: it may ask us to
         // confirm the claim meanwhile.
         let claim = OpenClaim::new(&ep, dest)?;
-        let kind = match ep.auth {
-            Some(_) => FrameKind::KeyedHello,
-            None => FrameKind::Hello,
-        };
-        write_frame(&mut s, Header::new(kind), &claim.hello(), t).await?;
-        if let Some(k) = &ep.auth {
+        match &auth.key {
+            Some(k) => {
+                let hello = encode_keyed_hello(&claim.claim(), &k.selector(&claim.nonce())?);
+                write_frame(&mut s, Header::new(FrameKind::KeyedHello), &hello, t).await?;
+            }
+            None => write_frame(&mut s, Header::new(FrameKind::Hello), &claim.hello(), t).await?,
+        }
+        if let Some(k) = &auth.key {
             let (nonce, me) = (claim.nonce(), ep.local);
             let proof = crate::keyproof::connect(
                 &mut s,
@@ -263,7 +292,7 @@ async fn rdm_connect(ep: Arc<EpShared>, dest: SocketAddr) {
         let (h, _) = read_frame(&mut s, FrameKind::HelloAck, t).await?;
         drop(claim);
         match h.data {
-            0 => Ok(Some(Conn::new(s, dest, &ep, slot)?)),
+            0 => Ok(Some(Conn::new(s, dest, &ep, slot, auth)?)),
             c if c == Error::Already.code() as u64 => Ok(None),
             c => Err(i32::try_from(c)
                 .ok()
@@ -328,6 +357,8 @@ pub struct PendingConn {
     stream: Mutex<Option<TcpStream>>,
     pub peer: SocketAddr,
     pub local: SocketAddr,
+    /// What the connector proved to the listener.
+    auth: ConnAuth,
     _slot: ConnSlot,
 }
 
@@ -359,11 +390,12 @@ pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Resul
             .await
             .map_err(|_| Error::TimedOut)??;
         crate::conn::mark(&s, ep.dscp)?;
-        match &ep.auth {
+        let auth = ep.keys.for_dest(None)?;
+        match &auth.key {
             None => write_frame(&mut s, Header::new(FrameKind::ConnReq), &cm, t).await?,
             Some(k) => {
                 let nonce = fresh_nonce()?;
-                let req = weft_core::wire::auth::encode_conn_req(&nonce, &cm);
+                let req = encode_conn_req(&nonce, &k.selector(&nonce)?, &cm);
                 write_frame(&mut s, Header::new(FrameKind::KeyedConnReq), &req, t).await?;
                 let me = s.local_addr()?;
                 let proof = crate::keyproof::connect(
@@ -380,18 +412,18 @@ pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Resul
             }
         }
         let (h, peer_cm) = read_frame(&mut s, FrameKind::ConnResp, t).await?;
-        Ok((s, h.data, peer_cm))
+        Ok((s, h.data, peer_cm, auth))
     }
     .await;
     match r {
-        Ok((s, 0, peer_cm)) => {
-            let conn = Conn::new(s, addr, &ep, ConnSlot::take(&ep.conn_count))?;
+        Ok((s, 0, peer_cm, auth)) => {
+            let conn = Conn::new(s, addr, &ep, ConnSlot::take(&ep.conn_count), auth)?;
             *lock(&ep.msg_conn) = Some(conn.clone());
             ep.add_conn(&conn);
             ep.cfg.eq_connected(peer_cm.clone());
             Ok(peer_cm)
         }
-        Ok((_, code, data)) => {
+        Ok((_, code, data, _)) => {
             // A listener that did not take our key (or our lack of one)
             // says so; every other refusal is the application's reject.
             let e = match code {
@@ -418,7 +450,13 @@ pub async fn msg_accept(ep: Arc<EpShared>, cm: Vec<u8>) -> Result<()> {
     let mut s = pc.take()?;
     let t = ep.limits.handshake_timeout;
     write_frame(&mut s, Header::new(FrameKind::ConnResp), &cm, t).await?;
-    let conn = Conn::new(s, pc.peer, &ep, ConnSlot::take(&ep.conn_count))?;
+    let conn = Conn::new(
+        s,
+        pc.peer,
+        &ep,
+        ConnSlot::take(&ep.conn_count),
+        pc.auth.clone(),
+    )?;
     *lock(&ep.msg_conn) = Some(conn.clone());
     ep.add_conn(&conn);
     ep.cfg.eq_connected(Vec::new());
@@ -455,6 +493,7 @@ impl TcpPassive {
         let local = l.local_addr()?;
         let eq_w: Weak<EqShared> = Arc::downgrade(&eq);
         let pending = Arc::new(AtomicUsize::new(0));
+        let keys = Arc::new(EpKeys::single(auth));
         let t = rt.spawn(async move {
             loop {
                 let (mut s, peer) = match l.accept().await {
@@ -472,7 +511,7 @@ impl TcpPassive {
                     continue;
                 };
                 let eq_w = eq_w.clone();
-                let auth = auth.clone();
+                let keys = keys.clone();
                 tokio::spawn(async move {
                     let t = limits.handshake_timeout;
                     let kinds = [FrameKind::ConnReq, FrameKind::KeyedConnReq];
@@ -485,10 +524,9 @@ impl TcpPassive {
                             return;
                         }
                     };
-                    let proof =
-                        crate::keyproof::accept_msg(&mut s, auth.as_ref(), &h, payload, peer, t);
-                    let cm = match proof.await {
-                        Ok(cm) => cm,
+                    let proof = crate::keyproof::accept_msg(&mut s, &keys, &h, payload, peer, t);
+                    let (cm, auth) = match proof.await {
+                        Ok(r) => r,
                         Err(e) => {
                             let mut no = Header::new(FrameKind::ConnResp);
                             no.data = e.code() as u64;
@@ -506,6 +544,7 @@ impl TcpPassive {
                         stream: Mutex::new(Some(s)),
                         peer,
                         local,
+                        auth,
                         _slot: slot,
                     });
                     let mut ev = EqEvent::new(EqEventKind::ConnReq, fid, context, 0);

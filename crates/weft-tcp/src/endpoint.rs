@@ -32,10 +32,11 @@ use crate::admission::Charge;
 use crate::conn::Conn;
 use crate::driver::{ConnCache, InlineProgress};
 use crate::frame::TxFrame;
+use crate::keys::{EpKeys, Source};
 use crate::parked::Parked;
 use crate::rx::{copy_and_deliver, Arrival, UnexpState, Unexpected};
 
-pub type TcpMatcher = Matcher<RecvReq, Arc<Unexpected>, SocketAddr>;
+pub type TcpMatcher = Matcher<RecvReq, Arc<Unexpected>, Source>;
 
 /// Per-peer state of an RDM endpoint.
 #[derive(Debug, Default)]
@@ -47,6 +48,8 @@ pub struct PeerState {
     pub connecting: bool,
     /// An inbound connection was accepted and is being set up.
     pub accepting: bool,
+    /// The AV key handle `pending` was queued under (`FI_AV_AUTH_KEY`).
+    pub want: Option<FiAddr>,
 }
 
 impl PeerState {
@@ -114,8 +117,8 @@ pub struct EpShared {
     pub claims: Mutex<FastMap<Nonce, SocketAddr>>,
     /// Turns to verify a peer's claim.
     pub verify_turns: tokio::sync::Semaphore,
-    /// The authorization key peers must prove they hold (`keyproof`).
-    pub auth: Option<weft_core::auth::AuthKey>,
+    /// The authorization keys peers must prove they hold (`keyproof`).
+    pub keys: EpKeys,
 }
 
 impl weft_core::recv_completion::RecvCtx for EpShared {
@@ -136,10 +139,7 @@ impl EpShared {
     pub fn new(cfg: EpConfig, local: SocketAddr, rt: Handle) -> Result<Arc<EpShared>> {
         let info = &cfg.info;
         let dscp = weft_core::tclass::to_dscp(info.tx_attr.tclass)?;
-        let auth = weft_core::auth::effective_key(
-            info.ep_attr.auth_key.as_deref(),
-            info.domain_attr.auth_key.as_deref(),
-        )?;
+        let keys = EpKeys::for_endpoint(info, cfg.av.as_ref())?;
         let buffered_limit = info.rx_attr.total_buffered_recv.max(1);
         let ep_type = info.ep_attr.ep_type;
         let max_msg = info.ep_attr.max_msg_size;
@@ -187,7 +187,7 @@ impl EpShared {
             inline_idle: Notify::new(),
             claims: Mutex::new(fast_map()),
             verify_turns: tokio::sync::Semaphore::new(crate::verify::MAX_VERIFYING),
-            auth,
+            keys,
             cfg,
         }))
     }
@@ -196,11 +196,12 @@ impl EpShared {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// The AV handle of a peer identity, `FI_ADDR_NOTAVAIL` if not inserted.
-    pub fn resolve_src(&self, key: &SocketAddr) -> FiAddr {
+    /// The AV handle of a peer identity (its address, under the key its
+    /// connection proved), `FI_ADDR_NOTAVAIL` if not inserted.
+    pub fn resolve_src(&self, src: &Source) -> FiAddr {
         match &self.cfg.av {
             Some(av) => lock(av)
-                .find(&sockaddr_bytes(key))
+                .find_keyed(&sockaddr_bytes(&src.addr), src.key)
                 .unwrap_or(FI_ADDR_NOTAVAIL),
             None => FI_ADDR_NOTAVAIL,
         }
@@ -208,11 +209,7 @@ impl EpShared {
 
     /// [`resolve_src`](Self::resolve_src) for a connection's arrivals:
     /// `cache` keeps the answer until the AV changes.
-    pub fn resolve_src_cached(
-        &self,
-        key: &SocketAddr,
-        cache: &mut Option<(u64, FiAddr)>,
-    ) -> FiAddr {
+    pub fn resolve_src_cached(&self, src: &Source, cache: &mut Option<(u64, FiAddr)>) -> FiAddr {
         let Some(av) = &self.cfg.av else {
             return FI_ADDR_NOTAVAIL;
         };
@@ -223,7 +220,9 @@ impl EpShared {
                 return a;
             }
         }
-        let a = av.find(&sockaddr_bytes(key)).unwrap_or(FI_ADDR_NOTAVAIL);
+        let a = av
+            .find_keyed(&sockaddr_bytes(&src.addr), src.key)
+            .unwrap_or(FI_ADDR_NOTAVAIL);
         *cache = Some((v, a));
         a
     }
@@ -283,7 +282,7 @@ impl EpShared {
             }),
             _charge: Charge::new(self, &conn.charged, charge),
         });
-        m.push_unexpected(conn.peer_key, info, u.clone());
+        m.push_unexpected(conn.source(), info, u.clone());
         Some(Arrival::Unexpected(u))
     }
 
@@ -450,7 +449,7 @@ impl EpShared {
     /// the connection.
     pub(crate) fn route(&self, dest: FiAddr) -> Result<Route> {
         if self.ep_type == EpType::Rdm {
-            self.dest_sockaddr(dest).map(Route::Peer)
+            self.dest_source(dest).map(Route::Peer)
         } else {
             lock(&self.msg_conn)
                 .clone()
@@ -467,12 +466,18 @@ impl EpShared {
         }
     }
 
-    fn dest_sockaddr(&self, dest: FiAddr) -> Result<SocketAddr> {
+    /// The peer an RDM handle names: its address and the key it was
+    /// inserted under. A key this endpoint cannot prove is `NoKey`.
+    fn dest_source(&self, dest: FiAddr) -> Result<Source> {
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
         // `lookup` ignores the receive-context bits of the handle.
         let t = lock(av);
         let bytes = t.lookup(dest).map_err(|_| Error::AddrNotAvail)?;
-        decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)
+        let addr = decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)?;
+        let key = t.entry_key(dest).map_err(|_| Error::AddrNotAvail)?;
+        drop(t);
+        self.keys.for_dest(key)?;
+        Ok(Source { addr, key })
     }
 
     pub(crate) fn recv(
@@ -480,7 +485,7 @@ impl EpShared {
         req: RecvReq,
     ) -> std::result::Result<(), Rejected<RecvReq>> {
         let spec = spec_of(&req);
-        let resolve = |s: &SocketAddr| self.resolve_src(s);
+        let resolve = |s: &Source| self.resolve_src(s);
         if req.flags.contains(OpFlags::PEEK) {
             let r = lock(&self.matcher).peek(&spec, req.flags, &resolve);
             match r {
@@ -534,7 +539,7 @@ impl EpShared {
 
     fn place(&self, req: RecvReq, front: bool) {
         let spec = spec_of(&req);
-        let resolve = |s: &SocketAddr| self.resolve_src(s);
+        let resolve = |s: &Source| self.resolve_src(s);
         let out = {
             let mut m = lock(&self.matcher);
             if front {
@@ -576,7 +581,7 @@ pub fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut FastMap<K, V>) {
 /// Where a send goes.
 pub(crate) enum Route {
     /// An RDM peer, connected on first use.
-    Peer(SocketAddr),
+    Peer(Source),
     /// A MSG endpoint's connection.
     Conn(Arc<Conn>),
 }
@@ -755,6 +760,8 @@ impl ProviderEndpoint for TcpEndpoint {
         // A parked busy-poll thread sees the close now, not when the hold ends.
         ep.hold.waiter_idle();
         crate::connect::stop_listener(ep);
+        // The AV's keys may be removed once no open endpoint holds them.
+        ep.keys.release();
     }
 }
 

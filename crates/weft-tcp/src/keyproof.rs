@@ -20,13 +20,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
-use weft_core::auth::{AuthKey, ConnKind, Role, Transcript};
+use weft_core::auth::{AuthKey, ConnKind, Role, Selector, Transcript};
 use weft_core::wire::auth::{decode_conn_req, decode_proof, Challenge};
 use weft_core::wire::claim::{fresh_nonce, Nonce};
 use weft_core::wire::{FrameKind, Header};
 use weft_core::{Error, Result};
 
 use crate::frame::{read_frame, read_frame_of, write_frame};
+use crate::keys::{ConnAuth, EpKeys};
 
 /// What a failed proof is called: `TimedOut` if time ran out, else
 /// `KeyRejected` (a peer that closed, sent garbage or the wrong MAC has
@@ -38,69 +39,85 @@ fn refusal(e: Error) -> Error {
     }
 }
 
-/// Acceptor: whether the connector that opened with `opening` may go on.
-/// `auth` is this endpoint's key; `keyed_peer` whether the opening frame
-/// was the keyed kind; `nonce` the connector's nonce in it; `connector`
-/// the connector's address for the transcript. Sends `KeyChallenge` and
-/// checks the `KeyProof` when both sides hold a key.
+/// Acceptor: whether the connector may go on, and what the connection
+/// proves. `opening` is the connector's nonce and key selector if its
+/// opening frame was the keyed kind, `None` if it was not; `connector`
+/// its address for the transcript. A selector naming no key this
+/// endpoint holds, a keyed connector of an unkeyed endpoint and the
+/// reverse are refused before anything is proven. Otherwise sends
+/// `KeyChallenge` and checks the `KeyProof`.
 pub async fn accept(
     s: &mut TcpStream,
-    auth: Option<&AuthKey>,
-    keyed_peer: bool,
+    keys: &EpKeys,
+    opening: Option<(Nonce, Selector)>,
+    kind: ConnKind,
+    connector: SocketAddr,
+    t: Duration,
+) -> Result<ConnAuth> {
+    let Some((nonce, sel)) = opening else {
+        return if keys.keyed() {
+            Err(Error::KeyRejected)
+        } else {
+            Ok(ConnAuth::default())
+        };
+    };
+    let auth = keys.for_selector(&nonce, &sel).ok_or(Error::KeyRejected)?;
+    let key = auth.key.as_ref().ok_or(Error::KeyRejected)?;
+    prove(s, key, kind, nonce, connector, t)
+        .await
+        .map_err(refusal)?;
+    Ok(auth)
+}
+
+/// The acceptor's half of the proof with `key`.
+async fn prove(
+    s: &mut TcpStream,
+    key: &AuthKey,
     kind: ConnKind,
     nonce: Nonce,
     connector: SocketAddr,
     t: Duration,
 ) -> Result<()> {
-    let key = match (auth, keyed_peer) {
-        (None, false) => return Ok(()),
-        (Some(k), true) => k,
-        _ => return Err(Error::KeyRejected),
+    let tr = Transcript {
+        kind,
+        connector_nonce: nonce,
+        acceptor_nonce: fresh_nonce()?,
+        connector,
+        acceptor: s.local_addr()?,
     };
-    let r = async {
-        let tr = Transcript {
-            kind,
-            connector_nonce: nonce,
-            acceptor_nonce: fresh_nonce()?,
-            connector,
-            acceptor: s.local_addr()?,
-        };
-        let challenge = Challenge {
-            nonce: tr.acceptor_nonce,
-            mac: key.prove(&tr, Role::Acceptor)?,
-        };
-        write_frame(
-            s,
-            Header::new(FrameKind::KeyChallenge),
-            &challenge.encode(),
-            t,
-        )
-        .await?;
-        let (h, p) = read_frame(s, FrameKind::KeyProof, t).await?;
-        key.verify(&tr, Role::Connector, &decode_proof(h.data, &p)?)
-    }
-    .await;
-    r.map_err(refusal)
+    let challenge = Challenge {
+        nonce: tr.acceptor_nonce,
+        mac: key.prove(&tr, Role::Acceptor)?,
+    };
+    write_frame(
+        s,
+        Header::new(FrameKind::KeyChallenge),
+        &challenge.encode(),
+        t,
+    )
+    .await?;
+    let (h, p) = read_frame(s, FrameKind::KeyProof, t).await?;
+    key.verify(&tr, Role::Connector, &decode_proof(h.data, &p)?)
 }
 
 /// Acceptor of MSG connections: the CM data of a `ConnReq` or
-/// `KeyedConnReq` (`opening`, `payload`) once the key proof, if any,
-/// succeeded. `peer` is the connector's end of the stream.
+/// `KeyedConnReq` (`opening`, `payload`) and what the connection proved,
+/// once the key proof, if any, succeeded. `peer` is the connector's end of the stream.
 pub async fn accept_msg(
     s: &mut TcpStream,
-    auth: Option<&AuthKey>,
+    keys: &EpKeys,
     opening: &Header,
     payload: Vec<u8>,
     peer: SocketAddr,
     t: Duration,
-) -> Result<Vec<u8>> {
+) -> Result<(Vec<u8>, ConnAuth)> {
     if opening.kind != Some(FrameKind::KeyedConnReq) {
-        accept(s, auth, false, ConnKind::Msg, [0; 16], peer, t).await?;
-        return Ok(payload);
+        let auth = accept(s, keys, None, ConnKind::Msg, peer, t).await?;
+        return Ok((payload, auth));
     }
-    let (nonce, cm) = decode_conn_req(&payload)?;
-    accept(s, auth, true, ConnKind::Msg, nonce, peer, t).await?;
-    Ok(cm.to_vec())
+    let (nonce, sel, cm) = decode_conn_req(&payload)?;
+    let auth = accept(s, keys, Some((nonce, sel)), ConnKind::Msg, peer, t).await?;
+    Ok((cm.to_vec(), auth))
 }
 
 /// Connector: after sending the keyed opening frame with `nonce`, checks

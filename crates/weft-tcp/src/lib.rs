@@ -23,6 +23,7 @@ mod driver;
 mod endpoint;
 mod frame;
 mod keyproof;
+mod keys;
 mod mr;
 mod parked;
 mod returned;
@@ -161,9 +162,10 @@ fn offer(ep_type: EpType) -> Info {
             max_ep_srx_ctx: 0,
             mr_iov_limit: IOV_LIMIT,
             mr_cnt: mr::MR_CNT,
-            // One key per endpoint, proven at connection set-up: see
-            // docs/design.md, "Authorization keys".
-            max_ep_auth_key: 1,
+            // Proven at connection set-up (docs/design.md,
+            // "Authorization keys"): one key, or on an `FI_AV_AUTH_KEY`
+            // domain every key of the AV when the endpoint is enabled.
+            max_ep_auth_key: weft_core::av::MAX_AV_AUTH_KEYS,
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
+use weft_core::auth::AuthKey;
 use weft_core::flags::MrAccess;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::provider::{MrMemory, MrRequest, ProviderDomain, ProviderMr, Rejected};
@@ -48,6 +49,7 @@ impl ProviderDomain for TcpDomain {
             access,
             requested_key,
             flags,
+            auth_key,
         } = req;
         let (store, buffers) = match memory {
             MrMemory::Alloc(len) => match zeroed(len) {
@@ -60,6 +62,7 @@ impl ProviderDomain for TcpDomain {
                             access,
                             requested_key,
                             flags,
+                            auth_key,
                         },
                     })
                 }
@@ -76,6 +79,7 @@ impl ProviderDomain for TcpDomain {
             len,
             access,
             open: AtomicBool::new(true),
+            auth: auth_key.clone(),
         });
         match self.regions.insert(requested_key, &region) {
             Ok(()) => Ok(Arc::new(TcpMr {
@@ -97,6 +101,7 @@ impl ProviderDomain for TcpDomain {
                         access,
                         requested_key,
                         flags,
+                        auth_key,
                     },
                 })
             }
@@ -239,14 +244,27 @@ pub struct Region {
     /// Cleared, under the memory's lock, when the region is closed: a
     /// peer's access either finished before `close` returned or finds it.
     open: AtomicBool,
+    /// The key a connection must have proven to reach the region.
+    auth: Option<AuthKey>,
 }
 
 impl Region {
     /// Where a peer's access of `len` bytes at `addr` falls, if this
     /// region allows it (`need` is `REMOTE_READ` or `REMOTE_WRITE`).
     /// Every refusal is `Access`: a peer learns nothing more from it.
-    pub fn check(&self, addr: u64, len: u64, need: MrAccess) -> Result<usize> {
+    /// `proven` is the key the peer's connection proved: a region with a
+    /// key of its own takes only connections that proved that one.
+    pub fn check(
+        &self,
+        addr: u64,
+        len: u64,
+        need: MrAccess,
+        proven: Option<&AuthKey>,
+    ) -> Result<usize> {
         if !self.access.contains(need) || !self.open.load(Ordering::Acquire) {
+            return Err(Error::Access);
+        }
+        if self.auth.is_some() && self.auth.as_ref() != proven {
             return Err(Error::Access);
         }
         range_in(0, self.len, addr, len).ok_or(Error::Access)
@@ -400,6 +418,8 @@ impl ProviderMr for TcpMr {
             len,
             access,
             open: AtomicBool::new(true),
+            // The memory's key goes with it into every sub-region.
+            auth: self.region.auth.clone(),
         });
         self.regions.insert(requested_key, &region)?;
         Ok(Arc::new(TcpMr {
@@ -443,6 +463,7 @@ mod tests {
             access,
             requested_key: key,
             flags: MrRegFlags::empty(),
+            auth_key: None,
         }
     }
 
@@ -480,21 +501,33 @@ mod tests {
             .unwrap();
         assert_eq!(mr.len(), 10);
         let r = d.regions.get(1).unwrap();
-        let off = r.check(3, 5, MrAccess::REMOTE_WRITE).unwrap();
+        let off = r.check(3, 5, MrAccess::REMOTE_WRITE, None).unwrap();
         r.put(off, b"abcde").unwrap();
         let mut all = [0u8; 10];
         mr.read_at(0, &mut all).unwrap();
         assert_eq!(&all, b"012abcde89");
-        assert_eq!(r.check(0, 1, MrAccess::REMOTE_READ), Err(Error::Access));
-        assert_eq!(r.check(6, 5, MrAccess::REMOTE_WRITE), Err(Error::Access));
+        assert_eq!(
+            r.check(0, 1, MrAccess::REMOTE_READ, None),
+            Err(Error::Access)
+        );
+        assert_eq!(
+            r.check(6, 5, MrAccess::REMOTE_WRITE, None),
+            Err(Error::Access)
+        );
         let sub = mr.sub_region(2, 6, MrAccess::REMOTE_READ, 2).unwrap();
         let s = d.regions.get(2).unwrap();
         let mut got = [0u8; 6];
-        s.get(s.check(0, 6, MrAccess::REMOTE_READ).unwrap(), &mut got)
-            .unwrap();
+        s.get(
+            s.check(0, 6, MrAccess::REMOTE_READ, None).unwrap(),
+            &mut got,
+        )
+        .unwrap();
         assert_eq!(&got, b"2abcde");
         sub.close();
-        assert_eq!(s.check(0, 1, MrAccess::REMOTE_READ), Err(Error::Access));
+        assert_eq!(
+            s.check(0, 1, MrAccess::REMOTE_READ, None),
+            Err(Error::Access)
+        );
         let back = mr.take_buffers().unwrap();
         assert_eq!((&back[1][..], &back[2][..]), (&b"bc"[..], &b"de89"[..]));
         assert_eq!(r.put(0, b"x"), Err(Error::Access), "closed");

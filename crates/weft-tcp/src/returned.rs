@@ -19,6 +19,7 @@ use weft_core::sync::lock;
 
 use crate::admission::Charge;
 use crate::endpoint::EpShared;
+use crate::keys::Source;
 use crate::rx::{copy_and_deliver, UnexpState, Unexpected};
 
 impl EpShared {
@@ -58,8 +59,8 @@ impl EpShared {
     /// The matcher's raw identity of the sender with AV handle `src`: its
     /// address, or an unspecified one that resolves to no handle when the
     /// sender was unknown at arrival.
-    fn source_key(&self, src: FiAddr) -> SocketAddr {
-        let unknown = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+    fn source_key(&self, src: FiAddr) -> Source {
+        let unknown = Source::plain(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
         if src == FI_ADDR_NOTAVAIL {
             return unknown;
         }
@@ -67,9 +68,12 @@ impl EpShared {
             return unknown;
         };
         let t = lock(av);
-        t.lookup(src)
-            .ok()
-            .and_then(|b| decode_sockaddr(b).ok())
-            .unwrap_or(unknown)
+        let Some(addr) = t.lookup(src).ok().and_then(|b| decode_sockaddr(b).ok()) else {
+            return unknown;
+        };
+        Source {
+            addr,
+            key: t.entry_key(src).ok().flatten(),
+        }
     }
 }

@@ -223,8 +223,8 @@ pub enum WriteSink {
 
 impl WriteSink {
     /// The target's checks of a write of `len` bytes at `t`.
-    pub fn open(ep: &EpShared, t: Target, len: usize) -> WriteSink {
-        match lookup(ep, t, len as u64, MrAccess::REMOTE_WRITE) {
+    pub fn open(ep: &EpShared, conn: &Conn, t: Target, len: usize) -> WriteSink {
+        match lookup(ep, conn, t, len as u64, MrAccess::REMOTE_WRITE) {
             Ok((region, off)) => WriteSink::Region { region, off },
             Err(e) => WriteSink::Refused(e),
         }
@@ -255,7 +255,7 @@ impl WriteSink {
                     bufs: Vec::new(),
                     data: hdr.data,
                     tag: 0,
-                    src: ep.reported_addr(ep.resolve_src(&conn.peer_key)),
+                    src: ep.reported_addr(ep.resolve_src(&conn.source())),
                 }));
             }
         }
@@ -265,13 +265,19 @@ impl WriteSink {
 
 /// The region under `t.key` and the offset of `len` bytes at `t.addr` in
 /// it, if it allows `need`.
-fn lookup(ep: &EpShared, t: Target, len: u64, need: MrAccess) -> Result<(Arc<Region>, usize)> {
+fn lookup(
+    ep: &EpShared,
+    conn: &Conn,
+    t: Target,
+    len: u64,
+    need: MrAccess,
+) -> Result<(Arc<Region>, usize)> {
     let region = ep
         .regions
         .as_ref()
         .and_then(|r| r.get(t.key))
         .ok_or(Error::Access)?;
-    let off = region.check(t.addr, len, need)?;
+    let off = region.check(t.addr, len, need, conn.auth.key.as_ref())?;
     Ok((region, off))
 }
 
@@ -291,7 +297,7 @@ pub fn read_request(conn: &Arc<Conn>, ep: &EpShared, hdr: &Header, rr: ReadReq) 
     let checked = if rr.len > ep.max_msg as u64 {
         Err(Error::MsgSize)
     } else {
-        lookup(ep, rr.target, rr.len, MrAccess::REMOTE_READ)
+        lookup(ep, conn, rr.target, rr.len, MrAccess::REMOTE_READ)
     };
     match checked {
         Ok((region, off)) => Some(ReadJob {

@@ -458,7 +458,7 @@ impl RxMachine {
         match kind {
             FrameKind::Msg | FrameKind::Tagged => {
                 let info = MsgInfo {
-                    src: ep.resolve_src_cached(&conn.peer_key, &mut self.src),
+                    src: ep.resolve_src_cached(&conn.source(), &mut self.src),
                     tagged: kind == FrameKind::Tagged,
                     tag: hdr.tag,
                     len: hdr.len as usize,
@@ -507,7 +507,7 @@ impl RxMachine {
                 };
                 self.start += TARGET_LEN;
                 let len = (hdr.len as usize).saturating_sub(TARGET_LEN);
-                let sink = Sink::Write(WriteSink::open(ep, t, len));
+                let sink = Sink::Write(WriteSink::open(ep, conn, t, len));
                 self.payload(conn, ep, hdr, len, sink);
                 None
             }

@@ -66,6 +66,7 @@ async fn rig(budget: usize) -> Rig {
         "127.0.0.2:9".parse().unwrap(),
         &ep,
         ConnSlot::take(&ep.conn_count),
+        crate::keys::ConnAuth::default(),
     )
     .unwrap();
     let cq = CqShared::new(2, CqFormat::Tagged, WaitMode::Interrupt, 64);

@@ -53,13 +53,17 @@ impl OpenClaim {
         self.nonce
     }
 
-    /// The `Hello` payload.
-    pub fn hello(&self) -> Vec<u8> {
+    /// The claim: this endpoint's address and the nonce.
+    pub fn claim(&self) -> Claim {
         Claim {
             addr: self.ep.local,
             nonce: self.nonce,
         }
-        .encode()
+    }
+
+    /// The `Hello` payload.
+    pub fn hello(&self) -> Vec<u8> {
+        self.claim().encode()
     }
 }
 

@@ -210,6 +210,10 @@ impl AddressVector {
     ) -> Result<Insert> {
         let eq = self.event_eq(flags)?;
         let info = &self.inner.domain.inner.info;
+        if user_ids.is_some() && info.domain_attr.av_auth_key {
+            // fi_av(3): such domains take ids through `set_user_id`.
+            return Err(Error::Inval);
+        }
         let converted: Vec<Vec<u8>>;
         let addrs = if crate::addrfmt::is_str(info) {
             // A string that does not parse stays as it is, so that its
@@ -404,6 +408,125 @@ impl AddressVector {
         Insert {
             state: InsertState::Pending(rx),
         }
+    }
+
+    /// Whether the domain keeps its authorization keys in AVs
+    /// (`FI_AV_AUTH_KEY`); `Inval` otherwise.
+    fn check_av_keys(&self) -> Result<()> {
+        if self.inner.domain.inner.info.domain_attr.av_auth_key {
+            Ok(())
+        } else {
+            Err(Error::Inval)
+        }
+    }
+
+    /// `fi_av_insert_auth_key`: stores an authorization key (1 ..= 64
+    /// bytes, else `Inval`) and returns its key handle, for
+    /// [`insert_with_auth_key`](Self::insert_with_auth_key), directed
+    /// receives and memory regions (`docs/design.md`, "Authorization
+    /// keys"). Endpoints enabled later hold every key present then. Only
+    /// on a domain opened with `domain_attr.av_auth_key`, else `Inval`;
+    /// `NoSpc` after [`MAX_AV_AUTH_KEYS`](weft_core::av::MAX_AV_AUTH_KEYS)
+    /// keys.
+    pub fn insert_auth_key(&self, key: &[u8]) -> Result<FiAddr> {
+        self.check_av_keys()?;
+        lock(&self.inner.table).keys_mut().insert(key)
+    }
+
+    /// `fi_av_lookup_auth_key`: the key of a key handle (`flags` =
+    /// `AUTH_KEY`) or of the key an address entry was inserted under
+    /// (`flags` empty; `NoKey` for an entry inserted under none).
+    /// Unknown handles are `Inval`, other flags `BadFlags`.
+    pub fn lookup_auth_key(&self, fi_addr: FiAddr, flags: AvFlags) -> Result<Vec<u8>> {
+        self.check_av_keys()?;
+        let t = lock(&self.inner.table);
+        let handle = if flags == AvFlags::AUTH_KEY {
+            fi_addr
+        } else if flags.is_empty() {
+            t.entry_key(fi_addr)?.ok_or(Error::NoKey)?
+        } else {
+            return Err(Error::BadFlags);
+        };
+        Ok(t.keys().get(handle)?.as_bytes().to_vec())
+    }
+
+    /// [`lookup_auth_key`](Self::lookup_auth_key) into `buf`: returns the
+    /// key's full size (larger than `buf.len()` means truncated).
+    pub fn lookup_auth_key_into(
+        &self,
+        fi_addr: FiAddr,
+        flags: AvFlags,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        let k = self.lookup_auth_key(fi_addr, flags)?;
+        Ok(core_av::copy_truncated(&k, buf))
+    }
+
+    /// `fi_av_insert` with `FI_AUTH_KEY`: the addresses are reachable, and
+    /// known as sources, only through connections that proved the key of
+    /// handle `key`. Flags and events as for [`insert`](Self::insert);
+    /// per-insert user ids are `Inval` on these domains (fi_av(3)), as is
+    /// a `key` that is not a live key handle.
+    pub fn insert_with_auth_key(
+        &self,
+        addrs: &[Vec<u8>],
+        key: FiAddr,
+        flags: AvFlags,
+        context: u64,
+    ) -> Result<Insert> {
+        self.check_av_keys()?;
+        if flags.contains(AvFlags::AV_USER_ID) {
+            return Err(Error::Inval);
+        }
+        lock(&self.inner.table).keys().get(key)?;
+        let flags = flags - AvFlags::AUTH_KEY;
+        let insert = self.insert_inner(addrs, None, flags, context)?;
+        let Some(mut report) = insert.now() else {
+            // Only name resolution defers an insert, and the domains
+            // that resolve (verbs DGRAM) take no keys.
+            return Err(Error::OpNotSupp);
+        };
+        let mut t = lock(&self.inner.table);
+        for r in &mut report.results {
+            if let Ok(h) = *r {
+                if let Err(e) = t.associate(h, key) {
+                    // The key went away between the two locks: the entry
+                    // must not stay reachable under no key.
+                    let _ = t.remove(h);
+                    *r = Err(e);
+                }
+            }
+        }
+        drop(t);
+        Ok(Insert {
+            state: InsertState::Ready(Some(InsertReport::new(
+                report.results,
+                report.status.is_some(),
+            ))),
+        })
+    }
+
+    /// `fi_av_remove` with `FI_AUTH_KEY`: removes keys. `Busy` while an
+    /// enabled endpoint or a memory region holds one (nothing after it is
+    /// removed), `Inval` for a handle that is not a live key.
+    pub fn remove_auth_keys(&self, keys: &[FiAddr]) -> Result<()> {
+        self.check_av_keys()?;
+        let mut t = lock(&self.inner.table);
+        for &k in keys {
+            t.keys_mut().remove(k)?;
+        }
+        Ok(())
+    }
+
+    /// `fi_av_set_user_id` with `FI_AUTH_KEY`: what `FI_EADDRNOTAVAIL`
+    /// errors (`FI_SOURCE_ERR`) report for a source that proved this key
+    /// but is not in the AV, on an AV opened with `FI_AV_USER_ID`.
+    pub fn set_auth_key_user_id(&self, key: FiAddr, user_id: u64) -> Result<()> {
+        self.check_av_keys()?;
+        if !self.inner.open_flags.contains(AvFlags::AV_USER_ID) {
+            return Err(Error::Inval);
+        }
+        lock(&self.inner.table).keys_mut().set_user_id(key, user_id)
     }
 
     /// `fi_av_remove`: every handle must be live (else `Inval`, and

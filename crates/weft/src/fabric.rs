@@ -152,6 +152,16 @@ impl Fabric {
             return Err(Error::Inval);
         }
         check_keys(self.prov(), None, info.domain_attr.auth_key.as_deref())?;
+        if info.domain_attr.av_auth_key {
+            // The AV holds the keys; a domain key besides them would be a
+            // second, contradictory default.
+            if info.domain_attr.auth_key.is_some() {
+                return Err(Error::Inval);
+            }
+            if !self.prov().auth_keys() {
+                return Err(Error::OpNotSupp);
+            }
+        }
         let _span = tracing::debug_span!("domain_open", provider = p).entered();
         let prov = {
             let _rt = self.inner.rt.enter();

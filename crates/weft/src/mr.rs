@@ -29,6 +29,7 @@ pub struct MrAttr<'a> {
     requested_key: u64,
     offset: u64,
     flags: MrRegFlags,
+    auth_key: Option<Vec<u8>>,
 }
 
 #[derive(Debug)]
@@ -74,7 +75,23 @@ impl<'a> MrAttr<'a> {
             requested_key: 0,
             offset: 0,
             flags: MrRegFlags::empty(),
+            auth_key: None,
         }
+    }
+
+    /// `fi_mr_attr::auth_key`: only peers whose connection proved this
+    /// key (1 ..= 64 bytes, else `Inval`) may read, write or atomically
+    /// update the region; others get `FI_EACCES`, as for a key that does
+    /// not exist. Without it the region takes the domain's
+    /// `domain_attr.auth_key`, and without that any peer the endpoint
+    /// accepted. On an `FI_AV_AUTH_KEY` domain, pass the bytes of an AV
+    /// key ([`AddressVector::lookup_auth_key`](crate::AddressVector::lookup_auth_key)).
+    /// Providers that do not enforce keys (verbs) refuse it
+    /// (`OpNotSupp`). Sub-regions keep their base's key (`BadFlags` if
+    /// one is given).
+    pub fn auth_key(mut self, key: &[u8]) -> MrAttr<'a> {
+        self.auth_key = Some(key.to_vec());
+        self
     }
 
     /// The key to use, for domains without `FI_MR_PROV_KEY` (others
@@ -199,11 +216,27 @@ impl Domain {
             Source::Buffers(b) => MrMemory::Buffers(b),
         };
         let owns_buffers = matches!(memory, MrMemory::Buffers(_));
+        let auth_key = attr
+            .auth_key
+            .as_deref()
+            .or(self.info().domain_attr.auth_key.as_deref())
+            .map(weft_core::auth::AuthKey::new)
+            .transpose();
+        let auth_key = match auth_key {
+            Ok(k) => k,
+            Err(error) => {
+                return Err(RegError {
+                    error,
+                    buffers: memory.into_buffers(),
+                })
+            }
+        };
         let req = MrRequest {
             memory,
             access,
             requested_key: attr.requested_key,
             flags: attr.flags,
+            auth_key,
         };
         let Some(prov) = self.inner.prov.as_ref() else {
             return Err(RegError {
@@ -233,6 +266,15 @@ impl Domain {
             return Err(Error::Inval);
         }
         let info = self.info();
+        if let Some(k) = &attr.auth_key {
+            weft_core::auth::check_key(k)?;
+            if matches!(attr.memory, Source::Sub { .. }) {
+                return Err(Error::BadFlags);
+            }
+            if !self.fabric().prov().auth_keys() {
+                return Err(Error::OpNotSupp);
+            }
+        }
         let caps = info.caps;
         let needs = [
             (MrRegFlags::RMA_EVENT, Caps::RMA_EVENT),

@@ -13,12 +13,14 @@
 //! `fi_av_straddr`, insert flag checks, the EQ events of an `FI_EVENT` insert
 //! and the expansion of `fi_av_insertsym`.
 
+pub mod auth_keys;
 mod index;
 mod sym;
 mod table;
 #[cfg(test)]
 mod tests;
 
+pub use auth_keys::{AuthKeyTable, MAX_AV_AUTH_KEYS};
 pub use sym::expand_insertsym;
 pub use table::AvTable;
 

@@ -4,6 +4,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt;
 
+use super::auth_keys::AuthKeyTable;
 use super::index::{AddrIndex, MAX_SLOT};
 use super::{low_mask, split_rx_addr, AvAttr, MAX_RX_CTX_BITS};
 use crate::{addr::FiAddr, addr::FI_ADDR_NOTAVAIL, attr::AvType, flags::AvFlags, Error, Result};
@@ -53,6 +54,9 @@ struct Slot {
     len: u32,
     cap: u32,
     user_id: Option<u64>,
+    /// The authorization key handle the address was inserted under
+    /// (`FI_AUTH_KEY`).
+    auth: Option<u32>,
 }
 
 /// How handles are built from slot indices.
@@ -146,6 +150,8 @@ pub struct AvTable {
     garbage: usize,
     index: AddrIndex,
     live: usize,
+    /// Authorization keys (`FI_AV_AUTH_KEY` domains).
+    keys: AuthKeyTable,
     /// Bumped by every change, so a reader may cache a lookup
     /// ([`version`](Self::version)).
     version: u64,
@@ -200,6 +206,7 @@ impl AvTable {
             garbage: 0,
             index: AddrIndex::with_capacity(hint),
             live: 0,
+            keys: AuthKeyTable::default(),
             version: 0,
         })
     }
@@ -267,6 +274,7 @@ impl AvTable {
             len: 0,
             cap: 0,
             user_id: None,
+            auth: None,
         });
         Some(index)
     }
@@ -434,6 +442,55 @@ impl AvTable {
         best
     }
 
+    /// [`find`](Self::find) among the entries inserted under the key
+    /// handle `key` (`None`: under no key): the source of a message that
+    /// arrived over a connection that proved that key.
+    pub fn find_keyed(&self, addr: &[u8], key: Option<FiAddr>) -> Option<FiAddr> {
+        let key = key.map(|k| u32::try_from(k).unwrap_or(u32::MAX));
+        let mut best: Option<FiAddr> = None;
+        for index in self.index.candidates(self.index.hash(addr)) {
+            let Some(slot) = self.slots.get(index as usize) else {
+                continue;
+            };
+            if slot.auth == key && self.bytes(index) == Some(addr) {
+                let handle = self.layout.encode(index, slot.gen);
+                best = Some(best.map_or(handle, |b| b.min(handle)));
+            }
+        }
+        best
+    }
+
+    /// The authorization keys of the AV.
+    pub fn keys(&self) -> &AuthKeyTable {
+        &self.keys
+    }
+
+    /// The authorization keys of the AV, to change.
+    pub fn keys_mut(&mut self) -> &mut AuthKeyTable {
+        self.version += 1;
+        &mut self.keys
+    }
+
+    /// Puts a live entry under the key handle `key` (an insert with
+    /// `FI_AUTH_KEY`). `Inval` if either is not live.
+    pub fn associate(&mut self, fi_addr: FiAddr, key: FiAddr) -> Result<()> {
+        self.version += 1;
+        self.keys.get(key)?;
+        let k = u32::try_from(key).map_err(|_| Error::Inval)?;
+        let index = self.live_index(fi_addr).ok_or(Error::Inval)?;
+        let slot = self.slots.get_mut(index as usize).ok_or(Error::Inval)?;
+        slot.auth = Some(k);
+        Ok(())
+    }
+
+    /// The key handle a live entry was inserted under, if any; `Inval`
+    /// for a handle that is not live.
+    pub fn entry_key(&self, fi_addr: FiAddr) -> Result<Option<FiAddr>> {
+        let index = self.live_index(fi_addr).ok_or(Error::Inval)?;
+        let slot = self.slots.get(index as usize).ok_or(Error::Inval)?;
+        Ok(slot.auth.map(FiAddr::from))
+    }
+
     /// Changes whenever the table does: a [`find`](Self::find) result
     /// stays valid for as long as the version is the same.
     pub fn version(&self) -> u64 {
@@ -519,6 +576,7 @@ impl AvTable {
             return;
         };
         slot.user_id = None;
+        slot.auth = None;
         if self.layout.map {
             if slot.gen >= self.layout.max_gen {
                 slot.state = State::Retired;

@@ -281,7 +281,11 @@ pub fn format_info(info: &Info, verbose: bool) -> String {
     line(&mut out, 2, "caps", list(caps_str(da.caps)));
     line(&mut out, 2, "mode", list(mode_str(da.mode)));
     line(&mut out, 2, "mr_cnt", da.mr_cnt);
-    line(&mut out, 2, "auth_key_size", key_size(&da.auth_key));
+    if da.av_auth_key {
+        line(&mut out, 2, "auth_key_size", "FI_AV_AUTH_KEY");
+    } else {
+        line(&mut out, 2, "auth_key_size", key_size(&da.auth_key));
+    }
     line(&mut out, 2, "max_ep_auth_key", da.max_ep_auth_key);
 
     out.push_str("    fi_fabric_attr:\n");

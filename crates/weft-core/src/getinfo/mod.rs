@@ -61,6 +61,9 @@
 //!   (providers that enforce keys), and only if the key's size is one the
 //!   provider takes (1 ..= [`MAX_KEY_LEN`](crate::auth::MAX_KEY_LEN)
 //!   bytes); the result carries the hint's keys.
+//! * **av_auth_key** (`FI_AV_AUTH_KEY`): a hint with it matches only
+//!   offers whose `max_ep_auth_key` is at least 1, and no offer if it
+//!   also carries a domain key; the result carries it.
 //! * **max_ep_auth_key**: a size like the others.
 //! * **fabric versions, msg_prefix_size, mr_cnt**: not matched; offer values.
 
@@ -215,6 +218,11 @@ fn keys_ok(h: &Info, o: &Info) -> bool {
         h.ep_attr.auth_key.as_deref(),
         h.domain_attr.auth_key.as_deref(),
     ];
+    if h.domain_attr.av_auth_key
+        && (h.domain_attr.auth_key.is_some() || o.domain_attr.max_ep_auth_key == 0)
+    {
+        return false;
+    }
     let mut given = keys.into_iter().flatten().peekable();
     given.peek().is_none()
         || (o.domain_attr.max_ep_auth_key >= 1 && given.all(|k| crate::auth::check_key(k).is_ok()))
@@ -298,6 +306,7 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
     if h.domain_attr.auth_key.is_some() {
         r.domain_attr.auth_key.clone_from(&h.domain_attr.auth_key);
     }
+    r.domain_attr.av_auth_key = h.domain_attr.av_auth_key;
     if h.src_addr.is_some() {
         r.src_addr.clone_from(&h.src_addr);
     }

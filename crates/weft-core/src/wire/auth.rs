@@ -1,11 +1,11 @@
 //! The payloads of the key-proof frames (`docs/wire.md` §8.6, §10.1):
 //! `KeyChallenge` (the acceptor's nonce and MAC), `KeyProof` (the
-//! connector's MAC) and `KeyedConnReq` (the connector's nonce, then CM
-//! data). `KeyedHello` carries a [`Claim`](super::claim::Claim), as
-//! `Hello` does. The MACs themselves are [`crate::auth`].
+//! connector's MAC), `KeyedHello` (a [`Claim`], as `Hello`, then the key
+//! selector) and `KeyedConnReq` (the connector's nonce, the key selector,
+//! then CM data). The MACs and selectors themselves are [`crate::auth`].
 
-use crate::auth::{Tag, MAC_LEN};
-use crate::wire::claim::{Nonce, NONCE_LEN};
+use crate::auth::{Selector, Tag, MAC_LEN, SELECTOR_LEN};
+use crate::wire::claim::{Claim, Nonce, NONCE_LEN};
 use crate::{Error, Result};
 
 /// Bytes of a `KeyChallenge` payload: the acceptor's nonce, then its MAC.
@@ -60,27 +60,55 @@ pub fn decode_proof(status: u64, b: &[u8]) -> Result<Tag> {
     Ok(t)
 }
 
-/// A `KeyedConnReq` payload: the connector's nonce, then the CM data.
-pub fn encode_conn_req(nonce: &Nonce, cm: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(NONCE_LEN + cm.len());
+/// A `KeyedHello` payload: the claim, then the key selector.
+pub fn encode_keyed_hello(claim: &Claim, sel: &Selector) -> Vec<u8> {
+    let mut v = claim.encode();
+    v.extend_from_slice(sel);
+    v
+}
+
+/// Splits a `KeyedHello` payload into the claim and the selector; a
+/// payload too short for a selector is `KeyRejected`, a bad claim `Inval`.
+pub fn decode_keyed_hello(b: &[u8]) -> Result<(Claim, Selector)> {
+    let split = b
+        .len()
+        .checked_sub(SELECTOR_LEN)
+        .ok_or(Error::KeyRejected)?;
+    let claim = Claim::decode(&b[..split])?;
+    let mut sel = [0u8; SELECTOR_LEN];
+    sel.copy_from_slice(&b[split..]);
+    Ok((claim, sel))
+}
+
+/// Bytes in front of the CM data of a `KeyedConnReq`.
+pub const CONN_REQ_PREFIX: usize = NONCE_LEN + SELECTOR_LEN;
+
+/// A `KeyedConnReq` payload: the connector's nonce, the key selector,
+/// then the CM data.
+pub fn encode_conn_req(nonce: &Nonce, sel: &Selector, cm: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(CONN_REQ_PREFIX + cm.len());
     v.extend_from_slice(nonce);
+    v.extend_from_slice(sel);
     v.extend_from_slice(cm);
     v
 }
 
-/// Splits a `KeyedConnReq` payload into the nonce and the CM data;
-/// shorter than a nonce is `KeyRejected`.
-pub fn decode_conn_req(b: &[u8]) -> Result<(Nonce, &[u8])> {
-    if b.len() < NONCE_LEN {
+/// Splits a `KeyedConnReq` payload into the nonce, the selector and the
+/// CM data; shorter than nonce and selector is `KeyRejected`.
+pub fn decode_conn_req(b: &[u8]) -> Result<(Nonce, Selector, &[u8])> {
+    if b.len() < CONN_REQ_PREFIX {
         return Err(Error::KeyRejected);
     }
     let mut n = [0u8; NONCE_LEN];
     n.copy_from_slice(&b[..NONCE_LEN]);
-    Ok((n, &b[NONCE_LEN..]))
+    let mut sel = [0u8; SELECTOR_LEN];
+    sel.copy_from_slice(&b[NONCE_LEN..CONN_REQ_PREFIX]);
+    Ok((n, sel, &b[CONN_REQ_PREFIX..]))
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -111,15 +139,33 @@ mod tests {
             Err(Error::KeyRejected)
         );
         assert_eq!(decode_proof(0, &[]), Err(Error::KeyRejected));
-        let b = encode_conn_req(&[6; NONCE_LEN], b"cm");
-        assert_eq!(decode_conn_req(&b), Ok(([6; NONCE_LEN], &b"cm"[..])));
+        let b = encode_conn_req(&[6; NONCE_LEN], &[7; SELECTOR_LEN], b"cm");
         assert_eq!(
-            decode_conn_req(&b[..NONCE_LEN]),
-            Ok(([6; NONCE_LEN], &[][..]))
+            decode_conn_req(&b),
+            Ok(([6; NONCE_LEN], [7; SELECTOR_LEN], &b"cm"[..]))
         );
         assert_eq!(
-            decode_conn_req(&b[..NONCE_LEN - 1]),
+            decode_conn_req(&b[..CONN_REQ_PREFIX]),
+            Ok(([6; NONCE_LEN], [7; SELECTOR_LEN], &[][..]))
+        );
+        assert_eq!(
+            decode_conn_req(&b[..CONN_REQ_PREFIX - 1]),
             Err(Error::KeyRejected)
         );
+    }
+
+    #[test]
+    fn keyed_hellos() {
+        let claim = Claim {
+            addr: "127.0.0.1:7000".parse().unwrap(),
+            nonce: [1; NONCE_LEN],
+        };
+        let b = encode_keyed_hello(&claim, &[9; SELECTOR_LEN]);
+        assert_eq!(decode_keyed_hello(&b), Ok((claim, [9; SELECTOR_LEN])));
+        assert_eq!(
+            decode_keyed_hello(&b[..SELECTOR_LEN - 1]),
+            Err(Error::KeyRejected)
+        );
+        assert_eq!(decode_keyed_hello(&b[..b.len() - 1]), Err(Error::Inval));
     }
 }

@@ -200,6 +200,15 @@ impl Endpoint {
             info.ep_attr.auth_key.as_deref(),
             info.domain_attr.auth_key.as_deref(),
         )?;
+        // On an `FI_AV_AUTH_KEY` domain RDM endpoints take their keys
+        // from the AV when they are enabled, and may have none of their own.
+        info.domain_attr.av_auth_key = domain.info().domain_attr.av_auth_key;
+        if info.domain_attr.av_auth_key
+            && info.ep_attr.ep_type == EpType::Rdm
+            && info.ep_attr.auth_key.is_some()
+        {
+            return Err(Error::Inval);
+        }
         match info.ep_attr.ep_type {
             EpType::Rdm | EpType::Msg | EpType::Dgram => {}
             EpType::Unspec => return Err(Error::Inval),
