@@ -21,16 +21,17 @@
 //!   arbitrary elements (`weft_core::atomic::apply`) never panics, and
 //!   on an error leaves the target untouched.
 //! - the key-proof payloads (`wire::auth`: `KeyChallenge`, `KeyProof`,
-//!   `KeyedConnReq`) decode exactly the sizes they have and round-trip,
-//!   a refusal never yields a MAC, and a MAC check passes for exactly the
-//!   MAC the key gives.
+//!   `KeyedConnReq`, `KeyedHello`) decode exactly the sizes they have and
+//!   round-trip, a refusal never yields a MAC, and a MAC check (or a key
+//!   selector check) passes for exactly the MAC (selector) the key gives.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sockaddr_to_str};
-use weft_core::auth::{AuthKey, ConnKind, Role, Transcript, MAC_LEN};
+use weft_core::auth::{AuthKey, ConnKind, Role, Transcript, MAC_LEN, SELECTOR_LEN};
 use weft_core::wire::auth::{
-    decode_conn_req, decode_proof, encode_conn_req, Challenge, CHALLENGE_LEN, PROOF_LEN,
+    decode_conn_req, decode_keyed_hello, decode_proof, encode_conn_req, encode_keyed_hello,
+    Challenge, CHALLENGE_LEN, CONN_REQ_PREFIX, PROOF_LEN,
 };
 
 use weft_core::atomic::{apply, supported, AtomicKind, AtomicOp};
@@ -252,11 +253,30 @@ fn check_key_payloads(data: &[u8]) {
         }
     }
     match decode_conn_req(data) {
-        Ok((nonce, cm)) => {
-            assert!(data.len() >= NONCE_LEN);
-            assert_eq!(encode_conn_req(&nonce, cm), data, "request re-encoding differs");
+        Ok((nonce, sel, cm)) => {
+            assert!(data.len() >= CONN_REQ_PREFIX);
+            assert_eq!(encode_conn_req(&nonce, &sel, cm), data, "request re-encoding differs");
         }
-        Err(_) => assert!(data.len() < NONCE_LEN),
+        Err(_) => assert!(data.len() < CONN_REQ_PREFIX),
+    }
+    match decode_keyed_hello(data) {
+        Ok((claim, sel)) => {
+            assert_eq!(&data[data.len() - SELECTOR_LEN..], &sel[..]);
+            let again = encode_keyed_hello(&claim, &sel);
+            assert_eq!(decode_keyed_hello(&again), Ok((claim, sel)), "keyed hello round trip");
+        }
+        Err(_) => {}
+    }
+    if data.len() < SELECTOR_LEN {
+        assert!(decode_keyed_hello(data).is_err(), "short keyed hello accepted");
+    }
+    // A selector check on arbitrary bytes passes for the key's own
+    // selector only.
+    if let Ok(key) = AuthKey::new(b"fuzz key") {
+        let nonce = [3; NONCE_LEN];
+        let sel = key.selector(&nonce).expect("a selector");
+        let given = &data[..data.len().min(SELECTOR_LEN + 1)];
+        assert_eq!(key.selects(&nonce, given), given == &sel[..], "selector check");
     }
     // A MAC check on arbitrary bytes passes for the key's own MAC only.
     if let Ok(key) = AuthKey::new(b"fuzz key") {

@@ -283,7 +283,7 @@ pub fn decode(b: &[u8], max_data_len: u64) -> Result<Header, WireError> {
         | FrameKind::ConnResp
         | FrameKind::Verify
         | FrameKind::KeyedHello => MAX_CONTROL_LEN,
-        FrameKind::KeyedConnReq => MAX_CONTROL_LEN + claim::NONCE_LEN as u64,
+        FrameKind::KeyedConnReq => MAX_CONTROL_LEN + auth::CONN_REQ_PREFIX as u64,
         FrameKind::KeyChallenge => auth::CHALLENGE_LEN as u64,
         FrameKind::KeyProof => auth::PROOF_LEN as u64,
         FrameKind::HelloAck | FrameKind::Shutdown | FrameKind::Ack | FrameKind::VerifyAck => 0,
@@ -375,7 +375,7 @@ mod tests {
             (FrameKind::KeyedHello, MAX_CONTROL_LEN),
             (FrameKind::KeyChallenge, auth::CHALLENGE_LEN as u64),
             (FrameKind::KeyProof, auth::PROOF_LEN as u64),
-            (FrameKind::KeyedConnReq, MAX_CONTROL_LEN + 16),
+            (FrameKind::KeyedConnReq, MAX_CONTROL_LEN + 32),
         ] {
             let mut h = Header::new(k);
             h.len = max;
