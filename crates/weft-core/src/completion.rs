@@ -114,8 +114,14 @@ pub struct CqErrEntry {
     pub err: Error,
     /// Provider-specific error number (an OS errno for socket providers).
     pub prov_errno: i32,
-    /// Source address, `FI_ADDR_NOTAVAIL` if unknown.
+    /// Source address, `FI_ADDR_NOTAVAIL` if unknown. With
+    /// `FI_SOURCE_ERR`, for a sender not in the AV: `FI_ADDR_NOTAVAIL`, or
+    /// on an `FI_AV_AUTH_KEY` endpoint the handle (or user id) of the key
+    /// the sender proved.
     pub src: FiAddr,
+    /// Provider data of the error: with `FI_SOURCE_ERR` and
+    /// `FI_EADDRNOTAVAIL`, the sender's address in the domain's format.
+    pub err_data: Vec<u8>,
 }
 
 impl CqErrEntry {
@@ -132,6 +138,7 @@ impl CqErrEntry {
             err,
             prov_errno: err.code(),
             src: FI_ADDR_NOTAVAIL,
+            err_data: Vec::new(),
         }
     }
 
@@ -463,6 +470,10 @@ pub struct Origin {
     /// The sender's AV handle as the endpoint knew it at arrival (before
     /// any user id replaced it in the entry), or `FI_ADDR_NOTAVAIL`.
     pub src: FiAddr,
+    /// The sender's raw address when its AV handle was unknown
+    /// (`FI_SOURCE_ERR`), so that a message given back keeps it; else
+    /// empty.
+    pub raw: Vec<u8>,
     /// The CQ the operation reported to (for a shared receive context:
     /// the one of the endpoint the message arrived at).
     pub cq: Option<Arc<CqShared>>,
@@ -475,6 +486,7 @@ impl Origin {
     pub fn unknown() -> Origin {
         Origin {
             src: FI_ADDR_NOTAVAIL,
+            raw: Vec::new(),
             cq: None,
             cntr: None,
         }
@@ -594,6 +606,7 @@ impl OpDone {
         if let Some(w) = self.waiter.take() {
             let origin = Origin {
                 src,
+                raw: Vec::new(),
                 cq: self.cq.take(),
                 cntr: self.cntr.take(),
             };
@@ -632,6 +645,52 @@ impl OpDone {
         } else if let Some(cq) = &self.cq {
             cq.push(Err(e));
         }
+    }
+
+    /// Fails a receive with an error entry that carries a whole message
+    /// (`FI_SOURCE_ERR`: the sender is not in the AV). As in
+    /// [`complete_from`](Self::complete_from), a receive whose future is
+    /// gone does not consume it: the message comes back, with `src` and
+    /// the sender's raw address `raw`, for the next receive.
+    pub fn fail_from(mut self, mut e: CqErrEntry, src: FiAddr, raw: Vec<u8>) -> Option<Returned> {
+        e.context = self.context;
+        e.flags |= self.flags;
+        if let Some(c) = &self.cntr {
+            c.add_err(1);
+        }
+        if let Some(w) = self.waiter.take() {
+            let origin = Origin {
+                src,
+                raw,
+                cq: self.cq.take(),
+                cntr: self.cntr.take(),
+            };
+            return match w.send(Finished {
+                item: Err(e),
+                origin,
+            }) {
+                Err(Finished {
+                    item: Err(e),
+                    origin,
+                }) => Some(Returned {
+                    entry: CqEntry {
+                        context: 0,
+                        flags: e.flags,
+                        len: e.len,
+                        bufs: e.bufs,
+                        data: e.data,
+                        tag: e.tag,
+                        src: e.src,
+                    },
+                    origin,
+                }),
+                _ => None,
+            };
+        }
+        if let Some(cq) = &self.cq {
+            cq.push(Err(e));
+        }
+        None
     }
 
     /// Fails with a bare error code.
@@ -731,6 +790,47 @@ mod tests {
         );
         assert!(Arc::ptr_eq(back.origin.cq.as_ref().unwrap(), &cq));
         assert_eq!(&back.take_bytes()[..], b"abcd");
+    }
+
+    #[test]
+    fn an_unknown_senders_message_comes_back_with_its_address() {
+        let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+        let (tx, rx) = oneshot::channel();
+        drop(rx);
+        let d = OpDone {
+            context: 1,
+            flags: OpFlags::RECV,
+            report: true,
+            cq: Some(cq.clone()),
+            cntr: None,
+            waiter: Some(tx),
+        };
+        let mut e = CqErrEntry::new(0, OpFlags::MSG, Error::AddrNotAvail);
+        e.bufs = vec![BytesMut::from(&b"xyz"[..])];
+        e.len = 3;
+        e.err_data = vec![2, 0, 1];
+        let mut back = d
+            .fail_from(e, FI_ADDR_NOTAVAIL, vec![2, 0, 1])
+            .expect("the message comes back");
+        assert!(cq.is_empty());
+        assert_eq!(back.origin.raw, vec![2, 0, 1]);
+        assert_eq!(back.info().len, 3);
+        assert_eq!(&back.take_bytes()[..], b"xyz");
+
+        // With its future alive, the error reaches it.
+        let (tx, mut rx) = oneshot::channel();
+        let d = OpDone {
+            context: 1,
+            flags: OpFlags::RECV,
+            report: true,
+            cq: Some(cq.clone()),
+            cntr: None,
+            waiter: Some(tx),
+        };
+        let e = CqErrEntry::new(0, OpFlags::MSG, Error::AddrNotAvail);
+        assert!(d.fail_from(e, FI_ADDR_NOTAVAIL, Vec::new()).is_none());
+        let got = rx.try_recv().unwrap().unwrap().item.unwrap_err();
+        assert_eq!(got.err, Error::AddrNotAvail);
     }
 
     #[test]

@@ -95,6 +95,12 @@ impl Caps {
         .union(Caps::SHARED_AV)
         .union(Caps::AV_USER_ID)
         .union(Caps::REMOTE_CQ_DATA);
+
+    /// Capabilities a result carries only when the hints ask for them:
+    /// they change what existing operations report (`FI_SOURCE_ERR` turns
+    /// messages from senders outside the AV into error entries), so an
+    /// application that did not ask must not get them by default.
+    pub const ON_REQUEST: Caps = Caps::SOURCE_ERR;
 }
 
 bitflags! {

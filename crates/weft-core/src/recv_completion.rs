@@ -53,6 +53,13 @@ fn recv_meta(ep: &dyn RecvCtx, info: &MsgInfo) -> (OpFlags, FiAddr) {
 
 /// Copies a fully buffered message into a receive and completes it.
 pub fn copy_and_deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, data: &[u8]) {
+    let placed = copy_in(&mut req, data);
+    deliver(ep, req, info, placed);
+}
+
+/// Copies as much of `data` as the receive's buffers hold into them, in
+/// order; returns how much that was.
+pub fn copy_in(req: &mut RecvReq, data: &[u8]) -> usize {
     let mut placed = 0;
     for b in req.bufs.iter_mut() {
         let n = b.len().min(data.len() - placed);
@@ -62,7 +69,7 @@ pub fn copy_and_deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, data:
             break;
         }
     }
-    deliver(ep, req, info, placed);
+    placed
 }
 
 /// Completes a receive into which `placed` bytes of `info.len` went: a
@@ -94,6 +101,38 @@ pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize)
         src,
     };
     if let Some(back) = req.done.complete_from(entry, info.src) {
+        ep.give_back(back);
+    }
+}
+
+/// [`deliver`] for a message from a sender that is not in the AV on an
+/// endpoint with `FI_SOURCE_ERR`: the message is placed as usual and
+/// reported as an `AddrNotAvail` error whose `err_data` is the sender's
+/// address `raw` and whose `src` is `reported` (fi_cq(3)). A truncated
+/// message is a `Trunc` error as in [`deliver`].
+pub fn deliver_unknown(
+    ep: &dyn RecvCtx,
+    mut req: RecvReq,
+    info: MsgInfo,
+    placed: usize,
+    reported: FiAddr,
+    raw: Vec<u8>,
+) {
+    if info.len > placed {
+        deliver(ep, req, info, placed);
+        return;
+    }
+    trim_bufs(&mut req.bufs, placed);
+    let (flags, _) = recv_meta(ep, &info);
+    ep.rx_credits().release(1);
+    let mut ee = CqErrEntry::new(0, flags, Error::AddrNotAvail);
+    ee.len = placed;
+    ee.bufs = req.bufs;
+    ee.data = info.data.unwrap_or(0);
+    ee.tag = info.tag;
+    ee.src = reported;
+    ee.err_data = raw.clone();
+    if let Some(back) = req.done.fail_from(ee, info.src, raw) {
         ep.give_back(back);
     }
 }

@@ -119,6 +119,9 @@ pub struct EpShared {
     pub verify_turns: tokio::sync::Semaphore,
     /// The authorization keys peers must prove they hold (`keyproof`).
     pub keys: EpKeys,
+    /// `FI_SOURCE_ERR` (RDM): a message from a sender not in the AV is
+    /// an `AddrNotAvail` error entry carrying the sender's address.
+    pub source_err: bool,
 }
 
 impl weft_core::recv_completion::RecvCtx for EpShared {
@@ -140,6 +143,8 @@ impl EpShared {
         let info = &cfg.info;
         let dscp = weft_core::tclass::to_dscp(info.tx_attr.tclass)?;
         let keys = EpKeys::for_endpoint(info, cfg.av.as_ref())?;
+        let source_err = info.ep_attr.ep_type == EpType::Rdm
+            && info.caps.contains(weft_core::flags::Caps::SOURCE_ERR);
         let buffered_limit = info.rx_attr.total_buffered_recv.max(1);
         let ep_type = info.ep_attr.ep_type;
         let max_msg = info.ep_attr.max_msg_size;
@@ -188,6 +193,7 @@ impl EpShared {
             claims: Mutex::new(fast_map()),
             verify_turns: tokio::sync::Semaphore::new(crate::verify::MAX_VERIFYING),
             keys,
+            source_err,
             cfg,
         }))
     }
@@ -225,6 +231,25 @@ impl EpShared {
             .unwrap_or(FI_ADDR_NOTAVAIL);
         *cache = Some((v, a));
         a
+    }
+
+    /// `FI_SOURCE_ERR`: for a message of `info` from `from`, a sender not
+    /// in the AV, what its error entry reports as the source (the handle,
+    /// or user id, of the key the sender proved; else `FI_ADDR_NOTAVAIL`)
+    /// and the sender's address. `None`: report it as usual.
+    pub fn unknown_sender(&self, info: &MsgInfo, from: &Source) -> Option<(FiAddr, Vec<u8>)> {
+        if !self.source_err || info.src != FI_ADDR_NOTAVAIL {
+            return None;
+        }
+        let reported = match (&self.cfg.av, from.key) {
+            (Some(av), Some(k)) => {
+                let t = lock(av);
+                t.keys()
+                    .reported(k, t.flags().contains(weft_core::flags::AvFlags::AV_USER_ID))
+            }
+            _ => FI_ADDR_NOTAVAIL,
+        };
+        Some((reported, sockaddr_bytes(&from.addr).to_vec()))
     }
 
     /// What completions report for a source handle (user ids).
@@ -280,6 +305,7 @@ impl EpShared {
                 failed: None,
                 waiter: None,
             }),
+            from: conn.source(),
             _charge: Charge::new(self, &conn.charged, charge),
         });
         m.push_unexpected(conn.source(), info, u.clone());
@@ -313,7 +339,7 @@ impl EpShared {
             // Matched and complete: nobody else can reach this buffer now.
             let data = std::mem::take(&mut g.data);
             drop(g);
-            copy_and_deliver(self, req, info, &data);
+            copy_and_deliver(self, req, info, &data, &u.from);
         } else {
             g.waiter = Some(Box::new((req, info)));
         }

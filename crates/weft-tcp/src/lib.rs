@@ -88,7 +88,7 @@ fn offer(ep_type: EpType) -> Info {
         | Caps::REMOTE_READ
         | Caps::REMOTE_WRITE
         | if ep_type == EpType::Rdm {
-            Caps::DIRECTED_RECV | Caps::AV_USER_ID
+            Caps::DIRECTED_RECV | Caps::AV_USER_ID | Caps::SOURCE_ERR
         } else {
             Caps::empty()
         };
@@ -101,6 +101,7 @@ fn offer(ep_type: EpType) -> Info {
                 & !(Caps::RECV
                     | Caps::DIRECTED_RECV
                     | Caps::SOURCE
+                    | Caps::SOURCE_ERR
                     | Caps::REMOTE_READ
                     | Caps::REMOTE_WRITE),
             msg_order: order,

@@ -33,11 +33,11 @@ impl EpShared {
         };
         let info = r.info();
         let data = r.take_bytes();
-        let key = self.source_key(info.src);
+        let key = self.source_key(info.src, &r.origin.raw);
         let mut m = lock(&self.matcher);
         if let Some((_, req)) = m.match_arrival(&info) {
             drop(m);
-            copy_and_deliver(self, req, info, &data);
+            copy_and_deliver(self, req, info, &data, &key);
             return;
         }
         let charge = UNEXPECTED_OVERHEAD.saturating_add(info.len);
@@ -51,16 +51,20 @@ impl EpShared {
                 failed: None,
                 waiter: None,
             }),
+            from: key,
             _charge: Charge::new(&me, &share, charge),
         });
         m.push_unexpected_front(key, info, u);
     }
 
     /// The matcher's raw identity of the sender with AV handle `src`: its
-    /// address, or an unspecified one that resolves to no handle when the
-    /// sender was unknown at arrival.
-    fn source_key(&self, src: FiAddr) -> Source {
-        let unknown = Source::plain(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+    /// address; for a sender unknown at arrival, the address it came from
+    /// (`raw`, kept for `FI_SOURCE_ERR`) or an unspecified one that
+    /// resolves to no handle.
+    fn source_key(&self, src: FiAddr, raw: &[u8]) -> Source {
+        let unknown = Source::plain(
+            decode_sockaddr(raw).unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))),
+        );
         if src == FI_ADDR_NOTAVAIL {
             return unknown;
         }

@@ -13,7 +13,31 @@ use bytes::BytesMut;
 use weft_core::addr::FiAddr;
 use weft_core::flags::OpFlags;
 use weft_core::provider::RecvReq;
-pub use weft_core::recv_completion::{complete_peek, copy_and_deliver, deliver, fail_recv};
+pub use weft_core::recv_completion::{complete_peek, deliver, fail_recv};
+use weft_core::recv_completion::{copy_in, deliver_unknown};
+
+/// [`deliver`], or for a sender not in the AV on an endpoint with
+/// `FI_SOURCE_ERR`, the `AddrNotAvail` error entry that carries the
+/// message and the sender's address.
+pub fn deliver_from(ep: &EpShared, req: RecvReq, info: MsgInfo, placed: usize, from: &Source) {
+    match ep.unknown_sender(&info, from) {
+        Some((reported, raw)) => deliver_unknown(ep, req, info, placed, reported, raw),
+        None => deliver(ep, req, info, placed),
+    }
+}
+
+/// Copies a fully buffered message into a receive and completes it as
+/// [`deliver_from`] does.
+pub fn copy_and_deliver(
+    ep: &EpShared,
+    mut req: RecvReq,
+    info: MsgInfo,
+    data: &[u8],
+    from: &Source,
+) {
+    let placed = copy_in(&mut req, data);
+    deliver_from(ep, req, info, placed, from);
+}
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::wire::atomic::{AtomicHdr, ATOMIC_HDR_LEN};
@@ -24,6 +48,7 @@ use weft_core::Error;
 use crate::atomic::AtomicSink;
 use crate::conn::Conn;
 use crate::endpoint::EpShared;
+use crate::keys::Source;
 use crate::rma::{Answer, PendingRead, ReadJob, WriteSink};
 
 #[cfg(test)]
@@ -45,6 +70,8 @@ const DIRECT_MIN: usize = 16 * 1024;
 #[derive(Debug)]
 pub struct Unexpected {
     pub st: Mutex<UnexpState>,
+    /// Who sent it (for `FI_SOURCE_ERR` reports).
+    pub from: Source,
     /// Its share of the budget, given back when the message is freed.
     pub _charge: crate::admission::Charge,
 }
@@ -742,7 +769,7 @@ fn finish(conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: &Header, sink: Sink) {
         Sink::Posted {
             req, info, placed, ..
         } => {
-            deliver(ep, req, info, placed);
+            deliver_from(ep, req, info, placed, &conn.source());
             conn.send_ack(hdr, 0);
         }
         Sink::Unexpected(u) => {
@@ -755,7 +782,7 @@ fn finish(conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: &Header, sink: Sink) {
                 })
             };
             if let Some((req, info, data)) = waiter {
-                copy_and_deliver(ep, req, info, &data);
+                copy_and_deliver(ep, req, info, &data, &u.from);
             }
             conn.send_ack(hdr, 0);
         }

@@ -378,6 +378,8 @@ impl AvTable {
         user_ids: Option<&[u64]>,
         validate: &dyn Fn(&[u8]) -> Result<()>,
     ) -> Vec<Result<FiAddr>> {
+        // A connection's cached source lookup must see the new entries.
+        self.version += 1;
         let mut out = Vec::with_capacity(addrs.len());
         for (i, addr) in addrs.iter().enumerate() {
             out.push(self.insert_one(addr, i, user_ids, validate));
@@ -638,6 +640,22 @@ mod tests {
             "never the all-ones NOTAVAIL pattern"
         );
         assert_eq!(m.decode(top), Some((m.max_slots - 1, m.max_gen)));
+    }
+
+    #[test]
+    fn every_change_moves_the_version() {
+        let mut t = AvTable::open(&AvAttr::default()).unwrap();
+        let ok = |_: &[u8]| Ok(());
+        let v0 = t.version();
+        let h = t.insert(&[vec![1, 2, 3]], &ok)[0].unwrap();
+        let v1 = t.version();
+        assert_ne!(v0, v1, "a cached source lookup must see inserts");
+        let k = t.keys_mut().insert(b"k").unwrap();
+        t.associate(h, k).unwrap();
+        assert_ne!(t.version(), v1);
+        assert_eq!(t.find_keyed(&[1, 2, 3], Some(k)), Some(h));
+        assert_eq!(t.find_keyed(&[1, 2, 3], None), None);
+        assert_eq!(t.entry_key(h), Ok(Some(k)));
     }
 
     #[test]

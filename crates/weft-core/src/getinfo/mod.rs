@@ -13,7 +13,10 @@
 //!   those plus the offer's secondary caps (libfabric forbids enabling primary
 //!   caps that were not asked for). A request naming only secondary caps
 //!   leaves the offer's primary caps. Attribute caps not requested follow the
-//!   narrowed info caps, so they never exceed them.
+//!   narrowed info caps, so they never exceed them. Caps in
+//!   [`Caps::ON_REQUEST`] (`FI_SOURCE_ERR`) are in a result only when the
+//!   hints name them; `FI_SOURCE_ERR` with primary caps but without
+//!   `FI_SOURCE` matches nothing.
 //! * **mode**: the offer's required bits must all be accepted by the hints.
 //!   `tx_attr`/`rx_attr`/`domain_attr` modes of 0 in the hints mean "same as
 //!   `info.mode`" (fi_endpoint(3)). The result carries the offer's modes.
@@ -209,6 +212,15 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
         && limits_ok(h, o)
         && rx_ctx_ok(h, o)
         && keys_ok(h, o)
+        && source_err_ok(h)
+}
+
+/// `FI_SOURCE_ERR` needs `FI_SOURCE` (a hint naming primary caps must
+/// name both).
+fn source_err_ok(h: &Info) -> bool {
+    !h.caps.contains(Caps::SOURCE_ERR)
+        || !h.caps.intersects(Caps::PRIMARY)
+        || h.caps.contains(Caps::SOURCE)
 }
 
 /// A hint's authorization keys: sizes the provider takes, and an offer
@@ -419,11 +431,12 @@ fn name_ok(hint: &Option<String>, offer: &Option<String>) -> bool {
 /// offered. `parent` bounds the primary caps of an attribute whose request
 /// is empty (the narrowed info caps).
 fn narrow_caps(hint: Caps, offer: Caps, parent: Caps) -> Caps {
-    let secondary = offer.difference(Caps::PRIMARY);
+    let secondary = offer.difference(Caps::PRIMARY | Caps::ON_REQUEST);
+    let asked = hint.intersection(Caps::ON_REQUEST);
     if hint.intersects(Caps::PRIMARY) {
-        hint.intersection(Caps::PRIMARY) | secondary
+        hint.intersection(Caps::PRIMARY) | secondary | asked
     } else {
-        offer.intersection(Caps::PRIMARY).intersection(parent) | secondary
+        offer.intersection(Caps::PRIMARY).intersection(parent) | secondary | asked
     }
 }
 

@@ -234,6 +234,19 @@ impl Endpoint {
         {
             return Err(Error::BadFlags);
         }
+        // FI_SOURCE_ERR changes how messages from unknown senders
+        // complete: only where the provider offers it, and with FI_SOURCE.
+        if info.caps.contains(Caps::SOURCE_ERR) {
+            let offered = domain.fabric().prov().offers().iter().any(|o| {
+                o.ep_attr.ep_type == info.ep_attr.ep_type && o.caps.contains(Caps::SOURCE_ERR)
+            });
+            if !offered {
+                return Err(Error::NoSys);
+            }
+            if !info.caps.contains(Caps::SOURCE) {
+                return Err(Error::Inval);
+            }
+        }
         let binds = Binds {
             tx_op_flags: info.tx_attr.op_flags,
             rx_op_flags: info.rx_attr.op_flags,
