@@ -30,7 +30,11 @@ async fn to<F: Future>(f: F) -> F::Output {
 fn hints() -> Info {
     let mut h = Info::default();
     h.ep_attr.ep_type = EpType::Rdm;
-    h.caps = weft::Caps::MSG | weft::Caps::TAGGED | weft::Caps::SOURCE | weft::Caps::RMA;
+    h.caps = weft::Caps::MSG
+        | weft::Caps::TAGGED
+        | weft::Caps::SOURCE
+        | weft::Caps::DIRECTED_RECV
+        | weft::Caps::RMA;
     h.fabric_attr.prov_name = Some("tcp".into());
     h
 }
@@ -315,4 +319,83 @@ async fn bad_keys_handles_and_flags_are_refused() {
     assert_eq!(plain_av.insert_auth_key(JOB_A), Err(Error::Inval));
     let bad = d.mr_regattr(MrAttr::alloc(8, MrAccess::REMOTE_READ).auth_key(b""));
     assert_eq!(bad.err().map(|e| e.error), Some(Error::Inval));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receives_directed_by_key_take_only_that_jobs_messages() {
+    let d = av_key_domain();
+    assert!(d.info().caps.contains(weft::Caps::DIRECTED_RECV));
+    let (svc, keys) = open(&d, d.info(), &[JOB_A, JOB_B]);
+    let (ka, kb) = (keys[0], keys[1]);
+    let (a1, a2, b) = (client(JOB_A), client(JOB_A), client(JOB_B));
+    let mut at_svc = Vec::new();
+    let mut to_svc = Vec::new();
+    for (c, k) in [(&a1, ka), (&a2, ka), (&b, kb)] {
+        at_svc.push(keyed_handle(&svc, c.addr, k));
+        to_svc.push(plain_handle(c, svc.addr).await);
+    }
+    let by_key = |k: FiAddr, tag: u64, ignore: u64| weft::RecvMsg {
+        src: k,
+        bufs: vec![BytesMut::zeroed(16)],
+        tagged: true,
+        tag,
+        ignore,
+        context: tag,
+    };
+
+    // Unexpected: job B's message arrives first, then job A's; the
+    // receive directed at key A takes A's and leaves B's.
+    to(b.ep.tsend(to_svc[2], Bytes::from_static(b"from b"), 7))
+        .await
+        .unwrap();
+    to(a1.ep.tsend(to_svc[0], Bytes::from_static(b"from a1"), 7))
+        .await
+        .unwrap();
+    let got = to(svc.ep.recvmsg(by_key(ka, 7, 0), weft::OpFlags::AUTH_KEY))
+        .await
+        .unwrap();
+    assert_eq!(got.src, at_svc[0]);
+    assert_eq!(&got.into_bytes()[..7], b"from a1");
+    let got = to(svc.ep.trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, 7, 0))
+        .await
+        .unwrap();
+    assert_eq!(got.src, at_svc[2]);
+
+    // Posted (a wildcard tag): only a sender of job A completes it.
+    let recv = svc
+        .ep
+        .recvmsg(by_key(ka, 0, u64::MAX), weft::OpFlags::AUTH_KEY);
+    let other = svc.ep.trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, 8, 0);
+    let (a, o, s1, s2) = to(async {
+        tokio::join!(
+            recv,
+            other,
+            b.ep.tsend(to_svc[2], Bytes::from_static(b"b again"), 8),
+            a2.ep.tsend(to_svc[1], Bytes::from_static(b"from a2"), 9),
+        )
+    })
+    .await;
+    s1.unwrap();
+    s2.unwrap();
+    assert_eq!(a.unwrap().src, at_svc[1]);
+    assert_eq!(o.unwrap().src, at_svc[2]);
+
+    // A key the endpoint does not hold, no key, or a domain without AV
+    // keys: refused.
+    let kc = svc.av.insert_auth_key(JOB_C).unwrap();
+    let r = svc
+        .ep
+        .recvmsg(by_key(kc, 1, 0), weft::OpFlags::AUTH_KEY)
+        .await;
+    assert_eq!(r.unwrap_err().err, Error::Inval);
+    let r = svc
+        .ep
+        .recvmsg(by_key(FI_ADDR_UNSPEC, 1, 0), weft::OpFlags::AUTH_KEY)
+        .await;
+    assert_eq!(r.unwrap_err().err, Error::Inval);
+    let r = a1
+        .ep
+        .recvmsg(by_key(0, 1, 0), weft::OpFlags::AUTH_KEY)
+        .await;
+    assert_eq!(r.unwrap_err().err, Error::BadFlags);
 }

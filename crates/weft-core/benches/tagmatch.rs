@@ -27,6 +27,7 @@ fn no_av(_: &u32) -> FiAddr {
 
 fn tspec(tag: u64, ignore: u64, context: u64) -> RecvSpec {
     RecvSpec {
+        by_key: false,
         src: FI_ADDR_UNSPEC,
         tagged: true,
         tag,
@@ -37,6 +38,7 @@ fn tspec(tag: u64, ignore: u64, context: u64) -> RecvSpec {
 
 fn tmsg(tag: u64) -> MsgInfo {
     MsgInfo {
+        key: None,
         src: PEER,
         tagged: true,
         tag,

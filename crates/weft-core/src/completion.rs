@@ -519,6 +519,7 @@ impl Returned {
     pub fn info(&self) -> MsgInfo {
         let e = &self.entry;
         MsgInfo {
+            key: None,
             src: self.origin.src,
             tagged: e.flags.contains(OpFlags::TAGGED),
             tag: e.tag,

@@ -156,6 +156,9 @@ bitflags! {
         const COMMIT_COMPLETE = 1 << 30;
         /// Complete once the target matched the message.
         const MATCH_COMPLETE = 1 << 31;
+        /// Directed receive: the source is an authorization key handle
+        /// (`FI_AUTH_KEY`), any sender that proved that key matches.
+        const AUTH_KEY = 1 << 57;
         /// With `PEEK`: discard the message; with a claimed receive: drop it.
         const DISCARD = 1 << 58;
         /// Claim a message found by `PEEK`, or receive a claimed message.

@@ -510,6 +510,14 @@ impl EpShared {
         self: &Arc<Self>,
         req: RecvReq,
     ) -> std::result::Result<(), Rejected<RecvReq>> {
+        if req.flags.contains(OpFlags::AUTH_KEY) && !self.keys.holds(req.src) {
+            // A key the endpoint was not enabled with: no sender can have
+            // proven it here.
+            return Err(Rejected {
+                err: Error::Inval,
+                req,
+            });
+        }
         let spec = spec_of(&req);
         let resolve = |s: &Source| self.resolve_src(s);
         if req.flags.contains(OpFlags::PEEK) {
@@ -615,6 +623,7 @@ pub(crate) enum Route {
 /// The matching criteria of a receive.
 fn spec_of(req: &RecvReq) -> RecvSpec {
     RecvSpec {
+        by_key: req.flags.contains(OpFlags::AUTH_KEY),
         src: req.src,
         tagged: req.tagged,
         tag: req.tag,

@@ -137,6 +137,11 @@ impl EpKeys {
         }
     }
 
+    /// Whether the endpoint holds the AV key of handle `h`.
+    pub fn holds(&self, h: FiAddr) -> bool {
+        self.av.iter().any(|(k, _)| *k == h)
+    }
+
     /// Acceptor: the key a keyed connector's selector names, if this
     /// endpoint holds it.
     pub fn for_selector(&self, nonce: &Nonce, sel: &Selector) -> Option<ConnAuth> {

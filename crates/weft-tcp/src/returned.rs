@@ -31,9 +31,10 @@ impl EpShared {
         let Some(me) = self.me.upgrade() else {
             return;
         };
-        let info = r.info();
+        let mut info = r.info();
         let data = r.take_bytes();
         let key = self.source_key(info.src, &r.origin.raw);
+        info.key = key.key;
         let mut m = lock(&self.matcher);
         if let Some((_, req)) = m.match_arrival(&info) {
             drop(m);

@@ -195,6 +195,7 @@ impl EpShared {
         if !self.fits(conn, charge) {
             // A pseudo-message no receive takes: only budget wakes it.
             let info = MsgInfo {
+                key: None,
                 src: weft_core::addr::FI_ADDR_NOTAVAIL,
                 tagged: true,
                 tag: u64::MAX,

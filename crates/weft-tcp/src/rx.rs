@@ -112,6 +112,9 @@ enum Sink {
     Atomic(Box<AtomicSink>),
 }
 
+// One per connection, so its size costs nothing; boxing the sink would
+// cost an allocation per message.
+#[allow(clippy::large_enum_variant)]
 enum Phase {
     Header,
     /// A header that matched nothing while the unexpected budget was full.
@@ -485,6 +488,7 @@ impl RxMachine {
         match kind {
             FrameKind::Msg | FrameKind::Tagged => {
                 let info = MsgInfo {
+                    key: conn.auth.av_key,
                     src: ep.resolve_src_cached(&conn.source(), &mut self.src),
                     tagged: kind == FrameKind::Tagged,
                     tag: hdr.tag,

@@ -38,6 +38,9 @@ async fn rig(budget: usize) -> Rig {
         .find(|i| i.ep_attr.ep_type == EpType::Rdm)
         .unwrap();
     info.rx_attr.total_buffered_recv = budget;
+    // An offer carries what is granted only on request (FI_SOURCE_ERR);
+    // these senders are in no AV and must complete normally.
+    info.caps -= weft_core::flags::Caps::ON_REQUEST;
     let cfg = EpConfig {
         fid: 1,
         context: 0,

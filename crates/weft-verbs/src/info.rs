@@ -441,6 +441,7 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             auth_key: None,
         },
         domain_attr: DomainAttr {
+            av_auth_key: Default::default(),
             name: Some(r.name.clone()),
             threading: Threading::Safe,
             control_progress: Progress::Auto,

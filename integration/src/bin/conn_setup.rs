@@ -3,10 +3,13 @@
 //! since wire version 2 the identity check) against the second message
 //! on the same connection. Loopback, one process.
 //!
-//! usage: `conn-setup [PAIRS] [--key KEY]` (default 200 pairs, no key)
+//! usage: `conn-setup [PAIRS] [--key KEY] [--av-keys N]` (default 200
+//! pairs, no key)
 //!
 //! With `--key`, both endpoints hold the authorization key KEY, so the
-//! set-up includes the key proof (`docs/wire.md` §8.6).
+//! set-up includes the key proof (`docs/wire.md` §8.6). With `--av-keys N`
+//! as well, the accepting endpoint is on an `FI_AV_AUTH_KEY` domain whose
+//! AV holds N keys, KEY last: the worst case of its selector search.
 //!
 //! Prints the medians in microseconds and their difference: the set-up.
 
@@ -21,8 +24,11 @@ type Opened = (weft::Endpoint, weft::AddressVector, weft::CompletionQueue);
 
 /// An endpoint with its AV and the CQ it must have bound (every operation
 /// here is awaited, so the CQ stays empty).
-fn open(domain: &Domain, info: &Info) -> Res<Opened> {
+fn open(domain: &Domain, info: &Info, keys: &[Vec<u8>]) -> Res<Opened> {
     let av = domain.av(AvAttr::default())?;
+    for k in keys {
+        av.insert_auth_key(k)?;
+    }
     let (ep, cq) = weft_integration::enabled_endpoint(domain, info, &av, WaitMode::Interrupt);
     Ok((ep, av, cq))
 }
@@ -47,10 +53,12 @@ fn median(v: &mut [f64]) -> f64 {
 async fn main() -> Res<()> {
     let mut pairs = 200;
     let mut key = None;
+    let mut av_keys = 0usize;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--key" => key = Some(args.next().ok_or("--key needs a value")?.into_bytes()),
+            "--av-keys" => av_keys = args.next().ok_or("--av-keys needs a count")?.parse()?,
             n => pairs = n.parse()?,
         }
     }
@@ -61,10 +69,25 @@ async fn main() -> Res<()> {
     let info = weft::getinfo(Some(&hints))?.remove(0);
     let fabric = weft::Fabric::open(&info)?;
     let domain = fabric.domain(&info)?;
+    // The acceptor: the same domain, or one whose AV holds its keys.
+    let (b_domain, b_info, b_keys) = match (&key, av_keys) {
+        (Some(k), n) if n > 0 => {
+            let mut h = hints.clone();
+            h.ep_attr.auth_key = None;
+            h.domain_attr.av_auth_key = true;
+            let i = weft::getinfo(Some(&h))?.remove(0);
+            let mut keys: Vec<Vec<u8>> =
+                (1..n).map(|d| format!("decoy {d}").into_bytes()).collect();
+            keys.push(k.clone());
+            (fabric.domain(&i)?, i, keys)
+        }
+        (None, n) if n > 0 => return Err("--av-keys needs --key".into()),
+        _ => (domain.clone(), info.clone(), Vec::new()),
+    };
     let (mut first, mut second) = (Vec::new(), Vec::new());
     for i in 0..pairs {
-        let (a, av, _acq) = open(&domain, &info)?;
-        let (b, _bav, _bcq) = open(&domain, &info)?;
+        let (a, av, _acq) = open(&domain, &info, &[])?;
+        let (b, _bav, _bcq) = open(&b_domain, &b_info, &b_keys)?;
         let dest = av
             .insert(&[b.local_addr()?], AvFlags::empty(), 0)?
             .await
@@ -73,7 +96,11 @@ async fn main() -> Res<()> {
         second.push(one(&a, &b, dest, 2 * i as u64 + 1).await?);
     }
     let (f, s) = (median(&mut first), median(&mut second));
-    let keyed = if key.is_some() { "keyed" } else { "no key" };
+    let keyed = match (key.is_some(), av_keys) {
+        (false, _) => "no key".to_string(),
+        (true, 0) => "keyed".to_string(),
+        (true, n) => format!("keyed, acceptor holds {n} AV keys"),
+    };
     println!(
         "{pairs} pairs ({keyed}): first message {f:.1} us, second {s:.1} us (medians); set-up ~{:.1} us",
         f - s

@@ -44,6 +44,9 @@ pub struct RecvSpec {
     pub ignore: u64,
     /// The operation context; cancel and claim refer to receives by it.
     pub context: u64,
+    /// `src` is an authorization key handle (`FI_AUTH_KEY` on a directed
+    /// receive): any sender whose connection proved that key matches.
+    pub by_key: bool,
 }
 
 /// What is known about an arrived message. `src` is the handle the
@@ -61,6 +64,9 @@ pub struct MsgInfo {
     pub len: usize,
     /// Remote CQ data, if the sender attached any.
     pub data: Option<u64>,
+    /// The AV key handle the sender's connection proved
+    /// (`FI_AV_AUTH_KEY` endpoints), for receives directed by key.
+    pub key: Option<FiAddr>,
 }
 
 impl RecvSpec {
@@ -69,7 +75,20 @@ impl RecvSpec {
     /// arrived is taken to be acceptable: its source may be resolved by
     /// the time it is matched.
     pub fn accepts(&self, info: &MsgInfo) -> bool {
+        if self.by_key {
+            return kind_and_tag_ok(self, info) && info.key == Some(self.src);
+        }
         kind_and_tag_ok(self, info) && (src_ok(self.src, info.src) || info.src == FI_ADDR_NOTAVAIL)
+    }
+
+    /// Whether the receive takes a message of `info` from the sender
+    /// with handle `src` (resolved now), by address or by key.
+    fn takes_from(&self, info: &MsgInfo, src: FiAddr) -> bool {
+        if self.by_key {
+            info.key == Some(self.src)
+        } else {
+            src_ok(self.src, src)
+        }
     }
 }
 

@@ -21,13 +21,25 @@ enum Slot {
     Exact(u64, FiAddr),
     Wild,
     Untagged(FiAddr),
+    /// Directed by key: bucketed apart, since key handles and address
+    /// handles are different numbers spaces.
+    ExactKey(u64, FiAddr),
+    UntaggedKey(FiAddr),
 }
 
 fn slot_of(spec: &RecvSpec) -> Slot {
     if !spec.tagged {
-        Slot::Untagged(spec.src)
+        if spec.by_key {
+            Slot::UntaggedKey(spec.src)
+        } else {
+            Slot::Untagged(spec.src)
+        }
     } else if spec.ignore == 0 {
-        Slot::Exact(spec.tag, spec.src)
+        if spec.by_key {
+            Slot::ExactKey(spec.tag, spec.src)
+        } else {
+            Slot::Exact(spec.tag, spec.src)
+        }
     } else {
         Slot::Wild
     }
@@ -56,8 +68,12 @@ pub(super) struct PostedQueue<R> {
     exact: FastMap<(u64, FiAddr), Seqs>,
     // (tag, ignore, source) kept beside the sequence number: the scan of
     // wildcard receives never touches the entries it rejects.
-    wild: BTreeMap<u64, (u64, u64, FiAddr)>,
+    wild: BTreeMap<u64, (u64, u64, FiAddr, bool)>,
     untagged: FastMap<FiAddr, Seqs>,
+    /// Receives directed by key, by (tag, key) and by key; empty unless
+    /// the endpoint takes keys from its AV.
+    exact_key: FastMap<(u64, FiAddr), Seqs>,
+    untagged_key: FastMap<FiAddr, Seqs>,
     // No index by context: `cancel` is rare and scans, while an index
     // would cost every posted receive a map insert and remove.
 }
@@ -71,6 +87,8 @@ impl<R> PostedQueue<R> {
             exact: fast_map(),
             wild: BTreeMap::new(),
             untagged: fast_map(),
+            exact_key: fast_map(),
+            untagged_key: fast_map(),
         }
     }
 
@@ -96,9 +114,12 @@ impl<R> PostedQueue<R> {
         match slot_of(&spec) {
             Slot::Exact(tag, src) => index_insert(&mut self.exact, (tag, src), seq),
             Slot::Wild => {
-                self.wild.insert(seq, (spec.tag, spec.ignore, spec.src));
+                self.wild
+                    .insert(seq, (spec.tag, spec.ignore, spec.src, spec.by_key));
             }
             Slot::Untagged(src) => index_insert(&mut self.untagged, src, seq),
+            Slot::ExactKey(tag, k) => index_insert(&mut self.exact_key, (tag, k), seq),
+            Slot::UntaggedKey(k) => index_insert(&mut self.untagged_key, k, seq),
         }
         self.entries.insert(seq, (spec, r));
     }
@@ -118,19 +139,28 @@ impl<R> PostedQueue<R> {
             let own = own_src
                 .then(|| index_first(&self.untagged, &info.src))
                 .flatten();
-            return earlier(any, own);
+            let by_key = info.key.and_then(|k| index_first(&self.untagged_key, &k));
+            return earlier(earlier(any, own), by_key);
         }
         let any = index_first(&self.exact, &(info.tag, FI_ADDR_UNSPEC));
         let own = own_src
             .then(|| index_first(&self.exact, &(info.tag, info.src)))
             .flatten();
-        let best = earlier(any, own);
+        let by_key = info
+            .key
+            .and_then(|k| index_first(&self.exact_key, &(info.tag, k)));
+        let best = earlier(earlier(any, own), by_key);
         let upper = best.map_or(Bound::Unbounded, Bound::Excluded);
         let wild = self
             .wild
             .range((Bound::Unbounded, upper))
-            .find(|(_, &(tag, ignore, src))| {
-                tag_matches(tag, ignore, info.tag) && src_ok(src, info.src)
+            .find(|(_, &(tag, ignore, src, by_key))| {
+                tag_matches(tag, ignore, info.tag)
+                    && if by_key {
+                        info.key == Some(src)
+                    } else {
+                        src_ok(src, info.src)
+                    }
             })
             .map(|(&seq, _)| seq);
         wild.or(best)
@@ -150,6 +180,8 @@ impl<R> PostedQueue<R> {
         self.exact.clear();
         self.wild.clear();
         self.untagged.clear();
+        self.exact_key.clear();
+        self.untagged_key.clear();
         let mut all: Vec<(u64, (RecvSpec, R))> =
             std::mem::take(&mut self.entries).into_iter().collect();
         all.sort_unstable_by_key(|(seq, _)| *seq);
@@ -164,6 +196,8 @@ impl<R> PostedQueue<R> {
                 self.wild.remove(&seq);
             }
             Slot::Untagged(src) => index_remove(&mut self.untagged, &src, seq),
+            Slot::ExactKey(tag, k) => index_remove(&mut self.exact_key, &(tag, k), seq),
+            Slot::UntaggedKey(k) => index_remove(&mut self.untagged_key, &k, seq),
         }
         Some((spec, r))
     }

@@ -11,6 +11,7 @@ fn no_av(_: &u32) -> FiAddr {
 
 fn tspec(src: FiAddr, tag: u64, ignore: u64, context: u64) -> RecvSpec {
     RecvSpec {
+        by_key: false,
         src,
         tagged: true,
         tag,
@@ -21,6 +22,7 @@ fn tspec(src: FiAddr, tag: u64, ignore: u64, context: u64) -> RecvSpec {
 
 fn uspec(src: FiAddr, context: u64) -> RecvSpec {
     RecvSpec {
+        by_key: false,
         src,
         tagged: false,
         tag: 0,
@@ -31,6 +33,7 @@ fn uspec(src: FiAddr, context: u64) -> RecvSpec {
 
 fn tmsg(src: FiAddr, tag: u64, len: usize) -> MsgInfo {
     MsgInfo {
+        key: None,
         src,
         tagged: true,
         tag,
@@ -41,6 +44,7 @@ fn tmsg(src: FiAddr, tag: u64, len: usize) -> MsgInfo {
 
 fn umsg(src: FiAddr, len: usize) -> MsgInfo {
     MsgInfo {
+        key: None,
         src,
         tagged: false,
         tag: 0,
@@ -446,4 +450,39 @@ fn a_message_put_back_goes_ahead_of_every_buffered_one() {
     let (.., p) = matched(m.post(tspec(FI_ADDR_UNSPEC, 7, 0, 4), 4, &no_av));
     assert_eq!(p, 3);
     assert_eq!(m.unexpected_len(), 0);
+}
+
+#[test]
+fn receives_directed_by_key_take_only_senders_that_proved_it() {
+    const KA: FiAddr = 0;
+    const KB: FiAddr = 1;
+    let keyed = |m: MsgInfo, k: FiAddr| MsgInfo { key: Some(k), ..m };
+    let by_key = |s: RecvSpec| RecvSpec { by_key: true, ..s };
+    let mut m = M::new();
+    // Posted: exact, wildcard and untagged receives for key A.
+    assert!(queued(m.post(by_key(tspec(KA, 5, 0, 1)), 1, &no_av)));
+    assert!(queued(m.post(by_key(tspec(KA, 0, u64::MAX, 2)), 2, &no_av)));
+    assert!(queued(m.post(by_key(uspec(KA, 3)), 3, &no_av)));
+    // Key handle 0 is not address handle 0, and key B is not key A.
+    assert_eq!(m.match_arrival(&tmsg(KA, 5, 0)), None);
+    assert_eq!(m.match_arrival(&keyed(tmsg(A, 5, 0), KB)), None);
+    assert_eq!(m.match_arrival(&keyed(umsg(B, 0), KB)), None);
+    let got: Vec<u64> = [keyed(tmsg(A, 5, 0), KA), keyed(tmsg(B, 9, 0), KA)]
+        .iter()
+        .filter_map(|i| m.match_arrival(i).map(|(_, r)| r))
+        .collect();
+    assert_eq!(got, [1, 2]);
+    assert_eq!(
+        m.match_arrival(&keyed(umsg(B, 0), KA)).map(|(_, r)| r),
+        Some(3)
+    );
+
+    // Unexpected: a receive by key skips other keys' messages.
+    m.push_unexpected(1, keyed(tmsg(B, 7, 1), KB), 10);
+    m.push_unexpected(2, keyed(tmsg(A, 7, 2), KA), 11);
+    let (_, _, info, payload) = matched(m.post(by_key(tspec(KA, 7, 0, 4)), 4, &no_av));
+    assert_eq!((payload, info.src, info.key), (11, A, Some(KA)));
+    assert!(queued(m.post(by_key(tspec(KA, 7, 0, 5)), 5, &no_av)));
+    let (_, _, _, payload) = matched(m.post(tspec(FI_ADDR_UNSPEC, 7, 0, 6), 6, &no_av));
+    assert_eq!(payload, 10);
 }

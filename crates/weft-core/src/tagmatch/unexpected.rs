@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{effective_src, index_first, index_insert, index_remove, kind_and_tag_ok, src_ok};
+use super::{effective_src, index_first, index_insert, index_remove, kind_and_tag_ok};
 use super::{tag_matches, MsgInfo, RecvSpec, Seqs};
 use crate::addr::FiAddr;
 use crate::hash::{fast_map, FastMap};
@@ -130,7 +130,8 @@ impl<U, S> UnexpectedQueue<U, S> {
             .filter(|(_, e)| kind_and_tag_ok(spec, &e.info))
             .find_map(|(seq, e)| {
                 let src = effective_src(&e.info, &e.src_raw, resolve);
-                src_ok(spec.src, src).then_some((seq, MsgInfo { src, ..e.info }))
+                spec.takes_from(&e.info, src)
+                    .then_some((seq, MsgInfo { src, ..e.info }))
             })
     }
 

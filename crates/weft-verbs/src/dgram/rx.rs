@@ -167,6 +167,7 @@ impl DgramShared {
     /// datagram comes back through `give_back` to the next receive.
     fn deliver(&self, mut req: RecvReq, a: Arrival) {
         let info = MsgInfo {
+            key: None,
             src: a.src,
             tagged: false,
             tag: 0,

@@ -641,6 +641,7 @@ fn incarnation(local: &SocketAddr) -> u64 {
 
 fn spec_of(req: &RecvReq) -> RecvSpec {
     RecvSpec {
+        by_key: false,
         src: req.src,
         tagged: req.tagged,
         tag: req.tag,

@@ -289,6 +289,7 @@ impl RdmShared {
 
     fn info_of(&self, peer: &std::net::SocketAddr, h: &Header, len: usize) -> MsgInfo {
         MsgInfo {
+            key: None,
             src: self.resolve_src(peer),
             tagged: h.tagged,
             tag: h.tag,

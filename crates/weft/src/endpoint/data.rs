@@ -46,8 +46,25 @@ impl Endpoint {
 
     fn check_recv(&self, msg: &RecvMsg, flags: OpFlags) -> Result<()> {
         let info = &self.inner.info;
-        if !info.rx_attr.op_flags_supported.contains(flags) {
+        if !info
+            .rx_attr
+            .op_flags_supported
+            .contains(flags - OpFlags::AUTH_KEY)
+        {
             return Err(Error::BadFlags);
+        }
+        // A receive directed by key: only where keys live in the AV, with
+        // directed receives, and naming a key.
+        if flags.contains(OpFlags::AUTH_KEY) {
+            if !info.domain_attr.av_auth_key
+                || info.ep_attr.ep_type != weft_core::attr::EpType::Rdm
+                || !info.caps.contains(Caps::DIRECTED_RECV)
+            {
+                return Err(Error::BadFlags);
+            }
+            if msg.src == FI_ADDR_UNSPEC {
+                return Err(Error::Inval);
+            }
         }
         if flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) && !msg.tagged {
             return Err(Error::BadFlags);

@@ -121,6 +121,7 @@ fn random_spec(rng: &mut XorShift, context: u64) -> RecvSpec {
         handle_of(rng.below(u64::from(RAWS)) as u32)
     };
     RecvSpec {
+        by_key: false,
         src,
         tagged: rng.below(4) != 0,
         tag: rng.below(6),
@@ -162,6 +163,7 @@ fn randomized_against_reference() {
             0..=34 => {
                 let raw = rng.below(u64::from(RAWS)) as u32;
                 let info = MsgInfo {
+                    key: None,
                     src: av[raw as usize].unwrap_or(FI_ADDR_NOTAVAIL),
                     tagged: rng.below(4) != 0,
                     tag: rng.below(6),
