@@ -112,7 +112,10 @@ pub(crate) struct AvInner {
 
 impl AddressVector {
     pub(crate) fn open(domain: Domain, attr: AvAttr) -> Result<AddressVector> {
-        let table = AvTable::open(&attr)?;
+        let table = match attr.name {
+            Some(_) => crate::shared_av::open_table(&domain, &attr)?,
+            None => AvTable::open(&attr)?,
+        };
         let resolver = domain.inner.prov.as_ref().and_then(|p| p.addr_resolver());
         Ok(AddressVector {
             inner: Arc::new(AvInner {
@@ -149,6 +152,7 @@ impl AddressVector {
     /// Checks an insert's flags and returns the EQ its events go to, if
     /// it is an `FI_EVENT` insert (`NoEq` when none is bound).
     fn event_eq(&self, flags: AvFlags) -> Result<Option<Arc<EqShared>>> {
+        lock(&self.inner.table).check_writable()?;
         let opened = self.inner.open_flags;
         core_av::check_insert_flags(flags, opened.contains(AvFlags::AV_USER_ID), true)?;
         if !(flags | opened).contains(AvFlags::EVENT) {
@@ -435,9 +439,11 @@ impl AddressVector {
     /// `fi_av_lookup` returning the bytes (the string form on an
     /// `FI_ADDR_STR` domain).
     pub fn lookup(&self, fi_addr: FiAddr) -> Result<Vec<u8>> {
-        let raw = lock(&self.inner.table)
-            .lookup(fi_addr)
-            .map(|a| a.to_vec())?;
+        let raw = {
+            let mut t = lock(&self.inner.table);
+            t.sync_shared()?;
+            t.lookup(fi_addr).map(|a| a.to_vec())?
+        };
         Ok(crate::addrfmt::to_user(&self.inner.domain.inner.info, raw))
     }
 
@@ -474,7 +480,7 @@ impl AddressVector {
 
     /// Number of live entries.
     pub fn len(&self) -> usize {
-        lock(&self.inner.table).len()
+        core_av::shared::lock_synced(&self.inner.table).len()
     }
 
     /// True when no address is inserted.
