@@ -288,6 +288,24 @@ async fn removes_are_seen_by_every_process() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolving_inserts_hand_out_handles_every_process_sees() {
+    let name = Name::new("svc");
+    let (_f, d, _) = domain_for(&hints());
+    let av = d.av(attr(&name.0, AvType::Table, false)).unwrap();
+    let mut b = Peer::open(&name.0, AvType::Table, false);
+    // A host name: the handle is reserved now and filled once resolved,
+    // both through the log.
+    let pending = av
+        .insert_svc("localhost", "7000", Default::default(), 0)
+        .unwrap();
+    let report = tokio::time::timeout(T, pending).await.unwrap();
+    assert_eq!(report.results, vec![Ok(0)]);
+    let resolved = av.lookup(0).unwrap();
+    assert_eq!(b.ok("lookup 0"), hex(&resolved));
+    assert_eq!(b.handles(&[churn_addr(1)]), vec![1]);
+}
+
 /// Where the records of a tcp named AV start, and how long each is
 /// (docs/design.md, "Named shared AVs").
 const RECORDS_OFF: usize = 256;

@@ -9,8 +9,8 @@
 //! local table; [`lock_synced`] catches it up with the log first.
 //!
 //! Writers append under the segment's lock and publish with a checksummed
-//! commit written last (see [`Mirror::append`](mirror::Mirror)); readers
-//! take no lock. Every value read from the segment is checked, so a
+//! commit written last; readers take no lock (`docs/design.md`, "Named
+//! shared AVs", has the layout and the commit protocol). Every value read from the segment is checked, so a
 //! damaged or hostile segment gives errors, never a panic.
 
 mod layout;
