@@ -36,6 +36,9 @@ pub(crate) struct Mirror {
     /// Records replayed, and the chain hash over them.
     records: u64,
     chain: u64,
+    /// The last commit refused as damaged: while it stays the newest,
+    /// refusing it again costs one read, not a re-read of its records.
+    refused: Option<Commit>,
 }
 
 impl Mirror {
@@ -56,6 +59,7 @@ impl Mirror {
             slot: 0,
             records: 0,
             chain: super::layout::CHAIN_START,
+            refused: None,
         }
     }
 
@@ -88,6 +92,17 @@ impl Mirror {
     /// segment; the table then keeps the last state it verified.
     pub(super) fn sync(&mut self, table: &mut AvTable) -> Result<()> {
         let (slot, c) = self.newest_commit()?;
+        if self.refused == Some(c) {
+            return Err(Error::Io);
+        }
+        let r = self.catch_up(table, slot, c);
+        if r.is_err() {
+            self.refused = Some(c);
+        }
+        r
+    }
+
+    fn catch_up(&mut self, table: &mut AvTable, slot: usize, c: Commit) -> Result<()> {
         if c.seq == self.seq {
             if c.records != self.records || c.chain != self.chain {
                 return Err(Error::Io);
