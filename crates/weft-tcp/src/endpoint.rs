@@ -13,6 +13,7 @@ use weft_core::addr::{
     decode_sockaddr, encode_sockaddr, sockaddr_bytes, FiAddr, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
 };
 use weft_core::attr::EpType;
+use weft_core::av::shared::lock_synced;
 use weft_core::completion::{CqErrEntry, Returned, WaitMode};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
@@ -206,7 +207,7 @@ impl EpShared {
     /// connection proved), `FI_ADDR_NOTAVAIL` if not inserted.
     pub fn resolve_src(&self, src: &Source) -> FiAddr {
         match &self.cfg.av {
-            Some(av) => lock(av)
+            Some(av) => lock_synced(av)
                 .find_keyed(&sockaddr_bytes(&src.addr), src.key)
                 .unwrap_or(FI_ADDR_NOTAVAIL),
             None => FI_ADDR_NOTAVAIL,
@@ -219,7 +220,7 @@ impl EpShared {
         let Some(av) = &self.cfg.av else {
             return FI_ADDR_NOTAVAIL;
         };
-        let av = lock(av);
+        let av = lock_synced(av);
         let v = av.version();
         if let Some((cv, a)) = *cache {
             if cv == v {
@@ -255,7 +256,7 @@ impl EpShared {
     /// What completions report for a source handle (user ids).
     pub fn reported_addr(&self, a: FiAddr) -> FiAddr {
         match &self.cfg.av {
-            Some(av) => lock(av).reported_addr(a),
+            Some(av) => lock_synced(av).reported_addr(a),
             None => a,
         }
     }
@@ -497,7 +498,7 @@ impl EpShared {
     fn dest_source(&self, dest: FiAddr) -> Result<Source> {
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
         // `lookup` ignores the receive-context bits of the handle.
-        let t = lock(av);
+        let t = lock_synced(av);
         let bytes = t.lookup(dest).map_err(|_| Error::AddrNotAvail)?;
         let addr = decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)?;
         let key = t.entry_key(dest).map_err(|_| Error::AddrNotAvail)?;

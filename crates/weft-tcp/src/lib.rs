@@ -88,7 +88,8 @@ fn offer(ep_type: EpType) -> Info {
         | Caps::REMOTE_READ
         | Caps::REMOTE_WRITE
         | if ep_type == EpType::Rdm {
-            Caps::DIRECTED_RECV | Caps::AV_USER_ID | Caps::SOURCE_ERR
+            // Named AVs: see docs/design.md, "Named shared AVs".
+            Caps::DIRECTED_RECV | Caps::AV_USER_ID | Caps::SOURCE_ERR | Caps::SHARED_AV
         } else {
             Caps::empty()
         };

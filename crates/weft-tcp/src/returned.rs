@@ -13,6 +13,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::av::shared::lock_synced;
 use weft_core::completion::Returned;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::sync::lock;
@@ -72,7 +73,7 @@ impl EpShared {
         let Some(av) = &self.cfg.av else {
             return unknown;
         };
-        let t = lock(av);
+        let t = lock_synced(av);
         let Some(addr) = t.lookup(src).ok().and_then(|b| decode_sockaddr(b).ok()) else {
             return unknown;
         };

@@ -112,7 +112,13 @@ pub(crate) struct AvInner {
 
 impl AddressVector {
     pub(crate) fn open(domain: Domain, attr: AvAttr) -> Result<AddressVector> {
-        let table = AvTable::open(&attr)?;
+        let table = match attr.name {
+            // Keys and their entries live in each process's table and
+            // would not be shared: a named AV could not keep them in step.
+            Some(_) if domain.info().domain_attr.av_auth_key => return Err(Error::OpNotSupp),
+            Some(_) => crate::shared_av::open_table(&domain, &attr)?,
+            None => AvTable::open(&attr)?,
+        };
         let resolver = domain.inner.prov.as_ref().and_then(|p| p.addr_resolver());
         Ok(AddressVector {
             inner: Arc::new(AvInner {
@@ -149,6 +155,7 @@ impl AddressVector {
     /// Checks an insert's flags and returns the EQ its events go to, if
     /// it is an `FI_EVENT` insert (`NoEq` when none is bound).
     fn event_eq(&self, flags: AvFlags) -> Result<Option<Arc<EqShared>>> {
+        lock(&self.inner.table).check_writable()?;
         let opened = self.inner.open_flags;
         core_av::check_insert_flags(flags, opened.contains(AvFlags::AV_USER_ID), true)?;
         if !(flags | opened).contains(AvFlags::EVENT) {
@@ -413,6 +420,9 @@ impl AddressVector {
     /// Whether the domain keeps its authorization keys in AVs
     /// (`FI_AV_AUTH_KEY`); `Inval` otherwise.
     fn check_av_keys(&self) -> Result<()> {
+        if self.is_shared() {
+            return Err(Error::OpNotSupp);
+        }
         if self.inner.domain.inner.info.domain_attr.av_auth_key {
             Ok(())
         } else {
@@ -558,9 +568,11 @@ impl AddressVector {
     /// `fi_av_lookup` returning the bytes (the string form on an
     /// `FI_ADDR_STR` domain).
     pub fn lookup(&self, fi_addr: FiAddr) -> Result<Vec<u8>> {
-        let raw = lock(&self.inner.table)
-            .lookup(fi_addr)
-            .map(|a| a.to_vec())?;
+        let raw = {
+            let mut t = lock(&self.inner.table);
+            t.sync_shared()?;
+            t.lookup(fi_addr).map(|a| a.to_vec())?
+        };
         Ok(crate::addrfmt::to_user(&self.inner.domain.inner.info, raw))
     }
 
@@ -597,7 +609,7 @@ impl AddressVector {
 
     /// Number of live entries.
     pub fn len(&self) -> usize {
-        lock(&self.inner.table).len()
+        core_av::shared::lock_synced(&self.inner.table).len()
     }
 
     /// True when no address is inserted.

@@ -63,6 +63,7 @@ mod opfuture;
 mod passive;
 mod registry;
 mod rma;
+mod shared_av;
 mod srx;
 
 pub use av::{AddressVector, AvAttr, Insert, InsertReport};
@@ -80,6 +81,7 @@ pub use msg::{RecvMsg, SendMsg};
 pub use passive::PassiveEndpoint;
 pub use registry::providers;
 pub use rma::RmaMsg;
+pub use shared_av::{shared_av_path, unlink_shared_av};
 pub use srx::SharedRxContext;
 pub use weft_core::atomic::{AtomicKind, AtomicOp, Datatype};
 pub use weft_core::provider::{Atomic, EpStats, MrCacheStats, RmaOp};

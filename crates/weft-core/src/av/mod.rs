@@ -15,6 +15,7 @@
 
 pub mod auth_keys;
 mod index;
+pub mod shared;
 mod sym;
 mod table;
 #[cfg(test)]
@@ -37,8 +38,13 @@ pub struct AvAttr {
     pub rx_ctx_bits: u32,
     /// Open flags (`FI_EVENT`, `FI_SYMMETRIC`, `FI_AV_USER_ID`, `FI_READ`).
     pub flags: AvFlags,
-    /// Name of a shared AV (not supported by [`AvTable`]).
+    /// Name of a shared AV: opened with
+    /// [`AvTable::open_shared`] (see [`shared`]); [`AvTable::open`]
+    /// refuses it.
     pub name: Option<String>,
+    /// Named MAP AVs: the `map_addr` processes agree on (0: take the
+    /// segment's, see [`AvTable::map_addr`]). Ignored otherwise.
+    pub map_addr: u64,
 }
 
 /// The most receive-context bits an AV accepts: `fi_rx_addr` takes an `int`

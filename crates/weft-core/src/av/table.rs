@@ -155,6 +155,9 @@ pub struct AvTable {
     /// Bumped by every change, so a reader may cache a lookup
     /// ([`version`](Self::version)).
     version: u64,
+    /// Named AVs: the segment this table replays (`av::shared`). Changes
+    /// go through it; reads stay local.
+    pub(super) shared: Option<Box<super::shared::Mirror>>,
 }
 
 impl fmt::Debug for AvTable {
@@ -175,7 +178,8 @@ impl AvTable {
     ///
     /// Open flags other than `READ | SYMMETRIC | EVENT | AV_USER_ID` are
     /// `BadFlags`; `rx_ctx_bits` above 32 is `Inval`; `READ` without a name is
-    /// `Inval`; a name (a shared AV) is `NoSys`. `count` only sizes the
+    /// `Inval`; a name is `NoSys` here (named AVs open with
+    /// [`open_shared`](Self::open_shared)). `count` only sizes the
     /// initial allocation. `Unspec` resolves to `Table`.
     pub fn open(attr: &AvAttr) -> Result<AvTable> {
         if attr.flags.bits() & !OPEN_FLAGS.bits() != 0 {
@@ -208,6 +212,7 @@ impl AvTable {
             live: 0,
             keys: AuthKeyTable::default(),
             version: 0,
+            shared: None,
         })
     }
 
@@ -244,6 +249,9 @@ impl AvTable {
     /// MAP with 32 receive-context bits), the remaining handles are
     /// `FI_ADDR_NOTAVAIL`, which `fill` rejects with `Inval`.
     pub fn reserve(&mut self, n: usize) -> Vec<FiAddr> {
+        if self.shared.is_some() {
+            return super::shared::reserve(self, n);
+        }
         self.version += 1;
         let mut out = Vec::with_capacity(n.min(MAX_PREALLOC));
         for _ in 0..n {
@@ -287,6 +295,9 @@ impl AvTable {
     /// [`set_user_id`](Self::set_user_id)), or for an address of 4 GiB or
     /// more; the handle then stays reserved.
     pub fn fill(&mut self, fi_addr: FiAddr, addr: Vec<u8>, user_id: Option<u64>) -> Result<()> {
+        if self.shared.is_some() {
+            return super::shared::fill(self, fi_addr, &addr, user_id);
+        }
         self.version += 1;
         self.fill_bytes(fi_addr, &addr, user_id)
     }
@@ -336,6 +347,9 @@ impl AvTable {
     /// Returns a reserved handle whose address failed back to the free pool.
     /// Anything but a reserved handle is ignored.
     pub fn release(&mut self, fi_addr: FiAddr) {
+        if self.shared.is_some() {
+            return super::shared::release(self, fi_addr);
+        }
         self.version += 1;
         if let Some(index) = self.resolve(fi_addr) {
             if self
@@ -380,6 +394,9 @@ impl AvTable {
     ) -> Vec<Result<FiAddr>> {
         // A connection's cached source lookup must see the new entries.
         self.version += 1;
+        if self.shared.is_some() {
+            return super::shared::insert(self, addrs, user_ids, validate);
+        }
         let mut out = Vec::with_capacity(addrs.len());
         for (i, addr) in addrs.iter().enumerate() {
             out.push(self.insert_one(addr, i, user_ids, validate));
@@ -412,6 +429,9 @@ impl AvTable {
     /// Removes a live entry (`fi_av_remove`). `Inval` for handles never
     /// handed out, out of range, reserved but unfilled, or already removed.
     pub fn remove(&mut self, fi_addr: FiAddr) -> Result<()> {
+        if self.shared.is_some() {
+            return super::shared::remove(self, fi_addr);
+        }
         self.version += 1;
         let index = self.live_index(fi_addr).ok_or(Error::Inval)?;
         if let Some(slot) = self.slots.get(index as usize) {
