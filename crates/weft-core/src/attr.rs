@@ -2,6 +2,7 @@
 //! for (`fi_info` and its `fi_*_attr` members).
 
 use crate::flags::{Caps, CompOrder, Mode, MrMode, MsgOrder, OpFlags};
+use std::fmt;
 
 /// Endpoint type (`enum fi_ep_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -151,8 +152,20 @@ pub struct FabricAttr {
     pub api_version: u32,
 }
 
+/// An authorization key in a `Debug` rendering: its size, never its bytes.
+struct RedactedKey<'a>(Option<&'a [u8]>);
+
+impl fmt::Debug for RedactedKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(k) => write!(f, "Some(<{} key bytes>)", k.len()),
+            None => f.write_str("None"),
+        }
+    }
+}
+
 /// Domain attributes.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct DomainAttr {
     /// Domain name (interface or device).
     pub name: Option<String>,
@@ -210,8 +223,37 @@ pub struct DomainAttr {
     pub av_auth_key: bool,
 }
 
+impl fmt::Debug for DomainAttr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DomainAttr")
+            .field("name", &self.name)
+            .field("threading", &self.threading)
+            .field("control_progress", &self.control_progress)
+            .field("data_progress", &self.data_progress)
+            .field("av_type", &self.av_type)
+            .field("mr_mode", &self.mr_mode)
+            .field("mr_key_size", &self.mr_key_size)
+            .field("cq_data_size", &self.cq_data_size)
+            .field("cq_cnt", &self.cq_cnt)
+            .field("ep_cnt", &self.ep_cnt)
+            .field("tx_ctx_cnt", &self.tx_ctx_cnt)
+            .field("rx_ctx_cnt", &self.rx_ctx_cnt)
+            .field("max_ep_tx_ctx", &self.max_ep_tx_ctx)
+            .field("max_ep_rx_ctx", &self.max_ep_rx_ctx)
+            .field("max_ep_srx_ctx", &self.max_ep_srx_ctx)
+            .field("mr_iov_limit", &self.mr_iov_limit)
+            .field("mr_cnt", &self.mr_cnt)
+            .field("caps", &self.caps)
+            .field("mode", &self.mode)
+            .field("auth_key", &RedactedKey(self.auth_key.as_deref()))
+            .field("max_ep_auth_key", &self.max_ep_auth_key)
+            .field("av_auth_key", &self.av_auth_key)
+            .finish()
+    }
+}
+
 /// Endpoint attributes.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct EpAttr {
     /// Endpoint type.
     pub ep_type: EpType,
@@ -245,6 +287,26 @@ pub struct EpAttr {
     /// with `Inval` when the endpoint is created. Offers carry none; a
     /// hint's key is copied into the result.
     pub auth_key: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for EpAttr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EpAttr")
+            .field("ep_type", &self.ep_type)
+            .field("protocol", &self.protocol)
+            .field("protocol_version", &self.protocol_version)
+            .field("max_msg_size", &self.max_msg_size)
+            .field("msg_prefix_size", &self.msg_prefix_size)
+            .field("max_order_raw_size", &self.max_order_raw_size)
+            .field("max_order_war_size", &self.max_order_war_size)
+            .field("max_order_waw_size", &self.max_order_waw_size)
+            .field("mem_tag_format", &self.mem_tag_format)
+            .field("tx_ctx_cnt", &self.tx_ctx_cnt)
+            .field("rx_ctx_cnt", &self.rx_ctx_cnt)
+            .field("cm_data_size", &self.cm_data_size)
+            .field("auth_key", &RedactedKey(self.auth_key.as_deref()))
+            .finish()
+    }
 }
 
 /// Transmit attributes.
@@ -339,4 +401,20 @@ pub const API_VERSION: u32 = (1 << 16) | 17;
 /// Packs a `(major, minor)` version as libfabric's `FI_VERSION` does.
 pub const fn version(major: u16, minor: u16) -> u32 {
     ((major as u32) << 16) | minor as u32
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_key_sizes_not_keys() {
+        let mut i = Info::default();
+        i.ep_attr.auth_key = Some(b"secret-ep-key".to_vec());
+        i.domain_attr.auth_key = Some(b"secret-dom".to_vec());
+        let s = format!("{i:?}");
+        assert!(!s.contains("115, 101, 99"), "key bytes in {s}");
+        assert!(s.contains("<13 key bytes>") && s.contains("<10 key bytes>"));
+        assert!(s.contains("max_ep_auth_key"), "other fields still shown");
+    }
 }

@@ -29,7 +29,16 @@ pub struct MrAttr<'a> {
     requested_key: u64,
     offset: u64,
     flags: MrRegFlags,
-    auth_key: Option<Vec<u8>>,
+    auth_key: Option<KeyBytes>,
+}
+
+/// A region's authorization key as given; its `Debug` shows the size only.
+struct KeyBytes(Vec<u8>);
+
+impl std::fmt::Debug for KeyBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} key bytes>", self.0.len())
+    }
 }
 
 #[derive(Debug)]
@@ -90,7 +99,7 @@ impl<'a> MrAttr<'a> {
     /// (`OpNotSupp`). Sub-regions keep their base's key (`BadFlags` if
     /// one is given).
     pub fn auth_key(mut self, key: &[u8]) -> MrAttr<'a> {
-        self.auth_key = Some(key.to_vec());
+        self.auth_key = Some(KeyBytes(key.to_vec()));
         self
     }
 
@@ -218,7 +227,8 @@ impl Domain {
         let owns_buffers = matches!(memory, MrMemory::Buffers(_));
         let auth_key = attr
             .auth_key
-            .as_deref()
+            .as_ref()
+            .map(|k| k.0.as_slice())
             .or(self.info().domain_attr.auth_key.as_deref())
             .map(weft_core::auth::AuthKey::new)
             .transpose();
@@ -267,7 +277,7 @@ impl Domain {
         }
         let info = self.info();
         if let Some(k) = &attr.auth_key {
-            weft_core::auth::check_key(k)?;
+            weft_core::auth::check_key(&k.0)?;
             if matches!(attr.memory, Source::Sub { .. }) {
                 return Err(Error::BadFlags);
             }
