@@ -65,7 +65,7 @@ pub fn open(info: &Info) -> Result<Arc<dyn ProviderDomain>> {
     let limits = CacheLimits::from_env(
         |k| std::env::var(k).ok(),
         crate::info::memlock_limit().flatten(),
-    );
+    )?;
     tracing::debug!(?limits, "verbs registration cache");
     let cache = Arc::new(SourceCache::new(limits));
     Ok(Arc::new(VerbsDomain {

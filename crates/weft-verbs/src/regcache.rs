@@ -46,24 +46,48 @@ pub struct CacheLimits {
 
 impl CacheLimits {
     /// From `FI_MR_CACHE_*` (`get` reads one variable) and the locked
-    /// memory limit (`None`: unlimited).
-    pub fn from_env(get: impl Fn(&str) -> Option<String>, memlock: Option<u64>) -> CacheLimits {
-        let num = |name: &str| get(name).and_then(|v| v.trim().parse::<usize>().ok());
-        let disabled =
-            get("FI_MR_CACHE_MONITOR").is_some_and(|m| m.trim().eq_ignore_ascii_case("disabled"));
+    /// memory limit (`None`: unlimited). A value that is not a number, or
+    /// a monitor fi_mr(3) does not name, is `Inval` (the domain does not
+    /// open): a typo must not quietly leave the cache on or off.
+    pub fn from_env(
+        get: impl Fn(&str) -> Option<String>,
+        memlock: Option<u64>,
+    ) -> Result<CacheLimits> {
+        let num = |name: &str| -> Result<Option<usize>> {
+            match get(name) {
+                None => Ok(None),
+                Some(v) => v.trim().parse::<usize>().map(Some).map_err(|_| {
+                    tracing::error!(variable = name, value = %v, "not a number");
+                    Error::Inval
+                }),
+            }
+        };
+        let disabled = match get("FI_MR_CACHE_MONITOR") {
+            None => false,
+            Some(m) => match m.trim().to_ascii_lowercase().as_str() {
+                "disabled" => true,
+                "userfaultfd" | "uffd" | "memhooks" | "kdreg2" => false,
+                _ => {
+                    tracing::error!(variable = "FI_MR_CACHE_MONITOR", value = %m, "unknown monitor");
+                    return Err(Error::Inval);
+                }
+            },
+        };
         let cap = memlock.map_or(DEFAULT_MAX_SIZE, |m| {
             usize::try_from(m / 2)
                 .unwrap_or(usize::MAX)
                 .min(DEFAULT_MAX_SIZE)
         });
-        CacheLimits {
+        let count = num("FI_MR_CACHE_MAX_COUNT")?;
+        let size = num("FI_MR_CACHE_MAX_SIZE")?;
+        Ok(CacheLimits {
             max_count: if disabled {
                 0
             } else {
-                num("FI_MR_CACHE_MAX_COUNT").unwrap_or(DEFAULT_MAX_COUNT)
+                count.unwrap_or(DEFAULT_MAX_COUNT)
             },
-            max_size: num("FI_MR_CACHE_MAX_SIZE").unwrap_or(cap),
-        }
+            max_size: size.unwrap_or(cap),
+        })
     }
 }
 
@@ -286,9 +310,9 @@ mod tests {
                     .map(|(_, v)| (*v).to_owned())
             }
         };
-        let d = CacheLimits::from_env(env(&[]), None);
+        let d = CacheLimits::from_env(env(&[]), None).unwrap();
         assert_eq!(d, limits(DEFAULT_MAX_COUNT, DEFAULT_MAX_SIZE));
-        let small = CacheLimits::from_env(env(&[]), Some(8 << 20));
+        let small = CacheLimits::from_env(env(&[]), Some(8 << 20)).unwrap();
         assert_eq!(small.max_size, 4 << 20);
         let set = CacheLimits::from_env(
             env(&[
@@ -296,11 +320,30 @@ mod tests {
                 ("FI_MR_CACHE_MAX_SIZE", "4096"),
             ]),
             None,
-        );
+        )
+        .unwrap();
         assert_eq!(set, limits(7, 4096));
-        let off = CacheLimits::from_env(env(&[("FI_MR_CACHE_MONITOR", "disabled")]), None);
+        // A size set explicitly is honoured even above the default cap.
+        let big = CacheLimits::from_env(env(&[("FI_MR_CACHE_MAX_SIZE", "1073741824")]), None);
+        assert_eq!(big.unwrap().max_size, 1 << 30);
+        let off = CacheLimits::from_env(env(&[("FI_MR_CACHE_MONITOR", "disabled")]), None).unwrap();
         assert_eq!(off.max_count, 0);
-        let uffd = CacheLimits::from_env(env(&[("FI_MR_CACHE_MONITOR", "userfaultfd")]), None);
-        assert_eq!(uffd.max_count, DEFAULT_MAX_COUNT);
+        let zero = CacheLimits::from_env(env(&[("FI_MR_CACHE_MAX_COUNT", "0")]), None).unwrap();
+        assert_eq!(zero.max_count, 0);
+        for m in ["userfaultfd", "memhooks", "kdreg2", "Memhooks"] {
+            let pairs: &'static [(&'static str, &'static str)] =
+                Box::leak(Box::new([("FI_MR_CACHE_MONITOR", m)]));
+            let on = CacheLimits::from_env(env(pairs), None).unwrap();
+            assert_eq!(on.max_count, DEFAULT_MAX_COUNT, "{m}");
+        }
+        for bad in [
+            ("FI_MR_CACHE_MONITOR", "userfault"),
+            ("FI_MR_CACHE_MAX_COUNT", "many"),
+            ("FI_MR_CACHE_MAX_SIZE", "-1"),
+            ("FI_MR_CACHE_MAX_SIZE", "32M"),
+        ] {
+            let pairs: &'static [(&'static str, &'static str)] = Box::leak(Box::new([bad]));
+            assert_eq!(CacheLimits::from_env(env(pairs), None), Err(Error::Inval), "{bad:?}");
+        }
     }
 }
