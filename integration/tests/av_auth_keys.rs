@@ -240,6 +240,24 @@ async fn regions_with_a_key_take_only_connections_that_proved_it() {
         .await
         .unwrap();
     assert_eq!(&anyone.to_vec().unwrap()[..2], b"ab");
+
+    // The same by key handle (FI_AUTH_KEY on fi_mr_regattr).
+    let by_handle = d
+        .mr_regattr(
+            MrAttr::alloc(64, rw)
+                .requested_key(3)
+                .av_auth_key(&svc.av, keys[1]),
+        )
+        .unwrap();
+    let w =
+        to(a.ep.write(to_svc_a, Bytes::from_static(b"a"), 0, by_handle.key())).await;
+    assert_eq!(w.unwrap_err().err, Error::Access);
+    to(b.ep.write(to_svc_b, Bytes::from_static(b"b"), 0, by_handle.key()))
+        .await
+        .unwrap();
+    assert_eq!(&by_handle.to_vec().unwrap()[..1], b"b");
+    let bad = d.mr_regattr(MrAttr::alloc(8, rw).av_auth_key(&svc.av, 99));
+    assert_eq!(bad.err().map(|e| e.error), Some(Error::Inval));
 }
 
 #[tokio::test]

@@ -343,7 +343,11 @@ mod tests {
             ("FI_MR_CACHE_MAX_SIZE", "32M"),
         ] {
             let pairs: &'static [(&'static str, &'static str)] = Box::leak(Box::new([bad]));
-            assert_eq!(CacheLimits::from_env(env(pairs), None), Err(Error::Inval), "{bad:?}");
+            assert_eq!(
+                CacheLimits::from_env(env(pairs), None),
+                Err(Error::Inval),
+                "{bad:?}"
+            );
         }
     }
 }

@@ -29,15 +29,33 @@ pub struct MrAttr<'a> {
     requested_key: u64,
     offset: u64,
     flags: MrRegFlags,
-    auth_key: Option<KeyBytes>,
+    auth_key: Option<KeyBytes<'a>>,
 }
 
-/// A region's authorization key as given; its `Debug` shows the size only.
-struct KeyBytes(Vec<u8>);
+/// A region's authorization key as given: its bytes, or a key handle of
+/// an AV (`FI_AUTH_KEY` on `fi_mr_regattr`). `Debug` never shows bytes.
+enum KeyBytes<'a> {
+    Bytes(Vec<u8>),
+    Handle(&'a crate::av::AddressVector, weft_core::addr::FiAddr),
+}
 
-impl std::fmt::Debug for KeyBytes {
+impl std::fmt::Debug for KeyBytes<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "<{} key bytes>", self.0.len())
+        match self {
+            KeyBytes::Bytes(b) => write!(f, "<{} key bytes>", b.len()),
+            KeyBytes::Handle(_, h) => write!(f, "AV key handle {h}"),
+        }
+    }
+}
+
+impl KeyBytes<'_> {
+    /// The key's bytes: a handle's are looked up now (`Inval` for a
+    /// handle that is not a live key of that AV).
+    fn resolve(&self) -> Result<Vec<u8>> {
+        match self {
+            KeyBytes::Bytes(b) => Ok(b.clone()),
+            KeyBytes::Handle(av, h) => av.lookup_auth_key(*h, weft_core::flags::AvFlags::AUTH_KEY),
+        }
     }
 }
 
@@ -99,7 +117,22 @@ impl<'a> MrAttr<'a> {
     /// (`OpNotSupp`). Sub-regions keep their base's key (`BadFlags` if
     /// one is given).
     pub fn auth_key(mut self, key: &[u8]) -> MrAttr<'a> {
-        self.auth_key = Some(KeyBytes(key.to_vec()));
+        self.auth_key = Some(KeyBytes::Bytes(key.to_vec()));
+        self
+    }
+
+    /// [`auth_key`](Self::auth_key) by the handle of a key in `av`
+    /// (`fi_mr_regattr` with `FI_AUTH_KEY` on an `FI_AV_AUTH_KEY`
+    /// domain): the region takes only connections that proved that key.
+    /// A handle that is not a live key of `av` is `Inval` at
+    /// registration; `av` must belong to the registering domain
+    /// (`Domain` otherwise).
+    pub fn av_auth_key(
+        mut self,
+        av: &'a crate::av::AddressVector,
+        key: weft_core::addr::FiAddr,
+    ) -> MrAttr<'a> {
+        self.auth_key = Some(KeyBytes::Handle(av, key));
         self
     }
 
@@ -225,10 +258,17 @@ impl Domain {
             Source::Buffers(b) => MrMemory::Buffers(b),
         };
         let owns_buffers = matches!(memory, MrMemory::Buffers(_));
-        let auth_key = attr
-            .auth_key
-            .as_ref()
-            .map(|k| k.0.as_slice())
+        let given = match attr.auth_key.as_ref().map(KeyBytes::resolve).transpose() {
+            Ok(k) => k,
+            Err(error) => {
+                return Err(RegError {
+                    error,
+                    buffers: memory.into_buffers(),
+                })
+            }
+        };
+        let auth_key = given
+            .as_deref()
             .or(self.info().domain_attr.auth_key.as_deref())
             .map(weft_core::auth::AuthKey::new)
             .transpose();
@@ -277,7 +317,13 @@ impl Domain {
         }
         let info = self.info();
         if let Some(k) = &attr.auth_key {
-            weft_core::auth::check_key(&k.0)?;
+            match k {
+                KeyBytes::Bytes(b) => weft_core::auth::check_key(b)?,
+                KeyBytes::Handle(av, _) if av.inner.domain.fid() != self.fid() => {
+                    return Err(Error::Domain)
+                }
+                KeyBytes::Handle(..) => {}
+            }
             if matches!(attr.memory, Source::Sub { .. }) {
                 return Err(Error::BadFlags);
             }
