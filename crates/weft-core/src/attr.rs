@@ -107,6 +107,8 @@ pub enum Protocol {
     /// Weft's reliable-datagram protocol over RC queue pairs (a header per
     /// message, eager or read rendezvous; see the verbs provider).
     WeftRdmRc,
+    /// Weft's datagram header over UDP (the udp provider; `docs/wire.md`).
+    WeftUdp,
 }
 
 /// Progress model (`enum fi_progress`).

@@ -534,6 +534,12 @@ pub struct EpStats {
     /// The traffic class of the last datagram received, from its IP header
     /// (verbs DGRAM on RoCE v2); `None` where not tracked.
     pub rx_tclass: Option<u8>,
+    /// Datagrams dropped on arrival because the unexpected budget
+    /// (`rx_attr.total_buffered_recv`) was full (udp DGRAM).
+    pub rx_dropped: u64,
+    /// Datagrams dropped on arrival because they were not well-formed
+    /// Weft datagrams: bad magic, version, flags or length (udp DGRAM).
+    pub rx_malformed: u64,
 }
 
 /// An enabled provider endpoint.

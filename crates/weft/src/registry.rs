@@ -7,7 +7,11 @@ use weft_core::provider::Provider;
 /// Every provider, the embedded default (tcp) first. A provider whose
 /// support was not compiled in stays listed, so it can say why it offers
 /// nothing (`Provider::unavailable_reason`).
-static REGISTRY: &[&dyn Provider] = &[&weft_tcp::TcpProvider, &weft_verbs::VerbsProvider];
+static REGISTRY: &[&dyn Provider] = &[
+    &weft_tcp::TcpProvider,
+    &weft_verbs::VerbsProvider,
+    &weft_udp::UdpProvider,
+];
 
 /// Every provider Weft knows.
 pub(crate) fn all() -> &'static [&'static dyn Provider] {

@@ -85,6 +85,7 @@ pub const fn protocol_str(p: Protocol) -> &'static str {
         Protocol::RdmaCmIbRc => "FI_PROTO_RDMA_CM_IB_RC",
         Protocol::WeftRdmRc => "FI_PROTO_WEFT_RDM_RC",
         Protocol::IbUd => "FI_PROTO_IB_UD",
+        Protocol::WeftUdp => "FI_PROTO_WEFT_UDP",
     }
 }
 

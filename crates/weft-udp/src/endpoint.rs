@@ -1,0 +1,417 @@
+//! The endpoint's shared state and the `ProviderEndpoint` operations.
+//!
+//! One UDP socket per endpoint, bound to the endpoint's address: every
+//! datagram it sends leaves from that address, so the source of a
+//! datagram is the sender's endpoint address, which is what the receiver's
+//! AV holds (`FI_SOURCE`, directed receives).
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use socket2::{Domain, Socket, Type};
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+use weft_core::addr::{decode_sockaddr, encode_sockaddr, sockaddr_bytes, FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::attr::AddrFormat;
+use weft_core::av::shared::lock_synced;
+use weft_core::completion::{CqErrEntry, Returned, WaitMode};
+use weft_core::credits::Credits;
+use weft_core::flags::{Caps, OpFlags};
+use weft_core::progress::{Progress, SpinHold};
+use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::recv_completion::{cancel_recv, complete_peek, RecvCtx};
+use weft_core::sync::lock;
+use weft_core::tagmatch::{Matcher, PostOutcome, RecvSpec};
+use weft_core::{Error, Result};
+
+use crate::rx::{Held, RxState};
+use crate::tx::TxQueue;
+
+/// The matcher of one endpoint: posted receives, and datagrams that
+/// arrived before a receive took them (kept with the address they came
+/// from, so a sender inserted into the AV later is still found).
+pub type UdpMatcher = Matcher<RecvReq, Held, SocketAddr>;
+
+/// Socket buffers asked for (the kernel caps them at `rmem_max` and
+/// `wmem_max`): a burst of datagrams waits in the kernel while the
+/// endpoint's drivers are busy, instead of being dropped there.
+const SOCKET_BUFFER: usize = 4 << 20;
+
+/// State shared by the endpoint handle and its drivers.
+#[derive(Debug)]
+pub struct EpShared {
+    pub cfg: EpConfig,
+    pub rt: Handle,
+    /// The socket, non-blocking; every driver reads and writes through
+    /// it directly.
+    pub sock: std::net::UdpSocket,
+    /// The same socket registered with the reactor, for the reader and
+    /// writer tasks (interrupt and inline modes; busy-poll has none).
+    pub tio: Option<tokio::net::UdpSocket>,
+    pub local: SocketAddr,
+    /// The largest message one datagram carries from here.
+    pub max_msg: usize,
+    pub inject: usize,
+    pub iov_limit: usize,
+    pub matcher: Mutex<UdpMatcher>,
+    /// The receive staging buffer: one driver reads at a time.
+    pub rx_state: Mutex<RxState>,
+    pub txq: Mutex<TxQueue>,
+    /// Datagrams wait in `txq` (the socket was full).
+    pub tx_pending: AtomicBool,
+    /// Wakes the writer task.
+    pub tx_kick: Notify,
+    pub tx: Credits,
+    pub rx: Credits,
+    /// `rx_attr.total_buffered_recv`.
+    pub buffered_limit: usize,
+    /// Unexpected bytes held now (payload plus the fixed overhead of each).
+    pub unexp: Arc<AtomicUsize>,
+    pub dropped: AtomicU64,
+    pub malformed: AtomicU64,
+    /// `FI_SOURCE_ERR`: a datagram from a sender not in the AV completes
+    /// as an `AddrNotAvail` error carrying the sender's address.
+    pub source_err: bool,
+    pub closed: AtomicBool,
+    pub tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// A waiter drives the endpoint itself (inline and busy-poll modes):
+    /// the busy-poll thread parks, the reactor's reader stands aside.
+    pub hold: SpinHold,
+    /// Inline mode: the spinning waiter went to sleep.
+    pub inline_idle: Notify,
+}
+
+impl RecvCtx for EpShared {
+    fn rx_credits(&self) -> &Credits {
+        &self.rx
+    }
+
+    fn reported_addr(&self, a: FiAddr) -> FiAddr {
+        match &self.cfg.av {
+            Some(av) => lock_synced(av).reported_addr(a),
+            None => a,
+        }
+    }
+
+    fn give_back(&self, r: Returned) {
+        self.take_back(r);
+    }
+}
+
+/// The address an endpoint binds: the one it was given (`src_addr`,
+/// which an offer sets to its interface's address), else loopback.
+fn bind_addr(cfg: &EpConfig) -> Result<SocketAddr> {
+    match cfg.src_addr.as_deref().or(cfg.info.src_addr.as_deref()) {
+        Some(b) => decode_sockaddr(b),
+        None if cfg.info.addr_format == AddrFormat::SockaddrIn6 => {
+            Ok(SocketAddr::from((Ipv6Addr::LOCALHOST, 0)))
+        }
+        None => Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+    }
+}
+
+/// A non-blocking UDP socket bound to `addr`, its packets marked with
+/// `dscp`.
+fn open_socket(addr: SocketAddr, dscp: Option<u8>) -> Result<std::net::UdpSocket> {
+    let domain = if addr.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    if addr.is_ipv6() {
+        // An IPv6 endpoint talks IPv6 only: IPv4-mapped sources would
+        // match no AV entry.
+        s.set_only_v6(true)?;
+    }
+    // Best effort: the kernel caps both, and a smaller buffer only means
+    // the kernel drops sooner under a burst.
+    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    if let Some(d) = dscp {
+        let v = u32::from(d) << 2;
+        if addr.is_ipv4() {
+            s.set_tos_v4(v)?;
+        } else {
+            s.set_tclass_v6(v)?;
+        }
+    }
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
+impl EpShared {
+    /// Binds the socket and builds the state. Must run inside the
+    /// runtime (the reactor registration).
+    pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<EpShared>> {
+        let info = &cfg.info;
+        let dscp = weft_core::tclass::to_dscp(info.tx_attr.tclass)?;
+        let sock = open_socket(bind_addr(&cfg)?, dscp)?;
+        let local = sock.local_addr()?;
+        let path = crate::ifaces::max_msg_at(local.ip());
+        let max_msg = match info.ep_attr.max_msg_size {
+            0 => path,
+            m => m.min(path),
+        };
+        let inject = match info.tx_attr.inject_size {
+            0 => crate::INJECT_SIZE,
+            n => n,
+        }
+        .min(max_msg);
+        let tio = if cfg.wait == WaitMode::BusyPoll {
+            None
+        } else {
+            Some(tokio::net::UdpSocket::from_std(sock.try_clone()?)?)
+        };
+        let source_err = info.caps.contains(Caps::SOURCE_ERR);
+        let buffered_limit = match info.rx_attr.total_buffered_recv {
+            0 => crate::BUFFERED_RECV,
+            n => n,
+        };
+        tracing::debug!(%local, max_msg, wait = ?cfg.wait, "udp endpoint open");
+        let iov_limit = info.tx_attr.iov_limit.clamp(1, crate::IOV_LIMIT);
+        let (tx, rx) = (
+            Credits::new(info.tx_attr.size),
+            Credits::new(info.rx_attr.size),
+        );
+        Ok(Arc::new(EpShared {
+            rt,
+            sock,
+            tio,
+            local,
+            max_msg,
+            inject,
+            iov_limit,
+            matcher: Mutex::new(Matcher::new()),
+            rx_state: Mutex::new(RxState::new()),
+            txq: Mutex::new(TxQueue::default()),
+            tx_pending: AtomicBool::new(false),
+            tx_kick: Notify::new(),
+            tx,
+            rx,
+            buffered_limit,
+            unexp: Arc::new(AtomicUsize::new(0)),
+            dropped: AtomicU64::new(0),
+            malformed: AtomicU64::new(0),
+            source_err,
+            closed: AtomicBool::new(false),
+            tasks: Mutex::new(Vec::new()),
+            hold: SpinHold::default(),
+            inline_idle: Notify::new(),
+            cfg,
+        }))
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The AV handle of the endpoint at `addr`, `FI_ADDR_NOTAVAIL` if it
+    /// is not in the AV.
+    pub fn resolve_src(&self, addr: &SocketAddr) -> FiAddr {
+        match &self.cfg.av {
+            Some(av) => lock_synced(av)
+                .find(&sockaddr_bytes(addr))
+                .unwrap_or(FI_ADDR_NOTAVAIL),
+            None => FI_ADDR_NOTAVAIL,
+        }
+    }
+
+    /// Where AV handle `dest` sends to.
+    pub fn dest_addr(&self, dest: FiAddr) -> Result<SocketAddr> {
+        let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
+        let t = lock_synced(av);
+        let bytes = t.lookup(dest).map_err(|_| Error::AddrNotAvail)?;
+        decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)
+    }
+
+    /// `FI_SOURCE_ERR`: the sender's address for the error entry of a
+    /// datagram whose sender is not in the AV; `None` to complete it as
+    /// usual.
+    pub fn unknown_sender(&self, src: FiAddr, from: &SocketAddr) -> Option<Vec<u8>> {
+        (self.source_err && src == FI_ADDR_NOTAVAIL).then(|| encode_sockaddr(from))
+    }
+
+    fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+        let spec = spec_of(&req);
+        let resolve = |a: &SocketAddr| self.resolve_src(a);
+        if req.flags.contains(OpFlags::PEEK) {
+            let r = lock(&self.matcher).peek(&spec, req.flags, &resolve);
+            match r {
+                Ok(info) => complete_peek(self, req, info),
+                Err(Error::Inval) => {
+                    return Err(Rejected {
+                        err: Error::Inval,
+                        req,
+                    })
+                }
+                Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
+            }
+            return Ok(());
+        }
+        if req.flags.contains(OpFlags::CLAIM) {
+            let discard = req.flags.contains(OpFlags::DISCARD);
+            let r = lock(&self.matcher).claim(spec.context, discard);
+            match r {
+                Ok((info, Some(held))) => {
+                    // Delivered through the normal path, which gives back
+                    // one receive credit.
+                    self.rx.take();
+                    crate::rx::deliver_held(self, req, info, held);
+                }
+                Ok((info, None)) => complete_peek(self, req, info),
+                Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
+            }
+            return Ok(());
+        }
+        if !self.rx.try_take() {
+            return Err(Rejected {
+                err: Error::Again,
+                req,
+            });
+        }
+        let out = lock(&self.matcher).post(spec, req, &resolve);
+        if let PostOutcome::Matched {
+            recv,
+            info,
+            payload,
+            ..
+        } = out
+        {
+            crate::rx::deliver_held(self, recv, info, payload);
+        }
+        Ok(())
+    }
+}
+
+/// The matching criteria of a receive.
+fn spec_of(req: &RecvReq) -> RecvSpec {
+    RecvSpec {
+        by_key: false,
+        src: req.src,
+        tagged: req.tagged,
+        tag: req.tag,
+        ignore: req.ignore,
+        context: req.done.context,
+    }
+}
+
+/// The `ProviderEndpoint` handle.
+#[derive(Debug)]
+pub struct UdpEndpoint {
+    pub shared: Arc<EpShared>,
+    /// Inline progress of this endpoint (queues hold it weakly).
+    pub inline: Arc<dyn Progress>,
+}
+
+impl ProviderEndpoint for UdpEndpoint {
+    fn stats(&self) -> EpStats {
+        let ep = &self.shared;
+        let mut s = EpStats::default();
+        s.unexpected_bytes = ep.unexp.load(Ordering::Acquire);
+        s.rx_dropped = ep.dropped.load(Ordering::Relaxed);
+        s.rx_malformed = ep.malformed.load(Ordering::Relaxed);
+        let sock = socket2::SockRef::from(&ep.sock);
+        let tos = if ep.local.is_ipv4() {
+            sock.tos_v4()
+        } else {
+            sock.tclass_v6()
+        };
+        s.tclass = tos.ok().and_then(|t| u8::try_from(t).ok());
+        s
+    }
+
+    fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+        if self.shared.is_closed() {
+            return Err(Rejected {
+                err: Error::OpBadState,
+                req,
+            });
+        }
+        self.shared.send(req)
+    }
+
+    fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+        if self.shared.is_closed() {
+            return Err(Rejected {
+                err: Error::OpBadState,
+                req,
+            });
+        }
+        if req.flags.contains(OpFlags::AUTH_KEY) {
+            // No keys here: nothing could have proven one.
+            return Err(Rejected {
+                err: Error::BadFlags,
+                req,
+            });
+        }
+        if req.bufs.len() > self.shared.iov_limit {
+            return Err(Rejected {
+                err: Error::Inval,
+                req,
+            });
+        }
+        self.shared.recv(req)
+    }
+
+    fn cancel(&self, context: u64) -> bool {
+        let r = lock(&self.shared.matcher).cancel(context);
+        match r {
+            Some((_, req)) => {
+                cancel_recv(&*self.shared, req);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn give_back(&self, r: Returned) {
+        self.shared.take_back(r);
+    }
+
+    fn local_addr(&self) -> Vec<u8> {
+        encode_sockaddr(&self.shared.local)
+    }
+
+    fn progress_hook(&self) -> Option<Arc<dyn Progress>> {
+        Some(self.inline.clone())
+    }
+
+    fn tx_size_left(&self) -> usize {
+        self.shared.tx.left()
+    }
+
+    fn rx_size_left(&self) -> usize {
+        self.shared.rx.left()
+    }
+
+    fn close(&self) {
+        let ep = &self.shared;
+        if ep.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for t in lock(&ep.tasks).drain(..) {
+            t.abort();
+        }
+        // Outstanding operations are discarded without completions.
+        let posted = lock(&ep.matcher).drain_posted();
+        drop(posted);
+        let held = lock(&ep.matcher).drain_unexpected();
+        drop(held);
+        let queued = std::mem::take(&mut *lock(&ep.txq));
+        drop(queued);
+        ep.tx_pending.store(false, Ordering::Release);
+        // A parked busy-poll thread sees the close now.
+        ep.hold.waiter_idle();
+        ep.tx_kick.notify_one();
+        tracing::debug!(local = %ep.local, "udp endpoint closed");
+    }
+}
+
+impl Drop for UdpEndpoint {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,163 @@
+//! The provider's `fi_getinfo` offers: one `FI_EP_DGRAM` info per address
+//! of every interface that is up (loopback first), as libfabric's udp
+//! provider lists them: the fabric is the address's network, the domain
+//! the interface, the source address the interface's address (port 0),
+//! and `max_msg_size` what one datagram carries over that interface.
+
+use std::net::{IpAddr, SocketAddr};
+
+use weft_core::addr::encode_sockaddr;
+use weft_core::attr::{
+    version, AddrFormat, AvType, DomainAttr, EpAttr, EpType, FabricAttr, Info, Progress, Protocol,
+    RxAttr, Threading, TxAttr, API_VERSION,
+};
+use weft_core::flags::{Caps, CompOrder, MrMode, MsgOrder, OpFlags};
+
+use crate::ifaces::{self, Iface};
+use crate::{BUFFERED_RECV, INJECT_SIZE, IOV_LIMIT, MEM_TAG_FORMAT, NAME, QUEUE_SIZE};
+
+/// What a udp endpoint does: untagged and tagged datagrams with 64-bit
+/// remote CQ data, source addresses (with `FI_SOURCE_ERR` on request) and
+/// directed receives. Nothing is retransmitted: see `docs/design.md`, "The
+/// udp provider".
+pub const CAPS: Caps = Caps::MSG
+    .union(Caps::TAGGED)
+    .union(Caps::SEND)
+    .union(Caps::RECV)
+    .union(Caps::REMOTE_CQ_DATA)
+    .union(Caps::SOURCE)
+    .union(Caps::SOURCE_ERR)
+    .union(Caps::DIRECTED_RECV)
+    .union(Caps::LOCAL_COMM)
+    .union(Caps::REMOTE_COMM);
+
+/// Every offer, from the interfaces there are now.
+pub fn offers() -> Vec<Info> {
+    ifaces::list().iter().map(offer).collect()
+}
+
+/// The offer of one interface address.
+pub fn offer(i: &Iface) -> Info {
+    let max_msg = i.max_msg();
+    let addr_format = match i.addr {
+        IpAddr::V4(_) => AddrFormat::SockaddrIn,
+        IpAddr::V6(_) => AddrFormat::SockaddrIn6,
+    };
+    Info {
+        caps: CAPS,
+        addr_format,
+        src_addr: Some(encode_sockaddr(&SocketAddr::new(i.addr, 0))),
+        tx_attr: TxAttr {
+            caps: CAPS & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE | Caps::SOURCE_ERR),
+            // UDP promises no order, and a lost datagram leaves a gap.
+            msg_order: MsgOrder::empty(),
+            comp_order: CompOrder::empty(),
+            inject_size: INJECT_SIZE.min(max_msg),
+            size: QUEUE_SIZE,
+            iov_limit: IOV_LIMIT,
+            rma_iov_limit: 0,
+            // A send completes once the kernel has the datagram: nothing
+            // comes back from the receiver, so delivery- and
+            // match-complete cannot be honoured.
+            op_flags_supported: OpFlags::TX_BASE,
+            ..TxAttr::default()
+        },
+        rx_attr: RxAttr {
+            caps: CAPS & !Caps::SEND,
+            msg_order: MsgOrder::empty(),
+            comp_order: CompOrder::empty(),
+            total_buffered_recv: BUFFERED_RECV,
+            size: QUEUE_SIZE,
+            iov_limit: IOV_LIMIT,
+            op_flags_supported: OpFlags::RX_BASE | OpFlags::PEEK_FAMILY,
+            ..RxAttr::default()
+        },
+        ep_attr: EpAttr {
+            ep_type: EpType::Dgram,
+            protocol: Protocol::WeftUdp,
+            protocol_version: u32::from(crate::wire::VERSION),
+            max_msg_size: max_msg,
+            mem_tag_format: MEM_TAG_FORMAT,
+            tx_ctx_cnt: 1,
+            rx_ctx_cnt: 1,
+            ..EpAttr::default()
+        },
+        domain_attr: DomainAttr {
+            name: Some(i.name.clone()),
+            threading: Threading::Safe,
+            control_progress: Progress::Auto,
+            data_progress: Progress::Auto,
+            av_type: AvType::Unspec,
+            mr_mode: MrMode::empty(),
+            cq_data_size: 8,
+            cq_cnt: 1 << 16,
+            ep_cnt: 1 << 16,
+            tx_ctx_cnt: 1,
+            rx_ctx_cnt: 1,
+            max_ep_tx_ctx: 1,
+            max_ep_rx_ctx: 1,
+            max_ep_srx_ctx: 0,
+            // No keys: a datagram proves nothing about its sender.
+            max_ep_auth_key: 0,
+            ..DomainAttr::default()
+        },
+        fabric_attr: FabricAttr {
+            name: Some(i.network()),
+            prov_name: Some(NAME.into()),
+            prov_version: version(0, 1),
+            api_version: API_VERSION,
+        },
+        ..Info::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn loopback_offer() {
+        let i = Iface {
+            name: "lo".into(),
+            addr: "127.0.0.1".parse().unwrap(),
+            prefix: 8,
+            mtu: 65_536,
+            loopback: true,
+        };
+        let o = offer(&i);
+        assert_eq!(o.ep_attr.ep_type, EpType::Dgram);
+        assert_eq!(o.ep_attr.max_msg_size, 65_507 - crate::wire::HEADER_LEN);
+        assert_eq!(o.tx_attr.inject_size, INJECT_SIZE);
+        assert_eq!(o.domain_attr.name.as_deref(), Some("lo"));
+        assert_eq!(o.fabric_attr.name.as_deref(), Some("127.0.0.0/8"));
+        assert_eq!(
+            weft_core::addr::decode_sockaddr(o.src_addr.as_deref().unwrap()).unwrap(),
+            "127.0.0.1:0".parse().unwrap()
+        );
+        // Nothing that needs an answer from the receiver, no RMA, no
+        // multicast.
+        assert!(!o
+            .tx_attr
+            .op_flags_supported
+            .contains(OpFlags::DELIVERY_COMPLETE));
+        assert!(!o
+            .caps
+            .intersects(Caps::RMA | Caps::MULTICAST | Caps::MULTI_RECV));
+    }
+
+    #[test]
+    fn a_small_mtu_bounds_messages_and_inject() {
+        let i = Iface {
+            name: "tun0".into(),
+            addr: "10.9.0.1".parse().unwrap(),
+            prefix: 24,
+            mtu: 576,
+            loopback: false,
+        };
+        let o = offer(&i);
+        assert_eq!(o.ep_attr.max_msg_size, 576 - 28 - crate::wire::HEADER_LEN);
+        assert_eq!(o.tx_attr.inject_size, o.ep_attr.max_msg_size);
+        assert_eq!(o.addr_format, AddrFormat::SockaddrIn);
+    }
+}

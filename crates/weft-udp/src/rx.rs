@@ -1,0 +1,290 @@
+//! The receive side: datagrams are read whole into one staging buffer,
+//! checked, and matched to a posted receive (copied into its buffers) or
+//! held for a later receive within the unexpected budget; past the budget
+//! they are dropped and counted. Malformed datagrams are dropped and
+//! counted; nothing a datagram says can make the endpoint panic or hold
+//! more than the budget.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::av::shared::lock_synced;
+use weft_core::completion::Returned;
+use weft_core::limits::UNEXPECTED_OVERHEAD;
+use weft_core::provider::RecvReq;
+use weft_core::recv_completion::{copy_in, deliver, deliver_unknown};
+use weft_core::sync::lock;
+use weft_core::tagmatch::MsgInfo;
+
+use crate::endpoint::EpShared;
+use crate::wire::Header;
+
+/// Staging room: the largest datagram UDP carries fits, so no datagram is
+/// ever cut short by the kernel (one longer than the header says is then
+/// refused by the length check, not silently shortened).
+const STAGING: usize = 1 << 16;
+
+/// Datagrams one pass reads at most, so a flood cannot keep a waiter (or
+/// the reader task) in one pass forever.
+pub const PASS_LIMIT: usize = 64;
+
+/// The receive staging buffer and the last sender looked up.
+#[derive(Debug)]
+pub struct RxState {
+    buf: Box<[u8]>,
+    /// The last sender, the AV version its handle was found in, and the
+    /// handle: the lookup runs again only for another sender or after the
+    /// AV changed.
+    src: Option<(SocketAddr, u64, FiAddr)>,
+}
+
+impl RxState {
+    pub fn new() -> RxState {
+        RxState {
+            buf: vec![0u8; STAGING].into_boxed_slice(),
+            src: None,
+        }
+    }
+}
+
+/// A datagram held for a later receive, with its share of the budget.
+#[derive(Debug)]
+pub struct Held {
+    pub data: BytesMut,
+    /// Where it came from (for `FI_SOURCE_ERR`).
+    pub from: SocketAddr,
+    _charge: Charge,
+}
+
+/// Bytes charged against the unexpected budget, given back on drop, so
+/// no path that frees a held datagram can forget to.
+#[derive(Debug)]
+struct Charge {
+    n: usize,
+    on: Arc<AtomicUsize>,
+}
+
+impl Charge {
+    /// Charges `n` if the total stays within `limit`.
+    fn try_new(on: &Arc<AtomicUsize>, n: usize, limit: usize) -> Option<Charge> {
+        on.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+            c.checked_add(n).filter(|&t| t <= limit)
+        })
+        .ok()
+        .map(|_| Charge { n, on: on.clone() })
+    }
+
+    /// Charges `n` whatever the total (a datagram admitted once already).
+    fn force(on: &Arc<AtomicUsize>, n: usize) -> Charge {
+        on.fetch_add(n, Ordering::AcqRel);
+        Charge { n, on: on.clone() }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.on.fetch_sub(self.n, Ordering::AcqRel);
+    }
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PassOutcome {
+    /// Datagrams read.
+    pub read: usize,
+    /// The socket said it was empty.
+    pub drained: bool,
+    /// A posted receive completed: whoever waits for it should run before
+    /// the next read (which would most likely find the socket empty).
+    pub delivered: bool,
+}
+
+/// One pass over the socket: reads datagrams with `read` until it is
+/// empty, a posted receive completes, or [`PASS_LIMIT`] were read. The
+/// caller holds `st` (one reader at a time).
+pub fn pass(
+    ep: &EpShared,
+    st: &mut RxState,
+    read: &mut dyn FnMut(&mut [u8]) -> io::Result<(usize, SocketAddr)>,
+) -> PassOutcome {
+    let mut out = PassOutcome::default();
+    while out.read < PASS_LIMIT && !ep.is_closed() {
+        let (n, from) = match read(&mut st.buf) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                out.drained = true;
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // A pending socket error (reported once) or a resource
+            // shortage: nothing to read now. The next pass reads again.
+            Err(e) => {
+                tracing::debug!(error = %e, "udp: receive failed");
+                out.drained = true;
+                break;
+            }
+        };
+        out.read += 1;
+        if arrived(ep, st, n, from) {
+            out.delivered = true;
+            break;
+        }
+    }
+    out
+}
+
+/// One datagram of `n` bytes from `from` in the staging buffer. True when
+/// it completed a posted receive.
+fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool {
+    let Some(d) = st.buf.get(..n) else {
+        return false;
+    };
+    let Ok((h, payload)) = Header::decode(d) else {
+        ep.malformed.fetch_add(1, Ordering::Relaxed);
+        return false;
+    };
+    let src = source_cached(ep, &mut st.src, from);
+    let info = MsgInfo {
+        key: None,
+        src,
+        tagged: h.tag.is_some(),
+        tag: h.tag.unwrap_or(0),
+        len: payload.len(),
+        data: h.data,
+    };
+    let mut m = lock(&ep.matcher);
+    if let Some((_, req)) = m.match_arrival(&info) {
+        drop(m);
+        copy_and_deliver(ep, req, info, payload, &from);
+        return true;
+    }
+    // Every datagram costs something, a zero-length one included.
+    let charge = UNEXPECTED_OVERHEAD.saturating_add(payload.len());
+    match Charge::try_new(&ep.unexp, charge, ep.buffered_limit) {
+        Some(c) => {
+            let held = Held {
+                data: BytesMut::from(payload),
+                from,
+                _charge: c,
+            };
+            m.push_unexpected(from, info, held);
+        }
+        None => {
+            drop(m);
+            ep.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    false
+}
+
+/// The AV handle of `from`, looked up again only when the sender or the
+/// AV changed since the last datagram.
+fn source_cached(
+    ep: &EpShared,
+    cache: &mut Option<(SocketAddr, u64, FiAddr)>,
+    from: SocketAddr,
+) -> FiAddr {
+    let Some(av) = &ep.cfg.av else {
+        return FI_ADDR_NOTAVAIL;
+    };
+    let t = lock_synced(av);
+    let v = t.version();
+    if let Some((a, cv, h)) = *cache {
+        if a == from && cv == v {
+            return h;
+        }
+    }
+    let h = t
+        .find(&weft_core::addr::sockaddr_bytes(&from))
+        .unwrap_or(FI_ADDR_NOTAVAIL);
+    *cache = Some((from, v, h));
+    h
+}
+
+/// Copies a datagram into a receive and completes it: as usual, or for a
+/// sender not in the AV on an `FI_SOURCE_ERR` endpoint as the error entry
+/// that carries the datagram and the sender's address. A datagram longer
+/// than the receive's buffers completes it with `FI_ETRUNC`.
+pub fn copy_and_deliver(
+    ep: &EpShared,
+    mut req: RecvReq,
+    info: MsgInfo,
+    data: &[u8],
+    from: &SocketAddr,
+) {
+    let placed = copy_in(&mut req, data);
+    match ep.unknown_sender(info.src, from) {
+        Some(raw) => deliver_unknown(ep, req, info, placed, FI_ADDR_NOTAVAIL, raw),
+        None => deliver(ep, req, info, placed),
+    }
+}
+
+/// Completes a receive with a held datagram (which frees its budget).
+pub fn deliver_held(ep: &EpShared, req: RecvReq, info: MsgInfo, held: Held) {
+    copy_and_deliver(ep, req, info, &held.data, &held.from);
+}
+
+impl EpShared {
+    /// Takes back a datagram whose receive's future was dropped as the
+    /// datagram reached it: the oldest posted receive that accepts it
+    /// gets it, else it goes to the head of the held datagrams, charged
+    /// even past the budget (it was admitted once; refusing it now could
+    /// only drop it).
+    pub fn take_back(&self, mut r: Returned) {
+        if self.is_closed() {
+            return;
+        }
+        let info = r.info();
+        let data = r.take_bytes();
+        let from = self.source_of(info.src, &r.origin.raw);
+        let mut m = lock(&self.matcher);
+        if let Some((_, req)) = m.match_arrival(&info) {
+            drop(m);
+            copy_and_deliver(self, req, info, &data, &from);
+            return;
+        }
+        let charge = Charge::force(&self.unexp, UNEXPECTED_OVERHEAD.saturating_add(info.len));
+        let held = Held {
+            data,
+            from,
+            _charge: charge,
+        };
+        m.push_unexpected_front(from, info, held);
+    }
+
+    /// The address of the sender with AV handle `src`, or for a sender
+    /// unknown at arrival the address it came from (`raw`, kept for
+    /// `FI_SOURCE_ERR`), or an unspecified one that resolves to nothing.
+    fn source_of(&self, src: FiAddr, raw: &[u8]) -> SocketAddr {
+        let unknown = decode_sockaddr(raw).unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+        if src == FI_ADDR_NOTAVAIL {
+            return unknown;
+        }
+        self.dest_addr(src).unwrap_or(unknown)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn charges_stop_at_the_limit_and_come_back_on_drop() {
+        let on = Arc::new(AtomicUsize::new(0));
+        let a = Charge::try_new(&on, 600, 1000).unwrap();
+        assert!(Charge::try_new(&on, 600, 1000).is_none());
+        let b = Charge::try_new(&on, 400, 1000).unwrap();
+        assert_eq!(on.load(Ordering::Acquire), 1000);
+        // A datagram given back is charged past the limit.
+        let c = Charge::force(&on, 512);
+        assert_eq!(on.load(Ordering::Acquire), 1512);
+        drop((a, b, c));
+        assert_eq!(on.load(Ordering::Acquire), 0);
+        assert!(Charge::try_new(&on, usize::MAX, usize::MAX).is_some());
+    }
+}

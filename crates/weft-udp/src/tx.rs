@@ -1,0 +1,162 @@
+//! The send side: a datagram is the header and the caller's buffers,
+//! written with one vectored `sendmsg` from the posting thread (no copy,
+//! no task hop). When the socket's send buffer is full the datagram waits
+//! in a queue, in order, until a driver finds room; a send completes once
+//! the kernel has taken its datagram. Nothing is retransmitted.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+use smallvec::SmallVec;
+use socket2::{SockAddr, SockRef};
+use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
+use weft_core::flags::OpFlags;
+use weft_core::provider::{Iov, Rejected, SendReq};
+use weft_core::sync::lock;
+use weft_core::Error;
+
+use crate::endpoint::EpShared;
+use crate::wire::{Header, HEADER_LEN};
+
+/// A datagram waiting for room in the socket.
+#[derive(Debug)]
+pub struct Queued {
+    hdr: [u8; HEADER_LEN],
+    iov: Iov,
+    dest: SocketAddr,
+    len: usize,
+    done: OpDone,
+}
+
+/// Datagrams waiting, oldest first.
+pub type TxQueue = VecDeque<Queued>;
+
+/// Sends one datagram: the header, then the buffers.
+fn send_now(
+    sock: &std::net::UdpSocket,
+    hdr: &[u8; HEADER_LEN],
+    iov: &Iov,
+    dest: SocketAddr,
+) -> io::Result<()> {
+    let mut parts: SmallVec<[IoSlice<'_>; 1 + crate::IOV_LIMIT]> = SmallVec::new();
+    parts.push(IoSlice::new(hdr));
+    parts.extend(
+        iov.iter()
+            .filter(|b| !b.is_empty())
+            .map(|b| IoSlice::new(b)),
+    );
+    let to = SockAddr::from(dest);
+    let s = SockRef::from(sock);
+    loop {
+        match s.send_to_vectored(&parts, &to) {
+            // UDP takes a datagram whole or not at all.
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Ends a send: its credit back first (so whoever it wakes can post
+/// again), then its completion.
+fn finish(ep: &EpShared, done: OpDone, len: usize, r: io::Result<()>) {
+    ep.tx.release(1);
+    match r {
+        Ok(()) => done.complete(CqEntry {
+            len,
+            ..CqEntry::default()
+        }),
+        Err(e) => {
+            let err = Error::from(e);
+            tracing::debug!(error = %err, "udp: send failed");
+            done.fail(CqErrEntry::new(0, OpFlags::empty(), err));
+        }
+    }
+}
+
+impl EpShared {
+    /// Posts a send. Checks happen here, before anything is taken: a
+    /// message longer than one datagram carries is `MsgSize`, an
+    /// address not in the AV `AddrNotAvail`, a full queue `Again`.
+    pub fn send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+        let len = req.len();
+        let reject = |err, req| Err(Rejected { err, req });
+        if len > self.max_msg {
+            return reject(Error::MsgSize, req);
+        }
+        if req.flags.contains(OpFlags::INJECT) && len > self.inject {
+            return reject(Error::MsgSize, req);
+        }
+        if req.iov.len() > self.iov_limit {
+            return reject(Error::Inval, req);
+        }
+        let dest = match self.dest_addr(req.dest) {
+            Ok(d) => d,
+            Err(e) => return reject(e, req),
+        };
+        if !self.tx.try_take() {
+            return reject(Error::Again, req);
+        }
+        // `len` fits: it is at most one datagram.
+        let hdr = Header::new(req.tag, req.data, len as u32).encode();
+        let mut q = lock(&self.txq);
+        if q.is_empty() {
+            match send_now(&self.sock, &hdr, &req.iov, dest) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => {
+                    drop(q);
+                    finish(self, req.done, len, r);
+                    return Ok(());
+                }
+            }
+        }
+        // Behind earlier datagrams, or the socket is full: in order.
+        q.push_back(Queued {
+            hdr,
+            iov: req.iov,
+            dest,
+            len,
+            done: req.done,
+        });
+        drop(q);
+        self.tx_pending.store(true, Ordering::Release);
+        self.tx_kick.notify_one();
+        Ok(())
+    }
+
+    /// Sends queued datagrams while the socket takes them. Returns how
+    /// many left the queue, and whether it is empty now.
+    pub fn flush(&self) -> (usize, bool) {
+        if !self.tx_pending.load(Ordering::Acquire) {
+            return (0, true);
+        }
+        let mut done: SmallVec<[(OpDone, usize, io::Result<()>); 8]> = SmallVec::new();
+        let empty = {
+            let mut q = lock(&self.txq);
+            while let Some(d) = q.front() {
+                let r = send_now(&self.sock, &d.hdr, &d.iov, d.dest);
+                if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+                    break;
+                }
+                if let Some(d) = q.pop_front() {
+                    done.push((d.done, d.len, r));
+                }
+                if done.len() == done.inline_size() {
+                    break;
+                }
+            }
+            let empty = q.is_empty();
+            self.tx_pending.store(!empty, Ordering::Release);
+            empty
+        };
+        let n = done.len();
+        // Completions outside the queue's lock: they wake tasks that may
+        // post again at once.
+        for (d, len, r) in done {
+            finish(self, d, len, r);
+        }
+        (n, empty)
+    }
+}

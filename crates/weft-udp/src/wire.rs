@@ -1,0 +1,195 @@
+//! The udp provider's datagram header (`docs/wire.md`, "The udp
+//! datagram header"): 24 bytes in front of the payload of every datagram,
+//! little-endian.
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..2 | magic `"WU"` |
+//! | 2 | version, 1 |
+//! | 3 | flags: 1 tagged, 2 remote CQ data |
+//! | 4..8 | payload length (the datagram's length less 24) |
+//! | 8..16 | tag (0 unless tagged) |
+//! | 16..24 | remote CQ data (0 unless flagged) |
+//!
+//! Everything a receiver needs is in one datagram, so the decoder checks
+//! the header against the datagram it came in: a datagram that is not
+//! exactly one header and the payload it announces is refused, whatever
+//! sent it.
+
+/// `"WU"`.
+pub const MAGIC: [u8; 2] = *b"WU";
+/// The version this decoder speaks.
+pub const VERSION: u8 = 1;
+/// Header length.
+pub const HEADER_LEN: usize = 24;
+/// The message is tagged (`fi_tsend`).
+pub const FLAG_TAGGED: u8 = 1;
+/// The message carries remote CQ data.
+pub const FLAG_CQ_DATA: u8 = 2;
+const KNOWN_FLAGS: u8 = FLAG_TAGGED | FLAG_CQ_DATA;
+
+/// The largest UDP payload over IPv4 (65535 less the IPv4 and UDP
+/// headers); over IPv6, without jumbograms, it is 65527.
+pub const UDP_MAX_V4: usize = 65_507;
+/// The largest UDP payload over IPv6.
+pub const UDP_MAX_V6: usize = 65_527;
+
+/// A decoded header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Header {
+    /// `Some` for a tagged message.
+    pub tag: Option<u64>,
+    /// Remote CQ data.
+    pub data: Option<u64>,
+    /// Payload bytes after the header.
+    pub len: u32,
+}
+
+/// Why a datagram was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Shorter than a header.
+    Short,
+    /// Not `"WU"`: not a Weft datagram.
+    BadMagic,
+    /// Another version.
+    BadVersion,
+    /// A flag bit this version does not define.
+    BadFlags,
+    /// A tag or data field that its flag does not announce is not zero.
+    Reserved,
+    /// The length field is not the payload's length.
+    BadLength,
+}
+
+impl Header {
+    /// The header of a message of `len` payload bytes.
+    pub fn new(tag: Option<u64>, data: Option<u64>, len: u32) -> Header {
+        Header { tag, data, len }
+    }
+
+    /// The 24 bytes on the wire.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..2].copy_from_slice(&MAGIC);
+        b[2] = VERSION;
+        let mut flags = 0;
+        if self.tag.is_some() {
+            flags |= FLAG_TAGGED;
+        }
+        if self.data.is_some() {
+            flags |= FLAG_CQ_DATA;
+        }
+        b[3] = flags;
+        b[4..8].copy_from_slice(&self.len.to_le_bytes());
+        b[8..16].copy_from_slice(&self.tag.unwrap_or(0).to_le_bytes());
+        b[16..24].copy_from_slice(&self.data.unwrap_or(0).to_le_bytes());
+        b
+    }
+
+    /// Decodes the datagram `d`: its header, and the payload after it.
+    pub fn decode(d: &[u8]) -> Result<(Header, &[u8]), DecodeError> {
+        let (h, payload) = d.split_at_checked(HEADER_LEN).ok_or(DecodeError::Short)?;
+        if h[0..2] != MAGIC {
+            return Err(DecodeError::BadMagic);
+        }
+        if h[2] != VERSION {
+            return Err(DecodeError::BadVersion);
+        }
+        let flags = h[3];
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(DecodeError::BadFlags);
+        }
+        let tag = u64_at(h, 8);
+        let data = u64_at(h, 16);
+        if (flags & FLAG_TAGGED == 0 && tag != 0) || (flags & FLAG_CQ_DATA == 0 && data != 0) {
+            return Err(DecodeError::Reserved);
+        }
+        let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+        if usize::try_from(len).ok() != Some(payload.len()) {
+            return Err(DecodeError::BadLength);
+        }
+        let hdr = Header {
+            tag: (flags & FLAG_TAGGED != 0).then_some(tag),
+            data: (flags & FLAG_CQ_DATA != 0).then_some(data),
+            len,
+        };
+        Ok((hdr, payload))
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn datagram(h: &Header, payload: &[u8]) -> Vec<u8> {
+        let mut v = h.encode().to_vec();
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[test]
+    fn round_trips() {
+        for h in [
+            Header::new(None, None, 5),
+            Header::new(Some(0x1234), None, 5),
+            Header::new(None, Some(7), 5),
+            Header::new(Some(u64::MAX), Some(0), 5),
+        ] {
+            let d = datagram(&h, b"hello");
+            let (got, p) = Header::decode(&d).unwrap();
+            assert_eq!(got, h);
+            assert_eq!(p, b"hello");
+        }
+    }
+
+    #[test]
+    fn the_documented_example_encodes_as_documented() {
+        // docs/wire.md: a tagged 64-byte message with tag 0x1234 and data 7.
+        let h = Header::new(Some(0x1234), Some(7), 64);
+        let want = [
+            0x57, 0x55, 0x01, 0x03, 0x40, 0, 0, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0, 0x07, 0, 0, 0, 0,
+            0, 0, 0,
+        ];
+        assert_eq!(h.encode(), want);
+    }
+
+    #[test]
+    fn refusals() {
+        let good = datagram(&Header::new(Some(1), None, 3), b"abc");
+        assert_eq!(
+            Header::decode(&good[..HEADER_LEN - 1]),
+            Err(DecodeError::Short)
+        );
+        let mut d = good.clone();
+        d[0] = b'X';
+        assert_eq!(Header::decode(&d), Err(DecodeError::BadMagic));
+        let mut d = good.clone();
+        d[2] = 2;
+        assert_eq!(Header::decode(&d), Err(DecodeError::BadVersion));
+        let mut d = good.clone();
+        d[3] |= 4;
+        assert_eq!(Header::decode(&d), Err(DecodeError::BadFlags));
+        let mut d = good.clone();
+        d[16] = 1;
+        assert_eq!(Header::decode(&d), Err(DecodeError::Reserved));
+        let mut d = good.clone();
+        d[3] = 0;
+        assert_eq!(Header::decode(&d), Err(DecodeError::Reserved));
+        // Truncated or padded payloads.
+        assert_eq!(
+            Header::decode(&good[..good.len() - 1]),
+            Err(DecodeError::BadLength)
+        );
+        let mut d = good.clone();
+        d.push(0);
+        assert_eq!(Header::decode(&d), Err(DecodeError::BadLength));
+    }
+}
