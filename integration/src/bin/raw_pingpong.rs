@@ -4,13 +4,16 @@
 //! `spin` reads are non-blocking and retried in a tight loop (what a
 //! busy-polling fabric does); `tokio` waits in the Tokio reactor (one
 //! current-thread runtime per side, `read_exact`/`write_all`), the floor of
-//! anything that waits through it (`epoll_wait`, then `read`). Prints
-//! `usec/xfer` (half a round trip) and MB/s the way `fi_pingpong` does.
+//! anything that waits through it (`epoll_wait`, then `read`). The
+//! `udp-spin` and `udp-block` modes are the floor of the udp provider: two
+//! connected loopback UDP sockets trading `SIZE`-byte datagrams with bare
+//! `send`/`recv` (at most 65507 bytes). Prints `usec/xfer` (half a round
+//! trip) and MB/s the way `fi_pingpong` does.
 //!
-//! usage: raw-pingpong block|spin|tokio SIZE ITERS
+//! usage: raw-pingpong block|spin|tokio|udp-spin|udp-block SIZE ITERS
 
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -76,6 +79,60 @@ fn run(spin: bool, size: usize, iters: u64) -> io::Result<f64> {
     Ok(secs)
 }
 
+/// One datagram into `buf`, spinning on `EAGAIN` when `spin`. A datagram
+/// of another size (none is expected on a private loopback pair) fails.
+fn recv_datagram(s: &UdpSocket, buf: &mut [u8], spin: bool) -> io::Result<()> {
+    loop {
+        match s.recv(buf) {
+            Ok(n) if n == buf.len() => return Ok(()),
+            Ok(n) => return Err(io::Error::other(format!("datagram of {n} bytes"))),
+            Err(e) if spin && e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn send_datagram(s: &UdpSocket, buf: &[u8]) -> io::Result<()> {
+    loop {
+        match s.send(buf) {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn run_udp(spin: bool, size: usize, iters: u64) -> io::Result<f64> {
+    let a = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let b = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+    a.connect(b.local_addr()?)?;
+    b.connect(a.local_addr()?)?;
+    a.set_nonblocking(spin)?;
+    b.set_nonblocking(spin)?;
+    let server = std::thread::spawn(move || -> io::Result<()> {
+        let mut buf = vec![7u8; size];
+        for _ in 0..iters {
+            recv_datagram(&b, &mut buf, spin)?;
+            send_datagram(&b, &buf)?;
+        }
+        Ok(())
+    });
+    let mut buf = vec![7u8; size];
+    let t = Instant::now();
+    for _ in 0..iters {
+        send_datagram(&a, &buf)?;
+        recv_datagram(&a, &mut buf, spin)?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    server
+        .join()
+        .map_err(|_| io::Error::other("server thread failed"))??;
+    Ok(secs)
+}
+
 fn tokio_side<F: std::future::Future<Output = io::Result<()>>>(f: F) -> io::Result<()> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -128,17 +185,22 @@ fn main() -> ExitCode {
                 (m @ ("block" | "spin" | "tokio"), Ok(s), Ok(i)) if s > 0 && i > 0 => {
                     Some((m.to_string(), s, i))
                 }
+                (m @ ("udp-spin" | "udp-block"), Ok(s), Ok(i)) if s > 0 && s <= 65_507 && i > 0 => {
+                    Some((m.to_string(), s, i))
+                }
                 _ => None,
             }
         }
         _ => None,
     };
     let Some((mode, size, iters)) = parsed else {
-        eprintln!("usage: raw-pingpong block|spin|tokio SIZE ITERS");
+        eprintln!("usage: raw-pingpong block|spin|tokio|udp-spin|udp-block SIZE ITERS");
         return ExitCode::from(2);
     };
     let res = match mode.as_str() {
         "tokio" => run_tokio(size, iters),
+        "udp-spin" => run_udp(true, size, iters),
+        "udp-block" => run_udp(false, size, iters),
         m => run(m == "spin", size, iters),
     };
     match res {
