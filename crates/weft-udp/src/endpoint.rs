@@ -234,7 +234,7 @@ impl EpShared {
         (self.source_err && src == FI_ADDR_NOTAVAIL).then(|| encode_sockaddr(from))
     }
 
-    fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+    pub(crate) fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
         let spec = spec_of(&req);
         let resolve = |a: &SocketAddr| self.resolve_src(a);
         if req.flags.contains(OpFlags::PEEK) {

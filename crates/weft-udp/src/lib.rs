@@ -26,6 +26,8 @@ mod endpoint;
 pub mod ifaces;
 mod offer;
 mod rx;
+#[cfg(test)]
+mod tests;
 mod tx;
 pub mod wire;
 

@@ -103,14 +103,13 @@ pub struct PassOutcome {
     pub delivered: bool,
 }
 
+/// Reads one datagram into the buffer: its length and sender.
+pub type ReadFn<'a> = dyn FnMut(&mut [u8]) -> io::Result<(usize, SocketAddr)> + 'a;
+
 /// One pass over the socket: reads datagrams with `read` until it is
 /// empty, a posted receive completes, or [`PASS_LIMIT`] were read. The
 /// caller holds `st` (one reader at a time).
-pub fn pass(
-    ep: &EpShared,
-    st: &mut RxState,
-    read: &mut dyn FnMut(&mut [u8]) -> io::Result<(usize, SocketAddr)>,
-) -> PassOutcome {
+pub fn pass(ep: &EpShared, st: &mut RxState, read: &mut ReadFn<'_>) -> PassOutcome {
     let mut out = PassOutcome::default();
     while out.read < PASS_LIMIT && !ep.is_closed() {
         let (n, from) = match read(&mut st.buf) {
