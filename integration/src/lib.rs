@@ -31,9 +31,11 @@ pub const QUIET: Duration = Duration::from_millis(200);
 
 /// The providers every conformance test is instantiated for. The verbs
 /// instances need an RDMA device: without one they print why they are
-/// skipped (see [`Provider::usable`]).
+/// skipped (see [`Provider::usable`]). udp has neither RDM nor MSG: its
+/// instances are the tests that apply to a connectionless endpoint, run
+/// on `FI_EP_DGRAM` ([`Provider::connless_type`]).
 pub fn providers() -> Vec<&'static str> {
-    vec!["tcp", "verbs"]
+    vec!["tcp", "verbs", "udp"]
 }
 
 /// The RDMA device the verbs conformance tests use (`WEFT_VERBS_DOMAIN`,
@@ -60,6 +62,16 @@ impl Provider {
     /// run only in a verbs build (a missing device fails them there).
     pub fn usable(&self) -> bool {
         self.name != "verbs" || verbs_offer(&verbs_domain(), EpType::Rdm).is_some()
+    }
+
+    /// The connectionless endpoint type the provider's conformance tests
+    /// run on: RDM, or DGRAM for udp, which has only that.
+    pub fn connless_type(&self) -> EpType {
+        if self.name == "udp" {
+            EpType::Dgram
+        } else {
+            EpType::Rdm
+        }
     }
 
     /// The provider's offer for `ep_type`, or `None` if it has none.
@@ -233,6 +245,12 @@ impl Harness {
     /// RDM harness.
     pub fn rdm(provider: &Provider) -> Harness {
         Harness::new(provider, EpType::Rdm)
+    }
+
+    /// Harness of the provider's connectionless type
+    /// ([`Provider::connless_type`]).
+    pub fn connless(provider: &Provider) -> Harness {
+        Harness::new(provider, provider.connless_type())
     }
 
     /// MSG harness.

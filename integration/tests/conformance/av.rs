@@ -19,7 +19,7 @@ fn bad() -> Vec<u8> {
 }
 
 async fn open_types_report_choice(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     for (asked, want) in [
         (AvType::Table, Some(AvType::Table)),
         (AvType::Map, Some(AvType::Map)),
@@ -39,7 +39,7 @@ async fn open_types_report_choice(p: Provider) {
 }
 
 async fn open_counts_are_hints(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     for shift in [0u32, 1, 4, 8, 12, 16] {
         let count = 1usize << shift;
         for av_type in [AvType::Table, AvType::Map] {
@@ -65,7 +65,7 @@ async fn open_counts_are_hints(p: Provider) {
 }
 
 async fn table_indices_sequential(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av_with(AvAttr {
         av_type: AvType::Table,
         ..AvAttr::default()
@@ -80,7 +80,7 @@ async fn table_indices_sequential(p: Provider) {
 }
 
 async fn sync_insert_good_bad(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let r = av
         .insert_sync(&[sa(3001), bad()], AvFlags::empty())
@@ -97,7 +97,7 @@ async fn sync_insert_good_bad(p: Provider) {
 }
 
 async fn sync_err_status_array(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let r = av
         .insert_sync(&[bad(), sa(3002), bad()], AvFlags::SYNC_ERR)
@@ -112,7 +112,7 @@ async fn sync_err_status_array(p: Provider) {
 }
 
 async fn event_with_sync_err_is_badflags(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let eq = h.eq();
     av.bind_eq(&eq, 0).unwrap();
@@ -125,7 +125,7 @@ async fn event_with_sync_err_is_badflags(p: Provider) {
 }
 
 async fn bind_eq_flags_must_be_zero(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let eq = h.eq();
     assert_eq!(av.bind_eq(&eq, 1).unwrap_err(), Error::BadFlags);
@@ -133,7 +133,7 @@ async fn bind_eq_flags_must_be_zero(p: Provider) {
 }
 
 async fn event_insert_without_eq_is_noeq(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let e = av.insert(&[sa(3004)], AvFlags::EVENT, 1).unwrap_err();
     assert_eq!(e, Error::NoEq);
@@ -175,7 +175,7 @@ async fn read_insert_events(
 }
 
 async fn event_insert_errors_then_one_completion(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let eq = h.eq();
     av.bind_eq(&eq, 0).unwrap();
@@ -197,7 +197,7 @@ async fn event_insert_errors_then_one_completion(p: Provider) {
 }
 
 async fn event_insert_zero_addresses(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let eq = h.eq();
     av.bind_eq(&eq, 0).unwrap();
@@ -210,7 +210,7 @@ async fn event_insert_zero_addresses(p: Provider) {
 }
 
 async fn event_insert_all_bad(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let eq = h.eq();
     av.bind_eq(&eq, 0).unwrap();
@@ -227,7 +227,7 @@ async fn event_insert_all_bad(p: Provider) {
 }
 
 async fn event_av_open_flag_makes_inserts_async(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av_with(AvAttr {
         flags: AvFlags::EVENT,
         ..AvAttr::default()
@@ -244,7 +244,7 @@ async fn event_av_open_flag_makes_inserts_async(p: Provider) {
 }
 
 async fn more_flag_accepted(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let r1 = av.insert_sync(&[sa(4201)], AvFlags::MORE).unwrap();
     let r2 = av.insert_sync(&[sa(4202)], AvFlags::empty()).unwrap();
@@ -253,7 +253,7 @@ async fn more_flag_accepted(p: Provider) {
 }
 
 async fn remove_then_insert_reuses_index0(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av_with(AvAttr {
         av_type: AvType::Table,
         ..AvAttr::default()
@@ -271,7 +271,7 @@ async fn remove_then_insert_reuses_index0(p: Provider) {
 }
 
 async fn remove_and_reinsert_same_address(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     for av_type in [AvType::Table, AvType::Map] {
         let av = h.av_with(AvAttr {
             av_type,
@@ -296,7 +296,7 @@ async fn remove_and_reinsert_same_address(p: Provider) {
 }
 
 async fn remove_twice_and_unknown_are_inval(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     for av_type in [AvType::Table, AvType::Map] {
         let av = h.av_with(AvAttr {
             av_type,
@@ -316,7 +316,7 @@ async fn remove_twice_and_unknown_are_inval(p: Provider) {
 }
 
 async fn lookup_never_inserted_is_inval(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let mut buf = [0u8; 32];
     assert_eq!(av.lookup(0).unwrap_err(), Error::Inval);
@@ -324,7 +324,7 @@ async fn lookup_never_inserted_is_inval(p: Provider) {
 }
 
 async fn lookup_truncates_and_reports_full_length(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let a = av
         .insert_sync(&[sa(5301)], AvFlags::empty())
@@ -341,7 +341,7 @@ async fn lookup_truncates_and_reports_full_length(p: Provider) {
 }
 
 async fn straddr_printable_and_truncated(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let s = av.straddr(&sa(5401));
     assert_eq!(s, "fi_sockaddr_in://127.0.0.1:5401");
@@ -357,7 +357,7 @@ async fn straddr_printable_and_truncated(p: Provider) {
 }
 
 async fn insert_svc_numeric_and_localhost(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let r = within(
         "insert_svc numeric",
@@ -394,7 +394,7 @@ async fn insert_svc_numeric_and_localhost(p: Provider) {
 }
 
 async fn insert_svc_event_reports_on_eq(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let eq = h.eq();
     av.bind_eq(&eq, 0).unwrap();
@@ -406,7 +406,7 @@ async fn insert_svc_event_reports_on_eq(p: Provider) {
 }
 
 async fn insert_sym_order(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av_with(AvAttr {
         av_type: AvType::Table,
         ..AvAttr::default()
@@ -441,7 +441,7 @@ async fn insert_sym_order(p: Provider) {
 }
 
 async fn close_with_bound_endpoint_is_busy(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let ep = h.endpoint();
     ep.bind_av(&av).unwrap();
@@ -451,7 +451,7 @@ async fn close_with_bound_endpoint_is_busy(p: Provider) {
 }
 
 async fn close_with_enabled_endpoint_is_busy(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let e = h.rdm_ep();
     assert_eq!(e.av.clone().close().unwrap_err(), Error::Busy);
     e.ep.close().unwrap();
@@ -459,7 +459,7 @@ async fn close_with_enabled_endpoint_is_busy(p: Provider) {
 }
 
 async fn user_id_reported_as_source(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let uid_av = h.av_with(AvAttr {
         flags: AvFlags::AV_USER_ID,
         ..AvAttr::default()
@@ -501,7 +501,7 @@ async fn user_id_reported_as_source(p: Provider) {
 }
 
 async fn close_after_endpoint_dropped(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     {
         let e = h.rdm_ep_with(&h.info, av.clone(), weft::BindFlags::empty());
@@ -515,7 +515,7 @@ async fn close_after_endpoint_dropped(p: Provider) {
 /// completions report as the source; the flag without ids, mismatched
 /// lengths, or ids on an AV opened with `FI_AV_USER_ID` are `Inval`.
 async fn per_insert_user_id_reported_as_source(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let rx = h.rdm_ep();
     let tx = h.rdm_ep();
     let rx_in_tx = tx.insert(&rx);
@@ -565,7 +565,7 @@ async fn per_insert_user_id_reported_as_source(p: Provider) {
 /// then cross the API as `fi_sockaddr_in://ip:port` strings (local
 /// address, insert, lookup, straddr), and messages flow as before.
 async fn string_addresses(p: Provider) {
-    let mut hints = p.info(weft::EpType::Rdm);
+    let mut hints = p.info(p.connless_type());
     hints.addr_format = weft::AddrFormat::Str;
     hints.src_addr = None;
     let info = weft::getinfo(Some(&hints)).unwrap().remove(0);

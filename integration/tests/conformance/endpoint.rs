@@ -6,7 +6,7 @@ use weft::{AvAttr, BindFlags, CqAttr, Error, OpFlags, FI_ADDR_UNSPEC};
 use weft_integration::{assert_cq_quiet, next_cq, within, Harness, Provider};
 
 async fn data_ops_before_enable_are_opbadstate(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let ep = h.endpoint();
     assert!(!ep.is_enabled());
     assert_eq!(
@@ -42,7 +42,7 @@ async fn data_ops_before_enable_are_opbadstate(p: Provider) {
 }
 
 async fn enable_without_cq_is_nocq(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let ep = h.endpoint();
     ep.bind_av(&av).unwrap();
@@ -60,7 +60,7 @@ async fn enable_without_cq_is_nocq(p: Provider) {
 }
 
 async fn rdm_without_av_is_noav(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let ep = h.endpoint();
     let cq = h.cq();
     ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
@@ -86,7 +86,7 @@ async fn msg_without_eq_is_noeq(p: Provider) {
 }
 
 async fn objects_from_another_domain_are_domain(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let other = h.other_domain();
     let ep = h.endpoint();
     let cq = other.cq(CqAttr::default()).unwrap();
@@ -106,7 +106,7 @@ async fn objects_from_another_domain_are_domain(p: Provider) {
 }
 
 async fn binds_after_enable_are_rejected(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let e = h.rdm_ep();
     let cq = h.cq();
     assert_eq!(
@@ -126,7 +126,7 @@ async fn binds_after_enable_are_rejected(p: Provider) {
 }
 
 async fn bad_bind_flags(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let ep = h.endpoint();
     let cq = h.cq();
     for f in [
@@ -161,7 +161,7 @@ async fn rma_without_the_capability_is_nosys(p: Provider) {
     // Hints naming only message caps: the result has no RMA, whatever
     // the provider could do.
     let info = p
-        .try_info_with(weft::EpType::Rdm, |h| {
+        .try_info_with(p.connless_type(), |h| {
             h.caps = weft::Caps::MSG | weft::Caps::TAGGED;
         })
         .expect("a message offer");
@@ -205,7 +205,7 @@ async fn rma_without_the_capability_is_nosys(p: Provider) {
 }
 
 async fn close_discards_outstanding_ops(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let e = h.rdm_ep();
     e.ep.post_recv(BytesMut::zeroed(16), 1).unwrap();
     e.ep.post_trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, 3, 0, 2)
@@ -216,7 +216,7 @@ async fn close_discards_outstanding_ops(p: Provider) {
 }
 
 async fn double_close_and_ops_after_close(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, _b, b_addr, _) = h.rdm_pair();
     a.ep.close().unwrap();
     assert_eq!(a.ep.close().unwrap_err(), Error::OpBadState);
@@ -245,7 +245,7 @@ async fn double_close_and_ops_after_close(p: Provider) {
 }
 
 async fn size_left(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let e = h.rdm_ep();
     let tx0 = e.ep.tx_size_left().unwrap();
     let rx0 = e.ep.rx_size_left().unwrap();
@@ -263,7 +263,7 @@ async fn size_left(p: Provider) {
 }
 
 async fn op_flags_get_set(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let ep = h.endpoint();
     assert_eq!(
         ep.op_flags(OpFlags::TRANSMIT).unwrap(),
@@ -303,7 +303,7 @@ async fn op_flags_get_set(p: Provider) {
 }
 
 async fn cancel_pending_receive(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     b.ep.post_recv(BytesMut::zeroed(16), 0xCA).unwrap();
     b.ep.cancel(0xCA).unwrap();
@@ -336,7 +336,7 @@ async fn cancel_pending_receive(p: Provider) {
 
 async fn cancel_read_through_stream_form(p: Provider) {
     // The cancelled entry is visible through cq.read as Avail first.
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let e = h.rdm_ep();
     e.ep.post_trecv(BytesMut::zeroed(8), FI_ADDR_UNSPEC, 1, 0, 77)
         .unwrap();
@@ -356,7 +356,7 @@ async fn cancel_read_through_stream_form(p: Provider) {
 }
 
 async fn default_op_flags_apply_to_operations(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let b = h.rdm_ep();
     // Set before enable.
     let av = h.av();
@@ -395,9 +395,9 @@ async fn default_op_flags_apply_to_operations(p: Provider) {
 }
 
 async fn missing_capability_is_nosys(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let mut hints = weft::Info::default();
-    hints.ep_attr.ep_type = weft::EpType::Rdm;
+    hints.ep_attr.ep_type = p.connless_type();
     hints.fabric_attr.prov_name = Some(p.name.to_string());
     hints.caps = weft::Caps::TAGGED;
     hints.domain_attr.name = h.info.domain_attr.name.clone();
@@ -418,7 +418,7 @@ async fn missing_capability_is_nosys(p: Provider) {
 }
 
 async fn send_to_self(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let e = h.rdm_ep();
     let me = e.insert(&e);
     let (got, sent) = within("loopback to self", async {
@@ -438,7 +438,7 @@ async fn send_to_self(p: Provider) {
 /// is `NoProtoOpt`, the read-only option refuses a set with `NoSys`.
 async fn getopt_setopt(p: Provider) {
     use weft::EpOpt;
-    let rdm = Harness::rdm(&p).endpoint();
+    let rdm = Harness::connless(&p).endpoint();
     for opt in [
         EpOpt::MinMultiRecv,
         EpOpt::BufferedMin,
@@ -468,7 +468,7 @@ async fn getopt_setopt(p: Provider) {
 /// `tx_attr.tclass`: a DSCP value or a label is applied (the endpoint
 /// works with it); a class that is neither is `Inval` at creation.
 async fn traffic_class_applied(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let mut bad = h.info.clone();
     bad.tx_attr.tclass = weft::tclass::dscp_set(64);
     assert_eq!(h.domain.endpoint(&bad).unwrap_err(), Error::Inval);
@@ -514,6 +514,26 @@ provider_tests! {
     double_close_and_ops_after_close,
     size_left,
     op_flags_get_set,
+    cancel_pending_receive,
+    cancel_read_through_stream_form,
+}
+
+// The cases that apply to udp's FI_EP_DGRAM endpoints.
+udp_tests! {
+    traffic_class_applied,
+    default_op_flags_apply_to_operations,
+    missing_capability_is_nosys,
+    send_to_self,
+    data_ops_before_enable_are_opbadstate,
+    enable_without_cq_is_nocq,
+    rdm_without_av_is_noav,
+    objects_from_another_domain_are_domain,
+    binds_after_enable_are_rejected,
+    bad_bind_flags,
+    rma_without_the_capability_is_nosys,
+    close_discards_outstanding_ops,
+    double_close_and_ops_after_close,
+    size_left,
     cancel_pending_receive,
     cancel_read_through_stream_form,
 }

@@ -16,7 +16,7 @@ fn notify(ctx: u64, data: u64) -> EqEvent {
 }
 
 async fn eq_open_sizes(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     for shift in 0..=16u32 {
         let eq = h.fabric.eq(1 << shift).unwrap();
         assert!(eq.is_empty());
@@ -25,7 +25,7 @@ async fn eq_open_sizes(p: Provider) {
 }
 
 async fn eq_write_read_self(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let eq = h.fabric.eq(8).unwrap();
     eq.write(Ok(notify(11, 111))).unwrap();
     eq.write(Ok(notify(22, 222))).unwrap();
@@ -40,7 +40,7 @@ async fn eq_write_read_self(p: Provider) {
 }
 
 async fn eq_peek_leaves_entry(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let eq = h.fabric.eq(4).unwrap();
     eq.write(Ok(notify(1, 10))).unwrap();
     assert_eq!(eq.read(true).unwrap().context, 1);
@@ -51,7 +51,7 @@ async fn eq_peek_leaves_entry(p: Provider) {
 }
 
 async fn eq_readerr_without_error_is_again(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let eq = h.fabric.eq(4).unwrap();
     assert_eq!(eq.read_err().unwrap_err(), Error::Again);
     eq.write(Ok(notify(1, 1))).unwrap();
@@ -77,7 +77,7 @@ async fn eq_readerr_without_error_is_again(p: Provider) {
 }
 
 async fn eq_size_respected(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     for size in [1usize, 2, 7] {
         let eq = h.fabric.eq(size).unwrap();
         for i in 0..size as u64 {
@@ -95,7 +95,7 @@ async fn eq_size_respected(p: Provider) {
 }
 
 async fn eq_next_timeout_returns_again(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let eq = h.fabric.eq(4).unwrap();
     let r = within(
         "eq sread with timeout",
@@ -106,7 +106,7 @@ async fn eq_next_timeout_returns_again(p: Provider) {
 }
 
 async fn eq_next_timeout_woken_by_write(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let eq = h.fabric.eq(4).unwrap();
     // The reader waits first (its first poll finds nothing), then the
     // write wakes it.
@@ -118,7 +118,7 @@ async fn eq_next_timeout_woken_by_write(p: Provider) {
 }
 
 async fn cq_open_sizes(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     for shift in [0u32, 1, 4, 8, 12, 16, 20] {
         let cq = h
             .domain
@@ -139,7 +139,7 @@ async fn cq_open_sizes(p: Provider) {
 }
 
 async fn cq_unspec_format_is_chosen(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let cq = h
         .domain
         .cq(CqAttr {
@@ -151,7 +151,7 @@ async fn cq_unspec_format_is_chosen(p: Provider) {
 }
 
 async fn cq_signal_wakes_reader(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     for wait in [WaitMode::Interrupt, WaitMode::Inline, WaitMode::BusyPoll] {
         let cq = h
             .domain
@@ -212,7 +212,7 @@ async fn recv_entry_in_format(h: &Harness, format: CqFormat) -> weft::CqEntry {
 }
 
 async fn cq_formats_mask_fields(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let e = recv_entry_in_format(&h, CqFormat::Context).await;
     assert!(e.flags.is_empty());
     assert_eq!((e.len, e.data, e.tag), (0, 0, 0));
@@ -233,7 +233,7 @@ async fn cq_formats_mask_fields(p: Provider) {
 }
 
 async fn counter_ops_visible_immediately(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let c = h.domain.counter().unwrap();
     assert_eq!((c.read(), c.read_err()), (0, 0));
     c.add(3);
@@ -255,7 +255,7 @@ async fn counter_ops_visible_immediately(p: Provider) {
 }
 
 async fn counter_wait_threshold(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let c = h.domain.counter().unwrap();
     // Already reached: resolves at once.
     c.set(4);
@@ -272,7 +272,7 @@ async fn counter_wait_threshold(p: Provider) {
 }
 
 async fn counter_wait_returns_avail_on_error(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let c = h.domain.counter().unwrap();
     c.add_err(1);
     let mut wait = pin!(c.wait(100));
@@ -287,7 +287,7 @@ async fn counter_wait_returns_avail_on_error(p: Provider) {
 }
 
 async fn counter_counts_sends_and_recvs(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let tx = h.rdm_ep();
     // Receiver with counters only (no CQ).
     let av = h.av();
@@ -320,7 +320,7 @@ async fn counter_counts_sends_and_recvs(p: Provider) {
 /// handle; closing one that an open endpoint is bound to is `Busy`.
 async fn closed_queues_end_their_streams(p: Provider) {
     use futures::StreamExt;
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let a = h.rdm_ep();
     let eq = h.fabric.eq(4).unwrap();
     let ep = h.endpoint();
@@ -363,7 +363,7 @@ async fn closed_queues_end_their_streams(p: Provider) {
 /// two polls) and wakes on each change.
 async fn counter_wait_timeout_and_changes(p: Provider) {
     use futures::StreamExt;
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let c = h.domain.counter().unwrap();
     let r = within("wait_timeout", c.wait_timeout(1, Duration::from_millis(50))).await;
     assert_eq!(r.unwrap_err(), Error::TimedOut);

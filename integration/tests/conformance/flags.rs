@@ -24,7 +24,7 @@ fn send_msg(dest: u64, tagged: bool, flag: OpFlags, seq: u64) -> SendMsg {
 /// the message (with its effect where the receiver can see it), any other
 /// is `BadFlags` and sends nothing.
 async fn every_send_flag_is_honoured_or_refused(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_in_a, _) = h.rdm_pair();
     let ok = h.info.tx_attr.op_flags_supported;
     let mut seq = 0u64;
@@ -60,7 +60,7 @@ async fn every_send_flag_is_honoured_or_refused(p: Provider) {
 
 /// Every receive flag on receive and tagged receive.
 async fn every_recv_flag_is_honoured_or_refused(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_in_a, _) = h.rdm_pair();
     let ok = h.info.rx_attr.op_flags_supported;
     let mut seq = 1000u64;
@@ -108,7 +108,7 @@ async fn every_recv_flag_is_honoured_or_refused(p: Provider) {
 /// Default `op_flags`: an endpoint refuses the ones its provider would not
 /// honour, and getinfo offers nothing for hints that ask for them.
 async fn default_op_flags_are_honoured_or_refused(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (tx_ok, rx_ok) = (
         h.info.tx_attr.op_flags_supported,
         h.info.rx_attr.op_flags_supported,
@@ -131,7 +131,7 @@ async fn default_op_flags_are_honoured_or_refused(p: Provider) {
                 (false, Ok(_)) => panic!("{flag:?} tx={tx}: accepted and would be ignored"),
             }
             let mut hints = Info::default();
-            hints.ep_attr.ep_type = weft::EpType::Rdm;
+            hints.ep_attr.ep_type = p.connless_type();
             hints.fabric_attr.prov_name = Some(p.name.into());
             hints.domain_attr.name = h.info.domain_attr.name.clone();
             if tx {
@@ -146,6 +146,13 @@ async fn default_op_flags_are_honoured_or_refused(p: Provider) {
 }
 
 provider_tests! {
+    every_send_flag_is_honoured_or_refused,
+    every_recv_flag_is_honoured_or_refused,
+    default_op_flags_are_honoured_or_refused,
+}
+
+// The cases that apply to udp's FI_EP_DGRAM endpoints.
+udp_tests! {
     every_send_flag_is_honoured_or_refused,
     every_recv_flag_is_honoured_or_refused,
     default_op_flags_are_honoured_or_refused,

@@ -5,7 +5,7 @@
 
 /// Providers the macro instantiates tests for; must equal
 /// `weft_integration::providers()` (checked by a test).
-pub const INSTANTIATED: &[&str] = &["tcp", "verbs"];
+pub const INSTANTIATED: &[&str] = &["tcp", "verbs", "udp"];
 
 /// Generates, for every provider, a module holding one multi-threaded
 /// `#[tokio::test]` per listed test function. Attributes written before a
@@ -35,5 +35,14 @@ macro_rules! provider_tests {
                 }
             )*
         }
+    };
+}
+
+/// Instantiates, for udp, tests already listed in [`provider_tests!`]
+/// that apply to its `FI_EP_DGRAM` endpoints (they take their harness
+/// from `Harness::connless`, which is RDM for the other providers).
+macro_rules! udp_tests {
+    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
+        provider_tests!(@provider udp, "udp"; $($(#[$attr])* $name),*);
     };
 }

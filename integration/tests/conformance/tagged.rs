@@ -55,7 +55,7 @@ async fn recv_ok(ep: &RdmEp) -> CqEntry {
 }
 
 async fn send_recv_post_form(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     b.ep.post_recv(BytesMut::zeroed(64), 0x10).unwrap();
     a.ep.post_send(b_addr, Bytes::from_static(b"post form"), 0x20)
@@ -79,7 +79,7 @@ async fn send_recv_post_form(p: Provider) {
 }
 
 async fn send_recv_async_form(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, a_in_b) = h.rdm_pair();
     let (got, sent) = within("async send/recv", async {
         tokio::join!(
@@ -98,7 +98,7 @@ async fn send_recv_async_form(p: Provider) {
 }
 
 async fn both_forms_on_one_endpoint(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     b.ep.post_recv(BytesMut::zeroed(16), 1).unwrap();
     let recv_fut = b.ep.recv(BytesMut::zeroed(16));
@@ -120,7 +120,7 @@ async fn both_forms_on_one_endpoint(p: Provider) {
 }
 
 async fn tag_and_ignore_matching(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     // 0x200 does not match tag 0x100 with ignore 0xFF.
     send_delivered(&a, b_addr, Bytes::from_static(b"other"), Some(0x200)).await;
@@ -141,7 +141,7 @@ async fn tag_and_ignore_matching(p: Provider) {
 }
 
 async fn tagged_and_untagged_do_not_cross(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     send_delivered(&a, b_addr, Bytes::from_static(b"tagged"), Some(0)).await;
     b.ep.post_recv(BytesMut::zeroed(16), 1).unwrap();
@@ -158,7 +158,7 @@ async fn tagged_and_untagged_do_not_cross(p: Provider) {
 }
 
 async fn directed_receive(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     assert!(h.info.caps.contains(weft::Caps::DIRECTED_RECV));
     let b = h.rdm_ep();
     let a = h.rdm_ep();
@@ -204,7 +204,7 @@ async fn directed_receive(p: Provider) {
 }
 
 async fn unexpected_messages_matched_later(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     for i in 0..5u8 {
         send_delivered(&a, b_addr, payload(100 + i as usize, i), Some(7)).await;
@@ -226,7 +226,7 @@ async fn unexpected_messages_matched_later(p: Provider) {
 }
 
 async fn unexpected_from_late_inserted_sender(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let a = h.rdm_ep();
     let b = h.rdm_ep();
     let b_addr = a.insert(&b);
@@ -242,7 +242,7 @@ async fn unexpected_from_late_inserted_sender(p: Provider) {
 }
 
 async fn peek_leaves_message(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, a_in_b) = h.rdm_pair();
     send_delivered(&a, b_addr, Bytes::from_static(b"peeked"), Some(21)).await;
     post(&b, tagged_recv(1, 21, 0, 16), OpFlags::PEEK);
@@ -260,7 +260,7 @@ async fn peek_leaves_message(p: Provider) {
 }
 
 async fn peek_without_match_is_nomsg(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (_a, b, _, _) = h.rdm_pair();
     post(&b, tagged_recv(5, 99, 0, 16), OpFlags::PEEK);
     let e = next_cq(&b.cq).await.unwrap_err();
@@ -279,7 +279,7 @@ async fn peek_without_match_is_nomsg(p: Provider) {
 }
 
 async fn peek_claim_then_claim(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     send_delivered(&a, b_addr, Bytes::from_static(b"claimed"), Some(31)).await;
     post(
@@ -301,7 +301,7 @@ async fn peek_claim_then_claim(p: Provider) {
 }
 
 async fn peek_discard(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     send_delivered(&a, b_addr, Bytes::from_static(b"gone"), Some(41)).await;
     post(
@@ -316,7 +316,7 @@ async fn peek_discard(p: Provider) {
 }
 
 async fn claim_discard(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     send_delivered(&a, b_addr, Bytes::from_static(b"drop me"), Some(51)).await;
     post(
@@ -342,7 +342,7 @@ async fn claim_discard(p: Provider) {
 }
 
 async fn remote_cq_data(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     b.ep.post_recv(BytesMut::zeroed(16), 1).unwrap();
     a.ep.post_senddata(b_addr, Bytes::from_static(b"with data"), 0xFEED_BEEF, 2)
@@ -361,7 +361,7 @@ async fn remote_cq_data(p: Provider) {
 }
 
 async fn source_address_in_completions(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let b = h.rdm_ep();
     let a = h.rdm_ep();
     let c = h.rdm_ep();
@@ -386,7 +386,7 @@ async fn source_address_in_completions(p: Provider) {
 }
 
 async fn map_av_messaging(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let map = || {
         h.av_with(AvAttr {
             av_type: AvType::Map,
@@ -411,7 +411,7 @@ async fn map_av_messaging(p: Provider) {
 }
 
 async fn iov_send_and_recv(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     let parts = [payload(3, 1), payload(10, 2), payload(0, 3), payload(7, 4)];
     let whole: Vec<u8> = parts.iter().flat_map(|b| b.iter().copied()).collect();
@@ -460,7 +460,7 @@ async fn iov_send_and_recv(p: Provider) {
 }
 
 async fn inject_no_completion_counter_counts(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let b = h.rdm_ep();
     let av = h.av();
     let cq = h.cq();
@@ -495,7 +495,7 @@ async fn inject_no_completion_counter_counts(p: Provider) {
 }
 
 async fn selective_completion(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let b = h.rdm_ep();
     let a = h.rdm_ep_with(&h.info, h.av(), BindFlags::SELECTIVE_COMPLETION);
     let b_addr = a.insert(&b);
@@ -533,7 +533,7 @@ async fn selective_completion(p: Provider) {
 }
 
 async fn truncation(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     b.ep.post_recv(BytesMut::zeroed(4), 1).unwrap();
     a.ep.post_send(b_addr, payload(10, 3), 2).unwrap();
@@ -554,7 +554,7 @@ async fn truncation(p: Provider) {
 }
 
 async fn oversize_send_is_msgsize(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, _b, b_addr, _) = h.rdm_pair();
     let max = h.info.ep_attr.max_msg_size;
     // One shared (lazily zeroed) buffer, gathered twice: no copy is made.
@@ -578,7 +578,7 @@ async fn oversize_send_is_msgsize(p: Provider) {
 }
 
 async fn zero_length_message(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, a_in_b) = h.rdm_pair();
     b.ep.post_recv(BytesMut::zeroed(8), 1).unwrap();
     a.ep.post_send(b_addr, Bytes::new(), 2).unwrap();
@@ -599,7 +599,7 @@ async fn zero_length_message(p: Provider) {
 
 async fn three_senders_in_order(p: Provider) {
     const N: usize = 30;
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let b = h.rdm_ep();
     let senders: Vec<(RdmEp, FiAddr, FiAddr)> = (0..3)
         .map(|_| {
@@ -644,7 +644,7 @@ async fn three_senders_in_order(p: Provider) {
 }
 
 async fn delivery_complete(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     a.ep.post_sendmsg(
         SendMsg {
@@ -678,7 +678,7 @@ async fn delivery_complete(p: Provider) {
 }
 
 async fn peer_closed_sends_fail(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     b.ep.post_recv(BytesMut::zeroed(8), 1).unwrap();
     within("first send", a.ep.send(b_addr, Bytes::from_static(b"hi")))
@@ -710,7 +710,7 @@ async fn peer_closed_sends_fail(p: Provider) {
 }
 
 async fn dropped_recv_future_withdraws(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     // Poll the receive long enough for it to be posted, then drop it.
     let r = tokio::time::timeout(QUIET, b.ep.recv(BytesMut::zeroed(8))).await;
@@ -739,7 +739,7 @@ async fn dropped_recv_future_withdraws(p: Provider) {
 }
 
 async fn truncation_of_unexpected_and_large(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     // Unexpected first, then a receive too small for it.
     send_delivered(&a, b_addr, payload(10, 6), None).await;
@@ -770,7 +770,7 @@ async fn truncation_of_unexpected_and_large(p: Provider) {
 }
 
 async fn large_messages_racing_receives(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     for (i, len) in [1usize << 16, 1 << 20, 3 << 20].into_iter().enumerate() {
         let data = payload(len, i as u8);
@@ -790,7 +790,7 @@ async fn large_messages_racing_receives(p: Provider) {
 }
 
 async fn selective_completion_on_receive(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let a = h.rdm_ep();
     let b = h.rdm_ep_with(&h.info, h.av(), BindFlags::SELECTIVE_COMPLETION);
     let b_addr = a.insert(&b);
@@ -819,7 +819,7 @@ async fn selective_completion_on_receive(p: Provider) {
 }
 
 async fn send_error_counts_on_counter(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let av = h.av();
     let cq = h.cq();
     let cntr = h.domain.counter().unwrap();
@@ -851,7 +851,7 @@ async fn send_error_counts_on_counter(p: Provider) {
 
 async fn cq_stream_yields_in_order(p: Provider) {
     use futures::StreamExt;
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, b_addr, _) = h.rdm_pair();
     b.ep.post_recv(BytesMut::zeroed(8), 1).unwrap();
     b.ep.post_recv(BytesMut::zeroed(8), 2).unwrap();
@@ -868,7 +868,7 @@ async fn cq_stream_yields_in_order(p: Provider) {
 }
 
 async fn late_inserted_sender_reported_as_source(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let a = h.rdm_ep();
     let b = h.rdm_ep();
     let b_addr = a.insert(&b);
@@ -915,5 +915,31 @@ provider_tests! {
     three_senders_in_order,
     delivery_complete,
     peer_closed_sends_fail,
+    dropped_recv_future_withdraws,
+}
+
+// The cases that apply to udp's FI_EP_DGRAM endpoints. The others stay
+// out because they take something a datagram cannot give: a send that
+// waits until the target has the message (`FI_DELIVERY_COMPLETE`, which
+// the peek, claim, ordering and late-sender cases use to know a message
+// is buffered), a send to a dead address that fails (a datagram to
+// nobody is lost, not failed), a peer's end seen by its sender, or
+// messages larger than one datagram. `integration/tests/udp.rs` covers
+// the same ground for udp without them.
+udp_tests! {
+    selective_completion_on_receive,
+    cq_stream_yields_in_order,
+    send_recv_post_form,
+    send_recv_async_form,
+    both_forms_on_one_endpoint,
+    peek_without_match_is_nomsg,
+    remote_cq_data,
+    source_address_in_completions,
+    map_av_messaging,
+    iov_send_and_recv,
+    inject_no_completion_counter_counts,
+    truncation,
+    oversize_send_is_msgsize,
+    zero_length_message,
     dropped_recv_future_withdraws,
 }
