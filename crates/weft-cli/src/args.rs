@@ -227,13 +227,15 @@ struct PerfCli {
     prov: String,
     /// Endpoint type: rdm|msg|dgram.
     ///
-    /// dgram (verbs only) sends untagged datagrams of at most the port MTU
-    /// (the offer's max_msg_size: larger -S sizes are refused, 'all' skips
-    /// them), bw waits for an acknowledgement after every window, and a
-    /// run fails once nothing completes for 10 s (a lost datagram).
+    /// dgram (-p verbs or -p udp) sends untagged datagrams of at most one
+    /// packet (the offer's max_msg_size: the port's or interface's MTU
+    /// less headers; larger -S sizes are refused, 'all' skips them), bw
+    /// waits for an acknowledgement after every window, and a run fails
+    /// once nothing completes for 10 s (a lost datagram).
     #[arg(short = 'e', value_name = "ep_type", value_parser = ep_types(), default_value = "rdm", hide_possible_values = true, allow_hyphen_values = true)]
     ep_type: EpType,
-    /// Domain (RDMA device) name, e.g. rxe1 (the provider's first).
+    /// Domain name: an RDMA device (rxe1) or, for udp, an interface (lo);
+    /// the provider's first by default.
     #[arg(short = 'd', value_name = "domain", allow_hyphen_values = true)]
     domain: Option<String>,
     /// Transfer size (64, 4k, 1m) or 'all' (64 256 1k 4k 64k 1m).

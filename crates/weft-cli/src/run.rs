@@ -173,7 +173,7 @@ fn warn_oversubscribed(kind_name: &str, a: &PerfArgs) {
 }
 
 /// The sizes the client runs: every one must fit in a single message of
-/// the endpoint (`max_msg_size`; for DGRAM one packet, the port's MTU),
+/// the endpoint (`max_msg_size`; for DGRAM one packet, the MTU),
 /// so a size that does not is refused here, before anything runs, rather
 /// than failing mid-run. `-S all` skips those that do not fit instead.
 fn fit_sizes(kind_name: &str, a: &PerfArgs, info: &weft::Info) -> Res<Vec<usize>> {
@@ -183,7 +183,7 @@ fn fit_sizes(kind_name: &str, a: &PerfArgs, info: &weft::Info) -> Res<Vec<usize>
         return Ok(fit);
     }
     let why = if info.ep_attr.ep_type == weft::EpType::Dgram {
-        ": a datagram is one packet, at most the port's MTU"
+        ": a datagram is one packet, at most the MTU"
     } else {
         ""
     };
@@ -318,7 +318,7 @@ mod tests {
         assert_eq!(
             e,
             "-S 1025: larger than the largest message of -p verbs -e dgram on rxe2: \
-             max_msg_size is 1024 bytes: a datagram is one packet, at most the port's MTU; \
+             max_msg_size is 1024 bytes: a datagram is one packet, at most the MTU; \
              use -S 1024 or less"
         );
         // `all` keeps what fits.
