@@ -2,7 +2,10 @@
 //! getinfo offers, send and receive in every wait mode, remote CQ data,
 //! `FI_SOURCE` and `FI_SOURCE_ERR`, directed receives, inject,
 //! truncation, sizes, the unexpected budget, malformed datagrams from a
-//! raw socket, cancel, and both address formats and AV types.
+//! raw socket, cancel, and both address formats and AV types. The soaks
+//! of receive futures dropped under random timeouts (every datagram once,
+//! in each wait mode) are in `cancel_safe.rs`; the cases udp shares with
+//! the other providers are in the conformance suite (`<area>::udp`).
 //!
 //! Loopback does not lose datagrams while the receiver keeps up, so every
 //! test that sends expects every datagram; each wait is bounded by
