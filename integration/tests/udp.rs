@@ -224,6 +224,13 @@ async fn inline_mode() {
     exchange_in(WaitMode::Inline).await;
 }
 
+/// Inline on two workers: the reactor's reader and the spinning waiter
+/// may reach for the socket at the same moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_mode_multi_thread() {
+    exchange_in(WaitMode::Inline).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_poll_mode() {
     exchange_in(WaitMode::BusyPoll).await;

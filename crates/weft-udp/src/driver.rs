@@ -51,8 +51,14 @@ async fn reader(ep: Arc<EpShared>) {
         // the reactor's readiness as of before its reads, so a datagram
         // that came during the pass leaves the socket ready.
         let mut out = None;
+        let mut taken = false;
         let _ = tio.try_io(Interest::READABLE, || {
-            let o = direct_pass(&ep).unwrap_or_default();
+            let Some(o) = direct_pass(&ep) else {
+                // An inline waiter is reading: readiness stays as it is
+                // (that pass may stop before the socket is empty).
+                taken = true;
+                return Ok(());
+            };
             out = Some(o);
             if o.drained {
                 Err(io::ErrorKind::WouldBlock.into())
@@ -60,6 +66,11 @@ async fn reader(ep: Arc<EpShared>) {
                 Ok(())
             }
         });
+        if taken {
+            stand_aside(&ep).await;
+            tokio::task::yield_now().await;
+            continue;
+        }
         match out {
             // A receive completed, or the pass hit its limit: the task it
             // woke answers first, and the next read (most likely `EAGAIN`)
