@@ -202,6 +202,18 @@ pub struct DomainAttr {
     /// where the provider enforces keys (tcp), 0 where it takes none
     /// (verbs). Hints with a key match only offers that take one.
     pub max_ep_auth_key: usize,
+    /// TLS for every connection of the domain's endpoints and of passive
+    /// endpoints opened with these attributes (`docs/design.md`, "TLS on
+    /// tcp"): TLS 1.3, both sides presenting a certificate signed by the
+    /// CA. `None`: the `FI_TCP_TLS_*` environment variables decide when
+    /// the object is created ([`crate::tls::TlsFiles::from_env`]); none
+    /// set is plain TCP. A Weft extension; offers carry none, and a hint's
+    /// files are copied into the result.
+    pub tls: Option<crate::tls::TlsFiles>,
+    /// Whether the provider runs TLS (tcp) or refuses it (verbs,
+    /// `OpNotSupp`). A Weft extension: hints asking for it, or carrying
+    /// `tls`, match only offers that have it.
+    pub tls_capable: bool,
 }
 
 /// Endpoint attributes.

@@ -19,7 +19,6 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
 use weft_core::auth::{AuthKey, ConnKind, Role, Transcript};
 use weft_core::wire::auth::{decode_conn_req, decode_proof, Challenge};
 use weft_core::wire::claim::{fresh_nonce, Nonce};
@@ -27,6 +26,7 @@ use weft_core::wire::{FrameKind, Header};
 use weft_core::{Error, Result};
 
 use crate::frame::{read_frame, read_frame_of, write_frame};
+use crate::tls::HsStream;
 
 /// What a failed proof is called: `TimedOut` if time ran out, else
 /// `KeyRejected` (a peer that closed, sent garbage or the wrong MAC has
@@ -44,7 +44,7 @@ fn refusal(e: Error) -> Error {
 /// the connector's address for the transcript. Sends `KeyChallenge` and
 /// checks the `KeyProof` when both sides hold a key.
 pub async fn accept(
-    s: &mut TcpStream,
+    s: &mut HsStream,
     auth: Option<&AuthKey>,
     keyed_peer: bool,
     kind: ConnKind,
@@ -87,7 +87,7 @@ pub async fn accept(
 /// `KeyedConnReq` (`opening`, `payload`) once the key proof, if any,
 /// succeeded. `peer` is the connector's end of the stream.
 pub async fn accept_msg(
-    s: &mut TcpStream,
+    s: &mut HsStream,
     auth: Option<&AuthKey>,
     opening: &Header,
     payload: Vec<u8>,
@@ -109,7 +109,7 @@ pub async fn accept_msg(
 /// is the error; `connector` and `dialled` the transcript's addresses.
 #[allow(clippy::too_many_arguments)]
 pub async fn connect(
-    s: &mut TcpStream,
+    s: &mut HsStream,
     key: &AuthKey,
     kind: ConnKind,
     nonce: Nonce,

@@ -62,6 +62,9 @@
 //!   provider takes (1 ..= [`MAX_KEY_LEN`](crate::auth::MAX_KEY_LEN)
 //!   bytes); the result carries the hint's keys.
 //! * **max_ep_auth_key**: a size like the others.
+//! * **tls**, **tls_capable** (`domain_attr`, Weft extensions): offers
+//!   carry no files. A hint with files or with `tls_capable` set matches
+//!   only offers that run TLS; the result carries the hint's files.
 //! * **fabric versions, msg_prefix_size, mr_cnt**: not matched; offer values.
 
 mod format;
@@ -206,6 +209,14 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
         && limits_ok(h, o)
         && rx_ctx_ok(h, o)
         && keys_ok(h, o)
+        && tls_ok(h, o)
+}
+
+/// A hint that names TLS files or asks for TLS matches only providers
+/// that run it.
+fn tls_ok(h: &Info, o: &Info) -> bool {
+    let wants = h.domain_attr.tls.is_some() || h.domain_attr.tls_capable;
+    !wants || o.domain_attr.tls_capable
 }
 
 /// A hint's authorization keys: sizes the provider takes, and an offer
@@ -297,6 +308,9 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
     }
     if h.domain_attr.auth_key.is_some() {
         r.domain_attr.auth_key.clone_from(&h.domain_attr.auth_key);
+    }
+    if h.domain_attr.tls.is_some() {
+        r.domain_attr.tls.clone_from(&h.domain_attr.tls);
     }
     if h.src_addr.is_some() {
         r.src_addr.clone_from(&h.src_addr);
