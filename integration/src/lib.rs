@@ -11,6 +11,7 @@
 
 pub mod campaign;
 pub mod identity;
+pub mod tls;
 
 use std::future::Future;
 use std::time::Duration;
