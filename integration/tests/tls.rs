@@ -43,9 +43,7 @@ fn hints(ep_type: EpType, tls: Option<&TlsFiles>) -> Info {
 }
 
 fn info(ep_type: EpType, tls: Option<&TlsFiles>) -> Info {
-    let i = weft::getinfo(Some(&hints(ep_type, tls)))
-        .unwrap()
-        .remove(0);
+    let i = weft::getinfo(Some(&hints(ep_type, tls))).unwrap().remove(0);
     assert_eq!(i.domain_attr.tls.as_ref(), tls, "the hint's files");
     i
 }
@@ -244,7 +242,10 @@ async fn reported(eq: &EventQueue, err: Error) {
     })
     .await;
     assert_eq!(e.err, err, "{e:?}");
-    let peer = e.peer_addr.as_ref().map(|a| weft::decode_sockaddr(a).unwrap());
+    let peer = e
+        .peer_addr
+        .as_ref()
+        .map(|a| weft::decode_sockaddr(a).unwrap());
     assert!(peer.is_some_and(|p| p.ip().is_loopback()), "{e:?}");
 }
 
@@ -369,7 +370,11 @@ async fn garbage_and_cut_records_after_the_connect_are_refused() {
     one_message(&b.ep, to_a, &a.ep, 64, 4).await;
     let ((c, ..), (s, ..)) = msg_connect(&d, &d, &l, WaitMode::Interrupt).await;
     one_message(&c, FI_ADDR_UNSPEC, &s, 64, 5).await;
-    assert!(a.eq.read_err().is_err(), "no more reports: {:?}", a.eq.read_err());
+    assert!(
+        a.eq.read_err().is_err(),
+        "no more reports: {:?}",
+        a.eq.read_err()
+    );
 }
 
 // ---- configuration ----
@@ -382,10 +387,7 @@ async fn bad_configurations_fail_the_call_that_creates_the_object() {
     let junk = pki.write("junk.pem", "no PEM here\n");
     let missing = pki.path("missing.pem");
     let bad = [
-        (
-            TlsFiles::new(&missing, &good.key, &good.ca),
-            Error::NoEnt,
-        ),
+        (TlsFiles::new(&missing, &good.key, &good.ca), Error::NoEnt),
         (TlsFiles::new(&good.cert, &junk, &good.ca), Error::Inval),
         (TlsFiles::new(&good.cert, &good.key, &junk), Error::Inval),
         (

@@ -8,9 +8,7 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use weft::{
-    AvAttr, AvFlags, BindFlags, CqAttr, Domain, EpType, Error, Info, TlsFiles, WaitMode,
-};
+use weft::{AvAttr, AvFlags, BindFlags, CqAttr, Domain, EpType, Error, Info, TlsFiles, WaitMode};
 use weft_integration::tls::TestPki;
 
 const T: Duration = Duration::from_secs(10);
@@ -46,8 +44,7 @@ fn domain(tls: Option<&TlsFiles>) -> weft::Result<Domain> {
 async fn send(from: &Domain, at: &Domain) -> weft::Result<()> {
     let open = |d: &Domain| {
         let av = d.av(AvAttr::default()).unwrap();
-        let (ep, cq) =
-            weft_integration::enabled_endpoint(d, d.info(), &av, WaitMode::Interrupt);
+        let (ep, cq) = weft_integration::enabled_endpoint(d, d.info(), &av, WaitMode::Interrupt);
         (ep, av, cq)
     };
     let (a, av, _cqa) = open(from);
@@ -97,7 +94,8 @@ async fn the_environment_turns_tls_on_when_objects_are_created() {
     let ceq = fabric.eq(16).unwrap();
     let cq = plain.cq(CqAttr::default()).unwrap();
     c.bind_eq(&ceq).unwrap();
-    c.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV).unwrap();
+    c.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+        .unwrap();
     c.enable().unwrap();
     let r = tokio::time::timeout(T, c.connect(pep.local_addr().unwrap(), Vec::new())).await;
     assert_eq!(r.unwrap().err(), Some(Error::NoProtoOpt));

@@ -95,7 +95,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn vars(set: &[(&str, &str)]) -> impl Fn(&str) -> Option<PathBuf> + '_ {
+    fn vars<'a>(set: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<PathBuf> + 'a {
         move |k| {
             set.iter()
                 .find(|(n, _)| *n == k)

@@ -26,7 +26,10 @@ const VARS: [&str; 3] = ["FI_TCP_TLS_CERT", "FI_TCP_TLS_KEY", "FI_TCP_TLS_CA"];
 /// The number after `"field":` in `weft`'s JSON report.
 fn field(json: &str, name: &str) -> Res<f64> {
     let key = format!("\"{name}\":");
-    let at = json.find(&key).ok_or_else(|| format!("no {name} in {json}"))? + key.len();
+    let at = json
+        .find(&key)
+        .ok_or_else(|| format!("no {name} in {json}"))?
+        + key.len();
     let rest = json[at..].trim_start();
     let end = rest
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == '-'))
@@ -36,7 +39,13 @@ fn field(json: &str, name: &str) -> Res<f64> {
 
 /// One run of `weft` with `args` and `--mode mode`, with `tls` as the
 /// variables (or none of them): the value of `name` it reports.
-fn run(weft: &PathBuf, args: &[&str], mode: &str, tls: Option<&[PathBuf; 3]>, name: &str) -> Res<f64> {
+fn run(
+    weft: &PathBuf,
+    args: &[&str],
+    mode: &str,
+    tls: Option<&[PathBuf; 3]>,
+    name: &str,
+) -> Res<f64> {
     let mut c = Command::new(weft);
     c.args(args).args(["--mode", mode, "--json"]);
     for (i, v) in VARS.iter().enumerate() {
@@ -98,7 +107,9 @@ fn main() -> Res<()> {
                 let l = run(&weft, &PING, mode, tls, "usec_per_xfer")?;
                 let b = run(&weft, &BW, mode, tls, "mb_per_sec")?;
                 let kind = ["plain", "tls"][k];
-                println!("{mode:9} round {round} {kind:5}: 64 B {l:6.2} us/xfer, 1 MiB {b:6.0} MB/s");
+                println!(
+                    "{mode:9} round {round} {kind:5}: 64 B {l:6.2} us/xfer, 1 MiB {b:6.0} MB/s"
+                );
                 lat[k].push(l);
                 bw[k].push(b);
             }

@@ -174,7 +174,7 @@ async fn frames_cross_the_session_both_ways_and_data_follows() {
     });
     // The acceptor's ConnResp (40 + 2 bytes) is still in the connector's
     // session: the data path reads it first.
-    let mut head = vec![0u8; 42];
+    let mut head = [0u8; 42];
     let t0 = Instant::now();
     let mut n = 0;
     while n < 42 && t0.elapsed() < T {
@@ -281,7 +281,10 @@ fn refusals_are_named_by_cause() {
         tls_error(&E::InvalidCertificate(CertificateError::UnknownIssuer)),
         Error::KeyRejected
     );
-    assert_eq!(tls_error(&E::AlertReceived(A::UnknownCA)), Error::KeyRejected);
+    assert_eq!(
+        tls_error(&E::AlertReceived(A::UnknownCA)),
+        Error::KeyRejected
+    );
     assert_eq!(
         tls_error(&E::AlertReceived(A::ProtocolVersion)),
         Error::NoProtoOpt
