@@ -575,6 +575,14 @@ impl Conn {
         r
     }
 
+    /// Lets go of the TLS session's read buffer while the connection is
+    /// quiet (the sweeper's call, beside `RxMachine::shrink`).
+    pub fn shrink_tls(&self) {
+        if let Some(t) = &self.tls {
+            t.shrink();
+        }
+    }
+
     /// Has the writer task run a flush even with nothing queued.
     fn kick_writer(&self) {
         let mut g = lock(&self.tx);

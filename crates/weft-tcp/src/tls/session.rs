@@ -29,12 +29,27 @@ impl Read for ReactorRead<'_> {
     }
 }
 
+/// Ciphertext read from the socket at once: rustls takes records at most
+/// 4 KiB per `read_tls`, and reading the socket that finely costs a
+/// system call per 4 KiB of a large message.
+const CIPHER_BUF: usize = 64 * 1024;
+
 /// The TLS state of one established connection.
 pub struct Session {
-    conn: Mutex<rustls::Connection>,
+    inner: Mutex<Inner>,
     /// The receive side sealed records the socket did not take: the
     /// connection's writer must send them.
     out_pending: AtomicBool,
+}
+
+struct Inner {
+    conn: rustls::Connection,
+    /// Ciphertext read but not yet given to rustls (`start..end`);
+    /// allocated by the first read, given back when the connection is
+    /// quiet (`shrink`).
+    cipher: Vec<u8>,
+    start: usize,
+    end: usize,
 }
 
 impl std::fmt::Debug for Session {
@@ -46,7 +61,12 @@ impl std::fmt::Debug for Session {
 impl Session {
     pub fn new(conn: rustls::Connection) -> Session {
         Session {
-            conn: Mutex::new(conn),
+            inner: Mutex::new(Inner {
+                conn,
+                cipher: Vec::new(),
+                start: 0,
+                end: 0,
+            }),
             out_pending: AtomicBool::new(false),
         }
     }
@@ -63,7 +83,13 @@ impl Session {
         sock: &mut dyn Read,
         out: &std::net::TcpStream,
     ) -> io::Result<usize> {
-        let mut c = lock(&self.conn);
+        let mut g = lock(&self.inner);
+        let Inner {
+            conn: c,
+            cipher,
+            start,
+            end,
+        } = &mut *g;
         let mut n = 0;
         loop {
             match c.reader().read(&mut buf[n..]) {
@@ -77,22 +103,42 @@ impl Session {
             if n == buf.len() {
                 return Ok(n);
             }
-            match c.read_tls(sock) {
-                // The end: the next pass of the reader says so.
-                Ok(0) => {}
-                Ok(_) => {
-                    let r = c.process_new_packets();
-                    if c.wants_write() {
-                        self.send_pending(&mut c, out);
-                    }
-                    if let Err(e) = r {
-                        tracing::debug!(error = %e, "TLS record refused; closing");
-                        return Err(io::Error::from_raw_os_error(tls_error(&e).code()));
-                    }
+            if *start == *end {
+                if cipher.is_empty() {
+                    cipher.resize(CIPHER_BUF, 0);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && n > 0 => return Ok(n),
-                Err(e) => return Err(e),
+                match sock.read(cipher) {
+                    Ok(0) => {
+                        // The end: rustls is told, and says whether it
+                        // came cleanly on the next turn.
+                        c.read_tls(&mut io::empty())?;
+                        continue;
+                    }
+                    Ok(k) => (*start, *end) = (0, k),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock && n > 0 => return Ok(n),
+                    Err(e) => return Err(e),
+                }
             }
+            let mut rd = &cipher[*start..*end];
+            *start += c.read_tls(&mut rd)?;
+            let r = c.process_new_packets();
+            if c.wants_write() {
+                self.send_pending(c, out);
+            }
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "TLS record refused; closing");
+                return Err(io::Error::from_raw_os_error(tls_error(&e).code()));
+            }
+        }
+    }
+
+    /// Gives the ciphertext buffer back if it holds nothing (a quiet
+    /// connection); the next read allocates it again.
+    pub fn shrink(&self) {
+        let mut g = lock(&self.inner);
+        if g.start == g.end {
+            g.cipher = Vec::new();
+            (g.start, g.end) = (0, 0);
         }
     }
 
@@ -118,9 +164,10 @@ impl Session {
     /// `Ok(false)` when the socket is full. `f.written` counts plaintext.
     pub fn write_frame(&self, sock: &std::net::TcpStream, f: &mut TxFrame) -> Result<bool> {
         let total = f.total_len();
-        let mut c = lock(&self.conn);
+        let mut g = lock(&self.inner);
+        let c = &mut g.conn;
         loop {
-            if !drain_into(&mut c, sock)? {
+            if !drain_into(c, sock)? {
                 return Ok(false);
             }
             if f.written == total {
@@ -140,7 +187,7 @@ impl Session {
 
     /// Writes records already sealed. `Ok(true)` when none are left.
     pub fn drain(&self, sock: &std::net::TcpStream) -> Result<bool> {
-        drain_into(&mut lock(&self.conn), sock)
+        drain_into(&mut lock(&self.inner).conn, sock)
     }
 }
 
