@@ -20,7 +20,7 @@ use weft_integration::tls::TestPki;
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const PING: [&str; 6] = ["pingpong", "--self", "-S", "64", "-I", "20000"];
-const BW: [&str; 6] = ["bw", "--self", "-S", "1m", "-I", "500"];
+const BW: [&str; 6] = ["bw", "--self", "-S", "1m", "-I", "2000"];
 const VARS: [&str; 3] = ["FI_TCP_TLS_CERT", "FI_TCP_TLS_KEY", "FI_TCP_TLS_CA"];
 
 /// The number after `"field":` in `weft`'s JSON report.

@@ -291,3 +291,47 @@ fn refusals_are_named_by_cause() {
     );
     assert_eq!(tls_error(&E::DecryptError), Error::Io);
 }
+
+/// Reads `s` until it says something other than "nothing yet", within
+/// the test's bound.
+fn read_until_answer(s: &Session, sock: &std::net::TcpStream) -> io::Result<usize> {
+    let t0 = Instant::now();
+    let mut buf = [0u8; 512];
+    loop {
+        match s.read(&mut buf, &mut &*sock, sock) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && t0.elapsed() < T => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            r => return r,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_forged_or_cut_record_on_an_established_session_ends_it() {
+    let pki = Pki::new();
+    let a = ctx(&pki.issue("a"));
+    // A record that does not decrypt: the read fails (FI_EIO), no panic.
+    let (c, s) = handshake(&a, &a).await;
+    let (ct, _) = c.unwrap().into_parts();
+    let (st, ss) = s.unwrap().into_parts();
+    let (ct, st) = (ct.into_std().unwrap(), st.into_std().unwrap());
+    let mut forged = vec![0x17, 0x03, 0x03, 0x00, 0x30];
+    forged.extend_from_slice(&[0x5a; 0x30]);
+    std::io::Write::write_all(&mut &ct, &forged).unwrap();
+    let ss = Session::new(ss.unwrap());
+    let e = read_until_answer(&ss, &st).unwrap_err();
+    assert_eq!(Error::from(e), Error::Io);
+    // A record cut short by the peer's close: the end of the stream, for
+    // the frame layer to judge.
+    let (c, s) = handshake(&a, &a).await;
+    let (ct, _) = c.unwrap().into_parts();
+    let (st, ss) = s.unwrap().into_parts();
+    let (ct, st) = (ct.into_std().unwrap(), st.into_std().unwrap());
+    std::io::Write::write_all(&mut &ct, &forged[..20]).unwrap();
+    drop(ct);
+    let ss = Session::new(ss.unwrap());
+    assert_eq!(read_until_answer(&ss, &st).unwrap(), 0);
+    ss.shrink();
+    assert_eq!(read_until_answer(&ss, &st).unwrap(), 0, "after shrinking");
+}
