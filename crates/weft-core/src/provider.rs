@@ -687,6 +687,18 @@ pub trait Provider: Send + Sync + Debug {
     fn auth_keys(&self) -> bool {
         false
     }
+    /// Checks the TLS configuration an object would run: `files` (its
+    /// `domain_attr.tls`), else whatever the provider reads from its
+    /// environment. Called when a domain, endpoint or passive endpoint is
+    /// created, so a bad configuration fails that call. A provider that
+    /// keeps this default runs no TLS and refuses files with `OpNotSupp`:
+    /// plain text where encryption was asked for is worse than no object.
+    fn check_tls(&self, files: Option<&crate::tls::TlsFiles>) -> Result<()> {
+        match files {
+            Some(_) => Err(Error::OpNotSupp),
+            None => Ok(()),
+        }
+    }
     /// Per-domain state (device context, protection domain), if the
     /// provider keeps any.
     fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {

@@ -123,6 +123,25 @@ pub struct EpShared {
     /// `FI_SOURCE_ERR` (RDM): a message from a sender not in the AV is
     /// an `AddrNotAvail` error entry carrying the sender's address.
     pub source_err: bool,
+    /// TLS for every connection, when the domain runs it (`tls`).
+    pub tls: Option<Arc<crate::tls::TlsContext>>,
+}
+
+/// An endpoint runs its domain's TLS (loaded when the domain opened,
+/// from its attribute or the environment), or files of its own when its
+/// attributes name others.
+fn endpoint_tls(
+    files: Option<&weft_core::tls::TlsFiles>,
+    domain: Option<&crate::mr::TcpDomain>,
+) -> Result<Option<Arc<crate::tls::TlsContext>>> {
+    let Some(d) = domain else {
+        return crate::tls::TlsContext::resolve(files);
+    };
+    match (files, &d.tls) {
+        (None, t) => Ok(t.clone()),
+        (Some(f), Some(t)) if t.files() == f => Ok(Some(t.clone())),
+        (Some(f), _) => crate::tls::TlsContext::resolve(Some(f)),
+    }
 }
 
 impl weft_core::recv_completion::RecvCtx for EpShared {
@@ -153,11 +172,12 @@ impl EpShared {
             Credits::new(info.tx_attr.size),
             Credits::new(info.rx_attr.size),
         );
-        let regions = cfg
+        let domain = cfg
             .domain
             .as_ref()
-            .and_then(|d| d.as_any().downcast_ref::<crate::mr::TcpDomain>())
-            .map(|d| d.regions.clone());
+            .and_then(|d| d.as_any().downcast_ref::<crate::mr::TcpDomain>());
+        let regions = domain.map(|d| d.regions.clone());
+        let tls = endpoint_tls(info.domain_attr.tls.as_ref(), domain)?;
         Ok(Arc::new_cyclic(|me| EpShared {
             me: me.clone(),
             regions,
@@ -195,6 +215,7 @@ impl EpShared {
             verify_turns: tokio::sync::Semaphore::new(crate::verify::MAX_VERIFYING),
             keys,
             source_err,
+            tls,
             cfg,
         }))
     }

@@ -30,6 +30,7 @@ mod returned;
 mod rma;
 mod rx;
 mod sweep;
+mod tls;
 mod verify;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -168,6 +169,9 @@ fn offer(ep_type: EpType) -> Info {
             // "Authorization keys"): one key, or on an `FI_AV_AUTH_KEY`
             // domain every key of the AV when the endpoint is enabled.
             max_ep_auth_key: weft_core::av::MAX_AV_AUTH_KEYS,
+            // TLS 1.3 with mutual authentication, off unless configured:
+            // see docs/design.md, "TLS on tcp".
+            tls_capable: true,
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {
@@ -228,12 +232,20 @@ impl Provider for TcpProvider {
         true
     }
 
+    fn check_tls(&self, files: Option<&weft_core::tls::TlsFiles>) -> Result<()> {
+        tls::TlsContext::resolve(files).map(|_| ())
+    }
+
     fn offers(&self) -> Vec<Info> {
         offers()
     }
 
-    fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {
-        Ok(Some(Arc::new(mr::TcpDomain::default())))
+    fn open_domain(&self, info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {
+        let tls = tls::TlsContext::resolve(info.domain_attr.tls.as_ref())?;
+        Ok(Some(Arc::new(mr::TcpDomain {
+            tls,
+            ..mr::TcpDomain::default()
+        })))
     }
 
     fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
@@ -257,6 +269,9 @@ impl Provider for TcpProvider {
                 cfg.info.ep_attr.auth_key.as_deref(),
                 cfg.info.domain_attr.auth_key.as_deref(),
             )?,
+            // A passive endpoint has no domain: its attributes, else the
+            // environment as it is now.
+            tls::TlsContext::resolve(cfg.info.domain_attr.tls.as_ref())?,
             Handle::current(),
         )?))
     }

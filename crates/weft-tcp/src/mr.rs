@@ -25,10 +25,12 @@ use weft_core::{Error, Result};
 /// registration loop could otherwise grow without end.
 pub const MR_CNT: usize = 1 << 16;
 
-/// The tcp provider's domain: the keys of its regions.
+/// The tcp provider's domain: the keys of its regions, and the TLS
+/// configuration its endpoints run (loaded once, when it opened).
 #[derive(Debug, Default)]
 pub struct TcpDomain {
     pub regions: Arc<Regions>,
+    pub tls: Option<Arc<crate::tls::TlsContext>>,
 }
 
 impl ProviderDomain for TcpDomain {

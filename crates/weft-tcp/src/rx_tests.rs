@@ -65,7 +65,7 @@ async fn rig(budget: usize) -> Rig {
         .unwrap();
     let (peer, _) = l.accept().await.unwrap();
     let conn = Conn::new(
-        a,
+        crate::tls::HsStream::Plain(a),
         "127.0.0.2:9".parse().unwrap(),
         &ep,
         ConnSlot::take(&ep.conn_count),

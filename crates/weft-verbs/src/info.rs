@@ -467,6 +467,10 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             // with one is refused (`OpNotSupp`), and hints with one
             // match no verbs offer.
             max_ep_auth_key: 0,
+            tls: None,
+            // No TLS over RDMA: asking a verbs domain for it is
+            // `OpNotSupp`, and hints asking for it match no verbs offer.
+            tls_capable: false,
         },
         fabric_attr: FabricAttr {
             name: Some(r.fabric_name()),

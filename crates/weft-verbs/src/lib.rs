@@ -213,16 +213,19 @@ impl Provider for VerbsProvider {
         info: &Info,
     ) -> Result<Option<Arc<dyn weft_core::provider::ProviderDomain>>> {
         no_key(info)?;
+        no_tls(info)?;
         open_domain(info).map(Some)
     }
 
     fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
         no_key(&cfg.info)?;
+        no_tls(&cfg.info)?;
         open_endpoint(cfg, Handle::current())
     }
 
     fn open_passive(&self, cfg: PassiveConfig) -> Result<Arc<dyn ProviderPassive>> {
         no_key(&cfg.info)?;
+        no_tls(&cfg.info)?;
         open_passive(cfg, Handle::current())
     }
 }
@@ -232,6 +235,16 @@ impl Provider for VerbsProvider {
 /// let other jobs in while the application believes them kept out.
 fn no_key(info: &Info) -> Result<()> {
     if info.ep_attr.auth_key.is_some() || info.domain_attr.auth_key.is_some() {
+        return Err(Error::OpNotSupp);
+    }
+    Ok(())
+}
+
+/// Refuses TLS (`OpNotSupp`): RDMA traffic bypasses any stream a TLS
+/// session could wrap, so a verbs object asked for TLS would carry the
+/// application's bytes in the clear.
+fn no_tls(info: &Info) -> Result<()> {
+    if info.domain_attr.tls.is_some() {
         return Err(Error::OpNotSupp);
     }
     Ok(())
@@ -256,6 +269,24 @@ mod tests {
         assert_eq!(no_key(&Info::default()), Ok(()));
         for o in offers() {
             assert_eq!(o.domain_attr.max_ep_auth_key, 0);
+        }
+    }
+
+    /// TLS is refused before anything is opened, and no offer claims it.
+    #[test]
+    fn tls_is_refused() {
+        let p = VerbsProvider;
+        assert_eq!(
+            p.check_tls(Some(&weft_core::tls::TlsFiles::new("c", "k", "ca"))),
+            Err(Error::OpNotSupp)
+        );
+        let mut i = Info::default();
+        i.domain_attr.tls = Some(weft_core::tls::TlsFiles::new("c", "k", "ca"));
+        assert_eq!(p.open_domain(&i).err(), Some(Error::OpNotSupp));
+        assert_eq!(no_tls(&i), Err(Error::OpNotSupp));
+        assert_eq!(no_tls(&Info::default()), Ok(()));
+        for o in offers() {
+            assert!(!o.domain_attr.tls_capable);
         }
     }
 }

@@ -141,7 +141,11 @@ impl Fabric {
 
     /// Opens a domain for `info`. A `domain_attr.auth_key` of the wrong
     /// size is `Inval`; one on a provider that does not enforce keys
-    /// (verbs) is `OpNotSupp`.
+    /// (verbs) is `OpNotSupp`, and so is `domain_attr.tls` there. On tcp,
+    /// `domain_attr.tls` (else the `FI_TCP_TLS_*` variables, read now) is
+    /// loaded and checked here: a missing file is `NoEnt`, a file that
+    /// does not parse, a key that is not the certificate's or only some of
+    /// the variables set is `Inval` (`docs/design.md`, "TLS on tcp").
     pub fn domain(&self, info: &Info) -> Result<Domain> {
         let p = info
             .fabric_attr
@@ -152,6 +156,7 @@ impl Fabric {
             return Err(Error::Inval);
         }
         check_keys(self.prov(), None, info.domain_attr.auth_key.as_deref())?;
+        check_tls(self.prov(), info)?;
         if info.domain_attr.av_auth_key {
             // The AV holds the keys; a domain key besides them would be a
             // second, contradictory default.
@@ -271,6 +276,13 @@ impl Domain {
     pub(crate) fn rt(&self) -> &Handle {
         &self.inner.fabric.inner.rt
     }
+}
+
+/// The TLS configuration an object of `info` would run, checked by its
+/// provider now (files readable and consistent; refused where the
+/// provider runs no TLS), so a bad one fails the call that creates it.
+pub(crate) fn check_tls(prov: &dyn Provider, info: &Info) -> Result<()> {
+    prov.check_tls(info.domain_attr.tls.as_ref())
 }
 
 /// An endpoint's or domain's authorization keys: sizes the providers take

@@ -68,6 +68,9 @@
 //!   offers whose `max_ep_auth_key` is at least 1, and no offer if it
 //!   also carries a domain key; the result carries it.
 //! * **max_ep_auth_key**: a size like the others.
+//! * **tls**, **tls_capable** (`domain_attr`, Weft extensions): offers
+//!   carry no files. A hint with files or with `tls_capable` set matches
+//!   only offers that run TLS; the result carries the hint's files.
 //! * **fabric versions, msg_prefix_size, mr_cnt**: not matched; offer values.
 
 mod format;
@@ -213,6 +216,7 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
         && rx_ctx_ok(h, o)
         && keys_ok(h, o)
         && source_err_ok(h)
+        && tls_ok(h, o)
 }
 
 /// `FI_SOURCE_ERR` needs `FI_SOURCE` (a hint naming primary caps must
@@ -221,6 +225,13 @@ fn source_err_ok(h: &Info) -> bool {
     !h.caps.contains(Caps::SOURCE_ERR)
         || !h.caps.intersects(Caps::PRIMARY)
         || h.caps.contains(Caps::SOURCE)
+}
+
+/// A hint that names TLS files or asks for TLS matches only providers
+/// that run it.
+fn tls_ok(h: &Info, o: &Info) -> bool {
+    let wants = h.domain_attr.tls.is_some() || h.domain_attr.tls_capable;
+    !wants || o.domain_attr.tls_capable
 }
 
 /// A hint's authorization keys: sizes the provider takes, and an offer
@@ -319,6 +330,9 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
         r.domain_attr.auth_key.clone_from(&h.domain_attr.auth_key);
     }
     r.domain_attr.av_auth_key = h.domain_attr.av_auth_key;
+    if h.domain_attr.tls.is_some() {
+        r.domain_attr.tls.clone_from(&h.domain_attr.tls);
+    }
     if h.src_addr.is_some() {
         r.src_addr.clone_from(&h.src_addr);
     }

@@ -542,3 +542,23 @@ fn auth_keys_need_an_offer_that_takes_them_and_pass_through() {
     assert!(text.contains("auth_key_size: 6"), "{text}");
     assert!(!text.contains("secret"));
 }
+
+#[test]
+fn tls_needs_an_offer_that_runs_it_and_passes_through() {
+    let mut capable = offer();
+    capable.domain_attr.tls_capable = true;
+    let files = crate::tls::TlsFiles::new("c.pem", "k.pem", "ca.pem");
+    let h = with(|h| h.domain_attr.tls = Some(files.clone()));
+    assert!(!satisfies(&h, &offer()), "an offer without TLS");
+    assert!(satisfies(&h, &capable));
+    assert_eq!(narrow(&h, &capable).domain_attr.tls, Some(files.clone()));
+    let asks = with(|h| h.domain_attr.tls_capable = true);
+    assert!(!satisfies(&asks, &offer()));
+    assert!(satisfies(&asks, &capable));
+    // Not asked for: both match, and the result names no files.
+    assert!(satisfies(&Info::default(), &capable));
+    assert_eq!(narrow(&Info::default(), &capable).domain_attr.tls, None);
+    let text = format_info(&narrow(&h, &capable), true);
+    assert!(text.contains("tls_capable: 1"), "{text}");
+    assert!(text.contains("cert=c.pem key=k.pem ca=ca.pem"), "{text}");
+}

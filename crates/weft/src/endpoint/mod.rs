@@ -209,6 +209,14 @@ impl Endpoint {
         {
             return Err(Error::Inval);
         }
+        // TLS is the domain's: its endpoints run what it was opened with
+        // (checked then, environment included). Files of the endpoint's
+        // own are checked now.
+        if info.domain_attr.tls.is_none() {
+            info.domain_attr.tls = domain.info().domain_attr.tls.clone();
+        } else if info.domain_attr.tls != domain.info().domain_attr.tls {
+            crate::fabric::check_tls(domain.fabric().prov(), &info)?;
+        }
         match info.ep_attr.ep_type {
             EpType::Rdm | EpType::Msg | EpType::Dgram => {}
             EpType::Unspec => return Err(Error::Inval),
