@@ -61,7 +61,19 @@ pub fn all_offers() -> Vec<Info> {
 /// Nothing matching is `NoData`; an unknown provider name in the hints
 /// matches nothing.
 pub fn getinfo(hints: Option<&Info>) -> Result<Vec<Info>> {
-    getinfo::getinfo(hints, &all_offers())
+    let mut offers = all_offers();
+    if hints.is_some_and(|h| h.domain_attr.av_auth_key) {
+        // A provider may enforce an endpoint's own key without keeping
+        // keys in AVs (verbs): its offers cannot serve these hints.
+        offers.retain(|o| {
+            o.fabric_attr
+                .prov_name
+                .as_deref()
+                .and_then(crate::registry::known)
+                .is_some_and(|p| p.av_auth_keys())
+        });
+    }
+    getinfo::getinfo(hints, &offers)
 }
 
 /// Attributes of a completion queue.
@@ -140,8 +152,9 @@ impl Fabric {
     }
 
     /// Opens a domain for `info`. A `domain_attr.auth_key` of the wrong
-    /// size is `Inval`; one on a provider that does not enforce keys
-    /// (verbs) is `OpNotSupp`.
+    /// size is `Inval`; one on a provider that does not enforce keys is
+    /// `OpNotSupp`, as is `domain_attr.av_auth_key` on one that does not
+    /// keep keys in AVs (verbs).
     pub fn domain(&self, info: &Info) -> Result<Domain> {
         let p = info
             .fabric_attr
@@ -158,7 +171,7 @@ impl Fabric {
             if info.domain_attr.auth_key.is_some() {
                 return Err(Error::Inval);
             }
-            if !self.prov().auth_keys() {
+            if !self.prov().av_auth_keys() {
                 return Err(Error::OpNotSupp);
             }
         }
