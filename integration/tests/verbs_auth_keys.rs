@@ -1,4 +1,4 @@
-//! Authorization keys on the verbs provider (`docs/wire.md` §14), on
+//! Authorization keys on the verbs provider (`docs/wire.md` §13.2), on
 //! real RDMA devices (soft-RoCE in the VM of `integration/run-rxe`):
 //! keyed MSG and RDM endpoints complete connections only with peers that
 //! prove the same key in rdma_cm private data. Two "jobs" with different
@@ -80,6 +80,9 @@ async fn reported(eq: &EventQueue, err: Error, ip: IpAddr) -> SocketAddr {
 struct Rdm {
     ep: Endpoint,
     av: AddressVector,
+    /// Peers inserted so far: a second insert of an address would be a
+    /// second handle, and sources are reported as the first.
+    handles: std::sync::Mutex<Vec<(Vec<u8>, FiAddr)>>,
     eq: EventQueue,
     _cq: CompletionQueue,
     _domain: Domain,
@@ -107,6 +110,7 @@ impl Rdm {
         Rdm {
             ep,
             av,
+            handles: std::sync::Mutex::new(Vec::new()),
             eq,
             _cq: cq,
             _domain: domain.clone(),
@@ -119,10 +123,18 @@ impl Rdm {
     }
 
     fn handle_of(&self, peer: &Rdm) -> FiAddr {
-        self.av
-            .insert_sync(&[peer.addr()], Default::default())
+        let addr = peer.addr();
+        let mut known = self.handles.lock().unwrap();
+        if let Some((_, h)) = known.iter().find(|(a, _)| *a == addr) {
+            return *h;
+        }
+        let h = self
+            .av
+            .insert_sync(std::slice::from_ref(&addr), Default::default())
             .unwrap()
-            .fi_addrs[0]
+            .fi_addrs[0];
+        known.push((addr, h));
+        h
     }
 }
 
@@ -552,7 +564,7 @@ mod raw {
     use weft_core::wire::claim::fresh_nonce;
     use weft_verbs::sys::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel, PortSpace};
 
-    /// The layouts of `docs/wire.md` §14, written out here from the text
+    /// The layouts of `docs/wire.md` §13.2, written out here from the text
     /// rather than taken from the provider.
     pub const OPEN: u8 = 0xA1;
     pub const CHALLENGE: u8 = 0xA2;

@@ -1,6 +1,6 @@
 //! Authorization keys over rdma_cm: proof that both ends of a verbs RC
 //! connection hold the same key, carried in connect-request and
-//! rejection private data (`docs/wire.md` §14, `docs/design.md`
+//! rejection private data (`docs/wire.md` §13.2, `docs/design.md`
 //! "Authorization keys").
 //!
 //! rdma_cm gives a connector one message to the acceptor before the

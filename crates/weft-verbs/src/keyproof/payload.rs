@@ -1,5 +1,5 @@
 //! The rdma_cm private data of a keyed connection set-up
-//! (`docs/wire.md` §14): what each request and rejection carries, as
+//! (`docs/wire.md` §13.2): what each request and rejection carries, as
 //! bytes.
 //!
 //! Plain Weft private data starts with a length byte of at most
