@@ -270,7 +270,9 @@ impl Domain {
     /// Creates a (disabled) endpoint for `info`. Its authorization key is
     /// `info.ep_attr.auth_key`, else the domain's `domain_attr.auth_key`:
     /// 1 ..= 64 bytes (`Inval` otherwise), on a provider that enforces
-    /// keys (`OpNotSupp` otherwise: verbs).
+    /// keys (`OpNotSupp` otherwise; verbs refuses keys on DGRAM endpoints
+    /// and, on a keyed domain, keys other than the domain's when the
+    /// endpoint is enabled).
     pub fn endpoint(&self, info: &Info) -> Result<Endpoint> {
         Endpoint::new(self.clone(), info.clone(), None)
     }
