@@ -211,9 +211,10 @@ pub struct DomainAttr {
     /// [`EpAttr::auth_key`] takes precedence). `None`: no key. Offers
     /// carry none; a hint's key is copied into the result.
     pub auth_key: Option<Vec<u8>>,
-    /// Authorization keys an endpoint can hold (`max_ep_auth_key`): 1
-    /// where the provider enforces keys (tcp), 0 where it takes none
-    /// (verbs). Hints with a key match only offers that take one.
+    /// Authorization keys an endpoint can hold (`max_ep_auth_key`): at
+    /// least 1 where the provider enforces keys (tcp: an AV's worth;
+    /// verbs MSG and RDM: 1), 0 where it takes none (verbs DGRAM). Hints
+    /// with a key match only offers that take one.
     pub max_ep_auth_key: usize,
     /// `FI_AV_AUTH_KEY` (libfabric's `auth_key_size` sentinel): the
     /// domain's RDM endpoints take their keys from their AV

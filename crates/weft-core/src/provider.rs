@@ -699,6 +699,14 @@ pub trait Provider: Send + Sync + Debug {
             None => Ok(()),
         }
     }
+    /// Whether its domains keep their RDM endpoints' keys in their AVs
+    /// (`FI_AV_AUTH_KEY`, `domain_attr.av_auth_key`). By default, what
+    /// [`auth_keys`](Self::auth_keys) says; a provider that enforces an
+    /// endpoint's own key but not AV keys says `false`, and such domains
+    /// and hints are refused rather than served without the keys.
+    fn av_auth_keys(&self) -> bool {
+        self.auth_keys()
+    }
     /// Per-domain state (device context, protection domain), if the
     /// provider keeps any.
     fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {

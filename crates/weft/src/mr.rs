@@ -113,9 +113,10 @@ impl<'a> MrAttr<'a> {
     /// `domain_attr.auth_key`, and without that any peer the endpoint
     /// accepted. On an `FI_AV_AUTH_KEY` domain, pass the bytes of an AV
     /// key ([`AddressVector::lookup_auth_key`](crate::AddressVector::lookup_auth_key)).
-    /// Providers that do not enforce keys (verbs) refuse it
-    /// (`OpNotSupp`). Sub-regions keep their base's key (`BadFlags` if
-    /// one is given).
+    /// Providers that do not enforce region keys refuse it
+    /// (`OpNotSupp`): verbs takes only its domain's own key, which every
+    /// connection on the domain's queue pairs proved. Sub-regions keep
+    /// their base's key (`BadFlags` if one is given).
     pub fn auth_key(mut self, key: &[u8]) -> MrAttr<'a> {
         self.auth_key = Some(KeyBytes::Bytes(key.to_vec()));
         self
