@@ -181,7 +181,7 @@ fn execute(ep: &EpShared, conn: &Conn, hdr: &AtomicHdr, mut data: Vec<u8>) -> Re
     })?;
     // Counted once applied, before the answer goes out.
     if let Some(t) = ticket {
-        t.complete(&ep.cfg.remote_cntrs);
+        t.complete(&region, &ep.cfg.remote_cntrs);
     }
     if !hdr.kind.fetches() {
         return Ok(Bytes::new());

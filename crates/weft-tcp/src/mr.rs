@@ -23,7 +23,7 @@ use weft_core::sync::lock;
 use weft_core::wire::rma::range_in;
 use weft_core::{Error, Result};
 
-use crate::rma_events::{self, AccessKind, Accessor, RegionEvents, Setup, Ticket, CLOSED};
+use crate::rma_events::{self, AccessKind, RegionEvents, Setup, CLOSED};
 
 /// Regions one domain holds at once (`mr_cnt`): each is a map entry a
 /// registration loop could otherwise grow without end.
@@ -306,44 +306,45 @@ impl Region {
         })
     }
 
+    #[inline]
     fn is_open(&self) -> bool {
         self.state.load(Ordering::Acquire) & CLOSED == 0
     }
 
     /// Where a peer's access of `len` bytes at `addr` falls, if this
-    /// region allows it (`kind` says which rights it needs), and its
-    /// ticket if the access must be counted or the region is not the
-    /// common one (`rma_events`). Every refusal is `Access`: a peer
-    /// learns nothing more from it. `at.proven` is the key the peer's
-    /// connection proved: a region with a key of its own takes only
-    /// connections that proved that one.
+    /// region allows it (`kind` says which rights it needs), and whether
+    /// it must go on to `rma_events::admit_watched` (the region is not
+    /// the common one, or `watch` says the endpoint counts). Every
+    /// refusal is `Access`: a peer learns nothing more from it. `proven`
+    /// is the key the peer's connection proved: a region with a key of
+    /// its own takes only connections that proved that one.
+    #[inline]
     pub fn admit(
-        self: &Arc<Self>,
-        at: &Accessor<'_>,
+        &self,
+        watch: u8,
+        proven: Option<&AuthKey>,
         addr: u64,
         len: u64,
         kind: AccessKind,
-    ) -> Result<(usize, Option<Ticket>)> {
+    ) -> Result<(usize, bool)> {
         if !self.access.contains(kind.needs()) {
             return Err(Error::Access);
         }
-        if self.auth.is_some() && self.auth.as_ref() != at.proven {
+        if self.auth.is_some() && self.auth.as_ref() != proven {
             return Err(Error::Access);
         }
         let off = range_in(0, self.len, addr, len).ok_or(Error::Access)?;
         // The one test the common access pays (it replaces the test of the
         // open flag): an open region nobody watches, reached through an
         // endpoint without remote counters.
-        if self.state.load(Ordering::Acquire) | at.watch == 0 {
-            return Ok((off, None));
-        }
-        rma_events::admit_watched(self, at, kind).map(|t| (off, t))
+        Ok((off, self.state.load(Ordering::Acquire) | watch != 0))
     }
 
     /// A peer's write of `data` at `off` (checked with [`admit`]).
     /// `Access` if the region closed since.
     ///
     /// [`admit`]: Self::admit
+    #[inline]
     pub fn put(&self, off: usize, data: &[u8]) -> Result<()> {
         let end = off.checked_add(data.len()).ok_or(Error::Access)?;
         if end > self.len {
@@ -361,6 +362,7 @@ impl Region {
 
     /// A peer's read of `out.len()` bytes at `off` (checked with
     /// [`admit`](Self::admit)). `Access` if the region closed since.
+    #[inline]
     pub fn get(&self, off: usize, out: &mut [u8]) -> Result<()> {
         let end = off.checked_add(out.len()).ok_or(Error::Access)?;
         if end > self.len {
@@ -544,12 +546,13 @@ mod tests {
     /// Where an access of `len` bytes at `addr` falls, through an
     /// endpoint without counters and a connection without a key.
     fn check(r: &Arc<Region>, addr: u64, len: u64, kind: AccessKind) -> Result<usize> {
-        let at = Accessor {
-            ep: 1,
-            watch: 0,
-            proven: None,
-        };
-        r.admit(&at, addr, len, kind).map(|(off, _)| off)
+        let (off, watched) = r.admit(0, None, addr, len, kind)?;
+        // A closed region is not the common one any more: its access
+        // goes on to the checks that refuse it.
+        if watched {
+            crate::rma_events::admit_watched(r, 1, kind)?;
+        }
+        Ok(off)
     }
 
     fn req(memory: MrMemory, access: MrAccess, key: u64) -> MrRequest {

@@ -32,7 +32,7 @@ use crate::conn::Conn;
 use crate::endpoint::EpShared;
 use crate::frame::TxFrame;
 use crate::mr::Region;
-use crate::rma_events::{AccessKind, Accessor, Ticket};
+use crate::rma_events::{AccessKind, Ticket};
 
 /// An initiator's read (or atomic) waiting for its answer: the buffers
 /// it fills in order, how far the answer has come, and its completion.
@@ -255,11 +255,11 @@ impl WriteSink {
     /// completion for remote CQ data.
     pub fn finish(self, conn: &Arc<Conn>, ep: &EpShared, hdr: &Header, len: usize) {
         let status = match self {
-            WriteSink::Region { ticket, .. } => {
+            WriteSink::Region { region, ticket, .. } => {
                 // Counted once the bytes are in place, before the target
                 // completion and the answer.
                 if let Some(t) = ticket {
-                    t.complete(&ep.cfg.remote_cntrs);
+                    t.complete(&region, &ep.cfg.remote_cntrs);
                 }
                 0
             }
@@ -284,7 +284,9 @@ impl WriteSink {
 
 /// The region under `t.key`, the offset of `len` bytes at `t.addr` in
 /// it and the access's ticket, if the region admits an access of `kind`
-/// at this endpoint over `conn`.
+/// at this endpoint over `conn`. Inlined into its three callers: on
+/// every access, a call here cost more than all its checks.
+#[inline(always)]
 pub fn lookup(
     ep: &EpShared,
     conn: &Conn,
@@ -297,12 +299,12 @@ pub fn lookup(
         .as_ref()
         .and_then(|r| r.get(t.key))
         .ok_or(Error::Access)?;
-    let at = Accessor {
-        ep: ep.cfg.fid,
-        watch: ep.watch,
-        proven: conn.auth.key.as_ref(),
+    let (off, watched) = region.admit(ep.watch, conn.auth.key.as_ref(), t.addr, len, kind)?;
+    let ticket = if watched {
+        Some(crate::rma_events::admit_watched(&region, ep.cfg.fid, kind)?)
+    } else {
+        None
     };
-    let (off, ticket) = region.admit(&at, t.addr, len, kind)?;
     Ok((region, off, ticket))
 }
 
@@ -378,8 +380,8 @@ impl ReadJob {
             if self.sent == self.len {
                 // The whole answer is copied out of the region (and
                 // queued): at the target, the read is complete.
-                if let Some(t) = self.ticket.take() {
-                    t.complete(&ep.cfg.remote_cntrs);
+                if let Some(t) = self.ticket {
+                    t.complete(&self.region, &ep.cfg.remote_cntrs);
                 }
                 return true;
             }

@@ -10,12 +10,13 @@
 //! ([`Region::admit`](crate::mr::Region::admit)) is 0 when it is open and
 //! nothing watches it, and an endpoint without remote counters adds
 //! nothing to it; anything else takes [`admit_watched`], which hands the
-//! access a [`Ticket`] to present when it completes.
+//! access a [`Ticket`] to present when it completes. A ticket is a plain
+//! value (nothing to drop), so carrying an empty one costs nothing.
+//! (Measured: `docs/design.md`, same section.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use weft_core::auth::AuthKey;
 use weft_core::counter::CounterShared;
 use weft_core::flags::{BindFlags, MrAccess};
 use weft_core::provider::RemoteCntrs;
@@ -32,18 +33,6 @@ pub const DISABLED: u8 = 2;
 /// region is bound to an endpoint or counters, or single-use; the
 /// endpoint has remote counters.
 pub const WATCHED: u8 = 4;
-
-/// Who is accessing: the endpoint a request arrived at and the key its
-/// connection proved.
-#[derive(Debug, Clone, Copy)]
-pub struct Accessor<'a> {
-    /// The endpoint's object id.
-    pub ep: u64,
-    /// [`WATCHED`] when the endpoint has remote counters, else 0.
-    pub watch: u8,
-    /// The authorization key the connection proved.
-    pub proven: Option<&'a AuthKey>,
-}
 
 /// What an access does to a region, for its rights and its counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +93,7 @@ impl AccessKind {
 }
 
 /// A single-use region's entry in its domain's table, removed when its
-/// one access ends.
+/// one access is admitted.
 #[derive(Debug)]
 struct SingleUse {
     key: u64,
@@ -230,62 +219,51 @@ pub fn enable(region: &Region) -> Result<()> {
 }
 
 /// The checks of an access that is not the common one (the region or
-/// the endpoint is watched, or the region is closed or disabled): a
+/// the endpoint `ep` is watched, or the region is closed or disabled): a
 /// closed or disabled region, another endpoint than the bound one, or a
 /// single-use key already taken is `Access`; otherwise the access gets
-/// its ticket (a single-use key is taken by it, so of several racing
-/// accesses exactly one gets here).
-pub fn admit_watched(
-    region: &Arc<Region>,
-    at: &Accessor<'_>,
-    kind: AccessKind,
-) -> Result<Option<Ticket>> {
+/// its ticket. A single-use key is taken here, by one access of any
+/// number racing for it, and leaves the domain's table at once: the
+/// access that took it completes or fails, and either way no other is
+/// admitted (memory may be half written by a failed one, and a second
+/// chance would let a peer retry by dropping its connection).
+#[cold]
+#[inline(never)]
+pub fn admit_watched(region: &Arc<Region>, ep: u64, kind: AccessKind) -> Result<Ticket> {
     if region.state.load(Ordering::Acquire) & (CLOSED | DISABLED) != 0 {
         return Err(Error::Access);
     }
     let ev = &region.ev;
-    if ev.ep.get().is_some_and(|&ep| ep != at.ep) {
+    if ev.ep.get().is_some_and(|&bound| bound != ep) {
         return Err(Error::Access);
     }
-    let claimed = match &ev.single_use {
-        Some(su) => {
-            if su.taken.swap(true, Ordering::AcqRel) {
-                return Err(Error::Access);
-            }
-            true
+    if let Some(su) = &ev.single_use {
+        if su.taken.swap(true, Ordering::AcqRel) {
+            return Err(Error::Access);
         }
-        None => false,
-    };
-    Ok(Some(Ticket {
-        region: region.clone(),
-        kind,
-        claimed,
-    }))
+        if let Some(regions) = su.regions.upgrade() {
+            regions.remove(su.key, region);
+        }
+    }
+    Ok(Ticket { kind })
 }
 
 /// An admitted access to a watched region or through a watched endpoint:
-/// presented when the access completes, it counts it; dropped without
-/// completing (the region closed part-way, the connection ended), it
-/// counts nothing. Either way a single-use key it took is retired.
-#[derive(Debug)]
+/// presented with its region when the access completes, it counts it;
+/// dropped without completing (the region closed part-way, the
+/// connection ended), it counts nothing.
+#[derive(Debug, Clone, Copy)]
 pub struct Ticket {
-    region: Arc<Region>,
     kind: AccessKind,
-    /// It took the region's single-use key.
-    claimed: bool,
 }
 
 impl Ticket {
-    /// The access completed: its bytes are in place (a write, an atomic)
-    /// or copied out (a read). A single-use key is retired first, so a
-    /// reader who sees the count finds the key free; then the region's
-    /// counters count it (once per counter, even one bound for both
-    /// directions), then the endpoint's.
-    pub fn complete(mut self, ep: &RemoteCntrs) {
-        if std::mem::take(&mut self.claimed) {
-            retire(&self.region);
-        }
-        let ev = &self.region.ev;
+    /// The access to `region` completed: its bytes are in place (a write,
+    /// an atomic) or copied out (a read). The region's counters count it
+    /// (once per counter, even one bound for both directions), then the
+    /// endpoint's.
+    pub fn complete(self, region: &Region, ep: &RemoteCntrs) {
+        let ev = &region.ev;
         let write = self.kind.modifies().then(|| ev.write.get()).flatten();
         if let Some(c) = write {
             c.add(1);
@@ -304,28 +282,6 @@ impl Ticket {
         };
         if let Some(c) = at_ep {
             c.add(1);
-        }
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        // An access that took a single-use key and then failed still used
-        // it: memory may be half written, and a second chance would let a
-        // peer retry by dropping its connection.
-        if self.claimed {
-            retire(&self.region);
-        }
-    }
-}
-
-/// Removes a single-use region's key from its domain's table: the key is
-/// free for a new registration, and the region answers no peer again
-/// (its local copies still work).
-fn retire(region: &Arc<Region>) {
-    if let Some(su) = &region.ev.single_use {
-        if let Some(regions) = su.regions.upgrade() {
-            regions.remove(su.key, region);
         }
     }
 }
