@@ -354,4 +354,94 @@ mod tests {
         };
         assert_eq!(state(single), WATCHED);
     }
+
+    /// A region of a domain with `mr_mode` and `flags`, as its key names
+    /// it in the domain's table.
+    fn registered(
+        mr_mode: weft_core::flags::MrMode,
+        flags: weft_core::flags::MrRegFlags,
+        key: u64,
+    ) -> (
+        crate::mr::TcpDomain,
+        Arc<dyn weft_core::provider::ProviderMr>,
+        Arc<Region>,
+    ) {
+        use weft_core::provider::{MrMemory, MrRequest, ProviderDomain};
+        let d = crate::mr::TcpDomain::new(mr_mode);
+        let mr = d
+            .mr_reg(MrRequest {
+                memory: MrMemory::Alloc(64),
+                access: MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+                requested_key: key,
+                flags,
+                auth_key: None,
+            })
+            .unwrap();
+        let r = d.regions.get(key).unwrap();
+        (d, mr, r)
+    }
+
+    #[test]
+    fn bindings_follow_fi_mr_and_enable_seals_them() {
+        use weft_core::flags::{MrMode, MrRegFlags};
+        let (_d, mr, r) = registered(
+            MrMode::ENDPOINT | MrMode::RMA_EVENT,
+            MrRegFlags::RMA_EVENT,
+            5,
+        );
+        let fetch_add = AccessKind::Atomic {
+            writes: true,
+            fetches: true,
+        };
+        assert_eq!(admit_watched(&r, 7, fetch_add).unwrap_err(), Error::Access);
+        assert_eq!(mr.enable(), Err(Error::Inval), "no endpoint yet");
+        mr.bind_ep(7).unwrap();
+        assert_eq!(mr.bind_ep(8), Err(Error::Inval));
+        let c = CounterShared::new(1);
+        mr.bind_cntr(c.clone(), BindFlags::REMOTE_WRITE).unwrap();
+        let both = BindFlags::REMOTE_WRITE | BindFlags::REMOTE_READ;
+        assert_eq!(mr.bind_cntr(c.clone(), both), Err(Error::Inval));
+        assert!(r.ev.read.get().is_none(), "a refused bind binds nothing");
+        mr.bind_cntr(c.clone(), BindFlags::REMOTE_READ).unwrap();
+        assert_eq!(admit_watched(&r, 7, fetch_add).unwrap_err(), Error::Access);
+        mr.enable().unwrap();
+        assert_eq!(mr.bind_ep(7), Err(Error::OpBadState));
+        assert_eq!(
+            mr.bind_cntr(CounterShared::new(2), BindFlags::REMOTE_WRITE),
+            Err(Error::OpBadState)
+        );
+        assert_eq!(admit_watched(&r, 8, fetch_add).unwrap_err(), Error::Access);
+        // One counter bound for both directions counts a fetch-add once;
+        // the endpoint's counters count it as a read.
+        let ep = RemoteCntrs {
+            read: Some(CounterShared::new(3)),
+            write: Some(CounterShared::new(4)),
+        };
+        admit_watched(&r, 7, fetch_add).unwrap().complete(&r, &ep);
+        assert_eq!(c.read(), 1);
+        let count = |c: &Option<Arc<CounterShared>>| c.as_ref().map(|c| c.read());
+        assert_eq!((count(&ep.read), count(&ep.write)), (Some(1), Some(0)));
+        admit_watched(&r, 7, AccessKind::Write)
+            .unwrap()
+            .complete(&r, &ep);
+        assert_eq!(c.read(), 2);
+        assert_eq!((count(&ep.read), count(&ep.write)), (Some(1), Some(1)));
+    }
+
+    #[test]
+    fn a_single_use_key_admits_one_access_and_leaves_the_table() {
+        use weft_core::flags::{MrMode, MrRegFlags};
+        let (d, _mr, r) = registered(MrMode::empty(), MrRegFlags::SINGLE_USE, 9);
+        let ticket = admit_watched(&r, 1, AccessKind::Read).unwrap();
+        assert!(d.regions.get(9).is_none(), "the key is free at once");
+        for ep in [1, 2] {
+            assert_eq!(
+                admit_watched(&r, ep, AccessKind::Read).unwrap_err(),
+                Error::Access
+            );
+        }
+        // Completing counts nothing here (no counters) and changes nothing.
+        ticket.complete(&r, &RemoteCntrs::default());
+        assert!(d.regions.get(9).is_none());
+    }
 }
