@@ -87,6 +87,9 @@ pub struct EpShared {
     pub limits: ConnLimits,
     /// The domain's memory regions, which peers' RMA requests reach.
     pub regions: Option<Arc<crate::mr::Regions>>,
+    /// `rma_events::WATCHED` when remote counters are bound (every
+    /// access then carries a ticket), else 0.
+    pub watch: u8,
     /// The DSCP value of `tx_attr.tclass`, marked on every connection.
     pub dscp: Option<u8>,
     /// One connection's share of `buffered_limit`.
@@ -178,9 +181,16 @@ impl EpShared {
             .and_then(|d| d.as_any().downcast_ref::<crate::mr::TcpDomain>());
         let regions = domain.map(|d| d.regions.clone());
         let tls = endpoint_tls(info.domain_attr.tls.as_ref(), domain)?;
+        let remote = &cfg.remote_cntrs;
+        let watch = if remote.read.is_some() || remote.write.is_some() {
+            crate::rma_events::WATCHED
+        } else {
+            0
+        };
         Ok(Arc::new_cyclic(|me| EpShared {
             me: me.clone(),
             regions,
+            watch,
             ep_type,
             dscp,
             max_msg,

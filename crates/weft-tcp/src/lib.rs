@@ -28,6 +28,7 @@ mod mr;
 mod parked;
 mod returned;
 mod rma;
+mod rma_events;
 mod rx;
 mod sweep;
 mod tls;
@@ -88,6 +89,10 @@ fn offer(ep_type: EpType) -> Info {
         | Caps::WRITE
         | Caps::REMOTE_READ
         | Caps::REMOTE_WRITE
+        // On request only (it brings the optional mr_mode bits
+        // FI_MR_RMA_EVENT and FI_MR_ENDPOINT): docs/design.md, "RMA
+        // events, endpoint-bound regions and single-use keys".
+        | Caps::RMA_EVENT
         | if ep_type == EpType::Rdm {
             // Named AVs: see docs/design.md, "Named shared AVs".
             Caps::DIRECTED_RECV | Caps::AV_USER_ID | Caps::SOURCE_ERR | Caps::SHARED_AV
@@ -105,7 +110,8 @@ fn offer(ep_type: EpType) -> Info {
                     | Caps::SOURCE
                     | Caps::SOURCE_ERR
                     | Caps::REMOTE_READ
-                    | Caps::REMOTE_WRITE),
+                    | Caps::REMOTE_WRITE
+                    | Caps::RMA_EVENT),
             msg_order: order,
             comp_order: CompOrder::empty(),
             inject_size: INJECT_SIZE,
@@ -152,7 +158,9 @@ fn offer(ep_type: EpType) -> Info {
             data_progress: Progress::Auto,
             av_type: AvType::Unspec,
             // Requested keys, offset addressing: see docs/design.md,
-            // "tcp memory regions".
+            // "tcp memory regions". FI_MR_RMA_EVENT and FI_MR_ENDPOINT
+            // are granted to hints that accept them (getinfo's
+            // ON_REQUEST_MR_MODES), never required.
             mr_mode: MrMode::empty(),
             mr_key_size: 8,
             cq_data_size: 8,
@@ -242,10 +250,10 @@ impl Provider for TcpProvider {
 
     fn open_domain(&self, info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {
         let tls = tls::TlsContext::resolve(info.domain_attr.tls.as_ref())?;
-        Ok(Some(Arc::new(mr::TcpDomain {
+        Ok(Some(Arc::new(mr::TcpDomain::new(
+            info.domain_attr.mr_mode,
             tls,
-            ..mr::TcpDomain::default()
-        })))
+        ))))
     }
 
     fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {

@@ -53,6 +53,7 @@ async fn rig(budget: usize) -> Rig {
         domain: None,
         rx_cq: None,
         rx_cntr: None,
+        remote_cntrs: Default::default(),
         srx: None,
         limits: ConnLimits::default().with_peer_buffered(budget),
         fault: Arc::default(),
