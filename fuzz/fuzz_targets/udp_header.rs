@@ -1,5 +1,5 @@
 //! Fuzzes the udp provider's datagram header decoder
-//! (`weft_udp::wire`, `docs/wire.md` section 13).
+//! (`weft_udp::wire`, `docs/wire.md` section 15).
 //!
 //! Properties checked (a failed assertion is a finding):
 //! - nothing panics on arbitrary input;

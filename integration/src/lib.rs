@@ -12,6 +12,7 @@
 pub mod campaign;
 pub mod identity;
 pub mod shared_av;
+pub mod tls;
 
 use std::future::Future;
 use std::time::Duration;

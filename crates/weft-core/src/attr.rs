@@ -213,9 +213,10 @@ pub struct DomainAttr {
     /// [`EpAttr::auth_key`] takes precedence). `None`: no key. Offers
     /// carry none; a hint's key is copied into the result.
     pub auth_key: Option<Vec<u8>>,
-    /// Authorization keys an endpoint can hold (`max_ep_auth_key`): 1
-    /// where the provider enforces keys (tcp), 0 where it takes none
-    /// (verbs). Hints with a key match only offers that take one.
+    /// Authorization keys an endpoint can hold (`max_ep_auth_key`): at
+    /// least 1 where the provider enforces keys (tcp: an AV's worth;
+    /// verbs MSG and RDM: 1), 0 where it takes none (verbs DGRAM). Hints
+    /// with a key match only offers that take one.
     pub max_ep_auth_key: usize,
     /// `FI_AV_AUTH_KEY` (libfabric's `auth_key_size` sentinel): the
     /// domain's RDM endpoints take their keys from their AV
@@ -223,6 +224,18 @@ pub struct DomainAttr {
     /// entries are inserted under a key. `auth_key` must then be `None`.
     /// Hints with it match only offers that have it.
     pub av_auth_key: bool,
+    /// TLS for every connection of the domain's endpoints and of passive
+    /// endpoints opened with these attributes (`docs/design.md`, "TLS on
+    /// tcp"): TLS 1.3, both sides presenting a certificate signed by the
+    /// CA. `None`: the `FI_TCP_TLS_*` environment variables decide when
+    /// the object is created ([`crate::tls::TlsFiles::from_env`]); none
+    /// set is plain TCP. A Weft extension; offers carry none, and a hint's
+    /// files are copied into the result.
+    pub tls: Option<crate::tls::TlsFiles>,
+    /// Whether the provider runs TLS (tcp) or refuses it (verbs,
+    /// `OpNotSupp`). A Weft extension: hints asking for it, or carrying
+    /// `tls`, match only offers that have it.
+    pub tls_capable: bool,
 }
 
 impl fmt::Debug for DomainAttr {
@@ -250,6 +263,8 @@ impl fmt::Debug for DomainAttr {
             .field("auth_key", &RedactedKey(self.auth_key.as_deref()))
             .field("max_ep_auth_key", &self.max_ep_auth_key)
             .field("av_auth_key", &self.av_auth_key)
+            .field("tls", &self.tls)
+            .field("tls_capable", &self.tls_capable)
             .finish()
     }
 }

@@ -27,6 +27,11 @@ pub const MAC_LEN: usize = 32;
 /// A MAC over a [`Transcript`].
 pub type Tag = [u8; MAC_LEN];
 
+/// Bytes of a short MAC: the first 128 bits of a whole one (RFC 2104
+/// section 5 truncation, as RFC 4868's HMAC-SHA-256-128), for channels
+/// too small for 32 bytes (rdma_cm connect private data: 56).
+pub const SHORT_MAC_LEN: usize = 16;
+
 /// Shortest key the tcp provider takes.
 pub const MIN_KEY_LEN: usize = 1;
 
@@ -110,27 +115,62 @@ impl AuthKey {
         m.verify_truncated_left(sel).is_ok() && sel.len() == SELECTOR_LEN
     }
 
-    fn mac(&self, t: &Transcript, role: Role) -> Result<Hmac<Sha256>> {
+    fn mac(&self, t: &Transcript, role: Role, extra: &[u8]) -> Result<Hmac<Sha256>> {
         // Any key length is accepted by HMAC; the error cannot occur for
         // the sizes `new` lets through, but is not worth a panic.
         let mut m = Hmac::<Sha256>::new_from_slice(&self.0).map_err(|_| Error::Inval)?;
         m.update(&t.bytes(role));
+        m.update(extra);
         Ok(m)
     }
 
     /// This side's MAC of `t` as `role`.
     pub fn prove(&self, t: &Transcript, role: Role) -> Result<Tag> {
-        let mut tag = [0u8; MAC_LEN];
-        tag.copy_from_slice(&self.mac(t, role)?.finalize().into_bytes());
-        Ok(tag)
+        self.prove_with(t, role, &[])
     }
 
     /// Checks the peer's MAC of `t` as `role`, in constant time.
     /// `KeyRejected` if it is not the MAC this key gives: the peer holds
     /// another key, or none, or the MAC was not made for this transcript.
     pub fn verify(&self, t: &Transcript, role: Role, tag: &[u8]) -> Result<()> {
-        self.mac(t, role)?
+        self.verify_with(t, role, &[], tag)
+    }
+
+    /// This side's MAC of `t` as `role` followed by `extra`: what a
+    /// channel binds beyond the transcript (a label of its own, so its
+    /// MACs are never valid on another channel, and data the peer must
+    /// not be able to change). With `extra` empty this is [`prove`](Self::prove).
+    pub fn prove_with(&self, t: &Transcript, role: Role, extra: &[u8]) -> Result<Tag> {
+        let mut tag = [0u8; MAC_LEN];
+        tag.copy_from_slice(&self.mac(t, role, extra)?.finalize().into_bytes());
+        Ok(tag)
+    }
+
+    /// Checks a whole ([`MAC_LEN`]-byte) MAC made by
+    /// [`prove_with`](Self::prove_with), in constant time; `KeyRejected`
+    /// otherwise.
+    pub fn verify_with(&self, t: &Transcript, role: Role, extra: &[u8], tag: &[u8]) -> Result<()> {
+        self.mac(t, role, extra)?
             .verify_slice(tag)
+            .map_err(|_| Error::KeyRejected)
+    }
+
+    /// Checks a short MAC: exactly the first [`SHORT_MAC_LEN`] bytes of
+    /// [`prove_with`](Self::prove_with)'s, compared in constant time. Any
+    /// other length is `KeyRejected`, so a peer cannot shorten the MAC it
+    /// has to guess.
+    pub fn verify_short_with(
+        &self,
+        t: &Transcript,
+        role: Role,
+        extra: &[u8],
+        tag: &[u8],
+    ) -> Result<()> {
+        if tag.len() != SHORT_MAC_LEN {
+            return Err(Error::KeyRejected);
+        }
+        self.mac(t, role, extra)?
+            .verify_truncated_left(tag)
             .map_err(|_| Error::KeyRejected)
     }
 }
@@ -276,6 +316,65 @@ mod tests {
             0x64, 0xec, 0x38, 0x43,
         ];
         assert_eq!(out[..], want);
+    }
+
+    #[test]
+    fn extra_bytes_and_short_macs() {
+        let k = AuthKey::new(b"job-1").unwrap();
+        let t = transcript();
+        // No extra bytes: the same MAC as `prove`.
+        assert_eq!(
+            k.prove_with(&t, Role::Acceptor, &[]).unwrap(),
+            k.prove(&t, Role::Acceptor).unwrap()
+        );
+        let tag = k.prove_with(&t, Role::Connector, b"label data").unwrap();
+        assert_ne!(tag, k.prove(&t, Role::Connector).unwrap());
+        assert_eq!(
+            k.verify_with(&t, Role::Connector, b"label data", &tag),
+            Ok(())
+        );
+        assert_eq!(
+            k.verify_with(&t, Role::Connector, b"label datA", &tag),
+            Err(Error::KeyRejected)
+        );
+        // The short MAC is the whole one's first 16 bytes, exactly.
+        let short = &tag[..SHORT_MAC_LEN];
+        assert_eq!(
+            k.verify_short_with(&t, Role::Connector, b"label data", short),
+            Ok(())
+        );
+        for bad in [
+            &tag[..SHORT_MAC_LEN - 1],
+            &tag[..SHORT_MAC_LEN + 1],
+            &tag[..],
+            &[],
+        ] {
+            assert_eq!(
+                k.verify_short_with(&t, Role::Connector, b"label data", bad),
+                Err(Error::KeyRejected)
+            );
+        }
+        let mut flipped = [0u8; SHORT_MAC_LEN];
+        flipped.copy_from_slice(short);
+        flipped[15] ^= 0x80;
+        assert_eq!(
+            k.verify_short_with(&t, Role::Connector, b"label data", &flipped),
+            Err(Error::KeyRejected)
+        );
+        // Another role, other extra bytes or another key: refused.
+        assert_eq!(
+            k.verify_short_with(&t, Role::Acceptor, b"label data", short),
+            Err(Error::KeyRejected)
+        );
+        assert_eq!(
+            k.verify_short_with(&t, Role::Connector, b"label", short),
+            Err(Error::KeyRejected)
+        );
+        let other = AuthKey::new(b"job-2").unwrap();
+        assert_eq!(
+            other.verify_short_with(&t, Role::Connector, b"label data", short),
+            Err(Error::KeyRejected)
+        );
     }
 
     #[test]

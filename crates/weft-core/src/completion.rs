@@ -470,10 +470,6 @@ pub struct Origin {
     /// The sender's AV handle as the endpoint knew it at arrival (before
     /// any user id replaced it in the entry), or `FI_ADDR_NOTAVAIL`.
     pub src: FiAddr,
-    /// The sender's raw address when its AV handle was unknown
-    /// (`FI_SOURCE_ERR`), so that a message given back keeps it; else
-    /// empty.
-    pub raw: Vec<u8>,
     /// The CQ the operation reported to (for a shared receive context:
     /// the one of the endpoint the message arrived at).
     pub cq: Option<Arc<CqShared>>,
@@ -486,7 +482,6 @@ impl Origin {
     pub fn unknown() -> Origin {
         Origin {
             src: FI_ADDR_NOTAVAIL,
-            raw: Vec::new(),
             cq: None,
             cntr: None,
         }
@@ -496,8 +491,9 @@ impl Origin {
 /// What the awaiting future of an operation is sent.
 #[derive(Debug)]
 pub struct Finished {
-    /// The completion.
-    pub item: CqItem,
+    /// The completion; an error entry boxed, since errors are rare and
+    /// every completion moves this through a channel.
+    pub item: std::result::Result<CqEntry, Box<CqErrEntry>>,
     /// For a receive: where its message came from.
     pub origin: Origin,
 }
@@ -511,9 +507,43 @@ pub struct Returned {
     pub entry: CqEntry,
     /// Where it came from.
     pub origin: Origin,
+    /// The sender's raw address when its AV handle was unknown
+    /// (`FI_SOURCE_ERR`), so that the message keeps it; else empty.
+    pub raw: Vec<u8>,
 }
 
 impl Returned {
+    /// The message a finished receive carries, if it carries a whole one:
+    /// a completion, or an `FI_SOURCE_ERR` error entry (`AddrNotAvail`,
+    /// the message placed, the sender's address in `err_data`). Other
+    /// errors carry nothing to hand on.
+    pub fn from_finished(f: Finished) -> Option<Returned> {
+        match f.item {
+            Ok(entry) => Some(Returned {
+                entry,
+                origin: f.origin,
+                raw: Vec::new(),
+            }),
+            Err(e) if e.err == Error::AddrNotAvail => {
+                let e = *e;
+                Some(Returned {
+                    entry: CqEntry {
+                        context: 0,
+                        flags: e.flags,
+                        len: e.len,
+                        bufs: e.bufs,
+                        data: e.data,
+                        tag: e.tag,
+                        src: e.src,
+                    },
+                    origin: f.origin,
+                    raw: e.err_data,
+                })
+            }
+            Err(_) => None,
+        }
+    }
+
     /// The message as a matcher knows one: raw source, kind, tag, length,
     /// remote data.
     pub fn info(&self) -> MsgInfo {
@@ -607,7 +637,6 @@ impl OpDone {
         if let Some(w) = self.waiter.take() {
             let origin = Origin {
                 src,
-                raw: Vec::new(),
                 cq: self.cq.take(),
                 cntr: self.cntr.take(),
             };
@@ -619,7 +648,11 @@ impl OpDone {
                 Err(Finished {
                     item: Ok(entry),
                     origin,
-                }) => Some(Returned { entry, origin }),
+                }) => Some(Returned {
+                    entry,
+                    origin,
+                    raw: Vec::new(),
+                }),
                 _ => None,
             };
         }
@@ -640,7 +673,7 @@ impl OpDone {
         }
         if let Some(w) = self.waiter {
             let _ = w.send(Finished {
-                item: Err(e),
+                item: Err(Box::new(e)),
                 origin: Origin::unknown(),
             });
         } else if let Some(cq) = &self.cq {
@@ -653,7 +686,7 @@ impl OpDone {
     /// [`complete_from`](Self::complete_from), a receive whose future is
     /// gone does not consume it: the message comes back, with `src` and
     /// the sender's raw address `raw`, for the next receive.
-    pub fn fail_from(mut self, mut e: CqErrEntry, src: FiAddr, raw: Vec<u8>) -> Option<Returned> {
+    pub fn fail_from(mut self, mut e: CqErrEntry, src: FiAddr) -> Option<Returned> {
         e.context = self.context;
         e.flags |= self.flags;
         if let Some(c) = &self.cntr {
@@ -662,31 +695,16 @@ impl OpDone {
         if let Some(w) = self.waiter.take() {
             let origin = Origin {
                 src,
-                raw,
                 cq: self.cq.take(),
                 cntr: self.cntr.take(),
             };
-            return match w.send(Finished {
-                item: Err(e),
-                origin,
-            }) {
-                Err(Finished {
-                    item: Err(e),
+            return w
+                .send(Finished {
+                    item: Err(Box::new(e)),
                     origin,
-                }) => Some(Returned {
-                    entry: CqEntry {
-                        context: 0,
-                        flags: e.flags,
-                        len: e.len,
-                        bufs: e.bufs,
-                        data: e.data,
-                        tag: e.tag,
-                        src: e.src,
-                    },
-                    origin,
-                }),
-                _ => None,
-            };
+                })
+                .err()
+                .and_then(Returned::from_finished);
         }
         if let Some(cq) = &self.cq {
             cq.push(Err(e));
@@ -811,10 +829,10 @@ mod tests {
         e.len = 3;
         e.err_data = vec![2, 0, 1];
         let mut back = d
-            .fail_from(e, FI_ADDR_NOTAVAIL, vec![2, 0, 1])
+            .fail_from(e, FI_ADDR_NOTAVAIL)
             .expect("the message comes back");
         assert!(cq.is_empty());
-        assert_eq!(back.origin.raw, vec![2, 0, 1]);
+        assert_eq!(back.raw, vec![2, 0, 1]);
         assert_eq!(back.info().len, 3);
         assert_eq!(&back.take_bytes()[..], b"xyz");
 
@@ -829,7 +847,7 @@ mod tests {
             waiter: Some(tx),
         };
         let e = CqErrEntry::new(0, OpFlags::MSG, Error::AddrNotAvail);
-        assert!(d.fail_from(e, FI_ADDR_NOTAVAIL, Vec::new()).is_none());
+        assert!(d.fail_from(e, FI_ADDR_NOTAVAIL).is_none());
         let got = rx.try_recv().unwrap().unwrap().item.unwrap_err();
         assert_eq!(got.err, Error::AddrNotAvail);
     }

@@ -98,9 +98,11 @@ impl Caps {
 
     /// Capabilities a result carries only when the hints ask for them:
     /// they change what existing operations report (`FI_SOURCE_ERR` turns
-    /// messages from senders outside the AV into error entries), so an
-    /// application that did not ask must not get them by default.
-    pub const ON_REQUEST: Caps = Caps::SOURCE_ERR;
+    /// messages from senders outside the AV into error entries;
+    /// `FI_RMA_EVENT` lets an endpoint count remote accesses and brings
+    /// the region bindings of `FI_MR_RMA_EVENT`), so an application that
+    /// did not ask must not get them by default.
+    pub const ON_REQUEST: Caps = Caps::SOURCE_ERR.union(Caps::RMA_EVENT);
 }
 
 bitflags! {

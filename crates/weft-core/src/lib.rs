@@ -29,6 +29,7 @@ pub mod recv_completion;
 pub mod sync;
 pub mod tagmatch;
 pub mod tclass;
+pub mod tls;
 pub mod wire;
 
 pub use error::{Error, Result};

@@ -305,6 +305,37 @@ pub trait ProviderMr: Send + Sync + Debug {
     fn take_buffers(&self) -> Result<Vec<BytesMut>> {
         Err(Error::Inval)
     }
+    /// `fi_mr_bind` with an endpoint (object id `ep`, of the region's
+    /// domain: the API layer checked): from now on only accesses that
+    /// arrive through that endpoint reach the region. `Inval` when bound
+    /// already, `OpBadState` once enabled. Providers whose regions
+    /// cannot be confined keep the default, `NoSys`.
+    fn bind_ep(&self, ep: u64) -> Result<()> {
+        let _ = ep;
+        Err(Error::NoSys)
+    }
+    /// `fi_mr_bind` with a counter: `cntr` counts the remote accesses of
+    /// this region that `flags` (`REMOTE_WRITE` and/or `REMOTE_READ`,
+    /// checked by the API layer) name. `Inval` for a region registered
+    /// without `FI_RMA_EVENT` or a direction already bound,
+    /// `OpBadState` once enabled. Providers that cannot see remote
+    /// accesses keep the default, `NoSys` (fi_mr(3)).
+    fn bind_cntr(
+        &self,
+        cntr: Arc<crate::counter::CounterShared>,
+        flags: crate::flags::BindFlags,
+    ) -> Result<()> {
+        let _ = (cntr, flags);
+        Err(Error::NoSys)
+    }
+    /// `fi_mr_enable`: a region that waited for its bindings becomes
+    /// reachable, and takes no more bindings. `Inval` when the domain
+    /// confines regions to endpoints (`FI_MR_ENDPOINT`) and none is
+    /// bound. Providers whose regions are reachable from registration
+    /// and take no bindings keep the default, `NoSys`.
+    fn enable(&self) -> Result<()> {
+        Err(Error::NoSys)
+    }
 }
 
 /// A provider's domain: what endpoints and memory regions of one domain
@@ -428,6 +459,10 @@ pub struct EpConfig {
     /// The counter bound to receive completions (receives taken from a
     /// shared context count here).
     pub rx_cntr: Option<Arc<crate::counter::CounterShared>>,
+    /// Counters of the remote accesses completed at this endpoint
+    /// (`FI_REMOTE_READ`, `FI_REMOTE_WRITE` binds; the endpoint has
+    /// `FI_RMA_EVENT`).
+    pub remote_cntrs: RemoteCntrs,
     /// The bound shared receive context: the endpoint takes its receives
     /// from there.
     pub srx: Option<Arc<dyn ProviderSrx>>,
@@ -437,6 +472,17 @@ pub struct EpConfig {
     /// Raised by the provider on a critical error (a MSG connection's
     /// fatal fault): the endpoint is disabled until re-enabled.
     pub fault: Arc<Fault>,
+}
+
+/// The counters of remote accesses bound to an endpoint (fi_endpoint(3)):
+/// `read` counts RMA reads and the fetching and compare atomics that
+/// peers complete at the endpoint, `write` RMA writes and plain atomics.
+#[derive(Debug, Clone, Default)]
+pub struct RemoteCntrs {
+    /// `FI_REMOTE_READ`.
+    pub read: Option<Arc<crate::counter::CounterShared>>,
+    /// `FI_REMOTE_WRITE`.
+    pub write: Option<Arc<crate::counter::CounterShared>>,
 }
 
 /// An endpoint's critical-error state (fi_endpoint(3): a critical error
@@ -692,6 +738,26 @@ pub trait Provider: Send + Sync + Debug {
     /// check is worse than none.
     fn auth_keys(&self) -> bool {
         false
+    }
+    /// Checks the TLS configuration an object would run: `files` (its
+    /// `domain_attr.tls`), else whatever the provider reads from its
+    /// environment. Called when a domain, endpoint or passive endpoint is
+    /// created, so a bad configuration fails that call. A provider that
+    /// keeps this default runs no TLS and refuses files with `OpNotSupp`:
+    /// plain text where encryption was asked for is worse than no object.
+    fn check_tls(&self, files: Option<&crate::tls::TlsFiles>) -> Result<()> {
+        match files {
+            Some(_) => Err(Error::OpNotSupp),
+            None => Ok(()),
+        }
+    }
+    /// Whether its domains keep their RDM endpoints' keys in their AVs
+    /// (`FI_AV_AUTH_KEY`, `domain_attr.av_auth_key`). By default, what
+    /// [`auth_keys`](Self::auth_keys) says; a provider that enforces an
+    /// endpoint's own key but not AV keys says `false`, and such domains
+    /// and hints are refused rather than served without the keys.
+    fn av_auth_keys(&self) -> bool {
+        self.auth_keys()
     }
     /// Per-domain state (device context, protection domain), if the
     /// provider keeps any.

@@ -131,8 +131,8 @@ pub fn deliver_unknown(
     ee.data = info.data.unwrap_or(0);
     ee.tag = info.tag;
     ee.src = reported;
-    ee.err_data = raw.clone();
-    if let Some(back) = req.done.fail_from(ee, info.src, raw) {
+    ee.err_data = raw;
+    if let Some(back) = req.done.fail_from(ee, info.src) {
         ep.give_back(back);
     }
 }

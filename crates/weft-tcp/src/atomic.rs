@@ -27,7 +27,6 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use weft_core::atomic::{self, AtomicKind, Datatype};
-use weft_core::flags::MrAccess;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::{iov1, Atomic, Iov};
 use weft_core::wire::atomic::{AtomicHdr, ATOMIC_HDR_LEN, ATOMIC_MAX};
@@ -39,8 +38,8 @@ use crate::admission::Charge;
 use crate::conn::Conn;
 use crate::endpoint::EpShared;
 use crate::frame::TxFrame;
-use crate::mr::Region;
 use crate::rma::PendingRead;
+use crate::rma_events::AccessKind;
 
 /// `fi_atomicvalid` on this provider: every combination
 /// `weft_core::atomic` computes, up to [`ATOMIC_MAX`] bytes and
@@ -164,19 +163,11 @@ fn execute(ep: &EpShared, conn: &Conn, hdr: &AtomicHdr, mut data: Vec<u8>) -> Re
     if n > ep.max_msg {
         return Err(Error::MsgSize);
     }
-    let mut need = MrAccess::empty();
-    if hdr.op.writes() {
-        need |= MrAccess::REMOTE_WRITE;
-    }
-    if hdr.kind.fetches() {
-        need |= MrAccess::REMOTE_READ;
-    }
-    let region: Arc<Region> = ep
-        .regions
-        .as_ref()
-        .and_then(|r| r.get(hdr.target.key))
-        .ok_or(Error::Access)?;
-    let off = region.check(hdr.target.addr, n as u64, need, conn.auth.key.as_ref())?;
+    let kind = AccessKind::Atomic {
+        writes: hdr.op.writes(),
+        fetches: hdr.kind.fetches(),
+    };
+    let (region, off, ticket) = crate::rma::lookup(ep, conn, hdr.target, n as u64, kind)?;
     atomic::from_wire(hdr.datatype, &mut data);
     let (operand, compare) = if hdr.op == atomic::AtomicOp::Read {
         (&data[..0], &data[..0])
@@ -188,6 +179,10 @@ fn execute(ep: &EpShared, conn: &Conn, hdr: &AtomicHdr, mut data: Vec<u8>) -> Re
     let mut old = region.update(off, n, |mem| {
         atomic::apply(hdr.op, hdr.datatype, mem, operand, compare)
     })?;
+    // Counted once applied, before the answer goes out.
+    if let Some(t) = ticket {
+        t.complete(&region, &ep.cfg.remote_cntrs);
+    }
     if !hdr.kind.fetches() {
         return Ok(Bytes::new());
     }

@@ -5,6 +5,10 @@
 //! posting thread's fast path, the busy-poll thread) and as a duplicate
 //! registered with Tokio for readiness in interrupt mode. Both name the
 //! same open file, so bytes are never split between two streams.
+//!
+//! A connection of an endpoint that runs TLS also holds its session
+//! (`tls::Session`): reads and writes go through it instead of the
+//! socket. Plain connections pay one predictable branch for it.
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
@@ -26,11 +30,12 @@ use crate::frame::TxFrame;
 use crate::keys::{ConnAuth, Source};
 use crate::rma::PendingRead;
 use crate::rx::RxMachine;
+use crate::tls::{HsStream, Session};
 use weft_core::limits::ConnSlot;
 
 /// Most I/O slices handed to one `writev` (header + the iov limit, with
 /// room to spare; a longer list is written in several calls).
-const MAX_IOV: usize = 16;
+pub const MAX_IOV: usize = 16;
 
 #[derive(Debug, Default)]
 struct TxState {
@@ -53,6 +58,8 @@ pub struct Conn {
     pub ep: Weak<EpShared>,
     std: std::net::TcpStream,
     pub tio: tokio::net::TcpStream,
+    /// The TLS session, when the endpoint runs TLS.
+    tls: Option<Box<Session>>,
     tx: Mutex<TxState>,
     tx_kick: Notify,
     pub rx: Mutex<RxMachine>,
@@ -111,12 +118,13 @@ impl Conn {
 
     /// Wraps an established stream. Must run inside the runtime.
     pub fn new(
-        stream: tokio::net::TcpStream,
+        stream: HsStream,
         peer_key: SocketAddr,
         ep: &Arc<EpShared>,
         slot: ConnSlot,
         auth: ConnAuth,
     ) -> Result<Arc<Conn>> {
+        let (stream, tls) = stream.into_parts();
         stream.set_nodelay(true)?;
         mark(&stream, ep.dscp)?;
         let peer = stream.peer_addr()?;
@@ -131,6 +139,7 @@ impl Conn {
             ep: Arc::downgrade(ep),
             std,
             tio,
+            tls: tls.map(|c| Box::new(Session::new(c))),
             tx: Mutex::new(TxState::default()),
             tx_kick: Notify::new(),
             rx: Mutex::new(RxMachine::new(ep.max_msg as u64)),
@@ -263,7 +272,7 @@ impl Conn {
         }
         if g.queue.is_empty() && !g.writer_active {
             self.touch_tx();
-            match write_some(&self.std, &mut f) {
+            match self.write_some(&mut f) {
                 Ok(true) => {
                     drop(g);
                     self.frame_written(f);
@@ -384,10 +393,19 @@ impl Conn {
             self.touch_tx();
             loop {
                 let Some(f) = g.queue.front_mut() else {
+                    // Records the receive side sealed (a key update's
+                    // answer) go out before the writer rests.
+                    if let Some(t) = &self.tls {
+                        match t.drain(&self.std) {
+                            Ok(true) => {}
+                            Ok(false) => break Ok(false),
+                            Err(e) => break Err(e),
+                        }
+                    }
                     g.writer_active = false;
                     break Ok(true);
                 };
-                match write_some(&self.std, f) {
+                match self.write_some(f) {
                     Ok(true) => {
                         if let Some(f) = g.queue.pop_front() {
                             done.push(f);
@@ -538,7 +556,10 @@ impl Conn {
     /// Non-blocking read through the `std` handle (busy-poll thread).
     pub fn read_direct(&self, buf: &mut [u8]) -> io::Result<usize> {
         use std::io::Read;
-        let r = (&self.std).read(buf);
+        let r = match &self.tls {
+            None => (&self.std).read(buf),
+            Some(t) => self.read_tls(t, buf, &mut &self.std),
+        };
         if let Ok(n) = r {
             self.touch_rx(n);
         }
@@ -547,11 +568,52 @@ impl Conn {
 
     /// Non-blocking read through the reactor's handle (interrupt mode).
     pub fn read_reactor(&self, buf: &mut [u8]) -> io::Result<usize> {
-        let r = self.tio.try_read(buf);
+        let r = match &self.tls {
+            None => self.tio.try_read(buf),
+            Some(t) => self.read_tls(t, buf, &mut crate::tls::ReactorRead(&self.tio)),
+        };
         if let Ok(n) = r {
             self.touch_rx(n);
         }
         r
+    }
+
+    /// Plaintext through the session. Records it sealed that the socket
+    /// did not take are the writer's to send.
+    fn read_tls(&self, t: &Session, buf: &mut [u8], sock: &mut dyn io::Read) -> io::Result<usize> {
+        let r = t.read(buf, sock, &self.std);
+        if t.take_out_pending() {
+            self.kick_writer();
+        }
+        r
+    }
+
+    /// Lets go of the TLS session's read buffer while the connection is
+    /// quiet (the sweeper's call, beside `RxMachine::shrink`).
+    pub fn shrink_tls(&self) {
+        if let Some(t) = &self.tls {
+            t.shrink();
+        }
+    }
+
+    /// Has the writer task run a flush even with nothing queued.
+    fn kick_writer(&self) {
+        let mut g = lock(&self.tx);
+        if g.writer_active || g.closed.is_some() {
+            return;
+        }
+        g.writer_active = true;
+        drop(g);
+        self.tx_kick.notify_one();
+    }
+
+    /// Writes as much of `f` as the socket takes (through the session on
+    /// TLS). `Ok(true)` once the whole frame is out.
+    fn write_some(&self, f: &mut TxFrame) -> Result<bool> {
+        match &self.tls {
+            None => write_some(&self.std, f),
+            Some(t) => t.write_frame(&self.std, f),
+        }
     }
 }
 

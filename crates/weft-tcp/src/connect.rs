@@ -24,6 +24,7 @@ use crate::conn::{fail_frame_done, Conn};
 use crate::endpoint::{EpShared, PeerState};
 use crate::frame::{read_frame, read_frame_of, write_frame, TxFrame};
 use crate::keys::{ConnAuth, EpKeys, Source};
+use crate::tls::{HsStream, TlsContext};
 use crate::verify::OpenClaim;
 use weft_core::limits::ConnSlot;
 
@@ -68,7 +69,7 @@ pub fn start_rdm_listener(ep: &Arc<EpShared>, l: TcpListener) {
             rt.spawn(async move {
                 if let Err(e) = rdm_handshake_in(ep.clone(), s, slot).await {
                     tracing::debug!(%peer, error = %e, "incoming RDM connection dropped");
-                    if e == Error::TimedOut {
+                    if reported(e) {
                         ep.report_addr(e, &peer);
                     }
                 }
@@ -107,14 +108,47 @@ fn attach(ep: &Arc<EpShared>, p: &mut PeerState, conn: Arc<Conn>) -> Option<Arc<
     old
 }
 
+/// Handshake failures an acceptor reports (with the socket's peer
+/// address, the claim being unknown then): running out of time, and the
+/// TLS refusals (a certificate refused either way, a peer that does not
+/// speak this end's protocol). Other failures (garbage where a frame
+/// should be, a peer that closed) are only logged, as before TLS.
+fn reported(e: Error) -> bool {
+    matches!(e, Error::TimedOut | Error::KeyRejected | Error::NoProtoOpt)
+}
+
+/// The stream a connector speaks the Weft handshake on: TLS first when
+/// the endpoint runs it.
+async fn dialled(
+    s: TcpStream,
+    tls: Option<&Arc<TlsContext>>,
+    dest: SocketAddr,
+    t: Duration,
+) -> Result<HsStream> {
+    match tls {
+        Some(ctx) => crate::tls::connect(s, ctx, dest, t).await,
+        None => Ok(HsStream::Plain(s)),
+    }
+}
+
+/// The stream an acceptor reads the opening frame from: TLS first when
+/// the endpoint runs it.
+async fn accepted(s: TcpStream, tls: Option<&Arc<TlsContext>>, t: Duration) -> Result<HsStream> {
+    match tls {
+        Some(ctx) => crate::tls::accept(s, ctx, t).await,
+        None => Ok(HsStream::Plain(s)),
+    }
+}
+
 /// The simultaneous-connect rule: the connection initiated by the endpoint
 /// whose encoded listening address is lower survives.
 fn keep_mine(ep: &EpShared, peer_key: &SocketAddr) -> bool {
     encode_sockaddr(&ep.local) < encode_sockaddr(peer_key)
 }
 
-async fn rdm_handshake_in(ep: Arc<EpShared>, mut s: TcpStream, slot: ConnSlot) -> Result<()> {
+async fn rdm_handshake_in(ep: Arc<EpShared>, s: TcpStream, slot: ConnSlot) -> Result<()> {
     let t = ep.limits.handshake_timeout;
+    let mut s = accepted(s, ep.tls.as_ref(), t).await?;
     let kinds = [FrameKind::Hello, FrameKind::KeyedHello, FrameKind::Verify];
     let (h, payload) = read_frame_of(&mut s, &kinds, t).await?;
     if h.kind == Some(FrameKind::Verify) {
@@ -261,10 +295,11 @@ async fn rdm_connect(ep: Arc<EpShared>, to: Source) {
     let r = async {
         let auth = ep.keys.for_dest(to.key)?;
         let slot = ConnSlot::take(&ep.conn_count);
-        let mut s = tokio::time::timeout(t, TcpStream::connect(dest))
+        let s = tokio::time::timeout(t, TcpStream::connect(dest))
             .await
             .map_err(|_| Error::TimedOut)??;
         crate::conn::mark(&s, ep.dscp)?;
+        let mut s = dialled(s, ep.tls.as_ref(), dest, t).await?;
         // Remembered until the peer has answered: it may ask us to
         // confirm the claim meanwhile.
         let claim = OpenClaim::new(&ep, dest)?;
@@ -343,7 +378,7 @@ async fn rdm_connect(ep: Arc<EpShared>, to: Source) {
                 peers.remove(&dest);
             }
             drop(peers);
-            if e == Error::KeyRejected {
+            if matches!(e, Error::KeyRejected | Error::NoProtoOpt) {
                 ep.report_addr(e, &dest);
             }
         }
@@ -354,7 +389,7 @@ async fn rdm_connect(ep: Arc<EpShared>, to: Source) {
 /// in the passive endpoint's count until it is answered or dropped.
 #[derive(Debug)]
 pub struct PendingConn {
-    stream: Mutex<Option<TcpStream>>,
+    stream: Mutex<Option<HsStream>>,
     pub peer: SocketAddr,
     pub local: SocketAddr,
     /// What the connector proved to the listener.
@@ -363,7 +398,7 @@ pub struct PendingConn {
 }
 
 impl PendingConn {
-    fn take(&self) -> Result<TcpStream> {
+    fn take(&self) -> Result<HsStream> {
         lock(&self.stream).take().ok_or(Error::OpBadState)
     }
 }
@@ -386,10 +421,11 @@ pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Resul
     }
     let t = ep.limits.handshake_timeout;
     let r = async {
-        let mut s = tokio::time::timeout(t, TcpStream::connect(addr))
+        let s = tokio::time::timeout(t, TcpStream::connect(addr))
             .await
             .map_err(|_| Error::TimedOut)??;
         crate::conn::mark(&s, ep.dscp)?;
+        let mut s = dialled(s, ep.tls.as_ref(), addr, t).await?;
         let auth = ep.keys.for_dest(None)?;
         match &auth.key {
             None => write_frame(&mut s, Header::new(FrameKind::ConnReq), &cm, t).await?,
@@ -428,6 +464,9 @@ pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Resul
             // says so; every other refusal is the application's reject.
             let e = match code {
                 c if c == Error::KeyRejected.code() as u64 => Error::KeyRejected,
+                // A TLS listener telling a plain connector (or the
+                // reverse is caught in the TLS handshake).
+                c if c == Error::NoProtoOpt.code() as u64 => Error::NoProtoOpt,
                 _ => Error::ConnRefused,
             };
             ep.cfg.eq_error(e, data);
@@ -486,6 +525,7 @@ impl TcpPassive {
         cm_data_size: usize,
         limits: ConnLimits,
         auth: Option<AuthKey>,
+        tls: Option<Arc<TlsContext>>,
         rt: Handle,
     ) -> Result<TcpPassive> {
         let _g = rt.enter();
@@ -496,7 +536,7 @@ impl TcpPassive {
         let keys = Arc::new(EpKeys::single(auth));
         let t = rt.spawn(async move {
             loop {
-                let (mut s, peer) = match l.accept().await {
+                let (s, peer) = match l.accept().await {
                     Ok(a) => a,
                     Err(e) => {
                         // Out of descriptors: retrying at once would spin.
@@ -512,13 +552,20 @@ impl TcpPassive {
                 };
                 let eq_w = eq_w.clone();
                 let keys = keys.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let t = limits.handshake_timeout;
                     let kinds = [FrameKind::ConnReq, FrameKind::KeyedConnReq];
-                    let (h, payload) = match read_frame_of(&mut s, &kinds, t).await {
+                    let opening = async {
+                        let mut s = accepted(s, tls.as_ref(), t).await?;
+                        let f = read_frame_of(&mut s, &kinds, t).await?;
+                        Ok::<_, Error>((s, f))
+                    };
+                    let (mut s, (h, payload)) = match opening.await {
                         Ok(f) => f,
                         Err(e) => {
-                            if e == Error::TimedOut {
+                            tracing::debug!(%peer, error = %e, "MSG connection request dropped");
+                            if reported(e) {
                                 report_refusal(&eq_w, fid, context, e, &peer);
                             }
                             return;

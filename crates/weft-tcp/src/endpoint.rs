@@ -87,6 +87,9 @@ pub struct EpShared {
     pub limits: ConnLimits,
     /// The domain's memory regions, which peers' RMA requests reach.
     pub regions: Option<Arc<crate::mr::Regions>>,
+    /// `rma_events::WATCHED` when remote counters are bound (every
+    /// access then carries a ticket), else 0.
+    pub watch: u8,
     /// The DSCP value of `tx_attr.tclass`, marked on every connection.
     pub dscp: Option<u8>,
     /// One connection's share of `buffered_limit`.
@@ -123,6 +126,25 @@ pub struct EpShared {
     /// `FI_SOURCE_ERR` (RDM): a message from a sender not in the AV is
     /// an `AddrNotAvail` error entry carrying the sender's address.
     pub source_err: bool,
+    /// TLS for every connection, when the domain runs it (`tls`).
+    pub tls: Option<Arc<crate::tls::TlsContext>>,
+}
+
+/// An endpoint runs its domain's TLS (loaded when the domain opened,
+/// from its attribute or the environment), or files of its own when its
+/// attributes name others.
+fn endpoint_tls(
+    files: Option<&weft_core::tls::TlsFiles>,
+    domain: Option<&crate::mr::TcpDomain>,
+) -> Result<Option<Arc<crate::tls::TlsContext>>> {
+    let Some(d) = domain else {
+        return crate::tls::TlsContext::resolve(files);
+    };
+    match (files, &d.tls) {
+        (None, t) => Ok(t.clone()),
+        (Some(f), Some(t)) if t.files() == f => Ok(Some(t.clone())),
+        (Some(f), _) => crate::tls::TlsContext::resolve(Some(f)),
+    }
 }
 
 impl weft_core::recv_completion::RecvCtx for EpShared {
@@ -153,14 +175,22 @@ impl EpShared {
             Credits::new(info.tx_attr.size),
             Credits::new(info.rx_attr.size),
         );
-        let regions = cfg
+        let domain = cfg
             .domain
             .as_ref()
-            .and_then(|d| d.as_any().downcast_ref::<crate::mr::TcpDomain>())
-            .map(|d| d.regions.clone());
+            .and_then(|d| d.as_any().downcast_ref::<crate::mr::TcpDomain>());
+        let regions = domain.map(|d| d.regions.clone());
+        let tls = endpoint_tls(info.domain_attr.tls.as_ref(), domain)?;
+        let remote = &cfg.remote_cntrs;
+        let watch = if remote.read.is_some() || remote.write.is_some() {
+            crate::rma_events::WATCHED
+        } else {
+            0
+        };
         Ok(Arc::new_cyclic(|me| EpShared {
             me: me.clone(),
             regions,
+            watch,
             ep_type,
             dscp,
             max_msg,
@@ -195,6 +225,7 @@ impl EpShared {
             verify_turns: tokio::sync::Semaphore::new(crate::verify::MAX_VERIFYING),
             keys,
             source_err,
+            tls,
             cfg,
         }))
     }

@@ -5,12 +5,12 @@
 use std::io::IoSlice;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use weft_core::completion::OpDone;
 use weft_core::provider::Iov;
 use weft_core::wire::{self, FrameKind, Header, HEADER_LEN};
 use weft_core::{Error, Result};
+
+use crate::tls::HsStream;
 
 /// An outgoing frame: header, payload buffers, how much is written, and
 /// what to do once it is.
@@ -94,7 +94,7 @@ impl TxFrame {
 /// Writes one control frame (handshake; not on the hot path) within
 /// `deadline`: a peer that never reads must not hold the task.
 pub async fn write_frame(
-    s: &mut TcpStream,
+    s: &mut HsStream,
     hdr: Header,
     payload: &[u8],
     deadline: Duration,
@@ -119,23 +119,34 @@ pub async fn write_frame(
 
 /// Reads one control frame of the expected kind within `deadline`.
 pub async fn read_frame(
-    s: &mut TcpStream,
+    s: &mut HsStream,
     expect: FrameKind,
     deadline: Duration,
 ) -> Result<(Header, Vec<u8>)> {
     read_frame_of(s, &[expect], deadline).await
 }
 
-/// [`read_frame`] of any kind in `expect`.
+/// [`read_frame`] of any kind in `expect`. On a plain stream, a TLS
+/// ClientHello where a frame should be is answered with a TLS alert and
+/// is `NoProtoOpt`.
 pub async fn read_frame_of(
-    s: &mut TcpStream,
+    s: &mut HsStream,
     expect: &[FrameKind],
     deadline: Duration,
 ) -> Result<(Header, Vec<u8>)> {
     let fut = async {
         let mut b = [0u8; HEADER_LEN];
         s.read_exact(&mut b).await?;
-        let h = wire::decode(&b, 0)?;
+        let h = match wire::decode(&b, 0) {
+            Ok(h) => h,
+            Err(e) => {
+                // A TLS peer of a plain endpoint is told so, in TLS.
+                if let Some(e) = s.refuse_if_tls(&b, deadline).await {
+                    return Err(e);
+                }
+                return Err(e.into());
+            }
+        };
         if !h.kind.is_some_and(|k| expect.contains(&k)) {
             return Err(Error::Io);
         }

@@ -19,7 +19,6 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
 use weft_core::auth::{AuthKey, ConnKind, Role, Selector, Transcript};
 use weft_core::wire::auth::{decode_conn_req, decode_proof, Challenge};
 use weft_core::wire::claim::{fresh_nonce, Nonce};
@@ -28,6 +27,7 @@ use weft_core::{Error, Result};
 
 use crate::frame::{read_frame, read_frame_of, write_frame};
 use crate::keys::{ConnAuth, EpKeys};
+use crate::tls::HsStream;
 
 /// What a failed proof is called: `TimedOut` if time ran out, else
 /// `KeyRejected` (a peer that closed, sent garbage or the wrong MAC has
@@ -47,7 +47,7 @@ fn refusal(e: Error) -> Error {
 /// reverse are refused before anything is proven. Otherwise sends
 /// `KeyChallenge` and checks the `KeyProof`.
 pub async fn accept(
-    s: &mut TcpStream,
+    s: &mut HsStream,
     keys: &EpKeys,
     opening: Option<(Nonce, Selector)>,
     kind: ConnKind,
@@ -71,7 +71,7 @@ pub async fn accept(
 
 /// The acceptor's half of the proof with `key`.
 async fn prove(
-    s: &mut TcpStream,
+    s: &mut HsStream,
     key: &AuthKey,
     kind: ConnKind,
     nonce: Nonce,
@@ -104,7 +104,7 @@ async fn prove(
 /// `KeyedConnReq` (`opening`, `payload`) and what the connection proved,
 /// once the key proof, if any, succeeded. `peer` is the connector's end of the stream.
 pub async fn accept_msg(
-    s: &mut TcpStream,
+    s: &mut HsStream,
     keys: &EpKeys,
     opening: &Header,
     payload: Vec<u8>,
@@ -126,7 +126,7 @@ pub async fn accept_msg(
 /// is the error; `connector` and `dialled` the transcript's addresses.
 #[allow(clippy::too_many_arguments)]
 pub async fn connect(
-    s: &mut TcpStream,
+    s: &mut HsStream,
     key: &AuthKey,
     kind: ConnKind,
     nonce: Nonce,

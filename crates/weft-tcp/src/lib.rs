@@ -28,8 +28,10 @@ mod mr;
 mod parked;
 mod returned;
 mod rma;
+mod rma_events;
 mod rx;
 mod sweep;
+mod tls;
 mod verify;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -87,6 +89,10 @@ fn offer(ep_type: EpType) -> Info {
         | Caps::WRITE
         | Caps::REMOTE_READ
         | Caps::REMOTE_WRITE
+        // On request only (it brings the optional mr_mode bits
+        // FI_MR_RMA_EVENT and FI_MR_ENDPOINT): docs/design.md, "RMA
+        // events, endpoint-bound regions and single-use keys".
+        | Caps::RMA_EVENT
         | if ep_type == EpType::Rdm {
             // Named AVs: see docs/design.md, "Named shared AVs".
             Caps::DIRECTED_RECV | Caps::AV_USER_ID | Caps::SOURCE_ERR | Caps::SHARED_AV
@@ -104,7 +110,8 @@ fn offer(ep_type: EpType) -> Info {
                     | Caps::SOURCE
                     | Caps::SOURCE_ERR
                     | Caps::REMOTE_READ
-                    | Caps::REMOTE_WRITE),
+                    | Caps::REMOTE_WRITE
+                    | Caps::RMA_EVENT),
             msg_order: order,
             comp_order: CompOrder::empty(),
             inject_size: INJECT_SIZE,
@@ -151,7 +158,9 @@ fn offer(ep_type: EpType) -> Info {
             data_progress: Progress::Auto,
             av_type: AvType::Unspec,
             // Requested keys, offset addressing: see docs/design.md,
-            // "tcp memory regions".
+            // "tcp memory regions". FI_MR_RMA_EVENT and FI_MR_ENDPOINT
+            // are granted to hints that accept them (getinfo's
+            // ON_REQUEST_MR_MODES), never required.
             mr_mode: MrMode::empty(),
             mr_key_size: 8,
             cq_data_size: 8,
@@ -168,6 +177,9 @@ fn offer(ep_type: EpType) -> Info {
             // "Authorization keys"): one key, or on an `FI_AV_AUTH_KEY`
             // domain every key of the AV when the endpoint is enabled.
             max_ep_auth_key: weft_core::av::MAX_AV_AUTH_KEYS,
+            // TLS 1.3 with mutual authentication, off unless configured:
+            // see docs/design.md, "TLS on tcp".
+            tls_capable: true,
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {
@@ -228,12 +240,20 @@ impl Provider for TcpProvider {
         true
     }
 
+    fn check_tls(&self, files: Option<&weft_core::tls::TlsFiles>) -> Result<()> {
+        tls::TlsContext::resolve(files).map(|_| ())
+    }
+
     fn offers(&self) -> Vec<Info> {
         offers()
     }
 
-    fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {
-        Ok(Some(Arc::new(mr::TcpDomain::default())))
+    fn open_domain(&self, info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {
+        let tls = tls::TlsContext::resolve(info.domain_attr.tls.as_ref())?;
+        Ok(Some(Arc::new(mr::TcpDomain::new(
+            info.domain_attr.mr_mode,
+            tls,
+        ))))
     }
 
     fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
@@ -257,6 +277,9 @@ impl Provider for TcpProvider {
                 cfg.info.ep_attr.auth_key.as_deref(),
                 cfg.info.domain_attr.auth_key.as_deref(),
             )?,
+            // A passive endpoint has no domain: its attributes, else the
+            // environment as it is now.
+            tls::TlsContext::resolve(cfg.info.domain_attr.tls.as_ref())?,
             Handle::current(),
         )?))
     }

@@ -7,28 +7,53 @@
 //! `mr_mode` has neither `FI_MR_PROV_KEY` nor `FI_MR_VIRT_ADDR`
 //! (`docs/design.md`, "tcp memory regions"): keys are the requested ones,
 //! unique in the domain, and target addresses are offsets into the
-//! region.
+//! region. What a region does beyond that (bindings, counters, single
+//! use) is in `rma_events`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
 use weft_core::auth::AuthKey;
-use weft_core::flags::MrAccess;
+use weft_core::counter::CounterShared;
+use weft_core::flags::{BindFlags, MrAccess, MrMode, MrRegFlags};
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::provider::{MrMemory, MrRequest, ProviderDomain, ProviderMr, Rejected};
 use weft_core::sync::lock;
 use weft_core::wire::rma::range_in;
 use weft_core::{Error, Result};
 
+use crate::rma_events::{self, AccessKind, RegionEvents, Setup, CLOSED};
+
 /// Regions one domain holds at once (`mr_cnt`): each is a map entry a
 /// registration loop could otherwise grow without end.
 pub const MR_CNT: usize = 1 << 16;
 
-/// The tcp provider's domain: the keys of its regions.
+/// Registration flags the tcp domain honours (the API layer refuses
+/// `FI_RMA_EVENT` without the capability); anything else is `BadFlags`.
+const REG_FLAGS: MrRegFlags = MrRegFlags::RMA_EVENT.union(MrRegFlags::SINGLE_USE);
+
+/// The tcp provider's domain: the keys of its regions, and the TLS
+/// configuration its endpoints run (loaded once, when it opened).
 #[derive(Debug, Default)]
 pub struct TcpDomain {
     pub regions: Arc<Regions>,
+    pub tls: Option<Arc<crate::tls::TlsContext>>,
+}
+
+impl TcpDomain {
+    /// A domain opened with `mr_mode`, whose `FI_MR_ENDPOINT` and
+    /// `FI_MR_RMA_EVENT` bits decide which regions wait for
+    /// `fi_mr_enable`, running `tls` on its endpoints' connections.
+    pub fn new(mr_mode: MrMode, tls: Option<Arc<crate::tls::TlsContext>>) -> TcpDomain {
+        TcpDomain {
+            regions: Arc::new(Regions {
+                mr_mode,
+                ..Regions::default()
+            }),
+            tls,
+        }
+    }
 }
 
 impl ProviderDomain for TcpDomain {
@@ -36,9 +61,7 @@ impl ProviderDomain for TcpDomain {
         &self,
         req: MrRequest,
     ) -> std::result::Result<Arc<dyn ProviderMr>, Rejected<MrRequest>> {
-        // Single-use keys and the like would need per-access bookkeeping
-        // the domain does not keep.
-        if !req.flags.is_empty() {
+        if !REG_FLAGS.contains(req.flags) {
             return Err(Rejected {
                 err: Error::BadFlags,
                 req,
@@ -73,14 +96,14 @@ impl ProviderDomain for TcpDomain {
         let mem = Arc::new(Memory {
             store: Mutex::new(Some(store)),
         });
-        let region = Arc::new(Region {
+        let setup = self.regions.setup(flags);
+        let region = Region::new(
             mem,
-            start: 0,
-            len,
+            (0, len),
             access,
-            open: AtomicBool::new(true),
-            auth: auth_key.clone(),
-        });
+            auth_key.clone(),
+            RegionEvents::new(setup, requested_key, &self.regions),
+        );
         match self.regions.insert(requested_key, &region) {
             Ok(()) => Ok(Arc::new(TcpMr {
                 key: requested_key,
@@ -126,17 +149,31 @@ fn zeroed(len: usize) -> Result<Vec<u8>> {
 #[derive(Debug)]
 pub struct Regions {
     map: Mutex<FastMap<u64, Arc<Region>>>,
+    /// The domain's `mr_mode` (its `FI_MR_ENDPOINT` and
+    /// `FI_MR_RMA_EVENT` bits matter here).
+    mr_mode: MrMode,
 }
 
 impl Default for Regions {
     fn default() -> Self {
         Regions {
             map: Mutex::new(fast_map()),
+            mr_mode: MrMode::empty(),
         }
     }
 }
 
 impl Regions {
+    /// How a region registered with `flags` in this domain starts.
+    fn setup(&self, flags: MrRegFlags) -> Setup {
+        Setup {
+            counts: flags.contains(MrRegFlags::RMA_EVENT),
+            single_use: flags.contains(MrRegFlags::SINGLE_USE),
+            endpoint_mode: self.mr_mode.contains(MrMode::ENDPOINT),
+            event_mode: self.mr_mode.contains(MrMode::RMA_EVENT),
+        }
+    }
+
     fn insert(&self, key: u64, r: &Arc<Region>) -> Result<()> {
         let mut m = lock(&self.map);
         if m.contains_key(&key) {
@@ -154,7 +191,9 @@ impl Regions {
         lock(&self.map).get(&key).cloned()
     }
 
-    fn remove(&self, key: u64, r: &Arc<Region>) {
+    /// Forgets `key` if it still names `r` (a key closed or retired may
+    /// name a newer region already).
+    pub fn remove(&self, key: u64, r: &Arc<Region>) {
         let mut m = lock(&self.map);
         if m.get(&key).is_some_and(|x| Arc::ptr_eq(x, r)) {
             m.remove(&key);
@@ -241,39 +280,74 @@ pub struct Region {
     start: usize,
     len: usize,
     access: MrAccess,
-    /// Cleared, under the memory's lock, when the region is closed: a
-    /// peer's access either finished before `close` returned or finds it.
-    open: AtomicBool,
+    /// `rma_events`' bits: `CLOSED` (set under the memory's lock at
+    /// close, so a peer's access either finished before `close` returned
+    /// or finds it), `DISABLED`, `WATCHED`. 0 for the common region.
+    pub state: AtomicU8,
     /// The key a connection must have proven to reach the region.
     auth: Option<AuthKey>,
+    /// Bindings and registration flags (`rma_events`).
+    pub ev: RegionEvents,
 }
 
 impl Region {
+    fn new(
+        mem: Arc<Memory>,
+        (start, len): (usize, usize),
+        access: MrAccess,
+        auth: Option<AuthKey>,
+        (ev, state): (RegionEvents, u8),
+    ) -> Arc<Region> {
+        Arc::new(Region {
+            mem,
+            start,
+            len,
+            access,
+            state: AtomicU8::new(state),
+            auth,
+            ev,
+        })
+    }
+
+    #[inline]
+    fn is_open(&self) -> bool {
+        self.state.load(Ordering::Acquire) & CLOSED == 0
+    }
+
     /// Where a peer's access of `len` bytes at `addr` falls, if this
-    /// region allows it (`need` is `REMOTE_READ` or `REMOTE_WRITE`).
-    /// Every refusal is `Access`: a peer learns nothing more from it.
-    /// `proven` is the key the peer's connection proved: a region with a
-    /// key of its own takes only connections that proved that one.
-    pub fn check(
+    /// region allows it (`kind` says which rights it needs), and whether
+    /// it must go on to `rma_events::admit_watched` (the region is not
+    /// the common one, or `watch` says the endpoint counts). Every
+    /// refusal is `Access`: a peer learns nothing more from it. `proven`
+    /// is the key the peer's connection proved: a region with a key of
+    /// its own takes only connections that proved that one.
+    #[inline]
+    pub fn admit(
         &self,
+        watch: u8,
+        proven: Option<&AuthKey>,
         addr: u64,
         len: u64,
-        need: MrAccess,
-        proven: Option<&AuthKey>,
-    ) -> Result<usize> {
-        if !self.access.contains(need) || !self.open.load(Ordering::Acquire) {
+        kind: AccessKind,
+    ) -> Result<(usize, bool)> {
+        if !self.access.contains(kind.needs()) {
             return Err(Error::Access);
         }
         if self.auth.is_some() && self.auth.as_ref() != proven {
             return Err(Error::Access);
         }
-        range_in(0, self.len, addr, len).ok_or(Error::Access)
+        let off = range_in(0, self.len, addr, len).ok_or(Error::Access)?;
+        // The one test the common access pays (it replaces the test of the
+        // open flag): an open region nobody watches, reached through an
+        // endpoint without remote counters.
+        Ok((off, self.state.load(Ordering::Acquire) | watch != 0))
     }
 
-    /// A peer's write of `data` at `off` (checked with [`check`]).
+    /// A peer's write of `data` at `off` (checked with [`admit`]).
     /// `Access` if the region closed since.
     ///
-    /// [`check`]: Self::check
+    /// [`admit`]: Self::admit
+    #[inline]
     pub fn put(&self, off: usize, data: &[u8]) -> Result<()> {
         let end = off.checked_add(data.len()).ok_or(Error::Access)?;
         if end > self.len {
@@ -281,7 +355,7 @@ impl Region {
         }
         let mut g = lock(&self.mem.store);
         match g.as_mut() {
-            Some(s) if self.open.load(Ordering::Acquire) => {
+            Some(s) if self.is_open() => {
                 s.copy_in(self.start + off, data);
                 Ok(())
             }
@@ -290,7 +364,8 @@ impl Region {
     }
 
     /// A peer's read of `out.len()` bytes at `off` (checked with
-    /// [`check`](Self::check)). `Access` if the region closed since.
+    /// [`admit`](Self::admit)). `Access` if the region closed since.
+    #[inline]
     pub fn get(&self, off: usize, out: &mut [u8]) -> Result<()> {
         let end = off.checked_add(out.len()).ok_or(Error::Access)?;
         if end > self.len {
@@ -298,7 +373,7 @@ impl Region {
         }
         let g = lock(&self.mem.store);
         match g.as_ref() {
-            Some(s) if self.open.load(Ordering::Acquire) => {
+            Some(s) if self.is_open() => {
                 s.copy_out(self.start + off, out);
                 Ok(())
             }
@@ -307,7 +382,7 @@ impl Region {
     }
 
     /// A peer's atomic on `len` bytes at `off` (checked with
-    /// [`check`](Self::check)): `f` gets a copy of them and changes it,
+    /// [`admit`](Self::admit)): `f` gets a copy of them and changes it,
     /// and the copy goes back, all under the memory's lock, so no other
     /// access of this memory (any key onto it) sees it half done. What
     /// `f` returns comes back; on its error the memory is untouched.
@@ -324,7 +399,7 @@ impl Region {
         }
         let mut g = lock(&self.mem.store);
         match g.as_mut() {
-            Some(s) if self.open.load(Ordering::Acquire) => {
+            Some(s) if self.is_open() => {
                 let mut copy = vec![0u8; len];
                 s.copy_out(self.start + off, &mut copy);
                 let r = f(&mut copy)?;
@@ -337,7 +412,7 @@ impl Region {
 
     fn close(&self) {
         let _g = lock(&self.mem.store);
-        self.open.store(false, Ordering::Release);
+        self.state.fetch_or(CLOSED, Ordering::Release);
     }
 }
 
@@ -355,7 +430,7 @@ impl TcpMr {
     /// The local copies' range check: `Inval` out of range (the API's
     /// documented error for its own copies), `Canceled` once closed.
     fn local(&self, off: usize, len: usize) -> Result<()> {
-        if !self.region.open.load(Ordering::Acquire) {
+        if !self.region.is_open() {
             return Err(Error::Canceled);
         }
         match off.checked_add(len) {
@@ -406,21 +481,23 @@ impl ProviderMr for TcpMr {
         access: MrAccess,
         requested_key: u64,
     ) -> Result<Arc<dyn ProviderMr>> {
-        if !self.region.open.load(Ordering::Acquire) {
+        if !self.region.is_open() {
             return Err(Error::Canceled);
         }
         if range_in(0, self.region.len, offset as u64, len as u64).is_none() {
             return Err(Error::Inval);
         }
-        let region = Arc::new(Region {
-            mem: self.region.mem.clone(),
-            start: self.region.start + offset,
-            len,
+        // A sub-region has no flags of its own, but waits for its
+        // bindings like any region of an `FI_MR_ENDPOINT` domain.
+        let setup = self.regions.setup(MrRegFlags::empty());
+        let region = Region::new(
+            self.region.mem.clone(),
+            (self.region.start + offset, len),
             access,
-            open: AtomicBool::new(true),
             // The memory's key goes with it into every sub-region.
-            auth: self.region.auth.clone(),
-        });
+            self.region.auth.clone(),
+            RegionEvents::new(setup, requested_key, &self.regions),
+        );
         self.regions.insert(requested_key, &region)?;
         Ok(Arc::new(TcpMr {
             key: requested_key,
@@ -434,7 +511,7 @@ impl ProviderMr for TcpMr {
         if !self.buffers {
             return Err(Error::Inval);
         }
-        if !self.region.open.load(Ordering::Acquire) {
+        if !self.region.is_open() {
             return Err(Error::Canceled);
         }
         self.close();
@@ -449,6 +526,18 @@ impl ProviderMr for TcpMr {
             None => Err(Error::Canceled),
         }
     }
+
+    fn bind_ep(&self, ep: u64) -> Result<()> {
+        rma_events::bind_ep(&self.region, ep)
+    }
+
+    fn bind_cntr(&self, cntr: Arc<CounterShared>, flags: BindFlags) -> Result<()> {
+        rma_events::bind_cntr(&self.region, cntr, flags)
+    }
+
+    fn enable(&self) -> Result<()> {
+        rma_events::enable(&self.region)
+    }
 }
 
 #[cfg(test)]
@@ -456,6 +545,18 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
     use weft_core::flags::MrRegFlags;
+
+    /// Where an access of `len` bytes at `addr` falls, through an
+    /// endpoint without counters and a connection without a key.
+    fn check(r: &Arc<Region>, addr: u64, len: u64, kind: AccessKind) -> Result<usize> {
+        let (off, watched) = r.admit(0, None, addr, len, kind)?;
+        // A closed region is not the common one any more: its access
+        // goes on to the checks that refuse it.
+        if watched {
+            crate::rma_events::admit_watched(r, 1, kind)?;
+        }
+        Ok(off)
+    }
 
     fn req(memory: MrMemory, access: MrAccess, key: u64) -> MrRequest {
         MrRequest {
@@ -501,33 +602,21 @@ mod tests {
             .unwrap();
         assert_eq!(mr.len(), 10);
         let r = d.regions.get(1).unwrap();
-        let off = r.check(3, 5, MrAccess::REMOTE_WRITE, None).unwrap();
+        let off = check(&r, 3, 5, AccessKind::Write).unwrap();
         r.put(off, b"abcde").unwrap();
         let mut all = [0u8; 10];
         mr.read_at(0, &mut all).unwrap();
         assert_eq!(&all, b"012abcde89");
-        assert_eq!(
-            r.check(0, 1, MrAccess::REMOTE_READ, None),
-            Err(Error::Access)
-        );
-        assert_eq!(
-            r.check(6, 5, MrAccess::REMOTE_WRITE, None),
-            Err(Error::Access)
-        );
+        assert_eq!(check(&r, 0, 1, AccessKind::Read), Err(Error::Access));
+        assert_eq!(check(&r, 6, 5, AccessKind::Write), Err(Error::Access));
         let sub = mr.sub_region(2, 6, MrAccess::REMOTE_READ, 2).unwrap();
         let s = d.regions.get(2).unwrap();
         let mut got = [0u8; 6];
-        s.get(
-            s.check(0, 6, MrAccess::REMOTE_READ, None).unwrap(),
-            &mut got,
-        )
-        .unwrap();
+        s.get(check(&s, 0, 6, AccessKind::Read).unwrap(), &mut got)
+            .unwrap();
         assert_eq!(&got, b"2abcde");
         sub.close();
-        assert_eq!(
-            s.check(0, 1, MrAccess::REMOTE_READ, None),
-            Err(Error::Access)
-        );
+        assert_eq!(check(&s, 0, 1, AccessKind::Read), Err(Error::Access));
         let back = mr.take_buffers().unwrap();
         assert_eq!((&back[1][..], &back[2][..]), (&b"bc"[..], &b"de89"[..]));
         assert_eq!(r.put(0, b"x"), Err(Error::Access), "closed");

@@ -34,8 +34,8 @@ impl EpShared {
         };
         let mut info = r.info();
         let data = r.take_bytes();
-        let key = self.source_key(info.src, &r.origin.raw);
-        info.key = key.key;
+        let key = self.source_key(info.src, &r.raw);
+        info.key = key.key.and_then(|k| u16::try_from(k).ok());
         let mut m = lock(&self.matcher);
         if let Some((_, req)) = m.match_arrival(&info) {
             drop(m);

@@ -11,12 +11,14 @@
 //! target hold copies without bound. A request that fails its checks is
 //! answered with `FI_EACCES` (or `FI_EMSGSIZE`), and the connection goes
 //! on: one bad key costs the peer that operation, not its connection.
+//! An access to a watched region (or through an endpoint with remote
+//! counters) carries its `rma_events::Ticket` until it completes.
 
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
-use weft_core::flags::{MrAccess, OpFlags};
+use weft_core::flags::OpFlags;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::{Iov, Rejected, RmaOp, RmaReq};
 use weft_core::sync::lock;
@@ -30,6 +32,7 @@ use crate::conn::Conn;
 use crate::endpoint::EpShared;
 use crate::frame::TxFrame;
 use crate::mr::Region;
+use crate::rma_events::{AccessKind, Ticket};
 
 /// An initiator's read (or atomic) waiting for its answer: the buffers
 /// it fills in order, how far the answer has come, and its completion.
@@ -215,8 +218,12 @@ impl EpShared {
 /// Where an arriving write's bytes go.
 #[derive(Debug)]
 pub enum WriteSink {
-    /// Into `region` from offset `off`.
-    Region { region: Arc<Region>, off: usize },
+    /// Into `region` from offset `off`; `ticket` for a watched access.
+    Region {
+        region: Arc<Region>,
+        off: usize,
+        ticket: Option<Ticket>,
+    },
     /// Nowhere: the request was refused with this error (or the region
     /// closed part-way).
     Refused(Error),
@@ -225,14 +232,18 @@ pub enum WriteSink {
 impl WriteSink {
     /// The target's checks of a write of `len` bytes at `t`.
     pub fn open(ep: &EpShared, conn: &Conn, t: Target, len: usize) -> WriteSink {
-        match lookup(ep, conn, t, len as u64, MrAccess::REMOTE_WRITE) {
-            Ok((region, off)) => WriteSink::Region { region, off },
+        match lookup(ep, conn, t, len as u64, AccessKind::Write) {
+            Ok((region, off, ticket)) => WriteSink::Region {
+                region,
+                off,
+                ticket,
+            },
             Err(e) => WriteSink::Refused(e),
         }
     }
 
     pub fn feed(&mut self, data: &[u8]) {
-        if let WriteSink::Region { region, off } = self {
+        if let WriteSink::Region { region, off, .. } = self {
             match region.put(*off, data) {
                 Ok(()) => *off += data.len(),
                 Err(e) => *self = WriteSink::Refused(e),
@@ -244,7 +255,14 @@ impl WriteSink {
     /// completion for remote CQ data.
     pub fn finish(self, conn: &Arc<Conn>, ep: &EpShared, hdr: &Header, len: usize) {
         let status = match self {
-            WriteSink::Region { .. } => 0,
+            WriteSink::Region { region, ticket, .. } => {
+                // Counted once the bytes are in place, before the target
+                // completion and the answer.
+                if let Some(t) = ticket {
+                    t.complete(&region, &ep.cfg.remote_cntrs);
+                }
+                0
+            }
             WriteSink::Refused(e) => e.code() as u64,
         };
         if status == 0 && hdr.flags & FLAG_CQ_DATA != 0 {
@@ -264,22 +282,30 @@ impl WriteSink {
     }
 }
 
-/// The region under `t.key` and the offset of `len` bytes at `t.addr` in
-/// it, if it allows `need`.
-fn lookup(
+/// The region under `t.key`, the offset of `len` bytes at `t.addr` in
+/// it and the access's ticket, if the region admits an access of `kind`
+/// at this endpoint over `conn`. Inlined into its three callers: on
+/// every access, a call here cost more than all its checks.
+#[inline(always)]
+pub fn lookup(
     ep: &EpShared,
     conn: &Conn,
     t: Target,
     len: u64,
-    need: MrAccess,
-) -> Result<(Arc<Region>, usize)> {
+    kind: AccessKind,
+) -> Result<(Arc<Region>, usize, Option<Ticket>)> {
     let region = ep
         .regions
         .as_ref()
         .and_then(|r| r.get(t.key))
         .ok_or(Error::Access)?;
-    let off = region.check(t.addr, len, need, conn.auth.key.as_ref())?;
-    Ok((region, off))
+    let (off, watched) = region.admit(ep.watch, conn.auth.key.as_ref(), t.addr, len, kind)?;
+    let ticket = if watched {
+        Some(crate::rma_events::admit_watched(&region, ep.cfg.fid, kind)?)
+    } else {
+        None
+    };
+    Ok((region, off, ticket))
 }
 
 /// A read being answered: the target's side, one piece at a time.
@@ -290,6 +316,9 @@ pub struct ReadJob {
     off: usize,
     len: usize,
     sent: usize,
+    /// A watched access's ticket, presented once the last piece is
+    /// copied out of the region.
+    ticket: Option<Ticket>,
 }
 
 /// What a read request starts: an answer to send piece by piece, or
@@ -298,15 +327,16 @@ pub fn read_request(conn: &Arc<Conn>, ep: &EpShared, hdr: &Header, rr: ReadReq) 
     let checked = if rr.len > ep.max_msg as u64 {
         Err(Error::MsgSize)
     } else {
-        lookup(ep, conn, rr.target, rr.len, MrAccess::REMOTE_READ)
+        lookup(ep, conn, rr.target, rr.len, AccessKind::Read)
     };
     match checked {
-        Ok((region, off)) => Some(ReadJob {
+        Ok((region, off, ticket)) => Some(ReadJob {
             seq: hdr.seq,
             region,
             off,
             len: rr.len as usize,
             sent: 0,
+            ticket,
         }),
         Err(e) => {
             refuse_read(conn, hdr.seq, 0, e);
@@ -348,6 +378,11 @@ impl ReadJob {
             conn.send(f);
             self.sent += n;
             if self.sent == self.len {
+                // The whole answer is copied out of the region (and
+                // queued): at the target, the read is complete.
+                if let Some(t) = self.ticket {
+                    t.complete(&self.region, &ep.cfg.remote_cntrs);
+                }
                 return true;
             }
         }

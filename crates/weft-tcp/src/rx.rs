@@ -19,6 +19,7 @@ use weft_core::recv_completion::{copy_in, deliver_unknown};
 /// [`deliver`], or for a sender not in the AV on an endpoint with
 /// `FI_SOURCE_ERR`, the `AddrNotAvail` error entry that carries the
 /// message and the sender's address.
+#[inline]
 pub fn deliver_from(ep: &EpShared, req: RecvReq, info: MsgInfo, placed: usize, from: &Source) {
     match ep.unknown_sender(&info, from) {
         Some((reported, raw)) => deliver_unknown(ep, req, info, placed, reported, raw),
@@ -28,6 +29,7 @@ pub fn deliver_from(ep: &EpShared, req: RecvReq, info: MsgInfo, placed: usize, f
 
 /// Copies a fully buffered message into a receive and completes it as
 /// [`deliver_from`] does.
+#[inline]
 pub fn copy_and_deliver(
     ep: &EpShared,
     mut req: RecvReq,
@@ -488,7 +490,7 @@ impl RxMachine {
         match kind {
             FrameKind::Msg | FrameKind::Tagged => {
                 let info = MsgInfo {
-                    key: conn.auth.av_key,
+                    key: conn.auth.av_key.and_then(|k| u16::try_from(k).ok()),
                     src: ep.resolve_src_cached(&conn.source(), &mut self.src),
                     tagged: kind == FrameKind::Tagged,
                     tag: hdr.tag,

@@ -53,6 +53,7 @@ async fn rig(budget: usize) -> Rig {
         domain: None,
         rx_cq: None,
         rx_cntr: None,
+        remote_cntrs: Default::default(),
         srx: None,
         limits: ConnLimits::default().with_peer_buffered(budget),
         fault: Arc::default(),
@@ -65,7 +66,7 @@ async fn rig(budget: usize) -> Rig {
         .unwrap();
     let (peer, _) = l.accept().await.unwrap();
     let conn = Conn::new(
-        a,
+        crate::tls::HsStream::Plain(a),
         "127.0.0.2:9".parse().unwrap(),
         &ep,
         ConnSlot::take(&ep.conn_count),

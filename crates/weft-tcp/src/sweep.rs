@@ -86,6 +86,7 @@ fn verdict(ep: &EpShared, c: &Conn, now: Instant) -> Verdict {
     let (mid, parked) = (rx.mid_frame(), rx.is_parked());
     if !mid && quiet >= SHRINK_AFTER {
         rx.shrink();
+        c.shrink_tls();
     }
     drop(rx);
     if c.stalled(now, mid, l.stall_timeout) {

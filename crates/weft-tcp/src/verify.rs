@@ -26,6 +26,7 @@ use weft_core::{Error, Result};
 
 use crate::endpoint::EpShared;
 use crate::frame::{read_frame, write_frame};
+use crate::tls::HsStream;
 
 /// Verifications one endpoint runs at once.
 pub const MAX_VERIFYING: usize = 64;
@@ -103,9 +104,15 @@ pub async fn confirm(ep: &Arc<EpShared>, claim: &Claim, reached: SocketAddr) -> 
         nonce: claim.nonce,
     };
     let answer = async {
-        let mut s = tokio::time::timeout(t, TcpStream::connect(claim.addr))
+        let s = tokio::time::timeout(t, TcpStream::connect(claim.addr))
             .await
             .map_err(|_| Error::TimedOut)??;
+        // The claimed endpoint speaks what this one does: TLS first if
+        // this endpoint runs it.
+        let mut s = match &ep.tls {
+            Some(ctx) => crate::tls::connect(s, ctx, claim.addr, t).await?,
+            None => HsStream::Plain(s),
+        };
         write_frame(&mut s, Header::new(FrameKind::Verify), &ask.encode(), t).await?;
         let (h, _) = read_frame(&mut s, FrameKind::VerifyAck, t).await?;
         Ok::<u64, Error>(h.data)
@@ -120,7 +127,7 @@ pub async fn confirm(ep: &Arc<EpShared>, claim: &Claim, reached: SocketAddr) -> 
 
 /// Answers a `Verify` (the first frame of `s`, payload `payload`): yes if
 /// this endpoint made the claim to the asker.
-pub async fn answer(ep: &EpShared, mut s: TcpStream, payload: &[u8]) -> Result<()> {
+pub async fn answer(ep: &EpShared, mut s: HsStream, payload: &[u8]) -> Result<()> {
     let t = ep.limits.handshake_timeout;
     let mut ack = Header::new(FrameKind::VerifyAck);
     let yes = Claim::decode(payload).is_ok_and(|c| ep.made_claim(&c.nonce, c.addr));

@@ -239,7 +239,7 @@ impl EpShared {
         }
         let info = r.info();
         let data = r.take_bytes();
-        let from = self.source_of(info.src, &r.origin.raw);
+        let from = self.source_of(info.src, &r.raw);
         let mut m = lock(&self.matcher);
         if let Some((_, req)) = m.match_arrival(&info) {
             drop(m);

@@ -45,6 +45,7 @@ fn config(av: &Arc<Mutex<AvTable>>, wait: WaitMode) -> EpConfig {
         domain: None,
         rx_cq: None,
         rx_cntr: None,
+        remote_cntrs: Default::default(),
         srx: None,
         limits: ConnLimits::default(),
         fault: Arc::default(),
@@ -246,6 +247,7 @@ async fn a_message_given_back_goes_ahead_of_held_ones() {
             src: a_in_b,
             ..Origin::unknown()
         },
+        raw: Vec::new(),
     });
     let mut got = Vec::new();
     for i in 0..3 {

@@ -1,4 +1,4 @@
-//! The udp provider's datagram header (`docs/wire.md` section 13, "The udp
+//! The udp provider's datagram header (`docs/wire.md` section 15, "The udp
 //! datagram header"): 24 bytes in front of the payload of every datagram,
 //! little-endian.
 //!

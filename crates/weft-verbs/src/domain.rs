@@ -2,6 +2,14 @@
 //! context librdmacm uses, shared by the domain's memory regions and the
 //! queue pairs of its endpoints.
 //!
+//! Authorization keys: a region cannot tell one queue pair of its
+//! protection domain from another (a remote key works on all of them), so
+//! a region key is enforced only as the domain's own: on a keyed domain
+//! every endpoint holds the domain's key (`crate::endpoint_key`), so every
+//! connection on its queue pairs proved it, and a region under that key
+//! (`MrAttr::auth_key` or the domain's default) is reached by that job
+//! alone. Any other region key is `OpNotSupp`.
+//!
 //! A remote key is only honoured on a queue pair of the region's
 //! protection domain, so an endpoint that is to be the target of RMA must
 //! create its queue pairs there. Using librdmacm's context (not one from
@@ -13,6 +21,7 @@ use std::sync::Arc;
 
 use weft_core::addr::decode_sockaddr;
 use weft_core::attr::{EpType, Info};
+use weft_core::auth::AuthKey;
 use weft_core::provider::{
     AddrResolver, EpConfig, MrCacheStats, MrRequest, ProviderDomain, ProviderMr, ProviderSrx,
     Rejected,
@@ -35,11 +44,19 @@ pub struct VerbsDomain {
     ud: Option<Arc<UdResolver>>,
     /// Registrations of send sources, shared by the domain's endpoints.
     cache: Arc<SourceCache>,
+    /// `domain_attr.auth_key`: what every endpoint here proves.
+    key: Option<AuthKey>,
 }
 
 /// Opens the domain of `info`: its device is the one that owns the
 /// offer's source address.
 pub fn open(info: &Info) -> Result<Arc<dyn ProviderDomain>> {
+    let key = info
+        .domain_attr
+        .auth_key
+        .as_deref()
+        .map(AuthKey::new)
+        .transpose()?;
     let src = info
         .src_addr
         .as_deref()
@@ -73,6 +90,7 @@ pub fn open(info: &Info) -> Result<Arc<dyn ProviderDomain>> {
         atomics,
         ud,
         cache,
+        key,
     }))
 }
 
@@ -81,6 +99,14 @@ impl ProviderDomain for VerbsDomain {
         &self,
         req: MrRequest,
     ) -> std::result::Result<Arc<dyn ProviderMr>, Rejected<MrRequest>> {
+        if req.auth_key.is_some() && req.auth_key != self.key {
+            // Not enforceable here (see the module docs): refused rather
+            // than registered as if it were.
+            return Err(Rejected {
+                err: Error::OpNotSupp,
+                req,
+            });
+        }
         crate::mr::register(&self.pd, self.atomics, req)
     }
 
@@ -102,6 +128,11 @@ impl ProviderDomain for VerbsDomain {
 }
 
 impl VerbsDomain {
+    /// The domain's key (`domain_attr.auth_key`), if any.
+    pub(crate) fn key(&self) -> Option<&AuthKey> {
+        self.key.as_ref()
+    }
+
     /// The address resolver of a DGRAM domain.
     pub(crate) fn ud_resolver(&self) -> Option<Arc<UdResolver>> {
         self.ud.clone()

@@ -374,6 +374,9 @@ pub fn dgram_offer(r: &DeviceReport) -> Info {
     i.ep_attr.max_msg_size = mtu;
     i.domain_attr.cq_data_size = 4;
     i.domain_attr.mr_mode = MrMode::empty();
+    // No connection, so nothing to prove a key on: keyed hints do not
+    // match, and a keyed DGRAM endpoint is `OpNotSupp`.
+    i.domain_attr.max_ep_auth_key = 0;
     i
 }
 
@@ -441,7 +444,6 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             auth_key: None,
         },
         domain_attr: DomainAttr {
-            av_auth_key: Default::default(),
             name: Some(r.name.clone()),
             threading: Threading::Safe,
             control_progress: Progress::Auto,
@@ -463,10 +465,16 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             caps: Caps::LOCAL_COMM | Caps::REMOTE_COMM,
             mode: Mode::empty(),
             auth_key: None,
-            // Keys are not proven over rdma_cm yet: an endpoint or domain
-            // with one is refused (`OpNotSupp`), and hints with one
-            // match no verbs offer.
-            max_ep_auth_key: 0,
+            // One key per endpoint, proven over rdma_cm private data
+            // (`crate::keyproof`); DGRAM has no connection to prove it
+            // on and takes none (`dgram_offer`).
+            max_ep_auth_key: 1,
+            // Keys in the AV are tcp's only: refused on verbs domains.
+            av_auth_key: false,
+            tls: None,
+            // No TLS over RDMA: asking a verbs domain for it is
+            // `OpNotSupp`, and hints asking for it match no verbs offer.
+            tls_capable: false,
         },
         fabric_attr: FabricAttr {
             name: Some(r.fabric_name()),

@@ -14,7 +14,8 @@
 //! regions on the domain's protection domain (`domain`) with RDMA write
 //! and read on both endpoint types, completion
 //! channels driven by the Tokio reactor, a busy-poll thread, or inline
-//! polling by the waiting task.
+//! polling by the waiting task, and authorization keys on MSG and RDM
+//! endpoints, proven in rdma_cm private data (`keyproof`).
 
 // Rejected posts hand the request back by value; see weft_core::provider.
 #![allow(clippy::result_large_err)]
@@ -26,6 +27,10 @@ pub const NAME: &str = "verbs";
 #[allow(unsafe_code)]
 pub mod sys;
 
+// Plain and keyed private data, and the key proof's logic, build and are
+// unit-tested without the RDMA stack too.
+#[cfg_attr(not(feature = "rdma"), allow(dead_code))]
+mod cm_data;
 #[cfg(feature = "rdma")]
 mod cm_events;
 #[cfg(feature = "rdma")]
@@ -36,6 +41,8 @@ mod dgram;
 mod domain;
 #[cfg(feature = "rdma")]
 pub mod info;
+#[cfg_attr(not(feature = "rdma"), allow(dead_code))]
+mod keyproof;
 #[cfg(feature = "rdma")]
 mod mr;
 #[cfg(feature = "rdma")]
@@ -57,7 +64,8 @@ mod slot_pool;
 use std::sync::Arc;
 
 use tokio::runtime::Handle;
-use weft_core::attr::Info;
+use weft_core::attr::{EpType, Info};
+use weft_core::auth::{effective_key, AuthKey};
 use weft_core::provider::{EpConfig, PassiveConfig, Provider, ProviderEndpoint, ProviderPassive};
 use weft_core::{Error, Result};
 
@@ -121,8 +129,17 @@ pub fn open_domain(info: &Info) -> Result<Arc<dyn weft_core::provider::ProviderD
 /// are not offered by getinfo and are `NoSys` here. A traffic class
 /// (`tx_attr.tclass`) becomes the IP TOS of the endpoint's rdma_cm ids
 /// and address handles; one that is neither a DSCP value nor a label is
-/// `Inval`.
+/// `Inval`. Keys: see [`endpoint_key`].
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
+    #[cfg(feature = "rdma")]
+    {
+        let dom = cfg
+            .domain
+            .as_ref()
+            .and_then(|d| d.as_any().downcast_ref::<domain::VerbsDomain>())
+            .map(domain::VerbsDomain::key);
+        endpoint_key(&cfg.info, dom)?;
+    }
     #[cfg(feature = "rdma")]
     match cfg.info.ep_attr.ep_type {
         // Only MSG endpoints take receives from a shared context.
@@ -208,30 +225,73 @@ impl Provider for VerbsProvider {
         error_hint(err)
     }
 
+    /// MSG and RDM endpoints prove their key over rdma_cm
+    /// (`keyproof`); DGRAM endpoints refuse one (`OpNotSupp`).
+    fn auth_keys(&self) -> bool {
+        true
+    }
+
+    /// Keys in the AV (`FI_AV_AUTH_KEY`) are not implemented here: such
+    /// domains are `OpNotSupp`.
+    fn av_auth_keys(&self) -> bool {
+        false
+    }
+
     fn open_domain(
         &self,
         info: &Info,
     ) -> Result<Option<Arc<dyn weft_core::provider::ProviderDomain>>> {
-        no_key(info)?;
+        if info.domain_attr.av_auth_key {
+            return Err(Error::OpNotSupp);
+        }
+        no_tls(info)?;
         open_domain(info).map(Some)
     }
 
     fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
-        no_key(&cfg.info)?;
+        no_tls(&cfg.info)?;
         open_endpoint(cfg, Handle::current())
     }
 
     fn open_passive(&self, cfg: PassiveConfig) -> Result<Arc<dyn ProviderPassive>> {
-        no_key(&cfg.info)?;
+        effective_key(
+            cfg.info.ep_attr.auth_key.as_deref(),
+            cfg.info.domain_attr.auth_key.as_deref(),
+        )?;
+        no_tls(&cfg.info)?;
         open_passive(cfg, Handle::current())
     }
 }
 
-/// Refuses an authorization key (`OpNotSupp`): proving one over rdma_cm
-/// private data is not done yet, and a key carried but not checked would
-/// let other jobs in while the application believes them kept out.
-fn no_key(info: &Info) -> Result<()> {
-    if info.ep_attr.auth_key.is_some() || info.domain_attr.auth_key.is_some() {
+/// The key an endpoint with `info` proves (its own, else its domain's),
+/// on a domain whose key is `domain` (`None` without a verbs domain; the
+/// inner `None` for a domain without one). A key of the wrong size is
+/// `Inval`. `OpNotSupp`: a key on a DGRAM endpoint (no connection to
+/// prove it on), or on a keyed domain a key other than the domain's: a
+/// remote key works on every queue pair of the domain's protection
+/// domain, so the domain's regions stay with the domain's job only if
+/// every connection there proved the domain's key.
+pub fn endpoint_key(info: &Info, domain: Option<Option<&AuthKey>>) -> Result<Option<AuthKey>> {
+    let key = effective_key(
+        info.ep_attr.auth_key.as_deref(),
+        info.domain_attr.auth_key.as_deref(),
+    )?;
+    if key.is_some() && info.ep_attr.ep_type == EpType::Dgram {
+        return Err(Error::OpNotSupp);
+    }
+    if let Some(Some(d)) = domain {
+        if key.as_ref() != Some(d) {
+            return Err(Error::OpNotSupp);
+        }
+    }
+    Ok(key)
+}
+
+/// Refuses TLS (`OpNotSupp`): RDMA traffic bypasses any stream a TLS
+/// session could wrap, so a verbs object asked for TLS would carry the
+/// application's bytes in the clear.
+fn no_tls(info: &Info) -> Result<()> {
+    if info.domain_attr.tls.is_some() {
         return Err(Error::OpNotSupp);
     }
     Ok(())
@@ -239,23 +299,62 @@ fn no_key(info: &Info) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// Keys are refused before anything is opened, with or without a
-    /// device, rather than carried and ignored.
+    /// Keys on MSG and RDM, refused on DGRAM and, on a keyed domain,
+    /// when they are not the domain's; FI_AV_AUTH_KEY domains refused.
     #[test]
-    fn keys_are_refused() {
+    fn which_keys_are_taken() {
         let p = VerbsProvider;
-        assert!(!p.auth_keys());
+        assert!(p.auth_keys());
+        assert!(!p.av_auth_keys());
         let mut i = Info::default();
-        i.domain_attr.auth_key = Some(b"job".to_vec());
+        i.domain_attr.av_auth_key = true;
         assert_eq!(p.open_domain(&i).err(), Some(Error::OpNotSupp));
+        let a = AuthKey::new(b"job-a").unwrap();
+        let b = AuthKey::new(b"job-b").unwrap();
+        for t in [EpType::Msg, EpType::Rdm] {
+            let mut i = Info::default();
+            i.ep_attr.ep_type = t;
+            assert_eq!(endpoint_key(&i, None), Ok(None));
+            i.ep_attr.auth_key = Some(b"job-a".to_vec());
+            assert_eq!(endpoint_key(&i, None), Ok(Some(a.clone())));
+            assert_eq!(endpoint_key(&i, Some(None)), Ok(Some(a.clone())));
+            assert_eq!(endpoint_key(&i, Some(Some(&a))), Ok(Some(a.clone())));
+            assert_eq!(endpoint_key(&i, Some(Some(&b))), Err(Error::OpNotSupp));
+            i.ep_attr.auth_key = None;
+            assert_eq!(endpoint_key(&i, Some(Some(&b))), Err(Error::OpNotSupp));
+            i.ep_attr.auth_key = Some(Vec::new());
+            assert_eq!(endpoint_key(&i, None), Err(Error::Inval));
+        }
         let mut i = Info::default();
-        i.ep_attr.auth_key = Some(b"job".to_vec());
-        assert_eq!(no_key(&i), Err(Error::OpNotSupp));
-        assert_eq!(no_key(&Info::default()), Ok(()));
+        i.ep_attr.ep_type = EpType::Dgram;
+        assert_eq!(endpoint_key(&i, None), Ok(None));
+        i.domain_attr.auth_key = Some(b"job-a".to_vec());
+        assert_eq!(endpoint_key(&i, None), Err(Error::OpNotSupp));
         for o in offers() {
-            assert_eq!(o.domain_attr.max_ep_auth_key, 0);
+            let want = usize::from(o.ep_attr.ep_type != EpType::Dgram);
+            assert_eq!(o.domain_attr.max_ep_auth_key, want);
+            assert!(!o.domain_attr.av_auth_key);
+        }
+    }
+
+    /// TLS is refused before anything is opened, and no offer claims it.
+    #[test]
+    fn tls_is_refused() {
+        let p = VerbsProvider;
+        assert_eq!(
+            p.check_tls(Some(&weft_core::tls::TlsFiles::new("c", "k", "ca"))),
+            Err(Error::OpNotSupp)
+        );
+        let mut i = Info::default();
+        i.domain_attr.tls = Some(weft_core::tls::TlsFiles::new("c", "k", "ca"));
+        assert_eq!(p.open_domain(&i).err(), Some(Error::OpNotSupp));
+        assert_eq!(no_tls(&i), Err(Error::OpNotSupp));
+        assert_eq!(no_tls(&Info::default()), Ok(()));
+        for o in offers() {
+            assert!(!o.domain_attr.tls_capable);
         }
     }
 }

@@ -11,19 +11,30 @@
 //! application does not answer waits for it as long as it likes (as with
 //! libfabric's verbs provider); the accepting endpoint's handshake is
 //! bounded by its `handshake_timeout`.
+//!
+//! A listener with an authorization key (`crate::keyproof`) answers a
+//! keyed opening with a challenge and reports `FI_CONNREQ` only for a
+//! request that proved the key; any other request (another key, no key,
+//! a forged, replayed or late proof) is rejected as `FI_EKEYREJECTED` and
+//! reported with the requester's address, before it counts against the
+//! pending requests. A listener without a key refuses keyed requests the
+//! same way.
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
 use tokio::runtime::Handle;
 use weft_core::addr::encode_sockaddr;
+use weft_core::auth::{effective_key, AuthKey, ConnKind};
 use weft_core::eventq::{ConnHandle, EqErrEntry, EqEvent, EqEventKind, EqShared};
 use weft_core::provider::{PassiveConfig, ProviderPassive};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
 use crate::cm_events::CmChannel;
+use crate::keyproof::{Gate, Verdict};
 use crate::msg::{cm_decode, cm_encode};
 use crate::sys::{CmEventKind, CmId, PortSpace};
 use weft_core::limits::ConnSlot;
@@ -34,6 +45,8 @@ use weft_core::limits::ConnSlot;
 pub struct PendingReq {
     id: Mutex<Option<CmId>>,
     chan: Arc<CmChannel>,
+    /// The key the request proved (`None`: a listener without one).
+    proven: Option<AuthKey>,
     /// Its place among the passive endpoint's requests.
     _slot: ConnSlot,
 }
@@ -53,6 +66,11 @@ impl PendingReq {
     pub fn take(&self) -> Result<(CmId, Arc<CmChannel>)> {
         let id = lock(&self.id).take().ok_or(Error::OpBadState)?;
         Ok((id, self.chan.clone()))
+    }
+
+    /// The key the request proved, if the listener held one.
+    pub fn proven(&self) -> Option<&AuthKey> {
+        self.proven.as_ref()
     }
 }
 
@@ -80,6 +98,7 @@ impl VerbsPassive {
         rt: Handle,
     ) -> Result<VerbsPassive> {
         let PassiveConfig {
+            info,
             backlog,
             eq,
             fid,
@@ -87,6 +106,11 @@ impl VerbsPassive {
             limits,
             ..
         } = cfg;
+        let key = effective_key(
+            info.ep_attr.auth_key.as_deref(),
+            info.domain_attr.auth_key.as_deref(),
+        )?;
+        let gate = Gate::new(key, ConnKind::Msg, limits.handshake_timeout);
         let chan = CmChannel::open(&rt)?;
         let id = CmId::new(&chan.ch, PortSpace::Tcp)?;
         if let Some(t) = tos {
@@ -111,16 +135,9 @@ impl VerbsPassive {
                 };
                 let Some(eq) = eq_w.upgrade() else { return };
                 let peer = new_id.peer_addr();
-                let Some(slot) = ConnSlot::try_take(&pending, limits.max_conns) else {
-                    tracing::debug!(
-                        ?peer,
-                        "verbs: pending connection requests at the limit; refused"
-                    );
-                    let _ = new_id.reject(&[]);
-                    ch.unsubscribe(new_id.token());
+                // Written, not pushed: dropped once the EQ is full.
+                let report = |err: Error| {
                     if let Some(p) = peer {
-                        // Written, not pushed: dropped once the EQ is full.
-                        let err = Error::ConnRefused;
                         let _ = eq.write(Err(EqErrEntry {
                             fid,
                             context,
@@ -131,15 +148,44 @@ impl VerbsPassive {
                             peer_addr: Some(encode_sockaddr(&p)),
                         }));
                     }
+                };
+                let here = new_id.local_addr().unwrap_or(local);
+                let cm_data = match gate.on_request(
+                    &ev.private_data,
+                    peer.map(|p| p.ip()),
+                    here,
+                    Instant::now(),
+                ) {
+                    Verdict::Plain => cm_decode(&ev.private_data),
+                    Verdict::Proven(data) => data,
+                    Verdict::Reject { data, report: why } => {
+                        let _ = new_id.reject(&data);
+                        ch.unsubscribe(new_id.token());
+                        if let Some(err) = why {
+                            tracing::debug!(?peer, "verbs: key not proven; request refused");
+                            report(err);
+                        }
+                        continue;
+                    }
+                };
+                let Some(slot) = ConnSlot::try_take(&pending, limits.max_conns) else {
+                    tracing::debug!(
+                        ?peer,
+                        "verbs: pending connection requests at the limit; refused"
+                    );
+                    let _ = new_id.reject(&[]);
+                    ch.unsubscribe(new_id.token());
+                    report(Error::ConnRefused);
                     continue;
                 };
                 let req: ConnHandle = Arc::new(PendingReq {
                     id: Mutex::new(Some(new_id)),
                     chan: ch.clone(),
+                    proven: gate.key().cloned(),
                     _slot: slot,
                 });
                 let mut e = EqEvent::new(EqEventKind::ConnReq, fid, context, 0);
-                e.cm_data = cm_decode(&ev.private_data);
+                e.cm_data = cm_data;
                 e.conn = Some(req);
                 e.peer_addr = peer.map(|p| encode_sockaddr(&p));
                 eq.push(Ok(e));

@@ -61,7 +61,19 @@ pub fn all_offers() -> Vec<Info> {
 /// Nothing matching is `NoData`; an unknown provider name in the hints
 /// matches nothing.
 pub fn getinfo(hints: Option<&Info>) -> Result<Vec<Info>> {
-    getinfo::getinfo(hints, &all_offers())
+    let mut offers = all_offers();
+    if hints.is_some_and(|h| h.domain_attr.av_auth_key) {
+        // A provider may enforce an endpoint's own key without keeping
+        // keys in AVs (verbs): its offers cannot serve these hints.
+        offers.retain(|o| {
+            o.fabric_attr
+                .prov_name
+                .as_deref()
+                .and_then(crate::registry::known)
+                .is_some_and(|p| p.av_auth_keys())
+        });
+    }
+    getinfo::getinfo(hints, &offers)
 }
 
 /// Attributes of a completion queue.
@@ -140,8 +152,14 @@ impl Fabric {
     }
 
     /// Opens a domain for `info`. A `domain_attr.auth_key` of the wrong
-    /// size is `Inval`; one on a provider that does not enforce keys
-    /// (verbs) is `OpNotSupp`.
+    /// size is `Inval`; one on a provider that does not enforce keys is
+    /// `OpNotSupp`, as is `domain_attr.av_auth_key` on one that does not
+    /// keep keys in AVs (verbs), and `domain_attr.tls` on one that runs
+    /// no TLS (verbs). On tcp,
+    /// `domain_attr.tls` (else the `FI_TCP_TLS_*` variables, read now) is
+    /// loaded and checked here: a missing file is `NoEnt`, a file that
+    /// does not parse, a key that is not the certificate's or only some of
+    /// the variables set is `Inval` (`docs/design.md`, "TLS on tcp").
     pub fn domain(&self, info: &Info) -> Result<Domain> {
         let p = info
             .fabric_attr
@@ -152,13 +170,14 @@ impl Fabric {
             return Err(Error::Inval);
         }
         check_keys(self.prov(), None, info.domain_attr.auth_key.as_deref())?;
+        check_tls(self.prov(), info)?;
         if info.domain_attr.av_auth_key {
             // The AV holds the keys; a domain key besides them would be a
             // second, contradictory default.
             if info.domain_attr.auth_key.is_some() {
                 return Err(Error::Inval);
             }
-            if !self.prov().auth_keys() {
+            if !self.prov().av_auth_keys() {
                 return Err(Error::OpNotSupp);
             }
         }
@@ -257,7 +276,9 @@ impl Domain {
     /// Creates a (disabled) endpoint for `info`. Its authorization key is
     /// `info.ep_attr.auth_key`, else the domain's `domain_attr.auth_key`:
     /// 1 ..= 64 bytes (`Inval` otherwise), on a provider that enforces
-    /// keys (`OpNotSupp` otherwise: verbs).
+    /// keys (`OpNotSupp` otherwise; verbs refuses keys on DGRAM endpoints
+    /// and, on a keyed domain, keys other than the domain's when the
+    /// endpoint is enabled).
     pub fn endpoint(&self, info: &Info) -> Result<Endpoint> {
         Endpoint::new(self.clone(), info.clone(), None)
     }
@@ -271,6 +292,13 @@ impl Domain {
     pub(crate) fn rt(&self) -> &Handle {
         &self.inner.fabric.inner.rt
     }
+}
+
+/// The TLS configuration an object of `info` would run, checked by its
+/// provider now (files readable and consistent; refused where the
+/// provider runs no TLS), so a bad one fails the call that creates it.
+pub(crate) fn check_tls(prov: &dyn Provider, info: &Info) -> Result<()> {
+    prov.check_tls(info.domain_attr.tls.as_ref())
 }
 
 /// An endpoint's or domain's authorization keys: sizes the providers take

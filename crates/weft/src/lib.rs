@@ -105,4 +105,5 @@ pub use weft_core::flags::{
 pub use weft_core::getinfo::format_info;
 pub use weft_core::limits::{ConnLimits, UNEXPECTED_OVERHEAD};
 pub use weft_core::tclass;
+pub use weft_core::tls::TlsFiles;
 pub use weft_core::{Error, Result};

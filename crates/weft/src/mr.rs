@@ -9,15 +9,27 @@
 //! the application copies in and out, or takes its buffers back
 //! ([`MemoryRegion::take_buffers`]), which deregisters first. Closing (or
 //! dropping) a region deregisters it: the key stops working at once.
+//!
+//! Where the provider sees remote accesses at the target (tcp), a region
+//! can also be confined to an endpoint ([`MemoryRegion::bind_endpoint`],
+//! required by `FI_MR_ENDPOINT`), count the accesses it takes on counters
+//! ([`MemoryRegion::bind_counter`], for regions registered with
+//! `FI_RMA_EVENT`), wait for those bindings before any peer reaches it
+//! ([`MemoryRegion::enable`], required by `FI_MR_ENDPOINT` and, for
+//! `FI_RMA_EVENT` regions, `FI_MR_RMA_EVENT`), and take a single remote
+//! access (`FI_MR_SINGLE_USE`). See `docs/design.md`, "RMA events,
+//! endpoint-bound regions and single-use keys".
 
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
-use weft_core::flags::{Caps, MrAccess, MrRegFlags};
+use weft_core::flags::{BindFlags, Caps, MrAccess, MrRegFlags};
 use weft_core::provider::{MrMemory, MrRequest, ProviderMr};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
+use crate::counter::Counter;
+use crate::endpoint::Endpoint;
 use crate::fabric::{next_fid, Domain};
 
 /// What to register and how (`struct fi_mr_attr`), for
@@ -113,9 +125,10 @@ impl<'a> MrAttr<'a> {
     /// `domain_attr.auth_key`, and without that any peer the endpoint
     /// accepted. On an `FI_AV_AUTH_KEY` domain, pass the bytes of an AV
     /// key ([`AddressVector::lookup_auth_key`](crate::AddressVector::lookup_auth_key)).
-    /// Providers that do not enforce keys (verbs) refuse it
-    /// (`OpNotSupp`). Sub-regions keep their base's key (`BadFlags` if
-    /// one is given).
+    /// Providers that do not enforce region keys refuse it
+    /// (`OpNotSupp`): verbs takes only its domain's own key, which every
+    /// connection on the domain's queue pairs proved. Sub-regions keep
+    /// their base's key (`BadFlags` if one is given).
     pub fn auth_key(mut self, key: &[u8]) -> MrAttr<'a> {
         self.auth_key = Some(KeyBytes::Bytes(key.to_vec()));
         self
@@ -152,7 +165,13 @@ impl<'a> MrAttr<'a> {
         self
     }
 
-    /// Registration flags (`FI_RMA_EVENT`, `FI_MR_SINGLE_USE`, ...).
+    /// Registration flags. `FI_RMA_EVENT` (needs the domain's
+    /// `FI_RMA_EVENT` capability): the region will count remote accesses
+    /// on counters bound to it ([`MemoryRegion::bind_counter`]) and, on a
+    /// domain whose `mr_mode` has `FI_MR_RMA_EVENT`, is unreachable until
+    /// [`MemoryRegion::enable`]. `FI_MR_SINGLE_USE`: the key admits one
+    /// remote access and dies when it completes (tcp; verbs cannot see
+    /// remote accesses and refuses it, `BadFlags`).
     pub fn flags(mut self, flags: MrRegFlags) -> MrAttr<'a> {
         self.flags = flags;
         self
@@ -228,7 +247,8 @@ impl Domain {
     /// `offset` or a sub-region outside its base; `BadFlags` for flags
     /// the domain does not support (`FI_RMA_EVENT` without the
     /// `FI_RMA_EVENT` cap, HMEM flags without `FI_HMEM`, `FI_RMA_PMEM`
-    /// without `FI_RMA_PMEM`, or what the provider refuses); `Canceled`
+    /// without `FI_RMA_PMEM`, or what the provider refuses, such as
+    /// `FI_MR_SINGLE_USE` on verbs); `Canceled`
     /// for a closed base; `NoKey` for a requested key already in use (in
     /// domains without `FI_MR_PROV_KEY`); `NoSys` without memory
     /// registration. Buffers come back in the error.
@@ -244,6 +264,7 @@ impl Domain {
             }
         }
         let key_size = self.info().domain_attr.mr_key_size;
+        let rma_events = self.info().caps.contains(Caps::RMA_EVENT);
         let access = attr.access;
         let memory = match attr.memory {
             Source::Sub { base, offset, len } => {
@@ -297,9 +318,12 @@ impl Domain {
         match prov.mr_reg(req) {
             Ok(mr) => Ok(MemoryRegion::new(
                 mr,
-                access,
-                self.fid(),
-                key_size,
+                Origin {
+                    access,
+                    domain: self.fid(),
+                    key_size,
+                    rma_events,
+                },
                 owns_buffers,
                 None,
             )),
@@ -419,6 +443,17 @@ struct State {
     subs: usize,
 }
 
+/// What a region keeps of its registration, shared with its sub-regions
+/// (but `access`, which each has of its own).
+#[derive(Debug, Clone, Copy)]
+struct Origin {
+    access: MrAccess,
+    domain: u64,
+    key_size: usize,
+    /// The domain has `FI_RMA_EVENT`: counters may be bound.
+    rma_events: bool,
+}
+
 /// A registered memory region (`fid_mr`).
 #[derive(Debug)]
 pub struct MemoryRegion {
@@ -427,6 +462,7 @@ pub struct MemoryRegion {
     fid: u64,
     domain: u64,
     key_size: usize,
+    rma_events: bool,
     /// Registered on application buffers ([`take_buffers`](Self::take_buffers)).
     owns_buffers: bool,
     state: Arc<Mutex<State>>,
@@ -437,9 +473,7 @@ pub struct MemoryRegion {
 impl MemoryRegion {
     fn new(
         prov: Arc<dyn ProviderMr>,
-        access: MrAccess,
-        domain: u64,
-        key_size: usize,
+        origin: Origin,
         owns_buffers: bool,
         parent: Option<Arc<Mutex<State>>>,
     ) -> MemoryRegion {
@@ -447,10 +481,11 @@ impl MemoryRegion {
         tracing::debug!(fid, len = prov.len(), key = prov.key(), "mr registered");
         MemoryRegion {
             prov,
-            access,
+            access: origin.access,
             fid,
-            domain,
-            key_size,
+            domain: origin.domain,
+            key_size: origin.key_size,
+            rma_events: origin.rma_events,
             owns_buffers,
             state: Arc::default(),
             parent,
@@ -474,9 +509,12 @@ impl MemoryRegion {
         st.subs += 1;
         Ok(MemoryRegion::new(
             prov,
-            access,
-            self.domain,
-            self.key_size,
+            Origin {
+                access,
+                domain: self.domain,
+                key_size: self.key_size,
+                rma_events: self.rma_events,
+            },
             false,
             Some(self.state.clone()),
         ))
@@ -557,6 +595,79 @@ impl MemoryRegion {
         out[..n].copy_from_slice(&key[..n]);
         out[n..size].fill(0);
         Ok((self.addr(), size))
+    }
+
+    /// `fi_mr_bind` with an endpoint: from now on the region is reached
+    /// only by accesses that arrive through `ep` (enabled or not yet);
+    /// through any other endpoint they get `FI_EACCES`, as for a key that
+    /// does not exist. A domain whose `mr_mode` has `FI_MR_ENDPOINT`
+    /// requires it before [`enable`](Self::enable); elsewhere it is
+    /// allowed on providers that see remote accesses (tcp) and confines
+    /// the region from the bind on. Errors: `Domain` for another
+    /// domain's endpoint, `Inval` for a second endpoint, `OpBadState`
+    /// once enabled, `Canceled` once closed, `NoSys` where regions cannot
+    /// be confined (verbs).
+    pub fn bind_endpoint(&self, ep: &Endpoint) -> Result<()> {
+        if ep.domain_fid() != self.domain {
+            return Err(Error::Domain);
+        }
+        let st = lock(&self.state);
+        if st.closed {
+            return Err(Error::Canceled);
+        }
+        self.prov.bind_ep(ep.fid())
+    }
+
+    /// `fi_mr_bind` with a counter: `c` counts the remote accesses of
+    /// this region (through its own key; a sub-region's are its own) that
+    /// `flags` names, each once complete at the target, after its bytes
+    /// are in place or copied out: `REMOTE_WRITE` every RMA write and
+    /// every atomic that may modify the region (fi_mr(3)), `REMOTE_READ`
+    /// every RMA read and every fetching or compare atomic. One access
+    /// adds at most 1 to a counter, even one bound for both. Refused
+    /// accesses count nothing (their initiator gets the error). The region
+    /// must be registered with `FI_RMA_EVENT`. Errors: `BadFlags` for
+    /// flags other than those two (or none), `Domain` for another domain's
+    /// counter, `NoSys` without the domain's `FI_RMA_EVENT` capability
+    /// (fi_mr(3): verbs never has it), `Inval` for a region registered
+    /// without `FI_RMA_EVENT` or a direction bound already, `OpBadState`
+    /// once enabled, `Canceled` once closed.
+    pub fn bind_counter(&self, c: &Counter, flags: BindFlags) -> Result<()> {
+        let remote = BindFlags::REMOTE_READ | BindFlags::REMOTE_WRITE;
+        if flags.is_empty() || !remote.contains(flags) {
+            return Err(Error::BadFlags);
+        }
+        if c.domain != self.domain {
+            return Err(Error::Domain);
+        }
+        if !self.rma_events {
+            return Err(Error::NoSys);
+        }
+        let st = lock(&self.state);
+        if st.closed {
+            return Err(Error::Canceled);
+        }
+        self.prov.bind_cntr(c.shared.clone(), flags)
+    }
+
+    /// `fi_mr_enable`: a region waiting for its bindings becomes
+    /// reachable, and takes no more ([`bind_endpoint`](Self::bind_endpoint)
+    /// and [`bind_counter`](Self::bind_counter) are `OpBadState` after
+    /// it). Regions wait when the domain's `mr_mode` has `FI_MR_ENDPOINT`
+    /// (all of them) or `FI_MR_RMA_EVENT` (those registered with
+    /// `FI_RMA_EVENT`); until then every peer's access is `FI_EACCES`.
+    /// Other regions are reachable from registration, and enabling them
+    /// only closes their bindings. Enabling twice is fine. Errors: `Inval`
+    /// on an `FI_MR_ENDPOINT` domain before an endpoint is bound
+    /// (fi_mr(3) names no code for it; `FI_ENOKEY` there means a key in
+    /// use), `Canceled` once closed, `NoSys` where regions take no
+    /// bindings and are reachable from registration (verbs).
+    pub fn enable(&self) -> Result<()> {
+        let st = lock(&self.state);
+        if st.closed {
+            return Err(Error::Canceled);
+        }
+        self.prov.enable()
     }
 
     /// Copies `out.len()` bytes starting at `offset` out of the region.

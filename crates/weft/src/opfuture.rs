@@ -148,7 +148,7 @@ impl Future for OpFuture {
         match polled {
             Poll::Ready(Ok(done)) => {
                 self.owner = None;
-                Poll::Ready(done.item)
+                Poll::Ready(done.item.map_err(|e| *e))
             }
             Poll::Ready(Err(_)) => {
                 self.owner = None;
@@ -178,12 +178,14 @@ impl Drop for OpFuture {
         if self.on_drop != OnDrop::CancelOrGiveBack {
             return;
         }
-        if let Ok(Some(Finished {
-            item: Ok(entry),
-            origin,
-        })) = self.rx.try_recv()
+        if let Some(back) = self
+            .rx
+            .try_recv()
+            .ok()
+            .flatten()
+            .and_then(Returned::from_finished)
         {
-            owner.give_back(Returned { entry, origin });
+            owner.give_back(back);
         }
     }
 }

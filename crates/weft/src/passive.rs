@@ -44,6 +44,7 @@ impl PassiveEndpoint {
             info.ep_attr.auth_key.as_deref(),
             info.domain_attr.auth_key.as_deref(),
         )?;
+        crate::fabric::check_tls(fabric.prov(), &info)?;
         Ok(PassiveEndpoint {
             fid: next_fid(),
             fabric,

@@ -10,7 +10,14 @@ pub const INSTANTIATED: &[&str] = &["tcp", "verbs", "udp"];
 /// Generates, for every provider, a module holding one multi-threaded
 /// `#[tokio::test]` per listed test function. Attributes written before a
 /// name (e.g. `#[ignore = "BUG: ..."]`) are applied to every instance.
+/// A list that starts with `verbs_ignore = "why";` is of behaviours verbs
+/// cannot have: its verbs instances are reported as ignored, with `why`
+/// (the refusals verbs gives instead are checked elsewhere).
 macro_rules! provider_tests {
+    (verbs_ignore = $why:literal; $($(#[$attr:meta])* $name:ident),* $(,)?) => {
+        provider_tests!(@provider tcp, "tcp"; $($(#[$attr])* $name),*);
+        provider_tests!(@provider verbs, "verbs"; $(#[ignore = $why] $(#[$attr])* $name),*);
+    };
     ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
         provider_tests!(@provider tcp, "tcp"; $($(#[$attr])* $name),*);
         provider_tests!(@provider verbs, "verbs";

@@ -17,6 +17,7 @@ mod flags;
 mod mr;
 mod msg_ep;
 mod rma;
+mod rma_events;
 mod tagged;
 
 /// The provider list of the macro must be the library's list: adding a

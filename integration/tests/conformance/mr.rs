@@ -11,7 +11,10 @@
 //! addressed from their own start.
 
 use bytes::BytesMut;
-use weft::{Domain, EpType, Error, MemoryRegion, MrAccess, MrAttr, MrMode, MrRegFlags, RegError};
+use weft::{
+    BindFlags, Caps, Domain, EpType, Error, MemoryRegion, MrAccess, MrAttr, MrMode, MrRegFlags,
+    RegError,
+};
 use weft_integration::{Harness, Provider};
 
 const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
@@ -111,13 +114,82 @@ async fn bad_requests_are_refused_and_lose_nothing(p: Provider) {
         assert_eq!(e.error, Error::NoSys);
         return;
     }
-    // Verbs cannot see remote accesses at the target: single-use keys are
-    // refused by the provider, again losing nothing.
-    check(
-        MrAttr::buffer(b.clone(), RW).flags(MrRegFlags::SINGLE_USE),
-        Error::BadFlags,
-        std::slice::from_ref(&b),
+    // Single-use keys need a target that sees remote accesses (tcp,
+    // rma_events.rs); verbs refuses them, again losing nothing.
+    if !sees_remote_accesses(&p) {
+        check(
+            MrAttr::buffer(b.clone(), RW).flags(MrRegFlags::SINGLE_USE),
+            Error::BadFlags,
+            std::slice::from_ref(&b),
+        );
+    }
+}
+
+/// Whether `p` offers `FI_RMA_EVENT` (it sees remote accesses at the
+/// target): the offer of `rma_events.rs`.
+pub fn sees_remote_accesses(p: &Provider) -> bool {
+    p.try_info_with(EpType::Rdm, |h| {
+        h.caps = Caps::MSG | Caps::RMA | Caps::RMA_EVENT;
+        h.domain_attr.mr_mode = MrMode::PROV_KEY | MrMode::VIRT_ADDR | MrMode::LOCAL;
+    })
+    .is_some()
+}
+
+/// A provider that cannot see remote accesses never offers what needs
+/// it, and refuses each call with its documented error: `FI_RMA_EVENT`
+/// and the modes `FI_MR_RMA_EVENT`/`FI_MR_ENDPOINT` are in no result,
+/// `fi_mr_bind` is `NoSys` (fi_mr(3)), as are `fi_mr_enable` (regions are
+/// reachable from registration) and remote counters on endpoints,
+/// single-use keys are `BadFlags`. Providers that do see them are
+/// checked in `rma_events.rs`.
+async fn target_visible_access_is_refused_where_not_offered(p: Provider) {
+    if sees_remote_accesses(&p) {
+        // Offered, but only on request: RMA hints without it get neither
+        // the cap nor a mode that would make regions wait.
+        let info = p.rma_info(EpType::Rdm);
+        assert!(!info.caps.contains(Caps::RMA_EVENT));
+        assert!(!info
+            .domain_attr
+            .mr_mode
+            .intersects(MrMode::RMA_EVENT | MrMode::ENDPOINT));
+        return;
+    }
+    let every =
+        MrMode::PROV_KEY | MrMode::VIRT_ADDR | MrMode::LOCAL | MrMode::RMA_EVENT | MrMode::ENDPOINT;
+    let info = p
+        .try_info_with(EpType::Rdm, |h| {
+            h.caps = Caps::MSG | Caps::RMA;
+            h.domain_attr.mr_mode = every;
+        })
+        .expect("an RMA offer");
+    assert!(!info.caps.contains(Caps::RMA_EVENT));
+    assert!(!info
+        .domain_attr
+        .mr_mode
+        .intersects(MrMode::RMA_EVENT | MrMode::ENDPOINT));
+    let h = Harness::with_info(&p, info);
+    let d = &h.domain;
+    let mr = d.mr_alloc(64, RW).expect("register");
+    let c = d.counter().unwrap();
+    assert_eq!(
+        mr.bind_counter(&c, BindFlags::REMOTE_WRITE),
+        Err(Error::NoSys)
     );
+    let ep = h.endpoint();
+    assert_eq!(mr.bind_endpoint(&ep), Err(Error::NoSys));
+    assert_eq!(mr.enable(), Err(Error::NoSys));
+    for f in [BindFlags::REMOTE_READ, BindFlags::REMOTE_WRITE] {
+        assert_eq!(ep.bind_counter(&c, f), Err(Error::NoSys));
+    }
+    let b = filled(16, 4);
+    let e = d
+        .mr_regattr(MrAttr::buffer(b.clone(), RW).flags(MrRegFlags::SINGLE_USE))
+        .unwrap_err();
+    assert_eq!((e.error, e.buffers), (Error::BadFlags, vec![b]));
+    // An info made up with the cap opens no endpoint.
+    let mut forged = h.info.clone();
+    forged.caps |= Caps::RMA_EVENT;
+    assert_eq!(d.endpoint(&forged).unwrap_err(), Error::NoSys);
 }
 
 /// A buffer registered in place: the region is the buffer (its bytes,
@@ -346,4 +418,5 @@ provider_tests! {
     sub_regions_share_memory_and_hold_the_base,
     buffers_register_as_one_region,
     requested_keys_are_used_and_unique,
+    target_visible_access_is_refused_where_not_offered,
 }

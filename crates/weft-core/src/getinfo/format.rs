@@ -128,6 +128,19 @@ fn name_str(n: &Option<String>) -> &str {
     n.as_deref().unwrap_or("(null)")
 }
 
+/// The files only, never their contents.
+fn tls_str(t: &Option<crate::tls::TlsFiles>) -> String {
+    match t {
+        None => "(null)".to_owned(),
+        Some(f) => format!(
+            "cert={} key={} ca={}",
+            f.cert.display(),
+            f.key.display(),
+            f.ca.display()
+        ),
+    }
+}
+
 fn key_size(k: &Option<Vec<u8>>) -> usize {
     k.as_ref().map_or(0, Vec::len)
 }
@@ -288,6 +301,8 @@ pub fn format_info(info: &Info, verbose: bool) -> String {
         line(&mut out, 2, "auth_key_size", key_size(&da.auth_key));
     }
     line(&mut out, 2, "max_ep_auth_key", da.max_ep_auth_key);
+    line(&mut out, 2, "tls_capable", u8::from(da.tls_capable));
+    line(&mut out, 2, "tls", tls_str(&da.tls));
 
     out.push_str("    fi_fabric_attr:\n");
     line(&mut out, 2, "name", name_str(&fa.name));

@@ -14,9 +14,10 @@
 //!   caps that were not asked for). A request naming only secondary caps
 //!   leaves the offer's primary caps. Attribute caps not requested follow the
 //!   narrowed info caps, so they never exceed them. Caps in
-//!   [`Caps::ON_REQUEST`] (`FI_SOURCE_ERR`) are in a result only when the
-//!   hints name them; `FI_SOURCE_ERR` with primary caps but without
-//!   `FI_SOURCE` matches nothing.
+//!   [`Caps::ON_REQUEST`] (`FI_SOURCE_ERR`, `FI_RMA_EVENT`) are in a result
+//!   only when the hints name them (and then in the attributes that offer
+//!   them too); `FI_SOURCE_ERR` with primary caps but without `FI_SOURCE`
+//!   matches nothing.
 //! * **mode**: the offer's required bits must all be accepted by the hints.
 //!   `tx_attr`/`rx_attr`/`domain_attr` modes of 0 in the hints mean "same as
 //!   `info.mode`" (fi_endpoint(3)). The result carries the offer's modes.
@@ -31,7 +32,12 @@
 //!   `FI_RMA` or `FI_ATOMIC`. Hints that ask for neither get neither: the
 //!   result carries no RMA/atomic caps and none of those bits (with empty
 //!   caps, or only secondary ones, RMA stays in only if the hints' `mr_mode`
-//!   accepts its bits).
+//!   accepts its bits). [`ON_REQUEST_MR_MODES`] (`FI_MR_RMA_EVENT`,
+//!   `FI_MR_ENDPOINT`) are never required: an offer with `FI_RMA_EVENT`
+//!   can work with or without them, and its result carries those the
+//!   hints' `mr_mode` names (`FI_MR_RMA_EVENT` only with `FI_RMA_EVENT` in
+//!   the result, neither without RMA), so regions need binding and enabling
+//!   only for applications that said they would do it.
 //! * **ep_type, protocol**: equal when given.
 //! * **addr_format**: equal when given, except that `FI_SOCKADDR` and the
 //!   specific `FI_SOCKADDR_IN{,6}` accept each other; the result is the more
@@ -68,6 +74,9 @@
 //!   offers whose `max_ep_auth_key` is at least 1, and no offer if it
 //!   also carries a domain key; the result carries it.
 //! * **max_ep_auth_key**: a size like the others.
+//! * **tls**, **tls_capable** (`domain_attr`, Weft extensions): offers
+//!   carry no files. A hint with files or with `tls_capable` set matches
+//!   only offers that run TLS; the result carries the hint's files.
 //! * **fabric versions, msg_prefix_size, mr_cnt**: not matched; offer values.
 
 mod format;
@@ -134,6 +143,13 @@ pub const MR_MODE_RMA_TARGET: MrMode = MrMode::RAW
     .union(MrMode::VIRT_ADDR)
     .union(MrMode::PROV_KEY)
     .union(MrMode::RMA_EVENT);
+
+/// `mr_mode` bits an offer with `FI_RMA_EVENT` takes on request: its
+/// provider sees every remote access at the target, so it can count them
+/// per region and confine a region to an endpoint, or not. A result
+/// carries those the hints name (see the module docs); offers never
+/// require them.
+pub const ON_REQUEST_MR_MODES: MrMode = MrMode::RMA_EVENT.union(MrMode::ENDPOINT);
 
 /// The caps that come with RMA and atomics.
 const RMA_LIKE: Caps = Caps::RMA
@@ -213,6 +229,22 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
         && rx_ctx_ok(h, o)
         && keys_ok(h, o)
         && source_err_ok(h)
+        && tls_ok(h, o)
+}
+
+/// The [`ON_REQUEST_MR_MODES`] a result for `h` carries, given its
+/// narrowed `caps`: those the hints accept, from an offer that sees remote
+/// accesses, in a result that keeps RMA (and `FI_MR_RMA_EVENT` only with
+/// `FI_RMA_EVENT`: without it no region is registered for events).
+fn on_request_mr_modes(h: &Info, o: &Info, caps: Caps) -> MrMode {
+    if !o.caps.contains(Caps::RMA_EVENT) || !caps.intersects(Caps::RMA | Caps::ATOMIC) {
+        return MrMode::empty();
+    }
+    let mut m = h.domain_attr.mr_mode & ON_REQUEST_MR_MODES;
+    if !caps.contains(Caps::RMA_EVENT) {
+        m -= MrMode::RMA_EVENT;
+    }
+    m
 }
 
 /// `FI_SOURCE_ERR` needs `FI_SOURCE` (a hint naming primary caps must
@@ -221,6 +253,13 @@ fn source_err_ok(h: &Info) -> bool {
     !h.caps.contains(Caps::SOURCE_ERR)
         || !h.caps.intersects(Caps::PRIMARY)
         || h.caps.contains(Caps::SOURCE)
+}
+
+/// A hint that names TLS files or asks for TLS matches only providers
+/// that run it.
+fn tls_ok(h: &Info, o: &Info) -> bool {
+    let wants = h.domain_attr.tls.is_some() || h.domain_attr.tls_capable;
+    !wants || o.domain_attr.tls_capable
 }
 
 /// A hint's authorization keys: sizes the provider takes, and an offer
@@ -261,7 +300,8 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
     r.tx_attr.mode -= OPTIONAL_MODES - mode_or(h.tx_attr.mode, h.mode);
     r.rx_attr.mode -= OPTIONAL_MODES - mode_or(h.rx_attr.mode, h.mode);
     r.domain_attr.mode -= OPTIONAL_MODES - mode_or(h.domain_attr.mode, h.mode);
-    r.caps = narrow_caps(h.caps, offer.caps, Caps::all());
+    // Caps granted on request come with the request only.
+    r.caps = narrow_caps(h.caps, offer.caps, Caps::all() - Caps::ON_REQUEST);
     r.tx_attr.caps = narrow_caps(h.tx_attr.caps, offer.tx_attr.caps, r.caps);
     r.rx_attr.caps = narrow_caps(h.rx_attr.caps, offer.rx_attr.caps, r.caps);
     r.domain_attr.caps = narrow_caps(h.domain_attr.caps, offer.domain_attr.caps, r.caps);
@@ -272,6 +312,7 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
         r.domain_attr.caps -= RMA_LIKE;
         r.domain_attr.mr_mode -= MR_MODE_RMA_TARGET;
     }
+    r.domain_attr.mr_mode |= on_request_mr_modes(h, offer, r.caps);
 
     r.addr_format = match (h.addr_format, offer.addr_format) {
         (AddrFormat::SockaddrIn | AddrFormat::SockaddrIn6, AddrFormat::Sockaddr) => h.addr_format,
@@ -319,6 +360,9 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
         r.domain_attr.auth_key.clone_from(&h.domain_attr.auth_key);
     }
     r.domain_attr.av_auth_key = h.domain_attr.av_auth_key;
+    if h.domain_attr.tls.is_some() {
+        r.domain_attr.tls.clone_from(&h.domain_attr.tls);
+    }
     if h.src_addr.is_some() {
         r.src_addr.clone_from(&h.src_addr);
     }
@@ -428,15 +472,21 @@ fn name_ok(hint: &Option<String>, offer: &Option<String>) -> bool {
 }
 
 /// Primary caps are narrowed to the request; secondary caps are reported as
-/// offered. `parent` bounds the primary caps of an attribute whose request
-/// is empty (the narrowed info caps).
+/// offered, except [`Caps::ON_REQUEST`], which only a request brings.
+/// `parent` bounds the primary and on-request caps of a request that names
+/// no primary caps: for an attribute, the narrowed info caps; for the info
+/// itself, everything but the caps granted on request.
 fn narrow_caps(hint: Caps, offer: Caps, parent: Caps) -> Caps {
     let secondary = offer.difference(Caps::PRIMARY | Caps::ON_REQUEST);
     let asked = hint.intersection(Caps::ON_REQUEST);
     if hint.intersects(Caps::PRIMARY) {
         hint.intersection(Caps::PRIMARY) | secondary | asked
     } else {
-        offer.intersection(Caps::PRIMARY).intersection(parent) | secondary | asked
+        offer
+            .intersection(Caps::PRIMARY | Caps::ON_REQUEST)
+            .intersection(parent)
+            | secondary
+            | asked
     }
 }
 

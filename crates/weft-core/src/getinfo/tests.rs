@@ -542,3 +542,93 @@ fn auth_keys_need_an_offer_that_takes_them_and_pass_through() {
     assert!(text.contains("auth_key_size: 6"), "{text}");
     assert!(!text.contains("secret"));
 }
+
+#[test]
+fn tls_needs_an_offer_that_runs_it_and_passes_through() {
+    let mut capable = offer();
+    capable.domain_attr.tls_capable = true;
+    let files = crate::tls::TlsFiles::new("c.pem", "k.pem", "ca.pem");
+    let h = with(|h| h.domain_attr.tls = Some(files.clone()));
+    assert!(!satisfies(&h, &offer()), "an offer without TLS");
+    assert!(satisfies(&h, &capable));
+    assert_eq!(narrow(&h, &capable).domain_attr.tls, Some(files.clone()));
+    let asks = with(|h| h.domain_attr.tls_capable = true);
+    assert!(!satisfies(&asks, &offer()));
+    assert!(satisfies(&asks, &capable));
+    // Not asked for: both match, and the result names no files.
+    assert!(satisfies(&Info::default(), &capable));
+    assert_eq!(narrow(&Info::default(), &capable).domain_attr.tls, None);
+    let text = format_info(&narrow(&h, &capable), true);
+    assert!(text.contains("tls_capable: 1"), "{text}");
+    assert!(text.contains("cert=c.pem key=k.pem ca=ca.pem"), "{text}");
+}
+
+#[test]
+fn rma_events_and_their_mr_modes_come_on_request() {
+    let mut o = offer();
+    o.caps |= Caps::RMA_EVENT;
+    o.rx_attr.caps |= Caps::RMA_EVENT;
+    let both = MrMode::RMA_EVENT | MrMode::ENDPOINT;
+    // Not asked for: no cap, and no mode bit required of anyone.
+    for h in [Info::default(), with(|h| h.caps = Caps::MSG | Caps::RMA)] {
+        assert!(satisfies(&h, &o));
+        let r = narrow(&h, &o);
+        assert!(!r.caps.contains(Caps::RMA_EVENT), "{:?}", h.caps);
+        assert!(!r.rx_attr.caps.contains(Caps::RMA_EVENT));
+        assert_eq!(r.domain_attr.mr_mode, MrMode::empty());
+    }
+    // Asked for: in the info and the receive side (the only side that
+    // offers it), and still no mode unless the hints name one.
+    let h = with(|h| h.caps = Caps::MSG | Caps::RMA | Caps::RMA_EVENT);
+    let r = narrow(&h, &o);
+    assert!(r.caps.contains(Caps::RMA_EVENT) && r.rx_attr.caps.contains(Caps::RMA_EVENT));
+    assert!(!r.tx_attr.caps.contains(Caps::RMA_EVENT));
+    assert_eq!(r.domain_attr.mr_mode, MrMode::empty());
+    // Modes the hints accept are granted; FI_MR_RMA_EVENT only with the cap.
+    let h = with(|h| {
+        h.caps = Caps::RMA | Caps::RMA_EVENT;
+        h.domain_attr.mr_mode = both | MrMode::PROV_KEY;
+    });
+    assert_eq!(narrow(&h, &o).domain_attr.mr_mode, both);
+    let h = with(|h| {
+        h.caps = Caps::RMA;
+        h.domain_attr.mr_mode = both;
+    });
+    assert_eq!(narrow(&h, &o).domain_attr.mr_mode, MrMode::ENDPOINT);
+    // Without RMA in the result, regions are of no use: no mode.
+    let h = with(|h| {
+        h.caps = Caps::TAGGED;
+        h.domain_attr.mr_mode = both;
+    });
+    assert_eq!(narrow(&h, &o).domain_attr.mr_mode, MrMode::empty());
+    // An offer that cannot see remote accesses: the cap matches nothing
+    // and the modes are never granted.
+    let plain = offer();
+    assert!(!satisfies(
+        &with(|h| h.caps = Caps::RMA | Caps::RMA_EVENT),
+        &plain
+    ));
+    let h = with(|h| {
+        h.caps = Caps::RMA;
+        h.domain_attr.mr_mode = both;
+    });
+    assert!(satisfies(&h, &plain));
+    assert_eq!(narrow(&h, &plain).domain_attr.mr_mode, MrMode::empty());
+}
+
+#[test]
+fn caps_granted_on_request_follow_the_info_into_the_attributes() {
+    let mut o = offer();
+    o.caps |= Caps::SOURCE | Caps::SOURCE_ERR;
+    o.rx_attr.caps |= Caps::SOURCE | Caps::SOURCE_ERR;
+    let h = with(|h| h.caps = Caps::TAGGED | Caps::SOURCE | Caps::SOURCE_ERR);
+    let r = narrow(&h, &o);
+    assert!(r.caps.contains(Caps::SOURCE_ERR));
+    assert!(r.rx_attr.caps.contains(Caps::SOURCE_ERR));
+    assert!(
+        !r.tx_attr.caps.contains(Caps::SOURCE_ERR),
+        "not offered there"
+    );
+    let r = narrow(&with(|h| h.caps = Caps::TAGGED), &o);
+    assert!(!r.caps.contains(Caps::SOURCE_ERR) && !r.rx_attr.caps.contains(Caps::SOURCE_ERR));
+}

@@ -65,8 +65,10 @@ pub struct MsgInfo {
     /// Remote CQ data, if the sender attached any.
     pub data: Option<u64>,
     /// The AV key handle the sender's connection proved
-    /// (`FI_AV_AUTH_KEY` endpoints), for receives directed by key.
-    pub key: Option<FiAddr>,
+    /// (`FI_AV_AUTH_KEY` endpoints), for receives directed by key. Key
+    /// handles are below `MAX_AV_AUTH_KEYS`; 16 bits keep this struct,
+    /// which every arrival moves, at its size without them.
+    pub key: Option<u16>,
 }
 
 impl RecvSpec {
@@ -76,7 +78,7 @@ impl RecvSpec {
     /// the time it is matched.
     pub fn accepts(&self, info: &MsgInfo) -> bool {
         if self.by_key {
-            return kind_and_tag_ok(self, info) && info.key == Some(self.src);
+            return kind_and_tag_ok(self, info) && info.key.map(FiAddr::from) == Some(self.src);
         }
         kind_and_tag_ok(self, info) && (src_ok(self.src, info.src) || info.src == FI_ADDR_NOTAVAIL)
     }
@@ -85,7 +87,7 @@ impl RecvSpec {
     /// with handle `src` (resolved now), by address or by key.
     fn takes_from(&self, info: &MsgInfo, src: FiAddr) -> bool {
         if self.by_key {
-            info.key == Some(self.src)
+            info.key.map(FiAddr::from) == Some(self.src)
         } else {
             src_ok(self.src, src)
         }

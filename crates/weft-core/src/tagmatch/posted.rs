@@ -139,7 +139,9 @@ impl<R> PostedQueue<R> {
             let own = own_src
                 .then(|| index_first(&self.untagged, &info.src))
                 .flatten();
-            let by_key = info.key.and_then(|k| index_first(&self.untagged_key, &k));
+            let by_key = info
+                .key
+                .and_then(|k| index_first(&self.untagged_key, &FiAddr::from(k)));
             return earlier(earlier(any, own), by_key);
         }
         let any = index_first(&self.exact, &(info.tag, FI_ADDR_UNSPEC));
@@ -148,7 +150,7 @@ impl<R> PostedQueue<R> {
             .flatten();
         let by_key = info
             .key
-            .and_then(|k| index_first(&self.exact_key, &(info.tag, k)));
+            .and_then(|k| index_first(&self.exact_key, &(info.tag, FiAddr::from(k))));
         let best = earlier(earlier(any, own), by_key);
         let upper = best.map_or(Bound::Unbounded, Bound::Excluded);
         let wild = self
@@ -157,7 +159,7 @@ impl<R> PostedQueue<R> {
             .find(|(_, &(tag, ignore, src, by_key))| {
                 tag_matches(tag, ignore, info.tag)
                     && if by_key {
-                        info.key == Some(src)
+                        info.key.map(FiAddr::from) == Some(src)
                     } else {
                         src_ok(src, info.src)
                     }

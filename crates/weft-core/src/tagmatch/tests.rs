@@ -456,7 +456,10 @@ fn a_message_put_back_goes_ahead_of_every_buffered_one() {
 fn receives_directed_by_key_take_only_senders_that_proved_it() {
     const KA: FiAddr = 0;
     const KB: FiAddr = 1;
-    let keyed = |m: MsgInfo, k: FiAddr| MsgInfo { key: Some(k), ..m };
+    let keyed = |m: MsgInfo, k: FiAddr| MsgInfo {
+        key: u16::try_from(k).ok(),
+        ..m
+    };
     let by_key = |s: RecvSpec| RecvSpec { by_key: true, ..s };
     let mut m = M::new();
     // Posted: exact, wildcard and untagged receives for key A.
@@ -481,7 +484,7 @@ fn receives_directed_by_key_take_only_senders_that_proved_it() {
     m.push_unexpected(1, keyed(tmsg(B, 7, 1), KB), 10);
     m.push_unexpected(2, keyed(tmsg(A, 7, 2), KA), 11);
     let (_, _, info, payload) = matched(m.post(by_key(tspec(KA, 7, 0, 4)), 4, &no_av));
-    assert_eq!((payload, info.src, info.key), (11, A, Some(KA)));
+    assert_eq!((payload, info.src, info.key), (11, A, Some(KA as u16)));
     assert!(queued(m.post(by_key(tspec(KA, 7, 0, 5)), 5, &no_av)));
     let (_, _, _, payload) = matched(m.post(tspec(FI_ADDR_UNSPEC, 7, 0, 6), 6, &no_av));
     assert_eq!(payload, 10);

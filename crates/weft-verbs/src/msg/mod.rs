@@ -25,6 +25,13 @@
 //! `FI_RX_CQ_DATA` as an optional mode: applications whose hints do not
 //! accept it get the offer without it, and their writedata is `NoSys`.
 //!
+//! An endpoint with an authorization key connects in two requests, the
+//! first answered by the listener's challenge (`crate::keyproof`); its
+//! CM data then shares the request with the proof, so it may be at most
+//! [`PROOF_DATA_MAX`] (30) bytes instead of [`CM_DATA_SIZE`]. Its data
+//! is covered by the proof's MAC. An accepting endpoint with a key takes
+//! only a request that proved that key.
+//!
 //! Connection setup is bounded by `limits.handshake_timeout` on both
 //! sides (from the request to `Established`), as in the tcp provider: a
 //! peer that never completes its side costs the endpoint one timeout, not
@@ -69,6 +76,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr};
+use weft_core::auth::{AuthKey, ConnKind};
 use weft_core::completion::{CqErrEntry, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
@@ -82,6 +90,9 @@ use weft_core::{Error, Result};
 
 use crate::cm_events::{self, CmChannel};
 use crate::cq_poller::{self, PollerSlot};
+use crate::keyproof::dial::{self, OpeningId};
+use crate::keyproof::payload::{self, PROOF_DATA_MAX};
+use crate::keyproof::Dialer;
 use crate::slot_pool::{SlotPool, SLOTS};
 use crate::sys::{
     AccessFlags, CmEventKind, CmId, CompChannel, ConnParam, Cq, PortSpace, ProtectionDomain,
@@ -96,30 +107,7 @@ pub use srx::MsgSrx;
 
 use complete::{Inflight, RecvMem, RxQueue};
 
-/// rdma_cm's private-data limit on an RC connect, less our length byte.
-pub const CM_DATA_SIZE: usize = 55;
-
-/// Encodes CM data with its length byte.
-pub fn cm_encode(data: &[u8]) -> Result<Vec<u8>> {
-    if data.len() > CM_DATA_SIZE {
-        return Err(Error::Inval);
-    }
-    let mut v = Vec::with_capacity(data.len() + 1);
-    v.push(data.len() as u8);
-    v.extend_from_slice(data);
-    Ok(v)
-}
-
-/// The user's CM data out of (padded) private data. Data from a peer that
-/// does not use the length byte is given back whole.
-pub fn cm_decode(pd: &[u8]) -> Vec<u8> {
-    match pd.split_first() {
-        Some((&n, rest)) if usize::from(n) <= rest.len() && usize::from(n) <= CM_DATA_SIZE => {
-            rest[..usize::from(n)].to_vec()
-        }
-        _ => Vec::new(),
-    }
-}
+pub use crate::cm_data::{cm_decode, cm_encode, CM_DATA_SIZE};
 
 /// The verbs resources of one connection, children after parents.
 pub struct Link {
@@ -148,6 +136,8 @@ impl std::fmt::Debug for Link {
 pub struct MsgShared {
     pub cfg: EpConfig,
     pub rt: Handle,
+    /// The key it proves (its own, else its domain's).
+    key: Option<AuthKey>,
     pub link: Mutex<Option<Arc<Link>>>,
     /// The channel whose events concern our id (ours, or the listener's).
     pub cm: Mutex<Option<Arc<CmChannel>>>,
@@ -179,11 +169,12 @@ impl std::fmt::Debug for MsgShared {
 }
 
 impl MsgShared {
-    fn new(cfg: EpConfig, rt: Handle) -> Arc<MsgShared> {
+    fn new(cfg: EpConfig, rt: Handle, key: Option<AuthKey>) -> Arc<MsgShared> {
         let (tx, rx) = (cfg.info.tx_attr.size, cfg.info.rx_attr.size);
         Arc::new(MsgShared {
             cfg,
             rt,
+            key,
             link: Mutex::new(None),
             cm: Mutex::new(None),
             poller: Arc::new(Mutex::new(None)),
@@ -376,7 +367,11 @@ pub struct VerbsMsgEndpoint {
 
 /// Opens an MSG endpoint (connected later by `connect` or `accept`).
 pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
-    let shared = MsgShared::new(cfg, rt);
+    let key = weft_core::auth::effective_key(
+        cfg.info.ep_attr.auth_key.as_deref(),
+        cfg.info.domain_attr.auth_key.as_deref(),
+    )?;
+    let shared = MsgShared::new(cfg, rt, key);
     let inline: Arc<dyn Progress> = Arc::new(cq_poller::InlinePoll::new(shared.poller.clone()));
     Ok(Arc::new(VerbsMsgEndpoint { shared, inline }))
 }
@@ -398,11 +393,43 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
         .as_deref()
         .or(ep.cfg.info.src_addr.as_deref())
         .and_then(|a| decode_sockaddr(a).ok());
-    cm_events::resolve(&id, &mut events, src, dest)
-        .await
-        .map_err(|(e, _)| e)?;
+    // A keyed connect opens on an id of its own, resolved beside the one
+    // that will carry the connection.
+    let mut opening = match &ep.key {
+        Some(k) => Some((
+            Dialer::new(k.clone(), ConnKind::Msg)?,
+            OpeningId::new(&chan, tos)?,
+        )),
+        None => None,
+    };
+    match &mut opening {
+        Some((_, o)) => {
+            let (a, b) = tokio::join!(
+                cm_events::resolve(&id, &mut events, src, dest),
+                o.resolve(src, dest)
+            );
+            a.and(b).map_err(|(e, _)| e)?;
+        }
+        None => cm_events::resolve(&id, &mut events, src, dest)
+            .await
+            .map_err(|(e, _)| e)?,
+    }
     let link = ep.build_link(id)?;
-    let pd = cm_encode(&cm)?;
+    let pd = match opening {
+        Some((d, o)) => {
+            let t = ep.cfg.limits.handshake_timeout;
+            let qpn = link.qp.qp_num();
+            match dial::prove(&d, o, &link.id, &mut events, qpn, dest, &cm, t).await {
+                Ok(pd) => pd,
+                Err(e) => {
+                    *lock(&ep.link) = None;
+                    ep.cfg.eq_error(e, Vec::new());
+                    return Err(e);
+                }
+            }
+        }
+        None => cm_encode(&cm)?,
+    };
     link.id.connect(&ConnParam::new(&pd))?;
     match established(&ep, &mut events).await {
         Ok(ev) => {
@@ -411,6 +438,9 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
             Ok(peer_cm)
         }
         Err((e, data)) => {
+            // A keyed listener refuses an unkeyed request, or a proof
+            // that does not hold, with a rejection of its own.
+            let e = payload::rejection(e, &data);
             *lock(&ep.link) = None;
             ep.cfg.eq_error(e, cm_decode(&data));
             Err(e)
@@ -555,7 +585,12 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
     fn connect(&self, dest: Vec<u8>, cm_data: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> {
         let ep = self.shared.clone();
         async move {
-            if cm_data.len() > CM_DATA_SIZE {
+            let room = if ep.key.is_some() {
+                PROOF_DATA_MAX
+            } else {
+                CM_DATA_SIZE
+            };
+            if cm_data.len() > room {
                 return Err(Error::Inval);
             }
             let dest = decode_sockaddr(&dest)?;
@@ -583,6 +618,15 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
             let h = ep.cfg.conn.clone().ok_or(Error::OpBadState)?;
             let req = crate::passive::request_of(&h)?;
             let tos = crate::tos_of(&ep.cfg.info)?;
+            if ep.key.is_some() && ep.key.as_ref() != req.proven() {
+                // The connection would join a job whose key it did not
+                // prove (on a keyed domain: reach its regions).
+                let (id, chan) = req.take()?;
+                let _ = id.reject(&payload::refused());
+                chan.unsubscribe(id.token());
+                ep.cfg.eq_error(Error::KeyRejected, Vec::new());
+                return Err(Error::KeyRejected);
+            }
             let (id, chan) = req.take()?;
             if let Some(t) = tos {
                 id.set_tos(t)?;

@@ -43,6 +43,15 @@
 //! that made it: between endpoints of different classes, each accepted
 //! connection has its peer's.
 //!
+//! Authorization keys (`crate::keyproof`): an endpoint with a key makes
+//! and takes connections only with peers that prove it, in two connect
+//! requests, the first answered by the acceptor's challenge; the hello
+//! then travels in the proof, covered by its MAC, as the listening port
+//! alone (a whole sockaddr does not fit beside the MAC): the listening
+//! address is that port at the IP address the request came from. A
+//! refusal fails the sends queued for the peer with `KeyRejected` and is
+//! reported on both sides' EQs with the other's address.
+//!
 //! Idle connections are not retired (`limits.idle_timeout` is not used
 //! here), only counted against `max_conns`. The target of RDMA writes
 //! sees no traffic from them, so an idle connection cannot be told from
@@ -354,6 +363,9 @@ pub struct RdmShared {
     pub(crate) listener: CmId,
     /// The IP TOS of every connection's rdma_cm id (`tx_attr.tclass`).
     pub(crate) tos: Option<u8>,
+    /// The key connections prove (its own, else its domain's), and the
+    /// listener's open challenges.
+    pub(crate) gate: crate::keyproof::Gate,
     pub(crate) peers: Mutex<FastMap<SocketAddr, PeerState>>,
     pub(crate) by_qp: Mutex<FastMap<u32, Arc<Conn>>>,
     pub(crate) matcher: Mutex<RdmMatcher>,
@@ -667,6 +679,15 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         .ok_or(Error::AddrNotAvail)
         .and_then(decode_sockaddr)?;
     let tos = crate::tos_of(&cfg.info)?;
+    let key = weft_core::auth::effective_key(
+        cfg.info.ep_attr.auth_key.as_deref(),
+        cfg.info.domain_attr.auth_key.as_deref(),
+    )?;
+    let gate = crate::keyproof::Gate::new(
+        key,
+        weft_core::auth::ConnKind::Rdm,
+        cfg.limits.handshake_timeout,
+    );
     let cm = CmChannel::open(&rt)?;
     let listener = CmId::new(&cm.ch, PortSpace::Tcp)?;
     if let Some(t) = tos {
@@ -701,6 +722,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         cm,
         listener,
         tos,
+        gate,
         peers: Mutex::new(fast_map()),
         by_qp: Mutex::new(fast_map()),
         matcher: Mutex::new(Matcher::new()),

@@ -11,18 +11,21 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedReceiver;
-use weft_core::addr::{decode_sockaddr, encode_sockaddr};
+use weft_core::addr::encode_sockaddr;
+use weft_core::auth::ConnKind;
 use weft_core::credits::Credits;
 use weft_core::hash::FastMap;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
 use super::{Conn, Deferred, PeerState, RdmShared, Unexp, QP_INLINE, QP_SEND_WR};
+use crate::cm_data::{cm_decode, cm_encode, keyed_hello, parse_hello, parse_keyed_hello};
 use crate::cm_events;
-use crate::msg::{cm_decode, cm_encode};
+use crate::keyproof::dial::{self, OpeningId};
+use crate::keyproof::{payload, Dialer, Verdict};
 use crate::sys::{CmEvent, CmEventKind, CmId, ConnParam, PortSpace, QpCaps, QpInitAttr, QpType};
 use weft_core::limits::ConnSlot;
 
@@ -59,19 +62,7 @@ pub(super) fn listen(ep: &Arc<RdmShared>) {
 /// Our CM data: where we listen, and which incarnation of the endpoint
 /// this is.
 fn hello(ep: &RdmShared) -> Result<Vec<u8>> {
-    let mut v = ep.local_raw.clone();
-    v.extend_from_slice(&ep.nonce.to_le_bytes());
-    cm_encode(&v)
-}
-
-/// The peer's listening address and incarnation from its CM data.
-fn parse_hello(private: &[u8]) -> Result<(SocketAddr, u64)> {
-    let d = cm_decode(private);
-    let (addr, nonce) = d
-        .split_at_checked(d.len().saturating_sub(8))
-        .ok_or(Error::Inval)?;
-    let n: [u8; 8] = nonce.try_into().map_err(|_| Error::Inval)?;
-    Ok((decode_sockaddr(addr)?, u64::from_le_bytes(n)))
+    crate::cm_data::hello(&ep.local, ep.nonce)
 }
 
 impl RdmShared {
@@ -94,6 +85,27 @@ fn refuse(ep: &RdmShared, id: CmId, data: &[u8]) {
 
 fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
     let from = id.peer_addr();
+    // The key first: a keyed listener challenges openings and takes only
+    // proven requests (whose hello is the proof's data); refusals are
+    // reported with the requester's address.
+    let here = id.local_addr().unwrap_or(ep.local);
+    let claimed = match ep
+        .gate
+        .on_request(private, from.map(|a| a.ip()), here, Instant::now())
+    {
+        Verdict::Plain => parse_hello(private),
+        Verdict::Proven(data) => from
+            .ok_or(Error::Inval)
+            .and_then(|f| parse_keyed_hello(&data, f.ip())),
+        Verdict::Reject { data, report } => {
+            refuse(ep, id, &data);
+            if let Some(err) = report {
+                tracing::debug!(peer = ?from, "verbs rdm: key not proven; request refused");
+                ep.report(err, from);
+            }
+            return;
+        }
+    };
     // Before anything is built for it: a flood of requests must cost a
     // rejection each, not a QP each.
     let Some(slot) = ConnSlot::try_take(&ep.conn_count, ep.cfg.limits.max_conns) else {
@@ -102,7 +114,7 @@ fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
         ep.report(Error::ConnRefused, from);
         return;
     };
-    let Ok((peer, nonce)) = parse_hello(private) else {
+    let Ok((peer, nonce)) = claimed else {
         // Not a Weft RDM endpoint: it did not say where it listens.
         tracing::debug!(peer = ?from, "verbs rdm request without a hello; refused");
         refuse(ep, id, &[]);
@@ -201,21 +213,52 @@ async fn active(
     events: &mut Events,
 ) -> Attempt {
     let plain = |(e, d): (Error, Vec<u8>)| (e, d, None);
+    let bare = |e: Error| (e, Vec::new(), None);
     if let Some(t) = ep.tos {
         // Before route resolution, which makes it the QP's traffic class.
-        id.set_tos(t).map_err(|e| (e, Vec::new(), None))?;
+        id.set_tos(t).map_err(bare)?;
     }
+    // A keyed connect opens on an id of its own, resolved beside the one
+    // that will carry the connection.
+    let mut opening = match ep.gate.key() {
+        Some(k) => Some((
+            Dialer::new(k.clone(), ConnKind::Rdm).map_err(bare)?,
+            OpeningId::new(&ep.cm, ep.tos).map_err(bare)?,
+        )),
+        None => None,
+    };
     let src = SocketAddr::new(ep.local.ip(), 0);
-    cm_events::resolve(&id, events, Some(src), peer)
-        .await
-        .map_err(plain)?;
-    let conn = new_conn(ep, id, peer, 0, slot).map_err(|e| (e, Vec::new(), None))?;
+    match &mut opening {
+        Some((_, o)) => {
+            let (a, b) = tokio::join!(
+                cm_events::resolve(&id, events, Some(src), peer),
+                o.resolve(Some(src), peer)
+            );
+            a.and(b).map_err(plain)?;
+        }
+        None => cm_events::resolve(&id, events, Some(src), peer)
+            .await
+            .map_err(plain)?,
+    }
+    let conn = new_conn(ep, id, peer, 0, slot).map_err(bare)?;
     let fail = |e: Error, d: Vec<u8>| (e, d, Some(conn.clone()));
-    let pd = hello(ep).map_err(|e| fail(e, Vec::new()))?;
+    let pd = match opening {
+        Some((d, o)) => {
+            let t = ep.cfg.limits.handshake_timeout;
+            let qpn = conn.qp.qp_num();
+            let data = keyed_hello(ep.local.port(), ep.nonce);
+            dial::prove(&d, o, &conn.id, events, qpn, peer, &data, t)
+                .await
+                .map_err(|e| fail(e, Vec::new()))?
+        }
+        None => hello(ep).map_err(|e| fail(e, Vec::new()))?,
+    };
     conn.id
         .connect(&ConnParam::new(&pd))
         .map_err(|e| fail(e, Vec::new()))?;
-    let ev = established(ep, events).await.map_err(|(e, d)| fail(e, d))?;
+    let ev = established(ep, events)
+        .await
+        .map_err(|(e, d)| fail(payload::rejection(e, &d), d))?;
     let (_, nonce) = parse_hello(&ev.private_data).map_err(|e| fail(e, Vec::new()))?;
     conn.peer_nonce_set(nonce);
     Ok(conn)
@@ -350,6 +393,10 @@ fn conn_done(
             }
             if !crossing {
                 tracing::debug!(%peer, error = %err, "verbs rdm connect failed");
+            }
+            if was_active && err == Error::KeyRejected {
+                // The acceptor reports it too, with our address.
+                ep.report(err, Some(peer));
             }
             for item in failed {
                 ep.fail_item(item, err);

@@ -45,6 +45,8 @@ struct Binds {
     recv_cntr: Option<Arc<CounterShared>>,
     read_cntr: Option<Arc<CounterShared>>,
     write_cntr: Option<Arc<CounterShared>>,
+    /// Remote accesses completed at this endpoint (`FI_RMA_EVENT`).
+    remote_cntrs: weft_core::provider::RemoteCntrs,
     tx_op_flags: OpFlags,
     rx_op_flags: OpFlags,
     wait: WaitMode,
@@ -209,6 +211,14 @@ impl Endpoint {
         {
             return Err(Error::Inval);
         }
+        // TLS is the domain's: its endpoints run what it was opened with
+        // (checked then, environment included). Files of the endpoint's
+        // own are checked now.
+        if info.domain_attr.tls.is_none() {
+            info.domain_attr.tls = domain.info().domain_attr.tls.clone();
+        } else if info.domain_attr.tls != domain.info().domain_attr.tls {
+            crate::fabric::check_tls(domain.fabric().prov(), &info)?;
+        }
         match info.ep_attr.ep_type {
             EpType::Rdm | EpType::Msg | EpType::Dgram => {}
             EpType::Unspec => return Err(Error::Inval),
@@ -234,18 +244,24 @@ impl Endpoint {
         {
             return Err(Error::BadFlags);
         }
-        // FI_SOURCE_ERR changes how messages from unknown senders
-        // complete: only where the provider offers it, and with FI_SOURCE.
-        if info.caps.contains(Caps::SOURCE_ERR) {
-            let offered = domain.fabric().prov().offers().iter().any(|o| {
-                o.ep_attr.ep_type == info.ep_attr.ep_type && o.caps.contains(Caps::SOURCE_ERR)
-            });
+        // Caps granted on request change what operations report
+        // (FI_SOURCE_ERR: how messages from unknown senders complete;
+        // FI_RMA_EVENT: remote accesses counted): only where the provider
+        // offers them, never by an info made up for a provider without.
+        let asked = info.caps & Caps::ON_REQUEST;
+        if !asked.is_empty() {
+            let offered = domain
+                .fabric()
+                .prov()
+                .offers()
+                .iter()
+                .any(|o| o.ep_attr.ep_type == info.ep_attr.ep_type && o.caps.contains(asked));
             if !offered {
                 return Err(Error::NoSys);
             }
-            if !info.caps.contains(Caps::SOURCE) {
-                return Err(Error::Inval);
-            }
+        }
+        if info.caps.contains(Caps::SOURCE_ERR) && !info.caps.contains(Caps::SOURCE) {
+            return Err(Error::Inval);
         }
         let binds = Binds {
             tx_op_flags: info.tx_attr.op_flags,
@@ -270,6 +286,11 @@ impl Endpoint {
     /// The object id.
     pub fn fid(&self) -> u64 {
         self.inner.fid
+    }
+
+    /// The object id of the domain it belongs to.
+    pub fn domain_fid(&self) -> u64 {
+        self.inner.domain.fid()
     }
 
     /// The endpoint's attributes.
@@ -345,10 +366,19 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Binds a counter to `SEND` and/or `RECV` completions, or to the
-    /// RMA reads (`READ`) and writes (`WRITE`) this endpoint initiates,
-    /// which need the RMA capability. `REMOTE_*` counters need
-    /// `FI_RMA_EVENT`, which no provider offers: `NoSys`.
+    /// Binds a counter to `SEND` and/or `RECV` completions, to the RMA
+    /// reads (`READ`) and writes (`WRITE`) this endpoint initiates, or to
+    /// the remote accesses peers complete at it: `REMOTE_READ` counts
+    /// their RMA reads and fetching or compare atomics, `REMOTE_WRITE`
+    /// their RMA writes (with or without remote CQ data) and plain
+    /// atomics (fi_endpoint(3)), each once it is complete at this
+    /// endpoint (the bytes written are in place, the bytes read copied
+    /// out). Refused accesses count nothing here: they never completed,
+    /// and their initiator gets the error. `READ`/`WRITE` need the RMA
+    /// capability and `REMOTE_*` the endpoint's `FI_RMA_EVENT` (tcp, on
+    /// request), else `NoSys`; `BadFlags` for no flag or
+    /// `SELECTIVE_COMPLETION`; `Domain` for another domain's counter;
+    /// `Inval` for a direction bound already.
     pub fn bind_counter(&self, c: &Counter, flags: BindFlags) -> Result<()> {
         let rma =
             BindFlags::READ | BindFlags::WRITE | BindFlags::REMOTE_READ | BindFlags::REMOTE_WRITE;
@@ -370,8 +400,16 @@ impl Endpoint {
             || (flags.contains(BindFlags::RECV) && b.recv_cntr.is_some())
             || (flags.contains(BindFlags::READ) && b.read_cntr.is_some())
             || (flags.contains(BindFlags::WRITE) && b.write_cntr.is_some())
+            || (flags.contains(BindFlags::REMOTE_READ) && b.remote_cntrs.read.is_some())
+            || (flags.contains(BindFlags::REMOTE_WRITE) && b.remote_cntrs.write.is_some())
         {
             return Err(Error::Inval);
+        }
+        if flags.contains(BindFlags::REMOTE_READ) {
+            b.remote_cntrs.read = Some(c.shared.clone());
+        }
+        if flags.contains(BindFlags::REMOTE_WRITE) {
+            b.remote_cntrs.write = Some(c.shared.clone());
         }
         if flags.contains(BindFlags::READ) {
             b.read_cntr = Some(c.shared.clone());
@@ -566,6 +604,7 @@ impl Endpoint {
             domain: self.inner.domain.inner.prov.clone(),
             rx_cq: b.rx_cq.as_ref().map(|(c, _)| c.clone()),
             rx_cntr: b.recv_cntr.clone(),
+            remote_cntrs: b.remote_cntrs.clone(),
             srx: b.srx.as_ref().map(|s| s.inner.prov.clone()),
             limits: b.limits.unwrap_or_else(ConnLimits::from_env),
             fault: self.inner.fault.clone(),

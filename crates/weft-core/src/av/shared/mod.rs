@@ -268,9 +268,14 @@ impl AvTable {
 /// providers use before they read handles, so that an address another
 /// process inserted is visible at once. A damaged segment leaves the last
 /// verified state (the AV's own calls report the error).
+#[inline]
 pub fn lock_synced(av: &Mutex<AvTable>) -> MutexGuard<'_, AvTable> {
     let mut t = lock(av);
-    let _ = t.sync_shared();
+    // Every arrival resolves its source through here: a private AV
+    // pays one test.
+    if t.is_shared() {
+        let _ = t.sync_shared();
+    }
     t
 }
 
