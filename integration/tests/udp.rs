@@ -94,6 +94,7 @@ async fn getinfo_offers_dgram_on_loopback_first() {
         |h| h.caps = Caps::MSG | Caps::MULTI_RECV,
         |h| h.tx_attr.op_flags = OpFlags::DELIVERY_COMPLETE,
         |h| h.ep_attr.auth_key = Some(vec![1; 8]),
+        |h| h.domain_attr.tls_capable = true,
         |h| h.ep_attr.max_msg_size = 1 << 20,
     ] {
         let mut h = Info::default();
