@@ -55,6 +55,7 @@ mod user_bufs;
 mod dev_nodes;
 #[cfg(feature = "rdma")]
 mod passive;
+pub mod private_data_check;
 #[cfg(feature = "rdma")]
 mod rdm;
 pub mod regcache;
