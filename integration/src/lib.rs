@@ -389,6 +389,18 @@ pub fn enabled_endpoint(
     av: &AddressVector,
     wait: weft::WaitMode,
 ) -> (weft::Endpoint, CompletionQueue) {
+    enabled_endpoint_with_eq(domain, info, av, None, wait)
+}
+
+/// [`enabled_endpoint`] with `eq` bound too (where refusals and
+/// connection events go), when given.
+pub fn enabled_endpoint_with_eq(
+    domain: &Domain,
+    info: &Info,
+    av: &AddressVector,
+    eq: Option<&weft::EventQueue>,
+    wait: weft::WaitMode,
+) -> (weft::Endpoint, CompletionQueue) {
     let cq = domain
         .cq(CqAttr {
             wait,
@@ -399,6 +411,9 @@ pub fn enabled_endpoint(
     ep.bind_av(av).unwrap();
     ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
         .unwrap();
+    if let Some(eq) = eq {
+        ep.bind_eq(eq).unwrap();
+    }
     ep.set_wait_mode(wait).unwrap();
     ep.enable().unwrap();
     (ep, cq)

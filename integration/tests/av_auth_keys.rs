@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use weft::{
-    AddressVector, AvAttr, AvFlags, BindFlags, CompletionQueue, CqAttr, Domain, EpType, Error,
-    EventQueue, FiAddr, Info, MrAccess, MrAttr, WaitMode, FI_ADDR_UNSPEC,
+    AddressVector, AvAttr, AvFlags, CompletionQueue, Domain, EpType, Error, EventQueue, FiAddr,
+    Info, MrAccess, MrAttr, WaitMode, FI_ADDR_UNSPEC,
 };
 
 const T: Duration = Duration::from_secs(10);
@@ -73,14 +73,13 @@ fn open(domain: &Domain, info: &Info, keys: &[&[u8]]) -> (Ep, Vec<FiAddr>) {
         .iter()
         .map(|k| av.insert_auth_key(k).unwrap())
         .collect();
-    let cq = domain.cq(CqAttr::default()).unwrap();
-    let ep = domain.endpoint(info).unwrap();
-    ep.bind_av(&av).unwrap();
-    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-        .unwrap();
-    ep.bind_eq(&eq).unwrap();
-    ep.set_wait_mode(WaitMode::Interrupt).unwrap();
-    ep.enable().unwrap();
+    let (ep, cq) = weft_integration::enabled_endpoint_with_eq(
+        domain,
+        info,
+        &av,
+        Some(&eq),
+        WaitMode::Interrupt,
+    );
     let addr = weft::decode_sockaddr(&ep.local_addr().unwrap()).unwrap();
     let ep = Ep {
         ep,

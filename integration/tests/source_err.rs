@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use weft::{
-    AddressVector, AvAttr, AvFlags, BindFlags, Caps, CompletionQueue, CqAttr, Domain, EpType,
-    Error, FiAddr, Info, WaitMode, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
+    AddressVector, AvAttr, AvFlags, Caps, CompletionQueue, Domain, EpType, Error, FiAddr, Info,
+    WaitMode, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
 };
 
 const T: Duration = Duration::from_secs(10);
@@ -48,15 +48,9 @@ fn open(d: &Domain, info: &Info, attr: AvAttr, keys: &[&[u8]]) -> (Ep, Vec<FiAdd
         .iter()
         .map(|k| av.insert_auth_key(k).unwrap())
         .collect();
-    let cq = d.cq(CqAttr::default()).unwrap();
     let eq = d.fabric().eq(16).unwrap();
-    let ep = d.endpoint(info).unwrap();
-    ep.bind_av(&av).unwrap();
-    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-        .unwrap();
-    ep.bind_eq(&eq).unwrap();
-    ep.set_wait_mode(WaitMode::Interrupt).unwrap();
-    ep.enable().unwrap();
+    let (ep, cq) =
+        weft_integration::enabled_endpoint_with_eq(d, info, &av, Some(&eq), WaitMode::Interrupt);
     let addr = weft::decode_sockaddr(&ep.local_addr().unwrap()).unwrap();
     let ep = Ep {
         ep,

@@ -723,6 +723,18 @@ impl OpDone {
 mod tests {
     use super::*;
 
+    /// A receive with context 1 reporting to `cq`, awaited through `tx`.
+    fn awaited_recv(cq: &Arc<CqShared>, tx: Waiter) -> OpDone {
+        OpDone {
+            context: 1,
+            flags: OpFlags::RECV,
+            report: true,
+            cq: Some(cq.clone()),
+            cntr: None,
+            waiter: Some(tx),
+        }
+    }
+
     fn entry(ctx: u64) -> CqEntry {
         CqEntry {
             context: ctx,
@@ -787,14 +799,7 @@ mod tests {
         let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
         let (tx, rx) = oneshot::channel();
         drop(rx);
-        let d = OpDone {
-            context: 1,
-            flags: OpFlags::RECV,
-            report: true,
-            cq: Some(cq.clone()),
-            cntr: None,
-            waiter: Some(tx),
-        };
+        let d = awaited_recv(&cq, tx);
         let mut e = entry(1);
         e.flags = OpFlags::TAGGED | OpFlags::REMOTE_CQ_DATA;
         e.tag = 9;
@@ -816,14 +821,7 @@ mod tests {
         let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
         let (tx, rx) = oneshot::channel();
         drop(rx);
-        let d = OpDone {
-            context: 1,
-            flags: OpFlags::RECV,
-            report: true,
-            cq: Some(cq.clone()),
-            cntr: None,
-            waiter: Some(tx),
-        };
+        let d = awaited_recv(&cq, tx);
         let mut e = CqErrEntry::new(0, OpFlags::MSG, Error::AddrNotAvail);
         e.bufs = vec![BytesMut::from(&b"xyz"[..])];
         e.len = 3;
@@ -838,14 +836,7 @@ mod tests {
 
         // With its future alive, the error reaches it.
         let (tx, mut rx) = oneshot::channel();
-        let d = OpDone {
-            context: 1,
-            flags: OpFlags::RECV,
-            report: true,
-            cq: Some(cq.clone()),
-            cntr: None,
-            waiter: Some(tx),
-        };
+        let d = awaited_recv(&cq, tx);
         let e = CqErrEntry::new(0, OpFlags::MSG, Error::AddrNotAvail);
         assert!(d.fail_from(e, FI_ADDR_NOTAVAIL).is_none());
         let got = rx.try_recv().unwrap().unwrap().item.unwrap_err();
@@ -856,14 +847,7 @@ mod tests {
     fn waiter_takes_completion_instead_of_cq() {
         let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
         let (tx, mut rx) = oneshot::channel();
-        let d = OpDone {
-            context: 1,
-            flags: OpFlags::RECV,
-            report: true,
-            cq: Some(cq.clone()),
-            cntr: None,
-            waiter: Some(tx),
-        };
+        let d = awaited_recv(&cq, tx);
         d.complete(entry(1));
         assert!(cq.is_empty());
         assert!(rx.try_recv().unwrap().unwrap().item.is_ok());

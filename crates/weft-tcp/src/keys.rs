@@ -61,11 +61,22 @@ pub struct EpKeys {
 impl EpKeys {
     /// One key or none (passive endpoints, MSG endpoints).
     pub fn single(own: Option<AuthKey>) -> EpKeys {
+        EpKeys::with(own, false, Vec::new(), None)
+    }
+
+    /// An endpoint's own key, or (`av_mode`) the AV keys `av` held on
+    /// `lease` until [`release`](Self::release).
+    fn with(
+        own: Option<AuthKey>,
+        av_mode: bool,
+        av: Vec<(FiAddr, AuthKey)>,
+        lease: Option<Arc<Mutex<AvTable>>>,
+    ) -> EpKeys {
         EpKeys {
             own,
-            av_mode: false,
-            av: Vec::new(),
-            lease: Mutex::new(None),
+            av_mode,
+            av,
+            lease: Mutex::new(lease),
         }
     }
 
@@ -84,12 +95,7 @@ impl EpKeys {
             return Err(Error::Inval);
         }
         let Some(av) = av else {
-            return Ok(EpKeys {
-                own: None,
-                av_mode: true,
-                av: Vec::new(),
-                lease: Mutex::new(None),
-            });
+            return Ok(EpKeys::with(None, true, Vec::new(), None));
         };
         let mut t = lock(av);
         let keys = t.keys().snapshot();
@@ -98,12 +104,7 @@ impl EpKeys {
         }
         let handles: Vec<FiAddr> = keys.iter().map(|(h, _)| *h).collect();
         t.keys_mut().acquire(&handles)?;
-        Ok(EpKeys {
-            own: None,
-            av_mode: true,
-            av: keys,
-            lease: Mutex::new(Some(av.clone())),
-        })
+        Ok(EpKeys::with(None, true, keys, Some(av.clone())))
     }
 
     /// Whether every connection must prove a key.
