@@ -530,11 +530,10 @@ impl EpShared {
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
         // `lookup` ignores the receive-context bits of the handle.
         let t = lock_synced(av);
-        let bytes = t.lookup(dest).map_err(|_| Error::AddrNotAvail)?;
+        let (bytes, key) = t.lookup_keyed(dest).map_err(|_| Error::AddrNotAvail)?;
         let addr = decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)?;
-        let key = t.entry_key(dest).map_err(|_| Error::AddrNotAvail)?;
         drop(t);
-        self.keys.for_dest(key)?;
+        self.keys.check_dest(key)?;
         Ok(Source { addr, key })
     }
 

@@ -143,6 +143,18 @@ impl EpKeys {
         self.av.iter().any(|(k, _)| *k == h)
     }
 
+    /// Whether [`for_dest`](Self::for_dest) would find a key for an entry
+    /// under `entry_key` (`NoKey` if not), without building one: the send
+    /// path checks this on every message.
+    pub fn check_dest(&self, entry_key: Option<FiAddr>) -> Result<()> {
+        match entry_key {
+            _ if !self.av_mode => Ok(()),
+            None if self.av.is_empty() => Ok(()),
+            Some(h) if self.holds(h) => Ok(()),
+            _ => Err(Error::NoKey),
+        }
+    }
+
     /// Acceptor: the key a keyed connector's selector names, if this
     /// endpoint holds it.
     pub fn for_selector(&self, nonce: &Nonce, sel: &Selector) -> Option<ConnAuth> {

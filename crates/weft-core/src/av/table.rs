@@ -445,8 +445,16 @@ impl AvTable {
     /// The address bytes of a live entry (`fi_av_lookup`); same `Inval`
     /// rules as [`remove`](Self::remove).
     pub fn lookup(&self, fi_addr: FiAddr) -> Result<&[u8]> {
+        self.lookup_keyed(fi_addr).map(|(b, _)| b)
+    }
+
+    /// [`lookup`](Self::lookup) and [`entry_key`](Self::entry_key) in one
+    /// resolve of the handle: what a send needs.
+    pub fn lookup_keyed(&self, fi_addr: FiAddr) -> Result<(&[u8], Option<FiAddr>)> {
         let index = self.live_index(fi_addr).ok_or(Error::Inval)?;
-        self.bytes(index).ok_or(Error::Inval)
+        let slot = self.slots.get(index as usize).ok_or(Error::Inval)?;
+        let bytes = self.bytes(index).ok_or(Error::Inval)?;
+        Ok((bytes, slot.auth.map(FiAddr::from)))
     }
 
     /// Reverse lookup: the handle of a live entry with exactly these bytes,
@@ -508,9 +516,7 @@ impl AvTable {
     /// The key handle a live entry was inserted under, if any; `Inval`
     /// for a handle that is not live.
     pub fn entry_key(&self, fi_addr: FiAddr) -> Result<Option<FiAddr>> {
-        let index = self.live_index(fi_addr).ok_or(Error::Inval)?;
-        let slot = self.slots.get(index as usize).ok_or(Error::Inval)?;
-        Ok(slot.auth.map(FiAddr::from))
+        self.lookup_keyed(fi_addr).map(|(_, k)| k)
     }
 
     /// Changes whenever the table does: a [`find`](Self::find) result
