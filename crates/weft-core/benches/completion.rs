@@ -104,7 +104,7 @@ fn waiter(c: &mut Criterion) {
                 ..op(1, &q, None)
             };
             d.complete(entry(1));
-            black_box(rx.try_recv().unwrap().unwrap().item.unwrap());
+            black_box(rx.try_recv().unwrap().unwrap().into_result(0).unwrap());
         })
     });
     g.finish();

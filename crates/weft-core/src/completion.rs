@@ -461,15 +461,12 @@ pub fn trim_bufs(bufs: &mut [BytesMut], placed: usize) {
     }
 }
 
-/// Where a received message came from and where its completion was
-/// reported: kept beside the completion an awaiting future is sent, so a
-/// message whose future is dropped before it reads it can go back to its
-/// endpoint (see [`Returned`]).
-#[derive(Debug, Clone)]
+/// Where a received message's completion was reported: kept beside the
+/// completion an awaiting future is sent, so a message whose future is
+/// dropped before it reads it can go back to its endpoint (see
+/// [`Returned`]).
+#[derive(Debug, Clone, Default)]
 pub struct Origin {
-    /// The sender's AV handle as the endpoint knew it at arrival (before
-    /// any user id replaced it in the entry), or `FI_ADDR_NOTAVAIL`.
-    pub src: FiAddr,
     /// The CQ the operation reported to (for a shared receive context:
     /// the one of the endpoint the message arrived at).
     pub cq: Option<Arc<CqShared>>,
@@ -478,24 +475,63 @@ pub struct Origin {
 }
 
 impl Origin {
-    /// Nothing known about the source; no queues.
+    /// No queues.
     pub fn unknown() -> Origin {
-        Origin {
-            src: FI_ADDR_NOTAVAIL,
-            cq: None,
-            cntr: None,
-        }
+        Origin::default()
     }
 }
 
 /// What the awaiting future of an operation is sent.
+///
+/// Its size decides the size of every operation's channel allocation, so
+/// it is kept at 88 bytes: at 96 the channel became a 176-byte block,
+/// which in most heap layouts took glibc's slow path on every other
+/// message (`docs/benchmarks.md`). To get there, the entry's `context`
+/// slot carries the sender's raw AV handle while in the channel: the
+/// future knows its own context and puts it back ([`into_result`]).
+///
+/// [`into_result`]: Finished::into_result
 #[derive(Debug)]
 pub struct Finished {
     /// The completion; an error entry boxed, since errors are rare and
-    /// every completion moves this through a channel.
-    pub item: std::result::Result<CqEntry, Box<CqErrEntry>>,
-    /// For a receive: where its message came from.
-    pub origin: Origin,
+    /// every completion moves this through a channel. Its `context` is
+    /// the raw source (see above).
+    item: std::result::Result<CqEntry, Box<CqErrEntry>>,
+    /// For a receive: where it was reported.
+    origin: Origin,
+}
+
+impl Finished {
+    /// A completion for a future; `src` is the sender's AV handle as the
+    /// endpoint knew it at arrival (before any user id replaced it in the
+    /// entry), or `FI_ADDR_NOTAVAIL`.
+    fn new(
+        item: std::result::Result<CqEntry, Box<CqErrEntry>>,
+        src: FiAddr,
+        origin: Origin,
+    ) -> Finished {
+        let mut item = item;
+        match &mut item {
+            Ok(e) => e.context = src,
+            Err(e) => e.context = src,
+        }
+        Finished { item, origin }
+    }
+
+    /// The completion as the future of the operation posted with
+    /// `context` reports it.
+    pub fn into_result(self, context: u64) -> std::result::Result<CqEntry, CqErrEntry> {
+        match self.item {
+            Ok(mut e) => {
+                e.context = context;
+                Ok(e)
+            }
+            Err(mut e) => {
+                e.context = context;
+                Err(*e)
+            }
+        }
+    }
 }
 
 /// A received message nobody read: the future awaiting its receive was
@@ -505,7 +541,10 @@ pub struct Finished {
 pub struct Returned {
     /// The completion the receive would have reported (buffers included).
     pub entry: CqEntry,
-    /// Where it came from.
+    /// The sender's AV handle as the endpoint knew it at arrival (before
+    /// any user id replaced it in the entry), or `FI_ADDR_NOTAVAIL`.
+    pub src: FiAddr,
+    /// Where it was reported.
     pub origin: Origin,
     /// The sender's raw address when its AV handle was unknown
     /// (`FI_SOURCE_ERR`), so that the message keeps it; else empty.
@@ -519,7 +558,8 @@ impl Returned {
     /// errors carry nothing to hand on.
     pub fn from_finished(f: Finished) -> Option<Returned> {
         match f.item {
-            Ok(entry) => Some(Returned {
+            Ok(mut entry) => Some(Returned {
+                src: std::mem::take(&mut entry.context),
                 entry,
                 origin: f.origin,
                 raw: Vec::new(),
@@ -527,6 +567,7 @@ impl Returned {
             Err(e) if e.err == Error::AddrNotAvail => {
                 let e = *e;
                 Some(Returned {
+                    src: e.context,
                     entry: CqEntry {
                         context: 0,
                         flags: e.flags,
@@ -550,7 +591,7 @@ impl Returned {
         let e = &self.entry;
         MsgInfo {
             key: None,
-            src: self.origin.src,
+            src: self.src,
             tagged: e.flags.contains(OpFlags::TAGGED),
             tag: e.tag,
             len: e.len,
@@ -608,10 +649,11 @@ impl OpDone {
         }
         if let Some(w) = self.waiter.take() {
             // Nothing to give back: what was sent stays sent.
-            let _ = w.send(Finished {
-                item: Ok(entry),
-                origin: Origin::unknown(),
-            });
+            let _ = w.send(Finished::new(
+                Ok(entry),
+                FI_ADDR_NOTAVAIL,
+                Origin::unknown(),
+            ));
         } else if self.report {
             if let Some(cq) = &self.cq {
                 cq.push(Ok(entry));
@@ -636,25 +678,13 @@ impl OpDone {
         }
         if let Some(w) = self.waiter.take() {
             let origin = Origin {
-                src,
                 cq: self.cq.take(),
                 cntr: self.cntr.take(),
             };
-            let sent = w.send(Finished {
-                item: Ok(entry),
-                origin,
-            });
-            return match sent {
-                Err(Finished {
-                    item: Ok(entry),
-                    origin,
-                }) => Some(Returned {
-                    entry,
-                    origin,
-                    raw: Vec::new(),
-                }),
-                _ => None,
-            };
+            return w
+                .send(Finished::new(Ok(entry), src, origin))
+                .err()
+                .and_then(Returned::from_finished);
         }
         if self.report {
             if let Some(cq) = &self.cq {
@@ -672,10 +702,11 @@ impl OpDone {
             c.add_err(1);
         }
         if let Some(w) = self.waiter {
-            let _ = w.send(Finished {
-                item: Err(Box::new(e)),
-                origin: Origin::unknown(),
-            });
+            let _ = w.send(Finished::new(
+                Err(Box::new(e)),
+                FI_ADDR_NOTAVAIL,
+                Origin::unknown(),
+            ));
         } else if let Some(cq) = &self.cq {
             cq.push(Err(e));
         }
@@ -694,15 +725,11 @@ impl OpDone {
         }
         if let Some(w) = self.waiter.take() {
             let origin = Origin {
-                src,
                 cq: self.cq.take(),
                 cntr: self.cntr.take(),
             };
             return w
-                .send(Finished {
-                    item: Err(Box::new(e)),
-                    origin,
-                })
+                .send(Finished::new(Err(Box::new(e)), src, origin))
                 .err()
                 .and_then(Returned::from_finished);
         }
@@ -839,7 +866,7 @@ mod tests {
         let d = awaited_recv(&cq, tx);
         let e = CqErrEntry::new(0, OpFlags::MSG, Error::AddrNotAvail);
         assert!(d.fail_from(e, FI_ADDR_NOTAVAIL).is_none());
-        let got = rx.try_recv().unwrap().unwrap().item.unwrap_err();
+        let got = rx.try_recv().unwrap().unwrap().into_result(0).unwrap_err();
         assert_eq!(got.err, Error::AddrNotAvail);
     }
 
@@ -850,6 +877,6 @@ mod tests {
         let d = awaited_recv(&cq, tx);
         d.complete(entry(1));
         assert!(cq.is_empty());
-        assert!(rx.try_recv().unwrap().unwrap().item.is_ok());
+        assert!(rx.try_recv().unwrap().unwrap().into_result(0).is_ok());
     }
 }

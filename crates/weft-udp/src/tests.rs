@@ -243,10 +243,8 @@ async fn a_message_given_back_goes_ahead_of_held_ones() {
             bufs: vec![BytesMut::from(&b"zero"[..])],
             ..CqEntry::default()
         },
-        origin: Origin {
-            src: a_in_b,
-            ..Origin::unknown()
-        },
+        src: a_in_b,
+        origin: Origin::unknown(),
         raw: Vec::new(),
     });
     let mut got = Vec::new();

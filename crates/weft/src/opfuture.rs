@@ -148,7 +148,7 @@ impl Future for OpFuture {
         match polled {
             Poll::Ready(Ok(done)) => {
                 self.owner = None;
-                Poll::Ready(done.item.map_err(|e| *e))
+                Poll::Ready(done.into_result(self.context))
             }
             Poll::Ready(Err(_)) => {
                 self.owner = None;
