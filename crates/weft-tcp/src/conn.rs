@@ -83,6 +83,9 @@ pub struct Conn {
     /// Closing after an idle spell: `Shutdown` sent, reading until the
     /// peer closes too.
     pub retiring: AtomicBool,
+    /// Notified (all waiters) once the connection is dead: a new
+    /// connection to the same peer waits for a retiring one to end.
+    ended: Notify,
     /// The reader and writer tasks, stopped with the endpoint.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// The sweeper's view: activity seen, since when, and since when the
@@ -152,6 +155,7 @@ impl Conn {
             parked: AtomicBool::new(false),
             kick: Notify::new(),
             retiring: AtomicBool::new(false),
+            ended: Notify::new(),
             tasks: Mutex::new(Vec::new()),
             sweep: Mutex::new(SweepMark {
                 seen: 0,
@@ -242,6 +246,24 @@ impl Conn {
 
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the connection is dead, or after `limit`.
+    pub async fn ended(&self, limit: Duration) {
+        let wait = async {
+            loop {
+                let n = self.ended.notified();
+                tokio::pin!(n);
+                // Registered before the check: a `fail` between the two
+                // still wakes it.
+                n.as_mut().enable();
+                if self.is_dead() {
+                    return;
+                }
+                n.await;
+            }
+        };
+        let _ = tokio::time::timeout(limit, wait).await;
     }
 
     /// Queues a frame (assigning its sequence number) and writes as much as
@@ -512,6 +534,7 @@ impl Conn {
         let _ = self.std.shutdown(std::net::Shutdown::Both);
         self.tx_kick.notify_one();
         self.kick.notify_one();
+        self.ended.notify_waiters();
         if let Some(ep) = ep {
             ep.parked.unpark(self);
             // If a driver holds the receive state it finds `dead` set once

@@ -220,6 +220,9 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, s: TcpStream, slot: ConnSlot) -> Re
         Conn::new(s, key, &ep, slot, auth)
     }
     .await;
+    // Not read before what the peer sent on a connection this end
+    // retired has been handled: messages keep their order.
+    ep.drained(key).await;
     let replaced = {
         let mut peers = lock(&ep.peers);
         let p = peers.entry(key).or_default();
@@ -336,6 +339,9 @@ async fn rdm_connect(ep: Arc<EpShared>, to: Source) {
         }
     }
     .await;
+    if matches!(r, Ok(Some(_))) {
+        ep.drained(dest).await;
+    }
     let mut peers = lock(&ep.peers);
     let p = peers.entry(dest).or_default();
     p.connecting = false;

@@ -51,12 +51,21 @@ pub struct PeerState {
     pub accepting: bool,
     /// The AV key handle `pending` was queued under (`FI_AV_AUTH_KEY`).
     pub want: Option<FiAddr>,
+    /// A connection this end retired while idle, read until the peer
+    /// closes it. Frames the peer wrote on it before it saw `Shutdown`
+    /// must be handled before anything it sends on a new connection, so a
+    /// new one is not read until this one has ended (`connect.rs`).
+    pub draining: Option<Arc<Conn>>,
 }
 
 impl PeerState {
     /// Nothing left that needs the entry.
     pub fn is_empty(&self) -> bool {
-        self.conn.is_none() && self.pending.is_empty() && !self.connecting && !self.accepting
+        self.conn.is_none()
+            && self.pending.is_empty()
+            && !self.connecting
+            && !self.accepting
+            && self.draining.is_none()
     }
 }
 
@@ -439,16 +448,41 @@ impl EpShared {
     pub fn detach(&self, conn: &Conn) {
         let mut peers = lock(&self.peers);
         if let Some(p) = peers.get_mut(&conn.peer_key) {
-            if p.conn
-                .as_ref()
-                .is_some_and(|c| std::ptr::eq(c.as_ref(), conn))
-            {
+            let is =
+                |c: &Option<Arc<Conn>>| c.as_ref().is_some_and(|c| std::ptr::eq(c.as_ref(), conn));
+            if is(&p.conn) {
                 p.conn = None;
+            }
+            if is(&p.draining) {
+                p.draining = None;
             }
             if p.is_empty() {
                 peers.remove(&conn.peer_key);
                 shrink_map(&mut peers);
             }
+        }
+    }
+
+    /// RDM: `conn` was retired while idle; it carries no more sends and
+    /// is read until its peer closes it (see [`PeerState::draining`]).
+    pub fn retire(&self, conn: &Arc<Conn>) {
+        let mut peers = lock(&self.peers);
+        let p = peers.entry(conn.peer_key).or_default();
+        if p.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            p.conn = None;
+        }
+        p.draining = Some(conn.clone());
+    }
+
+    /// Waits until no connection this end retired to `peer` is still
+    /// being read (bounded: a retiring connection the peer does not close
+    /// within the stall timeout is closed by the sweeper).
+    pub async fn drained(&self, peer: SocketAddr) {
+        let old = lock(&self.peers)
+            .get(&peer)
+            .and_then(|p| p.draining.clone());
+        if let Some(old) = old {
+            old.ended(self.limits.stall_timeout).await;
         }
     }
 

@@ -93,13 +93,20 @@ fn offer(ep_type: EpType) -> Info {
         // FI_MR_RMA_EVENT and FI_MR_ENDPOINT): docs/design.md, "RMA
         // events, endpoint-bound regions and single-use keys".
         | Caps::RMA_EVENT
+        | Caps::FENCE
         | if ep_type == EpType::Rdm {
             // Named AVs: see docs/design.md, "Named shared AVs".
             Caps::DIRECTED_RECV | Caps::AV_USER_ID | Caps::SOURCE_ERR | Caps::SHARED_AV
         } else {
             Caps::empty()
         };
-    let order = MsgOrder::SAS;
+    // One TCP stream per peer, written in posting order, and a target
+    // that handles each frame to the end (a write placed, a read's
+    // answer copied out, an atomic applied, a message matched or
+    // buffered) before it reads the next: every ordering bit holds, and
+    // so does FI_FENCE without waiting (docs/design.md, "Ordering and
+    // fences on tcp").
+    let order = MsgOrder::all();
     Info {
         caps,
         addr_format: AddrFormat::SockaddrIn,
@@ -123,13 +130,15 @@ fn offer(ep_type: EpType) -> Info {
             // the message is placed or buffered. Match-complete would
             // need the Ack held until a receive takes it, and nothing
             // here is persistent (commit-complete): neither is offered.
-            op_flags_supported: OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE,
+            op_flags_supported: OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE | OpFlags::FENCE,
             ..TxAttr::default()
         },
         rx_attr: RxAttr {
-            caps: caps & !(Caps::SEND | Caps::READ | Caps::WRITE),
+            caps: caps & !(Caps::SEND | Caps::READ | Caps::WRITE | Caps::FENCE),
             msg_order: order,
-            comp_order: CompOrder::empty(),
+            // Each message's and each write's bytes are placed in stream
+            // order.
+            comp_order: CompOrder::DATA,
             total_buffered_recv: BUFFERED_RECV,
             size: QUEUE_SIZE,
             iov_limit: IOV_LIMIT,

@@ -117,7 +117,7 @@ fn verdict(ep: &EpShared, c: &Conn, now: Instant) -> Verdict {
 fn retire(ep: &EpShared, c: &Arc<Conn>) {
     tracing::debug!(peer = %c.peer, "retiring an idle connection");
     c.retiring.store(true, std::sync::atomic::Ordering::Release);
-    ep.detach(c);
+    ep.retire(c);
     c.send(TxFrame::new(
         Header::new(FrameKind::Shutdown),
         Iov::new(),

@@ -58,13 +58,22 @@ pub const MIN_MEMLOCK: u64 = 64 << 20;
 /// The `IB-0x` prefix of libfabric verbs fabric names.
 pub const FABRIC_PREFIX: &str = "IB-0x";
 
-/// `VERBS_MSG_ORDER` of libfabric's verbs provider: what an RC QP keeps in
-/// order (everything but write-after-read and send-after-read, which a
-/// responder may overtake).
+/// What an RC QP keeps in order, as libfabric's verbs provider reports it
+/// (`VERBS_MSG_ORDER`): everything but write-after-read and
+/// send-after-read, which a responder may overtake. Each of read-after-
+/// read, read-after-write and write-after-write holds for RMA and for
+/// atomics alike (one QP carries both, in posting order), so their
+/// `RMA_*` and `ATOMIC_*` forms are set with them.
 pub const MSG_ORDER: MsgOrder = MsgOrder::RAR
+    .union(MsgOrder::RMA_RAR)
+    .union(MsgOrder::ATOMIC_RAR)
     .union(MsgOrder::RAW)
+    .union(MsgOrder::RMA_RAW)
+    .union(MsgOrder::ATOMIC_RAW)
     .union(MsgOrder::RAS)
     .union(MsgOrder::WAW)
+    .union(MsgOrder::RMA_WAW)
+    .union(MsgOrder::ATOMIC_WAW)
     .union(MsgOrder::WAS)
     .union(MsgOrder::SAW)
     .union(MsgOrder::SAS);

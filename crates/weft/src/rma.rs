@@ -41,7 +41,9 @@ pub struct RmaMsg {
 impl Endpoint {
     pub(crate) fn check_rma(&self, msg: &RmaMsg, flags: OpFlags) -> Result<()> {
         let info = self.info();
-        if !RMA_FLAGS.contains(flags)
+        // A fence is the provider's to keep, as on sends.
+        let fence = info.tx_attr.op_flags_supported & OpFlags::FENCE;
+        if !(RMA_FLAGS | fence).contains(flags)
             || (flags & OpFlags::COMPLETION_LEVELS).bits().count_ones() > 1
         {
             return Err(Error::BadFlags);
