@@ -396,7 +396,7 @@ fn to_usize(v: u32) -> usize {
 /// The `FI_EP_MSG` offer of one port.
 pub fn msg_offer(r: &DeviceReport) -> Info {
     let a = &r.attr;
-    let caps = with_atomics(MSG_CAPS, a.atomic_cap);
+    let caps = with_atomics(MSG_CAPS, a.atomic_cap) | Caps::FENCE;
     let src = r.src_addr();
     let addr_format = match src {
         Some(SocketAddr::V6(_)) => AddrFormat::SockaddrIn6,
@@ -423,11 +423,12 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             rma_iov_limit: 1,
             // A send's completion on RC means the peer's NIC has it, not
             // that a receive took it: no delivery- or match-complete.
-            op_flags_supported: OpFlags::TX_BASE,
+            // FI_FENCE is IBV_SEND_FENCE (`msg::post`).
+            op_flags_supported: OpFlags::TX_BASE | OpFlags::FENCE,
             ..TxAttr::default()
         },
         rx_attr: RxAttr {
-            caps: caps & !Caps::SEND,
+            caps: caps & !(Caps::SEND | Caps::FENCE),
             mode: Mode::RX_CQ_DATA,
             msg_order: MSG_ORDER,
             comp_order: CompOrder::empty(),

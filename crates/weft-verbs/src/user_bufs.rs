@@ -12,8 +12,8 @@ use weft_core::Error;
 use crate::slot_pool::{SlotPool, SLOT};
 
 use crate::sys::{
-    AccessFlags, BytesMr, BytesMutMr, Payload, ProtectionDomain, QueuePair, SendOp, SendRequest,
-    Sge,
+    AccessFlags, BytesMr, BytesMutMr, Payload, ProtectionDomain, QueuePair, SendFlags, SendOp,
+    SendRequest, Sge,
 };
 
 /// Remote CQ data as the 32-bit immediate of a send or RDMA write
@@ -155,12 +155,13 @@ pub(crate) fn post_rma(
     op: RmaOp,
     (addr, rkey): (u64, u32),
     imm: Option<u32>,
-    wr_id: u64,
+    (wr_id, flags): (u64, SendFlags),
 ) -> Result<RmaLocal, (Error, RmaOp)> {
     let at = Posting {
         qp,
         pd,
         wr_id,
+        flags,
         addr,
         rkey,
     };
@@ -177,13 +178,16 @@ struct Posting<'a> {
     qp: &'a QueuePair,
     pd: &'a Arc<ProtectionDomain>,
     wr_id: u64,
+    /// `SIGNALED`, with `FENCE` for a fenced operation.
+    flags: SendFlags,
     addr: u64,
     rkey: u32,
 }
 
 impl Posting<'_> {
     fn post(&self, op: SendOp, p: Payload<'_>) -> Result<(), Error> {
-        self.qp.post_send(&SendRequest::new(self.wr_id, op, p))
+        self.qp
+            .post_send(&SendRequest::new(self.wr_id, op, p).flags(self.flags))
     }
 
     /// An RDMA write (with immediate if `imm`): inline up to

@@ -13,7 +13,7 @@ use weft::{
     Caps, CompOrder, EpType, Error, Info, MemoryRegion, MrAccess, MrAttr, MsgOrder, OpFlags,
     RmaMsg, RmaOp,
 };
-use weft_integration::{within, Harness, Provider, RdmEp};
+use weft_integration::{msg_pair, within, Harness, Provider};
 
 const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
 /// Rounds per test, and rounds in flight at once.
@@ -23,14 +23,14 @@ const BATCH: u64 = 32;
 /// reused while its round is in flight.
 const SLOTS: u64 = 256;
 
-fn rma_info(p: &Provider) -> Info {
-    p.try_info_with(EpType::Rdm, |h| {
+fn rma_info(p: &Provider, ep_type: EpType) -> Info {
+    p.try_info_with(ep_type, |h| {
         h.caps = Caps::MSG | Caps::RMA;
         h.domain_attr.mr_mode =
             weft::MrMode::PROV_KEY | weft::MrMode::VIRT_ADDR | weft::MrMode::LOCAL;
         h.mode = weft::Mode::RX_CQ_DATA;
     })
-    .unwrap_or_else(|| panic!("{} offers no RMA", p.name))
+    .unwrap_or_else(|| panic!("{} offers no RMA on {ep_type:?}", p.name))
 }
 
 /// Whether `p`'s RDM offer keeps every bit of `need`; a test of bits it
@@ -46,21 +46,55 @@ fn claims(info: &Info, need: MsgOrder, what: &str) -> bool {
     has
 }
 
+/// An initiator `a`, a target `b` reached as `to_b`, and a region of
+/// `b`'s domain; over RDM or over one MSG connection.
 struct Setup {
-    a: RdmEp,
-    b: RdmEp,
+    a: weft::Endpoint,
+    b: weft::Endpoint,
     to_b: weft::FiAddr,
     mr: MemoryRegion,
+    /// What must outlive the endpoints (harness, queues, the other
+    /// side's fabric).
+    _keep: Box<dyn std::any::Any + Send + Sync>,
 }
 
 fn setup(p: &Provider) -> Setup {
-    let h = Harness::with_info(p, rma_info(p));
+    let h = Harness::with_info(p, rma_info(p, EpType::Rdm));
     let (a, b, to_b, _) = h.rdm_pair_with(&h.info);
     let mr = h
         .domain
         .mr_regattr(MrAttr::alloc((SLOTS * 8) as usize, RW).requested_key(31))
         .expect("region");
-    Setup { a, b, to_b, mr }
+    Setup {
+        a: a.ep.clone(),
+        b: b.ep.clone(),
+        to_b,
+        mr,
+        _keep: Box::new((h, a, b)),
+    }
+}
+
+/// The same over a connected MSG pair: the client writes into a region
+/// of the server's domain.
+async fn setup_msg(p: &Provider) -> Setup {
+    let info = rma_info(p, EpType::Msg);
+    let pair = msg_pair(&info, &info).await;
+    let mr = pair
+        .sd
+        .mr_regattr(MrAttr::alloc((SLOTS * 8) as usize, RW).requested_key(31))
+        .expect("region");
+    Setup {
+        a: pair.cep.clone(),
+        b: pair.sep.clone(),
+        to_b: 0,
+        mr,
+        _keep: Box::new(pair),
+    }
+}
+
+/// Both endpoint types, RDM first.
+async fn setups(p: &Provider) -> [Setup; 2] {
+    [setup(p), setup_msg(p).await]
 }
 
 impl Setup {
@@ -83,7 +117,6 @@ impl Setup {
         };
         async move {
             self.a
-                .ep
                 .rmamsg(msg, flags)
                 .await
                 .unwrap_or_else(|e| panic!("write {i}: {e:?}"));
@@ -96,7 +129,6 @@ impl Setup {
         async move {
             let e = self
                 .a
-                .ep
                 .read(self.to_b, BytesMut::zeroed(8), at, self.mr.key())
                 .await
                 .unwrap_or_else(|e| panic!("read {i}: {e:?}"));
@@ -156,8 +188,13 @@ async fn order_claims_match_getinfo(p: Provider) {
 /// Round `i` writes `i` into its slot, then sends `i`; whoever handles
 /// message `i` finds the slot already holding `i`.
 async fn sends_never_overtake_writes(p: Provider) {
-    let s = setup(&p);
-    if !claims(s.a.ep.info(), MsgOrder::SAW, "send after write") {
+    for s in setups(&p).await {
+        sends_never_overtake_writes_on(&s).await;
+    }
+}
+
+async fn sends_never_overtake_writes_on(s: &Setup) {
+    if !claims(s.a.info(), MsgOrder::SAW, "send after write") {
         return;
     }
     for first in (1..=ROUNDS).step_by(BATCH as usize) {
@@ -165,9 +202,7 @@ async fn sends_never_overtake_writes(p: Provider) {
         let mut ops: Vec<BoxFuture<'_, ()>> = Vec::new();
         for i in batch.clone() {
             ops.push(s.write(i, i, OpFlags::empty()));
-            let send =
-                s.a.ep
-                    .send(s.to_b, Bytes::copy_from_slice(&i.to_le_bytes()));
+            let send = s.a.send(s.to_b, Bytes::copy_from_slice(&i.to_le_bytes()));
             ops.push(
                 async move {
                     send.await.unwrap();
@@ -177,7 +212,7 @@ async fn sends_never_overtake_writes(p: Provider) {
         }
         let recvs = async {
             for i in batch.clone() {
-                let got = s.b.ep.recv(BytesMut::zeroed(8)).await.unwrap();
+                let got = s.b.recv(BytesMut::zeroed(8)).await.unwrap();
                 let n = u64::from_le_bytes(got.into_bytes()[..8].try_into().unwrap());
                 assert_eq!(n, i, "messages in order");
                 assert_eq!(s.slot_value(i), i, "message {i} overtook its write");
@@ -190,9 +225,14 @@ async fn sends_never_overtake_writes(p: Provider) {
 /// `FI_ORDER_RAW`/`RMA_RAW`: a read posted after a write to the same
 /// place sees the write.
 async fn reads_see_earlier_writes(p: Provider) {
-    let s = setup(&p);
+    for s in setups(&p).await {
+        reads_see_earlier_writes_on(&s).await;
+    }
+}
+
+async fn reads_see_earlier_writes_on(s: &Setup) {
     if !claims(
-        s.a.ep.info(),
+        s.a.info(),
         MsgOrder::RAW | MsgOrder::RMA_RAW,
         "read after write",
     ) {
@@ -221,9 +261,14 @@ async fn reads_see_earlier_writes(p: Provider) {
 /// `FI_ORDER_WAR`/`RMA_WAR`: a write posted after a read of the same
 /// place does not show in that read.
 async fn writes_never_overtake_reads(p: Provider) {
-    let s = setup(&p);
+    for s in setups(&p).await {
+        writes_never_overtake_reads_on(&s).await;
+    }
+}
+
+async fn writes_never_overtake_reads_on(s: &Setup) {
     if !claims(
-        s.a.ep.info(),
+        s.a.info(),
         MsgOrder::WAR | MsgOrder::RMA_WAR,
         "write after read",
     ) {
@@ -298,27 +343,31 @@ async fn atomics_apply_in_posting_order(p: Provider) {
 /// in the read, and a fenced send after a write finds it done; where not
 /// offered, the flag is `BadFlags` on every operation.
 async fn fence_is_kept_or_refused(p: Provider) {
-    let s = setup(&p);
-    let info = s.a.ep.info();
+    for s in setups(&p).await {
+        fence_is_kept_or_refused_on(&s).await;
+    }
+}
+
+async fn fence_is_kept_or_refused_on(s: &Setup) {
+    let info = s.a.info();
     let fenced = info.tx_attr.op_flags_supported.contains(OpFlags::FENCE);
     if !fenced {
         let e =
-            s.a.ep
-                .rmamsg(
-                    RmaMsg {
-                        dest: s.to_b,
-                        op: RmaOp::Write {
-                            iov: vec![Bytes::from_static(b"12345678")],
-                            data: None,
-                        },
-                        addr: s.mr.addr(),
-                        key: s.mr.key(),
-                        context: 0,
+            s.a.rmamsg(
+                RmaMsg {
+                    dest: s.to_b,
+                    op: RmaOp::Write {
+                        iov: vec![Bytes::from_static(b"12345678")],
+                        data: None,
                     },
-                    OpFlags::FENCE,
-                )
-                .await
-                .unwrap_err();
+                    addr: s.mr.addr(),
+                    key: s.mr.key(),
+                    context: 0,
+                },
+                OpFlags::FENCE,
+            )
+            .await
+            .unwrap_err();
         assert_eq!(e.err, Error::BadFlags);
         let msg = weft::SendMsg {
             dest: s.to_b,
@@ -327,7 +376,7 @@ async fn fence_is_kept_or_refused(p: Provider) {
             data: None,
             context: 0,
         };
-        let e = s.a.ep.sendmsg(msg, OpFlags::FENCE).await.unwrap_err();
+        let e = s.a.sendmsg(msg, OpFlags::FENCE).await.unwrap_err();
         assert_eq!(e.err, Error::BadFlags);
         assert_eq!(s.slot_value(0), 0, "a refused write wrote nothing");
         return;
@@ -348,13 +397,13 @@ async fn fence_is_kept_or_refused(p: Provider) {
             context: 0,
         };
         let arrived = async {
-            s.b.ep.recv(BytesMut::zeroed(8)).await.unwrap();
+            s.b.recv(BytesMut::zeroed(8)).await.unwrap();
             assert_eq!(s.slot_value(i), i + 2, "the fenced send overtook the write");
         };
         let ((), sent, ()) = within("write, then a fenced send", async {
             tokio::join!(
                 s.write(i, i + 2, OpFlags::empty()),
-                s.a.ep.sendmsg(msg, OpFlags::FENCE),
+                s.a.sendmsg(msg, OpFlags::FENCE),
                 arrived
             )
         })

@@ -58,7 +58,7 @@ fn a_copy_longer_than_the_receive_is_truncation_with_olen() {
     let (done, mut rx) = awaited(7);
     let w = Waiting::new(1, done, Some(vec![BytesMut::zeroed(3)]));
     assert!(deliver(w, message(0x0807_0605_0403_0201)).is_none());
-    let e = rx.try_recv().unwrap().unwrap().into_result(0).unwrap_err();
+    let e = rx.try_recv().unwrap().unwrap().into_result(7).unwrap_err();
     assert_eq!((e.err, e.len, e.olen, e.context), (Error::Trunc, 3, 5, 7));
     assert_eq!(&e.bufs[0][..], &[1, 2, 3]);
 }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use weft_core::flags::Mode;
+use weft_core::flags::{Mode, OpFlags};
 use weft_core::provider::{RecvReq, Rejected, RmaOp, RmaReq, SendReq};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
@@ -16,7 +16,8 @@ use super::complete::{deliver, Held, Inflight, RecvMem, RecvSide, Waiting, RECV_
 use super::{Link, MsgShared};
 use crate::slot_pool::{SlotPool, SLOT};
 use crate::sys::{
-    AccessFlags, BytesMutMr, Payload, ProtectionDomain, RecvRequest, SendOp, SendRequest, Sge,
+    AccessFlags, BytesMutMr, Payload, ProtectionDomain, RecvRequest, SendFlags, SendOp,
+    SendRequest, Sge,
 };
 use crate::user_bufs::{gather, imm_data, post_rma, register_source};
 
@@ -53,7 +54,7 @@ impl MsgShared {
         }
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
-        match send_on(&link, &req, op, wr_id) {
+        match send_on(&link, &req, op, (wr_id, wr_flags(req.flags))) {
             Ok(op) => {
                 g.insert(wr_id, Inflight { done: req.done, op });
                 Ok(())
@@ -109,7 +110,7 @@ impl MsgShared {
             req.op,
             (req.addr, rkey),
             imm,
-            wr_id,
+            (wr_id, wr_flags(req.flags)),
         ) {
             Ok(local) => {
                 let op = Held::Rma { len, kind, local };
@@ -190,10 +191,31 @@ impl RecvSide<'_> {
     }
 }
 
+/// The work request flags of an operation posted with `flags`: every
+/// request is signaled, and `FI_FENCE` is `IBV_SEND_FENCE`, which holds
+/// the request until the queue pair's earlier reads and atomics have
+/// completed — what an RC queue pair does not order by itself (write and
+/// send after read; `docs/design.md`).
+fn wr_flags(flags: OpFlags) -> SendFlags {
+    if flags.contains(OpFlags::FENCE) {
+        SendFlags::SIGNALED | SendFlags::FENCE
+    } else {
+        SendFlags::SIGNALED
+    }
+}
+
 /// Posts the send of `req` as `op` and says what now holds its bytes.
-fn send_on(link: &Link, req: &SendReq, op: SendOp, wr_id: u64) -> Result<Held> {
+fn send_on(
+    link: &Link,
+    req: &SendReq,
+    op: SendOp,
+    (wr_id, flags): (u64, SendFlags),
+) -> Result<Held> {
     let len = req.len();
-    let post = |payload: Payload<'_>| link.qp.post_send(&SendRequest::new(wr_id, op, payload));
+    let post = |payload: Payload<'_>| {
+        link.qp
+            .post_send(&SendRequest::new(wr_id, op, payload).flags(flags))
+    };
     if len > 0 && len <= link.qp.caps().max_inline_data as usize {
         let data = gather(&req.iov, len);
         post(Payload::Inline(&data))?;

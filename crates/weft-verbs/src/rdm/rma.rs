@@ -13,7 +13,7 @@ use weft_core::sync::lock;
 use weft_core::Error;
 
 use super::{Conn, Op, RdmShared};
-use crate::sys::{Payload, SendOp, SendRequest, WorkCompletion};
+use crate::sys::{Payload, SendFlags, SendOp, SendRequest, WorkCompletion};
 use crate::user_bufs::{post_rma, RmaLocal};
 use weft_core::wire::rdm::{Header, Op as WireOp};
 
@@ -71,7 +71,7 @@ impl RdmShared {
             op,
             (addr, rkey),
             None,
-            write_id,
+            (write_id, SendFlags::SIGNALED),
         ) {
             Ok(held) => {
                 let held = match data {
