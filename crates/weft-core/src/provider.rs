@@ -588,11 +588,53 @@ pub struct EpStats {
     pub rx_malformed: u64,
 }
 
+/// A connected byte stream (`FI_EP_SOCK_STREAM`), in the poll form of an
+/// asynchronous socket; `weft` presents it as Tokio's `AsyncRead` and
+/// `AsyncWrite`. The methods follow those traits: `Pending` registers
+/// `cx`'s waker, a read of 0 bytes is the end of the stream.
+pub trait ByteStream: Send + Sync + Debug {
+    /// Reads into `buf`.
+    fn poll_read(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<std::io::Result<usize>>;
+    /// Writes from `buf`; how much was taken.
+    fn poll_write(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>>;
+    /// Writes from several buffers at once.
+    fn poll_write_vectored(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>>;
+    /// Everything written has left this end.
+    fn poll_flush(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>>;
+    /// Ends this end's writing (the peer reads the end of the stream).
+    fn poll_shutdown(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>>;
+}
+
 /// An enabled provider endpoint.
 pub trait ProviderEndpoint: Send + Sync + Debug {
     /// What the endpoint holds for its peers now.
     fn stats(&self) -> EpStats {
         EpStats::default()
+    }
+    /// `FI_EP_SOCK_STREAM`: the connected byte stream, taken once (the
+    /// caller owns it from then on). `NotConn` before the connection is
+    /// made, `OpBadState` once taken; providers without socket-style
+    /// endpoints keep this default (`NoSys`).
+    fn take_byte_stream(&self) -> Result<Box<dyn ByteStream>> {
+        Err(Error::NoSys)
     }
     /// Makes an endpoint that a critical error disabled usable again
     /// (`fi_enable` after the error). Providers that cannot keep this

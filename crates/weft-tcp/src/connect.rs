@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr};
+use weft_core::attr::EpType;
 use weft_core::auth::{AuthKey, ConnKind};
 use weft_core::eventq::{ConnHandle, EqEvent, EqEventKind, EqShared};
 use weft_core::limits::ConnLimits;
@@ -422,7 +423,7 @@ pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Resul
         return Err(Error::Inval);
     }
     let addr = decode_sockaddr(&dest)?;
-    if lock(&ep.msg_conn).is_some() {
+    if lock(&ep.msg_conn).is_some() || ep.sock.is_connected() {
         return Err(Error::IsConn);
     }
     let t = ep.limits.handshake_timeout;
@@ -458,6 +459,11 @@ pub async fn msg_connect(ep: Arc<EpShared>, dest: Vec<u8>, cm: Vec<u8>) -> Resul
     }
     .await;
     match r {
+        Ok((s, 0, peer_cm, _)) if ep.ep_type == EpType::SockStream => {
+            ep.sock.connected(s)?;
+            ep.cfg.eq_connected(peer_cm.clone());
+            Ok(peer_cm)
+        }
         Ok((s, 0, peer_cm, auth)) => {
             let conn = Conn::new(s, addr, &ep, ConnSlot::take(&ep.conn_count), auth)?;
             *lock(&ep.msg_conn) = Some(conn.clone());
@@ -495,6 +501,11 @@ pub async fn msg_accept(ep: Arc<EpShared>, cm: Vec<u8>) -> Result<()> {
     let mut s = pc.take()?;
     let t = ep.limits.handshake_timeout;
     write_frame(&mut s, Header::new(FrameKind::ConnResp), &cm, t).await?;
+    if ep.ep_type == EpType::SockStream {
+        ep.sock.connected(s)?;
+        ep.cfg.eq_connected(Vec::new());
+        return Ok(());
+    }
     let conn = Conn::new(
         s,
         pc.peer,

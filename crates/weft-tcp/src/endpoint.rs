@@ -85,6 +85,8 @@ pub struct EpShared {
     pub peers: Mutex<FastMap<SocketAddr, PeerState>>,
     /// MSG: the one connection.
     pub msg_conn: Mutex<Option<Arc<Conn>>>,
+    /// `FI_EP_SOCK_STREAM`: the connection, until the application takes it.
+    pub sock: crate::sock_stream::SockSlot,
     /// MSG: the connection is gone, so receives can no longer be filled.
     pub msg_dead: AtomicBool,
     /// Every live connection (the busy-poll thread walks these).
@@ -220,6 +222,7 @@ impl EpShared {
             matcher: Mutex::new(Matcher::new()),
             peers: Mutex::new(fast_map()),
             msg_conn: Mutex::new(None),
+            sock: Default::default(),
             msg_dead: AtomicBool::new(false),
             conns: Mutex::new(Vec::new()),
             conns_gen: AtomicUsize::new(0),
@@ -713,6 +716,13 @@ impl TcpEndpoint {
 }
 
 impl ProviderEndpoint for TcpEndpoint {
+    fn take_byte_stream(&self) -> Result<Box<dyn weft_core::provider::ByteStream>> {
+        if self.shared.ep_type != EpType::SockStream {
+            return Err(Error::NoSys);
+        }
+        self.shared.sock.take()
+    }
+
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         if self.shared.is_closed() {
             return Err(Rejected {

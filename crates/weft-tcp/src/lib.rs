@@ -30,6 +30,7 @@ mod returned;
 mod rma;
 mod rma_events;
 mod rx;
+mod sock_stream;
 mod sweep;
 mod tls;
 mod verify;
@@ -71,7 +72,30 @@ pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 
 /// The offers of this provider, one per endpoint type.
 pub fn offers() -> Vec<Info> {
-    [EpType::Rdm, EpType::Msg].into_iter().map(offer).collect()
+    let mut v: Vec<Info> = [EpType::Rdm, EpType::Msg].into_iter().map(offer).collect();
+    v.push(sock_stream_offer());
+    v
+}
+
+/// `FI_EP_SOCK_STREAM`: MSG's connection management, then the socket's
+/// bytes as they are (`sock_stream.rs`). Data moves through the stream
+/// (`weft::SockStream`), not through sends and receives: no data
+/// capabilities, no queues to size.
+fn sock_stream_offer() -> Info {
+    let mut i = offer(EpType::Msg);
+    i.caps = Caps::LOCAL_COMM | Caps::REMOTE_COMM;
+    i.tx_attr.caps = Caps::empty();
+    i.rx_attr.caps = Caps::empty();
+    i.tx_attr.op_flags_supported = OpFlags::empty();
+    i.rx_attr.op_flags_supported = OpFlags::empty();
+    // A byte stream keeps the order of its bytes, nothing more to say.
+    i.tx_attr.msg_order = MsgOrder::empty();
+    i.rx_attr.msg_order = MsgOrder::empty();
+    i.rx_attr.comp_order = CompOrder::empty();
+    i.tx_attr.inject_size = 0;
+    i.ep_attr.ep_type = EpType::SockStream;
+    i.domain_attr.mr_mode = MrMode::empty();
+    i
 }
 
 fn offer(ep_type: EpType) -> Info {
@@ -222,12 +246,17 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
             sweep::start(&ep);
             ep
         }
-        EpType::Msg => {
+        EpType::Msg | EpType::SockStream => {
             let local = match &cfg.conn {
                 Some(h) => connect::pending_of(h)?.local,
                 None => bind_addr(&cfg)?,
             };
             let ep = endpoint::EpShared::new(cfg, local, rt.clone())?;
+            if ep_type == EpType::SockStream && ep.tls.is_some() {
+                // The stream is the socket itself; over TLS it would be
+                // the session, which is not handed out yet.
+                return Err(Error::NoSys);
+            }
             sweep::start(&ep);
             ep
         }

@@ -64,6 +64,7 @@ mod passive;
 mod registry;
 mod rma;
 mod shared_av;
+mod sock_stream;
 mod srx;
 
 pub use av::{AddressVector, AvAttr, Insert, InsertReport};
@@ -82,6 +83,7 @@ pub use passive::PassiveEndpoint;
 pub use registry::providers;
 pub use rma::RmaMsg;
 pub use shared_av::{shared_av_path, unlink_shared_av};
+pub use sock_stream::SockStream;
 pub use srx::SharedRxContext;
 pub use weft_core::atomic::{AtomicKind, AtomicOp, Datatype};
 pub use weft_core::provider::{Atomic, EpStats, MrCacheStats, RmaOp};

@@ -35,7 +35,7 @@ impl PassiveEndpoint {
         info: Info,
         addr: Option<Vec<u8>>,
     ) -> Result<PassiveEndpoint> {
-        if info.ep_attr.ep_type != EpType::Msg {
+        if !matches!(info.ep_attr.ep_type, EpType::Msg | EpType::SockStream) {
             return Err(Error::Inval);
         }
         // The listener's key is what connecting endpoints must prove.

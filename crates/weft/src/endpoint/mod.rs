@@ -220,7 +220,7 @@ impl Endpoint {
             crate::fabric::check_tls(domain.fabric().prov(), &info)?;
         }
         match info.ep_attr.ep_type {
-            EpType::Rdm | EpType::Msg | EpType::Dgram => {}
+            EpType::Rdm | EpType::Msg | EpType::Dgram | EpType::SockStream => {}
             EpType::Unspec => return Err(Error::Inval),
             _ => return Err(Error::NoSys),
         }
@@ -572,8 +572,11 @@ impl Endpoint {
         if !ep_type.is_connected() && b.av.is_none() {
             return Err(Error::NoAv);
         }
-        if (b.tx_cq.is_none() && b.send_cntr.is_none())
-            || (b.rx_cq.is_none() && b.recv_cntr.is_none())
+        // A socket-style stream endpoint moves its data through its
+        // stream, never through a queue.
+        if ep_type != EpType::SockStream
+            && ((b.tx_cq.is_none() && b.send_cntr.is_none())
+                || (b.rx_cq.is_none() && b.recv_cntr.is_none()))
         {
             return Err(Error::NoCq);
         }

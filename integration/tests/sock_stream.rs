@@ -1,0 +1,209 @@
+//! `FI_EP_SOCK_STREAM` on tcp: connection management as on MSG endpoints,
+//! then the connection as Tokio I/O (`weft::SockStream`). An unmodified
+//! HTTP/2 client and server (the `h2` crate) run over it; end of stream,
+//! writes after shutdown and the stream's life cycle behave as a socket's.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use weft::{Caps, EpType, EqEventKind, Error, Info, SockStream};
+use weft_integration::{next_eq, within};
+
+fn stream_info() -> Info {
+    let mut hints = Info::default();
+    hints.ep_attr.ep_type = EpType::SockStream;
+    hints.fabric_attr.prov_name = Some("tcp".into());
+    weft::getinfo(Some(&hints))
+        .expect("tcp offers FI_EP_SOCK_STREAM")
+        .remove(0)
+}
+
+/// Both ends of one connection: (client, server).
+async fn connected() -> (SockStream, SockStream) {
+    let info = stream_info();
+    let fabric = weft::Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    let pep = fabric.passive_endpoint(&info, None).unwrap();
+    let peq = fabric.eq(8).unwrap();
+    pep.bind_eq(&peq).unwrap();
+    pep.listen().unwrap();
+    let open = |req: Option<&weft::ConnRequest>| {
+        let ep = match req {
+            Some(r) => domain.accept_endpoint(&info, r).unwrap(),
+            None => domain.endpoint(&info).unwrap(),
+        };
+        let eq = fabric.eq(8).unwrap();
+        ep.bind_eq(&eq).unwrap();
+        ep.enable().unwrap();
+        (ep, eq)
+    };
+    let (cep, ceq) = open(None);
+    assert_eq!(cep.stream().unwrap_err(), Error::NotConn);
+    let to = pep.local_addr().unwrap();
+    let c2 = cep.clone();
+    let conn = tokio::spawn(async move { c2.connect(to, b"hello".to_vec()).await });
+    let ev = within("connreq", next_eq(&peq)).await.unwrap();
+    assert_eq!(ev.kind, EqEventKind::ConnReq);
+    assert_eq!(ev.cm_data, b"hello");
+    let req = weft::ConnRequest::from_event(&ev).unwrap();
+    let (sep, seq) = open(Some(&req));
+    within("accept", sep.accept(b"welcome".to_vec()))
+        .await
+        .unwrap();
+    let cm = within("connect", conn).await.unwrap().unwrap();
+    assert_eq!(cm, b"welcome");
+    for q in [&ceq, &seq] {
+        let ev = within("connected", next_eq(q)).await.unwrap();
+        assert_eq!(ev.kind, EqEventKind::Connected);
+    }
+    let (c, s) = (cep.stream().unwrap(), sep.stream().unwrap());
+    assert_eq!(cep.stream().unwrap_err(), Error::OpBadState, "taken once");
+    // The streams outlive their endpoints.
+    drop((cep, sep, pep, domain, fabric));
+    (c, s)
+}
+
+/// What the echo server answers for a body: its bytes reversed.
+fn answer(body: &[u8]) -> Vec<u8> {
+    body.iter().rev().copied().collect()
+}
+
+fn body(i: usize) -> Bytes {
+    let len = (i * 7919) % 20_000;
+    Bytes::from((0..len).map(|k| (k * 31 + i) as u8).collect::<Vec<u8>>())
+}
+
+async fn serve(s: SockStream) {
+    let mut conn = h2::server::handshake(s).await.unwrap();
+    while let Some(r) = conn.accept().await {
+        let (req, mut respond) = r.unwrap();
+        tokio::spawn(async move {
+            let mut rx = req.into_body();
+            let mut got = Vec::new();
+            while let Some(chunk) = rx.data().await {
+                let chunk = chunk.unwrap();
+                rx.flow_control().release_capacity(chunk.len()).unwrap();
+                got.extend_from_slice(&chunk);
+            }
+            let resp = http::Response::builder().status(200).body(()).unwrap();
+            let mut tx = respond.send_response(resp, false).unwrap();
+            tx.send_data(Bytes::from(answer(&got)), true).unwrap();
+        });
+    }
+}
+
+/// 1,000 HTTP/2 requests with bodies up to 20 KB, each answered and
+/// checked byte for byte, 8 in flight at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_over_a_sock_stream() {
+    let (c, s) = connected().await;
+    let server = tokio::spawn(serve(s));
+    let (client, conn) = h2::client::handshake(c).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut client = client.ready().await.unwrap();
+    let mut next = 0usize;
+    while next < 1000 {
+        let mut inflight = Vec::new();
+        for i in next..(next + 8).min(1000) {
+            let req = http::Request::builder()
+                .method("POST")
+                .uri("http://weft.invalid/echo")
+                .body(())
+                .unwrap();
+            let (resp, mut tx) = client.send_request(req, false).unwrap();
+            tx.send_data(body(i), true).unwrap();
+            inflight.push((i, resp));
+            client = client.ready().await.unwrap();
+        }
+        for (i, resp) in inflight {
+            let resp = within("response", resp).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            let mut rx = resp.into_body();
+            let mut got = Vec::new();
+            while let Some(chunk) = rx.data().await {
+                let chunk = chunk.unwrap();
+                rx.flow_control().release_capacity(chunk.len()).unwrap();
+                got.extend_from_slice(&chunk);
+            }
+            assert_eq!(got, answer(&body(i)), "request {i}");
+        }
+        next += 8;
+    }
+    drop(client);
+    driver.abort();
+    server.abort();
+}
+
+/// The end of the peer's writing reads as 0 bytes (not an error), after
+/// everything it wrote; writing after one's own shutdown fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_of_stream_and_writes_after_shutdown() {
+    let (mut c, mut s) = connected().await;
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let writer = tokio::spawn(async move {
+        c.write_all(&big).await.unwrap();
+        c.shutdown().await.unwrap();
+        let e = c.write_all(b"late").await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e:?}");
+        c
+    });
+    let mut got = Vec::new();
+    within("read to the end", s.read_to_end(&mut got))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 3_000_000);
+    assert!(got.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+    let mut more = [0u8; 8];
+    assert_eq!(s.read(&mut more).await.unwrap(), 0, "EOF stays EOF");
+    // The other direction is still open.
+    s.write_all(b"still here").await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut c = within("writer", writer).await.unwrap();
+    let mut back = Vec::new();
+    c.read_to_end(&mut back).await.unwrap();
+    assert_eq!(back, b"still here");
+}
+
+/// The peer closing without a word: reads end, nothing hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_peer_ends_the_stream() {
+    let (c, mut s) = connected().await;
+    drop(c);
+    let mut buf = BytesMut::zeroed(64);
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+        .await
+        .expect("a read after the peer closed returns")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+}
+
+/// What a SOCK_STREAM endpoint is not: it has no data capabilities
+/// (sends and receives are `NoSys`), and other endpoint types have no
+/// stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_stream_endpoints_have_streams() {
+    let info = stream_info();
+    assert!(!info.caps.intersects(Caps::MSG | Caps::TAGGED | Caps::RMA));
+    let fabric = weft::Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    let ep = domain.endpoint(&info).unwrap();
+    let eq = fabric.eq(4).unwrap();
+    ep.bind_eq(&eq).unwrap();
+    ep.enable().unwrap();
+    let e = ep.send(0, Bytes::from_static(b"x")).await.unwrap_err();
+    assert_eq!(e.err, Error::NoSys);
+
+    let mut hints = Info::default();
+    hints.ep_attr.ep_type = EpType::Rdm;
+    hints.fabric_attr.prov_name = Some("tcp".into());
+    let rdm = weft::getinfo(Some(&hints)).unwrap().remove(0);
+    let rf = weft::Fabric::open(&rdm).unwrap();
+    let rd = rf.domain(&rdm).unwrap();
+    let av = rd.av(weft::AvAttr::default()).unwrap();
+    let (rep, _cq) = weft_integration::enabled_endpoint(&rd, &rdm, &av, weft::WaitMode::Interrupt);
+    assert_eq!(rep.stream().unwrap_err(), Error::NoSys);
+}
