@@ -223,7 +223,9 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, s: TcpStream, slot: ConnSlot) -> Re
     .await;
     // Not read before what the peer sent on a connection this end
     // retired has been handled: messages keep their order.
-    ep.drained(key).await;
+    if r.is_ok() {
+        ep.drained(key).await;
+    }
     let replaced = {
         let mut peers = lock(&ep.peers);
         let p = peers.entry(key).or_default();

@@ -474,7 +474,12 @@ impl EpShared {
         if p.conn.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
             p.conn = None;
         }
-        p.draining = Some(conn.clone());
+        // One that died meanwhile was already detached: nothing to wait for.
+        if !conn.is_dead() {
+            p.draining = Some(conn.clone());
+        } else if p.is_empty() {
+            peers.remove(&conn.peer_key);
+        }
     }
 
     /// Waits until no connection this end retired to `peer` is still
