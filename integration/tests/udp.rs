@@ -71,8 +71,11 @@ async fn getinfo_offers_dgram_on_loopback_first() {
         h
     }))
     .unwrap();
-    assert!(all.iter().all(|i| i.ep_attr.ep_type == EpType::Dgram));
+    assert!(all
+        .iter()
+        .all(|i| matches!(i.ep_attr.ep_type, EpType::Dgram | EpType::SockDgram)));
     let first = &all[0];
+    assert_eq!(first.ep_attr.ep_type, EpType::Dgram);
     assert_eq!(first.domain_attr.name.as_deref(), Some("lo"));
     assert_eq!(first.addr_format, AddrFormat::SockaddrIn);
     assert_eq!(first.ep_attr.protocol, weft::Protocol::WeftUdp);
@@ -82,12 +85,19 @@ async fn getinfo_offers_dgram_on_loopback_first() {
         Caps::MSG | Caps::TAGGED | Caps::SOURCE | Caps::DIRECTED_RECV | Caps::REMOTE_CQ_DATA
     ));
     assert!(weft::providers().contains(&"udp"));
-    // What is not offered matches nothing: other endpoint types, the
-    // socket types, multicast, RMA, delivery-complete, keys.
+    // SOCK_DGRAM has the payload's header-free room, nothing tagged.
+    let sock = all
+        .iter()
+        .find(|i| i.ep_attr.ep_type == EpType::SockDgram)
+        .expect("SOCK_DGRAM offered");
+    assert_eq!(sock.ep_attr.max_msg_size, 65_507);
+    assert_eq!(sock.ep_attr.protocol, weft::Protocol::Udp);
+    assert!(!sock.caps.intersects(Caps::TAGGED | Caps::REMOTE_CQ_DATA));
+    // What is not offered matches nothing: other endpoint types,
+    // multicast, RMA, delivery-complete, keys.
     for tune in [
         (|h: &mut Info| h.ep_attr.ep_type = EpType::Rdm) as fn(&mut Info),
         |h| h.ep_attr.ep_type = EpType::Msg,
-        |h| h.ep_attr.ep_type = EpType::SockDgram,
         |h| h.ep_attr.ep_type = EpType::SockStream,
         |h| h.caps = Caps::MSG | Caps::MULTICAST,
         |h| h.caps = Caps::MSG | Caps::RMA,
@@ -105,11 +115,27 @@ async fn getinfo_offers_dgram_on_loopback_first() {
 }
 
 #[tokio::test]
-async fn socket_types_and_multicast_are_refused_by_the_calls() {
+async fn stream_types_and_multicast_are_refused_by_the_calls() {
     let h = harness();
-    let mut i = h.info.clone();
-    i.ep_attr.ep_type = EpType::SockDgram;
-    assert_eq!(h.domain.endpoint(&i).unwrap_err(), Error::NoSys);
+    // A stream type, or SOCK_DGRAM with DGRAM's tags: nothing opens.
+    for (t, caps) in [
+        (EpType::SockStream, h.info.caps),
+        (EpType::SockDgram, h.info.caps),
+    ] {
+        let mut i = h.info.clone();
+        i.ep_attr.ep_type = t;
+        i.caps = caps;
+        let opened = h.domain.endpoint(&i).and_then(|ep| {
+            if t == EpType::SockStream {
+                ep.bind_eq(&h.eq())?;
+            } else {
+                ep.bind_av(&h.av())?;
+                ep.bind_cq(&h.cq(), BindFlags::TRANSMIT | BindFlags::RECV)?;
+            }
+            ep.enable()
+        });
+        assert_eq!(opened.unwrap_err(), Error::NoSys, "{t:?}");
+    }
     let mut i = h.info.clone();
     i.tx_attr.op_flags = OpFlags::MULTICAST;
     assert_eq!(h.domain.endpoint(&i).unwrap_err(), Error::BadFlags);

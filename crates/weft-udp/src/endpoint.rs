@@ -52,6 +52,9 @@ pub struct EpShared {
     pub local: SocketAddr,
     /// The largest message one datagram carries from here.
     pub max_msg: usize,
+    /// `FI_EP_SOCK_DGRAM`: datagrams are the payload alone, without
+    /// Weft's header (no tag, no CQ data), as a UDP socket's are.
+    pub raw: bool,
     pub inject: usize,
     pub iov_limit: usize,
     pub matcher: Mutex<UdpMatcher>,
@@ -150,7 +153,10 @@ impl EpShared {
         let dscp = weft_core::tclass::to_dscp(info.tx_attr.tclass)?;
         let sock = open_socket(bind_addr(&cfg)?, dscp)?;
         let local = sock.local_addr()?;
-        let path = crate::ifaces::max_msg_at(local.ip());
+        let raw = info.ep_attr.ep_type == weft_core::attr::EpType::SockDgram;
+        // Without a header, a datagram carries that much more payload.
+        let path =
+            crate::ifaces::max_msg_at(local.ip()) + if raw { crate::wire::HEADER_LEN } else { 0 };
         let max_msg = match info.ep_attr.max_msg_size {
             0 => path,
             m => m.min(path),
@@ -182,6 +188,7 @@ impl EpShared {
             tio,
             local,
             max_msg,
+            raw,
             inject,
             iov_limit,
             matcher: Mutex::new(Matcher::new()),

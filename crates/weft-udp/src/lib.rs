@@ -73,14 +73,16 @@ impl Provider for UdpProvider {
     }
 }
 
-/// Opens (enables) a DGRAM endpoint: binds its socket and starts its
-/// drivers. Other endpoint types are `NoSys`; multicast and the socket
-/// endpoint types are not offered.
+/// Opens (enables) a DGRAM or SOCK_DGRAM endpoint: binds its socket and
+/// starts its drivers. Other endpoint types are `NoSys`; multicast is not
+/// offered.
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
-    if cfg.info.ep_attr.ep_type != EpType::Dgram {
-        return Err(Error::NoSys);
-    }
-    if cfg.info.caps.intersects(!CAPS) {
+    let allowed = match cfg.info.ep_attr.ep_type {
+        EpType::Dgram => CAPS,
+        EpType::SockDgram => offer::SOCK_DGRAM_CAPS,
+        _ => return Err(Error::NoSys),
+    };
+    if cfg.info.caps.intersects(!allowed) {
         // Asked for something no offer has (multicast, RMA, ...).
         return Err(Error::NoSys);
     }

@@ -31,9 +31,37 @@ pub const CAPS: Caps = Caps::MSG
     .union(Caps::LOCAL_COMM)
     .union(Caps::REMOTE_COMM);
 
-/// Every offer, from the interfaces there are now.
+/// What a `FI_EP_SOCK_DGRAM` endpoint does: plain UDP payloads, so no
+/// tags and no remote CQ data (nothing but the payload is sent).
+pub const SOCK_DGRAM_CAPS: Caps = CAPS
+    .difference(Caps::TAGGED)
+    .difference(Caps::REMOTE_CQ_DATA);
+
+/// Every offer, from the interfaces there are now: `FI_EP_DGRAM`, then
+/// `FI_EP_SOCK_DGRAM`, per address.
 pub fn offers() -> Vec<Info> {
-    ifaces::list().iter().map(offer).collect()
+    let list = ifaces::list();
+    let mut v: Vec<Info> = list.iter().map(offer).collect();
+    v.extend(list.iter().map(sock_dgram_offer));
+    v
+}
+
+/// `FI_EP_SOCK_DGRAM` on one interface address: datagrams as a UDP
+/// socket sends them — the payload and nothing else — so a plain UDP
+/// socket is a peer (`docs/design.md`, "Socket-style datagrams").
+pub fn sock_dgram_offer(i: &Iface) -> Info {
+    let mut o = offer(i);
+    o.caps = SOCK_DGRAM_CAPS;
+    o.tx_attr.caps &= SOCK_DGRAM_CAPS;
+    o.rx_attr.caps &= SOCK_DGRAM_CAPS;
+    o.ep_attr.ep_type = EpType::SockDgram;
+    o.ep_attr.protocol = Protocol::Udp;
+    o.ep_attr.protocol_version = 0;
+    o.ep_attr.mem_tag_format = 0;
+    o.ep_attr.max_msg_size += crate::wire::HEADER_LEN;
+    o.tx_attr.inject_size = INJECT_SIZE.min(o.ep_attr.max_msg_size);
+    o.domain_attr.cq_data_size = 0;
+    o
 }
 
 /// The offer of one interface address.

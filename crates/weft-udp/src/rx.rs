@@ -142,9 +142,17 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool 
     let Some(d) = st.buf.get(..n) else {
         return false;
     };
-    let Ok((h, payload)) = Header::decode(d) else {
-        ep.malformed.fetch_add(1, Ordering::Relaxed);
-        return false;
+    let (h, payload) = if ep.raw {
+        // A plain UDP payload: every datagram is a message.
+        (Header::new(None, None, 0), d)
+    } else {
+        match Header::decode(d) {
+            Ok(hp) => hp,
+            Err(_) => {
+                ep.malformed.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        }
     };
     let src = source_cached(ep, &mut st.src, from);
     let info = MsgInfo {

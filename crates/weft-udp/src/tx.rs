@@ -23,7 +23,8 @@ use crate::wire::{Header, HEADER_LEN};
 /// A datagram waiting for room in the socket.
 #[derive(Debug)]
 pub struct Queued {
-    hdr: [u8; HEADER_LEN],
+    /// `None` on `FI_EP_SOCK_DGRAM` endpoints (the payload alone).
+    hdr: Option<[u8; HEADER_LEN]>,
     iov: Iov,
     dest: SocketAddr,
     len: usize,
@@ -36,12 +37,14 @@ pub type TxQueue = VecDeque<Queued>;
 /// Sends one datagram: the header, then the buffers.
 fn send_now(
     sock: &std::net::UdpSocket,
-    hdr: &[u8; HEADER_LEN],
+    hdr: Option<&[u8; HEADER_LEN]>,
     iov: &Iov,
     dest: SocketAddr,
 ) -> io::Result<()> {
     let mut parts: SmallVec<[IoSlice<'_>; 1 + crate::IOV_LIMIT]> = SmallVec::new();
-    parts.push(IoSlice::new(hdr));
+    if let Some(h) = hdr {
+        parts.push(IoSlice::new(h));
+    }
     parts.extend(
         iov.iter()
             .filter(|b| !b.is_empty())
@@ -100,10 +103,19 @@ impl EpShared {
             return reject(Error::Again, req);
         }
         // `len` fits: it is at most one datagram.
-        let hdr = Header::new(req.tag, req.data, len as u32).encode();
+        let hdr = if self.raw {
+            if req.tag.is_some() || req.data.is_some() {
+                // Nothing but the payload goes out; the offer has neither.
+                self.tx.release(1);
+                return reject(Error::NoSys, req);
+            }
+            None
+        } else {
+            Some(Header::new(req.tag, req.data, len as u32).encode())
+        };
         let mut q = lock(&self.txq);
         if q.is_empty() {
-            match send_now(&self.sock, &hdr, &req.iov, dest) {
+            match send_now(&self.sock, hdr.as_ref(), &req.iov, dest) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 r => {
                     drop(q);
@@ -136,7 +148,7 @@ impl EpShared {
         let empty = {
             let mut q = lock(&self.txq);
             while let Some(d) = q.front() {
-                let r = send_now(&self.sock, &d.hdr, &d.iov, d.dest);
+                let r = send_now(&self.sock, d.hdr.as_ref(), &d.iov, d.dest);
                 if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
                     break;
                 }

@@ -64,6 +64,7 @@ mod passive;
 mod registry;
 mod rma;
 mod shared_av;
+mod sock_dgram;
 mod sock_stream;
 mod srx;
 
@@ -83,6 +84,7 @@ pub use passive::PassiveEndpoint;
 pub use registry::providers;
 pub use rma::RmaMsg;
 pub use shared_av::{shared_av_path, unlink_shared_av};
+pub use sock_dgram::{Datagram, SockDgram};
 pub use sock_stream::SockStream;
 pub use srx::SharedRxContext;
 pub use weft_core::atomic::{AtomicKind, AtomicOp, Datatype};

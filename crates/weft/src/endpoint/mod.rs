@@ -220,7 +220,7 @@ impl Endpoint {
             crate::fabric::check_tls(domain.fabric().prov(), &info)?;
         }
         match info.ep_attr.ep_type {
-            EpType::Rdm | EpType::Msg | EpType::Dgram | EpType::SockStream => {}
+            EpType::Rdm | EpType::Msg | EpType::Dgram | EpType::SockStream | EpType::SockDgram => {}
             EpType::Unspec => return Err(Error::Inval),
             _ => return Err(Error::NoSys),
         }
