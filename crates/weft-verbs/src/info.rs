@@ -326,15 +326,20 @@ fn connectionless_base(r: &DeviceReport) -> Info {
 
 /// The `FI_EP_RDM` offer of one port: Weft's protocol over RC queue pairs
 /// (see the `rdm` module). Inject size is what fits inline beside the
-/// header; sends keep their order (one RC connection per peer).
+/// header; operations keep an RC queue pair's order (one RC connection
+/// per peer, one backlog).
 pub fn rdm_offer(r: &DeviceReport) -> Info {
     let mut i = connectionless_base(r);
     let caps = with_atomics(RDM_CAPS, r.attr.atomic_cap);
     i.caps = caps;
     i.tx_attr.caps = caps & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE);
     i.rx_attr.caps = caps & !Caps::SEND;
-    i.tx_attr.msg_order = MsgOrder::SAS;
-    i.rx_attr.msg_order = MsgOrder::SAS;
+    // One RC queue pair per peer, and sends and RMA to a peer leave
+    // through one backlog in posting order: what RC keeps on MSG holds
+    // here too (a rendezvous send's header is what is ordered; the
+    // receiver pulls its data when it matches).
+    i.tx_attr.msg_order = MSG_ORDER;
+    i.rx_attr.msg_order = MSG_ORDER;
     i.tx_attr.inject_size = crate::rdm::inject_size(to_usize(r.max_inline));
     i.rx_attr.iov_limit = i.tx_attr.iov_limit;
     i.ep_attr.ep_type = EpType::Rdm;
