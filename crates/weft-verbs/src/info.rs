@@ -330,10 +330,10 @@ fn connectionless_base(r: &DeviceReport) -> Info {
 /// per peer, one backlog).
 pub fn rdm_offer(r: &DeviceReport) -> Info {
     let mut i = connectionless_base(r);
-    let caps = with_atomics(RDM_CAPS, r.attr.atomic_cap);
+    let caps = with_atomics(RDM_CAPS, r.attr.atomic_cap) | Caps::FENCE;
     i.caps = caps;
     i.tx_attr.caps = caps & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE);
-    i.rx_attr.caps = caps & !Caps::SEND;
+    i.rx_attr.caps = caps & !(Caps::SEND | Caps::FENCE);
     // One RC queue pair per peer, and sends and RMA to a peer leave
     // through one backlog in posting order: what RC keeps on MSG holds
     // here too (a rendezvous send's header is what is ordered; the
@@ -350,7 +350,9 @@ pub fn rdm_offer(r: &DeviceReport) -> Info {
     // The receiver acknowledges a delivery-complete message once it is
     // placed or buffered. Match-complete would need the acknowledgement
     // held until a receive takes it: not offered.
-    i.tx_attr.op_flags_supported = OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE;
+    // FI_FENCE is IBV_SEND_FENCE on the work request that carries the
+    // fenced operation (its header, for a send).
+    i.tx_attr.op_flags_supported = OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE | OpFlags::FENCE;
     i.rx_attr.op_flags_supported = OpFlags::RX_BASE | OpFlags::PEEK_FAMILY;
     i
 }

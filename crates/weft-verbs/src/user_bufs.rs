@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use weft_core::atomic::{AtomicKind, AtomicOp, Datatype};
+use weft_core::flags::OpFlags;
 use weft_core::provider::{Atomic, RmaOp};
 use weft_core::Error;
 
@@ -135,6 +136,19 @@ impl RmaLocal {
 /// (64 KiB pinned); reads beyond them register their buffers.
 pub(crate) fn read_pool(pd: &Arc<ProtectionDomain>) -> Result<Arc<SlotPool>, Error> {
     SlotPool::new(pd, 16, AccessFlags::LOCAL_WRITE).map(Arc::new)
+}
+
+/// The work request flags of an operation posted with `flags`: every
+/// request is signaled, and `FI_FENCE` is `IBV_SEND_FENCE`, which holds
+/// the request until the queue pair's earlier reads and atomics have
+/// completed — what an RC queue pair does not order by itself (write and
+/// send after read; `docs/design.md`).
+pub(crate) fn wr_flags(flags: OpFlags) -> SendFlags {
+    if flags.contains(OpFlags::FENCE) {
+        SendFlags::SIGNALED | SendFlags::FENCE
+    } else {
+        SendFlags::SIGNALED
+    }
 }
 
 /// Posts `op` as one RDMA write, read or 64-bit atomic on `qp` against `addr`/`rkey`:

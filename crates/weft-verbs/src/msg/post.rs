@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use weft_core::flags::{Mode, OpFlags};
+use weft_core::flags::Mode;
 use weft_core::provider::{RecvReq, Rejected, RmaOp, RmaReq, SendReq};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
@@ -19,7 +19,7 @@ use crate::sys::{
     AccessFlags, BytesMutMr, Payload, ProtectionDomain, RecvRequest, SendFlags, SendOp,
     SendRequest, Sge,
 };
-use crate::user_bufs::{gather, imm_data, post_rma, register_source};
+use crate::user_bufs::{gather, imm_data, post_rma, register_source, wr_flags};
 
 impl MsgShared {
     /// The checks every post shares: the endpoint is open and connected,
@@ -188,19 +188,6 @@ impl RecvSide<'_> {
                 Err(Rejected { err, req })
             }
         }
-    }
-}
-
-/// The work request flags of an operation posted with `flags`: every
-/// request is signaled, and `FI_FENCE` is `IBV_SEND_FENCE`, which holds
-/// the request until the queue pair's earlier reads and atomics have
-/// completed — what an RC queue pair does not order by itself (write and
-/// send after read; `docs/design.md`).
-fn wr_flags(flags: OpFlags) -> SendFlags {
-    if flags.contains(OpFlags::FENCE) {
-        SendFlags::SIGNALED | SendFlags::FENCE
-    } else {
-        SendFlags::SIGNALED
     }
 }
 

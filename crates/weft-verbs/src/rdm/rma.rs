@@ -13,8 +13,8 @@ use weft_core::sync::lock;
 use weft_core::Error;
 
 use super::{Conn, Op, RdmShared};
-use crate::sys::{Payload, SendFlags, SendOp, SendRequest, WorkCompletion};
-use crate::user_bufs::{post_rma, RmaLocal};
+use crate::sys::{Payload, SendOp, SendRequest, WorkCompletion};
+use crate::user_bufs::{post_rma, wr_flags, RmaLocal};
 use weft_core::wire::rdm::{Header, Op as WireOp};
 
 /// An RMA operation on the wire.
@@ -71,7 +71,7 @@ impl RdmShared {
             op,
             (addr, rkey),
             None,
-            (write_id, SendFlags::SIGNALED),
+            (write_id, wr_flags(req.flags)),
         ) {
             Ok(held) => {
                 let held = match data {

@@ -17,7 +17,8 @@ use weft_core::{Error, Result};
 
 use super::RDM_SLOT;
 use super::{rx, Conn, Deferred, Op, PeerState, RdmShared, ReadJob, RndvSend, TxHeld, QP_INLINE};
-use crate::sys::{AccessFlags, BytesMr, BytesMutMr, Payload, SendOp, SendRequest, Sge};
+use crate::sys::{AccessFlags, BytesMr, BytesMutMr, Payload, SendFlags, SendOp, SendRequest, Sge};
+use crate::user_bufs::wr_flags;
 use weft_core::wire::rdm::{Header, Op as WireOp, HDR};
 
 /// Largest payload sent eagerly: what fits a receive slot beside the header.
@@ -199,9 +200,17 @@ impl RdmShared {
 
     /// Posts the header (and payload) as one send: inline when it fits,
     /// else through a bounce slot, else from a registered copy.
-    fn post_msg(&self, c: &Conn, wr_id: u64, hdr: &[u8; HDR], payload: &[Bytes]) -> Result<TxHeld> {
+    fn post_msg(
+        &self,
+        c: &Conn,
+        (wr_id, flags): (u64, SendFlags),
+        hdr: &[u8; HDR],
+        payload: &[Bytes],
+    ) -> Result<TxHeld> {
         let len = HDR + payload.iter().map(|b| b.len()).sum::<usize>();
-        let post = |p: Payload<'_>| c.qp.post_send(&SendRequest::new(wr_id, SendOp::Send, p));
+        let post = |p: Payload<'_>| {
+            c.qp.post_send(&SendRequest::new(wr_id, SendOp::Send, p).flags(flags))
+        };
         if len <= c.inline_max().min(QP_INLINE) {
             let mut buf = [0u8; QP_INLINE];
             buf[..HDR].copy_from_slice(hdr);
@@ -255,7 +264,7 @@ impl RdmShared {
         }
         if len <= EAGER_MAX {
             let mut g = lock(&self.inflight);
-            return match self.post_msg(c, wr_id, &h.encode(), &req.iov) {
+            return match self.post_msg(c, (wr_id, wr_flags(req.flags)), &h.encode(), &req.iov) {
                 Ok(held) => {
                     // The device has what it needs (copied or registered):
                     // the caller's buffers go now, not at completion.
@@ -326,7 +335,7 @@ impl RdmShared {
             },
         );
         let mut g = lock(&self.inflight);
-        match self.post_msg(c, wr_id, &h.encode(), payload) {
+        match self.post_msg(c, (wr_id, wr_flags(flags)), &h.encode(), payload) {
             Ok(held) => {
                 g.insert(
                     wr_id,
@@ -364,7 +373,7 @@ impl RdmShared {
     fn post_fin_on(&self, c: &Arc<Conn>, h: Header) -> Result<()> {
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
-        let held = self.post_msg(c, wr_id, &h.encode(), &[])?;
+        let held = self.post_msg(c, (wr_id, SendFlags::SIGNALED), &h.encode(), &[])?;
         g.insert(
             wr_id,
             Op::Fin {
