@@ -93,13 +93,12 @@ async fn getinfo_offers_dgram_on_loopback_first() {
     assert_eq!(sock.ep_attr.max_msg_size, 65_507);
     assert_eq!(sock.ep_attr.protocol, weft::Protocol::Udp);
     assert!(!sock.caps.intersects(Caps::TAGGED | Caps::REMOTE_CQ_DATA));
-    // What is not offered matches nothing: other endpoint types,
-    // multicast, RMA, delivery-complete, keys.
+    // What is not offered matches nothing: other endpoint types, RMA,
+    // delivery-complete, keys.
     for tune in [
         (|h: &mut Info| h.ep_attr.ep_type = EpType::Rdm) as fn(&mut Info),
         |h| h.ep_attr.ep_type = EpType::Msg,
         |h| h.ep_attr.ep_type = EpType::SockStream,
-        |h| h.caps = Caps::MSG | Caps::MULTICAST,
         |h| h.caps = Caps::MSG | Caps::RMA,
         |h| h.caps = Caps::MSG | Caps::MULTI_RECV,
         |h| h.tx_attr.op_flags = OpFlags::DELIVERY_COMPLETE,
@@ -115,7 +114,7 @@ async fn getinfo_offers_dgram_on_loopback_first() {
 }
 
 #[tokio::test]
-async fn stream_types_and_multicast_are_refused_by_the_calls() {
+async fn stream_types_are_refused_by_the_calls() {
     let h = harness();
     // A stream type, or SOCK_DGRAM with DGRAM's tags: nothing opens.
     for (t, caps) in [
@@ -136,30 +135,6 @@ async fn stream_types_and_multicast_are_refused_by_the_calls() {
         });
         assert_eq!(opened.unwrap_err(), Error::NoSys, "{t:?}");
     }
-    let mut i = h.info.clone();
-    i.tx_attr.op_flags = OpFlags::MULTICAST;
-    assert_eq!(h.domain.endpoint(&i).unwrap_err(), Error::BadFlags);
-    // An endpoint asking for multicast opens nothing.
-    let mut i = h.info.clone();
-    i.caps |= Caps::MULTICAST;
-    let ep = h.domain.endpoint(&i).unwrap();
-    ep.bind_av(&h.av()).unwrap();
-    ep.bind_cq(&h.cq(), BindFlags::TRANSMIT | BindFlags::RECV)
-        .unwrap();
-    assert_eq!(ep.enable().unwrap_err(), Error::NoSys);
-    // The multicast flag on an operation is refused.
-    let (a, _b, b_in_a, _) = h.rdm_pair();
-    let m = SendMsg {
-        dest: b_in_a,
-        iov: vec![Bytes::from_static(b"x")],
-        tag: None,
-        data: None,
-        context: 0,
-    };
-    let e = within("send", a.ep.sendmsg(m, OpFlags::MULTICAST))
-        .await
-        .unwrap_err();
-    assert_eq!(e.err, Error::BadFlags);
 }
 
 /// Two enabled endpoints of one domain waiting in `mode`, each with its

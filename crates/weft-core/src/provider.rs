@@ -693,6 +693,21 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     fn tx_size_left(&self) -> usize;
     /// Room left in the receive queue.
     fn rx_size_left(&self) -> usize;
+    /// `fi_join`: joins the multicast group at raw address `group`;
+    /// resolves with the address that sends to the group (`fi_mc_addr`).
+    /// `Inval` for an address that is not a multicast group of this
+    /// endpoint's address family; providers without `FI_MULTICAST` keep
+    /// the default (`NoSys`).
+    fn join(&self, group: Vec<u8>) -> BoxFuture<'static, Result<FiAddr>> {
+        let _ = group;
+        Box::pin(async { Err(Error::NoSys) })
+    }
+    /// Leaves the group joined as `mc` (`fi_close` of the multicast
+    /// handle). `Inval` for an address that is not a joined group.
+    fn leave(&self, mc: FiAddr) -> Result<()> {
+        let _ = mc;
+        Err(Error::NoSys)
+    }
     /// MSG: connects to `dest` with CM data; resolves with the peer's CM
     /// data once connected (a `Connected` event is also queued on the EQ).
     /// Connectionless endpoints keep the default, `OpNotSupp`.

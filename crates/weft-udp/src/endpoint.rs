@@ -78,6 +78,8 @@ pub struct EpShared {
     pub source_err: bool,
     pub closed: AtomicBool,
     pub tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// Joined multicast groups (`multicast.rs`).
+    pub groups: crate::multicast::Groups,
     /// A waiter drives the endpoint itself (inline and busy-poll modes):
     /// the busy-poll thread parks, the reactor's reader stands aside.
     pub hold: SpinHold,
@@ -205,6 +207,7 @@ impl EpShared {
             source_err,
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
+            groups: Default::default(),
             hold: SpinHold::default(),
             inline_idle: Notify::new(),
             cfg,
@@ -228,6 +231,9 @@ impl EpShared {
 
     /// Where AV handle `dest` sends to.
     pub fn dest_addr(&self, dest: FiAddr) -> Result<SocketAddr> {
+        if dest & crate::multicast::MC_BIT != 0 && dest != FI_ADDR_NOTAVAIL {
+            return self.groups.dest(dest);
+        }
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
         let t = lock_synced(av);
         let bytes = t.lookup(dest).map_err(|_| Error::AddrNotAvail)?;
@@ -314,6 +320,17 @@ pub struct UdpEndpoint {
 }
 
 impl ProviderEndpoint for UdpEndpoint {
+    fn join(&self, group: Vec<u8>) -> futures::future::BoxFuture<'static, Result<FiAddr>> {
+        let r = decode_sockaddr(&group)
+            .map_err(|_| Error::Inval)
+            .and_then(|g| self.shared.join(g));
+        Box::pin(async move { r })
+    }
+
+    fn leave(&self, mc: FiAddr) -> Result<()> {
+        self.shared.leave(mc)
+    }
+
     fn stats(&self) -> EpStats {
         let ep = &self.shared;
         let mut s = EpStats::default();
@@ -402,6 +419,7 @@ impl ProviderEndpoint for UdpEndpoint {
         for t in lock(&ep.tasks).drain(..) {
             t.abort();
         }
+        ep.groups.leave_all();
         // Outstanding operations are discarded without completions.
         let posted = lock(&ep.matcher).drain_posted();
         drop(posted);

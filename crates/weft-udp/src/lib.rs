@@ -24,6 +24,7 @@
 mod driver;
 mod endpoint;
 pub mod ifaces;
+mod multicast;
 mod offer;
 mod rx;
 #[cfg(test)]

@@ -28,6 +28,7 @@ pub const CAPS: Caps = Caps::MSG
     .union(Caps::SOURCE)
     .union(Caps::SOURCE_ERR)
     .union(Caps::DIRECTED_RECV)
+    .union(Caps::MULTICAST)
     .union(Caps::LOCAL_COMM)
     .union(Caps::REMOTE_COMM);
 
@@ -86,8 +87,10 @@ pub fn offer(i: &Iface) -> Info {
             rma_iov_limit: 0,
             // A send completes once the kernel has the datagram: nothing
             // comes back from the receiver, so delivery- and
-            // match-complete cannot be honoured.
-            op_flags_supported: OpFlags::TX_BASE,
+            // match-complete cannot be honoured. FI_MULTICAST is taken
+            // as given: the destination address, a group's or a peer's,
+            // decides where the datagram goes.
+            op_flags_supported: OpFlags::TX_BASE | OpFlags::MULTICAST,
             ..TxAttr::default()
         },
         rx_attr: RxAttr {
@@ -163,15 +166,14 @@ mod tests {
             weft_core::addr::decode_sockaddr(o.src_addr.as_deref().unwrap()).unwrap(),
             "127.0.0.1:0".parse().unwrap()
         );
-        // Nothing that needs an answer from the receiver, no RMA, no
+        // Nothing that needs an answer from the receiver, no RMA; IP
         // multicast.
         assert!(!o
             .tx_attr
             .op_flags_supported
             .contains(OpFlags::DELIVERY_COMPLETE));
-        assert!(!o
-            .caps
-            .intersects(Caps::RMA | Caps::MULTICAST | Caps::MULTI_RECV));
+        assert!(!o.caps.intersects(Caps::RMA | Caps::MULTI_RECV));
+        assert!(o.caps.contains(Caps::MULTICAST));
     }
 
     #[test]

@@ -59,6 +59,7 @@ mod fabric;
 mod helpers;
 mod mr;
 mod msg;
+mod multicast;
 mod opfuture;
 mod passive;
 mod registry;
@@ -80,6 +81,7 @@ pub use helpers::{
 };
 pub use mr::{MemoryRegion, MrAttr, RegError};
 pub use msg::{RecvMsg, SendMsg};
+pub use multicast::Multicast;
 pub use passive::PassiveEndpoint;
 pub use registry::providers;
 pub use rma::RmaMsg;

@@ -304,6 +304,11 @@ impl Endpoint {
         self.inner.state.load(Ordering::Acquire) == ENABLED && !self.inner.fault.is_raised()
     }
 
+    /// The bound EQ, if any.
+    pub(crate) fn bound_eq(&self) -> Option<Arc<EqShared>> {
+        lock(&self.inner.binds).eq.clone()
+    }
+
     fn binds_mut(&self) -> Result<std::sync::MutexGuard<'_, Binds>> {
         if self.inner.state.load(Ordering::Acquire) != DISABLED {
             return Err(Error::OpBadState);
