@@ -77,10 +77,14 @@ pub struct RecvReq {
     pub tag: u64,
     /// Tag bits to ignore.
     pub ignore: u64,
-    /// Operation flags (`PEEK`, `CLAIM`, `DISCARD`, ...).
+    /// Operation flags (`PEEK`, `CLAIM`, `DISCARD`, `MULTI_RECV`, ...).
     pub flags: OpFlags,
     /// Where the completion goes.
     pub done: OpDone,
+    /// A multi-receive buffer (`FI_MULTI_RECV`), or the part of one a
+    /// message was matched to; `None` for every other receive. Set by
+    /// [`multi_recv::attach`](crate::multi_recv::attach).
+    pub multi: Option<crate::multi_recv::MultiPart>,
 }
 
 impl RecvReq {

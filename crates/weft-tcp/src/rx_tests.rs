@@ -101,6 +101,7 @@ impl Rig {
                 cntr: None,
                 waiter: None,
             },
+            multi: None,
         };
         self.ep.recv(req).map_err(|r| r.err).unwrap();
     }

@@ -136,6 +136,7 @@ impl Endpoint {
                 live.recv_cntr.clone(),
                 waiter,
             ),
+            multi: None,
         }
     }
 
