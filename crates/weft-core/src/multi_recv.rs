@@ -130,10 +130,12 @@ impl MultiShared {
     /// cancel, both flagged `FI_MULTI_RECV`, handing back the space left.
     /// (The caller gives back the buffer's receive credit.)
     fn report_release(&self, end: End, tail: BytesMut) {
-        let done = self.done(OpFlags::MULTI_RECV);
+        let mut done = self.done(OpFlags::MULTI_RECV);
         let mut tail = tail;
         match end {
             End::Full => {
+                // No message: FI_RECV | FI_MULTI_RECV, without FI_MSG.
+                done.flags -= OpFlags::MSG;
                 tail.truncate(0);
                 done.complete(CqEntry {
                     bufs: vec![tail],

@@ -24,7 +24,8 @@ use weft_core::provider::{
     EpConfig, EpStats, Iov, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
 };
 use weft_core::sync::lock;
-use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
+use weft_core::multi_recv;
+use weft_core::tagmatch::{Matcher, MsgInfo, RecvSpec};
 use weft_core::wire::claim::Nonce;
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ, FLAG_CQ_DATA};
 use weft_core::{Error, Result};
@@ -311,8 +312,22 @@ impl EpShared {
     /// connection's share), so the reader parks until a receive that takes
     /// it is posted or enough budget comes back.
     pub fn arrival(self: &Arc<Self>, conn: &Arc<Conn>, info: MsgInfo) -> Option<Arrival> {
+        let mut ended = Vec::new();
+        let out = self.arrival_locked(conn, info, &mut ended);
+        // Multi-receive buffers the message did not fit are released once
+        // the matcher's lock is let go.
+        self.end_buffers(ended);
+        out
+    }
+
+    fn arrival_locked(
+        self: &Arc<Self>,
+        conn: &Arc<Conn>,
+        info: MsgInfo,
+        ended: &mut Vec<RecvReq>,
+    ) -> Option<Arrival> {
         let mut m = lock(&self.matcher);
-        if let Some((_, req)) = m.match_arrival(&info) {
+        if let Some((_, req)) = m.match_arrival_by(&info, &mut multi_recv::take, ended) {
             return Some(Arrival::Posted(req));
         }
         // Every message costs something, a zero-length one included.
@@ -353,7 +368,7 @@ impl EpShared {
 
     /// A receive took an unexpected message: deliver it now, or when the
     /// rest of it arrives.
-    fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Arc<Unexpected>) {
+    pub(crate) fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Arc<Unexpected>) {
         let mut g = lock(&u.st);
         if let Some(err) = g.failed {
             drop(g);
@@ -455,7 +470,7 @@ impl EpShared {
     /// MSG after the connection died: every posted receive completes with
     /// `Canceled`, as a flushed queue pair's would. Messages that arrived
     /// before the end stay matchable.
-    fn flush_posted(&self) {
+    pub(crate) fn flush_posted(&self) {
         let posted = lock(&self.matcher).drain_posted();
         for (_, req) in posted {
             weft_core::recv_completion::cancel_recv(self, req);
@@ -601,36 +616,6 @@ impl EpShared {
     pub fn repost_front(&self, req: RecvReq) {
         self.place(req, true);
     }
-
-    fn place(&self, req: RecvReq, front: bool) {
-        let spec = spec_of(&req);
-        let resolve = |s: &Source| self.resolve_src(s);
-        let out = {
-            let mut m = lock(&self.matcher);
-            if front {
-                m.repost_front(spec, req, &resolve)
-            } else {
-                m.post(spec, req, &resolve)
-            }
-        };
-        match out {
-            PostOutcome::Queued => {
-                // Checked after queueing: either this or `conn_failed`
-                // sees the other's write, so no receive is left waiting
-                // on a connection that is gone.
-                if self.msg_dead.load(Ordering::Acquire) {
-                    self.flush_posted();
-                }
-                self.parked.wake_for_recv(&spec);
-            }
-            PostOutcome::Matched {
-                recv,
-                info,
-                payload,
-                ..
-            } => self.take_unexpected(recv, info, payload),
-        }
-    }
 }
 
 /// Gives back the room a burst of peers left in `m`: a map keeps its
@@ -652,7 +637,7 @@ pub(crate) enum Route {
 }
 
 /// The matching criteria of a receive.
-fn spec_of(req: &RecvReq) -> RecvSpec {
+pub(crate) fn spec_of(req: &RecvReq) -> RecvSpec {
     RecvSpec {
         by_key: req.flags.contains(OpFlags::AUTH_KEY),
         src: req.src,
