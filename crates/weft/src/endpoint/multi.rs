@@ -158,7 +158,9 @@ impl MultiRecvBuf {
         entry.bufs.first().and_then(|b| self.offset(b))
     }
 
-    fn offset(&self, b: &BytesMut) -> Option<usize> {
+    /// Where `b`, a range of the buffer handed back in an entry (an
+    /// error's `bufs`, the unused space), starts in it.
+    pub fn offset(&self, b: &[u8]) -> Option<usize> {
         let off = (b.as_ptr() as usize).checked_sub(self.base)?;
         (off <= self.len).then_some(off)
     }
