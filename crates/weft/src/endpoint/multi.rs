@@ -205,7 +205,7 @@ impl std::fmt::Debug for MultiRecv {
         f.debug_struct("MultiRecv")
             .field("context", &self.context)
             .field("len", &self.at.len)
-            .field("parts", &self.parts.len())
+            .field("parts", &self.parts.iter().map(|(o, b)| (*o, b.len())).collect::<Vec<_>>())
             .field("ended", &self.ended)
             .finish()
     }
@@ -261,15 +261,24 @@ impl MultiRecv {
         Ok(rebuild(std::mem::take(&mut self.parts), self.at.len))
     }
 
+    /// Keeps a part of the buffer, in buffer order. Parts come in the
+    /// order of their messages, except the unused space: it comes with
+    /// the last completion, which may be that of an earlier message still
+    /// arriving from another sender when the buffer was released.
+    fn keep(&mut self, b: BytesMut) {
+        if let Some(o) = self.at.offset(&b) {
+            let at = self.parts.partition_point(|(p, _)| *p <= o);
+            self.parts.insert(at, (o, b));
+        }
+    }
+
     /// Takes one completion in: a message to yield, or the release.
     fn on_finished(&mut self, f: Finished) -> Option<std::result::Result<MultiMsg, CqErrEntry>> {
         match f.item {
             Ok(mut e) => {
                 let offset = e.bufs.first().and_then(|b| self.at.offset(b));
                 for b in e.bufs.drain(..) {
-                    if let Some(o) = self.at.offset(&b) {
-                        self.parts.push((o, b));
-                    }
+                    self.keep(b);
                 }
                 // A release without a message carries no FI_MSG.
                 if !e.flags.contains(OpFlags::MSG) {
@@ -286,9 +295,7 @@ impl MultiRecv {
             Err(e) if e.err == Error::Canceled => {
                 self.canceled = true;
                 for b in e.bufs {
-                    if let Some(o) = self.at.offset(&b) {
-                        self.parts.push((o, b));
-                    }
+                    self.keep(b);
                 }
                 None
             }
