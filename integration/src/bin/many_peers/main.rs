@@ -3,10 +3,15 @@
 //! against the rate from 4 peers, and the memory an idle connected peer
 //! costs. All in one process on loopback (tcp provider).
 //!
-//! usage: many-peers [PEERS...]    (default: 4 256)
-//! env:   MSGS (total messages per run, 200000), SIZE (64), WINDOW (16 per peer)
+//! usage: many-peers [--multi] [PEERS...]    (default: 4 256)
+//! env:   MSGS (total messages per run, 200000), SIZE (64), WINDOW (16 per peer);
+//!        with --multi also MAXSIZE (4096) and MULTI_BUF (262144)
 //!
 //! Prints one line per peer count and the rate ratio against the first.
+//! `--multi` compares, per peer count, the hub's rate with multi-receive
+//! buffers against posted receives and the raw floor (see `multi.rs`).
+
+mod multi;
 
 use std::time::Instant;
 
@@ -165,6 +170,7 @@ async fn run(
 }
 
 fn main() -> std::process::ExitCode {
+    let with_multi = std::env::args().any(|a| a == "--multi");
     let mut counts: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())
@@ -193,6 +199,27 @@ fn main() -> std::process::ExitCode {
         let info = weft::getinfo(Some(&hints))?.remove(0);
         let fabric = weft::Fabric::open(&info)?;
         let domain = fabric.domain(&info)?;
+        if with_multi {
+            let mut hints = Info::default();
+            hints.ep_attr.ep_type = EpType::Rdm;
+            hints.caps = weft::Caps::MSG | weft::Caps::MULTI_RECV;
+            let info = weft::getinfo(Some(&hints))?.remove(0);
+            for &n in &counts {
+                let r = multi::compare(&domain, &info, n, total, size, window).await?;
+                println!(
+                    "peers {n:>4}: raw floor {:>9.0} msgs/s; posted {:>9.0} ({:.2}x raw); multi-recv {:>9.0} ({:.2}x raw) = {:.2}x posted; receive memory posted {} KiB, multi-recv {} KiB ({size} B, window {window}/peer)",
+                    r.raw,
+                    r.posted,
+                    r.posted / r.raw,
+                    r.multi,
+                    r.multi / r.raw,
+                    r.multi / r.posted,
+                    r.posted_mem / 1024,
+                    r.multi_mem / 1024,
+                );
+            }
+            return Ok(());
+        }
         let mut first = None;
         for &n in &counts {
             let o = run(&domain, &info, n, total, size, window).await?;
