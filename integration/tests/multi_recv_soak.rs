@@ -80,7 +80,11 @@ async fn soak() {
             let sends = futures::stream::iter(sizes.into_iter().enumerate())
                 .map(|(i, len)| ep.send(dest, message(s, i as u64, len)))
                 .buffered(16);
-            sends.for_each(|r| async move { r.unwrap(); }).await;
+            sends
+                .for_each(|r| async move {
+                    r.unwrap();
+                })
+                .await;
             a
         }));
     }
@@ -89,7 +93,9 @@ async fn soak() {
     let mut got = 0;
     let (mut streams, mut dropped, mut cancelled) = (0, 0, 0);
     while got < total {
-        let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(BUF))).await.unwrap();
+        let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(BUF)))
+            .await
+            .unwrap();
         streams += 1;
         // Read some of it, all of it, or drop or cancel it part-way.
         let fate = rng.below(6);

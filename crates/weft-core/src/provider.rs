@@ -638,6 +638,14 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     /// consumes a message. (A receive found still posted is withdrawn by
     /// [`cancel`](Self::cancel) instead.)
     fn give_back(&self, r: Returned);
+    /// [`give_back`](Self::give_back) for the unread messages of a
+    /// dropped multi-receive stream, handed back in their order: each
+    /// goes behind those given back before it (still ahead of later
+    /// arrivals). Providers without multi-receive keep the default,
+    /// `give_back`.
+    fn give_back_after(&self, r: Returned) {
+        self.give_back(r)
+    }
     /// The bound local address, raw bytes.
     fn local_addr(&self) -> Vec<u8>;
     /// The connected peer's address (connected endpoints; connectionless

@@ -22,6 +22,13 @@ pub trait RecvCtx {
     /// message reached it: the next receive that accepts it gets it,
     /// ahead of later messages. Called with no lock of the endpoint held.
     fn give_back(&self, r: Returned);
+    /// [`give_back`](Self::give_back) for a message of a multi-receive
+    /// buffer whose stream is gone: such messages come back in their
+    /// order, so each goes behind the ones given back before it (still
+    /// ahead of later arrivals). By default, `give_back`.
+    fn give_back_after(&self, r: Returned) {
+        self.give_back(r)
+    }
 }
 
 impl<T: RecvCtx> RecvCtx for std::sync::Arc<T> {
@@ -35,6 +42,20 @@ impl<T: RecvCtx> RecvCtx for std::sync::Arc<T> {
 
     fn give_back(&self, r: Returned) {
         (**self).give_back(r)
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        (**self).give_back_after(r)
+    }
+}
+
+/// Hands a message whose receive's future is gone back to `ep`: a
+/// multi-receive part's behind the ones given back before it.
+fn hand_back(ep: &dyn RecvCtx, r: Returned, piece: bool) {
+    if piece {
+        ep.give_back_after(r);
+    } else {
+        ep.give_back(r);
     }
 }
 
@@ -78,6 +99,7 @@ pub fn copy_in(req: &mut RecvReq, data: &[u8]) -> usize {
 /// whole message whose receive's future is gone goes back to `ep`. Call
 /// with no lock of the endpoint held.
 pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize) {
+    let piece = multi_recv::is_piece(&req);
     let after = multi_recv::finishing(ep, &mut req);
     trim_bufs(&mut req.bufs, placed);
     let (flags, src) = recv_meta(ep, &info);
@@ -101,7 +123,7 @@ pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize)
             src,
         };
         if let Some(back) = req.done.complete_from(entry, info.src) {
-            ep.give_back(back);
+            hand_back(ep, back, piece);
         }
     }
     if let Some(a) = after {
@@ -126,6 +148,7 @@ pub fn deliver_unknown(
         deliver(ep, req, info, placed);
         return;
     }
+    let piece = multi_recv::is_piece(&req);
     let after = multi_recv::finishing(ep, &mut req);
     trim_bufs(&mut req.bufs, placed);
     let (flags, _) = recv_meta(ep, &info);
@@ -137,7 +160,7 @@ pub fn deliver_unknown(
     ee.src = reported;
     ee.err_data = raw;
     if let Some(back) = req.done.fail_from(ee, info.src) {
-        ep.give_back(back);
+        hand_back(ep, back, piece);
     }
     if let Some(a) = after {
         a.report(ep);

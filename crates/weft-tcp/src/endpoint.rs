@@ -19,12 +19,12 @@ use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::limits::{ConnLimits, UNEXPECTED_OVERHEAD};
+use weft_core::multi_recv;
 use weft_core::progress::Progress;
 use weft_core::provider::{
     EpConfig, EpStats, Iov, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
 };
 use weft_core::sync::lock;
-use weft_core::multi_recv;
 use weft_core::tagmatch::{Matcher, MsgInfo, RecvSpec};
 use weft_core::wire::claim::Nonce;
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ, FLAG_CQ_DATA};
@@ -158,7 +158,11 @@ impl weft_core::recv_completion::RecvCtx for EpShared {
     }
 
     fn give_back(&self, r: Returned) {
-        self.take_back(r);
+        self.take_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.take_back(r, true);
     }
 }
 
@@ -710,7 +714,11 @@ impl ProviderEndpoint for TcpEndpoint {
     }
 
     fn give_back(&self, r: Returned) {
-        self.shared.take_back(r);
+        self.shared.take_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.shared.take_back(r, true);
     }
 
     fn cancel(&self, context: u64) -> bool {

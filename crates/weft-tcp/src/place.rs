@@ -21,8 +21,11 @@ impl EpShared {
     pub(crate) fn place(&self, req: RecvReq, front: bool) {
         if multi_recv::is_piece(&req) {
             // The part of a buffer whose message died: a fixed range of
-            // the buffer, it cannot take another message.
-            multi_recv::drop_piece(self, req);
+            // the buffer, it cannot take another message. (After close,
+            // nothing completes.)
+            if !self.is_closed() {
+                multi_recv::drop_piece(self, req);
+            }
             return;
         }
         let spec = spec_of(&req);

@@ -25,8 +25,11 @@ use crate::keys::Source;
 use crate::rx::{copy_and_deliver, UnexpState, Unexpected};
 
 impl EpShared {
-    /// Takes back a message a dropped receive future did not read.
-    pub fn take_back(&self, mut r: Returned) {
+    /// Takes back a message a dropped receive future did not read: ahead
+    /// of every buffered message, or with `after` (a dropped
+    /// multi-receive stream's messages, handed back in their order)
+    /// behind those given back before it.
+    pub fn take_back(&self, mut r: Returned, after: bool) {
         if self.is_closed() {
             return;
         }
@@ -59,7 +62,11 @@ impl EpShared {
             from: key,
             _charge: Charge::new(&me, &share, charge),
         });
-        m.push_unexpected_front(key, info, u);
+        if after {
+            m.push_unexpected_front_after(key, info, u);
+        } else {
+            m.push_unexpected_front(key, info, u);
+        }
         drop(m);
         self.end_buffers(ended);
     }

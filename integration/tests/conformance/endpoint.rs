@@ -446,11 +446,7 @@ async fn getopt_setopt(p: Provider) {
     let multi = h.info.caps.contains(weft::Caps::MULTI_RECV);
     assert_eq!(rdm.getopt(EpOpt::MinMultiRecv).is_ok(), multi);
     assert_eq!(rdm.setopt(EpOpt::MinMultiRecv, 64).is_ok(), multi);
-    for opt in [
-        EpOpt::BufferedMin,
-        EpOpt::BufferedLimit,
-        EpOpt::CmDataSize,
-    ] {
+    for opt in [EpOpt::BufferedMin, EpOpt::BufferedLimit, EpOpt::CmDataSize] {
         assert_eq!(
             rdm.getopt(opt).unwrap_err(),
             Error::NoProtoOpt,

@@ -136,7 +136,10 @@ async fn multi_recv_flag(
     b.ep.post_recvmsg(m, flag).unwrap();
     within(
         "send",
-        a.ep.sendmsg(send_msg(b_in_a, false, OpFlags::empty(), seq), OpFlags::empty()),
+        a.ep.sendmsg(
+            send_msg(b_in_a, false, OpFlags::empty(), seq),
+            OpFlags::empty(),
+        ),
     )
     .await
     .unwrap();

@@ -36,7 +36,10 @@ fn multi_harness(p: &Provider) -> Option<Harness> {
         return Some(h);
     }
     assert!(
-        !h.info.rx_attr.op_flags_supported.contains(OpFlags::MULTI_RECV),
+        !h.info
+            .rx_attr
+            .op_flags_supported
+            .contains(OpFlags::MULTI_RECV),
         "{}: the flag without the cap",
         p.name
     );
@@ -58,10 +61,9 @@ async fn getinfo_offers_multi_recv_where_it_exists(p: Provider) {
         // Refused by the endpoint too: flag and option.
         let h = Harness::connless(&p);
         let (_, b, _, _) = h.rdm_pair();
-        let e = b
-            .ep
-            .post_recv_multi(BytesMut::zeroed(1 << 16), 1)
-            .unwrap_err();
+        let e =
+            b.ep.post_recv_multi(BytesMut::zeroed(1 << 16), 1)
+                .unwrap_err();
         assert_eq!((e.0, e.1.len()), (Error::BadFlags, 1 << 16));
         assert_eq!(b.ep.getopt(EpOpt::MinMultiRecv), Err(Error::NoProtoOpt));
         return;
@@ -73,7 +75,10 @@ async fn getinfo_offers_multi_recv_where_it_exists(p: Provider) {
         assert!(info.caps.contains(Caps::MULTI_RECV));
         assert!(info.rx_attr.caps.contains(Caps::MULTI_RECV));
         assert!(!info.tx_attr.caps.contains(Caps::MULTI_RECV));
-        assert!(info.rx_attr.op_flags_supported.contains(OpFlags::MULTI_RECV));
+        assert!(info
+            .rx_attr
+            .op_flags_supported
+            .contains(OpFlags::MULTI_RECV));
     }
     // Hints naming other primary caps get no multi-receive, and such an
     // endpoint refuses it (flag and option).
@@ -81,12 +86,14 @@ async fn getinfo_offers_multi_recv_where_it_exists(p: Provider) {
         .try_info_with(EpType::Rdm, |h| h.caps = Caps::MSG)
         .unwrap();
     assert!(!info.caps.contains(Caps::MULTI_RECV));
-    assert!(!info.rx_attr.op_flags_supported.contains(OpFlags::MULTI_RECV));
+    assert!(!info
+        .rx_attr
+        .op_flags_supported
+        .contains(OpFlags::MULTI_RECV));
     let (_, b, _, _) = h.rdm_pair_with(&info);
-    let e = b
-        .ep
-        .post_recv_multi(BytesMut::zeroed(1 << 16), 1)
-        .unwrap_err();
+    let e =
+        b.ep.post_recv_multi(BytesMut::zeroed(1 << 16), 1)
+            .unwrap_err();
     assert_eq!(e.0, Error::BadFlags);
     assert_eq!(b.ep.getopt(EpOpt::MinMultiRecv), Err(Error::NoProtoOpt));
     // The option: 16 KiB unless set, any size up to max_msg_size.
@@ -111,7 +118,12 @@ async fn messages_pack_and_release_below_min(p: Provider) {
     let at = b.ep.post_recv_multi(BytesMut::zeroed(1000), 7).unwrap();
     let left = b.ep.rx_size_left().unwrap();
     let lens = [300usize, 300, 300, 50];
-    send_all(&a, b_in_a, lens.iter().enumerate().map(|(i, &l)| numbered(i as u64, l))).await;
+    send_all(
+        &a,
+        b_in_a,
+        lens.iter().enumerate().map(|(i, &l)| numbered(i as u64, l)),
+    )
+    .await;
     let mut offset = 0;
     for (i, &len) in lens.iter().enumerate() {
         let e: CqEntry = within("completion", next_cq(&b.cq)).await.unwrap();
@@ -190,12 +202,16 @@ async fn many_messages_across_buffers_in_order(p: Provider) {
     };
     let mut got = Vec::new();
     let mut buffers = 0;
-    let mut next = within("post", b.ep.recv_multi(BytesMut::zeroed(4096))).await.unwrap();
+    let mut next = within("post", b.ep.recv_multi(BytesMut::zeroed(4096)))
+        .await
+        .unwrap();
     while (got.len() as u64) < N {
         // The next buffer is posted before this one is read: messages
         // that do not fit go on to it.
         let mut s = next;
-        next = within("post", b.ep.recv_multi(BytesMut::zeroed(4096))).await.unwrap();
+        next = within("post", b.ep.recv_multi(BytesMut::zeroed(4096)))
+            .await
+            .unwrap();
         let mut offset = 0;
         let first = got.len();
         // The last buffer is not full when the last message is in it.
@@ -232,7 +248,9 @@ async fn dropped_stream_loses_nothing(p: Provider) {
     let (a, b, b_in_a, _) = h.rdm_pair();
     b.ep.setopt(EpOpt::MinMultiRecv, 64).unwrap();
     let left = b.ep.rx_size_left().unwrap();
-    let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(8192))).await.unwrap();
+    let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(8192)))
+        .await
+        .unwrap();
     send_all(&a, b_in_a, (0..6).map(|i| numbered(i, 100))).await;
     for i in 0..2 {
         let m = within("stream", s.next()).await.unwrap().unwrap();
@@ -244,13 +262,19 @@ async fn dropped_stream_loses_nothing(p: Provider) {
     assert_eq!(b.ep.rx_size_left().unwrap(), left, "withdrawn");
     send_all(&a, b_in_a, [numbered(6, 100)]).await;
     for i in 2..7 {
-        let e = within("recv", b.ep.recv(BytesMut::zeroed(256))).await.unwrap();
+        let e = within("recv", b.ep.recv(BytesMut::zeroed(256)))
+            .await
+            .unwrap();
         assert_eq!(number_of(&e.bufs[0]), i);
     }
     // And a stream dropped before any message: the next one takes them.
-    let s = within("post", b.ep.recv_multi(BytesMut::zeroed(8192))).await.unwrap();
+    let s = within("post", b.ep.recv_multi(BytesMut::zeroed(8192)))
+        .await
+        .unwrap();
     drop(s);
-    let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(8192))).await.unwrap();
+    let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(8192)))
+        .await
+        .unwrap();
     send_all(&a, b_in_a, (7..9).map(|i| numbered(i, 100))).await;
     for i in 7..9 {
         let m = within("stream", s.next()).await.unwrap().unwrap();
@@ -279,7 +303,9 @@ async fn cancel_releases_the_buffer(p: Provider) {
     assert_eq!((at.offset(&c.bufs[0]), c.bufs[0].len()), (Some(400), 3696));
     assert_eq!(b.ep.cancel(5), Err(Error::NoEnt));
 
-    let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(4096))).await.unwrap();
+    let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(4096)))
+        .await
+        .unwrap();
     send_all(&a, b_in_a, (2..4).map(|i| numbered(i, 200))).await;
     let m = within("stream", s.next()).await.unwrap().unwrap();
     assert_eq!(number_of(s.bytes(&m)), 2);
@@ -321,9 +347,11 @@ async fn bad_multi_recv_input_is_refused(p: Provider) {
     let (e, bufs) = b.ep.post_recvmsg(m, OpFlags::MULTI_RECV).unwrap_err();
     assert_eq!((e, bufs.len()), (Error::Inval, 2));
     // The awaited single receive: one future, one completion.
-    let r = b
-        .ep
-        .recvmsg(RecvMsg::untagged(BytesMut::zeroed(1 << 16), 0), OpFlags::MULTI_RECV)
+    let r =
+        b.ep.recvmsg(
+            RecvMsg::untagged(BytesMut::zeroed(1 << 16), 0),
+            OpFlags::MULTI_RECV,
+        )
         .await
         .unwrap_err();
     assert_eq!((r.err, r.bufs[0].len()), (Error::BadFlags, 1 << 16));
@@ -341,7 +369,9 @@ async fn bad_multi_recv_input_is_refused(p: Provider) {
     assert_eq!(b.ep.rx_size_left().unwrap(), left);
     assert_cq_quiet(&b.cq, "refusals deliver nothing").await;
     send_all(&a, b_in_a, [numbered(1, 64)]).await;
-    let e = within("recv", b.ep.recv(BytesMut::zeroed(64))).await.unwrap();
+    let e = within("recv", b.ep.recv(BytesMut::zeroed(64)))
+        .await
+        .unwrap();
     assert_eq!(number_of(&e.bufs[0]), 1);
     let _ = FI_ADDR_UNSPEC;
 }
@@ -354,7 +384,9 @@ async fn multi_recv_on_msg_endpoints(p: Provider) {
     let info = p.info(EpType::Msg);
     let pair = weft_integration::msg_pair(&info, &info).await;
     pair.sep.setopt(EpOpt::MinMultiRecv, 128).unwrap();
-    let mut s = within("post", pair.sep.recv_multi(BytesMut::zeroed(2048))).await.unwrap();
+    let mut s = within("post", pair.sep.recv_multi(BytesMut::zeroed(2048)))
+        .await
+        .unwrap();
     for i in 0..10 {
         within("send", pair.cep.send(FI_ADDR_UNSPEC, numbered(i, 200)))
             .await

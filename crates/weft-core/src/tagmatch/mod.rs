@@ -302,6 +302,14 @@ impl<R, U, S> Matcher<R, U, S> {
         self.unexpected.push_front(src_raw, info, payload);
     }
 
+    /// [`push_unexpected_front`](Self::push_unexpected_front) for
+    /// messages handed back in their order (a dropped multi-receive
+    /// stream's): ahead of every message that arrived, behind those put
+    /// back before it.
+    pub fn push_unexpected_front_after(&mut self, src_raw: S, info: MsgInfo, payload: U) {
+        self.unexpected.push_front_after(src_raw, info, payload);
+    }
+
     /// Posts a receive. If a buffered message matches (oldest first, claimed
     /// ones skipped) it is removed and returned; otherwise the receive is
     /// queued. Messages that arrived from an unknown source are matched with

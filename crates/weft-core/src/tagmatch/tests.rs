@@ -489,3 +489,20 @@ fn receives_directed_by_key_take_only_senders_that_proved_it() {
     let (_, _, _, payload) = matched(m.post(tspec(FI_ADDR_UNSPEC, 7, 0, 6), 6, &no_av));
     assert_eq!(payload, 10);
 }
+
+#[test]
+fn messages_put_back_in_their_order_stay_in_it() {
+    let mut m = M::new();
+    m.push_unexpected(0, umsg(A, 9), 9);
+    // A dropped multi-receive stream hands back 1 and 2 in order, then 3
+    // (still arriving at the drop) when it completes.
+    m.push_unexpected_front_after(0, umsg(A, 1), 1);
+    m.push_unexpected_front_after(0, umsg(A, 2), 2);
+    m.push_unexpected_front_after(0, umsg(A, 3), 3);
+    // A single receive's message given back goes ahead of all of them.
+    m.push_unexpected_front(0, umsg(A, 0), 0);
+    let got: Vec<u64> = (0..5)
+        .map(|c| matched(m.post(uspec(FI_ADDR_UNSPEC, c), c, &no_av)).3)
+        .collect();
+    assert_eq!(got, [0, 1, 2, 3, 9]);
+}

@@ -28,8 +28,10 @@ struct Entry<U, S> {
 /// the head (one per receive whose future was dropped unread).
 const FIRST_SEQ: u64 = 1 << 62;
 /// The sequence number of a message put back while no other put-back
-/// message is buffered.
-const FRONT_BASE: u64 = 1;
+/// message is buffered: in the middle of the room below [`FIRST_SEQ`],
+/// so messages put back ahead of the others count down from it and
+/// those put back behind them count up.
+const FRONT_BASE: u64 = 1 << 61;
 
 pub(super) struct UnexpectedQueue<U, S> {
     next_seq: u64,
@@ -76,13 +78,20 @@ impl<U, S> UnexpectedQueue<U, S> {
         self.insert(seq, src_raw, info, payload);
     }
 
-    /// Puts a message back ahead of every message that arrived, and
-    /// after those put back before it that are still here: messages
-    /// handed back one after another (the unread messages of a dropped
-    /// multi-receive stream, in the order they had matched) keep their
-    /// order. Put-back messages take sequence numbers below [`FIRST_SEQ`],
-    /// counting up from the newest one still buffered.
+    /// Puts a message back ahead of every other one.
     pub(super) fn push_front(&mut self, src_raw: S, info: MsgInfo, payload: U) {
+        let seq = match self.entries.range(..FIRST_SEQ).next() {
+            Some((&first, _)) => first.saturating_sub(1),
+            None => FRONT_BASE,
+        };
+        self.insert(seq, src_raw, info, payload);
+    }
+
+    /// Puts a message back ahead of every message that arrived, but
+    /// behind those put back before it that are still here: messages
+    /// handed back one after another in their order (the unread messages
+    /// of a dropped multi-receive stream) keep it.
+    pub(super) fn push_front_after(&mut self, src_raw: S, info: MsgInfo, payload: U) {
         let seq = match self.entries.range(..FIRST_SEQ).next_back() {
             Some((&last, _)) => (last + 1).min(FIRST_SEQ - 1),
             None => FRONT_BASE,

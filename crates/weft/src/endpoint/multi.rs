@@ -205,7 +205,14 @@ impl std::fmt::Debug for MultiRecv {
         f.debug_struct("MultiRecv")
             .field("context", &self.context)
             .field("len", &self.at.len)
-            .field("parts", &self.parts.iter().map(|(o, b)| (*o, b.len())).collect::<Vec<_>>())
+            .field(
+                "parts",
+                &self
+                    .parts
+                    .iter()
+                    .map(|(o, b)| (*o, b.len()))
+                    .collect::<Vec<_>>(),
+            )
             .field("ended", &self.ended)
             .finish()
     }
@@ -392,9 +399,12 @@ impl Drop for MultiRecv {
             let Some(f) = rx.try_recv().ok().flatten() else {
                 continue;
             };
-            let is_msg = f.item.as_ref().map_or(true, |e| e.flags.contains(OpFlags::MSG));
+            let is_msg = f
+                .item
+                .as_ref()
+                .map_or(true, |e| e.flags.contains(OpFlags::MSG));
             if let Some(back) = Returned::from_finished(f).filter(|_| is_msg) {
-                self.prov.give_back(back);
+                self.prov.give_back_after(back);
             }
         }
     }
