@@ -9,40 +9,13 @@
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use weft::{EpOpt, EpType};
-use weft_integration::{within, Harness, Provider};
+use weft_integration::{within, Harness, Provider, Rng};
 
 /// Messages per sender.
 const PER_SENDER: u64 = 5_000;
 const BUF: usize = 32 * 1024;
 const MIN: usize = 4 * 1024;
 const MAX_MSG: u64 = 4_000;
-
-/// xorshift64, seeded from the clock (`WEFT_MULTI_SEED` replays a run).
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> Rng {
-        let seed = std::env::var("WEFT_MULTI_SEED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-                    | 1
-            });
-        eprintln!("seed {seed} (WEFT_MULTI_SEED replays it)");
-        Rng(seed)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// Message `i` of sender `s`, `len` bytes (at least 16): sender, number,
 /// then bytes that depend on both.
@@ -66,7 +39,7 @@ async fn soak() {
     let h = Harness::new(&p, EpType::Rdm);
     let b = h.rdm_ep();
     b.ep.setopt(EpOpt::MinMultiRecv, MIN).unwrap();
-    let mut rng = Rng::seeded();
+    let mut rng = Rng::seeded("WEFT_MULTI_SEED");
     let mut senders = Vec::new();
     for s in 0..2u64 {
         let a = h.rdm_ep();

@@ -61,25 +61,118 @@ struct Outcome {
     rss_per_peer: f64,
 }
 
-async fn run(
-    domain: &Domain,
-    info: &Info,
+/// The traffic of one run.
+#[derive(Clone, Copy)]
+struct Load {
     peers: usize,
+    /// Messages in all (rounded down to a multiple of `peers`).
     total: usize,
     size: usize,
+    /// Sends in flight per peer.
     window: usize,
-) -> Res<Outcome> {
-    let hub = open(domain, info)?;
-    let hub_addr = hub.ep.local_addr()?;
-    let before = rss();
-    let mut eps = Vec::with_capacity(peers);
-    for _ in 0..peers {
+}
+
+/// `n` peer endpoints, each with the hub in its AV.
+fn open_peers(
+    domain: &Domain,
+    info: &Info,
+    hub_addr: &[u8],
+    n: usize,
+) -> Res<Vec<(Ep, weft::FiAddr)>> {
+    let mut eps = Vec::with_capacity(n);
+    for _ in 0..n {
         let p = open(domain, info)?;
         let dest =
-            p.av.insert_sync(std::slice::from_ref(&hub_addr), Default::default())?
+            p.av.insert_sync(&[hub_addr.to_vec()], Default::default())?
                 .fi_addrs[0];
         eps.push((p, dest));
     }
+    Ok(eps)
+}
+
+/// Every peer streams `per_peer` messages of `size` bytes to the hub,
+/// `window` in flight, tagged with `tag` or untagged.
+fn spawn_senders(
+    eps: &[(Ep, weft::FiAddr)],
+    per_peer: usize,
+    load: Load,
+    tag: Option<u64>,
+) -> Vec<tokio::task::JoinHandle<Result<(), String>>> {
+    eps.iter()
+        .map(|(p, dest)| {
+            let ep = p.ep.clone();
+            let dest = *dest;
+            tokio::spawn(async move {
+                let payload = Bytes::from(vec![7u8; load.size]);
+                let mut inflight = FuturesUnordered::new();
+                let mut sent = 0;
+                while sent < per_peer || !inflight.is_empty() {
+                    while sent < per_peer && inflight.len() < load.window {
+                        let ep = ep.clone();
+                        let b = payload.clone();
+                        inflight.push(async move {
+                            match tag {
+                                Some(t) => ep.tsend(dest, b, t).await,
+                                None => ep.send(dest, b).await,
+                            }
+                        });
+                        sent += 1;
+                    }
+                    if let Some(r) = inflight.next().await {
+                        r.map_err(|e| format!("send: {e:?}"))?;
+                    }
+                }
+                Ok::<(), String>(())
+            })
+        })
+        .collect()
+}
+
+/// Reads the hub's CQ until `expected` messages were counted: `on_recv`
+/// gets each receive completion with the count so far and says whether
+/// it was a message (it reposts what the hub needs).
+async fn hub_loop(
+    cq: &weft::CompletionQueue,
+    expected: usize,
+    mut on_recv: impl FnMut(weft::CqEntry, usize) -> Res<bool>,
+) -> Res<usize> {
+    let mut got = 0;
+    let mut batch = Vec::with_capacity(64);
+    while got < expected {
+        batch.clear();
+        if cq.read_batch(&mut batch, 64).await == 0 {
+            return Err("hub CQ closed".into());
+        }
+        for item in batch.drain(..) {
+            let e = item.map_err(|e| format!("hub recv: {e:?}"))?;
+            if e.flags.contains(weft::OpFlags::RECV) && on_recv(e, got)? {
+                got += 1;
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// Waits for the senders, passing on the first failure.
+async fn join_senders(senders: Vec<tokio::task::JoinHandle<Result<(), String>>>) -> Res<()> {
+    for s in senders {
+        s.await?
+            .map_err(|e| -> Box<dyn std::error::Error + Send + Sync> { e.into() })?;
+    }
+    Ok(())
+}
+
+async fn run(domain: &Domain, info: &Info, load: Load) -> Res<Outcome> {
+    let Load {
+        peers,
+        total,
+        size,
+        window,
+    } = load;
+    let hub = open(domain, info)?;
+    let hub_addr = hub.ep.local_addr()?;
+    let before = rss();
+    let eps = open_peers(domain, info, &hub_addr, peers)?;
     // Connect every peer with one message, so the memory measured is that
     // of connected, idle peers.
     for (i, (p, dest)) in eps.iter().enumerate() {
@@ -107,61 +200,25 @@ async fn run(
         )?;
     }
     let start = Instant::now();
-    let senders: Vec<_> = eps
-        .iter()
-        .map(|(p, dest)| {
-            let ep = p.ep.clone();
-            let dest = *dest;
-            tokio::spawn(async move {
-                let payload = Bytes::from(vec![7u8; size]);
-                let mut inflight = FuturesUnordered::new();
-                let mut sent = 0;
-                while sent < per_peer || !inflight.is_empty() {
-                    while sent < per_peer && inflight.len() < window {
-                        let ep = ep.clone();
-                        let b = payload.clone();
-                        inflight.push(async move { ep.tsend(dest, b, 9).await });
-                        sent += 1;
-                    }
-                    if let Some(r) = inflight.next().await {
-                        r.map_err(|e| format!("send: {e:?}"))?;
-                    }
-                }
-                Ok::<(), String>(())
-            })
-        })
-        .collect();
-    let mut got = 0;
+    let senders = spawn_senders(&eps, per_peer, load, Some(9));
     let mut live = posted;
-    let mut batch = Vec::with_capacity(64);
-    while got < expected {
-        batch.clear();
-        if hub.cq.read_batch(&mut batch, 64).await == 0 {
-            return Err("hub CQ closed".into());
+    let got = hub_loop(&hub.cq, expected, |e, got| {
+        live -= 1;
+        if got + 1 + live < expected {
+            live += 1;
+            hub.ep.post_trecv(
+                BytesMut::zeroed(size),
+                FI_ADDR_UNSPEC,
+                0,
+                u64::MAX,
+                e.context,
+            )?;
         }
-        for item in batch.drain(..) {
-            let e = item.map_err(|e| format!("hub recv: {e:?}"))?;
-            if e.flags.contains(weft::OpFlags::RECV) {
-                got += 1;
-                live -= 1;
-                if got + live < expected {
-                    live += 1;
-                    hub.ep.post_trecv(
-                        BytesMut::zeroed(size),
-                        FI_ADDR_UNSPEC,
-                        0,
-                        u64::MAX,
-                        e.context,
-                    )?;
-                }
-            }
-        }
-    }
+        Ok(true)
+    })
+    .await?;
     let secs = start.elapsed().as_secs_f64();
-    for s in senders {
-        s.await?
-            .map_err(|e| -> Box<dyn std::error::Error + Send + Sync> { e.into() })?;
-    }
+    join_senders(senders).await?;
     drop(eps);
     Ok(Outcome {
         rate: got as f64 / secs,
@@ -192,6 +249,12 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let load = |peers| Load {
+        peers,
+        total,
+        size,
+        window,
+    };
     let res: Res<()> = rt.block_on(async {
         let mut hints = Info::default();
         hints.ep_attr.ep_type = EpType::Rdm;
@@ -205,7 +268,7 @@ fn main() -> std::process::ExitCode {
             hints.caps = weft::Caps::MSG | weft::Caps::MULTI_RECV;
             let info = weft::getinfo(Some(&hints))?.remove(0);
             for &n in &counts {
-                let r = multi::compare(&domain, &info, n, total, size, window).await?;
+                let r = multi::compare(&domain, &info, load(n)).await?;
                 println!(
                     "peers {n:>4}: raw floor {:>9.0} msgs/s; posted {:>9.0} ({:.2}x raw); multi-recv {:>9.0} ({:.2}x raw) = {:.2}x posted; receive memory posted {} KiB, multi-recv {} KiB ({size} B, window {window}/peer)",
                     r.raw,
@@ -222,7 +285,7 @@ fn main() -> std::process::ExitCode {
         }
         let mut first = None;
         for &n in &counts {
-            let o = run(&domain, &info, n, total, size, window).await?;
+            let o = run(&domain, &info, load(n)).await?;
             let base = *first.get_or_insert(o.rate);
             println!(
                 "peers {n:>4}: {:>9.0} msgs/s aggregate ({size} B, window {window}/peer) = {:.2}x the {}-peer rate; {:.1} KiB RSS per idle connected peer (both ends in this process)",

@@ -12,11 +12,10 @@
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weft::{Domain, EpOpt, Info, OpFlags};
 
-use super::{env, open, Res};
+use super::{env, hub_loop, join_senders, open, open_peers, spawn_senders, Load, Res};
 
 /// Buffers of the multi-receive run.
 const MULTI_BUFS: usize = 4;
@@ -31,28 +30,20 @@ pub struct Rates {
 }
 
 /// The hub receives with posted receives (`multi` false) or
-/// multi-receive buffers; returns messages per second.
-async fn hub_rate(
-    domain: &Domain,
-    info: &Info,
-    peers: usize,
-    total: usize,
-    size: usize,
-    window: usize,
-    multi: bool,
-) -> Res<(f64, usize)> {
+/// multi-receive buffers; returns messages per second and the bytes
+/// posted for receiving.
+async fn hub_rate(domain: &Domain, info: &Info, load: Load, multi: bool) -> Res<(f64, usize)> {
+    let Load {
+        peers,
+        total,
+        size,
+        window,
+    } = load;
     let maxsize = env("MAXSIZE", 4096);
     let buf = env("MULTI_BUF", 256 * 1024);
     let hub = open(domain, info)?;
     let hub_addr = hub.ep.local_addr()?;
-    let mut eps = Vec::with_capacity(peers);
-    for _ in 0..peers {
-        let p = open(domain, info)?;
-        let dest =
-            p.av.insert_sync(std::slice::from_ref(&hub_addr), Default::default())?
-                .fi_addrs[0];
-        eps.push((p, dest));
-    }
+    let eps = open_peers(domain, info, &hub_addr, peers)?;
     // Connect every peer first.
     for (p, dest) in &eps {
         let (got, sent) = tokio::join!(
@@ -80,67 +71,28 @@ async fn hub_rate(
         posted * maxsize
     };
     let start = Instant::now();
-    let senders: Vec<_> = eps
-        .iter()
-        .map(|(p, dest)| {
-            let ep = p.ep.clone();
-            let dest = *dest;
-            tokio::spawn(async move {
-                let payload = Bytes::from(vec![7u8; size]);
-                let mut inflight = FuturesUnordered::new();
-                let mut sent = 0;
-                while sent < per_peer || !inflight.is_empty() {
-                    while sent < per_peer && inflight.len() < window {
-                        let ep = ep.clone();
-                        let b = payload.clone();
-                        inflight.push(async move { ep.send(dest, b).await });
-                        sent += 1;
-                    }
-                    if let Some(r) = inflight.next().await {
-                        r.map_err(|e| format!("send: {e:?}"))?;
-                    }
-                }
-                Ok::<(), String>(())
-            })
-        })
-        .collect();
-    let mut got = 0;
+    let senders = spawn_senders(&eps, per_peer, load, None);
     let mut live = posted;
-    let mut batch = Vec::with_capacity(64);
-    while got < expected {
-        batch.clear();
-        if hub.cq.read_batch(&mut batch, 64).await == 0 {
-            return Err("hub CQ closed".into());
+    let got = hub_loop(&hub.cq, expected, |e, got| {
+        if multi {
+            if e.flags.contains(OpFlags::MULTI_RECV) {
+                hub.ep
+                    .post_recv_multi(BytesMut::zeroed(buf), e.context)
+                    .map_err(|(e, _)| e)?;
+            }
+            // A release without a message carries no FI_MSG.
+            return Ok(e.flags.contains(OpFlags::MSG));
         }
-        for item in batch.drain(..) {
-            let e = item.map_err(|e| format!("hub recv: {e:?}"))?;
-            if !e.flags.contains(OpFlags::RECV) {
-                continue;
-            }
-            if multi {
-                if e.flags.contains(OpFlags::MSG) {
-                    got += 1;
-                }
-                if e.flags.contains(OpFlags::MULTI_RECV) {
-                    hub.ep
-                        .post_recv_multi(BytesMut::zeroed(buf), e.context)
-                        .map_err(|(e, _)| e)?;
-                }
-                continue;
-            }
-            got += 1;
-            live -= 1;
-            if got + live < expected {
-                live += 1;
-                hub.ep.post_recv(BytesMut::zeroed(maxsize), e.context)?;
-            }
+        live -= 1;
+        if got + 1 + live < expected {
+            live += 1;
+            hub.ep.post_recv(BytesMut::zeroed(maxsize), e.context)?;
         }
-    }
+        Ok(true)
+    })
+    .await?;
     let secs = start.elapsed().as_secs_f64();
-    for s in senders {
-        s.await?
-            .map_err(|e| -> Box<dyn std::error::Error + Send + Sync> { e.into() })?;
-    }
+    join_senders(senders).await?;
     Ok((got as f64 / secs, mem))
 }
 
@@ -183,18 +135,11 @@ async fn raw_rate(peers: usize, total: usize, size: usize) -> Res<f64> {
     Ok((per_peer * peers) as f64 / start.elapsed().as_secs_f64())
 }
 
-/// Raw floor, posted receives and multi-receive for `peers` peers.
-pub async fn compare(
-    domain: &Domain,
-    info: &Info,
-    peers: usize,
-    total: usize,
-    size: usize,
-    window: usize,
-) -> Res<Rates> {
-    let raw = raw_rate(peers, total, size).await?;
-    let (posted, posted_mem) = hub_rate(domain, info, peers, total, size, window, false).await?;
-    let (multi, multi_mem) = hub_rate(domain, info, peers, total, size, window, true).await?;
+/// Raw floor, posted receives and multi-receive for `load`.
+pub async fn compare(domain: &Domain, info: &Info, load: Load) -> Res<Rates> {
+    let raw = raw_rate(load.peers, load.total, load.size).await?;
+    let (posted, posted_mem) = hub_rate(domain, info, load, false).await?;
+    let (multi, multi_mem) = hub_rate(domain, info, load, true).await?;
     Ok(Rates {
         raw,
         posted,
