@@ -7,10 +7,12 @@
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use weft::{
-    Caps, CqEntry, EpOpt, EpType, Error, MultiMsg, MultiRecv, OpFlags, RecvMsg, SendMsg,
-    FI_ADDR_UNSPEC,
+    BindFlags, Caps, CqAttr, CqEntry, EpOpt, EpType, Error, MultiMsg, MultiRecv, OpFlags, RecvMsg,
+    SendMsg, WaitMode, FI_ADDR_UNSPEC,
 };
-use weft_integration::{assert_cq_quiet, next_cq, within, Harness, Provider, RdmEp};
+use weft_integration::{
+    assert_cq_quiet, enabled_endpoint, next_cq, within, Harness, Provider, RdmEp,
+};
 
 /// Message `i` of `len` bytes (at least 8): its number, then bytes that
 /// depend on it.
@@ -397,6 +399,53 @@ async fn multi_recv_on_msg_endpoints(p: Provider) {
     assert!(!s.is_canceled());
 }
 
+/// The stream in every wait mode (inline and busy-poll streams drive
+/// the endpoint themselves while they wait), with a counter bound: it
+/// counts each message's completion, and the release.
+async fn streams_in_every_wait_mode(p: Provider) {
+    let Some(h) = multi_harness(&p) else { return };
+    for wait in [WaitMode::Interrupt, WaitMode::Inline, WaitMode::BusyPoll] {
+        let (av_a, av_b) = (h.av(), h.av());
+        let (a, _acq) = enabled_endpoint(&h.domain, &h.info, &av_a, wait);
+        let cq = h
+            .domain
+            .cq(CqAttr {
+                wait,
+                ..CqAttr::default()
+            })
+            .unwrap();
+        let cntr = h.domain.counter().unwrap();
+        let b = h.domain.endpoint(&h.info).unwrap();
+        b.bind_av(&av_b).unwrap();
+        b.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+            .unwrap();
+        b.bind_counter(&cntr, BindFlags::RECV).unwrap();
+        b.set_wait_mode(wait).unwrap();
+        b.setopt(EpOpt::MinMultiRecv, 100).unwrap();
+        b.enable().unwrap();
+        let dest = av_a
+            .insert_sync(&[b.local_addr().unwrap()], Default::default())
+            .unwrap()
+            .fi_addrs[0];
+        let mut s = within("post", b.recv_multi(BytesMut::zeroed(1000)))
+            .await
+            .unwrap();
+        let sends = async {
+            for i in 0..5 {
+                a.send(dest, numbered(i, 200)).await.unwrap();
+            }
+        };
+        // 5 x 200 fill it: released by the fifth.
+        let (got, ()) = within("exchange", async { tokio::join!(drain(&mut s), sends) }).await;
+        assert_eq!(got, [0, 1, 2, 3, 4], "{wait:?}");
+        assert_eq!(cntr.read(), 5, "{wait:?}");
+        assert!(
+            cq.try_read_batch(&mut Vec::new(), 8) == 0,
+            "the CQ sees none of it"
+        );
+    }
+}
+
 provider_tests! {
     getinfo_offers_multi_recv_where_it_exists,
     messages_pack_and_release_below_min,
@@ -406,6 +455,7 @@ provider_tests! {
     cancel_releases_the_buffer,
     bad_multi_recv_input_is_refused,
     multi_recv_on_msg_endpoints,
+    streams_in_every_wait_mode,
 }
 
 udp_tests! {
