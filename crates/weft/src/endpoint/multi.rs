@@ -88,6 +88,25 @@ impl Endpoint {
     /// endpoint, in order and ahead of later ones, for the next receive.
     /// A full receive queue is waited out. Errors as for
     /// `post_recv_multi`, with the buffer back.
+    ///
+    /// ```no_run
+    /// # async fn serve(ep: weft::Endpoint) -> Result<(), Box<dyn std::error::Error>> {
+    /// use futures::StreamExt;
+    ///
+    /// // Messages up to 4 KiB: release a buffer once less than that is free.
+    /// ep.setopt(weft::EpOpt::MinMultiRecv, 4096)?;
+    /// let mut buf = bytes::BytesMut::zeroed(256 * 1024);
+    /// loop {
+    ///     let mut msgs = ep.recv_multi(buf).await.map_err(|(e, _)| e)?;
+    ///     while let Some(m) = msgs.next().await {
+    ///         let m = m?;
+    ///         println!("{} bytes at {}: {:?}", m.len, m.offset, msgs.bytes(&m));
+    ///     }
+    ///     // Released and read to its end: the same buffer again.
+    ///     buf = msgs.into_buffer().map_err(|_| "not ended")?;
+    /// }
+    /// # }
+    /// ```
     pub async fn recv_multi(
         &self,
         buf: BytesMut,
