@@ -15,9 +15,10 @@
 //! whole unused buffer is truncated into it, as into any receive.
 //!
 //! The release is reported by the last completion of the buffer, not the
-//! last message matched: parts still arriving when the buffer is
-//! released (from other senders) complete first, and whichever is the
-//! last to complete carries the flag.
+//! last message matched: parts still arriving when the buffer is released
+//! (from other senders) complete first, and whichever is the last to
+//! complete carries the flag. It is reported even under selective
+//! completion (fi_msg(3): the application must learn its buffer is back).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -131,6 +132,8 @@ impl MultiShared {
     /// (The caller gives back the buffer's receive credit.)
     fn report_release(&self, end: End, tail: BytesMut) {
         let mut done = self.done(OpFlags::MULTI_RECV);
+        // Reported even under selective completion (fi_msg(3)).
+        done.report = true;
         let mut tail = tail;
         match end {
             End::Full => {
@@ -288,6 +291,9 @@ pub fn finishing(ep: &dyn RecvCtx, req: &mut RecvReq) -> Option<After> {
         _ => {
             ep.rx_credits().release(1);
             req.done.flags |= OpFlags::MULTI_RECV;
+            // The release is reported even where selective completion
+            // suppresses the other completions (fi_msg(3)).
+            req.done.report = true;
             let mut tail = tail;
             tail.truncate(0);
             req.bufs.push(tail);

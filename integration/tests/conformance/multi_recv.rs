@@ -399,6 +399,26 @@ async fn multi_recv_on_msg_endpoints(p: Provider) {
     assert!(!s.is_canceled());
 }
 
+/// Under selective completion the messages of a buffer posted without
+/// `FI_COMPLETION` report nothing, but its release does (fi_msg(3): the
+/// application must learn that its buffer is back).
+async fn the_release_is_reported_under_selective_completion(p: Provider) {
+    let Some(h) = multi_harness(&p) else { return };
+    let a = h.rdm_ep();
+    let b = h.rdm_ep_with(&h.info, h.av(), BindFlags::SELECTIVE_COMPLETION);
+    let b_in_a = a.insert(&b);
+    b.insert(&a);
+    b.ep.setopt(EpOpt::MinMultiRecv, 100).unwrap();
+    // 50 bytes free after the third: released.
+    let at = b.ep.post_recv_multi(BytesMut::zeroed(350), 3).unwrap();
+    send_all(&a, b_in_a, (0..3).map(|i| numbered(i, 100))).await;
+    let e = within("release", next_cq(&b.cq)).await.unwrap();
+    assert!(e.flags.contains(OpFlags::MULTI_RECV));
+    assert_eq!((e.context, at.offset_of(&e), e.len), (3, Some(200), 100));
+    assert_eq!(number_of(&e.bufs[0]), 2);
+    assert_cq_quiet(&b.cq, "only the release").await;
+}
+
 /// The stream in every wait mode (inline and busy-poll streams drive
 /// the endpoint themselves while they wait), with a counter bound: it
 /// counts each message's completion, and the release.
@@ -456,6 +476,7 @@ provider_tests! {
     bad_multi_recv_input_is_refused,
     multi_recv_on_msg_endpoints,
     streams_in_every_wait_mode,
+    the_release_is_reported_under_selective_completion,
 }
 
 udp_tests! {
