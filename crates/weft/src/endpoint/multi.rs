@@ -251,6 +251,7 @@ impl MultiRecv {
                     .map_or(0, |j| j + 1);
                 self.parts[i..]
                     .iter()
+                    .take_while(|(o, _)| *o == msg.offset)
                     .find(|(_, b)| b.len() == msg.len)
                     .map_or(&[][..], |(_, b)| &b[..])
             }
