@@ -305,9 +305,9 @@ async fn cancel_releases_the_buffer(p: Provider) {
     assert_eq!((at.offset(&c.bufs[0]), c.bufs[0].len()), (Some(400), 3696));
     assert_eq!(b.ep.cancel(5), Err(Error::NoEnt));
 
-    let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(4096)))
-        .await
-        .unwrap();
+    let buf = BytesMut::zeroed(4096);
+    let base = buf.as_ptr() as usize;
+    let mut s = within("post", b.ep.recv_multi(buf)).await.unwrap();
     send_all(&a, b_in_a, (2..4).map(|i| numbered(i, 200))).await;
     let m = within("stream", s.next()).await.unwrap().unwrap();
     assert_eq!(number_of(s.bytes(&m)), 2);
@@ -317,6 +317,7 @@ async fn cancel_releases_the_buffer(p: Provider) {
     assert!(s.is_canceled());
     let whole = s.into_buffer().expect("ended");
     assert_eq!(whole.len(), 4096);
+    assert_eq!(whole.as_ptr() as usize, base, "the same buffer, not a copy");
     assert_eq!(number_of(&whole[200..400]), 3);
     assert!(whole[400..].iter().all(|&x| x == 0));
 }
@@ -399,6 +400,28 @@ async fn multi_recv_on_msg_endpoints(p: Provider) {
     assert!(!s.is_canceled());
 }
 
+/// A zero-length message takes no room: the next one starts where it
+/// stood, and each is told apart by its length.
+async fn zero_length_messages_take_no_room(p: Provider) {
+    let Some(h) = multi_harness(&p) else { return };
+    let (a, b, b_in_a, _) = h.rdm_pair();
+    b.ep.setopt(EpOpt::MinMultiRecv, 64).unwrap();
+    let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(4096)))
+        .await
+        .unwrap();
+    send_all(&a, b_in_a, [Bytes::new(), numbered(1, 100), Bytes::new()]).await;
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let m = within("stream", s.next()).await.unwrap().unwrap();
+        got.push((m.offset, m.len, s.bytes(&m).len()));
+    }
+    assert_eq!(got, [(0, 0, 0), (0, 100, 100), (100, 0, 0)]);
+    s.cancel().unwrap();
+    assert!(drain(&mut s).await.is_empty());
+    let whole = s.into_buffer().unwrap();
+    assert_eq!(number_of(&whole[..100]), 1);
+}
+
 /// Under selective completion the messages of a buffer posted without
 /// `FI_COMPLETION` report nothing, but its release does (fi_msg(3): the
 /// application must learn that its buffer is back).
@@ -477,6 +500,7 @@ provider_tests! {
     multi_recv_on_msg_endpoints,
     streams_in_every_wait_mode,
     the_release_is_reported_under_selective_completion,
+    zero_length_messages_take_no_room,
 }
 
 udp_tests! {
