@@ -33,12 +33,7 @@ pub struct Rates {
 /// multi-receive buffers; returns messages per second and the bytes
 /// posted for receiving.
 async fn hub_rate(domain: &Domain, info: &Info, load: Load, multi: bool) -> Res<(f64, usize)> {
-    let Load {
-        peers,
-        total,
-        size,
-        window,
-    } = load;
+    let (peers, size) = (load.peers, load.size);
     let maxsize = env("MAXSIZE", 4096);
     let buf = env("MULTI_BUF", 256 * 1024);
     let hub = open(domain, info)?;
@@ -53,9 +48,9 @@ async fn hub_rate(domain: &Domain, info: &Info, load: Load, multi: bool) -> Res<
         sent.map_err(|e| format!("connect send: {e:?}"))?;
         got.map_err(|e| format!("connect recv: {e:?}"))?;
     }
-    let per_peer = total / peers;
+    let per_peer = load.total / peers;
     let expected = per_peer * peers;
-    let posted = (window * peers).clamp(64, info.rx_attr.size);
+    let posted = (load.window * peers).clamp(64, info.rx_attr.size);
     let mem = if multi {
         hub.ep.setopt(EpOpt::MinMultiRecv, maxsize)?;
         for i in 0..MULTI_BUFS {
