@@ -125,7 +125,7 @@ fn a_message_that_does_not_fit_releases_the_buffer_and_goes_on() {
     assert_eq!(ep.0.left(), 4);
 
     // Nothing outstanding: a completion without a message releases it.
-    let ep = ep_with_buffer();
+    let ep = self::ep();
     let mut b = buffer(&cq, 100, 10);
     let (p1, _) = part(take(&mut b, &msg(60)));
     land(&ep, p1, 60, 1);
@@ -137,10 +137,6 @@ fn a_message_that_does_not_fit_releases_the_buffer_and_goes_on() {
     assert!(e.flags.contains(OpFlags::MULTI_RECV | OpFlags::RECV));
     assert_eq!((e.len, e.bufs[0].len()), (0, 0));
     assert_eq!(ep.0.left(), 4);
-}
-
-fn ep_with_buffer() -> Ep {
-    ep()
 }
 
 #[test]
