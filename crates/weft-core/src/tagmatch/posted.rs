@@ -130,9 +130,10 @@ impl<R> PostedQueue<R> {
     }
 
     /// [`take_match`](Self::take_match), asking `take` what the receive
-    /// gives: a receive that keeps room stays posted in its place; one
-    /// that ends leaves the queue into `ended` and the next receive that
-    /// accepts the message is asked.
+    /// gives: a receive that keeps room goes back under its own sequence
+    /// number (its place); one that ends leaves the queue into `ended` and
+    /// the next receive that accepts the message is asked. A plain
+    /// receive costs what `take_match` does.
     pub(super) fn take_match_by(
         &mut self,
         info: &MsgInfo,
@@ -141,16 +142,15 @@ impl<R> PostedQueue<R> {
     ) -> Option<(RecvSpec, R)> {
         loop {
             let seq = self.find(info)?;
-            let (spec, r) = self.entries.get_mut(&seq)?;
-            let spec = *spec;
-            match take(r, info) {
-                Take::Whole => return self.remove(seq),
-                Take::Part(p) => return Some((spec, p)),
-                Take::Last(p) => {
-                    self.remove(seq);
+            let (spec, mut r) = self.remove(seq)?;
+            match take(&mut r, info) {
+                Take::Whole => return Some((spec, r)),
+                Take::Part(p) => {
+                    self.insert(seq, spec, r);
                     return Some((spec, p));
                 }
-                Take::End => ended.extend(self.remove(seq).map(|(_, r)| r)),
+                Take::Last(p) => return Some((spec, p)),
+                Take::End => ended.push(r),
             }
         }
     }
