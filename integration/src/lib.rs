@@ -544,3 +544,34 @@ pub async fn msg_pair(si: &Info, ci: &Info) -> MsgPair {
         fabrics: (sf, cf),
     }
 }
+
+/// xorshift64 for tests: they need no crate for randomness, and a printed
+/// seed replays a run.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// Seeded from the environment variable `var` if set, else from the
+    /// clock; the seed is printed with the variable that replays it.
+    pub fn seeded(var: &str) -> Rng {
+        let seed = std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+                    | 1
+            });
+        eprintln!("seed {seed} ({var} replays it)");
+        Rng(seed)
+    }
+
+    /// A number below `n` (at least 1).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}

@@ -45,7 +45,7 @@ use weft::{
     SharedRxContext, WaitMode,
 };
 use weft_integration::{
-    assert_cq_quiet, next_cq, next_eq, verbs_offer, within, Harness, Node, Provider, QUIET,
+    assert_cq_quiet, next_cq, next_eq, verbs_offer, within, Harness, Node, Provider, Rng, QUIET,
 };
 
 const SERVER_DEV: &str = "rxe1";
@@ -69,34 +69,6 @@ fn messages(host: u64, vm: u64) -> u64 {
         vm
     } else {
         host
-    }
-}
-
-/// xorshift64: the tests need no crate for randomness, and a printed seed
-/// replays a run.
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> Rng {
-        let seed = std::env::var("WEFT_CANCEL_SEED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-                    | 1
-            });
-        eprintln!("seed {seed} (WEFT_CANCEL_SEED replays it)");
-        Rng(seed)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
     }
 }
 
@@ -172,7 +144,7 @@ where
     F: FnMut(BytesMut) -> Fut,
     Fut: Future<Output = Result<CqEntry, CqErrEntry>>,
 {
-    let mut rng = Rng::seeded();
+    let mut rng = Rng::seeded("WEFT_CANCEL_SEED");
     let mut gaps = Rng(rng.0.rotate_left(17) | 1);
     let permits = Arc::new(Semaphore::new(window));
     let posted = Arc::new(Notify::new());

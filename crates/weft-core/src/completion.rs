@@ -518,6 +518,13 @@ impl Finished {
         Finished { item, origin }
     }
 
+    /// The successful completion, to look at (its `context` is the raw
+    /// source until [`into_result`](Self::into_result)); `None` for an
+    /// error.
+    pub fn entry(&self) -> Option<&CqEntry> {
+        self.item.as_ref().ok()
+    }
+
     /// The completion as the future of the operation posted with
     /// `context` reports it.
     pub fn into_result(self, context: u64) -> std::result::Result<CqEntry, CqErrEntry> {

@@ -77,10 +77,14 @@ pub struct RecvReq {
     pub tag: u64,
     /// Tag bits to ignore.
     pub ignore: u64,
-    /// Operation flags (`PEEK`, `CLAIM`, `DISCARD`, ...).
+    /// Operation flags (`PEEK`, `CLAIM`, `DISCARD`, `MULTI_RECV`, ...).
     pub flags: OpFlags,
     /// Where the completion goes.
     pub done: OpDone,
+    /// A multi-receive buffer (`FI_MULTI_RECV`), or the part of one a
+    /// message was matched to; `None` for every other receive. Set by
+    /// [`multi_recv::attach`](crate::multi_recv::attach).
+    pub multi: Option<crate::multi_recv::MultiPart>,
 }
 
 impl RecvReq {
@@ -676,6 +680,14 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     /// consumes a message. (A receive found still posted is withdrawn by
     /// [`cancel`](Self::cancel) instead.)
     fn give_back(&self, r: Returned);
+    /// [`give_back`](Self::give_back) for the unread messages of a
+    /// dropped multi-receive stream, handed back in their order: each
+    /// goes behind those given back before it (still ahead of later
+    /// arrivals). Providers without multi-receive keep the default,
+    /// `give_back`.
+    fn give_back_after(&self, r: Returned) {
+        self.give_back(r)
+    }
     /// The bound local address, raw bytes.
     fn local_addr(&self) -> Vec<u8>;
     /// The connected peer's address (connected endpoints; connectionless

@@ -7,6 +7,7 @@ use crate::addr::{FiAddr, FI_ADDR_NOTAVAIL};
 use crate::completion::{trim_bufs, CqEntry, CqErrEntry, Returned};
 use crate::credits::Credits;
 use crate::flags::OpFlags;
+use crate::multi_recv;
 use crate::provider::RecvReq;
 use crate::tagmatch::MsgInfo;
 use crate::Error;
@@ -21,6 +22,13 @@ pub trait RecvCtx {
     /// message reached it: the next receive that accepts it gets it,
     /// ahead of later messages. Called with no lock of the endpoint held.
     fn give_back(&self, r: Returned);
+    /// [`give_back`](Self::give_back) for a message of a multi-receive
+    /// buffer whose stream is gone: such messages come back in their
+    /// order, so each goes behind the ones given back before it (still
+    /// ahead of later arrivals). By default, `give_back`.
+    fn give_back_after(&self, r: Returned) {
+        self.give_back(r)
+    }
 }
 
 impl<T: RecvCtx> RecvCtx for std::sync::Arc<T> {
@@ -34,6 +42,20 @@ impl<T: RecvCtx> RecvCtx for std::sync::Arc<T> {
 
     fn give_back(&self, r: Returned) {
         (**self).give_back(r)
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        (**self).give_back_after(r)
+    }
+}
+
+/// Hands a message whose receive's future is gone back to `ep`: a
+/// multi-receive part's behind the ones given back before it.
+fn hand_back(ep: &dyn RecvCtx, r: Returned, piece: bool) {
+    if piece {
+        ep.give_back_after(r);
+    } else {
+        ep.give_back(r);
     }
 }
 
@@ -77,9 +99,10 @@ pub fn copy_in(req: &mut RecvReq, data: &[u8]) -> usize {
 /// whole message whose receive's future is gone goes back to `ep`. Call
 /// with no lock of the endpoint held.
 pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize) {
+    let piece = multi_recv::is_piece(&req);
+    let after = multi_recv::finishing(ep, &mut req);
     trim_bufs(&mut req.bufs, placed);
     let (flags, src) = recv_meta(ep, &info);
-    ep.rx_credits().release(1);
     if info.len > placed {
         let mut ee = CqErrEntry::new(0, flags, Error::Trunc);
         ee.len = placed;
@@ -89,19 +112,22 @@ pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize)
         ee.tag = info.tag;
         ee.src = src;
         req.done.fail(ee);
-        return;
+    } else {
+        let entry = CqEntry {
+            context: 0,
+            flags,
+            len: placed,
+            bufs: req.bufs,
+            data: info.data.unwrap_or(0),
+            tag: info.tag,
+            src,
+        };
+        if let Some(back) = req.done.complete_from(entry, info.src) {
+            hand_back(ep, back, piece);
+        }
     }
-    let entry = CqEntry {
-        context: 0,
-        flags,
-        len: placed,
-        bufs: req.bufs,
-        data: info.data.unwrap_or(0),
-        tag: info.tag,
-        src,
-    };
-    if let Some(back) = req.done.complete_from(entry, info.src) {
-        ep.give_back(back);
+    if let Some(a) = after {
+        a.report(ep);
     }
 }
 
@@ -122,9 +148,10 @@ pub fn deliver_unknown(
         deliver(ep, req, info, placed);
         return;
     }
+    let piece = multi_recv::is_piece(&req);
+    let after = multi_recv::finishing(ep, &mut req);
     trim_bufs(&mut req.bufs, placed);
     let (flags, _) = recv_meta(ep, &info);
-    ep.rx_credits().release(1);
     let mut ee = CqErrEntry::new(0, flags, Error::AddrNotAvail);
     ee.len = placed;
     ee.bufs = req.bufs;
@@ -133,15 +160,18 @@ pub fn deliver_unknown(
     ee.src = reported;
     ee.err_data = raw;
     if let Some(back) = req.done.fail_from(ee, info.src) {
-        ep.give_back(back);
+        hand_back(ep, back, piece);
+    }
+    if let Some(a) = after {
+        a.report(ep);
     }
 }
 
 /// Fails a receive that was matched to a message which did not arrive
 /// whole, giving back its credit and whatever bytes it holds.
 pub fn fail_recv(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize, err: Error) {
+    let after = multi_recv::finishing(ep, &mut req);
     trim_bufs(&mut req.bufs, placed);
-    ep.rx_credits().release(1);
     let (flags, src) = recv_meta(ep, &info);
     let mut e = CqErrEntry::new(0, flags, err);
     e.len = placed;
@@ -150,11 +180,21 @@ pub fn fail_recv(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usiz
     e.src = src;
     e.bufs = req.bufs;
     req.done.fail(e);
+    if let Some(a) = after {
+        a.report(ep);
+    }
 }
 
 /// Ends a posted receive that will not be filled (cancelled, or its
-/// connection is gone) with `Canceled`, giving back its credit.
+/// connection is gone) with `Canceled`, giving back its credit. A
+/// multi-receive buffer is released with what it holds: its `Canceled`
+/// error carries `FI_MULTI_RECV` and comes after the completions of the
+/// messages it had taken.
 pub fn cancel_recv(ep: &dyn RecvCtx, req: RecvReq) {
+    if multi_recv::is_buffer(&req) {
+        multi_recv::end(ep, req, true);
+        return;
+    }
     ep.rx_credits().release(1);
     req.done
         .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled));

@@ -19,12 +19,13 @@ use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::limits::{ConnLimits, UNEXPECTED_OVERHEAD};
+use weft_core::multi_recv;
 use weft_core::progress::Progress;
 use weft_core::provider::{
     EpConfig, EpStats, Iov, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
 };
 use weft_core::sync::lock;
-use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
+use weft_core::tagmatch::{Matcher, MsgInfo, RecvSpec};
 use weft_core::wire::claim::Nonce;
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ, FLAG_CQ_DATA};
 use weft_core::{Error, Result};
@@ -168,7 +169,11 @@ impl weft_core::recv_completion::RecvCtx for EpShared {
     }
 
     fn give_back(&self, r: Returned) {
-        self.take_back(r);
+        self.take_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.take_back(r, true);
     }
 }
 
@@ -323,8 +328,22 @@ impl EpShared {
     /// connection's share), so the reader parks until a receive that takes
     /// it is posted or enough budget comes back.
     pub fn arrival(self: &Arc<Self>, conn: &Arc<Conn>, info: MsgInfo) -> Option<Arrival> {
+        let mut ended = Vec::new();
+        let out = self.arrival_locked(conn, info, &mut ended);
+        // Multi-receive buffers the message did not fit are released once
+        // the matcher's lock is let go.
+        self.end_buffers(ended);
+        out
+    }
+
+    fn arrival_locked(
+        self: &Arc<Self>,
+        conn: &Arc<Conn>,
+        info: MsgInfo,
+        ended: &mut Vec<RecvReq>,
+    ) -> Option<Arrival> {
         let mut m = lock(&self.matcher);
-        if let Some((_, req)) = m.match_arrival(&info) {
+        if let Some((_, req)) = m.match_arrival_by(&info, &mut multi_recv::take, ended) {
             return Some(Arrival::Posted(req));
         }
         // Every message costs something, a zero-length one included.
@@ -365,7 +384,7 @@ impl EpShared {
 
     /// A receive took an unexpected message: deliver it now, or when the
     /// rest of it arrives.
-    fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Arc<Unexpected>) {
+    pub(crate) fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Arc<Unexpected>) {
         let mut g = lock(&u.st);
         if let Some(err) = g.failed {
             drop(g);
@@ -497,7 +516,7 @@ impl EpShared {
     /// MSG after the connection died: every posted receive completes with
     /// `Canceled`, as a flushed queue pair's would. Messages that arrived
     /// before the end stay matchable.
-    fn flush_posted(&self) {
+    pub(crate) fn flush_posted(&self) {
         let posted = lock(&self.matcher).drain_posted();
         for (_, req) in posted {
             weft_core::recv_completion::cancel_recv(self, req);
@@ -643,36 +662,6 @@ impl EpShared {
     pub fn repost_front(&self, req: RecvReq) {
         self.place(req, true);
     }
-
-    fn place(&self, req: RecvReq, front: bool) {
-        let spec = spec_of(&req);
-        let resolve = |s: &Source| self.resolve_src(s);
-        let out = {
-            let mut m = lock(&self.matcher);
-            if front {
-                m.repost_front(spec, req, &resolve)
-            } else {
-                m.post(spec, req, &resolve)
-            }
-        };
-        match out {
-            PostOutcome::Queued => {
-                // Checked after queueing: either this or `conn_failed`
-                // sees the other's write, so no receive is left waiting
-                // on a connection that is gone.
-                if self.msg_dead.load(Ordering::Acquire) {
-                    self.flush_posted();
-                }
-                self.parked.wake_for_recv(&spec);
-            }
-            PostOutcome::Matched {
-                recv,
-                info,
-                payload,
-                ..
-            } => self.take_unexpected(recv, info, payload),
-        }
-    }
 }
 
 /// Gives back the room a burst of peers left in `m`: a map keeps its
@@ -694,7 +683,7 @@ pub(crate) enum Route {
 }
 
 /// The matching criteria of a receive.
-fn spec_of(req: &RecvReq) -> RecvSpec {
+pub(crate) fn spec_of(req: &RecvReq) -> RecvSpec {
     RecvSpec {
         by_key: req.flags.contains(OpFlags::AUTH_KEY),
         src: req.src,
@@ -774,7 +763,11 @@ impl ProviderEndpoint for TcpEndpoint {
     }
 
     fn give_back(&self, r: Returned) {
-        self.shared.take_back(r);
+        self.shared.take_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.shared.take_back(r, true);
     }
 
     fn cancel(&self, context: u64) -> bool {

@@ -26,6 +26,7 @@ mod keyproof;
 mod keys;
 mod mr;
 mod parked;
+mod place;
 mod returned;
 mod rma;
 mod rma_events;
@@ -118,6 +119,8 @@ fn offer(ep_type: EpType) -> Info {
         // events, endpoint-bound regions and single-use keys".
         | Caps::RMA_EVENT
         | Caps::FENCE
+        // Multi-receive buffers: docs/design.md, "Multi-receive buffers".
+        | Caps::MULTI_RECV
         | if ep_type == EpType::Rdm {
             // Named AVs: see docs/design.md, "Named shared AVs".
             Caps::DIRECTED_RECV | Caps::AV_USER_ID | Caps::SOURCE_ERR | Caps::SHARED_AV
@@ -142,7 +145,8 @@ fn offer(ep_type: EpType) -> Info {
                     | Caps::SOURCE_ERR
                     | Caps::REMOTE_READ
                     | Caps::REMOTE_WRITE
-                    | Caps::RMA_EVENT),
+                    | Caps::RMA_EVENT
+                    | Caps::MULTI_RECV),
             msg_order: order,
             comp_order: CompOrder::empty(),
             inject_size: INJECT_SIZE,
@@ -166,7 +170,7 @@ fn offer(ep_type: EpType) -> Info {
             total_buffered_recv: BUFFERED_RECV,
             size: QUEUE_SIZE,
             iov_limit: IOV_LIMIT,
-            op_flags_supported: OpFlags::RX_BASE | OpFlags::PEEK_FAMILY,
+            op_flags_supported: OpFlags::RX_BASE | OpFlags::PEEK_FAMILY | OpFlags::MULTI_RECV,
             ..RxAttr::default()
         },
         ep_attr: EpAttr {

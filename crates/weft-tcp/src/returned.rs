@@ -16,6 +16,7 @@ use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::Returned;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
+use weft_core::multi_recv;
 use weft_core::sync::lock;
 
 use crate::admission::Charge;
@@ -24,8 +25,11 @@ use crate::keys::Source;
 use crate::rx::{copy_and_deliver, UnexpState, Unexpected};
 
 impl EpShared {
-    /// Takes back a message a dropped receive future did not read.
-    pub fn take_back(&self, mut r: Returned) {
+    /// Takes back a message a dropped receive future did not read: ahead
+    /// of every buffered message, or with `after` (a dropped
+    /// multi-receive stream's messages, handed back in their order)
+    /// behind those given back before it.
+    pub fn take_back(&self, mut r: Returned, after: bool) {
         if self.is_closed() {
             return;
         }
@@ -37,8 +41,10 @@ impl EpShared {
         let key = self.source_key(info.src, &r.raw);
         info.key = key.key.and_then(|k| u16::try_from(k).ok());
         let mut m = lock(&self.matcher);
-        if let Some((_, req)) = m.match_arrival(&info) {
+        let mut ended = Vec::new();
+        if let Some((_, req)) = m.match_arrival_by(&info, &mut multi_recv::take, &mut ended) {
             drop(m);
+            self.end_buffers(ended);
             copy_and_deliver(self, req, info, &data, &key);
             return;
         }
@@ -56,7 +62,13 @@ impl EpShared {
             from: key,
             _charge: Charge::new(&me, &share, charge),
         });
-        m.push_unexpected_front(key, info, u);
+        if after {
+            m.push_unexpected_front_after(key, info, u);
+        } else {
+            m.push_unexpected_front(key, info, u);
+        }
+        drop(m);
+        self.end_buffers(ended);
     }
 
     /// The matcher's raw identity of the sender with AV handle `src`: its

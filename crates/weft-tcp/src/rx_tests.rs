@@ -101,6 +101,7 @@ impl Rig {
                 cntr: None,
                 waiter: None,
             },
+            multi: None,
         };
         self.ep.recv(req).map_err(|r| r.err).unwrap();
     }
@@ -304,4 +305,66 @@ async fn a_close_between_frames_is_clean_and_garbage_is_not() {
     let mut r = rig(1 << 20).await;
     let mut s = Script::default().bytes(&[0xAB; 40]);
     assert!(matches!(r.drive(&mut s), RxStatus::Closed(Some(_))));
+}
+
+fn untagged(payload: &[u8], seq: u64) -> Vec<u8> {
+    let mut h = Header::new(FrameKind::Msg);
+    h.len = payload.len() as u64;
+    h.seq = seq;
+    let mut v = h.encode().to_vec();
+    v.extend_from_slice(payload);
+    v
+}
+
+/// A multi-receive buffer: a message that dies mid-way leaves its range
+/// unused (the buffer goes on with the next message, after it), and a
+/// large message is read straight into its part of the buffer.
+#[tokio::test]
+async fn a_multi_receive_part_whose_message_dies_leaves_its_range() {
+    let mut r = rig(1 << 20).await;
+    let mut req = RecvReq {
+        src: FI_ADDR_UNSPEC,
+        bufs: vec![BytesMut::zeroed(64 * 1024)],
+        tagged: false,
+        tag: 0,
+        ignore: 0,
+        flags: OpFlags::MULTI_RECV,
+        done: OpDone {
+            context: 4,
+            flags: OpFlags::RECV | OpFlags::MSG,
+            report: true,
+            cq: Some(r.cq.clone()),
+            cntr: None,
+            waiter: None,
+        },
+        multi: None,
+    };
+    let base = req.bufs[0].as_ptr() as usize;
+    weft_core::multi_recv::attach(&mut req, 1024, None);
+    r.ep.recv(req).map_err(|e| e.err).unwrap();
+    let f = untagged(&[9; 100], 1);
+    let mut s = Script::default().bytes(&f[..f.len() - 10]).eof();
+    assert_eq!(r.drive(&mut s), RxStatus::Closed(Some(Error::ConnReset)));
+    assert!(
+        r.completions().is_empty(),
+        "the dead message completes nothing"
+    );
+    r.rx = RxMachine::new(1 << 20);
+    let big = vec![5u8; 20 * 1024];
+    let mut s = Script::default()
+        .bytes(&untagged(b"next", 1))
+        .bytes(&untagged(&big, 2));
+    r.drive(&mut s);
+    let got = r.completions();
+    let at: Vec<(usize, usize)> = got
+        .iter()
+        .map(|i| {
+            let e = i.as_ref().unwrap();
+            (e.bufs[0].as_ptr() as usize - base, e.len)
+        })
+        .collect();
+    assert_eq!(at, [(100, 4), (104, 20 * 1024)]);
+    let last = got[1].as_ref().unwrap();
+    assert!(last.bufs[0].iter().all(|&x| x == 5));
+    assert!(!last.flags.contains(OpFlags::MULTI_RECV), "room is left");
 }

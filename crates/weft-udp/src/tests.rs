@@ -76,6 +76,7 @@ fn recv_req(cq: &Arc<CqShared>, cap: usize, context: u64) -> RecvReq {
             cntr: None,
             waiter: None,
         },
+        multi: None,
     }
 }
 

@@ -72,7 +72,7 @@ mod srx;
 pub use av::{AddressVector, AvAttr, Insert, InsertReport};
 pub use counter::{Counter, CounterChanges};
 pub use cq::CompletionQueue;
-pub use endpoint::{Endpoint, EpOpt};
+pub use endpoint::{Endpoint, EpOpt, MultiMsg, MultiRecv, MultiRecvBuf};
 pub use eq::{ConnRequest, EventQueue};
 pub use fabric::{all_offers, error_hint, getinfo, provider_unavailable, CqAttr, Domain, Fabric};
 pub use helpers::{

@@ -100,6 +100,7 @@ impl SharedRxContext {
                 cntr: None,
                 waiter,
             },
+            multi: None,
         }
     }
 

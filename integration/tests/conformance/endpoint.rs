@@ -436,15 +436,17 @@ async fn send_to_self(p: Provider) {
 
 /// `fi_getopt`/`fi_setopt`: what an endpoint has answers, what it lacks
 /// is `NoProtoOpt`, the read-only option refuses a set with `NoSys`.
+/// `FI_OPT_MIN_MULTI_RECV` answers where `FI_MULTI_RECV` is offered.
 async fn getopt_setopt(p: Provider) {
     use weft::EpOpt;
-    let rdm = Harness::connless(&p).endpoint();
-    for opt in [
-        EpOpt::MinMultiRecv,
-        EpOpt::BufferedMin,
-        EpOpt::BufferedLimit,
-        EpOpt::CmDataSize,
-    ] {
+    let h = Harness::connless(&p);
+    let rdm = h.endpoint();
+    // FI_OPT_MIN_MULTI_RECV exists where FI_MULTI_RECV does
+    // (`multi_recv.rs` checks its values).
+    let multi = h.info.caps.contains(weft::Caps::MULTI_RECV);
+    assert_eq!(rdm.getopt(EpOpt::MinMultiRecv).is_ok(), multi);
+    assert_eq!(rdm.setopt(EpOpt::MinMultiRecv, 64).is_ok(), multi);
+    for opt in [EpOpt::BufferedMin, EpOpt::BufferedLimit, EpOpt::CmDataSize] {
         assert_eq!(
             rdm.getopt(opt).unwrap_err(),
             Error::NoProtoOpt,

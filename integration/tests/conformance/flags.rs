@@ -83,6 +83,12 @@ async fn every_recv_flag_is_honoured_or_refused(p: Provider) {
                 assert_eq!(e.err, Error::BadFlags, "{flag:?} tagged={tagged}");
                 continue;
             }
+            if flag == OpFlags::MULTI_RECV {
+                // Untagged only, and one completion per message: the
+                // posted form (the awaited one is `recv_multi`).
+                multi_recv_flag(&a, &b, b_in_a, tagged, seq).await;
+                continue;
+            }
             if peek_family {
                 // Nothing is buffered: the peek (or a claim of nothing)
                 // reports that no message matched.
@@ -103,6 +109,45 @@ async fn every_recv_flag_is_honoured_or_refused(p: Provider) {
             assert_eq!(&got.bufs[0][..], format!("flag matrix {seq}").as_bytes());
         }
     }
+}
+
+/// `FI_MULTI_RECV` where it is honoured: a posted untagged receive takes
+/// a message into its buffer (which a cancel then releases); a tagged
+/// one, and the awaited single receive, are `BadFlags`.
+async fn multi_recv_flag(
+    a: &weft_integration::RdmEp,
+    b: &weft_integration::RdmEp,
+    b_in_a: u64,
+    tagged: bool,
+    seq: u64,
+) {
+    let flag = OpFlags::MULTI_RECV;
+    let mut m = RecvMsg::untagged(BytesMut::zeroed(1 << 16), seq);
+    m.tagged = tagged;
+    let e = within("receive", b.ep.recvmsg(m, flag)).await.unwrap_err();
+    assert_eq!(e.err, Error::BadFlags, "awaited, tagged={tagged}");
+    let mut m = RecvMsg::untagged(BytesMut::zeroed(1 << 16), seq);
+    m.tagged = tagged;
+    if tagged {
+        let (e, _) = b.ep.post_recvmsg(m, flag).unwrap_err();
+        assert_eq!(e, Error::BadFlags);
+        return;
+    }
+    b.ep.post_recvmsg(m, flag).unwrap();
+    within(
+        "send",
+        a.ep.sendmsg(
+            send_msg(b_in_a, false, OpFlags::empty(), seq),
+            OpFlags::empty(),
+        ),
+    )
+    .await
+    .unwrap();
+    let got = weft_integration::next_cq(&b.cq).await.unwrap();
+    assert_eq!(&got.bufs[0][..], format!("flag matrix {seq}").as_bytes());
+    b.ep.cancel(seq).unwrap();
+    let c = weft_integration::next_cq(&b.cq).await.unwrap_err();
+    assert!(c.flags.contains(OpFlags::MULTI_RECV));
 }
 
 /// Default `op_flags`: an endpoint refuses the ones its provider would not

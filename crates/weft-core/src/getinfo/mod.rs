@@ -62,7 +62,11 @@
 //! * **msg_order / comp_order**: requested bits must be offered; the result
 //!   is the request if nonzero, else the offer.
 //! * **op_flags**: must be among the offer's `op_flags_supported` (a flag
-//!   the provider would ignore is no match); passed into the result.
+//!   the provider would ignore is no match); passed into the result. A
+//!   result without `FI_MULTI_RECV` in its caps does not list
+//!   `FI_MULTI_RECV` among its receive flags, and hints that ask for it
+//!   as a default receive flag while naming primary caps without it match
+//!   nothing.
 //! * **tclass, src_addr, dest_addr**: passed from the hints into the
 //!   result when given; the provider validates them when objects open.
 //! * **auth_key** (`ep_attr`, `domain_attr`): offers carry none. A hint
@@ -204,8 +208,14 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
             } else {
                 od.mr_mode - MR_MODE_RMA_TARGET
             });
-    let flags =
-        ot.op_flags_supported.contains(ht.op_flags) && or.op_flags_supported.contains(hr.op_flags);
+    // A default FI_MULTI_RECV needs the cap, which hints naming primary
+    // caps must name too.
+    let multi = !hr.op_flags.contains(OpFlags::MULTI_RECV)
+        || !h.caps.intersects(Caps::PRIMARY)
+        || h.caps.contains(Caps::MULTI_RECV);
+    let flags = multi
+        && ot.op_flags_supported.contains(ht.op_flags)
+        && or.op_flags_supported.contains(hr.op_flags);
     let order = ot.msg_order.contains(ht.msg_order)
         && ot.comp_order.contains(ht.comp_order)
         && or.msg_order.contains(hr.msg_order)
@@ -313,6 +323,10 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
         r.domain_attr.mr_mode -= MR_MODE_RMA_TARGET;
     }
     r.domain_attr.mr_mode |= on_request_mr_modes(h, offer, r.caps);
+    // A result without FI_MULTI_RECV honours no multi-receive flag.
+    if !r.caps.contains(Caps::MULTI_RECV) {
+        r.rx_attr.op_flags_supported -= OpFlags::MULTI_RECV;
+    }
 
     r.addr_format = match (h.addr_format, offer.addr_format) {
         (AddrFormat::SockaddrIn | AddrFormat::SockaddrIn6, AddrFormat::Sockaddr) => h.addr_format,

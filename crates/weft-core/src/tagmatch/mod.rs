@@ -202,6 +202,35 @@ pub enum PostOutcome<R, U> {
     },
 }
 
+/// What a posted receive gives a message it accepts. A plain receive is
+/// taken whole; a multi-receive buffer (`FI_MULTI_RECV`) gives a part of
+/// itself and may stay posted in its place.
+#[derive(Debug)]
+pub enum Take<R> {
+    /// The receive leaves the queue and takes the message.
+    Whole,
+    /// This part takes the message; the receive stays posted where it is.
+    Part(R),
+    /// This part takes the message, and the receive leaves the queue.
+    Last(R),
+    /// The receive takes no more (the message does not fit what is left
+    /// of it): it leaves the queue without the message, which goes on to
+    /// the next receive that accepts it.
+    End,
+}
+
+/// The result of [`Matcher::post_by`].
+#[derive(Debug)]
+pub struct PostedBy<R, U> {
+    /// Buffered messages taken, oldest first, each with the receive (or
+    /// part of one) that takes it and its info (source re-resolved).
+    pub matched: Vec<(R, MsgInfo, U)>,
+    /// The receive ended without being queued (see [`Take::End`]).
+    pub ended: Option<R>,
+    /// The receive was queued (it has room for more).
+    pub queued: bool,
+}
+
 /// Posted receives and unexpected messages of one receive context.
 ///
 /// `R` is a posted receive's payload (buffer, completion sink), `U` a
@@ -247,6 +276,20 @@ impl<R, U, S> Matcher<R, U, S> {
         self.posted.take_match(info)
     }
 
+    /// [`match_arrival`](Self::match_arrival) where receives may take part
+    /// of themselves (multi-receive buffers): `take` says what the
+    /// first-posted receive that accepts the message gives it (see
+    /// [`Take`]). Receives that end without the message are moved into
+    /// `ended`, in post order, for the caller to complete.
+    pub fn match_arrival_by(
+        &mut self,
+        info: &MsgInfo,
+        take: &mut dyn FnMut(&mut R, &MsgInfo) -> Take<R>,
+        ended: &mut Vec<R>,
+    ) -> Option<(RecvSpec, R)> {
+        self.posted.take_match_by(info, take, ended)
+    }
+
     /// Buffers an unmatched message; arrival order is preserved.
     pub fn push_unexpected(&mut self, src_raw: S, info: MsgInfo, payload: U) {
         self.unexpected.push(src_raw, info, payload);
@@ -257,6 +300,14 @@ impl<R, U, S> Matcher<R, U, S> {
     /// reached it), so the next receive that accepts it takes it first.
     pub fn push_unexpected_front(&mut self, src_raw: S, info: MsgInfo, payload: U) {
         self.unexpected.push_front(src_raw, info, payload);
+    }
+
+    /// [`push_unexpected_front`](Self::push_unexpected_front) for
+    /// messages handed back in their order (a dropped multi-receive
+    /// stream's): ahead of every message that arrived, behind those put
+    /// back before it.
+    pub fn push_unexpected_front_after(&mut self, src_raw: S, info: MsgInfo, payload: U) {
+        self.unexpected.push_front_after(src_raw, info, payload);
     }
 
     /// Posts a receive. If a buffered message matches (oldest first, claimed
@@ -297,6 +348,70 @@ impl<R, U, S> Matcher<R, U, S> {
             self.posted.push(spec, r);
         }
         PostOutcome::Queued
+    }
+
+    /// [`post`](Self::post) for a receive that may take several buffered
+    /// messages (a multi-receive buffer): `take` is asked, oldest first,
+    /// what the receive gives each buffered message it accepts, until it
+    /// is taken whole, ends, or no buffered message is left for it (then
+    /// it is queued, at the head with `front`).
+    pub fn post_by(
+        &mut self,
+        spec: RecvSpec,
+        r: R,
+        resolve: &dyn Fn(&S) -> FiAddr,
+        take: &mut dyn FnMut(&mut R, &MsgInfo) -> Take<R>,
+        front: bool,
+    ) -> PostedBy<R, U> {
+        let mut r = r;
+        let mut matched = Vec::new();
+        loop {
+            let Some((seq, info)) = self.unexpected.find(&spec, resolve) else {
+                if front {
+                    self.posted.push_front(spec, r);
+                } else {
+                    self.posted.push(spec, r);
+                }
+                return PostedBy {
+                    matched,
+                    ended: None,
+                    queued: true,
+                };
+            };
+            let (whole, last) = match take(&mut r, &info) {
+                Take::End => {
+                    return PostedBy {
+                        matched,
+                        ended: Some(r),
+                        queued: false,
+                    }
+                }
+                Take::Whole => (None, true),
+                Take::Part(p) => (Some(p), false),
+                Take::Last(p) => (Some(p), true),
+            };
+            let Some((_, _, payload)) = self.unexpected.take(seq) else {
+                continue;
+            };
+            match whole {
+                Some(p) => matched.push((p, info, payload)),
+                None => {
+                    matched.push((r, info, payload));
+                    return PostedBy {
+                        matched,
+                        ended: None,
+                        queued: false,
+                    };
+                }
+            }
+            if last {
+                return PostedBy {
+                    matched,
+                    ended: None,
+                    queued: false,
+                };
+            }
+        }
     }
 
     /// [`post`](Self::post) for a receive that had already matched a

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use super::{index_first, index_insert, index_remove, src_ok, tag_matches};
-use super::{MsgInfo, RecvSpec, Seqs};
+use super::{MsgInfo, RecvSpec, Seqs, Take};
 use crate::addr::{FiAddr, FI_ADDR_UNSPEC};
 use crate::hash::{fast_map, FastMap};
 
@@ -127,6 +127,32 @@ impl<R> PostedQueue<R> {
     pub(super) fn take_match(&mut self, info: &MsgInfo) -> Option<(RecvSpec, R)> {
         let seq = self.find(info)?;
         self.remove(seq)
+    }
+
+    /// [`take_match`](Self::take_match), asking `take` what the receive
+    /// gives: a receive that keeps room goes back under its own sequence
+    /// number (its place); one that ends leaves the queue into `ended` and
+    /// the next receive that accepts the message is asked. A plain
+    /// receive costs what `take_match` does.
+    pub(super) fn take_match_by(
+        &mut self,
+        info: &MsgInfo,
+        take: &mut dyn FnMut(&mut R, &MsgInfo) -> Take<R>,
+        ended: &mut Vec<R>,
+    ) -> Option<(RecvSpec, R)> {
+        loop {
+            let seq = self.find(info)?;
+            let (spec, mut r) = self.remove(seq)?;
+            match take(&mut r, info) {
+                Take::Whole => return Some((spec, r)),
+                Take::Part(p) => {
+                    self.insert(seq, spec, r);
+                    return Some((spec, p));
+                }
+                Take::Last(p) => return Some((spec, p)),
+                Take::End => ended.push(r),
+            }
+        }
     }
 
     fn find(&self, info: &MsgInfo) -> Option<u64> {

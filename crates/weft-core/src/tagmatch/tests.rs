@@ -489,3 +489,72 @@ fn receives_directed_by_key_take_only_senders_that_proved_it() {
     let (_, _, _, payload) = matched(m.post(tspec(FI_ADDR_UNSPEC, 7, 0, 6), 6, &no_av));
     assert_eq!(payload, 10);
 }
+
+#[test]
+fn messages_put_back_in_their_order_stay_in_it() {
+    let mut m = M::new();
+    m.push_unexpected(0, umsg(A, 9), 9);
+    // A dropped multi-receive stream hands back 1 and 2 in order, then 3
+    // (still arriving at the drop) when it completes.
+    m.push_unexpected_front_after(0, umsg(A, 1), 1);
+    m.push_unexpected_front_after(0, umsg(A, 2), 2);
+    m.push_unexpected_front_after(0, umsg(A, 3), 3);
+    // A single receive's message given back goes ahead of all of them.
+    m.push_unexpected_front(0, umsg(A, 0), 0);
+    let got: Vec<u64> = (0..5)
+        .map(|c| matched(m.post(uspec(FI_ADDR_UNSPEC, c), c, &no_av)).3)
+        .collect();
+    assert_eq!(got, [0, 1, 2, 3, 9]);
+}
+
+/// A receive that gives parts of itself (a multi-receive buffer, here a
+/// receive whose payload above 1000 is room left): it keeps its place
+/// among the posted receives while it has room, ends without the message
+/// when that does not fit, and takes several buffered messages at once.
+#[test]
+fn a_receive_that_gives_parts_keeps_its_place() {
+    fn take(r: &mut u64, info: &MsgInfo) -> Take<u64> {
+        if *r < 1000 {
+            return Take::Whole;
+        }
+        let room = *r - 1000;
+        if info.len as u64 > room {
+            return Take::End;
+        }
+        *r -= info.len as u64;
+        if *r - 1000 < 10 {
+            Take::Last(info.len as u64)
+        } else {
+            Take::Part(info.len as u64)
+        }
+    }
+    let mut m = M::new();
+    let mut ended = Vec::new();
+    assert!(queued(m.post(uspec(B, 1), 1, &no_av)));
+    assert!(queued(m.post(uspec(FI_ADDR_UNSPEC, 2), 1050, &no_av)));
+    assert!(queued(m.post(uspec(FI_ADDR_UNSPEC, 3), 3, &no_av)));
+    let mut arrive = |m: &mut M, src, len| {
+        m.match_arrival_by(&umsg(src, len), &mut take, &mut ended)
+            .map(|(s, r)| (s.context, r))
+    };
+    // From A: parts of receive 2, which stays ahead of receive 3.
+    assert_eq!(arrive(&mut m, A, 20), Some((2, 20)));
+    assert_eq!(arrive(&mut m, A, 15), Some((2, 15)));
+    // From B: receive 1, posted first, still comes first.
+    assert_eq!(arrive(&mut m, B, 5), Some((1, 1)));
+    // 15 left: 20 does not fit, so receive 2 ends and 3 takes it.
+    assert_eq!(arrive(&mut m, A, 20), Some((3, 3)));
+    assert_eq!(ended, [1015]);
+    assert_eq!(m.posted_len(), 0);
+
+    // Posting takes buffered messages, oldest first, until the last part.
+    for (i, len) in [10usize, 10, 25, 7].into_iter().enumerate() {
+        m.push_unexpected(0, umsg(A, len), i as u64);
+    }
+    let out = m.post_by(uspec(FI_ADDR_UNSPEC, 4), 1050, &no_av, &mut take, false);
+    let parts: Vec<(u64, u64)> = out.matched.iter().map(|(r, _, u)| (*r, *u)).collect();
+    // 50 of room: 10, 10, 25 (5 left, below 10: the last part).
+    assert_eq!(parts, [(10, 0), (10, 1), (25, 2)]);
+    assert!(!out.queued && out.ended.is_none());
+    assert_eq!(m.unexpected_len(), 1);
+}

@@ -27,12 +27,14 @@ struct Entry<U, S> {
 /// Room below the first tail sequence number for messages put back at
 /// the head (one per receive whose future was dropped unread).
 const FIRST_SEQ: u64 = 1 << 62;
+/// The sequence number of a message put back while no other put-back
+/// message is buffered: in the middle of the room below [`FIRST_SEQ`],
+/// so messages put back ahead of the others count down from it and
+/// those put back behind them count up.
+const FRONT_BASE: u64 = 1 << 61;
 
 pub(super) struct UnexpectedQueue<U, S> {
     next_seq: u64,
-    /// Messages put back at the head count down from below the first
-    /// sequence number of those pushed at the tail.
-    next_front: u64,
     entries: BTreeMap<u64, Entry<U, S>>,
     bytes: usize,
     by_tag: FastMap<u64, Seqs>,
@@ -48,7 +50,6 @@ impl<U, S> UnexpectedQueue<U, S> {
     pub(super) fn new() -> Self {
         UnexpectedQueue {
             next_seq: FIRST_SEQ,
-            next_front: FIRST_SEQ - 1,
             entries: BTreeMap::new(),
             bytes: 0,
             by_tag: fast_map(),
@@ -79,8 +80,22 @@ impl<U, S> UnexpectedQueue<U, S> {
 
     /// Puts a message back ahead of every other one.
     pub(super) fn push_front(&mut self, src_raw: S, info: MsgInfo, payload: U) {
-        let seq = self.next_front;
-        self.next_front = self.next_front.saturating_sub(1);
+        let seq = match self.entries.range(..FIRST_SEQ).next() {
+            Some((&first, _)) => first.saturating_sub(1),
+            None => FRONT_BASE,
+        };
+        self.insert(seq, src_raw, info, payload);
+    }
+
+    /// Puts a message back ahead of every message that arrived, but
+    /// behind those put back before it that are still here: messages
+    /// handed back one after another in their order (the unread messages
+    /// of a dropped multi-receive stream) keep it.
+    pub(super) fn push_front_after(&mut self, src_raw: S, info: MsgInfo, payload: U) {
+        let seq = match self.entries.range(..FIRST_SEQ).next_back() {
+            Some((&last, _)) => (last + 1).min(FIRST_SEQ - 1),
+            None => FRONT_BASE,
+        };
         self.insert(seq, src_raw, info, payload);
     }
 

@@ -44,7 +44,8 @@ impl Endpoint {
         Ok(())
     }
 
-    fn check_recv(&self, msg: &RecvMsg, flags: OpFlags) -> Result<()> {
+    /// Checks a receive; `flags` has the endpoint's defaults merged.
+    pub(super) fn check_recv(&self, msg: &RecvMsg, flags: OpFlags) -> Result<()> {
         let info = &self.inner.info;
         if !info
             .rx_attr
@@ -71,6 +72,9 @@ impl Endpoint {
         }
         if flags.contains(OpFlags::DISCARD) && !flags.intersects(OpFlags::PEEK | OpFlags::CLAIM) {
             return Err(Error::BadFlags);
+        }
+        if flags.contains(OpFlags::MULTI_RECV) {
+            self.check_multi(msg)?;
         }
         let need = if msg.tagged { Caps::TAGGED } else { Caps::MSG };
         if !info.caps.contains(need) {
@@ -111,7 +115,7 @@ impl Endpoint {
         }
     }
 
-    fn recv_req(
+    pub(super) fn recv_req(
         &self,
         live: &Live,
         msg: RecvMsg,
@@ -121,7 +125,7 @@ impl Endpoint {
         let flags = live.rx_flags(flags);
         let kind = OpFlags::RECV | OpFlags::msg_or_tagged(msg.tagged);
         let directed = self.inner.info.caps.contains(Caps::DIRECTED_RECV);
-        RecvReq {
+        let mut req = RecvReq {
             src: if directed { msg.src } else { FI_ADDR_UNSPEC },
             bufs: msg.bufs,
             tagged: msg.tagged,
@@ -136,7 +140,12 @@ impl Endpoint {
                 live.recv_cntr.clone(),
                 waiter,
             ),
+            multi: None,
+        };
+        if flags.contains(OpFlags::MULTI_RECV) {
+            weft_core::multi_recv::attach(&mut req, self.min_multi_recv(), None);
         }
+        req
     }
 
     /// `fi_sendmsg` / `fi_tsendmsg`: posts a send; its completion goes to
@@ -191,7 +200,9 @@ impl Endpoint {
     }
 
     /// `fi_recvmsg` / `fi_trecvmsg`, including `PEEK`, `PEEK|CLAIM`,
-    /// `PEEK|DISCARD`, `CLAIM` and `CLAIM|DISCARD` for tagged receives.
+    /// `PEEK|DISCARD`, `CLAIM` and `CLAIM|DISCARD` for tagged receives,
+    /// and `MULTI_RECV` for untagged ones (see
+    /// [`post_recv_multi`](Self::post_recv_multi)).
     /// On failure to post, the buffers come back in the error.
     pub fn post_recvmsg(
         &self,
@@ -205,7 +216,7 @@ impl Endpoint {
         if let Some(srx) = &live.srx {
             return srx.post_recvmsg(msg, flags);
         }
-        if let Err(e) = self.check_recv(&msg, flags) {
+        if let Err(e) = self.check_recv(&msg, live.rx_flags(flags)) {
             return Err((e, msg.bufs));
         }
         let req = self.recv_req(live, msg, flags, None);
@@ -304,6 +315,9 @@ impl Endpoint {
     /// data. Dropping the future withdraws the receive, or, when a message
     /// already reached it, hands that message to the next receive ahead of
     /// later ones: a receive nobody awaits consumes no message.
+    /// `MULTI_RECV` (given or a default) is `BadFlags` here: a
+    /// multi-receive has many completions, so it is a stream
+    /// ([`recv_multi`](Self::recv_multi)).
     pub async fn recvmsg(
         &self,
         msg: RecvMsg,
@@ -317,7 +331,12 @@ impl Endpoint {
         if let Some(srx) = &live.srx {
             return srx.recvmsg(msg, flags).await;
         }
-        if let Err(e) = self.check_recv(&msg, flags) {
+        // One future, one completion: a multi-receive is `recv_multi`.
+        let merged = live.rx_flags(flags);
+        if merged.contains(OpFlags::MULTI_RECV) {
+            return Err(fail(Error::BadFlags, msg.bufs));
+        }
+        if let Err(e) = self.check_recv(&msg, merged) {
             return Err(fail(e, msg.bufs));
         }
         let (ctx, tx, rx) = async_op();

@@ -25,6 +25,9 @@ use crate::opfuture::{OnDrop, OpFuture, Owner};
 use crate::srx::SharedRxContext;
 
 mod data;
+mod multi;
+
+pub use multi::{MultiMsg, MultiRecv, MultiRecvBuf};
 
 const DISABLED: u8 = 0;
 const ENABLED: u8 = 1;
@@ -172,6 +175,8 @@ struct EpInner {
     /// Raised by the provider on a critical error: disabled until
     /// `enable` re-enables.
     fault: Arc<Fault>,
+    /// `FI_OPT_MIN_MULTI_RECV`, taken by each multi-receive when posted.
+    min_multi_recv: std::sync::atomic::AtomicUsize,
 }
 
 impl Drop for EpInner {
@@ -279,6 +284,9 @@ impl Endpoint {
                 binds: Mutex::new(binds),
                 live: OnceLock::new(),
                 fault: Arc::default(),
+                min_multi_recv: std::sync::atomic::AtomicUsize::new(
+                    weft_core::multi_recv::DEFAULT_MIN_MULTI_RECV,
+                ),
             }),
         })
     }
@@ -526,14 +534,17 @@ impl Endpoint {
 
     /// `fi_getopt` at `FI_OPT_ENDPOINT` level. An option the endpoint does
     /// not have is `NoProtoOpt`: `CmDataSize` exists on connection-oriented
-    /// endpoints; `MinMultiRecv` needs `FI_MULTI_RECV`, and the
-    /// `Buffered*` options the `FI_BUFFERED_RECV` mode, which no offer has
-    /// yet.
+    /// endpoints; `MinMultiRecv` on endpoints with `FI_MULTI_RECV` (16 KiB
+    /// unless set), and the `Buffered*` options need the
+    /// `FI_BUFFERED_RECV` mode, which no offer has yet.
     pub fn getopt(&self, opt: EpOpt) -> Result<usize> {
         let info = &self.inner.info;
         match opt {
             EpOpt::CmDataSize if info.ep_attr.ep_type.is_connected() => {
                 Ok(info.ep_attr.cm_data_size)
+            }
+            EpOpt::MinMultiRecv if info.caps.contains(Caps::MULTI_RECV) => {
+                Ok(self.min_multi_recv())
             }
             EpOpt::CmDataSize | EpOpt::MinMultiRecv | EpOpt::BufferedMin | EpOpt::BufferedLimit => {
                 Err(Error::NoProtoOpt)
@@ -543,16 +554,29 @@ impl Endpoint {
 
     /// `fi_setopt` at `FI_OPT_ENDPOINT` level: `NoSys` for the read-only
     /// `CmDataSize`, `NoProtoOpt` for an option the endpoint does not
-    /// have (see [`getopt`](Self::getopt)).
-    pub fn setopt(&self, opt: EpOpt, _value: usize) -> Result<()> {
+    /// have (see [`getopt`](Self::getopt)). `MinMultiRecv` applies to
+    /// multi-receives posted after it (before or after enable), and takes
+    /// 0 up to `max_msg_size` (`MsgSize` above).
+    pub fn setopt(&self, opt: EpOpt, value: usize) -> Result<()> {
+        let info = &self.inner.info;
         match opt {
-            EpOpt::CmDataSize if self.inner.info.ep_attr.ep_type.is_connected() => {
-                Err(Error::NoSys)
+            EpOpt::CmDataSize if info.ep_attr.ep_type.is_connected() => Err(Error::NoSys),
+            EpOpt::MinMultiRecv if info.caps.contains(Caps::MULTI_RECV) => {
+                if value > info.ep_attr.max_msg_size {
+                    return Err(Error::MsgSize);
+                }
+                self.inner.min_multi_recv.store(value, Ordering::Release);
+                Ok(())
             }
             EpOpt::CmDataSize | EpOpt::MinMultiRecv | EpOpt::BufferedMin | EpOpt::BufferedLimit => {
                 Err(Error::NoProtoOpt)
             }
         }
+    }
+
+    /// The `FI_OPT_MIN_MULTI_RECV` in force now.
+    pub(crate) fn min_multi_recv(&self) -> usize {
+        self.inner.min_multi_recv.load(Ordering::Acquire)
     }
 
     /// Enables the endpoint. Connectionless endpoints need an AV (`NoAv`);
