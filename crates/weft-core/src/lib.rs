@@ -23,6 +23,7 @@ pub mod flags;
 pub mod getinfo;
 pub mod hash;
 pub mod limits;
+pub mod pool;
 pub mod progress;
 pub mod provider;
 pub mod recv_completion;

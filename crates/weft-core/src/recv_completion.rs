@@ -156,8 +156,10 @@ pub fn fail_recv(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usiz
 /// connection is gone) with `Canceled`, giving back its credit.
 pub fn cancel_recv(ep: &dyn RecvCtx, req: RecvReq) {
     ep.rx_credits().release(1);
+    // The buffers come back with the entry, as on verbs: a pool buffer
+    // must find its way home.
     req.done
-        .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled));
+        .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled).with_bufs(req.bufs));
 }
 
 /// Completes a peek (or a discard): the message's length, tag and data are

@@ -61,6 +61,8 @@ mod mr;
 mod msg;
 mod opfuture;
 mod passive;
+mod pool;
+mod pool_ops;
 mod registry;
 mod rma;
 mod shared_av;
@@ -79,6 +81,8 @@ pub use helpers::{
 pub use mr::{MemoryRegion, MrAttr, RegError};
 pub use msg::{RecvMsg, SendMsg};
 pub use passive::PassiveEndpoint;
+pub use pool::{BufferPool, PoolBuf, PoolStats, MAX_POOL_BUFS};
+pub use pool_ops::Received;
 pub use registry::providers;
 pub use rma::RmaMsg;
 pub use shared_av::{shared_av_path, unlink_shared_av};

@@ -16,6 +16,7 @@ mod eq_cq_cntr;
 mod flags;
 mod mr;
 mod msg_ep;
+mod pool;
 mod rma;
 mod rma_events;
 mod tagged;
