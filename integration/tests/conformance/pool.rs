@@ -62,6 +62,21 @@ async fn round_trip(p: Provider) {
         drop(got);
         all_back(&pool, "after a round trip").await;
     }
+    // Messages that arrive before the pool receive is posted.
+    for len in [100usize, 65_536] {
+        let rbuf = pool.try_get().unwrap();
+        let late = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            b.ep.recv_pooled(rbuf).await
+        };
+        let (got, sent) = within("unexpected message into a pool buffer", async {
+            tokio::join!(late, a.ep.send_pooled(to_b, filled(&pool, len, 7)))
+        })
+        .await;
+        sent.unwrap();
+        assert!(got.unwrap().buf[..] == payload(len, 7)[..], "late {len}");
+        all_back(&pool, "after a late receive").await;
+    }
     // A frozen buffer goes through the ordinary calls too.
     let frozen = filled(&pool, 3000, 9).freeze();
     let (got, sent) = tokio::join!(b.ep.recv(BytesMut::zeroed(4096)), a.ep.send(to_b, frozen));
