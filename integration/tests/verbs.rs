@@ -380,7 +380,10 @@ async fn msg_pool_buffers_skip_registration() {
     );
     assert_ne!(cpool.desc(), 0, "a registered pool has a local key");
     let before = cd.mr_cache_stats().unwrap();
-    for (i, len) in [1usize, 64, 600, 4096, 65_536, 1 << 20].into_iter().enumerate() {
+    for (i, len) in [1usize, 64, 600, 4096, 65_536, 1 << 20]
+        .into_iter()
+        .enumerate()
+    {
         let mut out = cpool.try_get().unwrap();
         out.set_len(len).unwrap();
         out.copy_from_slice(&payload(len, i as u8));

@@ -182,9 +182,12 @@ async fn pool_rma_registers_nothing() {
         let mut b = pool.try_get().unwrap();
         b.set_len(len).unwrap();
         b.copy_from_slice(&payload(len, i as u8));
-        within("pool write", c.ep.write_pooled(to_s, b, mr.addr(), mr.key()))
-            .await
-            .unwrap();
+        within(
+            "pool write",
+            c.ep.write_pooled(to_s, b, mr.addr(), mr.key()),
+        )
+        .await
+        .unwrap();
         let mut r = pool.try_get().unwrap();
         r.set_len(len).unwrap();
         let got = within("pool read", c.ep.read_pooled(to_s, r, mr.addr(), mr.key()))
