@@ -43,6 +43,18 @@ fn rdm_pair(vars: &[(&str, &str)]) -> Option<(Node, Node, FiAddr)> {
     Some((s, c, to_s))
 }
 
+/// The RDM offers of server and client with RMA.
+fn rma_offers() -> Option<(Info, Info)> {
+    let rma = |h: &mut Info| {
+        h.caps = weft::Caps::MSG | weft::Caps::TAGGED | weft::Caps::RMA;
+        h.domain_attr.mr_mode = weft::MrMode::PROV_KEY | weft::MrMode::VIRT_ADDR;
+    };
+    Some((
+        verbs_offer_with(SERVER_DEV, EpType::Rdm, rma)?,
+        verbs_offer_with(CLIENT_DEV, EpType::Rdm, rma)?,
+    ))
+}
+
 async fn send_checked(c: &Node, s: &Node, to_s: FiAddr, buf: &Bytes) {
     let (got, sent) = within("send", async {
         tokio::join!(
@@ -118,14 +130,7 @@ async fn freed_and_reallocated_buffers_send_their_own_bytes() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disabled_cache_and_rma_writes() {
-    let rma = |h: &mut Info| {
-        h.caps = weft::Caps::MSG | weft::Caps::TAGGED | weft::Caps::RMA;
-        h.domain_attr.mr_mode = weft::MrMode::PROV_KEY | weft::MrMode::VIRT_ADDR;
-    };
-    let (Some(si), Some(ci)) = (
-        verbs_offer_with(SERVER_DEV, EpType::Rdm, rma),
-        verbs_offer_with(CLIENT_DEV, EpType::Rdm, rma),
-    ) else {
+    let Some((si, ci)) = rma_offers() else {
         return;
     };
     let s = Node::open(&si, WaitMode::Interrupt);
@@ -160,14 +165,7 @@ async fn disabled_cache_and_rma_writes() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_rma_registers_nothing() {
-    let rma = |h: &mut Info| {
-        h.caps = weft::Caps::MSG | weft::Caps::TAGGED | weft::Caps::RMA;
-        h.domain_attr.mr_mode = weft::MrMode::PROV_KEY | weft::MrMode::VIRT_ADDR;
-    };
-    let (Some(si), Some(ci)) = (
-        verbs_offer_with(SERVER_DEV, EpType::Rdm, rma),
-        verbs_offer_with(CLIENT_DEV, EpType::Rdm, rma),
-    ) else {
+    let Some((si, ci)) = rma_offers() else {
         return;
     };
     let s = Node::open(&si, WaitMode::Interrupt);

@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use futures::future::Either;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
 use futures::StreamExt;
 
@@ -23,15 +24,8 @@ use crate::negotiate::{self, Params};
 const ACK: &[u8] = b"ack";
 
 pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
+    let s = Side::open(link, p, size, api)?;
     let mut reaper = link.reaper();
-    let pool = pool_of(link, p, size, api)?;
-    let s = Side {
-        link,
-        p,
-        size,
-        api,
-        pool: pool.as_ref(),
-    };
     for phase in phases(link, p, 0, p.warmup) {
         send_phase(&s, &mut reaper, phase, m).await?;
     }
@@ -43,15 +37,8 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
 }
 
 pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
+    let s = Side::open(link, p, size, api)?;
     let mut reaper = link.reaper();
-    let pool = pool_of(link, p, size, api)?;
-    let s = Side {
-        link,
-        p,
-        size,
-        api,
-        pool: pool.as_ref(),
-    };
     for phase in phases(link, p, 0, p.warmup) {
         recv_phase(&s, &mut reaper, phase, m).await?;
     }
@@ -68,20 +55,27 @@ struct Side<'a> {
     p: &'a Params,
     size: usize,
     api: Api,
-    /// `--api pool`: the window's buffers, registered before the clock
-    /// starts.
-    pool: Option<&'a weft::BufferPool>,
+    /// `--api pool`: one window of `size`-byte buffers, registered before
+    /// the clock starts.
+    pool: Option<weft::BufferPool>,
 }
 
-/// `--api pool`: a pool of one window of `size`-byte buffers.
-fn pool_of(link: &Link, p: &Params, size: usize, api: Api) -> Res<Option<weft::BufferPool>> {
-    if api != Api::Pool {
-        return Ok(None);
+impl<'a> Side<'a> {
+    fn open(link: &'a Link, p: &'a Params, size: usize, api: Api) -> Res<Side<'a>> {
+        let pool = if api == Api::Pool {
+            let pool = link.domain.buffer_pool(p.window, size.max(1));
+            Some(pool.map_err(|e| Failure::new("open the buffer pool", e))?)
+        } else {
+            None
+        };
+        Ok(Side {
+            link,
+            p,
+            size,
+            api,
+            pool,
+        })
     }
-    link.domain
-        .buffer_pool(p.window, size.max(1))
-        .map(Some)
-        .map_err(|e| Failure::new("open the buffer pool", e))
 }
 
 /// Messages `first .. first + n` as acknowledged phases `(first, n)`: one
@@ -121,7 +115,7 @@ async fn send_phase(
         }
     };
     let (mut sent, mut done) = (0, 0);
-    match (s.api, s.pool) {
+    match (s.api, s.pool.as_ref()) {
         (Api::Post, _) => {
             while done < n {
                 while sent < n && sent - done < p.window {
@@ -133,34 +127,23 @@ async fn send_phase(
                 m.set(first + done);
             }
         }
-        (Api::Pool, Some(pool)) => {
+        (Api::Async | Api::Pool, pool) => {
             let mut inflight = FuturesUnordered::new();
             while done < n {
                 while sent < n && inflight.len() < p.window {
-                    // A buffer of a send that completed is back already.
-                    let mut b = pool.get().await.ctx("pool buffer")?;
-                    b.set_len(size).ctx("pool buffer")?;
-                    if p.verify {
-                        b.copy_from_slice(&payload_of(sent));
-                    }
-                    inflight.push(link.send_pooled(b));
-                    sent += 1;
-                }
-                match inflight.next().await {
-                    Some(r) => {
-                        r?;
-                    }
-                    None => break,
-                }
-                done += 1;
-                m.set(first + done);
-            }
-        }
-        (Api::Async | Api::Pool, _) => {
-            let mut inflight = FuturesUnordered::new();
-            while done < n {
-                while sent < n && inflight.len() < p.window {
-                    inflight.push(link.send(payload_of(sent)));
+                    let op = match pool {
+                        // A buffer of a send that completed is back already.
+                        Some(pool) => {
+                            let mut b = pool.get().await.ctx("pool buffer")?;
+                            b.set_len(size).ctx("pool buffer")?;
+                            if p.verify {
+                                b.copy_from_slice(&payload_of(sent));
+                            }
+                            Either::Left(link.send_pooled(b))
+                        }
+                        None => Either::Right(link.send(payload_of(sent))),
+                    };
+                    inflight.push(op);
                     sent += 1;
                 }
                 match inflight.next().await {
@@ -205,7 +188,7 @@ async fn recv_phase(
     };
     let depth = p.window.min(n);
     let (mut posted, mut got) = (0, 0);
-    match (s.api, s.pool) {
+    match (s.api, s.pool.as_ref()) {
         (Api::Post, _) => {
             while posted < depth {
                 link.post_recv(vec![BytesMut::zeroed(size)], posted as u64)
@@ -233,23 +216,20 @@ async fn recv_phase(
         }
         (Api::Pool, Some(pool)) => {
             let mut queue = FuturesOrdered::new();
-            while posted < depth {
-                let b = pool.get().await.ctx("pool buffer")?;
-                queue.push_back(link.recv_pooled(b));
-                posted += 1;
-            }
-            while let Some(r) = queue.next().await {
-                let r = r?;
-                check(&r.buf, got)?;
-                got += 1;
-                m.set(first + got);
-                // Back in the pool, and out again for the next receive.
-                drop(r);
-                if posted < n {
+            while got < n {
+                // `depth` receives posted, each into a pool buffer (the
+                // one a checked receive dropped is back already).
+                while posted < n && posted - got < depth {
                     let b = pool.get().await.ctx("pool buffer")?;
                     queue.push_back(link.recv_pooled(b));
                     posted += 1;
                 }
+                let Some(r) = queue.next().await else {
+                    break;
+                };
+                check(&r?.buf, got)?;
+                got += 1;
+                m.set(first + got);
             }
         }
         (Api::Async | Api::Pool, _) => {

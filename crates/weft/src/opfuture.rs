@@ -150,27 +150,22 @@ impl OpFuture {
         self.keep_origin = true;
         let done = Pin::new(&mut self).await;
         let give_back = owner.filter(|_| self.on_drop == OnDrop::CancelOrGiveBack);
-        let (item, raw) = match done {
-            Ok(e) => (e, Vec::new()),
-            Err(e) if e.err == Error::AddrNotAvail => (
-                CqEntry {
-                    context: 0,
-                    flags: e.flags,
-                    len: e.len,
-                    bufs: e.bufs,
-                    data: e.data,
-                    tag: e.tag,
-                    src: e.src,
-                },
-                e.err_data,
-            ),
-            Err(e) => return e.bufs,
+        // Only a completion that carries a whole message has one to hand
+        // on (as for `Returned::from_finished`); any other gives back
+        // just its buffers.
+        let (item, origin) = match (done, self.origin.take()) {
+            (Ok(e), Some(o)) => (Ok(e), o),
+            (Err(e), Some(o)) if e.err == Error::AddrNotAvail => (Err(Box::new(e)), o),
+            (Ok(e), None) => return e.bufs,
+            (Err(e), _) => return e.bufs,
         };
-        let mut entry = item;
-        let bufs = std::mem::take(&mut entry.bufs);
-        if let (Some(o), Some(origin)) = (give_back, self.origin.take()) {
-            entry.bufs = bufs.iter().map(|b| BytesMut::from(&b[..])).collect();
-            o.give_back(Returned { entry, origin, raw });
+        let Some(mut back) = Returned::from_finished(Finished { item, origin }) else {
+            return Vec::new();
+        };
+        let bufs = std::mem::take(&mut back.entry.bufs);
+        if let Some(o) = give_back {
+            back.entry.bufs = bufs.iter().map(|b| BytesMut::from(&b[..])).collect();
+            o.give_back(back);
         }
         bufs
     }
