@@ -55,7 +55,10 @@ pub(crate) fn register_source(
 /// The registration of `buf` for the device to read with `access` (also
 /// a rendezvous buffer, which peers read: pools are never exposed to
 /// them): from the domain's registration cache when the endpoint has it,
-/// else made for this one use.
+/// else made for this one use. A pool buffer (of any domain: one frozen
+/// into `Bytes` and sent where its pool's key does not serve) is
+/// registered for this one use, never cached: a cache entry would keep
+/// it from its pool until evicted.
 pub(crate) fn cached_source(
     cache: Option<&Arc<SourceCache>>,
     pd: &Arc<ProtectionDomain>,
@@ -63,6 +66,7 @@ pub(crate) fn cached_source(
     access: AccessFlags,
 ) -> Result<Arc<BytesMr>, Error> {
     let reg = || BytesMr::new(pd, buf.clone(), access);
+    let cache = cache.filter(|_| !crate::sys::in_any_pool(buf.as_ptr() as usize, buf.len()));
     match cache {
         Some(c) => c.get((buf.as_ptr() as usize, buf.len(), access.bits()), reg),
         None => reg().map(Arc::new),

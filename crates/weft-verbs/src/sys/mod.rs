@@ -50,7 +50,7 @@ pub use device::{
 };
 pub use mr::{AccessFlags, BytesMr, BytesMutMr, OwnedMr, Sge};
 pub use pd::ProtectionDomain;
-pub use pool_mr::PoolMr;
+pub use pool_mr::{in_any_pool, PoolMr};
 pub use qp::{
     probe_max_inline_data, QpCaps, QpInitAttr, QpState, QpType, QueuePair, RcConnectParams, Srq,
 };

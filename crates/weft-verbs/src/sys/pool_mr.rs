@@ -74,6 +74,7 @@ impl PoolMr {
             keeper: Some(keeper),
         });
         pd.add_pool(slots, Arc::downgrade(&pool));
+        ALL_POOLS.add(slots, Arc::downgrade(&pool));
         Ok((pool, bufs))
     }
 
@@ -113,6 +114,18 @@ impl Drop for PoolMr {
     }
 }
 
+/// Every pool of the process, whatever its protection domain: their
+/// buffers must stay out of registration caches (an entry would hold the
+/// buffer, and so keep it from its pool, until evicted).
+static ALL_POOLS: PoolList = PoolList::new();
+
+/// Whether `addr..addr + len` lies in a live pool of any protection
+/// domain (a buffer of another domain's pool, or a rendezvous source
+/// that needs remote access its pool does not give).
+pub fn in_any_pool(addr: usize, len: usize) -> bool {
+    ALL_POOLS.find(addr, len).is_some()
+}
+
 /// The pools of one protection domain, listed weakly: a pool that is gone
 /// is skipped and pruned.
 #[derive(Default)]
@@ -124,6 +137,13 @@ pub(super) struct PoolList {
 }
 
 impl PoolList {
+    pub(super) const fn new() -> PoolList {
+        PoolList {
+            pools: std::sync::Mutex::new(Vec::new()),
+            n: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
     pub(super) fn add(&self, slots: Slots, p: Weak<PoolMr>) {
         let mut g = weft_core::sync::lock(&self.pools);
         g.retain(|(_, w)| w.strong_count() > 0);
