@@ -1,7 +1,9 @@
 //! Registered buffer pools (`Domain::buffer_pool`, `fi_mr_desc`
 //! semantics): buffers handed out and back as owned values, bounded, of
 //! one domain only, and usable for sends, receives and RMA on every
-//! provider (registered once on verbs, plain memory on tcp).
+//! provider (registered once on verbs, plain memory on tcp and udp). The
+//! message tests run on each provider's connectionless type (RDM; DGRAM
+//! for udp).
 
 use std::time::Duration;
 
@@ -37,13 +39,15 @@ fn filled(pool: &BufferPool, len: usize, seed: u8) -> PoolBuf {
 /// buffers and into pool buffers intact; the receive's buffer comes back
 /// cut to the message, and every buffer is back in its pool afterwards.
 async fn round_trip(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, to_b, _) = h.rdm_pair();
     let pool = h.domain.buffer_pool(4, 256 << 10).unwrap();
     assert_eq!(pool.buf_size(), 256 << 10);
     assert_eq!(pool.domain_fid(), h.domain.fid());
+    let max = h.info.ep_attr.max_msg_size;
     for (i, len) in [1usize, 100, 4096, 5000, 65_536, 256 << 10]
         .into_iter()
+        .filter(|&l| l <= max)
         .enumerate()
     {
         let out = filled(&pool, len, i as u8);
@@ -63,7 +67,7 @@ async fn round_trip(p: Provider) {
         all_back(&pool, "after a round trip").await;
     }
     // Messages that arrive before the pool receive is posted.
-    for len in [100usize, 65_536] {
+    for len in [100usize, 65_536].into_iter().filter(|&l| l <= max) {
         let rbuf = pool.try_get().unwrap();
         let late = async {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -89,7 +93,7 @@ async fn round_trip(p: Provider) {
 /// waits for a buffer to come back, and a dropped buffer is handed out
 /// again.
 async fn bounded_and_returned_on_drop(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let pool = h.domain.buffer_pool(3, 4096).unwrap();
     let mut held: Vec<PoolBuf> = (0..3).map(|_| pool.try_get().unwrap()).collect();
     assert_eq!(pool.try_get().unwrap_err(), Error::Again);
@@ -118,7 +122,7 @@ async fn bounded_and_returned_on_drop(p: Provider) {
 /// withdrawn and its buffer comes back; one dropped after its message
 /// arrived hands the message on to the next receive. Nothing is lost.
 async fn dropped_futures_return_buffers(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, b, to_b, _) = h.rdm_pair();
     let pool = h.domain.buffer_pool(2, 8192).unwrap();
     // Nothing arrives: withdrawn.
@@ -160,7 +164,7 @@ async fn dropped_futures_return_buffers(p: Provider) {
 /// A buffer of another domain's pool means nothing here: `Inval`, and
 /// the buffer goes back to its own pool.
 async fn other_domains_buffers_are_refused(p: Provider) {
-    let h = Harness::rdm(&p);
+    let h = Harness::connless(&p);
     let (a, _b, to_b, _) = h.rdm_pair();
     let other = h.other_domain();
     let pool = other.buffer_pool(2, 4096).unwrap();
@@ -202,6 +206,14 @@ async fn rma_from_pool_buffers(p: Provider) {
         assert!(r.buf[..] == payload(len, i as u8)[..], "read of {len}");
     }
     all_back(&pool, "after RMA").await;
+}
+
+// udp: the same on DGRAM endpoints (plain memory; no RMA).
+udp_tests! {
+    round_trip,
+    bounded_and_returned_on_drop,
+    dropped_futures_return_buffers,
+    other_domains_buffers_are_refused,
 }
 
 provider_tests! {
