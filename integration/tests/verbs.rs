@@ -76,6 +76,8 @@ struct Pair {
     client: (Endpoint, EventQueue, CompletionQueue),
     server: (Endpoint, EventQueue, CompletionQueue),
     _pep: PassiveEndpoint,
+    /// The domains: the client's, the server's.
+    domains: (Domain, Domain),
 }
 
 async fn connect(wait: WaitMode) -> Option<Pair> {
@@ -106,6 +108,7 @@ async fn connect(wait: WaitMode) -> Option<Pair> {
         client,
         server,
         _pep: pep,
+        domains: (cli.domain, srv.domain),
     })
 }
 
@@ -354,4 +357,66 @@ async fn msg_cancel_reaches_receives_not_yet_on_the_qp() {
         .unwrap_err();
     assert_eq!((e.context, e.err), (9, Error::Canceled));
     assert_eq!(p.server.0.cancel(9).unwrap_err(), Error::NoEnt);
+}
+
+/// Pool buffers (`Domain::buffer_pool`) on MSG: messages of every path
+/// (inline, below and above a bounce slot, 1 MiB) go out of and into
+/// them intact, and the sender registers nothing: its registration cache
+/// sees no lookup, where the same message from a plain `Bytes` does.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_pool_buffers_skip_registration() {
+    let Some(p) = connect(WaitMode::Interrupt).await else {
+        return;
+    };
+    let (c, s) = (&p.client.0, &p.server.0);
+    let (cd, sd) = &p.domains;
+    let (cpool, spool) = (
+        cd.buffer_pool(4, 1 << 20).unwrap(),
+        sd.buffer_pool(4, 1 << 20).unwrap(),
+    );
+    assert_ne!(cpool.desc(), 0, "a registered pool has a local key");
+    let before = cd.mr_cache_stats().unwrap();
+    for (i, len) in [1usize, 64, 600, 4096, 65_536, 1 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let mut out = cpool.try_get().unwrap();
+        out.set_len(len).unwrap();
+        out.copy_from_slice(&payload(len, i as u8));
+        let (got, sent) = within("pool exchange", async {
+            tokio::join!(
+                s.recv_pooled(spool.try_get().unwrap()),
+                c.send_pooled(0, out)
+            )
+        })
+        .await;
+        sent.unwrap();
+        let got = got.unwrap();
+        assert_eq!(got.entry.len, len);
+        assert!(got.buf[..] == payload(len, i as u8)[..], "{len} bytes");
+    }
+    let after = cd.mr_cache_stats().unwrap();
+    assert_eq!(
+        (after.hits, after.misses),
+        (before.hits, before.misses),
+        "pool sends register nothing"
+    );
+    let plain = payload(1 << 20, 7);
+    let (got, sent) = tokio::join!(s.recv(BytesMut::zeroed(1 << 20)), c.send(0, plain));
+    sent.unwrap();
+    got.unwrap();
+    let plain_st = cd.mr_cache_stats().unwrap();
+    assert_eq!(plain_st.misses, after.misses + 1, "a plain send registers");
+    for pool in [&cpool, &spool] {
+        within("buffers back", async {
+            while pool.stats().free != 4 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+    }
 }

@@ -43,6 +43,18 @@ fn rdm_pair(vars: &[(&str, &str)]) -> Option<(Node, Node, FiAddr)> {
     Some((s, c, to_s))
 }
 
+/// The RDM offers of server and client with RMA.
+fn rma_offers() -> Option<(Info, Info)> {
+    let rma = |h: &mut Info| {
+        h.caps = weft::Caps::MSG | weft::Caps::TAGGED | weft::Caps::RMA;
+        h.domain_attr.mr_mode = weft::MrMode::PROV_KEY | weft::MrMode::VIRT_ADDR;
+    };
+    Some((
+        verbs_offer_with(SERVER_DEV, EpType::Rdm, rma)?,
+        verbs_offer_with(CLIENT_DEV, EpType::Rdm, rma)?,
+    ))
+}
+
 async fn send_checked(c: &Node, s: &Node, to_s: FiAddr, buf: &Bytes) {
     let (got, sent) = within("send", async {
         tokio::join!(
@@ -118,14 +130,7 @@ async fn freed_and_reallocated_buffers_send_their_own_bytes() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disabled_cache_and_rma_writes() {
-    let rma = |h: &mut Info| {
-        h.caps = weft::Caps::MSG | weft::Caps::TAGGED | weft::Caps::RMA;
-        h.domain_attr.mr_mode = weft::MrMode::PROV_KEY | weft::MrMode::VIRT_ADDR;
-    };
-    let (Some(si), Some(ci)) = (
-        verbs_offer_with(SERVER_DEV, EpType::Rdm, rma),
-        verbs_offer_with(CLIENT_DEV, EpType::Rdm, rma),
-    ) else {
+    let Some((si, ci)) = rma_offers() else {
         return;
     };
     let s = Node::open(&si, WaitMode::Interrupt);
@@ -149,4 +154,45 @@ async fn disabled_cache_and_rma_writes() {
     assert_eq!((st.hits, st.entries), (0, 0), "{st:?}");
     let st = on.domain.mr_cache_stats().unwrap();
     assert_eq!((st.misses, st.hits), (1, 2), "{st:?}");
+}
+
+/// RMA writes from and reads into pool buffers (`Domain::buffer_pool`)
+/// use the pool's registration: the registration cache sees no lookup,
+/// small reads need no bounce slot, and the bytes arrive intact.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_rma_registers_nothing() {
+    let Some((si, ci)) = rma_offers() else {
+        return;
+    };
+    let s = Node::open(&si, WaitMode::Interrupt);
+    let c = Node::open(&ci, WaitMode::Interrupt);
+    let to_s = c.handle_of(&s);
+    let mr = s
+        .domain
+        .mr_alloc(2 << 20, MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ)
+        .unwrap();
+    let pool = c.domain.buffer_pool(2, 1 << 20).unwrap();
+    for (i, len) in [100usize, 4096, 1 << 20].into_iter().enumerate() {
+        let mut b = pool.try_get().unwrap();
+        b.set_len(len).unwrap();
+        b.copy_from_slice(&payload(len, i as u8));
+        within(
+            "pool write",
+            c.ep.write_pooled(to_s, b, mr.addr(), mr.key()),
+        )
+        .await
+        .unwrap();
+        let mut r = pool.try_get().unwrap();
+        r.set_len(len).unwrap();
+        let got = within("pool read", c.ep.read_pooled(to_s, r, mr.addr(), mr.key()))
+            .await
+            .unwrap();
+        assert!(got.buf[..] == payload(len, i as u8)[..], "{len} bytes");
+    }
+    let st = c.domain.mr_cache_stats().unwrap();
+    assert_eq!((st.hits, st.misses), (0, 0), "{st:?}");
 }

@@ -68,6 +68,8 @@ pub struct InfoArgs {
 pub enum Api {
     Post,
     Async,
+    /// bw only: awaited sends and receives of registered pool buffers.
+    Pool,
 }
 
 impl Api {
@@ -75,6 +77,7 @@ impl Api {
         match self {
             Api::Post => "post",
             Api::Async => "async",
+            Api::Pool => "pool",
         }
     }
 }
@@ -268,7 +271,10 @@ struct PerfCli {
     /// WEFT_INLINE_SPIN_US=200 us pass without progress, then sleeps.
     #[arg(long, value_name = "m", value_parser = modes(), default_value = "interrupt", allow_hyphen_values = true)]
     mode: WaitMode,
-    /// post: post_* and a CQ stream; async: awaited tsend/trecv.
+    /// post: post_* and a CQ stream; async: awaited tsend/trecv; pool
+    /// (bw): awaited sends and receives of buffers from a pool registered
+    /// once (Domain::buffer_pool, -W buffers of the size): no registration
+    /// per message. Each side's own: give it to both.
     #[arg(long, value_name = "a", value_parser = apis(), default_value = "post", allow_hyphen_values = true)]
     api: Api,
     /// Check every payload byte; the pattern varies per iteration.
@@ -445,6 +451,16 @@ impl Sub {
             Sub::Pingpong(p) => p
                 .perf
                 .into_args(PerfArgs::default().window, p.rma)
+                .and_then(|a| {
+                    if a.api == Api::Pool {
+                        Err((
+                            ErrorKind::ValueValidation,
+                            "--api pool: bw only (pingpong reuses one buffer already)".into(),
+                        ))
+                    } else {
+                        Ok(a)
+                    }
+                })
                 .map(Command::Pingpong),
             Sub::Bw(b) => {
                 let a = b.perf.into_args(b.window, None)?;
@@ -535,11 +551,12 @@ fn modes() -> Choice<WaitMode> {
 
 fn apis() -> Choice<Api> {
     Choice {
-        names: &["post", "async"],
+        names: &["post", "async", "pool"],
         parse: |v| match v {
             "post" => Ok(Api::Post),
             "async" => Ok(Api::Async),
-            _ => Err(format!("--api {v}: use post or async")),
+            "pool" => Ok(Api::Pool),
+            _ => Err(format!("--api {v}: use post, async or pool")),
         },
     }
 }

@@ -124,7 +124,12 @@ fn errors() {
         err("pingpong --mode lazy"),
         "--mode lazy: use interrupt, busy-poll or inline"
     );
-    assert_eq!(err("pingpong --api sync"), "--api sync: use post or async");
+    assert_eq!(
+        err("pingpong --api sync"),
+        "--api sync: use post, async or pool"
+    );
+    assert!(err("pingpong --api pool").contains("bw only"));
+    assert!(matches!(parse(argv("bw --api pool")), Ok(Command::Bw(a)) if a.api == Api::Pool));
     assert_eq!(err("pingpong -I"), "option -I needs a value");
     assert_eq!(err("info -p"), "option -p needs a value");
 }

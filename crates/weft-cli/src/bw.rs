@@ -11,11 +11,12 @@
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use futures::future::Either;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
 use futures::StreamExt;
 
 use crate::args::Api;
-use crate::fail::{Failure, Res};
+use crate::fail::{Context, Failure, Res};
 use crate::link::{payload, reclaim, recycle, Link, Reaper};
 use crate::meter::Meter;
 use crate::negotiate::{self, Params};
@@ -23,27 +24,58 @@ use crate::negotiate::{self, Params};
 const ACK: &[u8] = b"ack";
 
 pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
+    let s = Side::open(link, p, size, api)?;
     let mut reaper = link.reaper();
     for phase in phases(link, p, 0, p.warmup) {
-        send_phase(link, &mut reaper, p, size, api, phase, m).await?;
+        send_phase(&s, &mut reaper, phase, m).await?;
     }
     let start = Instant::now();
     for phase in phases(link, p, p.warmup, p.iters) {
-        send_phase(link, &mut reaper, p, size, api, phase, m).await?;
+        send_phase(&s, &mut reaper, phase, m).await?;
     }
     Ok(start.elapsed())
 }
 
 pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
+    let s = Side::open(link, p, size, api)?;
     let mut reaper = link.reaper();
     for phase in phases(link, p, 0, p.warmup) {
-        recv_phase(link, &mut reaper, p, size, api, phase, m).await?;
+        recv_phase(&s, &mut reaper, phase, m).await?;
     }
     let start = Instant::now();
     for phase in phases(link, p, p.warmup, p.iters) {
-        recv_phase(link, &mut reaper, p, size, api, phase, m).await?;
+        recv_phase(&s, &mut reaper, phase, m).await?;
     }
     Ok(start.elapsed())
+}
+
+/// One side's run of one size.
+struct Side<'a> {
+    link: &'a Link,
+    p: &'a Params,
+    size: usize,
+    api: Api,
+    /// `--api pool`: one window of `size`-byte buffers, registered before
+    /// the clock starts.
+    pool: Option<weft::BufferPool>,
+}
+
+impl<'a> Side<'a> {
+    fn open(link: &'a Link, p: &'a Params, size: usize, api: Api) -> Res<Side<'a>> {
+        let pool = if api == Api::Pool {
+            let pool = link.domain.buffer_pool(p.window, size.max(1));
+            Some(pool.map_err(|e| Failure::new("open the buffer pool", e))?)
+        } else {
+            None
+        };
+        Ok(Side {
+            link,
+            p,
+            size,
+            api,
+            pool,
+        })
+    }
 }
 
 /// Messages `first .. first + n` as acknowledged phases `(first, n)`: one
@@ -68,14 +100,12 @@ fn split(first: usize, n: usize, step: usize) -> Vec<(usize, usize)> {
 
 /// Sends messages `first .. first + n` (one phase).
 async fn send_phase(
-    link: &Link,
+    s: &Side<'_>,
     reaper: &mut Reaper,
-    p: &Params,
-    size: usize,
-    api: Api,
     (first, n): (usize, usize),
     m: &Meter,
 ) -> Res<()> {
+    let (link, p, size) = (s.link, s.p, s.size);
     let fixed = negotiate::pattern(size, 0);
     let payload_of = |i: usize| -> Bytes {
         if p.verify {
@@ -85,8 +115,8 @@ async fn send_phase(
         }
     };
     let (mut sent, mut done) = (0, 0);
-    match api {
-        Api::Post => {
+    match (s.api, s.pool.as_ref()) {
+        (Api::Post, _) => {
             while done < n {
                 while sent < n && sent - done < p.window {
                     link.post_send(payload_of(sent), sent as u64).await?;
@@ -97,11 +127,23 @@ async fn send_phase(
                 m.set(first + done);
             }
         }
-        Api::Async => {
+        (Api::Async | Api::Pool, pool) => {
             let mut inflight = FuturesUnordered::new();
             while done < n {
                 while sent < n && inflight.len() < p.window {
-                    inflight.push(link.send(payload_of(sent)));
+                    let op = match pool {
+                        // A buffer of a send that completed is back already.
+                        Some(pool) => {
+                            let mut b = pool.get().await.ctx("pool buffer")?;
+                            b.set_len(size).ctx("pool buffer")?;
+                            if p.verify {
+                                b.copy_from_slice(&payload_of(sent));
+                            }
+                            Either::Left(link.send_pooled(b))
+                        }
+                        None => Either::Right(link.send(payload_of(sent))),
+                    };
+                    inflight.push(op);
                     sent += 1;
                 }
                 match inflight.next().await {
@@ -130,14 +172,12 @@ async fn send_phase(
 /// Receives messages `first .. first + n`, in order: receives match in
 /// the order they were posted, and messages arrive in the order sent.
 async fn recv_phase(
-    link: &Link,
+    s: &Side<'_>,
     reaper: &mut Reaper,
-    p: &Params,
-    size: usize,
-    api: Api,
     (first, n): (usize, usize),
     m: &Meter,
 ) -> Res<()> {
+    let (link, p, size) = (s.link, s.p, s.size);
     let check = |data: &[u8], i: usize| {
         let iter = (first + i) as u64;
         if p.verify {
@@ -148,8 +188,8 @@ async fn recv_phase(
     };
     let depth = p.window.min(n);
     let (mut posted, mut got) = (0, 0);
-    match api {
-        Api::Post => {
+    match (s.api, s.pool.as_ref()) {
+        (Api::Post, _) => {
             while posted < depth {
                 link.post_recv(vec![BytesMut::zeroed(size)], posted as u64)
                     .await?;
@@ -174,7 +214,25 @@ async fn recv_phase(
                 }
             }
         }
-        Api::Async => {
+        (Api::Pool, Some(pool)) => {
+            let mut queue = FuturesOrdered::new();
+            while got < n {
+                // `depth` receives posted, each into a pool buffer (the
+                // one a checked receive dropped is back already).
+                while posted < n && posted - got < depth {
+                    let b = pool.get().await.ctx("pool buffer")?;
+                    queue.push_back(link.recv_pooled(b));
+                    posted += 1;
+                }
+                let Some(r) = queue.next().await else {
+                    break;
+                };
+                check(&r?.buf, got)?;
+                got += 1;
+                m.set(first + got);
+            }
+        }
+        (Api::Async | Api::Pool, _) => {
             let mut queue = FuturesOrdered::new();
             while posted < depth {
                 queue.push_back(link.recv(BytesMut::zeroed(size)));

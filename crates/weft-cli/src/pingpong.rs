@@ -39,7 +39,8 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                 reaper.wait(SEND_CTX).await?;
                 reaper.wait(RECV_CTX).await?
             }
-            Api::Async => {
+            // Pool is bw's only (refused for pingpong).
+            Api::Async | Api::Pool => {
                 // join! polls in order: the receive is posted first.
                 let buf = rbuf.pop().unwrap_or_default();
                 let (r, s) = tokio::join!(link.recv(buf), link.send(sbuf));
@@ -72,7 +73,8 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                 .await?;
             None
         }
-        Api::Async => Some(link.recv(BytesMut::zeroed(size)).await?),
+        // Pool is bw's only (refused for pingpong).
+        Api::Async | Api::Pool => Some(link.recv(BytesMut::zeroed(size)).await?),
     };
     for i in 0..total {
         let got = match pending.take() {
@@ -99,10 +101,11 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                 link.post_send(data.clone(), SEND_CTX).await?;
                 reaper.wait(SEND_CTX).await?;
             }
-            Api::Async if last => {
+            Api::Async | Api::Pool if last => {
                 link.send(data.clone()).await?;
             }
-            Api::Async => {
+            // Pool is bw's only (refused for pingpong).
+            Api::Async | Api::Pool => {
                 let buf = spare.pop().unwrap_or_default();
                 let (r, s) = tokio::join!(link.recv(buf), link.send(data.clone()));
                 s?;

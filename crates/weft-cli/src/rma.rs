@@ -265,7 +265,8 @@ async fn write(
             weft::post_when_room(post).await.ctx("post RMA write")?;
             reaper.wait(RMA_CTX).await?;
         }
-        Api::Async => {
+        // Pool is bw's only (refused for pingpong).
+        Api::Async | Api::Pool => {
             let w = link.ep.writedata(link.peer, data, cq_data, to.addr, to.key);
             link.bounded("RMA write", w).await?;
         }
@@ -299,7 +300,8 @@ async fn read(
                 .map_err(|(e, _)| Failure::new("post RMA read", e))?;
             reaper.wait(RMA_CTX).await
         }
-        Api::Async => {
+        // Pool is bw's only (refused for pingpong).
+        Api::Async | Api::Pool => {
             let r = link.ep.read(link.peer, buf, from.addr, from.key);
             link.bounded("RMA read", r).await
         }

@@ -526,6 +526,27 @@ impl Finished {
     }
 
     /// The completion as the future of the operation posted with
+    /// `context` reports it, with the sender's raw AV handle and where it
+    /// was reported (what a give-back needs).
+    pub fn into_parts(
+        self,
+        context: u64,
+    ) -> (std::result::Result<CqEntry, CqErrEntry>, FiAddr, Origin) {
+        let Finished { item, origin } = self;
+        let (item, src) = match item {
+            Ok(mut e) => {
+                let src = std::mem::replace(&mut e.context, context);
+                (Ok(e), src)
+            }
+            Err(mut e) => {
+                let src = std::mem::replace(&mut e.context, context);
+                (Err(*e), src)
+            }
+        };
+        (item, src, origin)
+    }
+
+    /// The completion as the future of the operation posted with
     /// `context` reports it.
     pub fn into_result(self, context: u64) -> std::result::Result<CqEntry, CqErrEntry> {
         match self.item {
@@ -564,30 +585,38 @@ impl Returned {
     /// the message placed, the sender's address in `err_data`). Other
     /// errors carry nothing to hand on.
     pub fn from_finished(f: Finished) -> Option<Returned> {
-        match f.item {
-            Ok(mut entry) => Some(Returned {
-                src: std::mem::take(&mut entry.context),
+        let (item, src, origin) = f.into_parts(0);
+        Returned::from_parts(item, src, origin)
+    }
+
+    /// [`from_finished`](Self::from_finished) of a completion already
+    /// taken apart ([`Finished::into_parts`]).
+    pub fn from_parts(
+        item: std::result::Result<CqEntry, CqErrEntry>,
+        src: FiAddr,
+        origin: Origin,
+    ) -> Option<Returned> {
+        match item {
+            Ok(entry) => Some(Returned {
+                src,
                 entry,
-                origin: f.origin,
+                origin,
                 raw: Vec::new(),
             }),
-            Err(e) if e.err == Error::AddrNotAvail => {
-                let e = *e;
-                Some(Returned {
-                    src: e.context,
-                    entry: CqEntry {
-                        context: 0,
-                        flags: e.flags,
-                        len: e.len,
-                        bufs: e.bufs,
-                        data: e.data,
-                        tag: e.tag,
-                        src: e.src,
-                    },
-                    origin: f.origin,
-                    raw: e.err_data,
-                })
-            }
+            Err(e) if e.err == Error::AddrNotAvail => Some(Returned {
+                src,
+                entry: CqEntry {
+                    context: 0,
+                    flags: e.flags,
+                    len: e.len,
+                    bufs: e.bufs,
+                    data: e.data,
+                    tag: e.tag,
+                    src: e.src,
+                },
+                origin,
+                raw: e.err_data,
+            }),
             Err(_) => None,
         }
     }

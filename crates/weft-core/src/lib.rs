@@ -24,6 +24,7 @@ pub mod getinfo;
 pub mod hash;
 pub mod limits;
 pub mod multi_recv;
+pub mod pool;
 pub mod progress;
 pub mod provider;
 pub mod recv_completion;

@@ -371,6 +371,14 @@ pub trait ProviderDomain: Send + Sync + Debug {
     fn mr_cache_stats(&self) -> Option<MrCacheStats> {
         None
     }
+    /// The memory of a buffer pool: `count` buffers of `size` bytes,
+    /// registered once for the device to read and write where the
+    /// provider registers memory (verbs: one region; operations on its
+    /// buffers use its local key and register nothing). The default,
+    /// for providers that register nothing, is plain memory.
+    fn pool_alloc(&self, count: usize, size: usize) -> Result<crate::pool::PoolMemory> {
+        crate::pool::PoolMemory::plain(count, size)
+    }
 }
 
 /// A shared receive context: receives posted here are taken by whichever

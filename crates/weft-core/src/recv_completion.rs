@@ -196,8 +196,10 @@ pub fn cancel_recv(ep: &dyn RecvCtx, req: RecvReq) {
         return;
     }
     ep.rx_credits().release(1);
+    // The buffers come back with the entry, as on verbs: a pool buffer
+    // must find its way home.
     req.done
-        .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled));
+        .fail(CqErrEntry::new(0, OpFlags::RECV, Error::Canceled).with_bufs(req.bufs));
 }
 
 /// Completes a peek (or a discard): the message's length, tag and data are

@@ -32,7 +32,8 @@ use crate::regcache::CacheLimits;
 use crate::user_bufs::SourceCache;
 use weft_core::{Error, Result};
 
-use crate::sys::{AtomicCap, CmId, Context, EventChannel, PortSpace, ProtectionDomain};
+use crate::sys::{AtomicCap, CmId, Context, EventChannel, PoolMr, PortSpace, ProtectionDomain};
+use weft_core::pool::{Carved, PoolMemory};
 
 /// The per-domain verbs objects.
 #[derive(Debug)]
@@ -120,6 +121,22 @@ impl ProviderDomain for VerbsDomain {
 
     fn mr_cache_stats(&self) -> Option<MrCacheStats> {
         Some(self.cache.stats())
+    }
+
+    fn pool_alloc(&self, count: usize, size: usize) -> Result<PoolMemory> {
+        let carved = Carved::new(count, size)?;
+        let (mr, bufs) = PoolMr::new(&self.pd, carved, size)?;
+        tracing::debug!(
+            count,
+            size,
+            lkey = mr.lkey(),
+            "verbs buffer pool registered"
+        );
+        Ok(PoolMemory {
+            bufs,
+            desc: u64::from(mr.lkey()),
+            keep: Box::new(mr),
+        })
     }
 
     fn addr_resolver(&self) -> Option<Arc<dyn AddrResolver>> {

@@ -10,11 +10,11 @@ use weft_core::flags::OpFlags;
 use weft_core::provider::{Atomic, RmaOp};
 use weft_core::Error;
 
+use crate::local_mem::{all_pooled, Dst, Src};
 use crate::slot_pool::{SlotPool, SLOT};
 
 use crate::sys::{
-    AccessFlags, BytesMr, BytesMutMr, Payload, ProtectionDomain, QueuePair, SendFlags, SendOp,
-    SendRequest, Sge,
+    AccessFlags, BytesMr, Payload, ProtectionDomain, QueuePair, SendFlags, SendOp, SendRequest, Sge,
 };
 
 /// Remote CQ data as the 32-bit immediate of a send or RDMA write
@@ -39,17 +39,35 @@ pub(crate) fn gather(iov: &[Bytes], len: usize) -> Bytes {
     }
 }
 
-/// The registration of `buf` for the device to read with `access` (a
-/// send source, an RDMA write source, a rendezvous buffer): from the
-/// domain's registration cache when the endpoint has it, else made for
-/// this one use.
+/// The registration of `buf` for the device to read locally (a send
+/// source, an RDMA write source): its buffer pool's when it is a pool
+/// buffer, else as [`cached_source`] makes it.
 pub(crate) fn register_source(
+    cache: Option<&Arc<SourceCache>>,
+    pd: &Arc<ProtectionDomain>,
+    buf: &Bytes,
+) -> Result<Src, Error> {
+    if let Some(src) = Src::pooled(pd, buf) {
+        return Ok(src);
+    }
+    cached_source(cache, pd, buf, AccessFlags::NONE).map(Src::Mr)
+}
+
+/// The registration of `buf` for the device to read with `access` (also
+/// a rendezvous buffer, which peers read: pools are never exposed to
+/// them): from the domain's registration cache when the endpoint has it,
+/// else made for this one use. A pool buffer (of any domain: one frozen
+/// into `Bytes` and sent where its pool's key does not serve) is
+/// registered for this one use, never cached: a cache entry would keep
+/// it from its pool until evicted.
+pub(crate) fn cached_source(
     cache: Option<&Arc<SourceCache>>,
     pd: &Arc<ProtectionDomain>,
     buf: &Bytes,
     access: AccessFlags,
 ) -> Result<Arc<BytesMr>, Error> {
     let reg = || BytesMr::new(pd, buf.clone(), access);
+    let cache = cache.filter(|_| !crate::sys::in_any_pool(buf.as_ptr() as usize, buf.len()));
     match cache {
         Some(c) => c.get((buf.as_ptr() as usize, buf.len(), access.bits()), reg),
         None => reg().map(Arc::new),
@@ -64,11 +82,11 @@ pub(crate) type SourceCache = crate::regcache::RegCache<BytesMr>;
 pub(crate) fn register_targets(
     pd: &Arc<ProtectionDomain>,
     bufs: Vec<BytesMut>,
-) -> Result<Vec<BytesMutMr>, (Error, Vec<BytesMut>)> {
+) -> Result<Vec<Dst>, (Error, Vec<BytesMut>)> {
     let mut mrs = Vec::with_capacity(bufs.len());
     let mut left = bufs.into_iter();
     for b in left.by_ref() {
-        match BytesMutMr::new(pd, b, AccessFlags::LOCAL_WRITE) {
+        match Dst::new(pd, b, AccessFlags::LOCAL_WRITE) {
             Ok(m) => mrs.push(m),
             Err(e) => {
                 let mut back = unregister(mrs);
@@ -82,7 +100,7 @@ pub(crate) fn register_targets(
 
 /// The buffers back from their registrations (a buffer whose
 /// deregistration fails is leaked, never freed under the device).
-pub(crate) fn unregister(mrs: Vec<BytesMutMr>) -> Vec<BytesMut> {
+pub(crate) fn unregister(mrs: Vec<Dst>) -> Vec<BytesMut> {
     mrs.into_iter()
         .filter_map(|m| m.into_inner().ok())
         .collect()
@@ -94,9 +112,9 @@ pub(crate) enum RmaLocal {
     /// Copied into the work request (a small write).
     Inline,
     /// A write's registered source.
-    Source(#[allow(dead_code)] Arc<BytesMr>),
+    Source(#[allow(dead_code)] Src),
     /// A read's registered targets, handed back at completion.
-    Targets(Vec<BytesMutMr>),
+    Targets(Vec<Dst>),
     /// A small read landing in a slot of `pool`, copied into `bufs` at
     /// completion (no registration per read).
     ReadSlot {
@@ -229,7 +247,7 @@ impl Posting<'_> {
             self.post(wop, Payload::Inline(&src))
                 .map(|()| RmaLocal::Inline)
         } else {
-            register_source(cache, self.pd, &src, AccessFlags::NONE).and_then(|mr| {
+            register_source(cache, self.pd, &src).and_then(|mr| {
                 self.post(wop, Payload::Sges(&[mr.sge()?]))
                     .map(|()| RmaLocal::Source(mr))
             })
@@ -283,7 +301,7 @@ impl Posting<'_> {
         };
         let len: usize = bufs.iter().map(|b| b.len()).sum();
         let slot = reads
-            .filter(|_| len > 0 && len <= SLOT)
+            .filter(|_| len > 0 && len <= SLOT && !all_pooled(self.pd, &bufs))
             .and_then(|p| p.take().map(|s| (p, s)));
         if let Some((pool, slot)) = slot {
             let posted =

@@ -6,8 +6,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::BytesMut;
 use futures::channel::oneshot;
-use weft_core::completion::{CqEntry, CqErrEntry, Finished, Returned};
+use weft_core::addr::FiAddr;
+use weft_core::completion::{CqEntry, CqErrEntry, Finished, Origin, Returned};
 use weft_core::flags::OpFlags;
 use weft_core::progress::{InlineWait, Progress};
 use weft_core::provider::{ProviderEndpoint, ProviderSrx, Rejected};
@@ -28,16 +30,22 @@ pub(crate) async fn post_when_room<T>(
                 req: r,
             }) => {
                 req = r;
-                spins += 1;
-                if spins < 64 {
-                    tokio::task::yield_now().await;
-                } else {
-                    let us = u64::from(spins).min(1000);
-                    tokio::time::sleep(std::time::Duration::from_micros(us)).await;
-                }
+                wait_for_room(&mut spins).await;
             }
             done => return done,
         }
+    }
+}
+
+/// One wait for room in a full queue, the `spins`-th: yield first, then
+/// sleep a little longer each time.
+pub(crate) async fn wait_for_room(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        tokio::task::yield_now().await;
+    } else {
+        let us = u64::from(*spins).min(1000);
+        tokio::time::sleep(std::time::Duration::from_micros(us)).await;
     }
 }
 
@@ -99,6 +107,10 @@ pub(crate) struct OpFuture {
     /// Inline mode: the endpoint's progress, driven while waiting.
     progress: Option<Arc<dyn Progress>>,
     wait: InlineWait,
+    /// Where the message came from, kept when the completion arrives
+    /// (only for [`reclaim`](Self::reclaim), which may hand it on).
+    origin: Option<(FiAddr, Origin)>,
+    keep_origin: bool,
 }
 
 impl OpFuture {
@@ -119,7 +131,44 @@ impl OpFuture {
             context,
             progress,
             wait: InlineWait::new(),
+            origin: None,
+            keep_origin: false,
         }
+    }
+
+    /// What a future whose operation must give its buffers back (pool
+    /// buffers) does instead of being dropped: withdraws a receive that
+    /// has not matched, waits for the operation to end, and resolves with
+    /// the buffers. A message that reached the receive meanwhile goes to
+    /// the endpoint's next receive as a copy, as a dropped future's would
+    /// (later, though: after the endpoint may have delivered messages
+    /// that arrived after it).
+    pub(crate) async fn reclaim(mut self) -> Vec<BytesMut> {
+        let owner = self.owner.take();
+        if let Some(o) = &owner {
+            o.cancel(self.context);
+        }
+        self.keep_origin = true;
+        let done = Pin::new(&mut self).await;
+        let give_back = owner.filter(|_| self.on_drop == OnDrop::CancelOrGiveBack);
+        // Only a completion that carries a whole message has one to hand
+        // on (as for `Returned::from_finished`); any other gives back
+        // just its buffers.
+        let (item, (src, origin)) = match (done, self.origin.take()) {
+            (Ok(e), Some(o)) => (Ok(e), o),
+            (Err(e), Some(o)) if e.err == Error::AddrNotAvail => (Err(e), o),
+            (Ok(e), None) => return e.bufs,
+            (Err(e), _) => return e.bufs,
+        };
+        let Some(mut back) = Returned::from_parts(item, src, origin) else {
+            return Vec::new();
+        };
+        let bufs = std::mem::take(&mut back.entry.bufs);
+        if let Some(o) = give_back {
+            back.entry.bufs = bufs.iter().map(|b| BytesMut::from(&b[..])).collect();
+            o.give_back(back);
+        }
+        bufs
     }
 }
 
@@ -148,6 +197,11 @@ impl Future for OpFuture {
         match polled {
             Poll::Ready(Ok(done)) => {
                 self.owner = None;
+                if self.keep_origin {
+                    let (item, src, origin) = done.into_parts(self.context);
+                    self.origin = Some((src, origin));
+                    return Poll::Ready(item);
+                }
                 Poll::Ready(done.into_result(self.context))
             }
             Poll::Ready(Err(_)) => {

@@ -14,7 +14,7 @@ use weft_core::provider::{Rejected, RmaOp, RmaReq};
 use weft_core::{Error, Result};
 
 use crate::endpoint::{async_op, op_done, Endpoint, Live};
-use crate::opfuture::{post_when_room, OnDrop};
+use crate::opfuture::{post_when_room, OnDrop, OpFuture};
 
 /// Flags an RMA operation may carry.
 const RMA_FLAGS: OpFlags = OpFlags::COMPLETION
@@ -209,6 +209,31 @@ impl Endpoint {
             return Err(e);
         }
         live.op_future(ctx, rx, OnDrop::Nothing).await
+    }
+
+    /// Posts `msg` once, for the future of its completion (pool
+    /// operations, which hold their buffer themselves while they wait
+    /// out a full queue). On failure the operation comes back.
+    pub(crate) fn rma_once(
+        &self,
+        msg: RmaMsg,
+        flags: OpFlags,
+    ) -> std::result::Result<OpFuture, (Error, RmaOp)> {
+        let live = match self.live() {
+            Ok(l) => l,
+            Err(e) => return Err((e, msg.op)),
+        };
+        if let Err(e) = self.check_rma(&msg, flags) {
+            return Err((e, msg.op));
+        }
+        let (ctx, tx, rx) = async_op();
+        let mut msg = msg;
+        msg.context = ctx;
+        let req = self.rma_req(live, msg, flags, Some(tx));
+        match live.prov.post_rma(req) {
+            Ok(()) => Ok(live.op_future(ctx, rx, OnDrop::Nothing)),
+            Err(r) => Err((r.err, r.req.op)),
+        }
     }
 
     /// `write` resolving with its completion.

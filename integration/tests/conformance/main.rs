@@ -18,6 +18,7 @@ mod mr;
 mod msg_ep;
 mod multi_recv;
 mod ordering;
+mod pool;
 mod rma;
 mod rma_events;
 mod tagged;

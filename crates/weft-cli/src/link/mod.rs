@@ -96,11 +96,11 @@ impl Link {
     }
 
     /// Awaits an operation; on a DGRAM link only for so long.
-    pub(crate) async fn bounded(
+    pub(crate) async fn bounded<T>(
         &self,
         what: &str,
-        op: impl Future<Output = Result<CqEntry, CqErrEntry>>,
-    ) -> Res<CqEntry> {
+        op: impl Future<Output = Result<T, CqErrEntry>>,
+    ) -> Res<T> {
         match self.idle {
             None => op.await.ctx(what),
             Some(d) => match tokio::time::timeout(d, op).await {
@@ -160,6 +160,30 @@ impl Link {
     pub async fn recv(&self, buf: BytesMut) -> Res<CqEntry> {
         self.bounded("receive", self.recv_tagged(buf, DATA_TAG))
             .await
+    }
+
+    /// Sends a pool buffer (it goes back to its pool when the send ends).
+    pub async fn send_pooled(&self, buf: weft::PoolBuf) -> Res<CqEntry> {
+        let op = async {
+            if self.tagged {
+                self.ep.tsend_pooled(self.peer, buf, DATA_TAG).await
+            } else {
+                self.ep.send_pooled(self.peer, buf).await
+            }
+        };
+        self.bounded("send", op).await
+    }
+
+    /// Receives into a pool buffer.
+    pub async fn recv_pooled(&self, buf: weft::PoolBuf) -> Res<weft::Received> {
+        let op = async {
+            if self.tagged {
+                self.ep.trecv_pooled(buf, FI_ADDR_UNSPEC, DATA_TAG, 0).await
+            } else {
+                self.ep.recv_pooled(buf).await
+            }
+        };
+        self.bounded("receive", op).await
     }
 
     async fn send_tagged(&self, buf: Bytes, tag: u64) -> Result<CqEntry, CqErrEntry> {

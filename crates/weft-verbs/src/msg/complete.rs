@@ -48,8 +48,9 @@ use weft_core::Error;
 use super::srx::SRX_WR_BIT;
 use super::MsgShared;
 use crate::cq_poller::CqSink;
+use crate::local_mem::{Dst, Src};
 use crate::slot_pool::SlotPool;
-use crate::sys::{BytesMr, BytesMutMr, WcOpcode, WcStatus, WorkCompletion};
+use crate::sys::{WcOpcode, WcStatus, WorkCompletion};
 use crate::user_bufs::{unregister, RmaLocal};
 
 /// Work request ids of an endpoint's own receives carry this bit (those
@@ -71,10 +72,7 @@ pub(super) enum Held {
     /// A send copied into a bounce slot.
     SendSlot { len: usize, slot: u32 },
     /// A send from the caller's buffers, registered.
-    SendRegistered {
-        len: usize,
-        _mrs: Vec<std::sync::Arc<BytesMr>>,
-    },
+    SendRegistered { len: usize, _mrs: Vec<Src> },
     /// An RMA write or read of `len` bytes.
     Rma {
         len: usize,
@@ -89,10 +87,7 @@ pub(super) enum RecvMem {
     Slot(u32),
     /// The receive's own buffers, registered (zero-length ones are not
     /// registered and are given back as they were).
-    Registered {
-        mrs: Vec<BytesMutMr>,
-        empty: Vec<BytesMut>,
-    },
+    Registered { mrs: Vec<Dst>, empty: Vec<BytesMut> },
 }
 
 /// The buffer lengths of a receive whose buffers are a work request's

@@ -14,10 +14,10 @@ use weft_core::{Error, Result};
 
 use super::complete::{deliver, Held, Inflight, RecvMem, RecvSide, Waiting, RECV_WR_BIT};
 use super::{Link, MsgShared};
+use crate::local_mem::{all_pooled, Dst};
 use crate::slot_pool::{SlotPool, SLOT};
 use crate::sys::{
-    AccessFlags, BytesMutMr, Payload, ProtectionDomain, RecvRequest, SendFlags, SendOp,
-    SendRequest, Sge,
+    AccessFlags, Payload, ProtectionDomain, RecvRequest, SendFlags, SendOp, SendRequest, Sge,
 };
 use crate::user_bufs::{gather, imm_data, post_rma, register_source, wr_flags};
 
@@ -208,7 +208,9 @@ fn send_on(
         post(Payload::Inline(&data))?;
         return Ok(Held::SendInline { len });
     }
-    if len > 0 && len <= SLOT {
+    // A pool buffer goes as it is: copying it into a slot would only
+    // add a copy.
+    if len > 0 && len <= SLOT && !all_pooled(&link.pd, &req.iov) {
         if let Some(slot) = link.send_pool.take() {
             let parts = req.iov.iter().map(|b| &b[..]);
             link.send_pool
@@ -220,7 +222,7 @@ fn send_on(
         .iov
         .iter()
         .filter(|b| !b.is_empty())
-        .map(|b| register_source(link.cache.as_ref(), &link.pd, b, AccessFlags::NONE))
+        .map(|b| register_source(link.cache.as_ref(), &link.pd, b))
         .collect::<Result<Vec<_>>>()?;
     let sges = mrs
         .iter()
@@ -253,7 +255,7 @@ impl RecvTarget<'_> {
         wr_id: u64,
     ) -> std::result::Result<(RecvMem, Option<Vec<BytesMut>>), RecvPostErr> {
         let cap: usize = bufs.iter().map(|b| b.len()).sum();
-        if cap > 0 && cap <= SLOT {
+        if cap > 0 && cap <= SLOT && !all_pooled(self.pd, &bufs) {
             if let Some(slot) = self.pool.take() {
                 let posted = self.pool.with(|mr| {
                     let sge = mr.sge(self.pool.offset(slot), cap)?;
@@ -287,7 +289,7 @@ impl RecvTarget<'_> {
                 empty.push(b);
                 continue;
             }
-            match BytesMutMr::new(self.pd, b, AccessFlags::LOCAL_WRITE) {
+            match Dst::new(self.pd, b, AccessFlags::LOCAL_WRITE) {
                 Ok(mr) => mrs.push(mr),
                 Err(e) => failed = Some(e),
             }

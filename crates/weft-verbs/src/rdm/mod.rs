@@ -289,7 +289,7 @@ pub(crate) enum Op {
     /// A rendezvous read into a receive's registered buffers.
     Read {
         job: ReadJob,
-        mrs: Vec<BytesMutMr>,
+        mrs: Vec<crate::local_mem::Dst>,
         placed: usize,
         conn: Arc<Conn>,
     },

@@ -311,7 +311,7 @@ impl RdmShared {
         &self,
         wc: &WorkCompletion,
         mut job: ReadJob,
-        mrs: Vec<super::BytesMutMr>,
+        mrs: Vec<crate::local_mem::Dst>,
         placed: usize,
     ) {
         let mut bufs: Vec<BytesMut> = Vec::with_capacity(mrs.len() + job.req.bufs.len());

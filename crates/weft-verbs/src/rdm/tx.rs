@@ -17,6 +17,7 @@ use weft_core::{Error, Result};
 
 use super::RDM_SLOT;
 use super::{rx, Conn, Deferred, Op, PeerState, RdmShared, ReadJob, RndvSend, TxHeld, QP_INLINE};
+use crate::local_mem::Dst;
 use crate::sys::{AccessFlags, BytesMr, BytesMutMr, Payload, SendFlags, SendOp, SendRequest, Sge};
 use crate::user_bufs::wr_flags;
 use weft_core::wire::rdm::{Header, Op as WireOp, HDR};
@@ -285,7 +286,7 @@ impl RdmShared {
         // Rendezvous: the peer reads the payload from our registered copy
         // of the caller's bytes (one buffer, gathered if need be).
         let data = crate::user_bufs::gather(&req.iov, len);
-        let mr = match crate::user_bufs::register_source(
+        let mr = match crate::user_bufs::cached_source(
             self.res.cache.as_ref(),
             &self.res.pd,
             &data,
@@ -401,12 +402,12 @@ impl RdmShared {
                 job.req.bufs.push(b);
                 continue;
             }
-            match BytesMutMr::new(&self.res.pd, b, AccessFlags::LOCAL_WRITE) {
+            match Dst::new(&self.res.pd, b, AccessFlags::LOCAL_WRITE) {
                 Ok(m) => mrs.push(m),
                 Err(e) => failed = Some(e),
             }
         }
-        let give_back = |mrs: Vec<BytesMutMr>, mut job: ReadJob| {
+        let give_back = |mrs: Vec<Dst>, mut job: ReadJob| {
             let mut v: Vec<BytesMut> = mrs
                 .into_iter()
                 .filter_map(|m| m.into_inner().ok())

@@ -11,7 +11,8 @@
 //! * **The device never touches memory safe code can free or mutate.** Work
 //!   requests can only name memory through an [`Sge`], which only the
 //!   registration types ([`OwnedMr`], [`BytesMr`], [`BytesMutMr`]) hand
-//!   out, and a registration owns its memory until `ibv_dereg_mr` has
+//!   out (and [`PoolMr`], over a buffer the caller holds), and a
+//!   registration owns its memory until `ibv_dereg_mr` has
 //!   returned (after which the device can no longer access it; an operation
 //!   still in flight then fails with a protection error completion instead
 //!   of touching freed memory). Inline sends copy their data at post time.
@@ -35,6 +36,7 @@ pub mod cq;
 pub mod device;
 pub mod mr;
 pub mod pd;
+pub mod pool_mr;
 pub mod qp;
 pub mod wr;
 
@@ -48,6 +50,7 @@ pub use device::{
 };
 pub use mr::{AccessFlags, BytesMr, BytesMutMr, OwnedMr, Sge};
 pub use pd::ProtectionDomain;
+pub use pool_mr::{in_any_pool, PoolMr};
 pub use qp::{
     probe_max_inline_data, QpCaps, QpInitAttr, QpState, QpType, QueuePair, RcConnectParams, Srq,
 };

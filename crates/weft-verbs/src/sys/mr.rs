@@ -175,12 +175,12 @@ impl fmt::Debug for Sge<'_> {
 
 /// An `ibv_mr` with its keys cached. Has no `Drop`: its owners deregister
 /// it explicitly so they can leak their memory if deregistration fails.
-struct RawMr {
+pub(super) struct RawMr {
     /// `None` once deregistered (or leaked after a failed deregistration).
     mr: Option<NonNull<ibv_mr>>,
-    addr: u64,
-    len: usize,
-    lkey: u32,
+    pub(super) addr: u64,
+    pub(super) len: usize,
+    pub(super) lkey: u32,
     rkey: u32,
     _pd: Arc<ProtectionDomain>,
 }
@@ -193,7 +193,7 @@ impl RawMr {
     /// has returned `Ok`, and nothing may access it through Rust
     /// references in ways that conflict with what `access` lets the device
     /// do (reads always; writes if [`AccessFlags::device_writable`]).
-    unsafe fn register(
+    pub(super) unsafe fn register(
         pd: &Arc<ProtectionDomain>,
         addr: *mut u8,
         len: usize,
@@ -223,7 +223,7 @@ impl RawMr {
     /// `ibv_dereg_mr` (idempotent). After `Ok` the device no longer
     /// accesses the memory. On error the `ibv_mr` is leaked and the owner
     /// must leak the memory too.
-    fn deregister(&mut self) -> Result<(), Error> {
+    pub(super) fn deregister(&mut self) -> Result<(), Error> {
         let Some(mr) = self.mr.take() else {
             return Ok(());
         };
@@ -239,7 +239,7 @@ impl RawMr {
         }
     }
 
-    fn sge(&self, offset: usize, len: usize) -> Result<Sge<'_>, Error> {
+    pub(super) fn sge(&self, offset: usize, len: usize) -> Result<Sge<'_>, Error> {
         let end = offset.checked_add(len).ok_or(Error::Inval)?;
         if end > self.len || self.mr.is_none() {
             return Err(Error::Inval);

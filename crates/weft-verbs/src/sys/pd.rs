@@ -2,18 +2,23 @@
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+
+use weft_core::pool::Slots;
 
 use rdma_sys::{ibv_alloc_pd, ibv_dealloc_pd, ibv_pd};
 use weft_core::Error;
 
 use super::device::Context;
 use super::last_error_or;
+use super::pool_mr::{PoolList, PoolMr};
 
 /// A protection domain (`ibv_pd`). Holds its [`Context`] alive.
 pub struct ProtectionDomain {
     pd: NonNull<ibv_pd>,
     ctx: Arc<Context>,
+    /// The buffer pools registered here.
+    pools: PoolList,
 }
 
 // SAFETY: libibverbs objects may be used from any thread; a PD is only
@@ -39,12 +44,23 @@ impl ProtectionDomain {
         Ok(Arc::new(ProtectionDomain {
             pd,
             ctx: Arc::clone(ctx),
+            pools: PoolList::default(),
         }))
     }
 
     /// The device context.
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
+    }
+
+    /// The pool registered here whose buffers hold `addr..addr + len`,
+    /// if any (see [`PoolMr`]).
+    pub fn pool_for(&self, addr: usize, len: usize) -> Option<Arc<PoolMr>> {
+        self.pools.find(addr, len)
+    }
+
+    pub(super) fn add_pool(&self, slots: Slots, pool: Weak<PoolMr>) {
+        self.pools.add(slots, pool);
     }
 
     pub(crate) fn as_ptr(&self) -> *mut ibv_pd {

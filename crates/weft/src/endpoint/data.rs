@@ -12,7 +12,7 @@ use weft_core::{Error, Result};
 
 use super::{async_op, op_done, Endpoint, Live};
 use crate::msg::{RecvMsg, SendMsg, SendParts};
-use crate::opfuture::{post_when_room, OnDrop};
+use crate::opfuture::{post_when_room, OnDrop, OpFuture};
 
 impl Endpoint {
     fn check_send(&self, msg: &SendParts, flags: OpFlags) -> Result<()> {
@@ -350,6 +350,36 @@ impl Endpoint {
         // A receive that has not matched is withdrawn if the future goes;
         // one that has gives its message back.
         live.op_future(ctx, rx, on_drop).await
+    }
+
+    /// Posts a receive once, for the future of its completion (pool
+    /// receives, which hold their buffer themselves while they wait out a
+    /// full queue). Not on endpoints bound to a shared receive context
+    /// (`OpNotSupp`). On failure the buffers come back.
+    pub(crate) fn recv_once(
+        &self,
+        msg: RecvMsg,
+        flags: OpFlags,
+    ) -> std::result::Result<OpFuture, (Error, Vec<BytesMut>)> {
+        let live = match self.live() {
+            Ok(l) => l,
+            Err(e) => return Err((e, msg.bufs)),
+        };
+        if live.srx.is_some() {
+            return Err((Error::OpNotSupp, msg.bufs));
+        }
+        if let Err(e) = self.check_recv(&msg, flags) {
+            return Err((e, msg.bufs));
+        }
+        let (ctx, tx, rx) = async_op();
+        let mut msg = msg;
+        msg.context = ctx;
+        let on_drop = OnDrop::for_recv(live.rx_flags(flags));
+        let req = self.recv_req(live, msg, flags, Some(tx));
+        match live.prov.post_recv(req) {
+            Ok(()) => Ok(live.op_future(ctx, rx, on_drop)),
+            Err(r) => Err((r.err, r.req.bufs)),
+        }
     }
 
     /// Receives one message into `buf`.

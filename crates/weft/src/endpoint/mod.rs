@@ -97,7 +97,7 @@ pub(crate) struct Live {
     /// themselves.
     pub(crate) inline: Option<Arc<dyn Progress>>,
     /// The shared receive context receives go to.
-    srx: Option<SharedRxContext>,
+    pub(crate) srx: Option<SharedRxContext>,
 }
 
 impl Live {
@@ -674,6 +674,11 @@ impl Endpoint {
         self.inner.live.set(live).map_err(|_| Error::OpBadState)?;
         self.inner.state.store(ENABLED, Ordering::Release);
         Ok(())
+    }
+
+    /// The runtime of the endpoint's domain.
+    pub(crate) fn domain_rt(&self) -> tokio::runtime::Handle {
+        self.inner.domain.rt().clone()
     }
 
     pub(crate) fn live(&self) -> Result<&Live> {

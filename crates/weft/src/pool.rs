@@ -1,0 +1,340 @@
+//! Registered buffer pools: local descriptors that mean something
+//! (`fi_mr_desc`).
+//!
+//! [`Domain::buffer_pool`] registers `count` buffers of `size` bytes once
+//! (verbs: one memory region) and hands them out as owned [`PoolBuf`]s.
+//! Sends, receives and RMA from pool buffers go to the device under the
+//! pool's local key: no registration per operation, no registration-cache
+//! lookup, no copy into bounce buffers. On providers that register
+//! nothing (tcp, udp) the pool is plain memory and the same code works.
+//!
+//! A buffer goes back to the pool when it is dropped, wherever that
+//! happens: in the application, when a send or RMA write it was frozen
+//! into completes or fails ([`PoolBuf::freeze`]), or after the receive or
+//! RMA read it was lent to ends — also when that operation's future is
+//! dropped first: the receive is withdrawn and the buffer comes back once
+//! the device can no longer write it, never earlier. An endpoint closed
+//! under a pool receive or read discards that operation and its buffer
+//! with it; the pool then counts the buffer as lost
+//! ([`PoolStats::lost`]) and never hands it out again.
+
+use std::any::Any;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::{Semaphore, TryAcquireError};
+use weft_core::pool::Slots;
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+use crate::fabric::Domain;
+
+/// Most buffers one pool may hold (the semaphore's limit is far above).
+pub const MAX_POOL_BUFS: usize = 1 << 20;
+
+/// What a pool holds now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Buffers the pool was made with.
+    pub count: usize,
+    /// Buffers in the pool, ready to hand out.
+    pub free: usize,
+    /// Buffers discarded with an operation an endpoint closed under
+    /// them; never handed out again.
+    pub lost: usize,
+}
+
+/// A pool of registered buffers of one domain (see the module docs).
+/// Cloning gives another handle to the same pool; its memory is
+/// deregistered and freed once every handle and every buffer is gone.
+#[derive(Clone)]
+pub struct BufferPool {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    domain: u64,
+    size: usize,
+    count: usize,
+    desc: u64,
+    slots: Slots,
+    free: Mutex<Vec<BytesMut>>,
+    /// One permit per free buffer; closed when every buffer is lost.
+    permits: Semaphore,
+    lost: AtomicUsize,
+    /// The provider's registration (dropped after the buffers above).
+    _keep: Box<dyn Any + Send + Sync>,
+}
+
+impl fmt::Debug for BufferPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BufferPool")
+            .field("size", &self.inner.size)
+            .field("desc", &self.inner.desc)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Domain {
+    /// Opens a pool of `count` buffers of `size` bytes each, registered
+    /// once for every endpoint of this domain (`fi_mr_desc` semantics: the
+    /// buffers carry the registration's local descriptor). `Inval` for
+    /// no buffers, empty ones or more than [`MAX_POOL_BUFS`]; `NoMem` past
+    /// 1 GiB in all or when the device refuses to register that much
+    /// (verbs: the locked-memory limit).
+    pub fn buffer_pool(&self, count: usize, size: usize) -> Result<BufferPool> {
+        if count > MAX_POOL_BUFS {
+            return Err(Error::Inval);
+        }
+        let _rt = self.rt().enter();
+        let mem = match &self.inner.prov {
+            Some(p) => p.pool_alloc(count, size)?,
+            None => weft_core::pool::PoolMemory::plain(count, size)?,
+        };
+        let slots = Slots::of(&mem.bufs, size)?;
+        let count = mem.bufs.len();
+        Ok(BufferPool {
+            inner: Arc::new(PoolInner {
+                domain: self.fid(),
+                size,
+                count,
+                desc: mem.desc,
+                slots,
+                free: Mutex::new(mem.bufs),
+                permits: Semaphore::new(count),
+                lost: AtomicUsize::new(0),
+                _keep: mem.keep,
+            }),
+        })
+    }
+}
+
+impl BufferPool {
+    /// A buffer, or `Again` when all are in use (`NoBufs` when every
+    /// buffer was lost). Its length is the pool's buffer size; its bytes
+    /// are what its last user left.
+    pub fn try_get(&self) -> Result<PoolBuf> {
+        match self.inner.permits.try_acquire() {
+            Ok(p) => p.forget(),
+            Err(TryAcquireError::NoPermits) => return Err(Error::Again),
+            Err(TryAcquireError::Closed) => return Err(Error::NoBufs),
+        }
+        self.inner.take()
+    }
+
+    /// A buffer, waiting for one to come back when all are in use
+    /// (first come, first served). `NoBufs` when every buffer was lost.
+    pub async fn get(&self) -> Result<PoolBuf> {
+        match self.inner.permits.acquire().await {
+            Ok(p) => p.forget(),
+            Err(_) => return Err(Error::NoBufs),
+        }
+        self.inner.take()
+    }
+
+    /// Bytes per buffer.
+    pub fn buf_size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// The local descriptor of the pool's memory (`fi_mr_desc`): the
+    /// registration's local key on verbs, 0 where nothing is registered.
+    pub fn desc(&self) -> u64 {
+        self.inner.desc
+    }
+
+    /// The object id of the domain the pool belongs to.
+    pub fn domain_fid(&self) -> u64 {
+        self.inner.domain
+    }
+
+    /// Buffers free and lost now.
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            count: self.inner.count,
+            free: lock(&self.inner.free).len(),
+            lost: self.inner.lost.load(Ordering::Acquire),
+        }
+    }
+}
+
+impl PoolInner {
+    /// A free buffer at its full size, for a permit already taken.
+    fn take(self: &Arc<Self>) -> Result<PoolBuf> {
+        let Some(mut buf) = lock(&self.free).pop() else {
+            // A permit without a buffer cannot happen; keep counting
+            // straight if it ever did.
+            self.permits.add_permits(1);
+            return Err(Error::Again);
+        };
+        // Within the buffer's own capacity: no allocation, and zeroes
+        // only what a short receive left out.
+        buf.resize(self.size, 0);
+        Ok(PoolBuf {
+            buf,
+            pool: self.clone(),
+            armed: true,
+        })
+    }
+
+    /// Takes back one of its buffers (anything else counts as a lost
+    /// buffer: the pool's own never left its operation).
+    fn put(&self, buf: BytesMut) {
+        if self.slots.index(&buf).is_some() {
+            lock(&self.free).push(buf);
+            self.permits.add_permits(1);
+        } else {
+            self.lose();
+        }
+    }
+
+    fn lose(&self) {
+        let lost = self.lost.fetch_add(1, Ordering::AcqRel) + 1;
+        tracing::warn!(lost, "pool buffer discarded with its operation");
+        if lost >= self.count {
+            self.permits.close();
+        }
+    }
+}
+
+/// A buffer of a [`BufferPool`]: owned, filled through `&mut [u8]`, and
+/// back in its pool when dropped. Its length is at most the pool's buffer
+/// size ([`set_len`](Self::set_len)); a receive or read cuts it to the
+/// bytes that arrived.
+pub struct PoolBuf {
+    buf: BytesMut,
+    pool: Arc<PoolInner>,
+    /// False once lent to an operation (the buffer travels without it).
+    armed: bool,
+}
+
+impl fmt::Debug for PoolBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolBuf")
+            .field("len", &self.buf.len())
+            .field("desc", &self.pool.desc)
+            .finish()
+    }
+}
+
+impl PoolBuf {
+    /// The local descriptor of its pool (`fi_mr_desc`).
+    pub fn desc(&self) -> u64 {
+        self.pool.desc
+    }
+
+    /// The pool's buffer size: the most [`set_len`](Self::set_len) takes.
+    pub fn capacity(&self) -> usize {
+        self.pool.size
+    }
+
+    /// The object id of the domain its pool belongs to.
+    pub fn domain_fid(&self) -> u64 {
+        self.pool.domain
+    }
+
+    /// Makes the buffer `len` bytes long (new bytes are zero). `Inval`
+    /// past [`capacity`](Self::capacity).
+    pub fn set_len(&mut self, len: usize) -> Result<()> {
+        if len > self.pool.size {
+            return Err(Error::Inval);
+        }
+        // Within the buffer's capacity: never reallocates.
+        self.buf.resize(len, 0);
+        Ok(())
+    }
+
+    /// The buffer as shared, read-only `Bytes` for sends and RMA writes
+    /// (any endpoint call that takes `Bytes`): no copy, and the buffer
+    /// goes back to its pool when the last clone is dropped — when the
+    /// operation that holds it ends, on success, failure or close alike.
+    pub fn freeze(self) -> Bytes {
+        Bytes::from_owner(self)
+    }
+
+    /// The buffer itself, for an operation that gives it back, and the
+    /// claim that returns it to the pool then.
+    pub(crate) fn lend(mut self) -> (BytesMut, Lent) {
+        self.armed = false;
+        let buf = std::mem::take(&mut self.buf);
+        let lent = Lent {
+            pool: Some(self.pool.clone()),
+        };
+        (buf, lent)
+    }
+}
+
+impl Deref for PoolBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl DerefMut for PoolBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+}
+
+impl AsRef<[u8]> for PoolBuf {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl AsMut<[u8]> for PoolBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+}
+
+impl Drop for PoolBuf {
+    fn drop(&mut self) {
+        if self.armed {
+            self.pool.put(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+/// A pool buffer out on an operation: the way back to the pool. Dropped
+/// without [`restore`](Self::restore), the buffer counts as lost.
+pub(crate) struct Lent {
+    pool: Option<Arc<PoolInner>>,
+}
+
+impl Lent {
+    /// The buffer back from the operation (the first of `bufs`; an
+    /// operation on one buffer gives back just that one) as a `PoolBuf`,
+    /// or `None` when it did not come back (then counted as lost).
+    pub(crate) fn restore(mut self, bufs: Vec<BytesMut>) -> Option<PoolBuf> {
+        let pool = self.pool.take()?;
+        let mut bufs = bufs.into_iter();
+        let Some(buf) = bufs.next() else {
+            pool.lose();
+            return None;
+        };
+        if pool.slots.index(&buf).is_none() {
+            pool.lose();
+            return None;
+        }
+        Some(PoolBuf {
+            buf,
+            pool,
+            armed: true,
+        })
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(p) = self.pool.take() {
+            p.lose();
+        }
+    }
+}
