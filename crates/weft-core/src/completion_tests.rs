@@ -1,0 +1,133 @@
+//! Tests of `completion.rs`.
+
+use super::*;
+
+/// A receive with context 1 reporting to `cq`, awaited through `tx`.
+fn awaited_recv(cq: &Arc<CqShared>, tx: Waiter) -> OpDone {
+    OpDone {
+        context: 1,
+        flags: OpFlags::RECV,
+        report: true,
+        cq: Some(cq.clone()),
+        cntr: None,
+        waiter: Some(tx),
+    }
+}
+
+fn entry(ctx: u64) -> CqEntry {
+    CqEntry {
+        context: ctx,
+        len: 4,
+        ..CqEntry::default()
+    }
+}
+
+#[test]
+fn read_stops_at_error_and_readerr_takes_it() {
+    let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+    cq.push(Ok(entry(1)));
+    cq.push(Err(CqErrEntry::new(2, OpFlags::RECV, Error::Canceled)));
+    cq.push(Ok(entry(3)));
+    let got = cq.read(10).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(cq.read(10).unwrap_err(), Error::Avail);
+    let e = cq.read_err().unwrap();
+    assert_eq!((e.context, e.err), (2, Error::Canceled));
+    assert_eq!(cq.read_err().unwrap_err(), Error::Again);
+    assert_eq!(cq.read(10).unwrap()[0].context, 3);
+    assert_eq!(cq.read(10).unwrap_err(), Error::Again);
+}
+
+#[test]
+fn formats_mask_fields() {
+    let cq = CqShared::new(1, CqFormat::Context, WaitMode::Interrupt, 4);
+    let mut e = entry(9);
+    e.tag = 5;
+    e.data = 6;
+    e.flags = OpFlags::RECV;
+    cq.push(Ok(e));
+    let got = cq.read(1).unwrap().pop().unwrap();
+    assert_eq!((got.context, got.len, got.tag, got.data), (9, 0, 0, 0));
+    assert!(got.flags.is_empty());
+}
+
+#[test]
+fn selective_completion_suppresses_success_not_errors() {
+    let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+    let cntr = CounterShared::new(2);
+    let mk = || OpDone {
+        context: 7,
+        flags: OpFlags::SEND | OpFlags::MSG,
+        report: false,
+        cq: Some(cq.clone()),
+        cntr: Some(cntr.clone()),
+        waiter: None,
+    };
+    mk().complete(CqEntry::default());
+    assert!(cq.is_empty());
+    assert_eq!(cntr.read(), 1);
+    mk().fail_with(Error::ConnReset);
+    assert_eq!(cntr.read_err(), 1);
+    let e = cq.read_err().unwrap();
+    assert_eq!(e.err, Error::ConnReset);
+    assert!(e.flags.contains(OpFlags::SEND | OpFlags::MSG));
+}
+
+#[test]
+fn a_receive_whose_future_is_gone_hands_its_message_back() {
+    let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+    let (tx, rx) = oneshot::channel();
+    drop(rx);
+    let d = awaited_recv(&cq, tx);
+    let mut e = entry(1);
+    e.flags = OpFlags::TAGGED | OpFlags::REMOTE_CQ_DATA;
+    e.tag = 9;
+    e.data = 5;
+    e.bufs = vec![BytesMut::from(&b"ab"[..]), BytesMut::from(&b"cd"[..])];
+    let mut back = d.complete_from(e, 42).expect("the message comes back");
+    assert!(cq.is_empty(), "nor does the CQ get it");
+    let info = back.info();
+    assert_eq!(
+        (info.src, info.tagged, info.tag, info.len, info.data),
+        (42, true, 9, 4, Some(5))
+    );
+    assert!(Arc::ptr_eq(back.origin.cq.as_ref().unwrap(), &cq));
+    assert_eq!(&back.take_bytes()[..], b"abcd");
+}
+
+#[test]
+fn an_unknown_senders_message_comes_back_with_its_address() {
+    let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+    let (tx, rx) = oneshot::channel();
+    drop(rx);
+    let d = awaited_recv(&cq, tx);
+    let mut e = CqErrEntry::new(0, OpFlags::MSG, Error::AddrNotAvail);
+    e.bufs = vec![BytesMut::from(&b"xyz"[..])];
+    e.len = 3;
+    e.err_data = vec![2, 0, 1];
+    let mut back = d
+        .fail_from(e, FI_ADDR_NOTAVAIL)
+        .expect("the message comes back");
+    assert!(cq.is_empty());
+    assert_eq!(back.raw, vec![2, 0, 1]);
+    assert_eq!(back.info().len, 3);
+    assert_eq!(&back.take_bytes()[..], b"xyz");
+
+    // With its future alive, the error reaches it.
+    let (tx, mut rx) = oneshot::channel();
+    let d = awaited_recv(&cq, tx);
+    let e = CqErrEntry::new(0, OpFlags::MSG, Error::AddrNotAvail);
+    assert!(d.fail_from(e, FI_ADDR_NOTAVAIL).is_none());
+    let got = rx.try_recv().unwrap().unwrap().into_result(0).unwrap_err();
+    assert_eq!(got.err, Error::AddrNotAvail);
+}
+
+#[test]
+fn waiter_takes_completion_instead_of_cq() {
+    let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+    let (tx, mut rx) = oneshot::channel();
+    let d = awaited_recv(&cq, tx);
+    d.complete(entry(1));
+    assert!(cq.is_empty());
+    assert!(rx.try_recv().unwrap().unwrap().into_result(0).is_ok());
+}
