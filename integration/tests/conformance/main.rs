@@ -21,6 +21,7 @@ mod ordering;
 mod pool;
 mod rma;
 mod rma_events;
+mod sockets;
 mod tagged;
 
 /// The provider list of the macro must be the library's list: adding a
