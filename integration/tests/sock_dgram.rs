@@ -156,4 +156,14 @@ async fn what_a_socket_datagram_is_not() {
     hints.fabric_attr.prov_name = Some("udp".into());
     let dgram = open(&weft::getinfo(Some(&hints)).unwrap().remove(0));
     assert_eq!(dgram.ep.datagrams().unwrap_err(), Error::NoSys);
+
+    // Without an AV there is nowhere to send and no source to name.
+    let f = weft::Fabric::open(&info).unwrap();
+    let d = f.domain(&info).unwrap();
+    let ep = d.endpoint(&info).unwrap();
+    let cq = d.cq(weft::CqAttr::default()).unwrap();
+    ep.bind_cq(&cq, weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)
+        .unwrap();
+    assert_eq!(ep.enable().unwrap_err(), Error::NoAv);
+    assert!(ep.datagrams().is_err(), "no datagrams before enable");
 }
