@@ -1,0 +1,1 @@
+//! Unit tests that need two endpoints.
