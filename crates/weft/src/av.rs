@@ -182,6 +182,14 @@ impl AddressVector {
             .collect()
     }
 
+    /// Whether every address is resolved already or refused outright:
+    /// an insert of them needs no waiting.
+    fn ready(r: &dyn AddrResolver, addrs: &[Vec<u8>]) -> bool {
+        addrs
+            .iter()
+            .all(|a| r.validate(a).is_err() || r.resolved(a))
+    }
+
     fn validate(b: &[u8]) -> Result<()> {
         addr::decode_sockaddr(b).map(|_| ())
     }
@@ -239,12 +247,12 @@ impl AddressVector {
         let converted = self.raw_addrs(addrs);
         let addrs = &converted[..];
         // An insert whose addresses the provider has ready (a named shm
-        // peer that exists) completes now, like one that needs nothing.
+        // peer that exists), or refuses, completes now.
         let resolver = self
             .inner
             .resolver
             .as_ref()
-            .filter(|r| !addrs.iter().all(|a| r.resolved(a)));
+            .filter(|r| !Self::ready(r.as_ref(), addrs));
         if let Some(r) = resolver {
             let lookups = addrs
                 .iter()
@@ -283,7 +291,7 @@ impl AddressVector {
     /// [`insert`](Self::insert) there.
     pub fn insert_sync(&self, addrs: &[Vec<u8>], flags: AvFlags) -> Result<InsertReport> {
         if let Some(r) = &self.inner.resolver {
-            if !self.raw_addrs(addrs).iter().all(|a| r.resolved(a)) {
+            if !Self::ready(r.as_ref(), &self.raw_addrs(addrs)) {
                 return Err(Error::Again);
             }
         }
