@@ -68,7 +68,6 @@ async fn getinfo_offers_rdm_with_names() {
         |h| h.caps = Caps::MSG | Caps::MULTI_RECV,
         |h| h.caps = Caps::MSG | Caps::SHARED_AV,
         |h| h.ep_attr.rx_ctx_cnt = weft::SHARED_CONTEXT,
-        |h| h.tx_attr.op_flags = OpFlags::DELIVERY_COMPLETE,
         |h| h.ep_attr.auth_key = Some(vec![1; 8]),
         |h| h.domain_attr.tls_capable = true,
     ] {

@@ -45,9 +45,10 @@ pub fn offer() -> Info {
             size: QUEUE_SIZE,
             iov_limit: IOV_LIMIT,
             rma_iov_limit: 0,
-            // A send completes once it is in the receiver's ring; nothing
-            // comes back, so delivery-complete is not offered yet.
-            op_flags_supported: OpFlags::TX_BASE,
+            // A send completes once it is in the receiver's ring; with
+            // delivery-complete, once the receiver consumed it (placed or
+            // buffered). Match- and commit-complete are not offered.
+            op_flags_supported: OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE,
             ..TxAttr::default()
         },
         rx_attr: RxAttr {

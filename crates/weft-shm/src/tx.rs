@@ -38,6 +38,18 @@ pub struct Out {
     /// Bytes in the ring so far.
     off: usize,
     started: bool,
+    /// `FI_DELIVERY_COMPLETE`: completes once the receiver consumed its
+    /// last record (placed it or buffered it), not when it is written.
+    dc: bool,
+    done: OpDone,
+}
+
+/// A delivery-complete send wholly in the ring, waiting for the
+/// receiver's head to pass `end`.
+#[derive(Debug)]
+struct Delivering {
+    end: u64,
+    len: usize,
     done: OpDone,
 }
 
@@ -56,6 +68,7 @@ pub struct Peer {
     owner: (u32, u64),
     bell: Option<File>,
     queue: VecDeque<Out>,
+    delivering: VecDeque<Delivering>,
 }
 
 /// The peers sent to, by address.
@@ -123,6 +136,7 @@ impl Peer {
             owner,
             bell: crate::bell::open_remote(name),
             queue: VecDeque::new(),
+            delivering: VecDeque::new(),
         })
     }
 
@@ -227,20 +241,75 @@ impl Peer {
         }
     }
 
+    /// The cheap check of every send: the owner has not closed the
+    /// endpoint (it clears the pid in its header).
+    fn alive_now(&self) -> bool {
+        self.seg.load32(H_PID, Ordering::Relaxed) == Some(self.owner.0)
+    }
+
     /// Whether the segment's owner is the one mapped and still runs.
     fn alive(&self) -> bool {
         crate::live::owner_of(&self.seg) == Some(self.owner)
             && crate::live::alive(self.owner.0, self.owner.1)
     }
 
+    /// A send is wholly in the ring: it ends now, or (delivery-complete)
+    /// once the receiver's head passes it.
+    fn written(&mut self, o: Out, ended: &mut Vec<Ended>) {
+        if !o.dc {
+            ended.push((o.done, o.len, Ok(())));
+            return;
+        }
+        self.delivering.push_back(Delivering {
+            end: self.tail,
+            len: o.len,
+            done: o.done,
+        });
+        if let Some((c, _)) = self.chan {
+            // The receiver rings us when it consumes.
+            self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+        }
+        self.delivered(ended);
+    }
+
+    /// Ends the delivery-complete sends the receiver's head has passed.
+    fn delivered(&mut self, ended: &mut Vec<Ended>) {
+        let Some((c, _)) = self.chan else {
+            return;
+        };
+        let head = c.head(&self.seg);
+        while let Some(d) = self.delivering.front() {
+            // Within one ring behind the tail: a head elsewhere is the
+            // receiver resetting a freed channel, not progress.
+            let behind = self.tail.wrapping_sub(head);
+            let passed = behind <= self.tail.wrapping_sub(d.end);
+            if !passed {
+                if let Some((c, _)) = self.chan {
+                    self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
+                }
+                return;
+            }
+            if let Some(d) = self.delivering.pop_front() {
+                ended.push((d.done, d.len, Ok(())));
+            }
+        }
+    }
+
+    /// Whether sends wait here (queued, or for delivery).
+    fn busy(&self) -> bool {
+        !self.queue.is_empty() || !self.delivering.is_empty()
+    }
+
     /// Sends queued sends while the ring takes them.
     fn flush(&mut self, me: (u32, u64), my_name: &str, ended: &mut Vec<Ended>) {
+        self.delivered(ended);
         if self.queue.is_empty() || !self.claim(me, my_name) {
             return;
         }
         while let Some(mut o) = self.queue.pop_front() {
             match self.advance(&mut o) {
-                Ok(true) => ended.push((o.done, o.len, Ok(()))),
+                Ok(true) => self.written(o, ended),
                 Ok(false) => {
                     self.queue.push_front(o);
                     return;
@@ -256,6 +325,7 @@ impl Peer {
 
     fn fail_all(&mut self, e: Error, ended: &mut Vec<Ended>) {
         ended.extend(self.queue.drain(..).map(|o| (o.done, o.len, Err(e))));
+        ended.extend(self.delivering.drain(..).map(|d| (d.done, d.len, Err(e))));
     }
 }
 
@@ -332,6 +402,7 @@ impl EpShared {
             len,
             off: 0,
             started: false,
+            dc: req.flags.contains(OpFlags::DELIVERY_COMPLETE),
             done: req.done,
         };
         let peer = match key {
@@ -355,11 +426,40 @@ impl EpShared {
             finish(self, (o.done, len, Err(Error::AddrNotAvail)));
             return Ok(());
         };
+        if !peer.alive_now() {
+            // The owner closed its endpoint: what waits fails, and so
+            // does this send.
+            let mut ended = Vec::new();
+            peer.fail_all(Error::ConnReset, &mut ended);
+            ended.push((o.done, len, Err(Error::ConnReset)));
+            if let Ok(t) = lock_synced(av).lookup(req.dest).map(<[u8]>::to_vec) {
+                peers.map.remove(&t);
+            }
+            drop(peers);
+            for e in ended {
+                finish(self, e);
+            }
+            return Ok(());
+        }
         if peer.queue.is_empty() && peer.claim(self.me, &self.name) {
             match peer.advance(&mut o) {
-                Ok(true) => {
+                Ok(true) if !o.dc => {
                     drop(peers);
                     finish(self, (o.done, len, Ok(())));
+                    return Ok(());
+                }
+                Ok(true) => {
+                    let mut ended = Vec::new();
+                    peer.written(o, &mut ended);
+                    drop(peers);
+                    let waits = ended.is_empty();
+                    for e in ended {
+                        finish(self, e);
+                    }
+                    if waits {
+                        self.tx_pending.store(true, Ordering::Release);
+                        self.kick.notify_one();
+                    }
                     return Ok(());
                 }
                 Ok(false) => {}
@@ -389,7 +489,7 @@ impl EpShared {
             let mut pending = false;
             for p in peers.map.values_mut() {
                 p.flush(self.me, &self.name, &mut ended);
-                pending |= !p.queue.is_empty();
+                pending |= p.busy();
             }
             self.tx_pending.store(pending, Ordering::Release);
         }
