@@ -1,8 +1,7 @@
 //! Nothing silently lost: dropping a receive's future, or cancelling a
-//! posted receive, never loses a message, on tcp MSG and RDM, shm RDM, udp
-//! DGRAM and on verbs
-//! MSG, RDM, DGRAM and a shared receive context (issue "Nothing silently
-//! lost").
+//! posted receive, never loses a message, on tcp MSG and RDM, shm RDM,
+//! udp DGRAM and on verbs MSG, RDM, DGRAM and a shared receive context
+//! (issue "Nothing silently lost").
 //!
 //! Each soak sends numbered 64-byte messages, a random 0–100 µs apart,
 //! while the receiver awaits each receive under a random timeout of
