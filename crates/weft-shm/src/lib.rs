@@ -37,6 +37,7 @@ pub mod name;
 mod offer;
 pub mod ring;
 mod rx;
+pub mod scan;
 #[allow(unsafe_code)]
 pub mod segment;
 #[cfg(test)]

@@ -336,10 +336,7 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
             if lc.partial.is_some() {
                 return Err(());
             }
-            let total = usize::try_from(h.total).map_err(|_| ())?;
-            if total > ep.max_msg || len > total || (last && len != total) {
-                return Err(());
-            }
+            let total = crate::ring::check_first(h, ep.max_msg).ok_or(())?;
             let tagged = h.has(F_TAGGED);
             let info = MsgInfo {
                 key: None,
@@ -390,9 +387,7 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
         K_CONT => lc.partial.take().ok_or(())?,
         _ => return Err(()),
     };
-    if p.got.checked_add(len).is_none_or(|e| e > p.info.len) {
-        return Err(());
-    }
+    let now = crate::ring::check_next(h, p.got, p.info.len).ok_or(())?;
     match &mut p.sink {
         Sink::Recv(req) => {
             if !place(&ep.seg, req, p.got, r.payload, len) {
@@ -407,14 +402,10 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
             }
         }
     }
-    p.got += len;
+    p.got = now;
     if !last {
         lc.partial = Some(p);
         return Ok(true);
-    }
-    if p.got != p.info.len {
-        lc.partial = Some(p);
-        return Err(());
     }
     let from = lc.from.clone().ok_or(())?;
     finish(ep, p, from);

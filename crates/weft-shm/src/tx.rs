@@ -113,17 +113,8 @@ impl Peer {
             Error::NoEnt => Error::ConnRefused,
             e => e,
         })?;
-        use Ordering::Acquire;
         let owner = crate::live::owner_of(&seg).ok_or(Error::ConnRefused)?;
-        let version = seg.load32(H_VERSION, Acquire);
-        let g = Geometry::check(
-            seg.load32(H_CHANNELS, Acquire).unwrap_or(0),
-            seg.load32(H_RING, Acquire).unwrap_or(0),
-        );
-        let g = match g {
-            Some(g) if version == Some(VERSION) && g.len() == seg.len() => g,
-            _ => return Err(Error::ConnRefused),
-        };
+        let g = crate::ring::header_geometry(&seg).ok_or(Error::ConnRefused)?;
         if !crate::live::alive(owner.0, owner.1) {
             return Err(Error::ConnRefused);
         }
