@@ -78,6 +78,29 @@ async fn getinfo_offers_rdm_with_names() {
     }
 }
 
+/// What is not there is refused by the calls too: memory registration,
+/// RMA, named AVs, MSG endpoints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rma_and_the_rest_are_refused() {
+    let p = pair(WaitMode::Interrupt);
+    let access = weft::MrAccess::REMOTE_READ | weft::MrAccess::REMOTE_WRITE;
+    assert_eq!(p.h.domain.mr_alloc(64, access).unwrap_err(), Error::NoSys);
+    let e = p.a.post_write(p.b_in_a, Bytes::from_static(b"x"), 0, 1, 0);
+    assert!(e.is_err(), "an RMA write was taken");
+    let named = weft::AvAttr {
+        name: Some("weft-shm-test-named".into()),
+        ..weft::AvAttr::default()
+    };
+    assert_eq!(p.h.domain.av(named).unwrap_err(), Error::OpNotSupp);
+    let mut i = p.h.info.clone();
+    i.ep_attr.ep_type = EpType::Msg;
+    let refused =
+        p.h.domain
+            .endpoint(&i)
+            .map_or(true, |ep| ep.enable().is_err());
+    assert!(refused, "an MSG endpoint enabled");
+}
+
 /// Two enabled endpoints of one domain waiting in `mode`, each with its
 /// own AV holding the other.
 struct Pair {
