@@ -428,7 +428,7 @@ async fn a_segment_full_of_garbage_is_survived() {
     };
     for round in 0..200 {
         // Channels 1.. (a holds channel 0): states, lengths, positions.
-        let ch = 1 + (rnd() % 15) as u64;
+        let ch = 1 + rnd() % 15;
         let ctl = 256 + ch * 256;
         let state = [2u32, 3, 1, 7][round % 4];
         f.seek(SeekFrom::Start(ctl)).unwrap();

@@ -115,7 +115,7 @@ fn own_name(cfg: &EpConfig) -> Result<String> {
 /// Creates `name`'s segment, taking over one whose owner is dead.
 fn create_segment(name: &str, g: Geometry) -> Result<Segment> {
     let seg_name = name::seg_name(name);
-    match Segment::create(&seg_name, g.len()) {
+    match Segment::create(&seg_name, g.bytes()) {
         Err(Error::AddrInUse) => {
             let path = std::path::Path::new(name::SHM_DIR).join(&seg_name[1..]);
             match crate::live::owner_of_file(&path) {
@@ -123,7 +123,7 @@ fn create_segment(name: &str, g: Geometry) -> Result<Segment> {
                 // Dead, or never finished by its creator: ours now.
                 _ => {
                     Segment::unlink(&seg_name);
-                    Segment::create(&seg_name, g.len())
+                    Segment::create(&seg_name, g.bytes())
                 }
             }
         }

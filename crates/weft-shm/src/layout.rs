@@ -111,7 +111,7 @@ impl Geometry {
     }
 
     /// Bytes of the whole segment.
-    pub fn len(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.rings() + self.channels * self.ring
     }
 
@@ -141,9 +141,9 @@ mod tests {
         assert_eq!(Geometry::check(1, 32 << 20), None);
         let g = Geometry::OURS;
         assert_eq!(g.rings(), 8192);
-        assert_eq!(g.len(), 8192 + 16 * (256 << 10));
+        assert_eq!(g.bytes(), 8192 + 16 * (256 << 10));
         // The largest declared shape stays far from overflow.
         let big = Geometry::check(64, 16 << 20).unwrap_or(g);
-        assert_eq!(big.len(), 20480 + (1 << 30));
+        assert_eq!(big.bytes(), 20480 + (1 << 30));
     }
 }

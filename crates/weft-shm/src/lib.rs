@@ -38,7 +38,6 @@ mod offer;
 pub mod ring;
 mod rx;
 pub mod scan;
-#[allow(unsafe_code)]
 pub mod segment;
 #[cfg(test)]
 mod tests;

@@ -112,7 +112,7 @@ pub fn header_geometry(seg: &Segment) -> Option<Geometry> {
         seg.load32(H_CHANNELS, Acquire)?,
         seg.load32(H_RING, Acquire)?,
     )?;
-    (g.len() == seg.len()).then_some(g)
+    (g.bytes() == seg.size()).then_some(g)
 }
 
 /// One channel of a segment whose geometry is known.
@@ -270,7 +270,7 @@ mod tests {
 
     fn small() -> (Segment, Chan) {
         let g = Geometry::check(2, 4096).unwrap();
-        let seg = Segment::anonymous(&vec![0u8; g.len()]).unwrap();
+        let seg = Segment::anonymous(&vec![0u8; g.bytes()]).unwrap();
         (seg, Chan { g, i: 1 })
     }
 

@@ -112,7 +112,7 @@ pub fn scan_bytes(bytes: &[u8]) -> Scan {
         return Scan::default();
     };
     let mut img = bytes.to_vec();
-    img.resize(g.len(), 0);
+    img.resize(g.bytes(), 0);
     let Ok(seg) = Segment::anonymous(&img) else {
         return Scan::default();
     };
@@ -132,7 +132,7 @@ mod tests {
         let Some(g) = Geometry::check(2, 4096) else {
             return;
         };
-        let Ok(seg) = Segment::anonymous(&vec![0u8; g.len()]) else {
+        let Ok(seg) = Segment::anonymous(&vec![0u8; g.bytes()]) else {
             return;
         };
         let c = Chan { g, i: 1 };
@@ -157,7 +157,7 @@ mod tests {
         assert_eq!((s.records, s.messages, s.bytes, s.corrupt), (3, 1, 2048, 0));
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..300 {
-            let junk: Vec<u8> = (0..g.len())
+            let junk: Vec<u8> = (0..g.bytes())
                 .map(|_| {
                     x ^= x << 13;
                     x ^= x >> 7;

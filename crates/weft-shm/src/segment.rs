@@ -128,7 +128,7 @@ impl Segment {
     }
 
     /// Bytes mapped.
-    pub fn len(&self) -> usize {
+    pub fn size(&self) -> usize {
         self.len
     }
 

@@ -104,10 +104,10 @@ impl Peer {
     /// there is no such endpoint (any more).
     fn open(name: &str) -> Result<Peer> {
         let min = Geometry::check(1, RING_MIN as u32)
-            .map(|g| g.len())
+            .map(|g| g.bytes())
             .unwrap_or(HEADER);
         let max = Geometry::check(CHANNELS_MAX as u32, RING_MAX as u32)
-            .map(|g| g.len())
+            .map(|g| g.bytes())
             .unwrap_or(HEADER);
         let seg = Segment::open(&crate::name::seg_name(name), min, max).map_err(|e| match e {
             Error::NoEnt => Error::ConnRefused,

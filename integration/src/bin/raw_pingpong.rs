@@ -8,9 +8,12 @@
 //! `udp-spin` and `udp-block` modes are the floor of the udp provider: two
 //! connected loopback UDP sockets trading `SIZE`-byte datagrams with bare
 //! `send`/`recv` (at most 65507 bytes). Prints `usec/xfer` (half a round
-//! trip) and MB/s the way `fi_pingpong` does.
+//! trip) and MB/s the way `fi_pingpong` does. `memcpy` is the floor of
+//! the shm provider's large messages: one core copying `SIZE` bytes
+//! between two buffers (each "transfer" one copy), what moving a message
+//! through memory costs at the least.
 //!
-//! usage: raw-pingpong block|spin|tokio|udp-spin|udp-block SIZE ITERS
+//! usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy SIZE ITERS
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
@@ -177,12 +180,28 @@ fn run_tokio(size: usize, iters: u64) -> io::Result<f64> {
     Ok(secs)
 }
 
+/// `2 * iters` copies of `size` bytes (so that, like the ping-pongs,
+/// the time per transfer is the total over `2 * iters`).
+fn run_memcpy(size: usize, iters: u64) -> io::Result<f64> {
+    let src = vec![0x5au8; size];
+    let mut dst = vec![0u8; size];
+    // Warm both buffers (page faults are not the floor).
+    dst.copy_from_slice(&src);
+    let t = Instant::now();
+    for i in 0..2 * iters {
+        dst.copy_from_slice(&src);
+        dst[(i as usize) % size] ^= 1;
+        std::hint::black_box(&mut dst);
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let parsed = match args.as_slice() {
         [_, mode, size, iters] => {
             match (mode.as_str(), size.parse::<usize>(), iters.parse::<u64>()) {
-                (m @ ("block" | "spin" | "tokio"), Ok(s), Ok(i)) if s > 0 && i > 0 => {
+                (m @ ("block" | "spin" | "tokio" | "memcpy"), Ok(s), Ok(i)) if s > 0 && i > 0 => {
                     Some((m.to_string(), s, i))
                 }
                 (m @ ("udp-spin" | "udp-block"), Ok(s), Ok(i)) if s > 0 && s <= 65_507 && i > 0 => {
@@ -194,13 +213,14 @@ fn main() -> ExitCode {
         _ => None,
     };
     let Some((mode, size, iters)) = parsed else {
-        eprintln!("usage: raw-pingpong block|spin|tokio|udp-spin|udp-block SIZE ITERS");
+        eprintln!("usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy SIZE ITERS");
         return ExitCode::from(2);
     };
     let res = match mode.as_str() {
         "tokio" => run_tokio(size, iters),
         "udp-spin" => run_udp(true, size, iters),
         "udp-block" => run_udp(false, size, iters),
+        "memcpy" => run_memcpy(size, iters),
         m => run(m == "spin", size, iters),
     };
     match res {
