@@ -106,13 +106,19 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
 
 /// [`scan`] of arbitrary bytes as the segment of a small geometry (2
 /// channels of 4 KiB), and again with the geometry its header declares
-/// when that fits the bytes: the fuzz target's entry point.
+/// when that fits the bytes: the fuzz target's entry point. The first
+/// 768 bytes are the header and control blocks, the rest the rings (the
+/// padding between them stays zero), so short inputs reach records.
 pub fn scan_bytes(bytes: &[u8]) -> Scan {
     let Some(g) = Geometry::check(2, 4096) else {
         return Scan::default();
     };
-    let mut img = bytes.to_vec();
-    img.resize(g.bytes(), 0);
+    let ctl = g.ctl(g.channels);
+    let mut img = vec![0u8; g.bytes()];
+    let (head, rings) = bytes.split_at(bytes.len().min(ctl));
+    img[..head.len()].copy_from_slice(head);
+    let n = rings.len().min(g.bytes() - g.rings());
+    img[g.rings()..g.rings() + n].copy_from_slice(&rings[..n]);
     let Ok(seg) = Segment::anonymous(&img) else {
         return Scan::default();
     };
