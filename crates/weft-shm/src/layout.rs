@@ -42,9 +42,12 @@ pub const C_HEAD: usize = 192;
 
 /// Channel states.
 pub const FREE: u32 = 0;
-pub const CLAIMED: u32 = 1;
 pub const ACTIVE: u32 = 2;
 pub const CLOSED: u32 = 3;
+/// Being claimed: this bit and the claimer's pid, set in the one
+/// compare-and-swap that takes a free channel, so the owner can tell a
+/// claim whose process died before finishing it.
+pub const CLAIMING: u32 = 1 << 31;
 
 /// Longest endpoint name, bytes.
 pub const NAME_MAX: usize = 48;

@@ -163,8 +163,9 @@ pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool) -> usize {
                     _ => {}
                 }
             }
-            Some(CLAIMED) => {
-                if sweep && !sender_alive(ep, &c) {
+            Some(s) if s & CLAIMING != 0 => {
+                // A claimer that died before finishing its claim.
+                if sweep && !crate::live::alive(s & !CLAIMING, 0) {
                     free(ep, &c, lc, false);
                 }
             }

@@ -139,7 +139,10 @@ impl Peer {
         use Ordering::{Acquire, Release};
         for i in 0..self.g.channels {
             let c = Chan { g: self.g, i };
-            if !self.seg.cas32(c.ctl(C_STATE), FREE, CLAIMED) {
+            if !self
+                .seg
+                .cas32(c.ctl(C_STATE), FREE, CLAIMING | (me.0 & !CLAIMING))
+            {
                 continue;
             }
             let s = &self.seg;
@@ -163,9 +166,17 @@ impl Peer {
     /// in; `Ok(false)`: it waits for room; `Err`: the receiver broke the
     /// rules.
     fn advance(&mut self, o: &mut Out) -> Result<bool> {
-        let Some((c, _)) = self.chan else {
+        let Some((c, gen)) = self.chan else {
             return Ok(false);
         };
+        // Still ours: an owner that freed the channel (it took us for
+        // dead or broken) may have given it to another sender.
+        let ours = self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
+            && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen);
+        if !ours {
+            self.chan = None;
+            return Err(Error::ConnAborted);
+        }
         let start = self.tail;
         let mut asked = false;
         let r = loop {

@@ -59,7 +59,7 @@ fn partial(addr: &str) -> Res<()> {
     let me = format!("partial-{pid}");
     let c = (0..g.channels)
         .map(|i| Chan { g, i })
-        .find(|c| seg.cas32(c.ctl(C_STATE), FREE, CLAIMED))
+        .find(|c| seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | pid))
         .ok_or("no free channel")?;
     seg.store32(c.ctl(C_PID), pid, Ordering::Release);
     seg.store64(c.ctl(C_START), start, Ordering::Release);
