@@ -26,6 +26,7 @@ pub mod limits;
 pub mod progress;
 pub mod provider;
 pub mod recv_completion;
+pub mod soft_rx;
 pub mod sync;
 pub mod tagmatch;
 pub mod tclass;

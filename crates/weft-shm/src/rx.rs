@@ -10,7 +10,7 @@
 //! (`EpStats::rx_malformed`); a message it had begun fails its receive.
 
 use std::fs::File;
-use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -20,6 +20,7 @@ use weft_core::completion::Returned;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 use weft_core::recv_completion::{deliver, deliver_unknown, fail_recv};
+use weft_core::soft_rx::Charge;
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::Error;
@@ -40,36 +41,6 @@ pub struct Held {
     /// The sender's address (for `FI_SOURCE_ERR`).
     pub from: Arc<[u8]>,
     _charge: Charge,
-}
-
-/// Bytes charged against the unexpected budget, given back on drop.
-#[derive(Debug)]
-struct Charge {
-    n: usize,
-    on: Arc<AtomicUsize>,
-}
-
-impl Charge {
-    /// Charges `n` if the total stays within `limit`.
-    fn try_new(on: &Arc<AtomicUsize>, n: usize, limit: usize) -> Option<Charge> {
-        on.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-            c.checked_add(n).filter(|&t| t <= limit)
-        })
-        .ok()
-        .map(|_| Charge { n, on: on.clone() })
-    }
-
-    /// Charges `n` whatever the total (a message admitted once already).
-    fn force(on: &Arc<AtomicUsize>, n: usize) -> Charge {
-        on.fetch_add(n, Ordering::AcqRel);
-        Charge { n, on: on.clone() }
-    }
-}
-
-impl Drop for Charge {
-    fn drop(&mut self) {
-        self.on.fetch_sub(self.n, Ordering::AcqRel);
-    }
 }
 
 /// Where a message being received goes.
