@@ -11,9 +11,14 @@
 //! trip) and MB/s the way `fi_pingpong` does. `memcpy` is the floor of
 //! the shm provider's large messages: one core copying `SIZE` bytes
 //! between two buffers (each "transfer" one copy), what moving a message
-//! through memory costs at the least.
+//! through memory costs at the least. `wake` is the floor of the shm
+//! provider's interrupt mode: two threads that sleep in the kernel until
+//! the other wakes them, trading one byte over a Unix socket pair
+//! (blocking `read`/`write`; `SIZE` is ignored) — a sleep and a wake-up
+//! per transfer, what an eventfd or FIFO ping-pong costs, with no data
+//! moved.
 //!
-//! usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy SIZE ITERS
+//! usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy|wake SIZE ITERS
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
@@ -180,6 +185,31 @@ fn run_tokio(size: usize, iters: u64) -> io::Result<f64> {
     Ok(secs)
 }
 
+/// A one-byte ping-pong over a Unix socket pair between two threads
+/// blocked in `read`: the cost of sleeping and being woken.
+fn run_wake(iters: u64) -> io::Result<f64> {
+    let (mut a, mut b) = std::os::unix::net::UnixStream::pair()?;
+    let server = std::thread::spawn(move || -> io::Result<()> {
+        let mut x = [0u8; 1];
+        for _ in 0..iters {
+            b.read_exact(&mut x)?;
+            b.write_all(&x)?;
+        }
+        Ok(())
+    });
+    let mut x = [1u8; 1];
+    let t = Instant::now();
+    for _ in 0..iters {
+        a.write_all(&x)?;
+        a.read_exact(&mut x)?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    server
+        .join()
+        .map_err(|_| io::Error::other("server thread failed"))??;
+    Ok(secs)
+}
+
 /// `2 * iters` copies of `size` bytes (so that, like the ping-pongs,
 /// the time per transfer is the total over `2 * iters`).
 fn run_memcpy(size: usize, iters: u64) -> io::Result<f64> {
@@ -201,7 +231,7 @@ fn main() -> ExitCode {
     let parsed = match args.as_slice() {
         [_, mode, size, iters] => {
             match (mode.as_str(), size.parse::<usize>(), iters.parse::<u64>()) {
-                (m @ ("block" | "spin" | "tokio" | "memcpy"), Ok(s), Ok(i)) if s > 0 && i > 0 => {
+                (m @ ("block" | "spin" | "tokio" | "memcpy" | "wake"), Ok(s), Ok(i)) if s > 0 && i > 0 => {
                     Some((m.to_string(), s, i))
                 }
                 (m @ ("udp-spin" | "udp-block"), Ok(s), Ok(i)) if s > 0 && s <= 65_507 && i > 0 => {
@@ -213,7 +243,7 @@ fn main() -> ExitCode {
         _ => None,
     };
     let Some((mode, size, iters)) = parsed else {
-        eprintln!("usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy SIZE ITERS");
+        eprintln!("usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy|wake SIZE ITERS");
         return ExitCode::from(2);
     };
     let res = match mode.as_str() {
@@ -221,6 +251,7 @@ fn main() -> ExitCode {
         "udp-spin" => run_udp(true, size, iters),
         "udp-block" => run_udp(false, size, iters),
         "memcpy" => run_memcpy(size, iters),
+        "wake" => run_wake(iters),
         m => run(m == "spin", size, iters),
     };
     match res {
