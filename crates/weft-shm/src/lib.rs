@@ -39,8 +39,6 @@ pub mod ring;
 mod rx;
 pub mod scan;
 pub mod segment;
-#[cfg(test)]
-mod tests;
 mod tx;
 
 use std::sync::{Arc, Once};

@@ -1,1 +1,0 @@
-//! Unit tests that need two endpoints.
