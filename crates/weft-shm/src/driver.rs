@@ -23,6 +23,14 @@ use crate::layout::H_SLEEPING;
 /// operations fail within this (plus one check's time).
 pub const SWEEP_EVERY: Duration = Duration::from_millis(100);
 
+/// How long a spinning waiter finds nothing before its empty passes
+/// yield the core: long enough that a round trip on a quiet machine
+/// (2 µs) never yields, short enough that a waiter on a loaded one gives
+/// the peer its core within a fraction of a time slice. (At 5 µs the
+/// soaks of `cancel_safe.rs` saw too few receives time out: a waiter
+/// that yields at once mostly comes back to a message already there.)
+const YIELD_AFTER_NS: u64 = 20_000;
+
 /// Starts the endpoint's drivers for its wait mode.
 pub fn start(ep: &Arc<EpShared>) -> Result<()> {
     if ep.cfg.wait == WaitMode::BusyPoll {
@@ -151,13 +159,17 @@ impl weft_core::progress::Progress for InlineProgress {
         }
         self.ep.hold.waiter_active();
         let n = poll_once(&self.ep);
-        if n == 0 {
+        let now = clock_ns();
+        if n > 0 {
+            self.ep.last_work.store(now, Ordering::Relaxed);
+        } else if now.saturating_sub(self.ep.last_work.load(Ordering::Relaxed)) > YIELD_AFTER_NS {
             // The peer is another process: with fewer cores than
             // runnable threads, a spin that never enters the kernel holds
             // the core for a whole time slice while the peer waits for it
             // (on two loaded cores, 64 B round trips took 130–370 µs).
-            // sched_yield costs under a microsecond when nothing else
-            // wants the core.
+            // After a short spin with nothing found, each empty pass
+            // yields; sched_yield costs under a microsecond when nothing
+            // else wants the core.
             std::thread::yield_now();
         }
         n

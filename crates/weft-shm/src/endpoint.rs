@@ -85,6 +85,8 @@ pub struct EpShared {
     pub inline_idle: Notify,
     /// When peers' and senders' liveness was last checked (`clock_ns`).
     pub last_sweep: AtomicU64,
+    /// When a spinning waiter's pass last found work (`clock_ns`).
+    pub last_work: AtomicU64,
 }
 
 impl RecvCtx for EpShared {
@@ -212,6 +214,7 @@ impl EpShared {
             hold: SpinHold::default(),
             inline_idle: Notify::new(),
             last_sweep: AtomicU64::new(weft_core::progress::clock_ns()),
+            last_work: AtomicU64::new(0),
             cfg,
         }))
     }

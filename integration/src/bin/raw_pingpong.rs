@@ -231,7 +231,9 @@ fn main() -> ExitCode {
     let parsed = match args.as_slice() {
         [_, mode, size, iters] => {
             match (mode.as_str(), size.parse::<usize>(), iters.parse::<u64>()) {
-                (m @ ("block" | "spin" | "tokio" | "memcpy" | "wake"), Ok(s), Ok(i)) if s > 0 && i > 0 => {
+                (m @ ("block" | "spin" | "tokio" | "memcpy" | "wake"), Ok(s), Ok(i))
+                    if s > 0 && i > 0 =>
+                {
                     Some((m.to_string(), s, i))
                 }
                 (m @ ("udp-spin" | "udp-block"), Ok(s), Ok(i)) if s > 0 && s <= 65_507 && i > 0 => {
