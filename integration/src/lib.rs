@@ -34,9 +34,11 @@ pub const QUIET: Duration = Duration::from_millis(200);
 /// instances need an RDMA device: without one they print why they are
 /// skipped (see [`Provider::usable`]). udp has neither RDM nor MSG: its
 /// instances are the tests that apply to a connectionless endpoint, run
-/// on `FI_EP_DGRAM` ([`Provider::connless_type`]).
+/// on `FI_EP_DGRAM` ([`Provider::connless_type`]). shm has RDM only: its
+/// instances are the RDM tests that need no MSG endpoints, RMA or
+/// memory registration.
 pub fn providers() -> Vec<&'static str> {
-    vec!["tcp", "verbs", "udp"]
+    vec!["tcp", "verbs", "udp", "shm"]
 }
 
 /// The RDMA device the verbs conformance tests use (`WEFT_VERBS_DOMAIN`,

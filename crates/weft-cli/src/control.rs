@@ -342,11 +342,28 @@ async fn read_full<S: AsyncRead + Unpin>(
     }
 }
 
-/// A peer's endpoint address must be a socket address (what every Weft
-/// provider uses) of the family the control connection runs over, with a
-/// host and a port: anything else is not a weft peer, or would have this
-/// side send to nowhere.
-fn check_peer_addr(raw: &[u8], local: IpAddr) -> Result<SocketAddr, String> {
+/// A peer's endpoint address must be a socket address (what the socket
+/// and verbs providers use) of the family the control connection runs
+/// over, with a host and a port, or an shm name (`fi_shm://<name>`):
+/// anything else is not a weft peer, or would have this side send to
+/// nowhere.
+fn check_peer_addr(raw: &[u8], local: IpAddr) -> Result<(), String> {
+    if let Some(name) = raw.strip_prefix(b"fi_shm://") {
+        // A named endpoint of this host (shm); the insert checks the
+        // name again.
+        let ok = (1..=48).contains(&name.len())
+            && name
+                .iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(c));
+        return if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "sent {} bytes that are not an shm address",
+                raw.len()
+            ))
+        };
+    }
     let a = weft::decode_sockaddr(raw)
         .map_err(|_| format!("sent {} bytes that are not a socket address", raw.len()))?;
     if a.is_ipv4() != local.is_ipv4() {
@@ -358,7 +375,7 @@ fn check_peer_addr(raw: &[u8], local: IpAddr) -> Result<SocketAddr, String> {
     if ip.is_unspecified() || ip.is_multicast() || a.port() == 0 {
         return Err(format!("sent {a}, which no endpoint can have"));
     }
-    Ok(a)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -392,6 +409,14 @@ mod tests {
     async fn a_well_formed_address_is_taken() {
         let a = sockaddr("127.0.0.1:4000");
         assert_eq!(server_reads(&framed(&a)).await, Ok(a));
+    }
+
+    #[tokio::test]
+    async fn an_shm_name_is_taken_and_a_bad_one_refused() {
+        let a = b"fi_shm://123-0".to_vec();
+        assert_eq!(server_reads(&framed(&a)).await, Ok(a));
+        let e = server_reads(&framed(b"fi_shm://../x")).await.unwrap_err();
+        assert!(e.contains("not an shm address"), "{e}");
     }
 
     #[tokio::test]

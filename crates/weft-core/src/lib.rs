@@ -28,6 +28,7 @@ pub mod pool;
 pub mod progress;
 pub mod provider;
 pub mod recv_completion;
+pub mod soft_rx;
 pub mod sync;
 pub mod tagmatch;
 pub mod tclass;

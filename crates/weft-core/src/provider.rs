@@ -431,6 +431,19 @@ pub trait AddrResolver: Send + Sync + Debug {
     fn resolve(&self, addr: Vec<u8>) -> BoxFuture<'static, Result<()>>;
     /// No AV entry holds `addr` any more: what was kept for it may go.
     fn forget(&self, addr: &[u8]);
+    /// Checks that `addr` is an address of the domain's format (`Inval`
+    /// if not) before it is resolved or inserted. By default, a socket
+    /// address.
+    fn validate(&self, addr: &[u8]) -> Result<()> {
+        crate::addr::decode_sockaddr(addr).map(|_| ())
+    }
+    /// Whether `addr` needs no waiting now: an insert whose addresses all
+    /// are ready completes at once (and `insert_sync` takes it). By
+    /// default none is.
+    fn resolved(&self, addr: &[u8]) -> bool {
+        let _ = addr;
+        false
+    }
 }
 
 /// A post that could not be accepted, with the request handed back so the

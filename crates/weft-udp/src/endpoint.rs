@@ -15,14 +15,15 @@ use tokio::sync::Notify;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, sockaddr_bytes, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::attr::AddrFormat;
 use weft_core::av::shared::lock_synced;
-use weft_core::completion::{CqErrEntry, Returned, WaitMode};
+use weft_core::completion::{Returned, WaitMode};
 use weft_core::credits::Credits;
 use weft_core::flags::{Caps, OpFlags};
 use weft_core::progress::{Progress, SpinHold};
 use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
-use weft_core::recv_completion::{cancel_recv, complete_peek, RecvCtx};
+use weft_core::recv_completion::{cancel_recv, RecvCtx};
+use weft_core::soft_rx::post_recv;
 use weft_core::sync::lock;
-use weft_core::tagmatch::{Matcher, PostOutcome, RecvSpec};
+use weft_core::tagmatch::Matcher;
 use weft_core::{Error, Result};
 
 use crate::rx::{Held, RxState};
@@ -248,66 +249,13 @@ impl EpShared {
     }
 
     pub(crate) fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
-        let spec = spec_of(&req);
-        let resolve = |a: &SocketAddr| self.resolve_src(a);
-        if req.flags.contains(OpFlags::PEEK) {
-            let r = lock(&self.matcher).peek(&spec, req.flags, &resolve);
-            match r {
-                Ok(info) => complete_peek(self, req, info),
-                Err(Error::Inval) => {
-                    return Err(Rejected {
-                        err: Error::Inval,
-                        req,
-                    })
-                }
-                Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
-            }
-            return Ok(());
-        }
-        if req.flags.contains(OpFlags::CLAIM) {
-            let discard = req.flags.contains(OpFlags::DISCARD);
-            let r = lock(&self.matcher).claim(spec.context, discard);
-            match r {
-                Ok((info, Some(held))) => {
-                    // Delivered through the normal path, which gives back
-                    // one receive credit.
-                    self.rx.take();
-                    crate::rx::deliver_held(self, req, info, held);
-                }
-                Ok((info, None)) => complete_peek(self, req, info),
-                Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
-            }
-            return Ok(());
-        }
-        if !self.rx.try_take() {
-            return Err(Rejected {
-                err: Error::Again,
-                req,
-            });
-        }
-        let out = lock(&self.matcher).post(spec, req, &resolve);
-        if let PostOutcome::Matched {
-            recv,
-            info,
-            payload,
-            ..
-        } = out
-        {
-            crate::rx::deliver_held(self, recv, info, payload);
-        }
-        Ok(())
-    }
-}
-
-/// The matching criteria of a receive.
-fn spec_of(req: &RecvReq) -> RecvSpec {
-    RecvSpec {
-        by_key: false,
-        src: req.src,
-        tagged: req.tagged,
-        tag: req.tag,
-        ignore: req.ignore,
-        context: req.done.context,
+        post_recv(
+            self,
+            &self.matcher,
+            req,
+            &|a: &SocketAddr| self.resolve_src(a),
+            &|req, info, held| crate::rx::deliver_held(self, req, info, held),
+        )
     }
 }
 

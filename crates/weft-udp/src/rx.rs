@@ -7,8 +7,7 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use bytes::BytesMut;
 use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
@@ -17,6 +16,7 @@ use weft_core::completion::Returned;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 use weft_core::recv_completion::{copy_in, deliver, deliver_unknown};
+use weft_core::soft_rx::Charge;
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 
@@ -58,37 +58,6 @@ pub struct Held {
     /// Where it came from (for `FI_SOURCE_ERR`).
     pub from: SocketAddr,
     _charge: Charge,
-}
-
-/// Bytes charged against the unexpected budget, given back on drop, so
-/// no path that frees a held datagram can forget to.
-#[derive(Debug)]
-struct Charge {
-    n: usize,
-    on: Arc<AtomicUsize>,
-}
-
-impl Charge {
-    /// Charges `n` if the total stays within `limit`.
-    fn try_new(on: &Arc<AtomicUsize>, n: usize, limit: usize) -> Option<Charge> {
-        on.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-            c.checked_add(n).filter(|&t| t <= limit)
-        })
-        .ok()
-        .map(|_| Charge { n, on: on.clone() })
-    }
-
-    /// Charges `n` whatever the total (a datagram admitted once already).
-    fn force(on: &Arc<AtomicUsize>, n: usize) -> Charge {
-        on.fetch_add(n, Ordering::AcqRel);
-        Charge { n, on: on.clone() }
-    }
-}
-
-impl Drop for Charge {
-    fn drop(&mut self) {
-        self.on.fetch_sub(self.n, Ordering::AcqRel);
-    }
 }
 
 /// What a pass did.
@@ -272,26 +241,5 @@ impl EpShared {
             return unknown;
         }
         self.dest_addr(src).unwrap_or(unknown)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn charges_stop_at_the_limit_and_come_back_on_drop() {
-        let on = Arc::new(AtomicUsize::new(0));
-        let a = Charge::try_new(&on, 600, 1000).unwrap();
-        assert!(Charge::try_new(&on, 600, 1000).is_none());
-        let b = Charge::try_new(&on, 400, 1000).unwrap();
-        assert_eq!(on.load(Ordering::Acquire), 1000);
-        // A datagram given back is charged past the limit.
-        let c = Charge::force(&on, 512);
-        assert_eq!(on.load(Ordering::Acquire), 1512);
-        drop((a, b, c));
-        assert_eq!(on.load(Ordering::Acquire), 0);
-        assert!(Charge::try_new(&on, usize::MAX, usize::MAX).is_some());
     }
 }

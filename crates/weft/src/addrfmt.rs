@@ -9,6 +9,10 @@ use weft_core::addr::{decode_sockaddr, encode_sockaddr, parse_sockaddr_str, sock
 use weft_core::attr::{AddrFormat, Info};
 use weft_core::{Error, Result};
 
+/// The scheme of shm addresses (`fi_shm://<name>`), whose raw form is
+/// the string itself.
+const SHM_SCHEME: &[u8] = b"fi_shm://";
+
 /// Whether `info` names addresses by strings.
 pub(crate) fn is_str(info: &Info) -> bool {
     info.addr_format == AddrFormat::Str
@@ -21,8 +25,12 @@ pub(crate) fn to_raw(info: &Info, bytes: &[u8]) -> Result<Vec<u8>> {
     if !is_str(info) {
         return Ok(bytes.to_vec());
     }
-    let s =
-        std::str::from_utf8(bytes.strip_suffix(&[0]).unwrap_or(bytes)).map_err(|_| Error::Inval)?;
+    let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
+    if bytes.starts_with(SHM_SCHEME) {
+        // shm addresses are names: the string is the raw form.
+        return Ok(bytes.to_vec());
+    }
+    let s = std::str::from_utf8(bytes).map_err(|_| Error::Inval)?;
     Ok(encode_sockaddr(&parse_sockaddr_str(s)?))
 }
 
@@ -86,5 +94,7 @@ mod tests {
             Error::Inval
         );
         assert_eq!(to_raw(&info, &[0xff, 0xfe]).unwrap_err(), Error::Inval);
+        assert_eq!(to_raw(&info, b"fi_shm://a-1\0").unwrap(), b"fi_shm://a-1");
+        assert_eq!(to_user(&info, b"fi_shm://a-1".to_vec()), b"fi_shm://a-1");
     }
 }

@@ -167,6 +167,29 @@ impl AddressVector {
             .ok_or(Error::NoEq)
     }
 
+    /// The addresses as the provider takes them: on a string-format
+    /// domain parsed from their strings (one that does not parse stays
+    /// as it is, so that its slot fails validation alone: `Inval`,
+    /// FI_ADDR_NOTAVAIL).
+    fn raw_addrs(&self, addrs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let info = &self.inner.domain.inner.info;
+        if !crate::addrfmt::is_str(info) {
+            return addrs.to_vec();
+        }
+        addrs
+            .iter()
+            .map(|a| crate::addrfmt::to_raw(info, a).unwrap_or_else(|_| a.clone()))
+            .collect()
+    }
+
+    /// Whether every address is resolved already or refused outright:
+    /// an insert of them needs no waiting.
+    fn ready(r: &dyn AddrResolver, addrs: &[Vec<u8>]) -> bool {
+        addrs
+            .iter()
+            .all(|a| r.validate(a).is_err() || r.resolved(a))
+    }
+
     fn validate(b: &[u8]) -> Result<()> {
         addr::decode_sockaddr(b).map(|_| ())
     }
@@ -221,26 +244,23 @@ impl AddressVector {
             // fi_av(3): such domains take ids through `set_user_id`.
             return Err(Error::Inval);
         }
-        let converted: Vec<Vec<u8>>;
-        let addrs = if crate::addrfmt::is_str(info) {
-            // A string that does not parse stays as it is, so that its
-            // slot fails validation alone (`Inval`, FI_ADDR_NOTAVAIL).
-            converted = addrs
-                .iter()
-                .map(|a| crate::addrfmt::to_raw(info, a).unwrap_or_else(|_| a.clone()))
-                .collect();
-            &converted[..]
-        } else {
-            addrs
-        };
-        if let Some(r) = &self.inner.resolver {
+        let converted = self.raw_addrs(addrs);
+        let addrs = &converted[..];
+        // An insert whose addresses the provider has ready (a named shm
+        // peer that exists), or refuses, completes now.
+        let resolver = self
+            .inner
+            .resolver
+            .as_ref()
+            .filter(|r| !Self::ready(r.as_ref(), addrs));
+        if let Some(r) = resolver {
             let lookups = addrs
                 .iter()
                 .map(|a| {
                     let a = a.clone();
                     let r = r.clone();
                     async move {
-                        Self::validate(&a)?;
+                        r.validate(&a)?;
                         r.resolve(a.clone()).await.map(|()| a)
                     }
                     .boxed()
@@ -249,9 +269,13 @@ impl AddressVector {
             let ids = user_ids.map(<[u64]>::to_vec);
             return Ok(self.fill_later(lookups, ids, flags, eq, context));
         }
+        let check = |b: &[u8]| match &self.inner.resolver {
+            Some(r) => r.validate(b),
+            None => Self::validate(b),
+        };
         let results = match user_ids {
-            Some(ids) => lock(&self.inner.table).insert_with_user_ids(addrs, ids, &Self::validate),
-            None => lock(&self.inner.table).insert(addrs, &Self::validate),
+            Some(ids) => lock(&self.inner.table).insert_with_user_ids(addrs, ids, &check),
+            None => lock(&self.inner.table).insert(addrs, &check),
         };
         let report = InsertReport::new(results, flags.contains(AvFlags::SYNC_ERR));
         if let Some(eq) = eq {
@@ -266,8 +290,10 @@ impl AddressVector {
     /// domain whose addresses need resolving (verbs `FI_EP_DGRAM`): await
     /// [`insert`](Self::insert) there.
     pub fn insert_sync(&self, addrs: &[Vec<u8>], flags: AvFlags) -> Result<InsertReport> {
-        if self.inner.resolver.is_some() {
-            return Err(Error::Again);
+        if let Some(r) = &self.inner.resolver {
+            if !Self::ready(r.as_ref(), &self.raw_addrs(addrs)) {
+                return Err(Error::Again);
+            }
         }
         self.insert(addrs, flags, 0)?.now().ok_or(Error::Again)
     }

@@ -11,6 +11,7 @@ static REGISTRY: &[&dyn Provider] = &[
     &weft_tcp::TcpProvider,
     &weft_verbs::VerbsProvider,
     &weft_udp::UdpProvider,
+    &weft_shm::ShmProvider,
 ];
 
 /// Every provider Weft knows.

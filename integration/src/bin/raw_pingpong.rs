@@ -8,9 +8,17 @@
 //! `udp-spin` and `udp-block` modes are the floor of the udp provider: two
 //! connected loopback UDP sockets trading `SIZE`-byte datagrams with bare
 //! `send`/`recv` (at most 65507 bytes). Prints `usec/xfer` (half a round
-//! trip) and MB/s the way `fi_pingpong` does.
+//! trip) and MB/s the way `fi_pingpong` does. `memcpy` is the floor of
+//! the shm provider's large messages: one core copying `SIZE` bytes
+//! between two buffers (each "transfer" one copy), what moving a message
+//! through memory costs at the least. `wake` is the floor of the shm
+//! provider's interrupt mode: two threads that sleep in the kernel until
+//! the other wakes them, trading one byte over a Unix socket pair
+//! (blocking `read`/`write`; `SIZE` is ignored) — a sleep and a wake-up
+//! per transfer, what an eventfd or FIFO ping-pong costs, with no data
+//! moved.
 //!
-//! usage: raw-pingpong block|spin|tokio|udp-spin|udp-block SIZE ITERS
+//! usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy|wake SIZE ITERS
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
@@ -177,12 +185,55 @@ fn run_tokio(size: usize, iters: u64) -> io::Result<f64> {
     Ok(secs)
 }
 
+/// A one-byte ping-pong over a Unix socket pair between two threads
+/// blocked in `read`: the cost of sleeping and being woken.
+fn run_wake(iters: u64) -> io::Result<f64> {
+    let (mut a, mut b) = std::os::unix::net::UnixStream::pair()?;
+    let server = std::thread::spawn(move || -> io::Result<()> {
+        let mut x = [0u8; 1];
+        for _ in 0..iters {
+            b.read_exact(&mut x)?;
+            b.write_all(&x)?;
+        }
+        Ok(())
+    });
+    let mut x = [1u8; 1];
+    let t = Instant::now();
+    for _ in 0..iters {
+        a.write_all(&x)?;
+        a.read_exact(&mut x)?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    server
+        .join()
+        .map_err(|_| io::Error::other("server thread failed"))??;
+    Ok(secs)
+}
+
+/// `2 * iters` copies of `size` bytes (so that, like the ping-pongs,
+/// the time per transfer is the total over `2 * iters`).
+fn run_memcpy(size: usize, iters: u64) -> io::Result<f64> {
+    let src = vec![0x5au8; size];
+    let mut dst = vec![0u8; size];
+    // Warm both buffers (page faults are not the floor).
+    dst.copy_from_slice(&src);
+    let t = Instant::now();
+    for i in 0..2 * iters {
+        dst.copy_from_slice(&src);
+        dst[(i as usize) % size] ^= 1;
+        std::hint::black_box(&mut dst);
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let parsed = match args.as_slice() {
         [_, mode, size, iters] => {
             match (mode.as_str(), size.parse::<usize>(), iters.parse::<u64>()) {
-                (m @ ("block" | "spin" | "tokio"), Ok(s), Ok(i)) if s > 0 && i > 0 => {
+                (m @ ("block" | "spin" | "tokio" | "memcpy" | "wake"), Ok(s), Ok(i))
+                    if s > 0 && i > 0 =>
+                {
                     Some((m.to_string(), s, i))
                 }
                 (m @ ("udp-spin" | "udp-block"), Ok(s), Ok(i)) if s > 0 && s <= 65_507 && i > 0 => {
@@ -194,13 +245,15 @@ fn main() -> ExitCode {
         _ => None,
     };
     let Some((mode, size, iters)) = parsed else {
-        eprintln!("usage: raw-pingpong block|spin|tokio|udp-spin|udp-block SIZE ITERS");
+        eprintln!("usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy|wake SIZE ITERS");
         return ExitCode::from(2);
     };
     let res = match mode.as_str() {
         "tokio" => run_tokio(size, iters),
         "udp-spin" => run_udp(true, size, iters),
         "udp-block" => run_udp(false, size, iters),
+        "memcpy" => run_memcpy(size, iters),
+        "wake" => run_wake(iters),
         m => run(m == "spin", size, iters),
     };
     match res {

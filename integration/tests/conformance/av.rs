@@ -666,3 +666,22 @@ udp_tests! {
     close_with_enabled_endpoint_is_busy,
     user_id_reported_as_source,
 }
+
+// The cases that apply to shm. The others insert made-up socket
+// addresses (shm addresses are names of endpoints that exist: an insert
+// of one that does not waits for it) or host names and services.
+shm_tests! {
+    per_insert_user_id_reported_as_source,
+    close_after_endpoint_dropped,
+    open_types_report_choice,
+    event_with_sync_err_is_badflags,
+    bind_eq_flags_must_be_zero,
+    event_insert_without_eq_is_noeq,
+    event_insert_zero_addresses,
+    event_insert_all_bad,
+    lookup_never_inserted_is_inval,
+    straddr_printable_and_truncated,
+    close_with_bound_endpoint_is_busy,
+    close_with_enabled_endpoint_is_busy,
+    user_id_reported_as_source,
+}

@@ -539,3 +539,24 @@ udp_tests! {
     cancel_pending_receive,
     cancel_read_through_stream_form,
 }
+
+// The cases that apply to shm (the others need MSG endpoints).
+shm_tests! {
+    traffic_class_applied,
+    default_op_flags_apply_to_operations,
+    missing_capability_is_nosys,
+    send_to_self,
+    data_ops_before_enable_are_opbadstate,
+    enable_without_cq_is_nocq,
+    rdm_without_av_is_noav,
+    objects_from_another_domain_are_domain,
+    binds_after_enable_are_rejected,
+    bad_bind_flags,
+    rma_without_the_capability_is_nosys,
+    close_discards_outstanding_ops,
+    double_close_and_ops_after_close,
+    size_left,
+    op_flags_get_set,
+    cancel_pending_receive,
+    cancel_read_through_stream_form,
+}

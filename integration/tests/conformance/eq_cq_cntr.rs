@@ -428,3 +428,24 @@ udp_tests! {
     closed_queues_end_their_streams,
     counter_wait_timeout_and_changes,
 }
+
+// The cases that apply to shm.
+shm_tests! {
+    eq_open_sizes,
+    eq_write_read_self,
+    eq_peek_leaves_entry,
+    eq_readerr_without_error_is_again,
+    eq_size_respected,
+    eq_next_timeout_returns_again,
+    eq_next_timeout_woken_by_write,
+    cq_open_sizes,
+    cq_unspec_format_is_chosen,
+    cq_signal_wakes_reader,
+    cq_formats_mask_fields,
+    counter_ops_visible_immediately,
+    counter_wait_threshold,
+    counter_wait_returns_avail_on_error,
+    counter_counts_sends_and_recvs,
+    closed_queues_end_their_streams,
+    counter_wait_timeout_and_changes,
+}

@@ -202,3 +202,10 @@ udp_tests! {
     every_recv_flag_is_honoured_or_refused,
     default_op_flags_are_honoured_or_refused,
 }
+
+// The cases that apply to shm.
+shm_tests! {
+    every_send_flag_is_honoured_or_refused,
+    every_recv_flag_is_honoured_or_refused,
+    default_op_flags_are_honoured_or_refused,
+}

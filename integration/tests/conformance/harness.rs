@@ -5,7 +5,7 @@
 
 /// Providers the macro instantiates tests for; must equal
 /// `weft_integration::providers()` (checked by a test).
-pub const INSTANTIATED: &[&str] = &["tcp", "verbs", "udp"];
+pub const INSTANTIATED: &[&str] = &["tcp", "verbs", "udp", "shm"];
 
 /// Generates, for every provider, a module holding one multi-threaded
 /// `#[tokio::test]` per listed test function. Attributes written before a
@@ -51,5 +51,14 @@ macro_rules! provider_tests {
 macro_rules! udp_tests {
     ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
         provider_tests!(@provider udp, "udp"; $($(#[$attr])* $name),*);
+    };
+}
+
+/// Instantiates, for shm, tests already listed in [`provider_tests!`]
+/// that apply to its `FI_EP_RDM` endpoints (no MSG endpoints, RMA,
+/// atomics or memory registration there yet).
+macro_rules! shm_tests {
+    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
+        provider_tests!(@provider shm, "shm"; $($(#[$attr])* $name),*);
     };
 }

@@ -943,3 +943,41 @@ udp_tests! {
     zero_length_message,
     dropped_recv_future_withdraws,
 }
+
+// The cases that apply to shm. The others send to an address where
+// no endpoint is (an shm insert of such a name waits for it to appear,
+// then fails after the resolve timeout): `selective_completion` and
+// `send_error_counts_on_counter`; the sends to a killed peer are in
+// `shm_faults.rs`.
+shm_tests! {
+    truncation_of_unexpected_and_large,
+    large_messages_racing_receives,
+    selective_completion_on_receive,
+    cq_stream_yields_in_order,
+    late_inserted_sender_reported_as_source,
+    send_recv_post_form,
+    send_recv_async_form,
+    both_forms_on_one_endpoint,
+    tag_and_ignore_matching,
+    tagged_and_untagged_do_not_cross,
+    directed_receive,
+    unexpected_messages_matched_later,
+    unexpected_from_late_inserted_sender,
+    peek_leaves_message,
+    peek_without_match_is_nomsg,
+    peek_claim_then_claim,
+    peek_discard,
+    claim_discard,
+    remote_cq_data,
+    source_address_in_completions,
+    map_av_messaging,
+    iov_send_and_recv,
+    inject_no_completion_counter_counts,
+    truncation,
+    oversize_send_is_msgsize,
+    zero_length_message,
+    three_senders_in_order,
+    delivery_complete,
+    peer_closed_sends_fail,
+    dropped_recv_future_withdraws,
+}

@@ -75,7 +75,8 @@ impl Fab {
     }
 
     /// An enabled RDM or DGRAM endpoint bound to `src` (its IP is what
-    /// the peer will send to, so it must be reachable from there).
+    /// the peer will send to, so it must be reachable from there), where
+    /// the provider's addresses are socket addresses.
     pub(crate) fn connless(
         &self,
         src: SocketAddr,
@@ -90,8 +91,12 @@ impl Fab {
         ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
             .ctx("bind completion queue")?;
         ep.set_wait_mode(self.mode).ctx("set wait mode")?;
-        ep.set_src_addr(weft::encode_sockaddr(&src))
-            .ctx("set source address")?;
+        // Named addresses (shm: `fi_shm://<name>`) are the provider's to
+        // choose; only socket addresses are bound to `src`.
+        if self.info.addr_format != weft::AddrFormat::Str {
+            ep.set_src_addr(weft::encode_sockaddr(&src))
+                .ctx("set source address")?;
+        }
         ep.enable().ctx("enable endpoint")?;
         Ok((ep, cq, av))
     }

@@ -1,11 +1,13 @@
 //! Many peers on one RDM endpoint: the aggregate message rate a hub
 //! endpoint sustains from N peers (each its own endpoint and connection)
 //! against the rate from 4 peers, and the memory an idle connected peer
-//! costs. All in one process on loopback (tcp provider).
+//! costs. All in one process (the tcp provider on loopback, or the one
+//! `PROV` names: `PROV=shm many-peers 1 8`).
 //!
 //! usage: many-peers [--multi] [PEERS...]    (default: 4 256)
-//! env:   MSGS (total messages per run, 200000), SIZE (64), WINDOW (16 per peer);
-//!        with --multi also MAXSIZE (4096) and MULTI_BUF (262144)
+//! env:   MSGS (total messages per run, 200000), SIZE (64), WINDOW (16 per peer),
+//!        PROV (provider, default tcp); with --multi also MAXSIZE (4096) and
+//!        MULTI_BUF (262144)
 //!
 //! Prints one line per peer count and the rate ratio against the first.
 //! `--multi` compares, per peer count, the hub's rate with multi-receive
@@ -259,6 +261,7 @@ fn main() -> std::process::ExitCode {
         let mut hints = Info::default();
         hints.ep_attr.ep_type = EpType::Rdm;
         hints.caps = weft::Caps::TAGGED;
+        hints.fabric_attr.prov_name = std::env::var("PROV").ok();
         let info = weft::getinfo(Some(&hints))?.remove(0);
         let fabric = weft::Fabric::open(&info)?;
         let domain = fabric.domain(&info)?;

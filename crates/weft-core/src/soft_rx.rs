@@ -1,0 +1,146 @@
+//! The receive side of providers that match in software with one matcher
+//! per endpoint and hold unexpected messages themselves (udp, shm): the
+//! posting rules of fi_msg(3) and fi_tagged(3) — peek, claim, discard,
+//! the receive credit, a held message taken at once — and the charge a
+//! held message makes against the unexpected budget, written once.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::addr::FiAddr;
+use crate::completion::CqErrEntry;
+use crate::flags::OpFlags;
+use crate::provider::{RecvReq, Rejected};
+use crate::recv_completion::{complete_peek, RecvCtx};
+use crate::sync::lock;
+use crate::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
+use crate::Error;
+
+/// Bytes charged against an endpoint's unexpected budget, given back on
+/// drop, so no path that frees a held message can forget to.
+#[derive(Debug)]
+pub struct Charge {
+    n: usize,
+    on: Arc<AtomicUsize>,
+}
+
+impl Charge {
+    /// Charges `n` to `on` if the total stays within `limit`.
+    pub fn try_new(on: &Arc<AtomicUsize>, n: usize, limit: usize) -> Option<Charge> {
+        on.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+            c.checked_add(n).filter(|&t| t <= limit)
+        })
+        .ok()
+        .map(|_| Charge { n, on: on.clone() })
+    }
+
+    /// Charges `n` whatever the total (a message admitted once already,
+    /// given back by a dropped receive future).
+    pub fn force(on: &Arc<AtomicUsize>, n: usize) -> Charge {
+        on.fetch_add(n, Ordering::AcqRel);
+        Charge { n, on: on.clone() }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.on.fetch_sub(self.n, Ordering::AcqRel);
+    }
+}
+
+/// The matching criteria of a receive (never by key: these providers
+/// take no keys).
+pub fn spec_of(req: &RecvReq) -> RecvSpec {
+    RecvSpec {
+        by_key: false,
+        src: req.src,
+        tagged: req.tagged,
+        tag: req.tag,
+        ignore: req.ignore,
+        context: req.done.context,
+    }
+}
+
+/// Posts `req` to `matcher`: a peek (`FI_PEEK`, with `FI_CLAIM` or
+/// `FI_DISCARD`) reports a held message; a claim takes the message its
+/// peek claimed (or discards it); any other receive takes a receive
+/// credit (`Again` without one, the request handed back) and the oldest
+/// held message it accepts, or waits posted. `resolve` gives the AV
+/// handle of a held message's sender; `deliver` completes a receive with
+/// a held message (giving back the credit, as every delivery does).
+pub fn post_recv<U, S>(
+    ep: &dyn RecvCtx,
+    matcher: &Mutex<Matcher<RecvReq, U, S>>,
+    req: RecvReq,
+    resolve: &dyn Fn(&S) -> FiAddr,
+    deliver: &dyn Fn(RecvReq, MsgInfo, U),
+) -> std::result::Result<(), Rejected<RecvReq>> {
+    let spec = spec_of(&req);
+    if req.flags.contains(OpFlags::PEEK) {
+        let r = lock(matcher).peek(&spec, req.flags, resolve);
+        match r {
+            Ok(info) => complete_peek(ep, req, info),
+            Err(Error::Inval) => {
+                return Err(Rejected {
+                    err: Error::Inval,
+                    req,
+                })
+            }
+            Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
+        }
+        return Ok(());
+    }
+    if req.flags.contains(OpFlags::CLAIM) {
+        let discard = req.flags.contains(OpFlags::DISCARD);
+        let r = lock(matcher).claim(spec.context, discard);
+        match r {
+            Ok((info, Some(held))) => {
+                // Delivered through the normal path, which gives back
+                // one receive credit.
+                ep.rx_credits().take();
+                deliver(req, info, held);
+            }
+            Ok((info, None)) => complete_peek(ep, req, info),
+            Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
+        }
+        return Ok(());
+    }
+    if !ep.rx_credits().try_take() {
+        return Err(Rejected {
+            err: Error::Again,
+            req,
+        });
+    }
+    let out = lock(matcher).post(spec, req, resolve);
+    if let PostOutcome::Matched {
+        recv,
+        info,
+        payload,
+        ..
+    } = out
+    {
+        deliver(recv, info, payload);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn charges_stop_at_the_limit_and_come_back_on_drop() {
+        let on = Arc::new(AtomicUsize::new(0));
+        let a = Charge::try_new(&on, 600, 1000).unwrap();
+        assert!(Charge::try_new(&on, 600, 1000).is_none());
+        let b = Charge::try_new(&on, 400, 1000).unwrap();
+        assert_eq!(on.load(Ordering::Acquire), 1000);
+        // A message given back is charged past the limit.
+        let c = Charge::force(&on, 512);
+        assert_eq!(on.load(Ordering::Acquire), 1512);
+        drop((a, b, c));
+        assert_eq!(on.load(Ordering::Acquire), 0);
+        assert!(Charge::try_new(&on, usize::MAX, usize::MAX).is_some());
+    }
+}

@@ -1,0 +1,57 @@
+//! Doorbells: a FIFO per endpoint in `/dev/shm`, read by its owner (in the
+//! Tokio reactor, interrupt mode) and written by peers only when the owner
+//! said it sleeps, or when a sender waits for room. A FIFO rather than an
+//! eventfd because a peer must open it by name: another process's eventfd
+//! can only be had through `pidfd_getfd` (ptrace rights, which Yama
+//! commonly denies) or a socket passing it, a second transport to set up
+//! and to guard. One byte is a wake-up; a full FIFO is one already rung.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+
+use rustix::fs::{FileType, Mode, OFlags, CWD};
+use weft_core::{Error, Result};
+
+use crate::name::bell_path;
+
+fn nonblock() -> i32 {
+    OFlags::NONBLOCK.bits() as i32
+}
+
+/// Creates `name`'s doorbell (replacing a stale one: the caller owns the
+/// name, its segment was created exclusively) and opens it for reading.
+/// Opened read-write, so it never reports end-of-file when no writer has
+/// it open.
+pub fn create(name: &str) -> Result<File> {
+    let path = bell_path(name);
+    let _ = std::fs::remove_file(&path);
+    rustix::fs::mknodat(
+        CWD,
+        path.as_str(),
+        FileType::Fifo,
+        Mode::RUSR | Mode::WUSR,
+        0,
+    )
+    .map_err(|e| Error::from(std::io::Error::from(e)))?;
+    Ok(OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(nonblock())
+        .open(&path)?)
+}
+
+/// Opens peer `name`'s doorbell for ringing; `None` if it cannot be (the
+/// peer is gone: its liveness check says so in time).
+pub fn open_remote(name: &str) -> Option<File> {
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(nonblock())
+        .open(bell_path(name))
+        .ok()
+}
+
+/// Rings: one byte. A full FIFO (`EAGAIN`) has a wake-up pending already.
+pub fn ring(mut f: &File) {
+    let _ = f.write(&[1]);
+}

@@ -1,0 +1,116 @@
+//! The shm domain: no memory registration, and address resolution that
+//! waits for a named peer to appear (`fi_av_insert` of a name whose
+//! endpoint does not exist yet resolves when it does, or fails with
+//! `FI_ETIMEDOUT` after `FI_SHM_RESOLVE_TIMEOUT` milliseconds, 5000 by
+//! default).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use weft_core::provider::{AddrResolver, MrRequest, ProviderDomain, ProviderMr, Rejected};
+use weft_core::{Error, Result};
+
+use crate::name;
+
+/// How long an insert waits for its peer by default.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_millis(5000);
+/// How often a waiting insert looks for its peer.
+const RESOLVE_POLL: Duration = Duration::from_millis(5);
+
+/// The resolve timeout: `FI_SHM_RESOLVE_TIMEOUT` (milliseconds) if set
+/// to a number, else [`RESOLVE_TIMEOUT`].
+pub fn resolve_timeout() -> Duration {
+    std::env::var("FI_SHM_RESOLVE_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(RESOLVE_TIMEOUT, Duration::from_millis)
+}
+
+/// Whether the endpoint at `addr` exists now: its segment has a valid
+/// header and its owner runs.
+pub fn present(addr: &[u8]) -> bool {
+    let Ok(n) = name::parse(addr) else {
+        return false;
+    };
+    let path = std::path::Path::new(name::SHM_DIR).join(format!("{}{n}", name::SEG_PREFIX));
+    crate::live::owner_of_file(&path).is_some_and(|(pid, start)| crate::live::alive(pid, start))
+}
+
+/// The domain object.
+#[derive(Debug)]
+pub struct ShmDomain {
+    resolver: Arc<ShmResolver>,
+}
+
+impl ShmDomain {
+    pub fn new() -> ShmDomain {
+        ShmDomain {
+            resolver: Arc::new(ShmResolver {
+                timeout: resolve_timeout(),
+            }),
+        }
+    }
+}
+
+impl Default for ShmDomain {
+    fn default() -> Self {
+        ShmDomain::new()
+    }
+}
+
+impl ProviderDomain for ShmDomain {
+    fn mr_reg(
+        &self,
+        req: MrRequest,
+    ) -> std::result::Result<Arc<dyn ProviderMr>, Rejected<MrRequest>> {
+        // No RMA on shm yet: getinfo offers none.
+        Err(Rejected {
+            err: Error::NoSys,
+            req,
+        })
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn addr_resolver(&self) -> Option<Arc<dyn AddrResolver>> {
+        Some(self.resolver.clone())
+    }
+}
+
+/// Waits for named peers.
+#[derive(Debug)]
+pub struct ShmResolver {
+    timeout: Duration,
+}
+
+impl AddrResolver for ShmResolver {
+    fn resolve(&self, addr: Vec<u8>) -> BoxFuture<'static, Result<()>> {
+        let timeout = self.timeout;
+        Box::pin(async move {
+            name::parse(&addr)?;
+            let until = Instant::now() + timeout;
+            loop {
+                if present(&addr) {
+                    return Ok(());
+                }
+                if Instant::now() >= until {
+                    return Err(Error::TimedOut);
+                }
+                tokio::time::sleep(RESOLVE_POLL).await;
+            }
+        })
+    }
+
+    fn forget(&self, _addr: &[u8]) {}
+
+    fn validate(&self, addr: &[u8]) -> Result<()> {
+        name::parse(addr).map(|_| ())
+    }
+
+    fn resolved(&self, addr: &[u8]) -> bool {
+        present(addr)
+    }
+}

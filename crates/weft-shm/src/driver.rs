@@ -1,0 +1,182 @@
+//! Who drives an endpoint, as for tcp and udp: a Tokio task that sleeps
+//! on the doorbell in the reactor (interrupt mode, and inline mode once
+//! the waiter sleeps), a spinning thread (busy-poll mode), or the waiter
+//! itself (inline and busy-poll modes, through [`InlineProgress`]).
+//!
+//! Senders ring the doorbell only when the task said it sleeps (the
+//! segment header's `sleeping` word): while both sides spin, no message
+//! costs a system call.
+
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use weft_core::completion::WaitMode;
+use weft_core::progress::clock_ns;
+use weft_core::sync::lock;
+use weft_core::Result;
+
+use crate::endpoint::EpShared;
+use crate::layout::H_SLEEPING;
+
+/// How often the liveness of peers and senders is checked: a killed peer's
+/// operations fail within this (plus one check's time).
+pub const SWEEP_EVERY: Duration = Duration::from_millis(100);
+
+/// How long a spinning waiter finds nothing before its empty passes
+/// yield the core: long enough that a round trip on a quiet machine
+/// (2 µs) never yields, short enough that a waiter on a loaded one gives
+/// the peer its core within a fraction of a time slice. (At 5 µs the
+/// soaks of `cancel_safe.rs` saw too few receives time out: a waiter
+/// that yields at once mostly comes back to a message already there.)
+const YIELD_AFTER_NS: u64 = 20_000;
+
+/// Starts the endpoint's drivers for its wait mode.
+pub fn start(ep: &Arc<EpShared>) -> Result<()> {
+    if ep.cfg.wait == WaitMode::BusyPoll {
+        let ep2 = ep.clone();
+        std::thread::Builder::new()
+            .name("weft-shm-busy".into())
+            .spawn(move || busy_loop(ep2))?;
+        return Ok(());
+    }
+    let t = ep.rt.spawn(run(ep.clone()));
+    lock(&ep.tasks).push(t.abort_handle());
+    Ok(())
+}
+
+/// One non-blocking pass: queued sends, the channels, and (when due) the
+/// liveness checks. Returns the work done.
+pub fn poll_once(ep: &EpShared) -> usize {
+    let now = clock_ns();
+    let last = ep.last_sweep.load(Ordering::Relaxed);
+    let sweep = now.saturating_sub(last) >= SWEEP_EVERY.as_nanos() as u64
+        && ep
+            .last_sweep
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok();
+    let mut n = ep.flush();
+    if sweep {
+        n += ep.sweep_peers();
+    }
+    if let Ok(mut st) = ep.rx_state.try_lock() {
+        n += crate::rx::pass(ep, &mut st, sweep);
+    }
+    n
+}
+
+fn set_sleeping(ep: &EpShared, on: bool) {
+    ep.seg.store32(H_SLEEPING, u32::from(on), Ordering::Relaxed);
+}
+
+async fn run(ep: Arc<EpShared>) {
+    let Some(bell) = ep.abell.as_ref() else {
+        return;
+    };
+    loop {
+        if ep.is_closed() {
+            return;
+        }
+        stand_aside(&ep).await;
+        if poll_once(&ep) > 0 {
+            // The tasks it woke answer first.
+            tokio::task::yield_now().await;
+            continue;
+        }
+        set_sleeping(&ep, true);
+        // Pairs with the sender's fence between publishing and reading
+        // `sleeping`: either it sees us asleep, or we see its record.
+        fence(Ordering::SeqCst);
+        if poll_once(&ep) > 0 {
+            set_sleeping(&ep, false);
+            continue;
+        }
+        tokio::select! {
+            r = bell.readable() => {
+                if r.is_err() {
+                    return;
+                }
+                // Every pending wake-up: one pass serves them all.
+                let mut b = [0u8; 64];
+                while matches!(bell.try_read(&mut b), Ok(n) if n > 0) {}
+            }
+            _ = ep.kick.notified() => {}
+            _ = tokio::time::sleep(SWEEP_EVERY) => {}
+        }
+        set_sleeping(&ep, false);
+    }
+}
+
+/// While an inline waiter spins on this endpoint it polls the rings
+/// itself; the task waits until the waiter sleeps (it says so through
+/// `inline_idle`) or stops polling.
+async fn stand_aside(ep: &EpShared) {
+    if ep.cfg.wait != WaitMode::Inline {
+        return;
+    }
+    loop {
+        let left = ep.hold.remaining_ns();
+        if left == 0 {
+            return;
+        }
+        let idle = ep.inline_idle.notified();
+        tokio::pin!(idle);
+        idle.as_mut().enable();
+        if ep.hold.remaining_ns() == 0 {
+            return;
+        }
+        tokio::select! {
+            _ = idle => {}
+            _ = tokio::time::sleep(Duration::from_nanos(left)) => {}
+        }
+    }
+}
+
+fn busy_loop(ep: Arc<EpShared>) {
+    while !ep.is_closed() {
+        if ep.hold.park_while_held() {
+            continue;
+        }
+        if poll_once(&ep) == 0 {
+            // Spinning must not starve the threads it completes work
+            // for: with fewer cores than spinners, a bare spin holds the
+            // core for a whole scheduler slice.
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Inline progress: the waiting task drives the endpoint itself.
+#[derive(Debug)]
+pub struct InlineProgress {
+    pub ep: Arc<EpShared>,
+}
+
+impl weft_core::progress::Progress for InlineProgress {
+    fn progress(&self) -> usize {
+        if self.ep.is_closed() {
+            return 0;
+        }
+        self.ep.hold.waiter_active();
+        let n = poll_once(&self.ep);
+        let now = clock_ns();
+        if n > 0 {
+            self.ep.last_work.store(now, Ordering::Relaxed);
+        } else if now.saturating_sub(self.ep.last_work.load(Ordering::Relaxed)) > YIELD_AFTER_NS {
+            // The peer is another process: with fewer cores than
+            // runnable threads, a spin that never enters the kernel holds
+            // the core for a whole time slice while the peer waits for it
+            // (on two loaded cores, 64 B round trips took 130–370 µs).
+            // After a short spin with nothing found, each empty pass
+            // yields; sched_yield costs under a microsecond when nothing
+            // else wants the core.
+            std::thread::yield_now();
+        }
+        n
+    }
+
+    fn idle(&self) {
+        self.ep.hold.waiter_idle();
+        self.ep.inline_idle.notify_waiters();
+    }
+}

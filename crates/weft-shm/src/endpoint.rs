@@ -1,0 +1,371 @@
+//! The endpoint's shared state and the `ProviderEndpoint` operations.
+//!
+//! An endpoint owns one segment (its receive channels) and its doorbell,
+//! both named after it; it maps the segments of the peers it sends to
+//! (`tx`). See `docs/design.md`, "The shm provider".
+
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::net::unix::pipe;
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::av::shared::lock_synced;
+use weft_core::completion::{Returned, WaitMode};
+use weft_core::credits::Credits;
+use weft_core::flags::{Caps, OpFlags};
+use weft_core::progress::{Progress, SpinHold};
+use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::recv_completion::{cancel_recv, RecvCtx};
+use weft_core::soft_rx::post_recv;
+use weft_core::sync::lock;
+use weft_core::tagmatch::Matcher;
+use weft_core::{Error, Result};
+
+use crate::layout::*;
+use crate::name;
+use crate::rx::{Held, RxState};
+use crate::segment::Segment;
+use crate::tx::Peers;
+
+/// The matcher of one endpoint: posted receives, and messages that
+/// arrived before a receive took them, kept with their sender's address
+/// (so a sender inserted into the AV later is still found).
+pub type ShmMatcher = Matcher<RecvReq, Held, Arc<[u8]>>;
+
+/// State shared by the endpoint handle and its drivers.
+#[derive(Debug)]
+pub struct EpShared {
+    pub cfg: EpConfig,
+    pub rt: Handle,
+    pub name: String,
+    /// `fi_shm://<name>`.
+    pub addr: Vec<u8>,
+    /// The endpoint's own segment: its receive channels.
+    pub seg: Segment,
+    pub g: Geometry,
+    /// The doorbell, held open for reading so that peers can open it for
+    /// writing (a FIFO without a reader refuses them).
+    pub _bell: File,
+    /// The doorbell registered with the reactor (interrupt and inline
+    /// modes; busy-poll has none).
+    pub abell: Option<pipe::Receiver>,
+    /// This process (pid, start time).
+    pub me: (u32, u64),
+    pub max_msg: usize,
+    pub inject: usize,
+    pub iov_limit: usize,
+    pub matcher: Mutex<ShmMatcher>,
+    /// What the receiver knows of each channel; one driver at a time.
+    pub rx_state: Mutex<RxState>,
+    /// The peers sent to.
+    pub peers: Mutex<Peers>,
+    /// Sends wait in some peer's queue.
+    pub tx_pending: AtomicBool,
+    /// Wakes the interrupt-mode driver (a queued send, a receive posted
+    /// while a channel waits for one).
+    pub kick: Notify,
+    pub tx: Credits,
+    pub rx: Credits,
+    /// `rx_attr.total_buffered_recv`.
+    pub buffered_limit: usize,
+    /// Unexpected bytes held now (payload plus the fixed overhead of each).
+    pub unexp: Arc<AtomicUsize>,
+    /// A channel's next message waits for budget or a receive.
+    pub parked: AtomicBool,
+    /// Channels dropped for breaking the layout's rules.
+    pub malformed: AtomicU64,
+    /// `FI_SOURCE_ERR`.
+    pub source_err: bool,
+    pub closed: AtomicBool,
+    pub tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    pub hold: SpinHold,
+    pub inline_idle: Notify,
+    /// When peers' and senders' liveness was last checked (`clock_ns`).
+    pub last_sweep: AtomicU64,
+    /// When a spinning waiter's pass last found work (`clock_ns`).
+    pub last_work: AtomicU64,
+}
+
+impl RecvCtx for EpShared {
+    fn rx_credits(&self) -> &Credits {
+        &self.rx
+    }
+
+    fn reported_addr(&self, a: FiAddr) -> FiAddr {
+        match &self.cfg.av {
+            Some(av) => lock_synced(av).reported_addr(a),
+            None => a,
+        }
+    }
+
+    fn give_back(&self, r: Returned) {
+        self.take_back(r);
+    }
+}
+
+/// The name an endpoint takes: the one its source address gives, else a
+/// fresh one.
+fn own_name(cfg: &EpConfig) -> Result<String> {
+    match cfg.src_addr.as_deref().or(cfg.info.src_addr.as_deref()) {
+        Some(a) => name::parse(a).map(str::to_owned),
+        None => Ok(name::unique()),
+    }
+}
+
+/// Creates `name`'s segment, taking over one whose owner is dead.
+fn create_segment(name: &str, g: Geometry) -> Result<Segment> {
+    let seg_name = name::seg_name(name);
+    match Segment::create(&seg_name, g.bytes()) {
+        Err(Error::AddrInUse) => {
+            let path = std::path::Path::new(name::SHM_DIR).join(&seg_name[1..]);
+            match crate::live::owner_of_file(&path) {
+                Some((pid, start)) if crate::live::alive(pid, start) => Err(Error::AddrInUse),
+                // Dead, or never finished by its creator: ours now.
+                _ => {
+                    Segment::unlink(&seg_name);
+                    Segment::create(&seg_name, g.bytes())
+                }
+            }
+        }
+        r => r,
+    }
+}
+
+impl EpShared {
+    /// Creates the segment and doorbell and builds the state. Must run
+    /// inside the runtime (the reactor registration).
+    pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<EpShared>> {
+        let info = &cfg.info;
+        let name = own_name(&cfg)?;
+        let g = Geometry::OURS;
+        let seg = create_segment(&name, g)?;
+        let me = crate::live::me();
+        let made = (|| {
+            let bell = crate::bell::create(&name)?;
+            let abell = if cfg.wait == WaitMode::BusyPoll {
+                None
+            } else {
+                Some(
+                    pipe::OpenOptions::new()
+                        .read_write(true)
+                        .open_receiver(name::bell_path(&name))?,
+                )
+            };
+            Ok::<_, Error>((bell, abell))
+        })();
+        let (bell, abell) = match made {
+            Ok(b) => b,
+            Err(e) => {
+                Segment::unlink(&name::seg_name(&name));
+                return Err(e);
+            }
+        };
+        use Ordering::Release;
+        seg.store32(H_VERSION, VERSION, Release);
+        seg.store32(H_CHANNELS, g.channels as u32, Release);
+        seg.store32(H_RING, g.ring as u32, Release);
+        seg.store32(H_PID, me.0, Release);
+        seg.store64(H_START, me.1, Release);
+        // Last: peers treat a segment without it as not there yet.
+        seg.store64(H_MAGIC, MAGIC, Release);
+        let max_msg = match info.ep_attr.max_msg_size {
+            0 => crate::MAX_MSG_SIZE,
+            m => m.min(crate::MAX_MSG_SIZE),
+        };
+        let inject = match info.tx_attr.inject_size {
+            0 => crate::INJECT_SIZE,
+            n => n,
+        }
+        .min(max_msg);
+        let buffered_limit = match info.rx_attr.total_buffered_recv {
+            0 => crate::BUFFERED_RECV,
+            n => n,
+        };
+        tracing::debug!(%name, wait = ?cfg.wait, "shm endpoint open");
+        Ok(Arc::new(EpShared {
+            rt,
+            addr: name::addr(&name),
+            name,
+            seg,
+            g,
+            _bell: bell,
+            abell,
+            me,
+            max_msg,
+            inject,
+            iov_limit: info.tx_attr.iov_limit.clamp(1, crate::IOV_LIMIT),
+            matcher: Mutex::new(Matcher::new()),
+            rx_state: Mutex::new(RxState::new(g.channels)),
+            peers: Mutex::new(Peers::default()),
+            tx_pending: AtomicBool::new(false),
+            kick: Notify::new(),
+            tx: Credits::new(info.tx_attr.size),
+            rx: Credits::new(info.rx_attr.size),
+            buffered_limit,
+            unexp: Arc::new(AtomicUsize::new(0)),
+            parked: AtomicBool::new(false),
+            malformed: AtomicU64::new(0),
+            source_err: info.caps.contains(Caps::SOURCE_ERR),
+            closed: AtomicBool::new(false),
+            tasks: Mutex::new(Vec::new()),
+            hold: SpinHold::default(),
+            inline_idle: Notify::new(),
+            last_sweep: AtomicU64::new(weft_core::progress::clock_ns()),
+            last_work: AtomicU64::new(0),
+            cfg,
+        }))
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The AV handle of the endpoint at `addr`, `FI_ADDR_NOTAVAIL` if it
+    /// is not in the AV.
+    pub fn resolve_src(&self, addr: &[u8]) -> FiAddr {
+        match &self.cfg.av {
+            Some(av) => lock_synced(av).find(addr).unwrap_or(FI_ADDR_NOTAVAIL),
+            None => FI_ADDR_NOTAVAIL,
+        }
+    }
+
+    fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+        let r = post_recv(
+            self,
+            &self.matcher,
+            req,
+            &|a: &Arc<[u8]>| self.resolve_src(a),
+            &|req, info, held| crate::rx::deliver_held(self, req, info, held),
+        );
+        self.unpark();
+        r
+    }
+
+    /// A channel waits for budget or for a receive: whoever drives the
+    /// endpoint looks again.
+    fn unpark(&self) {
+        if self.parked.load(Ordering::Acquire) {
+            self.kick.notify_one();
+        }
+    }
+}
+
+/// The `ProviderEndpoint` handle.
+#[derive(Debug)]
+pub struct ShmEndpoint {
+    pub shared: Arc<EpShared>,
+    /// Inline progress of this endpoint (queues hold it weakly).
+    pub inline: Arc<dyn Progress>,
+}
+
+impl ProviderEndpoint for ShmEndpoint {
+    fn stats(&self) -> EpStats {
+        let ep = &self.shared;
+        let mut s = EpStats::default();
+        s.unexpected_bytes = ep.unexp.load(Ordering::Acquire);
+        s.peers = lock(&ep.peers).len();
+        s.conns = lock(&ep.rx_state).active();
+        s.rx_malformed = ep.malformed.load(Ordering::Relaxed);
+        s
+    }
+
+    fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+        if self.shared.is_closed() {
+            return Err(Rejected {
+                err: Error::OpBadState,
+                req,
+            });
+        }
+        self.shared.send(req)
+    }
+
+    fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+        if self.shared.is_closed() {
+            return Err(Rejected {
+                err: Error::OpBadState,
+                req,
+            });
+        }
+        if req.flags.contains(OpFlags::AUTH_KEY) {
+            return Err(Rejected {
+                err: Error::BadFlags,
+                req,
+            });
+        }
+        if req.bufs.len() > self.shared.iov_limit {
+            return Err(Rejected {
+                err: Error::Inval,
+                req,
+            });
+        }
+        self.shared.recv(req)
+    }
+
+    fn cancel(&self, context: u64) -> bool {
+        let r = lock(&self.shared.matcher).cancel(context);
+        match r {
+            Some((_, req)) => {
+                cancel_recv(&*self.shared, req);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn give_back(&self, r: Returned) {
+        self.shared.take_back(r);
+    }
+
+    fn local_addr(&self) -> Vec<u8> {
+        self.shared.addr.clone()
+    }
+
+    fn progress_hook(&self) -> Option<Arc<dyn Progress>> {
+        Some(self.inline.clone())
+    }
+
+    fn tx_size_left(&self) -> usize {
+        self.shared.tx.left()
+    }
+
+    fn rx_size_left(&self) -> usize {
+        self.shared.rx.left()
+    }
+
+    fn close(&self) {
+        let ep = &self.shared;
+        if ep.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for t in lock(&ep.tasks).drain(..) {
+            t.abort();
+        }
+        // Peers sending here see the owner gone (pid 0) at their next
+        // liveness check and fail what they still hold for us.
+        ep.seg.store32(H_PID, 0, Ordering::Release);
+        Segment::unlink(&name::seg_name(&ep.name));
+        let _ = std::fs::remove_file(name::bell_path(&ep.name));
+        // Outstanding operations are discarded without completions.
+        let posted = lock(&ep.matcher).drain_posted();
+        drop(posted);
+        let held = lock(&ep.matcher).drain_unexpected();
+        drop(held);
+        let peers = std::mem::take(&mut *lock(&ep.peers));
+        peers.release();
+        let rx = std::mem::replace(&mut *lock(&ep.rx_state), RxState::new(0));
+        drop(rx);
+        ep.tx_pending.store(false, Ordering::Release);
+        ep.hold.waiter_idle();
+        ep.kick.notify_one();
+        tracing::debug!(name = %ep.name, "shm endpoint closed");
+    }
+}
+
+impl Drop for ShmEndpoint {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,152 @@
+//! Where things are in a segment (`docs/wire.md`, "The shm segment").
+//! Every offset here is a constant or computed from the two sizes a
+//! segment's header gives, after [`Geometry::check`] has bounded them.
+//!
+//! All integers are in the host's byte order: both sides are on one host.
+
+/// "WEFTSHM1" as a little-endian u64; written last when a segment is
+/// created, so a segment without it is not ready (or not one of ours).
+pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
+/// Layout version.
+pub const VERSION: u32 = 1;
+
+/// Header fields.
+pub const H_MAGIC: usize = 0;
+pub const H_VERSION: usize = 8;
+pub const H_CHANNELS: usize = 12;
+pub const H_RING: usize = 16;
+pub const H_PID: usize = 24;
+pub const H_START: usize = 32;
+/// The owner sleeps on its doorbell: a sender that publishes a record
+/// rings it (once: the sender that swaps it from 1 to 0 does).
+pub const H_SLEEPING: usize = 64;
+/// Bytes of the header.
+pub const HEADER: usize = 256;
+
+/// Bytes of one channel's control block.
+pub const CTL: usize = 256;
+/// Channel control fields (offsets within the block).
+pub const C_STATE: usize = 0;
+pub const C_PID: usize = 4;
+pub const C_GEN: usize = 8;
+pub const C_NAME_LEN: usize = 12;
+pub const C_NAME: usize = 16;
+pub const C_START: usize = 80;
+/// Written by the sender only: bytes produced (monotonic).
+pub const C_TAIL: usize = 128;
+/// The sender waits for room: the receiver rings the sender's doorbell
+/// when it consumes.
+pub const C_TX_WAIT: usize = 136;
+/// Written by the receiver only: bytes consumed (monotonic).
+pub const C_HEAD: usize = 192;
+
+/// Channel states.
+pub const FREE: u32 = 0;
+pub const ACTIVE: u32 = 2;
+pub const CLOSED: u32 = 3;
+/// Being claimed: this bit and the claimer's pid, set in the one
+/// compare-and-swap that takes a free channel, so the owner can tell a
+/// claim whose process died before finishing it.
+pub const CLAIMING: u32 = 1 << 31;
+
+/// Longest endpoint name, bytes.
+pub const NAME_MAX: usize = 48;
+
+/// Record header bytes; payload follows, the record padded to 8.
+pub const REC_HDR: usize = 32;
+/// Record kinds (low byte of the first word).
+pub const K_FIRST: u32 = 1;
+pub const K_CONT: u32 = 2;
+pub const K_PAD: u32 = 3;
+/// Record flags.
+pub const F_TAGGED: u32 = 1 << 8;
+pub const F_DATA: u32 = 1 << 9;
+pub const F_LAST: u32 = 1 << 10;
+/// Every flag a record may carry.
+pub const F_ALL: u32 = F_TAGGED | F_DATA | F_LAST;
+
+/// Ring sizes a segment may declare (powers of two).
+pub const RING_MIN: usize = 4096;
+pub const RING_MAX: usize = 16 << 20;
+/// Channels a segment may declare.
+pub const CHANNELS_MAX: usize = 64;
+
+/// What this provider creates: 16 senders at once, 256 KiB each.
+pub const CHANNELS: usize = 16;
+pub const RING: usize = 256 << 10;
+
+/// A segment's shape: channel count and ring size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub channels: usize,
+    pub ring: usize,
+}
+
+impl Geometry {
+    /// The shape this provider creates.
+    pub const OURS: Geometry = Geometry {
+        channels: CHANNELS,
+        ring: RING,
+    };
+
+    /// Accepts what a header declares only within the bounds above.
+    pub fn check(channels: u32, ring: u32) -> Option<Geometry> {
+        let (channels, ring) = (channels as usize, ring as usize);
+        let ok = (1..=CHANNELS_MAX).contains(&channels)
+            && (RING_MIN..=RING_MAX).contains(&ring)
+            && ring.is_power_of_two();
+        ok.then_some(Geometry { channels, ring })
+    }
+
+    /// Offset of channel `i`'s control block.
+    pub fn ctl(&self, i: usize) -> usize {
+        HEADER + i * CTL
+    }
+
+    /// Offset of the first ring (page aligned).
+    pub fn rings(&self) -> usize {
+        (HEADER + self.channels * CTL).next_multiple_of(4096)
+    }
+
+    /// Offset of channel `i`'s ring.
+    pub fn ring_at(&self, i: usize) -> usize {
+        self.rings() + i * self.ring
+    }
+
+    /// Bytes of the whole segment.
+    pub fn bytes(&self) -> usize {
+        self.rings() + self.channels * self.ring
+    }
+
+    /// Largest payload of one record: a quarter of the ring, so records
+    /// of a long message follow each other while the receiver drains.
+    pub fn chunk(&self) -> usize {
+        self.ring / 4
+    }
+}
+
+/// A record's size in the ring for `payload` bytes.
+pub fn rec_len(payload: usize) -> usize {
+    REC_HDR + payload.next_multiple_of(8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_bounds() {
+        assert_eq!(Geometry::check(16, 256 << 10), Some(Geometry::OURS));
+        assert_eq!(Geometry::check(0, 4096), None);
+        assert_eq!(Geometry::check(65, 4096), None);
+        assert_eq!(Geometry::check(1, 4095), None);
+        assert_eq!(Geometry::check(1, 6000), None);
+        assert_eq!(Geometry::check(1, 32 << 20), None);
+        let g = Geometry::OURS;
+        assert_eq!(g.rings(), 8192);
+        assert_eq!(g.bytes(), 8192 + 16 * (256 << 10));
+        // The largest declared shape stays far from overflow.
+        let big = Geometry::check(64, 16 << 20).unwrap_or(g);
+        assert_eq!(big.bytes(), 20480 + (1 << 30));
+    }
+}

@@ -1,0 +1,150 @@
+//! Whether a process is alive: its pid and its start time (field 22 of
+//! `/proc/<pid>/stat`, clock ticks since boot), so a pid reused by a new
+//! process is not mistaken for the old one. Segment headers and channel
+//! claims record both; see `docs/design.md`, "The shm provider".
+//!
+//! Also the clean-up of segments that crashed runs left behind.
+
+use std::io::Read;
+use std::time::{Duration, SystemTime};
+
+use rustix::process::Pid;
+
+use crate::layout::{H_MAGIC, H_PID, H_START, MAGIC};
+use crate::name::{bell_path, seg_name, BELL_PREFIX, SEG_PREFIX, SHM_DIR};
+use crate::segment::Segment;
+
+/// This process's pid and start time.
+pub fn me() -> (u32, u64) {
+    let pid = std::process::id();
+    (pid, start_time(pid).unwrap_or(0))
+}
+
+/// The start time of process `pid`, if it exists and `/proc` says.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: the
+    // fields after the last ')' are fixed.
+    let rest = &s[s.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process `pid` that started at `start` still runs. A start
+/// time of 0 (not known when recorded) checks the pid only.
+pub fn alive(pid: u32, start: u64) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    match start_time(pid) {
+        Some(t) => start == 0 || t == start,
+        None => {
+            let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+                return false;
+            };
+            // No /proc entry: alive only if the kernel knows the pid.
+            !matches!(
+                rustix::process::test_kill_process(p),
+                Err(rustix::io::Errno::SRCH)
+            )
+        }
+    }
+}
+
+/// The owner (pid, start time) a segment file's header names, read with
+/// plain file I/O; `None` when the header is not (yet) valid.
+pub fn owner_of_file(path: &std::path::Path) -> Option<(u32, u64)> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut h = [0u8; 40];
+    f.read_exact(&mut h).ok()?;
+    let u64_at = |o: usize| h.get(o..o + 8)?.try_into().ok().map(u64::from_ne_bytes);
+    let u32_at = |o: usize| h.get(o..o + 4)?.try_into().ok().map(u32::from_ne_bytes);
+    (u64_at(H_MAGIC)? == MAGIC).then_some((u32_at(H_PID)?, u64_at(H_START)?))
+}
+
+/// The owner a mapped segment's header names.
+pub fn owner_of(seg: &Segment) -> Option<(u32, u64)> {
+    use std::sync::atomic::Ordering::Acquire;
+    (seg.load64(H_MAGIC, Acquire)? == MAGIC)
+        .then(|| Some((seg.load32(H_PID, Acquire)?, seg.load64(H_START, Acquire)?)))
+        .flatten()
+}
+
+/// Removes `name`'s segment and doorbell if the files still belong to
+/// the dead owner `pid` (a new process may have taken the name since).
+pub fn remove_if_owned(name: &str, pid: u32, start: u64) {
+    let path = std::path::Path::new(SHM_DIR).join(format!("{SEG_PREFIX}{name}"));
+    if owner_of_file(&path) == Some((pid, start)) {
+        Segment::unlink(&seg_name(name));
+        let _ = std::fs::remove_file(bell_path(name));
+        tracing::debug!(name, pid, "shm: removed a dead peer's segment");
+    }
+}
+
+/// How old a segment without a valid header must be to count as left
+/// behind by a creator that died while making it.
+const HALF_MADE: Duration = Duration::from_secs(60);
+
+/// Removes the segments (and doorbells) in `/dev/shm` whose owners are
+/// dead, and those that never got a valid header and are old. Run once
+/// per process, when its first shm domain opens. Returns how many
+/// segments it removed.
+pub fn reclaim_stale() -> usize {
+    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in dir.flatten() {
+        let file = e.file_name();
+        let Some(f) = file.to_str() else { continue };
+        let Some(name) = f.strip_prefix(SEG_PREFIX) else {
+            continue;
+        };
+        let path = e.path();
+        let stale = match owner_of_file(&path) {
+            Some((pid, start)) => !alive(pid, start),
+            None => e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| SystemTime::now().duration_since(t).ok())
+                .is_some_and(|age| age > HALF_MADE),
+        };
+        if stale {
+            Segment::unlink(&seg_name(name));
+            let _ = std::fs::remove_file(bell_path(name));
+            removed += 1;
+        }
+    }
+    // Doorbells whose segment is gone.
+    if let Ok(dir) = std::fs::read_dir(SHM_DIR) {
+        for e in dir.flatten() {
+            let file = e.file_name();
+            let Some(name) = file.to_str().and_then(|f| f.strip_prefix(BELL_PREFIX)) else {
+                continue;
+            };
+            let seg = std::path::Path::new(SHM_DIR).join(format!("{SEG_PREFIX}{name}"));
+            if !seg.exists() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    if removed > 0 {
+        tracing::info!(removed, "shm: reclaimed segments of dead processes");
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_pid_zero_is_not() {
+        let (pid, start) = me();
+        assert!(start > 0);
+        assert!(alive(pid, start));
+        assert!(!alive(pid, start + 1), "a reused pid is another process");
+        assert!(!alive(0, 0));
+        assert!(!alive(u32::MAX, 0));
+    }
+}

@@ -1,0 +1,83 @@
+//! Endpoint names and the addresses made of them. An shm address is the
+//! string `fi_shm://<name>` (libfabric's `FI_ADDR_STR` form), the same
+//! bytes in raw and string form; the name picks the endpoint's segment,
+//! `/dev/shm/weft-shm.<name>`, and its doorbell, `/dev/shm/weft-shmbell.<name>`.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use weft_core::{Error, Result};
+
+use crate::layout::NAME_MAX;
+
+/// The scheme of shm addresses.
+pub const SCHEME: &str = "fi_shm://";
+/// Prefix of segment files in `/dev/shm`.
+pub const SEG_PREFIX: &str = "weft-shm.";
+/// Prefix of doorbell FIFOs in `/dev/shm`.
+pub const BELL_PREFIX: &str = "weft-shmbell.";
+/// Where POSIX shared memory lives on Linux.
+pub const SHM_DIR: &str = "/dev/shm";
+
+/// Whether `name` is a valid endpoint name: 1 to 48 of `[A-Za-z0-9_.-]`,
+/// not starting with a dot.
+pub fn valid(name: &[u8]) -> bool {
+    (1..=NAME_MAX).contains(&name.len())
+        && name[0] != b'.'
+        && name
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// The name an address carries (`Inval` if it is not a valid one). A
+/// trailing NUL, as C callers pass strings, is accepted.
+pub fn parse(addr: &[u8]) -> Result<&str> {
+    let a = addr.strip_suffix(&[0]).unwrap_or(addr);
+    let n = a.strip_prefix(SCHEME.as_bytes()).ok_or(Error::Inval)?;
+    if !valid(n) {
+        return Err(Error::Inval);
+    }
+    std::str::from_utf8(n).map_err(|_| Error::Inval)
+}
+
+/// The address of `name`.
+pub fn addr(name: &str) -> Vec<u8> {
+    format!("{SCHEME}{name}").into_bytes()
+}
+
+/// The shm_open(3) name of `name`'s segment.
+pub fn seg_name(name: &str) -> String {
+    format!("/{SEG_PREFIX}{name}")
+}
+
+/// The path of `name`'s doorbell.
+pub fn bell_path(name: &str) -> String {
+    format!("{SHM_DIR}/{BELL_PREFIX}{name}")
+}
+
+/// A name no other endpoint of this process has: `<pid>-<n>`.
+pub fn unique() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{n}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_addresses() {
+        assert_eq!(parse(b"fi_shm://a-1.b_2"), Ok("a-1.b_2"));
+        assert_eq!(parse(b"fi_shm://a\0"), Ok("a"));
+        assert_eq!(parse(b"fi_shm://"), Err(Error::Inval));
+        assert_eq!(parse(b"fi_shm://../x"), Err(Error::Inval));
+        assert_eq!(parse(b"fi_shm://a/b"), Err(Error::Inval));
+        assert_eq!(parse(b"fi_sockaddr_in://1.2.3.4:5"), Err(Error::Inval));
+        assert_eq!(parse(&[0xff; 20]), Err(Error::Inval));
+        let long = format!("fi_shm://{}", "x".repeat(NAME_MAX + 1));
+        assert_eq!(parse(long.as_bytes()), Err(Error::Inval));
+        assert_eq!(addr("p"), b"fi_shm://p".to_vec());
+        assert!(valid(unique().as_bytes()));
+        assert_ne!(unique(), unique());
+    }
+}

@@ -1,0 +1,101 @@
+//! The provider's one offer: `FI_EP_RDM` between the processes of this
+//! host, addresses as `FI_ADDR_STR` names (`fi_shm://<name>`).
+
+use weft_core::attr::{
+    version, AddrFormat, AvType, DomainAttr, EpAttr, EpType, FabricAttr, Info, Progress, Protocol,
+    RxAttr, Threading, TxAttr, API_VERSION,
+};
+use weft_core::flags::{Caps, CompOrder, MrMode, MsgOrder, OpFlags};
+
+use crate::{
+    BUFFERED_RECV, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, MEM_TAG_FORMAT, NAME, QUEUE_SIZE,
+};
+
+/// What an shm endpoint does: untagged and tagged messages with 64-bit
+/// remote CQ data, source addresses (with `FI_SOURCE_ERR` on request) and
+/// directed receives, between processes of one host. No RMA, atomics,
+/// multi-receive or shared contexts yet.
+pub const CAPS: Caps = Caps::MSG
+    .union(Caps::TAGGED)
+    .union(Caps::SEND)
+    .union(Caps::RECV)
+    .union(Caps::REMOTE_CQ_DATA)
+    .union(Caps::SOURCE)
+    .union(Caps::SOURCE_ERR)
+    .union(Caps::DIRECTED_RECV)
+    .union(Caps::LOCAL_COMM);
+
+/// Every offer.
+pub fn offers() -> Vec<Info> {
+    vec![offer()]
+}
+
+/// The RDM offer.
+pub fn offer() -> Info {
+    // One sender's messages travel one ring, in order.
+    let order = MsgOrder::SAS;
+    Info {
+        caps: CAPS,
+        addr_format: AddrFormat::Str,
+        tx_attr: TxAttr {
+            caps: CAPS & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE | Caps::SOURCE_ERR),
+            msg_order: order,
+            comp_order: CompOrder::empty(),
+            inject_size: INJECT_SIZE,
+            size: QUEUE_SIZE,
+            iov_limit: IOV_LIMIT,
+            rma_iov_limit: 0,
+            // A send completes once it is in the receiver's ring; with
+            // delivery-complete, once the receiver consumed it (placed or
+            // buffered). Match- and commit-complete are not offered.
+            op_flags_supported: OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE,
+            ..TxAttr::default()
+        },
+        rx_attr: RxAttr {
+            caps: CAPS & !Caps::SEND,
+            msg_order: order,
+            comp_order: CompOrder::empty(),
+            total_buffered_recv: BUFFERED_RECV,
+            size: QUEUE_SIZE,
+            iov_limit: IOV_LIMIT,
+            op_flags_supported: OpFlags::RX_BASE | OpFlags::PEEK_FAMILY,
+            ..RxAttr::default()
+        },
+        ep_attr: EpAttr {
+            ep_type: EpType::Rdm,
+            protocol: Protocol::Shm,
+            protocol_version: crate::layout::VERSION,
+            max_msg_size: MAX_MSG_SIZE,
+            mem_tag_format: MEM_TAG_FORMAT,
+            tx_ctx_cnt: 1,
+            rx_ctx_cnt: 1,
+            ..EpAttr::default()
+        },
+        domain_attr: DomainAttr {
+            name: Some(NAME.into()),
+            threading: Threading::Safe,
+            control_progress: Progress::Auto,
+            data_progress: Progress::Auto,
+            av_type: AvType::Unspec,
+            mr_mode: MrMode::empty(),
+            cq_data_size: 8,
+            cq_cnt: 1 << 16,
+            ep_cnt: 1 << 16,
+            tx_ctx_cnt: 1,
+            rx_ctx_cnt: 1,
+            max_ep_tx_ctx: 1,
+            max_ep_rx_ctx: 1,
+            max_ep_srx_ctx: 0,
+            // No keys: peers are processes of this user on this host.
+            max_ep_auth_key: 0,
+            ..DomainAttr::default()
+        },
+        fabric_attr: FabricAttr {
+            name: Some(NAME.into()),
+            prov_name: Some(NAME.into()),
+            prov_version: version(0, 1),
+            api_version: API_VERSION,
+        },
+        ..Info::default()
+    }
+}

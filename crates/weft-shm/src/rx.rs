@@ -1,0 +1,476 @@
+//! The receive side: one pass over the endpoint's channels reads the
+//! records senders published, matches each message to a posted receive
+//! (placing it straight from the ring into the receive's buffers) or
+//! holds it for a later receive within the unexpected budget. A message
+//! that neither finds a receive nor fits the budget stays in its ring:
+//! the channel waits (its sender's ring fills, and the sender waits), as
+//! reliable delivery demands; nothing is dropped.
+//!
+//! A channel whose sender breaks the layout's rules is freed and counted
+//! (`EpStats::rx_malformed`); a message it had begun fails its receive.
+
+use std::fs::File;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::av::shared::lock_synced;
+use weft_core::completion::Returned;
+use weft_core::limits::UNEXPECTED_OVERHEAD;
+use weft_core::provider::RecvReq;
+use weft_core::recv_completion::{deliver, deliver_unknown, fail_recv};
+use weft_core::soft_rx::Charge;
+use weft_core::sync::lock;
+use weft_core::tagmatch::MsgInfo;
+use weft_core::Error;
+
+use crate::endpoint::EpShared;
+use crate::layout::*;
+use crate::ring::{Chan, Next, Rec};
+use crate::segment::Segment;
+
+/// Records one pass takes from one channel at most, so one busy sender
+/// cannot hold a pass (or starve the other channels).
+pub const PASS_LIMIT: usize = 64;
+
+/// A message held for a later receive, with its share of the budget.
+#[derive(Debug)]
+pub struct Held {
+    pub data: BytesMut,
+    /// The sender's address (for `FI_SOURCE_ERR`).
+    pub from: Arc<[u8]>,
+    _charge: Charge,
+}
+
+/// Where a message being received goes.
+#[derive(Debug)]
+enum Sink {
+    /// A posted receive took it at its first record.
+    Recv(RecvReq),
+    /// No receive yet: buffered, charged.
+    Buf(BytesMut, Charge),
+}
+
+/// A message whose records are still arriving.
+#[derive(Debug)]
+struct Partial {
+    info: MsgInfo,
+    sink: Sink,
+    /// Bytes of it read so far.
+    got: usize,
+}
+
+/// What the receiver knows of one channel.
+#[derive(Debug, Default)]
+pub struct RxChan {
+    /// Seen active with this claim count.
+    active: Option<u32>,
+    /// Our consumed position (authoritative; the shared word only tells
+    /// the sender).
+    head: u64,
+    /// The sender's address, and its AV handle as of an AV version.
+    from: Option<Arc<[u8]>>,
+    src: Option<(u64, FiAddr)>,
+    partial: Option<Partial>,
+    /// The sender's doorbell, for telling it there is room.
+    bell: Option<File>,
+}
+
+/// Every channel's receiver state.
+#[derive(Debug)]
+pub struct RxState {
+    chans: Vec<RxChan>,
+}
+
+impl RxState {
+    pub fn new(n: usize) -> RxState {
+        RxState {
+            chans: (0..n).map(|_| RxChan::default()).collect(),
+        }
+    }
+
+    /// Channels with an active sender.
+    pub fn active(&self) -> usize {
+        self.chans.iter().filter(|c| c.active.is_some()).count()
+    }
+}
+
+/// Why a channel's draining stopped.
+enum Stop {
+    /// Nothing more published.
+    Empty,
+    /// The next message waits for budget or a receive.
+    Parked,
+    /// The pass limit.
+    Limit,
+    /// The sender broke the rules.
+    Corrupt,
+}
+
+/// One pass over every channel. `sweep`: also free the channels of dead
+/// senders. Returns the records consumed.
+pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool) -> usize {
+    let mut n = 0;
+    let mut parked = false;
+    for i in 0..st.chans.len().min(ep.g.channels) {
+        let c = Chan { g: ep.g, i };
+        let state = ep.seg.load32(c.ctl(C_STATE), Ordering::Acquire);
+        let lc = &mut st.chans[i];
+        match state {
+            Some(ACTIVE) | Some(CLOSED) => {
+                let gen = ep.seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap_or(0);
+                if lc.active != Some(gen) && !activate(ep, &c, lc, gen) {
+                    free(ep, &c, lc, true);
+                    continue;
+                }
+                let (k, stop) = drain(ep, &c, lc);
+                n += k;
+                match stop {
+                    Stop::Corrupt => free(ep, &c, lc, true),
+                    Stop::Parked => parked = true,
+                    Stop::Empty if state == Some(CLOSED) => free(ep, &c, lc, false),
+                    Stop::Empty if sweep && !sender_alive(ep, &c) => free(ep, &c, lc, false),
+                    _ => {}
+                }
+            }
+            Some(s) if s & CLAIMING != 0 => {
+                // A claimer that died before finishing its claim.
+                if sweep && !crate::live::alive(s & !CLAIMING, 0) {
+                    free(ep, &c, lc, false);
+                }
+            }
+            Some(FREE) => {
+                if lc.active.is_some() {
+                    // Freed under us: only a broken sender does that.
+                    free(ep, &c, lc, true);
+                }
+            }
+            _ => free(ep, &c, lc, true),
+        }
+    }
+    ep.parked.store(parked, Ordering::Release);
+    n
+}
+
+fn sender_alive(ep: &EpShared, c: &Chan) -> bool {
+    let pid = ep.seg.load32(c.ctl(C_PID), Ordering::Acquire).unwrap_or(0);
+    let start = ep
+        .seg
+        .load64(c.ctl(C_START), Ordering::Acquire)
+        .unwrap_or(0);
+    crate::live::alive(pid, start)
+}
+
+/// A sender claimed the channel: reads its name. False when the name is
+/// not one.
+fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
+    if lc.active.is_some() || lc.partial.is_some() {
+        // A new claim without our freeing the old one: broken sender.
+        return false;
+    }
+    let len = ep
+        .seg
+        .load32(c.ctl(C_NAME_LEN), Ordering::Acquire)
+        .unwrap_or(0) as usize;
+    if len > NAME_MAX {
+        return false;
+    }
+    let mut b = [0u8; NAME_MAX];
+    if !ep.seg.read(c.ctl(C_NAME), &mut b[..len]) || !crate::name::valid(&b[..len]) {
+        return false;
+    }
+    let Ok(name) = std::str::from_utf8(&b[..len]) else {
+        return false;
+    };
+    *lc = RxChan {
+        active: Some(gen),
+        head: 0,
+        from: Some(crate::name::addr(name).into()),
+        src: None,
+        partial: None,
+        bell: crate::bell::open_remote(name),
+    };
+    true
+}
+
+/// Frees a channel for the next sender: a message it had begun fails
+/// its receive; `broken` counts it as malformed.
+fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
+    if let Some(p) = lc.partial.take() {
+        if let Sink::Recv(req) = p.sink {
+            let placed = p.got.min(req.capacity());
+            fail_recv(ep, req, p.info, placed, Error::ConnAborted);
+        }
+    }
+    if broken {
+        ep.malformed.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            channel = c.i,
+            "shm: channel broke the layout's rules; freed"
+        );
+    }
+    *lc = RxChan::default();
+    use Ordering::Release;
+    ep.seg.store64(c.ctl(C_HEAD), 0, Release);
+    ep.seg.store64(c.ctl(C_TAIL), 0, Release);
+    ep.seg.store32(c.ctl(C_TX_WAIT), 0, Release);
+    ep.seg.store32(c.ctl(C_STATE), FREE, Release);
+}
+
+/// Reads a channel's records up to the limit.
+fn drain(ep: &EpShared, c: &Chan, lc: &mut RxChan) -> (usize, Stop) {
+    let mut n = 0;
+    let tail = c.tail(&ep.seg);
+    let stop = loop {
+        if n == PASS_LIMIT {
+            break Stop::Limit;
+        }
+        let r = match c.next_below(&ep.seg, lc.head, tail) {
+            Next::Empty => break Stop::Empty,
+            Next::Corrupt => break Stop::Corrupt,
+            Next::Rec(r) => r,
+        };
+        match record(ep, lc, &r) {
+            Ok(true) => {
+                lc.head = r.next;
+                n += 1;
+            }
+            Ok(false) => break Stop::Parked,
+            Err(()) => break Stop::Corrupt,
+        }
+    };
+    if n > 0 {
+        c.consume(&ep.seg, lc.head);
+        // Pairs with the sender's fence between raising `tx_wait` and
+        // reading the head again.
+        fence(Ordering::SeqCst);
+        if ep.seg.load32(c.ctl(C_TX_WAIT), Ordering::Relaxed) == Some(1)
+            && ep.seg.swap32(c.ctl(C_TX_WAIT), 0) == Some(1)
+        {
+            if let Some(b) = &lc.bell {
+                crate::bell::ring(b);
+            }
+        }
+    }
+    (n, stop)
+}
+
+/// The AV handle of the channel's sender, looked up again only after the
+/// AV changed.
+fn source(ep: &EpShared, lc: &mut RxChan) -> FiAddr {
+    let (Some(av), Some(from)) = (&ep.cfg.av, &lc.from) else {
+        return FI_ADDR_NOTAVAIL;
+    };
+    let t = lock_synced(av);
+    let v = t.version();
+    if let Some((cv, h)) = lc.src {
+        if cv == v {
+            return h;
+        }
+    }
+    let h = t.find(from).unwrap_or(FI_ADDR_NOTAVAIL);
+    lc.src = Some((v, h));
+    h
+}
+
+/// Copies `n` bytes at segment offset `off` into the receive's buffers at
+/// message offset `at`, as far as they reach. True unless the segment
+/// refused the range (it cannot: the ring checked it).
+fn place(seg: &Segment, req: &mut RecvReq, mut at: usize, mut off: usize, mut n: usize) -> bool {
+    for b in req.bufs.iter_mut() {
+        if n == 0 {
+            break;
+        }
+        if at >= b.len() {
+            at -= b.len();
+            continue;
+        }
+        let k = (b.len() - at).min(n);
+        if !seg.read(off, &mut b[at..at + k]) {
+            return false;
+        }
+        at = 0;
+        off += k;
+        n -= k;
+    }
+    true
+}
+
+/// Handles one record. `Ok(false)`: it must wait (budget or receive);
+/// `Err`: the sender broke the rules.
+fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
+    let h = &r.head;
+    let len = h.len as usize;
+    let last = h.has(F_LAST);
+    let mut p = match h.kind() {
+        K_FIRST => {
+            if lc.partial.is_some() {
+                return Err(());
+            }
+            let total = crate::ring::check_first(h, ep.max_msg).ok_or(())?;
+            let tagged = h.has(F_TAGGED);
+            let info = MsgInfo {
+                key: None,
+                src: source(ep, lc),
+                tagged,
+                tag: if tagged { h.tag } else { 0 },
+                len: total,
+                data: h.has(F_DATA).then_some(h.data),
+            };
+            let from = lc.from.clone().ok_or(())?;
+            let mut m = lock(&ep.matcher);
+            let sink = match m.match_arrival(&info) {
+                Some((_, req)) => Sink::Recv(req),
+                None => {
+                    let charge = UNEXPECTED_OVERHEAD.saturating_add(total);
+                    let Some(c) = Charge::try_new(&ep.unexp, charge, ep.buffered_limit) else {
+                        return Ok(false);
+                    };
+                    let mut b = BytesMut::zeroed(len);
+                    if !ep.seg.read(r.payload, &mut b) {
+                        return Err(());
+                    }
+                    if last {
+                        // Pushed under the lock it was matched under: a
+                        // receive posted meanwhile would otherwise miss it.
+                        let held = Held {
+                            data: b,
+                            from: from.clone(),
+                            _charge: c,
+                        };
+                        m.push_unexpected(from, info, held);
+                        return Ok(true);
+                    }
+                    b.reserve(total - len);
+                    return {
+                        lc.partial = Some(Partial {
+                            info,
+                            sink: Sink::Buf(b, c),
+                            got: len,
+                        });
+                        Ok(true)
+                    };
+                }
+            };
+            drop(m);
+            Partial { info, sink, got: 0 }
+        }
+        K_CONT => lc.partial.take().ok_or(())?,
+        _ => return Err(()),
+    };
+    let now = crate::ring::check_next(h, p.got, p.info.len).ok_or(())?;
+    match &mut p.sink {
+        Sink::Recv(req) => {
+            if !place(&ep.seg, req, p.got, r.payload, len) {
+                return Err(());
+            }
+        }
+        Sink::Buf(b, _) => {
+            let at = b.len();
+            b.resize(at + len, 0);
+            if !ep.seg.read(r.payload, &mut b[at..]) {
+                return Err(());
+            }
+        }
+    }
+    p.got = now;
+    if !last {
+        lc.partial = Some(p);
+        return Ok(true);
+    }
+    let from = lc.from.clone().ok_or(())?;
+    finish(ep, p, from);
+    Ok(true)
+}
+
+/// A message whose last record arrived.
+fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
+    match p.sink {
+        Sink::Recv(req) => {
+            let placed = p.info.len.min(req.capacity());
+            complete(ep, req, p.info, placed, &from);
+        }
+        Sink::Buf(data, charge) => {
+            let mut m = lock(&ep.matcher);
+            // A receive posted while the records arrived takes it now.
+            if let Some((_, mut req)) = m.match_arrival(&p.info) {
+                drop(m);
+                let placed = weft_core::recv_completion::copy_in(&mut req, &data);
+                drop(charge);
+                complete(ep, req, p.info, placed, &from);
+            } else {
+                let held = Held {
+                    data,
+                    from: from.clone(),
+                    _charge: charge,
+                };
+                m.push_unexpected(from, p.info, held);
+            }
+        }
+    }
+}
+
+/// Completes a receive into which `placed` bytes went: as usual, or for
+/// a sender not in the AV on an `FI_SOURCE_ERR` endpoint as the error
+/// entry that carries the sender's address.
+fn complete(ep: &EpShared, req: RecvReq, info: MsgInfo, placed: usize, from: &Arc<[u8]>) {
+    if ep.source_err && info.src == FI_ADDR_NOTAVAIL {
+        deliver_unknown(ep, req, info, placed, FI_ADDR_NOTAVAIL, from.to_vec());
+    } else {
+        deliver(ep, req, info, placed);
+    }
+}
+
+/// Completes a receive with a held message (which frees its budget).
+pub fn deliver_held(ep: &EpShared, mut req: RecvReq, info: MsgInfo, held: Held) {
+    let placed = weft_core::recv_completion::copy_in(&mut req, &held.data);
+    complete(ep, req, info, placed, &held.from);
+}
+
+impl EpShared {
+    /// Takes back a message whose receive's future was dropped as the
+    /// message reached it: the oldest posted receive that accepts it gets
+    /// it, else it goes to the head of the held messages, charged even
+    /// past the budget (it was admitted once; refusing it now could only
+    /// lose it).
+    pub fn take_back(&self, mut r: Returned) {
+        if self.is_closed() {
+            return;
+        }
+        let info = r.info();
+        let data = r.take_bytes();
+        let from: Arc<[u8]> = if r.raw.is_empty() {
+            self.addr_of(info.src).into()
+        } else {
+            std::mem::take(&mut r.raw).into()
+        };
+        let mut m = lock(&self.matcher);
+        if let Some((_, mut req)) = m.match_arrival(&info) {
+            drop(m);
+            let placed = weft_core::recv_completion::copy_in(&mut req, &data);
+            complete(self, req, info, placed, &from);
+            return;
+        }
+        let charge = Charge::force(&self.unexp, UNEXPECTED_OVERHEAD.saturating_add(info.len));
+        let held = Held {
+            data,
+            from: from.clone(),
+            _charge: charge,
+        };
+        m.push_unexpected_front(from, info, held);
+    }
+
+    /// The address of AV handle `src` (empty when unknown: it resolves
+    /// to nothing).
+    fn addr_of(&self, src: FiAddr) -> Vec<u8> {
+        if src == FI_ADDR_NOTAVAIL {
+            return Vec::new();
+        }
+        self.cfg
+            .av
+            .as_ref()
+            .and_then(|av| lock_synced(av).lookup(src).ok().map(<[u8]>::to_vec))
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,177 @@
+//! The receiver's reading of a segment without an endpoint: what the
+//! fuzz target (`fuzz/fuzz_targets/shm_segment.rs`) feeds arbitrary
+//! segment contents to. It takes the same steps, through the same
+//! checks, as an endpoint's receive pass and a sender's look at a peer:
+//! the header, each channel's claim and sender name, its records (padding,
+//! kinds, lengths against the published tail) and the message rules
+//! (first, continuation and last records against the total), and the
+//! room a sender would compute from the receiver's head.
+
+use std::sync::atomic::Ordering::Acquire;
+
+use crate::layout::*;
+use crate::ring::{check_first, check_next, header_geometry, Chan, Next};
+use crate::segment::Segment;
+
+/// What a scan found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Scan {
+    /// The header declared a usable geometry.
+    pub header_ok: bool,
+    /// Records accepted.
+    pub records: usize,
+    /// Messages whose last record arrived.
+    pub messages: usize,
+    /// Payload bytes read out.
+    pub bytes: usize,
+    /// Channels that broke a rule.
+    pub corrupt: usize,
+}
+
+/// Reads every channel of `seg`, laid out as `g`, as a receiver would:
+/// at most `limit` records a channel, payloads copied out.
+pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
+    let mut out = Scan {
+        header_ok: header_geometry(seg).is_some(),
+        ..Scan::default()
+    };
+    let mut buf = vec![0u8; g.chunk()];
+    for i in 0..g.channels {
+        let c = Chan { g, i };
+        let state = seg.load32(c.ctl(C_STATE), Acquire);
+        if !matches!(state, Some(ACTIVE | CLOSED)) {
+            continue;
+        }
+        let len = seg.load32(c.ctl(C_NAME_LEN), Acquire).unwrap_or(0) as usize;
+        let mut name = [0u8; NAME_MAX];
+        let named = len <= NAME_MAX
+            && seg.read(c.ctl(C_NAME), &mut name[..len])
+            && crate::name::valid(&name[..len]);
+        if !named {
+            out.corrupt += 1;
+            continue;
+        }
+        // A sender's view of the same channel: the room it would write
+        // into, from a head it cannot trust.
+        let tail = c.tail(seg);
+        if let Some(free) = c.room(seg, tail) {
+            assert!(free <= g.ring);
+            if let Some((pad, max)) = c.fit(tail, free) {
+                assert!(pad + rec_len(max) <= free.max(pad + REC_HDR));
+                assert!(max <= g.chunk());
+            }
+        }
+        let mut head = 0u64;
+        let mut msg: Option<(usize, usize)> = None;
+        for _ in 0..limit {
+            let r = match c.next_below(seg, head, tail) {
+                Next::Empty => break,
+                Next::Corrupt => {
+                    out.corrupt += 1;
+                    break;
+                }
+                Next::Rec(r) => r,
+            };
+            let n = r.head.len as usize;
+            let ring = g.ring_at(i);
+            assert!(r.payload >= ring + REC_HDR && r.payload + n <= ring + g.ring);
+            assert!(r.next.wrapping_sub(head) <= g.ring as u64);
+            let step = match (r.head.kind(), msg) {
+                (K_FIRST, None) => check_first(&r.head, max_msg).map(|t| (0, t)),
+                (K_CONT, Some(m)) => Some(m),
+                _ => None,
+            }
+            .and_then(|(got, total)| Some((check_next(&r.head, got, total)?, total)));
+            let Some((got, total)) = step else {
+                out.corrupt += 1;
+                break;
+            };
+            if !seg.read(r.payload, &mut buf[..n]) {
+                out.corrupt += 1;
+                break;
+            }
+            out.records += 1;
+            out.bytes += n;
+            if r.head.has(F_LAST) {
+                out.messages += 1;
+                msg = None;
+            } else {
+                msg = Some((got, total));
+            }
+            head = r.next;
+        }
+    }
+    out
+}
+
+/// [`scan`] of arbitrary bytes as the segment of a small geometry (2
+/// channels of 4 KiB), and again with the geometry its header declares
+/// when that fits the bytes: the fuzz target's entry point. The first
+/// 768 bytes are the header and control blocks, the rest the rings (the
+/// padding between them stays zero), so short inputs reach records.
+pub fn scan_bytes(bytes: &[u8]) -> Scan {
+    let Some(g) = Geometry::check(2, 4096) else {
+        return Scan::default();
+    };
+    let ctl = g.ctl(g.channels);
+    let mut img = vec![0u8; g.bytes()];
+    let (head, rings) = bytes.split_at(bytes.len().min(ctl));
+    img[..head.len()].copy_from_slice(head);
+    let n = rings.len().min(g.bytes() - g.rings());
+    img[g.rings()..g.rings() + n].copy_from_slice(&rings[..n]);
+    let Ok(seg) = Segment::anonymous(&img) else {
+        return Scan::default();
+    };
+    let s = scan(&seg, g, 1 << 20, 64);
+    if let Some(h) = header_geometry(&seg) {
+        return scan(&seg, h, 1 << 20, 64);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_message_scans_and_garbage_does_not_panic() {
+        let Some(g) = Geometry::check(2, 4096) else {
+            return;
+        };
+        let Ok(seg) = Segment::anonymous(&vec![0u8; g.bytes()]) else {
+            return;
+        };
+        let c = Chan { g, i: 1 };
+        seg.store32(c.ctl(C_STATE), ACTIVE, std::sync::atomic::Ordering::Release);
+        seg.store32(c.ctl(C_NAME_LEN), 1, std::sync::atomic::Ordering::Release);
+        seg.write(c.ctl(C_NAME), b"p");
+        let mut tail = 0;
+        for (word, len) in [(K_FIRST, 1000u32), (K_CONT, 1000), (K_CONT | F_LAST, 48)] {
+            let h = crate::ring::RecHead {
+                word,
+                len,
+                total: 2048,
+                ..Default::default()
+            };
+            let free = c.room(&seg, tail).unwrap_or(0);
+            let (pad, _) = c.fit(tail, free).unwrap_or((0, 0));
+            tail = c.write_pad(&seg, tail, pad);
+            tail = c.write_head(&seg, tail, &h).1;
+            c.publish(&seg, tail);
+        }
+        let s = scan(&seg, g, 1 << 20, 64);
+        assert_eq!((s.records, s.messages, s.bytes, s.corrupt), (3, 1, 2048, 0));
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..300 {
+            let junk: Vec<u8> = (0..g.bytes())
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            scan_bytes(&junk);
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The one module that touches mapped memory. A [`Segment`] is a shared
+//! mapping of a file in `/dev/shm` (or an anonymous one, for tests and
+//! fuzzing). Other processes may write any byte of it at any time, so:
+//!
+//! - nothing here hands out a Rust reference to the mapped bytes
+//!   (`&[u8]`/`&T` to memory another process mutates would be undefined
+//!   behaviour); bytes are copied in and out through raw pointers,
+//! - control words are read and written as atomics,
+//! - every offset and length is checked against the mapping, so no value
+//!   read from the segment can make an access leave it.
+//!
+//! A copy out may observe a peer's concurrent writes (torn bytes): the
+//! caller checks what it copied, it never trusts it.
+#![allow(unsafe_code)]
+
+use std::ffi::c_void;
+use std::os::fd::OwnedFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use rustix::fs::Mode;
+use rustix::mm::{MapFlags, ProtFlags};
+use rustix::shm;
+use weft_core::{Error, Result};
+
+/// A mapped segment.
+#[derive(Debug)]
+pub struct Segment {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory, reached only through the
+// bounds-checked raw-pointer copies and atomics below; nothing in it is
+// tied to a thread.
+unsafe impl Send for Segment {}
+// SAFETY: as above; concurrent use from several threads is what the
+// atomics and the copy discipline are for.
+unsafe impl Sync for Segment {}
+
+fn io(e: rustix::io::Errno) -> Error {
+    Error::from(std::io::Error::from(e))
+}
+
+impl Segment {
+    /// Creates `/dev/shm/<name>` (which must not exist) of `len` zeroed
+    /// bytes, readable and writable by this user only, and maps it.
+    pub fn create(name: &str, len: usize) -> Result<Segment> {
+        let fd = shm::open(
+            name,
+            shm::OFlags::CREATE | shm::OFlags::EXCL | shm::OFlags::RDWR,
+            Mode::RUSR | Mode::WUSR,
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::EXIST => Error::AddrInUse,
+            e => io(e),
+        })?;
+        let mapped = rustix::fs::ftruncate(&fd, len as u64)
+            .map_err(io)
+            .and_then(|()| Segment::map(&fd, len));
+        if mapped.is_err() {
+            let _ = shm::unlink(name);
+        }
+        mapped
+    }
+
+    /// Maps the existing `/dev/shm/<name>` if its size is between `min`
+    /// and `max` bytes. `NoEnt` when there is no such segment.
+    pub fn open(name: &str, min: usize, max: usize) -> Result<Segment> {
+        let fd = shm::open(name, shm::OFlags::RDWR, Mode::empty()).map_err(|e| match e {
+            rustix::io::Errno::NOENT => Error::NoEnt,
+            e => io(e),
+        })?;
+        let st = rustix::fs::fstat(&fd).map_err(io)?;
+        let len = usize::try_from(st.st_size).map_err(|_| Error::Inval)?;
+        if len < min || len > max {
+            return Err(Error::Inval);
+        }
+        Segment::map(&fd, len)
+    }
+
+    /// An anonymous shared mapping holding `bytes` (tests and fuzzing:
+    /// the same accessors over contents nobody vouches for).
+    pub fn anonymous(bytes: &[u8]) -> Result<Segment> {
+        let len = bytes.len().max(8);
+        // SAFETY: a fresh anonymous mapping at an address the kernel
+        // chooses; it overlaps nothing of ours.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+            )
+        }
+        .map_err(io)?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::NoMem)?;
+        let s = Segment { ptr, len };
+        s.write(0, bytes);
+        Ok(s)
+    }
+
+    fn map(fd: &OwnedFd, len: usize) -> Result<Segment> {
+        if len == 0 {
+            return Err(Error::Inval);
+        }
+        // SAFETY: a new shared mapping of `len` bytes of `fd` at an
+        // address the kernel chooses; it overlaps nothing of ours. The
+        // fd may be closed afterwards: the mapping keeps the file.
+        let p = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )
+        }
+        .map_err(io)?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::NoMem)?;
+        Ok(Segment { ptr, len })
+    }
+
+    /// Removes `/dev/shm/<name>` (mappings stay valid).
+    pub fn unlink(name: &str) {
+        let _ = shm::unlink(name);
+    }
+
+    /// Bytes mapped.
+    pub fn size(&self) -> usize {
+        self.len
+    }
+
+    /// Whether `off..off + n` lies inside the mapping.
+    fn within(&self, off: usize, n: usize) -> bool {
+        off.checked_add(n).is_some_and(|end| end <= self.len)
+    }
+
+    fn u32_at(&self, off: usize) -> Option<&AtomicU32> {
+        if off % 4 != 0 || !self.within(off, 4) {
+            return None;
+        }
+        // SAFETY: in bounds and 4-aligned (the mapping is page aligned);
+        // an AtomicU32 may be shared with other writers, processes
+        // included, which is what atomics are for.
+        Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU32>() })
+    }
+
+    fn u64_at(&self, off: usize) -> Option<&AtomicU64> {
+        if off % 8 != 0 || !self.within(off, 8) {
+            return None;
+        }
+        // SAFETY: in bounds and 8-aligned; see `u32_at`.
+        Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU64>() })
+    }
+
+    /// The u32 at `off` (`None`: outside or misaligned).
+    pub fn load32(&self, off: usize, o: Ordering) -> Option<u32> {
+        self.u32_at(off).map(|a| a.load(o))
+    }
+
+    /// The u64 at `off`.
+    pub fn load64(&self, off: usize, o: Ordering) -> Option<u64> {
+        self.u64_at(off).map(|a| a.load(o))
+    }
+
+    /// Stores a u32; false when outside.
+    pub fn store32(&self, off: usize, v: u32, o: Ordering) -> bool {
+        self.u32_at(off).map(|a| a.store(v, o)).is_some()
+    }
+
+    /// Stores a u64; false when outside.
+    pub fn store64(&self, off: usize, v: u64, o: Ordering) -> bool {
+        self.u64_at(off).map(|a| a.store(v, o)).is_some()
+    }
+
+    /// Swaps a u32, returning the old value.
+    pub fn swap32(&self, off: usize, v: u32) -> Option<u32> {
+        self.u32_at(off).map(|a| a.swap(v, Ordering::AcqRel))
+    }
+
+    /// Compare-and-swap of a u32; true when it was `old`.
+    pub fn cas32(&self, off: usize, old: u32, new: u32) -> bool {
+        self.u32_at(off).is_some_and(|a| {
+            a.compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        })
+    }
+
+    /// Copies `out.len()` bytes from `off`; false (nothing copied) when
+    /// the range leaves the mapping.
+    pub fn read(&self, off: usize, out: &mut [u8]) -> bool {
+        if !self.within(off, out.len()) {
+            return false;
+        }
+        // SAFETY: the source range is inside the mapping and the
+        // destination is our own buffer, which cannot overlap it. No
+        // reference to the shared bytes is formed: a peer writing them
+        // meanwhile changes what we copy, nothing else.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), out.as_mut_ptr(), out.len())
+        };
+        true
+    }
+
+    /// Copies `data` in at `off`; false (nothing written) when the range
+    /// leaves the mapping.
+    pub fn write(&self, off: usize, data: &[u8]) -> bool {
+        if !self.within(off, data.len()) {
+            return false;
+        }
+        // SAFETY: the destination range is inside the mapping, the
+        // source is a buffer of ours outside it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(off), data.len())
+        };
+        true
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: the mapping was made by `map`/`anonymous` with this
+        // length and is unmapped once; no reference into it outlives the
+        // accessors above (each borrow ends with the call).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast::<c_void>(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn accesses_outside_or_misaligned_are_refused() {
+        let s = Segment::anonymous(&[0u8; 64]).unwrap();
+        assert!(s.store64(56, 7, Ordering::Release));
+        assert_eq!(s.load64(56, Ordering::Acquire), Some(7));
+        assert_eq!(s.load64(60, Ordering::Acquire), None);
+        assert_eq!(s.load64(64, Ordering::Acquire), None);
+        assert_eq!(s.load32(usize::MAX - 3, Ordering::Acquire), None);
+        assert_eq!(s.load32(2, Ordering::Acquire), None);
+        let mut b = [0u8; 8];
+        assert!(s.read(56, &mut b));
+        assert!(!s.read(57, &mut b));
+        assert!(!s.read(usize::MAX, &mut b));
+        assert!(!s.write(usize::MAX - 2, &b));
+        assert!(s.cas32(0, 0, 5));
+        assert!(!s.cas32(0, 0, 6));
+        assert_eq!(s.swap32(0, 1), Some(5));
+    }
+}

@@ -1,0 +1,531 @@
+//! The send side. Sending to a peer maps its segment (once) and claims
+//! one of its channels, a single-producer ring this endpoint alone writes.
+//! A message is copied from the caller's buffers into the ring by the
+//! posting thread — records of at most a quarter ring, so a long message
+//! streams while the receiver drains — and completes once its last byte
+//! is in the ring. What does not fit waits in the peer's queue, in order,
+//! until the receiver makes room (it rings our doorbell when we ask).
+//! Only the owner of a ring's head can free room; a head that lies (more
+//! than a ring behind or ahead) fails the peer's sends.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::sync::atomic::{fence, Ordering};
+
+use smallvec::SmallVec;
+use weft_core::av::shared::lock_synced;
+use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
+use weft_core::flags::OpFlags;
+use weft_core::hash::FastMap;
+use weft_core::provider::{Iov, Rejected, SendReq};
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+use crate::endpoint::EpShared;
+use crate::layout::*;
+use crate::ring::{Chan, RecHead};
+use crate::segment::Segment;
+
+/// A send not yet wholly in the ring.
+#[derive(Debug)]
+pub struct Out {
+    /// Flags of its first record (`F_TAGGED`, `F_DATA`).
+    flags: u32,
+    tag: u64,
+    data: u64,
+    iov: Iov,
+    len: usize,
+    /// Bytes in the ring so far.
+    off: usize,
+    started: bool,
+    /// `FI_DELIVERY_COMPLETE`: completes once the receiver consumed its
+    /// last record (placed it or buffered it), not when it is written.
+    dc: bool,
+    done: OpDone,
+}
+
+/// A delivery-complete send wholly in the ring, waiting for the
+/// receiver's head to pass `end`.
+#[derive(Debug)]
+struct Delivering {
+    end: u64,
+    len: usize,
+    done: OpDone,
+}
+
+/// A peer this endpoint sends to.
+#[derive(Debug)]
+pub struct Peer {
+    name: String,
+    seg: Segment,
+    g: Geometry,
+    /// The claimed channel and its claim count; `None` while all are
+    /// taken.
+    chan: Option<(Chan, u32)>,
+    /// Our produced position.
+    tail: u64,
+    /// The segment's owner when mapped.
+    owner: (u32, u64),
+    bell: Option<File>,
+    queue: VecDeque<Out>,
+    delivering: VecDeque<Delivering>,
+}
+
+/// The peers sent to, by address.
+#[derive(Debug, Default)]
+pub struct Peers {
+    map: FastMap<Vec<u8>, Peer>,
+}
+
+/// A send that ended (outside the locks).
+type Ended = (OpDone, usize, Result<()>);
+
+impl Peers {
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The endpoint closes: every claimed channel is handed back
+    /// (`CLOSED`: the receiver frees it once drained).
+    pub fn release(self) {
+        for p in self.map.into_values() {
+            if let Some((c, gen)) = p.chan {
+                let mine = p.seg.load32(c.ctl(C_GEN), Ordering::Acquire) == Some(gen);
+                if mine {
+                    p.seg.cas32(c.ctl(C_STATE), ACTIVE, CLOSED);
+                }
+            }
+        }
+    }
+}
+
+impl Peer {
+    /// Maps `name`'s segment and checks its header. `ConnRefused` when
+    /// there is no such endpoint (any more).
+    fn open(name: &str) -> Result<Peer> {
+        let min = Geometry::check(1, RING_MIN as u32)
+            .map(|g| g.bytes())
+            .unwrap_or(HEADER);
+        let max = Geometry::check(CHANNELS_MAX as u32, RING_MAX as u32)
+            .map(|g| g.bytes())
+            .unwrap_or(HEADER);
+        let seg = Segment::open(&crate::name::seg_name(name), min, max).map_err(|e| match e {
+            Error::NoEnt => Error::ConnRefused,
+            e => e,
+        })?;
+        let owner = crate::live::owner_of(&seg).ok_or(Error::ConnRefused)?;
+        let g = crate::ring::header_geometry(&seg).ok_or(Error::ConnRefused)?;
+        if !crate::live::alive(owner.0, owner.1) {
+            return Err(Error::ConnRefused);
+        }
+        Ok(Peer {
+            name: name.to_owned(),
+            seg,
+            g,
+            chan: None,
+            tail: 0,
+            owner,
+            bell: crate::bell::open_remote(name),
+            queue: VecDeque::new(),
+            delivering: VecDeque::new(),
+        })
+    }
+
+    /// Claims a free channel, if there is one.
+    fn claim(&mut self, me: (u32, u64), my_name: &str) -> bool {
+        if self.chan.is_some() {
+            return true;
+        }
+        use Ordering::{Acquire, Release};
+        for i in 0..self.g.channels {
+            let c = Chan { g: self.g, i };
+            if !self
+                .seg
+                .cas32(c.ctl(C_STATE), FREE, CLAIMING | (me.0 & !CLAIMING))
+            {
+                continue;
+            }
+            let s = &self.seg;
+            s.store32(c.ctl(C_PID), me.0, Release);
+            s.store64(c.ctl(C_START), me.1, Release);
+            s.store32(c.ctl(C_NAME_LEN), my_name.len() as u32, Release);
+            s.write(c.ctl(C_NAME), my_name.as_bytes());
+            let gen = s.load32(c.ctl(C_GEN), Acquire).unwrap_or(0).wrapping_add(1);
+            s.store32(c.ctl(C_GEN), gen, Release);
+            s.store64(c.ctl(C_TAIL), 0, Release);
+            s.store32(c.ctl(C_TX_WAIT), 0, Release);
+            s.store32(c.ctl(C_STATE), ACTIVE, Release);
+            self.chan = Some((c, gen));
+            self.tail = 0;
+            return true;
+        }
+        false
+    }
+
+    /// Writes as much of `o` as the ring takes. `Ok(true)`: all of it is
+    /// in; `Ok(false)`: it waits for room; `Err`: the receiver broke the
+    /// rules.
+    fn advance(&mut self, o: &mut Out) -> Result<bool> {
+        let Some((c, gen)) = self.chan else {
+            return Ok(false);
+        };
+        // Still ours: an owner that freed the channel (it took us for
+        // dead or broken) may have given it to another sender.
+        let ours = self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
+            && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen);
+        if !ours {
+            self.chan = None;
+            return Err(Error::ConnAborted);
+        }
+        let start = self.tail;
+        let mut asked = false;
+        let r = loop {
+            if o.started && o.off == o.len {
+                break Ok(true);
+            }
+            let free = c.room(&self.seg, self.tail).ok_or(Error::Io)?;
+            let fit = c.fit(self.tail, free);
+            let n = fit.map_or(0, |(_, max)| max.min(o.len - o.off));
+            if fit.is_none() || (n == 0 && o.len > o.off) {
+                if asked {
+                    break Ok(false);
+                }
+                // Ask the receiver to ring us when it consumes, then look
+                // once more: it may have consumed before seeing the ask.
+                self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
+                fence(Ordering::SeqCst);
+                asked = true;
+                continue;
+            }
+            let Some((pad, _)) = fit else {
+                break Ok(false);
+            };
+            self.tail = c.write_pad(&self.seg, self.tail, pad);
+            let last = o.off + n == o.len;
+            let word =
+                if o.started { K_CONT } else { K_FIRST | o.flags } | if last { F_LAST } else { 0 };
+            let h = RecHead {
+                word,
+                len: n as u32,
+                tag: o.tag,
+                data: o.data,
+                total: o.len as u64,
+            };
+            let (at, next) = c.write_head(&self.seg, self.tail, &h);
+            copy_out(&self.seg, at, &o.iov, o.off, n);
+            self.tail = next;
+            o.off += n;
+            o.started = true;
+            if !last {
+                // Published record by record: the receiver drains while
+                // the rest is written.
+                c.publish(&self.seg, self.tail);
+            }
+        };
+        if self.tail != start {
+            c.publish(&self.seg, self.tail);
+            self.wake();
+        }
+        r
+    }
+
+    /// Rings the receiver's doorbell if it said it sleeps.
+    fn wake(&self) {
+        // Pairs with the receiver's fence between announcing its sleep
+        // and looking at the rings once more.
+        fence(Ordering::SeqCst);
+        if self.seg.load32(H_SLEEPING, Ordering::Relaxed) == Some(1)
+            && self.seg.swap32(H_SLEEPING, 0) == Some(1)
+        {
+            if let Some(b) = &self.bell {
+                crate::bell::ring(b);
+            }
+        }
+    }
+
+    /// The cheap check of every send: the owner has not closed the
+    /// endpoint (it clears the pid in its header).
+    fn alive_now(&self) -> bool {
+        self.seg.load32(H_PID, Ordering::Relaxed) == Some(self.owner.0)
+    }
+
+    /// Whether the segment's owner is the one mapped and still runs.
+    fn alive(&self) -> bool {
+        crate::live::owner_of(&self.seg) == Some(self.owner)
+            && crate::live::alive(self.owner.0, self.owner.1)
+    }
+
+    /// A send is wholly in the ring: it ends now, or (delivery-complete)
+    /// once the receiver's head passes it.
+    fn written(&mut self, o: Out, ended: &mut Vec<Ended>) {
+        if !o.dc {
+            ended.push((o.done, o.len, Ok(())));
+            return;
+        }
+        self.delivering.push_back(Delivering {
+            end: self.tail,
+            len: o.len,
+            done: o.done,
+        });
+        if let Some((c, _)) = self.chan {
+            // The receiver rings us when it consumes.
+            self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+        }
+        self.delivered(ended);
+    }
+
+    /// Ends the delivery-complete sends the receiver's head has passed.
+    fn delivered(&mut self, ended: &mut Vec<Ended>) {
+        let Some((c, _)) = self.chan else {
+            return;
+        };
+        let head = c.head(&self.seg);
+        while let Some(d) = self.delivering.front() {
+            // Within one ring behind the tail: a head elsewhere is the
+            // receiver resetting a freed channel, not progress.
+            let behind = self.tail.wrapping_sub(head);
+            let passed = behind <= self.tail.wrapping_sub(d.end);
+            if !passed {
+                if let Some((c, _)) = self.chan {
+                    self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
+                }
+                return;
+            }
+            if let Some(d) = self.delivering.pop_front() {
+                ended.push((d.done, d.len, Ok(())));
+            }
+        }
+    }
+
+    /// Whether sends wait here (queued, or for delivery).
+    fn busy(&self) -> bool {
+        !self.queue.is_empty() || !self.delivering.is_empty()
+    }
+
+    /// Sends queued sends while the ring takes them.
+    fn flush(&mut self, me: (u32, u64), my_name: &str, ended: &mut Vec<Ended>) {
+        self.delivered(ended);
+        if self.queue.is_empty() || !self.claim(me, my_name) {
+            return;
+        }
+        while let Some(mut o) = self.queue.pop_front() {
+            match self.advance(&mut o) {
+                Ok(true) => self.written(o, ended),
+                Ok(false) => {
+                    self.queue.push_front(o);
+                    return;
+                }
+                Err(e) => {
+                    ended.push((o.done, o.len, Err(e)));
+                    self.fail_all(e, ended);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn fail_all(&mut self, e: Error, ended: &mut Vec<Ended>) {
+        ended.extend(self.queue.drain(..).map(|o| (o.done, o.len, Err(e))));
+        ended.extend(self.delivering.drain(..).map(|d| (d.done, d.len, Err(e))));
+    }
+}
+
+/// Copies bytes `off..off + n` of the message in `iov` to segment offset
+/// `at`.
+fn copy_out(seg: &Segment, mut at: usize, iov: &Iov, mut off: usize, mut n: usize) {
+    for b in iov.iter() {
+        if n == 0 {
+            break;
+        }
+        if off >= b.len() {
+            off -= b.len();
+            continue;
+        }
+        let k = (b.len() - off).min(n);
+        seg.write(at, &b[off..off + k]);
+        at += k;
+        n -= k;
+        off = 0;
+    }
+}
+
+/// Ends a send: its credit back first, then its completion.
+fn finish(ep: &EpShared, (done, len, r): Ended) {
+    ep.tx.release(1);
+    match r {
+        Ok(()) => done.complete(CqEntry {
+            len,
+            ..CqEntry::default()
+        }),
+        Err(e) => {
+            tracing::debug!(error = %e, "shm: send failed");
+            done.fail(CqErrEntry::new(0, OpFlags::empty(), e));
+        }
+    }
+}
+
+impl EpShared {
+    /// Posts a send. Checks happen first: a message over `max_msg_size`
+    /// or `inject_size` (with `FI_INJECT`) is `MsgSize`, too many
+    /// buffers `Inval`, an address not in the AV `AddrNotAvail`, a full
+    /// queue `Again`. A peer that cannot be reached fails the send's
+    /// completion (`ConnRefused`).
+    pub fn send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+        let len = req.len();
+        let reject = |err, req| Err(Rejected { err, req });
+        if len > self.max_msg || (req.flags.contains(OpFlags::INJECT) && len > self.inject) {
+            return reject(Error::MsgSize, req);
+        }
+        if req.iov.len() > self.iov_limit {
+            return reject(Error::Inval, req);
+        }
+        let Some(av) = &self.cfg.av else {
+            return reject(Error::NoAv, req);
+        };
+        let mut peers = lock(&self.peers);
+        let key = {
+            let t = lock_synced(av);
+            match t.lookup(req.dest) {
+                Ok(b) if peers.map.contains_key(b) => None,
+                Ok(b) => Some(b.to_vec()),
+                Err(_) => return reject(Error::AddrNotAvail, req),
+            }
+        };
+        if !self.tx.try_take() {
+            return reject(Error::Again, req);
+        }
+        let mut o = Out {
+            flags: if req.tag.is_some() { F_TAGGED } else { 0 }
+                | if req.data.is_some() { F_DATA } else { 0 },
+            tag: req.tag.unwrap_or(0),
+            data: req.data.unwrap_or(0),
+            iov: req.iov,
+            len,
+            off: 0,
+            started: false,
+            dc: req.flags.contains(OpFlags::DELIVERY_COMPLETE),
+            done: req.done,
+        };
+        let peer = match key {
+            None => {
+                // Found above, under the same lock.
+                let t = lock_synced(av);
+                let b = t.lookup(req.dest).unwrap_or(&[]);
+                peers.map.get_mut(b)
+            }
+            Some(k) => match crate::name::parse(&k).and_then(Peer::open) {
+                Ok(p) => Some(peers.map.entry(k).or_insert(p)),
+                Err(e) => {
+                    drop(peers);
+                    finish(self, (o.done, len, Err(e)));
+                    return Ok(());
+                }
+            },
+        };
+        let Some(peer) = peer else {
+            drop(peers);
+            finish(self, (o.done, len, Err(Error::AddrNotAvail)));
+            return Ok(());
+        };
+        if !peer.alive_now() {
+            // The owner closed its endpoint: what waits fails, and so
+            // does this send.
+            let mut ended = Vec::new();
+            peer.fail_all(Error::ConnReset, &mut ended);
+            ended.push((o.done, len, Err(Error::ConnReset)));
+            if let Ok(t) = lock_synced(av).lookup(req.dest).map(<[u8]>::to_vec) {
+                peers.map.remove(&t);
+            }
+            drop(peers);
+            for e in ended {
+                finish(self, e);
+            }
+            return Ok(());
+        }
+        if peer.queue.is_empty() && peer.claim(self.me, &self.name) {
+            match peer.advance(&mut o) {
+                Ok(true) if !o.dc => {
+                    drop(peers);
+                    finish(self, (o.done, len, Ok(())));
+                    return Ok(());
+                }
+                Ok(true) => {
+                    let mut ended = Vec::new();
+                    peer.written(o, &mut ended);
+                    drop(peers);
+                    let waits = ended.is_empty();
+                    for e in ended {
+                        finish(self, e);
+                    }
+                    if waits {
+                        self.tx_pending.store(true, Ordering::Release);
+                        self.kick.notify_one();
+                    }
+                    return Ok(());
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    drop(peers);
+                    finish(self, (o.done, len, Err(e)));
+                    return Ok(());
+                }
+            }
+        }
+        peer.queue.push_back(o);
+        drop(peers);
+        self.tx_pending.store(true, Ordering::Release);
+        self.kick.notify_one();
+        Ok(())
+    }
+
+    /// Sends what waits in peers' queues while their rings take it.
+    /// Returns how many sends ended.
+    pub fn flush(&self) -> usize {
+        if !self.tx_pending.load(Ordering::Acquire) {
+            return 0;
+        }
+        let mut ended: Vec<Ended> = Vec::new();
+        {
+            let mut peers = lock(&self.peers);
+            let mut pending = false;
+            for p in peers.map.values_mut() {
+                p.flush(self.me, &self.name, &mut ended);
+                pending |= p.busy();
+            }
+            self.tx_pending.store(pending, Ordering::Release);
+        }
+        let n = ended.len();
+        for e in ended {
+            finish(self, e);
+        }
+        n
+    }
+
+    /// Fails what waits for peers whose process is gone and forgets them
+    /// (removing their segments); returns the sends failed.
+    pub fn sweep_peers(&self) -> usize {
+        let mut ended: Vec<Ended> = Vec::new();
+        let mut gone: SmallVec<[(String, (u32, u64)); 2]> = SmallVec::new();
+        {
+            let mut peers = lock(&self.peers);
+            peers.map.retain(|_, p| {
+                if p.alive() {
+                    return true;
+                }
+                p.fail_all(Error::ConnReset, &mut ended);
+                gone.push((p.name.clone(), p.owner));
+                false
+            });
+        }
+        for (name, (pid, start)) in gone {
+            tracing::debug!(%name, pid, "shm: peer process gone");
+            crate::live::remove_if_owned(&name, pid, start);
+        }
+        let n = ended.len();
+        for e in ended {
+            finish(self, e);
+        }
+        n
+    }
+}

@@ -1,0 +1,95 @@
+//! The other process of `tests/shm_faults.rs`, killed by the test with
+//! SIGKILL at a chosen moment. Each mode waits at most 60 s for that and
+//! then exits on its own.
+//!
+//! - `shm-peer idle`: opens an shm RDM endpoint whose unexpected budget
+//!   is 64 KiB, prints its address and receives nothing, so senders'
+//!   messages pile up in its rings and their sends wait.
+//! - `shm-peer partial ADDR`: maps the segment of the endpoint at `ADDR`,
+//!   claims a channel as an endpoint does, publishes the first record of
+//!   a 1 MiB message and never the rest, prints `ready` and waits: a
+//!   sender killed in the middle of a message.
+
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use weft::{AvAttr, BindFlags, CqAttr, EpType, Info};
+use weft_shm::layout::*;
+use weft_shm::ring::{Chan, RecHead};
+use weft_shm::segment::Segment;
+
+type Res<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+const LIFE: Duration = Duration::from_secs(60);
+
+fn idle() -> Res<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let mut hints = Info::default();
+        hints.ep_attr.ep_type = EpType::Rdm;
+        hints.fabric_attr.prov_name = Some("shm".into());
+        let mut info = weft::getinfo(Some(&hints))?.remove(0);
+        info.rx_attr.total_buffered_recv = 64 << 10;
+        let fabric = weft::Fabric::open(&info)?;
+        let domain = fabric.domain(&info)?;
+        let av = domain.av(AvAttr::default())?;
+        let cq = domain.cq(CqAttr::default())?;
+        let ep = domain.endpoint(&info)?;
+        ep.bind_av(&av)?;
+        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)?;
+        ep.enable()?;
+        let mut out = std::io::stdout();
+        writeln!(out, "{}", String::from_utf8_lossy(&ep.local_addr()?))?;
+        out.flush()?;
+        tokio::time::sleep(LIFE).await;
+        Ok(())
+    })
+}
+
+fn partial(addr: &str) -> Res<()> {
+    let name = addr.strip_prefix("fi_shm://").ok_or("not an shm address")?;
+    let seg = Segment::open(&weft_shm::name::seg_name(name), HEADER, 1 << 31)?;
+    let g = Geometry::check(
+        seg.load32(H_CHANNELS, Ordering::Acquire).unwrap_or(0),
+        seg.load32(H_RING, Ordering::Acquire).unwrap_or(0),
+    )
+    .ok_or("bad geometry")?;
+    let (pid, start) = weft_shm::live::me();
+    let me = format!("partial-{pid}");
+    let c = (0..g.channels)
+        .map(|i| Chan { g, i })
+        .find(|c| seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | pid))
+        .ok_or("no free channel")?;
+    seg.store32(c.ctl(C_PID), pid, Ordering::Release);
+    seg.store64(c.ctl(C_START), start, Ordering::Release);
+    seg.store32(c.ctl(C_NAME_LEN), me.len() as u32, Ordering::Release);
+    seg.write(c.ctl(C_NAME), me.as_bytes());
+    let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap_or(0) + 1;
+    seg.store32(c.ctl(C_GEN), gen, Ordering::Release);
+    seg.store32(c.ctl(C_STATE), ACTIVE, Ordering::Release);
+    let h = RecHead {
+        word: K_FIRST | F_TAGGED,
+        len: 4096,
+        tag: 7,
+        data: 0,
+        total: 1 << 20,
+    };
+    let (at, tail) = c.write_head(&seg, 0, &h);
+    seg.write(at, &[0xAB; 4096]);
+    c.publish(&seg, tail);
+    let mut out = std::io::stdout();
+    writeln!(out, "ready")?;
+    out.flush()?;
+    std::thread::sleep(LIFE);
+    Ok(())
+}
+
+fn main() -> Res<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["idle"] => idle(),
+        ["partial", addr] => partial(addr),
+        _ => Err("usage: shm-peer idle | shm-peer partial ADDR".into()),
+    }
+}

@@ -1,0 +1,462 @@
+//! The shm provider (`FI_EP_RDM` over shared memory) between endpoints of
+//! one process: what getinfo offers, send and receive in every wait mode,
+//! long messages in many records, remote CQ data, `FI_SOURCE` and
+//! `FI_SOURCE_ERR`, the unexpected budget (a message that does not fit
+//! waits in its ring, nothing is lost), inserts of peers that appear
+//! later, and a segment filled with garbage. The cases shm shares with
+//! the other providers are in the conformance suite (`<area>::shm`); the
+//! faults of killed processes in `shm_faults.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use weft::{
+    AddrFormat, Caps, EpType, Error, Info, OpFlags, SendMsg, WaitMode, FI_ADDR_NOTAVAIL,
+    FI_ADDR_UNSPEC,
+};
+use weft_integration::{enabled_endpoint, next_cq, payload, within, Harness, Provider, TIMEOUT};
+
+fn shm() -> Provider {
+    Provider::named("shm")
+}
+
+fn info_with(tune: impl FnOnce(&mut Info)) -> Info {
+    shm()
+        .try_info_with(EpType::Rdm, tune)
+        .expect("an shm RDM offer")
+}
+
+fn harness() -> Harness {
+    Harness::new(&shm(), EpType::Rdm)
+}
+
+/// Waits until `ep`'s statistics satisfy `ok`, failing after `TIMEOUT`.
+async fn stats_until(ep: &weft::Endpoint, what: &str, ok: impl Fn(&weft::EpStats) -> bool) {
+    let start = std::time::Instant::now();
+    loop {
+        let s = ep.stats().unwrap();
+        if ok(&s) {
+            return;
+        }
+        assert!(start.elapsed() < TIMEOUT, "{what}: stats stuck at {s:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn getinfo_offers_rdm_with_names() {
+    let mut h = Info::default();
+    h.fabric_attr.prov_name = Some("shm".into());
+    let all = weft::getinfo(Some(&h)).unwrap();
+    assert_eq!(all.len(), 1);
+    let o = &all[0];
+    assert_eq!(o.ep_attr.ep_type, EpType::Rdm);
+    assert_eq!(o.addr_format, AddrFormat::Str);
+    assert_eq!(o.ep_attr.protocol, weft::Protocol::Shm);
+    assert!(o.caps.contains(
+        Caps::MSG | Caps::TAGGED | Caps::SOURCE | Caps::DIRECTED_RECV | Caps::REMOTE_CQ_DATA
+    ));
+    assert!(weft::providers().contains(&"shm"));
+    // Not offered: MSG and DGRAM, RMA, atomics, multi-receive, shared
+    // contexts, delivery-complete, keys, TLS.
+    for tune in [
+        (|h: &mut Info| h.ep_attr.ep_type = EpType::Msg) as fn(&mut Info),
+        |h| h.ep_attr.ep_type = EpType::Dgram,
+        |h| h.caps = Caps::MSG | Caps::RMA,
+        |h| h.caps = Caps::MSG | Caps::ATOMIC,
+        |h| h.caps = Caps::MSG | Caps::MULTI_RECV,
+        |h| h.caps = Caps::MSG | Caps::SHARED_AV,
+        |h| h.ep_attr.rx_ctx_cnt = weft::SHARED_CONTEXT,
+        |h| h.ep_attr.auth_key = Some(vec![1; 8]),
+        |h| h.domain_attr.tls_capable = true,
+    ] {
+        let mut h = Info::default();
+        h.fabric_attr.prov_name = Some("shm".into());
+        tune(&mut h);
+        assert_eq!(weft::getinfo(Some(&h)).unwrap_err(), Error::NoData, "{h:?}");
+    }
+}
+
+/// What is not there is refused by the calls too: memory registration,
+/// RMA, named AVs, MSG endpoints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rma_and_the_rest_are_refused() {
+    let p = pair(WaitMode::Interrupt);
+    let access = weft::MrAccess::REMOTE_READ | weft::MrAccess::REMOTE_WRITE;
+    assert_eq!(p.h.domain.mr_alloc(64, access).unwrap_err(), Error::NoSys);
+    let e = p.a.post_write(p.b_in_a, Bytes::from_static(b"x"), 0, 1, 0);
+    assert!(e.is_err(), "an RMA write was taken");
+    let named = weft::AvAttr {
+        name: Some("weft-shm-test-named".into()),
+        ..weft::AvAttr::default()
+    };
+    assert_eq!(p.h.domain.av(named).unwrap_err(), Error::OpNotSupp);
+    let mut i = p.h.info.clone();
+    i.ep_attr.ep_type = EpType::Msg;
+    let refused =
+        p.h.domain
+            .endpoint(&i)
+            .map_or(true, |ep| ep.enable().is_err());
+    assert!(refused, "an MSG endpoint enabled");
+}
+
+/// Two enabled endpoints of one domain waiting in `mode`, each with its
+/// own AV holding the other.
+struct Pair {
+    a: weft::Endpoint,
+    acq: weft::CompletionQueue,
+    b: weft::Endpoint,
+    bcq: weft::CompletionQueue,
+    bav: weft::AddressVector,
+    b_in_a: weft::FiAddr,
+    a_in_b: weft::FiAddr,
+    h: Harness,
+}
+
+fn pair_of(h: Harness, info: &Info, mode: WaitMode) -> Pair {
+    let (aav, bav) = (h.av(), h.av());
+    let (a, acq) = enabled_endpoint(&h.domain, info, &aav, mode);
+    let (b, bcq) = enabled_endpoint(&h.domain, info, &bav, mode);
+    let ins = |av: &weft::AddressVector, ep: &weft::Endpoint| {
+        av.insert_sync(&[ep.local_addr().unwrap()], Default::default())
+            .unwrap()
+            .fi_addrs[0]
+    };
+    let (b_in_a, a_in_b) = (ins(&aav, &b), ins(&bav, &a));
+    Pair {
+        a,
+        acq,
+        b,
+        bcq,
+        bav,
+        b_in_a,
+        a_in_b,
+        h,
+    }
+}
+
+fn pair(mode: WaitMode) -> Pair {
+    let h = harness();
+    let info = h.info.clone();
+    pair_of(h, &info, mode)
+}
+
+/// Both forms of send and receive, untagged and tagged, short and long
+/// (many records), in `mode`.
+async fn exchange_in(mode: WaitMode) {
+    let p = pair(mode);
+    assert!(p.a.local_addr().unwrap().starts_with(b"fi_shm://"));
+    for i in 0..120u64 {
+        let len = match i % 4 {
+            0 => 0,
+            1 => 1 + (i as usize * 37) % 3000,
+            2 => 64,
+            _ => (i as usize * 7919) % (3 << 20),
+        };
+        let msg = payload(len, i as u8);
+        let recv = p.b.recv(BytesMut::zeroed(3 << 20));
+        let send = p.a.send(p.b_in_a, msg.clone());
+        let (got, sent) = within("exchange", async { tokio::join!(recv, send) }).await;
+        sent.unwrap();
+        let got = got.unwrap();
+        assert_eq!(got.src, p.a_in_b, "FI_SOURCE");
+        assert_eq!(&got.into_bytes()[..], &msg[..], "message {i} of {len} B");
+        p.b.post_trecv(BytesMut::zeroed(3 << 20), FI_ADDR_UNSPEC, i, 0, 100 + i)
+            .unwrap();
+        p.a.post_tsend(p.b_in_a, msg.clone(), i, 200 + i).unwrap();
+        let s = within("send completion", next_cq(&p.acq)).await.unwrap();
+        assert_eq!(s.context, 200 + i);
+        assert!(s.flags.contains(OpFlags::SEND | OpFlags::TAGGED));
+        let r = within("receive completion", next_cq(&p.bcq)).await.unwrap();
+        assert_eq!((r.context, r.tag, r.len), (100 + i, i, msg.len()));
+        assert!(r.flags.contains(OpFlags::RECV | OpFlags::TAGGED));
+        assert_eq!(&r.into_bytes()[..], &msg[..]);
+    }
+    let s = p.b.stats().unwrap();
+    assert_eq!((s.rx_malformed, s.unexpected_bytes), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_mode() {
+    exchange_in(WaitMode::Interrupt).await;
+}
+
+#[tokio::test]
+async fn interrupt_mode_current_thread() {
+    exchange_in(WaitMode::Interrupt).await;
+}
+
+#[tokio::test]
+async fn inline_mode() {
+    exchange_in(WaitMode::Inline).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_mode_multi_thread() {
+    exchange_in(WaitMode::Inline).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_poll_mode() {
+    exchange_in(WaitMode::BusyPoll).await;
+}
+
+#[tokio::test]
+async fn busy_poll_mode_current_thread() {
+    exchange_in(WaitMode::BusyPoll).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_cq_data_and_sources() {
+    let p = pair(WaitMode::Interrupt);
+    let m = SendMsg {
+        dest: p.b_in_a,
+        iov: vec![Bytes::from_static(b"with "), Bytes::from_static(b"data")],
+        tag: None,
+        data: Some(0xDEAD_BEEF_0123_4567),
+        context: 0,
+    };
+    let recv = p.b.recv(BytesMut::zeroed(64));
+    let send = p.a.sendmsg(m, OpFlags::REMOTE_CQ_DATA);
+    let (got, sent) = within("exchange", async { tokio::join!(recv, send) }).await;
+    sent.unwrap();
+    let got = got.unwrap();
+    assert!(got.flags.contains(OpFlags::REMOTE_CQ_DATA));
+    assert_eq!(got.data, 0xDEAD_BEEF_0123_4567);
+    assert_eq!(got.src, p.a_in_b);
+    assert_eq!(&got.into_bytes()[..], b"with data");
+
+    // A sender that is not in b's AV: FI_ADDR_NOTAVAIL, until it is
+    // inserted; a message held meanwhile is re-resolved when matched.
+    let cav = p.h.av();
+    cav.insert_sync(&[p.b.local_addr().unwrap()], Default::default())
+        .unwrap();
+    let (c, _ccq) = enabled_endpoint(&p.h.domain, &p.h.info, &cav, WaitMode::Interrupt);
+    let recv = p.b.recv(BytesMut::zeroed(8));
+    let (got, sent) = within("unknown sender", async {
+        tokio::join!(recv, c.send(0, Bytes::from_static(b"who")))
+    })
+    .await;
+    sent.unwrap();
+    assert_eq!(got.unwrap().src, FI_ADDR_NOTAVAIL);
+    within("send", c.send(0, Bytes::from_static(b"held")))
+        .await
+        .unwrap();
+    stats_until(&p.b, "held", |s| s.unexpected_bytes > 0).await;
+    let c_in_b = p
+        .bav
+        .insert_sync(&[c.local_addr().unwrap()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    let got = within("held", p.b.recv(BytesMut::zeroed(8))).await.unwrap();
+    assert_eq!(got.src, c_in_b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_err_reports_unknown_senders() {
+    let info = info_with(|h| h.caps = Caps::MSG | Caps::SOURCE | Caps::SOURCE_ERR);
+    assert!(info.caps.contains(Caps::SOURCE_ERR));
+    let h = Harness::with_info(&shm(), info.clone());
+    let p = pair_of(h, &info, WaitMode::Interrupt);
+    let cav = p.h.av();
+    let b_in_c = cav
+        .insert_sync(&[p.b.local_addr().unwrap()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    let (c, _ccq) = enabled_endpoint(&p.h.domain, &info, &cav, WaitMode::Interrupt);
+    let recv = p.b.recv(BytesMut::zeroed(8));
+    let (got, sent) = within("exchange", async {
+        tokio::join!(recv, c.send(b_in_c, Bytes::from_static(b"stranger")))
+    })
+    .await;
+    sent.unwrap();
+    let e = got.unwrap_err();
+    assert_eq!(e.err, Error::AddrNotAvail);
+    assert_eq!(e.src, FI_ADDR_NOTAVAIL);
+    assert_eq!(e.err_data, c.local_addr().unwrap(), "the sender's address");
+    assert_eq!(&e.bufs[0][..e.len], b"stranger");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncation_sizes_and_gathers() {
+    let p = pair(WaitMode::Interrupt);
+    // Longer than the receive: FI_ETRUNC with what fitted, short and
+    // long (the long one's later records are read past the buffer).
+    for len in [100, 1 << 20] {
+        let recv = p.b.recv(BytesMut::zeroed(10));
+        let (got, sent) = within("exchange", async {
+            tokio::join!(recv, p.a.send(p.b_in_a, payload(len, 1)))
+        })
+        .await;
+        sent.unwrap();
+        let e = got.unwrap_err();
+        assert_eq!((e.err, e.len, e.olen), (Error::Trunc, 10, len - 10));
+        assert_eq!(&e.bufs[0][..], &payload(len, 1)[..10]);
+    }
+    // Gathered from several buffers, scattered into several.
+    let parts: Vec<Bytes> = (0..4u8).map(|i| payload(100_000, i)).collect();
+    let whole: Vec<u8> = parts.iter().flat_map(|b| b.iter().copied()).collect();
+    let m = SendMsg {
+        dest: p.b_in_a,
+        iov: parts,
+        tag: None,
+        data: None,
+        context: 0,
+    };
+    let mut r = weft::RecvMsg::untagged(BytesMut::zeroed(150_000), 5);
+    r.bufs.push(BytesMut::zeroed(150_000));
+    r.bufs.push(BytesMut::zeroed(150_000));
+    let (got, sent) = within("gather", async {
+        tokio::join!(
+            p.b.recvmsg(r, OpFlags::empty()),
+            p.a.sendmsg(m, OpFlags::empty())
+        )
+    })
+    .await;
+    sent.unwrap();
+    assert_eq!(&got.unwrap().into_bytes()[..], &whole[..]);
+    let max = p.h.info.ep_attr.max_msg_size;
+    assert_eq!(
+        p.a.post_send(p.b_in_a, Bytes::from(vec![0u8; max + 1]), 9)
+            .unwrap_err(),
+        Error::MsgSize
+    );
+    let inject = p.h.info.tx_attr.inject_size;
+    assert_eq!(
+        p.a.inject(p.b_in_a, payload(inject + 1, 3)).unwrap_err(),
+        Error::MsgSize
+    );
+}
+
+/// Past the unexpected budget nothing is dropped: the next message waits
+/// in its ring (and the sender's ring fills) until receives take what is
+/// held; every message arrives, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_budget_messages_wait_in_the_ring() {
+    let per = 1000 + weft::UNEXPECTED_OVERHEAD;
+    let info = info_with(|h| h.rx_attr.total_buffered_recv = 4 * per);
+    let h = Harness::with_info(&shm(), info.clone());
+    let p = pair_of(h, &info, WaitMode::Interrupt);
+    let n = 600u64;
+    for i in 0..n {
+        p.a.post_send(p.b_in_a, payload(1000, i as u8), i).unwrap();
+    }
+    stats_until(&p.b, "budget full", |s| s.unexpected_bytes == 4 * per).await;
+    // 600 KB do not fit a 256 KiB ring: some sends wait.
+    let mut early = Vec::new();
+    let sent_early = p.acq.try_read_batch(&mut early, n as usize) as u64;
+    assert!(sent_early < n, "{sent_early} sends completed");
+    for i in 0..n {
+        let got = within("receive", p.b.recv(BytesMut::zeroed(1000)))
+            .await
+            .unwrap();
+        assert_eq!(&got.into_bytes()[..], &payload(1000, i as u8)[..], "#{i}");
+    }
+    let mut done = sent_early;
+    while done < n {
+        within("send completion", next_cq(&p.acq)).await.unwrap();
+        done += 1;
+    }
+    assert_eq!(p.b.stats().unwrap().unexpected_bytes, 0);
+}
+
+/// An insert of a name whose endpoint does not exist yet resolves when it
+/// appears; sends to it then go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_waits_for_a_peer_that_appears() {
+    let h = harness();
+    let name = format!("fi_shm://late-{}", std::process::id());
+    let av = h.av();
+    assert_eq!(
+        av.insert_sync(&[name.clone().into_bytes()], Default::default())
+            .unwrap_err(),
+        Error::Again,
+        "not there yet"
+    );
+    let ins = av
+        .insert(&[name.clone().into_bytes()], Default::default(), 0)
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut info = h.info.clone();
+    info.src_addr = Some(name.clone().into_bytes());
+    let (late, lcq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
+    assert_eq!(late.local_addr().unwrap(), name.as_bytes());
+    let r = within("insert", ins).await;
+    assert_eq!(r.count, 1);
+    let (a, _acq) = enabled_endpoint(&h.domain, &h.info, &av, WaitMode::Interrupt);
+    late.post_recv(BytesMut::zeroed(8), 1).unwrap();
+    within("send", a.send(r.fi_addrs[0], Bytes::from_static(b"late")))
+        .await
+        .unwrap();
+    let got = within("receive", next_cq(&lcq)).await.unwrap();
+    assert_eq!(&got.into_bytes()[..], b"late");
+    // The name is taken while its endpoint lives.
+    let ep = h.domain.endpoint(&info).unwrap();
+    ep.bind_av(&h.av()).unwrap();
+    ep.bind_cq(&h.cq(), weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)
+        .unwrap();
+    assert_eq!(ep.enable().unwrap_err(), Error::AddrInUse);
+    // Malformed names are refused at insert.
+    let r = av
+        .insert_sync(&[b"fi_shm://../etc".to_vec()], Default::default())
+        .unwrap();
+    assert_eq!(r.count, 0);
+}
+
+/// Garbage written into an endpoint's segment (every channel's control
+/// words and rings, as a hostile process of the same user could) frees
+/// the channels it touched, counted, and never stops the endpoint: a
+/// good sender's messages still arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segment_full_of_garbage_is_survived() {
+    use std::io::{Seek, SeekFrom, Write};
+    let p = pair(WaitMode::Interrupt);
+    within("warm", p.a.send(p.b_in_a, Bytes::from_static(b"x")))
+        .await
+        .unwrap();
+    within("warm", p.b.recv(BytesMut::zeroed(1))).await.unwrap();
+    let name = String::from_utf8(p.b.local_addr().unwrap()).unwrap();
+    let path = format!("/dev/shm/weft-shm.{}", name.trim_start_matches("fi_shm://"));
+    let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let mut seed = 0x1234_5678_9abc_def0u64;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for round in 0..200 {
+        // Channels 1.. (a holds channel 0): states, lengths, positions.
+        let ch = 1 + rnd() % 15;
+        let ctl = 256 + ch * 256;
+        let state = [2u32, 3, 1, 7][round % 4];
+        f.seek(SeekFrom::Start(ctl)).unwrap();
+        f.write_all(&state.to_ne_bytes()).unwrap();
+        f.seek(SeekFrom::Start(ctl + 12)).unwrap();
+        f.write_all(&((rnd() % 60) as u32).to_ne_bytes()).unwrap();
+        f.write_all(b"liar").unwrap();
+        f.seek(SeekFrom::Start(ctl + 128)).unwrap();
+        f.write_all(&rnd().to_ne_bytes()).unwrap();
+        let ring = 8192 + ch * (256 << 10);
+        f.seek(SeekFrom::Start(ring + (rnd() % 4096) * 8)).unwrap();
+        let junk: Vec<u8> = (0..64).map(|_| rnd() as u8).collect();
+        f.write_all(&junk).unwrap();
+        if round % 20 == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    stats_until(&p.b, "garbage counted", |s| s.rx_malformed > 0).await;
+    for i in 0..50u8 {
+        let recv = p.b.recv(BytesMut::zeroed(70_000));
+        let (got, sent) = within("after garbage", async {
+            tokio::join!(recv, p.a.send(p.b_in_a, payload(1 + i as usize * 1000, i)))
+        })
+        .await;
+        sent.unwrap();
+        assert_eq!(
+            &got.unwrap().into_bytes()[..],
+            &payload(1 + i as usize * 1000, i)[..]
+        );
+    }
+}

@@ -1,0 +1,187 @@
+//! shm faults with real processes: a peer killed with SIGKILL while sends
+//! to it wait (they fail within a second and its segment is removed), a
+//! sender killed in the middle of a message (the receive it had begun
+//! fails within a second and its channel is freed), a segment left by a
+//! killed process (reclaimed), and an insert of a name nobody takes (it
+//! fails after `FI_SHM_RESOLVE_TIMEOUT`). The peer is the `shm-peer`
+//! binary.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use weft::{CqItem, EpType, Error, WaitMode};
+use weft_integration::{enabled_endpoint, next_cq, payload, within, Harness, Provider};
+
+/// Within how long a killed peer's operations must fail.
+const DETECT: Duration = Duration::from_secs(1);
+
+/// Kills the child if the test fails before it does.
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Starts `shm-peer args` and returns it with the first line it prints.
+async fn peer(args: &[&str]) -> (Reap, String) {
+    let mut child = Reap(
+        Command::new(env!("CARGO_BIN_EXE_shm-peer"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = child.0.stdout.take().unwrap();
+    let line = within(
+        "the peer's first line",
+        tokio::task::spawn_blocking(move || {
+            let mut l = String::new();
+            BufReader::new(out).read_line(&mut l).unwrap();
+            l.trim().to_owned()
+        }),
+    )
+    .await
+    .unwrap();
+    (child, line)
+}
+
+/// SIGKILL, and the zombie reaped.
+fn kill9(c: &mut Reap) -> Instant {
+    c.0.kill().unwrap();
+    let t = Instant::now();
+    c.0.wait().unwrap();
+    t
+}
+
+fn segment_path(addr: &str) -> PathBuf {
+    PathBuf::from(format!(
+        "/dev/shm/weft-shm.{}",
+        addr.trim_start_matches("fi_shm://")
+    ))
+}
+
+fn harness() -> Harness {
+    Harness::new(&Provider::named("shm"), EpType::Rdm)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_receiver_fails_waiting_sends_within_a_second() {
+    let (mut child, addr) = peer(&["idle"]).await;
+    let h = harness();
+    let av = h.av();
+    let (ep, cq) = enabled_endpoint(&h.domain, &h.info, &av, WaitMode::Interrupt);
+    let to = av
+        .insert_sync(&[addr.clone().into_bytes()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    // 400 x 8 KiB: more than its 64 KiB budget and one 256 KiB ring hold.
+    let n = 400u64;
+    for i in 0..n {
+        ep.post_send(to, payload(8192, i as u8), i).unwrap();
+    }
+    // What fits completes; the rest waits for room that never comes.
+    let mut done = 0u64;
+    while let Some(it) = cq.next_timeout(Duration::from_millis(300)).await {
+        it.unwrap();
+        done += 1;
+    }
+    assert!(done > 0 && done < n, "{done} of {n} sends completed");
+    assert!(segment_path(&addr).exists());
+    let killed = kill9(&mut child);
+    while done < n {
+        let it: CqItem = within("a failed send", next_cq(&cq)).await;
+        let e = it.unwrap_err();
+        assert_eq!(e.err, Error::ConnReset);
+        done += 1;
+    }
+    assert!(
+        killed.elapsed() < DETECT,
+        "the last waiting send failed {:?} after the kill",
+        killed.elapsed()
+    );
+    // Its segment is gone, and a new send fails at once.
+    assert!(
+        !segment_path(&addr).exists(),
+        "the dead peer's segment stays"
+    );
+    let e = within("send to the dead", ep.send(to, payload(8, 0)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.err, Error::ConnRefused);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_killed_mid_message_fails_the_receive_within_a_second() {
+    let h = harness();
+    let av = h.av();
+    let (ep, _cq) = enabled_endpoint(&h.domain, &h.info, &av, WaitMode::Interrupt);
+    let me = String::from_utf8(ep.local_addr().unwrap()).unwrap();
+    let recv = ep.trecv(BytesMut::zeroed(1 << 20), weft::FI_ADDR_UNSPEC, 7, 0);
+    tokio::pin!(recv);
+    let (mut child, ready) = peer(&["partial", &me]).await;
+    assert_eq!(ready, "ready");
+    // The first record is taken; the rest never comes.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut recv)
+            .await
+            .is_err(),
+        "half a message completed a receive"
+    );
+    assert_eq!(ep.stats().unwrap().conns, 1);
+    let killed = kill9(&mut child);
+    let e = within("the receive", recv).await.unwrap_err();
+    assert!(killed.elapsed() < DETECT, "{:?}", killed.elapsed());
+    assert_eq!(e.err, Error::ConnAborted);
+    assert_eq!(e.len, 4096, "what arrived is reported");
+    // The channel is free again.
+    assert_eq!(ep.stats().unwrap().conns, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_of_killed_processes_are_reclaimed() {
+    let (mut child, addr) = peer(&["idle"]).await;
+    kill9(&mut child);
+    let path = segment_path(&addr);
+    assert!(path.exists(), "nobody has looked yet");
+    assert!(weft_shm::live::reclaim_stale() >= 1);
+    assert!(!path.exists());
+    let bell = format!(
+        "/dev/shm/weft-shmbell.{}",
+        addr.trim_start_matches("fi_shm://")
+    );
+    assert!(!std::path::Path::new(&bell).exists());
+    // Our own segments are left alone.
+    let h = harness();
+    let (ep, _cq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
+    let mine = segment_path(&String::from_utf8(ep.local_addr().unwrap()).unwrap());
+    weft_shm::live::reclaim_stale();
+    assert!(mine.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insert_of_a_name_nobody_takes_times_out() {
+    // Read when the domain opens.
+    std::env::set_var("FI_SHM_RESOLVE_TIMEOUT", "300");
+    let h = harness();
+    std::env::remove_var("FI_SHM_RESOLVE_TIMEOUT");
+    let av = h.av();
+    let t = Instant::now();
+    let r = within(
+        "insert",
+        av.insert(&[b"fi_shm://nobody-here".to_vec()], Default::default(), 0)
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.count, 0);
+    assert_eq!(r.results[0], Err(Error::TimedOut));
+    assert!(t.elapsed() >= Duration::from_millis(300));
+}
