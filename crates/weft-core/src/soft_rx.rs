@@ -11,7 +11,7 @@ use crate::addr::FiAddr;
 use crate::completion::CqErrEntry;
 use crate::flags::OpFlags;
 use crate::provider::{RecvReq, Rejected};
-use crate::recv_completion::{complete_peek, RecvCtx};
+use crate::recv_completion::{cancel_recv, complete_peek, RecvCtx};
 use crate::sync::lock;
 use crate::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
 use crate::Error;
@@ -61,20 +61,35 @@ pub fn spec_of(req: &RecvReq) -> RecvSpec {
     }
 }
 
-/// Posts `req` to `matcher`: a peek (`FI_PEEK`, with `FI_CLAIM` or
-/// `FI_DISCARD`) reports a held message; a claim takes the message its
-/// peek claimed (or discards it); any other receive takes a receive
-/// credit (`Again` without one, the request handed back) and the oldest
-/// held message it accepts, or waits posted. `resolve` gives the AV
-/// handle of a held message's sender; `deliver` completes a receive with
-/// a held message (giving back the credit, as every delivery does).
+/// Posts `req` to `matcher`. Refused first, the request handed back:
+/// `FI_AUTH_KEY` (`BadFlags`: these providers take no keys) and more
+/// than `iov_limit` buffers (`Inval`). Then a peek (`FI_PEEK`, with
+/// `FI_CLAIM` or `FI_DISCARD`) reports a held message; a claim takes the
+/// message its peek claimed (or discards it); any other receive takes a
+/// receive credit (`Again` without one) and the oldest held message it
+/// accepts, or waits posted. `resolve` gives the AV handle of a held
+/// message's sender; `deliver` completes a receive with a held message
+/// (giving back the credit, as every delivery does).
 pub fn post_recv<U, S>(
     ep: &dyn RecvCtx,
     matcher: &Mutex<Matcher<RecvReq, U, S>>,
     req: RecvReq,
+    iov_limit: usize,
     resolve: &dyn Fn(&S) -> FiAddr,
     deliver: &dyn Fn(RecvReq, MsgInfo, U),
 ) -> std::result::Result<(), Rejected<RecvReq>> {
+    if req.flags.contains(OpFlags::AUTH_KEY) {
+        return Err(Rejected {
+            err: Error::BadFlags,
+            req,
+        });
+    }
+    if req.bufs.len() > iov_limit {
+        return Err(Rejected {
+            err: Error::Inval,
+            req,
+        });
+    }
     let spec = spec_of(&req);
     if req.flags.contains(OpFlags::PEEK) {
         let r = lock(matcher).peek(&spec, req.flags, resolve);
@@ -122,6 +137,23 @@ pub fn post_recv<U, S>(
         deliver(recv, info, payload);
     }
     Ok(())
+}
+
+/// Withdraws the posted receive with `context` from `matcher`, ending it
+/// with `Canceled`; false when none is posted.
+pub fn cancel<U, S>(
+    ep: &dyn RecvCtx,
+    matcher: &Mutex<Matcher<RecvReq, U, S>>,
+    context: u64,
+) -> bool {
+    let r = lock(matcher).cancel(context);
+    match r {
+        Some((_, req)) => {
+            cancel_recv(ep, req);
+            true
+        }
+        None => false,
+    }
 }
 
 #[cfg(test)]

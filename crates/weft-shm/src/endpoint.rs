@@ -15,11 +15,11 @@ use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::{Returned, WaitMode};
 use weft_core::credits::Credits;
-use weft_core::flags::{Caps, OpFlags};
+use weft_core::flags::Caps;
 use weft_core::progress::{Progress, SpinHold};
 use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
-use weft_core::recv_completion::{cancel_recv, RecvCtx};
-use weft_core::soft_rx::post_recv;
+use weft_core::recv_completion::RecvCtx;
+use weft_core::soft_rx::{self, post_recv};
 use weft_core::sync::lock;
 use weft_core::tagmatch::Matcher;
 use weft_core::{Error, Result};
@@ -237,6 +237,7 @@ impl EpShared {
             self,
             &self.matcher,
             req,
+            self.iov_limit,
             &|a: &Arc<[u8]>| self.resolve_src(a),
             &|req, info, held| crate::rx::deliver_held(self, req, info, held),
         );
@@ -289,30 +290,11 @@ impl ProviderEndpoint for ShmEndpoint {
                 req,
             });
         }
-        if req.flags.contains(OpFlags::AUTH_KEY) {
-            return Err(Rejected {
-                err: Error::BadFlags,
-                req,
-            });
-        }
-        if req.bufs.len() > self.shared.iov_limit {
-            return Err(Rejected {
-                err: Error::Inval,
-                req,
-            });
-        }
         self.shared.recv(req)
     }
 
     fn cancel(&self, context: u64) -> bool {
-        let r = lock(&self.shared.matcher).cancel(context);
-        match r {
-            Some((_, req)) => {
-                cancel_recv(&*self.shared, req);
-                true
-            }
-            None => false,
-        }
+        soft_rx::cancel(&*self.shared, &self.shared.matcher, context)
     }
 
     fn give_back(&self, r: Returned) {
