@@ -118,3 +118,8 @@ udp_tests! {
     sock_stream_carries_bytes_or_is_refused,
     sock_dgram_carries_datagrams_or_is_refused,
 }
+
+shm_tests! {
+    sock_stream_carries_bytes_or_is_refused,
+    sock_dgram_carries_datagrams_or_is_refused,
+}
