@@ -210,15 +210,28 @@ async fn sends_never_overtake_writes_on(s: &Setup) {
                 .boxed(),
             );
         }
-        let recvs = async {
-            for i in batch.clone() {
-                let got = s.b.recv(BytesMut::zeroed(8)).await.unwrap();
-                let n = u64::from_le_bytes(got.into_bytes()[..8].try_into().unwrap());
-                assert_eq!(n, i, "messages in order");
-                assert_eq!(s.slot_value(i), i, "message {i} overtook its write");
-            }
-        };
-        within("batch", async { tokio::join!(join_all(ops), recvs) }).await;
+        // Every receive of the batch is posted before any send (they are
+        // polled first): an RC queue pair has no room for a message
+        // nobody posted a receive for, and would make its sender retry.
+        // Each checks, as it completes, that the write of its round is
+        // already in place (each round has its own slot).
+        let recvs: Vec<BoxFuture<'_, ()>> = batch
+            .clone()
+            .map(|i| {
+                let r = s.b.recv(BytesMut::zeroed(8));
+                async move {
+                    let got = r.await.unwrap();
+                    let n = u64::from_le_bytes(got.into_bytes()[..8].try_into().unwrap());
+                    assert_eq!(n, i, "messages in order");
+                    assert_eq!(s.slot_value(i), i, "message {i} overtook its write");
+                }
+                .boxed()
+            })
+            .collect();
+        within("batch", async {
+            tokio::join!(join_all(recvs), join_all(ops))
+        })
+        .await;
     }
 }
 
