@@ -548,17 +548,9 @@ impl Finished {
 
     /// The completion as the future of the operation posted with
     /// `context` reports it.
+    #[inline]
     pub fn into_result(self, context: u64) -> std::result::Result<CqEntry, CqErrEntry> {
-        match self.item {
-            Ok(mut e) => {
-                e.context = context;
-                Ok(e)
-            }
-            Err(mut e) => {
-                e.context = context;
-                Err(*e)
-            }
-        }
+        self.into_parts(context).0
     }
 }
 

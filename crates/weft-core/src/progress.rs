@@ -116,6 +116,22 @@ impl SpinHold {
         std::thread::park_timeout(Duration::from_nanos(left));
         true
     }
+
+    /// A busy-poll thread's loop: `poll` (the work it did) until
+    /// `closed`, stepping aside while a waiter holds the endpoint and
+    /// yielding after a pass that found nothing — with fewer cores than
+    /// spinners, a bare spin holds the core for a whole scheduler slice
+    /// and starves the threads it completes work for.
+    pub fn spin(&self, closed: impl Fn() -> bool, mut poll: impl FnMut() -> usize) {
+        while !closed() {
+            if self.park_while_held() {
+                continue;
+            }
+            if poll() == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
 }
 
 /// The progress hooks of the endpoints bound to one queue. Weak, so a

@@ -133,17 +133,7 @@ async fn stand_aside(ep: &EpShared) {
 }
 
 fn busy_loop(ep: Arc<EpShared>) {
-    while !ep.is_closed() {
-        if ep.hold.park_while_held() {
-            continue;
-        }
-        if poll_once(&ep) == 0 {
-            // Spinning must not starve the threads it completes work
-            // for: with fewer cores than spinners, a bare spin holds the
-            // core for a whole scheduler slice.
-            std::thread::yield_now();
-        }
-    }
+    ep.hold.spin(|| ep.is_closed(), || poll_once(&ep));
 }
 
 /// Inline progress: the waiting task drives the endpoint itself.
