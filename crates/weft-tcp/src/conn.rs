@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
 use weft_core::hash::{fast_map, FastMap};
-use weft_core::provider::Iov;
 use weft_core::sync::lock;
 use weft_core::wire::{FrameKind, Header, FLAG_ACK_REQ};
 use weft_core::{Error, Result};
@@ -44,6 +43,9 @@ struct TxState {
     writer_active: bool,
     closed: Option<Error>,
     seq: u64,
+    /// Encoded `Ack` frames waiting to ride with the next frame to the
+    /// peer (see [`Conn::answer`]).
+    acks_out: Vec<u8>,
 }
 
 /// A connection to one peer.
@@ -70,6 +72,8 @@ pub struct Conn {
     /// number.
     reads: Mutex<FastMap<u64, Box<PendingRead>>>,
     dead: AtomicBool,
+    /// `TxState::acks_out` holds acks (read without the lock by drivers).
+    acks_pending: AtomicBool,
     /// Bytes read, and writes made: the sweeper compares them between
     /// passes instead of the data path reading a clock.
     rx_bytes: AtomicU64,
@@ -149,6 +153,7 @@ impl Conn {
             acks: Mutex::new(fast_map()),
             reads: Mutex::new(fast_map()),
             dead: AtomicBool::new(false),
+            acks_pending: AtomicBool::new(false),
             rx_bytes: AtomicU64::new(0),
             tx_ops: AtomicU64::new(0),
             charged: Arc::new(AtomicUsize::new(0)),
@@ -239,7 +244,7 @@ impl Conn {
     pub fn tx_idle(&self) -> bool {
         let idle = {
             let g = lock(&self.tx);
-            g.queue.is_empty() && !g.writer_active
+            g.queue.is_empty() && !g.writer_active && g.acks_out.is_empty()
         };
         idle && lock(&self.acks).is_empty() && lock(&self.reads).is_empty()
     }
@@ -280,6 +285,15 @@ impl Conn {
             f.hdr.seq = g.seq;
         }
         f.enc = f.hdr.encode();
+        if !g.acks_out.is_empty() {
+            if f.pre.is_empty() {
+                f.pre = std::mem::take(&mut g.acks_out);
+            } else {
+                f.pre.extend_from_slice(&g.acks_out);
+                g.acks_out.clear();
+            }
+            self.acks_pending.store(false, Ordering::Release);
+        }
         if f.wait_ack {
             // Registered before the first byte goes out: the peer's Ack can
             // be read (by another thread) before this call returns, and an
@@ -376,13 +390,50 @@ impl Conn {
         self.answer(hdr.seq, status);
     }
 
-    /// Sends `Ack` of `seq` with `status` (an RMA write's answer, which
-    /// every write gets).
-    pub fn answer(self: &Arc<Self>, seq: u64, status: u64) {
+    /// Answers `seq` with an `Ack` carrying `status` (an RMA write's
+    /// answer, which every write gets, or a delivery-complete send's).
+    ///
+    /// The ack is not written at once: it waits for the next frame to the
+    /// peer and goes out in the same `writev`. In a request/response
+    /// exchange (a write answered by a write) that halves the system calls
+    /// on both sides. Only receive progress calls this, and every driver
+    /// of it sends what waits soon after (see [`Conn::flush_acks`]): the
+    /// reader task at the end of its pass, a spinning or inline pass at
+    /// the start of the next one, and the endpoint's ack timer once an
+    /// inline waiter has let go.
+    pub fn answer(&self, seq: u64, status: u64) {
         let mut h = Header::new(FrameKind::Ack);
         h.seq = seq;
         h.data = status;
-        self.send(TxFrame::new(h, Iov::new(), None));
+        let mut g = lock(&self.tx);
+        if g.closed.is_none() {
+            g.acks_out.extend_from_slice(&h.encode());
+            self.acks_pending.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether acks wait for a frame to ride with (a hint: the transmit
+    /// state is what counts).
+    pub fn acks_waiting(&self) -> bool {
+        self.acks_pending.load(Ordering::Acquire)
+    }
+
+    /// Sends the acks that wait, on their own. Returns whether there were
+    /// any.
+    pub fn flush_acks(self: &Arc<Self>) -> bool {
+        if !self.acks_waiting() {
+            return false;
+        }
+        let pre = {
+            let mut g = lock(&self.tx);
+            self.acks_pending.store(false, Ordering::Release);
+            if g.acks_out.is_empty() {
+                return false;
+            }
+            std::mem::take(&mut g.acks_out)
+        };
+        self.send(TxFrame::acks_only(pre));
+        true
     }
 
     /// Takes the read that request `seq` made, while its answer arrives.
@@ -509,6 +560,9 @@ impl Conn {
         let mut again = Vec::new();
         for mut f in frames {
             if requeue && f.written == 0 && f.credit {
+                // Acks name this connection's sequence numbers: they mean
+                // nothing on the next one.
+                f.pre = Vec::new();
                 if f.wait_ack {
                     f.done = lock(&self.acks).remove(&f.hdr.seq).map(|(d, _)| d);
                 }

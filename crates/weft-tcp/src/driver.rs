@@ -79,6 +79,9 @@ async fn reader(ep: Arc<EpShared>, conn: Arc<Conn>) {
             Some(s) => s,
             None => progress(),
         };
+        // Nobody else drives this connection while the reactor does: the
+        // acks the pass owes go out now rather than wait for a frame.
+        conn.flush_acks();
         match st {
             RxStatus::WouldBlock | RxStatus::Drained => {
                 stand_aside(&ep).await;
@@ -126,10 +129,13 @@ pub fn poll_once(ep: &Arc<EpShared>, cache: &mut ConnCache) -> usize {
         cache.gen = g;
     }
     let mut work = 0;
+    let mut acks_left = false;
     for c in &cache.conns {
         if c.abort_rx_if_dead(ep) {
             continue;
         }
+        // Acks the last pass left for a frame to ride with: none came.
+        c.flush_acks();
         // A large send the socket could not take at once continues here
         // rather than waiting for the reactor to wake the writer task.
         work += c.flush_if_queued();
@@ -149,8 +155,38 @@ pub fn poll_once(ep: &Arc<EpShared>, cache: &mut ConnCache) -> usize {
         };
         end(c, st);
         c.abort_rx_if_dead(ep);
+        acks_left |= c.acks_waiting();
+    }
+    if acks_left && ep.cfg.wait == weft_core::completion::WaitMode::Inline {
+        ack_timer(ep);
     }
     work
+}
+
+/// Makes sure acks an inline pass left behind go out even if the waiter
+/// that ran it returns and nobody polls again (the busy-poll thread's
+/// next pass does this in that mode): once no waiter holds the endpoint,
+/// a task sends them. One such task at a time; in a steady exchange it
+/// sleeps through the hold and finds the acks already gone with frames.
+fn ack_timer(ep: &Arc<EpShared>) {
+    if ep.ack_timer.load(Ordering::Relaxed) || ep.ack_timer.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let ep2 = ep.clone();
+    ep.rt.spawn(async move {
+        loop {
+            let left = ep2.hold.remaining_ns();
+            if left == 0 || ep2.is_closed() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_nanos(left)).await;
+        }
+        ep2.ack_timer.store(false, Ordering::Release);
+        let conns = lock(&ep2.conns).clone();
+        for c in &conns {
+            c.flush_acks();
+        }
+    });
 }
 
 /// While an inline waiter spins on this endpoint it reads the sockets

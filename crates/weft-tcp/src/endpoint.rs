@@ -122,6 +122,8 @@ pub struct EpShared {
     pub tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// Busy-poll thread running.
     pub busy_running: AtomicBool,
+    /// The inline ack timer is running (see `driver::ack_timer`).
+    pub ack_timer: AtomicBool,
     /// Inline and busy-poll modes: whether a waiter is spinning on this
     /// endpoint, so the reactor readers (inline) or the busy-poll thread
     /// stand aside.
@@ -236,6 +238,7 @@ impl EpShared {
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
             busy_running: AtomicBool::new(false),
+            ack_timer: AtomicBool::new(false),
             hold: weft_core::progress::SpinHold::default(),
             inline_idle: Notify::new(),
             claims: Mutex::new(fast_map()),

@@ -19,7 +19,13 @@ pub struct TxFrame {
     pub hdr: Header,
     pub enc: [u8; HEADER_LEN],
     pub payload: Iov,
-    /// Bytes of header + payload already written.
+    /// Encoded `Ack` frames that were waiting for the next write to the
+    /// peer (see `Conn::answer`): they go out first, in the same `writev`.
+    pub pre: Vec<u8>,
+    /// Only `pre`: the frame's own header is not written (a flush of
+    /// waiting acks that found no frame to ride with).
+    pub bare: bool,
+    /// Bytes of `pre` + header + payload already written.
     pub written: usize,
     pub done: Option<OpDone>,
     /// Delivery-complete: the completion waits for the peer's Ack.
@@ -46,6 +52,8 @@ impl TxFrame {
             hdr,
             enc: [0; HEADER_LEN],
             payload,
+            pre: Vec::new(),
+            bare: false,
             written: 0,
             done,
             wait_ack,
@@ -66,15 +74,33 @@ impl TxFrame {
         }
     }
 
+    /// Waiting acks alone, written as they are.
+    pub fn acks_only(pre: Vec<u8>) -> TxFrame {
+        let mut f = TxFrame::new(Header::new(FrameKind::Ack), Iov::new(), None);
+        f.pre = pre;
+        f.bare = true;
+        f
+    }
+
+    fn head(&self) -> &[u8] {
+        if self.bare {
+            &[]
+        } else {
+            &self.enc
+        }
+    }
+
     pub fn total_len(&self) -> usize {
-        HEADER_LEN + self.payload.iter().map(|b| b.len()).sum::<usize>()
+        self.pre.len() + self.head().len() + self.payload.iter().map(|b| b.len()).sum::<usize>()
     }
 
     /// The unwritten remainder as I/O slices (at most `max` of them).
     pub fn slices<'a>(&'a self, out: &mut [IoSlice<'a>]) -> usize {
         let mut skip = self.written;
         let mut n = 0;
-        let parts = std::iter::once(&self.enc[..]).chain(self.payload.iter().map(|b| &b[..]));
+        let parts = [&self.pre[..], self.head()]
+            .into_iter()
+            .chain(self.payload.iter().map(|b| &b[..]));
         for p in parts {
             if n >= out.len() {
                 break;
