@@ -414,16 +414,21 @@ impl Conn {
 
     /// Whether acks wait for a frame to ride with (a hint: the transmit
     /// state is what counts).
+    #[inline]
     pub fn acks_waiting(&self) -> bool {
         self.acks_pending.load(Ordering::Acquire)
     }
 
     /// Sends the acks that wait, on their own. Returns whether there were
-    /// any.
+    /// any. Inlined: every pass of every driver asks, and mostly there
+    /// are none.
+    #[inline]
     pub fn flush_acks(self: &Arc<Self>) -> bool {
-        if !self.acks_waiting() {
-            return false;
-        }
+        self.acks_waiting() && self.send_waiting_acks()
+    }
+
+    #[inline(never)]
+    fn send_waiting_acks(self: &Arc<Self>) -> bool {
         let pre = {
             let mut g = lock(&self.tx);
             self.acks_pending.store(false, Ordering::Release);
