@@ -175,6 +175,32 @@ step_b_tcp() {
   NOTE="--verify, 4 KiB x 200"
 }
 
+# --- shm. two containers that share an IPC namespace talk over shm ------------
+# The server's container makes its IPC namespace shareable and the client
+# joins it, which gives both the same /dev/shm (segments and doorbells).
+# The client joins the server's pid namespace too: the shm provider tells a
+# live peer from a dead one by its pid and start time (docker/README.md).
+# Without the shared IPC namespace the server's name cannot be found, and
+# the client must say so and stop.
+step_shm() {
+  start shm-srv --ipc=shareable "${NODEV[@]}" "$IMG" weft pingpong -p shm -B 47630 || return 1
+  crun --ipc=container:shm-srv --pid=container:shm-srv "${NODEV[@]}" "$IMG" \
+    weft pingpong -p shm -S all -I 500 --verify -P 47630 127.0.0.1
+  local crc=$RC lat
+  lat=$(awk '$1 == "64" {print $7}' <<<"$OUT")
+  finish shm-srv 60
+  [ "$crc" = 0 ] || { WHY="shm pingpong client failed (rc $crc)"; return 1; }
+  [ "$RC" = 0 ] || { WHY="shm pingpong server failed (rc $RC)"; return 1; }
+  [ -n "$lat" ] && metric shm_64b_usec "$lat"
+  start shm-alone "${NODEV[@]}" "$IMG" weft pingpong -p shm -B 47631 || return 1
+  crun "${NODEV[@]}" "$IMG" weft pingpong -p shm -S 64 -I 10 -P 47631 127.0.0.1
+  local alone=$RC aout=$OUT
+  podman kill shm-alone >/dev/null 2>&1
+  finish shm-alone 10
+  [ "$alone" != 0 ] || { WHY="shm pingpong succeeded without a shared IPC namespace"; return 1; }
+  NOTE="--verify, sizes 64 B to 1 MiB x 500 with --ipc=container; without it the client failed (rc $alone): $( { grep -m1 -iE 'error|fail|timed|found' <<<"$aout" || true; } | cut -c1-160)"
+}
+
 # --- c/d. weft pingpong over verbs between two containers ----------------------
 pingpong_verbs() {  # EP PORT
   start "pp-$1-srv" "${SRV[@]}" "$IMG" weft pingpong -p verbs -e "$1" -d "$SRV_DEV" -B "$2" || return 1
@@ -381,6 +407,7 @@ step_startup() {
 step a ""        "each container sees only its own RDMA device (weft info)"      step_a
 step b-msg diag  "no device: weft info -p verbs says the device nodes are missing" step_b_msg
 step b-tcp ""    "no device: tcp pingpong between two containers"                 step_b_tcp
+step shm ""      "shm pingpong --verify between containers sharing an IPC namespace" step_shm
 step c "verbs"   "weft pingpong -p verbs -e msg, $SRV_DEV container <- $CLI_DEV container" step_c
 step d "rdm"     "weft pingpong -p verbs -e rdm between containers"               step_d
 step e-verbs "rdm" "tagged_service -p verbs (rdm) between containers"             step_e_verbs

@@ -54,11 +54,21 @@ pub fn bell_path(name: &str) -> String {
     format!("{SHM_DIR}/{BELL_PREFIX}{name}")
 }
 
-/// A name no other endpoint of this process has: `<pid>-<n>`.
+/// A name no other endpoint is likely to have: `<pid>-<n>-<random>`.
+///
+/// The pid and counter alone are unique only inside one pid namespace:
+/// two containers sharing `/dev/shm` but not their pids each run as pid 1,
+/// and the second would take the first one's name (and, judging the
+/// owner by a pid that names itself there, its segment). 64 random bits
+/// (from the standard library's per-process hash seed, which the OS
+/// provides) keep them apart.
 pub fn unique() -> String {
+    use std::hash::{BuildHasher, Hasher};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("{}-{n}", std::process::id())
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(n);
+    format!("{}-{n}-{:016x}", std::process::id(), h.finish())
 }
 
 #[cfg(test)]
@@ -79,5 +89,6 @@ mod tests {
         assert_eq!(addr("p"), b"fi_shm://p".to_vec());
         assert!(valid(unique().as_bytes()));
         assert_ne!(unique(), unique());
+        assert!(unique().len() <= NAME_MAX);
     }
 }
