@@ -34,7 +34,8 @@ pub fn present(addr: &[u8]) -> bool {
         return false;
     };
     let path = std::path::Path::new(name::SHM_DIR).join(format!("{}{n}", name::SEG_PREFIX));
-    crate::live::owner_of_file(&path).is_some_and(|(pid, start)| crate::live::alive(pid, start))
+    crate::live::owner_of_file(&path)
+        .is_some_and(|(pid, start)| crate::live::owner_runs(n, pid, start))
 }
 
 /// The domain object.

@@ -49,6 +49,9 @@ pub struct EpShared {
     /// The doorbell, held open for reading so that peers can open it for
     /// writing (a FIFO without a reader refuses them).
     pub _bell: File,
+    /// The segment file with this process's shared lock on it (see
+    /// `live::hold`): how peers in other pid namespaces know it runs.
+    pub _held: File,
     /// The doorbell registered with the reactor (interrupt and inline
     /// modes; busy-poll has none).
     pub abell: Option<pipe::Receiver>,
@@ -122,7 +125,9 @@ fn create_segment(name: &str, g: Geometry) -> Result<Segment> {
         Err(Error::AddrInUse) => {
             let path = std::path::Path::new(name::SHM_DIR).join(&seg_name[1..]);
             match crate::live::owner_of_file(&path) {
-                Some((pid, start)) if crate::live::alive(pid, start) => Err(Error::AddrInUse),
+                Some((pid, start)) if crate::live::owner_runs(name, pid, start) => {
+                    Err(Error::AddrInUse)
+                }
                 // Dead, or never finished by its creator: ours now.
                 _ => {
                     Segment::unlink(&seg_name);
@@ -144,6 +149,9 @@ impl EpShared {
         let seg = create_segment(&name, g)?;
         let me = crate::live::me();
         let made = (|| {
+            // Held before the header names us: from then on, a process in
+            // another pid namespace sees us alive by the lock.
+            let held = crate::live::hold(&name)?;
             let bell = crate::bell::create(&name)?;
             let abell = if cfg.wait == WaitMode::BusyPoll {
                 None
@@ -154,9 +162,9 @@ impl EpShared {
                         .open_receiver(name::bell_path(&name))?,
                 )
             };
-            Ok::<_, Error>((bell, abell))
+            Ok::<_, Error>((held, bell, abell))
         })();
-        let (bell, abell) = match made {
+        let (held, bell, abell) = match made {
             Ok(b) => b,
             Err(e) => {
                 Segment::unlink(&name::seg_name(&name));
@@ -192,6 +200,7 @@ impl EpShared {
             seg,
             g,
             _bell: bell,
+            _held: held,
             abell,
             me,
             max_msg,

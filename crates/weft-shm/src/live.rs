@@ -50,6 +50,46 @@ pub fn alive(pid: u32, start: u64) -> bool {
     }
 }
 
+/// The path of `name`'s segment file.
+fn seg_path(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(SHM_DIR).join(format!("{SEG_PREFIX}{name}"))
+}
+
+/// Holds a shared lock on `name`'s segment file for as long as the
+/// returned file stays open: the kernel drops it when the process ends,
+/// however it ends. Unlike a pid, the lock means the same thing in every
+/// pid namespace that sees the file (containers that share `/dev/shm` but
+/// not their pids).
+pub fn hold(name: &str) -> weft_core::Result<std::fs::File> {
+    let f = std::fs::File::open(seg_path(name))?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared)
+        .map_err(std::io::Error::from)?;
+    Ok(f)
+}
+
+/// Whether some live process holds `name`'s segment (see [`hold`]);
+/// `None` when the file cannot be opened. A test lock is taken and let go
+/// at once when nobody does.
+pub fn held(name: &str) -> Option<bool> {
+    let f = std::fs::File::open(seg_path(name)).ok()?;
+    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {
+            let _ = rustix::fs::flock(&f, rustix::fs::FlockOperation::Unlock);
+            Some(false)
+        }
+        Err(rustix::io::Errno::WOULDBLOCK) => Some(true),
+        Err(_) => None,
+    }
+}
+
+/// Whether the owner of `name`'s segment, recorded as `pid` and `start`,
+/// still runs: its pid says so in this pid namespace, or its lock on the
+/// segment does (the owner may live in another pid namespace, where the
+/// pid names nobody or somebody else).
+pub fn owner_runs(name: &str, pid: u32, start: u64) -> bool {
+    alive(pid, start) || held(name) == Some(true)
+}
+
 /// The owner (pid, start time) a segment file's header names, read with
 /// plain file I/O; `None` when the header is not (yet) valid.
 pub fn owner_of_file(path: &std::path::Path) -> Option<(u32, u64)> {
@@ -72,8 +112,8 @@ pub fn owner_of(seg: &Segment) -> Option<(u32, u64)> {
 /// Removes `name`'s segment and doorbell if the files still belong to
 /// the dead owner `pid` (a new process may have taken the name since).
 pub fn remove_if_owned(name: &str, pid: u32, start: u64) {
-    let path = std::path::Path::new(SHM_DIR).join(format!("{SEG_PREFIX}{name}"));
-    if owner_of_file(&path) == Some((pid, start)) {
+    let path = seg_path(name);
+    if owner_of_file(&path) == Some((pid, start)) && held(name) != Some(true) {
         Segment::unlink(&seg_name(name));
         let _ = std::fs::remove_file(bell_path(name));
         tracing::debug!(name, pid, "shm: removed a dead peer's segment");
@@ -100,15 +140,16 @@ pub fn reclaim_stale() -> usize {
             continue;
         };
         let path = e.path();
-        let stale = match owner_of_file(&path) {
-            Some((pid, start)) => !alive(pid, start),
-            None => e
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| SystemTime::now().duration_since(t).ok())
-                .is_some_and(|age| age > HALF_MADE),
-        };
+        let stale = held(name) == Some(false)
+            && match owner_of_file(&path) {
+                Some((pid, start)) => !alive(pid, start),
+                None => e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| SystemTime::now().duration_since(t).ok())
+                    .is_some_and(|age| age > HALF_MADE),
+            };
         if stale {
             Segment::unlink(&seg_name(name));
             let _ = std::fs::remove_file(bell_path(name));
@@ -146,5 +187,28 @@ mod tests {
         assert!(!alive(pid, start + 1), "a reused pid is another process");
         assert!(!alive(0, 0));
         assert!(!alive(u32::MAX, 0));
+    }
+
+    /// The lock says whether the owner runs where its pid cannot: here
+    /// the header names a pid that is not running, as a process in
+    /// another pid namespace would look.
+    #[test]
+    fn a_held_segment_runs_whatever_its_pid_says() {
+        let name = format!("live-test-{}", crate::name::unique());
+        let path = seg_path(&name);
+        std::fs::write(&path, [0u8; 64]).unwrap();
+        assert_eq!(held(&name), Some(false));
+        assert!(!owner_runs(&name, u32::MAX, 0));
+        let h = hold(&name).unwrap();
+        assert_eq!(held(&name), Some(true));
+        assert!(owner_runs(&name, u32::MAX, 0));
+        // Another holder of a shared lock does not make it look free.
+        let h2 = hold(&name).unwrap();
+        drop(h);
+        assert_eq!(held(&name), Some(true));
+        drop(h2);
+        assert_eq!(held(&name), Some(false), "the kernel lets go with the file");
+        assert_eq!(held("live-test-no-such-segment"), None);
+        std::fs::remove_file(&path).unwrap();
     }
 }

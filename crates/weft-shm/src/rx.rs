@@ -75,6 +75,8 @@ pub struct RxChan {
     partial: Option<Partial>,
     /// The sender's doorbell, for telling it there is room.
     bell: Option<File>,
+    /// A claim in progress seen by the last sweep (the claimer's pid).
+    claim_seen: Option<u32>,
 }
 
 /// Every channel's receiver state.
@@ -130,14 +132,24 @@ pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool) -> usize {
                     Stop::Corrupt => free(ep, &c, lc, true),
                     Stop::Parked => parked = true,
                     Stop::Empty if state == Some(CLOSED) => free(ep, &c, lc, false),
-                    Stop::Empty if sweep && !sender_alive(ep, &c) => free(ep, &c, lc, false),
+                    Stop::Empty if sweep && !sender_alive(ep, &c, lc) => free(ep, &c, lc, false),
                     _ => {}
                 }
             }
             Some(s) if s & CLAIMING != 0 => {
-                // A claimer that died before finishing its claim.
-                if sweep && !crate::live::alive(s & !CLAIMING, 0) {
-                    free(ep, &c, lc, false);
+                // A claimer that died before finishing its claim. A claim
+                // takes microseconds; its pid is judged only once the same
+                // claim has outlasted a whole sweep interval, because a
+                // claimer in another pid namespace has a pid that names
+                // nobody here, and the lock that would say it runs is on a
+                // segment whose name it has not written yet.
+                let pid = s & !CLAIMING;
+                if sweep {
+                    if lc.claim_seen == Some(pid) && !crate::live::alive(pid, 0) {
+                        free(ep, &c, lc, false);
+                    } else {
+                        lc.claim_seen = Some(pid);
+                    }
                 }
             }
             Some(FREE) => {
@@ -153,13 +165,23 @@ pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool) -> usize {
     n
 }
 
-fn sender_alive(ep: &EpShared, c: &Chan) -> bool {
+/// Whether the process that claimed the channel still runs: by its pid,
+/// or, where that pid means nothing here (another pid namespace), by the
+/// lock it holds on its own segment, named by the address it claimed
+/// with.
+fn sender_alive(ep: &EpShared, c: &Chan, lc: &RxChan) -> bool {
     let pid = ep.seg.load32(c.ctl(C_PID), Ordering::Acquire).unwrap_or(0);
     let start = ep
         .seg
         .load64(c.ctl(C_START), Ordering::Acquire)
         .unwrap_or(0);
-    crate::live::alive(pid, start)
+    if crate::live::alive(pid, start) {
+        return true;
+    }
+    lc.from
+        .as_deref()
+        .and_then(|a| crate::name::parse(a).ok())
+        .is_some_and(|n| crate::live::held(n) == Some(true))
 }
 
 /// A sender claimed the channel: reads its name. False when the name is
@@ -190,6 +212,7 @@ fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
         src: None,
         partial: None,
         bell: crate::bell::open_remote(name),
+        claim_seen: None,
     };
     true
 }

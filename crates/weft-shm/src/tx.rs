@@ -252,7 +252,7 @@ impl Peer {
     /// Whether the segment's owner is the one mapped and still runs.
     fn alive(&self) -> bool {
         crate::live::owner_of(&self.seg) == Some(self.owner)
-            && crate::live::alive(self.owner.0, self.owner.1)
+            && crate::live::owner_runs(&self.name, self.owner.0, self.owner.1)
     }
 
     /// A send is wholly in the ring: it ends now, or (delivery-complete)
