@@ -115,7 +115,7 @@ impl Peer {
         })?;
         let owner = crate::live::owner_of(&seg).ok_or(Error::ConnRefused)?;
         let g = crate::ring::header_geometry(&seg).ok_or(Error::ConnRefused)?;
-        if !crate::live::alive(owner.0, owner.1) {
+        if !crate::live::owner_runs(name, owner.0, owner.1) {
             return Err(Error::ConnRefused);
         }
         Ok(Peer {
