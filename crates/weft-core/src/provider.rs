@@ -367,6 +367,13 @@ pub trait ProviderDomain: Send + Sync + Debug {
         let _ = size;
         Err(Error::NoSys)
     }
+    /// Opens a shared receive context with the receive attributes it
+    /// was asked for (`fi_srx_context`'s `fi_rx_attr`: `size`,
+    /// `total_buffered_recv`, `caps`, already filled from the domain's
+    /// where 0). By default, [`srx_open`](Self::srx_open) with the size.
+    fn srx_open_attr(&self, attr: &crate::attr::RxAttr) -> Result<Arc<dyn ProviderSrx>> {
+        self.srx_open(attr.size)
+    }
     /// What the domain's registration cache did, if it has one.
     fn mr_cache_stats(&self) -> Option<MrCacheStats> {
         None
@@ -401,6 +408,17 @@ pub trait ProviderSrx: Send + Sync + Debug {
     fn close(&self);
     /// The concrete context, for the provider's endpoints.
     fn as_any(&self) -> &dyn std::any::Any;
+    /// Whether the context matches in software: tagged receives,
+    /// receives directed by source, `FI_PEEK`/`FI_CLAIM`/`FI_DISCARD`.
+    /// `false` (the default): untagged receives without flags only.
+    fn matches(&self) -> bool {
+        false
+    }
+    /// What the context holds (`unexpected_bytes`, `parked`); by default
+    /// nothing is tracked.
+    fn stats(&self) -> EpStats {
+        EpStats::default()
+    }
 }
 
 /// Counters and occupancy of a registration cache.

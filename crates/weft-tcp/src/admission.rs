@@ -7,15 +7,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use crate::endpoint::EpShared;
+use crate::srx::SrxCore;
 
 /// Bytes one buffered unexpected message holds against its connection's
-/// share and the endpoint's budget, released when the message is freed
+/// share and the budget it was admitted under (its endpoint's, or its
+/// shared receive context's), released when the message is freed
 /// (received, discarded, or dead with its connection).
 #[derive(Debug)]
 pub struct Charge {
     amount: usize,
     peer: Arc<AtomicUsize>,
-    ep: Weak<EpShared>,
+    pool: Pool,
+}
+
+/// The budget a charge counts against.
+#[derive(Debug)]
+enum Pool {
+    Ep(Weak<EpShared>),
+    Srx(Weak<SrxCore>),
 }
 
 impl Charge {
@@ -27,7 +36,18 @@ impl Charge {
         Charge {
             amount,
             peer: peer.clone(),
-            ep: Arc::downgrade(ep),
+            pool: Pool::Ep(Arc::downgrade(ep)),
+        }
+    }
+
+    /// [`new`](Self::new) against a shared receive context's budget.
+    pub fn srx(srx: &Arc<SrxCore>, peer: &Arc<AtomicUsize>, amount: usize) -> Charge {
+        peer.fetch_add(amount, Ordering::AcqRel);
+        srx.charged.fetch_add(amount, Ordering::AcqRel);
+        Charge {
+            amount,
+            peer: peer.clone(),
+            pool: Pool::Srx(Arc::downgrade(srx)),
         }
     }
 }
@@ -35,9 +55,19 @@ impl Charge {
 impl Drop for Charge {
     fn drop(&mut self) {
         self.peer.fetch_sub(self.amount, Ordering::AcqRel);
-        if let Some(ep) = self.ep.upgrade() {
-            ep.unexp_charged.fetch_sub(self.amount, Ordering::AcqRel);
-            ep.parked.wake_for_budget(&ep);
+        match &self.pool {
+            Pool::Ep(w) => {
+                if let Some(ep) = w.upgrade() {
+                    ep.unexp_charged.fetch_sub(self.amount, Ordering::AcqRel);
+                    ep.parked.wake_for_budget(&ep);
+                }
+            }
+            Pool::Srx(w) => {
+                if let Some(s) = w.upgrade() {
+                    s.charged.fetch_sub(self.amount, Ordering::AcqRel);
+                    s.wake_for_budget();
+                }
+            }
         }
     }
 }

@@ -537,6 +537,9 @@ impl Conn {
         self.ended.notify_waiters();
         if let Some(ep) = ep {
             ep.parked.unpark(self);
+            if let Some(l) = &ep.srx {
+                l.core.parked.unpark(self);
+            }
             // If a driver holds the receive state it finds `dead` set once
             // it lets go, and aborts it then (see `abort_rx_if_dead`).
             if let Ok(mut rx) = self.rx.try_lock() {

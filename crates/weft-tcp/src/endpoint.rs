@@ -140,6 +140,10 @@ pub struct EpShared {
     pub source_err: bool,
     /// TLS for every connection, when the domain runs it (`tls`).
     pub tls: Option<Arc<crate::tls::TlsContext>>,
+    /// The shared receive context messages go to, when bound to one
+    /// (`srx`): then `matcher`, `rx` and the budget fields serve only
+    /// RMA read answers.
+    pub srx: Option<crate::srx::SrxLink>,
 }
 
 /// An endpoint runs its domain's TLS (loaded when the domain opened,
@@ -161,7 +165,10 @@ fn endpoint_tls(
 
 impl weft_core::recv_completion::RecvCtx for EpShared {
     fn rx_credits(&self) -> &Credits {
-        &self.rx
+        match &self.srx {
+            Some(l) => l.core.rx_credits(),
+            None => &self.rx,
+        }
     }
 
     fn reported_addr(&self, a: FiAddr) -> FiAddr {
@@ -203,7 +210,9 @@ impl EpShared {
         } else {
             0
         };
-        Ok(Arc::new_cyclic(|me| EpShared {
+        let srx = crate::srx::SrxLink::core_of(&cfg)?;
+        let ep = Arc::new_cyclic(|me| EpShared {
+            srx: srx.map(|core| crate::srx::SrxLink::new(core, &cfg, me)),
             me: me.clone(),
             regions,
             watch,
@@ -244,7 +253,11 @@ impl EpShared {
             source_err,
             tls,
             cfg,
-        }))
+        });
+        if let Some(l) = &ep.srx {
+            l.core.join(&l.member);
+        }
+        Ok(ep)
     }
 
     pub fn is_closed(&self) -> bool {
@@ -328,6 +341,9 @@ impl EpShared {
     /// connection's share), so the reader parks until a receive that takes
     /// it is posted or enough budget comes back.
     pub fn arrival(self: &Arc<Self>, conn: &Arc<Conn>, info: MsgInfo) -> Option<Arrival> {
+        if let Some(l) = &self.srx {
+            return l.core.arrival(self, l, conn, info);
+        }
         let mut ended = Vec::new();
         let out = self.arrival_locked(conn, info, &mut ended);
         // Multi-receive buffers the message did not fit are released once
@@ -369,6 +385,7 @@ impl EpShared {
                 waiter: None,
             }),
             from: conn.source(),
+            at: None,
             _charge: Charge::new(self, &conn.charged, charge),
         });
         m.push_unexpected(conn.source(), info, u.clone());
@@ -378,6 +395,10 @@ impl EpShared {
     /// A message still arriving died with its connection: it leaves the
     /// unexpected queue (and gives back its budget) at once.
     pub fn drop_dead_unexpected(&self, u: &Arc<Unexpected>) {
+        if let Some(l) = &self.srx {
+            l.core.drop_dead(u);
+            return;
+        }
         let gone = lock(&self.matcher).remove_unexpected(|p| Arc::ptr_eq(p, u));
         drop(gone);
     }
@@ -857,9 +878,14 @@ impl ProviderEndpoint for TcpEndpoint {
                 None,
             ));
         }
-        for c in lock(&ep.conns).drain(..) {
+        let conns: Vec<Arc<Conn>> = lock(&ep.conns).drain(..).collect();
+        for c in &conns {
             c.abort();
         }
+        if let Some(l) = &ep.srx {
+            l.core.leave(&l.member, &conns);
+        }
+        drop(conns);
         lock(&ep.peers).clear();
         // Outstanding operations are discarded without completions.
         let posted = lock(&ep.matcher).drain_posted();

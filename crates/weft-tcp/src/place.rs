@@ -19,6 +19,11 @@ impl EpShared {
     /// head of the posted receives with `front`: a receive whose message
     /// died goes back where it was).
     pub(crate) fn place(&self, req: RecvReq, front: bool) {
+        if let Some(l) = &self.srx {
+            // A receive of the shared context (whose message died).
+            l.core.place(req, front);
+            return;
+        }
         if multi_recv::is_piece(&req) {
             // The part of a buffer whose message died: a fixed range of
             // the buffer, it cannot take another message. (After close,

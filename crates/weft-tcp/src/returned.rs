@@ -30,6 +30,10 @@ impl EpShared {
     /// multi-receive stream's messages, handed back in their order)
     /// behind those given back before it.
     pub fn take_back(&self, mut r: Returned, after: bool) {
+        if let Some(l) = &self.srx {
+            l.core.take_back(r, after);
+            return;
+        }
         if self.is_closed() {
             return;
         }
@@ -60,6 +64,7 @@ impl EpShared {
                 waiter: None,
             }),
             from: key,
+            at: None,
             _charge: Charge::new(&me, &share, charge),
         });
         if after {
@@ -75,7 +80,7 @@ impl EpShared {
     /// address; for a sender unknown at arrival, the address it came from
     /// (`raw`, kept for `FI_SOURCE_ERR`) or an unspecified one that
     /// resolves to no handle.
-    fn source_key(&self, src: FiAddr, raw: &[u8]) -> Source {
+    pub(crate) fn source_key(&self, src: FiAddr, raw: &[u8]) -> Source {
         let unknown = Source::plain(
             decode_sockaddr(raw).unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))),
         );

@@ -74,6 +74,9 @@ pub struct Unexpected {
     pub st: Mutex<UnexpState>,
     /// Who sent it (for `FI_SOURCE_ERR` reports).
     pub from: Source,
+    /// For a shared receive context: the endpoint it arrived at, whose
+    /// queues its completion goes to.
+    pub at: Option<Arc<crate::srx::SrxMember>>,
     /// Its share of the budget, given back when the message is freed.
     pub _charge: crate::admission::Charge,
 }

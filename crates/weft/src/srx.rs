@@ -6,15 +6,21 @@
 //! completion goes to that endpoint's receive CQ and counter (fi_endpoint(3):
 //! shared contexts have no CQ of their own). Receives posted through a
 //! bound endpoint go to its context.
+//!
+//! Contexts that match in software (tcp) take tagged receives, receives
+//! directed by source and `FI_PEEK`/`FI_CLAIM`/`FI_DISCARD` as an
+//! endpoint does; verbs MSG's (a shared receive queue) takes untagged
+//! receives only.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use weft_core::addr::FI_ADDR_UNSPEC;
+use weft_core::addr::{FiAddr, FI_ADDR_UNSPEC};
+use weft_core::attr::RxAttr;
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
-use weft_core::flags::OpFlags;
-use weft_core::provider::{ProviderSrx, RecvReq, Rejected};
+use weft_core::flags::{Caps, OpFlags};
+use weft_core::provider::{EpStats, ProviderSrx, RecvReq, Rejected};
 use weft_core::{Error, Result};
 
 use crate::endpoint::async_op;
@@ -33,6 +39,8 @@ pub(crate) struct SrxInner {
     fid: u64,
     pub(crate) domain: u64,
     pub(crate) prov: Arc<dyn ProviderSrx>,
+    /// The attributes it was opened with (zeros filled from the domain).
+    attr: RxAttr,
     /// Endpoints bound to it (it cannot close while any is).
     pub(crate) bound: AtomicUsize,
     closed: AtomicBool,
@@ -40,27 +48,61 @@ pub(crate) struct SrxInner {
 
 impl Domain {
     /// `fi_srx_context`: a shared receive context holding up to `size`
-    /// posted receives (0: the domain's `rx_attr.size`). `NoSys` when
-    /// the domain's endpoints cannot share receives (its
-    /// `max_ep_srx_ctx` is 0: tcp, verbs RDM and DGRAM).
+    /// posted receives (0: the domain's `rx_attr.size`), with the
+    /// domain's other receive attributes. `NoSys` when the domain's
+    /// endpoints cannot share receives (its `max_ep_srx_ctx` is 0:
+    /// verbs RDM and DGRAM, udp, shm).
     pub fn srx_context(&self, size: usize) -> Result<SharedRxContext> {
-        if self.info().domain_attr.max_ep_srx_ctx == 0 {
+        let attr = RxAttr {
+            size,
+            ..RxAttr::default()
+        };
+        self.srx_context_attr(&attr)
+    }
+
+    /// `fi_srx_context` with its `fi_rx_attr`: `size` (posted receives),
+    /// `total_buffered_recv` (what the peers of every bound endpoint
+    /// together may have buffered unexpected; tcp), `caps` (`FI_MSG`,
+    /// `FI_TAGGED`, `FI_RECV`, `FI_DIRECTED_RECV`, within the domain's
+    /// receive caps, else `Inval`; empty: those the domain has) and `iov_limit`; a 0 or empty field takes the
+    /// domain's. Default `op_flags` are not supported (`BadFlags`).
+    pub fn srx_context_attr(&self, attr: &RxAttr) -> Result<SharedRxContext> {
+        let info = self.info();
+        if info.domain_attr.max_ep_srx_ctx == 0 {
             return Err(Error::NoSys);
         }
-        let size = if size == 0 {
-            self.info().rx_attr.size
+        if !attr.op_flags.is_empty() {
+            return Err(Error::BadFlags);
+        }
+        let dom = &info.rx_attr;
+        let pick = |v: usize, d: usize| if v == 0 { d } else { v };
+        // What a receive side can have; RMA and the rest are endpoints'.
+        let recv_caps = Caps::MSG | Caps::TAGGED | Caps::RECV | Caps::DIRECTED_RECV;
+        let caps = if attr.caps.is_empty() {
+            dom.caps & recv_caps
         } else {
-            size
+            attr.caps
+        };
+        if !(dom.caps & recv_caps).contains(caps) {
+            return Err(Error::Inval);
+        }
+        let attr = RxAttr {
+            caps,
+            size: pick(attr.size, dom.size),
+            total_buffered_recv: pick(attr.total_buffered_recv, dom.total_buffered_recv),
+            iov_limit: pick(attr.iov_limit, dom.iov_limit),
+            ..dom.clone()
         };
         let prov = self.inner.prov.as_ref().ok_or(Error::NoSys)?;
-        let prov = prov.srx_open(size)?;
+        let prov = prov.srx_open_attr(&attr)?;
         let fid = next_fid();
-        tracing::debug!(fid, size, "srx context open");
+        tracing::debug!(fid, size = attr.size, "srx context open");
         Ok(SharedRxContext {
             inner: Arc::new(SrxInner {
                 fid,
                 domain: self.fid(),
                 prov,
+                attr,
                 bound: AtomicUsize::new(0),
                 closed: AtomicBool::new(false),
             }),
@@ -82,19 +124,25 @@ impl SharedRxContext {
         }
     }
 
-    fn req(msg: RecvMsg, flags: OpFlags, waiter: Option<weft_core::completion::Waiter>) -> RecvReq {
+    fn req(
+        &self,
+        msg: RecvMsg,
+        flags: OpFlags,
+        waiter: Option<weft_core::completion::Waiter>,
+    ) -> RecvReq {
+        let directed = self.inner.attr.caps.contains(Caps::DIRECTED_RECV);
         RecvReq {
-            src: FI_ADDR_UNSPEC,
+            src: if directed { msg.src } else { FI_ADDR_UNSPEC },
             bufs: msg.bufs,
-            tagged: false,
-            tag: 0,
-            ignore: 0,
+            tagged: msg.tagged,
+            tag: msg.tag,
+            ignore: msg.ignore,
             flags,
             // The CQ and counter are the receiving endpoint's, known
             // when a message arrives.
             done: OpDone {
                 context: msg.context,
-                flags: OpFlags::RECV | OpFlags::MSG,
+                flags: OpFlags::RECV | OpFlags::msg_or_tagged(msg.tagged),
                 report: true,
                 cq: None,
                 cntr: None,
@@ -104,16 +152,33 @@ impl SharedRxContext {
         }
     }
 
-    fn check(msg: &RecvMsg, flags: OpFlags) -> Result<()> {
-        if msg.tagged || !flags.is_empty() {
+    fn check(&self, msg: &RecvMsg, flags: OpFlags) -> Result<()> {
+        if !self.inner.prov.matches() {
             // Untagged receives only; no PEEK/CLAIM/MULTI_RECV here.
-            return Err(if msg.tagged {
-                Error::NoSys
-            } else {
-                Error::BadFlags
-            });
+            if msg.tagged {
+                return Err(Error::NoSys);
+            }
+            if !flags.is_empty() {
+                return Err(Error::BadFlags);
+            }
+        } else {
+            let peeks = OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD;
+            if !peeks.contains(flags)
+                || (flags.intersects(peeks) && !msg.tagged)
+                || (flags.contains(OpFlags::DISCARD)
+                    && !flags.intersects(OpFlags::PEEK | OpFlags::CLAIM))
+            {
+                return Err(Error::BadFlags);
+            }
+            let need = if msg.tagged { Caps::TAGGED } else { Caps::MSG };
+            if !self.inner.attr.caps.contains(need) {
+                return Err(Error::NoSys);
+            }
         }
-        if msg.bufs.is_empty() {
+        if msg.bufs.is_empty() && !flags.intersects(OpFlags::PEEK | OpFlags::CLAIM) {
+            return Err(Error::Inval);
+        }
+        if msg.bufs.len() > self.inner.attr.iov_limit.max(1) {
             return Err(Error::Inval);
         }
         Ok(())
@@ -126,12 +191,12 @@ impl SharedRxContext {
         msg: RecvMsg,
         flags: OpFlags,
     ) -> std::result::Result<(), (Error, Vec<BytesMut>)> {
-        if let Err(e) = self.open().and_then(|()| Self::check(&msg, flags)) {
+        if let Err(e) = self.open().and_then(|()| self.check(&msg, flags)) {
             return Err((e, msg.bufs));
         }
         self.inner
             .prov
-            .post_recv(Self::req(msg, flags, None))
+            .post_recv(self.req(msg, flags, None))
             .map_err(|Rejected { err, req }| (err, req.bufs))
     }
 
@@ -153,14 +218,14 @@ impl SharedRxContext {
         flags: OpFlags,
     ) -> std::result::Result<CqEntry, CqErrEntry> {
         let fail = |e: Error, bufs| CqErrEntry::new(0, OpFlags::RECV, e).with_bufs(bufs);
-        if let Err(e) = self.open().and_then(|()| Self::check(&msg, flags)) {
+        if let Err(e) = self.open().and_then(|()| self.check(&msg, flags)) {
             return Err(fail(e, msg.bufs));
         }
         let (ctx, tx, rx) = async_op();
         let mut msg = msg;
         msg.context = ctx;
         let on_drop = OnDrop::for_recv(flags);
-        let req = Self::req(msg, flags, Some(tx));
+        let req = self.req(msg, flags, Some(tx));
         if let Err(r) = post_when_room(req, |r| self.inner.prov.post_recv(r)).await {
             return Err(fail(r.err, r.req.bufs));
         }
@@ -172,6 +237,65 @@ impl SharedRxContext {
     pub async fn recv(&self, buf: BytesMut) -> std::result::Result<CqEntry, CqErrEntry> {
         let msg = RecvMsg::untagged(buf, 0);
         self.recvmsg(msg, OpFlags::empty()).await
+    }
+
+    /// `fi_trecv` on the context: a tagged receive of a message whose tag
+    /// matches `tag` outside the bits of `ignore`, from `src`
+    /// (`FI_ADDR_UNSPEC`: anyone; honoured with `FI_DIRECTED_RECV` in the
+    /// context's caps, as an address of the AV of the endpoint a message
+    /// arrives at). Contexts that do not match in software (verbs MSG)
+    /// refuse it (`NoSys`).
+    pub fn post_trecv(
+        &self,
+        buf: BytesMut,
+        src: FiAddr,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+    ) -> Result<()> {
+        self.post_recvmsg(
+            Self::tagged(buf, src, tag, ignore, context),
+            OpFlags::empty(),
+        )
+        .map_err(|(e, _)| e)
+    }
+
+    /// Receives one tagged message into `buf` (see
+    /// [`post_trecv`](Self::post_trecv)).
+    pub async fn trecv(
+        &self,
+        buf: BytesMut,
+        src: FiAddr,
+        tag: u64,
+        ignore: u64,
+    ) -> std::result::Result<CqEntry, CqErrEntry> {
+        let msg = Self::tagged(buf, src, tag, ignore, 0);
+        self.recvmsg(msg, OpFlags::empty()).await
+    }
+
+    fn tagged(buf: BytesMut, src: FiAddr, tag: u64, ignore: u64, context: u64) -> RecvMsg {
+        RecvMsg {
+            src,
+            bufs: vec![buf],
+            tagged: true,
+            tag,
+            ignore,
+            context,
+        }
+    }
+
+    /// The attributes the context was opened with.
+    pub fn attr(&self) -> &RxAttr {
+        &self.inner.attr
+    }
+
+    /// What the context holds now: `unexpected_bytes` (buffered for no
+    /// receive yet, with the per-message overhead, against
+    /// `total_buffered_recv`) and `parked` (connections of bound
+    /// endpoints waiting for a receive or for that budget). Zeros where
+    /// the provider tracks nothing (verbs).
+    pub fn stats(&self) -> EpStats {
+        self.inner.prov.stats()
     }
 
     /// `fi_cancel`: `NoEnt` unless a receive with `context` could be
