@@ -85,9 +85,7 @@ async fn serve(srx: &SharedRxContext, cq: &CompletionQueue, peers: usize, tagged
             CqItem::Ok(e) => e,
             CqItem::Err(e) => panic!("error completion {e:?}"),
         };
-        seen.peak_unexpected = seen
-            .peak_unexpected
-            .max(srx.stats().unexpected_bytes);
+        seen.peak_unexpected = seen.peak_unexpected.max(srx.stats().unexpected_bytes);
         let context = e.context;
         let tag = e.tag;
         let b = e.into_bytes();
@@ -243,7 +241,10 @@ fn check(what: &str, few: &Seen, many: &Seen) {
     );
     for s in [few, many] {
         assert!(s.peak_unexpected <= BUDGET, "{what}: over the budget");
-        assert!(s.peak_posted <= WINDOW, "{what}: more receives than the window");
+        assert!(
+            s.peak_posted <= WINDOW,
+            "{what}: more receives than the window"
+        );
     }
 }
 
