@@ -3,7 +3,8 @@
 //! server's receive buffers are the context's fixed window whatever the
 //! number of peers, and what peers make it buffer stays within the
 //! context's `total_buffered_recv` (more peers, or more bound endpoints,
-//! add none). Loopback only; bounded counts and time.
+//! add none), each connection within its own share of it. Loopback
+//! only; bounded counts and time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use bytes::{Bytes, BytesMut};
@@ -260,4 +261,102 @@ async fn rdm_server_with_64_peers_on_one_context() {
     let few = rdm_run(8, 4).await;
     let many = rdm_run(64, 4).await;
     check("RDM", &few, &many);
+}
+
+/// Waits until `srx` holds at least `bytes` unexpected and returns what
+/// it holds then.
+async fn holds_at_least(srx: &SharedRxContext, bytes: usize) -> usize {
+    within("buffered", async {
+        loop {
+            let held = srx.stats().unexpected_bytes;
+            if held >= bytes {
+                return held;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    })
+    .await
+}
+
+/// One peer flooding one bound endpoint holds only its connection's
+/// share of the context's budget; another peer's messages, to another
+/// bound endpoint, are still buffered, and taken first by receives that
+/// ask for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_peer_holds_only_its_share() {
+    const SHARE: usize = 32 << 10;
+    const LEN: usize = 8 << 10;
+    // What one buffered message is charged.
+    const CHARGE: usize = LEN + weft::UNEXPECTED_OVERHEAD;
+    let h = harness(EpType::Rdm);
+    let srx = context(&h);
+    let av = h.av();
+    let cq = h.cq();
+    let servers: Vec<RdmEp> = (0..2)
+        .map(|_| {
+            let ep = h.endpoint();
+            let mut limits = weft::ConnLimits::from_env();
+            limits.peer_buffered = SHARE;
+            ep.set_conn_limits(limits).unwrap();
+            ep.bind_av(&av).unwrap();
+            ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+                .unwrap();
+            ep.bind_srx(&srx).unwrap();
+            ep.enable().unwrap();
+            RdmEp {
+                ep,
+                av: av.clone(),
+                cq: cq.clone(),
+            }
+        })
+        .collect();
+    let (a, b) = (h.rdm_ep(), h.rdm_ep());
+    let (a_to, b_to) = (a.insert(&servers[0]), b.insert(&servers[1]));
+    let flood = tokio::spawn({
+        let a = a.ep.clone();
+        async move {
+            for seq in 0..40u32 {
+                let mut m = vec![1u8; LEN];
+                m[..4].copy_from_slice(&seq.to_le_bytes());
+                a.tsend(a_to, Bytes::from(m), 1).await.unwrap();
+            }
+        }
+    });
+    // The flooder fills its share (3 messages) and parks.
+    holds_at_least(&srx, SHARE / CHARGE * CHARGE).await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let held = srx.stats().unexpected_bytes;
+    assert!(held <= SHARE, "the flooder holds {held}, over its {SHARE}");
+    assert_eq!(srx.stats().parked, 1);
+    // The other peer is not shut out.
+    for seq in 0..3u32 {
+        let mut m = vec![2u8; LEN];
+        m[..4].copy_from_slice(&seq.to_le_bytes());
+        b.ep.tsend(b_to, Bytes::from(m), 2).await.unwrap();
+    }
+    let both = holds_at_least(&srx, held + 3 * CHARGE).await;
+    assert!(both <= 2 * SHARE, "{both}");
+    for seq in 0..3u32 {
+        let e = within(
+            "b's",
+            srx.trecv(BytesMut::zeroed(LEN), weft::FI_ADDR_UNSPEC, 2, 0),
+        )
+        .await
+        .unwrap();
+        assert_eq!(e.tag, 2);
+        assert_eq!(&e.bufs[0][..4], &seq.to_le_bytes());
+    }
+    for seq in 0..40u32 {
+        let e = within(
+            "a's",
+            srx.trecv(BytesMut::zeroed(LEN), weft::FI_ADDR_UNSPEC, 1, 0),
+        )
+        .await
+        .unwrap();
+        assert_eq!(&e.bufs[0][..4], &seq.to_le_bytes(), "a's messages in order");
+        assert!(srx.stats().unexpected_bytes <= SHARE);
+    }
+    within("flood", flood).await.unwrap();
+    assert_eq!(srx.stats().unexpected_bytes, 0);
+    drop((a, b, servers));
 }

@@ -216,13 +216,8 @@ impl SrxCore {
         let room = self
             .limit
             .saturating_sub(self.charged.load(Ordering::Acquire));
-        let limit = self.limit;
         self.parked.wake_for_budget_in(room, &|c: &Conn, charge| {
-            let cap =
-                c.ep.upgrade()
-                    .and_then(|e| e.srx.as_ref().map(|l| l.peer_cap))
-                    .unwrap_or(limit);
-            c.charged.load(Ordering::Acquire).saturating_add(charge) <= cap
+            c.charged.load(Ordering::Acquire).saturating_add(charge) <= c.srx_cap
         });
     }
 
