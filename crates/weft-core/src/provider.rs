@@ -374,6 +374,13 @@ pub trait ProviderDomain: Send + Sync + Debug {
     fn srx_open_attr(&self, attr: &crate::attr::RxAttr) -> Result<Arc<dyn ProviderSrx>> {
         self.srx_open(attr.size)
     }
+    /// Opens a shared transmit context (`fi_stx_context`) with the
+    /// transmit attributes it was asked for (zeros already filled from
+    /// the domain's). `NoSys` (the default) for providers without them.
+    fn stx_open(&self, attr: &crate::attr::TxAttr) -> Result<Arc<dyn ProviderStx>> {
+        let _ = attr;
+        Err(Error::NoSys)
+    }
     /// What the domain's registration cache did, if it has one.
     fn mr_cache_stats(&self) -> Option<MrCacheStats> {
         None
@@ -419,6 +426,17 @@ pub trait ProviderSrx: Send + Sync + Debug {
     fn stats(&self) -> EpStats {
         EpStats::default()
     }
+}
+
+/// A shared transmit context: the endpoints bound to it post their
+/// transmit operations into its one queue (its `size` is shared); each
+/// operation still completes on its endpoint's CQ.
+pub trait ProviderStx: Send + Sync + Debug {
+    /// Transmit operations that can still be posted, by any bound
+    /// endpoint.
+    fn tx_size_left(&self) -> usize;
+    /// The concrete context, for the provider's endpoints.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// Counters and occupancy of a registration cache.
@@ -509,6 +527,9 @@ pub struct EpConfig {
     /// The bound shared receive context: the endpoint takes its receives
     /// from there.
     pub srx: Option<Arc<dyn ProviderSrx>>,
+    /// The bound shared transmit context: the endpoint's transmit
+    /// operations take their room in its queue.
+    pub stx: Option<Arc<dyn ProviderStx>>,
     /// What peers may make the endpoint hold (connections, buffered
     /// bytes, time).
     pub limits: crate::limits::ConnLimits,

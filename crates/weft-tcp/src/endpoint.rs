@@ -93,7 +93,9 @@ pub struct EpShared {
     /// Every live connection (the busy-poll thread walks these).
     pub conns: Mutex<Vec<Arc<Conn>>>,
     pub conns_gen: AtomicUsize,
-    pub tx: Credits,
+    /// Transmit credits: the endpoint's own, or its shared transmit
+    /// context's.
+    pub tx: crate::stx::TxCredits,
     pub rx: Credits,
     /// What peers may make this endpoint hold.
     pub limits: ConnLimits,
@@ -195,7 +197,7 @@ impl EpShared {
         let ep_type = info.ep_attr.ep_type;
         let max_msg = info.ep_attr.max_msg_size;
         let (tx, rx) = (
-            Credits::new(info.tx_attr.size),
+            crate::stx::TxCredits::for_endpoint(&cfg)?,
             Credits::new(info.rx_attr.size),
         );
         let domain = cfg
@@ -887,7 +889,9 @@ impl ProviderEndpoint for TcpEndpoint {
         }
         drop(conns);
         lock(&ep.peers).clear();
-        // Outstanding operations are discarded without completions.
+        // Outstanding operations are discarded without completions; their
+        // room goes back (to a shared transmit context's other endpoints).
+        ep.tx.release_all();
         let posted = lock(&ep.matcher).drain_posted();
         drop(posted);
         ep.parked.wake_all();

@@ -33,6 +33,7 @@ mod rma_events;
 mod rx;
 mod sock_stream;
 mod srx;
+mod stx;
 mod sweep;
 mod tls;
 mod verify;
@@ -212,6 +213,8 @@ fn offer(ep_type: EpType) -> Info {
             // shared receive context (`srx.rs`); stream sockets have no
             // receives.
             max_ep_srx_ctx: usize::from(ep_type != EpType::SockStream),
+            // Likewise a shared transmit context: room in one queue.
+            max_ep_stx_ctx: usize::from(ep_type != EpType::SockStream),
             mr_iov_limit: IOV_LIMIT,
             mr_cnt: mr::MR_CNT,
             // Proven at connection set-up (docs/design.md,
@@ -260,7 +263,7 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
                 None => bind_addr(&cfg)?,
             };
             let ep = endpoint::EpShared::new(cfg, local, rt.clone())?;
-            if ep_type == EpType::SockStream && ep.srx.is_some() {
+            if ep_type == EpType::SockStream && (ep.srx.is_some() || ep.cfg.stx.is_some()) {
                 return Err(Error::Inval);
             }
             if ep_type == EpType::SockStream && ep.tls.is_some() {

@@ -66,6 +66,13 @@ impl ProviderDomain for TcpDomain {
         self.srx_open_attr(&attr)
     }
 
+    fn stx_open(
+        &self,
+        attr: &weft_core::attr::TxAttr,
+    ) -> Result<Arc<dyn weft_core::provider::ProviderStx>> {
+        Ok(crate::stx::TcpStx::open(attr))
+    }
+
     fn srx_open_attr(
         &self,
         attr: &weft_core::attr::RxAttr,

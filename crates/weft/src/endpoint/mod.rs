@@ -56,6 +56,7 @@ struct Binds {
     src_addr: Option<Vec<u8>>,
     context: u64,
     srx: Option<SharedRxContext>,
+    stx: Option<crate::stx::SharedTxContext>,
     /// `None`: the environment's limits, read at enable.
     limits: Option<ConnLimits>,
     /// One per bound queue: a bound CQ or EQ cannot be closed (`Busy`).
@@ -190,6 +191,9 @@ impl Drop for EpInner {
         }
         if let Some(srx) = &b.srx {
             srx.inner.bound.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(stx) = &b.stx {
+            stx.inner.bound.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -463,6 +467,17 @@ impl Endpoint {
         Ok(())
     }
 
+    /// The shared transmit context half of `bind_stx` (`stx.rs`).
+    pub(crate) fn set_stx(&self, stx: &crate::stx::SharedTxContext) -> Result<()> {
+        let mut b = self.binds_mut()?;
+        if b.stx.is_some() {
+            return Err(Error::Inval);
+        }
+        stx.inner.bound.fetch_add(1, Ordering::AcqRel);
+        b.stx = Some(stx.clone());
+        Ok(())
+    }
+
     /// Chooses how the endpoint makes progress (before enable).
     pub fn set_wait_mode(&self, wait: WaitMode) -> Result<()> {
         self.binds_mut()?.wait = wait;
@@ -638,6 +653,7 @@ impl Endpoint {
             rx_cntr: b.recv_cntr.clone(),
             remote_cntrs: b.remote_cntrs.clone(),
             srx: b.srx.as_ref().map(|s| s.inner.prov.clone()),
+            stx: b.stx.as_ref().map(|s| s.inner.prov.clone()),
             limits: b.limits.unwrap_or_else(ConnLimits::from_env),
             fault: self.inner.fault.clone(),
         };
@@ -773,6 +789,9 @@ impl Endpoint {
         }
         if let Some(srx) = b.srx.take() {
             srx.inner.bound.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(stx) = b.stx.take() {
+            stx.inner.bound.fetch_sub(1, Ordering::AcqRel);
         }
         b.holds.clear();
         Ok(())
