@@ -31,23 +31,26 @@ impl Charge {
     /// Charges `amount`. The caller checked that it fits, under the
     /// matcher lock, so admissions never race each other past the budget.
     pub fn new(ep: &Arc<EpShared>, peer: &Arc<AtomicUsize>, amount: usize) -> Charge {
-        peer.fetch_add(amount, Ordering::AcqRel);
-        ep.unexp_charged.fetch_add(amount, Ordering::AcqRel);
-        Charge {
+        Charge::take(
+            peer,
+            &ep.unexp_charged,
             amount,
-            peer: peer.clone(),
-            pool: Pool::Ep(Arc::downgrade(ep)),
-        }
+            Pool::Ep(Arc::downgrade(ep)),
+        )
     }
 
     /// [`new`](Self::new) against a shared receive context's budget.
     pub fn srx(srx: &Arc<SrxCore>, peer: &Arc<AtomicUsize>, amount: usize) -> Charge {
+        Charge::take(peer, &srx.charged, amount, Pool::Srx(Arc::downgrade(srx)))
+    }
+
+    fn take(peer: &Arc<AtomicUsize>, total: &AtomicUsize, amount: usize, pool: Pool) -> Charge {
         peer.fetch_add(amount, Ordering::AcqRel);
-        srx.charged.fetch_add(amount, Ordering::AcqRel);
+        total.fetch_add(amount, Ordering::AcqRel);
         Charge {
             amount,
             peer: peer.clone(),
-            pool: Pool::Srx(Arc::downgrade(srx)),
+            pool,
         }
     }
 }

@@ -36,7 +36,7 @@ use crate::driver::{ConnCache, InlineProgress};
 use crate::frame::TxFrame;
 use crate::keys::{EpKeys, Source};
 use crate::parked::Parked;
-use crate::rx::{copy_and_deliver, Arrival, UnexpState, Unexpected};
+use crate::rx::{copy_and_deliver, Arrival, Unexpected};
 
 pub type TcpMatcher = Matcher<RecvReq, Arc<Unexpected>, Source>;
 
@@ -375,21 +375,8 @@ impl EpShared {
             }
             self.parked.unpark(conn);
         }
-        let u = Arc::new(Unexpected {
-            st: Mutex::new(UnexpState {
-                // The whole announced length is charged, and the share
-                // bounds it, so the buffer is sized once (pages of a large
-                // one are only touched as bytes arrive).
-                data: bytes::BytesMut::with_capacity(info.len),
-                len: info.len,
-                complete: info.len == 0,
-                failed: None,
-                waiter: None,
-            }),
-            from: conn.source(),
-            at: None,
-            _charge: Charge::new(self, &conn.charged, charge),
-        });
+        let charge = Charge::new(self, &conn.charged, charge);
+        let u = Unexpected::arriving(info.len, conn.source(), None, charge);
         m.push_unexpected(conn.source(), info, u.clone());
         Some(Arrival::Unexpected(u))
     }

@@ -10,7 +10,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
@@ -22,7 +22,7 @@ use weft_core::sync::lock;
 use crate::admission::Charge;
 use crate::endpoint::EpShared;
 use crate::keys::Source;
-use crate::rx::{copy_and_deliver, UnexpState, Unexpected};
+use crate::rx::{copy_and_deliver, Unexpected};
 
 impl EpShared {
     /// Takes back a message a dropped receive future did not read: ahead
@@ -55,18 +55,7 @@ impl EpShared {
         let charge = UNEXPECTED_OVERHEAD.saturating_add(info.len);
         // Not a connection's share: the connection it came on may be gone.
         let share = Arc::new(AtomicUsize::new(0));
-        let u = Arc::new(Unexpected {
-            st: Mutex::new(UnexpState {
-                data,
-                len: info.len,
-                complete: true,
-                failed: None,
-                waiter: None,
-            }),
-            from: key,
-            at: None,
-            _charge: Charge::new(&me, &share, charge),
-        });
+        let u = Unexpected::whole(data, info.len, key, None, Charge::new(&me, &share, charge));
         if after {
             m.push_unexpected_front_after(key, info, u);
         } else {

@@ -81,6 +81,62 @@ pub struct Unexpected {
     pub _charge: crate::admission::Charge,
 }
 
+impl Unexpected {
+    /// A message of `len` bytes whose payload is still to arrive (a
+    /// zero-length one is whole). The whole announced length is charged,
+    /// and the share bounds it, so the buffer is sized once (pages of a
+    /// large one are only touched as bytes arrive).
+    pub fn arriving(
+        len: usize,
+        from: Source,
+        at: Option<Arc<crate::srx::SrxMember>>,
+        charge: crate::admission::Charge,
+    ) -> Arc<Unexpected> {
+        Unexpected::with(
+            BytesMut::with_capacity(len),
+            len,
+            len == 0,
+            from,
+            at,
+            charge,
+        )
+    }
+
+    /// A whole message of `len` bytes (given back by a dropped receive
+    /// future).
+    pub fn whole(
+        data: BytesMut,
+        len: usize,
+        from: Source,
+        at: Option<Arc<crate::srx::SrxMember>>,
+        charge: crate::admission::Charge,
+    ) -> Arc<Unexpected> {
+        Unexpected::with(data, len, true, from, at, charge)
+    }
+
+    fn with(
+        data: BytesMut,
+        len: usize,
+        complete: bool,
+        from: Source,
+        at: Option<Arc<crate::srx::SrxMember>>,
+        charge: crate::admission::Charge,
+    ) -> Arc<Unexpected> {
+        Arc::new(Unexpected {
+            st: Mutex::new(UnexpState {
+                data,
+                len,
+                complete,
+                failed: None,
+                waiter: None,
+            }),
+            from,
+            at,
+            _charge: charge,
+        })
+    }
+}
+
 #[derive(Debug)]
 pub struct UnexpState {
     /// The bytes arrived so far.

@@ -39,7 +39,7 @@ use crate::conn::Conn;
 use crate::endpoint::{spec_of, EpShared};
 use crate::keys::Source;
 use crate::parked::Parked;
-use crate::rx::{Arrival, UnexpState, Unexpected};
+use crate::rx::{Arrival, Unexpected};
 
 /// A buffered message's sender, and the endpoint it arrived at (whose AV
 /// resolves a sender unknown at arrival).
@@ -246,18 +246,8 @@ impl SrxCore {
             }
             self.parked.unpark(conn);
         }
-        let u = Arc::new(Unexpected {
-            st: Mutex::new(UnexpState {
-                data: bytes::BytesMut::with_capacity(info.len),
-                len: info.len,
-                complete: info.len == 0,
-                failed: None,
-                waiter: None,
-            }),
-            from: conn.source(),
-            at: Some(link.member.clone()),
-            _charge: Charge::srx(&me, &conn.charged, charge),
-        });
+        let charge = Charge::srx(&me, &conn.charged, charge);
+        let u = Unexpected::arriving(info.len, conn.source(), Some(link.member.clone()), charge);
         let key = SrxKey {
             src: conn.source(),
             ep: Arc::downgrade(ep),
@@ -372,18 +362,13 @@ impl SrxCore {
             src: from,
             ep: at.ep.clone(),
         };
-        let u = Arc::new(Unexpected {
-            st: Mutex::new(UnexpState {
-                data,
-                len: info.len,
-                complete: true,
-                failed: None,
-                waiter: None,
-            }),
+        let u = Unexpected::whole(
+            data,
+            info.len,
             from,
-            at: Some(at),
-            _charge: Charge::srx(&me, &share, charge),
-        });
+            Some(at),
+            Charge::srx(&me, &share, charge),
+        );
         if after {
             m.push_unexpected_front_after(key, info, u);
         } else {

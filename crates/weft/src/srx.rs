@@ -36,14 +36,83 @@ pub struct SharedRxContext {
 
 #[derive(Debug)]
 pub(crate) struct SrxInner {
-    fid: u64,
-    pub(crate) domain: u64,
+    pub(crate) state: CtxState,
     pub(crate) prov: Arc<dyn ProviderSrx>,
     /// The attributes it was opened with (zeros filled from the domain).
     attr: RxAttr,
+}
+
+/// What every shared context (receive or transmit) has: its ids, the
+/// endpoints bound to it, whether it is closed.
+#[derive(Debug)]
+pub(crate) struct CtxState {
+    fid: u64,
+    domain: u64,
     /// Endpoints bound to it (it cannot close while any is).
-    pub(crate) bound: AtomicUsize,
+    bound: AtomicUsize,
     closed: AtomicBool,
+}
+
+impl CtxState {
+    /// A context of domain `domain` just opened (`what`: "srx", "stx").
+    pub(crate) fn open(domain: u64, what: &'static str, size: usize) -> CtxState {
+        let fid = next_fid();
+        tracing::debug!(fid, size, what, "shared context open");
+        CtxState {
+            fid,
+            domain,
+            bound: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn fid(&self) -> u64 {
+        self.fid
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// `OpBadState` once closed.
+    pub(crate) fn live(&self) -> Result<()> {
+        if self.is_closed() {
+            Err(Error::OpBadState)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether an endpoint of domain `domain` may bind it: `Domain` for
+    /// another domain's context, `OpBadState` for a closed one.
+    pub(crate) fn bindable(&self, domain: u64) -> Result<()> {
+        if self.domain != domain {
+            return Err(Error::Domain);
+        }
+        self.live()
+    }
+
+    pub(crate) fn bind(&self) {
+        self.bound.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn unbind(&self) {
+        self.bound.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// `fi_close`: `Busy` while endpoints are bound; `Ok(true)` when this
+    /// call is the one that closed it.
+    pub(crate) fn close(&self) -> Result<bool> {
+        if self.bound.load(Ordering::Acquire) > 0 {
+            return Err(Error::Busy);
+        }
+        Ok(self.close_now())
+    }
+
+    /// Closes it whatever is bound (last handle gone); true the first time.
+    pub(crate) fn close_now(&self) -> bool {
+        !self.closed.swap(true, Ordering::AcqRel)
+    }
 }
 
 impl Domain {
@@ -64,8 +133,9 @@ impl Domain {
     /// `total_buffered_recv` (what the peers of every bound endpoint
     /// together may have buffered unexpected; tcp), `caps` (`FI_MSG`,
     /// `FI_TAGGED`, `FI_RECV`, `FI_DIRECTED_RECV`, within the domain's
-    /// receive caps, else `Inval`; empty: those the domain has) and `iov_limit`; a 0 or empty field takes the
-    /// domain's. Default `op_flags` are not supported (`BadFlags`).
+    /// receive caps, else `Inval`; empty: those the domain has) and
+    /// `iov_limit`; a 0 field takes the domain's. Default `op_flags` are
+    /// not supported (`BadFlags`).
     pub fn srx_context_attr(&self, attr: &RxAttr) -> Result<SharedRxContext> {
         let info = self.info();
         if info.domain_attr.max_ep_srx_ctx == 0 {
@@ -95,16 +165,11 @@ impl Domain {
         };
         let prov = self.inner.prov.as_ref().ok_or(Error::NoSys)?;
         let prov = prov.srx_open_attr(&attr)?;
-        let fid = next_fid();
-        tracing::debug!(fid, size = attr.size, "srx context open");
         Ok(SharedRxContext {
             inner: Arc::new(SrxInner {
-                fid,
-                domain: self.fid(),
+                state: CtxState::open(self.fid(), "srx", attr.size),
                 prov,
                 attr,
-                bound: AtomicUsize::new(0),
-                closed: AtomicBool::new(false),
             }),
         })
     }
@@ -113,15 +178,11 @@ impl Domain {
 impl SharedRxContext {
     /// The object id.
     pub fn fid(&self) -> u64 {
-        self.inner.fid
+        self.inner.state.fid()
     }
 
     fn open(&self) -> Result<()> {
-        if self.inner.closed.load(Ordering::Acquire) {
-            Err(Error::OpBadState)
-        } else {
-            Ok(())
-        }
+        self.inner.state.live()
     }
 
     fn req(
@@ -163,11 +224,7 @@ impl SharedRxContext {
             }
         } else {
             let peeks = OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD;
-            if !peeks.contains(flags)
-                || (flags.intersects(peeks) && !msg.tagged)
-                || (flags.contains(OpFlags::DISCARD)
-                    && !flags.intersects(OpFlags::PEEK | OpFlags::CLAIM))
-            {
+            if !peeks.contains(flags) || !crate::endpoint::peek_flags_ok(msg, flags) {
                 return Err(Error::BadFlags);
             }
             let need = if msg.tagged { Caps::TAGGED } else { Caps::MSG };
@@ -318,23 +375,16 @@ impl SharedRxContext {
     /// `fi_close`: `Busy` while endpoints are bound to it. Pending
     /// receives complete with `Canceled`.
     pub fn close(&self) -> Result<()> {
-        if self.inner.bound.load(Ordering::Acquire) > 0 {
-            return Err(Error::Busy);
-        }
-        if !self.inner.closed.swap(true, Ordering::AcqRel) {
+        if self.inner.state.close()? {
             self.inner.prov.close();
         }
         Ok(())
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.inner.closed.load(Ordering::Acquire)
     }
 }
 
 impl Drop for SrxInner {
     fn drop(&mut self) {
-        if !self.closed.swap(true, Ordering::AcqRel) {
+        if self.state.close_now() {
             self.prov.close();
         }
     }

@@ -9,7 +9,6 @@
 //! RDM and MSG); getinfo matches hints with `tx_ctx_cnt =
 //! FI_SHARED_CONTEXT` there.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use weft_core::attr::TxAttr;
@@ -17,7 +16,8 @@ use weft_core::provider::ProviderStx;
 use weft_core::{Error, Result};
 
 use crate::endpoint::Endpoint;
-use crate::fabric::{next_fid, Domain};
+use crate::fabric::Domain;
+use crate::srx::CtxState;
 
 /// A shared transmit context.
 #[derive(Debug, Clone)]
@@ -27,13 +27,9 @@ pub struct SharedTxContext {
 
 #[derive(Debug)]
 pub(crate) struct StxInner {
-    fid: u64,
-    domain: u64,
+    pub(crate) state: CtxState,
     pub(crate) prov: Arc<dyn ProviderStx>,
     attr: TxAttr,
-    /// Endpoints bound to it (it cannot close while any is).
-    pub(crate) bound: AtomicUsize,
-    closed: AtomicBool,
 }
 
 impl Domain {
@@ -59,16 +55,11 @@ impl Domain {
         };
         let prov = self.inner.prov.as_ref().ok_or(Error::NoSys)?;
         let prov = prov.stx_open(&attr)?;
-        let fid = next_fid();
-        tracing::debug!(fid, size = attr.size, "stx context open");
         Ok(SharedTxContext {
             inner: Arc::new(StxInner {
-                fid,
-                domain: self.fid(),
+                state: CtxState::open(self.fid(), "stx", attr.size),
                 prov,
                 attr,
-                bound: AtomicUsize::new(0),
-                closed: AtomicBool::new(false),
             }),
         })
     }
@@ -77,7 +68,7 @@ impl Domain {
 impl SharedTxContext {
     /// The object id.
     pub fn fid(&self) -> u64 {
-        self.inner.fid
+        self.inner.state.fid()
     }
 
     /// The attributes it was opened with.
@@ -87,23 +78,13 @@ impl SharedTxContext {
 
     /// Operations that can still be posted, by any bound endpoint.
     pub fn tx_size_left(&self) -> Result<usize> {
-        if self.is_closed() {
-            return Err(Error::OpBadState);
-        }
+        self.inner.state.live()?;
         Ok(self.inner.prov.tx_size_left())
     }
 
     /// `fi_close`: `Busy` while endpoints are bound to it.
     pub fn close(&self) -> Result<()> {
-        if self.inner.bound.load(Ordering::Acquire) > 0 {
-            return Err(Error::Busy);
-        }
-        self.inner.closed.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.inner.closed.load(Ordering::Acquire)
+        self.inner.state.close().map(|_| ())
     }
 }
 
@@ -118,12 +99,7 @@ impl Endpoint {
         if self.info().domain_attr.max_ep_stx_ctx == 0 {
             return Err(Error::NoSys);
         }
-        if stx.inner.domain != self.domain_fid() {
-            return Err(Error::Domain);
-        }
-        if stx.is_closed() {
-            return Err(Error::OpBadState);
-        }
+        stx.inner.state.bindable(self.domain_fid())?;
         self.set_stx(stx)
     }
 }

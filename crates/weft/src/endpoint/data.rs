@@ -67,10 +67,7 @@ impl Endpoint {
                 return Err(Error::Inval);
             }
         }
-        if flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) && !msg.tagged {
-            return Err(Error::BadFlags);
-        }
-        if flags.contains(OpFlags::DISCARD) && !flags.intersects(OpFlags::PEEK | OpFlags::CLAIM) {
+        if !peek_flags_ok(msg, flags) {
             return Err(Error::BadFlags);
         }
         if flags.contains(OpFlags::MULTI_RECV) {
@@ -406,4 +403,12 @@ impl Endpoint {
         };
         self.recvmsg(msg, OpFlags::empty()).await
     }
+}
+
+/// fi_tagged(3)'s rules for the peek family: `PEEK`, `CLAIM` and
+/// `DISCARD` on tagged receives only, `DISCARD` with `PEEK` or `CLAIM`.
+pub(crate) fn peek_flags_ok(msg: &RecvMsg, flags: OpFlags) -> bool {
+    let peeks = OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD;
+    (msg.tagged || !flags.intersects(peeks))
+        && (!flags.contains(OpFlags::DISCARD) || flags.intersects(OpFlags::PEEK | OpFlags::CLAIM))
 }

@@ -25,6 +25,7 @@ use crate::opfuture::{OnDrop, OpFuture, Owner};
 use crate::srx::SharedRxContext;
 
 mod data;
+pub(crate) use data::peek_flags_ok;
 mod multi;
 
 pub use multi::{MultiMsg, MultiRecv, MultiRecvBuf};
@@ -190,10 +191,10 @@ impl Drop for EpInner {
             av.inner.bound_eps.fetch_sub(1, Ordering::AcqRel);
         }
         if let Some(srx) = &b.srx {
-            srx.inner.bound.fetch_sub(1, Ordering::AcqRel);
+            srx.inner.state.unbind();
         }
         if let Some(stx) = &b.stx {
-            stx.inner.bound.fetch_sub(1, Ordering::AcqRel);
+            stx.inner.state.unbind();
         }
     }
 }
@@ -452,17 +453,12 @@ impl Endpoint {
         if self.inner.info.domain_attr.max_ep_srx_ctx == 0 {
             return Err(Error::NoSys);
         }
-        if srx.inner.domain != self.inner.domain.fid() {
-            return Err(Error::Domain);
-        }
-        if srx.is_closed() {
-            return Err(Error::OpBadState);
-        }
+        srx.inner.state.bindable(self.inner.domain.fid())?;
         let mut b = self.binds_mut()?;
         if b.srx.is_some() {
             return Err(Error::Inval);
         }
-        srx.inner.bound.fetch_add(1, Ordering::AcqRel);
+        srx.inner.state.bind();
         b.srx = Some(srx.clone());
         Ok(())
     }
@@ -473,7 +469,7 @@ impl Endpoint {
         if b.stx.is_some() {
             return Err(Error::Inval);
         }
-        stx.inner.bound.fetch_add(1, Ordering::AcqRel);
+        stx.inner.state.bind();
         b.stx = Some(stx.clone());
         Ok(())
     }
@@ -788,10 +784,10 @@ impl Endpoint {
             av.inner.bound_eps.fetch_sub(1, Ordering::AcqRel);
         }
         if let Some(srx) = b.srx.take() {
-            srx.inner.bound.fetch_sub(1, Ordering::AcqRel);
+            srx.inner.state.unbind();
         }
         if let Some(stx) = b.stx.take() {
-            stx.inner.bound.fetch_sub(1, Ordering::AcqRel);
+            stx.inner.state.unbind();
         }
         b.holds.clear();
         Ok(())
