@@ -8,11 +8,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use bytes::{Bytes, BytesMut};
-use weft::{
-    BindFlags, CompletionQueue, ConnRequest, CqItem, Endpoint, EpType, EqEventKind, EventQueue,
-    RxAttr, SharedRxContext, SHARED_CONTEXT,
-};
-use weft_integration::{next_cq, next_eq, within, Harness, Provider, RdmEp};
+use weft::{CompletionQueue, CqItem, EpType, RxAttr, SharedRxContext, SHARED_CONTEXT};
+use weft_integration::srx::{accept_onto_srx, srx_rdm_ep};
+use weft_integration::{next_cq, within, Harness, Provider, RdmEp};
 
 /// Receives the server keeps posted on the context: its receive memory.
 const WINDOW: usize = 16;
@@ -130,45 +128,12 @@ async fn msg_run(peers: usize) -> Seen {
     let h = harness(EpType::Msg);
     let srx = context(&h);
     let cq = h.cq();
-    let pep = h.fabric.passive_endpoint(&h.info, None).unwrap();
-    let peq = h.eq();
-    pep.bind_eq(&peq).unwrap();
-    pep.listen().unwrap();
-    let addr = pep.local_addr().unwrap();
-    let mut kept: Vec<(Endpoint, EventQueue, Endpoint, EventQueue)> = Vec::new();
-    for _ in 0..peers {
-        let client = h.endpoint();
-        let ceq = h.eq();
-        client.bind_eq(&ceq).unwrap();
-        client
-            .bind_cq(&h.cq(), BindFlags::TRANSMIT | BindFlags::RECV)
-            .unwrap();
-        client.enable().unwrap();
-        let c2 = client.clone();
-        let a = addr.clone();
-        let connecting = tokio::spawn(async move { c2.connect(a, Vec::new()).await });
-        let ev = within("connreq", next_eq(&peq)).await.unwrap();
-        let req = ConnRequest::from_event(&ev).unwrap();
-        let ep = h.domain.accept_endpoint(&h.info, &req).unwrap();
-        let eq = h.eq();
-        ep.bind_eq(&eq).unwrap();
-        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-            .unwrap();
-        ep.bind_srx(&srx).unwrap();
-        ep.enable().unwrap();
-        within("accept", ep.accept(Vec::new())).await.unwrap();
-        within("connect", connecting).await.unwrap().unwrap();
-        for q in [&ceq, &eq] {
-            let ev = within("connected", next_eq(q)).await.unwrap();
-            assert_eq!(ev.kind, EqEventKind::Connected);
-        }
-        kept.push((ep, eq, client, ceq));
-    }
+    let (kept, _pep) = accept_onto_srx(&h, &srx, peers, Some(&cq)).await;
     let senders: Vec<_> = kept
         .iter()
         .enumerate()
-        .map(|(k, (_, _, client, _))| {
-            let c = client.clone();
+        .map(|(k, conn)| {
+            let c = conn.client.clone();
             tokio::spawn(async move {
                 for seq in 0..PER_PEER {
                     c.send(0, message(k as u16, seq)).await.unwrap();
@@ -181,9 +146,9 @@ async fn msg_run(peers: usize) -> Seen {
         within("senders", s).await.unwrap();
     }
     assert_drained(&srx, &cq).await;
-    for (ep, ..) in &kept {
+    for conn in &kept {
         // Nothing is buffered at the endpoints themselves.
-        assert_eq!(ep.stats().unwrap().unexpected_bytes, 0);
+        assert_eq!(conn.ep.stats().unwrap().unexpected_bytes, 0);
     }
     seen
 }
@@ -196,19 +161,7 @@ async fn rdm_run(peers: usize, eps: usize) -> Seen {
     let cq = h.cq();
     let av = h.av();
     let servers: Vec<RdmEp> = (0..eps)
-        .map(|_| {
-            let ep = h.endpoint();
-            ep.bind_av(&av).unwrap();
-            ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-                .unwrap();
-            ep.bind_srx(&srx).unwrap();
-            ep.enable().unwrap();
-            RdmEp {
-                ep,
-                av: av.clone(),
-                cq: cq.clone(),
-            }
-        })
+        .map(|_| srx_rdm_ep(&h, &av, &cq, &srx, None))
         .collect();
     let senders: Vec<_> = (0..peers)
         .map(|k| {
@@ -292,23 +245,10 @@ async fn a_flooding_peer_holds_only_its_share() {
     let srx = context(&h);
     let av = h.av();
     let cq = h.cq();
+    let mut limits = weft::ConnLimits::from_env();
+    limits.peer_buffered = SHARE;
     let servers: Vec<RdmEp> = (0..2)
-        .map(|_| {
-            let ep = h.endpoint();
-            let mut limits = weft::ConnLimits::from_env();
-            limits.peer_buffered = SHARE;
-            ep.set_conn_limits(limits).unwrap();
-            ep.bind_av(&av).unwrap();
-            ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-                .unwrap();
-            ep.bind_srx(&srx).unwrap();
-            ep.enable().unwrap();
-            RdmEp {
-                ep,
-                av: av.clone(),
-                cq: cq.clone(),
-            }
-        })
+        .map(|_| srx_rdm_ep(&h, &av, &cq, &srx, Some(limits)))
         .collect();
     let (a, b) = (h.rdm_ep(), h.rdm_ep());
     let (a_to, b_to) = (a.insert(&servers[0]), b.insert(&servers[1]));

@@ -267,14 +267,7 @@ impl SrxCore {
     pub fn place(&self, req: RecvReq, front: bool) {
         let spec = spec_of(&req);
         let resolve = |k: &SrxKey| k.resolve();
-        let out = {
-            let mut m = lock(&self.matcher);
-            if front {
-                m.repost_front(spec, req, &resolve)
-            } else {
-                m.post(spec, req, &resolve)
-            }
-        };
+        let out = lock(&self.matcher).post_at(spec, req, &resolve, front);
         match out {
             PostOutcome::Queued => self.parked.wake_for_recv(&spec),
             PostOutcome::Matched {

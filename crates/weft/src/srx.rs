@@ -311,7 +311,7 @@ impl SharedRxContext {
         context: u64,
     ) -> Result<()> {
         self.post_recvmsg(
-            Self::tagged(buf, src, tag, ignore, context),
+            RecvMsg::tagged(buf, src, tag, ignore, context),
             OpFlags::empty(),
         )
         .map_err(|(e, _)| e)
@@ -326,19 +326,8 @@ impl SharedRxContext {
         tag: u64,
         ignore: u64,
     ) -> std::result::Result<CqEntry, CqErrEntry> {
-        let msg = Self::tagged(buf, src, tag, ignore, 0);
+        let msg = RecvMsg::tagged(buf, src, tag, ignore, 0);
         self.recvmsg(msg, OpFlags::empty()).await
-    }
-
-    fn tagged(buf: BytesMut, src: FiAddr, tag: u64, ignore: u64, context: u64) -> RecvMsg {
-        RecvMsg {
-            src,
-            bufs: vec![buf],
-            tagged: true,
-            tag,
-            ignore,
-            context,
-        }
     }
 
     /// The attributes the context was opened with.

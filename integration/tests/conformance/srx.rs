@@ -14,10 +14,10 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures::poll;
 use weft::{
-    BindFlags, Caps, CompletionQueue, ConnRequest, CqItem, Endpoint, EpType, EqEventKind, Error,
-    EventQueue, FiAddr, Info, OpFlags, RecvMsg, RxAttr, SharedRxContext, WaitMode, FI_ADDR_UNSPEC,
-    SHARED_CONTEXT,
+    BindFlags, Caps, CompletionQueue, CqItem, EpType, EqEventKind, Error, FiAddr, Info, OpFlags,
+    RecvMsg, RxAttr, SharedRxContext, WaitMode, FI_ADDR_UNSPEC, SHARED_CONTEXT,
 };
+use weft_integration::srx::{accept_onto_srx, srx_rdm_ep};
 use weft_integration::{
     assert_cq_quiet, next_cq, next_eq, payload, within, Harness, Provider, RdmEp,
 };
@@ -41,21 +41,9 @@ struct Rig {
 
 fn rig(h: &Harness, srx: SharedRxContext, n: usize) -> Rig {
     let av = h.av();
-    let mut servers = Vec::new();
-    for _ in 0..n {
-        let cq = h.cq();
-        let ep = h.endpoint();
-        ep.bind_av(&av).unwrap();
-        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-            .unwrap();
-        ep.bind_srx(&srx).unwrap();
-        ep.enable().unwrap();
-        servers.push(RdmEp {
-            ep,
-            av: av.clone(),
-            cq,
-        });
-    }
+    let servers: Vec<RdmEp> = (0..n)
+        .map(|_| srx_rdm_ep(h, &av, &h.cq(), &srx, None))
+        .collect();
     let clients: Vec<RdmEp> = (0..n).map(|_| h.rdm_ep()).collect();
     let to = (0..n).map(|i| clients[i].insert(&servers[i])).collect();
     let from = (0..n).map(|i| servers[0].insert(&clients[i])).collect();
@@ -445,65 +433,6 @@ async fn the_budget_is_the_contexts(p: Provider) {
     }
 }
 
-/// One side of a MSG connection on the server.
-struct Accepted {
-    ep: Endpoint,
-    cq: CompletionQueue,
-    eq: EventQueue,
-    client: Endpoint,
-    _ceq: EventQueue,
-}
-
-/// `n` clients connected to accepted endpoints bound to `srx`.
-async fn accept_onto(
-    h: &Harness,
-    srx: &SharedRxContext,
-    n: usize,
-) -> (Vec<Accepted>, weft::PassiveEndpoint) {
-    let pep = h.fabric.passive_endpoint(&h.info, None).unwrap();
-    let peq = h.eq();
-    pep.bind_eq(&peq).unwrap();
-    pep.listen().unwrap();
-    let addr = pep.local_addr().unwrap();
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let client = h.endpoint();
-        let ceq = h.eq();
-        client.bind_eq(&ceq).unwrap();
-        client
-            .bind_cq(&h.cq(), BindFlags::TRANSMIT | BindFlags::RECV)
-            .unwrap();
-        client.enable().unwrap();
-        let c2 = client.clone();
-        let a = addr.clone();
-        let connecting = tokio::spawn(async move { c2.connect(a, Vec::new()).await });
-        let ev = within("connreq", next_eq(&peq)).await.unwrap();
-        let req = ConnRequest::from_event(&ev).unwrap();
-        let ep = h.domain.accept_endpoint(&h.info, &req).unwrap();
-        let eq = h.eq();
-        let cq = h.cq();
-        ep.bind_eq(&eq).unwrap();
-        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
-            .unwrap();
-        ep.bind_srx(srx).unwrap();
-        ep.enable().unwrap();
-        within("accept", ep.accept(Vec::new())).await.unwrap();
-        within("connect", connecting).await.unwrap().unwrap();
-        for q in [&ceq, &eq] {
-            let ev = within("connected", next_eq(q)).await.unwrap();
-            assert_eq!(ev.kind, EqEventKind::Connected);
-        }
-        out.push(Accepted {
-            ep,
-            cq,
-            eq,
-            client,
-            _ceq: ceq,
-        });
-    }
-    (out, pep)
-}
-
 /// MSG: accepted endpoints on one context; a connection that ends leaves
 /// the context's receives to the others; truncation reports on the
 /// receiving endpoint's CQ.
@@ -513,7 +442,7 @@ async fn msg_endpoints_share_a_context(p: Provider) {
     };
     let h = Harness::with_info(&p, info);
     let srx = h.domain.srx_context(64).unwrap();
-    let (conns, _pep) = accept_onto(&h, &srx, 3).await;
+    let (conns, _pep) = accept_onto_srx(&h, &srx, 3, None).await;
     for i in 0..6u64 {
         srx.post_recv(BytesMut::zeroed(256), 100 + i).unwrap();
     }

@@ -321,11 +321,12 @@ impl<R, U, S> Matcher<R, U, S> {
         r: R,
         resolve: &dyn Fn(&S) -> FiAddr,
     ) -> PostOutcome<R, U> {
-        self.place(spec, r, resolve, false)
+        self.post_at(spec, r, resolve, false)
     }
 
-    /// [`post`](Self::post), queueing at the head (`front`) or the tail.
-    fn place(
+    /// [`post`](Self::post), queueing at the head (`front`: a receive
+    /// whose message died goes back where it was) or the tail.
+    pub fn post_at(
         &mut self,
         spec: RecvSpec,
         r: R,
@@ -424,7 +425,7 @@ impl<R, U, S> Matcher<R, U, S> {
         r: R,
         resolve: &dyn Fn(&S) -> FiAddr,
     ) -> PostOutcome<R, U> {
-        self.place(spec, r, resolve, true)
+        self.post_at(spec, r, resolve, true)
     }
 
     /// Removes the newest unclaimed buffered message that `pred` picks

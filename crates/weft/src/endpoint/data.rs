@@ -237,14 +237,7 @@ impl Endpoint {
         ignore: u64,
         context: u64,
     ) -> Result<()> {
-        let msg = RecvMsg {
-            src,
-            bufs: vec![buf],
-            tagged: true,
-            tag,
-            ignore,
-            context,
-        };
+        let msg = RecvMsg::tagged(buf, src, tag, ignore, context);
         self.post_recvmsg(msg, OpFlags::empty()).map_err(|(e, _)| e)
     }
 
