@@ -231,12 +231,12 @@ impl SrxCore {
         conn: &Arc<Conn>,
         info: MsgInfo,
     ) -> Option<Arrival> {
-        let me = self.me.upgrade()?;
         let mut m = lock(&self.matcher);
         if let Some((_, mut req)) = m.match_arrival(&info) {
             link.member.report_to(&mut req);
             return Some(Arrival::Posted(req));
         }
+        let me = self.me.upgrade()?;
         let charge = UNEXPECTED_OVERHEAD.saturating_add(info.len);
         if !self.fits(conn, link.peer_cap, charge) {
             // Parked before the second look, as on a lone endpoint.

@@ -38,30 +38,30 @@ impl ProviderStx for TcpStx {
 }
 
 /// An endpoint's transmit credits: its own queue's, or its share of a
-/// shared transmit context's. It counts what it holds, so that an
-/// endpoint closed with operations in flight (discarded, never
-/// completed) gives the context its room back.
+/// shared transmit context's. Bound to a context it counts what it
+/// holds, so that an endpoint closed with operations in flight
+/// (discarded, never completed) gives the context its room back; an
+/// endpoint of its own counts nothing more (no cost per operation).
 #[derive(Debug)]
 pub struct TxCredits {
     pool: Arc<Credits>,
-    held: AtomicUsize,
+    held: Option<AtomicUsize>,
 }
 
 impl TxCredits {
     /// The credits of an endpoint built from `cfg`. `Inval` for another
     /// provider's context.
     pub fn for_endpoint(cfg: &EpConfig) -> Result<TxCredits> {
-        let pool = match &cfg.stx {
-            None => Arc::new(Credits::new(cfg.info.tx_attr.size)),
-            Some(s) => s
-                .as_any()
-                .downcast_ref::<TcpStx>()
-                .map(|t| t.credits.clone())
-                .ok_or(Error::Inval)?,
+        let Some(s) = &cfg.stx else {
+            return Ok(TxCredits {
+                pool: Arc::new(Credits::new(cfg.info.tx_attr.size)),
+                held: None,
+            });
         };
+        let stx = s.as_any().downcast_ref::<TcpStx>().ok_or(Error::Inval)?;
         Ok(TxCredits {
-            pool,
-            held: AtomicUsize::new(0),
+            pool: stx.credits.clone(),
+            held: Some(AtomicUsize::new(0)),
         })
     }
 
@@ -70,28 +70,33 @@ impl TxCredits {
         if !self.pool.try_take() {
             return false;
         }
-        self.held.fetch_add(1, Ordering::AcqRel);
+        if let Some(h) = &self.held {
+            h.fetch_add(1, Ordering::AcqRel);
+        }
         true
     }
 
-    /// Gives `n` slots back: at most what this endpoint holds, so a
-    /// completion racing [`release_all`](Self::release_all) cannot give
-    /// back twice.
+    /// Gives `n` slots back; to a shared context at most what this
+    /// endpoint holds, so a completion racing
+    /// [`release_all`](Self::release_all) cannot give back twice.
     pub fn release(&self, n: usize) {
+        let Some(h) = &self.held else {
+            self.pool.release(n);
+            return;
+        };
         let mut given = 0;
-        let _ = self
-            .held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
-                given = h.min(n);
-                Some(h - given)
-            });
+        let _ = h.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+            given = held.min(n);
+            Some(held - given)
+        });
         self.pool.release(given);
     }
 
-    /// Endpoint close: whatever it held goes back to the queue.
+    /// Endpoint close: whatever it held of a shared context goes back.
     pub fn release_all(&self) {
-        let n = self.held.swap(0, Ordering::AcqRel);
-        self.pool.release(n);
+        if let Some(h) = &self.held {
+            self.pool.release(h.swap(0, Ordering::AcqRel));
+        }
     }
 
     /// Free slots.
