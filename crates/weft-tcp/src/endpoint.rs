@@ -36,7 +36,7 @@ use crate::driver::{ConnCache, InlineProgress};
 use crate::frame::TxFrame;
 use crate::keys::{EpKeys, Source};
 use crate::parked::Parked;
-use crate::rx::{copy_and_deliver, Arrival, Unexpected};
+use crate::rx::{Arrival, Unexpected};
 
 pub type TcpMatcher = Matcher<RecvReq, Arc<Unexpected>, Source>;
 
@@ -390,32 +390,6 @@ impl EpShared {
         }
         let gone = lock(&self.matcher).remove_unexpected(|p| Arc::ptr_eq(p, u));
         drop(gone);
-    }
-
-    /// A receive took an unexpected message: deliver it now, or when the
-    /// rest of it arrives.
-    pub(crate) fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Arc<Unexpected>) {
-        let mut g = lock(&u.st);
-        if let Some(err) = g.failed {
-            drop(g);
-            if req.flags.contains(OpFlags::CLAIM) {
-                // The caller asked for this very message; it is gone.
-                crate::rx::fail_recv(self, req, info, 0, err);
-                return;
-            }
-            // Its connection died mid-message: it was never delivered, so
-            // the receive goes on to match the next message instead.
-            self.repost(req);
-            return;
-        }
-        if g.complete {
-            // Matched and complete: nobody else can reach this buffer now.
-            let data = std::mem::take(&mut g.data);
-            drop(g);
-            copy_and_deliver(self, req, info, &data, &u.from);
-        } else {
-            g.waiter = Some(Box::new((req, info)));
-        }
     }
 
     /// Registers a connection with the drivers.

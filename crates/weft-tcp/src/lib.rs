@@ -36,6 +36,7 @@ mod srx;
 mod stx;
 mod sweep;
 mod tls;
+mod unexpected;
 mod verify;
 
 use std::net::{Ipv4Addr, SocketAddr};
