@@ -12,6 +12,7 @@
 pub mod campaign;
 pub mod identity;
 pub mod shared_av;
+pub mod srx;
 pub mod tls;
 
 use std::future::Future;

@@ -197,6 +197,9 @@ pub struct DomainAttr {
     pub max_ep_tx_ctx: usize,
     /// Maximum scalable receive contexts.
     pub max_ep_rx_ctx: usize,
+    /// Shared transmit contexts an endpoint may use (0: none; then
+    /// `fi_stx_context` is `NoSys`).
+    pub max_ep_stx_ctx: usize,
     /// Shared receive contexts an endpoint may use (0: none; then
     /// `fi_srx_context` is `NoSys`).
     pub max_ep_srx_ctx: usize,
@@ -255,6 +258,7 @@ impl fmt::Debug for DomainAttr {
             .field("rx_ctx_cnt", &self.rx_ctx_cnt)
             .field("max_ep_tx_ctx", &self.max_ep_tx_ctx)
             .field("max_ep_rx_ctx", &self.max_ep_rx_ctx)
+            .field("max_ep_stx_ctx", &self.max_ep_stx_ctx)
             .field("max_ep_srx_ctx", &self.max_ep_srx_ctx)
             .field("mr_iov_limit", &self.mr_iov_limit)
             .field("mr_cnt", &self.mr_cnt)

@@ -367,6 +367,20 @@ pub trait ProviderDomain: Send + Sync + Debug {
         let _ = size;
         Err(Error::NoSys)
     }
+    /// Opens a shared receive context with the receive attributes it
+    /// was asked for (`fi_srx_context`'s `fi_rx_attr`: `size`,
+    /// `total_buffered_recv`, `caps`, already filled from the domain's
+    /// where 0). By default, [`srx_open`](Self::srx_open) with the size.
+    fn srx_open_attr(&self, attr: &crate::attr::RxAttr) -> Result<Arc<dyn ProviderSrx>> {
+        self.srx_open(attr.size)
+    }
+    /// Opens a shared transmit context (`fi_stx_context`) with the
+    /// transmit attributes it was asked for (zeros already filled from
+    /// the domain's). `NoSys` (the default) for providers without them.
+    fn stx_open(&self, attr: &crate::attr::TxAttr) -> Result<Arc<dyn ProviderStx>> {
+        let _ = attr;
+        Err(Error::NoSys)
+    }
     /// What the domain's registration cache did, if it has one.
     fn mr_cache_stats(&self) -> Option<MrCacheStats> {
         None
@@ -399,6 +413,28 @@ pub trait ProviderSrx: Send + Sync + Debug {
     fn rx_size_left(&self) -> usize;
     /// Stops taking receives; pending ones complete with `Canceled`.
     fn close(&self);
+    /// The concrete context, for the provider's endpoints.
+    fn as_any(&self) -> &dyn std::any::Any;
+    /// Whether the context matches in software: tagged receives,
+    /// receives directed by source, `FI_PEEK`/`FI_CLAIM`/`FI_DISCARD`.
+    /// `false` (the default): untagged receives without flags only.
+    fn matches(&self) -> bool {
+        false
+    }
+    /// What the context holds (`unexpected_bytes`, `parked`); by default
+    /// nothing is tracked.
+    fn stats(&self) -> EpStats {
+        EpStats::default()
+    }
+}
+
+/// A shared transmit context: the endpoints bound to it post their
+/// transmit operations into its one queue (its `size` is shared); each
+/// operation still completes on its endpoint's CQ.
+pub trait ProviderStx: Send + Sync + Debug {
+    /// Transmit operations that can still be posted, by any bound
+    /// endpoint.
+    fn tx_size_left(&self) -> usize;
     /// The concrete context, for the provider's endpoints.
     fn as_any(&self) -> &dyn std::any::Any;
 }
@@ -491,6 +527,9 @@ pub struct EpConfig {
     /// The bound shared receive context: the endpoint takes its receives
     /// from there.
     pub srx: Option<Arc<dyn ProviderSrx>>,
+    /// The bound shared transmit context: the endpoint's transmit
+    /// operations take their room in its queue.
+    pub stx: Option<Arc<dyn ProviderStx>>,
     /// What peers may make the endpoint hold (connections, buffered
     /// bytes, time).
     pub limits: crate::limits::ConnLimits,

@@ -80,6 +80,10 @@ pub struct Conn {
     tx_ops: AtomicU64,
     /// Unexpected-message bytes this connection holds buffered.
     pub charged: Arc<AtomicUsize>,
+    /// Its share of its endpoint's shared receive context's budget, when
+    /// the endpoint is bound to one (read under the context's parked
+    /// list's lock, where the endpoint may not be reached).
+    pub srx_cap: usize,
     /// In the endpoint's parked list (see `parked.rs`).
     pub parked: AtomicBool,
     /// Wakes the reader of a parked connection, or one that was failed.
@@ -157,6 +161,7 @@ impl Conn {
             rx_bytes: AtomicU64::new(0),
             tx_ops: AtomicU64::new(0),
             charged: Arc::new(AtomicUsize::new(0)),
+            srx_cap: ep.srx.as_ref().map_or(0, |l| l.peer_cap),
             parked: AtomicBool::new(false),
             kick: Notify::new(),
             retiring: AtomicBool::new(false),
@@ -596,6 +601,9 @@ impl Conn {
         self.ended.notify_waiters();
         if let Some(ep) = ep {
             ep.parked.unpark(self);
+            if let Some(l) = &ep.srx {
+                l.core.parked.unpark(self);
+            }
             // If a driver holds the receive state it finds `dead` set once
             // it lets go, and aborts it then (see `abort_rx_if_dead`).
             if let Ok(mut rx) = self.rx.try_lock() {

@@ -36,7 +36,7 @@ use crate::driver::{ConnCache, InlineProgress};
 use crate::frame::TxFrame;
 use crate::keys::{EpKeys, Source};
 use crate::parked::Parked;
-use crate::rx::{copy_and_deliver, Arrival, UnexpState, Unexpected};
+use crate::rx::{Arrival, Unexpected};
 
 pub type TcpMatcher = Matcher<RecvReq, Arc<Unexpected>, Source>;
 
@@ -93,7 +93,9 @@ pub struct EpShared {
     /// Every live connection (the busy-poll thread walks these).
     pub conns: Mutex<Vec<Arc<Conn>>>,
     pub conns_gen: AtomicUsize,
-    pub tx: Credits,
+    /// Transmit credits: the endpoint's own, or its shared transmit
+    /// context's.
+    pub tx: crate::stx::TxCredits,
     pub rx: Credits,
     /// What peers may make this endpoint hold.
     pub limits: ConnLimits,
@@ -142,6 +144,10 @@ pub struct EpShared {
     pub source_err: bool,
     /// TLS for every connection, when the domain runs it (`tls`).
     pub tls: Option<Arc<crate::tls::TlsContext>>,
+    /// The shared receive context messages go to, when bound to one
+    /// (`srx`): then `matcher`, `rx` and the budget fields serve only
+    /// RMA read answers.
+    pub srx: Option<crate::srx::SrxLink>,
 }
 
 /// An endpoint runs its domain's TLS (loaded when the domain opened,
@@ -163,7 +169,10 @@ fn endpoint_tls(
 
 impl weft_core::recv_completion::RecvCtx for EpShared {
     fn rx_credits(&self) -> &Credits {
-        &self.rx
+        match &self.srx {
+            Some(l) => l.core.rx_credits(),
+            None => &self.rx,
+        }
     }
 
     fn reported_addr(&self, a: FiAddr) -> FiAddr {
@@ -190,7 +199,7 @@ impl EpShared {
         let ep_type = info.ep_attr.ep_type;
         let max_msg = info.ep_attr.max_msg_size;
         let (tx, rx) = (
-            Credits::new(info.tx_attr.size),
+            crate::stx::TxCredits::for_endpoint(&cfg)?,
             Credits::new(info.rx_attr.size),
         );
         let domain = cfg
@@ -205,7 +214,9 @@ impl EpShared {
         } else {
             0
         };
-        Ok(Arc::new_cyclic(|me| EpShared {
+        let srx = crate::srx::SrxLink::core_of(&cfg)?;
+        let ep = Arc::new_cyclic(|me| EpShared {
+            srx: srx.map(|core| crate::srx::SrxLink::new(core, &cfg, me)),
             me: me.clone(),
             regions,
             watch,
@@ -247,7 +258,11 @@ impl EpShared {
             source_err,
             tls,
             cfg,
-        }))
+        });
+        if let Some(l) = &ep.srx {
+            l.core.join(&l.member);
+        }
+        Ok(ep)
     }
 
     pub fn is_closed(&self) -> bool {
@@ -331,6 +346,9 @@ impl EpShared {
     /// connection's share), so the reader parks until a receive that takes
     /// it is posted or enough budget comes back.
     pub fn arrival(self: &Arc<Self>, conn: &Arc<Conn>, info: MsgInfo) -> Option<Arrival> {
+        if let Some(l) = &self.srx {
+            return l.core.arrival(self, l, conn, info);
+        }
         let mut ended = Vec::new();
         let out = self.arrival_locked(conn, info, &mut ended);
         // Multi-receive buffers the message did not fit are released once
@@ -360,20 +378,8 @@ impl EpShared {
             }
             self.parked.unpark(conn);
         }
-        let u = Arc::new(Unexpected {
-            st: Mutex::new(UnexpState {
-                // The whole announced length is charged, and the share
-                // bounds it, so the buffer is sized once (pages of a large
-                // one are only touched as bytes arrive).
-                data: bytes::BytesMut::with_capacity(info.len),
-                len: info.len,
-                complete: info.len == 0,
-                failed: None,
-                waiter: None,
-            }),
-            from: conn.source(),
-            _charge: Charge::new(self, &conn.charged, charge),
-        });
+        let charge = Charge::new(self, &conn.charged, charge);
+        let u = Unexpected::arriving(info.len, conn.source(), None, charge);
         m.push_unexpected(conn.source(), info, u.clone());
         Some(Arrival::Unexpected(u))
     }
@@ -381,34 +387,12 @@ impl EpShared {
     /// A message still arriving died with its connection: it leaves the
     /// unexpected queue (and gives back its budget) at once.
     pub fn drop_dead_unexpected(&self, u: &Arc<Unexpected>) {
-        let gone = lock(&self.matcher).remove_unexpected(|p| Arc::ptr_eq(p, u));
-        drop(gone);
-    }
-
-    /// A receive took an unexpected message: deliver it now, or when the
-    /// rest of it arrives.
-    pub(crate) fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Arc<Unexpected>) {
-        let mut g = lock(&u.st);
-        if let Some(err) = g.failed {
-            drop(g);
-            if req.flags.contains(OpFlags::CLAIM) {
-                // The caller asked for this very message; it is gone.
-                crate::rx::fail_recv(self, req, info, 0, err);
-                return;
-            }
-            // Its connection died mid-message: it was never delivered, so
-            // the receive goes on to match the next message instead.
-            self.repost(req);
+        if let Some(l) = &self.srx {
+            l.core.drop_dead(u);
             return;
         }
-        if g.complete {
-            // Matched and complete: nobody else can reach this buffer now.
-            let data = std::mem::take(&mut g.data);
-            drop(g);
-            copy_and_deliver(self, req, info, &data, &u.from);
-        } else {
-            g.waiter = Some(Box::new((req, info)));
-        }
+        let gone = lock(&self.matcher).remove_unexpected(|p| Arc::ptr_eq(p, u));
+        drop(gone);
     }
 
     /// Registers a connection with the drivers.
@@ -860,11 +844,18 @@ impl ProviderEndpoint for TcpEndpoint {
                 None,
             ));
         }
-        for c in lock(&ep.conns).drain(..) {
+        let conns: Vec<Arc<Conn>> = lock(&ep.conns).drain(..).collect();
+        for c in &conns {
             c.abort();
         }
+        if let Some(l) = &ep.srx {
+            l.core.leave(&l.member, &conns);
+        }
+        drop(conns);
         lock(&ep.peers).clear();
-        // Outstanding operations are discarded without completions.
+        // Outstanding operations are discarded without completions; their
+        // room goes back (to a shared transmit context's other endpoints).
+        ep.tx.release_all();
         let posted = lock(&ep.matcher).drain_posted();
         drop(posted);
         ep.parked.wake_all();

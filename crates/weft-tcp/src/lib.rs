@@ -32,8 +32,11 @@ mod rma;
 mod rma_events;
 mod rx;
 mod sock_stream;
+mod srx;
+mod stx;
 mod sweep;
 mod tls;
+mod unexpected;
 mod verify;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -207,7 +210,12 @@ fn offer(ep_type: EpType) -> Info {
             rx_ctx_cnt: 1,
             max_ep_tx_ctx: 1,
             max_ep_rx_ctx: 1,
-            max_ep_srx_ctx: 0,
+            // RDM and MSG endpoints may take their receives from one
+            // shared receive context (`srx.rs`); stream sockets have no
+            // receives.
+            max_ep_srx_ctx: usize::from(ep_type != EpType::SockStream),
+            // Likewise a shared transmit context: room in one queue.
+            max_ep_stx_ctx: usize::from(ep_type != EpType::SockStream),
             mr_iov_limit: IOV_LIMIT,
             mr_cnt: mr::MR_CNT,
             // Proven at connection set-up (docs/design.md,
@@ -256,6 +264,9 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
                 None => bind_addr(&cfg)?,
             };
             let ep = endpoint::EpShared::new(cfg, local, rt.clone())?;
+            if ep_type == EpType::SockStream && (ep.srx.is_some() || ep.cfg.stx.is_some()) {
+                return Err(Error::Inval);
+            }
             if ep_type == EpType::SockStream && ep.tls.is_some() {
                 // The stream is the socket itself; over TLS it would be
                 // the session, which is not handed out yet.

@@ -57,6 +57,29 @@ impl TcpDomain {
 }
 
 impl ProviderDomain for TcpDomain {
+    fn srx_open(&self, size: usize) -> Result<Arc<dyn weft_core::provider::ProviderSrx>> {
+        let attr = weft_core::attr::RxAttr {
+            size,
+            total_buffered_recv: crate::BUFFERED_RECV,
+            ..weft_core::attr::RxAttr::default()
+        };
+        self.srx_open_attr(&attr)
+    }
+
+    fn stx_open(
+        &self,
+        attr: &weft_core::attr::TxAttr,
+    ) -> Result<Arc<dyn weft_core::provider::ProviderStx>> {
+        Ok(crate::stx::TcpStx::open(attr))
+    }
+
+    fn srx_open_attr(
+        &self,
+        attr: &weft_core::attr::RxAttr,
+    ) -> Result<Arc<dyn weft_core::provider::ProviderSrx>> {
+        Ok(crate::srx::TcpSrx::open(attr))
+    }
+
     fn mr_reg(
         &self,
         req: MrRequest,

@@ -78,22 +78,30 @@ impl Parked {
     /// Budget came back: wakes, oldest first, the parked connections whose
     /// messages now fit, as far as the freed room goes.
     pub fn wake_for_budget(&self, ep: &EpShared) {
+        let room = ep
+            .buffered_limit
+            .saturating_sub(ep.unexp_charged.load(Ordering::Acquire));
+        self.wake_for_budget_in(room, &|c, charge| ep.peer_fits(c, charge));
+    }
+
+    /// [`wake_for_budget`](Self::wake_for_budget) with `room` left in the
+    /// budget and `peer_fits` saying whether a charge fits a connection's
+    /// share (a shared receive context's budget, over several endpoints).
+    pub fn wake_for_budget_in(&self, room: usize, peer_fits: &dyn Fn(&Conn, usize) -> bool) {
         let mut woken = Vec::new();
         {
             let mut q = lock(&self.q);
             if q.is_empty() {
                 return;
             }
-            let mut room = ep
-                .buffered_limit
-                .saturating_sub(ep.unexp_charged.load(Ordering::Acquire));
+            let mut room = room;
             let mut i = 0;
             let mut looked = 0;
             while i < q.len() && looked < BUDGET_SCAN {
                 looked += 1;
                 let (c, info) = &q[i];
                 let charge = UNEXPECTED_OVERHEAD.saturating_add(info.len);
-                if charge <= room && ep.peer_fits(c, charge) {
+                if charge <= room && peer_fits(c, charge) {
                     room -= charge;
                     if let Some(e) = q.remove(i) {
                         woken.push(e.0);

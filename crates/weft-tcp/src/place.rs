@@ -6,19 +6,28 @@
 //! so no message that arrives meanwhile can pass the ones it takes.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
+use weft_core::flags::OpFlags;
 use weft_core::multi_recv;
 use weft_core::provider::RecvReq;
 use weft_core::sync::lock;
+use weft_core::tagmatch::MsgInfo;
 
 use crate::endpoint::{spec_of, EpShared};
 use crate::keys::Source;
+use crate::rx::{copy_and_deliver, Unexpected};
 
 impl EpShared {
     /// Matches `req` against the buffered messages, or queues it (at the
     /// head of the posted receives with `front`: a receive whose message
     /// died goes back where it was).
     pub(crate) fn place(&self, req: RecvReq, front: bool) {
+        if let Some(l) = &self.srx {
+            // A receive of the shared context (whose message died).
+            l.core.place(req, front);
+            return;
+        }
         if multi_recv::is_piece(&req) {
             // The part of a buffer whose message died: a fixed range of
             // the buffer, it cannot take another message. (After close,
@@ -52,6 +61,32 @@ impl EpShared {
     pub(crate) fn end_buffers(&self, ended: impl IntoIterator<Item = RecvReq>) {
         for r in ended {
             multi_recv::end(self, r, false);
+        }
+    }
+
+    /// A receive took an unexpected message: deliver it now, or when the
+    /// rest of it arrives.
+    pub(crate) fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Arc<Unexpected>) {
+        let mut g = lock(&u.st);
+        if let Some(err) = g.failed {
+            drop(g);
+            if req.flags.contains(OpFlags::CLAIM) {
+                // The caller asked for this very message; it is gone.
+                crate::rx::fail_recv(self, req, info, 0, err);
+                return;
+            }
+            // Its connection died mid-message: it was never delivered, so
+            // the receive goes on to match the next message instead.
+            self.place(req, false);
+            return;
+        }
+        if g.complete {
+            // Matched and complete: nobody else can reach this buffer now.
+            let data = std::mem::take(&mut g.data);
+            drop(g);
+            copy_and_deliver(self, req, info, &data, &u.from);
+        } else {
+            g.waiter = Some(Box::new((req, info)));
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
@@ -22,7 +22,7 @@ use weft_core::sync::lock;
 use crate::admission::Charge;
 use crate::endpoint::EpShared;
 use crate::keys::Source;
-use crate::rx::{copy_and_deliver, UnexpState, Unexpected};
+use crate::rx::{copy_and_deliver, Unexpected};
 
 impl EpShared {
     /// Takes back a message a dropped receive future did not read: ahead
@@ -30,6 +30,10 @@ impl EpShared {
     /// multi-receive stream's messages, handed back in their order)
     /// behind those given back before it.
     pub fn take_back(&self, mut r: Returned, after: bool) {
+        if let Some(l) = &self.srx {
+            l.core.take_back(r, after);
+            return;
+        }
         if self.is_closed() {
             return;
         }
@@ -51,17 +55,7 @@ impl EpShared {
         let charge = UNEXPECTED_OVERHEAD.saturating_add(info.len);
         // Not a connection's share: the connection it came on may be gone.
         let share = Arc::new(AtomicUsize::new(0));
-        let u = Arc::new(Unexpected {
-            st: Mutex::new(UnexpState {
-                data,
-                len: info.len,
-                complete: true,
-                failed: None,
-                waiter: None,
-            }),
-            from: key,
-            _charge: Charge::new(&me, &share, charge),
-        });
+        let u = Unexpected::whole(data, info.len, key, None, Charge::new(&me, &share, charge));
         if after {
             m.push_unexpected_front_after(key, info, u);
         } else {
@@ -75,7 +69,7 @@ impl EpShared {
     /// address; for a sender unknown at arrival, the address it came from
     /// (`raw`, kept for `FI_SOURCE_ERR`) or an unspecified one that
     /// resolves to no handle.
-    fn source_key(&self, src: FiAddr, raw: &[u8]) -> Source {
+    pub(crate) fn source_key(&self, src: FiAddr, raw: &[u8]) -> Source {
         let unknown = Source::plain(
             decode_sockaddr(raw).unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))),
         );

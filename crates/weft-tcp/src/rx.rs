@@ -6,7 +6,7 @@
 //! one syscall); large payloads are read straight into the posted buffer.
 
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::BytesMut;
 
@@ -47,6 +47,8 @@ use weft_core::wire::rma::{ReadReq, Target, READ_REQ_LEN, TARGET_LEN};
 use weft_core::wire::{self, FrameKind, Header, FLAG_CQ_DATA, HEADER_LEN};
 use weft_core::Error;
 
+pub use crate::unexpected::Unexpected;
+
 use crate::atomic::AtomicSink;
 use crate::conn::Conn;
 use crate::endpoint::EpShared;
@@ -67,31 +69,6 @@ const STAGING_MIN: usize = 4 * 1024;
 const PROBE: usize = 512;
 /// Payload bytes still to come above which reads go straight to the target.
 const DIRECT_MIN: usize = 16 * 1024;
-
-/// A buffered unexpected message, possibly still arriving.
-#[derive(Debug)]
-pub struct Unexpected {
-    pub st: Mutex<UnexpState>,
-    /// Who sent it (for `FI_SOURCE_ERR` reports).
-    pub from: Source,
-    /// Its share of the budget, given back when the message is freed.
-    pub _charge: crate::admission::Charge,
-}
-
-#[derive(Debug)]
-pub struct UnexpState {
-    /// The bytes arrived so far.
-    pub data: BytesMut,
-    /// The announced length.
-    pub len: usize,
-    pub complete: bool,
-    /// Its connection ended before the whole message arrived.
-    pub failed: Option<Error>,
-    /// A receive matched it before its payload was complete (boxed: most
-    /// messages never have one, and every buffered message pays for the
-    /// field's size).
-    pub waiter: Option<Box<(RecvReq, MsgInfo)>>,
-}
 
 enum Sink {
     Posted {

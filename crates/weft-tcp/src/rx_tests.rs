@@ -55,6 +55,7 @@ async fn rig(budget: usize) -> Rig {
         rx_cntr: None,
         remote_cntrs: Default::default(),
         srx: None,
+        stx: None,
         limits: ConnLimits::default().with_peer_buffered(budget),
         fault: Arc::default(),
     };

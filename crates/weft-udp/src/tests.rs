@@ -47,6 +47,7 @@ fn config(av: &Arc<Mutex<AvTable>>, wait: WaitMode) -> EpConfig {
         rx_cntr: None,
         remote_cntrs: Default::default(),
         srx: None,
+        stx: None,
         limits: ConnLimits::default(),
         fault: Arc::default(),
     }

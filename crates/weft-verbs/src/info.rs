@@ -477,6 +477,8 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             max_ep_rx_ctx: 1,
             // An endpoint takes receives from at most one shared context.
             max_ep_srx_ctx: usize::from(a.max_srq > 0),
+            // No shared transmit contexts (fi_stx_context is NoSys).
+            max_ep_stx_ctx: 0,
             mr_iov_limit: 1,
             mr_cnt: to_usize(a.max_mr),
             caps: Caps::LOCAL_COMM | Caps::REMOTE_COMM,

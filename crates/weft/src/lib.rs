@@ -70,6 +70,7 @@ mod shared_av;
 mod sock_dgram;
 mod sock_stream;
 mod srx;
+mod stx;
 
 pub use av::{AddressVector, AvAttr, Insert, InsertReport};
 pub use counter::{Counter, CounterChanges};
@@ -93,6 +94,7 @@ pub use shared_av::{shared_av_path, unlink_shared_av};
 pub use sock_dgram::{Datagram, SockDgram};
 pub use sock_stream::SockStream;
 pub use srx::SharedRxContext;
+pub use stx::SharedTxContext;
 pub use weft_core::atomic::{AtomicKind, AtomicOp, Datatype};
 pub use weft_core::provider::{Atomic, EpStats, MrCacheStats, RmaOp};
 

@@ -90,4 +90,18 @@ impl RecvMsg {
             ..RecvMsg::default()
         }
     }
+
+    /// A tagged receive into `buf` of a message whose tag matches `tag`
+    /// outside the bits of `ignore`, from `src` (`FI_ADDR_UNSPEC`:
+    /// anyone), completing with `context`.
+    pub fn tagged(buf: BytesMut, src: FiAddr, tag: u64, ignore: u64, context: u64) -> RecvMsg {
+        RecvMsg {
+            src,
+            bufs: vec![buf],
+            tagged: true,
+            tag,
+            ignore,
+            context,
+        }
+    }
 }

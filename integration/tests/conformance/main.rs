@@ -22,6 +22,8 @@ mod pool;
 mod rma;
 mod rma_events;
 mod sockets;
+mod srx;
+mod stx;
 mod tagged;
 
 /// The provider list of the macro must be the library's list: adding a

@@ -290,6 +290,7 @@ pub fn format_info(info: &Info, verbose: bool) -> String {
     line(&mut out, 2, "rx_ctx_cnt", da.rx_ctx_cnt);
     line(&mut out, 2, "max_ep_tx_ctx", da.max_ep_tx_ctx);
     line(&mut out, 2, "max_ep_rx_ctx", da.max_ep_rx_ctx);
+    line(&mut out, 2, "max_ep_stx_ctx", da.max_ep_stx_ctx);
     line(&mut out, 2, "max_ep_srx_ctx", da.max_ep_srx_ctx);
     line(&mut out, 2, "mr_iov_limit", da.mr_iov_limit);
     line(&mut out, 2, "caps", list(caps_str(da.caps)));

@@ -113,7 +113,6 @@ limits!(
     ep_attr.max_order_raw_size,
     ep_attr.max_order_war_size,
     ep_attr.max_order_waw_size,
-    ep_attr.tx_ctx_cnt,
     ep_attr.cm_data_size,
     tx_attr.inject_size,
     tx_attr.size,
@@ -237,9 +236,20 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
         && names
         && limits_ok(h, o)
         && rx_ctx_ok(h, o)
+        && tx_ctx_ok(h, o)
         && keys_ok(h, o)
         && source_err_ok(h)
         && tls_ok(h, o)
+}
+
+/// `tx_ctx_cnt`, likewise: `FI_SHARED_CONTEXT` asks for an endpoint that
+/// sends through a shared transmit context.
+fn tx_ctx_ok(h: &Info, o: &Info) -> bool {
+    match h.ep_attr.tx_ctx_cnt {
+        0 => true,
+        SHARED_CONTEXT => o.domain_attr.max_ep_stx_ctx > 0,
+        n => n <= o.ep_attr.tx_ctx_cnt,
+    }
 }
 
 /// The [`ON_REQUEST_MR_MODES`] a result for `h` carries, given its
@@ -365,6 +375,9 @@ pub fn narrow(hints: &Info, offer: &Info) -> Info {
     narrow_limits(h, &mut r);
     if h.ep_attr.rx_ctx_cnt != 0 {
         r.ep_attr.rx_ctx_cnt = h.ep_attr.rx_ctx_cnt;
+    }
+    if h.ep_attr.tx_ctx_cnt != 0 {
+        r.ep_attr.tx_ctx_cnt = h.ep_attr.tx_ctx_cnt;
     }
 
     if h.ep_attr.auth_key.is_some() {

@@ -321,11 +321,12 @@ impl<R, U, S> Matcher<R, U, S> {
         r: R,
         resolve: &dyn Fn(&S) -> FiAddr,
     ) -> PostOutcome<R, U> {
-        self.place(spec, r, resolve, false)
+        self.post_at(spec, r, resolve, false)
     }
 
-    /// [`post`](Self::post), queueing at the head (`front`) or the tail.
-    fn place(
+    /// [`post`](Self::post), queueing at the head (`front`: a receive
+    /// whose message died goes back where it was) or the tail.
+    pub fn post_at(
         &mut self,
         spec: RecvSpec,
         r: R,
@@ -424,7 +425,7 @@ impl<R, U, S> Matcher<R, U, S> {
         r: R,
         resolve: &dyn Fn(&S) -> FiAddr,
     ) -> PostOutcome<R, U> {
-        self.place(spec, r, resolve, true)
+        self.post_at(spec, r, resolve, true)
     }
 
     /// Removes the newest unclaimed buffered message that `pred` picks
@@ -447,16 +448,32 @@ impl<R, U, S> Matcher<R, U, S> {
         flags: OpFlags,
         resolve: &dyn Fn(&S) -> FiAddr,
     ) -> Result<MsgInfo> {
+        self.peek_with(spec, flags, resolve, &|_, _| ())
+            .map(|(info, ())| info)
+    }
+
+    /// [`peek`](Self::peek) that also returns what `look` makes of the
+    /// message found (its raw source and payload), before a discard drops
+    /// it: a shared receive context reports a peek on the queues of the
+    /// endpoint the message arrived at.
+    pub fn peek_with<T>(
+        &mut self,
+        spec: &RecvSpec,
+        flags: OpFlags,
+        resolve: &dyn Fn(&S) -> FiAddr,
+        look: &dyn Fn(&S, &U) -> T,
+    ) -> Result<(MsgInfo, T)> {
         if !flags.contains(OpFlags::PEEK) || flags.contains(OpFlags::CLAIM | OpFlags::DISCARD) {
             return Err(Error::Inval);
         }
         let (seq, info) = self.unexpected.find(spec, resolve).ok_or(Error::NoMsg)?;
+        let seen = self.unexpected.look(seq, look).ok_or(Error::NoMsg)?;
         if flags.contains(OpFlags::DISCARD) {
             self.unexpected.take(seq);
         } else if flags.contains(OpFlags::CLAIM) {
             self.unexpected.claim(seq, spec.context, info);
         }
-        Ok(info)
+        Ok((info, seen))
     }
 
     /// `fi_trecvmsg` with `FI_CLAIM` (no `PEEK`): takes the message claimed

@@ -168,6 +168,11 @@ impl<U, S> UnexpectedQueue<U, S> {
         self.claimed_count += 1;
     }
 
+    /// What `look` makes of buffered message `seq`.
+    pub(super) fn look<T>(&self, seq: u64, look: &dyn Fn(&S, &U) -> T) -> Option<T> {
+        self.entries.get(&seq).map(|e| look(&e.src_raw, &e.payload))
+    }
+
     pub(super) fn take_claimed(&mut self, context: u64) -> Option<(MsgInfo, U)> {
         let seq = index_first(&self.claimed, &context)?;
         self.take(seq).map(|(_, info, payload)| (info, payload))

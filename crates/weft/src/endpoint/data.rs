@@ -67,10 +67,7 @@ impl Endpoint {
                 return Err(Error::Inval);
             }
         }
-        if flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) && !msg.tagged {
-            return Err(Error::BadFlags);
-        }
-        if flags.contains(OpFlags::DISCARD) && !flags.intersects(OpFlags::PEEK | OpFlags::CLAIM) {
+        if !peek_flags_ok(msg, flags) {
             return Err(Error::BadFlags);
         }
         if flags.contains(OpFlags::MULTI_RECV) {
@@ -240,14 +237,7 @@ impl Endpoint {
         ignore: u64,
         context: u64,
     ) -> Result<()> {
-        let msg = RecvMsg {
-            src,
-            bufs: vec![buf],
-            tagged: true,
-            tag,
-            ignore,
-            context,
-        };
+        let msg = RecvMsg::tagged(buf, src, tag, ignore, context);
         self.post_recvmsg(msg, OpFlags::empty()).map_err(|(e, _)| e)
     }
 
@@ -406,4 +396,12 @@ impl Endpoint {
         };
         self.recvmsg(msg, OpFlags::empty()).await
     }
+}
+
+/// fi_tagged(3)'s rules for the peek family: `PEEK`, `CLAIM` and
+/// `DISCARD` on tagged receives only, `DISCARD` with `PEEK` or `CLAIM`.
+pub(crate) fn peek_flags_ok(msg: &RecvMsg, flags: OpFlags) -> bool {
+    let peeks = OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD;
+    (msg.tagged || !flags.intersects(peeks))
+        && (!flags.contains(OpFlags::DISCARD) || flags.intersects(OpFlags::PEEK | OpFlags::CLAIM))
 }

@@ -25,6 +25,7 @@ use crate::opfuture::{OnDrop, OpFuture, Owner};
 use crate::srx::SharedRxContext;
 
 mod data;
+pub(crate) use data::peek_flags_ok;
 mod multi;
 
 pub use multi::{MultiMsg, MultiRecv, MultiRecvBuf};
@@ -56,6 +57,7 @@ struct Binds {
     src_addr: Option<Vec<u8>>,
     context: u64,
     srx: Option<SharedRxContext>,
+    stx: Option<crate::stx::SharedTxContext>,
     /// `None`: the environment's limits, read at enable.
     limits: Option<ConnLimits>,
     /// One per bound queue: a bound CQ or EQ cannot be closed (`Busy`).
@@ -189,7 +191,10 @@ impl Drop for EpInner {
             av.inner.bound_eps.fetch_sub(1, Ordering::AcqRel);
         }
         if let Some(srx) = &b.srx {
-            srx.inner.bound.fetch_sub(1, Ordering::AcqRel);
+            srx.inner.state.unbind();
+        }
+        if let Some(stx) = &b.stx {
+            stx.inner.state.unbind();
         }
     }
 }
@@ -448,18 +453,24 @@ impl Endpoint {
         if self.inner.info.domain_attr.max_ep_srx_ctx == 0 {
             return Err(Error::NoSys);
         }
-        if srx.inner.domain != self.inner.domain.fid() {
-            return Err(Error::Domain);
-        }
-        if srx.is_closed() {
-            return Err(Error::OpBadState);
-        }
+        srx.inner.state.bindable(self.inner.domain.fid())?;
         let mut b = self.binds_mut()?;
         if b.srx.is_some() {
             return Err(Error::Inval);
         }
-        srx.inner.bound.fetch_add(1, Ordering::AcqRel);
+        srx.inner.state.bind();
         b.srx = Some(srx.clone());
+        Ok(())
+    }
+
+    /// The shared transmit context half of `bind_stx` (`stx.rs`).
+    pub(crate) fn set_stx(&self, stx: &crate::stx::SharedTxContext) -> Result<()> {
+        let mut b = self.binds_mut()?;
+        if b.stx.is_some() {
+            return Err(Error::Inval);
+        }
+        stx.inner.state.bind();
+        b.stx = Some(stx.clone());
         Ok(())
     }
 
@@ -638,6 +649,7 @@ impl Endpoint {
             rx_cntr: b.recv_cntr.clone(),
             remote_cntrs: b.remote_cntrs.clone(),
             srx: b.srx.as_ref().map(|s| s.inner.prov.clone()),
+            stx: b.stx.as_ref().map(|s| s.inner.prov.clone()),
             limits: b.limits.unwrap_or_else(ConnLimits::from_env),
             fault: self.inner.fault.clone(),
         };
@@ -772,7 +784,10 @@ impl Endpoint {
             av.inner.bound_eps.fetch_sub(1, Ordering::AcqRel);
         }
         if let Some(srx) = b.srx.take() {
-            srx.inner.bound.fetch_sub(1, Ordering::AcqRel);
+            srx.inner.state.unbind();
+        }
+        if let Some(stx) = b.stx.take() {
+            stx.inner.state.unbind();
         }
         b.holds.clear();
         Ok(())

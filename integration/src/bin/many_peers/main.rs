@@ -4,16 +4,20 @@
 //! costs. All in one process (the tcp provider on loopback, or the one
 //! `PROV` names: `PROV=shm many-peers 1 8`).
 //!
-//! usage: many-peers [--multi] [PEERS...]    (default: 4 256)
+//! usage: many-peers [--multi | --srx] [PEERS...]    (default: 4 256)
 //! env:   MSGS (total messages per run, 200000), SIZE (64), WINDOW (16 per peer),
 //!        PROV (provider, default tcp); with --multi also MAXSIZE (4096) and
-//!        MULTI_BUF (262144)
+//!        MULTI_BUF (262144); with --srx MAXSIZE and HUB_EPS (4)
 //!
 //! Prints one line per peer count and the rate ratio against the first.
 //! `--multi` compares, per peer count, the hub's rate with multi-receive
-//! buffers against posted receives and the raw floor (see `multi.rs`).
+//! buffers against posted receives and the raw floor (see `multi.rs`);
+//! `--srx` the hub's rate when `HUB_EPS` endpoints share one receive
+//! context against one endpoint, both with the same receives posted
+//! (see `srx.rs`).
 
 mod multi;
+mod srx;
 
 use std::time::Instant;
 
@@ -265,6 +269,32 @@ fn main() -> std::process::ExitCode {
         let info = weft::getinfo(Some(&hints))?.remove(0);
         let fabric = weft::Fabric::open(&info)?;
         let domain = fabric.domain(&info)?;
+        if std::env::args().any(|a| a == "--srx") {
+            let mut hints = Info::default();
+            hints.ep_attr.ep_type = EpType::Rdm;
+            hints.caps = weft::Caps::MSG;
+            let lone = weft::getinfo(Some(&hints))?.remove(0);
+            hints.ep_attr.rx_ctx_cnt = weft::SHARED_CONTEXT;
+            let shared = weft::getinfo(Some(&hints))?.remove(0);
+            // A domain of untagged receives (the contexts take its caps).
+            let fabric = weft::Fabric::open(&shared)?;
+            let domain = fabric.domain(&shared)?;
+            for &n in &counts {
+                let r = srx::compare(&domain, &lone, &shared, load(n)).await?;
+                println!(
+                    "peers {n:>4}: raw floor {:>9.0} msgs/s; one endpoint {:>9.0} ({:.2}x raw); {} endpoints on a shared context {:>9.0} ({:.2}x raw) = {:.2}x one endpoint; receive memory posted {} KiB each way ({size} B, window {window}/peer)",
+                    r.raw,
+                    r.lone,
+                    r.lone / r.raw,
+                    env("HUB_EPS", 4),
+                    r.shared,
+                    r.shared / r.raw,
+                    r.shared / r.lone,
+                    r.posted_mem / 1024,
+                );
+            }
+            return Ok(());
+        }
         if with_multi {
             let mut hints = Info::default();
             hints.ep_attr.ep_type = EpType::Rdm;

@@ -32,7 +32,7 @@ pub struct Rates {
 /// The hub receives with posted receives (`multi` false) or
 /// multi-receive buffers; returns messages per second and the bytes
 /// posted for receiving.
-async fn hub_rate(domain: &Domain, info: &Info, load: Load, multi: bool) -> Res<(f64, usize)> {
+pub async fn hub_rate(domain: &Domain, info: &Info, load: Load, multi: bool) -> Res<(f64, usize)> {
     let (peers, size) = (load.peers, load.size);
     let maxsize = env("MAXSIZE", 4096);
     let buf = env("MULTI_BUF", 256 * 1024);
@@ -94,7 +94,7 @@ async fn hub_rate(domain: &Domain, info: &Info, load: Load, multi: bool) -> Res<
 /// The raw floor: `peers` loopback TCP connections, each carrying
 /// `per_peer` frames of a Weft header and `size` payload bytes written
 /// back to back, read whole by one task per connection.
-async fn raw_rate(peers: usize, total: usize, size: usize) -> Res<f64> {
+pub async fn raw_rate(peers: usize, total: usize, size: usize) -> Res<f64> {
     let frame = weft_core::wire::HEADER_LEN + size;
     let per_peer = total / peers;
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -1,0 +1,302 @@
+//! A server with 64 peers on one shared receive context (tcp): every
+//! peer's messages are delivered exactly once and in order per peer, the
+//! server's receive buffers are the context's fixed window whatever the
+//! number of peers, and what peers make it buffer stays within the
+//! context's `total_buffered_recv` (more peers, or more bound endpoints,
+//! add none), each connection within its own share of it. Loopback
+//! only; bounded counts and time.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use bytes::{Bytes, BytesMut};
+use weft::{CompletionQueue, CqItem, EpType, RxAttr, SharedRxContext, SHARED_CONTEXT};
+use weft_integration::srx::{accept_onto_srx, srx_rdm_ep};
+use weft_integration::{next_cq, within, Harness, Provider, RdmEp};
+
+/// Receives the server keeps posted on the context: its receive memory.
+const WINDOW: usize = 16;
+/// Largest message, and so each posted buffer's size.
+const MAX_LEN: usize = 4096;
+/// The context's unexpected budget: far below what the peers send.
+const BUDGET: usize = 256 << 10;
+/// Messages per peer.
+const PER_PEER: u32 = 40;
+
+fn harness(ep_type: EpType) -> Harness {
+    let p = Provider::named("tcp");
+    let info = p
+        .try_info_with(ep_type, |h| h.ep_attr.rx_ctx_cnt = SHARED_CONTEXT)
+        .expect("tcp offers shared receive contexts");
+    Harness::with_info(&p, info)
+}
+
+fn context(h: &Harness) -> SharedRxContext {
+    h.domain
+        .srx_context_attr(&RxAttr {
+            size: WINDOW,
+            total_buffered_recv: BUDGET,
+            ..RxAttr::default()
+        })
+        .unwrap()
+}
+
+/// Peer `peer`'s message `seq`: its numbers, then a length and filler
+/// that depend on both.
+fn message(peer: u16, seq: u32) -> Bytes {
+    let len = 6 + (peer as usize * 131 + seq as usize * 977) % (MAX_LEN - 6);
+    let mut b = Vec::with_capacity(len);
+    b.extend_from_slice(&peer.to_le_bytes());
+    b.extend_from_slice(&seq.to_le_bytes());
+    b.resize(len, (peer as u8) ^ (seq as u8));
+    Bytes::from(b)
+}
+
+/// What the server saw.
+struct Seen {
+    /// Most unexpected bytes the context held at a completion.
+    peak_unexpected: usize,
+    /// Most receives posted at once.
+    peak_posted: usize,
+}
+
+/// Keeps `WINDOW` receives posted on `srx` and takes `peers * PER_PEER`
+/// completions from `cq`, each the next message of its peer.
+async fn serve(srx: &SharedRxContext, cq: &CompletionQueue, peers: usize, tagged: bool) -> Seen {
+    let post = |i: u64| {
+        let buf = BytesMut::zeroed(MAX_LEN);
+        if tagged {
+            srx.post_trecv(buf, weft::FI_ADDR_UNSPEC, 0, u64::MAX, i)
+        } else {
+            srx.post_recv(buf, i)
+        }
+    };
+    for i in 0..WINDOW as u64 {
+        post(i).unwrap();
+    }
+    let mut next = vec![0u32; peers];
+    let mut seen = Seen {
+        peak_unexpected: 0,
+        peak_posted: 0,
+    };
+    for n in 0..peers * PER_PEER as usize {
+        let posted = WINDOW - srx.rx_size_left().unwrap();
+        seen.peak_posted = seen.peak_posted.max(posted);
+        let e = match within("a completion", next_cq(cq)).await {
+            CqItem::Ok(e) => e,
+            CqItem::Err(e) => panic!("error completion {e:?}"),
+        };
+        seen.peak_unexpected = seen.peak_unexpected.max(srx.stats().unexpected_bytes);
+        let context = e.context;
+        let tag = e.tag;
+        let b = e.into_bytes();
+        let peer = u16::from_le_bytes([b[0], b[1]]);
+        let seq = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+        if tagged {
+            assert_eq!(tag, u64::from(peer), "tag of peer {peer}");
+        }
+        assert_eq!(
+            seq, next[peer as usize],
+            "peer {peer}: each message once, in order (completion {n})"
+        );
+        assert_eq!(b, message(peer, seq), "peer {peer} message {seq}");
+        next[peer as usize] += 1;
+        post(context).unwrap();
+    }
+    assert!(next.iter().all(|&n| n == PER_PEER), "{next:?}");
+    seen
+}
+
+/// The context once the run is over: nothing left over, nothing more.
+async fn assert_drained(srx: &SharedRxContext, cq: &CompletionQueue) {
+    weft_integration::assert_cq_quiet(cq, "no message twice").await;
+    assert_eq!(srx.stats().unexpected_bytes, 0);
+    assert_eq!(srx.stats().parked, 0);
+    // The window is still posted: cancelled, each comes back whole.
+    for i in 0..WINDOW as u64 {
+        srx.cancel(i).unwrap();
+    }
+    for _ in 0..WINDOW {
+        let CqItem::Err(e) = within("canceled", next_cq(cq)).await else {
+            panic!("a window receive took a message");
+        };
+        assert_eq!(e.bufs[0].len(), MAX_LEN);
+    }
+}
+
+/// MSG: `peers` clients, each accepted onto an endpoint bound to the
+/// context (all reporting to one CQ), each sending `PER_PEER` messages.
+async fn msg_run(peers: usize) -> Seen {
+    let h = harness(EpType::Msg);
+    let srx = context(&h);
+    let cq = h.cq();
+    let (kept, _pep) = accept_onto_srx(&h, &srx, peers, Some(&cq)).await;
+    let senders: Vec<_> = kept
+        .iter()
+        .enumerate()
+        .map(|(k, conn)| {
+            let c = conn.client.clone();
+            tokio::spawn(async move {
+                for seq in 0..PER_PEER {
+                    c.send(0, message(k as u16, seq)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let seen = serve(&srx, &cq, peers, false).await;
+    for s in senders {
+        within("senders", s).await.unwrap();
+    }
+    assert_drained(&srx, &cq).await;
+    for conn in &kept {
+        // Nothing is buffered at the endpoints themselves.
+        assert_eq!(conn.ep.stats().unwrap().unexpected_bytes, 0);
+    }
+    seen
+}
+
+/// RDM: `peers` clients over `eps` server endpoints bound to the context
+/// (one AV, one CQ), tagged messages tagged with the peer's number.
+async fn rdm_run(peers: usize, eps: usize) -> Seen {
+    let h = harness(EpType::Rdm);
+    let srx = context(&h);
+    let cq = h.cq();
+    let av = h.av();
+    let servers: Vec<RdmEp> = (0..eps)
+        .map(|_| srx_rdm_ep(&h, &av, &cq, &srx, None))
+        .collect();
+    let senders: Vec<_> = (0..peers)
+        .map(|k| {
+            let c = h.rdm_ep();
+            let to = c.insert(&servers[k % eps]);
+            tokio::spawn(async move {
+                for seq in 0..PER_PEER {
+                    c.ep.tsend(to, message(k as u16, seq), k as u64)
+                        .await
+                        .unwrap();
+                }
+                c
+            })
+        })
+        .collect();
+    let seen = serve(&srx, &cq, peers, true).await;
+    let mut clients = Vec::new();
+    for s in senders {
+        clients.push(within("senders", s).await.unwrap());
+    }
+    assert_drained(&srx, &cq).await;
+    drop(clients);
+    seen
+}
+
+fn check(what: &str, few: &Seen, many: &Seen) {
+    eprintln!(
+        "{what}: peak unexpected bytes {} (8 peers) vs {} (64 peers), budget {BUDGET}; \
+         peak posted receives {} vs {}, window {WINDOW}",
+        few.peak_unexpected, many.peak_unexpected, few.peak_posted, many.peak_posted
+    );
+    for s in [few, many] {
+        assert!(s.peak_unexpected <= BUDGET, "{what}: over the budget");
+        assert!(
+            s.peak_posted <= WINDOW,
+            "{what}: more receives than the window"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_server_with_64_peers_on_one_context() {
+    let few = msg_run(8).await;
+    let many = msg_run(64).await;
+    check("MSG", &few, &many);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_server_with_64_peers_on_one_context() {
+    let few = rdm_run(8, 4).await;
+    let many = rdm_run(64, 4).await;
+    check("RDM", &few, &many);
+}
+
+/// Waits until `srx` holds at least `bytes` unexpected and returns what
+/// it holds then.
+async fn holds_at_least(srx: &SharedRxContext, bytes: usize) -> usize {
+    within("buffered", async {
+        loop {
+            let held = srx.stats().unexpected_bytes;
+            if held >= bytes {
+                return held;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    })
+    .await
+}
+
+/// One peer flooding one bound endpoint holds only its connection's
+/// share of the context's budget; another peer's messages, to another
+/// bound endpoint, are still buffered, and taken first by receives that
+/// ask for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_peer_holds_only_its_share() {
+    const SHARE: usize = 32 << 10;
+    const LEN: usize = 8 << 10;
+    // What one buffered message is charged.
+    const CHARGE: usize = LEN + weft::UNEXPECTED_OVERHEAD;
+    let h = harness(EpType::Rdm);
+    let srx = context(&h);
+    let av = h.av();
+    let cq = h.cq();
+    let mut limits = weft::ConnLimits::from_env();
+    limits.peer_buffered = SHARE;
+    let servers: Vec<RdmEp> = (0..2)
+        .map(|_| srx_rdm_ep(&h, &av, &cq, &srx, Some(limits)))
+        .collect();
+    let (a, b) = (h.rdm_ep(), h.rdm_ep());
+    let (a_to, b_to) = (a.insert(&servers[0]), b.insert(&servers[1]));
+    let flood = tokio::spawn({
+        let a = a.ep.clone();
+        async move {
+            for seq in 0..40u32 {
+                let mut m = vec![1u8; LEN];
+                m[..4].copy_from_slice(&seq.to_le_bytes());
+                a.tsend(a_to, Bytes::from(m), 1).await.unwrap();
+            }
+        }
+    });
+    // The flooder fills its share (3 messages) and parks.
+    holds_at_least(&srx, SHARE / CHARGE * CHARGE).await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let held = srx.stats().unexpected_bytes;
+    assert!(held <= SHARE, "the flooder holds {held}, over its {SHARE}");
+    assert_eq!(srx.stats().parked, 1);
+    // The other peer is not shut out.
+    for seq in 0..3u32 {
+        let mut m = vec![2u8; LEN];
+        m[..4].copy_from_slice(&seq.to_le_bytes());
+        b.ep.tsend(b_to, Bytes::from(m), 2).await.unwrap();
+    }
+    let both = holds_at_least(&srx, held + 3 * CHARGE).await;
+    assert!(both <= 2 * SHARE, "{both}");
+    for seq in 0..3u32 {
+        let e = within(
+            "b's",
+            srx.trecv(BytesMut::zeroed(LEN), weft::FI_ADDR_UNSPEC, 2, 0),
+        )
+        .await
+        .unwrap();
+        assert_eq!(e.tag, 2);
+        assert_eq!(&e.bufs[0][..4], &seq.to_le_bytes());
+    }
+    for seq in 0..40u32 {
+        let e = within(
+            "a's",
+            srx.trecv(BytesMut::zeroed(LEN), weft::FI_ADDR_UNSPEC, 1, 0),
+        )
+        .await
+        .unwrap();
+        assert_eq!(&e.bufs[0][..4], &seq.to_le_bytes(), "a's messages in order");
+        assert!(srx.stats().unexpected_bytes <= SHARE);
+    }
+    within("flood", flood).await.unwrap();
+    assert_eq!(srx.stats().unexpected_bytes, 0);
+    drop((a, b, servers));
+}
