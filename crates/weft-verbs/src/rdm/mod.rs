@@ -66,6 +66,7 @@
 //! completion, then disconnect), which the tcp provider's `Shutdown`
 //! frame provides there.
 
+mod multi;
 mod peers;
 mod rma;
 mod rx;
@@ -90,7 +91,7 @@ use weft_core::provider::{
     EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaOp, RmaReq, SendReq,
 };
 use weft_core::sync::lock;
-use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
+use weft_core::tagmatch::{Matcher, MsgInfo, RecvSpec};
 use weft_core::{Error, Result};
 
 use crate::cm_events::CmChannel;
@@ -406,7 +407,11 @@ impl weft_core::recv_completion::RecvCtx for RdmShared {
     }
 
     fn give_back(&self, r: Returned) {
-        self.take_back(r);
+        self.take_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.take_back(r, true);
     }
 }
 
@@ -503,111 +508,6 @@ impl RdmShared {
         }
         self.repost(req);
         Ok(())
-    }
-
-    /// Posts a receive to the matcher, or hands it the buffered message it
-    /// matches.
-    pub(crate) fn repost(&self, req: RecvReq) {
-        self.place(req, false);
-    }
-
-    /// A receive that had matched a message which then died with its
-    /// sender's connection: it takes a buffered message if one matches,
-    /// else it goes back to the head of the posted receives.
-    pub(crate) fn repost_front(&self, req: RecvReq) {
-        self.place(req, true);
-    }
-
-    fn place(&self, req: RecvReq, front: bool) {
-        let spec = spec_of(&req);
-        let resolve = |s: &SocketAddr| self.resolve_src(s);
-        let out = {
-            let mut m = lock(&self.matcher);
-            if front {
-                m.repost_front(spec, req, &resolve)
-            } else {
-                m.post(spec, req, &resolve)
-            }
-        };
-        if let PostOutcome::Matched {
-            recv,
-            info,
-            payload,
-            ..
-        } = out
-        {
-            self.take_unexpected(recv, info, payload, false);
-        }
-    }
-
-    /// The message `job` was to read is gone with its connection. Safe
-    /// under any lock: the receive waits in the connection's orphans
-    /// until [`settle_orphans`](Self::settle_orphans) (a claim fails now).
-    pub(crate) fn orphan(&self, job: ReadJob) {
-        if job.req.flags.contains(OpFlags::CLAIM) {
-            rx::fail_recv(self, job.req, job.info, 0, Error::ConnReset);
-            return;
-        }
-        lock(&job.conn.orphans).push((job.seq, job.req));
-    }
-
-    /// Once no read of the dead connection `c` is outstanding, its
-    /// orphaned receives go back to the head of the posted receives, in
-    /// the order they had matched. Takes the matcher's and the peers'
-    /// locks: never call it holding either.
-    pub(crate) fn settle_orphans(&self, c: &Conn) {
-        let mut back = {
-            let mut g = lock(&c.orphans);
-            if g.is_empty() || c.reads.load(Ordering::Acquire) != 0 {
-                return;
-            }
-            std::mem::take(&mut *g)
-        };
-        if self.is_closed() {
-            // Close discards outstanding operations without completions.
-            return;
-        }
-        back.sort_by_key(|(seq, _)| *seq);
-        for (_, req) in back.into_iter().rev() {
-            self.repost_front(req);
-        }
-    }
-
-    /// [`settle_orphans`](Self::settle_orphans) from a task, for callers
-    /// that hold the peers' lock.
-    pub(crate) fn settle_orphans_soon(&self, c: &Arc<Conn>) {
-        let (Some(ep), c) = (self.me.upgrade(), c.clone()) else {
-            return;
-        };
-        self.rt.spawn(async move { ep.settle_orphans(&c) });
-    }
-
-    /// Takes back a message a dropped receive future did not read: the
-    /// oldest posted receive that accepts it gets it, else it goes ahead
-    /// of every buffered message.
-    fn take_back(&self, mut r: Returned) {
-        if self.is_closed() {
-            return;
-        }
-        let info = r.info();
-        let data = r.take_bytes().freeze();
-        // The sender's address when it was known at arrival; an unknown
-        // one stays unknown (the unspecified address resolves to none).
-        let key = match &self.cfg.av {
-            Some(av) if info.src != FI_ADDR_NOTAVAIL => lock(av)
-                .lookup(info.src)
-                .ok()
-                .and_then(|b| decode_sockaddr(b).ok()),
-            _ => None,
-        }
-        .unwrap_or_else(|| SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)));
-        let mut m = lock(&self.matcher);
-        if let Some((_, req)) = m.match_arrival(&info) {
-            drop(m);
-            rx::copy_and_deliver(self, req, info, &data);
-            return;
-        }
-        m.push_unexpected_front(key, info, Unexp::Eager(data));
     }
 
     /// A receive matched a buffered message.
@@ -833,7 +733,11 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
     }
 
     fn give_back(&self, r: Returned) {
-        self.shared.take_back(r);
+        self.shared.take_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.shared.take_back(r, true);
     }
 
     fn cancel(&self, context: u64) -> bool {

@@ -185,10 +185,14 @@ impl RdmShared {
             return;
         }
         let info = self.info_of(&conn.peer, &hdr, plen);
+        // Multi-receive buffers it did not fit are released once the
+        // matcher's lock is let go, before the message completes.
+        let mut ended = Vec::new();
         let mut m = lock(&self.matcher);
-        match m.match_arrival(&info) {
-            Some((_, req)) => {
+        match super::multi::match_arrival(&mut m, &info, &mut ended) {
+            Some(req) => {
                 drop(m);
+                self.end_buffers(ended);
                 let req = self.copy_from_slot(req, base + HDR, plen);
                 self.repost_slot(slot);
                 let placed = plen.min(req.capacity());
@@ -204,6 +208,7 @@ impl RdmShared {
                     m.push_unexpected(conn.peer, info, Unexp::Eager(data.into()));
                 }
                 drop(m);
+                self.end_buffers(ended);
                 self.repost_slot(slot);
             }
         }
@@ -216,10 +221,13 @@ impl RdmShared {
     /// once for a delivery-complete send, or remember the announcement.
     fn on_rts(&self, hdr: Header, conn: Arc<Conn>) {
         let info = self.info_of(&conn.peer, &hdr, hdr.len as usize);
+        let mut ended = Vec::new();
         let mut m = lock(&self.matcher);
-        match m.match_arrival(&info) {
-            Some((_, req)) => {
+        let matched = super::multi::match_arrival(&mut m, &info, &mut ended);
+        match matched {
+            Some(req) => {
                 drop(m);
+                self.end_buffers(ended);
                 self.start_read(ReadJob {
                     seq: self.wr_id(),
                     req,
@@ -233,6 +241,7 @@ impl RdmShared {
                 let pull = Arc::new(Pull::default());
                 m.push_unexpected(conn.peer, info, Unexp::Pull(pull.clone()));
                 drop(m);
+                self.end_buffers(ended);
                 let mut peers = lock(&self.peers);
                 match peers.get_mut(&conn.peer) {
                     Some(p) => self.submit_locked(p, Deferred::Pull(pull, hdr, conn)),
@@ -242,7 +251,11 @@ impl RdmShared {
                     }
                 }
             }
-            None => m.push_unexpected(conn.peer, info, Unexp::Rts { conn, hdr }),
+            None => {
+                m.push_unexpected(conn.peer, info, Unexp::Rts { conn, hdr });
+                drop(m);
+                self.end_buffers(ended);
+            }
         }
     }
 
