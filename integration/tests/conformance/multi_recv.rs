@@ -603,6 +603,41 @@ async fn dropped_stream_with_large_messages_loses_nothing(p: Provider) {
     within("sends", sender).await.unwrap();
 }
 
+/// A stream dropped while one sender's large and small messages are in
+/// it, pipelined (a large one may still be arriving while the small one
+/// after it is in): the next receives get them in the sender's order.
+async fn dropped_stream_keeps_a_senders_order(p: Provider) {
+    let Some(h) = multi_harness(&p) else { return };
+    let (a, b, b_in_a, _) = h.rdm_pair();
+    b.ep.setopt(EpOpt::MinMultiRecv, 1024).unwrap();
+    const N: u64 = 40;
+    let len = |i: u64| if i % 2 == 0 { 9_000 } else { 100 };
+    for round in 0..4u64 {
+        let first = round * N;
+        let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(1 << 20)))
+            .await
+            .unwrap();
+        for i in first..first + N {
+            a.ep.post_send(b_in_a, numbered(i, len(i)), i).unwrap();
+        }
+        let m = within("stream", s.next()).await.unwrap().unwrap();
+        assert_eq!(number_of(s.bytes(&m)), first);
+        // Dropped after a pause that grows by round, so that it finds
+        // the later messages at different points of their way.
+        tokio::time::sleep(std::time::Duration::from_millis(round * 3)).await;
+        drop(s);
+        for i in first + 1..first + N {
+            let e = within("recv", b.ep.recv(BytesMut::zeroed(10_000)))
+                .await
+                .unwrap();
+            assert_eq!((number_of(&e.bufs[0]), e.len), (i, len(i)), "round {round}");
+        }
+        for _ in 0..N {
+            within("send", next_cq(&a.cq)).await.unwrap();
+        }
+    }
+}
+
 provider_tests! {
     getinfo_offers_multi_recv_where_it_exists,
     messages_pack_and_release_below_min,
@@ -617,6 +652,7 @@ provider_tests! {
     zero_length_messages_take_no_room,
     large_messages_pack_too,
     dropped_stream_with_large_messages_loses_nothing,
+    dropped_stream_keeps_a_senders_order,
 }
 
 udp_tests! {

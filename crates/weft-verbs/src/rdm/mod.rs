@@ -66,6 +66,7 @@
 //! completion, then disconnect), which the tcp provider's `Shutdown`
 //! frame provides there.
 
+mod arriving;
 mod multi;
 mod peers;
 mod rma;
@@ -252,6 +253,9 @@ pub(crate) struct ReadJob {
     pub info: MsgInfo,
     pub hdr: Header,
     pub conn: Arc<Conn>,
+    /// Registers a part of an awaited multi-receive buffer while it is
+    /// read into (see [`arriving`]).
+    pub arriving: Option<arriving::Guard>,
 }
 
 /// What holds a send's bytes while the device may read them.
@@ -370,6 +374,8 @@ pub struct RdmShared {
     pub(crate) peers: Mutex<FastMap<SocketAddr, PeerState>>,
     pub(crate) by_qp: Mutex<FastMap<u32, Arc<Conn>>>,
     pub(crate) matcher: Mutex<RdmMatcher>,
+    /// Parts of awaited multi-receive buffers being read into.
+    pub(crate) arriving: Mutex<Vec<Arc<arriving::Arriving>>>,
     pub(crate) inflight: Mutex<FastMap<u64, Op>>,
     pub(crate) rndv: Mutex<FastMap<u64, RndvSend>>,
     pub(crate) res: Res,
@@ -411,7 +417,7 @@ impl weft_core::recv_completion::RecvCtx for RdmShared {
     }
 
     fn give_back_after(&self, r: Returned) {
-        self.take_back(r, true);
+        self.give_back_in_order(r);
     }
 }
 
@@ -532,6 +538,7 @@ impl RdmShared {
                     info,
                     hdr,
                     conn,
+                    arriving: None,
                 });
             }
             Unexp::Pull(p) => p.matched(self, req, info, claimed),
@@ -626,6 +633,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         peers: Mutex::new(fast_map()),
         by_qp: Mutex::new(fast_map()),
         matcher: Mutex::new(Matcher::new()),
+        arriving: Mutex::new(Vec::new()),
         inflight: Mutex::new(fast_map()),
         rndv: Mutex::new(fast_map()),
         res,
@@ -737,18 +745,22 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
     }
 
     fn give_back_after(&self, r: Returned) {
-        self.shared.take_back(r, true);
+        self.shared.give_back_in_order(r);
     }
 
     fn cancel(&self, context: u64) -> bool {
         let r = lock(&self.shared.matcher).cancel(context);
-        match r {
+        let found = match r {
             Some((_, req)) => {
                 weft_core::recv_completion::cancel_recv(&*self.shared, req);
                 true
             }
             None => false,
-        }
+        };
+        // A dropped stream withdraws its buffer last (it may have ended
+        // already): the places of its messages still arriving are taken.
+        self.shared.hold_all_places();
+        found
     }
 
     fn local_addr(&self) -> Vec<u8> {

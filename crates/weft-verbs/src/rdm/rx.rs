@@ -234,6 +234,7 @@ impl RdmShared {
                     info,
                     hdr,
                     conn,
+                    arriving: None,
                 });
             }
             None if hdr.ack && hdr.len <= PULL_MAX => {
