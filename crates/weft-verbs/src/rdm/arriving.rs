@@ -54,6 +54,12 @@ pub(crate) struct Guard {
     part: Arc<Arriving>,
 }
 
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard").field("addr", &self.part.addr).finish()
+    }
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         let Some(ep) = self.ep.upgrade() else {
@@ -101,8 +107,10 @@ impl RdmShared {
     /// Takes the places of the parts of dropped streams still arriving
     /// that lie before `before` in their buffer (all of them with
     /// `None`), in buffer order. Called with the registry's lock held,
-    /// which orders this with the messages given back around it.
-    fn hold_places(&self, parts: &[Arc<Arriving>], before: Option<usize>) {
+    /// which orders this with the messages given back around it; what
+    /// the placeholders are matched to is done by [`Placed::finish`]
+    /// once that lock is let go.
+    fn hold_places(&self, parts: &[Arc<Arriving>], before: Option<usize>, out: &mut Placed) {
         let mut due: Vec<&Arc<Arriving>> = parts
             .iter()
             .filter(|p| before.is_none_or(|b| p.addr < b))
@@ -112,43 +120,45 @@ impl RdmShared {
         for p in due {
             let pull = Arc::new(rx::Pull::default());
             *lock(&p.held) = Some(pull.clone());
-            let mut ended = Vec::new();
             let mut m = lock(&self.matcher);
-            match multi::match_arrival(&mut m, &p.info, &mut ended) {
-                Some(req) => {
-                    drop(m);
-                    // No bytes yet: the receive waits for them.
-                    pull.matched(self, req, p.info, false);
-                }
-                None => {
-                    m.push_unexpected_front_after(p.from, p.info, Unexp::Pull(pull));
-                    drop(m);
-                }
+            match multi::match_arrival(&mut m, &p.info, &mut out.ended) {
+                // No bytes yet: the receive will wait for them.
+                Some(req) => out.matched.push((pull, req, p.info)),
+                None => m.push_unexpected_front_after(p.from, p.info, Unexp::Pull(pull)),
             }
-            self.end_buffers(ended);
         }
     }
 
     /// `give_back_after`: a message of a dropped stream. The places of
     /// the parts before it still arriving are taken first; if it is one
-    /// of those, it fills its placeholder.
-    pub(crate) fn give_back_in_order(&self, mut r: Returned) {
+    /// of those, it fills its placeholder. Its own place is decided under
+    /// the registry's lock too, so that a message given back at the same
+    /// time from another thread (one still arriving when its slot was
+    /// closed) cannot pass it.
+    pub(crate) fn give_back_in_order(&self, r: Returned) {
         if self.is_closed() {
             return;
         }
         let addr = r.entry.bufs.first().map(|b| b.as_ptr() as usize);
-        let own = {
+        let mut placed = Placed::default();
+        let (fill, deliver) = {
             let mut g = lock(&self.arriving);
-            self.hold_places(&g, addr);
+            self.hold_places(&g, addr, &mut placed);
             let own = g
                 .iter()
                 .position(|p| Some(p.addr) == addr)
                 .map(|i| g.swap_remove(i));
-            own.and_then(|p| lock(&p.held).take())
+            match own.and_then(|p| lock(&p.held).take()) {
+                Some(pull) => (Some((pull, r)), None),
+                None => (None, self.put_back(r, true)),
+            }
         };
-        match own {
-            Some(pull) => pull.finish(self, Ok(r.take_bytes())),
-            None => self.take_back(r, true),
+        placed.finish(self);
+        if let Some((pull, mut r)) = fill {
+            pull.finish(self, Ok(r.take_bytes()));
+        }
+        if let Some((req, info, data)) = deliver {
+            rx::copy_and_deliver(self, req, info, &data);
         }
     }
 
@@ -156,9 +166,32 @@ impl RdmShared {
     /// dropped streams' parts still arriving are taken, behind every
     /// message given back before.
     pub(crate) fn hold_all_places(&self) {
-        let g = lock(&self.arriving);
-        if !g.is_empty() {
-            self.hold_places(&g, None);
+        let mut placed = Placed::default();
+        {
+            let g = lock(&self.arriving);
+            if g.is_empty() {
+                return;
+            }
+            self.hold_places(&g, None, &mut placed);
+        }
+        placed.finish(self);
+    }
+}
+
+/// What taking places left to do with no lock held.
+#[derive(Default)]
+struct Placed {
+    /// Placeholders and the receives that took them.
+    matched: Vec<(Arc<rx::Pull>, RecvReq, MsgInfo)>,
+    /// Buffers that ended without the message they were offered.
+    ended: Vec<RecvReq>,
+}
+
+impl Placed {
+    fn finish(self, ep: &RdmShared) {
+        ep.end_buffers(self.ended);
+        for (pull, req, info) in self.matched {
+            pull.matched(ep, req, info, false);
         }
     }
 }

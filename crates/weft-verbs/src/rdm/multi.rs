@@ -95,36 +95,55 @@ impl RdmShared {
     /// of every buffered message; with `after` (a dropped multi-receive
     /// stream's messages, handed back in their order) behind those given
     /// back before it.
-    pub(crate) fn take_back(&self, mut r: Returned, after: bool) {
+    pub(crate) fn take_back(&self, r: Returned, after: bool) {
         if self.is_closed() {
             return;
         }
+        if let Some((req, info, data)) = self.put_back(r, after) {
+            rx::copy_and_deliver(self, req, info, &data);
+        }
+    }
+
+    /// Where a given-back message goes: the receive that takes it, for
+    /// the caller to deliver it to with no lock of the endpoint held, or
+    /// buffered (`None`). Takes the matcher's lock only.
+    pub(crate) fn put_back(
+        &self,
+        mut r: Returned,
+        after: bool,
+    ) -> Option<(RecvReq, MsgInfo, bytes::Bytes)> {
         let info = r.info();
         let data = r.take_bytes().freeze();
-        // The sender's address when it was known at arrival; an unknown
-        // one stays unknown (the unspecified address resolves to none).
-        let key = match &self.cfg.av {
-            Some(av) if info.src != FI_ADDR_NOTAVAIL => lock(av)
-                .lookup(info.src)
+        let key = self.key_of(info.src);
+        let mut ended = Vec::new();
+        let mut m = lock(&self.matcher);
+        let out = match match_arrival(&mut m, &info, &mut ended) {
+            Some(req) => Some((req, info, data)),
+            None => {
+                if after {
+                    m.push_unexpected_front_after(key, info, Unexp::Eager(data));
+                } else {
+                    m.push_unexpected_front(key, info, Unexp::Eager(data));
+                }
+                None
+            }
+        };
+        drop(m);
+        self.end_buffers(ended);
+        out
+    }
+
+    /// The matcher's raw identity of the sender with AV handle `src`: its
+    /// address when known; an unknown one stays unknown (the unspecified
+    /// address resolves to none).
+    pub(crate) fn key_of(&self, src: weft_core::addr::FiAddr) -> SocketAddr {
+        match &self.cfg.av {
+            Some(av) if src != FI_ADDR_NOTAVAIL => lock(av)
+                .lookup(src)
                 .ok()
                 .and_then(|b| decode_sockaddr(b).ok()),
             _ => None,
         }
-        .unwrap_or_else(|| SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)));
-        let mut ended = Vec::new();
-        let mut m = lock(&self.matcher);
-        if let Some(req) = match_arrival(&mut m, &info, &mut ended) {
-            drop(m);
-            self.end_buffers(ended);
-            rx::copy_and_deliver(self, req, info, &data);
-            return;
-        }
-        if after {
-            m.push_unexpected_front_after(key, info, Unexp::Eager(data));
-        } else {
-            m.push_unexpected_front(key, info, Unexp::Eager(data));
-        }
-        drop(m);
-        self.end_buffers(ended);
+        .unwrap_or_else(|| SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)))
     }
 }

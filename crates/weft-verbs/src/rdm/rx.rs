@@ -37,7 +37,18 @@ struct PullState {
     /// The payload once read (or why it could not be).
     data: Option<std::result::Result<BytesMut, Error>>,
     /// A receive that matched it before the read finished.
-    waiter: Option<(RecvReq, MsgInfo, bool)>,
+    waiter: Option<Waiting>,
+}
+
+/// A receive waiting for a pulled message's bytes.
+#[derive(Debug)]
+struct Waiting {
+    req: RecvReq,
+    info: MsgInfo,
+    claimed: bool,
+    /// Registers it while it waits, if it is a part of an awaited
+    /// multi-receive buffer (`super::arriving`).
+    arriving: Option<super::arriving::Guard>,
 }
 
 impl Pull {
@@ -56,7 +67,11 @@ impl Pull {
             }
         };
         match waiter {
-            Some(((req, info, claimed), r)) => Self::hand(ep, req, info, claimed, r),
+            Some((w, r)) => {
+                Self::hand(ep, w.req, w.info, w.claimed, r);
+                // Unregistered once its message was handed on.
+                drop(w.arriving);
+            }
             None if failed => {
                 // Nobody matched it and it will never arrive: it leaves
                 // the unexpected queue rather than wait there for a
@@ -72,18 +87,28 @@ impl Pull {
         }
     }
 
-    /// A receive matched it.
+    /// A receive matched it. Takes the registry of arriving parts'
+    /// lock: never call it holding that.
     pub(crate) fn matched(&self, ep: &RdmShared, req: RecvReq, info: MsgInfo, claimed: bool) {
+        // Registered before the look (dropped again if the bytes are
+        // there): a part never waits unregistered.
+        let arriving = ep.register_arriving(&req, info, ep.key_of(info.src));
         let r = {
             let mut g = lock(&self.st);
             match g.data.take() {
                 Some(r) => r,
                 None => {
-                    g.waiter = Some((req, info, claimed));
+                    g.waiter = Some(Waiting {
+                        req,
+                        info,
+                        claimed,
+                        arriving,
+                    });
                     return;
                 }
             }
         };
+        drop(arriving);
         Self::hand(ep, req, info, claimed, r);
     }
 
