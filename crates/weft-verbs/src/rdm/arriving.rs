@@ -56,7 +56,9 @@ pub(crate) struct Guard {
 
 impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Guard").field("addr", &self.part.addr).finish()
+        f.debug_struct("Guard")
+            .field("addr", &self.part.addr)
+            .finish()
     }
 }
 

@@ -19,6 +19,10 @@
 //! Send queues are kept small per connection; work that does not fit waits
 //! in the peer's backlog, in order, until completions make room.
 //!
+//! Multi-receive buffers (`FI_MULTI_RECV`) are receives of the matcher
+//! that give each message a part of themselves ([`multi`]); the messages
+//! of a dropped stream still being read keep their places ([`arriving`]).
+//!
 //! Hostile and failing peers (see [`peers`]): inbound connection requests
 //! beyond `limits.max_conns` connections (outbound and handshaking ones
 //! included) are rejected and reported on the EQ with the requester's
@@ -71,14 +75,15 @@ mod multi;
 mod peers;
 mod rma;
 mod rx;
+mod tasks;
 mod tx;
+
+pub(crate) use tasks::Tasks;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-
-use tokio::task::AbortHandle;
 
 use bytes::Bytes;
 use tokio::runtime::Handle;
@@ -206,31 +211,6 @@ impl PeerState {
     /// Nothing is kept for the peer: its entry can go.
     pub(crate) fn is_empty(&self) -> bool {
         self.conn.is_none() && self.pending.is_empty() && !self.connecting && !self.accepting
-    }
-}
-
-/// Handles of the endpoint's tasks, for close to stop them. Finished ones
-/// are dropped as new ones come (a check of all of them each time their
-/// number has doubled), so connections that came and went leave nothing
-/// behind.
-#[derive(Debug, Default)]
-pub(crate) struct Tasks {
-    live: Vec<AbortHandle>,
-    prune_at: usize,
-}
-
-impl Tasks {
-    pub(crate) fn push(&mut self, h: AbortHandle) {
-        if self.live.len() >= self.prune_at {
-            self.live.retain(|t| !t.is_finished());
-            self.prune_at = (2 * self.live.len()).max(16);
-        }
-        self.live.push(h);
-    }
-
-    pub(crate) fn take_all(&mut self) -> Vec<AbortHandle> {
-        self.prune_at = 0;
-        std::mem::take(&mut self.live)
     }
 }
 
