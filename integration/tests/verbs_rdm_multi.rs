@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use weft::{EpOpt, EpType, Error, FiAddr, OpFlags, WaitMode};
+use weft::{EpOpt, EpType, Error, FiAddr, Info, OpFlags, WaitMode};
 use weft_integration::{next_cq, verbs_offer, within, Node};
 
 const SERVER_DEV: &str = "rxe1";
@@ -38,6 +38,14 @@ fn parse(b: &[u8]) -> (u64, u64) {
     (k, i)
 }
 
+/// A server on its device, releasing buffers below `min` free bytes,
+/// and the clients' RDM offer.
+fn server(min: usize) -> Option<(Node, Info)> {
+    let s = Node::open(&verbs_offer(SERVER_DEV, EpType::Rdm)?, WaitMode::Interrupt);
+    s.ep.setopt(EpOpt::MinMultiRecv, min).unwrap();
+    Some((s, verbs_offer(CLIENT_DEV, EpType::Rdm)?))
+}
+
 /// Sizes on both sides of the eager limit (a 4 KiB slot payload).
 fn size_of(k: u64, i: u64) -> usize {
     [100usize, 5_000, 40, 20_000, 3_000, 9_000][((k + i) % 6) as usize]
@@ -53,14 +61,9 @@ fn size_of(k: u64, i: u64) -> usize {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_multi_recv_many_clients() {
-    let Some(sinfo) = verbs_offer(SERVER_DEV, EpType::Rdm) else {
+    let Some((s, cinfo)) = server(20_000) else {
         return;
     };
-    let Some(cinfo) = verbs_offer(CLIENT_DEV, EpType::Rdm) else {
-        return;
-    };
-    let s = Node::open(&sinfo, WaitMode::Interrupt);
-    s.ep.setopt(EpOpt::MinMultiRecv, 20_000).unwrap();
     const CLIENTS: u64 = 4;
     const N: u64 = 30;
     let clients: Vec<Node> = (0..CLIENTS)
@@ -134,14 +137,9 @@ async fn rdm_multi_recv_many_clients() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_multi_recv_sender_dies_mid_read() {
-    let Some(sinfo) = verbs_offer(SERVER_DEV, EpType::Rdm) else {
+    let Some((s, cinfo)) = server(1024) else {
         return;
     };
-    let Some(cinfo) = verbs_offer(CLIENT_DEV, EpType::Rdm) else {
-        return;
-    };
-    let s = Node::open(&sinfo, WaitMode::Interrupt);
-    s.ep.setopt(EpOpt::MinMultiRecv, 1024).unwrap();
     let doomed = Node::open(&cinfo, WaitMode::Interrupt);
     let other = Node::open(&cinfo, WaitMode::Interrupt);
     let from_other = s.handle_of(&other);

@@ -321,6 +321,21 @@ pub fn is_piece(req: &RecvReq) -> bool {
     matches!(req.multi, Some(MultiPart::Piece(_)))
 }
 
+/// A receive going back to be placed again after its message died: a
+/// part of a buffer cannot take another message (it is a fixed range of
+/// the buffer), so it ends here ([`drop_piece`]; after the endpoint's
+/// close, `closed`, nothing completes); any other receive is returned,
+/// to be placed. Call with no lock of the endpoint held.
+pub fn unless_piece(ep: &dyn RecvCtx, req: RecvReq, closed: bool) -> Option<RecvReq> {
+    if !is_piece(&req) {
+        return Some(req);
+    }
+    if !closed {
+        drop_piece(ep, req);
+    }
+    None
+}
+
 /// The buffer that `req`, a part of one, belongs to (`None` for any
 /// other receive): for providers that keep track of parts whose messages
 /// are still arriving.

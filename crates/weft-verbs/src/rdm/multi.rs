@@ -65,13 +65,9 @@ impl RdmShared {
     }
 
     fn place(&self, req: RecvReq, front: bool) {
-        if multi_recv::is_piece(&req) {
-            // After close, nothing completes.
-            if !self.is_closed() {
-                multi_recv::drop_piece(self, req);
-            }
+        let Some(req) = multi_recv::unless_piece(self, req, self.is_closed()) else {
             return;
-        }
+        };
         let spec = spec_of(&req);
         let resolve = |s: &SocketAddr| self.resolve_src(s);
         let out = lock(&self.matcher).post_by(spec, req, &resolve, &mut multi_recv::take, front);
