@@ -111,6 +111,20 @@ impl MultiShared {
         self.sink.as_ref().is_some_and(|s| s.is_closed())
     }
 
+    /// Whether the buffer is awaited as a stream (its completions go to
+    /// the stream's slots, and come back to the provider once it is
+    /// dropped).
+    pub fn is_awaited(&self) -> bool {
+        self.sink.is_some()
+    }
+
+    /// Whether its stream was dropped: its parts' messages that complete
+    /// from now on come back to their provider
+    /// (`ProviderEndpoint::give_back_after`).
+    pub fn is_abandoned(&self) -> bool {
+        self.abandoned()
+    }
+
     /// The buffer is released with `tail` unused; `Some` when no part is
     /// outstanding, so the release is reported now (by the caller).
     fn release(&self, end: End, tail: BytesMut) -> Option<(End, BytesMut)> {
@@ -305,6 +319,31 @@ pub fn finishing(ep: &dyn RecvCtx, req: &mut RecvReq) -> Option<After> {
 /// True for the part of a buffer that a message was matched to.
 pub fn is_piece(req: &RecvReq) -> bool {
     matches!(req.multi, Some(MultiPart::Piece(_)))
+}
+
+/// A receive going back to be placed again after its message died: a
+/// part of a buffer cannot take another message (it is a fixed range of
+/// the buffer), so it ends here ([`drop_piece`]; after the endpoint's
+/// close, `closed`, nothing completes); any other receive is returned,
+/// to be placed. Call with no lock of the endpoint held.
+pub fn unless_piece(ep: &dyn RecvCtx, req: RecvReq, closed: bool) -> Option<RecvReq> {
+    if !is_piece(&req) {
+        return Some(req);
+    }
+    if !closed {
+        drop_piece(ep, req);
+    }
+    None
+}
+
+/// The buffer that `req`, a part of one, belongs to (`None` for any
+/// other receive): for providers that keep track of parts whose messages
+/// are still arriving.
+pub fn buffer_of(req: &RecvReq) -> Option<Arc<MultiShared>> {
+    match &req.multi {
+        Some(MultiPart::Piece(s)) => Some(s.clone()),
+        _ => None,
+    }
 }
 
 /// A part whose message died before it was whole (its sender's

@@ -743,7 +743,10 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     /// [`give_back`](Self::give_back) for the unread messages of a
     /// dropped multi-receive stream, handed back in their order: each
     /// goes behind those given back before it (still ahead of later
-    /// arrivals). Providers without multi-receive keep the default,
+    /// arrivals). The stream withdraws its buffer
+    /// ([`cancel`](Self::cancel)) after these, so a provider whose parts
+    /// may still be arriving knows then that every message already in
+    /// was given back. Providers without multi-receive keep the default,
     /// `give_back`.
     fn give_back_after(&self, r: Returned) {
         self.give_back(r)

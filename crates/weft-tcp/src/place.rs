@@ -28,15 +28,10 @@ impl EpShared {
             l.core.place(req, front);
             return;
         }
-        if multi_recv::is_piece(&req) {
-            // The part of a buffer whose message died: a fixed range of
-            // the buffer, it cannot take another message. (After close,
-            // nothing completes.)
-            if !self.is_closed() {
-                multi_recv::drop_piece(self, req);
-            }
+        // The part of a buffer whose message died ends instead.
+        let Some(req) = multi_recv::unless_piece(self, req, self.is_closed()) else {
             return;
-        }
+        };
         let spec = spec_of(&req);
         let resolve = |s: &Source| self.resolve_src(s);
         let out = lock(&self.matcher).post_by(spec, req, &resolve, &mut multi_recv::take, front);

@@ -282,8 +282,9 @@ pub fn offers_for(reports: &[DeviceReport]) -> Vec<Info> {
 }
 
 /// What the RDM endpoint implements: tagged and untagged messages with
-/// 64-bit CQ data (carried in Weft's header), source addresses and
-/// directed receives.
+/// 64-bit CQ data (carried in Weft's header), source addresses,
+/// directed receives, and multi-receive buffers (matched in software, see
+/// the `rdm` module).
 pub const RDM_CAPS: Caps = Caps::MSG
     .union(Caps::TAGGED)
     .union(Caps::SEND)
@@ -294,6 +295,7 @@ pub const RDM_CAPS: Caps = Caps::MSG
     .union(Caps::AV_USER_ID)
     .union(Caps::LOCAL_COMM)
     .union(Caps::REMOTE_COMM)
+    .union(Caps::MULTI_RECV)
     .union(RMA_CAPS);
 
 /// `caps` with `FI_ATOMIC` if the device does 64-bit atomics.
@@ -332,7 +334,7 @@ pub fn rdm_offer(r: &DeviceReport) -> Info {
     let mut i = connectionless_base(r);
     let caps = with_atomics(RDM_CAPS, r.attr.atomic_cap) | Caps::FENCE;
     i.caps = caps;
-    i.tx_attr.caps = caps & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE);
+    i.tx_attr.caps = caps & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE | Caps::MULTI_RECV);
     i.rx_attr.caps = caps & !(Caps::SEND | Caps::FENCE);
     // One RC queue pair per peer, and sends and RMA to a peer leave
     // through one backlog in posting order: what RC keeps on MSG holds
@@ -353,7 +355,7 @@ pub fn rdm_offer(r: &DeviceReport) -> Info {
     // FI_FENCE is IBV_SEND_FENCE on the work request that carries the
     // fenced operation (its header, for a send).
     i.tx_attr.op_flags_supported = OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE | OpFlags::FENCE;
-    i.rx_attr.op_flags_supported = OpFlags::RX_BASE | OpFlags::PEEK_FAMILY;
+    i.rx_attr.op_flags_supported = OpFlags::RX_BASE | OpFlags::PEEK_FAMILY | OpFlags::MULTI_RECV;
     i
 }
 

@@ -17,7 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use weft_core::addr::decode_sockaddr;
 use weft_core::attr::{AddrFormat, EpType, Info, Protocol};
-use weft_core::flags::{Caps, Mode, MrMode};
+use weft_core::flags::{Caps, Mode, MrMode, OpFlags};
 use weft_core::getinfo::{format_info, getinfo};
 use weft_core::Error;
 use weft_verbs::info::{
@@ -161,6 +161,11 @@ fn rxe_offers() {
                 | Caps::DIRECTED_RECV
         ));
         assert!(o.caps.contains(Caps::RMA | Caps::READ | Caps::WRITE));
+        // Multi-receive buffers: a receive-side cap and flag.
+        assert!(o.caps.contains(Caps::MULTI_RECV));
+        assert!(o.rx_attr.caps.contains(Caps::MULTI_RECV));
+        assert!(!o.tx_attr.caps.contains(Caps::MULTI_RECV));
+        assert!(o.rx_attr.op_flags_supported.contains(OpFlags::MULTI_RECV));
         // Atomics exactly when the device has them (rxe does).
         assert_eq!(
             o.caps.contains(Caps::ATOMIC),
@@ -176,6 +181,9 @@ fn rxe_offers() {
         assert_eq!(o.fabric_attr.prov_name.as_deref(), Some("verbs"));
         assert!(o.fabric_attr.name.as_deref().unwrap().starts_with("IB-0x"));
         assert_eq!(o.ep_attr.protocol, Protocol::RdmaCmIbRc);
+        // No multi-receive on MSG (its receives are the device's).
+        assert!(!o.caps.contains(Caps::MULTI_RECV));
+        assert!(!o.rx_attr.op_flags_supported.contains(OpFlags::MULTI_RECV));
         assert!(o.ep_attr.max_msg_size > 0);
         assert_eq!(o.ep_attr.max_msg_size, r.port_attr.max_msg_sz as usize);
         assert_eq!(

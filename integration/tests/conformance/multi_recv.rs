@@ -1,8 +1,10 @@
 //! Multi-receive buffers (`FI_MULTI_RECV`, fi_msg(3)): one buffer takes
 //! many messages, packed; the buffer is released once less than
 //! `FI_OPT_MIN_MULTI_RECV` is free, the last completion carrying
-//! `FI_MULTI_RECV`; messages never straddle. Providers without the cap
-//! (verbs, udp) must refuse it: no getinfo match, `BadFlags` on a post.
+//! `FI_MULTI_RECV`; messages never straddle. tcp has it on RDM and MSG
+//! endpoints, verbs on RDM ones (its MSG receives are posted to the
+//! device, not matched in software). Endpoints without the cap must
+//! refuse it: no getinfo match, `BadFlags` on a post.
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
@@ -52,6 +54,12 @@ fn multi_harness(p: &Provider) -> Option<Harness> {
     None
 }
 
+/// Whether the provider's MSG endpoints have multi-receive too (given
+/// that its connectionless ones do).
+fn multi_on_msg(p: &Provider) -> bool {
+    p.name != "verbs"
+}
+
 async fn send_all(a: &RdmEp, dest: u64, msgs: impl IntoIterator<Item = Bytes>) {
     for m in msgs {
         within("send", a.ep.send(dest, m)).await.unwrap();
@@ -71,9 +79,15 @@ async fn getinfo_offers_multi_recv_where_it_exists(p: Provider) {
         return;
     };
     for ep_type in [EpType::Rdm, EpType::Msg] {
-        let info = p
-            .try_info_with(ep_type, |h| h.caps = Caps::MSG | Caps::MULTI_RECV)
-            .expect("multi-receive offered");
+        let asked = p.try_info_with(ep_type, |h| h.caps = Caps::MSG | Caps::MULTI_RECV);
+        if ep_type == EpType::Msg && !multi_on_msg(&p) {
+            assert!(asked.is_none(), "{}: MSG matched FI_MULTI_RECV", p.name);
+            let msg = p.info(EpType::Msg);
+            assert!(!msg.caps.contains(Caps::MULTI_RECV));
+            assert!(!msg.rx_attr.op_flags_supported.contains(OpFlags::MULTI_RECV));
+            continue;
+        }
+        let info = asked.expect("multi-receive offered");
         assert!(info.caps.contains(Caps::MULTI_RECV));
         assert!(info.rx_attr.caps.contains(Caps::MULTI_RECV));
         assert!(!info.tx_attr.caps.contains(Caps::MULTI_RECV));
@@ -379,13 +393,29 @@ async fn bad_multi_recv_input_is_refused(p: Provider) {
     let _ = FI_ADDR_UNSPEC;
 }
 
-/// Multi-receive on a MSG endpoint: the stream form over a connection.
+/// Multi-receive on a MSG endpoint: the stream form over a connection
+/// (or, where MSG endpoints do not have it, its refusal there).
 async fn multi_recv_on_msg_endpoints(p: Provider) {
     if multi_harness(&p).is_none() {
         return;
     }
     let info = p.info(EpType::Msg);
     let pair = weft_integration::msg_pair(&info, &info).await;
+    if !multi_on_msg(&p) {
+        let (e, back) = pair
+            .sep
+            .post_recv_multi(BytesMut::zeroed(1 << 16), 1)
+            .unwrap_err();
+        assert_eq!((e, back.len()), (Error::BadFlags, 1 << 16));
+        let (e, _) = pair
+            .sep
+            .recv_multi(BytesMut::zeroed(1 << 16))
+            .await
+            .unwrap_err();
+        assert_eq!(e, Error::BadFlags);
+        assert_eq!(pair.sep.getopt(EpOpt::MinMultiRecv), Err(Error::NoProtoOpt));
+        return;
+    }
     pair.sep.setopt(EpOpt::MinMultiRecv, 128).unwrap();
     let mut s = within("post", pair.sep.recv_multi(BytesMut::zeroed(2048)))
         .await
@@ -489,6 +519,125 @@ async fn streams_in_every_wait_mode(p: Provider) {
     }
 }
 
+/// Messages larger than a provider's eager limit (verbs RDM reads those
+/// by RDMA, straight into their part of the buffer) pack like small
+/// ones, mixed with small ones, and come out in order; one larger than
+/// the whole unused buffer is truncated into it.
+async fn large_messages_pack_too(p: Provider) {
+    let Some(h) = multi_harness(&p) else { return };
+    let (a, b, b_in_a, _) = h.rdm_pair();
+    b.ep.setopt(EpOpt::MinMultiRecv, 1024).unwrap();
+    // 65 100 bytes of 65 536: 436 left after the last, below the minimum.
+    let lens = [10_000usize, 100, 20_000, 5_000, 30_000];
+    let buf = BytesMut::zeroed(1 << 16);
+    let base = buf.as_ptr() as usize;
+    let mut s = within("post", b.ep.recv_multi(buf)).await.unwrap();
+    let sender = {
+        let ep = a.ep.clone();
+        tokio::spawn(async move {
+            for (i, &len) in lens.iter().enumerate() {
+                ep.send(b_in_a, numbered(i as u64, len)).await.unwrap();
+            }
+        })
+    };
+    let mut offset = 0;
+    for (i, &len) in lens.iter().enumerate() {
+        let m = within("stream", s.next()).await.unwrap().unwrap();
+        assert_eq!((m.offset, m.len), (offset, len), "message {i}");
+        assert_eq!(m.flags.contains(OpFlags::MULTI_RECV), i == 4, "message {i}");
+        assert_eq!(number_of(s.bytes(&m)), i as u64);
+        offset += len;
+    }
+    assert!(within("end", s.next()).await.is_none());
+    within("sends", sender).await.unwrap();
+    let whole = s.into_buffer().expect("ended");
+    assert_eq!((whole.as_ptr() as usize, whole.len()), (base, 1 << 16));
+    assert_eq!(number_of(&whole[10_100..30_100]), 2);
+
+    // Larger than the whole buffer: truncated into it, and released.
+    let at = b.ep.post_recv_multi(BytesMut::zeroed(8192), 9).unwrap();
+    let big = numbered(5, 12_000);
+    let sender = {
+        let ep = a.ep.clone();
+        tokio::spawn(async move { ep.send(b_in_a, big).await })
+    };
+    let t = within("truncated", next_cq(&b.cq)).await.unwrap_err();
+    assert_eq!((t.err, t.len, t.olen), (Error::Trunc, 8192, 12_000 - 8192));
+    assert!(t.flags.contains(OpFlags::MULTI_RECV));
+    assert_eq!(at.offset(&t.bufs[0]), Some(0));
+    assert_eq!(&t.bufs[0][..], &numbered(5, 12_000)[..8192]);
+    within("send", sender).await.unwrap().unwrap();
+}
+
+/// A stream dropped while large messages are still being read into it
+/// loses nothing either: the ones it took come back in order, those
+/// still arriving once they are whole, ahead of later messages.
+async fn dropped_stream_with_large_messages_loses_nothing(p: Provider) {
+    let Some(h) = multi_harness(&p) else { return };
+    let (a, b, b_in_a, _) = h.rdm_pair();
+    b.ep.setopt(EpOpt::MinMultiRecv, 1024).unwrap();
+    let left = b.ep.rx_size_left().unwrap();
+    let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(1 << 17)))
+        .await
+        .unwrap();
+    const N: u64 = 8;
+    let sender = {
+        let ep = a.ep.clone();
+        tokio::spawn(async move {
+            for i in 0..N {
+                ep.send(b_in_a, numbered(i, 9_000)).await.unwrap();
+            }
+        })
+    };
+    let m = within("stream", s.next()).await.unwrap().unwrap();
+    assert_eq!(number_of(s.bytes(&m)), 0);
+    // Dropped at once: later messages may be anywhere on their way.
+    drop(s);
+    assert_eq!(b.ep.rx_size_left().unwrap(), left, "withdrawn");
+    for i in 1..N {
+        let e = within("recv", b.ep.recv(BytesMut::zeroed(10_000)))
+            .await
+            .unwrap();
+        assert_eq!((e.len, number_of(&e.bufs[0])), (9_000, i));
+    }
+    within("sends", sender).await.unwrap();
+}
+
+/// A stream dropped while one sender's large and small messages are in
+/// it, pipelined (a large one may still be arriving while the small one
+/// after it is in): the next receives get them in the sender's order.
+async fn dropped_stream_keeps_a_senders_order(p: Provider) {
+    let Some(h) = multi_harness(&p) else { return };
+    let (a, b, b_in_a, _) = h.rdm_pair();
+    b.ep.setopt(EpOpt::MinMultiRecv, 1024).unwrap();
+    const N: u64 = 40;
+    let len = |i: u64| if i % 2 == 0 { 9_000 } else { 100 };
+    for round in 0..4u64 {
+        let first = round * N;
+        let mut s = within("post", b.ep.recv_multi(BytesMut::zeroed(1 << 20)))
+            .await
+            .unwrap();
+        for i in first..first + N {
+            a.ep.post_send(b_in_a, numbered(i, len(i)), i).unwrap();
+        }
+        let m = within("stream", s.next()).await.unwrap().unwrap();
+        assert_eq!(number_of(s.bytes(&m)), first);
+        // Dropped after a pause that grows by round, so that it finds
+        // the later messages at different points of their way.
+        tokio::time::sleep(std::time::Duration::from_millis(round * 3)).await;
+        drop(s);
+        for i in first + 1..first + N {
+            let e = within("recv", b.ep.recv(BytesMut::zeroed(10_000)))
+                .await
+                .unwrap();
+            assert_eq!((number_of(&e.bufs[0]), e.len), (i, len(i)), "round {round}");
+        }
+        for _ in 0..N {
+            within("send", next_cq(&a.cq)).await.unwrap();
+        }
+    }
+}
+
 provider_tests! {
     getinfo_offers_multi_recv_where_it_exists,
     messages_pack_and_release_below_min,
@@ -501,6 +650,9 @@ provider_tests! {
     streams_in_every_wait_mode,
     the_release_is_reported_under_selective_completion,
     zero_length_messages_take_no_room,
+    large_messages_pack_too,
+    dropped_stream_with_large_messages_loses_nothing,
+    dropped_stream_keeps_a_senders_order,
 }
 
 udp_tests! {

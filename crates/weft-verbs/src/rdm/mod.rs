@@ -19,6 +19,10 @@
 //! Send queues are kept small per connection; work that does not fit waits
 //! in the peer's backlog, in order, until completions make room.
 //!
+//! Multi-receive buffers (`FI_MULTI_RECV`) are receives of the matcher
+//! that give each message a part of themselves ([`multi`]); the messages
+//! of a dropped stream still being read keep their places ([`arriving`]).
+//!
 //! Hostile and failing peers (see [`peers`]): inbound connection requests
 //! beyond `limits.max_conns` connections (outbound and handshaking ones
 //! included) are rejected and reported on the EQ with the requester's
@@ -66,17 +70,20 @@
 //! completion, then disconnect), which the tcp provider's `Shutdown`
 //! frame provides there.
 
+mod arriving;
+mod multi;
 mod peers;
 mod rma;
 mod rx;
+mod tasks;
 mod tx;
+
+pub(crate) use tasks::Tasks;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-
-use tokio::task::AbortHandle;
 
 use bytes::Bytes;
 use tokio::runtime::Handle;
@@ -90,7 +97,7 @@ use weft_core::provider::{
     EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaOp, RmaReq, SendReq,
 };
 use weft_core::sync::lock;
-use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
+use weft_core::tagmatch::{Matcher, MsgInfo, RecvSpec};
 use weft_core::{Error, Result};
 
 use crate::cm_events::CmChannel;
@@ -207,31 +214,6 @@ impl PeerState {
     }
 }
 
-/// Handles of the endpoint's tasks, for close to stop them. Finished ones
-/// are dropped as new ones come (a check of all of them each time their
-/// number has doubled), so connections that came and went leave nothing
-/// behind.
-#[derive(Debug, Default)]
-pub(crate) struct Tasks {
-    live: Vec<AbortHandle>,
-    prune_at: usize,
-}
-
-impl Tasks {
-    pub(crate) fn push(&mut self, h: AbortHandle) {
-        if self.live.len() >= self.prune_at {
-            self.live.retain(|t| !t.is_finished());
-            self.prune_at = (2 * self.live.len()).max(16);
-        }
-        self.live.push(h);
-    }
-
-    pub(crate) fn take_all(&mut self) -> Vec<AbortHandle> {
-        self.prune_at = 0;
-        std::mem::take(&mut self.live)
-    }
-}
-
 /// A buffered message nobody was waiting for.
 pub(crate) enum Unexp {
     /// Its payload, copied out of the receive slot.
@@ -251,6 +233,9 @@ pub(crate) struct ReadJob {
     pub info: MsgInfo,
     pub hdr: Header,
     pub conn: Arc<Conn>,
+    /// Registers a part of an awaited multi-receive buffer while it is
+    /// read into (see [`arriving`]).
+    pub arriving: Option<arriving::Guard>,
 }
 
 /// What holds a send's bytes while the device may read them.
@@ -369,6 +354,8 @@ pub struct RdmShared {
     pub(crate) peers: Mutex<FastMap<SocketAddr, PeerState>>,
     pub(crate) by_qp: Mutex<FastMap<u32, Arc<Conn>>>,
     pub(crate) matcher: Mutex<RdmMatcher>,
+    /// Parts of awaited multi-receive buffers being read into.
+    pub(crate) arriving: Mutex<Vec<Arc<arriving::Arriving>>>,
     pub(crate) inflight: Mutex<FastMap<u64, Op>>,
     pub(crate) rndv: Mutex<FastMap<u64, RndvSend>>,
     pub(crate) res: Res,
@@ -406,7 +393,11 @@ impl weft_core::recv_completion::RecvCtx for RdmShared {
     }
 
     fn give_back(&self, r: Returned) {
-        self.take_back(r);
+        self.take_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.give_back_in_order(r);
     }
 }
 
@@ -505,111 +496,6 @@ impl RdmShared {
         Ok(())
     }
 
-    /// Posts a receive to the matcher, or hands it the buffered message it
-    /// matches.
-    pub(crate) fn repost(&self, req: RecvReq) {
-        self.place(req, false);
-    }
-
-    /// A receive that had matched a message which then died with its
-    /// sender's connection: it takes a buffered message if one matches,
-    /// else it goes back to the head of the posted receives.
-    pub(crate) fn repost_front(&self, req: RecvReq) {
-        self.place(req, true);
-    }
-
-    fn place(&self, req: RecvReq, front: bool) {
-        let spec = spec_of(&req);
-        let resolve = |s: &SocketAddr| self.resolve_src(s);
-        let out = {
-            let mut m = lock(&self.matcher);
-            if front {
-                m.repost_front(spec, req, &resolve)
-            } else {
-                m.post(spec, req, &resolve)
-            }
-        };
-        if let PostOutcome::Matched {
-            recv,
-            info,
-            payload,
-            ..
-        } = out
-        {
-            self.take_unexpected(recv, info, payload, false);
-        }
-    }
-
-    /// The message `job` was to read is gone with its connection. Safe
-    /// under any lock: the receive waits in the connection's orphans
-    /// until [`settle_orphans`](Self::settle_orphans) (a claim fails now).
-    pub(crate) fn orphan(&self, job: ReadJob) {
-        if job.req.flags.contains(OpFlags::CLAIM) {
-            rx::fail_recv(self, job.req, job.info, 0, Error::ConnReset);
-            return;
-        }
-        lock(&job.conn.orphans).push((job.seq, job.req));
-    }
-
-    /// Once no read of the dead connection `c` is outstanding, its
-    /// orphaned receives go back to the head of the posted receives, in
-    /// the order they had matched. Takes the matcher's and the peers'
-    /// locks: never call it holding either.
-    pub(crate) fn settle_orphans(&self, c: &Conn) {
-        let mut back = {
-            let mut g = lock(&c.orphans);
-            if g.is_empty() || c.reads.load(Ordering::Acquire) != 0 {
-                return;
-            }
-            std::mem::take(&mut *g)
-        };
-        if self.is_closed() {
-            // Close discards outstanding operations without completions.
-            return;
-        }
-        back.sort_by_key(|(seq, _)| *seq);
-        for (_, req) in back.into_iter().rev() {
-            self.repost_front(req);
-        }
-    }
-
-    /// [`settle_orphans`](Self::settle_orphans) from a task, for callers
-    /// that hold the peers' lock.
-    pub(crate) fn settle_orphans_soon(&self, c: &Arc<Conn>) {
-        let (Some(ep), c) = (self.me.upgrade(), c.clone()) else {
-            return;
-        };
-        self.rt.spawn(async move { ep.settle_orphans(&c) });
-    }
-
-    /// Takes back a message a dropped receive future did not read: the
-    /// oldest posted receive that accepts it gets it, else it goes ahead
-    /// of every buffered message.
-    fn take_back(&self, mut r: Returned) {
-        if self.is_closed() {
-            return;
-        }
-        let info = r.info();
-        let data = r.take_bytes().freeze();
-        // The sender's address when it was known at arrival; an unknown
-        // one stays unknown (the unspecified address resolves to none).
-        let key = match &self.cfg.av {
-            Some(av) if info.src != FI_ADDR_NOTAVAIL => lock(av)
-                .lookup(info.src)
-                .ok()
-                .and_then(|b| decode_sockaddr(b).ok()),
-            _ => None,
-        }
-        .unwrap_or_else(|| SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)));
-        let mut m = lock(&self.matcher);
-        if let Some((_, req)) = m.match_arrival(&info) {
-            drop(m);
-            rx::copy_and_deliver(self, req, info, &data);
-            return;
-        }
-        m.push_unexpected_front(key, info, Unexp::Eager(data));
-    }
-
     /// A receive matched a buffered message.
     fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Unexp, claimed: bool) {
         match u {
@@ -632,6 +518,7 @@ impl RdmShared {
                     info,
                     hdr,
                     conn,
+                    arriving: None,
                 });
             }
             Unexp::Pull(p) => p.matched(self, req, info, claimed),
@@ -726,6 +613,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         peers: Mutex::new(fast_map()),
         by_qp: Mutex::new(fast_map()),
         matcher: Mutex::new(Matcher::new()),
+        arriving: Mutex::new(Vec::new()),
         inflight: Mutex::new(fast_map()),
         rndv: Mutex::new(fast_map()),
         res,
@@ -833,18 +721,26 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
     }
 
     fn give_back(&self, r: Returned) {
-        self.shared.take_back(r);
+        self.shared.take_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.shared.give_back_in_order(r);
     }
 
     fn cancel(&self, context: u64) -> bool {
         let r = lock(&self.shared.matcher).cancel(context);
-        match r {
+        let found = match r {
             Some((_, req)) => {
                 weft_core::recv_completion::cancel_recv(&*self.shared, req);
                 true
             }
             None => false,
-        }
+        };
+        // A dropped stream withdraws its buffer last (it may have ended
+        // already): the places of its messages still arriving are taken.
+        self.shared.hold_all_places();
+        found
     }
 
     fn local_addr(&self) -> Vec<u8> {

@@ -21,12 +21,13 @@ use weft_core::hash::FastMap;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use super::{Conn, Deferred, PeerState, RdmShared, Unexp, QP_INLINE, QP_SEND_WR};
+use super::{rx, Conn, Deferred, PeerState, RdmShared, ReadJob, Unexp, QP_INLINE, QP_SEND_WR};
 use crate::cm_data::{cm_decode, cm_encode, keyed_hello, parse_hello, parse_keyed_hello};
 use crate::cm_events;
 use crate::keyproof::dial::{self, OpeningId};
 use crate::keyproof::{payload, Dialer, Verdict};
 use crate::sys::{CmEvent, CmEventKind, CmId, ConnParam, PortSpace, QpCaps, QpInitAttr, QpType};
+use weft_core::flags::OpFlags;
 use weft_core::limits::ConnSlot;
 
 /// Rejection data meaning "we are connecting to you too, and ours wins".
@@ -519,7 +520,7 @@ pub(crate) fn kill(ep: &Arc<RdmShared>, c: &Arc<Conn>, err: Error) {
         ep.tx.release(1);
         r.done.fail(weft_core::completion::CqErrEntry::new(
             0,
-            weft_core::flags::OpFlags::SEND,
+            OpFlags::SEND,
             err,
         ));
     }
@@ -555,5 +556,50 @@ pub(crate) fn kill(ep: &Arc<RdmShared>, c: &Arc<Conn>, err: Error) {
     lock(&ep.tasks).push(t.abort_handle());
     if reconnect {
         connect(ep, c.peer);
+    }
+}
+
+/// Receives cut off by the end of their sender's connection.
+impl RdmShared {
+    /// The message `job` was to read is gone with its connection. Safe
+    /// under any lock: the receive waits in the connection's orphans
+    /// until [`settle_orphans`](Self::settle_orphans) (a claim fails now).
+    pub(crate) fn orphan(&self, job: ReadJob) {
+        if job.req.flags.contains(OpFlags::CLAIM) {
+            rx::fail_recv(self, job.req, job.info, 0, Error::ConnReset);
+            return;
+        }
+        lock(&job.conn.orphans).push((job.seq, job.req));
+    }
+
+    /// Once no read of the dead connection `c` is outstanding, its
+    /// orphaned receives go back to the head of the posted receives, in
+    /// the order they had matched. Takes the matcher's and the peers'
+    /// locks: never call it holding either.
+    pub(crate) fn settle_orphans(&self, c: &Conn) {
+        let mut back = {
+            let mut g = lock(&c.orphans);
+            if g.is_empty() || c.reads.load(Ordering::Acquire) != 0 {
+                return;
+            }
+            std::mem::take(&mut *g)
+        };
+        if self.is_closed() {
+            // Close discards outstanding operations without completions.
+            return;
+        }
+        back.sort_by_key(|(seq, _)| *seq);
+        for (_, req) in back.into_iter().rev() {
+            self.repost_front(req);
+        }
+    }
+
+    /// [`settle_orphans`](Self::settle_orphans) from a task, for callers
+    /// that hold the peers' lock.
+    pub(crate) fn settle_orphans_soon(&self, c: &Arc<Conn>) {
+        let (Some(ep), c) = (self.me.upgrade(), c.clone()) else {
+            return;
+        };
+        self.rt.spawn(async move { ep.settle_orphans(&c) });
     }
 }

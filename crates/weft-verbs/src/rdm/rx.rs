@@ -37,7 +37,18 @@ struct PullState {
     /// The payload once read (or why it could not be).
     data: Option<std::result::Result<BytesMut, Error>>,
     /// A receive that matched it before the read finished.
-    waiter: Option<(RecvReq, MsgInfo, bool)>,
+    waiter: Option<Waiting>,
+}
+
+/// A receive waiting for a pulled message's bytes.
+#[derive(Debug)]
+struct Waiting {
+    req: RecvReq,
+    info: MsgInfo,
+    claimed: bool,
+    /// Registers it while it waits, if it is a part of an awaited
+    /// multi-receive buffer (`super::arriving`).
+    arriving: Option<super::arriving::Guard>,
 }
 
 impl Pull {
@@ -56,7 +67,11 @@ impl Pull {
             }
         };
         match waiter {
-            Some(((req, info, claimed), r)) => Self::hand(ep, req, info, claimed, r),
+            Some((w, r)) => {
+                Self::hand(ep, w.req, w.info, w.claimed, r);
+                // Unregistered once its message was handed on.
+                drop(w.arriving);
+            }
             None if failed => {
                 // Nobody matched it and it will never arrive: it leaves
                 // the unexpected queue rather than wait there for a
@@ -72,18 +87,28 @@ impl Pull {
         }
     }
 
-    /// A receive matched it.
+    /// A receive matched it. Takes the registry of arriving parts'
+    /// lock: never call it holding that.
     pub(crate) fn matched(&self, ep: &RdmShared, req: RecvReq, info: MsgInfo, claimed: bool) {
+        // Registered before the look (dropped again if the bytes are
+        // there): a part never waits unregistered.
+        let arriving = ep.register_arriving(&req, info, ep.key_of(info.src));
         let r = {
             let mut g = lock(&self.st);
             match g.data.take() {
                 Some(r) => r,
                 None => {
-                    g.waiter = Some((req, info, claimed));
+                    g.waiter = Some(Waiting {
+                        req,
+                        info,
+                        claimed,
+                        arriving,
+                    });
                     return;
                 }
             }
         };
+        drop(arriving);
         Self::hand(ep, req, info, claimed, r);
     }
 
@@ -185,10 +210,14 @@ impl RdmShared {
             return;
         }
         let info = self.info_of(&conn.peer, &hdr, plen);
+        // Multi-receive buffers it did not fit are released once the
+        // matcher's lock is let go, before the message completes.
+        let mut ended = Vec::new();
         let mut m = lock(&self.matcher);
-        match m.match_arrival(&info) {
-            Some((_, req)) => {
+        match super::multi::match_arrival(&mut m, &info, &mut ended) {
+            Some(req) => {
                 drop(m);
+                self.end_buffers(ended);
                 let req = self.copy_from_slot(req, base + HDR, plen);
                 self.repost_slot(slot);
                 let placed = plen.min(req.capacity());
@@ -204,6 +233,7 @@ impl RdmShared {
                     m.push_unexpected(conn.peer, info, Unexp::Eager(data.into()));
                 }
                 drop(m);
+                self.end_buffers(ended);
                 self.repost_slot(slot);
             }
         }
@@ -216,16 +246,20 @@ impl RdmShared {
     /// once for a delivery-complete send, or remember the announcement.
     fn on_rts(&self, hdr: Header, conn: Arc<Conn>) {
         let info = self.info_of(&conn.peer, &hdr, hdr.len as usize);
+        let mut ended = Vec::new();
         let mut m = lock(&self.matcher);
-        match m.match_arrival(&info) {
-            Some((_, req)) => {
+        let matched = super::multi::match_arrival(&mut m, &info, &mut ended);
+        match matched {
+            Some(req) => {
                 drop(m);
+                self.end_buffers(ended);
                 self.start_read(ReadJob {
                     seq: self.wr_id(),
                     req,
                     info,
                     hdr,
                     conn,
+                    arriving: None,
                 });
             }
             None if hdr.ack && hdr.len <= PULL_MAX => {
@@ -233,6 +267,7 @@ impl RdmShared {
                 let pull = Arc::new(Pull::default());
                 m.push_unexpected(conn.peer, info, Unexp::Pull(pull.clone()));
                 drop(m);
+                self.end_buffers(ended);
                 let mut peers = lock(&self.peers);
                 match peers.get_mut(&conn.peer) {
                     Some(p) => self.submit_locked(p, Deferred::Pull(pull, hdr, conn)),
@@ -242,7 +277,11 @@ impl RdmShared {
                     }
                 }
             }
-            None => m.push_unexpected(conn.peer, info, Unexp::Rts { conn, hdr }),
+            None => {
+                m.push_unexpected(conn.peer, info, Unexp::Rts { conn, hdr });
+                drop(m);
+                self.end_buffers(ended);
+            }
         }
     }
 

@@ -490,7 +490,7 @@ impl RdmShared {
 
     /// A receive matched a request-to-send: read the payload (or, when the
     /// receive holds nothing, finish at once).
-    pub(crate) fn start_read(&self, job: ReadJob) {
+    pub(crate) fn start_read(&self, mut job: ReadJob) {
         if job.hdr.len == 0 || job.req.capacity() == 0 {
             let cookie = job.hdr.cookie;
             let peer = job.conn.peer;
@@ -499,6 +499,7 @@ impl RdmShared {
             return;
         }
         let peer = job.conn.peer;
+        job.arriving = self.register_arriving(&job.req, job.info, peer);
         let mut peers = lock(&self.peers);
         match peers.get_mut(&peer) {
             Some(p) if p.conn.is_some() || p.connecting || p.accepting => {

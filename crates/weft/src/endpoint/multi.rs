@@ -412,9 +412,10 @@ impl Drop for MultiRecv {
         }
         // Closed first: a completion racing this drop is either in its
         // slot already (taken below) or finds the slot closed and goes
-        // back to the endpoint through its provider, after these.
+        // back to the endpoint through its provider, after these. The
+        // buffer takes no message from now on (a closed stream's buffer
+        // ends when offered one).
         let slots = self.sink.close();
-        self.prov.cancel(self.context);
         for mut rx in slots {
             rx.close();
             let Some(f) = rx.try_recv().ok().flatten() else {
@@ -425,5 +426,9 @@ impl Drop for MultiRecv {
                 self.prov.give_back_after(back);
             }
         }
+        // Withdrawn last: a provider whose parts may still be arriving
+        // then knows every message already in has been given back, and
+        // keeps the places of the ones still arriving behind them.
+        self.prov.cancel(self.context);
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! usage: many-peers [--multi | --srx] [PEERS...]    (default: 4 256)
 //! env:   MSGS (total messages per run, 200000), SIZE (64), WINDOW (16 per peer),
-//!        PROV (provider, default tcp); with --multi also MAXSIZE (4096) and
+//!        PROV (provider, default tcp), DOMAIN (its domain, e.g. rxe1 for
+//!        verbs in the rxe VM); with --multi also MAXSIZE (4096) and
 //!        MULTI_BUF (262144); with --srx MAXSIZE and HUB_EPS (4)
 //!
 //! Prints one line per peer count and the rate ratio against the first.
@@ -262,10 +263,13 @@ fn main() -> std::process::ExitCode {
         window,
     };
     let res: Res<()> = rt.block_on(async {
+        let prov = std::env::var("PROV").ok();
+        let dom = std::env::var("DOMAIN").ok();
         let mut hints = Info::default();
         hints.ep_attr.ep_type = EpType::Rdm;
         hints.caps = weft::Caps::TAGGED;
-        hints.fabric_attr.prov_name = std::env::var("PROV").ok();
+        hints.fabric_attr.prov_name = prov.clone();
+        hints.domain_attr.name = dom.clone();
         let info = weft::getinfo(Some(&hints))?.remove(0);
         let fabric = weft::Fabric::open(&info)?;
         let domain = fabric.domain(&info)?;
@@ -299,6 +303,8 @@ fn main() -> std::process::ExitCode {
             let mut hints = Info::default();
             hints.ep_attr.ep_type = EpType::Rdm;
             hints.caps = weft::Caps::MSG | weft::Caps::MULTI_RECV;
+            hints.fabric_attr.prov_name = prov;
+            hints.domain_attr.name = dom;
             let info = weft::getinfo(Some(&hints))?.remove(0);
             for &n in &counts {
                 let r = multi::compare(&domain, &info, load(n)).await?;

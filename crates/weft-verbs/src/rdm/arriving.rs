@@ -1,0 +1,199 @@
+//! The places of messages still arriving into a dropped multi-receive
+//! stream, so that they come back in their sender's order.
+//!
+//! A dropped stream gives back, in buffer order, the messages it holds
+//! and has not yielded (`give_back_after`), then withdraws its buffer
+//! (`cancel`). On tcp a sender has at most one message arriving at a
+//! time, its last, so one still arriving can simply follow the others
+//! when it is whole. Here a large message is read by RDMA while the
+//! sender's later, small ones land whole before it: given back as they
+//! come, a small one would pass the large one ahead of it, and the
+//! sender's next messages could too.
+//!
+//! So every part of an awaited buffer whose message is being read is
+//! registered ([`Guard`], held by its read job). Once its stream is gone,
+//! its place is taken when the messages after it in the buffer are given
+//! back (or at the withdrawal, for those after every given-back one): a
+//! placeholder (an [`rx::Pull`], as for a message being pulled) goes to
+//! the oldest posted receive that accepts it or ahead of every buffered
+//! message, behind those given back before it. The receive that takes it
+//! waits for its bytes; the read's completion, given back in turn, fills
+//! it. A read that ends without a message (its connection died, the
+//! message was truncated) fails the placeholder, which withdraws it (its
+//! receive goes on to the next message).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+
+use weft_core::completion::Returned;
+use weft_core::multi_recv::MultiShared;
+use weft_core::provider::RecvReq;
+use weft_core::sync::lock;
+use weft_core::tagmatch::MsgInfo;
+use weft_core::Error;
+
+use super::{multi, rx, RdmShared, Unexp};
+
+/// A part of an awaited buffer whose message is being read.
+#[derive(Debug)]
+pub(crate) struct Arriving {
+    /// Where the part starts: parts are cut in buffer order.
+    addr: usize,
+    buffer: Arc<MultiShared>,
+    info: MsgInfo,
+    from: SocketAddr,
+    /// Its placeholder, once its stream is gone and its place taken.
+    held: Mutex<Option<Arc<rx::Pull>>>,
+}
+
+/// Keeps a part registered while its read job lives; dropping it (the
+/// job ended, whichever way) unregisters the part, failing a placeholder
+/// that nothing filled.
+pub(crate) struct Guard {
+    ep: Weak<RdmShared>,
+    part: Arc<Arriving>,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("addr", &self.part.addr)
+            .finish()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let Some(ep) = self.ep.upgrade() else {
+            return;
+        };
+        lock(&ep.arriving).retain(|p| !Arc::ptr_eq(p, &self.part));
+        let Some(pull) = lock(&self.part.held).take() else {
+            return;
+        };
+        if ep.is_closed() {
+            return;
+        }
+        // A job may end under the peers' lock, which the placeholder's
+        // end may need (its receive going back to the matcher).
+        let rt = ep.rt.clone();
+        rt.spawn(async move { pull.finish(&ep, Err(Error::ConnReset)) });
+    }
+}
+
+impl RdmShared {
+    /// Registers `req`, a part about to be read into, if it is a part of
+    /// an awaited buffer (`None` otherwise).
+    pub(crate) fn register_arriving(
+        &self,
+        req: &RecvReq,
+        info: MsgInfo,
+        from: SocketAddr,
+    ) -> Option<Guard> {
+        let buffer = weft_core::multi_recv::buffer_of(req).filter(|b| b.is_awaited())?;
+        let addr = req.bufs.first()?.as_ptr() as usize;
+        let part = Arc::new(Arriving {
+            addr,
+            buffer,
+            info,
+            from,
+            held: Mutex::new(None),
+        });
+        lock(&self.arriving).push(part.clone());
+        Some(Guard {
+            ep: self.me.clone(),
+            part,
+        })
+    }
+
+    /// Takes the places of the parts of dropped streams still arriving
+    /// that lie before `before` in their buffer (all of them with
+    /// `None`), in buffer order. Called with the registry's lock held,
+    /// which orders this with the messages given back around it; what
+    /// the placeholders are matched to is done by [`Placed::finish`]
+    /// once that lock is let go.
+    fn hold_places(&self, parts: &[Arc<Arriving>], before: Option<usize>, out: &mut Placed) {
+        let mut due: Vec<&Arc<Arriving>> = parts
+            .iter()
+            .filter(|p| before.is_none_or(|b| p.addr < b))
+            .filter(|p| p.buffer.is_abandoned() && lock(&p.held).is_none())
+            .collect();
+        due.sort_by_key(|p| p.addr);
+        for p in due {
+            let pull = Arc::new(rx::Pull::default());
+            *lock(&p.held) = Some(pull.clone());
+            let mut m = lock(&self.matcher);
+            match multi::match_arrival(&mut m, &p.info, &mut out.ended) {
+                // No bytes yet: the receive will wait for them.
+                Some(req) => out.matched.push((pull, req, p.info)),
+                None => m.push_unexpected_front_after(p.from, p.info, Unexp::Pull(pull)),
+            }
+        }
+    }
+
+    /// `give_back_after`: a message of a dropped stream. The places of
+    /// the parts before it still arriving are taken first; if it is one
+    /// of those, it fills its placeholder. Its own place is decided under
+    /// the registry's lock too, so that a message given back at the same
+    /// time from another thread (one still arriving when its slot was
+    /// closed) cannot pass it.
+    pub(crate) fn give_back_in_order(&self, r: Returned) {
+        if self.is_closed() {
+            return;
+        }
+        let addr = r.entry.bufs.first().map(|b| b.as_ptr() as usize);
+        let mut placed = Placed::default();
+        let (fill, deliver) = {
+            let mut g = lock(&self.arriving);
+            self.hold_places(&g, addr, &mut placed);
+            let own = g
+                .iter()
+                .position(|p| Some(p.addr) == addr)
+                .map(|i| g.swap_remove(i));
+            match own.and_then(|p| lock(&p.held).take()) {
+                Some(pull) => (Some((pull, r)), None),
+                None => (None, self.put_back(r, true)),
+            }
+        };
+        placed.finish(self);
+        if let Some((pull, mut r)) = fill {
+            pull.finish(self, Ok(r.take_bytes()));
+        }
+        if let Some((req, info, data)) = deliver {
+            rx::copy_and_deliver(self, req, info, &data);
+        }
+    }
+
+    /// A stream's buffer withdrawn (or any cancel): the places of the
+    /// dropped streams' parts still arriving are taken, behind every
+    /// message given back before.
+    pub(crate) fn hold_all_places(&self) {
+        let mut placed = Placed::default();
+        {
+            let g = lock(&self.arriving);
+            if g.is_empty() {
+                return;
+            }
+            self.hold_places(&g, None, &mut placed);
+        }
+        placed.finish(self);
+    }
+}
+
+/// What taking places left to do with no lock held.
+#[derive(Default)]
+struct Placed {
+    /// Placeholders and the receives that took them.
+    matched: Vec<(Arc<rx::Pull>, RecvReq, MsgInfo)>,
+    /// Buffers that ended without the message they were offered.
+    ended: Vec<RecvReq>,
+}
+
+impl Placed {
+    fn finish(self, ep: &RdmShared) {
+        ep.end_buffers(self.ended);
+        for (pull, req, info) in self.matched {
+            pull.matched(ep, req, info, false);
+        }
+    }
+}
