@@ -17,6 +17,7 @@
 
 mod admission;
 mod atomic;
+mod boundary;
 mod conn;
 mod connect;
 mod driver;
