@@ -77,6 +77,8 @@ pub struct EpShared {
     pub parked: AtomicBool,
     /// Channels dropped for breaking the layout's rules.
     pub malformed: AtomicU64,
+    /// Messages read from their sender's memory (CMA records).
+    pub direct: AtomicU64,
     /// `FI_SOURCE_ERR`.
     pub source_err: bool,
     pub closed: AtomicBool,
@@ -208,6 +210,7 @@ impl EpShared {
             unexp: Arc::new(AtomicUsize::new(0)),
             parked: AtomicBool::new(false),
             malformed: AtomicU64::new(0),
+            direct: AtomicU64::new(0),
             source_err: info.caps.contains(Caps::SOURCE_ERR),
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
@@ -270,6 +273,7 @@ impl ProviderEndpoint for ShmEndpoint {
         s.peers = lock(&ep.peers).len();
         s.conns = lock(&ep.rx_state).active();
         s.rx_malformed = ep.malformed.load(Ordering::Relaxed);
+        s.rx_direct = ep.direct.load(Ordering::Relaxed);
         s
     }
 

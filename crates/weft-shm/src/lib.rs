@@ -28,6 +28,7 @@
 #![allow(clippy::result_large_err)]
 
 mod bell;
+pub mod cma;
 mod domain;
 mod driver;
 mod endpoint;
@@ -51,7 +52,7 @@ use weft_core::{Error, Result};
 
 pub use domain::{resolve_timeout, RESOLVE_TIMEOUT};
 pub use driver::SWEEP_EVERY;
-pub use offer::{offer, offers, CAPS};
+pub use offer::{fabric_name, offer, offers, CAPS};
 
 /// Provider name.
 pub const NAME: &str = "shm";

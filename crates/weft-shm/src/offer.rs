@@ -25,6 +25,12 @@ pub const CAPS: Caps = Caps::MSG
     .union(Caps::DIRECTED_RECV)
     .union(Caps::LOCAL_COMM);
 
+/// The fabric name: the provider's, and how large messages move
+/// ([`crate::cma::mode`]).
+pub fn fabric_name() -> String {
+    format!("{NAME}-{}", crate::cma::mode().label())
+}
+
 /// Every offer.
 pub fn offers() -> Vec<Info> {
     vec![offer()]
@@ -91,7 +97,11 @@ pub fn offer() -> Info {
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {
-            name: Some(NAME.into()),
+            // How large messages move here: `shm-cma` (read from the
+            // sender's memory in one copy), `shm-cma-restricted` (Yama
+            // allows it only towards descendants: probed per sender),
+            // `shm-copy` (through the ring, two copies).
+            name: Some(fabric_name()),
             prov_name: Some(NAME.into()),
             prov_version: version(0, 1),
             api_version: API_VERSION,

@@ -14,6 +14,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use smallvec::SmallVec;
 use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::Returned;
@@ -75,6 +76,9 @@ pub struct RxChan {
     partial: Option<Partial>,
     /// The sender's doorbell, for telling it there is room.
     bell: Option<File>,
+    /// The sender's pid, when its probe showed we can read its memory
+    /// (CMA records are accepted only then).
+    cma_pid: Option<u32>,
 }
 
 /// Every channel's receiver state.
@@ -183,6 +187,9 @@ fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
     let Ok(name) = std::str::from_utf8(&b[..len]) else {
         return false;
     };
+    let cma_pid = cma_probe(ep, c);
+    let word = if cma_pid.is_some() { CMA_OK } else { CMA_NO };
+    ep.seg.store32(c.ctl(C_CMA), word, Ordering::Release);
     *lc = RxChan {
         active: Some(gen),
         head: 0,
@@ -190,8 +197,20 @@ fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
         src: None,
         partial: None,
         bell: crate::bell::open_remote(name),
+        cma_pid,
     };
     true
+}
+
+/// The sender's pid if we can read its memory: its probe word, at the
+/// address it announced, holds the magic.
+fn cma_probe(ep: &EpShared, c: &Chan) -> Option<u32> {
+    if crate::cma::mode() == crate::cma::Mode::Denied {
+        return None;
+    }
+    let pid = ep.seg.load32(c.ctl(C_PID), Ordering::Acquire)?;
+    let addr = ep.seg.load64(c.ctl(C_CMA_PROBE), Ordering::Acquire)?;
+    (addr != 0 && crate::cma::probe(pid, addr)).then_some(pid)
 }
 
 /// Frees a channel for the next sender: a message it had begun fails
@@ -215,6 +234,7 @@ fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
     ep.seg.store64(c.ctl(C_HEAD), 0, Release);
     ep.seg.store64(c.ctl(C_TAIL), 0, Release);
     ep.seg.store32(c.ctl(C_TX_WAIT), 0, Release);
+    ep.seg.store32(c.ctl(C_CMA), CMA_UNKNOWN, Release);
     ep.seg.store32(c.ctl(C_STATE), FREE, Release);
 }
 
@@ -357,6 +377,7 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
             Partial { info, sink, got: 0 }
         }
         K_CONT => lc.partial.take().ok_or(())?,
+        K_CMA => return cma_record(ep, lc, r),
         _ => return Err(()),
     };
     let now = crate::ring::check_next(h, p.got, p.info.len).ok_or(())?;
@@ -381,6 +402,81 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     }
     let from = lc.from.clone().ok_or(())?;
     finish(ep, p, from);
+    Ok(true)
+}
+
+/// Handles a CMA record: the message is read from the sender's memory
+/// into the matching receive's buffers, or into a held buffer within the
+/// budget. `Ok(false)`: it waits for budget or a receive; `Err`: the
+/// sender broke the rules (a CMA record on a channel that did not pass
+/// the probe, an announcement that does not check out, or memory that
+/// cannot be read as announced).
+fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
+    let h = &r.head;
+    if lc.partial.is_some() || !h.has(F_LAST) {
+        return Err(());
+    }
+    let pid = lc.cma_pid.ok_or(())?;
+    let total = usize::try_from(h.total).map_err(|_| ())?;
+    if total > ep.max_msg {
+        return Err(());
+    }
+    let mut raw = [0u8; crate::cma::announce_len(crate::cma::MAX_RANGES)];
+    let n = (h.len as usize).min(raw.len());
+    if h.len as usize != n || !ep.seg.read(r.payload, &mut raw[..n]) {
+        return Err(());
+    }
+    let a = crate::cma::Announce::parse(&raw[..n], total).ok_or(())?;
+    let tagged = h.has(F_TAGGED);
+    let info = MsgInfo {
+        key: None,
+        src: source(ep, lc),
+        tagged,
+        tag: if tagged { h.tag } else { 0 },
+        len: total,
+        data: h.has(F_DATA).then_some(h.data),
+    };
+    let from = lc.from.clone().ok_or(())?;
+    let mut m = lock(&ep.matcher);
+    match m.match_arrival(&info) {
+        Some((_, mut req)) => {
+            drop(m);
+            let placed = total.min(req.capacity());
+            let got = {
+                let mut local: SmallVec<[&mut [u8]; 4]> =
+                    req.bufs.iter_mut().map(|b| &mut b[..]).collect();
+                crate::cma::pull(pid, &a.ranges, &mut local)
+            };
+            if got != Ok(placed) {
+                // Failed by `free` as a message begun and broken off.
+                lc.partial = Some(Partial {
+                    info,
+                    sink: Sink::Recv(req),
+                    got: 0,
+                });
+                return Err(());
+            }
+            complete(ep, req, info, placed, &from);
+        }
+        None => {
+            let charge = UNEXPECTED_OVERHEAD.saturating_add(total);
+            let Some(c) = Charge::try_new(&ep.unexp, charge, ep.buffered_limit) else {
+                return Ok(false);
+            };
+            let mut b = BytesMut::zeroed(total);
+            if crate::cma::pull(pid, &a.ranges, &mut [&mut b[..]]) != Ok(total) {
+                return Err(());
+            }
+            // Pushed under the lock it was matched under.
+            let held = Held {
+                data: b,
+                from: from.clone(),
+                _charge: c,
+            };
+            m.push_unexpected(from, info, held);
+        }
+    }
+    ep.direct.fetch_add(1, Ordering::Relaxed);
     Ok(true)
 }
 

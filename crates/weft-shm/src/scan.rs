@@ -76,6 +76,25 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
             let ring = g.ring_at(i);
             assert!(r.payload >= ring + REC_HDR && r.payload + n <= ring + g.ring);
             assert!(r.next.wrapping_sub(head) <= g.ring as u64);
+            if r.head.kind() == K_CMA {
+                // A whole message announced: its ranges must check out
+                // against its total, as the receive pass checks them.
+                let total = usize::try_from(r.head.total).unwrap_or(usize::MAX);
+                let ok = msg.is_none()
+                    && r.head.has(F_LAST)
+                    && total <= max_msg
+                    && seg.read(r.payload, &mut buf[..n])
+                    && crate::cma::Announce::parse(&buf[..n], total).is_some();
+                if !ok {
+                    out.corrupt += 1;
+                    break;
+                }
+                out.records += 1;
+                out.messages += 1;
+                out.bytes += n;
+                head = r.next;
+                continue;
+            }
             let step = match (r.head.kind(), msg) {
                 (K_FIRST, None) => check_first(&r.head, max_msg).map(|t| (0, t)),
                 (K_CONT, Some(m)) => Some(m),
@@ -146,21 +165,38 @@ mod tests {
         seg.store32(c.ctl(C_NAME_LEN), 1, std::sync::atomic::Ordering::Release);
         seg.write(c.ctl(C_NAME), b"p");
         let mut tail = 0;
-        for (word, len) in [(K_FIRST, 1000u32), (K_CONT, 1000), (K_CONT | F_LAST, 48)] {
+        let ann = crate::cma::Announce {
+            ranges: [(4096u64, 1 << 20)].into_iter().collect(),
+        }
+        .encode();
+        for (word, len) in [
+            (K_FIRST, 1000u32),
+            (K_CONT, 1000),
+            (K_CONT | F_LAST, 48),
+            (K_CMA | F_LAST, ann.len() as u32),
+        ] {
             let h = crate::ring::RecHead {
                 word,
                 len,
-                total: 2048,
+                total: if word & 0xff == K_CMA { 1 << 20 } else { 2048 },
                 ..Default::default()
             };
             let free = c.room(&seg, tail).unwrap_or(0);
             let (pad, _) = c.fit(tail, free).unwrap_or((0, 0));
             tail = c.write_pad(&seg, tail, pad);
-            tail = c.write_head(&seg, tail, &h).1;
+            let (at, t) = c.write_head(&seg, tail, &h);
+            if word & 0xff == K_CMA {
+                seg.write(at, &ann);
+            }
+            tail = t;
             c.publish(&seg, tail);
         }
         let s = scan(&seg, g, 1 << 20, 64);
-        assert_eq!((s.records, s.messages, s.bytes, s.corrupt), (3, 1, 2048, 0));
+        let bytes = 2048 + ann.len();
+        assert_eq!(
+            (s.records, s.messages, s.bytes, s.corrupt),
+            (4, 2, bytes, 0)
+        );
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..300 {
             let junk: Vec<u8> = (0..g.bytes())

@@ -41,7 +41,17 @@ pub struct Out {
     /// `FI_DELIVERY_COMPLETE`: completes once the receiver consumed its
     /// last record (placed it or buffered it), not when it is written.
     dc: bool,
+    /// Went as a CMA record: completes once the receiver, having read
+    /// it from our buffers, consumed the record.
+    cma: bool,
     done: OpDone,
+}
+
+impl Out {
+    /// Whether it completes only when the receiver consumed it.
+    fn waits(&self) -> bool {
+        self.dc || self.cma
+    }
 }
 
 /// A delivery-complete send wholly in the ring, waiting for the
@@ -51,6 +61,9 @@ struct Delivering {
     end: u64,
     len: usize,
     done: OpDone,
+    /// A CMA send's buffers: the receiver reads them until it consumes
+    /// the record.
+    keep: Option<Iov>,
 }
 
 /// A peer this endpoint sends to.
@@ -77,6 +90,11 @@ pub struct Peers {
     map: FastMap<Vec<u8>, Peer>,
 }
 
+/// How long closing waits for a receiver to read CMA sends out: a
+/// receiver that takes longer reads freed memory (its receive gets
+/// garbage or fails; our memory is not written).
+const CMA_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// A send that ended (outside the locks).
 type Ended = (OpDone, usize, Result<()>);
 
@@ -89,6 +107,7 @@ impl Peers {
     /// (`CLOSED`: the receiver frees it once drained).
     pub fn release(self) {
         for p in self.map.into_values() {
+            p.settle_cma();
             if let Some((c, gen)) = p.chan {
                 let mine = p.seg.load32(c.ctl(C_GEN), Ordering::Acquire) == Some(gen);
                 if mine {
@@ -131,6 +150,31 @@ impl Peer {
         })
     }
 
+    /// Waits (a bounded time) for the receiver to have read the CMA sends
+    /// still out: their buffers are freed after this.
+    fn settle_cma(&self) {
+        let Some((c, _)) = self.chan else {
+            return;
+        };
+        let Some(end) = self
+            .delivering
+            .iter()
+            .rev()
+            .find(|d| d.keep.is_some())
+            .map(|d| d.end)
+        else {
+            return;
+        };
+        let until = std::time::Instant::now() + CMA_SETTLE;
+        while std::time::Instant::now() < until && self.alive() {
+            let head = c.head(&self.seg);
+            if self.tail.wrapping_sub(head) <= self.tail.wrapping_sub(end) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
     /// Claims a free channel, if there is one.
     fn claim(&mut self, me: (u32, u64), my_name: &str) -> bool {
         if self.chan.is_some() {
@@ -154,6 +198,11 @@ impl Peer {
             s.store32(c.ctl(C_GEN), gen, Release);
             s.store64(c.ctl(C_TAIL), 0, Release);
             s.store32(c.ctl(C_TX_WAIT), 0, Release);
+            let probe = match crate::cma::mode() {
+                crate::cma::Mode::Denied => 0,
+                _ => crate::cma::probe_addr(),
+            };
+            s.store64(c.ctl(C_CMA_PROBE), probe, Release);
             s.store32(c.ctl(C_STATE), ACTIVE, Release);
             self.chan = Some((c, gen));
             self.tail = 0;
@@ -182,6 +231,19 @@ impl Peer {
         let r = loop {
             if o.started && o.off == o.len {
                 break Ok(true);
+            }
+            if !o.started && self.cma_ok(&c, o) {
+                match self.write_cma(&c, o) {
+                    Some(true) => continue,
+                    Some(false) => {}
+                    None if asked => break Ok(false),
+                    None => {
+                        self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
+                        fence(Ordering::SeqCst);
+                        asked = true;
+                        continue;
+                    }
+                }
             }
             let free = c.room(&self.seg, self.tail).ok_or(Error::Io)?;
             let fit = c.fit(self.tail, free);
@@ -229,6 +291,55 @@ impl Peer {
         r
     }
 
+    /// Whether `o` goes as a CMA record: large enough, few enough
+    /// buffers, and the receiver said it can read us.
+    fn cma_ok(&self, c: &Chan, o: &Out) -> bool {
+        o.len >= crate::cma::CMA_MIN
+            && o.iov.len() <= crate::cma::MAX_RANGES
+            && self.seg.load32(c.ctl(C_CMA), Ordering::Acquire) == Some(CMA_OK)
+    }
+
+    /// Writes `o` as one CMA record if the ring has room: `Some(true)`
+    /// written, `None` no room now, `Some(false)` not possible (the
+    /// copy path takes it).
+    fn write_cma(&mut self, c: &Chan, o: &mut Out) -> Option<bool> {
+        let a = crate::cma::Announce {
+            ranges: o
+                .iov
+                .iter()
+                .map(|b| (b.as_ptr() as usize as u64, b.len() as u64))
+                .collect(),
+        };
+        let p = a.encode();
+        let Some(free) = c.room(&self.seg, self.tail) else {
+            // A broken head: the copy path fails the send.
+            return Some(false);
+        };
+        let (pad, max) = c.fit(self.tail, free)?;
+        if max < p.len() {
+            return if p.len() > self.g.chunk() {
+                Some(false)
+            } else {
+                None
+            };
+        }
+        self.tail = c.write_pad(&self.seg, self.tail, pad);
+        let h = RecHead {
+            word: K_CMA | o.flags | F_LAST,
+            len: p.len() as u32,
+            tag: o.tag,
+            data: o.data,
+            total: o.len as u64,
+        };
+        let (at, next) = c.write_head(&self.seg, self.tail, &h);
+        self.seg.write(at, &p);
+        self.tail = next;
+        o.off = o.len;
+        o.started = true;
+        o.cma = true;
+        Some(true)
+    }
+
     /// Rings the receiver's doorbell if it said it sleeps.
     fn wake(&self) {
         // Pairs with the receiver's fence between announcing its sleep
@@ -258,7 +369,7 @@ impl Peer {
     /// A send is wholly in the ring: it ends now, or (delivery-complete)
     /// once the receiver's head passes it.
     fn written(&mut self, o: Out, ended: &mut Vec<Ended>) {
-        if !o.dc {
+        if !o.waits() {
             ended.push((o.done, o.len, Ok(())));
             return;
         }
@@ -266,6 +377,7 @@ impl Peer {
             end: self.tail,
             len: o.len,
             done: o.done,
+            keep: o.cma.then_some(o.iov),
         });
         if let Some((c, _)) = self.chan {
             // The receiver rings us when it consumes.
@@ -405,6 +517,7 @@ impl EpShared {
             off: 0,
             started: false,
             dc: req.flags.contains(OpFlags::DELIVERY_COMPLETE),
+            cma: false,
             done: req.done,
         };
         let peer = match key {
@@ -445,7 +558,7 @@ impl EpShared {
         }
         if peer.queue.is_empty() && peer.claim(self.me, &self.name) {
             match peer.advance(&mut o) {
-                Ok(true) if !o.dc => {
+                Ok(true) if !o.waits() => {
                     drop(peers);
                     finish(self, (o.done, len, Ok(())));
                     return Ok(());
