@@ -1,6 +1,7 @@
 //! shm's large messages by cross-memory attach (`process_vm_readv`):
-//! getinfo names how large messages move; messages from `CMA_MIN` bytes
-//! up arrive whole in one copy in every shape (tagged with data, gathered,
+//! getinfo names how large messages move; messages of `CMA_MIN` to
+//! `cma::max_len()` bytes go direct (larger and smaller ones through the
+//! ring), and arrive whole in every shape (tagged with data, gathered,
 //! scattered, truncated, unexpected, delivery-complete); and a hostile
 //! sender's announcements (longer than the receive, unmapped, lengths
 //! that do not add up) never write outside the posted buffer and free
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use weft::{EpType, Error, Info, OpFlags, SendMsg, WaitMode};
 use weft_integration::{enabled_endpoint, next_cq, payload, within, Harness, Provider, TIMEOUT};
-use weft_shm::cma::{self, Announce, Mode, CMA_MIN};
+use weft_shm::cma::{self, Announce, Mode, CMA_MAX, CMA_MIN};
 use weft_shm::layout::*;
 use weft_shm::ring::{Chan, RecHead};
 use weft_shm::segment::Segment;
@@ -82,13 +83,12 @@ async fn large_messages_arrive_whole_in_every_shape() {
 async fn shapes(mode: WaitMode) {
     let p = pair(mode);
     let on = cma::mode() != Mode::Denied;
+    let direct_len = |n: usize| u64::from(on && (CMA_MIN..=cma::max_len()).contains(&n));
     let mut expect = 0;
-    // Tagged with remote CQ data and delivery-complete, at and above the
-    // threshold (and just below it: the copy path).
-    for (i, len) in [CMA_MIN - 1, CMA_MIN, 1 << 20, 3 << 20]
-        .into_iter()
-        .enumerate()
-    {
+    // Tagged with remote CQ data and delivery-complete, at the bounds
+    // (and just past them: the copy path).
+    let sizes = [CMA_MIN - 1, CMA_MIN, CMA_MAX, CMA_MAX + 1, 3 << 20];
+    for (i, len) in sizes.into_iter().enumerate() {
         let msg = payload(len, i as u8);
         p.b.post_trecv(BytesMut::zeroed(len), weft::FI_ADDR_UNSPEC, 7, 0, 1)
             .unwrap();
@@ -108,15 +108,15 @@ async fn shapes(mode: WaitMode) {
         let r = within("receive", next_cq(&p.bcq)).await.unwrap();
         assert_eq!((r.tag, r.data, r.len), (7, 0xABCD, len));
         assert_eq!(&r.into_bytes()[..], &msg[..], "{len} B");
-        expect += u64::from(on && len >= CMA_MIN);
+        expect += direct_len(len);
         assert_eq!(direct(&p.b), expect, "{len} B went direct: {on}");
     }
     // Gathered from four buffers, scattered into three.
-    let parts: Vec<Bytes> = (0..4u8).map(|i| payload(100_000 + i as usize, i)).collect();
+    let parts: Vec<Bytes> = (0..4u8).map(|i| payload(50_000 + i as usize, i)).collect();
     let whole: Vec<u8> = parts.iter().flat_map(|b| b.iter().copied()).collect();
     let mut r = weft::RecvMsg::untagged(BytesMut::zeroed(150_000), 5);
     r.bufs.push(BytesMut::zeroed(1));
-    r.bufs.push(BytesMut::zeroed(300_000));
+    r.bufs.push(BytesMut::zeroed(100_000));
     let m = SendMsg {
         dest: p.b_in_a,
         iov: parts,
@@ -136,16 +136,13 @@ async fn shapes(mode: WaitMode) {
     // Truncated: what fits, FI_ETRUNC.
     let recv = p.b.recv(BytesMut::zeroed(1000));
     let (got, sent) = within("truncated", async {
-        tokio::join!(recv, p.a.send(p.b_in_a, payload(1 << 20, 9)))
+        tokio::join!(recv, p.a.send(p.b_in_a, payload(CMA_MAX, 9)))
     })
     .await;
     sent.unwrap();
     let e = got.unwrap_err();
-    assert_eq!(
-        (e.err, e.len, e.olen),
-        (Error::Trunc, 1000, (1 << 20) - 1000)
-    );
-    assert_eq!(&e.bufs[0][..], &payload(1 << 20, 9)[..1000]);
+    assert_eq!((e.err, e.len, e.olen), (Error::Trunc, 1000, CMA_MAX - 1000));
+    assert_eq!(&e.bufs[0][..], &payload(CMA_MAX, 9)[..1000]);
     // Unexpected: read into a held buffer before any receive, in order.
     for i in 0..3u8 {
         p.a.post_send(p.b_in_a, payload(200_000, i), u64::from(i))
@@ -163,7 +160,8 @@ async fn shapes(mode: WaitMode) {
     }
     let s = p.b.stats().unwrap();
     assert_eq!((s.rx_malformed, s.unexpected_bytes), (0, 0));
-    assert_eq!(s.rx_direct, if on { expect + 5 } else { 0 });
+    expect += direct_len(200_006) + direct_len(CMA_MAX) + 3 * direct_len(200_000);
+    assert_eq!(s.rx_direct, expect);
 }
 
 /// A hostile process of the same user (here: this test, writing the

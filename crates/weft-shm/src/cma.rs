@@ -24,10 +24,27 @@ use std::sync::OnceLock;
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 
-/// Messages of at least this many bytes go by CMA where it is permitted.
-/// Below it the two copies through the ring cost less than the system
-/// call and the page walks.
-pub const CMA_MIN: usize = 16 << 10;
+/// Messages of `CMA_MIN..=CMA_MAX` bytes go by CMA where it is
+/// permitted. Below, the two copies through the ring cost less than the
+/// system call and the page walks; above, the receiver's one core doing
+/// the whole copy loses to the ring's two copies on two cores (both
+/// measured with `integration/bench-shm-cma`, `docs/benchmarks.md`).
+pub const CMA_MIN: usize = 32 << 10;
+/// See [`CMA_MIN`]; [`max_len`] is what applies.
+pub const CMA_MAX: usize = 256 << 10;
+
+/// The largest message sent by CMA: `WEFT_SHM_CMA_MAX` (bytes) if set to
+/// a number, else [`CMA_MAX`] (the benchmark sets it to compare both
+/// paths at every size).
+pub fn max_len() -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("WEFT_SHM_CMA_MAX")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(CMA_MAX)
+    })
+}
 /// Ranges one announcement may list (the provider's `IOV_LIMIT`).
 pub const MAX_RANGES: usize = crate::IOV_LIMIT;
 /// Payload bytes of an announcement of `n` ranges.

@@ -291,10 +291,10 @@ impl Peer {
         r
     }
 
-    /// Whether `o` goes as a CMA record: large enough, few enough
+    /// Whether `o` goes as a CMA record: of the sizes where it pays, few enough
     /// buffers, and the receiver said it can read us.
     fn cma_ok(&self, c: &Chan, o: &Out) -> bool {
-        o.len >= crate::cma::CMA_MIN
+        (crate::cma::CMA_MIN..=crate::cma::max_len()).contains(&o.len)
             && o.iov.len() <= crate::cma::MAX_RANGES
             && self.seg.load32(c.ctl(C_CMA), Ordering::Acquire) == Some(CMA_OK)
     }
