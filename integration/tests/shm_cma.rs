@@ -107,7 +107,7 @@ async fn shapes(mode: WaitMode) {
         .unwrap();
         let r = within("receive", next_cq(&p.bcq)).await.unwrap();
         assert_eq!((r.tag, r.data, r.len), (7, 0xABCD, len));
-        assert_eq!(&r.into_bytes()[..], &msg[..], "{len} B");
+        assert!(r.into_bytes()[..] == msg[..], "{len} B arrived whole");
         expect += direct_len(len);
         assert_eq!(direct(&p.b), expect, "{len} B went direct: {on}");
     }
@@ -132,7 +132,10 @@ async fn shapes(mode: WaitMode) {
     })
     .await;
     sent.unwrap();
-    assert_eq!(&got.unwrap().into_bytes()[..], &whole[..]);
+    assert!(
+        got.is_ok_and(|g| g.into_bytes()[..] == whole[..]),
+        "gathered"
+    );
     // Truncated: what fits, FI_ETRUNC.
     let recv = p.b.recv(BytesMut::zeroed(1000));
     let (got, sent) = within("truncated", async {
@@ -156,7 +159,7 @@ async fn shapes(mode: WaitMode) {
         let got = within("held", p.b.recv(BytesMut::zeroed(200_000)))
             .await
             .unwrap();
-        assert_eq!(&got.into_bytes()[..], &payload(200_000, i)[..], "#{i}");
+        assert!(got.into_bytes()[..] == payload(200_000, i)[..], "#{i}");
     }
     let s = p.b.stats().unwrap();
     assert_eq!((s.rx_malformed, s.unexpected_bytes), (0, 0));
@@ -260,5 +263,101 @@ async fn hostile_announcements_stay_in_the_posted_buffer() {
     })
     .await;
     sent.unwrap();
-    assert_eq!(&got.unwrap().into_bytes()[..], &src[..]);
+    assert!(got.is_ok_and(|g| g.into_bytes()[..] == src[..]), "after");
+}
+
+/// Kills the child if the test ends before it does.
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Starts `shm-peer send ADDR N SIZE` and waits for its `posted`.
+async fn sender_process(to: &weft::Endpoint, n: u64, size: usize) -> Reap {
+    use std::io::BufRead;
+    let addr = String::from_utf8(to.local_addr().unwrap()).unwrap();
+    let mut child = Reap(
+        std::process::Command::new(env!("CARGO_BIN_EXE_shm-peer"))
+            .args(["send", &addr, &n.to_string(), &size.to_string()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = child.0.stdout.take().unwrap();
+    let line = within(
+        "the peer's first line",
+        tokio::task::spawn_blocking(move || {
+            let mut l = String::new();
+            std::io::BufReader::new(out).read_line(&mut l).unwrap();
+            l.trim().to_owned()
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(line, "posted");
+    child
+}
+
+/// Another process's messages are read from its memory (the per-sender
+/// probe passes between processes of one user where Yama allows it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_is_read_directly() {
+    let h = harness();
+    let (b, _bcq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
+    let (n, size) = (8u64, 200_000usize);
+    let _peer = sender_process(&b, n, size).await;
+    let warm = within("warm-up", b.recv(BytesMut::zeroed(1))).await;
+    assert!(warm.is_ok_and(|w| w.len == 1));
+    for i in 0..n {
+        let got = within("receive", b.recv(BytesMut::zeroed(size))).await;
+        let ok = got.is_ok_and(|g| g.into_bytes()[..] == payload(size, i as u8)[..]);
+        assert!(ok, "message #{i} arrived whole");
+    }
+    let s = b.stats().unwrap();
+    let expect = match cma::mode() {
+        Mode::Permitted => n,
+        // Yama 1: a child may not read its parent; the probe said so.
+        Mode::Restricted | Mode::Denied => 0,
+    };
+    assert_eq!((s.rx_direct, s.rx_malformed), (expect, 0));
+}
+
+/// A sender killed while its CMA message waits in the ring (no receive,
+/// no budget): the receive posted afterwards fails, it never gets the
+/// dead process's bytes half read or someone else's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_cma_sender_fails_the_receive() {
+    if cma::mode() != Mode::Permitted {
+        eprintln!("CMA not permitted here");
+        return;
+    }
+    let h = harness();
+    let mut info = h.info.clone();
+    info.rx_attr.total_buffered_recv = 4096;
+    let (b, _bcq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
+    let mut peer = sender_process(&b, 1, 100_000).await;
+    // The record is there, parked for want of budget.
+    let start = Instant::now();
+    while b.stats().unwrap().conns == 0 {
+        assert!(start.elapsed() < TIMEOUT, "the sender never claimed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(b.stats().unwrap().rx_direct, 0);
+    peer.0.kill().unwrap();
+    peer.0.wait().unwrap();
+    let warm = within("warm-up", b.recv(BytesMut::zeroed(1))).await;
+    assert!(warm.is_ok_and(|w| w.len == 1));
+    let r = within("the receive", b.recv(BytesMut::zeroed(100_000))).await;
+    match r {
+        Ok(_) => panic!("a dead sender's CMA message completed a receive"),
+        Err(e) => assert_eq!(e.err, Error::ConnAborted),
+    }
+    assert_eq!(b.stats().unwrap().conns, 0, "the channel is free again");
 }
