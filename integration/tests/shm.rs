@@ -283,7 +283,8 @@ async fn truncation_sizes_and_gathers() {
     let p = pair(WaitMode::Interrupt);
     // Longer than the receive: FI_ETRUNC with what fitted, short and
     // long (the long one's later records are read past the buffer).
-    for len in [100, 1 << 20] {
+    // (`CMA_MAX`: read from the sender's memory where CMA is permitted.)
+    for len in [100, weft_shm::cma::CMA_MAX, 1 << 20] {
         let recv = p.b.recv(BytesMut::zeroed(10));
         let (got, sent) = within("exchange", async {
             tokio::join!(recv, p.a.send(p.b_in_a, payload(len, 1)))

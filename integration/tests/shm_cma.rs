@@ -2,7 +2,7 @@
 //! getinfo names how large messages move; messages of `CMA_MIN` to
 //! `cma::max_len()` bytes go direct (larger and smaller ones through the
 //! ring), and arrive whole in every shape (tagged with data, gathered,
-//! scattered, truncated, unexpected, delivery-complete); and a hostile
+//! scattered, unexpected, delivery-complete; truncation is in `shm.rs`); and a hostile
 //! sender's announcements (longer than the receive, unmapped, lengths
 //! that do not add up) never write outside the posted buffer and free
 //! the sender's channel, counted, without stopping the endpoint.
@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use weft::{EpType, Error, Info, OpFlags, SendMsg, WaitMode};
+use weft_integration::child::{spawn_peer, Reap};
 use weft_integration::{enabled_endpoint, next_cq, payload, within, Harness, Provider, TIMEOUT};
 use weft_shm::cma::{self, Announce, Mode, CMA_MAX, CMA_MIN};
 use weft_shm::layout::*;
@@ -136,16 +137,6 @@ async fn shapes(mode: WaitMode) {
         got.is_ok_and(|g| g.into_bytes()[..] == whole[..]),
         "gathered"
     );
-    // Truncated: what fits, FI_ETRUNC.
-    let recv = p.b.recv(BytesMut::zeroed(1000));
-    let (got, sent) = within("truncated", async {
-        tokio::join!(recv, p.a.send(p.b_in_a, payload(CMA_MAX, 9)))
-    })
-    .await;
-    sent.unwrap();
-    let e = got.unwrap_err();
-    assert_eq!((e.err, e.len, e.olen), (Error::Trunc, 1000, CMA_MAX - 1000));
-    assert_eq!(&e.bufs[0][..], &payload(CMA_MAX, 9)[..1000]);
     // Unexpected: read into a held buffer before any receive, in order.
     for i in 0..3u8 {
         p.a.post_send(p.b_in_a, payload(200_000, i), u64::from(i))
@@ -163,7 +154,7 @@ async fn shapes(mode: WaitMode) {
     }
     let s = p.b.stats().unwrap();
     assert_eq!((s.rx_malformed, s.unexpected_bytes), (0, 0));
-    expect += direct_len(200_006) + direct_len(CMA_MAX) + 3 * direct_len(200_000);
+    expect += direct_len(200_006) + 3 * direct_len(200_000);
     assert_eq!(s.rx_direct, expect);
 }
 
@@ -266,40 +257,12 @@ async fn hostile_announcements_stay_in_the_posted_buffer() {
     assert!(got.is_ok_and(|g| g.into_bytes()[..] == src[..]), "after");
 }
 
-/// Kills the child if the test ends before it does.
-struct Reap(std::process::Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 /// Starts `shm-peer send ADDR N SIZE` and waits for its `posted`.
 async fn sender_process(to: &weft::Endpoint, n: u64, size: usize) -> Reap {
-    use std::io::BufRead;
     let addr = String::from_utf8(to.local_addr().unwrap()).unwrap();
-    let mut child = Reap(
-        std::process::Command::new(env!("CARGO_BIN_EXE_shm-peer"))
-            .args(["send", &addr, &n.to_string(), &size.to_string()])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let out = child.0.stdout.take().unwrap();
-    let line = within(
-        "the peer's first line",
-        tokio::task::spawn_blocking(move || {
-            let mut l = String::new();
-            std::io::BufReader::new(out).read_line(&mut l).unwrap();
-            l.trim().to_owned()
-        }),
-    )
-    .await
-    .unwrap();
+    let (n, size) = (n.to_string(), size.to_string());
+    let (child, line) =
+        spawn_peer(env!("CARGO_BIN_EXE_shm-peer"), &["send", &addr, &n, &size]).await;
     assert_eq!(line, "posted");
     child
 }

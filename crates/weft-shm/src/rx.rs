@@ -294,6 +294,20 @@ fn source(ep: &EpShared, lc: &mut RxChan) -> FiAddr {
     h
 }
 
+/// What the matcher knows of a message of `total` bytes whose first
+/// (or only) record has header `h`.
+fn msg_info(ep: &EpShared, lc: &mut RxChan, h: &crate::ring::RecHead, total: usize) -> MsgInfo {
+    let tagged = h.has(F_TAGGED);
+    MsgInfo {
+        key: None,
+        src: source(ep, lc),
+        tagged,
+        tag: if tagged { h.tag } else { 0 },
+        len: total,
+        data: h.has(F_DATA).then_some(h.data),
+    }
+}
+
 /// Copies `n` bytes at segment offset `off` into the receive's buffers at
 /// message offset `at`, as far as they reach. True unless the segment
 /// refused the range (it cannot: the ring checked it).
@@ -329,15 +343,7 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
                 return Err(());
             }
             let total = crate::ring::check_first(h, ep.max_msg).ok_or(())?;
-            let tagged = h.has(F_TAGGED);
-            let info = MsgInfo {
-                key: None,
-                src: source(ep, lc),
-                tagged,
-                tag: if tagged { h.tag } else { 0 },
-                len: total,
-                data: h.has(F_DATA).then_some(h.data),
-            };
+            let info = msg_info(ep, lc, h, total);
             let from = lc.from.clone().ok_or(())?;
             let mut m = lock(&ep.matcher);
             let sink = match m.match_arrival(&info) {
@@ -427,15 +433,7 @@ fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
         return Err(());
     }
     let a = crate::cma::Announce::parse(&raw[..n], total).ok_or(())?;
-    let tagged = h.has(F_TAGGED);
-    let info = MsgInfo {
-        key: None,
-        src: source(ep, lc),
-        tagged,
-        tag: if tagged { h.tag } else { 0 },
-        len: total,
-        data: h.has(F_DATA).then_some(h.data),
-    };
+    let info = msg_info(ep, lc, h, total);
     let from = lc.from.clone().ok_or(())?;
     let mut m = lock(&ep.matcher);
     match m.match_arrival(&info) {

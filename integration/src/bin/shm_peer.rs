@@ -20,7 +20,7 @@ use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use weft::{AvAttr, BindFlags, CqAttr, EpType, Info};
+use weft::{AvAttr, EpType, Info, WaitMode};
 use weft_shm::layout::*;
 use weft_shm::ring::{Chan, RecHead};
 use weft_shm::segment::Segment;
@@ -48,11 +48,7 @@ fn open_ep() -> Res<Ep> {
     let fabric = weft::Fabric::open(&info)?;
     let domain = fabric.domain(&info)?;
     let av = domain.av(AvAttr::default())?;
-    let cq = domain.cq(CqAttr::default())?;
-    let ep = domain.endpoint(&info)?;
-    ep.bind_av(&av)?;
-    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)?;
-    ep.enable()?;
+    let (ep, cq) = weft_integration::enabled_endpoint(&domain, &info, &av, WaitMode::Interrupt);
     Ok(Ep {
         ep,
         av,
