@@ -9,7 +9,10 @@
 //! (`weft_core::tagmatch`) and copies each record straight into the
 //! receive's buffers, or holds the message for a later receive within
 //! the unexpected budget (`rx_attr.total_buffered_recv`). A message that
-//! fits neither waits in its ring: nothing is dropped.
+//! fits neither waits in its ring: nothing is dropped. Messages of 32 to
+//! 256 KiB go in one copy instead, where the kernel permits it: the
+//! receiver reads them from the sender's memory (`process_vm_readv`,
+//! [`cma`]).
 //!
 //! Everything read from a segment is checked before use: a peer writing
 //! garbage there gets its channel freed (`EpStats::rx_malformed`), never
