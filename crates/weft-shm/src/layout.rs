@@ -71,6 +71,15 @@ pub const K_PAD: u32 = 3;
 /// A whole message the receiver reads from the sender's memory: the
 /// payload lists where it lies (`cma::Announce`); always `F_LAST`.
 pub const K_CMA: u32 = 4;
+/// RMA (`docs/wire.md`, "RMA records"): a write request (`tag` the key,
+/// `data` remote CQ data with `F_DATA`, `total` the bytes that follow as
+/// continuation records, payload the 8-byte target offset), a read
+/// request (`tag` the key, `data` the length, payload the offset; one
+/// record) and an answer (`data` 0 or an error code, `total` the read
+/// bytes that follow as continuation records).
+pub const K_RMA_W: u32 = 5;
+pub const K_RMA_R: u32 = 6;
+pub const K_RESP: u32 = 7;
 /// Record flags.
 pub const F_TAGGED: u32 = 1 << 8;
 pub const F_DATA: u32 = 1 << 9;

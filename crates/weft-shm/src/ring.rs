@@ -178,8 +178,10 @@ impl Chan {
             }
             let len = h.len as usize;
             let size = rec_len(len);
-            let kind_ok =
-                matches!(h.kind(), K_FIRST | K_CONT | K_CMA) && h.word & !0xff & !F_ALL == 0;
+            let kind_ok = matches!(
+                h.kind(),
+                K_FIRST | K_CONT | K_CMA | K_RMA_W | K_RMA_R | K_RESP
+            ) && h.word & !0xff & !F_ALL == 0;
             if !kind_ok || to_end < REC_HDR || len > self.g.chunk() || size > to_end {
                 return Next::Corrupt;
             }

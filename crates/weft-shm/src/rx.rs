@@ -51,6 +51,23 @@ enum Sink {
     Recv(RecvReq),
     /// No receive yet: buffered, charged.
     Buf(BytesMut, Charge),
+    /// An RMA write at the target: into a region, or read past.
+    Write(crate::rma::WriteIn),
+    /// A read's answer at the initiator.
+    Answer(crate::rma::Pending),
+}
+
+/// What a partial RMA transfer of `total` bytes shares with a message:
+/// its length (the rest is unused).
+fn rma_info(total: usize) -> MsgInfo {
+    MsgInfo {
+        key: None,
+        src: FI_ADDR_NOTAVAIL,
+        tagged: false,
+        tag: 0,
+        len: total,
+        data: None,
+    }
 }
 
 /// A message whose records are still arriving.
@@ -217,9 +234,13 @@ fn cma_probe(ep: &EpShared, c: &Chan) -> Option<u32> {
 /// its receive; `broken` counts it as malformed.
 fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
     if let Some(p) = lc.partial.take() {
-        if let Sink::Recv(req) = p.sink {
-            let placed = p.got.min(req.capacity());
-            fail_recv(ep, req, p.info, placed, Error::ConnAborted);
+        match p.sink {
+            Sink::Recv(req) => {
+                let placed = p.got.min(req.capacity());
+                fail_recv(ep, req, p.info, placed, Error::ConnAborted);
+            }
+            Sink::Answer(pending) => pending.fail(ep, Error::ConnAborted),
+            Sink::Buf(..) | Sink::Write(_) => {}
         }
     }
     if broken {
@@ -384,6 +405,7 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
         }
         K_CONT => lc.partial.take().ok_or(())?,
         K_CMA => return cma_record(ep, lc, r),
+        K_RMA_W | K_RMA_R | K_RESP => return rma_record(ep, lc, r),
         _ => return Err(()),
     };
     let now = crate::ring::check_next(h, p.got, p.info.len).ok_or(())?;
@@ -397,6 +419,16 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
             let at = b.len();
             b.resize(at + len, 0);
             if !ep.seg.read(r.payload, &mut b[at..]) {
+                return Err(());
+            }
+        }
+        Sink::Write(w) => {
+            if !crate::rma::write_feed(ep, w, p.got, r.payload, len) {
+                return Err(());
+            }
+        }
+        Sink::Answer(pending) => {
+            if !pending.place(&ep.seg, r.payload, len) {
                 return Err(());
             }
         }
@@ -478,9 +510,53 @@ fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     Ok(true)
 }
 
+/// The first record of an RMA request or answer (`rma`): handled now,
+/// or begun as a partial transfer whose bytes follow.
+fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
+    let h = &r.head;
+    if lc.partial.is_some() {
+        return Err(());
+    }
+    let from = lc.from.clone().ok_or(())?;
+    match h.kind() {
+        K_RMA_W => {
+            let (w, total) = crate::rma::write_start(ep, h, r.payload).ok_or(())?;
+            if h.has(F_LAST) != (total == 0) {
+                return Err(());
+            }
+            if total == 0 {
+                crate::rma::write_end(ep, w, 0, &from);
+            } else {
+                lc.partial = Some(Partial {
+                    info: rma_info(total),
+                    sink: Sink::Write(w),
+                    got: 0,
+                });
+            }
+        }
+        K_RMA_R => {
+            if !crate::rma::read(ep, h, r.payload, &from) {
+                return Err(());
+            }
+        }
+        _ => {
+            if let Some(p) = crate::rma::answer_start(ep, h, &from)? {
+                lc.partial = Some(Partial {
+                    info: rma_info(p.len),
+                    sink: Sink::Answer(p),
+                    got: 0,
+                });
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// A message whose last record arrived.
 fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
     match p.sink {
+        Sink::Write(w) => crate::rma::write_end(ep, w, p.info.len, &from),
+        Sink::Answer(pending) => pending.complete(ep),
         Sink::Recv(req) => {
             let placed = p.info.len.min(req.capacity());
             complete(ep, req, p.info, placed, &from);

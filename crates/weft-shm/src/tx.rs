@@ -44,7 +44,23 @@ pub struct Out {
     /// Went as a CMA record: completes once the receiver, having read
     /// it from our buffers, consumed the record.
     cma: bool,
-    done: OpDone,
+    /// An RMA request or response: its first record is this one, and
+    /// the bytes follow as continuation records.
+    lead: Option<Lead>,
+    /// `None` for what completes nothing here (RMA requests complete by
+    /// their response; responses complete nothing).
+    done: Option<OpDone>,
+}
+
+/// The first record of an RMA request or response (`docs/wire.md`
+/// section 16, "RMA records"): its kind and flags, its `tag` and `data`
+/// words, and an 8-byte argument (the target offset) as its payload.
+#[derive(Debug, Clone, Copy)]
+pub struct Lead {
+    pub word: u32,
+    pub tag: u64,
+    pub data: u64,
+    pub arg: Option<u64>,
 }
 
 impl Out {
@@ -60,7 +76,7 @@ impl Out {
 struct Delivering {
     end: u64,
     len: usize,
-    done: OpDone,
+    done: Option<OpDone>,
     /// A CMA send's buffers: the receiver reads them until it consumes
     /// the record.
     keep: Option<Iov>,
@@ -82,6 +98,9 @@ pub struct Peer {
     bell: Option<File>,
     queue: VecDeque<Out>,
     delivering: VecDeque<Delivering>,
+    /// RMA operations sent to this peer, waiting for its responses (it
+    /// answers in order).
+    pub pending: VecDeque<crate::rma::Pending>,
 }
 
 /// The peers sent to, by address.
@@ -96,11 +115,17 @@ pub struct Peers {
 const CMA_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// A send that ended (outside the locks).
-type Ended = (OpDone, usize, Result<()>);
+pub type Ended = (Option<OpDone>, usize, Result<()>);
 
 impl Peers {
     pub fn len(&self) -> usize {
         self.map.len()
+    }
+
+    /// The oldest RMA operation sent to the endpoint at `addr` and not
+    /// answered yet.
+    pub fn pending_for(&mut self, addr: &[u8]) -> Option<crate::rma::Pending> {
+        self.map.get_mut(addr)?.pending.pop_front()
     }
 
     /// The endpoint closes: every claimed channel is handed back
@@ -147,6 +172,7 @@ impl Peer {
             bell: crate::bell::open_remote(name),
             queue: VecDeque::new(),
             delivering: VecDeque::new(),
+            pending: VecDeque::new(),
         })
     }
 
@@ -232,9 +258,10 @@ impl Peer {
             if o.started && o.off == o.len {
                 break Ok(true);
             }
-            if !o.started && self.cma_ok(&c, o) {
-                match self.write_cma(&c, o) {
+            if !o.started && (o.lead.is_some() || self.cma_ok(&c, o)) {
+                match self.write_one(&c, o) {
                     Some(true) => continue,
+                    Some(false) if o.lead.is_some() => break Err(Error::Io),
                     Some(false) => {}
                     None if asked => break Ok(false),
                     None => {
@@ -299,18 +326,34 @@ impl Peer {
             && self.seg.load32(c.ctl(C_CMA), Ordering::Acquire) == Some(CMA_OK)
     }
 
-    /// Writes `o` as one CMA record if the ring has room: `Some(true)`
-    /// written, `None` no room now, `Some(false)` not possible (the
-    /// copy path takes it).
-    fn write_cma(&mut self, c: &Chan, o: &mut Out) -> Option<bool> {
-        let a = crate::cma::Announce {
-            ranges: o
-                .iov
-                .iter()
-                .map(|b| (b.as_ptr() as usize as u64, b.len() as u64))
-                .collect(),
+    /// Writes `o`'s lead record (an RMA request or response), or all of
+    /// `o` as one CMA record, if the ring has room: `Some(true)` written,
+    /// `None` no room now, `Some(false)` not possible (a CMA send takes
+    /// the copy path; a lead fails).
+    fn write_one(&mut self, c: &Chan, o: &mut Out) -> Option<bool> {
+        let (word, tag, data, p) = match o.lead {
+            Some(l) => {
+                let last = if o.len == 0 { F_LAST } else { 0 };
+                let p: SmallVec<[u8; 72]> =
+                    l.arg.map(u64::to_ne_bytes).into_iter().flatten().collect();
+                (l.word | last, l.tag, l.data, p)
+            }
+            None => {
+                let a = crate::cma::Announce {
+                    ranges: o
+                        .iov
+                        .iter()
+                        .map(|b| (b.as_ptr() as usize as u64, b.len() as u64))
+                        .collect(),
+                };
+                (
+                    K_CMA | o.flags | F_LAST,
+                    o.tag,
+                    o.data,
+                    a.encode().into_iter().collect(),
+                )
+            }
         };
-        let p = a.encode();
         let Some(free) = c.room(&self.seg, self.tail) else {
             // A broken head: the copy path fails the send.
             return Some(false);
@@ -325,18 +368,20 @@ impl Peer {
         }
         self.tail = c.write_pad(&self.seg, self.tail, pad);
         let h = RecHead {
-            word: K_CMA | o.flags | F_LAST,
+            word,
             len: p.len() as u32,
-            tag: o.tag,
-            data: o.data,
+            tag,
+            data,
             total: o.len as u64,
         };
         let (at, next) = c.write_head(&self.seg, self.tail, &h);
         self.seg.write(at, &p);
         self.tail = next;
-        o.off = o.len;
         o.started = true;
-        o.cma = true;
+        if o.lead.is_none() {
+            o.off = o.len;
+            o.cma = true;
+        }
         Some(true)
     }
 
@@ -440,6 +485,11 @@ impl Peer {
     fn fail_all(&mut self, e: Error, ended: &mut Vec<Ended>) {
         ended.extend(self.queue.drain(..).map(|o| (o.done, o.len, Err(e))));
         ended.extend(self.delivering.drain(..).map(|d| (d.done, d.len, Err(e))));
+        ended.extend(
+            self.pending
+                .drain(..)
+                .map(|p| (Some(p.done), p.len, Err(e))),
+        );
     }
 }
 
@@ -463,7 +513,12 @@ fn copy_out(seg: &Segment, mut at: usize, iov: &Iov, mut off: usize, mut n: usiz
 }
 
 /// Ends a send: its credit back first, then its completion.
-fn finish(ep: &EpShared, (done, len, r): Ended) {
+pub fn finish(ep: &EpShared, (done, len, r): Ended) {
+    // Nothing to end: an RMA request (its response ends it) or a
+    // response.
+    let Some(done) = done else {
+        return;
+    };
     ep.tx.release(1);
     match r {
         Ok(()) => done.complete(CqEntry {
@@ -495,19 +550,14 @@ impl EpShared {
         let Some(av) = &self.cfg.av else {
             return reject(Error::NoAv, req);
         };
-        let mut peers = lock(&self.peers);
-        let key = {
-            let t = lock_synced(av);
-            match t.lookup(req.dest) {
-                Ok(b) if peers.map.contains_key(b) => None,
-                Ok(b) => Some(b.to_vec()),
-                Err(_) => return reject(Error::AddrNotAvail, req),
-            }
+        let addr = match lock_synced(av).lookup(req.dest) {
+            Ok(b) => b.to_vec(),
+            Err(_) => return reject(Error::AddrNotAvail, req),
         };
         if !self.tx.try_take() {
             return reject(Error::Again, req);
         }
-        let mut o = Out {
+        let o = Out {
             flags: if req.tag.is_some() { F_TAGGED } else { 0 }
                 | if req.data.is_some() { F_DATA } else { 0 },
             tag: req.tag.unwrap_or(0),
@@ -518,56 +568,79 @@ impl EpShared {
             started: false,
             dc: req.flags.contains(OpFlags::DELIVERY_COMPLETE),
             cma: false,
-            done: req.done,
+            lead: None,
+            done: Some(req.done),
         };
-        let peer = match key {
-            None => {
-                // Found above, under the same lock.
-                let t = lock_synced(av);
-                let b = t.lookup(req.dest).unwrap_or(&[]);
-                peers.map.get_mut(b)
-            }
-            Some(k) => match crate::name::parse(&k).and_then(Peer::open) {
-                Ok(p) => Some(peers.map.entry(k).or_insert(p)),
+        self.enqueue(addr, o, None);
+        Ok(())
+    }
+
+    /// An RMA request or response of `len` bytes from `iov`, led by
+    /// `lead`.
+    pub fn rma_out(lead: Lead, iov: Iov, len: usize) -> Out {
+        Out {
+            flags: 0,
+            tag: 0,
+            data: 0,
+            iov,
+            len,
+            off: 0,
+            started: false,
+            dc: false,
+            cma: false,
+            lead: Some(lead),
+            done: None,
+        }
+    }
+
+    /// Sends `o` to the endpoint at `addr` (mapping its segment the
+    /// first time), with `pending` waiting for its response when it is
+    /// an RMA request: written now if the ring takes it, else queued in
+    /// order. A peer that cannot be reached fails it (`ConnRefused`).
+    pub fn enqueue(&self, addr: Vec<u8>, mut o: Out, pending: Option<crate::rma::Pending>) {
+        let len = o.len;
+        let mut peers = lock(&self.peers);
+        if !peers.map.contains_key(&addr) {
+            match crate::name::parse(&addr).and_then(Peer::open) {
+                Ok(p) => {
+                    peers.map.insert(addr.clone(), p);
+                }
                 Err(e) => {
                     drop(peers);
                     finish(self, (o.done, len, Err(e)));
-                    return Ok(());
+                    if let Some(p) = pending {
+                        finish(self, (Some(p.done), p.len, Err(e)));
+                    }
+                    return;
                 }
-            },
+            }
+        }
+        let Some(peer) = peers.map.get_mut(&addr) else {
+            return;
         };
-        let Some(peer) = peer else {
-            drop(peers);
-            finish(self, (o.done, len, Err(Error::AddrNotAvail)));
-            return Ok(());
-        };
+        if let Some(p) = pending {
+            peer.pending.push_back(p);
+        }
         if !peer.alive_now() {
             // The owner closed its endpoint: what waits fails, and so
             // does this send.
             let mut ended = Vec::new();
             peer.fail_all(Error::ConnReset, &mut ended);
             ended.push((o.done, len, Err(Error::ConnReset)));
-            if let Ok(t) = lock_synced(av).lookup(req.dest).map(<[u8]>::to_vec) {
-                peers.map.remove(&t);
-            }
+            peers.map.remove(&addr);
             drop(peers);
             for e in ended {
                 finish(self, e);
             }
-            return Ok(());
+            return;
         }
         if peer.queue.is_empty() && peer.claim(self.me, &self.name) {
             match peer.advance(&mut o) {
-                Ok(true) if !o.waits() => {
-                    drop(peers);
-                    finish(self, (o.done, len, Ok(())));
-                    return Ok(());
-                }
                 Ok(true) => {
                     let mut ended = Vec::new();
                     peer.written(o, &mut ended);
-                    drop(peers);
                     let waits = ended.is_empty();
+                    drop(peers);
                     for e in ended {
                         finish(self, e);
                     }
@@ -575,13 +648,17 @@ impl EpShared {
                         self.tx_pending.store(true, Ordering::Release);
                         self.kick.notify_one();
                     }
-                    return Ok(());
+                    return;
                 }
                 Ok(false) => {}
                 Err(e) => {
+                    let mut ended = vec![(o.done, len, Err(e))];
+                    peer.fail_all(e, &mut ended);
                     drop(peers);
-                    finish(self, (o.done, len, Err(e)));
-                    return Ok(());
+                    for e in ended {
+                        finish(self, e);
+                    }
+                    return;
                 }
             }
         }
@@ -589,7 +666,6 @@ impl EpShared {
         drop(peers);
         self.tx_pending.store(true, Ordering::Release);
         self.kick.notify_one();
-        Ok(())
     }
 
     /// Sends what waits in peers' queues while their rings take it.
