@@ -363,7 +363,7 @@ mod tests {
         // A tail behind the head.
         assert_eq!(c.next_below(&seg, 64, 8), Next::Corrupt);
         // An unknown kind.
-        seg.write(c.g.ring_at(1), &7u32.to_ne_bytes());
+        seg.write(c.g.ring_at(1), &9u32.to_ne_bytes());
         assert_eq!(c.next(&seg, 0), Next::Corrupt);
         // A length past the published tail.
         seg.write(c.g.ring_at(1), &(K_FIRST | F_LAST).to_ne_bytes());

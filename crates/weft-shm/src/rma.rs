@@ -23,6 +23,11 @@ use crate::mr::Region;
 use crate::ring::RecHead;
 use crate::tx::Lead;
 
+/// Bytes of read answers a target queues for one initiator (past what
+/// that initiator's ring holds) before it stops reading the initiator's
+/// requests.
+pub const ANSWER_BACKLOG: usize = 16 << 20;
+
 /// An RMA operation waiting for its target's answer.
 #[derive(Debug)]
 pub struct Pending {

@@ -517,6 +517,8 @@ fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     if lc.partial.is_some() {
         return Err(());
     }
+    // The rules the fuzz target checks too.
+    crate::scan::check_lead(h, ep.max_msg).ok_or(())?;
     let from = lc.from.clone().ok_or(())?;
     match h.kind() {
         K_RMA_W => {
@@ -535,6 +537,12 @@ fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
             }
         }
         K_RMA_R => {
+            // An initiator that does not drain our answers stops being
+            // read (its requests wait in its ring), rather than making
+            // us hold copies of region bytes without bound.
+            if lock(&ep.peers).backlog(&from) > crate::rma::ANSWER_BACKLOG {
+                return Ok(false);
+            }
             if !crate::rma::read(ep, h, r.payload, &from) {
                 return Err(());
             }

@@ -97,6 +97,21 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
             }
             let step = match (r.head.kind(), msg) {
                 (K_FIRST, None) => check_first(&r.head, max_msg).map(|t| (0, t)),
+                (K_RMA_W | K_RMA_R | K_RESP, None) => match check_lead(&r.head, max_msg) {
+                    // Its payload is the argument, not the transfer's
+                    // bytes: those follow as continuations.
+                    Some(total) if seg.read(r.payload, &mut buf[..n]) => {
+                        out.records += 1;
+                        if total == 0 {
+                            out.messages += 1;
+                        } else {
+                            msg = Some((0, total));
+                        }
+                        head = r.next;
+                        continue;
+                    }
+                    _ => None,
+                },
                 (K_CONT, Some(m)) => Some(m),
                 _ => None,
             }
@@ -121,6 +136,23 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
         }
     }
     out
+}
+
+/// The bytes that follow an RMA lead record (`docs/wire.md`, "RMA
+/// records"), if it keeps the rules the receive pass applies: a write
+/// request's 8-byte offset with `total` bytes to follow (last exactly
+/// when none), a read request's offset alone (`total` 0, a length within
+/// `max_msg`), an answer's empty payload with `total` bytes to follow.
+pub fn check_lead(h: &crate::ring::RecHead, max_msg: usize) -> Option<usize> {
+    let total = usize::try_from(h.total).ok().filter(|&t| t <= max_msg)?;
+    let last_ok = h.has(F_LAST) == (total == 0);
+    let ok = match h.kind() {
+        K_RMA_W => h.len == 8 && last_ok,
+        K_RMA_R => h.len == 8 && total == 0 && h.has(F_LAST) && h.data <= max_msg as u64,
+        K_RESP => h.len == 0 && last_ok,
+        _ => false,
+    };
+    ok.then_some(total)
 }
 
 /// [`scan`] of arbitrary bytes as the segment of a small geometry (2
@@ -169,16 +201,21 @@ mod tests {
             ranges: [(4096u64, 1 << 20)].into_iter().collect(),
         }
         .encode();
-        for (word, len) in [
-            (K_FIRST, 1000u32),
-            (K_CONT, 1000),
-            (K_CONT | F_LAST, 48),
-            (K_CMA | F_LAST, ann.len() as u32),
+        for (word, len, total) in [
+            (K_FIRST, 1000u32, 2048u64),
+            (K_CONT, 1000, 2048),
+            (K_CONT | F_LAST, 48, 2048),
+            (K_CMA | F_LAST, ann.len() as u32, 1 << 20),
+            // An RMA write of 100 bytes, a read request, an empty answer.
+            (K_RMA_W, 8, 100),
+            (K_CONT | F_LAST, 100, 100),
+            (K_RMA_R | F_LAST, 8, 0),
+            (K_RESP | F_LAST, 0, 0),
         ] {
             let h = crate::ring::RecHead {
                 word,
                 len,
-                total: if word & 0xff == K_CMA { 1 << 20 } else { 2048 },
+                total,
                 ..Default::default()
             };
             let free = c.room(&seg, tail).unwrap_or(0);
@@ -192,10 +229,10 @@ mod tests {
             c.publish(&seg, tail);
         }
         let s = scan(&seg, g, 1 << 20, 64);
-        let bytes = 2048 + ann.len();
+        let bytes = 2048 + ann.len() + 100;
         assert_eq!(
             (s.records, s.messages, s.bytes, s.corrupt),
-            (4, 2, bytes, 0)
+            (8, 5, bytes, 0)
         );
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..300 {

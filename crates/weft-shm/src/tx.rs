@@ -122,6 +122,14 @@ impl Peers {
         self.map.len()
     }
 
+    /// Bytes waiting in the queue to the endpoint at `addr` (not yet in
+    /// its ring).
+    pub fn backlog(&self, addr: &[u8]) -> usize {
+        self.map
+            .get(addr)
+            .map_or(0, |p| p.queue.iter().map(|o| o.len - o.off).sum())
+    }
+
     /// The oldest RMA operation sent to the endpoint at `addr` and not
     /// answered yet.
     pub fn pending_for(&mut self, addr: &[u8]) -> Option<crate::rma::Pending> {

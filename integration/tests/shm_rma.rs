@@ -1,0 +1,141 @@
+//! shm RMA beyond the conformance suite (`rma::shm`, `mr::shm`): a write
+//! not waited for is seen by the read after it, transfers of many records each
+//! way, refusals that leave the region untouched in every wait mode,
+//! and a target that answers what nobody asked (a forged answer frees
+//! its channel, counted, and the endpoint goes on).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use weft::{EpType, Error, MrAccess, MrAttr, WaitMode};
+use weft_integration::{enabled_endpoint, payload, within, Harness, Provider, TIMEOUT};
+use weft_shm::layout::*;
+use weft_shm::ring::{Chan, RecHead};
+use weft_shm::segment::Segment;
+
+const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
+
+fn harness() -> Harness {
+    let p = Provider::named("shm");
+    Harness::with_info(&p, p.rma_info(EpType::Rdm))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordered_and_long_transfers_in_every_mode() {
+    for mode in [WaitMode::Interrupt, WaitMode::BusyPoll, WaitMode::Inline] {
+        let h = harness();
+        let (aav, bav) = (h.av(), h.av());
+        let (a, _acq) = enabled_endpoint(&h.domain, &h.info, &aav, mode);
+        let (b, _bcq) = enabled_endpoint(&h.domain, &h.info, &bav, mode);
+        let to_b = aav
+            .insert_sync(&[b.local_addr().unwrap()], Default::default())
+            .unwrap()
+            .fi_addrs[0];
+        let mr = h
+            .domain
+            .mr_regattr(MrAttr::alloc(4 << 20, RW).requested_key(5))
+            .unwrap();
+        // A posted write, not waited for: the read after it sees it
+        // (one target answers in order).
+        a.post_write(to_b, payload(4096, 1), mr.addr() + 8, mr.key(), 1)
+            .unwrap();
+        let e = within(
+            "read",
+            a.read(to_b, BytesMut::zeroed(4096), mr.addr() + 8, mr.key()),
+        )
+        .await
+        .unwrap();
+        assert!(e.into_bytes()[..] == payload(4096, 1)[..], "{mode:?}");
+        // 3 MiB each way: many records through 256 KiB rings.
+        let big = payload(3 << 20, 2);
+        within(
+            "write",
+            a.write(to_b, big.clone(), mr.addr() + 4096, mr.key()),
+        )
+        .await
+        .unwrap();
+        let mut got = vec![0u8; 3 << 20];
+        mr.read_at(4096, &mut got).unwrap();
+        assert!(got[..] == big[..], "{mode:?}: the write landed");
+        let e = within(
+            "read",
+            a.read(to_b, BytesMut::zeroed(3 << 20), mr.addr() + 4096, mr.key()),
+        )
+        .await
+        .unwrap();
+        assert!(e.into_bytes()[..] == big[..], "{mode:?}: read back");
+        // Refusals: past the end, a key nobody has, a right the region
+        // lacks. Nothing moves.
+        let ro = h
+            .domain
+            .mr_regattr(MrAttr::alloc(64, MrAccess::REMOTE_READ).requested_key(6))
+            .unwrap();
+        let refusals = [
+            (mr.addr() + (4 << 20) - 10, mr.key()),
+            (mr.addr(), 999),
+            (ro.addr(), ro.key()),
+        ];
+        for (at, key) in refusals {
+            let w = within("refused write", a.write(to_b, payload(20, 3), at, key)).await;
+            assert_eq!(w.unwrap_err().err, Error::Access, "{mode:?} {key}");
+        }
+        let r = within(
+            "refused read",
+            a.read(to_b, BytesMut::zeroed(20), mr.addr(), 999),
+        )
+        .await;
+        assert_eq!(r.unwrap_err().err, Error::Access);
+        let mut tail = [0u8; 10];
+        mr.read_at((4 << 20) - 10, &mut tail).unwrap();
+        assert_eq!(tail, [0; 10]);
+        let mut ro_bytes = [1u8; 20];
+        ro.read_at(0, &mut ro_bytes).unwrap();
+        assert_eq!(ro_bytes, [0; 20]);
+        // Closed: its key stops working at once.
+        mr.close().unwrap();
+        let w = within(
+            "write to a closed region",
+            a.write(to_b, Bytes::from_static(b"x"), 0, 5),
+        )
+        .await;
+        assert_eq!(w.unwrap_err().err, Error::Access);
+    }
+}
+
+/// An answer nobody asked for (here written by the test, as a hostile
+/// process of the same user could): the channel is freed and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_answer_frees_the_channel() {
+    let h = harness();
+    let (b, _bcq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::BusyPoll);
+    let name = String::from_utf8(b.local_addr().unwrap()).unwrap();
+    let seg_name = weft_shm::name::seg_name(name.trim_start_matches("fi_shm://"));
+    let g = Geometry::OURS;
+    let seg = Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap();
+    let c = Chan { g, i: 3 };
+    let me = weft_shm::live::me();
+    use Ordering::Release;
+    assert!(seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | me.0));
+    seg.store32(c.ctl(C_PID), me.0, Release);
+    seg.store64(c.ctl(C_START), me.1, Release);
+    seg.store32(c.ctl(C_NAME_LEN), 6, Release);
+    seg.write(c.ctl(C_NAME), b"forger");
+    let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
+    seg.store32(c.ctl(C_GEN), gen, Release);
+    seg.store64(c.ctl(C_TAIL), 0, Release);
+    seg.store32(c.ctl(C_STATE), ACTIVE, Release);
+    let h0 = RecHead {
+        word: K_RESP | F_LAST,
+        ..RecHead::default()
+    };
+    let (_, tail) = c.write_head(&seg, 0, &h0);
+    c.publish(&seg, tail);
+    let start = Instant::now();
+    while b.stats().unwrap().rx_malformed == 0 {
+        assert!(start.elapsed() < TIMEOUT, "the forged answer was taken");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(seg.load32(c.ctl(C_STATE), Ordering::Acquire), Some(FREE));
+}
