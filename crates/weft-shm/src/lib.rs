@@ -12,7 +12,9 @@
 //! fits neither waits in its ring: nothing is dropped. Messages of 32 to
 //! 256 KiB go in one copy instead, where the kernel permits it: the
 //! receiver reads them from the sender's memory (`process_vm_readv`,
-//! [`cma`]).
+//! [`cma`]). RMA reads and writes go as request records that the
+//! target's receive pass checks (key, range, right) and executes on its
+//! own regions, answering over its channel back (`rma`, `mr`).
 //!
 //! Everything read from a segment is checked before use: a peer writing
 //! garbage there gets its channel freed (`EpStats::rx_malformed`), never
@@ -103,7 +105,7 @@ impl Provider for ShmProvider {
 
 /// Opens (enables) an RDM endpoint: creates its segment and doorbell and
 /// starts its drivers. Other endpoint types, and capabilities no offer
-/// has (RMA, atomics, multi-receive), are `NoSys`.
+/// has (atomics, RMA events, multi-receive), are `NoSys`.
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     if cfg.info.ep_attr.ep_type != EpType::Rdm {
         return Err(Error::NoSys);
