@@ -58,13 +58,12 @@ async fn getinfo_offers_rdm_with_names() {
         Caps::MSG | Caps::TAGGED | Caps::SOURCE | Caps::DIRECTED_RECV | Caps::REMOTE_CQ_DATA
     ));
     assert!(weft::providers().contains(&"shm"));
-    // Not offered: MSG and DGRAM, RMA events, atomics, multi-receive,
-    // shared contexts, keys, TLS.
+    // Not offered: MSG and DGRAM, RMA events, multi-receive, shared
+    // contexts, keys, TLS.
     for tune in [
         (|h: &mut Info| h.ep_attr.ep_type = EpType::Msg) as fn(&mut Info),
         |h| h.ep_attr.ep_type = EpType::Dgram,
         |h| h.caps = Caps::MSG | Caps::RMA | Caps::RMA_EVENT,
-        |h| h.caps = Caps::MSG | Caps::ATOMIC,
         |h| h.caps = Caps::MSG | Caps::MULTI_RECV,
         |h| h.caps = Caps::MSG | Caps::SHARED_AV,
         |h| h.ep_attr.rx_ctx_cnt = weft::SHARED_CONTEXT,
@@ -78,25 +77,11 @@ async fn getinfo_offers_rdm_with_names() {
     }
 }
 
-/// What is not there is refused by the calls too: atomics (on a region
-/// that RMA reaches), named AVs, MSG endpoints.
+/// What is not there is refused by the calls too: named AVs, MSG
+/// endpoints.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn atomics_and_the_rest_are_refused() {
+async fn the_rest_is_refused() {
     let p = pair(WaitMode::Interrupt);
-    let access = weft::MrAccess::REMOTE_READ | weft::MrAccess::REMOTE_WRITE;
-    let mr = p.h.domain.mr_alloc(64, access).unwrap();
-    let add = p.a.atomic(
-        p.b_in_a,
-        weft::AtomicOp::Sum,
-        weft::Datatype::U64,
-        Bytes::from_static(&[1, 0, 0, 0, 0, 0, 0, 0]),
-        mr.addr(),
-        mr.key(),
-    );
-    assert!(within("atomic", add).await.is_err(), "an atomic was taken");
-    let mut v = [0xffu8; 8];
-    mr.read_at(0, &mut v).unwrap();
-    assert_eq!(v, [0; 8], "the region is untouched");
     let named = weft::AvAttr {
         name: Some("weft-shm-test-named".into()),
         ..weft::AvAttr::default()

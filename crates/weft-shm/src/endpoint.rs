@@ -316,6 +316,15 @@ impl ProviderEndpoint for ShmEndpoint {
         self.shared.rma(req)
     }
 
+    fn atomic_valid(
+        &self,
+        kind: weft_core::atomic::AtomicKind,
+        op: weft_core::atomic::AtomicOp,
+        datatype: weft_core::atomic::Datatype,
+    ) -> Result<usize> {
+        crate::atomic::valid(self.shared.max_msg, kind, op, datatype)
+    }
+
     fn cancel(&self, context: u64) -> bool {
         soft_rx::cancel(&*self.shared, &self.shared.matcher, context)
     }

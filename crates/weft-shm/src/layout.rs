@@ -80,6 +80,9 @@ pub const K_CMA: u32 = 4;
 pub const K_RMA_W: u32 = 5;
 pub const K_RMA_R: u32 = 6;
 pub const K_RESP: u32 = 7;
+/// An atomic request: payload weft-core's 32-byte atomic prefix, `total`
+/// the operand and compare bytes that follow as continuation records.
+pub const K_ATOMIC: u32 = 8;
 /// Record flags.
 pub const F_TAGGED: u32 = 1 << 8;
 pub const F_DATA: u32 = 1 << 9;

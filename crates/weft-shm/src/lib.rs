@@ -32,6 +32,7 @@
 // Rejected posts hand the request back by value; see weft_core::provider.
 #![allow(clippy::result_large_err)]
 
+mod atomic;
 mod bell;
 pub mod cma;
 mod domain;

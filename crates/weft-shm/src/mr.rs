@@ -107,6 +107,34 @@ impl Region {
         Ok(())
     }
 
+    /// Copies `n` bytes at `off` out, lets `f` change them and copies
+    /// them back (only if `f` succeeds), all under the region's lock:
+    /// what `f` returns, or `Inval` out of range, `Canceled` once closed.
+    pub fn update<T>(
+        &self,
+        off: usize,
+        n: usize,
+        f: impl FnOnce(&mut [u8]) -> Result<T>,
+    ) -> Result<T> {
+        if !self.open.load(Ordering::Acquire) {
+            return Err(Error::Canceled);
+        }
+        if !self.holds(off as u64, n) {
+            return Err(Error::Inval);
+        }
+        let mut g = lock(&self.mem);
+        let bufs = g.as_mut().ok_or(Error::Canceled)?;
+        let mut tmp = vec![0u8; n];
+        span(bufs, self.start + off, n, |src, at| {
+            tmp[at..at + src.len()].copy_from_slice(src);
+        });
+        let r = f(&mut tmp)?;
+        span(bufs, self.start + off, n, |dst, at| {
+            dst.copy_from_slice(&tmp[at..at + dst.len()]);
+        });
+        Ok(r)
+    }
+
     /// Copies `out.len()` bytes out from `off`. `Inval` out of range,
     /// `Canceled` once closed.
     pub fn get(&self, off: usize, out: &mut [u8]) -> Result<()> {

@@ -26,6 +26,7 @@ pub const CAPS: Caps = Caps::MSG
     .union(Caps::DIRECTED_RECV)
     .union(Caps::LOCAL_COMM)
     .union(Caps::RMA)
+    .union(Caps::ATOMIC)
     .union(Caps::READ)
     .union(Caps::WRITE)
     .union(Caps::REMOTE_READ)

@@ -180,7 +180,7 @@ impl Chan {
             let size = rec_len(len);
             let kind_ok = matches!(
                 h.kind(),
-                K_FIRST | K_CONT | K_CMA | K_RMA_W | K_RMA_R | K_RESP
+                K_FIRST | K_CONT | K_CMA | K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC
             ) && h.word & !0xff & !F_ALL == 0;
             if !kind_ok || to_end < REC_HDR || len > self.g.chunk() || size > to_end {
                 return Next::Corrupt;

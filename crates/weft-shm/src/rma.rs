@@ -86,15 +86,18 @@ impl Pending {
 }
 
 impl EpShared {
-    /// Posts an RMA write or read. `NoSys` for atomics (not offered on
-    /// shm), `MsgSize` past `max_msg_size` (or `inject_size` with
+    /// Posts an RMA write, read or atomic. For atomics, the checks of
+    /// `atomic::check` (`OpNotSupp`, `Inval`, `MsgSize`); `MsgSize` past `max_msg_size` (or `inject_size` with
     /// `FI_INJECT`), `Inval` for too many buffers, `AddrNotAvail` for an
     /// address not in the AV, `Again` with the transmit queue full.
     pub fn rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
         let reject = |err, req| Err(Rejected { err, req });
         let len = req.len();
         let nbufs = match &req.op {
-            RmaOp::Atomic(_) => return reject(Error::NoSys, req),
+            RmaOp::Atomic(a) => match crate::atomic::check(self.max_msg, a) {
+                Ok(()) => 1,
+                Err(e) => return reject(e, req),
+            },
             RmaOp::Write { iov, .. } => iov.len(),
             RmaOp::Read { bufs } => bufs.len(),
         };
@@ -116,12 +119,8 @@ impl EpShared {
         }
         let (out, pending) = match req.op {
             RmaOp::Write { iov, data } => {
-                let lead = Lead {
-                    word: K_RMA_W | if data.is_some() { F_DATA } else { 0 },
-                    tag: req.key,
-                    data: data.unwrap_or(0),
-                    arg: Some(req.addr),
-                };
+                let word = K_RMA_W | if data.is_some() { F_DATA } else { 0 };
+                let lead = Lead::new(word, req.key, data.unwrap_or(0), &req.addr.to_ne_bytes());
                 let iov: Iov = iov.into_iter().collect();
                 let p = Pending {
                     done: req.done,
@@ -133,12 +132,7 @@ impl EpShared {
                 (EpShared::rma_out(lead, iov, len), p)
             }
             RmaOp::Read { bufs } => {
-                let lead = Lead {
-                    word: K_RMA_R,
-                    tag: req.key,
-                    data: len as u64,
-                    arg: Some(req.addr),
-                };
+                let lead = Lead::new(K_RMA_R, req.key, len as u64, &req.addr.to_ne_bytes());
                 let p = Pending {
                     done: req.done,
                     len,
@@ -148,7 +142,7 @@ impl EpShared {
                 };
                 (EpShared::rma_out(lead, Iov::new(), 0), p)
             }
-            RmaOp::Atomic(_) => return Ok(()),
+            RmaOp::Atomic(a) => crate::atomic::request(a, req.addr, req.key, req.done),
         };
         self.enqueue(addr, out, Some(pending));
         Ok(())
@@ -156,24 +150,19 @@ impl EpShared {
 
     /// Answers the initiator at `to`: `status` 0 or an error's code, and
     /// a read's bytes.
-    fn answer(&self, to: &[u8], status: Result<()>, data: Option<Bytes>) {
+    pub fn answer(&self, to: &[u8], status: Result<()>, data: Option<Bytes>) {
         let code = match status {
             Ok(()) => 0,
             Err(e) => e.code() as u64,
         };
         let len = data.as_ref().map_or(0, |d| d.len());
-        let lead = Lead {
-            word: K_RESP,
-            tag: 0,
-            data: code,
-            arg: None,
-        };
+        let lead = Lead::new(K_RESP, 0, code, &[]);
         let iov: Iov = data.into_iter().collect();
         self.enqueue(to.to_vec(), EpShared::rma_out(lead, iov, len), None);
     }
 
     /// The region under `key` for `len` bytes at `off`, needing `need`.
-    fn region(&self, key: u64, off: u64, len: usize, need: MrAccess) -> Result<Arc<Region>> {
+    pub fn region(&self, key: u64, off: u64, len: usize, need: MrAccess) -> Result<Arc<Region>> {
         self.regions
             .as_ref()
             .ok_or(Error::Access)?

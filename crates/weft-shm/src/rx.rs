@@ -55,6 +55,8 @@ enum Sink {
     Write(crate::rma::WriteIn),
     /// A read's answer at the initiator.
     Answer(crate::rma::Pending),
+    /// An atomic's arrays at the target.
+    Atomic(crate::atomic::AtomicIn),
 }
 
 /// What a partial RMA transfer of `total` bytes shares with a message:
@@ -240,7 +242,7 @@ fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
                 fail_recv(ep, req, p.info, placed, Error::ConnAborted);
             }
             Sink::Answer(pending) => pending.fail(ep, Error::ConnAborted),
-            Sink::Buf(..) | Sink::Write(_) => {}
+            Sink::Buf(..) | Sink::Write(_) | Sink::Atomic(_) => {}
         }
     }
     if broken {
@@ -405,7 +407,7 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
         }
         K_CONT => lc.partial.take().ok_or(())?,
         K_CMA => return cma_record(ep, lc, r),
-        K_RMA_W | K_RMA_R | K_RESP => return rma_record(ep, lc, r),
+        K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC => return rma_record(ep, lc, r),
         _ => return Err(()),
     };
     let now = crate::ring::check_next(h, p.got, p.info.len).ok_or(())?;
@@ -429,6 +431,11 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
         }
         Sink::Answer(pending) => {
             if !pending.place(&ep.seg, r.payload, len) {
+                return Err(());
+            }
+        }
+        Sink::Atomic(a) => {
+            if !crate::atomic::feed(ep, a, r.payload, len) {
                 return Err(());
             }
         }
@@ -536,6 +543,19 @@ fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
                 });
             }
         }
+        K_ATOMIC => {
+            let a = crate::atomic::start(ep, h, r.payload).ok_or(())?;
+            let total = usize::try_from(h.total).map_err(|_| ())?;
+            if total == 0 {
+                crate::atomic::end(ep, a, &from);
+            } else {
+                lc.partial = Some(Partial {
+                    info: rma_info(total),
+                    sink: Sink::Atomic(a),
+                    got: 0,
+                });
+            }
+        }
         K_RMA_R => {
             // An initiator that does not drain our answers stops being
             // read (its requests wait in its ring), rather than making
@@ -565,6 +585,7 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
     match p.sink {
         Sink::Write(w) => crate::rma::write_end(ep, w, p.info.len, &from),
         Sink::Answer(pending) => pending.complete(ep),
+        Sink::Atomic(a) => crate::atomic::end(ep, a, &from),
         Sink::Recv(req) => {
             let placed = p.info.len.min(req.capacity());
             complete(ep, req, p.info, placed, &from);

@@ -97,7 +97,8 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
             }
             let step = match (r.head.kind(), msg) {
                 (K_FIRST, None) => check_first(&r.head, max_msg).map(|t| (0, t)),
-                (K_RMA_W | K_RMA_R | K_RESP, None) => match check_lead(&r.head, max_msg) {
+                (K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC, None) => match check_lead(&r.head, max_msg)
+                {
                     // Its payload is the argument, not the transfer's
                     // bytes: those follow as continuations.
                     Some(total) if seg.read(r.payload, &mut buf[..n]) => {
@@ -150,6 +151,11 @@ pub fn check_lead(h: &crate::ring::RecHead, max_msg: usize) -> Option<usize> {
         K_RMA_W => h.len == 8 && last_ok,
         K_RMA_R => h.len == 8 && total == 0 && h.has(F_LAST) && h.data <= max_msg as u64,
         K_RESP => h.len == 0 && last_ok,
+        K_ATOMIC => {
+            h.len as usize == weft_core::wire::atomic::ATOMIC_HDR_LEN
+                && last_ok
+                && total <= 2 * weft_core::wire::atomic::ATOMIC_MAX
+        }
         _ => false,
     };
     ok.then_some(total)
@@ -211,6 +217,9 @@ mod tests {
             (K_CONT | F_LAST, 100, 100),
             (K_RMA_R | F_LAST, 8, 0),
             (K_RESP | F_LAST, 0, 0),
+            // An atomic's prefix, then its 16 bytes of arrays.
+            (K_ATOMIC, 32, 16),
+            (K_CONT | F_LAST, 16, 16),
         ] {
             let h = crate::ring::RecHead {
                 word,
@@ -229,10 +238,10 @@ mod tests {
             c.publish(&seg, tail);
         }
         let s = scan(&seg, g, 1 << 20, 64);
-        let bytes = 2048 + ann.len() + 100;
+        let bytes = 2048 + ann.len() + 100 + 16;
         assert_eq!(
             (s.records, s.messages, s.bytes, s.corrupt),
-            (8, 5, bytes, 0)
+            (10, 6, bytes, 0)
         );
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..300 {

@@ -54,13 +54,34 @@ pub struct Out {
 
 /// The first record of an RMA request or response (`docs/wire.md`
 /// section 16, "RMA records"): its kind and flags, its `tag` and `data`
-/// words, and an 8-byte argument (the target offset) as its payload.
+/// words, and its payload (the target offset, or an atomic's prefix).
 #[derive(Debug, Clone, Copy)]
 pub struct Lead {
     pub word: u32,
     pub tag: u64,
     pub data: u64,
-    pub arg: Option<u64>,
+    arg: [u8; LEAD_ARG_MAX],
+    arg_len: usize,
+}
+
+/// Longest lead payload: an atomic's prefix.
+pub const LEAD_ARG_MAX: usize = 32;
+
+impl Lead {
+    /// A lead with `arg` (at most [`LEAD_ARG_MAX`] bytes; more is cut)
+    /// as its payload.
+    pub fn new(word: u32, tag: u64, data: u64, arg: &[u8]) -> Lead {
+        let mut a = [0u8; LEAD_ARG_MAX];
+        let n = arg.len().min(LEAD_ARG_MAX);
+        a[..n].copy_from_slice(&arg[..n]);
+        Lead {
+            word,
+            tag,
+            data,
+            arg: a,
+            arg_len: n,
+        }
+    }
 }
 
 impl Out {
@@ -342,8 +363,7 @@ impl Peer {
         let (word, tag, data, p) = match o.lead {
             Some(l) => {
                 let last = if o.len == 0 { F_LAST } else { 0 };
-                let p: SmallVec<[u8; 72]> =
-                    l.arg.map(u64::to_ne_bytes).into_iter().flatten().collect();
+                let p: SmallVec<[u8; 72]> = l.arg[..l.arg_len].iter().copied().collect();
                 (l.word | last, l.tag, l.data, p)
             }
             None => {
