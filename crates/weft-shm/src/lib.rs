@@ -14,7 +14,8 @@
 //! receiver reads them from the sender's memory (`process_vm_readv`,
 //! [`cma`]). RMA reads and writes go as request records that the
 //! target's receive pass checks (key, range, right) and executes on its
-//! own regions, answering over its channel back (`rma`, `mr`).
+//! own regions, answering over its channel back (`rma`, `mr`); atomics
+//! the same way, applied by `weft_core::atomic` (`atomic`).
 //!
 //! Everything read from a segment is checked before use: a peer writing
 //! garbage there gets its channel freed (`EpStats::rx_malformed`), never
@@ -106,7 +107,7 @@ impl Provider for ShmProvider {
 
 /// Opens (enables) an RDM endpoint: creates its segment and doorbell and
 /// starts its drivers. Other endpoint types, and capabilities no offer
-/// has (atomics, RMA events, multi-receive), are `NoSys`.
+/// has (RMA events, multi-receive), are `NoSys`.
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     if cfg.info.ep_attr.ep_type != EpType::Rdm {
         return Err(Error::NoSys);

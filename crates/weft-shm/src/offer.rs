@@ -13,9 +13,9 @@ use crate::{
 
 /// What an shm endpoint does: untagged and tagged messages with 64-bit
 /// remote CQ data, source addresses (with `FI_SOURCE_ERR` on request) and
-/// directed receives, and RMA reads and writes (the target does every
-/// access to its regions), between processes of one host. No atomics,
-/// RMA events, multi-receive or shared contexts yet.
+/// directed receives, RMA reads and writes and atomics (the target does
+/// every access to its regions), between processes of one host. No RMA
+/// events, multi-receive or shared contexts yet.
 pub const CAPS: Caps = Caps::MSG
     .union(Caps::TAGGED)
     .union(Caps::SEND)
