@@ -95,6 +95,20 @@ impl Region {
     /// offset from `off`), under the region's lock. `Inval` out of range,
     /// `Canceled` once closed.
     pub fn fill(&self, off: usize, n: usize, f: impl FnMut(&mut [u8], usize)) -> Result<()> {
+        self.locked(off, n, |bufs, at| {
+            span(bufs, at, n, f);
+            Ok(())
+        })
+    }
+
+    /// Runs `f` on the memory, under its lock, with the offset in it of
+    /// `off`, once `n` bytes there are known to lie in the region.
+    fn locked<T>(
+        &self,
+        off: usize,
+        n: usize,
+        f: impl FnOnce(&mut [BytesMut], usize) -> Result<T>,
+    ) -> Result<T> {
         if !self.open.load(Ordering::Acquire) {
             return Err(Error::Canceled);
         }
@@ -103,8 +117,7 @@ impl Region {
         }
         let mut g = lock(&self.mem);
         let bufs = g.as_mut().ok_or(Error::Canceled)?;
-        span(bufs, self.start + off, n, f);
-        Ok(())
+        f(bufs, self.start + off)
     }
 
     /// Copies `n` bytes at `off` out, lets `f` change them and copies
@@ -116,23 +129,17 @@ impl Region {
         n: usize,
         f: impl FnOnce(&mut [u8]) -> Result<T>,
     ) -> Result<T> {
-        if !self.open.load(Ordering::Acquire) {
-            return Err(Error::Canceled);
-        }
-        if !self.holds(off as u64, n) {
-            return Err(Error::Inval);
-        }
-        let mut g = lock(&self.mem);
-        let bufs = g.as_mut().ok_or(Error::Canceled)?;
-        let mut tmp = vec![0u8; n];
-        span(bufs, self.start + off, n, |src, at| {
-            tmp[at..at + src.len()].copy_from_slice(src);
-        });
-        let r = f(&mut tmp)?;
-        span(bufs, self.start + off, n, |dst, at| {
-            dst.copy_from_slice(&tmp[at..at + dst.len()]);
-        });
-        Ok(r)
+        self.locked(off, n, |bufs, start| {
+            let mut tmp = vec![0u8; n];
+            span(bufs, start, n, |src, at| {
+                tmp[at..at + src.len()].copy_from_slice(src);
+            });
+            let r = f(&mut tmp)?;
+            span(bufs, start, n, |dst, at| {
+                dst.copy_from_slice(&tmp[at..at + dst.len()]);
+            });
+            Ok(r)
+        })
     }
 
     /// Copies `out.len()` bytes out from `off`. `Inval` out of range,

@@ -61,27 +61,12 @@ impl Pending {
     }
 
     /// Places `n` answer bytes at segment offset `off` into the read's
-    /// buffers.
-    pub fn place(&mut self, seg: &crate::segment::Segment, mut off: usize, mut n: usize) -> bool {
-        let mut at = self.got;
-        for b in self.bufs.iter_mut() {
-            if n == 0 {
-                break;
-            }
-            if at >= b.len() {
-                at -= b.len();
-                continue;
-            }
-            let k = (b.len() - at).min(n);
-            if !seg.read(off, &mut b[at..at + k]) {
-                return false;
-            }
-            self.got += k;
-            at = 0;
-            off += k;
-            n -= k;
-        }
-        true
+    /// buffers (bytes past them, which the length check excludes, are
+    /// dropped).
+    pub fn place(&mut self, seg: &crate::segment::Segment, off: usize, n: usize) -> bool {
+        let ok = crate::rx::place_into(seg, &mut self.bufs, self.got, off, n);
+        self.got += n;
+        ok
     }
 }
 

@@ -334,8 +334,21 @@ fn msg_info(ep: &EpShared, lc: &mut RxChan, h: &crate::ring::RecHead, total: usi
 /// Copies `n` bytes at segment offset `off` into the receive's buffers at
 /// message offset `at`, as far as they reach. True unless the segment
 /// refused the range (it cannot: the ring checked it).
-fn place(seg: &Segment, req: &mut RecvReq, mut at: usize, mut off: usize, mut n: usize) -> bool {
-    for b in req.bufs.iter_mut() {
+fn place(seg: &Segment, req: &mut RecvReq, at: usize, off: usize, n: usize) -> bool {
+    place_into(seg, &mut req.bufs, at, off, n)
+}
+
+/// Copies `n` bytes at segment offset `off` into `bufs` at offset `at`
+/// of their concatenation, as far as they reach. False when the segment
+/// refused a range.
+pub fn place_into(
+    seg: &Segment,
+    bufs: &mut [BytesMut],
+    mut at: usize,
+    mut off: usize,
+    mut n: usize,
+) -> bool {
+    for b in bufs.iter_mut() {
         if n == 0 {
             break;
         }
