@@ -1,8 +1,10 @@
 //! shm RMA beyond the conformance suite (`rma::shm`, `mr::shm`): a write
 //! not waited for is seen by the read after it, transfers of many records each
 //! way, refusals that leave the region untouched in every wait mode,
-//! and a target that answers what nobody asked (a forged answer frees
-//! its channel, counted, and the endpoint goes on).
+//! a target that answers what nobody asked (a forged answer frees its
+//! channel, counted, and the endpoint goes on), and a target in another
+//! process (RMA and atomics across processes; killed, its waiting
+//! operations fail).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::atomic::Ordering;
@@ -10,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use weft::{EpType, Error, MrAccess, MrAttr, WaitMode};
+use weft_integration::child::spawn_peer;
 use weft_integration::{enabled_endpoint, payload, within, Harness, Provider, TIMEOUT};
 use weft_shm::layout::*;
 use weft_shm::ring::{Chan, RecHead};
@@ -138,4 +141,83 @@ async fn a_forged_answer_frees_the_channel() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(seg.load32(c.ctl(C_STATE), Ordering::Acquire), Some(FREE));
+}
+
+/// RMA and atomics against a target in another process; stopped, then
+/// killed, its waiting read fails within a second (`FI_ECONNRESET`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_in_another_process_and_its_death() {
+    let p = Provider::named("shm");
+    let info = p
+        .try_info_with(EpType::Rdm, |h| {
+            h.caps = weft::Caps::MSG | weft::Caps::RMA | weft::Caps::ATOMIC
+        })
+        .expect("an shm offer with RMA and atomics");
+    let h = Harness::with_info(&p, info);
+    let av = h.av();
+    let (a, _acq) = enabled_endpoint(&h.domain, &h.info, &av, WaitMode::Interrupt);
+    let (mut peer, addr) = spawn_peer(env!("CARGO_BIN_EXE_shm-peer"), &["target"]).await;
+    let to = av
+        .insert_sync(&[addr.into_bytes()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    let e = within("read", a.read(to, BytesMut::zeroed(4096), 0, 42))
+        .await
+        .unwrap();
+    assert!(
+        e.into_bytes()[..] == payload(4096, 7)[..],
+        "the peer's region"
+    );
+    within("write", a.write(to, payload(100, 9), 10, 42))
+        .await
+        .unwrap();
+    let e = within("read back", a.read(to, BytesMut::zeroed(100), 10, 42))
+        .await
+        .unwrap();
+    assert!(e.into_bytes()[..] == payload(100, 9)[..]);
+    let old = within(
+        "fetch-add",
+        a.fetch_atomic(
+            to,
+            weft::AtomicOp::Sum,
+            weft::Datatype::U64,
+            1,
+            Bytes::copy_from_slice(&5u64.to_ne_bytes()),
+            200,
+            42,
+        ),
+    )
+    .await
+    .unwrap();
+    let before = u64::from_ne_bytes(old[..8].try_into().unwrap());
+    let e = within("read the sum", a.read(to, BytesMut::zeroed(8), 200, 42))
+        .await
+        .unwrap();
+    let after = u64::from_ne_bytes(e.into_bytes()[..8].try_into().unwrap());
+    assert_eq!(after, before.wrapping_add(5));
+    // Stopped: a read waits; killed: it fails.
+    let pid = peer.0.id().to_string();
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let read = a.read(to, BytesMut::zeroed(8), 0, 42);
+    tokio::pin!(read);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut read)
+            .await
+            .is_err(),
+        "a stopped target answered"
+    );
+    peer.0.kill().unwrap();
+    let killed = Instant::now();
+    peer.0.wait().unwrap();
+    let e = within("the read", read).await.unwrap_err();
+    assert_eq!(e.err, Error::ConnReset);
+    assert!(
+        killed.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        killed.elapsed()
+    );
 }

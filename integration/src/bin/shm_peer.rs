@@ -15,6 +15,10 @@
 //!   `i`th) to the endpoint at `ADDR`, prints `posted`, then waits for
 //!   their completions (at most 60 s), prints `sent` and waits: a sender
 //!   in another process, for cross-memory attach (`tests/shm_cma.rs`).
+//! - `shm-peer target`: opens an shm RDM endpoint with a region of 4096
+//!   bytes under key 42 (`FI_REMOTE_READ | FI_REMOTE_WRITE`, holding
+//!   `weft_integration::payload(4096, 7)`), prints its address and
+//!   waits: an RMA target in another process (`tests/shm_rma.rs`).
 
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -35,7 +39,7 @@ struct Ep {
     ep: weft::Endpoint,
     av: weft::AddressVector,
     cq: weft::CompletionQueue,
-    _domain: weft::Domain,
+    domain: weft::Domain,
     _fabric: weft::Fabric,
 }
 
@@ -53,7 +57,7 @@ fn open_ep() -> Res<Ep> {
         ep,
         av,
         cq,
-        _domain: domain,
+        domain,
         _fabric: fabric,
     })
 }
@@ -71,6 +75,23 @@ fn idle() -> Res<()> {
         let e = open_ep()?;
         say(&String::from_utf8_lossy(&e.ep.local_addr()?))?;
         tokio::time::sleep(LIFE).await;
+        Ok(())
+    })
+}
+
+fn target() -> Res<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let e = open_ep()?;
+        let rw = weft::MrAccess::REMOTE_READ | weft::MrAccess::REMOTE_WRITE;
+        let mr = e
+            .domain
+            .mr_regattr(weft::MrAttr::alloc(4096, rw).requested_key(42))
+            .map_err(|r| format!("register: {:?}", r.error))?;
+        mr.write_at(0, &weft_integration::payload(4096, 7))?;
+        say(&String::from_utf8_lossy(&e.ep.local_addr()?))?;
+        tokio::time::sleep(LIFE).await;
+        drop(mr);
         Ok(())
     })
 }
@@ -155,6 +176,7 @@ fn main() -> Res<()> {
         ["idle"] => idle(),
         ["partial", addr] => partial(addr),
         ["send", addr, n, size] => send(addr, n.parse()?, size.parse()?),
-        _ => Err("usage: shm-peer idle | shm-peer partial ADDR | shm-peer send ADDR N SIZE".into()),
+        ["target"] => target(),
+        _ => Err("usage: shm-peer idle | partial ADDR | send ADDR N SIZE | target".into()),
     }
 }
