@@ -143,8 +143,10 @@ async fn a_forged_answer_frees_the_channel() {
     assert_eq!(seg.load32(c.ctl(C_STATE), Ordering::Acquire), Some(FREE));
 }
 
-/// RMA and atomics against a target in another process; stopped, then
-/// killed, its waiting read fails within a second (`FI_ECONNRESET`).
+/// RMA and atomics against a target in another process; stopped, a
+/// read waits; our channel freed under it, it fails (`FI_ECONNABORTED`);
+/// killed, the next waiting read fails within a second
+/// (`FI_ECONNRESET`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_in_another_process_and_its_death() {
     let p = Provider::named("shm");
@@ -158,7 +160,7 @@ async fn a_target_in_another_process_and_its_death() {
     let (a, _acq) = enabled_endpoint(&h.domain, &h.info, &av, WaitMode::Interrupt);
     let (mut peer, addr) = spawn_peer(env!("CARGO_BIN_EXE_shm-peer"), &["target"]).await;
     let to = av
-        .insert_sync(&[addr.into_bytes()], Default::default())
+        .insert_sync(&[addr.clone().into_bytes()], Default::default())
         .unwrap()
         .fi_addrs[0];
     let e = within("read", a.read(to, BytesMut::zeroed(4096), 0, 42))
@@ -195,13 +197,44 @@ async fn a_target_in_another_process_and_its_death() {
         .unwrap();
     let after = u64::from_ne_bytes(e.into_bytes()[..8].try_into().unwrap());
     assert_eq!(after, before.wrapping_add(5));
-    // Stopped: a read waits; killed: it fails.
+    // Stopped: a read waits; our channel freed under it (as a broken
+    // owner would): it fails; killed: the next one fails too.
     let pid = peer.0.id().to_string();
     let stopped = std::process::Command::new("kill")
         .args(["-STOP", &pid])
         .status()
         .unwrap();
     assert!(stopped.success());
+    let read = a.read(to, BytesMut::zeroed(8), 0, 42);
+    tokio::pin!(read);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut read)
+            .await
+            .is_err(),
+        "a stopped target answered"
+    );
+    let seg_name = weft_shm::name::seg_name(addr.trim_start_matches("fi_shm://"));
+    let g = Geometry::OURS;
+    let seg = Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap();
+    let me = String::from_utf8(a.local_addr().unwrap()).unwrap();
+    let me = me.trim_start_matches("fi_shm://").as_bytes();
+    let mine = (0..g.channels)
+        .map(|i| Chan { g, i })
+        .find(|c| {
+            let mut n = vec![0u8; me.len()];
+            seg.load32(c.ctl(C_NAME_LEN), Ordering::Acquire) == Some(me.len() as u32)
+                && seg.read(c.ctl(C_NAME), &mut n)
+                && n == me
+        })
+        .expect("our channel in the target's segment");
+    // As the owner's `free` does.
+    seg.store64(mine.ctl(C_HEAD), 0, Ordering::Release);
+    seg.store64(mine.ctl(C_TAIL), 0, Ordering::Release);
+    seg.store32(mine.ctl(C_STATE), FREE, Ordering::Release);
+    let e = within("the read on a freed channel", read)
+        .await
+        .unwrap_err();
+    assert_eq!(e.err, Error::ConnAborted);
     let read = a.read(to, BytesMut::zeroed(8), 0, 42);
     tokio::pin!(read);
     assert!(

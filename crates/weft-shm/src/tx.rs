@@ -485,11 +485,23 @@ impl Peer {
 
     /// Whether sends wait here (queued, or for delivery).
     fn busy(&self) -> bool {
-        !self.queue.is_empty() || !self.delivering.is_empty()
+        !self.queue.is_empty() || !self.delivering.is_empty() || !self.pending.is_empty()
     }
 
     /// Sends queued sends while the ring takes them.
     fn flush(&mut self, me: (u32, u64), my_name: &str, ended: &mut Vec<Ended>) {
+        if let Some((c, gen)) = self.chan {
+            // The owner freed our channel (it found a record of ours
+            // broken, or a CMA read of our memory failed): what waits
+            // for its head or its answers never comes.
+            let ours = self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
+                && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen);
+            if !ours {
+                self.chan = None;
+                self.fail_all(Error::ConnAborted, ended);
+                return;
+            }
+        }
         self.delivered(ended);
         if self.queue.is_empty() || !self.claim(me, my_name) {
             return;
@@ -648,6 +660,9 @@ impl EpShared {
         };
         if let Some(p) = pending {
             peer.pending.push_back(p);
+            // Flushing watches what waits for answers (a channel the
+            // owner freed fails it).
+            self.tx_pending.store(true, Ordering::Release);
         }
         if !peer.alive_now() {
             // The owner closed its endpoint: what waits fails, and so
