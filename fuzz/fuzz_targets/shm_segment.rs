@@ -13,12 +13,37 @@
 //! - a sender's room computed from an untrusted head never exceeds the
 //!   ring, and what it would write fits that room;
 //! - messages are accepted only whole: first, continuation and last
-//!   records within the declared total.
+//!   records within the declared total;
+//! - a CMA record's announcement (`weft_shm::cma::Announce`) is accepted
+//!   only when its ranges add up to the record's total, and then
+//!   re-encodes to exactly the bytes read (the input's tail is also fed
+//!   to the announcement parser directly, with the total its ranges
+//!   would need).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use weft_shm::cma::Announce;
 
 fuzz_target!(|data: &[u8]| {
     let s = weft_shm::scan::scan_bytes(data);
     assert!(s.messages <= s.records);
+    for cut in [data.len().min(8), data.len().min(24), data.len() / 2] {
+        let b = &data[cut..];
+        let total = b
+            .chunks(16)
+            .skip(1)
+            .filter_map(|c| c.get(0..8))
+            .fold(0u64, |t, l| {
+                t.wrapping_add(u64::from_ne_bytes(l.try_into().unwrap_or([0; 8])))
+            });
+        for t in [total, total.wrapping_add(1)] {
+            let Ok(t) = usize::try_from(t) else { continue };
+            if let Some(a) = Announce::parse(b, t) {
+                assert_eq!(&a.encode()[..], b, "re-encodes");
+                let sum: u64 = a.ranges.iter().map(|r| r.1).sum();
+                assert_eq!(sum as usize, t);
+                assert!(a.ranges.iter().all(|r| r.0.checked_add(r.1).is_some()));
+            }
+        }
+    }
 });

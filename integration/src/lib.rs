@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod campaign;
+pub mod child;
 pub mod identity;
 pub mod shared_av;
 pub mod srx;

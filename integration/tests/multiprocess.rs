@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use weft::{AvAttr, BindFlags, CqAttr, EpType, Info, FI_ADDR_UNSPEC};
+use weft_integration::child::Reap;
 
 const T: Duration = Duration::from_secs(10);
 const COUNT: u64 = 100_000;
@@ -26,18 +27,6 @@ fn unhex(s: &str) -> Vec<u8> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
         .collect()
-}
-
-/// Kills the child if the test fails before it exits.
-struct Reap(std::process::Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -7,51 +7,20 @@
 //! binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use weft::{CqItem, EpType, Error, WaitMode};
+use weft_integration::child::{spawn_peer, Reap};
 use weft_integration::{enabled_endpoint, next_cq, payload, within, Harness, Provider};
 
 /// Within how long a killed peer's operations must fail.
 const DETECT: Duration = Duration::from_secs(1);
 
-/// Kills the child if the test fails before it does.
-struct Reap(Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 /// Starts `shm-peer args` and returns it with the first line it prints.
 async fn peer(args: &[&str]) -> (Reap, String) {
-    let mut child = Reap(
-        Command::new(env!("CARGO_BIN_EXE_shm-peer"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let out = child.0.stdout.take().unwrap();
-    let line = within(
-        "the peer's first line",
-        tokio::task::spawn_blocking(move || {
-            let mut l = String::new();
-            BufReader::new(out).read_line(&mut l).unwrap();
-            l.trim().to_owned()
-        }),
-    )
-    .await
-    .unwrap();
-    (child, line)
+    spawn_peer(env!("CARGO_BIN_EXE_shm-peer"), args).await
 }
 
 /// SIGKILL, and the zombie reaped.

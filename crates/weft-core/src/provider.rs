@@ -650,6 +650,9 @@ pub struct EpStats {
     /// Datagrams dropped on arrival because they were not well-formed
     /// Weft datagrams: bad magic, version, flags or length (udp DGRAM).
     pub rx_malformed: u64,
+    /// Messages received by reading the sender's memory directly, in one
+    /// copy (shm cross-memory attach).
+    pub rx_direct: u64,
 }
 
 /// A connected byte stream (`FI_EP_SOCK_STREAM`), in the poll form of an

@@ -1,4 +1,4 @@
-//! The shm domain: no memory registration, and address resolution that
+//! The shm domain: memory regions (`mr`), and address resolution that
 //! waits for a named peer to appear (`fi_av_insert` of a name whose
 //! endpoint does not exist yet resolves when it does, or fails with
 //! `FI_ETIMEDOUT` after `FI_SHM_RESOLVE_TIMEOUT` milliseconds, 5000 by
@@ -42,6 +42,8 @@ pub fn present(addr: &[u8]) -> bool {
 #[derive(Debug)]
 pub struct ShmDomain {
     resolver: Arc<ShmResolver>,
+    /// The domain's memory regions, which its endpoints' peers reach.
+    pub regions: Arc<crate::mr::Regions>,
 }
 
 impl ShmDomain {
@@ -50,6 +52,7 @@ impl ShmDomain {
             resolver: Arc::new(ShmResolver {
                 timeout: resolve_timeout(),
             }),
+            regions: Arc::default(),
         }
     }
 }
@@ -65,11 +68,7 @@ impl ProviderDomain for ShmDomain {
         &self,
         req: MrRequest,
     ) -> std::result::Result<Arc<dyn ProviderMr>, Rejected<MrRequest>> {
-        // No RMA on shm yet: getinfo offers none.
-        Err(Rejected {
-            err: Error::NoSys,
-            req,
-        })
+        self.regions.register(req)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

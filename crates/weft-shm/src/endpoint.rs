@@ -17,7 +17,9 @@ use weft_core::completion::{Returned, WaitMode};
 use weft_core::credits::Credits;
 use weft_core::flags::Caps;
 use weft_core::progress::{Progress, SpinHold};
-use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::provider::{
+    EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
+};
 use weft_core::recv_completion::RecvCtx;
 use weft_core::soft_rx::{self, post_recv};
 use weft_core::sync::lock;
@@ -80,6 +82,10 @@ pub struct EpShared {
     pub parked: AtomicBool,
     /// Channels dropped for breaking the layout's rules.
     pub malformed: AtomicU64,
+    /// Messages read from their sender's memory (CMA records).
+    pub direct: AtomicU64,
+    /// The domain's regions, which peers' RMA requests reach.
+    pub regions: Option<Arc<crate::mr::Regions>>,
     /// `FI_SOURCE_ERR`.
     pub source_err: bool,
     pub closed: AtomicBool,
@@ -217,6 +223,12 @@ impl EpShared {
             unexp: Arc::new(AtomicUsize::new(0)),
             parked: AtomicBool::new(false),
             malformed: AtomicU64::new(0),
+            direct: AtomicU64::new(0),
+            regions: cfg
+                .domain
+                .as_ref()
+                .and_then(|d| d.as_any().downcast_ref::<crate::domain::ShmDomain>())
+                .map(|d| d.regions.clone()),
             source_err: info.caps.contains(Caps::SOURCE_ERR),
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
@@ -279,6 +291,7 @@ impl ProviderEndpoint for ShmEndpoint {
         s.peers = lock(&ep.peers).len();
         s.conns = lock(&ep.rx_state).active();
         s.rx_malformed = ep.malformed.load(Ordering::Relaxed);
+        s.rx_direct = ep.direct.load(Ordering::Relaxed);
         s
     }
 
@@ -300,6 +313,25 @@ impl ProviderEndpoint for ShmEndpoint {
             });
         }
         self.shared.recv(req)
+    }
+
+    fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
+        if self.shared.is_closed() {
+            return Err(Rejected {
+                err: Error::OpBadState,
+                req,
+            });
+        }
+        self.shared.rma(req)
+    }
+
+    fn atomic_valid(
+        &self,
+        kind: weft_core::atomic::AtomicKind,
+        op: weft_core::atomic::AtomicOp,
+        datatype: weft_core::atomic::Datatype,
+    ) -> Result<usize> {
+        crate::atomic::valid(self.shared.max_msg, kind, op, datatype)
     }
 
     fn cancel(&self, context: u64) -> bool {

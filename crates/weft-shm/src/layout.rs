@@ -8,7 +8,7 @@
 /// created, so a segment without it is not ready (or not one of ours).
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Layout version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Header fields.
 pub const H_MAGIC: usize = 0;
@@ -37,8 +37,18 @@ pub const C_TAIL: usize = 128;
 /// The sender waits for room: the receiver rings the sender's doorbell
 /// when it consumes.
 pub const C_TX_WAIT: usize = 136;
+/// Written by the sender at its claim: the address of its CMA probe word
+/// (`cma::PROBE_MAGIC`), read by the receiver with `process_vm_readv`.
+pub const C_CMA_PROBE: usize = 144;
 /// Written by the receiver only: bytes consumed (monotonic).
 pub const C_HEAD: usize = 192;
+/// Written by the receiver only: whether it can read the sender's memory
+/// (`CMA_UNKNOWN` until it first sees the channel).
+pub const C_CMA: usize = 200;
+/// `C_CMA` values: only a channel at `CMA_OK` carries CMA records.
+pub const CMA_UNKNOWN: u32 = 0;
+pub const CMA_OK: u32 = 1;
+pub const CMA_NO: u32 = 2;
 
 /// Channel states.
 pub const FREE: u32 = 0;
@@ -58,6 +68,21 @@ pub const REC_HDR: usize = 32;
 pub const K_FIRST: u32 = 1;
 pub const K_CONT: u32 = 2;
 pub const K_PAD: u32 = 3;
+/// A whole message the receiver reads from the sender's memory: the
+/// payload lists where it lies (`cma::Announce`); always `F_LAST`.
+pub const K_CMA: u32 = 4;
+/// RMA (`docs/wire.md`, "RMA records"): a write request (`tag` the key,
+/// `data` remote CQ data with `F_DATA`, `total` the bytes that follow as
+/// continuation records, payload the 8-byte target offset), a read
+/// request (`tag` the key, `data` the length, payload the offset; one
+/// record) and an answer (`data` 0 or an error code, `total` the read
+/// bytes that follow as continuation records).
+pub const K_RMA_W: u32 = 5;
+pub const K_RMA_R: u32 = 6;
+pub const K_RESP: u32 = 7;
+/// An atomic request: payload weft-core's 32-byte atomic prefix, `total`
+/// the operand and compare bytes that follow as continuation records.
+pub const K_ATOMIC: u32 = 8;
 /// Record flags.
 pub const F_TAGGED: u32 = 1 << 8;
 pub const F_DATA: u32 = 1 << 9;

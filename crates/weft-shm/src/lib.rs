@@ -9,7 +9,13 @@
 //! (`weft_core::tagmatch`) and copies each record straight into the
 //! receive's buffers, or holds the message for a later receive within
 //! the unexpected budget (`rx_attr.total_buffered_recv`). A message that
-//! fits neither waits in its ring: nothing is dropped.
+//! fits neither waits in its ring: nothing is dropped. Messages of 32 to
+//! 256 KiB go in one copy instead, where the kernel permits it: the
+//! receiver reads them from the sender's memory (`process_vm_readv`,
+//! [`cma`]). RMA reads and writes go as request records that the
+//! target's receive pass checks (key, range, right) and executes on its
+//! own regions, answering over its channel back (`rma`, `mr`); atomics
+//! the same way, applied by `weft_core::atomic` (`atomic`).
 //!
 //! Everything read from a segment is checked before use: a peer writing
 //! garbage there gets its channel freed (`EpStats::rx_malformed`), never
@@ -27,15 +33,19 @@
 // Rejected posts hand the request back by value; see weft_core::provider.
 #![allow(clippy::result_large_err)]
 
+mod atomic;
 mod bell;
+pub mod cma;
 mod domain;
 mod driver;
 mod endpoint;
 pub mod layout;
 pub mod live;
+mod mr;
 pub mod name;
 mod offer;
 pub mod ring;
+mod rma;
 mod rx;
 pub mod scan;
 pub mod segment;
@@ -51,7 +61,7 @@ use weft_core::{Error, Result};
 
 pub use domain::{resolve_timeout, RESOLVE_TIMEOUT};
 pub use driver::SWEEP_EVERY;
-pub use offer::{offer, offers, CAPS};
+pub use offer::{fabric_name, offer, offers, CAPS};
 
 /// Provider name.
 pub const NAME: &str = "shm";
@@ -97,7 +107,7 @@ impl Provider for ShmProvider {
 
 /// Opens (enables) an RDM endpoint: creates its segment and doorbell and
 /// starts its drivers. Other endpoint types, and capabilities no offer
-/// has (RMA, atomics, multi-receive), are `NoSys`.
+/// has (RMA events, multi-receive), are `NoSys`.
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     if cfg.info.ep_attr.ep_type != EpType::Rdm {
         return Err(Error::NoSys);

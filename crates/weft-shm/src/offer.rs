@@ -13,8 +13,9 @@ use crate::{
 
 /// What an shm endpoint does: untagged and tagged messages with 64-bit
 /// remote CQ data, source addresses (with `FI_SOURCE_ERR` on request) and
-/// directed receives, between processes of one host. No RMA, atomics,
-/// multi-receive or shared contexts yet.
+/// directed receives, RMA reads and writes and atomics (the target does
+/// every access to its regions), between processes of one host. No RMA
+/// events, multi-receive or shared contexts yet.
 pub const CAPS: Caps = Caps::MSG
     .union(Caps::TAGGED)
     .union(Caps::SEND)
@@ -23,7 +24,19 @@ pub const CAPS: Caps = Caps::MSG
     .union(Caps::SOURCE)
     .union(Caps::SOURCE_ERR)
     .union(Caps::DIRECTED_RECV)
-    .union(Caps::LOCAL_COMM);
+    .union(Caps::LOCAL_COMM)
+    .union(Caps::RMA)
+    .union(Caps::ATOMIC)
+    .union(Caps::READ)
+    .union(Caps::WRITE)
+    .union(Caps::REMOTE_READ)
+    .union(Caps::REMOTE_WRITE);
+
+/// The fabric name: the provider's, and how large messages move
+/// ([`crate::cma::mode`]).
+pub fn fabric_name() -> String {
+    format!("{NAME}-{}", crate::cma::mode().label())
+}
 
 /// Every offer.
 pub fn offers() -> Vec<Info> {
@@ -38,13 +51,20 @@ pub fn offer() -> Info {
         caps: CAPS,
         addr_format: AddrFormat::Str,
         tx_attr: TxAttr {
-            caps: CAPS & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE | Caps::SOURCE_ERR),
+            caps: CAPS
+                & !(Caps::RECV
+                    | Caps::DIRECTED_RECV
+                    | Caps::SOURCE
+                    | Caps::SOURCE_ERR
+                    | Caps::REMOTE_READ
+                    | Caps::REMOTE_WRITE),
             msg_order: order,
             comp_order: CompOrder::empty(),
             inject_size: INJECT_SIZE,
             size: QUEUE_SIZE,
             iov_limit: IOV_LIMIT,
-            rma_iov_limit: 0,
+            // One remote segment per operation (fi_msg_rma's rma_iov).
+            rma_iov_limit: 1,
             // A send completes once it is in the receiver's ring; with
             // delivery-complete, once the receiver consumed it (placed or
             // buffered). Match- and commit-complete are not offered.
@@ -52,7 +72,7 @@ pub fn offer() -> Info {
             ..TxAttr::default()
         },
         rx_attr: RxAttr {
-            caps: CAPS & !Caps::SEND,
+            caps: CAPS & !(Caps::SEND | Caps::READ | Caps::WRITE),
             msg_order: order,
             comp_order: CompOrder::empty(),
             total_buffered_recv: BUFFERED_RECV,
@@ -77,7 +97,11 @@ pub fn offer() -> Info {
             control_progress: Progress::Auto,
             data_progress: Progress::Auto,
             av_type: AvType::Unspec,
+            // Requested keys, offset addressing, as tcp.
             mr_mode: MrMode::empty(),
+            mr_key_size: 8,
+            mr_cnt: crate::mr::MR_CNT,
+            mr_iov_limit: crate::IOV_LIMIT,
             cq_data_size: 8,
             cq_cnt: 1 << 16,
             ep_cnt: 1 << 16,
@@ -91,7 +115,11 @@ pub fn offer() -> Info {
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {
-            name: Some(NAME.into()),
+            // How large messages move here: `shm-cma` (read from the
+            // sender's memory in one copy), `shm-cma-restricted` (Yama
+            // allows it only towards descendants: probed per sender),
+            // `shm-copy` (through the ring, two copies).
+            name: Some(fabric_name()),
             prov_name: Some(NAME.into()),
             prov_version: version(0, 1),
             api_version: API_VERSION,

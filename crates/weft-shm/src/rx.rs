@@ -14,6 +14,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use smallvec::SmallVec;
 use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::Returned;
@@ -50,6 +51,25 @@ enum Sink {
     Recv(RecvReq),
     /// No receive yet: buffered, charged.
     Buf(BytesMut, Charge),
+    /// An RMA write at the target: into a region, or read past.
+    Write(crate::rma::WriteIn),
+    /// A read's answer at the initiator.
+    Answer(crate::rma::Pending),
+    /// An atomic's arrays at the target.
+    Atomic(crate::atomic::AtomicIn),
+}
+
+/// What a partial RMA transfer of `total` bytes shares with a message:
+/// its length (the rest is unused).
+fn rma_info(total: usize) -> MsgInfo {
+    MsgInfo {
+        key: None,
+        src: FI_ADDR_NOTAVAIL,
+        tagged: false,
+        tag: 0,
+        len: total,
+        data: None,
+    }
 }
 
 /// A message whose records are still arriving.
@@ -77,6 +97,9 @@ pub struct RxChan {
     bell: Option<File>,
     /// A claim in progress seen by the last sweep (the claimer's pid).
     claim_seen: Option<u32>,
+    /// The sender's pid, when its probe showed we can read its memory
+    /// (CMA records are accepted only then).
+    cma_pid: Option<u32>,
 }
 
 /// Every channel's receiver state.
@@ -205,6 +228,9 @@ fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
     let Ok(name) = std::str::from_utf8(&b[..len]) else {
         return false;
     };
+    let cma_pid = cma_probe(ep, c);
+    let word = if cma_pid.is_some() { CMA_OK } else { CMA_NO };
+    ep.seg.store32(c.ctl(C_CMA), word, Ordering::Release);
     *lc = RxChan {
         active: Some(gen),
         head: 0,
@@ -213,17 +239,33 @@ fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
         partial: None,
         bell: crate::bell::open_remote(name),
         claim_seen: None,
+        cma_pid,
     };
     true
+}
+
+/// The sender's pid if we can read its memory: its probe word, at the
+/// address it announced, holds the magic.
+fn cma_probe(ep: &EpShared, c: &Chan) -> Option<u32> {
+    if crate::cma::mode() == crate::cma::Mode::Denied {
+        return None;
+    }
+    let pid = ep.seg.load32(c.ctl(C_PID), Ordering::Acquire)?;
+    let addr = ep.seg.load64(c.ctl(C_CMA_PROBE), Ordering::Acquire)?;
+    (addr != 0 && crate::cma::probe(pid, addr)).then_some(pid)
 }
 
 /// Frees a channel for the next sender: a message it had begun fails
 /// its receive; `broken` counts it as malformed.
 fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
     if let Some(p) = lc.partial.take() {
-        if let Sink::Recv(req) = p.sink {
-            let placed = p.got.min(req.capacity());
-            fail_recv(ep, req, p.info, placed, Error::ConnAborted);
+        match p.sink {
+            Sink::Recv(req) => {
+                let placed = p.got.min(req.capacity());
+                fail_recv(ep, req, p.info, placed, Error::ConnAborted);
+            }
+            Sink::Answer(pending) => pending.fail(ep, Error::ConnAborted),
+            Sink::Buf(..) | Sink::Write(_) | Sink::Atomic(_) => {}
         }
     }
     if broken {
@@ -238,6 +280,7 @@ fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
     ep.seg.store64(c.ctl(C_HEAD), 0, Release);
     ep.seg.store64(c.ctl(C_TAIL), 0, Release);
     ep.seg.store32(c.ctl(C_TX_WAIT), 0, Release);
+    ep.seg.store32(c.ctl(C_CMA), CMA_UNKNOWN, Release);
     ep.seg.store32(c.ctl(C_STATE), FREE, Release);
 }
 
@@ -297,11 +340,38 @@ fn source(ep: &EpShared, lc: &mut RxChan) -> FiAddr {
     h
 }
 
+/// What the matcher knows of a message of `total` bytes whose first
+/// (or only) record has header `h`.
+fn msg_info(ep: &EpShared, lc: &mut RxChan, h: &crate::ring::RecHead, total: usize) -> MsgInfo {
+    let tagged = h.has(F_TAGGED);
+    MsgInfo {
+        key: None,
+        src: source(ep, lc),
+        tagged,
+        tag: if tagged { h.tag } else { 0 },
+        len: total,
+        data: h.has(F_DATA).then_some(h.data),
+    }
+}
+
 /// Copies `n` bytes at segment offset `off` into the receive's buffers at
 /// message offset `at`, as far as they reach. True unless the segment
 /// refused the range (it cannot: the ring checked it).
-fn place(seg: &Segment, req: &mut RecvReq, mut at: usize, mut off: usize, mut n: usize) -> bool {
-    for b in req.bufs.iter_mut() {
+fn place(seg: &Segment, req: &mut RecvReq, at: usize, off: usize, n: usize) -> bool {
+    place_into(seg, &mut req.bufs, at, off, n)
+}
+
+/// Copies `n` bytes at segment offset `off` into `bufs` at offset `at`
+/// of their concatenation, as far as they reach. False when the segment
+/// refused a range.
+pub fn place_into(
+    seg: &Segment,
+    bufs: &mut [BytesMut],
+    mut at: usize,
+    mut off: usize,
+    mut n: usize,
+) -> bool {
+    for b in bufs.iter_mut() {
         if n == 0 {
             break;
         }
@@ -332,15 +402,7 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
                 return Err(());
             }
             let total = crate::ring::check_first(h, ep.max_msg).ok_or(())?;
-            let tagged = h.has(F_TAGGED);
-            let info = MsgInfo {
-                key: None,
-                src: source(ep, lc),
-                tagged,
-                tag: if tagged { h.tag } else { 0 },
-                len: total,
-                data: h.has(F_DATA).then_some(h.data),
-            };
+            let info = msg_info(ep, lc, h, total);
             let from = lc.from.clone().ok_or(())?;
             let mut m = lock(&ep.matcher);
             let sink = match m.match_arrival(&info) {
@@ -380,6 +442,8 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
             Partial { info, sink, got: 0 }
         }
         K_CONT => lc.partial.take().ok_or(())?,
+        K_CMA => return cma_record(ep, lc, r),
+        K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC => return rma_record(ep, lc, r),
         _ => return Err(()),
     };
     let now = crate::ring::check_next(h, p.got, p.info.len).ok_or(())?;
@@ -396,6 +460,21 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
                 return Err(());
             }
         }
+        Sink::Write(w) => {
+            if !crate::rma::write_feed(ep, w, p.got, r.payload, len) {
+                return Err(());
+            }
+        }
+        Sink::Answer(pending) => {
+            if !pending.place(&ep.seg, r.payload, len) {
+                return Err(());
+            }
+        }
+        Sink::Atomic(a) => {
+            if !crate::atomic::feed(ep, a, r.payload, len) {
+                return Err(());
+            }
+        }
     }
     p.got = now;
     if !last {
@@ -407,9 +486,142 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     Ok(true)
 }
 
+/// Handles a CMA record: the message is read from the sender's memory
+/// into the matching receive's buffers, or into a held buffer within the
+/// budget. `Ok(false)`: it waits for budget or a receive; `Err`: the
+/// sender broke the rules (a CMA record on a channel that did not pass
+/// the probe, an announcement that does not check out, or memory that
+/// cannot be read as announced).
+fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
+    let h = &r.head;
+    if lc.partial.is_some() || !h.has(F_LAST) {
+        return Err(());
+    }
+    let pid = lc.cma_pid.ok_or(())?;
+    let total = usize::try_from(h.total).map_err(|_| ())?;
+    if total > ep.max_msg {
+        return Err(());
+    }
+    let mut raw = [0u8; crate::cma::announce_len(crate::cma::MAX_RANGES)];
+    let n = (h.len as usize).min(raw.len());
+    if h.len as usize != n || !ep.seg.read(r.payload, &mut raw[..n]) {
+        return Err(());
+    }
+    let a = crate::cma::Announce::parse(&raw[..n], total).ok_or(())?;
+    let info = msg_info(ep, lc, h, total);
+    let from = lc.from.clone().ok_or(())?;
+    let mut m = lock(&ep.matcher);
+    match m.match_arrival(&info) {
+        Some((_, mut req)) => {
+            drop(m);
+            let placed = total.min(req.capacity());
+            let got = {
+                let mut local: SmallVec<[&mut [u8]; 4]> =
+                    req.bufs.iter_mut().map(|b| &mut b[..]).collect();
+                crate::cma::pull(pid, &a.ranges, &mut local)
+            };
+            if got != Ok(placed) {
+                // Failed by `free` as a message begun and broken off.
+                lc.partial = Some(Partial {
+                    info,
+                    sink: Sink::Recv(req),
+                    got: 0,
+                });
+                return Err(());
+            }
+            complete(ep, req, info, placed, &from);
+        }
+        None => {
+            let charge = UNEXPECTED_OVERHEAD.saturating_add(total);
+            let Some(c) = Charge::try_new(&ep.unexp, charge, ep.buffered_limit) else {
+                return Ok(false);
+            };
+            let mut b = BytesMut::zeroed(total);
+            if crate::cma::pull(pid, &a.ranges, &mut [&mut b[..]]) != Ok(total) {
+                return Err(());
+            }
+            // Pushed under the lock it was matched under.
+            let held = Held {
+                data: b,
+                from: from.clone(),
+                _charge: c,
+            };
+            m.push_unexpected(from, info, held);
+        }
+    }
+    ep.direct.fetch_add(1, Ordering::Relaxed);
+    Ok(true)
+}
+
+/// The first record of an RMA request or answer (`rma`): handled now,
+/// or begun as a partial transfer whose bytes follow.
+fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
+    let h = &r.head;
+    if lc.partial.is_some() {
+        return Err(());
+    }
+    // The rules the fuzz target checks too.
+    crate::scan::check_lead(h, ep.max_msg).ok_or(())?;
+    let from = lc.from.clone().ok_or(())?;
+    match h.kind() {
+        K_RMA_W => {
+            let (w, total) = crate::rma::write_start(ep, h, r.payload).ok_or(())?;
+            if h.has(F_LAST) != (total == 0) {
+                return Err(());
+            }
+            if total == 0 {
+                crate::rma::write_end(ep, w, 0, &from);
+            } else {
+                lc.partial = Some(Partial {
+                    info: rma_info(total),
+                    sink: Sink::Write(w),
+                    got: 0,
+                });
+            }
+        }
+        K_ATOMIC => {
+            let a = crate::atomic::start(ep, h, r.payload).ok_or(())?;
+            let total = usize::try_from(h.total).map_err(|_| ())?;
+            if total == 0 {
+                crate::atomic::end(ep, a, &from);
+            } else {
+                lc.partial = Some(Partial {
+                    info: rma_info(total),
+                    sink: Sink::Atomic(a),
+                    got: 0,
+                });
+            }
+        }
+        K_RMA_R => {
+            // An initiator that does not drain our answers stops being
+            // read (its requests wait in its ring), rather than making
+            // us hold copies of region bytes without bound.
+            if lock(&ep.peers).backlog(&from) > crate::rma::ANSWER_BACKLOG {
+                return Ok(false);
+            }
+            if !crate::rma::read(ep, h, r.payload, &from) {
+                return Err(());
+            }
+        }
+        _ => {
+            if let Some(p) = crate::rma::answer_start(ep, h, &from)? {
+                lc.partial = Some(Partial {
+                    info: rma_info(p.len),
+                    sink: Sink::Answer(p),
+                    got: 0,
+                });
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// A message whose last record arrived.
 fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
     match p.sink {
+        Sink::Write(w) => crate::rma::write_end(ep, w, p.info.len, &from),
+        Sink::Answer(pending) => pending.complete(ep),
+        Sink::Atomic(a) => crate::atomic::end(ep, a, &from),
         Sink::Recv(req) => {
             let placed = p.info.len.min(req.capacity());
             complete(ep, req, p.info, placed, &from);

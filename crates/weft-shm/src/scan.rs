@@ -76,8 +76,43 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
             let ring = g.ring_at(i);
             assert!(r.payload >= ring + REC_HDR && r.payload + n <= ring + g.ring);
             assert!(r.next.wrapping_sub(head) <= g.ring as u64);
+            if r.head.kind() == K_CMA {
+                // A whole message announced: its ranges must check out
+                // against its total, as the receive pass checks them.
+                let total = usize::try_from(r.head.total).unwrap_or(usize::MAX);
+                let ok = msg.is_none()
+                    && r.head.has(F_LAST)
+                    && total <= max_msg
+                    && seg.read(r.payload, &mut buf[..n])
+                    && crate::cma::Announce::parse(&buf[..n], total).is_some();
+                if !ok {
+                    out.corrupt += 1;
+                    break;
+                }
+                out.records += 1;
+                out.messages += 1;
+                out.bytes += n;
+                head = r.next;
+                continue;
+            }
             let step = match (r.head.kind(), msg) {
                 (K_FIRST, None) => check_first(&r.head, max_msg).map(|t| (0, t)),
+                (K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC, None) => match check_lead(&r.head, max_msg)
+                {
+                    // Its payload is the argument, not the transfer's
+                    // bytes: those follow as continuations.
+                    Some(total) if seg.read(r.payload, &mut buf[..n]) => {
+                        out.records += 1;
+                        if total == 0 {
+                            out.messages += 1;
+                        } else {
+                            msg = Some((0, total));
+                        }
+                        head = r.next;
+                        continue;
+                    }
+                    _ => None,
+                },
                 (K_CONT, Some(m)) => Some(m),
                 _ => None,
             }
@@ -102,6 +137,28 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
         }
     }
     out
+}
+
+/// The bytes that follow an RMA lead record (`docs/wire.md`, "RMA
+/// records"), if it keeps the rules the receive pass applies: a write
+/// request's 8-byte offset with `total` bytes to follow (last exactly
+/// when none), a read request's offset alone (`total` 0, a length within
+/// `max_msg`), an answer's empty payload with `total` bytes to follow.
+pub fn check_lead(h: &crate::ring::RecHead, max_msg: usize) -> Option<usize> {
+    let total = usize::try_from(h.total).ok().filter(|&t| t <= max_msg)?;
+    let last_ok = h.has(F_LAST) == (total == 0);
+    let ok = match h.kind() {
+        K_RMA_W => h.len == 8 && last_ok,
+        K_RMA_R => h.len == 8 && total == 0 && h.has(F_LAST) && h.data <= max_msg as u64,
+        K_RESP => h.len == 0 && last_ok,
+        K_ATOMIC => {
+            h.len as usize == weft_core::wire::atomic::ATOMIC_HDR_LEN
+                && last_ok
+                && total <= 2 * weft_core::wire::atomic::ATOMIC_MAX
+        }
+        _ => false,
+    };
+    ok.then_some(total)
 }
 
 /// [`scan`] of arbitrary bytes as the segment of a small geometry (2
@@ -146,21 +203,46 @@ mod tests {
         seg.store32(c.ctl(C_NAME_LEN), 1, std::sync::atomic::Ordering::Release);
         seg.write(c.ctl(C_NAME), b"p");
         let mut tail = 0;
-        for (word, len) in [(K_FIRST, 1000u32), (K_CONT, 1000), (K_CONT | F_LAST, 48)] {
+        let ann = crate::cma::Announce {
+            ranges: [(4096u64, 1 << 20)].into_iter().collect(),
+        }
+        .encode();
+        for (word, len, total) in [
+            (K_FIRST, 1000u32, 2048u64),
+            (K_CONT, 1000, 2048),
+            (K_CONT | F_LAST, 48, 2048),
+            (K_CMA | F_LAST, ann.len() as u32, 1 << 20),
+            // An RMA write of 100 bytes, a read request, an empty answer.
+            (K_RMA_W, 8, 100),
+            (K_CONT | F_LAST, 100, 100),
+            (K_RMA_R | F_LAST, 8, 0),
+            (K_RESP | F_LAST, 0, 0),
+            // An atomic's prefix, then its 16 bytes of arrays.
+            (K_ATOMIC, 32, 16),
+            (K_CONT | F_LAST, 16, 16),
+        ] {
             let h = crate::ring::RecHead {
                 word,
                 len,
-                total: 2048,
+                total,
                 ..Default::default()
             };
             let free = c.room(&seg, tail).unwrap_or(0);
             let (pad, _) = c.fit(tail, free).unwrap_or((0, 0));
             tail = c.write_pad(&seg, tail, pad);
-            tail = c.write_head(&seg, tail, &h).1;
+            let (at, t) = c.write_head(&seg, tail, &h);
+            if word & 0xff == K_CMA {
+                seg.write(at, &ann);
+            }
+            tail = t;
             c.publish(&seg, tail);
         }
         let s = scan(&seg, g, 1 << 20, 64);
-        assert_eq!((s.records, s.messages, s.bytes, s.corrupt), (3, 1, 2048, 0));
+        let bytes = 2048 + ann.len() + 100 + 16;
+        assert_eq!(
+            (s.records, s.messages, s.bytes, s.corrupt),
+            (10, 6, bytes, 0)
+        );
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..300 {
             let junk: Vec<u8> = (0..g.bytes())

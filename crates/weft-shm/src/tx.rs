@@ -41,7 +41,54 @@ pub struct Out {
     /// `FI_DELIVERY_COMPLETE`: completes once the receiver consumed its
     /// last record (placed it or buffered it), not when it is written.
     dc: bool,
-    done: OpDone,
+    /// Went as a CMA record: completes once the receiver, having read
+    /// it from our buffers, consumed the record.
+    cma: bool,
+    /// An RMA request or response: its first record is this one, and
+    /// the bytes follow as continuation records.
+    lead: Option<Lead>,
+    /// `None` for what completes nothing here (RMA requests complete by
+    /// their response; responses complete nothing).
+    done: Option<OpDone>,
+}
+
+/// The first record of an RMA request or response (`docs/wire.md`
+/// section 16, "RMA records"): its kind and flags, its `tag` and `data`
+/// words, and its payload (the target offset, or an atomic's prefix).
+#[derive(Debug, Clone, Copy)]
+pub struct Lead {
+    pub word: u32,
+    pub tag: u64,
+    pub data: u64,
+    arg: [u8; LEAD_ARG_MAX],
+    arg_len: usize,
+}
+
+/// Longest lead payload: an atomic's prefix.
+pub const LEAD_ARG_MAX: usize = 32;
+
+impl Lead {
+    /// A lead with `arg` (at most [`LEAD_ARG_MAX`] bytes; more is cut)
+    /// as its payload.
+    pub fn new(word: u32, tag: u64, data: u64, arg: &[u8]) -> Lead {
+        let mut a = [0u8; LEAD_ARG_MAX];
+        let n = arg.len().min(LEAD_ARG_MAX);
+        a[..n].copy_from_slice(&arg[..n]);
+        Lead {
+            word,
+            tag,
+            data,
+            arg: a,
+            arg_len: n,
+        }
+    }
+}
+
+impl Out {
+    /// Whether it completes only when the receiver consumed it.
+    fn waits(&self) -> bool {
+        self.dc || self.cma
+    }
 }
 
 /// A delivery-complete send wholly in the ring, waiting for the
@@ -50,7 +97,10 @@ pub struct Out {
 struct Delivering {
     end: u64,
     len: usize,
-    done: OpDone,
+    done: Option<OpDone>,
+    /// A CMA send's buffers: the receiver reads them until it consumes
+    /// the record.
+    keep: Option<Iov>,
 }
 
 /// A peer this endpoint sends to.
@@ -69,6 +119,9 @@ pub struct Peer {
     bell: Option<File>,
     queue: VecDeque<Out>,
     delivering: VecDeque<Delivering>,
+    /// RMA operations sent to this peer, waiting for its responses (it
+    /// answers in order).
+    pub pending: VecDeque<crate::rma::Pending>,
 }
 
 /// The peers sent to, by address.
@@ -77,18 +130,38 @@ pub struct Peers {
     map: FastMap<Vec<u8>, Peer>,
 }
 
+/// How long closing waits for a receiver to read CMA sends out: a
+/// receiver that takes longer reads freed memory (its receive gets
+/// garbage or fails; our memory is not written).
+const CMA_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// A send that ended (outside the locks).
-type Ended = (OpDone, usize, Result<()>);
+pub type Ended = (Option<OpDone>, usize, Result<()>);
 
 impl Peers {
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// Bytes waiting in the queue to the endpoint at `addr` (not yet in
+    /// its ring).
+    pub fn backlog(&self, addr: &[u8]) -> usize {
+        self.map
+            .get(addr)
+            .map_or(0, |p| p.queue.iter().map(|o| o.len - o.off).sum())
+    }
+
+    /// The oldest RMA operation sent to the endpoint at `addr` and not
+    /// answered yet.
+    pub fn pending_for(&mut self, addr: &[u8]) -> Option<crate::rma::Pending> {
+        self.map.get_mut(addr)?.pending.pop_front()
+    }
+
     /// The endpoint closes: every claimed channel is handed back
     /// (`CLOSED`: the receiver frees it once drained).
     pub fn release(self) {
         for p in self.map.into_values() {
+            p.settle_cma();
             if let Some((c, gen)) = p.chan {
                 let mine = p.seg.load32(c.ctl(C_GEN), Ordering::Acquire) == Some(gen);
                 if mine {
@@ -128,7 +201,33 @@ impl Peer {
             bell: crate::bell::open_remote(name),
             queue: VecDeque::new(),
             delivering: VecDeque::new(),
+            pending: VecDeque::new(),
         })
+    }
+
+    /// Waits (a bounded time) for the receiver to have read the CMA sends
+    /// still out: their buffers are freed after this.
+    fn settle_cma(&self) {
+        let Some((c, _)) = self.chan else {
+            return;
+        };
+        let Some(end) = self
+            .delivering
+            .iter()
+            .rev()
+            .find(|d| d.keep.is_some())
+            .map(|d| d.end)
+        else {
+            return;
+        };
+        let until = std::time::Instant::now() + CMA_SETTLE;
+        while std::time::Instant::now() < until && self.alive() {
+            let head = c.head(&self.seg);
+            if self.tail.wrapping_sub(head) <= self.tail.wrapping_sub(end) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
     }
 
     /// Claims a free channel, if there is one.
@@ -154,6 +253,11 @@ impl Peer {
             s.store32(c.ctl(C_GEN), gen, Release);
             s.store64(c.ctl(C_TAIL), 0, Release);
             s.store32(c.ctl(C_TX_WAIT), 0, Release);
+            let probe = match crate::cma::mode() {
+                crate::cma::Mode::Denied => 0,
+                _ => crate::cma::probe_addr(),
+            };
+            s.store64(c.ctl(C_CMA_PROBE), probe, Release);
             s.store32(c.ctl(C_STATE), ACTIVE, Release);
             self.chan = Some((c, gen));
             self.tail = 0;
@@ -182,6 +286,20 @@ impl Peer {
         let r = loop {
             if o.started && o.off == o.len {
                 break Ok(true);
+            }
+            if !o.started && (o.lead.is_some() || self.cma_ok(&c, o)) {
+                match self.write_one(&c, o) {
+                    Some(true) => continue,
+                    Some(false) if o.lead.is_some() => break Err(Error::Io),
+                    Some(false) => {}
+                    None if asked => break Ok(false),
+                    None => {
+                        self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
+                        fence(Ordering::SeqCst);
+                        asked = true;
+                        continue;
+                    }
+                }
             }
             let free = c.room(&self.seg, self.tail).ok_or(Error::Io)?;
             let fit = c.fit(self.tail, free);
@@ -229,6 +347,72 @@ impl Peer {
         r
     }
 
+    /// Whether `o` goes as a CMA record: of the sizes where it pays, few enough
+    /// buffers, and the receiver said it can read us.
+    fn cma_ok(&self, c: &Chan, o: &Out) -> bool {
+        (crate::cma::CMA_MIN..=crate::cma::max_len()).contains(&o.len)
+            && o.iov.len() <= crate::cma::MAX_RANGES
+            && self.seg.load32(c.ctl(C_CMA), Ordering::Acquire) == Some(CMA_OK)
+    }
+
+    /// Writes `o`'s lead record (an RMA request or response), or all of
+    /// `o` as one CMA record, if the ring has room: `Some(true)` written,
+    /// `None` no room now, `Some(false)` not possible (a CMA send takes
+    /// the copy path; a lead fails).
+    fn write_one(&mut self, c: &Chan, o: &mut Out) -> Option<bool> {
+        let (word, tag, data, p) = match o.lead {
+            Some(l) => {
+                let last = if o.len == 0 { F_LAST } else { 0 };
+                let p: SmallVec<[u8; 72]> = l.arg[..l.arg_len].iter().copied().collect();
+                (l.word | last, l.tag, l.data, p)
+            }
+            None => {
+                let a = crate::cma::Announce {
+                    ranges: o
+                        .iov
+                        .iter()
+                        .map(|b| (b.as_ptr() as usize as u64, b.len() as u64))
+                        .collect(),
+                };
+                (
+                    K_CMA | o.flags | F_LAST,
+                    o.tag,
+                    o.data,
+                    a.encode().into_iter().collect(),
+                )
+            }
+        };
+        let Some(free) = c.room(&self.seg, self.tail) else {
+            // A broken head: the copy path fails the send.
+            return Some(false);
+        };
+        let (pad, max) = c.fit(self.tail, free)?;
+        if max < p.len() {
+            return if p.len() > self.g.chunk() {
+                Some(false)
+            } else {
+                None
+            };
+        }
+        self.tail = c.write_pad(&self.seg, self.tail, pad);
+        let h = RecHead {
+            word,
+            len: p.len() as u32,
+            tag,
+            data,
+            total: o.len as u64,
+        };
+        let (at, next) = c.write_head(&self.seg, self.tail, &h);
+        self.seg.write(at, &p);
+        self.tail = next;
+        o.started = true;
+        if o.lead.is_none() {
+            o.off = o.len;
+            o.cma = true;
+        }
+        Some(true)
+    }
+
     /// Rings the receiver's doorbell if it said it sleeps.
     fn wake(&self) {
         // Pairs with the receiver's fence between announcing its sleep
@@ -258,7 +442,7 @@ impl Peer {
     /// A send is wholly in the ring: it ends now, or (delivery-complete)
     /// once the receiver's head passes it.
     fn written(&mut self, o: Out, ended: &mut Vec<Ended>) {
-        if !o.dc {
+        if !o.waits() {
             ended.push((o.done, o.len, Ok(())));
             return;
         }
@@ -266,6 +450,7 @@ impl Peer {
             end: self.tail,
             len: o.len,
             done: o.done,
+            keep: o.cma.then_some(o.iov),
         });
         if let Some((c, _)) = self.chan {
             // The receiver rings us when it consumes.
@@ -300,11 +485,23 @@ impl Peer {
 
     /// Whether sends wait here (queued, or for delivery).
     fn busy(&self) -> bool {
-        !self.queue.is_empty() || !self.delivering.is_empty()
+        !self.queue.is_empty() || !self.delivering.is_empty() || !self.pending.is_empty()
     }
 
     /// Sends queued sends while the ring takes them.
     fn flush(&mut self, me: (u32, u64), my_name: &str, ended: &mut Vec<Ended>) {
+        if let Some((c, gen)) = self.chan {
+            // The owner freed our channel (it found a record of ours
+            // broken, or a CMA read of our memory failed): what waits
+            // for its head or its answers never comes.
+            let ours = self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
+                && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen);
+            if !ours {
+                self.chan = None;
+                self.fail_all(Error::ConnAborted, ended);
+                return;
+            }
+        }
         self.delivered(ended);
         if self.queue.is_empty() || !self.claim(me, my_name) {
             return;
@@ -328,6 +525,11 @@ impl Peer {
     fn fail_all(&mut self, e: Error, ended: &mut Vec<Ended>) {
         ended.extend(self.queue.drain(..).map(|o| (o.done, o.len, Err(e))));
         ended.extend(self.delivering.drain(..).map(|d| (d.done, d.len, Err(e))));
+        ended.extend(
+            self.pending
+                .drain(..)
+                .map(|p| (Some(p.done), p.len, Err(e))),
+        );
     }
 }
 
@@ -351,7 +553,12 @@ fn copy_out(seg: &Segment, mut at: usize, iov: &Iov, mut off: usize, mut n: usiz
 }
 
 /// Ends a send: its credit back first, then its completion.
-fn finish(ep: &EpShared, (done, len, r): Ended) {
+pub fn finish(ep: &EpShared, (done, len, r): Ended) {
+    // Nothing to end: an RMA request (its response ends it) or a
+    // response.
+    let Some(done) = done else {
+        return;
+    };
     ep.tx.release(1);
     match r {
         Ok(()) => done.complete(CqEntry {
@@ -383,19 +590,14 @@ impl EpShared {
         let Some(av) = &self.cfg.av else {
             return reject(Error::NoAv, req);
         };
-        let mut peers = lock(&self.peers);
-        let key = {
-            let t = lock_synced(av);
-            match t.lookup(req.dest) {
-                Ok(b) if peers.map.contains_key(b) => None,
-                Ok(b) => Some(b.to_vec()),
-                Err(_) => return reject(Error::AddrNotAvail, req),
-            }
+        let addr = match lock_synced(av).lookup(req.dest) {
+            Ok(b) => b.to_vec(),
+            Err(_) => return reject(Error::AddrNotAvail, req),
         };
         if !self.tx.try_take() {
             return reject(Error::Again, req);
         }
-        let mut o = Out {
+        let o = Out {
             flags: if req.tag.is_some() { F_TAGGED } else { 0 }
                 | if req.data.is_some() { F_DATA } else { 0 },
             tag: req.tag.unwrap_or(0),
@@ -405,56 +607,83 @@ impl EpShared {
             off: 0,
             started: false,
             dc: req.flags.contains(OpFlags::DELIVERY_COMPLETE),
-            done: req.done,
+            cma: false,
+            lead: None,
+            done: Some(req.done),
         };
-        let peer = match key {
-            None => {
-                // Found above, under the same lock.
-                let t = lock_synced(av);
-                let b = t.lookup(req.dest).unwrap_or(&[]);
-                peers.map.get_mut(b)
-            }
-            Some(k) => match crate::name::parse(&k).and_then(Peer::open) {
-                Ok(p) => Some(peers.map.entry(k).or_insert(p)),
+        self.enqueue(addr, o, None);
+        Ok(())
+    }
+
+    /// An RMA request or response of `len` bytes from `iov`, led by
+    /// `lead`.
+    pub fn rma_out(lead: Lead, iov: Iov, len: usize) -> Out {
+        Out {
+            flags: 0,
+            tag: 0,
+            data: 0,
+            iov,
+            len,
+            off: 0,
+            started: false,
+            dc: false,
+            cma: false,
+            lead: Some(lead),
+            done: None,
+        }
+    }
+
+    /// Sends `o` to the endpoint at `addr` (mapping its segment the
+    /// first time), with `pending` waiting for its response when it is
+    /// an RMA request: written now if the ring takes it, else queued in
+    /// order. A peer that cannot be reached fails it (`ConnRefused`).
+    pub fn enqueue(&self, addr: Vec<u8>, mut o: Out, pending: Option<crate::rma::Pending>) {
+        let len = o.len;
+        let mut peers = lock(&self.peers);
+        if !peers.map.contains_key(&addr) {
+            match crate::name::parse(&addr).and_then(Peer::open) {
+                Ok(p) => {
+                    peers.map.insert(addr.clone(), p);
+                }
                 Err(e) => {
                     drop(peers);
                     finish(self, (o.done, len, Err(e)));
-                    return Ok(());
+                    if let Some(p) = pending {
+                        finish(self, (Some(p.done), p.len, Err(e)));
+                    }
+                    return;
                 }
-            },
+            }
+        }
+        let Some(peer) = peers.map.get_mut(&addr) else {
+            return;
         };
-        let Some(peer) = peer else {
-            drop(peers);
-            finish(self, (o.done, len, Err(Error::AddrNotAvail)));
-            return Ok(());
-        };
+        if let Some(p) = pending {
+            peer.pending.push_back(p);
+            // Flushing watches what waits for answers (a channel the
+            // owner freed fails it).
+            self.tx_pending.store(true, Ordering::Release);
+        }
         if !peer.alive_now() {
             // The owner closed its endpoint: what waits fails, and so
             // does this send.
             let mut ended = Vec::new();
             peer.fail_all(Error::ConnReset, &mut ended);
             ended.push((o.done, len, Err(Error::ConnReset)));
-            if let Ok(t) = lock_synced(av).lookup(req.dest).map(<[u8]>::to_vec) {
-                peers.map.remove(&t);
-            }
+            peers.map.remove(&addr);
             drop(peers);
             for e in ended {
                 finish(self, e);
             }
-            return Ok(());
+            return;
         }
         if peer.queue.is_empty() && peer.claim(self.me, &self.name) {
             match peer.advance(&mut o) {
-                Ok(true) if !o.dc => {
-                    drop(peers);
-                    finish(self, (o.done, len, Ok(())));
-                    return Ok(());
-                }
                 Ok(true) => {
                     let mut ended = Vec::new();
                     peer.written(o, &mut ended);
-                    drop(peers);
                     let waits = ended.is_empty();
+                    drop(peers);
                     for e in ended {
                         finish(self, e);
                     }
@@ -462,13 +691,17 @@ impl EpShared {
                         self.tx_pending.store(true, Ordering::Release);
                         self.kick.notify_one();
                     }
-                    return Ok(());
+                    return;
                 }
                 Ok(false) => {}
                 Err(e) => {
+                    let mut ended = vec![(o.done, len, Err(e))];
+                    peer.fail_all(e, &mut ended);
                     drop(peers);
-                    finish(self, (o.done, len, Err(e)));
-                    return Ok(());
+                    for e in ended {
+                        finish(self, e);
+                    }
+                    return;
                 }
             }
         }
@@ -476,7 +709,6 @@ impl EpShared {
         drop(peers);
         self.tx_pending.store(true, Ordering::Release);
         self.kick.notify_one();
-        Ok(())
     }
 
     /// Sends what waits in peers' queues while their rings take it.

@@ -16,9 +16,11 @@
 //! the other wakes them, trading one byte over a Unix socket pair
 //! (blocking `read`/`write`; `SIZE` is ignored) — a sleep and a wake-up
 //! per transfer, what an eventfd or FIFO ping-pong costs, with no data
-//! moved.
+//! moved. `cma` is the floor of the shm provider's cross-memory attach:
+//! one `process_vm_readv` of `SIZE` bytes per transfer (of this process's
+//! own memory, which the kernel walks and pins as it does another's).
 //!
-//! usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy|wake SIZE ITERS
+//! usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy|cma|wake SIZE ITERS
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
@@ -226,12 +228,29 @@ fn run_memcpy(size: usize, iters: u64) -> io::Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
+/// `2 * iters` reads of `size` bytes by `process_vm_readv`, as
+/// [`run_memcpy`] copies.
+fn run_cma(size: usize, iters: u64) -> io::Result<f64> {
+    let src = vec![0x5au8; size];
+    let mut dst = vec![0u8; size];
+    dst.copy_from_slice(&src);
+    let me = std::process::id();
+    let range = [(src.as_ptr() as usize as u64, size as u64)];
+    let t = Instant::now();
+    for _ in 0..2 * iters {
+        weft_shm::cma::pull(me, &range, &mut [&mut dst[..]])
+            .map_err(|e| io::Error::other(format!("process_vm_readv: {e:?}")))?;
+        std::hint::black_box(&mut dst);
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let parsed = match args.as_slice() {
         [_, mode, size, iters] => {
             match (mode.as_str(), size.parse::<usize>(), iters.parse::<u64>()) {
-                (m @ ("block" | "spin" | "tokio" | "memcpy" | "wake"), Ok(s), Ok(i))
+                (m @ ("block" | "spin" | "tokio" | "memcpy" | "cma" | "wake"), Ok(s), Ok(i))
                     if s > 0 && i > 0 =>
                 {
                     Some((m.to_string(), s, i))
@@ -245,7 +264,9 @@ fn main() -> ExitCode {
         _ => None,
     };
     let Some((mode, size, iters)) = parsed else {
-        eprintln!("usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy|wake SIZE ITERS");
+        eprintln!(
+            "usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy|cma|wake SIZE ITERS"
+        );
         return ExitCode::from(2);
     };
     let res = match mode.as_str() {
@@ -253,6 +274,7 @@ fn main() -> ExitCode {
         "udp-spin" => run_udp(true, size, iters),
         "udp-block" => run_udp(false, size, iters),
         "memcpy" => run_memcpy(size, iters),
+        "cma" => run_cma(size, iters),
         "wake" => run_wake(iters),
         m => run(m == "spin", size, iters),
     };

@@ -9,12 +9,22 @@
 //!   claims a channel as an endpoint does, publishes the first record of
 //!   a 1 MiB message and never the rest, prints `ready` and waits: a
 //!   sender killed in the middle of a message.
+//! - `shm-peer send ADDR N SIZE`: opens an shm RDM endpoint, sends one
+//!   byte with delivery-complete (so the receiver has seen, and probed,
+//!   its channel before the rest), posts `N` sends of `SIZE` bytes (`weft_integration::payload(SIZE, i)` for the
+//!   `i`th) to the endpoint at `ADDR`, prints `posted`, then waits for
+//!   their completions (at most 60 s), prints `sent` and waits: a sender
+//!   in another process, for cross-memory attach (`tests/shm_cma.rs`).
+//! - `shm-peer target`: opens an shm RDM endpoint with a region of 4096
+//!   bytes under key 42 (`FI_REMOTE_READ | FI_REMOTE_WRITE`, holding
+//!   `weft_integration::payload(4096, 7)`), prints its address and
+//!   waits: an RMA target in another process (`tests/shm_rma.rs`).
 
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use weft::{AvAttr, BindFlags, CqAttr, EpType, Info};
+use weft::{AvAttr, EpType, Info, WaitMode};
 use weft_shm::layout::*;
 use weft_shm::ring::{Chan, RecHead};
 use weft_shm::segment::Segment;
@@ -23,25 +33,100 @@ type Res<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 const LIFE: Duration = Duration::from_secs(60);
 
+/// An enabled shm RDM endpoint with an unexpected budget of 64 KiB, and
+/// what it is bound to (kept alive with it).
+struct Ep {
+    ep: weft::Endpoint,
+    av: weft::AddressVector,
+    cq: weft::CompletionQueue,
+    domain: weft::Domain,
+    _fabric: weft::Fabric,
+}
+
+fn open_ep() -> Res<Ep> {
+    let mut hints = Info::default();
+    hints.ep_attr.ep_type = EpType::Rdm;
+    hints.fabric_attr.prov_name = Some("shm".into());
+    let mut info = weft::getinfo(Some(&hints))?.remove(0);
+    info.rx_attr.total_buffered_recv = 64 << 10;
+    let fabric = weft::Fabric::open(&info)?;
+    let domain = fabric.domain(&info)?;
+    let av = domain.av(AvAttr::default())?;
+    let (ep, cq) = weft_integration::enabled_endpoint(&domain, &info, &av, WaitMode::Interrupt);
+    Ok(Ep {
+        ep,
+        av,
+        cq,
+        domain,
+        _fabric: fabric,
+    })
+}
+
+fn say(what: &str) -> Res<()> {
+    let mut out = std::io::stdout();
+    writeln!(out, "{what}")?;
+    out.flush()?;
+    Ok(())
+}
+
 fn idle() -> Res<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let mut hints = Info::default();
-        hints.ep_attr.ep_type = EpType::Rdm;
-        hints.fabric_attr.prov_name = Some("shm".into());
-        let mut info = weft::getinfo(Some(&hints))?.remove(0);
-        info.rx_attr.total_buffered_recv = 64 << 10;
-        let fabric = weft::Fabric::open(&info)?;
-        let domain = fabric.domain(&info)?;
-        let av = domain.av(AvAttr::default())?;
-        let cq = domain.cq(CqAttr::default())?;
-        let ep = domain.endpoint(&info)?;
-        ep.bind_av(&av)?;
-        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)?;
-        ep.enable()?;
-        let mut out = std::io::stdout();
-        writeln!(out, "{}", String::from_utf8_lossy(&ep.local_addr()?))?;
-        out.flush()?;
+        let e = open_ep()?;
+        say(&String::from_utf8_lossy(&e.ep.local_addr()?))?;
+        tokio::time::sleep(LIFE).await;
+        Ok(())
+    })
+}
+
+fn target() -> Res<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let e = open_ep()?;
+        let rw = weft::MrAccess::REMOTE_READ | weft::MrAccess::REMOTE_WRITE;
+        let mr = e
+            .domain
+            .mr_regattr(weft::MrAttr::alloc(4096, rw).requested_key(42))
+            .map_err(|r| format!("register: {:?}", r.error))?;
+        mr.write_at(0, &weft_integration::payload(4096, 7))?;
+        say(&String::from_utf8_lossy(&e.ep.local_addr()?))?;
+        tokio::time::sleep(LIFE).await;
+        drop(mr);
+        Ok(())
+    })
+}
+
+fn send(addr: &str, n: u64, size: usize) -> Res<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let e = open_ep()?;
+        let to =
+            e.av.insert_sync(&[addr.as_bytes().to_vec()], Default::default())?
+                .fi_addrs
+                .first()
+                .copied()
+                .ok_or("insert failed")?;
+        let warm = weft::SendMsg {
+            dest: to,
+            iov: vec![bytes::Bytes::from_static(b"w")],
+            tag: None,
+            data: None,
+            context: 0,
+        };
+        e.ep.sendmsg(warm, weft::OpFlags::DELIVERY_COMPLETE)
+            .await
+            .map_err(|c| format!("warm-up failed: {:?}", c.err))?;
+        for i in 0..n {
+            e.ep.post_send(to, weft_integration::payload(size, i as u8), i)?;
+        }
+        say("posted")?;
+        for _ in 0..n {
+            e.cq.next_timeout(LIFE)
+                .await
+                .ok_or("no completion")?
+                .map_err(|c| format!("send failed: {:?}", c.err))?;
+        }
+        say("sent")?;
         tokio::time::sleep(LIFE).await;
         Ok(())
     })
@@ -90,6 +175,8 @@ fn main() -> Res<()> {
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["idle"] => idle(),
         ["partial", addr] => partial(addr),
-        _ => Err("usage: shm-peer idle | shm-peer partial ADDR".into()),
+        ["send", addr, n, size] => send(addr, n.parse()?, size.parse()?),
+        ["target"] => target(),
+        _ => Err("usage: shm-peer idle | partial ADDR | send ADDR N SIZE | target".into()),
     }
 }

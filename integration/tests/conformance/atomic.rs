@@ -366,3 +366,11 @@ provider_tests! {
     contended_fetch_adds_are_atomic,
     refused_atomics_fail_with_access,
 }
+
+shm_tests! {
+    atomicvalid_answers_every_combination,
+    every_supported_op_and_type,
+    misuse_is_refused_before_posting,
+    contended_fetch_adds_are_atomic,
+    refused_atomics_fail_with_access,
+}

@@ -55,8 +55,8 @@ macro_rules! udp_tests {
 }
 
 /// Instantiates, for shm, tests already listed in [`provider_tests!`]
-/// that apply to its `FI_EP_RDM` endpoints (no MSG endpoints, RMA,
-/// atomics or memory registration there yet).
+/// that apply to its `FI_EP_RDM` endpoints (no MSG endpoints or RMA
+/// events there yet).
 macro_rules! shm_tests {
     ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
         provider_tests!(@provider shm, "shm"; $($(#[$attr])* $name),*);

@@ -420,3 +420,13 @@ provider_tests! {
     requested_keys_are_used_and_unique,
     target_visible_access_is_refused_where_not_offered,
 }
+
+shm_tests! {
+    bad_requests_are_refused_and_lose_nothing,
+    application_buffers_register_in_place,
+    raw_keys_round_trip,
+    sub_regions_share_memory_and_hold_the_base,
+    buffers_register_as_one_region,
+    requested_keys_are_used_and_unique,
+    target_visible_access_is_refused_where_not_offered,
+}

@@ -288,3 +288,11 @@ provider_tests! {
     writedata_reports_at_the_target,
     refused_rma_fails_with_access_and_the_peer_stays_usable,
 }
+
+shm_tests! {
+    offers_rma,
+    write_then_read_back,
+    gather_scatter_and_counters,
+    writedata_reports_at_the_target,
+    refused_rma_fails_with_access_and_the_peer_stays_usable,
+}

@@ -1,0 +1,314 @@
+//! Cross-memory attach (`process_vm_readv(2)`): a large message moves in
+//! one copy, from the sender's buffers straight into the receive's,
+//! instead of two through the ring (`docs/design.md`, "The shm provider",
+//! and `docs/wire.md`, "CMA records").
+//!
+//! Whether the kernel lets one process read another's memory depends on
+//! Yama's `ptrace_scope`, seccomp (containers) and capabilities, so it is
+//! found out, not assumed: [`mode`] once per process (a read of our own
+//! memory, and `ptrace_scope`), and per sender when the receiver first
+//! sees its channel (a read of a word the sender announced, which must
+//! hold [`PROBE_MAGIC`]). Only a channel whose probe succeeded carries
+//! CMA records; every other one uses the copy path.
+//!
+//! The peer's announcement is checked before use ([`Announce::parse`]):
+//! a bounded number of ranges whose lengths add up exactly to the
+//! message's declared total. The local side of every read is our own
+//! receive buffers as slices, so whatever a peer announces, nothing is
+//! written outside them (the `nix` wrapper is safe for that reason).
+
+use std::io::IoSliceMut;
+use std::sync::atomic::AtomicU64;
+use std::sync::OnceLock;
+
+use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+use nix::unistd::Pid;
+
+/// Messages of `CMA_MIN..=CMA_MAX` bytes go by CMA where it is
+/// permitted. Below, the two copies through the ring cost less than the
+/// system call and the page walks; above, the receiver's one core doing
+/// the whole copy loses to the ring's two copies on two cores (both
+/// measured with `integration/bench-shm-cma`, `docs/benchmarks.md`).
+pub const CMA_MIN: usize = 32 << 10;
+/// See [`CMA_MIN`]; [`max_len`] is what applies.
+pub const CMA_MAX: usize = 256 << 10;
+
+/// The largest message sent by CMA: `WEFT_SHM_CMA_MAX` (bytes) if set to
+/// a number, else [`CMA_MAX`] (the benchmark sets it to compare both
+/// paths at every size).
+pub fn max_len() -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("WEFT_SHM_CMA_MAX")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(CMA_MAX)
+    })
+}
+/// Ranges one announcement may list (the provider's `IOV_LIMIT`).
+pub const MAX_RANGES: usize = crate::IOV_LIMIT;
+/// Payload bytes of an announcement of `n` ranges.
+pub const fn announce_len(n: usize) -> usize {
+    8 + 16 * n
+}
+
+/// What a probing receiver must read at the address a sender announces.
+pub const PROBE_MAGIC: u64 = u64::from_le_bytes(*b"WEFTCMA1");
+/// The word probed (its address goes into the channel's control block).
+static PROBE: AtomicU64 = AtomicU64::new(PROBE_MAGIC);
+
+/// The address of this process's probe word.
+pub fn probe_addr() -> u64 {
+    PROBE.as_ptr() as usize as u64
+}
+
+/// What this process may do, as found at the first domain open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Any process of this user may be read (`ptrace_scope` 0 or no Yama).
+    Permitted,
+    /// Yama restricts reads to descendants (`ptrace_scope` 1): each
+    /// sender's probe decides; most pairs use the copy path.
+    Restricted,
+    /// Not at all (`ptrace_scope` 2 or 3, seccomp, no such call): the
+    /// copy path only.
+    Denied,
+}
+
+impl Mode {
+    /// As the offer's fabric name shows it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Permitted => "cma",
+            Mode::Restricted => "cma-restricted",
+            Mode::Denied => "copy",
+        }
+    }
+}
+
+/// The process's CMA mode, found once: `WEFT_SHM_CMA=0` turns CMA off.
+pub fn mode() -> Mode {
+    static MODE: OnceLock<Mode> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        let off = std::env::var("WEFT_SHM_CMA").is_ok_and(|v| v.trim() == "0");
+        let m = if off || !self_probe() {
+            Mode::Denied
+        } else {
+            match ptrace_scope() {
+                None | Some(0) => Mode::Permitted,
+                Some(1) => Mode::Restricted,
+                Some(_) => Mode::Denied,
+            }
+        };
+        tracing::debug!(mode = m.label(), "shm: cross-memory attach");
+        m
+    })
+}
+
+/// Yama's `ptrace_scope`, if Yama is there.
+fn ptrace_scope() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether the call works at all here (seccomp may refuse it).
+fn self_probe() -> bool {
+    probe(std::process::id(), probe_addr())
+}
+
+/// Whether process `pid` can be read, and holds [`PROBE_MAGIC`] at
+/// `addr`.
+pub fn probe(pid: u32, addr: u64) -> bool {
+    let mut w = [0u8; 8];
+    let r = pull(pid, &[(addr, 8)], &mut [&mut w[..]]);
+    r == Ok(8) && u64::from_ne_bytes(w) == PROBE_MAGIC
+}
+
+/// Why a pull failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullError {
+    /// The kernel refused (`EPERM`, `ESRCH`, `EFAULT`, ...).
+    Sys(nix::errno::Errno),
+    /// A pid or range that cannot be one.
+    Bad,
+    /// The transfer stopped short (a range was unmapped part way).
+    Short,
+}
+
+/// Reads the ranges `remote` (address, length) of process `pid` into
+/// `local`, in order, until either side ends: one system call, more only
+/// if the kernel stops part way. Returns the bytes read (the smaller of
+/// the two sides' totals).
+pub fn pull(pid: u32, remote: &[(u64, u64)], local: &mut [&mut [u8]]) -> Result<usize, PullError> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or(PullError::Bad)?;
+    let mut rv: smallvec::SmallVec<[RemoteIoVec; MAX_RANGES]> = smallvec::SmallVec::new();
+    let mut rtotal = 0usize;
+    for &(a, l) in remote {
+        let base = usize::try_from(a).map_err(|_| PullError::Bad)?;
+        let len = usize::try_from(l).map_err(|_| PullError::Bad)?;
+        base.checked_add(len).ok_or(PullError::Bad)?;
+        rtotal = rtotal.checked_add(len).ok_or(PullError::Bad)?;
+        rv.push(RemoteIoVec { base, len });
+    }
+    let ltotal: usize = local.iter().map(|b| b.len()).sum();
+    let want = rtotal.min(ltotal);
+    let mut done = 0usize;
+    while done < want {
+        let mut lv: smallvec::SmallVec<[IoSliceMut<'_>; MAX_RANGES]> = smallvec::SmallVec::new();
+        let mut skip = done;
+        let mut left = want - done;
+        for b in local.iter_mut() {
+            if left == 0 {
+                break;
+            }
+            if skip >= b.len() {
+                skip -= b.len();
+                continue;
+            }
+            let k = (b.len() - skip).min(left);
+            lv.push(IoSliceMut::new(&mut b[skip..skip + k]));
+            left -= k;
+            skip = 0;
+        }
+        let mut rs: smallvec::SmallVec<[RemoteIoVec; MAX_RANGES]> = smallvec::SmallVec::new();
+        let mut skip = done;
+        let mut left = want - done;
+        for r in &rv {
+            if left == 0 {
+                break;
+            }
+            if skip >= r.len {
+                skip -= r.len;
+                continue;
+            }
+            let k = (r.len - skip).min(left);
+            rs.push(RemoteIoVec {
+                base: r.base + skip,
+                len: k,
+            });
+            left -= k;
+            skip = 0;
+        }
+        match process_vm_readv(Pid::from_raw(pid), &mut lv, &rs) {
+            Ok(0) => return Err(PullError::Short),
+            Ok(n) => done += n.min(want - done),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(PullError::Sys(e)),
+        }
+    }
+    Ok(want)
+}
+
+/// A CMA record's payload: where the message lies in the sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announce {
+    /// (address, length) in the sender, in message order.
+    pub ranges: smallvec::SmallVec<[(u64, u64); MAX_RANGES]>,
+}
+
+impl Announce {
+    /// The payload as written: range count (u32), zero (u32), then each
+    /// range's address and length (u64 each), host byte order.
+    pub fn encode(&self) -> smallvec::SmallVec<[u8; announce_len(MAX_RANGES)]> {
+        let mut b = smallvec::SmallVec::new();
+        b.extend_from_slice(&(self.ranges.len() as u32).to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        for (a, l) in &self.ranges {
+            b.extend_from_slice(&a.to_ne_bytes());
+            b.extend_from_slice(&l.to_ne_bytes());
+        }
+        b
+    }
+
+    /// Reads an announcement for a message of `total` bytes, if it keeps
+    /// the rules: its length exactly that of its count of ranges, 1 to
+    /// [`MAX_RANGES`] of them, the reserved word zero, no range wrapping
+    /// the address space, and the lengths adding up to `total`.
+    pub fn parse(b: &[u8], total: usize) -> Option<Announce> {
+        let w4 = |o: usize| -> Option<u32> {
+            Some(u32::from_ne_bytes(b.get(o..o + 4)?.try_into().ok()?))
+        };
+        let w8 = |o: usize| -> Option<u64> {
+            Some(u64::from_ne_bytes(b.get(o..o + 8)?.try_into().ok()?))
+        };
+        let n = w4(0)? as usize;
+        if !(1..=MAX_RANGES).contains(&n) || b.len() != announce_len(n) || w4(4)? != 0 {
+            return None;
+        }
+        let mut ranges = smallvec::SmallVec::new();
+        let mut sum = 0u64;
+        for i in 0..n {
+            let (a, l) = (w8(8 + 16 * i)?, w8(16 + 16 * i)?);
+            a.checked_add(l)?;
+            sum = sum.checked_add(l)?;
+            ranges.push((a, l));
+        }
+        (usize::try_from(sum).ok()? == total).then_some(Announce { ranges })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn announcements_round_trip_and_lies_are_refused() {
+        let a = Announce {
+            ranges: [(0x1000u64, 10u64), (0x9000, 6)].into_iter().collect(),
+        };
+        let b = a.encode();
+        assert_eq!(b.len(), announce_len(2));
+        assert_eq!(Announce::parse(&b, 16), Some(a.clone()));
+        // Lengths that do not add up to the total.
+        assert_eq!(Announce::parse(&b, 15), None);
+        // A count that does not match the length, or none at all.
+        assert_eq!(Announce::parse(&b[..b.len() - 8], 16), None);
+        let mut z = b.clone();
+        z[0..4].copy_from_slice(&0u32.to_ne_bytes());
+        assert_eq!(Announce::parse(&z, 0), None);
+        // A range wrapping the address space.
+        let w = Announce {
+            ranges: [(u64::MAX - 2, 16u64)].into_iter().collect(),
+        };
+        assert_eq!(Announce::parse(&w.encode(), 16), None);
+        // Overflowing lengths.
+        let o = Announce {
+            ranges: [(0u64, u64::MAX), (0, 2)].into_iter().collect(),
+        };
+        assert_eq!(Announce::parse(&o.encode(), 1), None);
+    }
+
+    #[test]
+    fn pulls_stay_in_the_local_buffers() {
+        if mode() == Mode::Denied {
+            return;
+        }
+        let src: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let a = src.as_ptr() as usize as u64;
+        let me = std::process::id();
+        // Local smaller than remote: truncated to the local buffers.
+        let mut x = vec![0u8; 100];
+        let mut y = vec![0u8; 50];
+        let n = pull(me, &[(a, 5000), (a + 5000, 5000)], &mut [&mut x, &mut y]).unwrap();
+        assert_eq!(n, 150);
+        assert_eq!(&x[..], &src[..100]);
+        assert_eq!(&y[..], &src[100..150]);
+        // Remote split across ranges, local in one buffer.
+        let mut z = vec![0u8; 10_000];
+        let n = pull(me, &[(a, 3), (a + 3, 9997)], &mut [&mut z]).unwrap();
+        assert_eq!((n, &z[..]), (10_000, &src[..]));
+        // An unmapped address fails; a bad pid is refused.
+        let mut w = vec![0u8; 8];
+        assert!(pull(me, &[(8, 8)], &mut [&mut w]).is_err());
+        assert_eq!(pull(0, &[(a, 8)], &mut [&mut w]), Err(PullError::Bad));
+        assert!(probe(me, probe_addr()));
+        assert!(!probe(me, a));
+    }
+}
