@@ -79,7 +79,7 @@ async fn getinfo_offers_multi_recv_where_it_exists(p: Provider) {
         assert_eq!(b.ep.getopt(EpOpt::MinMultiRecv), Err(Error::NoProtoOpt));
         return;
     };
-    for ep_type in [EpType::Rdm, EpType::Msg] {
+    for ep_type in [p.connless_type(), EpType::Msg] {
         let asked = p.try_info_with(ep_type, |h| h.caps = Caps::MSG | Caps::MULTI_RECV);
         if ep_type == EpType::Msg && !multi_on_msg(&p) {
             assert!(asked.is_none(), "{}: MSG matched FI_MULTI_RECV", p.name);
@@ -101,7 +101,7 @@ async fn getinfo_offers_multi_recv_where_it_exists(p: Provider) {
     // Hints naming other primary caps get no multi-receive, and such an
     // endpoint refuses it (flag and option).
     let info = p
-        .try_info_with(EpType::Rdm, |h| h.caps = Caps::MSG)
+        .try_info_with(p.connless_type(), |h| h.caps = Caps::MSG)
         .unwrap();
     assert!(!info.caps.contains(Caps::MULTI_RECV));
     assert!(!info
@@ -659,6 +659,18 @@ provider_tests! {
 
 udp_tests! {
     getinfo_offers_multi_recv_where_it_exists,
+    messages_pack_and_release_below_min,
+    messages_never_straddle,
+    many_messages_across_buffers_in_order,
+    dropped_stream_loses_nothing,
+    cancel_releases_the_buffer,
+    bad_multi_recv_input_is_refused,
+    streams_in_every_wait_mode,
+    the_release_is_reported_under_selective_completion,
+    zero_length_messages_take_no_room,
+    large_messages_pack_too,
+    dropped_stream_with_large_messages_loses_nothing,
+    dropped_stream_keeps_a_senders_order,
 }
 
 shm_tests! {
