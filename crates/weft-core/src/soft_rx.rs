@@ -205,6 +205,10 @@ pub fn cancel<U, S>(
 }
 
 #[cfg(test)]
+#[path = "soft_rx_tests.rs"]
+mod multi_tests;
+
+#[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
