@@ -187,6 +187,24 @@ pub fn arrival<U, S>(m: &mut Matcher<RecvReq, U, S>, info: &MsgInfo) -> (Option<
     (got, Ended(ended))
 }
 
+/// Holds a message given back by a receive whose future was dropped:
+/// ahead of every held message, or with `after` (a dropped
+/// multi-receive stream's, handed back in order) behind those given
+/// back before it.
+pub fn hold_given_back<U, S>(
+    m: &mut Matcher<RecvReq, U, S>,
+    src: S,
+    info: MsgInfo,
+    payload: U,
+    after: bool,
+) {
+    if after {
+        m.push_unexpected_front_after(src, info, payload);
+    } else {
+        m.push_unexpected_front(src, info, payload);
+    }
+}
+
 /// Withdraws the posted receive with `context` from `matcher`, ending it
 /// with `Canceled`; false when none is posted.
 pub fn cancel<U, S>(

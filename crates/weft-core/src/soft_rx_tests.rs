@@ -3,66 +3,13 @@
 //! buffer that ends is reported once the lock is let go.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use bytes::BytesMut;
-
 use super::*;
-use crate::addr::FI_ADDR_UNSPEC;
-use crate::completion::{CqFormat, CqItem, CqShared, OpDone, Returned, WaitMode};
+use crate::completion::{CqFormat, CqShared, WaitMode};
 use crate::credits::Credits;
+use crate::multi_recv::tests::{buffer, items, msg, Ep};
 use crate::recv_completion::copy_and_deliver;
 
-struct Ep(Credits);
-
-impl RecvCtx for Ep {
-    fn rx_credits(&self) -> &Credits {
-        &self.0
-    }
-    fn reported_addr(&self, a: FiAddr) -> FiAddr {
-        a
-    }
-    fn give_back(&self, _r: Returned) {}
-}
-
 type M = Mutex<Matcher<RecvReq, Vec<u8>, ()>>;
-
-fn buffer(cq: &Arc<CqShared>, cap: usize, min: usize) -> RecvReq {
-    let mut req = RecvReq {
-        src: FI_ADDR_UNSPEC,
-        bufs: vec![BytesMut::zeroed(cap)],
-        tagged: false,
-        tag: 0,
-        ignore: 0,
-        flags: OpFlags::MULTI_RECV,
-        done: OpDone {
-            context: 7,
-            flags: OpFlags::RECV | OpFlags::MSG,
-            report: true,
-            cq: Some(cq.clone()),
-            cntr: None,
-            waiter: None,
-        },
-        multi: None,
-    };
-    multi_recv::attach(&mut req, min, None);
-    req
-}
-
-fn msg(len: usize) -> MsgInfo {
-    MsgInfo {
-        src: 0,
-        tagged: false,
-        tag: 0,
-        len,
-        data: None,
-        key: None,
-    }
-}
-
-fn items(cq: &Arc<CqShared>) -> Vec<CqItem> {
-    let mut out = Vec::new();
-    cq.pop_batch(&mut out, 100);
-    out
-}
 
 fn post(ep: &Ep, m: &M, req: RecvReq) {
     let r = post_recv(ep, m, req, 4, &|_: &()| 0, &|req, info, held: Vec<u8>| {
@@ -88,7 +35,7 @@ fn a_posted_buffer_takes_the_held_messages_that_fit_in_order() {
     assert_eq!(got.len(), 2);
     for (i, it) in got.into_iter().enumerate() {
         let e = it.expect("completions");
-        assert_eq!(e.context, 7);
+        assert_eq!(e.context, 9);
         assert_eq!(e.flags.contains(OpFlags::MULTI_RECV), i == 1, "entry {i}");
         let off = e.bufs[0].as_ptr() as usize - base;
         assert_eq!((off, e.len), [(0, 40), (40, 50)][i]);

@@ -236,11 +236,7 @@ impl EpShared {
             from,
             _charge: charge,
         };
-        if after {
-            m.push_unexpected_front_after(from, info, held);
-        } else {
-            m.push_unexpected_front(from, info, held);
-        }
+        soft_rx::hold_given_back(&mut m, from, info, held, after);
         drop(m);
         ended.report(self);
     }

@@ -640,51 +640,30 @@ async fn dropped_stream_keeps_a_senders_order(p: Provider) {
     }
 }
 
-provider_tests! {
-    getinfo_offers_multi_recv_where_it_exists,
-    messages_pack_and_release_below_min,
-    messages_never_straddle,
-    many_messages_across_buffers_in_order,
-    dropped_stream_loses_nothing,
-    cancel_releases_the_buffer,
-    bad_multi_recv_input_is_refused,
-    multi_recv_on_msg_endpoints,
-    streams_in_every_wait_mode,
-    the_release_is_reported_under_selective_completion,
-    zero_length_messages_take_no_room,
-    large_messages_pack_too,
-    dropped_stream_with_large_messages_loses_nothing,
-    dropped_stream_keeps_a_senders_order,
+/// Every case but the MSG one, given to `$inst` (`provider_tests`,
+/// `udp_tests` or `shm_tests`) with the `$extra` cases.
+macro_rules! multi_cases {
+    ($inst:ident $(, $extra:ident)*) => {
+        $inst! {
+            getinfo_offers_multi_recv_where_it_exists,
+            messages_pack_and_release_below_min,
+            messages_never_straddle,
+            many_messages_across_buffers_in_order,
+            dropped_stream_loses_nothing,
+            cancel_releases_the_buffer,
+            bad_multi_recv_input_is_refused,
+            streams_in_every_wait_mode,
+            the_release_is_reported_under_selective_completion,
+            zero_length_messages_take_no_room,
+            large_messages_pack_too,
+            dropped_stream_with_large_messages_loses_nothing,
+            dropped_stream_keeps_a_senders_order,
+            $($extra,)*
+        }
+    };
 }
 
-udp_tests! {
-    getinfo_offers_multi_recv_where_it_exists,
-    messages_pack_and_release_below_min,
-    messages_never_straddle,
-    many_messages_across_buffers_in_order,
-    dropped_stream_loses_nothing,
-    cancel_releases_the_buffer,
-    bad_multi_recv_input_is_refused,
-    streams_in_every_wait_mode,
-    the_release_is_reported_under_selective_completion,
-    zero_length_messages_take_no_room,
-    large_messages_pack_too,
-    dropped_stream_with_large_messages_loses_nothing,
-    dropped_stream_keeps_a_senders_order,
-}
-
-shm_tests! {
-    getinfo_offers_multi_recv_where_it_exists,
-    messages_pack_and_release_below_min,
-    messages_never_straddle,
-    many_messages_across_buffers_in_order,
-    dropped_stream_loses_nothing,
-    cancel_releases_the_buffer,
-    bad_multi_recv_input_is_refused,
-    streams_in_every_wait_mode,
-    the_release_is_reported_under_selective_completion,
-    zero_length_messages_take_no_room,
-    large_messages_pack_too,
-    dropped_stream_with_large_messages_loses_nothing,
-    dropped_stream_keeps_a_senders_order,
-}
+multi_cases!(provider_tests, multi_recv_on_msg_endpoints);
+// udp (DGRAM) and shm (RDM) have no MSG endpoints.
+multi_cases!(udp_tests);
+multi_cases!(shm_tests);
