@@ -93,6 +93,14 @@ async fn getinfo_offers_dgram_on_loopback_first() {
     assert_eq!(sock.ep_attr.max_msg_size, 65_507);
     assert_eq!(sock.ep_attr.protocol, weft::Protocol::Udp);
     assert!(!sock.caps.intersects(Caps::TAGGED | Caps::REMOTE_CQ_DATA));
+    // Multi-receive on DGRAM, not on SOCK_DGRAM.
+    let mut mh = Info::default();
+    mh.fabric_attr.prov_name = Some("udp".into());
+    mh.caps = Caps::MSG | Caps::MULTI_RECV;
+    let multi = weft::getinfo(Some(&mh)).unwrap();
+    assert!(!multi.is_empty());
+    assert!(multi.iter().all(|i| i.ep_attr.ep_type == EpType::Dgram));
+    assert!(!sock.caps.contains(Caps::MULTI_RECV));
     // What is not offered matches nothing: other endpoint types, RMA,
     // delivery-complete, keys.
     for tune in [
@@ -100,7 +108,10 @@ async fn getinfo_offers_dgram_on_loopback_first() {
         |h| h.ep_attr.ep_type = EpType::Msg,
         |h| h.ep_attr.ep_type = EpType::SockStream,
         |h| h.caps = Caps::MSG | Caps::RMA,
-        |h| h.caps = Caps::MSG | Caps::MULTI_RECV,
+        |h| {
+            h.ep_attr.ep_type = EpType::SockDgram;
+            h.caps = Caps::MSG | Caps::MULTI_RECV;
+        },
         |h| h.tx_attr.op_flags = OpFlags::DELIVERY_COMPLETE,
         |h| h.ep_attr.auth_key = Some(vec![1; 8]),
         |h| h.domain_attr.tls_capable = true,

@@ -467,4 +467,4 @@ impl MultiSink {
 
 #[cfg(test)]
 #[path = "multi_recv_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -5,7 +5,7 @@ use crate::credits::Credits;
 use crate::recv_completion::{cancel_recv, deliver};
 use crate::tagmatch::MsgInfo;
 
-struct Ep(Credits);
+pub(crate) struct Ep(pub(crate) Credits);
 
 impl RecvCtx for Ep {
     fn rx_credits(&self) -> &Credits {
@@ -24,7 +24,7 @@ fn ep() -> Ep {
 }
 
 /// A multi-receive buffer of `cap` bytes reporting to `cq`.
-fn buffer(cq: &Arc<CqShared>, cap: usize, min: usize) -> RecvReq {
+pub(crate) fn buffer(cq: &Arc<CqShared>, cap: usize, min: usize) -> RecvReq {
     let mut req = RecvReq {
         src: FI_ADDR_UNSPEC,
         bufs: vec![BytesMut::zeroed(cap)],
@@ -46,7 +46,7 @@ fn buffer(cq: &Arc<CqShared>, cap: usize, min: usize) -> RecvReq {
     req
 }
 
-fn msg(len: usize) -> MsgInfo {
+pub(crate) fn msg(len: usize) -> MsgInfo {
     MsgInfo {
         src: 0,
         tagged: false,
@@ -64,7 +64,7 @@ fn land(ep: &Ep, mut part: RecvReq, len: usize, fill: u8) {
     deliver(ep, part, msg(len), n);
 }
 
-fn items(cq: &Arc<CqShared>) -> Vec<CqItem> {
+pub(crate) fn items(cq: &Arc<CqShared>) -> Vec<CqItem> {
     let mut out = Vec::new();
     cq.pop_batch(&mut out, 100);
     out

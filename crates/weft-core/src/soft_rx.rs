@@ -3,6 +3,9 @@
 //! posting rules of fi_msg(3) and fi_tagged(3) — peek, claim, discard,
 //! the receive credit, a held message taken at once — and the charge a
 //! held message makes against the unexpected budget, written once.
+//! Multi-receive buffers (`FI_MULTI_RECV`, `crate::multi_recv`) are
+//! placed here too: a post takes as many held messages as fit, and an
+//! arrival is given a part of the oldest buffer that accepts it.
 // A refused receive hands the whole request back, as at the provider
 // boundary (`provider.rs`): boxing it would cost an allocation per post.
 #![allow(clippy::result_large_err)]
@@ -13,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use crate::addr::FiAddr;
 use crate::completion::CqErrEntry;
 use crate::flags::OpFlags;
+use crate::multi_recv;
 use crate::provider::{RecvReq, Rejected};
 use crate::recv_completion::{cancel_recv, complete_peek, RecvCtx};
 use crate::sync::lock;
@@ -70,7 +74,9 @@ pub fn spec_of(req: &RecvReq) -> RecvSpec {
 /// `FI_CLAIM` or `FI_DISCARD`) reports a held message; a claim takes the
 /// message its peek claimed (or discards it); any other receive takes a
 /// receive credit (`Again` without one) and the oldest held message it
-/// accepts, or waits posted. `resolve` gives the AV handle of a held
+/// accepts, or waits posted; a multi-receive buffer takes every held
+/// message it accepts that fits, each into a part of its own, and waits
+/// posted while it has room. `resolve` gives the AV handle of a held
 /// message's sender; `deliver` completes a receive with a held message
 /// (giving back the credit, as every delivery does).
 pub fn post_recv<U, S>(
@@ -129,17 +135,74 @@ pub fn post_recv<U, S>(
             req,
         });
     }
-    let out = lock(matcher).post(spec, req, resolve);
-    if let PostOutcome::Matched {
-        recv,
-        info,
-        payload,
-        ..
-    } = out
-    {
+    if !multi_recv::is_buffer(&req) {
+        let out = lock(matcher).post(spec, req, resolve);
+        if let PostOutcome::Matched {
+            recv,
+            info,
+            payload,
+            ..
+        } = out
+        {
+            deliver(recv, info, payload);
+        }
+        return Ok(());
+    }
+    // All the held messages a buffer takes are taken under one hold of
+    // the lock, so none that arrives meanwhile can pass them.
+    let out = lock(matcher).post_by(spec, req, resolve, &mut multi_recv::take, false);
+    for (recv, info, payload) in out.matched {
         deliver(recv, info, payload);
     }
+    Ended(out.ended.into_iter().collect()).report(ep);
     Ok(())
+}
+
+/// Multi-receive buffers that left the matcher without the message they
+/// were offered (it did not fit what was left, or nobody reads their
+/// stream any more): their release is reported by [`Ended::report`],
+/// once the matcher's lock is let go.
+#[derive(Debug, Default)]
+#[must_use = "an ended buffer must be reported, or its receive credit is lost"]
+pub struct Ended(Vec<RecvReq>);
+
+impl Ended {
+    /// Reports the releases. Call with no lock of the endpoint held.
+    pub fn report(self, ep: &dyn RecvCtx) {
+        for r in self.0 {
+            multi_recv::end(ep, r, false);
+        }
+    }
+}
+
+/// An arriving message of `info`: the receive that takes it (a plain
+/// receive whole, or the part of a multi-receive buffer cut for it), or
+/// `None` to hold it. Called with the matcher locked; the buffers it
+/// ended are reported once that lock is let go.
+pub fn arrival<U, S>(m: &mut Matcher<RecvReq, U, S>, info: &MsgInfo) -> (Option<RecvReq>, Ended) {
+    let mut ended = Vec::new();
+    let got = m
+        .match_arrival_by(info, &mut multi_recv::take, &mut ended)
+        .map(|(_, r)| r);
+    (got, Ended(ended))
+}
+
+/// Holds a message given back by a receive whose future was dropped:
+/// ahead of every held message, or with `after` (a dropped
+/// multi-receive stream's, handed back in order) behind those given
+/// back before it.
+pub fn hold_given_back<U, S>(
+    m: &mut Matcher<RecvReq, U, S>,
+    src: S,
+    info: MsgInfo,
+    payload: U,
+    after: bool,
+) {
+    if after {
+        m.push_unexpected_front_after(src, info, payload);
+    } else {
+        m.push_unexpected_front(src, info, payload);
+    }
 }
 
 /// Withdraws the posted receive with `context` from `matcher`, ending it
@@ -158,6 +221,10 @@ pub fn cancel<U, S>(
         None => false,
     }
 }
+
+#[cfg(test)]
+#[path = "soft_rx_tests.rs"]
+mod multi_tests;
 
 #[cfg(test)]
 mod tests {

@@ -107,7 +107,7 @@ impl Provider for ShmProvider {
 
 /// Opens (enables) an RDM endpoint: creates its segment and doorbell and
 /// starts its drivers. Other endpoint types, and capabilities no offer
-/// has (RMA events, multi-receive), are `NoSys`.
+/// has (RMA events), are `NoSys`.
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     if cfg.info.ep_attr.ep_type != EpType::Rdm {
         return Err(Error::NoSys);

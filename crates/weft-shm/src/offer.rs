@@ -14,8 +14,8 @@ use crate::{
 /// What an shm endpoint does: untagged and tagged messages with 64-bit
 /// remote CQ data, source addresses (with `FI_SOURCE_ERR` on request) and
 /// directed receives, RMA reads and writes and atomics (the target does
-/// every access to its regions), between processes of one host. No RMA
-/// events, multi-receive or shared contexts yet.
+/// every access to its regions), and multi-receive buffers, between
+/// processes of one host. No RMA events or shared contexts yet.
 pub const CAPS: Caps = Caps::MSG
     .union(Caps::TAGGED)
     .union(Caps::SEND)
@@ -30,7 +30,9 @@ pub const CAPS: Caps = Caps::MSG
     .union(Caps::READ)
     .union(Caps::WRITE)
     .union(Caps::REMOTE_READ)
-    .union(Caps::REMOTE_WRITE);
+    .union(Caps::REMOTE_WRITE)
+    // Multi-receive buffers: docs/design.md, "Multi-receive buffers".
+    .union(Caps::MULTI_RECV);
 
 /// The fabric name: the provider's, and how large messages move
 /// ([`crate::cma::mode`]).
@@ -57,7 +59,8 @@ pub fn offer() -> Info {
                     | Caps::SOURCE
                     | Caps::SOURCE_ERR
                     | Caps::REMOTE_READ
-                    | Caps::REMOTE_WRITE),
+                    | Caps::REMOTE_WRITE
+                    | Caps::MULTI_RECV),
             msg_order: order,
             comp_order: CompOrder::empty(),
             inject_size: INJECT_SIZE,
@@ -78,7 +81,7 @@ pub fn offer() -> Info {
             total_buffered_recv: BUFFERED_RECV,
             size: QUEUE_SIZE,
             iov_limit: IOV_LIMIT,
-            op_flags_supported: OpFlags::RX_BASE | OpFlags::PEEK_FAMILY,
+            op_flags_supported: OpFlags::RX_BASE | OpFlags::PEEK_FAMILY | OpFlags::MULTI_RECV,
             ..RxAttr::default()
         },
         ep_attr: EpAttr {

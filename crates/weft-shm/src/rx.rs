@@ -21,7 +21,7 @@ use weft_core::completion::Returned;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 use weft_core::recv_completion::{deliver, deliver_unknown, fail_recv};
-use weft_core::soft_rx::Charge;
+use weft_core::soft_rx::{self, Charge};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::Error;
@@ -405,40 +405,18 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
             let info = msg_info(ep, lc, h, total);
             let from = lc.from.clone().ok_or(())?;
             let mut m = lock(&ep.matcher);
-            let sink = match m.match_arrival(&info) {
-                Some((_, req)) => Sink::Recv(req),
+            let (got, ended) = soft_rx::arrival(&mut m, &info);
+            let sink = match got {
+                Some(req) => Sink::Recv(req),
                 None => {
-                    let charge = UNEXPECTED_OVERHEAD.saturating_add(total);
-                    let Some(c) = Charge::try_new(&ep.unexp, charge, ep.buffered_limit) else {
-                        return Ok(false);
-                    };
-                    let mut b = BytesMut::zeroed(len);
-                    if !ep.seg.read(r.payload, &mut b) {
-                        return Err(());
-                    }
-                    if last {
-                        // Pushed under the lock it was matched under: a
-                        // receive posted meanwhile would otherwise miss it.
-                        let held = Held {
-                            data: b,
-                            from: from.clone(),
-                            _charge: c,
-                        };
-                        m.push_unexpected(from, info, held);
-                        return Ok(true);
-                    }
-                    b.reserve(total - len);
-                    return {
-                        lc.partial = Some(Partial {
-                            info,
-                            sink: Sink::Buf(b, c),
-                            got: len,
-                        });
-                        Ok(true)
-                    };
+                    let r = hold_first(ep, &mut m, lc, r, info, total, from);
+                    drop(m);
+                    ended.report(ep);
+                    return r;
                 }
             };
             drop(m);
+            ended.report(ep);
             Partial { info, sink, got: 0 }
         }
         K_CONT => lc.partial.take().ok_or(())?,
@@ -486,6 +464,46 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     Ok(true)
 }
 
+/// The first record of a message no receive takes: held (whole, or
+/// begun as a partial message) within the budget. `Ok(false)`: it waits
+/// for budget or a receive. Called with the matcher locked, so a receive
+/// posted meanwhile cannot miss it.
+fn hold_first(
+    ep: &EpShared,
+    m: &mut crate::endpoint::ShmMatcher,
+    lc: &mut RxChan,
+    r: &Rec,
+    info: MsgInfo,
+    total: usize,
+    from: Arc<[u8]>,
+) -> Result<bool, ()> {
+    let len = r.head.len as usize;
+    let charge = UNEXPECTED_OVERHEAD.saturating_add(total);
+    let Some(c) = Charge::try_new(&ep.unexp, charge, ep.buffered_limit) else {
+        return Ok(false);
+    };
+    let mut b = BytesMut::zeroed(len);
+    if !ep.seg.read(r.payload, &mut b) {
+        return Err(());
+    }
+    if r.head.has(F_LAST) {
+        let held = Held {
+            data: b,
+            from: from.clone(),
+            _charge: c,
+        };
+        m.push_unexpected(from, info, held);
+        return Ok(true);
+    }
+    b.reserve(total - len);
+    lc.partial = Some(Partial {
+        info,
+        sink: Sink::Buf(b, c),
+        got: len,
+    });
+    Ok(true)
+}
+
 /// Handles a CMA record: the message is read from the sender's memory
 /// into the matching receive's buffers, or into a held buffer within the
 /// budget. `Ok(false)`: it waits for budget or a receive; `Err`: the
@@ -511,45 +529,62 @@ fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     let info = msg_info(ep, lc, h, total);
     let from = lc.from.clone().ok_or(())?;
     let mut m = lock(&ep.matcher);
-    match m.match_arrival(&info) {
-        Some((_, mut req)) => {
-            drop(m);
-            let placed = total.min(req.capacity());
-            let got = {
-                let mut local: SmallVec<[&mut [u8]; 4]> =
-                    req.bufs.iter_mut().map(|b| &mut b[..]).collect();
-                crate::cma::pull(pid, &a.ranges, &mut local)
-            };
-            if got != Ok(placed) {
-                // Failed by `free` as a message begun and broken off.
-                lc.partial = Some(Partial {
-                    info,
-                    sink: Sink::Recv(req),
-                    got: 0,
-                });
-                return Err(());
-            }
-            complete(ep, req, info, placed, &from);
+    let (got, ended) = soft_rx::arrival(&mut m, &info);
+    let Some(mut req) = got else {
+        let r = hold_cma(ep, &mut m, pid, &a, info, total, from);
+        drop(m);
+        ended.report(ep);
+        if r == Ok(true) {
+            ep.direct.fetch_add(1, Ordering::Relaxed);
         }
-        None => {
-            let charge = UNEXPECTED_OVERHEAD.saturating_add(total);
-            let Some(c) = Charge::try_new(&ep.unexp, charge, ep.buffered_limit) else {
-                return Ok(false);
-            };
-            let mut b = BytesMut::zeroed(total);
-            if crate::cma::pull(pid, &a.ranges, &mut [&mut b[..]]) != Ok(total) {
-                return Err(());
-            }
-            // Pushed under the lock it was matched under.
-            let held = Held {
-                data: b,
-                from: from.clone(),
-                _charge: c,
-            };
-            m.push_unexpected(from, info, held);
-        }
+        return r;
+    };
+    drop(m);
+    ended.report(ep);
+    let placed = total.min(req.capacity());
+    let got = {
+        let mut local: SmallVec<[&mut [u8]; 4]> = req.bufs.iter_mut().map(|b| &mut b[..]).collect();
+        crate::cma::pull(pid, &a.ranges, &mut local)
+    };
+    if got != Ok(placed) {
+        // Failed by `free` as a message begun and broken off.
+        lc.partial = Some(Partial {
+            info,
+            sink: Sink::Recv(req),
+            got: 0,
+        });
+        return Err(());
     }
+    complete(ep, req, info, placed, &from);
     ep.direct.fetch_add(1, Ordering::Relaxed);
+    Ok(true)
+}
+
+/// A CMA message no receive takes: read into a held buffer within the
+/// budget (`Ok(false)`: it waits). Called with the matcher locked.
+fn hold_cma(
+    ep: &EpShared,
+    m: &mut crate::endpoint::ShmMatcher,
+    pid: u32,
+    a: &crate::cma::Announce,
+    info: MsgInfo,
+    total: usize,
+    from: Arc<[u8]>,
+) -> Result<bool, ()> {
+    let charge = UNEXPECTED_OVERHEAD.saturating_add(total);
+    let Some(c) = Charge::try_new(&ep.unexp, charge, ep.buffered_limit) else {
+        return Ok(false);
+    };
+    let mut b = BytesMut::zeroed(total);
+    if crate::cma::pull(pid, &a.ranges, &mut [&mut b[..]]) != Ok(total) {
+        return Err(());
+    }
+    let held = Held {
+        data: b,
+        from: from.clone(),
+        _charge: c,
+    };
+    m.push_unexpected(from, info, held);
     Ok(true)
 }
 
@@ -629,8 +664,10 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
         Sink::Buf(data, charge) => {
             let mut m = lock(&ep.matcher);
             // A receive posted while the records arrived takes it now.
-            if let Some((_, mut req)) = m.match_arrival(&p.info) {
+            let (got, ended) = soft_rx::arrival(&mut m, &p.info);
+            if let Some(mut req) = got {
                 drop(m);
+                ended.report(ep);
                 let placed = weft_core::recv_completion::copy_in(&mut req, &data);
                 drop(charge);
                 complete(ep, req, p.info, placed, &from);
@@ -641,6 +678,8 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
                     _charge: charge,
                 };
                 m.push_unexpected(from, p.info, held);
+                drop(m);
+                ended.report(ep);
             }
         }
     }
@@ -668,8 +707,9 @@ impl EpShared {
     /// message reached it: the oldest posted receive that accepts it gets
     /// it, else it goes to the head of the held messages, charged even
     /// past the budget (it was admitted once; refusing it now could only
-    /// lose it).
-    pub fn take_back(&self, mut r: Returned) {
+    /// lose it). `after`: a message of a dropped multi-receive stream,
+    /// held behind the ones given back before it.
+    pub fn take_back(&self, mut r: Returned, after: bool) {
         if self.is_closed() {
             return;
         }
@@ -681,8 +721,10 @@ impl EpShared {
             std::mem::take(&mut r.raw).into()
         };
         let mut m = lock(&self.matcher);
-        if let Some((_, mut req)) = m.match_arrival(&info) {
+        let (got, ended) = soft_rx::arrival(&mut m, &info);
+        if let Some(mut req) = got {
             drop(m);
+            ended.report(self);
             let placed = weft_core::recv_completion::copy_in(&mut req, &data);
             complete(self, req, info, placed, &from);
             return;
@@ -693,7 +735,9 @@ impl EpShared {
             from: from.clone(),
             _charge: charge,
         };
-        m.push_unexpected_front(from, info, held);
+        soft_rx::hold_given_back(&mut m, from, info, held, after);
+        drop(m);
+        ended.report(self);
     }
 
     /// The address of AV handle `src` (empty when unknown: it resolves

@@ -101,7 +101,11 @@ impl RecvCtx for EpShared {
     }
 
     fn give_back(&self, r: Returned) {
-        self.take_back(r);
+        self.take_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.take_back(r, true);
     }
 }
 
@@ -321,7 +325,11 @@ impl ProviderEndpoint for UdpEndpoint {
     }
 
     fn give_back(&self, r: Returned) {
-        self.shared.take_back(r);
+        self.shared.take_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.shared.take_back(r, true);
     }
 
     fn local_addr(&self) -> Vec<u8> {

@@ -18,8 +18,8 @@ use crate::{BUFFERED_RECV, INJECT_SIZE, IOV_LIMIT, MEM_TAG_FORMAT, NAME, QUEUE_S
 
 /// What a udp endpoint does: untagged and tagged datagrams with 64-bit
 /// remote CQ data, source addresses (with `FI_SOURCE_ERR` on request) and
-/// directed receives. Nothing is retransmitted: see `docs/design.md`, "The
-/// udp provider".
+/// directed receives, and multi-receive buffers. Nothing is
+/// retransmitted: see `docs/design.md`, "The udp provider".
 pub const CAPS: Caps = Caps::MSG
     .union(Caps::TAGGED)
     .union(Caps::SEND)
@@ -30,13 +30,17 @@ pub const CAPS: Caps = Caps::MSG
     .union(Caps::DIRECTED_RECV)
     .union(Caps::MULTICAST)
     .union(Caps::LOCAL_COMM)
-    .union(Caps::REMOTE_COMM);
+    .union(Caps::REMOTE_COMM)
+    // Multi-receive buffers: docs/design.md, "Multi-receive buffers".
+    .union(Caps::MULTI_RECV);
 
 /// What a `FI_EP_SOCK_DGRAM` endpoint does: plain UDP payloads, so no
-/// tags and no remote CQ data (nothing but the payload is sent).
+/// tags and no remote CQ data (nothing but the payload is sent), and no
+/// multi-receive (its datagrams are read as a stream of their own).
 pub const SOCK_DGRAM_CAPS: Caps = CAPS
     .difference(Caps::TAGGED)
-    .difference(Caps::REMOTE_CQ_DATA);
+    .difference(Caps::REMOTE_CQ_DATA)
+    .difference(Caps::MULTI_RECV);
 
 /// Every offer, from the interfaces there are now: `FI_EP_DGRAM`, then
 /// `FI_EP_SOCK_DGRAM`, per address.
@@ -55,6 +59,7 @@ pub fn sock_dgram_offer(i: &Iface) -> Info {
     o.caps = SOCK_DGRAM_CAPS;
     o.tx_attr.caps &= SOCK_DGRAM_CAPS;
     o.rx_attr.caps &= SOCK_DGRAM_CAPS;
+    o.rx_attr.op_flags_supported -= OpFlags::MULTI_RECV;
     o.ep_attr.ep_type = EpType::SockDgram;
     o.ep_attr.protocol = Protocol::Udp;
     o.ep_attr.protocol_version = 0;
@@ -77,7 +82,12 @@ pub fn offer(i: &Iface) -> Info {
         addr_format,
         src_addr: Some(encode_sockaddr(&SocketAddr::new(i.addr, 0))),
         tx_attr: TxAttr {
-            caps: CAPS & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE | Caps::SOURCE_ERR),
+            caps: CAPS
+                & !(Caps::RECV
+                    | Caps::DIRECTED_RECV
+                    | Caps::SOURCE
+                    | Caps::SOURCE_ERR
+                    | Caps::MULTI_RECV),
             // UDP promises no order, and a lost datagram leaves a gap.
             msg_order: MsgOrder::empty(),
             comp_order: CompOrder::empty(),
@@ -100,7 +110,7 @@ pub fn offer(i: &Iface) -> Info {
             total_buffered_recv: BUFFERED_RECV,
             size: QUEUE_SIZE,
             iov_limit: IOV_LIMIT,
-            op_flags_supported: OpFlags::RX_BASE | OpFlags::PEEK_FAMILY,
+            op_flags_supported: OpFlags::RX_BASE | OpFlags::PEEK_FAMILY | OpFlags::MULTI_RECV,
             ..RxAttr::default()
         },
         ep_attr: EpAttr {
@@ -167,13 +177,17 @@ mod tests {
             "127.0.0.1:0".parse().unwrap()
         );
         // Nothing that needs an answer from the receiver, no RMA; IP
-        // multicast.
+        // multicast; multi-receive on DGRAM, not on SOCK_DGRAM.
         assert!(!o
             .tx_attr
             .op_flags_supported
             .contains(OpFlags::DELIVERY_COMPLETE));
-        assert!(!o.caps.intersects(Caps::RMA | Caps::MULTI_RECV));
-        assert!(o.caps.contains(Caps::MULTICAST));
+        assert!(!o.caps.intersects(Caps::RMA));
+        assert!(o.caps.contains(Caps::MULTICAST | Caps::MULTI_RECV));
+        let s = sock_dgram_offer(&i);
+        assert!(!s.caps.intersects(Caps::MULTI_RECV));
+        assert!(!s.rx_attr.caps.intersects(Caps::MULTI_RECV));
+        assert!(!s.rx_attr.op_flags_supported.contains(OpFlags::MULTI_RECV));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use weft_core::completion::Returned;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 use weft_core::recv_completion::{copy_in, deliver, deliver_unknown};
-use weft_core::soft_rx::Charge;
+use weft_core::soft_rx::{self, Charge};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 
@@ -133,8 +133,10 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool 
         data: h.data,
     };
     let mut m = lock(&ep.matcher);
-    if let Some((_, req)) = m.match_arrival(&info) {
+    let (got, ended) = soft_rx::arrival(&mut m, &info);
+    if let Some(req) = got {
         drop(m);
+        ended.report(ep);
         copy_and_deliver(ep, req, info, payload, &from);
         return true;
     }
@@ -148,12 +150,14 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool 
                 _charge: c,
             };
             m.push_unexpected(from, info, held);
+            drop(m);
         }
         None => {
             drop(m);
             ep.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
+    ended.report(ep);
     false
 }
 
@@ -209,8 +213,9 @@ impl EpShared {
     /// datagram reached it: the oldest posted receive that accepts it
     /// gets it, else it goes to the head of the held datagrams, charged
     /// even past the budget (it was admitted once; refusing it now could
-    /// only drop it).
-    pub fn take_back(&self, mut r: Returned) {
+    /// only drop it). `after`: a datagram of a dropped multi-receive
+    /// stream, held behind the ones given back before it.
+    pub fn take_back(&self, mut r: Returned, after: bool) {
         if self.is_closed() {
             return;
         }
@@ -218,8 +223,10 @@ impl EpShared {
         let data = r.take_bytes();
         let from = self.source_of(info.src, &r.raw);
         let mut m = lock(&self.matcher);
-        if let Some((_, req)) = m.match_arrival(&info) {
+        let (got, ended) = soft_rx::arrival(&mut m, &info);
+        if let Some(req) = got {
             drop(m);
+            ended.report(self);
             copy_and_deliver(self, req, info, &data, &from);
             return;
         }
@@ -229,7 +236,9 @@ impl EpShared {
             from,
             _charge: charge,
         };
-        m.push_unexpected_front(from, info, held);
+        soft_rx::hold_given_back(&mut m, from, info, held, after);
+        drop(m);
+        ended.report(self);
     }
 
     /// The address of the sender with AV handle `src`, or for a sender
