@@ -205,14 +205,19 @@ async fn a_target_in_another_process_and_its_death() {
         .status()
         .unwrap();
     assert!(stopped.success());
+    // kill(2) returns before the target's threads have all stopped: one
+    // still running could answer the read below. Wait until each is.
+    within("the target stops", async {
+        while !all_stopped(&pid) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
     let read = a.read(to, BytesMut::zeroed(8), 0, 42);
     tokio::pin!(read);
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), &mut read)
-            .await
-            .is_err(),
-        "a stopped target answered"
-    );
+    if let Ok(r) = tokio::time::timeout(Duration::from_millis(300), &mut read).await {
+        panic!("a stopped target answered: {:?}", r.map(|e| e.len));
+    }
     let seg_name = weft_shm::name::seg_name(addr.trim_start_matches("fi_shm://"));
     let g = Geometry::OURS;
     let seg = Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap();
@@ -253,4 +258,19 @@ async fn a_target_in_another_process_and_its_death() {
         "{:?}",
         killed.elapsed()
     );
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in
+/// `/proc/<pid>/task/*/stat`).
+fn all_stopped(pid: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
+            st.rfind(')')
+                .and_then(|i| st[i + 1..].split_whitespace().next())
+                .is_some_and(|state| state == "T" || state == "t")
+        })
+    })
 }
