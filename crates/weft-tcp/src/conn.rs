@@ -291,12 +291,11 @@ impl Conn {
         }
         f.enc = f.hdr.encode();
         if !g.acks_out.is_empty() {
-            if f.pre.is_empty() {
-                f.pre = std::mem::take(&mut g.acks_out);
-            } else {
-                f.pre.extend_from_slice(&g.acks_out);
-                g.acks_out.clear();
-            }
+            let acks = std::mem::take(&mut g.acks_out);
+            f.pre = Some(match f.pre.take() {
+                None => acks.into_boxed_slice(),
+                Some(p) => [&p[..], &acks[..]].concat().into_boxed_slice(),
+            });
             self.acks_pending.store(false, Ordering::Release);
         }
         if f.wait_ack {
@@ -572,7 +571,7 @@ impl Conn {
             if requeue && f.written == 0 && f.credit {
                 // Acks name this connection's sequence numbers: they mean
                 // nothing on the next one.
-                f.pre = Vec::new();
+                f.pre = None;
                 if f.wait_ack {
                     f.done = lock(&self.acks).remove(&f.hdr.seq).map(|(d, _)| d);
                 }

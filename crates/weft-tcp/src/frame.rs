@@ -21,7 +21,9 @@ pub struct TxFrame {
     pub payload: Iov,
     /// Encoded `Ack` frames that were waiting for the next write to the
     /// peer (see `Conn::answer`): they go out first, in the same `writev`.
-    pub pre: Vec<u8>,
+    /// Boxed: most frames carry none, and a frame is moved several times
+    /// on its way out.
+    pub pre: Option<Box<[u8]>>,
     /// Only `pre`: the frame's own header is not written (a flush of
     /// waiting acks that found no frame to ride with).
     pub bare: bool,
@@ -52,7 +54,7 @@ impl TxFrame {
             hdr,
             enc: [0; HEADER_LEN],
             payload,
-            pre: Vec::new(),
+            pre: None,
             bare: false,
             written: 0,
             done,
@@ -77,7 +79,7 @@ impl TxFrame {
     /// Waiting acks alone, written as they are.
     pub fn acks_only(pre: Vec<u8>) -> TxFrame {
         let mut f = TxFrame::new(Header::new(FrameKind::Ack), Iov::new(), None);
-        f.pre = pre;
+        f.pre = Some(pre.into_boxed_slice());
         f.bare = true;
         f
     }
@@ -91,30 +93,52 @@ impl TxFrame {
     }
 
     pub fn total_len(&self) -> usize {
-        self.pre.len() + self.head().len() + self.payload.iter().map(|b| b.len()).sum::<usize>()
+        self.pre.as_ref().map_or(0, |p| p.len())
+            + self.head().len()
+            + self.payload.iter().map(|b| b.len()).sum::<usize>()
     }
 
     /// The unwritten remainder as I/O slices (at most `max` of them).
+    #[inline]
     pub fn slices<'a>(&'a self, out: &mut [IoSlice<'a>]) -> usize {
-        let mut skip = self.written;
-        let mut n = 0;
-        let parts = [&self.pre[..], self.head()]
-            .into_iter()
-            .chain(self.payload.iter().map(|b| &b[..]));
-        for p in parts {
-            if n >= out.len() {
-                break;
-            }
-            if skip >= p.len() {
-                skip -= p.len();
-                continue;
-            }
-            out[n] = IoSlice::new(&p[skip..]);
-            n += 1;
-            skip = 0;
+        match &self.pre {
+            None => fill(
+                out,
+                self.written,
+                std::iter::once(&self.enc[..]).chain(self.payload.iter().map(|b| &b[..])),
+            ),
+            Some(pre) => fill(
+                out,
+                self.written,
+                [&pre[..], self.head()]
+                    .into_iter()
+                    .chain(self.payload.iter().map(|b| &b[..])),
+            ),
         }
-        n
     }
+}
+
+/// Fills `out` with `parts` less their first `skip` bytes; returns how
+/// many slices it filled.
+fn fill<'a>(
+    out: &mut [IoSlice<'a>],
+    mut skip: usize,
+    parts: impl Iterator<Item = &'a [u8]>,
+) -> usize {
+    let mut n = 0;
+    for p in parts {
+        if n >= out.len() {
+            break;
+        }
+        if skip >= p.len() {
+            skip -= p.len();
+            continue;
+        }
+        out[n] = IoSlice::new(&p[skip..]);
+        n += 1;
+        skip = 0;
+    }
+    n
 }
 
 /// Writes one control frame (handshake; not on the hot path) within
