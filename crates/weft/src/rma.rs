@@ -18,6 +18,7 @@ use crate::opfuture::{post_when_room, OnDrop, OpFuture};
 
 /// Flags an RMA operation may carry.
 const RMA_FLAGS: OpFlags = OpFlags::COMPLETION
+    .union(OpFlags::INJECT)
     .union(OpFlags::REMOTE_CQ_DATA)
     .union(OpFlags::MORE)
     .union(OpFlags::TRANSMIT_COMPLETE)
@@ -80,6 +81,16 @@ impl Endpoint {
         if data.is_some() != flags.contains(OpFlags::REMOTE_CQ_DATA) {
             return Err(Error::BadFlags);
         }
+        // fi_inject_write(data): writes only (a read or an atomic has
+        // something to return), up to `inject_size` bytes.
+        if flags.contains(OpFlags::INJECT) {
+            if !matches!(msg.op, RmaOp::Write { .. }) {
+                return Err(Error::BadFlags);
+            }
+            if len > info.tx_attr.inject_size {
+                return Err(Error::MsgSize);
+            }
+        }
         if data.is_some() && info.domain_attr.cq_data_size == 0 {
             return Err(Error::NoSys);
         }
@@ -100,9 +111,13 @@ impl Endpoint {
         } else {
             live.read_cntr.clone()
         };
+        let mut done = op_done(&live.tx_cq, msg.context, kind, flags, cntr, waiter);
+        // fi_inject_write: no completion on success (a failure is still
+        // reported, as for fi_inject).
+        done.report &= !flags.contains(OpFlags::INJECT);
         RmaReq {
             dest: msg.dest,
-            done: op_done(&live.tx_cq, msg.context, kind, flags, cntr, waiter),
+            done,
             op: msg.op,
             addr: msg.addr,
             key: msg.key,
@@ -169,6 +184,40 @@ impl Endpoint {
         };
         self.post_rmamsg(rma(dest, op, addr, key, context), OpFlags::REMOTE_CQ_DATA)
             .map_err(|(e, _)| e)
+    }
+
+    /// `fi_inject_write`: `buf` (up to `inject_size` bytes) to the peer's
+    /// memory at `addr` under `key`; no completion is generated, and the
+    /// caller's buffer is its own again at once (a `Bytes` handed over).
+    /// A write the target refuses still reports its error entry.
+    pub fn inject_write(&self, dest: FiAddr, buf: Bytes, addr: u64, key: u64) -> Result<()> {
+        let op = RmaOp::Write {
+            iov: vec![buf],
+            data: None,
+        };
+        self.post_rmamsg(rma(dest, op, addr, key, 0), OpFlags::INJECT)
+            .map_err(|(e, _)| e)
+    }
+
+    /// `fi_inject_writedata`: [`inject_write`](Self::inject_write) whose
+    /// completion at the target carries `data`.
+    pub fn inject_writedata(
+        &self,
+        dest: FiAddr,
+        buf: Bytes,
+        data: u64,
+        addr: u64,
+        key: u64,
+    ) -> Result<()> {
+        let op = RmaOp::Write {
+            iov: vec![buf],
+            data: Some(data),
+        };
+        self.post_rmamsg(
+            rma(dest, op, addr, key, 0),
+            OpFlags::INJECT | OpFlags::REMOTE_CQ_DATA,
+        )
+        .map_err(|(e, _)| e)
     }
 
     /// `fi_read`: the peer's memory at `addr` under `key` into `buf`

@@ -281,7 +281,79 @@ async fn refused_rma_fails_with_access_and_the_peer_stays_usable(p: Provider) {
     assert_eq!(&got, b"ok");
 }
 
+/// `fi_inject_write` and `fi_inject_writedata`: the bytes land and the
+/// initiator gets no completion (the target's entry carries the data);
+/// past `inject_size` is `MsgSize`, an inject read `BadFlags`, and an
+/// inject the target refuses still reports its error.
+async fn inject_writes_land_without_a_completion(p: Provider) {
+    let h = harness(&p);
+    let (a, b, to_b, _) = h.rdm_pair_with(&h.info);
+    let mr = region(&h, 4096, RW, 51);
+    let inject = h.info.tx_attr.inject_size;
+    let n = inject.min(32);
+    assert!(n > 0, "inject_size {inject}");
+    let data = payload(n, 5);
+    a.ep.inject_write(to_b, data.clone(), mr.addr() + 16, mr.key())
+        .unwrap();
+    within("the injected bytes land", async {
+        loop {
+            let mut got = vec![0u8; n];
+            mr.read_at(16, &mut got).unwrap();
+            if got[..] == data[..] {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+    a.ep.inject_writedata(
+        to_b,
+        Bytes::from_static(b"wd"),
+        0x77,
+        mr.addr() + 200,
+        mr.key(),
+    )
+    .unwrap();
+    let t = within("target entry", next_cq(&b.cq)).await.unwrap();
+    assert!(t.flags.contains(OpFlags::REMOTE_CQ_DATA), "{:?}", t.flags);
+    assert_eq!((t.data, t.len), (0x77, 2));
+    let mut got = [0u8; 2];
+    mr.read_at(200, &mut got).unwrap();
+    assert_eq!(&got, b"wd");
+    assert_cq_quiet(&a.cq, "inject writes").await;
+    assert_eq!(
+        a.ep.inject_write(to_b, payload(inject + 1, 1), mr.addr(), mr.key()),
+        Err(Error::MsgSize)
+    );
+    let read = RmaMsg {
+        dest: to_b,
+        op: RmaOp::Read {
+            bufs: vec![BytesMut::zeroed(8)],
+        },
+        addr: mr.addr(),
+        key: mr.key(),
+        context: 9,
+    };
+    assert_eq!(
+        a.ep.post_rmamsg(read, OpFlags::INJECT).unwrap_err().0,
+        Error::BadFlags
+    );
+    a.ep.inject_write(
+        to_b,
+        Bytes::from_static(b"no"),
+        mr.addr(),
+        mr.key() ^ 0x5a5a,
+    )
+    .unwrap();
+    let e = within("the refusal", next_cq(&a.cq)).await.unwrap_err();
+    assert_eq!(e.err, Error::Access);
+    let mut got = [0u8; 2];
+    mr.read_at(0, &mut got).unwrap();
+    assert_ne!(&got, b"no", "a refused inject leaves the region alone");
+}
+
 provider_tests! {
+    inject_writes_land_without_a_completion,
     offers_rma,
     write_then_read_back,
     gather_scatter_and_counters,
@@ -290,6 +362,7 @@ provider_tests! {
 }
 
 shm_tests! {
+    inject_writes_land_without_a_completion,
     offers_rma,
     write_then_read_back,
     gather_scatter_and_counters,
