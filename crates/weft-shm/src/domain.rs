@@ -33,8 +33,7 @@ pub fn present(addr: &[u8]) -> bool {
     let Ok(n) = name::parse(addr) else {
         return false;
     };
-    let path = std::path::Path::new(name::SHM_DIR).join(format!("{}{n}", name::SEG_PREFIX));
-    crate::live::owner_of_file(&path)
+    crate::live::owner_of_file(&crate::live::seg_path(n))
         .is_some_and(|(pid, start)| crate::live::owner_runs(n, pid, start))
 }
 

@@ -133,8 +133,7 @@ fn create_segment(name: &str, g: Geometry) -> Result<Segment> {
     let seg_name = name::seg_name(name);
     match Segment::create(&seg_name, g.bytes()) {
         Err(Error::AddrInUse) => {
-            let path = std::path::Path::new(name::SHM_DIR).join(&seg_name[1..]);
-            match crate::live::owner_of_file(&path) {
+            match crate::live::owner_of_file(&crate::live::seg_path(name)) {
                 Some((pid, start)) if crate::live::owner_runs(name, pid, start) => {
                     Err(Error::AddrInUse)
                 }

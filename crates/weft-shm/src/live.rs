@@ -51,7 +51,7 @@ pub fn alive(pid: u32, start: u64) -> bool {
 }
 
 /// The path of `name`'s segment file.
-fn seg_path(name: &str) -> std::path::PathBuf {
+pub fn seg_path(name: &str) -> std::path::PathBuf {
     std::path::Path::new(SHM_DIR).join(format!("{SEG_PREFIX}{name}"))
 }
 
@@ -163,7 +163,7 @@ pub fn reclaim_stale() -> usize {
             let Some(name) = file.to_str().and_then(|f| f.strip_prefix(BELL_PREFIX)) else {
                 continue;
             };
-            let seg = std::path::Path::new(SHM_DIR).join(format!("{SEG_PREFIX}{name}"));
+            let seg = seg_path(name);
             if !seg.exists() {
                 let _ = std::fs::remove_file(e.path());
             }

@@ -159,12 +159,14 @@ impl Endpoint {
         key: u64,
         context: u64,
     ) -> Result<()> {
-        let op = RmaOp::Write {
-            iov: vec![buf],
+        let w = Write {
+            dest,
+            buf,
             data: None,
+            addr,
+            key,
         };
-        self.post_rmamsg(rma(dest, op, addr, key, context), OpFlags::empty())
-            .map_err(|(e, _)| e)
+        self.post_one_write(w, context, OpFlags::empty())
     }
 
     /// `fi_writedata`: a write whose completion at the target carries
@@ -178,12 +180,14 @@ impl Endpoint {
         key: u64,
         context: u64,
     ) -> Result<()> {
-        let op = RmaOp::Write {
-            iov: vec![buf],
+        let w = Write {
+            dest,
+            buf,
             data: Some(data),
+            addr,
+            key,
         };
-        self.post_rmamsg(rma(dest, op, addr, key, context), OpFlags::REMOTE_CQ_DATA)
-            .map_err(|(e, _)| e)
+        self.post_one_write(w, context, OpFlags::empty())
     }
 
     /// `fi_inject_write`: `buf` (up to `inject_size` bytes) to the peer's
@@ -191,12 +195,14 @@ impl Endpoint {
     /// caller's buffer is its own again at once (a `Bytes` handed over).
     /// A write the target refuses still reports its error entry.
     pub fn inject_write(&self, dest: FiAddr, buf: Bytes, addr: u64, key: u64) -> Result<()> {
-        let op = RmaOp::Write {
-            iov: vec![buf],
+        let w = Write {
+            dest,
+            buf,
             data: None,
+            addr,
+            key,
         };
-        self.post_rmamsg(rma(dest, op, addr, key, 0), OpFlags::INJECT)
-            .map_err(|(e, _)| e)
+        self.post_one_write(w, 0, OpFlags::INJECT)
     }
 
     /// `fi_inject_writedata`: [`inject_write`](Self::inject_write) whose
@@ -209,15 +215,29 @@ impl Endpoint {
         addr: u64,
         key: u64,
     ) -> Result<()> {
-        let op = RmaOp::Write {
-            iov: vec![buf],
+        let w = Write {
+            dest,
+            buf,
             data: Some(data),
+            addr,
+            key,
         };
-        self.post_rmamsg(
-            rma(dest, op, addr, key, 0),
-            OpFlags::INJECT | OpFlags::REMOTE_CQ_DATA,
-        )
-        .map_err(|(e, _)| e)
+        self.post_one_write(w, 0, OpFlags::INJECT)
+    }
+
+    /// The four one-buffer write calls: `REMOTE_CQ_DATA` goes with data.
+    fn post_one_write(&self, w: Write, context: u64, flags: OpFlags) -> Result<()> {
+        let flags = if w.data.is_some() {
+            flags | OpFlags::REMOTE_CQ_DATA
+        } else {
+            flags
+        };
+        let op = RmaOp::Write {
+            iov: vec![w.buf],
+            data: w.data,
+        };
+        self.post_rmamsg(rma(w.dest, op, w.addr, w.key, context), flags)
+            .map_err(|(e, _)| e)
     }
 
     /// `fi_read`: the peer's memory at `addr` under `key` into `buf`
@@ -341,4 +361,13 @@ pub(crate) fn rma(dest: FiAddr, op: RmaOp, addr: u64, key: u64, context: u64) ->
         key,
         context,
     }
+}
+
+/// One buffer written to a peer's region (the one-buffer write calls).
+struct Write {
+    dest: FiAddr,
+    buf: Bytes,
+    data: Option<u64>,
+    addr: u64,
+    key: u64,
 }
