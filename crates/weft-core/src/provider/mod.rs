@@ -2,7 +2,7 @@
 //! posts, and the object-safe traits a provider's endpoints implement.
 //!
 //! Posting never blocks and never awaits: an operation ends later through
-//! its [`OpDone`]. Connection set-up is the only asynchronous part and is
+//! its [`OpDone`](crate::completion::OpDone). Connection set-up is the only asynchronous part and is
 //! expressed as boxed futures so that no runtime type crosses this boundary.
 // A rejected post hands the whole request back (buffers, completion sink)
 // so the caller loses nothing; boxing it would cost an allocation per post.
