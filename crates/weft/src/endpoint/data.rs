@@ -3,6 +3,8 @@
 //! their own completion (both checked against the endpoint's attributes
 //! first).
 
+use std::future::Future;
+
 use bytes::{Bytes, BytesMut};
 use weft_core::addr::{FiAddr, FI_ADDR_UNSPEC};
 use weft_core::completion::{CqEntry, CqErrEntry, Waiter};
@@ -12,7 +14,10 @@ use weft_core::{Error, Result};
 
 use super::{async_op, op_done, Endpoint, Live};
 use crate::msg::{RecvMsg, SendMsg, SendParts};
-use crate::opfuture::{post_when_room, OnDrop, OpFuture};
+use crate::opfuture::{wait_then_post, Lazy, OnDrop, OpFuture, Started};
+
+/// What the `async` sends and receives resolve with.
+type OpResult = std::result::Result<CqEntry, CqErrEntry>;
 
 impl Endpoint {
     fn check_send(&self, msg: &SendParts, flags: OpFlags) -> Result<()> {
@@ -254,51 +259,69 @@ impl Endpoint {
 
     /// Sends `msg` and resolves with its completion. A full transmit queue
     /// is waited out, not reported.
-    pub async fn sendmsg(
+    pub fn sendmsg(
         &self,
         msg: SendMsg,
         flags: OpFlags,
-    ) -> std::result::Result<CqEntry, CqErrEntry> {
-        self.send_parts(msg.into(), flags).await
+    ) -> impl Future<Output = OpResult> + Send + '_ {
+        self.send_parts(msg.into(), flags)
     }
 
-    async fn send_parts(
+    fn send_parts(
         &self,
         msg: SendParts,
         flags: OpFlags,
-    ) -> std::result::Result<CqEntry, CqErrEntry> {
-        let fail = |e: Error| CqErrEntry::new(0, OpFlags::SEND, e);
-        let live = self.live().map_err(fail)?;
-        self.check_send(&msg, flags).map_err(fail)?;
+    ) -> impl Future<Output = OpResult> + Send + '_ {
+        Lazy::new(move || self.start_send(msg, flags))
+    }
+
+    /// Checks and posts a send for its future.
+    fn start_send(&self, msg: SendParts, flags: OpFlags) -> Started<'_> {
+        let fail = |e: Error| Started::Failed(CqErrEntry::new(0, OpFlags::SEND, e));
+        let live = match self.live() {
+            Ok(l) => l,
+            Err(e) => return fail(e),
+        };
+        if let Err(e) = self.check_send(&msg, flags) {
+            return fail(e);
+        }
         let (ctx, tx, rx) = async_op();
         let mut msg = msg;
         msg.context = ctx;
         // The waiter takes the completion; the CQ never sees it.
         let req = self.send_req(live, msg, flags & !OpFlags::INJECT, Some(tx));
-        if let Err(r) = post_when_room(req, |r| live.prov.post_send(r)).await {
-            return Err(fail(r.err));
+        match live.prov.post_send(req) {
+            Ok(()) => Started::Posted(live.op_future(ctx, rx, OnDrop::Nothing)),
+            Err(Rejected {
+                err: Error::Again,
+                req,
+            }) => Started::Boxed(Box::pin(async move {
+                let fail = |e: Error| CqErrEntry::new(0, OpFlags::SEND, e);
+                if let Err(r) = wait_then_post(req, |r| live.prov.post_send(r)).await {
+                    return Err(fail(r.err));
+                }
+                live.op_future(ctx, rx, OnDrop::Nothing).await
+            })),
+            Err(r) => fail(r.err),
         }
-        live.op_future(ctx, rx, OnDrop::Nothing).await
     }
 
     /// `send` resolving with the completion.
-    pub async fn send(&self, dest: FiAddr, buf: Bytes) -> std::result::Result<CqEntry, CqErrEntry> {
+    pub fn send(&self, dest: FiAddr, buf: Bytes) -> impl Future<Output = OpResult> + Send + '_ {
         self.send_parts(SendParts::one(dest, buf, None, None, 0), OpFlags::empty())
-            .await
     }
 
     /// Tagged `send` resolving with the completion.
-    pub async fn tsend(
+    pub fn tsend(
         &self,
         dest: FiAddr,
         buf: Bytes,
         tag: u64,
-    ) -> std::result::Result<CqEntry, CqErrEntry> {
+    ) -> impl Future<Output = OpResult> + Send + '_ {
         self.send_parts(
             SendParts::one(dest, buf, Some(tag), None, 0),
             OpFlags::empty(),
         )
-        .await
     }
 
     /// Receives and resolves with the completion, whose `bufs` hold the
@@ -308,38 +331,53 @@ impl Endpoint {
     /// `MULTI_RECV` (given or a default) is `BadFlags` here: a
     /// multi-receive has many completions, so it is a stream
     /// ([`recv_multi`](Self::recv_multi)).
-    pub async fn recvmsg(
+    pub fn recvmsg(
         &self,
         msg: RecvMsg,
         flags: OpFlags,
-    ) -> std::result::Result<CqEntry, CqErrEntry> {
-        let fail = |e: Error, bufs| CqErrEntry::new(0, OpFlags::RECV, e).with_bufs(bufs);
+    ) -> impl Future<Output = OpResult> + Send + '_ {
+        Lazy::new(move || self.start_recv(msg, flags))
+    }
+
+    /// Checks and posts a receive for its future.
+    fn start_recv(&self, msg: RecvMsg, flags: OpFlags) -> Started<'_> {
+        let fail =
+            |e: Error, bufs| Started::Failed(CqErrEntry::new(0, OpFlags::RECV, e).with_bufs(bufs));
         let live = match self.live() {
             Ok(l) => l,
-            Err(e) => return Err(fail(e, msg.bufs)),
+            Err(e) => return fail(e, msg.bufs),
         };
         if let Some(srx) = &live.srx {
-            return srx.recvmsg(msg, flags).await;
+            return Started::Boxed(Box::pin(srx.recvmsg(msg, flags)));
         }
         // One future, one completion: a multi-receive is `recv_multi`.
         let merged = live.rx_flags(flags);
         if merged.contains(OpFlags::MULTI_RECV) {
-            return Err(fail(Error::BadFlags, msg.bufs));
+            return fail(Error::BadFlags, msg.bufs);
         }
         if let Err(e) = self.check_recv(&msg, merged) {
-            return Err(fail(e, msg.bufs));
+            return fail(e, msg.bufs);
         }
         let (ctx, tx, rx) = async_op();
         let mut msg = msg;
         msg.context = ctx;
-        let on_drop = OnDrop::for_recv(live.rx_flags(flags));
+        let on_drop = OnDrop::for_recv(merged);
         let req = self.recv_req(live, msg, flags, Some(tx));
-        if let Err(r) = post_when_room(req, |r| live.prov.post_recv(r)).await {
-            return Err(fail(r.err, r.req.bufs));
-        }
         // A receive that has not matched is withdrawn if the future goes;
         // one that has gives its message back.
-        live.op_future(ctx, rx, on_drop).await
+        match live.prov.post_recv(req) {
+            Ok(()) => Started::Posted(live.op_future(ctx, rx, on_drop)),
+            Err(Rejected {
+                err: Error::Again,
+                req,
+            }) => Started::Boxed(Box::pin(async move {
+                if let Err(r) = wait_then_post(req, |r| live.prov.post_recv(r)).await {
+                    return Err(CqErrEntry::new(0, OpFlags::RECV, r.err).with_bufs(r.req.bufs));
+                }
+                live.op_future(ctx, rx, on_drop).await
+            })),
+            Err(r) => fail(r.err, r.req.bufs),
+        }
     }
 
     /// Posts a receive once, for the future of its completion (pool
@@ -373,19 +411,18 @@ impl Endpoint {
     }
 
     /// Receives one message into `buf`.
-    pub async fn recv(&self, buf: BytesMut) -> std::result::Result<CqEntry, CqErrEntry> {
-        let msg = RecvMsg::untagged(buf, 0);
-        self.recvmsg(msg, OpFlags::empty()).await
+    pub fn recv(&self, buf: BytesMut) -> impl Future<Output = OpResult> + Send + '_ {
+        self.recvmsg(RecvMsg::untagged(buf, 0), OpFlags::empty())
     }
 
     /// Receives one tagged message matching `tag`/`ignore` from `src`.
-    pub async fn trecv(
+    pub fn trecv(
         &self,
         buf: BytesMut,
         src: FiAddr,
         tag: u64,
         ignore: u64,
-    ) -> std::result::Result<CqEntry, CqErrEntry> {
+    ) -> impl Future<Output = OpResult> + Send + '_ {
         let msg = RecvMsg {
             src,
             bufs: vec![buf],
@@ -394,7 +431,7 @@ impl Endpoint {
             ignore,
             context: 0,
         };
-        self.recvmsg(msg, OpFlags::empty()).await
+        self.recvmsg(msg, OpFlags::empty())
     }
 }
 
