@@ -81,7 +81,7 @@ pub(crate) enum Lazy<'a, S> {
     Start(S),
     /// Posted; awaiting the completion.
     Posted(OpFuture),
-    /// The uncommon paths (a full queue, a shared receive context), boxed
+    /// The uncommon path (a full queue), boxed
     /// so that they do not size the common one.
     Boxed(BoxedOp<'a>),
     /// Resolved.

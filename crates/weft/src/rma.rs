@@ -6,15 +6,17 @@
 //! `Bytes` (shared, read-only while in flight); reads take `BytesMut`,
 //! which the completion gives back filled.
 
+use std::future::Future;
+
 use bytes::{Bytes, BytesMut};
 use weft_core::addr::FiAddr;
-use weft_core::completion::{CqEntry, CqErrEntry, Waiter};
+use weft_core::completion::{CqErrEntry, Waiter};
 use weft_core::flags::{Caps, OpFlags};
 use weft_core::provider::{Rejected, RmaOp, RmaReq};
 use weft_core::{Error, Result};
 
-use crate::endpoint::{async_op, op_done, Endpoint, Live};
-use crate::opfuture::{post_when_room, OnDrop, OpFuture};
+use crate::endpoint::{async_op, op_done, Endpoint, Live, OpResult};
+use crate::opfuture::{wait_then_post, Lazy, OnDrop, OpFuture, Started};
 
 /// Flags an RMA operation may carry.
 const RMA_FLAGS: OpFlags = OpFlags::COMPLETION
@@ -257,27 +259,48 @@ impl Endpoint {
 
     /// Posts `msg` and resolves with its own completion; a full transmit
     /// queue is waited out.
-    pub async fn rmamsg(
+    pub fn rmamsg(
         &self,
         msg: RmaMsg,
         flags: OpFlags,
-    ) -> std::result::Result<CqEntry, CqErrEntry> {
+    ) -> impl Future<Output = OpResult> + Send + '_ {
+        Lazy::new(move || self.start_rma(msg, flags))
+    }
+
+    /// Checks and posts an RMA operation for its future.
+    fn start_rma(&self, msg: RmaMsg, flags: OpFlags) -> Started<'_> {
         let kind = msg.op.flags();
-        let fail = |e: Error| CqErrEntry::new(0, kind, e);
-        let live = self.live().map_err(fail)?;
-        self.check_rma(&msg, flags).map_err(fail)?;
+        let fail = move |e: Error, op: Option<RmaOp>| {
+            let mut e = CqErrEntry::new(0, kind, e);
+            if let Some(RmaOp::Read { bufs }) = op {
+                e.bufs = bufs;
+            }
+            e
+        };
+        let live = match self.live() {
+            Ok(l) => l,
+            Err(e) => return Started::Failed(fail(e, None)),
+        };
+        if let Err(e) = self.check_rma(&msg, flags) {
+            return Started::Failed(fail(e, None));
+        }
         let (ctx, tx, rx) = async_op();
         let mut msg = msg;
         msg.context = ctx;
         let req = self.rma_req(live, msg, flags, Some(tx));
-        if let Err(r) = post_when_room(req, |r| live.prov.post_rma(r)).await {
-            let mut e = fail(r.err);
-            if let RmaOp::Read { bufs } = r.req.op {
-                e.bufs = bufs;
-            }
-            return Err(e);
+        match live.prov.post_rma(req) {
+            Ok(()) => Started::Posted(live.op_future(ctx, rx, OnDrop::Nothing)),
+            Err(Rejected {
+                err: Error::Again,
+                req,
+            }) => Started::Boxed(Box::pin(async move {
+                if let Err(r) = wait_then_post(req, |r| live.prov.post_rma(r)).await {
+                    return Err(fail(r.err, Some(r.req.op)));
+                }
+                live.op_future(ctx, rx, OnDrop::Nothing).await
+            })),
+            Err(r) => Started::Failed(fail(r.err, Some(r.req.op))),
         }
-        live.op_future(ctx, rx, OnDrop::Nothing).await
     }
 
     /// Posts `msg` once, for the future of its completion (pool
@@ -306,50 +329,47 @@ impl Endpoint {
     }
 
     /// `write` resolving with its completion.
-    pub async fn write(
+    pub fn write(
         &self,
         dest: FiAddr,
         buf: Bytes,
         addr: u64,
         key: u64,
-    ) -> std::result::Result<CqEntry, CqErrEntry> {
+    ) -> impl Future<Output = OpResult> + Send + '_ {
         let op = RmaOp::Write {
             iov: vec![buf],
             data: None,
         };
         self.rmamsg(rma(dest, op, addr, key, 0), OpFlags::empty())
-            .await
     }
 
     /// `writedata` resolving with its completion.
-    pub async fn writedata(
+    pub fn writedata(
         &self,
         dest: FiAddr,
         buf: Bytes,
         data: u64,
         addr: u64,
         key: u64,
-    ) -> std::result::Result<CqEntry, CqErrEntry> {
+    ) -> impl Future<Output = OpResult> + Send + '_ {
         let op = RmaOp::Write {
             iov: vec![buf],
             data: Some(data),
         };
         self.rmamsg(rma(dest, op, addr, key, 0), OpFlags::REMOTE_CQ_DATA)
-            .await
     }
 
     /// `read` resolving with its completion, whose `bufs` hold the bytes
     /// read.
-    pub async fn read(
+    pub fn read(
         &self,
         dest: FiAddr,
         buf: BytesMut,
         addr: u64,
         key: u64,
-    ) -> std::result::Result<CqEntry, CqErrEntry> {
+    ) -> impl Future<Output = OpResult> + Send + '_ {
         let op = RmaOp::Read { bufs: vec![buf] };
         self.rmamsg(rma(dest, op, addr, key, 0), OpFlags::empty())
-            .await
     }
 }
 

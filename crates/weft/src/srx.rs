@@ -12,21 +12,22 @@
 //! endpoint does; verbs MSG's (a shared receive queue) takes untagged
 //! receives only.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::BytesMut;
 use weft_core::addr::{FiAddr, FI_ADDR_UNSPEC};
 use weft_core::attr::RxAttr;
-use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
+use weft_core::completion::{CqErrEntry, OpDone};
 use weft_core::flags::{Caps, OpFlags};
 use weft_core::provider::{EpStats, ProviderSrx, RecvReq, Rejected};
 use weft_core::{Error, Result};
 
-use crate::endpoint::async_op;
+use crate::endpoint::{async_op, OpResult};
 use crate::fabric::{next_fid, Domain};
 use crate::msg::RecvMsg;
-use crate::opfuture::{post_when_room, OnDrop, OpFuture, Owner};
+use crate::opfuture::{wait_then_post, Lazy, OnDrop, OpFuture, Owner, Started};
 
 /// A shared receive context.
 #[derive(Debug, Clone)]
@@ -269,31 +270,47 @@ impl SharedRxContext {
     /// Dropping the future withdraws the receive, or, when a message
     /// already reached it, hands that message to the next receive of the
     /// context, reported on the CQ of the endpoint it arrived at.
-    pub async fn recvmsg(
+    pub fn recvmsg(
         &self,
         msg: RecvMsg,
         flags: OpFlags,
-    ) -> std::result::Result<CqEntry, CqErrEntry> {
+    ) -> impl Future<Output = OpResult> + Send + '_ {
+        Lazy::new(move || self.start_recv(msg, flags))
+    }
+
+    /// Checks and posts a receive for its future (also for endpoints
+    /// bound to the context).
+    pub(crate) fn start_recv(&self, msg: RecvMsg, flags: OpFlags) -> Started<'_> {
         let fail = |e: Error, bufs| CqErrEntry::new(0, OpFlags::RECV, e).with_bufs(bufs);
         if let Err(e) = self.open().and_then(|()| self.check(&msg, flags)) {
-            return Err(fail(e, msg.bufs));
+            return Started::Failed(fail(e, msg.bufs));
         }
         let (ctx, tx, rx) = async_op();
         let mut msg = msg;
         msg.context = ctx;
         let on_drop = OnDrop::for_recv(flags);
         let req = self.req(msg, flags, Some(tx));
-        if let Err(r) = post_when_room(req, |r| self.inner.prov.post_recv(r)).await {
-            return Err(fail(r.err, r.req.bufs));
+        let prov = &self.inner.prov;
+        let future =
+            move |rx| OpFuture::new(rx, ctx, Some(Owner::Srx(prov.clone())), on_drop, None);
+        match prov.post_recv(req) {
+            Ok(()) => Started::Posted(future(rx)),
+            Err(Rejected {
+                err: Error::Again,
+                req,
+            }) => Started::Boxed(Box::pin(async move {
+                if let Err(r) = wait_then_post(req, |r| prov.post_recv(r)).await {
+                    return Err(fail(r.err, r.req.bufs));
+                }
+                future(rx).await
+            })),
+            Err(r) => Started::Failed(fail(r.err, r.req.bufs)),
         }
-        let owner = Owner::Srx(self.inner.prov.clone());
-        OpFuture::new(rx, ctx, Some(owner), on_drop, None).await
     }
 
     /// Receives one message into `buf`.
-    pub async fn recv(&self, buf: BytesMut) -> std::result::Result<CqEntry, CqErrEntry> {
-        let msg = RecvMsg::untagged(buf, 0);
-        self.recvmsg(msg, OpFlags::empty()).await
+    pub fn recv(&self, buf: BytesMut) -> impl Future<Output = OpResult> + Send + '_ {
+        self.recvmsg(RecvMsg::untagged(buf, 0), OpFlags::empty())
     }
 
     /// `fi_trecv` on the context: a tagged receive of a message whose tag
@@ -319,15 +336,14 @@ impl SharedRxContext {
 
     /// Receives one tagged message into `buf` (see
     /// [`post_trecv`](Self::post_trecv)).
-    pub async fn trecv(
+    pub fn trecv(
         &self,
         buf: BytesMut,
         src: FiAddr,
         tag: u64,
         ignore: u64,
-    ) -> std::result::Result<CqEntry, CqErrEntry> {
-        let msg = RecvMsg::tagged(buf, src, tag, ignore, 0);
-        self.recvmsg(msg, OpFlags::empty()).await
+    ) -> impl Future<Output = OpResult> + Send + '_ {
+        self.recvmsg(RecvMsg::tagged(buf, src, tag, ignore, 0), OpFlags::empty())
     }
 
     /// The attributes the context was opened with.

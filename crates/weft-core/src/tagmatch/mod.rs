@@ -171,10 +171,11 @@ fn index_insert<K: Hash + Eq>(map: &mut FastMap<K, Seqs>, key: K, seq: u64) {
 
 /// Removes `seq` from the set under `key`, dropping emptied sets so that
 /// short-lived tags and contexts do not grow the map forever.
-fn index_remove<K: Hash + Eq>(map: &mut FastMap<K, Seqs>, key: &K, seq: u64) {
-    if let Some(set) = map.get_mut(key) {
-        if set.remove(seq) {
-            map.remove(key);
+fn index_remove<K: Hash + Eq + Copy>(map: &mut FastMap<K, Seqs>, key: &K, seq: u64) {
+    // One lookup for both the set and its removal.
+    if let std::collections::hash_map::Entry::Occupied(mut e) = map.entry(*key) {
+        if e.get_mut().remove(seq) {
+            e.remove();
         }
     }
 }

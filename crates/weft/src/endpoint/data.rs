@@ -17,7 +17,7 @@ use crate::msg::{RecvMsg, SendMsg, SendParts};
 use crate::opfuture::{wait_then_post, Lazy, OnDrop, OpFuture, Started};
 
 /// What the `async` sends and receives resolve with.
-type OpResult = std::result::Result<CqEntry, CqErrEntry>;
+pub(crate) type OpResult = std::result::Result<CqEntry, CqErrEntry>;
 
 impl Endpoint {
     fn check_send(&self, msg: &SendParts, flags: OpFlags) -> Result<()> {
@@ -348,7 +348,7 @@ impl Endpoint {
             Err(e) => return fail(e, msg.bufs),
         };
         if let Some(srx) = &live.srx {
-            return Started::Boxed(Box::pin(srx.recvmsg(msg, flags)));
+            return srx.start_recv(msg, flags);
         }
         // One future, one completion: a multi-receive is `recv_multi`.
         let merged = live.rx_flags(flags);

@@ -25,7 +25,7 @@ use crate::opfuture::{OnDrop, OpFuture, Owner};
 use crate::srx::SharedRxContext;
 
 mod data;
-pub(crate) use data::peek_flags_ok;
+pub(crate) use data::{peek_flags_ok, OpResult};
 mod multi;
 
 pub use multi::{MultiMsg, MultiRecv, MultiRecvBuf};
