@@ -15,7 +15,7 @@ use crate::{
 /// remote CQ data, source addresses (with `FI_SOURCE_ERR` on request) and
 /// directed receives, RMA reads and writes and atomics (the target does
 /// every access to its regions), and multi-receive buffers, between
-/// processes of one host. No RMA events or shared contexts yet.
+/// processes of one host. No RMA events yet.
 pub const CAPS: Caps = Caps::MSG
     .union(Caps::TAGGED)
     .union(Caps::SEND)
@@ -112,7 +112,8 @@ pub fn offer() -> Info {
             rx_ctx_cnt: 1,
             max_ep_tx_ctx: 1,
             max_ep_rx_ctx: 1,
-            max_ep_srx_ctx: 0,
+            // One shared receive context per endpoint (`srx.rs`).
+            max_ep_srx_ctx: 1,
             // No keys: peers are processes of this user on this host.
             max_ep_auth_key: 0,
             ..DomainAttr::default()

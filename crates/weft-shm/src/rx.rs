@@ -11,7 +11,7 @@
 
 use std::fs::File;
 use std::sync::atomic::{fence, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use bytes::BytesMut;
 use smallvec::SmallVec;
@@ -41,6 +41,8 @@ pub struct Held {
     pub data: BytesMut,
     /// The sender's address (for `FI_SOURCE_ERR`).
     pub from: Arc<[u8]>,
+    /// The endpoint it arrived at, which completes its receive.
+    pub at: Weak<EpShared>,
     _charge: Charge,
 }
 
@@ -260,7 +262,8 @@ fn cma_probe(ep: &EpShared, c: &Chan) -> Option<u32> {
 fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
     if let Some(p) = lc.partial.take() {
         match p.sink {
-            Sink::Recv(req) => {
+            Sink::Recv(mut req) => {
+                ep.report_here(&mut req);
                 let placed = p.got.min(req.capacity());
                 fail_recv(ep, req, p.info, placed, Error::ConnAborted);
             }
@@ -404,7 +407,7 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
             let total = crate::ring::check_first(h, ep.max_msg).ok_or(())?;
             let info = msg_info(ep, lc, h, total);
             let from = lc.from.clone().ok_or(())?;
-            let mut m = lock(&ep.matcher);
+            let mut m = lock(&ep.side.matcher);
             let (got, ended) = soft_rx::arrival(&mut m, &info);
             let sink = match got {
                 Some(req) => Sink::Recv(req),
@@ -479,7 +482,7 @@ fn hold_first(
 ) -> Result<bool, ()> {
     let len = r.head.len as usize;
     let charge = UNEXPECTED_OVERHEAD.saturating_add(total);
-    let Some(c) = Charge::try_new(&ep.unexp, charge, ep.buffered_limit) else {
+    let Some(c) = Charge::try_new(&ep.side.unexp, charge, ep.side.limit) else {
         return Ok(false);
     };
     let mut b = BytesMut::zeroed(len);
@@ -490,9 +493,10 @@ fn hold_first(
         let held = Held {
             data: b,
             from: from.clone(),
+            at: ep.this.clone(),
             _charge: c,
         };
-        m.push_unexpected(from, info, held);
+        m.push_unexpected(ep.src(from), info, held);
         return Ok(true);
     }
     b.reserve(total - len);
@@ -528,7 +532,7 @@ fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     let a = crate::cma::Announce::parse(&raw[..n], total).ok_or(())?;
     let info = msg_info(ep, lc, h, total);
     let from = lc.from.clone().ok_or(())?;
-    let mut m = lock(&ep.matcher);
+    let mut m = lock(&ep.side.matcher);
     let (got, ended) = soft_rx::arrival(&mut m, &info);
     let Some(mut req) = got else {
         let r = hold_cma(ep, &mut m, pid, &a, info, total, from);
@@ -572,7 +576,7 @@ fn hold_cma(
     from: Arc<[u8]>,
 ) -> Result<bool, ()> {
     let charge = UNEXPECTED_OVERHEAD.saturating_add(total);
-    let Some(c) = Charge::try_new(&ep.unexp, charge, ep.buffered_limit) else {
+    let Some(c) = Charge::try_new(&ep.side.unexp, charge, ep.side.limit) else {
         return Ok(false);
     };
     let mut b = BytesMut::zeroed(total);
@@ -582,9 +586,10 @@ fn hold_cma(
     let held = Held {
         data: b,
         from: from.clone(),
+        at: ep.this.clone(),
         _charge: c,
     };
-    m.push_unexpected(from, info, held);
+    m.push_unexpected(ep.src(from), info, held);
     Ok(true)
 }
 
@@ -662,7 +667,7 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
             complete(ep, req, p.info, placed, &from);
         }
         Sink::Buf(data, charge) => {
-            let mut m = lock(&ep.matcher);
+            let mut m = lock(&ep.side.matcher);
             // A receive posted while the records arrived takes it now.
             let (got, ended) = soft_rx::arrival(&mut m, &p.info);
             if let Some(mut req) = got {
@@ -675,9 +680,10 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
                 let held = Held {
                     data,
                     from: from.clone(),
+                    at: ep.this.clone(),
                     _charge: charge,
                 };
-                m.push_unexpected(from, p.info, held);
+                m.push_unexpected(ep.src(from), p.info, held);
                 drop(m);
                 ended.report(ep);
             }
@@ -688,7 +694,8 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
 /// Completes a receive into which `placed` bytes went: as usual, or for
 /// a sender not in the AV on an `FI_SOURCE_ERR` endpoint as the error
 /// entry that carries the sender's address.
-fn complete(ep: &EpShared, req: RecvReq, info: MsgInfo, placed: usize, from: &Arc<[u8]>) {
+fn complete(ep: &EpShared, mut req: RecvReq, info: MsgInfo, placed: usize, from: &Arc<[u8]>) {
+    ep.report_here(&mut req);
     if ep.source_err && info.src == FI_ADDR_NOTAVAIL {
         deliver_unknown(ep, req, info, placed, FI_ADDR_NOTAVAIL, from.to_vec());
     } else {
@@ -720,7 +727,7 @@ impl EpShared {
         } else {
             std::mem::take(&mut r.raw).into()
         };
-        let mut m = lock(&self.matcher);
+        let mut m = lock(&self.side.matcher);
         let (got, ended) = soft_rx::arrival(&mut m, &info);
         if let Some(mut req) = got {
             drop(m);
@@ -729,13 +736,17 @@ impl EpShared {
             complete(self, req, info, placed, &from);
             return;
         }
-        let charge = Charge::force(&self.unexp, UNEXPECTED_OVERHEAD.saturating_add(info.len));
+        let charge = Charge::force(
+            &self.side.unexp,
+            UNEXPECTED_OVERHEAD.saturating_add(info.len),
+        );
         let held = Held {
             data,
             from: from.clone(),
+            at: self.this.clone(),
             _charge: charge,
         };
-        soft_rx::hold_given_back(&mut m, from, info, held, after);
+        soft_rx::hold_given_back(&mut m, self.src(from), info, held, after);
         drop(m);
         ended.report(self);
     }

@@ -60,6 +60,8 @@ pub fn sock_dgram_offer(i: &Iface) -> Info {
     o.tx_attr.caps &= SOCK_DGRAM_CAPS;
     o.rx_attr.caps &= SOCK_DGRAM_CAPS;
     o.rx_attr.op_flags_supported -= OpFlags::MULTI_RECV;
+    // A socket's receives are its own, as tcp's stream sockets' are.
+    o.domain_attr.max_ep_srx_ctx = 0;
     o.ep_attr.ep_type = EpType::SockDgram;
     o.ep_attr.protocol = Protocol::Udp;
     o.ep_attr.protocol_version = 0;
@@ -137,7 +139,8 @@ pub fn offer(i: &Iface) -> Info {
             rx_ctx_cnt: 1,
             max_ep_tx_ctx: 1,
             max_ep_rx_ctx: 1,
-            max_ep_srx_ctx: 0,
+            // One shared receive context per endpoint (`soft_srx`).
+            max_ep_srx_ctx: 1,
             // No keys: a datagram proves nothing about its sender.
             max_ep_auth_key: 0,
             ..DomainAttr::default()

@@ -8,6 +8,7 @@
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
 use bytes::BytesMut;
 use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
@@ -17,10 +18,11 @@ use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 use weft_core::recv_completion::{copy_in, deliver, deliver_unknown};
 use weft_core::soft_rx::{self, Charge};
+use weft_core::soft_srx::{report_to, Queues, SrxEp};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 
-use crate::endpoint::EpShared;
+use crate::endpoint::{EpShared, Src};
 use crate::wire::Header;
 
 /// Staging room: the largest datagram UDP carries fits, so no datagram is
@@ -57,6 +59,8 @@ pub struct Held {
     pub data: BytesMut,
     /// Where it came from (for `FI_SOURCE_ERR`).
     pub from: SocketAddr,
+    /// The endpoint it arrived at, which completes its receive.
+    pub at: Weak<EpShared>,
     _charge: Charge,
 }
 
@@ -132,7 +136,7 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool 
         len: payload.len(),
         data: h.data,
     };
-    let mut m = lock(&ep.matcher);
+    let mut m = lock(&ep.side.matcher);
     let (got, ended) = soft_rx::arrival(&mut m, &info);
     if let Some(req) = got {
         drop(m);
@@ -142,14 +146,15 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool 
     }
     // Every datagram costs something, a zero-length one included.
     let charge = UNEXPECTED_OVERHEAD.saturating_add(payload.len());
-    match Charge::try_new(&ep.unexp, charge, ep.buffered_limit) {
+    match Charge::try_new(&ep.side.unexp, charge, ep.side.limit) {
         Some(c) => {
             let held = Held {
                 data: BytesMut::from(payload),
                 from,
+                at: ep.me.clone(),
                 _charge: c,
             };
-            m.push_unexpected(from, info, held);
+            m.push_unexpected(ep.src(from), info, held);
             drop(m);
         }
         None => {
@@ -196,6 +201,11 @@ pub fn copy_and_deliver(
     data: &[u8],
     from: &SocketAddr,
 ) {
+    if ep.srx.is_some() {
+        // A shared context's receive reports on the queues of the
+        // endpoint its datagram arrived at.
+        report_to(&mut req, ep.rx_queues());
+    }
     let placed = copy_in(&mut req, data);
     match ep.unknown_sender(info.src, from) {
         Some(raw) => deliver_unknown(ep, req, info, placed, FI_ADDR_NOTAVAIL, raw),
@@ -222,7 +232,7 @@ impl EpShared {
         let info = r.info();
         let data = r.take_bytes();
         let from = self.source_of(info.src, &r.raw);
-        let mut m = lock(&self.matcher);
+        let mut m = lock(&self.side.matcher);
         let (got, ended) = soft_rx::arrival(&mut m, &info);
         if let Some(req) = got {
             drop(m);
@@ -230,15 +240,27 @@ impl EpShared {
             copy_and_deliver(self, req, info, &data, &from);
             return;
         }
-        let charge = Charge::force(&self.unexp, UNEXPECTED_OVERHEAD.saturating_add(info.len));
+        let charge = Charge::force(
+            &self.side.unexp,
+            UNEXPECTED_OVERHEAD.saturating_add(info.len),
+        );
         let held = Held {
             data,
             from,
+            at: self.me.clone(),
             _charge: charge,
         };
-        soft_rx::hold_given_back(&mut m, from, info, held, after);
+        soft_rx::hold_given_back(&mut m, self.src(from), info, held, after);
         drop(m);
         ended.report(self);
+    }
+
+    /// A held datagram's sender `from`, as the matcher keeps it.
+    fn src(&self, from: SocketAddr) -> Src {
+        Src {
+            addr: from,
+            at: self.me.clone(),
+        }
     }
 
     /// The address of the sender with AV handle `src`, or for a sender
@@ -250,5 +272,30 @@ impl EpShared {
             return unknown;
         }
         self.dest_addr(src).unwrap_or(unknown)
+    }
+}
+
+impl SrxEp for EpShared {
+    type Held = Held;
+    type Src = Src;
+
+    fn resolve(src: &Src) -> FiAddr {
+        src.resolve()
+    }
+
+    fn arrived_at(held: &Held) -> Option<Arc<EpShared>> {
+        held.at.upgrade()
+    }
+
+    fn held_bytes(held: &Held) -> &[u8] {
+        &held.data
+    }
+
+    fn deliver_held(&self, req: RecvReq, info: MsgInfo, held: Held) {
+        deliver_held(self, req, info, held);
+    }
+
+    fn rx_queues(&self) -> Queues {
+        (self.cfg.rx_cq.clone(), self.cfg.rx_cntr.clone())
     }
 }

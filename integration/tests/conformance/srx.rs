@@ -56,11 +56,12 @@ fn rig(h: &Harness, srx: SharedRxContext, n: usize) -> Rig {
     }
 }
 
-/// The harness and rig of `n` RDM endpoints, or `None` after checking
-/// that a provider without shared contexts refuses them.
+/// The harness and rig of `n` connectionless endpoints (RDM; udp's
+/// DGRAM), or `None` after checking that a provider without shared
+/// contexts refuses them.
 fn rdm_rig(p: &Provider, n: usize) -> Option<(Harness, Rig)> {
-    let Some(info) = shared_offer(p, EpType::Rdm) else {
-        let h = Harness::rdm(p);
+    let Some(info) = shared_offer(p, p.connless_type()) else {
+        let h = Harness::connless(p);
         assert_eq!(h.info.domain_attr.max_ep_srx_ctx, 0);
         assert_eq!(h.domain.srx_context(0).unwrap_err(), Error::NoSys);
         return None;
@@ -520,4 +521,21 @@ provider_tests! {
     binding_rules_and_close,
     the_budget_is_the_contexts,
     msg_endpoints_share_a_context,
+}
+
+shm_tests! {
+    messages_from_every_endpoint_take_the_shared_receives,
+    tagged_directed_peek_claim_discard,
+    cancel_and_dropped_futures_lose_nothing,
+    binding_rules_and_close,
+    the_budget_is_the_contexts,
+}
+
+// udp loses what does not fit its budget or its socket buffer, so the
+// tests that stream without bound or flood past the budget are not its:
+// `srx_soak` runs the cancel-safety soak with loss accounted for.
+udp_tests! {
+    messages_from_every_endpoint_take_the_shared_receives,
+    tagged_directed_peek_claim_discard,
+    binding_rules_and_close,
 }
