@@ -267,7 +267,12 @@ fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
                 let placed = p.got.min(req.capacity());
                 fail_recv(ep, req, p.info, placed, Error::ConnAborted);
             }
-            Sink::Answer(pending) => pending.fail(ep, Error::ConnAborted),
+            Sink::Answer(pending) => {
+                pending.fail(ep, Error::ConnAborted);
+                if let Some(from) = &lc.from {
+                    lock(&ep.peers).set_answering(from, false);
+                }
+            }
             Sink::Buf(..) | Sink::Write(_) | Sink::Atomic(_) => {}
         }
     }
@@ -660,7 +665,11 @@ fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
 fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
     match p.sink {
         Sink::Write(w) => crate::rma::write_end(ep, w, p.info.len, &from),
-        Sink::Answer(pending) => pending.complete(ep),
+        Sink::Answer(pending) => {
+            pending.complete(ep);
+            // A fence waiting for it may go now (the next flush).
+            lock(&ep.peers).set_answering(&from, false);
+        }
         Sink::Atomic(a) => crate::atomic::end(ep, a, &from),
         Sink::Recv(req) => {
             let placed = p.info.len.min(req.capacity());

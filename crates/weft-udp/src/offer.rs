@@ -32,7 +32,11 @@ pub const CAPS: Caps = Caps::MSG
     .union(Caps::LOCAL_COMM)
     .union(Caps::REMOTE_COMM)
     // Multi-receive buffers: docs/design.md, "Multi-receive buffers".
-    .union(Caps::MULTI_RECV);
+    .union(Caps::MULTI_RECV)
+    // Sends leave in posting order and complete as they leave, so a
+    // fenced one begins after the earlier ones completed: docs/design.md,
+    // "Fences on udp".
+    .union(Caps::FENCE);
 
 /// What a `FI_EP_SOCK_DGRAM` endpoint does: plain UDP payloads, so no
 /// tags and no remote CQ data (nothing but the payload is sent), and no
@@ -102,11 +106,11 @@ pub fn offer(i: &Iface) -> Info {
             // match-complete cannot be honoured. FI_MULTICAST is taken
             // as given: the destination address, a group's or a peer's,
             // decides where the datagram goes.
-            op_flags_supported: OpFlags::TX_BASE | OpFlags::MULTICAST,
+            op_flags_supported: OpFlags::TX_BASE | OpFlags::MULTICAST | OpFlags::FENCE,
             ..TxAttr::default()
         },
         rx_attr: RxAttr {
-            caps: CAPS & !Caps::SEND,
+            caps: CAPS & !(Caps::SEND | Caps::FENCE),
             msg_order: MsgOrder::empty(),
             comp_order: CompOrder::empty(),
             total_buffered_recv: BUFFERED_RECV,
