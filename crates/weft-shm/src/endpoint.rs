@@ -425,7 +425,7 @@ impl ProviderEndpoint for ShmEndpoint {
         let peers = std::mem::take(&mut *lock(&ep.peers));
         peers.release();
         let rx = std::mem::replace(&mut *lock(&ep.rx_state), RxState::new(0));
-        drop(rx);
+        crate::rx::abandon(ep, rx);
         ep.tx_pending.store(false, Ordering::Release);
         ep.hold.waiter_idle();
         ep.kick.notify_one();

@@ -292,6 +292,28 @@ fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
     ep.seg.store32(c.ctl(C_STATE), FREE, Release);
 }
 
+/// The endpoint closes: a shared context's receive that a message
+/// arriving here had begun to fill ends (`ConnAborted`), so its credit
+/// goes back to the context, which outlives the endpoint. A lone
+/// endpoint's operations are discarded with it.
+pub fn abandon(ep: &EpShared, st: RxState) {
+    if ep.srx.is_none() {
+        return;
+    }
+    for lc in st.chans {
+        if let Some(Partial {
+            info,
+            sink: Sink::Recv(mut req),
+            got,
+        }) = lc.partial
+        {
+            ep.report_here(&mut req);
+            let placed = got.min(req.capacity());
+            fail_recv(ep, req, info, placed, Error::ConnAborted);
+        }
+    }
+}
+
 /// Reads a channel's records up to the limit.
 fn drain(ep: &EpShared, c: &Chan, lc: &mut RxChan) -> (usize, Stop) {
     let mut n = 0;
