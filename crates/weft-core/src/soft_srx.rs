@@ -13,9 +13,10 @@
 //! message (a failed peek, a cancel, close) reports on the first bound
 //! endpoint's.
 //!
-//! The provider supplies the endpoint side through [`SrxEp`]: how a held
-//! message names its sender and the endpoint it arrived at, and how that
-//! endpoint completes a receive with it.
+//! A held message ([`Held`]) and its sender ([`Sender`]) name the
+//! endpoint they arrived at; the provider supplies the rest through
+//! [`SrxEp`]: its AV's lookup, and how it completes a receive with a
+//! held message.
 // A refused receive hands the whole request back, as at the provider
 // boundary (`provider.rs`): boxing it would cost an allocation per post.
 #![allow(clippy::result_large_err)]
@@ -26,13 +27,15 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::addr::FiAddr;
 use crate::attr::RxAttr;
+use bytes::BytesMut;
+
 use crate::completion::{CqErrEntry, CqShared, Returned};
 use crate::counter::CounterShared;
 use crate::credits::Credits;
 use crate::flags::OpFlags;
 use crate::provider::{EpStats, ProviderSrx, RecvReq, Rejected};
 use crate::recv_completion::{cancel_recv, complete_peek, copy_and_deliver, RecvCtx};
-use crate::soft_rx::spec_of;
+use crate::soft_rx::{spec_of, Charge};
 use crate::sync::lock;
 use crate::tagmatch::{Matcher, MsgInfo, PostOutcome};
 use crate::Error;
@@ -69,29 +72,108 @@ impl<U, S> RxSide<U, S> {
 /// A receive CQ and counter.
 pub type Queues = (Option<Arc<CqShared>>, Option<Arc<CounterShared>>);
 
-/// What a provider's endpoint lends to the shared context it is bound to.
+/// What a provider's endpoint lends to the receive side it places into
+/// (its own, or the shared context it is bound to).
 pub trait SrxEp: RecvCtx + Debug + Send + Sync + Sized + 'static {
-    /// A held message.
-    type Held: Debug + Send + 'static;
-    /// A held message's sender, as the matcher keeps it.
-    type Src: Debug + Send + 'static;
-    /// The AV handle of `src` (in the AV of the endpoint it arrived at),
-    /// for receives directed at a sender inserted after its message came.
-    fn resolve(src: &Self::Src) -> FiAddr;
-    /// The endpoint `held` arrived at, if it is still open.
-    fn arrived_at(held: &Self::Held) -> Option<Arc<Self>>;
-    /// The message's bytes.
-    fn held_bytes(held: &Self::Held) -> &[u8];
-    /// Completes `req` with `held`, which arrived here.
-    fn deliver_held(&self, req: RecvReq, info: MsgInfo, held: Self::Held);
+    /// A sender's address, as the endpoint's AV holds it.
+    type Addr: Debug + Send + Sync + 'static;
+    /// This endpoint, as the messages held for it name it.
+    fn this(&self) -> Weak<Self>;
     /// The endpoint's receive CQ and counter.
     fn rx_queues(&self) -> Queues;
+    /// Whether it is bound to a shared context.
+    fn shared(&self) -> bool;
+    /// The AV handle of `addr` in this endpoint's AV.
+    fn handle_of(&self, addr: &Self::Addr) -> FiAddr;
+    /// Completes `req` with `held`, which arrived here.
+    fn deliver_held(&self, req: RecvReq, info: MsgInfo, held: Held<Self>);
     /// A receive was posted to the context, or budget came back: a
     /// message waiting for either may be placed now.
     fn wake(&self) {}
     /// Whether a message waits at this endpoint for a receive or budget.
     fn parked(&self) -> bool {
         false
+    }
+
+    /// Points a receive that a message arriving here takes at this
+    /// endpoint's queues when it is a shared context's (which has none);
+    /// a lone endpoint's receives carry them already.
+    fn report_here(&self, req: &mut RecvReq) {
+        if self.shared() {
+            report_to(req, self.rx_queues());
+        }
+    }
+
+    /// The sender at `addr` of a message arriving here.
+    fn sender(&self, addr: Self::Addr) -> Sender<Self> {
+        Sender {
+            addr,
+            at: self.this(),
+        }
+    }
+}
+
+/// A held message's sender, as the matcher keeps it: its address (so a
+/// sender inserted into the AV later is still found) and the endpoint it
+/// arrived at, whose AV that is (on a shared context, not the same for
+/// every held message).
+#[derive(Debug)]
+pub struct Sender<E: SrxEp> {
+    /// Where it came from.
+    pub addr: E::Addr,
+    /// The endpoint it arrived at.
+    pub at: Weak<E>,
+}
+
+impl<E: SrxEp> Sender<E> {
+    /// The sender's AV handle in the AV of the endpoint it arrived at.
+    pub fn resolve(&self) -> FiAddr {
+        self.at
+            .upgrade()
+            .map_or(crate::addr::FI_ADDR_NOTAVAIL, |e| e.handle_of(&self.addr))
+    }
+}
+
+/// A message held for a later receive, with its share of the budget.
+#[derive(Debug)]
+pub struct Held<E: SrxEp> {
+    /// Its bytes.
+    pub data: BytesMut,
+    /// Its sender's address (for `FI_SOURCE_ERR`).
+    pub from: E::Addr,
+    /// The endpoint it arrived at, which completes its receive.
+    pub at: Weak<E>,
+    _charge: Charge,
+}
+
+impl<E: SrxEp> Held<E> {
+    /// `data` from `from`, arrived at `at`, charged `charge`.
+    pub fn new(at: &E, data: BytesMut, from: E::Addr, charge: Charge) -> Held<E> {
+        Held {
+            data,
+            from,
+            at: at.this(),
+            _charge: charge,
+        }
+    }
+}
+
+/// The receive side of an endpoint of type `E`.
+pub type SoftSide<E> = RxSide<Held<E>, Sender<E>>;
+
+/// Endpoint `ep` closes: a lone endpoint's posted receives and held
+/// messages are discarded without completions (as everything it had
+/// outstanding); a bound one leaves its context `srx`, whose receives and
+/// held messages stay for the other endpoints.
+pub fn close_side<E: SrxEp>(ep: &E, side: &SoftSide<E>, srx: Option<&SoftSrx<E>>) {
+    match srx {
+        Some(c) => c.leave(ep),
+        None => {
+            let posted = lock(&side.matcher).drain_posted();
+            drop(posted);
+            let held = lock(&side.matcher).drain_unexpected();
+            drop(held);
+        }
     }
 }
 
@@ -104,7 +186,7 @@ pub fn report_to(req: &mut RecvReq, queues: Queues) {
 #[derive(Debug)]
 pub struct SoftSrx<E: SrxEp> {
     /// The side every bound endpoint places into.
-    pub side: Arc<RxSide<E::Held, E::Src>>,
+    pub side: Arc<SoftSide<E>>,
     /// Buffers one receive may have.
     iov_limit: usize,
     members: Mutex<Vec<Weak<E>>>,
@@ -178,12 +260,12 @@ impl<E: SrxEp> SoftSrx<E> {
 
     /// Completes `req` with `held`: through the endpoint it arrived at,
     /// or, that one closed, through the context.
-    fn deliver(&self, mut req: RecvReq, info: MsgInfo, held: E::Held) {
-        match E::arrived_at(&held) {
+    fn deliver(&self, mut req: RecvReq, info: MsgInfo, held: Held<E>) {
+        match held.at.upgrade() {
             Some(ep) => ep.deliver_held(req, info, held),
             None => {
                 self.fallback(&mut req);
-                copy_and_deliver(self, req, info, E::held_bytes(&held));
+                copy_and_deliver(self, req, info, &held.data);
             }
         }
     }
@@ -224,10 +306,10 @@ impl<E: SrxEp> SoftSrx<E> {
             return reject(Error::Inval, req);
         }
         let spec = spec_of(&req);
-        let resolve = |s: &E::Src| E::resolve(s);
+        let resolve = Sender::<E>::resolve;
         if req.flags.contains(OpFlags::PEEK) {
             let r = lock(&self.side.matcher)
-                .peek_with(&spec, req.flags, &resolve, &|_, h| E::arrived_at(h));
+                .peek_with(&spec, req.flags, &resolve, &|_, h| h.at.upgrade());
             match r {
                 Ok((info, at)) => self.end_at(req, at, |ctx, req| complete_peek(ctx, req, info)),
                 Err(Error::Inval) => return reject(Error::Inval, req),
@@ -244,7 +326,7 @@ impl<E: SrxEp> SoftSrx<E> {
             let r = lock(&self.side.matcher).claim(spec.context, false);
             match r {
                 Ok((info, Some(held))) if req.flags.contains(OpFlags::DISCARD) => {
-                    let at = E::arrived_at(&held);
+                    let at = held.at.upgrade();
                     drop(held);
                     self.end_at(req, at, |ctx, req| complete_peek(ctx, req, info));
                     self.wake_members();

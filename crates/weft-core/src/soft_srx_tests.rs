@@ -11,19 +11,10 @@ use crate::multi_recv::tests::{items, msg};
 use crate::soft_rx::Charge;
 use bytes::BytesMut;
 
-type Side = RxSide<Held, ()>;
-
-#[derive(Debug)]
-struct Held {
-    data: Vec<u8>,
-    at: Weak<FakeEp>,
-    _charge: Charge,
-}
-
 #[derive(Debug)]
 struct FakeEp {
     this: Weak<FakeEp>,
-    side: Arc<Side>,
+    side: Arc<SoftSide<FakeEp>>,
     cq: Arc<CqShared>,
     woken: AtomicUsize,
 }
@@ -39,23 +30,22 @@ impl RecvCtx for FakeEp {
 }
 
 impl SrxEp for FakeEp {
-    type Held = Held;
-    type Src = ();
-    fn resolve(_: &()) -> FiAddr {
+    type Addr = ();
+    fn this(&self) -> Weak<FakeEp> {
+        self.this.clone()
+    }
+    fn handle_of(&self, _: &()) -> FiAddr {
         0
     }
-    fn arrived_at(held: &Held) -> Option<Arc<FakeEp>> {
-        held.at.upgrade()
-    }
-    fn held_bytes(held: &Held) -> &[u8] {
-        &held.data
-    }
-    fn deliver_held(&self, mut req: RecvReq, info: MsgInfo, held: Held) {
-        report_to(&mut req, self.rx_queues());
+    fn deliver_held(&self, mut req: RecvReq, info: MsgInfo, held: Held<FakeEp>) {
+        self.report_here(&mut req);
         copy_and_deliver(self, req, info, &held.data);
     }
     fn rx_queues(&self) -> Queues {
         (Some(self.cq.clone()), None)
+    }
+    fn shared(&self) -> bool {
+        true
     }
     fn wake(&self) {
         self.woken.fetch_add(1, Ordering::Relaxed);
@@ -68,12 +58,8 @@ impl FakeEp {
         let Some(c) = Charge::try_new(&self.side.unexp, len, self.side.limit) else {
             return false;
         };
-        let held = Held {
-            data: vec![len as u8; len],
-            at: self.this.clone(),
-            _charge: c,
-        };
-        lock(&self.side.matcher).push_unexpected((), msg(len), held);
+        let held = Held::new(self, BytesMut::from(&vec![len as u8; len][..]), (), c);
+        lock(&self.side.matcher).push_unexpected(self.sender(()), msg(len), held);
         true
     }
 }

@@ -22,7 +22,7 @@ use weft_core::provider::{
 };
 use weft_core::recv_completion::RecvCtx;
 use weft_core::soft_rx::{self, post_recv};
-use weft_core::soft_srx::{RxSide, SoftSrx};
+use weft_core::soft_srx::{RxSide, Sender, SoftSide, SoftSrx};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
@@ -32,31 +32,14 @@ use crate::rx::{Held, RxState};
 use crate::segment::Segment;
 use crate::tx::Peers;
 
-/// A held message's sender: its address (so a sender inserted into the
-/// AV later is still found) and the endpoint it arrived at, whose AV
-/// that is (on a shared context, not the same for every held message).
-#[derive(Debug)]
-pub struct Src {
-    pub addr: Arc<[u8]>,
-    pub at: Weak<EpShared>,
-}
-
-impl Src {
-    /// The sender's AV handle in the AV of the endpoint it arrived at.
-    pub fn resolve(&self) -> FiAddr {
-        self.at
-            .upgrade()
-            .map_or(FI_ADDR_NOTAVAIL, |e| e.resolve_src(&self.addr))
-    }
-}
-
 /// The receive side of one endpoint, or of the shared context it is
 /// bound to: posted receives, and messages that arrived before a receive
-/// took them.
-pub type ShmSide = RxSide<Held, Src>;
+/// took them (kept with their sender's address, so a sender inserted
+/// into the AV later is still found).
+pub type ShmSide = SoftSide<EpShared>;
 
 /// The matcher of a receive side.
-pub type ShmMatcher = weft_core::tagmatch::Matcher<RecvReq, Held, Src>;
+pub type ShmMatcher = weft_core::tagmatch::Matcher<RecvReq, Held, Sender<EpShared>>;
 
 /// State shared by the endpoint handle and its drivers.
 #[derive(Debug)]
@@ -295,7 +278,7 @@ impl EpShared {
             &self.side.matcher,
             req,
             self.iov_limit,
-            &Src::resolve,
+            &Sender::resolve,
             &|req, info, held| crate::rx::deliver_held(self, req, info, held),
         );
         self.unpark();
@@ -411,17 +394,7 @@ impl ProviderEndpoint for ShmEndpoint {
         ep.seg.store32(H_PID, 0, Ordering::Release);
         Segment::unlink(&name::seg_name(&ep.name));
         let _ = std::fs::remove_file(name::bell_path(&ep.name));
-        // Outstanding operations are discarded without completions; a
-        // shared context's stay for its other endpoints.
-        match &ep.srx {
-            Some(c) => c.leave(ep),
-            None => {
-                let posted = lock(&ep.side.matcher).drain_posted();
-                drop(posted);
-                let held = lock(&ep.side.matcher).drain_unexpected();
-                drop(held);
-            }
-        }
+        weft_core::soft_srx::close_side(&**ep, &ep.side, ep.srx.as_deref());
         let peers = std::mem::take(&mut *lock(&ep.peers));
         peers.release();
         let rx = std::mem::replace(&mut *lock(&ep.rx_state), RxState::new(0));

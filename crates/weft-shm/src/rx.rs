@@ -11,7 +11,7 @@
 
 use std::fs::File;
 use std::sync::atomic::{fence, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use smallvec::SmallVec;
@@ -22,6 +22,7 @@ use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 use weft_core::recv_completion::{deliver, deliver_unknown, fail_recv};
 use weft_core::soft_rx::{self, Charge};
+use weft_core::soft_srx::SrxEp;
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::Error;
@@ -36,15 +37,7 @@ use crate::segment::Segment;
 pub const PASS_LIMIT: usize = 64;
 
 /// A message held for a later receive, with its share of the budget.
-#[derive(Debug)]
-pub struct Held {
-    pub data: BytesMut,
-    /// The sender's address (for `FI_SOURCE_ERR`).
-    pub from: Arc<[u8]>,
-    /// The endpoint it arrived at, which completes its receive.
-    pub at: Weak<EpShared>,
-    _charge: Charge,
-}
+pub type Held = weft_core::soft_srx::Held<EpShared>;
 
 /// Where a message being received goes.
 #[derive(Debug)]
@@ -517,13 +510,8 @@ fn hold_first(
         return Err(());
     }
     if r.head.has(F_LAST) {
-        let held = Held {
-            data: b,
-            from: from.clone(),
-            at: ep.this.clone(),
-            _charge: c,
-        };
-        m.push_unexpected(ep.src(from), info, held);
+        let held = Held::new(ep, b, from.clone(), c);
+        m.push_unexpected(ep.sender(from), info, held);
         return Ok(true);
     }
     b.reserve(total - len);
@@ -610,13 +598,8 @@ fn hold_cma(
     if crate::cma::pull(pid, &a.ranges, &mut [&mut b[..]]) != Ok(total) {
         return Err(());
     }
-    let held = Held {
-        data: b,
-        from: from.clone(),
-        at: ep.this.clone(),
-        _charge: c,
-    };
-    m.push_unexpected(ep.src(from), info, held);
+    let held = Held::new(ep, b, from.clone(), c);
+    m.push_unexpected(ep.sender(from), info, held);
     Ok(true)
 }
 
@@ -708,13 +691,8 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
                 drop(charge);
                 complete(ep, req, p.info, placed, &from);
             } else {
-                let held = Held {
-                    data,
-                    from: from.clone(),
-                    at: ep.this.clone(),
-                    _charge: charge,
-                };
-                m.push_unexpected(ep.src(from), p.info, held);
+                let held = Held::new(ep, data, from.clone(), charge);
+                m.push_unexpected(ep.sender(from), p.info, held);
                 drop(m);
                 ended.report(ep);
             }
@@ -771,13 +749,8 @@ impl EpShared {
             &self.side.unexp,
             UNEXPECTED_OVERHEAD.saturating_add(info.len),
         );
-        let held = Held {
-            data,
-            from: from.clone(),
-            at: self.this.clone(),
-            _charge: charge,
-        };
-        soft_rx::hold_given_back(&mut m, self.src(from), info, held, after);
+        let held = Held::new(self, data, from.clone(), charge);
+        soft_rx::hold_given_back(&mut m, self.sender(from), info, held, after);
         drop(m);
         ended.report(self);
     }

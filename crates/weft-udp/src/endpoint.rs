@@ -22,36 +22,18 @@ use weft_core::progress::{Progress, SpinHold};
 use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
 use weft_core::recv_completion::RecvCtx;
 use weft_core::soft_rx::{self, post_recv};
-use weft_core::soft_srx::{RxSide, SoftSrx};
+use weft_core::soft_srx::{RxSide, Sender, SoftSide, SoftSrx};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use crate::rx::{Held, RxState};
+use crate::rx::RxState;
 use crate::tx::TxQueue;
-
-/// A held datagram's sender: the address it came from (so a sender
-/// inserted into the AV later is still found) and the endpoint it
-/// arrived at, whose AV that is (on a shared context, not the same for
-/// every held datagram).
-#[derive(Debug)]
-pub struct Src {
-    pub addr: SocketAddr,
-    pub at: Weak<EpShared>,
-}
-
-impl Src {
-    /// The sender's AV handle in the AV of the endpoint it arrived at.
-    pub fn resolve(&self) -> FiAddr {
-        self.at
-            .upgrade()
-            .map_or(FI_ADDR_NOTAVAIL, |e| e.resolve_src(&self.addr))
-    }
-}
 
 /// The receive side of one endpoint, or of the shared context it is
 /// bound to: posted receives, and datagrams that arrived before a
-/// receive took them.
-pub type UdpSide = RxSide<Held, Src>;
+/// receive took them (kept with the address they came from, so a sender
+/// inserted into the AV later is still found).
+pub type UdpSide = SoftSide<EpShared>;
 
 /// Socket buffers asked for (the kernel caps them at `rmem_max` and
 /// `wmem_max`): a burst of datagrams waits in the kernel while the
@@ -62,7 +44,7 @@ const SOCKET_BUFFER: usize = 4 << 20;
 #[derive(Debug)]
 pub struct EpShared {
     /// This endpoint, as the datagrams held for it name it.
-    pub me: Weak<EpShared>,
+    pub this: Weak<EpShared>,
     pub cfg: EpConfig,
     pub rt: Handle,
     /// The socket, non-blocking; every driver reads and writes through
@@ -210,8 +192,8 @@ impl EpShared {
         tracing::debug!(%local, max_msg, wait = ?cfg.wait, "udp endpoint open");
         let iov_limit = info.tx_attr.iov_limit.clamp(1, crate::IOV_LIMIT);
         let tx = Credits::new(info.tx_attr.size);
-        let ep = Arc::new_cyclic(|me| EpShared {
-            me: me.clone(),
+        let ep = Arc::new_cyclic(|this| EpShared {
+            this: this.clone(),
             rt,
             sock,
             tio,
@@ -282,7 +264,7 @@ impl EpShared {
             &self.side.matcher,
             req,
             self.iov_limit,
-            &Src::resolve,
+            &Sender::resolve,
             &|req, info, held| crate::rx::deliver_held(self, req, info, held),
         )
     }
@@ -381,17 +363,7 @@ impl ProviderEndpoint for UdpEndpoint {
             t.abort();
         }
         ep.groups.leave_all();
-        // Outstanding operations are discarded without completions; a
-        // shared context's stay for its other endpoints.
-        match &ep.srx {
-            Some(c) => c.leave(ep),
-            None => {
-                let posted = lock(&ep.side.matcher).drain_posted();
-                drop(posted);
-                let held = lock(&ep.side.matcher).drain_unexpected();
-                drop(held);
-            }
-        }
+        weft_core::soft_srx::close_side(&**ep, &ep.side, ep.srx.as_deref());
         let queued = std::mem::take(&mut *lock(&ep.txq));
         drop(queued);
         ep.tx_pending.store(false, Ordering::Release);

@@ -8,7 +8,7 @@
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 
 use bytes::BytesMut;
 use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
@@ -18,11 +18,11 @@ use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 use weft_core::recv_completion::{copy_in, deliver, deliver_unknown};
 use weft_core::soft_rx::{self, Charge};
-use weft_core::soft_srx::{report_to, Queues, SrxEp};
+use weft_core::soft_srx::{Queues, SrxEp};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 
-use crate::endpoint::{EpShared, Src};
+use crate::endpoint::EpShared;
 use crate::wire::Header;
 
 /// Staging room: the largest datagram UDP carries fits, so no datagram is
@@ -54,15 +54,7 @@ impl RxState {
 }
 
 /// A datagram held for a later receive, with its share of the budget.
-#[derive(Debug)]
-pub struct Held {
-    pub data: BytesMut,
-    /// Where it came from (for `FI_SOURCE_ERR`).
-    pub from: SocketAddr,
-    /// The endpoint it arrived at, which completes its receive.
-    pub at: Weak<EpShared>,
-    _charge: Charge,
-}
+pub type Held = weft_core::soft_srx::Held<EpShared>;
 
 /// What a pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -148,13 +140,8 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool 
     let charge = UNEXPECTED_OVERHEAD.saturating_add(payload.len());
     match Charge::try_new(&ep.side.unexp, charge, ep.side.limit) {
         Some(c) => {
-            let held = Held {
-                data: BytesMut::from(payload),
-                from,
-                at: ep.me.clone(),
-                _charge: c,
-            };
-            m.push_unexpected(ep.src(from), info, held);
+            let held = Held::new(ep, BytesMut::from(payload), from, c);
+            m.push_unexpected(ep.sender(from), info, held);
             drop(m);
         }
         None => {
@@ -201,11 +188,7 @@ pub fn copy_and_deliver(
     data: &[u8],
     from: &SocketAddr,
 ) {
-    if ep.srx.is_some() {
-        // A shared context's receive reports on the queues of the
-        // endpoint its datagram arrived at.
-        report_to(&mut req, ep.rx_queues());
-    }
+    ep.report_here(&mut req);
     let placed = copy_in(&mut req, data);
     match ep.unknown_sender(info.src, from) {
         Some(raw) => deliver_unknown(ep, req, info, placed, FI_ADDR_NOTAVAIL, raw),
@@ -244,23 +227,10 @@ impl EpShared {
             &self.side.unexp,
             UNEXPECTED_OVERHEAD.saturating_add(info.len),
         );
-        let held = Held {
-            data,
-            from,
-            at: self.me.clone(),
-            _charge: charge,
-        };
-        soft_rx::hold_given_back(&mut m, self.src(from), info, held, after);
+        let held = Held::new(self, data, from, charge);
+        soft_rx::hold_given_back(&mut m, self.sender(from), info, held, after);
         drop(m);
         ended.report(self);
-    }
-
-    /// A held datagram's sender `from`, as the matcher keeps it.
-    fn src(&self, from: SocketAddr) -> Src {
-        Src {
-            addr: from,
-            at: self.me.clone(),
-        }
     }
 
     /// The address of the sender with AV handle `src`, or for a sender
@@ -276,26 +246,25 @@ impl EpShared {
 }
 
 impl SrxEp for EpShared {
-    type Held = Held;
-    type Src = Src;
+    type Addr = SocketAddr;
 
-    fn resolve(src: &Src) -> FiAddr {
-        src.resolve()
-    }
-
-    fn arrived_at(held: &Held) -> Option<Arc<EpShared>> {
-        held.at.upgrade()
-    }
-
-    fn held_bytes(held: &Held) -> &[u8] {
-        &held.data
-    }
-
-    fn deliver_held(&self, req: RecvReq, info: MsgInfo, held: Held) {
-        deliver_held(self, req, info, held);
+    fn this(&self) -> Weak<EpShared> {
+        self.this.clone()
     }
 
     fn rx_queues(&self) -> Queues {
         (self.cfg.rx_cq.clone(), self.cfg.rx_cntr.clone())
+    }
+
+    fn shared(&self) -> bool {
+        self.srx.is_some()
+    }
+
+    fn handle_of(&self, addr: &SocketAddr) -> FiAddr {
+        self.resolve_src(addr)
+    }
+
+    fn deliver_held(&self, req: RecvReq, info: MsgInfo, held: Held) {
+        deliver_held(self, req, info, held);
     }
 }

@@ -430,6 +430,19 @@ async fn fence_is_kept_or_refused_on(s: &Setup) {
     }
 }
 
+/// The next `n` completions of `cq`, in the order it has them; an error
+/// entry fails the test.
+async fn oks(cq: &weft::CompletionQueue, n: usize, what: &str) -> Vec<weft::CqEntry> {
+    let mut v = Vec::with_capacity(n);
+    while v.len() < n {
+        match within(what, weft_integration::next_cq(cq)).await {
+            weft::CqItem::Ok(e) => v.push(e),
+            weft::CqItem::Err(e) => panic!("{what}: {} failed: {e:?}", e.context),
+        }
+    }
+    v
+}
+
 /// Where a fence waits for the earlier operations to complete (shm): a
 /// fenced send posted behind a read completes after it (on the CQ, which
 /// takes completions as they happen), and so does a write posted after
@@ -474,13 +487,11 @@ async fn fenced_operations_wait_for_earlier_ones(p: Provider) {
             data: None,
         };
         a.ep.post_rmamsg(rma(write, 3), OpFlags::empty()).unwrap();
-        let mut order = Vec::new();
-        for _ in 0..3 {
-            match within("completions", weft_integration::next_cq(&a.cq)).await {
-                weft::CqItem::Ok(e) => order.push(e.context),
-                weft::CqItem::Err(e) => panic!("operation {}: {e:?}", e.context),
-            }
-        }
+        let order: Vec<u64> = oks(&a.cq, 3, "completions")
+            .await
+            .into_iter()
+            .map(|e| e.context)
+            .collect();
         assert_eq!(order, [1, 2, 3], "round {i}: completion order");
         let e = within("the send", weft_integration::next_cq(&b.cq))
             .await
@@ -516,13 +527,11 @@ async fn fenced_sends_complete_after_earlier_ones(p: Provider) {
         };
         a.ep.post_sendmsg(msg, flags).unwrap();
     }
-    let mut done = Vec::new();
-    while done.len() < N as usize {
-        match within("send completions", weft_integration::next_cq(&a.cq)).await {
-            weft::CqItem::Ok(e) => done.push(e.context),
-            weft::CqItem::Err(e) => panic!("send {}: {e:?}", e.context),
-        }
-    }
+    let done: Vec<u64> = oks(&a.cq, N as usize, "send completions")
+        .await
+        .into_iter()
+        .map(|e| e.context)
+        .collect();
     for (k, &c) in done.iter().enumerate() {
         if c % 4 == 3 {
             let before = done[..k].iter().filter(|&&d| d < c).count();
@@ -532,16 +541,11 @@ async fn fenced_sends_complete_after_earlier_ones(p: Provider) {
             );
         }
     }
-    let mut got = Vec::new();
-    while got.len() < N as usize {
-        match within("receives", weft_integration::next_cq(&b.cq)).await {
-            weft::CqItem::Ok(e) => {
-                let v = e.into_bytes();
-                got.push(u64::from_le_bytes(v[..8].try_into().unwrap()));
-            }
-            weft::CqItem::Err(e) => panic!("receive: {e:?}"),
-        }
-    }
+    let mut got: Vec<u64> = oks(&b.cq, N as usize, "receives")
+        .await
+        .into_iter()
+        .map(|e| u64::from_le_bytes(e.into_bytes()[..8].try_into().unwrap()))
+        .collect();
     got.sort_unstable();
     assert_eq!(got, (0..N).collect::<Vec<_>>(), "each datagram once");
 }
