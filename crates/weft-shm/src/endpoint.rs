@@ -306,7 +306,11 @@ impl ProviderEndpoint for ShmEndpoint {
     fn stats(&self) -> EpStats {
         let ep = &self.shared;
         let mut s = EpStats::default();
-        s.unexpected_bytes = ep.side.unexp.load(Ordering::Acquire);
+        // A bound endpoint holds nothing of its own: its context
+        // reports what it holds.
+        if ep.srx.is_none() {
+            s.unexpected_bytes = ep.side.unexp.load(Ordering::Acquire);
+        }
         s.peers = lock(&ep.peers).len();
         s.conns = lock(&ep.rx_state).active();
         s.rx_malformed = ep.malformed.load(Ordering::Relaxed);

@@ -293,7 +293,11 @@ impl ProviderEndpoint for UdpEndpoint {
     fn stats(&self) -> EpStats {
         let ep = &self.shared;
         let mut s = EpStats::default();
-        s.unexpected_bytes = ep.side.unexp.load(Ordering::Acquire);
+        // A bound endpoint holds nothing of its own: its context
+        // reports what it holds.
+        if ep.srx.is_none() {
+            s.unexpected_bytes = ep.side.unexp.load(Ordering::Acquire);
+        }
         s.rx_dropped = ep.dropped.load(Ordering::Relaxed);
         s.rx_malformed = ep.malformed.load(Ordering::Relaxed);
         let sock = socket2::SockRef::from(&ep.sock);
