@@ -25,10 +25,10 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::addr::FiAddr;
-use crate::attr::RxAttr;
 use bytes::BytesMut;
 
+use crate::addr::FiAddr;
+use crate::attr::RxAttr;
 use crate::completion::{CqErrEntry, CqShared, Returned};
 use crate::counter::CounterShared;
 use crate::credits::Credits;
