@@ -579,3 +579,36 @@ impl Rng {
         self.0 % n.max(1)
     }
 }
+
+/// Ready once `at` has passed: polls the clock and asks to be polled
+/// again, so the deadline is kept to the microsecond (Tokio's timers
+/// tick in milliseconds).
+#[derive(Debug)]
+pub struct Until(pub std::time::Instant);
+
+impl std::future::Future for Until {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if std::time::Instant::now() >= self.0 {
+            return std::task::Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+/// `f`, or `None` (with `f` dropped) once `us` microseconds have passed:
+/// how the cancel-safety soaks withdraw receives at random.
+pub async fn under_timeout<F: std::future::Future>(f: F, us: u64) -> Option<F::Output> {
+    let f = std::pin::pin!(f);
+    let deadline = Until(std::time::Instant::now() + Duration::from_micros(us));
+    tokio::select! {
+        biased;
+        r = f => Some(r),
+        () = deadline => None,
+    }
+}

@@ -32,9 +32,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::future::Future;
-use std::pin::{pin, Pin};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -45,7 +43,8 @@ use weft::{
     SharedRxContext, WaitMode,
 };
 use weft_integration::{
-    assert_cq_quiet, next_cq, next_eq, verbs_offer, within, Harness, Node, Provider, Rng, QUIET,
+    assert_cq_quiet, next_cq, next_eq, under_timeout, verbs_offer, within, Harness, Node, Provider,
+    Rng, Until, QUIET,
 };
 
 const SERVER_DEV: &str = "rxe1";
@@ -86,33 +85,6 @@ fn number(e: CqEntry) -> u64 {
     let i = u64::from_le_bytes(b[..8].try_into().unwrap());
     assert_eq!(&b[..], &numbered(i)[..], "bytes of message {i}");
     i
-}
-
-/// Ready once `at` has passed: polls the clock and asks to be polled
-/// again, so the deadline is kept to the microsecond.
-struct Until(Instant);
-
-impl Future for Until {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if Instant::now() >= self.0 {
-            return Poll::Ready(());
-        }
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    }
-}
-
-/// `f`, or `None` (with `f` dropped) once `us` microseconds have passed.
-async fn under_timeout<F: Future>(f: F, us: u64) -> Option<F::Output> {
-    let f = pin!(f);
-    let deadline = Until(Instant::now() + Duration::from_micros(us));
-    tokio::select! {
-        biased;
-        r = f => Some(r),
-        () = deadline => None,
-    }
 }
 
 /// A soak in which no message arrives for this long has hung.

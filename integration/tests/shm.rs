@@ -58,16 +58,17 @@ async fn getinfo_offers_rdm_with_names() {
         Caps::MSG | Caps::TAGGED | Caps::SOURCE | Caps::DIRECTED_RECV | Caps::REMOTE_CQ_DATA
     ));
     assert!(weft::providers().contains(&"shm"));
-    // Multi-receive is offered (conformance `multi_recv::shm`).
-    assert!(o.caps.contains(Caps::MULTI_RECV));
-    // Not offered: MSG and DGRAM, RMA events, shared contexts, keys,
-    // TLS.
+    // Multi-receive is offered (conformance `multi_recv::shm`), and so
+    // are shared receive contexts (`srx::shm`) and fences
+    // (`ordering::shm`).
+    assert!(o.caps.contains(Caps::MULTI_RECV | Caps::FENCE));
+    assert_eq!(o.domain_attr.max_ep_srx_ctx, 1);
+    // Not offered: MSG and DGRAM, RMA events, keys, TLS.
     for tune in [
         (|h: &mut Info| h.ep_attr.ep_type = EpType::Msg) as fn(&mut Info),
         |h| h.ep_attr.ep_type = EpType::Dgram,
         |h| h.caps = Caps::MSG | Caps::RMA | Caps::RMA_EVENT,
         |h| h.caps = Caps::MSG | Caps::SHARED_AV,
-        |h| h.ep_attr.rx_ctx_cnt = weft::SHARED_CONTEXT,
         |h| h.ep_attr.auth_key = Some(vec![1; 8]),
         |h| h.domain_attr.tls_capable = true,
     ] {

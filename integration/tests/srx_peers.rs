@@ -1,4 +1,5 @@
-//! A server with 64 peers on one shared receive context (tcp): every
+//! A server with 64 peers on one shared receive context (tcp; RDM on
+//! shm too): every
 //! peer's messages are delivered exactly once and in order per peer, the
 //! server's receive buffers are the context's fixed window whatever the
 //! number of peers, and what peers make it buffer stays within the
@@ -22,10 +23,14 @@ const BUDGET: usize = 256 << 10;
 const PER_PEER: u32 = 40;
 
 fn harness(ep_type: EpType) -> Harness {
-    let p = Provider::named("tcp");
+    harness_of("tcp", ep_type)
+}
+
+fn harness_of(name: &'static str, ep_type: EpType) -> Harness {
+    let p = Provider::named(name);
     let info = p
         .try_info_with(ep_type, |h| h.ep_attr.rx_ctx_cnt = SHARED_CONTEXT)
-        .expect("tcp offers shared receive contexts");
+        .unwrap_or_else(|| panic!("{name} offers shared receive contexts"));
     Harness::with_info(&p, info)
 }
 
@@ -153,10 +158,11 @@ async fn msg_run(peers: usize) -> Seen {
     seen
 }
 
-/// RDM: `peers` clients over `eps` server endpoints bound to the context
-/// (one AV, one CQ), tagged messages tagged with the peer's number.
-async fn rdm_run(peers: usize, eps: usize) -> Seen {
-    let h = harness(EpType::Rdm);
+/// RDM on provider `name`: `peers` clients over `eps` server endpoints
+/// bound to the context (one AV, one CQ), tagged messages tagged with
+/// the peer's number.
+async fn rdm_run(name: &'static str, peers: usize, eps: usize) -> Seen {
+    let h = harness_of(name, EpType::Rdm);
     let srx = context(&h);
     let cq = h.cq();
     let av = h.av();
@@ -211,9 +217,20 @@ async fn msg_server_with_64_peers_on_one_context() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdm_server_with_64_peers_on_one_context() {
-    let few = rdm_run(8, 4).await;
-    let many = rdm_run(64, 4).await;
+    let few = rdm_run("tcp", 8, 4).await;
+    let many = rdm_run("tcp", 64, 4).await;
     check("RDM", &few, &many);
+}
+
+/// The same on shm: 64 peers over 4 bound endpoints fill each one's 16
+/// channels; a channel whose next message finds neither a receive nor
+/// budget waits (its sender's ring fills), and posting to the context
+/// looks at it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shm_rdm_server_with_64_peers_on_one_context() {
+    let few = rdm_run("shm", 8, 4).await;
+    let many = rdm_run("shm", 64, 4).await;
+    check("shm RDM", &few, &many);
 }
 
 /// Waits until `srx` holds at least `bytes` unexpected and returns what

@@ -29,6 +29,7 @@ pub mod progress;
 pub mod provider;
 pub mod recv_completion;
 pub mod soft_rx;
+pub mod soft_srx;
 pub mod sync;
 pub mod tagmatch;
 pub mod tclass;

@@ -28,8 +28,9 @@ use crate::endpoint::EpShared;
 use crate::layout::*;
 use crate::mr::Region;
 use crate::ring::RecHead;
+use crate::rma::Lead;
 use crate::rma::Pending;
-use crate::tx::{Lead, Out};
+use crate::tx::Out;
 
 /// `fi_atomicvalid` on shm: every combination `weft_core::atomic`
 /// computes, up to [`ATOMIC_MAX`] bytes and `max_msg_size`.

@@ -8,7 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use weft_core::provider::{AddrResolver, MrRequest, ProviderDomain, ProviderMr, Rejected};
+use weft_core::attr::RxAttr;
+use weft_core::provider::{
+    AddrResolver, MrRequest, ProviderDomain, ProviderMr, ProviderSrx, Rejected,
+};
+use weft_core::soft_srx::{SoftSrx, SrxHandle};
 use weft_core::{Error, Result};
 
 use crate::name;
@@ -76,6 +80,22 @@ impl ProviderDomain for ShmDomain {
 
     fn addr_resolver(&self) -> Option<Arc<dyn AddrResolver>> {
         Some(self.resolver.clone())
+    }
+
+    fn srx_open(&self, size: usize) -> Result<Arc<dyn ProviderSrx>> {
+        self.srx_open_attr(&RxAttr {
+            size,
+            ..RxAttr::default()
+        })
+    }
+
+    fn srx_open_attr(&self, attr: &RxAttr) -> Result<Arc<dyn ProviderSrx>> {
+        let c = SoftSrx::<crate::endpoint::EpShared>::open(
+            attr,
+            crate::BUFFERED_RECV,
+            crate::IOV_LIMIT,
+        );
+        Ok(Arc::new(SrxHandle(c)))
     }
 }
 

@@ -5,8 +5,8 @@
 //! (`tx`). See `docs/design.md`, "The shm provider".
 
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::net::unix::pipe;
 use tokio::runtime::Handle;
@@ -22,8 +22,8 @@ use weft_core::provider::{
 };
 use weft_core::recv_completion::RecvCtx;
 use weft_core::soft_rx::{self, post_recv};
+use weft_core::soft_srx::{RxSide, Sender, SoftSide, SoftSrx};
 use weft_core::sync::lock;
-use weft_core::tagmatch::Matcher;
 use weft_core::{Error, Result};
 
 use crate::layout::*;
@@ -32,14 +32,20 @@ use crate::rx::{Held, RxState};
 use crate::segment::Segment;
 use crate::tx::Peers;
 
-/// The matcher of one endpoint: posted receives, and messages that
-/// arrived before a receive took them, kept with their sender's address
-/// (so a sender inserted into the AV later is still found).
-pub type ShmMatcher = Matcher<RecvReq, Held, Arc<[u8]>>;
+/// The receive side of one endpoint, or of the shared context it is
+/// bound to: posted receives, and messages that arrived before a receive
+/// took them (kept with their sender's address, so a sender inserted
+/// into the AV later is still found).
+pub type ShmSide = SoftSide<EpShared>;
+
+/// The matcher of a receive side.
+pub type ShmMatcher = weft_core::tagmatch::Matcher<RecvReq, Held, Sender<EpShared>>;
 
 /// State shared by the endpoint handle and its drivers.
 #[derive(Debug)]
 pub struct EpShared {
+    /// This endpoint, as the messages held for it name it.
+    pub this: Weak<EpShared>,
     pub cfg: EpConfig,
     pub rt: Handle,
     pub name: String,
@@ -62,7 +68,10 @@ pub struct EpShared {
     pub max_msg: usize,
     pub inject: usize,
     pub iov_limit: usize,
-    pub matcher: Mutex<ShmMatcher>,
+    /// The receive side: the endpoint's own, or its shared context's.
+    pub side: Arc<ShmSide>,
+    /// The shared receive context it is bound to.
+    pub srx: Option<Arc<SoftSrx<EpShared>>>,
     /// What the receiver knows of each channel; one driver at a time.
     pub rx_state: Mutex<RxState>,
     /// The peers sent to.
@@ -73,11 +82,6 @@ pub struct EpShared {
     /// while a channel waits for one).
     pub kick: Notify,
     pub tx: Credits,
-    pub rx: Credits,
-    /// `rx_attr.total_buffered_recv`.
-    pub buffered_limit: usize,
-    /// Unexpected bytes held now (payload plus the fixed overhead of each).
-    pub unexp: Arc<AtomicUsize>,
     /// A channel's next message waits for budget or a receive.
     pub parked: AtomicBool,
     /// Channels dropped for breaking the layout's rules.
@@ -100,7 +104,7 @@ pub struct EpShared {
 
 impl RecvCtx for EpShared {
     fn rx_credits(&self) -> &Credits {
-        &self.rx
+        &self.side.rx
     }
 
     fn reported_addr(&self, a: FiAddr) -> FiAddr {
@@ -201,8 +205,22 @@ impl EpShared {
             0 => crate::BUFFERED_RECV,
             n => n,
         };
+        let srx = SoftSrx::of(&cfg.srx)?;
+        let side = match &srx {
+            Some(c) => c.side.clone(),
+            None => RxSide::new(info.rx_attr.size, buffered_limit),
+        };
+        let iov_limit = info.tx_attr.iov_limit.clamp(1, crate::IOV_LIMIT);
+        let tx = Credits::new(info.tx_attr.size);
+        let source_err = info.caps.contains(Caps::SOURCE_ERR);
+        let regions = cfg
+            .domain
+            .as_ref()
+            .and_then(|d| d.as_any().downcast_ref::<crate::domain::ShmDomain>())
+            .map(|d| d.regions.clone());
         tracing::debug!(%name, wait = ?cfg.wait, "shm endpoint open");
-        Ok(Arc::new(EpShared {
+        let ep = Arc::new_cyclic(|this| EpShared {
+            this: this.clone(),
             rt,
             addr: name::addr(&name),
             name,
@@ -214,25 +232,19 @@ impl EpShared {
             me,
             max_msg,
             inject,
-            iov_limit: info.tx_attr.iov_limit.clamp(1, crate::IOV_LIMIT),
-            matcher: Mutex::new(Matcher::new()),
+            iov_limit,
+            side,
+            srx: srx.clone(),
             rx_state: Mutex::new(RxState::new(g.channels)),
             peers: Mutex::new(Peers::default()),
             tx_pending: AtomicBool::new(false),
             kick: Notify::new(),
-            tx: Credits::new(info.tx_attr.size),
-            rx: Credits::new(info.rx_attr.size),
-            buffered_limit,
-            unexp: Arc::new(AtomicUsize::new(0)),
+            tx,
             parked: AtomicBool::new(false),
             malformed: AtomicU64::new(0),
             direct: AtomicU64::new(0),
-            regions: cfg
-                .domain
-                .as_ref()
-                .and_then(|d| d.as_any().downcast_ref::<crate::domain::ShmDomain>())
-                .map(|d| d.regions.clone()),
-            source_err: info.caps.contains(Caps::SOURCE_ERR),
+            regions,
+            source_err,
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
             hold: SpinHold::default(),
@@ -240,7 +252,11 @@ impl EpShared {
             last_sweep: AtomicU64::new(weft_core::progress::clock_ns()),
             last_work: AtomicU64::new(0),
             cfg,
-        }))
+        });
+        if let Some(c) = &srx {
+            c.join(Arc::downgrade(&ep));
+        }
+        Ok(ep)
     }
 
     pub fn is_closed(&self) -> bool {
@@ -259,10 +275,10 @@ impl EpShared {
     fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
         let r = post_recv(
             self,
-            &self.matcher,
+            &self.side.matcher,
             req,
             self.iov_limit,
-            &|a: &Arc<[u8]>| self.resolve_src(a),
+            &Sender::resolve,
             &|req, info, held| crate::rx::deliver_held(self, req, info, held),
         );
         self.unpark();
@@ -271,7 +287,7 @@ impl EpShared {
 
     /// A channel waits for budget or for a receive: whoever drives the
     /// endpoint looks again.
-    fn unpark(&self) {
+    pub fn unpark(&self) {
         if self.parked.load(Ordering::Acquire) {
             self.kick.notify_one();
         }
@@ -290,7 +306,11 @@ impl ProviderEndpoint for ShmEndpoint {
     fn stats(&self) -> EpStats {
         let ep = &self.shared;
         let mut s = EpStats::default();
-        s.unexpected_bytes = ep.unexp.load(Ordering::Acquire);
+        // A bound endpoint holds nothing of its own: its context
+        // reports what it holds.
+        if ep.srx.is_none() {
+            s.unexpected_bytes = ep.side.unexp.load(Ordering::Acquire);
+        }
         s.peers = lock(&ep.peers).len();
         s.conns = lock(&ep.rx_state).active();
         s.rx_malformed = ep.malformed.load(Ordering::Relaxed);
@@ -338,7 +358,7 @@ impl ProviderEndpoint for ShmEndpoint {
     }
 
     fn cancel(&self, context: u64) -> bool {
-        soft_rx::cancel(&*self.shared, &self.shared.matcher, context)
+        soft_rx::cancel(&*self.shared, &self.shared.side.matcher, context)
     }
 
     fn give_back(&self, r: Returned) {
@@ -362,7 +382,7 @@ impl ProviderEndpoint for ShmEndpoint {
     }
 
     fn rx_size_left(&self) -> usize {
-        self.shared.rx.left()
+        self.shared.side.rx.left()
     }
 
     fn close(&self) {
@@ -378,15 +398,11 @@ impl ProviderEndpoint for ShmEndpoint {
         ep.seg.store32(H_PID, 0, Ordering::Release);
         Segment::unlink(&name::seg_name(&ep.name));
         let _ = std::fs::remove_file(name::bell_path(&ep.name));
-        // Outstanding operations are discarded without completions.
-        let posted = lock(&ep.matcher).drain_posted();
-        drop(posted);
-        let held = lock(&ep.matcher).drain_unexpected();
-        drop(held);
+        weft_core::soft_srx::close_side(&**ep, &ep.side, ep.srx.as_deref());
         let peers = std::mem::take(&mut *lock(&ep.peers));
         peers.release();
         let rx = std::mem::replace(&mut *lock(&ep.rx_state), RxState::new(0));
-        drop(rx);
+        crate::rx::abandon(ep, rx);
         ep.tx_pending.store(false, Ordering::Release);
         ep.hold.waiter_idle();
         ep.kick.notify_one();

@@ -49,6 +49,7 @@ mod rma;
 mod rx;
 pub mod scan;
 pub mod segment;
+mod srx;
 mod tx;
 
 use std::sync::{Arc, Once};

@@ -14,8 +14,8 @@ use crate::{
 /// What an shm endpoint does: untagged and tagged messages with 64-bit
 /// remote CQ data, source addresses (with `FI_SOURCE_ERR` on request) and
 /// directed receives, RMA reads and writes and atomics (the target does
-/// every access to its regions), and multi-receive buffers, between
-/// processes of one host. No RMA events or shared contexts yet.
+/// every access to its regions), multi-receive buffers and fences,
+/// between processes of one host. No RMA events yet.
 pub const CAPS: Caps = Caps::MSG
     .union(Caps::TAGGED)
     .union(Caps::SEND)
@@ -32,7 +32,9 @@ pub const CAPS: Caps = Caps::MSG
     .union(Caps::REMOTE_READ)
     .union(Caps::REMOTE_WRITE)
     // Multi-receive buffers: docs/design.md, "Multi-receive buffers".
-    .union(Caps::MULTI_RECV);
+    .union(Caps::MULTI_RECV)
+    // A fenced operation waits for the earlier ones: `tx.rs`.
+    .union(Caps::FENCE);
 
 /// The fabric name: the provider's, and how large messages move
 /// ([`crate::cma::mode`]).
@@ -47,8 +49,12 @@ pub fn offers() -> Vec<Info> {
 
 /// The RDM offer.
 pub fn offer() -> Info {
-    // One sender's messages travel one ring, in order.
-    let order = MsgOrder::SAS;
+    // Everything one endpoint sends to another travels one ring, in
+    // posting order, and the target handles each record to its end (a
+    // message matched or held, a write placed, a read's bytes copied
+    // out, an atomic applied) before the next: every ordering bit holds
+    // (docs/design.md, "Ordering and fences on shm").
+    let order = MsgOrder::all();
     Info {
         caps: CAPS,
         addr_format: AddrFormat::Str,
@@ -71,11 +77,11 @@ pub fn offer() -> Info {
             // A send completes once it is in the receiver's ring; with
             // delivery-complete, once the receiver consumed it (placed or
             // buffered). Match- and commit-complete are not offered.
-            op_flags_supported: OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE,
+            op_flags_supported: OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE | OpFlags::FENCE,
             ..TxAttr::default()
         },
         rx_attr: RxAttr {
-            caps: CAPS & !(Caps::SEND | Caps::READ | Caps::WRITE),
+            caps: CAPS & !(Caps::SEND | Caps::READ | Caps::WRITE | Caps::FENCE),
             msg_order: order,
             comp_order: CompOrder::empty(),
             total_buffered_recv: BUFFERED_RECV,
@@ -112,7 +118,8 @@ pub fn offer() -> Info {
             rx_ctx_cnt: 1,
             max_ep_tx_ctx: 1,
             max_ep_rx_ctx: 1,
-            max_ep_srx_ctx: 0,
+            // One shared receive context per endpoint (`srx.rs`).
+            max_ep_srx_ctx: 1,
             // No keys: peers are processes of this user on this host.
             max_ep_auth_key: 0,
             ..DomainAttr::default()

@@ -21,7 +21,6 @@ use crate::endpoint::EpShared;
 use crate::layout::*;
 use crate::mr::Region;
 use crate::ring::RecHead;
-use crate::tx::Lead;
 
 /// Bytes of read answers a target queues for one initiator (past what
 /// that initiator's ring holds) before it stops reading the initiator's
@@ -102,6 +101,7 @@ impl EpShared {
         if !self.tx.try_take() {
             return reject(Error::Again, req);
         }
+        let fence = req.flags.contains(OpFlags::FENCE);
         let (out, pending) = match req.op {
             RmaOp::Write { iov, data } => {
                 let word = K_RMA_W | if data.is_some() { F_DATA } else { 0 };
@@ -129,7 +129,7 @@ impl EpShared {
             }
             RmaOp::Atomic(a) => crate::atomic::request(a, req.addr, req.key, req.done),
         };
-        self.enqueue(addr, out, Some(pending));
+        self.enqueue(addr, out.fenced(fence), Some(pending));
         Ok(())
     }
 
@@ -274,11 +274,49 @@ pub fn answer_start(
                 p.complete(ep);
                 return Ok(None);
             }
+            lock(&ep.peers).set_answering(from, true);
             Ok(Some(p))
         }
         _ => {
             p.fail(ep, Error::Io);
             Err(())
         }
+    }
+}
+
+/// The first record of an RMA request or response (`docs/wire.md`
+/// section 16, "RMA records"): its kind and flags, its `tag` and `data`
+/// words, and its payload (the target offset, or an atomic's prefix).
+#[derive(Debug, Clone, Copy)]
+pub struct Lead {
+    pub word: u32,
+    pub tag: u64,
+    pub data: u64,
+    arg: [u8; LEAD_ARG_MAX],
+    arg_len: usize,
+}
+
+/// Longest lead payload: an atomic's prefix.
+pub const LEAD_ARG_MAX: usize = 32;
+
+impl Lead {
+    /// A lead with `arg` (at most [`LEAD_ARG_MAX`] bytes; more is cut)
+    /// as its payload.
+    pub fn new(word: u32, tag: u64, data: u64, arg: &[u8]) -> Lead {
+        let mut a = [0u8; LEAD_ARG_MAX];
+        let n = arg.len().min(LEAD_ARG_MAX);
+        a[..n].copy_from_slice(&arg[..n]);
+        Lead {
+            word,
+            tag,
+            data,
+            arg: a,
+            arg_len: n,
+        }
+    }
+
+    /// Its payload.
+    pub fn arg(&self) -> &[u8] {
+        &self.arg[..self.arg_len]
     }
 }

@@ -22,6 +22,7 @@ use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 use weft_core::recv_completion::{deliver, deliver_unknown, fail_recv};
 use weft_core::soft_rx::{self, Charge};
+use weft_core::soft_srx::SrxEp;
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::Error;
@@ -36,13 +37,7 @@ use crate::segment::Segment;
 pub const PASS_LIMIT: usize = 64;
 
 /// A message held for a later receive, with its share of the budget.
-#[derive(Debug)]
-pub struct Held {
-    pub data: BytesMut,
-    /// The sender's address (for `FI_SOURCE_ERR`).
-    pub from: Arc<[u8]>,
-    _charge: Charge,
-}
+pub type Held = weft_core::soft_srx::Held<EpShared>;
 
 /// Where a message being received goes.
 #[derive(Debug)]
@@ -260,11 +255,17 @@ fn cma_probe(ep: &EpShared, c: &Chan) -> Option<u32> {
 fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
     if let Some(p) = lc.partial.take() {
         match p.sink {
-            Sink::Recv(req) => {
+            Sink::Recv(mut req) => {
+                ep.report_here(&mut req);
                 let placed = p.got.min(req.capacity());
                 fail_recv(ep, req, p.info, placed, Error::ConnAborted);
             }
-            Sink::Answer(pending) => pending.fail(ep, Error::ConnAborted),
+            Sink::Answer(pending) => {
+                pending.fail(ep, Error::ConnAborted);
+                if let Some(from) = &lc.from {
+                    lock(&ep.peers).set_answering(from, false);
+                }
+            }
             Sink::Buf(..) | Sink::Write(_) | Sink::Atomic(_) => {}
         }
     }
@@ -282,6 +283,28 @@ fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
     ep.seg.store32(c.ctl(C_TX_WAIT), 0, Release);
     ep.seg.store32(c.ctl(C_CMA), CMA_UNKNOWN, Release);
     ep.seg.store32(c.ctl(C_STATE), FREE, Release);
+}
+
+/// The endpoint closes: a shared context's receive that a message
+/// arriving here had begun to fill ends (`ConnAborted`), so its credit
+/// goes back to the context, which outlives the endpoint. A lone
+/// endpoint's operations are discarded with it.
+pub fn abandon(ep: &EpShared, st: RxState) {
+    if ep.srx.is_none() {
+        return;
+    }
+    for lc in st.chans {
+        if let Some(Partial {
+            info,
+            sink: Sink::Recv(mut req),
+            got,
+        }) = lc.partial
+        {
+            ep.report_here(&mut req);
+            let placed = got.min(req.capacity());
+            fail_recv(ep, req, info, placed, Error::ConnAborted);
+        }
+    }
 }
 
 /// Reads a channel's records up to the limit.
@@ -404,7 +427,7 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
             let total = crate::ring::check_first(h, ep.max_msg).ok_or(())?;
             let info = msg_info(ep, lc, h, total);
             let from = lc.from.clone().ok_or(())?;
-            let mut m = lock(&ep.matcher);
+            let mut m = lock(&ep.side.matcher);
             let (got, ended) = soft_rx::arrival(&mut m, &info);
             let sink = match got {
                 Some(req) => Sink::Recv(req),
@@ -479,7 +502,7 @@ fn hold_first(
 ) -> Result<bool, ()> {
     let len = r.head.len as usize;
     let charge = UNEXPECTED_OVERHEAD.saturating_add(total);
-    let Some(c) = Charge::try_new(&ep.unexp, charge, ep.buffered_limit) else {
+    let Some(c) = Charge::try_new(&ep.side.unexp, charge, ep.side.limit) else {
         return Ok(false);
     };
     let mut b = BytesMut::zeroed(len);
@@ -487,12 +510,8 @@ fn hold_first(
         return Err(());
     }
     if r.head.has(F_LAST) {
-        let held = Held {
-            data: b,
-            from: from.clone(),
-            _charge: c,
-        };
-        m.push_unexpected(from, info, held);
+        let held = Held::new(ep, b, from.clone(), c);
+        m.push_unexpected(ep.sender(from), info, held);
         return Ok(true);
     }
     b.reserve(total - len);
@@ -528,7 +547,7 @@ fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     let a = crate::cma::Announce::parse(&raw[..n], total).ok_or(())?;
     let info = msg_info(ep, lc, h, total);
     let from = lc.from.clone().ok_or(())?;
-    let mut m = lock(&ep.matcher);
+    let mut m = lock(&ep.side.matcher);
     let (got, ended) = soft_rx::arrival(&mut m, &info);
     let Some(mut req) = got else {
         let r = hold_cma(ep, &mut m, pid, &a, info, total, from);
@@ -572,19 +591,15 @@ fn hold_cma(
     from: Arc<[u8]>,
 ) -> Result<bool, ()> {
     let charge = UNEXPECTED_OVERHEAD.saturating_add(total);
-    let Some(c) = Charge::try_new(&ep.unexp, charge, ep.buffered_limit) else {
+    let Some(c) = Charge::try_new(&ep.side.unexp, charge, ep.side.limit) else {
         return Ok(false);
     };
     let mut b = BytesMut::zeroed(total);
     if crate::cma::pull(pid, &a.ranges, &mut [&mut b[..]]) != Ok(total) {
         return Err(());
     }
-    let held = Held {
-        data: b,
-        from: from.clone(),
-        _charge: c,
-    };
-    m.push_unexpected(from, info, held);
+    let held = Held::new(ep, b, from.clone(), c);
+    m.push_unexpected(ep.sender(from), info, held);
     Ok(true)
 }
 
@@ -655,14 +670,18 @@ fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
 fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
     match p.sink {
         Sink::Write(w) => crate::rma::write_end(ep, w, p.info.len, &from),
-        Sink::Answer(pending) => pending.complete(ep),
+        Sink::Answer(pending) => {
+            pending.complete(ep);
+            // A fence waiting for it may go now (the next flush).
+            lock(&ep.peers).set_answering(&from, false);
+        }
         Sink::Atomic(a) => crate::atomic::end(ep, a, &from),
         Sink::Recv(req) => {
             let placed = p.info.len.min(req.capacity());
             complete(ep, req, p.info, placed, &from);
         }
         Sink::Buf(data, charge) => {
-            let mut m = lock(&ep.matcher);
+            let mut m = lock(&ep.side.matcher);
             // A receive posted while the records arrived takes it now.
             let (got, ended) = soft_rx::arrival(&mut m, &p.info);
             if let Some(mut req) = got {
@@ -672,12 +691,8 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
                 drop(charge);
                 complete(ep, req, p.info, placed, &from);
             } else {
-                let held = Held {
-                    data,
-                    from: from.clone(),
-                    _charge: charge,
-                };
-                m.push_unexpected(from, p.info, held);
+                let held = Held::new(ep, data, from.clone(), charge);
+                m.push_unexpected(ep.sender(from), p.info, held);
                 drop(m);
                 ended.report(ep);
             }
@@ -688,7 +703,8 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
 /// Completes a receive into which `placed` bytes went: as usual, or for
 /// a sender not in the AV on an `FI_SOURCE_ERR` endpoint as the error
 /// entry that carries the sender's address.
-fn complete(ep: &EpShared, req: RecvReq, info: MsgInfo, placed: usize, from: &Arc<[u8]>) {
+fn complete(ep: &EpShared, mut req: RecvReq, info: MsgInfo, placed: usize, from: &Arc<[u8]>) {
+    ep.report_here(&mut req);
     if ep.source_err && info.src == FI_ADDR_NOTAVAIL {
         deliver_unknown(ep, req, info, placed, FI_ADDR_NOTAVAIL, from.to_vec());
     } else {
@@ -720,7 +736,7 @@ impl EpShared {
         } else {
             std::mem::take(&mut r.raw).into()
         };
-        let mut m = lock(&self.matcher);
+        let mut m = lock(&self.side.matcher);
         let (got, ended) = soft_rx::arrival(&mut m, &info);
         if let Some(mut req) = got {
             drop(m);
@@ -729,13 +745,12 @@ impl EpShared {
             complete(self, req, info, placed, &from);
             return;
         }
-        let charge = Charge::force(&self.unexp, UNEXPECTED_OVERHEAD.saturating_add(info.len));
-        let held = Held {
-            data,
-            from: from.clone(),
-            _charge: charge,
-        };
-        soft_rx::hold_given_back(&mut m, from, info, held, after);
+        let charge = Charge::force(
+            &self.side.unexp,
+            UNEXPECTED_OVERHEAD.saturating_add(info.len),
+        );
+        let held = Held::new(self, data, from.clone(), charge);
+        soft_rx::hold_given_back(&mut m, self.sender(from), info, held, after);
         drop(m);
         ended.report(self);
     }

@@ -7,6 +7,12 @@
 //! until the receiver makes room (it rings our doorbell when we ask).
 //! Only the owner of a ring's head can free room; a head that lies (more
 //! than a ring behind or ahead) fails the peer's sends.
+//!
+//! A fenced operation (`FI_FENCE`) to a peer waits in its queue, with
+//! everything posted after it, until every earlier operation to that
+//! peer has completed: sends waiting for delivery, RMA and atomics
+//! waiting for their answers (`docs/design.md`, "Ordering and fences on
+//! shm").
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -24,6 +30,7 @@ use weft_core::{Error, Result};
 use crate::endpoint::EpShared;
 use crate::layout::*;
 use crate::ring::{Chan, RecHead};
+use crate::rma::Lead;
 use crate::segment::Segment;
 
 /// A send not yet wholly in the ring.
@@ -50,41 +57,22 @@ pub struct Out {
     /// `None` for what completes nothing here (RMA requests complete by
     /// their response; responses complete nothing).
     done: Option<OpDone>,
-}
-
-/// The first record of an RMA request or response (`docs/wire.md`
-/// section 16, "RMA records"): its kind and flags, its `tag` and `data`
-/// words, and its payload (the target offset, or an atomic's prefix).
-#[derive(Debug, Clone, Copy)]
-pub struct Lead {
-    pub word: u32,
-    pub tag: u64,
-    pub data: u64,
-    arg: [u8; LEAD_ARG_MAX],
-    arg_len: usize,
-}
-
-/// Longest lead payload: an atomic's prefix.
-pub const LEAD_ARG_MAX: usize = 32;
-
-impl Lead {
-    /// A lead with `arg` (at most [`LEAD_ARG_MAX`] bytes; more is cut)
-    /// as its payload.
-    pub fn new(word: u32, tag: u64, data: u64, arg: &[u8]) -> Lead {
-        let mut a = [0u8; LEAD_ARG_MAX];
-        let n = arg.len().min(LEAD_ARG_MAX);
-        a[..n].copy_from_slice(&arg[..n]);
-        Lead {
-            word,
-            tag,
-            data,
-            arg: a,
-            arg_len: n,
-        }
-    }
+    /// `FI_FENCE`, not yet let through: it begins once nothing earlier
+    /// to the peer is outstanding.
+    fence: bool,
+    /// An RMA request's wait for its answer, registered when it begins:
+    /// one queued behind a fence is not outstanding before, and must
+    /// not hold the fence.
+    answer: Option<crate::rma::Pending>,
 }
 
 impl Out {
+    /// `o` with `FI_FENCE` if `on`.
+    pub fn fenced(mut self, on: bool) -> Out {
+        self.fence = on;
+        self
+    }
+
     /// Whether it completes only when the receiver consumed it.
     fn waits(&self) -> bool {
         self.dc || self.cma
@@ -122,6 +110,9 @@ pub struct Peer {
     /// RMA operations sent to this peer, waiting for its responses (it
     /// answers in order).
     pub pending: VecDeque<crate::rma::Pending>,
+    /// An answer's bytes are arriving (its operation left `pending`
+    /// when they began).
+    answering: bool,
 }
 
 /// The peers sent to, by address.
@@ -155,6 +146,14 @@ impl Peers {
     /// answered yet.
     pub fn pending_for(&mut self, addr: &[u8]) -> Option<crate::rma::Pending> {
         self.map.get_mut(addr)?.pending.pop_front()
+    }
+
+    /// Whether the answer to the peer at `addr`'s oldest operation is
+    /// arriving: its operation has not completed, and a fence waits.
+    pub fn set_answering(&mut self, addr: &[u8], on: bool) {
+        if let Some(p) = self.map.get_mut(addr) {
+            p.answering = on;
+        }
     }
 
     /// The endpoint closes: every claimed channel is handed back
@@ -202,6 +201,7 @@ impl Peer {
             queue: VecDeque::new(),
             delivering: VecDeque::new(),
             pending: VecDeque::new(),
+            answering: false,
         })
     }
 
@@ -363,7 +363,7 @@ impl Peer {
         let (word, tag, data, p) = match o.lead {
             Some(l) => {
                 let last = if o.len == 0 { F_LAST } else { 0 };
-                let p: SmallVec<[u8; 72]> = l.arg[..l.arg_len].iter().copied().collect();
+                let p: SmallVec<[u8; 72]> = l.arg().iter().copied().collect();
                 (l.word | last, l.tag, l.data, p)
             }
             None => {
@@ -488,6 +488,18 @@ impl Peer {
         !self.queue.is_empty() || !self.delivering.is_empty() || !self.pending.is_empty()
     }
 
+    /// Whether an operation to this peer has begun and not completed.
+    fn outstanding(&self) -> bool {
+        !self.delivering.is_empty() || !self.pending.is_empty() || self.answering
+    }
+
+    /// `o` begins: its answer is waited for from now.
+    fn begin(&mut self, o: &mut Out) {
+        if let Some(p) = o.answer.take() {
+            self.pending.push_back(p);
+        }
+    }
+
     /// Sends queued sends while the ring takes them.
     fn flush(&mut self, me: (u32, u64), my_name: &str, ended: &mut Vec<Ended>) {
         if let Some((c, gen)) = self.chan {
@@ -507,6 +519,14 @@ impl Peer {
             return;
         }
         while let Some(mut o) = self.queue.pop_front() {
+            if o.fence {
+                if self.outstanding() {
+                    self.queue.push_front(o);
+                    return;
+                }
+                o.fence = false;
+            }
+            self.begin(&mut o);
             match self.advance(&mut o) {
                 Ok(true) => self.written(o, ended),
                 Ok(false) => {
@@ -523,7 +543,12 @@ impl Peer {
     }
 
     fn fail_all(&mut self, e: Error, ended: &mut Vec<Ended>) {
-        ended.extend(self.queue.drain(..).map(|o| (o.done, o.len, Err(e))));
+        for o in self.queue.drain(..) {
+            ended.push((o.done, o.len, Err(e)));
+            if let Some(p) = o.answer {
+                ended.push((Some(p.done), p.len, Err(e)));
+            }
+        }
         ended.extend(self.delivering.drain(..).map(|d| (d.done, d.len, Err(e))));
         ended.extend(
             self.pending
@@ -610,6 +635,8 @@ impl EpShared {
             cma: false,
             lead: None,
             done: Some(req.done),
+            fence: req.flags.contains(OpFlags::FENCE),
+            answer: None,
         };
         self.enqueue(addr, o, None);
         Ok(())
@@ -630,6 +657,8 @@ impl EpShared {
             cma: false,
             lead: Some(lead),
             done: None,
+            fence: false,
+            answer: None,
         }
     }
 
@@ -658,8 +687,12 @@ impl EpShared {
         let Some(peer) = peers.map.get_mut(&addr) else {
             return;
         };
+        let gated = o.fence && (peer.outstanding() || !peer.queue.is_empty());
+        if !gated {
+            o.fence = false;
+        }
         if let Some(p) = pending {
-            peer.pending.push_back(p);
+            o.answer = Some(p);
             // Flushing watches what waits for answers (a channel the
             // owner freed fails it).
             self.tx_pending.store(true, Ordering::Release);
@@ -670,6 +703,9 @@ impl EpShared {
             let mut ended = Vec::new();
             peer.fail_all(Error::ConnReset, &mut ended);
             ended.push((o.done, len, Err(Error::ConnReset)));
+            if let Some(p) = o.answer.take() {
+                ended.push((Some(p.done), p.len, Err(Error::ConnReset)));
+            }
             peers.map.remove(&addr);
             drop(peers);
             for e in ended {
@@ -677,7 +713,8 @@ impl EpShared {
             }
             return;
         }
-        if peer.queue.is_empty() && peer.claim(self.me, &self.name) {
+        if !gated && peer.queue.is_empty() && peer.claim(self.me, &self.name) {
+            peer.begin(&mut o);
             match peer.advance(&mut o) {
                 Ok(true) => {
                     let mut ended = Vec::new();

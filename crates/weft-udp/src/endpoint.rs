@@ -6,8 +6,8 @@
 //! AV holds (`FI_SOURCE`, directed receives).
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use socket2::{Domain, Socket, Type};
 use tokio::runtime::Handle;
@@ -22,17 +22,18 @@ use weft_core::progress::{Progress, SpinHold};
 use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
 use weft_core::recv_completion::RecvCtx;
 use weft_core::soft_rx::{self, post_recv};
+use weft_core::soft_srx::{RxSide, Sender, SoftSide, SoftSrx};
 use weft_core::sync::lock;
-use weft_core::tagmatch::Matcher;
 use weft_core::{Error, Result};
 
-use crate::rx::{Held, RxState};
+use crate::rx::RxState;
 use crate::tx::TxQueue;
 
-/// The matcher of one endpoint: posted receives, and datagrams that
-/// arrived before a receive took them (kept with the address they came
-/// from, so a sender inserted into the AV later is still found).
-pub type UdpMatcher = Matcher<RecvReq, Held, SocketAddr>;
+/// The receive side of one endpoint, or of the shared context it is
+/// bound to: posted receives, and datagrams that arrived before a
+/// receive took them (kept with the address they came from, so a sender
+/// inserted into the AV later is still found).
+pub type UdpSide = SoftSide<EpShared>;
 
 /// Socket buffers asked for (the kernel caps them at `rmem_max` and
 /// `wmem_max`): a burst of datagrams waits in the kernel while the
@@ -42,6 +43,8 @@ const SOCKET_BUFFER: usize = 4 << 20;
 /// State shared by the endpoint handle and its drivers.
 #[derive(Debug)]
 pub struct EpShared {
+    /// This endpoint, as the datagrams held for it name it.
+    pub this: Weak<EpShared>,
     pub cfg: EpConfig,
     pub rt: Handle,
     /// The socket, non-blocking; every driver reads and writes through
@@ -58,7 +61,10 @@ pub struct EpShared {
     pub raw: bool,
     pub inject: usize,
     pub iov_limit: usize,
-    pub matcher: Mutex<UdpMatcher>,
+    /// The receive side: the endpoint's own, or its shared context's.
+    pub side: Arc<UdpSide>,
+    /// The shared receive context it is bound to.
+    pub srx: Option<Arc<SoftSrx<EpShared>>>,
     /// The receive staging buffer: one driver reads at a time.
     pub rx_state: Mutex<RxState>,
     pub txq: Mutex<TxQueue>,
@@ -67,11 +73,6 @@ pub struct EpShared {
     /// Wakes the writer task.
     pub tx_kick: Notify,
     pub tx: Credits,
-    pub rx: Credits,
-    /// `rx_attr.total_buffered_recv`.
-    pub buffered_limit: usize,
-    /// Unexpected bytes held now (payload plus the fixed overhead of each).
-    pub unexp: Arc<AtomicUsize>,
     pub dropped: AtomicU64,
     pub malformed: AtomicU64,
     /// `FI_SOURCE_ERR`: a datagram from a sender not in the AV completes
@@ -90,7 +91,7 @@ pub struct EpShared {
 
 impl RecvCtx for EpShared {
     fn rx_credits(&self) -> &Credits {
-        &self.rx
+        &self.side.rx
     }
 
     fn reported_addr(&self, a: FiAddr) -> FiAddr {
@@ -183,13 +184,16 @@ impl EpShared {
             0 => crate::BUFFERED_RECV,
             n => n,
         };
+        let srx = SoftSrx::of(&cfg.srx)?;
+        let side = match &srx {
+            Some(c) => c.side.clone(),
+            None => RxSide::new(info.rx_attr.size, buffered_limit),
+        };
         tracing::debug!(%local, max_msg, wait = ?cfg.wait, "udp endpoint open");
         let iov_limit = info.tx_attr.iov_limit.clamp(1, crate::IOV_LIMIT);
-        let (tx, rx) = (
-            Credits::new(info.tx_attr.size),
-            Credits::new(info.rx_attr.size),
-        );
-        Ok(Arc::new(EpShared {
+        let tx = Credits::new(info.tx_attr.size);
+        let ep = Arc::new_cyclic(|this| EpShared {
+            this: this.clone(),
             rt,
             sock,
             tio,
@@ -198,15 +202,13 @@ impl EpShared {
             raw,
             inject,
             iov_limit,
-            matcher: Mutex::new(Matcher::new()),
+            side,
+            srx: srx.clone(),
             rx_state: Mutex::new(RxState::new()),
             txq: Mutex::new(TxQueue::default()),
             tx_pending: AtomicBool::new(false),
             tx_kick: Notify::new(),
             tx,
-            rx,
-            buffered_limit,
-            unexp: Arc::new(AtomicUsize::new(0)),
             dropped: AtomicU64::new(0),
             malformed: AtomicU64::new(0),
             source_err,
@@ -216,7 +218,11 @@ impl EpShared {
             hold: SpinHold::default(),
             inline_idle: Notify::new(),
             cfg,
-        }))
+        });
+        if let Some(c) = &srx {
+            c.join(Arc::downgrade(&ep));
+        }
+        Ok(ep)
     }
 
     pub fn is_closed(&self) -> bool {
@@ -255,10 +261,10 @@ impl EpShared {
     pub(crate) fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
         post_recv(
             self,
-            &self.matcher,
+            &self.side.matcher,
             req,
             self.iov_limit,
-            &|a: &SocketAddr| self.resolve_src(a),
+            &Sender::resolve,
             &|req, info, held| crate::rx::deliver_held(self, req, info, held),
         )
     }
@@ -287,7 +293,11 @@ impl ProviderEndpoint for UdpEndpoint {
     fn stats(&self) -> EpStats {
         let ep = &self.shared;
         let mut s = EpStats::default();
-        s.unexpected_bytes = ep.unexp.load(Ordering::Acquire);
+        // A bound endpoint holds nothing of its own: its context
+        // reports what it holds.
+        if ep.srx.is_none() {
+            s.unexpected_bytes = ep.side.unexp.load(Ordering::Acquire);
+        }
         s.rx_dropped = ep.dropped.load(Ordering::Relaxed);
         s.rx_malformed = ep.malformed.load(Ordering::Relaxed);
         let sock = socket2::SockRef::from(&ep.sock);
@@ -321,7 +331,7 @@ impl ProviderEndpoint for UdpEndpoint {
     }
 
     fn cancel(&self, context: u64) -> bool {
-        soft_rx::cancel(&*self.shared, &self.shared.matcher, context)
+        soft_rx::cancel(&*self.shared, &self.shared.side.matcher, context)
     }
 
     fn give_back(&self, r: Returned) {
@@ -345,7 +355,7 @@ impl ProviderEndpoint for UdpEndpoint {
     }
 
     fn rx_size_left(&self) -> usize {
-        self.shared.rx.left()
+        self.shared.side.rx.left()
     }
 
     fn close(&self) {
@@ -357,11 +367,7 @@ impl ProviderEndpoint for UdpEndpoint {
             t.abort();
         }
         ep.groups.leave_all();
-        // Outstanding operations are discarded without completions.
-        let posted = lock(&ep.matcher).drain_posted();
-        drop(posted);
-        let held = lock(&ep.matcher).drain_unexpected();
-        drop(held);
+        weft_core::soft_srx::close_side(&**ep, &ep.side, ep.srx.as_deref());
         let queued = std::mem::take(&mut *lock(&ep.txq));
         drop(queued);
         ep.tx_pending.store(false, Ordering::Release);

@@ -21,6 +21,7 @@
 // Rejected posts hand the request back by value; see weft_core::provider.
 #![allow(clippy::result_large_err)]
 
+mod domain;
 mod driver;
 mod endpoint;
 pub mod ifaces;
@@ -37,7 +38,7 @@ use std::sync::Arc;
 use tokio::runtime::Handle;
 use weft_core::attr::{EpType, Info};
 use weft_core::progress::Progress;
-use weft_core::provider::{EpConfig, Provider, ProviderEndpoint};
+use weft_core::provider::{EpConfig, Provider, ProviderDomain, ProviderEndpoint};
 use weft_core::{Error, Result};
 
 pub use offer::{offer, offers, CAPS};
@@ -69,6 +70,10 @@ impl Provider for UdpProvider {
         offers()
     }
 
+    fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {
+        Ok(Some(Arc::new(domain::UdpDomain)))
+    }
+
     fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
         open_endpoint(cfg, Handle::current())
     }
@@ -80,6 +85,7 @@ impl Provider for UdpProvider {
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     let allowed = match cfg.info.ep_attr.ep_type {
         EpType::Dgram => CAPS,
+        EpType::SockDgram if cfg.srx.is_some() => return Err(Error::Inval),
         EpType::SockDgram => offer::SOCK_DGRAM_CAPS,
         _ => return Err(Error::NoSys),
     };

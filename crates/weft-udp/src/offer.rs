@@ -32,7 +32,11 @@ pub const CAPS: Caps = Caps::MSG
     .union(Caps::LOCAL_COMM)
     .union(Caps::REMOTE_COMM)
     // Multi-receive buffers: docs/design.md, "Multi-receive buffers".
-    .union(Caps::MULTI_RECV);
+    .union(Caps::MULTI_RECV)
+    // Sends leave in posting order and complete as they leave, so a
+    // fenced one begins after the earlier ones completed: docs/design.md,
+    // "Fences on udp".
+    .union(Caps::FENCE);
 
 /// What a `FI_EP_SOCK_DGRAM` endpoint does: plain UDP payloads, so no
 /// tags and no remote CQ data (nothing but the payload is sent), and no
@@ -60,6 +64,8 @@ pub fn sock_dgram_offer(i: &Iface) -> Info {
     o.tx_attr.caps &= SOCK_DGRAM_CAPS;
     o.rx_attr.caps &= SOCK_DGRAM_CAPS;
     o.rx_attr.op_flags_supported -= OpFlags::MULTI_RECV;
+    // A socket's receives are its own, as tcp's stream sockets' are.
+    o.domain_attr.max_ep_srx_ctx = 0;
     o.ep_attr.ep_type = EpType::SockDgram;
     o.ep_attr.protocol = Protocol::Udp;
     o.ep_attr.protocol_version = 0;
@@ -100,11 +106,11 @@ pub fn offer(i: &Iface) -> Info {
             // match-complete cannot be honoured. FI_MULTICAST is taken
             // as given: the destination address, a group's or a peer's,
             // decides where the datagram goes.
-            op_flags_supported: OpFlags::TX_BASE | OpFlags::MULTICAST,
+            op_flags_supported: OpFlags::TX_BASE | OpFlags::MULTICAST | OpFlags::FENCE,
             ..TxAttr::default()
         },
         rx_attr: RxAttr {
-            caps: CAPS & !Caps::SEND,
+            caps: CAPS & !(Caps::SEND | Caps::FENCE),
             msg_order: MsgOrder::empty(),
             comp_order: CompOrder::empty(),
             total_buffered_recv: BUFFERED_RECV,
@@ -137,7 +143,8 @@ pub fn offer(i: &Iface) -> Info {
             rx_ctx_cnt: 1,
             max_ep_tx_ctx: 1,
             max_ep_rx_ctx: 1,
-            max_ep_srx_ctx: 0,
+            // One shared receive context per endpoint (`soft_srx`).
+            max_ep_srx_ctx: 1,
             // No keys: a datagram proves nothing about its sender.
             max_ep_auth_key: 0,
             ..DomainAttr::default()

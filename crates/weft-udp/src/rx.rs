@@ -8,6 +8,7 @@
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
+use std::sync::Weak;
 
 use bytes::BytesMut;
 use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
@@ -17,6 +18,7 @@ use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 use weft_core::recv_completion::{copy_in, deliver, deliver_unknown};
 use weft_core::soft_rx::{self, Charge};
+use weft_core::soft_srx::{Queues, SrxEp};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 
@@ -52,13 +54,7 @@ impl RxState {
 }
 
 /// A datagram held for a later receive, with its share of the budget.
-#[derive(Debug)]
-pub struct Held {
-    pub data: BytesMut,
-    /// Where it came from (for `FI_SOURCE_ERR`).
-    pub from: SocketAddr,
-    _charge: Charge,
-}
+pub type Held = weft_core::soft_srx::Held<EpShared>;
 
 /// What a pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -132,7 +128,7 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool 
         len: payload.len(),
         data: h.data,
     };
-    let mut m = lock(&ep.matcher);
+    let mut m = lock(&ep.side.matcher);
     let (got, ended) = soft_rx::arrival(&mut m, &info);
     if let Some(req) = got {
         drop(m);
@@ -142,14 +138,10 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool 
     }
     // Every datagram costs something, a zero-length one included.
     let charge = UNEXPECTED_OVERHEAD.saturating_add(payload.len());
-    match Charge::try_new(&ep.unexp, charge, ep.buffered_limit) {
+    match Charge::try_new(&ep.side.unexp, charge, ep.side.limit) {
         Some(c) => {
-            let held = Held {
-                data: BytesMut::from(payload),
-                from,
-                _charge: c,
-            };
-            m.push_unexpected(from, info, held);
+            let held = Held::new(ep, BytesMut::from(payload), from, c);
+            m.push_unexpected(ep.sender(from), info, held);
             drop(m);
         }
         None => {
@@ -196,6 +188,7 @@ pub fn copy_and_deliver(
     data: &[u8],
     from: &SocketAddr,
 ) {
+    ep.report_here(&mut req);
     let placed = copy_in(&mut req, data);
     match ep.unknown_sender(info.src, from) {
         Some(raw) => deliver_unknown(ep, req, info, placed, FI_ADDR_NOTAVAIL, raw),
@@ -222,7 +215,7 @@ impl EpShared {
         let info = r.info();
         let data = r.take_bytes();
         let from = self.source_of(info.src, &r.raw);
-        let mut m = lock(&self.matcher);
+        let mut m = lock(&self.side.matcher);
         let (got, ended) = soft_rx::arrival(&mut m, &info);
         if let Some(req) = got {
             drop(m);
@@ -230,13 +223,12 @@ impl EpShared {
             copy_and_deliver(self, req, info, &data, &from);
             return;
         }
-        let charge = Charge::force(&self.unexp, UNEXPECTED_OVERHEAD.saturating_add(info.len));
-        let held = Held {
-            data,
-            from,
-            _charge: charge,
-        };
-        soft_rx::hold_given_back(&mut m, from, info, held, after);
+        let charge = Charge::force(
+            &self.side.unexp,
+            UNEXPECTED_OVERHEAD.saturating_add(info.len),
+        );
+        let held = Held::new(self, data, from, charge);
+        soft_rx::hold_given_back(&mut m, self.sender(from), info, held, after);
         drop(m);
         ended.report(self);
     }
@@ -250,5 +242,29 @@ impl EpShared {
             return unknown;
         }
         self.dest_addr(src).unwrap_or(unknown)
+    }
+}
+
+impl SrxEp for EpShared {
+    type Addr = SocketAddr;
+
+    fn this(&self) -> Weak<EpShared> {
+        self.this.clone()
+    }
+
+    fn rx_queues(&self) -> Queues {
+        (self.cfg.rx_cq.clone(), self.cfg.rx_cntr.clone())
+    }
+
+    fn shared(&self) -> bool {
+        self.srx.is_some()
+    }
+
+    fn handle_of(&self, addr: &SocketAddr) -> FiAddr {
+        self.resolve_src(addr)
+    }
+
+    fn deliver_held(&self, req: RecvReq, info: MsgInfo, held: Held) {
+        deliver_held(self, req, info, held);
     }
 }

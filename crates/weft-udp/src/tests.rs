@@ -129,12 +129,12 @@ async fn a_pass_counts_what_it_drops_and_stops_where_it_should() {
     assert_eq!(ep.malformed.load(std::sync::atomic::Ordering::Relaxed), 3);
     let held = PASS_LIMIT - 3;
     assert_eq!(
-        ep.unexp.load(std::sync::atomic::Ordering::Acquire),
+        ep.side.unexp.load(std::sync::atomic::Ordering::Acquire),
         held * (3 + UNEXPECTED_OVERHEAD)
     );
     // A posted receive: the pass stops right after completing it, before
     // another read (which would only say the socket is empty).
-    let all = ep.matcher.lock().unwrap().drain_unexpected();
+    let all = ep.side.matcher.lock().unwrap().drain_unexpected();
     drop(all);
     ep.recv(recv_req(&cq, 8, 7)).map_err(|r| r.err).unwrap();
     let o = pass(&ep, &mut st, &mut read);
@@ -147,7 +147,7 @@ async fn a_pass_counts_what_it_drops_and_stops_where_it_should() {
     let o = pass(&ep, &mut st, &mut read);
     assert_eq!((o.read, o.drained), (2, true));
     assert_eq!(
-        ep.unexp.load(std::sync::atomic::Ordering::Acquire),
+        ep.side.unexp.load(std::sync::atomic::Ordering::Acquire),
         2 * (3 + UNEXPECTED_OVERHEAD)
     );
 }

@@ -102,6 +102,10 @@ impl EpShared {
         if !self.tx.try_take() {
             return reject(Error::Again, req);
         }
+        // `FI_FENCE` asks nothing more: datagrams leave in posting order
+        // (the queue below) and a send completes as the kernel takes it,
+        // so every send posted before a fenced one has completed when it
+        // begins.
         // `len` fits: it is at most one datagram.
         let hdr = if self.raw {
             if req.tag.is_some() || req.data.is_some() {

@@ -121,7 +121,7 @@ impl Domain {
     /// posted receives (0: the domain's `rx_attr.size`), with the
     /// domain's other receive attributes. `NoSys` when the domain's
     /// endpoints cannot share receives (its `max_ep_srx_ctx` is 0:
-    /// verbs RDM and DGRAM, udp, shm).
+    /// verbs RDM and DGRAM, udp `FI_EP_SOCK_DGRAM`).
     pub fn srx_context(&self, size: usize) -> Result<SharedRxContext> {
         let attr = RxAttr {
             size,
@@ -132,8 +132,8 @@ impl Domain {
 
     /// `fi_srx_context` with its `fi_rx_attr`: `size` (posted receives),
     /// `total_buffered_recv` (what the peers of every bound endpoint
-    /// together may have buffered unexpected; tcp), `caps` (`FI_MSG`,
-    /// `FI_TAGGED`, `FI_RECV`, `FI_DIRECTED_RECV`, within the domain's
+    /// together may have buffered unexpected; tcp, udp, shm), `caps`
+    /// (`FI_MSG`, `FI_TAGGED`, `FI_RECV`, `FI_DIRECTED_RECV`, within the domain's
     /// receive caps, else `Inval`; empty: those the domain has) and
     /// `iov_limit`; a 0 field takes the domain's. Default `op_flags` are
     /// not supported (`BadFlags`).

@@ -92,9 +92,14 @@ async fn setup_msg(p: &Provider) -> Setup {
     }
 }
 
-/// Both endpoint types, RDM first.
-async fn setups(p: &Provider) -> [Setup; 2] {
-    [setup(p), setup_msg(p).await]
+/// Both endpoint types, RDM first; RDM alone for a provider without MSG
+/// endpoints (shm).
+async fn setups(p: &Provider) -> Vec<Setup> {
+    let mut v = vec![setup(p)];
+    if p.try_info(EpType::Msg).is_some() {
+        v.push(setup_msg(p).await);
+    }
+    v
 }
 
 impl Setup {
@@ -425,6 +430,126 @@ async fn fence_is_kept_or_refused_on(s: &Setup) {
     }
 }
 
+/// The next `n` completions of `cq`, in the order it has them; an error
+/// entry fails the test.
+async fn oks(cq: &weft::CompletionQueue, n: usize, what: &str) -> Vec<weft::CqEntry> {
+    let mut v = Vec::with_capacity(n);
+    while v.len() < n {
+        match within(what, weft_integration::next_cq(cq)).await {
+            weft::CqItem::Ok(e) => v.push(e),
+            weft::CqItem::Err(e) => panic!("{what}: {} failed: {e:?}", e.context),
+        }
+    }
+    v
+}
+
+/// Where a fence waits for the earlier operations to complete (shm): a
+/// fenced send posted behind a read completes after it (on the CQ, which
+/// takes completions as they happen), and so does a write posted after
+/// the fenced send; unfenced, the send would go while the read's answer
+/// is still on its way.
+async fn fenced_operations_wait_for_earlier_ones(p: Provider) {
+    let h = Harness::with_info(&p, rma_info(&p, EpType::Rdm));
+    let (a, b, to_b, _) = h.rdm_pair_with(&h.info);
+    assert!(a
+        .ep
+        .info()
+        .tx_attr
+        .op_flags_supported
+        .contains(OpFlags::FENCE));
+    let mr = h
+        .domain
+        .mr_regattr(MrAttr::alloc(64 << 10, RW).requested_key(33))
+        .expect("region");
+    let rma = |op, context| RmaMsg {
+        dest: to_b,
+        op,
+        addr: mr.addr(),
+        key: mr.key(),
+        context,
+    };
+    for i in 0..ROUNDS / 4 {
+        b.ep.post_recv(BytesMut::zeroed(8), i).unwrap();
+        let read = RmaOp::Read {
+            bufs: vec![BytesMut::zeroed(64 << 10)],
+        };
+        a.ep.post_rmamsg(rma(read, 1), OpFlags::empty()).unwrap();
+        let msg = weft::SendMsg {
+            dest: to_b,
+            iov: vec![Bytes::copy_from_slice(&i.to_le_bytes())],
+            tag: None,
+            data: None,
+            context: 2,
+        };
+        a.ep.post_sendmsg(msg, OpFlags::FENCE).unwrap();
+        let write = RmaOp::Write {
+            iov: vec![Bytes::copy_from_slice(&i.to_le_bytes())],
+            data: None,
+        };
+        a.ep.post_rmamsg(rma(write, 3), OpFlags::empty()).unwrap();
+        let order: Vec<u64> = oks(&a.cq, 3, "completions")
+            .await
+            .into_iter()
+            .map(|e| e.context)
+            .collect();
+        assert_eq!(order, [1, 2, 3], "round {i}: completion order");
+        let e = within("the send", weft_integration::next_cq(&b.cq))
+            .await
+            .unwrap();
+        assert_eq!(e.context, i);
+    }
+}
+
+/// udp: sends leave in posting order and complete as the kernel takes
+/// them, so a fenced send completes after every send posted before it;
+/// a fence offers nothing more (there is no RMA), and each datagram
+/// still arrives once.
+async fn fenced_sends_complete_after_earlier_ones(p: Provider) {
+    let h = Harness::connless(&p);
+    assert!(h.info.tx_attr.op_flags_supported.contains(OpFlags::FENCE));
+    let (a, b, to_b, _) = h.rdm_pair();
+    const N: u64 = 64;
+    for i in 0..N {
+        b.ep.post_recv(BytesMut::zeroed(8), 1000 + i).unwrap();
+    }
+    for i in 0..N {
+        let msg = weft::SendMsg {
+            dest: to_b,
+            iov: vec![Bytes::copy_from_slice(&i.to_le_bytes())],
+            tag: None,
+            data: None,
+            context: i,
+        };
+        let flags = if i % 4 == 3 {
+            OpFlags::FENCE
+        } else {
+            OpFlags::empty()
+        };
+        a.ep.post_sendmsg(msg, flags).unwrap();
+    }
+    let done: Vec<u64> = oks(&a.cq, N as usize, "send completions")
+        .await
+        .into_iter()
+        .map(|e| e.context)
+        .collect();
+    for (k, &c) in done.iter().enumerate() {
+        if c % 4 == 3 {
+            let before = done[..k].iter().filter(|&&d| d < c).count();
+            assert_eq!(
+                before as u64, c,
+                "fenced send {c} completed before earlier ones"
+            );
+        }
+    }
+    let mut got: Vec<u64> = oks(&b.cq, N as usize, "receives")
+        .await
+        .into_iter()
+        .map(|e| u64::from_le_bytes(e.into_bytes()[..8].try_into().unwrap()))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, (0..N).collect::<Vec<_>>(), "each datagram once");
+}
+
 provider_tests! {
     order_claims_match_getinfo,
     sends_never_overtake_writes,
@@ -434,6 +559,17 @@ provider_tests! {
     fence_is_kept_or_refused,
 }
 
+shm_tests! {
+    order_claims_match_getinfo,
+    sends_never_overtake_writes,
+    reads_see_earlier_writes,
+    writes_never_overtake_reads,
+    atomics_apply_in_posting_order,
+    fence_is_kept_or_refused,
+    fenced_operations_wait_for_earlier_ones,
+}
+
 udp_tests! {
     order_claims_match_getinfo,
+    fenced_sends_complete_after_earlier_ones,
 }

@@ -56,11 +56,12 @@ fn rig(h: &Harness, srx: SharedRxContext, n: usize) -> Rig {
     }
 }
 
-/// The harness and rig of `n` RDM endpoints, or `None` after checking
-/// that a provider without shared contexts refuses them.
+/// The harness and rig of `n` connectionless endpoints (RDM; udp's
+/// DGRAM), or `None` after checking that a provider without shared
+/// contexts refuses them.
 fn rdm_rig(p: &Provider, n: usize) -> Option<(Harness, Rig)> {
-    let Some(info) = shared_offer(p, EpType::Rdm) else {
-        let h = Harness::rdm(p);
+    let Some(info) = shared_offer(p, p.connless_type()) else {
+        let h = Harness::connless(p);
         assert_eq!(h.info.domain_attr.max_ep_srx_ctx, 0);
         assert_eq!(h.domain.srx_context(0).unwrap_err(), Error::NoSys);
         return None;
@@ -436,6 +437,82 @@ async fn the_budget_is_the_contexts(p: Provider) {
     }
 }
 
+/// udp: the budget is the context's too, and what does not fit it is
+/// dropped and counted by the endpoint it reached (a datagram provider
+/// has no sender to hold back); what was held arrives once, in each
+/// sender's order.
+async fn udp_budget_is_the_contexts(p: Provider) {
+    let info = shared_offer(&p, p.connless_type()).expect("udp shares receive contexts");
+    let h = Harness::with_info(&p, info);
+    const LIMIT: usize = 64 << 10;
+    let srx = h
+        .domain
+        .srx_context_attr(&RxAttr {
+            total_buffered_recv: LIMIT,
+            ..RxAttr::default()
+        })
+        .unwrap();
+    let r = rig(&h, srx, 4);
+    const PER: usize = 16;
+    const LEN: usize = 8 << 10;
+    // 4 x 16 x 8 KiB = 512 KiB at a 64 KiB budget.
+    for j in 0..PER {
+        for k in 0..4 {
+            r.clients[k]
+                .ep
+                .send(r.to[k], payload(LEN, (k * PER + j) as u8))
+                .await
+                .unwrap();
+        }
+    }
+    let dropped = || -> u64 {
+        r.servers
+            .iter()
+            .map(|s| s.ep.stats().unwrap().rx_dropped)
+            .sum()
+    };
+    let charge = LEN + weft::UNEXPECTED_OVERHEAD;
+    // Read once held and dropped stop changing (a full socket buffer
+    // could lose a datagram uncounted, so no total is waited for).
+    within("the flood is read", async {
+        let mut last = (usize::MAX, u64::MAX);
+        loop {
+            let now = (r.srx.stats().unexpected_bytes, dropped());
+            if now == last {
+                break;
+            }
+            last = now;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let held = r.srx.stats().unexpected_bytes;
+    assert!(held > 0 && held <= LIMIT, "held {held} of {LIMIT}");
+    assert!(dropped() > 0, "past the budget, datagrams are dropped");
+    for s in &r.servers {
+        assert_eq!(
+            s.ep.stats().unwrap().unexpected_bytes,
+            0,
+            "the context holds them"
+        );
+    }
+    let mut next = [0usize; 4];
+    for _ in 0..held / charge {
+        let e = within("drain", r.srx.recv(BytesMut::zeroed(LEN)))
+            .await
+            .unwrap();
+        let b = e.into_bytes();
+        let (k, j) = (0..4)
+            .flat_map(|k| (next[k]..PER).map(move |j| (k, j)))
+            .find(|&(k, j)| b[..] == payload(LEN, (k * PER + j) as u8)[..])
+            .expect("a later message of some sender");
+        next[k] = j + 1;
+    }
+    assert_eq!(r.srx.stats().unexpected_bytes, 0);
+    let left = tokio::time::timeout(Duration::from_millis(50), r.srx.recv(BytesMut::zeroed(8)));
+    assert!(left.await.is_err(), "nothing more");
+}
+
 /// MSG: accepted endpoints on one context; a connection that ends leaves
 /// the context's receives to the others; truncation reports on the
 /// receiving endpoint's CQ.
@@ -520,4 +597,22 @@ provider_tests! {
     binding_rules_and_close,
     the_budget_is_the_contexts,
     msg_endpoints_share_a_context,
+}
+
+shm_tests! {
+    messages_from_every_endpoint_take_the_shared_receives,
+    tagged_directed_peek_claim_discard,
+    cancel_and_dropped_futures_lose_nothing,
+    binding_rules_and_close,
+    the_budget_is_the_contexts,
+}
+
+// udp loses what does not fit its budget or its socket buffer, so the
+// tests that stream without bound or flood past the budget are not its:
+// `srx_soak` runs the cancel-safety soak with loss accounted for.
+udp_tests! {
+    messages_from_every_endpoint_take_the_shared_receives,
+    tagged_directed_peek_claim_discard,
+    binding_rules_and_close,
+    udp_budget_is_the_contexts,
 }
