@@ -603,6 +603,9 @@ impl Conn {
             if let Some(l) = &ep.srx {
                 l.core.parked.unpark(self);
             }
+            for c in ep.ctxs.rx_open() {
+                c.parked.unpark(self);
+            }
             // If a driver holds the receive state it finds `dead` set once
             // it lets go, and aborts it then (see `abort_rx_if_dead`).
             if let Ok(mut rx) = self.rx.try_lock() {

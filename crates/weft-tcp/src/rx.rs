@@ -54,6 +54,7 @@ use crate::conn::Conn;
 use crate::endpoint::EpShared;
 use crate::keys::Source;
 use crate::rma::{Answer, PendingRead, ReadJob, WriteSink};
+use crate::scalable::Target as RxTarget;
 
 #[cfg(test)]
 #[path = "rx_tests.rs"]
@@ -89,6 +90,9 @@ enum Sink {
     },
     /// An atomic request's arrays, held until they are whole.
     Atomic(Box<AtomicSink>),
+    /// A message for a receive context the endpoint does not have: its
+    /// bytes are read and thrown away, so the connection carries on.
+    Discard,
 }
 
 // One per connection, so its size costs nothing; boxing the sink would
@@ -104,6 +108,9 @@ enum Phase {
         hdr: Header,
         remaining: usize,
         sink: Sink,
+        /// A scalable endpoint's receive context the message is for
+        /// (`None`: the endpoint reading).
+        at: Option<Arc<EpShared>>,
     },
 }
 
@@ -204,8 +211,9 @@ impl RxMachine {
                     hdr,
                     remaining,
                     sink,
+                    at,
                 } => {
-                    if let Some(st) = self.payload_step(conn, ep, read, hdr, remaining, sink) {
+                    if let Some(st) = self.payload_step(conn, ep, read, hdr, remaining, sink, at) {
                         return st;
                     }
                 }
@@ -224,9 +232,11 @@ impl RxMachine {
         hdr: Header,
         mut remaining: usize,
         mut sink: Sink,
+        at: Option<Arc<EpShared>>,
     ) -> Option<RxStatus> {
+        let to = at.as_ref().unwrap_or(ep);
         if remaining == 0 {
-            finish(conn, ep, &hdr, sink);
+            finish(conn, to, &hdr, sink);
             return None;
         }
         let avail = self.end - self.start;
@@ -239,6 +249,7 @@ impl RxMachine {
                 hdr,
                 remaining: remaining - n,
                 sink,
+                at,
             };
             return None;
         }
@@ -246,7 +257,7 @@ impl RxMachine {
             if let Some(slot) = direct_slot(&mut sink, remaining) {
                 let want = slot.len();
                 match read_once(read, slot) {
-                    Ok(0) => return Some(self.closed_mid_frame(ep, sink)),
+                    Ok(0) => return Some(self.closed_mid_frame(to, sink)),
                     Ok(n) => {
                         self.drained = n < want;
                         advance(&mut sink, n);
@@ -255,6 +266,7 @@ impl RxMachine {
                             hdr,
                             remaining,
                             sink,
+                            at,
                         };
                         return None;
                     }
@@ -263,11 +275,12 @@ impl RxMachine {
                             hdr,
                             remaining,
                             sink,
+                            at,
                         };
                         return Some(RxStatus::WouldBlock);
                     }
                     Err(e) => {
-                        fail_sink(ep, sink, Error::from(e));
+                        fail_sink(to, sink, Error::from(e));
                         return Some(RxStatus::Closed(Some(Error::ConnReset)));
                     }
                 }
@@ -277,11 +290,14 @@ impl RxMachine {
             hdr,
             remaining,
             sink,
+            at,
         };
         let st = self.fill(read, false)?;
         if let RxStatus::Closed(_) = st {
-            if let Phase::Payload { sink, .. } = std::mem::replace(&mut self.phase, Phase::Header) {
-                return Some(self.closed_mid_frame(ep, sink));
+            if let Phase::Payload { sink, at, .. } =
+                std::mem::replace(&mut self.phase, Phase::Header)
+            {
+                return Some(self.closed_mid_frame(at.as_ref().unwrap_or(ep), sink));
             }
         }
         Some(st)
@@ -370,8 +386,8 @@ impl RxMachine {
     /// a newer connection): a message half-read must still complete, or its
     /// receive would wait forever.
     pub fn abort(&mut self, ep: &EpShared, err: Error) {
-        if let Phase::Payload { sink, .. } = std::mem::replace(&mut self.phase, Phase::Header) {
-            fail_sink(ep, sink, err);
+        if let Phase::Payload { sink, at, .. } = std::mem::replace(&mut self.phase, Phase::Header) {
+            fail_sink(at.as_deref().unwrap_or(ep), sink, err);
         }
         self.start = 0;
         self.end = 0;
@@ -466,6 +482,16 @@ impl RxMachine {
         let kind = hdr.kind?;
         match kind {
             FrameKind::Msg | FrameKind::Tagged => {
+                let at = match ep.ctxs.target(&hdr) {
+                    RxTarget::Here => None,
+                    RxTarget::Ctx(c) => Some(c),
+                    RxTarget::Drop => {
+                        ep.bad_ctx(conn, &hdr);
+                        self.payload(conn, ep, hdr, hdr.len as usize, Sink::Discard);
+                        return None;
+                    }
+                };
+                let to = at.as_ref().unwrap_or(ep);
                 let info = MsgInfo {
                     key: conn.auth.av_key.and_then(|k| u16::try_from(k).ok()),
                     src: ep.resolve_src_cached(&conn.source(), &mut self.src),
@@ -474,7 +500,7 @@ impl RxMachine {
                     len: hdr.len as usize,
                     data: (hdr.flags & FLAG_CQ_DATA != 0).then_some(hdr.data),
                 };
-                let sink = match ep.arrival(conn, info) {
+                let sink = match to.arrival(conn, info) {
                     Some(s) => s,
                     None => {
                         self.phase = Phase::Parked(hdr);
@@ -500,13 +526,14 @@ impl RxMachine {
                     let (s, e) = (self.start, self.start + len);
                     feed(&mut sink, &self.buf[s..e]);
                     self.start = e;
-                    finish(conn, ep, &hdr, sink);
+                    finish(conn, to, &hdr, sink);
                     return None;
                 }
                 self.phase = Phase::Payload {
                     remaining: hdr.len as usize,
                     hdr,
                     sink,
+                    at,
                 };
                 None
             }
@@ -613,6 +640,7 @@ impl RxMachine {
             remaining: len,
             hdr,
             sink,
+            at: None,
         };
     }
 }
@@ -654,6 +682,7 @@ fn feed(sink: &mut Sink, mut data: &[u8]) {
             a.feed(data);
             return;
         }
+        Sink::Discard => return,
         Sink::Posted { .. } => {}
     }
     while !data.is_empty() {
@@ -686,7 +715,7 @@ fn direct_slot(sink: &mut Sink, max: usize) -> Option<&mut [u8]> {
         }
         Sink::Read { read, .. } => read.slot(max),
         // A region is reached only under its lock: through staging.
-        Sink::Unexpected(_) | Sink::Write(_) | Sink::Atomic(_) => None,
+        Sink::Unexpected(_) | Sink::Write(_) | Sink::Atomic(_) | Sink::Discard => None,
     }
 }
 
@@ -705,7 +734,7 @@ fn advance(sink: &mut Sink, n: usize) {
             }
         }
         Sink::Read { read, .. } => read.advance(n),
-        Sink::Unexpected(_) | Sink::Write(_) | Sink::Atomic(_) => {}
+        Sink::Unexpected(_) | Sink::Write(_) | Sink::Atomic(_) | Sink::Discard => {}
     }
 }
 
@@ -725,7 +754,7 @@ fn fail_sink(ep: &EpShared, sink: Sink, err: Error) {
     match sink {
         Sink::Posted { req, .. } => ep.repost_front(req),
         // Its initiator learns from the connection's end.
-        Sink::Write(_) | Sink::Atomic(_) => {}
+        Sink::Write(_) | Sink::Atomic(_) | Sink::Discard => {}
         Sink::Read { read, .. } => (*read).fail(err),
         Sink::Unexpected(u) => {
             let waiter = {
@@ -775,5 +804,7 @@ fn finish(conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: &Header, sink: Sink) {
         }
         Sink::Read { seq, read } => crate::rma::piece_done(conn, seq, read),
         Sink::Atomic(a) => a.finish(conn, ep),
+        // A delivery-complete sender learns that nothing took it.
+        Sink::Discard => conn.send_ack(hdr, Error::AddrNotAvail.code() as u64),
     }
 }

@@ -62,6 +62,9 @@ struct Binds {
     limits: Option<ConnLimits>,
     /// One per bound queue: a bound CQ or EQ cannot be closed (`Busy`).
     holds: Vec<Bound>,
+    /// A context's hold on its scalable endpoint, which cannot close
+    /// while it is open.
+    sep_hold: Option<crate::scalable::CtxHold>,
 }
 
 /// Endpoint options (`fi_getopt`/`fi_setopt`, level `FI_OPT_ENDPOINT`).
@@ -165,11 +168,27 @@ pub struct Endpoint {
     inner: Arc<EpInner>,
 }
 
+/// What kind of endpoint: how `enable` opens it.
+#[derive(Debug)]
+pub(crate) enum Role {
+    /// `fi_endpoint`.
+    Plain,
+    /// `fi_scalable_ep`: carries no data operations itself.
+    Scalable,
+    /// A transmit (`tx`) or receive context of a scalable endpoint.
+    Ctx {
+        sep: Arc<crate::scalable::SepInner>,
+        tx: bool,
+        index: usize,
+    },
+}
+
 #[derive(Debug)]
 struct EpInner {
     fid: u64,
     domain: Domain,
     info: Info,
+    role: Role,
     conn: Option<ConnHandle>,
     state: AtomicU8,
     binds: Mutex<Binds>,
@@ -201,6 +220,15 @@ impl Drop for EpInner {
 
 impl Endpoint {
     pub(crate) fn new(domain: Domain, info: Info, conn: Option<ConnHandle>) -> Result<Endpoint> {
+        Self::with_role(domain, info, conn, Role::Plain)
+    }
+
+    pub(crate) fn with_role(
+        domain: Domain,
+        info: Info,
+        conn: Option<ConnHandle>,
+        role: Role,
+    ) -> Result<Endpoint> {
         let mut info = info;
         // The endpoint's key: its own, else its domain's (fi_endpoint(3)),
         // so the provider finds it in one place.
@@ -284,6 +312,7 @@ impl Endpoint {
                 fid: next_fid(),
                 domain,
                 info,
+                role,
                 conn,
                 state: AtomicU8::new(DISABLED),
                 binds: Mutex::new(binds),
@@ -299,6 +328,11 @@ impl Endpoint {
     /// The object id.
     pub fn fid(&self) -> u64 {
         self.inner.fid
+    }
+
+    /// The domain it belongs to.
+    pub(crate) fn domain(&self) -> Domain {
+        self.inner.domain.clone()
     }
 
     /// The object id of the domain it belongs to.
@@ -334,7 +368,10 @@ impl Endpoint {
         if av.inner.domain.fid() != self.inner.domain.fid() {
             return Err(Error::Domain);
         }
-        if self.inner.info.ep_attr.ep_type.is_connected() {
+        // A context sends and receives through its scalable endpoint's AV.
+        if self.inner.info.ep_attr.ep_type.is_connected()
+            || matches!(self.inner.role, Role::Ctx { .. })
+        {
             return Err(Error::Inval);
         }
         let mut b = self.binds_mut()?;
@@ -609,15 +646,22 @@ impl Endpoint {
         }
         let b = self.binds_mut()?;
         let ep_type = self.inner.info.ep_attr.ep_type;
-        if !ep_type.is_connected() && b.av.is_none() {
+        let role = &self.inner.role;
+        let is_ctx = matches!(role, Role::Ctx { .. });
+        if !ep_type.is_connected() && b.av.is_none() && !is_ctx {
             return Err(Error::NoAv);
         }
-        // A socket-style stream endpoint moves its data through its
-        // stream, never through a queue.
-        if ep_type != EpType::SockStream
-            && ((b.tx_cq.is_none() && b.send_cntr.is_none())
-                || (b.rx_cq.is_none() && b.recv_cntr.is_none()))
-        {
+        let no_tx = b.tx_cq.is_none() && b.send_cntr.is_none();
+        let no_rx = b.rx_cq.is_none() && b.recv_cntr.is_none();
+        let no_cq = match role {
+            // A socket-style stream endpoint moves its data through its
+            // stream, never through a queue.
+            Role::Plain => ep_type != EpType::SockStream && (no_tx || no_rx),
+            // Its contexts complete on their own queues.
+            Role::Scalable => false,
+            Role::Ctx { tx, .. } => (*tx && no_tx) || (!*tx && no_rx),
+        };
+        if no_cq {
             return Err(Error::NoCq);
         }
         if ep_type.is_connected() && b.eq.is_none() {
@@ -625,8 +669,9 @@ impl Endpoint {
         }
         // A context's receives complete through whichever endpoint a
         // message reaches; in inline mode nothing would drive that one
-        // while the application awaits the context.
-        if b.srx.is_some() && b.wait == WaitMode::Inline {
+        // while the application awaits the context. Likewise the
+        // contexts of a scalable endpoint are fed by its readers.
+        if (b.srx.is_some() || !matches!(role, Role::Plain)) && b.wait != WaitMode::Interrupt {
             return Err(Error::Inval);
         }
         let info = &self.inner.info;
@@ -635,11 +680,15 @@ impl Endpoint {
             .as_deref()
             .map(|a| crate::addrfmt::to_raw(info, a))
             .transpose()?;
+        let av = match role {
+            Role::Ctx { sep, .. } => sep.av_table(),
+            _ => b.av.as_ref().map(|a| a.inner.table.clone()),
+        };
         let cfg = EpConfig {
             fid: self.inner.fid,
             context: b.context,
             info: crate::addrfmt::provider_info(info)?,
-            av: b.av.as_ref().map(|a| a.inner.table.clone()),
+            av,
             eq: b.eq.clone(),
             wait: b.wait,
             src_addr,
@@ -655,7 +704,12 @@ impl Endpoint {
         };
         let prov = {
             let _rt = self.inner.domain.rt().enter();
-            self.inner.domain.fabric().prov().open_endpoint(cfg)?
+            let prov = self.inner.domain.fabric().prov();
+            match role {
+                Role::Plain => prov.open_endpoint(cfg)?,
+                Role::Scalable => prov.open_scalable(cfg)?,
+                Role::Ctx { sep, tx, index } => sep.open_ctx(*tx, *index, cfg)?,
+            }
         };
         // Busy-poll waiters drive progress too: the provider's spinning
         // thread parks while they do (weft_core::progress::SpinHold).
@@ -686,6 +740,24 @@ impl Endpoint {
         self.inner.live.set(live).map_err(|_| Error::OpBadState)?;
         self.inner.state.store(ENABLED, Ordering::Release);
         Ok(())
+    }
+
+    /// A context's hold on its scalable endpoint, kept until it closes.
+    pub(crate) fn set_sep_hold(&self, hold: crate::scalable::CtxHold) {
+        lock(&self.inner.binds).sep_hold = Some(hold);
+    }
+
+    /// The provider endpoint, once enabled (`OpBadState` before).
+    pub(crate) fn prov(&self) -> Result<Arc<dyn ProviderEndpoint>> {
+        Ok(self.live()?.prov.clone())
+    }
+
+    /// The bound AV's table.
+    pub(crate) fn av_table(&self) -> Option<Arc<std::sync::Mutex<weft_core::av::AvTable>>> {
+        lock(&self.inner.binds)
+            .av
+            .as_ref()
+            .map(|a| a.inner.table.clone())
     }
 
     /// The runtime of the endpoint's domain.
@@ -790,6 +862,7 @@ impl Endpoint {
             stx.inner.state.unbind();
         }
         b.holds.clear();
+        b.sep_hold = None;
         Ok(())
     }
 }
