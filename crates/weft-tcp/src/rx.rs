@@ -114,6 +114,14 @@ enum Phase {
     },
 }
 
+/// The payload state's parts, handed to a step and back.
+struct Arriving {
+    hdr: Header,
+    remaining: usize,
+    sink: Sink,
+    at: Option<Arc<EpShared>>,
+}
+
 /// What a progress call ended with.
 #[derive(Debug, PartialEq, Eq)]
 pub enum RxStatus {
@@ -213,7 +221,13 @@ impl RxMachine {
                     sink,
                     at,
                 } => {
-                    if let Some(st) = self.payload_step(conn, ep, read, hdr, remaining, sink, at) {
+                    let a = Arriving {
+                        hdr,
+                        remaining,
+                        sink,
+                        at,
+                    };
+                    if let Some(st) = self.payload_step(conn, ep, read, a) {
                         return st;
                     }
                 }
@@ -229,11 +243,14 @@ impl RxMachine {
         conn: &Arc<Conn>,
         ep: &Arc<EpShared>,
         read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
-        hdr: Header,
-        mut remaining: usize,
-        mut sink: Sink,
-        at: Option<Arc<EpShared>>,
+        a: Arriving,
     ) -> Option<RxStatus> {
+        let Arriving {
+            hdr,
+            mut remaining,
+            mut sink,
+            at,
+        } = a;
         let to = at.as_ref().unwrap_or(ep);
         if remaining == 0 {
             finish(conn, to, &hdr, sink);
