@@ -57,6 +57,7 @@ use weft_core::provider::{
 use weft_core::{Error, Result};
 
 pub use connect::TcpPassive;
+pub use scalable::MAX_CTX;
 
 /// Provider name.
 pub const NAME: &str = "tcp";
@@ -280,7 +281,7 @@ fn open_rdm(
 }
 
 /// Opens (enables) a scalable RDM endpoint (`scalable.rs`): `Inval` for
-/// more contexts than [`scalable::MAX_CTX`] or none, `NoSys` for other
+/// more contexts than [`MAX_CTX`] or none, `NoSys` for other
 /// endpoint types. Its transmit contexts share its transmit queue, sized
 /// `tx_attr.size` per context.
 pub fn open_scalable(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {

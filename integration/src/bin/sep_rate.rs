@@ -9,7 +9,7 @@
 //! `TOTAL` messages of `SIZE` bytes are split evenly over the contexts;
 //! prints messages per second from the first send to the last receive.
 //!
-//! usage: sep-rate CTXS [TOTAL] [SIZE] [WORKERS]  (defaults 400000 8 2)
+//! usage: `sep-rate CTXS [TOTAL] [SIZE] [WORKERS]` (defaults 400000 8 2)
 
 use std::process::ExitCode;
 use std::time::Instant;
