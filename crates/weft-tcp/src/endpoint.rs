@@ -398,9 +398,10 @@ impl EpShared {
     /// ([`EpStats::rx_bad_ctx`](weft_core::provider::EpStats)) and reported
     /// on the EQ, and its bytes are skipped; the connection, which other
     /// contexts' messages share, carries on.
-    pub fn bad_ctx(&self, conn: &Conn, hdr: &Header) {
+    /// No log line: this is per message, and a peer could make many; the
+    /// EQ report is bounded.
+    pub fn bad_ctx(&self, conn: &Conn) {
         self.ctxs.dropped.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(peer = %conn.peer, rx_ctx = hdr.rx_ctx, "message for a receive context not here; dropped");
         self.cfg.eq_peer_error(
             Error::AddrNotAvail,
             sockaddr_bytes(&conn.source().addr).to_vec(),

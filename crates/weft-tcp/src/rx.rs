@@ -479,7 +479,7 @@ impl RxMachine {
                     RxTarget::Here => None,
                     RxTarget::Ctx(c) => Some(c),
                     RxTarget::Drop => {
-                        ep.bad_ctx(conn, &hdr);
+                        ep.bad_ctx(conn);
                         self.payload(conn, ep, hdr, hdr.len as usize, Sink::Discard);
                         return None;
                     }
