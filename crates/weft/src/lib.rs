@@ -43,6 +43,11 @@
 //! # }
 //! ```
 //!
+//! To spread one endpoint's traffic over threads, a [`ScalableEndpoint`]
+//! (tcp RDM) has one address and a transmit and receive context per Tokio
+//! worker, each an [`Endpoint`] with its own CQ, addressed with
+//! [`rx_addr`]; its documentation shows the pattern.
+//!
 //! Contexts with bit 63 set are reserved for the `async` forms.
 
 // Rejected posts hand the request back by value; see weft_core::provider.

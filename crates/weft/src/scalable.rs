@@ -1,84 +1,5 @@
-//! Scalable endpoints (`fi_scalable_ep`): one address, several transmit
-//! and receive contexts, each an [`Endpoint`] of its own for data
-//! operations, bound to its own CQ and counters and enabled on its own.
-//!
-//! The point is to let each thread (each Tokio worker) drive a context
-//! of its own: posting on one context takes no lock another context
-//! takes, and each context's completions arrive on its own queue. A
-//! sender names a receive context with [`rx_addr`](crate::rx_addr)
-//! (`fi_rx_addr`) on a handle from an AV opened with `rx_ctx_bits`.
-//!
-//! ```
-//! use bytes::{Bytes, BytesMut};
-//! use weft::{AvAttr, BindFlags, Caps, CqAttr, EpType, Info};
-//!
-//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-//! # async fn main() -> Result<(), weft::Error> {
-//! const CTXS: usize = 2;
-//! let mut hints = Info::default();
-//! hints.ep_attr.ep_type = EpType::Rdm;
-//! hints.caps = Caps::MSG | Caps::NAMED_RX_CTX;
-//! hints.ep_attr.tx_ctx_cnt = CTXS;
-//! hints.ep_attr.rx_ctx_cnt = CTXS;
-//! let info = weft::getinfo(Some(&hints))?.remove(0);
-//! let domain = weft::Fabric::open(&info)?.domain(&info)?;
-//! let bits = 1; // enough for CTXS receive contexts
-//! let av_attr = AvAttr { rx_ctx_bits: bits, ..AvAttr::default() };
-//!
-//! // The receiving side: one scalable endpoint, a receive context per worker.
-//! let server = domain.scalable_endpoint(&info)?;
-//! server.bind_av(&domain.av(av_attr.clone())?)?;
-//! server.enable()?;
-//! let mut rx = Vec::new();
-//! for i in 0..CTXS {
-//!     let ctx = server.rx_context(i)?;
-//!     ctx.bind_cq(&domain.cq(CqAttr::default())?, BindFlags::RECV)?;
-//!     ctx.enable()?;
-//!     rx.push(ctx);
-//! }
-//!
-//! // The sending side: a transmit context per worker, each with its CQ.
-//! let client = domain.scalable_endpoint(&info)?;
-//! let av = domain.av(av_attr)?;
-//! client.bind_av(&av)?;
-//! client.enable()?;
-//! let peer = av.insert_sync(&[server.local_addr()?], Default::default())?.fi_addrs[0];
-//! let mut workers = Vec::new();
-//! for i in 0..CTXS {
-//!     let tx = client.tx_context(i)?;
-//!     tx.bind_cq(&domain.cq(CqAttr::default())?, BindFlags::TRANSMIT)?;
-//!     tx.enable()?;
-//!     let rx = rx[i].clone();
-//!     // Worker i sends to receive context i and receives there: no
-//!     // context is touched by two tasks.
-//!     let dest = weft::rx_addr(peer, i as u32, bits);
-//!     workers.push(tokio::spawn(async move {
-//!         let recv = rx.recv(BytesMut::zeroed(16));
-//!         let send = tx.send(dest, Bytes::from(vec![i as u8; 4]));
-//!         let (got, sent) = tokio::join!(recv, send);
-//!         sent.map_err(|e| e.err)?;
-//!         Ok::<_, weft::Error>(got.map_err(|e| e.err)?.into_bytes())
-//!     }));
-//! }
-//! for (i, w) in workers.into_iter().enumerate() {
-//!     let got = w.await.map_err(|_| weft::Error::Canceled)??;
-//!     assert_eq!(&got[..], &[i as u8; 4]);
-//! }
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! Rules (fi_endpoint(3)): `tx_ctx_cnt`/`rx_ctx_cnt` of the info (0 is 1)
-//! up to the domain's `max_ep_tx_ctx`/`max_ep_rx_ctx`, else `Inval`; the
-//! scalable endpoint takes an AV (and an EQ) and is enabled before its
-//! contexts are (`OpBadState`); a context index beyond the count is
-//! `Inval`, and an index opens once in the endpoint's life (`Busy` the
-//! second time, closed or not, as libfabric's resource-in-use error); a
-//! scalable endpoint with open contexts does not close (`Busy`).
-//! Contexts run in `WaitMode::Interrupt` (their readers are the scalable
-//! endpoint's). They carry messages and tagged messages (posted and
-//! `async` forms); RMA and atomics on a context are `NoSys`, and sends on
-//! a receive context (receives on a transmit context) are `OpNotSupp`.
+//! Scalable endpoints (`fi_scalable_ep`); the public documentation is on
+//! [`ScalableEndpoint`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -93,7 +14,87 @@ use crate::endpoint::{Endpoint, Role};
 use crate::eq::EventQueue;
 use crate::fabric::Domain;
 
-/// A scalable endpoint.
+/// A scalable endpoint (`fi_scalable_ep`): one address, several transmit
+/// and receive contexts, each an [`Endpoint`] of its own for data
+/// operations, bound to its own CQ and counters and enabled on its own.
+///
+/// The point is to let each thread (each Tokio worker) drive a context
+/// of its own: posting on one context takes no lock another context
+/// takes, and each context's completions arrive on its own queue. A
+/// sender names a receive context with [`rx_addr`](crate::rx_addr)
+/// (`fi_rx_addr`) on a handle from an AV opened with `rx_ctx_bits`.
+///
+/// ```
+/// use bytes::{Bytes, BytesMut};
+/// use weft::{AvAttr, BindFlags, Caps, CqAttr, EpType, Info};
+///
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> Result<(), weft::Error> {
+/// const CTXS: usize = 2;
+/// let mut hints = Info::default();
+/// hints.ep_attr.ep_type = EpType::Rdm;
+/// hints.caps = Caps::MSG | Caps::NAMED_RX_CTX;
+/// hints.ep_attr.tx_ctx_cnt = CTXS;
+/// hints.ep_attr.rx_ctx_cnt = CTXS;
+/// let info = weft::getinfo(Some(&hints))?.remove(0);
+/// let domain = weft::Fabric::open(&info)?.domain(&info)?;
+/// let bits = 1; // enough for CTXS receive contexts
+/// let av_attr = AvAttr { rx_ctx_bits: bits, ..AvAttr::default() };
+///
+/// // The receiving side: one scalable endpoint, a receive context per worker.
+/// let server = domain.scalable_endpoint(&info)?;
+/// server.bind_av(&domain.av(av_attr.clone())?)?;
+/// server.enable()?;
+/// let mut rx = Vec::new();
+/// for i in 0..CTXS {
+///     let ctx = server.rx_context(i)?;
+///     ctx.bind_cq(&domain.cq(CqAttr::default())?, BindFlags::RECV)?;
+///     ctx.enable()?;
+///     rx.push(ctx);
+/// }
+///
+/// // The sending side: a transmit context per worker, each with its CQ.
+/// let client = domain.scalable_endpoint(&info)?;
+/// let av = domain.av(av_attr)?;
+/// client.bind_av(&av)?;
+/// client.enable()?;
+/// let peer = av.insert_sync(&[server.local_addr()?], Default::default())?.fi_addrs[0];
+/// let mut workers = Vec::new();
+/// for i in 0..CTXS {
+///     let tx = client.tx_context(i)?;
+///     tx.bind_cq(&domain.cq(CqAttr::default())?, BindFlags::TRANSMIT)?;
+///     tx.enable()?;
+///     let rx = rx[i].clone();
+///     // Worker i sends to receive context i and receives there: no
+///     // context is touched by two tasks.
+///     let dest = weft::rx_addr(peer, i as u32, bits);
+///     workers.push(tokio::spawn(async move {
+///         let recv = rx.recv(BytesMut::zeroed(16));
+///         let send = tx.send(dest, Bytes::from(vec![i as u8; 4]));
+///         let (got, sent) = tokio::join!(recv, send);
+///         sent.map_err(|e| e.err)?;
+///         Ok::<_, weft::Error>(got.map_err(|e| e.err)?.into_bytes())
+///     }));
+/// }
+/// for (i, w) in workers.into_iter().enumerate() {
+///     let got = w.await.map_err(|_| weft::Error::Canceled)??;
+///     assert_eq!(&got[..], &[i as u8; 4]);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Rules (fi_endpoint(3)): `tx_ctx_cnt`/`rx_ctx_cnt` of the info (0 is 1)
+/// up to the domain's `max_ep_tx_ctx`/`max_ep_rx_ctx`, else `Inval`; the
+/// scalable endpoint takes an AV (and an EQ) and is enabled before its
+/// contexts are (`OpBadState`); a context index beyond the count is
+/// `Inval`, and an index opens once in the endpoint's life (`Busy` the
+/// second time, closed or not, as libfabric's resource-in-use error); a
+/// scalable endpoint with open contexts does not close (`Busy`).
+/// Contexts run in `WaitMode::Interrupt` (their readers are the scalable
+/// endpoint's). They carry messages and tagged messages (posted and
+/// `async` forms); RMA and atomics on a context are `NoSys`, and sends on
+/// a receive context (receives on a transmit context) are `OpNotSupp`.
 #[derive(Debug, Clone)]
 pub struct ScalableEndpoint {
     inner: Arc<SepInner>,
