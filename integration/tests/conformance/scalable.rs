@@ -274,6 +274,43 @@ async fn unknown_context_is_dropped_and_reported(p: Provider) {
     assert_cq_quiet(&rx1_cq, "context 1").await;
 }
 
+/// Without `FI_NAMED_RX_CTX` on the receiving endpoint nothing can
+/// address its receive contexts: a message naming context 1 goes to
+/// receive context 0 (fi_endpoint(3): naming a context is the
+/// capability's job).
+async fn unnamed_contexts_take_context_0(p: Provider) {
+    let Some(info) = scalable_info(&p) else {
+        return;
+    };
+    let h = Harness::with_info(&p, info.clone());
+    let mut unnamed = info;
+    unnamed.caps.remove(Caps::NAMED_RX_CTX);
+    let server = h.domain.scalable_endpoint(&unnamed).unwrap();
+    server
+        .bind_av(&h.av_with(AvAttr {
+            rx_ctx_bits: BITS,
+            ..AvAttr::default()
+        }))
+        .unwrap();
+    server.enable().unwrap();
+    let (rx0, _) = ctx(&h, &server, false, 0);
+    let (_rx1, rx1_cq) = ctx(&h, &server, false, 1);
+    let (client, client_av) = sep(&h);
+    let (tx, _) = ctx(&h, &client, true, 0);
+    let dest = weft::rx_addr(insert(&client_av, &server), 1, BITS);
+    let (got, sent) = within("a message naming context 1", async {
+        tokio::join!(
+            rx0.recv(BytesMut::zeroed(8)),
+            tx.send(dest, Bytes::from_static(b"to 1"))
+        )
+    })
+    .await;
+    sent.unwrap();
+    assert_eq!(&got.unwrap().into_bytes()[..], b"to 1");
+    assert_cq_quiet(&rx1_cq, "context 1").await;
+    assert_eq!(server.stats().unwrap().rx_bad_ctx, 0);
+}
+
 /// Awaits `fut` for at most `wait`, spinning on the clock (Tokio's timers
 /// tick in milliseconds; the race of interest is microseconds wide), and
 /// drops it unfinished when the time is up.
@@ -351,6 +388,7 @@ provider_tests! {
     bad_input_is_refused,
     messages_land_in_the_named_context,
     unknown_context_is_dropped_and_reported,
+    unnamed_contexts_take_context_0,
     dropped_futures_lose_nothing,
 }
 
