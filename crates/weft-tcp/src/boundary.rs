@@ -156,12 +156,12 @@ impl ProviderEndpoint for TcpEndpoint {
     fn tx_context(
         &self,
         index: usize,
-        _cfg: weft_core::provider::EpConfig,
+        cfg: weft_core::provider::EpConfig,
     ) -> Result<Arc<dyn ProviderEndpoint>> {
         if !self.shared.ctxs.scalable() {
             return Err(Error::NoSys);
         }
-        crate::scalable::tx_context(&self.shared, index)
+        crate::scalable::tx_context(&self.shared, index, &cfg)
     }
 
     fn rx_context(

@@ -554,7 +554,17 @@ impl EpShared {
 
     pub(crate) fn send(
         self: &Arc<Self>,
+        req: SendReq,
+    ) -> std::result::Result<(), Rejected<SendReq>> {
+        self.send_from(req, None)
+    }
+
+    /// [`send`](Self::send) taking its room from `queue` (a scalable
+    /// endpoint's transmit context) instead of the endpoint's.
+    pub(crate) fn send_from(
+        self: &Arc<Self>,
         mut req: SendReq,
+        queue: Option<&Arc<Credits>>,
     ) -> std::result::Result<(), Rejected<SendReq>> {
         if req.len() > self.max_msg {
             return Err(Rejected {
@@ -566,7 +576,11 @@ impl EpShared {
             Ok(r) => r,
             Err(err) => return Err(Rejected { err, req }),
         };
-        if !self.tx.try_take() {
+        let room = match queue {
+            Some(q) => q.try_take(),
+            None => self.tx.try_take(),
+        };
+        if !room {
             return Err(Rejected {
                 err: Error::Again,
                 req,
@@ -574,7 +588,10 @@ impl EpShared {
         }
         let (mut h, payload) = Self::frame_for(&mut req);
         h.rx_ctx = route.rx_ctx();
-        let frame = TxFrame::new(h, payload, Some(req.done));
+        let mut frame = TxFrame::new(h, payload, Some(req.done));
+        if let Some(q) = queue {
+            frame.credit = crate::frame::Credit::Ctx(q.clone());
+        }
         self.dispatch(route, frame);
         Ok(())
     }

@@ -282,8 +282,7 @@ fn open_rdm(
 
 /// Opens (enables) a scalable RDM endpoint (`scalable.rs`): `Inval` for
 /// more contexts than [`MAX_CTX`] or none, `NoSys` for other
-/// endpoint types. Its transmit contexts share its transmit queue, sized
-/// `tx_attr.size` per context.
+/// endpoint types. Each transmit context has a queue of its own.
 pub fn open_scalable(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     let _g = rt.enter();
     if cfg.info.ep_attr.ep_type != EpType::Rdm || cfg.srx.is_some() || cfg.stx.is_some() {
@@ -293,8 +292,6 @@ pub fn open_scalable(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
     if [tx, rx].iter().any(|&n| n == 0 || n > scalable::MAX_CTX) {
         return Err(Error::Inval);
     }
-    let mut cfg = cfg;
-    cfg.info.tx_attr.size = cfg.info.tx_attr.size.saturating_mul(tx);
     let ctxs = scalable::Contexts::for_scalable(&cfg);
     let ep = open_rdm(cfg, &rt, ctxs)?;
     Ok(Arc::new(endpoint::TcpEndpoint::new(ep)))

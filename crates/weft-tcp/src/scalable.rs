@@ -14,14 +14,16 @@
 //!
 //! A transmit context posts through the scalable endpoint's send path
 //! (its peer table and connections: one TCP stream per peer carries every
-//! context's frames, in posting order); what it owns is where its
-//! completions go, which the API layer puts in each request.
+//! context's frames, in posting order); what it owns is its queue's room
+//! (`tx_attr.size`) and where its completions go, which the API layer
+//! puts in each request.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use weft_core::addr::encode_sockaddr;
 use weft_core::completion::Returned;
+use weft_core::credits::Credits;
 use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
 use weft_core::wire::Header;
 use weft_core::{Error, Result};
@@ -106,15 +108,21 @@ impl Contexts {
     }
 }
 
-/// Opens transmit context `index` of scalable endpoint `sep`: `Inval`
-/// beyond its count, `Busy` when opened before.
-pub fn tx_context(sep: &Arc<EpShared>, index: usize) -> Result<Arc<dyn ProviderEndpoint>> {
+/// Opens transmit context `index` of scalable endpoint `sep`, with a
+/// queue of `cfg.info.tx_attr.size` operations: `Inval` beyond its count,
+/// `Busy` when opened before.
+pub fn tx_context(
+    sep: &Arc<EpShared>,
+    index: usize,
+    cfg: &EpConfig,
+) -> Result<Arc<dyn ProviderEndpoint>> {
     let slot = sep.ctxs.tx.get(index).ok_or(Error::Inval)?;
     if slot.swap(true, Ordering::AcqRel) {
         return Err(Error::Busy);
     }
     Ok(Arc::new(TcpTxCtx {
         sep: sep.clone(),
+        queue: Arc::new(Credits::new(cfg.info.tx_attr.size.max(1))),
         closed: AtomicBool::new(false),
     }))
 }
@@ -145,6 +153,9 @@ pub fn rx_context(
 #[derive(Debug)]
 pub struct TcpTxCtx {
     sep: Arc<EpShared>,
+    /// Its transmit queue's room, its own: each frame holds a credit of
+    /// it until written (`frame::Credit::Ctx`).
+    queue: Arc<Credits>,
     closed: AtomicBool,
 }
 
@@ -156,7 +167,7 @@ impl ProviderEndpoint for TcpTxCtx {
                 req,
             });
         }
-        self.sep.send(req)
+        self.sep.send_from(req, Some(&self.queue))
     }
 
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
@@ -183,7 +194,7 @@ impl ProviderEndpoint for TcpTxCtx {
     }
 
     fn tx_size_left(&self) -> usize {
-        self.sep.tx.left()
+        self.queue.left()
     }
 
     fn rx_size_left(&self) -> usize {

@@ -120,6 +120,8 @@ async fn bad_input_is_refused(p: Provider) {
     s.enable().unwrap();
     let (tx, _cq) = ctx(&h, &s, true, 1);
     assert_eq!(s.tx_context(1).unwrap_err(), Error::Busy);
+    // Its queue is its own, of the offer's size.
+    assert_eq!(tx.tx_size_left().unwrap(), h.info.tx_attr.size);
     // A context needs its direction's queue; the other direction is not
     // its own.
     let bare = s.rx_context(2).unwrap();
