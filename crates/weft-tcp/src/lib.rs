@@ -281,12 +281,16 @@ fn open_rdm(
 }
 
 /// Opens (enables) a scalable RDM endpoint (`scalable.rs`): `Inval` for
-/// more contexts than [`MAX_CTX`] or none, `NoSys` for other
-/// endpoint types. Each transmit context has a queue of its own.
+/// more contexts than [`MAX_CTX`] or none, or with a shared context
+/// bound, `NoSys` for other endpoint types. Each transmit context has a queue of its own.
 pub fn open_scalable(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     let _g = rt.enter();
-    if cfg.info.ep_attr.ep_type != EpType::Rdm || cfg.srx.is_some() || cfg.stx.is_some() {
+    if cfg.info.ep_attr.ep_type != EpType::Rdm {
         return Err(Error::NoSys);
+    }
+    // Its contexts are its queues; shared ones have no place there.
+    if cfg.srx.is_some() || cfg.stx.is_some() {
+        return Err(Error::Inval);
     }
     let (tx, rx) = (cfg.info.ep_attr.tx_ctx_cnt, cfg.info.ep_attr.rx_ctx_cnt);
     if [tx, rx].iter().any(|&n| n == 0 || n > scalable::MAX_CTX) {

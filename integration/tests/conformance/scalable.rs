@@ -126,6 +126,10 @@ async fn bad_input_is_refused(p: Provider) {
     // its own.
     let bare = s.rx_context(2).unwrap();
     assert_eq!(bare.enable().unwrap_err(), Error::NoCq);
+    // Its queues are its own: a shared receive context has no place.
+    bare.bind_cq(&h.cq(), BindFlags::RECV).unwrap();
+    bare.bind_srx(&h.domain.srx_context(0).unwrap()).unwrap();
+    assert_eq!(bare.enable().unwrap_err(), Error::Inval);
     assert_eq!(bare.bind_av(&av).unwrap_err(), Error::Inval);
     let e = tx.post_recv(BytesMut::zeroed(8), 1).unwrap_err();
     assert_eq!(e, Error::OpNotSupp);

@@ -20,7 +20,7 @@ impl Endpoint {
     /// (`NoCq`); connection-oriented ones need an EQ (`NoEq`). A scalable
     /// endpoint's context needs its own direction's CQ or counter only,
     /// and its scalable endpoint enabled first (`OpBadState`); both run
-    /// in `WaitMode::Interrupt` only (`Inval`).
+    /// in `WaitMode::Interrupt` only, without shared contexts (`Inval`).
     ///
     /// After a critical error (a MSG connection's fatal fault, reported on
     /// the EQ) the endpoint is disabled: its operations are `OpBadState`
@@ -63,6 +63,11 @@ impl Endpoint {
         // while the application awaits the context. Likewise the
         // contexts of a scalable endpoint are fed by its readers.
         if (b.srx.is_some() || !matches!(role, Role::Plain)) && b.wait != WaitMode::Interrupt {
+            return Err(Error::Inval);
+        }
+        // A scalable endpoint's contexts are its receive and transmit
+        // queues: shared ones have no place there.
+        if !matches!(role, Role::Plain) && (b.srx.is_some() || b.stx.is_some()) {
             return Err(Error::Inval);
         }
         let info = &self.inner.info;
