@@ -122,6 +122,16 @@ async fn bad_input_is_refused(p: Provider) {
     assert_eq!(s.tx_context(1).unwrap_err(), Error::Busy);
     // Its queue is its own, of the offer's size.
     assert_eq!(tx.tx_size_left().unwrap(), h.info.tx_attr.size);
+    // A context binds one CQ per direction, like any endpoint, and
+    // nothing once enabled.
+    let twice = s.tx_context(3).unwrap();
+    twice.bind_cq(&h.cq(), BindFlags::TRANSMIT).unwrap();
+    let e = twice.bind_cq(&h.cq(), BindFlags::TRANSMIT).unwrap_err();
+    assert_eq!(e, Error::Inval);
+    twice.enable().unwrap();
+    let e = twice.bind_cq(&h.cq(), BindFlags::RECV).unwrap_err();
+    assert_eq!(e, Error::OpBadState);
+    twice.close().unwrap();
     // A context needs its direction's queue; the other direction is not
     // its own.
     let bare = s.rx_context(2).unwrap();
