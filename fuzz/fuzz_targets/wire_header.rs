@@ -3,6 +3,7 @@
 //!
 //! Properties checked (a failed assertion is a finding):
 //! - nothing panics on arbitrary input;
+//! - only `Msg` and `Tagged` name a receive context (bytes 6..8);
 //! - a header that decodes re-encodes to exactly the 40 bytes it came from
 //!   and decodes again to the same `Header`;
 //! - the decoder's answer is consistent across `max_data_len` values
@@ -62,10 +63,14 @@ fn check_header(data: &[u8]) {
                     assert!(h.len <= READ_REQ_LEN as u64);
                     assert_eq!(h.flags, 0, "read request with flags");
                 } else if kind.is_data() {
+                    if !matches!(kind, FrameKind::Msg | FrameKind::Tagged) {
+                        assert_eq!(h.rx_ctx, 0, "{kind:?} naming a receive context");
+                    }
                     assert!(h.len <= max, "data frame len {} > max {max}", h.len);
                     assert_eq!(h.flags & !(FLAG_CQ_DATA | FLAG_ACK_REQ), 0);
                 } else {
                     assert_eq!(h.flags, 0, "control frame with flags");
+                    assert_eq!(h.rx_ctx, 0, "control frame naming a receive context");
                     let limit = match kind {
                         FrameKind::Hello
                         | FrameKind::ConnReq

@@ -169,13 +169,12 @@ async fn malformed_input_closes_only_that_connection() {
     tag += 1;
 
     // Handshake, then headers wrong in each field in turn.
-    let corruptions: [(usize, u8); 6] = [
+    let corruptions: [(usize, u8); 5] = [
         (0, b'X'), // magic
         (2, 9),    // version
         (3, 0),    // kind
         (3, 200),  // kind
         (4, 0x80), // unknown flag
-        (7, 1),    // reserved
     ];
     for (at, v) in corruptions {
         let (mut s, _id) = hello(va).await;
@@ -187,18 +186,49 @@ async fn malformed_input_closes_only_that_connection() {
         tag += 1;
     }
 
-    // Flags on a control frame, a second Hello, a payload on an Ack.
+    // Flags on a control frame, a second Hello, a payload on an Ack, a
+    // receive context (the reserved bytes outside messages) on an Ack.
     let mut bad_ack = Header::new(FrameKind::Ack);
     bad_ack.flags = FLAG_ACK_REQ;
     let mut long_ack = Header::new(FrameKind::Ack);
     long_ack.len = 8;
-    for h in [bad_ack, Header::new(FrameKind::Hello), long_ack] {
+    let mut ctx_ack = Header::new(FrameKind::Ack);
+    ctx_ack.rx_ctx = 1;
+    for h in [bad_ack, Header::new(FrameKind::Hello), long_ack, ctx_ack] {
         let (mut s, _id) = hello(va).await;
         to(s.write_all(&h.encode())).await.unwrap();
         expect_closed(s).await;
         assert_alive(&victim, &good, tag).await;
         tag += 1;
     }
+
+    // A message for a receive context the endpoint does not have (it is
+    // not scalable) is dropped and counted; the connection carries on.
+    let (mut s, _id) = hello(va).await;
+    let mut h = Header::new(FrameKind::Tagged);
+    h.rx_ctx = 7;
+    h.len = 4;
+    h.seq = 1;
+    h.tag = tag;
+    let mut frame = h.encode().to_vec();
+    frame.extend_from_slice(b"lost");
+    to(s.write_all(&frame)).await.unwrap();
+    assert_alive(&victim, &good, tag).await;
+    h.rx_ctx = 0;
+    h.seq = 2;
+    h.tag = tag + 1;
+    let mut frame = h.encode().to_vec();
+    frame.extend_from_slice(b"kept");
+    let recv = victim
+        .ep
+        .trecv(BytesMut::zeroed(8), FI_ADDR_UNSPEC, tag + 1, 0);
+    let (got, sent) = to(async { tokio::join!(recv, s.write_all(&frame)) }).await;
+    sent.unwrap();
+    assert_eq!(&got.unwrap().into_bytes()[..], b"kept", "same connection");
+    // Read after the dropped one, on the same connection: it was counted.
+    assert_eq!(victim.ep.stats().unwrap().rx_bad_ctx, 1);
+    drop(s);
+    tag += 2;
 
     // An Ack for a frame never sent is ignored, not fatal.
     let (mut s, _id) = hello(va).await;

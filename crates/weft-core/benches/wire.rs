@@ -19,6 +19,7 @@ fn sample(i: u64) -> Header {
         tag: 0xdead_beef_0000_0000 | i,
         data: 42,
         seq: i,
+        rx_ctx: 0,
     }
 }
 

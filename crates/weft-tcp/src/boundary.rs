@@ -149,7 +149,30 @@ impl ProviderEndpoint for TcpEndpoint {
         s.parked = ep.parked.len();
         s.unexpected_bytes = ep.unexp_charged.load(Ordering::Acquire);
         s.peers = lock(&ep.peers).len();
+        s.rx_bad_ctx = ep.ctxs.dropped.load(Ordering::Relaxed);
         s
+    }
+
+    fn tx_context(
+        &self,
+        index: usize,
+        cfg: weft_core::provider::EpConfig,
+    ) -> Result<Arc<dyn ProviderEndpoint>> {
+        if !self.shared.ctxs.scalable() {
+            return Err(Error::NoSys);
+        }
+        crate::scalable::tx_context(&self.shared, index, &cfg)
+    }
+
+    fn rx_context(
+        &self,
+        index: usize,
+        cfg: weft_core::provider::EpConfig,
+    ) -> Result<Arc<dyn ProviderEndpoint>> {
+        if !self.shared.ctxs.scalable() {
+            return Err(Error::NoSys);
+        }
+        crate::scalable::rx_context(&self.shared, index, cfg)
     }
 
     fn connect(&self, dest: Vec<u8>, cm_data: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>>> {

@@ -341,9 +341,9 @@ impl Conn {
     }
 
     fn release_credit(&self, f: &TxFrame) {
-        if f.credit {
+        if f.credit.held() {
             if let Some(ep) = self.ep.upgrade() {
-                ep.tx.release(1);
+                f.credit.give_back(&ep);
             }
         }
     }
@@ -568,7 +568,7 @@ impl Conn {
                 .is_some_and(|e| e.ep_type == weft_core::attr::EpType::Rdm && !e.is_closed());
         let mut again = Vec::new();
         for mut f in frames {
-            if requeue && f.written == 0 && f.credit {
+            if requeue && f.written == 0 && f.credit.held() {
                 // Acks name this connection's sequence numbers: they mean
                 // nothing on the next one.
                 f.pre = None;
@@ -602,6 +602,9 @@ impl Conn {
             ep.parked.unpark(self);
             if let Some(l) = &ep.srx {
                 l.core.parked.unpark(self);
+            }
+            for c in ep.ctxs.rx_open() {
+                c.parked.unpark(self);
             }
             // If a driver holds the receive state it finds `dead` set once
             // it lets go, and aborts it then (see `abort_rx_if_dead`).

@@ -257,9 +257,7 @@ fn fail_pending(ep: &EpShared, p: &mut PeerState, err: Error) {
 }
 
 fn fail_frame(ep: &EpShared, f: TxFrame, err: Error) {
-    if f.credit {
-        ep.tx.release(1);
-    }
+    f.credit.give_back(ep);
     fail_frame_done(f, err);
 }
 

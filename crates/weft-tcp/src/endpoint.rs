@@ -144,6 +144,8 @@ pub struct EpShared {
     /// (`srx`): then `matcher`, `rx` and the budget fields serve only
     /// RMA read answers.
     pub srx: Option<crate::srx::SrxLink>,
+    /// A scalable endpoint's contexts (`scalable.rs`); empty otherwise.
+    pub ctxs: crate::scalable::Contexts,
 }
 
 /// An endpoint runs its domain's TLS (loaded when the domain opened,
@@ -186,6 +188,16 @@ impl weft_core::recv_completion::RecvCtx for EpShared {
 
 impl EpShared {
     pub fn new(cfg: EpConfig, local: SocketAddr, rt: Handle) -> Result<Arc<EpShared>> {
+        Self::with_contexts(cfg, local, rt, crate::scalable::Contexts::default())
+    }
+
+    /// [`new`](Self::new) for a scalable endpoint, with its contexts.
+    pub fn with_contexts(
+        cfg: EpConfig,
+        local: SocketAddr,
+        rt: Handle,
+        ctxs: crate::scalable::Contexts,
+    ) -> Result<Arc<EpShared>> {
         let info = &cfg.info;
         let dscp = weft_core::tclass::to_dscp(info.tx_attr.tclass)?;
         let keys = EpKeys::for_endpoint(info, cfg.av.as_ref())?;
@@ -213,6 +225,7 @@ impl EpShared {
         let srx = crate::srx::SrxLink::core_of(&cfg)?;
         let ep = Arc::new_cyclic(|me| EpShared {
             srx: srx.map(|core| crate::srx::SrxLink::new(core, &cfg, me)),
+            ctxs,
             me: me.clone(),
             regions,
             watch,
@@ -380,6 +393,21 @@ impl EpShared {
         Some(Arrival::Unexpected(u))
     }
 
+    /// A message on `conn` named a receive context this endpoint does not
+    /// have (or has not opened): it is counted
+    /// ([`EpStats::rx_bad_ctx`](weft_core::provider::EpStats)) and reported
+    /// on the EQ, and its bytes are skipped; the connection, which other
+    /// contexts' messages share, carries on.
+    /// No log line: this is per message, and a peer could make many; the
+    /// EQ report is bounded.
+    pub fn bad_ctx(&self, conn: &Conn) {
+        self.ctxs.dropped.fetch_add(1, Ordering::Relaxed);
+        self.cfg.eq_peer_error(
+            Error::AddrNotAvail,
+            sockaddr_bytes(&conn.source().addr).to_vec(),
+        );
+    }
+
     /// A message still arriving died with its connection: it leaves the
     /// unexpected queue (and gives back its budget) at once.
     pub fn drop_dead_unexpected(&self, u: &Arc<Unexpected>) {
@@ -526,7 +554,17 @@ impl EpShared {
 
     pub(crate) fn send(
         self: &Arc<Self>,
+        req: SendReq,
+    ) -> std::result::Result<(), Rejected<SendReq>> {
+        self.send_from(req, None)
+    }
+
+    /// [`send`](Self::send) taking its room from `queue` (a scalable
+    /// endpoint's transmit context) instead of the endpoint's.
+    pub(crate) fn send_from(
+        self: &Arc<Self>,
         mut req: SendReq,
+        queue: Option<&Arc<Credits>>,
     ) -> std::result::Result<(), Rejected<SendReq>> {
         if req.len() > self.max_msg {
             return Err(Rejected {
@@ -538,14 +576,22 @@ impl EpShared {
             Ok(r) => r,
             Err(err) => return Err(Rejected { err, req }),
         };
-        if !self.tx.try_take() {
+        let room = match queue {
+            Some(q) => q.try_take(),
+            None => self.tx.try_take(),
+        };
+        if !room {
             return Err(Rejected {
                 err: Error::Again,
                 req,
             });
         }
-        let (h, payload) = Self::frame_for(&mut req);
-        let frame = TxFrame::new(h, payload, Some(req.done));
+        let (mut h, payload) = Self::frame_for(&mut req);
+        h.rx_ctx = route.rx_ctx();
+        let mut frame = TxFrame::new(h, payload, Some(req.done));
+        if let Some(q) = queue {
+            frame.credit = crate::frame::Credit::Ctx(q.clone());
+        }
         self.dispatch(route, frame);
         Ok(())
     }
@@ -554,7 +600,7 @@ impl EpShared {
     /// the connection.
     pub(crate) fn route(&self, dest: FiAddr) -> Result<Route> {
         if self.ep_type == EpType::Rdm {
-            self.dest_source(dest).map(Route::Peer)
+            self.dest_source(dest).map(|(s, rx)| Route::Peer(s, rx))
         } else {
             lock(&self.msg_conn)
                 .clone()
@@ -566,22 +612,29 @@ impl EpShared {
 
     pub(crate) fn dispatch(self: &Arc<Self>, route: Route, frame: TxFrame) {
         match route {
-            Route::Peer(dest) => crate::connect::rdm_send(self, dest, frame),
+            Route::Peer(dest, _) => crate::connect::rdm_send(self, dest, frame),
             Route::Conn(conn) => conn.send(frame),
         }
     }
 
     /// The peer an RDM handle names: its address and the key it was
-    /// inserted under. A key this endpoint cannot prove is `NoKey`.
-    fn dest_source(&self, dest: FiAddr) -> Result<Source> {
+    /// inserted under, and the receive context its `fi_rx_addr` bits name
+    /// (`MAX_CTX` and above are `Inval`: no peer has them). A key this
+    /// endpoint cannot prove is `NoKey`.
+    fn dest_source(&self, dest: FiAddr) -> Result<(Source, u16)> {
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
         // `lookup` ignores the receive-context bits of the handle.
         let t = lock_synced(av);
+        let (_, rx) = weft_core::av::split_rx_addr(dest, t.rx_ctx_bits());
         let (bytes, key) = t.lookup_keyed(dest).map_err(|_| Error::AddrNotAvail)?;
         let addr = decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)?;
         drop(t);
+        let rx = u16::try_from(rx)
+            .ok()
+            .filter(|&r| usize::from(r) < crate::scalable::MAX_CTX)
+            .ok_or(Error::Inval)?;
         self.keys.check_dest(key)?;
-        Ok(Source { addr, key })
+        Ok((Source { addr, key }, rx))
     }
 
     pub(crate) fn recv(
@@ -662,10 +715,21 @@ pub fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut FastMap<K, V>) {
 
 /// Where a send goes.
 pub(crate) enum Route {
-    /// An RDM peer, connected on first use.
-    Peer(Source),
+    /// An RDM peer, connected on first use, and the receive context of
+    /// it the handle names (`fi_rx_addr`; 0 without).
+    Peer(Source, u16),
     /// A MSG endpoint's connection.
     Conn(Arc<Conn>),
+}
+
+impl Route {
+    /// The receive context a message on this route names.
+    pub(crate) fn rx_ctx(&self) -> u16 {
+        match self {
+            Route::Peer(_, rx) => *rx,
+            Route::Conn(_) => 0,
+        }
+    }
 }
 
 /// The matching criteria of a receive.

@@ -3,9 +3,11 @@
 //! data.
 
 use std::io::IoSlice;
+use std::sync::Arc;
 use std::time::Duration;
 
 use weft_core::completion::OpDone;
+use weft_core::credits::Credits;
 use weft_core::provider::Iov;
 use weft_core::wire::{self, FrameKind, Header, HEADER_LEN};
 use weft_core::{Error, Result};
@@ -36,7 +38,7 @@ pub struct TxFrame {
     /// written or fails. Only data frames take credits: control frames
     /// (Ack, Shutdown) are not the application's and must not consume its
     /// queue depth.
-    pub credit: bool,
+    pub credit: Credit,
     /// An RMA read request's read (or an atomic's pending answer),
     /// registered with the connection (by sequence number) when the
     /// frame is queued on it.
@@ -46,10 +48,42 @@ pub struct TxFrame {
     pub charge: Option<crate::admission::Charge>,
 }
 
+/// Whose transmit credit a frame holds.
+#[derive(Debug)]
+pub enum Credit {
+    /// None: a control frame.
+    None,
+    /// One of its endpoint's (`EpShared::tx`).
+    Ep,
+    /// One of a scalable endpoint's transmit context, whose queue is its
+    /// own (`scalable.rs`).
+    Ctx(Arc<Credits>),
+}
+
+impl Credit {
+    /// Whether the frame holds one.
+    pub fn held(&self) -> bool {
+        !matches!(self, Credit::None)
+    }
+
+    /// Gives it back to `ep`'s queue, or to the context's.
+    pub fn give_back(&self, ep: &crate::endpoint::EpShared) {
+        match self {
+            Credit::None => {}
+            Credit::Ep => ep.tx.release(1),
+            Credit::Ctx(c) => c.release(1),
+        }
+    }
+}
+
 impl TxFrame {
     pub fn new(hdr: Header, payload: Iov, done: Option<OpDone>) -> TxFrame {
         let wait_ack = hdr.flags & wire::FLAG_ACK_REQ != 0;
-        let credit = hdr.kind.is_some_and(FrameKind::is_data);
+        let credit = if hdr.kind.is_some_and(FrameKind::is_data) {
+            Credit::Ep
+        } else {
+            Credit::None
+        };
         TxFrame {
             hdr,
             enc: [0; HEADER_LEN],
@@ -223,7 +257,7 @@ mod tests {
             FrameKind::RmaWrite,
             FrameKind::RmaReadReq,
         ] {
-            assert!(TxFrame::new(Header::new(k), Iov::new(), None).credit);
+            assert!(TxFrame::new(Header::new(k), Iov::new(), None).credit.held());
         }
         for k in [
             FrameKind::Ack,
@@ -231,7 +265,7 @@ mod tests {
             FrameKind::Hello,
             FrameKind::RmaReadResp,
         ] {
-            assert!(!TxFrame::new(Header::new(k), Iov::new(), None).credit);
+            assert!(!TxFrame::new(Header::new(k), Iov::new(), None).credit.held());
         }
     }
 

@@ -32,6 +32,7 @@ mod returned;
 mod rma;
 mod rma_events;
 mod rx;
+mod scalable;
 mod sock_stream;
 mod srx;
 mod stx;
@@ -56,6 +57,7 @@ use weft_core::provider::{
 use weft_core::{Error, Result};
 
 pub use connect::TcpPassive;
+pub use scalable::MAX_CTX;
 
 /// Provider name.
 pub const NAME: &str = "tcp";
@@ -127,7 +129,13 @@ fn offer(ep_type: EpType) -> Info {
         | Caps::MULTI_RECV
         | if ep_type == EpType::Rdm {
             // Named AVs: see docs/design.md, "Named shared AVs".
-            Caps::DIRECTED_RECV | Caps::AV_USER_ID | Caps::SOURCE_ERR | Caps::SHARED_AV
+            // Receive contexts of scalable endpoints are named by
+            // `fi_rx_addr`: docs/design.md, "Scalable endpoints on tcp".
+            Caps::DIRECTED_RECV
+                | Caps::AV_USER_ID
+                | Caps::SOURCE_ERR
+                | Caps::SHARED_AV
+                | Caps::NAMED_RX_CTX
         } else {
             Caps::empty()
         };
@@ -207,10 +215,21 @@ fn offer(ep_type: EpType) -> Info {
             cq_data_size: 8,
             cq_cnt: 1 << 16,
             ep_cnt: 1 << 16,
-            tx_ctx_cnt: 1,
-            rx_ctx_cnt: 1,
-            max_ep_tx_ctx: 1,
-            max_ep_rx_ctx: 1,
+            // RDM endpoints may be scalable (`scalable.rs`): up to
+            // MAX_CTX contexts each way, as many in the domain as it has
+            // endpoints.
+            tx_ctx_cnt: if ep_type == EpType::Rdm { 1 << 16 } else { 1 },
+            rx_ctx_cnt: if ep_type == EpType::Rdm { 1 << 16 } else { 1 },
+            max_ep_tx_ctx: if ep_type == EpType::Rdm {
+                scalable::MAX_CTX
+            } else {
+                1
+            },
+            max_ep_rx_ctx: if ep_type == EpType::Rdm {
+                scalable::MAX_CTX
+            } else {
+                1
+            },
             // RDM and MSG endpoints may take their receives from one
             // shared receive context (`srx.rs`); stream sockets have no
             // receives.
@@ -245,20 +264,50 @@ fn bind_addr(cfg: &EpConfig) -> Result<SocketAddr> {
     }
 }
 
+/// Opens (enables) an RDM endpoint, with a scalable endpoint's
+/// contexts: it starts listening at once so its address can be handed to
+/// peers.
+fn open_rdm(
+    cfg: EpConfig,
+    rt: &Handle,
+    ctxs: scalable::Contexts,
+) -> Result<Arc<endpoint::EpShared>> {
+    let l = connect::listen(bind_addr(&cfg)?, 1024)?;
+    let local = l.local_addr()?;
+    let ep = endpoint::EpShared::with_contexts(cfg, local, rt.clone(), ctxs)?;
+    connect::start_rdm_listener(&ep, l);
+    sweep::start(&ep);
+    Ok(ep)
+}
+
+/// Opens (enables) a scalable RDM endpoint (`scalable.rs`): `Inval` for
+/// more contexts than [`MAX_CTX`] or none, or with a shared context
+/// bound, `NoSys` for other endpoint types. Each transmit context has a queue of its own.
+pub fn open_scalable(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
+    let _g = rt.enter();
+    if cfg.info.ep_attr.ep_type != EpType::Rdm {
+        return Err(Error::NoSys);
+    }
+    // Its contexts are its queues; shared ones have no place there.
+    if cfg.srx.is_some() || cfg.stx.is_some() {
+        return Err(Error::Inval);
+    }
+    let (tx, rx) = (cfg.info.ep_attr.tx_ctx_cnt, cfg.info.ep_attr.rx_ctx_cnt);
+    if [tx, rx].iter().any(|&n| n == 0 || n > scalable::MAX_CTX) {
+        return Err(Error::Inval);
+    }
+    let ctxs = scalable::Contexts::for_scalable(&cfg);
+    let ep = open_rdm(cfg, &rt, ctxs)?;
+    Ok(Arc::new(endpoint::TcpEndpoint::new(ep)))
+}
+
 /// Opens (enables) an endpoint. RDM endpoints start listening at once so
 /// their address can be handed to peers.
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     let _g = rt.enter();
     let ep_type = cfg.info.ep_attr.ep_type;
     let shared = match ep_type {
-        EpType::Rdm => {
-            let l = connect::listen(bind_addr(&cfg)?, 1024)?;
-            let local = l.local_addr()?;
-            let ep = endpoint::EpShared::new(cfg, local, rt.clone())?;
-            connect::start_rdm_listener(&ep, l);
-            sweep::start(&ep);
-            ep
-        }
+        EpType::Rdm => open_rdm(cfg, &rt, scalable::Contexts::default())?,
         EpType::Msg | EpType::SockStream => {
             let local = match &cfg.conn {
                 Some(h) => connect::pending_of(h)?.local,
@@ -312,6 +361,10 @@ impl Provider for TcpProvider {
 
     fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
         open_endpoint(cfg, Handle::current())
+    }
+
+    fn open_scalable(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
+        open_scalable(cfg, Handle::current())
     }
 
     fn open_passive(&self, cfg: PassiveConfig) -> Result<Arc<dyn ProviderPassive>> {

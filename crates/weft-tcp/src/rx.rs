@@ -8,10 +8,7 @@
 use std::io;
 use std::sync::Arc;
 
-use bytes::BytesMut;
-
 use weft_core::addr::FiAddr;
-use weft_core::flags::OpFlags;
 use weft_core::provider::RecvReq;
 pub use weft_core::recv_completion::{complete_peek, deliver, fail_recv};
 use weft_core::recv_completion::{copy_in, deliver_unknown};
@@ -40,7 +37,6 @@ pub fn copy_and_deliver(
     let placed = copy_in(&mut req, data);
     deliver_from(ep, req, info, placed, from);
 }
-use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::wire::atomic::{AtomicHdr, ATOMIC_HDR_LEN};
 use weft_core::wire::rma::{ReadReq, Target, READ_REQ_LEN, TARGET_LEN};
@@ -53,7 +49,12 @@ use crate::atomic::AtomicSink;
 use crate::conn::Conn;
 use crate::endpoint::EpShared;
 use crate::keys::Source;
-use crate::rma::{Answer, PendingRead, ReadJob, WriteSink};
+use crate::rma::{Answer, ReadJob, WriteSink};
+use crate::scalable::Target as RxTarget;
+
+#[path = "rx_sink.rs"]
+mod sink;
+use sink::{advance, direct_slot, fail_sink, feed, finish, Sink};
 
 #[cfg(test)]
 #[path = "rx_tests.rs"]
@@ -70,27 +71,6 @@ const PROBE: usize = 512;
 /// Payload bytes still to come above which reads go straight to the target.
 const DIRECT_MIN: usize = 16 * 1024;
 
-enum Sink {
-    Posted {
-        req: RecvReq,
-        info: MsgInfo,
-        seg: usize,
-        off: usize,
-        placed: usize,
-    },
-    Unexpected(Arc<Unexpected>),
-    /// An RMA write's bytes, going into a region (or refused).
-    Write(WriteSink),
-    /// A piece of the answer to read request `seq` (or the answer to an
-    /// atomic).
-    Read {
-        seq: u64,
-        read: Box<PendingRead>,
-    },
-    /// An atomic request's arrays, held until they are whole.
-    Atomic(Box<AtomicSink>),
-}
-
 // One per connection, so its size costs nothing; boxing the sink would
 // cost an allocation per message.
 #[allow(clippy::large_enum_variant)]
@@ -104,7 +84,18 @@ enum Phase {
         hdr: Header,
         remaining: usize,
         sink: Sink,
+        /// A scalable endpoint's receive context the message is for
+        /// (`None`: the endpoint reading).
+        at: Option<Arc<EpShared>>,
     },
+}
+
+/// The payload state's parts, handed to a step and back.
+struct Arriving {
+    hdr: Header,
+    remaining: usize,
+    sink: Sink,
+    at: Option<Arc<EpShared>>,
 }
 
 /// What a progress call ended with.
@@ -204,8 +195,15 @@ impl RxMachine {
                     hdr,
                     remaining,
                     sink,
+                    at,
                 } => {
-                    if let Some(st) = self.payload_step(conn, ep, read, hdr, remaining, sink) {
+                    let a = Arriving {
+                        hdr,
+                        remaining,
+                        sink,
+                        at,
+                    };
+                    if let Some(st) = self.payload_step(conn, ep, read, a) {
                         return st;
                     }
                 }
@@ -221,12 +219,17 @@ impl RxMachine {
         conn: &Arc<Conn>,
         ep: &Arc<EpShared>,
         read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>,
-        hdr: Header,
-        mut remaining: usize,
-        mut sink: Sink,
+        a: Arriving,
     ) -> Option<RxStatus> {
+        let Arriving {
+            hdr,
+            mut remaining,
+            mut sink,
+            at,
+        } = a;
+        let to = at.as_ref().unwrap_or(ep);
         if remaining == 0 {
-            finish(conn, ep, &hdr, sink);
+            finish(conn, to, &hdr, sink);
             return None;
         }
         let avail = self.end - self.start;
@@ -239,6 +242,7 @@ impl RxMachine {
                 hdr,
                 remaining: remaining - n,
                 sink,
+                at,
             };
             return None;
         }
@@ -246,7 +250,7 @@ impl RxMachine {
             if let Some(slot) = direct_slot(&mut sink, remaining) {
                 let want = slot.len();
                 match read_once(read, slot) {
-                    Ok(0) => return Some(self.closed_mid_frame(ep, sink)),
+                    Ok(0) => return Some(self.closed_mid_frame(to, sink)),
                     Ok(n) => {
                         self.drained = n < want;
                         advance(&mut sink, n);
@@ -255,6 +259,7 @@ impl RxMachine {
                             hdr,
                             remaining,
                             sink,
+                            at,
                         };
                         return None;
                     }
@@ -263,11 +268,12 @@ impl RxMachine {
                             hdr,
                             remaining,
                             sink,
+                            at,
                         };
                         return Some(RxStatus::WouldBlock);
                     }
                     Err(e) => {
-                        fail_sink(ep, sink, Error::from(e));
+                        fail_sink(to, sink, Error::from(e));
                         return Some(RxStatus::Closed(Some(Error::ConnReset)));
                     }
                 }
@@ -277,11 +283,14 @@ impl RxMachine {
             hdr,
             remaining,
             sink,
+            at,
         };
         let st = self.fill(read, false)?;
         if let RxStatus::Closed(_) = st {
-            if let Phase::Payload { sink, .. } = std::mem::replace(&mut self.phase, Phase::Header) {
-                return Some(self.closed_mid_frame(ep, sink));
+            if let Phase::Payload { sink, at, .. } =
+                std::mem::replace(&mut self.phase, Phase::Header)
+            {
+                return Some(self.closed_mid_frame(at.as_ref().unwrap_or(ep), sink));
             }
         }
         Some(st)
@@ -370,8 +379,8 @@ impl RxMachine {
     /// a newer connection): a message half-read must still complete, or its
     /// receive would wait forever.
     pub fn abort(&mut self, ep: &EpShared, err: Error) {
-        if let Phase::Payload { sink, .. } = std::mem::replace(&mut self.phase, Phase::Header) {
-            fail_sink(ep, sink, err);
+        if let Phase::Payload { sink, at, .. } = std::mem::replace(&mut self.phase, Phase::Header) {
+            fail_sink(at.as_deref().unwrap_or(ep), sink, err);
         }
         self.start = 0;
         self.end = 0;
@@ -466,6 +475,16 @@ impl RxMachine {
         let kind = hdr.kind?;
         match kind {
             FrameKind::Msg | FrameKind::Tagged => {
+                let at = match ep.ctxs.target(&hdr) {
+                    RxTarget::Here => None,
+                    RxTarget::Ctx(c) => Some(c),
+                    RxTarget::Drop => {
+                        ep.bad_ctx(conn);
+                        self.payload(conn, ep, hdr, hdr.len as usize, Sink::Discard);
+                        return None;
+                    }
+                };
+                let to = at.as_ref().unwrap_or(ep);
                 let info = MsgInfo {
                     key: conn.auth.av_key.and_then(|k| u16::try_from(k).ok()),
                     src: ep.resolve_src_cached(&conn.source(), &mut self.src),
@@ -474,7 +493,7 @@ impl RxMachine {
                     len: hdr.len as usize,
                     data: (hdr.flags & FLAG_CQ_DATA != 0).then_some(hdr.data),
                 };
-                let sink = match ep.arrival(conn, info) {
+                let sink = match to.arrival(conn, info) {
                     Some(s) => s,
                     None => {
                         self.phase = Phase::Parked(hdr);
@@ -500,13 +519,14 @@ impl RxMachine {
                     let (s, e) = (self.start, self.start + len);
                     feed(&mut sink, &self.buf[s..e]);
                     self.start = e;
-                    finish(conn, ep, &hdr, sink);
+                    finish(conn, to, &hdr, sink);
                     return None;
                 }
                 self.phase = Phase::Payload {
                     remaining: hdr.len as usize,
                     hdr,
                     sink,
+                    at,
                 };
                 None
             }
@@ -613,6 +633,7 @@ impl RxMachine {
             remaining: len,
             hdr,
             sink,
+            at: None,
         };
     }
 }
@@ -632,148 +653,5 @@ fn read_once(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             r => return r,
         }
-    }
-}
-
-/// Copies staged bytes into the sink.
-fn feed(sink: &mut Sink, mut data: &[u8]) {
-    match sink {
-        Sink::Unexpected(u) => {
-            feed_unexpected(u, data);
-            return;
-        }
-        Sink::Write(w) => {
-            w.feed(data);
-            return;
-        }
-        Sink::Read { read, .. } => {
-            read.feed(data);
-            return;
-        }
-        Sink::Atomic(a) => {
-            a.feed(data);
-            return;
-        }
-        Sink::Posted { .. } => {}
-    }
-    while !data.is_empty() {
-        let n = match direct_slot(sink, data.len()) {
-            Some(slot) => {
-                let n = slot.len().min(data.len());
-                slot[..n].copy_from_slice(&data[..n]);
-                n
-            }
-            // Past the receive buffer: the rest is truncated away.
-            None => data.len(),
-        };
-        advance(sink, n);
-        data = &data[n..];
-    }
-}
-
-/// The next writable region of the sink (at most `max` bytes), or `None`
-/// when the bytes are to be discarded.
-fn direct_slot(sink: &mut Sink, max: usize) -> Option<&mut [u8]> {
-    match sink {
-        Sink::Posted { req, seg, off, .. } => {
-            while *seg < req.bufs.len() && *off >= req.bufs[*seg].len() {
-                *seg += 1;
-                *off = 0;
-            }
-            let b = req.bufs.get_mut(*seg)?;
-            let end = (*off + max).min(b.len());
-            Some(&mut b[*off..end])
-        }
-        Sink::Read { read, .. } => read.slot(max),
-        // A region is reached only under its lock: through staging.
-        Sink::Unexpected(_) | Sink::Write(_) | Sink::Atomic(_) => None,
-    }
-}
-
-fn advance(sink: &mut Sink, n: usize) {
-    match sink {
-        Sink::Posted {
-            req,
-            seg,
-            off,
-            placed,
-            ..
-        } => {
-            if *seg < req.bufs.len() {
-                *off += n;
-                *placed += n;
-            }
-        }
-        Sink::Read { read, .. } => read.advance(n),
-        Sink::Unexpected(_) | Sink::Write(_) | Sink::Atomic(_) => {}
-    }
-}
-
-/// Unexpected payloads are appended under their lock: a receive may be
-/// matching them concurrently.
-fn feed_unexpected(u: &Unexpected, data: &[u8]) {
-    let mut g = lock(&u.st);
-    let n = data.len().min(g.len.saturating_sub(g.data.len()));
-    g.data.extend_from_slice(&data[..n]);
-}
-
-/// The message feeding `sink` will not arrive whole. The receive it had
-/// matched did not get its message, so it goes back to the head of the
-/// posted receives (a claim fails instead: it asked for this very
-/// message); a message nobody had matched leaves the unexpected queue.
-fn fail_sink(ep: &EpShared, sink: Sink, err: Error) {
-    match sink {
-        Sink::Posted { req, .. } => ep.repost_front(req),
-        // Its initiator learns from the connection's end.
-        Sink::Write(_) | Sink::Atomic(_) => {}
-        Sink::Read { read, .. } => (*read).fail(err),
-        Sink::Unexpected(u) => {
-            let waiter = {
-                let mut g = lock(&u.st);
-                g.failed = Some(err);
-                g.data = BytesMut::new();
-                g.waiter.take()
-            };
-            match waiter {
-                Some(w) if w.0.flags.contains(OpFlags::CLAIM) => {
-                    let (req, info) = *w;
-                    fail_recv(ep, req, info, 0, err)
-                }
-                Some(w) => ep.repost_front(w.0),
-                None => ep.drop_dead_unexpected(&u),
-            }
-        }
-    }
-}
-
-/// A whole payload has arrived.
-fn finish(conn: &Arc<Conn>, ep: &Arc<EpShared>, hdr: &Header, sink: Sink) {
-    match sink {
-        Sink::Posted {
-            req, info, placed, ..
-        } => {
-            deliver_from(ep, req, info, placed, &conn.source());
-            conn.send_ack(hdr, 0);
-        }
-        Sink::Unexpected(u) => {
-            let waiter = {
-                let mut g = lock(&u.st);
-                g.complete = true;
-                g.waiter.take().map(|w| {
-                    let (req, info) = *w;
-                    (req, info, std::mem::take(&mut g.data))
-                })
-            };
-            if let Some((req, info, data)) = waiter {
-                copy_and_deliver(ep, req, info, &data, &u.from);
-            }
-            conn.send_ack(hdr, 0);
-        }
-        Sink::Write(w) => {
-            let len = (hdr.len as usize).saturating_sub(TARGET_LEN);
-            w.finish(conn, ep, hdr, len);
-        }
-        Sink::Read { seq, read } => crate::rma::piece_done(conn, seq, read),
-        Sink::Atomic(a) => a.finish(conn, ep),
     }
 }

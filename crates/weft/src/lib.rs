@@ -43,6 +43,11 @@
 //! # }
 //! ```
 //!
+//! To spread one endpoint's traffic over threads, a [`ScalableEndpoint`]
+//! (tcp RDM) has one address and a transmit and receive context per Tokio
+//! worker, each an [`Endpoint`] with its own CQ, addressed with
+//! [`rx_addr`]; its documentation shows the pattern.
+//!
 //! Contexts with bit 63 set are reserved for the `async` forms.
 
 // Rejected posts hand the request back by value; see weft_core::provider.
@@ -66,6 +71,7 @@ mod pool;
 mod pool_ops;
 mod registry;
 mod rma;
+mod scalable;
 mod shared_av;
 mod sock_dgram;
 mod sock_stream;
@@ -90,6 +96,7 @@ pub use pool::{BufferPool, PoolBuf, PoolStats, MAX_POOL_BUFS};
 pub use pool_ops::Received;
 pub use registry::providers;
 pub use rma::RmaMsg;
+pub use scalable::ScalableEndpoint;
 pub use shared_av::{shared_av_path, unlink_shared_av};
 pub use sock_dgram::{Datagram, SockDgram};
 pub use sock_stream::SockStream;
@@ -109,6 +116,10 @@ pub use weft_core::attr::{
 /// What `AddressVector::insert_sym` expands a range into, in slot order:
 /// lets a caller tell which handle stands for which name.
 pub use weft_core::av::expand_insertsym;
+/// `fi_rx_addr`: the handle that targets receive context `rx_index` of the
+/// scalable endpoint `fi_addr` names, in an AV opened with `rx_ctx_bits`
+/// (see [`ScalableEndpoint`]).
+pub use weft_core::av::rx_addr;
 pub use weft_core::completion::{CqEntry, CqErrEntry, CqFormat, CqItem, WaitMode};
 pub use weft_core::eventq::{EqErrEntry, EqEvent, EqEventKind, EqItem};
 pub use weft_core::flags::{

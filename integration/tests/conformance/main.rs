@@ -21,6 +21,7 @@ mod ordering;
 mod pool;
 mod rma;
 mod rma_events;
+mod scalable;
 mod sockets;
 mod srx;
 mod stx;

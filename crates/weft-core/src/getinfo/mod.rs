@@ -243,12 +243,14 @@ pub fn satisfies(hints: &Info, offer: &Info) -> bool {
 }
 
 /// `tx_ctx_cnt`, likewise: `FI_SHARED_CONTEXT` asks for an endpoint that
-/// sends through a shared transmit context.
+/// sends through a shared transmit context. More than one context is a
+/// scalable endpoint's, up to the domain's `max_ep_tx_ctx` (the offer's
+/// own count is what an endpoint gets by default).
 fn tx_ctx_ok(h: &Info, o: &Info) -> bool {
     match h.ep_attr.tx_ctx_cnt {
         0 => true,
         SHARED_CONTEXT => o.domain_attr.max_ep_stx_ctx > 0,
-        n => n <= o.ep_attr.tx_ctx_cnt,
+        n => n <= o.ep_attr.tx_ctx_cnt.max(o.domain_attr.max_ep_tx_ctx),
     }
 }
 
@@ -306,7 +308,7 @@ fn rx_ctx_ok(h: &Info, o: &Info) -> bool {
     match h.ep_attr.rx_ctx_cnt {
         0 => true,
         SHARED_CONTEXT => o.domain_attr.max_ep_srx_ctx > 0,
-        n => n <= o.ep_attr.rx_ctx_cnt,
+        n => n <= o.ep_attr.rx_ctx_cnt.max(o.domain_attr.max_ep_rx_ctx),
     }
 }
 

@@ -381,6 +381,26 @@ fn limits_above_the_offer_are_no_match() {
     ));
 }
 
+/// A scalable endpoint's context counts go up to the domain's
+/// `max_ep_*_ctx`, not the offer's default count, and come back as asked.
+#[test]
+fn context_counts_reach_the_scalable_maxima() {
+    let mut o = offer();
+    o.domain_attr.max_ep_tx_ctx = 8;
+    o.domain_attr.max_ep_rx_ctx = 4;
+    let mut h = Info::default();
+    h.ep_attr.tx_ctx_cnt = 8;
+    h.ep_attr.rx_ctx_cnt = 4;
+    assert!(satisfies(&h, &o));
+    let r = narrow(&h, &o);
+    assert_eq!((r.ep_attr.tx_ctx_cnt, r.ep_attr.rx_ctx_cnt), (8, 4));
+    h.ep_attr.rx_ctx_cnt = 5;
+    assert!(!satisfies(&h, &o), "more receive contexts than offered");
+    h.ep_attr.rx_ctx_cnt = 4;
+    h.ep_attr.tx_ctx_cnt = 9;
+    assert!(!satisfies(&h, &o), "more transmit contexts than offered");
+}
+
 #[test]
 fn sizes_narrow_to_the_request() {
     let h = with(|h| {

@@ -463,6 +463,10 @@ pub struct EpStats {
     /// Messages received by reading the sender's memory directly, in one
     /// copy (shm cross-memory attach).
     pub rx_direct: u64,
+    /// Messages dropped on arrival because they named a receive context
+    /// the endpoint does not have, or one not enabled (tcp; scalable
+    /// endpoints, `fi_rx_addr`).
+    pub rx_bad_ctx: u64,
 }
 
 /// A connected byte stream (`FI_EP_SOCK_STREAM`), in the poll form of an
@@ -614,6 +618,24 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     fn shutdown(&self) -> Result<()> {
         Err(Error::OpNotSupp)
     }
+    /// Opens transmit context `index` of this scalable endpoint
+    /// (`fi_tx_context`, enabled): an endpoint for sends whose completions
+    /// go where each request's `done` says (the context's own CQ and
+    /// counter). `cfg` is the context's: its sizes and bindings. `Inval`
+    /// for an index beyond `ep_attr.tx_ctx_cnt`, `Busy` for one already
+    /// opened. Endpoints that are not scalable keep the default, `NoSys`.
+    fn tx_context(&self, index: usize, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
+        let _ = (index, cfg);
+        Err(Error::NoSys)
+    }
+    /// Opens receive context `index` of this scalable endpoint
+    /// (`fi_rx_context`, enabled): an endpoint for receives, with queues
+    /// of its own, that completes on `cfg.rx_cq`/`cfg.rx_cntr`. Errors as
+    /// [`tx_context`](Self::tx_context) (bound: `ep_attr.rx_ctx_cnt`).
+    fn rx_context(&self, index: usize, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
+        let _ = (index, cfg);
+        Err(Error::NoSys)
+    }
     /// Closes: outstanding operations are discarded without completions.
     fn close(&self);
 }
@@ -711,6 +733,17 @@ pub trait Provider: Send + Sync + Debug {
     }
     /// Opens (enables) an endpoint.
     fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>>;
+    /// Opens (enables) a scalable endpoint (`fi_scalable_ep`): one
+    /// address, `cfg.info.ep_attr.tx_ctx_cnt` transmit and `rx_ctx_cnt`
+    /// receive contexts opened later through
+    /// [`ProviderEndpoint::tx_context`] and
+    /// [`ProviderEndpoint::rx_context`]; the endpoint itself carries no
+    /// data operations. Providers whose offers have `max_ep_tx_ctx` and
+    /// `max_ep_rx_ctx` of 1 keep the default, `NoSys`.
+    fn open_scalable(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
+        let _ = cfg;
+        Err(Error::NoSys)
+    }
     /// Opens a listening passive endpoint. Providers without MSG
     /// endpoints keep this default.
     fn open_passive(&self, _cfg: PassiveConfig) -> Result<Arc<dyn ProviderPassive>> {

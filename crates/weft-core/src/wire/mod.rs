@@ -163,6 +163,11 @@ pub struct Header {
     pub data: u64,
     /// Sender's sequence number of this frame on its connection.
     pub seq: u64,
+    /// `Msg` and `Tagged`: the receive context of a scalable endpoint the
+    /// message is for (`fi_rx_addr`); 0 in every other kind. It sits in
+    /// what version 2 reserved, so a frame for context 0 is byte for byte
+    /// what every version-2 peer sends and accepts.
+    pub rx_ctx: u16,
 }
 
 impl Header {
@@ -181,7 +186,7 @@ impl Header {
         b[2] = VERSION;
         b[3] = self.kind.map_or(0, |k| k as u8);
         b[4..6].copy_from_slice(&self.flags.to_le_bytes());
-        // b[6..8] reserved, zero.
+        b[6..8].copy_from_slice(&self.rx_ctx.to_le_bytes());
         b[8..16].copy_from_slice(&self.len.to_le_bytes());
         b[16..24].copy_from_slice(&self.tag.to_le_bytes());
         b[24..32].copy_from_slice(&self.data.to_le_bytes());
@@ -267,7 +272,8 @@ pub fn decode(b: &[u8], max_data_len: u64) -> Result<Header, WireError> {
     if flags & !kind.allowed_flags() != 0 {
         return Err(WireError::BadFlags(flags));
     }
-    if b[6] != 0 || b[7] != 0 {
+    let rx_ctx = u16::from_le_bytes([b[6], b[7]]);
+    if rx_ctx != 0 && !matches!(kind, FrameKind::Msg | FrameKind::Tagged) {
         return Err(WireError::Reserved);
     }
     let len = u64_at(8);
@@ -298,6 +304,7 @@ pub fn decode(b: &[u8], max_data_len: u64) -> Result<Header, WireError> {
         tag: u64_at(16),
         data: u64_at(24),
         seq: u64_at(32),
+        rx_ctx,
     })
 }
 
@@ -313,6 +320,7 @@ mod tests {
             tag: 0xdead_beef_0000_0001,
             data: 42,
             seq: 7,
+            rx_ctx: 3,
         }
     }
 
@@ -352,8 +360,14 @@ mod tests {
         let mut bad = b;
         bad[4] = 0x80;
         assert!(matches!(decode(&bad, 1 << 20), Err(WireError::BadFlags(_))));
-        let mut bad = b;
-        bad[7] = 1;
+        // A message names a receive context there; other kinds keep the
+        // bytes reserved.
+        let mut named = b;
+        named[6] = 0;
+        named[7] = 1;
+        assert_eq!(decode(&named, 1 << 20).map(|h| h.rx_ctx), Ok(256));
+        let mut bad = Header::new(FrameKind::Ack).encode();
+        bad[6] = 1;
         assert_eq!(decode(&bad, 1 << 20), Err(WireError::Reserved));
         let mut ack = Header::new(FrameKind::Ack);
         ack.len = 1;

@@ -12,7 +12,7 @@ use weft_core::eventq::{ConnHandle, EqShared};
 use weft_core::flags::{BindFlags, Caps, OpFlags};
 use weft_core::limits::ConnLimits;
 use weft_core::progress::Progress;
-use weft_core::provider::{EpConfig, EpStats, Fault, ProviderEndpoint};
+use weft_core::provider::{EpStats, Fault, ProviderEndpoint};
 use weft_core::sync::{lock, Bound};
 use weft_core::{Error, Result};
 
@@ -26,6 +26,7 @@ use crate::srx::SharedRxContext;
 
 mod data;
 pub(crate) use data::{peek_flags_ok, OpResult};
+mod enable;
 mod multi;
 
 pub use multi::{MultiMsg, MultiRecv, MultiRecvBuf};
@@ -62,6 +63,9 @@ struct Binds {
     limits: Option<ConnLimits>,
     /// One per bound queue: a bound CQ or EQ cannot be closed (`Busy`).
     holds: Vec<Bound>,
+    /// A context's hold on its scalable endpoint, which cannot close
+    /// while it is open.
+    sep_hold: Option<crate::scalable::CtxHold>,
 }
 
 /// Endpoint options (`fi_getopt`/`fi_setopt`, level `FI_OPT_ENDPOINT`).
@@ -165,11 +169,27 @@ pub struct Endpoint {
     inner: Arc<EpInner>,
 }
 
+/// What kind of endpoint: how `enable` opens it.
+#[derive(Debug)]
+pub(crate) enum Role {
+    /// `fi_endpoint`.
+    Plain,
+    /// `fi_scalable_ep`: carries no data operations itself.
+    Scalable,
+    /// A transmit (`tx`) or receive context of a scalable endpoint.
+    Ctx {
+        sep: Arc<crate::scalable::SepInner>,
+        tx: bool,
+        index: usize,
+    },
+}
+
 #[derive(Debug)]
 struct EpInner {
     fid: u64,
     domain: Domain,
     info: Info,
+    role: Role,
     conn: Option<ConnHandle>,
     state: AtomicU8,
     binds: Mutex<Binds>,
@@ -201,6 +221,15 @@ impl Drop for EpInner {
 
 impl Endpoint {
     pub(crate) fn new(domain: Domain, info: Info, conn: Option<ConnHandle>) -> Result<Endpoint> {
+        Self::with_role(domain, info, conn, Role::Plain)
+    }
+
+    pub(crate) fn with_role(
+        domain: Domain,
+        info: Info,
+        conn: Option<ConnHandle>,
+        role: Role,
+    ) -> Result<Endpoint> {
         let mut info = info;
         // The endpoint's key: its own, else its domain's (fi_endpoint(3)),
         // so the provider finds it in one place.
@@ -284,6 +313,7 @@ impl Endpoint {
                 fid: next_fid(),
                 domain,
                 info,
+                role,
                 conn,
                 state: AtomicU8::new(DISABLED),
                 binds: Mutex::new(binds),
@@ -299,6 +329,11 @@ impl Endpoint {
     /// The object id.
     pub fn fid(&self) -> u64 {
         self.inner.fid
+    }
+
+    /// The domain it belongs to.
+    pub(crate) fn domain(&self) -> Domain {
+        self.inner.domain.clone()
     }
 
     /// The object id of the domain it belongs to.
@@ -334,7 +369,10 @@ impl Endpoint {
         if av.inner.domain.fid() != self.inner.domain.fid() {
             return Err(Error::Domain);
         }
-        if self.inner.info.ep_attr.ep_type.is_connected() {
+        // A context sends and receives through its scalable endpoint's AV.
+        if self.inner.info.ep_attr.ep_type.is_connected()
+            || matches!(self.inner.role, Role::Ctx { .. })
+        {
             return Err(Error::Inval);
         }
         let mut b = self.binds_mut()?;
@@ -590,104 +628,6 @@ impl Endpoint {
         self.inner.min_multi_recv.load(Ordering::Acquire)
     }
 
-    /// Enables the endpoint. Connectionless endpoints need an AV (`NoAv`);
-    /// every endpoint needs a transmit and a receive CQ or counter
-    /// (`NoCq`); connection-oriented ones need an EQ (`NoEq`).
-    ///
-    /// After a critical error (a MSG connection's fatal fault, reported on
-    /// the EQ) the endpoint is disabled: its operations are `OpBadState`
-    /// and `enable` re-enables it where the provider can (tcp: an endpoint
-    /// that connected may connect again; an accepting endpoint cannot be
-    /// re-enabled, nor can verbs endpoints: `NoSys`).
-    pub fn enable(&self) -> Result<()> {
-        let _span = tracing::debug_span!("ep_enable", fid = self.inner.fid).entered();
-        if self.inner.fault.is_raised() {
-            let l = self.inner.live.get().ok_or(Error::OpBadState)?;
-            l.prov.reenable()?;
-            self.inner.fault.clear();
-            return Ok(());
-        }
-        let b = self.binds_mut()?;
-        let ep_type = self.inner.info.ep_attr.ep_type;
-        if !ep_type.is_connected() && b.av.is_none() {
-            return Err(Error::NoAv);
-        }
-        // A socket-style stream endpoint moves its data through its
-        // stream, never through a queue.
-        if ep_type != EpType::SockStream
-            && ((b.tx_cq.is_none() && b.send_cntr.is_none())
-                || (b.rx_cq.is_none() && b.recv_cntr.is_none()))
-        {
-            return Err(Error::NoCq);
-        }
-        if ep_type.is_connected() && b.eq.is_none() {
-            return Err(Error::NoEq);
-        }
-        // A context's receives complete through whichever endpoint a
-        // message reaches; in inline mode nothing would drive that one
-        // while the application awaits the context.
-        if b.srx.is_some() && b.wait == WaitMode::Inline {
-            return Err(Error::Inval);
-        }
-        let info = &self.inner.info;
-        let src_addr = b
-            .src_addr
-            .as_deref()
-            .map(|a| crate::addrfmt::to_raw(info, a))
-            .transpose()?;
-        let cfg = EpConfig {
-            fid: self.inner.fid,
-            context: b.context,
-            info: crate::addrfmt::provider_info(info)?,
-            av: b.av.as_ref().map(|a| a.inner.table.clone()),
-            eq: b.eq.clone(),
-            wait: b.wait,
-            src_addr,
-            conn: self.inner.conn.clone(),
-            domain: self.inner.domain.inner.prov.clone(),
-            rx_cq: b.rx_cq.as_ref().map(|(c, _)| c.clone()),
-            rx_cntr: b.recv_cntr.clone(),
-            remote_cntrs: b.remote_cntrs.clone(),
-            srx: b.srx.as_ref().map(|s| s.inner.prov.clone()),
-            stx: b.stx.as_ref().map(|s| s.inner.prov.clone()),
-            limits: b.limits.unwrap_or_else(ConnLimits::from_env),
-            fault: self.inner.fault.clone(),
-        };
-        let prov = {
-            let _rt = self.inner.domain.rt().enter();
-            self.inner.domain.fabric().prov().open_endpoint(cfg)?
-        };
-        // Busy-poll waiters drive progress too: the provider's spinning
-        // thread parks while they do (weft_core::progress::SpinHold).
-        let inline = if b.wait != WaitMode::Interrupt {
-            prov.progress_hook()
-        } else {
-            None
-        };
-        if let Some(h) = &inline {
-            for (cq, _) in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
-                cq.add_progress(h);
-            }
-        }
-        let live = Live {
-            prov,
-            tx_cq: b.tx_cq.clone(),
-            rx_cq: b.rx_cq.clone(),
-            send_cntr: b.send_cntr.clone(),
-            recv_cntr: b.recv_cntr.clone(),
-            read_cntr: b.read_cntr.clone(),
-            write_cntr: b.write_cntr.clone(),
-            tx_op_flags: AtomicU64::new(b.tx_op_flags.bits()),
-            rx_op_flags: AtomicU64::new(b.rx_op_flags.bits()),
-            inline,
-            srx: b.srx.clone(),
-        };
-        drop(b);
-        self.inner.live.set(live).map_err(|_| Error::OpBadState)?;
-        self.inner.state.store(ENABLED, Ordering::Release);
-        Ok(())
-    }
-
     /// The runtime of the endpoint's domain.
     pub(crate) fn domain_rt(&self) -> tokio::runtime::Handle {
         self.inner.domain.rt().clone()
@@ -790,6 +730,7 @@ impl Endpoint {
             stx.inner.state.unbind();
         }
         b.holds.clear();
+        b.sep_hold = None;
         Ok(())
     }
 }
