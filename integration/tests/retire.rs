@@ -90,7 +90,14 @@ async fn retiring_idle_connections_loses_and_reorders_nothing() {
             tokio::join!(join_all(sends), recvs)
         })
         .await
-        .unwrap_or_else(|_| panic!("round {round} timed out"));
+        .unwrap_or_else(|_| {
+            // What each end holds, for the next one to read this.
+            panic!(
+                "round {round} timed out; a: {:?}; b: {:?}",
+                a.stats(),
+                b.stats()
+            )
+        });
         for s in sent {
             s.unwrap();
         }
