@@ -81,8 +81,8 @@ pub(crate) enum Lazy<'a, S> {
     Start(S),
     /// Posted; awaiting the completion.
     Posted(OpFuture),
-    /// The uncommon path (a full queue), boxed
-    /// so that they do not size the common one.
+    /// The uncommon path (a full queue), boxed so that it does not size
+    /// the common one.
     Boxed(BoxedOp<'a>),
     /// Resolved.
     Gone,
@@ -326,5 +326,52 @@ impl Drop for OpFuture {
         {
             owner.give_back(back);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use futures::FutureExt;
+
+    use super::*;
+
+    #[test]
+    fn nothing_starts_before_the_first_poll_and_a_second_poll_is_an_error() {
+        let started = AtomicBool::new(false);
+        let mut f = Lazy::new(|| {
+            started.store(true, Ordering::Relaxed);
+            Started::Failed(CqErrEntry::new(7, OpFlags::SEND, Error::MsgSize))
+        });
+        assert!(!started.load(Ordering::Relaxed));
+        let Some(Err(e)) = (&mut f).now_or_never() else {
+            panic!("not resolved with the start's error");
+        };
+        assert!(started.load(Ordering::Relaxed));
+        assert_eq!((e.context, e.err), (7, Error::MsgSize));
+        let Some(Err(again)) = f.now_or_never() else {
+            panic!("a resolved future polled again did not answer");
+        };
+        assert_eq!(again.err, Error::OpBadState);
+    }
+
+    #[test]
+    fn a_boxed_start_is_awaited_through() {
+        let f = Lazy::new(|| {
+            Started::Boxed(Box::pin(async {
+                tokio::task::yield_now().await;
+                Ok(CqEntry {
+                    context: 3,
+                    ..CqEntry::default()
+                })
+            }))
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert_eq!(rt.block_on(f).unwrap().context, 3);
     }
 }
