@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
+use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::{Iov, Rejected, RmaOp, RmaReq};
@@ -126,6 +127,16 @@ impl PendingRead {
 impl EpShared {
     /// Posts an RMA write, read or atomic.
     pub fn rma(self: &Arc<Self>, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
+        self.rma_from(req, None)
+    }
+
+    /// [`rma`](Self::rma) taking its room from `queue` (a scalable
+    /// endpoint's transmit context) instead of the endpoint's.
+    pub fn rma_from(
+        self: &Arc<Self>,
+        req: RmaReq,
+        queue: Option<&Arc<Credits>>,
+    ) -> std::result::Result<(), Rejected<RmaReq>> {
         if req.len() > self.max_msg {
             return Err(Rejected {
                 err: Error::MsgSize,
@@ -141,7 +152,11 @@ impl EpShared {
             Ok(r) => r,
             Err(err) => return Err(Rejected { err, req }),
         };
-        if !self.tx.try_take() {
+        let room = match queue {
+            Some(q) => q.try_take(),
+            None => self.tx.try_take(),
+        };
+        if !room {
             return Err(Rejected {
                 err: Error::Again,
                 req,
@@ -182,6 +197,10 @@ impl EpShared {
             }
             RmaOp::Atomic(a) => crate::atomic::request(a, target, req.done),
         };
+        let mut frame = frame;
+        if let Some(q) = queue {
+            frame.credit = crate::frame::Credit::Ctx(q.clone());
+        }
         self.dispatch(route, frame);
         Ok(())
     }

@@ -24,7 +24,9 @@ use std::sync::{Arc, OnceLock};
 use weft_core::addr::encode_sockaddr;
 use weft_core::completion::Returned;
 use weft_core::credits::Credits;
-use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
+use weft_core::provider::{
+    EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
+};
 use weft_core::wire::Header;
 use weft_core::{Error, Result};
 
@@ -168,6 +170,28 @@ impl ProviderEndpoint for TcpTxCtx {
             });
         }
         self.sep.send_from(req, Some(&self.queue))
+    }
+
+    fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
+        if self.closed.load(Ordering::Acquire) || self.sep.is_closed() {
+            return Err(Rejected {
+                err: Error::OpBadState,
+                req,
+            });
+        }
+        // Over the scalable endpoint's connections, as its sends: a read's
+        // answer and a write's acknowledgement come back on them, and the
+        // operation's own completion goes to this context's queues.
+        self.sep.rma_from(req, Some(&self.queue))
+    }
+
+    fn atomic_valid(
+        &self,
+        kind: weft_core::atomic::AtomicKind,
+        op: weft_core::atomic::AtomicOp,
+        datatype: weft_core::atomic::Datatype,
+    ) -> Result<usize> {
+        crate::atomic::valid(self.sep.max_msg, kind, op, datatype)
     }
 
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {

@@ -92,9 +92,11 @@ use crate::fabric::Domain;
 /// second time, closed or not, as libfabric's resource-in-use error); a
 /// scalable endpoint with open contexts does not close (`Busy`).
 /// Contexts run in `WaitMode::Interrupt` (their readers are the scalable
-/// endpoint's) and take no shared context (`Inval`). They carry messages and tagged messages (posted and
-/// `async` forms); RMA and atomics on a context are `NoSys`, and sends on
-/// a receive context (receives on a transmit context) are `OpNotSupp`.
+/// endpoint's) and take no shared context (`Inval`). They carry messages
+/// and tagged messages (posted and `async` forms), and transmit contexts
+/// RMA and atomics too (over the scalable endpoint's connections,
+/// completing on the context's own queues); sends on a receive context
+/// (receives on a transmit context) are `OpNotSupp`.
 #[derive(Debug, Clone)]
 pub struct ScalableEndpoint {
     inner: Arc<SepInner>,

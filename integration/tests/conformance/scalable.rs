@@ -16,7 +16,10 @@ use weft::{
     AvAttr, BindFlags, Caps, CompletionQueue, Endpoint, EpType, Error, FiAddr, Info,
     ScalableEndpoint,
 };
-use weft_integration::{assert_cq_quiet, next_cq, next_eq, within, Harness, Provider, Rng};
+use weft::{MrAccess, MrAttr};
+use weft_integration::{
+    assert_cq_quiet, next_cq, next_eq, payload, within, Harness, Provider, Rng,
+};
 
 const CTXS: usize = 4;
 /// Receive-context bits of every AV here: enough for [`CTXS`].
@@ -400,8 +403,102 @@ async fn dropped_futures_lose_nothing(p: Provider) {
     assert!(left.is_none(), "a message left over: {left:?}");
 }
 
+/// RMA and atomics from a transmit context: a write, a read back and
+/// fetch-adds on a peer's region over the scalable endpoint's
+/// connections, each resolving its own future; the posted form completes
+/// on that context's CQ alone; a wrong key is `Access`, and the context
+/// carries on. The peer is a plain endpoint of another domain, then
+/// another scalable endpoint.
+async fn rma_and_atomics_from_a_transmit_context(p: Provider) {
+    let Some(info) = p.try_info_with(EpType::Rdm, |h| {
+        h.caps = Caps::MSG | Caps::TAGGED | Caps::NAMED_RX_CTX | Caps::RMA | Caps::ATOMIC;
+        h.domain_attr.mr_mode =
+            weft::MrMode::PROV_KEY | weft::MrMode::VIRT_ADDR | weft::MrMode::LOCAL;
+        h.ep_attr.tx_ctx_cnt = CTXS;
+        h.ep_attr.rx_ctx_cnt = CTXS;
+    }) else {
+        assert!(
+            scalable_info(&p).is_none(),
+            "scalable endpoints offered, but not with RMA and atomics"
+        );
+        return;
+    };
+    let h = Harness::with_info(&p, info);
+    let (s, av) = sep(&h);
+    let (_other, other_cq) = ctx(&h, &s, true, 0);
+    let (tx, cq) = ctx(&h, &s, true, 2);
+    let t = Harness::with_info(&p, p.rma_info(EpType::Rdm));
+    let plain = t.rdm_ep();
+    let (peer_sep, _peer_av) = sep(&h);
+    const LEN: usize = 1 << 20;
+    let rw = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
+    let targets = [
+        (
+            "a plain endpoint",
+            &t.domain,
+            plain.ep.local_addr().unwrap(),
+        ),
+        (
+            "a scalable endpoint",
+            &h.domain,
+            peer_sep.local_addr().unwrap(),
+        ),
+    ];
+    for (i, (name, domain, addr)) in targets.into_iter().enumerate() {
+        let mr = domain
+            .mr_regattr(MrAttr::alloc(LEN, rw).requested_key(40 + i as u64))
+            .unwrap();
+        let dest = av
+            .insert_sync(&[addr], Default::default())
+            .unwrap()
+            .fi_addrs[0];
+        let data = payload(300_000, i as u8 + 3);
+        let e = within(
+            "write",
+            tx.write(dest, data.clone(), mr.addr() + 64, mr.key()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: write {e:?}"));
+        assert_eq!(e.len, data.len(), "{name}");
+        let mut got = vec![0u8; data.len()];
+        mr.read_at(64, &mut got).unwrap();
+        assert_eq!(got, data, "{name}: the write's bytes");
+        let e = within(
+            "read",
+            tx.read(dest, BytesMut::zeroed(data.len()), mr.addr() + 64, mr.key()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: read {e:?}"));
+        assert_eq!(&e.into_bytes()[..], &data[..], "{name}: read back");
+        let at = mr.addr() + (LEN - 8) as u64;
+        for k in 0..3u64 {
+            let old = within("fetch-add", tx.fetch_add(dest, at, mr.key(), 5))
+                .await
+                .unwrap_or_else(|e| panic!("{name}: fetch-add {e:?}"));
+            assert_eq!(old, 5 * k, "{name}: fetch-add {k}");
+        }
+        tx.post_write(dest, Bytes::from_static(b"posted"), mr.addr(), mr.key(), 77)
+            .unwrap();
+        let e = next_cq(&cq).await.unwrap();
+        assert_eq!(e.context, 77, "{name}: the posted write's completion");
+        let mut head = [0u8; 6];
+        mr.read_at(0, &mut head).unwrap();
+        assert_eq!(&head, b"posted", "{name}");
+        let refused = within(
+            "bad key",
+            tx.write(dest, data.clone(), mr.addr(), mr.key() + 1000),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(refused.err, Error::Access, "{name}: a key the peer lacks");
+    }
+    assert_cq_quiet(&other_cq, "another transmit context's CQ").await;
+    assert_cq_quiet(&cq, "the context's CQ after its futures").await;
+}
+
 provider_tests! {
     bad_input_is_refused,
+    rma_and_atomics_from_a_transmit_context,
     messages_land_in_the_named_context,
     unknown_context_is_dropped_and_reported,
     unnamed_contexts_take_context_0,
