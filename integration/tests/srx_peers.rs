@@ -115,9 +115,7 @@ async fn serve(srx: &SharedRxContext, cq: &CompletionQueue, peers: usize, tagged
 
 /// The context once the run is over: nothing left over, nothing more.
 async fn assert_drained(srx: &SharedRxContext, cq: &CompletionQueue) {
-    weft_integration::assert_cq_quiet(cq, "no message twice").await;
-    assert_eq!(srx.stats().unexpected_bytes, 0);
-    assert_eq!(srx.stats().parked, 0);
+    assert_drained_of(srx, cq).await;
     // The window is still posted: cancelled, each comes back whole.
     for i in 0..WINDOW as u64 {
         srx.cancel(i).unwrap();
@@ -256,6 +254,94 @@ async fn verbs_rdm_server_with_peers_on_one_context() {
     let few = rdm_run("verbs", 4, 4).await;
     let many = rdm_run("verbs", 16, 4).await;
     check("verbs RDM", &few, &many);
+}
+
+/// verbs RDM, past a context's budget: two peers flood two bound
+/// endpoints with eager messages at a 16 KiB budget. The first few are
+/// copied out of their receive slots (charged); the rest stay in their
+/// slots (counted as parked, not charged), and once an endpoint's 256
+/// slots are held its peer's sends wait in RNR retries. Then every
+/// message is taken, once and in its sender's order, and nothing is left
+/// held.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbs_rdm_messages_past_the_budget_wait_in_slots() {
+    const LIMIT: usize = 16 << 10;
+    const LEN: usize = 1 << 10;
+    /// More than an endpoint's 256 slots.
+    const PER: u32 = 320;
+    let h = harness_of("verbs", EpType::Rdm);
+    let srx = h
+        .domain
+        .srx_context_attr(&RxAttr {
+            total_buffered_recv: LIMIT,
+            ..RxAttr::default()
+        })
+        .unwrap();
+    let av = h.av();
+    let cq = h.cq();
+    let servers: Vec<RdmEp> = (0..2)
+        .map(|_| srx_rdm_ep(&h, &av, &cq, &srx, None))
+        .collect();
+    let msg = |k: u8, seq: u32| {
+        let mut m = vec![k ^ seq as u8; LEN];
+        m[0] = k;
+        m[1..5].copy_from_slice(&seq.to_le_bytes());
+        Bytes::from(m)
+    };
+    let senders: Vec<_> = (0..2u8)
+        .map(|k| {
+            let c = h.rdm_ep();
+            let to = c.insert(&servers[k as usize]);
+            tokio::spawn(async move {
+                for seq in 0..PER {
+                    c.ep.send(to, msg(k, seq)).await.unwrap();
+                }
+                c
+            })
+        })
+        .collect();
+    // Both endpoints' slots fill up: 2 x 256, less the few copied.
+    within("slots held", async {
+        while srx.stats().parked < 2 * 256 - LIMIT / LEN {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let held = srx.stats().unexpected_bytes;
+    assert!(held > 0 && held <= LIMIT, "held {held} of {LIMIT}");
+    assert!(
+        senders.iter().all(|s| !s.is_finished()),
+        "the senders wait for slots"
+    );
+    let mut next = [0u32; 2];
+    for n in 0..2 * PER {
+        let e = within("drain", srx.recv(BytesMut::zeroed(LEN)))
+            .await
+            .unwrap();
+        assert!(srx.stats().unexpected_bytes <= LIMIT);
+        let b = e.into_bytes();
+        let k = b[0];
+        let seq = u32::from_le_bytes([b[1], b[2], b[3], b[4]]);
+        assert_eq!(seq, next[k as usize], "peer {k}: once, in order ({n})");
+        assert_eq!(b, msg(k, seq), "peer {k} message {seq}");
+        next[k as usize] += 1;
+    }
+    for s in senders {
+        within("senders", s).await.unwrap();
+    }
+    assert_drained_of(&srx, &cq).await;
+}
+
+/// Nothing held and nothing more on `cq`.
+async fn assert_drained_of(srx: &SharedRxContext, cq: &CompletionQueue) {
+    weft_integration::assert_cq_quiet(cq, "no message twice").await;
+    assert_eq!(srx.stats().unexpected_bytes, 0);
+    assert_eq!(srx.stats().parked, 0);
 }
 
 /// Waits until `srx` holds at least `bytes` unexpected and returns what
