@@ -485,7 +485,8 @@ impl RdmShared {
                     // Delivered through the normal path, which gives back
                     // one receive credit.
                     self.side.rx.take();
-                    if let Some(req) = srx::take_held(self, req, info, h, true) {
+                    if let Some(req) = srx::take_held(self, self.srx.as_deref(), req, info, h, true)
+                    {
                         self.repost(req);
                     }
                 }

@@ -74,7 +74,9 @@ impl RdmShared {
         let out =
             lock(&self.side.matcher).post_by(spec, req, &resolve, &mut multi_recv::take, front);
         for (recv, info, held) in out.matched {
-            if let Some(req) = super::srx::take_held(self, recv, info, held, false) {
+            if let Some(req) =
+                super::srx::take_held(self, self.srx.as_deref(), recv, info, held, false)
+            {
                 self.repost(req);
             }
         }

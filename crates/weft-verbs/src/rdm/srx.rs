@@ -190,35 +190,38 @@ impl RdmShared {
 
 /// A receive matched `held`: the endpoint it arrived at takes it (reads
 /// it over its connection, completes on its queues). One that closed
-/// meanwhile still hands over a copied payload through `ctx`; an
-/// announcement went with its connections, so the receive is returned,
-/// to go on to the next message (a claim fails: it asked for that one).
+/// meanwhile still hands over a copied payload through `ctx`, on the
+/// queues of context `srx`'s first bound endpoint; an announcement went
+/// with its connections, so the receive is returned, to go on to the
+/// next message (a claim fails: it asked for that one).
 #[must_use]
 pub(crate) fn take_held(
     ctx: &dyn RecvCtx,
+    srx: Option<&RdmSrx>,
     mut req: RecvReq,
     info: MsgInfo,
     held: Held,
     claimed: bool,
 ) -> Option<RecvReq> {
     let Held { at, u, .. } = held;
-    match at.upgrade() {
-        Some(ep) if !ep.is_closed() => {
-            ep.report_here(&mut req);
-            ep.take_unexpected(req, info, u, claimed);
+    if let Some(ep) = at.upgrade().filter(|e| !e.is_closed()) {
+        ep.report_here(&mut req);
+        ep.take_unexpected(req, info, u, claimed);
+        return None;
+    }
+    if let Some(c) = srx {
+        c.fallback(&mut req);
+    }
+    match u {
+        Unexp::Eager(data) => {
+            copy_and_deliver(ctx, req, info, &data);
             None
         }
-        _ => match u {
-            Unexp::Eager(data) => {
-                copy_and_deliver(ctx, req, info, &data);
-                None
-            }
-            _ if claimed => {
-                fail_recv(ctx, req, info, 0, Error::ConnReset);
-                None
-            }
-            _ => Some(req),
-        },
+        _ if claimed => {
+            fail_recv(ctx, req, info, 0, Error::ConnReset);
+            None
+        }
+        _ => Some(req),
     }
 }
 
@@ -324,7 +327,7 @@ impl RdmSrx {
         let again: Vec<RecvReq> = out
             .matched
             .into_iter()
-            .filter_map(|(recv, info, held)| take_held(self, recv, info, held, false))
+            .filter_map(|(recv, info, held)| take_held(self, Some(self), recv, info, held, false))
             .collect();
         for req in again {
             self.place(req);
@@ -379,7 +382,7 @@ impl RdmSrx {
                     // one credit.
                     self.side.rx.take();
                     self.fallback(&mut req);
-                    if let Some(req) = take_held(self, req, info, held, true) {
+                    if let Some(req) = take_held(self, Some(self), req, info, held, true) {
                         self.place(req);
                     }
                 }
