@@ -791,6 +791,9 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         if ep.closed.swap(true, Ordering::AcqRel) {
             return;
         }
+        if let Some(c) = &ep.srx {
+            c.forget(ep);
+        }
         let tasks = lock(&ep.tasks).take_all();
         for t in tasks {
             t.abort();

@@ -18,10 +18,17 @@
 //! ([`Src`]). What ends without a message (a failed peek, a cancel)
 //! reports on the first bound endpoint's queues; a context has none.
 //!
+//! The budget (`rx_attr.total_buffered_recv`) bounds the copied
+//! messages: one that does not fit stays in its receive slot
+//! ([`SlotHold`]), which goes back to the receive queue only when a
+//! receive takes the message; with every slot of an endpoint held, its
+//! peers' sends wait in RNR retries. A lone endpoint has no budget.
+//!
 //! `weft_core::soft_srx` is not reused: it holds only whole payloads
 //! (`BytesMut`), while a message held here may be an announcement whose
-//! bytes are still at the sender, or a pull in flight, and taking one
-//! starts work (an RDMA read) on the connection it came over.
+//! bytes are still at the sender, a pull in flight or a message left in
+//! its slot, and taking one starts work (an RDMA read, a copy out of the
+//! slot pool) on the endpoint it came to.
 
 // A refused receive hands the whole request back, as at the provider
 // boundary.
@@ -42,7 +49,7 @@ use weft_core::recv_completion::{
     cancel_recv, complete_peek, copy_and_deliver, fail_recv, RecvCtx,
 };
 use weft_core::soft_rx::Charge;
-use weft_core::soft_srx::{report_to, Queues};
+use weft_core::soft_srx::{report_to, Members, Queues};
 use weft_core::sync::lock;
 use weft_core::tagmatch::{Matcher, MsgInfo};
 use weft_core::Error;
@@ -170,7 +177,7 @@ impl RdmShared {
     }
 
     /// This endpoint's receive CQ and counter.
-    fn rx_queues(&self) -> Queues {
+    pub(crate) fn rx_queues(&self) -> Queues {
         (self.cfg.rx_cq.clone(), self.cfg.rx_cntr.clone())
     }
 
@@ -228,9 +235,10 @@ pub(crate) fn take_held(
 /// A shared receive context of RDM endpoints.
 #[derive(Debug)]
 pub(crate) struct RdmSrx {
+    me: Weak<RdmSrx>,
     pub side: Arc<Side>,
     iov_limit: usize,
-    members: Mutex<Vec<Weak<RdmShared>>>,
+    members: Members<RdmShared>,
     closed: AtomicBool,
 }
 
@@ -242,10 +250,11 @@ impl RdmSrx {
             0 => usize::MAX,
             n => n,
         };
-        Arc::new(RdmSrx {
+        Arc::new_cyclic(|me| RdmSrx {
+            me: me.clone(),
             side: Side::new(attr.size.max(1), limit),
             iov_limit: attr.iov_limit.max(1),
-            members: Mutex::new(Vec::new()),
+            members: Members::default(),
             closed: AtomicBool::new(false),
         })
     }
@@ -256,8 +265,9 @@ impl RdmSrx {
             None => Ok(None),
             Some(s) => s
                 .as_any()
-                .downcast_ref::<RdmSrxHandle>()
-                .map(|h| Some(h.0.clone()))
+                .downcast_ref::<RdmSrx>()
+                .and_then(|c| c.me.upgrade())
+                .map(Some)
                 .ok_or(Error::Inval),
         }
     }
@@ -267,9 +277,7 @@ impl RdmSrx {
     }
 
     pub(crate) fn join(&self, ep: Weak<RdmShared>) {
-        let mut v = lock(&self.members);
-        v.retain(|w| w.strong_count() > 0);
-        v.push(ep);
+        self.members.join(ep);
     }
 
     /// A bound endpoint closed: it reports nothing more. Its copied
@@ -277,7 +285,7 @@ impl RdmSrx {
     /// and pulls cannot be read any more (its connections are gone) and
     /// leave.
     pub(crate) fn leave(&self, ep: &RdmShared) {
-        lock(&self.members).retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), ep));
+        self.forget(ep);
         let gone: Vec<Held> = {
             let mut m = lock(&self.side.matcher);
             std::iter::from_fn(|| {
@@ -288,23 +296,16 @@ impl RdmSrx {
         drop(gone);
     }
 
-    fn members(&self) -> Vec<Arc<RdmShared>> {
-        lock(&self.members)
-            .iter()
-            .filter_map(Weak::upgrade)
-            .filter(|e| !e.is_closed())
-            .collect()
+    /// A bound endpoint is closing: what the context ends or takes back
+    /// no longer goes to it (it would be dropped there).
+    pub(crate) fn forget(&self, ep: &RdmShared) {
+        self.members.leave(ep);
     }
 
     /// Where what ends without a message reports: the first bound
     /// endpoint's queues (an awaited receive reports to its future).
     fn fallback(&self, req: &mut RecvReq) {
-        if req.done.cq.is_some() || req.done.waiter.is_some() {
-            return;
-        }
-        if let Some(m) = self.members().first() {
-            report_to(req, m.rx_queues());
-        }
+        self.members.fallback(req, RdmShared::rx_queues);
     }
 
     /// Posts `req` to the context's matcher, or hands it the held
@@ -336,7 +337,61 @@ impl RdmSrx {
         drop(out.ended);
     }
 
-    fn post(&self, mut req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+    /// Ends `req` through endpoint `at` (on its queues), else through the
+    /// context.
+    fn end_at(
+        &self,
+        mut req: RecvReq,
+        at: Option<Arc<RdmShared>>,
+        f: impl FnOnce(&dyn RecvCtx, RecvReq),
+    ) {
+        match at {
+            Some(ep) => {
+                report_to(&mut req, ep.rx_queues());
+                f(&*ep, req);
+            }
+            None => {
+                self.fallback(&mut req);
+                f(self, req);
+            }
+        }
+    }
+
+    /// Hands a message whose receive's future was dropped to the bound
+    /// endpoint it was reported on (found by its CQ; else the first),
+    /// which puts it ahead of later arrivals.
+    fn route_back(&self, r: Returned, after: bool) {
+        if self.is_closed() {
+            return;
+        }
+        if let Some(m) = self.members.reported_on(&r, RdmShared::rx_queues) {
+            m.take_back(r, after);
+        }
+    }
+}
+
+impl RecvCtx for RdmSrx {
+    fn rx_credits(&self) -> &Credits {
+        &self.side.rx
+    }
+
+    /// The context has no AV: reached only for what ends without a
+    /// message or whose endpoint closed, reported as found.
+    fn reported_addr(&self, a: FiAddr) -> FiAddr {
+        a
+    }
+
+    fn give_back(&self, r: Returned) {
+        self.route_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.route_back(r, true);
+    }
+}
+
+impl ProviderSrx for RdmSrx {
+    fn post_recv(&self, mut req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
         let reject = |err, req| Err(Rejected { err, req });
         if self.is_closed() {
             return reject(Error::OpBadState, req);
@@ -403,115 +458,25 @@ impl RdmSrx {
         Ok(())
     }
 
-    /// Ends `req` through endpoint `at` (on its queues), else through the
-    /// context.
-    fn end_at(
-        &self,
-        mut req: RecvReq,
-        at: Option<Arc<RdmShared>>,
-        f: impl FnOnce(&dyn RecvCtx, RecvReq),
-    ) {
-        match at {
-            Some(ep) => {
-                report_to(&mut req, ep.rx_queues());
-                f(&*ep, req);
-            }
-            None => {
-                self.fallback(&mut req);
-                f(self, req);
-            }
-        }
-    }
-
-    /// Hands a message whose receive's future was dropped to the bound
-    /// endpoint it was reported on (found by its CQ; else the first),
-    /// which puts it ahead of later arrivals.
-    fn route_back(&self, r: Returned, after: bool) {
-        if self.is_closed() {
-            return;
-        }
-        let members = self.members();
-        let found = members.iter().find(|m| match (&m.cfg.rx_cq, &r.origin.cq) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            (None, None) => true,
-            _ => false,
-        });
-        if let Some(m) = found.or(members.first()) {
-            m.take_back(r, after);
-        }
-    }
-
     fn cancel(&self, context: u64) -> bool {
-        let r = lock(&self.side.matcher).cancel(context);
-        match r {
-            Some((_, mut req)) => {
-                self.fallback(&mut req);
-                cancel_recv(self, req);
-                true
-            }
-            None => false,
-        }
+        self.members
+            .cancel_in(&self.side.matcher, context, self, RdmShared::rx_queues)
     }
 
     fn close(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (posted, held) = {
-            let mut m = lock(&self.side.matcher);
-            (m.drain_posted(), m.drain_unexpected())
-        };
-        for (_, mut req) in posted {
-            self.fallback(&mut req);
-            cancel_recv(self, req);
-        }
-        drop(held);
-    }
-}
-
-impl RecvCtx for RdmSrx {
-    fn rx_credits(&self) -> &Credits {
-        &self.side.rx
-    }
-
-    /// The context has no AV: reached only for what ends without a
-    /// message or whose endpoint closed, reported as found.
-    fn reported_addr(&self, a: FiAddr) -> FiAddr {
-        a
+        self.members
+            .close_in(&self.side.matcher, self, RdmShared::rx_queues);
     }
 
     fn give_back(&self, r: Returned) {
         self.route_back(r, false);
     }
 
-    fn give_back_after(&self, r: Returned) {
-        self.route_back(r, true);
-    }
-}
-
-/// The `ProviderSrx` handle of an [`RdmSrx`].
-#[derive(Debug)]
-pub(crate) struct RdmSrxHandle(pub Arc<RdmSrx>);
-
-impl ProviderSrx for RdmSrxHandle {
-    fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
-        self.0.post(req)
-    }
-
-    fn cancel(&self, context: u64) -> bool {
-        self.0.cancel(context)
-    }
-
-    fn give_back(&self, r: Returned) {
-        self.0.route_back(r, false);
-    }
-
     fn rx_size_left(&self) -> usize {
-        self.0.side.rx.left()
-    }
-
-    fn close(&self) {
-        self.0.close();
+        self.side.rx.left()
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -524,15 +489,15 @@ impl ProviderSrx for RdmSrxHandle {
 
     fn stats(&self) -> EpStats {
         let mut s = EpStats::default();
-        s.unexpected_bytes = self.0.side.unexp.load(Ordering::Acquire);
+        s.unexpected_bytes = self.side.unexp.load(Ordering::Acquire);
         // Messages whose bytes wait at their sender or in a slot: what
         // the budget holds back.
-        s.parked = self.0.side.waiting.load(Ordering::Acquire);
+        s.parked = self.side.waiting.load(Ordering::Acquire);
         s
     }
 }
 
 /// Opens a context for RDM endpoints with `attr`.
 pub(crate) fn open(attr: &RxAttr) -> Arc<dyn ProviderSrx> {
-    Arc::new(RdmSrxHandle(RdmSrx::open(attr)))
+    RdmSrx::open(attr)
 }
