@@ -9,7 +9,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use bytes::{Bytes, BytesMut};
-use weft::{CompletionQueue, CqItem, EpType, RxAttr, SharedRxContext, SHARED_CONTEXT};
+use weft::{
+    CompletionQueue, CqItem, EpType, OpFlags, RecvMsg, RxAttr, SharedRxContext, SHARED_CONTEXT,
+};
 use weft_integration::srx::{accept_onto_srx, srx_rdm_ep};
 use weft_integration::{next_cq, within, Harness, Provider, RdmEp};
 
@@ -258,7 +260,9 @@ async fn verbs_rdm_server_with_peers_on_one_context() {
 /// endpoints with eager messages at a 16 KiB budget. The first few are
 /// copied out of their receive slots (charged); the rest stay in their
 /// slots (counted as parked, not charged), and once an endpoint's 256
-/// slots are held its peer's sends wait in RNR retries. Then every
+/// slots are held its peer's sends wait in RNR retries. A message in a
+/// slot is claimed (peek|claim, then claim) and another discarded
+/// (peek|discard), each on the CQ as for a copied one. Then every other
 /// message is taken, once and in its sender's order, and nothing is left
 /// held.
 #[cfg_attr(
@@ -290,13 +294,15 @@ async fn verbs_rdm_messages_past_the_budget_wait_in_slots() {
         m[1..5].copy_from_slice(&seq.to_le_bytes());
         Bytes::from(m)
     };
+    // Tagged with the sender and the number, for the claim below.
+    let tag = |k: u8, seq: u32| u64::from(k) << 32 | u64::from(seq);
     let senders: Vec<_> = (0..2u8)
         .map(|k| {
             let c = h.rdm_ep();
             let to = c.insert(&servers[k as usize]);
             tokio::spawn(async move {
                 for seq in 0..PER {
-                    c.ep.send(to, msg(k, seq)).await.unwrap();
+                    c.ep.tsend(to, msg(k, seq), tag(k, seq)).await.unwrap();
                 }
                 c
             })
@@ -316,19 +322,67 @@ async fn verbs_rdm_messages_past_the_budget_wait_in_slots() {
         senders.iter().all(|s| !s.is_finished()),
         "the senders wait for slots"
     );
+    // Peer 1's messages 200 and 201 are in slots: past the few copied,
+    // within the 256 held.
+    let peek = |t, context, bufs| RecvMsg {
+        src: weft::FI_ADDR_UNSPEC,
+        bufs,
+        tagged: true,
+        tag: t,
+        ignore: 0,
+        context,
+    };
+    srx.post_recvmsg(
+        peek(tag(1, 200), 31, Vec::new()),
+        OpFlags::PEEK | OpFlags::CLAIM,
+    )
+    .unwrap();
+    let CqItem::Ok(e) = within("peek|claim", next_cq(&cq)).await else {
+        panic!("peek|claim of a message in a slot failed");
+    };
+    assert_eq!((e.context, e.tag, e.len), (31, tag(1, 200), LEN));
+    srx.post_recvmsg(
+        peek(tag(1, 200), 31, vec![BytesMut::zeroed(LEN)]),
+        OpFlags::CLAIM,
+    )
+    .unwrap();
+    let CqItem::Ok(e) = within("claim", next_cq(&cq)).await else {
+        panic!("claim of a message in a slot failed");
+    };
+    assert_eq!(e.context, 31);
+    assert_eq!(e.into_bytes(), msg(1, 200));
+    let e = within(
+        "peek|discard",
+        srx.recvmsg(
+            peek(tag(1, 201), 32, Vec::new()),
+            OpFlags::PEEK | OpFlags::DISCARD,
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(e.tag, tag(1, 201));
     let mut next = [0u32; 2];
-    for n in 0..2 * PER {
-        let e = within("drain", srx.recv(BytesMut::zeroed(LEN)))
-            .await
-            .unwrap();
+    for n in 0..2 * PER - 2 {
+        if next[1] == 200 {
+            next[1] = 202;
+        }
+        let e = within(
+            "drain",
+            srx.trecv(BytesMut::zeroed(LEN), weft::FI_ADDR_UNSPEC, 0, u64::MAX),
+        )
+        .await
+        .unwrap();
         assert!(srx.stats().unexpected_bytes <= LIMIT);
+        let e_tag = e.tag;
         let b = e.into_bytes();
         let k = b[0];
         let seq = u32::from_le_bytes([b[1], b[2], b[3], b[4]]);
         assert_eq!(seq, next[k as usize], "peer {k}: once, in order ({n})");
+        assert_eq!(e_tag, tag(k, seq));
         assert_eq!(b, msg(k, seq), "peer {k} message {seq}");
         next[k as usize] += 1;
     }
+    assert_eq!(next, [PER; 2]);
     for s in senders {
         within("senders", s).await.unwrap();
     }
