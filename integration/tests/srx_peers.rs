@@ -1,5 +1,5 @@
 //! A server with 64 peers on one shared receive context (tcp; RDM on
-//! shm too): every
+//! shm and, in the VM of `integration/run-rxe`, verbs too): every
 //! peer's messages are delivered exactly once and in order per peer, the
 //! server's receive buffers are the context's fixed window whatever the
 //! number of peers, and what peers make it buffer stays within the
@@ -9,7 +9,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use bytes::{Bytes, BytesMut};
-use weft::{CompletionQueue, CqItem, EpType, RxAttr, SharedRxContext, SHARED_CONTEXT};
+use weft::{
+    CompletionQueue, CqItem, EpType, OpFlags, RecvMsg, RxAttr, SharedRxContext, SHARED_CONTEXT,
+};
 use weft_integration::srx::{accept_onto_srx, srx_rdm_ep};
 use weft_integration::{next_cq, within, Harness, Provider, RdmEp};
 
@@ -57,6 +59,8 @@ fn message(peer: u16, seq: u32) -> Bytes {
 
 /// What the server saw.
 struct Seen {
+    /// Peers served.
+    peers: usize,
     /// Most unexpected bytes the context held at a completion.
     peak_unexpected: usize,
     /// Most receives posted at once.
@@ -79,6 +83,7 @@ async fn serve(srx: &SharedRxContext, cq: &CompletionQueue, peers: usize, tagged
     }
     let mut next = vec![0u32; peers];
     let mut seen = Seen {
+        peers,
         peak_unexpected: 0,
         peak_posted: 0,
     };
@@ -112,9 +117,7 @@ async fn serve(srx: &SharedRxContext, cq: &CompletionQueue, peers: usize, tagged
 
 /// The context once the run is over: nothing left over, nothing more.
 async fn assert_drained(srx: &SharedRxContext, cq: &CompletionQueue) {
-    weft_integration::assert_cq_quiet(cq, "no message twice").await;
-    assert_eq!(srx.stats().unexpected_bytes, 0);
-    assert_eq!(srx.stats().parked, 0);
+    assert_drained_of(srx, cq).await;
     // The window is still posted: cancelled, each comes back whole.
     for i in 0..WINDOW as u64 {
         srx.cancel(i).unwrap();
@@ -195,9 +198,14 @@ async fn rdm_run(name: &'static str, peers: usize, eps: usize) -> Seen {
 
 fn check(what: &str, few: &Seen, many: &Seen) {
     eprintln!(
-        "{what}: peak unexpected bytes {} (8 peers) vs {} (64 peers), budget {BUDGET}; \
+        "{what}: peak unexpected bytes {} ({} peers) vs {} ({} peers), budget {BUDGET}; \
          peak posted receives {} vs {}, window {WINDOW}",
-        few.peak_unexpected, many.peak_unexpected, few.peak_posted, many.peak_posted
+        few.peak_unexpected,
+        few.peers,
+        many.peak_unexpected,
+        many.peers,
+        few.peak_posted,
+        many.peak_posted
     );
     for s in [few, many] {
         assert!(s.peak_unexpected <= BUDGET, "{what}: over the budget");
@@ -231,6 +239,161 @@ async fn shm_rdm_server_with_64_peers_on_one_context() {
     let few = rdm_run("shm", 8, 4).await;
     let many = rdm_run("shm", 64, 4).await;
     check("shm RDM", &few, &many);
+}
+
+/// The same on verbs RDM, in the VM of `integration/run-rxe`: 64 peers
+/// (each an RDM endpoint of its own, with an RC connection to its
+/// server) over 4 bound endpoints. The server side's receive memory is
+/// the bound endpoints' slot pools, whatever the number of peers.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbs_rdm_server_with_peers_on_one_context() {
+    let few = rdm_run("verbs", 8, 4).await;
+    let many = rdm_run("verbs", 64, 4).await;
+    check("verbs RDM", &few, &many);
+}
+
+/// verbs RDM, past a context's budget: two peers flood two bound
+/// endpoints with eager messages at a 16 KiB budget. The first few are
+/// copied out of their receive slots (charged); the rest stay in their
+/// slots (counted as parked, not charged), and once an endpoint's 256
+/// slots are held its peer's sends wait in RNR retries. A message in a
+/// slot is claimed (peek|claim, then claim) and another discarded
+/// (peek|discard), each on the CQ as for a copied one. Then every other
+/// message is taken, once and in its sender's order, and nothing is left
+/// held.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbs_rdm_messages_past_the_budget_wait_in_slots() {
+    const LIMIT: usize = 16 << 10;
+    const LEN: usize = 1 << 10;
+    /// More than an endpoint's 256 slots.
+    const PER: u32 = 320;
+    let h = harness_of("verbs", EpType::Rdm);
+    let srx = h
+        .domain
+        .srx_context_attr(&RxAttr {
+            total_buffered_recv: LIMIT,
+            ..RxAttr::default()
+        })
+        .unwrap();
+    let av = h.av();
+    let cq = h.cq();
+    let servers: Vec<RdmEp> = (0..2)
+        .map(|_| srx_rdm_ep(&h, &av, &cq, &srx, None))
+        .collect();
+    let msg = |k: u8, seq: u32| {
+        let mut m = vec![k ^ seq as u8; LEN];
+        m[0] = k;
+        m[1..5].copy_from_slice(&seq.to_le_bytes());
+        Bytes::from(m)
+    };
+    // Tagged with the sender and the number, for the claim below.
+    let tag = |k: u8, seq: u32| u64::from(k) << 32 | u64::from(seq);
+    let senders: Vec<_> = (0..2u8)
+        .map(|k| {
+            let c = h.rdm_ep();
+            let to = c.insert(&servers[k as usize]);
+            tokio::spawn(async move {
+                for seq in 0..PER {
+                    c.ep.tsend(to, msg(k, seq), tag(k, seq)).await.unwrap();
+                }
+                c
+            })
+        })
+        .collect();
+    // Both endpoints' slots fill up: 2 x 256, less the few copied.
+    within("slots held", async {
+        while srx.stats().parked < 2 * 256 - LIMIT / LEN {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let held = srx.stats().unexpected_bytes;
+    assert!(held > 0 && held <= LIMIT, "held {held} of {LIMIT}");
+    assert!(
+        senders.iter().all(|s| !s.is_finished()),
+        "the senders wait for slots"
+    );
+    // Peer 1's messages 200 and 201 are in slots: past the few copied,
+    // within the 256 held.
+    let peek = |t, context, bufs| RecvMsg {
+        src: weft::FI_ADDR_UNSPEC,
+        bufs,
+        tagged: true,
+        tag: t,
+        ignore: 0,
+        context,
+    };
+    srx.post_recvmsg(
+        peek(tag(1, 200), 31, Vec::new()),
+        OpFlags::PEEK | OpFlags::CLAIM,
+    )
+    .unwrap();
+    let CqItem::Ok(e) = within("peek|claim", next_cq(&cq)).await else {
+        panic!("peek|claim of a message in a slot failed");
+    };
+    assert_eq!((e.context, e.tag, e.len), (31, tag(1, 200), LEN));
+    srx.post_recvmsg(
+        peek(tag(1, 200), 31, vec![BytesMut::zeroed(LEN)]),
+        OpFlags::CLAIM,
+    )
+    .unwrap();
+    let CqItem::Ok(e) = within("claim", next_cq(&cq)).await else {
+        panic!("claim of a message in a slot failed");
+    };
+    assert_eq!(e.context, 31);
+    assert_eq!(e.into_bytes(), msg(1, 200));
+    let e = within(
+        "peek|discard",
+        srx.recvmsg(
+            peek(tag(1, 201), 32, Vec::new()),
+            OpFlags::PEEK | OpFlags::DISCARD,
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(e.tag, tag(1, 201));
+    let mut next = [0u32; 2];
+    for n in 0..2 * PER - 2 {
+        if next[1] == 200 {
+            next[1] = 202;
+        }
+        let e = within(
+            "drain",
+            srx.trecv(BytesMut::zeroed(LEN), weft::FI_ADDR_UNSPEC, 0, u64::MAX),
+        )
+        .await
+        .unwrap();
+        assert!(srx.stats().unexpected_bytes <= LIMIT);
+        let e_tag = e.tag;
+        let b = e.into_bytes();
+        let k = b[0];
+        let seq = u32::from_le_bytes([b[1], b[2], b[3], b[4]]);
+        assert_eq!(seq, next[k as usize], "peer {k}: once, in order ({n})");
+        assert_eq!(e_tag, tag(k, seq));
+        assert_eq!(b, msg(k, seq), "peer {k} message {seq}");
+        next[k as usize] += 1;
+    }
+    assert_eq!(next, [PER; 2]);
+    for s in senders {
+        within("senders", s).await.unwrap();
+    }
+    assert_drained_of(&srx, &cq).await;
+}
+
+/// Nothing held and nothing more on `cq`.
+async fn assert_drained_of(srx: &SharedRxContext, cq: &CompletionQueue) {
+    weft_integration::assert_cq_quiet(cq, "no message twice").await;
+    assert_eq!(srx.stats().unexpected_bytes, 0);
+    assert_eq!(srx.stats().parked, 0);
 }
 
 /// Waits until `srx` holds at least `bytes` unexpected and returns what

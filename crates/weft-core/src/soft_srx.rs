@@ -182,6 +182,104 @@ pub fn report_to(req: &mut RecvReq, queues: Queues) {
     (req.done.cq, req.done.cntr) = queues;
 }
 
+/// The endpoints bound to a shared context, held weakly (a context
+/// keeps no endpoint alive), with the rules for where what a context
+/// ends reports, which every provider's context shares.
+#[derive(Debug)]
+pub struct Members<E>(Mutex<Vec<Weak<E>>>);
+
+impl<E> Default for Members<E> {
+    fn default() -> Self {
+        Members(Mutex::new(Vec::new()))
+    }
+}
+
+impl<E> Members<E> {
+    /// Registers a bound endpoint.
+    pub fn join(&self, ep: Weak<E>) {
+        let mut v = lock(&self.0);
+        v.retain(|w| w.strong_count() > 0);
+        v.push(ep);
+    }
+
+    /// A bound endpoint closed: it reports nothing more.
+    pub fn leave(&self, ep: &E) {
+        lock(&self.0).retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), ep));
+    }
+
+    /// The bound endpoints still open, in bind order.
+    pub fn live(&self) -> Vec<Arc<E>> {
+        lock(&self.0).iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Where what ends without a message reports: the first bound
+    /// endpoint's queues (`queues` of it), unless `req` reports
+    /// somewhere already (an awaited receive reports to its future).
+    pub fn fallback(&self, req: &mut RecvReq, queues: impl Fn(&E) -> Queues) {
+        if req.done.cq.is_some() || req.done.waiter.is_some() {
+            return;
+        }
+        if let Some(m) = self.live().first() {
+            report_to(req, queues(m));
+        }
+    }
+
+    /// The bound endpoint a returned message was reported on (found by
+    /// its receive CQ, `queues` of each), else the first: the one that
+    /// takes it back.
+    pub fn reported_on(&self, r: &Returned, queues: impl Fn(&E) -> Queues) -> Option<Arc<E>> {
+        let members = self.live();
+        let found = members
+            .iter()
+            .position(|m| match (&queues(m).0, &r.origin.cq) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            });
+        members.into_iter().nth(found.unwrap_or(0))
+    }
+
+    /// Withdraws the receive with `context` posted to a context's
+    /// `matcher`, ending it with `Canceled` through `ctx` (the context),
+    /// on the first bound endpoint's queues; false when none is posted.
+    pub fn cancel_in<U, S>(
+        &self,
+        matcher: &Mutex<Matcher<RecvReq, U, S>>,
+        context: u64,
+        ctx: &dyn RecvCtx,
+        queues: impl Fn(&E) -> Queues,
+    ) -> bool {
+        let r = lock(matcher).cancel(context);
+        match r {
+            Some((_, mut req)) => {
+                self.fallback(&mut req, queues);
+                cancel_recv(ctx, req);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A context closes: its posted receives end with `Canceled` through
+    /// `ctx` (buffers handed back), its held messages are dropped.
+    pub fn close_in<U, S>(
+        &self,
+        matcher: &Mutex<Matcher<RecvReq, U, S>>,
+        ctx: &dyn RecvCtx,
+        queues: impl Fn(&E) -> Queues,
+    ) {
+        let (posted, held) = {
+            let mut m = lock(matcher);
+            (m.drain_posted(), m.drain_unexpected())
+        };
+        for (_, mut req) in posted {
+            self.fallback(&mut req, &queues);
+            cancel_recv(ctx, req);
+        }
+        drop(held);
+    }
+}
+
 /// A shared receive context of endpoints of type `E`.
 #[derive(Debug)]
 pub struct SoftSrx<E: SrxEp> {
@@ -189,7 +287,7 @@ pub struct SoftSrx<E: SrxEp> {
     pub side: Arc<SoftSide<E>>,
     /// Buffers one receive may have.
     iov_limit: usize,
-    members: Mutex<Vec<Weak<E>>>,
+    members: Members<E>,
     closed: AtomicBool,
 }
 
@@ -204,7 +302,7 @@ impl<E: SrxEp> SoftSrx<E> {
         Arc::new(SoftSrx {
             side: RxSide::new(attr.size.max(1), limit),
             iov_limit: attr.iov_limit.clamp(1, iov_limit.max(1)),
-            members: Mutex::new(Vec::new()),
+            members: Members::default(),
             closed: AtomicBool::new(false),
         })
     }
@@ -229,33 +327,23 @@ impl<E: SrxEp> SoftSrx<E> {
 
     /// Registers a bound endpoint.
     pub fn join(&self, ep: Weak<E>) {
-        let mut v = lock(&self.members);
-        v.retain(|w| w.strong_count() > 0);
-        v.push(ep);
+        self.members.join(ep);
     }
 
     /// A bound endpoint closed: it reports nothing more. Messages that
     /// arrived at it stay held for the context's receives.
     pub fn leave(&self, ep: &E) {
-        lock(&self.members).retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), ep));
+        self.members.leave(ep);
     }
 
     fn members(&self) -> Vec<Arc<E>> {
-        lock(&self.members)
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect()
+        self.members.live()
     }
 
     /// Where what ends without a message reports: the first bound
     /// endpoint's queues (an awaited receive reports to its future).
     fn fallback(&self, req: &mut RecvReq) {
-        if req.done.cq.is_some() || req.done.waiter.is_some() {
-            return;
-        }
-        if let Some(m) = self.members().first() {
-            report_to(req, m.rx_queues());
-        }
+        self.members.fallback(req, E::rx_queues);
     }
 
     /// Completes `req` with `held`: through the endpoint it arrived at,
@@ -374,15 +462,7 @@ impl<E: SrxEp> SoftSrx<E> {
         if self.is_closed() {
             return;
         }
-        let members = self.members();
-        let found = members
-            .iter()
-            .find(|m| match (&m.rx_queues().0, &r.origin.cq) {
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                (None, None) => true,
-                _ => false,
-            });
-        if let Some(m) = found.or(members.first()) {
+        if let Some(m) = self.members.reported_on(&r, E::rx_queues) {
             if after {
                 m.give_back_after(r);
             } else {
@@ -458,15 +538,8 @@ impl<E: SrxEp> SoftSrx<E> {
     /// Withdraws the posted receive with `context`, ending it with
     /// `Canceled`; false when none is posted.
     pub fn cancel(&self, context: u64) -> bool {
-        let r = lock(&self.side.matcher).cancel(context);
-        match r {
-            Some((_, mut req)) => {
-                self.fallback(&mut req);
-                cancel_recv(self, req);
-                true
-            }
-            None => false,
-        }
+        self.members
+            .cancel_in(&self.side.matcher, context, self, E::rx_queues)
     }
 
     /// Stops taking receives; pending ones end with `Canceled`, held
@@ -475,15 +548,8 @@ impl<E: SrxEp> SoftSrx<E> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (posted, held) = {
-            let mut m = lock(&self.side.matcher);
-            (m.drain_posted(), m.drain_unexpected())
-        };
-        for (_, mut req) in posted {
-            self.fallback(&mut req);
-            cancel_recv(self, req);
-        }
-        drop(held);
+        self.members
+            .close_in(&self.side.matcher, self, E::rx_queues);
         self.wake_members();
     }
 }

@@ -47,6 +47,9 @@ pub struct VerbsDomain {
     cache: Arc<SourceCache>,
     /// `domain_attr.auth_key`: what every endpoint here proves.
     key: Option<AuthKey>,
+    /// The endpoint type it was opened for: whose shared receive
+    /// contexts it opens (MSG: an SRQ; RDM: a software matcher).
+    ep_type: EpType,
 }
 
 /// Opens the domain of `info`: its device is the one that owns the
@@ -92,6 +95,7 @@ pub fn open(info: &Info) -> Result<Arc<dyn ProviderDomain>> {
         ud,
         cache,
         key,
+        ep_type: info.ep_attr.ep_type,
     }))
 }
 
@@ -116,7 +120,17 @@ impl ProviderDomain for VerbsDomain {
     }
 
     fn srx_open(&self, size: usize) -> Result<Arc<dyn ProviderSrx>> {
-        Ok(crate::msg::MsgSrx::open(&self.pd, size)?)
+        self.srx_open_attr(&weft_core::attr::RxAttr {
+            size,
+            ..weft_core::attr::RxAttr::default()
+        })
+    }
+
+    fn srx_open_attr(&self, attr: &weft_core::attr::RxAttr) -> Result<Arc<dyn ProviderSrx>> {
+        match self.ep_type {
+            EpType::Rdm => Ok(crate::rdm::srx::open(attr)),
+            _ => Ok(crate::msg::MsgSrx::open(&self.pd, attr.size)?),
+        }
     }
 
     fn mr_cache_stats(&self) -> Option<MrCacheStats> {

@@ -313,8 +313,8 @@ pub const MEM_TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 /// The MSG offer of a port without what only MSG has, for the RDM and
 /// DGRAM offers to build on: no CM data, no RMA ordering sizes, no
 /// `FI_RX_CQ_DATA` (RDM's remote CQ data travels in a note of its own,
-/// DGRAM has no RMA), and no shared receive contexts (RDM matches in
-/// software over one SRQ of its own per endpoint).
+/// DGRAM has no RMA), and no shared receive contexts (`rdm_offer` adds
+/// its own: RDM shares its software matcher, not an SRQ).
 fn connectionless_base(r: &DeviceReport) -> Info {
     let mut i = msg_offer(r);
     i.mode = Mode::empty();
@@ -356,6 +356,9 @@ pub fn rdm_offer(r: &DeviceReport) -> Info {
     // fenced operation (its header, for a send).
     i.tx_attr.op_flags_supported = OpFlags::TX_BASE | OpFlags::DELIVERY_COMPLETE | OpFlags::FENCE;
     i.rx_attr.op_flags_supported = OpFlags::RX_BASE | OpFlags::PEEK_FAMILY | OpFlags::MULTI_RECV;
+    // A shared receive context shares the software matcher
+    // (`crate::rdm::srx`); it needs no SRQ beyond each endpoint's own.
+    i.domain_attr.max_ep_srx_ctx = 1;
     i
 }
 

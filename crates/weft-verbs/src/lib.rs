@@ -145,10 +145,8 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
     }
     #[cfg(feature = "rdma")]
     match cfg.info.ep_attr.ep_type {
-        // Only MSG endpoints take receives from a shared context.
-        _ if cfg.srx.is_some() && cfg.info.ep_attr.ep_type != weft_core::attr::EpType::Msg => {
-            return Err(Error::NoSys)
-        }
+        // MSG and RDM endpoints take receives from a shared context.
+        weft_core::attr::EpType::Dgram if cfg.srx.is_some() => return Err(Error::NoSys),
         weft_core::attr::EpType::Msg => return msg::open(cfg, rt),
         weft_core::attr::EpType::Rdm => return rdm::open(cfg, rt),
         weft_core::attr::EpType::Dgram => return dgram::open(cfg, rt),

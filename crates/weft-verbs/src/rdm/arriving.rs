@@ -122,11 +122,15 @@ impl RdmShared {
         for p in due {
             let pull = Arc::new(rx::Pull::default());
             *lock(&p.held) = Some(pull.clone());
-            let mut m = lock(&self.matcher);
+            let mut m = lock(&self.side.matcher);
             match multi::match_arrival(&mut m, &p.info, &mut out.ended) {
                 // No bytes yet: the receive will wait for them.
                 Some(req) => out.matched.push((pull, req, p.info)),
-                None => m.push_unexpected_front_after(p.from, p.info, Unexp::Pull(pull)),
+                None => m.push_unexpected_front_after(
+                    self.src(p.from),
+                    p.info,
+                    self.held_forced(Unexp::Pull(pull), p.info.len),
+                ),
             }
         }
     }

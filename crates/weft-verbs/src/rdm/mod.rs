@@ -75,6 +75,7 @@ mod multi;
 mod peers;
 mod rma;
 mod rx;
+pub(crate) mod srx;
 mod tasks;
 mod tx;
 
@@ -222,6 +223,9 @@ pub(crate) enum Unexp {
     Rts { conn: Arc<Conn>, hdr: Header },
     /// Its payload, being pulled from the sender.
     Pull(Arc<rx::Pull>),
+    /// Its payload, left in its receive slot: it came past a shared
+    /// context's budget (see [`srx`]).
+    Slot(srx::SlotHold),
 }
 
 /// A matched receive waiting for (or doing) its rendezvous read.
@@ -330,7 +334,7 @@ pub(crate) struct Res {
     pub read_pool: Arc<SlotPool>,
 }
 
-pub(crate) type RdmMatcher = Matcher<RecvReq, Unexp, SocketAddr>;
+pub(crate) type RdmMatcher = Matcher<RecvReq, srx::Held, srx::Src>;
 
 /// State shared by the endpoint handle, its connection tasks and its CQ
 /// driver. Connections (and with them the QPs) are declared before the
@@ -353,7 +357,10 @@ pub struct RdmShared {
     pub(crate) gate: crate::keyproof::Gate,
     pub(crate) peers: Mutex<FastMap<SocketAddr, PeerState>>,
     pub(crate) by_qp: Mutex<FastMap<u32, Arc<Conn>>>,
-    pub(crate) matcher: Mutex<RdmMatcher>,
+    /// The matcher and receive credits: this endpoint's own, or those of
+    /// the shared receive context it is bound to (`srx`).
+    pub(crate) side: Arc<srx::Side>,
+    pub(crate) srx: Option<Arc<srx::RdmSrx>>,
     /// Parts of awaited multi-receive buffers being read into.
     pub(crate) arriving: Mutex<Vec<Arc<arriving::Arriving>>>,
     pub(crate) inflight: Mutex<FastMap<u64, Op>>,
@@ -366,7 +373,6 @@ pub struct RdmShared {
     pub(crate) backlogged: AtomicUsize,
     next_wr: AtomicU64,
     pub(crate) tx: Credits,
-    pub(crate) rx: Credits,
     pub(crate) closed: AtomicBool,
     pub(crate) tasks: Mutex<Tasks>,
     /// Connections open or being made (each holds a [`ConnSlot`]).
@@ -385,7 +391,7 @@ impl std::fmt::Debug for RdmShared {
 
 impl weft_core::recv_completion::RecvCtx for RdmShared {
     fn rx_credits(&self) -> &Credits {
-        &self.rx
+        &self.side.rx
     }
 
     fn reported_addr(&self, a: FiAddr) -> FiAddr {
@@ -456,9 +462,9 @@ impl RdmShared {
 
     fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
         let spec = spec_of(&req);
-        let resolve = |s: &SocketAddr| self.resolve_src(s);
+        let resolve = srx::Src::resolve;
         if req.flags.contains(OpFlags::PEEK) {
-            let r = lock(&self.matcher).peek(&spec, req.flags, &resolve);
+            let r = lock(&self.side.matcher).peek(&spec, req.flags, &resolve);
             match r {
                 Ok(info) => rx::complete_peek(self, req, info),
                 Err(Error::Inval) => {
@@ -473,20 +479,23 @@ impl RdmShared {
         }
         if req.flags.contains(OpFlags::CLAIM) {
             let discard = req.flags.contains(OpFlags::DISCARD);
-            let r = lock(&self.matcher).claim(spec.context, discard);
+            let r = lock(&self.side.matcher).claim(spec.context, discard);
             match r {
-                Ok((info, Some(u))) => {
+                Ok((info, Some(h))) => {
                     // Delivered through the normal path, which gives back
                     // one receive credit.
-                    self.rx.take();
-                    self.take_unexpected(req, info, u, true);
+                    self.side.rx.take();
+                    if let Some(req) = srx::take_held(self, self.srx.as_deref(), req, info, h, true)
+                    {
+                        self.repost(req);
+                    }
                 }
                 Ok((info, None)) => rx::complete_peek(self, req, info),
                 Err(e) => req.done.fail(CqErrEntry::new(0, OpFlags::RECV, e)),
             }
             return Ok(());
         }
-        if !self.rx.try_take() {
+        if !self.side.rx.try_take() {
             return Err(Rejected {
                 err: Error::Again,
                 req,
@@ -496,8 +505,8 @@ impl RdmShared {
         Ok(())
     }
 
-    /// A receive matched a buffered message.
-    fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Unexp, claimed: bool) {
+    /// A receive matched a buffered message that arrived here.
+    pub(crate) fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Unexp, claimed: bool) {
         match u {
             Unexp::Eager(data) => rx::copy_and_deliver(self, req, info, &data),
             Unexp::Rts { conn, hdr } => {
@@ -522,6 +531,13 @@ impl RdmShared {
                 });
             }
             Unexp::Pull(p) => p.matched(self, req, info, claimed),
+            Unexp::Slot(s) => {
+                let req = self.copy_from_slot(req, s.off, s.len);
+                let placed = s.len.min(req.capacity());
+                // The slot goes back to the receive queue first.
+                drop(s);
+                rx::deliver(self, req, info, placed);
+            }
         }
     }
 }
@@ -538,7 +554,7 @@ fn incarnation(local: &SocketAddr) -> u64 {
     t ^ (u64::from(std::process::id()) << 40) ^ n.rotate_left(20) ^ u64::from(local.port())
 }
 
-fn spec_of(req: &RecvReq) -> RecvSpec {
+pub(crate) fn spec_of(req: &RecvReq) -> RecvSpec {
     RecvSpec {
         by_key: false,
         src: req.src,
@@ -601,6 +617,10 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         srq,
     };
     let (tx, rx) = (cfg.info.tx_attr.size, cfg.info.rx_attr.size);
+    let ctx = srx::RdmSrx::of(&cfg.srx)?;
+    let side = ctx
+        .as_ref()
+        .map_or_else(|| srx::Side::new(rx, usize::MAX), |c| c.side.clone());
     let shared = Arc::new_cyclic(|me| RdmShared {
         me: me.clone(),
         local_raw: encode_sockaddr(&local),
@@ -612,7 +632,8 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         gate,
         peers: Mutex::new(fast_map()),
         by_qp: Mutex::new(fast_map()),
-        matcher: Mutex::new(Matcher::new()),
+        side,
+        srx: ctx,
         arriving: Mutex::new(Vec::new()),
         inflight: Mutex::new(fast_map()),
         rndv: Mutex::new(fast_map()),
@@ -622,7 +643,6 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         backlogged: AtomicUsize::new(0),
         next_wr: AtomicU64::new(1),
         tx: Credits::new(tx),
-        rx: Credits::new(rx),
         closed: AtomicBool::new(false),
         tasks: Mutex::new(Tasks::default()),
         conn_count: Arc::new(AtomicUsize::new(0)),
@@ -631,6 +651,9 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     });
     for slot in 0..SLOTS as u32 {
         shared.post_slot(slot)?;
+    }
+    if let Some(c) = &shared.srx {
+        c.join(shared.me.clone());
     }
     let t = cq_poller::start(
         &shared.rt,
@@ -653,6 +676,10 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         let ep = &self.shared;
         let mut s = EpStats::default();
         s.conns = ep.conn_count.load(Ordering::Acquire);
+        // A bound endpoint holds nothing of its own: its context does.
+        if ep.srx.is_none() {
+            s.unexpected_bytes = ep.side.unexp.load(Ordering::Acquire);
+        }
         s.peers = lock(&ep.peers).len();
         let conns: Vec<Arc<Conn>> = lock(&ep.by_qp).values().cloned().collect();
         s.tclass = crate::qp_tclass(conns.iter().map(|c| &*c.qp));
@@ -729,7 +756,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
     }
 
     fn cancel(&self, context: u64) -> bool {
-        let r = lock(&self.shared.matcher).cancel(context);
+        let r = lock(&self.shared.side.matcher).cancel(context);
         let found = match r {
             Some((_, req)) => {
                 weft_core::recv_completion::cancel_recv(&*self.shared, req);
@@ -756,13 +783,16 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
     }
 
     fn rx_size_left(&self) -> usize {
-        self.shared.rx.left()
+        self.shared.side.rx.left()
     }
 
     fn close(&self) {
         let ep = &self.shared;
         if ep.closed.swap(true, Ordering::AcqRel) {
             return;
+        }
+        if let Some(c) = &ep.srx {
+            c.forget(ep);
         }
         let tasks = lock(&ep.tasks).take_all();
         for t in tasks {
@@ -780,8 +810,15 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         // the device may still touch stays owned by the in-flight tables
         // until the endpoint (and its QPs) are gone.
         lock(&ep.peers).clear();
-        drop(lock(&ep.matcher).drain_posted());
-        drop(lock(&ep.matcher).drain_unexpected());
+        match &ep.srx {
+            // The context's receives and copied messages stay for the
+            // other endpoints.
+            Some(c) => c.leave(ep),
+            None => {
+                drop(lock(&ep.side.matcher).drain_posted());
+                drop(lock(&ep.side.matcher).drain_unexpected());
+            }
+        }
     }
 }
 

@@ -34,6 +34,7 @@ use weft_core::provider::RecvReq;
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 
+use super::srx::Src;
 use super::{rx, spec_of, RdmMatcher, RdmShared, Unexp};
 
 /// The receive (or part of a multi-receive buffer) that takes an
@@ -69,10 +70,15 @@ impl RdmShared {
             return;
         };
         let spec = spec_of(&req);
-        let resolve = |s: &SocketAddr| self.resolve_src(s);
-        let out = lock(&self.matcher).post_by(spec, req, &resolve, &mut multi_recv::take, front);
-        for (recv, info, payload) in out.matched {
-            self.take_unexpected(recv, info, payload, false);
+        let resolve = Src::resolve;
+        let out =
+            lock(&self.side.matcher).post_by(spec, req, &resolve, &mut multi_recv::take, front);
+        for (recv, info, held) in out.matched {
+            if let Some(req) =
+                super::srx::take_held(self, self.srx.as_deref(), recv, info, held, false)
+            {
+                self.repost(req);
+            }
         }
         self.end_buffers(out.ended);
     }
@@ -110,16 +116,21 @@ impl RdmShared {
     ) -> Option<(RecvReq, MsgInfo, bytes::Bytes)> {
         let info = r.info();
         let data = r.take_bytes().freeze();
-        let key = self.key_of(info.src);
+        let key = self.src(self.key_of(info.src));
         let mut ended = Vec::new();
-        let mut m = lock(&self.matcher);
+        let mut m = lock(&self.side.matcher);
         let out = match match_arrival(&mut m, &info, &mut ended) {
-            Some(req) => Some((req, info, data)),
+            Some(mut req) => {
+                self.report_here(&mut req);
+                Some((req, info, data))
+            }
             None => {
+                let len = data.len();
+                let held = self.held_forced(Unexp::Eager(data), len);
                 if after {
-                    m.push_unexpected_front_after(key, info, Unexp::Eager(data));
+                    m.push_unexpected_front_after(key, info, held);
                 } else {
-                    m.push_unexpected_front(key, info, Unexp::Eager(data));
+                    m.push_unexpected_front(key, info, held);
                 }
                 None
             }

@@ -527,10 +527,10 @@ pub(crate) fn kill(ep: &Arc<RdmShared>, c: &Arc<Conn>, err: Error) {
     // Announcements nobody matched yet: their payloads were at the peer.
     // Dropped after the matcher's lock is let go (they hold the
     // connection).
-    let gone: Vec<Unexp> = {
-        let mut m = lock(&ep.matcher);
+    let gone: Vec<super::srx::Held> = {
+        let mut m = lock(&ep.side.matcher);
         std::iter::from_fn(|| {
-            m.remove_unexpected(|u| matches!(u, Unexp::Rts { conn, .. } if Arc::ptr_eq(conn, c)))
+            m.remove_unexpected(|h| matches!(&h.u, Unexp::Rts { conn, .. } if Arc::ptr_eq(conn, c)))
         })
         .collect()
     };

@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex};
 use bytes::BytesMut;
 use weft_core::completion::{CqEntry, CqErrEntry};
 use weft_core::flags::OpFlags;
+use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 pub(crate) use weft_core::recv_completion::{complete_peek, copy_and_deliver, deliver, fail_recv};
+use weft_core::soft_rx::Charge;
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::{Error, Result};
@@ -78,8 +80,8 @@ impl Pull {
                 // receive to reject it. One matched meanwhile finds the
                 // error instead (and its receive goes on).
                 let me: *const Pull = self;
-                let gone = lock(&ep.matcher).remove_unexpected(
-                    |u| matches!(u, Unexp::Pull(p) if std::ptr::eq(Arc::as_ptr(p), me)),
+                let gone = lock(&ep.side.matcher).remove_unexpected(
+                    |h| matches!(&h.u, Unexp::Pull(p) if std::ptr::eq(Arc::as_ptr(p), me)),
                 );
                 drop(gone);
             }
@@ -145,7 +147,7 @@ impl RdmShared {
         Ok(())
     }
 
-    fn repost_slot(&self, slot: u32) {
+    pub(crate) fn repost_slot(&self, slot: u32) {
         if self.is_closed() {
             return;
         }
@@ -213,10 +215,11 @@ impl RdmShared {
         // Multi-receive buffers it did not fit are released once the
         // matcher's lock is let go, before the message completes.
         let mut ended = Vec::new();
-        let mut m = lock(&self.matcher);
+        let mut m = lock(&self.side.matcher);
         match super::multi::match_arrival(&mut m, &info, &mut ended) {
-            Some(req) => {
+            Some(mut req) => {
                 drop(m);
+                self.report_here(&mut req);
                 self.end_buffers(ended);
                 let req = self.copy_from_slot(req, base + HDR, plen);
                 self.repost_slot(slot);
@@ -224,13 +227,34 @@ impl RdmShared {
                 deliver(self, req, info, placed);
             }
             None => {
+                let charge = Charge::try_new(
+                    &self.side.unexp,
+                    plen + UNEXPECTED_OVERHEAD,
+                    self.side.limit,
+                );
+                let Some(charge) = charge else {
+                    // Past the context's budget: the message stays in its
+                    // slot, which is not reposted. Once every slot is
+                    // held, the peers' sends wait (RNR retries) until
+                    // receives free slots.
+                    let hold = super::srx::SlotHold::new(self, slot, base + HDR, plen);
+                    let held = self.held(Unexp::Slot(hold), None);
+                    m.push_unexpected(self.src(conn.peer), info, held);
+                    drop(m);
+                    self.end_buffers(ended);
+                    if hdr.ack {
+                        self.send_fin(conn.peer, hdr.cookie, false);
+                    }
+                    return;
+                };
                 let mut data = vec![0u8; plen];
                 let ok = self
                     .res
                     .recv_pool
                     .with(|mr| mr.read_at(base + HDR, &mut data));
                 if ok.is_ok() {
-                    m.push_unexpected(conn.peer, info, Unexp::Eager(data.into()));
+                    let held = self.held(Unexp::Eager(data.into()), Some(charge));
+                    m.push_unexpected(self.src(conn.peer), info, held);
                 }
                 drop(m);
                 self.end_buffers(ended);
@@ -247,11 +271,12 @@ impl RdmShared {
     fn on_rts(&self, hdr: Header, conn: Arc<Conn>) {
         let info = self.info_of(&conn.peer, &hdr, hdr.len as usize);
         let mut ended = Vec::new();
-        let mut m = lock(&self.matcher);
+        let mut m = lock(&self.side.matcher);
         let matched = super::multi::match_arrival(&mut m, &info, &mut ended);
         match matched {
-            Some(req) => {
+            Some(mut req) => {
                 drop(m);
+                self.report_here(&mut req);
                 self.end_buffers(ended);
                 self.start_read(ReadJob {
                     seq: self.wr_id(),
@@ -265,7 +290,8 @@ impl RdmShared {
             None if hdr.ack && hdr.len <= PULL_MAX => {
                 // Delivery-complete: fetch it now, answer once here.
                 let pull = Arc::new(Pull::default());
-                m.push_unexpected(conn.peer, info, Unexp::Pull(pull.clone()));
+                let held = self.held_forced(Unexp::Pull(pull.clone()), info.len);
+                m.push_unexpected(self.src(conn.peer), info, held);
                 drop(m);
                 self.end_buffers(ended);
                 let mut peers = lock(&self.peers);
@@ -278,7 +304,8 @@ impl RdmShared {
                 }
             }
             None => {
-                m.push_unexpected(conn.peer, info, Unexp::Rts { conn, hdr });
+                let src = self.src(conn.peer);
+                m.push_unexpected(src, info, self.held_forced(Unexp::Rts { conn, hdr }, 0));
                 drop(m);
                 self.end_buffers(ended);
             }
@@ -339,7 +366,7 @@ impl RdmShared {
 
     /// Copies up to `len` bytes at `off` of the receive region into the
     /// receive's buffers.
-    fn copy_from_slot(&self, mut req: RecvReq, off: usize, len: usize) -> RecvReq {
+    pub(crate) fn copy_from_slot(&self, mut req: RecvReq, off: usize, len: usize) -> RecvReq {
         // A copy cut short leaves the receive short of bytes; its length
         // check reports that.
         let _ = self.res.recv_pool.scatter(off, len, &mut req.bufs);
