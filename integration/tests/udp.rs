@@ -102,7 +102,7 @@ async fn getinfo_offers_dgram_on_loopback_first() {
     assert!(multi.iter().all(|i| i.ep_attr.ep_type == EpType::Dgram));
     assert!(!sock.caps.contains(Caps::MULTI_RECV));
     // What is not offered matches nothing: other endpoint types, RMA,
-    // delivery-complete, keys.
+    // delivery-complete, keys on SOCK_DGRAM (udp_auth_keys.rs has DGRAM's).
     for tune in [
         (|h: &mut Info| h.ep_attr.ep_type = EpType::Rdm) as fn(&mut Info),
         |h| h.ep_attr.ep_type = EpType::Msg,
@@ -113,7 +113,10 @@ async fn getinfo_offers_dgram_on_loopback_first() {
             h.caps = Caps::MSG | Caps::MULTI_RECV;
         },
         |h| h.tx_attr.op_flags = OpFlags::DELIVERY_COMPLETE,
-        |h| h.ep_attr.auth_key = Some(vec![1; 8]),
+        |h| {
+            h.ep_attr.ep_type = EpType::SockDgram;
+            h.ep_attr.auth_key = Some(vec![1; 8]);
+        },
         |h| h.domain_attr.tls_capable = true,
         |h| h.ep_attr.max_msg_size = 1 << 20,
     ] {
@@ -515,7 +518,7 @@ async fn malformed_datagrams_from_a_raw_socket_are_dropped() {
         vec![0xffu8; 1000],
         good[..good.len() - 1].to_vec(),
         [good.clone(), vec![0]].concat(),
-        datagram(4, 0, 0, b"unknown flag"),
+        datagram(8, 0, 0, b"unknown flag"),
         datagram(0, 5, 0, b"tag without its flag"),
         datagram(0, 0, 5, b"data without its flag"),
     ];

@@ -463,6 +463,14 @@ pub struct EpStats {
     /// Messages received by reading the sender's memory directly, in one
     /// copy (shm cross-memory attach).
     pub rx_direct: u64,
+    /// Datagrams dropped on arrival because they did not prove the
+    /// endpoint's authorization key: no trailer on a keyed endpoint, a
+    /// trailer on an unkeyed one, or a MAC this key did not make (udp
+    /// DGRAM).
+    pub rx_key_rejected: u64,
+    /// Datagrams dropped on arrival because their key proof was one
+    /// already seen, or older than the sender's replay window (udp DGRAM).
+    pub rx_replayed: u64,
 }
 
 /// A connected byte stream (`FI_EP_SOCK_STREAM`), in the poll form of an
