@@ -18,7 +18,7 @@ use weft::{
     AddressVector, CompletionQueue, Domain, EpType, Error, Info, OpFlags, WaitMode, FI_ADDR_UNSPEC,
 };
 use weft_core::auth::{AuthKey, MAX_KEY_LEN};
-use weft_core::dgram_auth::{source_bytes, DgramKey, TRAILER_LEN};
+use weft_core::dgram_auth::{addr_bytes, DgramKey, TRAILER_LEN};
 use weft_integration::{assert_cq_quiet, enabled_endpoint, next_cq, payload, within, TIMEOUT};
 
 const JOB_A: &[u8] = b"job-a key";
@@ -243,15 +243,21 @@ async fn other_keys_and_no_key_are_dropped_while_the_peer_is_served() {
     assert_cq_quiet(&unkeyed.cq, "keyed datagrams at an unkeyed endpoint").await;
 }
 
-/// A keyed datagram built by hand (`docs/wire.md` section 15), as a
-/// holder of `key` at `src` would send it.
-fn keyed_datagram(key: &[u8], src: SocketAddr, tag: Option<u64>, seq: u64, body: &[u8]) -> Vec<u8> {
+/// A keyed datagram built by hand (`docs/wire.md` section 15.2), as a
+/// holder of `key` at `src` would send it to `dst`.
+fn keyed_datagram(
+    key: &[u8],
+    (src, dst): (SocketAddr, SocketAddr),
+    tag: Option<u64>,
+    seq: u64,
+    body: &[u8],
+) -> Vec<u8> {
     let k = DgramKey::new(&AuthKey::new(key).unwrap()).unwrap();
     let mut d = vec![b'W', b'U', 1, 4 | u8::from(tag.is_some())];
     d.extend_from_slice(&(body.len() as u32).to_le_bytes());
     d.extend_from_slice(&tag.unwrap_or(0).to_le_bytes());
     d.extend_from_slice(&0u64.to_le_bytes());
-    let t = k.seal(&source_bytes(&src), &d, seq, [body]);
+    let t = k.seal(&addr_bytes(&src), &addr_bytes(&dst), &d, seq, [body]);
     d.extend_from_slice(body);
     d.extend_from_slice(&t);
     d
@@ -286,7 +292,7 @@ async fn forged_truncated_and_replayed_datagrams_are_refused() {
 
     // A good datagram of the raw socket's own (it holds the key), then
     // bad ones: every refusal below is counted, nothing is delivered.
-    let good = keyed_datagram(JOB_A, raw_addr, Some(5), 1000, b"good");
+    let good = keyed_datagram(JOB_A, (raw_addr, b.addr), Some(5), 1000, b"good");
     raw.send_to(&good, b.addr).unwrap();
     let got = within(
         "good",
@@ -296,12 +302,17 @@ async fn forged_truncated_and_replayed_datagrams_are_refused() {
     .unwrap();
     assert_eq!(&got.into_bytes()[..], b"good");
 
-    let mut flipped = keyed_datagram(JOB_A, raw_addr, None, 1001, b"flipped");
+    // The same datagram sent to another holder of the key: its MAC names
+    // b as the receiver.
+    raw.send_to(&good, friend.addr).unwrap();
+    stats_until(&friend.ep, "sent elsewhere", |s| s.rx_key_rejected == 1).await;
+
+    let mut flipped = keyed_datagram(JOB_A, (raw_addr, b.addr), None, 1001, b"flipped");
     let last = flipped.len() - 1;
     flipped[last] ^= 1;
-    let mut body = keyed_datagram(JOB_A, raw_addr, None, 1002, b"body");
+    let mut body = keyed_datagram(JOB_A, (raw_addr, b.addr), None, 1002, b"body");
     body[24] ^= 1;
-    let mut seq = keyed_datagram(JOB_A, raw_addr, None, 1003, b"seq");
+    let mut seq = keyed_datagram(JOB_A, (raw_addr, b.addr), None, 1003, b"seq");
     let at = seq.len() - TRAILER_LEN;
     seq[at] ^= 1;
     let unkeyed = {
@@ -316,7 +327,7 @@ async fn forged_truncated_and_replayed_datagrams_are_refused() {
         flipped,
         body,
         seq,
-        keyed_datagram(JOB_B, raw_addr, None, 1004, b"other key"),
+        keyed_datagram(JOB_B, (raw_addr, b.addr), None, 1004, b"other key"),
         unkeyed,
     ];
     for d in &rejected {
@@ -324,9 +335,9 @@ async fn forged_truncated_and_replayed_datagrams_are_refused() {
     }
     // Replays: the good datagram again, and one older than the window.
     raw.send_to(&good, b.addr).unwrap();
-    let newer = keyed_datagram(JOB_A, raw_addr, None, 1100, b"newer");
+    let newer = keyed_datagram(JOB_A, (raw_addr, b.addr), None, 1100, b"newer");
     raw.send_to(&newer, b.addr).unwrap();
-    let old = keyed_datagram(JOB_A, raw_addr, None, 1100 - 64, b"too old");
+    let old = keyed_datagram(JOB_A, (raw_addr, b.addr), None, 1100 - 64, b"too old");
     raw.send_to(&old, b.addr).unwrap();
     raw.send_to(&newer, b.addr).unwrap();
     // Truncated: a byte short of its trailer, or no trailer at all.
@@ -348,7 +359,7 @@ async fn forged_truncated_and_replayed_datagrams_are_refused() {
         f_in_b
     );
     // Within the window, a late datagram not seen yet is taken.
-    let late = keyed_datagram(JOB_A, raw_addr, None, 1100 - 63, b"late");
+    let late = keyed_datagram(JOB_A, (raw_addr, b.addr), None, 1100 - 63, b"late");
     raw.send_to(&late, b.addr).unwrap();
     let got = within("late", b.ep.recv(BytesMut::zeroed(16)))
         .await

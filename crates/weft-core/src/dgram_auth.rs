@@ -3,8 +3,10 @@
 //! connection to prove a key on once, so every datagram of a keyed
 //! endpoint proves it itself, with a trailer after its payload: a
 //! sequence number and a short MAC ([`SHORT_MAC_LEN`] bytes of
-//! HMAC-SHA256) over the sender's address, the header, the sequence
-//! number and the payload.
+//! HMAC-SHA256) over the sender's and the receiver's addresses, the
+//! header, the sequence number and the payload. The addresses keep a
+//! captured datagram from being replayed from another source (where it
+//! would find no window) or to another receiver of the same key.
 //!
 //! The MAC key is not the authorization key itself but one derived from
 //! it with a label of its own ([`DgramKey::new`]), so a datagram MAC can
@@ -59,14 +61,14 @@ impl fmt::Debug for DgramKey {
     }
 }
 
-/// The bytes a MAC takes of a sender's address: the family (4 or 6), the
-/// IP address, the port (big-endian). An IPv4-mapped IPv6 address is its
-/// IPv4 form; flow label and scope are left out, as a receiver on another
+/// The bytes a MAC takes of an address: the family (4 or 6), the IP
+/// address, the port (big-endian). An IPv4-mapped IPv6 address is its
+/// IPv4 form; flow label and scope are left out, as a peer on another
 /// host sees them differently.
-pub type SourceBytes = ([u8; 19], usize);
+pub type AddrBytes = ([u8; 19], usize);
 
-/// [`SourceBytes`] of `a`.
-pub fn source_bytes(a: &SocketAddr) -> SourceBytes {
+/// [`AddrBytes`] of `a`.
+pub fn addr_bytes(a: &SocketAddr) -> AddrBytes {
     let a = canonical(*a);
     let mut b = [0u8; 19];
     let n = match a.ip() {
@@ -97,14 +99,15 @@ impl DgramKey {
 
     fn mac<'a>(
         &self,
-        src: &SourceBytes,
+        (src, dst): (&AddrBytes, &AddrBytes),
         header: &[u8],
         seq: u64,
         payload: impl IntoIterator<Item = &'a [u8]>,
     ) -> Hmac<Sha256> {
         let mut m = self.base.clone();
-        let (b, n) = src;
-        m.update(b.get(..*n).unwrap_or(&[]));
+        for (b, n) in [src, dst] {
+            m.update(b.get(..*n).unwrap_or(&[]));
+        }
         m.update(header);
         m.update(&seq.to_le_bytes());
         for p in payload {
@@ -113,16 +116,20 @@ impl DgramKey {
         m
     }
 
-    /// The trailer of a datagram from `src` with `header`, sequence
-    /// number `seq` and the payload in `payload`'s pieces.
+    /// The trailer of a datagram from `src` to `dst` with `header`,
+    /// sequence number `seq` and the payload in `payload`'s pieces.
     pub fn seal<'a>(
         &self,
-        src: &SourceBytes,
+        src: &AddrBytes,
+        dst: &AddrBytes,
         header: &[u8],
         seq: u64,
         payload: impl IntoIterator<Item = &'a [u8]>,
     ) -> [u8; TRAILER_LEN] {
-        let full = self.mac(src, header, seq, payload).finalize().into_bytes();
+        let full = self
+            .mac((src, dst), header, seq, payload)
+            .finalize()
+            .into_bytes();
         let mut t = [0u8; TRAILER_LEN];
         t[..SEQ_LEN].copy_from_slice(&seq.to_le_bytes());
         t[SEQ_LEN..].copy_from_slice(&full[..SHORT_MAC_LEN]);
@@ -131,10 +138,12 @@ impl DgramKey {
 
     /// Checks a datagram's trailer in constant time and returns its
     /// sequence number; `KeyRejected` for a trailer of another length or
-    /// a MAC this key did not make for exactly these bytes from `src`.
+    /// a MAC this key did not make for exactly these bytes from `src` to
+    /// `dst`.
     pub fn open(
         &self,
-        src: &SourceBytes,
+        src: &AddrBytes,
+        dst: &AddrBytes,
         header: &[u8],
         payload: &[u8],
         trailer: &[u8],
@@ -146,7 +155,7 @@ impl DgramKey {
         let mut w = [0u8; SEQ_LEN];
         w.copy_from_slice(s);
         let seq = u64::from_le_bytes(w);
-        self.mac(src, header, seq, [payload])
+        self.mac((src, dst), header, seq, [payload])
             .verify_truncated_left(tag)
             .map_err(|_| Error::KeyRejected)?;
         Ok(seq)
@@ -280,12 +289,14 @@ mod tests {
         DgramKey::new(&AuthKey::new(k).unwrap()).unwrap()
     }
 
-    fn src(s: &str) -> SourceBytes {
-        source_bytes(&s.parse().unwrap())
+    fn src(s: &str) -> AddrBytes {
+        addr_bytes(&s.parse().unwrap())
     }
 
+    const DST: &str = "192.0.2.9:5000";
+
     #[test]
-    fn source_bytes_layout() {
+    fn addr_bytes_layout() {
         let (b, n) = src("192.0.2.1:4000");
         assert_eq!(&b[..n], &[4, 192, 0, 2, 1, 0x0f, 0xa0]);
         assert_eq!(src("[::ffff:192.0.2.1]:4000"), src("192.0.2.1:4000"));
@@ -305,17 +316,20 @@ mod tests {
         let derived = d.finalize().into_bytes();
         let mut m = Hmac::<Sha256>::new_from_slice(&derived).unwrap();
         let s = src("192.0.2.1:4000");
+        let d = src(DST);
         m.update(&s.0[..s.1]);
+        m.update(&d.0[..d.1]);
         m.update(b"HDR");
         m.update(&7u64.to_le_bytes());
         m.update(b"payload");
         let want = m.finalize().into_bytes();
-        let t = key(raw).seal(&s, b"HDR", 7, [&b"pay"[..], b"load"]);
+        let t = key(raw).seal(&s, &d, b"HDR", 7, [&b"pay"[..], b"load"]);
         assert_eq!(&t[..8], &7u64.to_le_bytes());
         assert_eq!(&t[8..], &want[..16]);
         // The raw key alone does not make it.
         let mut r = Hmac::<Sha256>::new_from_slice(raw).unwrap();
         r.update(&s.0[..s.1]);
+        r.update(&d.0[..d.1]);
         r.update(b"HDR");
         r.update(&7u64.to_le_bytes());
         r.update(b"payload");
@@ -326,40 +340,46 @@ mod tests {
     fn a_trailer_proves_one_key_for_one_datagram_from_one_source() {
         let k = key(b"job-1");
         let s = src("192.0.2.1:4000");
-        let t = k.seal(&s, b"header", 42, [&b"data"[..]]);
-        assert_eq!(k.open(&s, b"header", b"data", &t), Ok(42));
+        let d = src(DST);
+        let t = k.seal(&s, &d, b"header", 42, [&b"data"[..]]);
+        assert_eq!(k.open(&s, &d, b"header", b"data", &t), Ok(42));
         let other = key(b"job-2");
         assert_eq!(
-            other.open(&s, b"header", b"data", &t),
+            other.open(&s, &d, b"header", b"data", &t),
             Err(Error::KeyRejected)
         );
-        for (s2, h, p) in [
-            (src("192.0.2.1:4001"), &b"header"[..], &b"data"[..]),
-            (s, b"headeR", b"data"),
-            (s, b"header", b"datA"),
-            (s, b"header", b"dat"),
+        for (s2, d2, h, p) in [
+            (src("192.0.2.1:4001"), d, &b"header"[..], &b"data"[..]),
+            (s, src("192.0.2.9:5001"), b"header", b"data"),
+            (d, s, b"header", b"data"),
+            (s, d, b"headeR", b"data"),
+            (s, d, b"header", b"datA"),
+            (s, d, b"header", b"dat"),
         ] {
-            assert_eq!(k.open(&s2, h, p, &t), Err(Error::KeyRejected));
+            assert_eq!(k.open(&s2, &d2, h, p, &t), Err(Error::KeyRejected));
         }
         let mut seq = t;
         seq[0] ^= 1;
         assert_eq!(
-            k.open(&s, b"header", b"data", &seq),
+            k.open(&s, &d, b"header", b"data", &seq),
             Err(Error::KeyRejected)
         );
         let mut mac = t;
         mac[TRAILER_LEN - 1] ^= 0x80;
         assert_eq!(
-            k.open(&s, b"header", b"data", &mac),
+            k.open(&s, &d, b"header", b"data", &mac),
             Err(Error::KeyRejected)
         );
         for bad in [&t[..TRAILER_LEN - 1], &[][..]] {
-            assert_eq!(k.open(&s, b"header", b"data", bad), Err(Error::KeyRejected));
+            assert_eq!(
+                k.open(&s, &d, b"header", b"data", bad),
+                Err(Error::KeyRejected)
+            );
         }
         let mut long = t.to_vec();
         long.push(0);
         assert_eq!(
-            k.open(&s, b"header", b"data", &long),
+            k.open(&s, &d, b"header", b"data", &long),
             Err(Error::KeyRejected)
         );
     }

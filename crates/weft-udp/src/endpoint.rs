@@ -17,7 +17,7 @@ use weft_core::attr::AddrFormat;
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::{Returned, WaitMode};
 use weft_core::credits::Credits;
-use weft_core::dgram_auth::{first_seq, source_bytes, DgramKey, SourceBytes};
+use weft_core::dgram_auth::{addr_bytes, first_seq, AddrBytes, DgramKey};
 use weft_core::flags::Caps;
 use weft_core::progress::{Progress, SpinHold};
 use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
@@ -82,7 +82,7 @@ pub struct EpShared {
     /// The next sequence number a keyed datagram carries.
     pub seq: AtomicU64,
     /// This endpoint's address as its datagram MACs cover it.
-    pub src_bytes: SourceBytes,
+    pub src_bytes: AddrBytes,
     /// Datagrams that did not prove the key (`EpStats::rx_key_rejected`).
     pub key_rejected: AtomicU64,
     /// Datagrams whose proof was a replay (`EpStats::rx_replayed`).
@@ -192,6 +192,11 @@ impl EpShared {
         let local = sock.local_addr()?;
         let raw = info.ep_attr.ep_type == weft_core::attr::EpType::SockDgram;
         let key = endpoint_key(&cfg, raw)?;
+        if key.is_some() && local.ip().is_unspecified() {
+            // A datagram's MAC names the address it is sent to, which a
+            // wildcard socket does not know.
+            return Err(Error::Inval);
+        }
         // Without a header, a datagram carries that much more payload;
         // with a key, the trailer's bytes less.
         let path = (crate::ifaces::max_msg_at(local.ip())
@@ -249,7 +254,7 @@ impl EpShared {
             malformed: AtomicU64::new(0),
             key,
             seq: AtomicU64::new(first_seq()),
-            src_bytes: source_bytes(&local),
+            src_bytes: addr_bytes(&local),
             key_rejected: AtomicU64::new(0),
             replayed: AtomicU64::new(0),
             source_err,

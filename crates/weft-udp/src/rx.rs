@@ -16,7 +16,7 @@ use bytes::BytesMut;
 use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::Returned;
-use weft_core::dgram_auth::{source_bytes, Replay};
+use weft_core::dgram_auth::{addr_bytes, Replay};
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 use weft_core::recv_completion::{copy_in, deliver, deliver_unknown};
@@ -78,9 +78,11 @@ pub struct PassOutcome {
 pub type ReadFn<'a> = dyn FnMut(&mut [u8]) -> io::Result<(usize, SocketAddr)> + 'a;
 
 /// One pass over the socket: reads datagrams with `read` until it is
-/// empty, a posted receive completes, or [`PASS_LIMIT`] were read. The
-/// caller holds `st` (one reader at a time).
-pub fn pass(ep: &EpShared, st: &mut RxState, read: &mut ReadFn<'_>) -> PassOutcome {
+/// empty, a posted receive completes, or [`PASS_LIMIT`] were read. `to`
+/// is the address they were sent to (the endpoint's, or a multicast
+/// group's), as keyed datagrams' MACs name it. The caller holds `st`
+/// (one reader at a time).
+pub fn pass(ep: &EpShared, st: &mut RxState, to: SocketAddr, read: &mut ReadFn<'_>) -> PassOutcome {
     let mut out = PassOutcome::default();
     while out.read < PASS_LIMIT && !ep.is_closed() {
         let (n, from) = match read(&mut st.buf) {
@@ -99,7 +101,7 @@ pub fn pass(ep: &EpShared, st: &mut RxState, read: &mut ReadFn<'_>) -> PassOutco
             }
         };
         out.read += 1;
-        if arrived(ep, st, n, from) {
+        if arrived(ep, st, n, from, to) {
             out.delivered = true;
             break;
         }
@@ -109,7 +111,7 @@ pub fn pass(ep: &EpShared, st: &mut RxState, read: &mut ReadFn<'_>) -> PassOutco
 
 /// One datagram of `n` bytes from `from` in the staging buffer. True when
 /// it completed a posted receive.
-fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool {
+fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: SocketAddr) -> bool {
     let Some(d) = st.buf.get(..n) else {
         return false;
     };
@@ -119,7 +121,8 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool 
     } else {
         match Header::decode(d) {
             Ok((h, payload, trailer)) => {
-                if !proven(ep, &mut st.replay, d, &h, payload, trailer, from) {
+                let ends = (from, to);
+                if !proven(ep, &mut st.replay, d, &h, (payload, trailer), ends) {
                     return false;
                 }
                 (h, payload)
@@ -164,19 +167,18 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool 
     false
 }
 
-/// Whether a well-formed datagram `d` from `from` may be delivered: on a
-/// keyed endpoint, one whose trailer proves the key (checked in constant
-/// time) with a sequence number not seen before from `from`; on an
-/// unkeyed one, one that claims no key. Anything else is counted and
-/// dropped.
+/// Whether a well-formed datagram `d` from `from` to `to` may be
+/// delivered: on a keyed endpoint, one whose trailer proves the key
+/// (checked in constant time) with a sequence number not seen before from
+/// `from`; on an unkeyed one, one that claims no key. Anything else is
+/// counted and dropped.
 fn proven(
     ep: &EpShared,
     replay: &mut Replay,
     d: &[u8],
     h: &Header,
-    payload: &[u8],
-    trailer: &[u8],
-    from: SocketAddr,
+    (payload, trailer): (&[u8], &[u8]),
+    (from, to): (SocketAddr, SocketAddr),
 ) -> bool {
     let Some(key) = &ep.key else {
         if h.keyed {
@@ -186,7 +188,13 @@ fn proven(
     };
     let header = d.get(..crate::wire::HEADER_LEN).unwrap_or(&[]);
     let seq = match h.keyed {
-        true => key.open(&source_bytes(&from), header, payload, trailer),
+        true => key.open(
+            &addr_bytes(&from),
+            &addr_bytes(&to),
+            header,
+            payload,
+            trailer,
+        ),
         false => Err(weft_core::Error::KeyRejected),
     };
     let Ok(seq) = seq else {

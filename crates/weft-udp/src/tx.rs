@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 use socket2::{SockAddr, SockRef};
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
+use weft_core::dgram_auth::addr_bytes;
 use weft_core::flags::OpFlags;
 use weft_core::provider::{Iov, Rejected, SendReq};
 use weft_core::sync::lock;
@@ -131,7 +132,8 @@ impl EpShared {
         let trailer = match (&self.key, &hdr) {
             (Some(k), Some(h)) => {
                 let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                Some(k.seal(&self.src_bytes, h, seq, req.iov.iter().map(|b| &b[..])))
+                let to = addr_bytes(&dest);
+                Some(k.seal(&self.src_bytes, &to, h, seq, req.iov.iter().map(|b| &b[..])))
             }
             _ => None,
         };
