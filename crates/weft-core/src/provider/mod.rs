@@ -463,10 +463,11 @@ pub struct EpStats {
     /// Messages received by reading the sender's memory directly, in one
     /// copy (shm cross-memory attach).
     pub rx_direct: u64,
-    /// Datagrams dropped on arrival because they did not prove the
-    /// endpoint's authorization key: no trailer on a keyed endpoint, a
-    /// trailer on an unkeyed one, or a MAC this key did not make (udp
-    /// DGRAM).
+    /// Refusals for the authorization key. udp DGRAM: datagrams dropped
+    /// on arrival (no trailer on a keyed endpoint, a trailer on an
+    /// unkeyed one, or a MAC this key did not make). shm: channel claims
+    /// refused either way (as the owner, a sender that did not prove the
+    /// key; as a sender, an owner that refused it or did not prove it).
     pub rx_key_rejected: u64,
     /// Datagrams dropped on arrival because their key proof was one
     /// already seen, or older than the sender's replay window (udp DGRAM).
