@@ -137,6 +137,41 @@ pub async fn within<F: Future>(what: &str, fut: F) -> F::Output {
     }
 }
 
+/// Waits until `ep`'s statistics satisfy `ok` (its drivers run on their
+/// own), failing the test after [`TIMEOUT`].
+pub async fn stats_until(ep: &weft::Endpoint, what: &str, ok: impl Fn(&weft::EpStats) -> bool) {
+    let start = std::time::Instant::now();
+    loop {
+        let s = ep.stats().unwrap();
+        if ok(&s) {
+            return;
+        }
+        assert!(start.elapsed() < TIMEOUT, "{what}: stats stuck at {s:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Sends `msg` from `from` to `dest` while `to` receives it (a buffer of
+/// its size); checks the bytes and returns the source the receive
+/// reports (`FI_SOURCE`).
+pub async fn delivered(
+    from: &weft::Endpoint,
+    to: &weft::Endpoint,
+    dest: FiAddr,
+    msg: Bytes,
+) -> FiAddr {
+    let recv = to.recv(bytes::BytesMut::zeroed(msg.len().max(1)));
+    let (got, sent) = within("delivery", async {
+        tokio::join!(recv, from.send(dest, msg.clone()))
+    })
+    .await;
+    sent.unwrap();
+    let got = got.unwrap();
+    let src = got.src;
+    assert_eq!(&got.into_bytes()[..], &msg[..]);
+    src
+}
+
 /// The unexpected bytes `ep` still holds once they stop falling to 0, or
 /// after a second: charges an endpoint gives back when a write finishes
 /// can trail the completion its peer already saw.

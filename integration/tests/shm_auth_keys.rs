@@ -21,7 +21,8 @@ use weft::{
 };
 use weft_core::auth::MAX_KEY_LEN;
 use weft_integration::{
-    assert_cq_quiet, enabled_endpoint_with_eq, next_cq, payload, within, Provider, TIMEOUT,
+    assert_cq_quiet, delivered, enabled_endpoint_with_eq, next_cq, payload, within, Provider,
+    TIMEOUT,
 };
 use weft_shm::layout::*;
 use weft_shm::ring::{Chan, RecHead};
@@ -129,19 +130,6 @@ async fn reported(eq: &EventQueue, peer: &[u8]) {
     assert_eq!(e.peer_addr.as_deref(), Some(peer));
 }
 
-async fn delivered(from: &Ep, to: &Ep, dest: weft::FiAddr, msg: Bytes) -> weft::FiAddr {
-    let recv = to.ep.recv(BytesMut::zeroed(msg.len().max(1)));
-    let (got, sent) = within("delivery", async {
-        tokio::join!(recv, from.ep.send(dest, msg.clone()))
-    })
-    .await;
-    sent.unwrap();
-    let got = got.unwrap();
-    let src = got.src;
-    assert_eq!(&got.into_bytes()[..], &msg[..]);
-    src
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_keys_and_av_keys_are_refused_at_open() {
     let d = domain(None);
@@ -173,8 +161,14 @@ async fn every_wait_mode_waits_for_the_verdict() {
         let o = Ep::open_in(&d, Some(JOB_B), mode);
         let o_to_b = o.insert(&b);
         for i in 0..20u8 {
-            assert_eq!(delivered(&a, &b, b_in_a, payload(100, i)).await, a_in_b);
-            assert_eq!(delivered(&b, &a, a_in_b, payload(100, i)).await, b_in_a);
+            assert_eq!(
+                delivered(&a.ep, &b.ep, b_in_a, payload(100, i)).await,
+                a_in_b
+            );
+            assert_eq!(
+                delivered(&b.ep, &a.ep, a_in_b, payload(100, i)).await,
+                b_in_a
+            );
         }
         refused_both_ways(&o, &b, o_to_b).await;
     }
@@ -190,7 +184,7 @@ async fn one_key_talks_tagged_and_untagged() {
     for i in 0..50u64 {
         // Small and CMA-sized messages.
         let msg = payload(1 + (i as usize * 7919) % 100_000, i as u8);
-        assert_eq!(delivered(&a, &b, b_in_a, msg.clone()).await, a_in_b);
+        assert_eq!(delivered(&a.ep, &b.ep, b_in_a, msg.clone()).await, a_in_b);
         b.ep.post_trecv(BytesMut::zeroed(100_000), FI_ADDR_UNSPEC, i, 0, 100 + i)
             .unwrap();
         a.ep.post_tsend(b_in_a, msg.clone(), i, 200 + i).unwrap();
@@ -203,7 +197,10 @@ async fn one_key_talks_tagged_and_untagged() {
         assert!(r.flags.contains(OpFlags::RECV | OpFlags::TAGGED));
         assert_eq!(&r.into_bytes()[..], &msg[..]);
     }
-    assert_eq!(delivered(&b, &a, a_in_b, payload(10, 1)).await, b_in_a);
+    assert_eq!(
+        delivered(&b.ep, &a.ep, a_in_b, payload(10, 1)).await,
+        b_in_a
+    );
     for e in [&a, &b] {
         let s = e.ep.stats().unwrap();
         assert_eq!((s.rx_key_rejected, s.rx_malformed), (0, 0));
@@ -244,7 +241,7 @@ async fn other_keys_and_no_key_are_refused_while_the_peer_is_served() {
         // A keyed sender refuses an unkeyed owner, and is refused by it.
         refused_both_ways(&friend, &unkeyed, friend.insert(&unkeyed)).await;
         assert_eq!(
-            delivered(&friend, &b, f, payload(100, i)).await,
+            delivered(&friend.ep, &b.ep, f, payload(100, i)).await,
             a_in_b,
             "the friend is served meanwhile"
         );
@@ -298,7 +295,7 @@ async fn forged_replayed_and_missing_proofs_are_refused() {
     let seg = b.segment();
     // The friend's claim: its proof, as a process of the same user could
     // read it from the segment.
-    delivered(&friend, &b, f, Bytes::from_static(b"first")).await;
+    delivered(&friend.ep, &b.ep, f, Bytes::from_static(b"first")).await;
     let mine = (0..CHANNELS)
         .map(|i| Chan {
             g: Geometry::OURS,
@@ -347,7 +344,7 @@ async fn forged_replayed_and_missing_proofs_are_refused() {
     assert_eq!(b.ep.stats().unwrap().rx_malformed, 0);
     // The friend goes on; the forged messages are never delivered.
     assert_eq!(
-        delivered(&friend, &b, f, Bytes::from_static(b"second")).await,
+        delivered(&friend.ep, &b.ep, f, Bytes::from_static(b"second")).await,
         a_in_b
     );
     b.ep.post_recv(BytesMut::zeroed(64), 7).unwrap();

@@ -13,7 +13,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use weft::{
@@ -21,7 +20,7 @@ use weft::{
     WaitMode, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
 };
 use weft_integration::{
-    assert_cq_quiet, enabled_endpoint, next_cq, payload, within, Harness, Provider, TIMEOUT,
+    assert_cq_quiet, enabled_endpoint, next_cq, payload, stats_until, within, Harness, Provider,
 };
 
 fn udp() -> Provider {
@@ -37,20 +36,6 @@ fn info_with(tune: impl FnOnce(&mut Info)) -> Info {
 
 fn harness() -> Harness {
     Harness::new(&udp(), EpType::Dgram)
-}
-
-/// Waits until `ep`'s statistics satisfy `ok` (the reader runs on its
-/// own), failing after `TIMEOUT`.
-async fn stats_until(ep: &weft::Endpoint, what: &str, ok: impl Fn(&weft::EpStats) -> bool) {
-    let start = std::time::Instant::now();
-    loop {
-        let s = ep.stats().unwrap();
-        if ok(&s) {
-            return;
-        }
-        assert!(start.elapsed() < TIMEOUT, "{what}: stats stuck at {s:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// A udp datagram as `docs/wire.md` lays it out, written by hand.

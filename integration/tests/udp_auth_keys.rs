@@ -11,7 +11,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use weft::{
@@ -19,7 +18,9 @@ use weft::{
 };
 use weft_core::auth::{AuthKey, MAX_KEY_LEN};
 use weft_core::dgram_auth::{addr_bytes, DgramKey, TRAILER_LEN};
-use weft_integration::{assert_cq_quiet, enabled_endpoint, next_cq, payload, within, TIMEOUT};
+use weft_integration::{
+    assert_cq_quiet, delivered, enabled_endpoint, next_cq, payload, stats_until, within, TIMEOUT,
+};
 
 const JOB_A: &[u8] = b"job-a key";
 const JOB_B: &[u8] = b"job-b key";
@@ -68,32 +69,6 @@ impl Ep {
             .unwrap()
             .fi_addrs[0]
     }
-}
-
-async fn stats_until(ep: &weft::Endpoint, what: &str, ok: impl Fn(&weft::EpStats) -> bool) {
-    let start = std::time::Instant::now();
-    loop {
-        let s = ep.stats().unwrap();
-        if ok(&s) {
-            return;
-        }
-        assert!(start.elapsed() < TIMEOUT, "{what}: stats stuck at {s:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Sends `msg` from `from` to `to` and receives it there.
-async fn delivered(from: &Ep, to: &Ep, dest: weft::FiAddr, msg: Bytes) -> weft::FiAddr {
-    let recv = to.ep.recv(BytesMut::zeroed(msg.len().max(1)));
-    let (got, sent) = within("delivery", async {
-        tokio::join!(recv, from.ep.send(dest, msg.clone()))
-    })
-    .await;
-    sent.unwrap();
-    let got = got.unwrap();
-    let src = got.src;
-    assert_eq!(&got.into_bytes()[..], &msg[..]);
-    src
 }
 
 #[tokio::test]
@@ -162,7 +137,7 @@ async fn one_key_talks_tagged_and_untagged() {
     let (b_in_a, a_in_b) = (a.insert(b.addr), b.insert(a.addr));
     for i in 0..100u64 {
         let msg = payload(1 + (i as usize * 131) % 4000, i as u8);
-        assert_eq!(delivered(&a, &b, b_in_a, msg.clone()).await, a_in_b);
+        assert_eq!(delivered(&a.ep, &b.ep, b_in_a, msg.clone()).await, a_in_b);
         b.ep.post_trecv(BytesMut::zeroed(4096), FI_ADDR_UNSPEC, i, 0, 100 + i)
             .unwrap();
         a.ep.post_tsend(b_in_a, msg.clone(), i, 200 + i).unwrap();
@@ -197,8 +172,8 @@ async fn keyed_sizes() {
     let max = 65_507 - 24 - TRAILER_LEN;
     let over = a.ep.send(b_in_a, payload(max + 1, 3)).await;
     assert_eq!(over.unwrap_err().err, Error::MsgSize);
-    delivered(&a, &b, b_in_a, payload(max, 4)).await;
-    delivered(&a, &b, b_in_a, Bytes::new()).await;
+    delivered(&a.ep, &b.ep, b_in_a, payload(max, 4)).await;
+    delivered(&a.ep, &b.ep, b_in_a, Bytes::new()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,7 +194,7 @@ async fn other_keys_and_no_key_are_dropped_while_the_peer_is_served() {
         // friend's receive would hold one of theirs.
         other_job.ep.send(o, payload(100, 0xB0)).await.unwrap();
         unkeyed.ep.send(u, payload(100, 0xC0)).await.unwrap();
-        let got = delivered(&friend, &b, f, payload(100, i as u8)).await;
+        let got = delivered(&friend.ep, &b.ep, f, payload(100, i as u8)).await;
         assert_eq!(got, a_in_b);
     }
     stats_until(&b.ep, "refusals", |s| s.rx_key_rejected == 2 * N).await;
@@ -355,7 +330,7 @@ async fn forged_truncated_and_replayed_datagrams_are_refused() {
         .unwrap();
     assert_eq!(&got.into_bytes()[..], b"newer");
     assert_eq!(
-        delivered(&friend, &b, b_in_f, Bytes::from_static(b"still")).await,
+        delivered(&friend.ep, &b.ep, b_in_f, Bytes::from_static(b"still")).await,
         f_in_b
     );
     // Within the window, a late datagram not seen yet is taken.
