@@ -22,7 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use weft::{
     AddressVector, AvAttr, BindFlags, CompletionQueue, CqAttr, CqItem, Domain, EpType, EqItem,
-    EventQueue, Fabric, FiAddr, Info,
+    Error, EventQueue, Fabric, FiAddr, Info,
 };
 
 /// How long any single await in a test may take before the test fails.
@@ -170,6 +170,23 @@ pub async fn delivered(
     let src = got.src;
     assert_eq!(&got.into_bytes()[..], &msg[..]);
     src
+}
+
+/// Authorization keys of the wrong size (empty, or one byte past
+/// `MAX_KEY_LEN`) are `Inval` when an endpoint of `d` for `info` is
+/// created with one, and when a domain for `info` is opened with one.
+pub fn bad_keys_refused_at_open(d: &Domain, info: &Info) {
+    for bad in [Vec::new(), vec![7; weft_core::auth::MAX_KEY_LEN + 1]] {
+        let mut i = info.clone();
+        i.ep_attr.auth_key = Some(bad.clone());
+        assert_eq!(d.endpoint(&i).unwrap_err(), Error::Inval, "{}", bad.len());
+        let mut i = info.clone();
+        i.domain_attr.auth_key = Some(bad);
+        assert_eq!(
+            Fabric::open(&i).unwrap().domain(&i).unwrap_err(),
+            Error::Inval
+        );
+    }
 }
 
 /// The unexpected bytes `ep` still holds once they stop falling to 0, or

@@ -15,7 +15,9 @@ use weft::{
     AddrFormat, Caps, EpType, Error, Info, OpFlags, SendMsg, WaitMode, FI_ADDR_NOTAVAIL,
     FI_ADDR_UNSPEC,
 };
-use weft_integration::{enabled_endpoint, next_cq, payload, within, Harness, Provider, TIMEOUT};
+use weft_integration::{
+    enabled_endpoint, next_cq, payload, stats_until, within, Harness, Provider,
+};
 
 fn shm() -> Provider {
     Provider::named("shm")
@@ -29,19 +31,6 @@ fn info_with(tune: impl FnOnce(&mut Info)) -> Info {
 
 fn harness() -> Harness {
     Harness::new(&shm(), EpType::Rdm)
-}
-
-/// Waits until `ep`'s statistics satisfy `ok`, failing after `TIMEOUT`.
-async fn stats_until(ep: &weft::Endpoint, what: &str, ok: impl Fn(&weft::EpStats) -> bool) {
-    let start = std::time::Instant::now();
-    loop {
-        let s = ep.stats().unwrap();
-        if ok(&s) {
-            return;
-        }
-        assert!(start.elapsed() < TIMEOUT, "{what}: stats stuck at {s:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test]

@@ -19,7 +19,8 @@ use weft::{
 use weft_core::auth::{AuthKey, MAX_KEY_LEN};
 use weft_core::dgram_auth::{addr_bytes, DgramKey, TRAILER_LEN};
 use weft_integration::{
-    assert_cq_quiet, delivered, enabled_endpoint, next_cq, payload, stats_until, within, TIMEOUT,
+    assert_cq_quiet, bad_keys_refused_at_open, delivered, enabled_endpoint, next_cq, payload,
+    stats_until, within, TIMEOUT,
 };
 
 const JOB_A: &[u8] = b"job-a key";
@@ -95,17 +96,7 @@ async fn getinfo_offers_one_key_on_dgram_only() {
 #[tokio::test]
 async fn bad_keys_are_refused_at_open() {
     let d = domain(None);
-    for bad in [Vec::new(), vec![7; MAX_KEY_LEN + 1]] {
-        let mut i = info(None);
-        i.ep_attr.auth_key = Some(bad.clone());
-        assert_eq!(d.endpoint(&i).unwrap_err(), Error::Inval, "{}", bad.len());
-        let mut i = info(None);
-        i.domain_attr.auth_key = Some(bad);
-        assert_eq!(
-            weft::Fabric::open(&i).unwrap().domain(&i).unwrap_err(),
-            Error::Inval
-        );
-    }
+    bad_keys_refused_at_open(&d, &info(None));
     // SOCK_DGRAM datagrams are the payload alone: no room for a proof.
     let mut sh = hints();
     sh.ep_attr.ep_type = EpType::SockDgram;
