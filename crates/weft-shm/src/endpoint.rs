@@ -164,13 +164,14 @@ impl EpShared {
     pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<EpShared>> {
         let info = &cfg.info;
         let name = own_name(&cfg)?;
-        let g = Geometry::OURS;
-        let seg = create_segment(&name, g)?;
-        let me = crate::live::me();
+        // Checked before anything is created (a bad key leaves nothing).
         let key = weft_core::auth::effective_key(
             info.ep_attr.auth_key.as_deref(),
             info.domain_attr.auth_key.as_deref(),
         )?;
+        let g = Geometry::OURS;
+        let seg = create_segment(&name, g)?;
+        let me = crate::live::me();
         let made = (|| {
             // Held before the header names us: from then on, a process in
             // another pid namespace sees us alive by the lock.
