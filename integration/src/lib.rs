@@ -22,7 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use weft::{
     AddressVector, AvAttr, BindFlags, CompletionQueue, CqAttr, CqItem, Domain, EpType, EqItem,
-    EventQueue, Fabric, FiAddr, Info,
+    Error, EventQueue, Fabric, FiAddr, Info,
 };
 
 /// How long any single await in a test may take before the test fails.
@@ -134,6 +134,58 @@ pub async fn within<F: Future>(what: &str, fut: F) -> F::Output {
     match tokio::time::timeout(TIMEOUT, fut).await {
         Ok(v) => v,
         Err(_) => panic!("timed out after {TIMEOUT:?}: {what}"),
+    }
+}
+
+/// Waits until `ep`'s statistics satisfy `ok` (its drivers run on their
+/// own), failing the test after [`TIMEOUT`].
+pub async fn stats_until(ep: &weft::Endpoint, what: &str, ok: impl Fn(&weft::EpStats) -> bool) {
+    let start = std::time::Instant::now();
+    loop {
+        let s = ep.stats().unwrap();
+        if ok(&s) {
+            return;
+        }
+        assert!(start.elapsed() < TIMEOUT, "{what}: stats stuck at {s:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Sends `msg` from `from` to `dest` while `to` receives it (a buffer of
+/// its size); checks the bytes and returns the source the receive
+/// reports (`FI_SOURCE`).
+pub async fn delivered(
+    from: &weft::Endpoint,
+    to: &weft::Endpoint,
+    dest: FiAddr,
+    msg: Bytes,
+) -> FiAddr {
+    let recv = to.recv(bytes::BytesMut::zeroed(msg.len().max(1)));
+    let (got, sent) = within("delivery", async {
+        tokio::join!(recv, from.send(dest, msg.clone()))
+    })
+    .await;
+    sent.unwrap();
+    let got = got.unwrap();
+    let src = got.src;
+    assert_eq!(&got.into_bytes()[..], &msg[..]);
+    src
+}
+
+/// Authorization keys of the wrong size (empty, or one byte past
+/// `MAX_KEY_LEN`) are `Inval` when an endpoint of `d` for `info` is
+/// created with one, and when a domain for `info` is opened with one.
+pub fn bad_keys_refused_at_open(d: &Domain, info: &Info) {
+    for bad in [Vec::new(), vec![7; weft_core::auth::MAX_KEY_LEN + 1]] {
+        let mut i = info.clone();
+        i.ep_attr.auth_key = Some(bad.clone());
+        assert_eq!(d.endpoint(&i).unwrap_err(), Error::Inval, "{}", bad.len());
+        let mut i = info.clone();
+        i.domain_attr.auth_key = Some(bad);
+        assert_eq!(
+            Fabric::open(&i).unwrap().domain(&i).unwrap_err(),
+            Error::Inval
+        );
     }
 }
 

@@ -15,7 +15,9 @@ use weft::{
     AddrFormat, Caps, EpType, Error, Info, OpFlags, SendMsg, WaitMode, FI_ADDR_NOTAVAIL,
     FI_ADDR_UNSPEC,
 };
-use weft_integration::{enabled_endpoint, next_cq, payload, within, Harness, Provider, TIMEOUT};
+use weft_integration::{
+    enabled_endpoint, next_cq, payload, stats_until, within, Harness, Provider,
+};
 
 fn shm() -> Provider {
     Provider::named("shm")
@@ -29,19 +31,6 @@ fn info_with(tune: impl FnOnce(&mut Info)) -> Info {
 
 fn harness() -> Harness {
     Harness::new(&shm(), EpType::Rdm)
-}
-
-/// Waits until `ep`'s statistics satisfy `ok`, failing after `TIMEOUT`.
-async fn stats_until(ep: &weft::Endpoint, what: &str, ok: impl Fn(&weft::EpStats) -> bool) {
-    let start = std::time::Instant::now();
-    loop {
-        let s = ep.stats().unwrap();
-        if ok(&s) {
-            return;
-        }
-        assert!(start.elapsed() < TIMEOUT, "{what}: stats stuck at {s:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test]
@@ -63,13 +52,14 @@ async fn getinfo_offers_rdm_with_names() {
     // (`ordering::shm`).
     assert!(o.caps.contains(Caps::MULTI_RECV | Caps::FENCE));
     assert_eq!(o.domain_attr.max_ep_srx_ctx, 1);
-    // Not offered: MSG and DGRAM, RMA events, keys, TLS.
+    // Not offered: MSG and DGRAM, RMA events, keys held in the AV, TLS
+    // (authorization keys are: `shm_auth_keys.rs`).
     for tune in [
         (|h: &mut Info| h.ep_attr.ep_type = EpType::Msg) as fn(&mut Info),
         |h| h.ep_attr.ep_type = EpType::Dgram,
         |h| h.caps = Caps::MSG | Caps::RMA | Caps::RMA_EVENT,
         |h| h.caps = Caps::MSG | Caps::SHARED_AV,
-        |h| h.ep_attr.auth_key = Some(vec![1; 8]),
+        |h| h.domain_attr.av_auth_key = true,
         |h| h.domain_attr.tls_capable = true,
     ] {
         let mut h = Info::default();

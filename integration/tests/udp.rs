@@ -13,7 +13,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use weft::{
@@ -21,7 +20,7 @@ use weft::{
     WaitMode, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
 };
 use weft_integration::{
-    assert_cq_quiet, enabled_endpoint, next_cq, payload, within, Harness, Provider, TIMEOUT,
+    assert_cq_quiet, enabled_endpoint, next_cq, payload, stats_until, within, Harness, Provider,
 };
 
 fn udp() -> Provider {
@@ -37,20 +36,6 @@ fn info_with(tune: impl FnOnce(&mut Info)) -> Info {
 
 fn harness() -> Harness {
     Harness::new(&udp(), EpType::Dgram)
-}
-
-/// Waits until `ep`'s statistics satisfy `ok` (the reader runs on its
-/// own), failing after `TIMEOUT`.
-async fn stats_until(ep: &weft::Endpoint, what: &str, ok: impl Fn(&weft::EpStats) -> bool) {
-    let start = std::time::Instant::now();
-    loop {
-        let s = ep.stats().unwrap();
-        if ok(&s) {
-            return;
-        }
-        assert!(start.elapsed() < TIMEOUT, "{what}: stats stuck at {s:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// A udp datagram as `docs/wire.md` lays it out, written by hand.
@@ -102,7 +87,7 @@ async fn getinfo_offers_dgram_on_loopback_first() {
     assert!(multi.iter().all(|i| i.ep_attr.ep_type == EpType::Dgram));
     assert!(!sock.caps.contains(Caps::MULTI_RECV));
     // What is not offered matches nothing: other endpoint types, RMA,
-    // delivery-complete, keys.
+    // delivery-complete, keys on SOCK_DGRAM (udp_auth_keys.rs has DGRAM's).
     for tune in [
         (|h: &mut Info| h.ep_attr.ep_type = EpType::Rdm) as fn(&mut Info),
         |h| h.ep_attr.ep_type = EpType::Msg,
@@ -113,7 +98,10 @@ async fn getinfo_offers_dgram_on_loopback_first() {
             h.caps = Caps::MSG | Caps::MULTI_RECV;
         },
         |h| h.tx_attr.op_flags = OpFlags::DELIVERY_COMPLETE,
-        |h| h.ep_attr.auth_key = Some(vec![1; 8]),
+        |h| {
+            h.ep_attr.ep_type = EpType::SockDgram;
+            h.ep_attr.auth_key = Some(vec![1; 8]);
+        },
         |h| h.domain_attr.tls_capable = true,
         |h| h.ep_attr.max_msg_size = 1 << 20,
     ] {
@@ -515,7 +503,7 @@ async fn malformed_datagrams_from_a_raw_socket_are_dropped() {
         vec![0xffu8; 1000],
         good[..good.len() - 1].to_vec(),
         [good.clone(), vec![0]].concat(),
-        datagram(4, 0, 0, b"unknown flag"),
+        datagram(8, 0, 0, b"unknown flag"),
         datagram(0, 5, 0, b"tag without its flag"),
         datagram(0, 0, 5, b"data without its flag"),
     ];

@@ -152,6 +152,36 @@ async fn a_group_datagram_names_its_sender() {
     assert_eq!(&got.into_bytes()[..], b"named");
 }
 
+/// Keyed members (`udp_auth_keys.rs`): a group datagram's MAC names the
+/// group as its destination, so members of the key take it and a member
+/// of another key drops it, counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_members_take_only_their_key() {
+    let g = group(21);
+    let keyed = |k: &[u8]| {
+        let mut i = info(EpType::Dgram);
+        i.ep_attr.auth_key = Some(k.to_vec());
+        open(&i, WaitMode::Interrupt)
+    };
+    let (a, s, o) = (keyed(b"job-a"), keyed(b"job-a"), keyed(b"job-b"));
+    let _ma = a.ep.join(&raw(g), 0).await.unwrap();
+    let ms = s.ep.join(&raw(g), 0).await.unwrap();
+    let mo = o.ep.join(&raw(g), 0).await.unwrap();
+    o.ep.send(mo.fi_addr(), Bytes::from_static(b"other job"))
+        .await
+        .unwrap();
+    s.ep.send(ms.fi_addr(), Bytes::from_static(b"same job"))
+        .await
+        .unwrap();
+    let got = recv(&a.ep).await;
+    assert_eq!(&got.into_bytes()[..], b"same job");
+    let start = std::time::Instant::now();
+    while a.ep.stats().unwrap().rx_key_rejected != 1 {
+        assert!(start.elapsed() < Duration::from_secs(10), "not counted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// What is not a group is refused, and nothing is joined: a unicast
 /// address, an address of the other family; an endpoint without the
 /// capability (a tcp one) has no joins; leaving twice is harmless.

@@ -17,6 +17,7 @@ pub mod av;
 pub mod completion;
 pub mod counter;
 pub mod credits;
+pub mod dgram_auth;
 pub mod error;
 pub mod eventq;
 pub mod flags;

@@ -88,6 +88,12 @@ pub struct EpShared {
     pub malformed: AtomicU64,
     /// Messages read from their sender's memory (CMA records).
     pub direct: AtomicU64,
+    /// The endpoint's authorization key (`ep_attr.auth_key`, else the
+    /// domain's): its channels take only senders that prove it, and it
+    /// sends only to owners that prove it back (`keyproof`).
+    pub key: Option<weft_core::auth::AuthKey>,
+    /// Claims refused for their key, either way (`EpStats::rx_key_rejected`).
+    pub key_rejected: AtomicU64,
     /// The domain's regions, which peers' RMA requests reach.
     pub regions: Option<Arc<crate::mr::Regions>>,
     /// `FI_SOURCE_ERR`.
@@ -158,6 +164,11 @@ impl EpShared {
     pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<EpShared>> {
         let info = &cfg.info;
         let name = own_name(&cfg)?;
+        // Checked before anything is created (a bad key leaves nothing).
+        let key = weft_core::auth::effective_key(
+            info.ep_attr.auth_key.as_deref(),
+            info.domain_attr.auth_key.as_deref(),
+        )?;
         let g = Geometry::OURS;
         let seg = create_segment(&name, g)?;
         let me = crate::live::me();
@@ -190,6 +201,11 @@ impl EpShared {
         seg.store32(H_RING, g.ring as u32, Release);
         seg.store32(H_PID, me.0, Release);
         seg.store64(H_START, me.1, Release);
+        let mut rx_state = RxState::new(g.channels);
+        if key.is_some() {
+            seg.store32(H_KEYED, 1, Release);
+            rx_state.publish_nonces(&seg, g);
+        }
         // Last: peers treat a segment without it as not there yet.
         seg.store64(H_MAGIC, MAGIC, Release);
         let max_msg = match info.ep_attr.max_msg_size {
@@ -218,7 +234,7 @@ impl EpShared {
             .as_ref()
             .and_then(|d| d.as_any().downcast_ref::<crate::domain::ShmDomain>())
             .map(|d| d.regions.clone());
-        tracing::debug!(%name, wait = ?cfg.wait, "shm endpoint open");
+        tracing::debug!(%name, keyed = key.is_some(), wait = ?cfg.wait, "shm endpoint open");
         let ep = Arc::new_cyclic(|this| EpShared {
             this: this.clone(),
             rt,
@@ -235,7 +251,7 @@ impl EpShared {
             iov_limit,
             side,
             srx: srx.clone(),
-            rx_state: Mutex::new(RxState::new(g.channels)),
+            rx_state: Mutex::new(rx_state),
             peers: Mutex::new(Peers::default()),
             tx_pending: AtomicBool::new(false),
             kick: Notify::new(),
@@ -243,6 +259,8 @@ impl EpShared {
             parked: AtomicBool::new(false),
             malformed: AtomicU64::new(0),
             direct: AtomicU64::new(0),
+            key,
+            key_rejected: AtomicU64::new(0),
             regions,
             source_err,
             closed: AtomicBool::new(false),
@@ -285,6 +303,18 @@ impl EpShared {
         r
     }
 
+    /// A claim between this endpoint and the endpoint at `peer` failed
+    /// for its key (on either side): counted, and reported on the bound
+    /// EQ with the peer's address, as tcp reports its refusals.
+    pub fn key_refused(&self, peer: &[u8]) {
+        self.key_rejected.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            peer = %String::from_utf8_lossy(peer),
+            "shm: authorization key refused"
+        );
+        self.cfg.eq_peer_error(Error::KeyRejected, peer.to_vec());
+    }
+
     /// A channel waits for budget or for a receive: whoever drives the
     /// endpoint looks again.
     pub fn unpark(&self) {
@@ -315,6 +345,7 @@ impl ProviderEndpoint for ShmEndpoint {
         s.conns = lock(&ep.rx_state).active();
         s.rx_malformed = ep.malformed.load(Ordering::Relaxed);
         s.rx_direct = ep.direct.load(Ordering::Relaxed);
+        s.rx_key_rejected = ep.key_rejected.load(Ordering::Relaxed);
         s
     }
 

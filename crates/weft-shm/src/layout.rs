@@ -7,8 +7,8 @@
 /// "WEFTSHM1" as a little-endian u64; written last when a segment is
 /// created, so a segment without it is not ready (or not one of ours).
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
-/// Layout version.
-pub const VERSION: u32 = 2;
+/// Layout version (3: the key proof fields).
+pub const VERSION: u32 = 3;
 
 /// Header fields.
 pub const H_MAGIC: usize = 0;
@@ -17,6 +17,10 @@ pub const H_CHANNELS: usize = 12;
 pub const H_RING: usize = 16;
 pub const H_PID: usize = 24;
 pub const H_START: usize = 32;
+/// 1: the owner holds an authorization key, so every sender waits for its
+/// verdict before writing (`keyproof`). Only advice for senders: what the
+/// owner enforces is its own key.
+pub const H_KEYED: usize = 40;
 /// The owner sleeps on its doorbell: a sender that publishes a record
 /// rings it (once: the sender that swaps it from 1 to 0 does).
 pub const H_SLEEPING: usize = 64;
@@ -32,6 +36,11 @@ pub const C_GEN: usize = 8;
 pub const C_NAME_LEN: usize = 12;
 pub const C_NAME: usize = 16;
 pub const C_START: usize = 80;
+/// Key proof, written by the sender at its claim (`keyproof`): its nonce,
+/// whether it proves a key (1) or not (0), and its MAC.
+pub const C_TX_NONCE: usize = 88;
+pub const C_PROVES: usize = 104;
+pub const C_TX_PROOF: usize = 152;
 /// Written by the sender only: bytes produced (monotonic).
 pub const C_TAIL: usize = 128;
 /// The sender waits for room: the receiver rings the sender's doorbell
@@ -49,6 +58,16 @@ pub const C_CMA: usize = 200;
 pub const CMA_UNKNOWN: u32 = 0;
 pub const CMA_OK: u32 = 1;
 pub const CMA_NO: u32 = 2;
+/// Key proof, written by the owner only: its verdict on the claim, the
+/// nonce it published for the channel's next claim, and its MAC.
+pub const C_AUTH: usize = 204;
+pub const C_RX_NONCE: usize = 208;
+pub const C_RX_PROOF: usize = 224;
+/// `C_AUTH` values: a sender that waits for the verdict writes nothing
+/// before `AUTH_OK`.
+pub const AUTH_UNKNOWN: u32 = 0;
+pub const AUTH_OK: u32 = 1;
+pub const AUTH_REFUSED: u32 = 2;
 
 /// Channel states.
 pub const FREE: u32 = 0;
@@ -149,6 +168,20 @@ impl Geometry {
         self.ring / 4
     }
 }
+
+// The key proof's fields fit where nothing else is, checked when this
+// compiles: the sender's before its tail's line and after its probe, the
+// owner's after its cma word, the header's before `sleeping`.
+const _: () = {
+    use weft_core::auth::MAC_LEN;
+    use weft_core::wire::claim::NONCE_LEN;
+    assert!(C_START + 8 <= C_TX_NONCE && C_TX_NONCE + NONCE_LEN <= C_PROVES);
+    assert!(C_PROVES + 4 <= C_TAIL);
+    assert!(C_CMA_PROBE + 8 <= C_TX_PROOF && C_TX_PROOF + MAC_LEN <= C_HEAD);
+    assert!(C_CMA + 4 <= C_AUTH && C_AUTH + 4 <= C_RX_NONCE);
+    assert!(C_RX_NONCE + NONCE_LEN <= C_RX_PROOF && C_RX_PROOF + MAC_LEN <= CTL);
+    assert!(H_START + 8 <= H_KEYED && H_KEYED + 4 <= H_SLEEPING);
+};
 
 /// A record's size in the ring for `payload` bytes.
 pub fn rec_len(payload: usize) -> usize {

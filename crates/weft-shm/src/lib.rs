@@ -39,6 +39,7 @@ pub mod cma;
 mod domain;
 mod driver;
 mod endpoint;
+mod keyproof;
 pub mod layout;
 pub mod live;
 mod mr;
@@ -47,10 +48,12 @@ mod offer;
 pub mod ring;
 mod rma;
 mod rx;
+mod rx_done;
 pub mod scan;
 pub mod segment;
 mod srx;
 mod tx;
+mod tx_drive;
 
 use std::sync::{Arc, Once};
 
@@ -91,6 +94,17 @@ impl Provider for ShmProvider {
 
     fn offers(&self) -> Vec<Info> {
         offers()
+    }
+
+    /// Channels prove keys when they are claimed (`keyproof`).
+    fn auth_keys(&self) -> bool {
+        true
+    }
+
+    /// Keys held in the AV (`FI_AV_AUTH_KEY`) are not implemented: such
+    /// domains are `OpNotSupp`.
+    fn av_auth_keys(&self) -> bool {
+        false
     }
 
     fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {

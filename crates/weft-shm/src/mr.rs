@@ -35,6 +35,9 @@ pub struct Region {
     /// Cleared when the region closes (its memory may live on in
     /// sub-regions).
     open: AtomicBool,
+    /// `fi_mr_attr::auth_key` (else the domain's): only peers that
+    /// proved this key reach the region. Sub-regions keep their base's.
+    auth: Option<weft_core::auth::AuthKey>,
 }
 
 impl std::fmt::Debug for Region {
@@ -70,6 +73,13 @@ fn span(bufs: &mut [BytesMut], mut off: usize, mut n: usize, mut f: impl FnMut(&
 }
 
 impl Region {
+    /// Whether a peer that proved `proven` (the key of the endpoint it
+    /// reached: every channel of a keyed endpoint proved it, none of an
+    /// unkeyed one proved anything) may reach the region.
+    pub fn admits_key(&self, proven: Option<&weft_core::auth::AuthKey>) -> bool {
+        self.auth.is_none() || self.auth.as_ref() == proven
+    }
+
     /// Whether `len` bytes at `off` lie inside the region.
     pub fn holds(&self, off: u64, len: usize) -> bool {
         usize::try_from(off)
@@ -208,6 +218,7 @@ impl Regions {
             MrMemory::Buffers(_) => (Vec::new(), true),
         };
         let key = req.requested_key;
+        let auth = req.auth_key.clone();
         let mut m = lock(&self.map);
         if let Err(err) = Self::room(&m, key) {
             return Err(Rejected { err, req });
@@ -223,6 +234,7 @@ impl Regions {
             len,
             mem: Arc::new(Mutex::new(Some(bufs))),
             open: AtomicBool::new(true),
+            auth,
         });
         m.insert(key, region.clone());
         Ok(Arc::new(ShmMr {
@@ -314,6 +326,7 @@ impl ProviderMr for ShmMr {
             len,
             mem: r.mem.clone(),
             open: AtomicBool::new(true),
+            auth: r.auth.clone(),
         });
         let mut m = lock(&self.regions.map);
         Regions::room(&m, requested_key)?;

@@ -120,8 +120,8 @@ pub fn offer() -> Info {
             max_ep_rx_ctx: 1,
             // One shared receive context per endpoint (`srx.rs`).
             max_ep_srx_ctx: 1,
-            // No keys: peers are processes of this user on this host.
-            max_ep_auth_key: 0,
+            // One key, proven when a channel is claimed (`keyproof`).
+            max_ep_auth_key: 1,
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {

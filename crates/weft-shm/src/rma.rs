@@ -146,12 +146,19 @@ impl EpShared {
         self.enqueue(to.to_vec(), EpShared::rma_out(lead, iov, len), None);
     }
 
-    /// The region under `key` for `len` bytes at `off`, needing `need`.
+    /// The region under `key` for `len` bytes at `off`, needing `need`,
+    /// if the requesting peer proved the region's authorization key
+    /// (`Access` otherwise, as for a key that does not exist).
     pub fn region(&self, key: u64, off: u64, len: usize, need: MrAccess) -> Result<Arc<Region>> {
-        self.regions
+        let r = self
+            .regions
             .as_ref()
             .ok_or(Error::Access)?
-            .check(key, off, len, need)
+            .check(key, off, len, need)?;
+        if !r.admits_key(self.key.as_ref()) {
+            return Err(Error::Access);
+        }
+        Ok(r)
     }
 }
 

@@ -8,6 +8,9 @@
 //!
 //! A channel whose sender breaks the layout's rules is freed and counted
 //! (`EpStats::rx_malformed`); a message it had begun fails its receive.
+//! A channel whose claim does not prove the endpoint's key (`keyproof`)
+//! is never read: it is freed once its sender closes it, or after a
+//! sweep interval.
 
 use std::fs::File;
 use std::sync::atomic::{fence, Ordering};
@@ -17,10 +20,9 @@ use bytes::BytesMut;
 use smallvec::SmallVec;
 use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
-use weft_core::completion::Returned;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
-use weft_core::recv_completion::{deliver, deliver_unknown, fail_recv};
+use weft_core::recv_completion::fail_recv;
 use weft_core::soft_rx::{self, Charge};
 use weft_core::soft_srx::SrxEp;
 use weft_core::sync::lock;
@@ -30,6 +32,8 @@ use weft_core::Error;
 use crate::endpoint::EpShared;
 use crate::layout::*;
 use crate::ring::{Chan, Next, Rec};
+use crate::rx_done::complete;
+pub use crate::rx_done::deliver_held;
 use crate::segment::Segment;
 
 /// Records one pass takes from one channel at most, so one busy sender
@@ -95,6 +99,11 @@ pub struct RxChan {
     /// The sender's pid, when its probe showed we can read its memory
     /// (CMA records are accepted only then).
     cma_pid: Option<u32>,
+    /// Keyed endpoints: the nonce published for the channel's next claim,
+    /// kept here so that nothing written in the segment can replace it.
+    nonce: Option<weft_core::wire::claim::Nonce>,
+    /// The claim did not prove the key: 1, and 2 once a sweep saw it so.
+    refused: u8,
 }
 
 /// Every channel's receiver state.
@@ -112,7 +121,18 @@ impl RxState {
 
     /// Channels with an active sender.
     pub fn active(&self) -> usize {
-        self.chans.iter().filter(|c| c.active.is_some()).count()
+        self.chans
+            .iter()
+            .filter(|c| c.active.is_some() && c.refused == 0)
+            .count()
+    }
+
+    /// A keyed endpoint, before its segment is ready: a nonce in every
+    /// channel for its first claim.
+    pub fn publish_nonces(&mut self, seg: &Segment, g: Geometry) {
+        for (i, lc) in self.chans.iter_mut().enumerate() {
+            lc.nonce = crate::keyproof::publish_nonce(seg, &Chan { g, i });
+        }
     }
 }
 
@@ -142,6 +162,16 @@ pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool) -> usize {
                 let gen = ep.seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap_or(0);
                 if lc.active != Some(gen) && !activate(ep, &c, lc, gen) {
                     free(ep, &c, lc, true);
+                    continue;
+                }
+                if lc.refused != 0 {
+                    // Nothing of it is read. Freed when its sender gives
+                    // it up, or after a whole sweep interval.
+                    if state == Some(CLOSED) || (sweep && lc.refused > 1) {
+                        free(ep, &c, lc, false);
+                    } else if sweep {
+                        lc.refused = 2;
+                    }
                     continue;
                 }
                 let (k, stop) = drain(ep, &c, lc);
@@ -223,7 +253,10 @@ fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
     let Ok(name) = std::str::from_utf8(&b[..len]) else {
         return false;
     };
-    let cma_pid = cma_probe(ep, c);
+    let key = ep.key.as_ref();
+    let accepted = crate::keyproof::judge(&ep.seg, c, key, lc.nonce, &ep.name, name, gen);
+    // A refused sender's memory is not probed: nothing of it is read.
+    let cma_pid = accepted.then(|| cma_probe(ep, c)).flatten();
     let word = if cma_pid.is_some() { CMA_OK } else { CMA_NO };
     ep.seg.store32(c.ctl(C_CMA), word, Ordering::Release);
     *lc = RxChan {
@@ -235,7 +268,18 @@ fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
         bell: crate::bell::open_remote(name),
         claim_seen: None,
         cma_pid,
+        nonce: lc.nonce,
+        refused: u8::from(!accepted),
     };
+    if !accepted {
+        ep.key_refused(&crate::name::addr(name));
+    }
+    // A sender waiting for the verdict asked to be rung.
+    if ep.seg.swap32(c.ctl(C_TX_WAIT), 0) == Some(1) {
+        if let Some(b) = &lc.bell {
+            crate::bell::ring(b);
+        }
+    }
     true
 }
 
@@ -277,11 +321,16 @@ fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
         );
     }
     *lc = RxChan::default();
+    if ep.key.is_some() {
+        // A fresh nonce for the next claim: an old proof is worth nothing.
+        lc.nonce = crate::keyproof::publish_nonce(&ep.seg, c);
+    }
     use Ordering::Release;
     ep.seg.store64(c.ctl(C_HEAD), 0, Release);
     ep.seg.store64(c.ctl(C_TAIL), 0, Release);
     ep.seg.store32(c.ctl(C_TX_WAIT), 0, Release);
     ep.seg.store32(c.ctl(C_CMA), CMA_UNKNOWN, Release);
+    ep.seg.store32(c.ctl(C_AUTH), AUTH_UNKNOWN, Release);
     ep.seg.store32(c.ctl(C_STATE), FREE, Release);
 }
 
@@ -697,74 +746,5 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
                 ended.report(ep);
             }
         }
-    }
-}
-
-/// Completes a receive into which `placed` bytes went: as usual, or for
-/// a sender not in the AV on an `FI_SOURCE_ERR` endpoint as the error
-/// entry that carries the sender's address.
-fn complete(ep: &EpShared, mut req: RecvReq, info: MsgInfo, placed: usize, from: &Arc<[u8]>) {
-    ep.report_here(&mut req);
-    if ep.source_err && info.src == FI_ADDR_NOTAVAIL {
-        deliver_unknown(ep, req, info, placed, FI_ADDR_NOTAVAIL, from.to_vec());
-    } else {
-        deliver(ep, req, info, placed);
-    }
-}
-
-/// Completes a receive with a held message (which frees its budget).
-pub fn deliver_held(ep: &EpShared, mut req: RecvReq, info: MsgInfo, held: Held) {
-    let placed = weft_core::recv_completion::copy_in(&mut req, &held.data);
-    complete(ep, req, info, placed, &held.from);
-}
-
-impl EpShared {
-    /// Takes back a message whose receive's future was dropped as the
-    /// message reached it: the oldest posted receive that accepts it gets
-    /// it, else it goes to the head of the held messages, charged even
-    /// past the budget (it was admitted once; refusing it now could only
-    /// lose it). `after`: a message of a dropped multi-receive stream,
-    /// held behind the ones given back before it.
-    pub fn take_back(&self, mut r: Returned, after: bool) {
-        if self.is_closed() {
-            return;
-        }
-        let info = r.info();
-        let data = r.take_bytes();
-        let from: Arc<[u8]> = if r.raw.is_empty() {
-            self.addr_of(info.src).into()
-        } else {
-            std::mem::take(&mut r.raw).into()
-        };
-        let mut m = lock(&self.side.matcher);
-        let (got, ended) = soft_rx::arrival(&mut m, &info);
-        if let Some(mut req) = got {
-            drop(m);
-            ended.report(self);
-            let placed = weft_core::recv_completion::copy_in(&mut req, &data);
-            complete(self, req, info, placed, &from);
-            return;
-        }
-        let charge = Charge::force(
-            &self.side.unexp,
-            UNEXPECTED_OVERHEAD.saturating_add(info.len),
-        );
-        let held = Held::new(self, data, from.clone(), charge);
-        soft_rx::hold_given_back(&mut m, self.sender(from), info, held, after);
-        drop(m);
-        ended.report(self);
-    }
-
-    /// The address of AV handle `src` (empty when unknown: it resolves
-    /// to nothing).
-    fn addr_of(&self, src: FiAddr) -> Vec<u8> {
-        if src == FI_ADDR_NOTAVAIL {
-            return Vec::new();
-        }
-        self.cfg
-            .av
-            .as_ref()
-            .and_then(|av| lock_synced(av).lookup(src).ok().map(<[u8]>::to_vec))
-            .unwrap_or_default()
     }
 }

@@ -5,7 +5,9 @@
 //! the header, each channel's claim and sender name, its records (padding,
 //! kinds, lengths against the published tail) and the message rules
 //! (first, continuation and last records against the total), and the
-//! room a sender would compute from the receiver's head.
+//! room a sender would compute from the receiver's head. Each named
+//! channel's key proof is judged as a keyed owner would judge it
+//! (`keyproof`): nothing a segment holds passes without the key.
 
 use std::sync::atomic::Ordering::Acquire;
 
@@ -26,7 +28,13 @@ pub struct Scan {
     pub bytes: usize,
     /// Channels that broke a rule.
     pub corrupt: usize,
+    /// Channels whose key proof a keyed owner refused (all of them: the
+    /// scan's key is its own).
+    pub refused: usize,
 }
+
+/// The key a scan judges proofs with, and the nonce it "published".
+const SCAN_KEY: &[u8] = b"weft-shm scan key";
 
 /// Reads every channel of `seg`, laid out as `g`, as a receiver would:
 /// at most `limit` records a channel, payloads copied out.
@@ -51,6 +59,14 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
             out.corrupt += 1;
             continue;
         }
+        // Judged as a keyed owner judges a claim (which writes only the
+        // owner's verdict and proof words).
+        let key = weft_core::auth::AuthKey::new(SCAN_KEY).ok();
+        let sender = std::str::from_utf8(&name[..len]).unwrap_or("");
+        let gen = seg.load32(c.ctl(C_GEN), Acquire).unwrap_or(0);
+        let ok = crate::keyproof::judge(seg, &c, key.as_ref(), Some([0; 16]), "scan", sender, gen);
+        assert!(!ok, "a proof of a key nobody else holds accepted");
+        out.refused += 1;
         // A sender's view of the same channel: the room it would write
         // into, from a head it cannot trust.
         let tail = c.tail(seg);

@@ -19,8 +19,9 @@ use std::fs::File;
 use std::sync::atomic::{fence, Ordering};
 
 use smallvec::SmallVec;
+use weft_core::auth::AuthKey;
 use weft_core::av::shared::lock_synced;
-use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
+use weft_core::completion::OpDone;
 use weft_core::flags::OpFlags;
 use weft_core::hash::FastMap;
 use weft_core::provider::{Iov, Rejected, SendReq};
@@ -28,10 +29,12 @@ use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
 use crate::endpoint::EpShared;
+use crate::keyproof::Verdict;
 use crate::layout::*;
 use crate::ring::{Chan, RecHead};
 use crate::rma::Lead;
 use crate::segment::Segment;
+pub use crate::tx_drive::finish;
 
 /// A send not yet wholly in the ring.
 #[derive(Debug)]
@@ -94,7 +97,7 @@ struct Delivering {
 /// A peer this endpoint sends to.
 #[derive(Debug)]
 pub struct Peer {
-    name: String,
+    pub(crate) name: String,
     seg: Segment,
     g: Geometry,
     /// The claimed channel and its claim count; `None` while all are
@@ -103,7 +106,7 @@ pub struct Peer {
     /// Our produced position.
     tail: u64,
     /// The segment's owner when mapped.
-    owner: (u32, u64),
+    pub(crate) owner: (u32, u64),
     bell: Option<File>,
     queue: VecDeque<Out>,
     delivering: VecDeque<Delivering>,
@@ -113,12 +116,18 @@ pub struct Peer {
     /// An answer's bytes are arriving (its operation left `pending`
     /// when they began).
     answering: bool,
+    /// The claimed channel waits for the owner's verdict on the key
+    /// (`keyproof`): nothing is written before it.
+    awaiting: Option<crate::keyproof::Awaiting>,
+    /// The owner refused the key (or its proof was not good) since the
+    /// endpoint last looked: to be counted and reported once.
+    pub(crate) refused: bool,
 }
 
 /// The peers sent to, by address.
 #[derive(Debug, Default)]
 pub struct Peers {
-    map: FastMap<Vec<u8>, Peer>,
+    pub(crate) map: FastMap<Vec<u8>, Peer>,
 }
 
 /// How long closing waits for a receiver to read CMA sends out: a
@@ -202,6 +211,8 @@ impl Peer {
             delivering: VecDeque::new(),
             pending: VecDeque::new(),
             answering: false,
+            awaiting: None,
+            refused: false,
         })
     }
 
@@ -230,8 +241,8 @@ impl Peer {
         }
     }
 
-    /// Claims a free channel, if there is one.
-    fn claim(&mut self, me: (u32, u64), my_name: &str) -> bool {
+    /// Claims a free channel, if there is one, proving `key`.
+    fn claim(&mut self, me: (u32, u64), my_name: &str, key: Option<&AuthKey>) -> bool {
         if self.chan.is_some() {
             return true;
         }
@@ -252,7 +263,15 @@ impl Peer {
             let gen = s.load32(c.ctl(C_GEN), Acquire).unwrap_or(0).wrapping_add(1);
             s.store32(c.ctl(C_GEN), gen, Release);
             s.store64(c.ctl(C_TAIL), 0, Release);
-            s.store32(c.ctl(C_TX_WAIT), 0, Release);
+            // A random source that failed (no nonce): the channel is
+            // given straight back and the sends wait for the next try.
+            let Ok(awaiting) = crate::keyproof::claim(s, &c, key, my_name, &self.name, gen) else {
+                s.store32(c.ctl(C_STATE), CLOSED, Release);
+                return false;
+            };
+            // Waiting for the verdict: the owner rings us when it is in.
+            s.store32(c.ctl(C_TX_WAIT), u32::from(awaiting.is_some()), Release);
+            self.awaiting = awaiting;
             let probe = match crate::cma::mode() {
                 crate::cma::Mode::Denied => 0,
                 _ => crate::cma::probe_addr(),
@@ -280,6 +299,20 @@ impl Peer {
         if !ours {
             self.chan = None;
             return Err(Error::ConnAborted);
+        }
+        if let Some(w) = &self.awaiting {
+            match crate::keyproof::verdict(&self.seg, &c, w) {
+                Verdict::Pending => return Ok(false),
+                Verdict::Accepted => self.awaiting = None,
+                Verdict::Refused => {
+                    // Given back unused; the owner frees it.
+                    self.seg.cas32(c.ctl(C_STATE), ACTIVE, CLOSED);
+                    self.chan = None;
+                    self.awaiting = None;
+                    self.refused = true;
+                    return Err(Error::KeyRejected);
+                }
+            }
         }
         let start = self.tail;
         let mut asked = false;
@@ -434,7 +467,7 @@ impl Peer {
     }
 
     /// Whether the segment's owner is the one mapped and still runs.
-    fn alive(&self) -> bool {
+    pub(crate) fn alive(&self) -> bool {
         crate::live::owner_of(&self.seg) == Some(self.owner)
             && crate::live::owner_runs(&self.name, self.owner.0, self.owner.1)
     }
@@ -484,7 +517,7 @@ impl Peer {
     }
 
     /// Whether sends wait here (queued, or for delivery).
-    fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         !self.queue.is_empty() || !self.delivering.is_empty() || !self.pending.is_empty()
     }
 
@@ -501,7 +534,13 @@ impl Peer {
     }
 
     /// Sends queued sends while the ring takes them.
-    fn flush(&mut self, me: (u32, u64), my_name: &str, ended: &mut Vec<Ended>) {
+    pub(crate) fn flush(
+        &mut self,
+        me: (u32, u64),
+        my_name: &str,
+        key: Option<&AuthKey>,
+        ended: &mut Vec<Ended>,
+    ) {
         if let Some((c, gen)) = self.chan {
             // The owner freed our channel (it found a record of ours
             // broken, or a CMA read of our memory failed): what waits
@@ -515,7 +554,7 @@ impl Peer {
             }
         }
         self.delivered(ended);
-        if self.queue.is_empty() || !self.claim(me, my_name) {
+        if self.queue.is_empty() || !self.claim(me, my_name, key) {
             return;
         }
         while let Some(mut o) = self.queue.pop_front() {
@@ -542,7 +581,7 @@ impl Peer {
         }
     }
 
-    fn fail_all(&mut self, e: Error, ended: &mut Vec<Ended>) {
+    pub(crate) fn fail_all(&mut self, e: Error, ended: &mut Vec<Ended>) {
         for o in self.queue.drain(..) {
             ended.push((o.done, o.len, Err(e)));
             if let Some(p) = o.answer {
@@ -574,26 +613,6 @@ fn copy_out(seg: &Segment, mut at: usize, iov: &Iov, mut off: usize, mut n: usiz
         at += k;
         n -= k;
         off = 0;
-    }
-}
-
-/// Ends a send: its credit back first, then its completion.
-pub fn finish(ep: &EpShared, (done, len, r): Ended) {
-    // Nothing to end: an RMA request (its response ends it) or a
-    // response.
-    let Some(done) = done else {
-        return;
-    };
-    ep.tx.release(1);
-    match r {
-        Ok(()) => done.complete(CqEntry {
-            len,
-            ..CqEntry::default()
-        }),
-        Err(e) => {
-            tracing::debug!(error = %e, "shm: send failed");
-            done.fail(CqErrEntry::new(0, OpFlags::empty(), e));
-        }
     }
 }
 
@@ -713,7 +732,7 @@ impl EpShared {
             }
             return;
         }
-        if !gated && peer.queue.is_empty() && peer.claim(self.me, &self.name) {
+        if !gated && peer.queue.is_empty() && peer.claim(self.me, &self.name, self.key.as_ref()) {
             peer.begin(&mut o);
             match peer.advance(&mut o) {
                 Ok(true) => {
@@ -734,7 +753,11 @@ impl EpShared {
                 Err(e) => {
                     let mut ended = vec![(o.done, len, Err(e))];
                     peer.fail_all(e, &mut ended);
+                    let refused = std::mem::take(&mut peer.refused);
                     drop(peers);
+                    if refused {
+                        self.key_refused(&addr);
+                    }
                     for e in ended {
                         finish(self, e);
                     }
@@ -746,55 +769,5 @@ impl EpShared {
         drop(peers);
         self.tx_pending.store(true, Ordering::Release);
         self.kick.notify_one();
-    }
-
-    /// Sends what waits in peers' queues while their rings take it.
-    /// Returns how many sends ended.
-    pub fn flush(&self) -> usize {
-        if !self.tx_pending.load(Ordering::Acquire) {
-            return 0;
-        }
-        let mut ended: Vec<Ended> = Vec::new();
-        {
-            let mut peers = lock(&self.peers);
-            let mut pending = false;
-            for p in peers.map.values_mut() {
-                p.flush(self.me, &self.name, &mut ended);
-                pending |= p.busy();
-            }
-            self.tx_pending.store(pending, Ordering::Release);
-        }
-        let n = ended.len();
-        for e in ended {
-            finish(self, e);
-        }
-        n
-    }
-
-    /// Fails what waits for peers whose process is gone and forgets them
-    /// (removing their segments); returns the sends failed.
-    pub fn sweep_peers(&self) -> usize {
-        let mut ended: Vec<Ended> = Vec::new();
-        let mut gone: SmallVec<[(String, (u32, u64)); 2]> = SmallVec::new();
-        {
-            let mut peers = lock(&self.peers);
-            peers.map.retain(|_, p| {
-                if p.alive() {
-                    return true;
-                }
-                p.fail_all(Error::ConnReset, &mut ended);
-                gone.push((p.name.clone(), p.owner));
-                false
-            });
-        }
-        for (name, (pid, start)) in gone {
-            tracing::debug!(%name, pid, "shm: peer process gone");
-            crate::live::remove_if_owned(&name, pid, start);
-        }
-        let n = ended.len();
-        for e in ended {
-            finish(self, e);
-        }
-        n
     }
 }

@@ -36,7 +36,7 @@ pub fn start(ep: &Arc<EpShared>) -> Result<()> {
 /// staging buffer (then that one is making the same progress).
 fn direct_pass(ep: &EpShared) -> Option<PassOutcome> {
     let mut st = ep.rx_state.try_lock().ok()?;
-    Some(pass(ep, &mut st, &mut |b| ep.sock.recv_from(b)))
+    Some(pass(ep, &mut st, ep.local, &mut |b| ep.sock.recv_from(b)))
 }
 
 async fn reader(ep: Arc<EpShared>) {

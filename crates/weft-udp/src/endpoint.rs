@@ -17,6 +17,7 @@ use weft_core::attr::AddrFormat;
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::{Returned, WaitMode};
 use weft_core::credits::Credits;
+use weft_core::dgram_auth::{addr_bytes, first_seq, AddrBytes, DgramKey};
 use weft_core::flags::Caps;
 use weft_core::progress::{Progress, SpinHold};
 use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
@@ -75,6 +76,17 @@ pub struct EpShared {
     pub tx: Credits,
     pub dropped: AtomicU64,
     pub malformed: AtomicU64,
+    /// The datagram MAC key of the endpoint's authorization key: every
+    /// datagram sent carries its proof, every one received must.
+    pub key: Option<DgramKey>,
+    /// The next sequence number a keyed datagram carries.
+    pub seq: AtomicU64,
+    /// This endpoint's address as its datagram MACs cover it.
+    pub src_bytes: AddrBytes,
+    /// Datagrams that did not prove the key (`EpStats::rx_key_rejected`).
+    pub key_rejected: AtomicU64,
+    /// Datagrams whose proof was a replay (`EpStats::rx_replayed`).
+    pub replayed: AtomicU64,
     /// `FI_SOURCE_ERR`: a datagram from a sender not in the AV completes
     /// as an `AddrNotAvail` error carrying the sender's address.
     pub source_err: bool,
@@ -153,6 +165,23 @@ fn open_socket(addr: SocketAddr, dscp: Option<u8>) -> Result<std::net::UdpSocket
     Ok(s.into())
 }
 
+/// The datagram MAC key of the endpoint's authorization key
+/// (`ep_attr.auth_key`, else the domain's), if it has one. Keys of the
+/// wrong size are `Inval`; a key on `FI_EP_SOCK_DGRAM`, whose datagrams
+/// are the payload alone with no room for a proof, is `OpNotSupp`.
+fn endpoint_key(cfg: &EpConfig, raw: bool) -> Result<Option<DgramKey>> {
+    let info = &cfg.info;
+    let key = weft_core::auth::effective_key(
+        info.ep_attr.auth_key.as_deref(),
+        info.domain_attr.auth_key.as_deref(),
+    )?;
+    match key {
+        Some(_) if raw => Err(Error::OpNotSupp),
+        Some(k) => DgramKey::new(&k).map(Some),
+        None => Ok(None),
+    }
+}
+
 impl EpShared {
     /// Binds the socket and builds the state. Must run inside the
     /// runtime (the reactor registration).
@@ -162,9 +191,21 @@ impl EpShared {
         let sock = open_socket(bind_addr(&cfg)?, dscp)?;
         let local = sock.local_addr()?;
         let raw = info.ep_attr.ep_type == weft_core::attr::EpType::SockDgram;
-        // Without a header, a datagram carries that much more payload.
-        let path =
-            crate::ifaces::max_msg_at(local.ip()) + if raw { crate::wire::HEADER_LEN } else { 0 };
+        let key = endpoint_key(&cfg, raw)?;
+        if key.is_some() && local.ip().is_unspecified() {
+            // A datagram's MAC names the address it is sent to, which a
+            // wildcard socket does not know.
+            return Err(Error::Inval);
+        }
+        // Without a header, a datagram carries that much more payload;
+        // with a key, the trailer's bytes less.
+        let path = (crate::ifaces::max_msg_at(local.ip())
+            + if raw { crate::wire::HEADER_LEN } else { 0 })
+        .saturating_sub(if key.is_some() {
+            crate::wire::TRAILER_LEN
+        } else {
+            0
+        });
         let max_msg = match info.ep_attr.max_msg_size {
             0 => path,
             m => m.min(path),
@@ -189,7 +230,7 @@ impl EpShared {
             Some(c) => c.side.clone(),
             None => RxSide::new(info.rx_attr.size, buffered_limit),
         };
-        tracing::debug!(%local, max_msg, wait = ?cfg.wait, "udp endpoint open");
+        tracing::debug!(%local, max_msg, keyed = key.is_some(), wait = ?cfg.wait, "udp endpoint open");
         let iov_limit = info.tx_attr.iov_limit.clamp(1, crate::IOV_LIMIT);
         let tx = Credits::new(info.tx_attr.size);
         let ep = Arc::new_cyclic(|this| EpShared {
@@ -211,6 +252,11 @@ impl EpShared {
             tx,
             dropped: AtomicU64::new(0),
             malformed: AtomicU64::new(0),
+            key,
+            seq: AtomicU64::new(first_seq()),
+            src_bytes: addr_bytes(&local),
+            key_rejected: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
             source_err,
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
@@ -300,6 +346,8 @@ impl ProviderEndpoint for UdpEndpoint {
         }
         s.rx_dropped = ep.dropped.load(Ordering::Relaxed);
         s.rx_malformed = ep.malformed.load(Ordering::Relaxed);
+        s.rx_key_rejected = ep.key_rejected.load(Ordering::Relaxed);
+        s.rx_replayed = ep.replayed.load(Ordering::Relaxed);
         let sock = socket2::SockRef::from(&ep.sock);
         let tos = if ep.local.is_ipv4() {
             sock.tos_v4()

@@ -70,6 +70,19 @@ impl Provider for UdpProvider {
         offers()
     }
 
+    /// Keyed DGRAM endpoints prove their key in every datagram
+    /// (`weft_core::dgram_auth`); SOCK_DGRAM endpoints refuse keys when
+    /// they open (`OpNotSupp`).
+    fn auth_keys(&self) -> bool {
+        true
+    }
+
+    /// Keys held in the AV (`FI_AV_AUTH_KEY`) are not implemented: such
+    /// domains are `OpNotSupp`.
+    fn av_auth_keys(&self) -> bool {
+        false
+    }
+
     fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {
         Ok(Some(Arc::new(domain::UdpDomain)))
     }

@@ -71,6 +71,8 @@ pub fn sock_dgram_offer(i: &Iface) -> Info {
     o.ep_attr.protocol_version = 0;
     o.ep_attr.mem_tag_format = 0;
     o.ep_attr.max_msg_size += crate::wire::HEADER_LEN;
+    // No room for a key's proof in a bare payload.
+    o.domain_attr.max_ep_auth_key = 0;
     o.tx_attr.inject_size = INJECT_SIZE.min(o.ep_attr.max_msg_size);
     o.domain_attr.cq_data_size = 0;
     o
@@ -145,8 +147,8 @@ pub fn offer(i: &Iface) -> Info {
             max_ep_rx_ctx: 1,
             // One shared receive context per endpoint (`soft_srx`).
             max_ep_srx_ctx: 1,
-            // No keys: a datagram proves nothing about its sender.
-            max_ep_auth_key: 0,
+            // One key, proven in every datagram (`weft_core::dgram_auth`).
+            max_ep_auth_key: 1,
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {

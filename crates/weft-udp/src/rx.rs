@@ -3,7 +3,9 @@
 //! held for a later receive within the unexpected budget; past the budget
 //! they are dropped and counted. Malformed datagrams are dropped and
 //! counted; nothing a datagram says can make the endpoint panic or hold
-//! more than the budget.
+//! more than the budget. A keyed endpoint takes only datagrams that
+//! prove its key, once each; an unkeyed one takes none that claim a key
+//! (`weft_core::dgram_auth`). Refused ones are counted, never delivered.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -14,6 +16,7 @@ use bytes::BytesMut;
 use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::Returned;
+use weft_core::dgram_auth::{addr_bytes, Replay};
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 use weft_core::recv_completion::{copy_in, deliver, deliver_unknown};
@@ -42,6 +45,8 @@ pub struct RxState {
     /// handle: the lookup runs again only for another sender or after the
     /// AV changed.
     src: Option<(SocketAddr, u64, FiAddr)>,
+    /// Keyed endpoints: the senders' anti-replay windows.
+    replay: Replay,
 }
 
 impl RxState {
@@ -49,6 +54,7 @@ impl RxState {
         RxState {
             buf: vec![0u8; STAGING].into_boxed_slice(),
             src: None,
+            replay: Replay::default(),
         }
     }
 }
@@ -72,9 +78,11 @@ pub struct PassOutcome {
 pub type ReadFn<'a> = dyn FnMut(&mut [u8]) -> io::Result<(usize, SocketAddr)> + 'a;
 
 /// One pass over the socket: reads datagrams with `read` until it is
-/// empty, a posted receive completes, or [`PASS_LIMIT`] were read. The
-/// caller holds `st` (one reader at a time).
-pub fn pass(ep: &EpShared, st: &mut RxState, read: &mut ReadFn<'_>) -> PassOutcome {
+/// empty, a posted receive completes, or [`PASS_LIMIT`] were read. `to`
+/// is the address they were sent to (the endpoint's, or a multicast
+/// group's), as keyed datagrams' MACs name it. The caller holds `st`
+/// (one reader at a time).
+pub fn pass(ep: &EpShared, st: &mut RxState, to: SocketAddr, read: &mut ReadFn<'_>) -> PassOutcome {
     let mut out = PassOutcome::default();
     while out.read < PASS_LIMIT && !ep.is_closed() {
         let (n, from) = match read(&mut st.buf) {
@@ -93,7 +101,7 @@ pub fn pass(ep: &EpShared, st: &mut RxState, read: &mut ReadFn<'_>) -> PassOutco
             }
         };
         out.read += 1;
-        if arrived(ep, st, n, from) {
+        if arrived(ep, st, n, from, to) {
             out.delivered = true;
             break;
         }
@@ -103,7 +111,7 @@ pub fn pass(ep: &EpShared, st: &mut RxState, read: &mut ReadFn<'_>) -> PassOutco
 
 /// One datagram of `n` bytes from `from` in the staging buffer. True when
 /// it completed a posted receive.
-fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool {
+fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: SocketAddr) -> bool {
     let Some(d) = st.buf.get(..n) else {
         return false;
     };
@@ -112,7 +120,13 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool 
         (Header::new(None, None, 0), d)
     } else {
         match Header::decode(d) {
-            Ok(hp) => hp,
+            Ok((h, payload, trailer)) => {
+                let ends = (from, to);
+                if !proven(ep, &mut st.replay, d, &h, (payload, trailer), ends) {
+                    return false;
+                }
+                (h, payload)
+            }
             Err(_) => {
                 ep.malformed.fetch_add(1, Ordering::Relaxed);
                 return false;
@@ -151,6 +165,47 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr) -> bool 
     }
     ended.report(ep);
     false
+}
+
+/// Whether a well-formed datagram `d` from `from` to `to` may be
+/// delivered: on a keyed endpoint, one whose trailer proves the key
+/// (checked in constant time) with a sequence number not seen before from
+/// `from`; on an unkeyed one, one that claims no key. Anything else is
+/// counted and dropped.
+fn proven(
+    ep: &EpShared,
+    replay: &mut Replay,
+    d: &[u8],
+    h: &Header,
+    (payload, trailer): (&[u8], &[u8]),
+    (from, to): (SocketAddr, SocketAddr),
+) -> bool {
+    let Some(key) = &ep.key else {
+        if h.keyed {
+            ep.key_rejected.fetch_add(1, Ordering::Relaxed);
+        }
+        return !h.keyed;
+    };
+    let header = d.get(..crate::wire::HEADER_LEN).unwrap_or(&[]);
+    let seq = match h.keyed {
+        true => key.open(
+            &addr_bytes(&from),
+            &addr_bytes(&to),
+            header,
+            payload,
+            trailer,
+        ),
+        false => Err(weft_core::Error::KeyRejected),
+    };
+    let Ok(seq) = seq else {
+        ep.key_rejected.fetch_add(1, Ordering::Relaxed);
+        return false;
+    };
+    if !replay.accept(from, seq) {
+        ep.replayed.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    true
 }
 
 /// The AV handle of `from`, looked up again only when the sender or the

@@ -124,7 +124,7 @@ async fn a_pass_counts_what_it_drops_and_stops_where_it_should() {
     };
     let mut st = RxState::new();
     // The pass stops at its limit: three malformed, the rest held.
-    let o = pass(&ep, &mut st, &mut read);
+    let o = pass(&ep, &mut st, ep.local, &mut read);
     assert_eq!((o.read, o.drained, o.delivered), (PASS_LIMIT, false, false));
     assert_eq!(ep.malformed.load(std::sync::atomic::Ordering::Relaxed), 3);
     let held = PASS_LIMIT - 3;
@@ -137,14 +137,14 @@ async fn a_pass_counts_what_it_drops_and_stops_where_it_should() {
     let all = ep.side.matcher.lock().unwrap().drain_unexpected();
     drop(all);
     ep.recv(recv_req(&cq, 8, 7)).map_err(|r| r.err).unwrap();
-    let o = pass(&ep, &mut st, &mut read);
+    let o = pass(&ep, &mut st, ep.local, &mut read);
     assert_eq!((o.read, o.drained, o.delivered), (1, false, true));
     let CqItem::Ok(e) = next(&cq).await else {
         panic!("an error")
     };
     assert_eq!((e.context, e.src), (7, FI_ADDR_NOTAVAIL));
     // Then the rest, held, and the socket found empty.
-    let o = pass(&ep, &mut st, &mut read);
+    let o = pass(&ep, &mut st, ep.local, &mut read);
     assert_eq!((o.read, o.drained), (2, true));
     assert_eq!(
         ep.side.unexp.load(std::sync::atomic::Ordering::Acquire),

@@ -2,7 +2,10 @@
 //! written with one vectored `sendmsg` from the posting thread (no copy,
 //! no task hop). When the socket's send buffer is full the datagram waits
 //! in a queue, in order, until a driver finds room; a send completes once
-//! the kernel has taken its datagram. Nothing is retransmitted.
+//! the kernel has taken its datagram. Nothing is retransmitted. A keyed
+//! endpoint's datagrams end with a trailer (`weft_core::dgram_auth`): the
+//! MAC is computed over the caller's buffers in place, so this still
+//! copies nothing.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -12,13 +15,14 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 use socket2::{SockAddr, SockRef};
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
+use weft_core::dgram_auth::addr_bytes;
 use weft_core::flags::OpFlags;
 use weft_core::provider::{Iov, Rejected, SendReq};
 use weft_core::sync::lock;
 use weft_core::Error;
 
 use crate::endpoint::EpShared;
-use crate::wire::{Header, HEADER_LEN};
+use crate::wire::{Header, HEADER_LEN, TRAILER_LEN};
 
 /// A datagram waiting for room in the socket.
 #[derive(Debug)]
@@ -26,6 +30,8 @@ pub struct Queued {
     /// `None` on `FI_EP_SOCK_DGRAM` endpoints (the payload alone).
     hdr: Option<[u8; HEADER_LEN]>,
     iov: Iov,
+    /// A keyed endpoint's proof of its key.
+    trailer: Option<[u8; TRAILER_LEN]>,
     dest: SocketAddr,
     len: usize,
     done: OpDone,
@@ -34,22 +40,22 @@ pub struct Queued {
 /// Datagrams waiting, oldest first.
 pub type TxQueue = VecDeque<Queued>;
 
-/// Sends one datagram: the header, then the buffers.
-fn send_now(
-    sock: &std::net::UdpSocket,
-    hdr: Option<&[u8; HEADER_LEN]>,
-    iov: &Iov,
-    dest: SocketAddr,
-) -> io::Result<()> {
-    let mut parts: SmallVec<[IoSlice<'_>; 1 + crate::IOV_LIMIT]> = SmallVec::new();
-    if let Some(h) = hdr {
+/// Sends one datagram: the header, the buffers, then the trailer.
+fn send_now(sock: &std::net::UdpSocket, d: &Queued) -> io::Result<()> {
+    let mut parts: SmallVec<[IoSlice<'_>; 2 + crate::IOV_LIMIT]> = SmallVec::new();
+    if let Some(h) = &d.hdr {
         parts.push(IoSlice::new(h));
     }
     parts.extend(
-        iov.iter()
+        d.iov
+            .iter()
             .filter(|b| !b.is_empty())
             .map(|b| IoSlice::new(b)),
     );
+    if let Some(t) = &d.trailer {
+        parts.push(IoSlice::new(t));
+    }
+    let dest = d.dest;
     let to = SockAddr::from(dest);
     let s = SockRef::from(sock);
     loop {
@@ -115,27 +121,43 @@ impl EpShared {
             }
             None
         } else {
-            Some(Header::new(req.tag, req.data, len as u32).encode())
+            let keyed = self.key.is_some();
+            Some(
+                Header::new(req.tag, req.data, len as u32)
+                    .with_key(keyed)
+                    .encode(),
+            )
+        };
+        // The MAC covers the header as sent, so it is sealed after it.
+        let trailer = match (&self.key, &hdr) {
+            (Some(k), Some(h)) => {
+                let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+                let to = addr_bytes(&dest);
+                Some(k.seal(&self.src_bytes, &to, h, seq, req.iov.iter().map(|b| &b[..])))
+            }
+            _ => None,
+        };
+        let d = Queued {
+            hdr,
+            iov: req.iov,
+            trailer,
+            dest,
+            len,
+            done: req.done,
         };
         let mut q = lock(&self.txq);
         if q.is_empty() {
-            match send_now(&self.sock, hdr.as_ref(), &req.iov, dest) {
+            match send_now(&self.sock, &d) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 r => {
                     drop(q);
-                    finish(self, req.done, len, r);
+                    finish(self, d.done, len, r);
                     return Ok(());
                 }
             }
         }
         // Behind earlier datagrams, or the socket is full: in order.
-        q.push_back(Queued {
-            hdr,
-            iov: req.iov,
-            dest,
-            len,
-            done: req.done,
-        });
+        q.push_back(d);
         drop(q);
         self.tx_pending.store(true, Ordering::Release);
         self.tx_kick.notify_one();
@@ -152,7 +174,7 @@ impl EpShared {
         let empty = {
             let mut q = lock(&self.txq);
             while let Some(d) = q.front() {
-                let r = send_now(&self.sock, d.hdr.as_ref(), &d.iov, d.dest);
+                let r = send_now(&self.sock, d);
                 if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
                     break;
                 }

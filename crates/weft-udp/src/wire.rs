@@ -6,10 +6,14 @@
 //! |---|---|
 //! | 0..2 | magic `"WU"` |
 //! | 2 | version, 1 |
-//! | 3 | flags: 1 tagged, 2 remote CQ data |
-//! | 4..8 | payload length (the datagram's length less 24) |
+//! | 3 | flags: 1 tagged, 2 remote CQ data, 4 keyed |
+//! | 4..8 | payload length (the datagram's length less 24, and less the trailer when keyed) |
 //! | 8..16 | tag (0 unless tagged) |
 //! | 16..24 | remote CQ data (0 unless flagged) |
+//!
+//! A keyed datagram (flag 4) ends with a trailer of
+//! `weft_core::dgram_auth::TRAILER_LEN` (24) bytes after the payload: a
+//! sequence number and a MAC that prove the sender's authorization key.
 //!
 //! Everything a receiver needs is in one datagram, so the decoder checks
 //! the header against the datagram it came in: a datagram that is not
@@ -26,7 +30,12 @@ pub const HEADER_LEN: usize = 24;
 pub const FLAG_TAGGED: u8 = 1;
 /// The message carries remote CQ data.
 pub const FLAG_CQ_DATA: u8 = 2;
-const KNOWN_FLAGS: u8 = FLAG_TAGGED | FLAG_CQ_DATA;
+/// The datagram proves an authorization key: a trailer follows the
+/// payload.
+pub const FLAG_KEYED: u8 = 4;
+const KNOWN_FLAGS: u8 = FLAG_TAGGED | FLAG_CQ_DATA | FLAG_KEYED;
+/// Bytes of a keyed datagram's trailer.
+pub const TRAILER_LEN: usize = weft_core::dgram_auth::TRAILER_LEN;
 
 /// The largest UDP payload over IPv4 (65535 less the IPv4 and UDP
 /// headers); over IPv6, without jumbograms, it is 65527.
@@ -43,6 +52,8 @@ pub struct Header {
     pub data: Option<u64>,
     /// Payload bytes after the header.
     pub len: u32,
+    /// A keyed datagram: a trailer follows the payload.
+    pub keyed: bool,
 }
 
 /// Why a datagram was refused.
@@ -58,14 +69,25 @@ pub enum DecodeError {
     BadFlags,
     /// A tag or data field that its flag does not announce is not zero.
     Reserved,
-    /// The length field is not the payload's length.
+    /// The length field is not the payload's length (with the trailer's,
+    /// when keyed).
     BadLength,
 }
 
 impl Header {
     /// The header of a message of `len` payload bytes.
     pub fn new(tag: Option<u64>, data: Option<u64>, len: u32) -> Header {
-        Header { tag, data, len }
+        Header {
+            tag,
+            data,
+            len,
+            keyed: false,
+        }
+    }
+
+    /// The same header, marked as keyed (`keyed`) or not.
+    pub fn with_key(self, keyed: bool) -> Header {
+        Header { keyed, ..self }
     }
 
     /// The 24 bytes on the wire.
@@ -80,6 +102,9 @@ impl Header {
         if self.data.is_some() {
             flags |= FLAG_CQ_DATA;
         }
+        if self.keyed {
+            flags |= FLAG_KEYED;
+        }
         b[3] = flags;
         b[4..8].copy_from_slice(&self.len.to_le_bytes());
         b[8..16].copy_from_slice(&self.tag.unwrap_or(0).to_le_bytes());
@@ -87,8 +112,10 @@ impl Header {
         b
     }
 
-    /// Decodes the datagram `d`: its header, and the payload after it.
-    pub fn decode(d: &[u8]) -> Result<(Header, &[u8]), DecodeError> {
+    /// Decodes the datagram `d`: its header, the payload after it, and
+    /// the trailer after that (empty unless the header says keyed; its
+    /// contents are the key check's business, not the decoder's).
+    pub fn decode(d: &[u8]) -> Result<(Header, &[u8], &[u8]), DecodeError> {
         let (h, payload) = d.split_at_checked(HEADER_LEN).ok_or(DecodeError::Short)?;
         if h[0..2] != MAGIC {
             return Err(DecodeError::BadMagic);
@@ -105,6 +132,16 @@ impl Header {
         if (flags & FLAG_TAGGED == 0 && tag != 0) || (flags & FLAG_CQ_DATA == 0 && data != 0) {
             return Err(DecodeError::Reserved);
         }
+        let keyed = flags & FLAG_KEYED != 0;
+        let (payload, trailer) = if keyed {
+            payload
+                .len()
+                .checked_sub(TRAILER_LEN)
+                .map(|at| payload.split_at(at))
+                .ok_or(DecodeError::BadLength)?
+        } else {
+            (payload, &[][..])
+        };
         let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
         if usize::try_from(len).ok() != Some(payload.len()) {
             return Err(DecodeError::BadLength);
@@ -113,8 +150,9 @@ impl Header {
             tag: (flags & FLAG_TAGGED != 0).then_some(tag),
             data: (flags & FLAG_CQ_DATA != 0).then_some(data),
             len,
+            keyed,
         };
-        Ok((hdr, payload))
+        Ok((hdr, payload, trailer))
     }
 }
 
@@ -144,10 +182,37 @@ mod tests {
             Header::new(Some(u64::MAX), Some(0), 5),
         ] {
             let d = datagram(&h, b"hello");
-            let (got, p) = Header::decode(&d).unwrap();
+            let (got, p, t) = Header::decode(&d).unwrap();
             assert_eq!(got, h);
             assert_eq!(p, b"hello");
+            assert!(t.is_empty());
         }
+    }
+
+    #[test]
+    fn keyed_datagrams_split_off_the_trailer() {
+        let h = Header::new(Some(9), None, 5).with_key(true);
+        assert_eq!(h.encode()[3], FLAG_TAGGED | FLAG_KEYED);
+        let mut d = datagram(&h, b"hello");
+        d.extend_from_slice(&[0xAB; TRAILER_LEN]);
+        let (got, p, t) = Header::decode(&d).unwrap();
+        assert_eq!(got, h);
+        assert_eq!(p, b"hello");
+        assert_eq!(t, &[0xAB; TRAILER_LEN]);
+        // A trailer cut short or padded, or missing altogether, is a
+        // length the header does not announce.
+        assert_eq!(
+            Header::decode(&d[..d.len() - 1]),
+            Err(DecodeError::BadLength)
+        );
+        let mut long = d.clone();
+        long.push(0);
+        assert_eq!(Header::decode(&long), Err(DecodeError::BadLength));
+        let bare = datagram(&h, b"hello");
+        assert_eq!(Header::decode(&bare), Err(DecodeError::BadLength));
+        let mut tiny = datagram(&Header::new(None, None, 0).with_key(true), b"");
+        tiny.extend_from_slice(&[0; TRAILER_LEN - 1]);
+        assert_eq!(Header::decode(&tiny), Err(DecodeError::BadLength));
     }
 
     #[test]
@@ -175,7 +240,7 @@ mod tests {
         d[2] = 2;
         assert_eq!(Header::decode(&d), Err(DecodeError::BadVersion));
         let mut d = good.clone();
-        d[3] |= 4;
+        d[3] |= 8;
         assert_eq!(Header::decode(&d), Err(DecodeError::BadFlags));
         let mut d = good.clone();
         d[16] = 1;

@@ -467,6 +467,15 @@ pub struct EpStats {
     /// the endpoint does not have, or one not enabled (tcp; scalable
     /// endpoints, `fi_rx_addr`).
     pub rx_bad_ctx: u64,
+    /// Refusals for the authorization key. udp DGRAM: datagrams dropped
+    /// on arrival (no trailer on a keyed endpoint, a trailer on an
+    /// unkeyed one, or a MAC this key did not make). shm: channel claims
+    /// refused either way (as the owner, a sender that did not prove the
+    /// key; as a sender, an owner that refused it or did not prove it).
+    pub rx_key_rejected: u64,
+    /// Datagrams dropped on arrival because their key proof was one
+    /// already seen, or older than the sender's replay window (udp DGRAM).
+    pub rx_replayed: u64,
 }
 
 /// A connected byte stream (`FI_EP_SOCK_STREAM`), in the poll form of an

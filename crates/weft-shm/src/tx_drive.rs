@@ -1,0 +1,93 @@
+//! Driving the peers' queues: writing what waits as rings make room,
+//! ending sends, and forgetting peers whose process is gone (split from
+//! `tx`, which claims channels and writes records).
+
+use std::sync::atomic::Ordering;
+
+use smallvec::SmallVec;
+use weft_core::completion::{CqEntry, CqErrEntry};
+use weft_core::flags::OpFlags;
+use weft_core::sync::lock;
+use weft_core::Error;
+
+use crate::endpoint::EpShared;
+use crate::tx::Ended;
+
+/// Ends a send: its credit back first, then its completion.
+pub fn finish(ep: &EpShared, (done, len, r): Ended) {
+    // Nothing to end: an RMA request (its response ends it) or a
+    // response.
+    let Some(done) = done else {
+        return;
+    };
+    ep.tx.release(1);
+    match r {
+        Ok(()) => done.complete(CqEntry {
+            len,
+            ..CqEntry::default()
+        }),
+        Err(e) => {
+            tracing::debug!(error = %e, "shm: send failed");
+            done.fail(CqErrEntry::new(0, OpFlags::empty(), e));
+        }
+    }
+}
+
+impl EpShared {
+    /// Sends what waits in peers' queues while their rings take it.
+    /// Returns how many sends ended.
+    pub fn flush(&self) -> usize {
+        if !self.tx_pending.load(Ordering::Acquire) {
+            return 0;
+        }
+        let mut ended: Vec<Ended> = Vec::new();
+        let mut refused: SmallVec<[Vec<u8>; 1]> = SmallVec::new();
+        {
+            let mut peers = lock(&self.peers);
+            let mut pending = false;
+            for (addr, p) in peers.map.iter_mut() {
+                p.flush(self.me, &self.name, self.key.as_ref(), &mut ended);
+                pending |= p.busy();
+                if std::mem::take(&mut p.refused) {
+                    refused.push(addr.clone());
+                }
+            }
+            self.tx_pending.store(pending, Ordering::Release);
+        }
+        for addr in refused {
+            self.key_refused(&addr);
+        }
+        let n = ended.len();
+        for e in ended {
+            finish(self, e);
+        }
+        n
+    }
+
+    /// Fails what waits for peers whose process is gone and forgets them
+    /// (removing their segments); returns the sends failed.
+    pub fn sweep_peers(&self) -> usize {
+        let mut ended: Vec<Ended> = Vec::new();
+        let mut gone: SmallVec<[(String, (u32, u64)); 2]> = SmallVec::new();
+        {
+            let mut peers = lock(&self.peers);
+            peers.map.retain(|_, p| {
+                if p.alive() {
+                    return true;
+                }
+                p.fail_all(Error::ConnReset, &mut ended);
+                gone.push((p.name.clone(), p.owner));
+                false
+            });
+        }
+        for (name, (pid, start)) in gone {
+            tracing::debug!(%name, pid, "shm: peer process gone");
+            crate::live::remove_if_owned(&name, pid, start);
+        }
+        let n = ended.len();
+        for e in ended {
+            finish(self, e);
+        }
+        n
+    }
+}
