@@ -149,7 +149,9 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
         _ if cfg.srx.is_some() && cfg.info.ep_attr.ep_type != weft_core::attr::EpType::Msg => {
             return Err(Error::NoSys)
         }
-        weft_core::attr::EpType::Msg => return msg::open(cfg, rt),
+        weft_core::attr::EpType::Msg | weft_core::attr::EpType::SockStream => {
+            return msg::open(cfg, rt)
+        }
         weft_core::attr::EpType::Rdm => return rdm::open(cfg, rt),
         weft_core::attr::EpType::Dgram => return dgram::open(cfg, rt),
         _ => {}
