@@ -267,8 +267,11 @@ impl MsgShared {
                 sq_sig_all: false,
             },
         )?;
-        let send_pool = SlotPool::new(&pd, SLOTS, AccessFlags::NONE)?;
-        let recv_pool = SlotPool::new(&pd, SLOTS, AccessFlags::LOCAL_WRITE)?;
+        // A stream posts no MSG operations: one slot each, not 1 MiB
+        // pinned for nothing.
+        let slots = if self.is_stream() { 1 } else { SLOTS };
+        let send_pool = SlotPool::new(&pd, slots, AccessFlags::NONE)?;
+        let recv_pool = SlotPool::new(&pd, slots, AccessFlags::LOCAL_WRITE)?;
         let read_pool = crate::user_bufs::read_pool(&pd)?;
         if self.is_stream() {
             let core = stream::StreamCore::new(&pd, qp.clone())?;
