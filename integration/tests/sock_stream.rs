@@ -48,7 +48,7 @@ per_provider! {
     every_wait_mode_carries_the_stream,
 }
 
-fn stream_info(prov: &str) -> Info {
+fn stream_info(prov: &'static str) -> Info {
     if prov == "verbs" {
         return weft_integration::verbs_offer(
             &weft_integration::verbs_domain(),
@@ -65,12 +65,12 @@ fn stream_info(prov: &str) -> Info {
 }
 
 /// Both ends of one connection: (client, server).
-async fn connected(prov: &str) -> (SockStream, SockStream) {
+async fn connected(prov: &'static str) -> (SockStream, SockStream) {
     connected_with(prov, WaitMode::Interrupt).await
 }
 
 /// Both ends of one connection whose endpoints make progress in `wait`.
-async fn connected_with(prov: &str, wait: WaitMode) -> (SockStream, SockStream) {
+async fn connected_with(prov: &'static str, wait: WaitMode) -> (SockStream, SockStream) {
     let info = stream_info(prov);
     let fabric = weft::Fabric::open(&info).unwrap();
     let domain = fabric.domain(&info).unwrap();
@@ -146,7 +146,7 @@ async fn serve(s: SockStream) {
 
 /// 1,000 HTTP/2 requests with bodies up to 20 KB, each answered and
 /// checked byte for byte, 8 in flight at a time.
-async fn http2_over_a_sock_stream(prov: &str) {
+async fn http2_over_a_sock_stream(prov: &'static str) {
     let (c, s) = connected(prov).await;
     let server = tokio::spawn(serve(s));
     let (client, conn) = h2::client::handshake(c).await.unwrap();
@@ -194,7 +194,7 @@ async fn http2_over_a_sock_stream(prov: &str) {
 
 /// The end of the peer's writing reads as 0 bytes (not an error), after
 /// everything it wrote; writing after one's own shutdown fails.
-async fn end_of_stream_and_writes_after_shutdown(prov: &str) {
+async fn end_of_stream_and_writes_after_shutdown(prov: &'static str) {
     let (mut c, mut s) = connected(prov).await;
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
     let writer = tokio::spawn(async move {
@@ -222,7 +222,7 @@ async fn end_of_stream_and_writes_after_shutdown(prov: &str) {
 }
 
 /// The peer closing without a word: reads end, nothing hangs.
-async fn a_dropped_peer_ends_the_stream(prov: &str) {
+async fn a_dropped_peer_ends_the_stream(prov: &'static str) {
     let (c, mut s) = connected(prov).await;
     drop(c);
     let mut buf = BytesMut::zeroed(64);
@@ -236,7 +236,7 @@ async fn a_dropped_peer_ends_the_stream(prov: &str) {
 /// What a SOCK_STREAM endpoint is not: it has no data capabilities
 /// (sends and receives are `NoSys`), and other endpoint types have no
 /// stream.
-async fn only_stream_endpoints_have_streams(prov: &str) {
+async fn only_stream_endpoints_have_streams(prov: &'static str) {
     let info = stream_info(prov);
     assert!(!info.caps.intersects(Caps::MSG | Caps::TAGGED | Caps::RMA));
     let fabric = weft::Fabric::open(&info).unwrap();
@@ -248,8 +248,7 @@ async fn only_stream_endpoints_have_streams(prov: &str) {
     let e = ep.send(0, Bytes::from_static(b"x")).await.unwrap_err();
     assert_eq!(e.err, Error::NoSys);
 
-    let rdm = weft_integration::Provider::named(if prov == "verbs" { "verbs" } else { "tcp" })
-        .info(EpType::Rdm);
+    let rdm = weft_integration::Provider::named(prov).info(EpType::Rdm);
     let rf = weft::Fabric::open(&rdm).unwrap();
     let rd = rf.domain(&rdm).unwrap();
     let av = rd.av(weft::AvAttr::default()).unwrap();
@@ -259,7 +258,7 @@ async fn only_stream_endpoints_have_streams(prov: &str) {
 
 /// Each wait mode moves the stream (interrupt, inline polling by the
 /// waiting task, busy-poll): 512 KB each way, read to the end.
-async fn every_wait_mode_carries_the_stream(prov: &str) {
+async fn every_wait_mode_carries_the_stream(prov: &'static str) {
     for wait in [WaitMode::Interrupt, WaitMode::Inline, WaitMode::BusyPoll] {
         let (mut c, mut s) = connected_with(prov, wait).await;
         let data: Vec<u8> = (0..512 * 1024u32).map(|i| (i % 241) as u8).collect();

@@ -22,12 +22,13 @@
 //!   reader that stops reading stops its writer, as a socket's window
 //!   does; a buffer a credit-only message used is posted again as soon
 //!   as its completion is seen. A credit-only message is sent when
-//!   [`RETURN_AT`](crate::stream_wire::RETURN_AT) data buffers are to be returned and no data is going
-//!   the other way to carry them; returns of credit-only buffers ride
-//!   only on messages sent anyway, so credit messages never answer each
-//!   other. (A side out of credit-only credits has returned at least one
-//!   data buffer since the peer last sent, so the peer has a data credit
-//!   and its next message carries the credit-only returns back.)
+//!   [`RETURN_AT`](crate::stream_wire::RETURN_AT) data buffers are to be
+//!   returned and no data is going the other way to carry them; returns
+//!   of credit-only buffers ride only on messages sent anyway, so credit
+//!   messages never answer each other. (A side out of credit-only
+//!   credits has returned at least one data buffer since the peer last
+//!   sent, so the peer has a data credit and its next message carries
+//!   the credit-only returns back.)
 //! * The end of writing (`shutdown`) is a message flagged `FIN`, sent
 //!   behind everything written and taking a data credit: the peer reads
 //!   the end of the stream after the last byte. Dropping the stream sends
