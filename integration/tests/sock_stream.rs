@@ -46,6 +46,7 @@ per_provider! {
     a_dropped_peer_ends_the_stream,
     only_stream_endpoints_have_streams,
     every_wait_mode_carries_the_stream,
+    keyed_streams_prove_their_key,
 }
 
 fn stream_info(prov: &'static str) -> Info {
@@ -285,4 +286,55 @@ async fn every_wait_mode_carries_the_stream(prov: &'static str) {
         assert_eq!(got_s, data, "{wait:?}");
         assert_eq!(got_c, data, "{wait:?}");
     }
+}
+
+/// Authorization keys as on MSG endpoints: a client proving the
+/// listener's key gets a stream that carries bytes; one with another key
+/// is refused (`KeyRejected` on both sides) and has no stream.
+async fn keyed_streams_prove_their_key(prov: &'static str) {
+    let mut info = stream_info(prov);
+    info.ep_attr.auth_key = Some(b"job-a".to_vec());
+    let fabric = weft::Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    let pep = fabric.passive_endpoint(&info, None).unwrap();
+    let peq = fabric.eq(8).unwrap();
+    pep.bind_eq(&peq).unwrap();
+    pep.listen().unwrap();
+    let to = pep.local_addr().unwrap();
+    let client = |key: &[u8]| {
+        let mut i = info.clone();
+        i.ep_attr.auth_key = Some(key.to_vec());
+        let ep = domain.endpoint(&i).unwrap();
+        let eq = fabric.eq(8).unwrap();
+        ep.bind_eq(&eq).unwrap();
+        ep.enable().unwrap();
+        (ep, eq)
+    };
+
+    let (bad, _beq) = client(b"job-b");
+    let refused = within("refused connect", bad.connect(to.clone(), Vec::new())).await;
+    assert_eq!(refused.unwrap_err(), Error::KeyRejected);
+    assert_eq!(bad.stream().unwrap_err(), Error::NotConn);
+
+    let (cep, _ceq) = client(b"job-a");
+    let c2 = cep.clone();
+    let conn = tokio::spawn(async move { c2.connect(to, Vec::new()).await });
+    // The listener reports the refusal (no request for the application),
+    // then the good client's request.
+    let e = within("refusal", next_eq(&peq)).await.unwrap_err();
+    assert_eq!(e.err, Error::KeyRejected);
+    let ev = within("connreq", next_eq(&peq)).await.unwrap();
+    assert_eq!(ev.kind, EqEventKind::ConnReq);
+    let req = weft::ConnRequest::from_event(&ev).unwrap();
+    let sep = domain.accept_endpoint(&info, &req).unwrap();
+    let seq = fabric.eq(8).unwrap();
+    sep.bind_eq(&seq).unwrap();
+    within("accept", sep.accept(Vec::new())).await.unwrap();
+    within("connect", conn).await.unwrap().unwrap();
+    let (mut c, mut s) = (cep.stream().unwrap(), sep.stream().unwrap());
+    c.write_all(b"keyed bytes").await.unwrap();
+    c.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    within("read", s.read_to_end(&mut got)).await.unwrap();
+    assert_eq!(got, b"keyed bytes");
 }
