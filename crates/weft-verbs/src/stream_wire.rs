@@ -97,10 +97,12 @@ impl Credits {
         (d as u16, c as u8)
     }
 
-    /// A message arrived returning these.
+    /// A message arrived returning these. Never more than the peer
+    /// posts: a peer returning buffers it never had would only make us
+    /// send into its empty queue (and, unbounded, overflow the count).
     pub fn returned(&mut self, imm: &Imm) {
-        self.data += u32::from(imm.data_ret);
-        self.ctl += u32::from(imm.ctl_ret);
+        self.data = (self.data + u32::from(imm.data_ret)).min(RX_BUFS as u32);
+        self.ctl = (self.ctl + u32::from(imm.ctl_ret)).min(CTL_BUFS as u32);
     }
 
     /// Whether to send a credit-only message now.
@@ -179,8 +181,24 @@ mod tests {
             data_ret: 5,
             ..Imm::default()
         });
-        assert_eq!((c.data, c.ctl), (RX_BUFS as u32 + 5, 1));
+        assert_eq!(
+            (c.data, c.ctl),
+            (RX_BUFS as u32, 1),
+            "at most what the peer posts"
+        );
         assert!(c.wants_ctl());
+        c.data = 3;
+        c.returned(&Imm {
+            data_ret: 5,
+            ..Imm::default()
+        });
+        assert_eq!(c.data, 8);
+        c.returned(&Imm {
+            ctl_ret: u8::MAX,
+            data_ret: u16::MAX,
+            ..Imm::default()
+        });
+        assert_eq!((c.data, c.ctl), (RX_BUFS as u32, CTL_BUFS as u32));
     }
 
     /// A writer that filled every buffer of a reader that then read
