@@ -1,28 +1,78 @@
-//! `FI_EP_SOCK_STREAM` on tcp: connection management as on MSG endpoints,
-//! then the connection as Tokio I/O (`weft::SockStream`). An unmodified
-//! HTTP/2 client and server (the `h2` crate) run over it; end of stream,
-//! writes after shutdown and the stream's life cycle behave as a socket's.
+//! `FI_EP_SOCK_STREAM` on tcp and on verbs (over an RC connection; those
+//! instances run in the rxe VM, `integration/run-rxe`): connection
+//! management as on MSG endpoints, then the connection as Tokio I/O
+//! (`weft::SockStream`). An unmodified HTTP/2 client and server (the `h2`
+//! crate) run over it; end of stream, writes after shutdown and the
+//! stream's life cycle behave as a socket's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use weft::{Caps, EpType, EqEventKind, Error, Info, SockStream};
+use weft::{Caps, EpType, EqEventKind, Error, Info, SockStream, WaitMode};
 use weft_integration::{next_eq, within};
 
-fn stream_info() -> Info {
+/// One instance of each test per provider; the verbs ones need an RDMA
+/// device and are reported as ignored in builds without verbs.
+macro_rules! per_provider {
+    ($($name:ident),* $(,)?) => {
+        mod tcp {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name("tcp").await;
+                }
+            )*
+        }
+        mod verbs {
+            $(
+                #[cfg_attr(
+                    not(feature = "verbs"),
+                    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+                )]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name("verbs").await;
+                }
+            )*
+        }
+    };
+}
+
+per_provider! {
+    http2_over_a_sock_stream,
+    end_of_stream_and_writes_after_shutdown,
+    a_dropped_peer_ends_the_stream,
+    only_stream_endpoints_have_streams,
+    every_wait_mode_carries_the_stream,
+    keyed_streams_prove_their_key,
+}
+
+fn stream_info(prov: &'static str) -> Info {
+    if prov == "verbs" {
+        return weft_integration::verbs_offer(
+            &weft_integration::verbs_domain(),
+            EpType::SockStream,
+        )
+        .expect("verbs offers FI_EP_SOCK_STREAM");
+    }
     let mut hints = Info::default();
     hints.ep_attr.ep_type = EpType::SockStream;
-    hints.fabric_attr.prov_name = Some("tcp".into());
+    hints.fabric_attr.prov_name = Some(prov.into());
     weft::getinfo(Some(&hints))
         .expect("tcp offers FI_EP_SOCK_STREAM")
         .remove(0)
 }
 
 /// Both ends of one connection: (client, server).
-async fn connected() -> (SockStream, SockStream) {
-    let info = stream_info();
+async fn connected(prov: &'static str) -> (SockStream, SockStream) {
+    connected_with(prov, WaitMode::Interrupt).await
+}
+
+/// Both ends of one connection whose endpoints make progress in `wait`.
+async fn connected_with(prov: &'static str, wait: WaitMode) -> (SockStream, SockStream) {
+    let info = stream_info(prov);
     let fabric = weft::Fabric::open(&info).unwrap();
     let domain = fabric.domain(&info).unwrap();
     let pep = fabric.passive_endpoint(&info, None).unwrap();
@@ -36,6 +86,7 @@ async fn connected() -> (SockStream, SockStream) {
         };
         let eq = fabric.eq(8).unwrap();
         ep.bind_eq(&eq).unwrap();
+        ep.set_wait_mode(wait).unwrap();
         ep.enable().unwrap();
         (ep, eq)
     };
@@ -96,9 +147,8 @@ async fn serve(s: SockStream) {
 
 /// 1,000 HTTP/2 requests with bodies up to 20 KB, each answered and
 /// checked byte for byte, 8 in flight at a time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http2_over_a_sock_stream() {
-    let (c, s) = connected().await;
+async fn http2_over_a_sock_stream(prov: &'static str) {
+    let (c, s) = connected(prov).await;
     let server = tokio::spawn(serve(s));
     let (client, conn) = h2::client::handshake(c).await.unwrap();
     let driver = tokio::spawn(async move {
@@ -145,9 +195,8 @@ async fn http2_over_a_sock_stream() {
 
 /// The end of the peer's writing reads as 0 bytes (not an error), after
 /// everything it wrote; writing after one's own shutdown fails.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn end_of_stream_and_writes_after_shutdown() {
-    let (mut c, mut s) = connected().await;
+async fn end_of_stream_and_writes_after_shutdown(prov: &'static str) {
+    let (mut c, mut s) = connected(prov).await;
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
     let writer = tokio::spawn(async move {
         c.write_all(&big).await.unwrap();
@@ -174,9 +223,8 @@ async fn end_of_stream_and_writes_after_shutdown() {
 }
 
 /// The peer closing without a word: reads end, nothing hangs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_peer_ends_the_stream() {
-    let (c, mut s) = connected().await;
+async fn a_dropped_peer_ends_the_stream(prov: &'static str) {
+    let (c, mut s) = connected(prov).await;
     drop(c);
     let mut buf = BytesMut::zeroed(64);
     let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
@@ -189,9 +237,8 @@ async fn a_dropped_peer_ends_the_stream() {
 /// What a SOCK_STREAM endpoint is not: it has no data capabilities
 /// (sends and receives are `NoSys`), and other endpoint types have no
 /// stream.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_stream_endpoints_have_streams() {
-    let info = stream_info();
+async fn only_stream_endpoints_have_streams(prov: &'static str) {
+    let info = stream_info(prov);
     assert!(!info.caps.intersects(Caps::MSG | Caps::TAGGED | Caps::RMA));
     let fabric = weft::Fabric::open(&info).unwrap();
     let domain = fabric.domain(&info).unwrap();
@@ -202,13 +249,92 @@ async fn only_stream_endpoints_have_streams() {
     let e = ep.send(0, Bytes::from_static(b"x")).await.unwrap_err();
     assert_eq!(e.err, Error::NoSys);
 
-    let mut hints = Info::default();
-    hints.ep_attr.ep_type = EpType::Rdm;
-    hints.fabric_attr.prov_name = Some("tcp".into());
-    let rdm = weft::getinfo(Some(&hints)).unwrap().remove(0);
+    let rdm = weft_integration::Provider::named(prov).info(EpType::Rdm);
     let rf = weft::Fabric::open(&rdm).unwrap();
     let rd = rf.domain(&rdm).unwrap();
     let av = rd.av(weft::AvAttr::default()).unwrap();
     let (rep, _cq) = weft_integration::enabled_endpoint(&rd, &rdm, &av, weft::WaitMode::Interrupt);
     assert_eq!(rep.stream().unwrap_err(), Error::NoSys);
+}
+
+/// Each wait mode moves the stream (interrupt, inline polling by the
+/// waiting task, busy-poll): 512 KB each way, read to the end.
+async fn every_wait_mode_carries_the_stream(prov: &'static str) {
+    for wait in [WaitMode::Interrupt, WaitMode::Inline, WaitMode::BusyPoll] {
+        let (mut c, mut s) = connected_with(prov, wait).await;
+        let data: Vec<u8> = (0..512 * 1024u32).map(|i| (i % 241) as u8).collect();
+        let (d1, d2) = (data.clone(), data.clone());
+        let (got_s, got_c) = within("both ways", async {
+            tokio::join!(
+                async {
+                    c.write_all(&d1).await.unwrap();
+                    c.shutdown().await.unwrap();
+                    let mut v = Vec::new();
+                    c.read_to_end(&mut v).await.unwrap();
+                    v
+                },
+                async {
+                    let mut v = Vec::new();
+                    s.read_to_end(&mut v).await.unwrap();
+                    s.write_all(&d2).await.unwrap();
+                    s.shutdown().await.unwrap();
+                    v
+                }
+            )
+        })
+        .await;
+        assert_eq!(got_s, data, "{wait:?}");
+        assert_eq!(got_c, data, "{wait:?}");
+    }
+}
+
+/// Authorization keys as on MSG endpoints: a client proving the
+/// listener's key gets a stream that carries bytes; one with another key
+/// is refused (`KeyRejected` on both sides) and has no stream.
+async fn keyed_streams_prove_their_key(prov: &'static str) {
+    let mut info = stream_info(prov);
+    info.ep_attr.auth_key = Some(b"job-a".to_vec());
+    let fabric = weft::Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    let pep = fabric.passive_endpoint(&info, None).unwrap();
+    let peq = fabric.eq(8).unwrap();
+    pep.bind_eq(&peq).unwrap();
+    pep.listen().unwrap();
+    let to = pep.local_addr().unwrap();
+    let client = |key: &[u8]| {
+        let mut i = info.clone();
+        i.ep_attr.auth_key = Some(key.to_vec());
+        let ep = domain.endpoint(&i).unwrap();
+        let eq = fabric.eq(8).unwrap();
+        ep.bind_eq(&eq).unwrap();
+        ep.enable().unwrap();
+        (ep, eq)
+    };
+
+    let (bad, _beq) = client(b"job-b");
+    let refused = within("refused connect", bad.connect(to.clone(), Vec::new())).await;
+    assert_eq!(refused.unwrap_err(), Error::KeyRejected);
+    assert_eq!(bad.stream().unwrap_err(), Error::NotConn);
+
+    let (cep, _ceq) = client(b"job-a");
+    let c2 = cep.clone();
+    let conn = tokio::spawn(async move { c2.connect(to, Vec::new()).await });
+    // The listener reports the refusal (no request for the application),
+    // then the good client's request.
+    let e = within("refusal", next_eq(&peq)).await.unwrap_err();
+    assert_eq!(e.err, Error::KeyRejected);
+    let ev = within("connreq", next_eq(&peq)).await.unwrap();
+    assert_eq!(ev.kind, EqEventKind::ConnReq);
+    let req = weft::ConnRequest::from_event(&ev).unwrap();
+    let sep = domain.accept_endpoint(&info, &req).unwrap();
+    let seq = fabric.eq(8).unwrap();
+    sep.bind_eq(&seq).unwrap();
+    within("accept", sep.accept(Vec::new())).await.unwrap();
+    within("connect", conn).await.unwrap().unwrap();
+    let (mut c, mut s) = (cep.stream().unwrap(), sep.stream().unwrap());
+    c.write_all(b"keyed bytes").await.unwrap();
+    c.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    within("read", s.read_to_end(&mut got)).await.unwrap();
+    assert_eq!(got, b"keyed bytes");
 }

@@ -277,7 +277,14 @@ pub fn offers_for(reports: &[DeviceReport]) -> Vec<Info> {
     reports
         .iter()
         .filter(|r| r.is_active())
-        .flat_map(|r| [rdm_offer(r), msg_offer(r), dgram_offer(r)])
+        .flat_map(|r| {
+            [
+                rdm_offer(r),
+                msg_offer(r),
+                dgram_offer(r),
+                crate::msg::stream::offer(r),
+            ]
+        })
         .collect()
 }
 

@@ -63,6 +63,10 @@ mod rdm;
 pub mod regcache;
 #[cfg(feature = "rdma")]
 mod slot_pool;
+// The stream's wire format and credit accounting are pure logic, built
+// and unit-tested without the RDMA stack too.
+#[cfg_attr(not(feature = "rdma"), allow(dead_code))]
+mod stream_wire;
 
 use std::sync::Arc;
 
@@ -145,9 +149,16 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
     }
     #[cfg(feature = "rdma")]
     match cfg.info.ep_attr.ep_type {
-        // MSG and RDM endpoints take receives from a shared context.
-        weft_core::attr::EpType::Dgram if cfg.srx.is_some() => return Err(Error::NoSys),
-        weft_core::attr::EpType::Msg => return msg::open(cfg, rt),
+        // MSG and RDM endpoints take receives from a shared context; a
+        // stream endpoint's receives are its own.
+        weft_core::attr::EpType::Dgram | weft_core::attr::EpType::SockStream
+            if cfg.srx.is_some() =>
+        {
+            return Err(Error::NoSys)
+        }
+        weft_core::attr::EpType::Msg | weft_core::attr::EpType::SockStream => {
+            return msg::open(cfg, rt)
+        }
         weft_core::attr::EpType::Rdm => return rdm::open(cfg, rt),
         weft_core::attr::EpType::Dgram => return dgram::open(cfg, rt),
         _ => {}

@@ -132,6 +132,23 @@ fn rxe_offers() {
         assert_eq!(d.domain_attr.cq_data_size, 4);
         assert!(!d.caps.intersects(Caps::TAGGED | Caps::RMA | Caps::ATOMIC));
     }
+    // SOCK_STREAM: one beside each MSG offer, MSG's connection
+    // management without data capabilities (data moves through the
+    // stream).
+    let (streams, offers): (Vec<Info>, Vec<Info>) = offers
+        .iter()
+        .cloned()
+        .partition(|o| o.ep_attr.ep_type == EpType::SockStream);
+    assert!(!streams.is_empty());
+    for st in &streams {
+        assert_eq!(st.ep_attr.protocol, Protocol::RdmaCmIbRc);
+        assert_eq!(st.caps, Caps::LOCAL_COMM | Caps::REMOTE_COMM);
+        assert!(st.tx_attr.caps.is_empty() && st.rx_attr.caps.is_empty());
+        assert_eq!(st.domain_attr.max_ep_srx_ctx, 0);
+        assert!(offers.iter().any(|o| o.ep_attr.ep_type == EpType::Msg
+            && o.domain_attr.name == st.domain_attr.name
+            && o.ep_attr.cm_data_size == st.ep_attr.cm_data_size));
+    }
     let (msg, rdm): (Vec<Info>, Vec<Info>) = offers
         .iter()
         .cloned()

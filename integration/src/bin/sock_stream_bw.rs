@@ -4,6 +4,11 @@
 //! loopback, alternated round by round.
 //!
 //! usage: `sock-stream-bw [ROUNDS] [MIB]` (default 5 rounds of 2048 MiB)
+//!
+//! `sock-stream-bw --verbs [ROUNDS] [MIB]` (inside the rxe VM, a build
+//! with `--features verbs`): the stream on verbs, server on rxe1 and
+//! client on rxe2, against raw TCP over the same veth pair (10.66.0.2 to
+//! 10.66.0.1).
 
 use std::time::Instant;
 
@@ -45,18 +50,41 @@ where
     Ok(total as f64 / t0.elapsed().as_secs_f64() / 1e6)
 }
 
-async fn weft_pair() -> Res<(weft::SockStream, weft::SockStream)> {
+fn stream_info(prov: &str, domain: Option<&str>) -> Res<Info> {
     let mut hints = Info::default();
     hints.ep_attr.ep_type = EpType::SockStream;
-    hints.fabric_attr.prov_name = Some("tcp".into());
-    let info = weft::getinfo(Some(&hints))?.remove(0);
+    hints.fabric_attr.prov_name = Some(prov.into());
+    hints.domain_attr.name = domain.map(Into::into);
+    let mut v = weft::getinfo(Some(&hints))?;
+    if v.is_empty() {
+        return Err(format!("no {prov} SOCK_STREAM offer").into());
+    }
+    Ok(v.remove(0))
+}
+
+/// A connected pair on tcp (loopback), or on verbs from rxe2 to rxe1.
+async fn weft_pair(verbs: bool) -> Res<(weft::SockStream, weft::SockStream)> {
+    let (info, cinfo) = if verbs {
+        let dev = |v: &str, d: &str| std::env::var(v).unwrap_or_else(|_| d.into());
+        let s = dev("WEFT_RXE_SERVER_DEV", "rxe1");
+        let c = dev("WEFT_RXE_CLIENT_DEV", "rxe2");
+        (
+            stream_info("verbs", Some(&s))?,
+            stream_info("verbs", Some(&c))?,
+        )
+    } else {
+        let i = stream_info("tcp", None)?;
+        (i.clone(), i)
+    };
     let fabric = weft::Fabric::open(&info)?;
-    let domain = fabric.domain(&info)?;
+    let sdomain = fabric.domain(&info)?;
+    let cfabric = weft::Fabric::open(&cinfo)?;
+    let cdomain = cfabric.domain(&cinfo)?;
     let pep = fabric.passive_endpoint(&info, None)?;
     let peq = fabric.eq(8)?;
     pep.bind_eq(&peq)?;
     pep.listen()?;
-    let cep = domain.endpoint(&info)?;
+    let cep = cdomain.endpoint(&cinfo)?;
     let ceq = fabric.eq(8)?;
     cep.bind_eq(&ceq)?;
     cep.enable()?;
@@ -68,7 +96,7 @@ async fn weft_pair() -> Res<(weft::SockStream, weft::SockStream)> {
         weft::EqItem::Err(e) => return Err(format!("connection request: {e:?}").into()),
     };
     let req = weft::ConnRequest::from_event(&ev)?;
-    let sep = domain.accept_endpoint(&info, &req)?;
+    let sep = sdomain.accept_endpoint(&info, &req)?;
     let seq = fabric.eq(8)?;
     sep.bind_eq(&seq)?;
     sep.accept(Vec::new()).await?;
@@ -76,9 +104,21 @@ async fn weft_pair() -> Res<(weft::SockStream, weft::SockStream)> {
     Ok((cep.stream()?, sep.stream()?))
 }
 
-async fn raw_pair() -> Res<(tokio::net::TcpStream, tokio::net::TcpStream)> {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let c = tokio::net::TcpStream::connect(l.local_addr()?).await?;
+/// A connected TCP pair on loopback, or over the VM's veth pair.
+async fn raw_pair(verbs: bool) -> Res<(tokio::net::TcpStream, tokio::net::TcpStream)> {
+    let ip = |v: &str, d: &str| std::env::var(v).unwrap_or_else(|_| d.into());
+    let (server, client) = if verbs {
+        (
+            ip("WEFT_RXE_SERVER_IP", "10.66.0.1"),
+            ip("WEFT_RXE_CLIENT_IP", "10.66.0.2"),
+        )
+    } else {
+        ("127.0.0.1".into(), "127.0.0.1".into())
+    };
+    let l = tokio::net::TcpListener::bind((server.parse::<std::net::IpAddr>()?, 0)).await?;
+    let sock = tokio::net::TcpSocket::new_v4()?;
+    sock.bind((client.parse::<std::net::IpAddr>()?, 0).into())?;
+    let c = sock.connect(l.local_addr()?).await?;
     let (s, _) = l.accept().await?;
     c.set_nodelay(true)?;
     s.set_nodelay(true)?;
@@ -92,17 +132,23 @@ fn median(v: &mut [f64]) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Res<()> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    let verbs = args.next_if(|a| a == "--verbs").is_some();
+    let (floor, name) = if verbs {
+        ("raw TCP over the veth pair", "weft verbs SOCK_STREAM")
+    } else {
+        ("raw TCP", "weft SOCK_STREAM")
+    };
     let rounds: usize = args.next().map_or(Ok(5), |a| a.parse())?;
     let mib: usize = args.next().map_or(Ok(2048), |a| a.parse())?;
     let (mut weft_bw, mut raw_bw, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..rounds {
-        let (c, s) = raw_pair().await?;
+        let (c, s) = raw_pair(verbs).await?;
         let raw = transfer(c, s, mib).await?;
-        let (c, s) = weft_pair().await?;
+        let (c, s) = weft_pair(verbs).await?;
         let w = transfer(c, s, mib).await?;
         println!(
-            "round {r}: raw TCP {raw:.0} MB/s, weft SOCK_STREAM {w:.0} MB/s, ratio {:.3}",
+            "round {r}: {floor} {raw:.0} MB/s, {name} {w:.0} MB/s, ratio {:.3}",
             w / raw
         );
         raw_bw.push(raw);
@@ -110,7 +156,7 @@ async fn main() -> Res<()> {
         ratios.push(w / raw);
     }
     println!(
-        "medians of {rounds} rounds, {mib} MiB each: raw TCP floor {:.0} MB/s, weft SOCK_STREAM {:.0} MB/s, ratio {:.3} (lowest {:.3})",
+        "medians of {rounds} rounds, {mib} MiB each: {floor} {:.0} MB/s, {name} {:.0} MB/s, ratio {:.3} (lowest {:.3})",
         median(&mut raw_bw),
         median(&mut weft_bw),
         median(&mut ratios.clone()),

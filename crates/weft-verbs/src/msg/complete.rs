@@ -624,6 +624,12 @@ impl CqSink for MsgShared {
             // finds the endpoint disabled already.
             self.critical(err);
         }
+        if wc.wr_id & super::stream::STREAM_WR_BIT != 0 {
+            if let Some(core) = self.stream_core() {
+                core.on_completion(wc);
+            }
+            return;
+        }
         if wc.wr_id & SRX_WR_BIT != 0 {
             // A receive of the shared receive context, taken by a message
             // that arrived here.

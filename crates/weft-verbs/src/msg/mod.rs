@@ -76,6 +76,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr};
+use weft_core::attr::EpType;
 use weft_core::auth::{AuthKey, ConnKind};
 use weft_core::completion::{CqErrEntry, Returned};
 use weft_core::credits::Credits;
@@ -102,6 +103,7 @@ use crate::sys::{
 mod complete;
 mod post;
 mod srx;
+pub mod stream;
 
 pub use srx::MsgSrx;
 
@@ -157,6 +159,11 @@ pub struct MsgShared {
     /// The connection's end was reported on the EQ (it is reported once).
     ended: AtomicBool,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// `FI_EP_SOCK_STREAM`: the byte stream over the connection.
+    stream: Mutex<stream::Slot>,
+    /// The stream was handed out: it, not the endpoint, ends the
+    /// connection.
+    stream_taken: AtomicBool,
 }
 
 impl std::fmt::Debug for MsgShared {
@@ -188,6 +195,8 @@ impl MsgShared {
             closed: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
+            stream: Mutex::new(stream::Slot::None),
+            stream_taken: AtomicBool::new(false),
         })
     }
 
@@ -198,6 +207,15 @@ impl MsgShared {
 
     fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    fn is_stream(&self) -> bool {
+        self.cfg.info.ep_attr.ep_type == EpType::SockStream
+    }
+
+    /// The stream's state, on a `FI_EP_SOCK_STREAM` endpoint.
+    fn stream_core(&self) -> Option<Arc<stream::StreamCore>> {
+        lock(&self.stream).core().cloned()
     }
 
     /// Withdraws receives whose futures are gone, then takes a receive
@@ -226,15 +244,18 @@ impl MsgShared {
         }
         // Every receive of a shared context may complete on this CQ.
         let rx_depth = srx.map_or(info.rx_attr.size, |x| x.size().max(info.rx_attr.size));
-        let depth = u32::try_from(info.tx_attr.size + rx_depth).map_err(|_| Error::Inval)?;
-        let cq = Cq::new(&ctx, depth.max(16), Some(&chan))?;
-        let caps = QpCaps {
+        let mut depth = u32::try_from(info.tx_attr.size + rx_depth).map_err(|_| Error::Inval)?;
+        let mut caps = QpCaps {
             max_send_wr: info.tx_attr.size as u32,
             max_recv_wr: info.rx_attr.size as u32,
             max_send_sge: info.tx_attr.iov_limit as u32,
             max_recv_sge: info.rx_attr.iov_limit as u32,
             max_inline_data: info.tx_attr.inject_size as u32,
         };
+        if self.is_stream() {
+            (caps, depth) = (stream::qp_caps(), stream::cq_depth());
+        }
+        let cq = Cq::new(&ctx, depth.max(16), Some(&chan))?;
         let qp = id.create_qp(
             &pd,
             &QpInitAttr {
@@ -246,9 +267,16 @@ impl MsgShared {
                 sq_sig_all: false,
             },
         )?;
-        let send_pool = SlotPool::new(&pd, SLOTS, AccessFlags::NONE)?;
-        let recv_pool = SlotPool::new(&pd, SLOTS, AccessFlags::LOCAL_WRITE)?;
+        // A stream posts no MSG operations: one slot each, not 1 MiB
+        // pinned for nothing.
+        let slots = if self.is_stream() { 1 } else { SLOTS };
+        let send_pool = SlotPool::new(&pd, slots, AccessFlags::NONE)?;
+        let recv_pool = SlotPool::new(&pd, slots, AccessFlags::LOCAL_WRITE)?;
         let read_pool = crate::user_bufs::read_pool(&pd)?;
+        if self.is_stream() {
+            let core = stream::StreamCore::new(&pd, qp.clone())?;
+            *lock(&self.stream) = stream::Slot::Built(core);
+        }
         let link = Arc::new(Link {
             cache: crate::domain::endpoint_cache(&self.cfg, &pd),
             id,
@@ -309,6 +337,7 @@ impl MsgShared {
             }
         });
         lock(&self.tasks).push(t.abort_handle());
+        stream::established(self);
         Ok(())
     }
 
@@ -321,6 +350,15 @@ impl MsgShared {
         }
         if let Some(l) = lock(&self.link).clone() {
             let _ = l.qp.to_error();
+        }
+        if let Some(core) = self.stream_core() {
+            // What arrived before the disconnect is on the CQ by now (the
+            // peer disconnects after its sends completed): in the stream
+            // before its end.
+            if let Some(p) = lock(&self.poller).clone() {
+                p.drain(true);
+            }
+            core.ended(false);
         }
         self.cfg.eq_shutdown();
     }
@@ -340,6 +378,9 @@ impl MsgShared {
         if let Some(l) = lock(&self.link).clone() {
             let _ = l.qp.to_error();
             let _ = l.id.disconnect();
+        }
+        if let Some(core) = self.stream_core() {
+            core.ended(true);
         }
         tracing::debug!(error = %err, "verbs msg: critical error, endpoint disabled");
         self.cfg.eq_error(err, Vec::new());
@@ -463,7 +504,21 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         s
     }
 
+    fn take_byte_stream(&self) -> Result<Box<dyn weft_core::provider::ByteStream>> {
+        if !self.shared.is_stream() {
+            return Err(Error::NoSys);
+        }
+        stream::take(&self.shared)
+    }
+
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+        if self.shared.is_stream() {
+            // Its data moves through the stream only.
+            return Err(Rejected {
+                err: Error::NoSys,
+                req,
+            });
+        }
         self.shared.post_send(req)
     }
 
@@ -477,6 +532,12 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
     }
 
     fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
+        if self.shared.is_stream() {
+            return Err(Rejected {
+                err: Error::NoSys,
+                req,
+            });
+        }
         self.shared.post_rma(req)
     }
 
@@ -492,6 +553,7 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
             .flags
             .intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD)
             || req.tagged
+            || ep.is_stream()
         {
             return Err(Rejected {
                 err: Error::NoSys,
@@ -656,7 +718,17 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
     }
 
     fn close(&self) {
-        let ep = &self.shared;
+        // A stream handed out owns the connection from then on.
+        if !self.shared.stream_taken.load(Ordering::Acquire) {
+            self.shared.close_now();
+        }
+    }
+}
+
+impl MsgShared {
+    /// Ends the connection and drops what is posted.
+    fn close_now(&self) {
+        let ep = self;
         if ep.closed.swap(true, Ordering::AcqRel) {
             return;
         }
