@@ -664,3 +664,33 @@ pub async fn under_timeout<F: std::future::Future>(f: F, us: u64) -> Option<F::O
         () = deadline => None,
     }
 }
+
+/// Both ends of a byte stream trade `data`: `c` writes it and shuts its
+/// side, `s` reads to the end and answers with the same bytes, then `c`
+/// reads those. Returns what `s` and what `c` read.
+pub async fn trade_both_ways<C, S>(c: &mut C, s: &mut S, data: &[u8]) -> (Vec<u8>, Vec<u8>)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    within("both ways", async {
+        tokio::join!(
+            async {
+                c.write_all(data).await.unwrap();
+                c.shutdown().await.unwrap();
+                let mut v = Vec::new();
+                c.read_to_end(&mut v).await.unwrap();
+                v
+            },
+            async {
+                let mut v = Vec::new();
+                s.read_to_end(&mut v).await.unwrap();
+                s.write_all(data).await.unwrap();
+                s.shutdown().await.unwrap();
+                v
+            }
+        )
+    })
+    .await
+}

@@ -263,26 +263,7 @@ async fn every_wait_mode_carries_the_stream(prov: &'static str) {
     for wait in [WaitMode::Interrupt, WaitMode::Inline, WaitMode::BusyPoll] {
         let (mut c, mut s) = connected_with(prov, wait).await;
         let data: Vec<u8> = (0..512 * 1024u32).map(|i| (i % 241) as u8).collect();
-        let (d1, d2) = (data.clone(), data.clone());
-        let (got_s, got_c) = within("both ways", async {
-            tokio::join!(
-                async {
-                    c.write_all(&d1).await.unwrap();
-                    c.shutdown().await.unwrap();
-                    let mut v = Vec::new();
-                    c.read_to_end(&mut v).await.unwrap();
-                    v
-                },
-                async {
-                    let mut v = Vec::new();
-                    s.read_to_end(&mut v).await.unwrap();
-                    s.write_all(&d2).await.unwrap();
-                    s.shutdown().await.unwrap();
-                    v
-                }
-            )
-        })
-        .await;
+        let (got_s, got_c) = weft_integration::trade_both_ways(&mut c, &mut s, &data).await;
         assert_eq!(got_s, data, "{wait:?}");
         assert_eq!(got_c, data, "{wait:?}");
     }

@@ -381,17 +381,8 @@ impl<E: SrxEp> SoftSrx<E> {
 
     fn post(&self, mut req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
         let reject = |err, req| Err(Rejected { err, req });
-        if self.is_closed() {
-            return reject(Error::OpBadState, req);
-        }
-        if req
-            .flags
-            .intersects(OpFlags::MULTI_RECV | OpFlags::AUTH_KEY)
-        {
-            return reject(Error::BadFlags, req);
-        }
-        if req.bufs.len() > self.iov_limit {
-            return reject(Error::Inval, req);
+        if let Some(err) = refused_post(self.is_closed(), &req, self.iov_limit) {
+            return reject(err, req);
         }
         let spec = spec_of(&req);
         let resolve = Sender::<E>::resolve;
@@ -557,3 +548,23 @@ impl<E: SrxEp> SoftSrx<E> {
 #[cfg(test)]
 #[path = "soft_srx_tests.rs"]
 mod tests;
+
+/// What a shared receive context refuses before it matches anything: a
+/// post once it is closed (`OpBadState`), multi-receive and receives
+/// directed by key (`BadFlags`: several endpoints would fill one
+/// multi-receive buffer at once, and keys are the endpoints' AVs'), and
+/// more buffers than its `iov_limit` (`Inval`).
+pub fn refused_post(closed: bool, req: &RecvReq, iov_limit: usize) -> Option<Error> {
+    if closed {
+        Some(Error::OpBadState)
+    } else if req
+        .flags
+        .intersects(OpFlags::MULTI_RECV | OpFlags::AUTH_KEY)
+    {
+        Some(Error::BadFlags)
+    } else if req.bufs.len() > iov_limit {
+        Some(Error::Inval)
+    } else {
+        None
+    }
+}

@@ -576,11 +576,7 @@ impl EpShared {
             Ok(r) => r,
             Err(err) => return Err(Rejected { err, req }),
         };
-        let room = match queue {
-            Some(q) => q.try_take(),
-            None => self.tx.try_take(),
-        };
-        if !room {
+        if !self.take_room(queue) {
             return Err(Rejected {
                 err: Error::Again,
                 req,
@@ -589,11 +585,19 @@ impl EpShared {
         let (mut h, payload) = Self::frame_for(&mut req);
         h.rx_ctx = route.rx_ctx();
         let mut frame = TxFrame::new(h, payload, Some(req.done));
-        if let Some(q) = queue {
-            frame.credit = crate::frame::Credit::Ctx(q.clone());
-        }
+        frame.charge_to(queue);
         self.dispatch(route, frame);
         Ok(())
+    }
+
+    /// Takes a transmit credit of `queue` (a scalable endpoint's transmit
+    /// context) or, without one, of the endpoint's own queue; `false`
+    /// when that queue is full.
+    pub(crate) fn take_room(&self, queue: Option<&Arc<Credits>>) -> bool {
+        match queue {
+            Some(q) => q.try_take(),
+            None => self.tx.try_take(),
+        }
     }
 
     /// Where a frame for `dest` goes: a peer (RDM, connected lazily) or

@@ -77,6 +77,14 @@ impl Credit {
 }
 
 impl TxFrame {
+    /// A data frame posted through a transmit context holds a credit of
+    /// that context's `queue`, not of its endpoint's.
+    pub fn charge_to(&mut self, queue: Option<&Arc<Credits>>) {
+        if let Some(q) = queue {
+            self.credit = Credit::Ctx(q.clone());
+        }
+    }
+
     pub fn new(hdr: Header, payload: Iov, done: Option<OpDone>) -> TxFrame {
         let wait_ack = hdr.flags & wire::FLAG_ACK_REQ != 0;
         let credit = if hdr.kind.is_some_and(FrameKind::is_data) {

@@ -89,20 +89,7 @@ pub fn offers() -> Vec<Info> {
 /// (`weft::SockStream`), not through sends and receives: no data
 /// capabilities, no queues to size.
 fn sock_stream_offer() -> Info {
-    let mut i = offer(EpType::Msg);
-    i.caps = Caps::LOCAL_COMM | Caps::REMOTE_COMM;
-    i.tx_attr.caps = Caps::empty();
-    i.rx_attr.caps = Caps::empty();
-    i.tx_attr.op_flags_supported = OpFlags::empty();
-    i.rx_attr.op_flags_supported = OpFlags::empty();
-    // A byte stream keeps the order of its bytes, nothing more to say.
-    i.tx_attr.msg_order = MsgOrder::empty();
-    i.rx_attr.msg_order = MsgOrder::empty();
-    i.rx_attr.comp_order = CompOrder::empty();
-    i.tx_attr.inject_size = 0;
-    i.ep_attr.ep_type = EpType::SockStream;
-    i.domain_attr.mr_mode = MrMode::empty();
-    i
+    weft_core::getinfo::sock_stream_offer(offer(EpType::Msg))
 }
 
 fn offer(ep_type: EpType) -> Info {

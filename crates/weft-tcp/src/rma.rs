@@ -152,11 +152,7 @@ impl EpShared {
             Ok(r) => r,
             Err(err) => return Err(Rejected { err, req }),
         };
-        let room = match queue {
-            Some(q) => q.try_take(),
-            None => self.tx.try_take(),
-        };
-        if !room {
+        if !self.take_room(queue) {
             return Err(Rejected {
                 err: Error::Again,
                 req,
@@ -198,9 +194,7 @@ impl EpShared {
             RmaOp::Atomic(a) => crate::atomic::request(a, target, req.done),
         };
         let mut frame = frame;
-        if let Some(q) = queue {
-            frame.credit = crate::frame::Credit::Ctx(q.clone());
-        }
+        frame.charge_to(queue);
         self.dispatch(route, frame);
         Ok(())
     }

@@ -6,7 +6,6 @@
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weft::{EpType, Error, Info};
 use weft_integration::{next_eq, within, Harness, Provider};
 
@@ -42,26 +41,7 @@ async fn sock_stream_carries_bytes_or_is_refused(p: Provider) {
     };
     let (mut c, mut s) = stream_pair(&info).await;
     let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
-    let (d1, d2) = (data.clone(), data.clone());
-    let (got_s, got_c) = within("both ways", async {
-        tokio::join!(
-            async {
-                c.write_all(&d1).await.unwrap();
-                c.shutdown().await.unwrap();
-                let mut v = Vec::new();
-                c.read_to_end(&mut v).await.unwrap();
-                v
-            },
-            async {
-                let mut v = Vec::new();
-                s.read_to_end(&mut v).await.unwrap();
-                s.write_all(&d2).await.unwrap();
-                s.shutdown().await.unwrap();
-                v
-            }
-        )
-    })
-    .await;
+    let (got_s, got_c) = weft_integration::trade_both_ways(&mut c, &mut s, &data).await;
     assert_eq!(got_c, data);
     assert_eq!(got_s, data);
 }

@@ -175,6 +175,25 @@ fn keeps_rma(h: &Info, o: &Info) -> bool {
                 .contains(o.domain_attr.mr_mode & MR_MODE_RMA_TARGET))
 }
 
+/// `offer` (a provider's MSG offer) made a `FI_EP_SOCK_STREAM` one. The
+/// bytes move through the stream, not through sends and receives: no
+/// data capabilities or operation flags, no inject, and no order but
+/// that of the bytes; nothing to register.
+pub fn sock_stream_offer(mut i: Info) -> Info {
+    i.caps = Caps::LOCAL_COMM | Caps::REMOTE_COMM;
+    i.tx_attr.caps = Caps::empty();
+    i.rx_attr.caps = Caps::empty();
+    i.tx_attr.op_flags_supported = OpFlags::empty();
+    i.rx_attr.op_flags_supported = OpFlags::empty();
+    i.tx_attr.msg_order = MsgOrder::empty();
+    i.rx_attr.msg_order = MsgOrder::empty();
+    i.rx_attr.comp_order = CompOrder::empty();
+    i.tx_attr.inject_size = 0;
+    i.ep_attr.ep_type = EpType::SockStream;
+    i.domain_attr.mr_mode = MrMode::empty();
+    i
+}
+
 /// Does a provider's offer satisfy the hints? A request the provider cannot
 /// meet is no match (never a weaker one). See the module docs for the rules.
 pub fn satisfies(hints: &Info, offer: &Info) -> bool {

@@ -47,8 +47,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use weft_core::attr::{EpType, Info};
-use weft_core::flags::{Caps, CompOrder, Mode, MrMode, MsgOrder, OpFlags};
+use weft_core::attr::Info;
+use weft_core::flags::Mode;
 use weft_core::provider::ByteStream;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
@@ -159,22 +159,11 @@ pub(super) fn cq_depth() -> u32 {
 /// management, no data operations of its own (data moves through
 /// `weft::SockStream`), nothing to register.
 pub fn offer(r: &DeviceReport) -> Info {
-    let mut i = crate::info::msg_offer(r);
-    i.caps = Caps::LOCAL_COMM | Caps::REMOTE_COMM;
+    let mut i = weft_core::getinfo::sock_stream_offer(crate::info::msg_offer(r));
+    // What verbs MSG offers besides tcp's: its modes and RMA.
     i.mode = Mode::empty();
-    i.tx_attr.caps = Caps::empty();
-    i.rx_attr.caps = Caps::empty();
     i.rx_attr.mode = Mode::empty();
-    i.tx_attr.op_flags_supported = OpFlags::empty();
-    i.rx_attr.op_flags_supported = OpFlags::empty();
-    // A byte stream keeps the order of its bytes, nothing more to say.
-    i.tx_attr.msg_order = MsgOrder::empty();
-    i.rx_attr.msg_order = MsgOrder::empty();
-    i.rx_attr.comp_order = CompOrder::empty();
-    i.tx_attr.inject_size = 0;
     i.tx_attr.rma_iov_limit = 0;
-    i.ep_attr.ep_type = EpType::SockStream;
-    i.domain_attr.mr_mode = MrMode::empty();
     // Shared receive contexts are MSG's.
     i.domain_attr.max_ep_srx_ctx = 0;
     i

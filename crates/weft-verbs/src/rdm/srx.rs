@@ -393,19 +393,11 @@ impl RecvCtx for RdmSrx {
 impl ProviderSrx for RdmSrx {
     fn post_recv(&self, mut req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
         let reject = |err, req| Err(Rejected { err, req });
-        if self.is_closed() {
-            return reject(Error::OpBadState, req);
-        }
         // Multi-receive on a context: not yet (its parts would be read
         // into by several endpoints' connections at once).
-        if req
-            .flags
-            .intersects(OpFlags::MULTI_RECV | OpFlags::AUTH_KEY)
+        if let Some(err) = weft_core::soft_srx::refused_post(self.is_closed(), &req, self.iov_limit)
         {
-            return reject(Error::BadFlags, req);
-        }
-        if req.bufs.len() > self.iov_limit {
-            return reject(Error::Inval, req);
+            return reject(err, req);
         }
         let spec = spec_of(&req);
         let resolve = Src::resolve;
