@@ -451,3 +451,185 @@ async fn dgram_stream_through_the_cq() {
     }
     assert!(s.eq.is_empty());
 }
+
+/// A DGRAM member of multicast groups: its endpoint bound to its EQ too
+/// (where `FI_JOIN_COMPLETE` goes).
+fn member(info: &weft::Info, wait: WaitMode) -> Node {
+    let fabric = weft::Fabric::open(info).unwrap();
+    let domain = fabric.domain(info).unwrap();
+    let eq = fabric.eq(64).unwrap();
+    let av = domain.av(weft::AvAttr::default()).unwrap();
+    av.bind_eq(&eq, 0).unwrap();
+    let (ep, cq) = weft_integration::enabled_endpoint_with_eq(&domain, info, &av, Some(&eq), wait);
+    Node {
+        ep,
+        av,
+        eq,
+        cq,
+        domain,
+        fabric,
+    }
+}
+
+fn multicast_offer(dev: &str) -> Option<weft::Info> {
+    weft_integration::verbs_offer_with(dev, EpType::Dgram, |h| {
+        h.caps = weft::Caps::MSG | weft::Caps::MULTICAST | weft::Caps::SOURCE;
+    })
+}
+
+async fn recv_one(node: &Node) -> weft::CqEntry {
+    within("a group datagram", node.ep.recv(BytesMut::zeroed(64)))
+        .await
+        .unwrap()
+}
+
+async fn nothing_arrives(node: &Node, what: &str) {
+    // Emulated (TCG) devices are slow: a datagram that was coming would
+    // have come within a second.
+    let late =
+        tokio::time::timeout(Duration::from_secs(1), node.ep.recv(BytesMut::zeroed(64))).await;
+    assert!(late.is_err(), "{what}: {late:?}");
+}
+
+/// A sender on rxe1 and two members on rxe2 (one device, two queue
+/// pairs): what is sent to the group reaches both, with the sender's AV
+/// handle as the source; the join's event names the handle. A member
+/// that leaves gets nothing more while the other still does, and gets
+/// the group's datagrams again once it joins again. The sender, a member
+/// itself, gets its own datagrams too (from an address not in its AV).
+async fn members_receive(wait: WaitMode) {
+    let (Some(si), Some(ci)) = (multicast_offer(SERVER_DEV), multicast_offer(CLIENT_DEV)) else {
+        return;
+    };
+    assert!(si.caps.contains(weft::Caps::MULTICAST));
+    let g = raw([239, 255, 66, 1 + wait as u8], 7000);
+    let (s, a, b) = (member(&si, wait), member(&ci, wait), member(&ci, wait));
+    let ma = within("join", a.ep.join(&g, 7)).await.unwrap();
+    let ev = a.eq.next_timeout(TIMEOUT).await.unwrap().unwrap();
+    assert_eq!(
+        (ev.kind, ev.fid, ev.context),
+        (weft::EqEventKind::JoinComplete, ma.fid(), 7)
+    );
+    let mb = within("join", b.ep.join(&g, 8)).await.unwrap();
+    let ms = within("join", s.ep.join(&g, 9)).await.unwrap();
+    let (s_in_a, s_in_b) = (insert(&a, &s).await, insert(&b, &s).await);
+    let to_group = ms.fi_addr();
+    s.ep.send(to_group, bytes::Bytes::from_static(b"to all"))
+        .await
+        .unwrap();
+    for (e, src) in [(&a, s_in_a), (&b, s_in_b), (&s, FI_ADDR_NOTAVAIL)] {
+        let got = recv_one(e).await;
+        assert_eq!(got.src, src, "{wait:?}");
+        assert_eq!(&got.into_bytes()[..], b"to all", "{wait:?}");
+    }
+    mb.close().unwrap();
+    s.ep.send(to_group, bytes::Bytes::from_static(b"after"))
+        .await
+        .unwrap();
+    for e in [&a, &s] {
+        assert_eq!(&recv_one(e).await.into_bytes()[..], b"after", "{wait:?}");
+    }
+    nothing_arrives(&b, "a member that left").await;
+    let mb = within("join again", b.ep.join(&g, 10)).await.unwrap();
+    s.ep.send(to_group, bytes::Bytes::from_static(b"again"))
+        .await
+        .unwrap();
+    for e in [&a, &b, &s] {
+        assert_eq!(&recv_one(e).await.into_bytes()[..], b"again", "{wait:?}");
+    }
+    // Closing an endpoint leaves its groups; its handles then have
+    // nothing left to leave.
+    drop(b);
+    drop(mb);
+    drop(ma);
+}
+
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dgram_multicast_members_receive_interrupt() {
+    members_receive(WaitMode::Interrupt).await;
+}
+
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dgram_multicast_members_receive_busy_poll() {
+    members_receive(WaitMode::BusyPoll).await;
+}
+
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "current_thread")]
+async fn dgram_multicast_members_receive_inline() {
+    members_receive(WaitMode::Inline).await;
+}
+
+/// What is not a group is refused and nothing is joined: a unicast
+/// address, a group of the other family, bytes that are no address. A
+/// left group's address sends nothing (`AddrNotAvail`) and harms
+/// nothing else. Two joins of one group are two handles.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dgram_multicast_bad_input() {
+    let (Some(si), Some(ci)) = (multicast_offer(SERVER_DEV), multicast_offer(CLIENT_DEV)) else {
+        return;
+    };
+    let (s, a) = (
+        member(&si, WaitMode::Interrupt),
+        member(&ci, WaitMode::Interrupt),
+    );
+    for bad in [
+        raw([10, 66, 0, 2], 7000),
+        weft::encode_sockaddr(&"[ff02::1]:7000".parse().unwrap()),
+        vec![1, 2, 3],
+    ] {
+        let e = within("join", s.ep.join(&bad, 0)).await.unwrap_err();
+        assert_eq!(e, Error::Inval, "{bad:?}");
+    }
+    assert!(s.eq.is_empty(), "a refused join queues no event");
+    let g = raw([239, 255, 66, 20], 7000);
+    let ma = within("join", a.ep.join(&g, 0)).await.unwrap();
+    let ms = within("join", s.ep.join(&g, 0)).await.unwrap();
+    let gone = ms.fi_addr();
+    ms.close().unwrap();
+    let e =
+        s.ep.send(gone, bytes::Bytes::from_static(b"nobody"))
+            .await
+            .unwrap_err();
+    assert_eq!(e.err, Error::AddrNotAvail);
+    nothing_arrives(&a, "a send to a group left").await;
+    // The endpoint is unharmed: unicast still goes, and a new join works.
+    let to_a = insert(&s, &a).await;
+    s.ep.send(to_a, bytes::Bytes::from_static(b"unicast"))
+        .await
+        .unwrap();
+    assert_eq!(&recv_one(&a).await.into_bytes()[..], b"unicast");
+    let ms = within("join again", s.ep.join(&g, 0)).await.unwrap();
+    s.ep.send(ms.fi_addr(), bytes::Bytes::from_static(b"back"))
+        .await
+        .unwrap();
+    assert_eq!(&recv_one(&a).await.into_bytes()[..], b"back");
+    // A second join of a group is a handle of its own: leaving one keeps
+    // the other's deliveries.
+    let ma2 = within("join twice", a.ep.join(&g, 0)).await.unwrap();
+    drop(ma);
+    s.ep.send(ms.fi_addr(), bytes::Bytes::from_static(b"still"))
+        .await
+        .unwrap();
+    assert_eq!(&recv_one(&a).await.into_bytes()[..], b"still");
+    ma2.close().unwrap();
+    s.ep.send(ms.fi_addr(), bytes::Bytes::from_static(b"left"))
+        .await
+        .unwrap();
+    nothing_arrives(&a, "a member that left both joins").await;
+}

@@ -371,13 +371,15 @@ pub fn rdm_offer(r: &DeviceReport) -> Info {
 
 /// What the DGRAM endpoint implements: datagrams of up to one path MTU
 /// on a UD queue pair, with 32-bit remote CQ data (immediate data),
-/// source addresses and directed receives.
+/// source addresses, directed receives and multicast groups
+/// (`rdma_join_multicast`).
 pub const DGRAM_CAPS: Caps = Caps::MSG
     .union(Caps::SEND)
     .union(Caps::RECV)
     .union(Caps::REMOTE_CQ_DATA)
     .union(Caps::SOURCE)
     .union(Caps::DIRECTED_RECV)
+    .union(Caps::MULTICAST)
     .union(Caps::LOCAL_COMM)
     .union(Caps::REMOTE_COMM);
 
@@ -402,6 +404,9 @@ pub fn dgram_offer(r: &DeviceReport) -> Info {
     i.ep_attr.max_msg_size = mtu;
     i.domain_attr.cq_data_size = 4;
     i.domain_attr.mr_mode = MrMode::empty();
+    // The destination, a group's address or a peer's, decides where a
+    // datagram goes: the flag changes nothing.
+    i.tx_attr.op_flags_supported |= OpFlags::MULTICAST;
     // No connection, so nothing to prove a key on: keyed hints do not
     // match, and a keyed DGRAM endpoint is `OpNotSupp`.
     i.domain_attr.max_ep_auth_key = 0;

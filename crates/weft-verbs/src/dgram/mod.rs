@@ -17,6 +17,7 @@
 //! wait in their slots instead of being dropped, and a receive can be
 //! cancelled, which one handed to the device could not be.
 
+mod multicast;
 mod resolve;
 mod rx;
 
@@ -132,6 +133,8 @@ pub struct DgramShared {
     /// the last datagram received (`NO_TCLASS`: none yet).
     tx_tclass: AtomicU16,
     rx_tclass: AtomicU16,
+    /// Joined multicast groups.
+    groups: multicast::Groups,
 }
 
 impl std::fmt::Debug for DgramShared {
@@ -231,6 +234,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         own_ahs: Mutex::new(fast_map()),
         tx_tclass: AtomicU16::new(NO_TCLASS),
         rx_tclass: AtomicU16::new(NO_TCLASS),
+        groups: multicast::Groups::default(),
     });
     for slot in 0..RX_SLOTS as u32 {
         shared.post_slot(slot)?;
@@ -282,6 +286,22 @@ impl DgramShared {
         self.closed.load(Ordering::Acquire)
     }
 
+    /// Where a send to `dest` goes: the address handle (of the
+    /// endpoint's traffic class), QPN and Q_Key of a joined group or of
+    /// the resolved peer behind an AV handle.
+    fn dest(&self, dest: FiAddr) -> Result<(Arc<AddressHandle>, u32, u32)> {
+        let (ah, qpn, qkey) = match self.groups.dest(dest) {
+            Some(group) => group?,
+            None => {
+                let (peer, ah) = self.peer(dest)?;
+                (ah, peer.qpn, peer.qkey)
+            }
+        };
+        self.tx_tclass
+            .store(u16::from(ah.attr().traffic_class), Ordering::Relaxed);
+        Ok((ah, qpn, qkey))
+    }
+
     /// The resolved peer behind AV handle `dest`, and the address handle
     /// to send to it with (of the endpoint's traffic class).
     fn peer(&self, dest: FiAddr) -> Result<(Arc<UdPeer>, Arc<AddressHandle>)> {
@@ -307,8 +327,6 @@ impl DgramShared {
             }
             _ => peer.ah.clone(),
         };
-        self.tx_tclass
-            .store(u16::from(ah.attr().traffic_class), Ordering::Relaxed);
         Ok((peer, ah))
     }
 
@@ -332,7 +350,7 @@ impl DgramShared {
             Ok(imm) => imm,
             Err(e) => return reject(e, req),
         };
-        let (peer, ah) = match self.peer(req.dest) {
+        let (ah, remote_qpn, remote_qkey) = match self.dest(req.dest) {
             Ok(p) => p,
             Err(e) => return reject(e, req),
         };
@@ -345,8 +363,8 @@ impl DgramShared {
         };
         let dest = UdDest {
             ah: &ah,
-            remote_qpn: peer.qpn,
-            remote_qkey: peer.qkey,
+            remote_qpn,
+            remote_qkey,
         };
         let wr_id = self.next_wr.fetch_add(1, Ordering::Relaxed) & !RECV_BIT;
         let mut g = lock(&self.inflight);
@@ -415,6 +433,14 @@ impl ProviderEndpoint for VerbsDgramEndpoint {
         self.shared.post_send(req)
     }
 
+    fn join(&self, group: Vec<u8>) -> futures::future::BoxFuture<'static, Result<FiAddr>> {
+        self.shared.join(group)
+    }
+
+    fn leave(&self, mc: FiAddr) -> Result<()> {
+        self.shared.leave(mc)
+    }
+
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
         self.shared.post_recv(req)
     }
@@ -453,6 +479,7 @@ impl ProviderEndpoint for VerbsDgramEndpoint {
             t.abort();
         }
         cq_poller::stop(&ep.poller);
+        ep.leave_all();
         ep.cm.unsubscribe(ep.res.listener.token());
         ep.cm.close();
         // Outstanding operations are discarded without completions; the

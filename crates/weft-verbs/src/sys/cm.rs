@@ -20,8 +20,9 @@ use rdma_sys::{
     ibv_qp, ibv_qp_init_attr, rdma_accept, rdma_ack_cm_event, rdma_bind_addr, rdma_cm_event,
     rdma_cm_id, rdma_conn_param, rdma_connect, rdma_create_event_channel, rdma_create_id,
     rdma_create_qp, rdma_destroy_event_channel, rdma_destroy_id, rdma_destroy_qp, rdma_disconnect,
-    rdma_establish, rdma_event_channel, rdma_get_cm_event, rdma_listen, rdma_port_space,
-    rdma_reject, rdma_resolve_addr, rdma_resolve_route, rdma_set_option,
+    rdma_establish, rdma_event_channel, rdma_get_cm_event, rdma_join_multicast,
+    rdma_leave_multicast, rdma_listen, rdma_port_space, rdma_reject, rdma_resolve_addr,
+    rdma_resolve_route, rdma_set_option,
 };
 use weft_core::Error;
 
@@ -599,6 +600,32 @@ impl CmId {
         // SAFETY: the id is alive and locked.
         self.inner
             .with(|id| check_ret(unsafe { rdma_disconnect(id) }))
+    }
+
+    /// `rdma_join_multicast` of group `addr` (the id bound to a local
+    /// address first): completes with `MulticastJoin`, whose UD
+    /// parameters are the group's address vector, QPN and Q_Key, or
+    /// `MulticastError`. Destroying the id leaves its groups.
+    pub fn join_multicast(&self, addr: SocketAddr) -> Result<(), Error> {
+        let mut sa = RawSockAddr::new(&addr);
+        self.inner.with(|id| {
+            // SAFETY: the id is alive and locked; `sa` is a valid sockaddr
+            // (librdmacm copies it); the context is left NULL.
+            check_ret(unsafe { rdma_join_multicast(id, sa.as_mut_ptr(), ptr::null_mut()) })
+        })
+    }
+
+    /// `rdma_leave_multicast` of a group joined with
+    /// [`join_multicast`](Self::join_multicast). librdmacm waits there
+    /// until the group's reported events are acknowledged, which
+    /// [`EventChannel::get_event`] does under the same lock, so it never
+    /// waits on the application.
+    pub fn leave_multicast(&self, addr: SocketAddr) -> Result<(), Error> {
+        let mut sa = RawSockAddr::new(&addr);
+        self.inner.with(|id| {
+            // SAFETY: the id is alive and locked; `sa` is a valid sockaddr.
+            check_ret(unsafe { rdma_leave_multicast(id, sa.as_mut_ptr()) })
+        })
     }
 
     /// The bound/resolved local address, if any.

@@ -113,7 +113,8 @@ pub struct CmEvent {
     pub private_data: Vec<u8>,
     /// Connection parameters (RC ids).
     pub conn: Option<ConnInfo>,
-    /// Peer address (UD ids: `ConnectRequest`, `Established`).
+    /// Peer address (UD ids: `ConnectRequest`, `Established`), or the
+    /// group's (`MulticastJoin`: QPN 0xFFFFFF).
     pub ud: Option<UdParam>,
 }
 
@@ -209,8 +210,10 @@ pub(super) unsafe fn copy_event(channel: &Arc<EventChannel>, ev: *mut rdma_cm_ev
             qp_num: c.qp_num,
         })
     };
-    let ud = if is_ud && !multicast {
-        // SAFETY: ud is the active member for UD ids.
+    // A join's event carries the group's address vector, QPN (0xFFFFFF)
+    // and Q_Key, as a UD id's events do the peer's.
+    let ud = if (is_ud && !multicast) || kind == CmEventKind::MulticastJoin {
+        // SAFETY: ud is the active member for UD ids and multicast joins.
         let u = unsafe { &e.param.ud };
         Some(UdParam {
             qp_num: u.qp_num,

@@ -7,9 +7,10 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_sys::{
-    ibv_create_qp, ibv_create_srq, ibv_destroy_qp, ibv_destroy_srq, ibv_modify_qp, ibv_qp,
-    ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_cap, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type,
-    ibv_query_qp, ibv_srq, ibv_srq_attr, ibv_srq_init_attr,
+    ibv_attach_mcast, ibv_create_qp, ibv_create_srq, ibv_destroy_qp, ibv_destroy_srq,
+    ibv_detach_mcast, ibv_modify_qp, ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_cap,
+    ibv_qp_init_attr, ibv_qp_state, ibv_qp_type, ibv_query_qp, ibv_srq, ibv_srq_attr,
+    ibv_srq_init_attr,
 };
 use weft_core::Error;
 
@@ -485,6 +486,22 @@ impl QueuePair {
         let mut a = zeroed_qp_attr();
         a.qp_state = ibv_qp_state::IBV_QPS_RESET;
         self.modify(&mut a, ibv_qp_attr_mask::IBV_QP_STATE)
+    }
+
+    /// `ibv_attach_mcast`: datagrams sent to multicast group `mgid`
+    /// (`mlid` on IB, 0 on RoCE) reach this UD QP too. rdma_cm does this
+    /// itself only for ids with a QP of their own (`rdma_create_qp`).
+    pub fn attach_mcast(&self, mgid: Gid, mlid: u16) -> Result<(), Error> {
+        let gid = mgid.to_raw();
+        // SAFETY: the QP is alive; `gid` is valid for the call.
+        check_ret(unsafe { ibv_attach_mcast(self.as_ptr(), &gid, mlid) })
+    }
+
+    /// `ibv_detach_mcast`: undoes [`attach_mcast`](Self::attach_mcast).
+    pub fn detach_mcast(&self, mgid: Gid, mlid: u16) -> Result<(), Error> {
+        let gid = mgid.to_raw();
+        // SAFETY: as for `attach_mcast`.
+        check_ret(unsafe { ibv_detach_mcast(self.as_ptr(), &gid, mlid) })
     }
 
     /// `ibv_query_qp` of the attributes in `mask`.
