@@ -6,11 +6,13 @@
 //! stream's life cycle behave as a socket's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::Duration;
+use std::io::ErrorKind;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weft::{Caps, EpType, EqEventKind, Error, Info, SockStream, WaitMode};
+use weft_integration::child::Reap;
 use weft_integration::{next_eq, within};
 
 /// One instance of each test per provider; the verbs ones need an RDMA
@@ -44,6 +46,8 @@ per_provider! {
     http2_over_a_sock_stream,
     end_of_stream_and_writes_after_shutdown,
     a_dropped_peer_ends_the_stream,
+    a_killed_peer_ends_the_stream,
+    a_killed_reader_fails_the_writer,
     only_stream_endpoints_have_streams,
     every_wait_mode_carries_the_stream,
     keyed_streams_prove_their_key,
@@ -232,6 +236,222 @@ async fn a_dropped_peer_ends_the_stream(prov: &'static str) {
         .expect("a read after the peer closed returns")
         .unwrap_or(0);
     assert_eq!(n, 0);
+}
+
+/// Makes the ignored test `killed_peer_child` the peer process of
+/// `a_killed_peer_*`: "<provider> <role> <listener's address in hex>",
+/// the role `write` (writes until killed) or `read` (reads until killed).
+const PEER_ENV: &str = "WEFT_STREAM_KILLED_PEER";
+
+/// Byte `i` of what the killed writer writes.
+fn nth(i: u64) -> u8 {
+    (i % 251) as u8
+}
+
+/// The server's end of a connection from a peer process in `role`
+/// (`killed_peer_child`), and the process.
+async fn from_peer_process(prov: &'static str, role: &str) -> (SockStream, Reap) {
+    let info = stream_info(prov);
+    let fabric = weft::Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    let pep = fabric.passive_endpoint(&info, None).unwrap();
+    let peq = fabric.eq(8).unwrap();
+    pep.bind_eq(&peq).unwrap();
+    pep.listen().unwrap();
+    let to: String = pep
+        .local_addr()
+        .unwrap()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let child = Reap(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "killed_peer_child",
+                "--exact",
+                "--ignored",
+                "--test-threads=1",
+            ])
+            .env(PEER_ENV, format!("{prov} {role} {to}"))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // A process start is slow in the emulated VM.
+    let ev = tokio::time::timeout(Duration::from_secs(60), next_eq(&peq))
+        .await
+        .expect("the peer process connects")
+        .unwrap();
+    assert_eq!(ev.kind, EqEventKind::ConnReq);
+    let req = weft::ConnRequest::from_event(&ev).unwrap();
+    let sep = domain.accept_endpoint(&info, &req).unwrap();
+    let seq = fabric.eq(8).unwrap();
+    sep.bind_eq(&seq).unwrap();
+    sep.enable().unwrap();
+    within("accept", sep.accept(Vec::new())).await.unwrap();
+    (sep.stream().unwrap(), child)
+}
+
+/// SIGKILL, the zombie reaped; when.
+fn kill9(child: &mut Reap) -> Instant {
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    Instant::now()
+}
+
+/// How long a killed peer may take to be noticed (the emulated VM is
+/// slow; on the host it takes microseconds).
+const NOTICED: Duration = Duration::from_secs(10);
+
+/// A peer process killed with SIGKILL while it writes (no `FIN`, no
+/// disconnect of its own; the kernel closes what it had): the reader gets
+/// every byte that arrived, unchanged (also those that arrived before
+/// the kill but are read after it), then the end of the stream
+/// (`Ok(0)`, as a socket's peer killed with nothing unread gives),
+/// within a bounded time; writes then fail (on verbs the first,
+/// `BrokenPipe`). On verbs the kernel's connection manager sends the
+/// disconnect request of the destroyed connection, which the stream
+/// reads as the end after what arrived (`docs/design.md`).
+async fn a_killed_peer_ends_the_stream(prov: &'static str) {
+    let (mut s, mut child) = from_peer_process(prov, "write").await;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = 0u64;
+    let check = |part: &[u8], got: &mut u64| {
+        for &b in part {
+            assert_eq!(b, nth(*got), "byte {got}");
+            *got += 1;
+        }
+    };
+    while got < 1 << 20 {
+        let n = within("the peer's bytes", s.read(&mut buf)).await.unwrap();
+        assert!(n > 0, "the peer ended before it was killed");
+        check(&buf[..n], &mut got);
+    }
+    // Not reading for a while lets the peer's bytes pile up here (its
+    // writes wait for room), so some arrived before the kill but are
+    // read after it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let at_kill = got;
+    let killed = kill9(&mut child);
+    let end = tokio::time::timeout(NOTICED, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) => return Ok(()),
+                Ok(n) => check(&buf[..n], &mut got),
+                Err(e) => return Err(e),
+            }
+        }
+    })
+    .await
+    .expect("a read after the peer was killed returns");
+    eprintln!(
+        "{prov}: {at_kill} bytes read before the kill, {got} in all, then {end:?} {:?} after it",
+        killed.elapsed()
+    );
+    end.unwrap();
+    assert!(
+        got > at_kill,
+        "what arrived before the kill is read after it"
+    );
+    // verbs refuses the first write; a TCP socket takes writes until the
+    // peer's kernel answers one with a reset.
+    let e = within("a write to the killed peer fails", async {
+        loop {
+            if let Err(e) = s.write_all(b"to nobody").await {
+                return e;
+            }
+            assert_eq!(prov, "tcp", "verbs takes a write after the peer's end");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
+        "{e:?}"
+    );
+}
+
+/// A peer process killed with SIGKILL while it reads what this side
+/// writes (and stops reading, so writes wait for room): a waiting write
+/// fails within a bounded time (`BrokenPipe` on verbs: the kernel
+/// disconnects for the dead process; `ConnectionReset` or `BrokenPipe`
+/// on TCP), never hangs, and so do later writes; reads then end.
+async fn a_killed_reader_fails_the_writer(prov: &'static str) {
+    let (mut s, mut child) = from_peer_process(prov, "read").await;
+    let chunk = vec![7u8; 64 * 1024];
+    // Enough to fill the peer's window, so the last write waits.
+    for _ in 0..64 {
+        if tokio::time::timeout(Duration::from_millis(200), s.write_all(&chunk))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    let killed = kill9(&mut child);
+    let e = tokio::time::timeout(NOTICED, async {
+        loop {
+            if let Err(e) = s.write_all(&chunk).await {
+                return e;
+            }
+        }
+    })
+    .await
+    .expect("a write to the killed peer returns");
+    eprintln!("{prov}: {e:?} {:?} after the kill", killed.elapsed());
+    assert!(
+        matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
+        "{e:?}"
+    );
+    if prov == "verbs" {
+        assert_eq!(e.kind(), ErrorKind::BrokenPipe, "{e:?}");
+    }
+    let e = s.write_all(b"again").await.unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
+        "{e:?}"
+    );
+    let mut buf = [0u8; 16];
+    let r = within("a read after the peer was killed", s.read(&mut buf)).await;
+    assert!(matches!(r, Ok(0)) || r.is_err(), "{r:?}");
+}
+
+/// The peer process of `a_killed_peer_*`, which start it (with
+/// `PEER_ENV`) and kill it: connects, then writes or reads until killed.
+#[ignore = "the peer process of the a_killed_peer tests, which start and kill it"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_peer_child() {
+    let env = std::env::var(PEER_ENV).expect("started by an a_killed_peer test");
+    let mut words = env.split(' ');
+    let (Some(prov), Some(role), Some(to)) = (words.next(), words.next(), words.next()) else {
+        panic!("{PEER_ENV}={env}: <provider> <role> <address>");
+    };
+    let prov = if prov == "verbs" { "verbs" } else { "tcp" };
+    let to: Vec<u8> = (0..to.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&to[i..i + 2], 16).unwrap())
+        .collect();
+    let info = stream_info(prov);
+    let fabric = weft::Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    let ep = domain.endpoint(&info).unwrap();
+    let eq = fabric.eq(8).unwrap();
+    ep.bind_eq(&eq).unwrap();
+    ep.enable().unwrap();
+    within("connect", ep.connect(to, Vec::new())).await.unwrap();
+    let mut c = ep.stream().unwrap();
+    if role == "read" {
+        // Reads a little, then holds still (its window fills).
+        let mut buf = vec![0u8; 64 * 1024];
+        let _ = c.read(&mut buf).await.unwrap();
+        std::future::pending::<()>().await;
+    }
+    let mut sent = 0u64;
+    loop {
+        let chunk: Vec<u8> = (sent..sent + 48 * 1024).map(nth).collect();
+        c.write_all(&chunk).await.unwrap();
+        sent += chunk.len() as u64;
+    }
 }
 
 /// What a SOCK_STREAM endpoint is not: it has no data capabilities
