@@ -240,7 +240,9 @@ async fn a_dropped_peer_ends_the_stream(prov: &'static str) {
 
 /// Makes the ignored test `killed_peer_child` the peer process of
 /// `a_killed_peer_*`: "<provider> <role> <listener's address in hex>",
-/// the role `write` (writes until killed) or `read` (reads until killed).
+/// the role `write` (writes until killed), `read` (reads a little, then
+/// holds still) or `drain` (reads everything), each optionally
+/// `@<verbs device>` to connect from.
 const PEER_ENV: &str = "WEFT_STREAM_KILLED_PEER";
 
 /// Byte `i` of what the killed writer writes.
@@ -416,7 +418,81 @@ async fn a_killed_reader_fails_the_writer(prov: &'static str) {
     assert!(matches!(r, Ok(0)) || r.is_err(), "{r:?}");
 }
 
-/// The peer process of `a_killed_peer_*`, which start it (with
+/// While held, packets from 10.66.0.2 (rxe2) to 10.66.0.1 (rxe1) in the
+/// rxe VM are lost: veth1's neighbour entry for 10.66.0.1 is a MAC
+/// nobody has, so veth0 drops the frames (a route cannot do it: rxe
+/// names the interface, and the kernel then sends on the link whatever
+/// the routes say). Restored on drop, a failing test included.
+struct Partition;
+
+impl Partition {
+    fn ip(args: &str) {
+        let st = std::process::Command::new("ip")
+            .args(args.split(' '))
+            .status()
+            .unwrap();
+        assert!(st.success(), "ip {args}: {st}");
+    }
+
+    fn new() -> Partition {
+        Partition::ip("neigh replace 10.66.0.1 lladdr 02:00:00:00:00:01 dev veth1 nud permanent");
+        Partition
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        Partition::ip("neigh del 10.66.0.1 dev veth1");
+    }
+}
+
+/// A peer that dies without a disconnect reaching this side (a crashed
+/// host, a cut link: here a peer process on rxe2 killed with SIGKILL
+/// while rxe2's packets to rxe1 are lost, so the kernel's disconnect
+/// request for it never arrives) while this side only reads: the stream's
+/// liveness probe (a zero-length RDMA write once a waited-on stream has
+/// heard nothing for 5 s) goes unacknowledged, and the read fails with
+/// `ConnectionReset` within a bounded time (60 s for the emulated VM:
+/// the probe's wait, then the RC retries), never hangs; so do writes
+/// after it. Before that, a live peer that sends nothing for longer than
+/// the probe's wait keeps the stream up (probes are acknowledged).
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbs_a_silently_dead_peer_resets_the_stream() {
+    assert_eq!(
+        std::env::var("RXE_VM").as_deref(),
+        Ok("1"),
+        "reroutes the rxe VM's veth pair: run it with integration/run-rxe"
+    );
+    let (mut s, mut child) = from_peer_process("verbs", "drain@rxe2").await;
+    let chunk = vec![3u8; 64 * 1024];
+    let mut buf = [0u8; 64];
+    // The peer reads and never writes: a read here waits, and the
+    // probes it causes are answered.
+    let idle = tokio::time::timeout(Duration::from_secs(12), s.read(&mut buf)).await;
+    assert!(idle.is_err(), "a live, silent peer: {idle:?}");
+    for _ in 0..16 {
+        within("a write to the live peer", s.write_all(&chunk))
+            .await
+            .unwrap();
+    }
+    let cut = Partition::new();
+    let killed = kill9(&mut child);
+    let r = tokio::time::timeout(Duration::from_secs(60), s.read(&mut buf))
+        .await
+        .expect("a read from a silently dead peer returns");
+    eprintln!("read: {r:?}, {:?} after the kill", killed.elapsed());
+    drop(cut);
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::ConnectionReset);
+    let w = s.write_all(b"to nobody").await.unwrap_err();
+    assert_eq!(w.kind(), ErrorKind::ConnectionReset, "{w:?}");
+}
+
+/// The peer process of `a_killed_peer_*` and
+/// `verbs_a_silently_dead_peer_resets_the_stream`, which start it (with
 /// `PEER_ENV`) and kill it: connects, then writes or reads until killed.
 #[ignore = "the peer process of the a_killed_peer tests, which start and kill it"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -427,11 +503,18 @@ async fn killed_peer_child() {
         panic!("{PEER_ENV}={env}: <provider> <role> <address>");
     };
     let prov = if prov == "verbs" { "verbs" } else { "tcp" };
+    // "<role>@<device>": a verbs peer on that device.
+    let (role, dev) = role
+        .split_once('@')
+        .map_or((role, None), |(r, d)| (r, Some(d)));
     let to: Vec<u8> = (0..to.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&to[i..i + 2], 16).unwrap())
         .collect();
-    let info = stream_info(prov);
+    let info = match dev {
+        Some(d) => weft_integration::verbs_offer(d, EpType::SockStream).unwrap(),
+        None => stream_info(prov),
+    };
     let fabric = weft::Fabric::open(&info).unwrap();
     let domain = fabric.domain(&info).unwrap();
     let ep = domain.endpoint(&info).unwrap();
@@ -440,6 +523,12 @@ async fn killed_peer_child() {
     ep.enable().unwrap();
     within("connect", ep.connect(to, Vec::new())).await.unwrap();
     let mut c = ep.stream().unwrap();
+    if role == "drain" {
+        // Reads everything, for ever.
+        let mut buf = vec![0u8; 64 * 1024];
+        while c.read(&mut buf).await.unwrap() > 0 {}
+        return;
+    }
     if role == "read" {
         // Reads a little, then holds still (its window fills).
         let mut buf = vec![0u8; 64 * 1024];

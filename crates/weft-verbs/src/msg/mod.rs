@@ -471,7 +471,12 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
         }
         None => cm_encode(&cm)?,
     };
-    link.id.connect(&ConnParam::new(&pd))?;
+    let mut param = ConnParam::new(&pd);
+    if ep.is_stream() {
+        // Its liveness probe must be able to fail.
+        param.retry_count = stream::RETRIES;
+    }
+    link.id.connect(&param)?;
     match established(&ep, &mut events).await {
         Ok(ev) => {
             let peer_cm = cm_decode(&ev.private_data);

@@ -67,7 +67,21 @@ use crate::sys::{
 pub(super) const STREAM_WR_BIT: u64 = 1 << 60;
 const RECV: u64 = 1 << 40;
 const CTL: u64 = 1 << 41;
+/// The liveness probe (with `CTL`: it holds no buffer).
+const PROBE: u64 = 1 << 42;
 const SLOT_MASK: u64 = 0xffff_ffff;
+
+/// How long a stream someone waits on may hear nothing before it probes
+/// the peer. RC has no keepalive: a peer gone without a disconnect
+/// (crashed host, cut link) is noticed only by a send it fails to
+/// acknowledge, and a reader, or a writer out of credits, has none out.
+const PROBE_AFTER: Duration = Duration::from_secs(5);
+
+/// Transport retries of a stream's connection (set by the connecting
+/// side, for both). rxe takes 7, the most, as "retry for ever", so a
+/// probe to a dead peer would never fail there; 6 fails everywhere, after
+/// seven local ACK timeouts (2.1 s each on rxe: 4.096 µs << 19).
+pub(super) const RETRIES: u8 = 6;
 
 /// How the write side stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +110,10 @@ struct St {
     sends_out: usize,
     /// The stream was dropped: buffers are no longer posted again.
     closing: bool,
+    /// A completion came since the last probe tick.
+    heard: bool,
+    /// The liveness probe is on the device.
+    probe_out: bool,
     read_waker: Option<Waker>,
     write_waker: Option<Waker>,
 }
@@ -142,7 +160,8 @@ impl Slot {
 /// once, and every send is signalled.
 pub(super) fn qp_caps() -> QpCaps {
     QpCaps {
-        max_send_wr: (TX_BUFS + CTL_BUFS + 1) as u32,
+        // Besides the buffers: `FIN` and the liveness probe.
+        max_send_wr: (TX_BUFS + CTL_BUFS + 2) as u32,
         max_recv_wr: (RX_BUFS + CTL_BUFS) as u32,
         max_send_sge: 1,
         max_recv_sge: 1,
@@ -152,7 +171,7 @@ pub(super) fn qp_caps() -> QpCaps {
 
 /// Completion queue entries a stream's queue pair may need at once.
 pub(super) fn cq_depth() -> u32 {
-    (TX_BUFS + CTL_BUFS + 1 + RX_BUFS + CTL_BUFS) as u32
+    (TX_BUFS + CTL_BUFS + 2 + RX_BUFS + CTL_BUFS) as u32
 }
 
 /// The `FI_EP_SOCK_STREAM` offer of one port: MSG's connection
@@ -190,6 +209,8 @@ impl StreamCore {
                 shut: Shut::Open,
                 sends_out: 0,
                 closing: false,
+                heard: false,
+                probe_out: false,
                 read_waker: None,
                 write_waker: None,
             }),
@@ -242,6 +263,38 @@ impl StreamCore {
         }
     }
 
+    /// One tick of the liveness probe: when someone waits on the stream,
+    /// nothing completed since the last tick and no probe is out, posts a
+    /// zero-length RDMA write. It needs no buffer, credit or key at the
+    /// peer (a zero-length write touches no memory; rdma_cm's RC queue
+    /// pairs take remote writes), and its peer's device acknowledges it
+    /// without the application; a peer that is gone does not, and the
+    /// failed write (retries exhausted) resets the stream like any other
+    /// failed send. `false` once the stream has ended.
+    fn probe_tick(&self) -> bool {
+        let mut st = lock(&self.st);
+        if st.closing || st.ended || st.reset {
+            return false;
+        }
+        let waited = st.read_waker.is_some() || st.write_waker.is_some();
+        if std::mem::take(&mut st.heard) || st.probe_out || !waited {
+            return true;
+        }
+        let wr = SendRequest::new(
+            STREAM_WR_BIT | CTL | PROBE,
+            SendOp::RdmaWrite {
+                remote_addr: 0,
+                rkey: 0,
+            },
+            Payload::Sges(&[]),
+        );
+        if self.qp.post_send(&wr).is_ok() {
+            st.sends_out += 1;
+            st.probe_out = true;
+        }
+        true
+    }
+
     /// Sends a credit-only message if returns are due and nothing else
     /// carries them.
     fn maybe_return(&self, st: &mut St) {
@@ -257,14 +310,21 @@ impl StreamCore {
     /// A work completion of the stream.
     pub(super) fn on_completion(&self, wc: &WorkCompletion) {
         let mut st = lock(&self.st);
+        st.heard = true;
         let slot = (wc.wr_id & SLOT_MASK) as u32;
         if wc.wr_id & RECV == 0 {
             st.sends_out = st.sends_out.saturating_sub(1);
+            if wc.wr_id & PROBE != 0 {
+                st.probe_out = false;
+            }
             if wc.wr_id & CTL == 0 {
                 self.tx.put(slot);
             }
             if !matches!(wc.status, WcStatus::Success | WcStatus::WrFlushErr) {
+                // The connection is broken (the queue pair is in error):
+                // a waiting reader learns it too.
                 st.reset = true;
+                wake(&mut st.read_waker);
             }
             wake(&mut st.write_waker);
             return;
@@ -351,6 +411,16 @@ pub(super) fn take(ep: &Arc<MsgShared>) -> Result<Box<dyn ByteStream>> {
         Slot::Ready(c) => {
             *g = Slot::Taken(c.clone());
             ep.stream_taken.store(true, Ordering::Release);
+            let weak = Arc::downgrade(&c);
+            ep.rt.spawn(async move {
+                loop {
+                    tokio::time::sleep(PROBE_AFTER).await;
+                    match weak.upgrade() {
+                        Some(c) if c.probe_tick() => {}
+                        _ => return,
+                    }
+                }
+            });
             Ok(Box::new(VerbsByteStream {
                 ep: ep.clone(),
                 core: c,
