@@ -16,6 +16,10 @@
 //! application's buffers: datagrams that arrive before a receive is posted
 //! wait in their slots instead of being dropped, and a receive can be
 //! cancelled, which one handed to the device could not be.
+//!
+//! Multicast groups ([`multicast`]) are joined through rdma_cm ids of
+//! their own; the queue pair is attached to each group's GID, so group
+//! datagrams arrive in the same slots.
 
 mod multicast;
 mod resolve;

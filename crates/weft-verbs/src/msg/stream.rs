@@ -39,6 +39,11 @@
 //!   connection that failed (a work request error, rdma_cm reporting it
 //!   broken) reads and writes as `ConnectionReset` once the bytes that
 //!   arrived are read.
+//! * A peer gone without a disconnect is found by a probe: a stream
+//!   someone waits on that has seen no completion for
+//!   [`PROBE_AFTER`] posts a zero-length RDMA write, which a dead peer
+//!   never acknowledges; once the [`RETRIES`] are spent it fails, and
+//!   the stream is reset.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
