@@ -492,12 +492,22 @@ pub struct Node {
 impl Node {
     /// Opens everything for `info`, waiting in `wait` mode.
     pub fn open(info: &Info, wait: weft::WaitMode) -> Node {
+        Node::open_with(info, wait, false)
+    }
+
+    /// [`Node::open`] with the endpoint bound to the EQ too (where its
+    /// own events go, e.g. `FI_JOIN_COMPLETE`).
+    pub fn open_ep_eq(info: &Info, wait: weft::WaitMode) -> Node {
+        Node::open_with(info, wait, true)
+    }
+
+    fn open_with(info: &Info, wait: weft::WaitMode, ep_eq: bool) -> Node {
         let fabric = Fabric::open(info).unwrap();
         let domain = fabric.domain(info).unwrap();
         let eq = fabric.eq(64).unwrap();
         let av = domain.av(AvAttr::default()).unwrap();
         av.bind_eq(&eq, 0).unwrap();
-        let (ep, cq) = enabled_endpoint(&domain, info, &av, wait);
+        let (ep, cq) = enabled_endpoint_with_eq(&domain, info, &av, ep_eq.then_some(&eq), wait);
         Node {
             ep,
             av,

@@ -74,15 +74,45 @@ async fn connected(prov: &'static str) -> (SockStream, SockStream) {
     connected_with(prov, WaitMode::Interrupt).await
 }
 
-/// Both ends of one connection whose endpoints make progress in `wait`.
-async fn connected_with(prov: &'static str, wait: WaitMode) -> (SockStream, SockStream) {
-    let info = stream_info(prov);
-    let fabric = weft::Fabric::open(&info).unwrap();
-    let domain = fabric.domain(&info).unwrap();
-    let pep = fabric.passive_endpoint(&info, None).unwrap();
+/// A fabric, domain, and a passive endpoint of them for `info`,
+/// listening, with its EQ.
+fn listening(
+    info: &Info,
+) -> (
+    weft::Fabric,
+    weft::Domain,
+    weft::PassiveEndpoint,
+    weft::EventQueue,
+) {
+    let fabric = weft::Fabric::open(info).unwrap();
+    let domain = fabric.domain(info).unwrap();
+    let pep = fabric.passive_endpoint(info, None).unwrap();
     let peq = fabric.eq(8).unwrap();
     pep.bind_eq(&peq).unwrap();
     pep.listen().unwrap();
+    (fabric, domain, pep, peq)
+}
+
+/// The endpoint that takes the connection request `ev` reports, bound
+/// to an EQ of its own.
+fn accepting(
+    fabric: &weft::Fabric,
+    domain: &weft::Domain,
+    info: &Info,
+    ev: &weft::EqEvent,
+) -> (weft::Endpoint, weft::EventQueue) {
+    assert_eq!(ev.kind, EqEventKind::ConnReq);
+    let req = weft::ConnRequest::from_event(ev).unwrap();
+    let ep = domain.accept_endpoint(info, &req).unwrap();
+    let eq = fabric.eq(8).unwrap();
+    ep.bind_eq(&eq).unwrap();
+    (ep, eq)
+}
+
+/// Both ends of one connection whose endpoints make progress in `wait`.
+async fn connected_with(prov: &'static str, wait: WaitMode) -> (SockStream, SockStream) {
+    let info = stream_info(prov);
+    let (fabric, domain, pep, peq) = listening(&info);
     let open = |req: Option<&weft::ConnRequest>| {
         let ep = match req {
             Some(r) => domain.accept_endpoint(&info, r).unwrap(),
@@ -254,12 +284,7 @@ fn nth(i: u64) -> u8 {
 /// (`killed_peer_child`), and the process.
 async fn from_peer_process(prov: &'static str, role: &str) -> (SockStream, Reap) {
     let info = stream_info(prov);
-    let fabric = weft::Fabric::open(&info).unwrap();
-    let domain = fabric.domain(&info).unwrap();
-    let pep = fabric.passive_endpoint(&info, None).unwrap();
-    let peq = fabric.eq(8).unwrap();
-    pep.bind_eq(&peq).unwrap();
-    pep.listen().unwrap();
+    let (fabric, domain, pep, peq) = listening(&info);
     let to: String = pep
         .local_addr()
         .unwrap()
@@ -284,11 +309,7 @@ async fn from_peer_process(prov: &'static str, role: &str) -> (SockStream, Reap)
         .await
         .expect("the peer process connects")
         .unwrap();
-    assert_eq!(ev.kind, EqEventKind::ConnReq);
-    let req = weft::ConnRequest::from_event(&ev).unwrap();
-    let sep = domain.accept_endpoint(&info, &req).unwrap();
-    let seq = fabric.eq(8).unwrap();
-    sep.bind_eq(&seq).unwrap();
+    let (sep, _seq) = accepting(&fabric, &domain, &info, &ev);
     sep.enable().unwrap();
     within("accept", sep.accept(Vec::new())).await.unwrap();
     (sep.stream().unwrap(), child)
@@ -584,12 +605,7 @@ async fn every_wait_mode_carries_the_stream(prov: &'static str) {
 async fn keyed_streams_prove_their_key(prov: &'static str) {
     let mut info = stream_info(prov);
     info.ep_attr.auth_key = Some(b"job-a".to_vec());
-    let fabric = weft::Fabric::open(&info).unwrap();
-    let domain = fabric.domain(&info).unwrap();
-    let pep = fabric.passive_endpoint(&info, None).unwrap();
-    let peq = fabric.eq(8).unwrap();
-    pep.bind_eq(&peq).unwrap();
-    pep.listen().unwrap();
+    let (fabric, domain, pep, peq) = listening(&info);
     let to = pep.local_addr().unwrap();
     let client = |key: &[u8]| {
         let mut i = info.clone();
@@ -614,11 +630,7 @@ async fn keyed_streams_prove_their_key(prov: &'static str) {
     let e = within("refusal", next_eq(&peq)).await.unwrap_err();
     assert_eq!(e.err, Error::KeyRejected);
     let ev = within("connreq", next_eq(&peq)).await.unwrap();
-    assert_eq!(ev.kind, EqEventKind::ConnReq);
-    let req = weft::ConnRequest::from_event(&ev).unwrap();
-    let sep = domain.accept_endpoint(&info, &req).unwrap();
-    let seq = fabric.eq(8).unwrap();
-    sep.bind_eq(&seq).unwrap();
+    let (sep, _seq) = accepting(&fabric, &domain, &info, &ev);
     within("accept", sep.accept(Vec::new())).await.unwrap();
     within("connect", conn).await.unwrap().unwrap();
     let (mut c, mut s) = (cep.stream().unwrap(), sep.stream().unwrap());

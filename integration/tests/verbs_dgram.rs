@@ -452,25 +452,6 @@ async fn dgram_stream_through_the_cq() {
     assert!(s.eq.is_empty());
 }
 
-/// A DGRAM member of multicast groups: its endpoint bound to its EQ too
-/// (where `FI_JOIN_COMPLETE` goes).
-fn member(info: &weft::Info, wait: WaitMode) -> Node {
-    let fabric = weft::Fabric::open(info).unwrap();
-    let domain = fabric.domain(info).unwrap();
-    let eq = fabric.eq(64).unwrap();
-    let av = domain.av(weft::AvAttr::default()).unwrap();
-    av.bind_eq(&eq, 0).unwrap();
-    let (ep, cq) = weft_integration::enabled_endpoint_with_eq(&domain, info, &av, Some(&eq), wait);
-    Node {
-        ep,
-        av,
-        eq,
-        cq,
-        domain,
-        fabric,
-    }
-}
-
 fn multicast_offer(dev: &str) -> Option<weft::Info> {
     weft_integration::verbs_offer_with(dev, EpType::Dgram, |h| {
         h.caps = weft::Caps::MSG | weft::Caps::MULTICAST | weft::Caps::SOURCE;
@@ -503,7 +484,11 @@ async fn members_receive(wait: WaitMode) {
     };
     assert!(si.caps.contains(weft::Caps::MULTICAST));
     let g = raw([239, 255, 66, 1 + wait as u8], 7000);
-    let (s, a, b) = (member(&si, wait), member(&ci, wait), member(&ci, wait));
+    let (s, a, b) = (
+        Node::open_ep_eq(&si, wait),
+        Node::open_ep_eq(&ci, wait),
+        Node::open_ep_eq(&ci, wait),
+    );
     let ma = within("join", a.ep.join(&g, 7)).await.unwrap();
     let ev = a.eq.next_timeout(TIMEOUT).await.unwrap().unwrap();
     assert_eq!(
@@ -585,8 +570,8 @@ async fn dgram_multicast_bad_input() {
         return;
     };
     let (s, a) = (
-        member(&si, WaitMode::Interrupt),
-        member(&ci, WaitMode::Interrupt),
+        Node::open_ep_eq(&si, WaitMode::Interrupt),
+        Node::open_ep_eq(&ci, WaitMode::Interrupt),
     );
     for bad in [
         raw([10, 66, 0, 2], 7000),

@@ -16,6 +16,36 @@ pub const FI_ADDR_NOTAVAIL: FiAddr = u64::MAX;
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
 
+/// The bit that marks a joined multicast group's address (`fi_mc_addr`)
+/// among an endpoint's destinations: AV handles of endpoints with one
+/// receive context never set it.
+pub const MC_ADDR_BIT: u64 = 1 << 62;
+
+/// The index of the group whose address is `a`; `None` for anything
+/// else (AV handles, `FI_ADDR_UNSPEC`).
+pub fn mc_index(a: FiAddr) -> Option<usize> {
+    if a & MC_ADDR_BIT == 0 || a == FI_ADDR_NOTAVAIL {
+        return None;
+    }
+    usize::try_from(a & !MC_ADDR_BIT).ok()
+}
+
+/// Keeps group `g` in the first free slot of `list` (slots of groups
+/// left are reused) and returns the group's address.
+pub fn mc_insert<G>(list: &mut Vec<Option<G>>, g: G) -> FiAddr {
+    let i = match list.iter().position(Option::is_none) {
+        Some(i) => {
+            list[i] = Some(g);
+            i
+        }
+        None => {
+            list.push(Some(g));
+            list.len() - 1
+        }
+    };
+    MC_ADDR_BIT | i as u64
+}
+
 /// Length of an encoded `struct sockaddr_in`.
 pub const SOCKADDR_IN_LEN: usize = 16;
 /// Length of an encoded `struct sockaddr_in6`.
@@ -130,6 +160,19 @@ pub fn parse_numeric(node: &str, service: &str) -> Result<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn group_addresses_reuse_free_slots_and_stand_apart() {
+        let mut list = Vec::new();
+        let a = mc_insert(&mut list, 'a');
+        let b = mc_insert(&mut list, 'b');
+        assert_eq!((mc_index(a), mc_index(b)), (Some(0), Some(1)));
+        list[0] = None;
+        assert_eq!(mc_insert(&mut list, 'c'), a, "a left group's slot");
+        for not_a_group in [0, 5, FI_ADDR_UNSPEC] {
+            assert_eq!(mc_index(not_a_group), None);
+        }
+    }
 
     #[test]
     fn sockaddr_round_trip() {

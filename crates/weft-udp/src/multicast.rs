@@ -19,7 +19,7 @@ use crate::rx::pass;
 
 /// The bit that marks a group's address among AV handles (AV handles of
 /// a udp endpoint, which has one receive context, never set it).
-pub const MC_BIT: u64 = 1 << 62;
+pub const MC_BIT: u64 = weft_core::addr::MC_ADDR_BIT;
 
 /// One joined group.
 #[derive(Debug)]
@@ -54,10 +54,7 @@ impl Groups {
 }
 
 fn index(mc: FiAddr) -> Result<usize> {
-    if mc & MC_BIT == 0 {
-        return Err(Error::Inval);
-    }
-    usize::try_from(mc & !MC_BIT).map_err(|_| Error::Inval)
+    weft_core::addr::mc_index(mc).ok_or(Error::Inval)
 }
 
 /// A socket that receives `group`'s datagrams on `local`'s interface.
@@ -128,19 +125,9 @@ impl EpShared {
             addr: group,
             task: task.abort_handle(),
         };
-        let mut list = lock(&self.groups.0);
-        let i = match list.iter().position(Option::is_none) {
-            Some(i) => {
-                list[i] = Some(g);
-                i
-            }
-            None => {
-                list.push(Some(g));
-                list.len() - 1
-            }
-        };
+        let mc = weft_core::addr::mc_insert(&mut lock(&self.groups.0), g);
         tracing::debug!(%group, "udp: joined");
-        Ok(MC_BIT | i as u64)
+        Ok(mc)
     }
 
     /// Leaves the group joined as `mc`.

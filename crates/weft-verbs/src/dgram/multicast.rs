@@ -11,17 +11,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use weft_core::addr::{decode_sockaddr, FiAddr};
+use weft_core::addr::{decode_sockaddr, mc_index, mc_insert, FiAddr};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
 use super::DgramShared;
 use crate::cm_events::{self, CmChannel};
 use crate::sys::{AddressHandle, AhAttr, CmEventKind, CmId, Gid, PortSpace, UDP_QKEY};
-
-/// The bit that marks a group's address among AV handles (a DGRAM
-/// endpoint has one receive context, so its AV handles never set it).
-const MC_BIT: u64 = 1 << 62;
 
 /// The destination QPN of every multicast datagram.
 const MC_QPN: u32 = 0x00ff_ffff;
@@ -47,7 +43,7 @@ impl Groups {
     /// goes out with; `None` if `mc` is no group's address,
     /// `AddrNotAvail` if it is one not (or no longer) joined.
     pub(super) fn dest(&self, mc: FiAddr) -> Option<Result<(Arc<AddressHandle>, u32, u32)>> {
-        let i = index(mc)?;
+        let i = mc_index(mc)?;
         Some(
             lock(&self.0)
                 .get(i)
@@ -56,13 +52,6 @@ impl Groups {
                 .ok_or(Error::AddrNotAvail),
         )
     }
-}
-
-fn index(mc: FiAddr) -> Option<usize> {
-    if mc & MC_BIT == 0 {
-        return None;
-    }
-    usize::try_from(mc & !MC_BIT).ok()
 }
 
 /// Routes an id's events while held.
@@ -134,23 +123,14 @@ impl DgramShared {
             ah,
             qkey: ud.qkey,
         };
-        let i = match list.iter().position(Option::is_none) {
-            Some(i) => {
-                list[i] = Some(g);
-                i
-            }
-            None => {
-                list.push(Some(g));
-                list.len() - 1
-            }
-        };
+        let mc = mc_insert(&mut list, g);
         tracing::debug!(%group, mgid = ?mgid.to_ip(), "verbs dgram: joined");
-        Ok(MC_BIT | i as u64)
+        Ok(mc)
     }
 
     /// Leaves the group joined as `mc`; `Inval` if it is none.
     pub(super) fn leave(&self, mc: FiAddr) -> Result<()> {
-        let i = index(mc).ok_or(Error::Inval)?;
+        let i = mc_index(mc).ok_or(Error::Inval)?;
         self.leave_slot(|list| list.get_mut(i).and_then(Option::take))
             .unwrap_or(Err(Error::Inval))
     }
@@ -201,11 +181,11 @@ mod tests {
 
     #[test]
     fn group_addresses_are_marked_and_others_are_not() {
-        assert_eq!(index(MC_BIT | 3), Some(3));
-        assert_eq!(index(3), None);
         let g = Groups::default();
         assert!(g.dest(5).is_none(), "an AV handle is not a group");
-        assert!(matches!(g.dest(MC_BIT), Some(Err(Error::AddrNotAvail))));
+        assert!(g.dest(u64::MAX).is_none(), "FI_ADDR_UNSPEC is not a group");
+        let first = mc_insert(&mut Vec::<Option<()>>::new(), ());
+        assert!(matches!(g.dest(first), Some(Err(Error::AddrNotAvail))));
     }
 
     #[test]
