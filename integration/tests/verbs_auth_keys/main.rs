@@ -9,8 +9,10 @@
 //! endpoints refuse each other. Raw rdma_cm peers (`weft_verbs::sys`)
 //! that forge, reflect, replay or cut short the proof, or answer a keyed
 //! connect with a forged challenge or an accept, are refused without harm
-//! to the endpoint's own job. What verbs cannot enforce (keys on DGRAM,
-//! keys in the AV, region keys other than the domain's) is refused.
+//! to the endpoint's own job. Regions and endpoints under keys other than
+//! the domain's get protection domains of their own, so another job's
+//! remote keys fail at the device (`regions`). What verbs cannot enforce
+//! (keys on DGRAM) or does not do (keys in the AV) is refused.
 //!
 //! Outside the VM every test is ignored; inside it a missing device is a
 //! failure.
@@ -244,8 +246,8 @@ async fn rdm_keyed_peers_connect_simultaneously_and_to_themselves() {
 }
 
 /// The domain's key is its endpoints' default; an endpoint of a keyed
-/// domain may not hold another (its regions would be reachable from that
-/// job's connections), and regions take only the domain's key.
+/// domain may hold another (its queue pairs then live in that key's
+/// protection domain, `regions`), and so may regions.
 #[cfg_attr(
     not(feature = "verbs"),
     ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
@@ -265,9 +267,16 @@ async fn domain_keys_regions_and_what_verbs_refuses() {
     let stranger = Rdm::open(CLIENT_DEV, Some(JOB_B));
     refused_both_ways(&stranger, &inherits).await;
 
-    // Another key on the keyed domain, on a DGRAM endpoint, in the AV.
-    let other = info(SERVER_DEV, EpType::Rdm, Some(JOB_B));
-    assert_eq!(enable_err(&domain, &other), Error::OpNotSupp);
+    // Another key on the keyed domain serves that key's job, whose
+    // peers it now admits, and refuses the domain's.
+    let other = Rdm::on(
+        &fabric,
+        &domain,
+        &info(SERVER_DEV, EpType::Rdm, Some(JOB_B)),
+    );
+    exchange(&stranger, &other, 1).await;
+    refused_both_ways(&explicit, &other).await;
+    // A key on a DGRAM endpoint, keys in the AV.
     let mut dg = verbs_offer_with(SERVER_DEV, EpType::Dgram, |_| {}).unwrap();
     assert_eq!(dg.domain_attr.max_ep_auth_key, 0);
     let ddom = Fabric::open(&dg).unwrap().domain(&dg).unwrap();
@@ -287,25 +296,23 @@ async fn domain_keys_regions_and_what_verbs_refuses() {
     avk.domain_attr.av_auth_key = true;
     assert_eq!(fabric.domain(&avk).err(), Some(Error::OpNotSupp));
 
-    // Regions: the domain's key (given or by default) is enforced by
-    // construction; any other is refused.
+    // Regions take any key (enforced in `regions`); a bad one is Inval.
     let rw = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
-    assert!(domain.mr_regattr(MrAttr::alloc(4096, rw)).is_ok());
-    assert!(domain
-        .mr_regattr(MrAttr::alloc(4096, rw).auth_key(JOB_A))
-        .is_ok());
-    let e = domain
-        .mr_regattr(MrAttr::alloc(4096, rw).auth_key(JOB_B))
-        .err()
-        .unwrap();
-    assert_eq!(e.error, Error::OpNotSupp);
+    for key in [JOB_A, JOB_B] {
+        assert!(domain
+            .mr_regattr(MrAttr::alloc(4096, rw).auth_key(key))
+            .is_ok());
+    }
     let unkeyed = Fabric::open(&plain).unwrap().domain(&plain).unwrap();
     assert!(unkeyed.mr_regattr(MrAttr::alloc(4096, rw)).is_ok());
-    let e = unkeyed
+    assert!(unkeyed
         .mr_regattr(MrAttr::alloc(4096, rw).auth_key(JOB_A))
+        .is_ok());
+    let e = unkeyed
+        .mr_regattr(MrAttr::alloc(4096, rw).auth_key(&[7; 65]))
         .err()
         .unwrap();
-    assert_eq!(e.error, Error::OpNotSupp);
+    assert_eq!(e.error, Error::Inval);
     exchange(&explicit, &inherits, 1).await;
 }
 
@@ -559,6 +566,7 @@ async fn setup_cost_with_and_without_keys() {
 
 #[cfg(feature = "verbs")]
 mod raw;
+mod regions;
 
 /// Forged, reflected, replayed, moved and cut-short proofs, a notice,
 /// another key's opening and a plain request, each against a keyed MSG

@@ -228,18 +228,26 @@ impl MsgShared {
         self.next_wr.fetch_add(1, Ordering::Relaxed) as u64
     }
 
-    /// Builds PD, completion channel, CQ and QP on the id's device.
-    fn build_link(self: &Arc<Self>, id: CmId) -> Result<Arc<Link>> {
+    /// Builds completion channel, CQ and QP on the id's device, in the
+    /// protection domain of `key`, the key the connection proves (so it
+    /// reaches the domain's regions under that key and no others).
+    fn build_link(self: &Arc<Self>, id: CmId, key: Option<&AuthKey>) -> Result<Arc<Link>> {
         let ctx = id.context()?;
-        let pd = crate::domain::endpoint_pd(&self.cfg, &ctx)?;
+        let pd = crate::domain::endpoint_pd(&self.cfg, &ctx, key)?;
         let chan = CompChannel::new(&ctx)?;
         let info = &self.cfg.info;
         let srx = self.srx();
         if let Some(x) = srx {
             // The shared queue's receives name the context's registrations,
-            // which only queue pairs of its protection domain can use.
+            // which only queue pairs of its protection domain can use: the
+            // domain's key's, on the domain's device.
             if !Arc::ptr_eq(&x.pd, &pd) {
-                return Err(Error::Domain);
+                let same_dev = x.pd.context().as_ptr() == ctx.as_ptr();
+                return Err(if same_dev {
+                    Error::OpNotSupp
+                } else {
+                    Error::Domain
+                });
             }
         }
         // Every receive of a shared context may complete on this CQ.
@@ -455,7 +463,7 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
             .await
             .map_err(|(e, _)| e)?,
     }
-    let link = ep.build_link(id)?;
+    let link = ep.build_link(id, ep.key.as_ref())?;
     let pd = match opening {
         Some((d, o)) => {
             let t = ep.cfg.limits.handshake_timeout;
@@ -689,13 +697,16 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
                 ep.cfg.eq_error(Error::KeyRejected, Vec::new());
                 return Err(Error::KeyRejected);
             }
+            // An unkeyed endpoint may take a request its listener's key
+            // proved: its queue pair goes where that key's do.
+            let proven = req.proven().cloned();
             let (id, chan) = req.take()?;
             if let Some(t) = tos {
                 id.set_tos(t)?;
             }
             let mut events = chan.subscribe(id.token());
             *lock(&ep.cm) = Some(chan.clone());
-            let link = ep.build_link(id)?;
+            let link = ep.build_link(id, proven.as_ref())?;
             link.id.accept(&ConnParam::new(&pd))?;
             match established(&ep, &mut events).await {
                 Ok(_) => {

@@ -587,7 +587,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         cfg.info.domain_attr.auth_key.as_deref(),
     )?;
     let gate = crate::keyproof::Gate::new(
-        key,
+        key.clone(),
         weft_core::auth::ConnKind::Rdm,
         cfg.limits.handshake_timeout,
     );
@@ -600,7 +600,9 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     listener.listen(LISTEN_BACKLOG)?;
     let local = listener.local_addr().ok_or(Error::AddrNotAvail)?;
     let ctx = listener.context()?;
-    let pd = crate::domain::endpoint_pd(&cfg, &ctx)?;
+    // Every connection proves the endpoint's key: all of them, and the
+    // receive queue they share, live in that key's protection domain.
+    let pd = crate::domain::endpoint_pd(&cfg, &ctx, key.as_ref())?;
     let chan = CompChannel::new(&ctx)?;
     let srq = Srq::new(&pd, SLOTS as u32, 1)?;
     // A write with remote CQ data is two work requests on one credit.
