@@ -141,8 +141,19 @@ impl ProviderDomain for VerbsDomain {
         }
     }
 
+    /// The domain's cache and those of other keys' protection domains
+    /// (while that key's endpoints are open) together.
     fn mr_cache_stats(&self) -> Option<MrCacheStats> {
-        Some(self.cache.stats())
+        let mut s = self.cache.stats();
+        for c in self.keyed.caches() {
+            let k = c.stats();
+            s.hits += k.hits;
+            s.misses += k.misses;
+            s.evictions += k.evictions;
+            s.entries += k.entries;
+            s.bytes += k.bytes;
+        }
+        Some(s)
     }
 
     fn pool_alloc(&self, count: usize, size: usize) -> Result<PoolMemory> {
@@ -184,26 +195,61 @@ impl VerbsDomain {
 
 /// Protection domains of keys other than the domain's, each made when a
 /// region or connection first needs it and gone with the last object in
-/// it (held weakly here, so a key's protection domain costs nothing once
-/// its regions and queue pairs are gone).
+/// it: held weakly here, so a key costs nothing once its regions and
+/// queue pairs are gone. Each has a registration cache of its own (a
+/// registration serves one protection domain), with the domain's limits,
+/// alive while an endpoint of that key is.
 #[derive(Debug, Default)]
-struct KeyPds(Mutex<Vec<(Option<AuthKey>, Weak<ProtectionDomain>)>>);
+struct KeyPds(Mutex<Vec<KeyPd>>);
+
+#[derive(Debug)]
+struct KeyPd {
+    key: Option<AuthKey>,
+    pd: Weak<ProtectionDomain>,
+    cache: Weak<SourceCache>,
+}
 
 impl KeyPds {
     fn get(&self, key: Option<&AuthKey>, ctx: &Arc<Context>) -> Result<Arc<ProtectionDomain>> {
         let mut all = lock(&self.0);
-        all.retain(|(_, pd)| pd.strong_count() > 0);
+        all.retain(|e| e.pd.strong_count() > 0);
         if let Some(pd) = all
             .iter()
-            .find(|(k, _)| k.as_ref() == key)
-            .and_then(|(_, pd)| pd.upgrade())
+            .find(|e| e.key.as_ref() == key)
+            .and_then(|e| e.pd.upgrade())
         {
             return Ok(pd);
         }
         let pd = ProtectionDomain::new(ctx)?;
         tracing::debug!(keys = all.len() + 1, "verbs protection domain for a key");
-        all.push((key.cloned(), Arc::downgrade(&pd)));
+        all.push(KeyPd {
+            key: key.cloned(),
+            pd: Arc::downgrade(&pd),
+            cache: Weak::new(),
+        });
         Ok(pd)
+    }
+
+    /// The caches alive now.
+    fn caches(&self) -> Vec<Arc<SourceCache>> {
+        lock(&self.0)
+            .iter()
+            .filter_map(|e| e.cache.upgrade())
+            .collect()
+    }
+
+    /// The registration cache of `pd`, one of these protection domains.
+    fn cache(&self, pd: &Arc<ProtectionDomain>, limits: CacheLimits) -> Option<Arc<SourceCache>> {
+        let mut all = lock(&self.0);
+        let e = all
+            .iter_mut()
+            .find(|e| std::ptr::eq(e.pd.as_ptr(), Arc::as_ptr(pd)))?;
+        if let Some(c) = e.cache.upgrade() {
+            return Some(c);
+        }
+        let c = Arc::new(SourceCache::new(limits));
+        e.cache = Arc::downgrade(&c);
+        Some(c)
     }
 }
 
@@ -228,10 +274,10 @@ pub(crate) fn endpoint_pd(
 }
 
 /// The registration cache an endpoint on protection domain `pd` uses:
-/// its domain's when `pd` is the domain's (a registration serves only
-/// queue pairs of its own protection domain). Protection domains of other
-/// keys have none: their sources are registered for each operation, so
-/// caches of several keys never together pin more than the limits allow.
+/// its domain's when `pd` is the domain's, that key's when `pd` is the
+/// protection domain of another key (a registration serves only queue
+/// pairs of its own protection domain), none for a protection domain of
+/// the endpoint's own.
 pub(crate) fn endpoint_cache(
     cfg: &EpConfig,
     pd: &Arc<ProtectionDomain>,
@@ -240,5 +286,8 @@ pub(crate) fn endpoint_cache(
         .domain
         .as_ref()
         .and_then(|d| d.as_any().downcast_ref::<VerbsDomain>())?;
-    Arc::ptr_eq(&dom.pd, pd).then(|| dom.cache.clone())
+    if Arc::ptr_eq(&dom.pd, pd) {
+        return Some(dom.cache.clone());
+    }
+    dom.keyed.cache(pd, dom.cache.limits())
 }

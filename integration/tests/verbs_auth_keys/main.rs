@@ -87,7 +87,7 @@ struct Rdm {
     handles: std::sync::Mutex<Vec<(Vec<u8>, FiAddr)>>,
     eq: EventQueue,
     _cq: CompletionQueue,
-    _domain: Domain,
+    domain: Domain,
     _fabric: Fabric,
 }
 
@@ -115,7 +115,7 @@ impl Rdm {
             handles: std::sync::Mutex::new(Vec::new()),
             eq,
             _cq: cq,
-            _domain: domain.clone(),
+            domain: domain.clone(),
             _fabric: fabric.clone(),
         }
     }

@@ -257,3 +257,39 @@ async fn msg_rma_pair(fabric: &Fabric, domain: &Domain, key: Option<&[u8]>) -> M
         _peq: peq,
     }
 }
+
+/// A keyed endpoint of an unkeyed domain sends from its key's protection
+/// domain, through that key's registration cache: rendezvous sends
+/// (64 KiB) of one buffer register it once, as on the domain's own.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_endpoints_of_unkeyed_domains_cache_their_registrations() {
+    let (c, s) = (
+        rdm_with_rma(CLIENT_DEV, Some(JOB_A)),
+        rdm_with_rma(SERVER_DEV, Some(JOB_A)),
+    );
+    assert!(c.domain.info().domain_attr.auth_key.is_none());
+    let before = c.domain.mr_cache_stats().unwrap();
+    let dest = c.handle_of(&s);
+    let buf = Bytes::from(vec![0x5a; 64 << 10]);
+    for i in 0..3 {
+        let (got, sent) = within("a rendezvous send", async {
+            tokio::join!(
+                s.ep.trecv(BytesMut::zeroed(buf.len()), FI_ADDR_UNSPEC, i, 0),
+                c.ep.tsend(dest, buf.clone(), i)
+            )
+        })
+        .await;
+        sent.unwrap();
+        assert!(got.unwrap().into_bytes() == buf, "received bytes differ");
+    }
+    let st = c.domain.mr_cache_stats().unwrap();
+    assert_eq!(
+        (st.misses - before.misses, st.hits - before.hits),
+        (1, 2),
+        "{st:?}"
+    );
+}
