@@ -163,6 +163,8 @@ async fn exchange(from: &Rdm, to: &Rdm, n: u64) {
 /// IP; its port is rdma_cm's), and nothing reaches `to`.
 async fn refused_both_ways(from: &Rdm, to: &Rdm) {
     let conns = to.ep.stats().unwrap().conns;
+    let refused = |r: &Rdm| r.ep.stats().unwrap().rx_key_rejected;
+    let counted = (refused(from), refused(to));
     let dest = from.handle_of(to);
     let recv = to.ep.trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, 77, 0);
     let sent = within(
@@ -183,6 +185,11 @@ async fn refused_both_ways(from: &Rdm, to: &Rdm) {
         to.ep.stats().unwrap().conns,
         conns,
         "no connection left behind"
+    );
+    assert_eq!(
+        (refused(from), refused(to)),
+        (counted.0 + 1, counted.1 + 1),
+        "each side counts the refusal"
     );
 }
 
@@ -438,6 +445,7 @@ async fn msg_refused(l: &Listener, key: Option<&[u8]>) {
         .unwrap()
         .unwrap_err();
     assert_eq!(e.err, Error::KeyRejected);
+    assert_eq!(c.ep.stats().unwrap().rx_key_rejected, 1, "counted");
     let client_ip = ip_of(&info(CLIENT_DEV, EpType::Msg, None).src_addr.unwrap());
     reported(&l.eq, Error::KeyRejected, client_ip).await;
     assert!(l.eq.is_empty(), "no FI_CONNREQ for a refused key");
@@ -484,6 +492,8 @@ async fn msg_jobs_with_different_keys_stay_apart() {
         within("connect", connecting).await.unwrap().err(),
         Some(Error::KeyRejected)
     );
+    assert_eq!(s.ep.stats().unwrap().rx_key_rejected, 1, "counted");
+    assert_eq!(c.ep.stats().unwrap().rx_key_rejected, 1, "counted");
     // The listener still serves its own job.
     msg_connects(&la, Some(JOB_A), b"still").await;
     drop((la.pep, plain.pep, la.fabric));

@@ -69,7 +69,7 @@
 //! which (measured on rxe, Linux 6.1) does not change its queue pair.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -164,6 +164,9 @@ pub struct MsgShared {
     /// The stream was handed out: it, not the endpoint, ends the
     /// connection.
     stream_taken: AtomicBool,
+    /// Connections refused for their key, either way
+    /// (`EpStats::rx_key_rejected`).
+    key_rejected: AtomicU64,
 }
 
 impl std::fmt::Debug for MsgShared {
@@ -197,6 +200,7 @@ impl MsgShared {
             tasks: Mutex::new(Vec::new()),
             stream: Mutex::new(stream::Slot::None),
             stream_taken: AtomicBool::new(false),
+            key_rejected: AtomicU64::new(0),
         })
     }
 
@@ -222,6 +226,15 @@ impl MsgShared {
     /// credit if that freed one.
     fn sweep_and_take(&self) -> bool {
         lock(&self.rxq).sweep(&self.rx) > 0 && self.rx.try_take()
+    }
+
+    /// Reports a connection that ended in `e` on the EQ, counting it if
+    /// it was refused for its key.
+    fn report_failed(&self, e: Error, cm: Vec<u8>) {
+        if e == Error::KeyRejected {
+            self.key_rejected.fetch_add(1, Ordering::Relaxed);
+        }
+        self.cfg.eq_error(e, cm);
     }
 
     fn wr_id(&self) -> u64 {
@@ -472,7 +485,7 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
                 Ok(pd) => pd,
                 Err(e) => {
                     *lock(&ep.link) = None;
-                    ep.cfg.eq_error(e, Vec::new());
+                    ep.report_failed(e, Vec::new());
                     return Err(e);
                 }
             }
@@ -491,7 +504,7 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
             // that does not hold, with a rejection of its own.
             let e = payload::rejection(e, &data);
             *lock(&ep.link) = None;
-            ep.cfg.eq_error(e, cm_decode(&data));
+            ep.report_failed(e, cm_decode(&data));
             Err(e)
         }
     }
@@ -509,6 +522,7 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
             let link = lock(&ep.link).clone();
             s.tclass = crate::qp_tclass(link.as_ref().map(|l| &*l.qp));
         }
+        s.rx_key_rejected = ep.key_rejected.load(Ordering::Relaxed);
         s
     }
 
@@ -694,7 +708,7 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
                 let (id, chan) = req.take()?;
                 let _ = id.reject(&payload::refused());
                 chan.unsubscribe(id.token());
-                ep.cfg.eq_error(Error::KeyRejected, Vec::new());
+                ep.report_failed(Error::KeyRejected, Vec::new());
                 return Err(Error::KeyRejected);
             }
             // An unkeyed endpoint may take a request its listener's key

@@ -377,6 +377,9 @@ pub struct RdmShared {
     pub(crate) tasks: Mutex<Tasks>,
     /// Connections open or being made (each holds a [`ConnSlot`]).
     pub(crate) conn_count: Arc<AtomicUsize>,
+    /// Connections refused for their key, either way
+    /// (`EpStats::rx_key_rejected`).
+    pub(crate) key_rejected: AtomicU64,
 }
 
 impl std::fmt::Debug for RdmShared {
@@ -648,6 +651,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         closed: AtomicBool::new(false),
         tasks: Mutex::new(Tasks::default()),
         conn_count: Arc::new(AtomicUsize::new(0)),
+        key_rejected: AtomicU64::new(0),
         rt,
         cfg,
     });
@@ -685,6 +689,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         s.peers = lock(&ep.peers).len();
         let conns: Vec<Arc<Conn>> = lock(&ep.by_qp).values().cloned().collect();
         s.tclass = crate::qp_tclass(conns.iter().map(|c| &*c.qp));
+        s.rx_key_rejected = ep.key_rejected.load(Ordering::Relaxed);
         s
     }
 
