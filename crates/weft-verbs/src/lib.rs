@@ -11,7 +11,8 @@
 //! and RDMA-read rendezvous transfers, a shared receive queue),
 //! `FI_EP_DGRAM` over a UD queue pair whose AV inserts resolve addresses
 //! through rdma_cm (`dgram`), memory
-//! regions on the domain's protection domain (`domain`) with RDMA write
+//! regions on the protection domain of their authorization key (`domain`:
+//! the domain's, or one per other key) with RDMA write
 //! and read on both endpoint types, completion
 //! channels driven by the Tokio reactor, a busy-poll thread, or inline
 //! polling by the waiting task, and authorization keys on MSG and RDM

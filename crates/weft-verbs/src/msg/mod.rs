@@ -30,7 +30,9 @@
 //! CM data then shares the request with the proof, so it may be at most
 //! [`PROOF_DATA_MAX`] (30) bytes instead of [`CM_DATA_SIZE`]. Its data
 //! is covered by the proof's MAC. An accepting endpoint with a key takes
-//! only a request that proved that key.
+//! only a request that proved that key. The queue pair lives in the
+//! protection domain of the key the connection proved (`crate::domain`),
+//! so it reaches that key's regions and no others.
 //!
 //! Connection setup is bounded by `limits.handshake_timeout` on both
 //! sides (from the request to `Established`), as in the tcp provider: a

@@ -54,7 +54,10 @@
 //! alone (a whole sockaddr does not fit beside the MAC): the listening
 //! address is that port at the IP address the request came from. A
 //! refusal fails the sends queued for the peer with `KeyRejected` and is
-//! reported on both sides' EQs with the other's address.
+//! reported on both sides' EQs with the other's address (and counted,
+//! `EpStats::rx_key_rejected`). Everything the endpoint builds lives in
+//! its key's protection domain (`crate::domain`), so its connections
+//! reach that key's regions and no others.
 //!
 //! Idle connections are not retired (`limits.idle_timeout` is not used
 //! here), only counted against `max_conns`. The target of RDMA writes
