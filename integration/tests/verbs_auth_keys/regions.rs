@@ -293,3 +293,37 @@ async fn keyed_endpoints_of_unkeyed_domains_cache_their_registrations() {
         "{st:?}"
     );
 }
+
+/// The domain's shared receive context keeps its receive queue in the
+/// domain key's protection domain, where a MSG endpoint holding another
+/// key has no queue pair: such an endpoint bound to it cannot connect
+/// (`OpNotSupp`), and nothing reaches the listener.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_keys_other_than_the_domains_take_no_shared_context() {
+    let l = listener(Some(JOB_B));
+    let ci = rma_info(CLIENT_DEV, EpType::Msg, Some(JOB_B));
+    let fabric = Fabric::open(&ci).unwrap();
+    let domain = fabric.domain(&ci).unwrap();
+    assert!(domain.info().domain_attr.auth_key.is_none());
+    let srx = domain.srx_context(16).unwrap();
+    let ep = domain.endpoint(&ci).unwrap();
+    let (eq, cq) = (
+        fabric.eq(16).unwrap(),
+        domain.cq(CqAttr::default()).unwrap(),
+    );
+    ep.bind_eq(&eq).unwrap();
+    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+        .unwrap();
+    ep.bind_srx(&srx).unwrap();
+    ep.enable().unwrap();
+    let r = within("a connect", ep.connect(l.addr.clone(), Vec::new())).await;
+    assert_eq!(r.err(), Some(Error::OpNotSupp));
+    let heard = tokio::time::timeout(QUIET, l.eq.next_timeout(T)).await;
+    assert!(heard.is_err(), "the listener heard of it: {heard:?}");
+    // Without the context the same endpoint's job is served.
+    msg_connects(&l, Some(JOB_B), b"no context").await;
+}
