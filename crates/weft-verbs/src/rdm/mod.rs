@@ -596,7 +596,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         key.clone(),
         weft_core::auth::ConnKind::Rdm,
         cfg.limits.handshake_timeout,
-    );
+    )?;
     let cm = CmChannel::open(&rt)?;
     let listener = CmId::new(&cm.ch, PortSpace::Tcp)?;
     if let Some(t) = tos {

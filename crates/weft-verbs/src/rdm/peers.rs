@@ -95,7 +95,7 @@ fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
         .on_request(private, from.map(|a| a.ip()), here, Instant::now())
     {
         Verdict::Plain => parse_hello(private),
-        Verdict::Proven(data) => from
+        Verdict::Proven(data, _) => from
             .ok_or(Error::Inval)
             .and_then(|f| parse_keyed_hello(&data, f.ip())),
         Verdict::Reject { data, report } => {
