@@ -4,11 +4,16 @@
 //!
 //! Authorization keys: a region cannot tell one queue pair of its
 //! protection domain from another (a remote key works on all of them), so
-//! a region key is enforced only as the domain's own: on a keyed domain
-//! every endpoint holds the domain's key (`crate::endpoint_key`), so every
-//! connection on its queue pairs proved it, and a region under that key
-//! (`MrAttr::auth_key` or the domain's default) is reached by that job
-//! alone. Any other region key is `OpNotSupp`.
+//! a key is enforced by giving it a protection domain of its own. The
+//! domain's protection domain serves the domain's key (`domain_attr.auth_key`,
+//! or none); every other key gets one made on first use ([`KeyPds`]),
+//! on the same device context. A region keyed K is registered in K's
+//! protection domain, and the queue pairs of a connection that proved K
+//! are created there, with everything their work requests name (receive
+//! and send slots, the shared receive queue): a peer that proved J holds
+//! queue pairs of J's protection domain only, where K's remote keys are
+//! not valid, so the device itself refuses its reads, writes and atomics
+//! (a remote access error).
 //!
 //! A remote key is only honoured on a queue pair of the region's
 //! protection domain, so an endpoint that is to be the target of RMA must
@@ -17,7 +22,7 @@
 //! it, and objects of two contexts cannot be mixed.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use weft_core::addr::decode_sockaddr;
 use weft_core::attr::{EpType, Info};
@@ -30,6 +35,7 @@ use weft_core::provider::{
 use crate::dgram::UdResolver;
 use crate::regcache::CacheLimits;
 use crate::user_bufs::SourceCache;
+use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
 use crate::sys::{AtomicCap, CmId, Context, EventChannel, PoolMr, PortSpace, ProtectionDomain};
@@ -38,14 +44,18 @@ use weft_core::pool::{Carved, PoolMemory};
 /// The per-domain verbs objects.
 #[derive(Debug)]
 pub struct VerbsDomain {
+    /// The protection domain of the domain's key (or of no key).
     pd: Arc<ProtectionDomain>,
+    /// The protection domains of other keys.
+    keyed: KeyPds,
     /// The device does 64-bit atomics: remote-writable regions take them.
     atomics: bool,
     /// A domain opened for `FI_EP_DGRAM`: its AVs resolve addresses.
     ud: Option<Arc<UdResolver>>,
     /// Registrations of send sources, shared by the domain's endpoints.
     cache: Arc<SourceCache>,
-    /// `domain_attr.auth_key`: what every endpoint here proves.
+    /// `domain_attr.auth_key`: what endpoints here prove unless they
+    /// hold a key of their own, and regions' default key.
     key: Option<AuthKey>,
     /// The endpoint type it was opened for: whose shared receive
     /// contexts it opens (MSG: an SRQ; RDM: a software matcher).
@@ -91,6 +101,7 @@ pub fn open(info: &Info) -> Result<Arc<dyn ProviderDomain>> {
     let cache = Arc::new(SourceCache::new(limits));
     Ok(Arc::new(VerbsDomain {
         pd,
+        keyed: KeyPds::default(),
         atomics,
         ud,
         cache,
@@ -104,15 +115,12 @@ impl ProviderDomain for VerbsDomain {
         &self,
         req: MrRequest,
     ) -> std::result::Result<Arc<dyn ProviderMr>, Rejected<MrRequest>> {
-        if req.auth_key.is_some() && req.auth_key != self.key {
-            // Not enforceable here (see the module docs): refused rather
-            // than registered as if it were.
-            return Err(Rejected {
-                err: Error::OpNotSupp,
-                req,
-            });
+        // fi_mr(3): a region without a key of its own takes the domain's.
+        let key = req.auth_key.clone().or_else(|| self.key.clone());
+        match self.pd_for(key.as_ref()) {
+            Ok(pd) => crate::mr::register(&pd, self.atomics, req),
+            Err(err) => Err(Rejected { err, req }),
         }
-        crate::mr::register(&self.pd, self.atomics, req)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -133,8 +141,19 @@ impl ProviderDomain for VerbsDomain {
         }
     }
 
+    /// The domain's cache and those of other keys' protection domains
+    /// (while that key's endpoints are open) together.
     fn mr_cache_stats(&self) -> Option<MrCacheStats> {
-        Some(self.cache.stats())
+        let mut s = self.cache.stats();
+        for c in self.keyed.caches() {
+            let k = c.stats();
+            s.hits += k.hits;
+            s.misses += k.misses;
+            s.evictions += k.evictions;
+            s.entries += k.entries;
+            s.bytes += k.bytes;
+        }
+        Some(s)
     }
 
     fn pool_alloc(&self, count: usize, size: usize) -> Result<PoolMemory> {
@@ -159,9 +178,13 @@ impl ProviderDomain for VerbsDomain {
 }
 
 impl VerbsDomain {
-    /// The domain's key (`domain_attr.auth_key`), if any.
-    pub(crate) fn key(&self) -> Option<&AuthKey> {
-        self.key.as_ref()
+    /// The protection domain of `key`: the domain's own for the domain's
+    /// key, else that key's (made now if nothing holds it).
+    pub(crate) fn pd_for(&self, key: Option<&AuthKey>) -> Result<Arc<ProtectionDomain>> {
+        if key == self.key.as_ref() {
+            return Ok(self.pd.clone());
+        }
+        self.keyed.get(key, self.pd.context())
     }
 
     /// The address resolver of a DGRAM domain.
@@ -170,23 +193,91 @@ impl VerbsDomain {
     }
 }
 
-/// The protection domain an endpoint on device context `ctx` uses: its
-/// domain's when that is on the same device (so the domain's regions are
-/// reachable through it), else one of its own.
-pub(crate) fn endpoint_pd(cfg: &EpConfig, ctx: &Arc<Context>) -> Result<Arc<ProtectionDomain>> {
+/// Protection domains of keys other than the domain's, each made when a
+/// region or connection first needs it and gone with the last object in
+/// it: held weakly here, so a key costs nothing once its regions and
+/// queue pairs are gone. Each has a registration cache of its own (a
+/// registration serves one protection domain), with the domain's limits,
+/// alive while an endpoint of that key is.
+#[derive(Debug, Default)]
+struct KeyPds(Mutex<Vec<KeyPd>>);
+
+#[derive(Debug)]
+struct KeyPd {
+    key: Option<AuthKey>,
+    pd: Weak<ProtectionDomain>,
+    cache: Weak<SourceCache>,
+}
+
+impl KeyPds {
+    fn get(&self, key: Option<&AuthKey>, ctx: &Arc<Context>) -> Result<Arc<ProtectionDomain>> {
+        let mut all = lock(&self.0);
+        all.retain(|e| e.pd.strong_count() > 0);
+        if let Some(pd) = all
+            .iter()
+            .find(|e| e.key.as_ref() == key)
+            .and_then(|e| e.pd.upgrade())
+        {
+            return Ok(pd);
+        }
+        let pd = ProtectionDomain::new(ctx)?;
+        tracing::debug!(keys = all.len() + 1, "verbs protection domain for a key");
+        all.push(KeyPd {
+            key: key.cloned(),
+            pd: Arc::downgrade(&pd),
+            cache: Weak::new(),
+        });
+        Ok(pd)
+    }
+
+    /// The caches alive now.
+    fn caches(&self) -> Vec<Arc<SourceCache>> {
+        lock(&self.0)
+            .iter()
+            .filter_map(|e| e.cache.upgrade())
+            .collect()
+    }
+
+    /// The registration cache of `pd`, one of these protection domains.
+    fn cache(&self, pd: &Arc<ProtectionDomain>, limits: CacheLimits) -> Option<Arc<SourceCache>> {
+        let mut all = lock(&self.0);
+        let e = all
+            .iter_mut()
+            .find(|e| std::ptr::eq(e.pd.as_ptr(), Arc::as_ptr(pd)))?;
+        if let Some(c) = e.cache.upgrade() {
+            return Some(c);
+        }
+        let c = Arc::new(SourceCache::new(limits));
+        e.cache = Arc::downgrade(&c);
+        Some(c)
+    }
+}
+
+/// The protection domain of the queue pairs, on device context `ctx`, of
+/// an endpoint's connections that proved `key`: that key's protection
+/// domain of the endpoint's domain when that is on the same device (so
+/// the domain's regions under `key`, and only those, are reachable
+/// through them), else one of their own.
+pub(crate) fn endpoint_pd(
+    cfg: &EpConfig,
+    ctx: &Arc<Context>,
+    key: Option<&AuthKey>,
+) -> Result<Arc<ProtectionDomain>> {
     let dom = cfg
         .domain
         .as_ref()
         .and_then(|d| d.as_any().downcast_ref::<VerbsDomain>());
     match dom {
-        Some(d) if d.pd.context().as_ptr() == ctx.as_ptr() => Ok(d.pd.clone()),
+        Some(d) if d.pd.context().as_ptr() == ctx.as_ptr() => d.pd_for(key),
         _ => ProtectionDomain::new(ctx),
     }
 }
 
 /// The registration cache an endpoint on protection domain `pd` uses:
-/// its domain's when `pd` is the domain's (a registration serves only
-/// queue pairs of its own protection domain).
+/// its domain's when `pd` is the domain's, that key's when `pd` is the
+/// protection domain of another key (a registration serves only queue
+/// pairs of its own protection domain), none for a protection domain of
+/// the endpoint's own.
 pub(crate) fn endpoint_cache(
     cfg: &EpConfig,
     pd: &Arc<ProtectionDomain>,
@@ -195,5 +286,8 @@ pub(crate) fn endpoint_cache(
         .domain
         .as_ref()
         .and_then(|d| d.as_any().downcast_ref::<VerbsDomain>())?;
-    Arc::ptr_eq(&dom.pd, pd).then(|| dom.cache.clone())
+    if Arc::ptr_eq(&dom.pd, pd) {
+        return Some(dom.cache.clone());
+    }
+    dom.keyed.cache(pd, dom.cache.limits())
 }

@@ -11,7 +11,8 @@
 //! and RDMA-read rendezvous transfers, a shared receive queue),
 //! `FI_EP_DGRAM` over a UD queue pair whose AV inserts resolve addresses
 //! through rdma_cm (`dgram`), memory
-//! regions on the domain's protection domain (`domain`) with RDMA write
+//! regions on the protection domain of their authorization key (`domain`:
+//! the domain's, or one per other key) with RDMA write
 //! and read on both endpoint types, completion
 //! channels driven by the Tokio reactor, a busy-poll thread, or inline
 //! polling by the waiting task, and authorization keys on MSG and RDM
@@ -138,15 +139,7 @@ pub fn open_domain(info: &Info) -> Result<Arc<dyn weft_core::provider::ProviderD
 /// and address handles; one that is neither a DSCP value nor a label is
 /// `Inval`. Keys: see [`endpoint_key`].
 pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
-    #[cfg(feature = "rdma")]
-    {
-        let dom = cfg
-            .domain
-            .as_ref()
-            .and_then(|d| d.as_any().downcast_ref::<domain::VerbsDomain>())
-            .map(domain::VerbsDomain::key);
-        endpoint_key(&cfg.info, dom)?;
-    }
+    endpoint_key(&cfg.info)?;
     #[cfg(feature = "rdma")]
     match cfg.info.ep_attr.ep_type {
         // MSG and RDM endpoints take receives from a shared context; a
@@ -275,26 +268,19 @@ impl Provider for VerbsProvider {
     }
 }
 
-/// The key an endpoint with `info` proves (its own, else its domain's),
-/// on a domain whose key is `domain` (`None` without a verbs domain; the
-/// inner `None` for a domain without one). A key of the wrong size is
-/// `Inval`. `OpNotSupp`: a key on a DGRAM endpoint (no connection to
-/// prove it on), or on a keyed domain a key other than the domain's: a
-/// remote key works on every queue pair of the domain's protection
-/// domain, so the domain's regions stay with the domain's job only if
-/// every connection there proved the domain's key.
-pub fn endpoint_key(info: &Info, domain: Option<Option<&AuthKey>>) -> Result<Option<AuthKey>> {
+/// The key an endpoint with `info` proves (its own, else its domain's).
+/// A key of the wrong size is `Inval`; a key on a DGRAM endpoint is
+/// `OpNotSupp` (no connection to prove it on). A key other than a keyed
+/// domain's is taken: its connections' queue pairs live in that key's
+/// protection domain (`domain`), where the domain's regions under other
+/// keys are out of reach.
+pub fn endpoint_key(info: &Info) -> Result<Option<AuthKey>> {
     let key = effective_key(
         info.ep_attr.auth_key.as_deref(),
         info.domain_attr.auth_key.as_deref(),
     )?;
     if key.is_some() && info.ep_attr.ep_type == EpType::Dgram {
         return Err(Error::OpNotSupp);
-    }
-    if let Some(Some(d)) = domain {
-        if key.as_ref() != Some(d) {
-            return Err(Error::OpNotSupp);
-        }
     }
     Ok(key)
 }
@@ -314,8 +300,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// Keys on MSG and RDM, refused on DGRAM and, on a keyed domain,
-    /// when they are not the domain's; FI_AV_AUTH_KEY domains refused.
+    /// Keys on MSG and RDM (the endpoint's own before its domain's),
+    /// refused on DGRAM; FI_AV_AUTH_KEY domains refused.
     #[test]
     fn which_keys_are_taken() {
         let p = VerbsProvider;
@@ -329,22 +315,21 @@ mod tests {
         for t in [EpType::Msg, EpType::Rdm] {
             let mut i = Info::default();
             i.ep_attr.ep_type = t;
-            assert_eq!(endpoint_key(&i, None), Ok(None));
+            assert_eq!(endpoint_key(&i), Ok(None));
             i.ep_attr.auth_key = Some(b"job-a".to_vec());
-            assert_eq!(endpoint_key(&i, None), Ok(Some(a.clone())));
-            assert_eq!(endpoint_key(&i, Some(None)), Ok(Some(a.clone())));
-            assert_eq!(endpoint_key(&i, Some(Some(&a))), Ok(Some(a.clone())));
-            assert_eq!(endpoint_key(&i, Some(Some(&b))), Err(Error::OpNotSupp));
+            assert_eq!(endpoint_key(&i), Ok(Some(a.clone())));
+            i.domain_attr.auth_key = Some(b"job-b".to_vec());
+            assert_eq!(endpoint_key(&i), Ok(Some(a.clone())));
             i.ep_attr.auth_key = None;
-            assert_eq!(endpoint_key(&i, Some(Some(&b))), Err(Error::OpNotSupp));
+            assert_eq!(endpoint_key(&i), Ok(Some(b.clone())));
             i.ep_attr.auth_key = Some(Vec::new());
-            assert_eq!(endpoint_key(&i, None), Err(Error::Inval));
+            assert_eq!(endpoint_key(&i), Err(Error::Inval));
         }
         let mut i = Info::default();
         i.ep_attr.ep_type = EpType::Dgram;
-        assert_eq!(endpoint_key(&i, None), Ok(None));
+        assert_eq!(endpoint_key(&i), Ok(None));
         i.domain_attr.auth_key = Some(b"job-a".to_vec());
-        assert_eq!(endpoint_key(&i, None), Err(Error::OpNotSupp));
+        assert_eq!(endpoint_key(&i), Err(Error::OpNotSupp));
         for o in offers() {
             let want = usize::from(o.ep_attr.ep_type != EpType::Dgram);
             assert_eq!(o.domain_attr.max_ep_auth_key, want);

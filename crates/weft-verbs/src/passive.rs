@@ -110,7 +110,7 @@ impl VerbsPassive {
             info.ep_attr.auth_key.as_deref(),
             info.domain_attr.auth_key.as_deref(),
         )?;
-        let gate = Gate::new(key, ConnKind::Msg, limits.handshake_timeout);
+        let gate = Gate::new(key, ConnKind::Msg, limits.handshake_timeout)?;
         let chan = CmChannel::open(&rt)?;
         let id = CmId::new(&chan.ch, PortSpace::Tcp)?;
         if let Some(t) = tos {
@@ -150,14 +150,14 @@ impl VerbsPassive {
                     }
                 };
                 let here = new_id.local_addr().unwrap_or(local);
-                let cm_data = match gate.on_request(
+                let (cm_data, proven) = match gate.on_request(
                     &ev.private_data,
                     peer.map(|p| p.ip()),
                     here,
                     Instant::now(),
                 ) {
-                    Verdict::Plain => cm_decode(&ev.private_data),
-                    Verdict::Proven(data) => data,
+                    Verdict::Plain => (cm_decode(&ev.private_data), None),
+                    Verdict::Proven(data, k) => (data, gate.proven(k).cloned()),
                     Verdict::Reject { data, report: why } => {
                         let _ = new_id.reject(&data);
                         ch.unsubscribe(new_id.token());
@@ -181,7 +181,7 @@ impl VerbsPassive {
                 let req: ConnHandle = Arc::new(PendingReq {
                     id: Mutex::new(Some(new_id)),
                     chan: ch.clone(),
-                    proven: gate.key().cloned(),
+                    proven,
                     _slot: slot,
                 });
                 let mut e = EqEvent::new(EqEventKind::ConnReq, fid, context, 0);

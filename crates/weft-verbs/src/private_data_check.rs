@@ -35,7 +35,11 @@ fn auth_forms(pd: &[u8]) -> Result<(), String> {
     };
     let again = match form {
         CmAuth::Plain | CmAuth::Refused => return Ok(()),
-        CmAuth::Open { nonce, selector } => payload::open(&nonce, &selector),
+        CmAuth::Open {
+            nonce,
+            selector,
+            key_id,
+        } => payload::open(&nonce, &selector, &key_id),
         CmAuth::Challenge { nonce, mac } => payload::challenge(&nonce, &mac),
         CmAuth::Proof { handle, mac, data } => {
             if data.len() > PROOF_DATA_MAX {

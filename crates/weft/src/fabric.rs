@@ -277,8 +277,7 @@ impl Domain {
     /// `info.ep_attr.auth_key`, else the domain's `domain_attr.auth_key`:
     /// 1 ..= 64 bytes (`Inval` otherwise), on a provider that enforces
     /// keys (`OpNotSupp` otherwise; verbs refuses keys on DGRAM endpoints
-    /// and, on a keyed domain, keys other than the domain's when the
-    /// endpoint is enabled; udp refuses them on SOCK_DGRAM endpoints, and
+    /// when the endpoint is enabled; udp refuses them on SOCK_DGRAM endpoints, and
     /// on DGRAM endpoints bound to a wildcard address is `Inval`).
     pub fn endpoint(&self, info: &Info) -> Result<Endpoint> {
         Endpoint::new(self.clone(), info.clone(), None)

@@ -126,8 +126,9 @@ impl<'a> MrAttr<'a> {
     /// accepted. On an `FI_AV_AUTH_KEY` domain, pass the bytes of an AV
     /// key ([`AddressVector::lookup_auth_key`](crate::AddressVector::lookup_auth_key)).
     /// Providers that do not enforce region keys refuse it
-    /// (`OpNotSupp`): verbs takes only its domain's own key, which every
-    /// connection on the domain's queue pairs proved. Sub-regions keep
+    /// (`OpNotSupp`); verbs registers the region in a protection domain
+    /// of the key's, where only connections that proved it have queue
+    /// pairs, so the device itself refuses everyone else. Sub-regions keep
     /// their base's key (`BadFlags` if one is given).
     pub fn auth_key(mut self, key: &[u8]) -> MrAttr<'a> {
         self.auth_key = Some(KeyBytes::Bytes(key.to_vec()));

@@ -9,8 +9,10 @@
 //! endpoints refuse each other. Raw rdma_cm peers (`weft_verbs::sys`)
 //! that forge, reflect, replay or cut short the proof, or answer a keyed
 //! connect with a forged challenge or an accept, are refused without harm
-//! to the endpoint's own job. What verbs cannot enforce (keys on DGRAM,
-//! keys in the AV, region keys other than the domain's) is refused.
+//! to the endpoint's own job. Regions and endpoints under keys other than
+//! the domain's get protection domains of their own, so another job's
+//! remote keys fail at the device (`regions`). What verbs cannot enforce
+//! (keys on DGRAM) or does not do (keys in the AV) is refused.
 //!
 //! Outside the VM every test is ignored; inside it a missing device is a
 //! failure.
@@ -85,7 +87,7 @@ struct Rdm {
     handles: std::sync::Mutex<Vec<(Vec<u8>, FiAddr)>>,
     eq: EventQueue,
     _cq: CompletionQueue,
-    _domain: Domain,
+    domain: Domain,
     _fabric: Fabric,
 }
 
@@ -113,7 +115,7 @@ impl Rdm {
             handles: std::sync::Mutex::new(Vec::new()),
             eq,
             _cq: cq,
-            _domain: domain.clone(),
+            domain: domain.clone(),
             _fabric: fabric.clone(),
         }
     }
@@ -161,6 +163,8 @@ async fn exchange(from: &Rdm, to: &Rdm, n: u64) {
 /// IP; its port is rdma_cm's), and nothing reaches `to`.
 async fn refused_both_ways(from: &Rdm, to: &Rdm) {
     let conns = to.ep.stats().unwrap().conns;
+    let refused = |r: &Rdm| r.ep.stats().unwrap().rx_key_rejected;
+    let counted = (refused(from), refused(to));
     let dest = from.handle_of(to);
     let recv = to.ep.trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, 77, 0);
     let sent = within(
@@ -181,6 +185,11 @@ async fn refused_both_ways(from: &Rdm, to: &Rdm) {
         to.ep.stats().unwrap().conns,
         conns,
         "no connection left behind"
+    );
+    assert_eq!(
+        (refused(from), refused(to)),
+        (counted.0 + 1, counted.1 + 1),
+        "each side counts the refusal"
     );
 }
 
@@ -244,8 +253,8 @@ async fn rdm_keyed_peers_connect_simultaneously_and_to_themselves() {
 }
 
 /// The domain's key is its endpoints' default; an endpoint of a keyed
-/// domain may not hold another (its regions would be reachable from that
-/// job's connections), and regions take only the domain's key.
+/// domain may hold another (its queue pairs then live in that key's
+/// protection domain, `regions`), and so may regions.
 #[cfg_attr(
     not(feature = "verbs"),
     ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
@@ -265,9 +274,16 @@ async fn domain_keys_regions_and_what_verbs_refuses() {
     let stranger = Rdm::open(CLIENT_DEV, Some(JOB_B));
     refused_both_ways(&stranger, &inherits).await;
 
-    // Another key on the keyed domain, on a DGRAM endpoint, in the AV.
-    let other = info(SERVER_DEV, EpType::Rdm, Some(JOB_B));
-    assert_eq!(enable_err(&domain, &other), Error::OpNotSupp);
+    // Another key on the keyed domain serves that key's job, whose
+    // peers it now admits, and refuses the domain's.
+    let other = Rdm::on(
+        &fabric,
+        &domain,
+        &info(SERVER_DEV, EpType::Rdm, Some(JOB_B)),
+    );
+    exchange(&stranger, &other, 1).await;
+    refused_both_ways(&explicit, &other).await;
+    // A key on a DGRAM endpoint, keys in the AV.
     let mut dg = verbs_offer_with(SERVER_DEV, EpType::Dgram, |_| {}).unwrap();
     assert_eq!(dg.domain_attr.max_ep_auth_key, 0);
     let ddom = Fabric::open(&dg).unwrap().domain(&dg).unwrap();
@@ -287,25 +303,23 @@ async fn domain_keys_regions_and_what_verbs_refuses() {
     avk.domain_attr.av_auth_key = true;
     assert_eq!(fabric.domain(&avk).err(), Some(Error::OpNotSupp));
 
-    // Regions: the domain's key (given or by default) is enforced by
-    // construction; any other is refused.
+    // Regions take any key (enforced in `regions`); a bad one is Inval.
     let rw = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
-    assert!(domain.mr_regattr(MrAttr::alloc(4096, rw)).is_ok());
-    assert!(domain
-        .mr_regattr(MrAttr::alloc(4096, rw).auth_key(JOB_A))
-        .is_ok());
-    let e = domain
-        .mr_regattr(MrAttr::alloc(4096, rw).auth_key(JOB_B))
-        .err()
-        .unwrap();
-    assert_eq!(e.error, Error::OpNotSupp);
+    for key in [JOB_A, JOB_B] {
+        assert!(domain
+            .mr_regattr(MrAttr::alloc(4096, rw).auth_key(key))
+            .is_ok());
+    }
     let unkeyed = Fabric::open(&plain).unwrap().domain(&plain).unwrap();
     assert!(unkeyed.mr_regattr(MrAttr::alloc(4096, rw)).is_ok());
-    let e = unkeyed
+    assert!(unkeyed
         .mr_regattr(MrAttr::alloc(4096, rw).auth_key(JOB_A))
+        .is_ok());
+    let e = unkeyed
+        .mr_regattr(MrAttr::alloc(4096, rw).auth_key(&[7; 65]))
         .err()
         .unwrap();
-    assert_eq!(e.error, Error::OpNotSupp);
+    assert_eq!(e.error, Error::Inval);
     exchange(&explicit, &inherits, 1).await;
 }
 
@@ -431,6 +445,7 @@ async fn msg_refused(l: &Listener, key: Option<&[u8]>) {
         .unwrap()
         .unwrap_err();
     assert_eq!(e.err, Error::KeyRejected);
+    assert_eq!(c.ep.stats().unwrap().rx_key_rejected, 1, "counted");
     let client_ip = ip_of(&info(CLIENT_DEV, EpType::Msg, None).src_addr.unwrap());
     reported(&l.eq, Error::KeyRejected, client_ip).await;
     assert!(l.eq.is_empty(), "no FI_CONNREQ for a refused key");
@@ -477,6 +492,8 @@ async fn msg_jobs_with_different_keys_stay_apart() {
         within("connect", connecting).await.unwrap().err(),
         Some(Error::KeyRejected)
     );
+    assert_eq!(s.ep.stats().unwrap().rx_key_rejected, 1, "counted");
+    assert_eq!(c.ep.stats().unwrap().rx_key_rejected, 1, "counted");
     // The listener still serves its own job.
     msg_connects(&la, Some(JOB_A), b"still").await;
     drop((la.pep, plain.pep, la.fabric));
@@ -559,6 +576,7 @@ async fn setup_cost_with_and_without_keys() {
 
 #[cfg(feature = "verbs")]
 mod raw;
+mod regions;
 
 /// Forged, reflected, replayed, moved and cut-short proofs, a notice,
 /// another key's opening and a plain request, each against a keyed MSG

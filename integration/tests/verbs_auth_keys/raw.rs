@@ -18,6 +18,16 @@ pub const PROOF: u8 = 0xA3;
 pub const REFUSED: u8 = 0xA4;
 pub const NOTICE: u8 = 0xA5;
 pub const LABEL: &[u8] = b"weft-verbs-cm-1";
+pub const KEY_ID_LABEL: &[u8] = b"weft-verbs-key-id-1";
+
+/// The identifier an opening names `key` by.
+pub fn key_id(key: &[u8]) -> Vec<u8> {
+    AuthKey::new(key)
+        .unwrap()
+        .prove_bytes(KEY_ID_LABEL)
+        .unwrap()[..8]
+        .to_vec()
+}
 
 /// Queue pair numbers rxe never hands out (its numbers stay far
 /// below), one per request: a QP-less request naming the number of a
@@ -91,6 +101,7 @@ pub fn opening(key: &[u8], nc: &[u8; 16]) -> Vec<u8> {
     let mut v = vec![OPEN];
     v.extend_from_slice(nc);
     v.extend_from_slice(&AuthKey::new(key).unwrap().selector(nc).unwrap());
+    v.extend_from_slice(&key_id(key));
     v
 }
 
@@ -322,9 +333,10 @@ pub async fn acceptor() {
     let connecting = tokio::spawn(async move { c2.connect(dest, b"secret".to_vec()).await });
     let mut ev = next_request(&ch).await;
     assert_eq!(ev.private_data[0], OPEN);
+    assert_eq!(&ev.private_data[33..41], &key_id(JOB_A)[..]);
     assert!(
-        ev.private_data[33..].iter().all(|&b| b == 0),
-        "only nonce and selector: {:?}",
+        ev.private_data[41..].iter().all(|&b| b == 0),
+        "only nonce, selector and key identifier: {:?}",
         ev.private_data
     );
     let na = fresh_nonce().unwrap();

@@ -472,6 +472,7 @@ pub struct EpStats {
     /// unkeyed one, or a MAC this key did not make). shm: channel claims
     /// refused either way (as the owner, a sender that did not prove the
     /// key; as a sender, an owner that refused it or did not prove it).
+    /// verbs MSG and RDM: connections refused for their key, either way.
     pub rx_key_rejected: u64,
     /// Datagrams dropped on arrival because their key proof was one
     /// already seen, or older than the sender's replay window (udp DGRAM).

@@ -27,6 +27,8 @@ pub(crate) struct Pending {
     pub acceptor_nonce: Nonce,
     /// Where the opening request came from.
     pub from: IpAddr,
+    /// Which of the acceptor's keys the challenge was made with.
+    pub key: usize,
 }
 
 /// When a challenge was issued, and its serial number, which tells it
@@ -146,6 +148,7 @@ mod tests {
             connector_nonce: [i; 16],
             acceptor_nonce: [i.wrapping_add(100); 16],
             from: IpAddr::V4(Ipv4Addr::new(10, 66, 0, 2)),
+            key: usize::from(i),
         }
     }
 

@@ -8,9 +8,11 @@
 //! acceptor one answer (accept or reject). A proof in which the acceptor
 //! proves first needs two of each, so a keyed connect is two requests:
 //!
-//! 1. The connector sends [`payload::OPEN`]: a fresh nonce `Nc` and the
-//!    key selector (HMAC under the key over `Nc`; `weft_core::auth`).
-//! 2. An acceptor holding that key picks a fresh nonce `Na`, remembers
+//! 1. The connector sends [`payload::OPEN`]: a fresh nonce `Nc`, the
+//!    key selector (HMAC under the key over `Nc`; `weft_core::auth`) and
+//!    the key's identifier ([`key_id`]).
+//! 2. An acceptor holding that key (found by its identifier, then checked
+//!    by its selector) picks a fresh nonce `Na`, remembers
 //!    the challenge ([`challenges`]), and rejects the request with
 //!    [`payload::CHALLENGE`]: `Na` and its MAC over the transcript.
 //!    Any other acceptor rejects with [`payload::REFUSED`].
@@ -44,12 +46,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use weft_core::auth::{AuthKey, ConnKind, Role, Transcript, SHORT_MAC_LEN};
+use weft_core::hash::{fast_map, FastMap};
 use weft_core::sync::lock;
 use weft_core::wire::claim::{fresh_nonce, Nonce};
 use weft_core::{Error, Result};
 
 use challenges::{Challenges, Pending};
-use payload::{handle_of, CmAuth, Handle};
+use payload::{handle_of, CmAuth, Handle, KeyId, KEY_ID_LEN};
 
 /// Follows the transcript in every MAC made over rdma_cm, so that these
 /// MACs are never valid on another channel.
@@ -59,6 +62,25 @@ pub(crate) const LABEL: &[u8] = b"weft-verbs-cm-1";
 /// middle of their two requests. A burst of connectors beyond it costs
 /// the oldest their challenge (their proof is refused), not memory.
 pub(crate) const MAX_CHALLENGES: usize = 1024;
+
+/// What a key identifier is the MAC of (under the key): a label of its
+/// own, so that it is no other MAC made with the key.
+const KEY_ID_LABEL: &[u8] = b"weft-verbs-key-id-1";
+
+/// The identifier of `key` that openings carry: the first
+/// [`KEY_ID_LEN`] bytes of HMAC-SHA256 under the key over
+/// [`KEY_ID_LABEL`]. One-way, so it does not give the key away; the same
+/// in every opening, so an acceptor holding many keys finds the one a
+/// connector names by lookup instead of trying each. What it reveals:
+/// anyone who sees openings can tell which of them prove the same key,
+/// and can check a guess of the key offline (as the selector already
+/// lets them); nothing about the key's bytes beyond that.
+pub(crate) fn key_id(key: &AuthKey) -> Result<KeyId> {
+    let full = key.prove_bytes(KEY_ID_LABEL)?;
+    let mut id = [0u8; KEY_ID_LEN];
+    id.copy_from_slice(full.get(..KEY_ID_LEN).ok_or(Error::Inval)?);
+    Ok(id)
+}
 
 /// Draws of a fresh acceptor nonce before giving up on a handle that is
 /// free (a clash of 64 random bits with an open challenge).
@@ -121,7 +143,11 @@ impl Dialer {
 
     /// The private data of the opening request.
     pub(crate) fn opening(&self) -> Result<Vec<u8>> {
-        Ok(payload::open(&self.nonce, &self.key.selector(&self.nonce)?))
+        Ok(payload::open(
+            &self.nonce,
+            &self.key.selector(&self.nonce)?,
+            &key_id(&self.key)?,
+        ))
     }
 
     /// The next step after the opening request was rejected with `err`
@@ -170,10 +196,14 @@ impl Dialer {
     }
 }
 
-/// An acceptor's side: its key (or none) and its open challenges.
+/// An acceptor's side: its keys (none for an unkeyed acceptor) and its
+/// open challenges.
 #[derive(Debug)]
 pub(crate) struct Gate {
-    key: Option<AuthKey>,
+    keys: Vec<AuthKey>,
+    /// Indices into `keys` by identifier; several for keys with the same
+    /// bytes (an AV may hold one key under two handles).
+    by_id: FastMap<KeyId, Vec<usize>>,
     kind: ConnKind,
     table: Mutex<Challenges>,
 }
@@ -184,9 +214,10 @@ pub(crate) enum Verdict {
     /// An unkeyed acceptor's plain request: read its private data as
     /// before.
     Plain,
-    /// A request that proved the key: the data its MAC covered (MSG CM
-    /// data, RDM keyed hello).
-    Proven(Vec<u8>),
+    /// A request that proved a key: the data its MAC covered (MSG CM
+    /// data, RDM keyed hello), and which of the gate's keys it proved
+    /// (an index into the keys it was made with).
+    Proven(Vec<u8>, usize),
     /// Reject it with this private data. `report`: the refusal to report
     /// with the requester's address; `None` for a challenge, the
     /// protocol's normal first answer.
@@ -206,17 +237,45 @@ fn refuse() -> Verdict {
 impl Gate {
     /// An acceptor holding `key` (or none) for connections of `kind`,
     /// whose challenges stay open for `ttl` (the handshake timeout).
-    pub(crate) fn new(key: Option<AuthKey>, kind: ConnKind, ttl: Duration) -> Gate {
-        Gate {
-            key,
-            kind,
-            table: Mutex::new(Challenges::new(MAX_CHALLENGES, ttl)),
-        }
+    pub(crate) fn new(key: Option<AuthKey>, kind: ConnKind, ttl: Duration) -> Result<Gate> {
+        Gate::with_keys(key.into_iter().collect(), kind, ttl)
     }
 
-    /// The key connections must prove, if any.
+    /// An acceptor taking a connector that proves any of `keys` (none:
+    /// an unkeyed acceptor); a proof's verdict says which.
+    pub(crate) fn with_keys(keys: Vec<AuthKey>, kind: ConnKind, ttl: Duration) -> Result<Gate> {
+        let mut by_id: FastMap<KeyId, Vec<usize>> = fast_map();
+        for (i, k) in keys.iter().enumerate() {
+            by_id.entry(key_id(k)?).or_default().push(i);
+        }
+        Ok(Gate {
+            keys,
+            by_id,
+            kind,
+            table: Mutex::new(Challenges::new(MAX_CHALLENGES, ttl)),
+        })
+    }
+
+    /// The key a gate made by [`new`](Self::new) takes (the one its
+    /// endpoint proves as a connector too), if any.
     pub(crate) fn key(&self) -> Option<&AuthKey> {
-        self.key.as_ref()
+        self.keys.first()
+    }
+
+    /// The key of index `i` (as a [`Verdict::Proven`] names it).
+    pub(crate) fn proven(&self, i: usize) -> Option<&AuthKey> {
+        self.keys.get(i)
+    }
+
+    /// The held key whose identifier is `id` and whose selector for `nc`
+    /// is `sel`: one lookup and a selector check per key with that
+    /// identifier (one, but for keys held twice), never a trial of all.
+    fn named(&self, id: &KeyId, nc: &Nonce, sel: &[u8]) -> Option<usize> {
+        self.by_id
+            .get(id)?
+            .iter()
+            .copied()
+            .find(|&i| self.keys.get(i).is_some_and(|k| k.selects(nc, sel)))
     }
 
     /// Challenges open now (expired ones not yet dropped included).
@@ -231,8 +290,9 @@ impl Gate {
     ///
     /// An unkeyed acceptor takes plain requests and refuses keyed ones;
     /// a keyed acceptor refuses plain requests, challenges an opening
-    /// whose selector names its key, and takes a proof only for an open
-    /// challenge, from the address that opened it, whose MAC holds.
+    /// whose identifier and selector name one of its keys (under that
+    /// key), and takes a proof only for an open challenge, from the
+    /// address that opened it, whose MAC holds under the challenge's key.
     pub(crate) fn on_request(
         &self,
         pd: &[u8],
@@ -241,22 +301,29 @@ impl Gate {
         now: Instant,
     ) -> Verdict {
         let parsed = payload::decode(pd);
-        let Some(key) = &self.key else {
+        if self.keys.is_empty() {
             return match parsed {
                 Ok(CmAuth::Plain) => Verdict::Plain,
                 _ => refuse(),
             };
-        };
+        }
         let Some(from) = from else {
             // Nothing to bind the transcript to.
             return refuse();
         };
         match parsed {
-            Ok(CmAuth::Open { nonce, selector }) if key.selects(&nonce, &selector) => self
-                .challenge(key, nonce, from, local, now)
-                .unwrap_or_else(|_| refuse()),
+            Ok(CmAuth::Open {
+                nonce,
+                selector,
+                key_id,
+            }) => match self.named(&key_id, &nonce, &selector) {
+                Some(k) => self
+                    .challenge(k, nonce, from, local, now)
+                    .unwrap_or_else(|_| refuse()),
+                None => refuse(),
+            },
             Ok(CmAuth::Proof { handle, mac, data }) => {
-                self.check(key, &handle, &mac, data, from, local, now)
+                self.check(&handle, &mac, data, from, local, now)
             }
             Ok(CmAuth::Notice { handle }) => {
                 // The connector refused our challenge: it is spent.
@@ -267,15 +334,17 @@ impl Gate {
         }
     }
 
-    /// Issues a challenge to connector nonce `nc` from `from`.
+    /// Issues a challenge under key `k` to connector nonce `nc` from
+    /// `from`.
     fn challenge(
         &self,
-        key: &AuthKey,
+        k: usize,
         nc: Nonce,
         from: IpAddr,
         local: SocketAddr,
         now: Instant,
     ) -> Result<Verdict> {
+        let key = self.keys.get(k).ok_or(Error::Inval)?;
         for _ in 0..NONCE_DRAWS {
             let na = fresh_nonce()?;
             let t = transcript(self.kind, nc, na, from, local);
@@ -284,6 +353,7 @@ impl Gate {
                 connector_nonce: nc,
                 acceptor_nonce: na,
                 from,
+                key: k,
             };
             if lock(&self.table).insert(handle_of(&na), pending, now) {
                 return Ok(Verdict::Reject {
@@ -295,11 +365,10 @@ impl Gate {
         Err(Error::Again)
     }
 
-    /// Checks a proof for challenge `h`.
-    #[allow(clippy::too_many_arguments)]
+    /// Checks a proof for challenge `h`, under the key the challenge was
+    /// made with.
     fn check(
         &self,
-        key: &AuthKey,
         h: &Handle,
         mac: &[u8],
         data: &[u8],
@@ -310,14 +379,14 @@ impl Gate {
         let Some(p) = lock(&self.table).take(h, now) else {
             return refuse();
         };
-        if p.from != from {
+        let Some(key) = self.keys.get(p.key).filter(|_| p.from == from) else {
             return refuse();
-        }
+        };
         let t = transcript(self.kind, p.connector_nonce, p.acceptor_nonce, from, local);
         let ok = connector_extra(data)
             .and_then(|extra| key.verify_short_with(&t, Role::Connector, &extra, mac));
         match ok {
-            Ok(()) => Verdict::Proven(data.to_vec()),
+            Ok(()) => Verdict::Proven(data.to_vec(), p.key),
             Err(_) => refuse(),
         }
     }

@@ -14,7 +14,8 @@ use weft_core::auth::{Selector, Tag, MAC_LEN, SELECTOR_LEN, SHORT_MAC_LEN};
 use weft_core::wire::claim::{Nonce, NONCE_LEN};
 use weft_core::{Error, Result};
 
-/// Request, round 1: the connector's nonce and key selector.
+/// Request, round 1: the connector's nonce, key selector and key
+/// identifier.
 pub(crate) const OPEN: u8 = 0xA1;
 /// Rejection of round 1: the acceptor's nonce and its MAC (the challenge).
 pub(crate) const CHALLENGE: u8 = 0xA2;
@@ -34,12 +35,18 @@ pub(crate) const HANDLE_LEN: usize = 8;
 /// Names one open challenge of an acceptor.
 pub(crate) type Handle = [u8; HANDLE_LEN];
 
+/// Bytes of a key identifier (`super::key_id`).
+pub(crate) const KEY_ID_LEN: usize = 8;
+
+/// Names one key, the same in every opening that key makes.
+pub(crate) type KeyId = [u8; KEY_ID_LEN];
+
 /// Most private data an RC connect request carries (IB CM REQ less the
 /// rdma_cm header; `PortSpace::Tcp.max_connect_private_data()`).
 pub(crate) const MAX_REQUEST: usize = 56;
 
 /// Bytes of an [`OPEN`] request.
-pub(crate) const OPEN_LEN: usize = 1 + NONCE_LEN + SELECTOR_LEN;
+pub(crate) const OPEN_LEN: usize = 1 + NONCE_LEN + SELECTOR_LEN + KEY_ID_LEN;
 /// Bytes of a [`CHALLENGE`] rejection.
 pub(crate) const CHALLENGE_LEN: usize = 1 + NONCE_LEN + MAC_LEN;
 /// Bytes of a [`PROOF`] request in front of its data: tag, handle, short
@@ -64,7 +71,11 @@ pub(crate) enum CmAuth<'a> {
     /// program's).
     Plain,
     /// [`OPEN`].
-    Open { nonce: Nonce, selector: Selector },
+    Open {
+        nonce: Nonce,
+        selector: Selector,
+        key_id: KeyId,
+    },
     /// [`CHALLENGE`].
     Challenge { nonce: Nonce, mac: Tag },
     /// [`PROOF`]: `data` is what the MAC covers after the transcript.
@@ -89,8 +100,13 @@ pub(crate) fn decode(pd: &[u8]) -> Result<CmAuth<'_>> {
     match tag {
         OPEN => {
             let (nonce, rest) = take::<NONCE_LEN>(rest).ok_or_else(short)?;
-            let (selector, _) = take::<SELECTOR_LEN>(rest).ok_or_else(short)?;
-            Ok(CmAuth::Open { nonce, selector })
+            let (selector, rest) = take::<SELECTOR_LEN>(rest).ok_or_else(short)?;
+            let (key_id, _) = take::<KEY_ID_LEN>(rest).ok_or_else(short)?;
+            Ok(CmAuth::Open {
+                nonce,
+                selector,
+                key_id,
+            })
         }
         CHALLENGE => {
             let (nonce, rest) = take::<NONCE_LEN>(rest).ok_or_else(short)?;
@@ -124,11 +140,12 @@ fn take<const N: usize>(b: &[u8]) -> Option<([u8; N], &[u8])> {
 }
 
 /// An [`OPEN`] request.
-pub(crate) fn open(nonce: &Nonce, selector: &Selector) -> Vec<u8> {
+pub(crate) fn open(nonce: &Nonce, selector: &Selector, key_id: &KeyId) -> Vec<u8> {
     let mut v = Vec::with_capacity(OPEN_LEN);
     v.push(OPEN);
     v.extend_from_slice(nonce);
     v.extend_from_slice(selector);
+    v.extend_from_slice(key_id);
     v
 }
 
@@ -199,7 +216,7 @@ mod tests {
 
     #[test]
     fn sizes_fit_rdma_cm() {
-        assert_eq!(OPEN_LEN, 33);
+        assert_eq!(OPEN_LEN, 41);
         assert_eq!(CHALLENGE_LEN, 49);
         assert_eq!(PROOF_PREFIX, 26);
         assert_eq!(PROOF_DATA_MAX, 30);
@@ -218,12 +235,13 @@ mod tests {
 
     #[test]
     fn round_trips_with_and_without_padding() {
-        let (n, s) = ([1u8; NONCE_LEN], [2u8; SELECTOR_LEN]);
-        let o = open(&n, &s);
+        let (n, s, k) = ([1u8; NONCE_LEN], [2u8; SELECTOR_LEN], [9u8; KEY_ID_LEN]);
+        let o = open(&n, &s, &k);
         assert_eq!(o.len(), OPEN_LEN);
         let want = CmAuth::Open {
             nonce: n,
             selector: s,
+            key_id: k,
         };
         assert_eq!(decode(&o), Ok(want));
         assert_eq!(decode(&padded(&o, MAX_REQUEST)), Ok(want));
@@ -274,7 +292,7 @@ mod tests {
         assert_eq!(decode(&[0; 56]), Ok(CmAuth::Plain));
         assert_eq!(decode(&[0xFF, 1, 2]), Ok(CmAuth::Plain));
         // A keyed tag cut short proves nothing.
-        let o = open(&[1; NONCE_LEN], &[2; SELECTOR_LEN]);
+        let o = open(&[1; NONCE_LEN], &[2; SELECTOR_LEN], &[9; KEY_ID_LEN]);
         assert_eq!(decode(&o[..OPEN_LEN - 1]), Err(Error::KeyRejected));
         let c = challenge(&[3; NONCE_LEN], &[4; MAC_LEN]);
         assert_eq!(decode(&c[..CHALLENGE_LEN - 1]), Err(Error::KeyRejected));

@@ -50,7 +50,7 @@ fn proof_for(d: &Dialer, c: &[u8], data: &[u8]) -> Vec<u8> {
 fn the_same_key_proves_and_the_data_comes_through() {
     let now = Instant::now();
     for kind in [ConnKind::Msg, ConnKind::Rdm] {
-        let g = Gate::new(Some(key(JOB_A)), kind, TTL);
+        let g = Gate::new(Some(key(JOB_A)), kind, TTL).unwrap();
         let d = Dialer::new(key(JOB_A), kind).unwrap();
         let c = round1(&d, &g, now);
         assert_eq!(c.len(), payload::CHALLENGE_LEN);
@@ -63,7 +63,7 @@ fn the_same_key_proves_and_the_data_comes_through() {
         }
         assert_eq!(
             g.on_request(&p, Some(client()), listener(), now),
-            Verdict::Proven(b"cm data".to_vec())
+            Verdict::Proven(b"cm data".to_vec(), 0)
         );
         assert_eq!(g.pending(), 0, "the challenge is spent");
         // Padding from the transport changes nothing.
@@ -74,7 +74,7 @@ fn the_same_key_proves_and_the_data_comes_through() {
         p.resize(payload::MAX_REQUEST, 0);
         assert_eq!(
             g.on_request(&p, Some(client()), listener(), now),
-            Verdict::Proven(Vec::new())
+            Verdict::Proven(Vec::new(), 0)
         );
     }
 }
@@ -85,7 +85,7 @@ fn keyed_and_unkeyed_refuse_each_other() {
     let plain = crate::cm_data::cm_encode(b"hi").unwrap();
     // An unkeyed acceptor takes plain requests and refuses every keyed
     // form, reporting it.
-    let open = Gate::new(None, ConnKind::Msg, TTL);
+    let open = Gate::new(None, ConnKind::Msg, TTL).unwrap();
     assert_eq!(
         open.on_request(&plain, Some(client()), listener(), now),
         Verdict::Plain
@@ -106,7 +106,7 @@ fn keyed_and_unkeyed_refuse_each_other() {
         Error::KeyRejected
     );
     // A keyed acceptor refuses a plain request (and an empty one).
-    let keyed = Gate::new(Some(key(JOB_A)), ConnKind::Msg, TTL);
+    let keyed = Gate::new(Some(key(JOB_A)), ConnKind::Msg, TTL).unwrap();
     assert_eq!(
         keyed.on_request(&plain, Some(client()), listener(), now),
         refused()
@@ -121,7 +121,7 @@ fn keyed_and_unkeyed_refuse_each_other() {
 #[test]
 fn another_key_is_refused_before_anything_is_proven() {
     let now = Instant::now();
-    let g = Gate::new(Some(key(JOB_A)), ConnKind::Rdm, TTL);
+    let g = Gate::new(Some(key(JOB_A)), ConnKind::Rdm, TTL).unwrap();
     let d = Dialer::new(key(JOB_B), ConnKind::Rdm).unwrap();
     // The selector names another key: no challenge, no table entry.
     assert_eq!(
@@ -140,7 +140,7 @@ fn another_key_is_refused_before_anything_is_proven() {
 #[test]
 fn forged_reflected_replayed_and_moved_proofs_are_refused() {
     let now = Instant::now();
-    let g = Gate::new(Some(key(JOB_A)), ConnKind::Msg, TTL);
+    let g = Gate::new(Some(key(JOB_A)), ConnKind::Msg, TTL).unwrap();
     let d = Dialer::new(key(JOB_A), ConnKind::Msg).unwrap();
     let at = |p: &[u8]| g.on_request(p, Some(client()), listener(), now);
 
@@ -173,7 +173,7 @@ fn forged_reflected_replayed_and_moved_proofs_are_refused() {
     // Replayed: a good proof works once.
     let c = round1(&d, &g, now);
     let p = proof_for(&d, &c, b"once");
-    assert_eq!(at(&p), Verdict::Proven(b"once".to_vec()));
+    assert_eq!(at(&p), Verdict::Proven(b"once".to_vec(), 0));
     assert_eq!(at(&p), refused());
 
     // Tampered: the data the MAC covers changed on the way.
@@ -216,7 +216,7 @@ fn forged_reflected_replayed_and_moved_proofs_are_refused() {
 #[test]
 fn a_challenge_expires() {
     let t0 = Instant::now();
-    let g = Gate::new(Some(key(JOB_A)), ConnKind::Rdm, TTL);
+    let g = Gate::new(Some(key(JOB_A)), ConnKind::Rdm, TTL).unwrap();
     let d = Dialer::new(key(JOB_A), ConnKind::Rdm).unwrap();
     let c = round1(&d, &g, t0);
     let p = proof_for(&d, &c, b"late");
@@ -231,7 +231,7 @@ fn a_challenge_expires() {
 #[test]
 fn a_flood_of_openings_is_bounded() {
     let now = Instant::now();
-    let g = Gate::new(Some(key(JOB_A)), ConnKind::Rdm, TTL);
+    let g = Gate::new(Some(key(JOB_A)), ConnKind::Rdm, TTL).unwrap();
     let first = Dialer::new(key(JOB_A), ConnKind::Rdm).unwrap();
     let c = round1(&first, &g, now);
     // A replayed opening (the same nonce and selector, as an eavesdropper
@@ -254,7 +254,7 @@ fn a_flood_of_openings_is_bounded() {
     let c = round1(&d, &g, now);
     assert_eq!(
         g.on_request(&proof_for(&d, &c, b"ok"), Some(client()), listener(), now),
-        Verdict::Proven(b"ok".to_vec())
+        Verdict::Proven(b"ok".to_vec(), 0)
     );
 }
 
@@ -263,7 +263,7 @@ fn the_connector_checks_the_challenge_first() {
     let now = Instant::now();
     let d = Dialer::new(key(JOB_A), ConnKind::Msg).unwrap();
     // A challenge made with another key: a notice, no MAC of ours.
-    let other = Gate::new(Some(key(JOB_B)), ConnKind::Msg, TTL);
+    let other = Gate::new(Some(key(JOB_B)), ConnKind::Msg, TTL).unwrap();
     let twin = Dialer::new(key(JOB_B), ConnKind::Msg).unwrap();
     let c = round1(&twin, &other, now);
     let CmAuth::Challenge { nonce: na, .. } = payload::decode(&c).unwrap() else {
@@ -278,7 +278,7 @@ fn the_connector_checks_the_challenge_first() {
         d.answer(Error::ConnRefused, &forged, client(), listener(), b""),
         Answer::Refuse(_)
     ));
-    let g = Gate::new(Some(key(JOB_A)), ConnKind::Msg, TTL);
+    let g = Gate::new(Some(key(JOB_A)), ConnKind::Msg, TTL).unwrap();
     let earlier = Dialer::new(key(JOB_A), ConnKind::Msg).unwrap();
     let stale = round1(&earlier, &g, now);
     assert!(matches!(
@@ -286,7 +286,7 @@ fn the_connector_checks_the_challenge_first() {
         Answer::Refuse(_)
     ));
     // A challenge for the other connection kind.
-    let rdm = Gate::new(Some(key(JOB_A)), ConnKind::Rdm, TTL);
+    let rdm = Gate::new(Some(key(JOB_A)), ConnKind::Rdm, TTL).unwrap();
     let c = round1(&d, &rdm, now);
     assert!(matches!(
         d.answer(Error::ConnRefused, &c, client(), listener(), b""),
@@ -325,7 +325,7 @@ fn the_connector_checks_the_challenge_first() {
 #[test]
 fn a_notice_spends_the_challenge_and_is_reported() {
     let now = Instant::now();
-    let g = Gate::new(Some(key(JOB_A)), ConnKind::Msg, TTL);
+    let g = Gate::new(Some(key(JOB_A)), ConnKind::Msg, TTL).unwrap();
     let d = Dialer::new(key(JOB_A), ConnKind::Msg).unwrap();
     let c = round1(&d, &g, now);
     let CmAuth::Challenge { nonce: na, .. } = payload::decode(&c).unwrap() else {
@@ -339,4 +339,79 @@ fn a_notice_spends_the_challenge_and_is_reported() {
         g.on_request(&proof_for(&d, &c, b""), Some(client()), listener(), now),
         refused()
     );
+}
+
+#[test]
+fn a_gate_of_several_keys_says_which_one_was_proven() {
+    let now = Instant::now();
+    let (a, b, c) = (key(JOB_A), key(JOB_B), key(b"job-c key"));
+    // JOB_A twice (an AV may hold the same bytes under two handles): the
+    // first is the one named.
+    let g = Gate::with_keys(vec![a.clone(), b.clone(), a.clone()], ConnKind::Rdm, TTL).unwrap();
+    for (k, want) in [(&a, 0), (&b, 1)] {
+        let d = Dialer::new(k.clone(), ConnKind::Rdm).unwrap();
+        let ch = round1(&d, &g, now);
+        let p = proof_for(&d, &ch, b"hello");
+        let v = g.on_request(&p, Some(client()), listener(), now);
+        assert_eq!(v, Verdict::Proven(b"hello".to_vec(), want));
+        assert_eq!(g.proven(want), Some(k));
+    }
+    // A key the gate does not hold: refused at the opening, nothing kept.
+    let d = Dialer::new(c, ConnKind::Rdm).unwrap();
+    assert_eq!(
+        g.on_request(&d.opening().unwrap(), Some(client()), listener(), now),
+        refused()
+    );
+    assert_eq!(g.pending(), 0);
+    // A proof for a challenge made under one key does not pass with
+    // another key's MAC: the challenge remembers its key.
+    let da = Dialer::new(a.clone(), ConnKind::Rdm).unwrap();
+    let ch = round1(&da, &g, now);
+    let db = Dialer::new(b.clone(), ConnKind::Rdm).unwrap();
+    let forged = match db.answer(Error::ConnRefused, &ch, client(), listener(), b"x") {
+        // B cannot verify A's challenge: it refuses instead of proving.
+        Answer::Refuse(n) => n,
+        other => panic!("B proved A's challenge: {other:?}"),
+    };
+    assert_eq!(
+        g.on_request(&forged, Some(client()), listener(), now),
+        refused()
+    );
+    assert_eq!(g.pending(), 0, "the notice spent the challenge");
+}
+
+#[test]
+fn openings_name_their_key_by_a_fixed_one_way_identifier() {
+    let (a, b) = (key(JOB_A), key(JOB_B));
+    let (ia, ib) = (key_id(&a).unwrap(), key_id(&b).unwrap());
+    assert_ne!(ia, ib);
+    assert_eq!(ia, key_id(&key(JOB_A)).unwrap());
+    assert!(!JOB_A.windows(ia.len()).any(|w| w == ia));
+    let d = Dialer::new(a.clone(), ConnKind::Msg).unwrap();
+    let o = d.opening().unwrap();
+    let Ok(payload::CmAuth::Open { key_id: sent, .. }) = payload::decode(&o) else {
+        panic!("not an opening")
+    };
+    assert_eq!(sent, ia);
+    // The identifier alone proves nothing: the right identifier with
+    // another key's selector is refused, as is the right selector under
+    // another key's identifier (the gate looks the key up, then checks).
+    let g = Gate::new(Some(a), ConnKind::Msg, TTL).unwrap();
+    let nonce = [7u8; 16];
+    let wrong_sel = payload::open(&nonce, &b.selector(&nonce).unwrap(), &ia);
+    assert_eq!(
+        g.on_request(&wrong_sel, Some(client()), listener(), Instant::now()),
+        refused()
+    );
+    let right_sel = key(JOB_A).selector(&nonce).unwrap();
+    let wrong_id = payload::open(&nonce, &right_sel, &ib);
+    assert_eq!(
+        g.on_request(&wrong_id, Some(client()), listener(), Instant::now()),
+        refused()
+    );
+    let both = payload::open(&nonce, &right_sel, &ia);
+    assert!(matches!(
+        g.on_request(&both, Some(client()), listener(), Instant::now()),
+        Verdict::Reject { report: None, .. }
+    ));
 }

@@ -30,7 +30,9 @@
 //! CM data then shares the request with the proof, so it may be at most
 //! [`PROOF_DATA_MAX`] (30) bytes instead of [`CM_DATA_SIZE`]. Its data
 //! is covered by the proof's MAC. An accepting endpoint with a key takes
-//! only a request that proved that key.
+//! only a request that proved that key. The queue pair lives in the
+//! protection domain of the key the connection proved (`crate::domain`),
+//! so it reaches that key's regions and no others.
 //!
 //! Connection setup is bounded by `limits.handshake_timeout` on both
 //! sides (from the request to `Established`), as in the tcp provider: a
@@ -69,7 +71,7 @@
 //! which (measured on rxe, Linux 6.1) does not change its queue pair.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -164,6 +166,9 @@ pub struct MsgShared {
     /// The stream was handed out: it, not the endpoint, ends the
     /// connection.
     stream_taken: AtomicBool,
+    /// Connections refused for their key, either way
+    /// (`EpStats::rx_key_rejected`).
+    key_rejected: AtomicU64,
 }
 
 impl std::fmt::Debug for MsgShared {
@@ -197,6 +202,7 @@ impl MsgShared {
             tasks: Mutex::new(Vec::new()),
             stream: Mutex::new(stream::Slot::None),
             stream_taken: AtomicBool::new(false),
+            key_rejected: AtomicU64::new(0),
         })
     }
 
@@ -224,22 +230,39 @@ impl MsgShared {
         lock(&self.rxq).sweep(&self.rx) > 0 && self.rx.try_take()
     }
 
+    /// Reports a connection that ended in `e` on the EQ, counting it if
+    /// it was refused for its key.
+    fn report_failed(&self, e: Error, cm: Vec<u8>) {
+        if e == Error::KeyRejected {
+            self.key_rejected.fetch_add(1, Ordering::Relaxed);
+        }
+        self.cfg.eq_error(e, cm);
+    }
+
     fn wr_id(&self) -> u64 {
         self.next_wr.fetch_add(1, Ordering::Relaxed) as u64
     }
 
-    /// Builds PD, completion channel, CQ and QP on the id's device.
-    fn build_link(self: &Arc<Self>, id: CmId) -> Result<Arc<Link>> {
+    /// Builds completion channel, CQ and QP on the id's device, in the
+    /// protection domain of `key`, the key the connection proves (so it
+    /// reaches the domain's regions under that key and no others).
+    fn build_link(self: &Arc<Self>, id: CmId, key: Option<&AuthKey>) -> Result<Arc<Link>> {
         let ctx = id.context()?;
-        let pd = crate::domain::endpoint_pd(&self.cfg, &ctx)?;
+        let pd = crate::domain::endpoint_pd(&self.cfg, &ctx, key)?;
         let chan = CompChannel::new(&ctx)?;
         let info = &self.cfg.info;
         let srx = self.srx();
         if let Some(x) = srx {
             // The shared queue's receives name the context's registrations,
-            // which only queue pairs of its protection domain can use.
+            // which only queue pairs of its protection domain can use: the
+            // domain's key's, on the domain's device.
             if !Arc::ptr_eq(&x.pd, &pd) {
-                return Err(Error::Domain);
+                let same_dev = x.pd.context().as_ptr() == ctx.as_ptr();
+                return Err(if same_dev {
+                    Error::OpNotSupp
+                } else {
+                    Error::Domain
+                });
             }
         }
         // Every receive of a shared context may complete on this CQ.
@@ -455,7 +478,7 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
             .await
             .map_err(|(e, _)| e)?,
     }
-    let link = ep.build_link(id)?;
+    let link = ep.build_link(id, ep.key.as_ref())?;
     let pd = match opening {
         Some((d, o)) => {
             let t = ep.cfg.limits.handshake_timeout;
@@ -464,7 +487,7 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
                 Ok(pd) => pd,
                 Err(e) => {
                     *lock(&ep.link) = None;
-                    ep.cfg.eq_error(e, Vec::new());
+                    ep.report_failed(e, Vec::new());
                     return Err(e);
                 }
             }
@@ -488,7 +511,7 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
             // that does not hold, with a rejection of its own.
             let e = payload::rejection(e, &data);
             *lock(&ep.link) = None;
-            ep.cfg.eq_error(e, cm_decode(&data));
+            ep.report_failed(e, cm_decode(&data));
             Err(e)
         }
     }
@@ -506,6 +529,7 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
             let link = lock(&ep.link).clone();
             s.tclass = crate::qp_tclass(link.as_ref().map(|l| &*l.qp));
         }
+        s.rx_key_rejected = ep.key_rejected.load(Ordering::Relaxed);
         s
     }
 
@@ -691,16 +715,19 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
                 let (id, chan) = req.take()?;
                 let _ = id.reject(&payload::refused());
                 chan.unsubscribe(id.token());
-                ep.cfg.eq_error(Error::KeyRejected, Vec::new());
+                ep.report_failed(Error::KeyRejected, Vec::new());
                 return Err(Error::KeyRejected);
             }
+            // An unkeyed endpoint may take a request its listener's key
+            // proved: its queue pair goes where that key's do.
+            let proven = req.proven().cloned();
             let (id, chan) = req.take()?;
             if let Some(t) = tos {
                 id.set_tos(t)?;
             }
             let mut events = chan.subscribe(id.token());
             *lock(&ep.cm) = Some(chan.clone());
-            let link = ep.build_link(id)?;
+            let link = ep.build_link(id, proven.as_ref())?;
             link.id.accept(&ConnParam::new(&pd))?;
             match established(&ep, &mut events).await {
                 Ok(_) => {

@@ -54,7 +54,10 @@
 //! alone (a whole sockaddr does not fit beside the MAC): the listening
 //! address is that port at the IP address the request came from. A
 //! refusal fails the sends queued for the peer with `KeyRejected` and is
-//! reported on both sides' EQs with the other's address.
+//! reported on both sides' EQs with the other's address (and counted,
+//! `EpStats::rx_key_rejected`). Everything the endpoint builds lives in
+//! its key's protection domain (`crate::domain`), so its connections
+//! reach that key's regions and no others.
 //!
 //! Idle connections are not retired (`limits.idle_timeout` is not used
 //! here), only counted against `max_conns`. The target of RDMA writes
@@ -377,6 +380,9 @@ pub struct RdmShared {
     pub(crate) tasks: Mutex<Tasks>,
     /// Connections open or being made (each holds a [`ConnSlot`]).
     pub(crate) conn_count: Arc<AtomicUsize>,
+    /// Connections refused for their key, either way
+    /// (`EpStats::rx_key_rejected`).
+    pub(crate) key_rejected: AtomicU64,
 }
 
 impl std::fmt::Debug for RdmShared {
@@ -587,10 +593,10 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         cfg.info.domain_attr.auth_key.as_deref(),
     )?;
     let gate = crate::keyproof::Gate::new(
-        key,
+        key.clone(),
         weft_core::auth::ConnKind::Rdm,
         cfg.limits.handshake_timeout,
-    );
+    )?;
     let cm = CmChannel::open(&rt)?;
     let listener = CmId::new(&cm.ch, PortSpace::Tcp)?;
     if let Some(t) = tos {
@@ -600,7 +606,9 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     listener.listen(LISTEN_BACKLOG)?;
     let local = listener.local_addr().ok_or(Error::AddrNotAvail)?;
     let ctx = listener.context()?;
-    let pd = crate::domain::endpoint_pd(&cfg, &ctx)?;
+    // Every connection proves the endpoint's key: all of them, and the
+    // receive queue they share, live in that key's protection domain.
+    let pd = crate::domain::endpoint_pd(&cfg, &ctx, key.as_ref())?;
     let chan = CompChannel::new(&ctx)?;
     let srq = Srq::new(&pd, SLOTS as u32, 1)?;
     // A write with remote CQ data is two work requests on one credit.
@@ -646,6 +654,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         closed: AtomicBool::new(false),
         tasks: Mutex::new(Tasks::default()),
         conn_count: Arc::new(AtomicUsize::new(0)),
+        key_rejected: AtomicU64::new(0),
         rt,
         cfg,
     });
@@ -683,6 +692,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         s.peers = lock(&ep.peers).len();
         let conns: Vec<Arc<Conn>> = lock(&ep.by_qp).values().cloned().collect();
         s.tclass = crate::qp_tclass(conns.iter().map(|c| &*c.qp));
+        s.rx_key_rejected = ep.key_rejected.load(Ordering::Relaxed);
         s
     }
 

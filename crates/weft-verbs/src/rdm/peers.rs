@@ -95,13 +95,14 @@ fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
         .on_request(private, from.map(|a| a.ip()), here, Instant::now())
     {
         Verdict::Plain => parse_hello(private),
-        Verdict::Proven(data) => from
+        Verdict::Proven(data, _) => from
             .ok_or(Error::Inval)
             .and_then(|f| parse_keyed_hello(&data, f.ip())),
         Verdict::Reject { data, report } => {
             refuse(ep, id, &data);
             if let Some(err) = report {
                 tracing::debug!(peer = ?from, "verbs rdm: key not proven; request refused");
+                ep.key_rejected.fetch_add(1, Ordering::Relaxed);
                 ep.report(err, from);
             }
             return;
@@ -397,6 +398,7 @@ fn conn_done(
             }
             if was_active && err == Error::KeyRejected {
                 // The acceptor reports it too, with our address.
+                ep.key_rejected.fetch_add(1, Ordering::Relaxed);
                 ep.report(err, Some(peer));
             }
             for item in failed {
