@@ -256,6 +256,33 @@ async fn verbs_rdm_server_with_peers_on_one_context() {
     check("verbs RDM", &few, &many);
 }
 
+/// A verbs RDM context with a budget of `limit` bytes, two endpoints
+/// bound to it (one CQ).
+fn verbs_budget_rig(limit: usize) -> (Harness, SharedRxContext, CompletionQueue, Vec<RdmEp>) {
+    let h = harness_of("verbs", EpType::Rdm);
+    let srx = h
+        .domain
+        .srx_context_attr(&RxAttr {
+            total_buffered_recv: limit,
+            ..RxAttr::default()
+        })
+        .unwrap();
+    let av = h.av();
+    let cq = h.cq();
+    let servers: Vec<RdmEp> = (0..2)
+        .map(|_| srx_rdm_ep(&h, &av, &cq, &srx, None))
+        .collect();
+    (h, srx, cq, servers)
+}
+
+/// Peer `k`'s message `seq` of `len` bytes: `k`, then `seq`, then filler.
+fn flood_msg(k: u8, seq: u32, len: usize) -> Bytes {
+    let mut m = vec![k ^ seq as u8; len];
+    m[0] = k;
+    m[1..5].copy_from_slice(&seq.to_le_bytes());
+    Bytes::from(m)
+}
+
 /// verbs RDM, past a context's budget: two peers flood two bound
 /// endpoints with eager messages at a 16 KiB budget. The first few are
 /// copied out of their receive slots (charged); the rest stay in their
@@ -275,25 +302,8 @@ async fn verbs_rdm_messages_past_the_budget_wait_in_slots() {
     const LEN: usize = 1 << 10;
     /// More than an endpoint's 256 slots.
     const PER: u32 = 320;
-    let h = harness_of("verbs", EpType::Rdm);
-    let srx = h
-        .domain
-        .srx_context_attr(&RxAttr {
-            total_buffered_recv: LIMIT,
-            ..RxAttr::default()
-        })
-        .unwrap();
-    let av = h.av();
-    let cq = h.cq();
-    let servers: Vec<RdmEp> = (0..2)
-        .map(|_| srx_rdm_ep(&h, &av, &cq, &srx, None))
-        .collect();
-    let msg = |k: u8, seq: u32| {
-        let mut m = vec![k ^ seq as u8; LEN];
-        m[0] = k;
-        m[1..5].copy_from_slice(&seq.to_le_bytes());
-        Bytes::from(m)
-    };
+    let (h, srx, cq, servers) = verbs_budget_rig(LIMIT);
+    let msg = |k: u8, seq: u32| flood_msg(k, seq, LEN);
     // Tagged with the sender and the number, for the claim below.
     let tag = |k: u8, seq: u32| u64::from(k) << 32 | u64::from(seq);
     let senders: Vec<_> = (0..2u8)
@@ -501,25 +511,8 @@ async fn verbs_rdm_announcements_past_the_budget_wait() {
     const LEN: usize = 8 << 10;
     /// More than an endpoint's 256 slots.
     const PER: u32 = 300;
-    let h = harness_of("verbs", EpType::Rdm);
-    let srx = h
-        .domain
-        .srx_context_attr(&RxAttr {
-            total_buffered_recv: LIMIT,
-            ..RxAttr::default()
-        })
-        .unwrap();
-    let av = h.av();
-    let cq = h.cq();
-    let servers: Vec<RdmEp> = (0..2)
-        .map(|_| srx_rdm_ep(&h, &av, &cq, &srx, None))
-        .collect();
-    let msg = |k: u8, seq: u32| {
-        let mut m = vec![k ^ seq as u8; LEN];
-        m[0] = k;
-        m[1..5].copy_from_slice(&seq.to_le_bytes());
-        Bytes::from(m)
-    };
+    let (h, srx, cq, servers) = verbs_budget_rig(LIMIT);
+    let msg = |k: u8, seq: u32| flood_msg(k, seq, LEN);
     let clients: Vec<(RdmEp, weft::FiAddr)> = (0..2)
         .map(|k| {
             let c = h.rdm_ep();

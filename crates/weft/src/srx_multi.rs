@@ -14,13 +14,11 @@ use std::sync::atomic::Ordering;
 
 use bytes::BytesMut;
 use weft_core::flags::{Caps, OpFlags};
-use weft_core::multi_recv::{self, MultiSink};
-use weft_core::provider::Rejected;
 use weft_core::{Error, Result};
 
-use crate::endpoint::{async_op, EpOpt, MultiRecv, MultiRecvBuf};
+use crate::endpoint::{post_multi, post_stream, EpOpt, MultiRecv, MultiRecvBuf};
 use crate::msg::RecvMsg;
-use crate::opfuture::{post_when_room, Owner};
+use crate::opfuture::Owner;
 use crate::srx::SharedRxContext;
 
 impl SharedRxContext {
@@ -80,10 +78,7 @@ impl SharedRxContext {
         buf: BytesMut,
         context: u64,
     ) -> std::result::Result<MultiRecvBuf, (Error, BytesMut)> {
-        let at = MultiRecvBuf::of(&buf);
-        self.post_recvmsg(RecvMsg::untagged(buf, context), OpFlags::MULTI_RECV)
-            .map(|()| at)
-            .map_err(|(e, mut bufs)| (e, bufs.pop().unwrap_or_default()))
+        post_multi(buf, context, |m, f| self.post_recvmsg(m, f))
     }
 
     /// A multi-receive on the context as a stream, as
@@ -109,23 +104,15 @@ impl SharedRxContext {
         {
             return Err((e, msg.bufs.into_iter().next().unwrap_or_default()));
         }
-        let at = MultiRecvBuf::of(&msg.bufs[0]);
-        let (ctx, _, _) = async_op();
-        let mut msg = msg;
-        msg.context = ctx;
-        let sink = MultiSink::new();
-        let mut req = self.req(msg, OpFlags::MULTI_RECV, None);
-        multi_recv::attach(&mut req, self.min_multi_recv(), Some(sink.clone()));
         let prov = &self.inner.prov;
-        if let Err(Rejected { err, mut req }) = post_when_room(req, |r| prov.post_recv(r)).await {
-            return Err((err, req.bufs.pop().unwrap_or_default()));
-        }
-        Ok(MultiRecv::new(
-            sink,
+        post_stream(
+            msg,
+            self.min_multi_recv(),
+            |m| self.req(m, OpFlags::MULTI_RECV, None),
+            |r| prov.post_recv(r),
             Owner::Srx(prov.clone()),
-            ctx,
-            at,
             None,
-        ))
+        )
+        .await
     }
 }

@@ -188,15 +188,7 @@ impl RdmShared {
     /// dropped streams' parts still arriving are taken, behind every
     /// message given back before.
     pub(crate) fn hold_all_places(&self) {
-        let mut placed = Placed::default();
-        {
-            let g = lock(&self.arriving);
-            if g.is_empty() {
-                return;
-            }
-            self.hold_places(&g, None, &mut placed);
-        }
-        placed.finish(self);
+        self.hold_places_before(None);
     }
 }
 

@@ -76,10 +76,7 @@ impl Endpoint {
         buf: BytesMut,
         context: u64,
     ) -> std::result::Result<MultiRecvBuf, (Error, BytesMut)> {
-        let at = MultiRecvBuf::of(&buf);
-        self.post_recvmsg(RecvMsg::untagged(buf, context), OpFlags::MULTI_RECV)
-            .map(|()| at)
-            .map_err(|(e, mut bufs)| (e, bufs.pop().unwrap_or_default()))
+        post_multi(buf, context, |m, f| self.post_recvmsg(m, f))
     }
 
     /// A multi-receive as a stream: `buf` takes untagged messages packed
@@ -133,26 +130,58 @@ impl Endpoint {
         if let Err(e) = self.check_recv(&msg, live.rx_flags(OpFlags::MULTI_RECV)) {
             return Err((e, msg.bufs.into_iter().next().unwrap_or_default()));
         }
-        let at = MultiRecvBuf::of(&msg.bufs[0]);
-        let (ctx, _, _) = async_op();
-        let mut msg = msg;
-        msg.context = ctx;
-        let sink = MultiSink::new();
-        let mut req = self.recv_req(live, msg, OpFlags::MULTI_RECV, None);
-        multi_recv::attach(&mut req, self.min_multi_recv(), Some(sink.clone()));
-        if let Err(Rejected { err, mut req }) =
-            post_when_room(req, |r| live.prov.post_recv(r)).await
-        {
-            return Err((err, req.bufs.pop().unwrap_or_default()));
-        }
-        Ok(MultiRecv::new(
-            sink,
+        post_stream(
+            msg,
+            self.min_multi_recv(),
+            |m| self.recv_req(live, m, OpFlags::MULTI_RECV, None),
+            |r| live.prov.post_recv(r),
             Owner::Ep(live.prov.clone()),
-            ctx,
-            at,
             live.inline.clone(),
-        ))
+        )
+        .await
     }
+}
+
+/// `post_recv_multi` through `post` (an endpoint's or a context's
+/// `post_recvmsg`): the buffer's place, or the error with the buffer.
+pub(crate) fn post_multi(
+    buf: BytesMut,
+    context: u64,
+    post: impl FnOnce(RecvMsg, OpFlags) -> std::result::Result<(), (Error, Vec<BytesMut>)>,
+) -> std::result::Result<MultiRecvBuf, (Error, BytesMut)> {
+    let at = MultiRecvBuf::of(&buf);
+    post(RecvMsg::untagged(buf, context), OpFlags::MULTI_RECV)
+        .map(|()| at)
+        .map_err(|(e, mut bufs)| (e, bufs.pop().unwrap_or_default()))
+}
+
+/// Posts the awaited multi-receive of `msg` (checked: one buffer): the
+/// request `make` builds is given a new stream released below `min`
+/// free bytes and posted through `post`, a full queue waited out; the
+/// stream withdraws it through `owner`, driving `progress` while it
+/// waits (inline modes).
+pub(crate) async fn post_stream(
+    mut msg: RecvMsg,
+    min: usize,
+    make: impl FnOnce(RecvMsg) -> weft_core::provider::RecvReq,
+    post: impl Fn(
+        weft_core::provider::RecvReq,
+    ) -> std::result::Result<(), Rejected<weft_core::provider::RecvReq>>,
+    owner: Owner,
+    progress: Option<Arc<dyn Progress>>,
+) -> std::result::Result<MultiRecv, (Error, BytesMut)> {
+    let Some(at) = msg.bufs.first().map(MultiRecvBuf::of) else {
+        return Err((Error::Inval, BytesMut::new()));
+    };
+    let (ctx, _, _) = async_op();
+    msg.context = ctx;
+    let sink = MultiSink::new();
+    let mut req = make(msg);
+    multi_recv::attach(&mut req, min, Some(sink.clone()));
+    if let Err(Rejected { err, mut req }) = post_when_room(req, post).await {
+        return Err((err, req.bufs.pop().unwrap_or_default()));
+    }
+    Ok(MultiRecv::new(sink, owner, ctx, at, progress))
 }
 
 /// Where a posted multi-receive buffer lies, to find each completion's
