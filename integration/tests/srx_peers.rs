@@ -256,6 +256,33 @@ async fn verbs_rdm_server_with_peers_on_one_context() {
     check("verbs RDM", &few, &many);
 }
 
+/// A verbs RDM context with a budget of `limit` bytes, two endpoints
+/// bound to it (one CQ).
+fn verbs_budget_rig(limit: usize) -> (Harness, SharedRxContext, CompletionQueue, Vec<RdmEp>) {
+    let h = harness_of("verbs", EpType::Rdm);
+    let srx = h
+        .domain
+        .srx_context_attr(&RxAttr {
+            total_buffered_recv: limit,
+            ..RxAttr::default()
+        })
+        .unwrap();
+    let av = h.av();
+    let cq = h.cq();
+    let servers: Vec<RdmEp> = (0..2)
+        .map(|_| srx_rdm_ep(&h, &av, &cq, &srx, None))
+        .collect();
+    (h, srx, cq, servers)
+}
+
+/// Peer `k`'s message `seq` of `len` bytes: `k`, then `seq`, then filler.
+fn flood_msg(k: u8, seq: u32, len: usize) -> Bytes {
+    let mut m = vec![k ^ seq as u8; len];
+    m[0] = k;
+    m[1..5].copy_from_slice(&seq.to_le_bytes());
+    Bytes::from(m)
+}
+
 /// verbs RDM, past a context's budget: two peers flood two bound
 /// endpoints with eager messages at a 16 KiB budget. The first few are
 /// copied out of their receive slots (charged); the rest stay in their
@@ -275,25 +302,8 @@ async fn verbs_rdm_messages_past_the_budget_wait_in_slots() {
     const LEN: usize = 1 << 10;
     /// More than an endpoint's 256 slots.
     const PER: u32 = 320;
-    let h = harness_of("verbs", EpType::Rdm);
-    let srx = h
-        .domain
-        .srx_context_attr(&RxAttr {
-            total_buffered_recv: LIMIT,
-            ..RxAttr::default()
-        })
-        .unwrap();
-    let av = h.av();
-    let cq = h.cq();
-    let servers: Vec<RdmEp> = (0..2)
-        .map(|_| srx_rdm_ep(&h, &av, &cq, &srx, None))
-        .collect();
-    let msg = |k: u8, seq: u32| {
-        let mut m = vec![k ^ seq as u8; LEN];
-        m[0] = k;
-        m[1..5].copy_from_slice(&seq.to_le_bytes());
-        Bytes::from(m)
-    };
+    let (h, srx, cq, servers) = verbs_budget_rig(LIMIT);
+    let msg = |k: u8, seq: u32| flood_msg(k, seq, LEN);
     // Tagged with the sender and the number, for the claim below.
     let tag = |k: u8, seq: u32| u64::from(k) << 32 | u64::from(seq);
     let senders: Vec<_> = (0..2u8)
@@ -479,4 +489,95 @@ async fn a_flooding_peer_holds_only_its_share() {
     within("flood", flood).await.unwrap();
     assert_eq!(srx.stats().unexpected_bytes, 0);
     drop((a, b, servers));
+}
+
+/// verbs RDM, rendezvous past a context's budget: two peers post 300
+/// messages of 8 KiB each (announced, their bytes read by RDMA when a
+/// receive takes them) to two bound endpoints at an 8 KiB budget; peer
+/// 0's are delivery-complete (pulled at once while the budget lasts).
+/// Announcements and pulls are charged against the budget as copied
+/// messages are: what does not fit keeps its receive slot, and the
+/// senders wait (RNR retries) once the slots are held, so the context
+/// never holds more than its budget. Then every message is taken, once
+/// and in its sender's order, and nothing is left held.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbs_rdm_announcements_past_the_budget_wait() {
+    const LIMIT: usize = 8 << 10;
+    /// Past the eager size: announced.
+    const LEN: usize = 8 << 10;
+    /// More than an endpoint's 256 slots.
+    const PER: u32 = 300;
+    let (h, srx, cq, servers) = verbs_budget_rig(LIMIT);
+    let msg = |k: u8, seq: u32| flood_msg(k, seq, LEN);
+    let clients: Vec<(RdmEp, weft::FiAddr)> = (0..2)
+        .map(|k| {
+            let c = h.rdm_ep();
+            let to = c.insert(&servers[k]);
+            (c, to)
+        })
+        .collect();
+    for seq in 0..PER {
+        for (k, (c, to)) in clients.iter().enumerate() {
+            let flags = if k == 0 {
+                OpFlags::DELIVERY_COMPLETE
+            } else {
+                OpFlags::empty()
+            };
+            let m = weft::SendMsg {
+                dest: *to,
+                iov: vec![msg(k as u8, seq)],
+                tag: None,
+                data: None,
+                context: u64::from(seq),
+            };
+            c.ep.post_sendmsg(m, flags).unwrap();
+        }
+    }
+    // Held announcements (charged or in their slots) grow until the
+    // slots are held, then stop.
+    let mut last = 0;
+    within("announcements held", async {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            let now = srx.stats().parked;
+            if now == last && now > 0 {
+                break;
+            }
+            last = now;
+        }
+    })
+    .await;
+    let held = srx.stats().unexpected_bytes;
+    eprintln!("held: {last} announcements, {held} bytes charged, budget {LIMIT}");
+    assert!(held > 0 && held <= LIMIT, "held {held} of {LIMIT}");
+    assert!(
+        last > LIMIT / weft::UNEXPECTED_OVERHEAD,
+        "more announcements ({last}) than the budget charges"
+    );
+    let mut next = [0u32; 2];
+    for n in 0..2 * PER {
+        let e = within("drain", srx.recv(BytesMut::zeroed(LEN)))
+            .await
+            .unwrap();
+        assert!(srx.stats().unexpected_bytes <= LIMIT);
+        let b = e.into_bytes();
+        let k = b[0];
+        let seq = u32::from_le_bytes([b[1], b[2], b[3], b[4]]);
+        assert_eq!(seq, next[k as usize], "peer {k}: once, in order ({n})");
+        assert_eq!(b, msg(k, seq), "peer {k} message {seq}");
+        next[k as usize] += 1;
+    }
+    assert_eq!(next, [PER; 2]);
+    for (c, _) in &clients {
+        for _ in 0..PER {
+            let CqItem::Ok(_) = within("sent", next_cq(&c.cq)).await else {
+                panic!("a send failed");
+            };
+        }
+    }
+    assert_drained_of(&srx, &cq).await;
 }

@@ -199,6 +199,20 @@ pub fn attach(req: &mut RecvReq, min: usize, sink: Option<Arc<MultiSink>>) {
     })));
 }
 
+/// Points the completions of a buffer that carry no message (a release
+/// without one, a cancel) at `queues`: a shared receive context has no
+/// queues of its own, so such completions of a buffer posted to one go
+/// to a bound endpoint's, while each message's completion goes where its
+/// part is pointed when the message arrives. For a buffer not yet posted
+/// (no part cut); anything else is left as it is.
+pub fn release_to(req: &mut RecvReq, queues: (Option<Arc<CqShared>>, Option<Arc<CounterShared>>)) {
+    if let Some(MultiPart::Buffer(mb)) = &mut req.multi {
+        if let Some(s) = Arc::get_mut(&mut mb.shared) {
+            (s.cq, s.cntr) = queues;
+        }
+    }
+}
+
 /// True for a posted multi-receive buffer.
 pub fn is_buffer(req: &RecvReq) -> bool {
     matches!(req.multi, Some(MultiPart::Buffer(_)))

@@ -33,6 +33,7 @@ use crate::completion::{CqErrEntry, CqShared, Returned};
 use crate::counter::CounterShared;
 use crate::credits::Credits;
 use crate::flags::OpFlags;
+use crate::multi_recv;
 use crate::provider::{EpStats, ProviderSrx, RecvReq, Rejected};
 use crate::recv_completion::{cancel_recv, complete_peek, copy_and_deliver, RecvCtx};
 use crate::soft_rx::{spec_of, Charge};
@@ -214,13 +215,19 @@ impl<E> Members<E> {
 
     /// Where what ends without a message reports: the first bound
     /// endpoint's queues (`queues` of it), unless `req` reports
-    /// somewhere already (an awaited receive reports to its future).
+    /// somewhere already (an awaited receive reports to its future). A
+    /// multi-receive buffer, given this as it is posted, reports its
+    /// completions without a message there (`multi_recv::release_to`).
     pub fn fallback(&self, req: &mut RecvReq, queues: impl Fn(&E) -> Queues) {
         if req.done.cq.is_some() || req.done.waiter.is_some() {
             return;
         }
         if let Some(m) = self.live().first() {
-            report_to(req, queues(m));
+            let q = queues(m);
+            if multi_recv::is_buffer(req) {
+                multi_recv::release_to(req, q.clone());
+            }
+            report_to(req, q);
         }
     }
 
@@ -430,6 +437,10 @@ impl<E: SrxEp> SoftSrx<E> {
         if !self.side.rx.try_take() {
             return reject(Error::Again, req);
         }
+        if multi_recv::is_buffer(&req) {
+            self.post_buffer(req);
+            return Ok(());
+        }
         let out = lock(&self.side.matcher).post(spec, req, &resolve);
         if let PostOutcome::Matched {
             recv,
@@ -444,6 +455,26 @@ impl<E: SrxEp> SoftSrx<E> {
         // just taken gave back.
         self.wake_members();
         Ok(())
+    }
+
+    /// Posts a multi-receive buffer holding its credit: it takes every
+    /// held message it accepts that fits, whichever bound endpoint each
+    /// arrived at (under one hold of the lock, so none arriving meanwhile
+    /// passes them), and stays posted while it has room. Its completions
+    /// without a message report on the first bound endpoint's queues.
+    fn post_buffer(&self, mut req: RecvReq) {
+        self.fallback(&mut req);
+        let spec = spec_of(&req);
+        let resolve = Sender::<E>::resolve;
+        let out =
+            lock(&self.side.matcher).post_by(spec, req, &resolve, &mut multi_recv::take, false);
+        for (recv, info, held) in out.matched {
+            self.deliver(recv, info, held);
+        }
+        if let Some(r) = out.ended {
+            multi_recv::end(self, r, false);
+        }
+        self.wake_members();
     }
 
     /// Hands a message whose receive's future was dropped to the endpoint
@@ -500,6 +531,10 @@ impl<E: SrxEp> ProviderSrx for SrxHandle<E> {
         self.0.route_back(r, false);
     }
 
+    fn give_back_after(&self, r: Returned) {
+        self.0.route_back(r, true);
+    }
+
     fn rx_size_left(&self) -> usize {
         self.0.side.rx.left()
     }
@@ -550,17 +585,14 @@ impl<E: SrxEp> SoftSrx<E> {
 mod tests;
 
 /// What a shared receive context refuses before it matches anything: a
-/// post once it is closed (`OpBadState`), multi-receive and receives
-/// directed by key (`BadFlags`: several endpoints would fill one
-/// multi-receive buffer at once, and keys are the endpoints' AVs'), and
-/// more buffers than its `iov_limit` (`Inval`).
+/// post once it is closed (`OpBadState`), receives directed by key
+/// (`BadFlags`: keys are the endpoints' AVs'), and more buffers than its
+/// `iov_limit` (`Inval`). Multi-receive buffers are taken: their parts
+/// are disjoint ranges, so several endpoints may fill one at once.
 pub fn refused_post(closed: bool, req: &RecvReq, iov_limit: usize) -> Option<Error> {
     if closed {
         Some(Error::OpBadState)
-    } else if req
-        .flags
-        .intersects(OpFlags::MULTI_RECV | OpFlags::AUTH_KEY)
-    {
+    } else if req.flags.contains(OpFlags::AUTH_KEY) {
         Some(Error::BadFlags)
     } else if req.bufs.len() > iov_limit {
         Some(Error::Inval)

@@ -53,14 +53,30 @@ impl SrxEp for FakeEp {
 }
 
 impl FakeEp {
-    /// A message of `len` bytes arrives here: held within the budget.
+    /// A message of `len` bytes (each byte `len`) arrives here: the
+    /// oldest posted receive that accepts it takes it, else it is held
+    /// within the budget (false: it does not fit).
     fn arrive(&self, len: usize) -> bool {
-        let Some(c) = Charge::try_new(&self.side.unexp, len, self.side.limit) else {
-            return false;
-        };
-        let held = Held::new(self, BytesMut::from(&vec![len as u8; len][..]), (), c);
-        lock(&self.side.matcher).push_unexpected(self.sender(()), msg(len), held);
-        true
+        let info = msg(len);
+        let data = vec![len as u8; len];
+        let mut m = lock(&self.side.matcher);
+        let (got, ended) = crate::soft_rx::arrival(&mut m, &info);
+        if let Some(mut req) = got {
+            drop(m);
+            ended.report(self);
+            self.report_here(&mut req);
+            copy_and_deliver(self, req, info, &data);
+            return true;
+        }
+        let held = Charge::try_new(&self.side.unexp, len, self.side.limit)
+            .map(|c| Held::new(self, BytesMut::from(&data[..]), (), c));
+        let fits = held.is_some();
+        if let Some(h) = held {
+            m.push_unexpected(self.sender(()), info, h);
+        }
+        drop(m);
+        ended.report(self);
+        fits
     }
 }
 
@@ -171,9 +187,9 @@ fn peeks_claims_and_cancels_report_on_the_right_queues() {
     };
     assert_eq!((e.context, e.err), (5, Error::Canceled));
     assert_eq!(srx.side.rx.left(), 4);
-    // Refused: multi-receive buffers, too many buffers, and anything
+    // Refused: receives directed by key, too many buffers, and anything
     // after close.
-    let r = srx.post(recv(6, 16, OpFlags::MULTI_RECV)).unwrap_err();
+    let r = srx.post(recv(6, 16, OpFlags::AUTH_KEY)).unwrap_err();
     assert_eq!(r.err, Error::BadFlags);
     let mut many = recv(7, 16, OpFlags::empty());
     many.bufs = vec![BytesMut::zeroed(1); 5];
@@ -226,4 +242,95 @@ fn another_providers_context_is_inval() {
     let ours: Option<Arc<dyn ProviderSrx>> = Some(Arc::new(SrxHandle(open(1, 1))));
     assert!(SoftSrx::<FakeEp>::of(&ours).unwrap().is_some());
     assert!(SoftSrx::<FakeEp>::of(&None).unwrap().is_none());
+}
+
+/// A multi-receive buffer of `cap` bytes posted to a context (no queues:
+/// they are the endpoints').
+fn multi(context: u64, cap: usize, min: usize) -> RecvReq {
+    let mut req = recv(context, cap, OpFlags::MULTI_RECV);
+    crate::multi_recv::attach(&mut req, min, None);
+    req
+}
+
+/// Messages held at two endpoints are packed into one buffer in arrival
+/// order, each reported on the queues of the endpoint it arrived at; the
+/// completion of the message that leaves less than the minimum free
+/// carries the release.
+#[test]
+fn a_multi_receive_packs_every_endpoints_messages() {
+    let srx = open(4, 1000);
+    let (a, b) = (bound(&srx), bound(&srx));
+    assert!(b.arrive(10));
+    assert!(a.arrive(20));
+    assert!(b.arrive(30));
+    srx.post(multi(5, 100, 16)).unwrap();
+    assert_eq!(srx.side.rx.left(), 3, "the buffer holds one credit");
+    assert_eq!(srx.side.unexp.load(Ordering::Acquire), 0);
+    let (ga, gb) = (items(&a.cq), items(&b.cq));
+    assert_eq!((ga.len(), gb.len()), (1, 2));
+    let CqItem::Ok(e) = &ga[0] else {
+        panic!("an error")
+    };
+    assert_eq!((e.context, &e.bufs[0][..]), (5, &[20u8; 20][..]));
+    assert!(!e.flags.contains(OpFlags::MULTI_RECV));
+    let lens: Vec<usize> = gb
+        .iter()
+        .map(|i| match i {
+            CqItem::Ok(e) => e.len,
+            CqItem::Err(e) => panic!("{:?}", e.err),
+        })
+        .collect();
+    assert_eq!(lens, [10, 30]);
+    // 40 bytes left: a message of 30 arriving at a leaves 10, below the
+    // minimum, so it is the last, and carries the flag, on a's queues.
+    assert!(a.arrive(30));
+    let CqItem::Ok(e) = one(&a.cq) else {
+        panic!("an error")
+    };
+    assert_eq!((e.context, e.len), (5, 30));
+    assert!(e.flags.contains(OpFlags::MULTI_RECV));
+    assert!(items(&b.cq).is_empty());
+    assert_eq!(srx.side.rx.left(), 4, "released");
+    // A second buffer ends by cancel: its error, flagged, reports on the
+    // first bound endpoint's queues.
+    srx.post(multi(7, 100, 16)).unwrap();
+    assert!(srx.cancel(7));
+    let CqItem::Err(e) = one(&a.cq) else {
+        panic!("a message")
+    };
+    assert_eq!((e.context, e.err), (7, Error::Canceled));
+    assert!(e.flags.contains(OpFlags::MULTI_RECV));
+    assert_eq!(srx.side.rx.left(), 4);
+}
+
+/// A message that does not fit what a buffer has left releases it by a
+/// completion without a message (on the first bound endpoint's queues)
+/// and goes on to the next receive.
+#[test]
+fn a_message_that_does_not_fit_releases_the_buffer() {
+    let srx = open(4, 1000);
+    let (a, b) = (bound(&srx), bound(&srx));
+    srx.post(multi(1, 64, 8)).unwrap();
+    srx.post(recv(2, 64, OpFlags::empty())).unwrap();
+    assert!(b.arrive(40));
+    assert!(b.arrive(40));
+    let CqItem::Ok(release) = one(&a.cq) else {
+        panic!("an error")
+    };
+    assert_eq!((release.context, release.len), (1, 0));
+    assert!(release.flags.contains(OpFlags::MULTI_RECV));
+    assert!(!release.flags.contains(OpFlags::MSG));
+    let contexts: Vec<u64> = items(&b.cq)
+        .iter()
+        .map(|i| match i {
+            CqItem::Ok(e) => e.context,
+            CqItem::Err(e) => panic!("{:?}", e.err),
+        })
+        .collect();
+    assert_eq!(
+        contexts,
+        [1, 2],
+        "the second message went to the next receive"
+    );
+    assert_eq!(srx.side.rx.left(), 4);
 }

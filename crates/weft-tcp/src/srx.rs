@@ -11,12 +11,17 @@
 //! endpoint's `FI_TCP_MAX_PEER_BUFFERED`): binding more endpoints, or
 //! more peers connecting, adds no buffering.
 //!
+//! A multi-receive buffer (`FI_MULTI_RECV`) is one posted receive of
+//! that matcher, so it packs the messages of every bound endpoint; the
+//! readers of several endpoints fill their disjoint parts of it at once.
+//!
 //! A message matched at an endpoint reports on that endpoint's receive CQ
 //! and counter (fi_endpoint(3): a context has none of its own): the
 //! receive is given the endpoint's queues when it matches
 //! ([`SrxMember::report_to`]), and a buffered message keeps the queues of
 //! the endpoint it arrived at. What ends without a message (a failed
-//! peek, a cancel) reports on the first bound endpoint's queues.
+//! peek, a cancel, a multi-receive buffer's release without a message)
+//! reports on the first bound endpoint's queues.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -28,10 +33,11 @@ use weft_core::counter::CounterShared;
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
+use weft_core::multi_recv;
 use weft_core::provider::{EpStats, ProviderSrx, RecvReq, Rejected};
 use weft_core::recv_completion::{cancel_recv, complete_peek, fail_recv, RecvCtx};
 use weft_core::sync::lock;
-use weft_core::tagmatch::{Matcher, MsgInfo, PostOutcome};
+use weft_core::tagmatch::{Matcher, MsgInfo};
 use weft_core::{Error, Result};
 
 use crate::admission::Charge;
@@ -195,14 +201,27 @@ impl SrxCore {
     }
 
     /// Where something that ends without a message reports: the first
-    /// bound endpoint's queues (awaited receives report to their future).
+    /// bound endpoint's queues (awaited receives report to their future);
+    /// a multi-receive buffer, given this as it is posted, reports its
+    /// completions without a message there.
     fn fallback(&self, req: &mut RecvReq) {
         if req.done.cq.is_some() || req.done.waiter.is_some() {
             return;
         }
         let first = lock(&self.members).iter().find_map(Weak::upgrade);
         if let Some(m) = first {
+            if multi_recv::is_buffer(req) {
+                multi_recv::release_to(req, (m.cq.clone(), m.cntr.clone()));
+            }
             m.report_to(req);
+        }
+    }
+
+    /// Reports the release of multi-receive buffers that ended without
+    /// the message they were offered. No lock of the context held.
+    fn end_buffers(&self, ended: impl IntoIterator<Item = RecvReq>) {
+        for r in ended {
+            multi_recv::end(self, r, false);
         }
     }
 
@@ -231,8 +250,26 @@ impl SrxCore {
         conn: &Arc<Conn>,
         info: MsgInfo,
     ) -> Option<Arrival> {
+        let mut ended = Vec::new();
+        let out = self.arrival_locked(ep, link, conn, info, &mut ended);
+        // Multi-receive buffers the message did not fit are released once
+        // the matcher's lock is let go.
+        self.end_buffers(ended);
+        out
+    }
+
+    fn arrival_locked(
+        &self,
+        ep: &Arc<EpShared>,
+        link: &SrxLink,
+        conn: &Arc<Conn>,
+        info: MsgInfo,
+        ended: &mut Vec<RecvReq>,
+    ) -> Option<Arrival> {
         let mut m = lock(&self.matcher);
-        if let Some((_, mut req)) = m.match_arrival(&info) {
+        // A plain receive whole, or a part of the oldest multi-receive
+        // buffer that has room for it.
+        if let Some((_, mut req)) = m.match_arrival_by(&info, &mut multi_recv::take, ended) {
             link.member.report_to(&mut req);
             return Some(Arrival::Posted(req));
         }
@@ -263,20 +300,24 @@ impl SrxCore {
     }
 
     /// Matches a receive holding its credit against the buffered
-    /// messages, or queues it (at the head with `front`).
+    /// messages, or queues it (at the head with `front`: a receive whose
+    /// message died goes back where it was; the part of a multi-receive
+    /// buffer ends instead, its range unused). A buffer takes every
+    /// buffered message it accepts that fits, under one hold of the lock.
     pub fn place(&self, req: RecvReq, front: bool) {
+        let Some(req) = multi_recv::unless_piece(self, req, self.is_closed()) else {
+            return;
+        };
         let spec = spec_of(&req);
         let resolve = |k: &SrxKey| k.resolve();
-        let out = lock(&self.matcher).post_at(spec, req, &resolve, front);
-        match out {
-            PostOutcome::Queued => self.parked.wake_for_recv(&spec),
-            PostOutcome::Matched {
-                recv,
-                info,
-                payload,
-                ..
-            } => self.take_unexpected(recv, info, payload),
+        let out = lock(&self.matcher).post_by(spec, req, &resolve, &mut multi_recv::take, front);
+        if out.queued {
+            self.parked.wake_for_recv(&spec);
         }
+        for (recv, info, payload) in out.matched {
+            self.take_unexpected(recv, info, payload);
+        }
+        self.end_buffers(out.ended);
     }
 
     /// A receive took buffered message `u`: deliver it now, or when the
@@ -340,8 +381,10 @@ impl SrxCore {
         };
         info.key = from.key.and_then(|k| u16::try_from(k).ok());
         let mut m = lock(&self.matcher);
-        if let Some((_, mut req)) = m.match_arrival(&info) {
+        let mut ended = Vec::new();
+        if let Some((_, mut req)) = m.match_arrival_by(&info, &mut multi_recv::take, &mut ended) {
             drop(m);
+            self.end_buffers(ended);
             at.report_to(&mut req);
             match &ep {
                 Some(e) => crate::rx::copy_and_deliver(e, req, info, &data, &from),
@@ -367,6 +410,8 @@ impl SrxCore {
         } else {
             m.push_unexpected_front(key, info, u);
         }
+        drop(m);
+        self.end_buffers(ended);
     }
 
     /// The bound endpoint a returned message was reported to (found by
@@ -394,10 +439,7 @@ impl SrxCore {
         if self.is_closed() {
             return reject(Error::OpBadState, req);
         }
-        if req
-            .flags
-            .intersects(OpFlags::MULTI_RECV | OpFlags::AUTH_KEY)
-        {
+        if req.flags.contains(OpFlags::AUTH_KEY) {
             return reject(Error::BadFlags, req);
         }
         let spec = spec_of(&req);
@@ -453,6 +495,9 @@ impl SrxCore {
         if !self.rx.try_take() {
             return reject(Error::Again, req);
         }
+        if multi_recv::is_buffer(&req) {
+            self.fallback(&mut req);
+        }
         self.place(req, false);
         Ok(())
     }
@@ -492,6 +537,10 @@ impl ProviderSrx for TcpSrx {
 
     fn give_back(&self, r: Returned) {
         self.core.take_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.core.take_back(r, true);
     }
 
     fn rx_size_left(&self) -> usize {

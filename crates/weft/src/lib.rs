@@ -76,6 +76,7 @@ mod shared_av;
 mod sock_dgram;
 mod sock_stream;
 mod srx;
+mod srx_multi;
 mod stx;
 
 pub use av::{AddressVector, AvAttr, Insert, InsertReport};

@@ -142,7 +142,7 @@ pub(crate) enum Owner {
 }
 
 impl Owner {
-    fn cancel(&self, context: u64) -> bool {
+    pub(crate) fn cancel(&self, context: u64) -> bool {
         match self {
             Owner::Ep(ep) => ep.cancel(context),
             Owner::Srx(srx) => srx.cancel(context),
@@ -153,6 +153,15 @@ impl Owner {
         match self {
             Owner::Ep(ep) => ep.give_back(r),
             Owner::Srx(srx) => srx.give_back(r),
+        }
+    }
+
+    /// Gives back a message of a dropped multi-receive stream, behind
+    /// those given back before it.
+    pub(crate) fn give_back_after(&self, r: Returned) {
+        match self {
+            Owner::Ep(ep) => ep.give_back_after(r),
+            Owner::Srx(srx) => srx.give_back_after(r),
         }
     }
 }

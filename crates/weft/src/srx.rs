@@ -7,10 +7,11 @@
 //! shared contexts have no CQ of their own). Receives posted through a
 //! bound endpoint go to its context.
 //!
-//! Contexts that match in software (tcp) take tagged receives, receives
-//! directed by source and `FI_PEEK`/`FI_CLAIM`/`FI_DISCARD` as an
-//! endpoint does; verbs MSG's (a shared receive queue) takes untagged
-//! receives only.
+//! Contexts that match in software (tcp, udp, shm, verbs RDM) take
+//! tagged receives, receives directed by source,
+//! `FI_PEEK`/`FI_CLAIM`/`FI_DISCARD` and multi-receive buffers (see
+//! `srx_multi.rs`) as an endpoint does; verbs MSG's (a shared receive
+//! queue) takes untagged receives only.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -41,6 +42,10 @@ pub(crate) struct SrxInner {
     pub(crate) prov: Arc<dyn ProviderSrx>,
     /// The attributes it was opened with (zeros filled from the domain).
     attr: RxAttr,
+    /// `FI_OPT_MIN_MULTI_RECV` of the context's multi-receives.
+    pub(crate) min_multi_recv: AtomicUsize,
+    /// The domain's `ep_attr.max_msg_size`: the largest minimum.
+    pub(crate) max_msg_size: usize,
 }
 
 /// What every shared context (receive or transmit) has: its ids, the
@@ -132,9 +137,10 @@ impl Domain {
 
     /// `fi_srx_context` with its `fi_rx_attr`: `size` (posted receives),
     /// `total_buffered_recv` (what the peers of every bound endpoint
-    /// together may have buffered unexpected; tcp, udp, shm), `caps`
-    /// (`FI_MSG`, `FI_TAGGED`, `FI_RECV`, `FI_DIRECTED_RECV`, within the domain's
-    /// receive caps, else `Inval`; empty: those the domain has) and
+    /// together may have buffered unexpected; tcp, udp, shm, verbs RDM),
+    /// `caps` (`FI_MSG`, `FI_TAGGED`, `FI_RECV`, `FI_DIRECTED_RECV`,
+    /// `FI_MULTI_RECV`, within the domain's receive caps, else `Inval`;
+    /// empty: those the domain has) and
     /// `iov_limit`; a 0 field takes the domain's. Default `op_flags` are
     /// not supported (`BadFlags`).
     pub fn srx_context_attr(&self, attr: &RxAttr) -> Result<SharedRxContext> {
@@ -148,7 +154,8 @@ impl Domain {
         let dom = &info.rx_attr;
         let pick = |v: usize, d: usize| if v == 0 { d } else { v };
         // What a receive side can have; RMA and the rest are endpoints'.
-        let recv_caps = Caps::MSG | Caps::TAGGED | Caps::RECV | Caps::DIRECTED_RECV;
+        let recv_caps =
+            Caps::MSG | Caps::TAGGED | Caps::RECV | Caps::DIRECTED_RECV | Caps::MULTI_RECV;
         let caps = if attr.caps.is_empty() {
             dom.caps & recv_caps
         } else {
@@ -171,6 +178,8 @@ impl Domain {
                 state: CtxState::open(self.fid(), "srx", attr.size),
                 prov,
                 attr,
+                min_multi_recv: AtomicUsize::new(weft_core::multi_recv::DEFAULT_MIN_MULTI_RECV),
+                max_msg_size: info.ep_attr.max_msg_size,
             }),
         })
     }
@@ -186,14 +195,14 @@ impl SharedRxContext {
         self.inner.state.live()
     }
 
-    fn req(
+    pub(crate) fn req(
         &self,
         msg: RecvMsg,
         flags: OpFlags,
         waiter: Option<weft_core::completion::Waiter>,
     ) -> RecvReq {
         let directed = self.inner.attr.caps.contains(Caps::DIRECTED_RECV);
-        RecvReq {
+        let mut req = RecvReq {
             src: if directed { msg.src } else { FI_ADDR_UNSPEC },
             bufs: msg.bufs,
             tagged: msg.tagged,
@@ -211,10 +220,14 @@ impl SharedRxContext {
                 waiter,
             },
             multi: None,
+        };
+        if flags.contains(OpFlags::MULTI_RECV) {
+            weft_core::multi_recv::attach(&mut req, self.min_multi_recv(), None);
         }
+        req
     }
 
-    fn check(&self, msg: &RecvMsg, flags: OpFlags) -> Result<()> {
+    pub(crate) fn check(&self, msg: &RecvMsg, flags: OpFlags) -> Result<()> {
         if !self.inner.prov.matches() {
             // Untagged receives only; no PEEK/CLAIM/MULTI_RECV here.
             if msg.tagged {
@@ -225,7 +238,13 @@ impl SharedRxContext {
             }
         } else {
             let peeks = OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD;
-            if !peeks.contains(flags) || !crate::endpoint::peek_flags_ok(msg, flags) {
+            if flags.contains(OpFlags::MULTI_RECV) {
+                let capable = self.inner.attr.caps.contains(Caps::MULTI_RECV);
+                if flags != OpFlags::MULTI_RECV {
+                    return Err(Error::BadFlags);
+                }
+                crate::endpoint::check_multi(capable, msg, self.min_multi_recv())?;
+            } else if !peeks.contains(flags) || !crate::endpoint::peek_flags_ok(msg, flags) {
                 return Err(Error::BadFlags);
             }
             let need = if msg.tagged { Caps::TAGGED } else { Caps::MSG };
@@ -242,8 +261,12 @@ impl SharedRxContext {
         Ok(())
     }
 
-    /// `fi_recvmsg` on the context (untagged; no flags). The buffers come
-    /// back on failure: `Again` when full, `OpBadState` once closed.
+    /// `fi_recvmsg` on the context: tagged or untagged, with the peek
+    /// family or `FI_MULTI_RECV` (see
+    /// [`post_recv_multi`](Self::post_recv_multi)) where the context
+    /// matches in software; untagged without flags on verbs MSG's. The
+    /// buffers come back on failure: `Again` when full, `OpBadState`
+    /// once closed.
     pub fn post_recvmsg(
         &self,
         msg: RecvMsg,
@@ -279,9 +302,13 @@ impl SharedRxContext {
     }
 
     /// Checks and posts a receive for its future (also for endpoints
-    /// bound to the context).
+    /// bound to the context). One future, one completion: a
+    /// multi-receive is [`recv_multi`](Self::recv_multi) (`BadFlags`).
     pub(crate) fn start_recv(&self, msg: RecvMsg, flags: OpFlags) -> Started<'_> {
         let fail = |e: Error, bufs| CqErrEntry::new(0, OpFlags::RECV, e).with_bufs(bufs);
+        if flags.contains(OpFlags::MULTI_RECV) {
+            return Started::Failed(fail(Error::BadFlags, msg.bufs));
+        }
         if let Err(e) = self.open().and_then(|()| self.check(&msg, flags)) {
             return Started::Failed(fail(e, msg.bufs));
         }

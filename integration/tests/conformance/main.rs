@@ -24,6 +24,7 @@ mod rma_events;
 mod scalable;
 mod sockets;
 mod srx;
+mod srx_multi;
 mod stx;
 mod tagged;
 

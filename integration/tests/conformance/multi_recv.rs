@@ -18,14 +18,14 @@ use weft_integration::{
 
 /// Message `i` of `len` bytes (at least 8): its number, then bytes that
 /// depend on it.
-fn numbered(i: u64, len: usize) -> Bytes {
+pub(super) fn numbered(i: u64, len: usize) -> Bytes {
     let mut v = i.to_le_bytes().to_vec();
     v.extend((8..len.max(8)).map(|k| (k as u8).wrapping_mul(13) ^ i as u8));
     v.into()
 }
 
 /// The number of a received message, checking every byte of it.
-fn number_of(b: &[u8]) -> u64 {
+pub(super) fn number_of(b: &[u8]) -> u64 {
     assert!(b.len() >= 8, "a numbered message has 8 bytes at least");
     let i = u64::from_le_bytes(b[..8].try_into().unwrap());
     assert_eq!(b, &numbered(i, b.len())[..], "message {i} corrupted");

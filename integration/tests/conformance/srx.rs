@@ -29,14 +29,14 @@ fn shared_offer(p: &Provider, ep_type: EpType) -> Option<Info> {
 
 /// RDM endpoints on one shared context (one AV, a CQ each) and a client
 /// per server endpoint.
-struct Rig {
-    srx: SharedRxContext,
-    servers: Vec<RdmEp>,
-    clients: Vec<RdmEp>,
+pub(super) struct Rig {
+    pub(super) srx: SharedRxContext,
+    pub(super) servers: Vec<RdmEp>,
+    pub(super) clients: Vec<RdmEp>,
     /// `to[i]`: server `i` in client `i`'s AV.
-    to: Vec<FiAddr>,
+    pub(super) to: Vec<FiAddr>,
     /// `from[i]`: client `i` in the servers' AV.
-    from: Vec<FiAddr>,
+    pub(super) from: Vec<FiAddr>,
 }
 
 fn rig(h: &Harness, srx: SharedRxContext, n: usize) -> Rig {
@@ -59,7 +59,7 @@ fn rig(h: &Harness, srx: SharedRxContext, n: usize) -> Rig {
 /// The harness and rig of `n` connectionless endpoints (RDM; udp's
 /// DGRAM), or `None` after checking that a provider without shared
 /// contexts refuses them.
-fn rdm_rig(p: &Provider, n: usize) -> Option<(Harness, Rig)> {
+pub(super) fn rdm_rig(p: &Provider, n: usize) -> Option<(Harness, Rig)> {
     let Some(info) = shared_offer(p, p.connless_type()) else {
         let h = Harness::connless(p);
         assert_eq!(h.info.domain_attr.max_ep_srx_ctx, 0);
@@ -97,7 +97,7 @@ async fn buffered(srx: &SharedRxContext, n: usize) {
     .await;
 }
 
-async fn ok(cq: &CompletionQueue, what: &str) -> weft::CqEntry {
+pub(super) async fn ok(cq: &CompletionQueue, what: &str) -> weft::CqEntry {
     match within(what, next_cq(cq)).await {
         CqItem::Ok(e) => e,
         CqItem::Err(e) => panic!("{what}: error completion {e:?}"),
@@ -234,6 +234,7 @@ async fn tagged_directed_peek_claim_discard(p: Provider) {
         .post_recvmsg(RecvMsg::untagged(BytesMut::zeroed(4), 1), OpFlags::PEEK)
         .unwrap_err();
     assert_eq!(e, Error::BadFlags);
+    // A multi-receive smaller than the context's minimum (16 KiB).
     let (e, _) = r
         .srx
         .post_recvmsg(
@@ -241,7 +242,7 @@ async fn tagged_directed_peek_claim_discard(p: Provider) {
             OpFlags::MULTI_RECV,
         )
         .unwrap_err();
-    assert_eq!(e, Error::BadFlags);
+    assert_eq!(e, Error::MsgSize);
 }
 
 /// Cancel, close, and futures dropped at random: no message is lost or

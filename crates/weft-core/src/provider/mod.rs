@@ -219,6 +219,13 @@ pub trait ProviderSrx: Send + Sync + Debug {
     /// reported where `r.origin` says when the receive that takes it has
     /// no queue of its own.
     fn give_back(&self, r: Returned);
+    /// [`give_back`](Self::give_back) for a message of a multi-receive
+    /// buffer whose stream was dropped: behind the ones given back before
+    /// it (see [`RecvCtx::give_back_after`](crate::recv_completion::RecvCtx::give_back_after)).
+    /// By default, `give_back`.
+    fn give_back_after(&self, r: Returned) {
+        self.give_back(r)
+    }
     /// Receives that can still be posted.
     fn rx_size_left(&self) -> usize;
     /// Stops taking receives; pending ones complete with `Canceled`.

@@ -168,19 +168,27 @@ impl RdmShared {
         }
     }
 
-    /// A stream's buffer withdrawn (or any cancel): the places of the
-    /// dropped streams' parts still arriving are taken, behind every
-    /// message given back before.
-    pub(crate) fn hold_all_places(&self) {
+    /// The places of the dropped streams' parts still arriving here that
+    /// lie before `before` in their buffer: a message of such a stream
+    /// given back at another endpoint bound to the same shared context
+    /// must not pass them.
+    pub(crate) fn hold_places_before(&self, before: Option<usize>) {
         let mut placed = Placed::default();
         {
             let g = lock(&self.arriving);
             if g.is_empty() {
                 return;
             }
-            self.hold_places(&g, None, &mut placed);
+            self.hold_places(&g, before, &mut placed);
         }
         placed.finish(self);
+    }
+
+    /// A stream's buffer withdrawn (or any cancel): the places of the
+    /// dropped streams' parts still arriving are taken, behind every
+    /// message given back before.
+    pub(crate) fn hold_all_places(&self) {
+        self.hold_places_before(None);
     }
 }
 

@@ -188,10 +188,7 @@ impl RdmShared {
         };
         match hdr.op {
             WireOp::Eager => self.on_eager(slot, base, n - HDR, hdr, conn),
-            WireOp::Rts => {
-                self.repost_slot(slot);
-                self.on_rts(hdr, conn);
-            }
+            WireOp::Rts => self.on_rts(slot, hdr, conn),
             WireOp::Fin => {
                 self.repost_slot(slot);
                 self.on_fin(&hdr, &conn);
@@ -266,16 +263,32 @@ impl RdmShared {
         }
     }
 
-    /// A request-to-send: read now for the receive it matches, pull at
-    /// once for a delivery-complete send, or remember the announcement.
-    fn on_rts(&self, hdr: Header, conn: Arc<Conn>) {
+    /// A request-to-send (in `slot`): read now for the receive it
+    /// matches, pull at once for a delivery-complete send, or remember
+    /// the announcement. A held announcement is charged its header and a
+    /// pull its payload too, against a shared context's budget as a
+    /// copied message is: one that does not fit keeps its slot (not
+    /// reposted) until a receive takes it, so that, as for eager
+    /// messages, the peers' sends wait in RNR retries once every slot is
+    /// held, rather than the context holding more than its budget.
+    fn on_rts(&self, slot: u32, hdr: Header, conn: Arc<Conn>) {
         let info = self.info_of(&conn.peer, &hdr, hdr.len as usize);
         let mut ended = Vec::new();
         let mut m = lock(&self.side.matcher);
         let matched = super::multi::match_arrival(&mut m, &info, &mut ended);
-        match matched {
-            Some(mut req) => {
+        let pulled = hdr.ack && hdr.len <= PULL_MAX;
+        let charge = matched.is_none().then(|| {
+            let n = if pulled { info.len } else { 0 };
+            Charge::try_new(
+                &self.side.unexp,
+                n.saturating_add(UNEXPECTED_OVERHEAD),
+                self.side.limit,
+            )
+        });
+        match (matched, charge) {
+            (Some(mut req), _) => {
                 drop(m);
+                self.repost_slot(slot);
                 self.report_here(&mut req);
                 self.end_buffers(ended);
                 self.start_read(ReadJob {
@@ -287,12 +300,13 @@ impl RdmShared {
                     arriving: None,
                 });
             }
-            None if hdr.ack && hdr.len <= PULL_MAX => {
+            (None, Some(Some(charge))) if pulled => {
                 // Delivery-complete: fetch it now, answer once here.
                 let pull = Arc::new(Pull::default());
-                let held = self.held_forced(Unexp::Pull(pull.clone()), info.len);
+                let held = self.held(Unexp::Pull(pull.clone()), Some(charge));
                 m.push_unexpected(self.src(conn.peer), info, held);
                 drop(m);
+                self.repost_slot(slot);
                 self.end_buffers(ended);
                 let mut peers = lock(&self.peers);
                 match peers.get_mut(&conn.peer) {
@@ -303,9 +317,18 @@ impl RdmShared {
                     }
                 }
             }
-            None => {
+            (None, Some(Some(charge))) => {
                 let src = self.src(conn.peer);
-                m.push_unexpected(src, info, self.held_forced(Unexp::Rts { conn, hdr }, 0));
+                m.push_unexpected(src, info, self.held(Unexp::Rts { conn, hdr }, Some(charge)));
+                drop(m);
+                self.repost_slot(slot);
+                self.end_buffers(ended);
+            }
+            (None, _) => {
+                // Past the budget: held uncharged, in its slot.
+                let src = self.src(conn.peer);
+                let hold = super::srx::SlotHold::new(self, slot, 0, 0);
+                m.push_unexpected(src, info, self.held_in_slot(Unexp::Rts { conn, hdr }, hold));
                 drop(m);
                 self.end_buffers(ended);
             }

@@ -18,11 +18,19 @@
 //! ([`Src`]). What ends without a message (a failed peek, a cancel)
 //! reports on the first bound endpoint's queues; a context has none.
 //!
-//! The budget (`rx_attr.total_buffered_recv`) bounds the copied
-//! messages: one that does not fit stays in its receive slot
-//! ([`SlotHold`]), which goes back to the receive queue only when a
-//! receive takes the message; with every slot of an endpoint held, its
-//! peers' sends wait in RNR retries. A lone endpoint has no budget.
+//! The budget (`rx_attr.total_buffered_recv`) bounds what is held: a
+//! copied message (its payload and overhead), a held announcement (its
+//! overhead) and a delivery-complete pull (payload and overhead). What
+//! does not fit stays in its receive slot ([`SlotHold`]; an announcement
+//! keeps the slot it came in), which goes back to the receive queue only
+//! when a receive takes the message; with every slot of an endpoint
+//! held, its peers' sends wait in RNR retries. A lone endpoint has no
+//! budget.
+//!
+//! A multi-receive buffer posted to the context is one receive of the
+//! shared matcher: each endpoint cuts the parts of the messages that
+//! arrive at it, copies or reads into them over its own connections
+//! (parts are disjoint), and completes them on its own queues.
 //!
 //! `weft_core::soft_srx` is not reused: it holds only whole payloads
 //! (`BytesMut`), while a message held here may be an announcement whose
@@ -44,6 +52,7 @@ use weft_core::completion::{CqErrEntry, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
+use weft_core::multi_recv;
 use weft_core::provider::{EpStats, ProviderSrx, RecvReq, Rejected};
 use weft_core::recv_completion::{
     cancel_recv, complete_peek, copy_and_deliver, fail_recv, RecvCtx,
@@ -139,6 +148,10 @@ pub(crate) struct Held {
     pub u: Unexp,
     _charge: Option<Charge>,
     _waits: Option<Charge>,
+    /// The receive slot an announcement past the budget keeps (its
+    /// header was read out already): the back-pressure, released with
+    /// the message.
+    _slot: Option<SlotHold>,
 }
 
 impl std::fmt::Debug for Held {
@@ -156,13 +169,22 @@ impl RdmShared {
             u,
             _charge: charge,
             _waits: waits.then(|| Charge::force(&self.side.waiting, 1)),
+            _slot: None,
+        }
+    }
+
+    /// Announcement `u`, arrived here past the budget: uncharged, it
+    /// keeps the receive slot `slot` it came in until it goes.
+    pub(crate) fn held_in_slot(&self, u: Unexp, slot: SlotHold) -> Held {
+        Held {
+            _slot: Some(slot),
+            ..self.held(u, None)
         }
     }
 
     /// `u` of `n` payload bytes, arrived here, charged whatever the
-    /// budget: an announcement (a header), a pull (which the sender
-    /// waits on to complete), or a message admitted once already and
-    /// given back.
+    /// budget: a message admitted once already and given back (or the
+    /// placeholder of one still being read into a dropped stream).
     pub(crate) fn held_forced(&self, u: Unexp, n: usize) -> Held {
         let charge = Charge::force(&self.side.unexp, n + UNEXPECTED_OVERHEAD);
         self.held(u, Some(charge))
@@ -309,8 +331,14 @@ impl RdmSrx {
     }
 
     /// Posts `req` to the context's matcher, or hands it the held
-    /// messages it matches (each through the endpoint it arrived at).
-    fn place(&self, mut req: RecvReq) {
+    /// messages it matches (each through the endpoint it arrived at). A
+    /// multi-receive buffer takes every one it accepts that fits; the
+    /// part of one whose message went with its endpoint ends instead,
+    /// its range unused.
+    fn place(&self, req: RecvReq) {
+        let Some(mut req) = multi_recv::unless_piece(self, req, self.is_closed()) else {
+            return;
+        };
         if self.is_closed() {
             self.fallback(&mut req);
             cancel_recv(self, req);
@@ -333,8 +361,9 @@ impl RdmSrx {
         for req in again {
             self.place(req);
         }
-        // Multi-receive buffers are refused here: nothing ends unmatched.
-        drop(out.ended);
+        if let Some(r) = out.ended {
+            multi_recv::end(self, r, false);
+        }
     }
 
     /// Ends `req` through endpoint `at` (on its queues), else through the
@@ -364,9 +393,23 @@ impl RdmSrx {
         if self.is_closed() {
             return;
         }
-        if let Some(m) = self.members.reported_on(&r, RdmShared::rx_queues) {
-            m.take_back(r, after);
+        let Some(m) = self.members.reported_on(&r, RdmShared::rx_queues) else {
+            return;
+        };
+        if !after {
+            m.take_back(r, false);
+            return;
         }
+        // A dropped stream's message: the parts of its buffer before it
+        // still being read, at whichever bound endpoint, keep their
+        // places ahead of it.
+        let addr = r.entry.bufs.first().map(|b| b.as_ptr() as usize);
+        for other in self.members.live() {
+            if !Arc::ptr_eq(&other, &m) {
+                other.hold_places_before(addr);
+            }
+        }
+        m.give_back_in_order(r);
     }
 }
 
@@ -393,8 +436,6 @@ impl RecvCtx for RdmSrx {
 impl ProviderSrx for RdmSrx {
     fn post_recv(&self, mut req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
         let reject = |err, req| Err(Rejected { err, req });
-        // Multi-receive on a context: not yet (its parts would be read
-        // into by several endpoints' connections at once).
         if let Some(err) = weft_core::soft_srx::refused_post(self.is_closed(), &req, self.iov_limit)
         {
             return reject(err, req);
@@ -446,13 +487,24 @@ impl ProviderSrx for RdmSrx {
         if !self.side.rx.try_take() {
             return reject(Error::Again, req);
         }
+        if multi_recv::is_buffer(&req) {
+            // Its completions without a message report here.
+            self.fallback(&mut req);
+        }
         self.place(req);
         Ok(())
     }
 
     fn cancel(&self, context: u64) -> bool {
-        self.members
-            .cancel_in(&self.side.matcher, context, self, RdmShared::rx_queues)
+        let found = self
+            .members
+            .cancel_in(&self.side.matcher, context, self, RdmShared::rx_queues);
+        // A dropped stream withdraws its buffer last: the places of its
+        // messages still being read, at any bound endpoint, are taken.
+        for m in self.members.live() {
+            m.hold_all_places();
+        }
+        found
     }
 
     fn close(&self) {
@@ -465,6 +517,10 @@ impl ProviderSrx for RdmSrx {
 
     fn give_back(&self, r: Returned) {
         self.route_back(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.route_back(r, true);
     }
 
     fn rx_size_left(&self) -> usize {

@@ -26,6 +26,7 @@ use crate::srx::SharedRxContext;
 
 mod data;
 pub(crate) use data::{peek_flags_ok, OpResult};
+pub(crate) use multi::{check_multi, post_multi, post_stream};
 mod enable;
 mod multi;
 

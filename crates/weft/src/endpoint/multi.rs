@@ -17,12 +17,28 @@ use weft_core::completion::{CqEntry, CqErrEntry, Finished, Returned};
 use weft_core::flags::{Caps, OpFlags};
 use weft_core::multi_recv::{self, MultiSink};
 use weft_core::progress::{InlineWait, Progress};
-use weft_core::provider::{ProviderEndpoint, Rejected};
+use weft_core::provider::Rejected;
 use weft_core::{Error, Result};
 
 use super::{async_op, Endpoint};
 use crate::msg::RecvMsg;
-use crate::opfuture::post_when_room;
+use crate::opfuture::{post_when_room, Owner};
+
+/// The checks of a multi-receive on an endpoint or shared receive
+/// context with `FI_MULTI_RECV` (`capable`) whose `FI_OPT_MIN_MULTI_RECV`
+/// is `min` (see [`Endpoint::check_multi`]).
+pub(crate) fn check_multi(capable: bool, msg: &RecvMsg, min: usize) -> Result<()> {
+    if !capable || msg.tagged {
+        return Err(Error::BadFlags);
+    }
+    let [buf] = msg.bufs.as_slice() else {
+        return Err(Error::Inval);
+    };
+    if buf.is_empty() || buf.len() < min {
+        return Err(Error::MsgSize);
+    }
+    Ok(())
+}
 
 impl Endpoint {
     /// The checks of a multi-receive: an endpoint with `FI_MULTI_RECV`
@@ -30,16 +46,11 @@ impl Endpoint {
     /// else `BadFlags`; one buffer (`Inval`) of at least
     /// `FI_OPT_MIN_MULTI_RECV` bytes and not empty (`MsgSize`).
     pub(super) fn check_multi(&self, msg: &RecvMsg) -> Result<()> {
-        if !self.inner.info.caps.contains(Caps::MULTI_RECV) || msg.tagged {
-            return Err(Error::BadFlags);
-        }
-        let [buf] = msg.bufs.as_slice() else {
-            return Err(Error::Inval);
-        };
-        if buf.is_empty() || buf.len() < self.min_multi_recv() {
-            return Err(Error::MsgSize);
-        }
-        Ok(())
+        check_multi(
+            self.inner.info.caps.contains(Caps::MULTI_RECV),
+            msg,
+            self.min_multi_recv(),
+        )
     }
 
     /// `fi_recv` with `FI_MULTI_RECV`: `buf` (its `len()` is the capacity,
@@ -65,10 +76,7 @@ impl Endpoint {
         buf: BytesMut,
         context: u64,
     ) -> std::result::Result<MultiRecvBuf, (Error, BytesMut)> {
-        let at = MultiRecvBuf::of(&buf);
-        self.post_recvmsg(RecvMsg::untagged(buf, context), OpFlags::MULTI_RECV)
-            .map(|()| at)
-            .map_err(|(e, mut bufs)| (e, bufs.pop().unwrap_or_default()))
+        post_multi(buf, context, |m, f| self.post_recvmsg(m, f))
     }
 
     /// A multi-receive as a stream: `buf` takes untagged messages packed
@@ -115,34 +123,65 @@ impl Endpoint {
             Ok(l) => l,
             Err(e) => return Err((e, buf)),
         };
+        if let Some(srx) = &live.srx {
+            return srx.recv_multi(buf).await;
+        }
         let msg = RecvMsg::untagged(buf, 0);
         if let Err(e) = self.check_recv(&msg, live.rx_flags(OpFlags::MULTI_RECV)) {
             return Err((e, msg.bufs.into_iter().next().unwrap_or_default()));
         }
-        let at = MultiRecvBuf::of(&msg.bufs[0]);
-        let (ctx, _, _) = async_op();
-        let mut msg = msg;
-        msg.context = ctx;
-        let sink = MultiSink::new();
-        let mut req = self.recv_req(live, msg, OpFlags::MULTI_RECV, None);
-        multi_recv::attach(&mut req, self.min_multi_recv(), Some(sink.clone()));
-        if let Err(Rejected { err, mut req }) =
-            post_when_room(req, |r| live.prov.post_recv(r)).await
-        {
-            return Err((err, req.bufs.pop().unwrap_or_default()));
-        }
-        Ok(MultiRecv {
-            sink,
-            prov: live.prov.clone(),
-            context: ctx,
-            at,
-            parts: Vec::new(),
-            ended: false,
-            canceled: false,
-            progress: live.inline.clone(),
-            wait: InlineWait::new(),
-        })
+        post_stream(
+            msg,
+            self.min_multi_recv(),
+            |m| self.recv_req(live, m, OpFlags::MULTI_RECV, None),
+            |r| live.prov.post_recv(r),
+            Owner::Ep(live.prov.clone()),
+            live.inline.clone(),
+        )
+        .await
     }
+}
+
+/// `post_recv_multi` through `post` (an endpoint's or a context's
+/// `post_recvmsg`): the buffer's place, or the error with the buffer.
+pub(crate) fn post_multi(
+    buf: BytesMut,
+    context: u64,
+    post: impl FnOnce(RecvMsg, OpFlags) -> std::result::Result<(), (Error, Vec<BytesMut>)>,
+) -> std::result::Result<MultiRecvBuf, (Error, BytesMut)> {
+    let at = MultiRecvBuf::of(&buf);
+    post(RecvMsg::untagged(buf, context), OpFlags::MULTI_RECV)
+        .map(|()| at)
+        .map_err(|(e, mut bufs)| (e, bufs.pop().unwrap_or_default()))
+}
+
+/// Posts the awaited multi-receive of `msg` (checked: one buffer): the
+/// request `make` builds is given a new stream released below `min`
+/// free bytes and posted through `post`, a full queue waited out; the
+/// stream withdraws it through `owner`, driving `progress` while it
+/// waits (inline modes).
+pub(crate) async fn post_stream(
+    mut msg: RecvMsg,
+    min: usize,
+    make: impl FnOnce(RecvMsg) -> weft_core::provider::RecvReq,
+    post: impl Fn(
+        weft_core::provider::RecvReq,
+    ) -> std::result::Result<(), Rejected<weft_core::provider::RecvReq>>,
+    owner: Owner,
+    progress: Option<Arc<dyn Progress>>,
+) -> std::result::Result<MultiRecv, (Error, BytesMut)> {
+    let Some(at) = msg.bufs.first().map(MultiRecvBuf::of) else {
+        return Err((Error::Inval, BytesMut::new()));
+    };
+    let (ctx, _, _) = async_op();
+    msg.context = ctx;
+    let sink = MultiSink::new();
+    let mut req = make(msg);
+    multi_recv::attach(&mut req, min, Some(sink.clone()));
+    if let Err(Rejected { err, mut req }) = post_when_room(req, post).await {
+        return Err((err, req.bufs.pop().unwrap_or_default()));
+    }
+    Ok(MultiRecv::new(sink, owner, ctx, at, progress))
 }
 
 /// Where a posted multi-receive buffer lies, to find each completion's
@@ -154,7 +193,7 @@ pub struct MultiRecvBuf {
 }
 
 impl MultiRecvBuf {
-    fn of(buf: &BytesMut) -> MultiRecvBuf {
+    pub(crate) fn of(buf: &BytesMut) -> MultiRecvBuf {
         MultiRecvBuf {
             base: buf.as_ptr() as usize,
             len: buf.len(),
@@ -207,7 +246,8 @@ pub struct MultiMsg {
 /// hands back once the stream has ended.
 pub struct MultiRecv {
     sink: Arc<MultiSink>,
-    prov: Arc<dyn ProviderEndpoint>,
+    /// The endpoint, or the shared receive context, it was posted to.
+    owner: Owner,
     context: u64,
     at: MultiRecvBuf,
     /// The parts of the buffer read so far, with their offsets, in
@@ -238,6 +278,28 @@ impl std::fmt::Debug for MultiRecv {
 }
 
 impl MultiRecv {
+    /// The stream of the buffer at `at`, posted to `owner` with
+    /// `context`, whose completions come through `sink`.
+    pub(crate) fn new(
+        sink: Arc<MultiSink>,
+        owner: Owner,
+        context: u64,
+        at: MultiRecvBuf,
+        progress: Option<Arc<dyn Progress>>,
+    ) -> MultiRecv {
+        MultiRecv {
+            sink,
+            owner,
+            context,
+            at,
+            parts: Vec::new(),
+            ended: false,
+            canceled: false,
+            progress,
+            wait: InlineWait::new(),
+        }
+    }
+
     /// The bytes of a message this stream yielded (empty for one it did
     /// not).
     pub fn bytes(&self, msg: &MultiMsg) -> &[u8] {
@@ -263,7 +325,7 @@ impl MultiRecv {
     /// released with what it holds; the stream yields those and ends.
     /// `NoEnt` once the buffer was released already.
     pub fn cancel(&self) -> Result<()> {
-        if self.prov.cancel(self.context) {
+        if self.owner.cancel(self.context) {
             Ok(())
         } else {
             Err(Error::NoEnt)
@@ -423,12 +485,12 @@ impl Drop for MultiRecv {
             };
             let is_msg = f.entry().is_none_or(|e| e.flags.contains(OpFlags::MSG));
             if let Some(back) = Returned::from_finished(f).filter(|_| is_msg) {
-                self.prov.give_back_after(back);
+                self.owner.give_back_after(back);
             }
         }
         // Withdrawn last: a provider whose parts may still be arriving
         // then knows every message already in has been given back, and
         // keeps the places of the ones still arriving behind them.
-        self.prov.cancel(self.context);
+        self.owner.cancel(self.context);
     }
 }
