@@ -93,7 +93,7 @@ pub struct AtomicIn {
 
 /// Target: an atomic request's lead record. `None`: it breaks the rules
 /// (a prefix that does not decode, or arrays of another length).
-pub fn start(ep: &EpShared, h: &RecHead, payload: usize) -> Option<AtomicIn> {
+pub fn start(ep: &EpShared, h: &RecHead, payload: usize, who: &[u8]) -> Option<AtomicIn> {
     let mut b = [0u8; ATOMIC_HDR_LEN];
     if h.len as usize != ATOMIC_HDR_LEN || !ep.seg.read(payload, &mut b) {
         return None;
@@ -110,7 +110,7 @@ pub fn start(ep: &EpShared, h: &RecHead, payload: usize) -> Option<AtomicIn> {
     }
     let to = atomic::supported(hdr.kind, hdr.op, hdr.datatype).and_then(|()| {
         let off = hdr.target.addr;
-        ep.region(hdr.target.key, off, n, need)
+        ep.region(hdr.target.key, off, n, need, who)
             .map(|r| (r, off as usize))
     });
     Some(AtomicIn {

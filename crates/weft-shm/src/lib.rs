@@ -40,6 +40,7 @@ mod domain;
 mod driver;
 mod endpoint;
 mod keyproof;
+mod keys;
 pub mod layout;
 pub mod live;
 mod mr;
@@ -101,10 +102,10 @@ impl Provider for ShmProvider {
         true
     }
 
-    /// Keys held in the AV (`FI_AV_AUTH_KEY`) are not implemented: such
-    /// domains are `OpNotSupp`.
+    /// Keys held in the AV (`FI_AV_AUTH_KEY`): a claim names the key it
+    /// proves by id (`keys`).
     fn av_auth_keys(&self) -> bool {
-        false
+        true
     }
 
     fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {

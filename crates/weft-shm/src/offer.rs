@@ -120,8 +120,10 @@ pub fn offer() -> Info {
             max_ep_rx_ctx: 1,
             // One shared receive context per endpoint (`srx.rs`).
             max_ep_srx_ctx: 1,
-            // One key, proven when a channel is claimed (`keyproof`).
-            max_ep_auth_key: 1,
+            // Proven when a channel is claimed (`keyproof`): one key, or
+            // on an `FI_AV_AUTH_KEY` domain every key of the AV when the
+            // endpoint is enabled (`keys`).
+            max_ep_auth_key: weft_core::av::MAX_AV_AUTH_KEYS,
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {

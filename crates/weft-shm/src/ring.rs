@@ -266,6 +266,31 @@ impl Chan {
     }
 }
 
+/// Copies bytes `off..off + n` of the message in `iov` to segment offset
+/// `at`.
+pub fn copy_out(
+    seg: &Segment,
+    mut at: usize,
+    iov: &weft_core::provider::Iov,
+    mut off: usize,
+    mut n: usize,
+) {
+    for b in iov.iter() {
+        if n == 0 {
+            break;
+        }
+        if off >= b.len() {
+            off -= b.len();
+            continue;
+        }
+        let k = (b.len() - off).min(n);
+        seg.write(at, &b[off..off + k]);
+        at += k;
+        n -= k;
+        off = 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]

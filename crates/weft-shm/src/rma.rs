@@ -91,12 +91,9 @@ impl EpShared {
         if nbufs > self.iov_limit {
             return reject(Error::Inval, req);
         }
-        let Some(av) = &self.cfg.av else {
-            return reject(Error::NoAv, req);
-        };
-        let addr = match weft_core::av::shared::lock_synced(av).lookup(req.dest) {
-            Ok(b) => b.to_vec(),
-            Err(_) => return reject(Error::AddrNotAvail, req),
+        let (addr, proves) = match self.dest(req.dest) {
+            Ok(d) => d,
+            Err(e) => return reject(e, req),
         };
         if !self.tx.try_take() {
             return reject(Error::Again, req);
@@ -129,13 +126,15 @@ impl EpShared {
             }
             RmaOp::Atomic(a) => crate::atomic::request(a, req.addr, req.key, req.done),
         };
-        self.enqueue(addr, out.fenced(fence), Some(pending));
+        self.enqueue(addr, out.fenced(fence).proving(proves), Some(pending));
         Ok(())
     }
 
-    /// Answers the initiator at `to`: `status` 0 or an error's code, and
-    /// a read's bytes.
+    /// Answers the initiator `to` (`keys::ident`: its address, and the
+    /// AV key handle its channel proved, which the answer's channel
+    /// proves back): `status` 0 or an error's code, and a read's bytes.
     pub fn answer(&self, to: &[u8], status: Result<()>, data: Option<Bytes>) {
+        let (to, proves) = crate::keys::split(to);
         let code = match status {
             Ok(()) => 0,
             Err(e) => e.code() as u64,
@@ -143,19 +142,29 @@ impl EpShared {
         let len = data.as_ref().map_or(0, |d| d.len());
         let lead = Lead::new(K_RESP, 0, code, &[]);
         let iov: Iov = data.into_iter().collect();
-        self.enqueue(to.to_vec(), EpShared::rma_out(lead, iov, len), None);
+        let out = EpShared::rma_out(lead, iov, len).proving(proves);
+        self.enqueue(to.to_vec(), out, None);
     }
 
     /// The region under `key` for `len` bytes at `off`, needing `need`,
-    /// if the requesting peer proved the region's authorization key
-    /// (`Access` otherwise, as for a key that does not exist).
-    pub fn region(&self, key: u64, off: u64, len: usize, need: MrAccess) -> Result<Arc<Region>> {
+    /// if the requesting peer `who` (`keys::ident`) proved the region's
+    /// authorization key (`Access` otherwise, as for a key that does not
+    /// exist).
+    pub fn region(
+        &self,
+        key: u64,
+        off: u64,
+        len: usize,
+        need: MrAccess,
+        who: &[u8],
+    ) -> Result<Arc<Region>> {
         let r = self
             .regions
             .as_ref()
             .ok_or(Error::Access)?
             .check(key, off, len, need)?;
-        if !r.admits_key(self.key.as_ref()) {
+        let proven = self.keys.key_for(crate::keys::split(who).1);
+        if !r.admits_key(proven.map(|k| &k.key)) {
             return Err(Error::Access);
         }
         Ok(r)
@@ -178,12 +187,18 @@ fn arg(seg: &crate::segment::Segment, payload: usize, len: u32) -> Option<u64> {
     (len == 8 && seg.read(payload, &mut b)).then(|| u64::from_ne_bytes(b))
 }
 
-/// Target: a write request's first record. `None`: it breaks the rules.
-pub fn write_start(ep: &EpShared, h: &RecHead, payload: usize) -> Option<(WriteIn, usize)> {
+/// Target: a write request's first record from `who`. `None`: it
+/// breaks the rules.
+pub fn write_start(
+    ep: &EpShared,
+    h: &RecHead,
+    payload: usize,
+    who: &[u8],
+) -> Option<(WriteIn, usize)> {
     let off = arg(&ep.seg, payload, h.len)?;
     let total = usize::try_from(h.total).ok().filter(|&t| t <= ep.max_msg)?;
     let to = ep
-        .region(h.tag, off, total, MrAccess::REMOTE_WRITE)
+        .region(h.tag, off, total, MrAccess::REMOTE_WRITE, who)
         .map(|r| (r, off as usize));
     let data = h.has(F_DATA).then_some(h.data);
     Some((WriteIn { to, data }, total))
@@ -237,7 +252,7 @@ pub fn read(ep: &EpShared, h: &RecHead, payload: usize, from: &Arc<[u8]>) -> boo
         return false;
     }
     let got = ep
-        .region(h.tag, off, len, MrAccess::REMOTE_READ)
+        .region(h.tag, off, len, MrAccess::REMOTE_READ, from)
         .and_then(|r| {
             let mut b = BytesMut::zeroed(len);
             r.get(off as usize, &mut b).map_err(|_| Error::Access)?;

@@ -35,6 +35,22 @@ pub struct Scan {
 
 /// The key a scan judges proofs with, and the nonce it "published".
 const SCAN_KEY: &[u8] = b"weft-shm scan key";
+/// The AV keys it judges with as well.
+const SCAN_AV_KEYS: [&[u8]; 2] = [b"weft-shm scan job a", b"weft-shm scan job b"];
+
+/// The owners a scan judges as: one key, and two AV keys.
+fn scan_keys() -> Vec<crate::keys::EpKeys> {
+    let key = |k: &[u8]| weft_core::auth::AuthKey::new(k).ok();
+    let one = crate::keys::EpKeys::single(key(SCAN_KEY));
+    let av = crate::keys::EpKeys::detached(
+        SCAN_AV_KEYS
+            .iter()
+            .enumerate()
+            .filter_map(|(h, k)| Some((h as u64, key(k)?)))
+            .collect(),
+    );
+    one.into_iter().chain(av).collect()
+}
 
 /// Reads every channel of `seg`, laid out as `g`, as a receiver would:
 /// at most `limit` records a channel, payloads copied out.
@@ -44,6 +60,7 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
         ..Scan::default()
     };
     let mut buf = vec![0u8; g.chunk()];
+    let owners = scan_keys();
     for i in 0..g.channels {
         let c = Chan { g, i };
         let state = seg.load32(c.ctl(C_STATE), Acquire);
@@ -60,12 +77,14 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
             continue;
         }
         // Judged as a keyed owner judges a claim (which writes only the
-        // owner's verdict and proof words).
-        let key = weft_core::auth::AuthKey::new(SCAN_KEY).ok();
+        // owner's verdict and proof words): by one key, and by several
+        // named by the claim's key id (`FI_AV_AUTH_KEY`).
         let sender = std::str::from_utf8(&name[..len]).unwrap_or("");
         let gen = seg.load32(c.ctl(C_GEN), Acquire).unwrap_or(0);
-        let ok = crate::keyproof::judge(seg, &c, key.as_ref(), Some([0; 16]), "scan", sender, gen);
-        assert!(!ok, "a proof of a key nobody else holds accepted");
+        for keys in &owners {
+            let ok = crate::keyproof::judge(seg, &c, keys, Some([0; 16]), "scan", sender, gen);
+            assert!(ok.is_none(), "a proof of a key nobody else holds accepted");
+        }
         out.refused += 1;
         // A sender's view of the same channel: the room it would write
         // into, from a head it cannot trust.

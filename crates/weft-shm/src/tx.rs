@@ -19,8 +19,7 @@ use std::fs::File;
 use std::sync::atomic::{fence, Ordering};
 
 use smallvec::SmallVec;
-use weft_core::auth::AuthKey;
-use weft_core::av::shared::lock_synced;
+use weft_core::addr::FiAddr;
 use weft_core::completion::OpDone;
 use weft_core::flags::OpFlags;
 use weft_core::hash::FastMap;
@@ -30,6 +29,7 @@ use weft_core::{Error, Result};
 
 use crate::endpoint::EpShared;
 use crate::keyproof::Verdict;
+use crate::keys::EpKeys;
 use crate::layout::*;
 use crate::ring::{Chan, RecHead};
 use crate::rma::Lead;
@@ -67,12 +67,21 @@ pub struct Out {
     /// one queued behind a fence is not outstanding before, and must
     /// not hold the fence.
     answer: Option<crate::rma::Pending>,
+    /// `FI_AV_AUTH_KEY`: the AV key handle it travels under (the key of
+    /// its destination's entry, or the one an initiator's channel proved).
+    proves: Option<FiAddr>,
 }
 
 impl Out {
     /// `o` with `FI_FENCE` if `on`.
     pub fn fenced(mut self, on: bool) -> Out {
         self.fence = on;
+        self
+    }
+
+    /// `o` under the AV key handle `proves`.
+    pub fn proving(mut self, proves: Option<FiAddr>) -> Out {
+        self.proves = proves;
         self
     }
 
@@ -122,6 +131,10 @@ pub struct Peer {
     /// The owner refused the key (or its proof was not good) since the
     /// endpoint last looked: to be counted and reported once.
     pub(crate) refused: bool,
+    /// `FI_AV_AUTH_KEY`: the AV key handle its channel proves (or will,
+    /// once claimed). One key per peer at a time: an operation under
+    /// another key fails (`KeyRejected`) while the channel lives.
+    proves: Option<FiAddr>,
 }
 
 /// The peers sent to, by address.
@@ -213,6 +226,7 @@ impl Peer {
             answering: false,
             awaiting: None,
             refused: false,
+            proves: None,
         })
     }
 
@@ -241,8 +255,9 @@ impl Peer {
         }
     }
 
-    /// Claims a free channel, if there is one, proving `key`.
-    fn claim(&mut self, me: (u32, u64), my_name: &str, key: Option<&AuthKey>) -> bool {
+    /// Claims a free channel, if there is one, proving the key `keys`
+    /// hold for [`proves`](Self::proves).
+    fn claim(&mut self, me: (u32, u64), my_name: &str, keys: &EpKeys) -> bool {
         if self.chan.is_some() {
             return true;
         }
@@ -265,6 +280,7 @@ impl Peer {
             s.store64(c.ctl(C_TAIL), 0, Release);
             // A random source that failed (no nonce): the channel is
             // given straight back and the sends wait for the next try.
+            let key = keys.key_for(self.proves);
             let Ok(awaiting) = crate::keyproof::claim(s, &c, key, my_name, &self.name, gen) else {
                 s.store32(c.ctl(C_STATE), CLOSED, Release);
                 return false;
@@ -363,7 +379,7 @@ impl Peer {
                 total: o.len as u64,
             };
             let (at, next) = c.write_head(&self.seg, self.tail, &h);
-            copy_out(&self.seg, at, &o.iov, o.off, n);
+            crate::ring::copy_out(&self.seg, at, &o.iov, o.off, n);
             self.tail = next;
             o.off += n;
             o.started = true;
@@ -538,7 +554,7 @@ impl Peer {
         &mut self,
         me: (u32, u64),
         my_name: &str,
-        key: Option<&AuthKey>,
+        keys: &EpKeys,
         ended: &mut Vec<Ended>,
     ) {
         if let Some((c, gen)) = self.chan {
@@ -554,7 +570,7 @@ impl Peer {
             }
         }
         self.delivered(ended);
-        if self.queue.is_empty() || !self.claim(me, my_name, key) {
+        if self.queue.is_empty() || !self.claim(me, my_name, keys) {
             return;
         }
         while let Some(mut o) = self.queue.pop_front() {
@@ -597,25 +613,6 @@ impl Peer {
     }
 }
 
-/// Copies bytes `off..off + n` of the message in `iov` to segment offset
-/// `at`.
-fn copy_out(seg: &Segment, mut at: usize, iov: &Iov, mut off: usize, mut n: usize) {
-    for b in iov.iter() {
-        if n == 0 {
-            break;
-        }
-        if off >= b.len() {
-            off -= b.len();
-            continue;
-        }
-        let k = (b.len() - off).min(n);
-        seg.write(at, &b[off..off + k]);
-        at += k;
-        n -= k;
-        off = 0;
-    }
-}
-
 impl EpShared {
     /// Posts a send. Checks happen first: a message over `max_msg_size`
     /// or `inject_size` (with `FI_INJECT`) is `MsgSize`, too many
@@ -631,12 +628,9 @@ impl EpShared {
         if req.iov.len() > self.iov_limit {
             return reject(Error::Inval, req);
         }
-        let Some(av) = &self.cfg.av else {
-            return reject(Error::NoAv, req);
-        };
-        let addr = match lock_synced(av).lookup(req.dest) {
-            Ok(b) => b.to_vec(),
-            Err(_) => return reject(Error::AddrNotAvail, req),
+        let (addr, proves) = match self.dest(req.dest) {
+            Ok(d) => d,
+            Err(e) => return reject(e, req),
         };
         if !self.tx.try_take() {
             return reject(Error::Again, req);
@@ -656,6 +650,7 @@ impl EpShared {
             done: Some(req.done),
             fence: req.flags.contains(OpFlags::FENCE),
             answer: None,
+            proves,
         };
         self.enqueue(addr, o, None);
         Ok(())
@@ -678,6 +673,7 @@ impl EpShared {
             done: None,
             fence: false,
             answer: None,
+            proves: None,
         }
     }
 
@@ -706,6 +702,18 @@ impl EpShared {
         let Some(peer) = peers.map.get_mut(&addr) else {
             return;
         };
+        if peer.chan.is_none() && peer.queue.is_empty() {
+            peer.proves = o.proves;
+        } else if peer.proves != o.proves {
+            // The channel proves another key: this operation would cross
+            // jobs (tcp's one connection per peer, likewise).
+            drop(peers);
+            finish(self, (o.done, len, Err(Error::KeyRejected)));
+            if let Some(p) = pending {
+                finish(self, (Some(p.done), p.len, Err(Error::KeyRejected)));
+            }
+            return;
+        }
         let gated = o.fence && (peer.outstanding() || !peer.queue.is_empty());
         if !gated {
             o.fence = false;
@@ -732,7 +740,7 @@ impl EpShared {
             }
             return;
         }
-        if !gated && peer.queue.is_empty() && peer.claim(self.me, &self.name, self.key.as_ref()) {
+        if !gated && peer.queue.is_empty() && peer.claim(self.me, &self.name, &self.keys) {
             peer.begin(&mut o);
             match peer.advance(&mut o) {
                 Ok(true) => {
