@@ -64,17 +64,12 @@ pub fn request(a: Atomic, addr: u64, key: u64, done: OpDone) -> (Out, Pending) {
     }
     let len = iov.iter().map(|b| b.len()).sum();
     let answer = hdr.answer_len();
-    let p = Pending {
-        done,
-        len: answer,
-        bufs: if answer > 0 {
-            vec![BytesMut::zeroed(answer)]
-        } else {
-            Vec::new()
-        },
-        read: answer > 0,
-        got: 0,
+    let bufs = if answer > 0 {
+        vec![BytesMut::zeroed(answer)]
+    } else {
+        Vec::new()
     };
+    let p = Pending::new(done, answer, bufs, answer > 0);
     let lead = Lead::new(K_ATOMIC, 0, 0, &hdr.encode());
     (EpShared::rma_out(lead, iov, len), p)
 }

@@ -86,7 +86,8 @@ pub struct EpShared {
     pub parked: AtomicBool,
     /// Channels dropped for breaking the layout's rules.
     pub malformed: AtomicU64,
-    /// Messages read from their sender's memory (CMA records).
+    /// Messages read from their sender's memory (CMA records), and RMA
+    /// transfers moved directly (`rma::direct`): `EpStats::rx_direct`.
     pub direct: AtomicU64,
     /// The endpoint's authorization keys: its own (`ep_attr.auth_key`,
     /// else the domain's) or its AV's (`FI_AV_AUTH_KEY`). Its channels

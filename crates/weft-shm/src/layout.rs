@@ -7,7 +7,7 @@
 /// "WEFTSHM1" as a little-endian u64; written last when a segment is
 /// created, so a segment without it is not ready (or not one of ours).
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
-/// Layout version (3: the key proof fields; 4: the key id).
+/// Layout version (3: the key proof fields; 4: the key id, direct RMA).
 pub const VERSION: u32 = 4;
 
 /// Header fields.
@@ -106,6 +106,15 @@ pub const K_RESP: u32 = 7;
 /// An atomic request: payload weft-core's 32-byte atomic prefix, `total`
 /// the operand and compare bytes that follow as continuation records.
 pub const K_ATOMIC: u32 = 8;
+/// Direct RMA (cross-memory attach): a write request whose bytes the
+/// target reads from the initiator's buffers, and a read request whose
+/// bytes the target writes into the initiator's buffers. `tag` the key,
+/// `data` remote CQ data with `F_DATA` (writes), `total` the bytes moved,
+/// payload the 8-byte target offset and the initiator's ranges
+/// (`cma::DirectReq`); one record, always `F_LAST`; answered by one
+/// `K_RESP` without bytes.
+pub const K_RMA_WD: u32 = 9;
+pub const K_RMA_RD: u32 = 10;
 /// Record flags.
 pub const F_TAGGED: u32 = 1 << 8;
 pub const F_DATA: u32 = 1 << 9;

@@ -502,7 +502,9 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
         }
         K_CONT => lc.partial.take().ok_or(())?,
         K_CMA => return cma_record(ep, lc, r),
-        K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC => return rma_record(ep, lc, r),
+        K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC | K_RMA_WD | K_RMA_RD => {
+            return rma_record(ep, lc, r)
+        }
         _ => return Err(()),
     };
     let now = crate::ring::check_next(h, p.got, p.info.len).ok_or(())?;
@@ -701,14 +703,24 @@ fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
                 });
             }
         }
-        K_RMA_R => {
+        K_RMA_R | K_RMA_RD => {
             // An initiator that does not drain our answers stops being
             // read (its requests wait in its ring), rather than making
             // us hold copies of region bytes without bound.
             if lock(&ep.peers).backlog(&from) > crate::rma::ANSWER_BACKLOG {
                 return Ok(false);
             }
-            if !crate::rma::read(ep, h, r.payload, &who) {
+            let ok = if h.kind() == K_RMA_R {
+                crate::rma::read(ep, h, r.payload, &who)
+            } else {
+                crate::rma::direct(ep, lc.cma_pid, h, r.payload, &who)
+            };
+            if !ok {
+                return Err(());
+            }
+        }
+        K_RMA_WD => {
+            if !crate::rma::direct(ep, lc.cma_pid, h, r.payload, &who) {
                 return Err(());
             }
         }

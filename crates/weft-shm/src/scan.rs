@@ -111,15 +111,22 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
             let ring = g.ring_at(i);
             assert!(r.payload >= ring + REC_HDR && r.payload + n <= ring + g.ring);
             assert!(r.next.wrapping_sub(head) <= g.ring as u64);
-            if r.head.kind() == K_CMA {
-                // A whole message announced: its ranges must check out
-                // against its total, as the receive pass checks them.
+            if matches!(r.head.kind(), K_CMA | K_RMA_WD | K_RMA_RD) {
+                // A whole message or RMA transfer announced: its ranges
+                // must check out against its total, as the receive pass
+                // checks them.
                 let total = usize::try_from(r.head.total).unwrap_or(usize::MAX);
+                let direct = r.head.kind() != K_CMA;
                 let ok = msg.is_none()
                     && r.head.has(F_LAST)
                     && total <= max_msg
+                    && (!direct || check_lead(&r.head, max_msg).is_some())
                     && seg.read(r.payload, &mut buf[..n])
-                    && crate::cma::Announce::parse(&buf[..n], total).is_some();
+                    && if direct {
+                        crate::cma::DirectReq::parse(&buf[..n], total).is_some()
+                    } else {
+                        crate::cma::Announce::parse(&buf[..n], total).is_some()
+                    };
                 if !ok {
                     out.corrupt += 1;
                     break;
@@ -186,6 +193,13 @@ pub fn check_lead(h: &crate::ring::RecHead, max_msg: usize) -> Option<usize> {
         K_RMA_W => h.len == 8 && last_ok,
         K_RMA_R => h.len == 8 && total == 0 && h.has(F_LAST) && h.data <= max_msg as u64,
         K_RESP => h.len == 0 && last_ok,
+        // Their bytes move by CMA: one record, a payload that is an
+        // offset and an announcement (checked against `total` when read).
+        K_RMA_WD | K_RMA_RD => {
+            (8 + crate::cma::announce_len(1)..=crate::cma::DIRECT_MAX).contains(&(h.len as usize))
+                && total > 0
+                && h.has(F_LAST)
+        }
         K_ATOMIC => {
             h.len as usize == weft_core::wire::atomic::ATOMIC_HDR_LEN
                 && last_ok
@@ -242,6 +256,13 @@ mod tests {
             ranges: [(4096u64, 1 << 20)].into_iter().collect(),
         }
         .encode();
+        let direct = crate::cma::DirectReq {
+            off: 64,
+            ann: crate::cma::Announce {
+                ranges: [(4096u64, 1 << 20)].into_iter().collect(),
+            },
+        }
+        .encode();
         for (word, len, total) in [
             (K_FIRST, 1000u32, 2048u64),
             (K_CONT, 1000, 2048),
@@ -255,6 +276,8 @@ mod tests {
             // An atomic's prefix, then its 16 bytes of arrays.
             (K_ATOMIC, 32, 16),
             (K_CONT | F_LAST, 16, 16),
+            // A direct write of 1 MiB: one record.
+            (K_RMA_WD | F_LAST, direct.len() as u32, 1 << 20),
         ] {
             let h = crate::ring::RecHead {
                 word,
@@ -269,14 +292,17 @@ mod tests {
             if word & 0xff == K_CMA {
                 seg.write(at, &ann);
             }
+            if word & 0xff == K_RMA_WD {
+                seg.write(at, &direct);
+            }
             tail = t;
             c.publish(&seg, tail);
         }
         let s = scan(&seg, g, 1 << 20, 64);
-        let bytes = 2048 + ann.len() + 100 + 16;
+        let bytes = 2048 + ann.len() + 100 + 16 + direct.len();
         assert_eq!(
             (s.records, s.messages, s.bytes, s.corrupt),
-            (10, 6, bytes, 0)
+            (11, 7, bytes, 0)
         );
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..300 {

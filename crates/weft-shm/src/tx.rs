@@ -70,12 +70,22 @@ pub struct Out {
     /// `FI_AV_AUTH_KEY`: the AV key handle it travels under (the key of
     /// its destination's entry, or the one an initiator's channel proved).
     proves: Option<FiAddr>,
+    /// An RMA request's direct form (`rma::direct_lead`), taken instead
+    /// of the lead when it begins on a channel whose owner can reach our
+    /// memory.
+    direct: Option<Lead>,
 }
 
 impl Out {
     /// `o` with `FI_FENCE` if `on`.
     pub fn fenced(mut self, on: bool) -> Out {
         self.fence = on;
+        self
+    }
+
+    /// `o` with the direct form `d`, if any.
+    pub fn or_direct(mut self, d: Option<Lead>) -> Out {
+        self.direct = d;
         self
     }
 
@@ -412,7 +422,7 @@ impl Peer {
         let (word, tag, data, p) = match o.lead {
             Some(l) => {
                 let last = if o.len == 0 { F_LAST } else { 0 };
-                let p: SmallVec<[u8; 72]> = l.arg().iter().copied().collect();
+                let p: SmallVec<[u8; crate::cma::DIRECT_MAX]> = l.arg().iter().copied().collect();
                 (l.word | last, l.tag, l.data, p)
             }
             None => {
@@ -449,7 +459,7 @@ impl Peer {
             len: p.len() as u32,
             tag,
             data,
-            total: o.len as u64,
+            total: o.lead.and_then(|l| l.total).unwrap_or(o.len as u64),
         };
         let (at, next) = c.write_head(&self.seg, self.tail, &h);
         self.seg.write(at, &p);
@@ -542,11 +552,29 @@ impl Peer {
         !self.delivering.is_empty() || !self.pending.is_empty() || self.answering
     }
 
-    /// `o` begins: its answer is waited for from now.
+    /// `o` begins: its answer is waited for from now. An RMA request
+    /// with a direct form goes direct if the owner read our probe: its
+    /// lead is the direct one, nothing follows it, and its buffers stay
+    /// exposed in the operation until the answer.
     fn begin(&mut self, o: &mut Out) {
-        if let Some(p) = o.answer.take() {
+        if let Some(mut p) = o.answer.take() {
+            if let Some(d) = o.direct.take() {
+                if self.direct_ready() {
+                    o.lead = Some(d);
+                    o.len = 0;
+                    p.go_direct(std::mem::take(&mut o.iov));
+                }
+            }
             self.pending.push_back(p);
         }
+    }
+
+    /// Whether the owner accepted our claim and can read our memory.
+    fn direct_ready(&self) -> bool {
+        self.awaiting.is_none()
+            && self.chan.is_some_and(|(c, _)| {
+                self.seg.load32(c.ctl(C_CMA), Ordering::Acquire) == Some(CMA_OK)
+            })
     }
 
     /// Sends queued sends while the ring takes them.
@@ -651,6 +679,7 @@ impl EpShared {
             fence: req.flags.contains(OpFlags::FENCE),
             answer: None,
             proves,
+            direct: None,
         };
         self.enqueue(addr, o, None);
         Ok(())
@@ -674,6 +703,7 @@ impl EpShared {
             fence: false,
             answer: None,
             proves: None,
+            direct: None,
         }
     }
 
