@@ -46,6 +46,7 @@ pub mod live;
 mod mr;
 pub mod name;
 mod offer;
+mod out;
 pub mod ring;
 mod rma;
 mod rx;

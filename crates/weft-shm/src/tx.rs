@@ -31,75 +31,11 @@ use crate::endpoint::EpShared;
 use crate::keyproof::Verdict;
 use crate::keys::EpKeys;
 use crate::layout::*;
+pub use crate::out::Out;
 use crate::ring::{Chan, RecHead};
 use crate::rma::Lead;
 use crate::segment::Segment;
 pub use crate::tx_drive::finish;
-
-/// A send not yet wholly in the ring.
-#[derive(Debug)]
-pub struct Out {
-    /// Flags of its first record (`F_TAGGED`, `F_DATA`).
-    flags: u32,
-    tag: u64,
-    data: u64,
-    iov: Iov,
-    len: usize,
-    /// Bytes in the ring so far.
-    off: usize,
-    started: bool,
-    /// `FI_DELIVERY_COMPLETE`: completes once the receiver consumed its
-    /// last record (placed it or buffered it), not when it is written.
-    dc: bool,
-    /// Went as a CMA record: completes once the receiver, having read
-    /// it from our buffers, consumed the record.
-    cma: bool,
-    /// An RMA request or response: its first record is this one, and
-    /// the bytes follow as continuation records.
-    lead: Option<Lead>,
-    /// `None` for what completes nothing here (RMA requests complete by
-    /// their response; responses complete nothing).
-    done: Option<OpDone>,
-    /// `FI_FENCE`, not yet let through: it begins once nothing earlier
-    /// to the peer is outstanding.
-    fence: bool,
-    /// An RMA request's wait for its answer, registered when it begins:
-    /// one queued behind a fence is not outstanding before, and must
-    /// not hold the fence.
-    answer: Option<crate::rma::Pending>,
-    /// `FI_AV_AUTH_KEY`: the AV key handle it travels under (the key of
-    /// its destination's entry, or the one an initiator's channel proved).
-    proves: Option<FiAddr>,
-    /// An RMA request's direct form (`rma::direct_lead`), taken instead
-    /// of the lead when it begins on a channel whose owner can reach our
-    /// memory.
-    direct: Option<Lead>,
-}
-
-impl Out {
-    /// `o` with `FI_FENCE` if `on`.
-    pub fn fenced(mut self, on: bool) -> Out {
-        self.fence = on;
-        self
-    }
-
-    /// `o` with the direct form `d`, if any.
-    pub fn or_direct(mut self, d: Option<Lead>) -> Out {
-        self.direct = d;
-        self
-    }
-
-    /// `o` under the AV key handle `proves`.
-    pub fn proving(mut self, proves: Option<FiAddr>) -> Out {
-        self.proves = proves;
-        self
-    }
-
-    /// Whether it completes only when the receiver consumed it.
-    fn waits(&self) -> bool {
-        self.dc || self.cma
-    }
-}
 
 /// A delivery-complete send wholly in the ring, waiting for the
 /// receiver's head to pass `end`.
