@@ -27,15 +27,17 @@ use nix::unistd::Pid;
 /// Messages of `CMA_MIN..=CMA_MAX` bytes go by CMA where it is
 /// permitted. Below, the two copies through the ring cost less than the
 /// system call and the page walks; above, the receiver's one core doing
-/// the whole copy loses to the ring's two copies on two cores (both
-/// measured with `integration/bench-shm-cma`, `docs/benchmarks.md`).
+/// the whole copy loses to the ring's two copies on two cores while
+/// messages stream (both measured with `integration/bench-shm-cma`,
+/// `docs/benchmarks.md`) — but not in a ping-pong, so larger messages go
+/// by CMA when their channel is idle ([`idle_large`]).
 pub const CMA_MIN: usize = 32 << 10;
 /// See [`CMA_MIN`]; [`max_len`] is what applies.
 pub const CMA_MAX: usize = 256 << 10;
 
-/// The largest message sent by CMA: `WEFT_SHM_CMA_MAX` (bytes) if set to
-/// a number, else [`CMA_MAX`] (the benchmark sets it to compare both
-/// paths at every size).
+/// The largest message sent by CMA whatever the channel does:
+/// `WEFT_SHM_CMA_MAX` (bytes) if set to a number, else [`CMA_MAX`] (the
+/// benchmark sets it to compare both paths at every size).
 pub fn max_len() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
     *MAX.get_or_init(|| {
@@ -45,6 +47,15 @@ pub fn max_len() -> usize {
             .unwrap_or(CMA_MAX)
     })
 }
+
+/// Whether messages above [`max_len`] go by CMA when their channel is
+/// idle (`tx::Peer::cma_ok`): on unless `WEFT_SHM_CMA_IDLE=0` (the
+/// benchmark turns it off to compare).
+pub fn idle_large() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("WEFT_SHM_CMA_IDLE").is_ok_and(|v| v.trim() == "0"))
+}
+
 /// RMA reads and writes of at least this many bytes go direct where CMA
 /// is permitted: the target moves the bytes between its region and the
 /// initiator's buffers (`rma::direct`). Below, the ring's two copies on

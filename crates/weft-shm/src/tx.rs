@@ -342,10 +342,20 @@ impl Peer {
         r
     }
 
-    /// Whether `o` goes as a CMA record: of the sizes where it pays, few enough
-    /// buffers, and the receiver said it can read us.
+    /// Whether `o` goes as a CMA record: of the sizes where it pays, few
+    /// enough buffers, and the receiver said it can read us. Above
+    /// `cma::max_len()` only when the channel is idle — the receiver has
+    /// consumed all we wrote and nothing waits behind `o` — as in a
+    /// ping-pong, where one copy on the receiver's core beats two; while
+    /// messages stream, the ring's two copies on two cores pipeline and
+    /// win (`docs/benchmarks.md`, "Where CMA pays").
     fn cma_ok(&self, c: &Chan, o: &Out) -> bool {
-        (crate::cma::CMA_MIN..=crate::cma::max_len()).contains(&o.len)
+        let size_ok = o.len >= crate::cma::CMA_MIN
+            && (o.len <= crate::cma::max_len()
+                || (crate::cma::idle_large()
+                    && self.queue.is_empty()
+                    && c.head(&self.seg) == self.tail));
+        size_ok
             && o.iov.len() <= crate::cma::MAX_RANGES
             && self.seg.load32(c.ctl(C_CMA), Ordering::Acquire) == Some(CMA_OK)
     }
