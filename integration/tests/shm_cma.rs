@@ -8,7 +8,6 @@
 //! the sender's channel, counted, without stopping the endpoint.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -17,8 +16,9 @@ use weft_integration::child::{spawn_peer, Reap};
 use weft_integration::{enabled_endpoint, next_cq, payload, within, Harness, Provider, TIMEOUT};
 use weft_shm::cma::{self, Announce, Mode, CMA_MAX, CMA_MIN};
 use weft_shm::layout::*;
-use weft_shm::ring::{Chan, RecHead};
-use weft_shm::segment::Segment;
+use weft_shm::ring::RecHead;
+
+mod shm_common;
 
 fn harness() -> Harness {
     Harness::new(&Provider::named("shm"), EpType::Rdm)
@@ -139,31 +139,7 @@ async fn shapes(mode: WaitMode) {
 /// segment as a sender would) claims a channel of `b`, passes the probe
 /// with this process's real probe word, and publishes one CMA record.
 fn hostile_record(b: &weft::Endpoint, i: usize, total: u64, ann: &[u8]) {
-    let name = String::from_utf8(b.local_addr().unwrap()).unwrap();
-    let seg_name = weft_shm::name::seg_name(name.trim_start_matches("fi_shm://"));
-    let g = Geometry::OURS;
-    let seg = Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap();
-    let c = Chan { g, i };
-    let me = weft_shm::live::me();
-    use Ordering::Release;
-    assert!(
-        seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | me.0),
-        "channel {i} free"
-    );
-    seg.store32(c.ctl(C_PID), me.0, Release);
-    seg.store64(c.ctl(C_START), me.1, Release);
-    seg.store32(c.ctl(C_NAME_LEN), 7, Release);
-    seg.write(c.ctl(C_NAME), b"hostile");
-    let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
-    seg.store32(c.ctl(C_GEN), gen, Release);
-    seg.store64(c.ctl(C_TAIL), 0, Release);
-    seg.store64(c.ctl(C_CMA_PROBE), cma::probe_addr(), Release);
-    seg.store32(c.ctl(C_STATE), ACTIVE, Release);
-    let start = Instant::now();
-    while seg.load32(c.ctl(C_CMA), Ordering::Acquire) != Some(CMA_OK) {
-        assert!(start.elapsed() < TIMEOUT, "the probe never passed");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let (seg, c) = shm_common::hostile_claim(b, i, true);
     let h = RecHead {
         word: K_CMA | F_LAST,
         len: ann.len() as u32,

@@ -18,6 +18,8 @@ use weft_shm::layout::*;
 use weft_shm::ring::{Chan, RecHead};
 use weft_shm::segment::Segment;
 
+mod shm_common;
+
 const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
 
 fn harness() -> Harness {
@@ -25,21 +27,52 @@ fn harness() -> Harness {
     Harness::with_info(&p, p.rma_info(EpType::Rdm))
 }
 
+/// An initiator `a` and a target `b` on one domain in `mode` (with `b`
+/// in `a`'s AV as `to_b`), and a region of `len` bytes under `key` in
+/// that domain.
+struct Pair {
+    a: weft::Endpoint,
+    b: weft::Endpoint,
+    to_b: weft::FiAddr,
+    mr: weft::MemoryRegion,
+    h: Harness,
+    _cqs: (weft::CompletionQueue, weft::CompletionQueue),
+}
+
+fn pair(mode: WaitMode, len: usize, key: u64) -> Pair {
+    let h = harness();
+    let (aav, bav) = (h.av(), h.av());
+    let (a, acq) = enabled_endpoint(&h.domain, &h.info, &aav, mode);
+    let (b, bcq) = enabled_endpoint(&h.domain, &h.info, &bav, mode);
+    let to_b = aav
+        .insert_sync(&[b.local_addr().unwrap()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    let mr = h
+        .domain
+        .mr_regattr(MrAttr::alloc(len, RW).requested_key(key))
+        .unwrap();
+    Pair {
+        a,
+        b,
+        to_b,
+        mr,
+        h,
+        _cqs: (acq, bcq),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordered_and_long_transfers_in_every_mode() {
     for mode in [WaitMode::Interrupt, WaitMode::BusyPoll, WaitMode::Inline] {
-        let h = harness();
-        let (aav, bav) = (h.av(), h.av());
-        let (a, _acq) = enabled_endpoint(&h.domain, &h.info, &aav, mode);
-        let (b, _bcq) = enabled_endpoint(&h.domain, &h.info, &bav, mode);
-        let to_b = aav
-            .insert_sync(&[b.local_addr().unwrap()], Default::default())
-            .unwrap()
-            .fi_addrs[0];
-        let mr = h
-            .domain
-            .mr_regattr(MrAttr::alloc(4 << 20, RW).requested_key(5))
-            .unwrap();
+        let Pair {
+            a,
+            b: _b,
+            to_b,
+            mr,
+            h,
+            ..
+        } = pair(mode, 4 << 20, 5);
         // A posted write, not waited for: the read after it sees it
         // (one target answers in order).
         a.post_write(to_b, payload(4096, 1), mr.addr() + 8, mr.key(), 1)
@@ -199,20 +232,7 @@ async fn a_target_in_another_process_and_its_death() {
     assert_eq!(after, before.wrapping_add(5));
     // Stopped: a read waits; our channel freed under it (as a broken
     // owner would): it fails; killed: the next one fails too.
-    let pid = peer.0.id().to_string();
-    let stopped = std::process::Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    // kill(2) returns before the target's threads have all stopped: one
-    // still running could answer the read below. Wait until each is.
-    within("the target stops", async {
-        while !all_stopped(&pid) {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
+    stop(peer.0.id()).await;
     let read = a.read(to, BytesMut::zeroed(8), 0, 42);
     tokio::pin!(read);
     if let Ok(r) = tokio::time::timeout(Duration::from_millis(300), &mut read).await {
@@ -260,6 +280,24 @@ async fn a_target_in_another_process_and_its_death() {
     );
 }
 
+/// Stops process `pid` (SIGSTOP) and waits until every thread of it is
+/// stopped: kill(2) returns before they all are, and one still running
+/// could answer what the test expects to wait.
+async fn stop(pid: u32) {
+    let pid = pid.to_string();
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    within("the target stops", async {
+        while !all_stopped(&pid) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+}
+
 /// Whether every thread of process `pid` is stopped (state `T` in
 /// `/proc/<pid>/task/*/stat`).
 fn all_stopped(pid: &str) -> bool {
@@ -285,18 +323,9 @@ async fn large_transfers_go_direct_where_permitted() {
     use weft_shm::cma::{self, Mode};
     let direct_on = cma::mode() != Mode::Denied;
     for mode in [WaitMode::Interrupt, WaitMode::BusyPoll, WaitMode::Inline] {
-        let h = harness();
-        let (aav, bav) = (h.av(), h.av());
-        let (a, _acq) = enabled_endpoint(&h.domain, &h.info, &aav, mode);
-        let (b, _bcq) = enabled_endpoint(&h.domain, &h.info, &bav, mode);
-        let to_b = aav
-            .insert_sync(&[b.local_addr().unwrap()], Default::default())
-            .unwrap()
-            .fi_addrs[0];
-        let mr = h
-            .domain
-            .mr_regattr(MrAttr::alloc(8 << 20, RW).requested_key(7))
-            .unwrap();
+        let Pair {
+            a, b, to_b, mr, h, ..
+        } = pair(mode, 8 << 20, 7);
         // A small write first: the target has seen (and probed) our
         // channel before the large ones begin.
         within("warm", a.write(to_b, payload(8, 9), mr.addr(), mr.key()))
@@ -444,18 +473,7 @@ async fn large_transfers_with_a_target_in_another_process() {
         if path == "copy" {
             continue;
         }
-        let pid = peer.0.id().to_string();
-        let stopped = std::process::Command::new("kill")
-            .args(["-STOP", &pid])
-            .status()
-            .unwrap();
-        assert!(stopped.success());
-        within("the target stops", async {
-            while !all_stopped(&pid) {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        })
-        .await;
+        stop(peer.0.id()).await;
         let read = a.read(to, BytesMut::zeroed(2 << 20), 0, 42);
         tokio::pin!(read);
         assert!(
@@ -471,44 +489,6 @@ async fn large_transfers_with_a_target_in_another_process() {
         assert_eq!(e.err, Error::ConnReset);
         assert!(killed.elapsed() < Duration::from_secs(1));
     }
-}
-
-/// Claims channel `i` of `b`'s segment as a hostile process of the same
-/// user could (this test), with this process's real probe word when
-/// `probe`, and waits for the owner's look at it.
-fn hostile_claim(b: &weft::Endpoint, i: usize, probe: bool) -> (Segment, Chan) {
-    let name = String::from_utf8(b.local_addr().unwrap()).unwrap();
-    let seg_name = weft_shm::name::seg_name(name.trim_start_matches("fi_shm://"));
-    let g = Geometry::OURS;
-    let seg = Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap();
-    let c = Chan { g, i };
-    let me = weft_shm::live::me();
-    use Ordering::Release;
-    assert!(
-        seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | me.0),
-        "channel {i} free"
-    );
-    seg.store32(c.ctl(C_PID), me.0, Release);
-    seg.store64(c.ctl(C_START), me.1, Release);
-    seg.store32(c.ctl(C_NAME_LEN), 7, Release);
-    seg.write(c.ctl(C_NAME), b"hostile");
-    let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
-    seg.store32(c.ctl(C_GEN), gen, Release);
-    seg.store64(c.ctl(C_TAIL), 0, Release);
-    let addr = if probe {
-        weft_shm::cma::probe_addr()
-    } else {
-        0
-    };
-    seg.store64(c.ctl(C_CMA_PROBE), addr, Release);
-    seg.store32(c.ctl(C_STATE), ACTIVE, Release);
-    let want = if probe { CMA_OK } else { CMA_NO };
-    let start = Instant::now();
-    while seg.load32(c.ctl(C_CMA), Ordering::Acquire) != Some(want) {
-        assert!(start.elapsed() < TIMEOUT, "the owner never looked");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    (seg, c)
 }
 
 /// Publishes one direct RMA request at `tail` of channel `c`; returns
@@ -549,15 +529,10 @@ async fn hostile_direct_requests_stay_in_the_region() {
         eprintln!("CMA not permitted here: nothing to attack");
         return;
     }
-    let h = harness();
-    let (aav, bav) = (h.av(), h.av());
-    let (a, _acq) = enabled_endpoint(&h.domain, &h.info, &aav, WaitMode::BusyPoll);
-    let (b, _bcq) = enabled_endpoint(&h.domain, &h.info, &bav, WaitMode::BusyPoll);
     let n = 64usize << 10;
-    let mr = h
-        .domain
-        .mr_regattr(MrAttr::alloc(n, RW).requested_key(9))
-        .unwrap();
+    let Pair {
+        a, b, to_b, mr, h, ..
+    } = pair(WaitMode::BusyPoll, n, 9);
     let guard = h
         .domain
         .mr_regattr(MrAttr::alloc(n, RW).requested_key(10))
@@ -573,7 +548,7 @@ async fn hostile_direct_requests_stay_in_the_region() {
         .encode()
     };
     let good = src.as_ptr() as u64;
-    let (seg, c) = hostile_claim(&b, 4, true);
+    let (seg, c) = shm_common::hostile_claim(&b, 4, true);
     let mut tail = 0;
     let zeros = |m: &weft::MemoryRegion| {
         let mut v = vec![1u8; n];
@@ -623,9 +598,9 @@ async fn hostile_direct_requests_stay_in_the_region() {
 
     // A direct request where the probe did not pass, and lengths that do
     // not add up: the channel is freed, counted.
-    let (seg2, c2) = hostile_claim(&b, 5, false);
+    let (seg2, c2) = shm_common::hostile_claim(&b, 5, false);
     hostile_direct(&seg2, &c2, 0, K_RMA_WD, 9, &req(0, &[(good, 8)]), 8);
-    let (seg3, c3) = hostile_claim(&b, 6, true);
+    let (seg3, c3) = shm_common::hostile_claim(&b, 6, true);
     hostile_direct(&seg3, &c3, 0, K_RMA_WD, 9, &req(0, &[(good, 8)]), 9);
     let start = Instant::now();
     while b.stats().unwrap().rx_malformed < 2 {
@@ -634,10 +609,6 @@ async fn hostile_direct_requests_stay_in_the_region() {
     }
     assert!(zeros(&guard));
     // The endpoint goes on.
-    let to_b = aav
-        .insert_sync(&[b.local_addr().unwrap()], Default::default())
-        .unwrap()
-        .fi_addrs[0];
     within("write", a.write(to_b, src.clone(), mr.addr(), mr.key()))
         .await
         .unwrap();

@@ -40,12 +40,16 @@ pub const CMA_MAX: usize = 256 << 10;
 /// benchmark sets it to compare both paths at every size).
 pub fn max_len() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("WEFT_SHM_CMA_MAX")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(CMA_MAX)
-    })
+    *MAX.get_or_init(|| env_num("WEFT_SHM_CMA_MAX", CMA_MAX as u64) as usize)
+}
+
+/// The number in environment variable `var`, else `default`: the knobs
+/// benchmarks turn, read once each by their callers.
+pub(crate) fn env_num(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
 }
 
 /// Whether messages above [`max_len`] go by CMA when their channel is
@@ -69,12 +73,7 @@ pub const RMA_CMA_MIN: usize = 256 << 10;
 /// the ring), else [`RMA_CMA_MIN`].
 pub fn rma_min() -> usize {
     static MIN: OnceLock<usize> = OnceLock::new();
-    *MIN.get_or_init(|| {
-        std::env::var("WEFT_SHM_RMA_CMA_MIN")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(RMA_CMA_MIN)
-    })
+    *MIN.get_or_init(|| env_num("WEFT_SHM_RMA_CMA_MIN", RMA_CMA_MIN as u64) as usize)
 }
 
 /// Ranges one announcement may list (the provider's `IOV_LIMIT`).
@@ -206,7 +205,7 @@ pub fn push(pid: u32, remote: &[(u64, u64)], local: &[&[u8]]) -> Result<usize, P
 
 /// The parts of buffers of lengths `lens` that cover bytes
 /// `skip..skip + left` of their concatenation: (buffer, start, length).
-fn pieces(
+pub(crate) fn pieces(
     lens: &[usize],
     mut skip: usize,
     mut left: usize,

@@ -42,12 +42,7 @@ pub const INLINE_SPIN_NS: u64 = 2_000;
 /// (0: one pass per call, as before; the benchmark compares both).
 fn inline_spin_ns() -> u64 {
     static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *NS.get_or_init(|| {
-        std::env::var("WEFT_SHM_INLINE_SPIN_NS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(INLINE_SPIN_NS)
-    })
+    *NS.get_or_init(|| crate::cma::env_num("WEFT_SHM_INLINE_SPIN_NS", INLINE_SPIN_NS))
 }
 
 /// Starts the endpoint's drivers for its wait mode.

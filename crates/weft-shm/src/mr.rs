@@ -144,21 +144,15 @@ impl Region {
         n: usize,
         f: impl FnOnce(&mut [&mut [u8]]) -> T,
     ) -> Result<T> {
-        self.locked(off, n, |bufs, mut at| {
+        self.locked(off, n, |bufs, at| {
+            let lens: SmallVec<[usize; 4]> = bufs.iter().map(|b| b.len()).collect();
+            // Pieces come in buffer order, each buffer at most once.
+            let mut ps = crate::cma::pieces(&lens, at, n).into_iter().peekable();
             let mut v: SmallVec<[&mut [u8]; 4]> = SmallVec::new();
-            let mut left = n;
-            for b in bufs.iter_mut() {
-                if left == 0 {
-                    break;
+            for (i, b) in bufs.iter_mut().enumerate() {
+                if let Some((_, s, k)) = ps.next_if(|p| p.0 == i) {
+                    v.push(&mut b[s..s + k]);
                 }
-                if at >= b.len() {
-                    at -= b.len();
-                    continue;
-                }
-                let k = (b.len() - at).min(left);
-                v.push(&mut b[at..at + k]);
-                left -= k;
-                at = 0;
             }
             Ok(f(&mut v))
         })
