@@ -5,9 +5,12 @@
 //! the header, each channel's claim and sender name, its records (padding,
 //! kinds, lengths against the published tail) and the message rules
 //! (first, continuation and last records against the total), and the
-//! room a sender would compute from the receiver's head. Each named
-//! channel's key proof is judged as a keyed owner would judge it
-//! (`keyproof`): nothing a segment holds passes without the key.
+//! room a sender would compute from the receiver's head; CMA records and
+//! direct RMA requests have their announcements parsed against their
+//! totals. Each named channel's key proof is judged as a keyed owner
+//! would judge it (`keyproof`), by one key and by two AV keys looked up
+//! through the claim's key id: nothing a segment holds passes without
+//! the key.
 
 use std::sync::atomic::Ordering::Acquire;
 
