@@ -14,6 +14,11 @@
 //!   ring, and what it would write fits that room;
 //! - messages are accepted only whole: first, continuation and last
 //!   records within the declared total;
+//! - no claim's key proof passes an owner holding one key, or two AV
+//!   keys found through the claim's key id (the input cannot hold a MAC
+//!   under a key it does not know);
+//! - a direct RMA request's announcement is accepted only when it adds
+//!   up to the request's total;
 //! - a CMA record's announcement (`weft_shm::cma::Announce`) is accepted
 //!   only when its ranges add up to the record's total, and then
 //!   re-encodes to exactly the bytes read (the input's tail is also fed

@@ -52,14 +52,13 @@ async fn getinfo_offers_rdm_with_names() {
     // (`ordering::shm`).
     assert!(o.caps.contains(Caps::MULTI_RECV | Caps::FENCE));
     assert_eq!(o.domain_attr.max_ep_srx_ctx, 1);
-    // Not offered: MSG and DGRAM, RMA events, keys held in the AV, TLS
-    // (authorization keys are: `shm_auth_keys.rs`).
+    // Not offered: MSG and DGRAM, RMA events, TLS (authorization keys
+    // are, own and in the AV: `shm_auth_keys.rs`, `shm_av_auth_keys.rs`).
     for tune in [
         (|h: &mut Info| h.ep_attr.ep_type = EpType::Msg) as fn(&mut Info),
         |h| h.ep_attr.ep_type = EpType::Dgram,
         |h| h.caps = Caps::MSG | Caps::RMA | Caps::RMA_EVENT,
         |h| h.caps = Caps::MSG | Caps::SHARED_AV,
-        |h| h.domain_attr.av_auth_key = true,
         |h| h.domain_attr.tls_capable = true,
     ] {
         let mut h = Info::default();

@@ -18,6 +18,8 @@ use weft_shm::layout::*;
 use weft_shm::ring::{Chan, RecHead};
 use weft_shm::segment::Segment;
 
+mod shm_common;
+
 const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
 
 fn harness() -> Harness {
@@ -25,21 +27,52 @@ fn harness() -> Harness {
     Harness::with_info(&p, p.rma_info(EpType::Rdm))
 }
 
+/// An initiator `a` and a target `b` on one domain in `mode` (with `b`
+/// in `a`'s AV as `to_b`), and a region of `len` bytes under `key` in
+/// that domain.
+struct Pair {
+    a: weft::Endpoint,
+    b: weft::Endpoint,
+    to_b: weft::FiAddr,
+    mr: weft::MemoryRegion,
+    h: Harness,
+    _cqs: (weft::CompletionQueue, weft::CompletionQueue),
+}
+
+fn pair(mode: WaitMode, len: usize, key: u64) -> Pair {
+    let h = harness();
+    let (aav, bav) = (h.av(), h.av());
+    let (a, acq) = enabled_endpoint(&h.domain, &h.info, &aav, mode);
+    let (b, bcq) = enabled_endpoint(&h.domain, &h.info, &bav, mode);
+    let to_b = aav
+        .insert_sync(&[b.local_addr().unwrap()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    let mr = h
+        .domain
+        .mr_regattr(MrAttr::alloc(len, RW).requested_key(key))
+        .unwrap();
+    Pair {
+        a,
+        b,
+        to_b,
+        mr,
+        h,
+        _cqs: (acq, bcq),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordered_and_long_transfers_in_every_mode() {
     for mode in [WaitMode::Interrupt, WaitMode::BusyPoll, WaitMode::Inline] {
-        let h = harness();
-        let (aav, bav) = (h.av(), h.av());
-        let (a, _acq) = enabled_endpoint(&h.domain, &h.info, &aav, mode);
-        let (b, _bcq) = enabled_endpoint(&h.domain, &h.info, &bav, mode);
-        let to_b = aav
-            .insert_sync(&[b.local_addr().unwrap()], Default::default())
-            .unwrap()
-            .fi_addrs[0];
-        let mr = h
-            .domain
-            .mr_regattr(MrAttr::alloc(4 << 20, RW).requested_key(5))
-            .unwrap();
+        let Pair {
+            a,
+            b: _b,
+            to_b,
+            mr,
+            h,
+            ..
+        } = pair(mode, 4 << 20, 5);
         // A posted write, not waited for: the read after it sees it
         // (one target answers in order).
         a.post_write(to_b, payload(4096, 1), mr.addr() + 8, mr.key(), 1)
@@ -199,20 +232,7 @@ async fn a_target_in_another_process_and_its_death() {
     assert_eq!(after, before.wrapping_add(5));
     // Stopped: a read waits; our channel freed under it (as a broken
     // owner would): it fails; killed: the next one fails too.
-    let pid = peer.0.id().to_string();
-    let stopped = std::process::Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    // kill(2) returns before the target's threads have all stopped: one
-    // still running could answer the read below. Wait until each is.
-    within("the target stops", async {
-        while !all_stopped(&pid) {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
+    stop(peer.0.id()).await;
     let read = a.read(to, BytesMut::zeroed(8), 0, 42);
     tokio::pin!(read);
     if let Ok(r) = tokio::time::timeout(Duration::from_millis(300), &mut read).await {
@@ -260,6 +280,24 @@ async fn a_target_in_another_process_and_its_death() {
     );
 }
 
+/// Stops process `pid` (SIGSTOP) and waits until every thread of it is
+/// stopped: kill(2) returns before they all are, and one still running
+/// could answer what the test expects to wait.
+async fn stop(pid: u32) {
+    let pid = pid.to_string();
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    within("the target stops", async {
+        while !all_stopped(&pid) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+}
+
 /// Whether every thread of process `pid` is stopped (state `T` in
 /// `/proc/<pid>/task/*/stat`).
 fn all_stopped(pid: &str) -> bool {
@@ -273,4 +311,307 @@ fn all_stopped(pid: &str) -> bool {
                 .is_some_and(|state| state == "T" || state == "t")
         })
     })
+}
+
+/// Transfers from `cma::rma_min()` up go direct where cross-memory
+/// attach is permitted: the target moves the bytes between its region
+/// and our buffers (counted in its `rx_direct`), in every shape, and
+/// lands exactly where asked; refusals (another key, past the end, a
+/// missing right) leave the region untouched and move nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_transfers_go_direct_where_permitted() {
+    use weft_shm::cma::{self, Mode};
+    let direct_on = cma::mode() != Mode::Denied;
+    for mode in [WaitMode::Interrupt, WaitMode::BusyPoll, WaitMode::Inline] {
+        let Pair {
+            a, b, to_b, mr, h, ..
+        } = pair(mode, 8 << 20, 7);
+        // A small write first: the target has seen (and probed) our
+        // channel before the large ones begin.
+        within("warm", a.write(to_b, payload(8, 9), mr.addr(), mr.key()))
+            .await
+            .unwrap();
+        let direct0 = b.stats().unwrap().rx_direct;
+        let mut expect = 0;
+        for (i, len) in [cma::rma_min(), (1 << 20) + 7, 3 << 20]
+            .into_iter()
+            .enumerate()
+        {
+            let at = 4096 + 13 * i as u64;
+            let data = payload(len, i as u8 + 1);
+            // Written from three buffers, read into two.
+            let (x, rest) = (data.slice(..len / 3), data.slice(len / 3..));
+            let (y, z) = (rest.slice(..5), rest.slice(5..));
+            let w = weft::RmaMsg {
+                dest: to_b,
+                op: weft::RmaOp::Write {
+                    iov: vec![x, y, z],
+                    data: None,
+                },
+                addr: mr.addr() + at,
+                key: mr.key(),
+                context: 0,
+            };
+            within("write", a.rmamsg(w, weft::OpFlags::empty()))
+                .await
+                .unwrap();
+            let mut got = vec![0u8; len + 2];
+            mr.read_at(at as usize - 1, &mut got).unwrap();
+            assert!(got[1..=len] == data[..], "{mode:?} {len}: landed");
+            let read = weft::RmaMsg {
+                dest: to_b,
+                op: weft::RmaOp::Read {
+                    bufs: vec![BytesMut::zeroed(len / 2), BytesMut::zeroed(len - len / 2)],
+                },
+                addr: mr.addr() + at,
+                key: mr.key(),
+                context: 0,
+            };
+            let e = within("read", a.rmamsg(read, weft::OpFlags::empty()))
+                .await
+                .unwrap();
+            let back: Vec<u8> = e.bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            assert!(back[..] == data[..], "{mode:?} {len}: read back");
+            // Nothing around the range was touched.
+            let mut edge = [1u8; 1];
+            mr.read_at(at as usize + len, &mut edge).unwrap();
+            assert_eq!(edge, [0], "{mode:?} {len}: past the end");
+            expect += 2;
+        }
+        let moved = b.stats().unwrap().rx_direct - direct0;
+        assert_eq!(moved, if direct_on { expect } else { 0 }, "{mode:?}");
+        // Refusals of direct-sized transfers.
+        let ro = h
+            .domain
+            .mr_regattr(MrAttr::alloc(1 << 20, MrAccess::REMOTE_READ).requested_key(8))
+            .unwrap();
+        let big = payload(1 << 20, 4);
+        let refusals = [
+            (mr.addr() + (8 << 20) - (1 << 19), mr.key()),
+            (mr.addr(), 999),
+            (ro.addr(), ro.key()),
+        ];
+        for (at, key) in refusals {
+            let w = within("refused", a.write(to_b, big.clone(), at, key)).await;
+            assert_eq!(w.unwrap_err().err, Error::Access, "{mode:?} {key}");
+        }
+        let r = within(
+            "refused read",
+            a.read(
+                to_b,
+                BytesMut::zeroed(1 << 20),
+                mr.addr() + (8 << 20) - 10,
+                mr.key(),
+            ),
+        )
+        .await;
+        assert_eq!(r.unwrap_err().err, Error::Access);
+        let mut tail = vec![1u8; 1 << 19];
+        mr.read_at((8 << 20) - (1 << 19), &mut tail).unwrap();
+        assert!(tail.iter().all(|&b| b == 0), "{mode:?}: past-the-end write");
+        let mut ro_bytes = vec![1u8; 1 << 20];
+        ro.read_at(0, &mut ro_bytes).unwrap();
+        assert!(
+            ro_bytes.iter().all(|&b| b == 0),
+            "{mode:?}: read-only region"
+        );
+        assert_eq!(b.stats().unwrap().rx_direct - direct0, moved);
+        assert_eq!(b.stats().unwrap().rx_malformed, 0);
+    }
+}
+
+/// A target in another process, with cross-memory attach (direct) and
+/// without it (`copy`: the rings): 1 MiB writes and reads land the same
+/// either way. Then, stopped with a large read waiting and killed, the
+/// read fails within a second (`FI_ECONNRESET`), never hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_transfers_with_a_target_in_another_process() {
+    let h = harness();
+    let size = 4usize << 20;
+    for path in ["direct", "copy"] {
+        let av = h.av();
+        let (a, _acq) = enabled_endpoint(&h.domain, &h.info, &av, WaitMode::Interrupt);
+        let sz = size.to_string();
+        let args: &[&str] = if path == "copy" {
+            &["target", &sz, "copy"]
+        } else {
+            &["target", &sz]
+        };
+        let (mut peer, addr) = spawn_peer(env!("CARGO_BIN_EXE_shm-peer"), args).await;
+        let to = av
+            .insert_sync(&[addr.clone().into_bytes()], Default::default())
+            .unwrap()
+            .fi_addrs[0];
+        let initial = payload(size, 7);
+        let e = within("read", a.read(to, BytesMut::zeroed(1 << 20), 4096, 42))
+            .await
+            .unwrap();
+        assert!(
+            e.into_bytes()[..] == initial[4096..4096 + (1 << 20)],
+            "{path}"
+        );
+        let data = payload((1 << 20) + 3, 11);
+        within("write", a.write(to, data.clone(), 100, 42))
+            .await
+            .unwrap();
+        let e = within(
+            "read back",
+            a.read(to, BytesMut::zeroed(data.len() + 2), 99, 42),
+        )
+        .await
+        .unwrap();
+        let got = e.into_bytes();
+        assert_eq!(got[0], initial[99], "{path}: before the write");
+        assert!(got[1..=data.len()] == data[..], "{path}: the write");
+        assert_eq!(
+            got[data.len() + 1],
+            initial[100 + data.len()],
+            "{path}: after it"
+        );
+        let w = within("refused", a.write(to, data.clone(), 0, 41)).await;
+        assert_eq!(w.unwrap_err().err, Error::Access, "{path}");
+        if path == "copy" {
+            continue;
+        }
+        stop(peer.0.id()).await;
+        let read = a.read(to, BytesMut::zeroed(2 << 20), 0, 42);
+        tokio::pin!(read);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), &mut read)
+                .await
+                .is_err(),
+            "a stopped target answered"
+        );
+        peer.0.kill().unwrap();
+        let killed = Instant::now();
+        peer.0.wait().unwrap();
+        let e = within("the read", read).await.unwrap_err();
+        assert_eq!(e.err, Error::ConnReset);
+        assert!(killed.elapsed() < Duration::from_secs(1));
+    }
+}
+
+/// Publishes one direct RMA request at `tail` of channel `c`; returns
+/// the new tail.
+fn hostile_direct(
+    seg: &Segment,
+    c: &Chan,
+    tail: u64,
+    word: u32,
+    key: u64,
+    req: &[u8],
+    total: u64,
+) -> u64 {
+    let h = RecHead {
+        word: word | F_LAST,
+        len: req.len() as u32,
+        tag: key,
+        data: 0,
+        total,
+    };
+    let (at, next) = c.write_head(seg, tail, &h);
+    seg.write(at, req);
+    c.publish(seg, next);
+    next
+}
+
+/// Direct requests written by hand (a hostile initiator): announced
+/// memory that is not there, past the region's end, under another key,
+/// half there; reads into memory that is not there. The target moves
+/// bytes only inside the region it checked, its neighbour stays
+/// untouched, and it goes on; a direct request on a channel whose probe
+/// did not pass, or an announcement that does not add up, frees the
+/// channel (counted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_direct_requests_stay_in_the_region() {
+    use weft_shm::cma::{self, Announce, DirectReq, Mode};
+    if cma::mode() != Mode::Permitted {
+        eprintln!("CMA not permitted here: nothing to attack");
+        return;
+    }
+    let n = 64usize << 10;
+    let Pair {
+        a, b, to_b, mr, h, ..
+    } = pair(WaitMode::BusyPoll, n, 9);
+    let guard = h
+        .domain
+        .mr_regattr(MrAttr::alloc(n, RW).requested_key(10))
+        .unwrap();
+    let src = payload(n, 5);
+    let req = |off: u64, ranges: &[(u64, u64)]| {
+        DirectReq {
+            off,
+            ann: Announce {
+                ranges: ranges.iter().copied().collect(),
+            },
+        }
+        .encode()
+    };
+    let good = src.as_ptr() as u64;
+    let (seg, c) = shm_common::hostile_claim(&b, 4, true);
+    let mut tail = 0;
+    let zeros = |m: &weft::MemoryRegion| {
+        let mut v = vec![1u8; n];
+        m.read_at(0, &mut v).unwrap();
+        v.iter().all(|&x| x == 0)
+    };
+    // Unmapped source; past the end; another key: nothing written.
+    for (off, key, ranges) in [
+        (0u64, 9u64, vec![(0x1000u64, n as u64)]),
+        (4096, 9, vec![(good, n as u64)]),
+        (0, 11, vec![(good, n as u64)]),
+    ] {
+        tail = hostile_direct(&seg, &c, tail, K_RMA_WD, key, &req(off, &ranges), n as u64);
+    }
+    // Half there: the first half lands, inside the region.
+    let half = (n / 2) as u64;
+    tail = hostile_direct(
+        &seg,
+        &c,
+        tail,
+        K_RMA_WD,
+        9,
+        &req(0, &[(good, half), (0x1000, half)]),
+        n as u64,
+    );
+    // A read into memory that is not there.
+    tail = hostile_direct(
+        &seg,
+        &c,
+        tail,
+        K_RMA_RD,
+        9,
+        &req(0, &[(0x1000, n as u64)]),
+        n as u64,
+    );
+    let start = Instant::now();
+    while c.head(&seg) != tail {
+        assert!(start.elapsed() < TIMEOUT, "the requests were not taken");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut got = vec![0u8; n];
+    mr.read_at(0, &mut got).unwrap();
+    assert!(got[..n / 2] == src[..n / 2], "the part that was there");
+    assert!(got[n / 2..].iter().all(|&x| x == 0), "nothing past it");
+    assert!(zeros(&guard), "the neighbour region untouched");
+    assert_eq!(b.stats().unwrap().rx_malformed, 0);
+
+    // A direct request where the probe did not pass, and lengths that do
+    // not add up: the channel is freed, counted.
+    let (seg2, c2) = shm_common::hostile_claim(&b, 5, false);
+    hostile_direct(&seg2, &c2, 0, K_RMA_WD, 9, &req(0, &[(good, 8)]), 8);
+    let (seg3, c3) = shm_common::hostile_claim(&b, 6, true);
+    hostile_direct(&seg3, &c3, 0, K_RMA_WD, 9, &req(0, &[(good, 8)]), 9);
+    let start = Instant::now();
+    while b.stats().unwrap().rx_malformed < 2 {
+        assert!(start.elapsed() < TIMEOUT, "freed and counted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(zeros(&guard));
+    // The endpoint goes on.
+    within("write", a.write(to_b, src.clone(), mr.addr(), mr.key()))
+        .await
+        .unwrap();
+    mr.read_at(0, &mut got).unwrap();
+    assert!(got[..] == src[..]);
 }

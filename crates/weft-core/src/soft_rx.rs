@@ -59,7 +59,7 @@ impl Drop for Charge {
 /// take no keys).
 pub fn spec_of(req: &RecvReq) -> RecvSpec {
     RecvSpec {
-        by_key: false,
+        by_key: req.flags.contains(OpFlags::AUTH_KEY),
         src: req.src,
         tagged: req.tagged,
         tag: req.tag,
@@ -87,11 +87,33 @@ pub fn post_recv<U, S>(
     resolve: &dyn Fn(&S) -> FiAddr,
     deliver: &dyn Fn(RecvReq, MsgInfo, U),
 ) -> std::result::Result<(), Rejected<RecvReq>> {
+    post_recv_keyed(ep, matcher, req, iov_limit, None, resolve, deliver)
+}
+
+/// [`post_recv`] for an endpoint that may take keys from its AV
+/// (`FI_AV_AUTH_KEY`): with `holds` (`Some` on such an endpoint), a
+/// receive with `FI_AUTH_KEY` takes only messages whose sender proved
+/// the key handle in its `src`, and is `Inval` when `holds` says the
+/// endpoint was not enabled with that key; without `holds` the flag is
+/// `BadFlags`, as in [`post_recv`].
+pub fn post_recv_keyed<U, S>(
+    ep: &dyn RecvCtx,
+    matcher: &Mutex<Matcher<RecvReq, U, S>>,
+    req: RecvReq,
+    iov_limit: usize,
+    holds: Option<&dyn Fn(FiAddr) -> bool>,
+    resolve: &dyn Fn(&S) -> FiAddr,
+    deliver: &dyn Fn(RecvReq, MsgInfo, U),
+) -> std::result::Result<(), Rejected<RecvReq>> {
     if req.flags.contains(OpFlags::AUTH_KEY) {
-        return Err(Rejected {
-            err: Error::BadFlags,
-            req,
-        });
+        let err = match holds {
+            None => Some(Error::BadFlags),
+            Some(h) if !h(req.src) => Some(Error::Inval),
+            Some(_) => None,
+        };
+        if let Some(err) = err {
+            return Err(Rejected { err, req });
+        }
     }
     if req.bufs.len() > iov_limit {
         return Err(Rejected {

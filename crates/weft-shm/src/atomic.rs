@@ -64,17 +64,12 @@ pub fn request(a: Atomic, addr: u64, key: u64, done: OpDone) -> (Out, Pending) {
     }
     let len = iov.iter().map(|b| b.len()).sum();
     let answer = hdr.answer_len();
-    let p = Pending {
-        done,
-        len: answer,
-        bufs: if answer > 0 {
-            vec![BytesMut::zeroed(answer)]
-        } else {
-            Vec::new()
-        },
-        read: answer > 0,
-        got: 0,
+    let bufs = if answer > 0 {
+        vec![BytesMut::zeroed(answer)]
+    } else {
+        Vec::new()
     };
+    let p = Pending::new(done, answer, bufs, answer > 0);
     let lead = Lead::new(K_ATOMIC, 0, 0, &hdr.encode());
     (EpShared::rma_out(lead, iov, len), p)
 }
@@ -93,7 +88,7 @@ pub struct AtomicIn {
 
 /// Target: an atomic request's lead record. `None`: it breaks the rules
 /// (a prefix that does not decode, or arrays of another length).
-pub fn start(ep: &EpShared, h: &RecHead, payload: usize) -> Option<AtomicIn> {
+pub fn start(ep: &EpShared, h: &RecHead, payload: usize, who: &[u8]) -> Option<AtomicIn> {
     let mut b = [0u8; ATOMIC_HDR_LEN];
     if h.len as usize != ATOMIC_HDR_LEN || !ep.seg.read(payload, &mut b) {
         return None;
@@ -110,7 +105,7 @@ pub fn start(ep: &EpShared, h: &RecHead, payload: usize) -> Option<AtomicIn> {
     }
     let to = atomic::supported(hdr.kind, hdr.op, hdr.datatype).and_then(|()| {
         let off = hdr.target.addr;
-        ep.region(hdr.target.key, off, n, need)
+        ep.region(hdr.target.key, off, n, need, who)
             .map(|r| (r, off as usize))
     });
     Some(AtomicIn {

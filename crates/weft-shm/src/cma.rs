@@ -17,34 +17,65 @@
 //! receive buffers as slices, so whatever a peer announces, nothing is
 //! written outside them (the `nix` wrapper is safe for that reason).
 
-use std::io::IoSliceMut;
+use std::io::{IoSlice, IoSliceMut};
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
 
-use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+use nix::sys::uio::{process_vm_readv, process_vm_writev, RemoteIoVec};
 use nix::unistd::Pid;
 
 /// Messages of `CMA_MIN..=CMA_MAX` bytes go by CMA where it is
 /// permitted. Below, the two copies through the ring cost less than the
 /// system call and the page walks; above, the receiver's one core doing
-/// the whole copy loses to the ring's two copies on two cores (both
-/// measured with `integration/bench-shm-cma`, `docs/benchmarks.md`).
+/// the whole copy loses to the ring's two copies on two cores while
+/// messages stream (both measured with `integration/bench-shm-cma`,
+/// `docs/benchmarks.md`) — but not in a ping-pong, so larger messages go
+/// by CMA when their channel is idle ([`idle_large`]).
 pub const CMA_MIN: usize = 32 << 10;
 /// See [`CMA_MIN`]; [`max_len`] is what applies.
 pub const CMA_MAX: usize = 256 << 10;
 
-/// The largest message sent by CMA: `WEFT_SHM_CMA_MAX` (bytes) if set to
-/// a number, else [`CMA_MAX`] (the benchmark sets it to compare both
-/// paths at every size).
+/// The largest message sent by CMA whatever the channel does:
+/// `WEFT_SHM_CMA_MAX` (bytes) if set to a number, else [`CMA_MAX`] (the
+/// benchmark sets it to compare both paths at every size).
 pub fn max_len() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("WEFT_SHM_CMA_MAX")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(CMA_MAX)
-    })
+    *MAX.get_or_init(|| env_num("WEFT_SHM_CMA_MAX", CMA_MAX as u64) as usize)
 }
+
+/// The number in environment variable `var`, else `default`: the knobs
+/// benchmarks turn, read once each by their callers.
+pub(crate) fn env_num(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// Whether messages above [`max_len`] go by CMA when their channel is
+/// idle (`tx::Peer::cma_ok`): on unless `WEFT_SHM_CMA_IDLE=0` (the
+/// benchmark turns it off to compare).
+pub fn idle_large() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("WEFT_SHM_CMA_IDLE").is_ok_and(|v| v.trim() == "0"))
+}
+
+/// RMA reads and writes of at least this many bytes go direct where CMA
+/// is permitted: the target moves the bytes between its region and the
+/// initiator's buffers (`rma::direct`). Below, the ring's two copies on
+/// two cores, pipelined record by record, beat one core's single copy
+/// plus the page walks (128 and 192 KiB: ring ahead; 256 KiB up: direct
+/// ahead, 1.2-2x; `integration/bench-shm-rma`, `docs/benchmarks.md`).
+pub const RMA_CMA_MIN: usize = 256 << 10;
+
+/// The smallest RMA transfer sent direct: `WEFT_SHM_RMA_CMA_MIN` (bytes)
+/// if set to a number (the benchmark sets it past every size to measure
+/// the ring), else [`RMA_CMA_MIN`].
+pub fn rma_min() -> usize {
+    static MIN: OnceLock<usize> = OnceLock::new();
+    *MIN.get_or_init(|| env_num("WEFT_SHM_RMA_CMA_MIN", RMA_CMA_MIN as u64) as usize)
+}
+
 /// Ranges one announcement may list (the provider's `IOV_LIMIT`).
 pub const MAX_RANGES: usize = crate::IOV_LIMIT;
 /// Payload bytes of an announcement of `n` ranges.
@@ -143,6 +174,70 @@ pub enum PullError {
 /// if the kernel stops part way. Returns the bytes read (the smaller of
 /// the two sides' totals).
 pub fn pull(pid: u32, remote: &[(u64, u64)], local: &mut [&mut [u8]]) -> Result<usize, PullError> {
+    let lens: smallvec::SmallVec<[usize; MAX_RANGES]> = local.iter().map(|b| b.len()).collect();
+    transfer(pid, remote, &lens, |pid, done, want, rs| {
+        let mut lv: smallvec::SmallVec<[IoSliceMut<'_>; MAX_RANGES]> = smallvec::SmallVec::new();
+        // Pieces come in buffer order, each buffer at most once.
+        let mut ps = pieces(&lens, done, want - done).into_iter().peekable();
+        for (i, b) in local.iter_mut().enumerate() {
+            if let Some((_, at, k)) = ps.next_if(|p| p.0 == i) {
+                lv.push(IoSliceMut::new(&mut b[at..at + k]));
+            }
+        }
+        process_vm_readv(pid, &mut lv, rs)
+    })
+}
+
+/// Writes `local`, in order, into the ranges `remote` (address, length)
+/// of process `pid` until either side ends (`process_vm_writev(2)`): the
+/// other direction of [`pull`], with the same checks. Returns the bytes
+/// written.
+pub fn push(pid: u32, remote: &[(u64, u64)], local: &[&[u8]]) -> Result<usize, PullError> {
+    let lens: smallvec::SmallVec<[usize; MAX_RANGES]> = local.iter().map(|b| b.len()).collect();
+    transfer(pid, remote, &lens, |pid, done, want, rs| {
+        let mut lv: smallvec::SmallVec<[IoSlice<'_>; MAX_RANGES]> = smallvec::SmallVec::new();
+        for (i, at, k) in pieces(&lens, done, want - done) {
+            lv.push(IoSlice::new(&local[i][at..at + k]));
+        }
+        process_vm_writev(pid, &lv, rs)
+    })
+}
+
+/// The parts of buffers of lengths `lens` that cover bytes
+/// `skip..skip + left` of their concatenation: (buffer, start, length).
+pub(crate) fn pieces(
+    lens: &[usize],
+    mut skip: usize,
+    mut left: usize,
+) -> smallvec::SmallVec<[(usize, usize, usize); MAX_RANGES]> {
+    let mut out = smallvec::SmallVec::new();
+    for (i, &l) in lens.iter().enumerate() {
+        if left == 0 {
+            break;
+        }
+        if skip >= l {
+            skip -= l;
+            continue;
+        }
+        let k = (l - skip).min(left);
+        out.push((i, skip, k));
+        left -= k;
+        skip = 0;
+    }
+    out
+}
+
+/// Moves bytes between local buffers of lengths `lens` and the ranges
+/// `remote` of process `pid`, `call`ing the kernel (with the bytes done,
+/// the bytes wanted and the remote ranges still to go) until the smaller
+/// side is done. Every remote range is checked (no wrap, totals that
+/// fit) before the first call.
+fn transfer(
+    pid: u32,
+    remote: &[(u64, u64)],
+    lens: &[usize],
+    mut call: impl FnMut(Pid, usize, usize, &[RemoteIoVec]) -> nix::Result<usize>,
+) -> Result<usize, PullError> {
     let pid = i32::try_from(pid)
         .ok()
         .filter(|p| *p > 0)
@@ -156,46 +251,18 @@ pub fn pull(pid: u32, remote: &[(u64, u64)], local: &mut [&mut [u8]]) -> Result<
         rtotal = rtotal.checked_add(len).ok_or(PullError::Bad)?;
         rv.push(RemoteIoVec { base, len });
     }
-    let ltotal: usize = local.iter().map(|b| b.len()).sum();
-    let want = rtotal.min(ltotal);
+    let rlens: smallvec::SmallVec<[usize; MAX_RANGES]> = rv.iter().map(|r| r.len).collect();
+    let want = rtotal.min(lens.iter().sum());
     let mut done = 0usize;
     while done < want {
-        let mut lv: smallvec::SmallVec<[IoSliceMut<'_>; MAX_RANGES]> = smallvec::SmallVec::new();
-        let mut skip = done;
-        let mut left = want - done;
-        for b in local.iter_mut() {
-            if left == 0 {
-                break;
-            }
-            if skip >= b.len() {
-                skip -= b.len();
-                continue;
-            }
-            let k = (b.len() - skip).min(left);
-            lv.push(IoSliceMut::new(&mut b[skip..skip + k]));
-            left -= k;
-            skip = 0;
-        }
-        let mut rs: smallvec::SmallVec<[RemoteIoVec; MAX_RANGES]> = smallvec::SmallVec::new();
-        let mut skip = done;
-        let mut left = want - done;
-        for r in &rv {
-            if left == 0 {
-                break;
-            }
-            if skip >= r.len {
-                skip -= r.len;
-                continue;
-            }
-            let k = (r.len - skip).min(left);
-            rs.push(RemoteIoVec {
-                base: r.base + skip,
+        let rs: smallvec::SmallVec<[RemoteIoVec; MAX_RANGES]> = pieces(&rlens, done, want - done)
+            .into_iter()
+            .map(|(i, at, k)| RemoteIoVec {
+                base: rv[i].base + at,
                 len: k,
-            });
-            left -= k;
-            skip = 0;
-        }
-        match process_vm_readv(Pid::from_raw(pid), &mut lv, &rs) {
+            })
+            .collect();
+        match call(Pid::from_raw(pid), done, want, &rs) {
             Ok(0) => return Err(PullError::Short),
             Ok(n) => done += n.min(want - done),
             Err(nix::errno::Errno::EINTR) => {}
@@ -203,6 +270,37 @@ pub fn pull(pid: u32, remote: &[(u64, u64)], local: &mut [&mut [u8]]) -> Result<
         }
     }
     Ok(want)
+}
+
+/// The payload of a direct RMA request (`docs/wire.md`, "RMA records"):
+/// the offset in the target's region, then where the initiator's buffers
+/// lie (an [`Announce`]: the bytes to write, or the buffers a read
+/// fills).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectReq {
+    pub off: u64,
+    pub ann: Announce,
+}
+
+/// Most payload bytes of a direct request.
+pub const DIRECT_MAX: usize = 8 + announce_len(MAX_RANGES);
+
+impl DirectReq {
+    /// The offset (u64, host byte order), then the announcement.
+    pub fn encode(&self) -> smallvec::SmallVec<[u8; DIRECT_MAX]> {
+        let mut b = smallvec::SmallVec::new();
+        b.extend_from_slice(&self.off.to_ne_bytes());
+        b.extend_from_slice(&self.ann.encode());
+        b
+    }
+
+    /// Reads a direct request moving `total` bytes, if its announcement
+    /// keeps [`Announce::parse`]'s rules.
+    pub fn parse(b: &[u8], total: usize) -> Option<DirectReq> {
+        let off = u64::from_ne_bytes(b.get(..8)?.try_into().ok()?);
+        let ann = Announce::parse(b.get(8..)?, total)?;
+        Some(DirectReq { off, ann })
+    }
 }
 
 /// A CMA record's payload: where the message lies in the sender.
@@ -310,5 +408,37 @@ mod tests {
         assert_eq!(pull(0, &[(a, 8)], &mut [&mut w]), Err(PullError::Bad));
         assert!(probe(me, probe_addr()));
         assert!(!probe(me, a));
+    }
+
+    #[test]
+    fn pushes_fill_the_remote_ranges_in_order() {
+        if mode() == Mode::Denied {
+            return;
+        }
+        let me = std::process::id();
+        let src: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        let mut dst = vec![0u8; 1200];
+        let d = dst.as_mut_ptr() as usize as u64;
+        // Two local pieces into two remote ranges with a gap between.
+        let n = push(me, &[(d, 300), (d + 400, 700)], &[&src[..600], &src[600..]]).unwrap();
+        assert_eq!(n, 1000);
+        assert_eq!(&dst[..300], &src[..300]);
+        assert!(dst[300..400].iter().all(|&b| b == 0), "the gap untouched");
+        assert_eq!(&dst[400..1100], &src[300..]);
+        assert!(dst[1100..].iter().all(|&b| b == 0));
+        // Remote shorter than local: only the remote ranges are written.
+        let n = push(me, &[(d, 10)], &[&src[..]]).unwrap();
+        assert_eq!(n, 10);
+        // Unmapped remote memory fails; a parse round-trips.
+        assert!(push(me, &[(8, 8)], &[&src[..8]]).is_err());
+        let r = DirectReq {
+            off: 5,
+            ann: Announce {
+                ranges: [(d, 10u64)].into_iter().collect(),
+            },
+        };
+        assert_eq!(DirectReq::parse(&r.encode(), 10), Some(r.clone()));
+        assert_eq!(DirectReq::parse(&r.encode(), 11), None);
+        assert_eq!(DirectReq::parse(&r.encode()[..7], 10), None);
     }
 }

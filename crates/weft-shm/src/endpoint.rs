@@ -21,7 +21,7 @@ use weft_core::provider::{
     EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
 };
 use weft_core::recv_completion::RecvCtx;
-use weft_core::soft_rx::{self, post_recv};
+use weft_core::soft_rx::{self, post_recv_keyed};
 use weft_core::soft_srx::{RxSide, Sender, SoftSide, SoftSrx};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
@@ -86,12 +86,14 @@ pub struct EpShared {
     pub parked: AtomicBool,
     /// Channels dropped for breaking the layout's rules.
     pub malformed: AtomicU64,
-    /// Messages read from their sender's memory (CMA records).
+    /// Messages read from their sender's memory (CMA records), and RMA
+    /// transfers moved directly (`rma::direct`): `EpStats::rx_direct`.
     pub direct: AtomicU64,
-    /// The endpoint's authorization key (`ep_attr.auth_key`, else the
-    /// domain's): its channels take only senders that prove it, and it
-    /// sends only to owners that prove it back (`keyproof`).
-    pub key: Option<weft_core::auth::AuthKey>,
+    /// The endpoint's authorization keys: its own (`ep_attr.auth_key`,
+    /// else the domain's) or its AV's (`FI_AV_AUTH_KEY`). Its channels
+    /// take only senders that prove one, and it sends only to owners that
+    /// prove the key back (`keyproof`).
+    pub keys: crate::keys::EpKeys,
     /// Claims refused for their key, either way (`EpStats::rx_key_rejected`).
     pub key_rejected: AtomicU64,
     /// The domain's regions, which peers' RMA requests reach.
@@ -164,11 +166,9 @@ impl EpShared {
     pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<EpShared>> {
         let info = &cfg.info;
         let name = own_name(&cfg)?;
-        // Checked before anything is created (a bad key leaves nothing).
-        let key = weft_core::auth::effective_key(
-            info.ep_attr.auth_key.as_deref(),
-            info.domain_attr.auth_key.as_deref(),
-        )?;
+        // Checked before anything is created (a bad key leaves nothing);
+        // AV keys are held from here until the endpoint closes.
+        let keys = crate::keys::EpKeys::for_endpoint(info, cfg.av.as_ref())?;
         let g = Geometry::OURS;
         let seg = create_segment(&name, g)?;
         let me = crate::live::me();
@@ -202,7 +202,7 @@ impl EpShared {
         seg.store32(H_PID, me.0, Release);
         seg.store64(H_START, me.1, Release);
         let mut rx_state = RxState::new(g.channels);
-        if key.is_some() {
+        if keys.keyed() {
             seg.store32(H_KEYED, 1, Release);
             rx_state.publish_nonces(&seg, g);
         }
@@ -234,7 +234,7 @@ impl EpShared {
             .as_ref()
             .and_then(|d| d.as_any().downcast_ref::<crate::domain::ShmDomain>())
             .map(|d| d.regions.clone());
-        tracing::debug!(%name, keyed = key.is_some(), wait = ?cfg.wait, "shm endpoint open");
+        tracing::debug!(%name, keyed = keys.keyed(), wait = ?cfg.wait, "shm endpoint open");
         let ep = Arc::new_cyclic(|this| EpShared {
             this: this.clone(),
             rt,
@@ -259,7 +259,7 @@ impl EpShared {
             parked: AtomicBool::new(false),
             malformed: AtomicU64::new(0),
             direct: AtomicU64::new(0),
-            key,
+            keys,
             key_rejected: AtomicU64::new(0),
             regions,
             source_err,
@@ -281,21 +281,46 @@ impl EpShared {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// The AV handle of the endpoint at `addr`, `FI_ADDR_NOTAVAIL` if it
-    /// is not in the AV.
-    pub fn resolve_src(&self, addr: &[u8]) -> FiAddr {
-        match &self.cfg.av {
-            Some(av) => lock_synced(av).find(addr).unwrap_or(FI_ADDR_NOTAVAIL),
-            None => FI_ADDR_NOTAVAIL,
-        }
+    /// The AV handle of the sender `who` (`keys::ident`: an address, and
+    /// on an `FI_AV_AUTH_KEY` endpoint the key its channel proved, under
+    /// which it is looked up), `FI_ADDR_NOTAVAIL` if it is not in the AV.
+    pub fn resolve_src(&self, who: &[u8]) -> FiAddr {
+        let Some(av) = &self.cfg.av else {
+            return FI_ADDR_NOTAVAIL;
+        };
+        let t = lock_synced(av);
+        let found = if self.keys.av_mode() {
+            let (addr, key) = crate::keys::split(who);
+            t.find_keyed(addr, key)
+        } else {
+            t.find(who)
+        };
+        found.unwrap_or(FI_ADDR_NOTAVAIL)
+    }
+
+    /// The address of AV handle `dest` and the AV key handle to prove
+    /// there: `NoAv` without an AV, `AddrNotAvail` for a handle not in
+    /// it, `NoKey` for an entry under no key or a key the endpoint was
+    /// not enabled with (`FI_AV_AUTH_KEY` endpoints holding keys).
+    pub fn dest(&self, dest: FiAddr) -> Result<(Vec<u8>, Option<FiAddr>)> {
+        let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
+        let (addr, key) = match lock_synced(av).lookup_keyed(dest) {
+            Ok((b, k)) => (b.to_vec(), k),
+            Err(_) => return Err(Error::AddrNotAvail),
+        };
+        Ok((addr, self.keys.for_dest(key)?))
     }
 
     fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
-        let r = post_recv(
+        let holds = |h: FiAddr| self.keys.holds(h);
+        let r = post_recv_keyed(
             self,
             &self.side.matcher,
             req,
             self.iov_limit,
+            self.keys
+                .av_mode()
+                .then_some(&holds as &dyn Fn(FiAddr) -> bool),
             &Sender::resolve,
             &|req, info, held| crate::rx::deliver_held(self, req, info, held),
         );
@@ -434,6 +459,8 @@ impl ProviderEndpoint for ShmEndpoint {
         peers.release();
         let rx = std::mem::replace(&mut *lock(&ep.rx_state), RxState::new(0));
         crate::rx::abandon(ep, rx);
+        // Removing the AV's keys is no longer `Busy` on our account.
+        ep.keys.release();
         ep.tx_pending.store(false, Ordering::Release);
         ep.hold.waiter_idle();
         ep.kick.notify_one();

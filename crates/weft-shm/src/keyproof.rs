@@ -11,16 +11,22 @@
 //! side's nonce is fresh), and nothing in the segment can stand in for a
 //! proof: the owner verifies against its private copy of its nonce.
 //!
+//! The sender also writes its key's id (`keys::key_id`), so an owner
+//! holding several keys (`FI_AV_AUTH_KEY`) checks the MAC with the one
+//! key the id names, and knows which key the channel proved.
+//!
 //! An unkeyed owner refuses senders that prove a key; a keyed owner
 //! refuses senders that prove none. A sender waits for the verdict when
 //! it holds a key or the owner's header says the owner does.
 
 use std::sync::atomic::Ordering::{Acquire, Release};
 
+use weft_core::addr::FiAddr;
 use weft_core::auth::{AuthKey, Role, Tag, MAC_LEN};
 use weft_core::wire::claim::{fresh_nonce, Nonce, NONCE_LEN};
 use weft_core::Result;
 
+use crate::keys::{EpKeys, HeldKey, KEY_ID_LEN};
 use crate::layout::*;
 use crate::ring::Chan;
 use crate::segment::Segment;
@@ -84,30 +90,40 @@ pub fn publish_nonce(seg: &Segment, c: &Chan) -> Option<Nonce> {
 }
 
 /// Owner: the verdict on a claim by `sender`, checked against `nonce`,
-/// the owner's own copy of the nonce it published; an accepted keyed
-/// claim gets the owner's proof. Writes `C_AUTH` and returns whether the
-/// channel is accepted.
+/// the owner's own copy of the nonce it published. A keyed claim names
+/// its key by id; only a key the owner holds is tried, and only that one.
+/// An accepted keyed claim gets the owner's proof. Writes `C_AUTH` and
+/// returns `None` (refused) or `Some` of the AV key handle the claim
+/// proved (`Some(None)`: the owner's own key, or no key).
 pub fn judge(
     seg: &Segment,
     c: &Chan,
-    key: Option<&AuthKey>,
+    keys: &EpKeys,
     nonce: Option<Nonce>,
     owner: &str,
     sender: &str,
     gen: u32,
-) -> bool {
+) -> Option<Option<FiAddr>> {
     let proves = seg.load32(c.ctl(C_PROVES), Acquire) == Some(1);
-    let ok = match (key, proves) {
-        (None, false) => true,
-        (None, true) | (Some(_), false) => false,
-        (Some(k), true) => owner_proof(seg, c, k, nonce, owner, sender, gen).is_some_and(|p| {
-            // The proof first, the verdict after it (release).
-            seg.write(c.ctl(C_RX_PROOF), &p)
-        }),
+    let ok = match (keys.keyed(), proves) {
+        (false, false) => Some(None),
+        (false, true) | (true, false) => None,
+        (true, true) => {
+            let mut id = [0u8; KEY_ID_LEN];
+            let held = seg
+                .read(c.ctl(C_KEY_ID), &mut id)
+                .then(|| keys.by_id(&id))
+                .flatten();
+            held.and_then(|k| {
+                let p = owner_proof(seg, c, &k.key, nonce, owner, sender, gen)?;
+                // The proof first, the verdict after it (release).
+                seg.write(c.ctl(C_RX_PROOF), &p).then_some(k.handle)
+            })
+        }
     };
     seg.store32(
         c.ctl(C_AUTH),
-        if ok { AUTH_OK } else { AUTH_REFUSED },
+        if ok.is_some() { AUTH_OK } else { AUTH_REFUSED },
         Release,
     );
     ok
@@ -163,13 +179,13 @@ pub enum Verdict {
 pub fn claim(
     seg: &Segment,
     c: &Chan,
-    key: Option<&AuthKey>,
+    key: Option<&HeldKey>,
     me: &str,
     owner: &str,
     gen: u32,
 ) -> Result<Option<Awaiting>> {
     let owner_keyed = seg.load32(H_KEYED, Acquire) == Some(1);
-    let Some(k) = key else {
+    let Some(HeldKey { key: k, id, .. }) = key else {
         seg.store32(c.ctl(C_PROVES), 0, Release);
         return Ok(owner_keyed.then_some(Awaiting { proof: None }));
     };
@@ -183,6 +199,7 @@ pub fn claim(
     };
     let p = t.prove(k, Role::Connector)?;
     seg.write(c.ctl(C_TX_NONCE), &t.tx_nonce);
+    seg.write(c.ctl(C_KEY_ID), id);
     seg.write(c.ctl(C_TX_PROOF), &p);
     seg.store32(c.ctl(C_PROVES), 1, Release);
     Ok(Some(Awaiting {
@@ -223,8 +240,17 @@ mod tests {
         (s, Chan { g, i: 1 })
     }
 
-    fn key(k: &[u8]) -> AuthKey {
-        AuthKey::new(k).unwrap()
+    fn key(k: &[u8]) -> HeldKey {
+        let key = AuthKey::new(k).unwrap();
+        HeldKey {
+            handle: None,
+            id: crate::keys::key_id(&key).unwrap(),
+            key,
+        }
+    }
+
+    fn owner(k: Option<&HeldKey>) -> EpKeys {
+        EpKeys::single(k.map(|h| h.key.clone())).unwrap()
     }
 
     #[test]
@@ -261,7 +287,7 @@ mod tests {
         let sk = sender_key.map(key);
         let w = claim(&s, &c, sk.as_ref(), "snd", "own", 5).unwrap();
         tamper(&s, &c);
-        let accepted = judge(&s, &c, ok.as_ref(), nonce, "own", "snd", 5);
+        let accepted = judge(&s, &c, &owner(ok.as_ref()), nonce, "own", "snd", 5).is_some();
         let v = w.map_or(Verdict::Accepted, |w| verdict(&s, &c, &w));
         (accepted, v)
     }
@@ -308,14 +334,14 @@ mod tests {
         let nonce = publish_nonce(&s, &c);
         s.write(c.ctl(C_RX_NONCE), &[0; NONCE_LEN]);
         claim(&s, &c, Some(&k), "snd", "own", 5).unwrap();
-        assert!(!judge(&s, &c, Some(&k), nonce, "own", "snd", 5));
+        assert!(judge(&s, &c, &owner(Some(&k)), nonce, "own", "snd", 5).is_none());
         // A proof made for another claim count, or another channel.
         let (s, c) = seg();
         let nonce = publish_nonce(&s, &c);
         claim(&s, &c, Some(&k), "snd", "own", 5).unwrap();
-        assert!(!judge(&s, &c, Some(&k), nonce, "own", "snd", 6));
+        assert!(judge(&s, &c, &owner(Some(&k)), nonce, "own", "snd", 6).is_none());
         let other = Chan { g: c.g, i: 0 };
-        assert!(!judge(&s, &other, Some(&k), nonce, "own", "snd", 5));
+        assert!(judge(&s, &other, &owner(Some(&k)), nonce, "own", "snd", 5).is_none());
         // A whole proof replayed against a fresh owner nonce.
         let (s, c) = seg();
         let first = publish_nonce(&s, &c);
@@ -323,15 +349,15 @@ mod tests {
         let mut old = [0u8; 64];
         s.read(c.ctl(C_TX_NONCE), &mut old[..16]);
         s.read(c.ctl(C_TX_PROOF), &mut old[16..48]);
-        assert!(judge(&s, &c, Some(&k), first, "own", "snd", 5));
+        assert!(judge(&s, &c, &owner(Some(&k)), first, "own", "snd", 5).is_some());
         let fresh = publish_nonce(&s, &c);
         assert_ne!(first, fresh);
         s.write(c.ctl(C_TX_NONCE), &old[..16]);
         s.write(c.ctl(C_TX_PROOF), &old[16..48]);
         s.store32(c.ctl(C_PROVES), 1, Release);
-        assert!(!judge(&s, &c, Some(&k), fresh, "own", "snd", 5));
+        assert!(judge(&s, &c, &owner(Some(&k)), fresh, "own", "snd", 5).is_none());
         // No nonce of the owner's (its random source failed): refused.
-        assert!(!judge(&s, &c, Some(&k), None, "own", "snd", 5));
+        assert!(judge(&s, &c, &owner(Some(&k)), None, "own", "snd", 5).is_none());
     }
 
     #[test]
@@ -344,12 +370,47 @@ mod tests {
         // An owner (or anyone) saying yes without the key's proof.
         s.store32(c.ctl(C_AUTH), AUTH_OK, Release);
         assert_eq!(verdict(&s, &c, &w), Verdict::Refused);
-        assert!(judge(&s, &c, Some(&k), nonce, "own", "snd", 5));
+        assert!(judge(&s, &c, &owner(Some(&k)), nonce, "own", "snd", 5).is_some());
         assert_eq!(verdict(&s, &c, &w), Verdict::Accepted);
         s.write(c.ctl(C_RX_PROOF + 31), &[0x55]);
         assert_eq!(verdict(&s, &c, &w), Verdict::Refused);
         s.store32(c.ctl(C_AUTH), 77, Release);
         assert_eq!(verdict(&s, &c, &w), Verdict::Refused);
+    }
+
+    #[test]
+    fn an_owner_of_several_keys_checks_the_one_the_id_names() {
+        let av = EpKeys::detached(vec![
+            (3, AuthKey::new(b"job-a").unwrap()),
+            (7, AuthKey::new(b"job-b").unwrap()),
+        ])
+        .unwrap();
+        let try_claim = |k: &HeldKey, tamper: &dyn Fn(&Segment, &Chan)| {
+            let (s, c) = seg();
+            s.store32(H_KEYED, 1, Release);
+            let nonce = publish_nonce(&s, &c);
+            let w = claim(&s, &c, Some(k), "snd", "own", 5).unwrap().unwrap();
+            tamper(&s, &c);
+            let got = judge(&s, &c, &av, nonce, "own", "snd", 5);
+            (got, verdict(&s, &c, &w))
+        };
+        let none = |_: &Segment, _: &Chan| {};
+        assert_eq!(
+            try_claim(&key(b"job-b"), &none),
+            (Some(Some(7)), Verdict::Accepted)
+        );
+        assert_eq!(
+            try_claim(&key(b"job-a"), &none),
+            (Some(Some(3)), Verdict::Accepted)
+        );
+        assert_eq!(try_claim(&key(b"job-c"), &none), (None, Verdict::Refused));
+        // The id of a held key over a MAC made with another key.
+        let a_id = key(b"job-a").id;
+        let swap = move |s: &Segment, c: &Chan| {
+            s.write(c.ctl(C_KEY_ID), &a_id);
+        };
+        assert_eq!(try_claim(&key(b"job-c"), &swap), (None, Verdict::Refused));
+        assert_eq!(try_claim(&key(b"job-b"), &swap), (None, Verdict::Refused));
     }
 
     #[test]

@@ -7,8 +7,8 @@
 /// "WEFTSHM1" as a little-endian u64; written last when a segment is
 /// created, so a segment without it is not ready (or not one of ours).
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
-/// Layout version (3: the key proof fields).
-pub const VERSION: u32 = 3;
+/// Layout version (3: the key proof fields; 4: the key id, direct RMA).
+pub const VERSION: u32 = 4;
 
 /// Header fields.
 pub const H_MAGIC: usize = 0;
@@ -40,6 +40,10 @@ pub const C_START: usize = 80;
 /// whether it proves a key (1) or not (0), and its MAC.
 pub const C_TX_NONCE: usize = 88;
 pub const C_PROVES: usize = 104;
+/// Written by the sender at its claim when it proves a key: the key's id
+/// (`keys::key_id`), which tells an owner holding several keys which one
+/// to check the MAC with.
+pub const C_KEY_ID: usize = 112;
 pub const C_TX_PROOF: usize = 152;
 /// Written by the sender only: bytes produced (monotonic).
 pub const C_TAIL: usize = 128;
@@ -102,6 +106,15 @@ pub const K_RESP: u32 = 7;
 /// An atomic request: payload weft-core's 32-byte atomic prefix, `total`
 /// the operand and compare bytes that follow as continuation records.
 pub const K_ATOMIC: u32 = 8;
+/// Direct RMA (cross-memory attach): a write request whose bytes the
+/// target reads from the initiator's buffers, and a read request whose
+/// bytes the target writes into the initiator's buffers. `tag` the key,
+/// `data` remote CQ data with `F_DATA` (writes), `total` the bytes moved,
+/// payload the 8-byte target offset and the initiator's ranges
+/// (`cma::DirectReq`); one record, always `F_LAST`; answered by one
+/// `K_RESP` without bytes.
+pub const K_RMA_WD: u32 = 9;
+pub const K_RMA_RD: u32 = 10;
 /// Record flags.
 pub const F_TAGGED: u32 = 1 << 8;
 pub const F_DATA: u32 = 1 << 9;
@@ -176,7 +189,7 @@ const _: () = {
     use weft_core::auth::MAC_LEN;
     use weft_core::wire::claim::NONCE_LEN;
     assert!(C_START + 8 <= C_TX_NONCE && C_TX_NONCE + NONCE_LEN <= C_PROVES);
-    assert!(C_PROVES + 4 <= C_TAIL);
+    assert!(C_PROVES + 4 <= C_KEY_ID && C_KEY_ID + crate::keys::KEY_ID_LEN <= C_TAIL);
     assert!(C_CMA_PROBE + 8 <= C_TX_PROOF && C_TX_PROOF + MAC_LEN <= C_HEAD);
     assert!(C_CMA + 4 <= C_AUTH && C_AUTH + 4 <= C_RX_NONCE);
     assert!(C_RX_NONCE + NONCE_LEN <= C_RX_PROOF && C_RX_PROOF + MAC_LEN <= CTL);

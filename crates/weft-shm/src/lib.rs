@@ -10,12 +10,14 @@
 //! receive's buffers, or holds the message for a later receive within
 //! the unexpected budget (`rx_attr.total_buffered_recv`). A message that
 //! fits neither waits in its ring: nothing is dropped. Messages of 32 to
-//! 256 KiB go in one copy instead, where the kernel permits it: the
-//! receiver reads them from the sender's memory (`process_vm_readv`,
-//! [`cma`]). RMA reads and writes go as request records that the
-//! target's receive pass checks (key, range, right) and executes on its
-//! own regions, answering over its channel back (`rma`, `mr`); atomics
-//! the same way, applied by `weft_core::atomic` (`atomic`).
+//! 256 KiB (larger ones too when their channel is idle) go in one copy
+//! instead, where the kernel permits it: the receiver reads them from the
+//! sender's memory (`process_vm_readv`, [`cma`]). RMA reads and writes go
+//! as request records that the target's receive pass checks (key, range,
+//! right) and executes on its own regions, answering over its channel
+//! back (`rma`, `mr`) — from 256 KiB moving the bytes itself between the
+//! region and the initiator's buffers by CMA; atomics the same way,
+//! applied by `weft_core::atomic` (`atomic`).
 //!
 //! Everything read from a segment is checked before use: a peer writing
 //! garbage there gets its channel freed (`EpStats::rx_malformed`), never
@@ -40,11 +42,13 @@ mod domain;
 mod driver;
 mod endpoint;
 mod keyproof;
+mod keys;
 pub mod layout;
 pub mod live;
 mod mr;
 pub mod name;
 mod offer;
+mod out;
 pub mod ring;
 mod rma;
 mod rx;
@@ -101,10 +105,10 @@ impl Provider for ShmProvider {
         true
     }
 
-    /// Keys held in the AV (`FI_AV_AUTH_KEY`) are not implemented: such
-    /// domains are `OpNotSupp`.
+    /// Keys held in the AV (`FI_AV_AUTH_KEY`): a claim names the key it
+    /// proves by id (`keys`).
     fn av_auth_keys(&self) -> bool {
-        false
+        true
     }
 
     fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {

@@ -7,12 +7,16 @@
 //! A region's bytes are owned buffers behind a lock; a peer's access is a
 //! copy made by the target's own receive pass under that lock, after the
 //! key, the range and the right were checked (`docs/design.md`, "The shm
-//! provider"). No other process ever touches a region's memory.
+//! provider") — through the ring, or for large transfers by the target's
+//! own `process_vm_readv`/`process_vm_writev` call whose local side is
+//! the checked slices ([`Region::with_slices`]). No other process ever
+//! writes or reads a region's memory on its own.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
+use smallvec::SmallVec;
 use weft_core::flags::{MrAccess, MrRegFlags};
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::provider::{MrMemory, MrRequest, ProviderMr, Rejected};
@@ -128,6 +132,30 @@ impl Region {
         let mut g = lock(&self.mem);
         let bufs = g.as_mut().ok_or(Error::Canceled)?;
         f(bufs, self.start + off)
+    }
+
+    /// Runs `f` on the `n` bytes at `off` as the slices of memory they
+    /// lie in, in order, under the region's lock (a direct RMA transfer:
+    /// the kernel moves bytes in or out of exactly these). `Inval` out of
+    /// range, `Canceled` once closed.
+    pub fn with_slices<T>(
+        &self,
+        off: usize,
+        n: usize,
+        f: impl FnOnce(&mut [&mut [u8]]) -> T,
+    ) -> Result<T> {
+        self.locked(off, n, |bufs, at| {
+            let lens: SmallVec<[usize; 4]> = bufs.iter().map(|b| b.len()).collect();
+            // Pieces come in buffer order, each buffer at most once.
+            let mut ps = crate::cma::pieces(&lens, at, n).into_iter().peekable();
+            let mut v: SmallVec<[&mut [u8]; 4]> = SmallVec::new();
+            for (i, b) in bufs.iter_mut().enumerate() {
+                if let Some((_, s, k)) = ps.next_if(|p| p.0 == i) {
+                    v.push(&mut b[s..s + k]);
+                }
+            }
+            Ok(f(&mut v))
+        })
     }
 
     /// Copies `n` bytes at `off` out, lets `f` change them and copies

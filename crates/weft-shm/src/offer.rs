@@ -36,8 +36,8 @@ pub const CAPS: Caps = Caps::MSG
     // A fenced operation waits for the earlier ones: `tx.rs`.
     .union(Caps::FENCE);
 
-/// The fabric name: the provider's, and how large messages move
-/// ([`crate::cma::mode`]).
+/// The fabric name: the provider's, and how large messages and RMA
+/// transfers move ([`crate::cma::mode`]).
 pub fn fabric_name() -> String {
     format!("{NAME}-{}", crate::cma::mode().label())
 }
@@ -120,13 +120,17 @@ pub fn offer() -> Info {
             max_ep_rx_ctx: 1,
             // One shared receive context per endpoint (`srx.rs`).
             max_ep_srx_ctx: 1,
-            // One key, proven when a channel is claimed (`keyproof`).
-            max_ep_auth_key: 1,
+            // Proven when a channel is claimed (`keyproof`): one key, or
+            // on an `FI_AV_AUTH_KEY` domain every key of the AV when the
+            // endpoint is enabled (`keys`).
+            max_ep_auth_key: weft_core::av::MAX_AV_AUTH_KEYS,
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {
-            // How large messages move here: `shm-cma` (read from the
-            // sender's memory in one copy), `shm-cma-restricted` (Yama
+            // How large messages and large RMA transfers move here:
+            // `shm-cma` (in one copy between the processes' memory:
+            // messages read from the sender's, RMA moved by the target
+            // to or from the initiator's), `shm-cma-restricted` (Yama
             // allows it only towards descendants: probed per sender),
             // `shm-copy` (through the ring, two copies).
             name: Some(fabric_name()),

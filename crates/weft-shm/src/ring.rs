@@ -180,7 +180,15 @@ impl Chan {
             let size = rec_len(len);
             let kind_ok = matches!(
                 h.kind(),
-                K_FIRST | K_CONT | K_CMA | K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC
+                K_FIRST
+                    | K_CONT
+                    | K_CMA
+                    | K_RMA_W
+                    | K_RMA_R
+                    | K_RESP
+                    | K_ATOMIC
+                    | K_RMA_WD
+                    | K_RMA_RD
             ) && h.word & !0xff & !F_ALL == 0;
             if !kind_ok || to_end < REC_HDR || len > self.g.chunk() || size > to_end {
                 return Next::Corrupt;
@@ -263,6 +271,31 @@ impl Chan {
     /// Producer: publishes `tail`.
     pub fn publish(&self, seg: &Segment, tail: u64) {
         seg.store64(self.ctl(C_TAIL), tail, Release);
+    }
+}
+
+/// Copies bytes `off..off + n` of the message in `iov` to segment offset
+/// `at`.
+pub fn copy_out(
+    seg: &Segment,
+    mut at: usize,
+    iov: &weft_core::provider::Iov,
+    mut off: usize,
+    mut n: usize,
+) {
+    for b in iov.iter() {
+        if n == 0 {
+            break;
+        }
+        if off >= b.len() {
+            off -= b.len();
+            continue;
+        }
+        let k = (b.len() - off).min(n);
+        seg.write(at, &b[off..off + k]);
+        at += k;
+        n -= k;
+        off = 0;
     }
 }
 
@@ -363,7 +396,7 @@ mod tests {
         // A tail behind the head.
         assert_eq!(c.next_below(&seg, 64, 8), Next::Corrupt);
         // An unknown kind.
-        seg.write(c.g.ring_at(1), &9u32.to_ne_bytes());
+        seg.write(c.g.ring_at(1), &11u32.to_ne_bytes());
         assert_eq!(c.next(&seg, 0), Next::Corrupt);
         // A length past the published tail.
         seg.write(c.g.ring_at(1), &(K_FIRST | F_LAST).to_ne_bytes());

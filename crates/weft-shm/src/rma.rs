@@ -38,11 +38,78 @@ pub struct Pending {
     pub read: bool,
     /// Bytes of the answer placed so far.
     pub got: usize,
+    /// Went direct (`K_RMA_WD`/`K_RMA_RD`): the target moves the bytes
+    /// from or into our buffers, which stay exposed until it answers.
+    pub direct: Option<Exposed>,
+}
+
+/// Buffers a target moves bytes from or into by CMA (`docs/design.md`,
+/// "RMA through cross-memory attach"): given back only once the target
+/// answered, since after that it touches them no more. Dropped before
+/// (the endpoint closed, the target's channel went away, the operation
+/// failed without an answer), they are leaked rather than freed: a target
+/// still at work would otherwise write into memory the allocator has
+/// handed to someone else.
+#[derive(Debug, Default)]
+pub struct Exposed {
+    read: Vec<BytesMut>,
+    write: Iov,
+}
+
+impl Exposed {
+    /// Takes the buffers back: the target answered.
+    fn release(mut self) -> (Vec<BytesMut>, Iov) {
+        (
+            std::mem::take(&mut self.read),
+            std::mem::take(&mut self.write),
+        )
+    }
+}
+
+impl Drop for Exposed {
+    fn drop(&mut self) {
+        for b in self.read.drain(..) {
+            std::mem::forget(b);
+        }
+        for b in self.write.drain(..) {
+            std::mem::forget(b);
+        }
+    }
 }
 
 impl Pending {
+    /// An operation of `len` bytes completing `done`; a read fills `bufs`.
+    pub fn new(done: OpDone, len: usize, bufs: Vec<BytesMut>, read: bool) -> Pending {
+        Pending {
+            done,
+            len,
+            bufs,
+            read,
+            got: 0,
+            direct: None,
+        }
+    }
+
+    /// The operation goes direct: a read's buffers, or `write` (the
+    /// bytes a write's target reads), stay exposed until the answer.
+    pub fn go_direct(&mut self, write: Iov) {
+        self.direct = Some(Exposed {
+            read: std::mem::take(&mut self.bufs),
+            write,
+        });
+    }
+
+    /// The target answered: a direct operation's buffers are ours again.
+    fn answered(&mut self) {
+        if let Some(x) = self.direct.take() {
+            let (read, _write) = x.release();
+            self.bufs = read;
+        }
+    }
+
     /// Completes it: its credit back first, then the entry.
-    pub fn complete(self, ep: &EpShared) {
+    pub fn complete(mut self, ep: &EpShared) {
+        self.answered();
         ep.tx.release(1);
         self.done.complete(CqEntry {
             len: self.len,
@@ -51,8 +118,9 @@ impl Pending {
         });
     }
 
-    /// Fails it, handing a read's buffers back.
-    pub fn fail(self, ep: &EpShared, err: Error) {
+    /// Fails it on the target's answer, handing a read's buffers back.
+    pub fn fail(mut self, ep: &EpShared, err: Error) {
+        self.answered();
         ep.tx.release(1);
         let mut e = CqErrEntry::new(0, OpFlags::empty(), err);
         e.bufs = self.bufs;
@@ -91,12 +159,9 @@ impl EpShared {
         if nbufs > self.iov_limit {
             return reject(Error::Inval, req);
         }
-        let Some(av) = &self.cfg.av else {
-            return reject(Error::NoAv, req);
-        };
-        let addr = match weft_core::av::shared::lock_synced(av).lookup(req.dest) {
-            Ok(b) => b.to_vec(),
-            Err(_) => return reject(Error::AddrNotAvail, req),
+        let (addr, proves) = match self.dest(req.dest) {
+            Ok(d) => d,
+            Err(e) => return reject(e, req),
         };
         if !self.tx.try_take() {
             return reject(Error::Again, req);
@@ -104,38 +169,34 @@ impl EpShared {
         let fence = req.flags.contains(OpFlags::FENCE);
         let (out, pending) = match req.op {
             RmaOp::Write { iov, data } => {
-                let word = K_RMA_W | if data.is_some() { F_DATA } else { 0 };
-                let lead = Lead::new(word, req.key, data.unwrap_or(0), &req.addr.to_ne_bytes());
+                let flags = if data.is_some() { F_DATA } else { 0 };
+                let (key, cq, off) = (req.key, data.unwrap_or(0), req.addr);
+                let lead = Lead::new(K_RMA_W | flags, key, cq, &off.to_ne_bytes());
                 let iov: Iov = iov.into_iter().collect();
-                let p = Pending {
-                    done: req.done,
-                    len,
-                    bufs: Vec::new(),
-                    read: false,
-                    got: 0,
-                };
-                (EpShared::rma_out(lead, iov, len), p)
+                let ranges = iov.iter().map(|b| (b.as_ptr(), b.len()));
+                let direct = direct_lead(K_RMA_WD | flags, key, cq, off, len, ranges);
+                let p = Pending::new(req.done, len, Vec::new(), false);
+                (EpShared::rma_out(lead, iov, len).or_direct(direct), p)
             }
             RmaOp::Read { bufs } => {
-                let lead = Lead::new(K_RMA_R, req.key, len as u64, &req.addr.to_ne_bytes());
-                let p = Pending {
-                    done: req.done,
-                    len,
-                    bufs,
-                    read: true,
-                    got: 0,
-                };
-                (EpShared::rma_out(lead, Iov::new(), 0), p)
+                let (key, off) = (req.key, req.addr);
+                let lead = Lead::new(K_RMA_R, key, len as u64, &off.to_ne_bytes());
+                let ranges = bufs.iter().map(|b| (b.as_ptr(), b.len()));
+                let direct = direct_lead(K_RMA_RD, key, 0, off, len, ranges);
+                let p = Pending::new(req.done, len, bufs, true);
+                (EpShared::rma_out(lead, Iov::new(), 0).or_direct(direct), p)
             }
             RmaOp::Atomic(a) => crate::atomic::request(a, req.addr, req.key, req.done),
         };
-        self.enqueue(addr, out.fenced(fence), Some(pending));
+        self.enqueue(addr, out.fenced(fence).proving(proves), Some(pending));
         Ok(())
     }
 
-    /// Answers the initiator at `to`: `status` 0 or an error's code, and
-    /// a read's bytes.
+    /// Answers the initiator `to` (`keys::ident`: its address, and the
+    /// AV key handle its channel proved, which the answer's channel
+    /// proves back): `status` 0 or an error's code, and a read's bytes.
     pub fn answer(&self, to: &[u8], status: Result<()>, data: Option<Bytes>) {
+        let (to, proves) = crate::keys::split(to);
         let code = match status {
             Ok(()) => 0,
             Err(e) => e.code() as u64,
@@ -143,19 +204,29 @@ impl EpShared {
         let len = data.as_ref().map_or(0, |d| d.len());
         let lead = Lead::new(K_RESP, 0, code, &[]);
         let iov: Iov = data.into_iter().collect();
-        self.enqueue(to.to_vec(), EpShared::rma_out(lead, iov, len), None);
+        let out = EpShared::rma_out(lead, iov, len).proving(proves);
+        self.enqueue(to.to_vec(), out, None);
     }
 
     /// The region under `key` for `len` bytes at `off`, needing `need`,
-    /// if the requesting peer proved the region's authorization key
-    /// (`Access` otherwise, as for a key that does not exist).
-    pub fn region(&self, key: u64, off: u64, len: usize, need: MrAccess) -> Result<Arc<Region>> {
+    /// if the requesting peer `who` (`keys::ident`) proved the region's
+    /// authorization key (`Access` otherwise, as for a key that does not
+    /// exist).
+    pub fn region(
+        &self,
+        key: u64,
+        off: u64,
+        len: usize,
+        need: MrAccess,
+        who: &[u8],
+    ) -> Result<Arc<Region>> {
         let r = self
             .regions
             .as_ref()
             .ok_or(Error::Access)?
             .check(key, off, len, need)?;
-        if !r.admits_key(self.key.as_ref()) {
+        let proven = self.keys.key_for(crate::keys::split(who).1);
+        if !r.admits_key(proven.map(|k| &k.key)) {
             return Err(Error::Access);
         }
         Ok(r)
@@ -178,12 +249,18 @@ fn arg(seg: &crate::segment::Segment, payload: usize, len: u32) -> Option<u64> {
     (len == 8 && seg.read(payload, &mut b)).then(|| u64::from_ne_bytes(b))
 }
 
-/// Target: a write request's first record. `None`: it breaks the rules.
-pub fn write_start(ep: &EpShared, h: &RecHead, payload: usize) -> Option<(WriteIn, usize)> {
+/// Target: a write request's first record from `who`. `None`: it
+/// breaks the rules.
+pub fn write_start(
+    ep: &EpShared,
+    h: &RecHead,
+    payload: usize,
+    who: &[u8],
+) -> Option<(WriteIn, usize)> {
     let off = arg(&ep.seg, payload, h.len)?;
     let total = usize::try_from(h.total).ok().filter(|&t| t <= ep.max_msg)?;
     let to = ep
-        .region(h.tag, off, total, MrAccess::REMOTE_WRITE)
+        .region(h.tag, off, total, MrAccess::REMOTE_WRITE, who)
         .map(|r| (r, off as usize));
     let data = h.has(F_DATA).then_some(h.data);
     Some((WriteIn { to, data }, total))
@@ -210,8 +287,13 @@ pub fn write_feed(ep: &EpShared, w: &mut WriteIn, at: usize, off: usize, n: usiz
 /// Target: the write's last byte arrived: the target's completion for
 /// remote CQ data, then the answer.
 pub fn write_end(ep: &EpShared, w: WriteIn, len: usize, from: &Arc<[u8]>) {
-    let status = w.to.map(|_| ());
-    if let (Ok(()), Some(data), Some(cq)) = (&status, w.data, &ep.cfg.rx_cq) {
+    write_done(ep, w.to.map(|_| ()), w.data, len, from);
+}
+
+/// Target: a write of `len` bytes ended with `status`: the completion for
+/// remote CQ data `data` if it succeeded, then the answer.
+fn write_done(ep: &EpShared, status: Result<()>, data: Option<u64>, len: usize, from: &[u8]) {
+    if let (Ok(()), Some(data), Some(cq)) = (&status, data, &ep.cfg.rx_cq) {
         cq.push(Ok(CqEntry {
             context: 0,
             flags: OpFlags::RMA | OpFlags::REMOTE_WRITE | OpFlags::REMOTE_CQ_DATA,
@@ -237,7 +319,7 @@ pub fn read(ep: &EpShared, h: &RecHead, payload: usize, from: &Arc<[u8]>) -> boo
         return false;
     }
     let got = ep
-        .region(h.tag, off, len, MrAccess::REMOTE_READ)
+        .region(h.tag, off, len, MrAccess::REMOTE_READ, from)
         .and_then(|r| {
             let mut b = BytesMut::zeroed(len);
             r.get(off as usize, &mut b).map_err(|_| Error::Access)?;
@@ -263,7 +345,15 @@ pub fn answer_start(
     if h.len != 0 || h.has(F_LAST) != (total == 0) {
         return Err(());
     }
-    let p = lock(&ep.peers).pending_for(from).ok_or(())?;
+    let mut p = lock(&ep.peers).pending_for(from).ok_or(())?;
+    // A direct read's bytes are in already; a target that could not
+    // write them sends them through the ring instead.
+    let fits = if p.read {
+        total == p.len || (total == 0 && p.direct.is_some())
+    } else {
+        total == 0
+    };
+    p.answered();
     let status = match h.data {
         0 => Ok(()),
         c => Err(i32::try_from(c)
@@ -276,7 +366,7 @@ pub fn answer_start(
             p.fail(ep, e);
             Ok(None)
         }
-        Ok(()) if total == if p.read { p.len } else { 0 } => {
+        Ok(()) if fits => {
             if total == 0 {
                 p.complete(ep);
                 return Ok(None);
@@ -301,10 +391,13 @@ pub struct Lead {
     pub data: u64,
     arg: [u8; LEAD_ARG_MAX],
     arg_len: usize,
+    /// The record's `total` when it is not the bytes that follow (a
+    /// direct request: the bytes the target moves).
+    pub total: Option<u64>,
 }
 
-/// Longest lead payload: an atomic's prefix.
-pub const LEAD_ARG_MAX: usize = 32;
+/// Longest lead payload: a direct request's offset and announcement.
+pub const LEAD_ARG_MAX: usize = crate::cma::DIRECT_MAX;
 
 impl Lead {
     /// A lead with `arg` (at most [`LEAD_ARG_MAX`] bytes; more is cut)
@@ -319,6 +412,7 @@ impl Lead {
             data,
             arg: a,
             arg_len: n,
+            total: None,
         }
     }
 
@@ -326,4 +420,114 @@ impl Lead {
     pub fn arg(&self) -> &[u8] {
         &self.arg[..self.arg_len]
     }
+}
+
+/// The direct form of an RMA request of `len` bytes (kind and flags
+/// `word`, `key`, `data`, target offset `off`) whose initiator buffers
+/// are `ranges` (address, length), when its size goes by CMA here
+/// (`cma::rma_min`); `None` keeps it on the ring. Used only if the
+/// target's probe of us passed when the request begins.
+fn direct_lead(
+    word: u32,
+    key: u64,
+    data: u64,
+    off: u64,
+    len: usize,
+    ranges: impl Iterator<Item = (*const u8, usize)>,
+) -> Option<Lead> {
+    if crate::cma::mode() == crate::cma::Mode::Denied || len < crate::cma::rma_min() {
+        return None;
+    }
+    let ranges: smallvec::SmallVec<[(u64, u64); crate::cma::MAX_RANGES]> = ranges
+        .filter(|r| r.1 > 0)
+        .map(|(a, l)| (a as usize as u64, l as u64))
+        .collect();
+    if ranges.is_empty() || ranges.len() > crate::cma::MAX_RANGES {
+        return None;
+    }
+    let req = crate::cma::DirectReq {
+        off,
+        ann: crate::cma::Announce { ranges },
+    };
+    let mut l = Lead::new(word | F_LAST, key, data, &req.encode());
+    l.total = Some(len as u64);
+    Some(l)
+}
+
+/// Target: a direct request (`K_RMA_WD`, `K_RMA_RD`) from `who`, whose
+/// process `pid` passed our probe (`None`: it did not, and a direct
+/// request on its channel breaks the rules). Checks key, range and right
+/// as the ring path does, then moves the bytes between the region, under
+/// its lock, and the initiator's announced buffers — the kernel writes
+/// only into the region's slices (a write) or into the initiator (a
+/// read) — and answers. A read the kernel refuses (`EPERM`, `ENOSYS`)
+/// is answered through the ring with the bytes. False when the request
+/// breaks the rules.
+pub fn direct(ep: &EpShared, pid: Option<u32>, h: &RecHead, payload: usize, who: &[u8]) -> bool {
+    use crate::cma::{PullError, DIRECT_MAX};
+    let Some(pid) = pid else {
+        return false;
+    };
+    let Ok(total) = usize::try_from(h.total) else {
+        return false;
+    };
+    let n = h.len as usize;
+    let mut raw = [0u8; DIRECT_MAX];
+    if n > DIRECT_MAX || !ep.seg.read(payload, &mut raw[..n]) {
+        return false;
+    }
+    let Some(req) = crate::cma::DirectReq::parse(&raw[..n], total) else {
+        return false;
+    };
+    let write = h.kind() == K_RMA_WD;
+    let need = if write {
+        MrAccess::REMOTE_WRITE
+    } else {
+        MrAccess::REMOTE_READ
+    };
+    let ranges = &req.ann.ranges;
+    let region = ep.region(h.tag, req.off, total, need, who);
+    let moved = region.as_ref().map_err(|e| *e).and_then(|r| {
+        r.with_slices(req.off as usize, total, |s| {
+            if write {
+                crate::cma::pull(pid, ranges, s)
+            } else {
+                let src: smallvec::SmallVec<[&[u8]; 4]> = s.iter().map(|b| &b[..]).collect();
+                crate::cma::push(pid, ranges, &src)
+            }
+        })
+        // Closed under the access: as for a key that was never there.
+        .map_err(|_| Error::Access)
+    });
+    let status = match moved {
+        Ok(Ok(k)) if k == total => {
+            ep.direct.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
+        Ok(Ok(_)) | Ok(Err(PullError::Short)) | Ok(Err(PullError::Bad)) => Err(Error::Fault),
+        Ok(Err(PullError::Sys(e))) => Err(match e {
+            nix::errno::Errno::EFAULT => Error::Fault,
+            nix::errno::Errno::ESRCH => Error::ConnReset,
+            nix::errno::Errno::EPERM | nix::errno::Errno::ENOSYS => Error::Access,
+            _ => Error::Io,
+        }),
+        Err(e) => Err(e),
+    };
+    if write {
+        let data = h.has(F_DATA).then_some(h.data);
+        write_done(ep, status, data, total, who);
+        return true;
+    }
+    if let (Err(Error::Access), Ok(r)) = (status, &region) {
+        // The kernel would not let us write into the initiator (seccomp
+        // may allow reading it but not writing): the bytes go back the
+        // ring's way.
+        let mut b = BytesMut::zeroed(total);
+        if r.get(req.off as usize, &mut b).is_ok() {
+            ep.answer(who, Ok(()), Some(b.freeze()));
+            return true;
+        }
+    }
+    ep.answer(who, status, None);
+    true
 }

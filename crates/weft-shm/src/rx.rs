@@ -90,6 +90,11 @@ pub struct RxChan {
     head: u64,
     /// The sender's address, and its AV handle as of an AV version.
     from: Option<Arc<[u8]>>,
+    /// The sender as messages and requests name it (`keys::ident`: its
+    /// address and the AV key handle its claim proved).
+    who: Option<Arc<[u8]>>,
+    /// `FI_AV_AUTH_KEY`: the AV key handle its claim proved.
+    key: Option<u16>,
     src: Option<(u64, FiAddr)>,
     partial: Option<Partial>,
     /// The sender's doorbell, for telling it there is room.
@@ -253,8 +258,11 @@ fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
     let Ok(name) = std::str::from_utf8(&b[..len]) else {
         return false;
     };
-    let key = ep.key.as_ref();
-    let accepted = crate::keyproof::judge(&ep.seg, c, key, lc.nonce, &ep.name, name, gen);
+    let proven = crate::keyproof::judge(&ep.seg, c, &ep.keys, lc.nonce, &ep.name, name, gen);
+    let accepted = proven.is_some();
+    // Handles are below MAX_AV_AUTH_KEYS (256).
+    let key = proven.flatten().and_then(|h| u16::try_from(h).ok());
+    let from = crate::name::addr(name);
     // A refused sender's memory is not probed: nothing of it is read.
     let cma_pid = accepted.then(|| cma_probe(ep, c)).flatten();
     let word = if cma_pid.is_some() { CMA_OK } else { CMA_NO };
@@ -262,7 +270,9 @@ fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
     *lc = RxChan {
         active: Some(gen),
         head: 0,
-        from: Some(crate::name::addr(name).into()),
+        who: Some(crate::keys::ident(&from, key)),
+        key,
+        from: Some(from.into()),
         src: None,
         partial: None,
         bell: crate::bell::open_remote(name),
@@ -321,7 +331,7 @@ fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
         );
     }
     *lc = RxChan::default();
-    if ep.key.is_some() {
+    if ep.keys.keyed() {
         // A fresh nonce for the next claim: an old proof is worth nothing.
         lc.nonce = crate::keyproof::publish_nonce(&ep.seg, c);
     }
@@ -397,17 +407,16 @@ fn drain(ep: &EpShared, c: &Chan, lc: &mut RxChan) -> (usize, Stop) {
 /// The AV handle of the channel's sender, looked up again only after the
 /// AV changed.
 fn source(ep: &EpShared, lc: &mut RxChan) -> FiAddr {
-    let (Some(av), Some(from)) = (&ep.cfg.av, &lc.from) else {
+    let (Some(av), Some(who)) = (&ep.cfg.av, &lc.who) else {
         return FI_ADDR_NOTAVAIL;
     };
-    let t = lock_synced(av);
-    let v = t.version();
+    let v = lock_synced(av).version();
     if let Some((cv, h)) = lc.src {
         if cv == v {
             return h;
         }
     }
-    let h = t.find(from).unwrap_or(FI_ADDR_NOTAVAIL);
+    let h = ep.resolve_src(who);
     lc.src = Some((v, h));
     h
 }
@@ -417,7 +426,7 @@ fn source(ep: &EpShared, lc: &mut RxChan) -> FiAddr {
 fn msg_info(ep: &EpShared, lc: &mut RxChan, h: &crate::ring::RecHead, total: usize) -> MsgInfo {
     let tagged = h.has(F_TAGGED);
     MsgInfo {
-        key: None,
+        key: lc.key,
         src: source(ep, lc),
         tagged,
         tag: if tagged { h.tag } else { 0 },
@@ -475,7 +484,7 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
             }
             let total = crate::ring::check_first(h, ep.max_msg).ok_or(())?;
             let info = msg_info(ep, lc, h, total);
-            let from = lc.from.clone().ok_or(())?;
+            let from = lc.who.clone().ok_or(())?;
             let mut m = lock(&ep.side.matcher);
             let (got, ended) = soft_rx::arrival(&mut m, &info);
             let sink = match got {
@@ -493,7 +502,9 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
         }
         K_CONT => lc.partial.take().ok_or(())?,
         K_CMA => return cma_record(ep, lc, r),
-        K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC => return rma_record(ep, lc, r),
+        K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC | K_RMA_WD | K_RMA_RD => {
+            return rma_record(ep, lc, r)
+        }
         _ => return Err(()),
     };
     let now = crate::ring::check_next(h, p.got, p.info.len).ok_or(())?;
@@ -531,8 +542,8 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
         lc.partial = Some(p);
         return Ok(true);
     }
-    let from = lc.from.clone().ok_or(())?;
-    finish(ep, p, from);
+    let (from, who) = (lc.from.clone().ok_or(())?, lc.who.clone().ok_or(())?);
+    finish(ep, p, from, who);
     Ok(true)
 }
 
@@ -595,7 +606,7 @@ fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     }
     let a = crate::cma::Announce::parse(&raw[..n], total).ok_or(())?;
     let info = msg_info(ep, lc, h, total);
-    let from = lc.from.clone().ok_or(())?;
+    let from = lc.who.clone().ok_or(())?;
     let mut m = lock(&ep.side.matcher);
     let (got, ended) = soft_rx::arrival(&mut m, &info);
     let Some(mut req) = got else {
@@ -662,14 +673,15 @@ fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     // The rules the fuzz target checks too.
     crate::scan::check_lead(h, ep.max_msg).ok_or(())?;
     let from = lc.from.clone().ok_or(())?;
+    let who = lc.who.clone().ok_or(())?;
     match h.kind() {
         K_RMA_W => {
-            let (w, total) = crate::rma::write_start(ep, h, r.payload).ok_or(())?;
+            let (w, total) = crate::rma::write_start(ep, h, r.payload, &who).ok_or(())?;
             if h.has(F_LAST) != (total == 0) {
                 return Err(());
             }
             if total == 0 {
-                crate::rma::write_end(ep, w, 0, &from);
+                crate::rma::write_end(ep, w, 0, &who);
             } else {
                 lc.partial = Some(Partial {
                     info: rma_info(total),
@@ -679,10 +691,10 @@ fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
             }
         }
         K_ATOMIC => {
-            let a = crate::atomic::start(ep, h, r.payload).ok_or(())?;
+            let a = crate::atomic::start(ep, h, r.payload, &who).ok_or(())?;
             let total = usize::try_from(h.total).map_err(|_| ())?;
             if total == 0 {
-                crate::atomic::end(ep, a, &from);
+                crate::atomic::end(ep, a, &who);
             } else {
                 lc.partial = Some(Partial {
                     info: rma_info(total),
@@ -691,14 +703,24 @@ fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
                 });
             }
         }
-        K_RMA_R => {
+        K_RMA_R | K_RMA_RD => {
             // An initiator that does not drain our answers stops being
             // read (its requests wait in its ring), rather than making
             // us hold copies of region bytes without bound.
             if lock(&ep.peers).backlog(&from) > crate::rma::ANSWER_BACKLOG {
                 return Ok(false);
             }
-            if !crate::rma::read(ep, h, r.payload, &from) {
+            let ok = if h.kind() == K_RMA_R {
+                crate::rma::read(ep, h, r.payload, &who)
+            } else {
+                crate::rma::direct(ep, lc.cma_pid, h, r.payload, &who)
+            };
+            if !ok {
+                return Err(());
+            }
+        }
+        K_RMA_WD => {
+            if !crate::rma::direct(ep, lc.cma_pid, h, r.payload, &who) {
                 return Err(());
             }
         }
@@ -715,19 +737,20 @@ fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     Ok(true)
 }
 
-/// A message whose last record arrived.
-fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
+/// A message whose last record arrived on the channel of the sender at
+/// `from`, `who` as messages name it (`keys::ident`).
+fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>, who: Arc<[u8]>) {
     match p.sink {
-        Sink::Write(w) => crate::rma::write_end(ep, w, p.info.len, &from),
+        Sink::Write(w) => crate::rma::write_end(ep, w, p.info.len, &who),
         Sink::Answer(pending) => {
             pending.complete(ep);
             // A fence waiting for it may go now (the next flush).
             lock(&ep.peers).set_answering(&from, false);
         }
-        Sink::Atomic(a) => crate::atomic::end(ep, a, &from),
+        Sink::Atomic(a) => crate::atomic::end(ep, a, &who),
         Sink::Recv(req) => {
             let placed = p.info.len.min(req.capacity());
-            complete(ep, req, p.info, placed, &from);
+            complete(ep, req, p.info, placed, &who);
         }
         Sink::Buf(data, charge) => {
             let mut m = lock(&ep.side.matcher);
@@ -738,10 +761,10 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>) {
                 ended.report(ep);
                 let placed = weft_core::recv_completion::copy_in(&mut req, &data);
                 drop(charge);
-                complete(ep, req, p.info, placed, &from);
+                complete(ep, req, p.info, placed, &who);
             } else {
-                let held = Held::new(ep, data, from.clone(), charge);
-                m.push_unexpected(ep.sender(from), p.info, held);
+                let held = Held::new(ep, data, who.clone(), charge);
+                m.push_unexpected(ep.sender(who), p.info, held);
                 drop(m);
                 ended.report(ep);
             }

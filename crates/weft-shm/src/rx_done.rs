@@ -18,19 +18,30 @@ use weft_core::tagmatch::MsgInfo;
 use crate::endpoint::EpShared;
 use crate::rx::Held;
 
-/// Completes a receive into which `placed` bytes went: as usual, or for
-/// a sender not in the AV on an `FI_SOURCE_ERR` endpoint as the error
-/// entry that carries the sender's address.
+/// Completes a receive into which `placed` bytes went from the sender
+/// `who` (`keys::ident`): as usual, or for a sender not in the AV on an
+/// `FI_SOURCE_ERR` endpoint as the error entry that carries the sender's
+/// address (and as its source, the key its channel proved, on an
+/// `FI_AV_AUTH_KEY` endpoint).
 pub(crate) fn complete(
     ep: &EpShared,
     mut req: RecvReq,
     info: MsgInfo,
     placed: usize,
-    from: &Arc<[u8]>,
+    who: &Arc<[u8]>,
 ) {
     ep.report_here(&mut req);
     if ep.source_err && info.src == FI_ADDR_NOTAVAIL {
-        deliver_unknown(ep, req, info, placed, FI_ADDR_NOTAVAIL, from.to_vec());
+        let (addr, key) = crate::keys::split(who);
+        let src = match (key, &ep.cfg.av) {
+            (Some(k), Some(av)) => {
+                let t = lock_synced(av);
+                let ids = t.flags().contains(weft_core::flags::AvFlags::AV_USER_ID);
+                t.keys().reported(k, ids)
+            }
+            _ => FI_ADDR_NOTAVAIL,
+        };
+        deliver_unknown(ep, req, info, placed, src, addr.to_vec());
     } else {
         deliver(ep, req, info, placed);
     }
@@ -55,11 +66,12 @@ impl EpShared {
         }
         let info = r.info();
         let data = r.take_bytes();
-        let from: Arc<[u8]> = if r.raw.is_empty() {
-            self.addr_of(info.src).into()
+        let addr = if r.raw.is_empty() {
+            self.addr_of(info.src)
         } else {
-            std::mem::take(&mut r.raw).into()
+            std::mem::take(&mut r.raw)
         };
+        let from = crate::keys::ident(&addr, info.key);
         let mut m = lock(&self.side.matcher);
         let (got, ended) = soft_rx::arrival(&mut m, &info);
         if let Some(mut req) = got {

@@ -5,9 +5,12 @@
 //! the header, each channel's claim and sender name, its records (padding,
 //! kinds, lengths against the published tail) and the message rules
 //! (first, continuation and last records against the total), and the
-//! room a sender would compute from the receiver's head. Each named
-//! channel's key proof is judged as a keyed owner would judge it
-//! (`keyproof`): nothing a segment holds passes without the key.
+//! room a sender would compute from the receiver's head; CMA records and
+//! direct RMA requests have their announcements parsed against their
+//! totals. Each named channel's key proof is judged as a keyed owner
+//! would judge it (`keyproof`), by one key and by two AV keys looked up
+//! through the claim's key id: nothing a segment holds passes without
+//! the key.
 
 use std::sync::atomic::Ordering::Acquire;
 
@@ -35,6 +38,22 @@ pub struct Scan {
 
 /// The key a scan judges proofs with, and the nonce it "published".
 const SCAN_KEY: &[u8] = b"weft-shm scan key";
+/// The AV keys it judges with as well.
+const SCAN_AV_KEYS: [&[u8]; 2] = [b"weft-shm scan job a", b"weft-shm scan job b"];
+
+/// The owners a scan judges as: one key, and two AV keys.
+fn scan_keys() -> Vec<crate::keys::EpKeys> {
+    let key = |k: &[u8]| weft_core::auth::AuthKey::new(k).ok();
+    let one = crate::keys::EpKeys::single(key(SCAN_KEY));
+    let av = crate::keys::EpKeys::detached(
+        SCAN_AV_KEYS
+            .iter()
+            .enumerate()
+            .filter_map(|(h, k)| Some((h as u64, key(k)?)))
+            .collect(),
+    );
+    one.into_iter().chain(av).collect()
+}
 
 /// Reads every channel of `seg`, laid out as `g`, as a receiver would:
 /// at most `limit` records a channel, payloads copied out.
@@ -44,6 +63,7 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
         ..Scan::default()
     };
     let mut buf = vec![0u8; g.chunk()];
+    let owners = scan_keys();
     for i in 0..g.channels {
         let c = Chan { g, i };
         let state = seg.load32(c.ctl(C_STATE), Acquire);
@@ -60,12 +80,14 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
             continue;
         }
         // Judged as a keyed owner judges a claim (which writes only the
-        // owner's verdict and proof words).
-        let key = weft_core::auth::AuthKey::new(SCAN_KEY).ok();
+        // owner's verdict and proof words): by one key, and by several
+        // named by the claim's key id (`FI_AV_AUTH_KEY`).
         let sender = std::str::from_utf8(&name[..len]).unwrap_or("");
         let gen = seg.load32(c.ctl(C_GEN), Acquire).unwrap_or(0);
-        let ok = crate::keyproof::judge(seg, &c, key.as_ref(), Some([0; 16]), "scan", sender, gen);
-        assert!(!ok, "a proof of a key nobody else holds accepted");
+        for keys in &owners {
+            let ok = crate::keyproof::judge(seg, &c, keys, Some([0; 16]), "scan", sender, gen);
+            assert!(ok.is_none(), "a proof of a key nobody else holds accepted");
+        }
         out.refused += 1;
         // A sender's view of the same channel: the room it would write
         // into, from a head it cannot trust.
@@ -92,15 +114,22 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
             let ring = g.ring_at(i);
             assert!(r.payload >= ring + REC_HDR && r.payload + n <= ring + g.ring);
             assert!(r.next.wrapping_sub(head) <= g.ring as u64);
-            if r.head.kind() == K_CMA {
-                // A whole message announced: its ranges must check out
-                // against its total, as the receive pass checks them.
+            if matches!(r.head.kind(), K_CMA | K_RMA_WD | K_RMA_RD) {
+                // A whole message or RMA transfer announced: its ranges
+                // must check out against its total, as the receive pass
+                // checks them.
                 let total = usize::try_from(r.head.total).unwrap_or(usize::MAX);
+                let direct = r.head.kind() != K_CMA;
                 let ok = msg.is_none()
                     && r.head.has(F_LAST)
                     && total <= max_msg
+                    && (!direct || check_lead(&r.head, max_msg).is_some())
                     && seg.read(r.payload, &mut buf[..n])
-                    && crate::cma::Announce::parse(&buf[..n], total).is_some();
+                    && if direct {
+                        crate::cma::DirectReq::parse(&buf[..n], total).is_some()
+                    } else {
+                        crate::cma::Announce::parse(&buf[..n], total).is_some()
+                    };
                 if !ok {
                     out.corrupt += 1;
                     break;
@@ -167,6 +196,13 @@ pub fn check_lead(h: &crate::ring::RecHead, max_msg: usize) -> Option<usize> {
         K_RMA_W => h.len == 8 && last_ok,
         K_RMA_R => h.len == 8 && total == 0 && h.has(F_LAST) && h.data <= max_msg as u64,
         K_RESP => h.len == 0 && last_ok,
+        // Their bytes move by CMA: one record, a payload that is an
+        // offset and an announcement (checked against `total` when read).
+        K_RMA_WD | K_RMA_RD => {
+            (8 + crate::cma::announce_len(1)..=crate::cma::DIRECT_MAX).contains(&(h.len as usize))
+                && total > 0
+                && h.has(F_LAST)
+        }
         K_ATOMIC => {
             h.len as usize == weft_core::wire::atomic::ATOMIC_HDR_LEN
                 && last_ok
@@ -223,6 +259,13 @@ mod tests {
             ranges: [(4096u64, 1 << 20)].into_iter().collect(),
         }
         .encode();
+        let direct = crate::cma::DirectReq {
+            off: 64,
+            ann: crate::cma::Announce {
+                ranges: [(4096u64, 1 << 20)].into_iter().collect(),
+            },
+        }
+        .encode();
         for (word, len, total) in [
             (K_FIRST, 1000u32, 2048u64),
             (K_CONT, 1000, 2048),
@@ -236,6 +279,8 @@ mod tests {
             // An atomic's prefix, then its 16 bytes of arrays.
             (K_ATOMIC, 32, 16),
             (K_CONT | F_LAST, 16, 16),
+            // A direct write of 1 MiB: one record.
+            (K_RMA_WD | F_LAST, direct.len() as u32, 1 << 20),
         ] {
             let h = crate::ring::RecHead {
                 word,
@@ -250,14 +295,17 @@ mod tests {
             if word & 0xff == K_CMA {
                 seg.write(at, &ann);
             }
+            if word & 0xff == K_RMA_WD {
+                seg.write(at, &direct);
+            }
             tail = t;
             c.publish(&seg, tail);
         }
         let s = scan(&seg, g, 1 << 20, 64);
-        let bytes = 2048 + ann.len() + 100 + 16;
+        let bytes = 2048 + ann.len() + 100 + 16 + direct.len();
         assert_eq!(
             (s.records, s.messages, s.bytes, s.corrupt),
-            (10, 6, bytes, 0)
+            (11, 7, bytes, 0)
         );
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..300 {

@@ -19,8 +19,7 @@ use std::fs::File;
 use std::sync::atomic::{fence, Ordering};
 
 use smallvec::SmallVec;
-use weft_core::auth::AuthKey;
-use weft_core::av::shared::lock_synced;
+use weft_core::addr::FiAddr;
 use weft_core::completion::OpDone;
 use weft_core::flags::OpFlags;
 use weft_core::hash::FastMap;
@@ -30,57 +29,13 @@ use weft_core::{Error, Result};
 
 use crate::endpoint::EpShared;
 use crate::keyproof::Verdict;
+use crate::keys::EpKeys;
 use crate::layout::*;
+pub use crate::out::Out;
 use crate::ring::{Chan, RecHead};
 use crate::rma::Lead;
 use crate::segment::Segment;
 pub use crate::tx_drive::finish;
-
-/// A send not yet wholly in the ring.
-#[derive(Debug)]
-pub struct Out {
-    /// Flags of its first record (`F_TAGGED`, `F_DATA`).
-    flags: u32,
-    tag: u64,
-    data: u64,
-    iov: Iov,
-    len: usize,
-    /// Bytes in the ring so far.
-    off: usize,
-    started: bool,
-    /// `FI_DELIVERY_COMPLETE`: completes once the receiver consumed its
-    /// last record (placed it or buffered it), not when it is written.
-    dc: bool,
-    /// Went as a CMA record: completes once the receiver, having read
-    /// it from our buffers, consumed the record.
-    cma: bool,
-    /// An RMA request or response: its first record is this one, and
-    /// the bytes follow as continuation records.
-    lead: Option<Lead>,
-    /// `None` for what completes nothing here (RMA requests complete by
-    /// their response; responses complete nothing).
-    done: Option<OpDone>,
-    /// `FI_FENCE`, not yet let through: it begins once nothing earlier
-    /// to the peer is outstanding.
-    fence: bool,
-    /// An RMA request's wait for its answer, registered when it begins:
-    /// one queued behind a fence is not outstanding before, and must
-    /// not hold the fence.
-    answer: Option<crate::rma::Pending>,
-}
-
-impl Out {
-    /// `o` with `FI_FENCE` if `on`.
-    pub fn fenced(mut self, on: bool) -> Out {
-        self.fence = on;
-        self
-    }
-
-    /// Whether it completes only when the receiver consumed it.
-    fn waits(&self) -> bool {
-        self.dc || self.cma
-    }
-}
 
 /// A delivery-complete send wholly in the ring, waiting for the
 /// receiver's head to pass `end`.
@@ -122,6 +77,10 @@ pub struct Peer {
     /// The owner refused the key (or its proof was not good) since the
     /// endpoint last looked: to be counted and reported once.
     pub(crate) refused: bool,
+    /// `FI_AV_AUTH_KEY`: the AV key handle its channel proves (or will,
+    /// once claimed). One key per peer at a time: an operation under
+    /// another key fails (`KeyRejected`) while the channel lives.
+    proves: Option<FiAddr>,
 }
 
 /// The peers sent to, by address.
@@ -213,6 +172,7 @@ impl Peer {
             answering: false,
             awaiting: None,
             refused: false,
+            proves: None,
         })
     }
 
@@ -241,8 +201,9 @@ impl Peer {
         }
     }
 
-    /// Claims a free channel, if there is one, proving `key`.
-    fn claim(&mut self, me: (u32, u64), my_name: &str, key: Option<&AuthKey>) -> bool {
+    /// Claims a free channel, if there is one, proving the key `keys`
+    /// hold for [`proves`](Self::proves).
+    fn claim(&mut self, me: (u32, u64), my_name: &str, keys: &EpKeys) -> bool {
         if self.chan.is_some() {
             return true;
         }
@@ -265,6 +226,7 @@ impl Peer {
             s.store64(c.ctl(C_TAIL), 0, Release);
             // A random source that failed (no nonce): the channel is
             // given straight back and the sends wait for the next try.
+            let key = keys.key_for(self.proves);
             let Ok(awaiting) = crate::keyproof::claim(s, &c, key, my_name, &self.name, gen) else {
                 s.store32(c.ctl(C_STATE), CLOSED, Release);
                 return false;
@@ -363,7 +325,7 @@ impl Peer {
                 total: o.len as u64,
             };
             let (at, next) = c.write_head(&self.seg, self.tail, &h);
-            copy_out(&self.seg, at, &o.iov, o.off, n);
+            crate::ring::copy_out(&self.seg, at, &o.iov, o.off, n);
             self.tail = next;
             o.off += n;
             o.started = true;
@@ -380,10 +342,20 @@ impl Peer {
         r
     }
 
-    /// Whether `o` goes as a CMA record: of the sizes where it pays, few enough
-    /// buffers, and the receiver said it can read us.
+    /// Whether `o` goes as a CMA record: of the sizes where it pays, few
+    /// enough buffers, and the receiver said it can read us. Above
+    /// `cma::max_len()` only when the channel is idle — the receiver has
+    /// consumed all we wrote and nothing waits behind `o` — as in a
+    /// ping-pong, where one copy on the receiver's core beats two; while
+    /// messages stream, the ring's two copies on two cores pipeline and
+    /// win (`docs/benchmarks.md`, "Where CMA pays").
     fn cma_ok(&self, c: &Chan, o: &Out) -> bool {
-        (crate::cma::CMA_MIN..=crate::cma::max_len()).contains(&o.len)
+        let size_ok = o.len >= crate::cma::CMA_MIN
+            && (o.len <= crate::cma::max_len()
+                || (crate::cma::idle_large()
+                    && self.queue.is_empty()
+                    && c.head(&self.seg) == self.tail));
+        size_ok
             && o.iov.len() <= crate::cma::MAX_RANGES
             && self.seg.load32(c.ctl(C_CMA), Ordering::Acquire) == Some(CMA_OK)
     }
@@ -396,7 +368,7 @@ impl Peer {
         let (word, tag, data, p) = match o.lead {
             Some(l) => {
                 let last = if o.len == 0 { F_LAST } else { 0 };
-                let p: SmallVec<[u8; 72]> = l.arg().iter().copied().collect();
+                let p: SmallVec<[u8; crate::cma::DIRECT_MAX]> = l.arg().iter().copied().collect();
                 (l.word | last, l.tag, l.data, p)
             }
             None => {
@@ -433,7 +405,7 @@ impl Peer {
             len: p.len() as u32,
             tag,
             data,
-            total: o.len as u64,
+            total: o.lead.and_then(|l| l.total).unwrap_or(o.len as u64),
         };
         let (at, next) = c.write_head(&self.seg, self.tail, &h);
         self.seg.write(at, &p);
@@ -526,11 +498,29 @@ impl Peer {
         !self.delivering.is_empty() || !self.pending.is_empty() || self.answering
     }
 
-    /// `o` begins: its answer is waited for from now.
+    /// `o` begins: its answer is waited for from now. An RMA request
+    /// with a direct form goes direct if the owner read our probe: its
+    /// lead is the direct one, nothing follows it, and its buffers stay
+    /// exposed in the operation until the answer.
     fn begin(&mut self, o: &mut Out) {
-        if let Some(p) = o.answer.take() {
+        if let Some(mut p) = o.answer.take() {
+            if let Some(d) = o.direct.take() {
+                if self.direct_ready() {
+                    o.lead = Some(d);
+                    o.len = 0;
+                    p.go_direct(std::mem::take(&mut o.iov));
+                }
+            }
             self.pending.push_back(p);
         }
+    }
+
+    /// Whether the owner accepted our claim and can read our memory.
+    fn direct_ready(&self) -> bool {
+        self.awaiting.is_none()
+            && self.chan.is_some_and(|(c, _)| {
+                self.seg.load32(c.ctl(C_CMA), Ordering::Acquire) == Some(CMA_OK)
+            })
     }
 
     /// Sends queued sends while the ring takes them.
@@ -538,7 +528,7 @@ impl Peer {
         &mut self,
         me: (u32, u64),
         my_name: &str,
-        key: Option<&AuthKey>,
+        keys: &EpKeys,
         ended: &mut Vec<Ended>,
     ) {
         if let Some((c, gen)) = self.chan {
@@ -554,7 +544,7 @@ impl Peer {
             }
         }
         self.delivered(ended);
-        if self.queue.is_empty() || !self.claim(me, my_name, key) {
+        if self.queue.is_empty() || !self.claim(me, my_name, keys) {
             return;
         }
         while let Some(mut o) = self.queue.pop_front() {
@@ -597,25 +587,6 @@ impl Peer {
     }
 }
 
-/// Copies bytes `off..off + n` of the message in `iov` to segment offset
-/// `at`.
-fn copy_out(seg: &Segment, mut at: usize, iov: &Iov, mut off: usize, mut n: usize) {
-    for b in iov.iter() {
-        if n == 0 {
-            break;
-        }
-        if off >= b.len() {
-            off -= b.len();
-            continue;
-        }
-        let k = (b.len() - off).min(n);
-        seg.write(at, &b[off..off + k]);
-        at += k;
-        n -= k;
-        off = 0;
-    }
-}
-
 impl EpShared {
     /// Posts a send. Checks happen first: a message over `max_msg_size`
     /// or `inject_size` (with `FI_INJECT`) is `MsgSize`, too many
@@ -631,12 +602,9 @@ impl EpShared {
         if req.iov.len() > self.iov_limit {
             return reject(Error::Inval, req);
         }
-        let Some(av) = &self.cfg.av else {
-            return reject(Error::NoAv, req);
-        };
-        let addr = match lock_synced(av).lookup(req.dest) {
-            Ok(b) => b.to_vec(),
-            Err(_) => return reject(Error::AddrNotAvail, req),
+        let (addr, proves) = match self.dest(req.dest) {
+            Ok(d) => d,
+            Err(e) => return reject(e, req),
         };
         if !self.tx.try_take() {
             return reject(Error::Again, req);
@@ -656,6 +624,8 @@ impl EpShared {
             done: Some(req.done),
             fence: req.flags.contains(OpFlags::FENCE),
             answer: None,
+            proves,
+            direct: None,
         };
         self.enqueue(addr, o, None);
         Ok(())
@@ -678,6 +648,8 @@ impl EpShared {
             done: None,
             fence: false,
             answer: None,
+            proves: None,
+            direct: None,
         }
     }
 
@@ -706,6 +678,18 @@ impl EpShared {
         let Some(peer) = peers.map.get_mut(&addr) else {
             return;
         };
+        if peer.chan.is_none() && peer.queue.is_empty() {
+            peer.proves = o.proves;
+        } else if peer.proves != o.proves {
+            // The channel proves another key: this operation would cross
+            // jobs (tcp's one connection per peer, likewise).
+            drop(peers);
+            finish(self, (o.done, len, Err(Error::KeyRejected)));
+            if let Some(p) = pending {
+                finish(self, (Some(p.done), p.len, Err(Error::KeyRejected)));
+            }
+            return;
+        }
         let gated = o.fence && (peer.outstanding() || !peer.queue.is_empty());
         if !gated {
             o.fence = false;
@@ -732,7 +716,7 @@ impl EpShared {
             }
             return;
         }
-        if !gated && peer.queue.is_empty() && peer.claim(self.me, &self.name, self.key.as_ref()) {
+        if !gated && peer.queue.is_empty() && peer.claim(self.me, &self.name, &self.keys) {
             peer.begin(&mut o);
             match peer.advance(&mut o) {
                 Ok(true) => {

@@ -46,7 +46,7 @@ impl EpShared {
             let mut peers = lock(&self.peers);
             let mut pending = false;
             for (addr, p) in peers.map.iter_mut() {
-                p.flush(self.me, &self.name, self.key.as_ref(), &mut ended);
+                p.flush(self.me, &self.name, &self.keys, &mut ended);
                 pending |= p.busy();
                 if std::mem::take(&mut p.refused) {
                     refused.push(addr.clone());

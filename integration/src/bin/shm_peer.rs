@@ -15,10 +15,12 @@
 //!   `i`th) to the endpoint at `ADDR`, prints `posted`, then waits for
 //!   their completions (at most 60 s), prints `sent` and waits: a sender
 //!   in another process, for cross-memory attach (`tests/shm_cma.rs`).
-//! - `shm-peer target`: opens an shm RDM endpoint with a region of 4096
-//!   bytes under key 42 (`FI_REMOTE_READ | FI_REMOTE_WRITE`, holding
-//!   `weft_integration::payload(4096, 7)`), prints its address and
-//!   waits: an RMA target in another process (`tests/shm_rma.rs`).
+//! - `shm-peer target [SIZE [copy]]`: opens an shm RDM endpoint with a
+//!   region of SIZE (4096) bytes under key 42 (`FI_REMOTE_READ |
+//!   FI_REMOTE_WRITE`, holding `weft_integration::payload(SIZE, 7)`),
+//!   prints its address and waits: an RMA target in another process
+//!   (`tests/shm_rma.rs`). With `copy`, cross-memory attach is off in
+//!   it (`WEFT_SHM_CMA=0`): its RMA goes through the rings.
 
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -79,16 +81,16 @@ fn idle() -> Res<()> {
     })
 }
 
-fn target() -> Res<()> {
+fn target(size: usize) -> Res<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let e = open_ep()?;
         let rw = weft::MrAccess::REMOTE_READ | weft::MrAccess::REMOTE_WRITE;
         let mr = e
             .domain
-            .mr_regattr(weft::MrAttr::alloc(4096, rw).requested_key(42))
+            .mr_regattr(weft::MrAttr::alloc(size, rw).requested_key(42))
             .map_err(|r| format!("register: {:?}", r.error))?;
-        mr.write_at(0, &weft_integration::payload(4096, 7))?;
+        mr.write_at(0, &weft_integration::payload(size, 7))?;
         say(&String::from_utf8_lossy(&e.ep.local_addr()?))?;
         tokio::time::sleep(LIFE).await;
         drop(mr);
@@ -176,7 +178,15 @@ fn main() -> Res<()> {
         ["idle"] => idle(),
         ["partial", addr] => partial(addr),
         ["send", addr, n, size] => send(addr, n.parse()?, size.parse()?),
-        ["target"] => target(),
-        _ => Err("usage: shm-peer idle | partial ADDR | send ADDR N SIZE | target".into()),
+        ["target"] => target(4096),
+        ["target", size] => target(size.parse()?),
+        ["target", size, "copy"] => {
+            // Before anything reads it (the mode is found once).
+            std::env::set_var("WEFT_SHM_CMA", "0");
+            target(size.parse()?)
+        }
+        _ => Err(
+            "usage: shm-peer idle | partial ADDR | send ADDR N SIZE | target [SIZE [copy]]".into(),
+        ),
     }
 }
