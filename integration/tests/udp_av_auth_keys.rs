@@ -19,7 +19,9 @@ use weft::{
 };
 use weft_core::auth::AuthKey;
 use weft_core::dgram_auth::{addr_bytes, DgramKey, ID_TRAILER_LEN, TRAILER_LEN};
-use weft_integration::{assert_cq_quiet, enabled_endpoint, payload, stats_until, within, TIMEOUT};
+use weft_integration::{
+    assert_cq_quiet, by_key, enabled_endpoint, payload, stats_until, within, TIMEOUT,
+};
 
 const JOB_A: &[u8] = b"job-a key";
 const JOB_B: &[u8] = b"job-b key";
@@ -231,56 +233,16 @@ async fn one_endpoint_serves_two_jobs_and_receives_directed_by_key() {
     }
     stats_until(&svc.ep, "job C", |s| s.rx_key_rejected == 3).await;
 
-    let by_key = |k: FiAddr, tag: u64, ignore: u64| weft::RecvMsg {
-        src: k,
-        bufs: vec![BytesMut::zeroed(16)],
-        tagged: true,
-        tag,
-        ignore,
-        context: tag,
-    };
-    // Unexpected: B's datagram first, then a1's; the receive directed at
-    // key A takes a1's and leaves B's.
-    b.ep.tsend(to_svc[2], Bytes::from_static(b"from b"), 7)
-        .await
-        .unwrap();
-    a1.ep
-        .tsend(to_svc[0], Bytes::from_static(b"from a1"), 7)
-        .await
-        .unwrap();
-    stats_until(&svc.ep, "both held", |s| s.unexpected_bytes > 0).await;
-    let got = within(
-        "by key A",
-        svc.ep.recvmsg(by_key(ka, 7, 0), OpFlags::AUTH_KEY),
+    weft_integration::directed_by_key(
+        &svc.ep,
+        ka,
+        [
+            (&a1.ep, to_svc[0], at_svc[0]),
+            (&a2.ep, to_svc[1], at_svc[1]),
+            (&b.ep, to_svc[2], at_svc[2]),
+        ],
     )
-    .await
-    .unwrap();
-    assert_eq!(got.src, at_svc[0]);
-    assert_eq!(&got.into_bytes()[..7], b"from a1");
-    let got = within(
-        "the other",
-        svc.ep.trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, 7, 0),
-    )
-    .await
-    .unwrap();
-    assert_eq!(got.src, at_svc[2]);
-
-    // Posted (any tag): only job A's datagram completes it.
-    let recv = svc.ep.recvmsg(by_key(ka, 0, u64::MAX), OpFlags::AUTH_KEY);
-    let other = svc.ep.trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, 8, 0);
-    let (a, o, s1, s2) = within("posted by key", async {
-        tokio::join!(
-            recv,
-            other,
-            b.ep.tsend(to_svc[2], Bytes::from_static(b"b again"), 8),
-            a2.ep.tsend(to_svc[1], Bytes::from_static(b"from a2"), 9),
-        )
-    })
     .await;
-    s1.unwrap();
-    s2.unwrap();
-    assert_eq!(a.unwrap().src, at_svc[1]);
-    assert_eq!(o.unwrap().src, at_svc[2]);
 
     // A key the endpoint was not enabled with, or no key: Inval; the flag
     // on an endpoint of a plain domain: BadFlags.
@@ -302,15 +264,7 @@ async fn one_endpoint_serves_two_jobs_and_receives_directed_by_key() {
 
     // Keys held by the enabled endpoint cannot be removed; a key no
     // endpoint holds can, and its handle is dead after.
-    assert_eq!(svc.av.remove_auth_keys(&[ka]), Err(Error::Busy));
-    assert_eq!(svc.av.remove_auth_keys(&[kb]), Err(Error::Busy));
-    svc.av.remove_auth_keys(&[kc]).unwrap();
-    assert_eq!(
-        svc.av.lookup_auth_key(kc, AvFlags::AUTH_KEY),
-        Err(Error::Inval)
-    );
-    svc.ep.close().unwrap();
-    svc.av.remove_auth_keys(&[ka, kb]).unwrap();
+    weft_integration::held_keys_busy_until_close(&svc.av, &svc.ep, &[ka, kb], kc);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

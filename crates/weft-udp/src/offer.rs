@@ -220,15 +220,20 @@ mod tests {
         assert!(!s.rx_attr.op_flags_supported.contains(OpFlags::MULTI_RECV));
     }
 
-    #[test]
-    fn a_small_mtu_bounds_messages_and_inject() {
-        let i = Iface {
+    /// An interface with a small MTU.
+    fn tun0() -> Iface {
+        Iface {
             name: "tun0".into(),
             addr: "10.9.0.1".parse().unwrap(),
             prefix: 24,
             mtu: 576,
             loopback: false,
-        };
+        }
+    }
+
+    #[test]
+    fn a_small_mtu_bounds_messages_and_inject() {
+        let i = tun0();
         let o = offer(&i);
         assert_eq!(o.ep_attr.max_msg_size, 576 - 28 - crate::wire::HEADER_LEN);
         assert_eq!(o.tx_attr.inject_size, o.ep_attr.max_msg_size);
@@ -237,13 +242,7 @@ mod tests {
 
     #[test]
     fn keyed_hints_take_the_trailer_off() {
-        let i = Iface {
-            name: "tun0".into(),
-            addr: "10.9.0.1".parse().unwrap(),
-            prefix: 24,
-            mtu: 576,
-            loopback: false,
-        };
+        let i = tun0();
         let unkeyed = offer(&i).ep_attr.max_msg_size;
         let sized = |h: &Info, o: Info| {
             let mut o = o;
