@@ -7,7 +7,8 @@
 //! (counted, nothing delivered); one endpoint holding both keys serves
 //! both; receives directed by key take only their job's datagrams; keys
 //! held by an enabled endpoint cannot be removed; bad keys, handles and
-//! flags are refused.
+//! flags are refused; a multicast group, which has no key, cannot be
+//! sent to by an endpoint that holds keys.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -407,4 +408,32 @@ async fn bad_keys_handles_and_endpoints_are_refused() {
         ep.enable()
     });
     assert_eq!(refused.unwrap_err(), Error::OpNotSupp);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_has_no_key_so_an_endpoint_holding_keys_cannot_send_to_it() {
+    let d = av_key_domain(plain_caps() | Caps::MULTICAST);
+    let av = d.av(AvAttr::default()).unwrap();
+    av.insert_auth_key(JOB_A).unwrap();
+    let eq = d.fabric().eq(8).unwrap();
+    let (ep, _cq) = weft_integration::enabled_endpoint_with_eq(
+        &d,
+        d.info(),
+        &av,
+        Some(&eq),
+        WaitMode::Interrupt,
+    );
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let g = SocketAddr::from((Ipv4Addr::new(239, 255, 78, 1), port));
+    let mc = within("join", ep.join(&weft::encode_sockaddr(&g), 0))
+        .await
+        .unwrap();
+    let r = ep
+        .send(mc.fi_addr(), Bytes::from_static(b"to the group"))
+        .await;
+    assert_eq!(r.unwrap_err().err, Error::NoKey);
 }
