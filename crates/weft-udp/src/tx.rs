@@ -128,12 +128,12 @@ impl EpShared {
             None
         } else {
             let h = Header::new(req.tag, req.data, len as u32);
-            Some(match seal {
+            let h = match seal {
                 Seal::None => h,
                 Seal::Own(_) => h.with_key(true),
                 Seal::Named(_) => h.with_named_key(),
-            })
-            .map(|h| h.encode())
+            };
+            Some(h.encode())
         };
         // The MAC covers the header as sent, so it is sealed after it.
         let trailer = match (seal, &hdr) {
