@@ -781,3 +781,18 @@ pub fn held_keys_busy_until_close(
     ep.close().unwrap();
     av.remove_auth_keys(held).unwrap();
 }
+
+/// What enabling an endpoint of `domain` for `info` (bound to a new AV
+/// and CQ) fails with; panics if it is enabled.
+pub fn enable_error(domain: &Domain, info: &Info) -> Error {
+    let r = domain.endpoint(info).and_then(|ep| {
+        ep.bind_av(&domain.av(AvAttr::default())?)?;
+        let cq = domain.cq(CqAttr::default())?;
+        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)?;
+        ep.enable()
+    });
+    match r {
+        Ok(()) => panic!("enabled: {info:?}"),
+        Err(e) => e,
+    }
+}

@@ -118,13 +118,7 @@ async fn bad_keys_are_refused_at_open() {
     let mut si = weft::getinfo(Some(&sh)).unwrap().remove(0);
     si.ep_attr.auth_key = Some(JOB_A.to_vec());
     let sd = weft::Fabric::open(&si).unwrap().domain(&si).unwrap();
-    let refused = sd.endpoint(&si).and_then(|ep| {
-        ep.bind_av(&sd.av(Default::default())?)?;
-        let cq = sd.cq(Default::default())?;
-        ep.bind_cq(&cq, weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)?;
-        ep.enable()
-    });
-    assert_eq!(refused.unwrap_err(), Error::OpNotSupp);
+    assert_eq!(weft_integration::enable_error(&sd, &si), Error::OpNotSupp);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

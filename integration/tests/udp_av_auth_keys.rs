@@ -401,13 +401,7 @@ async fn bad_keys_handles_and_endpoints_are_refused() {
     si.caps = Caps::MSG | Caps::SOURCE;
     si.tx_attr.caps = Caps::MSG;
     si.rx_attr.caps = Caps::MSG | Caps::SOURCE;
-    let refused = d.endpoint(&si).and_then(|ep| {
-        ep.bind_av(&d.av(AvAttr::default())?)?;
-        let cq = d.cq(Default::default())?;
-        ep.bind_cq(&cq, weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)?;
-        ep.enable()
-    });
-    assert_eq!(refused.unwrap_err(), Error::OpNotSupp);
+    assert_eq!(weft_integration::enable_error(&d, &si), Error::OpNotSupp);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
