@@ -5,20 +5,25 @@
 //! - nothing panics on arbitrary input;
 //! - a datagram that decodes is exactly one header, the payload its
 //!   length field announces and, when the header says keyed, a trailer
-//!   of `TRAILER_LEN` bytes (else none); it re-encodes to the same 24
+//!   of `TRAILER_LEN` bytes (`NAMED_TRAILER_LEN` when it also names its
+//!   key; else none); it re-encodes to the same 24
 //!   header bytes and decodes again to the same `Header`;
 //! - a datagram cut short or padded by a byte is always refused;
 //! - input shorter than the header is always refused.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weft_udp::wire::{DecodeError, Header, HEADER_LEN, TRAILER_LEN};
+use weft_udp::wire::{DecodeError, Header, HEADER_LEN, NAMED_TRAILER_LEN, TRAILER_LEN};
 
 fuzz_target!(|data: &[u8]| {
     match Header::decode(data) {
         Ok((h, payload, trailer)) => {
             assert!(data.len() >= HEADER_LEN);
-            let want_trailer = if h.keyed { TRAILER_LEN } else { 0 };
+            let want_trailer = match (h.keyed, h.named) {
+                (false, _) => 0,
+                (true, false) => TRAILER_LEN,
+                (true, true) => NAMED_TRAILER_LEN,
+            };
             assert_eq!(trailer.len(), want_trailer, "trailer length");
             let end = data.len() - want_trailer;
             assert_eq!(payload, &data[HEADER_LEN..end], "payload is the rest");

@@ -704,3 +704,105 @@ where
     })
     .await
 }
+
+/// A receive of up to 16 bytes directed by the authorization key handle
+/// `key` (`OpFlags::AUTH_KEY`), tagged with `tag` under `ignore`; its
+/// context is the tag.
+pub fn by_key(key: FiAddr, tag: u64, ignore: u64) -> weft::RecvMsg {
+    weft::RecvMsg {
+        src: key,
+        bufs: vec![bytes::BytesMut::zeroed(16)],
+        tagged: true,
+        tag,
+        ignore,
+        context: tag,
+    }
+}
+
+/// One sender as [`directed_by_key`] takes it: its endpoint, its handle
+/// for the service, and the service's handle for it (under its key).
+pub type KeyedSender<'a> = (&'a weft::Endpoint, FiAddr, FiAddr);
+
+/// Receives directed by key on `svc`, which holds key handle `ka`:
+/// `a1` and `a2` prove that key, `b` another. Unexpected: `b`'s message
+/// arrives first, then `a1`'s; the receive directed at `ka` takes
+/// `a1`'s and leaves `b`'s. Posted (any tag): only `a2`'s completes it
+/// while `b`'s goes to a plain receive. Each reports its sender's
+/// handle under its key.
+pub async fn directed_by_key(svc: &weft::Endpoint, ka: FiAddr, [a1, a2, b]: [KeyedSender<'_>; 3]) {
+    let auth = weft::OpFlags::AUTH_KEY;
+    let any = weft::FI_ADDR_UNSPEC;
+    within("b's send", b.0.tsend(b.1, Bytes::from_static(b"from b"), 7))
+        .await
+        .unwrap();
+    within(
+        "a1's send",
+        a1.0.tsend(a1.1, Bytes::from_static(b"from a1"), 7),
+    )
+    .await
+    .unwrap();
+    let got = within("by key", svc.recvmsg(by_key(ka, 7, 0), auth))
+        .await
+        .unwrap();
+    assert_eq!(got.src, a1.2);
+    assert_eq!(&got.into_bytes()[..7], b"from a1");
+    let got = within(
+        "the other",
+        svc.trecv(bytes::BytesMut::zeroed(16), any, 7, 0),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.src, b.2);
+
+    let recv = svc.recvmsg(by_key(ka, 0, u64::MAX), auth);
+    let other = svc.trecv(bytes::BytesMut::zeroed(16), any, 8, 0);
+    let (a, o, s1, s2) = within("posted by key", async {
+        tokio::join!(
+            recv,
+            other,
+            b.0.tsend(b.1, Bytes::from_static(b"b again"), 8),
+            a2.0.tsend(a2.1, Bytes::from_static(b"from a2"), 9),
+        )
+    })
+    .await;
+    s1.unwrap();
+    s2.unwrap();
+    assert_eq!(a.unwrap().src, a2.2);
+    assert_eq!(o.unwrap().src, b.2);
+}
+
+/// Keys `held` by the enabled endpoint `ep` cannot be removed from its
+/// AV (`Busy`); `spare`, which no endpoint holds, can, and its handle is
+/// dead after; once `ep` closes, the held keys can be removed too.
+pub fn held_keys_busy_until_close(
+    av: &AddressVector,
+    ep: &weft::Endpoint,
+    held: &[FiAddr],
+    spare: FiAddr,
+) {
+    for k in held {
+        assert_eq!(av.remove_auth_keys(&[*k]), Err(Error::Busy));
+    }
+    av.remove_auth_keys(&[spare]).unwrap();
+    assert_eq!(
+        av.lookup_auth_key(spare, weft::AvFlags::AUTH_KEY),
+        Err(Error::Inval)
+    );
+    ep.close().unwrap();
+    av.remove_auth_keys(held).unwrap();
+}
+
+/// What enabling an endpoint of `domain` for `info` (bound to a new AV
+/// and CQ) fails with; panics if it is enabled.
+pub fn enable_error(domain: &Domain, info: &Info) -> Error {
+    let r = domain.endpoint(info).and_then(|ep| {
+        ep.bind_av(&domain.av(AvAttr::default())?)?;
+        let cq = domain.cq(CqAttr::default())?;
+        ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)?;
+        ep.enable()
+    });
+    match r {
+        Ok(()) => panic!("enabled: {info:?}"),
+        Err(e) => e,
+    }
+}

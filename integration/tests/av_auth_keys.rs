@@ -189,14 +189,7 @@ async fn one_endpoint_serves_two_jobs_under_their_keys_and_refuses_a_third() {
 
     // Keys held by the enabled endpoint cannot be removed; a key no
     // endpoint holds can, and its handle is dead after.
-    assert_eq!(svc.av.remove_auth_keys(&[ka]), Err(Error::Busy));
-    svc.av.remove_auth_keys(&[kc]).unwrap();
-    assert_eq!(
-        svc.av.lookup_auth_key(kc, AvFlags::AUTH_KEY),
-        Err(Error::Inval)
-    );
-    svc.ep.close().unwrap();
-    svc.av.remove_auth_keys(&[ka, kb]).unwrap();
+    weft_integration::held_keys_busy_until_close(&svc.av, &svc.ep, &[ka, kb], kc);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -351,55 +344,21 @@ async fn receives_directed_by_key_take_only_that_jobs_messages() {
         at_svc.push(keyed_handle(&svc, c.addr, k));
         to_svc.push(plain_handle(c, svc.addr).await);
     }
-    let by_key = |k: FiAddr, tag: u64, ignore: u64| weft::RecvMsg {
-        src: k,
-        bufs: vec![BytesMut::zeroed(16)],
-        tagged: true,
-        tag,
-        ignore,
-        context: tag,
-    };
-
-    // Unexpected: job B's message arrives first, then job A's; the
-    // receive directed at key A takes A's and leaves B's.
-    to(b.ep.tsend(to_svc[2], Bytes::from_static(b"from b"), 7))
-        .await
-        .unwrap();
-    to(a1.ep.tsend(to_svc[0], Bytes::from_static(b"from a1"), 7))
-        .await
-        .unwrap();
-    let got = to(svc.ep.recvmsg(by_key(ka, 7, 0), weft::OpFlags::AUTH_KEY))
-        .await
-        .unwrap();
-    assert_eq!(got.src, at_svc[0]);
-    assert_eq!(&got.into_bytes()[..7], b"from a1");
-    let got = to(svc.ep.trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, 7, 0))
-        .await
-        .unwrap();
-    assert_eq!(got.src, at_svc[2]);
-
-    // Posted (a wildcard tag): only a sender of job A completes it.
-    let recv = svc
-        .ep
-        .recvmsg(by_key(ka, 0, u64::MAX), weft::OpFlags::AUTH_KEY);
-    let other = svc.ep.trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, 8, 0);
-    let (a, o, s1, s2) = to(async {
-        tokio::join!(
-            recv,
-            other,
-            b.ep.tsend(to_svc[2], Bytes::from_static(b"b again"), 8),
-            a2.ep.tsend(to_svc[1], Bytes::from_static(b"from a2"), 9),
-        )
-    })
+    weft_integration::directed_by_key(
+        &svc.ep,
+        ka,
+        [
+            (&a1.ep, to_svc[0], at_svc[0]),
+            (&a2.ep, to_svc[1], at_svc[1]),
+            (&b.ep, to_svc[2], at_svc[2]),
+        ],
+    )
     .await;
-    s1.unwrap();
-    s2.unwrap();
-    assert_eq!(a.unwrap().src, at_svc[1]);
-    assert_eq!(o.unwrap().src, at_svc[2]);
 
     // A key the endpoint does not hold, no key, or a domain without AV
     // keys: refused.
     let kc = svc.av.insert_auth_key(JOB_C).unwrap();
+    let by_key = weft_integration::by_key;
     let r = svc
         .ep
         .recvmsg(by_key(kc, 1, 0), weft::OpFlags::AUTH_KEY)

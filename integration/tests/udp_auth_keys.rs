@@ -6,8 +6,8 @@
 //! dropped and counted (`rx_key_rejected`) while the receiver goes on
 //! serving its legitimate peer; forged, truncated and replayed datagrams
 //! from a raw socket are refused. Keys of the wrong size are refused when
-//! the endpoint is created, keys on SOCK_DGRAM and `FI_AV_AUTH_KEY`
-//! domains are `OpNotSupp`.
+//! the endpoint is created, keys on SOCK_DGRAM are `OpNotSupp`. Keys
+//! held in the AV: `udp_av_auth_keys.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -73,15 +73,30 @@ impl Ep {
 }
 
 #[tokio::test]
-async fn getinfo_offers_one_key_on_dgram_only() {
+async fn getinfo_offers_keys_on_dgram_only() {
     let mut h = hints();
     h.ep_attr.auth_key = Some(JOB_A.to_vec());
     let all = weft::getinfo(Some(&h)).unwrap();
     assert!(all.iter().all(|i| i.ep_attr.ep_type == EpType::Dgram));
-    assert!(all.iter().all(|i| i.domain_attr.max_ep_auth_key == 1));
-    // The trailer's room is not in the offer: a keyed endpoint refuses
-    // sends past it (`keyed_sizes`).
-    assert_eq!(all[0].ep_attr.max_msg_size, 65_507 - 24);
+    assert!(all.iter().all(|i| i.domain_attr.max_ep_auth_key == 256));
+    // The trailer's room comes off what a keyed message carries
+    // (`keyed_sizes` sends exactly that much).
+    assert_eq!(all[0].ep_attr.max_msg_size, 65_507 - 24 - TRAILER_LEN);
+    assert!(all
+        .iter()
+        .all(|i| i.tx_attr.inject_size <= i.ep_attr.max_msg_size));
+    let mut h = hints();
+    h.domain_attr.auth_key = Some(JOB_A.to_vec());
+    let by_domain = weft::getinfo(Some(&h)).unwrap().remove(0);
+    assert_eq!(by_domain.ep_attr.max_msg_size, 65_507 - 24 - TRAILER_LEN);
+    let unkeyed = weft::getinfo(Some(&hints())).unwrap().remove(0);
+    assert_eq!(unkeyed.ep_attr.max_msg_size, 65_507 - 24);
+    // A hint that asks for the unkeyed size with a key asks for more than
+    // a keyed endpoint sends.
+    let mut h = hints();
+    h.ep_attr.auth_key = Some(JOB_A.to_vec());
+    h.ep_attr.max_msg_size = 65_507 - 24;
+    assert_eq!(weft::getinfo(Some(&h)).unwrap_err(), Error::NoData);
     for bad in [Vec::new(), vec![1; MAX_KEY_LEN + 1]] {
         let mut h = hints();
         h.ep_attr.auth_key = Some(bad);
@@ -103,20 +118,7 @@ async fn bad_keys_are_refused_at_open() {
     let mut si = weft::getinfo(Some(&sh)).unwrap().remove(0);
     si.ep_attr.auth_key = Some(JOB_A.to_vec());
     let sd = weft::Fabric::open(&si).unwrap().domain(&si).unwrap();
-    let refused = sd.endpoint(&si).and_then(|ep| {
-        ep.bind_av(&sd.av(Default::default())?)?;
-        let cq = sd.cq(Default::default())?;
-        ep.bind_cq(&cq, weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)?;
-        ep.enable()
-    });
-    assert_eq!(refused.unwrap_err(), Error::OpNotSupp);
-    // Keys held in the AV are not implemented on udp.
-    let mut ai = info(None);
-    ai.domain_attr.av_auth_key = true;
-    assert_eq!(
-        weft::Fabric::open(&ai).unwrap().domain(&ai).unwrap_err(),
-        Error::OpNotSupp
-    );
+    assert_eq!(weft_integration::enable_error(&sd, &si), Error::OpNotSupp);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,8 +161,10 @@ async fn keyed_sizes() {
     let (a, b) = (Ep::open(&d, None), Ep::open(&d, None));
     let b_in_a = a.insert(b.addr);
     b.insert(a.addr);
-    // The trailer's 24 bytes come off what one datagram carries.
+    // The trailer's 24 bytes come off what one datagram carries, and
+    // getinfo with the key says so.
     let max = 65_507 - 24 - TRAILER_LEN;
+    assert_eq!(info(Some(JOB_A)).ep_attr.max_msg_size, max);
     let over = a.ep.send(b_in_a, payload(max + 1, 3)).await;
     assert_eq!(over.unwrap_err().err, Error::MsgSize);
     delivered(&a.ep, &b.ep, b_in_a, payload(max, 4)).await;

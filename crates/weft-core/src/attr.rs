@@ -56,6 +56,13 @@ impl EpType {
     pub const fn is_connected(self) -> bool {
         matches!(self, EpType::Msg | EpType::SockStream)
     }
+
+    /// On an `FI_AV_AUTH_KEY` domain, endpoints of this type take their
+    /// keys from their AV when enabled (tcp RDM, udp DGRAM), have none of
+    /// their own, and take receives directed by key.
+    pub const fn takes_av_keys(self) -> bool {
+        matches!(self, EpType::Rdm | EpType::Dgram)
+    }
 }
 
 /// AV type (`enum fi_av_type`).

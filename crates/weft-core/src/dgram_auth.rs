@@ -27,6 +27,7 @@ use std::net::{IpAddr, SocketAddr};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+use crate::addr::FiAddr;
 use crate::auth::{AuthKey, SHORT_MAC_LEN};
 use crate::wire::claim::canonical;
 use crate::{Error, Result};
@@ -35,6 +36,12 @@ use crate::{Error, Result};
 pub const SEQ_LEN: usize = 8;
 /// Bytes of a datagram's trailer: the sequence number, then the MAC.
 pub const TRAILER_LEN: usize = SEQ_LEN + SHORT_MAC_LEN;
+/// Bytes of a key identifier ([`DgramKey::id`]).
+pub const KEY_ID_LEN: usize = 8;
+/// Bytes of the trailer of a datagram that names its key (an endpoint
+/// holding an AV's keys, `FI_AV_AUTH_KEY`): the key identifier, then a
+/// [`TRAILER_LEN`] trailer.
+pub const ID_TRAILER_LEN: usize = KEY_ID_LEN + TRAILER_LEN;
 /// Sequence numbers below a source's highest that are still told apart
 /// (older ones are refused as replays).
 pub const WINDOW: u64 = 64;
@@ -45,7 +52,13 @@ pub const MAX_SOURCES: usize = 1024;
 /// Label of the derived datagram MAC key: no other use of the key
 /// hashes it.
 const DERIVE_LABEL: &[u8] = b"weft-udp-1 datagram mac key";
+/// Label of the key identifier: another use of the key, so the
+/// identifier says nothing about the MAC key.
+const ID_LABEL: &[u8] = b"weft-udp-1 key identifier";
 
+/// A key identifier: the first [`KEY_ID_LEN`] bytes of HMAC-SHA256(key,
+/// label), the same for every datagram of the key.
+pub type KeyId = [u8; KEY_ID_LEN];
 /// The MAC key of datagrams of one authorization key. Its `Debug` form
 /// does not show it.
 #[derive(Clone)]
@@ -53,6 +66,7 @@ pub struct DgramKey {
     /// HMAC keyed with the derived key, before any data: cloned for each
     /// datagram, so the key's padding is hashed once, not per datagram.
     base: Hmac<Sha256>,
+    id: KeyId,
 }
 
 impl fmt::Debug for DgramKey {
@@ -94,13 +108,27 @@ impl DgramKey {
         d.update(DERIVE_LABEL);
         let derived = d.finalize().into_bytes();
         let base = Hmac::<Sha256>::new_from_slice(&derived).map_err(|_| Error::Inval)?;
-        Ok(DgramKey { base })
+        let mut i = Hmac::<Sha256>::new_from_slice(key.as_bytes()).map_err(|_| Error::Inval)?;
+        i.update(ID_LABEL);
+        let mut id = [0u8; KEY_ID_LEN];
+        id.copy_from_slice(&i.finalize().into_bytes()[..KEY_ID_LEN]);
+        Ok(DgramKey { base, id })
+    }
+
+    /// The key's identifier, which a datagram naming its key carries in
+    /// the clear: the same for every datagram of the key, so it links
+    /// them (and a guess of the key can be checked against it, as
+    /// against any MAC), but it proves nothing and cannot be turned back
+    /// into the key.
+    pub fn id(&self) -> KeyId {
+        self.id
     }
 
     fn mac<'a>(
         &self,
         (src, dst): (&AddrBytes, &AddrBytes),
         header: &[u8],
+        id: Option<&KeyId>,
         seq: u64,
         payload: impl IntoIterator<Item = &'a [u8]>,
     ) -> Hmac<Sha256> {
@@ -109,6 +137,9 @@ impl DgramKey {
             m.update(b.get(..*n).unwrap_or(&[]));
         }
         m.update(header);
+        if let Some(id) = id {
+            m.update(id);
+        }
         m.update(&seq.to_le_bytes());
         for p in payload {
             m.update(p);
@@ -126,14 +157,47 @@ impl DgramKey {
         seq: u64,
         payload: impl IntoIterator<Item = &'a [u8]>,
     ) -> [u8; TRAILER_LEN] {
+        let mut t = [0u8; TRAILER_LEN];
+        self.seal_into(&mut t, None, (src, dst), header, seq, payload);
+        t
+    }
+
+    /// [`seal`](Self::seal) for a datagram that names its key: the key
+    /// identifier first, then the sequence number and a MAC that covers
+    /// the identifier too.
+    pub fn seal_with_id<'a>(
+        &self,
+        src: &AddrBytes,
+        dst: &AddrBytes,
+        header: &[u8],
+        seq: u64,
+        payload: impl IntoIterator<Item = &'a [u8]>,
+    ) -> [u8; ID_TRAILER_LEN] {
+        let mut t = [0u8; ID_TRAILER_LEN];
+        let (id, rest) = t.split_at_mut(KEY_ID_LEN);
+        id.copy_from_slice(&self.id);
+        self.seal_into(rest, Some(&self.id), (src, dst), header, seq, payload);
+        t
+    }
+
+    /// Writes the sequence number and the MAC into `t` (`TRAILER_LEN`
+    /// bytes).
+    fn seal_into<'a>(
+        &self,
+        t: &mut [u8],
+        id: Option<&KeyId>,
+        ends: (&AddrBytes, &AddrBytes),
+        header: &[u8],
+        seq: u64,
+        payload: impl IntoIterator<Item = &'a [u8]>,
+    ) {
         let full = self
-            .mac((src, dst), header, seq, payload)
+            .mac(ends, header, id, seq, payload)
             .finalize()
             .into_bytes();
-        let mut t = [0u8; TRAILER_LEN];
-        t[..SEQ_LEN].copy_from_slice(&seq.to_le_bytes());
-        t[SEQ_LEN..].copy_from_slice(&full[..SHORT_MAC_LEN]);
-        t
+        let (s, m) = t.split_at_mut(SEQ_LEN);
+        s.copy_from_slice(&seq.to_le_bytes());
+        m.copy_from_slice(&full[..SHORT_MAC_LEN]);
     }
 
     /// Checks a datagram's trailer in constant time and returns its
@@ -148,6 +212,37 @@ impl DgramKey {
         payload: &[u8],
         trailer: &[u8],
     ) -> Result<u64> {
+        self.check(None, (src, dst), header, payload, trailer)
+    }
+
+    /// [`open`](Self::open) for a datagram that names its key: the
+    /// trailer is [`ID_TRAILER_LEN`] bytes and its identifier this key's.
+    pub fn open_with_id(
+        &self,
+        src: &AddrBytes,
+        dst: &AddrBytes,
+        header: &[u8],
+        payload: &[u8],
+        trailer: &[u8],
+    ) -> Result<u64> {
+        // The identifier is public (it travels in the clear), so an
+        // ordinary comparison gives nothing away.
+        match trailer.split_at_checked(KEY_ID_LEN) {
+            Some((id, rest)) if id == self.id => {
+                self.check(Some(&self.id), (src, dst), header, payload, rest)
+            }
+            _ => Err(Error::KeyRejected),
+        }
+    }
+
+    fn check(
+        &self,
+        id: Option<&KeyId>,
+        ends: (&AddrBytes, &AddrBytes),
+        header: &[u8],
+        payload: &[u8],
+        trailer: &[u8],
+    ) -> Result<u64> {
         if trailer.len() != TRAILER_LEN {
             return Err(Error::KeyRejected);
         }
@@ -155,10 +250,91 @@ impl DgramKey {
         let mut w = [0u8; SEQ_LEN];
         w.copy_from_slice(s);
         let seq = u64::from_le_bytes(w);
-        self.mac((src, dst), header, seq, [payload])
+        self.mac(ends, header, id, seq, [payload])
             .verify_truncated_left(tag)
             .map_err(|_| Error::KeyRejected)?;
         Ok(seq)
+    }
+
+    /// The identifier a trailer of [`ID_TRAILER_LEN`] bytes names, if it
+    /// is that long.
+    pub fn named_id(trailer: &[u8]) -> Option<KeyId> {
+        if trailer.len() != ID_TRAILER_LEN {
+            return None;
+        }
+        let mut id = [0u8; KEY_ID_LEN];
+        id.copy_from_slice(trailer.get(..KEY_ID_LEN)?);
+        Some(id)
+    }
+}
+
+/// The datagram keys of an endpoint that holds an AV's keys
+/// (`FI_AV_AUTH_KEY`), by key handle, and found by the identifier a
+/// datagram names: a receiver checks the MAC of the key(s) with that
+/// identifier only — one, unless two of its keys' identifiers collide
+/// (then each is tried) — never every key it holds.
+#[derive(Debug, Clone, Default)]
+pub struct NamedKeys {
+    /// By handle, ascending.
+    keys: Vec<(FiAddr, DgramKey)>,
+    /// Indexes into `keys`, by identifier.
+    by_id: Vec<(KeyId, usize)>,
+}
+
+impl NamedKeys {
+    /// The datagram keys of `keys` (an AV's keys with their handles).
+    pub fn new(keys: &[(FiAddr, AuthKey)]) -> Result<NamedKeys> {
+        let mut v = keys
+            .iter()
+            .map(|(h, k)| DgramKey::new(k).map(|d| (*h, d)))
+            .collect::<Result<Vec<_>>>()?;
+        v.sort_by_key(|(h, _)| *h);
+        let mut by_id: Vec<(KeyId, usize)> =
+            v.iter().enumerate().map(|(i, (_, k))| (k.id, i)).collect();
+        by_id.sort_unstable();
+        Ok(NamedKeys { keys: v, by_id })
+    }
+
+    /// No key held.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The key of handle `h`, if held.
+    pub fn get(&self, h: FiAddr) -> Option<&DgramKey> {
+        self.keys
+            .binary_search_by_key(&h, |(k, _)| *k)
+            .ok()
+            .and_then(|i| self.keys.get(i))
+            .map(|(_, k)| k)
+    }
+
+    /// The handles held.
+    pub fn handles(&self) -> impl Iterator<Item = FiAddr> + '_ {
+        self.keys.iter().map(|(h, _)| *h)
+    }
+
+    /// Checks a datagram that names its key ([`ID_TRAILER_LEN`] trailer):
+    /// the handle of the held key whose MAC it carries, and its sequence
+    /// number; `KeyRejected` when no held key has its identifier or the
+    /// MAC is not that key's.
+    pub fn open(
+        &self,
+        ends: (&AddrBytes, &AddrBytes),
+        header: &[u8],
+        payload: &[u8],
+        trailer: &[u8],
+    ) -> Result<(FiAddr, u64)> {
+        let id = DgramKey::named_id(trailer).ok_or(Error::KeyRejected)?;
+        let from = self.by_id.partition_point(|(k, _)| *k < id);
+        for (_, i) in self.by_id.iter().skip(from).take_while(|(k, _)| *k == id) {
+            if let Some((h, k)) = self.keys.get(*i) {
+                if let Ok(seq) = k.open_with_id(ends.0, ends.1, header, payload, trailer) {
+                    return Ok((*h, seq));
+                }
+            }
+        }
+        Err(Error::KeyRejected)
     }
 }
 
@@ -382,6 +558,77 @@ mod tests {
             k.open(&s, &d, b"header", b"data", &long),
             Err(Error::KeyRejected)
         );
+    }
+
+    #[test]
+    fn named_trailers_carry_the_identifier_under_the_mac() {
+        let raw = b"job-1";
+        let k = key(raw);
+        let mut i = Hmac::<Sha256>::new_from_slice(raw).unwrap();
+        i.update(b"weft-udp-1 key identifier");
+        assert_eq!(&k.id()[..], &i.finalize().into_bytes()[..KEY_ID_LEN]);
+        assert_ne!(k.id(), key(b"job-2").id());
+        let (s, d) = (src("192.0.2.1:4000"), src(DST));
+        let t = k.seal_with_id(&s, &d, b"H", 9, [&b"data"[..]]);
+        assert_eq!(&t[..KEY_ID_LEN], &k.id());
+        assert_eq!(DgramKey::named_id(&t), Some(k.id()));
+        assert_eq!(k.open_with_id(&s, &d, b"H", b"data", &t), Ok(9));
+        // Not the unnamed form, with or without the identifier cut off.
+        assert_eq!(k.open(&s, &d, b"H", b"data", &t), Err(Error::KeyRejected));
+        assert_eq!(
+            k.open(&s, &d, b"H", b"data", &t[KEY_ID_LEN..]),
+            Err(Error::KeyRejected),
+            "the MAC covers the identifier"
+        );
+        let plain = k.seal(&s, &d, b"H", 9, [&b"data"[..]]);
+        assert_eq!(
+            k.open_with_id(&s, &d, b"H", b"data", &plain),
+            Err(Error::KeyRejected)
+        );
+        // Another key's identifier in front of this key's MAC.
+        let mut other = t;
+        other[..KEY_ID_LEN].copy_from_slice(&key(b"job-2").id());
+        assert_eq!(
+            k.open_with_id(&s, &d, b"H", b"data", &other),
+            Err(Error::KeyRejected)
+        );
+    }
+
+    #[test]
+    fn named_keys_find_the_key_by_its_identifier() {
+        let keys: Vec<(FiAddr, AuthKey)> = (0..40u64)
+            .map(|h| (h * 3, AuthKey::new(format!("job-{h}").as_bytes()).unwrap()))
+            .collect();
+        let set = NamedKeys::new(&keys).unwrap();
+        assert!(!set.is_empty());
+        assert!(set.get(1).is_none());
+        assert_eq!(set.handles().count(), 40);
+        let (s, d) = (src("192.0.2.1:4000"), src(DST));
+        for (h, _) in &keys {
+            let t = set
+                .get(*h)
+                .unwrap()
+                .seal_with_id(&s, &d, b"H", *h, [&b"x"[..]]);
+            assert_eq!(set.open((&s, &d), b"H", b"x", &t), Ok((*h, *h)));
+            assert_eq!(set.open((&s, &d), b"H", b"y", &t), Err(Error::KeyRejected));
+        }
+        let stranger = key(b"job-x").seal_with_id(&s, &d, b"H", 1, [&b"x"[..]]);
+        assert_eq!(
+            set.open((&s, &d), b"H", b"x", &stranger),
+            Err(Error::KeyRejected)
+        );
+        assert_eq!(
+            set.open((&s, &d), b"H", b"x", &stranger[..TRAILER_LEN]),
+            Err(Error::KeyRejected)
+        );
+        // The same key under two handles: either proves it.
+        let k = AuthKey::new(b"twice").unwrap();
+        let twin = NamedKeys::new(&[(5, k.clone()), (2, k)]).unwrap();
+        let t = twin
+            .get(5)
+            .unwrap()
+            .seal_with_id(&s, &d, b"H", 1, [&b"x"[..]]);
+        assert!(twin.open((&s, &d), b"H", b"x", &t).is_ok());
     }
 
     #[test]

@@ -17,18 +17,28 @@ use weft_core::attr::AddrFormat;
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::{Returned, WaitMode};
 use weft_core::credits::Credits;
-use weft_core::dgram_auth::{addr_bytes, first_seq, AddrBytes, DgramKey};
-use weft_core::flags::Caps;
+use weft_core::dgram_auth::{addr_bytes, first_seq, AddrBytes};
+use weft_core::flags::{Caps, OpFlags};
 use weft_core::progress::{Progress, SpinHold};
 use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
 use weft_core::recv_completion::RecvCtx;
-use weft_core::soft_rx::{self, post_recv};
+use weft_core::soft_rx;
 use weft_core::soft_srx::{RxSide, Sender, SoftSide, SoftSrx};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
+use crate::keys::EpKeys;
 use crate::rx::RxState;
 use crate::tx::TxQueue;
+
+/// A datagram's sender as matching and AV lookups know it: its address
+/// and, on an `FI_AV_AUTH_KEY` endpoint, the handle of the key its
+/// datagram proved (the same address under another key is another peer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    pub key: Option<FiAddr>,
+}
 
 /// The receive side of one endpoint, or of the shared context it is
 /// bound to: posted receives, and datagrams that arrived before a
@@ -76,9 +86,9 @@ pub struct EpShared {
     pub tx: Credits,
     pub dropped: AtomicU64,
     pub malformed: AtomicU64,
-    /// The datagram MAC key of the endpoint's authorization key: every
-    /// datagram sent carries its proof, every one received must.
-    pub key: Option<DgramKey>,
+    /// The endpoint's authorization keys: every datagram sent carries a
+    /// proof of one, every one received must (`keys.rs`).
+    pub keys: EpKeys,
     /// The next sequence number a keyed datagram carries.
     pub seq: AtomicU64,
     /// This endpoint's address as its datagram MACs cover it.
@@ -165,23 +175,6 @@ fn open_socket(addr: SocketAddr, dscp: Option<u8>) -> Result<std::net::UdpSocket
     Ok(s.into())
 }
 
-/// The datagram MAC key of the endpoint's authorization key
-/// (`ep_attr.auth_key`, else the domain's), if it has one. Keys of the
-/// wrong size are `Inval`; a key on `FI_EP_SOCK_DGRAM`, whose datagrams
-/// are the payload alone with no room for a proof, is `OpNotSupp`.
-fn endpoint_key(cfg: &EpConfig, raw: bool) -> Result<Option<DgramKey>> {
-    let info = &cfg.info;
-    let key = weft_core::auth::effective_key(
-        info.ep_attr.auth_key.as_deref(),
-        info.domain_attr.auth_key.as_deref(),
-    )?;
-    match key {
-        Some(_) if raw => Err(Error::OpNotSupp),
-        Some(k) => DgramKey::new(&k).map(Some),
-        None => Ok(None),
-    }
-}
-
 impl EpShared {
     /// Binds the socket and builds the state. Must run inside the
     /// runtime (the reactor registration).
@@ -191,8 +184,8 @@ impl EpShared {
         let sock = open_socket(bind_addr(&cfg)?, dscp)?;
         let local = sock.local_addr()?;
         let raw = info.ep_attr.ep_type == weft_core::attr::EpType::SockDgram;
-        let key = endpoint_key(&cfg, raw)?;
-        if key.is_some() && local.ip().is_unspecified() {
+        let keys = EpKeys::for_endpoint(&cfg, raw)?;
+        if keys.keyed() && local.ip().is_unspecified() {
             // A datagram's MAC names the address it is sent to, which a
             // wildcard socket does not know.
             return Err(Error::Inval);
@@ -201,11 +194,7 @@ impl EpShared {
         // with a key, the trailer's bytes less.
         let path = (crate::ifaces::max_msg_at(local.ip())
             + if raw { crate::wire::HEADER_LEN } else { 0 })
-        .saturating_sub(if key.is_some() {
-            crate::wire::TRAILER_LEN
-        } else {
-            0
-        });
+        .saturating_sub(keys.trailer_len());
         let max_msg = match info.ep_attr.max_msg_size {
             0 => path,
             m => m.min(path),
@@ -230,7 +219,7 @@ impl EpShared {
             Some(c) => c.side.clone(),
             None => RxSide::new(info.rx_attr.size, buffered_limit),
         };
-        tracing::debug!(%local, max_msg, keyed = key.is_some(), wait = ?cfg.wait, "udp endpoint open");
+        tracing::debug!(%local, max_msg, keyed = keys.keyed(), wait = ?cfg.wait, "udp endpoint open");
         let iov_limit = info.tx_attr.iov_limit.clamp(1, crate::IOV_LIMIT);
         let tx = Credits::new(info.tx_attr.size);
         let ep = Arc::new_cyclic(|this| EpShared {
@@ -252,7 +241,7 @@ impl EpShared {
             tx,
             dropped: AtomicU64::new(0),
             malformed: AtomicU64::new(0),
-            key,
+            keys,
             seq: AtomicU64::new(first_seq()),
             src_bytes: addr_bytes(&local),
             key_rejected: AtomicU64::new(0),
@@ -275,37 +264,67 @@ impl EpShared {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// The AV handle of the endpoint at `addr`, `FI_ADDR_NOTAVAIL` if it
-    /// is not in the AV.
-    pub fn resolve_src(&self, addr: &SocketAddr) -> FiAddr {
+    /// The AV handle of the endpoint at `p.addr` (under the key `p.key`
+    /// proved), `FI_ADDR_NOTAVAIL` if it is not in the AV.
+    pub fn resolve_src(&self, p: &Peer) -> FiAddr {
         match &self.cfg.av {
             Some(av) => lock_synced(av)
-                .find(&sockaddr_bytes(addr))
+                .find_keyed(&sockaddr_bytes(&p.addr), p.key)
                 .unwrap_or(FI_ADDR_NOTAVAIL),
             None => FI_ADDR_NOTAVAIL,
         }
     }
 
-    /// Where AV handle `dest` sends to.
-    pub fn dest_addr(&self, dest: FiAddr) -> Result<SocketAddr> {
+    /// Where AV handle `dest` sends to, and the key handle its entry was
+    /// inserted under.
+    pub fn dest_addr(&self, dest: FiAddr) -> Result<(SocketAddr, Option<FiAddr>)> {
         if dest & crate::multicast::MC_BIT != 0 && dest != FI_ADDR_NOTAVAIL {
-            return self.groups.dest(dest);
+            return self.groups.dest(dest).map(|a| (a, None));
         }
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
         let t = lock_synced(av);
-        let bytes = t.lookup(dest).map_err(|_| Error::AddrNotAvail)?;
-        decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)
+        let (bytes, key) = t.lookup_keyed(dest).map_err(|_| Error::AddrNotAvail)?;
+        let addr = decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)?;
+        Ok((addr, key))
     }
 
-    /// `FI_SOURCE_ERR`: the sender's address for the error entry of a
-    /// datagram whose sender is not in the AV; `None` to complete it as
-    /// usual.
-    pub fn unknown_sender(&self, src: FiAddr, from: &SocketAddr) -> Option<Vec<u8>> {
-        (self.source_err && src == FI_ADDR_NOTAVAIL).then(|| encode_sockaddr(from))
+    /// `FI_SOURCE_ERR`: for a datagram whose sender is not in the AV,
+    /// what its error entry reports as the source (the handle, or user
+    /// id, of the key the datagram proved; else `FI_ADDR_NOTAVAIL`) and
+    /// the sender's address. `None`: complete it as usual.
+    pub fn unknown_sender(&self, src: FiAddr, from: &Peer) -> Option<(FiAddr, Vec<u8>)> {
+        if !self.source_err || src != FI_ADDR_NOTAVAIL {
+            return None;
+        }
+        let reported = match (&self.cfg.av, from.key) {
+            (Some(av), Some(k)) => {
+                let t = lock_synced(av);
+                let user_ids = t.flags().contains(weft_core::flags::AvFlags::AV_USER_ID);
+                t.keys().reported(k, user_ids)
+            }
+            _ => FI_ADDR_NOTAVAIL,
+        };
+        Some((reported, encode_sockaddr(&from.addr)))
     }
 
     pub(crate) fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
-        post_recv(
+        if req.flags.contains(OpFlags::AUTH_KEY) {
+            // Only where keys live in the AV, naming a key held here (no
+            // sender can have proven another); never on a shared
+            // context, whose receives are not this endpoint's.
+            let err = match (
+                self.keys.av_mode() && self.srx.is_none(),
+                self.keys.holds(req.src),
+            ) {
+                (false, _) => Some(Error::BadFlags),
+                (true, false) => Some(Error::Inval),
+                (true, true) => None,
+            };
+            if let Some(err) = err {
+                return Err(Rejected { err, req });
+            }
+        }
+        weft_core::soft_rx::post_recv_keyed(
             self,
             &self.side.matcher,
             req,
@@ -422,6 +441,7 @@ impl ProviderEndpoint for UdpEndpoint {
         // A parked busy-poll thread sees the close now.
         ep.hold.waiter_idle();
         ep.tx_kick.notify_one();
+        ep.keys.release();
         tracing::debug!(local = %ep.local, "udp endpoint closed");
     }
 }

@@ -25,6 +25,7 @@ mod domain;
 mod driver;
 mod endpoint;
 pub mod ifaces;
+mod keys;
 mod multicast;
 mod offer;
 mod rx;
@@ -77,10 +78,14 @@ impl Provider for UdpProvider {
         true
     }
 
-    /// Keys held in the AV (`FI_AV_AUTH_KEY`) are not implemented: such
-    /// domains are `OpNotSupp`.
+    /// Keys held in the AV (`FI_AV_AUTH_KEY`): a DGRAM endpoint proves
+    /// each AV entry's key and names it in the datagram (`keys.rs`).
     fn av_auth_keys(&self) -> bool {
-        false
+        true
+    }
+
+    fn offer_for(&self, hints: &Info, offer: &mut Info) {
+        offer::keyed(hints, offer);
     }
 
     fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {

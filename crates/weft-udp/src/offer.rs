@@ -78,6 +78,26 @@ pub fn sock_dgram_offer(i: &Iface) -> Info {
     o
 }
 
+/// A DGRAM offer for hints that carry a key: a keyed datagram's trailer
+/// (`wire::TRAILER_LEN`, or `wire::NAMED_TRAILER_LEN` where the keys
+/// live in the AV) comes off what a message may carry, so `max_msg_size`
+/// (and `inject_size`, at most that) say what a keyed endpoint sends.
+pub fn keyed(hints: &Info, o: &mut Info) {
+    let given = hints.ep_attr.auth_key.is_some() || hints.domain_attr.auth_key.is_some();
+    let trailer = if hints.domain_attr.av_auth_key {
+        crate::wire::NAMED_TRAILER_LEN
+    } else if given {
+        crate::wire::TRAILER_LEN
+    } else {
+        return;
+    };
+    if o.ep_attr.ep_type != EpType::Dgram {
+        return;
+    }
+    o.ep_attr.max_msg_size = o.ep_attr.max_msg_size.saturating_sub(trailer);
+    o.tx_attr.inject_size = o.tx_attr.inject_size.min(o.ep_attr.max_msg_size);
+}
+
 /// The offer of one interface address.
 pub fn offer(i: &Iface) -> Info {
     let max_msg = i.max_msg();
@@ -147,8 +167,9 @@ pub fn offer(i: &Iface) -> Info {
             max_ep_rx_ctx: 1,
             // One shared receive context per endpoint (`soft_srx`).
             max_ep_srx_ctx: 1,
-            // One key, proven in every datagram (`weft_core::dgram_auth`).
-            max_ep_auth_key: 1,
+            // One key proven in every datagram (`weft_core::dgram_auth`),
+            // or on an `FI_AV_AUTH_KEY` domain the AV's keys (`keys.rs`).
+            max_ep_auth_key: weft_core::av::MAX_AV_AUTH_KEYS,
             ..DomainAttr::default()
         },
         fabric_attr: FabricAttr {
@@ -199,18 +220,47 @@ mod tests {
         assert!(!s.rx_attr.op_flags_supported.contains(OpFlags::MULTI_RECV));
     }
 
-    #[test]
-    fn a_small_mtu_bounds_messages_and_inject() {
-        let i = Iface {
+    /// An interface with a small MTU.
+    fn tun0() -> Iface {
+        Iface {
             name: "tun0".into(),
             addr: "10.9.0.1".parse().unwrap(),
             prefix: 24,
             mtu: 576,
             loopback: false,
-        };
+        }
+    }
+
+    #[test]
+    fn a_small_mtu_bounds_messages_and_inject() {
+        let i = tun0();
         let o = offer(&i);
         assert_eq!(o.ep_attr.max_msg_size, 576 - 28 - crate::wire::HEADER_LEN);
         assert_eq!(o.tx_attr.inject_size, o.ep_attr.max_msg_size);
         assert_eq!(o.addr_format, AddrFormat::SockaddrIn);
+    }
+
+    #[test]
+    fn keyed_hints_take_the_trailer_off() {
+        let i = tun0();
+        let unkeyed = offer(&i).ep_attr.max_msg_size;
+        let sized = |h: &Info, o: Info| {
+            let mut o = o;
+            keyed(h, &mut o);
+            (o.ep_attr.max_msg_size, o.tx_attr.inject_size)
+        };
+        let mut h = Info::default();
+        assert_eq!(sized(&h, offer(&i)), (unkeyed, unkeyed));
+        h.domain_attr.auth_key = Some(b"k".to_vec());
+        assert_eq!(sized(&h, offer(&i)), (unkeyed - 24, unkeyed - 24));
+        let mut h = Info::default();
+        h.ep_attr.auth_key = Some(b"k".to_vec());
+        assert_eq!(sized(&h, offer(&i)).0, unkeyed - 24);
+        let mut h = Info::default();
+        h.domain_attr.av_auth_key = true;
+        assert_eq!(sized(&h, offer(&i)).0, unkeyed - 32);
+        // SOCK_DGRAM takes no key: its offer is left as it is.
+        let s = sock_dgram_offer(&i);
+        assert_eq!(sized(&h, s.clone()).0, s.ep_attr.max_msg_size);
     }
 }

@@ -25,7 +25,7 @@ use weft_core::soft_srx::{Queues, SrxEp};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 
-use crate::endpoint::EpShared;
+use crate::endpoint::{EpShared, Peer};
 use crate::wire::Header;
 
 /// Staging room: the largest datagram UDP carries fits, so no datagram is
@@ -44,7 +44,7 @@ pub struct RxState {
     /// The last sender, the AV version its handle was found in, and the
     /// handle: the lookup runs again only for another sender or after the
     /// AV changed.
-    src: Option<(SocketAddr, u64, FiAddr)>,
+    src: Option<(Peer, u64, FiAddr)>,
     /// Keyed endpoints: the senders' anti-replay windows.
     replay: Replay,
 }
@@ -115,17 +115,17 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: Sock
     let Some(d) = st.buf.get(..n) else {
         return false;
     };
-    let (h, payload) = if ep.raw {
+    let (h, payload, key) = if ep.raw {
         // A plain UDP payload: every datagram is a message.
-        (Header::new(None, None, 0), d)
+        (Header::new(None, None, 0), d, None)
     } else {
         match Header::decode(d) {
             Ok((h, payload, trailer)) => {
                 let ends = (from, to);
-                if !proven(ep, &mut st.replay, d, &h, (payload, trailer), ends) {
-                    return false;
+                match proven(ep, &mut st.replay, d, &h, (payload, trailer), ends) {
+                    Some(key) => (h, payload, key),
+                    None => return false,
                 }
-                (h, payload)
             }
             Err(_) => {
                 ep.malformed.fetch_add(1, Ordering::Relaxed);
@@ -133,9 +133,11 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: Sock
             }
         }
     };
+    let from = Peer { addr: from, key };
     let src = source_cached(ep, &mut st.src, from);
     let info = MsgInfo {
-        key: None,
+        // Key handles are below `MAX_AV_AUTH_KEYS`.
+        key: key.and_then(|k| u16::try_from(k).ok()),
         src,
         tagged: h.tag.is_some(),
         tag: h.tag.unwrap_or(0),
@@ -168,10 +170,10 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: Sock
 }
 
 /// Whether a well-formed datagram `d` from `from` to `to` may be
-/// delivered: on a keyed endpoint, one whose trailer proves the key
-/// (checked in constant time) with a sequence number not seen before from
-/// `from`; on an unkeyed one, one that claims no key. Anything else is
-/// counted and dropped.
+/// delivered, and the AV key handle it proved: on a keyed endpoint, one
+/// whose trailer proves a key held here (checked in constant time) with a
+/// sequence number not seen before from `from`; on an unkeyed one, one
+/// that claims no key. Anything else is counted and dropped (`None`).
 fn proven(
     ep: &EpShared,
     replay: &mut Replay,
@@ -179,42 +181,29 @@ fn proven(
     h: &Header,
     (payload, trailer): (&[u8], &[u8]),
     (from, to): (SocketAddr, SocketAddr),
-) -> bool {
-    let Some(key) = &ep.key else {
-        if h.keyed {
-            ep.key_rejected.fetch_add(1, Ordering::Relaxed);
-        }
-        return !h.keyed;
-    };
-    let header = d.get(..crate::wire::HEADER_LEN).unwrap_or(&[]);
-    let seq = match h.keyed {
-        true => key.open(
-            &addr_bytes(&from),
-            &addr_bytes(&to),
-            header,
-            payload,
-            trailer,
-        ),
-        false => Err(weft_core::Error::KeyRejected),
-    };
-    let Ok(seq) = seq else {
-        ep.key_rejected.fetch_add(1, Ordering::Relaxed);
-        return false;
-    };
-    if !replay.accept(from, seq) {
-        ep.replayed.fetch_add(1, Ordering::Relaxed);
-        return false;
+) -> Option<Option<FiAddr>> {
+    if !h.keyed && !ep.keys.keyed() {
+        return Some(None);
     }
-    true
+    let header = d.get(..crate::wire::HEADER_LEN).unwrap_or(&[]);
+    let ends = (&addr_bytes(&from), &addr_bytes(&to));
+    match ep.keys.check(h, ends, header, payload, trailer) {
+        Ok(None) => Some(None),
+        Ok(Some(p)) if replay.accept(from, p.seq) => Some(p.key),
+        Ok(Some(_)) => {
+            ep.replayed.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+        Err(_) => {
+            ep.key_rejected.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
 }
 
 /// The AV handle of `from`, looked up again only when the sender or the
 /// AV changed since the last datagram.
-fn source_cached(
-    ep: &EpShared,
-    cache: &mut Option<(SocketAddr, u64, FiAddr)>,
-    from: SocketAddr,
-) -> FiAddr {
+fn source_cached(ep: &EpShared, cache: &mut Option<(Peer, u64, FiAddr)>, from: Peer) -> FiAddr {
     let Some(av) = &ep.cfg.av else {
         return FI_ADDR_NOTAVAIL;
     };
@@ -226,7 +215,7 @@ fn source_cached(
         }
     }
     let h = t
-        .find(&weft_core::addr::sockaddr_bytes(&from))
+        .find_keyed(&weft_core::addr::sockaddr_bytes(&from.addr), from.key)
         .unwrap_or(FI_ADDR_NOTAVAIL);
     *cache = Some((from, v, h));
     h
@@ -236,17 +225,11 @@ fn source_cached(
 /// sender not in the AV on an `FI_SOURCE_ERR` endpoint as the error entry
 /// that carries the datagram and the sender's address. A datagram longer
 /// than the receive's buffers completes it with `FI_ETRUNC`.
-pub fn copy_and_deliver(
-    ep: &EpShared,
-    mut req: RecvReq,
-    info: MsgInfo,
-    data: &[u8],
-    from: &SocketAddr,
-) {
+pub fn copy_and_deliver(ep: &EpShared, mut req: RecvReq, info: MsgInfo, data: &[u8], from: &Peer) {
     ep.report_here(&mut req);
     let placed = copy_in(&mut req, data);
     match ep.unknown_sender(info.src, from) {
-        Some(raw) => deliver_unknown(ep, req, info, placed, FI_ADDR_NOTAVAIL, raw),
+        Some((reported, raw)) => deliver_unknown(ep, req, info, placed, reported, raw),
         None => deliver(ep, req, info, placed),
     }
 }
@@ -269,7 +252,10 @@ impl EpShared {
         }
         let info = r.info();
         let data = r.take_bytes();
-        let from = self.source_of(info.src, &r.raw);
+        let from = Peer {
+            addr: self.source_of(info.src, &r.raw),
+            key: info.key.map(FiAddr::from),
+        };
         let mut m = lock(&self.side.matcher);
         let (got, ended) = soft_rx::arrival(&mut m, &info);
         if let Some(req) = got {
@@ -296,12 +282,12 @@ impl EpShared {
         if src == FI_ADDR_NOTAVAIL {
             return unknown;
         }
-        self.dest_addr(src).unwrap_or(unknown)
+        self.dest_addr(src).map_or(unknown, |(a, _)| a)
     }
 }
 
 impl SrxEp for EpShared {
-    type Addr = SocketAddr;
+    type Addr = Peer;
 
     fn this(&self) -> Weak<EpShared> {
         self.this.clone()
@@ -315,7 +301,7 @@ impl SrxEp for EpShared {
         self.srx.is_some()
     }
 
-    fn handle_of(&self, addr: &SocketAddr) -> FiAddr {
+    fn handle_of(&self, addr: &Peer) -> FiAddr {
         self.resolve_src(addr)
     }
 

@@ -22,7 +22,8 @@ use weft_core::sync::lock;
 use weft_core::Error;
 
 use crate::endpoint::EpShared;
-use crate::wire::{Header, HEADER_LEN, TRAILER_LEN};
+use crate::keys::Seal;
+use crate::wire::{Header, HEADER_LEN, NAMED_TRAILER_LEN};
 
 /// A datagram waiting for room in the socket.
 #[derive(Debug)]
@@ -30,8 +31,10 @@ pub struct Queued {
     /// `None` on `FI_EP_SOCK_DGRAM` endpoints (the payload alone).
     hdr: Option<[u8; HEADER_LEN]>,
     iov: Iov,
-    /// A keyed endpoint's proof of its key.
-    trailer: Option<[u8; TRAILER_LEN]>,
+    /// A keyed endpoint's proof of its key: the bytes, and how many of
+    /// them are the trailer (`TRAILER_LEN`, or `NAMED_TRAILER_LEN` when
+    /// it names the key).
+    trailer: Option<([u8; NAMED_TRAILER_LEN], usize)>,
     dest: SocketAddr,
     len: usize,
     done: OpDone,
@@ -52,8 +55,8 @@ fn send_now(sock: &std::net::UdpSocket, d: &Queued) -> io::Result<()> {
             .filter(|b| !b.is_empty())
             .map(|b| IoSlice::new(b)),
     );
-    if let Some(t) = &d.trailer {
-        parts.push(IoSlice::new(t));
+    if let Some((t, n)) = &d.trailer {
+        parts.push(IoSlice::new(t.get(..*n).unwrap_or(t)));
     }
     let dest = d.dest;
     let to = SockAddr::from(dest);
@@ -101,7 +104,10 @@ impl EpShared {
         if req.iov.len() > self.iov_limit {
             return reject(Error::Inval, req);
         }
-        let dest = match self.dest_addr(req.dest) {
+        let (dest, seal) = match self
+            .dest_addr(req.dest)
+            .and_then(|(d, k)| Ok((d, self.keys.for_dest(k)?)))
+        {
             Ok(d) => d,
             Err(e) => return reject(e, req),
         };
@@ -121,19 +127,30 @@ impl EpShared {
             }
             None
         } else {
-            let keyed = self.key.is_some();
-            Some(
-                Header::new(req.tag, req.data, len as u32)
-                    .with_key(keyed)
-                    .encode(),
-            )
+            let h = Header::new(req.tag, req.data, len as u32);
+            let h = match seal {
+                Seal::None => h,
+                Seal::Own(_) => h.with_key(true),
+                Seal::Named(_) => h.with_named_key(),
+            };
+            Some(h.encode())
         };
         // The MAC covers the header as sent, so it is sealed after it.
-        let trailer = match (&self.key, &hdr) {
-            (Some(k), Some(h)) => {
+        let trailer = match (seal, &hdr) {
+            (Seal::Own(k) | Seal::Named(k), Some(h)) => {
                 let seq = self.seq.fetch_add(1, Ordering::Relaxed);
                 let to = addr_bytes(&dest);
-                Some(k.seal(&self.src_bytes, &to, h, seq, req.iov.iter().map(|b| &b[..])))
+                let body = req.iov.iter().map(|b| &b[..]);
+                let mut t = [0u8; NAMED_TRAILER_LEN];
+                let n = if matches!(seal, Seal::Named(_)) {
+                    t = k.seal_with_id(&self.src_bytes, &to, h, seq, body);
+                    NAMED_TRAILER_LEN
+                } else {
+                    let short = k.seal(&self.src_bytes, &to, h, seq, body);
+                    t[..short.len()].copy_from_slice(&short);
+                    short.len()
+                };
+                Some((t, n))
             }
             _ => None,
         };

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | 0..2 | magic `"WU"` |
 //! | 2 | version, 1 |
-//! | 3 | flags: 1 tagged, 2 remote CQ data, 4 keyed |
+//! | 3 | flags: 1 tagged, 2 remote CQ data, 4 keyed, 8 names its key |
 //! | 4..8 | payload length (the datagram's length less 24, and less the trailer when keyed) |
 //! | 8..16 | tag (0 unless tagged) |
 //! | 16..24 | remote CQ data (0 unless flagged) |
@@ -14,6 +14,10 @@
 //! A keyed datagram (flag 4) ends with a trailer of
 //! `weft_core::dgram_auth::TRAILER_LEN` (24) bytes after the payload: a
 //! sequence number and a MAC that prove the sender's authorization key.
+//! One that also names its key (flags 4 and 8: the sender holds an AV's
+//! keys, `FI_AV_AUTH_KEY`) has the key's identifier in front of those,
+//! `weft_core::dgram_auth::ID_TRAILER_LEN` (32) bytes in all. Flag 8
+//! without flag 4 is refused.
 //!
 //! Everything a receiver needs is in one datagram, so the decoder checks
 //! the header against the datagram it came in: a datagram that is not
@@ -33,9 +37,14 @@ pub const FLAG_CQ_DATA: u8 = 2;
 /// The datagram proves an authorization key: a trailer follows the
 /// payload.
 pub const FLAG_KEYED: u8 = 4;
-const KNOWN_FLAGS: u8 = FLAG_TAGGED | FLAG_CQ_DATA | FLAG_KEYED;
+/// The keyed datagram names its key: its trailer starts with the key's
+/// identifier (`weft_core::dgram_auth::KeyId`).
+pub const FLAG_NAMED: u8 = 8;
+const KNOWN_FLAGS: u8 = FLAG_TAGGED | FLAG_CQ_DATA | FLAG_KEYED | FLAG_NAMED;
 /// Bytes of a keyed datagram's trailer.
 pub const TRAILER_LEN: usize = weft_core::dgram_auth::TRAILER_LEN;
+/// Bytes of the trailer of a keyed datagram that names its key.
+pub const NAMED_TRAILER_LEN: usize = weft_core::dgram_auth::ID_TRAILER_LEN;
 
 /// The largest UDP payload over IPv4 (65535 less the IPv4 and UDP
 /// headers); over IPv6, without jumbograms, it is 65527.
@@ -54,6 +63,8 @@ pub struct Header {
     pub len: u32,
     /// A keyed datagram: a trailer follows the payload.
     pub keyed: bool,
+    /// A keyed datagram whose trailer names its key.
+    pub named: bool,
 }
 
 /// Why a datagram was refused.
@@ -82,12 +93,27 @@ impl Header {
             data,
             len,
             keyed: false,
+            named: false,
         }
     }
 
     /// The same header, marked as keyed (`keyed`) or not.
     pub fn with_key(self, keyed: bool) -> Header {
         Header { keyed, ..self }
+    }
+
+    /// The same header, marked as keyed with a trailer that names the key.
+    pub fn with_named_key(self) -> Header {
+        Header {
+            keyed: true,
+            named: true,
+            ..self
+        }
+    }
+
+    /// Bytes of the trailer after the payload.
+    pub fn trailer_len(&self) -> usize {
+        trailer_len(self.keyed, self.named)
     }
 
     /// The 24 bytes on the wire.
@@ -104,6 +130,9 @@ impl Header {
         }
         if self.keyed {
             flags |= FLAG_KEYED;
+            if self.named {
+                flags |= FLAG_NAMED;
+            }
         }
         b[3] = flags;
         b[4..8].copy_from_slice(&self.len.to_le_bytes());
@@ -124,7 +153,7 @@ impl Header {
             return Err(DecodeError::BadVersion);
         }
         let flags = h[3];
-        if flags & !KNOWN_FLAGS != 0 {
+        if flags & !KNOWN_FLAGS != 0 || flags & (FLAG_NAMED | FLAG_KEYED) == FLAG_NAMED {
             return Err(DecodeError::BadFlags);
         }
         let tag = u64_at(h, 8);
@@ -133,15 +162,12 @@ impl Header {
             return Err(DecodeError::Reserved);
         }
         let keyed = flags & FLAG_KEYED != 0;
-        let (payload, trailer) = if keyed {
-            payload
-                .len()
-                .checked_sub(TRAILER_LEN)
-                .map(|at| payload.split_at(at))
-                .ok_or(DecodeError::BadLength)?
-        } else {
-            (payload, &[][..])
-        };
+        let named = flags & FLAG_NAMED != 0;
+        let (payload, trailer) = payload
+            .len()
+            .checked_sub(trailer_len(keyed, named))
+            .map(|at| payload.split_at(at))
+            .ok_or(DecodeError::BadLength)?;
         let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
         if usize::try_from(len).ok() != Some(payload.len()) {
             return Err(DecodeError::BadLength);
@@ -151,8 +177,17 @@ impl Header {
             data: (flags & FLAG_CQ_DATA != 0).then_some(data),
             len,
             keyed,
+            named,
         };
         Ok((hdr, payload, trailer))
+    }
+}
+
+fn trailer_len(keyed: bool, named: bool) -> usize {
+    match (keyed, named) {
+        (false, _) => 0,
+        (true, false) => TRAILER_LEN,
+        (true, true) => NAMED_TRAILER_LEN,
     }
 }
 
@@ -216,6 +251,31 @@ mod tests {
     }
 
     #[test]
+    fn named_keys_carry_a_longer_trailer() {
+        let h = Header::new(None, Some(3), 2).with_named_key();
+        assert_eq!(h.encode()[3], FLAG_CQ_DATA | FLAG_KEYED | FLAG_NAMED);
+        assert_eq!(h.trailer_len(), NAMED_TRAILER_LEN);
+        let mut d = datagram(&h, b"hi");
+        d.extend_from_slice(&[0xCD; NAMED_TRAILER_LEN]);
+        let (got, p, t) = Header::decode(&d).unwrap();
+        assert_eq!((got, p, t.len()), (h, &b"hi"[..], NAMED_TRAILER_LEN));
+        // The short trailer of an unnamed key is a length mismatch.
+        let cut = d.len() - (NAMED_TRAILER_LEN - TRAILER_LEN);
+        assert_eq!(Header::decode(&d[..cut]), Err(DecodeError::BadLength));
+        // A name without a key is not a flag combination that exists.
+        let mut bare = datagram(&Header::new(None, None, 2), b"hi");
+        bare[3] = FLAG_NAMED;
+        assert_eq!(Header::decode(&bare), Err(DecodeError::BadFlags));
+        // Unkeyed headers never carry the name.
+        let plain = Header {
+            named: true,
+            ..Header::new(None, None, 0)
+        };
+        assert_eq!(plain.encode()[3], 0);
+        assert_eq!(plain.trailer_len(), 0);
+    }
+
+    #[test]
     fn the_documented_example_encodes_as_documented() {
         // docs/wire.md: a tagged 64-byte message with tag 0x1234 and data 7.
         let h = Header::new(Some(0x1234), Some(7), 64);
@@ -240,7 +300,7 @@ mod tests {
         d[2] = 2;
         assert_eq!(Header::decode(&d), Err(DecodeError::BadVersion));
         let mut d = good.clone();
-        d[3] |= 8;
+        d[3] |= 16;
         assert_eq!(Header::decode(&d), Err(DecodeError::BadFlags));
         let mut d = good.clone();
         d[16] = 1;

@@ -62,6 +62,18 @@ pub fn all_offers() -> Vec<Info> {
 /// matches nothing.
 pub fn getinfo(hints: Option<&Info>) -> Result<Vec<Info>> {
     let mut offers = all_offers();
+    if let Some(h) = hints {
+        for o in &mut offers {
+            if let Some(p) = o
+                .fabric_attr
+                .prov_name
+                .as_deref()
+                .and_then(crate::registry::known)
+            {
+                p.offer_for(h, o);
+            }
+        }
+    }
     if hints.is_some_and(|h| h.domain_attr.av_auth_key) {
         // A provider may enforce an endpoint's own key without keeping
         // keys in AVs (verbs): its offers cannot serve these hints.

@@ -1,6 +1,7 @@
 //! Reading completions for the `post` API.
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use weft::{CompletionQueue, CqEntry, CqItem};
@@ -19,6 +20,31 @@ pub struct Reaper {
     busy: bool,
     /// DGRAM: how long to wait for a completion before giving up.
     idle: Option<Duration>,
+    /// The timer that gives up, kept across reads and re-armed at most
+    /// every [`REARM`]: a timer made per read (`timeout_at`) cost a
+    /// registration in the runtime's timer wheel and its removal on every
+    /// message, on the latency path of a DGRAM ping-pong.
+    guard: Option<(Pin<Box<tokio::time::Sleep>>, Instant)>,
+}
+
+/// How stale the give-up timer may get: it fires between `idle - REARM`
+/// and `idle` after the last completion.
+const REARM: Duration = Duration::from_secs(1);
+
+/// The give-up timer for a read starting now: `idle` from now, give or
+/// take [`REARM`].
+fn rearm(
+    slot: &mut Option<(Pin<Box<tokio::time::Sleep>>, Instant)>,
+    idle: Duration,
+) -> Pin<&mut tokio::time::Sleep> {
+    let now = Instant::now();
+    let (sleep, armed) =
+        slot.get_or_insert_with(|| (Box::pin(tokio::time::sleep_until((now + idle).into())), now));
+    if now.duration_since(*armed) >= REARM {
+        sleep.as_mut().reset((now + idle).into());
+        *armed = now;
+    }
+    sleep.as_mut()
 }
 
 impl Reaper {
@@ -29,14 +55,15 @@ impl Reaper {
             cq,
             stash: VecDeque::new(),
             batch: Vec::with_capacity(64),
+            guard: None,
         }
     }
 
     /// Reads the next batch of completions (at least one) into `batch`.
     async fn read(&mut self) -> Res<()> {
         self.batch.clear();
-        let deadline = self.idle.map(|d| (Instant::now() + d, d));
         if self.busy {
+            let deadline = self.idle.map(|d| (Instant::now() + d, d));
             // Busy-poll's reader spins, sharing its core by the library's
             // policy (the provider's spinning thread may need it).
             let at = deadline.map(|(at, _)| at);
@@ -45,12 +72,16 @@ impl Reaper {
                 return Err(lost("read completion queue", d));
             }
         } else {
-            let read = self.cq.read_batch(&mut self.batch, 64);
-            let n = match deadline {
-                None => read.await,
-                Some((at, d)) => tokio::time::timeout_at(at.into(), read)
-                    .await
-                    .map_err(|_| lost("read completion queue", d))?,
+            let n = match self.idle {
+                None => self.cq.read_batch(&mut self.batch, 64).await,
+                Some(d) => {
+                    let guard = rearm(&mut self.guard, d);
+                    tokio::select! {
+                        biased;
+                        n = self.cq.read_batch(&mut self.batch, 64) => n,
+                        _ = guard => return Err(lost("read completion queue", d)),
+                    }
+                }
             };
             if n == 0 {
                 return Err(Failure::new("read completion queue", "queue closed"));

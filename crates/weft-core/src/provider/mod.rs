@@ -735,14 +735,19 @@ pub trait Provider: Send + Sync + Debug {
             None => Ok(()),
         }
     }
-    /// Whether its domains keep their RDM endpoints' keys in their AVs
-    /// (`FI_AV_AUTH_KEY`, `domain_attr.av_auth_key`). By default, what
+    /// Whether its domains keep their RDM (tcp) and DGRAM (udp)
+    /// endpoints' keys in their AVs (`FI_AV_AUTH_KEY`,
+    /// `domain_attr.av_auth_key`). By default, what
     /// [`auth_keys`](Self::auth_keys) says; a provider that enforces an
     /// endpoint's own key but not AV keys says `false`, and such domains
     /// and hints are refused rather than served without the keys.
     fn av_auth_keys(&self) -> bool {
         self.auth_keys()
     }
+    /// An offer as it stands for `hints`, before they are matched against
+    /// it: what the hints' keys cost (udp: a keyed datagram's trailer
+    /// comes off `max_msg_size`). By default the offer stands as it is.
+    fn offer_for(&self, _hints: &Info, _offer: &mut Info) {}
     /// Per-domain state (device context, protection domain), if the
     /// provider keeps any.
     fn open_domain(&self, _info: &Info) -> Result<Option<Arc<dyn ProviderDomain>>> {

@@ -63,7 +63,7 @@ impl Endpoint {
         // directed receives, and naming a key.
         if flags.contains(OpFlags::AUTH_KEY) {
             if !info.domain_attr.av_auth_key
-                || info.ep_attr.ep_type != weft_core::attr::EpType::Rdm
+                || !info.ep_attr.ep_type.takes_av_keys()
                 || !info.caps.contains(Caps::DIRECTED_RECV)
             {
                 return Err(Error::BadFlags);

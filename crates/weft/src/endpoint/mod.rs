@@ -242,11 +242,12 @@ impl Endpoint {
             info.ep_attr.auth_key.as_deref(),
             info.domain_attr.auth_key.as_deref(),
         )?;
-        // On an `FI_AV_AUTH_KEY` domain RDM endpoints take their keys
-        // from the AV when they are enabled, and may have none of their own.
+        // On an `FI_AV_AUTH_KEY` domain RDM (and udp DGRAM) endpoints
+        // take their keys from the AV when they are enabled, and may have
+        // none of their own.
         info.domain_attr.av_auth_key = domain.info().domain_attr.av_auth_key;
         if info.domain_attr.av_auth_key
-            && info.ep_attr.ep_type == EpType::Rdm
+            && info.ep_attr.ep_type.takes_av_keys()
             && info.ep_attr.auth_key.is_some()
         {
             return Err(Error::Inval);
