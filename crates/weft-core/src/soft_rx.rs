@@ -115,22 +115,6 @@ pub fn post_recv_keyed<U, S>(
             return Err(Rejected { err, req });
         }
     }
-    post_recv_keyed(ep, matcher, req, iov_limit, resolve, deliver)
-}
-
-/// [`post_recv`] for an endpoint whose arrivals carry the key they proved
-/// (`MsgInfo::key`; udp on an `FI_AV_AUTH_KEY` domain): a receive with
-/// `FI_AUTH_KEY` takes only messages that proved the key handle in its
-/// `src`. The caller has checked that the flag is allowed and names a
-/// key it holds.
-pub fn post_recv_keyed<U, S>(
-    ep: &dyn RecvCtx,
-    matcher: &Mutex<Matcher<RecvReq, U, S>>,
-    req: RecvReq,
-    iov_limit: usize,
-    resolve: &dyn Fn(&S) -> FiAddr,
-    deliver: &dyn Fn(RecvReq, MsgInfo, U),
-) -> std::result::Result<(), Rejected<RecvReq>> {
     if req.bufs.len() > iov_limit {
         return Err(Rejected {
             err: Error::Inval,

@@ -18,7 +18,7 @@ use weft_core::av::shared::lock_synced;
 use weft_core::completion::{Returned, WaitMode};
 use weft_core::credits::Credits;
 use weft_core::dgram_auth::{addr_bytes, first_seq, AddrBytes};
-use weft_core::flags::{Caps, OpFlags};
+use weft_core::flags::Caps;
 use weft_core::progress::{Progress, SpinHold};
 use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, SendReq};
 use weft_core::recv_completion::RecvCtx;
@@ -308,27 +308,17 @@ impl EpShared {
     }
 
     pub(crate) fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
-        if req.flags.contains(OpFlags::AUTH_KEY) {
-            // Only where keys live in the AV, naming a key held here (no
-            // sender can have proven another); never on a shared
-            // context, whose receives are not this endpoint's.
-            let err = match (
-                self.keys.av_mode() && self.srx.is_none(),
-                self.keys.holds(req.src),
-            ) {
-                (false, _) => Some(Error::BadFlags),
-                (true, false) => Some(Error::Inval),
-                (true, true) => None,
-            };
-            if let Some(err) = err {
-                return Err(Rejected { err, req });
-            }
-        }
+        // Keyed receives only where keys live in the AV (no sender can
+        // have proven a key not held here); never on a shared context,
+        // whose receives are not this endpoint's.
+        let keyed = self.keys.av_mode() && self.srx.is_none();
+        let holds = |k| self.keys.holds(k);
         weft_core::soft_rx::post_recv_keyed(
             self,
             &self.side.matcher,
             req,
             self.iov_limit,
+            keyed.then_some(&holds as &dyn Fn(FiAddr) -> bool),
             &Sender::resolve,
             &|req, info, held| crate::rx::deliver_held(self, req, info, held),
         )
