@@ -31,20 +31,6 @@ pub const SWEEP_EVERY: Duration = Duration::from_millis(100);
 /// that yields at once mostly comes back to a message already there.)
 const YIELD_AFTER_NS: u64 = 20_000;
 
-/// How long one inline progress call keeps passing over an endpoint that
-/// has nothing: a fraction of a round trip, so sibling futures of the
-/// waiting task are held back no longer than that. Measured: a 64 B
-/// inline ping-pong made 10,084 `epoll_wait` calls per 20,000 round
-/// trips without it and 405 with it (`docs/benchmarks.md`, "shm RDM").
-pub const INLINE_SPIN_NS: u64 = 2_000;
-
-/// [`INLINE_SPIN_NS`], or `WEFT_SHM_INLINE_SPIN_NS` if set to a number
-/// (0: one pass per call, as before; the benchmark compares both).
-fn inline_spin_ns() -> u64 {
-    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *NS.get_or_init(|| crate::cma::env_num("WEFT_SHM_INLINE_SPIN_NS", INLINE_SPIN_NS))
-}
-
 /// Starts the endpoint's drivers for its wait mode.
 pub fn start(ep: &Arc<EpShared>) -> Result<()> {
     if ep.cfg.wait == WaitMode::BusyPoll {
@@ -162,18 +148,12 @@ impl weft_core::progress::Progress for InlineProgress {
             return 0;
         }
         self.ep.hold.waiter_active();
-        let mut n = poll_once(&self.ep);
-        let mut now = clock_ns();
-        // A few more passes, for at most `inline_spin_ns()`, before handing
-        // the poll back: every poll returned empty costs the task a trip
-        // through the scheduler, and every `event_interval` of those an
-        // `epoll_wait` (one per four 64 B round trips before this).
-        let until = now + inline_spin_ns();
-        while n == 0 && now < until {
-            std::hint::spin_loop();
-            n = poll_once(&self.ep);
-            now = clock_ns();
-        }
+        // One pass per call: passing again for 2 µs before returning
+        // empty saved `epoll_wait` calls but held back the waiting task's
+        // own send, making a 64 B round trip 2.8x slower
+        // (`docs/benchmarks.md`, "shm RDM").
+        let n = poll_once(&self.ep);
+        let now = clock_ns();
         if n > 0 {
             self.ep.last_work.store(now, Ordering::Relaxed);
         } else if now.saturating_sub(self.ep.last_work.load(Ordering::Relaxed)) > YIELD_AFTER_NS {
