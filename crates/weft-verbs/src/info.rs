@@ -505,7 +505,8 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             // (`crate::keyproof`); DGRAM has no connection to prove it
             // on and takes none (`dgram_offer`).
             max_ep_auth_key: 1,
-            // Keys in the AV are tcp's only: refused on verbs domains.
+            // Offers carry no `FI_AV_AUTH_KEY`; hints with it match RDM
+            // offers only (`VerbsProvider::offer_for`).
             av_auth_key: false,
             tls: None,
             // No TLS over RDMA: asking a verbs domain for it is

@@ -236,19 +236,28 @@ impl Provider for VerbsProvider {
         true
     }
 
-    /// Keys in the AV (`FI_AV_AUTH_KEY`) are not implemented here: such
-    /// domains are `OpNotSupp`.
+    /// Keys in the AV (`FI_AV_AUTH_KEY`) on RDM endpoints (a lane per
+    /// key, `rdm`); MSG and DGRAM domains with them are `OpNotSupp`.
     fn av_auth_keys(&self) -> bool {
-        false
+        true
+    }
+
+    /// Hints with `FI_AV_AUTH_KEY` match RDM offers only, which then hold
+    /// up to an AV's worth of keys per endpoint.
+    fn offer_for(&self, hints: &Info, offer: &mut Info) {
+        if hints.domain_attr.av_auth_key {
+            offer.domain_attr.max_ep_auth_key = match offer.ep_attr.ep_type {
+                EpType::Rdm => weft_core::av::MAX_AV_AUTH_KEYS,
+                _ => 0,
+            };
+        }
     }
 
     fn open_domain(
         &self,
         info: &Info,
     ) -> Result<Option<Arc<dyn weft_core::provider::ProviderDomain>>> {
-        if info.domain_attr.av_auth_key {
-            return Err(Error::OpNotSupp);
-        }
+        no_av_keys(info)?;
         no_tls(info)?;
         open_domain(info).map(Some)
     }
@@ -259,6 +268,7 @@ impl Provider for VerbsProvider {
     }
 
     fn open_passive(&self, cfg: PassiveConfig) -> Result<Arc<dyn ProviderPassive>> {
+        no_av_keys(&cfg.info)?;
         effective_key(
             cfg.info.ep_attr.auth_key.as_deref(),
             cfg.info.domain_attr.auth_key.as_deref(),
@@ -275,6 +285,7 @@ impl Provider for VerbsProvider {
 /// protection domain (`domain`), where the domain's regions under other
 /// keys are out of reach.
 pub fn endpoint_key(info: &Info) -> Result<Option<AuthKey>> {
+    no_av_keys(info)?;
     let key = effective_key(
         info.ep_attr.auth_key.as_deref(),
         info.domain_attr.auth_key.as_deref(),
@@ -283,6 +294,16 @@ pub fn endpoint_key(info: &Info) -> Result<Option<AuthKey>> {
         return Err(Error::OpNotSupp);
     }
     Ok(key)
+}
+
+/// Refuses keys in the AV (`FI_AV_AUTH_KEY`) on anything but RDM
+/// (`OpNotSupp`): a MSG connection proves one key, chosen before any AV
+/// entry names a peer, and DGRAM has no connection to prove one on.
+fn no_av_keys(info: &Info) -> Result<()> {
+    if info.domain_attr.av_auth_key && info.ep_attr.ep_type != EpType::Rdm {
+        return Err(Error::OpNotSupp);
+    }
+    Ok(())
 }
 
 /// Refuses TLS (`OpNotSupp`): RDMA traffic bypasses any stream a TLS
@@ -301,15 +322,36 @@ mod tests {
     use super::*;
 
     /// Keys on MSG and RDM (the endpoint's own before its domain's),
-    /// refused on DGRAM; FI_AV_AUTH_KEY domains refused.
+    /// refused on DGRAM; FI_AV_AUTH_KEY domains and endpoints refused
+    /// but for RDM, whose offers then hold an AV's keys.
     #[test]
     fn which_keys_are_taken() {
         let p = VerbsProvider;
         assert!(p.auth_keys());
-        assert!(!p.av_auth_keys());
+        assert!(p.av_auth_keys());
+        for t in [EpType::Msg, EpType::Dgram] {
+            let mut i = Info::default();
+            i.domain_attr.av_auth_key = true;
+            i.ep_attr.ep_type = t;
+            assert_eq!(p.open_domain(&i).err(), Some(Error::OpNotSupp));
+            assert_eq!(endpoint_key(&i), Err(Error::OpNotSupp));
+            let mut o = Info::default();
+            o.ep_attr.ep_type = t;
+            o.domain_attr.max_ep_auth_key = 1;
+            p.offer_for(&i, &mut o);
+            assert_eq!(o.domain_attr.max_ep_auth_key, 0);
+        }
         let mut i = Info::default();
         i.domain_attr.av_auth_key = true;
-        assert_eq!(p.open_domain(&i).err(), Some(Error::OpNotSupp));
+        i.ep_attr.ep_type = EpType::Rdm;
+        assert_eq!(no_av_keys(&i), Ok(()));
+        let mut o = Info::default();
+        o.ep_attr.ep_type = EpType::Rdm;
+        p.offer_for(&i, &mut o);
+        assert_eq!(
+            o.domain_attr.max_ep_auth_key,
+            weft_core::av::MAX_AV_AUTH_KEYS
+        );
         let a = AuthKey::new(b"job-a").unwrap();
         let b = AuthKey::new(b"job-b").unwrap();
         for t in [EpType::Msg, EpType::Rdm] {

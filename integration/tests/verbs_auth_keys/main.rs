@@ -12,7 +12,7 @@
 //! to the endpoint's own job. Regions and endpoints under keys other than
 //! the domain's get protection domains of their own, so another job's
 //! remote keys fail at the device (`regions`). What verbs cannot enforce
-//! (keys on DGRAM) or does not do (keys in the AV) is refused.
+//! (keys on DGRAM, keys in the AV on MSG) is refused.
 //!
 //! Outside the VM every test is ignored; inside it a missing device is a
 //! failure.
@@ -294,12 +294,14 @@ async fn domain_keys_regions_and_what_verbs_refuses() {
     h.ep_attr.ep_type = EpType::Dgram;
     h.ep_attr.auth_key = Some(JOB_A.to_vec());
     assert_eq!(weft::getinfo(Some(&h)).err(), Some(Error::NoData));
+    // Keys in the AV: RDM only (verbs_av_auth_keys.rs); MSG hints with
+    // them match nothing, and a MSG domain with them is refused.
     let mut h = Info::default();
     h.fabric_attr.prov_name = Some("verbs".into());
-    h.ep_attr.ep_type = EpType::Rdm;
+    h.ep_attr.ep_type = EpType::Msg;
     h.domain_attr.av_auth_key = true;
     assert_eq!(weft::getinfo(Some(&h)).err(), Some(Error::NoData));
-    let mut avk = info(SERVER_DEV, EpType::Rdm, None);
+    let mut avk = info(SERVER_DEV, EpType::Msg, None);
     avk.domain_attr.av_auth_key = true;
     assert_eq!(fabric.domain(&avk).err(), Some(Error::OpNotSupp));
 

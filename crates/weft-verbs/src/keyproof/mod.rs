@@ -256,12 +256,6 @@ impl Gate {
         })
     }
 
-    /// The key a gate made by [`new`](Self::new) takes (the one its
-    /// endpoint proves as a connector too), if any.
-    pub(crate) fn key(&self) -> Option<&AuthKey> {
-        self.keys.first()
-    }
-
     /// The key of index `i` (as a [`Verdict::Proven`] names it).
     pub(crate) fn proven(&self, i: usize) -> Option<&AuthKey> {
         self.keys.get(i)

@@ -127,7 +127,7 @@ impl RdmShared {
                 // No bytes yet: the receive will wait for them.
                 Some(req) => out.matched.push((pull, req, p.info)),
                 None => m.push_unexpected_front_after(
-                    self.src(p.from),
+                    self.src(p.from, p.info.key),
                     p.info,
                     self.held_forced(Unexp::Pull(pull), p.info.len),
                 ),

@@ -74,6 +74,8 @@
 //! frame provides there.
 
 mod arriving;
+mod keys;
+mod lanes;
 mod multi;
 mod peers;
 mod rma;
@@ -106,11 +108,7 @@ use weft_core::{Error, Result};
 
 use crate::cm_events::CmChannel;
 use crate::cq_poller::{self, PollerSlot};
-use crate::slot_pool::{SlotPool, SLOTS};
-use crate::sys::{
-    AccessFlags, BytesMr, BytesMutMr, CmId, CompChannel, Cq, PortSpace, ProtectionDomain,
-    QueuePair, Srq,
-};
+use crate::sys::{BytesMr, BytesMutMr, CmId, CompChannel, Cq, PortSpace, QueuePair};
 use weft_core::limits::ConnSlot;
 
 pub(crate) use tx::inject_size;
@@ -150,6 +148,8 @@ pub(crate) struct Conn {
     /// the posted receives together once its last read is in, so that
     /// they keep that order.
     pub orphans: Mutex<Vec<(u64, RecvReq)>>,
+    /// The key it proved and what its work requests name.
+    pub lane: Arc<lanes::Lane>,
     /// Its place in the endpoint's connection count, given back after the
     /// QP and id (declared before it) are destroyed.
     pub _slot: ConnSlot,
@@ -175,6 +175,12 @@ impl Conn {
 
     pub(crate) fn peer_nonce_set(&self, n: u64) {
         self.peer_nonce_cell.store(n, Ordering::Release);
+    }
+
+    /// The AV key handle the connection proved (`FI_AV_AUTH_KEY`), as
+    /// messages carry it.
+    pub(crate) fn key(&self) -> Option<u16> {
+        self.lane.handle.and_then(|h| u16::try_from(h).ok())
     }
 
     fn inline_max(&self) -> usize {
@@ -209,6 +215,9 @@ pub(crate) struct PeerState {
     pub connecting: bool,
     /// An inbound connection is being accepted.
     pub accepting: bool,
+    /// The lane (key) of its connection, or of the one being made: one
+    /// connection per peer address, so one key at a time.
+    pub lane: usize,
 }
 
 impl PeerState {
@@ -323,18 +332,12 @@ pub(crate) struct RndvSend {
     pub conn: Arc<Conn>,
 }
 
-/// The verbs objects every connection of the endpoint shares.
+/// The verbs objects every connection of the endpoint shares, and those
+/// of each key ([`lanes`]).
 pub(crate) struct Res {
-    pub pd: Arc<ProtectionDomain>,
-    /// The domain's registration cache (when `pd` is the domain's).
-    pub cache: Option<Arc<crate::user_bufs::SourceCache>>,
     pub chan: Arc<CompChannel>,
     pub cq: Arc<Cq>,
-    pub srq: Arc<Srq>,
-    pub send_pool: SlotPool,
-    pub recv_pool: SlotPool,
-    /// Slots for small RDMA reads.
-    pub read_pool: Arc<SlotPool>,
+    pub lanes: lanes::Lanes,
 }
 
 pub(crate) type RdmMatcher = Matcher<RecvReq, srx::Held, srx::Src>;
@@ -358,6 +361,8 @@ pub struct RdmShared {
     /// The key connections prove (its own, else its domain's), and the
     /// listener's open challenges.
     pub(crate) gate: crate::keyproof::Gate,
+    /// The keys it holds, by lane.
+    pub(crate) keys: keys::RdmKeys,
     pub(crate) peers: Mutex<FastMap<SocketAddr, PeerState>>,
     pub(crate) by_qp: Mutex<FastMap<u32, Arc<Conn>>>,
     /// The matcher and receive credits: this endpoint's own, or those of
@@ -422,14 +427,21 @@ impl RdmShared {
         self.next_wr.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The AV handle of the peer at `peer`, if the AV knows it.
-    pub(crate) fn resolve_src(&self, peer: &SocketAddr) -> FiAddr {
-        match &self.cfg.av {
-            Some(av) => lock(av)
-                .find(&sockaddr_bytes(peer))
-                .unwrap_or(FI_ADDR_NOTAVAIL),
-            None => FI_ADDR_NOTAVAIL,
+    /// The AV handle of the peer at `peer` whose connection proved the
+    /// AV key `key`, if the AV knows it: on an `FI_AV_AUTH_KEY` endpoint
+    /// the entry of that address under that key, another key's being
+    /// another peer.
+    pub(crate) fn resolve_src(&self, peer: &SocketAddr, key: Option<u16>) -> FiAddr {
+        let Some(av) = &self.cfg.av else {
+            return FI_ADDR_NOTAVAIL;
+        };
+        let t = lock(av);
+        let raw = sockaddr_bytes(peer);
+        match self.keys.av_mode() {
+            true => t.find_keyed(&raw, key.map(FiAddr::from)),
+            false => t.find(&raw),
         }
+        .unwrap_or(FI_ADDR_NOTAVAIL)
     }
 
     pub(crate) fn reported_addr(&self, a: FiAddr) -> FiAddr {
@@ -440,9 +452,9 @@ impl RdmShared {
     }
 
     /// The checks every transmit post makes (state, length, buffer
-    /// count, destination), then its credit: the peer's address, or why
-    /// the post is refused.
-    fn admit(&self, dest: FiAddr, len: usize, n_bufs: usize) -> Result<SocketAddr> {
+    /// count, destination), then its credit: the peer's address and the
+    /// lane of the key its entry names, or why the post is refused.
+    fn admit(&self, dest: FiAddr, len: usize, n_bufs: usize) -> Result<(SocketAddr, usize)> {
         if self.is_closed() {
             return Err(Error::OpBadState);
         }
@@ -459,14 +471,26 @@ impl RdmShared {
         Ok(dest)
     }
 
-    fn dest_of(&self, dest: FiAddr) -> Result<SocketAddr> {
+    fn dest_of(&self, dest: FiAddr) -> Result<(SocketAddr, usize)> {
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
         let t = lock(av);
-        let raw = t.lookup(dest).map_err(|_| Error::AddrNotAvail)?;
-        decode_sockaddr(raw).map_err(|_| Error::AddrNotAvail)
+        let (raw, key) = t.lookup_keyed(dest).map_err(|_| Error::AddrNotAvail)?;
+        let a = decode_sockaddr(raw).map_err(|_| Error::AddrNotAvail)?;
+        Ok((a, self.keys.lane_for_dest(key)?))
     }
 
     fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
+        // Directed by key: a key the endpoint holds (fi_av(3)).
+        if req.flags.contains(OpFlags::AUTH_KEY) {
+            let err = match self.keys.av_mode() {
+                false => Some(Error::BadFlags),
+                true if !self.keys.holds(req.src) => Some(Error::Inval),
+                true => None,
+            };
+            if let Some(err) = err {
+                return Err(Rejected { err, req });
+            }
+        }
         let spec = spec_of(&req);
         let resolve = srx::Src::resolve;
         if req.flags.contains(OpFlags::PEEK) {
@@ -562,7 +586,7 @@ fn incarnation(local: &SocketAddr) -> u64 {
 
 pub(crate) fn spec_of(req: &RecvReq) -> RecvSpec {
     RecvSpec {
-        by_key: false,
+        by_key: req.flags.contains(OpFlags::AUTH_KEY),
         src: req.src,
         tagged: req.tagged,
         tag: req.tag,
@@ -588,12 +612,9 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         .ok_or(Error::AddrNotAvail)
         .and_then(decode_sockaddr)?;
     let tos = crate::tos_of(&cfg.info)?;
-    let key = weft_core::auth::effective_key(
-        cfg.info.ep_attr.auth_key.as_deref(),
-        cfg.info.domain_attr.auth_key.as_deref(),
-    )?;
-    let gate = crate::keyproof::Gate::new(
-        key.clone(),
+    let keys = keys::RdmKeys::for_endpoint(&cfg.info, cfg.av.as_ref())?;
+    let gate = crate::keyproof::Gate::with_keys(
+        keys.gate_keys(),
         weft_core::auth::ConnKind::Rdm,
         cfg.limits.handshake_timeout,
     )?;
@@ -606,24 +627,14 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     listener.listen(LISTEN_BACKLOG)?;
     let local = listener.local_addr().ok_or(Error::AddrNotAvail)?;
     let ctx = listener.context()?;
-    // Every connection proves the endpoint's key: all of them, and the
-    // receive queue they share, live in that key's protection domain.
-    let pd = crate::domain::endpoint_pd(&cfg, &ctx, key.as_ref())?;
     let chan = CompChannel::new(&ctx)?;
-    let srq = Srq::new(&pd, SLOTS as u32, 1)?;
+    // Every connection under a key, and the receive queue those share,
+    // live in that key's protection domain: a lane per key.
+    let lanes = lanes::Lanes::new(ctx.clone(), keys.lanes());
     // A write with remote CQ data is two work requests on one credit.
-    let cq_depth = (2 * EP_SEND_WR + SLOTS + 64) as u32;
+    let cq_depth = (2 * EP_SEND_WR + lanes.recv_depth() + 64) as u32;
     let cq = Cq::new(&ctx, cq_depth, Some(&chan))?;
-    let res = Res {
-        cache: crate::domain::endpoint_cache(&cfg, &pd),
-        send_pool: SlotPool::with_slot(&pd, SLOTS, RDM_SLOT, AccessFlags::NONE)?,
-        recv_pool: SlotPool::with_slot(&pd, SLOTS, RDM_SLOT, AccessFlags::LOCAL_WRITE)?,
-        read_pool: crate::user_bufs::read_pool(&pd)?,
-        pd,
-        chan,
-        cq,
-        srq,
-    };
+    let res = Res { chan, cq, lanes };
     let (tx, rx) = (cfg.info.tx_attr.size, cfg.info.rx_attr.size);
     let ctx = srx::RdmSrx::of(&cfg.srx)?;
     let side = ctx
@@ -638,6 +649,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         listener,
         tos,
         gate,
+        keys,
         peers: Mutex::new(fast_map()),
         by_qp: Mutex::new(fast_map()),
         side,
@@ -658,8 +670,10 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         rt,
         cfg,
     });
-    for slot in 0..SLOTS as u32 {
-        shared.post_slot(slot)?;
+    // One key (or none): its lane now. Keys of the AV: each when a
+    // connection first needs it.
+    if shared.keys.lanes() == 1 {
+        shared.lane(0)?;
     }
     if let Some(c) = &shared.srx {
         c.join(shared.me.clone());
@@ -707,8 +721,8 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
             });
         }
         match ep.admit(req.dest, req.len(), req.iov.len()) {
-            Ok(dest) => {
-                ep.submit_to(dest, Deferred::Send(req));
+            Ok((dest, lane)) => {
+                ep.submit_to(dest, lane, Deferred::Send(req));
                 Ok(())
             }
             Err(err) => Err(Rejected { err, req }),
@@ -732,8 +746,8 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
             RmaOp::Atomic(_) => 1,
         };
         match ep.admit(req.dest, req.len(), n) {
-            Ok(dest) => {
-                ep.submit_to(dest, Deferred::Rma(req));
+            Ok((dest, lane)) => {
+                ep.submit_to(dest, lane, Deferred::Rma(req));
                 Ok(())
             }
             Err(err) => Err(Rejected { err, req }),
@@ -816,6 +830,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
             let _ = c.id.disconnect();
             let _ = c.qp.to_error();
         }
+        ep.keys.release();
         // Outstanding operations are discarded without completions; what
         // the device may still touch stays owned by the in-flight tables
         // until the endpoint (and its QPs) are gone.

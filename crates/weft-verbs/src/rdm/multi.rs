@@ -116,7 +116,7 @@ impl RdmShared {
     ) -> Option<(RecvReq, MsgInfo, bytes::Bytes)> {
         let info = r.info();
         let data = r.take_bytes().freeze();
-        let key = self.src(self.key_of(info.src));
+        let key = self.src(self.key_of(info.src), info.key);
         let mut ended = Vec::new();
         let mut m = lock(&self.side.matcher);
         let out = match match_arrival(&mut m, &info, &mut ended) {

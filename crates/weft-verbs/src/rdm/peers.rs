@@ -90,24 +90,27 @@ fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
     // proven requests (whose hello is the proof's data); refusals are
     // reported with the requester's address.
     let here = id.local_addr().unwrap_or(ep.local);
-    let claimed = match ep
-        .gate
-        .on_request(private, from.map(|a| a.ip()), here, Instant::now())
-    {
-        Verdict::Plain => parse_hello(private),
-        Verdict::Proven(data, _) => from
-            .ok_or(Error::Inval)
-            .and_then(|f| parse_keyed_hello(&data, f.ip())),
-        Verdict::Reject { data, report } => {
-            refuse(ep, id, &data);
-            if let Some(err) = report {
-                tracing::debug!(peer = ?from, "verbs rdm: key not proven; request refused");
-                ep.key_rejected.fetch_add(1, Ordering::Relaxed);
-                ep.report(err, from);
+    let (claimed, lane) =
+        match ep
+            .gate
+            .on_request(private, from.map(|a| a.ip()), here, Instant::now())
+        {
+            Verdict::Plain => (parse_hello(private), 0),
+            Verdict::Proven(data, k) => (
+                from.ok_or(Error::Inval)
+                    .and_then(|f| parse_keyed_hello(&data, f.ip())),
+                ep.keys.lane_of_proven(k),
+            ),
+            Verdict::Reject { data, report } => {
+                refuse(ep, id, &data);
+                if let Some(err) = report {
+                    tracing::debug!(peer = ?from, "verbs rdm: key not proven; request refused");
+                    ep.key_rejected.fetch_add(1, Ordering::Relaxed);
+                    ep.report(err, from);
+                }
+                return;
             }
-            return;
-        }
-    };
+        };
     // Before anything is built for it: a flood of requests must cost a
     // rejection each, not a QP each.
     let Some(slot) = ConnSlot::try_take(&ep.conn_count, ep.cfg.limits.max_conns) else {
@@ -125,6 +128,17 @@ fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
     };
     let mut peers = lock(&ep.peers);
     let p = peers.entry(peer).or_default();
+    if p.lane != lane && !p.is_empty() {
+        // The peer's address is connected (or connecting) under another
+        // key: one connection per address, and this one would cross jobs.
+        drop(peers);
+        refuse(ep, id, &payload::refused());
+        tracing::debug!(peer = ?from, "verbs rdm: another key than the peer's connection");
+        ep.key_rejected.fetch_add(1, Ordering::Relaxed);
+        ep.report(Error::KeyRejected, from);
+        return;
+    }
+    p.lane = lane;
     let ours_wins = p.connecting && p.conn.is_none() && ep.local_raw < encode_sockaddr(&peer);
     // The same incarnation asking again while connected: a retry that
     // crossed our own connection, not a restart; keep the one we have.
@@ -144,7 +158,7 @@ fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
     let t = ep.rt.spawn(async move {
         let token = id.token();
         let mut events = ep2.cm.subscribe(token);
-        let r = accept(&ep2, id, peer, nonce, slot, &mut events).await;
+        let r = accept(&ep2, id, (peer, lane), nonce, slot, &mut events).await;
         conn_done(&ep2, peer, false, r, events, Some(token));
     });
     lock(&ep.tasks).push(t.abort_handle());
@@ -165,7 +179,7 @@ async fn established(
 async fn accept(
     ep: &Arc<RdmShared>,
     id: CmId,
-    peer: SocketAddr,
+    (peer, lane): (SocketAddr, usize),
     nonce: u64,
     slot: ConnSlot,
     events: &mut Events,
@@ -173,7 +187,7 @@ async fn accept(
     if let Some(t) = ep.tos {
         id.set_tos(t).map_err(|e| (e, Vec::new(), None))?;
     }
-    let conn = new_conn(ep, id, peer, nonce, slot).map_err(|e| (e, Vec::new(), None))?;
+    let conn = new_conn(ep, id, (peer, lane), nonce, slot).map_err(|e| (e, Vec::new(), None))?;
     let fail = |e: Error, d: Vec<u8>| (e, d, Some(conn.clone()));
     let pd = hello(ep).map_err(|e| fail(e, Vec::new()))?;
     conn.id
@@ -183,8 +197,9 @@ async fn accept(
     Ok(conn)
 }
 
-/// Connects to `peer` (the caller has marked the peer `active`).
-pub(super) fn connect(ep: &RdmShared, peer: SocketAddr) {
+/// Connects to `peer` proving the key of `lane` (the caller has marked
+/// the peer `active`).
+pub(super) fn connect(ep: &RdmShared, peer: SocketAddr, lane: usize) {
     let Some(ep) = ep.me.upgrade() else { return };
     // Counted from now, never refused: the application asked for it.
     let slot = ConnSlot::take(&ep.conn_count);
@@ -201,7 +216,7 @@ pub(super) fn connect(ep: &RdmShared, peer: SocketAddr) {
         };
         let token = id.token();
         let mut events = ep2.cm.subscribe(token);
-        let r = active(&ep2, id, peer, slot, &mut events).await;
+        let r = active(&ep2, id, (peer, lane), slot, &mut events).await;
         conn_done(&ep2, peer, true, r, events, Some(token));
     });
     lock(&ep.tasks).push(t.abort_handle());
@@ -210,7 +225,7 @@ pub(super) fn connect(ep: &RdmShared, peer: SocketAddr) {
 async fn active(
     ep: &Arc<RdmShared>,
     id: CmId,
-    peer: SocketAddr,
+    (peer, lane): (SocketAddr, usize),
     slot: ConnSlot,
     events: &mut Events,
 ) -> Attempt {
@@ -222,7 +237,7 @@ async fn active(
     }
     // A keyed connect opens on an id of its own, resolved beside the one
     // that will carry the connection.
-    let mut opening = match ep.gate.key() {
+    let mut opening = match ep.keys.key_of(lane) {
         Some(k) => Some((
             Dialer::new(k.clone(), ConnKind::Rdm).map_err(bare)?,
             OpeningId::new(&ep.cm, ep.tos).map_err(bare)?,
@@ -242,7 +257,7 @@ async fn active(
             .await
             .map_err(plain)?,
     }
-    let conn = new_conn(ep, id, peer, 0, slot).map_err(bare)?;
+    let conn = new_conn(ep, id, (peer, lane), 0, slot).map_err(bare)?;
     let fail = |e: Error, d: Vec<u8>| (e, d, Some(conn.clone()));
     let pd = match opening {
         Some((d, o)) => {
@@ -266,23 +281,25 @@ async fn active(
     Ok(conn)
 }
 
-/// A QP for `id` on the endpoint's PD, CQ and shared receive queue.
+/// A QP for `id` on the endpoint's CQ and the protection domain and
+/// shared receive queue of `lane`'s key.
 fn new_conn(
     ep: &RdmShared,
     id: CmId,
-    peer: SocketAddr,
+    (peer, lane): (SocketAddr, usize),
     nonce: u64,
     slot: ConnSlot,
 ) -> Result<Arc<Conn>> {
     let info = &ep.cfg.info;
     let sge = info.tx_attr.iov_limit.max(info.rx_attr.iov_limit) as u32;
+    let lane = ep.lane(lane)?;
     let qp = id.create_qp(
-        &ep.res.pd,
+        &lane.pd,
         &QpInitAttr {
             qp_type: QpType::Rc,
             send_cq: ep.res.cq.clone(),
             recv_cq: ep.res.cq.clone(),
-            srq: Some(ep.res.srq.clone()),
+            srq: Some(lane.srq.clone()),
             caps: QpCaps {
                 // A write with remote CQ data takes two work requests
                 // on one credit.
@@ -305,6 +322,7 @@ fn new_conn(
         dead: std::sync::atomic::AtomicBool::new(false),
         reads: std::sync::atomic::AtomicUsize::new(0),
         orphans: std::sync::Mutex::new(Vec::new()),
+        lane,
         _slot: slot,
     });
     lock(&ep.by_qp).insert(conn.qp.qp_num(), conn.clone());
@@ -358,6 +376,7 @@ fn conn_done(
             kill(ep, &conn, Error::Already);
         }
         Ok(conn) => {
+            p.lane = conn.lane.idx;
             let old = p.conn.replace(conn.clone());
             ep.flush_locked(p);
             drop(peers);
@@ -414,11 +433,12 @@ fn conn_done(
                         let p = peers.entry(peer).or_default();
                         let go = p.conn.is_none() && !p.accepting && !p.pending.is_empty();
                         p.connecting = go;
+                        let lane = p.lane;
                         prune(&mut peers, &peer);
-                        go
+                        go.then_some(lane)
                     };
-                    if go {
-                        connect(&ep, peer);
+                    if let Some(lane) = go {
+                        connect(&ep, peer, lane);
                     }
                 });
                 lock(&ep.tasks).push(t.abort_handle());
@@ -498,13 +518,13 @@ pub(crate) fn kill(ep: &Arc<RdmShared>, c: &Arc<Conn>, err: Error) {
                     p.conn = None;
                     let go = !p.pending.is_empty() && !p.connecting && !p.accepting;
                     p.connecting |= go;
-                    go
+                    go.then_some(p.lane)
                 } else {
-                    false
+                    None
                 };
                 (reconnect, cut)
             }
-            None => (false, Vec::new()),
+            None => (None, Vec::new()),
         };
         prune(&mut peers, &c.peer);
         (reconnect, cut)
@@ -556,8 +576,8 @@ pub(crate) fn kill(ep: &Arc<RdmShared>, c: &Arc<Conn>, err: Error) {
         ep2.cm.unsubscribe(c2.id.token());
     });
     lock(&ep.tasks).push(t.abort_handle());
-    if reconnect {
-        connect(ep, c.peer);
+    if let Some(lane) = reconnect {
+        connect(ep, c.peer, lane);
     }
 }
 

@@ -62,11 +62,7 @@ impl RdmShared {
         let mut g = lock(&self.inflight);
         match post_rma(
             &c.qp,
-            (
-                &self.res.pd,
-                self.res.cache.as_ref(),
-                Some(&self.res.read_pool),
-            ),
+            (&c.lane.pd, c.lane.cache.as_ref(), Some(&c.lane.read_pool)),
             c.inline_max(),
             op,
             (addr, rkey),

@@ -132,13 +132,15 @@ impl Pull {
 }
 
 impl RdmShared {
-    /// Puts receive slot `slot` (back) on the shared receive queue.
+    /// Puts receive slot `slot` (back) on its lane's shared receive
+    /// queue.
     pub(crate) fn post_slot(&self, slot: u32) -> Result<()> {
+        let (lane, local) = self.slot_lane(slot).ok_or(Error::Inval)?;
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
-        self.res.recv_pool.with(|mr| {
-            let sge = mr.sge(self.res.recv_pool.offset(slot), RDM_SLOT)?;
-            self.res.srq.post_recv(&RecvRequest {
+        lane.recv_pool.with(|mr| {
+            let sge = mr.sge(lane.recv_pool.offset(local), RDM_SLOT)?;
+            lane.srq.post_recv(&RecvRequest {
                 wr_id,
                 sges: &[sge],
             })
@@ -162,12 +164,10 @@ impl RdmShared {
             return;
         }
         let n = wc.byte_len as usize;
-        let base = self.res.recv_pool.offset(slot);
+        let base = self.slot_offset(slot);
         let mut hb = [0u8; HDR];
         let hdr = if n >= HDR {
-            self.res
-                .recv_pool
-                .with(|mr| mr.read_at(base, &mut hb))
+            self.read_slots(base, &mut hb)
                 .and_then(|()| Header::decode(&hb))
         } else {
             Err(Error::Io)
@@ -208,7 +208,7 @@ impl RdmShared {
             self.repost_slot(slot);
             return;
         }
-        let info = self.info_of(&conn.peer, &hdr, plen);
+        let info = self.info_of(&conn, &hdr, plen);
         // Multi-receive buffers it did not fit are released once the
         // matcher's lock is let go, before the message completes.
         let mut ended = Vec::new();
@@ -236,7 +236,7 @@ impl RdmShared {
                     // receives free slots.
                     let hold = super::srx::SlotHold::new(self, slot, base + HDR, plen);
                     let held = self.held(Unexp::Slot(hold), None);
-                    m.push_unexpected(self.src(conn.peer), info, held);
+                    m.push_unexpected(self.src(conn.peer, conn.key()), info, held);
                     drop(m);
                     self.end_buffers(ended);
                     if hdr.ack {
@@ -245,13 +245,10 @@ impl RdmShared {
                     return;
                 };
                 let mut data = vec![0u8; plen];
-                let ok = self
-                    .res
-                    .recv_pool
-                    .with(|mr| mr.read_at(base + HDR, &mut data));
+                let ok = self.read_slots(base + HDR, &mut data);
                 if ok.is_ok() {
                     let held = self.held(Unexp::Eager(data.into()), Some(charge));
-                    m.push_unexpected(self.src(conn.peer), info, held);
+                    m.push_unexpected(self.src(conn.peer, conn.key()), info, held);
                 }
                 drop(m);
                 self.end_buffers(ended);
@@ -272,7 +269,7 @@ impl RdmShared {
     /// messages, the peers' sends wait in RNR retries once every slot is
     /// held, rather than the context holding more than its budget.
     fn on_rts(&self, slot: u32, hdr: Header, conn: Arc<Conn>) {
-        let info = self.info_of(&conn.peer, &hdr, hdr.len as usize);
+        let info = self.info_of(&conn, &hdr, hdr.len as usize);
         let mut ended = Vec::new();
         let mut m = lock(&self.side.matcher);
         let matched = super::multi::match_arrival(&mut m, &info, &mut ended);
@@ -304,7 +301,7 @@ impl RdmShared {
                 // Delivery-complete: fetch it now, answer once here.
                 let pull = Arc::new(Pull::default());
                 let held = self.held(Unexp::Pull(pull.clone()), Some(charge));
-                m.push_unexpected(self.src(conn.peer), info, held);
+                m.push_unexpected(self.src(conn.peer, conn.key()), info, held);
                 drop(m);
                 self.repost_slot(slot);
                 self.end_buffers(ended);
@@ -318,7 +315,7 @@ impl RdmShared {
                 }
             }
             (None, Some(Some(charge))) => {
-                let src = self.src(conn.peer);
+                let src = self.src(conn.peer, conn.key());
                 m.push_unexpected(src, info, self.held(Unexp::Rts { conn, hdr }, Some(charge)));
                 drop(m);
                 self.repost_slot(slot);
@@ -326,7 +323,7 @@ impl RdmShared {
             }
             (None, _) => {
                 // Past the budget: held uncharged, in its slot.
-                let src = self.src(conn.peer);
+                let src = self.src(conn.peer, conn.key());
                 let hold = super::srx::SlotHold::new(self, slot, 0, 0);
                 m.push_unexpected(src, info, self.held_in_slot(Unexp::Rts { conn, hdr }, hold));
                 drop(m);
@@ -371,15 +368,15 @@ impl RdmShared {
                 bufs: Vec::new(),
                 data: hdr.data.unwrap_or(0),
                 tag: 0,
-                src: self.reported_addr(self.resolve_src(&conn.peer)),
+                src: self.reported_addr(self.resolve_src(&conn.peer, conn.key())),
             }));
         }
     }
 
-    fn info_of(&self, peer: &std::net::SocketAddr, h: &Header, len: usize) -> MsgInfo {
+    fn info_of(&self, conn: &Conn, h: &Header, len: usize) -> MsgInfo {
         MsgInfo {
-            key: None,
-            src: self.resolve_src(peer),
+            key: conn.key(),
+            src: self.resolve_src(&conn.peer, conn.key()),
             tagged: h.tagged,
             tag: h.tag,
             len,
@@ -392,7 +389,9 @@ impl RdmShared {
     pub(crate) fn copy_from_slot(&self, mut req: RecvReq, off: usize, len: usize) -> RecvReq {
         // A copy cut short leaves the receive short of bytes; its length
         // check reports that.
-        let _ = self.res.recv_pool.scatter(off, len, &mut req.bufs);
+        if let Ok((lane, at)) = self.slot_region(off) {
+            let _ = lane.recv_pool.scatter(at, len, &mut req.bufs);
+        }
         req
     }
 

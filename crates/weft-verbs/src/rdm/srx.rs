@@ -130,6 +130,8 @@ impl Drop for SlotHold {
 #[derive(Debug, Clone)]
 pub(crate) struct Src {
     pub peer: SocketAddr,
+    /// The AV key handle its connection proved (`FI_AV_AUTH_KEY`).
+    pub key: Option<u16>,
     pub at: Weak<RdmShared>,
 }
 
@@ -137,7 +139,7 @@ impl Src {
     pub(crate) fn resolve(&self) -> FiAddr {
         self.at
             .upgrade()
-            .map_or(FI_ADDR_NOTAVAIL, |e| e.resolve_src(&self.peer))
+            .map_or(FI_ADDR_NOTAVAIL, |e| e.resolve_src(&self.peer, self.key))
     }
 }
 
@@ -190,10 +192,11 @@ impl RdmShared {
         self.held(u, Some(charge))
     }
 
-    /// The matcher's sender `peer`, arrived here.
-    pub(crate) fn src(&self, peer: SocketAddr) -> Src {
+    /// The matcher's sender `peer` (under AV key `key`), arrived here.
+    pub(crate) fn src(&self, peer: SocketAddr, key: Option<u16>) -> Src {
         Src {
             peer,
+            key,
             at: self.me.clone(),
         }
     }

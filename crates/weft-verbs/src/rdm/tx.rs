@@ -36,15 +36,26 @@ type NotPosted = (Deferred, Option<Error>);
 
 impl RdmShared {
     /// Sends or queues `item` (a send or RMA operation whose credit is
-    /// taken) to the peer at `dest`, connecting first if needed.
-    pub(crate) fn submit_to(&self, dest: SocketAddr, item: Deferred) {
+    /// taken) to the peer at `dest` under the key of `lane`, connecting
+    /// first if needed. While the peer's connection (or the one being
+    /// made) is under another key, the item fails with `KeyRejected`
+    /// instead of crossing jobs.
+    pub(crate) fn submit_to(&self, dest: SocketAddr, lane: usize, item: Deferred) {
         let mut peers = lock(&self.peers);
         let p = peers.entry(dest).or_default();
+        if p.lane != lane {
+            if !p.is_empty() {
+                drop(peers);
+                self.fail_item(item, Error::KeyRejected);
+                return;
+            }
+            p.lane = lane;
+        }
         self.submit_locked(p, item);
         if p.conn.is_none() && !p.connecting && !p.accepting {
             p.connecting = true;
             drop(peers);
-            super::peers::connect(self, dest);
+            super::peers::connect(self, dest, lane);
         }
     }
 
@@ -144,7 +155,7 @@ impl RdmShared {
     /// Gives back the send-queue credits of one completed work request.
     pub(crate) fn release_wr(&self, c: &Conn, held: TxHeld) {
         if let TxHeld::Slot(s) = held {
-            self.res.send_pool.put(s);
+            c.lane.send_pool.put(s);
         }
         c.sq.release(1);
         self.ep_sq.release(1);
@@ -224,9 +235,9 @@ impl RdmShared {
             return Ok(TxHeld::Inline);
         }
         if len <= RDM_SLOT {
-            if let Some(slot) = self.res.send_pool.take() {
+            if let Some(slot) = c.lane.send_pool.take() {
                 let parts = std::iter::once(&hdr[..]).chain(payload.iter().map(|b| &b[..]));
-                self.res
+                c.lane
                     .send_pool
                     .post_from(slot, parts, |sge| post(Payload::Sges(&[sge])))?;
                 return Ok(TxHeld::Slot(slot));
@@ -237,7 +248,7 @@ impl RdmShared {
         for b in payload {
             v.extend_from_slice(b);
         }
-        let mr = BytesMr::new(&self.res.pd, v.freeze(), AccessFlags::NONE)?;
+        let mr = BytesMr::new(&c.lane.pd, v.freeze(), AccessFlags::NONE)?;
         post(Payload::Sges(&[mr.sge()?]))?;
         Ok(TxHeld::Registered(mr))
     }
@@ -287,8 +298,8 @@ impl RdmShared {
         // of the caller's bytes (one buffer, gathered if need be).
         let data = crate::user_bufs::gather(&req.iov, len);
         let mr = match crate::user_bufs::cached_source(
-            self.res.cache.as_ref(),
-            &self.res.pd,
+            c.lane.cache.as_ref(),
+            &c.lane.pd,
             &data,
             AccessFlags::REMOTE_READ,
         ) {
@@ -402,7 +413,7 @@ impl RdmShared {
                 job.req.bufs.push(b);
                 continue;
             }
-            match Dst::new(&self.res.pd, b, AccessFlags::LOCAL_WRITE) {
+            match Dst::new(&c.lane.pd, b, AccessFlags::LOCAL_WRITE) {
                 Ok(m) => mrs.push(m),
                 Err(e) => failed = Some(e),
             }
@@ -465,7 +476,7 @@ impl RdmShared {
     /// Reads an announced payload into a buffer of our own.
     fn post_pull_on(&self, c: &Arc<Conn>, pull: &Arc<rx::Pull>, h: Header) -> Result<()> {
         let buf = BytesMut::zeroed(h.len as usize);
-        let mr = BytesMutMr::new(&self.res.pd, buf, AccessFlags::LOCAL_WRITE)?;
+        let mr = BytesMutMr::new(&c.lane.pd, buf, AccessFlags::LOCAL_WRITE)?;
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
         c.qp.post_send(&SendRequest::new(

@@ -1,0 +1,153 @@
+//! Per-key resources of an RDM endpoint ("lanes").
+//!
+//! A key is enforced by its protection domain (`crate::domain`): the
+//! queue pair of a connection that proved K lives in K's, and so must
+//! everything its work requests name — the shared receive queue and its
+//! receive slots, the send and read slots, and registrations (rxe checks
+//! a receive's local key against the queue pair's protection domain). An
+//! endpoint holding one key (or none) has one lane, made when it opens;
+//! an endpoint holding an AV's keys (`FI_AV_AUTH_KEY`) has one per key,
+//! made when a connection under that key first needs it, so keys that
+//! never see a connection cost nothing. The CQ and completion channel are
+//! the endpoint's, shared by every lane.
+//!
+//! Receive slots are numbered across lanes: slot `lane * SLOTS + i` is
+//! slot `i` of that lane, and offsets into the receive slots likewise
+//! (`lane * STRIDE + offset`), so a slot number or offset alone says
+//! where its bytes are.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use weft_core::addr::FiAddr;
+use weft_core::sync::lock;
+use weft_core::{Error, Result};
+
+use super::{RdmShared, RDM_SLOT};
+use crate::slot_pool::{SlotPool, SLOTS};
+use crate::sys::{AccessFlags, Context, ProtectionDomain, Srq};
+
+/// Receive (and send) slots of a lane of an AV-keyed endpoint: the
+/// endpoint's CQ takes every lane's receives, and each lane pins its
+/// slots, so a lane is smaller than a single-key endpoint's one.
+pub(crate) const KEYED_SLOTS: usize = 64;
+/// Bytes of the receive slot numbering a lane spans.
+const STRIDE: usize = SLOTS * RDM_SLOT;
+
+/// The verbs objects of the connections under one key.
+pub(crate) struct Lane {
+    /// 0: the endpoint's own key (or none); `1 + i`: its `i`-th AV key.
+    pub idx: usize,
+    /// The AV key handle (`FI_AV_AUTH_KEY` lanes).
+    pub handle: Option<FiAddr>,
+    pub pd: Arc<ProtectionDomain>,
+    /// The registration cache of `pd` (the domain's, or its key's).
+    pub cache: Option<Arc<crate::user_bufs::SourceCache>>,
+    pub srq: Arc<Srq>,
+    pub send_pool: SlotPool,
+    pub recv_pool: SlotPool,
+    /// Slots for small RDMA reads.
+    pub read_pool: Arc<SlotPool>,
+}
+
+impl std::fmt::Debug for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lane")
+            .field("idx", &self.idx)
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An endpoint's lanes, made on first use.
+#[derive(Debug)]
+pub(crate) struct Lanes {
+    ctx: Arc<Context>,
+    all: Box<[OnceLock<Arc<Lane>>]>,
+    /// One maker at a time: a lane's slots are posted once.
+    making: Mutex<()>,
+    /// Slots per lane.
+    slots: usize,
+}
+
+impl Lanes {
+    /// Room for `n` lanes on device context `ctx`.
+    pub(crate) fn new(ctx: Arc<Context>, n: usize) -> Lanes {
+        Lanes {
+            ctx,
+            all: (0..n).map(|_| OnceLock::new()).collect(),
+            making: Mutex::new(()),
+            slots: if n > 1 { KEYED_SLOTS } else { SLOTS },
+        }
+    }
+
+    /// Receive completions all lanes together may have outstanding.
+    pub(crate) fn recv_depth(&self) -> usize {
+        self.slots * self.all.len()
+    }
+
+    /// Lane `idx`, if made.
+    pub(crate) fn get(&self, idx: usize) -> Option<&Arc<Lane>> {
+        self.all.get(idx)?.get()
+    }
+}
+
+impl RdmShared {
+    /// Lane `idx`, made (and its receive slots posted) if it was not.
+    pub(crate) fn lane(&self, idx: usize) -> Result<Arc<Lane>> {
+        let lanes = &self.res.lanes;
+        if let Some(l) = lanes.get(idx) {
+            return Ok(l.clone());
+        }
+        let cell = lanes.all.get(idx).ok_or(Error::Inval)?;
+        let _one = lock(&lanes.making);
+        if let Some(l) = cell.get() {
+            return Ok(l.clone());
+        }
+        let key = self.keys.key_of(idx);
+        let pd = crate::domain::endpoint_pd(&self.cfg, &lanes.ctx, key)?;
+        let n = lanes.slots;
+        let lane = Arc::new(Lane {
+            idx,
+            handle: self.keys.handle_of(idx),
+            cache: crate::domain::endpoint_cache(&self.cfg, &pd),
+            srq: Srq::new(&pd, n as u32, 1)?,
+            send_pool: SlotPool::with_slot(&pd, n, RDM_SLOT, AccessFlags::NONE)?,
+            recv_pool: SlotPool::with_slot(&pd, n, RDM_SLOT, AccessFlags::LOCAL_WRITE)?,
+            read_pool: crate::user_bufs::read_pool(&pd)?,
+            pd,
+        });
+        let _ = cell.set(lane.clone());
+        let base = (idx * SLOTS) as u32;
+        for i in 0..n as u32 {
+            self.post_slot(base + i)?;
+        }
+        tracing::debug!(lane = idx, "verbs rdm lane for a key");
+        Ok(lane)
+    }
+
+    /// The lane of receive slot `slot` and the slot's number in it.
+    pub(crate) fn slot_lane(&self, slot: u32) -> Option<(&Arc<Lane>, u32)> {
+        let s = slot as usize;
+        let lane = self.res.lanes.get(s / SLOTS)?;
+        Some((lane, (s % SLOTS) as u32))
+    }
+
+    /// Where receive slot `slot` starts, in the numbering of all lanes.
+    pub(crate) fn slot_offset(&self, slot: u32) -> usize {
+        let s = slot as usize;
+        (s / SLOTS) * STRIDE + (s % SLOTS) * RDM_SLOT
+    }
+
+    /// The lane of offset `off` (from [`slot_offset`](Self::slot_offset))
+    /// and the offset in its receive slots.
+    pub(crate) fn slot_region(&self, off: usize) -> Result<(&Arc<Lane>, usize)> {
+        let lane = self.res.lanes.get(off / STRIDE).ok_or(Error::Inval)?;
+        Ok((lane, off % STRIDE))
+    }
+
+    /// Copies bytes at offset `off` of the receive slots into `out`.
+    pub(crate) fn read_slots(&self, off: usize, out: &mut [u8]) -> Result<()> {
+        let (lane, at) = self.slot_region(off)?;
+        lane.recv_pool.with(|mr| mr.read_at(at, out))
+    }
+}

@@ -1,0 +1,391 @@
+//! Authorization keys kept in an AV (`FI_AV_AUTH_KEY`) on verbs RDM
+//! endpoints (`docs/design.md`, "Authorization keys", verbs), on real
+//! RDMA devices (soft-RoCE in the VM of `integration/run-rxe`; servers on
+//! rxe1, clients on rxe2, as on two hosts). An endpoint holds the keys
+//! its AV held when it was enabled: it dials each peer proving the key
+//! the peer's entry names, accepts connectors that prove any key it
+//! holds (and only those), and knows a sender as the entry of its
+//! address under the key its connection proved. Two jobs sharing the
+//! devices refuse each other's every send (counted on both sides,
+//! nothing delivered); one endpoint holding both keys serves both, with
+//! receives directed by key; held keys cannot be removed; bad keys,
+//! handles and endpoints are refused; MSG and DGRAM refuse AV keys.
+//!
+//! Outside the VM every test is ignored; inside it a missing device is a
+//! failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use weft::{
+    AddressVector, AvAttr, AvFlags, Caps, CompletionQueue, Domain, EpType, Error, EventQueue,
+    FiAddr, Info, OpFlags, WaitMode, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
+};
+use weft_integration::{by_key, enabled_endpoint_with_eq, verbs_offer_with, QUIET};
+
+const SERVER_DEV: &str = "rxe1";
+const CLIENT_DEV: &str = "rxe2";
+const JOB_A: &[u8] = b"job-a key";
+const JOB_B: &[u8] = b"job-b key";
+const JOB_C: &[u8] = b"job-c key";
+
+/// How long any one step may take under the VM's emulation.
+const T: Duration = Duration::from_secs(30);
+
+async fn within<F: Future>(what: &str, f: F) -> F::Output {
+    match tokio::time::timeout(T, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {T:?}: {what}"),
+    }
+}
+
+async fn stats_until(ep: &weft::Endpoint, what: &str, ok: impl Fn(&weft::EpStats) -> bool) {
+    let start = Instant::now();
+    loop {
+        let s = ep.stats().unwrap();
+        if ok(&s) {
+            return;
+        }
+        assert!(start.elapsed() < T, "{what}: stats stuck at {s:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn caps() -> Caps {
+    Caps::MSG | Caps::TAGGED | Caps::SOURCE | Caps::DIRECTED_RECV
+}
+
+/// The verbs RDM offer on `dev` for hints with `FI_AV_AUTH_KEY`.
+fn av_key_info(dev: &str) -> Info {
+    let i = verbs_offer_with(dev, EpType::Rdm, |h| {
+        h.caps = caps();
+        h.domain_attr.av_auth_key = true;
+    })
+    .unwrap();
+    assert!(i.domain_attr.av_auth_key);
+    assert_eq!(i.domain_attr.max_ep_auth_key, 256);
+    i
+}
+
+fn av_key_domain(dev: &str) -> Domain {
+    let i = av_key_info(dev);
+    weft::Fabric::open(&i).unwrap().domain(&i).unwrap()
+}
+
+struct Ep {
+    ep: weft::Endpoint,
+    av: AddressVector,
+    cq: CompletionQueue,
+    _eq: EventQueue,
+    addr: SocketAddr,
+}
+
+impl Ep {
+    /// An endpoint whose AV holds `keys` when it is enabled; their
+    /// handles in order.
+    fn open(d: &Domain, keys: &[&[u8]]) -> (Ep, Vec<FiAddr>) {
+        let av = d.av(AvAttr::default()).unwrap();
+        let handles = keys
+            .iter()
+            .map(|k| av.insert_auth_key(k).unwrap())
+            .collect();
+        let eq = d.fabric().eq(64).unwrap();
+        let (ep, cq) = enabled_endpoint_with_eq(d, d.info(), &av, Some(&eq), WaitMode::Interrupt);
+        let addr = weft::decode_sockaddr(&ep.local_addr().unwrap()).unwrap();
+        (
+            Ep {
+                ep,
+                av,
+                cq,
+                _eq: eq,
+                addr,
+            },
+            handles,
+        )
+    }
+
+    /// `peer`'s entry under the key handle `key`.
+    fn keyed(&self, peer: SocketAddr, key: FiAddr) -> FiAddr {
+        let bytes = weft::encode_sockaddr(&peer);
+        let r = self
+            .av
+            .insert_with_auth_key(&[bytes], key, AvFlags::empty(), 0)
+            .unwrap()
+            .now()
+            .unwrap();
+        r.results[0].unwrap()
+    }
+
+    fn plain(&self, peer: SocketAddr) -> FiAddr {
+        self.av
+            .insert_sync(&[weft::encode_sockaddr(&peer)], AvFlags::empty())
+            .unwrap()
+            .fi_addrs[0]
+    }
+}
+
+/// `from` sends a tagged message to `dest`; `to_ep` takes it and reports
+/// `src` as its source.
+async fn delivered(from: &Ep, dest: FiAddr, to_ep: &Ep, tag: u64, src: FiAddr) {
+    let recv = to_ep.ep.trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, tag, 0);
+    let body = Bytes::from(tag.to_le_bytes().to_vec());
+    let (got, sent) = within("delivery", async {
+        tokio::join!(recv, from.ep.tsend(dest, body, tag))
+    })
+    .await;
+    sent.unwrap();
+    let got = got.unwrap();
+    assert_eq!(got.src, src, "the source under the proven key");
+    assert_eq!(&got.into_bytes()[..], &tag.to_le_bytes());
+}
+
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test]
+async fn getinfo_offers_av_keys_on_rdm_only() {
+    let i = av_key_info(SERVER_DEV);
+    assert_eq!(i.ep_attr.ep_type, EpType::Rdm);
+    for t in [EpType::Msg, EpType::Dgram] {
+        let mut h = Info::default();
+        h.fabric_attr.prov_name = Some("verbs".into());
+        h.ep_attr.ep_type = t;
+        h.domain_attr.av_auth_key = true;
+        assert_eq!(weft::getinfo(Some(&h)).err(), Some(Error::NoData), "{t:?}");
+        // Opened anyway: refused, with the reason.
+        let mut o = verbs_offer_with(SERVER_DEV, t, |_| {}).unwrap();
+        o.domain_attr.av_auth_key = true;
+        let f = weft::Fabric::open(&o).unwrap();
+        assert_eq!(f.domain(&o).err(), Some(Error::OpNotSupp), "{t:?}");
+    }
+    // A domain key besides the AV's keys matches nothing.
+    let mut h = Info::default();
+    h.fabric_attr.prov_name = Some("verbs".into());
+    h.ep_attr.ep_type = EpType::Rdm;
+    h.domain_attr.av_auth_key = true;
+    h.domain_attr.auth_key = Some(JOB_A.to_vec());
+    assert!(weft::getinfo(Some(&h)).is_err());
+    // Without the hint, RDM offers keep one key per endpoint.
+    let plain = verbs_offer_with(SERVER_DEV, EpType::Rdm, |_| {}).unwrap();
+    assert_eq!(plain.domain_attr.max_ep_auth_key, 1);
+    assert!(!plain.domain_attr.av_auth_key);
+}
+
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_refuse_each_others_every_send() {
+    // Both jobs share one domain per device.
+    let (d1, d2) = (av_key_domain(SERVER_DEV), av_key_domain(CLIENT_DEV));
+    let (a1, ka1) = Ep::open(&d1, &[JOB_A]);
+    let (b1, kb1) = Ep::open(&d1, &[JOB_B]);
+    let (a2, ka2) = Ep::open(&d2, &[JOB_A]);
+    let (b2, kb2) = Ep::open(&d2, &[JOB_B]);
+    let jobs = [(&a1, ka1[0]), (&a2, ka2[0]), (&b1, kb1[0]), (&b2, kb2[0])];
+    // Everyone's AV holds everyone under its own (only) key: whatever
+    // one sends proves its own job's key.
+    let mut at = [[0; 4]; 4];
+    for (i, (from, k)) in jobs.iter().enumerate() {
+        for (j, (peer, _)) in jobs.iter().enumerate() {
+            at[i][j] = from.keyed(peer.addr, *k);
+        }
+    }
+    const N: u64 = 2;
+    for round in 0..N {
+        for (i, (from, _)) in jobs.iter().enumerate() {
+            for (j, &dest) in at[i].iter().enumerate() {
+                if (i < 2) != (j < 2) {
+                    let r = within(
+                        "a cross-job send",
+                        from.ep.send(dest, Bytes::from_static(b"x")),
+                    )
+                    .await;
+                    assert_eq!(r.unwrap_err().err, Error::KeyRejected, "{i} -> {j}");
+                }
+            }
+        }
+        // Same job, both ways, across the devices: delivered, known by
+        // the entry under the job's key.
+        delivered(&a1, at[0][1], &a2, round, at[1][0]).await;
+        delivered(&a2, at[1][0], &a1, round, at[0][1]).await;
+        delivered(&b2, at[3][2], &b1, round, at[2][3]).await;
+    }
+    // Each endpoint refused N connects from each of the other job's two,
+    // and was refused N times by each of them.
+    for (e, _) in &jobs {
+        stats_until(&e.ep, "cross-job refusals", |s| s.rx_key_rejected == 4 * N).await;
+        assert_eq!(e.ep.stats().unwrap().unexpected_bytes, 0);
+        e.ep.post_recv(BytesMut::zeroed(64), 77).unwrap();
+    }
+    for (e, _) in &jobs {
+        if let Some(it) = e.cq.next_timeout(QUIET).await {
+            panic!("a cross-job message was delivered: {it:?}");
+        }
+    }
+}
+
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_endpoint_serves_two_jobs_and_receives_directed_by_key() {
+    let (d1, d2) = (av_key_domain(SERVER_DEV), av_key_domain(CLIENT_DEV));
+    let (svc, keys) = Ep::open(&d1, &[JOB_A, JOB_B]);
+    let (ka, kb) = (keys[0], keys[1]);
+    let (a1, k1) = Ep::open(&d2, &[JOB_A]);
+    let (a2, k2) = Ep::open(&d2, &[JOB_A]);
+    let (b, k3) = Ep::open(&d2, &[JOB_B]);
+    let (c, k4) = Ep::open(&d2, &[JOB_C]);
+    let at_svc = [
+        svc.keyed(a1.addr, ka),
+        svc.keyed(a2.addr, ka),
+        svc.keyed(b.addr, kb),
+    ];
+    let to_svc = [
+        a1.keyed(svc.addr, k1[0]),
+        a2.keyed(svc.addr, k2[0]),
+        b.keyed(svc.addr, k3[0]),
+    ];
+    // Connections made by either side, under either key.
+    delivered(&a1, to_svc[0], &svc, 1, at_svc[0]).await;
+    delivered(&b, to_svc[2], &svc, 2, at_svc[2]).await;
+    delivered(&svc, at_svc[1], &a2, 3, to_svc[1]).await;
+    delivered(&svc, at_svc[0], &a1, 4, to_svc[0]).await;
+    delivered(&svc, at_svc[2], &b, 5, to_svc[2]).await;
+    delivered(&a2, to_svc[1], &svc, 6, at_svc[1]).await;
+
+    // The same address under the other key is another peer, which the
+    // live connection (under A) cannot carry.
+    let a1_under_b = svc.keyed(a1.addr, kb);
+    let r = within("under b", svc.ep.send(a1_under_b, Bytes::from_static(b"b"))).await;
+    assert_eq!(r.unwrap_err().err, Error::KeyRejected);
+    // An entry under no key, or under a key inserted after the endpoint
+    // was enabled, cannot be reached: the endpoint holds keys.
+    let plain = svc.plain(c.addr);
+    let r = svc.ep.send(plain, Bytes::from_static(b"x")).await;
+    assert_eq!(r.unwrap_err().err, Error::NoKey);
+    let kc = svc.av.insert_auth_key(JOB_C).unwrap();
+    let c_at_svc = svc.keyed(c.addr, kc);
+    let r = svc.ep.send(c_at_svc, Bytes::from_static(b"x")).await;
+    assert_eq!(r.unwrap_err().err, Error::NoKey);
+    // Job C's connects to the service are refused and counted on both
+    // sides.
+    let svc_from_c = c.keyed(svc.addr, k4[0]);
+    for _ in 0..2 {
+        let r = within("job C", c.ep.send(svc_from_c, Bytes::from_static(b"c"))).await;
+        assert_eq!(r.unwrap_err().err, Error::KeyRejected);
+    }
+    stats_until(&svc.ep, "job C refused", |s| s.rx_key_rejected == 2).await;
+    stats_until(&c.ep, "job C's refusals", |s| s.rx_key_rejected == 2).await;
+
+    weft_integration::directed_by_key(
+        &svc.ep,
+        ka,
+        [
+            (&a1.ep, to_svc[0], at_svc[0]),
+            (&a2.ep, to_svc[1], at_svc[1]),
+            (&b.ep, to_svc[2], at_svc[2]),
+        ],
+    )
+    .await;
+    // A key the endpoint was not enabled with, or no key: Inval.
+    let r = svc.ep.recvmsg(by_key(kc, 1, 0), OpFlags::AUTH_KEY).await;
+    assert_eq!(r.unwrap_err().err, Error::Inval);
+    let r = svc
+        .ep
+        .recvmsg(by_key(FI_ADDR_UNSPEC, 1, 0), OpFlags::AUTH_KEY)
+        .await;
+    assert_eq!(r.unwrap_err().err, Error::Inval);
+
+    // Keys held by the enabled endpoint cannot be removed; a key no
+    // endpoint holds can, and its handle is dead after.
+    weft_integration::held_keys_busy_until_close(&svc.av, &svc.ep, &[ka, kb], kc);
+}
+
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_is_known_only_under_the_key_it_proved() {
+    let (d1, d2) = (av_key_domain(SERVER_DEV), av_key_domain(CLIENT_DEV));
+    let (rx, kr) = Ep::open(&d1, &[JOB_B, JOB_A]);
+    let (tx, kt) = Ep::open(&d2, &[JOB_A]);
+    let dest = tx.keyed(rx.addr, kt[0]);
+    // Not in the AV: no source.
+    delivered(&tx, dest, &rx, 1, FI_ADDR_NOTAVAIL).await;
+    // Inserted under the other key: still unknown under this one.
+    rx.keyed(tx.addr, kr[0]);
+    delivered(&tx, dest, &rx, 2, FI_ADDR_NOTAVAIL).await;
+    // Under the key it proved: known.
+    let known = rx.keyed(tx.addr, kr[1]);
+    delivered(&tx, dest, &rx, 3, known).await;
+    delivered(&rx, known, &tx, 4, dest).await;
+    // The key behind a handle, and behind an entry.
+    assert_eq!(
+        rx.av.lookup_auth_key(kr[1], AvFlags::AUTH_KEY).unwrap(),
+        JOB_A
+    );
+    assert_eq!(
+        rx.av.lookup_auth_key(known, AvFlags::empty()).unwrap(),
+        JOB_A
+    );
+    // FI_SOURCE_ERR is not offered on verbs RDM.
+    let r = weft::getinfo(Some(&{
+        let mut h = Info::default();
+        h.fabric_attr.prov_name = Some("verbs".into());
+        h.ep_attr.ep_type = EpType::Rdm;
+        h.caps = caps() | Caps::SOURCE_ERR;
+        h.domain_attr.av_auth_key = true;
+        h
+    }));
+    assert_eq!(r.err(), Some(Error::NoData));
+}
+
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_keys_handles_and_endpoints_are_refused() {
+    let d = av_key_domain(SERVER_DEV);
+    let av = d.av(AvAttr::default()).unwrap();
+    assert_eq!(av.insert_auth_key(b""), Err(Error::Inval));
+    assert_eq!(av.insert_auth_key(&[7; 65]), Err(Error::Inval));
+    let k = av.insert_auth_key(JOB_A).unwrap();
+    assert_eq!(av.lookup_auth_key(k, AvFlags::AUTH_KEY).unwrap(), JOB_A);
+    assert_eq!(
+        av.lookup_auth_key(99, AvFlags::AUTH_KEY).err(),
+        Some(Error::Inval)
+    );
+    let addr = weft::encode_sockaddr(&"10.66.0.1:9".parse().unwrap());
+    assert_eq!(
+        av.insert_with_auth_key(std::slice::from_ref(&addr), 99, AvFlags::empty(), 0)
+            .err(),
+        Some(Error::Inval)
+    );
+    assert_eq!(av.remove_auth_keys(&[99]), Err(Error::Inval));
+    // An RDM endpoint of such a domain takes no key of its own, and a
+    // wrong-sized one is refused first.
+    for key in [JOB_A.to_vec(), Vec::new(), vec![7; 65]] {
+        let mut i = d.info().clone();
+        i.ep_attr.auth_key = Some(key);
+        assert_eq!(d.endpoint(&i).err(), Some(Error::Inval));
+    }
+    // A key inserted after the endpoint was enabled, then removed, was
+    // never held: its entries cannot be reached.
+    let (e, ks) = Ep::open(&d, &[JOB_B]);
+    let gone = e.av.insert_auth_key(JOB_C).unwrap();
+    let peer = e.keyed("10.66.0.2:9".parse().unwrap(), gone);
+    e.av.remove_auth_keys(&[gone]).unwrap();
+    let r = e.ep.send(peer, Bytes::from_static(b"x")).await;
+    assert!(r.is_err());
+    assert_eq!(e.av.remove_auth_keys(&ks), Err(Error::Busy));
+}
