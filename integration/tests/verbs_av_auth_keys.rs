@@ -16,15 +16,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use weft::{
-    AddressVector, AvAttr, AvFlags, Caps, CompletionQueue, Domain, EpType, Error, EventQueue,
-    FiAddr, Info, OpFlags, WaitMode, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC,
+    AvAttr, AvFlags, Caps, Domain, EpType, Error, FiAddr, Info, MemoryRegion, MrAccess, MrAttr,
+    MrMode, FI_ADDR_NOTAVAIL,
 };
-use weft_integration::{by_key, enabled_endpoint_with_eq, verbs_offer_with, QUIET};
+use weft_integration::av_keys::{delivered_within, directed_by_unheld_keys_refused, AvKeyEp};
+use weft_integration::{verbs_offer_with, QUIET};
 
 const SERVER_DEV: &str = "rxe1";
 const CLIENT_DEV: &str = "rxe2";
@@ -58,11 +58,15 @@ fn caps() -> Caps {
     Caps::MSG | Caps::TAGGED | Caps::SOURCE | Caps::DIRECTED_RECV
 }
 
-/// The verbs RDM offer on `dev` for hints with `FI_AV_AUTH_KEY`.
-fn av_key_info(dev: &str) -> Info {
+/// The verbs RDM offer on `dev` for hints with `FI_AV_AUTH_KEY` and
+/// `caps`.
+fn av_key_info_with(dev: &str, caps: Caps) -> Info {
     let i = verbs_offer_with(dev, EpType::Rdm, |h| {
-        h.caps = caps();
+        h.caps = caps;
         h.domain_attr.av_auth_key = true;
+        if caps.contains(Caps::RMA) {
+            h.domain_attr.mr_mode = MrMode::PROV_KEY | MrMode::VIRT_ADDR;
+        }
     })
     .unwrap();
     assert!(i.domain_attr.av_auth_key);
@@ -70,76 +74,23 @@ fn av_key_info(dev: &str) -> Info {
     i
 }
 
+fn av_key_info(dev: &str) -> Info {
+    av_key_info_with(dev, caps())
+}
+
 fn av_key_domain(dev: &str) -> Domain {
-    let i = av_key_info(dev);
+    av_key_domain_with(dev, caps())
+}
+
+fn av_key_domain_with(dev: &str, caps: Caps) -> Domain {
+    let i = av_key_info_with(dev, caps);
     weft::Fabric::open(&i).unwrap().domain(&i).unwrap()
 }
 
-struct Ep {
-    ep: weft::Endpoint,
-    av: AddressVector,
-    cq: CompletionQueue,
-    _eq: EventQueue,
-    addr: SocketAddr,
-}
+type Ep = AvKeyEp;
 
-impl Ep {
-    /// An endpoint whose AV holds `keys` when it is enabled; their
-    /// handles in order.
-    fn open(d: &Domain, keys: &[&[u8]]) -> (Ep, Vec<FiAddr>) {
-        let av = d.av(AvAttr::default()).unwrap();
-        let handles = keys
-            .iter()
-            .map(|k| av.insert_auth_key(k).unwrap())
-            .collect();
-        let eq = d.fabric().eq(64).unwrap();
-        let (ep, cq) = enabled_endpoint_with_eq(d, d.info(), &av, Some(&eq), WaitMode::Interrupt);
-        let addr = weft::decode_sockaddr(&ep.local_addr().unwrap()).unwrap();
-        (
-            Ep {
-                ep,
-                av,
-                cq,
-                _eq: eq,
-                addr,
-            },
-            handles,
-        )
-    }
-
-    /// `peer`'s entry under the key handle `key`.
-    fn keyed(&self, peer: SocketAddr, key: FiAddr) -> FiAddr {
-        let bytes = weft::encode_sockaddr(&peer);
-        let r = self
-            .av
-            .insert_with_auth_key(&[bytes], key, AvFlags::empty(), 0)
-            .unwrap()
-            .now()
-            .unwrap();
-        r.results[0].unwrap()
-    }
-
-    fn plain(&self, peer: SocketAddr) -> FiAddr {
-        self.av
-            .insert_sync(&[weft::encode_sockaddr(&peer)], AvFlags::empty())
-            .unwrap()
-            .fi_addrs[0]
-    }
-}
-
-/// `from` sends a tagged message to `dest`; `to_ep` takes it and reports
-/// `src` as its source.
-async fn delivered(from: &Ep, dest: FiAddr, to_ep: &Ep, tag: u64, src: FiAddr) {
-    let recv = to_ep.ep.trecv(BytesMut::zeroed(16), FI_ADDR_UNSPEC, tag, 0);
-    let body = Bytes::from(tag.to_le_bytes().to_vec());
-    let (got, sent) = within("delivery", async {
-        tokio::join!(recv, from.ep.tsend(dest, body, tag))
-    })
-    .await;
-    sent.unwrap();
-    let got = got.unwrap();
-    assert_eq!(got.src, src, "the source under the proven key");
-    assert_eq!(&got.into_bytes()[..], &tag.to_le_bytes());
+async fn delivered(from: &Ep, dest: FiAddr, to: &Ep, tag: u64, src: FiAddr) {
+    delivered_within(T, (from, dest), (to, src), tag).await;
 }
 
 #[cfg_attr(
@@ -296,13 +247,7 @@ async fn one_endpoint_serves_two_jobs_and_receives_directed_by_key() {
     )
     .await;
     // A key the endpoint was not enabled with, or no key: Inval.
-    let r = svc.ep.recvmsg(by_key(kc, 1, 0), OpFlags::AUTH_KEY).await;
-    assert_eq!(r.unwrap_err().err, Error::Inval);
-    let r = svc
-        .ep
-        .recvmsg(by_key(FI_ADDR_UNSPEC, 1, 0), OpFlags::AUTH_KEY)
-        .await;
-    assert_eq!(r.unwrap_err().err, Error::Inval);
+    directed_by_unheld_keys_refused(&svc.ep, kc).await;
 
     // Keys held by the enabled endpoint cannot be removed; a key no
     // endpoint holds can, and its handle is dead after.
@@ -388,4 +333,93 @@ async fn bad_keys_handles_and_endpoints_are_refused() {
     let r = e.ep.send(peer, Bytes::from_static(b"x")).await;
     assert!(r.is_err());
     assert_eq!(e.av.remove_auth_keys(&ks), Err(Error::Busy));
+}
+
+fn word(mr: &MemoryRegion) -> u64 {
+    let mut v = [0u8; 8];
+    mr.read_at(0, &mut v).unwrap();
+    u64::from_ne_bytes(v)
+}
+
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regions_under_av_keys_keep_to_their_job() {
+    // One endpoint holds both jobs' keys; each job's region is keyed by
+    // its AV key handle, so it lives in that key's protection domain, as
+    // do the connections that proved the key.
+    let rma = caps() | Caps::RMA;
+    let (d1, d2) = (
+        av_key_domain_with(SERVER_DEV, rma),
+        av_key_domain_with(CLIENT_DEV, rma),
+    );
+    let (svc, keys) = Ep::open(&d1, &[JOB_A, JOB_B]);
+    let rw = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
+    let regions: Vec<MemoryRegion> = keys
+        .iter()
+        .map(|&k| {
+            d1.mr_regattr(MrAttr::alloc(64, rw).av_auth_key(&svc.av, k))
+                .unwrap()
+        })
+        .collect();
+    let (a, ka) = Ep::open(&d2, &[JOB_A]);
+    let (b, kb) = Ep::open(&d2, &[JOB_B]);
+    let jobs = [
+        (&a, a.keyed(svc.addr, ka[0])),
+        (&b, b.keyed(svc.addr, kb[0])),
+    ];
+    for (j, (from, dest)) in jobs.iter().enumerate() {
+        let tag = 0x5eed_0000 + j as u64;
+        let own = &regions[j];
+        let data = Bytes::from(tag.to_ne_bytes().to_vec());
+        within(
+            "own job's write",
+            from.ep.write(*dest, data, own.addr(), own.key()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(word(own), tag);
+        let got = within(
+            "own job's read",
+            from.ep
+                .read(*dest, BytesMut::zeroed(8), own.addr(), own.key()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(&got.into_bytes()[..], &tag.to_ne_bytes());
+        // The other job's region: refused by the device, untouched. The
+        // connection ends with the error; the next operation makes a new
+        // one.
+        let other = &regions[1 - j];
+        let before = word(other);
+        let e = within(
+            "a cross-job write",
+            from.ep.write(
+                *dest,
+                Bytes::from_static(b"intruder"),
+                other.addr(),
+                other.key(),
+            ),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.err, Error::Access, "{e:?}");
+        let e = within(
+            "a cross-job read",
+            from.ep
+                .read(*dest, BytesMut::zeroed(8), other.addr(), other.key()),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.err, Error::Access, "{e:?}");
+        assert_eq!(word(other), before, "the other job's region changed");
+    }
+    // A region keyed by a handle that is not a live key is Inval.
+    let e = d1
+        .mr_regattr(MrAttr::alloc(64, rw).av_auth_key(&svc.av, 99))
+        .err()
+        .unwrap();
+    assert_eq!(e.error, Error::Inval);
 }

@@ -30,8 +30,28 @@ use crate::sys::{AccessFlags, Context, ProtectionDomain, Srq};
 /// endpoint's CQ takes every lane's receives, and each lane pins its
 /// slots, so a lane is smaller than a single-key endpoint's one.
 pub(crate) const KEYED_SLOTS: usize = 64;
+// A lane's slots fit the numbering's span.
+const _: () = assert!(KEYED_SLOTS <= SLOTS);
 /// Bytes of the receive slot numbering a lane spans.
 const STRIDE: usize = SLOTS * RDM_SLOT;
+
+/// The lane of slot number `slot` and its number in the lane.
+fn split_slot(slot: u32) -> (usize, u32) {
+    let s = slot as usize;
+    (s / SLOTS, (s % SLOTS) as u32)
+}
+
+/// Where slot number `slot` starts in the numbering of all lanes'
+/// receive slots.
+fn slot_offset(slot: u32) -> usize {
+    let (idx, local) = split_slot(slot);
+    idx * STRIDE + local as usize * RDM_SLOT
+}
+
+/// The lane of offset `off` and the offset in its receive slots.
+fn split_offset(off: usize) -> (usize, usize) {
+    (off / STRIDE, off % STRIDE)
+}
 
 /// The verbs objects of the connections under one key.
 pub(crate) struct Lane {
@@ -127,27 +147,46 @@ impl RdmShared {
 
     /// The lane of receive slot `slot` and the slot's number in it.
     pub(crate) fn slot_lane(&self, slot: u32) -> Option<(&Arc<Lane>, u32)> {
-        let s = slot as usize;
-        let lane = self.res.lanes.get(s / SLOTS)?;
-        Some((lane, (s % SLOTS) as u32))
+        let (idx, local) = split_slot(slot);
+        Some((self.res.lanes.get(idx)?, local))
     }
 
     /// Where receive slot `slot` starts, in the numbering of all lanes.
     pub(crate) fn slot_offset(&self, slot: u32) -> usize {
-        let s = slot as usize;
-        (s / SLOTS) * STRIDE + (s % SLOTS) * RDM_SLOT
+        slot_offset(slot)
     }
 
     /// The lane of offset `off` (from [`slot_offset`](Self::slot_offset))
     /// and the offset in its receive slots.
     pub(crate) fn slot_region(&self, off: usize) -> Result<(&Arc<Lane>, usize)> {
-        let lane = self.res.lanes.get(off / STRIDE).ok_or(Error::Inval)?;
-        Ok((lane, off % STRIDE))
+        let (idx, at) = split_offset(off);
+        Ok((self.res.lanes.get(idx).ok_or(Error::Inval)?, at))
     }
 
     /// Copies bytes at offset `off` of the receive slots into `out`.
     pub(crate) fn read_slots(&self, off: usize, out: &mut [u8]) -> Result<()> {
         let (lane, at) = self.slot_region(off)?;
         lane.recv_pool.with(|mr| mr.read_at(at, out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot number, and any offset inside its slot, name one lane and
+    /// the same place in that lane's slots, whatever the lane's size.
+    #[test]
+    fn slots_and_offsets_name_their_lane() {
+        for (idx, local) in [(0, 0), (0, 255), (1, 0), (1, 63), (256, 17)] {
+            let slot = (idx * SLOTS) as u32 + local;
+            assert_eq!(split_slot(slot), (idx, local));
+            let off = slot_offset(slot);
+            assert_eq!(split_offset(off), (idx, local as usize * RDM_SLOT));
+            let last = off + RDM_SLOT - 1;
+            assert_eq!(split_offset(last).0, idx);
+        }
+        // Lanes never overlap: the next lane starts past the last slot.
+        assert!(slot_offset(SLOTS as u32 - 1) + RDM_SLOT <= slot_offset(SLOTS as u32));
     }
 }
