@@ -76,7 +76,8 @@ pub fn getinfo(hints: Option<&Info>) -> Result<Vec<Info>> {
     }
     if hints.is_some_and(|h| h.domain_attr.av_auth_key) {
         // A provider may enforce an endpoint's own key without keeping
-        // keys in AVs (verbs): its offers cannot serve these hints.
+        // keys in AVs: its offers cannot serve these hints (verbs keeps
+        // them on RDM only, and says so in `offer_for`).
         offers.retain(|o| {
             o.fabric_attr
                 .prov_name
@@ -166,7 +167,7 @@ impl Fabric {
     /// Opens a domain for `info`. A `domain_attr.auth_key` of the wrong
     /// size is `Inval`; one on a provider that does not enforce keys is
     /// `OpNotSupp`, as is `domain_attr.av_auth_key` on one that does not
-    /// keep keys in AVs (verbs), and `domain_attr.tls` on one that runs
+    /// keep keys in AVs (verbs MSG and DGRAM), and `domain_attr.tls` on one that runs
     /// no TLS (verbs). On tcp,
     /// `domain_attr.tls` (else the `FI_TCP_TLS_*` variables, read now) is
     /// loaded and checked here: a missing file is `NoEnt`, a file that
