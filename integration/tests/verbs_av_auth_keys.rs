@@ -282,16 +282,6 @@ async fn a_sender_is_known_only_under_the_key_it_proved() {
         rx.av.lookup_auth_key(known, AvFlags::empty()).unwrap(),
         JOB_A
     );
-    // FI_SOURCE_ERR is not offered on verbs RDM.
-    let r = weft::getinfo(Some(&{
-        let mut h = Info::default();
-        h.fabric_attr.prov_name = Some("verbs".into());
-        h.ep_attr.ep_type = EpType::Rdm;
-        h.caps = caps() | Caps::SOURCE_ERR;
-        h.domain_attr.av_auth_key = true;
-        h
-    }));
-    assert_eq!(r.err(), Some(Error::NoData));
 }
 
 #[cfg_attr(
@@ -333,6 +323,60 @@ async fn bad_keys_handles_and_endpoints_are_refused() {
     let r = e.ep.send(peer, Bytes::from_static(b"x")).await;
     assert!(r.is_err());
     assert_eq!(e.av.remove_auth_keys(&ks), Err(Error::Busy));
+}
+
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_senders_report_the_key_they_proved() {
+    let d1 = av_key_domain_with(SERVER_DEV, caps() | Caps::SOURCE_ERR);
+    assert!(d1.info().caps.contains(Caps::SOURCE_ERR));
+    let d2 = av_key_domain(CLIENT_DEV);
+    let (rx, kr) = Ep::open(&d1, &[JOB_B, JOB_A]);
+    let (tx, kt) = Ep::open(&d2, &[JOB_A]);
+    let dest = tx.keyed(rx.addr, kt[0]);
+    let unknown = |tag: u64, body: &'static [u8]| {
+        let recv = rx
+            .ep
+            .trecv(BytesMut::zeroed(16), weft::FI_ADDR_UNSPEC, tag, 0);
+        let send = tx.ep.tsend(dest, Bytes::from_static(body), tag);
+        async move {
+            let (got, sent) = within("an unknown sender", async { tokio::join!(recv, send) }).await;
+            sent.unwrap();
+            got.unwrap_err()
+        }
+    };
+    // Matched on arrival: the message, the sender's address, and as its
+    // source the handle of the key it proved.
+    let e = unknown(1, b"who").await;
+    assert_eq!(e.err, Error::AddrNotAvail);
+    assert_eq!(e.src, kr[1], "the handle of the key it proved");
+    assert_eq!(&e.bufs[0][..3], b"who");
+    assert_eq!(e.err_data, weft::encode_sockaddr(&tx.addr));
+    // Buffered first, then taken: the same.
+    within(
+        "sent ahead",
+        tx.ep.tsend(dest, Bytes::from_static(b"early"), 2),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(QUIET).await;
+    let e = within(
+        "taken late",
+        rx.ep
+            .trecv(BytesMut::zeroed(16), weft::FI_ADDR_UNSPEC, 2, 0),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!((e.err, e.src), (Error::AddrNotAvail, kr[1]));
+    assert_eq!(&e.bufs[0][..5], b"early");
+    // Inserted under the other key, it is still unknown under this one.
+    rx.keyed(tx.addr, kr[0]);
+    assert_eq!(unknown(3, b"again").await.src, kr[1]);
+    let known = rx.keyed(tx.addr, kr[1]);
+    delivered(&tx, dest, &rx, 4, known).await;
 }
 
 fn word(mr: &MemoryRegion) -> u64 {

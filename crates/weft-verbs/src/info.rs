@@ -289,15 +289,17 @@ pub fn offers_for(reports: &[DeviceReport]) -> Vec<Info> {
 }
 
 /// What the RDM endpoint implements: tagged and untagged messages with
-/// 64-bit CQ data (carried in Weft's header), source addresses,
-/// directed receives, and multi-receive buffers (matched in software, see
-/// the `rdm` module).
+/// 64-bit CQ data (carried in Weft's header), source addresses (with
+/// `FI_SOURCE_ERR` on request: getinfo leaves it out of results that did
+/// not name it), directed receives, and multi-receive buffers (matched in
+/// software, see the `rdm` module).
 pub const RDM_CAPS: Caps = Caps::MSG
     .union(Caps::TAGGED)
     .union(Caps::SEND)
     .union(Caps::RECV)
     .union(Caps::REMOTE_CQ_DATA)
     .union(Caps::SOURCE)
+    .union(Caps::SOURCE_ERR)
     .union(Caps::DIRECTED_RECV)
     .union(Caps::AV_USER_ID)
     .union(Caps::LOCAL_COMM)
@@ -341,7 +343,8 @@ pub fn rdm_offer(r: &DeviceReport) -> Info {
     let mut i = connectionless_base(r);
     let caps = with_atomics(RDM_CAPS, r.attr.atomic_cap) | Caps::FENCE;
     i.caps = caps;
-    i.tx_attr.caps = caps & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE | Caps::MULTI_RECV);
+    i.tx_attr.caps = caps
+        & !(Caps::RECV | Caps::DIRECTED_RECV | Caps::SOURCE | Caps::SOURCE_ERR | Caps::MULTI_RECV);
     i.rx_attr.caps = caps & !(Caps::SEND | Caps::FENCE);
     // One RC queue pair per peer, and sends and RMA to a peer leave
     // through one backlog in posting order: what RC keeps on MSG holds

@@ -120,7 +120,10 @@ impl RdmShared {
             .collect();
         due.sort_by_key(|p| p.addr);
         for p in due {
-            let pull = Arc::new(rx::Pull::default());
+            let pull = Arc::new(rx::Pull::new(super::Sender {
+                addr: p.from,
+                key: p.info.key,
+            }));
             *lock(&p.held) = Some(pull.clone());
             let mut m = lock(&self.side.matcher);
             match multi::match_arrival(&mut m, &p.info, &mut out.ended) {
@@ -163,8 +166,8 @@ impl RdmShared {
         if let Some((pull, mut r)) = fill {
             pull.finish(self, Ok(r.take_bytes()));
         }
-        if let Some((req, info, data)) = deliver {
-            rx::copy_and_deliver(self, req, info, &data);
+        if let Some((req, info, data, from)) = deliver {
+            rx::copy_and_deliver_from(self, req, info, &data, from);
         }
     }
 

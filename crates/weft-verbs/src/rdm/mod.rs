@@ -80,10 +80,12 @@ mod multi;
 mod peers;
 mod rma;
 mod rx;
+mod sources;
 pub(crate) mod srx;
 mod tasks;
 mod tx;
 
+pub(crate) use sources::Sender;
 pub(crate) use tasks::Tasks;
 
 use std::collections::VecDeque;
@@ -93,7 +95,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use tokio::runtime::Handle;
-use weft_core::addr::{decode_sockaddr, encode_sockaddr, sockaddr_bytes, FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::addr::{decode_sockaddr, encode_sockaddr, FiAddr};
 use weft_core::completion::{CqErrEntry, OpDone, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
@@ -183,6 +185,14 @@ impl Conn {
         self.lane.handle.and_then(|h| u16::try_from(h).ok())
     }
 
+    /// The sender of what arrives on it.
+    pub(crate) fn sender(&self) -> Sender {
+        Sender {
+            addr: self.peer,
+            key: self.key(),
+        }
+    }
+
     fn inline_max(&self) -> usize {
         self.qp.caps().max_inline_data as usize
     }
@@ -229,15 +239,15 @@ impl PeerState {
 
 /// A buffered message nobody was waiting for.
 pub(crate) enum Unexp {
-    /// Its payload, copied out of the receive slot.
-    Eager(Bytes),
+    /// Its payload, copied out of the receive slot, and its sender.
+    Eager(Bytes, Sender),
     /// Its announcement: the payload is still at the sender.
     Rts { conn: Arc<Conn>, hdr: Header },
     /// Its payload, being pulled from the sender.
     Pull(Arc<rx::Pull>),
     /// Its payload, left in its receive slot: it came past a shared
     /// context's budget (see [`srx`]).
-    Slot(srx::SlotHold),
+    Slot(srx::SlotHold, Sender),
 }
 
 /// A matched receive waiting for (or doing) its rendezvous read.
@@ -363,6 +373,9 @@ pub struct RdmShared {
     pub(crate) gate: crate::keyproof::Gate,
     /// The keys it holds, by lane.
     pub(crate) keys: keys::RdmKeys,
+    /// `FI_SOURCE_ERR`: a message from a sender not in the AV completes
+    /// as an `AddrNotAvail` error carrying the sender's address.
+    pub(crate) source_err: bool,
     pub(crate) peers: Mutex<FastMap<SocketAddr, PeerState>>,
     pub(crate) by_qp: Mutex<FastMap<u32, Arc<Conn>>>,
     /// The matcher and receive credits: this endpoint's own, or those of
@@ -425,23 +438,6 @@ impl RdmShared {
 
     pub(crate) fn wr_id(&self) -> u64 {
         self.next_wr.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// The AV handle of the peer at `peer` whose connection proved the
-    /// AV key `key`, if the AV knows it: on an `FI_AV_AUTH_KEY` endpoint
-    /// the entry of that address under that key, another key's being
-    /// another peer.
-    pub(crate) fn resolve_src(&self, peer: &SocketAddr, key: Option<u16>) -> FiAddr {
-        let Some(av) = &self.cfg.av else {
-            return FI_ADDR_NOTAVAIL;
-        };
-        let t = lock(av);
-        let raw = sockaddr_bytes(peer);
-        match self.keys.av_mode() {
-            true => t.find_keyed(&raw, key.map(FiAddr::from)),
-            false => t.find(&raw),
-        }
-        .unwrap_or(FI_ADDR_NOTAVAIL)
     }
 
     pub(crate) fn reported_addr(&self, a: FiAddr) -> FiAddr {
@@ -538,7 +534,7 @@ impl RdmShared {
     /// A receive matched a buffered message that arrived here.
     pub(crate) fn take_unexpected(&self, req: RecvReq, info: MsgInfo, u: Unexp, claimed: bool) {
         match u {
-            Unexp::Eager(data) => rx::copy_and_deliver(self, req, info, &data),
+            Unexp::Eager(data, from) => rx::copy_and_deliver_from(self, req, info, &data, from),
             Unexp::Rts { conn, hdr } => {
                 if conn.is_dead() {
                     if claimed {
@@ -561,12 +557,12 @@ impl RdmShared {
                 });
             }
             Unexp::Pull(p) => p.matched(self, req, info, claimed),
-            Unexp::Slot(s) => {
+            Unexp::Slot(s, from) => {
                 let req = self.copy_from_slot(req, s.off, s.len);
                 let placed = s.len.min(req.capacity());
                 // The slot goes back to the receive queue first.
                 drop(s);
-                rx::deliver(self, req, info, placed);
+                rx::deliver_from(self, req, info, placed, from);
             }
         }
     }
@@ -650,6 +646,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         tos,
         gate,
         keys,
+        source_err: cfg.info.caps.contains(weft_core::flags::Caps::SOURCE_ERR),
         peers: Mutex::new(fast_map()),
         by_qp: Mutex::new(fast_map()),
         side,

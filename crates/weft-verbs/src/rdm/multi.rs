@@ -35,7 +35,7 @@ use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 
 use super::srx::Src;
-use super::{rx, spec_of, RdmMatcher, RdmShared, Unexp};
+use super::{rx, spec_of, RdmMatcher, RdmShared, Sender, Unexp};
 
 /// The receive (or part of a multi-receive buffer) that takes an
 /// arriving message, if one does. Buffers that end without it (it does
@@ -101,8 +101,8 @@ impl RdmShared {
         if self.is_closed() {
             return;
         }
-        if let Some((req, info, data)) = self.put_back(r, after) {
-            rx::copy_and_deliver(self, req, info, &data);
+        if let Some((req, info, data, from)) = self.put_back(r, after) {
+            rx::copy_and_deliver_from(self, req, info, &data, from);
         }
     }
 
@@ -113,20 +113,27 @@ impl RdmShared {
         &self,
         mut r: Returned,
         after: bool,
-    ) -> Option<(RecvReq, MsgInfo, bytes::Bytes)> {
+    ) -> Option<(RecvReq, MsgInfo, bytes::Bytes, Sender)> {
         let info = r.info();
         let data = r.take_bytes().freeze();
-        let key = self.src(self.key_of(info.src), info.key);
+        // A sender not in the AV (`FI_SOURCE_ERR`) came back with its
+        // address.
+        let addr = decode_sockaddr(&r.raw).unwrap_or_else(|_| self.key_of(info.src));
+        let from = Sender {
+            addr,
+            key: info.key,
+        };
+        let key = self.src(addr, info.key);
         let mut ended = Vec::new();
         let mut m = lock(&self.side.matcher);
         let out = match match_arrival(&mut m, &info, &mut ended) {
             Some(mut req) => {
                 self.report_here(&mut req);
-                Some((req, info, data))
+                Some((req, info, data, from))
             }
             None => {
                 let len = data.len();
-                let held = self.held_forced(Unexp::Eager(data), len);
+                let held = self.held_forced(Unexp::Eager(data, from), len);
                 if after {
                     m.push_unexpected_front_after(key, info, held);
                 } else {

@@ -11,14 +11,52 @@ use weft_core::completion::{CqEntry, CqErrEntry};
 use weft_core::flags::OpFlags;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
-pub(crate) use weft_core::recv_completion::{complete_peek, copy_and_deliver, deliver, fail_recv};
+pub(crate) use weft_core::recv_completion::{complete_peek, deliver, fail_recv};
 use weft_core::soft_rx::Charge;
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::{Error, Result};
 
 use super::RDM_SLOT;
-use super::{Conn, Deferred, Op, RdmShared, ReadJob, Unexp};
+use super::{Conn, Deferred, Op, RdmShared, ReadJob, Sender, Unexp};
+use weft_core::addr::{encode_sockaddr, FI_ADDR_NOTAVAIL};
+use weft_core::recv_completion::{copy_in, deliver_unknown};
+
+/// [`deliver`], or for a sender not in the AV on an `FI_SOURCE_ERR`
+/// endpoint the `AddrNotAvail` error entry that carries the message and
+/// the sender's address (and as its source the handle, or user id, of the
+/// key its connection proved). A sender inserted since the message
+/// arrived is known by now.
+pub(crate) fn deliver_from(
+    ep: &RdmShared,
+    req: RecvReq,
+    mut info: MsgInfo,
+    placed: usize,
+    from: Sender,
+) {
+    if ep.source_err && info.src == FI_ADDR_NOTAVAIL {
+        info.src = ep.resolve_src(&from.addr, from.key);
+        if info.src == FI_ADDR_NOTAVAIL {
+            let reported = ep.key_reported(from.key);
+            deliver_unknown(ep, req, info, placed, reported, encode_sockaddr(&from.addr));
+            return;
+        }
+    }
+    deliver(ep, req, info, placed);
+}
+
+/// Copies a whole message into a receive and completes it as
+/// [`deliver_from`] does.
+pub(crate) fn copy_and_deliver_from(
+    ep: &RdmShared,
+    mut req: RecvReq,
+    info: MsgInfo,
+    data: &[u8],
+    from: Sender,
+) {
+    let placed = copy_in(&mut req, data);
+    deliver_from(ep, req, info, placed, from);
+}
 use crate::cq_poller::CqSink;
 use crate::sys::{RecvRequest, WorkCompletion};
 use weft_core::wire::rdm::{Header, Op as WireOp, HDR};
@@ -29,9 +67,10 @@ use weft_core::wire::rdm::{Header, Op as WireOp, HDR};
 const PULL_MAX: u64 = 64 << 20;
 
 /// An unexpected message being pulled from its sender.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Pull {
     st: Mutex<PullState>,
+    from: Sender,
 }
 
 #[derive(Debug, Default)]
@@ -54,6 +93,14 @@ struct Waiting {
 }
 
 impl Pull {
+    /// A pull of a message `from` sent.
+    pub(crate) fn new(from: Sender) -> Pull {
+        Pull {
+            st: Mutex::new(PullState::default()),
+            from,
+        }
+    }
+
     /// The read ended. Takes the matcher's lock (and, through a receive
     /// going back to it, the peers'): never call it holding either.
     pub(crate) fn finish(&self, ep: &RdmShared, r: std::result::Result<BytesMut, Error>) {
@@ -70,7 +117,7 @@ impl Pull {
         };
         match waiter {
             Some((w, r)) => {
-                Self::hand(ep, w.req, w.info, w.claimed, r);
+                self.hand(ep, w.req, w.info, w.claimed, r);
                 // Unregistered once its message was handed on.
                 drop(w.arriving);
             }
@@ -111,10 +158,11 @@ impl Pull {
             }
         };
         drop(arriving);
-        Self::hand(ep, req, info, claimed, r);
+        self.hand(ep, req, info, claimed, r);
     }
 
     fn hand(
+        &self,
         ep: &RdmShared,
         req: RecvReq,
         info: MsgInfo,
@@ -122,7 +170,7 @@ impl Pull {
         r: std::result::Result<BytesMut, Error>,
     ) {
         match r {
-            Ok(d) => copy_and_deliver(ep, req, info, &d),
+            Ok(d) => copy_and_deliver_from(ep, req, info, &d, self.from),
             Err(e) if claimed => fail_recv(ep, req, info, 0, e),
             // Never delivered: the receive goes on to the next message,
             // ahead of those posted after it.
@@ -221,7 +269,7 @@ impl RdmShared {
                 let req = self.copy_from_slot(req, base + HDR, plen);
                 self.repost_slot(slot);
                 let placed = plen.min(req.capacity());
-                deliver(self, req, info, placed);
+                deliver_from(self, req, info, placed, conn.sender());
             }
             None => {
                 let charge = Charge::try_new(
@@ -235,7 +283,7 @@ impl RdmShared {
                     // held, the peers' sends wait (RNR retries) until
                     // receives free slots.
                     let hold = super::srx::SlotHold::new(self, slot, base + HDR, plen);
-                    let held = self.held(Unexp::Slot(hold), None);
+                    let held = self.held(Unexp::Slot(hold, conn.sender()), None);
                     m.push_unexpected(self.src(conn.peer, conn.key()), info, held);
                     drop(m);
                     self.end_buffers(ended);
@@ -247,7 +295,7 @@ impl RdmShared {
                 let mut data = vec![0u8; plen];
                 let ok = self.read_slots(base + HDR, &mut data);
                 if ok.is_ok() {
-                    let held = self.held(Unexp::Eager(data.into()), Some(charge));
+                    let held = self.held(Unexp::Eager(data.into(), conn.sender()), Some(charge));
                     m.push_unexpected(self.src(conn.peer, conn.key()), info, held);
                 }
                 drop(m);
@@ -299,7 +347,7 @@ impl RdmShared {
             }
             (None, Some(Some(charge))) if pulled => {
                 // Delivery-complete: fetch it now, answer once here.
-                let pull = Arc::new(Pull::default());
+                let pull = Arc::new(Pull::new(conn.sender()));
                 let held = self.held(Unexp::Pull(pull.clone()), Some(charge));
                 m.push_unexpected(self.src(conn.peer, conn.key()), info, held);
                 drop(m);
@@ -413,10 +461,11 @@ impl RdmShared {
         bufs.append(&mut job.req.bufs);
         job.req.bufs = bufs;
         let peer = job.conn.peer;
+        let from = job.conn.sender();
         let cookie = job.hdr.cookie;
         match (wc.to_error(), lost) {
             (None, false) => {
-                deliver(self, job.req, job.info, placed);
+                deliver_from(self, job.req, job.info, placed, from);
                 self.send_fin(peer, cookie, false);
             }
             // The connection is dead (the failed completion killed it):

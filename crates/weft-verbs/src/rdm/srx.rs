@@ -165,7 +165,7 @@ impl std::fmt::Debug for Held {
 impl RdmShared {
     /// `u`, arrived here, with its `charge` against the budget.
     pub(crate) fn held(&self, u: Unexp, charge: Option<Charge>) -> Held {
-        let waits = matches!(u, Unexp::Rts { .. } | Unexp::Slot(_));
+        let waits = matches!(u, Unexp::Rts { .. } | Unexp::Slot(..));
         Held {
             at: self.me.clone(),
             u,
@@ -245,7 +245,7 @@ pub(crate) fn take_held(
         c.fallback(&mut req);
     }
     match u {
-        Unexp::Eager(data) => {
+        Unexp::Eager(data, _) => {
             copy_and_deliver(ctx, req, info, &data);
             None
         }
@@ -314,7 +314,7 @@ impl RdmSrx {
         let gone: Vec<Held> = {
             let mut m = lock(&self.side.matcher);
             std::iter::from_fn(|| {
-                m.remove_unexpected(|h| ep.is_mine(h) && !matches!(h.u, Unexp::Eager(_)))
+                m.remove_unexpected(|h| ep.is_mine(h) && !matches!(h.u, Unexp::Eager(..)))
             })
             .collect()
         };

@@ -505,7 +505,7 @@ impl RdmShared {
         if job.hdr.len == 0 || job.req.capacity() == 0 {
             let cookie = job.hdr.cookie;
             let peer = job.conn.peer;
-            rx::deliver(self, job.req, job.info, 0);
+            rx::deliver_from(self, job.req, job.info, 0, job.conn.sender());
             self.send_fin(peer, cookie, false);
             return;
         }
