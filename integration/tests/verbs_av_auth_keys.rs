@@ -379,6 +379,29 @@ async fn unknown_senders_report_the_key_they_proved() {
     delivered(&tx, dest, &rx, 4, known).await;
 }
 
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_holding_a_full_av_of_keys_serves_the_last() {
+    // 256 keys (the most an AV holds): the CQ is sized for a lane each,
+    // lanes are made only for keys in use.
+    let (d1, d2) = (av_key_domain(SERVER_DEV), av_key_domain(CLIENT_DEV));
+    let fillers: Vec<Vec<u8>> = (0..255u32)
+        .map(|i| format!("filler key {i}").into_bytes())
+        .collect();
+    let mut keys: Vec<&[u8]> = fillers.iter().map(Vec::as_slice).collect();
+    keys.push(JOB_A);
+    let (svc, ks) = Ep::open(&d1, &keys);
+    assert_eq!(svc.av.insert_auth_key(JOB_B), Err(Error::NoSpc));
+    let (a, ka) = Ep::open(&d2, &[JOB_A]);
+    let to_svc = a.keyed(svc.addr, ka[0]);
+    let at_svc = svc.keyed(a.addr, ks[255]);
+    delivered(&a, to_svc, &svc, 1, at_svc).await;
+    delivered(&svc, at_svc, &a, 2, to_svc).await;
+}
+
 fn word(mr: &MemoryRegion) -> u64 {
     let mut v = [0u8; 8];
     mr.read_at(0, &mut v).unwrap();
