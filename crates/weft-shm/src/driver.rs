@@ -31,6 +31,9 @@ pub const SWEEP_EVERY: Duration = Duration::from_millis(100);
 /// that yields at once mostly comes back to a message already there.)
 const YIELD_AFTER_NS: u64 = 20_000;
 
+/// A spinning waiter reads the clock once in this many passes.
+const CLOCK_EVERY: u32 = 8;
+
 /// Starts the endpoint's drivers for its wait mode.
 pub fn start(ep: &Arc<EpShared>) -> Result<()> {
     if ep.cfg.wait == WaitMode::BusyPoll {
@@ -45,10 +48,13 @@ pub fn start(ep: &Arc<EpShared>) -> Result<()> {
     Ok(())
 }
 
-/// One non-blocking pass: queued sends, the channels, and (when due) the
-/// liveness checks. Returns the work done.
-pub fn poll_once(ep: &EpShared) -> usize {
-    let now = clock_ns();
+/// One non-blocking pass at time `now` (`clock_ns`, read once by the
+/// caller): queued sends, the channels, and (when due) the liveness
+/// checks. `full`: look at every channel for new claims (the driver task,
+/// woken by a doorbell a new sender may have rung); spinning callers look
+/// only at the channels in use, and at all of them every
+/// `rx::FULL_EVERY` passes. Returns the work done.
+pub fn poll_once(ep: &EpShared, now: u64, full: bool) -> usize {
     let last = ep.last_sweep.load(Ordering::Relaxed);
     let sweep = now.saturating_sub(last) >= SWEEP_EVERY.as_nanos() as u64
         && ep
@@ -60,7 +66,7 @@ pub fn poll_once(ep: &EpShared) -> usize {
         n += ep.sweep_peers();
     }
     if let Ok(mut st) = ep.rx_state.try_lock() {
-        n += crate::rx::pass(ep, &mut st, sweep);
+        n += crate::rx::pass(ep, &mut st, sweep, full);
     }
     n
 }
@@ -78,7 +84,7 @@ async fn run(ep: Arc<EpShared>) {
             return;
         }
         stand_aside(&ep).await;
-        if poll_once(&ep) > 0 {
+        if poll_once(&ep, clock_ns(), true) > 0 {
             // The tasks it woke answer first.
             tokio::task::yield_now().await;
             continue;
@@ -87,7 +93,7 @@ async fn run(ep: Arc<EpShared>) {
         // Pairs with the sender's fence between publishing and reading
         // `sleeping`: either it sees us asleep, or we see its record.
         fence(Ordering::SeqCst);
-        if poll_once(&ep) > 0 {
+        if poll_once(&ep, clock_ns(), true) > 0 {
             set_sleeping(&ep, false);
             continue;
         }
@@ -133,7 +139,8 @@ async fn stand_aside(ep: &EpShared) {
 }
 
 fn busy_loop(ep: Arc<EpShared>) {
-    ep.hold.spin(|| ep.is_closed(), || poll_once(&ep));
+    ep.hold
+        .spin(|| ep.is_closed(), || poll_once(&ep, clock_ns(), false));
 }
 
 /// Inline progress: the waiting task drives the endpoint itself.
@@ -147,13 +154,25 @@ impl weft_core::progress::Progress for InlineProgress {
         if self.ep.is_closed() {
             return 0;
         }
-        self.ep.hold.waiter_active();
+        // The clock is read once in CLOCK_EVERY passes (a spinning pass
+        // read it three times, a fifth of its time: `docs/benchmarks.md`,
+        // "shm RDM"); what it times (the sweep, the hold, the yield)
+        // is coarser than a few passes.
+        let k = self.ep.spins.load(Ordering::Relaxed);
+        self.ep.spins.store(k.wrapping_add(1), Ordering::Relaxed);
+        let now = if k % CLOCK_EVERY == 0 {
+            let t = clock_ns();
+            self.ep.spin_now.store(t, Ordering::Relaxed);
+            self.ep.hold.waiter_active_at(t);
+            t
+        } else {
+            self.ep.spin_now.load(Ordering::Relaxed)
+        };
         // One pass per call: passing again for 2 µs before returning
         // empty saved `epoll_wait` calls but held back the waiting task's
         // own send, making a 64 B round trip 2.8x slower
         // (`docs/benchmarks.md`, "shm RDM").
-        let n = poll_once(&self.ep);
-        let now = clock_ns();
+        let n = poll_once(&self.ep, now, false);
         if n > 0 {
             self.ep.last_work.store(now, Ordering::Relaxed);
         } else if now.saturating_sub(self.ep.last_work.load(Ordering::Relaxed)) > YIELD_AFTER_NS {
@@ -170,6 +189,8 @@ impl weft_core::progress::Progress for InlineProgress {
     }
 
     fn idle(&self) {
+        // The next pass reads the clock and takes the hold again.
+        self.ep.spins.store(0, Ordering::Relaxed);
         self.ep.hold.waiter_idle();
         self.ep.inline_idle.notify_waiters();
     }
