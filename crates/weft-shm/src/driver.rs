@@ -61,9 +61,15 @@ pub fn poll_once(ep: &EpShared, now: u64, full: bool) -> usize {
             .last_sweep
             .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok();
+    let k = ep.passes.load(Ordering::Relaxed);
+    ep.passes.store(k.wrapping_add(1), Ordering::Relaxed);
+    let full = full || sweep || k % crate::rx::FULL_EVERY == 0;
     let mut n = ep.flush();
     if sweep {
         n += ep.sweep_peers();
+    }
+    if !full && !ep.parked.load(Ordering::Acquire) && !crate::rx::published(ep) {
+        return n;
     }
     if let Ok(mut st) = ep.rx_state.try_lock() {
         n += crate::rx::pass(ep, &mut st, sweep, full);

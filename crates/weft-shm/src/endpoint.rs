@@ -112,6 +112,10 @@ pub struct EpShared {
     /// last clock read gave (`driver::InlineProgress`).
     pub spins: AtomicU32,
     pub spin_now: AtomicU64,
+    /// Passes made (`rx::FULL_EVERY`), and the channels in use as the
+    /// last pass left them (`rx::published`).
+    pub passes: AtomicU32,
+    pub live: AtomicU64,
 }
 
 impl RecvCtx for EpShared {
@@ -275,6 +279,8 @@ impl EpShared {
             last_work: AtomicU64::new(0),
             spins: AtomicU32::new(0),
             spin_now: AtomicU64::new(0),
+            passes: AtomicU32::new(0),
+            live: AtomicU64::new(0),
             cfg,
         });
         if let Some(c) = &srx {
