@@ -215,14 +215,7 @@ pub struct InlineWait {
     /// `None`: [`spin_budget`]. Tests set a budget no scheduler delay can
     /// outlast, so they check the logic, not the machine's speed.
     budget: Option<Duration>,
-    /// Polls of this wait: the clock is read once in [`CHECK_EVERY`].
-    polls: u32,
 }
-
-/// A spinning waiter looks at the clock once in this many polls: a poll
-/// with nothing to do costs about as much as one clock read, and the
-/// budget is hundreds of polls long.
-const CHECK_EVERY: u32 = 8;
 
 impl InlineWait {
     /// A fresh wait.
@@ -248,7 +241,7 @@ impl InlineWait {
         let mut since = *self.since.get_or_insert_with(Instant::now);
         if drive() > 0 {
             if let Some(v) = ready(cx) {
-                self.reset();
+                self.since = None;
                 return Some(v);
             }
             // Work was done but the awaited completion is not there yet
@@ -260,9 +253,7 @@ impl InlineWait {
             since = Instant::now();
             self.since = Some(since);
         }
-        let checks = self.polls % CHECK_EVERY == 0;
-        self.polls = self.polls.wrapping_add(1);
-        if !checks || since.elapsed() < budget {
+        if since.elapsed() < budget {
             cx.waker().wake_by_ref();
         } else {
             idle();
@@ -274,7 +265,6 @@ impl InlineWait {
     /// fresh budget.
     pub fn reset(&mut self) {
         self.since = None;
-        self.polls = 0;
     }
 }
 
@@ -365,7 +355,6 @@ mod tests {
         let mut w = InlineWait {
             since: Some(Instant::now() - spin_budget() - Duration::from_millis(1)),
             budget: None,
-            polls: 0,
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
@@ -389,7 +378,6 @@ mod tests {
         let mut w = InlineWait {
             since: Some(start),
             budget: Some(Duration::from_secs(3600)),
-            polls: 0,
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 4096, |_| None, || idled.set(true));
@@ -400,17 +388,11 @@ mod tests {
             w.since.is_some_and(|s| s >= start),
             "the budget starts again"
         );
-        // Nothing more moves: past the budget the waiter sleeps, at the
-        // latest at the next poll that reads the clock.
+        // Nothing more moves: past the budget the waiter sleeps.
         w.budget = Some(Duration::from_nanos(1));
         w.since = Some(start);
-        for _ in 0..CHECK_EVERY {
-            let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
-            assert_eq!(got, None);
-            if idled.get() {
-                break;
-            }
-        }
+        let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
+        assert_eq!(got, None);
         assert!(idled.get());
     }
 

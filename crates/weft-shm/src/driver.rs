@@ -34,6 +34,10 @@ const YIELD_AFTER_NS: u64 = 20_000;
 /// A spinning waiter reads the clock once in this many passes.
 const CLOCK_EVERY: u32 = 8;
 
+/// `last_work` of a pass that found work before the clock was read
+/// again: never long ago (the yield's subtraction saturates at 0).
+const WORK_UNSTAMPED: u64 = u64::MAX;
+
 /// Starts the endpoint's drivers for its wait mode.
 pub fn start(ep: &Arc<EpShared>) -> Result<()> {
     if ep.cfg.wait == WaitMode::BusyPoll {
@@ -170,6 +174,9 @@ impl weft_core::progress::Progress for InlineProgress {
             let t = clock_ns();
             self.ep.spin_now.store(t, Ordering::Relaxed);
             self.ep.hold.waiter_active_at(t);
+            if self.ep.last_work.load(Ordering::Relaxed) == WORK_UNSTAMPED {
+                self.ep.last_work.store(t, Ordering::Relaxed);
+            }
             t
         } else {
             self.ep.spin_now.load(Ordering::Relaxed)
@@ -180,7 +187,10 @@ impl weft_core::progress::Progress for InlineProgress {
         // (`docs/benchmarks.md`, "shm RDM").
         let n = poll_once(&self.ep, now, false);
         if n > 0 {
-            self.ep.last_work.store(now, Ordering::Relaxed);
+            // Stamped at the next clock read: `now` may be from before a
+            // pause of the waiter, and work stamped with it would look
+            // old at once (a yield right after work).
+            self.ep.last_work.store(WORK_UNSTAMPED, Ordering::Relaxed);
         } else if now.saturating_sub(self.ep.last_work.load(Ordering::Relaxed)) > YIELD_AFTER_NS {
             // The peer is another process: with fewer cores than
             // runnable threads, a spin that never enters the kernel holds
