@@ -17,7 +17,8 @@ use weft_core::sync::lock;
 use weft_core::Result;
 
 use crate::endpoint::EpShared;
-use crate::layout::H_SLEEPING;
+use crate::layout::{C_HEAD, H_SLEEPING};
+use crate::ring::Chan;
 
 /// How often the liveness of peers and senders is checked: a killed peer's
 /// operations fail within this (plus one check's time).
@@ -57,7 +58,7 @@ pub fn start(ep: &Arc<EpShared>) -> Result<()> {
 /// checks. `full`: look at every channel for new claims (the driver task,
 /// woken by a doorbell a new sender may have rung); spinning callers look
 /// only at the channels in use, and at all of them every
-/// `rx::FULL_EVERY` passes. Returns the work done.
+/// `FULL_EVERY` passes. Returns the work done.
 pub fn poll_once(ep: &EpShared, now: u64, full: bool) -> usize {
     let last = ep.last_sweep.load(Ordering::Relaxed);
     let sweep = now.saturating_sub(last) >= SWEEP_EVERY.as_nanos() as u64
@@ -67,18 +68,44 @@ pub fn poll_once(ep: &EpShared, now: u64, full: bool) -> usize {
             .is_ok();
     let k = ep.passes.load(Ordering::Relaxed);
     ep.passes.store(k.wrapping_add(1), Ordering::Relaxed);
-    let full = full || sweep || k % crate::rx::FULL_EVERY == 0;
+    let full = full || sweep || k % FULL_EVERY == 0;
     let mut n = ep.flush();
     if sweep {
         n += ep.sweep_peers();
     }
-    if !full && !ep.parked.load(Ordering::Acquire) && !crate::rx::published(ep) {
+    if !full && !ep.parked.load(Ordering::Acquire) && !published(ep) {
         return n;
     }
     if let Ok(mut st) = ep.rx_state.try_lock() {
         n += crate::rx::pass(ep, &mut st, sweep, full);
     }
     n
+}
+
+/// Spinning passes look at every channel, for new claims, once in this
+/// many passes; the others look only at the channels in use. Sixteen idle
+/// channels cost a spinning pass most of its instructions, and a claim
+/// waits a few passes at most (the driver task's passes are all full).
+pub const FULL_EVERY: u32 = 16;
+
+/// Whether a channel in use has records past what we consumed, looked at
+/// without taking the receive state: the tail a sender published against
+/// the head we published (which equals ours after every pass). A
+/// spinning pass that finds none skips the rest, its lock included
+/// (taking and releasing it was a quarter of an empty pass). A sender
+/// that writes our head word only delays its own channel to the next
+/// full pass.
+fn published(ep: &EpShared) -> bool {
+    let mut live = ep.live.load(Ordering::Relaxed);
+    while live != 0 {
+        let i = live.trailing_zeros() as usize;
+        live &= live - 1;
+        let c = Chan { g: ep.g, i };
+        if c.tail(&ep.seg) != ep.seg.load64(c.ctl(C_HEAD), Ordering::Relaxed).unwrap_or(0) {
+            return true;
+        }
+    }
+    false
 }
 
 fn set_sleeping(ep: &EpShared, on: bool) {

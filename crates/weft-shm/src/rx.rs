@@ -156,32 +156,6 @@ enum Stop {
     Corrupt,
 }
 
-/// Spinning passes look at every channel, for new claims, once in this
-/// many passes; the others look only at the channels in use. Sixteen idle
-/// channels cost a spinning pass most of its instructions, and a claim
-/// waits a few passes at most (the driver task's passes are all full).
-pub const FULL_EVERY: u32 = 16;
-
-/// Whether a channel in use has records past what we consumed, looked at
-/// without taking the receive state: the tail a sender published against
-/// the head we published (which equals ours after every pass). A
-/// spinning pass that finds none skips the rest, its lock included
-/// (taking and releasing it was a quarter of an empty pass). A sender
-/// that writes our head word only delays its own channel to the next
-/// full pass.
-pub fn published(ep: &EpShared) -> bool {
-    let mut live = ep.live.load(Ordering::Relaxed);
-    while live != 0 {
-        let i = live.trailing_zeros() as usize;
-        live &= live - 1;
-        let c = Chan { g: ep.g, i };
-        if c.tail(&ep.seg) != ep.seg.load64(c.ctl(C_HEAD), Ordering::Relaxed).unwrap_or(0) {
-            return true;
-        }
-    }
-    false
-}
-
 /// One pass over the channels. `sweep`: also free the channels of dead
 /// senders; `full`: every channel, else those in use. Returns the
 /// records consumed.

@@ -31,7 +31,7 @@ use crate::endpoint::EpShared;
 use crate::keyproof::Verdict;
 use crate::keys::EpKeys;
 use crate::layout::*;
-pub use crate::out::Out;
+pub use crate::out::{Addr, AfterEnqueue, Ended, EndedList, Out};
 use crate::ring::{Chan, RecHead};
 use crate::rma::Lead;
 use crate::segment::Segment;
@@ -98,18 +98,6 @@ pub struct Peers {
 /// receiver that takes longer reads freed memory (its receive gets
 /// garbage or fails; our memory is not written).
 const CMA_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// A peer's address as a send names it: on the stack (addresses are
-/// `fi_shm://` and a name of at most `NAME_MAX` bytes), so that a send
-/// allocates nothing for it.
-pub type Addr = SmallVec<[u8; 64]>;
-
-/// A send that ended (outside the locks).
-pub type Ended = (Option<OpDone>, usize, Result<()>);
-
-/// Sends that ended, kept on the stack: a send that completes as it is
-/// written allocates nothing for it.
-pub type EndedList = SmallVec<[Ended; 2]>;
 
 impl Peers {
     pub fn len(&self) -> usize {
@@ -794,17 +782,4 @@ impl EpShared {
         after.kick = true;
         after
     }
-}
-
-/// What [`EpShared::enqueue`] does once the peers' lock is released.
-#[derive(Default)]
-struct AfterEnqueue {
-    /// Operations that ended.
-    ended: EndedList,
-    /// The peer is gone: forget it.
-    forget: bool,
-    /// The peer refused our key (reported on the EQ).
-    refused: bool,
-    /// Something waits in the queue: the driver must look.
-    kick: bool,
 }
