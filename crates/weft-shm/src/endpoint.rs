@@ -112,8 +112,8 @@ pub struct EpShared {
     /// last clock read gave (`driver::InlineProgress`).
     pub spins: AtomicU32,
     pub spin_now: AtomicU64,
-    /// Passes made (`rx::FULL_EVERY`), and the channels in use as the
-    /// last pass left them (`rx::published`).
+    /// Passes made (`driver::FULL_EVERY`), and the channels in use as the
+    /// last pass left them (`driver::published`).
     pub passes: AtomicU32,
     pub live: AtomicU64,
 }
