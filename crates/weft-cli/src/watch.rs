@@ -7,7 +7,7 @@
 
 use std::future::Future;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::fail::{Failure, Res};
@@ -16,31 +16,42 @@ use crate::fail::{Failure, Res};
 const GOODBYE: u8 = 0x5a;
 
 /// Runs `work`, failing it as soon as `ctrl` ends without a goodbye.
-pub async fn guarded<T>(mut ctrl: Option<TcpStream>, work: impl Future<Output = Res<T>>) -> Res<T> {
-    let Some(ctrl) = ctrl.as_mut() else {
+///
+/// The control connection is watched by a task of its own. As a branch
+/// of the `select!` beside `work` it had its readiness polled at every
+/// poll of `work`, and a spinning waiter (inline and busy-poll modes)
+/// polls millions of times a second: a twentieth of a 64 B shm round
+/// trip went to it (`docs/benchmarks.md`, "shm RDM"). The task's handle
+/// costs an atomic load per poll.
+pub async fn guarded<T>(ctrl: Option<TcpStream>, work: impl Future<Output = Res<T>>) -> Res<T> {
+    let Some(ctrl) = ctrl else {
         return work.await;
     };
+    let (mut rd, mut wr) = ctrl.into_split();
+    let mut watch = tokio::spawn(async move { peer_gone(&mut rd).await });
     let r = {
         tokio::pin!(work);
         tokio::select! {
             r = &mut work => r,
-            f = peer_gone(ctrl) => match f {
-                Some(f) => Err(f),
+            f = &mut watch => match f {
+                Ok(Some(f)) => Err(f),
                 // The peer finished first; our part can still complete.
-                None => work.await,
+                // (A watch that failed to run leaves the run unguarded.)
+                Ok(None) | Err(_) => work.await,
             },
         }
     };
+    watch.abort();
     if r.is_ok() {
         // The peer may already have left; then there is nobody to tell.
-        let _ = ctrl.write_all(&[GOODBYE]).await;
+        let _ = wr.write_all(&[GOODBYE]).await;
     }
     r
 }
 
 /// `None` once the peer says goodbye; the failure if the stream ends (or
 /// breaks) first.
-async fn peer_gone(ctrl: &mut TcpStream) -> Option<Failure> {
+async fn peer_gone(ctrl: &mut (impl AsyncRead + Unpin)) -> Option<Failure> {
     let mut b = [0u8; 1];
     let what = "peer";
     match ctrl.read(&mut b).await {

@@ -73,7 +73,14 @@ pub struct SpinHold {
 impl SpinHold {
     /// A waiter is driving progress now (and for [`HOLD_NS`] after).
     pub fn waiter_active(&self) {
-        self.until.store(clock_ns() + HOLD_NS, Ordering::Release);
+        self.waiter_active_at(clock_ns());
+    }
+
+    /// [`waiter_active`](Self::waiter_active) with the time (`clock_ns`)
+    /// the caller read already: a spinning waiter reads the clock once per
+    /// pass, not once per use.
+    pub fn waiter_active_at(&self, now: u64) {
+        self.until.store(now + HOLD_NS, Ordering::Release);
     }
 
     /// The waiter sleeps now: the spinner takes over at once.

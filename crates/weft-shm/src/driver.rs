@@ -17,7 +17,8 @@ use weft_core::sync::lock;
 use weft_core::Result;
 
 use crate::endpoint::EpShared;
-use crate::layout::H_SLEEPING;
+use crate::layout::{C_HEAD, H_SLEEPING};
+use crate::ring::Chan;
 
 /// How often the liveness of peers and senders is checked: a killed peer's
 /// operations fail within this (plus one check's time).
@@ -30,6 +31,13 @@ pub const SWEEP_EVERY: Duration = Duration::from_millis(100);
 /// soaks of `cancel_safe.rs` saw too few receives time out: a waiter
 /// that yields at once mostly comes back to a message already there.)
 const YIELD_AFTER_NS: u64 = 20_000;
+
+/// A spinning waiter reads the clock once in this many passes.
+const CLOCK_EVERY: u32 = 8;
+
+/// `last_work` of a pass that found work before the clock was read
+/// again: never long ago (the yield's subtraction saturates at 0).
+const WORK_UNSTAMPED: u64 = u64::MAX;
 
 /// Starts the endpoint's drivers for its wait mode.
 pub fn start(ep: &Arc<EpShared>) -> Result<()> {
@@ -45,24 +53,59 @@ pub fn start(ep: &Arc<EpShared>) -> Result<()> {
     Ok(())
 }
 
-/// One non-blocking pass: queued sends, the channels, and (when due) the
-/// liveness checks. Returns the work done.
-pub fn poll_once(ep: &EpShared) -> usize {
-    let now = clock_ns();
+/// One non-blocking pass at time `now` (`clock_ns`, read once by the
+/// caller): queued sends, the channels, and (when due) the liveness
+/// checks. `full`: look at every channel for new claims (the driver task,
+/// woken by a doorbell a new sender may have rung); spinning callers look
+/// only at the channels in use, and at all of them every
+/// `FULL_EVERY` passes. Returns the work done.
+pub fn poll_once(ep: &EpShared, now: u64, full: bool) -> usize {
     let last = ep.last_sweep.load(Ordering::Relaxed);
     let sweep = now.saturating_sub(last) >= SWEEP_EVERY.as_nanos() as u64
         && ep
             .last_sweep
             .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok();
+    let k = ep.passes.load(Ordering::Relaxed);
+    ep.passes.store(k.wrapping_add(1), Ordering::Relaxed);
+    let full = full || sweep || k % FULL_EVERY == 0;
     let mut n = ep.flush();
     if sweep {
         n += ep.sweep_peers();
     }
+    if !full && !ep.parked.load(Ordering::Acquire) && !published(ep) {
+        return n;
+    }
     if let Ok(mut st) = ep.rx_state.try_lock() {
-        n += crate::rx::pass(ep, &mut st, sweep);
+        n += crate::rx::pass(ep, &mut st, sweep, full);
     }
     n
+}
+
+/// Spinning passes look at every channel, for new claims, once in this
+/// many passes; the others look only at the channels in use. Sixteen idle
+/// channels cost a spinning pass most of its instructions, and a claim
+/// waits a few passes at most (the driver task's passes are all full).
+pub const FULL_EVERY: u32 = 16;
+
+/// Whether a channel in use has records past what we consumed, looked at
+/// without taking the receive state: the tail a sender published against
+/// the head we published (which equals ours after every pass). A
+/// spinning pass that finds none skips the rest, its lock included
+/// (taking and releasing it was a quarter of an empty pass). A sender
+/// that writes our head word only delays its own channel to the next
+/// full pass.
+fn published(ep: &EpShared) -> bool {
+    let mut live = ep.live.load(Ordering::Relaxed);
+    while live != 0 {
+        let i = live.trailing_zeros() as usize;
+        live &= live - 1;
+        let c = Chan { g: ep.g, i };
+        if c.tail(&ep.seg) != ep.seg.load64(c.ctl(C_HEAD), Ordering::Relaxed).unwrap_or(0) {
+            return true;
+        }
+    }
+    false
 }
 
 fn set_sleeping(ep: &EpShared, on: bool) {
@@ -78,7 +121,7 @@ async fn run(ep: Arc<EpShared>) {
             return;
         }
         stand_aside(&ep).await;
-        if poll_once(&ep) > 0 {
+        if poll_once(&ep, clock_ns(), true) > 0 {
             // The tasks it woke answer first.
             tokio::task::yield_now().await;
             continue;
@@ -87,7 +130,7 @@ async fn run(ep: Arc<EpShared>) {
         // Pairs with the sender's fence between publishing and reading
         // `sleeping`: either it sees us asleep, or we see its record.
         fence(Ordering::SeqCst);
-        if poll_once(&ep) > 0 {
+        if poll_once(&ep, clock_ns(), true) > 0 {
             set_sleeping(&ep, false);
             continue;
         }
@@ -133,7 +176,8 @@ async fn stand_aside(ep: &EpShared) {
 }
 
 fn busy_loop(ep: Arc<EpShared>) {
-    ep.hold.spin(|| ep.is_closed(), || poll_once(&ep));
+    ep.hold
+        .spin(|| ep.is_closed(), || poll_once(&ep, clock_ns(), false));
 }
 
 /// Inline progress: the waiting task drives the endpoint itself.
@@ -147,15 +191,33 @@ impl weft_core::progress::Progress for InlineProgress {
         if self.ep.is_closed() {
             return 0;
         }
-        self.ep.hold.waiter_active();
+        // The clock is read once in CLOCK_EVERY passes (a spinning pass
+        // read it three times, a fifth of its time: `docs/benchmarks.md`,
+        // "shm RDM"); what it times (the sweep, the hold, the yield)
+        // is coarser than a few passes.
+        let k = self.ep.spins.load(Ordering::Relaxed);
+        self.ep.spins.store(k.wrapping_add(1), Ordering::Relaxed);
+        let now = if k % CLOCK_EVERY == 0 {
+            let t = clock_ns();
+            self.ep.spin_now.store(t, Ordering::Relaxed);
+            self.ep.hold.waiter_active_at(t);
+            if self.ep.last_work.load(Ordering::Relaxed) == WORK_UNSTAMPED {
+                self.ep.last_work.store(t, Ordering::Relaxed);
+            }
+            t
+        } else {
+            self.ep.spin_now.load(Ordering::Relaxed)
+        };
         // One pass per call: passing again for 2 µs before returning
         // empty saved `epoll_wait` calls but held back the waiting task's
         // own send, making a 64 B round trip 2.8x slower
         // (`docs/benchmarks.md`, "shm RDM").
-        let n = poll_once(&self.ep);
-        let now = clock_ns();
+        let n = poll_once(&self.ep, now, false);
         if n > 0 {
-            self.ep.last_work.store(now, Ordering::Relaxed);
+            // Stamped at the next clock read: `now` may be from before a
+            // pause of the waiter, and work stamped with it would look
+            // old at once (a yield right after work).
+            self.ep.last_work.store(WORK_UNSTAMPED, Ordering::Relaxed);
         } else if now.saturating_sub(self.ep.last_work.load(Ordering::Relaxed)) > YIELD_AFTER_NS {
             // The peer is another process: with fewer cores than
             // runnable threads, a spin that never enters the kernel holds
@@ -170,6 +232,8 @@ impl weft_core::progress::Progress for InlineProgress {
     }
 
     fn idle(&self) {
+        // The next pass reads the clock and takes the hold again.
+        self.ep.spins.store(0, Ordering::Relaxed);
         self.ep.hold.waiter_idle();
         self.ep.inline_idle.notify_waiters();
     }

@@ -5,7 +5,7 @@
 //! (`tx`). See `docs/design.md`, "The shm provider".
 
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::net::unix::pipe;
@@ -108,6 +108,14 @@ pub struct EpShared {
     pub last_sweep: AtomicU64,
     /// When a spinning waiter's pass last found work (`clock_ns`).
     pub last_work: AtomicU64,
+    /// Passes of the inline waiter since it last slept, and the time its
+    /// last clock read gave (`driver::InlineProgress`).
+    pub spins: AtomicU32,
+    pub spin_now: AtomicU64,
+    /// Passes made (`driver::FULL_EVERY`), and the channels in use as the
+    /// last pass left them (`driver::published`).
+    pub passes: AtomicU32,
+    pub live: AtomicU64,
 }
 
 impl RecvCtx for EpShared {
@@ -269,6 +277,10 @@ impl EpShared {
             inline_idle: Notify::new(),
             last_sweep: AtomicU64::new(weft_core::progress::clock_ns()),
             last_work: AtomicU64::new(0),
+            spins: AtomicU32::new(0),
+            spin_now: AtomicU64::new(0),
+            passes: AtomicU32::new(0),
+            live: AtomicU64::new(0),
             cfg,
         });
         if let Some(c) = &srx {
@@ -302,10 +314,10 @@ impl EpShared {
     /// there: `NoAv` without an AV, `AddrNotAvail` for a handle not in
     /// it, `NoKey` for an entry under no key or a key the endpoint was
     /// not enabled with (`FI_AV_AUTH_KEY` endpoints holding keys).
-    pub fn dest(&self, dest: FiAddr) -> Result<(Vec<u8>, Option<FiAddr>)> {
+    pub fn dest(&self, dest: FiAddr) -> Result<(crate::tx::Addr, Option<FiAddr>)> {
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
         let (addr, key) = match lock_synced(av).lookup_keyed(dest) {
-            Ok((b, k)) => (b.to_vec(), k),
+            Ok((b, k)) => (crate::tx::Addr::from_slice(b), k),
             Err(_) => return Err(Error::AddrNotAvail),
         };
         Ok((addr, self.keys.for_dest(key)?))

@@ -1,9 +1,12 @@
 //! What the send side queues: one operation not yet wholly in its
-//! peer's ring (a send, an RMA request or answer), split from `tx`.
+//! peer's ring (a send, an RMA request or answer), and what a post
+//! leaves to do once the peers' lock is released; split from `tx`.
 
+use smallvec::SmallVec;
 use weft_core::addr::FiAddr;
 use weft_core::completion::OpDone;
 use weft_core::provider::Iov;
+use weft_core::Result;
 
 use crate::rma::Lead;
 
@@ -70,4 +73,29 @@ impl Out {
     pub(crate) fn waits(&self) -> bool {
         self.dc || self.cma
     }
+}
+
+/// A peer's address as a send names it: on the stack (addresses are
+/// `fi_shm://` and a name of at most `NAME_MAX` bytes), so that a send
+/// allocates nothing for it.
+pub type Addr = SmallVec<[u8; 64]>;
+
+/// A send that ended (outside the locks).
+pub type Ended = (Option<OpDone>, usize, Result<()>);
+
+/// Sends that ended, kept on the stack: a send that completes as it is
+/// written allocates nothing for it.
+pub type EndedList = SmallVec<[Ended; 2]>;
+
+/// What `EpShared::enqueue` does once the peers' lock is released.
+#[derive(Default)]
+pub struct AfterEnqueue {
+    /// Operations that ended.
+    pub(crate) ended: EndedList,
+    /// The peer is gone: forget it.
+    pub(crate) forget: bool,
+    /// The peer refused our key (reported on the EQ).
+    pub(crate) refused: bool,
+    /// Something waits in the queue: the driver must look.
+    pub(crate) kick: bool,
 }

@@ -215,7 +215,14 @@ impl Chan {
     /// the consumer's head is not within one ring behind it (a broken
     /// consumer).
     pub fn room(&self, seg: &Segment, tail: u64) -> Option<usize> {
-        let used = tail.wrapping_sub(self.head(seg));
+        self.room_after(self.head(seg), tail)
+    }
+
+    /// [`room`](Self::room) against a head read earlier (the producer
+    /// keeps the last one it read: the head only moves forward, so the
+    /// room it gives is never more than there is).
+    pub fn room_after(&self, head: u64, tail: u64) -> Option<usize> {
+        let used = tail.wrapping_sub(head);
         (used <= self.g.ring as u64).then(|| self.g.ring - used as usize)
     }
 

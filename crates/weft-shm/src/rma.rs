@@ -188,7 +188,7 @@ impl EpShared {
             }
             RmaOp::Atomic(a) => crate::atomic::request(a, req.addr, req.key, req.done),
         };
-        self.enqueue(addr, out.fenced(fence).proving(proves), Some(pending));
+        self.enqueue(&addr, out.fenced(fence).proving(proves), Some(pending));
         Ok(())
     }
 
@@ -205,7 +205,7 @@ impl EpShared {
         let lead = Lead::new(K_RESP, 0, code, &[]);
         let iov: Iov = data.into_iter().collect();
         let out = EpShared::rma_out(lead, iov, len).proving(proves);
-        self.enqueue(to.to_vec(), out, None);
+        self.enqueue(to, out, None);
     }
 
     /// The region under `key` for `len` bytes at `off`, needing `need`,

@@ -115,12 +115,15 @@ pub struct RxChan {
 #[derive(Debug)]
 pub struct RxState {
     chans: Vec<RxChan>,
+    /// Channels with a sender (bit `i`: channel `i`; at most 64).
+    live: u64,
 }
 
 impl RxState {
     pub fn new(n: usize) -> RxState {
         RxState {
             chans: (0..n).map(|_| RxChan::default()).collect(),
+            live: 0,
         }
     }
 
@@ -153,69 +156,97 @@ enum Stop {
     Corrupt,
 }
 
-/// One pass over every channel. `sweep`: also free the channels of dead
-/// senders. Returns the records consumed.
-pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool) -> usize {
+/// One pass over the channels. `sweep`: also free the channels of dead
+/// senders; `full`: every channel, else those in use. Returns the
+/// records consumed.
+pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool, full: bool) -> usize {
+    let full = full || sweep;
+    let count = st.chans.len().min(ep.g.channels).min(64);
+    let mut todo = if full {
+        u64::MAX.checked_shr(64 - count as u32).unwrap_or(0)
+    } else {
+        st.live
+    };
     let mut n = 0;
     let mut parked = false;
-    for i in 0..st.chans.len().min(ep.g.channels) {
-        let c = Chan { g: ep.g, i };
-        let state = ep.seg.load32(c.ctl(C_STATE), Ordering::Acquire);
-        let lc = &mut st.chans[i];
-        match state {
-            Some(ACTIVE) | Some(CLOSED) => {
-                let gen = ep.seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap_or(0);
-                if lc.active != Some(gen) && !activate(ep, &c, lc, gen) {
-                    free(ep, &c, lc, true);
-                    continue;
-                }
-                if lc.refused != 0 {
-                    // Nothing of it is read. Freed when its sender gives
-                    // it up, or after a whole sweep interval.
-                    if state == Some(CLOSED) || (sweep && lc.refused > 1) {
-                        free(ep, &c, lc, false);
-                    } else if sweep {
-                        lc.refused = 2;
-                    }
-                    continue;
-                }
-                let (k, stop) = drain(ep, &c, lc);
-                n += k;
-                match stop {
-                    Stop::Corrupt => free(ep, &c, lc, true),
-                    Stop::Parked => parked = true,
-                    Stop::Empty if state == Some(CLOSED) => free(ep, &c, lc, false),
-                    Stop::Empty if sweep && !sender_alive(ep, &c, lc) => free(ep, &c, lc, false),
-                    _ => {}
-                }
-            }
-            Some(s) if s & CLAIMING != 0 => {
-                // A claimer that died before finishing its claim. A claim
-                // takes microseconds; its pid is judged only once the same
-                // claim has outlasted a whole sweep interval, because a
-                // claimer in another pid namespace has a pid that names
-                // nobody here, and the lock that would say it runs is on a
-                // segment whose name it has not written yet.
-                let pid = s & !CLAIMING;
-                if sweep {
-                    if lc.claim_seen == Some(pid) && !crate::live::alive(pid, 0) {
-                        free(ep, &c, lc, false);
-                    } else {
-                        lc.claim_seen = Some(pid);
-                    }
-                }
-            }
-            Some(FREE) => {
-                if lc.active.is_some() {
-                    // Freed under us: only a broken sender does that.
-                    free(ep, &c, lc, true);
-                }
-            }
-            _ => free(ep, &c, lc, true),
+    while todo != 0 {
+        let i = todo.trailing_zeros() as usize;
+        todo &= todo - 1;
+        let Some(lc) = st.chans.get_mut(i) else {
+            break;
+        };
+        n += channel(ep, &Chan { g: ep.g, i }, lc, sweep, &mut parked);
+        if lc.active.is_some() {
+            st.live |= 1 << i;
+        } else {
+            st.live &= !(1 << i);
         }
     }
     ep.parked.store(parked, Ordering::Release);
+    ep.live.store(st.live, Ordering::Relaxed);
     n
+}
+
+/// One channel's share of a pass: its state, then its records. Returns
+/// the records consumed; sets `parked` when its next message waits.
+fn channel(ep: &EpShared, c: &Chan, lc: &mut RxChan, sweep: bool, parked: &mut bool) -> usize {
+    let state = ep.seg.load32(c.ctl(C_STATE), Ordering::Acquire);
+    match state {
+        Some(ACTIVE) | Some(CLOSED) => {
+            let gen = ep.seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap_or(0);
+            if lc.active != Some(gen) && !activate(ep, c, lc, gen) {
+                free(ep, c, lc, true);
+                return 0;
+            }
+            if lc.refused != 0 {
+                // Nothing of it is read. Freed when its sender gives
+                // it up, or after a whole sweep interval.
+                if state == Some(CLOSED) || (sweep && lc.refused > 1) {
+                    free(ep, c, lc, false);
+                } else if sweep {
+                    lc.refused = 2;
+                }
+                return 0;
+            }
+            let (k, stop) = drain(ep, c, lc);
+            match stop {
+                Stop::Corrupt => free(ep, c, lc, true),
+                Stop::Parked => *parked = true,
+                Stop::Empty if state == Some(CLOSED) => free(ep, c, lc, false),
+                Stop::Empty if sweep && !sender_alive(ep, c, lc) => free(ep, c, lc, false),
+                _ => {}
+            }
+            k
+        }
+        Some(s) if s & CLAIMING != 0 => {
+            // A claimer that died before finishing its claim. A claim
+            // takes microseconds; its pid is judged only once the same
+            // claim has outlasted a whole sweep interval, because a
+            // claimer in another pid namespace has a pid that names
+            // nobody here, and the lock that would say it runs is on a
+            // segment whose name it has not written yet.
+            let pid = s & !CLAIMING;
+            if sweep {
+                if lc.claim_seen == Some(pid) && !crate::live::alive(pid, 0) {
+                    free(ep, c, lc, false);
+                } else {
+                    lc.claim_seen = Some(pid);
+                }
+            }
+            0
+        }
+        Some(FREE) => {
+            if lc.active.is_some() {
+                // Freed under us: only a broken sender does that.
+                free(ep, c, lc, true);
+            }
+            0
+        }
+        _ => {
+            free(ep, c, lc, true);
+            0
+        }
+    }
 }
 
 /// Whether the process that claimed the channel still runs: by its pid,

@@ -31,7 +31,7 @@ use crate::endpoint::EpShared;
 use crate::keyproof::Verdict;
 use crate::keys::EpKeys;
 use crate::layout::*;
-pub use crate::out::Out;
+pub use crate::out::{Addr, AfterEnqueue, Ended, EndedList, Out};
 use crate::ring::{Chan, RecHead};
 use crate::rma::Lead;
 use crate::segment::Segment;
@@ -60,6 +60,11 @@ pub struct Peer {
     chan: Option<(Chan, u32)>,
     /// Our produced position.
     tail: u64,
+    /// The consumer's head as we last read it. Reading the head word
+    /// each send cost a cache miss (the receiver writes it at every
+    /// record it consumes); it is read again only when the room this
+    /// one leaves is too little.
+    head_seen: u64,
     /// The segment's owner when mapped.
     pub(crate) owner: (u32, u64),
     bell: Option<File>,
@@ -93,9 +98,6 @@ pub struct Peers {
 /// receiver that takes longer reads freed memory (its receive gets
 /// garbage or fails; our memory is not written).
 const CMA_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// A send that ended (outside the locks).
-pub type Ended = (Option<OpDone>, usize, Result<()>);
 
 impl Peers {
     pub fn len(&self) -> usize {
@@ -164,6 +166,7 @@ impl Peer {
             g,
             chan: None,
             tail: 0,
+            head_seen: 0,
             owner,
             bell: crate::bell::open_remote(name),
             queue: VecDeque::new(),
@@ -242,6 +245,7 @@ impl Peer {
             s.store32(c.ctl(C_STATE), ACTIVE, Release);
             self.chan = Some((c, gen));
             self.tail = 0;
+            self.head_seen = 0;
             return true;
         }
         false
@@ -296,8 +300,7 @@ impl Peer {
                     }
                 }
             }
-            let free = c.room(&self.seg, self.tail).ok_or(Error::Io)?;
-            let fit = c.fit(self.tail, free);
+            let fit = self.fit_for(&c, o.len - o.off).ok_or(Error::Io)?;
             let n = fit.map_or(0, |(_, max)| max.min(o.len - o.off));
             if fit.is_none() || (n == 0 && o.len > o.off) {
                 if asked {
@@ -340,6 +343,23 @@ impl Peer {
             self.wake();
         }
         r
+    }
+
+    /// Where the next record of up to `want` payload bytes goes:
+    /// `Some(fit)` as [`Chan::fit`] says, against the head last read and,
+    /// when that leaves too little room, the head read again; `None` when
+    /// the head read lies (more than a ring behind the tail).
+    fn fit_for(&mut self, c: &Chan, want: usize) -> Option<Option<(usize, usize)>> {
+        let want = want.min(self.g.chunk());
+        if let Some(free) = c.room_after(self.head_seen, self.tail) {
+            let fit = c.fit(self.tail, free);
+            if fit.is_some_and(|(_, max)| max >= want) {
+                return Some(fit);
+            }
+        }
+        self.head_seen = c.head(&self.seg);
+        let free = c.room_after(self.head_seen, self.tail)?;
+        Some(c.fit(self.tail, free))
     }
 
     /// Whether `o` goes as a CMA record: of the sizes where it pays, few
@@ -387,11 +407,11 @@ impl Peer {
                 )
             }
         };
-        let Some(free) = c.room(&self.seg, self.tail) else {
+        let Some(fit) = self.fit_for(c, p.len()) else {
             // A broken head: the copy path fails the send.
             return Some(false);
         };
-        let (pad, max) = c.fit(self.tail, free)?;
+        let (pad, max) = fit?;
         if max < p.len() {
             return if p.len() > self.g.chunk() {
                 Some(false)
@@ -446,7 +466,7 @@ impl Peer {
 
     /// A send is wholly in the ring: it ends now, or (delivery-complete)
     /// once the receiver's head passes it.
-    fn written(&mut self, o: Out, ended: &mut Vec<Ended>) {
+    fn written(&mut self, o: Out, ended: &mut EndedList) {
         if !o.waits() {
             ended.push((o.done, o.len, Ok(())));
             return;
@@ -466,7 +486,7 @@ impl Peer {
     }
 
     /// Ends the delivery-complete sends the receiver's head has passed.
-    fn delivered(&mut self, ended: &mut Vec<Ended>) {
+    fn delivered(&mut self, ended: &mut EndedList) {
         let Some((c, _)) = self.chan else {
             return;
         };
@@ -529,7 +549,7 @@ impl Peer {
         me: (u32, u64),
         my_name: &str,
         keys: &EpKeys,
-        ended: &mut Vec<Ended>,
+        ended: &mut EndedList,
     ) {
         if let Some((c, gen)) = self.chan {
             // The owner freed our channel (it found a record of ours
@@ -571,7 +591,7 @@ impl Peer {
         }
     }
 
-    pub(crate) fn fail_all(&mut self, e: Error, ended: &mut Vec<Ended>) {
+    pub(crate) fn fail_all(&mut self, e: Error, ended: &mut EndedList) {
         for o in self.queue.drain(..) {
             ended.push((o.done, o.len, Err(e)));
             if let Some(p) = o.answer {
@@ -627,7 +647,7 @@ impl EpShared {
             proves,
             direct: None,
         };
-        self.enqueue(addr, o, None);
+        self.enqueue(&addr, o, None);
         Ok(())
     }
 
@@ -657,38 +677,66 @@ impl EpShared {
     /// first time), with `pending` waiting for its response when it is
     /// an RMA request: written now if the ring takes it, else queued in
     /// order. A peer that cannot be reached fails it (`ConnRefused`).
-    pub fn enqueue(&self, addr: Vec<u8>, mut o: Out, pending: Option<crate::rma::Pending>) {
-        let len = o.len;
+    pub fn enqueue(&self, addr: &[u8], o: Out, pending: Option<crate::rma::Pending>) {
         let mut peers = lock(&self.peers);
-        if !peers.map.contains_key(&addr) {
-            match crate::name::parse(&addr).and_then(Peer::open) {
-                Ok(p) => {
-                    peers.map.insert(addr.clone(), p);
+        // One lookup of a known peer: hashing the address twice (whether
+        // it is there, then to take it) was a tenth of a send.
+        let after = match peers.map.get_mut(addr) {
+            Some(peer) => self.enqueue_to(peer, o, pending),
+            None => match crate::name::parse(addr).and_then(Peer::open) {
+                Ok(mut p) => {
+                    let after = self.enqueue_to(&mut p, o, pending);
+                    peers.map.insert(addr.to_vec(), p);
+                    after
                 }
                 Err(e) => {
                     drop(peers);
-                    finish(self, (o.done, len, Err(e)));
+                    finish(self, (o.done, o.len, Err(e)));
                     if let Some(p) = pending {
                         finish(self, (Some(p.done), p.len, Err(e)));
                     }
                     return;
                 }
-            }
-        }
-        let Some(peer) = peers.map.get_mut(&addr) else {
-            return;
+            },
         };
+        if after.forget {
+            peers.map.remove(addr);
+        }
+        drop(peers);
+        if after.refused {
+            self.key_refused(addr);
+        }
+        for e in after.ended {
+            finish(self, e);
+        }
+        if after.kick {
+            self.tx_pending.store(true, Ordering::Release);
+            self.kick.notify_one();
+        }
+    }
+
+    /// [`enqueue`](Self::enqueue) to `peer`, under the peers' lock: what
+    /// is left to do once it is released.
+    fn enqueue_to(
+        &self,
+        peer: &mut Peer,
+        mut o: Out,
+        pending: Option<crate::rma::Pending>,
+    ) -> AfterEnqueue {
+        let len = o.len;
+        let mut after = AfterEnqueue::default();
         if peer.chan.is_none() && peer.queue.is_empty() {
             peer.proves = o.proves;
         } else if peer.proves != o.proves {
             // The channel proves another key: this operation would cross
             // jobs (tcp's one connection per peer, likewise).
-            drop(peers);
-            finish(self, (o.done, len, Err(Error::KeyRejected)));
+            after.ended.push((o.done, len, Err(Error::KeyRejected)));
             if let Some(p) = pending {
-                finish(self, (Some(p.done), p.len, Err(Error::KeyRejected)));
+                after
+                    .ended
+                    .push((Some(p.done), p.len, Err(Error::KeyRejected)));
             }
-            return;
+            return after;
         }
         let gated = o.fence && (peer.outstanding() || !peer.queue.is_empty());
         if !gated {
@@ -703,55 +751,35 @@ impl EpShared {
         if !peer.alive_now() {
             // The owner closed its endpoint: what waits fails, and so
             // does this send.
-            let mut ended = Vec::new();
-            peer.fail_all(Error::ConnReset, &mut ended);
-            ended.push((o.done, len, Err(Error::ConnReset)));
+            peer.fail_all(Error::ConnReset, &mut after.ended);
+            after.ended.push((o.done, len, Err(Error::ConnReset)));
             if let Some(p) = o.answer.take() {
-                ended.push((Some(p.done), p.len, Err(Error::ConnReset)));
+                after
+                    .ended
+                    .push((Some(p.done), p.len, Err(Error::ConnReset)));
             }
-            peers.map.remove(&addr);
-            drop(peers);
-            for e in ended {
-                finish(self, e);
-            }
-            return;
+            after.forget = true;
+            return after;
         }
         if !gated && peer.queue.is_empty() && peer.claim(self.me, &self.name, &self.keys) {
             peer.begin(&mut o);
             match peer.advance(&mut o) {
                 Ok(true) => {
-                    let mut ended = Vec::new();
-                    peer.written(o, &mut ended);
-                    let waits = ended.is_empty();
-                    drop(peers);
-                    for e in ended {
-                        finish(self, e);
-                    }
-                    if waits {
-                        self.tx_pending.store(true, Ordering::Release);
-                        self.kick.notify_one();
-                    }
-                    return;
+                    peer.written(o, &mut after.ended);
+                    after.kick = after.ended.is_empty();
+                    return after;
                 }
                 Ok(false) => {}
                 Err(e) => {
-                    let mut ended = vec![(o.done, len, Err(e))];
-                    peer.fail_all(e, &mut ended);
-                    let refused = std::mem::take(&mut peer.refused);
-                    drop(peers);
-                    if refused {
-                        self.key_refused(&addr);
-                    }
-                    for e in ended {
-                        finish(self, e);
-                    }
-                    return;
+                    after.ended.push((o.done, len, Err(e)));
+                    peer.fail_all(e, &mut after.ended);
+                    after.refused = std::mem::take(&mut peer.refused);
+                    return after;
                 }
             }
         }
         peer.queue.push_back(o);
-        drop(peers);
-        self.tx_pending.store(true, Ordering::Release);
-        self.kick.notify_one();
+        after.kick = true;
+        after
     }
 }

@@ -11,7 +11,7 @@ use weft_core::sync::lock;
 use weft_core::Error;
 
 use crate::endpoint::EpShared;
-use crate::tx::Ended;
+use crate::tx::{Ended, EndedList};
 
 /// Ends a send: its credit back first, then its completion.
 pub fn finish(ep: &EpShared, (done, len, r): Ended) {
@@ -40,7 +40,7 @@ impl EpShared {
         if !self.tx_pending.load(Ordering::Acquire) {
             return 0;
         }
-        let mut ended: Vec<Ended> = Vec::new();
+        let mut ended = EndedList::new();
         let mut refused: SmallVec<[Vec<u8>; 1]> = SmallVec::new();
         {
             let mut peers = lock(&self.peers);
@@ -67,7 +67,7 @@ impl EpShared {
     /// Fails what waits for peers whose process is gone and forgets them
     /// (removing their segments); returns the sends failed.
     pub fn sweep_peers(&self) -> usize {
-        let mut ended: Vec<Ended> = Vec::new();
+        let mut ended = EndedList::new();
         let mut gone: SmallVec<[(String, (u32, u64)); 2]> = SmallVec::new();
         {
             let mut peers = lock(&self.peers);
