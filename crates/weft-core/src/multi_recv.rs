@@ -96,14 +96,33 @@ struct ReleaseState {
 impl MultiShared {
     /// A completion sink like the buffer's, flagged `extra`.
     fn done(&self, extra: OpFlags) -> OpDone {
+        self.done_into(extra, self.sink.as_ref().map(|s| s.waiter()))
+    }
+
+    fn done_into(&self, extra: OpFlags, waiter: Option<Waiter>) -> OpDone {
         OpDone {
             context: self.context,
             flags: self.kind | extra,
             report: self.report,
             cq: self.cq.clone(),
             cntr: self.cntr.clone(),
-            waiter: self.sink.as_ref().map(|s| s.waiter()),
+            waiter,
         }
+    }
+
+    /// [`done`](Self::done) for a part that is to take a message: `None`
+    /// once the stream is dropped. Its slot is handed out under the same
+    /// lock the drop closes the stream with, so a part either has its
+    /// slot among those the drop gives back in order, or is not cut at
+    /// all; a part cut after the drop would hand its message back on its
+    /// own, racing (and possibly passing) the earlier ones the drop still
+    /// holds.
+    fn part_done(&self) -> Option<OpDone> {
+        let waiter = match &self.sink {
+            Some(s) => Some(s.slot()?),
+            None => None,
+        };
+        Some(self.done_into(OpFlags::empty(), waiter))
     }
 
     /// Nobody reads the awaited form any more.
@@ -229,9 +248,6 @@ pub fn take(req: &mut RecvReq, info: &crate::tagmatch::MsgInfo) -> Take<RecvReq>
     let Some(MultiPart::Buffer(mb)) = &mut req.multi else {
         return Take::Whole;
     };
-    if mb.shared.abandoned() {
-        return Take::End;
-    }
     let len = info.len;
     let Some(free) = req.bufs.first_mut() else {
         return Take::End;
@@ -239,6 +255,9 @@ pub fn take(req: &mut RecvReq, info: &crate::tagmatch::MsgInfo) -> Take<RecvReq>
     if len > free.len() && mb.used > 0 {
         return Take::End;
     }
+    let Some(done) = mb.shared.part_done() else {
+        return Take::End;
+    };
     // A message larger than the whole unused buffer takes all of it and
     // is truncated, as in any receive: skipping it would let later
     // messages from its sender overtake it.
@@ -253,7 +272,7 @@ pub fn take(req: &mut RecvReq, info: &crate::tagmatch::MsgInfo) -> Take<RecvReq>
         tag: 0,
         ignore: 0,
         flags: req.flags,
-        done: mb.shared.done(OpFlags::empty()),
+        done,
         multi: Some(MultiPart::Piece(mb.shared.clone())),
     };
     if last {
@@ -410,24 +429,29 @@ impl MultiSink {
         lock(&self.st).closed
     }
 
-    /// A slot for the next completion.
+    /// A slot for the next completion; after the stream's drop, one
+    /// whose completion goes nowhere (a release's: nothing to give back).
     fn waiter(&self) -> Waiter {
+        self.slot().unwrap_or_else(|| oneshot::channel().0)
+    }
+
+    /// A slot for the next completion, `None` once the stream is dropped
+    /// (checked and handed out under one hold of the lock that
+    /// [`close`](Self::close) takes).
+    pub(crate) fn slot(&self) -> Option<Waiter> {
         let (tx, rx) = oneshot::channel();
         let woken = {
             let mut g = lock(&self.st);
             if g.closed {
-                // Dropped at once: the completion comes back to its
-                // provider, which gives the message back.
-                None
-            } else {
-                g.slots.push_back(rx);
-                g.waker.take()
+                return None;
             }
+            g.slots.push_back(rx);
+            g.waker.take()
         };
         if let Some(w) = woken {
             w.wake();
         }
-        tx
+        Some(tx)
     }
 
     fn producer_gone(&self) {

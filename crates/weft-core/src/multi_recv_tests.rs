@@ -222,3 +222,56 @@ fn an_awaited_buffer_yields_in_buffer_order_and_ends() {
     assert!(matches!(sink.poll_next(&mut cx), Poll::Ready(None)));
     assert!(cq.is_empty(), "the awaited form never reports to the CQ");
 }
+
+/// Records the lengths of the messages given back, in their order.
+struct Recorder(Credits, std::sync::Mutex<Vec<usize>>);
+
+impl RecvCtx for Recorder {
+    fn rx_credits(&self) -> &Credits {
+        &self.0
+    }
+    fn reported_addr(&self, a: crate::addr::FiAddr) -> crate::addr::FiAddr {
+        a
+    }
+    fn give_back(&self, r: Returned) {
+        self.1.lock().unwrap().push(r.info().len);
+    }
+}
+
+/// A dropped stream gives back the completions already in its slots, in
+/// order, while a part still arriving gives its message back itself once
+/// whole. That keeps the order only if every part cut has its slot among
+/// those the drop closes: no part is cut once the stream is closed (its
+/// message goes on to the next receive, behind the ones given back).
+#[test]
+fn no_part_is_cut_once_the_stream_is_dropped() {
+    let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 8);
+    let ep = Recorder(Credits::new(4), std::sync::Mutex::new(Vec::new()));
+    assert!(ep.0.try_take(), "the buffer's credit");
+    let sink = MultiSink::new();
+    let mut b = buffer(&cq, 100, 10);
+    if let Some(MultiPart::Buffer(mb)) = &mut b.multi {
+        Arc::get_mut(&mut mb.shared).expect("unshared").sink = Some(sink.clone());
+    }
+    let (p1, _) = part(take(&mut b, &msg(20)));
+    let n = p1.bufs[0].len();
+    deliver(&ep, p1, msg(20), n);
+    // The second is still arriving when the stream goes.
+    let (p2, _) = part(take(&mut b, &msg(30)));
+    let slots = sink.close();
+    assert_eq!(slots.len(), 2, "both parts' slots are the drop's");
+    assert!(sink.slot().is_none(), "no slot after the drop");
+    assert!(matches!(take(&mut b, &msg(40)), Take::End));
+    // The drop's part: what its slots hold, in order.
+    for mut rx in slots {
+        rx.close();
+        if let Some(f) = rx.try_recv().ok().flatten() {
+            ep.give_back_after(Returned::from_finished(f).expect("a message"));
+        }
+    }
+    let n = p2.bufs[0].len();
+    deliver(&ep, p2, msg(30), n);
+    assert_eq!(*ep.1.lock().unwrap(), [20, 30]);
+    end(&ep, b, true);
+    assert_eq!(ep.0.left(), 4, "released once both parts are in");
+}
