@@ -74,6 +74,7 @@
 //! frame provides there.
 
 mod arriving;
+mod closing;
 mod multi;
 mod peers;
 mod rma;
@@ -818,12 +819,27 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         }
         // Outstanding operations are discarded without completions; what
         // the device may still touch stays owned by the in-flight tables
-        // until the endpoint (and its QPs) are gone.
-        lock(&ep.peers).clear();
+        // until the endpoint (and its QPs) are gone. A context's receives
+        // are not the endpoint's: those it was reading for end (`closing`).
+        let waiting: Vec<Deferred> = {
+            let mut peers = lock(&ep.peers);
+            let w = match ep.srx {
+                Some(_) => peers
+                    .values_mut()
+                    .flat_map(|p| p.pending.drain(..))
+                    .collect(),
+                None => Vec::new(),
+            };
+            peers.clear();
+            w
+        };
         match &ep.srx {
             // The context's receives and copied messages stay for the
             // other endpoints.
-            Some(c) => c.leave(ep),
+            Some(c) => {
+                c.leave(ep);
+                ep.end_context_reads(&conns, waiting);
+            }
             None => {
                 drop(lock(&ep.side.matcher).drain_posted());
                 drop(lock(&ep.side.matcher).drain_unexpected());

@@ -587,7 +587,9 @@ impl RdmShared {
             std::mem::take(&mut *g)
         };
         if self.is_closed() {
-            // Close discards outstanding operations without completions.
+            // Close discards outstanding operations without completions
+            // (a context's receives end instead: `closing`).
+            self.cancel_orphans(back);
             return;
         }
         back.sort_by_key(|(seq, _)| *seq);
