@@ -267,7 +267,7 @@ pub(crate) struct ReadJob {
     pub arriving: Option<arriving::Guard>,
     /// The receive context it was matched on, if a scalable endpoint's
     /// (set by `start_read`).
-    pub rx_ctx: Option<Arc<RdmShared>>,
+    pub rxc: Option<Arc<RdmShared>>,
 }
 
 /// What holds a send's bytes while the device may read them.
@@ -414,7 +414,7 @@ pub struct RdmShared {
     /// Set when this is a receive context of a scalable endpoint (the
     /// endpoint's connections, keys, queues and tables, with a receive
     /// side and queues of its own): closed on its own.
-    pub(crate) ctx_closed: Option<AtomicBool>,
+    pub(crate) rxc_closed: Option<AtomicBool>,
     /// `rx_ctx_bits` of the AV: a destination's receive context.
     pub(crate) rx_bits: u32,
 }
@@ -451,7 +451,7 @@ impl RdmShared {
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
             || self
-                .ctx_closed
+                .rxc_closed
                 .as_ref()
                 .is_some_and(|c| c.load(Ordering::Acquire))
     }
@@ -579,7 +579,7 @@ impl RdmShared {
                     hdr,
                     conn,
                     arriving: None,
-                    rx_ctx: None,
+                    rxc: None,
                 });
             }
             Unexp::Pull(p) => p.matched(self, req, info, claimed),
@@ -705,7 +705,7 @@ pub(crate) fn open_shared(cfg: EpConfig, rt: Handle, scalable: bool) -> Result<A
         conn_count: Arc::new(AtomicUsize::new(0)),
         key_rejected: Arc::new(AtomicU64::new(0)),
         ctxs,
-        ctx_closed: None,
+        rxc_closed: None,
         rx_bits,
         rt,
         cfg,
@@ -815,7 +815,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         if let Some(c) = &ep.srx {
             c.forget(ep);
         }
-        self.close_rx_contexts();
+        self.close_rxcs();
         let tasks = lock(&ep.tasks).take_all();
         for t in tasks {
             t.abort();

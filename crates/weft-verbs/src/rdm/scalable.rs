@@ -144,8 +144,8 @@ impl RdmShared {
     }
 
     /// This endpoint, if it is a receive context.
-    pub(crate) fn as_rx_ctx(&self) -> Option<Arc<RdmShared>> {
-        self.ctx_closed.as_ref()?;
+    pub(crate) fn as_rxc(&self) -> Option<Arc<RdmShared>> {
+        self.rxc_closed.as_ref()?;
         self.me.upgrade()
     }
 
@@ -162,23 +162,23 @@ impl RdmShared {
     /// context's receives (from a task: safe under any lock). Unlike a
     /// lone endpoint's, several such receives of one connection are not
     /// kept in the order they had matched.
-    pub(crate) fn orphan_on_rx_ctx(job: ReadJob) {
-        let Some(ctx) = job.rx_ctx.clone() else {
+    pub(crate) fn orphan_on_rxc(job: ReadJob) {
+        let Some(rxc) = job.rxc.clone() else {
             return;
         };
         if job.req.flags.contains(OpFlags::CLAIM) {
-            rx::fail_recv(&*ctx, job.req, job.info, 0, Error::ConnReset);
+            rx::fail_recv(&*rxc, job.req, job.info, 0, Error::ConnReset);
             return;
         }
         let req = job.req;
-        let rt = ctx.rt.clone();
-        rt.spawn(async move { ctx.repost_front(req) });
+        let rt = rxc.rt.clone();
+        rt.spawn(async move { rxc.repost_front(req) });
     }
 
     /// A receive context of this scalable endpoint, with the context's
     /// `cfg` (its queues and sizes; senders are looked up in the
     /// endpoint's AV).
-    fn rx_context(&self, mut cfg: EpConfig) -> Arc<RdmShared> {
+    fn rxc(&self, mut cfg: EpConfig) -> Arc<RdmShared> {
         cfg.av.clone_from(&self.cfg.av);
         let side = srx::Side::new(cfg.info.rx_attr.size.max(1), usize::MAX);
         Arc::new_cyclic(|me| RdmShared {
@@ -212,7 +212,7 @@ impl RdmShared {
             conn_count: self.conn_count.clone(),
             key_rejected: self.key_rejected.clone(),
             ctxs: None,
-            ctx_closed: Some(AtomicBool::new(false)),
+            rxc_closed: Some(AtomicBool::new(false)),
             rx_bits: self.rx_bits,
         })
     }
@@ -266,11 +266,11 @@ impl VerbsRdmEndpoint {
         if slot.get().is_some() {
             return Err(Error::Busy);
         }
-        let ctx = self.shared.rx_context(cfg);
+        let rxc = self.shared.rxc(cfg);
         // Two opens racing for the index: one sets it, the other is `Busy`.
-        slot.set(ctx.clone()).map_err(|_| Error::Busy)?;
+        slot.set(rxc.clone()).map_err(|_| Error::Busy)?;
         Ok(Arc::new(VerbsRxCtx {
-            ctx,
+            rxc,
             inline: self.inline.clone(),
         }))
     }
@@ -285,17 +285,17 @@ impl VerbsRdmEndpoint {
 
     /// At the scalable endpoint's close: its receive contexts' posted
     /// and buffered messages go, without completions.
-    pub(crate) fn close_rx_contexts(&self) {
+    pub(crate) fn close_rxcs(&self) {
         if let Some(c) = &self.shared.ctxs {
             for l in c.rx.iter().filter_map(OnceLock::get) {
-                close_rx_context(l);
+                close_rxc(l);
             }
         }
     }
 }
 
-fn close_rx_context(l: &RdmShared) {
-    if let Some(c) = &l.ctx_closed {
+fn close_rxc(l: &RdmShared) {
+    if let Some(c) = &l.rxc_closed {
         c.store(true, Ordering::Release);
     }
     drop(lock(&l.side.matcher).drain_posted());
@@ -393,7 +393,7 @@ impl ProviderEndpoint for VerbsTxCtx {
 /// driver feeds.
 #[derive(Debug)]
 pub struct VerbsRxCtx {
-    ctx: Arc<RdmShared>,
+    rxc: Arc<RdmShared>,
     inline: Arc<dyn Progress>,
 }
 
@@ -413,23 +413,23 @@ impl ProviderEndpoint for VerbsRxCtx {
                 req,
             });
         }
-        self.ctx.post_recv_checked(req)
+        self.rxc.post_recv_checked(req)
     }
 
     fn cancel(&self, context: u64) -> bool {
-        self.ctx.cancel_recv(context)
+        self.rxc.cancel_recv(context)
     }
 
     fn give_back(&self, r: Returned) {
-        self.ctx.take_back(r, false);
+        self.rxc.take_back(r, false);
     }
 
     fn give_back_after(&self, r: Returned) {
-        self.ctx.give_back_in_order(r);
+        self.rxc.give_back_in_order(r);
     }
 
     fn local_addr(&self) -> Vec<u8> {
-        self.ctx.local_raw.clone()
+        self.rxc.local_raw.clone()
     }
 
     fn progress_hook(&self) -> Option<Arc<dyn Progress>> {
@@ -441,19 +441,19 @@ impl ProviderEndpoint for VerbsRxCtx {
     }
 
     fn rx_size_left(&self) -> usize {
-        self.ctx.side.rx.left()
+        self.rxc.side.rx.left()
     }
 
     fn stats(&self) -> EpStats {
         let mut s = EpStats::default();
-        s.conns = self.ctx.conn_count.load(Ordering::Acquire);
-        s.unexpected_bytes = self.ctx.side.unexp.load(Ordering::Acquire);
+        s.conns = self.rxc.conn_count.load(Ordering::Acquire);
+        s.unexpected_bytes = self.rxc.side.unexp.load(Ordering::Acquire);
         s
     }
 
     fn close(&self) {
         // Messages for it from now on are dropped (`Target::Drop`); its
         // posted receives and buffered messages go without completions.
-        close_rx_context(&self.ctx);
+        close_rxc(&self.rxc);
     }
 }
