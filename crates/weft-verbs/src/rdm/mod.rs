@@ -248,7 +248,7 @@ pub(crate) struct ReadJob {
     pub arriving: Option<arriving::Guard>,
     /// The receive context it was matched on, if a scalable endpoint's
     /// (set by `start_read`).
-    pub lane: Option<Arc<RdmShared>>,
+    pub rxc: Option<Arc<RdmShared>>,
 }
 
 /// What holds a send's bytes while the device may read them.
@@ -392,10 +392,10 @@ pub struct RdmShared {
     /// A scalable endpoint's receive contexts (`scalable`); `None`
     /// elsewhere.
     pub(crate) ctxs: Option<Arc<scalable::Contexts>>,
-    /// Receive context of a scalable endpoint that this is (a lane:
+    /// Receive context of a scalable endpoint that this is (its state:
     /// the endpoint's connections, queues and tables, with a receive
     /// side and queues of its own), closed on its own.
-    pub(crate) lane_closed: Option<AtomicBool>,
+    pub(crate) rxc_closed: Option<AtomicBool>,
     /// `rx_ctx_bits` of the AV: a destination's receive context.
     pub(crate) rx_bits: u32,
 }
@@ -432,7 +432,7 @@ impl RdmShared {
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
             || self
-                .lane_closed
+                .rxc_closed
                 .as_ref()
                 .is_some_and(|c| c.load(Ordering::Acquire))
     }
@@ -558,7 +558,7 @@ impl RdmShared {
                     hdr,
                     conn,
                     arriving: None,
-                    lane: None,
+                    rxc: None,
                 });
             }
             Unexp::Pull(p) => p.matched(self, req, info, claimed),
@@ -695,7 +695,7 @@ pub(crate) fn open_shared(cfg: EpConfig, rt: Handle, scalable: bool) -> Result<A
         conn_count: Arc::new(AtomicUsize::new(0)),
         key_rejected: Arc::new(AtomicU64::new(0)),
         ctxs,
-        lane_closed: None,
+        rxc_closed: None,
         rx_bits,
         rt,
         cfg,
@@ -803,7 +803,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         if let Some(c) = &ep.srx {
             c.forget(ep);
         }
-        self.close_lanes();
+        self.close_rxcs();
         let tasks = lock(&ep.tasks).take_all();
         for t in tasks {
             t.abort();

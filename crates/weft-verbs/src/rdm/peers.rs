@@ -567,8 +567,8 @@ impl RdmShared {
     /// under any lock: the receive waits in the connection's orphans
     /// until [`settle_orphans`](Self::settle_orphans) (a claim fails now).
     pub(crate) fn orphan(&self, job: ReadJob) {
-        if job.lane.is_some() {
-            return Self::orphan_on_lane(job);
+        if job.rxc.is_some() {
+            return Self::orphan_on_rxc(job);
         }
         if job.req.flags.contains(OpFlags::CLAIM) {
             rx::fail_recv(self, job.req, job.info, 0, Error::ConnReset);

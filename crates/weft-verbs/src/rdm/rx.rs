@@ -192,7 +192,7 @@ impl RdmShared {
                 return;
             }
         };
-        let lane = match hdr.op {
+        let rxc = match hdr.op {
             WireOp::Eager | WireOp::Rts => match self.target(&hdr) {
                 super::scalable::Target::Here => None,
                 super::scalable::Target::Ctx(l) => Some(l),
@@ -204,7 +204,7 @@ impl RdmShared {
             },
             _ => None,
         };
-        let at: &RdmShared = lane.as_deref().unwrap_or(self);
+        let at: &RdmShared = rxc.as_deref().unwrap_or(self);
         match hdr.op {
             WireOp::Eager => at.on_eager(slot, base, n - HDR, hdr, conn),
             WireOp::Rts => at.on_rts(slot, hdr, conn),
@@ -317,13 +317,13 @@ impl RdmShared {
                     hdr,
                     conn,
                     arriving: None,
-                    lane: None,
+                    rxc: None,
                 });
             }
             (None, Some(Some(charge))) if pulled => {
                 // Delivery-complete: fetch it now, answer once here.
                 let pull = Arc::new(Pull::default());
-                if self.lane_closed.is_some() {
+                if self.rxc_closed.is_some() {
                     let _ = pull.owner.set(self.me.clone());
                 }
                 let held = self.held(Unexp::Pull(pull.clone()), Some(charge));
@@ -528,8 +528,8 @@ impl CqSink for RdmShared {
             } => {
                 self.release_wr(&conn, super::TxHeld::Inline);
                 conn.reads.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-                let lane = job.lane.clone();
-                lane.as_deref()
+                let rxc = job.rxc.clone();
+                rxc.as_deref()
                     .unwrap_or(self)
                     .on_read_done(wc, job, mrs, placed);
                 if conn.is_dead() {

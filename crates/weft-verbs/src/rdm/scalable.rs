@@ -4,15 +4,16 @@
 //! contexts that the messages name (`Header::rx_ctx`, set from the
 //! `fi_rx_addr` bits of the sender's destination handle).
 //!
-//! A receive context is a *lane*: an [`RdmShared`] of its own that holds
+//! A receive context's state (`rxc` in the code; not the per-key lanes
+//! of an AV-keyed endpoint) is an [`RdmShared`] of its own that holds
 //! the scalable endpoint's connections, tables and verbs resources (the
 //! same `Arc`s) but a receive side of its own (matcher, receive credits,
 //! registry of multi-receive parts) and its own queues (`cfg`). The CQ
 //! driver of the scalable endpoint looks the named context up (a
 //! `OnceLock` per index, no lock) and hands it the message; from there
 //! matching, buffering, a rendezvous read and its completion (the read
-//! remembers its lane), delivery, cancel and a dropped future's message
-//! given back run on that lane exactly as on a lone endpoint. So past the
+//! remembers its context), delivery, cancel and a dropped future's message
+//! given back run on that context exactly as on a lone endpoint. So past the
 //! hand-over no receive context takes a lock another one takes.
 //!
 //! A transmit context posts through the scalable endpoint (its peer
@@ -34,7 +35,7 @@
 //! context", which fails the send with `AddrNotAvail`.
 //!
 //! Receive contexts take no multi-receive buffers (`OpNotSupp`): a part
-//! being pulled for a dropped stream is not yet tied to its lane.
+//! being pulled for a dropped stream is not yet tied to its context.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -141,9 +142,9 @@ impl RdmShared {
         }
     }
 
-    /// This endpoint, if it is a receive context (a lane).
-    pub(crate) fn as_lane(&self) -> Option<Arc<RdmShared>> {
-        self.lane_closed.as_ref()?;
+    /// This endpoint, if it is a receive context's state.
+    pub(crate) fn as_rxc(&self) -> Option<Arc<RdmShared>> {
+        self.rxc_closed.as_ref()?;
         self.me.upgrade()
     }
 
@@ -160,23 +161,23 @@ impl RdmShared {
     /// context's receives (from a task: safe under any lock). Unlike a
     /// lone endpoint's, several such receives of one connection are not
     /// kept in the order they had matched.
-    pub(crate) fn orphan_on_lane(job: ReadJob) {
-        let Some(lane) = job.lane.clone() else {
+    pub(crate) fn orphan_on_rxc(job: ReadJob) {
+        let Some(rxc) = job.rxc.clone() else {
             return;
         };
         if job.req.flags.contains(OpFlags::CLAIM) {
-            rx::fail_recv(&*lane, job.req, job.info, 0, Error::ConnReset);
+            rx::fail_recv(&*rxc, job.req, job.info, 0, Error::ConnReset);
             return;
         }
         let req = job.req;
-        let rt = lane.rt.clone();
-        rt.spawn(async move { lane.repost_front(req) });
+        let rt = rxc.rt.clone();
+        rt.spawn(async move { rxc.repost_front(req) });
     }
 
     /// A receive context of this scalable endpoint, with the context's
     /// `cfg` (its queues and sizes; senders are looked up in the
     /// endpoint's AV).
-    fn lane(&self, mut cfg: EpConfig) -> Arc<RdmShared> {
+    fn rxc(&self, mut cfg: EpConfig) -> Arc<RdmShared> {
         cfg.av.clone_from(&self.cfg.av);
         let side = srx::Side::new(cfg.info.rx_attr.size.max(1), usize::MAX);
         Arc::new_cyclic(|me| RdmShared {
@@ -208,7 +209,7 @@ impl RdmShared {
             conn_count: self.conn_count.clone(),
             key_rejected: self.key_rejected.clone(),
             ctxs: None,
-            lane_closed: Some(AtomicBool::new(false)),
+            rxc_closed: Some(AtomicBool::new(false)),
             rx_bits: self.rx_bits,
         })
     }
@@ -262,11 +263,11 @@ impl VerbsRdmEndpoint {
         if slot.get().is_some() {
             return Err(Error::Busy);
         }
-        let lane = self.shared.lane(cfg);
+        let rxc = self.shared.rxc(cfg);
         // Two opens racing for the index: one sets it, the other is `Busy`.
-        slot.set(lane.clone()).map_err(|_| Error::Busy)?;
+        slot.set(rxc.clone()).map_err(|_| Error::Busy)?;
         Ok(Arc::new(VerbsRxCtx {
-            lane,
+            rxc,
             inline: self.inline.clone(),
         }))
     }
@@ -281,17 +282,17 @@ impl VerbsRdmEndpoint {
 
     /// At the scalable endpoint's close: its receive contexts' posted
     /// and buffered messages go, without completions.
-    pub(crate) fn close_lanes(&self) {
+    pub(crate) fn close_rxcs(&self) {
         if let Some(c) = &self.shared.ctxs {
             for l in c.rx.iter().filter_map(OnceLock::get) {
-                close_lane(l);
+                close_rxc(l);
             }
         }
     }
 }
 
-fn close_lane(l: &RdmShared) {
-    if let Some(c) = &l.lane_closed {
+fn close_rxc(l: &RdmShared) {
+    if let Some(c) = &l.rxc_closed {
         c.store(true, Ordering::Release);
     }
     drop(lock(&l.side.matcher).drain_posted());
@@ -385,11 +386,11 @@ impl ProviderEndpoint for VerbsTxCtx {
     }
 }
 
-/// A receive context: a lane that the scalable endpoint's CQ driver
+/// A receive context: its state, which the scalable endpoint's CQ driver
 /// feeds.
 #[derive(Debug)]
 pub struct VerbsRxCtx {
-    lane: Arc<RdmShared>,
+    rxc: Arc<RdmShared>,
     inline: Arc<dyn Progress>,
 }
 
@@ -409,23 +410,23 @@ impl ProviderEndpoint for VerbsRxCtx {
                 req,
             });
         }
-        self.lane.post_recv_checked(req)
+        self.rxc.post_recv_checked(req)
     }
 
     fn cancel(&self, context: u64) -> bool {
-        self.lane.cancel_recv(context)
+        self.rxc.cancel_recv(context)
     }
 
     fn give_back(&self, r: Returned) {
-        self.lane.take_back(r, false);
+        self.rxc.take_back(r, false);
     }
 
     fn give_back_after(&self, r: Returned) {
-        self.lane.give_back_in_order(r);
+        self.rxc.give_back_in_order(r);
     }
 
     fn local_addr(&self) -> Vec<u8> {
-        self.lane.local_raw.clone()
+        self.rxc.local_raw.clone()
     }
 
     fn progress_hook(&self) -> Option<Arc<dyn Progress>> {
@@ -437,19 +438,19 @@ impl ProviderEndpoint for VerbsRxCtx {
     }
 
     fn rx_size_left(&self) -> usize {
-        self.lane.side.rx.left()
+        self.rxc.side.rx.left()
     }
 
     fn stats(&self) -> EpStats {
         let mut s = EpStats::default();
-        s.conns = self.lane.conn_count.load(Ordering::Acquire);
-        s.unexpected_bytes = self.lane.side.unexp.load(Ordering::Acquire);
+        s.conns = self.rxc.conn_count.load(Ordering::Acquire);
+        s.unexpected_bytes = self.rxc.side.unexp.load(Ordering::Acquire);
         s
     }
 
     fn close(&self) {
         // Messages for it from now on are dropped (`Target::Drop`); its
         // posted receives and buffered messages go without completions.
-        close_lane(&self.lane);
+        close_rxc(&self.rxc);
     }
 }

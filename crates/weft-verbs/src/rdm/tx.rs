@@ -119,8 +119,8 @@ impl RdmShared {
             // The receive's buffers could not be registered, or the like.
             Deferred::Read(job) => {
                 let job = *job;
-                let lane = job.lane.clone();
-                rx::fail_recv(lane.as_deref().unwrap_or(self), job.req, job.info, 0, err);
+                let rxc = job.rxc.clone();
+                rx::fail_recv(rxc.as_deref().unwrap_or(self), job.req, job.info, 0, err);
             }
             Deferred::Pull(pull, ..) => {
                 if let Some(ep) = self.me.upgrade() {
@@ -495,7 +495,7 @@ impl RdmShared {
     pub(crate) fn start_read(&self, mut job: ReadJob) {
         // Its completion comes to the endpoint's CQ driver: a context's
         // read ends on the context (`scalable`).
-        job.lane = self.as_lane();
+        job.rxc = self.as_rxc();
         if job.hdr.len == 0 || job.req.capacity() == 0 {
             let cookie = job.hdr.cookie;
             let peer = job.conn.peer;
