@@ -4,18 +4,20 @@
 //! contexts that the messages name (`Header::rx_ctx`, set from the
 //! `fi_rx_addr` bits of the sender's destination handle).
 //!
-//! A receive context is an [`RdmShared`] of its own that holds the
-//! scalable endpoint's connections, tables, keys and verbs resources
+//! A receive context's state (`rxc` in the code; not the per-key lanes
+//! of an AV-keyed endpoint) is an [`RdmShared`] of its own that holds
+//! the scalable endpoint's connections, tables, keys and verbs resources
 //! (the same `Arc`s, so the key lanes of [`super::lanes`] too: an
 //! `FI_AV_AUTH_KEY` scalable endpoint's contexts take what arrives under
-//! any key it holds) but a receive side of its own (matcher, receive credits,
-//! registry of multi-receive parts) and its own queues (`cfg`). The CQ
+//! any key it holds) but a receive side of its own (matcher, receive
+//! credits, registry of multi-receive parts) and its own queues (`cfg`). The CQ
 //! driver of the scalable endpoint looks the named context up (a
 //! `OnceLock` per index, no lock) and hands it the message; from there
 //! matching, buffering, a rendezvous read and its completion (the read
 //! remembers its context), delivery, cancel and a dropped future's
-//! message given back run on that context exactly as on a lone endpoint. So past the
-//! hand-over no receive context takes a lock another one takes.
+//! message given back run on that context exactly as on a lone
+//! endpoint. So past the hand-over no receive context takes a lock
+//! another one takes.
 //!
 //! A transmit context posts through the scalable endpoint (its peer
 //! table, connections, in-flight table and the connection's send queue):
