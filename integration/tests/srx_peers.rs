@@ -8,9 +8,13 @@
 //! only; bounded counts and time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::pin::pin;
+
 use bytes::{Bytes, BytesMut};
+use futures::poll;
 use weft::{
-    CompletionQueue, CqItem, EpType, OpFlags, RecvMsg, RxAttr, SharedRxContext, SHARED_CONTEXT,
+    CompletionQueue, CqItem, EpType, Error, OpFlags, RecvMsg, RxAttr, SharedRxContext,
+    SHARED_CONTEXT,
 };
 use weft_integration::srx::{accept_onto_srx, srx_rdm_ep};
 use weft_integration::{next_cq, within, Harness, Provider, RdmEp};
@@ -579,5 +583,145 @@ async fn verbs_rdm_announcements_past_the_budget_wait() {
             };
         }
     }
+    assert_drained_of(&srx, &cq).await;
+}
+
+/// Read requests from this VM's server address to its client address
+/// vanish while it lives: the server's neighbour entry for the client
+/// points at a MAC address nobody has (the veth pair carries the frames,
+/// the other end drops them). Dropping it lets ARP find the client
+/// again. Only the rxe VM's own veth pair is touched.
+struct ReadsVanish {
+    dev: String,
+    client: String,
+}
+
+impl ReadsVanish {
+    fn start(server: &str, client: &str) -> ReadsVanish {
+        let route = std::process::Command::new("ip")
+            .args(["-o", "route", "get", client, "from", server])
+            .output()
+            .expect("ip route get");
+        let route = String::from_utf8_lossy(&route.stdout).into_owned();
+        let dev = route
+            .split_whitespace()
+            .skip_while(|w| *w != "dev")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no device in {route:?}"))
+            .to_owned();
+        let set = std::process::Command::new("ip")
+            .args(["neigh", "replace", client, "dev", &dev])
+            .args(["lladdr", "02:00:00:00:00:01", "nud", "permanent"])
+            .status()
+            .expect("ip neigh replace");
+        assert!(set.success(), "ip neigh replace {client} dev {dev}");
+        ReadsVanish {
+            dev,
+            client: client.to_owned(),
+        }
+    }
+}
+
+impl Drop for ReadsVanish {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["neigh", "del", &self.client, "dev", &self.dev])
+            .status();
+    }
+}
+
+/// verbs RDM: a receive of a shared context matched to a rendezvous
+/// message that a bound endpoint is still reading (its RDMA read to the
+/// sender in flight: the server's packets to the client vanish meanwhile)
+/// when that endpoint closes ends with `Canceled` within bounded time,
+/// its buffer handed back and its credit returned; the context's other
+/// receive stays posted and takes the next message, which arrives at the
+/// other bound endpoint; the cut-off message is delivered to nobody.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbs_rdm_close_mid_read_ends_the_context_receive() {
+    /// Past the eager size: announced, then read by the receiver.
+    const LEN: usize = 8 << 20;
+    let (Ok(server_ip), Ok(client_ip)) = (
+        std::env::var("WEFT_RXE_SERVER_IP"),
+        std::env::var("WEFT_RXE_CLIENT_IP"),
+    ) else {
+        eprintln!("skipped: needs the rxe VM of integration/run-rxe (it cuts a veth path)");
+        return;
+    };
+    let h = harness_of("verbs", EpType::Rdm);
+    let srx = h
+        .domain
+        .srx_context_attr(&RxAttr {
+            size: 8,
+            ..RxAttr::default()
+        })
+        .unwrap();
+    let size = srx.rx_size_left().unwrap();
+    let av = h.av();
+    let cq = h.cq();
+    let closing = srx_rdm_ep(&h, &av, &cq, &srx, None);
+    let staying = srx_rdm_ep(&h, &av, &cq, &srx, None);
+    let client_info = weft_integration::verbs_offer("rxe2", EpType::Rdm).unwrap();
+    let ch = Harness::with_info(&Provider::named("verbs"), client_info);
+    let c = ch.rdm_ep();
+    let (to_closing, to_staying) = (c.insert(&closing), c.insert(&staying));
+    // Both connections made (and rdma_cm done with them) first.
+    for (to, body) in [(to_closing, &b"one"[..]), (to_staying, b"two")] {
+        let (got, sent) = within("a first message", async {
+            tokio::join!(
+                srx.recv(BytesMut::zeroed(16)),
+                c.ep.send(to, Bytes::from_static(body))
+            )
+        })
+        .await;
+        sent.unwrap();
+        assert_eq!(&got.unwrap().into_bytes()[..], body);
+    }
+    // Its sender is not checked: the disconnect that would tell it goes
+    // out while the path is cut, and rdma_cm does not repeat it once the
+    // closed endpoint's ids are gone.
+    c.ep.post_send(to_closing, weft_integration::payload(LEN, 7), 1)
+        .unwrap();
+    within("the announcement held", async {
+        while srx.stats().parked == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    let vanish = ReadsVanish::start(&server_ip, &client_ip);
+    let mut cut = pin!(srx.recv(BytesMut::zeroed(LEN)));
+    assert!(
+        poll!(cut.as_mut()).is_pending(),
+        "the read finished with the path cut"
+    );
+    assert_eq!(srx.stats().parked, 0, "matched: being read");
+    // The next receive waits posted on the context.
+    srx.post_recv(BytesMut::zeroed(16), 77).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert!(poll!(cut.as_mut()).is_pending(), "still being read");
+    closing.ep.close().unwrap();
+    let e = within("the cut-off receive ends", cut).await.unwrap_err();
+    drop(vanish);
+    assert_eq!(e.err, Error::Canceled);
+    assert_eq!(e.bufs.len(), 1, "its buffer handed back");
+    assert!(e.bufs[0].capacity() >= LEN);
+    assert_eq!(srx.rx_size_left().unwrap(), size - 1, "only 77 posted");
+    within(
+        "the next message",
+        c.ep.send(to_staying, Bytes::from_static(b"next")),
+    )
+    .await
+    .unwrap();
+    let CqItem::Ok(e) = within("the posted receive", next_cq(&cq)).await else {
+        panic!("the posted receive failed");
+    };
+    assert_eq!(e.context, 77);
+    assert_eq!(&e.bufs[0][..e.len], b"next");
+    assert_eq!(srx.rx_size_left().unwrap(), size);
+    drop(staying);
     assert_drained_of(&srx, &cq).await;
 }

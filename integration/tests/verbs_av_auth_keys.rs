@@ -490,3 +490,126 @@ async fn regions_under_av_keys_keep_to_their_job() {
         .unwrap();
     assert_eq!(e.error, Error::Inval);
 }
+
+/// A client of [`a_scalable_endpoints_contexts_share_its_keys`]: an
+/// endpoint holding `key`, whose AV names receive contexts (one bit),
+/// that AV and its entry for `peer` under that key.
+fn ctx_client(
+    d: &Domain,
+    key: &[u8],
+    peer: std::net::SocketAddr,
+) -> (weft::Endpoint, weft::AddressVector, FiAddr) {
+    let av = d
+        .av(AvAttr {
+            rx_ctx_bits: 1,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    let k = av.insert_auth_key(key).unwrap();
+    let (ep, _cq) = weft_integration::enabled_endpoint_with_eq(
+        d,
+        d.info(),
+        &av,
+        None,
+        weft::WaitMode::Interrupt,
+    );
+    let entry = keyed_entry(&av, weft::encode_sockaddr(&peer), k);
+    (ep, av, entry)
+}
+
+/// The entry of address `bytes` under key handle `key` in `av`.
+fn keyed_entry(av: &weft::AddressVector, bytes: Vec<u8>, key: FiAddr) -> FiAddr {
+    let r = av
+        .insert_with_auth_key(&[bytes], key, AvFlags::empty(), 0)
+        .unwrap()
+        .now()
+        .unwrap();
+    r.results[0].unwrap()
+}
+
+/// A scalable endpoint on an `FI_AV_AUTH_KEY` domain holding two jobs'
+/// keys: its receive contexts share its keys and connections, so each
+/// context takes messages proven under either key, reports the sender's
+/// entry under the key it proved, and takes receives directed by key
+/// (only by keys the endpoint holds).
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scalable_endpoints_contexts_share_its_keys() {
+    let info = verbs_offer_with(SERVER_DEV, EpType::Rdm, |h| {
+        h.caps = caps() | Caps::NAMED_RX_CTX;
+        h.domain_attr.av_auth_key = true;
+        h.ep_attr.tx_ctx_cnt = 2;
+        h.ep_attr.rx_ctx_cnt = 2;
+    })
+    .unwrap();
+    assert!(info.domain_attr.av_auth_key);
+    let d1 = weft::Fabric::open(&info).unwrap().domain(&info).unwrap();
+    let av = d1
+        .av(AvAttr {
+            rx_ctx_bits: 1,
+            ..AvAttr::default()
+        })
+        .unwrap();
+    let ka = av.insert_auth_key(JOB_A).unwrap();
+    let kb = av.insert_auth_key(JOB_B).unwrap();
+    let sep = d1.scalable_endpoint(&info).unwrap();
+    sep.bind_av(&av).unwrap();
+    sep.enable().unwrap();
+    // Not held: inserted after the endpoint was enabled.
+    let kc = av.insert_auth_key(JOB_C).unwrap();
+    let rx: Vec<weft::Endpoint> = (0..2)
+        .map(|i| {
+            let cq = d1.cq(weft::CqAttr::default()).unwrap();
+            let c = sep.rx_context(i).unwrap();
+            c.bind_cq(&cq, weft::BindFlags::RECV).unwrap();
+            c.enable().unwrap();
+            c
+        })
+        .collect();
+    let at = weft::decode_sockaddr(&sep.local_addr().unwrap()).unwrap();
+    let d2 = av_key_domain(CLIENT_DEV);
+    let clients = [
+        ctx_client(&d2, JOB_A, at),
+        ctx_client(&d2, JOB_A, at),
+        ctx_client(&d2, JOB_B, at),
+    ];
+    let srcs: Vec<FiAddr> = clients
+        .iter()
+        .zip([ka, ka, kb])
+        .map(|((ep, ..), k)| keyed_entry(&av, ep.local_addr().unwrap(), k))
+        .collect();
+    // Every client to each context: it lands where it was sent, known by
+    // its key.
+    for (i, c) in rx.iter().enumerate() {
+        for (j, (ep, cav, entry)) in clients.iter().enumerate() {
+            let tag = (10 * i + j) as u64;
+            let dest = cav.rx_addr(*entry, i as u32);
+            let recv = c.trecv(BytesMut::zeroed(16), weft::FI_ADDR_UNSPEC, tag, 0);
+            let body = Bytes::from(tag.to_le_bytes().to_vec());
+            let (got, sent) = within("a context's message", async {
+                tokio::join!(recv, ep.tsend(dest, body, tag))
+            })
+            .await;
+            sent.unwrap();
+            let got = got.unwrap();
+            assert_eq!(got.src, srcs[j], "context {i}, client {j}");
+            assert_eq!(&got.into_bytes()[..8], &tag.to_le_bytes());
+        }
+    }
+    let to_1: Vec<FiAddr> = clients.iter().map(|(_, a, e)| a.rx_addr(*e, 1)).collect();
+    weft_integration::directed_by_key(
+        &rx[1],
+        ka,
+        [
+            (&clients[0].0, to_1[0], srcs[0]),
+            (&clients[1].0, to_1[1], srcs[1]),
+            (&clients[2].0, to_1[2], srcs[2]),
+        ],
+    )
+    .await;
+    directed_by_unheld_keys_refused(&rx[0], kc).await;
+    assert_eq!(sep.stats().unwrap().rx_bad_ctx, 0);
+}

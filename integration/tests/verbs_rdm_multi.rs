@@ -203,3 +203,62 @@ async fn rdm_multi_recv_sender_dies_mid_read() {
     }
     assert_eq!(s.ep.rx_size_left().unwrap(), left, "released");
 }
+
+/// A receive context of a verbs RDM scalable endpoint takes no
+/// multi-receive buffer (`OpNotSupp`, the buffer handed back, no credit
+/// kept): a part pulled for a dropped stream would not know its context
+/// (`crates/weft-verbs/src/rdm/scalable.rs`). Plain receives there work.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_multi_recv_refused_on_receive_contexts() {
+    let Some(info) = weft_integration::verbs_offer_with(SERVER_DEV, EpType::Rdm, |h| {
+        h.caps = weft::Caps::MSG | weft::Caps::MULTI_RECV | weft::Caps::NAMED_RX_CTX;
+        h.ep_attr.tx_ctx_cnt = 2;
+        h.ep_attr.rx_ctx_cnt = 2;
+    }) else {
+        return;
+    };
+    let domain = weft::Fabric::open(&info).unwrap().domain(&info).unwrap();
+    let av_attr = weft::AvAttr {
+        rx_ctx_bits: 1,
+        ..weft::AvAttr::default()
+    };
+    let sep = domain.scalable_endpoint(&info).unwrap();
+    let av = domain.av(av_attr).unwrap();
+    sep.bind_av(&av).unwrap();
+    sep.enable().unwrap();
+    let rx = sep.rx_context(1).unwrap();
+    let rx_cq = domain.cq(weft::CqAttr::default()).unwrap();
+    rx.bind_cq(&rx_cq, weft::BindFlags::RECV).unwrap();
+    rx.enable().unwrap();
+    let tx = sep.tx_context(0).unwrap();
+    let tx_cq = domain.cq(weft::CqAttr::default()).unwrap();
+    tx.bind_cq(&tx_cq, weft::BindFlags::TRANSMIT).unwrap();
+    tx.enable().unwrap();
+    let left = rx.rx_size_left().unwrap();
+    let Err((err, buf)) = rx.post_recv_multi(BytesMut::zeroed(64 << 10), 1) else {
+        panic!("a multi-receive buffer was taken by a receive context");
+    };
+    assert_eq!(err, Error::OpNotSupp);
+    assert_eq!(buf.len(), 64 << 10, "the buffer comes back whole");
+    assert_eq!(rx.rx_size_left().unwrap(), left, "no credit kept");
+    let me = av
+        .insert_sync(&[sep.local_addr().unwrap()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    let (got, sent) = within("a plain receive on the context", async {
+        tokio::join!(
+            rx.recv(BytesMut::zeroed(16)),
+            tx.send(weft::rx_addr(me, 1, 1), Bytes::from_static(b"plain"))
+        )
+    })
+    .await;
+    sent.unwrap();
+    assert_eq!(&got.unwrap().into_bytes()[..], b"plain");
+    tx.close().unwrap();
+    rx.close().unwrap();
+    sep.close().unwrap();
+}

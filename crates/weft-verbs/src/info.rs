@@ -369,8 +369,17 @@ pub fn rdm_offer(r: &DeviceReport) -> Info {
     // A shared receive context shares the software matcher
     // (`crate::rdm::srx`); it needs no SRQ beyond each endpoint's own.
     i.domain_attr.max_ep_srx_ctx = 1;
+    // Scalable endpoints (`crate::rdm::scalable`): receive contexts are
+    // named by `fi_rx_addr`, up to one header byte's worth each way.
+    i.caps |= Caps::NAMED_RX_CTX;
+    i.rx_attr.caps |= Caps::NAMED_RX_CTX;
+    i.domain_attr.max_ep_tx_ctx = RDM_MAX_CTX;
+    i.domain_attr.max_ep_rx_ctx = RDM_MAX_CTX;
     i
 }
+
+/// Contexts of a scalable RDM endpoint, each way (`rdm::scalable::MAX_CTX`).
+pub const RDM_MAX_CTX: usize = 256;
 
 /// What the DGRAM endpoint implements: datagrams of up to one path MTU
 /// on a UD queue pair, with 32-bit remote CQ data (immediate data),

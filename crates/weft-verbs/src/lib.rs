@@ -160,6 +160,18 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
     Err(Error::NoSys)
 }
 
+/// Opens (enables) a scalable RDM endpoint (`rdm::scalable`); `NoSys`
+/// for other endpoint types. Keys: see [`endpoint_key`].
+pub fn open_scalable(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
+    endpoint_key(&cfg.info)?;
+    #[cfg(feature = "rdma")]
+    if cfg.info.ep_attr.ep_type == weft_core::attr::EpType::Rdm {
+        return rdm::scalable::open(cfg, rt);
+    }
+    let _ = (cfg, rt);
+    Err(Error::NoSys)
+}
+
 /// The IP TOS byte of `info`'s traffic class (DSCP << 2, ECN bits
 /// clear), which RoCE carries as the traffic class of the address vector
 /// of a queue pair or address handle; `None` leaves the device default.
@@ -265,6 +277,11 @@ impl Provider for VerbsProvider {
     fn open_endpoint(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
         no_tls(&cfg.info)?;
         open_endpoint(cfg, Handle::current())
+    }
+
+    fn open_scalable(&self, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
+        no_tls(&cfg.info)?;
+        open_scalable(cfg, Handle::current())
     }
 
     fn open_passive(&self, cfg: PassiveConfig) -> Result<Arc<dyn ProviderPassive>> {

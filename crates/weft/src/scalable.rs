@@ -149,7 +149,7 @@ impl Domain {
     /// `fi_scalable_ep`: a scalable endpoint with `info.ep_attr.tx_ctx_cnt`
     /// transmit and `rx_ctx_cnt` receive contexts (0 is 1). More than the
     /// domain's `max_ep_tx_ctx`/`max_ep_rx_ctx` is `Inval`; providers
-    /// without scalable endpoints (those maxima 1: verbs, udp, shm) are
+    /// without scalable endpoints (those maxima 1: udp, shm, verbs MSG) are
     /// `NoSys`. See [`ScalableEndpoint`].
     pub fn scalable_endpoint(&self, info: &Info) -> Result<ScalableEndpoint> {
         let d = &self.info().domain_attr;

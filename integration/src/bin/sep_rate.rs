@@ -1,4 +1,5 @@
-//! Message rate of a tcp scalable endpoint with `CTXS` contexts: one
+//! Message rate of a scalable endpoint with `CTXS` contexts (tcp, or the
+//! provider `WEFT_SEP_PROV` names on the device `WEFT_SEP_DOMAIN`): one
 //! process, a sending scalable endpoint with `CTXS` transmit contexts and
 //! a receiving one with `CTXS` receive contexts, on a Tokio runtime of
 //! `WORKERS` threads. Context `i` has two tasks of its own (a sender that
@@ -82,7 +83,11 @@ fn bits_for(n: usize) -> u32 {
 async fn run(ctxs: usize, per_ctx: usize, size: usize) -> Result<f64> {
     let mut hints = Info::default();
     hints.ep_attr.ep_type = EpType::Rdm;
-    hints.fabric_attr.prov_name = Some("tcp".into());
+    // `WEFT_SEP_PROV` (default tcp) and, for verbs, `WEFT_SEP_DOMAIN`
+    // (the device, e.g. rxe1 in the VM of `integration/run-rxe`).
+    hints.fabric_attr.prov_name =
+        Some(std::env::var("WEFT_SEP_PROV").unwrap_or_else(|_| "tcp".into()));
+    hints.domain_attr.name = std::env::var("WEFT_SEP_DOMAIN").ok();
     hints.caps = Caps::MSG | Caps::NAMED_RX_CTX;
     hints.ep_attr.tx_ctx_cnt = ctxs;
     hints.ep_attr.rx_ctx_cnt = ctxs;

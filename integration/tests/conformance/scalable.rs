@@ -151,6 +151,57 @@ async fn bad_input_is_refused(p: Provider) {
     s.close().unwrap();
 }
 
+/// A destination handle whose `fi_rx_addr` bits name a receive context
+/// beyond any endpoint's maximum (an AV with more `rx_ctx_bits` than the
+/// contexts need) is `Inval` at the post, and nothing is sent; the next
+/// send, to a context that exists, arrives.
+async fn context_beyond_the_maximum_is_inval(p: Provider) {
+    let Some(info) = scalable_info(&p) else {
+        return;
+    };
+    let h = Harness::with_info(&p, info);
+    let max = h.info.domain_attr.max_ep_rx_ctx;
+    let bits = usize::BITS - max.leading_zeros();
+    let (server, _) = sep(&h);
+    let (rx, rx_cq) = ctx(&h, &server, false, 1);
+    let client = h.domain.scalable_endpoint(&h.info).unwrap();
+    let wide = h.av_with(AvAttr {
+        rx_ctx_bits: bits,
+        ..AvAttr::default()
+    });
+    client.bind_av(&wide).unwrap();
+    client.enable().unwrap();
+    let (tx, tx_cq) = ctx(&h, &client, true, 0);
+    let peer = insert(&wide, &server);
+    let beyond = weft::rx_addr(peer, max as u32, bits);
+    assert_ne!(
+        beyond,
+        weft::rx_addr(peer, 0, bits),
+        "{bits} bits hold {max}"
+    );
+    let e = tx
+        .post_send(beyond, Bytes::from_static(b"far"), 1)
+        .unwrap_err();
+    assert_eq!(e, Error::Inval);
+    assert_eq!(
+        tx.tx_size_left().unwrap(),
+        h.info.tx_attr.size,
+        "no credit kept"
+    );
+    let (got, sent) = within("a send to context 1", async {
+        tokio::join!(
+            rx.recv(BytesMut::zeroed(8)),
+            tx.send(weft::rx_addr(peer, 1, bits), Bytes::from_static(b"near"))
+        )
+    })
+    .await;
+    sent.unwrap();
+    assert_eq!(&got.unwrap().into_bytes()[..], b"near");
+    assert_cq_quiet(&tx_cq, "the refused send").await;
+    assert_cq_quiet(&rx_cq, "context 1").await;
+    assert_eq!(server.stats().unwrap().rx_bad_ctx, 0);
+}
+
 /// Every transmit context sends to every receive context, untagged and
 /// tagged: each message lands in the context it names only, with its
 /// sender's address; each send completes on its own context's CQ.
@@ -508,6 +559,7 @@ async fn rma_and_atomics_from_a_transmit_context(p: Provider) {
 
 provider_tests! {
     bad_input_is_refused,
+    context_beyond_the_maximum_is_inval,
     rma_and_atomics_from_a_transmit_context,
     messages_land_in_the_named_context,
     unknown_context_is_dropped_and_reported,

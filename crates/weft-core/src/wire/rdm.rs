@@ -9,9 +9,9 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0 | op: 1 eager, 2 request-to-send, 3 finished |
-//! | 1 | flags: 1 tagged, 2 CQ data, 4 failed (finished only), 8 acknowledge |
+//! | 1 | flags: 1 tagged, 2 CQ data, 4 failed (finished only), 8 acknowledge, 16 no such receive context (finished only) |
 //! | 2 | version (1) |
-//! | 3 | reserved (0) |
+//! | 3 | receive context of a scalable endpoint the message is for (`fi_rx_addr`; 0 otherwise) |
 //! | 4..8 | rkey of the sender's buffer (request-to-send) |
 //! | 8..16 | tag |
 //! | 16..24 | remote CQ data |
@@ -37,6 +37,7 @@ const F_TAGGED: u8 = 1;
 const F_DATA: u8 = 2;
 const F_FAILED: u8 = 4;
 const F_ACK: u8 = 8;
+const F_NO_CTX: u8 = 16;
 
 /// What a message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +67,11 @@ pub struct Header {
     pub failed: bool,
     /// Answer with `Fin` once the message is matched or buffered.
     pub ack: bool,
+    /// The transfer failed because the receiver has no receive context
+    /// `rx_ctx` (`Fin` only, with `failed`).
+    pub no_ctx: bool,
+    /// The receive context of a scalable endpoint the message is for.
+    pub rx_ctx: u8,
     /// Key of the sender's buffer (request-to-send).
     pub rkey: u32,
     /// The message tag (tagged messages).
@@ -87,6 +93,8 @@ impl Header {
             data: None,
             failed: false,
             ack: false,
+            no_ctx: false,
+            rx_ctx: 0,
             rkey: 0,
             tag: 0,
             len: 0,
@@ -117,8 +125,12 @@ impl Header {
         if self.ack {
             f |= F_ACK;
         }
+        if self.no_ctx {
+            f |= F_NO_CTX;
+        }
         b[1] = f;
         b[2] = VERSION;
+        b[3] = self.rx_ctx;
         b[4..8].copy_from_slice(&self.rkey.to_le_bytes());
         b[8..16].copy_from_slice(&self.tag.to_le_bytes());
         b[16..24].copy_from_slice(&self.data.unwrap_or(0).to_le_bytes());
@@ -131,7 +143,7 @@ impl Header {
     /// Parses a header; anything but a well-formed version-1 header is
     /// `Io` (the connection that sent it is torn down).
     pub fn decode(b: &[u8]) -> Result<Header> {
-        if b.len() < HDR || b[2] != VERSION || b[3] != 0 {
+        if b.len() < HDR || b[2] != VERSION {
             return Err(Error::Io);
         }
         let op = match b[0] {
@@ -142,7 +154,7 @@ impl Header {
             _ => return Err(Error::Io),
         };
         let f = b[1];
-        if f & !(F_TAGGED | F_DATA | F_FAILED | F_ACK) != 0 {
+        if f & !(F_TAGGED | F_DATA | F_FAILED | F_ACK | F_NO_CTX) != 0 {
             return Err(Error::Io);
         }
         let u64_at = |i: usize| {
@@ -158,6 +170,8 @@ impl Header {
             data: (f & F_DATA != 0).then(|| u64_at(16)),
             failed: f & F_FAILED != 0,
             ack: f & F_ACK != 0,
+            no_ctx: f & F_NO_CTX != 0,
+            rx_ctx: b[3],
             rkey: u32::from_le_bytes(rk),
             tag: u64_at(8),
             len: u64_at(24),
@@ -182,9 +196,11 @@ mod tests {
         h.addr = 0x7fff_0000_1000;
         h.cookie = 42;
         h.ack = true;
+        h.rx_ctx = 200;
         assert_eq!(Header::decode(&h.encode()), Ok(h));
         let mut f = Header::new(Op::Fin);
         f.failed = true;
+        f.no_ctx = true;
         f.cookie = 7;
         assert_eq!(Header::decode(&f.encode()), Ok(f));
     }

@@ -74,12 +74,15 @@
 //! frame provides there.
 
 mod arriving;
+mod closing;
 mod keys;
 mod lanes;
 mod multi;
 mod peers;
+mod post;
 mod rma;
 mod rx;
+pub(crate) mod scalable;
 mod sources;
 pub(crate) mod srx;
 mod tasks;
@@ -102,7 +105,7 @@ use weft_core::flags::OpFlags;
 use weft_core::hash::{fast_map, FastMap};
 use weft_core::progress::Progress;
 use weft_core::provider::{
-    EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaOp, RmaReq, SendReq,
+    EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
 };
 use weft_core::sync::lock;
 use weft_core::tagmatch::{Matcher, MsgInfo, RecvSpec};
@@ -262,6 +265,9 @@ pub(crate) struct ReadJob {
     /// Registers a part of an awaited multi-receive buffer while it is
     /// read into (see [`arriving`]).
     pub arriving: Option<arriving::Guard>,
+    /// The receive context it was matched on, if a scalable endpoint's
+    /// (set by `start_read`).
+    pub rxc: Option<Arc<RdmShared>>,
 }
 
 /// What holds a send's bytes while the device may read them.
@@ -365,42 +371,52 @@ pub struct RdmShared {
     /// duplicate connect.
     pub(crate) nonce: u64,
     pub(crate) cm: Arc<CmChannel>,
-    pub(crate) listener: CmId,
+    pub(crate) listener: Arc<CmId>,
     /// The IP TOS of every connection's rdma_cm id (`tx_attr.tclass`).
     pub(crate) tos: Option<u8>,
     /// The key connections prove (its own, else its domain's), and the
     /// listener's open challenges.
-    pub(crate) gate: crate::keyproof::Gate,
-    /// The keys it holds, by lane.
-    pub(crate) keys: keys::RdmKeys,
+    pub(crate) gate: Arc<crate::keyproof::Gate>,
+    /// The keys it holds, by key lane ([`lanes`]); a scalable endpoint's
+    /// receive contexts share them.
+    pub(crate) keys: Arc<keys::RdmKeys>,
     /// `FI_SOURCE_ERR`: a message from a sender not in the AV completes
     /// as an `AddrNotAvail` error carrying the sender's address.
     pub(crate) source_err: bool,
-    pub(crate) peers: Mutex<FastMap<SocketAddr, PeerState>>,
-    pub(crate) by_qp: Mutex<FastMap<u32, Arc<Conn>>>,
+    pub(crate) peers: Arc<Mutex<FastMap<SocketAddr, PeerState>>>,
+    pub(crate) by_qp: Arc<Mutex<FastMap<u32, Arc<Conn>>>>,
     /// The matcher and receive credits: this endpoint's own, or those of
     /// the shared receive context it is bound to (`srx`).
     pub(crate) side: Arc<srx::Side>,
     pub(crate) srx: Option<Arc<srx::RdmSrx>>,
     /// Parts of awaited multi-receive buffers being read into.
     pub(crate) arriving: Mutex<Vec<Arc<arriving::Arriving>>>,
-    pub(crate) inflight: Mutex<FastMap<u64, Op>>,
-    pub(crate) rndv: Mutex<FastMap<u64, RndvSend>>,
-    pub(crate) res: Res,
+    pub(crate) inflight: Arc<Mutex<FastMap<u64, Op>>>,
+    pub(crate) rndv: Arc<Mutex<FastMap<u64, RndvSend>>>,
+    pub(crate) res: Arc<Res>,
     pub(crate) poller: PollerSlot,
     /// Send work requests all connections may still post (CQ room).
-    pub(crate) ep_sq: Credits,
+    pub(crate) ep_sq: Arc<Credits>,
     /// Peers with work in their backlog.
-    pub(crate) backlogged: AtomicUsize,
-    next_wr: AtomicU64,
-    pub(crate) tx: Credits,
-    pub(crate) closed: AtomicBool,
-    pub(crate) tasks: Mutex<Tasks>,
+    pub(crate) backlogged: Arc<AtomicUsize>,
+    next_wr: Arc<AtomicU64>,
+    pub(crate) tx: Arc<Credits>,
+    pub(crate) closed: Arc<AtomicBool>,
+    pub(crate) tasks: Arc<Mutex<Tasks>>,
     /// Connections open or being made (each holds a [`ConnSlot`]).
     pub(crate) conn_count: Arc<AtomicUsize>,
     /// Connections refused for their key, either way
     /// (`EpStats::rx_key_rejected`).
-    pub(crate) key_rejected: AtomicU64,
+    pub(crate) key_rejected: Arc<AtomicU64>,
+    /// A scalable endpoint's receive contexts (`scalable`); `None`
+    /// elsewhere.
+    pub(crate) ctxs: Option<Arc<scalable::Contexts>>,
+    /// Set when this is a receive context of a scalable endpoint (the
+    /// endpoint's connections, keys, queues and tables, with a receive
+    /// side and queues of its own): closed on its own.
+    pub(crate) rxc_closed: Option<AtomicBool>,
+    /// `rx_ctx_bits` of the AV: a destination's receive context.
+    pub(crate) rx_bits: u32,
 }
 
 impl std::fmt::Debug for RdmShared {
@@ -434,6 +450,10 @@ impl weft_core::recv_completion::RecvCtx for RdmShared {
 impl RdmShared {
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+            || self
+                .rxc_closed
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::Acquire))
     }
 
     pub(crate) fn wr_id(&self) -> u64 {
@@ -458,6 +478,11 @@ impl RdmShared {
             return Err(Error::MsgSize);
         }
         if n_bufs > self.cfg.info.tx_attr.iov_limit.max(1) {
+            return Err(Error::Inval);
+        }
+        let (_, rx) = weft_core::av::split_rx_addr(dest, self.rx_bits);
+        if rx >= scalable::MAX_CTX as u32 {
+            // No peer has that receive context (the header's one byte).
             return Err(Error::Inval);
         }
         let dest = self.dest_of(dest)?;
@@ -554,6 +579,7 @@ impl RdmShared {
                     hdr,
                     conn,
                     arriving: None,
+                    rxc: None,
                 });
             }
             Unexp::Pull(p) => p.matched(self, req, info, claimed),
@@ -594,13 +620,21 @@ pub(crate) fn spec_of(req: &RecvReq) -> RecvSpec {
 /// The `ProviderEndpoint` handle.
 #[derive(Debug)]
 pub struct VerbsRdmEndpoint {
-    shared: Arc<RdmShared>,
-    inline: Arc<dyn Progress>,
+    pub(crate) shared: Arc<RdmShared>,
+    pub(crate) inline: Arc<dyn Progress>,
 }
 
 /// Opens an RDM endpoint: listens on the domain's address (or the one
 /// given), builds the shared CQ and receive queue, and starts the drivers.
 pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
+    let shared = open_shared(cfg, rt, false)?;
+    let inline: Arc<dyn Progress> = Arc::new(cq_poller::InlinePoll::new(shared.poller.clone()));
+    Ok(Arc::new(VerbsRdmEndpoint { shared, inline }))
+}
+
+/// [`open`]'s endpoint state; `scalable`: a scalable endpoint's, with
+/// room for its contexts.
+pub(crate) fn open_shared(cfg: EpConfig, rt: Handle, scalable: bool) -> Result<Arc<RdmShared>> {
     let want = cfg
         .src_addr
         .as_deref()
@@ -631,7 +665,13 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     let cq_depth = (2 * EP_SEND_WR + lanes.recv_depth() + 64) as u32;
     let cq = Cq::new(&ctx, cq_depth, Some(&chan))?;
     let res = Res { chan, cq, lanes };
-    let (tx, rx) = (cfg.info.tx_attr.size, cfg.info.rx_attr.size);
+    let (mut tx, rx) = (cfg.info.tx_attr.size, cfg.info.rx_attr.size);
+    let ctxs = scalable.then(|| Arc::new(scalable::Contexts::new(&cfg)));
+    if scalable {
+        // Its transmit contexts post through it (see `scalable`).
+        tx = tx.saturating_mul(cfg.info.ep_attr.tx_ctx_cnt.max(1));
+    }
+    let rx_bits = cfg.av.as_ref().map_or(0, |av| lock(av).rx_ctx_bits());
     let ctx = srx::RdmSrx::of(&cfg.srx)?;
     let side = ctx
         .as_ref()
@@ -642,28 +682,31 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         nonce: incarnation(&local),
         local,
         cm,
-        listener,
+        listener: Arc::new(listener),
         tos,
-        gate,
-        keys,
+        gate: Arc::new(gate),
+        keys: Arc::new(keys),
         source_err: cfg.info.caps.contains(weft_core::flags::Caps::SOURCE_ERR),
-        peers: Mutex::new(fast_map()),
-        by_qp: Mutex::new(fast_map()),
+        peers: Arc::new(Mutex::new(fast_map())),
+        by_qp: Arc::new(Mutex::new(fast_map())),
         side,
         srx: ctx,
         arriving: Mutex::new(Vec::new()),
-        inflight: Mutex::new(fast_map()),
-        rndv: Mutex::new(fast_map()),
-        res,
+        inflight: Arc::new(Mutex::new(fast_map())),
+        rndv: Arc::new(Mutex::new(fast_map())),
+        res: Arc::new(res),
         poller: Arc::new(Mutex::new(None)),
-        ep_sq: Credits::new(EP_SEND_WR),
-        backlogged: AtomicUsize::new(0),
-        next_wr: AtomicU64::new(1),
-        tx: Credits::new(tx),
-        closed: AtomicBool::new(false),
-        tasks: Mutex::new(Tasks::default()),
+        ep_sq: Arc::new(Credits::new(EP_SEND_WR)),
+        backlogged: Arc::new(AtomicUsize::new(0)),
+        next_wr: Arc::new(AtomicU64::new(1)),
+        tx: Arc::new(Credits::new(tx)),
+        closed: Arc::new(AtomicBool::new(false)),
+        tasks: Arc::new(Mutex::new(Tasks::default())),
         conn_count: Arc::new(AtomicUsize::new(0)),
-        key_rejected: AtomicU64::new(0),
+        key_rejected: Arc::new(AtomicU64::new(0)),
+        ctxs,
+        rxc_closed: None,
+        rx_bits,
         rt,
         cfg,
     });
@@ -687,8 +730,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     }
     peers::listen(&shared);
     tracing::debug!(local = %shared.local, "verbs rdm endpoint open");
-    let inline: Arc<dyn Progress> = Arc::new(cq_poller::InlinePoll::new(shared.poller.clone()));
-    Ok(Arc::new(VerbsRdmEndpoint { shared, inline }))
+    Ok(shared)
 }
 
 impl ProviderEndpoint for VerbsRdmEndpoint {
@@ -704,26 +746,12 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         let conns: Vec<Arc<Conn>> = lock(&ep.by_qp).values().cloned().collect();
         s.tclass = crate::qp_tclass(conns.iter().map(|c| &*c.qp));
         s.rx_key_rejected = ep.key_rejected.load(Ordering::Relaxed);
+        s.rx_bad_ctx = self.bad_ctx_count();
         s
     }
 
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
-        let ep = &self.shared;
-        // After the state check, as before the shared checks of `admit`.
-        let too_big = req.len() > ep.cfg.info.tx_attr.inject_size;
-        if !ep.is_closed() && req.flags.contains(OpFlags::INJECT) && too_big {
-            return Err(Rejected {
-                err: Error::MsgSize,
-                req,
-            });
-        }
-        match ep.admit(req.dest, req.len(), req.iov.len()) {
-            Ok((dest, lane)) => {
-                ep.submit_to(dest, lane, Deferred::Send(req));
-                Ok(())
-            }
-            Err(err) => Err(Rejected { err, req }),
-        }
+        self.shared.send(req)
     }
 
     fn atomic_valid(
@@ -736,36 +764,11 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
     }
 
     fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
-        let ep = &self.shared;
-        let n = match &req.op {
-            RmaOp::Write { iov, .. } => iov.len(),
-            RmaOp::Read { bufs } => bufs.len(),
-            RmaOp::Atomic(_) => 1,
-        };
-        match ep.admit(req.dest, req.len(), n) {
-            Ok((dest, lane)) => {
-                ep.submit_to(dest, lane, Deferred::Rma(req));
-                Ok(())
-            }
-            Err(err) => Err(Rejected { err, req }),
-        }
+        self.shared.rma(req)
     }
 
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
-        let ep = &self.shared;
-        if ep.is_closed() {
-            return Err(Rejected {
-                err: Error::OpBadState,
-                req,
-            });
-        }
-        if req.bufs.len() > ep.cfg.info.rx_attr.iov_limit {
-            return Err(Rejected {
-                err: Error::Inval,
-                req,
-            });
-        }
-        ep.recv(req)
+        self.shared.post_recv_checked(req)
     }
 
     fn give_back(&self, r: Returned) {
@@ -777,18 +780,15 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
     }
 
     fn cancel(&self, context: u64) -> bool {
-        let r = lock(&self.shared.side.matcher).cancel(context);
-        let found = match r {
-            Some((_, req)) => {
-                weft_core::recv_completion::cancel_recv(&*self.shared, req);
-                true
-            }
-            None => false,
-        };
-        // A dropped stream withdraws its buffer last (it may have ended
-        // already): the places of its messages still arriving are taken.
-        self.shared.hold_all_places();
-        found
+        self.shared.cancel_recv(context)
+    }
+
+    fn tx_context(&self, index: usize, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
+        self.open_tx_context(index, &cfg)
+    }
+
+    fn rx_context(&self, index: usize, cfg: EpConfig) -> Result<Arc<dyn ProviderEndpoint>> {
+        self.open_rx_context(index, cfg)
     }
 
     fn local_addr(&self) -> Vec<u8> {
@@ -815,6 +815,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         if let Some(c) = &ep.srx {
             c.forget(ep);
         }
+        self.close_rxcs();
         let tasks = lock(&ep.tasks).take_all();
         for t in tasks {
             t.abort();
@@ -830,12 +831,27 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         ep.keys.release();
         // Outstanding operations are discarded without completions; what
         // the device may still touch stays owned by the in-flight tables
-        // until the endpoint (and its QPs) are gone.
-        lock(&ep.peers).clear();
+        // until the endpoint (and its QPs) are gone. A context's receives
+        // are not the endpoint's: those it was reading for end (`closing`).
+        let waiting: Vec<Deferred> = {
+            let mut peers = lock(&ep.peers);
+            let w = match ep.srx {
+                Some(_) => peers
+                    .values_mut()
+                    .flat_map(|p| p.pending.drain(..))
+                    .collect(),
+                None => Vec::new(),
+            };
+            peers.clear();
+            w
+        };
         match &ep.srx {
             // The context's receives and copied messages stay for the
             // other endpoints.
-            Some(c) => c.leave(ep),
+            Some(c) => {
+                c.leave(ep);
+                ep.end_context_reads(&conns, waiting);
+            }
             None => {
                 drop(lock(&ep.side.matcher).drain_posted());
                 drop(lock(&ep.side.matcher).drain_unexpected());

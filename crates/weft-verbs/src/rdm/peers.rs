@@ -587,6 +587,9 @@ impl RdmShared {
     /// under any lock: the receive waits in the connection's orphans
     /// until [`settle_orphans`](Self::settle_orphans) (a claim fails now).
     pub(crate) fn orphan(&self, job: ReadJob) {
+        if job.rxc.is_some() {
+            return Self::orphan_on_rxc(job);
+        }
         if job.req.flags.contains(OpFlags::CLAIM) {
             rx::fail_recv(self, job.req, job.info, 0, Error::ConnReset);
             return;
@@ -607,7 +610,9 @@ impl RdmShared {
             std::mem::take(&mut *g)
         };
         if self.is_closed() {
-            // Close discards outstanding operations without completions.
+            // Close discards outstanding operations without completions
+            // (a context's receives end instead: `closing`).
+            self.cancel_orphans(back);
             return;
         }
         back.sort_by_key(|(seq, _)| *seq);

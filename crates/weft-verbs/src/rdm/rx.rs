@@ -71,6 +71,9 @@ const PULL_MAX: u64 = 64 << 20;
 pub(crate) struct Pull {
     st: Mutex<PullState>,
     from: Sender,
+    /// The receive context it is held on, if a scalable endpoint's:
+    /// where it ends, whoever sees its read finish.
+    pub(crate) owner: std::sync::OnceLock<std::sync::Weak<RdmShared>>,
 }
 
 #[derive(Debug, Default)]
@@ -98,12 +101,15 @@ impl Pull {
         Pull {
             st: Mutex::new(PullState::default()),
             from,
+            owner: std::sync::OnceLock::new(),
         }
     }
 
     /// The read ended. Takes the matcher's lock (and, through a receive
     /// going back to it, the peers'): never call it holding either.
     pub(crate) fn finish(&self, ep: &RdmShared, r: std::result::Result<BytesMut, Error>) {
+        let owner = self.owner.get().and_then(std::sync::Weak::upgrade);
+        let ep = owner.as_deref().unwrap_or(ep);
         let failed = r.is_err();
         let waiter = {
             let mut g = lock(&self.st);
@@ -198,7 +204,8 @@ impl RdmShared {
     }
 
     pub(crate) fn repost_slot(&self, slot: u32) {
-        if self.is_closed() {
+        // The endpoint's, not a receive context's state: slots are shared.
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
         if let Err(e) = self.post_slot(slot) {
@@ -234,9 +241,22 @@ impl RdmShared {
                 return;
             }
         };
+        let rxc = match hdr.op {
+            WireOp::Eager | WireOp::Rts => match self.target(&hdr) {
+                super::scalable::Target::Here => None,
+                super::scalable::Target::Ctx(l) => Some(l),
+                super::scalable::Target::Drop => {
+                    self.repost_slot(slot);
+                    self.bad_ctx(&hdr, &conn);
+                    return;
+                }
+            },
+            _ => None,
+        };
+        let at: &RdmShared = rxc.as_deref().unwrap_or(self);
         match hdr.op {
-            WireOp::Eager => self.on_eager(slot, base, n - HDR, hdr, conn),
-            WireOp::Rts => self.on_rts(slot, hdr, conn),
+            WireOp::Eager => at.on_eager(slot, base, n - HDR, hdr, conn),
+            WireOp::Rts => at.on_rts(slot, hdr, conn),
             WireOp::Fin => {
                 self.repost_slot(slot);
                 self.on_fin(&hdr, &conn);
@@ -343,11 +363,15 @@ impl RdmShared {
                     hdr,
                     conn,
                     arriving: None,
+                    rxc: None,
                 });
             }
             (None, Some(Some(charge))) if pulled => {
                 // Delivery-complete: fetch it now, answer once here.
                 let pull = Arc::new(Pull::new(conn.sender()));
+                if self.rxc_closed.is_some() {
+                    let _ = pull.owner.set(self.me.clone());
+                }
                 let held = self.held(Unexp::Pull(pull.clone()), Some(charge));
                 m.push_unexpected(self.src(conn.peer, conn.key()), info, held);
                 drop(m);
@@ -387,8 +411,13 @@ impl RdmShared {
             Some(r) if r.conn.peer == conn.peer => {
                 self.tx.release(1);
                 if hdr.failed {
-                    r.done
-                        .fail(CqErrEntry::new(0, OpFlags::SEND, Error::RemoteIo));
+                    // Nothing took it: the receiver has no such context.
+                    let e = if hdr.no_ctx {
+                        Error::AddrNotAvail
+                    } else {
+                        Error::RemoteIo
+                    };
+                    r.done.fail(CqErrEntry::new(0, OpFlags::SEND, e));
                 } else {
                     r.done.complete(CqEntry {
                         len: r.len,
@@ -548,7 +577,10 @@ impl CqSink for RdmShared {
             } => {
                 self.release_wr(&conn, super::TxHeld::Inline);
                 conn.reads.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-                self.on_read_done(wc, job, mrs, placed);
+                let rxc = job.rxc.clone();
+                rxc.as_deref()
+                    .unwrap_or(self)
+                    .on_read_done(wc, job, mrs, placed);
                 if conn.is_dead() {
                     self.settle_orphans(&conn);
                 }

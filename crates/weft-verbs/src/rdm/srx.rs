@@ -333,6 +333,19 @@ impl RdmSrx {
         self.members.fallback(req, RdmShared::rx_queues);
     }
 
+    /// Points a receive that a closing bound endpoint ends (it was
+    /// pointed at that endpoint's queues) at the first bound endpoint
+    /// still open, as [`fallback`](Self::fallback) does for what ends
+    /// without a message; with none left it keeps its queues.
+    pub(crate) fn report_instead(&self, req: &mut RecvReq) {
+        if req.done.waiter.is_some() {
+            return;
+        }
+        if let Some(m) = self.members.live().first() {
+            report_to(req, m.rx_queues());
+        }
+    }
+
     /// Posts `req` to the context's matcher, or hands it the held
     /// messages it matches (each through the endpoint it arrived at). A
     /// multi-receive buffer takes every one it accepts that fits; the

@@ -130,7 +130,8 @@ impl RdmShared {
             // The receive's buffers could not be registered, or the like.
             Deferred::Read(job) => {
                 let job = *job;
-                rx::fail_recv(self, job.req, job.info, 0, err);
+                let rxc = job.rxc.clone();
+                rx::fail_recv(rxc.as_deref().unwrap_or(self), job.req, job.info, 0, err);
             }
             Deferred::Pull(pull, ..) => {
                 if let Some(ep) = self.me.upgrade() {
@@ -264,6 +265,7 @@ impl RdmShared {
         h.tag = req.tag.unwrap_or(0);
         h.data = req.data;
         h.len = len as u64;
+        h.rx_ctx = self.rx_ctx_of(req.dest);
         let wr_id = self.wr_id();
         // Delivery-complete: done when the receiver says the message is
         // matched or buffered, not when the device acknowledges it.
@@ -502,6 +504,9 @@ impl RdmShared {
     /// A receive matched a request-to-send: read the payload (or, when the
     /// receive holds nothing, finish at once).
     pub(crate) fn start_read(&self, mut job: ReadJob) {
+        // Its completion comes to the endpoint's CQ driver: a context's
+        // read ends on the context (`scalable`).
+        job.rxc = self.as_rxc();
         if job.hdr.len == 0 || job.req.capacity() == 0 {
             let cookie = job.hdr.cookie;
             let peer = job.conn.peer;
