@@ -63,7 +63,7 @@ impl RdmShared {
             }
         }
         for c in conns {
-            let cut: Vec<(u64, RecvReq)> = std::mem::take(&mut *lock(&c.orphans));
+            let cut: Vec<super::Orphan> = std::mem::take(&mut *lock(&c.orphans));
             self.cancel_orphans(cut);
         }
         if self.reads_posted() {
@@ -75,12 +75,12 @@ impl RdmShared {
     /// The receives of a dead connection, at a close: they end rather
     /// than go back to the posted receives (a lone endpoint's are
     /// discarded, as its other operations are).
-    pub(crate) fn cancel_orphans(&self, cut: Vec<(u64, RecvReq)>) {
+    pub(crate) fn cancel_orphans(&self, cut: Vec<super::Orphan>) {
         if self.srx.is_none() {
             return;
         }
-        for (_, req) in cut {
-            self.cancel_recv_at_close(req);
+        for o in cut {
+            self.cancel_recv_at_close(o.req);
         }
     }
 

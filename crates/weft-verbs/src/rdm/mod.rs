@@ -152,7 +152,7 @@ pub(crate) struct Conn {
     /// connection, with the order they were matched in. They go back to
     /// the posted receives together once its last read is in, so that
     /// they keep that order.
-    pub orphans: Mutex<Vec<(u64, RecvReq)>>,
+    pub orphans: Mutex<Vec<Orphan>>,
     /// The key it proved and what its work requests name.
     pub lane: Arc<lanes::Lane>,
     /// Its place in the endpoint's connection count, given back after the
@@ -267,6 +267,16 @@ pub(crate) struct ReadJob {
     pub arriving: Option<arriving::Guard>,
     /// The receive context it was matched on, if a scalable endpoint's
     /// (set by `start_read`).
+    pub rxc: Option<Arc<RdmShared>>,
+}
+
+/// A receive cut off by the end of its sender's connection.
+#[derive(Debug)]
+pub(crate) struct Orphan {
+    /// When it was matched: the order it goes back in.
+    pub seq: u64,
+    pub req: RecvReq,
+    /// The receive context it goes back to, if a scalable endpoint's.
     pub rxc: Option<Arc<RdmShared>>,
 }
 

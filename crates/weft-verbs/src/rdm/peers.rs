@@ -587,20 +587,23 @@ impl RdmShared {
     /// under any lock: the receive waits in the connection's orphans
     /// until [`settle_orphans`](Self::settle_orphans) (a claim fails now).
     pub(crate) fn orphan(&self, job: ReadJob) {
-        if job.rxc.is_some() {
-            return Self::orphan_on_rxc(job);
-        }
         if job.req.flags.contains(OpFlags::CLAIM) {
-            rx::fail_recv(self, job.req, job.info, 0, Error::ConnReset);
+            let at = job.rxc.as_deref().unwrap_or(self);
+            rx::fail_recv(at, job.req, job.info, 0, Error::ConnReset);
             return;
         }
-        lock(&job.conn.orphans).push((job.seq, job.req));
+        lock(&job.conn.orphans).push(super::Orphan {
+            seq: job.seq,
+            req: job.req,
+            rxc: job.rxc,
+        });
     }
 
     /// Once no read of the dead connection `c` is outstanding, its
     /// orphaned receives go back to the head of the posted receives, in
-    /// the order they had matched. Takes the matcher's and the peers'
-    /// locks: never call it holding either.
+    /// the order they had matched (a scalable endpoint's, to the
+    /// receive context each was matched on). Takes the matchers' and the
+    /// peers' locks: never call it holding either.
     pub(crate) fn settle_orphans(&self, c: &Conn) {
         let mut back = {
             let mut g = lock(&c.orphans);
@@ -615,9 +618,9 @@ impl RdmShared {
             self.cancel_orphans(back);
             return;
         }
-        back.sort_by_key(|(seq, _)| *seq);
-        for (_, req) in back.into_iter().rev() {
-            self.repost_front(req);
+        back.sort_by_key(|o| o.seq);
+        for o in back.into_iter().rev() {
+            o.rxc.as_deref().unwrap_or(self).repost_front(o.req);
         }
     }
 

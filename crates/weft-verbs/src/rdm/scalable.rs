@@ -46,7 +46,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::runtime::Handle;
 use weft_core::addr::sockaddr_bytes;
 use weft_core::completion::Returned;
-use weft_core::flags::{Caps, OpFlags};
+use weft_core::flags::Caps;
 use weft_core::progress::Progress;
 use weft_core::provider::{
     EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
@@ -55,7 +55,7 @@ use weft_core::sync::lock;
 use weft_core::wire::rdm::{Header, Op as WireOp};
 use weft_core::{Error, Result};
 
-use super::{rx, srx, Deferred, RdmShared, ReadJob, VerbsRdmEndpoint};
+use super::{srx, Deferred, RdmShared, VerbsRdmEndpoint};
 use crate::cq_poller;
 
 /// The most transmit or receive contexts one scalable endpoint has
@@ -157,24 +157,6 @@ impl RdmShared {
     pub(crate) fn rx_ctx_of(&self, dest: weft_core::addr::FiAddr) -> u8 {
         let (_, rx) = weft_core::av::split_rx_addr(dest, self.rx_bits);
         u8::try_from(rx).unwrap_or(0)
-    }
-
-    /// A receive context's receive whose message died with its
-    /// connection: a claim fails, any other goes back to the head of the
-    /// context's receives (from a task: safe under any lock). Unlike a
-    /// lone endpoint's, several such receives of one connection are not
-    /// kept in the order they had matched.
-    pub(crate) fn orphan_on_rxc(job: ReadJob) {
-        let Some(rxc) = job.rxc.clone() else {
-            return;
-        };
-        if job.req.flags.contains(OpFlags::CLAIM) {
-            rx::fail_recv(&*rxc, job.req, job.info, 0, Error::ConnReset);
-            return;
-        }
-        let req = job.req;
-        let rt = rxc.rt.clone();
-        rt.spawn(async move { rxc.repost_front(req) });
     }
 
     /// A receive context of this scalable endpoint, with the context's
