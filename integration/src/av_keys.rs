@@ -10,6 +10,17 @@ use weft::{
     WaitMode, FI_ADDR_UNSPEC,
 };
 
+/// Inserts `peer` into `av` under the key handle `key`: its entry.
+pub fn insert_keyed(av: &AddressVector, peer: SocketAddr, key: FiAddr) -> FiAddr {
+    let bytes = weft::encode_sockaddr(&peer);
+    let r = av
+        .insert_with_auth_key(&[bytes], key, AvFlags::empty(), 0)
+        .unwrap()
+        .now()
+        .unwrap();
+    r.results[0].unwrap()
+}
+
 /// An enabled endpoint of an `FI_AV_AUTH_KEY` domain, its AV, CQ and EQ,
 /// and its address.
 #[derive(Debug)]
@@ -53,14 +64,7 @@ impl AvKeyEp {
 
     /// `peer`'s entry under the key handle `key`.
     pub fn keyed(&self, peer: SocketAddr, key: FiAddr) -> FiAddr {
-        let bytes = weft::encode_sockaddr(&peer);
-        let r = self
-            .av
-            .insert_with_auth_key(&[bytes], key, AvFlags::empty(), 0)
-            .unwrap()
-            .now()
-            .unwrap();
-        r.results[0].unwrap()
+        insert_keyed(&self.av, peer, key)
     }
 
     /// `peer`'s entry under no key.

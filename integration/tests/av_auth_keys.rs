@@ -104,14 +104,7 @@ async fn plain_handle(from: &Ep, of: SocketAddr) -> FiAddr {
 }
 
 fn keyed_handle(from: &Ep, of: SocketAddr, key: FiAddr) -> FiAddr {
-    let bytes = weft::encode_sockaddr(&of);
-    let r = from
-        .av
-        .insert_with_auth_key(&[bytes], key, AvFlags::empty(), 0)
-        .unwrap()
-        .now()
-        .unwrap();
-    r.results[0].unwrap()
+    weft_integration::av_keys::insert_keyed(&from.av, of, key)
 }
 
 /// `from` sends one tagged message to `dest`; `to_ep` receives it and

@@ -72,14 +72,7 @@ impl Ep {
 
     /// `peer`'s entry under the key handle `key`.
     fn keyed(&self, peer: SocketAddr, key: FiAddr) -> FiAddr {
-        let bytes = weft::encode_sockaddr(&peer);
-        let r = self
-            .av
-            .insert_with_auth_key(&[bytes], key, AvFlags::empty(), 0)
-            .unwrap()
-            .now()
-            .unwrap();
-        r.results[0].unwrap()
+        weft_integration::av_keys::insert_keyed(&self.av, peer, key)
     }
 
     fn plain(&self, peer: SocketAddr) -> FiAddr {
