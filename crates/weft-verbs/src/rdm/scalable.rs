@@ -216,7 +216,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     {
         return Err(Error::Inval);
     }
-    let shared = super::open_shared(cfg, rt, true)?;
+    let shared = super::open::open_shared(cfg, rt, true)?;
     let inline: Arc<dyn Progress> = Arc::new(cq_poller::InlinePoll::new(shared.poller.clone()));
     Ok(Arc::new(VerbsRdmEndpoint { shared, inline }))
 }
