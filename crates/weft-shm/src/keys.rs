@@ -17,8 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use weft_core::addr::FiAddr;
 use weft_core::auth::{effective_key, AuthKey};
-use weft_core::av::{AvTable, MAX_AV_AUTH_KEYS};
-use weft_core::sync::lock;
+use weft_core::av::{AvTable, KeyLease};
 use weft_core::{Error, Result};
 
 /// Bytes of a key id.
@@ -54,8 +53,8 @@ pub struct EpKeys {
     av_mode: bool,
     /// The own key (one, handle `None`) or the AV's keys.
     held: Vec<HeldKey>,
-    /// The AV whose keys are held until [`release`](Self::release).
-    lease: Mutex<Option<Arc<Mutex<AvTable>>>>,
+    /// The AV keys' hold, given back when the endpoint closes.
+    lease: KeyLease,
 }
 
 impl EpKeys {
@@ -79,15 +78,9 @@ impl EpKeys {
         let Some(av) = av else {
             return EpKeys::detached(Vec::new());
         };
-        let mut t = lock(av);
-        let keys = t.keys().snapshot();
-        if keys.len() > MAX_AV_AUTH_KEYS {
-            return Err(Error::Inval);
-        }
+        let (lease, keys) = KeyLease::take(av)?;
         let mut ep = EpKeys::detached(keys)?;
-        let handles: Vec<FiAddr> = ep.held.iter().filter_map(|k| k.handle).collect();
-        t.keys_mut().acquire(&handles)?;
-        ep.lease = Mutex::new(Some(av.clone()));
+        ep.lease = lease;
         Ok(ep)
     }
 
@@ -104,7 +97,7 @@ impl EpKeys {
         Ok(EpKeys {
             av_mode: false,
             held,
-            lease: Mutex::new(None),
+            lease: KeyLease::default(),
         })
     }
 
@@ -124,7 +117,7 @@ impl EpKeys {
         Ok(EpKeys {
             av_mode: true,
             held,
-            lease: Mutex::new(None),
+            lease: KeyLease::default(),
         })
     }
 
@@ -175,16 +168,7 @@ impl EpKeys {
 
     /// Gives the AV's keys back (the endpoint closed).
     pub fn release(&self) {
-        if let Some(av) = lock(&self.lease).take() {
-            let handles: Vec<FiAddr> = self.held.iter().filter_map(|k| k.handle).collect();
-            lock(&av).keys_mut().release(&handles);
-        }
-    }
-}
-
-impl Drop for EpKeys {
-    fn drop(&mut self) {
-        self.release();
+        self.lease.release();
     }
 }
 

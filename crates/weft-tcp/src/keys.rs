@@ -16,8 +16,7 @@ use weft_core::addr::FiAddr;
 use weft_core::attr::EpType;
 use weft_core::attr::Info;
 use weft_core::auth::{effective_key, AuthKey, Selector};
-use weft_core::av::{AvTable, MAX_AV_AUTH_KEYS};
-use weft_core::sync::lock;
+use weft_core::av::{AvTable, KeyLease};
 use weft_core::wire::claim::Nonce;
 use weft_core::{Error, Result};
 
@@ -54,14 +53,14 @@ pub struct EpKeys {
     /// `FI_AV_AUTH_KEY`: the AV's keys when the endpoint was enabled.
     av_mode: bool,
     av: Vec<(FiAddr, AuthKey)>,
-    /// The AV whose keys are held until [`release`](Self::release).
-    lease: Mutex<Option<Arc<Mutex<AvTable>>>>,
+    /// The AV keys' hold, given back when the endpoint closes.
+    lease: KeyLease,
 }
 
 impl EpKeys {
     /// One key or none (passive endpoints, MSG endpoints).
     pub fn single(own: Option<AuthKey>) -> EpKeys {
-        EpKeys::with(own, false, Vec::new(), None)
+        EpKeys::with(own, false, Vec::new(), KeyLease::default())
     }
 
     /// An endpoint's own key, or (`av_mode`) the AV keys `av` held on
@@ -70,13 +69,13 @@ impl EpKeys {
         own: Option<AuthKey>,
         av_mode: bool,
         av: Vec<(FiAddr, AuthKey)>,
-        lease: Option<Arc<Mutex<AvTable>>>,
+        lease: KeyLease,
     ) -> EpKeys {
         EpKeys {
             own,
             av_mode,
             av,
-            lease: Mutex::new(lease),
+            lease,
         }
     }
 
@@ -95,16 +94,10 @@ impl EpKeys {
             return Err(Error::Inval);
         }
         let Some(av) = av else {
-            return Ok(EpKeys::with(None, true, Vec::new(), None));
+            return Ok(EpKeys::with(None, true, Vec::new(), KeyLease::default()));
         };
-        let mut t = lock(av);
-        let keys = t.keys().snapshot();
-        if keys.len() > MAX_AV_AUTH_KEYS {
-            return Err(Error::Inval);
-        }
-        let handles: Vec<FiAddr> = keys.iter().map(|(h, _)| *h).collect();
-        t.keys_mut().acquire(&handles)?;
-        Ok(EpKeys::with(None, true, keys, Some(av.clone())))
+        let (lease, keys) = KeyLease::take(av)?;
+        Ok(EpKeys::with(None, true, keys, lease))
     }
 
     /// Whether every connection must prove a key.
@@ -176,15 +169,6 @@ impl EpKeys {
     /// Gives the AV's keys back (the endpoint closed): removing them is
     /// no longer `Busy` on its account.
     pub fn release(&self) {
-        if let Some(av) = lock(&self.lease).take() {
-            let handles: Vec<FiAddr> = self.av.iter().map(|(h, _)| *h).collect();
-            lock(&av).keys_mut().release(&handles);
-        }
-    }
-}
-
-impl Drop for EpKeys {
-    fn drop(&mut self) {
-        self.release();
+        self.lease.release();
     }
 }

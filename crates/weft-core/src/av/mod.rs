@@ -15,6 +15,7 @@
 
 pub mod auth_keys;
 mod index;
+mod key_lease;
 pub mod shared;
 mod sym;
 mod table;
@@ -22,6 +23,7 @@ mod table;
 mod tests;
 
 pub use auth_keys::{AuthKeyTable, MAX_AV_AUTH_KEYS};
+pub use key_lease::KeyLease;
 pub use sym::expand_insertsym;
 pub use table::AvTable;
 

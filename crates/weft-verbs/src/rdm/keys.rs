@@ -13,8 +13,7 @@ use std::sync::{Arc, Mutex};
 use weft_core::addr::FiAddr;
 use weft_core::attr::Info;
 use weft_core::auth::{effective_key, AuthKey};
-use weft_core::av::{AvTable, MAX_AV_AUTH_KEYS};
-use weft_core::sync::lock;
+use weft_core::av::{AvTable, KeyLease};
 use weft_core::{Error, Result};
 
 /// The keys of one RDM endpoint.
@@ -25,8 +24,8 @@ pub(crate) struct RdmKeys {
     av_mode: bool,
     /// The AV keys held, in lane order (lane `1 + i`).
     held: Vec<(FiAddr, AuthKey)>,
-    /// The AV whose keys are held until [`release`](Self::release).
-    lease: Mutex<Option<Arc<Mutex<AvTable>>>>,
+    /// The AV keys' hold, given back when the endpoint closes.
+    lease: KeyLease,
 }
 
 impl RdmKeys {
@@ -42,7 +41,7 @@ impl RdmKeys {
             own,
             av_mode: info.domain_attr.av_auth_key,
             held: Vec::new(),
-            lease: Mutex::new(None),
+            lease: KeyLease::default(),
         };
         if !k.av_mode {
             return Ok(k);
@@ -51,15 +50,7 @@ impl RdmKeys {
             return Err(Error::Inval);
         }
         if let Some(av) = av {
-            let mut t = lock(av);
-            let keys = t.keys().snapshot();
-            if keys.len() > MAX_AV_AUTH_KEYS {
-                return Err(Error::Inval);
-            }
-            let handles: Vec<FiAddr> = keys.iter().map(|(h, _)| *h).collect();
-            t.keys_mut().acquire(&handles)?;
-            k.held = keys;
-            k.lease = Mutex::new(Some(av.clone()));
+            (k.lease, k.held) = KeyLease::take(av)?;
         }
         Ok(k)
     }
@@ -135,16 +126,7 @@ impl RdmKeys {
 
     /// Gives the AV's keys back (the endpoint closed).
     pub(crate) fn release(&self) {
-        if let Some(av) = lock(&self.lease).take() {
-            let handles: Vec<FiAddr> = self.held.iter().map(|(h, _)| *h).collect();
-            lock(&av).keys_mut().release(&handles);
-        }
-    }
-}
-
-impl Drop for RdmKeys {
-    fn drop(&mut self) {
-        self.release();
+        self.lease.release();
     }
 }
 
@@ -153,6 +135,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use weft_core::av::AvAttr;
+    use weft_core::sync::lock;
 
     fn av_with(keys: &[&[u8]]) -> (Arc<Mutex<AvTable>>, Vec<FiAddr>) {
         let mut t = AvTable::open(&AvAttr::default()).unwrap();
