@@ -22,6 +22,7 @@ mod pool;
 mod rma;
 mod rma_events;
 mod scalable;
+mod scalable_multi;
 mod sockets;
 mod srx;
 mod srx_multi;

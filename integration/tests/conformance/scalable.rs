@@ -21,13 +21,13 @@ use weft_integration::{
     assert_cq_quiet, next_cq, next_eq, payload, within, Harness, Provider, Rng,
 };
 
-const CTXS: usize = 4;
+pub(super) const CTXS: usize = 4;
 /// Receive-context bits of every AV here: enough for [`CTXS`].
-const BITS: u32 = 2;
+pub(super) const BITS: u32 = 2;
 
 /// The offer for a scalable endpoint with `CTXS` contexts each way, or
 /// `None` (after checking the refusal) where the provider has none.
-fn scalable_info(p: &Provider) -> Option<Info> {
+pub(super) fn scalable_info(p: &Provider) -> Option<Info> {
     let info = p.try_info_with(EpType::Rdm, |h| {
         h.caps = Caps::MSG | Caps::TAGGED | Caps::SOURCE | Caps::NAMED_RX_CTX;
         h.ep_attr.tx_ctx_cnt = CTXS;
@@ -49,7 +49,7 @@ fn scalable_info(p: &Provider) -> Option<Info> {
 }
 
 /// A scalable endpoint of `h`, enabled, with an AV of [`BITS`].
-fn sep(h: &Harness) -> (ScalableEndpoint, weft::AddressVector) {
+pub(super) fn sep(h: &Harness) -> (ScalableEndpoint, weft::AddressVector) {
     let s = h.domain.scalable_endpoint(&h.info).unwrap();
     let av = h.av_with(AvAttr {
         rx_ctx_bits: BITS,
@@ -61,7 +61,12 @@ fn sep(h: &Harness) -> (ScalableEndpoint, weft::AddressVector) {
 }
 
 /// Context `i` (`tx`: transmit) of `s`, enabled on a CQ of its own.
-fn ctx(h: &Harness, s: &ScalableEndpoint, tx: bool, i: usize) -> (Endpoint, CompletionQueue) {
+pub(super) fn ctx(
+    h: &Harness,
+    s: &ScalableEndpoint,
+    tx: bool,
+    i: usize,
+) -> (Endpoint, CompletionQueue) {
     let cq = h.cq();
     let (c, flags) = if tx {
         (s.tx_context(i).unwrap(), BindFlags::TRANSMIT)
@@ -74,7 +79,7 @@ fn ctx(h: &Harness, s: &ScalableEndpoint, tx: bool, i: usize) -> (Endpoint, Comp
 }
 
 /// `peer`'s address in `av`.
-fn insert(av: &weft::AddressVector, peer: &ScalableEndpoint) -> FiAddr {
+pub(super) fn insert(av: &weft::AddressVector, peer: &ScalableEndpoint) -> FiAddr {
     av.insert_sync(&[peer.local_addr().unwrap()], Default::default())
         .unwrap()
         .fi_addrs[0]

@@ -21,6 +21,12 @@
 //! it. A read that ends without a message (its connection died, the
 //! message was truncated) fails the placeholder, which withdraws it (its
 //! receive goes on to the next message).
+//!
+//! On a scalable endpoint all of this is the receive context's: its
+//! parts register with it (the read job and the pull run on the context),
+//! its dropped streams give back to it, and a placeholder is owned by it
+//! ([`rx::Pull::held_on`]), so the read's end, polled by the endpoint's
+//! CQ driver, fills it on the context it was cut on.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
@@ -120,10 +126,15 @@ impl RdmShared {
             .collect();
         due.sort_by_key(|p| p.addr);
         for p in due {
-            let pull = Arc::new(rx::Pull::new(super::Sender {
-                addr: p.from,
-                key: p.info.key,
-            }));
+            // Owned by this endpoint (a receive context: the one the
+            // part was cut on), where its read's end fills it.
+            let pull = rx::Pull::held_on(
+                self,
+                super::Sender {
+                    addr: p.from,
+                    key: p.info.key,
+                },
+            );
             *lock(&p.held) = Some(pull.clone());
             let mut m = lock(&self.side.matcher);
             match multi::match_arrival(&mut m, &p.info, &mut out.ended) {

@@ -105,6 +105,17 @@ impl Pull {
         }
     }
 
+    /// A pull of a message `from` sent, held on `ep`: a receive
+    /// context's is owned by it, so it ends there whoever sees its read
+    /// finish (the scalable endpoint's CQ driver, a close).
+    pub(crate) fn held_on(ep: &RdmShared, from: Sender) -> Arc<Pull> {
+        let pull = Arc::new(Pull::new(from));
+        if ep.rxc_closed.is_some() {
+            let _ = pull.owner.set(ep.me.clone());
+        }
+        pull
+    }
+
     /// The read ended. Takes the matcher's lock (and, through a receive
     /// going back to it, the peers'): never call it holding either.
     pub(crate) fn finish(&self, ep: &RdmShared, r: std::result::Result<BytesMut, Error>) {
@@ -368,10 +379,7 @@ impl RdmShared {
             }
             (None, Some(Some(charge))) if pulled => {
                 // Delivery-complete: fetch it now, answer once here.
-                let pull = Arc::new(Pull::new(conn.sender()));
-                if self.rxc_closed.is_some() {
-                    let _ = pull.owner.set(self.me.clone());
-                }
+                let pull = Pull::held_on(self, conn.sender());
                 let held = self.held(Unexp::Pull(pull.clone()), Some(charge));
                 m.push_unexpected(self.src(conn.peer, conn.key()), info, held);
                 drop(m);

@@ -37,8 +37,13 @@
 //! announced one is answered with a failed "finished" flagged "no such
 //! context", which fails the send with `AddrNotAvail`.
 //!
-//! Receive contexts take no multi-receive buffers (`OpNotSupp`): a part
-//! being pulled for a dropped stream is not yet tied to its context.
+//! A receive context takes multi-receive buffers as a lone endpoint
+//! does (`super::multi`): its buffers sit in its matcher, a rendezvous
+//! message is read into its part on the context, and a part still being
+//! read when its stream is dropped keeps its place on the context it was
+//! cut on (`super::arriving`: the registry is the context's, and the
+//! placeholder taking that place is owned by it, so whoever sees the
+//! read finish fills it there), ahead of that context's later messages.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -391,12 +396,6 @@ impl ProviderEndpoint for VerbsRxCtx {
     }
 
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
-        if weft_core::multi_recv::is_buffer(&req) {
-            return Err(Rejected {
-                err: Error::OpNotSupp,
-                req,
-            });
-        }
         self.rxc.post_recv_checked(req)
     }
 
