@@ -350,7 +350,14 @@ impl CqShared {
         }
         let mut g = lock(&self.inner);
         let n = max.min(g.items.len());
-        out.extend(g.items.drain(..n));
+        // Item by item: `extend` from a `drain` cost about 100
+        // instructions an item more (a batch is mostly one or two).
+        out.reserve(n);
+        for _ in 0..n {
+            if let Some(it) = g.items.pop_front() {
+                out.push(it);
+            }
+        }
         self.len.store(g.items.len() as u64, Ordering::Release);
         n
     }
