@@ -52,6 +52,12 @@ fn slot_of(spec: &RecvSpec) -> Slot {
     }
 }
 
+/// Whether a receive in the list takes `info`: in post order, the first
+/// that does is the one to take, by the rules the indexes implement.
+fn accepts(spec: &RecvSpec, info: &MsgInfo) -> bool {
+    kind_and_tag_ok(spec, info) && spec.takes_from(info, info.src)
+}
+
 fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -168,8 +174,22 @@ impl<R> PostedQueue<R> {
     }
 
     pub(super) fn take_match(&mut self, info: &MsgInfo) -> Option<(RecvSpec, R)> {
+        self.take_first(info).map(|(_, spec, r)| (spec, r))
+    }
+
+    /// The first-posted receive that accepts `info`, out of the queue,
+    /// with its sequence number.
+    fn take_first(&mut self, info: &MsgInfo) -> Option<(u64, RecvSpec, R)> {
+        if !self.indexed {
+            let i = self
+                .list
+                .iter()
+                .position(|(_, spec, _)| accepts(spec, info))?;
+            return Some(self.list.remove(i));
+        }
         let seq = self.find(info)?;
-        self.remove(seq)
+        let (spec, r) = self.remove(seq)?;
+        Some((seq, spec, r))
     }
 
     /// [`take_match`](Self::take_match), asking `take` what the receive
@@ -184,8 +204,7 @@ impl<R> PostedQueue<R> {
         ended: &mut Vec<R>,
     ) -> Option<(RecvSpec, R)> {
         loop {
-            let seq = self.find(info)?;
-            let (spec, mut r) = self.remove(seq)?;
+            let (seq, spec, mut r) = self.take_first(info)?;
             match take(&mut r, info) {
                 Take::Whole => return Some((spec, r)),
                 Take::Part(p) => {
@@ -200,12 +219,10 @@ impl<R> PostedQueue<R> {
 
     fn find(&self, info: &MsgInfo) -> Option<u64> {
         if !self.indexed {
-            // In post order: the first that accepts is the one to take,
-            // by the rules the indexes below implement.
             return self
                 .list
                 .iter()
-                .find(|(_, spec, _)| kind_and_tag_ok(spec, info) && spec.takes_from(info, info.src))
+                .find(|(_, spec, _)| accepts(spec, info))
                 .map(|e| e.0);
         }
         // A message from an unknown sender carries FI_ADDR_NOTAVAIL, which
