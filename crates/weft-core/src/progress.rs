@@ -222,39 +222,57 @@ impl ProgressHooks {
 ///
 /// A waiter does not spin inside `poll` for long (that would stall the
 /// other futures of its task, e.g. the send joined with a receive): it
-/// drives progress a few times per poll ([`PASSES_PER_POLL`], once on
-/// the first poll of a wait) and, while within the budget, asks to be
-/// polled again at once. Sibling futures and other tasks run in between;
-/// past the budget the waiter sleeps until the reactor's wake-up.
+/// drives progress once per poll (a CQ reader, [`InlineWait::reader`], a
+/// few times once its wait is under way) and, while within the budget,
+/// asks to be polled again at once. Sibling futures and other tasks run
+/// in between; past the budget the waiter sleeps until the reactor's
+/// wake-up.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct InlineWait {
     since: Option<Instant>,
     /// `None`: [`spin_budget`]. Tests set a budget no scheduler delay can
     /// outlast, so they check the logic, not the machine's speed.
     budget: Option<Duration>,
+    /// A CQ reader's wait: [`PASSES_PER_POLL`] passes per poll once under
+    /// way.
+    reader: bool,
 }
 
-/// Passes a waiter makes in one poll once its wait is under way, as long
-/// as they find nothing. Every return to the runtime re-polls each future
-/// the waiter is nested in, and reads the clock for the budget: in
-/// `weft pingpong` that cost about three times an empty shm pass, so a
-/// message that arrived was seen only that much later. The first poll of
-/// a wait makes one pass, so that a future joined with the waiter (the
-/// send of a ping-pong, posted after its receive) is not held back by it.
+/// Passes a CQ reader makes in one poll once its wait is under way, as
+/// long as they find nothing. Every return to the runtime re-polls each
+/// future the reader is nested in, and reads the clock for the budget:
+/// in `weft pingpong` that cost about three times an empty shm pass, so
+/// a message that arrived was seen only that much later. The first poll
+/// of a wait makes one pass, so that a future joined with the reader is
+/// not held back by it. An awaited operation keeps one pass per poll: it
+/// is the future a caller races against a timer or a cancellation
+/// (`select!`), and passes that find nothing would only hold that check
+/// back (in the cancel-safety soaks, a receive under a 0–200 µs timeout
+/// was withdrawn a third as often).
 pub const PASSES_PER_POLL: u32 = 4;
 
 impl InlineWait {
-    /// A fresh wait.
+    /// A fresh wait of an awaited operation: one pass per poll.
     pub fn new() -> InlineWait {
         InlineWait::default()
     }
 
+    /// A fresh wait of a CQ reader: up to [`PASSES_PER_POLL`] passes per
+    /// poll once under way.
+    pub fn reader() -> InlineWait {
+        InlineWait {
+            reader: true,
+            ..InlineWait::default()
+        }
+    }
+
     /// After a poll that found nothing: runs `drive` and, when it did
-    /// work, tries `ready`; up to [`PASSES_PER_POLL`] times while nothing
-    /// moves. Returns the value, or `None` after re-arming `cx` for an
-    /// immediate re-poll while the budget lasts; past the budget `idle`
-    /// runs and the caller sleeps. A completion another thread delivers
-    /// meanwhile wakes the caller through the waker it registered.
+    /// work, tries `ready`; for a reader up to [`PASSES_PER_POLL`] times
+    /// while nothing moves. Returns the value, or `None` after re-arming
+    /// `cx` for an immediate re-poll while the budget lasts; past the
+    /// budget `idle` runs and the caller sleeps. A completion another
+    /// thread delivers meanwhile wakes the caller through the waker it
+    /// registered.
     pub fn poll<T>(
         &mut self,
         cx: &mut Context<'_>,
@@ -266,7 +284,7 @@ impl InlineWait {
         if budget.is_zero() {
             return None;
         }
-        let passes = if self.since.is_some() {
+        let passes = if self.reader && self.since.is_some() {
             PASSES_PER_POLL
         } else {
             1
@@ -372,7 +390,7 @@ mod tests {
     }
 
     #[test]
-    fn inline_wait_makes_more_passes_once_under_way() {
+    fn a_reader_makes_more_passes_once_under_way() {
         let woken = Arc::new(AtomicUsize::new(0));
         let waker = counting_waker(woken.clone());
         let mut cx = Context::from_waker(&waker);
@@ -381,9 +399,19 @@ mod tests {
             passes.fetch_add(1, Ordering::Relaxed);
             0
         };
-        let mut w = InlineWait {
+        // An awaited operation's wait: one pass per poll, always.
+        let mut op = InlineWait {
             budget: Some(Duration::from_secs(3600)),
             ..InlineWait::new()
+        };
+        let _: Option<()> = op.poll(&mut cx, drive, |_| None, || {});
+        let _: Option<()> = op.poll(&mut cx, drive, |_| None, || {});
+        assert_eq!(passes.load(Ordering::Relaxed), 2, "one pass per poll");
+        passes.store(0, Ordering::Relaxed);
+        woken.store(0, Ordering::Relaxed);
+        let mut w = InlineWait {
+            budget: Some(Duration::from_secs(3600)),
+            ..InlineWait::reader()
         };
         let got: Option<()> = w.poll(&mut cx, drive, |_| None, || {});
         assert_eq!(got, None);
@@ -441,6 +469,7 @@ mod tests {
         let mut w = InlineWait {
             since: Some(Instant::now() - spin_budget() - Duration::from_millis(1)),
             budget: None,
+            reader: true,
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
@@ -464,6 +493,7 @@ mod tests {
         let mut w = InlineWait {
             since: Some(start),
             budget: Some(Duration::from_secs(3600)),
+            reader: true,
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 4096, |_| None, || idled.set(true));
