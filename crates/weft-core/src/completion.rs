@@ -62,6 +62,12 @@ pub struct CqEntry {
 impl CqEntry {
     /// Clears the fields the format does not carry.
     pub fn masked(mut self, format: CqFormat) -> CqEntry {
+        self.mask(format);
+        self
+    }
+
+    /// [`masked`](Self::masked) in place.
+    fn mask(&mut self, format: CqFormat) {
         match format {
             CqFormat::Context => {
                 self.flags = OpFlags::empty();
@@ -76,7 +82,6 @@ impl CqEntry {
             CqFormat::Data => self.tag = 0,
             CqFormat::Tagged | CqFormat::Unspec => {}
         }
-        self
     }
 
     /// The received bytes as one contiguous buffer (copies only when the
@@ -271,11 +276,19 @@ impl CqShared {
 
     /// Appends an item and wakes readers.
     pub fn push(&self, item: CqItem) {
-        let item = item.map(|e| e.masked(self.format));
+        let mut item = item;
+        if let Ok(e) = &mut item {
+            e.mask(self.format);
+        }
         let wakers = {
             let mut g = lock(&self.inner);
             g.items.push_back(item);
             self.len.store(g.items.len() as u64, Ordering::Release);
+            // A reader that drives progress itself is usually the one
+            // pushing: nobody to wake, nothing to take.
+            if g.readers.is_empty() {
+                return;
+            }
             g.readers.take()
         };
         wake_all(wakers);
@@ -337,7 +350,14 @@ impl CqShared {
         }
         let mut g = lock(&self.inner);
         let n = max.min(g.items.len());
-        out.extend(g.items.drain(..n));
+        // Item by item: `extend` from a `drain` cost about 100
+        // instructions an item more (a batch is mostly one or two).
+        out.reserve(n);
+        for _ in 0..n {
+            if let Some(it) = g.items.pop_front() {
+                out.push(it);
+            }
+        }
         self.len.store(g.items.len() as u64, Ordering::Release);
         n
     }

@@ -385,7 +385,7 @@ impl Peer {
     /// `None` no room now, `Some(false)` not possible (a CMA send takes
     /// the copy path; a lead fails).
     fn write_one(&mut self, c: &Chan, o: &mut Out) -> Option<bool> {
-        let (word, tag, data, p) = match o.lead {
+        let (word, tag, data, p) = match o.lead.as_deref() {
             Some(l) => {
                 let last = if o.len == 0 { F_LAST } else { 0 };
                 let p: SmallVec<[u8; crate::cma::DIRECT_MAX]> = l.arg().iter().copied().collect();
@@ -425,7 +425,11 @@ impl Peer {
             len: p.len() as u32,
             tag,
             data,
-            total: o.lead.and_then(|l| l.total).unwrap_or(o.len as u64),
+            total: o
+                .lead
+                .as_ref()
+                .and_then(|l| l.total)
+                .unwrap_or(o.len as u64),
         };
         let (at, next) = c.write_head(&self.seg, self.tail, &h);
         self.seg.write(at, &p);
@@ -531,7 +535,7 @@ impl Peer {
                     p.go_direct(std::mem::take(&mut o.iov));
                 }
             }
-            self.pending.push_back(p);
+            self.pending.push_back(*p);
         }
     }
 
@@ -595,6 +599,7 @@ impl Peer {
         for o in self.queue.drain(..) {
             ended.push((o.done, o.len, Err(e)));
             if let Some(p) = o.answer {
+                let p = *p;
                 ended.push((Some(p.done), p.len, Err(e)));
             }
         }
@@ -664,7 +669,7 @@ impl EpShared {
             started: false,
             dc: false,
             cma: false,
-            lead: Some(lead),
+            lead: Some(Box::new(lead)),
             done: None,
             fence: false,
             answer: None,
@@ -743,7 +748,7 @@ impl EpShared {
             o.fence = false;
         }
         if let Some(p) = pending {
-            o.answer = Some(p);
+            o.answer = Some(Box::new(p));
             // Flushing watches what waits for answers (a channel the
             // owner freed fails it).
             self.tx_pending.store(true, Ordering::Release);
@@ -754,6 +759,7 @@ impl EpShared {
             peer.fail_all(Error::ConnReset, &mut after.ended);
             after.ended.push((o.done, len, Err(Error::ConnReset)));
             if let Some(p) = o.answer.take() {
+                let p = *p;
                 after
                     .ended
                     .push((Some(p.done), p.len, Err(Error::ConnReset)));

@@ -107,6 +107,9 @@ pub struct EpShared {
     /// A waiter drives the endpoint itself (inline and busy-poll modes):
     /// the busy-poll thread parks, the reactor's reader stands aside.
     pub hold: SpinHold,
+    /// Inline passes since the waiter last read the clock for the hold
+    /// (`driver::InlineProgress`).
+    pub spins: std::sync::atomic::AtomicU32,
     /// Inline mode: the spinning waiter went to sleep.
     pub inline_idle: Notify,
 }
@@ -251,6 +254,7 @@ impl EpShared {
             tasks: Mutex::new(Vec::new()),
             groups: Default::default(),
             hold: SpinHold::default(),
+            spins: std::sync::atomic::AtomicU32::new(0),
             inline_idle: Notify::new(),
             cfg,
         });

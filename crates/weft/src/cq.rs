@@ -25,7 +25,7 @@ impl CompletionQueue {
         CompletionQueue {
             shared,
             domain,
-            wait: InlineWait::new(),
+            wait: InlineWait::reader(),
         }
     }
 
@@ -59,7 +59,7 @@ impl CompletionQueue {
     /// Waits for at least one item, then takes up to `max`.
     pub async fn read_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
         if let Some(first) = {
-            let mut wait = InlineWait::new();
+            let mut wait = InlineWait::reader();
             std::future::poll_fn(|cx| self.shared.poll_next(cx, &mut wait)).await
         } {
             out.push(first);

@@ -87,14 +87,19 @@ pub async fn read_batch_spinning(
 ) -> Option<usize> {
     let mut spin = SpinPolicy::default();
     loop {
-        let n = cq.try_read_batch(out, max);
-        if n > 0 {
-            return Some(n);
-        }
-        if spin.empty_poll() {
-            std::thread::yield_now();
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return None;
+        // A few polls before going back to the runtime: each return
+        // re-polls every future this one is nested in, which cost more
+        // than a poll of the queue (`weft_core::progress::PASSES_PER_POLL`).
+        for _ in 0..weft_core::progress::PASSES_PER_POLL {
+            let n = cq.try_read_batch(out, max);
+            if n > 0 {
+                return Some(n);
+            }
+            if spin.empty_poll() {
+                std::thread::yield_now();
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return None;
+                }
             }
         }
         requeue().await;

@@ -6,11 +6,18 @@
 //! "any source". Wildcard receives (non-zero ignore mask) cannot be bucketed
 //! by tag and sit in one ordered set; an arrival scans only those posted
 //! before the best bucket candidate, which keeps "first posted wins" exact.
+//!
+//! Few receives posted at once (a ping-pong has one) skip the indexes:
+//! up to [`LIST_MAX`] sit in one list in post order, and an arrival takes
+//! the first that accepts it. Hashing into the indexes on every post and
+//! every match cost more than scanning so short a list; the queue moves
+//! to the indexes when the list would outgrow that, and back once it is
+//! empty again.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use super::{index_first, index_insert, index_remove, src_ok, tag_matches};
+use super::{index_first, index_insert, index_remove, kind_and_tag_ok, src_ok, tag_matches};
 use super::{MsgInfo, RecvSpec, Seqs, Take};
 use crate::addr::{FiAddr, FI_ADDR_UNSPEC};
 use crate::hash::{fast_map, FastMap};
@@ -45,6 +52,12 @@ fn slot_of(spec: &RecvSpec) -> Slot {
     }
 }
 
+/// Whether a receive in the list takes `info`: in post order, the first
+/// that does is the one to take, by the rules the indexes implement.
+fn accepts(spec: &RecvSpec, info: &MsgInfo) -> bool {
+    kind_and_tag_ok(spec, info) && spec.takes_from(info, info.src)
+}
+
 fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -57,9 +70,18 @@ fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 /// down from here, new ones count up, so both keep post order.
 const FIRST_SEQ: u64 = 1 << 63;
 
+/// The most receives kept in the scanned list before the indexes take
+/// over.
+pub(crate) const LIST_MAX: usize = 8;
+
 pub(super) struct PostedQueue<R> {
     next_seq: u64,
     front_seq: u64,
+    /// Every posted receive, by sequence number, while `indexed` is false;
+    /// empty while it is true.
+    list: Vec<(u64, RecvSpec, R)>,
+    /// The receives are in `entries` and the indexes.
+    indexed: bool,
     // By sequence number. A hash map, not an ordered one: matching finds
     // the sequence through the indexes, and only the rare `cancel` and
     // `drain` need post order (they sort or scan). A B-tree moved the large
@@ -83,6 +105,8 @@ impl<R> PostedQueue<R> {
         PostedQueue {
             next_seq: FIRST_SEQ,
             front_seq: FIRST_SEQ,
+            list: Vec::new(),
+            indexed: false,
             entries: fast_map(),
             exact: fast_map(),
             wild: BTreeMap::new(),
@@ -93,7 +117,11 @@ impl<R> PostedQueue<R> {
     }
 
     pub(super) fn len(&self) -> usize {
-        self.entries.len()
+        if self.indexed {
+            self.entries.len()
+        } else {
+            self.list.len()
+        }
     }
 
     pub(super) fn push(&mut self, spec: RecvSpec, r: R) {
@@ -111,6 +139,27 @@ impl<R> PostedQueue<R> {
     }
 
     fn insert(&mut self, seq: u64, spec: RecvSpec, r: R) {
+        if !self.indexed {
+            if self.list.len() < LIST_MAX {
+                // New receives go last and put-back ones first, so this
+                // is rarely more than a look at the last entry.
+                let at = if self.list.last().is_none_or(|e| e.0 < seq) {
+                    self.list.len()
+                } else {
+                    self.list.partition_point(|e| e.0 < seq)
+                };
+                self.list.insert(at, (seq, spec, r));
+                return;
+            }
+            self.indexed = true;
+            for (seq, spec, r) in std::mem::take(&mut self.list) {
+                self.index(seq, spec, r);
+            }
+        }
+        self.index(seq, spec, r);
+    }
+
+    fn index(&mut self, seq: u64, spec: RecvSpec, r: R) {
         match slot_of(&spec) {
             Slot::Exact(tag, src) => index_insert(&mut self.exact, (tag, src), seq),
             Slot::Wild => {
@@ -125,8 +174,22 @@ impl<R> PostedQueue<R> {
     }
 
     pub(super) fn take_match(&mut self, info: &MsgInfo) -> Option<(RecvSpec, R)> {
+        self.take_first(info).map(|(_, spec, r)| (spec, r))
+    }
+
+    /// The first-posted receive that accepts `info`, out of the queue,
+    /// with its sequence number.
+    fn take_first(&mut self, info: &MsgInfo) -> Option<(u64, RecvSpec, R)> {
+        if !self.indexed {
+            let i = self
+                .list
+                .iter()
+                .position(|(_, spec, _)| accepts(spec, info))?;
+            return Some(self.list.remove(i));
+        }
         let seq = self.find(info)?;
-        self.remove(seq)
+        let (spec, r) = self.remove(seq)?;
+        Some((seq, spec, r))
     }
 
     /// [`take_match`](Self::take_match), asking `take` what the receive
@@ -141,8 +204,7 @@ impl<R> PostedQueue<R> {
         ended: &mut Vec<R>,
     ) -> Option<(RecvSpec, R)> {
         loop {
-            let seq = self.find(info)?;
-            let (spec, mut r) = self.remove(seq)?;
+            let (seq, spec, mut r) = self.take_first(info)?;
             match take(&mut r, info) {
                 Take::Whole => return Some((spec, r)),
                 Take::Part(p) => {
@@ -156,6 +218,13 @@ impl<R> PostedQueue<R> {
     }
 
     fn find(&self, info: &MsgInfo) -> Option<u64> {
+        if !self.indexed {
+            return self
+                .list
+                .iter()
+                .find(|(_, spec, _)| accepts(spec, info))
+                .map(|e| e.0);
+        }
         // A message from an unknown sender carries FI_ADDR_NOTAVAIL, which
         // is the same value as FI_ADDR_UNSPEC: only the "any source" bucket
         // may take it, and that bucket is consulted anyway.
@@ -195,6 +264,11 @@ impl<R> PostedQueue<R> {
     }
 
     pub(super) fn cancel(&mut self, context: u64) -> Option<(RecvSpec, R)> {
+        if !self.indexed {
+            let i = self.list.iter().position(|e| e.1.context == context)?;
+            let (_, spec, r) = self.list.remove(i);
+            return Some((spec, r));
+        }
         let seq = self
             .entries
             .iter()
@@ -205,6 +279,13 @@ impl<R> PostedQueue<R> {
     }
 
     pub(super) fn drain(&mut self) -> Vec<(RecvSpec, R)> {
+        if !self.indexed {
+            return std::mem::take(&mut self.list)
+                .into_iter()
+                .map(|(_, spec, r)| (spec, r))
+                .collect();
+        }
+        self.indexed = false;
         self.exact.clear();
         self.wild.clear();
         self.untagged.clear();
@@ -217,7 +298,14 @@ impl<R> PostedQueue<R> {
     }
 
     fn remove(&mut self, seq: u64) -> Option<(RecvSpec, R)> {
+        if !self.indexed {
+            let i = self.list.iter().position(|e| e.0 == seq)?;
+            let (_, spec, r) = self.list.remove(i);
+            return Some((spec, r));
+        }
         let (spec, r) = self.entries.remove(&seq)?;
+        // Emptied: the next receives go to the list again.
+        self.indexed = !self.entries.is_empty();
         match slot_of(&spec) {
             Slot::Exact(tag, src) => index_remove(&mut self.exact, &(tag, src), seq),
             Slot::Wild => {

@@ -120,6 +120,10 @@ impl<U, S> UnexpectedQueue<U, S> {
         spec: &RecvSpec,
         resolve: &dyn Fn(&S) -> FiAddr,
     ) -> Option<(u64, MsgInfo)> {
+        // Every post looks here first; mostly nothing is held.
+        if self.len() == 0 {
+            return None;
+        }
         if !spec.tagged {
             self.first_accepted(self.untagged.iter(), spec, resolve)
         } else if spec.ignore == 0 {

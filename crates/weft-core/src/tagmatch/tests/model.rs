@@ -137,6 +137,10 @@ struct Seen {
     peek_ok: usize,
     claim_ok: usize,
     cancel_ok: usize,
+    /// Times the posted receives outgrew the scanned list, and times
+    /// they came back to it (emptied from the indexes).
+    to_indexes: usize,
+    to_list: usize,
 }
 
 #[test]
@@ -148,6 +152,7 @@ fn randomized_against_reference() {
     let mut next_id = 0u64;
     let mut claim_contexts: Vec<u64> = Vec::new();
     let mut seen = Seen::default();
+    let mut was_indexed = false;
 
     for step in 0..20_000u32 {
         next_id += 1;
@@ -270,6 +275,13 @@ fn randomized_against_reference() {
             }
         }
         assert_eq!(m.posted_len(), r.posted.len(), "step {step}");
+        if m.posted_len() > posted::LIST_MAX && !was_indexed {
+            was_indexed = true;
+            seen.to_indexes += 1;
+        } else if m.posted_len() == 0 && was_indexed {
+            was_indexed = false;
+            seen.to_list += 1;
+        }
         assert_eq!(m.unexpected_len(), r.unexp.len(), "step {step}");
         assert_eq!(m.unexpected_bytes(), r.bytes(), "step {step}");
     }
@@ -288,4 +300,7 @@ fn randomized_against_reference() {
     assert!(seen.peek_ok > 100, "peeks {}", seen.peek_ok);
     assert!(seen.claim_ok > 20, "claims {}", seen.claim_ok);
     assert!(seen.cancel_ok > 20, "cancels {}", seen.cancel_ok);
+    // Both forms of the posted queue, and the moves between them.
+    assert!(seen.to_indexes > 5, "to the indexes {}", seen.to_indexes);
+    assert!(seen.to_list > 5, "back to the list {}", seen.to_list);
 }
