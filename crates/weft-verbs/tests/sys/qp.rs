@@ -410,6 +410,41 @@ fn completion_channel_poll_and_asyncfd() {
 }
 
 #[test]
+fn completion_channel_holds_one_event_per_arm() {
+    let Some(ctx) = open_or_skip("rxe0") else {
+        return;
+    };
+    let ch = CompChannel::new(&ctx).unwrap();
+    let p = rc_pair(&ctx, Some(&ch), false);
+    let buf = OwnedMr::new(&p.pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+    assert_eq!(ch.get_event().unwrap(), None, "non-blocking when empty");
+    p.cq_b.req_notify(false).unwrap();
+    // Two completions on one arming: one event, so the cq_poller driver's
+    // single read per wake-up takes everything the channel holds.
+    for round in 0..2u64 {
+        p.b.post_recv(&RecvRequest {
+            wr_id: 300 + round,
+            sges: &[buf.sge(0, 64).unwrap()],
+        })
+        .unwrap();
+        p.a.post_send(&SendRequest::new(
+            round,
+            SendOp::Send,
+            Payload::Inline(b"one event"),
+        ))
+        .unwrap();
+        assert_ok(&wait_one(&p.cq_a), round, WcOpcode::Send);
+    }
+    assert!(poll_readable(&*ch, TIMEOUT).unwrap(), "channel fd readable");
+    let ev = ch.get_event().unwrap().expect("one event");
+    assert_eq!((ev.cq_id, ev.count), (p.cq_b.id(), 1));
+    assert_eq!(ch.get_event().unwrap(), None, "disarmed: no second event");
+    p.cq_b.req_notify(false).unwrap();
+    assert_ok(&wait_one(&p.cq_b), 300, WcOpcode::Recv);
+    assert_ok(&wait_one(&p.cq_b), 301, WcOpcode::Recv);
+}
+
+#[test]
 fn ud_loopback_with_address_handle() {
     let Some(ctx) = open_or_skip("rxe0") else {
         return;
