@@ -331,6 +331,21 @@ fn rc_wrong_rkey_is_an_error_completion() {
     assert_eq!(p.b.state().unwrap(), QpState::Reset);
 }
 
+/// A receive on `p.b` (`recv_id`), then an inline send to it from `p.a`.
+fn recv_then_send(p: &Pair, buf: &OwnedMr, recv_id: u64, send_id: u64, data: &[u8]) {
+    p.b.post_recv(&RecvRequest {
+        wr_id: recv_id,
+        sges: &[buf.sge(0, 64).unwrap()],
+    })
+    .unwrap();
+    p.a.post_send(&SendRequest::new(
+        send_id,
+        SendOp::Send,
+        Payload::Inline(data),
+    ))
+    .unwrap();
+}
+
 #[test]
 fn completion_channel_poll_and_asyncfd() {
     let Some(ctx) = open_or_skip("rxe0") else {
@@ -349,17 +364,7 @@ fn completion_channel_poll_and_asyncfd() {
     assert!(!poll_readable(&*ch, Duration::ZERO).unwrap());
 
     for round in 0..2u64 {
-        p.b.post_recv(&RecvRequest {
-            wr_id: 100 + round,
-            sges: &[buf.sge(0, 64).unwrap()],
-        })
-        .unwrap();
-        p.a.post_send(&SendRequest::new(
-            round,
-            SendOp::Send,
-            Payload::Inline(b"wake up"),
-        ))
-        .unwrap();
+        recv_then_send(&p, &buf, 100 + round, round, b"wake up");
         assert!(poll_readable(&*ch, TIMEOUT).unwrap(), "channel fd readable");
         let events = ch.get_events().unwrap();
         assert_eq!(events.len(), 1, "{events:?}");
@@ -422,17 +427,7 @@ fn completion_channel_holds_one_event_per_arm() {
     // Two completions on one arming: one event, so the cq_poller driver's
     // single read per wake-up takes everything the channel holds.
     for round in 0..2u64 {
-        p.b.post_recv(&RecvRequest {
-            wr_id: 300 + round,
-            sges: &[buf.sge(0, 64).unwrap()],
-        })
-        .unwrap();
-        p.a.post_send(&SendRequest::new(
-            round,
-            SendOp::Send,
-            Payload::Inline(b"one event"),
-        ))
-        .unwrap();
+        recv_then_send(&p, &buf, 300 + round, round, b"one event");
         assert_ok(&wait_one(&p.cq_a), round, WcOpcode::Send);
     }
     assert!(poll_readable(&*ch, TIMEOUT).unwrap(), "channel fd readable");
