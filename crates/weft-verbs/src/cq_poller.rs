@@ -5,9 +5,9 @@
 //!
 //! The interrupt sequence never loses a wake-up: arm the CQ, then poll it
 //! empty, then sleep on the channel; after a wake-up, take and acknowledge
-//! the channel's events, re-arm, and poll again before sleeping. A
-//! completion that lands between the last poll and the re-arm is found by
-//! the poll that follows the re-arm.
+//! the channel's event (one at most: see `start`), re-arm, and poll again
+//! before sleeping. A completion that lands between the last poll and the
+//! re-arm is found by the poll that follows the re-arm.
 //!
 //! Polling and dispatch happen under one lock, so completions reach the
 //! endpoint in the order the CQ gave them whoever polls.
@@ -180,11 +180,15 @@ pub fn start<S: CqSink + 'static>(
             let Ok(mut guard) = afd.readable().await else {
                 return;
             };
-            if chan.get_events().is_err() {
+            // The channel is this CQ's alone and the CQ is re-armed only
+            // once its event is taken, so one read takes every event there
+            // is; reading on to `EAGAIN` cost a system call per wake-up.
+            // No event (a readiness without one): the CQ is still armed.
+            let Ok(event) = chan.get_event() else {
                 return;
-            }
+            };
             guard.clear_ready();
-            if cq.req_notify(false).is_err() {
+            if event.is_some() && cq.req_notify(false).is_err() {
                 return;
             }
         }

@@ -86,25 +86,13 @@ impl CompChannel {
     pub fn get_events(&self) -> Result<Vec<CqEvents>, Error> {
         let mut counts: Vec<(NonNull<ibv_cq>, u64, u32)> = Vec::new();
         let result = loop {
-            let mut cq: *mut ibv_cq = ptr::null_mut();
-            let mut cq_ctx: *mut libc::c_void = ptr::null_mut();
-            // SAFETY: the channel is alive; out-pointers are valid.
-            let ret = unsafe { ibv_get_cq_event(self.as_ptr(), &mut cq, &mut cq_ctx) };
-            if ret != 0 {
-                let err = std::io::Error::last_os_error();
-                if err.raw_os_error() == Some(libc::EAGAIN) {
-                    break Ok(());
-                }
-                break Err(last_error_or(Error::Io));
-            }
-            let Some(cq) = NonNull::new(cq) else {
-                continue;
-            };
-            // `cq_context` holds the CQ id (see `Cq::new`).
-            let id = cq_ctx as usize as u64;
-            match counts.iter_mut().find(|(p, _, _)| *p == cq) {
-                Some(entry) => entry.2 += 1,
-                None => counts.push((cq, id, 1)),
+            match self.read_event() {
+                Ok(Some((cq, id))) => match counts.iter_mut().find(|(p, _, _)| *p == cq) {
+                    Some(entry) => entry.2 += 1,
+                    None => counts.push((cq, id, 1)),
+                },
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
             }
         };
         for &(cq, _, n) in &counts {
@@ -122,6 +110,44 @@ impl CompChannel {
             .into_iter()
             .map(|(_, cq_id, count)| CqEvents { cq_id, count })
             .collect())
+    }
+
+    /// Reads and acknowledges at most one completion event: one
+    /// `ibv_get_cq_event`, without the read that would only find `EAGAIN`.
+    /// `None` when nothing was pending. Enough for a channel of one CQ
+    /// that is re-armed only after its event was taken: such a channel
+    /// never holds more than one event.
+    pub fn get_event(&self) -> Result<Option<CqEvents>, Error> {
+        let Some((cq, cq_id)) = self.read_event()? else {
+            return Ok(None);
+        };
+        // SAFETY: as in `get_events`: the CQ just reported cannot be
+        // destroyed before this ack.
+        unsafe { ibv_ack_cq_events(cq.as_ptr(), 1) };
+        Ok(Some(CqEvents { cq_id, count: 1 }))
+    }
+
+    /// One `ibv_get_cq_event`, not acknowledged: the CQ and its id, `None`
+    /// on `EAGAIN`.
+    fn read_event(&self) -> Result<Option<(NonNull<ibv_cq>, u64)>, Error> {
+        loop {
+            let mut cq: *mut ibv_cq = ptr::null_mut();
+            let mut cq_ctx: *mut libc::c_void = ptr::null_mut();
+            // SAFETY: the channel is alive; out-pointers are valid.
+            let ret = unsafe { ibv_get_cq_event(self.as_ptr(), &mut cq, &mut cq_ctx) };
+            if ret != 0 {
+                let err = std::io::Error::last_os_error();
+                if err.raw_os_error() == Some(libc::EAGAIN) {
+                    return Ok(None);
+                }
+                return Err(last_error_or(Error::Io));
+            }
+            let Some(cq) = NonNull::new(cq) else {
+                continue;
+            };
+            // `cq_context` holds the CQ id (see `Cq::new`).
+            return Ok(Some((cq, cq_ctx as usize as u64)));
+        }
     }
 }
 

@@ -331,6 +331,21 @@ fn rc_wrong_rkey_is_an_error_completion() {
     assert_eq!(p.b.state().unwrap(), QpState::Reset);
 }
 
+/// A receive on `p.b` (`recv_id`), then an inline send to it from `p.a`.
+fn recv_then_send(p: &Pair, buf: &OwnedMr, recv_id: u64, send_id: u64, data: &[u8]) {
+    p.b.post_recv(&RecvRequest {
+        wr_id: recv_id,
+        sges: &[buf.sge(0, 64).unwrap()],
+    })
+    .unwrap();
+    p.a.post_send(&SendRequest::new(
+        send_id,
+        SendOp::Send,
+        Payload::Inline(data),
+    ))
+    .unwrap();
+}
+
 #[test]
 fn completion_channel_poll_and_asyncfd() {
     let Some(ctx) = open_or_skip("rxe0") else {
@@ -349,17 +364,7 @@ fn completion_channel_poll_and_asyncfd() {
     assert!(!poll_readable(&*ch, Duration::ZERO).unwrap());
 
     for round in 0..2u64 {
-        p.b.post_recv(&RecvRequest {
-            wr_id: 100 + round,
-            sges: &[buf.sge(0, 64).unwrap()],
-        })
-        .unwrap();
-        p.a.post_send(&SendRequest::new(
-            round,
-            SendOp::Send,
-            Payload::Inline(b"wake up"),
-        ))
-        .unwrap();
+        recv_then_send(&p, &buf, 100 + round, round, b"wake up");
         assert!(poll_readable(&*ch, TIMEOUT).unwrap(), "channel fd readable");
         let events = ch.get_events().unwrap();
         assert_eq!(events.len(), 1, "{events:?}");
@@ -407,6 +412,31 @@ fn completion_channel_poll_and_asyncfd() {
         assert_ok(&wait_one(&p.cq_b), 200, WcOpcode::Recv);
         assert_ok(&wait_one(&p.cq_a), 7, WcOpcode::Send);
     });
+}
+
+#[test]
+fn completion_channel_holds_one_event_per_arm() {
+    let Some(ctx) = open_or_skip("rxe0") else {
+        return;
+    };
+    let ch = CompChannel::new(&ctx).unwrap();
+    let p = rc_pair(&ctx, Some(&ch), false);
+    let buf = OwnedMr::new(&p.pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+    assert_eq!(ch.get_event().unwrap(), None, "non-blocking when empty");
+    p.cq_b.req_notify(false).unwrap();
+    // Two completions on one arming: one event, so the cq_poller driver's
+    // single read per wake-up takes everything the channel holds.
+    for round in 0..2u64 {
+        recv_then_send(&p, &buf, 300 + round, round, b"one event");
+        assert_ok(&wait_one(&p.cq_a), round, WcOpcode::Send);
+    }
+    assert!(poll_readable(&*ch, TIMEOUT).unwrap(), "channel fd readable");
+    let ev = ch.get_event().unwrap().expect("one event");
+    assert_eq!((ev.cq_id, ev.count), (p.cq_b.id(), 1));
+    assert_eq!(ch.get_event().unwrap(), None, "disarmed: no second event");
+    p.cq_b.req_notify(false).unwrap();
+    assert_ok(&wait_one(&p.cq_b), 300, WcOpcode::Recv);
+    assert_ok(&wait_one(&p.cq_b), 301, WcOpcode::Recv);
 }
 
 #[test]
