@@ -22,7 +22,6 @@ use smallvec::SmallVec;
 use weft_core::addr::FiAddr;
 use weft_core::completion::OpDone;
 use weft_core::flags::OpFlags;
-use weft_core::hash::FastMap;
 use weft_core::provider::{Iov, Rejected, SendReq};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
@@ -91,7 +90,7 @@ pub struct Peer {
 /// The peers sent to, by address.
 #[derive(Debug, Default)]
 pub struct Peers {
-    pub(crate) map: FastMap<Vec<u8>, Peer>,
+    pub(crate) map: crate::by_addr::ByAddr<Peer>,
 }
 
 /// How long closing waits for a receiver to read CMA sends out: a
@@ -106,9 +105,9 @@ impl Peers {
 
     /// Bytes waiting in the queue to the endpoint at `addr` (not yet in
     /// its ring).
-    pub fn backlog(&self, addr: &[u8]) -> usize {
+    pub fn backlog(&mut self, addr: &[u8]) -> usize {
         self.map
-            .get(addr)
+            .get_mut(addr)
             .map_or(0, |p| p.queue.iter().map(|o| o.len - o.off).sum())
     }
 
@@ -691,7 +690,7 @@ impl EpShared {
             None => match crate::name::parse(addr).and_then(Peer::open) {
                 Ok(mut p) => {
                     let after = self.enqueue_to(&mut p, o, pending);
-                    peers.map.insert(addr.to_vec(), p);
+                    peers.map.insert(addr, p);
                     after
                 }
                 Err(e) => {
