@@ -683,15 +683,16 @@ impl EpShared {
     /// order. A peer that cannot be reached fails it (`ConnRefused`).
     pub fn enqueue(&self, addr: &[u8], o: Out, pending: Option<crate::rma::Pending>) {
         let mut peers = lock(&self.peers);
+        // Filled in place: returned, it was copied out on every send.
+        let mut after = AfterEnqueue::default();
         // One lookup of a known peer: hashing the address twice (whether
         // it is there, then to take it) was a tenth of a send.
-        let after = match peers.map.get_mut(addr) {
-            Some(peer) => self.enqueue_to(peer, o, pending),
+        match peers.map.get_mut(addr) {
+            Some(peer) => self.enqueue_to(peer, o, pending, &mut after),
             None => match crate::name::parse(addr).and_then(Peer::open) {
                 Ok(mut p) => {
-                    let after = self.enqueue_to(&mut p, o, pending);
+                    self.enqueue_to(&mut p, o, pending, &mut after);
                     peers.map.insert(addr, p);
-                    after
                 }
                 Err(e) => {
                     drop(peers);
@@ -702,7 +703,7 @@ impl EpShared {
                     return;
                 }
             },
-        };
+        }
         if after.forget {
             peers.map.remove(addr);
         }
@@ -719,16 +720,16 @@ impl EpShared {
         }
     }
 
-    /// [`enqueue`](Self::enqueue) to `peer`, under the peers' lock: what
-    /// is left to do once it is released.
+    /// [`enqueue`](Self::enqueue) to `peer`, under the peers' lock,
+    /// noting in `after` what is left to do once it is released.
     fn enqueue_to(
         &self,
         peer: &mut Peer,
         mut o: Out,
         pending: Option<crate::rma::Pending>,
-    ) -> AfterEnqueue {
+        after: &mut AfterEnqueue,
+    ) {
         let len = o.len;
-        let mut after = AfterEnqueue::default();
         if peer.chan.is_none() && peer.queue.is_empty() {
             peer.proves = o.proves;
         } else if peer.proves != o.proves {
@@ -740,7 +741,7 @@ impl EpShared {
                     .ended
                     .push((Some(p.done), p.len, Err(Error::KeyRejected)));
             }
-            return after;
+            return;
         }
         let gated = o.fence && (peer.outstanding() || !peer.queue.is_empty());
         if !gated {
@@ -764,7 +765,7 @@ impl EpShared {
                     .push((Some(p.done), p.len, Err(Error::ConnReset)));
             }
             after.forget = true;
-            return after;
+            return;
         }
         if !gated && peer.queue.is_empty() && peer.claim(self.me, &self.name, &self.keys) {
             peer.begin(&mut o);
@@ -772,19 +773,18 @@ impl EpShared {
                 Ok(true) => {
                     peer.written(o, &mut after.ended);
                     after.kick = after.ended.is_empty();
-                    return after;
+                    return;
                 }
                 Ok(false) => {}
                 Err(e) => {
                     after.ended.push((o.done, len, Err(e)));
                     peer.fail_all(e, &mut after.ended);
                     after.refused = std::mem::take(&mut peer.refused);
-                    return after;
+                    return;
                 }
             }
         }
         peer.queue.push_back(o);
         after.kick = true;
-        after
     }
 }
