@@ -37,6 +37,7 @@
 
 mod atomic;
 mod bell;
+mod by_addr;
 pub mod cma;
 mod domain;
 mod driver;

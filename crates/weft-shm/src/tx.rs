@@ -22,7 +22,6 @@ use smallvec::SmallVec;
 use weft_core::addr::FiAddr;
 use weft_core::completion::OpDone;
 use weft_core::flags::OpFlags;
-use weft_core::hash::FastMap;
 use weft_core::provider::{Iov, Rejected, SendReq};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
@@ -91,7 +90,7 @@ pub struct Peer {
 /// The peers sent to, by address.
 #[derive(Debug, Default)]
 pub struct Peers {
-    pub(crate) map: FastMap<Vec<u8>, Peer>,
+    pub(crate) map: crate::by_addr::ByAddr<Peer>,
 }
 
 /// How long closing waits for a receiver to read CMA sends out: a
@@ -106,9 +105,9 @@ impl Peers {
 
     /// Bytes waiting in the queue to the endpoint at `addr` (not yet in
     /// its ring).
-    pub fn backlog(&self, addr: &[u8]) -> usize {
+    pub fn backlog(&mut self, addr: &[u8]) -> usize {
         self.map
-            .get(addr)
+            .get_mut(addr)
             .map_or(0, |p| p.queue.iter().map(|o| o.len - o.off).sum())
     }
 
@@ -684,15 +683,16 @@ impl EpShared {
     /// order. A peer that cannot be reached fails it (`ConnRefused`).
     pub fn enqueue(&self, addr: &[u8], o: Out, pending: Option<crate::rma::Pending>) {
         let mut peers = lock(&self.peers);
+        // Filled in place: returned, it was copied out on every send.
+        let mut after = AfterEnqueue::default();
         // One lookup of a known peer: hashing the address twice (whether
         // it is there, then to take it) was a tenth of a send.
-        let after = match peers.map.get_mut(addr) {
-            Some(peer) => self.enqueue_to(peer, o, pending),
+        match peers.map.get_mut(addr) {
+            Some(peer) => self.enqueue_to(peer, o, pending, &mut after),
             None => match crate::name::parse(addr).and_then(Peer::open) {
                 Ok(mut p) => {
-                    let after = self.enqueue_to(&mut p, o, pending);
-                    peers.map.insert(addr.to_vec(), p);
-                    after
+                    self.enqueue_to(&mut p, o, pending, &mut after);
+                    peers.map.insert(addr, p);
                 }
                 Err(e) => {
                     drop(peers);
@@ -703,7 +703,7 @@ impl EpShared {
                     return;
                 }
             },
-        };
+        }
         if after.forget {
             peers.map.remove(addr);
         }
@@ -720,16 +720,16 @@ impl EpShared {
         }
     }
 
-    /// [`enqueue`](Self::enqueue) to `peer`, under the peers' lock: what
-    /// is left to do once it is released.
+    /// [`enqueue`](Self::enqueue) to `peer`, under the peers' lock,
+    /// noting in `after` what is left to do once it is released.
     fn enqueue_to(
         &self,
         peer: &mut Peer,
         mut o: Out,
         pending: Option<crate::rma::Pending>,
-    ) -> AfterEnqueue {
+        after: &mut AfterEnqueue,
+    ) {
         let len = o.len;
-        let mut after = AfterEnqueue::default();
         if peer.chan.is_none() && peer.queue.is_empty() {
             peer.proves = o.proves;
         } else if peer.proves != o.proves {
@@ -741,7 +741,7 @@ impl EpShared {
                     .ended
                     .push((Some(p.done), p.len, Err(Error::KeyRejected)));
             }
-            return after;
+            return;
         }
         let gated = o.fence && (peer.outstanding() || !peer.queue.is_empty());
         if !gated {
@@ -765,7 +765,7 @@ impl EpShared {
                     .push((Some(p.done), p.len, Err(Error::ConnReset)));
             }
             after.forget = true;
-            return after;
+            return;
         }
         if !gated && peer.queue.is_empty() && peer.claim(self.me, &self.name, &self.keys) {
             peer.begin(&mut o);
@@ -773,19 +773,18 @@ impl EpShared {
                 Ok(true) => {
                     peer.written(o, &mut after.ended);
                     after.kick = after.ended.is_empty();
-                    return after;
+                    return;
                 }
                 Ok(false) => {}
                 Err(e) => {
                     after.ended.push((o.done, len, Err(e)));
                     peer.fail_all(e, &mut after.ended);
                     after.refused = std::mem::take(&mut peer.refused);
-                    return after;
+                    return;
                 }
             }
         }
         peer.queue.push_back(o);
         after.kick = true;
-        after
     }
 }

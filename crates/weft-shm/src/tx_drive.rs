@@ -71,7 +71,7 @@ impl EpShared {
         let mut gone: SmallVec<[(String, (u32, u64)); 2]> = SmallVec::new();
         {
             let mut peers = lock(&self.peers);
-            peers.map.retain(|_, p| {
+            peers.map.retain(|p| {
                 if p.alive() {
                     return true;
                 }

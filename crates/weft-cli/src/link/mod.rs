@@ -112,21 +112,29 @@ impl Link {
 
     /// `fi_tsend` / `fi_send`, waiting out a full transmit queue.
     pub async fn post_send(&self, buf: Bytes, ctx: u64) -> Res<()> {
-        let post = || {
-            if self.tagged {
-                self.ep.post_tsend(self.peer, buf.clone(), DATA_TAG, ctx)
-            } else {
-                self.ep.post_send(self.peer, buf.clone(), ctx)
-            }
-        };
-        // The first try outside the helper's future: on the latency path
-        // the queue has room, and building that future cost about 20
-        // instructions a message.
-        let r = match post() {
-            Err(weft::Error::Again) => weft::post_when_room(post).await,
-            r => r,
-        };
-        r.ctx("post send")
+        match self.post_send_now(&buf, ctx) {
+            Err(weft::Error::Again) => self.post_send_full(buf, ctx).await,
+            r => r.ctx("post send"),
+        }
+    }
+
+    /// [`post_send`](Self::post_send)'s first try, outside any future:
+    /// on the latency path the queue has room, and building and polling
+    /// the futures cost about 40 instructions a message. `Again`: wait
+    /// with [`post_send_full`](Self::post_send_full).
+    pub fn post_send_now(&self, buf: &Bytes, ctx: u64) -> weft::Result<()> {
+        if self.tagged {
+            self.ep.post_tsend(self.peer, buf.clone(), DATA_TAG, ctx)
+        } else {
+            self.ep.post_send(self.peer, buf.clone(), ctx)
+        }
+    }
+
+    /// Posts `buf` once the transmit queue has room.
+    pub async fn post_send_full(&self, buf: Bytes, ctx: u64) -> Res<()> {
+        weft::post_when_room(|| self.post_send_now(&buf, ctx))
+            .await
+            .ctx("post send")
     }
 
     /// `fi_trecv` / `fi_recv` into `iov` (each buffer's length is its
@@ -134,23 +142,36 @@ impl Link {
     /// in the completion's `bufs`: posting it again (see [`reclaim`])
     /// keeps allocation off the latency path.
     pub async fn post_recv(&self, iov: Vec<BytesMut>, ctx: u64) -> Res<()> {
-        let post = |bufs| {
-            let msg = weft::RecvMsg {
-                src: FI_ADDR_UNSPEC,
-                bufs,
-                tagged: self.tagged,
-                tag: DATA_TAG,
-                ignore: 0,
-                context: ctx,
-            };
-            self.ep.post_recvmsg(msg, weft::OpFlags::empty())
+        match self.post_recv_now(iov, ctx) {
+            Err((weft::Error::Again, back)) => self.post_recv_full(back, ctx).await,
+            r => r.map_err(|(e, _)| Failure::new("post receive", e)),
+        }
+    }
+
+    /// [`post_recv`](Self::post_recv)'s first try, outside any future, as
+    /// [`post_send_now`](Self::post_send_now); `Again` hands the buffers
+    /// back for [`post_recv_full`](Self::post_recv_full).
+    pub fn post_recv_now(
+        &self,
+        bufs: Vec<BytesMut>,
+        ctx: u64,
+    ) -> Result<(), (weft::Error, Vec<BytesMut>)> {
+        let msg = weft::RecvMsg {
+            src: FI_ADDR_UNSPEC,
+            bufs,
+            tagged: self.tagged,
+            tag: DATA_TAG,
+            ignore: 0,
+            context: ctx,
         };
-        // First try outside the helper's future, as in `post_send`.
-        let r = match post(iov) {
-            Err((weft::Error::Again, back)) => weft::post_when_room_with(back, post).await,
-            r => r,
-        };
-        r.map_err(|(e, _)| Failure::new("post receive", e))
+        self.ep.post_recvmsg(msg, weft::OpFlags::empty())
+    }
+
+    /// Posts `iov` once the receive queue has room.
+    pub async fn post_recv_full(&self, iov: Vec<BytesMut>, ctx: u64) -> Res<()> {
+        weft::post_when_room_with(iov, |b| self.post_recv_now(b, ctx))
+            .await
+            .map_err(|(e, _)| Failure::new("post receive", e))
     }
 
     pub async fn send(&self, buf: Bytes) -> Res<CqEntry> {
