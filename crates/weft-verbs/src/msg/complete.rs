@@ -650,7 +650,7 @@ impl CqSink for MsgShared {
             }
             return;
         }
-        let Some(Inflight { done, op }) = lock(&self.inflight).remove(&wc.wr_id) else {
+        let Some(Inflight { done, op }) = lock(&self.inflight).remove(wc.wr_id) else {
             return;
         };
         let len = match op {

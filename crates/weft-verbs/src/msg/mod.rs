@@ -84,7 +84,6 @@ use weft_core::auth::{AuthKey, ConnKind};
 use weft_core::completion::{CqErrEntry, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
-use weft_core::hash::{fast_map, FastMap};
 use weft_core::progress::Progress;
 use weft_core::provider::{
     EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
@@ -112,7 +111,7 @@ pub mod stream;
 
 pub use srx::MsgSrx;
 
-use complete::{Inflight, RecvMem, RxQueue};
+use complete::{RecvMem, RxQueue};
 
 pub use crate::cm_data::{cm_decode, cm_encode, CM_DATA_SIZE};
 
@@ -153,7 +152,7 @@ pub struct MsgShared {
     /// Receives posted before the QP existed.
     early_recvs: Mutex<Vec<RecvReq>>,
     /// Sends and RMA operations on the device.
-    inflight: Mutex<FastMap<u64, Inflight>>,
+    inflight: Mutex<post::InflightQueue>,
     /// The receives of the connection's own receive queue.
     rxq: Mutex<RxQueue<RecvMem>>,
     next_wr: AtomicUsize,
@@ -197,7 +196,7 @@ impl MsgShared {
             cm: Mutex::new(None),
             poller: Arc::new(Mutex::new(None)),
             early_recvs: Mutex::new(Vec::new()),
-            inflight: Mutex::new(fast_map()),
+            inflight: Mutex::new(post::InflightQueue::default()),
             rxq: Mutex::new(RxQueue::default()),
             next_wr: AtomicUsize::new(1),
             tx: Credits::new(tx),
