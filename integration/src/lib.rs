@@ -13,6 +13,7 @@ pub mod av_keys;
 pub mod campaign;
 pub mod child;
 pub mod identity;
+pub mod rxe_net;
 pub mod shared_av;
 pub mod srx;
 pub mod tls;

@@ -13,6 +13,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weft::{Caps, EpType, EqEventKind, Error, Info, SockStream, WaitMode};
 use weft_integration::child::Reap;
+use weft_integration::rxe_net::Partition;
 use weft_integration::{next_eq, within};
 
 /// One instance of each test per provider; the verbs ones need an RDMA
@@ -439,34 +440,6 @@ async fn a_killed_reader_fails_the_writer(prov: &'static str) {
     assert!(matches!(r, Ok(0)) || r.is_err(), "{r:?}");
 }
 
-/// While held, packets from 10.66.0.2 (rxe2) to 10.66.0.1 (rxe1) in the
-/// rxe VM are lost: veth1's neighbour entry for 10.66.0.1 is a MAC
-/// nobody has, so veth0 drops the frames (a route cannot do it: rxe
-/// names the interface, and the kernel then sends on the link whatever
-/// the routes say). Restored on drop, a failing test included.
-struct Partition;
-
-impl Partition {
-    fn ip(args: &str) {
-        let st = std::process::Command::new("ip")
-            .args(args.split(' '))
-            .status()
-            .unwrap();
-        assert!(st.success(), "ip {args}: {st}");
-    }
-
-    fn new() -> Partition {
-        Partition::ip("neigh replace 10.66.0.1 lladdr 02:00:00:00:00:01 dev veth1 nud permanent");
-        Partition
-    }
-}
-
-impl Drop for Partition {
-    fn drop(&mut self) {
-        Partition::ip("neigh del 10.66.0.1 dev veth1");
-    }
-}
-
 /// A peer that dies without a disconnect reaching this side (a crashed
 /// host, a cut link: here a peer process on rxe2 killed with SIGKILL
 /// while rxe2's packets to rxe1 are lost, so the kernel's disconnect
@@ -500,7 +473,7 @@ async fn verbs_a_silently_dead_peer_resets_the_stream() {
             .await
             .unwrap();
     }
-    let cut = Partition::new();
+    let cut = Partition::rxe2_to_rxe1();
     let killed = kill9(&mut child);
     let r = tokio::time::timeout(Duration::from_secs(60), s.read(&mut buf))
         .await

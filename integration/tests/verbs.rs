@@ -8,11 +8,14 @@
 //! missing device is a failure, so nothing passes silently there.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::time::{Duration, Instant};
+
 use bytes::{Bytes, BytesMut};
 use weft::{
     BindFlags, CompletionQueue, ConnRequest, CqAttr, Domain, Endpoint, EpType, EqEventKind, Error,
     EventQueue, Fabric, Info, PassiveEndpoint, SendMsg, WaitMode,
 };
+use weft_integration::rxe_net::Partition;
 use weft_integration::{next_cq, next_eq, payload, verbs_offer, within};
 
 const SERVER_DEV: &str = "rxe1";
@@ -419,4 +422,83 @@ async fn msg_pool_buffers_skip_registration() {
         })
         .await;
     }
+}
+
+/// How long a test waits for a silent peer to be found: the probe's
+/// wait (two ticks of 5 s at most) and seven local ACK timeouts of the
+/// transport retries (about 24 s under the VM's emulation), with room.
+const SILENT_BOUND: Duration = Duration::from_secs(90);
+
+/// A peer that goes silent without a disconnect (as with a crashed host
+/// or a cut link: here rxe2's packets to rxe1 are lost, so the servers
+/// on rxe1 hear nothing more from their clients on rxe2) fails what
+/// waits on it within a bounded time: a send once its transport
+/// retries are spent, and a receive, which has nothing of its own on
+/// the device, through the connection's liveness probe. Each on a
+/// connection of its own, so neither ends the other's. Each endpoint's
+/// EQ hears the error and nothing waits for ever. Before that, a live
+/// peer that sends nothing for longer than the probe's wait keeps the
+/// connection up (the probes are acknowledged).
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_silent_peer_fails_sends_and_receives() {
+    let Some(rx) = connect(WaitMode::Interrupt).await else {
+        return;
+    };
+    let tx = connect(WaitMode::Interrupt).await.unwrap();
+    let s = &rx.server.0;
+    s.post_recv(BytesMut::zeroed(64), 1).unwrap();
+    let idle = rx.server.2.next_timeout(Duration::from_secs(12)).await;
+    assert!(idle.is_none(), "a live, quiet peer: {idle:?}");
+    rx.client.0.post_send(0, payload(64, 9), 2).unwrap();
+    let got = within("receive after the quiet time", next_cq(&rx.server.2))
+        .await
+        .unwrap();
+    assert_eq!((got.context, got.len), (1, 64));
+    within("send after the quiet time", next_cq(&rx.client.2))
+        .await
+        .unwrap();
+
+    s.post_recv(BytesMut::zeroed(64), 3).unwrap();
+    let cut = Partition::rxe2_to_rxe1();
+    let t = Instant::now();
+    tx.server.0.post_send(0, payload(64, 7), 4).unwrap();
+    let (received, sent, rx_ev, tx_ev, rx_peer, tx_peer) = tokio::join!(
+        rx.server.2.next_timeout(SILENT_BOUND),
+        tx.server.2.next_timeout(SILENT_BOUND),
+        rx.server.1.next_timeout(SILENT_BOUND),
+        tx.server.1.next_timeout(SILENT_BOUND),
+        rx.client.1.next_timeout(SILENT_BOUND),
+        tx.client.1.next_timeout(SILENT_BOUND),
+    );
+    eprintln!("silent peers found after {:?}", t.elapsed());
+    drop(cut);
+    let received = received
+        .expect("a receive from a silent peer ends")
+        .expect_err("a receive from a silent peer fails");
+    assert_eq!(
+        (received.context, received.err),
+        (3, Error::Canceled),
+        "{received:?}"
+    );
+    let sent = sent
+        .expect("a send to a silent peer ends")
+        .expect_err("a send to a silent peer fails");
+    assert_eq!((sent.context, sent.err), (4, Error::TimedOut), "{sent:?}");
+    for (who, ev) in [("receiver", rx_ev), ("sender", tx_ev)] {
+        let e = ev
+            .unwrap_or_else(|e| panic!("{who}: no event: {e}"))
+            .expect_err("the connection's failure is an EQ error");
+        assert_eq!(e.err, Error::TimedOut, "{who}: {e:?}");
+    }
+    // The clients, cut off, hear of it too (here rdma_cm tells them).
+    for (who, ev) in [("receiver's peer", rx_peer), ("sender's peer", tx_peer)] {
+        let ev = ev.unwrap_or_else(|e| panic!("{who}: no event: {e}"));
+        assert!(ev.is_err(), "{who}: {ev:?}");
+    }
+    // The endpoints are disabled: nothing more is taken.
+    assert_eq!(s.post_recv(BytesMut::zeroed(8), 5), Err(Error::OpBadState));
 }

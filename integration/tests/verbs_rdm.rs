@@ -415,3 +415,41 @@ async fn rdm_same_device() {
         assert_eq!(&got.unwrap().into_bytes()[..], &payload(len, 3)[..]);
     }
 }
+
+/// A peer that goes silent (no disconnect reaches this side: here the
+/// receiver on rxe2 is cut off, its packets to rxe1 lost) after
+/// acknowledging a rendezvous send's announcement: the send, owed the
+/// peer's "finished" and with nothing of its own on the device, is ended
+/// by its connection's liveness probe, within a bounded time (the
+/// probe's wait, two ticks of 5 s at most, and the transport retries,
+/// about 24 s under the VM's emulation), never waits for ever.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_silent_peer_fails_owed_sends() {
+    let Some((s, c, _, to_c)) = pair(WaitMode::Interrupt) else {
+        return;
+    };
+    // Connected; then an announcement the client buffers (no receive is
+    // posted), acknowledged by its device.
+    let (got, sent) = tokio::join!(
+        c.ep.recv(BytesMut::zeroed(8)),
+        s.ep.send(to_c, payload(8, 1))
+    );
+    got.unwrap();
+    sent.unwrap();
+    s.ep.post_send(to_c, payload(64 << 10, 2), 7).unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    weft_integration::assert_cq_quiet(&s.cq, "a rendezvous send waits for its receiver").await;
+    let cut = weft_integration::rxe_net::Partition::rxe2_to_rxe1();
+    let t = std::time::Instant::now();
+    let e = s.cq.next_timeout(Duration::from_secs(90)).await;
+    eprintln!("silent peer found after {:?}", t.elapsed());
+    drop(cut);
+    let e = e
+        .expect("a send owed by a silent peer ends")
+        .expect_err("a send owed by a silent peer fails");
+    assert_eq!((e.context, e.err), (7, Error::ConnReset), "{e:?}");
+}

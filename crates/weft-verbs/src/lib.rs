@@ -45,6 +45,8 @@ pub mod info;
 #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
 mod keyproof;
 #[cfg(feature = "rdma")]
+mod liveness;
+#[cfg(feature = "rdma")]
 mod local_mem;
 #[cfg(feature = "rdma")]
 mod mr;

@@ -619,10 +619,15 @@ fn fail(done: OpDone, mut bufs: Vec<BytesMut>, err: Error) {
 
 impl CqSink for MsgShared {
     fn on_completion(&self, wc: &WorkCompletion) {
+        self.probe.heard();
         if let Some(err) = fatal(wc) {
             // Before the failed operation completes: whoever hears of it
             // finds the endpoint disabled already.
             self.critical(err);
+        }
+        if wc.wr_id == super::probe::PROBE_WR_ID {
+            self.probe.landed();
+            return;
         }
         if wc.wr_id & super::stream::STREAM_WR_BIT != 0 {
             if let Some(core) = self.stream_core() {
@@ -645,7 +650,7 @@ impl CqSink for MsgShared {
             }
             return;
         }
-        let Some(Inflight { done, op }) = lock(&self.inflight).remove(&wc.wr_id) else {
+        let Some(Inflight { done, op }) = lock(&self.inflight).remove(wc.wr_id) else {
             return;
         };
         let len = match op {

@@ -56,8 +56,9 @@
 //! operations are `OpBadState`), lets the queue pair flush what was posted
 //! (`Canceled`), disconnects so that the peer hears of it, and puts the
 //! error on the EQ once. An orderly end (`rdma_disconnect` by either side)
-//! is `FI_SHUTDOWN` instead and raises nothing. `enable` cannot re-enable
-//! a disabled endpoint (`NoSys`, `ProviderEndpoint::reenable`'s
+//! is `FI_SHUTDOWN` instead and raises nothing. A peer that goes silent
+//! without a disconnect is found the same way (see [`probe`]). `enable`
+//! cannot re-enable a disabled endpoint (`NoSys`, `ProviderEndpoint::reenable`'s
 //! default): its registrations and flushed work requests belong to the
 //! dead queue pair, whose completions may still be arriving, and rdma_cm
 //! ids are not reconnected; open a new endpoint.
@@ -83,7 +84,6 @@ use weft_core::auth::{AuthKey, ConnKind};
 use weft_core::completion::{CqErrEntry, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
-use weft_core::hash::{fast_map, FastMap};
 use weft_core::progress::Progress;
 use weft_core::provider::{
     EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
@@ -96,6 +96,7 @@ use crate::cq_poller::{self, PollerSlot};
 use crate::keyproof::dial::{self, OpeningId};
 use crate::keyproof::payload::{self, PROOF_DATA_MAX};
 use crate::keyproof::Dialer;
+use crate::liveness::Probe;
 use crate::slot_pool::{SlotPool, SLOTS};
 use crate::sys::{
     AccessFlags, CmEventKind, CmId, CompChannel, ConnParam, Cq, PortSpace, ProtectionDomain,
@@ -104,12 +105,13 @@ use crate::sys::{
 
 mod complete;
 mod post;
+mod probe;
 mod srx;
 pub mod stream;
 
 pub use srx::MsgSrx;
 
-use complete::{Inflight, RecvMem, RxQueue};
+use complete::{RecvMem, RxQueue};
 
 pub use crate::cm_data::{cm_decode, cm_encode, CM_DATA_SIZE};
 
@@ -150,7 +152,7 @@ pub struct MsgShared {
     /// Receives posted before the QP existed.
     early_recvs: Mutex<Vec<RecvReq>>,
     /// Sends and RMA operations on the device.
-    inflight: Mutex<FastMap<u64, Inflight>>,
+    inflight: Mutex<post::InflightQueue>,
     /// The receives of the connection's own receive queue.
     rxq: Mutex<RxQueue<RecvMem>>,
     next_wr: AtomicUsize,
@@ -169,6 +171,9 @@ pub struct MsgShared {
     /// Connections refused for their key, either way
     /// (`EpStats::rx_key_rejected`).
     key_rejected: AtomicU64,
+    /// The liveness probe of a connection whose receives wait on a
+    /// silent peer (a stream has its own).
+    probe: Probe,
 }
 
 impl std::fmt::Debug for MsgShared {
@@ -191,7 +196,7 @@ impl MsgShared {
             cm: Mutex::new(None),
             poller: Arc::new(Mutex::new(None)),
             early_recvs: Mutex::new(Vec::new()),
-            inflight: Mutex::new(fast_map()),
+            inflight: Mutex::new(post::InflightQueue::default()),
             rxq: Mutex::new(RxQueue::default()),
             next_wr: AtomicUsize::new(1),
             tx: Credits::new(tx),
@@ -203,6 +208,7 @@ impl MsgShared {
             stream: Mutex::new(stream::Slot::None),
             stream_taken: AtomicBool::new(false),
             key_rejected: AtomicU64::new(0),
+            probe: Probe::default(),
         })
     }
 
@@ -267,9 +273,12 @@ impl MsgShared {
         }
         // Every receive of a shared context may complete on this CQ.
         let rx_depth = srx.map_or(info.rx_attr.size, |x| x.size().max(info.rx_attr.size));
-        let mut depth = u32::try_from(info.tx_attr.size + rx_depth).map_err(|_| Error::Inval)?;
+        // One send queue entry more than the application's: the liveness
+        // probe's, which must never take the room of a send it posts.
+        let sq = info.tx_attr.size + 1;
+        let mut depth = u32::try_from(sq + rx_depth).map_err(|_| Error::Inval)?;
         let mut caps = QpCaps {
-            max_send_wr: info.tx_attr.size as u32,
+            max_send_wr: u32::try_from(sq).map_err(|_| Error::Inval)?,
             max_recv_wr: info.rx_attr.size as u32,
             max_send_sge: info.tx_attr.iov_limit as u32,
             max_recv_sge: info.rx_attr.iov_limit as u32,
@@ -360,6 +369,10 @@ impl MsgShared {
             }
         });
         lock(&self.tasks).push(t.abort_handle());
+        if !self.is_stream() {
+            // A stream's probe starts with the stream.
+            self.start_probe();
+        }
         stream::established(self);
         Ok(())
     }
@@ -494,12 +507,7 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
         }
         None => cm_encode(&cm)?,
     };
-    let mut param = ConnParam::new(&pd);
-    if ep.is_stream() {
-        // Its liveness probe must be able to fail.
-        param.retry_count = stream::RETRIES;
-    }
-    link.id.connect(&param)?;
+    link.id.connect(&ConnParam::new(&pd))?;
     match established(&ep, &mut events).await {
         Ok(ev) => {
             let peer_cm = cm_decode(&ev.private_data);

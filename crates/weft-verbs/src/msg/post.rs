@@ -4,6 +4,7 @@
 //! which another thread may poll the moment the post returns — finds its
 //! entry.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -20,6 +21,29 @@ use crate::sys::{
     AccessFlags, Payload, ProtectionDomain, RecvRequest, SendFlags, SendOp, SendRequest, Sge,
 };
 use crate::user_bufs::{gather, imm_data, post_rma, register_source, wr_flags};
+
+/// The sends and RMA operations on the device, in the order they were
+/// posted (each is added with the table locked across its post). An RC
+/// queue pair completes its send queue's work requests in that order,
+/// so the one a completion names is the oldest: no lookup by id.
+#[derive(Default)]
+pub(super) struct InflightQueue(VecDeque<(u64, Inflight)>);
+
+impl InflightQueue {
+    /// Work request `id`, just posted.
+    pub(super) fn insert(&mut self, id: u64, op: Inflight) {
+        self.0.push_back((id, op));
+    }
+
+    /// Work request `id` completed: what it held, if it is here.
+    pub(super) fn remove(&mut self, id: u64) -> Option<Inflight> {
+        let at = match self.0.front() {
+            Some((front, _)) if *front == id => 0,
+            _ => self.0.iter().position(|(w, _)| *w == id)?,
+        };
+        self.0.remove(at).map(|(_, op)| op)
+    }
+}
 
 impl MsgShared {
     /// The checks every post shares: the endpoint is open and connected,
@@ -204,8 +228,12 @@ fn send_on(
             .post_send(&SendRequest::new(wr_id, op, payload).flags(flags))
     };
     if len > 0 && len <= link.qp.caps().max_inline_data as usize {
-        let data = gather(&req.iov, len);
-        post(Payload::Inline(&data))?;
+        // The device copies inline data during the post: one buffer is
+        // handed over as it is, several are gathered first.
+        match &req.iov[..] {
+            [one] => post(Payload::Inline(one))?,
+            many => post(Payload::Inline(&gather(many, len)))?,
+        }
         return Ok(Held::SendInline { len });
     }
     // A pool buffer goes as it is: copying it into a slot would only
@@ -313,5 +341,49 @@ impl RecvTarget<'_> {
                 Err((e, back))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_core::completion::OpDone;
+    use weft_core::flags::OpFlags;
+
+    fn op(len: usize) -> Inflight {
+        let done = OpDone {
+            context: len as u64,
+            flags: OpFlags::SEND | OpFlags::MSG,
+            report: false,
+            cq: None,
+            cntr: None,
+            waiter: None,
+        };
+        Inflight {
+            done,
+            op: Held::SendInline { len },
+        }
+    }
+
+    fn len_of(i: Option<Inflight>) -> Option<usize> {
+        match i?.op {
+            Held::SendInline { len } => Some(len),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn inflight_queue_takes_the_oldest_and_finds_any_other() {
+        let mut q = InflightQueue::default();
+        for id in 1..=4 {
+            q.insert(id, op(id as usize * 10));
+        }
+        assert_eq!(len_of(q.remove(1)), Some(10), "in post order");
+        assert_eq!(len_of(q.remove(3)), Some(30), "out of order still found");
+        assert_eq!(len_of(q.remove(3)), None, "once");
+        assert_eq!(len_of(q.remove(9)), None, "never posted");
+        assert_eq!(len_of(q.remove(2)), Some(20));
+        assert_eq!(len_of(q.remove(4)), Some(40));
+        assert!(q.0.is_empty());
     }
 }

@@ -89,6 +89,11 @@ impl MsgSrx {
         self.size
     }
 
+    /// Receives waiting for a message.
+    pub(super) fn waiting(&self) -> usize {
+        lock(&self.rxq).waiting()
+    }
+
     fn side(&self) -> RecvSide<'_> {
         RecvSide {
             q: &self.rxq,

@@ -39,10 +39,10 @@
 //!   connection that failed (a work request error, rdma_cm reporting it
 //!   broken) reads and writes as `ConnectionReset` once the bytes that
 //!   arrived are read.
-//! * A peer gone without a disconnect is found by a probe: a stream
-//!   someone waits on that has seen no completion for
-//!   [`PROBE_AFTER`] posts a zero-length RDMA write, which a dead peer
-//!   never acknowledges; once the [`RETRIES`] are spent it fails, and
+//! * A peer gone without a disconnect is found by the liveness probe
+//!   (`crate::liveness`): a stream someone waits on that has seen no
+//!   completion for a tick posts a zero-length RDMA write, which a dead
+//!   peer never acknowledges; once the retries are spent it fails, and
 //!   the stream is reset.
 
 use std::collections::VecDeque;
@@ -60,6 +60,7 @@ use weft_core::{Error, Result};
 
 use super::MsgShared;
 use crate::info::DeviceReport;
+use crate::liveness::{self, Probe};
 use crate::slot_pool::SlotPool;
 use crate::stream_wire::window;
 use crate::stream_wire::{Credits, Imm, BUF, CTL_BUFS, RX_BUFS, TX_BUFS};
@@ -75,18 +76,6 @@ const CTL: u64 = 1 << 41;
 /// The liveness probe (with `CTL`: it holds no buffer).
 const PROBE: u64 = 1 << 42;
 const SLOT_MASK: u64 = 0xffff_ffff;
-
-/// How long a stream someone waits on may hear nothing before it probes
-/// the peer. RC has no keepalive: a peer gone without a disconnect
-/// (crashed host, cut link) is noticed only by a send it fails to
-/// acknowledge, and a reader, or a writer out of credits, has none out.
-const PROBE_AFTER: Duration = Duration::from_secs(5);
-
-/// Transport retries of a stream's connection (set by the connecting
-/// side, for both). rxe takes 7, the most, as "retry for ever", so a
-/// probe to a dead peer would never fail there; 6 fails everywhere, after
-/// seven local ACK timeouts (2.1 s each on rxe: 4.096 µs << 19).
-pub(super) const RETRIES: u8 = 6;
 
 /// How the write side stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,10 +104,6 @@ struct St {
     sends_out: usize,
     /// The stream was dropped: buffers are no longer posted again.
     closing: bool,
-    /// A completion came since the last probe tick.
-    heard: bool,
-    /// The liveness probe is on the device.
-    probe_out: bool,
     read_waker: Option<Waker>,
     write_waker: Option<Waker>,
 }
@@ -129,6 +114,9 @@ pub(super) struct StreamCore {
     rx: SlotPool,
     tx: SlotPool,
     st: Mutex<St>,
+    /// A reader, or a writer out of credits, has no send of its own out
+    /// for a silent peer to fail.
+    probe: Probe,
 }
 
 impl std::fmt::Debug for StreamCore {
@@ -214,11 +202,10 @@ impl StreamCore {
                 shut: Shut::Open,
                 sends_out: 0,
                 closing: false,
-                heard: false,
-                probe_out: false,
                 read_waker: None,
                 write_waker: None,
             }),
+            probe: Probe::default(),
         });
         while let Some(s) = core.rx.take() {
             core.post_recv(s)?;
@@ -268,34 +255,22 @@ impl StreamCore {
         }
     }
 
-    /// One tick of the liveness probe: when someone waits on the stream,
-    /// nothing completed since the last tick and no probe is out, posts a
-    /// zero-length RDMA write. It needs no buffer, credit or key at the
-    /// peer (a zero-length write touches no memory; rdma_cm's RC queue
-    /// pairs take remote writes), and its peer's device acknowledges it
-    /// without the application; a peer that is gone does not, and the
-    /// failed write (retries exhausted) resets the stream like any other
-    /// failed send. `false` once the stream has ended.
+    /// One tick of the liveness probe (`crate::liveness`), probing while
+    /// someone waits on the stream; its failure resets the stream like
+    /// any other failed send. `false` once the stream has ended.
     fn probe_tick(&self) -> bool {
         let mut st = lock(&self.st);
         if st.closing || st.ended || st.reset {
             return false;
         }
         let waited = st.read_waker.is_some() || st.write_waker.is_some();
-        if std::mem::take(&mut st.heard) || st.probe_out || !waited {
-            return true;
-        }
-        let wr = SendRequest::new(
-            STREAM_WR_BIT | CTL | PROBE,
-            SendOp::RdmaWrite {
-                remote_addr: 0,
-                rkey: 0,
-            },
-            Payload::Sges(&[]),
-        );
-        if self.qp.post_send(&wr).is_ok() {
+        if self.probe.due(waited)
+            && self
+                .probe
+                .post(&self.qp, STREAM_WR_BIT | CTL | PROBE)
+                .is_ok()
+        {
             st.sends_out += 1;
-            st.probe_out = true;
         }
         true
     }
@@ -315,12 +290,12 @@ impl StreamCore {
     /// A work completion of the stream.
     pub(super) fn on_completion(&self, wc: &WorkCompletion) {
         let mut st = lock(&self.st);
-        st.heard = true;
+        self.probe.heard();
         let slot = (wc.wr_id & SLOT_MASK) as u32;
         if wc.wr_id & RECV == 0 {
             st.sends_out = st.sends_out.saturating_sub(1);
             if wc.wr_id & PROBE != 0 {
-                st.probe_out = false;
+                self.probe.landed();
             }
             if wc.wr_id & CTL == 0 {
                 self.tx.put(slot);
@@ -416,16 +391,7 @@ pub(super) fn take(ep: &Arc<MsgShared>) -> Result<Box<dyn ByteStream>> {
         Slot::Ready(c) => {
             *g = Slot::Taken(c.clone());
             ep.stream_taken.store(true, Ordering::Release);
-            let weak = Arc::downgrade(&c);
-            ep.rt.spawn(async move {
-                loop {
-                    tokio::time::sleep(PROBE_AFTER).await;
-                    match weak.upgrade() {
-                        Some(c) if c.probe_tick() => {}
-                        _ => return,
-                    }
-                }
-            });
+            liveness::every_tick(&ep.rt, Arc::downgrade(&c), StreamCore::probe_tick);
             Ok(Box::new(VerbsByteStream {
                 ep: ep.clone(),
                 core: c,

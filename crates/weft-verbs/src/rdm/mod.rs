@@ -36,7 +36,11 @@
 //! deliver, and the receives that had matched them, which go back to the
 //! head of the posted receives in the order they were matched (a claim
 //! fails instead: it asked for that very message). Sends the peer still
-//! owed a "finished" fail with `ConnReset`. So an RDM endpoint never raises
+//! owed a "finished" fail with `ConnReset`; a peer that goes silent
+//! without a disconnect ends its connection the same way, by a work
+//! request that fails once its retries are spent or, for sends owed a
+//! "finished" and nothing else on the device, by the failed liveness
+//! probe of [`probe`]. So an RDM endpoint never raises
 //! the critical-error fault of fi_endpoint(3) (`EpConfig::fault`): a dead
 //! connection costs the operations that were on it, and the next send to
 //! that peer makes a new one; the endpoint itself stays enabled.
@@ -81,6 +85,7 @@ mod multi;
 mod open;
 mod peers;
 mod post;
+mod probe;
 mod rma;
 mod rx;
 pub(crate) mod scalable;
@@ -156,6 +161,8 @@ pub(crate) struct Conn {
     pub orphans: Mutex<Vec<Orphan>>,
     /// The key it proved and what its work requests name.
     pub lane: Arc<lanes::Lane>,
+    /// Its liveness probe ([`probe`]).
+    pub probe: crate::liveness::Probe,
     /// Its place in the endpoint's connection count, given back after the
     /// QP and id (declared before it) are destroyed.
     pub _slot: ConnSlot,
@@ -330,6 +337,8 @@ pub(crate) enum Op {
         conn: Arc<Conn>,
         then: u64,
     },
+    /// The connection's liveness probe ([`probe`]).
+    Probe { conn: Arc<Conn> },
 }
 
 impl Op {
@@ -342,7 +351,8 @@ impl Op {
             | Op::Fin { conn, .. }
             | Op::Pull { conn, .. }
             | Op::Read { conn, .. }
-            | Op::RmaPart { conn, .. } => Some(conn),
+            | Op::RmaPart { conn, .. }
+            | Op::Probe { conn } => Some(conn),
             Op::Rma(st) => Some(&st.conn),
             Op::Slot { .. } => None,
         }

@@ -100,6 +100,7 @@ pub(crate) fn open_shared(cfg: EpConfig, rt: Handle, scalable: bool) -> Result<A
         lock(&shared.tasks).push(h);
     }
     peers::listen(&shared);
+    shared.start_probe();
     tracing::debug!(local = %shared.local, "verbs rdm endpoint open");
     Ok(shared)
 }

@@ -323,6 +323,7 @@ fn new_conn(
         reads: std::sync::atomic::AtomicUsize::new(0),
         orphans: std::sync::Mutex::new(Vec::new()),
         lane,
+        probe: crate::liveness::Probe::default(),
         _slot: slot,
     });
     lock(&ep.by_qp).insert(conn.qp.qp_num(), conn.clone());

@@ -240,7 +240,10 @@ impl RdmShared {
         };
         let conn = lock(&self.by_qp).get(&wc.qp_num).cloned();
         let (hdr, conn) = match (hdr, conn) {
-            (Ok(h), Some(c)) => (h, c),
+            (Ok(h), Some(c)) => {
+                c.probe.heard();
+                (h, c)
+            }
             (Err(e), _) => {
                 tracing::warn!(qp = wc.qp_num, len = n, error = %e, "malformed message dropped");
                 self.repost_slot(slot);
@@ -527,6 +530,9 @@ impl CqSink for RdmShared {
         // either side). It goes before the operation completes, so that
         // whatever the application posts on seeing the error finds no
         // connection and the next operation to the peer connects anew.
+        if let Some(c) = op.conn() {
+            c.probe.heard();
+        }
         if wc.to_error().is_some() {
             if let (Some(c), Some(ep)) = (op.conn(), self.me.upgrade()) {
                 super::peers::kill(&ep, c, Error::ConnReset);
@@ -561,6 +567,10 @@ impl CqSink for RdmShared {
                 }
             }
             Op::Fin { held, conn } => self.release_wr(&conn, held),
+            Op::Probe { conn } => {
+                self.release_wr(&conn, super::TxHeld::Inline);
+                conn.probe.landed();
+            }
             Op::Pull {
                 pull,
                 hdr,

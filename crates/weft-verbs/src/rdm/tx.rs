@@ -142,7 +142,7 @@ impl RdmShared {
         }
     }
 
-    fn take_credits(&self, c: &Conn) -> bool {
+    pub(super) fn take_credits(&self, c: &Conn) -> bool {
         if !c.sq.try_take() {
             return false;
         }

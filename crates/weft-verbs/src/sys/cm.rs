@@ -229,14 +229,17 @@ pub struct ConnParam<'a> {
 }
 
 impl<'a> ConnParam<'a> {
-    /// Device-maximum read/atomic depths, 7 retries, infinite RNR retries.
+    /// Device-maximum read/atomic depths, [`RC_RETRIES`] retries,
+    /// infinite RNR retries.
+    ///
+    /// [`RC_RETRIES`]: super::RC_RETRIES
     pub fn new(private_data: &'a [u8]) -> ConnParam<'a> {
         ConnParam {
             private_data,
             responder_resources: 0xFF,
             initiator_depth: 0xFF,
             flow_control: 0,
-            retry_count: 7,
+            retry_count: super::qp::RC_RETRIES,
             rnr_retry_count: 7,
             qp_num: 0,
         }

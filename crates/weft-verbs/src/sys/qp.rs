@@ -189,10 +189,18 @@ pub struct RcConnectParams {
     pub rnr_retry: u8,
 }
 
+/// Transport retries of every RC connection (also [`ConnParam`]'s
+/// default). rxe takes 7, the largest count, as "retry for ever", so a
+/// send to a peer that went silent would never complete there; 6 fails
+/// everywhere, after seven local ACK timeouts.
+///
+/// [`ConnParam`]: super::ConnParam
+pub const RC_RETRIES: u8 = 6;
+
 impl RcConnectParams {
     /// RoCE defaults: GRH to `remote_gid` from `sgid_index` of `port`, all
     /// remote access, 16 outstanding reads/atomics each way, timeout 14,
-    /// 7 retries, infinite RNR retries.
+    /// [`RC_RETRIES`] retries, infinite RNR retries.
     pub fn roce(
         port: u8,
         sgid_index: u8,
@@ -218,7 +226,7 @@ impl RcConnectParams {
             max_rd_atomic: 16,
             min_rnr_timer: 12,
             timeout: 14,
-            retry_cnt: 7,
+            retry_cnt: RC_RETRIES,
             rnr_retry: 7,
         }
     }

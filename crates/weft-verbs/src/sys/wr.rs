@@ -222,6 +222,16 @@ fn post_errno(ret: i32) -> Error {
     }
 }
 
+/// Scatter/gather elements of a single posted request built on the stack
+/// (more go through the list path).
+const ONE_WR_SGES: usize = 4;
+
+const EMPTY_SGE: ibv_sge = ibv_sge {
+    addr: 0,
+    length: 0,
+    lkey: 0,
+};
+
 fn zeroed_send_wr() -> ibv_send_wr {
     // SAFETY: ibv_send_wr is plain C data (integers, raw pointers and
     // unions of those); all-zero is a valid value.
@@ -342,25 +352,45 @@ impl QueuePair {
         }
     }
 
-    /// Appends the scatter/gather list of `wr` to `out`.
-    fn push_sges(wr: &SendRequest<'_>, out: &mut Vec<ibv_sge>) {
-        match wr.payload {
-            Payload::Sges(s) => out.extend(s.iter().map(|s| s.to_raw())),
-            Payload::Inline(d) if !d.is_empty() => out.push(ibv_sge {
-                addr: d.as_ptr() as u64,
-                length: d.len() as u32,
-                lkey: 0,
-            }),
-            Payload::Inline(_) => {}
-        }
+    /// The scatter/gather list of `wr`, one element at a time.
+    fn raw_sges<'w>(wr: &'w SendRequest<'_>) -> impl Iterator<Item = ibv_sge> + 'w {
+        let (sges, inline) = match wr.payload {
+            Payload::Sges(s) => (s, None),
+            Payload::Inline(d) if !d.is_empty() => (&[][..], Some(d)),
+            Payload::Inline(_) => (&[][..], None),
+        };
+        let inline = inline.map(|d| ibv_sge {
+            addr: d.as_ptr() as u64,
+            length: d.len() as u32,
+            lkey: 0,
+        });
+        sges.iter().map(|s| s.to_raw()).chain(inline)
     }
 
     /// Posts one send work request (`ibv_post_send`). `Again` when the send
     /// queue is full; `Inval`/`MsgSize` for requests that cannot be valid
     /// on this QP (checked before calling the provider).
     pub fn post_send(&self, wr: &SendRequest<'_>) -> Result<(), Error> {
-        self.post_send_list(std::slice::from_ref(wr))
-            .map_err(|e| e.error)
+        // The common case (one request, a few elements) is built on the
+        // stack: no allocation per message.
+        if wr.num_sge() > ONE_WR_SGES {
+            return self
+                .post_send_list(std::slice::from_ref(wr))
+                .map_err(|e| e.error);
+        }
+        self.check_send(wr)?;
+        let mut sges = [EMPTY_SGE; ONE_WR_SGES];
+        for (d, s) in sges.iter_mut().zip(Self::raw_sges(wr)) {
+            *d = s;
+        }
+        let sg = if wr.num_sge() == 0 {
+            ptr::null_mut()
+        } else {
+            sges.as_mut_ptr()
+        };
+        let mut raw = zeroed_send_wr();
+        Self::fill_send(wr, &mut raw, sg);
+        self.call_post_send(&mut raw, 1).map_err(|e| e.error)
     }
 
     /// Posts a list of send work requests with one `ibv_post_send`.
@@ -374,7 +404,7 @@ impl QueuePair {
         }
         let mut sges: Vec<ibv_sge> = Vec::with_capacity(wrs.iter().map(|w| w.num_sge()).sum());
         for wr in wrs {
-            Self::push_sges(wr, &mut sges);
+            sges.extend(Self::raw_sges(wr));
         }
         let mut raw: Vec<ibv_send_wr> = wrs.iter().map(|_| zeroed_send_wr()).collect();
         let mut off = 0;
@@ -393,6 +423,12 @@ impl QueuePair {
             // SAFETY: `i - 1` and `i` are in bounds of `raw`.
             unsafe { (*base.add(i - 1)).next = base.add(i) };
         }
+        self.call_post_send(base, raw.len())
+    }
+
+    /// `ibv_post_send` of the chain of `len` requests at `base`, whose
+    /// scatter/gather lists are filled in and stay valid for the call.
+    fn call_post_send(&self, base: *mut ibv_send_wr, len: usize) -> Result<(), PostError> {
         // SAFETY: the QP is alive; the op table of an open context is
         // immutable.
         let op = unsafe { (*(*self.as_ptr()).context).ops.post_send };
@@ -410,7 +446,7 @@ impl QueuePair {
             return Ok(());
         }
         Err(PostError {
-            index: chain_index(base, bad, raw.len()),
+            index: chain_index(base, bad, len),
             error: post_errno(ret),
         })
     }
@@ -483,6 +519,35 @@ fn post_recv_chain(
             index,
             error: Error::Inval,
         });
+    }
+    if let [wr] = wrs {
+        if wr.sges.len() <= ONE_WR_SGES {
+            // One request with a few elements, on the stack: no
+            // allocation per message.
+            let mut sges = [EMPTY_SGE; ONE_WR_SGES];
+            for (d, s) in sges.iter_mut().zip(wr.sges) {
+                *d = s.to_raw();
+            }
+            let mut raw = ibv_recv_wr {
+                wr_id: wr.wr_id,
+                next: ptr::null_mut(),
+                sg_list: if wr.sges.is_empty() {
+                    ptr::null_mut()
+                } else {
+                    sges.as_mut_ptr()
+                },
+                num_sge: wr.sges.len() as i32,
+            };
+            let mut bad: *mut ibv_recv_wr = ptr::null_mut();
+            let ret = post(&mut raw, &mut bad);
+            return match ret {
+                0 => Ok(()),
+                _ => Err(PostError {
+                    index: 0,
+                    error: post_errno(ret),
+                }),
+            };
+        }
     }
     let mut sges: Vec<ibv_sge> = wrs
         .iter()
