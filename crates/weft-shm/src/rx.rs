@@ -22,7 +22,7 @@ use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
-use weft_core::recv_completion::fail_recv;
+use weft_core::recv_completion::{fail_recv, RecvCtx as _};
 use weft_core::soft_rx::{self, Charge};
 use weft_core::soft_srx::SrxEp;
 use weft_core::sync::lock;
@@ -95,7 +95,9 @@ pub struct RxChan {
     who: Option<Arc<[u8]>>,
     /// `FI_AV_AUTH_KEY`: the AV key handle its claim proved.
     key: Option<u16>,
-    src: Option<(u64, FiAddr)>,
+    /// The sender's AV handle and the source its completions report
+    /// (`reported_addr`), as of an AV version.
+    src: Option<(u64, FiAddr, FiAddr)>,
     partial: Option<Partial>,
     /// The sender's doorbell, for telling it there is room.
     bell: Option<File>,
@@ -442,13 +444,18 @@ fn source(ep: &EpShared, lc: &mut RxChan) -> FiAddr {
         return FI_ADDR_NOTAVAIL;
     };
     let v = lock_synced(av).version();
-    if let Some((cv, h)) = lc.src {
+    if let Some((cv, h, _)) = lc.src {
         if cv == v {
             return h;
         }
     }
     let h = ep.resolve_src(who);
-    lc.src = Some((v, h));
+    let shown = if h == FI_ADDR_NOTAVAIL {
+        FI_ADDR_NOTAVAIL
+    } else {
+        ep.reported_addr(h)
+    };
+    lc.src = Some((v, h, shown));
     h
 }
 
@@ -574,7 +581,8 @@ fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
         return Ok(true);
     }
     let (from, who) = (lc.from.clone().ok_or(())?, lc.who.clone().ok_or(())?);
-    finish(ep, p, from, who);
+    let known = lc.src.map(|(_, h, shown)| (h, shown));
+    finish(ep, p, from, who, known);
     Ok(true)
 }
 
@@ -665,7 +673,7 @@ fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
         });
         return Err(());
     }
-    complete(ep, req, info, placed, &from);
+    complete(ep, req, info, placed, &from, None);
     ep.direct.fetch_add(1, Ordering::Relaxed);
     Ok(true)
 }
@@ -770,7 +778,15 @@ fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
 
 /// A message whose last record arrived on the channel of the sender at
 /// `from`, `who` as messages name it (`keys::ident`).
-fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>, who: Arc<[u8]>) {
+/// `known`: the channel's sender as an AV handle and the source its
+/// completions report, looked up with the message's first record.
+fn finish(
+    ep: &EpShared,
+    p: Partial,
+    from: Arc<[u8]>,
+    who: Arc<[u8]>,
+    known: Option<(FiAddr, FiAddr)>,
+) {
     match p.sink {
         Sink::Write(w) => crate::rma::write_end(ep, w, p.info.len, &who),
         Sink::Answer(pending) => {
@@ -781,7 +797,7 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>, who: Arc<[u8]>) {
         Sink::Atomic(a) => crate::atomic::end(ep, a, &who),
         Sink::Recv(req) => {
             let placed = p.info.len.min(req.capacity());
-            complete(ep, req, p.info, placed, &who);
+            complete(ep, req, p.info, placed, &who, known);
         }
         Sink::Buf(data, charge) => {
             let mut m = lock(&ep.side.matcher);
@@ -792,7 +808,7 @@ fn finish(ep: &EpShared, p: Partial, from: Arc<[u8]>, who: Arc<[u8]>) {
                 ended.report(ep);
                 let placed = weft_core::recv_completion::copy_in(&mut req, &data);
                 drop(charge);
-                complete(ep, req, p.info, placed, &who);
+                complete(ep, req, p.info, placed, &who, known);
             } else {
                 let held = Held::new(ep, data, who.clone(), charge);
                 m.push_unexpected(ep.sender(who), p.info, held);

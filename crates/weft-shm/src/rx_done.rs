@@ -7,9 +7,10 @@ use std::sync::Arc;
 use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::Returned;
+use weft_core::credits::Credits;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
-use weft_core::recv_completion::{deliver, deliver_unknown};
+use weft_core::recv_completion::{deliver, deliver_unknown, RecvCtx};
 use weft_core::soft_rx::{self, Charge};
 use weft_core::soft_srx::SrxEp;
 use weft_core::sync::lock;
@@ -22,13 +23,16 @@ use crate::rx::Held;
 /// `who` (`keys::ident`): as usual, or for a sender not in the AV on an
 /// `FI_SOURCE_ERR` endpoint as the error entry that carries the sender's
 /// address (and as its source, the key its channel proved, on an
-/// `FI_AV_AUTH_KEY` endpoint).
+/// `FI_AV_AUTH_KEY` endpoint). `known`: the sender's AV handle and the
+/// source to report for it, when the ring's reader looked both up
+/// already (the AV's lock is then not taken again here).
 pub(crate) fn complete(
     ep: &EpShared,
     mut req: RecvReq,
     info: MsgInfo,
     placed: usize,
     who: &Arc<[u8]>,
+    known: Option<(FiAddr, FiAddr)>,
 ) {
     ep.report_here(&mut req);
     if ep.source_err && info.src == FI_ADDR_NOTAVAIL {
@@ -42,15 +46,46 @@ pub(crate) fn complete(
             _ => FI_ADDR_NOTAVAIL,
         };
         deliver_unknown(ep, req, info, placed, src, addr.to_vec());
+    } else if let Some((src, shown)) = known.filter(|(h, _)| *h == info.src) {
+        deliver(&Known { ep, src, shown }, req, info, placed);
     } else {
         deliver(ep, req, info, placed);
+    }
+}
+
+/// The endpoint, with the source to report for one AV handle known.
+struct Known<'a> {
+    ep: &'a EpShared,
+    src: FiAddr,
+    shown: FiAddr,
+}
+
+impl RecvCtx for Known<'_> {
+    fn rx_credits(&self) -> &Credits {
+        self.ep.rx_credits()
+    }
+
+    fn reported_addr(&self, a: FiAddr) -> FiAddr {
+        if a == self.src {
+            self.shown
+        } else {
+            self.ep.reported_addr(a)
+        }
+    }
+
+    fn give_back(&self, r: Returned) {
+        self.ep.give_back(r)
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.ep.give_back_after(r)
     }
 }
 
 /// Completes a receive with a held message (which frees its budget).
 pub fn deliver_held(ep: &EpShared, mut req: RecvReq, info: MsgInfo, held: Held) {
     let placed = weft_core::recv_completion::copy_in(&mut req, &held.data);
-    complete(ep, req, info, placed, &held.from);
+    complete(ep, req, info, placed, &held.from, None);
 }
 
 impl EpShared {
@@ -78,7 +113,7 @@ impl EpShared {
             drop(m);
             ended.report(self);
             let placed = weft_core::recv_completion::copy_in(&mut req, &data);
-            complete(self, req, info, placed, &from);
+            complete(self, req, info, placed, &from, None);
             return;
         }
         let charge = Charge::force(
