@@ -489,8 +489,19 @@ async fn user_id_reported_as_source(p: Provider) {
     assert_eq!(e.src, 0xABCD, "completions report the user id");
     assert_eq!(&e.into_bytes()[..], b"two");
 
-    // The sender's CQ saw both sends complete.
-    for want in [1, 3] {
+    // A new id shows on the next message, also when its receive was
+    // posted first (the message completes it as it arrives).
+    rx.av.set_user_id(tx_in_rx, 0x1234).unwrap();
+    rx.ep.post_recv(BytesMut::zeroed(16), 6).unwrap();
+    tx.ep
+        .post_send(rx_in_tx, Bytes::from_static(b"three"), 5)
+        .unwrap();
+    let e = next_cq(&rx.cq).await.unwrap();
+    assert_eq!(e.context, 6);
+    assert_eq!(e.src, 0x1234, "completions report the id set last");
+
+    // The sender's CQ saw every send complete.
+    for want in [1, 3, 5] {
         assert_eq!(next_cq(&tx.cq).await.unwrap().context, want);
     }
     // set_user_id on an AV opened without AV_USER_ID is Inval.
