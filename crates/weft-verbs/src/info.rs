@@ -454,7 +454,8 @@ pub fn msg_offer(r: &DeviceReport) -> Info {
             msg_order: MSG_ORDER,
             comp_order: CompOrder::empty(),
             inject_size: to_usize(r.max_inline),
-            size: queue,
+            // One send queue entry of the device's is the liveness probe's.
+            size: queue.min(to_usize(a.max_qp_wr).saturating_sub(1)),
             iov_limit: TX_IOV_LIMIT.min(to_usize(a.max_sge)),
             rma_iov_limit: 1,
             // A send's completion on RC means the peer's NIC has it, not

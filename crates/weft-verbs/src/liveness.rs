@@ -52,7 +52,7 @@ impl Probe {
 
     /// The probe's own completion arrived (successful or not).
     pub(crate) fn landed(&self) {
-        self.out.store(false, Ordering::Relaxed);
+        self.out.store(false, Ordering::SeqCst);
         self.heard();
     }
 
@@ -77,9 +77,13 @@ impl Probe {
             },
             Payload::Sges(&[]),
         );
-        qp.post_send(&wr)?;
-        self.out.store(true, Ordering::Relaxed);
-        Ok(())
+        // Marked out before the post: its completion (which clears the
+        // mark) may be reaped on another thread before `post_send`
+        // returns here, and a mark set after it would then stay for
+        // ever and stop every later probe.
+        self.out.store(true, Ordering::SeqCst);
+        qp.post_send(&wr)
+            .inspect_err(|_| self.out.store(false, Ordering::SeqCst))
     }
 }
 

@@ -43,8 +43,11 @@ impl RdmShared {
         true
     }
 
-    /// Posts `c`'s probe on a send queue credit of its own; without one
-    /// the connection has work requests out that fail by themselves.
+    /// Posts `c`'s probe on send queue credits like any work request.
+    /// Without them it waits for the next tick: either this connection
+    /// has work requests out (which fail by themselves if the peer is
+    /// silent), or traffic to other peers holds the endpoint's send
+    /// queue credits, which only delays the probe.
     fn post_probe(&self, c: &Arc<Conn>) {
         if !self.take_credits(c) {
             return;
