@@ -12,7 +12,12 @@ use weft::{
 
 /// Inserts `peer` into `av` under the key handle `key`: its entry.
 pub fn insert_keyed(av: &AddressVector, peer: SocketAddr, key: FiAddr) -> FiAddr {
-    let bytes = weft::encode_sockaddr(&peer);
+    insert_keyed_raw(av, weft::encode_sockaddr(&peer), key)
+}
+
+/// Inserts the raw address `bytes` (a provider's own form) into `av`
+/// under the key handle `key`: its entry.
+pub fn insert_keyed_raw(av: &AddressVector, bytes: Vec<u8>, key: FiAddr) -> FiAddr {
     let r = av
         .insert_with_auth_key(&[bytes], key, AvFlags::empty(), 0)
         .unwrap()

@@ -23,7 +23,9 @@ use weft::{
     AvAttr, AvFlags, Caps, Domain, EpType, Error, FiAddr, Info, MemoryRegion, MrAccess, MrAttr,
     MrMode, FI_ADDR_NOTAVAIL,
 };
-use weft_integration::av_keys::{delivered_within, directed_by_unheld_keys_refused, AvKeyEp};
+use weft_integration::av_keys::{
+    delivered_within, directed_by_unheld_keys_refused, insert_keyed, insert_keyed_raw, AvKeyEp,
+};
 use weft_integration::{verbs_offer_with, QUIET};
 
 const SERVER_DEV: &str = "rxe1";
@@ -513,18 +515,8 @@ fn ctx_client(
         None,
         weft::WaitMode::Interrupt,
     );
-    let entry = keyed_entry(&av, weft::encode_sockaddr(&peer), k);
+    let entry = insert_keyed(&av, peer, k);
     (ep, av, entry)
-}
-
-/// The entry of address `bytes` under key handle `key` in `av`.
-fn keyed_entry(av: &weft::AddressVector, bytes: Vec<u8>, key: FiAddr) -> FiAddr {
-    let r = av
-        .insert_with_auth_key(&[bytes], key, AvFlags::empty(), 0)
-        .unwrap()
-        .now()
-        .unwrap();
-    r.results[0].unwrap()
 }
 
 /// A scalable endpoint on an `FI_AV_AUTH_KEY` domain holding two jobs'
@@ -579,7 +571,7 @@ async fn a_scalable_endpoints_contexts_share_its_keys() {
     let srcs: Vec<FiAddr> = clients
         .iter()
         .zip([ka, ka, kb])
-        .map(|((ep, ..), k)| keyed_entry(&av, ep.local_addr().unwrap(), k))
+        .map(|((ep, ..), k)| insert_keyed_raw(&av, ep.local_addr().unwrap(), k))
         .collect();
     // Every client to each context: it lands where it was sent, known by
     // its key.
