@@ -16,10 +16,11 @@ use bytes::BytesMut;
 use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::Returned;
+use weft_core::credits::Credits;
 use weft_core::dgram_auth::{addr_bytes, Replay};
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
-use weft_core::recv_completion::{copy_in, deliver, deliver_unknown};
+use weft_core::recv_completion::{copy_in, deliver, deliver_unknown, RecvCtx};
 use weft_core::soft_rx::{self, Charge};
 use weft_core::soft_srx::{Queues, SrxEp};
 use weft_core::sync::lock;
@@ -41,10 +42,11 @@ pub const PASS_LIMIT: usize = 64;
 #[derive(Debug)]
 pub struct RxState {
     buf: Box<[u8]>,
-    /// The last sender, the AV version its handle was found in, and the
-    /// handle: the lookup runs again only for another sender or after the
-    /// AV changed.
-    src: Option<(Peer, u64, FiAddr)>,
+    /// The last sender, the AV version its handle was found in, the
+    /// handle and the source its completions report (`reported_addr`):
+    /// both are looked up again only for another sender or after the AV
+    /// changed.
+    src: Option<(Peer, u64, Source)>,
     /// Keyed endpoints: the senders' anti-replay windows.
     replay: Replay,
 }
@@ -57,6 +59,14 @@ impl RxState {
             replay: Replay::default(),
         }
     }
+}
+
+/// A sender's AV handle and what completions report as its source (its
+/// user id, or the handle), as found together in one look at the AV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    pub handle: FiAddr,
+    pub shown: FiAddr,
 }
 
 /// A datagram held for a later receive, with its share of the budget.
@@ -138,7 +148,7 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: Sock
     let info = MsgInfo {
         // Key handles are below `MAX_AV_AUTH_KEYS`.
         key: key.and_then(|k| u16::try_from(k).ok()),
-        src,
+        src: src.handle,
         tagged: h.tag.is_some(),
         tag: h.tag.unwrap_or(0),
         len: payload.len(),
@@ -149,7 +159,7 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: Sock
     if let Some(req) = got {
         drop(m);
         ended.report(ep);
-        copy_and_deliver(ep, req, info, payload, &from);
+        complete(ep, req, info, payload, &from, Some(src));
         return true;
     }
     // Every datagram costs something, a zero-length one included.
@@ -201,36 +211,95 @@ fn proven(
     }
 }
 
-/// The AV handle of `from`, looked up again only when the sender or the
-/// AV changed since the last datagram.
-fn source_cached(ep: &EpShared, cache: &mut Option<(Peer, u64, FiAddr)>, from: Peer) -> FiAddr {
+/// The AV handle of `from` and the source its completions report, looked
+/// up again only when the sender or the AV changed since the last
+/// datagram: one AV lock per datagram, for the version.
+fn source_cached(ep: &EpShared, cache: &mut Option<(Peer, u64, Source)>, from: Peer) -> Source {
     let Some(av) = &ep.cfg.av else {
-        return FI_ADDR_NOTAVAIL;
+        return Source {
+            handle: FI_ADDR_NOTAVAIL,
+            shown: FI_ADDR_NOTAVAIL,
+        };
     };
     let t = lock_synced(av);
     let v = t.version();
-    if let Some((a, cv, h)) = *cache {
-        if a == from && cv == v {
-            return h;
+    if let Some((a, cv, s)) = cache.as_ref() {
+        if *a == from && *cv == v {
+            return *s;
         }
     }
-    let h = t
+    let handle = t
         .find_keyed(&weft_core::addr::sockaddr_bytes(&from.addr), from.key)
         .unwrap_or(FI_ADDR_NOTAVAIL);
-    *cache = Some((from, v, h));
-    h
+    let shown = if handle == FI_ADDR_NOTAVAIL {
+        FI_ADDR_NOTAVAIL
+    } else {
+        t.reported_addr(handle)
+    };
+    let s = Source { handle, shown };
+    *cache = Some((from, v, s));
+    s
 }
 
 /// Copies a datagram into a receive and completes it: as usual, or for a
 /// sender not in the AV on an `FI_SOURCE_ERR` endpoint as the error entry
 /// that carries the datagram and the sender's address. A datagram longer
 /// than the receive's buffers completes it with `FI_ETRUNC`.
-pub fn copy_and_deliver(ep: &EpShared, mut req: RecvReq, info: MsgInfo, data: &[u8], from: &Peer) {
+pub fn copy_and_deliver(ep: &EpShared, req: RecvReq, info: MsgInfo, data: &[u8], from: &Peer) {
+    complete(ep, req, info, data, from, None);
+}
+
+/// [`copy_and_deliver`], with the source the completion reports already
+/// known (`src`, found with the handle at arrival): the AV is not asked
+/// again. Inlined: the receive request is large, and a call moves it.
+#[inline(always)]
+fn complete(
+    ep: &EpShared,
+    mut req: RecvReq,
+    info: MsgInfo,
+    data: &[u8],
+    from: &Peer,
+    src: Option<Source>,
+) {
     ep.report_here(&mut req);
     let placed = copy_in(&mut req, data);
-    match ep.unknown_sender(info.src, from) {
-        Some((reported, raw)) => deliver_unknown(ep, req, info, placed, reported, raw),
-        None => deliver(ep, req, info, placed),
+    let unknown = if ep.source_err {
+        ep.unknown_sender(info.src, from)
+    } else {
+        None
+    };
+    match (unknown, src) {
+        (Some((reported, raw)), _) => deliver_unknown(ep, req, info, placed, reported, raw),
+        (None, Some(s)) if s.handle == info.src => deliver(&Known { ep, s }, req, info, placed),
+        (None, _) => deliver(ep, req, info, placed),
+    }
+}
+
+/// The endpoint, with the source to report for one sender known.
+struct Known<'a> {
+    ep: &'a EpShared,
+    s: Source,
+}
+
+impl RecvCtx for Known<'_> {
+    fn rx_credits(&self) -> &Credits {
+        self.ep.rx_credits()
+    }
+
+    fn reported_addr(&self, a: FiAddr) -> FiAddr {
+        if a == self.s.handle {
+            self.s.shown
+        } else {
+            self.ep.reported_addr(a)
+        }
+    }
+
+    fn give_back(&self, r: Returned) {
+        self.ep.give_back(r)
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.ep.give_back_after(r)
     }
 }
 

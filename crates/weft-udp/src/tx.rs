@@ -14,6 +14,8 @@ use std::sync::atomic::Ordering;
 
 use smallvec::SmallVec;
 use socket2::{SockAddr, SockRef};
+use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::av::shared::lock_synced;
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
 use weft_core::dgram_auth::addr_bytes;
 use weft_core::flags::OpFlags;
@@ -40,35 +42,78 @@ pub struct Queued {
     done: OpDone,
 }
 
-/// Datagrams waiting, oldest first.
-pub type TxQueue = VecDeque<Queued>;
+/// The last destination a send resolved: its AV handle and the AV version
+/// the lookup was made in, the address in the form `sendmsg` takes, and
+/// the key handle its entry is under. A run of sends to one peer (every
+/// ping-pong) takes the AV's lock only for the version, not for the
+/// lookup, the address decoding and the conversion.
+#[derive(Debug)]
+struct LastDest {
+    handle: FiAddr,
+    version: u64,
+    addr: SocketAddr,
+    to: SockAddr,
+    key: Option<FiAddr>,
+}
 
-/// Sends one datagram: the header, the buffers, then the trailer.
-fn send_now(sock: &std::net::UdpSocket, d: &Queued) -> io::Result<()> {
-    let mut parts: SmallVec<[IoSlice<'_>; 2 + crate::IOV_LIMIT]> = SmallVec::new();
-    if let Some(h) = &d.hdr {
-        parts.push(IoSlice::new(h));
+/// Datagrams waiting, oldest first, and the last destination resolved;
+/// one lock for both, which every send takes anyway.
+#[derive(Debug, Default)]
+pub struct TxQueue {
+    q: VecDeque<Queued>,
+    last: Option<LastDest>,
+}
+
+/// Room for the parts of one datagram: header, buffers, trailer.
+const PARTS: usize = 2 + crate::IOV_LIMIT;
+
+/// The parts of one datagram, in order: header, buffers (the empty ones
+/// left out), trailer, written to `p`; returns how many there are. An
+/// array, not a vector: a 64 B ping-pong builds one per send.
+fn parts<'a>(
+    p: &mut [IoSlice<'a>; PARTS],
+    hdr: Option<&'a [u8]>,
+    iov: &'a Iov,
+    trailer: Option<&'a [u8]>,
+) -> usize {
+    let mut n = 0;
+    let mut put = |b: &'a [u8]| {
+        if let (false, Some(slot)) = (b.is_empty(), p.get_mut(n)) {
+            *slot = IoSlice::new(b);
+            n += 1;
+        }
+    };
+    if let Some(h) = hdr {
+        put(h);
     }
-    parts.extend(
-        d.iov
-            .iter()
-            .filter(|b| !b.is_empty())
-            .map(|b| IoSlice::new(b)),
-    );
-    if let Some((t, n)) = &d.trailer {
-        parts.push(IoSlice::new(t.get(..*n).unwrap_or(t)));
+    for b in iov.iter() {
+        put(b);
     }
-    let dest = d.dest;
-    let to = SockAddr::from(dest);
+    if let Some(t) = trailer {
+        put(t);
+    }
+    n
+}
+
+/// Sends one datagram made of `parts` to `to`.
+fn send_parts(sock: &std::net::UdpSocket, parts: &[IoSlice<'_>], to: &SockAddr) -> io::Result<()> {
     let s = SockRef::from(sock);
     loop {
-        match s.send_to_vectored(&parts, &to) {
+        match s.send_to_vectored(parts, to) {
             // UDP takes a datagram whole or not at all.
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Sends one queued datagram.
+fn send_now(sock: &std::net::UdpSocket, d: &Queued) -> io::Result<()> {
+    let trailer = d.trailer.as_ref().map(|(t, n)| t.get(..*n).unwrap_or(t));
+    let mut p = [IoSlice::new(&[]); PARTS];
+    let n = parts(&mut p, d.hdr.as_ref().map(|h| &h[..]), &d.iov, trailer);
+    send_parts(sock, p.get(..n).unwrap_or(&p), &SockAddr::from(d.dest))
 }
 
 /// Ends a send: its credit back first (so whoever it wakes can post
@@ -104,19 +149,28 @@ impl EpShared {
         if req.iov.len() > self.iov_limit {
             return reject(Error::Inval, req);
         }
-        let (dest, seal) = match self
-            .dest_addr(req.dest)
-            .and_then(|(d, k)| Ok((d, self.keys.for_dest(k)?)))
-        {
-            Ok(d) => d,
+        let mut guard = lock(&self.txq);
+        let q = &mut *guard;
+        let mc = match self.resolve_dest(&mut q.last, req.dest) {
+            Ok(mc) => mc,
+            Err(e) => return reject(e, req),
+        };
+        // A multicast group's address, or the AV entry just resolved.
+        let (dest, key, to) = match (mc, &q.last) {
+            (Some(a), _) => (a, None, None),
+            (None, Some(l)) => (l.addr, l.key, Some(&l.to)),
+            (None, None) => return reject(Error::AddrNotAvail, req),
+        };
+        let seal = match self.keys.for_dest(key) {
+            Ok(s) => s,
             Err(e) => return reject(e, req),
         };
         if !self.tx.try_take() {
             return reject(Error::Again, req);
         }
         // `FI_FENCE` asks nothing more: datagrams leave in posting order
-        // (the queue below) and a send completes as the kernel takes it,
-        // so every send posted before a fenced one has completed when it
+        // (the queue) and a send completes as the kernel takes it, so
+        // every send posted before a fenced one has completed when it
         // begins.
         // `len` fits: it is at most one datagram.
         let hdr = if self.raw {
@@ -154,42 +208,91 @@ impl EpShared {
             }
             _ => None,
         };
-        let d = Queued {
+        if q.q.is_empty() {
+            // Straight from the caller's buffers; a `Queued` only if the
+            // socket is full.
+            let tr = trailer.as_ref().map(|(t, n)| t.get(..*n).unwrap_or(t));
+            let mut p = [IoSlice::new(&[]); PARTS];
+            let n = parts(&mut p, hdr.as_ref().map(|h| &h[..]), &req.iov, tr);
+            let p = p.get(..n).unwrap_or(&p);
+            let r = match to {
+                Some(to) => send_parts(&self.sock, p, to),
+                None => send_parts(&self.sock, p, &SockAddr::from(dest)),
+            };
+            match r {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => {
+                    drop(guard);
+                    finish(self, req.done, len, r);
+                    return Ok(());
+                }
+            }
+        }
+        // Behind earlier datagrams, or the socket is full: in order.
+        q.q.push_back(Queued {
             hdr,
             iov: req.iov,
             trailer,
             dest,
             len,
             done: req.done,
-        };
-        let mut q = lock(&self.txq);
-        if q.is_empty() {
-            match send_now(&self.sock, &d) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                r => {
-                    drop(q);
-                    finish(self, d.done, len, r);
-                    return Ok(());
-                }
-            }
-        }
-        // Behind earlier datagrams, or the socket is full: in order.
-        q.push_back(d);
-        drop(q);
+        });
+        drop(guard);
         self.tx_pending.store(true, Ordering::Release);
         self.tx_kick.notify_one();
         Ok(())
     }
 
-    /// Sends queued datagrams while the socket takes them. Returns how
-    /// many left the queue, and whether it is empty now.
+    /// Resolves AV handle `dest` into `last` (its address, and the key
+    /// handle its entry is under): the AV's lock is taken for its version
+    /// (and a named AV's sync), the entry looked up again only for another
+    /// handle or after the AV changed. A multicast group's handle is
+    /// answered with the group's address instead (`Some`).
+    fn resolve_dest(
+        &self,
+        last: &mut Option<LastDest>,
+        dest: FiAddr,
+    ) -> weft_core::Result<Option<SocketAddr>> {
+        if dest & crate::multicast::MC_BIT != 0 && dest != FI_ADDR_NOTAVAIL {
+            return self.groups.dest(dest).map(Some);
+        }
+        let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
+        let t = lock_synced(av);
+        let version = t.version();
+        if matches!(last, Some(l) if l.handle == dest && l.version == version) {
+            return Ok(None);
+        }
+        let (bytes, key) = t.lookup_keyed(dest).map_err(|_| Error::AddrNotAvail)?;
+        let addr = decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)?;
+        drop(t);
+        *last = Some(LastDest {
+            handle: dest,
+            version,
+            addr,
+            to: SockAddr::from(addr),
+            key,
+        });
+        Ok(None)
+    }
+
+    /// [`flush_queued`](Self::flush_queued) when datagrams wait: every
+    /// progress pass asks, and the answer is almost always no.
+    #[inline]
     pub fn flush(&self) -> (usize, bool) {
         if !self.tx_pending.load(Ordering::Acquire) {
             return (0, true);
         }
+        self.flush_queued()
+    }
+
+    /// Sends queued datagrams while the socket takes them. Returns how
+    /// many left the queue, and whether it is empty now.
+    #[cold]
+    fn flush_queued(&self) -> (usize, bool) {
         let mut done: SmallVec<[(OpDone, usize, io::Result<()>); 8]> = SmallVec::new();
         let empty = {
-            let mut q = lock(&self.txq);
+            let mut g = lock(&self.txq);
+            let q = &mut g.q;
             while let Some(d) = q.front() {
                 let r = send_now(&self.sock, d);
                 if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {

@@ -7,8 +7,23 @@
 //! anything that waits through it (`epoll_wait`, then `read`). The
 //! `udp-spin` and `udp-block` modes are the floor of the udp provider: two
 //! connected loopback UDP sockets trading `SIZE`-byte datagrams with bare
-//! `send`/`recv` (at most 65507 bytes). Prints `usec/xfer` (half a round
-//! trip) and MB/s the way `fi_pingpong` does. `memcpy` is the floor of
+//! `send`/`recv` (at most 65507 bytes). A datagram endpoint cannot
+//! connect its socket (it takes datagrams from any peer and names the
+//! destination of each send), so `udp-spin-unconn` is the same spinning
+//! pair unconnected, with `send_to`/`recv_from`: each send looks its route
+//! up again, and each arrival its socket and input route (the kernel's
+//! early demultiplexing caches both for connected sockets only). Given
+//! `-B PORT` (server) or `-P PORT HOST` (client), a `udp-spin*` mode runs
+//! one side per process, as `fi_pingpong` runs (pin each with `taskset`);
+//! the client prints the result. `udp-self` and `udp-self-unconn` time the
+//! system calls alone: one socket sends each datagram to itself and reads
+//! it back at once, in one thread (no waiting, no second CPU), connected
+//! to itself or not; each "transfer" is one send and one receive.
+//! `udp-self-unconn-epoll` is `udp-self-unconn` with the socket also
+//! registered with an epoll instance never waited on (as a socket a Tokio
+//! reactor watches): what the kernel's wake-up callback adds per datagram.
+//! Prints `usec/xfer` (half a round trip) and MB/s the way `fi_pingpong`
+//! does. `memcpy` is the floor of
 //! the shm provider's large messages: one core copying `SIZE` bytes
 //! between two buffers (each "transfer" one copy), what moving a message
 //! through memory costs at the least. `wake` is the floor of the shm
@@ -20,10 +35,13 @@
 //! one `process_vm_readv` of `SIZE` bytes per transfer (of this process's
 //! own memory, which the kernel walks and pins as it does another's).
 //!
-//! usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy|cma|wake SIZE ITERS
+//! usage: raw-pingpong MODE SIZE ITERS [-B PORT | -P PORT HOST]
+//!   MODE: block|spin|tokio|udp-spin|udp-spin-unconn|udp-block|udp-self|
+//!         udp-self-unconn|udp-self-unconn-epoll|memcpy|cma|wake
+//!         (-B/-P: udp-spin* only)
 
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -89,23 +107,58 @@ fn run(spin: bool, size: usize, iters: u64) -> io::Result<f64> {
     Ok(secs)
 }
 
+/// How a side of a UDP floor addresses its peer: through a connected
+/// socket (`send`/`recv`), or naming it per send (`send_to`/`recv_from`),
+/// as a datagram endpoint must.
+#[derive(Debug, Clone, Copy)]
+enum Peer {
+    Connected,
+    To(SocketAddr),
+}
+
+/// A spinner gives up after this long without a datagram (the peer died):
+/// a floor never hangs.
+const SPIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// One datagram into `buf`, spinning on `EAGAIN` when `spin`. A datagram
 /// of another size (none is expected on a private loopback pair) fails.
-fn recv_datagram(s: &UdpSocket, buf: &mut [u8], spin: bool) -> io::Result<()> {
+fn recv_datagram(s: &UdpSocket, peer: Peer, buf: &mut [u8], spin: bool) -> io::Result<()> {
+    let mut spins = 0u32;
+    let mut since: Option<Instant> = None;
     loop {
-        match s.recv(buf) {
+        let r = match peer {
+            Peer::Connected => s.recv(buf),
+            Peer::To(_) => s.recv_from(buf).map(|(n, _)| n),
+        };
+        match r {
             Ok(n) if n == buf.len() => return Ok(()),
+            // A client's hello sent again (`run_udp_proc`): not a message.
+            Ok(0) => {}
             Ok(n) => return Err(io::Error::other(format!("datagram of {n} bytes"))),
-            Err(e) if spin && e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if spin && e.kind() == io::ErrorKind::WouldBlock => {
+                // The clock once in 65536 spins: off the floor's path.
+                spins = spins.wrapping_add(1);
+                if spins % 65_536 == 0 {
+                    let t = *since.get_or_insert_with(Instant::now);
+                    if t.elapsed() > SPIN_LIMIT {
+                        return Err(io::ErrorKind::TimedOut.into());
+                    }
+                }
+                std::hint::spin_loop()
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
 }
 
-fn send_datagram(s: &UdpSocket, buf: &[u8]) -> io::Result<()> {
+fn send_datagram(s: &UdpSocket, peer: Peer, buf: &[u8]) -> io::Result<()> {
     loop {
-        match s.send(buf) {
+        let r = match peer {
+            Peer::Connected => s.send(buf),
+            Peer::To(a) => s.send_to(buf, a),
+        };
+        match r {
             Ok(_) => return Ok(()),
             Err(e)
                 if e.kind() == io::ErrorKind::WouldBlock
@@ -115,32 +168,148 @@ fn send_datagram(s: &UdpSocket, buf: &[u8]) -> io::Result<()> {
     }
 }
 
-fn run_udp(spin: bool, size: usize, iters: u64) -> io::Result<f64> {
+/// A loopback UDP socket, and how it reaches `to`: connected to it when
+/// `connect`.
+fn udp_side(to: SocketAddr, connect: bool, sock: UdpSocket) -> io::Result<(UdpSocket, Peer)> {
+    if connect {
+        sock.connect(to)?;
+        Ok((sock, Peer::Connected))
+    } else {
+        Ok((sock, Peer::To(to)))
+    }
+}
+
+fn run_udp(spin: bool, connect: bool, size: usize, iters: u64) -> io::Result<f64> {
     let a = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
     let b = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
-    a.connect(b.local_addr()?)?;
-    b.connect(a.local_addr()?)?;
+    let (aa, ba) = (a.local_addr()?, b.local_addr()?);
+    let (a, pa) = udp_side(ba, connect, a)?;
+    let (b, pb) = udp_side(aa, connect, b)?;
     a.set_nonblocking(spin)?;
     b.set_nonblocking(spin)?;
     let server = std::thread::spawn(move || -> io::Result<()> {
         let mut buf = vec![7u8; size];
         for _ in 0..iters {
-            recv_datagram(&b, &mut buf, spin)?;
-            send_datagram(&b, &buf)?;
+            recv_datagram(&b, pb, &mut buf, spin)?;
+            send_datagram(&b, pb, &buf)?;
         }
         Ok(())
     });
     let mut buf = vec![7u8; size];
     let t = Instant::now();
     for _ in 0..iters {
-        send_datagram(&a, &buf)?;
-        recv_datagram(&a, &mut buf, spin)?;
+        send_datagram(&a, pa, &buf)?;
+        recv_datagram(&a, pa, &mut buf, spin)?;
     }
     let secs = t.elapsed().as_secs_f64();
     server
         .join()
         .map_err(|_| io::Error::other("server thread failed"))??;
     Ok(secs)
+}
+
+/// Where a two-process floor runs: the server's port, or the server's
+/// port and host for the client.
+#[derive(Debug, Clone)]
+enum Side {
+    Server(u16),
+    Client(u16, String),
+}
+
+/// The first datagram of a two-process floor, empty: the client says
+/// hello until the server answers (it may not be bound yet), so that the
+/// timed iterations start with both sides up.
+const HELLO_TRIES: u32 = 100;
+
+/// One side of the spinning floor in its own process. The server learns
+/// the client's address from its hello (and connects to it when
+/// `connect`); both then trade `iters` datagrams, spinning. The client
+/// returns the time of the iterations; the server 0.
+fn run_udp_proc(side: &Side, connect: bool, size: usize, iters: u64) -> io::Result<f64> {
+    let mut buf = vec![7u8; size];
+    let hello = [0u8; 0];
+    let (sock, peer) = match side {
+        Side::Server(port) => {
+            let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, *port))?;
+            s.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+            let (_, from) = s.recv_from(&mut buf)?;
+            let (s, p) = udp_side(from, connect, s)?;
+            send_datagram(&s, p, &hello)?;
+            (s, p)
+        }
+        Side::Client(port, host) => {
+            let to = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), *port))?
+                .find(SocketAddr::is_ipv4)
+                .ok_or_else(|| io::Error::other("no IPv4 address for the server"))?;
+            let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+            let (s, p) = udp_side(to, connect, s)?;
+            s.set_read_timeout(Some(std::time::Duration::from_millis(100)))?;
+            let mut answered = false;
+            for _ in 0..HELLO_TRIES {
+                // A connected socket reports the refusal of an earlier
+                // hello on a later call: try again.
+                let _ = send_datagram(&s, p, &hello);
+                // Anything else: not there yet (a refusal when
+                // connected, or a timeout).
+                if let Ok((0, _)) = s.recv_from(&mut buf) {
+                    answered = true;
+                    break;
+                }
+                // A refusal comes back at once: give the server time.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            if !answered {
+                return Err(io::Error::other("the server did not answer"));
+            }
+            (s, p)
+        }
+    };
+    sock.set_nonblocking(true)?;
+    if let Side::Server(_) = side {
+        for _ in 0..iters {
+            recv_datagram(&sock, peer, &mut buf, true)?;
+            send_datagram(&sock, peer, &buf)?;
+        }
+        return Ok(0.0);
+    }
+    let t = Instant::now();
+    for _ in 0..iters {
+        send_datagram(&sock, peer, &buf)?;
+        recv_datagram(&sock, peer, &mut buf, true)?;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// The system calls alone: `2 * iters` times, one socket sends a datagram
+/// to itself and reads it back (loopback delivers it within the send),
+/// connected to itself or naming itself per send. `epoll`: the socket is
+/// also registered with an epoll instance (Tokio's reactor, as weft's
+/// interrupt and inline modes register theirs) that is never waited on,
+/// so every arrival runs the kernel's epoll callback.
+fn run_udp_self(connect: bool, epoll: bool, size: usize, iters: u64) -> io::Result<f64> {
+    let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let me = s.local_addr()?;
+    let (s, p) = udp_side(me, connect, s)?;
+    s.set_nonblocking(true)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    let _registered = if epoll {
+        let _g = rt.enter();
+        Some(tokio::net::UdpSocket::from_std(s.try_clone()?)?)
+    } else {
+        None
+    };
+    let mut buf = vec![7u8; size];
+    // The first round trip outside the time (routes and caches filled).
+    send_datagram(&s, p, &buf)?;
+    recv_datagram(&s, p, &mut buf, true)?;
+    let t = Instant::now();
+    for _ in 0..2 * iters {
+        send_datagram(&s, p, &buf)?;
+        recv_datagram(&s, p, &mut buf, true)?;
+    }
+    Ok(t.elapsed().as_secs_f64())
 }
 
 fn tokio_side<F: std::future::Future<Output = io::Result<()>>>(f: F) -> io::Result<()> {
@@ -245,40 +414,76 @@ fn run_cma(size: usize, iters: u64) -> io::Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
+const USAGE: &str = "usage: raw-pingpong MODE SIZE ITERS [-B PORT | -P PORT HOST]
+  MODE: block|spin|tokio|udp-spin|udp-spin-unconn|udp-block|udp-self|udp-self-unconn|
+        udp-self-unconn-epoll|memcpy|cma|wake
+  (-B/-P: udp-spin and udp-spin-unconn only, one side per process)";
+
+/// The mode, size, iterations and (two-process floors) the side.
+fn parse(args: &[String]) -> Option<(String, usize, u64, Option<Side>)> {
+    let (mode, size, iters, rest) = match args {
+        [_, mode, size, iters, rest @ ..] => (mode.as_str(), size, iters, rest),
+        _ => return None,
+    };
+    let (size, iters) = (size.parse::<usize>().ok()?, iters.parse::<u64>().ok()?);
+    if size == 0 || iters == 0 {
+        return None;
+    }
+    let udp = mode.starts_with("udp-");
+    let ok = matches!(
+        mode,
+        "block"
+            | "spin"
+            | "tokio"
+            | "memcpy"
+            | "cma"
+            | "wake"
+            | "udp-spin"
+            | "udp-spin-unconn"
+            | "udp-block"
+            | "udp-self"
+            | "udp-self-unconn"
+            | "udp-self-unconn-epoll"
+    );
+    if !ok || (udp && size > 65_507) {
+        return None;
+    }
+    let side = match rest {
+        [] => None,
+        [b, port] if b == "-B" => Some(Side::Server(port.parse().ok()?)),
+        [p, port, host] if p == "-P" => Some(Side::Client(port.parse().ok()?, host.clone())),
+        _ => return None,
+    };
+    if side.is_some() && !matches!(mode, "udp-spin" | "udp-spin-unconn") {
+        return None;
+    }
+    Some((mode.to_string(), size, iters, side))
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
-    let parsed = match args.as_slice() {
-        [_, mode, size, iters] => {
-            match (mode.as_str(), size.parse::<usize>(), iters.parse::<u64>()) {
-                (m @ ("block" | "spin" | "tokio" | "memcpy" | "cma" | "wake"), Ok(s), Ok(i))
-                    if s > 0 && i > 0 =>
-                {
-                    Some((m.to_string(), s, i))
-                }
-                (m @ ("udp-spin" | "udp-block"), Ok(s), Ok(i)) if s > 0 && s <= 65_507 && i > 0 => {
-                    Some((m.to_string(), s, i))
-                }
-                _ => None,
-            }
-        }
-        _ => None,
-    };
-    let Some((mode, size, iters)) = parsed else {
-        eprintln!(
-            "usage: raw-pingpong block|spin|tokio|udp-spin|udp-block|memcpy|cma|wake SIZE ITERS"
-        );
+    let Some((mode, size, iters, side)) = parse(&args) else {
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
-    let res = match mode.as_str() {
-        "tokio" => run_tokio(size, iters),
-        "udp-spin" => run_udp(true, size, iters),
-        "udp-block" => run_udp(false, size, iters),
-        "memcpy" => run_memcpy(size, iters),
-        "cma" => run_cma(size, iters),
-        "wake" => run_wake(iters),
-        m => run(m == "spin", size, iters),
+    let res = match (mode.as_str(), &side) {
+        ("udp-spin", Some(s)) => run_udp_proc(s, true, size, iters),
+        ("udp-spin-unconn", Some(s)) => run_udp_proc(s, false, size, iters),
+        ("tokio", _) => run_tokio(size, iters),
+        ("udp-spin", _) => run_udp(true, true, size, iters),
+        ("udp-spin-unconn", _) => run_udp(true, false, size, iters),
+        ("udp-block", _) => run_udp(false, true, size, iters),
+        ("udp-self", _) => run_udp_self(true, false, size, iters),
+        ("udp-self-unconn", _) => run_udp_self(false, false, size, iters),
+        ("udp-self-unconn-epoll", _) => run_udp_self(false, true, size, iters),
+        ("memcpy", _) => run_memcpy(size, iters),
+        ("cma", _) => run_cma(size, iters),
+        ("wake", _) => run_wake(iters),
+        (m, _) => run(m == "spin", size, iters),
     };
     match res {
+        // The server of a two-process floor: the client reports.
+        Ok(_) if matches!(side, Some(Side::Server(_))) => ExitCode::SUCCESS,
         Ok(secs) => {
             let half_rtt_us = secs / iters as f64 / 2.0 * 1e6;
             let mbps = size as f64 / half_rtt_us;
