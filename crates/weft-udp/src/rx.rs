@@ -275,7 +275,9 @@ fn complete(
     }
 }
 
-/// The endpoint, with the source to report for one sender known.
+/// The endpoint, with the source to report for one sender known. The
+/// same wrapper as weft-shm's `rx_done::Known`: one generic over any
+/// `RecvCtx` belongs in `weft_core::recv_completion` (not changed here).
 struct Known<'a> {
     ep: &'a EpShared,
     s: Source,
