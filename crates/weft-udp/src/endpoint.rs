@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, sockaddr_bytes, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::attr::AddrFormat;
 use weft_core::av::shared::lock_synced;
-use weft_core::completion::{Returned, WaitMode};
+use weft_core::completion::Returned;
 use weft_core::credits::Credits;
 use weft_core::dgram_auth::{addr_bytes, first_seq, AddrBytes};
 use weft_core::flags::Caps;
@@ -61,9 +61,13 @@ pub struct EpShared {
     /// The socket, non-blocking; every driver reads and writes through
     /// it directly.
     pub sock: std::net::UdpSocket,
-    /// The same socket registered with the reactor, for the reader and
-    /// writer tasks (interrupt and inline modes; busy-poll has none).
-    pub tio: Option<tokio::net::UdpSocket>,
+    /// The same socket registered with the reactor, for the reader task
+    /// (interrupt and inline modes; busy-poll has none). An inline waiter
+    /// takes it out while it spins (`driver.rs`).
+    pub reg: Mutex<Option<tokio::net::UdpSocket>>,
+    /// `reg` holds a registration: a spinning waiter tests this, not the
+    /// lock.
+    pub registered: AtomicBool,
     pub local: SocketAddr,
     /// The largest message one datagram carries from here.
     pub max_msg: usize,
@@ -207,11 +211,6 @@ impl EpShared {
             n => n,
         }
         .min(max_msg);
-        let tio = if cfg.wait == WaitMode::BusyPoll {
-            None
-        } else {
-            Some(tokio::net::UdpSocket::from_std(sock.try_clone()?)?)
-        };
         let source_err = info.caps.contains(Caps::SOURCE_ERR);
         let buffered_limit = match info.rx_attr.total_buffered_recv {
             0 => crate::BUFFERED_RECV,
@@ -229,7 +228,8 @@ impl EpShared {
             this: this.clone(),
             rt,
             sock,
-            tio,
+            reg: Mutex::new(None),
+            registered: AtomicBool::new(false),
             local,
             max_msg,
             raw,
@@ -427,6 +427,9 @@ impl ProviderEndpoint for UdpEndpoint {
         for t in lock(&ep.tasks).drain(..) {
             t.abort();
         }
+        ep.registered.store(false, Ordering::Release);
+        let reg = lock(&ep.reg).take();
+        drop(reg);
         ep.groups.leave_all();
         weft_core::soft_srx::close_side(&**ep, &ep.side, ep.srx.as_deref());
         let queued = std::mem::take(&mut *lock(&ep.txq));
