@@ -275,22 +275,31 @@ impl CqShared {
     }
 
     /// Appends an item and wakes readers.
-    pub fn push(&self, item: CqItem) {
-        let mut item = item;
-        if let Ok(e) = &mut item {
-            e.mask(self.format);
-        }
-        let wakers = {
-            let mut g = lock(&self.inner);
-            g.items.push_back(item);
-            self.len.store(g.items.len() as u64, Ordering::Release);
-            // A reader that drives progress itself is usually the one
-            // pushing: nobody to wake, nothing to take.
-            if g.readers.is_empty() {
-                return;
+    #[inline]
+    pub fn push(&self, mut item: CqItem) {
+        // The default formats carry every field: nothing to clear.
+        if !matches!(self.format, CqFormat::Tagged | CqFormat::Unspec) {
+            if let Ok(e) = &mut item {
+                e.mask(self.format);
             }
-            g.readers.take()
-        };
+        }
+        let mut g = lock(&self.inner);
+        g.items.push_back(item);
+        self.len.store(g.items.len() as u64, Ordering::Release);
+        // A reader that drives progress itself is usually the one
+        // pushing: nobody to wake, nothing to take.
+        if !g.readers.is_empty() {
+            Self::wake_readers(g);
+        }
+    }
+
+    /// Wakes the readers registered in `g`, after letting the lock go.
+    /// Kept out of [`push`](Self::push) so that the push inlines.
+    #[cold]
+    #[inline(never)]
+    fn wake_readers(mut g: std::sync::MutexGuard<'_, CqInner>) {
+        let wakers = g.readers.take();
+        drop(g);
         wake_all(wakers);
     }
 

@@ -282,12 +282,19 @@ impl<R, U, S> Matcher<R, U, S> {
     /// first-posted receive that accepts the message gives it (see
     /// [`Take`]). Receives that end without the message are moved into
     /// `ended`, in post order, for the caller to complete.
-    pub fn match_arrival_by(
+    ///
+    /// Generic over `take` (a `&mut dyn FnMut` still fits): every arrival
+    /// asks it, and a plain receive's answer, inlined, is one comparison.
+    #[inline]
+    pub fn match_arrival_by<F>(
         &mut self,
         info: &MsgInfo,
-        take: &mut dyn FnMut(&mut R, &MsgInfo) -> Take<R>,
+        take: &mut F,
         ended: &mut Vec<R>,
-    ) -> Option<(RecvSpec, R)> {
+    ) -> Option<(RecvSpec, R)>
+    where
+        F: FnMut(&mut R, &MsgInfo) -> Take<R> + ?Sized,
+    {
         self.posted.take_match_by(info, take, ended)
     }
 
@@ -316,6 +323,7 @@ impl<R, U, S> Matcher<R, U, S> {
     /// queued. Messages that arrived from an unknown source are matched with
     /// the source `resolve` gives their raw identity now, and that resolved
     /// source is what the returned [`MsgInfo`] carries.
+    #[inline]
     pub fn post(
         &mut self,
         spec: RecvSpec,

@@ -124,6 +124,7 @@ impl<R> PostedQueue<R> {
         }
     }
 
+    #[inline]
     pub(super) fn push(&mut self, spec: RecvSpec, r: R) {
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -138,16 +139,26 @@ impl<R> PostedQueue<R> {
         self.insert(seq, spec, r);
     }
 
+    #[inline]
     fn insert(&mut self, seq: u64, spec: RecvSpec, r: R) {
+        // New receives go last and put-back ones first, so this is
+        // rarely more than a look at the last entry.
+        if !self.indexed
+            && self.list.len() < LIST_MAX
+            && self.list.last().is_none_or(|e| e.0 < seq)
+        {
+            self.list.push((seq, spec, r));
+            return;
+        }
+        self.insert_slow(seq, spec, r);
+    }
+
+    /// [`insert`](Self::insert) ahead of a listed receive, or into the
+    /// indexes.
+    fn insert_slow(&mut self, seq: u64, spec: RecvSpec, r: R) {
         if !self.indexed {
             if self.list.len() < LIST_MAX {
-                // New receives go last and put-back ones first, so this
-                // is rarely more than a look at the last entry.
-                let at = if self.list.last().is_none_or(|e| e.0 < seq) {
-                    self.list.len()
-                } else {
-                    self.list.partition_point(|e| e.0 < seq)
-                };
+                let at = self.list.partition_point(|e| e.0 < seq);
                 self.list.insert(at, (seq, spec, r));
                 return;
             }
@@ -179,6 +190,7 @@ impl<R> PostedQueue<R> {
 
     /// The first-posted receive that accepts `info`, out of the queue,
     /// with its sequence number.
+    #[inline]
     fn take_first(&mut self, info: &MsgInfo) -> Option<(u64, RecvSpec, R)> {
         if !self.indexed {
             let i = self
@@ -197,12 +209,16 @@ impl<R> PostedQueue<R> {
     /// number (its place); one that ends leaves the queue into `ended` and
     /// the next receive that accepts the message is asked. A plain
     /// receive costs what `take_match` does.
-    pub(super) fn take_match_by(
+    #[inline]
+    pub(super) fn take_match_by<F>(
         &mut self,
         info: &MsgInfo,
-        take: &mut dyn FnMut(&mut R, &MsgInfo) -> Take<R>,
+        take: &mut F,
         ended: &mut Vec<R>,
-    ) -> Option<(RecvSpec, R)> {
+    ) -> Option<(RecvSpec, R)>
+    where
+        F: FnMut(&mut R, &MsgInfo) -> Take<R> + ?Sized,
+    {
         loop {
             let (seq, spec, mut r) = self.take_first(info)?;
             match take(&mut r, info) {
