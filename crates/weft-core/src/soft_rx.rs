@@ -209,12 +209,10 @@ impl Ended {
 /// receive whole, or the part of a multi-receive buffer cut for it), or
 /// `None` to hold it. Called with the matcher locked; the buffers it
 /// ended are reported once that lock is let go.
-#[inline]
+#[inline(always)]
 pub fn arrival<U, S>(m: &mut Matcher<RecvReq, U, S>, info: &MsgInfo) -> (Option<RecvReq>, Ended) {
     let mut ended = Vec::new();
-    let got = m
-        .match_arrival_by(info, &mut multi_recv::take, &mut ended)
-        .map(|(_, r)| r);
+    let got = m.arrival_by(info, &mut multi_recv::take, &mut ended);
     (got, Ended(ended))
 }
 

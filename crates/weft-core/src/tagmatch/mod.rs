@@ -295,7 +295,18 @@ impl<R, U, S> Matcher<R, U, S> {
     where
         F: FnMut(&mut R, &MsgInfo) -> Take<R> + ?Sized,
     {
-        self.posted.take_match_by(info, take, ended)
+        self.posted
+            .take_match_by(info, take, ended, |spec, r| (spec, r))
+    }
+
+    /// [`match_arrival_by`](Self::match_arrival_by) for a caller that
+    /// needs the receive alone: one move of it fewer.
+    #[inline]
+    pub fn arrival_by<F>(&mut self, info: &MsgInfo, take: &mut F, ended: &mut Vec<R>) -> Option<R>
+    where
+        F: FnMut(&mut R, &MsgInfo) -> Take<R> + ?Sized,
+    {
+        self.posted.take_match_by(info, take, ended, |_, r| r)
     }
 
     /// Buffers an unmatched message; arrival order is preserved.
