@@ -346,6 +346,7 @@ impl<R, U, S> Matcher<R, U, S> {
 
     /// [`post`](Self::post), queueing at the head (`front`: a receive
     /// whose message died goes back where it was) or the tail.
+    #[inline]
     pub fn post_at(
         &mut self,
         spec: RecvSpec,

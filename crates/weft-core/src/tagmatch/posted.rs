@@ -139,7 +139,7 @@ impl<R> PostedQueue<R> {
         self.insert(seq, spec, r);
     }
 
-    #[inline]
+    #[inline(always)]
     fn insert(&mut self, seq: u64, spec: RecvSpec, r: R) {
         // New receives go last and put-back ones first, so this is
         // rarely more than a look at the last entry.
