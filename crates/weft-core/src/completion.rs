@@ -382,6 +382,7 @@ impl CqShared {
     }
 
     /// Takes the head item, keeping the lock-free length mirror in step.
+    #[inline]
     fn pop_front(&self, g: &mut CqInner) -> Option<CqItem> {
         let it = g.items.pop_front();
         self.len.store(g.items.len() as u64, Ordering::Release);
@@ -392,12 +393,25 @@ impl CqShared {
     /// once the queue is closed and drained, `Pending` after registering the
     /// waker. Busy-poll readers spin briefly first; inline readers drive the
     /// bound endpoints (`wait` holds this reader's spin budget).
+    #[inline]
     pub fn poll_next(&self, cx: &mut Context<'_>, wait: &mut InlineWait) -> Poll<Option<CqItem>> {
+        // An item queued already (a ping-pong's send completion, mostly)
+        // is taken inline; waiting is out of line.
         let mut g = lock(&self.inner);
         if let Some(it) = self.pop_front(&mut g) {
             wait.reset();
             return Poll::Ready(Some(it));
         }
+        self.poll_wait(g, cx, wait)
+    }
+
+    /// [`poll_next`](Self::poll_next) of an empty queue, its lock held.
+    fn poll_wait<'a>(
+        &'a self,
+        mut g: std::sync::MutexGuard<'a, CqInner>,
+        cx: &mut Context<'_>,
+        wait: &mut InlineWait,
+    ) -> Poll<Option<CqItem>> {
         if g.closed {
             return Poll::Ready(None);
         }
