@@ -354,6 +354,7 @@ impl CqShared {
     }
 
     /// Moves up to `max` items, in order, into `out`; returns how many.
+    #[inline]
     pub fn pop_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
         self.progress_if_empty();
         // Still empty: nothing to take, and no lock to take for it.

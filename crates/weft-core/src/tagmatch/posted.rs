@@ -233,7 +233,7 @@ impl<R> PostedQueue<R> {
                 .position(|(_, spec, _)| accepts(spec, info))?;
             match take(&mut self.list[i].2, info) {
                 Take::Whole => {
-                    let (_, spec, r) = self.list.remove(i);
+                    let (_, spec, r) = self.list_remove(i);
                     return Some(out(spec, r));
                 }
                 Take::Part(p) => return Some(out(self.list[i].1, p)),
@@ -245,6 +245,18 @@ impl<R> PostedQueue<R> {
                 Take::End => ended.push(self.list.remove(i).2),
             }
         }
+    }
+
+    /// Takes the listed receive at `i`: mostly the last (a ping-pong
+    /// lists one), which needs no shift of the ones after it.
+    #[inline(always)]
+    fn list_remove(&mut self, i: usize) -> (u64, RecvSpec, R) {
+        if i + 1 == self.list.len() {
+            if let Some(e) = self.list.pop() {
+                return e;
+            }
+        }
+        self.list.remove(i)
     }
 
     /// [`take_match_by`](Self::take_match_by) of an indexed queue: a
