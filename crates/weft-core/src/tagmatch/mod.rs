@@ -301,7 +301,7 @@ impl<R, U, S> Matcher<R, U, S> {
 
     /// [`match_arrival_by`](Self::match_arrival_by) for a caller that
     /// needs the receive alone: one move of it fewer.
-    #[inline]
+    #[inline(always)]
     pub fn arrival_by<F>(&mut self, info: &MsgInfo, take: &mut F, ended: &mut Vec<R>) -> Option<R>
     where
         F: FnMut(&mut R, &MsgInfo) -> Take<R> + ?Sized,

@@ -212,7 +212,7 @@ impl<R> PostedQueue<R> {
     /// asked in place and moved out once, straight into `out`: the list
     /// entry is about 180 bytes, and every move of it cost about 40
     /// instructions an arrival.
-    #[inline]
+    #[inline(always)]
     pub(super) fn take_match_by<F, T>(
         &mut self,
         info: &MsgInfo,
