@@ -143,9 +143,7 @@ impl<R> PostedQueue<R> {
     fn insert(&mut self, seq: u64, spec: RecvSpec, r: R) {
         // New receives go last and put-back ones first, so this is
         // rarely more than a look at the last entry.
-        if !self.indexed
-            && self.list.len() < LIST_MAX
-            && self.list.last().is_none_or(|e| e.0 < seq)
+        if !self.indexed && self.list.len() < LIST_MAX && self.list.last().is_none_or(|e| e.0 < seq)
         {
             self.list.push((seq, spec, r));
             return;
@@ -224,7 +222,9 @@ impl<R> PostedQueue<R> {
         F: FnMut(&mut R, &MsgInfo) -> Take<R> + ?Sized,
     {
         if self.indexed {
-            return self.take_indexed_by(info, take, ended).map(|(s, r)| out(s, r));
+            return self
+                .take_indexed_by(info, take, ended)
+                .map(|(s, r)| out(s, r));
         }
         loop {
             let i = self

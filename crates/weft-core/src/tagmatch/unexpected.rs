@@ -130,11 +130,7 @@ impl<U, S> UnexpectedQueue<U, S> {
     }
 
     /// [`find`](Self::find) among held messages.
-    fn find_held(
-        &self,
-        spec: &RecvSpec,
-        resolve: &dyn Fn(&S) -> FiAddr,
-    ) -> Option<(u64, MsgInfo)> {
+    fn find_held(&self, spec: &RecvSpec, resolve: &dyn Fn(&S) -> FiAddr) -> Option<(u64, MsgInfo)> {
         if !spec.tagged {
             self.first_accepted(self.untagged.iter(), spec, resolve)
         } else if spec.ignore == 0 {
