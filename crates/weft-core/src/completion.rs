@@ -499,7 +499,13 @@ impl CqShared {
 }
 
 /// Cuts each buffer to the bytes it holds, `placed` in total, in order.
+#[inline]
 pub fn trim_bufs(bufs: &mut [BytesMut], placed: usize) {
+    // Most receives have one buffer.
+    if let [b] = bufs {
+        b.truncate(placed);
+        return;
+    }
     let mut left = placed;
     for b in bufs.iter_mut() {
         let n = b.len().min(left);
@@ -716,21 +722,31 @@ impl OpDone {
     /// dropped unread (a send: the data went); receives use
     /// [`complete_from`](Self::complete_from).
     #[inline]
-    pub fn complete(mut self, mut entry: CqEntry) {
-        entry.context = self.context;
-        entry.flags |= self.flags;
-        if let Some(c) = &self.cntr {
+    pub fn complete(self, mut entry: CqEntry) {
+        // Taken apart, so that what is left is dropped field by field
+        // in place rather than by a call of the whole `OpDone`'s drop.
+        let OpDone {
+            context,
+            flags,
+            report,
+            cq,
+            cntr,
+            waiter,
+        } = self;
+        entry.context = context;
+        entry.flags |= flags;
+        if let Some(c) = &cntr {
             c.add(1);
         }
-        if let Some(w) = self.waiter.take() {
+        if let Some(w) = waiter {
             // Nothing to give back: what was sent stays sent.
             let _ = w.send(Finished::new(
                 Ok(entry),
                 FI_ADDR_NOTAVAIL,
                 Origin::unknown(),
             ));
-        } else if self.report {
-            if let Some(cq) = &self.cq {
+        } else if report {
+            if let Some(cq) = &cq {
                 cq.push(Ok(entry));
             }
         }
@@ -741,28 +757,34 @@ impl OpDone {
     /// uncounted, for the endpoint to hand to the next receive.
     #[must_use = "a returned message must go to the next receive"]
     #[inline]
-    pub fn complete_from(mut self, mut entry: CqEntry, src: FiAddr) -> Option<Returned> {
-        entry.context = self.context;
-        entry.flags |= self.flags;
+    pub fn complete_from(self, mut entry: CqEntry, src: FiAddr) -> Option<Returned> {
+        // Taken apart, as in `complete`.
+        let OpDone {
+            context,
+            flags,
+            report,
+            cq,
+            cntr,
+            waiter,
+        } = self;
+        entry.context = context;
+        entry.flags |= flags;
         // Counted before the hand-over, so whoever the completion wakes
         // sees the counter already moved. A message that comes back was
         // counted as well: counters count completions, and it will
         // complete again in the receive that takes it.
-        if let Some(c) = &self.cntr {
+        if let Some(c) = &cntr {
             c.add(1);
         }
-        if let Some(w) = self.waiter.take() {
-            let origin = Origin {
-                cq: self.cq.take(),
-                cntr: self.cntr.take(),
-            };
+        if let Some(w) = waiter {
+            let origin = Origin { cq, cntr };
             return w
                 .send(Finished::new(Ok(entry), src, origin))
                 .err()
                 .and_then(Returned::from_finished);
         }
-        if self.report {
-            if let Some(cq) = &self.cq {
+        if report {
+            if let Some(cq) = &cq {
                 cq.push(Ok(entry));
             }
         }
