@@ -334,13 +334,19 @@ impl<R, U, S> Matcher<R, U, S> {
     /// queued. Messages that arrived from an unknown source are matched with
     /// the source `resolve` gives their raw identity now, and that resolved
     /// source is what the returned [`MsgInfo`] carries.
-    #[inline]
+    #[inline(always)]
     pub fn post(
         &mut self,
         spec: RecvSpec,
         r: R,
         resolve: &dyn Fn(&S) -> FiAddr,
     ) -> PostOutcome<R, U> {
+        // Nothing held (the usual case): the receive goes straight into
+        // the queue, in the caller.
+        if self.unexpected.len() == 0 {
+            self.posted.push(spec, r);
+            return PostOutcome::Queued;
+        }
         self.post_at(spec, r, resolve, false)
     }
 

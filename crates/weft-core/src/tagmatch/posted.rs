@@ -124,7 +124,7 @@ impl<R> PostedQueue<R> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn push(&mut self, spec: RecvSpec, r: R) {
         let seq = self.next_seq;
         self.next_seq += 1;
