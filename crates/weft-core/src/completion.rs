@@ -717,14 +717,25 @@ pub struct OpDone {
     pub waiter: Option<Waiter>,
 }
 
+/// An [`OpDone`] whose success was stamped into its entry and counted:
+/// where the entry goes.
+struct Settled {
+    report: bool,
+    cq: Option<Arc<CqShared>>,
+    cntr: Option<Arc<CounterShared>>,
+    waiter: Option<Waiter>,
+}
+
 impl OpDone {
-    /// The operation succeeded. For operations whose completion may be
-    /// dropped unread (a send: the data went); receives use
-    /// [`complete_from`](Self::complete_from).
-    #[inline]
-    pub fn complete(self, mut entry: CqEntry) {
-        // Taken apart, so that what is left is dropped field by field
-        // in place rather than by a call of the whole `OpDone`'s drop.
+    /// A success: the entry gets the operation's context and flags, and
+    /// the counter moves — before the hand-over, so whoever the
+    /// completion wakes sees it moved. (A message that comes back was
+    /// counted as well: counters count completions, and it will complete
+    /// again in the receive that takes it.) Taken apart, so that what is
+    /// left is dropped field by field in place rather than by a call of
+    /// the whole `OpDone`'s drop.
+    #[inline(always)]
+    fn settle(self, entry: &mut CqEntry) -> Settled {
         let OpDone {
             context,
             flags,
@@ -738,6 +749,22 @@ impl OpDone {
         if let Some(c) = &cntr {
             c.add(1);
         }
+        Settled {
+            report,
+            cq,
+            cntr,
+            waiter,
+        }
+    }
+
+    /// The operation succeeded. For operations whose completion may be
+    /// dropped unread (a send: the data went); receives use
+    /// [`complete_from`](Self::complete_from).
+    #[inline]
+    pub fn complete(self, mut entry: CqEntry) {
+        let Settled {
+            report, cq, waiter, ..
+        } = self.settle(&mut entry);
         if let Some(w) = waiter {
             // Nothing to give back: what was sent stays sent.
             let _ = w.send(Finished::new(
@@ -758,24 +785,12 @@ impl OpDone {
     #[must_use = "a returned message must go to the next receive"]
     #[inline]
     pub fn complete_from(self, mut entry: CqEntry, src: FiAddr) -> Option<Returned> {
-        // Taken apart, as in `complete`.
-        let OpDone {
-            context,
-            flags,
+        let Settled {
             report,
             cq,
             cntr,
             waiter,
-        } = self;
-        entry.context = context;
-        entry.flags |= flags;
-        // Counted before the hand-over, so whoever the completion wakes
-        // sees the counter already moved. A message that comes back was
-        // counted as well: counters count completions, and it will
-        // complete again in the receive that takes it.
-        if let Some(c) = &cntr {
-            c.add(1);
-        }
+        } = self.settle(&mut entry);
         if let Some(w) = waiter {
             let origin = Origin { cq, cntr };
             return w
