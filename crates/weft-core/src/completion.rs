@@ -275,22 +275,34 @@ impl CqShared {
     }
 
     /// Appends an item and wakes readers.
-    pub fn push(&self, item: CqItem) {
-        let mut item = item;
-        if let Ok(e) = &mut item {
-            e.mask(self.format);
-        }
-        let wakers = {
-            let mut g = lock(&self.inner);
-            g.items.push_back(item);
-            self.len.store(g.items.len() as u64, Ordering::Release);
-            // A reader that drives progress itself is usually the one
-            // pushing: nobody to wake, nothing to take.
-            if g.readers.is_empty() {
-                return;
+    // Always inlined: out of line, the entry was built on the caller's
+    // stack and copied again into the queue (112 bytes, twice a round
+    // trip).
+    #[inline(always)]
+    pub fn push(&self, mut item: CqItem) {
+        // The default formats carry every field: nothing to clear.
+        if !matches!(self.format, CqFormat::Tagged | CqFormat::Unspec) {
+            if let Ok(e) = &mut item {
+                e.mask(self.format);
             }
-            g.readers.take()
-        };
+        }
+        let mut g = lock(&self.inner);
+        g.items.push_back(item);
+        self.len.store(g.items.len() as u64, Ordering::Release);
+        // A reader that drives progress itself is usually the one
+        // pushing: nobody to wake, nothing to take.
+        if !g.readers.is_empty() {
+            Self::wake_readers(g);
+        }
+    }
+
+    /// Wakes the readers registered in `g`, after letting the lock go.
+    /// Kept out of [`push`](Self::push) so that the push inlines.
+    #[cold]
+    #[inline(never)]
+    fn wake_readers(mut g: std::sync::MutexGuard<'_, CqInner>) {
+        let wakers = g.readers.take();
+        drop(g);
         wake_all(wakers);
     }
 
@@ -342,6 +354,7 @@ impl CqShared {
     }
 
     /// Moves up to `max` items, in order, into `out`; returns how many.
+    #[inline]
     pub fn pop_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
         self.progress_if_empty();
         // Still empty: nothing to take, and no lock to take for it.
@@ -370,6 +383,7 @@ impl CqShared {
     }
 
     /// Takes the head item, keeping the lock-free length mirror in step.
+    #[inline]
     fn pop_front(&self, g: &mut CqInner) -> Option<CqItem> {
         let it = g.items.pop_front();
         self.len.store(g.items.len() as u64, Ordering::Release);
@@ -380,12 +394,25 @@ impl CqShared {
     /// once the queue is closed and drained, `Pending` after registering the
     /// waker. Busy-poll readers spin briefly first; inline readers drive the
     /// bound endpoints (`wait` holds this reader's spin budget).
+    #[inline]
     pub fn poll_next(&self, cx: &mut Context<'_>, wait: &mut InlineWait) -> Poll<Option<CqItem>> {
+        // An item queued already (a ping-pong's send completion, mostly)
+        // is taken inline; waiting is out of line.
         let mut g = lock(&self.inner);
         if let Some(it) = self.pop_front(&mut g) {
             wait.reset();
             return Poll::Ready(Some(it));
         }
+        self.poll_wait(g, cx, wait)
+    }
+
+    /// [`poll_next`](Self::poll_next) of an empty queue, its lock held.
+    fn poll_wait<'a>(
+        &'a self,
+        mut g: std::sync::MutexGuard<'a, CqInner>,
+        cx: &mut Context<'_>,
+        wait: &mut InlineWait,
+    ) -> Poll<Option<CqItem>> {
         if g.closed {
             return Poll::Ready(None);
         }
@@ -472,7 +499,13 @@ impl CqShared {
 }
 
 /// Cuts each buffer to the bytes it holds, `placed` in total, in order.
+#[inline]
 pub fn trim_bufs(bufs: &mut [BytesMut], placed: usize) {
+    // Most receives have one buffer.
+    if let [b] = bufs {
+        b.truncate(placed);
+        return;
+    }
     let mut left = placed;
     for b in bufs.iter_mut() {
         let n = b.len().min(left);
@@ -684,26 +717,63 @@ pub struct OpDone {
     pub waiter: Option<Waiter>,
 }
 
+/// An [`OpDone`] whose success was stamped into its entry and counted:
+/// where the entry goes.
+struct Settled {
+    report: bool,
+    cq: Option<Arc<CqShared>>,
+    cntr: Option<Arc<CounterShared>>,
+    waiter: Option<Waiter>,
+}
+
 impl OpDone {
+    /// A success: the entry gets the operation's context and flags, and
+    /// the counter moves — before the hand-over, so whoever the
+    /// completion wakes sees it moved. (A message that comes back was
+    /// counted as well: counters count completions, and it will complete
+    /// again in the receive that takes it.) Taken apart, so that what is
+    /// left is dropped field by field in place rather than by a call of
+    /// the whole `OpDone`'s drop.
+    #[inline(always)]
+    fn settle(self, entry: &mut CqEntry) -> Settled {
+        let OpDone {
+            context,
+            flags,
+            report,
+            cq,
+            cntr,
+            waiter,
+        } = self;
+        entry.context = context;
+        entry.flags |= flags;
+        if let Some(c) = &cntr {
+            c.add(1);
+        }
+        Settled {
+            report,
+            cq,
+            cntr,
+            waiter,
+        }
+    }
+
     /// The operation succeeded. For operations whose completion may be
     /// dropped unread (a send: the data went); receives use
     /// [`complete_from`](Self::complete_from).
     #[inline]
-    pub fn complete(mut self, mut entry: CqEntry) {
-        entry.context = self.context;
-        entry.flags |= self.flags;
-        if let Some(c) = &self.cntr {
-            c.add(1);
-        }
-        if let Some(w) = self.waiter.take() {
+    pub fn complete(self, mut entry: CqEntry) {
+        let Settled {
+            report, cq, waiter, ..
+        } = self.settle(&mut entry);
+        if let Some(w) = waiter {
             // Nothing to give back: what was sent stays sent.
             let _ = w.send(Finished::new(
                 Ok(entry),
                 FI_ADDR_NOTAVAIL,
                 Origin::unknown(),
             ));
-        } else if self.report {
-            if let Some(cq) = &self.cq {
+        } else if report {
+            if let Some(cq) = &cq {
                 cq.push(Ok(entry));
             }
         }
@@ -714,28 +784,22 @@ impl OpDone {
     /// uncounted, for the endpoint to hand to the next receive.
     #[must_use = "a returned message must go to the next receive"]
     #[inline]
-    pub fn complete_from(mut self, mut entry: CqEntry, src: FiAddr) -> Option<Returned> {
-        entry.context = self.context;
-        entry.flags |= self.flags;
-        // Counted before the hand-over, so whoever the completion wakes
-        // sees the counter already moved. A message that comes back was
-        // counted as well: counters count completions, and it will
-        // complete again in the receive that takes it.
-        if let Some(c) = &self.cntr {
-            c.add(1);
-        }
-        if let Some(w) = self.waiter.take() {
-            let origin = Origin {
-                cq: self.cq.take(),
-                cntr: self.cntr.take(),
-            };
+    pub fn complete_from(self, mut entry: CqEntry, src: FiAddr) -> Option<Returned> {
+        let Settled {
+            report,
+            cq,
+            cntr,
+            waiter,
+        } = self.settle(&mut entry);
+        if let Some(w) = waiter {
+            let origin = Origin { cq, cntr };
             return w
                 .send(Finished::new(Ok(entry), src, origin))
                 .err()
                 .and_then(Returned::from_finished);
         }
-        if self.report {
-            if let Some(cq) = &self.cq {
+        if report {
+            if let Some(cq) = &cq {
                 cq.push(Ok(entry));
             }
         }

@@ -233,6 +233,7 @@ pub fn release_to(req: &mut RecvReq, queues: (Option<Arc<CqShared>>, Option<Arc<
 }
 
 /// True for a posted multi-receive buffer.
+#[inline]
 pub fn is_buffer(req: &RecvReq) -> bool {
     matches!(req.multi, Some(MultiPart::Buffer(_)))
 }
@@ -244,7 +245,17 @@ pub fn is_buffer(req: &RecvReq) -> bool {
 /// nobody reads its stream any more). Called with the buffer in place in
 /// the matcher; a buffer that ends is reported by [`end`] once the
 /// matcher's lock is let go.
+#[inline]
 pub fn take(req: &mut RecvReq, info: &crate::tagmatch::MsgInfo) -> Take<RecvReq> {
+    // Every arrival asks; almost every receive is a plain one.
+    if !is_buffer(req) {
+        return Take::Whole;
+    }
+    take_part(req, info)
+}
+
+/// [`take`] of a multi-receive buffer.
+fn take_part(req: &mut RecvReq, info: &crate::tagmatch::MsgInfo) -> Take<RecvReq> {
     let Some(MultiPart::Buffer(mb)) = &mut req.multi else {
         return Take::Whole;
     };
@@ -320,7 +331,18 @@ impl After {
 /// carries `FI_MULTI_RECV` and the unused space (an empty last buffer) —
 /// or, for a cancelled buffer, is followed by the cancel's error, which
 /// `After` reports.
+#[inline]
 pub fn finishing(ep: &dyn RecvCtx, req: &mut RecvReq) -> Option<After> {
+    // Every completed receive comes here; almost all are plain ones.
+    if req.multi.is_none() {
+        ep.rx_credits().release(1);
+        return None;
+    }
+    finishing_part(ep, req)
+}
+
+/// [`finishing`] of a receive that belongs to a multi-receive buffer.
+fn finishing_part(ep: &dyn RecvCtx, req: &mut RecvReq) -> Option<After> {
     let Some(MultiPart::Piece(shared)) = req.multi.take() else {
         ep.rx_credits().release(1);
         return None;

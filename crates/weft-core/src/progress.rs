@@ -188,14 +188,23 @@ impl ProgressHooks {
 
     /// Runs every live hook once; returns the work done. Hooks whose
     /// endpoint is gone are pruned.
+    #[inline]
     pub fn drive(&self) -> usize {
-        if self.is_empty() {
-            return 0;
-        }
+        // One hook (or none: then `first` is unset or dead, and the
+        // general path below answers).
         if self.count.load(Ordering::Acquire) == 1 {
             if let Some(p) = self.first.get().and_then(Weak::upgrade) {
                 return p.progress();
             }
+        }
+        self.drive_all()
+    }
+
+    /// [`drive`](Self::drive) of several hooks, or of a lone hook that
+    /// is not the first one added.
+    fn drive_all(&self) -> usize {
+        if self.is_empty() {
+            return 0;
         }
         let mut work = 0;
         let mut dead = false;

@@ -98,6 +98,7 @@ pub fn copy_in(req: &mut RecvReq, data: &[u8]) -> usize {
 /// message larger than the buffers is a `Trunc` error with `olen` set. A
 /// whole message whose receive's future is gone goes back to `ep`. Call
 /// with no lock of the endpoint held.
+#[inline]
 pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize) {
     let piece = multi_recv::is_piece(&req);
     let after = multi_recv::finishing(ep, &mut req);

@@ -190,11 +190,15 @@ pub struct Ended(Vec<RecvReq>);
 
 impl Ended {
     /// Reports the releases. Call with no lock of the endpoint held.
+    #[inline]
     pub fn report(self, ep: &dyn RecvCtx) {
         // Almost always none: every arrival carries one of these.
-        if self.0.is_empty() {
-            return;
+        if !self.0.is_empty() {
+            self.report_all(ep);
         }
+    }
+
+    fn report_all(self, ep: &dyn RecvCtx) {
         for r in self.0 {
             multi_recv::end(ep, r, false);
         }
@@ -205,11 +209,10 @@ impl Ended {
 /// receive whole, or the part of a multi-receive buffer cut for it), or
 /// `None` to hold it. Called with the matcher locked; the buffers it
 /// ended are reported once that lock is let go.
+#[inline(always)]
 pub fn arrival<U, S>(m: &mut Matcher<RecvReq, U, S>, info: &MsgInfo) -> (Option<RecvReq>, Ended) {
     let mut ended = Vec::new();
-    let got = m
-        .match_arrival_by(info, &mut multi_recv::take, &mut ended)
-        .map(|(_, r)| r);
+    let got = m.arrival_by(info, &mut multi_recv::take, &mut ended);
     (got, Ended(ended))
 }
 

@@ -115,15 +115,22 @@ impl<U, S> UnexpectedQueue<U, S> {
 
     /// The oldest unclaimed message `spec` accepts, with its info carrying
     /// the source it matched with.
+    #[inline]
     pub(super) fn find(
         &self,
         spec: &RecvSpec,
         resolve: &dyn Fn(&S) -> FiAddr,
     ) -> Option<(u64, MsgInfo)> {
-        // Every post looks here first; mostly nothing is held.
+        // Every post looks here first; mostly nothing is held, and that
+        // look is inlined.
         if self.len() == 0 {
             return None;
         }
+        self.find_held(spec, resolve)
+    }
+
+    /// [`find`](Self::find) among held messages.
+    fn find_held(&self, spec: &RecvSpec, resolve: &dyn Fn(&S) -> FiAddr) -> Option<(u64, MsgInfo)> {
         if !spec.tagged {
             self.first_accepted(self.untagged.iter(), spec, resolve)
         } else if spec.ignore == 0 {
