@@ -344,6 +344,40 @@ impl Peer {
         r
     }
 
+    /// Writes a message of `len` bytes as one record and publishes it, if
+    /// the channel is ours, accepted, and has room now. False: nothing
+    /// written.
+    fn write_whole(&mut self, flags: u32, tag: u64, data: u64, iov: &Iov, len: usize) -> bool {
+        let (Some((c, gen)), None) = (self.chan, &self.awaiting) else {
+            return false;
+        };
+        let ours = self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
+            && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen);
+        if !ours || len > self.g.chunk() {
+            return false;
+        }
+        let Some(Some((pad, max))) = self.fit_for(&c, len) else {
+            return false;
+        };
+        if max < len {
+            return false;
+        }
+        self.tail = c.write_pad(&self.seg, self.tail, pad);
+        let h = RecHead {
+            word: K_FIRST | flags | F_LAST,
+            len: len as u32,
+            tag,
+            data,
+            total: len as u64,
+        };
+        let (at, next) = c.write_head(&self.seg, self.tail, &h);
+        crate::ring::copy_out(&self.seg, at, iov, 0, len);
+        self.tail = next;
+        c.publish(&self.seg, self.tail);
+        self.wake();
+        true
+    }
+
     /// Where the next record of up to `want` payload bytes goes:
     /// `Some(fit)` as [`Chan::fit`] says, against the head last read and,
     /// when that leaves too little room, the head read again; `None` when
@@ -633,9 +667,17 @@ impl EpShared {
         if !self.tx.try_take() {
             return reject(Error::Again, req);
         }
+        let flags = if req.tag.is_some() { F_TAGGED } else { 0 }
+            | if req.data.is_some() { F_DATA } else { 0 };
+        let plain = !req
+            .flags
+            .intersects(OpFlags::DELIVERY_COMPLETE | OpFlags::FENCE);
+        if plain && self.send_direct(&addr, proves, flags, &req, len) {
+            finish(self, (Some(req.done), len, Ok(())));
+            return Ok(());
+        }
         let o = Out {
-            flags: if req.tag.is_some() { F_TAGGED } else { 0 }
-                | if req.data.is_some() { F_DATA } else { 0 },
+            flags,
             tag: req.tag.unwrap_or(0),
             data: req.data.unwrap_or(0),
             iov: req.iov,
@@ -653,6 +695,32 @@ impl EpShared {
         };
         self.enqueue(&addr, o, None);
         Ok(())
+    }
+
+    /// A send written straight into the ring of a peer already sending
+    /// to, when nothing waits ahead of it and one record takes it: no
+    /// `Out` built and moved through the queue's path, no list of what
+    /// ended (about a fifth of a 64 B send's instructions). False: the
+    /// send takes the queue's path, which handles every other case
+    /// (a first send, a claim, a key, a full ring, a freed channel).
+    fn send_direct(
+        &self,
+        addr: &[u8],
+        proves: Option<FiAddr>,
+        flags: u32,
+        req: &SendReq,
+        len: usize,
+    ) -> bool {
+        // Below CMA's window: always copied through the ring.
+        if len >= crate::cma::CMA_MIN {
+            return false;
+        }
+        let mut peers = lock(&self.peers);
+        let Some(peer) = peers.map.get_mut(addr) else {
+            return false;
+        };
+        let ok = peer.queue.is_empty() && peer.proves == proves && peer.alive_now();
+        ok && peer.write_whole(flags, req.tag.unwrap_or(0), req.data.unwrap_or(0), &req.iov, len)
     }
 
     /// An RMA request or response of `len` bytes from `iov`, led by
