@@ -169,8 +169,14 @@ impl Chan {
             let pos = self.pos(head);
             let to_end = self.g.ring - pos;
             let mut hb = [0u8; REC_HDR];
-            let n = REC_HDR.min(to_end);
-            if !seg.read(self.ring() + pos, &mut hb[..n]) {
+            // A whole header in one fixed-size read (inlined moves, not a
+            // call of `memcpy`); only padding can start nearer the end.
+            let ok = if to_end >= REC_HDR {
+                seg.read(self.ring() + pos, &mut hb)
+            } else {
+                seg.read(self.ring() + pos, &mut hb[..to_end])
+            };
+            if !ok {
                 return Next::Corrupt;
             }
             let h = RecHead::decode(&hb);

@@ -720,7 +720,13 @@ impl EpShared {
             return false;
         };
         let ok = peer.queue.is_empty() && peer.proves == proves && peer.alive_now();
-        ok && peer.write_whole(flags, req.tag.unwrap_or(0), req.data.unwrap_or(0), &req.iov, len)
+        ok && peer.write_whole(
+            flags,
+            req.tag.unwrap_or(0),
+            req.data.unwrap_or(0),
+            &req.iov,
+            len,
+        )
     }
 
     /// An RMA request or response of `len` bytes from `iov`, led by

@@ -151,21 +151,39 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()
             }
             let total = crate::ring::check_first(h, ep.max_msg).ok_or(())?;
             let info = msg_info(ep, lc, h, total);
-            let from = lc.who.clone().ok_or(())?;
+            if lc.who.is_none() || lc.from.is_none() {
+                return Err(());
+            }
             let mut m = lock(&ep.side.matcher);
             let (got, ended) = soft_rx::arrival(&mut m, &info);
-            let sink = match got {
-                Some(req) => Sink::Recv(req),
-                None => {
-                    let r = hold_first(ep, &mut m, lc, r, info, total, from);
-                    drop(m);
-                    ended.report(ep);
-                    return r;
-                }
+            let Some(mut req) = got else {
+                let from = lc.who.clone().ok_or(())?;
+                let r = hold_first(ep, &mut m, lc, r, info, total, from);
+                drop(m);
+                ended.report(ep);
+                return r;
             };
             drop(m);
             ended.report(ep);
-            Partial { info, sink, got: 0 }
+            if last {
+                // A message of one record (any up to a quarter ring) is
+                // placed and completed here: no partial message built and
+                // moved to `finish`, no clone of the sender's names.
+                // `check_first` held it to exactly its total.
+                if !place(&ep.seg, &mut req, 0, r.payload, len) {
+                    return Err(());
+                }
+                let placed = total.min(req.capacity());
+                let known = lc.src.map(|(_, h, shown)| (h, shown));
+                let who = lc.who.as_ref().ok_or(())?;
+                complete(ep, req, info, placed, who, known);
+                return Ok(true);
+            }
+            Partial {
+                info,
+                sink: Sink::Recv(req),
+                got: 0,
+            }
         }
         K_CONT => lc.partial.take().ok_or(())?,
         K_CMA => return cma_record(ep, lc, r),
