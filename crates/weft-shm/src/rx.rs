@@ -243,6 +243,11 @@ fn drain(ep: &EpShared, c: &Chan, lc: &mut RxChan) -> (usize, Stop) {
         if n == PASS_LIMIT {
             break Stop::Limit;
         }
+        // Drained: what `next_below` would say first, without the call
+        // (a pass that took a record made it once more for this).
+        if lc.head == tail {
+            break Stop::Empty;
+        }
         let r = match c.next_below(&ep.seg, lc.head, tail) {
             Next::Empty => break Stop::Empty,
             Next::Corrupt => break Stop::Corrupt,
