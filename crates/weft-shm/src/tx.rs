@@ -257,11 +257,7 @@ impl Peer {
         let Some((c, gen)) = self.chan else {
             return Ok(false);
         };
-        // Still ours: an owner that freed the channel (it took us for
-        // dead or broken) may have given it to another sender.
-        let ours = self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
-            && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen);
-        if !ours {
+        if !self.still_ours(&c, gen) {
             self.chan = None;
             return Err(Error::ConnAborted);
         }
@@ -351,9 +347,7 @@ impl Peer {
         let (Some((c, gen)), None) = (self.chan, &self.awaiting) else {
             return false;
         };
-        let ours = self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
-            && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen);
-        if !ours || len > self.g.chunk() {
+        if !self.still_ours(&c, gen) || len > self.g.chunk() {
             return false;
         }
         let Some(Some((pad, max))) = self.fit_for(&c, len) else {
@@ -481,6 +475,14 @@ impl Peer {
         Some(true)
     }
 
+    /// Whether the claimed channel `c` (claim count `gen`) is still ours:
+    /// an owner that freed it (it took us for dead or broken) may have
+    /// given it to another sender.
+    fn still_ours(&self, c: &Chan, gen: u32) -> bool {
+        self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
+            && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen)
+    }
+
     /// Rings the receiver's doorbell if it said it sleeps.
     fn wake(&self) {
         // Pairs with the receiver's fence between announcing its sleep
@@ -598,9 +600,7 @@ impl Peer {
             // The owner freed our channel (it found a record of ours
             // broken, or a CMA read of our memory failed): what waits
             // for its head or its answers never comes.
-            let ours = self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
-                && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen);
-            if !ours {
+            if !self.still_ours(&c, gen) {
                 self.chan = None;
                 self.fail_all(Error::ConnAborted, ended);
                 return;
