@@ -706,10 +706,11 @@ impl EpShared {
         Ok(())
     }
 
-    /// A send written straight into the ring of a peer already sending
-    /// to, when nothing waits ahead of it and one record takes it: no
-    /// `Out` built and moved through the queue's path, no list of what
-    /// ended (about a fifth of a 64 B send's instructions). False: the
+    /// A send written straight into the ring of a peer already sent to,
+    /// when nothing waits ahead of it and one record takes it: no `Out`
+    /// built and moved through the queue's path, no list of what ended
+    /// (about 400 of a 64 B send's instructions, `docs/benchmarks.md`).
+    /// False: the
     /// send takes the queue's path, which handles every other case
     /// (a first send, a claim, a key, a full ring, a freed channel).
     fn send_direct(
