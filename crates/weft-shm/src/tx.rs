@@ -710,9 +710,8 @@ impl EpShared {
     /// when nothing waits ahead of it and one record takes it: no `Out`
     /// built and moved through the queue's path, no list of what ended
     /// (about 400 of a 64 B send's instructions, `docs/benchmarks.md`).
-    /// False: the
-    /// send takes the queue's path, which handles every other case
-    /// (a first send, a claim, a key, a full ring, a freed channel).
+    /// False: the send takes the queue's path, which handles every other
+    /// case (a first send, a claim, a key, a full ring, a freed channel).
     fn send_direct(
         &self,
         addr: &[u8],
