@@ -522,11 +522,10 @@ impl Peer {
             done: o.done,
             keep: o.cma.then_some(o.iov),
         });
-        if let Some((c, _)) = self.chan {
-            // The receiver rings us when it consumes.
-            self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
-        }
+        // No ask to be rung here: whoever drives us polls the head while
+        // it spins, and asks (`ask_ring`) only before it sleeps. Asked
+        // here, the receiver rang once a large message in spinning modes
+        // too (`docs/benchmarks.md`, "shm RDM").
         self.delivered(ended);
     }
 
@@ -542,14 +541,22 @@ impl Peer {
             let behind = self.tail.wrapping_sub(head);
             let passed = behind <= self.tail.wrapping_sub(d.end);
             if !passed {
-                if let Some((c, _)) = self.chan {
-                    self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
-                }
                 return;
             }
             if let Some(d) = self.delivering.pop_front() {
                 ended.push((d.done, d.len, Ok(())));
             }
+        }
+    }
+
+    /// The driver is about to sleep: if a send waits for the receiver's
+    /// head, the receiver is asked to ring us when it consumes. The
+    /// caller fences and polls once more after asking (pairing with the
+    /// receiver's fence between consuming and reading the ask), so a head
+    /// that moved before the ask was seen is found by that poll.
+    pub(crate) fn ask_ring(&self) {
+        if let (Some((c, _)), false) = (self.chan, self.delivering.is_empty()) {
+            self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
         }
     }
 
