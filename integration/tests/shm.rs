@@ -452,3 +452,66 @@ async fn a_segment_full_of_garbage_is_survived() {
         );
     }
 }
+
+/// One-record sends are written straight into the ring while it has
+/// room and nothing waits ahead of them, and queued behind the first that
+/// does not fit: rounds of sends of many sizes that overfill the ring
+/// and the unexpected budget, received only after each round is posted,
+/// arrive whole and in posting order in every progress mode.
+async fn small_sends_past_a_full_ring_in(mode: WaitMode) {
+    let per = 1500 + weft::UNEXPECTED_OVERHEAD;
+    let info = info_with(|h| h.rx_attr.total_buffered_recv = 4 * per);
+    let h = Harness::with_info(&shm(), info.clone());
+    let p = pair_of(h, &info, mode);
+    let size = |i: u64| 8 + (i as usize * 37) % 1400;
+    let (rounds, n) = (3u64, 500u64);
+    for r in 0..rounds {
+        // About 350 KB a round: more than the 256 KiB ring.
+        for i in r * n..(r + 1) * n {
+            p.a.post_send(p.b_in_a, payload(size(i), i as u8), i)
+                .unwrap();
+        }
+        // Nothing is received yet: what did not fit the ring (and the
+        // few records the budget takes) waits in the queue.
+        let mut early = Vec::new();
+        p.acq.try_read_batch(&mut early, n as usize);
+        assert!(
+            (early.len() as u64) < n,
+            "round {r}: {} sends completed before any receive",
+            early.len()
+        );
+        let mut ctx: Vec<u64> = early.into_iter().map(|e| e.unwrap().context).collect();
+        for i in r * n..(r + 1) * n {
+            let got = within("receive", p.b.recv(BytesMut::zeroed(size(i))))
+                .await
+                .unwrap();
+            assert_eq!(
+                &got.into_bytes()[..],
+                &payload(size(i), i as u8)[..],
+                "#{i}"
+            );
+        }
+        while (ctx.len() as u64) < n {
+            let e = within("send completion", next_cq(&p.acq)).await.unwrap();
+            ctx.push(e.context);
+        }
+        ctx.sort_unstable();
+        assert_eq!(ctx, (r * n..(r + 1) * n).collect::<Vec<_>>(), "round {r}");
+    }
+    assert_eq!(p.b.stats().unwrap().unexpected_bytes, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_sends_past_a_full_ring_interrupt() {
+    small_sends_past_a_full_ring_in(WaitMode::Interrupt).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_sends_past_a_full_ring_inline() {
+    small_sends_past_a_full_ring_in(WaitMode::Inline).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_sends_past_a_full_ring_busy_poll() {
+    small_sends_past_a_full_ring_in(WaitMode::BusyPoll).await;
+}

@@ -34,7 +34,10 @@ struct Pair {
 }
 
 fn pair(mode: WaitMode) -> Pair {
-    let h = harness();
+    pair_of(harness(), mode)
+}
+
+fn pair_of(h: Harness, mode: WaitMode) -> Pair {
     let (aav, bav) = (h.av(), h.av());
     let (a, acq) = enabled_endpoint(&h.domain, &h.info, &aav, mode);
     let (b, bcq) = enabled_endpoint(&h.domain, &h.info, &bav, mode);
@@ -276,4 +279,66 @@ async fn a_killed_cma_sender_fails_the_receive() {
         Err(e) => assert_eq!(e.err, Error::ConnAborted),
     }
     assert_eq!(b.stats().unwrap().conns, 0, "the channel is free again");
+}
+
+/// `a`'s channel in `b`'s segment (the only one claimed): its word `off`.
+fn chan_word(b: &weft::Endpoint, off: usize) -> Option<u32> {
+    let name = String::from_utf8(b.local_addr().unwrap()).unwrap();
+    let seg_name = weft_shm::name::seg_name(name.trim_start_matches("fi_shm://"));
+    let g = Geometry::OURS;
+    let seg = weft_shm::segment::Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap();
+    (0..g.channels)
+        .map(|i| weft_shm::ring::Chan { g, i })
+        .find(|c| seg.load32(c.ctl(C_STATE), std::sync::atomic::Ordering::Acquire) == Some(ACTIVE))
+        .and_then(|c| seg.load32(c.ctl(off), std::sync::atomic::Ordering::Acquire))
+}
+
+/// A CMA send waits for its receiver to read it; past the receiver's
+/// unexpected budget, until a receive is posted. A sender whose driver
+/// sleeps (interrupt and inline modes, nobody awaiting) asks to be rung
+/// before it sleeps, and is rung once the late receive reads the
+/// message; a busy-poll sender, whose thread never sleeps, never asks
+/// (the receiver's `write` per large message in spinning modes, counted
+/// in `docs/benchmarks.md`). Every send completes and arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_cma_send_asks_to_be_rung_only_when_its_driver_sleeps() {
+    if cma::mode() == Mode::Denied {
+        eprintln!("skipped: CMA denied here (sends take the ring and end at once)");
+        return;
+    }
+    for mode in [WaitMode::Interrupt, WaitMode::Inline, WaitMode::BusyPoll] {
+        let mut info = harness().info.clone();
+        info.rx_attr.total_buffered_recv = 1000;
+        let p = pair_of(Harness::with_info(&Provider::named("shm"), info), mode);
+        // The channel claimed and its CMA probe read first: a first send
+        // to a peer takes the ring.
+        p.a.post_send(p.b_in_a, payload(8, 9), 9).unwrap();
+        within("first", p.b.recv(BytesMut::zeroed(8)))
+            .await
+            .unwrap();
+        within("first send", next_cq(&p.acq)).await.unwrap();
+        for round in 0..3u8 {
+            let msg = payload(CMA_MIN * 2, round);
+            p.a.post_send(p.b_in_a, msg.clone(), u64::from(round))
+                .unwrap();
+            if mode == WaitMode::BusyPoll {
+                tokio::time::sleep(weft_integration::QUIET).await;
+                assert_eq!(chan_word(&p.b, C_TX_WAIT), Some(0), "{mode:?}: never asks");
+            } else {
+                let start = Instant::now();
+                while chan_word(&p.b, C_TX_WAIT) != Some(1) {
+                    assert!(start.elapsed() < TIMEOUT, "{mode:?}: asked before sleeping");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+            // The sender is not rung while undelivered: nothing ends.
+            let got = within("late receive", p.b.recv(BytesMut::zeroed(CMA_MIN * 2)))
+                .await
+                .unwrap();
+            assert!(got.into_bytes()[..] == msg[..], "{mode:?} #{round} whole");
+            let s = within("send", next_cq(&p.acq)).await.unwrap();
+            assert_eq!(s.context, u64::from(round), "{mode:?}");
+        }
+        assert_eq!(direct(&p.b), 3, "{mode:?}: each went direct");
+    }
 }

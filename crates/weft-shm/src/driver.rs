@@ -5,7 +5,10 @@
 //!
 //! Senders ring the doorbell only when the task said it sleeps (the
 //! segment header's `sleeping` word): while both sides spin, no message
-//! costs a system call.
+//! costs a system call. Likewise a send waiting for delivery (a CMA
+//! send) asks its receiver to ring it only when the task is about to
+//! sleep (`EpShared::ask_rings`), never in busy-poll mode, whose thread
+//! does not sleep.
 
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -127,8 +130,12 @@ async fn run(ep: Arc<EpShared>) {
             continue;
         }
         set_sleeping(&ep, true);
+        ep.ask_rings();
         // Pairs with the sender's fence between publishing and reading
         // `sleeping`: either it sees us asleep, or we see its record.
+        // Likewise with a receiver's fence between consuming and reading
+        // our ask to be rung: either it rings, or this pass sees the
+        // delivery.
         fence(Ordering::SeqCst);
         if poll_once(&ep, clock_ns(), true) > 0 {
             set_sleeping(&ep, false);

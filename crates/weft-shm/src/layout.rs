@@ -136,6 +136,7 @@ pub const RING: usize = 256 << 10;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
     pub channels: usize,
+    /// Bytes of each ring: a power of two (`check`; the ring masks with it).
     pub ring: usize,
 }
 

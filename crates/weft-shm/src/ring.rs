@@ -131,6 +131,13 @@ impl Chan {
         self.g.ring_at(self.i)
     }
 
+    /// Where position `at` falls in the ring. A mask, not `%`: the ring
+    /// size is a power of two (`Geometry::check`), and a division by a
+    /// size known only at run time took a `div` several times a message.
+    fn pos(&self, at: u64) -> usize {
+        (at & (self.g.ring as u64 - 1)) as usize
+    }
+
     /// The producer's published tail.
     pub fn tail(&self, seg: &Segment) -> u64 {
         seg.load64(self.ctl(C_TAIL), Acquire).unwrap_or(0)
@@ -159,11 +166,17 @@ impl Chan {
             if avail > r || head % 8 != 0 || avail % 8 != 0 {
                 return Next::Corrupt;
             }
-            let pos = (head % r) as usize;
+            let pos = self.pos(head);
             let to_end = self.g.ring - pos;
             let mut hb = [0u8; REC_HDR];
-            let n = REC_HDR.min(to_end);
-            if !seg.read(self.ring() + pos, &mut hb[..n]) {
+            // A whole header in one fixed-size read (inlined moves, not a
+            // call of `memcpy`); only padding can start nearer the end.
+            let ok = if to_end >= REC_HDR {
+                seg.read(self.ring() + pos, &mut hb)
+            } else {
+                seg.read(self.ring() + pos, &mut hb[..to_end])
+            };
+            if !ok {
                 return Next::Corrupt;
             }
             let h = RecHead::decode(&hb);
@@ -230,7 +243,7 @@ impl Chan {
     /// `free` bytes free: `(pad, max payload)` where `pad` bytes of
     /// padding go first. `None`: no room now.
     pub fn fit(&self, tail: u64, free: usize) -> Option<(usize, usize)> {
-        let pos = (tail % self.g.ring as u64) as usize;
+        let pos = self.pos(tail);
         let to_end = self.g.ring - pos;
         // A record starts where its header fits with some payload;
         // otherwise the end of the ring is padding.
@@ -252,7 +265,7 @@ impl Chan {
         if pad == 0 {
             return tail;
         }
-        let pos = (tail % self.g.ring as u64) as usize;
+        let pos = self.pos(tail);
         let h = RecHead {
             word: K_PAD,
             ..RecHead::default()
@@ -267,7 +280,7 @@ impl Chan {
     /// tail after the record). The caller checked the room with
     /// [`fit`](Self::fit).
     pub fn write_head(&self, seg: &Segment, tail: u64, h: &RecHead) -> (usize, u64) {
-        let pos = (tail % self.g.ring as u64) as usize;
+        let pos = self.pos(tail);
         seg.write(self.ring() + pos, &h.encode());
         (
             self.ring() + pos + REC_HDR,

@@ -190,6 +190,7 @@ impl Segment {
 
     /// Copies `out.len()` bytes from `off`; false (nothing copied) when
     /// the range leaves the mapping.
+    #[inline]
     pub fn read(&self, off: usize, out: &mut [u8]) -> bool {
         if !self.within(off, out.len()) {
             return false;

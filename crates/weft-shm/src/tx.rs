@@ -257,11 +257,7 @@ impl Peer {
         let Some((c, gen)) = self.chan else {
             return Ok(false);
         };
-        // Still ours: an owner that freed the channel (it took us for
-        // dead or broken) may have given it to another sender.
-        let ours = self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
-            && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen);
-        if !ours {
+        if !self.still_ours(&c, gen) {
             self.chan = None;
             return Err(Error::ConnAborted);
         }
@@ -342,6 +338,44 @@ impl Peer {
             self.wake();
         }
         r
+    }
+
+    /// Writes a message of `len` bytes as one record and publishes it, if
+    /// the channel is ours, accepted, and has room now. False: nothing
+    /// written.
+    fn write_whole(&mut self, flags: u32, tag: u64, data: u64, iov: &Iov, len: usize) -> bool {
+        let (Some((c, gen)), None) = (self.chan, &self.awaiting) else {
+            return false;
+        };
+        if !self.still_ours(&c, gen) || len > self.g.chunk() {
+            return false;
+        }
+        let Some(Some((pad, max))) = self.fit_for(&c, len) else {
+            return false;
+        };
+        if max < len {
+            return false;
+        }
+        self.tail = c.write_pad(&self.seg, self.tail, pad);
+        let h = RecHead {
+            word: K_FIRST | flags | F_LAST,
+            len: len as u32,
+            tag,
+            data,
+            total: len as u64,
+        };
+        let (at, next) = c.write_head(&self.seg, self.tail, &h);
+        match iov.as_slice() {
+            // One buffer, `len` its length: one copy, no walk of a list.
+            [b] => {
+                self.seg.write(at, b);
+            }
+            _ => crate::ring::copy_out(&self.seg, at, iov, 0, len),
+        }
+        self.tail = next;
+        c.publish(&self.seg, self.tail);
+        self.wake();
+        true
     }
 
     /// Where the next record of up to `want` payload bytes goes:
@@ -441,6 +475,14 @@ impl Peer {
         Some(true)
     }
 
+    /// Whether the claimed channel `c` (claim count `gen`) is still ours:
+    /// an owner that freed it (it took us for dead or broken) may have
+    /// given it to another sender.
+    fn still_ours(&self, c: &Chan, gen: u32) -> bool {
+        self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
+            && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen)
+    }
+
     /// Rings the receiver's doorbell if it said it sleeps.
     fn wake(&self) {
         // Pairs with the receiver's fence between announcing its sleep
@@ -480,11 +522,10 @@ impl Peer {
             done: o.done,
             keep: o.cma.then_some(o.iov),
         });
-        if let Some((c, _)) = self.chan {
-            // The receiver rings us when it consumes.
-            self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
-        }
+        // No ask to be rung here: whoever drives us polls the head while
+        // it spins, and asks (`ask_ring`) only before it sleeps. Asked
+        // here, the receiver rang once a large message in spinning modes
+        // too (`docs/benchmarks.md`, "shm RDM").
         self.delivered(ended);
     }
 
@@ -500,14 +541,22 @@ impl Peer {
             let behind = self.tail.wrapping_sub(head);
             let passed = behind <= self.tail.wrapping_sub(d.end);
             if !passed {
-                if let Some((c, _)) = self.chan {
-                    self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
-                }
                 return;
             }
             if let Some(d) = self.delivering.pop_front() {
                 ended.push((d.done, d.len, Ok(())));
             }
+        }
+    }
+
+    /// The driver is about to sleep: if a send waits for the receiver's
+    /// head, the receiver is asked to ring us when it consumes. The
+    /// caller fences and polls once more after asking (pairing with the
+    /// receiver's fence between consuming and reading the ask), so a head
+    /// that moved before the ask was seen is found by that poll.
+    pub(crate) fn ask_ring(&self) {
+        if let (Some((c, _)), false) = (self.chan, self.delivering.is_empty()) {
+            self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
         }
     }
 
@@ -558,9 +607,7 @@ impl Peer {
             // The owner freed our channel (it found a record of ours
             // broken, or a CMA read of our memory failed): what waits
             // for its head or its answers never comes.
-            let ours = self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
-                && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen);
-            if !ours {
+            if !self.still_ours(&c, gen) {
                 self.chan = None;
                 self.fail_all(Error::ConnAborted, ended);
                 return;
@@ -617,6 +664,9 @@ impl EpShared {
     /// buffers `Inval`, an address not in the AV `AddrNotAvail`, a full
     /// queue `Again`. A peer that cannot be reached fails the send's
     /// completion (`ConnRefused`).
+    // Inlined into the endpoint's `post_send`: called, the request (a
+    // few hundred bytes) was copied once more on every send.
+    #[inline]
     pub fn send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         let len = req.len();
         let reject = |err, req| Err(Rejected { err, req });
@@ -633,9 +683,17 @@ impl EpShared {
         if !self.tx.try_take() {
             return reject(Error::Again, req);
         }
+        let flags = if req.tag.is_some() { F_TAGGED } else { 0 }
+            | if req.data.is_some() { F_DATA } else { 0 };
+        let plain = !req
+            .flags
+            .intersects(OpFlags::DELIVERY_COMPLETE | OpFlags::FENCE);
+        if plain && self.send_direct(&addr, proves, flags, &req, len) {
+            finish(self, (Some(req.done), len, Ok(())));
+            return Ok(());
+        }
         let o = Out {
-            flags: if req.tag.is_some() { F_TAGGED } else { 0 }
-                | if req.data.is_some() { F_DATA } else { 0 },
+            flags,
             tag: req.tag.unwrap_or(0),
             data: req.data.unwrap_or(0),
             iov: req.iov,
@@ -653,6 +711,38 @@ impl EpShared {
         };
         self.enqueue(&addr, o, None);
         Ok(())
+    }
+
+    /// A send written straight into the ring of a peer already sent to,
+    /// when nothing waits ahead of it and one record takes it: no `Out`
+    /// built and moved through the queue's path, no list of what ended
+    /// (about 400 of a 64 B send's instructions, `docs/benchmarks.md`).
+    /// False: the send takes the queue's path, which handles every other
+    /// case (a first send, a claim, a key, a full ring, a freed channel).
+    fn send_direct(
+        &self,
+        addr: &[u8],
+        proves: Option<FiAddr>,
+        flags: u32,
+        req: &SendReq,
+        len: usize,
+    ) -> bool {
+        // Below CMA's window: always copied through the ring.
+        if len >= crate::cma::CMA_MIN {
+            return false;
+        }
+        let mut peers = lock(&self.peers);
+        let Some(peer) = peers.map.get_mut(addr) else {
+            return false;
+        };
+        let ok = peer.queue.is_empty() && peer.proves == proves && peer.alive_now();
+        ok && peer.write_whole(
+            flags,
+            req.tag.unwrap_or(0),
+            req.data.unwrap_or(0),
+            &req.iov,
+            len,
+        )
     }
 
     /// An RMA request or response of `len` bytes from `iov`, led by

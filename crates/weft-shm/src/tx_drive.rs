@@ -64,6 +64,17 @@ impl EpShared {
         n
     }
 
+    /// The driver is about to sleep: every peer with a send waiting for
+    /// delivery asks its receiver to ring us (`Peer::ask_ring`).
+    pub fn ask_rings(&self) {
+        if !self.tx_pending.load(Ordering::Acquire) {
+            return;
+        }
+        for (_, p) in lock(&self.peers).map.iter_mut() {
+            p.ask_ring();
+        }
+    }
+
     /// Fails what waits for peers whose process is gone and forgets them
     /// (removing their segments); returns the sends failed.
     pub fn sweep_peers(&self) -> usize {

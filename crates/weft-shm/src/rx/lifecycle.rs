@@ -1,0 +1,142 @@
+//! A channel's life as its receiver sees it: a sender's claim read
+//! (its name, its key proof, whether we can read its memory), whether
+//! that sender still runs, and the channel freed for the next one.
+
+use std::sync::atomic::Ordering;
+
+use weft_core::recv_completion::fail_recv;
+use weft_core::soft_srx::SrxEp;
+use weft_core::sync::lock;
+use weft_core::Error;
+
+use super::message::Sink;
+use super::RxChan;
+use crate::endpoint::EpShared;
+use crate::layout::*;
+use crate::ring::Chan;
+
+/// Whether the process that claimed the channel still runs: by its pid,
+/// or, where that pid means nothing here (another pid namespace), by the
+/// lock it holds on its own segment, named by the address it claimed
+/// with.
+pub(super) fn sender_alive(ep: &EpShared, c: &Chan, lc: &RxChan) -> bool {
+    let pid = ep.seg.load32(c.ctl(C_PID), Ordering::Acquire).unwrap_or(0);
+    let start = ep
+        .seg
+        .load64(c.ctl(C_START), Ordering::Acquire)
+        .unwrap_or(0);
+    if crate::live::alive(pid, start) {
+        return true;
+    }
+    lc.from
+        .as_deref()
+        .and_then(|a| crate::name::parse(a).ok())
+        .is_some_and(|n| crate::live::held(n) == Some(true))
+}
+
+/// A sender claimed the channel: reads its name. False when the name is
+/// not one.
+pub(super) fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
+    if lc.active.is_some() || lc.partial.is_some() {
+        // A new claim without our freeing the old one: broken sender.
+        return false;
+    }
+    let len = ep
+        .seg
+        .load32(c.ctl(C_NAME_LEN), Ordering::Acquire)
+        .unwrap_or(0) as usize;
+    if len > NAME_MAX {
+        return false;
+    }
+    let mut b = [0u8; NAME_MAX];
+    if !ep.seg.read(c.ctl(C_NAME), &mut b[..len]) || !crate::name::valid(&b[..len]) {
+        return false;
+    }
+    let Ok(name) = std::str::from_utf8(&b[..len]) else {
+        return false;
+    };
+    let proven = crate::keyproof::judge(&ep.seg, c, &ep.keys, lc.nonce, &ep.name, name, gen);
+    let accepted = proven.is_some();
+    // Handles are below MAX_AV_AUTH_KEYS (256).
+    let key = proven.flatten().and_then(|h| u16::try_from(h).ok());
+    let from = crate::name::addr(name);
+    // A refused sender's memory is not probed: nothing of it is read.
+    let cma_pid = accepted.then(|| cma_probe(ep, c)).flatten();
+    let word = if cma_pid.is_some() { CMA_OK } else { CMA_NO };
+    ep.seg.store32(c.ctl(C_CMA), word, Ordering::Release);
+    *lc = RxChan {
+        active: Some(gen),
+        head: 0,
+        who: Some(crate::keys::ident(&from, key)),
+        key,
+        from: Some(from.into()),
+        src: None,
+        partial: None,
+        bell: crate::bell::open_remote(name),
+        claim_seen: None,
+        cma_pid,
+        nonce: lc.nonce,
+        refused: u8::from(!accepted),
+    };
+    if !accepted {
+        ep.key_refused(&crate::name::addr(name));
+    }
+    // A sender waiting for the verdict asked to be rung.
+    if ep.seg.swap32(c.ctl(C_TX_WAIT), 0) == Some(1) {
+        if let Some(b) = &lc.bell {
+            crate::bell::ring(b);
+        }
+    }
+    true
+}
+
+/// The sender's pid if we can read its memory: its probe word, at the
+/// address it announced, holds the magic.
+fn cma_probe(ep: &EpShared, c: &Chan) -> Option<u32> {
+    if crate::cma::mode() == crate::cma::Mode::Denied {
+        return None;
+    }
+    let pid = ep.seg.load32(c.ctl(C_PID), Ordering::Acquire)?;
+    let addr = ep.seg.load64(c.ctl(C_CMA_PROBE), Ordering::Acquire)?;
+    (addr != 0 && crate::cma::probe(pid, addr)).then_some(pid)
+}
+
+/// Frees a channel for the next sender: a message it had begun fails
+/// its receive; `broken` counts it as malformed.
+pub(super) fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
+    if let Some(p) = lc.partial.take() {
+        match p.sink {
+            Sink::Recv(mut req) => {
+                ep.report_here(&mut req);
+                let placed = p.got.min(req.capacity());
+                fail_recv(ep, req, p.info, placed, Error::ConnAborted);
+            }
+            Sink::Answer(pending) => {
+                pending.fail(ep, Error::ConnAborted);
+                if let Some(from) = &lc.from {
+                    lock(&ep.peers).set_answering(from, false);
+                }
+            }
+            Sink::Buf(..) | Sink::Write(_) | Sink::Atomic(_) => {}
+        }
+    }
+    if broken {
+        ep.malformed.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            channel = c.i,
+            "shm: channel broke the layout's rules; freed"
+        );
+    }
+    *lc = RxChan::default();
+    if ep.keys.keyed() {
+        // A fresh nonce for the next claim: an old proof is worth nothing.
+        lc.nonce = crate::keyproof::publish_nonce(&ep.seg, c);
+    }
+    use Ordering::Release;
+    ep.seg.store64(c.ctl(C_HEAD), 0, Release);
+    ep.seg.store64(c.ctl(C_TAIL), 0, Release);
+    ep.seg.store32(c.ctl(C_TX_WAIT), 0, Release);
+    ep.seg.store32(c.ctl(C_CMA), CMA_UNKNOWN, Release);
+    ep.seg.store32(c.ctl(C_AUTH), AUTH_UNKNOWN, Release);
+    ep.seg.store32(c.ctl(C_STATE), FREE, Release);
+}

@@ -1,0 +1,313 @@
+//! Messages off the ring: a record matched to a posted receive and
+//! placed into its buffers, or held within the unexpected budget, and
+//! the message completed once its last record is in.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
+use weft_core::av::shared::lock_synced;
+use weft_core::limits::UNEXPECTED_OVERHEAD;
+use weft_core::provider::RecvReq;
+use weft_core::recv_completion::RecvCtx as _;
+use weft_core::soft_rx::{self, Charge};
+use weft_core::soft_srx::SrxEp;
+use weft_core::sync::lock;
+use weft_core::tagmatch::MsgInfo;
+
+use super::cma_in::cma_record;
+use super::rma_in::rma_record;
+use super::{Held, RxChan};
+use crate::endpoint::EpShared;
+use crate::layout::*;
+use crate::ring::Rec;
+use crate::rx_done::complete;
+use crate::segment::Segment;
+
+/// Where a message being received goes.
+#[derive(Debug)]
+pub(super) enum Sink {
+    /// A posted receive took it at its first record.
+    Recv(RecvReq),
+    /// No receive yet: buffered, charged.
+    Buf(BytesMut, Charge),
+    /// An RMA write at the target: into a region, or read past.
+    Write(crate::rma::WriteIn),
+    /// A read's answer at the initiator.
+    Answer(crate::rma::Pending),
+    /// An atomic's arrays at the target.
+    Atomic(crate::atomic::AtomicIn),
+}
+
+/// What a partial RMA transfer of `total` bytes shares with a message:
+/// its length (the rest is unused).
+pub(super) fn rma_info(total: usize) -> MsgInfo {
+    MsgInfo {
+        key: None,
+        src: FI_ADDR_NOTAVAIL,
+        tagged: false,
+        tag: 0,
+        len: total,
+        data: None,
+    }
+}
+
+/// A message whose records are still arriving.
+#[derive(Debug)]
+pub(super) struct Partial {
+    pub(super) info: MsgInfo,
+    pub(super) sink: Sink,
+    /// Bytes of it read so far.
+    pub(super) got: usize,
+}
+
+/// The AV handle of the channel's sender, looked up again only after the
+/// AV changed.
+fn source(ep: &EpShared, lc: &mut RxChan) -> FiAddr {
+    let (Some(av), Some(who)) = (&ep.cfg.av, &lc.who) else {
+        return FI_ADDR_NOTAVAIL;
+    };
+    let v = lock_synced(av).version();
+    if let Some((cv, h, _)) = lc.src {
+        if cv == v {
+            return h;
+        }
+    }
+    let h = ep.resolve_src(who);
+    let shown = if h == FI_ADDR_NOTAVAIL {
+        FI_ADDR_NOTAVAIL
+    } else {
+        ep.reported_addr(h)
+    };
+    lc.src = Some((v, h, shown));
+    h
+}
+
+/// What the matcher knows of a message of `total` bytes whose first
+/// (or only) record has header `h`.
+pub(super) fn msg_info(
+    ep: &EpShared,
+    lc: &mut RxChan,
+    h: &crate::ring::RecHead,
+    total: usize,
+) -> MsgInfo {
+    let tagged = h.has(F_TAGGED);
+    MsgInfo {
+        key: lc.key,
+        src: source(ep, lc),
+        tagged,
+        tag: if tagged { h.tag } else { 0 },
+        len: total,
+        data: h.has(F_DATA).then_some(h.data),
+    }
+}
+
+/// Copies `n` bytes at segment offset `off` into the receive's buffers at
+/// message offset `at`, as far as they reach. True unless the segment
+/// refused the range (it cannot: the ring checked it).
+fn place(seg: &Segment, req: &mut RecvReq, at: usize, off: usize, n: usize) -> bool {
+    place_into(seg, &mut req.bufs, at, off, n)
+}
+
+/// Copies `n` bytes at segment offset `off` into `bufs` at offset `at`
+/// of their concatenation, as far as they reach. False when the segment
+/// refused a range.
+pub fn place_into(
+    seg: &Segment,
+    bufs: &mut [BytesMut],
+    mut at: usize,
+    mut off: usize,
+    mut n: usize,
+) -> bool {
+    for b in bufs.iter_mut() {
+        if n == 0 {
+            break;
+        }
+        if at >= b.len() {
+            at -= b.len();
+            continue;
+        }
+        let k = (b.len() - at).min(n);
+        if !seg.read(off, &mut b[at..at + k]) {
+            return false;
+        }
+        at = 0;
+        off += k;
+        n -= k;
+    }
+    true
+}
+
+/// Handles one record. `Ok(false)`: it must wait (budget or receive);
+/// `Err`: the sender broke the rules.
+pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
+    let h = &r.head;
+    let len = h.len as usize;
+    let last = h.has(F_LAST);
+    let mut p = match h.kind() {
+        K_FIRST => {
+            if lc.partial.is_some() {
+                return Err(());
+            }
+            let total = crate::ring::check_first(h, ep.max_msg).ok_or(())?;
+            let info = msg_info(ep, lc, h, total);
+            if lc.who.is_none() || lc.from.is_none() {
+                return Err(());
+            }
+            let mut m = lock(&ep.side.matcher);
+            let (got, ended) = soft_rx::arrival(&mut m, &info);
+            let Some(mut req) = got else {
+                let from = lc.who.clone().ok_or(())?;
+                let r = hold_first(ep, &mut m, lc, r, info, total, from);
+                drop(m);
+                ended.report(ep);
+                return r;
+            };
+            drop(m);
+            ended.report(ep);
+            if last {
+                // A message of one record (any up to a quarter ring) is
+                // placed and completed here: no partial message built and
+                // moved to `finish`, no clone of the sender's names.
+                // `check_first` held it to exactly its total.
+                if !place(&ep.seg, &mut req, 0, r.payload, len) {
+                    return Err(());
+                }
+                let placed = total.min(req.capacity());
+                let known = lc.src.map(|(_, h, shown)| (h, shown));
+                let who = lc.who.as_ref().ok_or(())?;
+                complete(ep, req, info, placed, who, known);
+                return Ok(true);
+            }
+            Partial {
+                info,
+                sink: Sink::Recv(req),
+                got: 0,
+            }
+        }
+        K_CONT => lc.partial.take().ok_or(())?,
+        K_CMA => return cma_record(ep, lc, r),
+        K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC | K_RMA_WD | K_RMA_RD => {
+            return rma_record(ep, lc, r)
+        }
+        _ => return Err(()),
+    };
+    let now = crate::ring::check_next(h, p.got, p.info.len).ok_or(())?;
+    match &mut p.sink {
+        Sink::Recv(req) => {
+            if !place(&ep.seg, req, p.got, r.payload, len) {
+                return Err(());
+            }
+        }
+        Sink::Buf(b, _) => {
+            let at = b.len();
+            b.resize(at + len, 0);
+            if !ep.seg.read(r.payload, &mut b[at..]) {
+                return Err(());
+            }
+        }
+        Sink::Write(w) => {
+            if !crate::rma::write_feed(ep, w, p.got, r.payload, len) {
+                return Err(());
+            }
+        }
+        Sink::Answer(pending) => {
+            if !pending.place(&ep.seg, r.payload, len) {
+                return Err(());
+            }
+        }
+        Sink::Atomic(a) => {
+            if !crate::atomic::feed(ep, a, r.payload, len) {
+                return Err(());
+            }
+        }
+    }
+    p.got = now;
+    if !last {
+        lc.partial = Some(p);
+        return Ok(true);
+    }
+    let (from, who) = (lc.from.clone().ok_or(())?, lc.who.clone().ok_or(())?);
+    let known = lc.src.map(|(_, h, shown)| (h, shown));
+    finish(ep, p, from, who, known);
+    Ok(true)
+}
+
+/// The first record of a message no receive takes: held (whole, or
+/// begun as a partial message) within the budget. `Ok(false)`: it waits
+/// for budget or a receive. Called with the matcher locked, so a receive
+/// posted meanwhile cannot miss it.
+fn hold_first(
+    ep: &EpShared,
+    m: &mut crate::endpoint::ShmMatcher,
+    lc: &mut RxChan,
+    r: &Rec,
+    info: MsgInfo,
+    total: usize,
+    from: Arc<[u8]>,
+) -> Result<bool, ()> {
+    let len = r.head.len as usize;
+    let charge = UNEXPECTED_OVERHEAD.saturating_add(total);
+    let Some(c) = Charge::try_new(&ep.side.unexp, charge, ep.side.limit) else {
+        return Ok(false);
+    };
+    let mut b = BytesMut::zeroed(len);
+    if !ep.seg.read(r.payload, &mut b) {
+        return Err(());
+    }
+    if r.head.has(F_LAST) {
+        let held = Held::new(ep, b, from.clone(), c);
+        m.push_unexpected(ep.sender(from), info, held);
+        return Ok(true);
+    }
+    b.reserve(total - len);
+    lc.partial = Some(Partial {
+        info,
+        sink: Sink::Buf(b, c),
+        got: len,
+    });
+    Ok(true)
+}
+
+/// A message whose last record arrived on the channel of the sender at
+/// `from`, `who` as messages name it (`keys::ident`).
+/// `known`: the channel's sender as an AV handle and the source its
+/// completions report, looked up with the message's first record.
+fn finish(
+    ep: &EpShared,
+    p: Partial,
+    from: Arc<[u8]>,
+    who: Arc<[u8]>,
+    known: Option<(FiAddr, FiAddr)>,
+) {
+    match p.sink {
+        Sink::Write(w) => crate::rma::write_end(ep, w, p.info.len, &who),
+        Sink::Answer(pending) => {
+            pending.complete(ep);
+            // A fence waiting for it may go now (the next flush).
+            lock(&ep.peers).set_answering(&from, false);
+        }
+        Sink::Atomic(a) => crate::atomic::end(ep, a, &who),
+        Sink::Recv(req) => {
+            let placed = p.info.len.min(req.capacity());
+            complete(ep, req, p.info, placed, &who, known);
+        }
+        Sink::Buf(data, charge) => {
+            let mut m = lock(&ep.side.matcher);
+            // A receive posted while the records arrived takes it now.
+            let (got, ended) = soft_rx::arrival(&mut m, &p.info);
+            if let Some(mut req) = got {
+                drop(m);
+                ended.report(ep);
+                let placed = weft_core::recv_completion::copy_in(&mut req, &data);
+                drop(charge);
+                complete(ep, req, p.info, placed, &who, known);
+            } else {
+                let held = Held::new(ep, data, who.clone(), charge);
+                m.push_unexpected(ep.sender(who), p.info, held);
+                drop(m);
+                ended.report(ep);
+            }
+        }
+    }
+}
