@@ -9,12 +9,23 @@
 //! before sleeping. A completion that lands between the last poll and the
 //! re-arm is found by the poll that follows the re-arm.
 //!
+//! In inline mode the CQ is left unarmed while a waiter spins on it
+//! (`stand_aside`): the waiter finds every completion itself, and an armed
+//! CQ would only add a completion event per message — the reactor's
+//! `epoll_wait`, a `read` of the channel and a re-arming `ioctl`, on the
+//! core the spinner or the peer needs. Once the waiter sleeps (`idle`) or
+//! stops polling (its hold lapses), the driver re-arms and polls again,
+//! so a completion that landed in between is found by that poll.
+//!
 //! Polling and dispatch happen under one lock, so completions reach the
 //! endpoint in the order the CQ gave them whoever polls.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::runtime::Handle;
+use tokio::sync::Notify;
 use weft_core::completion::WaitMode;
 use weft_core::progress::{Progress, SpinHold};
 use weft_core::sync::lock;
@@ -36,8 +47,11 @@ pub struct CqPoller {
     cq: Arc<Cq>,
     buf: Mutex<Vec<WorkCompletion>>,
     sink: Weak<dyn CqSink>,
-    /// Busy-poll: the spinning thread parks while a waiter polls.
+    /// Busy-poll: the spinning thread parks while a waiter polls. Inline:
+    /// the CQ stays unarmed while a waiter polls.
     hold: SpinHold,
+    /// Inline: told when the waiter stops spinning and sleeps.
+    waiter_idle: Notify,
 }
 
 impl std::fmt::Debug for CqPoller {
@@ -84,16 +98,25 @@ impl CqPoller {
 /// The slot through which inline waiters find the CQ once it exists.
 pub type PollerSlot = Arc<Mutex<Option<Arc<CqPoller>>>>;
 
+/// Inline passes between two clock reads for the hold: far fewer than a
+/// hold lasts (a pass is a CQ poll, the hold a millisecond).
+const CLOCK_EVERY: u32 = 8;
+
 /// Inline progress of a verbs endpoint: one poll of its CQ.
 #[derive(Debug)]
 pub struct InlinePoll {
     slot: PollerSlot,
+    /// Passes since the hold was last taken.
+    passes: AtomicU32,
 }
 
 impl InlinePoll {
     /// Polls whatever CQ `slot` holds.
     pub fn new(slot: PollerSlot) -> InlinePoll {
-        InlinePoll { slot }
+        InlinePoll {
+            slot,
+            passes: AtomicU32::new(0),
+        }
     }
 }
 
@@ -101,15 +124,46 @@ impl Progress for InlinePoll {
     fn progress(&self) -> usize {
         let p = lock(&self.slot).clone();
         p.and_then(|p| {
-            p.hold.waiter_active();
+            // The hold is taken again once in CLOCK_EVERY passes: a clock
+            // read per pass was a tenth of the inline path's instructions.
+            let k = self.passes.fetch_add(1, Ordering::Relaxed);
+            if k % CLOCK_EVERY == 0 {
+                p.hold.waiter_active();
+            }
             p.drain(false)
         })
         .unwrap_or(0)
     }
 
     fn idle(&self) {
+        // The next pass takes the hold again.
+        self.passes.store(0, Ordering::Relaxed);
         if let Some(p) = lock(&self.slot).as_ref() {
             p.hold.waiter_idle();
+            p.waiter_idle.notify_waiters();
+        }
+    }
+}
+
+/// Inline: returns once no waiter spins on `p`'s CQ (it went to sleep or
+/// its hold lapsed), so that the driver re-arms the CQ only then.
+async fn stand_aside(p: &CqPoller) {
+    loop {
+        let left = p.hold.remaining_ns();
+        if left == 0 {
+            return;
+        }
+        let idle = p.waiter_idle.notified();
+        tokio::pin!(idle);
+        // Registered before the hold is read again: a waiter that goes
+        // idle in between is not missed.
+        idle.as_mut().enable();
+        if p.hold.remaining_ns() == 0 {
+            return;
+        }
+        tokio::select! {
+            _ = idle => {}
+            _ = tokio::time::sleep(Duration::from_nanos(left)) => {}
         }
     }
 }
@@ -119,6 +173,7 @@ impl Progress for InlinePoll {
 pub fn stop(slot: &PollerSlot) {
     if let Some(p) = lock(slot).take() {
         p.hold.waiter_idle();
+        p.waiter_idle.notify_waiters();
     }
 }
 
@@ -140,6 +195,7 @@ pub fn start<S: CqSink + 'static>(
         buf: Mutex::new(Vec::with_capacity(BATCH)),
         sink,
         hold: SpinHold::default(),
+        waiter_idle: Notify::new(),
     });
     *lock(slot) = Some(poller.clone());
     if wait == WaitMode::BusyPoll {
@@ -172,8 +228,17 @@ pub fn start<S: CqSink + 'static>(
         chan.register_async()?
     };
     cq.req_notify(false)?;
+    let inline = wait == WaitMode::Inline;
     let t = rt.spawn(async move {
+        let mut armed = true;
         loop {
+            if !armed {
+                stand_aside(&poller).await;
+                if cq.req_notify(false).is_err() {
+                    return;
+                }
+                armed = true;
+            }
             if poller.drain(true).is_none() {
                 return;
             }
@@ -188,7 +253,13 @@ pub fn start<S: CqSink + 'static>(
                 return;
             };
             guard.clear_ready();
-            if event.is_some() && cq.req_notify(false).is_err() {
+            if event.is_none() {
+                continue;
+            }
+            if inline {
+                // Re-armed at the top of the loop, once no waiter spins.
+                armed = false;
+            } else if cq.req_notify(false).is_err() {
                 return;
             }
         }

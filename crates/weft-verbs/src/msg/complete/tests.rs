@@ -1,6 +1,14 @@
-use super::*;
+use std::collections::VecDeque;
+
+use bytes::BytesMut;
 use futures::channel::oneshot;
 use weft_core::completion::Finished;
+use weft_core::credits::Credits;
+
+use super::recv_mem::*;
+use super::recv_side::*;
+use super::rx_queue::*;
+use super::*;
 
 /// Work request memory that is only a shape.
 struct Fake(Vec<usize>);

@@ -1,0 +1,219 @@
+//! A receive queue's completions: a message ends its own receive in
+//! place, or is copied into the oldest waiting one, or is held.
+
+use std::sync::Mutex;
+
+use bytes::BytesMut;
+use weft_core::completion::{trim_bufs, CqErrEntry, OpDone, Returned};
+use weft_core::credits::Credits;
+use weft_core::flags::OpFlags;
+use weft_core::sync::lock;
+use weft_core::Error;
+
+use super::recv_finish::{
+    finish_recv, finish_remote_write, is_remote_write, recv_error, recv_flags,
+};
+use super::recv_mem::{arrived_back, Arrived, Body, RecvMem, Route};
+use super::rx_queue::{RxQueue, Waiting};
+use crate::slot_pool::SlotPool;
+use crate::sys::{WcStatus, WorkCompletion};
+use crate::user_bufs::unregister;
+
+/// A receive queue on the device with what completing its receives
+/// needs: a queue pair's own, or a shared receive context's.
+pub(in crate::msg) struct RecvSide<'a> {
+    pub q: &'a Mutex<RxQueue<RecvMem>>,
+    pub credits: &'a Credits,
+    /// Where its receives' slots come from.
+    pub pool: &'a SlotPool,
+}
+
+impl RecvSide<'_> {
+    /// A work completion of one of its receives, at an endpoint whose
+    /// queues are `route`. False when the id is not posted here.
+    pub fn on_completion(&self, wc: &WorkCompletion, route: &Route) -> bool {
+        let landed = lock(self.q).landed(wc.wr_id, self.credits);
+        let Some((mem, own)) = landed else {
+            return false;
+        };
+        if let Some(mut w) = own {
+            self.credits.release(1);
+            route.apply(&mut w.done);
+            if let Some(back) = finish_in_place(w, mem, wc, self.pool, route) {
+                self.reroute(back, true);
+            }
+            return true;
+        }
+        if wc.status == WcStatus::WrFlushErr {
+            // No message: the queue is being flushed (its connection
+            // ended). A receive with no work request of its own would
+            // otherwise wait for ever.
+            drop(mem.into_bufs(self.pool));
+            let w = lock(self.q).take_wrless(self.credits);
+            if let Some(mut w) = w {
+                route.apply(&mut w.done);
+                let bufs = w.bufs.take().unwrap_or_default();
+                fail(w.done, bufs, Error::Canceled);
+            }
+            return true;
+        }
+        let a = mem.into_arrived(wc, self.pool, route);
+        self.reroute(a, false);
+        true
+    }
+
+    /// Hands `a` to the oldest waiting receive (again, should that
+    /// receive's future be gone by the hand-over) or holds it.
+    pub fn reroute(&self, mut a: Arrived, mut first: bool) {
+        loop {
+            let next = lock(self.q).route(a, first, self.credits);
+            let Some((w, msg)) = next else { return };
+            self.credits.release(1);
+            match deliver(w, msg) {
+                Some(back) => {
+                    a = back;
+                    first = true;
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Takes back a message whose receive's future was dropped after the
+    /// message reached it: the oldest waiting receive gets it, or it is
+    /// held ahead of every other message.
+    pub fn give_back(&self, r: Returned) {
+        let route = Route {
+            cq: r.origin.cq,
+            cntr: r.origin.cntr,
+        };
+        self.reroute(arrived_back(r.entry, route), true);
+    }
+
+    /// Withdraws the waiting receive with `context`; it ends with
+    /// `Canceled` and its buffers. False if none waits.
+    pub fn cancel(&self, context: u64) -> bool {
+        let w = lock(self.q).cancel(context, self.credits);
+        match w {
+            Some(mut w) => {
+                let bufs = w.bufs.take().unwrap_or_default();
+                fail(w.done, bufs, Error::Canceled);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Ends receive `w` with message `a`, copied into its buffers. The
+/// message comes back if the receive's future is gone.
+pub(in crate::msg) fn deliver(w: Waiting, a: Arrived) -> Option<Arrived> {
+    let Waiting { mut done, bufs, .. } = w;
+    a.route.apply(&mut done);
+    let mut bufs = bufs.unwrap_or_default();
+    let imm = a.imm;
+    match &a.body {
+        Body::Data { bufs: src, len } => {
+            let placed = copy_into(src, &mut bufs);
+            if placed < *len {
+                let mut e = CqErrEntry::new(0, recv_flags(imm), Error::Trunc);
+                trim_bufs(&mut bufs, placed);
+                e.len = placed;
+                e.olen = len - placed;
+                e.data = u64::from(imm.unwrap_or(0));
+                done.fail(e.with_bufs(bufs));
+                return None;
+            }
+            finish_recv(done, bufs, placed, None, imm).map(|_| a)
+        }
+        Body::RemoteWrite { len } => finish_remote_write(done, bufs, *len, imm).map(|_| a),
+        Body::Failed(e) => {
+            fail(done, bufs, *e);
+            None
+        }
+    }
+}
+
+/// Copies the bytes of `src` in order into `dst`; returns how many fit.
+pub(super) fn copy_into(src: &[BytesMut], dst: &mut [BytesMut]) -> usize {
+    let mut placed = 0;
+    let mut d = dst.iter_mut();
+    let mut cur: Option<&mut BytesMut> = d.next();
+    let mut at = 0;
+    for s in src {
+        let mut s = &s[..];
+        while !s.is_empty() {
+            let Some(b) = cur.as_deref_mut() else {
+                return placed;
+            };
+            let n = (b.len() - at).min(s.len());
+            b[at..at + n].copy_from_slice(&s[..n]);
+            s = &s[n..];
+            at += n;
+            placed += n;
+            if at == b.len() {
+                cur = d.next();
+                at = 0;
+            }
+        }
+    }
+    placed
+}
+
+/// Ends a receive that gets no message with `err`, buffers handed back
+/// untouched.
+pub(super) fn fail(done: OpDone, mut bufs: Vec<BytesMut>, err: Error) {
+    trim_bufs(&mut bufs, 0);
+    done.fail(CqErrEntry::new(0, OpFlags::RECV | OpFlags::MSG, err).with_bufs(bufs));
+}
+
+/// Ends receive `w` with the completion of its own work request, whose
+/// memory is `mem` (the fast path: no copy beyond a slot's). The message
+/// comes back if the receive's future is gone by now.
+fn finish_in_place(
+    w: Waiting,
+    mem: RecvMem,
+    wc: &WorkCompletion,
+    pool: &SlotPool,
+    route: &Route,
+) -> Option<Arrived> {
+    let Waiting { done, bufs, .. } = w;
+    let back = match mem {
+        RecvMem::Slot(slot) => {
+            let mut bufs = bufs.unwrap_or_default();
+            if is_remote_write(wc) {
+                // Nothing landed in the slot: it is free again.
+                pool.put(slot);
+                finish_remote_write(done, bufs, wc.byte_len as usize, wc.imm_data)
+            } else {
+                let err = recv_error(wc);
+                let mut placed = 0;
+                if err.is_none() {
+                    placed = pool
+                        .scatter(pool.offset(slot), wc.byte_len as usize, &mut bufs)
+                        .unwrap_or_else(|(_, placed)| placed);
+                }
+                pool.put(slot);
+                finish_recv(done, bufs, placed, err, wc.imm_data)
+            }
+        }
+        RecvMem::Registered { mrs, mut empty } => {
+            let n = mrs.len();
+            let mut bufs = unregister(mrs);
+            let lost = bufs.len() < n;
+            bufs.append(&mut empty);
+            if is_remote_write(wc) && !lost {
+                finish_remote_write(done, bufs, wc.byte_len as usize, wc.imm_data)
+            } else {
+                let err = recv_error(wc).or(lost.then_some(Error::Io));
+                let placed = if err.is_none() {
+                    wc.byte_len as usize
+                } else {
+                    0
+                };
+                finish_recv(done, bufs, placed, err, wc.imm_data)
+            }
+        }
+    };
+    back.map(|e| arrived_back(e, route.clone()))
+}

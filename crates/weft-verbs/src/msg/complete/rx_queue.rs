@@ -1,0 +1,301 @@
+//! The receives of one receive queue, kept in post order apart from
+//! the work requests on the device.
+//!
+//! A queue pair (or shared receive queue) consumes its receive work
+//! requests strictly in post order and verbs cannot take one back, yet
+//! a receive may be withdrawn (`cancel`, or its future dropped) while its
+//! work request is posted. So each receive queue keeps the receives still
+//! waiting, in post order, apart from the work requests on the device
+//! ([`RxQueue`]):
+//!
+//! * A withdrawn receive leaves the waiting queue at once (its credit
+//!   comes back); its work request stays posted, owning its memory, and
+//!   now only catches a later message.
+//! * A message that lands in its own receive's work request completes
+//!   that receive in place — the fast path, as before (zero copy for
+//!   registered buffers). Any other message goes to the oldest waiting
+//!   receive, copied into its buffers, or is held until one is posted,
+//!   as an unexpected message would be; a new receive takes a held
+//!   message at once without posting.
+//! * A receive whose buffers are its own work request's memory (a
+//!   registered receive) and that is served by a copy gets buffers of
+//!   the same lengths instead: its own stay with the device until its
+//!   work request completes. A cancelled one is handed back the same
+//!   way, at once, rather than when a message (or the close) finally
+//!   ends its work request, which could be never.
+//! * A new receive posts a work request only when no posted one is
+//!   spare (every posted one is spoken for by a waiting receive), so the
+//!   device never holds more than the receive queue's size and a
+//!   withdrawn receive's work request is reused by the next receive.
+//!
+//! Messages thus reach receives in arrival order. A receive's future
+//! that is dropped between the decision and the hand-over (another
+//! thread completes it) gives its message back to the next receive.
+
+use std::collections::VecDeque;
+
+use bytes::BytesMut;
+use weft_core::completion::OpDone;
+use weft_core::credits::Credits;
+use weft_core::hash::{fast_map, FastMap};
+
+use super::recv_mem::{Arrived, Shape};
+
+/// A receive waiting for a message.
+pub(in crate::msg) struct Waiting {
+    /// Its work request id when it posted one; unique either way.
+    pub(super) id: u64,
+    /// Whether the work request `id` is its own (its buffers or slot).
+    pub(super) own_wr: bool,
+    pub done: OpDone,
+    /// Its buffers, unless they are its work request's memory.
+    pub bufs: Option<Vec<BytesMut>>,
+}
+
+impl Waiting {
+    /// A receive with no work request of its own.
+    pub fn new(id: u64, done: OpDone, bufs: Option<Vec<BytesMut>>) -> Waiting {
+        Waiting {
+            id,
+            own_wr: false,
+            done,
+            bufs,
+        }
+    }
+
+    /// Its future was dropped: nobody takes its completion. Receives
+    /// awaited through a shared context are not withdrawn when their
+    /// future goes, so this is how those are found out.
+    fn gone(&self) -> bool {
+        self.done.waiter.as_ref().is_some_and(|w| w.is_canceled())
+    }
+}
+
+/// A posted receive work request.
+pub(super) struct PostedWr<M> {
+    mem: M,
+    /// Its receive still waits for it.
+    owned: bool,
+}
+
+/// The receives of one receive queue of the device: those waiting, in
+/// post order; the work requests posted, by id; and the messages held
+/// for the next receive, in arrival order. While a message is held no
+/// receive waits (a receive that finds one takes it).
+pub(in crate::msg) struct RxQueue<M> {
+    pub(super) wrs: FastMap<u64, PostedWr<M>>,
+    pub(super) waiting: VecDeque<Waiting>,
+    pub(super) held: VecDeque<Arrived>,
+}
+
+impl<M: Shape> Default for RxQueue<M> {
+    fn default() -> Self {
+        RxQueue {
+            wrs: fast_map(),
+            waiting: VecDeque::new(),
+            held: VecDeque::new(),
+        }
+    }
+}
+
+impl<M: Shape> RxQueue<M> {
+    /// The oldest held message, for a new receive.
+    pub fn take_held(&mut self) -> Option<Arrived> {
+        self.held.pop_front()
+    }
+
+    /// Whether a new receive must post a work request: none posted is
+    /// spare. Posted ones are never fewer than waiting receives, so this
+    /// keeps the device at no more than the queue's size.
+    pub fn needs_wr(&self) -> bool {
+        self.wrs.len() <= self.waiting.len()
+    }
+
+    /// Queues a receive; `mem`: the work request `id` it posted.
+    pub fn push(&mut self, id: u64, done: OpDone, bufs: Option<Vec<BytesMut>>, mem: Option<M>) {
+        let own_wr = mem.is_some();
+        if let Some(mem) = mem {
+            self.wrs.insert(id, PostedWr { mem, owned: true });
+        }
+        self.waiting.push_back(Waiting {
+            id,
+            own_wr,
+            done,
+            bufs,
+        });
+    }
+
+    /// Work request `id` completed: its memory, with its receive when
+    /// that still waits for it (the message is that receive's). `None`
+    /// for an id that is not posted here.
+    pub fn landed(&mut self, id: u64, credits: &Credits) -> Option<(M, Option<Waiting>)> {
+        let wr = self.wrs.remove(&id)?;
+        if !wr.owned {
+            return Some((wr.mem, None));
+        }
+        // On a queue pair the owner is the oldest waiting receive; a
+        // shared queue's completions reach different CQs and may be
+        // handled out of post order.
+        let at = match self.waiting.front() {
+            Some(w) if w.id == id => Some(0),
+            _ => self.waiting.iter().position(|w| w.id == id),
+        };
+        let Some(w) = at.and_then(|i| self.waiting.remove(i)) else {
+            return Some((wr.mem, None));
+        };
+        if w.gone() {
+            credits.release(1);
+            return Some((wr.mem, None));
+        }
+        Some((wr.mem, Some(w)))
+    }
+
+    /// Hands a message that is not its work request's receive's to the
+    /// oldest waiting receive, or holds it. `first`: it is older than
+    /// any held message (it comes back from a receive whose future went).
+    pub fn route(
+        &mut self,
+        a: Arrived,
+        first: bool,
+        credits: &Credits,
+    ) -> Option<(Waiting, Arrived)> {
+        match self.next_live(credits) {
+            Some(w) => Some((w, a)),
+            None => {
+                if first {
+                    self.held.push_front(a);
+                } else {
+                    self.held.push_back(a);
+                }
+                None
+            }
+        }
+    }
+
+    /// The oldest waiting receive that is still awaited, out of the
+    /// queue, with buffers to copy into.
+    fn next_live(&mut self, credits: &Credits) -> Option<Waiting> {
+        while let Some(mut w) = self.waiting.pop_front() {
+            let gone = w.gone();
+            let shape = self.disown(&w);
+            if gone {
+                credits.release(1);
+                continue;
+            }
+            if w.bufs.is_none() {
+                w.bufs = Some(like(&shape));
+            }
+            return Some(w);
+        }
+        None
+    }
+
+    /// Receive `w` leaves the queue: its work request, if any, only
+    /// catches a later message from now on. Returns that request's
+    /// buffer lengths.
+    fn disown(&mut self, w: &Waiting) -> Vec<usize> {
+        if !w.own_wr {
+            return Vec::new();
+        }
+        match self.wrs.get_mut(&w.id) {
+            Some(wr) => {
+                wr.owned = false;
+                wr.mem.shape()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The work request of no waiting receive was flushed: the oldest
+    /// receive without a work request of its own can get no message any
+    /// more (posted requests are never fewer than waiting receives, so
+    /// each such receive meets one such flush).
+    pub fn take_wrless(&mut self, credits: &Credits) -> Option<Waiting> {
+        let i = self.waiting.iter().position(|w| !w.own_wr)?;
+        let w = self.waiting.remove(i)?;
+        credits.release(1);
+        Some(w)
+    }
+
+    /// Withdraws the waiting receive with `context`, with its buffers (or
+    /// buffers like them, while its own are the device's).
+    pub fn cancel(&mut self, context: u64, credits: &Credits) -> Option<Waiting> {
+        let i = self
+            .waiting
+            .iter()
+            .position(|w| w.done.context == context)?;
+        let mut w = self.waiting.remove(i)?;
+        credits.release(1);
+        let shape = self.disown(&w);
+        if w.bufs.is_none() {
+            // An awaited receive is withdrawn because its future is gone:
+            // nobody would see the buffers.
+            w.bufs = Some(if w.done.waiter.is_some() {
+                Vec::new()
+            } else {
+                like(&shape)
+            });
+        }
+        Some(w)
+    }
+
+    /// Withdraws every receive whose future is gone; how many.
+    pub fn sweep(&mut self, credits: &Credits) -> usize {
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if !self.waiting[i].gone() {
+                i += 1;
+                continue;
+            }
+            if let Some(w) = self.waiting.remove(i) {
+                self.disown(&w);
+                credits.release(1);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Empties the queue at close: the waiting receives, each with the
+    /// memory of its own work request (if any); held messages are dropped
+    /// and the other work requests keep their memory until the queue is
+    /// gone.
+    pub fn drain(&mut self) -> Vec<(Waiting, Option<M>)> {
+        self.held.clear();
+        let waiting: Vec<Waiting> = self.waiting.drain(..).collect();
+        waiting
+            .into_iter()
+            .map(|w| {
+                let mem = if w.own_wr {
+                    self.wrs.remove(&w.id).map(|wr| wr.mem)
+                } else {
+                    None
+                };
+                (w, mem)
+            })
+            .collect()
+    }
+
+    /// Empties the queue at close, without completions: the waiting
+    /// receives come out (to be dropped), held messages are dropped, and
+    /// every work request keeps its memory until the queue is gone.
+    pub fn forget(&mut self) -> Vec<Waiting> {
+        self.held.clear();
+        for wr in self.wrs.values_mut() {
+            wr.owned = false;
+        }
+        self.waiting.drain(..).collect()
+    }
+
+    /// Receives waiting (including withdrawn ones not yet found out).
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+}
+
+/// Zeroed buffers of the given lengths (zeroed allocations are not
+/// touched until written).
+pub(super) fn like(shape: &[usize]) -> Vec<BytesMut> {
+    shape.iter().map(|&n| BytesMut::zeroed(n)).collect()
+}
