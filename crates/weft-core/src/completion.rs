@@ -354,14 +354,29 @@ impl CqShared {
     }
 
     /// Moves up to `max` items, in order, into `out`; returns how many.
+    /// Inline and busy-poll queues drive their bound endpoints once first
+    /// unless `max` items are queued already: what that pass completes
+    /// joins the batch under the same lock (a ping-pong's answer, beside
+    /// its send's completion).
     #[inline]
     pub fn pop_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
-        self.progress_if_empty();
-        // Still empty: nothing to take, and no lock to take for it.
-        if max == 0 || self.len.load(Ordering::Acquire) == 0 {
+        if max == 0 {
             return 0;
         }
-        let mut g = lock(&self.inner);
+        if (self.len.load(Ordering::Acquire) as usize) < max && !self.hooks.is_empty() {
+            self.hooks.drive();
+        }
+        // Still empty: nothing to take, and no lock to take for it.
+        if self.len.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        self.take(&mut lock(&self.inner), out, max)
+    }
+
+    /// Moves up to `max` items from `g`, in order, into `out`; returns
+    /// how many.
+    #[inline]
+    fn take(&self, g: &mut CqInner, out: &mut Vec<CqItem>, max: usize) -> usize {
         let n = max.min(g.items.len());
         // Item by item: `extend` from a `drain` cost about 100
         // instructions an item more (a batch is mostly one or two).
@@ -373,6 +388,44 @@ impl CqShared {
         }
         self.len.store(g.items.len() as u64, Ordering::Release);
         n
+    }
+
+    /// Polls for a batch: `Ready(n)` once `n` (at least one, at most
+    /// `max.max(1)`) items were moved, in order, into `out`; `Ready(0)`
+    /// once the queue is closed and drained; `Pending` as
+    /// [`poll_next`](Self::poll_next). Items queued already are taken as
+    /// [`pop_batch`](Self::pop_batch) takes them: under one lock, with
+    /// what a progress pass adds (one lock instead of one for the first
+    /// item and another for the rest).
+    #[inline]
+    pub fn poll_batch(
+        &self,
+        cx: &mut Context<'_>,
+        wait: &mut InlineWait,
+        out: &mut Vec<CqItem>,
+        max: usize,
+    ) -> Poll<usize> {
+        let max = max.max(1);
+        // A pass first unless the batch is full already, as in
+        // `pop_batch`; an empty queue is left to the wait's own passes.
+        let queued = self.len.load(Ordering::Acquire) as usize;
+        if queued > 0 && queued < max && !self.hooks.is_empty() {
+            self.hooks.drive();
+        }
+        let mut g = lock(&self.inner);
+        let n = self.take(&mut g, out, max);
+        if n > 0 {
+            wait.reset();
+            return Poll::Ready(n);
+        }
+        match self.poll_wait(g, cx, wait) {
+            Poll::Ready(Some(it)) => {
+                out.push(it);
+                Poll::Ready(1 + self.pop_batch(out, max - 1))
+            }
+            Poll::Ready(None) => Poll::Ready(0),
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     fn try_pop(&self) -> Option<CqItem> {

@@ -131,3 +131,76 @@ fn waiter_takes_completion_instead_of_cq() {
     assert!(cq.is_empty());
     assert!(rx.try_recv().unwrap().unwrap().into_result(0).is_ok());
 }
+
+/// Pushes one entry into its queue on the first pass, as an answer
+/// arriving during a reader's progress pass would.
+#[derive(Debug)]
+struct AnswerOnce {
+    cq: std::sync::Weak<CqShared>,
+    sent: std::sync::atomic::AtomicBool,
+}
+
+impl Progress for AnswerOnce {
+    fn progress(&self) -> usize {
+        match self.cq.upgrade() {
+            Some(cq) if !self.sent.swap(true, Ordering::SeqCst) => {
+                cq.push(Err(CqErrEntry::new(3, OpFlags::RECV, Error::Canceled)));
+                1
+            }
+            _ => 0,
+        }
+    }
+}
+
+#[test]
+fn poll_batch_takes_what_is_queued_and_what_a_pass_brings_in_order() {
+    let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Inline, 4);
+    let hook: Arc<dyn Progress> = Arc::new(AnswerOnce {
+        cq: Arc::downgrade(&cq),
+        sent: Default::default(),
+    });
+    cq.add_progress(&hook);
+    cq.push(Ok(entry(1)));
+    cq.push(Ok(entry(2)));
+    let w = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&w);
+    let mut wait = InlineWait::reader();
+    let mut out = Vec::new();
+    // Two queued, room for more: the pass's error entry joins them.
+    assert_eq!(
+        cq.poll_batch(&mut cx, &mut wait, &mut out, 8),
+        Poll::Ready(3)
+    );
+    let ctxs: Vec<u64> = out
+        .iter()
+        .map(|i| match i {
+            Ok(e) => e.context,
+            Err(e) => e.context,
+        })
+        .collect();
+    assert_eq!(ctxs, [1, 2, 3]);
+    assert!(matches!(&out[2], Err(e) if e.err == Error::Canceled && e.flags == OpFlags::RECV));
+    assert!(cq.is_empty());
+    // A batch of at most one still takes one, in order.
+    cq.push(Ok(entry(4)));
+    cq.push(Ok(entry(5)));
+    out.clear();
+    assert_eq!(
+        cq.poll_batch(&mut cx, &mut wait, &mut out, 0),
+        Poll::Ready(1)
+    );
+    assert!(matches!(&out[0], Ok(e) if e.context == 4));
+    assert_eq!(cq.len(), 1);
+    // Closed: what is left, then the end.
+    cq.close();
+    out.clear();
+    assert_eq!(
+        cq.poll_batch(&mut cx, &mut wait, &mut out, 8),
+        Poll::Ready(1)
+    );
+    assert_eq!(
+        cq.poll_batch(&mut cx, &mut wait, &mut out, 8),
+        Poll::Ready(0)
+    );
+    assert_eq!(out.len(), 1);
+}

@@ -57,16 +57,13 @@ impl CompletionQueue {
     }
 
     /// Waits for at least one item, then takes up to `max`.
+    /// Returns 0 only once the queue is closed and drained.
     pub async fn read_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
-        if let Some(first) = {
-            let mut wait = InlineWait::reader();
-            std::future::poll_fn(|cx| self.shared.poll_next(cx, &mut wait)).await
-        } {
-            out.push(first);
-            1 + self.shared.pop_batch(out, max.saturating_sub(1))
-        } else {
-            0
-        }
+        let mut wait = InlineWait::reader();
+        // One call for the whole batch: the queue is locked once for what
+        // is queued already, not once for the first item and again for
+        // the rest.
+        std::future::poll_fn(|cx| self.shared.poll_batch(cx, &mut wait, out, max)).await
     }
 
     /// `fi_cq_sread` with a timeout: the next item, or `None` on timeout or
