@@ -63,9 +63,15 @@ fn register(ep: &EpShared) -> io::Result<tokio::net::UdpSocket> {
 }
 
 /// Puts the reader's registration back if a waiter took it out. False
-/// when registering failed (file descriptors exhausted: try again later).
+/// when registering failed (file descriptors exhausted: try again later)
+/// or the endpoint is closed: `close` sets `closed` before it takes the
+/// registration under this lock, so a waiter going idle during a close
+/// cannot put a duplicate of the socket (and its port) back in the set.
 fn reregister(ep: &EpShared) -> bool {
     let mut g = lock(&ep.reg);
+    if ep.is_closed() {
+        return false;
+    }
     if g.is_none() {
         match register(ep) {
             Ok(t) => *g = Some(t),
