@@ -198,22 +198,8 @@ async fn stand_aside(ep: &EpShared) {
     if ep.cfg.wait != weft_core::completion::WaitMode::Inline {
         return;
     }
-    loop {
-        let left = ep.hold.remaining_ns();
-        if left == 0 {
-            return;
-        }
-        let idle = ep.inline_idle.notified();
-        tokio::pin!(idle);
-        idle.as_mut().enable();
-        if ep.hold.remaining_ns() == 0 {
-            return;
-        }
-        tokio::select! {
-            _ = idle => {}
-            _ = tokio::time::sleep(std::time::Duration::from_nanos(left)) => {}
-        }
-    }
+    weft_core::spin_hold::stand_aside(&ep.hold, || ep.inline_idle.notified(), tokio::time::sleep)
+        .await;
 }
 
 fn busy_loop(ep: Arc<EpShared>) {

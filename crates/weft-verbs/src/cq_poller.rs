@@ -22,7 +22,6 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
@@ -148,24 +147,8 @@ impl Progress for InlinePoll {
 /// Inline: returns once no waiter spins on `p`'s CQ (it went to sleep or
 /// its hold lapsed), so that the driver re-arms the CQ only then.
 async fn stand_aside(p: &CqPoller) {
-    loop {
-        let left = p.hold.remaining_ns();
-        if left == 0 {
-            return;
-        }
-        let idle = p.waiter_idle.notified();
-        tokio::pin!(idle);
-        // Registered before the hold is read again: a waiter that goes
-        // idle in between is not missed.
-        idle.as_mut().enable();
-        if p.hold.remaining_ns() == 0 {
-            return;
-        }
-        tokio::select! {
-            _ = idle => {}
-            _ = tokio::time::sleep(Duration::from_nanos(left)) => {}
-        }
-    }
+    weft_core::spin_hold::stand_aside(&p.hold, || p.waiter_idle.notified(), tokio::time::sleep)
+        .await;
 }
 
 /// Empties `slot` at close: a busy-poll thread ends at once, even one
