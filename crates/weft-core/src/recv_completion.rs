@@ -49,6 +49,53 @@ impl<T: RecvCtx> RecvCtx for std::sync::Arc<T> {
     }
 }
 
+/// An endpoint's [`RecvCtx`] with the source to report for one AV
+/// handle already known: a provider that found a sender's handle and
+/// its reported form (user id, key) under one AV lock per message
+/// passes this instead of `ep`, so completing the receive does not look
+/// the same handle up again.
+pub struct KnownSource<'a, C: ?Sized> {
+    /// The endpoint.
+    pub ep: &'a C,
+    /// The sender's AV handle.
+    pub handle: FiAddr,
+    /// What a completion reports for `handle`.
+    pub shown: FiAddr,
+}
+
+// By hand: the endpoint need not be `Debug`, and the handle and what it
+// reports are what tell one wrapper from another.
+impl<C: ?Sized> std::fmt::Debug for KnownSource<'_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KnownSource")
+            .field("handle", &self.handle)
+            .field("shown", &self.shown)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: RecvCtx + ?Sized> RecvCtx for KnownSource<'_, C> {
+    fn rx_credits(&self) -> &Credits {
+        self.ep.rx_credits()
+    }
+
+    fn reported_addr(&self, a: FiAddr) -> FiAddr {
+        if a == self.handle {
+            self.shown
+        } else {
+            self.ep.reported_addr(a)
+        }
+    }
+
+    fn give_back(&self, r: Returned) {
+        self.ep.give_back(r)
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.ep.give_back_after(r)
+    }
+}
+
 /// Hands a message whose receive's future is gone back to `ep`: a
 /// multi-receive part's behind the ones given back before it.
 fn hand_back(ep: &dyn RecvCtx, r: Returned, piece: bool) {

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::Returned;
-use weft_core::credits::Credits;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
-use weft_core::recv_completion::{deliver, deliver_unknown, RecvCtx};
+use weft_core::recv_completion::{deliver, deliver_unknown, KnownSource};
 use weft_core::soft_rx::{self, Charge};
 use weft_core::soft_srx::SrxEp;
 use weft_core::sync::lock;
@@ -47,38 +46,18 @@ pub(crate) fn complete(
         };
         deliver_unknown(ep, req, info, placed, src, addr.to_vec());
     } else if let Some((src, shown)) = known.filter(|(h, _)| *h == info.src) {
-        deliver(&Known { ep, src, shown }, req, info, placed);
+        deliver(
+            &KnownSource {
+                ep,
+                handle: src,
+                shown,
+            },
+            req,
+            info,
+            placed,
+        );
     } else {
         deliver(ep, req, info, placed);
-    }
-}
-
-/// The endpoint, with the source to report for one AV handle known.
-struct Known<'a> {
-    ep: &'a EpShared,
-    src: FiAddr,
-    shown: FiAddr,
-}
-
-impl RecvCtx for Known<'_> {
-    fn rx_credits(&self) -> &Credits {
-        self.ep.rx_credits()
-    }
-
-    fn reported_addr(&self, a: FiAddr) -> FiAddr {
-        if a == self.src {
-            self.shown
-        } else {
-            self.ep.reported_addr(a)
-        }
-    }
-
-    fn give_back(&self, r: Returned) {
-        self.ep.give_back(r)
-    }
-
-    fn give_back_after(&self, r: Returned) {
-        self.ep.give_back_after(r)
     }
 }
 

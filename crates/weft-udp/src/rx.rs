@@ -16,11 +16,10 @@ use bytes::BytesMut;
 use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
 use weft_core::completion::Returned;
-use weft_core::credits::Credits;
 use weft_core::dgram_auth::{addr_bytes, Replay};
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
-use weft_core::recv_completion::{copy_in, deliver, deliver_unknown, RecvCtx};
+use weft_core::recv_completion::{copy_in, deliver, deliver_unknown, KnownSource};
 use weft_core::soft_rx::{self, Charge};
 use weft_core::soft_srx::{Queues, SrxEp};
 use weft_core::sync::lock;
@@ -270,38 +269,17 @@ fn complete(
     };
     match (unknown, src) {
         (Some((reported, raw)), _) => deliver_unknown(ep, req, info, placed, reported, raw),
-        (None, Some(s)) if s.handle == info.src => deliver(&Known { ep, s }, req, info, placed),
+        (None, Some(s)) if s.handle == info.src => deliver(
+            &KnownSource {
+                ep,
+                handle: s.handle,
+                shown: s.shown,
+            },
+            req,
+            info,
+            placed,
+        ),
         (None, _) => deliver(ep, req, info, placed),
-    }
-}
-
-/// The endpoint, with the source to report for one sender known. The
-/// same wrapper as weft-shm's `rx_done::Known`: one generic over any
-/// `RecvCtx` belongs in `weft_core::recv_completion` (not changed here).
-struct Known<'a> {
-    ep: &'a EpShared,
-    s: Source,
-}
-
-impl RecvCtx for Known<'_> {
-    fn rx_credits(&self) -> &Credits {
-        self.ep.rx_credits()
-    }
-
-    fn reported_addr(&self, a: FiAddr) -> FiAddr {
-        if a == self.s.handle {
-            self.s.shown
-        } else {
-            self.ep.reported_addr(a)
-        }
-    }
-
-    fn give_back(&self, r: Returned) {
-        self.ep.give_back(r)
-    }
-
-    fn give_back_after(&self, r: Returned) {
-        self.ep.give_back_after(r)
     }
 }
 
