@@ -323,6 +323,33 @@ impl EpShared {
         Ok((addr, self.keys.for_dest(key)?))
     }
 
+    /// The checks a send and an RMA operation pass, in this order, before
+    /// anything is queued: `MsgSize` past `max_msg_size` (or
+    /// `inject_size` with `FI_INJECT`), `Inval` for more than `iov_limit`
+    /// buffers, the destination's errors ([`dest`](Self::dest)), `Again`
+    /// with the transmit queue full. On success one transmit credit is
+    /// taken.
+    #[inline]
+    pub fn admit(
+        &self,
+        len: usize,
+        inject: bool,
+        nbufs: usize,
+        dest: FiAddr,
+    ) -> Result<(crate::tx::Addr, Option<FiAddr>)> {
+        if len > self.max_msg || (inject && len > self.inject) {
+            return Err(Error::MsgSize);
+        }
+        if nbufs > self.iov_limit {
+            return Err(Error::Inval);
+        }
+        let d = self.dest(dest)?;
+        if !self.tx.try_take() {
+            return Err(Error::Again);
+        }
+        Ok(d)
+    }
+
     fn recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
         let holds = |h: FiAddr| self.keys.holds(h);
         let r = post_recv_keyed(

@@ -303,6 +303,13 @@ pub fn copy_out(
     mut off: usize,
     mut n: usize,
 ) {
+    // The common case, one buffer: one copy, no walk of the list.
+    if let [b] = iov.as_slice() {
+        if let Some(part) = b.get(off..off + n) {
+            seg.write(at, part);
+            return;
+        }
+    }
     for b in iov.iter() {
         if n == 0 {
             break;

@@ -153,19 +153,11 @@ impl EpShared {
             RmaOp::Write { iov, .. } => iov.len(),
             RmaOp::Read { bufs } => bufs.len(),
         };
-        if len > self.max_msg || (req.flags.contains(OpFlags::INJECT) && len > self.inject) {
-            return reject(Error::MsgSize, req);
-        }
-        if nbufs > self.iov_limit {
-            return reject(Error::Inval, req);
-        }
-        let (addr, proves) = match self.dest(req.dest) {
+        let inject = req.flags.contains(OpFlags::INJECT);
+        let (addr, proves) = match self.admit(len, inject, nbufs, req.dest) {
             Ok(d) => d,
             Err(e) => return reject(e, req),
         };
-        if !self.tx.try_take() {
-            return reject(Error::Again, req);
-        }
         let fence = req.flags.contains(OpFlags::FENCE);
         let (out, pending) = match req.op {
             RmaOp::Write { iov, data } => {

@@ -311,7 +311,6 @@ impl Peer {
             let Some((pad, _)) = fit else {
                 break Ok(false);
             };
-            self.tail = c.write_pad(&self.seg, self.tail, pad);
             let last = o.off + n == o.len;
             let word =
                 if o.started { K_CONT } else { K_FIRST | o.flags } | if last { F_LAST } else { 0 };
@@ -322,9 +321,7 @@ impl Peer {
                 data: o.data,
                 total: o.len as u64,
             };
-            let (at, next) = c.write_head(&self.seg, self.tail, &h);
-            crate::ring::copy_out(&self.seg, at, &o.iov, o.off, n);
-            self.tail = next;
+            self.put_record(&c, pad, &h, &o.iov, o.off, n);
             o.off += n;
             o.started = true;
             if !last {
@@ -356,7 +353,6 @@ impl Peer {
         if max < len {
             return false;
         }
-        self.tail = c.write_pad(&self.seg, self.tail, pad);
         let h = RecHead {
             word: K_FIRST | flags | F_LAST,
             len: len as u32,
@@ -364,15 +360,7 @@ impl Peer {
             data,
             total: len as u64,
         };
-        let (at, next) = c.write_head(&self.seg, self.tail, &h);
-        match iov.as_slice() {
-            // One buffer, `len` its length: one copy, no walk of a list.
-            [b] => {
-                self.seg.write(at, b);
-            }
-            _ => crate::ring::copy_out(&self.seg, at, iov, 0, len),
-        }
-        self.tail = next;
+        self.put_record(&c, pad, &h, iov, 0, len);
         c.publish(&self.seg, self.tail);
         self.wake();
         true
@@ -382,6 +370,16 @@ impl Peer {
     /// `Some(fit)` as [`Chan::fit`] says, against the head last read and,
     /// when that leaves too little room, the head read again; `None` when
     /// the head read lies (more than a ring behind the tail).
+    /// Writes the padding `pad` (to the ring's end), the record header
+    /// `h` and `n` bytes of `iov` from `off`, and moves the tail past
+    /// them; publishing is the caller's.
+    fn put_record(&mut self, c: &Chan, pad: usize, h: &RecHead, iov: &Iov, off: usize, n: usize) {
+        self.tail = c.write_pad(&self.seg, self.tail, pad);
+        let (at, next) = c.write_head(&self.seg, self.tail, h);
+        crate::ring::copy_out(&self.seg, at, iov, off, n);
+        self.tail = next;
+    }
+
     fn fit_for(&mut self, c: &Chan, want: usize) -> Option<Option<(usize, usize)>> {
         let want = want.min(self.g.chunk());
         if let Some(free) = c.room_after(self.head_seen, self.tail) {

@@ -21,19 +21,11 @@ impl EpShared {
     pub fn send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         let len = req.len();
         let reject = |err, req| Err(Rejected { err, req });
-        if len > self.max_msg || (req.flags.contains(OpFlags::INJECT) && len > self.inject) {
-            return reject(Error::MsgSize, req);
-        }
-        if req.iov.len() > self.iov_limit {
-            return reject(Error::Inval, req);
-        }
-        let (addr, proves) = match self.dest(req.dest) {
+        let inject = req.flags.contains(OpFlags::INJECT);
+        let (addr, proves) = match self.admit(len, inject, req.iov.len(), req.dest) {
             Ok(d) => d,
             Err(e) => return reject(e, req),
         };
-        if !self.tx.try_take() {
-            return reject(Error::Again, req);
-        }
         let flags = if req.tag.is_some() { F_TAGGED } else { 0 }
             | if req.data.is_some() { F_DATA } else { 0 };
         let plain = !req
