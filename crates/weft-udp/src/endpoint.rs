@@ -29,7 +29,7 @@ use weft_core::{Error, Result};
 
 use crate::keys::EpKeys;
 use crate::rx::RxState;
-use crate::tx::TxQueue;
+use crate::tx::{Offered, TxQueue};
 
 /// A datagram's sender as matching and AV lookups know it: its address
 /// and, on an `FI_AV_AUTH_KEY` endpoint, the handle of the key its
@@ -371,14 +371,27 @@ impl ProviderEndpoint for UdpEndpoint {
         s
     }
 
+    /// The send itself is here, not in a callee: the request is looked
+    /// at by reference until its end (`tx.rs`), as moving it into a call
+    /// copies all of it.
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
-        if self.shared.is_closed() {
-            return Err(Rejected {
-                err: Error::OpBadState,
-                req,
-            });
+        let ep = &*self.shared;
+        let offered = if ep.is_closed() {
+            Err(Error::OpBadState)
+        } else {
+            ep.offer(&req)
+        };
+        match offered {
+            Ok(Offered::Sent(len, r)) => {
+                crate::tx::finish(ep, req.done, len, r);
+                Ok(())
+            }
+            Ok(Offered::Wait(q, w)) => {
+                w.enqueue(ep, q, req.iov, req.done);
+                Ok(())
+            }
+            Err(err) => Err(Rejected { err, req }),
         }
-        self.shared.send(req)
     }
 
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {

@@ -110,7 +110,7 @@ impl EpShared {
                 }
                 let _ = tio.try_io(Interest::READABLE, || {
                     let mut st = lock(&ep.rx_state);
-                    let o = pass(&ep, &mut st, group, &mut |b| tio.try_recv_from(b));
+                    let o = pass(&ep, &mut st, group, |b| tio.try_recv_from(b));
                     if o.drained {
                         Err(io::ErrorKind::WouldBlock.into())
                     } else {

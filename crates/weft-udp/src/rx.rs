@@ -83,15 +83,18 @@ pub struct PassOutcome {
     pub delivered: bool,
 }
 
-/// Reads one datagram into the buffer: its length and sender.
-pub type ReadFn<'a> = dyn FnMut(&mut [u8]) -> io::Result<(usize, SocketAddr)> + 'a;
-
-/// One pass over the socket: reads datagrams with `read` until it is
+/// One pass over the socket: reads datagrams with `read` (one datagram
+/// into the buffer: its length and sender) until it is
 /// empty, a posted receive completes, or [`PASS_LIMIT`] were read. `to`
 /// is the address they were sent to (the endpoint's, or a multicast
 /// group's), as keyed datagrams' MACs name it. The caller holds `st`
 /// (one reader at a time).
-pub fn pass(ep: &EpShared, st: &mut RxState, to: SocketAddr, read: &mut ReadFn<'_>) -> PassOutcome {
+/// Generic over `read`, so that the socket's read is inlined into the
+/// pass.
+pub fn pass<R>(ep: &EpShared, st: &mut RxState, to: SocketAddr, mut read: R) -> PassOutcome
+where
+    R: FnMut(&mut [u8]) -> io::Result<(usize, SocketAddr)>,
+{
     let mut out = PassOutcome::default();
     while out.read < PASS_LIMIT && !ep.is_closed() {
         let (n, from) = match read(&mut st.buf) {
@@ -101,6 +104,12 @@ pub fn pass(ep: &EpShared, st: &mut RxState, to: SocketAddr, read: &mut ReadFn<'
                 break;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // Read, but with a sender address that says nothing.
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                out.read += 1;
+                ep.malformed.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             // A pending socket error (reported once) or a resource
             // shortage: nothing to read now. The next pass reads again.
             Err(e) => {
@@ -119,7 +128,8 @@ pub fn pass(ep: &EpShared, st: &mut RxState, to: SocketAddr, read: &mut ReadFn<'
 }
 
 /// One datagram of `n` bytes from `from` in the staging buffer. True when
-/// it completed a posted receive.
+/// it completed a posted receive. Inlined: its one caller is the pass.
+#[inline(always)]
 fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: SocketAddr) -> bool {
     let Some(d) = st.buf.get(..n) else {
         return false;
@@ -129,6 +139,8 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: Sock
         (Header::new(None, None, 0), d, None)
     } else {
         match Header::decode(d) {
+            // The key check out of line: most endpoints have none.
+            Ok((h, payload, _)) if !h.keyed && !ep.keys.keyed() => (h, payload, None),
             Ok((h, payload, trailer)) => {
                 let ends = (from, to);
                 match proven(ep, &mut st.replay, d, &h, (payload, trailer), ends) {
@@ -143,7 +155,7 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: Sock
         }
     };
     let from = Peer { addr: from, key };
-    let src = source_cached(ep, &mut st.src, from);
+    let src = source_cached(ep, &mut st.src, &from);
     let info = MsgInfo {
         // Key handles are below `MAX_AV_AUTH_KEYS`.
         key: key.and_then(|k| u16::try_from(k).ok()),
@@ -155,10 +167,32 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: Sock
     };
     let mut m = lock(&ep.side.matcher);
     let (got, ended) = soft_rx::arrival(&mut m, &info);
-    if let Some(req) = got {
+    if let Some(mut req) = got {
         drop(m);
         ended.report(ep);
-        complete(ep, req, info, payload, &from, Some(src));
+        // `complete`, written out here: a receive request is large, and
+        // handing it to an inlined function's parameter copies it.
+        ep.report_here(&mut req);
+        let placed = copy_in(&mut req, payload);
+        let unknown = if ep.source_err {
+            ep.unknown_sender(info.src, &from)
+        } else {
+            None
+        };
+        match unknown {
+            Some((reported, raw)) => deliver_unknown(ep, req, info, placed, reported, raw),
+            None if src.handle == info.src => deliver(
+                &KnownSource {
+                    ep,
+                    handle: src.handle,
+                    shown: src.shown,
+                },
+                req,
+                info,
+                placed,
+            ),
+            None => deliver(ep, req, info, placed),
+        }
         return true;
     }
     // Every datagram costs something, a zero-length one included.
@@ -183,6 +217,7 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: Sock
 /// whose trailer proves a key held here (checked in constant time) with a
 /// sequence number not seen before from `from`; on an unkeyed one, one
 /// that claims no key. Anything else is counted and dropped (`None`).
+#[inline(never)]
 fn proven(
     ep: &EpShared,
     replay: &mut Replay,
@@ -213,7 +248,8 @@ fn proven(
 /// The AV handle of `from` and the source its completions report, looked
 /// up again only when the sender or the AV changed since the last
 /// datagram: one AV lock per datagram, for the version.
-fn source_cached(ep: &EpShared, cache: &mut Option<(Peer, u64, Source)>, from: Peer) -> Source {
+#[inline(always)]
+fn source_cached(ep: &EpShared, cache: &mut Option<(Peer, u64, Source)>, from: &Peer) -> Source {
     let Some(av) = &ep.cfg.av else {
         return Source {
             handle: FI_ADDR_NOTAVAIL,
@@ -223,7 +259,7 @@ fn source_cached(ep: &EpShared, cache: &mut Option<(Peer, u64, Source)>, from: P
     let t = lock_synced(av);
     let v = t.version();
     if let Some((a, cv, s)) = cache.as_ref() {
-        if *a == from && *cv == v {
+        if a == from && *cv == v {
             return *s;
         }
     }
@@ -236,7 +272,7 @@ fn source_cached(ep: &EpShared, cache: &mut Option<(Peer, u64, Source)>, from: P
         t.reported_addr(handle)
     };
     let s = Source { handle, shown };
-    *cache = Some((from, v, s));
+    *cache = Some((*from, v, s));
     s
 }
 
@@ -244,42 +280,12 @@ fn source_cached(ep: &EpShared, cache: &mut Option<(Peer, u64, Source)>, from: P
 /// sender not in the AV on an `FI_SOURCE_ERR` endpoint as the error entry
 /// that carries the datagram and the sender's address. A datagram longer
 /// than the receive's buffers completes it with `FI_ETRUNC`.
-pub fn copy_and_deliver(ep: &EpShared, req: RecvReq, info: MsgInfo, data: &[u8], from: &Peer) {
-    complete(ep, req, info, data, from, None);
-}
-
-/// [`copy_and_deliver`], with the source the completion reports already
-/// known (`src`, found with the handle at arrival): the AV is not asked
-/// again. Inlined: the receive request is large, and a call moves it.
-#[inline(always)]
-fn complete(
-    ep: &EpShared,
-    mut req: RecvReq,
-    info: MsgInfo,
-    data: &[u8],
-    from: &Peer,
-    src: Option<Source>,
-) {
+pub fn copy_and_deliver(ep: &EpShared, mut req: RecvReq, info: MsgInfo, data: &[u8], from: &Peer) {
     ep.report_here(&mut req);
     let placed = copy_in(&mut req, data);
-    let unknown = if ep.source_err {
-        ep.unknown_sender(info.src, from)
-    } else {
-        None
-    };
-    match (unknown, src) {
-        (Some((reported, raw)), _) => deliver_unknown(ep, req, info, placed, reported, raw),
-        (None, Some(s)) if s.handle == info.src => deliver(
-            &KnownSource {
-                ep,
-                handle: s.handle,
-                shown: s.shown,
-            },
-            req,
-            info,
-            placed,
-        ),
-        (None, _) => deliver(ep, req, info, placed),
+    match ep.unknown_sender(info.src, from) {
+        Some((reported, raw)) => deliver_unknown(ep, req, info, placed, reported, raw),
+        None => deliver(ep, req, info, placed),
     }
 }
 

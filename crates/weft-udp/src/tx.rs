@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
 
 use smallvec::SmallVec;
 use socket2::{SockAddr, SockRef};
@@ -19,7 +20,7 @@ use weft_core::av::shared::lock_synced;
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
 use weft_core::dgram_auth::addr_bytes;
 use weft_core::flags::OpFlags;
-use weft_core::provider::{Iov, Rejected, SendReq};
+use weft_core::provider::{Iov, SendReq};
 use weft_core::sync::lock;
 use weft_core::Error;
 
@@ -70,6 +71,7 @@ const PARTS: usize = 2 + crate::IOV_LIMIT;
 /// The parts of one datagram, in order: header, buffers (the empty ones
 /// left out), trailer, written to `p`; returns how many there are. An
 /// array, not a vector: a 64 B ping-pong builds one per send.
+#[inline(always)]
 fn parts<'a>(
     p: &mut [IoSlice<'a>; PARTS],
     hdr: Option<&'a [u8]>,
@@ -96,6 +98,7 @@ fn parts<'a>(
 }
 
 /// Sends one datagram made of `parts` to `to`.
+#[inline(always)]
 fn send_parts(sock: &std::net::UdpSocket, parts: &[IoSlice<'_>], to: &SockAddr) -> io::Result<()> {
     let s = SockRef::from(sock);
     loop {
@@ -118,7 +121,8 @@ fn send_now(sock: &std::net::UdpSocket, d: &Queued) -> io::Result<()> {
 
 /// Ends a send: its credit back first (so whoever it wakes can post
 /// again), then its completion.
-fn finish(ep: &EpShared, done: OpDone, len: usize, r: io::Result<()>) {
+#[inline(always)]
+pub fn finish(ep: &EpShared, done: OpDone, len: usize, r: io::Result<()>) {
     ep.tx.release(1);
     match r {
         Ok(()) => done.complete(CqEntry {
@@ -133,40 +137,76 @@ fn finish(ep: &EpShared, done: OpDone, len: usize, r: io::Result<()>) {
     }
 }
 
+/// What [`EpShared::offer`] made of a send.
+pub enum Offered<'a> {
+    /// The kernel took the datagram (or refused it for good): the send
+    /// ends with this, its length and the outcome.
+    Sent(usize, io::Result<()>),
+    /// It waits behind earlier datagrams, or for room in the socket: it
+    /// goes into the queue still locked, so that no later send passes it.
+    Wait(MutexGuard<'a, TxQueue>, Waiting),
+}
+
+/// A datagram's parts built before it was found to wait: all of a
+/// [`Queued`] but the request's buffers and completion.
+pub struct Waiting {
+    hdr: Option<[u8; HEADER_LEN]>,
+    trailer: Option<([u8; NAMED_TRAILER_LEN], usize)>,
+    dest: SocketAddr,
+    len: usize,
+}
+
+impl Waiting {
+    /// Queues the datagram, made of these parts and the request's
+    /// buffers, under the lock `q` its send attempt held, and wakes the
+    /// writer.
+    pub fn enqueue(self, ep: &EpShared, mut q: MutexGuard<'_, TxQueue>, iov: Iov, done: OpDone) {
+        q.q.push_back(Queued {
+            hdr: self.hdr,
+            iov,
+            trailer: self.trailer,
+            dest: self.dest,
+            len: self.len,
+            done,
+        });
+        drop(q);
+        ep.tx_pending.store(true, Ordering::Release);
+        ep.tx_kick.notify_one();
+    }
+}
+
 impl EpShared {
-    /// Posts a send. Checks happen here, before anything is taken: a
-    /// message longer than one datagram carries is `MsgSize`, an
-    /// address not in the AV `AddrNotAvail`, a full queue `Again`.
-    pub fn send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+    /// Sends `req`'s datagram if nothing waits and the socket takes it.
+    /// Checks happen first, before anything is taken: a message longer
+    /// than one datagram carries is `MsgSize`, an address not in the AV
+    /// `AddrNotAvail`, a full queue `Again`. One body, no struct handed
+    /// between parts of it, and the request looked at by reference: on a
+    /// 64 B ping-pong, every move of a request or of a part's result was
+    /// a copy (`post_send` keeps the request until its end).
+    #[inline(always)]
+    pub fn offer(&self, req: &SendReq) -> weft_core::Result<Offered<'_>> {
         let len = req.len();
-        let reject = |err, req| Err(Rejected { err, req });
         if len > self.max_msg {
-            return reject(Error::MsgSize, req);
+            return Err(Error::MsgSize);
         }
         if req.flags.contains(OpFlags::INJECT) && len > self.inject {
-            return reject(Error::MsgSize, req);
+            return Err(Error::MsgSize);
         }
         if req.iov.len() > self.iov_limit {
-            return reject(Error::Inval, req);
+            return Err(Error::Inval);
         }
         let mut guard = lock(&self.txq);
         let q = &mut *guard;
-        let mc = match self.resolve_dest(&mut q.last, req.dest) {
-            Ok(mc) => mc,
-            Err(e) => return reject(e, req),
-        };
         // A multicast group's address, or the AV entry just resolved.
-        let (dest, key, to) = match (mc, &q.last) {
-            (Some(a), _) => (a, None, None),
-            (None, Some(l)) => (l.addr, l.key, Some(&l.to)),
-            (None, None) => return reject(Error::AddrNotAvail, req),
+        let group = self.resolve_dest(&mut q.last, req.dest)?;
+        let entry = match (&group, &q.last) {
+            (Some(_), _) => None,
+            (None, Some(l)) => Some(l),
+            (None, None) => return Err(Error::AddrNotAvail),
         };
-        let seal = match self.keys.for_dest(key) {
-            Ok(s) => s,
-            Err(e) => return reject(e, req),
-        };
+        let seal = self.keys.for_dest(entry.and_then(|l| l.key))?;
         if !self.tx.try_take() {
-            return reject(Error::Again, req);
+            return Err(Error::Again);
         }
         // `FI_FENCE` asks nothing more: datagrams leave in posting order
         // (the queue) and a send completes as the kernel takes it, so
@@ -177,7 +217,7 @@ impl EpShared {
             if req.tag.is_some() || req.data.is_some() {
                 // Nothing but the payload goes out; the offer has neither.
                 self.tx.release(1);
-                return reject(Error::NoSys, req);
+                return Err(Error::NoSys);
             }
             None
         } else {
@@ -189,11 +229,17 @@ impl EpShared {
             };
             Some(h.encode())
         };
+        let dest = || match (group, entry) {
+            (Some(a), _) => a,
+            (None, Some(l)) => l.addr,
+            // Not reached: `entry` is `Some` without a group.
+            (None, None) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        };
         // The MAC covers the header as sent, so it is sealed after it.
         let trailer = match (seal, &hdr) {
             (Seal::Own(k) | Seal::Named(k), Some(h)) => {
                 let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                let to = addr_bytes(&dest);
+                let to = addr_bytes(&dest());
                 let body = req.iov.iter().map(|b| &b[..]);
                 let mut t = [0u8; NAMED_TRAILER_LEN];
                 let n = if matches!(seal, Seal::Named(_)) {
@@ -215,32 +261,23 @@ impl EpShared {
             let mut p = [IoSlice::new(&[]); PARTS];
             let n = parts(&mut p, hdr.as_ref().map(|h| &h[..]), &req.iov, tr);
             let p = p.get(..n).unwrap_or(&p);
-            let r = match to {
-                Some(to) => send_parts(&self.sock, p, to),
-                None => send_parts(&self.sock, p, &SockAddr::from(dest)),
+            let r = match entry {
+                Some(l) => send_parts(&self.sock, p, &l.to),
+                None => send_parts(&self.sock, p, &SockAddr::from(dest())),
             };
             match r {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                r => {
-                    drop(guard);
-                    finish(self, req.done, len, r);
-                    return Ok(());
-                }
+                r => return Ok(Offered::Sent(len, r)),
             }
         }
         // Behind earlier datagrams, or the socket is full: in order.
-        q.q.push_back(Queued {
+        let w = Waiting {
             hdr,
-            iov: req.iov,
             trailer,
-            dest,
+            dest: dest(),
             len,
-            done: req.done,
-        });
-        drop(guard);
-        self.tx_pending.store(true, Ordering::Release);
-        self.tx_kick.notify_one();
-        Ok(())
+        };
+        Ok(Offered::Wait(guard, w))
     }
 
     /// Resolves AV handle `dest` into `last` (its address, and the key

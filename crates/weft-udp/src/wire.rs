@@ -145,7 +145,11 @@ impl Header {
     /// the trailer after that (empty unless the header says keyed; its
     /// contents are the key check's business, not the decoder's).
     pub fn decode(d: &[u8]) -> Result<(Header, &[u8], &[u8]), DecodeError> {
-        let (h, payload) = d.split_at_checked(HEADER_LEN).ok_or(DecodeError::Short)?;
+        // A fixed-size header: every field read below is at a known
+        // place, with no bounds to check at run time.
+        let (h, payload) = d
+            .split_first_chunk::<HEADER_LEN>()
+            .ok_or(DecodeError::Short)?;
         if h[0..2] != MAGIC {
             return Err(DecodeError::BadMagic);
         }
@@ -191,9 +195,13 @@ fn trailer_len(keyed: bool, named: bool) -> usize {
     }
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
+/// The little-endian `u64` at `at` of a header (`at` is 8 or 16).
+#[inline(always)]
+fn u64_at(h: &[u8; HEADER_LEN], at: usize) -> u64 {
     let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
+    if let Some(b) = h.get(at..at + 8) {
+        w.copy_from_slice(b);
+    }
     u64::from_le_bytes(w)
 }
 
