@@ -15,14 +15,11 @@
 
 use std::future::poll_fn;
 use std::io;
-use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use nix::sys::socket::{recvfrom, SockaddrIn, SockaddrIn6};
 use tokio::io::Interest;
 use weft_core::completion::WaitMode;
 use weft_core::sync::lock;
@@ -30,6 +27,7 @@ use weft_core::Result;
 
 use crate::endpoint::EpShared;
 use crate::rx::{pass, PassOutcome};
+use crate::sock::recv_from;
 
 /// Starts the endpoint's drivers for its wait mode.
 pub fn start(ep: &Arc<EpShared>) -> Result<()> {
@@ -56,29 +54,6 @@ fn direct_pass(ep: &EpShared) -> Option<PassOutcome> {
     let mut st = ep.rx_state.try_lock().ok()?;
     let v6 = ep.local.is_ipv6();
     Some(pass(ep, &mut st, ep.local, |b| recv_from(&ep.sock, v6, b)))
-}
-
-/// Reads one datagram into `buf`: its length and sender. The sender's
-/// address is read as the socket's own family's (an IPv6 socket takes no
-/// IPv4 peers, `open_socket`): `UdpSocket::recv_from` clears and decodes
-/// a `sockaddr_storage` for every datagram, about 25 instructions more
-/// of a 64 B round trip. An address of another form, which the kernel
-/// does not give, reads as `InvalidData` (the pass counts it malformed).
-fn recv_from(
-    sock: &std::net::UdpSocket,
-    v6: bool,
-    buf: &mut [u8],
-) -> io::Result<(usize, SocketAddr)> {
-    let fd = sock.as_raw_fd();
-    let (n, from) = if v6 {
-        let (n, a) = recvfrom::<SockaddrIn6>(fd, buf)?;
-        (n, a.map(|a| SocketAddr::V6(a.into())))
-    } else {
-        let (n, a) = recvfrom::<SockaddrIn>(fd, buf)?;
-        (n, a.map(|a| SocketAddr::V4(a.into())))
-    };
-    from.map(|f| (n, f))
-        .ok_or_else(|| io::ErrorKind::InvalidData.into())
 }
 
 /// The socket registered with the reactor (a duplicate of its file

@@ -29,6 +29,7 @@ mod keys;
 mod multicast;
 mod offer;
 mod rx;
+mod sock;
 #[cfg(test)]
 mod tests;
 mod tx;

@@ -13,10 +13,11 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
+use rustix::net::SocketAddrAny;
 use smallvec::SmallVec;
-use socket2::{SockAddr, SockRef};
 use weft_core::addr::{decode_sockaddr, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
+use weft_core::av::AvTable;
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
 use weft_core::dgram_auth::addr_bytes;
 use weft_core::flags::OpFlags;
@@ -26,6 +27,7 @@ use weft_core::Error;
 
 use crate::endpoint::EpShared;
 use crate::keys::Seal;
+use crate::sock::send_parts;
 use crate::wire::{Header, HEADER_LEN, NAMED_TRAILER_LEN};
 
 /// A datagram waiting for room in the socket.
@@ -53,7 +55,7 @@ struct LastDest {
     handle: FiAddr,
     version: u64,
     addr: SocketAddr,
-    to: SockAddr,
+    to: SocketAddrAny,
     key: Option<FiAddr>,
 }
 
@@ -97,18 +99,26 @@ fn parts<'a>(
     n
 }
 
-/// Sends one datagram made of `parts` to `to`.
-#[inline(always)]
-fn send_parts(sock: &std::net::UdpSocket, parts: &[IoSlice<'_>], to: &SockAddr) -> io::Result<()> {
-    let s = SockRef::from(sock);
-    loop {
-        match s.send_to_vectored(parts, to) {
-            // UDP takes a datagram whole or not at all.
-            Ok(_) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
+/// The lookup of [`EpShared::resolve_dest`], in the AV `t` at `version`.
+#[cold]
+#[inline(never)]
+fn look_up(
+    t: MutexGuard<'_, AvTable>,
+    last: &mut Option<LastDest>,
+    dest: FiAddr,
+    version: u64,
+) -> weft_core::Result<()> {
+    let (bytes, key) = t.lookup_keyed(dest).map_err(|_| Error::AddrNotAvail)?;
+    let addr = decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)?;
+    drop(t);
+    *last = Some(LastDest {
+        handle: dest,
+        version,
+        addr,
+        to: SocketAddrAny::from(addr),
+        key,
+    });
+    Ok(())
 }
 
 /// Sends one queued datagram.
@@ -116,7 +126,7 @@ fn send_now(sock: &std::net::UdpSocket, d: &Queued) -> io::Result<()> {
     let trailer = d.trailer.as_ref().map(|(t, n)| t.get(..*n).unwrap_or(t));
     let mut p = [IoSlice::new(&[]); PARTS];
     let n = parts(&mut p, d.hdr.as_ref().map(|h| &h[..]), &d.iov, trailer);
-    send_parts(sock, p.get(..n).unwrap_or(&p), &SockAddr::from(d.dest))
+    send_parts(sock, p.get(..n).unwrap_or(&p), &d.dest)
 }
 
 /// Ends a send: its credit back first (so whoever it wakes can post
@@ -263,7 +273,7 @@ impl EpShared {
             let p = p.get(..n).unwrap_or(&p);
             let r = match entry {
                 Some(l) => send_parts(&self.sock, p, &l.to),
-                None => send_parts(&self.sock, p, &SockAddr::from(dest())),
+                None => send_parts(&self.sock, p, &dest()),
             };
             match r {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -284,7 +294,9 @@ impl EpShared {
     /// handle its entry is under): the AV's lock is taken for its version
     /// (and a named AV's sync), the entry looked up again only for another
     /// handle or after the AV changed. A multicast group's handle is
-    /// answered with the group's address instead (`Some`).
+    /// answered with the group's address instead (`Some`). Inlined; the
+    /// lookup itself is out of line.
+    #[inline(always)]
     fn resolve_dest(
         &self,
         last: &mut Option<LastDest>,
@@ -299,17 +311,7 @@ impl EpShared {
         if matches!(last, Some(l) if l.handle == dest && l.version == version) {
             return Ok(None);
         }
-        let (bytes, key) = t.lookup_keyed(dest).map_err(|_| Error::AddrNotAvail)?;
-        let addr = decode_sockaddr(bytes).map_err(|_| Error::AddrNotAvail)?;
-        drop(t);
-        *last = Some(LastDest {
-            handle: dest,
-            version,
-            addr,
-            to: SockAddr::from(addr),
-            key,
-        });
-        Ok(None)
+        look_up(t, last, dest, version).map(|()| None)
     }
 
     /// [`flush_queued`](Self::flush_queued) when datagrams wait: every
