@@ -13,7 +13,14 @@ pub struct ByAddr<T> {
     /// The place in `list` of the value found last; only a hint (it is
     /// checked against the address every time).
     last: usize,
+    /// Moves on whenever a value may have changed places in `list` (one
+    /// added or removed): a place taken with [`place_of`](Self::place_of)
+    /// holds while this is the same.
+    gen: u64,
 }
+
+/// Where an address's value was, as of a generation of the map.
+pub type Place = (usize, u64);
 
 impl<T> Default for ByAddr<T> {
     fn default() -> Self {
@@ -21,6 +28,7 @@ impl<T> Default for ByAddr<T> {
             list: Vec::new(),
             at: FastMap::default(),
             last: 0,
+            gen: 0,
         }
     }
 }
@@ -43,6 +51,26 @@ impl<T> ByAddr<T> {
         self.list.get_mut(i).map(|(_, v)| v)
     }
 
+    /// Where `addr`'s value is now (for [`get_at`](Self::get_at)).
+    pub fn place_of(&mut self, addr: &[u8]) -> Option<Place> {
+        self.get_mut(addr)?;
+        Some((self.last, self.gen))
+    }
+
+    /// Whether `p` still says where its value is.
+    pub fn holds(&self, p: Place) -> bool {
+        p.1 == self.gen && p.0 < self.list.len()
+    }
+
+    /// The value at place `p`, if `p` still holds: a run of sends to one
+    /// peer finds it without comparing its address each time.
+    pub fn get_at(&mut self, p: Place) -> Option<&mut T> {
+        if p.1 != self.gen {
+            return None;
+        }
+        self.list.get_mut(p.0).map(|(_, v)| v)
+    }
+
     /// Keeps `v` for `addr`, replacing what was kept for it.
     pub fn insert(&mut self, addr: &[u8], v: T) {
         if let Some(old) = self.get_mut(addr) {
@@ -50,6 +78,7 @@ impl<T> ByAddr<T> {
             return;
         }
         self.last = self.list.len();
+        self.gen = self.gen.wrapping_add(1);
         self.at.insert(addr.to_vec(), self.list.len());
         self.list.push((addr.to_vec(), v));
     }
@@ -57,6 +86,7 @@ impl<T> ByAddr<T> {
     /// Forgets what is kept for `addr`.
     pub fn remove(&mut self, addr: &[u8]) -> Option<T> {
         let i = self.at.remove(addr)?;
+        self.gen = self.gen.wrapping_add(1);
         let (_, v) = self.list.swap_remove(i);
         if let Some((moved, _)) = self.list.get(i) {
             if let Some(j) = self.at.get_mut(&moved[..]) {
@@ -76,6 +106,7 @@ impl<T> ByAddr<T> {
         let before = self.list.len();
         self.list.retain_mut(|(_, v)| keep(v));
         if self.list.len() != before {
+            self.gen = self.gen.wrapping_add(1);
             self.at = self
                 .list
                 .iter()
@@ -137,6 +168,22 @@ mod tests {
         m.insert(&addr(4), 4);
         live.push(3);
         check(&mut m, &live);
+        // A place holds until a value is added or removed.
+        let p = m.place_of(&addr(4)).unwrap();
+        assert!(m.holds(p));
+        assert_eq!(m.get_at(p).copied(), Some(4));
+        assert_eq!(m.remove(&addr(3)), Some(3));
+        live.retain(|&i| i != 3);
+        assert!(!m.holds(p));
+        assert_eq!(m.get_at(p), None);
+        let p = m.place_of(&addr(4)).unwrap();
+        assert_eq!(m.get_at(p).copied(), Some(4));
+        m.insert(&addr(4), 44);
+        assert_eq!(m.get_at(p).copied(), Some(44));
+        m.insert(&addr(4), 4);
+        m.insert(&addr(3), 3);
+        live.push(3);
+        assert_eq!(m.get_at(p), None);
         let mut all: Vec<u32> = m.into_values().collect();
         all.sort_unstable();
         live.sort_unstable();

@@ -30,7 +30,7 @@ use crate::layout::*;
 use crate::name;
 use crate::rx::{Held, RxState};
 use crate::segment::Segment;
-use crate::tx::Peers;
+use crate::tx::{Offered, Peers};
 
 /// The receive side of one endpoint, or of the shared context it is
 /// bound to: posted receives, and messages that arrived before a receive
@@ -413,14 +413,27 @@ impl ProviderEndpoint for ShmEndpoint {
         s
     }
 
+    /// The send itself is here, not in a callee: the request is looked
+    /// at by reference until its end (`tx/post.rs`), as moving it into a
+    /// call copies all of it.
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
-        if self.shared.is_closed() {
-            return Err(Rejected {
-                err: Error::OpBadState,
-                req,
-            });
+        let ep = &*self.shared;
+        let offered = if ep.is_closed() {
+            Err(Error::OpBadState)
+        } else {
+            ep.offer(&req)
+        };
+        match offered {
+            Ok(Offered::Sent(len)) => {
+                crate::tx_drive::finish_ok(ep, req.done, len);
+                Ok(())
+            }
+            Ok(Offered::Queue(q)) => {
+                ep.send_queued(req, q);
+                Ok(())
+            }
+            Err(err) => Err(Rejected { err, req }),
         }
-        self.shared.send(req)
     }
 
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {

@@ -35,6 +35,7 @@ use crate::segment::Segment;
 pub use crate::tx_drive::finish;
 
 mod post;
+pub use post::Offered;
 
 /// A delivery-complete send wholly in the ring, waiting for the
 /// receiver's head to pass `end`.
@@ -91,6 +92,8 @@ pub struct Peer {
 #[derive(Debug, Default)]
 pub struct Peers {
     pub(crate) map: crate::by_addr::ByAddr<Peer>,
+    /// The destination resolved last (`post.rs`).
+    last: Option<post::LastDest>,
 }
 
 /// How long closing waits for a receiver to read CMA sends out: a
@@ -373,6 +376,7 @@ impl Peer {
     /// Writes the padding `pad` (to the ring's end), the record header
     /// `h` and `n` bytes of `iov` from `off`, and moves the tail past
     /// them; publishing is the caller's.
+    #[inline]
     fn put_record(&mut self, c: &Chan, pad: usize, h: &RecHead, iov: &Iov, off: usize, n: usize) {
         self.tail = c.write_pad(&self.seg, self.tail, pad);
         let (at, next) = c.write_head(&self.seg, self.tail, h);

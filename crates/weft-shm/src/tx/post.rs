@@ -3,44 +3,146 @@
 //! A child of `tx` so that it reaches the peer's ring helpers without
 //! widening their visibility.
 
+use weft_core::av::shared::lock_synced;
 use weft_core::flags::OpFlags;
-use weft_core::provider::{Iov, Rejected, SendReq};
+use weft_core::provider::{Iov, SendReq};
 use weft_core::sync::lock;
 
 use super::*;
 
+/// The last destination a send resolved, under the peers' lock: its AV
+/// handle and the AV version of the lookup, the address and the key
+/// handle to prove there. A run of sends to one peer (every ping-pong)
+/// takes the AV's lock for its version only: the lookup and the copy of
+/// the address were about 140 instructions of a 64 B send.
+#[derive(Debug)]
+pub struct LastDest {
+    handle: FiAddr,
+    version: u64,
+    addr: Addr,
+    proves: Option<FiAddr>,
+    /// Where its peer is in the peers' map, once found there.
+    place: Option<crate::by_addr::Place>,
+}
+
+/// What [`EpShared::offer`] made of a send.
+pub enum Offered {
+    /// Written into the peer's ring: the send of this many bytes ends.
+    Sent(usize),
+    /// For the queue's path ([`EpShared::send_queued`]).
+    Queue(Queue),
+}
+
+/// A send for the queue's path: its destination, the key handle to prove
+/// there, its record flags and length.
+pub struct Queue {
+    addr: Addr,
+    proves: Option<FiAddr>,
+    flags: u32,
+    len: usize,
+}
+
 impl EpShared {
-    /// Posts a send. Checks happen first: a message over `max_msg_size`
-    /// or `inject_size` (with `FI_INJECT`) is `MsgSize`, too many
-    /// buffers `Inval`, an address not in the AV `AddrNotAvail`, a full
-    /// queue `Again`. A peer that cannot be reached fails the send's
-    /// completion (`ConnRefused`).
-    // Inlined into the endpoint's `post_send`: called, the request (a
-    // few hundred bytes) was copied once more on every send.
-    #[inline]
-    pub fn send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+    /// The checks of a send, then the send itself when it is plain and
+    /// nothing waits ahead of it. Checks happen first: a message over
+    /// `max_msg_size` or `inject_size` (with `FI_INJECT`) is `MsgSize`,
+    /// too many buffers `Inval`, no AV `NoAv`, an address not in the AV
+    /// `AddrNotAvail`, a key not held `NoKey`, a full queue `Again` (the
+    /// order of [`admit`](Self::admit)). The request is looked at by
+    /// reference: the endpoint's `post_send` keeps it until its end, as
+    /// moving it into a call copies all of it.
+    #[inline(always)]
+    pub fn offer(&self, req: &SendReq) -> Result<Offered> {
         let len = req.len();
-        let reject = |err, req| Err(Rejected { err, req });
         let inject = req.flags.contains(OpFlags::INJECT);
-        let (addr, proves) = match self.admit(len, inject, req.iov.len(), req.dest) {
-            Ok(d) => d,
-            Err(e) => return reject(e, req),
-        };
+        if len > self.max_msg || (inject && len > self.inject) {
+            return Err(Error::MsgSize);
+        }
+        if req.iov.len() > self.iov_limit {
+            return Err(Error::Inval);
+        }
+        let mut peers = lock(&self.peers);
+        let Peers { map, last } = &mut *peers;
+        let d = self.dest_cached(last, req.dest)?;
+        if !self.tx.try_take() {
+            return Err(Error::Again);
+        }
         let flags = if req.tag.is_some() { F_TAGGED } else { 0 }
             | if req.data.is_some() { F_DATA } else { 0 };
         let plain = !req
             .flags
             .intersects(OpFlags::DELIVERY_COMPLETE | OpFlags::FENCE);
-        if plain && self.send_direct(&addr, proves, flags, &req, len) {
-            finish(self, (Some(req.done), len, Ok(())));
-            return Ok(());
+        // Straight into the ring of a peer already sent to, when nothing
+        // waits ahead of it and one record below CMA's window takes it:
+        // no `Out` built and moved through the queue's path, no list of
+        // what ended (about 400 of a 64 B send's instructions,
+        // `docs/benchmarks.md`). Every other case (a first send, a claim,
+        // a key, a full ring, a freed channel) takes the queue's path.
+        if plain && len < crate::cma::CMA_MIN {
+            if !d.place.is_some_and(|p| map.holds(p)) {
+                d.place = map.place_of(&d.addr);
+            }
+            if let Some(peer) = d.place.and_then(|p| map.get_at(p)) {
+                let ok = peer.queue.is_empty() && peer.proves == d.proves && peer.alive_now();
+                if ok
+                    && peer.write_whole(
+                        flags,
+                        req.tag.unwrap_or(0),
+                        req.data.unwrap_or(0),
+                        &req.iov,
+                        len,
+                    )
+                {
+                    return Ok(Offered::Sent(len));
+                }
+            }
         }
-        let o = Out {
+        Ok(Offered::Queue(Queue {
+            addr: d.addr.clone(),
+            proves: d.proves,
             flags,
+            len,
+        }))
+    }
+
+    /// The destination of AV handle `dest`, from `last` when it is the
+    /// handle resolved last and the AV has not changed since (the AV's
+    /// lock is taken for its version and a named AV's sync), else looked
+    /// up into `last`: [`dest`](Self::dest)'s answers.
+    #[inline(always)]
+    fn dest_cached<'a>(
+        &self,
+        last: &'a mut Option<LastDest>,
+        dest: FiAddr,
+    ) -> Result<&'a mut LastDest> {
+        let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
+        let t = lock_synced(av);
+        let version = t.version();
+        if !matches!(last, Some(l) if l.handle == dest && l.version == version) {
+            let (b, key) = t.lookup_keyed(dest).map_err(|_| Error::AddrNotAvail)?;
+            let addr = Addr::from_slice(b);
+            drop(t);
+            let proves = self.keys.for_dest(key)?;
+            *last = Some(LastDest {
+                handle: dest,
+                version,
+                addr,
+                proves,
+                place: None,
+            });
+        }
+        last.as_mut().ok_or(Error::AddrNotAvail)
+    }
+
+    /// A send [`offer`](Self::offer) did not write: into the peer's
+    /// queue (or written by it at once, when the ring takes it).
+    pub fn send_queued(&self, req: SendReq, q: Queue) {
+        let o = Out {
+            flags: q.flags,
             tag: req.tag.unwrap_or(0),
             data: req.data.unwrap_or(0),
             iov: req.iov,
-            len,
+            len: q.len,
             off: 0,
             started: false,
             dc: req.flags.contains(OpFlags::DELIVERY_COMPLETE),
@@ -49,43 +151,10 @@ impl EpShared {
             done: Some(req.done),
             fence: req.flags.contains(OpFlags::FENCE),
             answer: None,
-            proves,
+            proves: q.proves,
             direct: None,
         };
-        self.enqueue(&addr, o, None);
-        Ok(())
-    }
-
-    /// A send written straight into the ring of a peer already sent to,
-    /// when nothing waits ahead of it and one record takes it: no `Out`
-    /// built and moved through the queue's path, no list of what ended
-    /// (about 400 of a 64 B send's instructions, `docs/benchmarks.md`).
-    /// False: the send takes the queue's path, which handles every other
-    /// case (a first send, a claim, a key, a full ring, a freed channel).
-    fn send_direct(
-        &self,
-        addr: &[u8],
-        proves: Option<FiAddr>,
-        flags: u32,
-        req: &SendReq,
-        len: usize,
-    ) -> bool {
-        // Below CMA's window: always copied through the ring.
-        if len >= crate::cma::CMA_MIN {
-            return false;
-        }
-        let mut peers = lock(&self.peers);
-        let Some(peer) = peers.map.get_mut(addr) else {
-            return false;
-        };
-        let ok = peer.queue.is_empty() && peer.proves == proves && peer.alive_now();
-        ok && peer.write_whole(
-            flags,
-            req.tag.unwrap_or(0),
-            req.data.unwrap_or(0),
-            &req.iov,
-            len,
-        )
+        self.enqueue(&q.addr, o, None);
     }
 
     /// An RMA request or response of `len` bytes from `iov`, led by
