@@ -364,7 +364,12 @@ impl EpShared {
             &|req, info, held| crate::rx::deliver_held(self, req, info, held),
         );
         self.unpark();
-        r
+        // The success apart: kept and returned as a whole, the result (a
+        // refused request's size) was copied on every receive.
+        match r {
+            Ok(()) => Ok(()),
+            Err(r) => Err(r),
+        }
     }
 
     /// A claim between this endpoint and the endpoint at `peer` failed

@@ -155,7 +155,10 @@ impl Chan {
         self.next_below(seg, head, tail)
     }
 
-    /// [`next`](Self::next) against a tail read already.
+    /// [`next`](Self::next) against a tail read already. Inlined into
+    /// the reader's loop: called, the record it found was built and
+    /// copied out once more per message.
+    #[inline]
     pub fn next_below(&self, seg: &Segment, mut head: u64, tail: u64) -> Next {
         let r = self.g.ring as u64;
         for _ in 0..2 {

@@ -34,7 +34,7 @@ pub(crate) fn complete(
     known: Option<(FiAddr, FiAddr)>,
 ) {
     ep.report_here(&mut req);
-    if ep.source_err && info.src == FI_ADDR_NOTAVAIL {
+    if unknown(ep, &info) {
         let (addr, key) = crate::keys::split(who);
         let src = match (key, &ep.cfg.av) {
             (Some(k), Some(av)) => {
@@ -59,6 +59,13 @@ pub(crate) fn complete(
     } else {
         deliver(ep, req, info, placed);
     }
+}
+
+/// Whether a message completes as [`complete`]'s error entry: on an
+/// `FI_SOURCE_ERR` endpoint, from a sender not in the AV.
+#[inline(always)]
+pub(crate) fn unknown(ep: &EpShared, info: &MsgInfo) -> bool {
+    ep.source_err && info.src == FI_ADDR_NOTAVAIL
 }
 
 /// Completes a receive with a held message (which frees its budget).
