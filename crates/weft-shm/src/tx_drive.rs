@@ -46,11 +46,20 @@ pub fn finish(ep: &EpShared, (done, len, r): Ended) {
 
 impl EpShared {
     /// Sends what waits in peers' queues while their rings take it.
-    /// Returns how many sends ended.
+    /// Returns how many sends ended. Every pass asks, and the answer is
+    /// almost always that nothing waits: that much inline.
+    #[inline]
     pub fn flush(&self) -> usize {
         if !self.tx_pending.load(Ordering::Acquire) {
             return 0;
         }
+        self.flush_queued()
+    }
+
+    /// [`flush`](Self::flush) when something waits.
+    #[cold]
+    #[inline(never)]
+    fn flush_queued(&self) -> usize {
         let mut ended = EndedList::new();
         let mut refused: SmallVec<[Vec<u8>; 1]> = SmallVec::new();
         {
