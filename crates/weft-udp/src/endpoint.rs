@@ -376,12 +376,7 @@ impl ProviderEndpoint for UdpEndpoint {
     /// copies all of it.
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         let ep = &*self.shared;
-        let offered = if ep.is_closed() {
-            Err(Error::OpBadState)
-        } else {
-            ep.offer(&req)
-        };
-        match offered {
+        match ep.offer(&req) {
             Ok(Offered::Sent(len, r)) => {
                 crate::tx::finish(ep, req.done, len, r);
                 Ok(())

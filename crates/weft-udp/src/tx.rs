@@ -187,14 +187,17 @@ impl Waiting {
 
 impl EpShared {
     /// Sends `req`'s datagram if nothing waits and the socket takes it.
-    /// Checks happen first, before anything is taken: a message longer
-    /// than one datagram carries is `MsgSize`, an address not in the AV
+    /// Checks happen first, before anything is taken: a closed endpoint
+    /// is `OpBadState`, a message longer than one datagram carries is `MsgSize`, an address not in the AV
     /// `AddrNotAvail`, a full queue `Again`. One body, no struct handed
     /// between parts of it, and the request looked at by reference: on a
     /// 64 B ping-pong, every move of a request or of a part's result was
     /// a copy (`post_send` keeps the request until its end).
     #[inline(always)]
     pub fn offer(&self, req: &SendReq) -> weft_core::Result<Offered<'_>> {
+        if self.is_closed() {
+            return Err(Error::OpBadState);
+        }
         let len = req.len();
         if len > self.max_msg {
             return Err(Error::MsgSize);
