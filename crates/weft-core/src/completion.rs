@@ -18,7 +18,7 @@ use crate::addr::{FiAddr, FI_ADDR_NOTAVAIL};
 use crate::counter::CounterShared;
 use crate::error::{Error, Result};
 use crate::flags::OpFlags;
-use crate::progress::{InlineWait, Progress, ProgressHooks};
+use crate::progress::{InlineWait, Progress, ProgressHooks, Spun};
 use crate::sync::{lock, wake_all, WakerSet};
 use crate::tagmatch::MsgInfo;
 
@@ -275,7 +275,15 @@ impl CqShared {
         match self.poll_wait(g, cx, wait) {
             Poll::Ready(Some(it)) => {
                 out.push(it);
-                Poll::Ready(1 + self.pop_batch(out, max - 1))
+                // What else is queued joins the batch, without another
+                // pass: the wait's pass that found `it` was just now (a
+                // second one cost about 460 instructions a round trip).
+                let more = if max > 1 && self.len.load(Ordering::Acquire) > 0 {
+                    self.take(&mut lock(&self.inner), out, max - 1)
+                } else {
+                    0
+                };
+                Poll::Ready(1 + more)
             }
             Poll::Ready(None) => Poll::Ready(0),
             Poll::Pending => Poll::Pending,
@@ -326,17 +334,32 @@ impl CqShared {
         match self.wait {
             WaitMode::Interrupt => {}
             WaitMode::Inline | WaitMode::BusyPoll if !self.hooks.is_empty() => {
-                g.readers.register(cx.waker());
                 drop(g);
-                return match wait.poll(
+                match wait.spin(
                     cx,
                     || self.hooks.drive(),
                     |_| self.try_pop(),
                     || self.hooks.idle(),
                 ) {
-                    Some(it) => Poll::Ready(Some(it)),
-                    None => Poll::Pending,
-                };
+                    Spun::Ready(it) => return Poll::Ready(Some(it)),
+                    // Within the budget the wait has asked for a re-poll
+                    // already: nothing to register, and a reader that
+                    // finds its item while spinning never registers.
+                    Spun::Again => return Poll::Pending,
+                    Spun::Sleep => {}
+                }
+                // The reader sleeps: registered under the lock, after a
+                // last look (an item pushed since the last pass would
+                // wake nobody) and a close check (a close since the first
+                // one took the wakers already).
+                g = lock(&self.inner);
+                if let Some(it) = self.pop_front(&mut g) {
+                    wait.reset();
+                    return Poll::Ready(Some(it));
+                }
+                if g.closed {
+                    return Poll::Ready(None);
+                }
             }
             WaitMode::Inline | WaitMode::BusyPoll => {
                 drop(g);
