@@ -44,7 +44,7 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                 }
                 // Mostly both completions are there already: taken
                 // without building the waits' futures.
-                if reaper.try_wait(SEND_CTX)?.is_none() {
+                if !reaper.try_done(SEND_CTX)? {
                     reaper.wait(SEND_CTX).await?;
                 }
                 match reaper.try_wait(RECV_CTX)? {
@@ -119,7 +119,7 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                 if let Err(e) = link.post_send_now(&data, SEND_CTX) {
                     fail_or_wait_send(link, e, data.clone()).await?;
                 }
-                if reaper.try_wait(SEND_CTX)?.is_none() {
+                if !reaper.try_done(SEND_CTX)? {
                     reaper.wait(SEND_CTX).await?;
                 }
             }

@@ -28,6 +28,7 @@ pub fn payload_keep(e: CqEntry) -> (Bytes, Vec<BytesMut>) {
 
 /// The receive buffers of a completion, ready to post again: the first
 /// buffer back at `size` bytes, in the same `Vec`.
+#[inline]
 pub fn reclaim(mut bufs: Vec<BytesMut>, size: usize) -> Vec<BytesMut> {
     bufs.truncate(1);
     if bufs.is_empty() {

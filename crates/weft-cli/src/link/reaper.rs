@@ -163,6 +163,17 @@ impl Reaper {
         self.try_take(&|e: &CqEntry| e.context == ctx)
     }
 
+    /// [`try_wait`](Self::try_wait) for a completion whose entry the
+    /// caller has no use for (a send's): true once it was read. The entry
+    /// is dropped where it is found instead of being moved out.
+    pub fn try_done(&mut self, ctx: u64) -> Res<bool> {
+        let want = |e: &CqEntry| e.context == ctx;
+        if self.take_stashed(want).is_some() {
+            return Ok(true);
+        }
+        Ok(self.try_read() && self.sort(&want, drop)?)
+    }
+
     /// [`try_wait`](Self::try_wait) for any completion `want` accepts.
     fn try_take(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Res<Option<CqEntry>> {
         if let Some(e) = self.take_stashed(want) {
@@ -171,22 +182,34 @@ impl Reaper {
         if !self.try_read() {
             return Ok(None);
         }
-        self.sort(want)
+        self.sort_out(want)
     }
 
-    /// Empties the batch: the first completion `want` accepts goes
-    /// straight to the caller, the others are kept, in order.
-    fn sort(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Res<Option<CqEntry>> {
-        let mut found = None;
+    /// Empties the batch: the first completion `want` accepts goes to
+    /// `found`, the others are kept, in order. True if one was found.
+    fn sort(
+        &mut self,
+        want: &impl Fn(&CqEntry) -> bool,
+        mut found: impl FnMut(CqEntry),
+    ) -> Res<bool> {
+        let mut hit = false;
         for item in self.batch.drain(..) {
             let e = item.map_err(|e| Failure::new("completion", e))?;
-            if found.is_none() && want(&e) {
-                found = Some(e);
+            if !hit && want(&e) {
+                hit = true;
+                found(e);
             } else {
                 self.stash.push_back(e);
             }
         }
-        Ok(found)
+        Ok(hit)
+    }
+
+    /// [`sort`](Self::sort), handing the completion found to the caller.
+    fn sort_out(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Res<Option<CqEntry>> {
+        let mut out = None;
+        self.sort(want, |e| out = Some(e))?;
+        Ok(out)
     }
 
     async fn wait_for(&mut self, want: impl Fn(&CqEntry) -> bool) -> Res<CqEntry> {
@@ -195,7 +218,7 @@ impl Reaper {
         }
         loop {
             self.read_wait().await?;
-            if let Some(e) = self.sort(&want)? {
+            if let Some(e) = self.sort_out(&want)? {
                 return Ok(e);
             }
         }
