@@ -27,10 +27,14 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
         if i == p.warmup {
             start = Instant::now();
         }
+        // Borrowed: the post takes its own reference (a clone per
+        // message, not two).
+        let patterned;
         let sbuf = if p.verify {
-            negotiate::pattern(size, i as u64)
+            patterned = negotiate::pattern(size, i as u64);
+            &patterned
         } else {
-            fixed.clone()
+            &fixed
         };
         let got = match api {
             Api::Post => {
@@ -39,8 +43,8 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                 if let Err((e, back)) = link.post_recv_now(rbuf, RECV_CTX) {
                     fail_or_wait_recv(link, e, back).await?;
                 }
-                if let Err(e) = link.post_send_now(&sbuf, SEND_CTX) {
-                    fail_or_wait_send(link, e, sbuf).await?;
+                if let Err(e) = link.post_send_now(sbuf, SEND_CTX) {
+                    fail_or_wait_send(link, e, sbuf.clone()).await?;
                 }
                 // Mostly both completions are there already: taken
                 // without building the waits' futures.
@@ -56,7 +60,7 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
             Api::Async | Api::Pool => {
                 // join! polls in order: the receive is posted first.
                 let buf = rbuf.pop().unwrap_or_default();
-                let (r, s) = tokio::join!(link.recv(buf), link.send(sbuf));
+                let (r, s) = tokio::join!(link.recv(buf), link.send(sbuf.clone()));
                 s?;
                 r?
             }
