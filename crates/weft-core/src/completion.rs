@@ -373,9 +373,15 @@ impl CqShared {
     /// The wait of a reader that drives the bound endpoints, its queue
     /// found empty (without the lock held).
     fn spin(&self, cx: &mut Context<'_>, wait: &mut InlineWait) -> Poll<Option<CqItem>> {
+        // Held for this poll's passes only: a closed endpoint is still
+        // let go of at once.
+        let one = self.hooks.single();
         match wait.spin(
             cx,
-            || self.hooks.drive(),
+            || match &one {
+                Some(p) => p.progress(),
+                None => self.hooks.drive(),
+            },
             |_| self.try_pop(),
             || self.hooks.idle(),
         ) {

@@ -200,6 +200,18 @@ impl ProgressHooks {
         self.drive_all()
     }
 
+    /// The one hook, if the list is the first hook added and it is
+    /// alive: a waiter that makes several passes in a row upgrades it
+    /// once for all of them (each upgrade is a compare-and-swap, and its
+    /// drop a decrement). `None`: use [`drive`](Self::drive).
+    #[inline]
+    pub fn single(&self) -> Option<Arc<dyn Progress>> {
+        if self.count.load(Ordering::Acquire) == 1 {
+            return self.first.get().and_then(Weak::upgrade);
+        }
+        None
+    }
+
     /// [`drive`](Self::drive) of several hooks, or of a lone hook that
     /// is not the first one added.
     fn drive_all(&self) -> usize {
