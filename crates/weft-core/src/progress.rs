@@ -257,16 +257,7 @@ pub struct InlineWait {
     /// A CQ reader's wait: [`PASSES_PER_POLL`] passes per poll once under
     /// way.
     reader: bool,
-    /// Empty polls so far: the budget is checked on every
-    /// [`CLOCK_EVERY`]th.
-    empty: u32,
 }
-
-/// A waiter past its first poll reads the clock on one empty poll in
-/// this many: the budget (200 µs by default) is overrun by a few polls
-/// at most (microseconds), and three polls in four of a spinning reader
-/// read no clock (about 50 instructions each, and a vDSO call).
-pub const CLOCK_EVERY: u32 = 4;
 
 /// Passes a CQ reader makes in one poll once its wait is under way, as
 /// long as they find nothing. Every return to the runtime re-polls each
@@ -366,20 +357,15 @@ impl InlineWait {
             cx.waker().wake_by_ref();
             return Spun::Again;
         }
-        // The clock is read only by polls that found nothing, and by one
-        // in CLOCK_EVERY of them: a wait's first poll starts the budget
-        // after its pass (a wait that ends at its first pass reads no
-        // clock at all).
+        // The clock is read once a poll, and only by a poll that found
+        // nothing: a wait's first poll starts the budget after its pass
+        // (a wait that ends at its first pass reads no clock at all).
         let within = match self.since {
             None => {
                 self.since = Some(Instant::now());
                 true
             }
-            Some(since) => {
-                let check = self.empty % CLOCK_EVERY == 0;
-                self.empty = self.empty.wrapping_add(1);
-                !check || since.elapsed() < budget
-            }
+            Some(since) => since.elapsed() < budget,
         };
         if within {
             cx.waker().wake_by_ref();
@@ -543,7 +529,6 @@ mod tests {
             since: Some(Instant::now() - spin_budget() - Duration::from_millis(1)),
             budget: None,
             reader: true,
-            empty: 0,
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
@@ -568,7 +553,6 @@ mod tests {
             since: Some(start),
             budget: Some(Duration::from_secs(3600)),
             reader: true,
-            empty: 0,
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 4096, |_| None, || idled.set(true));
