@@ -319,7 +319,9 @@ impl CqShared {
     /// Polls for the next item: `Ready(Some)` with an item, `Ready(None)`
     /// once the queue is closed and drained, `Pending` after registering the
     /// waker. Busy-poll readers spin briefly first; inline readers drive the
-    /// bound endpoints (`wait` holds this reader's spin budget).
+    /// bound endpoints (`wait` holds this reader's spin budget), and
+    /// within that budget return `Pending` having woken the waker for a
+    /// re-poll instead of registering it.
     #[inline]
     pub fn poll_next(&self, cx: &mut Context<'_>, wait: &mut InlineWait) -> Poll<Option<CqItem>> {
         // An item queued already (a ping-pong's send completion, mostly)
