@@ -204,3 +204,63 @@ fn poll_batch_takes_what_is_queued_and_what_a_pass_brings_in_order() {
     );
     assert_eq!(out.len(), 1);
 }
+
+/// A hook with nothing to do.
+#[derive(Debug)]
+struct Idle;
+
+impl Progress for Idle {
+    fn progress(&self) -> usize {
+        0
+    }
+}
+
+#[test]
+fn a_spinning_reader_registers_only_once_it_sleeps_and_a_push_wakes_it() {
+    struct Count(std::sync::atomic::AtomicUsize);
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Inline, 4);
+    let hook: Arc<dyn Progress> = Arc::new(Idle);
+    cq.add_progress(&hook);
+    let count = Arc::new(Count(Default::default()));
+    let w = std::task::Waker::from(count.clone());
+    let mut cx = Context::from_waker(&w);
+    let mut wait = InlineWait::reader();
+    let mut out = Vec::new();
+    // Within the spin budget every empty poll asks for a re-poll itself
+    // and registers nothing; past it (the default budget is 200 µs, and
+    // this gives up after 10 s) the poll leaves the waker registered.
+    let start = std::time::Instant::now();
+    loop {
+        let before = count.0.load(Ordering::SeqCst);
+        assert_eq!(
+            cq.poll_batch(&mut cx, &mut wait, &mut out, 8),
+            Poll::Pending
+        );
+        if count.0.load(Ordering::SeqCst) == before {
+            break;
+        }
+        assert!(
+            lock(&cq.inner).readers.is_empty(),
+            "a spinning reader registered"
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(10));
+    }
+    assert!(!lock(&cq.inner).readers.is_empty());
+    let before = count.0.load(Ordering::SeqCst);
+    cq.push(Ok(entry(7)));
+    assert_eq!(
+        count.0.load(Ordering::SeqCst),
+        before + 1,
+        "the push woke it"
+    );
+    assert_eq!(
+        cq.poll_batch(&mut cx, &mut wait, &mut out, 8),
+        Poll::Ready(1)
+    );
+    assert!(matches!(&out[0], Ok(e) if e.context == 7));
+}

@@ -200,6 +200,18 @@ impl ProgressHooks {
         self.drive_all()
     }
 
+    /// The one hook, if the list is the first hook added and it is
+    /// alive: a waiter that makes several passes in a row upgrades it
+    /// once for all of them (each upgrade is a compare-and-swap, and its
+    /// drop a decrement). `None`: use [`drive`](Self::drive).
+    #[inline]
+    pub fn single(&self) -> Option<Arc<dyn Progress>> {
+        if self.count.load(Ordering::Acquire) == 1 {
+            return self.first.get().and_then(Weak::upgrade);
+        }
+        None
+    }
+
     /// [`drive`](Self::drive) of several hooks, or of a lone hook that
     /// is not the first one added.
     fn drive_all(&self) -> usize {
@@ -260,6 +272,17 @@ pub struct InlineWait {
 /// was withdrawn a third as often).
 pub const PASSES_PER_POLL: u32 = 4;
 
+/// What one [`InlineWait::spin`] came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Spun<T> {
+    /// The awaited value.
+    Ready(T),
+    /// Nothing yet; the waker was woken for an immediate re-poll.
+    Again,
+    /// Nothing yet, and the spin is over: register to be woken.
+    Sleep,
+}
+
 impl InlineWait {
     /// A fresh wait of an awaited operation: one pass per poll.
     pub fn new() -> InlineWait {
@@ -285,27 +308,43 @@ impl InlineWait {
     pub fn poll<T>(
         &mut self,
         cx: &mut Context<'_>,
+        drive: impl FnMut() -> usize,
+        ready: impl FnMut(&mut Context<'_>) -> Option<T>,
+        idle: impl FnOnce(),
+    ) -> Option<T> {
+        match self.spin(cx, drive, ready, idle) {
+            Spun::Ready(v) => Some(v),
+            Spun::Again | Spun::Sleep => None,
+        }
+    }
+
+    /// [`poll`](Self::poll), telling apart a wait that asked for a
+    /// re-poll (`Again`: nothing to register, the caller is polled again
+    /// at once) from one that sleeps (`Sleep`: the budget is spent or
+    /// zero; the caller must register to be woken).
+    pub fn spin<T>(
+        &mut self,
+        cx: &mut Context<'_>,
         mut drive: impl FnMut() -> usize,
         mut ready: impl FnMut(&mut Context<'_>) -> Option<T>,
         idle: impl FnOnce(),
-    ) -> Option<T> {
+    ) -> Spun<T> {
         let budget = self.budget.unwrap_or_else(spin_budget);
         if budget.is_zero() {
-            return None;
+            return Spun::Sleep;
         }
         let passes = if self.reader && self.since.is_some() {
             PASSES_PER_POLL
         } else {
             1
         };
-        let mut since = *self.since.get_or_insert_with(Instant::now);
         for _ in 0..passes {
             if drive() == 0 {
                 continue;
             }
             if let Some(v) = ready(cx) {
                 self.since = None;
-                return Some(v);
+                return Spun::Ready(v);
             }
             // Work was done but the awaited completion is not there yet
             // (a large message still arriving): the budget counts time
@@ -314,16 +353,27 @@ impl InlineWait {
             // slept through the second half of every message (1.0x
             // libfabric's bandwidth against 1.45x for busy-poll). Bytes
             // moving, the task's other futures get their turn now.
-            since = Instant::now();
-            self.since = Some(since);
-            break;
-        }
-        if since.elapsed() < budget {
+            self.since = Some(Instant::now());
             cx.waker().wake_by_ref();
+            return Spun::Again;
+        }
+        // The clock is read once a poll, and only by a poll that found
+        // nothing: a wait's first poll starts the budget after its pass
+        // (a wait that ends at its first pass reads no clock at all).
+        let within = match self.since {
+            None => {
+                self.since = Some(Instant::now());
+                true
+            }
+            Some(since) => since.elapsed() < budget,
+        };
+        if within {
+            cx.waker().wake_by_ref();
+            Spun::Again
         } else {
             idle();
+            Spun::Sleep
         }
-        None
     }
 
     /// The wait ended (something was delivered): the next wait gets a

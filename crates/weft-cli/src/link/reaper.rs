@@ -59,8 +59,30 @@ impl Reaper {
         }
     }
 
+    /// Reads what is there without waiting (with the progress pass an
+    /// inline or busy-poll queue makes first) into `batch`; false when
+    /// nothing was. On the latency path the answer is mostly there: then
+    /// no read future is built or polled, and no clock is read for the
+    /// give-up timer (about 150 instructions a message,
+    /// `docs/benchmarks.md`).
+    fn try_read(&mut self) -> bool {
+        // Empty already: every read's batch is drained where it is
+        // sorted (and a drain dropped early empties it as well).
+        debug_assert!(self.batch.is_empty());
+        self.cq.try_read_batch(&mut self.batch, 64) > 0
+    }
+
     /// Reads the next batch of completions (at least one) into `batch`.
     async fn read(&mut self) -> Res<()> {
+        if self.try_read() {
+            return Ok(());
+        }
+        self.read_wait().await
+    }
+
+    /// [`read`](Self::read) once a read that does not wait found
+    /// nothing.
+    async fn read_wait(&mut self) -> Res<()> {
         self.batch.clear();
         if self.busy {
             let deadline = self.idle.map(|d| (Instant::now() + d, d));
@@ -116,14 +138,6 @@ impl Reaper {
         self.wait_for(|e| e.context == ctx).await
     }
 
-    /// The completion of the operation posted with `ctx` if it was read
-    /// already. A ping-pong's two completions mostly come in one batch:
-    /// the second is taken here without building and polling the read's
-    /// futures (about 180 instructions a message, `docs/benchmarks.md`).
-    pub fn stashed(&mut self, ctx: u64) -> Option<CqEntry> {
-        self.take_stashed(|e| e.context == ctx)
-    }
-
     /// The first stashed completion `want` accepts; the front (the
     /// common case) without a search.
     fn take_stashed(&mut self, want: impl Fn(&CqEntry) -> bool) -> Option<CqEntry> {
@@ -142,24 +156,71 @@ impl Reaper {
         self.wait_for(|e| e.flags.contains(f)).await
     }
 
+    /// The completion of the operation posted with `ctx` if it was read
+    /// already or a read that does not wait finds it; `None` if it has
+    /// not completed yet (then [`wait`](Self::wait) for it). A
+    /// ping-pong's two completions mostly come in one batch: both are
+    /// taken without building and polling the waits' futures.
+    pub fn try_wait(&mut self, ctx: u64) -> Res<Option<CqEntry>> {
+        self.try_take(&|e: &CqEntry| e.context == ctx)
+    }
+
+    /// [`try_wait`](Self::try_wait) for a completion whose entry the
+    /// caller has no use for (a send's): true once it was read. The entry
+    /// is dropped where it is found instead of being moved out.
+    pub fn try_done(&mut self, ctx: u64) -> Res<bool> {
+        let want = |e: &CqEntry| e.context == ctx;
+        if self.take_stashed(want).is_some() {
+            return Ok(true);
+        }
+        Ok(self.try_read() && self.sort(&want, drop)?)
+    }
+
+    /// [`try_wait`](Self::try_wait) for any completion `want` accepts.
+    fn try_take(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Res<Option<CqEntry>> {
+        if let Some(e) = self.take_stashed(want) {
+            return Ok(Some(e));
+        }
+        if !self.try_read() {
+            return Ok(None);
+        }
+        self.sort_out(want)
+    }
+
+    /// Empties the batch: the first completion `want` accepts goes to
+    /// `found`, the others are kept, in order. True if one was found.
+    fn sort(
+        &mut self,
+        want: &impl Fn(&CqEntry) -> bool,
+        mut found: impl FnMut(CqEntry),
+    ) -> Res<bool> {
+        let mut hit = false;
+        for item in self.batch.drain(..) {
+            let e = item.map_err(|e| Failure::new("completion", e))?;
+            if !hit && want(&e) {
+                hit = true;
+                found(e);
+            } else {
+                self.stash.push_back(e);
+            }
+        }
+        Ok(hit)
+    }
+
+    /// [`sort`](Self::sort), handing the completion found to the caller.
+    fn sort_out(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Res<Option<CqEntry>> {
+        let mut out = None;
+        self.sort(want, |e| out = Some(e))?;
+        Ok(out)
+    }
+
     async fn wait_for(&mut self, want: impl Fn(&CqEntry) -> bool) -> Res<CqEntry> {
-        if let Some(e) = self.take_stashed(&want) {
+        if let Some(e) = self.try_take(&want)? {
             return Ok(e);
         }
-        // The awaited completion goes straight from the batch to the
-        // caller; only the others are kept, in order.
         loop {
-            self.read().await?;
-            let mut found = None;
-            for item in self.batch.drain(..) {
-                let e = item.map_err(|e| Failure::new("completion", e))?;
-                if found.is_none() && want(&e) {
-                    found = Some(e);
-                } else {
-                    self.stash.push_back(e);
-                }
-            }
-            if let Some(e) = found {
+            self.read_wait().await?;
+            if let Some(e) = self.sort_out(&want)? {
                 return Ok(e);
             }
         }

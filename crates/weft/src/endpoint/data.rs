@@ -117,6 +117,10 @@ impl Endpoint {
         }
     }
 
+    // Inlined: out of line, the request was built in its return slot and
+    // copied again into the provider's argument (about 40 instructions a
+    // receive).
+    #[inline]
     pub(super) fn recv_req(
         &self,
         live: &Live,
