@@ -722,6 +722,25 @@ impl OpDone {
         }
     }
 
+    /// Moves this completion out of `self`, leaving one that reports
+    /// nothing and holds nothing: a receive completed through a reference
+    /// to its request takes its completion this way, which costs less
+    /// than moving the whole request.
+    #[inline(always)]
+    pub fn take(&mut self) -> OpDone {
+        std::mem::replace(
+            self,
+            OpDone {
+                context: 0,
+                flags: OpFlags::empty(),
+                report: false,
+                cq: None,
+                cntr: None,
+                waiter: None,
+            },
+        )
+    }
+
     /// The operation succeeded. For operations whose completion may be
     /// dropped unread (a send: the data went); receives use
     /// [`complete_from`](Self::complete_from).

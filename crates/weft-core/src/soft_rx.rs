@@ -195,6 +195,9 @@ impl Ended {
         // Almost always none: every arrival carries one of these.
         if !self.0.is_empty() {
             self.report_all(ep);
+        } else if self.0.capacity() == 0 {
+            // Nothing to free: skip the out-of-line drop of the list.
+            std::mem::forget(self);
         }
     }
 
@@ -214,6 +217,17 @@ pub fn arrival<U, S>(m: &mut Matcher<RecvReq, U, S>, info: &MsgInfo) -> (Option<
     let mut ended = Vec::new();
     let got = m.arrival_by(info, &mut multi_recv::take, &mut ended);
     (got, Ended(ended))
+}
+
+/// [`arrival`] that adds the buffers it ended to `ended`: the receive
+/// comes back alone, not in a pair, which spares the caller a move of it.
+#[inline(always)]
+pub fn arrival_into<U, S>(
+    m: &mut Matcher<RecvReq, U, S>,
+    info: &MsgInfo,
+    ended: &mut Ended,
+) -> Option<RecvReq> {
+    m.arrival_by(info, &mut multi_recv::take, &mut ended.0)
 }
 
 /// Holds a message given back by a receive whose future was dropped:

@@ -19,8 +19,8 @@ use weft_core::completion::Returned;
 use weft_core::dgram_auth::{addr_bytes, Replay};
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
-use weft_core::recv_completion::{copy_in, deliver, deliver_unknown, KnownSource};
-use weft_core::soft_rx::{self, Charge};
+use weft_core::recv_completion::{copy_in, deliver, deliver_in, deliver_unknown, KnownSource};
+use weft_core::soft_rx::{self, Charge, Ended};
 use weft_core::soft_srx::{Queues, SrxEp};
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
@@ -166,33 +166,41 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: Sock
         data: h.data,
     };
     let mut m = lock(&ep.side.matcher);
-    let (got, ended) = soft_rx::arrival(&mut m, &info);
-    if let Some(mut req) = got {
+    let mut ended = Ended::default();
+    // The request is completed where the matcher put it, through
+    // references: a receive request is large, and every move of one
+    // copies it.
+    let mut got = soft_rx::arrival_into(&mut m, &info, &mut ended);
+    if let Some(req) = got.as_mut() {
         drop(m);
         ended.report(ep);
-        // `complete`, written out here: a receive request is large, and
-        // handing it to an inlined function's parameter copies it.
-        ep.report_here(&mut req);
-        let placed = copy_in(&mut req, payload);
+        ep.report_here(req);
+        let placed = copy_in(req, payload);
         let unknown = if ep.source_err {
             ep.unknown_sender(info.src, &from)
         } else {
             None
         };
         match unknown {
-            Some((reported, raw)) => deliver_unknown(ep, req, info, placed, reported, raw),
-            None if src.handle == info.src => deliver(
+            Some((reported, raw)) => {
+                if let Some(req) = got.take() {
+                    deliver_unknown(ep, req, info, placed, reported, raw);
+                }
+            }
+            None if src.handle == info.src => deliver_in(
                 &KnownSource {
                     ep,
                     handle: src.handle,
                     shown: src.shown,
                 },
                 req,
-                info,
+                &info,
                 placed,
             ),
-            None => deliver(ep, req, info, placed),
+            None => deliver_in(ep, req, &info, placed),
         }
+        // What `deliver_in` left owns nothing: its drop would only check so.
+        std::mem::forget(got);
         return true;
     }
     // Every datagram costs something, a zero-length one included.
