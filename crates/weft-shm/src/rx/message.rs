@@ -9,8 +9,8 @@ use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::av::shared::lock_synced;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
-use weft_core::recv_completion::{deliver, KnownSource, RecvCtx as _};
-use weft_core::soft_rx::{self, Charge};
+use weft_core::recv_completion::{deliver_in, KnownSource, RecvCtx as _};
+use weft_core::soft_rx::{self, Charge, Ended};
 use weft_core::soft_srx::SrxEp;
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
@@ -156,8 +156,12 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()
                 return Err(());
             }
             let mut m = lock(&ep.side.matcher);
-            let (got, ended) = soft_rx::arrival(&mut m, &info);
-            let Some(mut req) = got else {
+            let mut ended = Ended::default();
+            // The request is placed and completed where the matcher put
+            // it, through references: a receive request is large, and
+            // every move of one copies it.
+            let mut got = soft_rx::arrival_into(&mut m, &info, &mut ended);
+            let Some(req) = got.as_mut() else {
                 let from = lc.who.clone().ok_or(())?;
                 let r = hold_first(ep, &mut m, lc, r, info, total, from);
                 drop(m);
@@ -171,7 +175,7 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()
                 // placed and completed here: no partial message built and
                 // moved to `finish`, no clone of the sender's names.
                 // `check_first` held it to exactly its total.
-                if !place(&ep.seg, &mut req, 0, r.payload, len) {
+                if !place(&ep.seg, req, 0, r.payload, len) {
                     return Err(());
                 }
                 let placed = total.min(req.capacity());
@@ -181,18 +185,25 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()
                 // request to its parameter copies it.
                 match known.filter(|(h, _)| *h == info.src) {
                     Some((handle, shown)) if !unknown(ep, &info) => {
-                        ep.report_here(&mut req);
-                        deliver(&KnownSource { ep, handle, shown }, req, info, placed);
+                        ep.report_here(req);
+                        deliver_in(&KnownSource { ep, handle, shown }, req, &info, placed);
+                        // What `deliver_in` left owns nothing.
+                        std::mem::forget(got);
                     }
-                    _ => complete(ep, req, info, placed, who, known),
+                    _ => {
+                        if let Some(req) = got.take() {
+                            complete(ep, req, info, placed, who, known);
+                        }
+                    }
                 }
                 return Ok(true);
             }
-            Partial {
+            got.map(|req| Partial {
                 info,
                 sink: Sink::Recv(req),
                 got: 0,
-            }
+            })
+            .ok_or(())?
         }
         K_CONT => lc.partial.take().ok_or(())?,
         K_CMA => return cma_record(ep, lc, r),
