@@ -167,7 +167,10 @@ pub fn stop(slot: &PollerSlot) {
 /// (a task woken while it runs is queued at the back, not in the slot
 /// for woken tasks that runs next). Not `tokio::task::yield_now`: that
 /// defers the task until the scheduler polls its I/O driver, an
-/// `epoll_wait` with a zero timeout on a current-thread runtime.
+/// `epoll_wait` with a zero timeout on a current-thread runtime. On a
+/// multi-thread runtime an idle worker may take this task meanwhile, so
+/// there the order is likely, not certain: only how soon the answer
+/// leaves depends on it, never what is delivered.
 async fn after_woken() {
     let mut yielded = false;
     std::future::poll_fn(|cx| {
@@ -238,7 +241,8 @@ pub fn start<S: CqSink + 'static>(
         loop {
             if !armed {
                 stand_aside(&poller).await;
-                if cq.req_notify(false).is_err() {
+                if let Err(e) = cq.req_notify(false) {
+                    tracing::error!(error = %e, "CQ driver stops: re-arm failed");
                     return;
                 }
                 armed = true;
@@ -246,8 +250,12 @@ pub fn start<S: CqSink + 'static>(
             if poller.drain(true).is_none() {
                 return;
             }
-            let Ok(mut guard) = afd.readable().await else {
-                return;
+            let mut guard = match afd.readable().await {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::error!(error = %e, "CQ driver stops: channel wait failed");
+                    return;
+                }
             };
             // The event says completions wait: hand them over first and
             // let the tasks they wake run (an answer posted at once),
@@ -266,8 +274,12 @@ pub fn start<S: CqSink + 'static>(
             // once its event is taken, so one read takes every event there
             // is; reading on to `EAGAIN` cost a system call per wake-up.
             // No event (a readiness without one): the CQ is still armed.
-            let Ok(event) = chan.get_event() else {
-                return;
+            let event = match chan.get_event() {
+                Ok(ev) => ev,
+                Err(e) => {
+                    tracing::error!(error = %e, "CQ driver stops: channel read failed");
+                    return;
+                }
             };
             guard.clear_ready();
             if event.is_none() {
@@ -276,7 +288,8 @@ pub fn start<S: CqSink + 'static>(
             if inline {
                 // Re-armed at the top of the loop, once no waiter spins.
                 armed = false;
-            } else if cq.req_notify(false).is_err() {
+            } else if let Err(e) = cq.req_notify(false) {
+                tracing::error!(error = %e, "CQ driver stops: re-arm failed");
                 return;
             }
         }

@@ -86,7 +86,11 @@ fn pair(ctx: &Arc<Context>, cq_b: &Arc<Cq>) -> Pair {
     };
     let a = QueuePair::new(&pd, &init(&cq_a)).unwrap();
     let b = QueuePair::new(&pd, &init(cq_b)).unwrap();
-    let gidx = 1;
+    // The loopback GID's index, as the sys tests take it (`RXE_LO_GID`).
+    let gidx: u8 = std::env::var("RXE_LO_GID")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     let gid = ctx.query_gid(1, u32::from(gidx)).unwrap();
     let mtu = ctx.query_port(1).unwrap().active_mtu;
     a.connect_rc(&RcConnectParams::roce(

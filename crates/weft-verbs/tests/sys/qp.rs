@@ -331,7 +331,6 @@ fn rc_wrong_rkey_is_an_error_completion() {
     assert_eq!(p.b.state().unwrap(), QpState::Reset);
 }
 
-/// A receive on `p.b` (`recv_id`), then an inline send to it from `p.a`.
 #[test]
 fn completion_channel_poll_and_asyncfd() {
     let Some(ctx) = open_or_skip("rxe0") else {

@@ -5,8 +5,10 @@
 
 use super::*;
 
-/// Rounds of each race: enough to meet both orders of the reactor and
-/// the test thread on a multi-thread runtime.
+/// Rounds of each race on a multi-thread runtime. The test's own pause
+/// makes the reactor see the edge before the clear in nearly every
+/// round, which is the order the driver relies on; the rounds repeat it,
+/// they do not promise to meet the other order.
 const ROUNDS: u64 = 20;
 
 /// A completion that lands after the event was taken and before the
@@ -14,7 +16,10 @@ const ROUNDS: u64 = 20;
 /// either: the poll after the re-arm is what finds it. (A driver that
 /// slept on the channel without that poll would sleep with a completion
 /// waiting, the lost wake-up.) One that lands after the re-arm raises an
-/// event.
+/// event. "Arming raises no event for a completion already queued" is
+/// how rxe behaves (its re-arm has no report-missed-events flag); some
+/// hardware raises one, which the driver would take as one more wake-up,
+/// so it does not rely on either.
 #[test]
 fn completion_while_disarmed_is_found_by_the_poll_after_arming() {
     let Some(ctx) = open_or_skip("rxe0") else {
@@ -58,9 +63,10 @@ fn completion_while_disarmed_is_found_by_the_poll_after_arming() {
 
 /// The driver reads one event per wake-up and then clears the readiness
 /// it was woken for, without reading on to `EAGAIN`. An event that
-/// arrives before that clear (the CQ re-armed and completed in between,
-/// and on a multi-thread runtime perhaps already seen by a worker's
-/// reactor) must still wake the next `readable()`: Tokio clears only
+/// arrives before that clear (a readiness with no event read, the CQ
+/// still armed, and a completion landing before the clear; on a
+/// multi-thread runtime perhaps already seen by a worker's reactor) must
+/// still wake the next `readable()`: Tokio clears only
 /// the readiness of the tick the guard saw, and the edge-triggered
 /// registration reports every new event.
 #[test]
