@@ -359,6 +359,12 @@ impl CqShared {
                 if let Some(it) = self.pop_front(&mut g) {
                     return Poll::Ready(Some(it));
                 }
+                // A close while the lock was let go took the wakers
+                // registered before it: registering now would sleep for
+                // ever.
+                if g.closed {
+                    return Poll::Ready(None);
+                }
             }
         }
         g.readers.register(cx.waker());

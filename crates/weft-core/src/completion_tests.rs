@@ -264,3 +264,41 @@ fn a_spinning_reader_registers_only_once_it_sleeps_and_a_push_wakes_it() {
     );
     assert!(matches!(&out[0], Ok(e) if e.context == 7));
 }
+
+/// A reader of an inline CQ with no endpoint bound spins with the lock
+/// let go; a close in that window must not leave it registered after the
+/// close took the wakers (a reader asleep for ever at teardown).
+#[test]
+fn a_close_while_an_unbound_reader_spins_ends_its_wait() {
+    struct Flag(std::sync::atomic::AtomicBool);
+    impl std::task::Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    for round in 0..2000 {
+        let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Inline, 4);
+        let flag = Arc::new(Flag(Default::default()));
+        let w = std::task::Waker::from(flag.clone());
+        let closer = {
+            let cq = cq.clone();
+            std::thread::spawn(move || {
+                for _ in 0..(round % 64) {
+                    std::hint::spin_loop();
+                }
+                cq.close();
+            })
+        };
+        let mut wait = InlineWait::reader();
+        let got = cq.poll_next(&mut Context::from_waker(&w), &mut wait);
+        closer.join().unwrap();
+        match got {
+            Poll::Ready(None) => {}
+            Poll::Pending => assert!(
+                flag.0.load(Ordering::SeqCst),
+                "round {round}: a reader left registered after the close"
+            ),
+            Poll::Ready(Some(_)) => panic!("round {round}: an item from an empty queue"),
+        }
+    }
+}

@@ -188,8 +188,9 @@ impl Waiting {
 impl EpShared {
     /// Sends `req`'s datagram if nothing waits and the socket takes it.
     /// Checks happen first, before anything is taken: a closed endpoint
-    /// is `OpBadState`, a message longer than one datagram carries is `MsgSize`, an address not in the AV
-    /// `AddrNotAvail`, a full queue `Again`. One body, no struct handed
+    /// is `OpBadState`, a message longer than one datagram carries is
+    /// `MsgSize`, an address not in the AV `AddrNotAvail`, a full queue
+    /// `Again`. One body, no struct handed
     /// between parts of it, and the request looked at by reference: on a
     /// 64 B ping-pong, every move of a request or of a part's result was
     /// a copy (`post_send` keeps the request until its end).
@@ -212,9 +213,9 @@ impl EpShared {
         let q = &mut *guard;
         // A multicast group's address, or the AV entry just resolved.
         let group = self.resolve_dest(&mut q.last, req.dest)?;
-        let entry = match (&group, &q.last) {
-            (Some(_), _) => None,
-            (None, Some(l)) => Some(l),
+        let (entry, to_addr) = match (&group, &q.last) {
+            (Some(a), _) => (None, *a),
+            (None, Some(l)) => (Some(l), l.addr),
             (None, None) => return Err(Error::AddrNotAvail),
         };
         let seal = self.keys.for_dest(entry.and_then(|l| l.key))?;
@@ -242,17 +243,11 @@ impl EpShared {
             };
             Some(h.encode())
         };
-        let dest = || match (group, entry) {
-            (Some(a), _) => a,
-            (None, Some(l)) => l.addr,
-            // Not reached: `entry` is `Some` without a group.
-            (None, None) => SocketAddr::from(([0, 0, 0, 0], 0)),
-        };
         // The MAC covers the header as sent, so it is sealed after it.
         let trailer = match (seal, &hdr) {
             (Seal::Own(k) | Seal::Named(k), Some(h)) => {
                 let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                let to = addr_bytes(&dest());
+                let to = addr_bytes(&to_addr);
                 let body = req.iov.iter().map(|b| &b[..]);
                 let mut t = [0u8; NAMED_TRAILER_LEN];
                 let n = if matches!(seal, Seal::Named(_)) {
@@ -276,7 +271,7 @@ impl EpShared {
             let p = p.get(..n).unwrap_or(&p);
             let r = match entry {
                 Some(l) => send_parts(&self.sock, p, &l.to),
-                None => send_parts(&self.sock, p, &dest()),
+                None => send_parts(&self.sock, p, &to_addr),
             };
             match r {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -287,7 +282,7 @@ impl EpShared {
         let w = Waiting {
             hdr,
             trailer,
-            dest: dest(),
+            dest: to_addr,
             len,
         };
         Ok(Offered::Wait(guard, w))

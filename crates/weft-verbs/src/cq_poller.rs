@@ -4,10 +4,11 @@
 //! (the busy-poll thread parks while that task polls).
 //!
 //! The interrupt sequence never loses a wake-up: arm the CQ, then poll it
-//! empty, then sleep on the channel; after a wake-up, take and acknowledge
-//! the channel's event (one at most: see `start`), re-arm, and poll again
-//! before sleeping. A completion that lands between the last poll and the
-//! re-arm is found by the poll that follows the re-arm.
+//! empty, then sleep on the channel; after a wake-up, poll (dispatching
+//! what the event announced, and letting the tasks it woke run), take and
+//! acknowledge the channel's event (one at most: see `start`), re-arm,
+//! and poll again before sleeping. A completion that lands between a poll
+//! and the re-arm is found by the poll that follows the re-arm.
 //!
 //! In inline mode the CQ is left unarmed while a waiter spins on it
 //! (`stand_aside`): the waiter finds every completion itself, and an armed
@@ -22,6 +23,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::task::Poll;
 
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
@@ -160,6 +162,28 @@ pub fn stop(slot: &PollerSlot) {
     }
 }
 
+/// Returns after the tasks woken so far have run: wakes itself once and
+/// yields, which queues this task behind them on both Tokio schedulers
+/// (a task woken while it runs is queued at the back, not in the slot
+/// for woken tasks that runs next). Not `tokio::task::yield_now`: that
+/// defers the task until the scheduler polls its I/O driver, an
+/// `epoll_wait` with a zero timeout on a current-thread runtime. On a
+/// multi-thread runtime an idle worker may take this task meanwhile, so
+/// there the order is likely, not certain: only how soon the answer
+/// leaves depends on it, never what is delivered.
+async fn after_woken() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await;
+}
+
 /// Starts the driver of `cq` for `wait` and puts its poller in `slot`.
 /// The driver holds `sink` weakly, so the endpoint's drop ends it. Returns
 /// the task to abort when the endpoint closes (busy-poll threads stop by
@@ -217,7 +241,8 @@ pub fn start<S: CqSink + 'static>(
         loop {
             if !armed {
                 stand_aside(&poller).await;
-                if cq.req_notify(false).is_err() {
+                if let Err(e) = cq.req_notify(false) {
+                    tracing::error!(error = %e, "CQ driver stops: re-arm failed");
                     return;
                 }
                 armed = true;
@@ -225,15 +250,36 @@ pub fn start<S: CqSink + 'static>(
             if poller.drain(true).is_none() {
                 return;
             }
-            let Ok(mut guard) = afd.readable().await else {
-                return;
+            let mut guard = match afd.readable().await {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::error!(error = %e, "CQ driver stops: channel wait failed");
+                    return;
+                }
             };
+            // The event says completions wait: hand them over first and
+            // let the tasks they wake run (an answer posted at once),
+            // then take the event and re-arm. The channel's `read` and
+            // the re-arming `ioctl` are then made while the peer works,
+            // not between a completion and the application's answer to
+            // it. Nothing is lost meanwhile: a completion that lands
+            // while the CQ is disarmed is found by the poll after the
+            // re-arm (top of the loop).
+            match poller.drain(true) {
+                None => return,
+                Some(0) => {}
+                Some(_) => after_woken().await,
+            }
             // The channel is this CQ's alone and the CQ is re-armed only
             // once its event is taken, so one read takes every event there
             // is; reading on to `EAGAIN` cost a system call per wake-up.
             // No event (a readiness without one): the CQ is still armed.
-            let Ok(event) = chan.get_event() else {
-                return;
+            let event = match chan.get_event() {
+                Ok(ev) => ev,
+                Err(e) => {
+                    tracing::error!(error = %e, "CQ driver stops: channel read failed");
+                    return;
+                }
             };
             guard.clear_ready();
             if event.is_none() {
@@ -242,10 +288,15 @@ pub fn start<S: CqSink + 'static>(
             if inline {
                 // Re-armed at the top of the loop, once no waiter spins.
                 armed = false;
-            } else if cq.req_notify(false).is_err() {
+            } else if let Err(e) = cq.req_notify(false) {
+                tracing::error!(error = %e, "CQ driver stops: re-arm failed");
                 return;
             }
         }
     });
     Ok(Some(t.abort_handle()))
 }
+
+#[cfg(all(test, feature = "rdma"))]
+#[path = "cq_poller_tests.rs"]
+mod tests;

@@ -32,6 +32,8 @@ use weft_verbs::sys::{
 mod cm;
 #[path = "sys/qp.rs"]
 mod qp;
+#[path = "sys/wake.rs"]
+mod wake;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -96,6 +98,21 @@ fn assert_ok(wc: &WorkCompletion, wr_id: u64, opcode: WcOpcode) {
     assert_eq!(wc.to_error(), None);
     assert_eq!(wc.wr_id, wr_id, "{wc:?}");
     assert_eq!(wc.opcode, opcode, "{wc:?}");
+}
+
+/// Posts a receive on `b` and a send of `data` to it from `a`.
+fn recv_then_send(p: &Pair, buf: &OwnedMr, recv_id: u64, send_id: u64, data: &[u8]) {
+    p.b.post_recv(&RecvRequest {
+        wr_id: recv_id,
+        sges: &[buf.sge(0, 64).unwrap()],
+    })
+    .unwrap();
+    p.a.post_send(&SendRequest::new(
+        send_id,
+        SendOp::Send,
+        Payload::Inline(data),
+    ))
+    .unwrap();
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

@@ -61,6 +61,9 @@ impl EpShared {
         if req.iov.len() > self.iov_limit {
             return Err(Error::Inval);
         }
+        // Lock order: the peers, then the AV (in `dest_cached`). Nothing
+        // takes them the other way round: the AV calls no provider code
+        // while it holds its lock.
         let mut peers = lock(&self.peers);
         let Peers { map, last } = &mut *peers;
         let d = self.dest_cached(last, req.dest)?;

@@ -331,21 +331,6 @@ fn rc_wrong_rkey_is_an_error_completion() {
     assert_eq!(p.b.state().unwrap(), QpState::Reset);
 }
 
-/// A receive on `p.b` (`recv_id`), then an inline send to it from `p.a`.
-fn recv_then_send(p: &Pair, buf: &OwnedMr, recv_id: u64, send_id: u64, data: &[u8]) {
-    p.b.post_recv(&RecvRequest {
-        wr_id: recv_id,
-        sges: &[buf.sge(0, 64).unwrap()],
-    })
-    .unwrap();
-    p.a.post_send(&SendRequest::new(
-        send_id,
-        SendOp::Send,
-        Payload::Inline(data),
-    ))
-    .unwrap();
-}
-
 #[test]
 fn completion_channel_poll_and_asyncfd() {
     let Some(ctx) = open_or_skip("rxe0") else {

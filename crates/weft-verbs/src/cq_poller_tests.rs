@@ -1,0 +1,191 @@
+//! The CQ driver in interrupt mode on a real device (rxe0, loopback RC
+//! queue pairs): every completion reaches the sink, including those that
+//! land just as the driver takes an event, re-arms or goes to sleep.
+//! Run in the rxe VM (`integration/run-rxe`); outside it there is no
+//! device and the test fails saying so, as `tests/sys.rs` does.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use weft_core::completion::WaitMode;
+
+use super::{start, CqSink, PollerSlot};
+use crate::sys::{
+    AccessFlags, CompChannel, Context, Cq, OwnedMr, Payload, ProtectionDomain, QpCaps, QpInitAttr,
+    QpType, QueuePair, RcConnectParams, RecvRequest, SendOp, SendRequest, WcOpcode, WorkCompletion,
+};
+
+/// Messages per runtime flavour.
+const MESSAGES: u64 = 1500;
+/// A wait longer than this for one completion is a lost wake-up.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Counts receive completions, in order.
+#[derive(Default)]
+struct Counter {
+    got: Mutex<u64>,
+    more: Condvar,
+    bad: AtomicU64,
+}
+
+impl CqSink for Counter {
+    fn on_completion(&self, wc: &WorkCompletion) {
+        let mut got = self.got.lock().unwrap();
+        if !wc.is_ok() || wc.opcode != WcOpcode::Recv || wc.wr_id != *got {
+            self.bad.fetch_add(1, Ordering::Relaxed);
+        }
+        *got += 1;
+        self.more.notify_all();
+    }
+}
+
+impl Counter {
+    /// Waits until `n` completions arrived; false after [`TIMEOUT`].
+    fn wait_for(&self, n: u64) -> bool {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut got = self.got.lock().unwrap();
+        while *got < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            got = self.more.wait_timeout(got, left).unwrap().0;
+        }
+        true
+    }
+}
+
+/// Sender `a` (its CQ polled here) and receiver `b` (its CQ, on a
+/// completion channel, left to the driver), connected on one device.
+struct Pair {
+    pd: Arc<ProtectionDomain>,
+    cq_a: Arc<Cq>,
+    a: Arc<QueuePair>,
+    b: Arc<QueuePair>,
+}
+
+fn pair(ctx: &Arc<Context>, cq_b: &Arc<Cq>) -> Pair {
+    let pd = ProtectionDomain::new(ctx).unwrap();
+    let cq_a = Cq::new(ctx, 256, None).unwrap();
+    let caps = QpCaps {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let init = |cq: &Arc<Cq>| QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: Arc::clone(cq),
+        recv_cq: Arc::clone(cq),
+        srq: None,
+        caps,
+        sq_sig_all: false,
+    };
+    let a = QueuePair::new(&pd, &init(&cq_a)).unwrap();
+    let b = QueuePair::new(&pd, &init(cq_b)).unwrap();
+    // The loopback GID's index, as the sys tests take it (`RXE_LO_GID`).
+    let gidx: u8 = std::env::var("RXE_LO_GID")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let gid = ctx.query_gid(1, u32::from(gidx)).unwrap();
+    let mtu = ctx.query_port(1).unwrap().active_mtu;
+    a.connect_rc(&RcConnectParams::roce(
+        1,
+        gidx,
+        mtu,
+        gid,
+        b.qp_num(),
+        300,
+        400,
+    ))
+    .unwrap();
+    b.connect_rc(&RcConnectParams::roce(
+        1,
+        gidx,
+        mtu,
+        gid,
+        a.qp_num(),
+        400,
+        300,
+    ))
+    .unwrap();
+    Pair { pd, cq_a, a, b }
+}
+
+/// Sends `MESSAGES` one at a time, each only after the driver delivered
+/// the previous one (so it is on its way to sleep, or asleep), after a
+/// pause that varies from none to a few tens of microseconds: the
+/// completions land at every point of the driver's
+/// drain / read / re-arm / drain / sleep sequence.
+fn ping(rt: &tokio::runtime::Handle, ctx: &Arc<Context>) {
+    let ch = CompChannel::new(ctx).unwrap();
+    let cq_b = Cq::new(ctx, 256, Some(&ch)).unwrap();
+    let p = pair(ctx, &cq_b);
+    let buf = OwnedMr::new(&p.pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let sink = Arc::new(Counter::default());
+    let slot: PollerSlot = Arc::default();
+    let task = start(rt, WaitMode::Interrupt, (cq_b, ch), &sink, &slot)
+        .unwrap()
+        .expect("interrupt mode runs a driver task");
+    let mut sent = Vec::new();
+    for i in 0..MESSAGES {
+        p.b.post_recv(&RecvRequest {
+            wr_id: i,
+            sges: &[buf.sge(0, 64).unwrap()],
+        })
+        .unwrap();
+        let pause = Instant::now() + Duration::from_micros((i * 7) % 40);
+        while Instant::now() < pause {
+            std::hint::spin_loop();
+        }
+        p.a.post_send(&SendRequest::new(i, SendOp::Send, Payload::Inline(b"ping")))
+            .unwrap();
+        assert!(
+            sink.wait_for(i + 1),
+            "message {i} completed but the driver did not deliver it within {TIMEOUT:?}"
+        );
+        sent.clear();
+        p.cq_a.poll(&mut sent, 16).unwrap();
+    }
+    assert_eq!(
+        sink.bad.load(Ordering::Relaxed),
+        0,
+        "receives out of order or failed"
+    );
+    task.abort();
+    super::stop(&slot);
+}
+
+#[test]
+fn interrupt_driver_delivers_every_completion() {
+    let ctx = Context::open("rxe0").unwrap_or_else(|e| {
+        panic!("no RDMA device rxe0 ({e}): run this test in the rxe VM (integration/run-rxe)")
+    });
+    // A current-thread runtime on a thread of its own (the driver and the
+    // reactor on one thread, as in `weft pingpong`), then a multi-thread
+    // one (the reactor on whichever worker parks).
+    let ct = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let handle = ct.handle().clone();
+    let t = std::thread::spawn(move || {
+        ct.block_on(async {
+            let _ = stopped.await;
+        })
+    });
+    ping(&handle, &ctx);
+    let _ = stop.send(());
+    t.join().unwrap();
+    let mt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    ping(mt.handle(), &ctx);
+}
