@@ -189,10 +189,23 @@ pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize)
 pub fn deliver_in(ep: &dyn RecvCtx, req: &mut RecvReq, info: &MsgInfo, placed: usize) {
     let piece = multi_recv::is_piece(req);
     let after = multi_recv::finishing(ep, req);
-    let _part = req.multi.take();
-    trim_bufs(&mut req.bufs, placed);
-    let bufs = std::mem::take(&mut req.bufs);
-    let done = req.done.take();
+    // Every field named, none by `..`: a field added to `RecvReq` fails
+    // to compile here until it is either taken below (it owns something
+    // the caller's forget would leak) or listed as plain data.
+    let RecvReq {
+        src: _,
+        bufs,
+        tagged: _,
+        tag: _,
+        ignore: _,
+        flags: _,
+        done,
+        multi,
+    } = req;
+    let _part = multi.take();
+    trim_bufs(bufs, placed);
+    let bufs = std::mem::take(bufs);
+    let done = done.take();
     let (flags, src) = recv_meta(ep, info);
     if info.len > placed {
         let mut ee = CqErrEntry::new(0, flags, Error::Trunc);
