@@ -275,3 +275,64 @@ fn no_part_is_cut_once_the_stream_is_dropped() {
     end(&ep, b, true);
     assert_eq!(ep.0.left(), 4, "released once both parts are in");
 }
+
+/// `deliver_in` (the by-reference form the providers' arrival paths use)
+/// reports exactly what `deliver` reports, for a receive that fits and
+/// one that truncates, and leaves a request that owns nothing.
+#[test]
+fn deliver_in_reports_what_deliver_reports() {
+    use crate::recv_completion::deliver_in;
+    let req = |cq: &Arc<CqShared>| RecvReq {
+        src: FI_ADDR_UNSPEC,
+        bufs: vec![BytesMut::zeroed(8)],
+        tagged: true,
+        tag: 5,
+        ignore: 0,
+        flags: OpFlags::empty(),
+        done: OpDone {
+            context: 3,
+            flags: OpFlags::RECV | OpFlags::TAGGED,
+            report: true,
+            cq: Some(cq.clone()),
+            cntr: None,
+            waiter: None,
+        },
+        multi: None,
+    };
+    for len in [4, 12] {
+        let info = MsgInfo {
+            src: 7,
+            tagged: true,
+            tag: 5,
+            len,
+            data: Some(0xd),
+            key: None,
+        };
+        let placed = len.min(8);
+        let (by_value, by_ref) = (ep(), ep());
+        let cq_a = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+        let cq_b = CqShared::new(2, CqFormat::Tagged, WaitMode::Interrupt, 4);
+        let mut a = req(&cq_a);
+        a.bufs[0][..placed].fill(0xab);
+        deliver(&by_value, a, info, placed);
+        let mut b = req(&cq_b);
+        b.bufs[0][..placed].fill(0xab);
+        deliver_in(&by_ref, &mut b, &info, placed);
+        assert!(b.owns_nothing(), "len {len}: the request was emptied");
+        let take = |cq: &Arc<CqShared>| -> String {
+            match cq.read(4) {
+                Ok(v) => format!("{v:?}"),
+                Err(Error::Avail) => format!("{:?}", cq.read_err()),
+                Err(e) => format!("{e:?}"),
+            }
+        };
+        let (got_a, got_b) = (take(&cq_a), take(&cq_b));
+        assert_eq!(got_a, got_b, "len {len}");
+        assert!(got_a.contains("context: 3"), "len {len}: {got_a}");
+        assert_eq!(
+            by_value.0.left(),
+            by_ref.0.left(),
+            "len {len}: the credit given back"
+        );
+    }
+}

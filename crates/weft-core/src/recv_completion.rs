@@ -182,8 +182,9 @@ pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize)
 /// [`deliver`] of a request the caller keeps: everything it owns (its
 /// buffers, its completion, its multi-receive part) is taken out of it,
 /// and what is left owns nothing, so the caller may forget it rather
-/// than run its drop. A receive request is large, and every hand-over
-/// of one by value copies it. (Written out beside `deliver`, not under
+/// than run its drop ([`RecvReq::owns_nothing`] says so). Call with no
+/// lock of the endpoint held. A receive request is large, and every
+/// hand-over of one by value copies it. (Written out beside `deliver`, not under
 /// it: sharing the body cost each about 14 instructions a message.)
 #[inline]
 pub fn deliver_in(ep: &dyn RecvCtx, req: &mut RecvReq, info: &MsgInfo, placed: usize) {

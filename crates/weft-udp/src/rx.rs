@@ -199,7 +199,9 @@ fn arrived(ep: &EpShared, st: &mut RxState, n: usize, from: SocketAddr, to: Sock
             ),
             None => deliver_in(ep, req, &info, placed),
         }
-        // What `deliver_in` left owns nothing: its drop would only check so.
+        // What `deliver_in` left owns nothing: dropping it would only
+        // run the fields' empty drops.
+        debug_assert!(got.as_ref().is_none_or(|r| r.owns_nothing()));
         std::mem::forget(got);
         return true;
     }

@@ -79,6 +79,18 @@ impl RecvReq {
     pub fn capacity(&self) -> usize {
         self.bufs.iter().map(|b| b.len()).sum()
     }
+
+    /// Whether nothing is left in this request that owns a resource:
+    /// what [`deliver_in`](crate::recv_completion::deliver_in) leaves,
+    /// which its callers forget instead of dropping (they assert this in
+    /// debug builds).
+    pub fn owns_nothing(&self) -> bool {
+        self.bufs.capacity() == 0
+            && self.multi.is_none()
+            && self.done.cq.is_none()
+            && self.done.cntr.is_none()
+            && self.done.waiter.is_none()
+    }
 }
 
 /// What an RMA operation moves, and where the local side of it lives.

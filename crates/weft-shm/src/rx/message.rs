@@ -188,6 +188,7 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()
                         ep.report_here(req);
                         deliver_in(&KnownSource { ep, handle, shown }, req, &info, placed);
                         // What `deliver_in` left owns nothing.
+                        debug_assert!(got.as_ref().is_none_or(|r| r.owns_nothing()));
                         std::mem::forget(got);
                     }
                     _ => {
