@@ -1,6 +1,8 @@
 //! Tests of `completion.rs`.
 
 use super::*;
+use crate::progress::InlineWait;
+use std::task::{Context, Poll};
 
 /// A receive with context 1 reporting to `cq`, awaited through `tx`.
 fn awaited_recv(cq: &Arc<CqShared>, tx: Waiter) -> OpDone {
