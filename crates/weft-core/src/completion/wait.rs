@@ -103,17 +103,26 @@ impl CqShared {
                 if let Some(it) = self.spin_for_item() {
                     return Poll::Ready(Some(it));
                 }
-                g = lock(&self.inner);
-                if let Some(it) = self.pop_front(&mut g) {
-                    return Poll::Ready(Some(it));
-                }
-                // A close while the lock was let go took the wakers
-                // registered before it: registering now would sleep for
-                // ever.
-                if g.closed {
-                    return Poll::Ready(None);
-                }
+                return self.sleep(cx, wait);
             }
+        }
+        g.readers.register(cx.waker());
+        Poll::Pending
+    }
+
+    /// A reader that spun with the lock let go and found nothing goes to
+    /// sleep: registered under the lock, after a last look (an item
+    /// pushed since it last looked would wake nobody) and a close check
+    /// (a close takes the wakers registered before it; registering
+    /// after it would sleep for ever).
+    fn sleep(&self, cx: &mut Context<'_>, wait: &mut InlineWait) -> Poll<Option<CqItem>> {
+        let mut g = lock(&self.inner);
+        if let Some(it) = self.pop_front(&mut g) {
+            wait.reset();
+            return Poll::Ready(Some(it));
+        }
+        if g.closed {
+            return Poll::Ready(None);
         }
         g.readers.register(cx.waker());
         Poll::Pending
@@ -141,27 +150,13 @@ impl CqShared {
             |_| self.try_pop(),
             || self.hooks.idle(),
         ) {
-            Spun::Ready(it) => return Poll::Ready(Some(it)),
+            Spun::Ready(it) => Poll::Ready(Some(it)),
             // Within the budget the wait has asked for a re-poll
             // already: nothing to register, and a reader that finds its
             // item while spinning never registers.
-            Spun::Again => return Poll::Pending,
-            Spun::Sleep => {}
+            Spun::Again => Poll::Pending,
+            Spun::Sleep => self.sleep(cx, wait),
         }
-        // The reader sleeps: registered under the lock, after a last
-        // look (an item pushed since the last pass would wake nobody)
-        // and a close check (a close takes the wakers registered before
-        // it).
-        let mut g = lock(&self.inner);
-        if let Some(it) = self.pop_front(&mut g) {
-            wait.reset();
-            return Poll::Ready(Some(it));
-        }
-        if g.closed {
-            return Poll::Ready(None);
-        }
-        g.readers.register(cx.waker());
-        Poll::Pending
     }
 
     /// Busy-poll readers spin on the lock-free length for a short while
