@@ -49,11 +49,11 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                 // Mostly both completions are there already: taken
                 // without building the waits' futures.
                 if !reaper.try_done(SEND_CTX)? {
-                    reaper.wait(SEND_CTX).await?;
+                    reaper.wait_unread(SEND_CTX).await?;
                 }
                 match reaper.try_wait(RECV_CTX)? {
                     Some(e) => e,
-                    None => reaper.wait(RECV_CTX).await?,
+                    None => reaper.wait_unread(RECV_CTX).await?,
                 }
             }
             // Pool is bw's only (refused for pingpong).
@@ -98,7 +98,7 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
             Some(e) => e,
             None => match reaper.try_wait(RECV_CTX)? {
                 Some(e) => e,
-                None => reaper.wait(RECV_CTX).await?,
+                None => reaper.wait_unread(RECV_CTX).await?,
             },
         };
         // The clock starts at the first timed message, as the client's does
@@ -124,7 +124,7 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                     fail_or_wait_send(link, e, data.clone()).await?;
                 }
                 if !reaper.try_done(SEND_CTX)? {
-                    reaper.wait(SEND_CTX).await?;
+                    reaper.wait_unread(SEND_CTX).await?;
                 }
             }
             Api::Async | Api::Pool if last => {

@@ -214,10 +214,24 @@ impl Reaper {
         Ok(out)
     }
 
+    /// [`wait`](Self::wait) once [`try_wait`](Self::try_wait) or
+    /// [`try_done`](Self::try_done) found nothing: the stash and a read
+    /// that does not wait were looked at just now, so this goes straight
+    /// to a waiting read instead of making both again.
+    pub async fn wait_unread(&mut self, ctx: u64) -> Res<CqEntry> {
+        self.read_until(|e| e.context == ctx).await
+    }
+
     async fn wait_for(&mut self, want: impl Fn(&CqEntry) -> bool) -> Res<CqEntry> {
         if let Some(e) = self.try_take(&want)? {
             return Ok(e);
         }
+        self.read_until(want).await
+    }
+
+    /// Waiting reads until one brings a completion `want` accepts (the
+    /// others are kept, in order).
+    async fn read_until(&mut self, want: impl Fn(&CqEntry) -> bool) -> Res<CqEntry> {
         loop {
             self.read_wait().await?;
             if let Some(e) = self.sort_out(&want)? {
