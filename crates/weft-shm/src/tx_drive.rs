@@ -31,13 +31,10 @@ pub fn finish(ep: &EpShared, (done, len, r): Ended) {
     let Some(done) = done else {
         return;
     };
-    ep.tx.release(1);
     match r {
-        Ok(()) => done.complete(CqEntry {
-            len,
-            ..CqEntry::default()
-        }),
+        Ok(()) => finish_ok(ep, done, len),
         Err(e) => {
+            ep.tx.release(1);
             tracing::debug!(error = %e, "shm: send failed");
             done.fail(CqErrEntry::new(0, OpFlags::empty(), e));
         }
