@@ -515,3 +515,30 @@ async fn small_sends_past_a_full_ring_inline() {
 async fn small_sends_past_a_full_ring_busy_poll() {
     small_sends_past_a_full_ring_in(WaitMode::BusyPoll).await;
 }
+
+/// While both sides spin (busy-poll: no thread of theirs sleeps), large
+/// messages and RMA go through the ring, not by cross-memory attach:
+/// there the ring's two pipelined copies on two cores are faster
+/// (`weft_shm::cma::pays`, `docs/benchmarks.md`). Nothing in this test
+/// binary turns CMA on for spinning endpoints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_transfers_take_the_ring_while_both_sides_spin() {
+    use weft_shm::cma::{when_spinning, CMA_MIN};
+    assert!(!when_spinning(), "WEFT_SHM_CMA_SPIN set for this test");
+    let p = pair(WaitMode::BusyPoll);
+    // The channel claimed and probed first.
+    p.a.post_send(p.b_in_a, payload(8, 1), 1).unwrap();
+    within("first", p.b.recv(BytesMut::zeroed(8)))
+        .await
+        .unwrap();
+    for (i, len) in [CMA_MIN, 1 << 20, 3 << 20].into_iter().enumerate() {
+        let msg = payload(len, i as u8 + 2);
+        p.b.post_recv(BytesMut::zeroed(len), 0).unwrap();
+        within("send", p.a.send(p.b_in_a, msg.clone()))
+            .await
+            .unwrap();
+        let r = within("receive", next_cq(&p.bcq)).await.unwrap();
+        assert!(r.into_bytes()[..] == msg[..], "{len} B arrived whole");
+    }
+    assert_eq!(p.b.stats().unwrap().rx_direct, 0, "none went by CMA");
+}

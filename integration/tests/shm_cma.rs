@@ -1,7 +1,8 @@
 //! shm's large messages by cross-memory attach (`process_vm_readv`):
 //! getinfo names how large messages move; messages of `CMA_MIN` to
 //! `cma::max_len()` bytes go direct, larger ones too on an idle channel
-//! (smaller ones through the ring), and arrive whole in every shape (tagged with data, unexpected,
+//! (smaller ones through the ring; in the spinning modes only with
+//! `cma::set_when_spinning`, which the tests here set), and arrive whole in every shape (tagged with data, unexpected,
 //! delivery-complete; gathers and truncation are in `shm.rs`); and a hostile
 //! sender's announcements (longer than the receive, unmapped, lengths
 //! that do not add up) never write outside the posted buffer and free
@@ -79,6 +80,9 @@ async fn getinfo_names_how_large_messages_move() {
 /// each went direct (one CMA record).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_messages_arrive_whole_in_every_shape() {
+    // The CMA path in the spinning modes too (they take the ring by
+    // default while both sides spin; `shm.rs` checks that).
+    cma::set_when_spinning(true);
     for mode in [WaitMode::Interrupt, WaitMode::BusyPoll, WaitMode::Inline] {
         shapes(mode).await;
     }
@@ -306,6 +310,7 @@ async fn a_waiting_cma_send_asks_to_be_rung_only_when_its_driver_sleeps() {
         eprintln!("skipped: CMA denied here (sends take the ring and end at once)");
         return;
     }
+    cma::set_when_spinning(true);
     for mode in [WaitMode::Interrupt, WaitMode::Inline, WaitMode::BusyPoll] {
         let mut info = harness().info.clone();
         info.rx_attr.total_buffered_recv = 1000;

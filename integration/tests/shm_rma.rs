@@ -322,6 +322,9 @@ fn all_stopped(pid: &str) -> bool {
 async fn large_transfers_go_direct_where_permitted() {
     use weft_shm::cma::{self, Mode};
     let direct_on = cma::mode() != Mode::Denied;
+    // Direct in the spinning modes too (while both sides spin they take
+    // the ring by default: `shm.rs`).
+    cma::set_when_spinning(true);
     for mode in [WaitMode::Interrupt, WaitMode::BusyPoll, WaitMode::Inline] {
         let Pair {
             a, b, to_b, mr, h, ..

@@ -18,7 +18,7 @@
 //! written outside them (the `nix` wrapper is safe for that reason).
 
 use std::io::{IoSlice, IoSliceMut};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use nix::sys::uio::{process_vm_readv, process_vm_writev, RemoteIoVec};
@@ -58,6 +58,52 @@ pub(crate) fn env_num(var: &str, default: u64) -> u64 {
 pub fn idle_large() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| !std::env::var("WEFT_SHM_CMA_IDLE").is_ok_and(|v| v.trim() == "0"))
+}
+
+/// Whether large transfers go by CMA although the sending endpoint spins
+/// (inline or busy-poll progress) and the receiver is awake: off unless
+/// `WEFT_SHM_CMA_SPIN=1` (the benchmarks turn it on to compare). While
+/// both sides spin, the ring's two copies on two cores, pipelined record
+/// by record through cache, beat the kernel's page walks and one core's
+/// copy at every size (2.9x at 1 MiB in a ping-pong, 3x at 64-256 KiB
+/// streaming; `integration/bench-shm-cma`, `docs/benchmarks.md`, "Large
+/// messages while both sides spin"); CMA pays where a side sleeps, since
+/// it costs one wake-up a message where the ring costs one a ring's
+/// worth. [`pays`] applies it; [`set_when_spinning`] overrides it.
+pub fn when_spinning() -> bool {
+    match SPIN_CMA.load(Ordering::Relaxed) {
+        SPIN_UNREAD => {
+            let on = std::env::var("WEFT_SHM_CMA_SPIN").is_ok_and(|v| v.trim() == "1");
+            let v = if on { SPIN_ON } else { SPIN_OFF };
+            // A value set meanwhile stands.
+            let _ = SPIN_CMA.compare_exchange(SPIN_UNREAD, v, Ordering::Relaxed, Ordering::Relaxed);
+            SPIN_CMA.load(Ordering::Relaxed) == SPIN_ON
+        }
+        v => v == SPIN_ON,
+    }
+}
+
+/// Sets [`when_spinning`] for this process, whatever the environment
+/// says: for tests of the CMA path in every wait mode, whose process
+/// other tests share (the environment is read once, and is no place to
+/// write while threads run).
+pub fn set_when_spinning(on: bool) {
+    SPIN_CMA.store(if on { SPIN_ON } else { SPIN_OFF }, Ordering::Relaxed);
+}
+
+/// [`when_spinning`]'s value: not read yet, off, on.
+static SPIN_CMA: AtomicU8 = AtomicU8::new(SPIN_UNREAD);
+const SPIN_UNREAD: u8 = 0;
+const SPIN_OFF: u8 = 1;
+const SPIN_ON: u8 = 2;
+
+/// Whether a large transfer (a CMA send or a direct RMA request) may go
+/// by CMA, from the sender's side: yes if the sending endpoint sleeps
+/// between progress (`!spins`, interrupt mode) or the receiver said it
+/// sleeps now (`peer_sleeps`); no while both spin, unless
+/// [`when_spinning`] says otherwise. The size windows apply besides.
+pub fn pays(spins: bool, peer_sleeps: bool) -> bool {
+    !spins || peer_sleeps || when_spinning()
 }
 
 /// RMA reads and writes of at least this many bytes go direct where CMA

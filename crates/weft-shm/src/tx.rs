@@ -86,6 +86,10 @@ pub struct Peer {
     /// once claimed). One key per peer at a time: an operation under
     /// another key fails (`KeyRejected`) while the channel lives.
     proves: Option<FiAddr>,
+    /// Our endpoint spins (inline or busy-poll progress): large
+    /// transfers go through the ring unless the receiver sleeps
+    /// (`cma::pays`).
+    spins: bool,
 }
 
 /// The peers sent to, by address.
@@ -100,6 +104,19 @@ pub struct Peers {
 /// receiver that takes longer reads freed memory (its receive gets
 /// garbage or fails; our memory is not written).
 const CMA_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
+impl EpShared {
+    /// Whether this endpoint spins (inline or busy-poll progress), which
+    /// decides how its large transfers go (`cma::pays`).
+    fn spinning_wait(&self) -> bool {
+        self.cfg.wait != weft_core::completion::WaitMode::Interrupt
+    }
+
+    /// Maps the segment of the endpoint named `name`, to send to it.
+    pub(crate) fn open_peer(&self, name: &str) -> Result<Peer> {
+        Peer::open(name, self.spinning_wait())
+    }
+}
 
 impl Peers {
     pub fn len(&self) -> usize {
@@ -144,9 +161,10 @@ impl Peers {
 }
 
 impl Peer {
-    /// Maps `name`'s segment and checks its header. `ConnRefused` when
-    /// there is no such endpoint (any more).
-    fn open(name: &str) -> Result<Peer> {
+    /// Maps `name`'s segment and checks its header, for an endpoint that
+    /// `spins` (not interrupt mode). `ConnRefused` when there is no such
+    /// endpoint (any more).
+    fn open(name: &str, spins: bool) -> Result<Peer> {
         let min = Geometry::check(1, RING_MIN as u32)
             .map(|g| g.bytes())
             .unwrap_or(HEADER);
@@ -178,6 +196,7 @@ impl Peer {
             awaiting: None,
             refused: false,
             proves: None,
+            spins,
         })
     }
 
@@ -412,7 +431,17 @@ impl Peer {
                     && c.head(&self.seg) == self.tail));
         size_ok
             && o.iov.len() <= crate::cma::MAX_RANGES
+            && self.cma_pays()
             && self.seg.load32(c.ctl(C_CMA), Ordering::Acquire) == Some(CMA_OK)
+    }
+
+    /// Whether a large transfer to this peer pays by CMA rather than the
+    /// ring: not while both sides spin ([`crate::cma::pays`]).
+    fn cma_pays(&self) -> bool {
+        crate::cma::pays(
+            self.spins,
+            self.seg.load32(H_SLEEPING, Ordering::Relaxed) == Some(1),
+        )
     }
 
     /// Writes `o`'s lead record (an RMA request or response), or all of
@@ -579,7 +608,7 @@ impl Peer {
     fn begin(&mut self, o: &mut Out) {
         if let Some(mut p) = o.answer.take() {
             if let Some(d) = o.direct.take() {
-                if self.direct_ready() {
+                if self.direct_ready() && self.cma_pays() {
                     o.lead = Some(d);
                     o.len = 0;
                     p.go_direct(std::mem::take(&mut o.iov));

@@ -26,7 +26,11 @@
 //! does. `memcpy` is the floor of
 //! the shm provider's large messages: one core copying `SIZE` bytes
 //! between two buffers (each "transfer" one copy), what moving a message
-//! through memory costs at the least. `wake` is the floor of the shm
+//! through memory costs at the least, with both buffers in that core's
+//! cache. `xcopy` is the same copy of bytes another core has just
+//! written (two threads taking turns: one writes its message, the other
+//! copies it out; only the copies are timed): what a transfer between
+//! two cores costs at the least. `wake` is the floor of the shm
 //! provider's interrupt mode: two threads that sleep in the kernel until
 //! the other wakes them, trading one byte over a Unix socket pair
 //! (blocking `read`/`write`; `SIZE` is ignored) — a sleep and a wake-up
@@ -37,7 +41,7 @@
 //!
 //! usage: raw-pingpong MODE SIZE ITERS [-B PORT | -P PORT HOST]
 //!   MODE: block|spin|tokio|udp-spin|udp-spin-unconn|udp-block|udp-self|
-//!         udp-self-unconn|udp-self-unconn-epoll|memcpy|cma|wake
+//!         udp-self-unconn|udp-self-unconn-epoll|memcpy|xcopy|cma|wake
 //!         (-B/-P: udp-spin* only)
 
 use std::io::{self, Read, Write};
@@ -397,6 +401,68 @@ fn run_memcpy(size: usize, iters: u64) -> io::Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
+/// The cross-core floor of large messages: two threads take turns, each
+/// writing every byte of its `size`-byte message, then the other copying
+/// it out into its own buffer (`2 * iters` transfers). Returns the time
+/// of the copies alone, each of bytes another core has just written —
+/// the least a transfer between two cores costs beyond the writing,
+/// which [`run_memcpy`] (both buffers in one core's cache) does not
+/// show. Confine it to two cores (`taskset -c 0,1`): the two spinning
+/// threads then run one on each.
+fn run_xcopy(size: usize, iters: u64) -> io::Result<f64> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    // In turn t, side t % 2 writes its message and sets `turn` to
+    // 2t + 1; the other side copies it out and sets 2t + 2.
+    let turn = Arc::new(AtomicU64::new(0));
+    let msgs: Arc<[Mutex<Vec<u8>>; 2]> =
+        Arc::new([Mutex::new(vec![1u8; size]), Mutex::new(vec![2u8; size])]);
+    let side = |me: u64, turn: Arc<AtomicU64>, msgs: Arc<[Mutex<Vec<u8>>; 2]>| {
+        move || -> io::Result<f64> {
+            let mut dst = vec![0u8; size];
+            let mut copying = std::time::Duration::ZERO;
+            let lock = |i: usize| {
+                msgs[i]
+                    .lock()
+                    .map_err(|_| io::Error::other("a side failed"))
+            };
+            let deadline = Instant::now() + SPIN_LIMIT;
+            for t in 0..2 * iters {
+                let wait = |v: u64| -> io::Result<()> {
+                    while turn.load(Ordering::Acquire) != v {
+                        if Instant::now() > deadline {
+                            return Err(io::Error::other("xcopy: the other side stopped"));
+                        }
+                        std::hint::spin_loop();
+                    }
+                    Ok(())
+                };
+                if t % 2 == me {
+                    wait(2 * t)?;
+                    lock(me as usize)?.fill(t as u8);
+                    turn.store(2 * t + 1, Ordering::Release);
+                } else {
+                    wait(2 * t + 1)?;
+                    let src = lock((1 - me) as usize)?;
+                    let at = Instant::now();
+                    dst.copy_from_slice(&src);
+                    copying += at.elapsed();
+                    drop(src);
+                    std::hint::black_box(&mut dst);
+                    turn.store(2 * t + 2, Ordering::Release);
+                }
+            }
+            Ok(copying.as_secs_f64())
+        }
+    };
+    let other = std::thread::spawn(side(1, turn.clone(), msgs.clone()));
+    let mine = side(0, turn, msgs)()?;
+    let theirs = other
+        .join()
+        .map_err(|_| io::Error::other("xcopy thread failed"))??;
+    Ok(mine + theirs)
+}
+
 /// `2 * iters` reads of `size` bytes by `process_vm_readv`, as
 /// [`run_memcpy`] copies.
 fn run_cma(size: usize, iters: u64) -> io::Result<f64> {
@@ -416,7 +482,7 @@ fn run_cma(size: usize, iters: u64) -> io::Result<f64> {
 
 const USAGE: &str = "usage: raw-pingpong MODE SIZE ITERS [-B PORT | -P PORT HOST]
   MODE: block|spin|tokio|udp-spin|udp-spin-unconn|udp-block|udp-self|udp-self-unconn|
-        udp-self-unconn-epoll|memcpy|cma|wake
+        udp-self-unconn-epoll|memcpy|xcopy|cma|wake
   (-B/-P: udp-spin and udp-spin-unconn only, one side per process)";
 
 /// The mode, size, iterations and (two-process floors) the side.
@@ -437,6 +503,7 @@ fn parse(args: &[String]) -> Option<(String, usize, u64, Option<Side>)> {
             | "tokio"
             | "memcpy"
             | "cma"
+            | "xcopy"
             | "wake"
             | "udp-spin"
             | "udp-spin-unconn"
@@ -478,6 +545,7 @@ fn main() -> ExitCode {
         ("udp-self-unconn-epoll", _) => run_udp_self(false, true, size, iters),
         ("memcpy", _) => run_memcpy(size, iters),
         ("cma", _) => run_cma(size, iters),
+        ("xcopy", _) => run_xcopy(size, iters),
         ("wake", _) => run_wake(iters),
         (m, _) => run(m == "spin", size, iters),
     };

@@ -194,7 +194,7 @@ impl EpShared {
         // it is there, then to take it) was a tenth of a send.
         match peers.map.get_mut(addr) {
             Some(peer) => self.enqueue_to(peer, o, pending, &mut after),
-            None => match crate::name::parse(addr).and_then(Peer::open) {
+            None => match crate::name::parse(addr).and_then(|n| self.open_peer(n)) {
                 Ok(mut p) => {
                     self.enqueue_to(&mut p, o, pending, &mut after);
                     peers.map.insert(addr, p);
