@@ -19,6 +19,8 @@ use weft_integration::{
     enabled_endpoint, next_cq, payload, stats_until, within, Harness, Provider,
 };
 
+mod shm_common;
+
 fn shm() -> Provider {
     Provider::named("shm")
 }
@@ -541,4 +543,45 @@ async fn large_transfers_take_the_ring_while_both_sides_spin() {
         assert!(r.into_bytes()[..] == msg[..], "{len} B arrived whole");
     }
     assert_eq!(p.b.stats().unwrap().rx_direct, 0, "none went by CMA");
+}
+
+/// A spinning sender that finds the ring full does not ask to be rung
+/// (it looks again on its next pass; asked on every full ring, the
+/// receiver rang it 1.6 times a 1 MiB message). Once nobody waits on it
+/// its driver asks before it sleeps, and is rung when the receiver makes
+/// room: a message four times the ring, parked for want of unexpected
+/// budget, arrives whole once a receive is posted, and its send ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spinning_sender_asks_to_be_rung_before_its_driver_sleeps() {
+    use weft_shm::layout::{C_TX_WAIT, RING};
+    let info = info_with(|i| i.rx_attr.total_buffered_recv = 1000);
+    let h = Harness::with_info(&shm(), info.clone());
+    let (aav, bav) = (h.av(), h.av());
+    // A busy-poll receiver never says it sleeps: the sender takes the ring.
+    let (a, acq) = enabled_endpoint(&h.domain, &info, &aav, WaitMode::Inline);
+    let (b, _bcq) = enabled_endpoint(&h.domain, &info, &bav, WaitMode::BusyPoll);
+    let b_in_a = aav
+        .insert_sync(&[b.local_addr().unwrap()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    a.post_send(b_in_a, payload(8, 1), 1).unwrap();
+    within("first", b.recv(BytesMut::zeroed(8))).await.unwrap();
+    within("first send", next_cq(&acq)).await.unwrap();
+    let msg = payload(4 * RING, 5);
+    a.post_send(b_in_a, msg.clone(), 2).unwrap();
+    let start = std::time::Instant::now();
+    while shm_common::chan_word(&b, C_TX_WAIT) != Some(1) {
+        assert!(
+            start.elapsed() < weft_integration::TIMEOUT,
+            "the sender's driver never asked to be rung"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let got = within("late receive", b.recv(BytesMut::zeroed(4 * RING)))
+        .await
+        .unwrap();
+    assert!(got.into_bytes()[..] == msg[..], "arrived whole");
+    let s = within("send", next_cq(&acq)).await.unwrap();
+    assert_eq!(s.context, 2);
+    assert_eq!(b.stats().unwrap().rx_direct, 0, "through the ring");
 }

@@ -20,6 +20,7 @@ use weft_shm::layout::*;
 use weft_shm::ring::RecHead;
 
 mod shm_common;
+use shm_common::chan_word;
 
 fn harness() -> Harness {
     Harness::new(&Provider::named("shm"), EpType::Rdm)
@@ -283,18 +284,6 @@ async fn a_killed_cma_sender_fails_the_receive() {
         Err(e) => assert_eq!(e.err, Error::ConnAborted),
     }
     assert_eq!(b.stats().unwrap().conns, 0, "the channel is free again");
-}
-
-/// `a`'s channel in `b`'s segment (the only one claimed): its word `off`.
-fn chan_word(b: &weft::Endpoint, off: usize) -> Option<u32> {
-    let name = String::from_utf8(b.local_addr().unwrap()).unwrap();
-    let seg_name = weft_shm::name::seg_name(name.trim_start_matches("fi_shm://"));
-    let g = Geometry::OURS;
-    let seg = weft_shm::segment::Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap();
-    (0..g.channels)
-        .map(|i| weft_shm::ring::Chan { g, i })
-        .find(|c| seg.load32(c.ctl(C_STATE), std::sync::atomic::Ordering::Acquire) == Some(ACTIVE))
-        .and_then(|c| seg.load32(c.ctl(off), std::sync::atomic::Ordering::Acquire))
 }
 
 /// A CMA send waits for its receiver to read it; past the receiver's

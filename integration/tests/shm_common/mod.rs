@@ -47,3 +47,15 @@ pub fn hostile_claim(b: &weft::Endpoint, i: usize, probe: bool) -> (Segment, Cha
     }
     (seg, c)
 }
+
+/// `a`'s channel in `b`'s segment (the only one claimed): its word `off`.
+pub fn chan_word(b: &weft::Endpoint, off: usize) -> Option<u32> {
+    let name = String::from_utf8(b.local_addr().unwrap()).unwrap();
+    let seg_name = weft_shm::name::seg_name(name.trim_start_matches("fi_shm://"));
+    let g = Geometry::OURS;
+    let seg = Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap();
+    (0..g.channels)
+        .map(|i| Chan { g, i })
+        .find(|c| seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE))
+        .and_then(|c| seg.load32(c.ctl(off), Ordering::Acquire))
+}
