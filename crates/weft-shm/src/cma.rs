@@ -25,7 +25,7 @@ use nix::sys::uio::{process_vm_readv, process_vm_writev, RemoteIoVec};
 use nix::unistd::Pid;
 
 /// Messages of `CMA_MIN..=CMA_MAX` bytes go by CMA where it is
-/// permitted. Below, the two copies through the ring cost less than the
+/// permitted and [`pays`] (a side sleeps; while both spin, the ring). Below, the two copies through the ring cost less than the
 /// system call and the page walks; above, the receiver's one core doing
 /// the whole copy loses to the ring's two copies on two cores while
 /// messages stream (both measured with `integration/bench-shm-cma`,

@@ -586,10 +586,10 @@ impl Peer {
     /// The driver is about to sleep: if a send waits for the receiver's
     /// head (for delivery, or for room: a spinning endpoint does not ask
     /// when it finds the ring full), the receiver is asked to ring us
-    /// when it consumes. The
-    /// caller fences and polls once more after asking (pairing with the
-    /// receiver's fence between consuming and reading the ask), so a head
-    /// that moved before the ask was seen is found by that poll.
+    /// when it consumes. The caller fences and polls once more after
+    /// asking (pairing with the receiver's fence between consuming and
+    /// reading the ask), so a head that moved before the ask was seen is
+    /// found by that poll.
     pub(crate) fn ask_ring(&self) {
         let waits = !self.delivering.is_empty() || !self.queue.is_empty();
         if let (Some((c, _)), true) = (self.chan, waits) {
