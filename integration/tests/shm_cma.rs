@@ -2,8 +2,9 @@
 //! getinfo names how large messages move; messages of `CMA_MIN` to
 //! `cma::max_len()` bytes go direct, larger ones too on an idle channel
 //! (smaller ones through the ring; in the spinning modes only with
-//! `cma::set_when_spinning`, which the tests here set), and arrive whole in every shape (tagged with data, unexpected,
-//! delivery-complete; gathers and truncation are in `shm.rs`); and a hostile
+//! `cma::set_when_spinning`, which the tests here set), and arrive whole
+//! in every shape (tagged with data, unexpected, delivery-complete;
+//! gathers and truncation are in `shm.rs`); and a hostile
 //! sender's announcements (longer than the receive, unmapped, lengths
 //! that do not add up) never write outside the posted buffer and free
 //! the sender's channel, counted, without stopping the endpoint.

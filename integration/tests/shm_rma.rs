@@ -39,6 +39,16 @@ struct Pair {
     _cqs: (weft::CompletionQueue, weft::CompletionQueue),
 }
 
+/// Sets `cma::set_when_spinning`, process-wide, for a test that needs
+/// it one way: held until the test ends, so that tests needing it the
+/// other way wait (the ones that do not care never take it).
+async fn spin_cma(on: bool) -> tokio::sync::MutexGuard<'static, ()> {
+    static HELD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let g = HELD.lock().await;
+    weft_shm::cma::set_when_spinning(on);
+    g
+}
+
 fn pair(mode: WaitMode, len: usize, key: u64) -> Pair {
     let h = harness();
     let (aav, bav) = (h.av(), h.av());
@@ -64,6 +74,8 @@ fn pair(mode: WaitMode, len: usize, key: u64) -> Pair {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordered_and_long_transfers_in_every_mode() {
+    // The rings while both sides spin (the default), as in `shm.rs`.
+    let _spin = spin_cma(false).await;
     for mode in [WaitMode::Interrupt, WaitMode::BusyPoll, WaitMode::Inline] {
         let Pair {
             a,
@@ -324,7 +336,7 @@ async fn large_transfers_go_direct_where_permitted() {
     let direct_on = cma::mode() != Mode::Denied;
     // Direct in the spinning modes too (while both sides spin they take
     // the ring by default: `shm.rs`).
-    cma::set_when_spinning(true);
+    let _spin = spin_cma(true).await;
     for mode in [WaitMode::Interrupt, WaitMode::BusyPoll, WaitMode::Inline] {
         let Pair {
             a, b, to_b, mr, h, ..

@@ -6,11 +6,12 @@
 //! Senders ring the doorbell only when the task said it sleeps (the
 //! segment header's `sleeping` word): while both sides spin, no message
 //! costs a system call. Likewise a send waiting for delivery (a CMA
-//! send) asks its receiver to ring it only when the task is about to
-//! sleep (`EpShared::ask_rings`), never in busy-poll mode, whose thread
-//! does not sleep.
+//! send), and a spinning endpoint's send queued for want of room, ask
+//! their receiver to ring them only when the task is about to sleep
+//! (`EpShared::ask_rings`), never in busy-poll mode, whose thread does
+//! not sleep.
 
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +27,23 @@ use crate::ring::Chan;
 /// How often the liveness of peers and senders is checked: a killed peer's
 /// operations fail within this (plus one check's time).
 pub const SWEEP_EVERY: Duration = Duration::from_millis(100);
+
+/// The sweep period in force: [`SWEEP_EVERY`] unless [`set_sweep_every`]
+/// changed it.
+static SWEEP_NS: AtomicU64 = AtomicU64::new(SWEEP_EVERY.as_nanos() as u64);
+
+/// Sets the sweep period of every endpoint of this process: for tests
+/// that must tell a doorbell wake-up from a sweep's (a driver task sleeps
+/// at most this long, so a lost doorbell only delays it by this), in a
+/// test binary of their own (peers' deaths are found as late).
+pub fn set_sweep_every(every: Duration) {
+    let ns = u64::try_from(every.as_nanos()).unwrap_or(u64::MAX).max(1);
+    SWEEP_NS.store(ns, Ordering::Relaxed);
+}
+
+fn sweep_ns() -> u64 {
+    SWEEP_NS.load(Ordering::Relaxed)
+}
 
 /// How long a spinning waiter finds nothing before its empty passes
 /// yield the core: long enough that a round trip on a quiet machine
@@ -64,7 +82,7 @@ pub fn start(ep: &Arc<EpShared>) -> Result<()> {
 /// `FULL_EVERY` passes. Returns the work done.
 pub fn poll_once(ep: &EpShared, now: u64, full: bool) -> usize {
     let last = ep.last_sweep.load(Ordering::Relaxed);
-    let sweep = now.saturating_sub(last) >= SWEEP_EVERY.as_nanos() as u64
+    let sweep = now.saturating_sub(last) >= sweep_ns()
         && ep
             .last_sweep
             .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
@@ -151,7 +169,7 @@ async fn run(ep: Arc<EpShared>) {
                 while matches!(bell.try_read(&mut b), Ok(n) if n > 0) {}
             }
             _ = ep.kick.notified() => {}
-            _ = tokio::time::sleep(SWEEP_EVERY) => {}
+            _ = tokio::time::sleep(Duration::from_nanos(sweep_ns())) => {}
         }
         set_sleeping(&ep, false);
     }

@@ -69,7 +69,7 @@ use weft_core::provider::{EpConfig, Provider, ProviderDomain, ProviderEndpoint};
 use weft_core::{Error, Result};
 
 pub use domain::{resolve_timeout, RESOLVE_TIMEOUT};
-pub use driver::SWEEP_EVERY;
+pub use driver::{set_sweep_every, SWEEP_EVERY};
 pub use offer::{fabric_name, offer, offers, CAPS};
 
 /// Provider name.

@@ -82,7 +82,9 @@ impl EpShared {
     }
 
     /// The driver is about to sleep: every peer with a send waiting for
-    /// delivery asks its receiver to ring us (`Peer::ask_ring`).
+    /// delivery or queued (for room: a spinning endpoint does not ask
+    /// when it finds the ring full) asks its receiver to ring us
+    /// (`Peer::ask_ring`).
     pub fn ask_rings(&self) {
         if !self.tx_pending.load(Ordering::Acquire) {
             return;

@@ -426,9 +426,10 @@ fn run_xcopy(size: usize, iters: u64) -> io::Result<f64> {
                     .lock()
                     .map_err(|_| io::Error::other("a side failed"))
             };
-            let deadline = Instant::now() + SPIN_LIMIT;
             for t in 0..2 * iters {
+                // Each wait, not the run: a long run is not a stopped side.
                 let wait = |v: u64| -> io::Result<()> {
+                    let deadline = Instant::now() + SPIN_LIMIT;
                     while turn.load(Ordering::Acquire) != v {
                         if Instant::now() > deadline {
                             return Err(io::Error::other("xcopy: the other side stopped"));
