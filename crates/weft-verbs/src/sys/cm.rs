@@ -17,19 +17,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rdma_sys::{
-    ibv_qp, ibv_qp_init_attr, rdma_accept, rdma_ack_cm_event, rdma_bind_addr, rdma_cm_event,
-    rdma_cm_id, rdma_conn_param, rdma_connect, rdma_create_event_channel, rdma_create_id,
-    rdma_create_qp, rdma_destroy_event_channel, rdma_destroy_id, rdma_destroy_qp, rdma_disconnect,
-    rdma_establish, rdma_event_channel, rdma_get_cm_event, rdma_join_multicast,
-    rdma_leave_multicast, rdma_listen, rdma_port_space, rdma_reject, rdma_resolve_addr,
-    rdma_resolve_route, rdma_set_option,
+    ibv_qp, ibv_qp_init_attr, ibv_qp_state, ibv_qp_type, rdma_accept, rdma_ack_cm_event,
+    rdma_bind_addr, rdma_cm_event, rdma_cm_id, rdma_conn_param, rdma_connect,
+    rdma_create_event_channel, rdma_create_id, rdma_create_qp, rdma_destroy_event_channel,
+    rdma_destroy_id, rdma_destroy_qp, rdma_disconnect, rdma_establish, rdma_event_channel,
+    rdma_get_cm_event, rdma_join_multicast, rdma_leave_multicast, rdma_listen, rdma_port_space,
+    rdma_reject, rdma_resolve_addr, rdma_resolve_route, rdma_set_option,
 };
 use weft_core::Error;
 
-use super::cm_event::{copy_event, CmEvent};
+use super::cm_event::{copy_event, CmEvent, CmEventKind};
 use super::device::Context;
 use super::pd::ProtectionDomain;
-use super::qp::{QpInitAttr, QpType, QueuePair};
+use super::qp::{set_min_rnr_timer, QpInitAttr, QpType, QueuePair, RNR_TIMER};
 use super::{check_ret, last_error_or, set_nonblocking};
 
 /// `RDMA_OPTION_ID` of rdma_cma.h (an anonymous enum, which the
@@ -154,6 +154,11 @@ impl EventChannel {
         // its ids are live ids of this channel (owned by CmIds, or, for a
         // connect request, a new id that `copy_event` takes ownership of).
         let event = unsafe { copy_event(self, ev.as_ptr()) };
+        if event.kind == CmEventKind::Established {
+            // SAFETY: the event's id is live until the event is acked, and
+            // its QP cannot be destroyed while we hold the channel lock.
+            unsafe { shorten_rnr_wait((*ev.as_ptr()).id) };
+        }
         // SAFETY: acked exactly once, after copying everything out.
         unsafe { rdma_ack_cm_event(ev.as_ptr()) };
         Ok(Some(event))
@@ -204,6 +209,38 @@ impl Drop for EventChannel {
         // every id holds an Arc of the channel, so none is left, and all
         // events were acked.
         unsafe { rdma_destroy_event_channel(self.ch.as_ptr()) }
+    }
+}
+
+/// Gives the RC QP of `id`, if it has one in RTS, the RNR timer of
+/// [`RNR_TIMER`] instead of the 655 ms that the kernel CM set at RTR.
+/// librdmacm moves the QP to RTS inside `rdma_accept` on the passive side
+/// (before the reply leaves, so nothing can have arrived yet) and, on the
+/// active side, inside the `rdma_get_cm_event` that reports
+/// `Established`, just after sending the handshake's last message; both
+/// call this right there. Only a message the peer sends in the moment
+/// between that last message and this call, finding no receive posted,
+/// can still meet the long wait. A failure only keeps the long wait, so
+/// it is logged, not returned.
+///
+/// # Safety
+/// `id` must be a live id whose channel lock the caller holds.
+unsafe fn shorten_rnr_wait(id: *mut rdma_cm_id) {
+    // SAFETY: the caller guarantees a live, locked id; its QP (if any)
+    // is only destroyed under the same lock.
+    let qp = unsafe { (*id).qp };
+    if qp.is_null() {
+        return;
+    }
+    // SAFETY: a live QP; libibverbs keeps `state` current on every
+    // ibv_modify_qp, which is how librdmacm moves it.
+    let (qp_type, state) = unsafe { ((*qp).qp_type, (*qp).state) };
+    if qp_type != ibv_qp_type::IBV_QPT_RC || state != ibv_qp_state::IBV_QPS_RTS {
+        return;
+    }
+    // SAFETY: as above; the QP outlives the call.
+    if let Err(e) = unsafe { set_min_rnr_timer(qp, RNR_TIMER) } {
+        tracing::warn!(error = ?e, "cannot shorten the RNR timer of an rdma_cm QP");
     }
 }
 
@@ -567,9 +604,13 @@ impl CmId {
     /// private data exceeds [`PortSpace::max_accept_private_data`].
     pub fn accept(&self, param: &ConnParam<'_>) -> Result<(), Error> {
         let mut raw = param.to_raw(self.port_space().max_accept_private_data())?;
-        // SAFETY: as for `connect`.
-        self.inner
-            .with(|id| check_ret(unsafe { rdma_accept(id, &mut raw) }))
+        self.inner.with(|id| {
+            // SAFETY: as for `connect`.
+            check_ret(unsafe { rdma_accept(id, &mut raw) })?;
+            // SAFETY: the id is alive and locked.
+            unsafe { shorten_rnr_wait(id) };
+            Ok(())
+        })
     }
 
     /// `rdma_reject`. `Inval` if the private data exceeds
