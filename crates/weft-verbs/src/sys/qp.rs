@@ -20,7 +20,7 @@ use super::cq::Cq;
 use super::device::{Context, Gid, Mtu};
 use super::mr::AccessFlags;
 use super::pd::ProtectionDomain;
-use super::{check_ret, last_error_or};
+use super::{check_ret, last_error_or, ret_errno};
 
 /// Queue pair transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,8 +203,10 @@ pub const RC_RETRIES: u8 = 6;
 /// connects (the kernel CM sets it at RTR), which is the longest wait,
 /// 655.36 ms: one receive posted a moment late then stalls a stream for
 /// two thirds of a second, so rdma_cm queue pairs get this code too once
-/// they reach RTS (in [`CmId::accept`] and when
-/// [`EventChannel::get_event`] reports `Established`).
+/// they reach RTS (in [`CmId::accept`], after the reply has been sent,
+/// and when [`EventChannel::get_event`] reports `Established` on the
+/// connecting side). Until then a send that finds no receive posted
+/// still meets the long wait.
 ///
 /// [`CmId::accept`]: super::CmId::accept
 /// [`EventChannel::get_event`]: super::EventChannel::get_event
@@ -576,16 +578,24 @@ impl Drop for QueuePair {
 }
 
 /// Sets the RNR NAK timer code of an RC QP in RTS without changing its
-/// state (RTS to RTS, where the timer is an optional attribute).
+/// state (RTS to RTS, where the timer is an optional attribute). The
+/// error is the raw errno, for callers that tell apart a QP that has
+/// already left RTS (`EINVAL`) from a real failure.
 ///
 /// # Safety
 /// `qp` must be a live QP that nothing destroys during the call.
-pub(super) unsafe fn set_min_rnr_timer(qp: *mut ibv_qp, code: u8) -> Result<(), Error> {
+pub(super) unsafe fn set_min_rnr_timer(qp: *mut ibv_qp, code: u8) -> Result<(), i32> {
     let mut a = zeroed_qp_attr();
     a.min_rnr_timer = code;
-    let mask = i32::try_from(ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER.0).map_err(|_| Error::Inval)?;
+    let mask = i32::try_from(ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER.0).map_err(|_| libc::ERANGE)?;
     // SAFETY: the caller keeps `qp` alive; only `min_rnr_timer` is read.
-    check_ret(unsafe { ibv_modify_qp(qp, &mut a, mask) })
+    // Without `IBV_QP_STATE` in the mask libibverbs leaves `qp->state`
+    // alone, so this does not race a concurrent move to the error state
+    // (the kernel serialises the two modifies).
+    match unsafe { ibv_modify_qp(qp, &mut a, mask) } {
+        0 => Ok(()),
+        ret => Err(ret_errno(ret)),
+    }
 }
 
 /// A shared receive queue (`ibv_srq`).
