@@ -25,7 +25,7 @@ use weft_verbs::sys::{
     BytesMr, BytesMutMr, CmEvent, CmEventKind, CmId, CompChannel, ConnParam, Context, Cq,
     EventChannel, Gid, LinkLayer, OwnedMr, Payload, PortSpace, PortState, ProtectionDomain, QpCaps,
     QpInitAttr, QpState, QpType, QueuePair, RcConnectParams, RecvRequest, SendFlags, SendOp,
-    SendRequest, Srq, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    SendRequest, Srq, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, RNR_TIMER,
 };
 
 #[path = "sys/cm.rs"]

@@ -9,6 +9,7 @@
 //! out, so `rdma_destroy_id` (which waits for acknowledgements) never
 //! blocks on the application.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -17,19 +18,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rdma_sys::{
-    ibv_qp, ibv_qp_init_attr, rdma_accept, rdma_ack_cm_event, rdma_bind_addr, rdma_cm_event,
-    rdma_cm_id, rdma_conn_param, rdma_connect, rdma_create_event_channel, rdma_create_id,
-    rdma_create_qp, rdma_destroy_event_channel, rdma_destroy_id, rdma_destroy_qp, rdma_disconnect,
-    rdma_establish, rdma_event_channel, rdma_get_cm_event, rdma_join_multicast,
-    rdma_leave_multicast, rdma_listen, rdma_port_space, rdma_reject, rdma_resolve_addr,
-    rdma_resolve_route, rdma_set_option,
+    ibv_qp, ibv_qp_init_attr, ibv_qp_type, ibv_transport_type, rdma_accept, rdma_ack_cm_event,
+    rdma_bind_addr, rdma_cm_event, rdma_cm_id, rdma_conn_param, rdma_connect,
+    rdma_create_event_channel, rdma_create_id, rdma_create_qp, rdma_destroy_event_channel,
+    rdma_destroy_id, rdma_destroy_qp, rdma_disconnect, rdma_establish, rdma_event_channel,
+    rdma_get_cm_event, rdma_join_multicast, rdma_leave_multicast, rdma_listen, rdma_port_space,
+    rdma_reject, rdma_resolve_addr, rdma_resolve_route, rdma_set_option,
 };
 use weft_core::Error;
 
-use super::cm_event::{copy_event, CmEvent};
-use super::device::Context;
+use super::cm_event::{copy_event, CmEvent, CmEventKind};
+use super::device::{device_name, Context};
 use super::pd::ProtectionDomain;
-use super::qp::{QpInitAttr, QpType, QueuePair};
+use super::qp::{set_min_rnr_timer, QpInitAttr, QpType, QueuePair, RNR_TIMER};
 use super::{check_ret, last_error_or, set_nonblocking};
 
 /// `RDMA_OPTION_ID` of rdma_cma.h (an anonymous enum, which the
@@ -95,7 +96,16 @@ impl PortSpace {
 pub struct EventChannel {
     ch: NonNull<rdma_event_channel>,
     fd: RawFd,
-    lock: Mutex<()>,
+    lock: Mutex<Locked>,
+}
+
+/// What the channel lock guards besides librdmacm's own state.
+#[derive(Default)]
+struct Locked {
+    /// Tokens of the ids whose QP already has [`RNR_TIMER`], so the
+    /// accepting side, set in [`CmId::accept`], is not modified again
+    /// when its `Established` arrives. Removed when the id is destroyed.
+    rnr_timer_set: HashSet<u64>,
 }
 
 // SAFETY: every librdmacm call on the channel and its ids is serialised by
@@ -123,20 +133,20 @@ impl EventChannel {
         let chan = EventChannel {
             ch,
             fd,
-            lock: Mutex::new(()),
+            lock: Mutex::new(Locked::default()),
         };
         set_nonblocking(fd)?;
         Ok(Arc::new(chan))
     }
 
-    fn lock(&self) -> MutexGuard<'_, ()> {
+    fn lock(&self) -> MutexGuard<'_, Locked> {
         self.lock.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The next event (`rdma_get_cm_event`), copied out and acknowledged;
     /// `None` when nothing is pending.
     pub fn get_event(self: &Arc<Self>) -> Result<Option<CmEvent>, Error> {
-        let _guard = self.lock();
+        let mut guard = self.lock();
         let mut ev: *mut rdma_cm_event = ptr::null_mut();
         // SAFETY: the channel is alive; `ev` is a valid out-pointer.
         let ret = unsafe { rdma_get_cm_event(self.ch.as_ptr(), &mut ev) };
@@ -154,6 +164,14 @@ impl EventChannel {
         // its ids are live ids of this channel (owned by CmIds, or, for a
         // connect request, a new id that `copy_event` takes ownership of).
         let event = unsafe { copy_event(self, ev.as_ptr()) };
+        if event.kind == CmEventKind::Established
+            && !guard.rnr_timer_set.contains(&event.id_token)
+            // SAFETY: the event's id is live until the event is acked, and
+            // its QP cannot be destroyed while we hold the channel lock.
+            && unsafe { shorten_rnr_wait((*ev.as_ptr()).id) }
+        {
+            guard.rnr_timer_set.insert(event.id_token);
+        }
         // SAFETY: acked exactly once, after copying everything out.
         unsafe { rdma_ack_cm_event(ev.as_ptr()) };
         Ok(Some(event))
@@ -204,6 +222,74 @@ impl Drop for EventChannel {
         // every id holds an Arc of the channel, so none is left, and all
         // events were acked.
         unsafe { rdma_destroy_event_channel(self.ch.as_ptr()) }
+    }
+}
+
+/// Gives the RC QP of `id`, if it has one, the RNR timer of
+/// [`RNR_TIMER`] instead of the 655 ms that the kernel CM set at RTR
+/// (an RTS to RTS modify). Both callers run right after librdmacm has
+/// moved the QP to RTS: [`CmId::accept`] on the accepting side, once
+/// `rdma_accept` has returned, which is after the reply has been sent;
+/// and, on the connecting side, the `rdma_get_cm_event` that reports
+/// `Established`, which has already sent the handshake's last message.
+/// A message the peer sends before the modify lands can still find the
+/// long timer if no receive is posted; on the accepting side that window
+/// is the reply's flight, the peer's last handshake message and its
+/// first send. Only QPs whose attributes the application sets before
+/// accepting (`ConnParam::with_qp_num`, then `establish`) would close it.
+///
+/// RC QPs on InfiniBand-transport devices (IB, RoCE) only: iWARP has no
+/// RNR NAK. The type and device never change, so unlike the QP's state
+/// they can be read while another thread moves the QP to the error state
+/// (which librdmacm's lock does not cover). A QP that has already left
+/// RTS fails with `EINVAL`, which is expected and logged at debug level;
+/// any other failure only keeps the long wait, so it is logged, not
+/// returned. Returns whether the timer was set.
+///
+/// # Safety
+/// `id` must be a live id whose channel lock the caller holds.
+unsafe fn shorten_rnr_wait(id: *mut rdma_cm_id) -> bool {
+    // SAFETY: the caller guarantees a live, locked id; its QP (if any)
+    // is only destroyed under the same lock.
+    let qp = unsafe { (*id).qp };
+    if qp.is_null() {
+        return false;
+    }
+    // SAFETY: a live QP; its type, number and context are written once
+    // by ibv_create_qp and only read afterwards, and the context (with
+    // its device) outlives its QPs.
+    let (qp_type, qp_num, dev) = unsafe { ((*qp).qp_type, (*qp).qp_num, (*(*qp).context).device) };
+    if qp_type != ibv_qp_type::IBV_QPT_RC {
+        return false;
+    }
+    // SAFETY: the device of a live context; `transport_type` is fixed
+    // when the device list is built.
+    if unsafe { (*dev).transport_type } != ibv_transport_type::IBV_TRANSPORT_IB {
+        return false;
+    }
+    // SAFETY: as above; the QP outlives the call.
+    match unsafe { set_min_rnr_timer(qp, RNR_TIMER) } {
+        Ok(()) => true,
+        Err(errno) => {
+            // SAFETY: as above.
+            let device = unsafe { device_name(dev) };
+            if errno == libc::EINVAL {
+                tracing::debug!(
+                    qp_num,
+                    %device,
+                    errno,
+                    "rdma_cm QP left RTS before its RNR timer could be shortened"
+                );
+            } else {
+                tracing::warn!(
+                    qp_num,
+                    %device,
+                    errno,
+                    "cannot shorten the RNR timer of an rdma_cm QP; it keeps 655 ms"
+                );
+            }
+            false
+        }
     }
 }
 
@@ -292,6 +378,12 @@ impl CmIdInner {
         f(self.id.as_ptr())
     }
 
+    /// [`with`](Self::with), also handing `f` what the lock guards.
+    fn with_locked<R>(&self, f: impl FnOnce(*mut rdma_cm_id, &mut Locked) -> R) -> R {
+        let mut guard = self.channel.lock();
+        f(self.id.as_ptr(), &mut guard)
+    }
+
     /// `rdma_create_qp` with `pd` (which must be on the id's device).
     pub(crate) fn create_qp(
         &self,
@@ -327,7 +419,9 @@ impl CmIdInner {
 
 impl Drop for CmIdInner {
     fn drop(&mut self) {
-        let ret = self.with(|id| {
+        let token = self.token;
+        let ret = self.with_locked(|id, locked| {
+            locked.rnr_timer_set.remove(&token);
             // SAFETY: created by rdma_create_id (or handed over with a
             // connect request), destroyed once; its QP (if any) holds an Arc
             // of this inner, so it is gone; all its events were acked.
@@ -565,11 +659,21 @@ impl CmId {
 
     /// `rdma_accept` (on the id of a `ConnectRequest`). `Inval` if the
     /// private data exceeds [`PortSpace::max_accept_private_data`].
+    /// An RC QP created on the id then gets [`RNR_TIMER`]; `rdma_accept`
+    /// has already sent the reply by then, so post receives before
+    /// accepting.
     pub fn accept(&self, param: &ConnParam<'_>) -> Result<(), Error> {
         let mut raw = param.to_raw(self.port_space().max_accept_private_data())?;
-        // SAFETY: as for `connect`.
-        self.inner
-            .with(|id| check_ret(unsafe { rdma_accept(id, &mut raw) }))
+        let token = self.inner.token;
+        self.inner.with_locked(|id, locked| {
+            // SAFETY: as for `connect`.
+            check_ret(unsafe { rdma_accept(id, &mut raw) })?;
+            // SAFETY: the id is alive and locked.
+            if unsafe { shorten_rnr_wait(id) } {
+                locked.rnr_timer_set.insert(token);
+            }
+            Ok(())
+        })
     }
 
     /// `rdma_reject`. `Inval` if the private data exceeds

@@ -80,7 +80,7 @@ impl Drop for DeviceList {
 ///
 /// # Safety
 /// `dev` must be a valid `ibv_device` pointer.
-unsafe fn device_name(dev: *mut ibv_device) -> String {
+pub(super) unsafe fn device_name(dev: *mut ibv_device) -> String {
     // SAFETY: the caller guarantees `dev` is valid; the name is a
     // NUL-terminated string owned by the device.
     let name = unsafe { ibv_get_device_name(dev) };

@@ -53,7 +53,7 @@ pub use pd::ProtectionDomain;
 pub use pool_mr::{in_any_pool, PoolMr};
 pub use qp::{
     probe_max_inline_data, QpCaps, QpInitAttr, QpState, QpType, QueuePair, RcConnectParams, Srq,
-    RC_RETRIES,
+    RC_RETRIES, RNR_TIMER,
 };
 pub use wr::{Payload, PostError, RecvRequest, SendFlags, SendOp, SendRequest, UdDest};
 

@@ -20,7 +20,7 @@ use super::cq::Cq;
 use super::device::{Context, Gid, Mtu};
 use super::mr::AccessFlags;
 use super::pd::ProtectionDomain;
-use super::{check_ret, last_error_or};
+use super::{check_ret, last_error_or, ret_errno};
 
 /// Queue pair transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,6 +197,21 @@ pub struct RcConnectParams {
 /// [`ConnParam`]: super::ConnParam
 pub const RC_RETRIES: u8 = 6;
 
+/// The RNR NAK timer code of every RC queue pair: 12 is 0.64 ms, the
+/// wait a sender whose message found no receive posted here is told to
+/// take before it retries. rdma_cm leaves code 0 on the queue pairs it
+/// connects (the kernel CM sets it at RTR), which is the longest wait,
+/// 655.36 ms: one receive posted a moment late then stalls a stream for
+/// two thirds of a second, so rdma_cm queue pairs get this code too once
+/// they reach RTS (in [`CmId::accept`], after the reply has been sent,
+/// and when [`EventChannel::get_event`] reports `Established` on the
+/// connecting side). Until then a send that finds no receive posted
+/// still meets the long wait.
+///
+/// [`CmId::accept`]: super::CmId::accept
+/// [`EventChannel::get_event`]: super::EventChannel::get_event
+pub const RNR_TIMER: u8 = 12;
+
 impl RcConnectParams {
     /// RoCE defaults: GRH to `remote_gid` from `sgid_index` of `port`, all
     /// remote access, 16 outstanding reads/atomics each way, timeout 14,
@@ -224,7 +239,7 @@ impl RcConnectParams {
             ah: AhAttr::roce(remote_gid, port, sgid_index, 0),
             max_dest_rd_atomic: 16,
             max_rd_atomic: 16,
-            min_rnr_timer: 12,
+            min_rnr_timer: RNR_TIMER,
             timeout: 14,
             retry_cnt: RC_RETRIES,
             rnr_retry: 7,
@@ -512,6 +527,14 @@ impl QueuePair {
         check_ret(unsafe { ibv_detach_mcast(self.as_ptr(), &gid, mlid) })
     }
 
+    /// The RNR NAK timer code this QP answers senders with when it has
+    /// no receive posted (`ibv_query_qp`).
+    pub fn min_rnr_timer(&self) -> Result<u8, Error> {
+        Ok(self
+            .query(ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER)?
+            .min_rnr_timer)
+    }
+
     /// `ibv_query_qp` of the attributes in `mask`.
     fn query(&self, mask: ibv_qp_attr_mask) -> Result<ibv_qp_attr, Error> {
         let mut a = zeroed_qp_attr();
@@ -551,6 +574,27 @@ impl Drop for QueuePair {
             }
             Owner::Cm(id) => id.destroy_qp(),
         }
+    }
+}
+
+/// Sets the RNR NAK timer code of an RC QP in RTS without changing its
+/// state (RTS to RTS, where the timer is an optional attribute). The
+/// error is the raw errno, for callers that tell apart a QP that has
+/// already left RTS (`EINVAL`) from a real failure.
+///
+/// # Safety
+/// `qp` must be a live QP that nothing destroys during the call.
+pub(super) unsafe fn set_min_rnr_timer(qp: *mut ibv_qp, code: u8) -> Result<(), i32> {
+    let mut a = zeroed_qp_attr();
+    a.min_rnr_timer = code;
+    let mask = i32::try_from(ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER.0).map_err(|_| libc::ERANGE)?;
+    // SAFETY: the caller keeps `qp` alive; only `min_rnr_timer` is read.
+    // Without `IBV_QP_STATE` in the mask libibverbs leaves `qp->state`
+    // alone, so this does not race a concurrent move to the error state
+    // (the kernel serialises the two modifies).
+    match unsafe { ibv_modify_qp(qp, &mut a, mask) } {
+        0 => Ok(()),
+        ret => Err(ret_errno(ret)),
     }
 }
 

@@ -162,6 +162,9 @@ fn cm_connect_accept_send_disconnect() {
         let long = [0u8; 197];
         assert_eq!(id.accept(&ConnParam::new(&long)).unwrap_err(), Error::Inval);
         id.accept(&ConnParam::new(b"welcome, client")).unwrap();
+        // The kernel CM left RNR timer code 0 (655 ms) at RTR; accept
+        // shortened it once rdma_accept had sent the reply and returned.
+        assert_eq!(qp.min_rnr_timer().unwrap(), RNR_TIMER);
         let ev = expect_cm(&ch, CmEventKind::Established);
         assert_eq!(ev.id_token, id.token());
         assert_eq!(qp.state().unwrap(), QpState::Rts);
@@ -183,6 +186,7 @@ fn cm_connect_accept_send_disconnect() {
     assert_eq!(ev.id_token, c.id.token());
     assert!(ev.private_data.starts_with(b"welcome, client"), "{ev:?}");
     assert_eq!(c.qp.state().unwrap(), QpState::Rts);
+    assert_eq!(c.qp.min_rnr_timer().unwrap(), RNR_TIMER);
     // Static (read-only) memory can be registered for sending.
     let smr = BytesMr::new(
         &c.pd,
