@@ -269,8 +269,12 @@ pub struct InlineWait {
 /// is the future a caller races against a timer or a cancellation
 /// (`select!`), and passes that find nothing would only hold that check
 /// back (in the cancel-safety soaks, a receive under a 0–200 µs timeout
-/// was withdrawn a third as often).
-pub const PASSES_PER_POLL: u32 = 4;
+/// was withdrawn a third as often). At 4 a poll, the return to the
+/// runtime still cost as much as the four passes together (an empty
+/// spinning iteration of `weft pingpong -p shm` 437 instructions); at 16
+/// it is 245, and a poll holds the thread for a few microseconds at
+/// most.
+pub const PASSES_PER_POLL: u32 = 16;
 
 /// What one [`InlineWait::spin`] came to.
 #[derive(Debug, PartialEq, Eq)]
