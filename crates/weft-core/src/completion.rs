@@ -57,6 +57,10 @@ impl WaitMode {
 /// `CqShared::take`): a smaller one is filled item by item.
 const LEND_MIN: usize = 32;
 
+/// The largest batch buffer the queue takes in a trade, unless its own
+/// is larger already.
+const LEND_MAX: usize = 4096;
+
 /// Length checks a busy-poll reader makes before it sleeps (a few
 /// microseconds).
 const SPIN_POLLS: u32 = 4096;
@@ -244,10 +248,17 @@ impl CqShared {
         // places instead of each item being moved out and in again (112
         // bytes twice an item, about 85 instructions a ping-pong round
         // trip). The queue keeps a buffer of at least `max` items, and
-        // of at least `LEND_MIN`, so that it seldom has to grow; the
+        // of at least `LEND_MIN`, so that it seldom has to grow, and
+        // never one larger than `LEND_MAX` or its own (a one-off drain
+        // with a huge batch would leave the queue holding it); the
         // batch takes the queue's, which holds its items from the start
         // unless the queue wrapped (then `Vec::from` moves them there).
-        if n == g.items.len() && out.is_empty() && out.capacity() >= max.max(LEND_MIN) {
+        if n > 0
+            && n == g.items.len()
+            && out.is_empty()
+            && out.capacity() >= max.max(LEND_MIN)
+            && out.capacity() <= LEND_MAX.max(g.items.capacity())
+        {
             let spare = VecDeque::from(std::mem::take(out));
             *out = Vec::from(std::mem::replace(&mut g.items, spare));
             self.len.store(0, Ordering::Release);

@@ -343,7 +343,9 @@ fn batches_keep_order_whether_they_trade_buffers_or_not() {
         let queued = cq.len();
         // Room for a whole batch: this read trades buffers.
         out = Vec::with_capacity(LEND_MIN);
+        let lent = out.as_ptr();
         assert_eq!(cq.pop_batch(&mut out, LEND_MIN), queued);
+        assert_ne!(out.as_ptr(), lent, "a whole batch trades buffers");
         let want: Vec<u64> = (next - queued as u64..next).collect();
         assert_eq!(contexts(&out), want);
         assert!(cq.is_empty());
@@ -362,9 +364,29 @@ fn batches_keep_order_whether_they_trade_buffers_or_not() {
     // A batch without room for `max` items (or `LEND_MIN`) never lends
     // the queue its buffer.
     let mut small = Vec::with_capacity(8);
+    let own = small.as_ptr();
     cq.push(Ok(entry(200)));
     assert_eq!(cq.pop_batch(&mut small, 8), 1);
     assert_eq!(contexts(&small), [200]);
+    assert_eq!(small.as_ptr(), own, "too small to lend: item by item");
+    assert_eq!(small.capacity(), 8);
+    // An empty queue takes nothing and trades nothing.
+    let mut idle: Vec<CqItem> = Vec::with_capacity(LEND_MIN);
+    let own = idle.as_ptr();
+    assert_eq!(cq.pop_batch(&mut idle, LEND_MIN), 0);
+    assert_eq!(
+        idle.as_ptr(),
+        own,
+        "nothing taken: the batch keeps its buffer"
+    );
+    // A one-off drain with a huge batch does not leave the queue holding
+    // its buffer.
+    let mut huge: Vec<CqItem> = Vec::with_capacity(LEND_MAX * 2);
+    let own = huge.as_ptr();
+    cq.push(Ok(entry(300)));
+    assert_eq!(cq.pop_batch(&mut huge, 64), 1);
+    assert_eq!(contexts(&huge), [300]);
+    assert_eq!(huge.as_ptr(), own, "a buffer above LEND_MAX is not lent");
     cq.push(Ok(entry(201)));
     assert_eq!(cq.read(1).unwrap()[0].context, 201);
 }
