@@ -53,6 +53,14 @@ impl WaitMode {
     }
 }
 
+/// The smallest batch buffer a read trades for the queue's (see
+/// `CqShared::take`): a smaller one is filled item by item.
+const LEND_MIN: usize = 32;
+
+/// The largest batch buffer the queue takes in a trade, unless its own
+/// is larger already.
+const LEND_MAX: usize = 4096;
+
 /// Length checks a busy-poll reader makes before it sleeps (a few
 /// microseconds).
 const SPIN_POLLS: u32 = 4096;
@@ -235,6 +243,27 @@ impl CqShared {
     #[inline]
     fn take(&self, g: &mut CqInner, out: &mut Vec<CqItem>, max: usize) -> usize {
         let n = max.min(g.items.len());
+        // All that is queued, into an empty batch with room for a whole
+        // one (a reader that reuses its batch): the two buffers trade
+        // places instead of each item being moved out and in again (112
+        // bytes twice an item, about 85 instructions a ping-pong round
+        // trip). The queue keeps a buffer of at least `max` items, and
+        // of at least `LEND_MIN`, so that it seldom has to grow, and
+        // never one larger than `LEND_MAX` or its own (a one-off drain
+        // with a huge batch would leave the queue holding it); the
+        // batch takes the queue's, which holds its items from the start
+        // unless the queue wrapped (then `Vec::from` moves them there).
+        if n > 0
+            && n == g.items.len()
+            && out.is_empty()
+            && out.capacity() >= max.max(LEND_MIN)
+            && out.capacity() <= LEND_MAX.max(g.items.capacity())
+        {
+            let spare = VecDeque::from(std::mem::take(out));
+            *out = Vec::from(std::mem::replace(&mut g.items, spare));
+            self.len.store(0, Ordering::Release);
+            return n;
+        }
         // Item by item: `extend` from a `drain` cost about 100
         // instructions an item more (a batch is mostly one or two).
         out.reserve(n);

@@ -304,3 +304,89 @@ fn a_close_while_an_unbound_reader_spins_ends_its_wait() {
         }
     }
 }
+
+fn contexts(items: &[CqItem]) -> Vec<u64> {
+    items
+        .iter()
+        .map(|i| match i {
+            Ok(e) => e.context,
+            Err(e) => e.context,
+        })
+        .collect()
+}
+
+/// A batch that takes everything queued trades buffers with the queue
+/// (`CqShared::take`): the order holds, and the queue
+/// goes on taking items afterwards; a batch that cannot take it all, or
+/// is not empty, is filled item by item as before.
+#[test]
+fn batches_keep_order_whether_they_trade_buffers_or_not() {
+    let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+    let mut out = Vec::new();
+    let mut next = 0;
+    for round in 0..6 {
+        // A partial read first in odd rounds, so that the queue's items
+        // no longer start at its buffer's start.
+        let n = 3 + round % 2;
+        for _ in 0..n {
+            cq.push(Ok(entry(next)));
+            next += 1;
+        }
+        if round % 2 == 1 {
+            assert_eq!(cq.pop_batch(&mut out, 2), 2);
+            out.clear();
+            cq.push(Ok(entry(next)));
+            next += 1;
+        }
+        cq.push(Err(CqErrEntry::new(next, OpFlags::RECV, Error::Canceled)));
+        next += 1;
+        let queued = cq.len();
+        // Room for a whole batch: this read trades buffers.
+        out = Vec::with_capacity(LEND_MIN);
+        let lent = out.as_ptr();
+        assert_eq!(cq.pop_batch(&mut out, LEND_MIN), queued);
+        assert_ne!(out.as_ptr(), lent, "a whole batch trades buffers");
+        let want: Vec<u64> = (next - queued as u64..next).collect();
+        assert_eq!(contexts(&out), want);
+        assert!(cq.is_empty());
+        assert_eq!(cq.read(1).unwrap_err(), Error::Again);
+        out.clear();
+    }
+    // Not everything: item by item, the rest stays queued in order.
+    for c in 0..5 {
+        cq.push(Ok(entry(100 + c)));
+    }
+    assert_eq!(cq.pop_batch(&mut out, 3), 3);
+    assert_eq!(contexts(&out), [100, 101, 102]);
+    // A batch holding items already is appended to.
+    assert_eq!(cq.pop_batch(&mut out, 8), 2);
+    assert_eq!(contexts(&out), [100, 101, 102, 103, 104]);
+    // A batch without room for `max` items (or `LEND_MIN`) never lends
+    // the queue its buffer.
+    let mut small = Vec::with_capacity(8);
+    let own = small.as_ptr();
+    cq.push(Ok(entry(200)));
+    assert_eq!(cq.pop_batch(&mut small, 8), 1);
+    assert_eq!(contexts(&small), [200]);
+    assert_eq!(small.as_ptr(), own, "too small to lend: item by item");
+    assert_eq!(small.capacity(), 8);
+    // An empty queue takes nothing and trades nothing.
+    let mut idle: Vec<CqItem> = Vec::with_capacity(LEND_MIN);
+    let own = idle.as_ptr();
+    assert_eq!(cq.pop_batch(&mut idle, LEND_MIN), 0);
+    assert_eq!(
+        idle.as_ptr(),
+        own,
+        "nothing taken: the batch keeps its buffer"
+    );
+    // A one-off drain with a huge batch does not leave the queue holding
+    // its buffer.
+    let mut huge: Vec<CqItem> = Vec::with_capacity(LEND_MAX * 2);
+    let own = huge.as_ptr();
+    cq.push(Ok(entry(300)));
+    assert_eq!(cq.pop_batch(&mut huge, 64), 1);
+    assert_eq!(contexts(&huge), [300]);
+    assert_eq!(huge.as_ptr(), own, "a buffer above LEND_MAX is not lent");
+    cq.push(Ok(entry(201)));
+    assert_eq!(cq.read(1).unwrap()[0].context, 201);
+}

@@ -201,21 +201,27 @@ impl Drop for MultiShared {
 /// go where `req.done` says, or, with `sink`, each to a slot of that
 /// stream (the awaited form: `req.done.waiter` is then unused).
 pub fn attach(req: &mut RecvReq, min: usize, sink: Option<Arc<MultiSink>>) {
-    let d = &req.done;
+    req.multi = Some(buffer(&req.done, min, sink));
+}
+
+/// The [`MultiPart`] that [`attach`] gives a receive completing through
+/// `done`: for a request built with it in place, which is not copied
+/// again to be changed afterwards.
+pub fn buffer(done: &OpDone, min: usize, sink: Option<Arc<MultiSink>>) -> MultiPart {
     let shared = Arc::new(MultiShared {
-        context: d.context,
-        kind: d.flags,
-        report: d.report,
-        cq: d.cq.clone(),
-        cntr: d.cntr.clone(),
+        context: done.context,
+        kind: done.flags,
+        report: done.report,
+        cq: done.cq.clone(),
+        cntr: done.cntr.clone(),
         sink,
         st: Mutex::new(ReleaseState::default()),
     });
-    req.multi = Some(MultiPart::Buffer(Box::new(MultiBuf {
+    MultiPart::Buffer(Box::new(MultiBuf {
         used: 0,
         min,
         shared,
-    })));
+    }))
 }
 
 /// Points the completions of a buffer that carry no message (a release

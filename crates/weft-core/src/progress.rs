@@ -28,6 +28,17 @@ pub trait Progress: Send + Sync + Debug {
     /// out) and now sleeps until the reactor wakes it: whatever was held
     /// back while it spun must watch for I/O again.
     fn idle(&self) {}
+
+    /// Whether one [`progress`](Self::progress) pass costs a few hundred
+    /// instructions at most whatever the endpoint holds (memory reads, or
+    /// one system call on one socket), so that a CQ reader may make
+    /// [`PASSES_PER_POLL`] of them before it gives its thread back. A
+    /// provider whose pass grows with its connections (a read per
+    /// connection) keeps the default, [`FEW_PASSES_PER_POLL`]: sixteen
+    /// of those would hold a current-thread runtime's other tasks back.
+    fn cheap_pass(&self) -> bool {
+        false
+    }
 }
 
 /// Default spin budget of an inline waiter, in microseconds of no
@@ -254,9 +265,11 @@ pub struct InlineWait {
     /// `None`: [`spin_budget`]. Tests set a budget no scheduler delay can
     /// outlast, so they check the logic, not the machine's speed.
     budget: Option<Duration>,
-    /// A CQ reader's wait: [`PASSES_PER_POLL`] passes per poll once under
-    /// way.
+    /// A CQ reader's wait: several passes per poll once under way.
     reader: bool,
+    /// The reader's endpoint makes cheap passes ([`Progress::cheap_pass`]):
+    /// [`PASSES_PER_POLL`] of them a poll, else [`FEW_PASSES_PER_POLL`].
+    cheap: bool,
 }
 
 /// Passes a CQ reader makes in one poll once its wait is under way, as
@@ -269,8 +282,17 @@ pub struct InlineWait {
 /// is the future a caller races against a timer or a cancellation
 /// (`select!`), and passes that find nothing would only hold that check
 /// back (in the cancel-safety soaks, a receive under a 0–200 µs timeout
-/// was withdrawn a third as often).
-pub const PASSES_PER_POLL: u32 = 4;
+/// was withdrawn a third as often). At 4 a poll, the return to the
+/// runtime still cost as much as the four passes together (an empty
+/// spinning iteration of `weft pingpong -p shm` 437 instructions); at 16
+/// it is 245, and a poll holds the thread for a few microseconds at
+/// most.
+/// Only for endpoints whose passes are cheap ([`Progress::cheap_pass`]).
+pub const PASSES_PER_POLL: u32 = 16;
+
+/// Passes a CQ reader makes in one poll when its endpoint's pass is not
+/// known to be cheap (or several endpoints are bound).
+pub const FEW_PASSES_PER_POLL: u32 = 4;
 
 /// What one [`InlineWait::spin`] came to.
 #[derive(Debug, PartialEq, Eq)]
@@ -289,13 +311,22 @@ impl InlineWait {
         InlineWait::default()
     }
 
-    /// A fresh wait of a CQ reader: up to [`PASSES_PER_POLL`] passes per
-    /// poll once under way.
+    /// A fresh wait of a CQ reader: up to [`FEW_PASSES_PER_POLL`] passes
+    /// per poll once under way ([`PASSES_PER_POLL`] after
+    /// [`cheap_passes`](Self::cheap_passes)).
     pub fn reader() -> InlineWait {
         InlineWait {
             reader: true,
             ..InlineWait::default()
         }
+    }
+
+    /// Whether the endpoint this reader drives makes cheap passes
+    /// ([`Progress::cheap_pass`]); set before each poll, since the
+    /// endpoints bound to a queue can change while a reader waits.
+    #[inline]
+    pub fn cheap_passes(&mut self, cheap: bool) {
+        self.cheap = cheap;
     }
 
     /// After a poll that found nothing: runs `drive` and, when it did
@@ -334,7 +365,11 @@ impl InlineWait {
             return Spun::Sleep;
         }
         let passes = if self.reader && self.since.is_some() {
-            PASSES_PER_POLL
+            if self.cheap {
+                PASSES_PER_POLL
+            } else {
+                FEW_PASSES_PER_POLL
+            }
         } else {
             1
         };
@@ -483,10 +518,18 @@ mod tests {
         assert_eq!(got, None);
         assert_eq!(
             passes.load(Ordering::Relaxed),
-            1 + PASSES_PER_POLL as usize,
+            1 + FEW_PASSES_PER_POLL as usize,
             "under way: several passes while nothing moves"
         );
-        assert_eq!(woken.load(Ordering::Relaxed), 2, "one wake-up per poll");
+        w.cheap_passes(true);
+        let got: Option<()> = w.poll(&mut cx, drive, |_| None, || {});
+        assert_eq!(got, None);
+        assert_eq!(
+            passes.load(Ordering::Relaxed),
+            1 + (FEW_PASSES_PER_POLL + PASSES_PER_POLL) as usize,
+            "cheap passes: more of them a poll"
+        );
+        assert_eq!(woken.load(Ordering::Relaxed), 3, "one wake-up per poll");
         // A pass that finds the completion ends the poll at once.
         let n = AtomicUsize::new(0);
         let got = w.poll(
@@ -529,6 +572,7 @@ mod tests {
             since: Some(Instant::now() - spin_budget() - Duration::from_millis(1)),
             budget: None,
             reader: true,
+            cheap: false,
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
@@ -553,6 +597,7 @@ mod tests {
             since: Some(start),
             budget: Some(Duration::from_secs(3600)),
             reader: true,
+            cheap: false,
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 4096, |_| None, || idled.set(true));

@@ -275,6 +275,12 @@ impl weft_core::progress::Progress for InlineProgress {
         poll_once(&self.ep)
     }
 
+    fn cheap_pass(&self) -> bool {
+        // One socket: a pass is one non-blocking receive, however many
+        // peers the AV holds.
+        true
+    }
+
     fn idle(&self) {
         // The next pass takes the hold again.
         self.ep.spins.store(0, Ordering::Relaxed);

@@ -51,13 +51,16 @@ impl CompletionQueue {
     }
 
     /// Takes up to `max` items (completions and errors, in order) without
-    /// waiting; returns how many were appended to `out`.
+    /// waiting; returns how many were appended to `out`. An empty `out`
+    /// with room for `max` items may come back holding another buffer
+    /// (it trades with the queue's instead of moving every item).
     pub fn try_read_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
         self.shared.pop_batch(out, max)
     }
 
     /// Waits for at least one item, then takes up to `max`.
-    /// Returns 0 only once the queue is closed and drained.
+    /// Returns 0 only once the queue is closed and drained. `out` as in
+    /// [`try_read_batch`](Self::try_read_batch).
     pub async fn read_batch(&self, out: &mut Vec<CqItem>, max: usize) -> usize {
         let mut wait = InlineWait::reader();
         // One call for the whole batch: the queue is locked once for what

@@ -141,6 +141,7 @@ impl CqShared {
         // Held for this poll's passes only: a closed endpoint is still
         // let go of at once.
         let one = self.hooks.single();
+        wait.cheap_passes(one.as_ref().is_some_and(|p| p.cheap_pass()));
         match wait.spin(
             cx,
             || match &one {
