@@ -25,8 +25,9 @@ use nix::sys::uio::{process_vm_readv, process_vm_writev, RemoteIoVec};
 use nix::unistd::Pid;
 
 /// Messages of `CMA_MIN..=CMA_MAX` bytes go by CMA where it is
-/// permitted and [`pays`] (a side sleeps; while both spin, the ring). Below, the two copies through the ring cost less than the
-/// system call and the page walks; above, the receiver's one core doing
+/// permitted and [`pays`] (a side sleeps; while both spin, the ring).
+/// Below, the two copies through the ring cost less than the system call
+/// and the page walks; above, the receiver's one core doing
 /// the whole copy loses to the ring's two copies on two cores while
 /// messages stream (both measured with `integration/bench-shm-cma`,
 /// `docs/benchmarks.md`) — but not in a ping-pong, so larger messages go
