@@ -551,7 +551,8 @@ mod tests {
         let hold = Arc::new(SpinHold::default());
         assert_eq!(hold.remaining_ns(), 0);
         assert!(!hold.park_while_held(), "no waiter: the spinner runs");
-        hold.waiter_active();
+        // A hold no emulated machine outlasts before the next line.
+        hold.waiter_active_at(clock_ns() + 200_000_000);
         assert!(hold.remaining_ns() > 0);
         // A spinner parked beside the waiter is released by waiter_idle
         // (the hold would also end by itself, so this cannot hang).

@@ -82,7 +82,11 @@ mod tests {
     #[test]
     fn lapsed_hold_ends_the_stand() {
         let hold = SpinHold::default();
-        hold.waiter_active();
+        // A hold that cannot lapse before the stand's first look, however
+        // slow the machine (under emulation the 1 ms of a plain
+        // `waiter_active` was gone before it, and the stand ended without
+        // sleeping).
+        hold.waiter_active_at(crate::progress::clock_ns() + 200_000_000);
         let slept = Cell::new(0);
         block_on(stand_aside(&hold, pending::<()>, |d| {
             assert!(d.as_nanos() > 0);
