@@ -19,6 +19,8 @@ use weft_integration::{
     enabled_endpoint, next_cq, payload, stats_until, within, Harness, Provider,
 };
 
+mod shm_common;
+
 fn shm() -> Provider {
     Provider::named("shm")
 }
@@ -546,15 +548,10 @@ async fn large_transfers_take_the_ring_while_both_sides_spin() {
     assert_eq!(p.b.stats().unwrap().rx_direct, 0, "none went by CMA");
 }
 
-/// Whether CMA is denied in this process, said on stderr: then nothing
-/// goes by CMA whatever the wait modes, and a test that tells the ring
-/// from CMA by `rx_direct` has nothing to tell.
+/// CMA denied: a test that tells the ring from CMA by `rx_direct` has
+/// nothing to tell.
 fn cma_denied() -> bool {
-    let denied = weft_shm::cma::mode() == weft_shm::cma::Mode::Denied;
-    if denied {
-        eprintln!("skipped: CMA denied here (every transfer takes the ring)");
-    }
-    denied
+    shm_common::cma_denied("skipped (every transfer takes the ring)")
 }
 
 /// Likewise RMA while both sides spin: writes and reads from

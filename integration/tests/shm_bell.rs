@@ -71,9 +71,6 @@ async fn a_spinning_sender_asks_to_be_rung_before_its_driver_sleeps() {
     }
     assert_eq!(done.pop().unwrap().unwrap().context, 2);
     // Through the ring, which says nothing where CMA is denied anyway.
-    use weft_shm::cma::{mode, Mode};
-    if mode() == Mode::Denied {
-        eprintln!("CMA denied here: the ring was the only path");
-    }
+    shm_common::cma_denied("the ring was the only path");
     assert_eq!(b.stats().unwrap().rx_direct, 0, "through the ring");
 }

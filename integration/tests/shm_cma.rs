@@ -296,8 +296,7 @@ async fn a_killed_cma_sender_fails_the_receive() {
 /// in `docs/benchmarks.md`). Every send completes and arrives whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_cma_send_asks_to_be_rung_only_when_its_driver_sleeps() {
-    if cma::mode() == Mode::Denied {
-        eprintln!("skipped: CMA denied here (sends take the ring and end at once)");
+    if shm_common::cma_denied("skipped (sends take the ring and end at once)") {
         return;
     }
     cma::set_when_spinning(true);

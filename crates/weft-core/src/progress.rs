@@ -286,8 +286,8 @@ pub struct InlineWait {
 /// runtime still cost as much as the four passes together (an empty
 /// spinning iteration of `weft pingpong -p shm` 437 instructions); at 16
 /// it is 245, and a poll holds the thread for a few microseconds at
-/// most.
-/// Only for endpoints whose passes are cheap ([`Progress::cheap_pass`]).
+/// most. Only for endpoints whose passes are cheap
+/// ([`Progress::cheap_pass`]); others make [`FEW_PASSES_PER_POLL`].
 pub const PASSES_PER_POLL: u32 = 16;
 
 /// Passes a CQ reader makes in one poll when its endpoint's pass is not
@@ -330,8 +330,8 @@ impl InlineWait {
     }
 
     /// After a poll that found nothing: runs `drive` and, when it did
-    /// work, tries `ready`; for a reader up to [`PASSES_PER_POLL`] times
-    /// while nothing moves. Returns the value, or `None` after re-arming
+    /// work, tries `ready`; for a reader several times while nothing
+    /// moves ([`cheap_passes`](Self::cheap_passes)). Returns the value, or `None` after re-arming
     /// `cx` for an immediate re-poll while the budget lasts; past the
     /// budget `idle` runs and the caller sleeps. A completion another
     /// thread delivers meanwhile wakes the caller through the waker it

@@ -441,10 +441,13 @@ impl Peer {
     /// Whether a large transfer to this peer pays by CMA rather than the
     /// ring: not while both sides spin ([`crate::cma::pays`]).
     fn cma_pays(&self) -> bool {
-        crate::cma::pays(
-            self.spins,
-            self.seg.load32(H_SLEEPING, Ordering::Relaxed) == Some(1),
-        )
+        crate::cma::pays(self.spins, self.receiver_sleeps())
+    }
+
+    /// The receiver's header says its task sleeps (`H_SLEEPING`).
+    #[inline]
+    fn receiver_sleeps(&self) -> bool {
+        self.seg.load32(H_SLEEPING, Ordering::Relaxed) == Some(1)
     }
 
     /// Writes `o`'s lead record (an RMA request or response), or all of
@@ -522,9 +525,7 @@ impl Peer {
         // Pairs with the receiver's fence between announcing its sleep
         // and looking at the rings once more.
         fence(Ordering::SeqCst);
-        if self.seg.load32(H_SLEEPING, Ordering::Relaxed) == Some(1)
-            && self.seg.swap32(H_SLEEPING, 0) == Some(1)
-        {
+        if self.receiver_sleeps() && self.seg.swap32(H_SLEEPING, 0) == Some(1) {
             if let Some(b) = &self.bell {
                 crate::bell::ring(b);
             }

@@ -14,10 +14,8 @@ use weft_shm::segment::Segment;
 /// user could (this test), with this process's real probe word when
 /// `probe`, and waits for the owner's look at it.
 pub fn hostile_claim(b: &weft::Endpoint, i: usize, probe: bool) -> (Segment, Chan) {
-    let name = String::from_utf8(b.local_addr().unwrap()).unwrap();
-    let seg_name = weft_shm::name::seg_name(name.trim_start_matches("fi_shm://"));
     let g = Geometry::OURS;
-    let seg = Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap();
+    let seg = segment_of(b);
     let c = Chan { g, i };
     let me = weft_shm::live::me();
     use Ordering::Release;
@@ -50,12 +48,30 @@ pub fn hostile_claim(b: &weft::Endpoint, i: usize, probe: bool) -> (Segment, Cha
 
 /// `a`'s channel in `b`'s segment (the only one claimed): its word `off`.
 pub fn chan_word(b: &weft::Endpoint, off: usize) -> Option<u32> {
-    let name = String::from_utf8(b.local_addr().unwrap()).unwrap();
-    let seg_name = weft_shm::name::seg_name(name.trim_start_matches("fi_shm://"));
     let g = Geometry::OURS;
-    let seg = Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap();
+    let seg = segment_of(b);
     (0..g.channels)
         .map(|i| Chan { g, i })
         .find(|c| seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE))
         .and_then(|c| seg.load32(c.ctl(off), Ordering::Acquire))
+}
+
+/// `b`'s segment, mapped by its name as any process of the same user
+/// could map it.
+pub fn segment_of(b: &weft::Endpoint) -> Segment {
+    let name = String::from_utf8(b.local_addr().unwrap()).unwrap();
+    let seg_name = weft_shm::name::seg_name(name.trim_start_matches("fi_shm://"));
+    let g = Geometry::OURS;
+    Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap()
+}
+
+/// Whether CMA is denied in this process, said on stderr with what that
+/// means for the test (`then`): nothing goes by CMA whatever the wait
+/// modes.
+pub fn cma_denied(then: &str) -> bool {
+    let denied = weft_shm::cma::mode() == weft_shm::cma::Mode::Denied;
+    if denied {
+        eprintln!("CMA denied here: {then}");
+    }
+    denied
 }
