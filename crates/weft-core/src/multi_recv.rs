@@ -319,14 +319,15 @@ pub fn end(ep: &dyn RecvCtx, mut req: RecvReq, canceled: bool) {
     }
 }
 
-/// A cancel's release that must follow the completion of the last part.
+/// A cancel's release that must follow the completion of the last part
+/// (its credit is back already, as a plain receive's is before its
+/// completion: whoever that completion wakes sees the credit).
 #[derive(Debug)]
 pub struct After(Arc<MultiShared>, BytesMut);
 
 impl After {
     /// Reports it. Call with no lock of the endpoint held.
-    pub fn report(self, ep: &dyn RecvCtx) {
-        ep.rx_credits().release(1);
+    pub fn report(self) {
         self.0.report_release(End::Canceled, self.1);
     }
 }
@@ -362,7 +363,10 @@ fn finishing_part(ep: &dyn RecvCtx, req: &mut RecvReq) -> Option<After> {
         (g.end, g.tail.take().unwrap_or_default())
     };
     match end {
-        Some(End::Canceled) => Some(After(shared, tail)),
+        Some(End::Canceled) => {
+            ep.rx_credits().release(1);
+            Some(After(shared, tail))
+        }
         _ => {
             ep.rx_credits().release(1);
             req.done.flags |= OpFlags::MULTI_RECV;
@@ -420,7 +424,7 @@ pub fn drop_piece(ep: &dyn RecvCtx, mut req: RecvReq) {
     };
     let after = finishing(ep, &mut req);
     if let Some(a) = after {
-        a.report(ep);
+        a.report();
     } else if req.done.flags.contains(OpFlags::MULTI_RECV) {
         // `finishing` gave the buffer's credit back already.
         let tail = req.bufs.pop().unwrap_or_default();

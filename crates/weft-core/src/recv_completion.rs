@@ -232,7 +232,7 @@ fn report(
         }
     }
     if let Some(a) = after {
-        a.report(ep);
+        a.report();
     }
 }
 
@@ -268,7 +268,7 @@ pub fn deliver_unknown(
         hand_back(ep, back, piece);
     }
     if let Some(a) = after {
-        a.report(ep);
+        a.report();
     }
 }
 
@@ -286,7 +286,7 @@ pub fn fail_recv(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usiz
     e.bufs = req.bufs;
     req.done.fail(e);
     if let Some(a) = after {
-        a.report(ep);
+        a.report();
     }
 }
 
