@@ -46,6 +46,10 @@ struct TxState {
     /// Encoded `Ack` frames waiting to ride with the next frame to the
     /// peer (see [`Conn::answer`]).
     acks_out: Vec<u8>,
+    /// RDM: a `Shutdown` is queued (this end retired the connection
+    /// while idle). Requests posted after it go over a new connection:
+    /// the peer stops reading at `Shutdown`.
+    retired: bool,
 }
 
 /// A connection to one peer.
@@ -282,8 +286,22 @@ impl Conn {
         let mut g = lock(&self.tx);
         if let Some(err) = g.closed {
             drop(g);
-            self.fail_frame(f, err);
+            if err == Error::Shutdown {
+                // A sender that picked this connection just before it was
+                // retired: the frame goes after those requeued in `fail`.
+                self.resend(f);
+            } else {
+                self.fail_frame(f, err);
+            }
             return;
+        }
+        if g.retired && f.credit.held() {
+            drop(g);
+            self.resend(f);
+            return;
+        }
+        if f.hdr.kind == Some(FrameKind::Shutdown) {
+            g.retired = true;
         }
         if f.hdr.kind.is_some_and(FrameKind::is_data) {
             g.seq += 1;
@@ -337,6 +355,22 @@ impl Conn {
             g.writer_active = true;
             drop(g);
             self.tx_kick.notify_one();
+        }
+    }
+
+    /// RDM: a request that found this connection retired or retiring is
+    /// sent to the peer over its next connection (it was never begun on
+    /// this one); anything else fails with `Shutdown`.
+    fn resend(&self, f: TxFrame) {
+        let ep = self
+            .ep
+            .upgrade()
+            .filter(|e| e.ep_type == weft_core::attr::EpType::Rdm && !e.is_closed());
+        match ep {
+            Some(ep) if f.written == 0 && f.credit.held() => {
+                crate::connect::rdm_send(&ep, self.source(), f);
+            }
+            _ => self.fail_frame(f, Error::Shutdown),
         }
     }
 
@@ -553,6 +587,15 @@ impl Conn {
     /// Idempotent. When an RDM peer retired the connection (`Shutdown`),
     /// frames not yet begun go to the peer again over a new connection.
     pub fn fail(&self, err: Error) {
+        let ep = self.ep.upgrade();
+        let requeue_to = ep.as_ref().filter(|e| {
+            err == Error::Shutdown && e.ep_type == weft_core::attr::EpType::Rdm && !e.is_closed()
+        });
+        // The peers lock is held from the moment this connection reads as
+        // dead until what it had not begun is queued for the next one: a
+        // send racing with this (it finds the connection dead and queues
+        // for a new one) comes after them, never before.
+        let mut peers = requeue_to.map(|e| lock(&e.peers));
         if self.dead.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -561,14 +604,10 @@ impl Conn {
             g.closed = Some(err);
             g.queue.drain(..).collect()
         };
-        let ep = self.ep.upgrade();
-        let requeue = err == Error::Shutdown
-            && ep
-                .as_ref()
-                .is_some_and(|e| e.ep_type == weft_core::attr::EpType::Rdm && !e.is_closed());
         let mut again = Vec::new();
+        let mut failed = Vec::new();
         for mut f in frames {
-            if requeue && f.written == 0 && f.credit.held() {
+            if peers.is_some() && f.written == 0 && f.credit.held() {
                 // Acks name this connection's sequence numbers: they mean
                 // nothing on the next one.
                 f.pre = None;
@@ -583,8 +622,15 @@ impl Conn {
                 }
                 again.push(f);
             } else {
-                self.fail_frame(f, err);
+                failed.push(f);
             }
+        }
+        if let (Some(peers), Some(ep)) = (peers.as_mut(), requeue_to) {
+            failed.extend(crate::connect::rdm_requeue(ep, peers, self, again));
+        }
+        drop(peers);
+        for f in failed {
+            self.fail_frame(f, err);
         }
         let acks: Vec<OpDone> = lock(&self.acks).drain().map(|(_, (d, _))| d).collect();
         for d in acks {
@@ -612,9 +658,6 @@ impl Conn {
                 rx.abort(&ep, Error::ConnReset);
             }
             ep.conn_failed(self, err);
-            for f in again {
-                crate::connect::rdm_send(&ep, self.source(), f);
-            }
         }
     }
 

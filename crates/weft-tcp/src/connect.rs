@@ -13,6 +13,7 @@ use weft_core::addr::{decode_sockaddr, encode_sockaddr};
 use weft_core::attr::EpType;
 use weft_core::auth::{AuthKey, ConnKind};
 use weft_core::eventq::{ConnHandle, EqEvent, EqEventKind, EqShared};
+use weft_core::hash::FastMap;
 use weft_core::limits::ConnLimits;
 use weft_core::provider::ProviderPassive;
 use weft_core::sync::lock;
@@ -293,9 +294,60 @@ pub fn rdm_send(ep: &Arc<EpShared>, dest: Source, frame: TxFrame) {
     }
 }
 
+/// RDM: `frames`, which `dead` (its peer retired it) had not begun, go
+/// to the peer again, ahead of anything queued since: over the peer's
+/// connection if one is already up, else first in line for the next one.
+/// Called with the peers lock held (see `Conn::fail`); gives back the
+/// frames that must fail instead (queued under another key).
+pub fn rdm_requeue(
+    ep: &Arc<EpShared>,
+    peers: &mut FastMap<SocketAddr, PeerState>,
+    dead: &Conn,
+    frames: Vec<TxFrame>,
+) -> Vec<TxFrame> {
+    let dest = dead.source();
+    let p = peers.entry(dest.addr).or_default();
+    if p.conn
+        .as_ref()
+        .is_some_and(|c| std::ptr::eq(c.as_ref(), dead))
+    {
+        p.conn = None;
+    }
+    if frames.is_empty() {
+        return frames;
+    }
+    if let Some(c) = p.conn.as_ref().filter(|c| !c.is_dead()) {
+        if c.auth.av_key != dest.key {
+            return frames;
+        }
+        for f in frames {
+            c.send(f);
+        }
+        return Vec::new();
+    }
+    p.conn = None;
+    if p.pending.is_empty() && !p.connecting {
+        p.want = dest.key;
+    } else if p.want != dest.key {
+        return frames;
+    }
+    p.pending.splice(0..0, frames);
+    if !p.connecting && !p.accepting {
+        p.connecting = true;
+        ep.rt.spawn(rdm_connect(ep.clone(), dest));
+    }
+    Vec::new()
+}
+
 async fn rdm_connect(ep: Arc<EpShared>, to: Source) {
     let t = ep.limits.handshake_timeout;
     let dest = to.addr;
+    // Not before the peer has closed a connection this end retired: it
+    // closes once it has read everything up to our `Shutdown`, so nothing
+    // sent on the new connection can be handled there before what was
+    // sent on the old one (and the peer, its old connection ended, takes
+    // the new one instead of refusing it as a second).
+    ep.drained(dest).await;
     let r = async {
         let auth = ep.keys.for_dest(to.key)?;
         let slot = ConnSlot::take(&ep.conn_count);
@@ -340,9 +392,6 @@ async fn rdm_connect(ep: Arc<EpShared>, to: Source) {
         }
     }
     .await;
-    if matches!(r, Ok(Some(_))) {
-        ep.drained(dest).await;
-    }
     let mut peers = lock(&ep.peers);
     let p = peers.entry(dest).or_default();
     p.connecting = false;

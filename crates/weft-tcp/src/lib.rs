@@ -28,6 +28,8 @@ mod keys;
 mod mr;
 mod parked;
 mod place;
+#[cfg(test)]
+mod retire_tests;
 mod returned;
 mod rma;
 mod rma_events;

@@ -58,7 +58,7 @@ use sink::{advance, direct_slot, fail_sink, feed, finish, Sink};
 
 #[cfg(test)]
 #[path = "rx_tests.rs"]
-mod tests;
+pub(crate) mod tests;
 
 /// Largest staging buffer: a read this size takes a burst of small
 /// frames in one syscall.

@@ -24,15 +24,16 @@ use crate::conn::Conn;
 use crate::endpoint::EpShared;
 use weft_core::limits::ConnSlot;
 
-struct Rig {
-    ep: Arc<EpShared>,
-    conn: Arc<Conn>,
+/// An RDM endpoint with one connection whose far end the test holds.
+pub(crate) struct Rig {
+    pub(crate) ep: Arc<EpShared>,
+    pub(crate) conn: Arc<Conn>,
     cq: Arc<CqShared>,
     rx: RxMachine,
-    _peer: tokio::net::TcpStream,
+    pub(crate) peer: tokio::net::TcpStream,
 }
 
-async fn rig(budget: usize) -> Rig {
+pub(crate) async fn rig(budget: usize) -> Rig {
     let mut info = crate::offers()
         .into_iter()
         .find(|i| i.ep_attr.ep_type == EpType::Rdm)
@@ -81,7 +82,7 @@ async fn rig(budget: usize) -> Rig {
         conn,
         cq,
         rx,
-        _peer: peer,
+        peer,
     }
 }
 

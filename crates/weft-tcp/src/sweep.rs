@@ -114,7 +114,7 @@ fn verdict(ep: &EpShared, c: &Conn, now: Instant) -> Verdict {
 /// connection first, then `Shutdown` tells the peer, which re-sends what
 /// it had not begun over a new connection and closes; this end keeps
 /// reading until then.
-fn retire(ep: &EpShared, c: &Arc<Conn>) {
+pub(crate) fn retire(ep: &EpShared, c: &Arc<Conn>) {
     tracing::debug!(peer = %c.peer, "retiring an idle connection");
     c.retiring.store(true, std::sync::atomic::Ordering::Release);
     ep.retire(c);

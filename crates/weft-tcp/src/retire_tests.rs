@@ -1,0 +1,94 @@
+//! An RDM connection retired while idle keeps every request in order when
+//! sends race with the retirement, at either end: a request posted on the
+//! connection just after this end queued its `Shutdown` goes over the next
+//! connection, and requests the peer's `Shutdown` left unsent go out
+//! before anything posted since.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use weft_core::provider::iov1;
+use weft_core::sync::lock;
+use weft_core::wire::{FrameKind, Header, HEADER_LEN};
+use weft_core::Error;
+
+use crate::frame::TxFrame;
+use crate::rx::tests::rig;
+
+fn request(tag: u64, len: usize) -> TxFrame {
+    let mut h = Header::new(FrameKind::Tagged);
+    h.tag = tag;
+    h.len = len as u64;
+    TxFrame::new(h, iov1(Bytes::from(vec![7u8; len])), None)
+}
+
+fn pending_tags(r: &crate::rx::tests::Rig) -> Vec<u64> {
+    lock(&r.ep.peers)[&r.conn.peer_key]
+        .pending
+        .iter()
+        .map(|f| f.hdr.tag)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_request_posted_on_a_connection_just_retired_takes_the_next_one() {
+    let r = rig(1 << 20).await;
+    lock(&r.ep.peers).entry(r.conn.peer_key).or_default().conn = Some(r.conn.clone());
+    crate::sweep::retire(&r.ep, &r.conn);
+    // A sender that picked the connection before it was retired.
+    r.conn.send(request(1, 8));
+    assert_eq!(pending_tags(&r), vec![1], "waits for the next connection");
+    {
+        let peers = lock(&r.ep.peers);
+        let p = &peers[&r.conn.peer_key];
+        assert!(p.conn.is_none() && p.connecting);
+        assert!(p.draining.is_some(), "the retired one is still read");
+    }
+    // The peer stops reading at `Shutdown`: nothing may follow it.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
+    while tokio::time::Instant::now() < deadline {
+        let ready = tokio::time::timeout(Duration::from_millis(50), r.peer.readable()).await;
+        if let Ok(Ok(())) = ready {
+            match r.peer.try_read(&mut buf) {
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    assert_eq!(got.len(), HEADER_LEN, "only the Shutdown went out");
+    let h = weft_core::wire::decode(&got, 1 << 20).unwrap();
+    assert_eq!(h.kind, Some(FrameKind::Shutdown));
+}
+
+#[tokio::test]
+async fn requests_the_peers_shutdown_left_unsent_go_before_later_ones() {
+    let r = rig(1 << 20).await;
+    let key = r.conn.peer_key;
+    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    // The peer does not read: a large request fills the socket part-way
+    // and two small ones queue behind it, never begun.
+    r.conn.send(request(100, 16 << 20));
+    r.conn.send(request(1, 8));
+    r.conn.send(request(2, 8));
+    assert!(!r.conn.tx_idle());
+    // A later request already waiting for the next connection (a sender
+    // that found this one dead).
+    {
+        let mut peers = lock(&r.ep.peers);
+        let p = peers.get_mut(&key).unwrap();
+        p.pending.push(request(3, 8));
+        p.connecting = true;
+    }
+    // The peer's `Shutdown` arrives.
+    r.conn.fail(Error::Shutdown);
+    assert_eq!(
+        pending_tags(&r),
+        vec![1, 2, 3],
+        "the unsent ones first, in order; the one part-way out fails"
+    );
+    assert!(lock(&r.ep.peers)[&key].conn.is_none());
+}
