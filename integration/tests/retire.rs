@@ -1,14 +1,16 @@
 //! tcp RDM connections retired while idle (`FI_TCP_IDLE_TIMEOUT`) lose
 //! and reorder nothing: a peer that starts sending just as the other end
 //! retires their connection has its messages delivered once each, in
-//! order, whether they left on the old connection or on the new one.
+//! order, whether they left on the old connection or on the new one, and
+//! every send completes without error (delivery-complete ones too).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::future::join_all;
-use weft::{AvAttr, Caps, EpType, Info};
+use futures::FutureExt;
+use weft::{AvAttr, Caps, EpType, Info, OpFlags, SendMsg};
 use weft_core::limits::ConnLimits;
 
 const IDLE: Duration = Duration::from_millis(60);
@@ -31,14 +33,28 @@ fn open(
     (ep, av)
 }
 
-/// Bursts sent at moments around the idle timeout, in both directions:
-/// some go out while the connection is being retired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retiring_idle_connections_loses_and_reorders_nothing() {
+    bursts_around_the_idle_timeout(None).await;
+}
+
+/// The same over TLS: the peer's half-close ends a TLS stream without
+/// `close_notify`, which must read as the stream's end, not an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retiring_idle_tls_connections_loses_and_reorders_nothing() {
+    let pki = weft_integration::tls::TestPki::new();
+    let files = pki.issue("retire-ca");
+    bursts_around_the_idle_timeout(Some(files)).await;
+}
+
+/// Bursts sent at moments around the idle timeout, in both directions:
+/// some go out while the connection is being retired.
+async fn bursts_around_the_idle_timeout(tls: Option<weft::TlsFiles>) {
     let mut hints = Info::default();
     hints.ep_attr.ep_type = EpType::Rdm;
     hints.caps = Caps::MSG;
     hints.fabric_attr.prov_name = Some("tcp".into());
+    hints.domain_attr.tls = tls;
     let info = weft::getinfo(Some(&hints)).unwrap().remove(0);
     let fabric = weft::Fabric::open(&info).unwrap();
     let domain = fabric.domain(&info).unwrap();
@@ -76,8 +92,22 @@ async fn retiring_idle_connections_loses_and_reorders_nothing() {
             (&b, &a, a_in_b)
         };
         let first = seq;
+        // Every eighth delivery-complete: its completion waits for the
+        // peer's ack, which a retirement must not lose either.
         let sends: Vec<_> = (0..BURST)
-            .map(|k| from.send(dest, Bytes::copy_from_slice(&(first + k).to_le_bytes())))
+            .map(|k| {
+                let payload = Bytes::copy_from_slice(&(first + k).to_le_bytes());
+                if k % 8 == 7 {
+                    let msg = SendMsg {
+                        dest,
+                        iov: vec![payload],
+                        ..SendMsg::default()
+                    };
+                    from.sendmsg(msg, OpFlags::DELIVERY_COMPLETE).boxed()
+                } else {
+                    from.send(dest, payload).boxed()
+                }
+            })
             .collect();
         let recvs = async {
             for k in 0..BURST {

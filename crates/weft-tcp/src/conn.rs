@@ -50,6 +50,11 @@ struct TxState {
     /// while idle). Requests posted after it go over a new connection:
     /// the peer stops reading at `Shutdown`.
     retired: bool,
+    /// RDM: the peer retired the connection. Once what is queued is out
+    /// (a request part-way out included), this end half-closes; it reads
+    /// on until the peer closes, for the acks and answers still owed.
+    fin: bool,
+    fin_sent: bool,
 }
 
 /// A connection to one peer.
@@ -300,6 +305,13 @@ impl Conn {
             self.resend(f);
             return;
         }
+        if g.fin_sent {
+            // Half-closed: nothing more may be written (the peer wants
+            // nothing from this end but what was already queued).
+            drop(g);
+            self.fail_frame(f, Error::Shutdown);
+            return;
+        }
         if f.hdr.kind == Some(FrameKind::Shutdown) {
             g.retired = true;
         }
@@ -354,6 +366,72 @@ impl Conn {
         if !g.writer_active {
             g.writer_active = true;
             drop(g);
+            self.tx_kick.notify_one();
+        }
+    }
+
+    /// A request taken off this connection's queue before its first byte,
+    /// to go over another: what it registered here comes back with it.
+    fn unqueued(&self, mut f: TxFrame) -> TxFrame {
+        // Acks name this connection's sequence numbers: they mean nothing
+        // on the next one.
+        f.pre = None;
+        if f.wait_ack {
+            f.done = lock(&self.acks).remove(&f.hdr.seq).map(|(d, _)| d);
+        }
+        if matches!(
+            f.hdr.kind,
+            Some(FrameKind::RmaReadReq | FrameKind::AtomicReq)
+        ) {
+            f.read = lock(&self.reads).remove(&f.hdr.seq);
+        }
+        f
+    }
+
+    /// RDM: the peer retired this connection (its `Shutdown` arrived, after
+    /// everything it sent before). Requests not yet begun go over the next
+    /// connection, ahead of anything posted since; new ones follow them
+    /// there. The connection itself stays up: a request part-way out is
+    /// finished, then this end half-closes, and it reads on until the
+    /// peer closes, so acks and answers the peer still owes for requests
+    /// it already took arrive here instead of being failed. The sweeper
+    /// bounds the wait (`retiring`, the stall timeout).
+    pub fn peer_retired(&self, ep: &Arc<EpShared>) {
+        if ep.is_closed() {
+            return;
+        }
+        let mut peers = lock(&ep.peers);
+        if self.is_dead() {
+            return;
+        }
+        self.retiring.store(true, Ordering::Release);
+        let (again, kick) = {
+            let mut g = lock(&self.tx);
+            g.retired = true;
+            g.fin = true;
+            let mut again = Vec::new();
+            let mut kept = VecDeque::with_capacity(g.queue.len());
+            for f in g.queue.drain(..) {
+                if f.written == 0 && f.credit.held() {
+                    again.push(f);
+                } else {
+                    kept.push_back(f);
+                }
+            }
+            g.queue = kept;
+            // The writer half-closes once the queue (and, on TLS, the
+            // session's sealed records) is out; an idle one is woken for it.
+            let kick = !g.writer_active;
+            g.writer_active = true;
+            (again, kick)
+        };
+        let again = again.into_iter().map(|f| self.unqueued(f)).collect();
+        let failed = crate::connect::rdm_requeue(ep, &mut peers, self, again);
+        drop(peers);
+        for f in failed {
+            self.fail_frame(f, Error::KeyRejected);
+        }
+        if kick {
             self.tx_kick.notify_one();
         }
     }
@@ -519,6 +597,10 @@ impl Conn {
                         }
                     }
                     g.writer_active = false;
+                    if g.fin && !g.fin_sent {
+                        g.fin_sent = true;
+                        let _ = self.std.shutdown(std::net::Shutdown::Write);
+                    }
                     break Ok(true);
                 };
                 match self.write_some(f) {
@@ -606,21 +688,9 @@ impl Conn {
         };
         let mut again = Vec::new();
         let mut failed = Vec::new();
-        for mut f in frames {
+        for f in frames {
             if peers.is_some() && f.written == 0 && f.credit.held() {
-                // Acks name this connection's sequence numbers: they mean
-                // nothing on the next one.
-                f.pre = None;
-                if f.wait_ack {
-                    f.done = lock(&self.acks).remove(&f.hdr.seq).map(|(d, _)| d);
-                }
-                if matches!(
-                    f.hdr.kind,
-                    Some(FrameKind::RmaReadReq | FrameKind::AtomicReq)
-                ) {
-                    f.read = lock(&self.reads).remove(&f.hdr.seq);
-                }
-                again.push(f);
+                again.push(self.unqueued(f));
             } else {
                 failed.push(f);
             }

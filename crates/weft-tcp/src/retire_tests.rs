@@ -92,3 +92,87 @@ async fn requests_the_peers_shutdown_left_unsent_go_before_later_ones() {
     );
     assert!(lock(&r.ep.peers)[&key].conn.is_none());
 }
+
+/// Reads what the connection writes to the test's end, flushing its
+/// queue as the writer task would, until the end closes (half-close) or
+/// `limit` passes. The bytes, and whether the end came.
+async fn read_to_end(r: &crate::rx::tests::Rig, limit: Duration) -> (usize, bool) {
+    let mut total = 0;
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        let _ = r.conn.flush();
+        let ready = tokio::time::timeout(Duration::from_millis(20), r.peer.readable()).await;
+        if let Ok(Ok(())) = ready {
+            match r.peer.try_read(&mut buf) {
+                Ok(0) => return (total, true),
+                Ok(n) => total += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    (total, false)
+}
+
+#[tokio::test]
+async fn a_request_part_way_out_is_finished_before_this_end_half_closes() {
+    let mut r = rig(1 << 20).await;
+    let key = r.conn.peer_key;
+    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    let big = 8 << 20;
+    r.conn.send(request(100, big));
+    r.conn.send(request(1, 8));
+    // The peer's `Shutdown`, through the receive path.
+    let mut s =
+        crate::rx::tests::Script::default().bytes(&Header::new(FrameKind::Shutdown).encode());
+    let st = r.pass(&mut s);
+    assert!(
+        !matches!(st, crate::rx::RxStatus::Closed(_)),
+        "read on after a peer's retirement: {st:?}"
+    );
+    assert_eq!(pending_tags(&r), vec![1], "the unbegun one waits");
+    assert!(lock(&r.ep.peers)[&key].conn.is_none());
+    let (n, ended) = read_to_end(&r, Duration::from_secs(10)).await;
+    assert!(ended, "half-closed once the request was out");
+    assert_eq!(n, HEADER_LEN + big, "the request part-way out, whole");
+    assert!(!r.conn.is_dead(), "still read, for what the peer owes");
+}
+
+#[tokio::test]
+async fn acks_owed_when_the_peer_retires_still_complete_sends() {
+    let mut r = rig(1 << 20).await;
+    let key = r.conn.peer_key;
+    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    // A delivery-complete send, out and waiting for the peer's ack.
+    let mut h = Header::new(FrameKind::Msg);
+    h.len = 8;
+    h.flags |= weft_core::wire::FLAG_ACK_REQ;
+    let done = weft_core::completion::OpDone {
+        context: 42,
+        flags: weft_core::flags::OpFlags::SEND | weft_core::flags::OpFlags::MSG,
+        report: true,
+        cq: Some(r.cq.clone()),
+        cntr: None,
+        waiter: None,
+    };
+    r.conn.send(TxFrame::new(
+        h,
+        iov1(Bytes::from_static(&[5; 8])),
+        Some(done),
+    ));
+    // The peer retires the connection, then acks the send it took.
+    let mut ack = Header::new(FrameKind::Ack);
+    ack.seq = 1;
+    let mut bytes = Header::new(FrameKind::Shutdown).encode().to_vec();
+    bytes.extend_from_slice(&ack.encode());
+    let mut s = crate::rx::tests::Script::default().bytes(&bytes);
+    let st = r.pass(&mut s);
+    assert!(!matches!(st, crate::rx::RxStatus::Closed(_)), "{st:?}");
+    let got = r.completions();
+    assert_eq!(got.len(), 1);
+    let e = got[0].as_ref().expect("completed, not failed");
+    assert_eq!((e.context, e.len), (42, 8));
+    let (_, ended) = read_to_end(&r, Duration::from_secs(5)).await;
+    assert!(ended, "half-closed: nothing was queued");
+}

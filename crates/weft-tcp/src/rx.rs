@@ -9,6 +9,7 @@ use std::io;
 use std::sync::Arc;
 
 use weft_core::addr::FiAddr;
+use weft_core::attr::EpType;
 use weft_core::provider::RecvReq;
 pub use weft_core::recv_completion::{complete_peek, deliver, fail_recv};
 use weft_core::recv_completion::{copy_in, deliver_unknown};
@@ -590,6 +591,12 @@ impl RxMachine {
             }
             FrameKind::Ack => {
                 conn.on_ack(hdr.seq, hdr.data);
+                None
+            }
+            // RDM: the peer retired the connection while idle; it is read
+            // on until the peer closes (see `Conn::peer_retired`).
+            FrameKind::Shutdown if ep.ep_type == EpType::Rdm => {
+                conn.peer_retired(ep);
                 None
             }
             FrameKind::Shutdown => Some(RxStatus::Closed(None)),

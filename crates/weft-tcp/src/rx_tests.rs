@@ -28,7 +28,7 @@ use weft_core::limits::ConnSlot;
 pub(crate) struct Rig {
     pub(crate) ep: Arc<EpShared>,
     pub(crate) conn: Arc<Conn>,
-    cq: Arc<CqShared>,
+    pub(crate) cq: Arc<CqShared>,
     rx: RxMachine,
     pub(crate) peer: tokio::net::TcpStream,
 }
@@ -110,7 +110,7 @@ impl Rig {
 
     /// One pass over `script` (chunks handed out per read, each cut to
     /// the reader's buffer; `WouldBlock` once it is empty).
-    fn pass(&mut self, script: &mut Script) -> RxStatus {
+    pub(crate) fn pass(&mut self, script: &mut Script) -> RxStatus {
         let (conn, ep) = (self.conn.clone(), self.ep.clone());
         self.rx.progress(&conn, &ep, &mut |b| script.read(b))
     }
@@ -130,7 +130,7 @@ impl Rig {
         panic!("the script never ran out");
     }
 
-    fn completions(&self) -> Vec<CqItem> {
+    pub(crate) fn completions(&self) -> Vec<CqItem> {
         let mut out = Vec::new();
         self.cq.pop_batch(&mut out, usize::MAX);
         out
@@ -139,12 +139,12 @@ impl Rig {
 
 /// Reads as a socket would give them.
 #[derive(Default)]
-struct Script {
+pub(crate) struct Script {
     chunks: VecDeque<io::Result<Vec<u8>>>,
 }
 
 impl Script {
-    fn bytes(mut self, b: &[u8]) -> Script {
+    pub(crate) fn bytes(mut self, b: &[u8]) -> Script {
         self.chunks.push_back(Ok(b.to_vec()));
         self
     }
