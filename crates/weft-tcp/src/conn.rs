@@ -46,15 +46,18 @@ struct TxState {
     /// Encoded `Ack` frames waiting to ride with the next frame to the
     /// peer (see [`Conn::answer`]).
     acks_out: Vec<u8>,
-    /// RDM: a `Shutdown` is queued (this end retired the connection
-    /// while idle). Requests posted after it go over a new connection:
-    /// the peer stops reading at `Shutdown`.
+    /// RDM: this end sends no more requests here: it queued a `Shutdown`
+    /// (it retired the connection while idle), or read the peer's.
+    /// Requests posted after that go over a new connection.
     retired: bool,
     /// RDM: the peer retired the connection. Once what is queued is out
     /// (a request part-way out included), this end half-closes; it reads
     /// on until the peer closes, for the acks and answers still owed.
     fin: bool,
     fin_sent: bool,
+    /// RDM: the peer half-closed (it retired the connection, or this end
+    /// did and the peer is done): close once what is queued is out.
+    close_when_out: bool,
 }
 
 /// A connection to one peer.
@@ -100,6 +103,9 @@ pub struct Conn {
     /// Closing after an idle spell: `Shutdown` sent, reading until the
     /// peer closes too.
     pub retiring: AtomicBool,
+    /// Of an RDM endpoint: connections are retired while idle and made
+    /// again on demand (MSG connections end for good).
+    rdm: bool,
     /// Notified (all waiters) once the connection is dead: a new
     /// connection to the same peer waits for a retiring one to end.
     ended: Notify,
@@ -174,6 +180,7 @@ impl Conn {
             parked: AtomicBool::new(false),
             kick: Notify::new(),
             retiring: AtomicBool::new(false),
+            rdm: ep.ep_type == weft_core::attr::EpType::Rdm,
             ended: Notify::new(),
             tasks: Mutex::new(Vec::new()),
             sweep: Mutex::new(SweepMark {
@@ -289,20 +296,22 @@ impl Conn {
     /// the socket takes right now. On a dead connection the frame fails.
     pub fn send(self: &Arc<Self>, mut f: TxFrame) {
         let mut g = lock(&self.tx);
+        // A sender that picked this connection just before it was retired
+        // (by either end): the request goes over the next connection,
+        // after any requeued there before it. Checked first: a retired
+        // connection may since have been closed for another reason.
+        if g.retired && f.credit.held() {
+            drop(g);
+            self.resend(f);
+            return;
+        }
         if let Some(err) = g.closed {
             drop(g);
             if err == Error::Shutdown {
-                // A sender that picked this connection just before it was
-                // retired: the frame goes after those requeued in `fail`.
                 self.resend(f);
             } else {
                 self.fail_frame(f, err);
             }
-            return;
-        }
-        if g.retired && f.credit.held() {
-            drop(g);
-            self.resend(f);
             return;
         }
         if g.fin_sent {
@@ -312,7 +321,7 @@ impl Conn {
             self.fail_frame(f, Error::Shutdown);
             return;
         }
-        if f.hdr.kind == Some(FrameKind::Shutdown) {
+        if self.rdm && f.hdr.kind == Some(FrameKind::Shutdown) {
             g.retired = true;
         }
         if f.hdr.kind.is_some_and(FrameKind::is_data) {
@@ -411,14 +420,20 @@ impl Conn {
             g.fin = true;
             let mut again = Vec::new();
             let mut kept = VecDeque::with_capacity(g.queue.len());
-            for f in g.queue.drain(..) {
+            let mut acks = Vec::new();
+            for mut f in g.queue.drain(..) {
                 if f.written == 0 && f.credit.held() {
+                    // Acks riding on it are owed on this connection.
+                    if let Some(p) = f.pre.take() {
+                        acks.extend_from_slice(&p);
+                    }
                     again.push(f);
                 } else {
                     kept.push_back(f);
                 }
             }
             g.queue = kept;
+            g.acks_out.extend_from_slice(&acks);
             // The writer half-closes once the queue (and, on TLS, the
             // session's sealed records) is out; an idle one is woken for it.
             let kick = !g.writer_active;
@@ -579,6 +594,7 @@ impl Conn {
     /// full.
     pub fn flush(&self) -> Result<bool> {
         let mut done = Vec::new();
+        let mut close = false;
         let r = {
             let mut g = lock(&self.tx);
             if let Some(e) = g.closed {
@@ -587,9 +603,18 @@ impl Conn {
             self.touch_tx();
             loop {
                 let Some(f) = g.queue.front_mut() else {
+                    if (g.fin || g.close_when_out) && !g.fin_sent && !g.acks_out.is_empty() {
+                        // Acks owed go out before the half-close or close:
+                        // the peer reads on for them.
+                        let acks = std::mem::take(&mut g.acks_out);
+                        self.acks_pending.store(false, Ordering::Release);
+                        g.queue.push_back(TxFrame::acks_only(acks));
+                        continue;
+                    }
                     // Records the receive side sealed (a key update's
-                    // answer) go out before the writer rests.
-                    if let Some(t) = &self.tls {
+                    // answer) go out before the writer rests; not after a
+                    // half-close, when they could only fail the write.
+                    if let Some(t) = self.tls.as_ref().filter(|_| !g.fin_sent) {
                         match t.drain(&self.std) {
                             Ok(true) => {}
                             Ok(false) => break Ok(false),
@@ -601,6 +626,7 @@ impl Conn {
                         g.fin_sent = true;
                         let _ = self.std.shutdown(std::net::Shutdown::Write);
                     }
+                    close = g.close_when_out;
                     break Ok(true);
                 };
                 match self.write_some(f) {
@@ -617,7 +643,48 @@ impl Conn {
         for f in done {
             self.frame_written(f);
         }
+        if close {
+            self.fail(Error::Shutdown);
+        }
         r
+    }
+
+    /// The peer's end of the stream was read (or, on MSG, its
+    /// `Shutdown`). RDM: what is owed for the last frames (acks, read
+    /// answers) goes out before the close, since the peer of a retired
+    /// connection reads on until then for it.
+    pub fn peer_ended(self: &Arc<Self>) {
+        if self.rdm {
+            self.flush_acks();
+            if self.close_once_written() {
+                return;
+            }
+        }
+        self.fail(Error::Shutdown);
+    }
+
+    /// Bytes read so far (a retiring connection still receiving is not
+    /// waited out as if it had stalled).
+    pub fn rx_total(&self) -> u64 {
+        self.rx_bytes.load(Ordering::Relaxed)
+    }
+
+    /// RDM, the peer's end of the stream read: whether to close only once
+    /// what is queued (read answers, acks) is out, instead of now. Then
+    /// the writer closes when it is (bounded by the sweeper: the
+    /// connection is `retiring`).
+    fn close_once_written(&self) -> bool {
+        if !self.rdm {
+            return false;
+        }
+        let mut g = lock(&self.tx);
+        if g.closed.is_some() || (g.queue.is_empty() && !g.writer_active) {
+            return false;
+        }
+        g.close_when_out = true;
+        drop(g);
+        self.retiring.store(true, Ordering::Release);
+        true
     }
 
     /// Inline progress: flushes what the writer task would, if anything is

@@ -97,6 +97,12 @@ fn attach(ep: &Arc<EpShared>, p: &mut PeerState, conn: Arc<Conn>) -> Option<Arc<
         .replace(conn.clone())
         .filter(|old| !Arc::ptr_eq(old, &conn));
     ep.add_conn(&conn);
+    flush_pending(ep, p, &conn);
+    old
+}
+
+/// What waits for the peer goes over `conn`.
+fn flush_pending(ep: &EpShared, p: &mut PeerState, conn: &Arc<Conn>) {
     let under = p.want == conn.auth.av_key;
     for f in p.pending.drain(..) {
         if under {
@@ -107,7 +113,6 @@ fn attach(ep: &Arc<EpShared>, p: &mut PeerState, conn: Arc<Conn>) -> Option<Arc<
             fail_frame(ep, f, Error::KeyRejected);
         }
     }
-    old
 }
 
 /// Handshake failures an acceptor reports (with the socket's peer
@@ -199,7 +204,7 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, s: TcpStream, slot: ConnSlot) -> Re
     let refuse = {
         let mut peers = lock(&ep.peers);
         let p = peers.entry(key).or_default();
-        let busy = p.connecting || p.conn.as_ref().is_some_and(|c| !c.is_dead());
+        let busy = (p.connecting && p.dialled) || p.conn.as_ref().is_some_and(|c| !c.is_dead());
         // A second handshake from the same identity while one is still
         // being set up is refused: letting both finish would leave which
         // of them survives to the order their tasks happen to attach in.
@@ -342,12 +347,26 @@ pub fn rdm_requeue(
 async fn rdm_connect(ep: Arc<EpShared>, to: Source) {
     let t = ep.limits.handshake_timeout;
     let dest = to.addr;
-    // Not before the peer has closed a connection this end retired: it
-    // closes once it has read everything up to our `Shutdown`, so nothing
-    // sent on the new connection can be handled there before what was
-    // sent on the old one (and the peer, its old connection ended, takes
-    // the new one instead of refusing it as a second).
+    // Not before a connection this end retired has ended: the peer
+    // half-closes it once it has read everything up to our `Shutdown` and
+    // written what it had begun, so our requests on the new connection
+    // meet theirs in order there, and the peer, no longer sending on the
+    // old one, takes the new one instead of refusing it as a second.
     ep.drained(dest).await;
+    {
+        let mut peers = lock(&ep.peers);
+        let p = peers.entry(dest).or_default();
+        // The peer connected meanwhile: its connection carries what waits
+        // (now, or once it is set up).
+        if p.accepting || p.conn.as_ref().is_some_and(|c| !c.is_dead()) {
+            p.connecting = false;
+            if let Some(c) = p.conn.clone().filter(|c| !c.is_dead()) {
+                flush_pending(&ep, p, &c);
+            }
+            return;
+        }
+        p.dialled = true;
+    }
     let r = async {
         let auth = ep.keys.for_dest(to.key)?;
         let slot = ConnSlot::take(&ep.conn_count);
@@ -395,6 +414,7 @@ async fn rdm_connect(ep: Arc<EpShared>, to: Source) {
     let mut peers = lock(&ep.peers);
     let p = peers.entry(dest).or_default();
     p.connecting = false;
+    p.dialled = false;
     match r {
         Ok(Some(conn)) => {
             let replaced = attach(&ep, p, conn);

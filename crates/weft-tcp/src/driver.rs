@@ -39,14 +39,9 @@ fn spawn_reader(ep: &Arc<EpShared>, conn: &Arc<Conn>) {
     conn.add_task(r.abort_handle());
 }
 
-fn end(conn: &Arc<Conn>, st: RxStatus) {
+pub(crate) fn end(conn: &Arc<Conn>, st: RxStatus) {
     match st {
-        RxStatus::Closed(None) => {
-            // Acks owed for the last frames go out before the close: the
-            // peer of a retired connection reads on until then for them.
-            conn.flush_acks();
-            conn.fail(Error::Shutdown)
-        }
+        RxStatus::Closed(None) => conn.peer_ended(),
         RxStatus::Closed(Some(e)) => conn.fail(e),
         RxStatus::WouldBlock | RxStatus::Drained | RxStatus::Parked => {}
     }

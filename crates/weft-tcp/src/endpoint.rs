@@ -44,6 +44,9 @@ pub struct PeerState {
     pub pending: Vec<TxFrame>,
     /// Our outbound connection attempt is in flight.
     pub connecting: bool,
+    /// It has dialled (it waits first for a retired connection to end,
+    /// and until then an inbound connection is taken, not refused).
+    pub dialled: bool,
     /// An inbound connection was accepted and is being set up.
     pub accepting: bool,
     /// The AV key handle `pending` was queued under (`FI_AV_AUTH_KEY`).
@@ -520,7 +523,15 @@ impl EpShared {
             .get(&peer)
             .and_then(|p| p.draining.clone());
         if let Some(old) = old {
-            old.ended(self.limits.stall_timeout).await;
+            // Waited out one stall timeout at a time while bytes still
+            // arrive: the peer may be finishing a large message on it.
+            loop {
+                let before = old.rx_total();
+                old.ended(self.limits.stall_timeout).await;
+                if old.is_dead() || old.rx_total() == before {
+                    return;
+                }
+            }
         }
     }
 

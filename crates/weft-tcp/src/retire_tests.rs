@@ -45,7 +45,7 @@ async fn a_request_posted_on_a_connection_just_retired_takes_the_next_one() {
         assert!(p.conn.is_none() && p.connecting);
         assert!(p.draining.is_some(), "the retired one is still read");
     }
-    // The peer stops reading at `Shutdown`: nothing may follow it.
+    // The peer takes no request after `Shutdown`: nothing may follow it.
     let mut got = Vec::new();
     let mut buf = [0u8; 256];
     let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
@@ -64,9 +64,13 @@ async fn a_request_posted_on_a_connection_just_retired_takes_the_next_one() {
     assert_eq!(h.kind, Some(FrameKind::Shutdown));
 }
 
+fn shutdown_frame() -> crate::rx::tests::Script {
+    crate::rx::tests::Script::default().bytes(&Header::new(FrameKind::Shutdown).encode())
+}
+
 #[tokio::test]
 async fn requests_the_peers_shutdown_left_unsent_go_before_later_ones() {
-    let r = rig(1 << 20).await;
+    let mut r = rig(1 << 20).await;
     let key = r.conn.peer_key;
     lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
     // The peer does not read: a large request fills the socket part-way
@@ -75,22 +79,54 @@ async fn requests_the_peers_shutdown_left_unsent_go_before_later_ones() {
     r.conn.send(request(1, 8));
     r.conn.send(request(2, 8));
     assert!(!r.conn.tx_idle());
-    // A later request already waiting for the next connection (a sender
-    // that found this one dead).
+    // A later request already waiting for the next connection.
     {
         let mut peers = lock(&r.ep.peers);
         let p = peers.get_mut(&key).unwrap();
         p.pending.push(request(3, 8));
         p.connecting = true;
     }
-    // The peer's `Shutdown` arrives.
-    r.conn.fail(Error::Shutdown);
+    let st = r.pass(&mut shutdown_frame());
+    assert!(!matches!(st, crate::rx::RxStatus::Closed(_)), "{st:?}");
     assert_eq!(
         pending_tags(&r),
         vec![1, 2, 3],
-        "the unsent ones first, in order; the one part-way out fails"
+        "the unsent ones first, in order"
     );
     assert!(lock(&r.ep.peers)[&key].conn.is_none());
+    // A request posted on the connection now follows them.
+    r.conn.send(request(4, 8));
+    assert_eq!(pending_tags(&r), vec![1, 2, 3, 4]);
+}
+
+#[tokio::test]
+async fn at_the_end_of_the_stream_requeued_requests_precede_a_racing_one() {
+    // The other way a connection ends for a retirement (the peer's end
+    // of the stream read while requests were queued): `fail(Shutdown)`.
+    let r = rig(1 << 20).await;
+    let key = r.conn.peer_key;
+    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    // Each request holds a credit of the endpoint's queue, as a post
+    // takes.
+    for _ in 0..3 {
+        assert!(r.ep.tx.try_take());
+    }
+    r.conn.send(request(100, 16 << 20));
+    r.conn.send(request(1, 8));
+    {
+        let mut peers = lock(&r.ep.peers);
+        let p = peers.get_mut(&key).unwrap();
+        p.pending.push(request(3, 8));
+        p.connecting = true;
+    }
+    let credits = r.ep.tx.left();
+    r.conn.fail(Error::Shutdown);
+    assert_eq!(pending_tags(&r), vec![1, 3]);
+    assert_eq!(
+        r.ep.tx.left(),
+        credits + 1,
+        "the one part-way out failed, its credit back"
+    );
 }
 
 /// Reads what the connection writes to the test's end, flushing its
@@ -175,4 +211,37 @@ async fn acks_owed_when_the_peer_retires_still_complete_sends() {
     assert_eq!((e.context, e.len), (42, 8));
     let (_, ended) = read_to_end(&r, Duration::from_secs(5)).await;
     assert!(ended, "half-closed: nothing was queued");
+}
+
+#[tokio::test]
+async fn acks_this_end_owes_go_out_before_its_half_close() {
+    let mut r = rig(1 << 20).await;
+    let key = r.conn.peer_key;
+    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    // A delivery-complete request of the peer's was delivered here: its
+    // ack waits for a frame to ride with.
+    r.conn.answer(7, 0);
+    let st = r.pass(&mut shutdown_frame());
+    assert!(!matches!(st, crate::rx::RxStatus::Closed(_)), "{st:?}");
+    let (n, ended) = read_to_end(&r, Duration::from_secs(5)).await;
+    assert!(ended);
+    assert_eq!(n, HEADER_LEN, "the ack, then the end");
+}
+
+#[tokio::test]
+async fn at_the_peers_end_what_is_queued_goes_out_before_the_close() {
+    // The retiring side reads the peer's half-close while an answer is
+    // still queued (the peer does not read yet): it closes only after.
+    let mut r = rig(1 << 20).await;
+    let big = 8 << 20;
+    r.conn.send(request(100, big));
+    r.conn.answer(9, 0);
+    let st = r.pass(&mut crate::rx::tests::Script::default().eof());
+    assert_eq!(st, crate::rx::RxStatus::Closed(None));
+    crate::driver::end(&r.conn, st);
+    assert!(!r.conn.is_dead(), "open until the queue is out");
+    let (n, ended) = read_to_end(&r, Duration::from_secs(10)).await;
+    assert!(ended);
+    assert_eq!(n, HEADER_LEN + big + HEADER_LEN, "the request, the ack");
+    assert!(r.conn.is_dead(), "closed once it was");
 }

@@ -156,7 +156,7 @@ impl Script {
         self
     }
 
-    fn eof(mut self) -> Script {
+    pub(crate) fn eof(mut self) -> Script {
         self.chunks.push_back(Ok(Vec::new()));
         self
     }

@@ -112,8 +112,9 @@ fn verdict(ep: &EpShared, c: &Conn, now: Instant) -> Verdict {
 
 /// Idle close without losing anything in flight: sends stop using the
 /// connection first, then `Shutdown` tells the peer, which re-sends what
-/// it had not begun over a new connection and closes; this end keeps
-/// reading until then.
+/// it had not begun over a new connection, finishes what it had begun
+/// and half-closes; this end keeps reading until then, sends what it
+/// still owes and closes (`Conn::peer_ended`).
 pub(crate) fn retire(ep: &EpShared, c: &Arc<Conn>) {
     tracing::debug!(peer = %c.peer, "retiring an idle connection");
     c.retiring.store(true, std::sync::atomic::Ordering::Release);
