@@ -600,7 +600,6 @@ impl Conn {
             if let Some(e) = g.closed {
                 return Err(e);
             }
-            self.touch_tx();
             loop {
                 let Some(f) = g.queue.front_mut() else {
                     if (g.fin || g.close_when_out) && !g.fin_sent && !g.acks_out.is_empty() {
@@ -629,7 +628,15 @@ impl Conn {
                     close = g.close_when_out;
                     break Ok(true);
                 };
-                match self.write_some(f) {
+                // Counted as activity only when bytes move: inline and
+                // busy-poll passes call this on every pass, and a peer that
+                // stopped reading must still look quiet to the sweeper.
+                let before = f.written;
+                let wrote = self.write_some(f);
+                if f.written != before {
+                    self.touch_tx();
+                }
+                match wrote {
                     Ok(true) => {
                         if let Some(f) = g.queue.pop_front() {
                             done.push(f);
@@ -669,16 +676,20 @@ impl Conn {
         self.rx_bytes.load(Ordering::Relaxed)
     }
 
-    /// RDM, the peer's end of the stream read: whether to close only once
-    /// what is queued (read answers, acks) is out, instead of now. Then
-    /// the writer closes when it is (bounded by the sweeper: the
-    /// connection is `retiring`).
+    /// RDM, the peer's end of the stream read on a connection this end
+    /// retired (the peer's half-close): whether to close only once what is
+    /// queued (read answers, acks) is out, instead of now. Then the writer
+    /// closes when it is (bounded by the sweeper: the connection is
+    /// `retiring`, and looks quiet once bytes stop moving). Any other end
+    /// of stream is a peer gone: the connection fails now, and requests
+    /// not begun are sent again over a new one.
     fn close_once_written(&self) -> bool {
         if !self.rdm {
             return false;
         }
         let mut g = lock(&self.tx);
-        if g.closed.is_some() || (g.queue.is_empty() && !g.writer_active) {
+        let retired_here = g.retired && !g.fin;
+        if !retired_here || g.closed.is_some() || (g.queue.is_empty() && !g.writer_active) {
             return false;
         }
         g.close_when_out = true;

@@ -238,8 +238,17 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, s: TcpStream, slot: ConnSlot) -> Re
         p.accepting = false;
         let replaced = match r {
             Ok(conn) => attach(&ep, p, conn),
-            Err(e) if p.conn.is_none() && !p.connecting => {
-                fail_pending(&ep, p, e);
+            Err(_) if p.conn.is_none() && !p.connecting && !p.pending.is_empty() => {
+                // What waited for this connection (requests re-sent after a
+                // retirement among them) gets a dial of its own.
+                p.connecting = true;
+                ep.rt.spawn(rdm_connect(
+                    ep.clone(),
+                    Source {
+                        addr: key,
+                        key: p.want,
+                    },
+                ));
                 None
             }
             Err(_) => None,

@@ -101,8 +101,9 @@ async fn requests_the_peers_shutdown_left_unsent_go_before_later_ones() {
 
 #[tokio::test]
 async fn at_the_end_of_the_stream_requeued_requests_precede_a_racing_one() {
-    // The other way a connection ends for a retirement (the peer's end
-    // of the stream read while requests were queued): `fail(Shutdown)`.
+    // A peer gone (its end of the stream read, no retirement) while
+    // requests were queued: they go over a new connection, ahead of one
+    // posted meanwhile.
     let r = rig(1 << 20).await;
     let key = r.conn.peer_key;
     lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
@@ -120,7 +121,8 @@ async fn at_the_end_of_the_stream_requeued_requests_precede_a_racing_one() {
         p.connecting = true;
     }
     let credits = r.ep.tx.left();
-    r.conn.fail(Error::Shutdown);
+    crate::driver::end(&r.conn, crate::rx::RxStatus::Closed(None));
+    assert!(r.conn.is_dead());
     assert_eq!(pending_tags(&r), vec![1, 3]);
     assert_eq!(
         r.ep.tx.left(),
@@ -230,11 +232,17 @@ async fn acks_this_end_owes_go_out_before_its_half_close() {
 
 #[tokio::test]
 async fn at_the_peers_end_what_is_queued_goes_out_before_the_close() {
-    // The retiring side reads the peer's half-close while an answer is
-    // still queued (the peer does not read yet): it closes only after.
+    // This end retired the connection while a large read answer was
+    // still going out (the peer reads slowly); the peer's half-close
+    // arrives before the answer is out: the connection closes only after.
     let mut r = rig(1 << 20).await;
+    lock(&r.ep.peers).entry(r.conn.peer_key).or_default().conn = Some(r.conn.clone());
     let big = 8 << 20;
-    r.conn.send(request(100, big));
+    let mut h = Header::new(FrameKind::RmaReadResp);
+    h.len = big as u64;
+    r.conn
+        .send(TxFrame::new(h, iov1(Bytes::from(vec![3u8; big])), None));
+    crate::sweep::retire(&r.ep, &r.conn);
     r.conn.answer(9, 0);
     let st = r.pass(&mut crate::rx::tests::Script::default().eof());
     assert_eq!(st, crate::rx::RxStatus::Closed(None));
@@ -242,6 +250,44 @@ async fn at_the_peers_end_what_is_queued_goes_out_before_the_close() {
     assert!(!r.conn.is_dead(), "open until the queue is out");
     let (n, ended) = read_to_end(&r, Duration::from_secs(10)).await;
     assert!(ended);
-    assert_eq!(n, HEADER_LEN + big + HEADER_LEN, "the request, the ack");
+    assert_eq!(
+        n,
+        HEADER_LEN + big + HEADER_LEN + HEADER_LEN,
+        "the answer, the Shutdown, the ack"
+    );
     assert!(r.conn.is_dead(), "closed once it was");
+}
+
+#[tokio::test]
+async fn acks_riding_on_a_requeued_request_stay_on_the_connection() {
+    let mut r = rig(1 << 20).await;
+    let key = r.conn.peer_key;
+    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    let big = 8 << 20;
+    r.conn.send(request(100, big));
+    // An ack owed, then a request queued behind the large one: the ack
+    // rides on it.
+    r.conn.answer(7, 0);
+    r.conn.send(request(1, 8));
+    let st = r.pass(&mut shutdown_frame());
+    assert!(!matches!(st, crate::rx::RxStatus::Closed(_)), "{st:?}");
+    assert_eq!(pending_tags(&r), vec![1]);
+    let (n, ended) = read_to_end(&r, Duration::from_secs(10)).await;
+    assert!(ended);
+    assert_eq!(
+        n,
+        HEADER_LEN + big + HEADER_LEN,
+        "the request part-way out, the ack"
+    );
+}
+
+#[tokio::test]
+async fn a_request_on_a_retired_connection_closed_since_is_resent() {
+    let r = rig(1 << 20).await;
+    lock(&r.ep.peers).entry(r.conn.peer_key).or_default().conn = Some(r.conn.clone());
+    crate::sweep::retire(&r.ep, &r.conn);
+    // The peer never closed it: the sweeper did, after its stall timeout.
+    r.conn.fail(Error::TimedOut);
+    r.conn.send(request(1, 8));
+    assert_eq!(pending_tags(&r), vec![1], "sent again, not failed");
 }
