@@ -139,7 +139,14 @@ pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool, full: bool) -> usize {
         let Some(lc) = st.chans.get_mut(i) else {
             break;
         };
-        n += channel(ep, &Chan { g: ep.g, i }, lc, sweep, &mut parked);
+        let c = Chan { g: ep.g, i };
+        // Most channels of a full pass: free, and nothing of ours in
+        // them. `channel` would find nothing to do, and its visit cost a
+        // spinning pass about 16 instructions a round trip.
+        if lc.active.is_none() && ep.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(FREE) {
+            continue;
+        }
+        n += channel(ep, &c, lc, sweep, &mut parked);
         if lc.active.is_some() {
             st.live |= 1 << i;
         } else {
