@@ -21,7 +21,7 @@ use weft_core::sync::lock;
 use weft_core::Result;
 
 use crate::endpoint::EpShared;
-use crate::layout::{C_HEAD, H_SLEEPING};
+use crate::layout::{C_HEAD, C_TAIL, H_SLEEPING};
 use crate::ring::Chan;
 
 /// How often the liveness of peers and senders is checked: a killed peer's
@@ -121,8 +121,11 @@ fn published(ep: &EpShared) -> bool {
     while live != 0 {
         let i = live.trailing_zeros() as usize;
         live &= live - 1;
-        let c = Chan { g: ep.g, i };
-        if c.tail(&ep.seg) != ep.seg.load64(c.ctl(C_HEAD), Ordering::Relaxed).unwrap_or(0) {
+        let Some(b) = (Chan { g: ep.g, i }).block(&ep.seg) else {
+            continue;
+        };
+        let tail = b.load64(C_TAIL, Ordering::Acquire).unwrap_or(0);
+        if tail != b.load64(C_HEAD, Ordering::Relaxed).unwrap_or(0) {
             return true;
         }
     }

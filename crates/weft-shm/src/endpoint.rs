@@ -430,7 +430,7 @@ impl ProviderEndpoint for ShmEndpoint {
         };
         match offered {
             Ok(Offered::Sent(len)) => {
-                crate::tx_drive::finish_ok(ep, req.done, len);
+                crate::tx_drive::complete_ok(req.done, len);
                 Ok(())
             }
             Ok(Offered::Queue(q)) => {

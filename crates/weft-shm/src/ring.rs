@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering::{Acquire, Release};
 
 use crate::layout::*;
-use crate::segment::Segment;
+use crate::segment::{Block, Segment};
 
 /// A record's header, as written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -125,6 +125,13 @@ pub struct Chan {
 impl Chan {
     pub fn ctl(&self, field: usize) -> usize {
         self.g.ctl(self.i) + field
+    }
+
+    /// The channel's control block, checked against the mapping once
+    /// (`None`: it is not inside, which a checked geometry rules out).
+    #[inline]
+    pub fn block<'a>(&self, seg: &'a Segment) -> Option<Block<'a, CTL>> {
+        seg.block::<CTL>(self.g.ctl(self.i))
     }
 
     fn ring(&self) -> usize {

@@ -14,6 +14,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
+use std::marker::PhantomData;
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -188,6 +189,22 @@ impl Segment {
         })
     }
 
+    /// The `N` bytes at `off` as a [`Block`], if they lie inside the
+    /// mapping and `off` is 8-aligned.
+    #[inline]
+    pub fn block<const N: usize>(&self, off: usize) -> Option<Block<'_, N>> {
+        if off % 8 != 0 || !self.within(off, N) {
+            return None;
+        }
+        // SAFETY: `off <= len` (checked above): the pointer stays inside
+        // the mapping, or one past its end when `N` is 0.
+        let ptr = unsafe { self.ptr.add(off) };
+        Some(Block {
+            ptr,
+            _seg: PhantomData,
+        })
+    }
+
     /// Copies `out.len()` bytes from `off`; false (nothing copied) when
     /// the range leaves the mapping.
     #[inline]
@@ -217,6 +234,66 @@ impl Segment {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(off), data.len())
         };
         true
+    }
+}
+
+/// `N` bytes of a segment, checked to lie inside its mapping once, when
+/// made ([`Segment::block`]): a word at an offset within them is reached
+/// without checking the mapping again, and the check of a constant offset
+/// against `N` is made by the compiler. A channel's control block is read
+/// and written several times a message.
+#[derive(Debug, Clone, Copy)]
+pub struct Block<'a, const N: usize> {
+    /// The block's first byte, 8-aligned.
+    ptr: NonNull<u8>,
+    /// The mapping stays mapped while the block is used.
+    _seg: PhantomData<&'a Segment>,
+}
+
+impl<'a, const N: usize> Block<'a, N> {
+    #[inline]
+    fn u32_at(&self, off: usize) -> Option<&'a AtomicU32> {
+        if off % 4 != 0 || off.checked_add(4).is_none_or(|end| end > N) {
+            return None;
+        }
+        // SAFETY: `off..off + 4` lies inside the block, which lies inside
+        // the mapping (`Segment::block`), mapped for `'a`; 4-aligned, as
+        // the block is 8-aligned. As in `Segment::u32_at`, an atomic is
+        // what memory other processes write may be reached through.
+        Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU32>() })
+    }
+
+    #[inline]
+    fn u64_at(&self, off: usize) -> Option<&'a AtomicU64> {
+        if off % 8 != 0 || off.checked_add(8).is_none_or(|end| end > N) {
+            return None;
+        }
+        // SAFETY: in the block and 8-aligned; see `u32_at`.
+        Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU64>() })
+    }
+
+    /// The u32 at `off` within the block (`None`: outside or misaligned).
+    #[inline]
+    pub fn load32(&self, off: usize, o: Ordering) -> Option<u32> {
+        self.u32_at(off).map(|a| a.load(o))
+    }
+
+    /// The u64 at `off` within the block.
+    #[inline]
+    pub fn load64(&self, off: usize, o: Ordering) -> Option<u64> {
+        self.u64_at(off).map(|a| a.load(o))
+    }
+
+    /// Stores a u64; false when outside.
+    #[inline]
+    pub fn store64(&self, off: usize, v: u64, o: Ordering) -> bool {
+        self.u64_at(off).map(|a| a.store(v, o)).is_some()
+    }
+
+    /// Swaps a u32, returning the old value.
+    #[inline]
+    pub fn swap32(&self, off: usize, v: u32) -> Option<u32> {
+        self.u32_at(off).map(|a| a.swap(v, Ordering::AcqRel))
     }
 }
 
@@ -251,5 +328,22 @@ mod tests {
         assert!(s.cas32(0, 0, 5));
         assert!(!s.cas32(0, 0, 6));
         assert_eq!(s.swap32(0, 1), Some(5));
+    }
+
+    #[test]
+    fn blocks_stay_inside_the_mapping() {
+        let s = Segment::anonymous(&[0u8; 64]).unwrap();
+        assert!(s.block::<32>(40).is_none(), "past the end");
+        assert!(s.block::<8>(4).is_none(), "misaligned");
+        assert!(s.block::<8>(usize::MAX - 7).is_none());
+        let b = s.block::<32>(32).unwrap();
+        assert!(b.store64(24, 9, Ordering::Release));
+        assert_eq!(s.load64(56, Ordering::Acquire), Some(9));
+        assert_eq!(b.load64(32, Ordering::Acquire), None, "past the block");
+        assert_eq!(b.load32(30, Ordering::Acquire), None);
+        assert_eq!(b.load32(2, Ordering::Acquire), None, "misaligned");
+        assert!(s.store32(56, 7, Ordering::Release));
+        assert_eq!(b.swap32(24, 4), Some(7));
+        assert_eq!(b.load32(24, Ordering::Acquire), Some(4));
     }
 }

@@ -514,10 +514,13 @@ impl Peer {
 
     /// Whether the claimed channel `c` (claim count `gen`) is still ours:
     /// an owner that freed it (it took us for dead or broken) may have
-    /// given it to another sender.
+    /// given it to another sender. Its two words are read through the
+    /// control block, checked against the mapping once.
     fn still_ours(&self, c: &Chan, gen: u32) -> bool {
-        self.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
-            && self.seg.load32(c.ctl(C_GEN), Ordering::Relaxed) == Some(gen)
+        c.block(&self.seg).is_some_and(|b| {
+            b.load32(C_STATE, Ordering::Acquire) == Some(ACTIVE)
+                && b.load32(C_GEN, Ordering::Relaxed) == Some(gen)
+        })
     }
 
     /// Rings the receiver's doorbell if it said it sleeps.

@@ -18,6 +18,13 @@ use crate::tx::{Ended, EndedList};
 #[inline(always)]
 pub fn finish_ok(ep: &EpShared, done: OpDone, len: usize) {
     ep.tx.release(1);
+    complete_ok(done, len);
+}
+
+/// The completion of a send of `len` bytes that succeeded; its slot of
+/// the transmit queue, if it took one, is the caller's to give back.
+#[inline(always)]
+pub fn complete_ok(done: OpDone, len: usize) {
     done.complete(CqEntry {
         len,
         ..CqEntry::default()

@@ -25,6 +25,7 @@ use crate::rx_done::complete;
 /// sender broke the rules (a CMA record on a channel that did not pass
 /// the probe, an announcement that does not check out, or memory that
 /// cannot be read as announced).
+#[inline(never)]
 pub(super) fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     let h = &r.head;
     if lc.partial.is_some() || !h.has(F_LAST) {

@@ -36,6 +36,7 @@ pub(super) fn sender_alive(ep: &EpShared, c: &Chan, lc: &RxChan) -> bool {
 
 /// A sender claimed the channel: reads its name. False when the name is
 /// not one.
+#[inline(never)]
 pub(super) fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
     if lc.active.is_some() || lc.partial.is_some() {
         // A new claim without our freeing the old one: broken sender.

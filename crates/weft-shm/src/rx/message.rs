@@ -62,7 +62,9 @@ pub(super) struct Partial {
 }
 
 /// The AV handle of the channel's sender, looked up again only after the
-/// AV changed.
+/// AV changed. Inlined into the one-record message's path: called, it
+/// cost a call's saving and restoring of registers.
+#[inline(always)]
 fn source(ep: &EpShared, lc: &mut RxChan) -> FiAddr {
     let (Some(av), Some(who)) = (&ep.cfg.av, &lc.who) else {
         return FI_ADDR_NOTAVAIL;
@@ -145,7 +147,7 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()
     let h = &r.head;
     let len = h.len as usize;
     let last = h.has(F_LAST);
-    let mut p = match h.kind() {
+    let p = match h.kind() {
         K_FIRST => {
             if lc.partial.is_some() {
                 return Err(());
@@ -206,13 +208,34 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()
             })
             .ok_or(())?
         }
-        K_CONT => lc.partial.take().ok_or(())?,
-        K_CMA => return cma_record(ep, lc, r),
-        K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC | K_RMA_WD | K_RMA_RD => {
-            return rma_record(ep, lc, r)
-        }
-        _ => return Err(()),
+        _ => return record_rest(ep, lc, r),
     };
+    more(ep, lc, r, p)
+}
+
+/// [`record`] of every record but a message's first: a continuation,
+/// CMA and RMA. Out of line: inlined, their code made the reader's loop
+/// keep more of its state on the stack for the one-record message.
+#[inline(never)]
+fn record_rest(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
+    match r.head.kind() {
+        K_CONT => {
+            let p = lc.partial.take().ok_or(())?;
+            more(ep, lc, r, p)
+        }
+        K_CMA => cma_record(ep, lc, r),
+        K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC | K_RMA_WD | K_RMA_RD => rma_record(ep, lc, r),
+        _ => Err(()),
+    }
+}
+
+/// The bytes of record `r` added to the message `p` it continues (or
+/// begins), which ends with its last record.
+#[inline(never)]
+fn more(ep: &EpShared, lc: &mut RxChan, r: &Rec, mut p: Partial) -> Result<bool, ()> {
+    let h = &r.head;
+    let len = h.len as usize;
+    let last = h.has(F_LAST);
     let now = crate::ring::check_next(h, p.got, p.info.len).ok_or(())?;
     match &mut p.sink {
         Sink::Recv(req) => {
@@ -258,6 +281,7 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()
 /// begun as a partial message) within the budget. `Ok(false)`: it waits
 /// for budget or a receive. Called with the matcher locked, so a receive
 /// posted meanwhile cannot miss it.
+#[inline(never)]
 fn hold_first(
     ep: &EpShared,
     m: &mut crate::endpoint::ShmMatcher,
@@ -294,6 +318,7 @@ fn hold_first(
 /// `from`, `who` as messages name it (`keys::ident`).
 /// `known`: the channel's sender as an AV handle and the source its
 /// completions report, looked up with the message's first record.
+#[inline(never)]
 fn finish(
     ep: &EpShared,
     p: Partial,

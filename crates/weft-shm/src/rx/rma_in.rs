@@ -11,6 +11,7 @@ use crate::ring::Rec;
 
 /// The first record of an RMA request or answer (`rma`): handled now,
 /// or begun as a partial transfer whose bytes follow.
+#[inline(never)]
 pub(super) fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
     let h = &r.head;
     if lc.partial.is_some() {

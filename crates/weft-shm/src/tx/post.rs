@@ -27,7 +27,8 @@ pub struct LastDest {
 
 /// What [`EpShared::offer`] made of a send.
 pub enum Offered {
-    /// Written into the peer's ring: the send of this many bytes ends.
+    /// Written into the peer's ring: the send of this many bytes ends
+    /// (it took no slot of the transmit queue).
     Sent(usize),
     /// For the queue's path ([`EpShared::send_queued`]).
     Queue(Queue),
@@ -67,7 +68,11 @@ impl EpShared {
         let mut peers = lock(&self.peers);
         let Peers { map, last } = &mut *peers;
         let d = self.dest_cached(last, req.dest)?;
-        if !self.tx.try_take() {
+        // A send written into the ring below ends at once: it needs a free
+        // slot of the transmit queue but never holds one, so it takes
+        // none (taking and giving back were two atomic read-modify-writes
+        // a send). The queue's path takes its slot below.
+        if self.tx.left() == 0 {
             return Err(Error::Again);
         }
         let flags = if req.tag.is_some() { F_TAGGED } else { 0 }
@@ -99,6 +104,9 @@ impl EpShared {
                     return Ok(Offered::Sent(len));
                 }
             }
+        }
+        if !self.tx.try_take() {
+            return Err(Error::Again);
         }
         Ok(Offered::Queue(Queue {
             addr: d.addr.clone(),
