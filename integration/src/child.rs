@@ -4,7 +4,6 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-
 /// Kills the child if the test fails (or ends) before it exits.
 #[derive(Debug)]
 pub struct Reap(pub Child);

@@ -605,3 +605,60 @@ async fn large_rma_takes_the_ring_while_both_sides_spin() {
 // A spinning sender that finds the ring full and asks to be rung before
 // its driver sleeps: `shm_bell.rs` (a binary of its own, for its sweep
 // period).
+
+/// The transmit queue's depth holds the sends that wait, not those
+/// written straight into a ring: a full queue refuses (`Again`) even a
+/// send that could go straight out to another, idle peer, and the depth
+/// comes back as the waiting sends complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transmit_queue_counts_the_sends_that_wait() {
+    let per = 1000 + weft::UNEXPECTED_OVERHEAD;
+    let info = info_with(|h| {
+        h.rx_attr.total_buffered_recv = 4 * per;
+        h.tx_attr.size = 8;
+    });
+    let h = Harness::with_info(&shm(), info.clone());
+    let av = h.av();
+    let (a, acq) = enabled_endpoint(&h.domain, &info, &av, WaitMode::Interrupt);
+    let (b, _bcq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
+    let (c, _ccq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
+    let ins = |ep: &weft::Endpoint| {
+        av.insert_sync(&[ep.local_addr().unwrap()], Default::default())
+            .unwrap()
+            .fi_addrs[0]
+    };
+    let (to_b, to_c) = (ins(&b), ins(&c));
+    let depth = a.tx_size_left().unwrap();
+    assert!(depth > 0);
+    // Sends to b until the queue refuses: the ring (256 KiB) takes most
+    // of them straight, then `depth` of them wait.
+    let mut posted = 0u64;
+    loop {
+        match a.post_send(to_b, payload(1000, posted as u8), posted) {
+            Ok(()) => posted += 1,
+            Err(Error::Again) => break,
+            Err(e) => panic!("send #{posted}: {e:?}"),
+        }
+        assert!(posted < 10_000, "the queue never filled");
+    }
+    assert!(
+        posted > depth as u64,
+        "sends written straight into the ring hold no place: {posted}"
+    );
+    assert_eq!(a.tx_size_left().unwrap(), 0);
+    assert_eq!(
+        a.post_send(to_c, payload(8, 1), u64::MAX).unwrap_err(),
+        Error::Again,
+        "a full queue refuses a send to an idle peer too"
+    );
+    for i in 0..posted {
+        let got = within("receive", b.recv(BytesMut::zeroed(1000)))
+            .await
+            .unwrap();
+        assert_eq!(&got.into_bytes()[..], &payload(1000, i as u8)[..], "#{i}");
+    }
+    for _ in 0..posted {
+        within("send completion", next_cq(&acq)).await.unwrap();
+    }
+    assert_eq!(a.tx_size_left().unwrap(), depth, "the depth comes back");
+}

@@ -195,6 +195,11 @@ const _: () = {
     assert!(C_CMA + 4 <= C_AUTH && C_AUTH + 4 <= C_RX_NONCE);
     assert!(C_RX_NONCE + NONCE_LEN <= C_RX_PROOF && C_RX_PROOF + MAC_LEN <= CTL);
     assert!(H_START + 8 <= H_KEYED && H_KEYED + 4 <= H_SLEEPING);
+    // The words a channel's `segment::Block` reads and writes lie inside
+    // the control block (a word past it would read as `None`, not fail
+    // to build: `Block`'s checks are made at run time and folded away).
+    assert!(C_STATE + 4 <= CTL && C_GEN + 4 <= CTL && C_TAIL + 8 <= CTL);
+    assert!(C_TX_WAIT + 4 <= CTL && C_HEAD + 8 <= C_CMA && C_CMA + 4 <= CTL);
 };
 
 /// A record's size in the ring for `payload` bytes.

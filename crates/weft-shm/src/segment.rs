@@ -196,8 +196,11 @@ impl Segment {
         if off % 8 != 0 || !self.within(off, N) {
             return None;
         }
-        // SAFETY: `off <= len` (checked above): the pointer stays inside
-        // the mapping, or one past its end when `N` is 0.
+        // SAFETY: `off + N <= len` (`within`, checked above): the pointer
+        // and the `N` bytes after it, which `Block`'s reads and writes
+        // stay inside, lie in the mapping (one past its end when `N` is
+        // 0); `off` is 8-aligned and the mapping page-aligned, so its
+        // words are aligned.
         let ptr = unsafe { self.ptr.add(off) };
         Some(Block {
             ptr,
@@ -239,9 +242,11 @@ impl Segment {
 
 /// `N` bytes of a segment, checked to lie inside its mapping once, when
 /// made ([`Segment::block`]): a word at an offset within them is reached
-/// without checking the mapping again, and the check of a constant offset
-/// against `N` is made by the compiler. A channel's control block is read
-/// and written several times a message.
+/// without checking the mapping again; the check of a constant offset
+/// against `N` is still made at run time, and folded away by the
+/// compiler (the control block's offsets are also asserted when the
+/// crate builds, in `layout`). A channel's control block is read and
+/// written several times a message.
 #[derive(Debug, Clone, Copy)]
 pub struct Block<'a, const N: usize> {
     /// The block's first byte, 8-aligned.
