@@ -173,21 +173,25 @@ async fn pooled_client(link: &Link, p: &Params, size: usize, m: &Meter) -> Res<D
     for b in &mut take_all(&pool)? {
         negotiate::fill(b, 0);
     }
+    // Each echo goes out again as the next message: one buffer from the
+    // pool per message, as on the server.
+    let mut sbuf = pool_buf(&pool).await?;
+    sbuf.set_len(size).ctx("pool buffer")?;
     let mut start = Instant::now();
     for i in 0..total {
         if i == p.warmup {
             start = Instant::now();
         }
         let rbuf = pool_buf(&pool).await?;
-        let mut sbuf = pool_buf(&pool).await?;
-        sbuf.set_len(size).ctx("pool buffer")?;
         if p.verify {
             negotiate::fill(&mut sbuf, i as u64);
         }
         // join! polls in order: the receive is posted first.
         let (r, s) = tokio::join!(link.recv_pooled(rbuf), link.send_pooled(sbuf));
         s?;
-        check_pooled(p, &r?.buf, size, i)?;
+        let got = r?;
+        check_pooled(p, &got.buf, size, i)?;
+        sbuf = got.buf;
         m.set(i + 1);
     }
     Ok(start.elapsed())
