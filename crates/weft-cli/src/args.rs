@@ -68,7 +68,8 @@ pub struct InfoArgs {
 pub enum Api {
     Post,
     Async,
-    /// bw only: awaited sends and receives of registered pool buffers.
+    /// Awaited sends and receives of registered pool buffers (not with
+    /// `--rma`).
     Pool,
 }
 
@@ -271,10 +272,13 @@ struct PerfCli {
     /// WEFT_INLINE_SPIN_US=200 us pass without progress, then sleeps.
     #[arg(long, value_name = "m", value_parser = modes(), default_value = "interrupt", allow_hyphen_values = true)]
     mode: WaitMode,
-    /// post: post_* and a CQ stream; async: awaited tsend/trecv; pool
-    /// (bw): awaited sends and receives of buffers from a pool registered
-    /// once (Domain::buffer_pool, -W buffers of the size): no registration
-    /// per message. Each side's own: give it to both.
+    /// post: post_* and a CQ stream; async: awaited tsend/trecv; pool:
+    /// awaited sends and receives of buffers from a pool registered once
+    /// (Domain::buffer_pool; bw: -W buffers of the size, pingpong: 4, the
+    /// server echoing the buffer a message arrived in): no registration
+    /// or bounce copy per message. pingpong: messages only, not RMA (a
+    /// server given pool serves a client's RMA run as async). Each
+    /// side's own: give it to both.
     #[arg(long, value_name = "a", value_parser = apis(), default_value = "post", allow_hyphen_values = true)]
     api: Api,
     /// Check every payload byte; the pattern varies per iteration.
@@ -304,7 +308,7 @@ struct PingpongCli {
     /// server writes them back on seeing it (as ib_write_lat); usec/xfer
     /// is half a round trip. read: the client reads -S bytes of the
     /// server's region (fi_read), one read in flight (as ib_read_lat);
-    /// usec/xfer is a whole round trip per read.
+    /// usec/xfer is a whole round trip per read. Not with --api pool.
     #[arg(long, value_name = "op", value_parser = rmas(), allow_hyphen_values = true)]
     rma: Option<Rma>,
 }
@@ -452,10 +456,12 @@ impl Sub {
                 .perf
                 .into_args(PerfArgs::default().window, p.rma)
                 .and_then(|a| {
-                    if a.api == Api::Pool {
+                    if a.api == Api::Pool && a.rma.is_some() {
                         Err((
-                            ErrorKind::ValueValidation,
-                            "--api pool: bw only (pingpong reuses one buffer already)".into(),
+                            ErrorKind::ArgumentConflict,
+                            "--api pool: messages only (--rma writes and reads its own \
+                             registered regions; use --api post or async)"
+                                .into(),
                         ))
                     } else {
                         Ok(a)

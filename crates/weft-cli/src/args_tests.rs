@@ -128,7 +128,11 @@ fn errors() {
         err("pingpong --api sync"),
         "--api sync: use post, async or pool"
     );
-    assert!(err("pingpong --api pool").contains("bw only"));
+    assert!(
+        matches!(parse(argv("pingpong --api pool")), Ok(Command::Pingpong(a)) if a.api == Api::Pool)
+    );
+    assert!(err("pingpong --api pool --rma write").contains("messages only"));
+    assert!(err("pingpong --rma read --api pool").contains("messages only"));
     assert!(matches!(parse(argv("bw --api pool")), Ok(Command::Bw(a)) if a.api == Api::Pool));
     assert_eq!(err("pingpong -I"), "option -I needs a value");
     assert_eq!(err("info -p"), "option -p needs a value");

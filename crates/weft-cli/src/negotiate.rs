@@ -434,6 +434,14 @@ pub fn pattern(size: usize, iter: u64) -> Bytes {
     (0..size).map(|j| pattern_byte(iter, j)).collect()
 }
 
+/// Writes the pattern of `iter` over `buf` in place (a pool buffer is
+/// sent where it is: no `Bytes` to build).
+pub fn fill(buf: &mut [u8], iter: u64) {
+    for (j, b) in buf.iter_mut().enumerate() {
+        *b = pattern_byte(iter, j);
+    }
+}
+
 /// Checks a received payload; the error says where it first differs.
 pub fn check(got: &[u8], size: usize, iter: u64) -> Res<()> {
     check_as(got, size, iter, &format!("iteration {iter}"))
@@ -629,5 +637,8 @@ mod tests {
         let mut bad = p.to_vec();
         bad[700] ^= 1;
         assert!(check(&bad, 1000, 3).is_err());
+        // In place, over whatever was there: the same bytes.
+        fill(&mut bad, 3);
+        assert_eq!(bad, p.to_vec());
     }
 }

@@ -2,13 +2,19 @@
 //! one message in flight per direction. Each side pre-posts its receive
 //! before the send that provokes the peer's message, so payloads land in
 //! posted buffers instead of taking the provider's unexpected path.
+//!
+//! `--api pool` sends from and receives into buffers of a pool registered
+//! before the clock starts (as fi_pingpong uses its own registered
+//! buffers): no copy through a provider's bounce buffers, and the server
+//! echoes the very buffer a message arrived in.
 
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use weft::{BufferPool, PoolBuf};
 
 use crate::args::Api;
-use crate::fail::Res;
+use crate::fail::{Context, Failure, Res};
 use crate::link::{payload_keep, reclaim, recycle, Link};
 use crate::meter::Meter;
 use crate::negotiate::{self, Params};
@@ -18,6 +24,9 @@ const SEND_CTX: u64 = 2;
 
 /// The client's run of one size: the elapsed time of the timed iterations.
 pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
+    if api == Api::Pool {
+        return pooled_client(link, p, size, m).await;
+    }
     let total = p.total()?;
     let fixed = negotiate::pattern(size, 0);
     let mut reaper = link.reaper();
@@ -56,7 +65,7 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                     None => reaper.wait_unread(RECV_CTX).await?,
                 }
             }
-            // Pool is bw's only (refused for pingpong).
+            // Pool runs in `pooled_client` / `pooled_server`.
             Api::Async | Api::Pool => {
                 // join! polls in order: the receive is posted first.
                 let buf = rbuf.pop().unwrap_or_default();
@@ -78,6 +87,9 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
 
 /// The server's run of one size: receive, then echo the very buffer back.
 pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -> Res<Duration> {
+    if api == Api::Pool {
+        return pooled_server(link, p, size, m).await;
+    }
     let total = p.total()?;
     let mut reaper = link.reaper();
     // Two buffers circulate: one being echoed, one posted for the next
@@ -90,7 +102,7 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                 .await?;
             None
         }
-        // Pool is bw's only (refused for pingpong).
+        // Pool runs in `pooled_client` / `pooled_server`.
         Api::Async | Api::Pool => Some(link.recv(BytesMut::zeroed(size)).await?),
     };
     for i in 0..total {
@@ -130,7 +142,7 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
             Api::Async | Api::Pool if last => {
                 link.send(data.clone()).await?;
             }
-            // Pool is bw's only (refused for pingpong).
+            // Pool runs in `pooled_client` / `pooled_server`.
             Api::Async | Api::Pool => {
                 let buf = spare.pop().unwrap_or_default();
                 let (r, s) = tokio::join!(link.recv(buf), link.send(data.clone()));
@@ -145,6 +157,107 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
         m.set(i + 1);
     }
     Ok(start.elapsed())
+}
+
+/// Buffers in the pool: the two a side holds (one receiving, one
+/// sending) and room for a sent one that has not come back yet.
+const POOL_BUFS: usize = 4;
+
+/// `--api pool`'s client: each message goes out of a pool buffer and the
+/// echo lands in another.
+async fn pooled_client(link: &Link, p: &Params, size: usize, m: &Meter) -> Res<Duration> {
+    let total = p.total()?;
+    let pool = open_pool(link, size)?;
+    // Pool buffers keep their bytes and the echoes carry the same ones:
+    // without --verify no message is written again on the timed path.
+    for b in &mut take_all(&pool)? {
+        negotiate::fill(b, 0);
+    }
+    // Each echo goes out again as the next message: one buffer from the
+    // pool per message, as on the server.
+    let mut sbuf = pool_buf(&pool).await?;
+    sbuf.set_len(size).ctx("pool buffer")?;
+    let mut start = Instant::now();
+    for i in 0..total {
+        if i == p.warmup {
+            start = Instant::now();
+        }
+        let rbuf = pool_buf(&pool).await?;
+        if p.verify {
+            negotiate::fill(&mut sbuf, i as u64);
+        }
+        // join! polls in order: the receive is posted first.
+        let (r, s) = tokio::join!(link.recv_pooled(rbuf), link.send_pooled(sbuf));
+        s?;
+        let got = r?;
+        check_pooled(p, &got.buf, size, i)?;
+        sbuf = got.buf;
+        m.set(i + 1);
+    }
+    Ok(start.elapsed())
+}
+
+/// `--api pool`'s server: receives into a pool buffer and sends that very
+/// buffer back.
+async fn pooled_server(link: &Link, p: &Params, size: usize, m: &Meter) -> Res<Duration> {
+    let total = p.total()?;
+    let pool = open_pool(link, size)?;
+    let mut pending = Some(link.recv_pooled(pool_buf(&pool).await?).await?);
+    let mut start = Instant::now();
+    for i in 0..total {
+        let Some(got) = pending.take() else {
+            return Err(Failure::new("receive", "no message to echo"));
+        };
+        // As in the other branches: the clock starts at the first timed
+        // message.
+        if i == p.warmup {
+            start = Instant::now();
+        }
+        check_pooled(p, &got.buf, size, i)?;
+        if i + 1 == total {
+            link.send_pooled(got.buf).await?;
+        } else {
+            let next = pool_buf(&pool).await?;
+            let (r, s) = tokio::join!(link.recv_pooled(next), link.send_pooled(got.buf));
+            s?;
+            pending = Some(r?);
+        }
+        m.set(i + 1);
+    }
+    Ok(start.elapsed())
+}
+
+/// A pool of `size`-byte buffers (at least one byte: a pool has no empty
+/// buffers; a 0-byte message is sent as a buffer cut to nothing).
+fn open_pool(link: &Link, size: usize) -> Res<BufferPool> {
+    link.domain
+        .buffer_pool(POOL_BUFS, size.max(1))
+        .ctx("open the buffer pool")
+}
+
+/// Every buffer of a pool nobody else uses yet.
+fn take_all(pool: &BufferPool) -> Res<Vec<PoolBuf>> {
+    (0..POOL_BUFS)
+        .map(|_| pool.try_get().ctx("pool buffer"))
+        .collect()
+}
+
+/// A free buffer: mostly there already, else the one a finished send is
+/// about to give back.
+async fn pool_buf(pool: &BufferPool) -> Res<PoolBuf> {
+    match pool.try_get() {
+        Err(weft::Error::Again) => pool.get().await.ctx("pool buffer"),
+        r => r.ctx("pool buffer"),
+    }
+}
+
+/// What arrived in a pool buffer: its length, and with --verify its bytes.
+fn check_pooled(p: &Params, got: &[u8], size: usize, i: usize) -> Res<()> {
+    if p.verify {
+        negotiate::check(got, size, i as u64)
+    } else {
+        negotiate::check_len(got.len(), size, i as u64)
+    }
 }
 
 /// A first try at posting a receive that did not take: wait out a full

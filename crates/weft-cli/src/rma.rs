@@ -265,7 +265,8 @@ async fn write(
             weft::post_when_room(post).await.ctx("post RMA write")?;
             reaper.wait(RMA_CTX).await?;
         }
-        // Pool is bw's only (refused for pingpong).
+        // Pool: refused with --rma; a server given --api pool serves a
+        // client's --rma with the awaited calls.
         Api::Async | Api::Pool => {
             let w = link.ep.writedata(link.peer, data, cq_data, to.addr, to.key);
             link.bounded("RMA write", w).await?;
@@ -300,7 +301,8 @@ async fn read(
                 .map_err(|(e, _)| Failure::new("post RMA read", e))?;
             reaper.wait(RMA_CTX).await
         }
-        // Pool is bw's only (refused for pingpong).
+        // Pool: refused with --rma; a server given --api pool serves a
+        // client's --rma with the awaited calls.
         Api::Async | Api::Pool => {
             let r = link.ep.read(link.peer, buf, from.addr, from.key);
             link.bounded("RMA read", r).await
