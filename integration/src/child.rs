@@ -4,6 +4,8 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
+use crate::within_for;
+
 /// Kills the child if the test fails (or ends) before it exits.
 #[derive(Debug)]
 pub struct Reap(pub Child);
@@ -44,9 +46,8 @@ pub async fn spawn_peer(bin: &str, args: &[&str]) -> (Reap, String) {
         let _ = BufReader::new(out).read_line(&mut l);
         l.trim().to_owned()
     });
-    let line = tokio::time::timeout(START_LIMIT, read)
+    let line = within_for(START_LIMIT, "the peer's first line", read)
         .await
-        .unwrap_or_else(|_| panic!("timed out after {START_LIMIT:?}: the peer's first line"))
         .expect("the reader ran");
     (child, line)
 }

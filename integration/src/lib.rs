@@ -133,9 +133,14 @@ impl Provider {
 
 /// Awaits `fut`, failing the test if it takes longer than [`TIMEOUT`].
 pub async fn within<F: Future>(what: &str, fut: F) -> F::Output {
-    match tokio::time::timeout(TIMEOUT, fut).await {
+    within_for(TIMEOUT, what, fut).await
+}
+
+/// [`within`] with a limit of the caller's.
+pub async fn within_for<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(limit, fut).await {
         Ok(v) => v,
-        Err(_) => panic!("timed out after {TIMEOUT:?}: {what}"),
+        Err(_) => panic!("timed out after {limit:?}: {what}"),
     }
 }
 

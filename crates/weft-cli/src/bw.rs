@@ -63,8 +63,7 @@ struct Side<'a> {
 impl<'a> Side<'a> {
     fn open(link: &'a Link, p: &'a Params, size: usize, api: Api) -> Res<Side<'a>> {
         let pool = if api == Api::Pool {
-            let pool = link.domain.buffer_pool(p.window, size.max(1));
-            Some(pool.map_err(|e| Failure::new("open the buffer pool", e))?)
+            Some(link.buffer_pool(p.window, size)?)
         } else {
             None
         };

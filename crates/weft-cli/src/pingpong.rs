@@ -14,7 +14,7 @@ use bytes::{Bytes, BytesMut};
 use weft::{BufferPool, PoolBuf};
 
 use crate::args::Api;
-use crate::fail::{Context, Failure, Res};
+use crate::fail::{Context, Res};
 use crate::link::{payload_keep, reclaim, recycle, Link};
 use crate::meter::Meter;
 use crate::negotiate::{self, Params};
@@ -119,11 +119,7 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
             start = Instant::now();
         }
         let (data, mut emptied) = payload_keep(got);
-        if p.verify {
-            negotiate::check(&data, size, i as u64)?;
-        } else {
-            negotiate::check_len(data.len(), size, i as u64)?;
-        }
+        check_payload(p, &data, size, i)?;
         let last = i + 1 == total;
         match api {
             Api::Post => {
@@ -167,16 +163,13 @@ const POOL_BUFS: usize = 4;
 /// echo lands in another.
 async fn pooled_client(link: &Link, p: &Params, size: usize, m: &Meter) -> Res<Duration> {
     let total = p.total()?;
-    let pool = open_pool(link, size)?;
-    // Pool buffers keep their bytes and the echoes carry the same ones:
-    // without --verify no message is written again on the timed path.
-    for b in &mut take_all(&pool)? {
-        negotiate::fill(b, 0);
-    }
+    let pool = link.buffer_pool(POOL_BUFS, size)?;
     // Each echo goes out again as the next message: one buffer from the
-    // pool per message, as on the server.
+    // pool per message, as on the server. Without --verify the first
+    // message's bytes are the only ones written: the echoes carry them.
     let mut sbuf = pool_buf(&pool).await?;
     sbuf.set_len(size).ctx("pool buffer")?;
+    negotiate::fill(&mut sbuf, 0);
     let mut start = Instant::now();
     for i in 0..total {
         if i == p.warmup {
@@ -190,7 +183,7 @@ async fn pooled_client(link: &Link, p: &Params, size: usize, m: &Meter) -> Res<D
         let (r, s) = tokio::join!(link.recv_pooled(rbuf), link.send_pooled(sbuf));
         s?;
         let got = r?;
-        check_pooled(p, &got.buf, size, i)?;
+        check_payload(p, &got.buf, size, i)?;
         sbuf = got.buf;
         m.set(i + 1);
     }
@@ -201,58 +194,38 @@ async fn pooled_client(link: &Link, p: &Params, size: usize, m: &Meter) -> Res<D
 /// buffer back.
 async fn pooled_server(link: &Link, p: &Params, size: usize, m: &Meter) -> Res<Duration> {
     let total = p.total()?;
-    let pool = open_pool(link, size)?;
-    let mut pending = Some(link.recv_pooled(pool_buf(&pool).await?).await?);
+    let pool = link.buffer_pool(POOL_BUFS, size)?;
+    let mut got = link.recv_pooled(pool_buf(&pool).await?).await?;
     let mut start = Instant::now();
     for i in 0..total {
-        let Some(got) = pending.take() else {
-            return Err(Failure::new("receive", "no message to echo"));
-        };
         // As in the other branches: the clock starts at the first timed
         // message.
         if i == p.warmup {
             start = Instant::now();
         }
-        check_pooled(p, &got.buf, size, i)?;
+        check_payload(p, &got.buf, size, i)?;
         if i + 1 == total {
             link.send_pooled(got.buf).await?;
-        } else {
-            let next = pool_buf(&pool).await?;
-            let (r, s) = tokio::join!(link.recv_pooled(next), link.send_pooled(got.buf));
-            s?;
-            pending = Some(r?);
+            m.set(i + 1);
+            break;
         }
+        let next = pool_buf(&pool).await?;
+        let (r, s) = tokio::join!(link.recv_pooled(next), link.send_pooled(got.buf));
+        s?;
+        got = r?;
         m.set(i + 1);
     }
     Ok(start.elapsed())
 }
 
-/// A pool of `size`-byte buffers (at least one byte: a pool has no empty
-/// buffers; a 0-byte message is sent as a buffer cut to nothing).
-fn open_pool(link: &Link, size: usize) -> Res<BufferPool> {
-    link.domain
-        .buffer_pool(POOL_BUFS, size.max(1))
-        .ctx("open the buffer pool")
-}
-
-/// Every buffer of a pool nobody else uses yet.
-fn take_all(pool: &BufferPool) -> Res<Vec<PoolBuf>> {
-    (0..POOL_BUFS)
-        .map(|_| pool.try_get().ctx("pool buffer"))
-        .collect()
-}
-
 /// A free buffer: mostly there already, else the one a finished send is
 /// about to give back.
 async fn pool_buf(pool: &BufferPool) -> Res<PoolBuf> {
-    match pool.try_get() {
-        Err(weft::Error::Again) => pool.get().await.ctx("pool buffer"),
-        r => r.ctx("pool buffer"),
-    }
+    pool.get().await.ctx("pool buffer")
 }
 
-/// What arrived in a pool buffer: its length, and with --verify its bytes.
-fn check_pooled(p: &Params, got: &[u8], size: usize, i: usize) -> Res<()> {
+/// What arrived: its length, and with --verify its bytes.
+fn check_payload(p: &Params, got: &[u8], size: usize, i: usize) -> Res<()> {
     if p.verify {
         negotiate::check(got, size, i as u64)
     } else {

@@ -261,15 +261,14 @@ impl CqShared {
         {
             let spare = VecDeque::from(std::mem::take(out));
             *out = Vec::from(std::mem::replace(&mut g.items, spare));
-            self.len.store(0, Ordering::Release);
-            return n;
-        }
-        // Item by item: `extend` from a `drain` cost about 100
-        // instructions an item more (a batch is mostly one or two).
-        out.reserve(n);
-        for _ in 0..n {
-            if let Some(it) = g.items.pop_front() {
-                out.push(it);
+        } else {
+            // Item by item: `extend` from a `drain` cost about 100
+            // instructions an item more (a batch is mostly one or two).
+            out.reserve(n);
+            for _ in 0..n {
+                if let Some(it) = g.items.pop_front() {
+                    out.push(it);
+                }
             }
         }
         self.len.store(g.items.len() as u64, Ordering::Release);

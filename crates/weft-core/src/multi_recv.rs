@@ -362,13 +362,11 @@ fn finishing_part(ep: &dyn RecvCtx, req: &mut RecvReq) -> Option<After> {
         }
         (g.end, g.tail.take().unwrap_or_default())
     };
+    // The buffer's credit, before its last part's completion is reported.
+    ep.rx_credits().release(1);
     match end {
-        Some(End::Canceled) => {
-            ep.rx_credits().release(1);
-            Some(After(shared, tail))
-        }
+        Some(End::Canceled) => Some(After(shared, tail)),
         _ => {
-            ep.rx_credits().release(1);
             req.done.flags |= OpFlags::MULTI_RECV;
             // The release is reported even where selective completion
             // suppresses the other completions (fi_msg(3)).

@@ -259,17 +259,27 @@ impl ProgressHooks {
 /// asks to be polled again at once. Sibling futures and other tasks run
 /// in between; past the budget the waiter sleeps until the reactor's
 /// wake-up.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct InlineWait {
     since: Option<Instant>,
     /// `None`: [`spin_budget`]. Tests set a budget no scheduler delay can
     /// outlast, so they check the logic, not the machine's speed.
     budget: Option<Duration>,
-    /// A CQ reader's wait: several passes per poll once under way.
-    reader: bool,
-    /// The reader's endpoint makes cheap passes ([`Progress::cheap_pass`]):
-    /// [`PASSES_PER_POLL`] of them a poll, else [`FEW_PASSES_PER_POLL`].
-    cheap: bool,
+    /// Passes per poll once the wait is under way: 1 for an awaited
+    /// operation; a CQ reader's [`FEW_PASSES_PER_POLL`], or
+    /// [`PASSES_PER_POLL`] when its endpoint makes cheap passes
+    /// ([`Progress::cheap_pass`]).
+    passes: u32,
+}
+
+impl Default for InlineWait {
+    fn default() -> InlineWait {
+        InlineWait {
+            since: None,
+            budget: None,
+            passes: 1,
+        }
+    }
 }
 
 /// Passes a CQ reader makes in one poll once its wait is under way, as
@@ -316,7 +326,7 @@ impl InlineWait {
     /// [`cheap_passes`](Self::cheap_passes)).
     pub fn reader() -> InlineWait {
         InlineWait {
-            reader: true,
+            passes: FEW_PASSES_PER_POLL,
             ..InlineWait::default()
         }
     }
@@ -326,7 +336,13 @@ impl InlineWait {
     /// endpoints bound to a queue can change while a reader waits.
     #[inline]
     pub fn cheap_passes(&mut self, cheap: bool) {
-        self.cheap = cheap;
+        if self.passes != 1 {
+            self.passes = if cheap {
+                PASSES_PER_POLL
+            } else {
+                FEW_PASSES_PER_POLL
+            };
+        }
     }
 
     /// After a poll that found nothing: runs `drive` and, when it did
@@ -364,15 +380,7 @@ impl InlineWait {
         if budget.is_zero() {
             return Spun::Sleep;
         }
-        let passes = if self.reader && self.since.is_some() {
-            if self.cheap {
-                PASSES_PER_POLL
-            } else {
-                FEW_PASSES_PER_POLL
-            }
-        } else {
-            1
-        };
+        let passes = if self.since.is_some() { self.passes } else { 1 };
         for _ in 0..passes {
             if drive() == 0 {
                 continue;
@@ -572,8 +580,7 @@ mod tests {
         let mut w = InlineWait {
             since: Some(Instant::now() - spin_budget() - Duration::from_millis(1)),
             budget: None,
-            reader: true,
-            cheap: false,
+            passes: FEW_PASSES_PER_POLL,
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
@@ -597,8 +604,7 @@ mod tests {
         let mut w = InlineWait {
             since: Some(start),
             budget: Some(Duration::from_secs(3600)),
-            reader: true,
-            cheap: false,
+            passes: FEW_PASSES_PER_POLL,
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 4096, |_| None, || idled.set(true));

@@ -199,7 +199,7 @@ const _: () = {
     // the control block (a word past it would read as `None`, not fail
     // to build: `Block`'s checks are made at run time and folded away).
     assert!(C_STATE + 4 <= CTL && C_GEN + 4 <= CTL && C_TAIL + 8 <= CTL);
-    assert!(C_TX_WAIT + 4 <= CTL && C_HEAD + 8 <= C_CMA && C_CMA + 4 <= CTL);
+    assert!(C_TX_WAIT + 4 <= CTL && C_HEAD + 8 <= C_CMA);
 };
 
 /// A record's size in the ring for `payload` bytes.

@@ -140,13 +140,24 @@ pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool, full: bool) -> usize {
             break;
         };
         let c = Chan { g: ep.g, i };
+        // Control words are read through the block, checked once: a
+        // channel in use reads and writes five of them a message.
+        let b = c.block(&ep.seg);
+        let state = b.and_then(|b| b.load32(C_STATE, Ordering::Acquire));
         // Most channels of a full pass: free, and nothing of ours in
         // them. `channel` would find nothing to do, and its visit cost a
         // spinning pass about 16 instructions a round trip.
-        if lc.active.is_none() && ep.seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(FREE) {
+        if lc.active.is_none() && state == Some(FREE) {
             continue;
         }
-        n += channel(ep, &c, lc, sweep, &mut parked);
+        n += match b {
+            Some(b) => channel(ep, &c, b, state, lc, sweep, &mut parked),
+            // Outside the mapping, which a checked geometry rules out.
+            None => {
+                free(ep, &c, lc, true);
+                0
+            }
+        };
         if lc.active.is_some() {
             st.live |= 1 << i;
         } else {
@@ -158,15 +169,20 @@ pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool, full: bool) -> usize {
     n
 }
 
-/// One channel's share of a pass: its state, then its records. Returns
-/// the records consumed; sets `parked` when its next message waits.
-fn channel(ep: &EpShared, c: &Chan, lc: &mut RxChan, sweep: bool, parked: &mut bool) -> usize {
-    // Control words are read through the block, checked once: a channel
-    // in use reads and writes five of them a message.
-    let b = c.block(&ep.seg);
-    let state = b.and_then(|b| b.load32(C_STATE, Ordering::Acquire));
-    match (state, b) {
-        (Some(ACTIVE) | Some(CLOSED), Some(b)) => {
+/// One channel's share of a pass: its `state` (read from its control
+/// block `b` by the pass), then its records. Returns the records
+/// consumed; sets `parked` when its next message waits.
+fn channel(
+    ep: &EpShared,
+    c: &Chan,
+    b: Block<'_, CTL>,
+    state: Option<u32>,
+    lc: &mut RxChan,
+    sweep: bool,
+    parked: &mut bool,
+) -> usize {
+    match state {
+        Some(ACTIVE) | Some(CLOSED) => {
             let gen = b.load32(C_GEN, Ordering::Acquire).unwrap_or(0);
             if lc.active != Some(gen) && !activate(ep, c, lc, gen) {
                 free(ep, c, lc, true);
@@ -192,7 +208,7 @@ fn channel(ep: &EpShared, c: &Chan, lc: &mut RxChan, sweep: bool, parked: &mut b
             }
             k
         }
-        (Some(s), _) if s & CLAIMING != 0 => {
+        Some(s) if s & CLAIMING != 0 => {
             // A claimer that died before finishing its claim. A claim
             // takes microseconds; its pid is judged only once the same
             // claim has outlasted a whole sweep interval, because a
@@ -209,13 +225,9 @@ fn channel(ep: &EpShared, c: &Chan, lc: &mut RxChan, sweep: bool, parked: &mut b
             }
             0
         }
-        (Some(FREE), _) => {
-            if lc.active.is_some() {
-                // Freed under us: only a broken sender does that.
-                free(ep, c, lc, true);
-            }
-            0
-        }
+        // Anything else, `FREE` included: the pass skips a free channel
+        // with nothing of ours, so this one was freed under us, which
+        // only a broken sender does.
         _ => {
             free(ep, c, lc, true);
             0

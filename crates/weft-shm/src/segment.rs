@@ -139,21 +139,13 @@ impl Segment {
     }
 
     fn u32_at(&self, off: usize) -> Option<&AtomicU32> {
-        if off % 4 != 0 || !self.within(off, 4) {
-            return None;
-        }
-        // SAFETY: in bounds and 4-aligned (the mapping is page aligned);
-        // an AtomicU32 may be shared with other writers, processes
-        // included, which is what atomics are for.
-        Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU32>() })
+        // SAFETY: the whole mapping, page aligned, mapped while `self` is.
+        unsafe { atomic_at(self.ptr, self.len, off) }
     }
 
     fn u64_at(&self, off: usize) -> Option<&AtomicU64> {
-        if off % 8 != 0 || !self.within(off, 8) {
-            return None;
-        }
-        // SAFETY: in bounds and 8-aligned; see `u32_at`.
-        Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU64>() })
+        // SAFETY: as in `u32_at`.
+        unsafe { atomic_at(self.ptr, self.len, off) }
     }
 
     /// The u32 at `off` (`None`: outside or misaligned).
@@ -258,23 +250,15 @@ pub struct Block<'a, const N: usize> {
 impl<'a, const N: usize> Block<'a, N> {
     #[inline]
     fn u32_at(&self, off: usize) -> Option<&'a AtomicU32> {
-        if off % 4 != 0 || off.checked_add(4).is_none_or(|end| end > N) {
-            return None;
-        }
-        // SAFETY: `off..off + 4` lies inside the block, which lies inside
-        // the mapping (`Segment::block`), mapped for `'a`; 4-aligned, as
-        // the block is 8-aligned. As in `Segment::u32_at`, an atomic is
-        // what memory other processes write may be reached through.
-        Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU32>() })
+        // SAFETY: the block's `N` bytes lie inside the mapping
+        // (`Segment::block`), mapped for `'a`, and start 8-aligned.
+        unsafe { atomic_at(self.ptr, N, off) }
     }
 
     #[inline]
     fn u64_at(&self, off: usize) -> Option<&'a AtomicU64> {
-        if off % 8 != 0 || off.checked_add(8).is_none_or(|end| end > N) {
-            return None;
-        }
-        // SAFETY: in the block and 8-aligned; see `u32_at`.
-        Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU64>() })
+        // SAFETY: as in `u32_at`.
+        unsafe { atomic_at(self.ptr, N, off) }
     }
 
     /// The u32 at `off` within the block (`None`: outside or misaligned).
@@ -300,6 +284,26 @@ impl<'a, const N: usize> Block<'a, N> {
     pub fn swap32(&self, off: usize, v: u32) -> Option<u32> {
         self.u32_at(off).map(|a| a.swap(v, Ordering::AcqRel))
     }
+}
+
+/// The atomic `T` (`AtomicU32`, `AtomicU64`) at `base + off`, when it
+/// lies within the `limit` bytes from `base` and `off` is aligned to it
+/// (`None` otherwise: no offset read from shared memory reaches past
+/// them).
+///
+/// # Safety
+/// `base..base + limit` is mapped for `'a` and `base` is 8-aligned.
+#[inline(always)]
+unsafe fn atomic_at<'a, T>(base: NonNull<u8>, limit: usize, off: usize) -> Option<&'a T> {
+    let size = std::mem::size_of::<T>();
+    if off % size != 0 || off.checked_add(size).is_none_or(|end| end > limit) {
+        return None;
+    }
+    // SAFETY: `off..off + size` lies inside the mapped range (checked
+    // above, and the caller's promise), aligned to `size` as `base` is
+    // 8-aligned; an atomic is what memory other processes write may be
+    // reached through, and the range stays mapped for `'a`.
+    Some(unsafe { &*base.as_ptr().add(off).cast::<T>() })
 }
 
 impl Drop for Segment {

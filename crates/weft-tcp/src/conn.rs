@@ -620,13 +620,14 @@ impl Conn {
     }
 
     /// Ends the connection: queued frames and pending acks fail with `err`.
-    /// Idempotent. When an RDM peer retired the connection (`Shutdown`),
-    /// frames not yet begun go to the peer again over a new connection.
+    /// Idempotent. When an RDM connection ends in order (`Shutdown`: the
+    /// peer's end of the stream), requests not yet begun go to the peer
+    /// again over a new connection.
     pub fn fail(&self, err: Error) {
         let ep = self.ep.upgrade();
-        let requeue_to = ep.as_ref().filter(|e| {
-            err == Error::Shutdown && e.ep_type == weft_core::attr::EpType::Rdm && !e.is_closed()
-        });
+        let requeue_to = ep
+            .as_ref()
+            .filter(|e| self.rdm && err == Error::Shutdown && !e.is_closed());
         // The peers lock is held from the moment this connection reads as
         // dead until what it had not begun is queued for the next one: a
         // send racing with this (it finds the connection dead and queues

@@ -92,10 +92,7 @@ impl Conn {
     /// sent to the peer over its next connection (it was never begun on
     /// this one); anything else fails with `Shutdown`.
     pub(super) fn resend(&self, f: TxFrame) {
-        let ep = self
-            .ep
-            .upgrade()
-            .filter(|e| e.ep_type == weft_core::attr::EpType::Rdm && !e.is_closed());
+        let ep = self.ep.upgrade().filter(|e| self.rdm && !e.is_closed());
         match ep {
             Some(ep) if f.written == 0 && f.credit.held() => {
                 crate::connect::rdm_send(&ep, self.source(), f);

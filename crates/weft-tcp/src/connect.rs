@@ -238,17 +238,14 @@ async fn rdm_handshake_in(ep: Arc<EpShared>, s: TcpStream, slot: ConnSlot) -> Re
         p.accepting = false;
         let replaced = match r {
             Ok(conn) => attach(&ep, p, conn),
-            Err(_) if p.conn.is_none() && !p.connecting && !p.pending.is_empty() => {
+            Err(_) if p.conn.is_none() && !p.pending.is_empty() => {
                 // What waited for this connection (requests re-sent after a
                 // retirement among them) gets a dial of its own.
-                p.connecting = true;
-                ep.rt.spawn(rdm_connect(
-                    ep.clone(),
-                    Source {
-                        addr: key,
-                        key: p.want,
-                    },
-                ));
+                let dest = Source {
+                    addr: key,
+                    key: p.want,
+                };
+                dial_if_idle(&ep, p, dest);
                 None
             }
             Err(_) => None,
@@ -292,19 +289,32 @@ pub fn rdm_send(ep: &Arc<EpShared>, dest: Source, frame: TxFrame) {
         c.send(frame);
         return;
     }
-    p.conn = None;
-    if p.pending.is_empty() && !p.connecting {
-        p.want = dest.key;
-    } else if p.want != dest.key {
+    if !joins_line(p, dest) {
         drop(peers);
         fail_frame(ep, frame, Error::KeyRejected);
         return;
     }
     p.pending.push(frame);
+    dial_if_idle(ep, p, dest);
+}
+
+/// Whether requests for `dest` may wait in `p`'s line for the next
+/// connection: the line holds requests of one key (`want`), the first to
+/// wait names it.
+fn joins_line(p: &mut PeerState, dest: Source) -> bool {
+    p.conn = None;
+    if p.pending.is_empty() && !p.connecting {
+        p.want = dest.key;
+    }
+    p.want == dest.key
+}
+
+/// Dials `dest` for what waits in `p`'s line, unless a connection to it
+/// is being made either way already.
+fn dial_if_idle(ep: &Arc<EpShared>, p: &mut PeerState, dest: Source) {
     if !p.connecting && !p.accepting {
         p.connecting = true;
-        let ep2 = ep.clone();
-        ep.rt.spawn(rdm_connect(ep2, dest));
+        ep.rt.spawn(rdm_connect(ep.clone(), dest));
     }
 }
 
@@ -339,17 +349,11 @@ pub fn rdm_requeue(
         }
         return Vec::new();
     }
-    p.conn = None;
-    if p.pending.is_empty() && !p.connecting {
-        p.want = dest.key;
-    } else if p.want != dest.key {
+    if !joins_line(p, dest) {
         return frames;
     }
     p.pending.splice(0..0, frames);
-    if !p.connecting && !p.accepting {
-        p.connecting = true;
-        ep.rt.spawn(rdm_connect(ep.clone(), dest));
-    }
+    dial_if_idle(ep, p, dest);
     Vec::new()
 }
 

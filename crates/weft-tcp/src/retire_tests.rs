@@ -23,6 +23,14 @@ fn request(tag: u64, len: usize) -> TxFrame {
     TxFrame::new(h, iov1(Bytes::from(vec![7u8; len])), None)
 }
 
+/// The rig's connection as its peer's connection (as an RDM endpoint's
+/// connect or accept leaves it); the peer's key.
+fn attached(r: &crate::rx::tests::Rig) -> std::net::SocketAddr {
+    let key = r.conn.peer_key;
+    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    key
+}
+
 fn pending_tags(r: &crate::rx::tests::Rig) -> Vec<u64> {
     lock(&r.ep.peers)[&r.conn.peer_key]
         .pending
@@ -34,7 +42,7 @@ fn pending_tags(r: &crate::rx::tests::Rig) -> Vec<u64> {
 #[tokio::test]
 async fn a_request_posted_on_a_connection_just_retired_takes_the_next_one() {
     let r = rig(1 << 20).await;
-    lock(&r.ep.peers).entry(r.conn.peer_key).or_default().conn = Some(r.conn.clone());
+    attached(&r);
     crate::sweep::retire(&r.ep, &r.conn);
     // A sender that picked the connection before it was retired.
     r.conn.send(request(1, 8));
@@ -71,8 +79,7 @@ fn shutdown_frame() -> crate::rx::tests::Script {
 #[tokio::test]
 async fn requests_the_peers_shutdown_left_unsent_go_before_later_ones() {
     let mut r = rig(1 << 20).await;
-    let key = r.conn.peer_key;
-    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    let key = attached(&r);
     // The peer does not read: a large request fills the socket part-way
     // and two small ones queue behind it, never begun.
     r.conn.send(request(100, 16 << 20));
@@ -105,8 +112,7 @@ async fn at_the_end_of_the_stream_requeued_requests_precede_a_racing_one() {
     // requests were queued: they go over a new connection, ahead of one
     // posted meanwhile.
     let r = rig(1 << 20).await;
-    let key = r.conn.peer_key;
-    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    let key = attached(&r);
     // Each request holds a credit of the endpoint's queue, as a post
     // takes.
     for _ in 0..3 {
@@ -156,15 +162,12 @@ async fn read_to_end(r: &crate::rx::tests::Rig, limit: Duration) -> (usize, bool
 #[tokio::test]
 async fn a_request_part_way_out_is_finished_before_this_end_half_closes() {
     let mut r = rig(1 << 20).await;
-    let key = r.conn.peer_key;
-    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    let key = attached(&r);
     let big = 8 << 20;
     r.conn.send(request(100, big));
     r.conn.send(request(1, 8));
     // The peer's `Shutdown`, through the receive path.
-    let mut s =
-        crate::rx::tests::Script::default().bytes(&Header::new(FrameKind::Shutdown).encode());
-    let st = r.pass(&mut s);
+    let st = r.pass(&mut shutdown_frame());
     assert!(
         !matches!(st, crate::rx::RxStatus::Closed(_)),
         "read on after a peer's retirement: {st:?}"
@@ -180,8 +183,7 @@ async fn a_request_part_way_out_is_finished_before_this_end_half_closes() {
 #[tokio::test]
 async fn acks_owed_when_the_peer_retires_still_complete_sends() {
     let mut r = rig(1 << 20).await;
-    let key = r.conn.peer_key;
-    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    attached(&r);
     // A delivery-complete send, out and waiting for the peer's ack.
     let mut h = Header::new(FrameKind::Msg);
     h.len = 8;
@@ -218,8 +220,7 @@ async fn acks_owed_when_the_peer_retires_still_complete_sends() {
 #[tokio::test]
 async fn acks_this_end_owes_go_out_before_its_half_close() {
     let mut r = rig(1 << 20).await;
-    let key = r.conn.peer_key;
-    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    attached(&r);
     // A delivery-complete request of the peer's was delivered here: its
     // ack waits for a frame to ride with.
     r.conn.answer(7, 0);
@@ -236,7 +237,7 @@ async fn at_the_peers_end_what_is_queued_goes_out_before_the_close() {
     // still going out (the peer reads slowly); the peer's half-close
     // arrives before the answer is out: the connection closes only after.
     let mut r = rig(1 << 20).await;
-    lock(&r.ep.peers).entry(r.conn.peer_key).or_default().conn = Some(r.conn.clone());
+    attached(&r);
     let big = 8 << 20;
     let mut h = Header::new(FrameKind::RmaReadResp);
     h.len = big as u64;
@@ -261,8 +262,7 @@ async fn at_the_peers_end_what_is_queued_goes_out_before_the_close() {
 #[tokio::test]
 async fn acks_riding_on_a_requeued_request_stay_on_the_connection() {
     let mut r = rig(1 << 20).await;
-    let key = r.conn.peer_key;
-    lock(&r.ep.peers).entry(key).or_default().conn = Some(r.conn.clone());
+    attached(&r);
     let big = 8 << 20;
     r.conn.send(request(100, big));
     // An ack owed, then a request queued behind the large one: the ack
@@ -284,7 +284,7 @@ async fn acks_riding_on_a_requeued_request_stay_on_the_connection() {
 #[tokio::test]
 async fn a_request_on_a_retired_connection_closed_since_is_resent() {
     let r = rig(1 << 20).await;
-    lock(&r.ep.peers).entry(r.conn.peer_key).or_default().conn = Some(r.conn.clone());
+    attached(&r);
     crate::sweep::retire(&r.ep, &r.conn);
     // The peer never closed it: the sweeper did, after its stall timeout.
     r.conn.fail(Error::TimedOut);

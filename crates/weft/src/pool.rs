@@ -130,9 +130,14 @@ impl BufferPool {
     /// A buffer, waiting for one to come back when all are in use
     /// (first come, first served). `NoBufs` when every buffer was lost.
     pub async fn get(&self) -> Result<PoolBuf> {
-        match self.inner.permits.acquire().await {
+        // Mostly one is free: taken without building the wait.
+        match self.inner.permits.try_acquire() {
             Ok(p) => p.forget(),
-            Err(_) => return Err(Error::NoBufs),
+            Err(TryAcquireError::Closed) => return Err(Error::NoBufs),
+            Err(TryAcquireError::NoPermits) => match self.inner.permits.acquire().await {
+                Ok(p) => p.forget(),
+                Err(_) => return Err(Error::NoBufs),
+            },
         }
         self.inner.take()
     }

@@ -85,6 +85,15 @@ pub struct Link {
 }
 
 impl Link {
+    /// A pool of `count` registered buffers of `size` bytes (at least
+    /// one: a pool has no empty buffers; a 0-byte message goes as a
+    /// buffer cut to nothing), for `--api pool`.
+    pub fn buffer_pool(&self, count: usize, size: usize) -> Res<weft::BufferPool> {
+        self.domain
+            .buffer_pool(count, size.max(1))
+            .ctx("open the buffer pool")
+    }
+
     pub fn reaper(&self) -> Reaper {
         Reaper::new(self.cq.clone(), self.mode == WaitMode::BusyPoll, self.idle)
     }

@@ -270,21 +270,21 @@ unsafe fn shorten_rnr_wait(id: *mut rdma_cm_id) -> bool {
     // SAFETY: as above; the QP outlives the call.
     match unsafe { set_min_rnr_timer(qp, RNR_TIMER) } {
         Ok(()) => true,
-        Err(errno) => {
+        Err(error) => {
             // SAFETY: as above.
             let device = unsafe { device_name(dev) };
-            if errno == libc::EINVAL {
+            if error == Error::Inval {
                 tracing::debug!(
                     qp_num,
                     %device,
-                    errno,
+                    %error,
                     "rdma_cm QP left RTS before its RNR timer could be shortened"
                 );
             } else {
                 tracing::warn!(
                     qp_num,
                     %device,
-                    errno,
+                    %error,
                     "cannot shorten the RNR timer of an rdma_cm QP; it keeps 655 ms"
                 );
             }

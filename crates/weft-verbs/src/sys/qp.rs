@@ -20,7 +20,7 @@ use super::cq::Cq;
 use super::device::{Context, Gid, Mtu};
 use super::mr::AccessFlags;
 use super::pd::ProtectionDomain;
-use super::{check_ret, last_error_or, ret_errno};
+use super::{check_ret, last_error_or};
 
 /// Queue pair transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -382,10 +382,8 @@ impl QueuePair {
     }
 
     fn modify(&self, attr: &mut ibv_qp_attr, mask: ibv_qp_attr_mask) -> Result<(), Error> {
-        let mask = i32::try_from(mask.0).map_err(|_| Error::Inval)?;
-        // SAFETY: the QP is alive; `attr` is fully initialised and only the
-        // fields selected by `mask` are read.
-        check_ret(unsafe { ibv_modify_qp(self.as_ptr(), attr, mask) })
+        // SAFETY: the QP is alive while `self` is.
+        unsafe { modify_raw(self.as_ptr(), attr, mask) }
     }
 
     /// RESET → INIT for an RC QP, allowing the peer `access`.
@@ -577,25 +575,35 @@ impl Drop for QueuePair {
     }
 }
 
-/// Sets the RNR NAK timer code of an RC QP in RTS without changing its
-/// state (RTS to RTS, where the timer is an optional attribute). The
-/// error is the raw errno, for callers that tell apart a QP that has
-/// already left RTS (`EINVAL`) from a real failure.
+/// `ibv_modify_qp` of the fields of `attr` that `mask` selects.
 ///
 /// # Safety
 /// `qp` must be a live QP that nothing destroys during the call.
-pub(super) unsafe fn set_min_rnr_timer(qp: *mut ibv_qp, code: u8) -> Result<(), i32> {
+unsafe fn modify_raw(
+    qp: *mut ibv_qp,
+    attr: &mut ibv_qp_attr,
+    mask: ibv_qp_attr_mask,
+) -> Result<(), Error> {
+    let mask = i32::try_from(mask.0).map_err(|_| Error::Inval)?;
+    // SAFETY: the caller keeps `qp` alive; `attr` is fully initialised and
+    // only the fields selected by `mask` are read.
+    check_ret(unsafe { ibv_modify_qp(qp, attr, mask) })
+}
+
+/// Sets the RNR NAK timer code of an RC QP in RTS without changing its
+/// state (RTS to RTS, where the timer is an optional attribute). A QP
+/// that has already left RTS gives `Inval` (`EINVAL`).
+///
+/// # Safety
+/// `qp` must be a live QP that nothing destroys during the call.
+pub(super) unsafe fn set_min_rnr_timer(qp: *mut ibv_qp, code: u8) -> Result<(), Error> {
     let mut a = zeroed_qp_attr();
     a.min_rnr_timer = code;
-    let mask = i32::try_from(ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER.0).map_err(|_| libc::ERANGE)?;
     // SAFETY: the caller keeps `qp` alive; only `min_rnr_timer` is read.
     // Without `IBV_QP_STATE` in the mask libibverbs leaves `qp->state`
     // alone, so this does not race a concurrent move to the error state
     // (the kernel serialises the two modifies).
-    match unsafe { ibv_modify_qp(qp, &mut a, mask) } {
-        0 => Ok(()),
-        ret => Err(ret_errno(ret)),
-    }
+    unsafe { modify_raw(qp, &mut a, ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER) }
 }
 
 /// A shared receive queue (`ibv_srq`).
