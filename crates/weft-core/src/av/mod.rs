@@ -21,11 +21,13 @@ mod sym;
 mod table;
 #[cfg(test)]
 mod tests;
+mod version;
 
 pub use auth_keys::{AuthKeyTable, MAX_AV_AUTH_KEYS};
 pub use key_lease::KeyLease;
 pub use sym::expand_insertsym;
 pub use table::AvTable;
+pub use version::AvVersion;
 
 use crate::{addr::FiAddr, addr::FI_ADDR_NOTAVAIL, attr::AvType, flags::AvFlags, Error, Result};
 

@@ -154,7 +154,7 @@ pub struct AvTable {
     keys: AuthKeyTable,
     /// Bumped by every change, so a reader may cache a lookup
     /// ([`version`](Self::version)).
-    version: u64,
+    version: super::version::Counter,
     /// Named AVs: the segment this table replays (`av::shared`). Changes
     /// go through it; reads stay local.
     pub(super) shared: Option<Box<super::shared::Mirror>>,
@@ -211,7 +211,7 @@ impl AvTable {
             index: AddrIndex::with_capacity(hint),
             live: 0,
             keys: AuthKeyTable::default(),
-            version: 0,
+            version: Default::default(),
             shared: None,
         })
     }
@@ -252,7 +252,7 @@ impl AvTable {
         if self.shared.is_some() {
             return super::shared::reserve(self, n);
         }
-        self.version += 1;
+        self.version.bump();
         let mut out = Vec::with_capacity(n.min(MAX_PREALLOC));
         for _ in 0..n {
             out.push(self.reserve_one().unwrap_or(FI_ADDR_NOTAVAIL));
@@ -298,7 +298,7 @@ impl AvTable {
         if self.shared.is_some() {
             return super::shared::fill(self, fi_addr, &addr, user_id);
         }
-        self.version += 1;
+        self.version.bump();
         self.fill_bytes(fi_addr, &addr, user_id)
     }
 
@@ -350,7 +350,7 @@ impl AvTable {
         if self.shared.is_some() {
             return super::shared::release(self, fi_addr);
         }
-        self.version += 1;
+        self.version.bump();
         if let Some(index) = self.resolve(fi_addr) {
             if self
                 .slots
@@ -393,7 +393,7 @@ impl AvTable {
         validate: &dyn Fn(&[u8]) -> Result<()>,
     ) -> Vec<Result<FiAddr>> {
         // A connection's cached source lookup must see the new entries.
-        self.version += 1;
+        self.version.bump();
         if self.shared.is_some() {
             return super::shared::insert(self, addrs, user_ids, validate);
         }
@@ -432,7 +432,7 @@ impl AvTable {
         if self.shared.is_some() {
             return super::shared::remove(self, fi_addr);
         }
-        self.version += 1;
+        self.version.bump();
         let index = self.live_index(fi_addr).ok_or(Error::Inval)?;
         if let Some(slot) = self.slots.get(index as usize) {
             self.index.remove(slot.hash, index);
@@ -497,14 +497,14 @@ impl AvTable {
 
     /// The authorization keys of the AV, to change.
     pub fn keys_mut(&mut self) -> &mut AuthKeyTable {
-        self.version += 1;
+        self.version.bump();
         &mut self.keys
     }
 
     /// Puts a live entry under the key handle `key` (an insert with
     /// `FI_AUTH_KEY`). `Inval` if either is not live.
     pub fn associate(&mut self, fi_addr: FiAddr, key: FiAddr) -> Result<()> {
-        self.version += 1;
+        self.version.bump();
         self.keys.get(key)?;
         let k = u32::try_from(key).map_err(|_| Error::Inval)?;
         let index = self.live_index(fi_addr).ok_or(Error::Inval)?;
@@ -522,7 +522,16 @@ impl AvTable {
     /// Changes whenever the table does: a [`find`](Self::find) result
     /// stays valid for as long as the version is the same.
     pub fn version(&self) -> u64 {
-        self.version
+        self.version.get()
+    }
+
+    /// A handle reading [`version`](Self::version) without the table's
+    /// lock, for a private table. `None` for a named AV's: other
+    /// processes change it, and only [`sync_shared`](Self::sync_shared)
+    /// under the lock brings their changes in
+    /// ([`shared::lock_synced`](super::shared::lock_synced)).
+    pub fn version_watch(&self) -> Option<super::AvVersion> {
+        (!self.is_shared()).then(|| self.version.watch())
     }
 
     /// What a completion reports as the source of a message from `addr`:
@@ -536,7 +545,7 @@ impl AvTable {
     /// Sets the user id of a live entry (`fi_av_set_user_id`). `Inval` unless
     /// the AV was opened with `AV_USER_ID`, or for an invalid handle.
     pub fn set_user_id(&mut self, fi_addr: FiAddr, user_id: u64) -> Result<()> {
-        self.version += 1;
+        self.version.bump();
         if !self.flags.contains(AvFlags::AV_USER_ID) {
             return Err(Error::Inval);
         }

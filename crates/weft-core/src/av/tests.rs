@@ -504,3 +504,24 @@ fn million_addresses_table() {
 fn million_addresses_map() {
     million(AvType::Map);
 }
+
+#[test]
+fn version_watch_follows_every_change_without_the_lock() {
+    let mut t = open(AvType::Table);
+    let w = t
+        .version_watch()
+        .expect("a private table publishes its version");
+    assert_eq!(w.get(), t.version());
+    let h = t.insert(&[vec![1]], &ok)[0].unwrap();
+    assert_eq!(w.get(), t.version());
+    let v = w.get();
+    t.remove(h).unwrap();
+    assert_ne!(w.get(), v, "a removal moves the watched version");
+    assert_eq!(w.get(), t.version());
+    // A clone counts on its own: its changes leave the original's watch.
+    let mut c = t.clone();
+    let before = w.get();
+    c.insert(&[vec![2]], &ok);
+    assert_eq!(w.get(), before);
+    assert_ne!(c.version(), before);
+}

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
-use weft_core::av::shared::lock_synced;
 use weft_core::limits::UNEXPECTED_OVERHEAD;
 use weft_core::provider::RecvReq;
 use weft_core::recv_completion::{deliver_in, KnownSource, RecvCtx as _};
@@ -69,7 +68,7 @@ fn source(ep: &EpShared, lc: &mut RxChan) -> FiAddr {
     let (Some(av), Some(who)) = (&ep.cfg.av, &lc.who) else {
         return FI_ADDR_NOTAVAIL;
     };
-    let v = lock_synced(av).version();
+    let v = ep.av_version(av);
     if let Some((cv, h, _)) = lc.src {
         if cv == v {
             return h;

@@ -13,8 +13,8 @@ use super::*;
 /// The last destination a send resolved, under the peers' lock: its AV
 /// handle and the AV version of the lookup, the address and the key
 /// handle to prove there. A run of sends to one peer (every ping-pong)
-/// takes the AV's lock for its version only: the lookup and the copy of
-/// the address were about 140 instructions of a 64 B send.
+/// only reads the AV's version (`EpShared::av_version`): the lookup and
+/// the copy of the address were about 140 instructions of a 64 B send.
 #[derive(Debug)]
 pub struct LastDest {
     handle: FiAddr,
@@ -117,8 +117,8 @@ impl EpShared {
     }
 
     /// The destination of AV handle `dest`, from `last` when it is the
-    /// handle resolved last and the AV has not changed since (the AV's
-    /// lock is taken for its version and a named AV's sync), else looked
+    /// handle resolved last and the AV has not changed since
+    /// ([`av_version`](Self::av_version)), else looked
     /// up into `last`: [`dest`](Self::dest)'s answers.
     #[inline(always)]
     fn dest_cached<'a>(
@@ -127,9 +127,12 @@ impl EpShared {
         dest: FiAddr,
     ) -> Result<&'a mut LastDest> {
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
-        let t = lock_synced(av);
-        let version = t.version();
-        if !matches!(last, Some(l) if l.handle == dest && l.version == version) {
+        let now = self.av_version(av);
+        if !matches!(last, Some(l) if l.handle == dest && l.version == now) {
+            // The version read again under the lock: the lookup is
+            // valid for that one (the AV may have changed since `now`).
+            let t = lock_synced(av);
+            let version = t.version();
             let (b, key) = t.lookup_keyed(dest).map_err(|_| Error::AddrNotAvail)?;
             let addr = Addr::from_slice(b);
             drop(t);

@@ -184,6 +184,9 @@ fn every_process_gets_the_same_handles() {
         assert_eq!(t.len(), 5);
         let p3 = proc_open(&mem, AvType::Unspec);
         assert_eq!(p3.av_type(), ty);
+        // Other processes' changes come in only through the sync under
+        // the lock: no lock-free version to read.
+        assert!(p3.version_watch().is_none());
         assert_eq!(entries(&p3), entries(&t));
         assert_eq!(mem.held.load(Ordering::SeqCst), 0);
     }
