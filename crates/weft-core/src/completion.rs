@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use futures::channel::oneshot;
@@ -80,7 +80,7 @@ pub struct CqShared {
     id: u64,
     format: CqFormat,
     wait: WaitMode,
-    inner: Mutex<CqInner>,
+    inner: crate::sync::FastMutex<CqInner>,
     // Length mirror so empty checks on the busy path take no lock.
     len: AtomicU64,
     // `inner.closed` mirrored, so a spinning reader's poll takes no lock.
@@ -103,7 +103,7 @@ impl CqShared {
             id,
             format,
             wait,
-            inner: Mutex::new(inner),
+            inner: crate::sync::FastMutex::new(inner),
             len: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             hooks: ProgressHooks::default(),
@@ -165,7 +165,7 @@ impl CqShared {
     /// Kept out of [`push`](Self::push) so that the push inlines.
     #[cold]
     #[inline(never)]
-    fn wake_readers(mut g: std::sync::MutexGuard<'_, CqInner>) {
+    fn wake_readers(mut g: crate::sync::FastGuard<'_, CqInner>) {
         let wakers = g.readers.take();
         drop(g);
         wake_all(wakers);

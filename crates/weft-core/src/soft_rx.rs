@@ -11,7 +11,7 @@
 #![allow(clippy::result_large_err)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::addr::FiAddr;
 use crate::completion::CqErrEntry;
@@ -19,7 +19,7 @@ use crate::flags::OpFlags;
 use crate::multi_recv;
 use crate::provider::{RecvReq, Rejected};
 use crate::recv_completion::{cancel_recv, complete_peek, RecvCtx};
-use crate::sync::lock;
+use crate::sync::{lock, FastMutex};
 use crate::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
 use crate::Error;
 
@@ -81,7 +81,7 @@ pub fn spec_of(req: &RecvReq) -> RecvSpec {
 /// (giving back the credit, as every delivery does).
 pub fn post_recv<U, S>(
     ep: &dyn RecvCtx,
-    matcher: &Mutex<Matcher<RecvReq, U, S>>,
+    matcher: &FastMutex<Matcher<RecvReq, U, S>>,
     req: RecvReq,
     iov_limit: usize,
     resolve: &dyn Fn(&S) -> FiAddr,
@@ -98,7 +98,7 @@ pub fn post_recv<U, S>(
 /// `BadFlags`, as in [`post_recv`].
 pub fn post_recv_keyed<U, S>(
     ep: &dyn RecvCtx,
-    matcher: &Mutex<Matcher<RecvReq, U, S>>,
+    matcher: &FastMutex<Matcher<RecvReq, U, S>>,
     req: RecvReq,
     iov_limit: usize,
     holds: Option<&dyn Fn(FiAddr) -> bool>,
@@ -252,7 +252,7 @@ pub fn hold_given_back<U, S>(
 /// with `Canceled`; false when none is posted.
 pub fn cancel<U, S>(
     ep: &dyn RecvCtx,
-    matcher: &Mutex<Matcher<RecvReq, U, S>>,
+    matcher: &FastMutex<Matcher<RecvReq, U, S>>,
     context: u64,
 ) -> bool {
     let r = lock(matcher).cancel(context);

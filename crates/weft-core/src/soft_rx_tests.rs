@@ -9,7 +9,7 @@ use crate::credits::Credits;
 use crate::multi_recv::tests::{buffer, items, msg, Ep};
 use crate::recv_completion::copy_and_deliver;
 
-type M = Mutex<Matcher<RecvReq, Vec<u8>, ()>>;
+type M = FastMutex<Matcher<RecvReq, Vec<u8>, ()>>;
 
 fn post(ep: &Ep, m: &M, req: RecvReq) {
     let r = post_recv(ep, m, req, 4, &|_: &()| 0, &|req, info, held: Vec<u8>| {
@@ -22,7 +22,7 @@ fn post(ep: &Ep, m: &M, req: RecvReq) {
 fn a_posted_buffer_takes_the_held_messages_that_fit_in_order() {
     let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 8);
     let ep = Ep(Credits::new(4));
-    let m: M = Mutex::new(Matcher::new());
+    let m: M = FastMutex::new(Matcher::new());
     for (i, len) in [40usize, 50, 30].into_iter().enumerate() {
         lock(&m).push_unexpected((), msg(len), vec![i as u8 + 1; len]);
     }
@@ -52,7 +52,7 @@ fn a_posted_buffer_takes_the_held_messages_that_fit_in_order() {
 fn an_arrival_that_does_not_fit_ends_the_buffer_and_goes_on() {
     let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 8);
     let ep = Ep(Credits::new(4));
-    let m: M = Mutex::new(Matcher::new());
+    let m: M = FastMutex::new(Matcher::new());
     post(&ep, &m, buffer(&cq, 100, 10));
     assert_eq!(ep.0.left(), 3);
     let (part, ended) = arrival(&mut lock(&m), &msg(60));
@@ -82,7 +82,7 @@ fn an_arrival_that_does_not_fit_ends_the_buffer_and_goes_on() {
 fn a_plain_receive_still_takes_one_message_whole() {
     let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 8);
     let ep = Ep(Credits::new(4));
-    let m: M = Mutex::new(Matcher::new());
+    let m: M = FastMutex::new(Matcher::new());
     let mut req = buffer(&cq, 100, 10);
     req.multi = None;
     req.flags = OpFlags::empty();

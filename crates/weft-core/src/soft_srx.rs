@@ -37,7 +37,7 @@ use crate::multi_recv;
 use crate::provider::{EpStats, ProviderSrx, RecvReq, Rejected};
 use crate::recv_completion::{cancel_recv, complete_peek, copy_and_deliver, RecvCtx};
 use crate::soft_rx::{spec_of, Charge};
-use crate::sync::lock;
+use crate::sync::{lock, FastMutex};
 use crate::tagmatch::{Matcher, MsgInfo, PostOutcome};
 use crate::Error;
 
@@ -48,7 +48,7 @@ use crate::Error;
 #[derive(Debug)]
 pub struct RxSide<U, S> {
     /// Posted receives and held messages.
-    pub matcher: Mutex<Matcher<RecvReq, U, S>>,
+    pub matcher: FastMutex<Matcher<RecvReq, U, S>>,
     /// Receives that can still be posted.
     pub rx: Credits,
     /// Unexpected bytes held now (payload plus the fixed overhead of each).
@@ -62,7 +62,7 @@ impl<U, S> RxSide<U, S> {
     /// bytes.
     pub fn new(size: usize, limit: usize) -> Arc<RxSide<U, S>> {
         Arc::new(RxSide {
-            matcher: Mutex::new(Matcher::new()),
+            matcher: FastMutex::new(Matcher::new()),
             rx: Credits::new(size),
             unexp: Arc::new(AtomicUsize::new(0)),
             limit,
@@ -253,7 +253,7 @@ impl<E> Members<E> {
     /// on the first bound endpoint's queues; false when none is posted.
     pub fn cancel_in<U, S>(
         &self,
-        matcher: &Mutex<Matcher<RecvReq, U, S>>,
+        matcher: &FastMutex<Matcher<RecvReq, U, S>>,
         context: u64,
         ctx: &dyn RecvCtx,
         queues: impl Fn(&E) -> Queues,
@@ -273,7 +273,7 @@ impl<E> Members<E> {
     /// `ctx` (buffers handed back), its held messages are dropped.
     pub fn close_in<U, S>(
         &self,
-        matcher: &Mutex<Matcher<RecvReq, U, S>>,
+        matcher: &FastMutex<Matcher<RecvReq, U, S>>,
         ctx: &dyn RecvCtx,
         queues: impl Fn(&E) -> Queues,
     ) {

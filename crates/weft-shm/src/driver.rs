@@ -97,7 +97,7 @@ pub fn poll_once(ep: &EpShared, now: u64, full: bool) -> usize {
     if !full && !ep.parked.load(Ordering::Acquire) && !published(ep) {
         return n;
     }
-    if let Ok(mut st) = ep.rx_state.try_lock() {
+    if let Some(mut st) = ep.rx_state.try_lock() {
         n += crate::rx::pass(ep, &mut st, sweep, full);
     }
     n

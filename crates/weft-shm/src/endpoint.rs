@@ -24,7 +24,7 @@ use weft_core::provider::{
 use weft_core::recv_completion::RecvCtx;
 use weft_core::soft_rx::{self, post_recv_keyed};
 use weft_core::soft_srx::{RxSide, Sender, SoftSide, SoftSrx};
-use weft_core::sync::lock;
+use weft_core::sync::{lock, FastMutex};
 use weft_core::{Error, Result};
 
 use crate::layout::*;
@@ -74,9 +74,9 @@ pub struct EpShared {
     /// The shared receive context it is bound to.
     pub srx: Option<Arc<SoftSrx<EpShared>>>,
     /// What the receiver knows of each channel; one driver at a time.
-    pub rx_state: Mutex<RxState>,
+    pub rx_state: FastMutex<RxState>,
     /// The peers sent to.
-    pub peers: Mutex<Peers>,
+    pub peers: FastMutex<Peers>,
     /// Sends wait in some peer's queue.
     pub tx_pending: AtomicBool,
     /// Wakes the interrupt-mode driver (a queued send, a receive posted
@@ -264,8 +264,8 @@ impl EpShared {
             iov_limit,
             side,
             srx: srx.clone(),
-            rx_state: Mutex::new(rx_state),
-            peers: Mutex::new(Peers::default()),
+            rx_state: FastMutex::new(rx_state),
+            peers: FastMutex::new(Peers::default()),
             tx_pending: AtomicBool::new(false),
             kick: Notify::new(),
             tx,

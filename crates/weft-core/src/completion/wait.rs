@@ -85,7 +85,7 @@ impl CqShared {
     /// [`poll_next`](Self::poll_next) of an empty queue, its lock held.
     fn poll_wait<'a>(
         &'a self,
-        mut g: std::sync::MutexGuard<'a, CqInner>,
+        mut g: crate::sync::FastGuard<'a, CqInner>,
         cx: &mut Context<'_>,
         wait: &mut InlineWait,
     ) -> Poll<Option<CqItem>> {
