@@ -37,7 +37,7 @@ use crate::multi_recv;
 use crate::provider::{EpStats, ProviderSrx, RecvReq, Rejected};
 use crate::recv_completion::{cancel_recv, complete_peek, copy_and_deliver, RecvCtx};
 use crate::soft_rx::{spec_of, Charge};
-use crate::sync::{lock, FastMutex};
+use crate::sync::{lock, FastMutex, Lock};
 use crate::tagmatch::{Matcher, MsgInfo, PostOutcome};
 use crate::Error;
 
@@ -251,9 +251,10 @@ impl<E> Members<E> {
     /// Withdraws the receive with `context` posted to a context's
     /// `matcher`, ending it with `Canceled` through `ctx` (the context),
     /// on the first bound endpoint's queues; false when none is posted.
+    /// `matcher` is any lock of one (verbs RDM keeps a `std` mutex).
     pub fn cancel_in<U, S>(
         &self,
-        matcher: &FastMutex<Matcher<RecvReq, U, S>>,
+        matcher: &(impl Lock<Target = Matcher<RecvReq, U, S>> + ?Sized),
         context: u64,
         ctx: &dyn RecvCtx,
         queues: impl Fn(&E) -> Queues,
@@ -273,7 +274,7 @@ impl<E> Members<E> {
     /// `ctx` (buffers handed back), its held messages are dropped.
     pub fn close_in<U, S>(
         &self,
-        matcher: &FastMutex<Matcher<RecvReq, U, S>>,
+        matcher: &(impl Lock<Target = Matcher<RecvReq, U, S>> + ?Sized),
         ctx: &dyn RecvCtx,
         queues: impl Fn(&E) -> Queues,
     ) {

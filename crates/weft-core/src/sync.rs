@@ -1,5 +1,6 @@
 //! Small synchronisation helpers shared by the queue objects.
 
+use std::ops::DerefMut;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
@@ -16,8 +17,11 @@ pub type FastGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
 /// What [`lock`] locks: a `std` mutex or a [`FastMutex`], directly or
 /// through a reference or an `Arc`.
 pub trait Lock {
+    /// What it guards.
+    type Target: ?Sized;
+
     /// The guard that holds it.
-    type Guard<'a>
+    type Guard<'a>: DerefMut<Target = Self::Target>
     where
         Self: 'a;
 
@@ -26,6 +30,7 @@ pub trait Lock {
 }
 
 impl<T: ?Sized> Lock for Mutex<T> {
+    type Target = T;
     type Guard<'a>
         = MutexGuard<'a, T>
     where
@@ -38,6 +43,7 @@ impl<T: ?Sized> Lock for Mutex<T> {
 }
 
 impl<T: ?Sized> Lock for FastMutex<T> {
+    type Target = T;
     type Guard<'a>
         = FastGuard<'a, T>
     where
@@ -50,6 +56,7 @@ impl<T: ?Sized> Lock for FastMutex<T> {
 }
 
 impl<M: Lock + ?Sized> Lock for Arc<M> {
+    type Target = M::Target;
     type Guard<'a>
         = M::Guard<'a>
     where
@@ -62,6 +69,7 @@ impl<M: Lock + ?Sized> Lock for Arc<M> {
 }
 
 impl<M: Lock + ?Sized> Lock for &M {
+    type Target = M::Target;
     type Guard<'a>
         = M::Guard<'a>
     where
