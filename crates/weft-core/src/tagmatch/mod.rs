@@ -30,6 +30,17 @@ use crate::{Error, Result};
 use posted::PostedQueue;
 use unexpected::UnexpectedQueue;
 
+/// A spec for the posted queue to overwrite with the one of the receive
+/// it takes.
+const UNSET: RecvSpec = RecvSpec {
+    src: FI_ADDR_UNSPEC,
+    tagged: false,
+    tag: 0,
+    ignore: 0,
+    context: 0,
+    by_key: false,
+};
+
 /// A posted receive's matching criteria. `src == FI_ADDR_UNSPEC` matches any
 /// source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,8 +306,9 @@ impl<R, U, S> Matcher<R, U, S> {
     where
         F: FnMut(&mut R, &MsgInfo) -> Take<R> + ?Sized,
     {
-        self.posted
-            .take_match_by(info, take, ended, |spec, r| (spec, r))
+        let mut spec = UNSET;
+        let r = self.posted.take_match_by(info, take, ended, &mut spec)?;
+        Some((spec, r))
     }
 
     /// [`match_arrival_by`](Self::match_arrival_by) for a caller that
@@ -306,7 +318,8 @@ impl<R, U, S> Matcher<R, U, S> {
     where
         F: FnMut(&mut R, &MsgInfo) -> Take<R> + ?Sized,
     {
-        self.posted.take_match_by(info, take, ended, |_, r| r)
+        let mut spec = UNSET;
+        self.posted.take_match_by(info, take, ended, &mut spec)
     }
 
     /// Buffers an unmatched message; arrival order is preserved.

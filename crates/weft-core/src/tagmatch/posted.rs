@@ -77,9 +77,15 @@ pub(crate) const LIST_MAX: usize = 8;
 pub(super) struct PostedQueue<R> {
     next_seq: u64,
     front_seq: u64,
-    /// Every posted receive, by sequence number, while `indexed` is false;
-    /// empty while it is true.
-    list: Vec<(u64, RecvSpec, R)>,
+    /// Every posted receive's sequence number and spec, in post order,
+    /// while `indexed` is false; empty while it is true.
+    list: Vec<(u64, RecvSpec)>,
+    /// The receives of `list`, at the same places. Kept apart from their
+    /// specs: a receive is moved into and out of its own vector, where
+    /// as a part of one 180-byte entry it was built into the entry,
+    /// copied into the list and out of it whole, and out of the entry
+    /// again (about 50 instructions a ping-pong round trip).
+    reqs: Vec<R>,
     /// The receives are in `entries` and the indexes.
     indexed: bool,
     // By sequence number. A hash map, not an ordered one: matching finds
@@ -106,6 +112,7 @@ impl<R> PostedQueue<R> {
             next_seq: FIRST_SEQ,
             front_seq: FIRST_SEQ,
             list: Vec::new(),
+            reqs: Vec::new(),
             indexed: false,
             entries: fast_map(),
             exact: fast_map(),
@@ -145,7 +152,8 @@ impl<R> PostedQueue<R> {
         // rarely more than a look at the last entry.
         if !self.indexed && self.list.len() < LIST_MAX && self.list.last().is_none_or(|e| e.0 < seq)
         {
-            self.list.push((seq, spec, r));
+            self.list.push((seq, spec));
+            self.reqs.push(r);
             return;
         }
         self.insert_slow(seq, spec, r);
@@ -157,11 +165,13 @@ impl<R> PostedQueue<R> {
         if !self.indexed {
             if self.list.len() < LIST_MAX {
                 let at = self.list.partition_point(|e| e.0 < seq);
-                self.list.insert(at, (seq, spec, r));
+                self.list.insert(at, (seq, spec));
+                self.reqs.insert(at, r);
                 return;
             }
             self.indexed = true;
-            for (seq, spec, r) in std::mem::take(&mut self.list) {
+            let listed = std::mem::take(&mut self.list);
+            for ((seq, spec), r) in listed.into_iter().zip(std::mem::take(&mut self.reqs)) {
                 self.index(seq, spec, r);
             }
         }
@@ -191,11 +201,9 @@ impl<R> PostedQueue<R> {
     #[inline]
     fn take_first(&mut self, info: &MsgInfo) -> Option<(u64, RecvSpec, R)> {
         if !self.indexed {
-            let i = self
-                .list
-                .iter()
-                .position(|(_, spec, _)| accepts(spec, info))?;
-            return Some(self.list.remove(i));
+            let i = self.list.iter().position(|(_, spec)| accepts(spec, info))?;
+            let (seq, spec) = self.list[i];
+            return self.list_remove(i).map(|r| (seq, spec, r));
         }
         let seq = self.find(info)?;
         let (spec, r) = self.remove(seq)?;
@@ -205,58 +213,57 @@ impl<R> PostedQueue<R> {
     /// [`take_match`](Self::take_match), asking `take` what the receive
     /// gives: a receive that keeps room stays in its place; one that ends
     /// leaves the queue into `ended` and the next receive that accepts the
-    /// message is asked. `out` makes the result of the receive's spec and
-    /// the receive (or part) that takes the message. A listed receive is
-    /// asked in place and moved out once, straight into `out`: the list
-    /// entry is about 180 bytes, and every move of it cost about 40
-    /// instructions an arrival.
+    /// message is asked. Returns the receive (or part) that takes the
+    /// message and writes its spec into `spec`: a listed receive is asked
+    /// in place and moved out once, straight into the result (a
+    /// receive is 128 bytes, and every move of it cost about 16
+    /// instructions an arrival).
     #[inline(always)]
-    pub(super) fn take_match_by<F, T>(
+    pub(super) fn take_match_by<F>(
         &mut self,
         info: &MsgInfo,
         take: &mut F,
         ended: &mut Vec<R>,
-        out: impl Fn(RecvSpec, R) -> T,
-    ) -> Option<T>
+        spec: &mut RecvSpec,
+    ) -> Option<R>
     where
         F: FnMut(&mut R, &MsgInfo) -> Take<R> + ?Sized,
     {
         if self.indexed {
-            return self
-                .take_indexed_by(info, take, ended)
-                .map(|(s, r)| out(s, r));
+            let (s, r) = self.take_indexed_by(info, take, ended)?;
+            *spec = s;
+            return Some(r);
         }
         loop {
-            let i = self
-                .list
-                .iter()
-                .position(|(_, spec, _)| accepts(spec, info))?;
-            match take(&mut self.list[i].2, info) {
-                Take::Whole => {
-                    let (_, spec, r) = self.list_remove(i);
-                    return Some(out(spec, r));
-                }
-                Take::Part(p) => return Some(out(self.list[i].1, p)),
+            let i = self.list.iter().position(|(_, spec)| accepts(spec, info))?;
+            *spec = self.list[i].1;
+            let r = self.reqs.get_mut(i)?;
+            match take(r, info) {
+                Take::Whole => return self.list_remove(i),
+                Take::Part(p) => return Some(p),
                 Take::Last(p) => {
-                    let spec = self.list[i].1;
-                    drop(self.list.remove(i));
-                    return Some(out(spec, p));
+                    drop(self.list_remove(i));
+                    return Some(p);
                 }
-                Take::End => ended.push(self.list.remove(i).2),
+                Take::End => ended.extend(self.list_remove(i)),
             }
         }
     }
 
-    /// Takes the listed receive at `i`: mostly the last (a ping-pong
-    /// lists one), which needs no shift of the ones after it.
+    /// Takes the listed receive at `i` (and its spec) out of the list:
+    /// mostly the last (a ping-pong lists one), which needs no shift of
+    /// the ones after it.
     #[inline(always)]
-    fn list_remove(&mut self, i: usize) -> (u64, RecvSpec, R) {
+    fn list_remove(&mut self, i: usize) -> Option<R> {
         if i + 1 == self.list.len() {
-            if let Some(e) = self.list.pop() {
-                return e;
-            }
+            self.list.pop();
+            return self.reqs.pop();
         }
-        self.list.remove(i)
+        if i >= self.list.len() {
+            return None;
+        }
+        self.list.remove(i);
+        Some(self.reqs.remove(i))
     }
 
     /// [`take_match_by`](Self::take_match_by) of an indexed queue: a
@@ -289,7 +296,7 @@ impl<R> PostedQueue<R> {
             return self
                 .list
                 .iter()
-                .find(|(_, spec, _)| accepts(spec, info))
+                .find(|(_, spec)| accepts(spec, info))
                 .map(|e| e.0);
         }
         // A message from an unknown sender carries FI_ADDR_NOTAVAIL, which
@@ -333,8 +340,8 @@ impl<R> PostedQueue<R> {
     pub(super) fn cancel(&mut self, context: u64) -> Option<(RecvSpec, R)> {
         if !self.indexed {
             let i = self.list.iter().position(|e| e.1.context == context)?;
-            let (_, spec, r) = self.list.remove(i);
-            return Some((spec, r));
+            let spec = self.list[i].1;
+            return self.list_remove(i).map(|r| (spec, r));
         }
         let seq = self
             .entries
@@ -349,7 +356,8 @@ impl<R> PostedQueue<R> {
         if !self.indexed {
             return std::mem::take(&mut self.list)
                 .into_iter()
-                .map(|(_, spec, r)| (spec, r))
+                .zip(std::mem::take(&mut self.reqs))
+                .map(|((_, spec), r)| (spec, r))
                 .collect();
         }
         self.indexed = false;
@@ -367,8 +375,8 @@ impl<R> PostedQueue<R> {
     fn remove(&mut self, seq: u64) -> Option<(RecvSpec, R)> {
         if !self.indexed {
             let i = self.list.iter().position(|e| e.0 == seq)?;
-            let (_, spec, r) = self.list.remove(i);
-            return Some((spec, r));
+            let spec = self.list[i].1;
+            return self.list_remove(i).map(|r| (spec, r));
         }
         let (spec, r) = self.entries.remove(&seq)?;
         // Emptied: the next receives go to the list again.
