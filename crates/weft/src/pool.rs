@@ -17,6 +17,18 @@
 //! under a pool receive or read discards that operation and its buffer
 //! with it; the pool then counts the buffer as lost
 //! ([`PoolStats::lost`]) and never hands it out again.
+//!
+//! The posted forms (`Endpoint::post_send_pooled`,
+//! `Endpoint::post_recv_pooled`, completions on the bound CQ) hand a
+//! receive's buffer to the caller inside its completion: the entry's
+//! `bufs` (error entries' too: a cancelled receive, but not on verbs
+//! MSG, whose device keeps a posted receive's buffer) hold it, and
+//! [`BufferPool::reclaim`] makes it a `PoolBuf` again. Until then the
+//! pool counts it as lent ([`PoolStats::lent`]) and never hands it out;
+//! its memory stays allocated whatever happens to the entry. A completion
+//! dropped without a reclaim, or a receive discarded by `fi_close`
+//! (which reports nothing), leaves the buffer lent for good: cancel
+//! posted pool receives before closing to have their buffers back.
 
 use std::any::Any;
 use std::fmt;
@@ -46,6 +58,9 @@ pub struct PoolStats {
     /// Buffers discarded with an operation an endpoint closed under
     /// them; never handed out again.
     pub lost: usize,
+    /// Buffers out on posted receives, not reclaimed from their
+    /// completions yet ([`BufferPool::reclaim`]).
+    pub lent: usize,
 }
 
 /// A pool of registered buffers of one domain (see the module docs).
@@ -66,6 +81,8 @@ struct PoolInner {
     /// One permit per free buffer; closed when every buffer is lost.
     permits: Semaphore,
     lost: AtomicUsize,
+    /// Buffers out on posted receives.
+    lent: AtomicUsize,
     /// The provider's registration (dropped after the buffers above).
     _keep: Box<dyn Any + Send + Sync>,
 }
@@ -108,6 +125,7 @@ impl Domain {
                 free: Mutex::new(mem.bufs),
                 permits: Semaphore::new(count),
                 lost: AtomicUsize::new(0),
+                lent: AtomicUsize::new(0),
                 _keep: mem.keep,
             }),
         })
@@ -158,13 +176,50 @@ impl BufferPool {
         self.inner.domain
     }
 
-    /// Buffers free and lost now.
+    /// Buffers free, lost and lent now.
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             count: self.inner.count,
             free: lock(&self.inner.free).len(),
             lost: self.inner.lost.load(Ordering::Acquire),
+            lent: self.inner.lent.load(Ordering::Acquire),
         }
+    }
+
+    /// The buffer of this pool that a posted pool receive's completion
+    /// carries in `bufs` (a `CqEntry`'s or a `CqErrEntry`'s), taken out
+    /// of them as a `PoolBuf` holding what arrived; the `Vec` stays, for
+    /// reuse. `None` when `bufs` hold no buffer of this pool.
+    pub fn reclaim(&self, bufs: &mut Vec<BytesMut>) -> Option<PoolBuf> {
+        let i = bufs
+            .iter()
+            .position(|b| self.inner.slots.index(b).is_some())?;
+        let buf = bufs.swap_remove(i);
+        self.end_lend();
+        Some(PoolBuf {
+            buf,
+            pool: self.inner.clone(),
+            armed: true,
+        })
+    }
+
+    /// A posted receive's buffer that the provider did not hand back:
+    /// lost.
+    pub(crate) fn lose_lent(&self) {
+        self.end_lend();
+        self.inner.lose();
+    }
+
+    fn end_lend(&self) {
+        // Only a posted receive lets a pool's buffer out as a `BytesMut`,
+        // and one view of a slot exists at a time: this is that lend
+        // ending. Saturating all the same: a count is not worth a panic.
+        let _ = self
+            .inner
+            .lent
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(1))
+            });
     }
 }
 
@@ -260,6 +315,19 @@ impl PoolBuf {
     /// operation that holds it ends, on success, failure or close alike.
     pub fn freeze(self) -> Bytes {
         Bytes::from_owner(self)
+    }
+
+    /// The buffer itself for a posted receive, and its pool, which takes
+    /// it back from the completion ([`BufferPool::reclaim`]); lent until
+    /// then.
+    pub(crate) fn lend_posted(mut self) -> (BytesMut, BufferPool) {
+        self.armed = false;
+        self.pool.lent.fetch_add(1, Ordering::AcqRel);
+        let buf = std::mem::take(&mut self.buf);
+        let pool = BufferPool {
+            inner: self.pool.clone(),
+        };
+        (buf, pool)
     }
 
     /// The buffer itself, for an operation that gives it back, and the
