@@ -77,7 +77,8 @@ struct PoolInner {
     count: usize,
     desc: u64,
     slots: Slots,
-    free: Mutex<Vec<BytesMut>>,
+    /// Each with the spare `Vec` its posted receives travel in.
+    free: Mutex<Vec<(BytesMut, Vec<BytesMut>)>>,
     /// One permit per free buffer; closed when every buffer is lost.
     permits: Semaphore,
     lost: AtomicUsize,
@@ -122,7 +123,7 @@ impl Domain {
                 count,
                 desc: mem.desc,
                 slots,
-                free: Mutex::new(mem.bufs),
+                free: Mutex::new(mem.bufs.into_iter().map(|b| (b, Vec::new())).collect()),
                 permits: Semaphore::new(count),
                 lost: AtomicUsize::new(0),
                 lent: AtomicUsize::new(0),
@@ -188,16 +189,27 @@ impl BufferPool {
 
     /// The buffer of this pool that a posted pool receive's completion
     /// carries in `bufs` (a `CqEntry`'s or a `CqErrEntry`'s), taken out
-    /// of them as a `PoolBuf` holding what arrived; the `Vec` stays, for
-    /// reuse. `None` when `bufs` hold no buffer of this pool.
+    /// of them as a `PoolBuf` holding what arrived. `None` when `bufs`
+    /// hold no buffer of this pool. When they hold just that buffer, the
+    /// `Vec` goes with it (`bufs` is left empty, unallocated), for its
+    /// next posted receive: the receive path then allocates nothing.
     pub fn reclaim(&self, bufs: &mut Vec<BytesMut>) -> Option<PoolBuf> {
-        let i = bufs
-            .iter()
-            .position(|b| self.inner.slots.index(b).is_some())?;
-        let buf = bufs.swap_remove(i);
+        let (buf, iov) = match bufs.as_slice() {
+            [one] if self.inner.slots.index(one).is_some() => {
+                let mut iov = std::mem::take(bufs);
+                (iov.pop()?, iov)
+            }
+            _ => {
+                let i = bufs
+                    .iter()
+                    .position(|b| self.inner.slots.index(b).is_some())?;
+                (bufs.swap_remove(i), Vec::new())
+            }
+        };
         self.end_lend();
         Some(PoolBuf {
             buf,
+            iov,
             pool: self.inner.clone(),
             armed: true,
         })
@@ -226,7 +238,7 @@ impl BufferPool {
 impl PoolInner {
     /// A free buffer at its full size, for a permit already taken.
     fn take(self: &Arc<Self>) -> Result<PoolBuf> {
-        let Some(mut buf) = lock(&self.free).pop() else {
+        let Some((mut buf, iov)) = lock(&self.free).pop() else {
             // A permit without a buffer cannot happen; keep counting
             // straight if it ever did.
             self.permits.add_permits(1);
@@ -237,6 +249,7 @@ impl PoolInner {
         buf.resize(self.size, 0);
         Ok(PoolBuf {
             buf,
+            iov,
             pool: self.clone(),
             armed: true,
         })
@@ -244,9 +257,9 @@ impl PoolInner {
 
     /// Takes back one of its buffers (anything else counts as a lost
     /// buffer: the pool's own never left its operation).
-    fn put(&self, buf: BytesMut) {
+    fn put(&self, buf: BytesMut, iov: Vec<BytesMut>) {
         if self.slots.index(&buf).is_some() {
-            lock(&self.free).push(buf);
+            lock(&self.free).push((buf, iov));
             self.permits.add_permits(1);
         } else {
             self.lose();
@@ -268,6 +281,9 @@ impl PoolInner {
 /// bytes that arrived.
 pub struct PoolBuf {
     buf: BytesMut,
+    /// Empty; the `Vec` a posted receive takes the buffer in (kept with
+    /// the buffer, so that posting allocates none).
+    iov: Vec<BytesMut>,
     pool: Arc<PoolInner>,
     /// False once lent to an operation (the buffer travels without it).
     armed: bool,
@@ -317,17 +333,20 @@ impl PoolBuf {
         Bytes::from_owner(self)
     }
 
-    /// The buffer itself for a posted receive, and its pool, which takes
+    /// The buffer itself for a posted receive (in its `Vec`), and its
+    /// pool, which takes
     /// it back from the completion ([`BufferPool::reclaim`]); lent until
     /// then.
-    pub(crate) fn lend_posted(mut self) -> (BytesMut, BufferPool) {
+    pub(crate) fn lend_posted(mut self) -> (Vec<BytesMut>, BufferPool) {
         self.armed = false;
         self.pool.lent.fetch_add(1, Ordering::AcqRel);
-        let buf = std::mem::take(&mut self.buf);
+        let mut iov = std::mem::take(&mut self.iov);
+        iov.clear();
+        iov.push(std::mem::take(&mut self.buf));
         let pool = BufferPool {
             inner: self.pool.clone(),
         };
-        (buf, pool)
+        (iov, pool)
     }
 
     /// The buffer itself, for an operation that gives it back, and the
@@ -370,7 +389,8 @@ impl AsMut<[u8]> for PoolBuf {
 impl Drop for PoolBuf {
     fn drop(&mut self) {
         if self.armed {
-            self.pool.put(std::mem::take(&mut self.buf));
+            self.pool
+                .put(std::mem::take(&mut self.buf), std::mem::take(&mut self.iov));
         }
     }
 }
@@ -398,6 +418,7 @@ impl Lent {
         }
         Some(PoolBuf {
             buf,
+            iov: Vec::new(),
             pool,
             armed: true,
         })

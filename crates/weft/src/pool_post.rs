@@ -8,7 +8,7 @@
 //! (no bounce copy), plain memory elsewhere.
 
 use bytes::{Bytes, BytesMut};
-use weft_core::addr::FiAddr;
+use weft_core::addr::{FiAddr, FI_ADDR_UNSPEC};
 use weft_core::flags::OpFlags;
 use weft_core::Error;
 
@@ -90,7 +90,14 @@ impl Endpoint {
         buf: PoolBuf,
         context: u64,
     ) -> std::result::Result<(), RecvRefused> {
-        self.post_pooled_recv(buf, |b| RecvMsg::untagged(b, context))
+        self.post_pooled_recv(buf, |bufs| RecvMsg {
+            src: FI_ADDR_UNSPEC,
+            bufs,
+            tagged: false,
+            tag: 0,
+            ignore: 0,
+            context,
+        })
     }
 
     /// Tagged [`post_recv_pooled`](Self::post_recv_pooled) (`fi_trecv`):
@@ -104,13 +111,20 @@ impl Endpoint {
         ignore: u64,
         context: u64,
     ) -> std::result::Result<(), RecvRefused> {
-        self.post_pooled_recv(buf, |b| RecvMsg::tagged(b, src, tag, ignore, context))
+        self.post_pooled_recv(buf, |bufs| RecvMsg {
+            src,
+            bufs,
+            tagged: true,
+            tag,
+            ignore,
+            context,
+        })
     }
 
     fn post_pooled_recv(
         &self,
         buf: PoolBuf,
-        msg: impl FnOnce(BytesMut) -> RecvMsg,
+        msg: impl FnOnce(Vec<BytesMut>) -> RecvMsg,
     ) -> std::result::Result<(), RecvRefused> {
         if !self.owns_pool_buf(&buf) {
             return Err((Error::Inval, Some(buf)));
