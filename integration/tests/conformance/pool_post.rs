@@ -7,31 +7,10 @@
 
 use std::time::Duration;
 
-use weft::{BufferPool, CompletionQueue, CqEntry, Error, PoolBuf, FI_ADDR_UNSPEC};
+use weft::{CompletionQueue, CqEntry, Error, FI_ADDR_UNSPEC};
 use weft_integration::{next_cq, payload, within, Harness, Provider};
 
-/// Waits (bounded) until every buffer of `pool` is back.
-async fn all_back(pool: &BufferPool, what: &str) {
-    within(what, async {
-        loop {
-            let s = pool.stats();
-            if s.free == s.count {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    let s = pool.stats();
-    assert_eq!((s.lost, s.lent), (0, 0), "{what}");
-}
-
-fn filled(pool: &BufferPool, len: usize, seed: u8) -> PoolBuf {
-    let mut b = pool.try_get().unwrap();
-    b.set_len(len).unwrap();
-    b.copy_from_slice(&payload(len, seed));
-    b
-}
+use super::pool::{all_back, filled};
 
 /// The next completion of `cq`, which must be a success with `ctx`.
 async fn done(cq: &CompletionQueue, ctx: u64) -> CqEntry {
