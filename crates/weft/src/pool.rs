@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{Semaphore, TryAcquireError};
+use tokio::sync::Notify;
 use weft_core::pool::Slots;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
@@ -79,8 +79,11 @@ struct PoolInner {
     slots: Slots,
     /// Each with the spare `Vec` its posted receives travel in.
     free: Mutex<Vec<(BytesMut, Vec<BytesMut>)>>,
-    /// One permit per free buffer; closed when every buffer is lost.
-    permits: Semaphore,
+    /// Wakes a `get` waiting for a buffer (once per buffer returned, all
+    /// of them when every buffer is lost). Not a semaphore: its permits
+    /// cost a lock at every return, waiters or not (about 80
+    /// instructions a message of a pool ping-pong).
+    back: Notify,
     lost: AtomicUsize,
     /// Buffers out on posted receives.
     lent: AtomicUsize,
@@ -124,7 +127,7 @@ impl Domain {
                 desc: mem.desc,
                 slots,
                 free: Mutex::new(mem.bufs.into_iter().map(|b| (b, Vec::new())).collect()),
-                permits: Semaphore::new(count),
+                back: Notify::new(),
                 lost: AtomicUsize::new(0),
                 lent: AtomicUsize::new(0),
                 _keep: mem.keep,
@@ -138,27 +141,30 @@ impl BufferPool {
     /// buffer was lost). Its length is the pool's buffer size; its bytes
     /// are what its last user left.
     pub fn try_get(&self) -> Result<PoolBuf> {
-        match self.inner.permits.try_acquire() {
-            Ok(p) => p.forget(),
-            Err(TryAcquireError::NoPermits) => return Err(Error::Again),
-            Err(TryAcquireError::Closed) => return Err(Error::NoBufs),
-        }
         self.inner.take()
     }
 
     /// A buffer, waiting for one to come back when all are in use
-    /// (first come, first served). `NoBufs` when every buffer was lost.
+    /// (waiters are woken in the order they came; a `try_get` may take a
+    /// returned buffer first, and the waiter woken for it waits on).
+    /// `NoBufs` when every buffer was lost.
     pub async fn get(&self) -> Result<PoolBuf> {
         // Mostly one is free: taken without building the wait.
-        match self.inner.permits.try_acquire() {
-            Ok(p) => p.forget(),
-            Err(TryAcquireError::Closed) => return Err(Error::NoBufs),
-            Err(TryAcquireError::NoPermits) => match self.inner.permits.acquire().await {
-                Ok(p) => p.forget(),
-                Err(_) => return Err(Error::NoBufs),
-            },
+        match self.inner.take() {
+            Err(Error::Again) => {}
+            r => return r,
         }
-        self.inner.take()
+        loop {
+            let back = self.inner.back.notified();
+            tokio::pin!(back);
+            // In line before looking again: a buffer returned between the
+            // look and the wait wakes this one.
+            back.as_mut().enable();
+            match self.inner.take() {
+                Err(Error::Again) => back.await,
+                r => return r,
+            }
+        }
     }
 
     /// Bytes per buffer.
@@ -236,13 +242,15 @@ impl BufferPool {
 }
 
 impl PoolInner {
-    /// A free buffer at its full size, for a permit already taken.
+    /// A free buffer at its full size; `Again` when none is free,
+    /// `NoBufs` when every buffer was lost.
     fn take(self: &Arc<Self>) -> Result<PoolBuf> {
         let Some((mut buf, iov)) = lock(&self.free).pop() else {
-            // A permit without a buffer cannot happen; keep counting
-            // straight if it ever did.
-            self.permits.add_permits(1);
-            return Err(Error::Again);
+            return Err(if self.lost.load(Ordering::Acquire) >= self.count {
+                Error::NoBufs
+            } else {
+                Error::Again
+            });
         };
         // Within the buffer's own capacity: no allocation, and zeroes
         // only what a short receive left out.
@@ -260,7 +268,7 @@ impl PoolInner {
     fn put(&self, buf: BytesMut, iov: Vec<BytesMut>) {
         if self.slots.index(&buf).is_some() {
             lock(&self.free).push((buf, iov));
-            self.permits.add_permits(1);
+            self.back.notify_one();
         } else {
             self.lose();
         }
@@ -270,7 +278,7 @@ impl PoolInner {
         let lost = self.lost.fetch_add(1, Ordering::AcqRel) + 1;
         tracing::warn!(lost, "pool buffer discarded with its operation");
         if lost >= self.count {
-            self.permits.close();
+            self.back.notify_waiters();
         }
     }
 }
