@@ -424,6 +424,79 @@ async fn msg_pool_buffers_skip_registration() {
     }
 }
 
+/// The posted forms on pool buffers (`post_send_pooled`,
+/// `post_recv_pooled`) on MSG: messages of every path go out of and into
+/// pool buffers with completions on the CQ, each receive's buffer comes
+/// back out of its completion with the message, the sender registers
+/// nothing, and a buffer of the peer's domain is `Inval`. A cancelled
+/// receive's own buffer stays with the device (see below).
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_posted_pool_buffers() {
+    let Some(p) = connect(WaitMode::Inline).await else {
+        return;
+    };
+    let ((c, _, ccq), (s, _, scq)) = (&p.client, &p.server);
+    let (cd, sd) = &p.domains;
+    let (cpool, spool) = (
+        cd.buffer_pool(4, 1 << 20).unwrap(),
+        sd.buffer_pool(4, 1 << 20).unwrap(),
+    );
+    let before = cd.mr_cache_stats().unwrap();
+    for (i, len) in [1usize, 64, 600, 4096, 65_536, 1 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        s.post_recv_pooled(spool.try_get().unwrap(), 1).unwrap();
+        let mut out = cpool.try_get().unwrap();
+        out.set_len(len).unwrap();
+        out.copy_from_slice(&payload(len, i as u8));
+        c.post_send_pooled(0, out, 2).unwrap();
+        let sent = within("send completion", next_cq(ccq)).await.unwrap();
+        assert_eq!((sent.context, sent.len), (2, len));
+        let mut got = within("receive completion", next_cq(scq)).await.unwrap();
+        assert_eq!((got.context, got.len), (1, len));
+        let buf = spool.reclaim(&mut got.bufs).unwrap();
+        assert!(buf[..] == payload(len, i as u8)[..], "{len} bytes");
+    }
+    let after = cd.mr_cache_stats().unwrap();
+    assert_eq!(
+        (after.hits, after.misses),
+        (before.hits, before.misses),
+        "posted pool sends register nothing"
+    );
+    s.post_recv_pooled(spool.try_get().unwrap(), 3).unwrap();
+    s.cancel(3).unwrap();
+    let mut e = within("cancelled pool receive", next_cq(scq))
+        .await
+        .unwrap_err();
+    assert_eq!((e.context, e.err), (3, Error::Canceled));
+    // Its work request stays on the QP (verbs cannot take one back) and
+    // keeps the pool buffer: the entry does not have it, and the pool
+    // counts it as lent for good.
+    assert!(spool.reclaim(&mut e.bufs).is_none());
+    assert_eq!(spool.stats().lent, 1);
+    let (err, back) = c.post_recv_pooled(spool.try_get().unwrap(), 4).unwrap_err();
+    assert_eq!(err, Error::Inval, "the peer domain's buffer");
+    drop(back);
+    let (err, _) = c
+        .post_send_pooled(0, spool.try_get().unwrap(), 5)
+        .unwrap_err();
+    assert_eq!(err, Error::Inval);
+    for (pool, out) in [(&cpool, 0), (&spool, 1)] {
+        within("buffers back", async {
+            while pool.stats().free != 4 - out {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert_eq!((pool.stats().lent, pool.stats().lost), (out, 0));
+    }
+}
+
 /// How long a test waits for a silent peer to be found: the probe's
 /// wait (two ticks of 5 s at most) and seven local ACK timeouts of the
 /// transport retries (about 24 s under the VM's emulation), with room.

@@ -5,7 +5,8 @@
 //!
 //! `--api pool` sends from and receives into buffers of a pool registered
 //! before the clock starts (as fi_pingpong uses its own registered
-//! buffers): no copy through a provider's bounce buffers, and the server
+//! buffers), posted as `--api post` posts and with completions read the
+//! same way: no copy through a provider's bounce buffers, and the server
 //! echoes the very buffer a message arrived in.
 
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use weft::{BufferPool, PoolBuf};
 
 use crate::args::Api;
-use crate::fail::{Context, Res};
+use crate::fail::{Context, Failure, Res};
 use crate::link::{payload_keep, reclaim, recycle, Link};
 use crate::meter::Meter;
 use crate::negotiate::{self, Params};
@@ -160,10 +161,12 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
 const POOL_BUFS: usize = 4;
 
 /// `--api pool`'s client: each message goes out of a pool buffer and the
-/// echo lands in another.
+/// echo lands in another, both posted as `--api post` posts (completions
+/// read from the CQ by the reaper), without a copy.
 async fn pooled_client(link: &Link, p: &Params, size: usize, m: &Meter) -> Res<Duration> {
     let total = p.total()?;
     let pool = link.buffer_pool(POOL_BUFS, size)?;
+    let mut reaper = link.reaper();
     // Each echo goes out again as the next message: one buffer from the
     // pool per message, as on the server. Without --verify the first
     // message's bytes are the only ones written: the echoes carry them.
@@ -175,47 +178,81 @@ async fn pooled_client(link: &Link, p: &Params, size: usize, m: &Meter) -> Res<D
         if i == p.warmup {
             start = Instant::now();
         }
-        let rbuf = pool_buf(&pool).await?;
         if p.verify {
             negotiate::fill(&mut sbuf, i as u64);
         }
-        // join! polls in order: the receive is posted first.
-        let (r, s) = tokio::join!(link.recv_pooled(rbuf), link.send_pooled(sbuf));
-        s?;
-        let got = r?;
-        check_payload(p, &got.buf, size, i)?;
-        sbuf = got.buf;
+        let rbuf = pool_buf(&pool).await?;
+        if let Err((e, back)) = link.post_recv_pooled_now(rbuf, RECV_CTX) {
+            fail_or_wait_pooled_recv(link, e, back).await?;
+        }
+        if let Err((e, back)) = link.post_send_pooled_now(sbuf, SEND_CTX) {
+            fail_or_wait_send(link, e, back).await?;
+        }
+        if !reaper.try_done(SEND_CTX)? {
+            reaper.wait_unread(SEND_CTX).await?;
+        }
+        let got = match reaper.try_wait(RECV_CTX)? {
+            Some(e) => e,
+            None => reaper.wait_unread(RECV_CTX).await?,
+        };
+        let got = reclaimed(&pool, got)?;
+        check_payload(p, &got, size, i)?;
+        sbuf = got;
         m.set(i + 1);
     }
     Ok(start.elapsed())
 }
 
 /// `--api pool`'s server: receives into a pool buffer and sends that very
-/// buffer back.
+/// buffer back, posted as in [`pooled_client`].
 async fn pooled_server(link: &Link, p: &Params, size: usize, m: &Meter) -> Res<Duration> {
     let total = p.total()?;
     let pool = link.buffer_pool(POOL_BUFS, size)?;
-    let mut got = link.recv_pooled(pool_buf(&pool).await?).await?;
+    let mut reaper = link.reaper();
+    link.post_recv_pooled_full(pool_buf(&pool).await?, RECV_CTX)
+        .await?;
     let mut start = Instant::now();
     for i in 0..total {
+        let got = match reaper.try_wait(RECV_CTX)? {
+            Some(e) => e,
+            None => reaper.wait_unread(RECV_CTX).await?,
+        };
         // As in the other branches: the clock starts at the first timed
         // message.
         if i == p.warmup {
             start = Instant::now();
         }
-        check_payload(p, &got.buf, size, i)?;
-        if i + 1 == total {
-            link.send_pooled(got.buf).await?;
-            m.set(i + 1);
-            break;
+        let got = reclaimed(&pool, got)?;
+        check_payload(p, &got, size, i)?;
+        if i + 1 != total {
+            let next = pool_buf(&pool).await?;
+            if let Err((e, back)) = link.post_recv_pooled_now(next, RECV_CTX) {
+                fail_or_wait_pooled_recv(link, e, back).await?;
+            }
         }
-        let next = pool_buf(&pool).await?;
-        let (r, s) = tokio::join!(link.recv_pooled(next), link.send_pooled(got.buf));
-        s?;
-        got = r?;
+        if let Err((e, back)) = link.post_send_pooled_now(got, SEND_CTX) {
+            fail_or_wait_send(link, e, back).await?;
+        }
+        if !reaper.try_done(SEND_CTX)? {
+            reaper.wait_unread(SEND_CTX).await?;
+        }
         m.set(i + 1);
     }
     Ok(start.elapsed())
+}
+
+/// The pool buffer a receive's completion carries back.
+fn reclaimed(pool: &BufferPool, mut got: weft::CqEntry) -> Res<PoolBuf> {
+    pool.reclaim(&mut got.bufs)
+        .ok_or_else(|| Failure::new("receive", "the completion carries no pool buffer"))
+}
+
+/// [`fail_or_wait_recv`] for a pool receive.
+async fn fail_or_wait_pooled_recv(link: &Link, e: weft::Error, back: Option<PoolBuf>) -> Res<()> {
+    match (e, back) {
+        (weft::Error::Again, Some(b)) => link.post_recv_pooled_full(b, RECV_CTX).await,
+        (e, _) => Err(Failure::new("post receive", e)),
+    }
 }
 
 /// A free buffer: mostly there already, else the one a finished send is
@@ -238,7 +275,7 @@ fn check_payload(p: &Params, got: &[u8], size: usize, i: usize) -> Res<()> {
 async fn fail_or_wait_recv(link: &Link, e: weft::Error, back: Vec<BytesMut>) -> Res<()> {
     match e {
         weft::Error::Again => link.post_recv_full(back, RECV_CTX).await,
-        e => Err(crate::fail::Failure::new("post receive", e)),
+        e => Err(Failure::new("post receive", e)),
     }
 }
 
@@ -246,7 +283,7 @@ async fn fail_or_wait_recv(link: &Link, e: weft::Error, back: Vec<BytesMut>) -> 
 async fn fail_or_wait_send(link: &Link, e: weft::Error, buf: Bytes) -> Res<()> {
     match e {
         weft::Error::Again => link.post_send_full(buf, SEND_CTX).await,
-        e => Err(crate::fail::Failure::new("post send", e)),
+        e => Err(Failure::new("post send", e)),
     }
 }
 

@@ -17,6 +17,18 @@
 //! under a pool receive or read discards that operation and its buffer
 //! with it; the pool then counts the buffer as lost
 //! ([`PoolStats::lost`]) and never hands it out again.
+//!
+//! The posted forms (`Endpoint::post_send_pooled`,
+//! `Endpoint::post_recv_pooled`, completions on the bound CQ) hand a
+//! receive's buffer to the caller inside its completion: the entry's
+//! `bufs` (error entries' too: a cancelled receive, but not on verbs
+//! MSG, whose device keeps a posted receive's buffer) hold it, and
+//! [`BufferPool::reclaim`] makes it a `PoolBuf` again. Until then the
+//! pool counts it as lent ([`PoolStats::lent`]) and never hands it out;
+//! its memory stays allocated whatever happens to the entry. A completion
+//! dropped without a reclaim, or a receive discarded by `fi_close`
+//! (which reports nothing), leaves the buffer lent for good: cancel
+//! posted pool receives before closing to have their buffers back.
 
 use std::any::Any;
 use std::fmt;
@@ -25,7 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{Semaphore, TryAcquireError};
+use tokio::sync::Notify;
 use weft_core::pool::Slots;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
@@ -46,6 +58,9 @@ pub struct PoolStats {
     /// Buffers discarded with an operation an endpoint closed under
     /// them; never handed out again.
     pub lost: usize,
+    /// Buffers out on posted receives, not reclaimed from their
+    /// completions yet ([`BufferPool::reclaim`]).
+    pub lent: usize,
 }
 
 /// A pool of registered buffers of one domain (see the module docs).
@@ -62,10 +77,16 @@ struct PoolInner {
     count: usize,
     desc: u64,
     slots: Slots,
-    free: Mutex<Vec<BytesMut>>,
-    /// One permit per free buffer; closed when every buffer is lost.
-    permits: Semaphore,
+    /// Each with the spare `Vec` its posted receives travel in.
+    free: Mutex<Vec<(BytesMut, Vec<BytesMut>)>>,
+    /// Wakes a `get` waiting for a buffer (once per buffer returned, all
+    /// of them when every buffer is lost). Not a semaphore: its permits
+    /// cost a lock at every return, waiters or not (about 80
+    /// instructions a message of a pool ping-pong).
+    back: Notify,
     lost: AtomicUsize,
+    /// Buffers out on posted receives.
+    lent: AtomicUsize,
     /// The provider's registration (dropped after the buffers above).
     _keep: Box<dyn Any + Send + Sync>,
 }
@@ -105,9 +126,10 @@ impl Domain {
                 count,
                 desc: mem.desc,
                 slots,
-                free: Mutex::new(mem.bufs),
-                permits: Semaphore::new(count),
+                free: Mutex::new(mem.bufs.into_iter().map(|b| (b, Vec::new())).collect()),
+                back: Notify::new(),
                 lost: AtomicUsize::new(0),
+                lent: AtomicUsize::new(0),
                 _keep: mem.keep,
             }),
         })
@@ -119,27 +141,30 @@ impl BufferPool {
     /// buffer was lost). Its length is the pool's buffer size; its bytes
     /// are what its last user left.
     pub fn try_get(&self) -> Result<PoolBuf> {
-        match self.inner.permits.try_acquire() {
-            Ok(p) => p.forget(),
-            Err(TryAcquireError::NoPermits) => return Err(Error::Again),
-            Err(TryAcquireError::Closed) => return Err(Error::NoBufs),
-        }
         self.inner.take()
     }
 
     /// A buffer, waiting for one to come back when all are in use
-    /// (first come, first served). `NoBufs` when every buffer was lost.
+    /// (waiters are woken in the order they came; a `try_get` may take a
+    /// returned buffer first, and the waiter woken for it waits on).
+    /// `NoBufs` when every buffer was lost.
     pub async fn get(&self) -> Result<PoolBuf> {
         // Mostly one is free: taken without building the wait.
-        match self.inner.permits.try_acquire() {
-            Ok(p) => p.forget(),
-            Err(TryAcquireError::Closed) => return Err(Error::NoBufs),
-            Err(TryAcquireError::NoPermits) => match self.inner.permits.acquire().await {
-                Ok(p) => p.forget(),
-                Err(_) => return Err(Error::NoBufs),
-            },
+        match self.inner.take() {
+            Err(Error::Again) => {}
+            r => return r,
         }
-        self.inner.take()
+        loop {
+            let back = self.inner.back.notified();
+            tokio::pin!(back);
+            // In line before looking again: a buffer returned between the
+            // look and the wait wakes this one.
+            back.as_mut().enable();
+            match self.inner.take() {
+                Err(Error::Again) => back.await,
+                r => return r,
+            }
+        }
     }
 
     /// Bytes per buffer.
@@ -158,30 +183,81 @@ impl BufferPool {
         self.inner.domain
     }
 
-    /// Buffers free and lost now.
+    /// Buffers free, lost and lent now.
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             count: self.inner.count,
             free: lock(&self.inner.free).len(),
             lost: self.inner.lost.load(Ordering::Acquire),
+            lent: self.inner.lent.load(Ordering::Acquire),
         }
+    }
+
+    /// The buffer of this pool that a posted pool receive's completion
+    /// carries in `bufs` (a `CqEntry`'s or a `CqErrEntry`'s), taken out
+    /// of them as a `PoolBuf` holding what arrived. `None` when `bufs`
+    /// hold no buffer of this pool. When they hold just that buffer, the
+    /// `Vec` goes with it (`bufs` is left empty, unallocated), for its
+    /// next posted receive: the receive path then allocates nothing.
+    pub fn reclaim(&self, bufs: &mut Vec<BytesMut>) -> Option<PoolBuf> {
+        let (buf, iov) = match bufs.as_slice() {
+            [one] if self.inner.slots.index(one).is_some() => {
+                let mut iov = std::mem::take(bufs);
+                (iov.pop()?, iov)
+            }
+            _ => {
+                let i = bufs
+                    .iter()
+                    .position(|b| self.inner.slots.index(b).is_some())?;
+                (bufs.swap_remove(i), Vec::new())
+            }
+        };
+        self.end_lend();
+        Some(PoolBuf {
+            buf,
+            iov,
+            pool: self.inner.clone(),
+            armed: true,
+        })
+    }
+
+    /// A posted receive's buffer that the provider did not hand back:
+    /// lost.
+    pub(crate) fn lose_lent(&self) {
+        self.end_lend();
+        self.inner.lose();
+    }
+
+    fn end_lend(&self) {
+        // Only a posted receive lets a pool's buffer out as a `BytesMut`,
+        // and one view of a slot exists at a time: this is that lend
+        // ending. Saturating all the same: a count is not worth a panic.
+        let _ = self
+            .inner
+            .lent
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(1))
+            });
     }
 }
 
 impl PoolInner {
-    /// A free buffer at its full size, for a permit already taken.
+    /// A free buffer at its full size; `Again` when none is free,
+    /// `NoBufs` when every buffer was lost.
     fn take(self: &Arc<Self>) -> Result<PoolBuf> {
-        let Some(mut buf) = lock(&self.free).pop() else {
-            // A permit without a buffer cannot happen; keep counting
-            // straight if it ever did.
-            self.permits.add_permits(1);
-            return Err(Error::Again);
+        let Some((mut buf, iov)) = lock(&self.free).pop() else {
+            return Err(if self.lost.load(Ordering::Acquire) >= self.count {
+                Error::NoBufs
+            } else {
+                Error::Again
+            });
         };
         // Within the buffer's own capacity: no allocation, and zeroes
         // only what a short receive left out.
         buf.resize(self.size, 0);
         Ok(PoolBuf {
             buf,
+            iov,
             pool: self.clone(),
             armed: true,
         })
@@ -189,10 +265,10 @@ impl PoolInner {
 
     /// Takes back one of its buffers (anything else counts as a lost
     /// buffer: the pool's own never left its operation).
-    fn put(&self, buf: BytesMut) {
+    fn put(&self, buf: BytesMut, iov: Vec<BytesMut>) {
         if self.slots.index(&buf).is_some() {
-            lock(&self.free).push(buf);
-            self.permits.add_permits(1);
+            lock(&self.free).push((buf, iov));
+            self.back.notify_one();
         } else {
             self.lose();
         }
@@ -202,7 +278,7 @@ impl PoolInner {
         let lost = self.lost.fetch_add(1, Ordering::AcqRel) + 1;
         tracing::warn!(lost, "pool buffer discarded with its operation");
         if lost >= self.count {
-            self.permits.close();
+            self.back.notify_waiters();
         }
     }
 }
@@ -213,6 +289,9 @@ impl PoolInner {
 /// bytes that arrived.
 pub struct PoolBuf {
     buf: BytesMut,
+    /// Empty; the `Vec` a posted receive takes the buffer in (kept with
+    /// the buffer, so that posting allocates none).
+    iov: Vec<BytesMut>,
     pool: Arc<PoolInner>,
     /// False once lent to an operation (the buffer travels without it).
     armed: bool,
@@ -262,6 +341,22 @@ impl PoolBuf {
         Bytes::from_owner(self)
     }
 
+    /// The buffer itself for a posted receive (in its `Vec`), and its
+    /// pool, which takes
+    /// it back from the completion ([`BufferPool::reclaim`]); lent until
+    /// then.
+    pub(crate) fn lend_posted(mut self) -> (Vec<BytesMut>, BufferPool) {
+        self.armed = false;
+        self.pool.lent.fetch_add(1, Ordering::AcqRel);
+        let mut iov = std::mem::take(&mut self.iov);
+        iov.clear();
+        iov.push(std::mem::take(&mut self.buf));
+        let pool = BufferPool {
+            inner: self.pool.clone(),
+        };
+        (iov, pool)
+    }
+
     /// The buffer itself, for an operation that gives it back, and the
     /// claim that returns it to the pool then.
     pub(crate) fn lend(mut self) -> (BytesMut, Lent) {
@@ -302,7 +397,8 @@ impl AsMut<[u8]> for PoolBuf {
 impl Drop for PoolBuf {
     fn drop(&mut self) {
         if self.armed {
-            self.pool.put(std::mem::take(&mut self.buf));
+            self.pool
+                .put(std::mem::take(&mut self.buf), std::mem::take(&mut self.iov));
         }
     }
 }
@@ -330,6 +426,7 @@ impl Lent {
         }
         Some(PoolBuf {
             buf,
+            iov: Vec::new(),
             pool,
             armed: true,
         })

@@ -37,7 +37,7 @@ impl Endpoint {
     /// `Inval` for a buffer of another domain's pool: its descriptor means
     /// nothing here (fi_mr(3)).
     fn own_pool(&self, buf: &PoolBuf, kind: OpFlags) -> OpResult<()> {
-        if buf.domain_fid() == self.domain_fid() {
+        if self.owns_pool_buf(buf) {
             Ok(())
         } else {
             Err(CqErrEntry::new(0, kind, Error::Inval))

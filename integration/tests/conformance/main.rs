@@ -19,6 +19,7 @@ mod msg_ep;
 mod multi_recv;
 mod ordering;
 mod pool;
+mod pool_post;
 mod rma;
 mod rma_events;
 mod scalable;

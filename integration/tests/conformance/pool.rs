@@ -13,8 +13,9 @@ use weft_integration::{payload, within, Harness, Provider};
 
 const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
 
-/// Waits (bounded) until every buffer of `pool` is back.
-async fn all_back(pool: &BufferPool, what: &str) {
+/// Waits (bounded) until every buffer of `pool` is back (none lost, none
+/// lent to a posted receive).
+pub(super) async fn all_back(pool: &BufferPool, what: &str) {
     within(what, async {
         loop {
             let s = pool.stats();
@@ -25,10 +26,11 @@ async fn all_back(pool: &BufferPool, what: &str) {
         }
     })
     .await;
-    assert_eq!(pool.stats().lost, 0, "{what}");
+    let s = pool.stats();
+    assert_eq!((s.lost, s.lent), (0, 0), "{what}");
 }
 
-fn filled(pool: &BufferPool, len: usize, seed: u8) -> PoolBuf {
+pub(super) fn filled(pool: &BufferPool, len: usize, seed: u8) -> PoolBuf {
     let mut b = pool.try_get().unwrap();
     b.set_len(len).unwrap();
     b.copy_from_slice(&payload(len, seed));

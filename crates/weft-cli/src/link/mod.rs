@@ -192,6 +192,51 @@ impl Link {
             .await
     }
 
+    /// `fi_tsend` / `fi_send` of a pool buffer, once, outside any future
+    /// (as [`post_send_now`](Self::post_send_now)); the buffer goes back
+    /// to its pool when the send ends. A refusal hands it back frozen:
+    /// `Again` is waited out with [`post_send_full`](Self::post_send_full).
+    pub fn post_send_pooled_now(
+        &self,
+        buf: weft::PoolBuf,
+        ctx: u64,
+    ) -> Result<(), weft::SendRefused> {
+        if self.tagged {
+            self.ep.post_tsend_pooled(self.peer, buf, DATA_TAG, ctx)
+        } else {
+            self.ep.post_send_pooled(self.peer, buf, ctx)
+        }
+    }
+
+    /// `fi_trecv` / `fi_recv` into a pool buffer, once, outside any
+    /// future; the completion carries the buffer back (see
+    /// [`weft::BufferPool::reclaim`]). A refusal hands it back.
+    pub fn post_recv_pooled_now(
+        &self,
+        buf: weft::PoolBuf,
+        ctx: u64,
+    ) -> Result<(), weft::RecvRefused> {
+        if self.tagged {
+            self.ep
+                .post_trecv_pooled(buf, FI_ADDR_UNSPEC, DATA_TAG, 0, ctx)
+        } else {
+            self.ep.post_recv_pooled(buf, ctx)
+        }
+    }
+
+    /// Posts a pool receive once the receive queue has room.
+    pub async fn post_recv_pooled_full(&self, buf: weft::PoolBuf, ctx: u64) -> Res<()> {
+        let mut buf = buf;
+        loop {
+            match self.post_recv_pooled_now(buf, ctx) {
+                Ok(()) => return Ok(()),
+                Err((weft::Error::Again, Some(back))) => buf = back,
+                Err((e, _)) => return Err(Failure::new("post receive", e)),
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
     /// Sends a pool buffer (it goes back to its pool when the send ends).
     pub async fn send_pooled(&self, buf: weft::PoolBuf) -> Res<CqEntry> {
         let op = async {

@@ -20,6 +20,7 @@ use crate::slot_pool::{SlotPool, SLOT};
 use crate::sys::{
     AccessFlags, Payload, ProtectionDomain, RecvRequest, SendFlags, SendOp, SendRequest, Sge,
 };
+use crate::user_bufs::unregister_before;
 use crate::user_bufs::{gather, imm_data, post_rma, register_source, wr_flags};
 
 /// The sends and RMA operations on the device, in the order they were
@@ -310,9 +311,13 @@ impl RecvTarget<'_> {
         wr_id: u64,
     ) -> std::result::Result<(RecvMem, Option<Vec<BytesMut>>), RecvPostErr> {
         let mut mrs = Vec::with_capacity(bufs.len());
+        // The receive's own `Vec` carries the buffers back at the
+        // completion (emptied here, zero-length buffers put back in it):
+        // a receive into one pool buffer allocates no other.
+        let mut carrier = bufs;
         let mut empty = Vec::new();
         let mut failed = None;
-        for b in bufs {
+        for b in carrier.drain(..) {
             if b.is_empty() || failed.is_some() {
                 empty.push(b);
                 continue;
@@ -322,24 +327,31 @@ impl RecvTarget<'_> {
                 Err(e) => failed = Some(e),
             }
         }
-        let posted = match failed {
-            Some(e) => Err(e),
-            None => mrs
+        carrier.append(&mut empty);
+        let posted = match (failed, mrs.as_slice()) {
+            (Some(e), _) => Err(e),
+            // One buffer, the usual case: its element on the stack.
+            (None, [one]) => one.sge().and_then(|sge| {
+                (self.post)(&RecvRequest {
+                    wr_id,
+                    sges: &[sge],
+                })
+            }),
+            (None, many) => many
                 .iter()
                 .map(|m| m.sge())
                 .collect::<Result<Vec<Sge<'_>>>>()
                 .and_then(|sges| (self.post)(&RecvRequest { wr_id, sges: &sges })),
         };
         match posted {
-            Ok(()) => Ok((RecvMem::Registered { mrs, empty }, None)),
-            Err(e) => {
-                let mut back: Vec<BytesMut> = mrs
-                    .into_iter()
-                    .filter_map(|m| m.into_inner().ok())
-                    .collect();
-                back.append(&mut empty);
-                Err((e, back))
-            }
+            Ok(()) => Ok((
+                RecvMem::Registered {
+                    mrs,
+                    empty: carrier,
+                },
+                None,
+            )),
+            Err(e) => Err((e, unregister_before(mrs, carrier))),
         }
     }
 }

@@ -13,7 +13,7 @@ use super::recv_finish::{is_remote_write, recv_error};
 use crate::local_mem::Dst;
 use crate::slot_pool::SlotPool;
 use crate::sys::WorkCompletion;
-use crate::user_bufs::unregister;
+use crate::user_bufs::unregister_before;
 
 /// The memory a receive work request fills.
 pub(in crate::msg) enum RecvMem {
@@ -51,11 +51,7 @@ impl RecvMem {
                 pool.put(slot);
                 Vec::new()
             }
-            RecvMem::Registered { mrs, mut empty } => {
-                let mut b = unregister(mrs);
-                b.append(&mut empty);
-                b
-            }
+            RecvMem::Registered { mrs, empty } => unregister_before(mrs, empty),
         }
     }
 
@@ -84,14 +80,13 @@ impl RecvMem {
                     copied.map(|_| b).map_err(|(e, _)| e)
                 }
                 RecvMem::Registered { mrs, empty } => {
-                    let n = mrs.len();
-                    let mut b = unregister(mrs);
-                    if b.len() < n {
+                    let (n, k) = (mrs.len(), empty.len());
+                    let mut b = unregister_before(mrs, empty);
+                    if b.len() - k < n {
                         // A buffer whose registration could not be undone
                         // is leaked with its part of the message.
                         Err(Error::Io)
                     } else {
-                        b.extend(empty);
                         trim_bufs(&mut b, len);
                         Ok(b)
                     }

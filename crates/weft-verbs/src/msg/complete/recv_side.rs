@@ -17,7 +17,7 @@ use super::recv_mem::{arrived_back, Arrived, Body, RecvMem, Route};
 use super::rx_queue::{RxQueue, Waiting};
 use crate::slot_pool::SlotPool;
 use crate::sys::{WcStatus, WorkCompletion};
-use crate::user_bufs::unregister;
+use crate::user_bufs::unregister_before;
 
 /// A receive queue on the device with what completing its receives
 /// needs: a queue pair's own, or a shared receive context's.
@@ -197,11 +197,10 @@ fn finish_in_place(
                 finish_recv(done, bufs, placed, err, wc.imm_data)
             }
         }
-        RecvMem::Registered { mrs, mut empty } => {
-            let n = mrs.len();
-            let mut bufs = unregister(mrs);
-            let lost = bufs.len() < n;
-            bufs.append(&mut empty);
+        RecvMem::Registered { mrs, empty } => {
+            let (n, k) = (mrs.len(), empty.len());
+            let bufs = unregister_before(mrs, empty);
+            let lost = bufs.len() - k < n;
             if is_remote_write(wc) && !lost {
                 finish_remote_write(done, bufs, wc.byte_len as usize, wc.imm_data)
             } else {

@@ -1,0 +1,144 @@
+//! Posted operations on pool buffers (`fi_send`/`fi_recv` with the
+//! pool's descriptor): non-blocking, reporting to the bound CQ with the
+//! caller's context, as [`Endpoint::post_send`] and
+//! [`Endpoint::post_recv`]. A send's buffer goes back to its pool when
+//! the send ends; a receive's comes back to the caller in its
+//! completion's `bufs`, for [`BufferPool::reclaim`](crate::BufferPool::reclaim).
+//! The buffers go to the device as they are: registered memory on verbs
+//! (no bounce copy), plain memory elsewhere.
+
+use bytes::{Bytes, BytesMut};
+use weft_core::addr::{FiAddr, FI_ADDR_UNSPEC};
+use weft_core::flags::OpFlags;
+use weft_core::Error;
+
+use crate::endpoint::Endpoint;
+use crate::msg::RecvMsg;
+use crate::pool::PoolBuf;
+
+/// A send that was not posted: why, and the buffer, frozen (post it
+/// again with [`Endpoint::post_send`]; dropped, it goes back to its
+/// pool).
+pub type SendRefused = (Error, Bytes);
+
+/// A receive that was not posted: why, and the buffer back (`None` only
+/// if the provider failed to hand it back; the pool then counts it as
+/// lost).
+pub type RecvRefused = (Error, Option<PoolBuf>);
+
+impl Endpoint {
+    /// Whether `buf` belongs to a pool of this endpoint's domain: its
+    /// descriptor means nothing elsewhere (fi_mr(3)).
+    pub(crate) fn owns_pool_buf(&self, buf: &PoolBuf) -> bool {
+        buf.domain_fid() == self.domain_fid()
+    }
+
+    /// `fi_send` of a pool buffer (its whole length); the completion goes
+    /// to the transmit CQ with `context`, and the buffer back to its
+    /// pool when the send ends. `Inval` for a buffer of another domain's
+    /// pool, `Again` when the queue is full; then the buffer comes back
+    /// frozen, to post again.
+    pub fn post_send_pooled(
+        &self,
+        dest: FiAddr,
+        buf: PoolBuf,
+        context: u64,
+    ) -> std::result::Result<(), SendRefused> {
+        self.post_pooled_send(buf, |b| self.post_send(dest, b, context))
+    }
+
+    /// Tagged [`post_send_pooled`](Self::post_send_pooled) (`fi_tsend`).
+    pub fn post_tsend_pooled(
+        &self,
+        dest: FiAddr,
+        buf: PoolBuf,
+        tag: u64,
+        context: u64,
+    ) -> std::result::Result<(), SendRefused> {
+        self.post_pooled_send(buf, |b| self.post_tsend(dest, b, tag, context))
+    }
+
+    fn post_pooled_send(
+        &self,
+        buf: PoolBuf,
+        post: impl FnOnce(Bytes) -> weft_core::Result<()>,
+    ) -> std::result::Result<(), SendRefused> {
+        let own = self.owns_pool_buf(&buf);
+        let bytes = buf.freeze();
+        if !own {
+            return Err((Error::Inval, bytes));
+        }
+        // A clone (a count) to hand back if the post is refused: the
+        // refused request is dropped inside the post.
+        post(bytes.clone()).map_err(|e| (e, bytes))
+    }
+
+    /// `fi_recv` into a pool buffer (up to its length); the completion
+    /// goes to the receive CQ with `context` and carries the buffer, cut
+    /// to the message, in its `bufs` — a `Canceled` error entry too
+    /// ([`cancel`](Self::cancel)), except on verbs MSG, where the device
+    /// keeps a posted receive's buffer (the pool's stays lent). Take it
+    /// back with
+    /// [`BufferPool::reclaim`](crate::BufferPool::reclaim); until then
+    /// the pool counts it as lent (see the module docs of
+    /// [`BufferPool`](crate::BufferPool) for completions dropped
+    /// unreclaimed and for `fi_close`). `Inval` for a buffer of another
+    /// domain's pool, `Again` when the queue is full: the buffer comes
+    /// back.
+    pub fn post_recv_pooled(
+        &self,
+        buf: PoolBuf,
+        context: u64,
+    ) -> std::result::Result<(), RecvRefused> {
+        self.post_pooled_recv(buf, |bufs| RecvMsg {
+            src: FI_ADDR_UNSPEC,
+            bufs,
+            tagged: false,
+            tag: 0,
+            ignore: 0,
+            context,
+        })
+    }
+
+    /// Tagged [`post_recv_pooled`](Self::post_recv_pooled) (`fi_trecv`):
+    /// a message from `src` (`FI_ADDR_UNSPEC`: any) matching `tag`
+    /// outside `ignore`.
+    pub fn post_trecv_pooled(
+        &self,
+        buf: PoolBuf,
+        src: FiAddr,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+    ) -> std::result::Result<(), RecvRefused> {
+        self.post_pooled_recv(buf, |bufs| RecvMsg {
+            src,
+            bufs,
+            tagged: true,
+            tag,
+            ignore,
+            context,
+        })
+    }
+
+    fn post_pooled_recv(
+        &self,
+        buf: PoolBuf,
+        msg: impl FnOnce(Vec<BytesMut>) -> RecvMsg,
+    ) -> std::result::Result<(), RecvRefused> {
+        if !self.owns_pool_buf(&buf) {
+            return Err((Error::Inval, Some(buf)));
+        }
+        let (view, pool) = buf.lend_posted();
+        match self.post_recvmsg(msg(view), OpFlags::empty()) {
+            Ok(()) => Ok(()),
+            Err((e, mut bufs)) => {
+                let back = pool.reclaim(&mut bufs);
+                if back.is_none() {
+                    pool.lose_lent();
+                }
+                Err((e, back))
+            }
+        }
+    }
+}
