@@ -48,8 +48,8 @@ pub struct Queued {
 /// The last destination a send resolved: its AV handle and the AV version
 /// the lookup was made in, the address in the form `sendmsg` takes, and
 /// the key handle its entry is under. A run of sends to one peer (every
-/// ping-pong) takes the AV's lock only for the version, not for the
-/// lookup, the address decoding and the conversion.
+/// ping-pong) reads only the AV's version (under the AV's lock only for a
+/// named AV), not the lookup, the address decoding and the conversion.
 #[derive(Debug)]
 struct LastDest {
     handle: FiAddr,
@@ -289,9 +289,9 @@ impl EpShared {
     }
 
     /// Resolves AV handle `dest` into `last` (its address, and the key
-    /// handle its entry is under): the AV's lock is taken for its version
-    /// (and a named AV's sync), the entry looked up again only for another
-    /// handle or after the AV changed. A multicast group's handle is
+    /// handle its entry is under): the entry is looked up again only for
+    /// another handle or after the AV changed, whose version a private AV
+    /// gives without its lock ([`av_version`](Self::av_version)). A multicast group's handle is
     /// answered with the group's address instead (`Some`). Inlined; the
     /// lookup itself is out of line.
     #[inline(always)]
@@ -304,11 +304,14 @@ impl EpShared {
             return self.groups.dest(dest).map(Some);
         }
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
-        let t = lock_synced(av);
-        let version = t.version();
-        if matches!(last, Some(l) if l.handle == dest && l.version == version) {
+        let now = self.av_version(av);
+        if matches!(last, Some(l) if l.handle == dest && l.version == now) {
             return Ok(None);
         }
+        // The version read again under the lock: the lookup is valid for
+        // that one (the AV may have changed since `now`).
+        let t = lock_synced(av);
+        let version = t.version();
         look_up(t, last, dest, version).map(|()| None)
     }
 
