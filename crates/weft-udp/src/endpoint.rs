@@ -25,7 +25,7 @@ use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected
 use weft_core::recv_completion::RecvCtx;
 use weft_core::soft_rx;
 use weft_core::soft_srx::{RxSide, Sender, SoftSide, SoftSrx};
-use weft_core::sync::lock;
+use weft_core::sync::{lock, FastMutex};
 use weft_core::{Error, Result};
 
 use crate::keys::EpKeys;
@@ -82,8 +82,9 @@ pub struct EpShared {
     /// The shared receive context it is bound to.
     pub srx: Option<Arc<SoftSrx<EpShared>>>,
     /// The receive staging buffer: one driver reads at a time.
-    pub rx_state: Mutex<RxState>,
-    pub txq: Mutex<TxQueue>,
+    /// Per-message locks: [`FastMutex`], without poisoning.
+    pub rx_state: FastMutex<RxState>,
+    pub txq: FastMutex<TxQueue>,
     /// Datagrams wait in `txq` (the socket was full).
     pub tx_pending: AtomicBool,
     /// Wakes the writer task.
@@ -242,8 +243,8 @@ impl EpShared {
             iov_limit,
             side,
             srx: srx.clone(),
-            rx_state: Mutex::new(RxState::new()),
-            txq: Mutex::new(TxQueue::default()),
+            rx_state: FastMutex::new(RxState::new()),
+            txq: FastMutex::new(TxQueue::default()),
             tx_pending: AtomicBool::new(false),
             tx_kick: Notify::new(),
             tx,

@@ -22,7 +22,7 @@ use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
 use weft_core::dgram_auth::addr_bytes;
 use weft_core::flags::OpFlags;
 use weft_core::provider::{Iov, SendReq};
-use weft_core::sync::lock;
+use weft_core::sync::{lock, FastGuard};
 use weft_core::Error;
 
 use crate::endpoint::EpShared;
@@ -154,7 +154,7 @@ pub enum Offered<'a> {
     Sent(usize, io::Result<()>),
     /// It waits behind earlier datagrams, or for room in the socket: it
     /// goes into the queue still locked, so that no later send passes it.
-    Wait(MutexGuard<'a, TxQueue>, Waiting),
+    Wait(FastGuard<'a, TxQueue>, Waiting),
 }
 
 /// A datagram's parts built before it was found to wait: all of a
@@ -170,7 +170,7 @@ impl Waiting {
     /// Queues the datagram, made of these parts and the request's
     /// buffers, under the lock `q` its send attempt held, and wakes the
     /// writer.
-    pub fn enqueue(self, ep: &EpShared, mut q: MutexGuard<'_, TxQueue>, iov: Iov, done: OpDone) {
+    pub fn enqueue(self, ep: &EpShared, mut q: FastGuard<'_, TxQueue>, iov: Iov, done: OpDone) {
         q.q.push_back(Queued {
             hdr: self.hdr,
             iov,
