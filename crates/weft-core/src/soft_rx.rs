@@ -116,7 +116,20 @@ pub fn post_recv_keyed<U, S>(
     {
         return post_recv_other(ep, matcher, req, iov_limit, holds, resolve, deliver);
     }
-    let spec = spec_of(&req);
+    post_plain(matcher, spec_of(&req), req, resolve, deliver);
+    Ok(())
+}
+
+/// Posts a plain receive (its credit taken) into the matcher, and
+/// delivers the held message it matches, if one does.
+#[inline(always)]
+fn post_plain<U, S>(
+    matcher: &FastMutex<Matcher<RecvReq, U, S>>,
+    spec: RecvSpec,
+    req: RecvReq,
+    resolve: &dyn Fn(&S) -> FiAddr,
+    deliver: &dyn Fn(RecvReq, MsgInfo, U),
+) {
     let out = lock(matcher).post(spec, req, resolve);
     if let PostOutcome::Matched {
         recv,
@@ -127,7 +140,6 @@ pub fn post_recv_keyed<U, S>(
     {
         deliver(recv, info, payload);
     }
-    Ok(())
 }
 
 /// [`post_recv_keyed`] of every receive but a plain one with a credit
@@ -197,16 +209,7 @@ fn post_recv_other<U, S>(
         });
     }
     if !multi_recv::is_buffer(&req) {
-        let out = lock(matcher).post(spec, req, resolve);
-        if let PostOutcome::Matched {
-            recv,
-            info,
-            payload,
-            ..
-        } = out
-        {
-            deliver(recv, info, payload);
-        }
+        post_plain(matcher, spec, req, resolve, deliver);
         return Ok(());
     }
     // All the held messages a buffer takes are taken under one hold of
