@@ -9,6 +9,7 @@
 // Test helpers: failing loudly (panicking) is their job.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod av_change;
 pub mod av_keys;
 pub mod campaign;
 pub mod child;

@@ -251,62 +251,10 @@ async fn remote_cq_data_and_sources() {
 /// which they read without the AV's lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn av_changes_between_messages_are_seen() {
-    async fn exchange(
-        from: &weft::Endpoint,
-        to: &weft::Endpoint,
-        dest: weft::FiAddr,
-        what: &'static [u8],
-    ) -> (
-        Result<weft::CqEntry, weft::CqErrEntry>,
-        Result<weft::CqEntry, weft::CqErrEntry>,
-    ) {
-        let recv = to.recv(BytesMut::zeroed(16));
-        let send = from.send(dest, Bytes::from_static(what));
-        within("exchange", async { tokio::join!(recv, send) }).await
-    }
     let p = pair(WaitMode::Interrupt);
-    for _ in 0..3 {
-        let (got, sent) = exchange(&p.a, &p.b, p.b_in_a, b"to b").await;
-        sent.unwrap();
-        assert_eq!(got.unwrap().src, p.a_in_b);
-    }
-    p.aav.remove(&[p.b_in_a]).unwrap();
-    let e = within("removed", p.a.send(p.b_in_a, Bytes::from_static(b"gone")))
-        .await
-        .unwrap_err();
-    assert_eq!(e.err, Error::AddrNotAvail);
-
-    // The lowest free index again, now naming another endpoint.
-    let cav = p.h.av();
-    let (c, _ccq) = enabled_endpoint(&p.h.domain, &p.h.info, &cav, WaitMode::Interrupt);
-    let c_in_a = p
-        .aav
-        .insert_sync(&[c.local_addr().unwrap()], Default::default())
-        .unwrap()
-        .fi_addrs[0];
-    assert_eq!(c_in_a, p.b_in_a, "TABLE reuses the lowest index");
-    let (got, sent) = exchange(&p.a, &c, c_in_a, b"to c").await;
-    sent.unwrap();
-    assert_eq!(&got.unwrap().into_bytes()[..], b"to c");
-
-    // b forgets a: its arrivals have no source until a is back.
-    let b_in_a = p
-        .aav
-        .insert_sync(&[p.b.local_addr().unwrap()], Default::default())
-        .unwrap()
-        .fi_addrs[0];
-    p.bav.remove(&[p.a_in_b]).unwrap();
-    let (got, sent) = exchange(&p.a, &p.b, b_in_a, b"unknown").await;
-    sent.unwrap();
-    assert_eq!(got.unwrap().src, FI_ADDR_NOTAVAIL);
-    let a_in_b = p
-        .bav
-        .insert_sync(&[p.a.local_addr().unwrap()], Default::default())
-        .unwrap()
-        .fi_addrs[0];
-    let (got, sent) = exchange(&p.a, &p.b, b_in_a, b"known").await;
-    sent.unwrap();
-    assert_eq!(got.unwrap().src, a_in_b);
+    let a = (&p.a, &p.aav, p.b_in_a);
+    let b = (&p.b, &p.bav, p.a_in_b);
+    weft_integration::av_change::changes_between_messages_are_seen(&p.h, a, b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

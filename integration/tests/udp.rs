@@ -143,6 +143,7 @@ struct Pair {
     acq: weft::CompletionQueue,
     b: weft::Endpoint,
     bcq: weft::CompletionQueue,
+    aav: weft::AddressVector,
     bav: weft::AddressVector,
     /// b's handle in a's AV, a's in b's.
     b_in_a: weft::FiAddr,
@@ -165,6 +166,7 @@ fn pair_of(h: Harness, info: &Info, mode: WaitMode) -> Pair {
         acq,
         b,
         bcq,
+        aav,
         bav,
         b_in_a,
         a_in_b,
@@ -293,6 +295,20 @@ async fn remote_cq_data_and_sources() {
         .fi_addrs[0];
     let got = within("held", p.b.recv(BytesMut::zeroed(8))).await.unwrap();
     assert_eq!(got.src, c_in_b);
+}
+
+/// The AV changing between datagrams: a send to a removed handle is
+/// `AddrNotAvail`, one to a handle reused for another peer goes to that
+/// peer, and a datagram from a sender removed from (then put back into)
+/// the receiver's AV reports its source anew. Sends and arrivals cache
+/// what they looked up for as long as the AV's version stays the same,
+/// which they read without the AV's lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn av_changes_between_datagrams_are_seen() {
+    let p = pair(WaitMode::Interrupt);
+    let a = (&p.a, &p.aav, p.b_in_a);
+    let b = (&p.b, &p.bav, p.a_in_b);
+    weft_integration::av_change::changes_between_messages_are_seen(&p._h, a, b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,7 +96,58 @@ pub fn post_recv<U, S>(
 /// the key handle in its `src`, and is `Inval` when `holds` says the
 /// endpoint was not enabled with that key; without `holds` the flag is
 /// `BadFlags`, as in [`post_recv`].
+#[inline]
 pub fn post_recv_keyed<U, S>(
+    ep: &dyn RecvCtx,
+    matcher: &FastMutex<Matcher<RecvReq, U, S>>,
+    req: RecvReq,
+    iov_limit: usize,
+    holds: Option<&dyn Fn(FiAddr) -> bool>,
+    resolve: &dyn Fn(&S) -> FiAddr,
+    deliver: &dyn Fn(RecvReq, MsgInfo, U),
+) -> std::result::Result<(), Rejected<RecvReq>> {
+    // A plain receive (the usual one) goes straight to the matcher; every
+    // other kind, and every refusal, takes the path that sorts them out.
+    let rare = OpFlags::AUTH_KEY | OpFlags::PEEK | OpFlags::CLAIM;
+    if req.flags.intersects(rare)
+        || req.bufs.len() > iov_limit
+        || multi_recv::is_buffer(&req)
+        || !ep.rx_credits().try_take()
+    {
+        return post_recv_other(ep, matcher, req, iov_limit, holds, resolve, deliver);
+    }
+    post_plain(matcher, spec_of(&req), req, resolve, deliver);
+    Ok(())
+}
+
+/// Posts a plain receive (its credit taken) into the matcher, and
+/// delivers the held message it matches, if one does.
+#[inline(always)]
+fn post_plain<U, S>(
+    matcher: &FastMutex<Matcher<RecvReq, U, S>>,
+    spec: RecvSpec,
+    req: RecvReq,
+    resolve: &dyn Fn(&S) -> FiAddr,
+    deliver: &dyn Fn(RecvReq, MsgInfo, U),
+) {
+    let out = lock(matcher).post(spec, req, resolve);
+    if let PostOutcome::Matched {
+        recv,
+        info,
+        payload,
+        ..
+    } = out
+    {
+        deliver(recv, info, payload);
+    }
+}
+
+/// [`post_recv_keyed`] of every receive but a plain one with a credit
+/// free: a key, a peek or claim, too many buffers, a multi-receive
+/// buffer, or no credit.
+#[cold]
+#[inline(never)]
+fn post_recv_other<U, S>(
     ep: &dyn RecvCtx,
     matcher: &FastMutex<Matcher<RecvReq, U, S>>,
     req: RecvReq,
@@ -158,16 +209,7 @@ pub fn post_recv_keyed<U, S>(
         });
     }
     if !multi_recv::is_buffer(&req) {
-        let out = lock(matcher).post(spec, req, resolve);
-        if let PostOutcome::Matched {
-            recv,
-            info,
-            payload,
-            ..
-        } = out
-        {
-            deliver(recv, info, payload);
-        }
+        post_plain(matcher, spec, req, resolve, deliver);
         return Ok(());
     }
     // All the held messages a buffer takes are taken under one hold of

@@ -51,7 +51,7 @@ pub fn start(ep: &Arc<EpShared>) -> Result<()> {
 /// A pass that reads with direct syscalls, if no other driver holds the
 /// staging buffer (then that one is making the same progress).
 fn direct_pass(ep: &EpShared) -> Option<PassOutcome> {
-    let mut st = ep.rx_state.try_lock().ok()?;
+    let mut st = ep.rx_state.try_lock()?;
     let v6 = ep.local.is_ipv6();
     Some(pass(ep, &mut st, ep.local, |b| recv_from(&ep.sock, v6, b)))
 }

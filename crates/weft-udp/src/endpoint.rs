@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr, sockaddr_bytes, FiAddr, FI_ADDR_NOTAVAIL};
 use weft_core::attr::AddrFormat;
 use weft_core::av::shared::lock_synced;
+use weft_core::av::AvTable;
 use weft_core::completion::Returned;
 use weft_core::credits::Credits;
 use weft_core::dgram_auth::{addr_bytes, first_seq, AddrBytes};
@@ -24,7 +25,7 @@ use weft_core::provider::{EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected
 use weft_core::recv_completion::RecvCtx;
 use weft_core::soft_rx;
 use weft_core::soft_srx::{RxSide, Sender, SoftSide, SoftSrx};
-use weft_core::sync::lock;
+use weft_core::sync::{lock, FastMutex};
 use weft_core::{Error, Result};
 
 use crate::keys::EpKeys;
@@ -81,8 +82,9 @@ pub struct EpShared {
     /// The shared receive context it is bound to.
     pub srx: Option<Arc<SoftSrx<EpShared>>>,
     /// The receive staging buffer: one driver reads at a time.
-    pub rx_state: Mutex<RxState>,
-    pub txq: Mutex<TxQueue>,
+    /// Per-message locks: [`FastMutex`], without poisoning.
+    pub rx_state: FastMutex<RxState>,
+    pub txq: FastMutex<TxQueue>,
     /// Datagrams wait in `txq` (the socket was full).
     pub tx_pending: AtomicBool,
     /// Wakes the writer task.
@@ -104,6 +106,9 @@ pub struct EpShared {
     /// `FI_SOURCE_ERR`: a datagram from a sender not in the AV completes
     /// as an `AddrNotAvail` error carrying the sender's address.
     pub source_err: bool,
+    /// The AV's version, read without its lock (a private AV; a named
+    /// one's is read under the lock after its sync): [`av_version`](Self::av_version).
+    pub av_version: Option<weft_core::av::AvVersion>,
     pub closed: AtomicBool,
     pub tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// Joined multicast groups (`multicast.rs`).
@@ -224,6 +229,7 @@ impl EpShared {
         tracing::debug!(%local, max_msg, keyed = keys.keyed(), wait = ?cfg.wait, "udp endpoint open");
         let iov_limit = info.tx_attr.iov_limit.clamp(1, crate::IOV_LIMIT);
         let tx = Credits::new(info.tx_attr.size);
+        let av_version = cfg.av.as_ref().and_then(|av| lock(av).version_watch());
         let ep = Arc::new_cyclic(|this| EpShared {
             this: this.clone(),
             rt,
@@ -237,8 +243,8 @@ impl EpShared {
             iov_limit,
             side,
             srx: srx.clone(),
-            rx_state: Mutex::new(RxState::new()),
-            txq: Mutex::new(TxQueue::default()),
+            rx_state: FastMutex::new(RxState::new()),
+            txq: FastMutex::new(TxQueue::default()),
             tx_pending: AtomicBool::new(false),
             tx_kick: Notify::new(),
             tx,
@@ -250,6 +256,7 @@ impl EpShared {
             key_rejected: AtomicU64::new(0),
             replayed: AtomicU64::new(0),
             source_err,
+            av_version,
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
             groups: Default::default(),
@@ -262,6 +269,18 @@ impl EpShared {
             c.join(Arc::downgrade(&ep));
         }
         Ok(ep)
+    }
+
+    /// The version of the AV `av` (the endpoint's): read without the
+    /// AV's lock when it is private, else under it after catching a
+    /// named AV up with other processes. What a cached destination or
+    /// sender is checked against.
+    #[inline(always)]
+    pub fn av_version(&self, av: &Mutex<AvTable>) -> u64 {
+        match &self.av_version {
+            Some(v) => v.get(),
+            None => lock_synced(av).version(),
+        }
     }
 
     pub fn is_closed(&self) -> bool {

@@ -257,7 +257,7 @@ fn proven(
 
 /// The AV handle of `from` and the source its completions report, looked
 /// up again only when the sender or the AV changed since the last
-/// datagram: one AV lock per datagram, for the version.
+/// datagram; a private AV's version is read without its lock.
 #[inline(always)]
 fn source_cached(ep: &EpShared, cache: &mut Option<(Peer, u64, Source)>, from: &Peer) -> Source {
     let Some(av) = &ep.cfg.av else {
@@ -266,13 +266,16 @@ fn source_cached(ep: &EpShared, cache: &mut Option<(Peer, u64, Source)>, from: &
             shown: FI_ADDR_NOTAVAIL,
         };
     };
-    let t = lock_synced(av);
-    let v = t.version();
+    let now = ep.av_version(av);
     if let Some((a, cv, s)) = cache.as_ref() {
-        if a == from && *cv == v {
+        if a == from && *cv == now {
             return *s;
         }
     }
+    // The version read again under the lock: the lookup is valid for
+    // that one (the AV may have changed since `now`).
+    let t = lock_synced(av);
+    let v = t.version();
     let handle = t
         .find_keyed(&weft_core::addr::sockaddr_bytes(&from.addr), from.key)
         .unwrap_or(FI_ADDR_NOTAVAIL);

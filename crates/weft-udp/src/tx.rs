@@ -22,7 +22,7 @@ use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
 use weft_core::dgram_auth::addr_bytes;
 use weft_core::flags::OpFlags;
 use weft_core::provider::{Iov, SendReq};
-use weft_core::sync::lock;
+use weft_core::sync::{lock, FastGuard};
 use weft_core::Error;
 
 use crate::endpoint::EpShared;
@@ -48,8 +48,8 @@ pub struct Queued {
 /// The last destination a send resolved: its AV handle and the AV version
 /// the lookup was made in, the address in the form `sendmsg` takes, and
 /// the key handle its entry is under. A run of sends to one peer (every
-/// ping-pong) takes the AV's lock only for the version, not for the
-/// lookup, the address decoding and the conversion.
+/// ping-pong) reads only the AV's version (under the AV's lock only for a
+/// named AV), not the lookup, the address decoding and the conversion.
 #[derive(Debug)]
 struct LastDest {
     handle: FiAddr,
@@ -154,7 +154,7 @@ pub enum Offered<'a> {
     Sent(usize, io::Result<()>),
     /// It waits behind earlier datagrams, or for room in the socket: it
     /// goes into the queue still locked, so that no later send passes it.
-    Wait(MutexGuard<'a, TxQueue>, Waiting),
+    Wait(FastGuard<'a, TxQueue>, Waiting),
 }
 
 /// A datagram's parts built before it was found to wait: all of a
@@ -170,7 +170,7 @@ impl Waiting {
     /// Queues the datagram, made of these parts and the request's
     /// buffers, under the lock `q` its send attempt held, and wakes the
     /// writer.
-    pub fn enqueue(self, ep: &EpShared, mut q: MutexGuard<'_, TxQueue>, iov: Iov, done: OpDone) {
+    pub fn enqueue(self, ep: &EpShared, mut q: FastGuard<'_, TxQueue>, iov: Iov, done: OpDone) {
         q.q.push_back(Queued {
             hdr: self.hdr,
             iov,
@@ -289,9 +289,9 @@ impl EpShared {
     }
 
     /// Resolves AV handle `dest` into `last` (its address, and the key
-    /// handle its entry is under): the AV's lock is taken for its version
-    /// (and a named AV's sync), the entry looked up again only for another
-    /// handle or after the AV changed. A multicast group's handle is
+    /// handle its entry is under): the entry is looked up again only for
+    /// another handle or after the AV changed, whose version a private AV
+    /// gives without its lock ([`av_version`](Self::av_version)). A multicast group's handle is
     /// answered with the group's address instead (`Some`). Inlined; the
     /// lookup itself is out of line.
     #[inline(always)]
@@ -304,11 +304,14 @@ impl EpShared {
             return self.groups.dest(dest).map(Some);
         }
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
-        let t = lock_synced(av);
-        let version = t.version();
-        if matches!(last, Some(l) if l.handle == dest && l.version == version) {
+        let now = self.av_version(av);
+        if matches!(last, Some(l) if l.handle == dest && l.version == now) {
             return Ok(None);
         }
+        // The version read again under the lock: the lookup is valid for
+        // that one (the AV may have changed since `now`).
+        let t = lock_synced(av);
+        let version = t.version();
         look_up(t, last, dest, version).map(|()| None)
     }
 

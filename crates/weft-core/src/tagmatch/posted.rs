@@ -152,8 +152,11 @@ impl<R> PostedQueue<R> {
         // rarely more than a look at the last entry.
         if !self.indexed && self.list.len() < LIST_MAX && self.list.last().is_none_or(|e| e.0 < seq)
         {
-            self.list.push((seq, spec));
+            // The receive first: pushed after the spec (whose push may
+            // grow its vector, a call), it was copied once more to be
+            // kept across that call (about 15 instructions a receive).
             self.reqs.push(r);
+            self.list.push((seq, spec));
             return;
         }
         self.insert_slow(seq, spec, r);

@@ -88,6 +88,10 @@ impl Endpoint {
         Ok(())
     }
 
+    // Inlined, the parts moved from the caller's `msg` straight into the
+    // request: through a helper's by-value parameter the 72-byte buffer
+    // list was copied twice on its way (about 18 instructions a send).
+    #[inline(always)]
     fn send_req(
         &self,
         live: &Live,
