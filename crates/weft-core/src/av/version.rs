@@ -12,9 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The table's own counter. Changed only under the table's lock, with
-/// `Release`, after the change it counts is done: a reader that loads it
-/// with `Acquire` and sees a value sees every change before it. A cloned
-/// table counts on its own from the value it had.
+/// `Release`, as a change begins (the mutators bump it before they
+/// write): a value read without the lock may therefore run ahead of the
+/// table it names. It only invalidates what a reader cached; whatever a
+/// reader then looks up it reads under the lock, which orders it after
+/// the change. A cloned table counts on its own from the value it had.
 #[derive(Debug, Default)]
 pub(super) struct Counter(Arc<AtomicU64>);
 

@@ -84,7 +84,7 @@ pub(super) struct PostedQueue<R> {
     /// specs: a receive is moved into and out of its own vector, where
     /// as a part of one 180-byte entry it was built into the entry,
     /// copied into the list and out of it whole, and out of the entry
-    /// again (about 50 instructions a ping-pong round trip).
+    /// again (about 30 instructions a ping-pong round trip).
     reqs: Vec<R>,
     /// The receives are in `entries` and the indexes.
     indexed: bool,
@@ -157,6 +157,7 @@ impl<R> PostedQueue<R> {
             // kept across that call (about 15 instructions a receive).
             self.reqs.push(r);
             self.list.push((seq, spec));
+            debug_assert_eq!(self.list.len(), self.reqs.len());
             return;
         }
         self.insert_slow(seq, spec, r);
@@ -217,7 +218,8 @@ impl<R> PostedQueue<R> {
     /// gives: a receive that keeps room stays in its place; one that ends
     /// leaves the queue into `ended` and the next receive that accepts the
     /// message is asked. Returns the receive (or part) that takes the
-    /// message and writes its spec into `spec`: a listed receive is asked
+    /// message and writes its spec into `spec` (meaningful only when a
+    /// receive is returned): a listed receive is asked
     /// in place and moved out once, straight into the result (a
     /// receive is 128 bytes, and every move of it cost about 16
     /// instructions an arrival).
@@ -258,6 +260,8 @@ impl<R> PostedQueue<R> {
     /// the ones after it.
     #[inline(always)]
     fn list_remove(&mut self, i: usize) -> Option<R> {
+        // The two vectors are one list: every push and removal takes both.
+        debug_assert_eq!(self.list.len(), self.reqs.len());
         if i + 1 == self.list.len() {
             self.list.pop();
             return self.reqs.pop();
