@@ -121,6 +121,30 @@ impl Endpoint {
         })
     }
 
+    /// A posted pool receive needs a completion to carry its buffer
+    /// back, as one message: `NoCq` without a receive CQ (a counter alone
+    /// would count the message and keep the buffer lent), `BadFlags`
+    /// when the endpoint's default receive flags make it a multi-receive
+    /// (its messages would be parts of the buffer, none reclaimable), and
+    /// `OpNotSupp` on an endpoint bound to a shared receive context, as
+    /// for the awaited [`recv_pooled`](Self::recv_pooled).
+    fn pool_recv_allowed(&self) -> weft_core::Result<()> {
+        let live = self.live()?;
+        if live.srx.is_some() {
+            return Err(Error::OpNotSupp);
+        }
+        if live.rx_cq.is_none() {
+            return Err(Error::NoCq);
+        }
+        if live
+            .rx_flags(OpFlags::empty())
+            .contains(OpFlags::MULTI_RECV)
+        {
+            return Err(Error::BadFlags);
+        }
+        Ok(())
+    }
+
     fn post_pooled_recv(
         &self,
         buf: PoolBuf,
@@ -129,8 +153,13 @@ impl Endpoint {
         if !self.owns_pool_buf(&buf) {
             return Err((Error::Inval, Some(buf)));
         }
+        if let Err(e) = self.pool_recv_allowed() {
+            return Err((e, Some(buf)));
+        }
         let (view, pool) = buf.lend_posted();
-        match self.post_recvmsg(msg(view), OpFlags::empty()) {
+        // Reported whatever the queue's selectivity: the completion is
+        // the only way the buffer comes back.
+        match self.post_recvmsg(msg(view), OpFlags::COMPLETION) {
             Ok(()) => Ok(()),
             Err((e, mut bufs)) => {
                 let back = pool.reclaim(&mut bufs);

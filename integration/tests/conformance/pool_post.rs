@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use weft::{CompletionQueue, CqEntry, Error, FI_ADDR_UNSPEC};
+use weft::{BindFlags, CompletionQueue, CqEntry, Error, OpFlags, FI_ADDR_UNSPEC};
 use weft_integration::{next_cq, payload, within, Harness, Provider};
 
 use super::pool::{all_back, filled};
@@ -163,8 +163,52 @@ async fn close_discards_posted_receive(p: Provider) {
     assert_eq!(pool.stats().free, 2);
 }
 
+/// A posted pool receive's buffer comes back only through its
+/// completion: under selective completion it is reported all the same;
+/// where it could not come back the post is refused and the buffer handed
+/// back — default receive flags that make a multi-receive (`BadFlags`),
+/// no receive CQ, only a counter (`NoCq`).
+async fn receives_whose_buffer_could_not_come_back(p: Provider) {
+    let h = Harness::connless(&p);
+    let pool = h.domain.buffer_pool(2, 4096).unwrap();
+    let a = h.rdm_ep();
+    let b = h.rdm_ep_with(&h.info, h.av(), BindFlags::SELECTIVE_COMPLETION);
+    let b_in_a = a.insert(&b);
+    b.insert(&a);
+    b.ep.post_recv_pooled(pool.try_get().unwrap(), 51).unwrap();
+    a.ep.post_send_pooled(b_in_a, filled(&pool, 100, 7), 52)
+        .unwrap();
+    done(&a.cq, 52).await;
+    let mut got = done(&b.cq, 51).await;
+    let buf = pool.reclaim(&mut got.bufs);
+    assert!(buf.is_some(), "reported under selective completion");
+    drop(buf);
+    if b.ep
+        .set_op_flags(OpFlags::RECV, OpFlags::MULTI_RECV)
+        .is_ok()
+    {
+        let (e, back) =
+            b.ep.post_recv_pooled(pool.try_get().unwrap(), 53)
+                .unwrap_err();
+        assert_eq!(e, Error::BadFlags);
+        assert!(back.is_some(), "the buffer comes back");
+    }
+    let cntr = h.domain.counter().unwrap();
+    let c = h.domain.endpoint(&h.info).unwrap();
+    c.bind_av(&h.av()).unwrap();
+    c.bind_cq(&h.cq(), BindFlags::TRANSMIT).unwrap();
+    c.bind_counter(&cntr, BindFlags::RECV).unwrap();
+    c.enable().unwrap();
+    let (e, back) = c.post_recv_pooled(pool.try_get().unwrap(), 54).unwrap_err();
+    assert_eq!(e, Error::NoCq);
+    assert!(back.is_some(), "the buffer comes back");
+    drop(back);
+    all_back(&pool, "refused receives").await;
+}
+
 udp_tests! {
     posted_round_trip,
+    receives_whose_buffer_could_not_come_back,
     cancel_and_refusals,
     exhausted_by_posted_receives,
     close_discards_posted_receive,
@@ -172,6 +216,7 @@ udp_tests! {
 
 shm_tests! {
     posted_round_trip,
+    receives_whose_buffer_could_not_come_back,
     cancel_and_refusals,
     exhausted_by_posted_receives,
     close_discards_posted_receive,
@@ -179,6 +224,7 @@ shm_tests! {
 
 provider_tests! {
     posted_round_trip,
+    receives_whose_buffer_could_not_come_back,
     cancel_and_refusals,
     exhausted_by_posted_receives,
     close_discards_posted_receive,

@@ -333,6 +333,15 @@ async fn binding_rules_and_close(p: Provider) {
         r.servers[0].ep.bind_srx(srx).unwrap_err(),
         Error::OpBadState
     );
+    // A posted pool receive comes back through its own completion, which
+    // a shared context does not give: refused, as the awaited one is.
+    let pool = h.domain.buffer_pool(1, 64).unwrap();
+    let (e, back) = r.servers[0]
+        .ep
+        .post_recv_pooled(pool.try_get().unwrap(), 9)
+        .unwrap_err();
+    assert_eq!(e, Error::OpNotSupp);
+    assert!(back.is_some(), "the buffer comes back");
     // Attributes: the domain's where 0; caps beyond the domain's refused.
     let small = h
         .domain

@@ -91,7 +91,7 @@ pub enum EpOpt {
 pub(crate) struct Live {
     pub(crate) prov: Arc<dyn ProviderEndpoint>,
     pub(crate) tx_cq: Option<(Arc<CqShared>, bool)>,
-    rx_cq: Option<(Arc<CqShared>, bool)>,
+    pub(crate) rx_cq: Option<(Arc<CqShared>, bool)>,
     send_cntr: Option<Arc<CounterShared>>,
     recv_cntr: Option<Arc<CounterShared>>,
     /// Initiated RMA reads and writes (`FI_READ`, `FI_WRITE` binds).
