@@ -497,6 +497,46 @@ async fn msg_posted_pool_buffers() {
     }
 }
 
+/// A message that lands in a cancelled pool receive's work request (verbs
+/// cannot take one back) goes to the next pool receive in the memory it
+/// landed in: that receive's completion carries a pool buffer with the
+/// message, reclaimable, and its own buffer stays on the queue pair for a
+/// later message — one buffer lent in all, not two.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_pool_receive_after_a_cancelled_one() {
+    let Some(p) = connect(WaitMode::Inline).await else {
+        return;
+    };
+    let ((c, _, ccq), (s, _, scq)) = (&p.client, &p.server);
+    let (cd, sd) = &p.domains;
+    let (cpool, spool) = (
+        cd.buffer_pool(2, 4096).unwrap(),
+        sd.buffer_pool(3, 4096).unwrap(),
+    );
+    s.post_recv_pooled(spool.try_get().unwrap(), 1).unwrap();
+    s.post_recv_pooled(spool.try_get().unwrap(), 2).unwrap();
+    s.cancel(1).unwrap();
+    let e = within("cancelled", next_cq(scq)).await.unwrap_err();
+    assert_eq!((e.context, e.err), (1, Error::Canceled));
+    let mut out = cpool.try_get().unwrap();
+    out.set_len(100).unwrap();
+    out.copy_from_slice(&payload(100, 9));
+    c.post_send_pooled(0, out, 3).unwrap();
+    within("send completion", next_cq(ccq)).await.unwrap();
+    let mut got = within("receive completion", next_cq(scq)).await.unwrap();
+    assert_eq!((got.context, got.len), (2, 100));
+    let buf = spool
+        .reclaim(&mut got.bufs)
+        .expect("a pool buffer with the message");
+    assert!(buf[..] == payload(100, 9)[..]);
+    drop(buf);
+    assert_eq!(spool.stats().lent, 1, "the second receive's, on the QP");
+}
+
 /// How long a test waits for a silent peer to be found: the probe's
 /// wait (two ticks of 5 s at most) and seven local ACK timeouts of the
 /// transport retries (about 24 s under the VM's emulation), with room.

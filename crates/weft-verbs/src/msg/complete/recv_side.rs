@@ -107,15 +107,31 @@ impl RecvSide<'_> {
 
 /// Ends receive `w` with message `a`, copied into its buffers. The
 /// message comes back if the receive's future is gone.
+///
+/// A receive whose own memory stays with the device (`Waiting::like`: a
+/// registered receive, a pool buffer's among them) is handed the memory
+/// the message landed in instead, when the message fits its length: no
+/// copy, and a pool buffer comes back to its pool through this
+/// completion (`BufferPool::reclaim`), where a copy would name no pool.
+/// Its own memory goes on catching a later message, as a withdrawn
+/// receive's does.
 pub(in crate::msg) fn deliver(w: Waiting, a: Arrived) -> Option<Arrived> {
-    let Waiting { mut done, bufs, .. } = w;
+    let Waiting {
+        mut done,
+        bufs,
+        like,
+        ..
+    } = w;
     a.route.apply(&mut done);
     let mut bufs = bufs.unwrap_or_default();
-    let imm = a.imm;
-    match &a.body {
+    let Arrived { body, imm, route } = a;
+    match body {
+        Body::Data { bufs: src, len } if like && len <= bufs.iter().map(|b| b.len()).sum() => {
+            finish_recv(done, src, len, None, imm).map(|e| arrived_back(e, route))
+        }
         Body::Data { bufs: src, len } => {
-            let placed = copy_into(src, &mut bufs);
-            if placed < *len {
+            let placed = copy_into(&src, &mut bufs);
+            if placed < len {
                 let mut e = CqErrEntry::new(0, recv_flags(imm), Error::Trunc);
                 trim_bufs(&mut bufs, placed);
                 e.len = placed;
@@ -124,11 +140,15 @@ pub(in crate::msg) fn deliver(w: Waiting, a: Arrived) -> Option<Arrived> {
                 done.fail(e.with_bufs(bufs));
                 return None;
             }
-            finish_recv(done, bufs, placed, None, imm).map(|_| a)
+            let body = Body::Data { bufs: src, len };
+            finish_recv(done, bufs, placed, None, imm).map(|_| Arrived { body, imm, route })
         }
-        Body::RemoteWrite { len } => finish_remote_write(done, bufs, *len, imm).map(|_| a),
+        Body::RemoteWrite { len } => {
+            let body = Body::RemoteWrite { len };
+            finish_remote_write(done, bufs, len, imm).map(|_| Arrived { body, imm, route })
+        }
         Body::Failed(e) => {
-            fail(done, bufs, *e);
+            fail(done, bufs, e);
             None
         }
     }

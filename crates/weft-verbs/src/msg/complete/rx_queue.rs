@@ -18,9 +18,10 @@
 //!   as an unexpected message would be; a new receive takes a held
 //!   message at once without posting.
 //! * A receive whose buffers are its own work request's memory (a
-//!   registered receive) and that is served by a copy gets buffers of
-//!   the same lengths instead: its own stay with the device until its
-//!   work request completes. A cancelled one is handed back the same
+//!   registered receive) and that is served by another work request's
+//!   message gets the memory that message landed in, when the message
+//!   fits its length (else buffers of its own lengths, copied into): its
+//!   own stay with the device until its work request completes. A cancelled one is handed back the same
 //!   way, at once, rather than when a message (or the close) finally
 //!   ends its work request, which could be never.
 //! * A new receive posts a work request only when no posted one is
@@ -50,6 +51,10 @@ pub(in crate::msg) struct Waiting {
     pub done: OpDone,
     /// Its buffers, unless they are its work request's memory.
     pub bufs: Option<Vec<BytesMut>>,
+    /// `bufs` were made like its own, which stay with the device: a
+    /// message that landed elsewhere may be handed over in the memory it
+    /// landed in instead of copied into them (`recv_side::deliver`).
+    pub like: bool,
 }
 
 impl Waiting {
@@ -60,6 +65,7 @@ impl Waiting {
             own_wr: false,
             done,
             bufs,
+            like: false,
         }
     }
 
@@ -122,6 +128,7 @@ impl<M: Shape> RxQueue<M> {
             own_wr,
             done,
             bufs,
+            like: false,
         });
     }
 
@@ -184,6 +191,7 @@ impl<M: Shape> RxQueue<M> {
             }
             if w.bufs.is_none() {
                 w.bufs = Some(like(&shape));
+                w.like = true;
             }
             return Some(w);
         }
