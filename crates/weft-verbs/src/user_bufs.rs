@@ -109,7 +109,10 @@ pub(crate) fn unregister(mrs: Vec<Dst>) -> Vec<BytesMut> {
 /// [`unregister`] into `rest`, in front of what it holds (a receive's
 /// own `Vec` and its zero-length buffers): no allocation when it has
 /// room, as the `Vec` a receive was posted with has.
-pub(crate) fn unregister_before(mrs: Vec<Dst>, mut rest: Vec<BytesMut>) -> Vec<BytesMut> {
+pub(crate) fn unregister_before(
+    mrs: impl IntoIterator<Item = Dst>,
+    mut rest: Vec<BytesMut>,
+) -> Vec<BytesMut> {
     let k = rest.len();
     rest.extend(mrs.into_iter().filter_map(|m| m.into_inner().ok()));
     rest.rotate_left(k);

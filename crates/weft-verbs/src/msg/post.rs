@@ -15,13 +15,14 @@ use weft_core::{Error, Result};
 
 use super::complete::{deliver, Held, Inflight, RecvMem, RecvSide, Waiting, RECV_WR_BIT};
 use super::{Link, MsgShared};
-use crate::local_mem::{all_pooled, Dst};
+use crate::local_mem::{all_pooled, Dst, RecvTargets, Src};
 use crate::slot_pool::{SlotPool, SLOT};
 use crate::sys::{
-    AccessFlags, Payload, ProtectionDomain, RecvRequest, SendFlags, SendOp, SendRequest, Sge,
+    AccessFlags, Payload, PoolMr, ProtectionDomain, RecvRequest, SendFlags, SendOp, SendRequest,
+    Sge,
 };
 use crate::user_bufs::unregister_before;
-use crate::user_bufs::{gather, imm_data, post_rma, register_source, wr_flags};
+use crate::user_bufs::{cached_source, gather, imm_data, post_rma, register_source, wr_flags};
 
 /// The sends and RMA operations on the device, in the order they were
 /// posted (each is added with the table locked across its post). An RC
@@ -237,15 +238,34 @@ fn send_on(
         }
         return Ok(Held::SendInline { len });
     }
-    // A pool buffer goes as it is: copying it into a slot would only
-    // add a copy.
-    if len > 0 && len <= SLOT && !all_pooled(&link.pd, &req.iov) {
+    // One buffer, the usual case: its pool looked up once, and its
+    // element on the stack. A pool buffer goes as it is: copying it into
+    // a slot would only add a copy.
+    let single = match &req.iov[..] {
+        [one] if !one.is_empty() => Some(one),
+        _ => None,
+    };
+    if let Some(src) = single.and_then(|b| Src::pooled(&link.pd, b)) {
+        post(Payload::Sges(&[src.sge()?]))?;
+        return Ok(Held::SendOne { len, _src: src });
+    }
+    if len > 0 && len <= SLOT && (single.is_some() || !all_pooled(&link.pd, &req.iov)) {
         if let Some(slot) = link.send_pool.take() {
             let parts = req.iov.iter().map(|b| &b[..]);
             link.send_pool
                 .post_from(slot, parts, |sge| post(Payload::Sges(&[sge])))?;
             return Ok(Held::SendSlot { len, slot });
         }
+    }
+    if let Some(b) = single {
+        let src = Src::Mr(cached_source(
+            link.cache.as_ref(),
+            &link.pd,
+            b,
+            AccessFlags::NONE,
+        )?);
+        post(Payload::Sges(&[src.sge()?]))?;
+        return Ok(Held::SendOne { len, _src: src });
     }
     let mrs = req
         .iov
@@ -283,8 +303,17 @@ impl RecvTarget<'_> {
         bufs: Vec<BytesMut>,
         wr_id: u64,
     ) -> std::result::Result<(RecvMem, Option<Vec<BytesMut>>), RecvPostErr> {
+        // One buffer, the usual case: its pool looked up once, for the
+        // choice of memory and for its key.
+        let pooled = match bufs.as_slice() {
+            [one] => self.pd.pool_for(one.as_ptr() as usize, one.len()),
+            _ => None,
+        };
+        if let Some(pool) = pooled {
+            return self.post_pooled(bufs, pool, wr_id);
+        }
         let cap: usize = bufs.iter().map(|b| b.len()).sum();
-        if cap > 0 && cap <= SLOT && !all_pooled(self.pd, &bufs) {
+        if cap > 0 && cap <= SLOT && (bufs.len() == 1 || !all_pooled(self.pd, &bufs)) {
             if let Some(slot) = self.pool.take() {
                 let posted = self.pool.with(|mr| {
                     let sge = mr.sge(self.pool.offset(slot), cap)?;
@@ -305,12 +334,37 @@ impl RecvTarget<'_> {
         self.post_registered(bufs, wr_id)
     }
 
+    /// Posts the one buffer of `bufs`, a buffer of `pool`, under the
+    /// pool's key; its `Vec` carries it back at the completion.
+    fn post_pooled(
+        &self,
+        mut bufs: Vec<BytesMut>,
+        pool: Arc<PoolMr>,
+        wr_id: u64,
+    ) -> std::result::Result<(RecvMem, Option<Vec<BytesMut>>), RecvPostErr> {
+        let Some(b) = bufs.pop() else {
+            return Err((Error::Inval, bufs));
+        };
+        let dst = Dst::Pool(pool, b);
+        let posted = dst.sge().and_then(|sge| {
+            (self.post)(&RecvRequest {
+                wr_id,
+                sges: &[sge],
+            })
+        });
+        let mrs = RecvTargets::One(dst);
+        match posted {
+            Ok(()) => Ok((RecvMem::Registered { mrs, empty: bufs }, None)),
+            Err(e) => Err((e, unregister_before(mrs, bufs))),
+        }
+    }
+
     fn post_registered(
         &self,
         bufs: Vec<BytesMut>,
         wr_id: u64,
     ) -> std::result::Result<(RecvMem, Option<Vec<BytesMut>>), RecvPostErr> {
-        let mut mrs = Vec::with_capacity(bufs.len());
+        let mut mrs = RecvTargets::default();
         // The receive's own `Vec` carries the buffers back at the
         // completion (emptied here, zero-length buffers put back in it):
         // a receive into one pool buffer allocates no other.

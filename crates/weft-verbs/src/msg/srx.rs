@@ -31,7 +31,7 @@ use super::complete::{RecvMem, RecvSide, Route, RxQueue};
 use super::post::RecvTarget;
 use crate::slot_pool::{SlotPool, SLOTS};
 use crate::sys::{AccessFlags, ProtectionDomain, Srq, WorkCompletion};
-use crate::user_bufs::unregister;
+use crate::user_bufs::unregister_before;
 
 /// Work request ids of shared receives have the top bit set, so they never
 /// collide with an endpoint's own.
@@ -161,7 +161,7 @@ impl ProviderSrx for MsgSrx {
         for (mut w, mem) in waiting {
             let mut bufs = w.bufs.take().unwrap_or_default();
             if let Some(RecvMem::Registered { mrs, mut empty }) = mem {
-                bufs = unregister(mrs);
+                bufs = unregister_before(mrs, Vec::new());
                 bufs.append(&mut empty);
             }
             w.done.fail(

@@ -45,6 +45,9 @@ pub(super) enum Held {
     SendSlot { len: usize, slot: u32 },
     /// A send from the caller's buffers, registered.
     SendRegistered { len: usize, _mrs: Vec<Src> },
+    /// A send from one buffer of the caller's, registered (or a pool
+    /// buffer).
+    SendOne { len: usize, _src: Src },
     /// An RMA write or read of `len` bytes.
     Rma {
         len: usize,
@@ -91,7 +94,9 @@ impl CqSink for MsgShared {
         };
         let len = match op {
             Held::Rma { len, kind, local } => return self.finish_rma(wc, done, len, kind, local),
-            Held::SendInline { len } | Held::SendRegistered { len, .. } => len,
+            Held::SendInline { len }
+            | Held::SendRegistered { len, .. }
+            | Held::SendOne { len, .. } => len,
             Held::SendSlot { len, slot } => {
                 if let Some(l) = lock(&self.link).as_ref() {
                     l.send_pool.put(slot);

@@ -10,7 +10,7 @@ use weft_core::flags::OpFlags;
 use weft_core::Error;
 
 use super::recv_finish::{is_remote_write, recv_error};
-use crate::local_mem::Dst;
+use crate::local_mem::RecvTargets;
 use crate::slot_pool::SlotPool;
 use crate::sys::WorkCompletion;
 use crate::user_bufs::unregister_before;
@@ -21,7 +21,10 @@ pub(in crate::msg) enum RecvMem {
     Slot(u32),
     /// The receive's own buffers, registered (zero-length ones are not
     /// registered and are given back as they were).
-    Registered { mrs: Vec<Dst>, empty: Vec<BytesMut> },
+    Registered {
+        mrs: RecvTargets,
+        empty: Vec<BytesMut>,
+    },
 }
 
 /// The buffer lengths of a receive whose buffers are a work request's
