@@ -8,27 +8,7 @@
 //! lookup, no copy into bounce buffers. On providers that register
 //! nothing (tcp, udp) the pool is plain memory and the same code works.
 //!
-//! A buffer goes back to the pool when it is dropped, wherever that
-//! happens: in the application, when a send or RMA write it was frozen
-//! into completes or fails ([`PoolBuf::freeze`]), or after the receive or
-//! RMA read it was lent to ends — also when that operation's future is
-//! dropped first: the receive is withdrawn and the buffer comes back once
-//! the device can no longer write it, never earlier. An endpoint closed
-//! under a pool receive or read discards that operation and its buffer
-//! with it; the pool then counts the buffer as lost
-//! ([`PoolStats::lost`]) and never hands it out again.
-//!
-//! The posted forms (`Endpoint::post_send_pooled`,
-//! `Endpoint::post_recv_pooled`, completions on the bound CQ) hand a
-//! receive's buffer to the caller inside its completion: the entry's
-//! `bufs` (error entries' too: a cancelled receive, but not on verbs
-//! MSG, whose device keeps a posted receive's buffer) hold it, and
-//! [`BufferPool::reclaim`] makes it a `PoolBuf` again. Until then the
-//! pool counts it as lent ([`PoolStats::lent`]) and never hands it out;
-//! its memory stays allocated whatever happens to the entry. A completion
-//! dropped without a reclaim, or a receive discarded by `fi_close`
-//! (which reports nothing), leaves the buffer lent for good: cancel
-//! posted pool receives before closing to have their buffers back.
+//! What comes back when is said on [`BufferPool`], where rustdoc shows it.
 
 use std::any::Any;
 use std::fmt;
@@ -44,7 +24,7 @@ use weft_core::{Error, Result};
 
 use crate::fabric::Domain;
 
-/// Most buffers one pool may hold (the semaphore's limit is far above).
+/// Most buffers one pool may hold.
 pub const MAX_POOL_BUFS: usize = 1 << 20;
 
 /// What a pool holds now.
@@ -63,9 +43,39 @@ pub struct PoolStats {
     pub lent: usize,
 }
 
-/// A pool of registered buffers of one domain (see the module docs).
-/// Cloning gives another handle to the same pool; its memory is
-/// deregistered and freed once every handle and every buffer is gone.
+/// A pool of registered buffers of one domain
+/// ([`Domain::buffer_pool`]). Cloning gives another handle to the same
+/// pool; its memory is deregistered and freed once every handle and
+/// every buffer is gone.
+///
+/// A buffer goes back to the pool when it is dropped, wherever that
+/// happens: in the application, when a send or RMA write it was frozen
+/// into completes or fails ([`PoolBuf::freeze`]), or after the receive or
+/// RMA read it was lent to ends — also when that operation's future is
+/// dropped first: the receive is withdrawn and the buffer comes back once
+/// the device can no longer write it, never earlier. An endpoint closed
+/// under a pool receive or read discards that operation and its buffer
+/// with it; the pool then counts the buffer as lost
+/// ([`PoolStats::lost`]) and never hands it out again.
+///
+/// The posted forms (`Endpoint::post_send_pooled`,
+/// `Endpoint::post_recv_pooled`, completions on the bound CQ) hand a
+/// receive's buffer to the caller inside its completion: the entry's
+/// `bufs` (error entries' too: a cancelled receive — on verbs MSG only
+/// one that had no work request of its own; the device keeps a posted
+/// one's buffer, which the next message to land in it brings back inside
+/// another receive's completion, or which stays lent) hold it, and
+/// [`BufferPool::reclaim`] makes it a `PoolBuf` again. Until then the
+/// pool counts it as lent ([`PoolStats::lent`]) and never hands it out;
+/// its memory stays allocated whatever happens to the entry. A completion
+/// dropped without a reclaim, or a receive discarded by `fi_close`
+/// (which reports nothing), leaves the buffer lent for good: cancel
+/// posted pool receives before closing to have their buffers back.
+///
+/// [`get`](Self::get) waits while no buffer is free; buffers lent for
+/// good never come back, so a pool whose every buffer is lent for good
+/// keeps a `get` waiting (it fails with `NoBufs` only once all are
+/// lost).
 #[derive(Clone)]
 pub struct BufferPool {
     inner: Arc<PoolInner>,
@@ -209,7 +219,7 @@ impl BufferPool {
                 let i = bufs
                     .iter()
                     .position(|b| self.inner.slots.index(b).is_some())?;
-                (bufs.swap_remove(i), Vec::new())
+                (bufs.remove(i), Vec::new())
             }
         };
         self.end_lend();

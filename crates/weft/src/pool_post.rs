@@ -77,14 +77,17 @@ impl Endpoint {
     /// goes to the receive CQ with `context` and carries the buffer, cut
     /// to the message, in its `bufs` — a `Canceled` error entry too
     /// ([`cancel`](Self::cancel)), except on verbs MSG, where the device
-    /// keeps a posted receive's buffer (the pool's stays lent). Take it
-    /// back with
-    /// [`BufferPool::reclaim`](crate::BufferPool::reclaim); until then
-    /// the pool counts it as lent (see the module docs of
-    /// [`BufferPool`](crate::BufferPool) for completions dropped
-    /// unreclaimed and for `fi_close`). `Inval` for a buffer of another
-    /// domain's pool, `Again` when the queue is full: the buffer comes
-    /// back.
+    /// may keep a posted receive's buffer (the next message to land in it
+    /// brings it back inside another receive's completion). Take it back
+    /// with [`BufferPool::reclaim`](crate::BufferPool::reclaim); until
+    /// then the pool counts it as lent ([`BufferPool`](crate::BufferPool)
+    /// says when a buffer stays lent for good: a completion dropped
+    /// unreclaimed, `fi_close`). Always reported, selective completion or
+    /// not. Refused, the buffer coming back: `Inval` for a buffer of
+    /// another domain's pool, `Again` when the queue is full, `NoCq`
+    /// without a receive CQ, `BadFlags` when the endpoint's default
+    /// receive flags hold `FI_MULTI_RECV`, `OpNotSupp` on an endpoint
+    /// bound to a shared receive context.
     pub fn post_recv_pooled(
         &self,
         buf: PoolBuf,
