@@ -78,7 +78,8 @@ impl Endpoint {
     /// to the message, in its `bufs` — a `Canceled` error entry too
     /// ([`cancel`](Self::cancel)), except on verbs MSG, where the device
     /// may keep a posted receive's buffer (the next message to land in it
-    /// brings it back inside another receive's completion). Take it back
+    /// may bring it back inside another receive's completion, or it stays
+    /// lent). Take it back
     /// with [`BufferPool::reclaim`](crate::BufferPool::reclaim); until
     /// then the pool counts it as lent ([`BufferPool`](crate::BufferPool)
     /// says when a buffer stays lent for good: a completion dropped
@@ -86,7 +87,8 @@ impl Endpoint {
     /// not. Refused, the buffer coming back: `Inval` for a buffer of
     /// another domain's pool, `Again` when the queue is full, `NoCq`
     /// without a receive CQ, `BadFlags` when the endpoint's default
-    /// receive flags hold `FI_MULTI_RECV`, `OpNotSupp` on an endpoint
+    /// receive flags hold `FI_MULTI_RECV`, `FI_PEEK`, `FI_CLAIM` or
+    /// `FI_DISCARD`, `OpNotSupp` on an endpoint
     /// bound to a shared receive context.
     pub fn post_recv_pooled(
         &self,
@@ -128,7 +130,8 @@ impl Endpoint {
     /// back, as one message: `NoCq` without a receive CQ (a counter alone
     /// would count the message and keep the buffer lent), `BadFlags`
     /// when the endpoint's default receive flags make it a multi-receive
-    /// (its messages would be parts of the buffer, none reclaimable), and
+    /// (its messages would be parts of the buffer, none reclaimable) or a
+    /// peek, claim or discard (whose error entries carry no buffer), and
     /// `OpNotSupp` on an endpoint bound to a shared receive context, as
     /// for the awaited [`recv_pooled`](Self::recv_pooled).
     fn pool_recv_allowed(&self) -> weft_core::Result<()> {
@@ -139,10 +142,8 @@ impl Endpoint {
         if live.rx_cq.is_none() {
             return Err(Error::NoCq);
         }
-        if live
-            .rx_flags(OpFlags::empty())
-            .contains(OpFlags::MULTI_RECV)
-        {
+        let refused = OpFlags::MULTI_RECV | OpFlags::PEEK_FAMILY;
+        if live.rx_flags(OpFlags::empty()).intersects(refused) {
             return Err(Error::BadFlags);
         }
         Ok(())

@@ -166,7 +166,8 @@ async fn close_discards_posted_receive(p: Provider) {
 /// A posted pool receive's buffer comes back only through its
 /// completion: under selective completion it is reported all the same;
 /// where it could not come back the post is refused and the buffer handed
-/// back — default receive flags that make a multi-receive (`BadFlags`),
+/// back — default receive flags that make a multi-receive, a peek or a
+/// claim (`BadFlags`),
 /// no receive CQ, only a counter (`NoCq`).
 async fn receives_whose_buffer_could_not_come_back(p: Provider) {
     let h = Harness::connless(&p);
@@ -183,16 +184,20 @@ async fn receives_whose_buffer_could_not_come_back(p: Provider) {
     let buf = pool.reclaim(&mut got.bufs);
     assert!(buf.is_some(), "reported under selective completion");
     drop(buf);
-    if b.ep
-        .set_op_flags(OpFlags::RECV, OpFlags::MULTI_RECV)
-        .is_ok()
-    {
-        let (e, back) =
-            b.ep.post_recv_pooled(pool.try_get().unwrap(), 53)
-                .unwrap_err();
-        assert_eq!(e, Error::BadFlags);
-        assert!(back.is_some(), "the buffer comes back");
+    for flags in [
+        OpFlags::MULTI_RECV,
+        OpFlags::PEEK,
+        OpFlags::PEEK | OpFlags::CLAIM,
+    ] {
+        if b.ep.set_op_flags(OpFlags::RECV, flags).is_ok() {
+            let (e, back) =
+                b.ep.post_recv_pooled(pool.try_get().unwrap(), 53)
+                    .unwrap_err();
+            assert_eq!(e, Error::BadFlags, "{flags:?}");
+            assert!(back.is_some(), "the buffer comes back");
+        }
     }
+    b.ep.set_op_flags(OpFlags::RECV, OpFlags::empty()).unwrap();
     let cntr = h.domain.counter().unwrap();
     let c = h.domain.endpoint(&h.info).unwrap();
     c.bind_av(&h.av()).unwrap();

@@ -333,8 +333,8 @@ async fn binding_rules_and_close(p: Provider) {
         r.servers[0].ep.bind_srx(srx).unwrap_err(),
         Error::OpBadState
     );
-    // A posted pool receive comes back through its own completion, which
-    // a shared context does not give: refused, as the awaited one is.
+    // Posted pool receives are the endpoint's own, as the awaited ones
+    // are: refused on an endpoint bound to a shared context.
     let pool = h.domain.buffer_pool(1, 64).unwrap();
     let (e, back) = r.servers[0]
         .ep

@@ -21,9 +21,10 @@
 //!   registered receive) and that is served by another work request's
 //!   message gets the memory that message landed in, when the message
 //!   fits its length (else buffers of its own lengths, copied into): its
-//!   own stay with the device until its work request completes. A cancelled one is handed back the same
-//!   way, at once, rather than when a message (or the close) finally
-//!   ends its work request, which could be never.
+//!   own stay with the device until its work request completes. A
+//!   cancelled one gets buffers of its own lengths back at once, rather
+//!   than its own when a message (or the close) finally ends its work
+//!   request, which could be never.
 //! * A new receive posts a work request only when no posted one is
 //!   spare (every posted one is spoken for by a waiting receive), so the
 //!   device never holds more than the receive queue's size and a

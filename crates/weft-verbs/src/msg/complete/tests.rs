@@ -95,7 +95,7 @@ fn a_withdrawn_receives_message_goes_to_the_next_then_is_held() {
     assert!(w.bufs.unwrap().is_empty(), "an awaited receive needs none");
     assert_eq!(credits.left(), 3);
     // Its work request catches the next message, which goes to
-    // receive 2 in buffers like its own.
+    // receive 2 in the memory it landed in.
     let (_, own) = q.landed(10, &credits).unwrap();
     assert!(own.is_none());
     let (w, a) = q.route(message(100), false, &credits).unwrap();
