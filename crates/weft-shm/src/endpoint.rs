@@ -295,17 +295,12 @@ impl EpShared {
         Ok(ep)
     }
 
-    /// The version of the AV `av` (the endpoint's): read without the
-    /// AV's lock when it is private, else under it after catching a
-    /// named AV up with other processes. What a cached lookup is checked
-    /// against: its lock pair was about 25 instructions per send and per
-    /// arrival.
+    /// The version of the AV `av` (the endpoint's), what a cached
+    /// lookup is checked against
+    /// ([`version_now`](weft_core::av::version_now)).
     #[inline(always)]
     pub fn av_version(&self, av: &Mutex<AvTable>) -> u64 {
-        match &self.av_version {
-            Some(v) => v.get(),
-            None => lock_synced(av).version(),
-        }
+        weft_core::av::version_now(&self.av_version, av)
     }
 
     pub fn is_closed(&self) -> bool {

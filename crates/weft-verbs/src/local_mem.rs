@@ -114,57 +114,6 @@ pub(crate) fn all_pooled<B: std::ops::Deref<Target = [u8]>>(
             .all(|b| b.is_empty() || pd.pool_for(b.as_ptr() as usize, b.len()).is_some())
 }
 
-/// A receive's registered targets: one held as it is (the usual case:
-/// posting it allocates nothing), several in a `Vec`.
-pub(crate) enum RecvTargets {
-    One(Dst),
-    Many(Vec<Dst>),
-}
-
-impl Default for RecvTargets {
-    fn default() -> RecvTargets {
-        RecvTargets::Many(Vec::new())
-    }
-}
-
-impl RecvTargets {
-    /// Adds `d` after the others (the first one goes in without a `Vec`).
-    pub(crate) fn push(&mut self, d: Dst) {
-        match self {
-            RecvTargets::Many(v) if v.is_empty() => *self = RecvTargets::One(d),
-            RecvTargets::Many(v) => v.push(d),
-            RecvTargets::One(_) => {
-                if let RecvTargets::One(first) = std::mem::take(self) {
-                    *self = RecvTargets::Many(vec![first, d]);
-                }
-            }
-        }
-    }
-
-    pub(crate) fn as_slice(&self) -> &[Dst] {
-        match self {
-            RecvTargets::One(d) => std::slice::from_ref(d),
-            RecvTargets::Many(v) => v,
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.as_slice().len()
-    }
-
-    pub(crate) fn iter(&self) -> std::slice::Iter<'_, Dst> {
-        self.as_slice().iter()
-    }
-}
-
-impl IntoIterator for RecvTargets {
-    type Item = Dst;
-    type IntoIter = std::iter::Chain<std::option::IntoIter<Dst>, std::vec::IntoIter<Dst>>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        match self {
-            RecvTargets::One(d) => Some(d).into_iter().chain(Vec::new()),
-            RecvTargets::Many(v) => None.into_iter().chain(v),
-        }
-    }
-}
+/// A receive's registered targets: one held inline (the usual case:
+/// posting it allocates nothing), several on the heap.
+pub(crate) type RecvTargets = smallvec::SmallVec<[Dst; 1]>;

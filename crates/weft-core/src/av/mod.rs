@@ -27,7 +27,7 @@ pub use auth_keys::{AuthKeyTable, MAX_AV_AUTH_KEYS};
 pub use key_lease::KeyLease;
 pub use sym::expand_insertsym;
 pub use table::AvTable;
-pub use version::AvVersion;
+pub use version::{version_now, AvVersion};
 
 use crate::{addr::FiAddr, addr::FI_ADDR_NOTAVAIL, attr::AvType, flags::AvFlags, Error, Result};
 

@@ -59,3 +59,18 @@ impl AvVersion {
         self.0.load(Ordering::Acquire)
     }
 }
+
+/// The version of `av`, the table `watch` was taken from
+/// ([`AvTable::version_watch`](super::AvTable::version_watch)): read
+/// without the table's lock when it is private, else under it after
+/// catching a named table up with other processes
+/// ([`lock_synced`](super::shared::lock_synced)). What a provider checks
+/// its cached lookups against: the lock pair was about 25 instructions a
+/// send and an arrival.
+#[inline(always)]
+pub fn version_now(watch: &Option<AvVersion>, av: &std::sync::Mutex<super::AvTable>) -> u64 {
+    match watch {
+        Some(v) => v.get(),
+        None => super::shared::lock_synced(av).version(),
+    }
+}

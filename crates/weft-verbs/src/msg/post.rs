@@ -352,7 +352,7 @@ impl RecvTarget<'_> {
                 sges: &[sge],
             })
         });
-        let mrs = RecvTargets::One(dst);
+        let mrs = smallvec::smallvec![dst];
         match posted {
             Ok(()) => Ok((RecvMem::Registered { mrs, empty: bufs }, None)),
             Err(e) => Err((e, unregister_before(mrs, bufs))),
