@@ -4,7 +4,7 @@
 //! without the AV's lock.
 
 use bytes::{Bytes, BytesMut};
-use weft::{AddressVector, Endpoint, Error, FiAddr, WaitMode, FI_ADDR_NOTAVAIL};
+use weft::{AddressVector, AvFlags, Endpoint, Error, FiAddr, WaitMode, FI_ADDR_NOTAVAIL};
 
 use crate::{enabled_endpoint, within, Harness};
 
@@ -29,7 +29,7 @@ async fn exchange(
 /// A send to a removed handle is `AddrNotAvail`, one to a handle reused
 /// for another peer goes to that peer, and a message from a sender
 /// removed from (then put back into) the receiver's AV reports its
-/// source anew.
+/// source anew, as its handle or, inserted with one, its user id.
 pub async fn changes_between_messages_are_seen(h: &Harness, a: Side<'_>, b: Side<'_>) {
     let ((a, aav, b_in_a), (b, bav, a_in_b)) = (a, b);
     for _ in 0..3 {
@@ -71,4 +71,15 @@ pub async fn changes_between_messages_are_seen(h: &Harness, a: Side<'_>, b: Side
     let (got, sent) = exchange(a, b, b_in_a, b"known").await;
     sent.unwrap();
     assert_eq!(got.unwrap().src, a_in_b);
+
+    // Put back with a user id (`FI_AV_USER_ID` on the insert): what an
+    // arrival reports changes again, to the id, not the cached handle.
+    bav.remove(&[a_in_b]).unwrap();
+    let put_back = bav
+        .insert_with_user_ids(&[a.local_addr().unwrap()], &[0x5EED], AvFlags::empty(), 0)
+        .unwrap();
+    assert_eq!(within("insert with an id", put_back).await.count, 1);
+    let (got, sent) = exchange(a, b, b_in_a, b"by id").await;
+    sent.unwrap();
+    assert_eq!(got.unwrap().src, 0x5EED, "the insert's user id");
 }
