@@ -626,10 +626,10 @@ impl OpDone {
     /// [`complete_from`](Self::complete_from).
     #[inline(always)]
     pub fn complete(self, entry: CqEntry) {
-        // The entry made the queue's item where it is built (the caller
-        // builds it in place): the queue takes it from there in one
-        // copy. Wrapped later, the entry was copied into an item and
-        // the item into the queue.
+        // Made the queue's item here, inlined where the caller builds
+        // the entry, so the item is built in place and the out-of-line
+        // rest hands it to the queue in one copy. Wrapped there, the
+        // entry was copied into an item and the item into the queue.
         self.complete_item(Ok(entry));
     }
 
