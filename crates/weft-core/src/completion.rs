@@ -624,18 +624,10 @@ impl OpDone {
     /// The operation succeeded. For operations whose completion may be
     /// dropped unread (a send: the data went); receives use
     /// [`complete_from`](Self::complete_from).
-    #[inline(always)]
+    #[inline]
     pub fn complete(self, entry: CqEntry) {
-        // Made the queue's item here, inlined where the caller builds
-        // the entry, so the item is built in place and the out-of-line
-        // rest hands it to the queue in one copy. Wrapped there, the
-        // entry was copied into an item and the item into the queue.
-        self.complete_item(Ok(entry));
-    }
-
-    /// [`complete`](Self::complete) of the entry as a queue item.
-    #[inline(never)]
-    fn complete_item(self, mut item: CqItem) {
+        // The queue's item from the start, as in `complete_from`.
+        let mut item: CqItem = Ok(entry);
         let Settled {
             report, cq, waiter, ..
         } = self.settle(&mut item);
@@ -661,7 +653,10 @@ impl OpDone {
     // completion are copied into its parameters, about 20 instructions.
     #[inline(always)]
     pub fn complete_from(self, entry: CqEntry, src: FiAddr) -> Option<Returned> {
-        // As in `complete`: the queue's item from the start.
+        // The queue's item from the start: built in place where this is
+        // inlined, it goes into the queue in one copy. Wrapped at the
+        // push, the entry was copied into an item and the item into the
+        // queue (112 bytes).
         let mut item: CqItem = Ok(entry);
         let Settled {
             report,
