@@ -91,6 +91,37 @@ pub struct CqShared {
     pub bound: crate::sync::BindCount,
 }
 
+/// A completion queue locked for one push ([`CqShared::lock_push`]).
+pub(crate) struct PushLock<'a> {
+    cq: &'a CqShared,
+    g: crate::sync::FastGuard<'a, CqInner>,
+}
+
+impl PushLock<'_> {
+    /// Appends `item` and wakes readers. Always inlined: out of line,
+    /// the entry was built on the caller's stack and copied again into
+    /// the queue.
+    #[inline(always)]
+    pub(crate) fn push(self, item: CqItem) {
+        let PushLock { cq, mut g } = self;
+        g.items.push_back(item);
+        // The default formats carry every field: nothing to clear. The
+        // others are cleared in the queue: an item changed on its way
+        // there is copied once more.
+        if !matches!(cq.format, CqFormat::Tagged | CqFormat::Unspec) {
+            if let Some(Ok(e)) = g.items.back_mut() {
+                e.mask(cq.format);
+            }
+        }
+        cq.len.store(g.items.len() as u64, Ordering::Release);
+        // A reader that drives progress itself is usually the one
+        // pushing: nobody to wake, nothing to take.
+        if !g.readers.is_empty() {
+            CqShared::wake_readers(g);
+        }
+    }
+}
+
 impl CqShared {
     /// A new queue. `size` is a hint: the queue never drops an entry, so
     /// it grows past it rather than losing a completion.
@@ -140,24 +171,22 @@ impl CqShared {
     }
 
     /// Appends an item and wakes readers.
-    // Always inlined: out of line, the entry was built on the caller's
-    // stack and copied again into the queue (112 bytes, twice a round
-    // trip).
     #[inline(always)]
-    pub fn push(&self, mut item: CqItem) {
-        // The default formats carry every field: nothing to clear.
-        if !matches!(self.format, CqFormat::Tagged | CqFormat::Unspec) {
-            if let Ok(e) = &mut item {
-                e.mask(self.format);
-            }
-        }
-        let mut g = lock(&self.inner);
-        g.items.push_back(item);
-        self.len.store(g.items.len() as u64, Ordering::Release);
-        // A reader that drives progress itself is usually the one
-        // pushing: nobody to wake, nothing to take.
-        if !g.readers.is_empty() {
-            Self::wake_readers(g);
+    pub fn push(&self, item: CqItem) {
+        self.lock_push().push(item);
+    }
+
+    /// The queue, locked for one [`push`](PushLock::push). A caller
+    /// whose entry is large takes the lock first and hands the entry
+    /// over after: an entry moved into a callee ahead of the lock's
+    /// atomic operation was copied onto the stack there (the compiler
+    /// does not carry its bytes across the operation) and copied again
+    /// into the queue, 112 bytes twice a round trip.
+    #[inline(always)]
+    pub(crate) fn lock_push(&self) -> PushLock<'_> {
+        PushLock {
+            cq: self,
+            g: lock(&self.inner),
         }
     }
 
@@ -549,7 +578,7 @@ impl OpDone {
     /// left is dropped field by field in place rather than by a call of
     /// the whole `OpDone`'s drop.
     #[inline(always)]
-    fn settle(self, entry: &mut CqEntry) -> Settled {
+    fn settle(self, item: &mut CqItem) -> Settled {
         let OpDone {
             context,
             flags,
@@ -558,8 +587,10 @@ impl OpDone {
             cntr,
             waiter,
         } = self;
-        entry.context = context;
-        entry.flags |= flags;
+        if let Ok(entry) = item {
+            entry.context = context;
+            entry.flags |= flags;
+        }
         if let Some(c) = &cntr {
             c.add(1);
         }
@@ -594,20 +625,22 @@ impl OpDone {
     /// dropped unread (a send: the data went); receives use
     /// [`complete_from`](Self::complete_from).
     #[inline]
-    pub fn complete(self, mut entry: CqEntry) {
+    pub fn complete(self, entry: CqEntry) {
+        // The queue's item from the start, as in `complete_from`.
+        let mut item: CqItem = Ok(entry);
         let Settled {
             report, cq, waiter, ..
-        } = self.settle(&mut entry);
+        } = self.settle(&mut item);
         if let Some(w) = waiter {
             // Nothing to give back: what was sent stays sent.
             let _ = w.send(Finished::new(
-                Ok(entry),
+                item.map_err(Box::new),
                 FI_ADDR_NOTAVAIL,
                 Origin::unknown(),
             ));
         } else if report {
             if let Some(cq) = &cq {
-                cq.push(Ok(entry));
+                cq.lock_push().push(item);
             }
         }
     }
@@ -619,23 +652,28 @@ impl OpDone {
     // Always: left out of line (as it was in `deliver_in`), its entry and
     // completion are copied into its parameters, about 20 instructions.
     #[inline(always)]
-    pub fn complete_from(self, mut entry: CqEntry, src: FiAddr) -> Option<Returned> {
+    pub fn complete_from(self, entry: CqEntry, src: FiAddr) -> Option<Returned> {
+        // The queue's item from the start: built in place where this is
+        // inlined, it goes into the queue in one copy. Wrapped at the
+        // push, the entry was copied into an item and the item into the
+        // queue (112 bytes).
+        let mut item: CqItem = Ok(entry);
         let Settled {
             report,
             cq,
             cntr,
             waiter,
-        } = self.settle(&mut entry);
+        } = self.settle(&mut item);
         if let Some(w) = waiter {
             let origin = Origin { cq, cntr };
             return w
-                .send(Finished::new(Ok(entry), src, origin))
+                .send(Finished::new(item.map_err(Box::new), src, origin))
                 .err()
                 .and_then(Returned::from_finished);
         }
         if report {
             if let Some(cq) = &cq {
-                cq.push(Ok(entry));
+                cq.lock_push().push(item);
             }
         }
         None

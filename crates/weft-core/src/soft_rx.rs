@@ -19,7 +19,7 @@ use crate::flags::OpFlags;
 use crate::multi_recv;
 use crate::provider::{RecvReq, Rejected};
 use crate::recv_completion::{cancel_recv, complete_peek, RecvCtx};
-use crate::sync::{lock, FastMutex};
+use crate::sync::{lock, FastGuard, FastMutex};
 use crate::tagmatch::{Matcher, MsgInfo, PostOutcome, RecvSpec};
 use crate::Error;
 
@@ -106,31 +106,63 @@ pub fn post_recv_keyed<U, S>(
     resolve: &dyn Fn(&S) -> FiAddr,
     deliver: &dyn Fn(RecvReq, MsgInfo, U),
 ) -> std::result::Result<(), Rejected<RecvReq>> {
-    // A plain receive (the usual one) goes straight to the matcher; every
-    // other kind, and every refusal, takes the path that sorts them out.
+    match lock_plain(ep, matcher, &req, iov_limit) {
+        Some(m) => {
+            post_locked(m, req, resolve, deliver);
+            Ok(())
+        }
+        None => post_recv_other(ep, matcher, req, iov_limit, holds, resolve, deliver),
+    }
+}
+
+/// The first half of posting a plain receive (the usual one: no key,
+/// peek or claim, not a multi-receive buffer, within `iov_limit`), done
+/// on the request where it lies: its receive credit taken and the
+/// matcher locked, for [`post_locked`]. `None` for every other receive,
+/// and for one without a credit: [`post_recv_keyed`] sorts those out.
+///
+/// Apart so that a provider moves the request only once the lock is
+/// held: moved into a callee before the lock's atomic operations, it
+/// was copied onto the stack first (the compiler does not carry a
+/// request's bytes across them) and from there into the queue, about 16
+/// instructions a receive more.
+#[inline(always)]
+pub fn lock_plain<'m, U, S>(
+    ep: &dyn RecvCtx,
+    matcher: &'m FastMutex<Matcher<RecvReq, U, S>>,
+    req: &RecvReq,
+    iov_limit: usize,
+) -> Option<FastGuard<'m, Matcher<RecvReq, U, S>>> {
     let rare = OpFlags::AUTH_KEY | OpFlags::PEEK | OpFlags::CLAIM;
     if req.flags.intersects(rare)
         || req.bufs.len() > iov_limit
-        || multi_recv::is_buffer(&req)
+        || multi_recv::is_buffer(req)
         || !ep.rx_credits().try_take()
     {
-        return post_recv_other(ep, matcher, req, iov_limit, holds, resolve, deliver);
+        return None;
     }
-    post_plain(matcher, spec_of(&req), req, resolve, deliver);
-    Ok(())
+    Some(lock(matcher))
 }
 
-/// Posts a plain receive (its credit taken) into the matcher, and
-/// delivers the held message it matches, if one does.
+/// Posts a plain receive (its credit taken) into the matcher `m`,
+/// locked, and delivers the held message it matches, if one does, once
+/// the lock is let go.
 #[inline(always)]
-fn post_plain<U, S>(
-    matcher: &FastMutex<Matcher<RecvReq, U, S>>,
-    spec: RecvSpec,
+pub fn post_locked<U, S>(
+    mut m: FastGuard<'_, Matcher<RecvReq, U, S>>,
     req: RecvReq,
     resolve: &dyn Fn(&S) -> FiAddr,
     deliver: &dyn Fn(RecvReq, MsgInfo, U),
 ) {
-    let out = lock(matcher).post(spec, req, resolve);
+    let spec = spec_of(&req);
+    // Nothing held (the usual case): queued, with no outcome to carry
+    // the request (through one it was copied twice more).
+    if m.unexpected_len() == 0 {
+        m.queue(spec, req);
+        return;
+    }
+    let out = m.post_at(spec, req, resolve, false);
+    drop(m);
     if let PostOutcome::Matched {
         recv,
         info,
@@ -209,7 +241,7 @@ fn post_recv_other<U, S>(
         });
     }
     if !multi_recv::is_buffer(&req) {
-        post_plain(matcher, spec, req, resolve, deliver);
+        post_locked(lock(matcher), req, resolve, deliver);
         return Ok(());
     }
     // All the held messages a buffer takes are taken under one hold of

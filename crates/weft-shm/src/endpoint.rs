@@ -455,14 +455,24 @@ impl ProviderEndpoint for ShmEndpoint {
         }
     }
 
+    /// The usual receive is queued here, where the request lies, once
+    /// the matcher is locked: see `soft_rx::lock_plain`.
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>> {
-        if self.shared.is_closed() {
+        let ep = &*self.shared;
+        if ep.is_closed() {
             return Err(Rejected {
                 err: Error::OpBadState,
                 req,
             });
         }
-        self.shared.recv(req)
+        if let Some(m) = soft_rx::lock_plain(ep, &ep.side.matcher, &req, ep.iov_limit) {
+            soft_rx::post_locked(m, req, &Sender::resolve, &|req, info, held| {
+                crate::rx::deliver_held(ep, req, info, held)
+            });
+            ep.unpark();
+            return Ok(());
+        }
+        ep.recv(req)
     }
 
     fn post_rma(&self, req: RmaReq) -> std::result::Result<(), Rejected<RmaReq>> {
