@@ -169,6 +169,7 @@ async fn sizes_follow_the_bound_interface() {
     let send = |len: usize| SendReq {
         dest: to,
         iov: iov1(Bytes::from(vec![1u8; len])),
+        pool: None,
         tag: None,
         data: None,
         flags: OpFlags::empty(),
@@ -208,6 +209,7 @@ async fn a_message_given_back_goes_ahead_of_held_ones() {
     let send = |text: &'static [u8]| SendReq {
         dest: b_in_a,
         iov: iov1(Bytes::from_static(text)),
+        pool: None,
         tag: None,
         data: None,
         flags: OpFlags::empty(),

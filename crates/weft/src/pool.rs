@@ -14,12 +14,13 @@ use std::any::Any;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::Notify;
 use weft_core::pool::Slots;
-use weft_core::sync::lock;
+use weft_core::provider::{PoolHome, PoolSend};
+use weft_core::sync::FastMutex;
 use weft_core::{Error, Result};
 
 use crate::fabric::Domain;
@@ -87,18 +88,38 @@ struct PoolInner {
     count: usize,
     desc: u64,
     slots: Slots,
-    /// Each with the spare `Vec` its posted receives travel in.
-    free: Mutex<Vec<(BytesMut, Vec<BytesMut>)>>,
-    /// Wakes a `get` waiting for a buffer (once per buffer returned, all
-    /// of them when every buffer is lost). Not a semaphore: its permits
-    /// cost a lock at every return, waiters or not (about 80
-    /// instructions a message of a pool ping-pong).
+    free: FastMutex<Free>,
+    /// Wakes a `get` waiting for a buffer (once per buffer returned while
+    /// one waits, all of them when every buffer is lost). Not a
+    /// semaphore: its permits cost a lock at every return, waiters or not
+    /// (about 80 instructions a message of a pool ping-pong).
     back: Notify,
     lost: AtomicUsize,
     /// Buffers out on posted receives.
     lent: AtomicUsize,
     /// The provider's registration (dropped after the buffers above).
-    _keep: Box<dyn Any + Send + Sync>,
+    keep: Box<dyn Any + Send + Sync>,
+}
+
+/// The buffers ready to hand out, and how many `get`s wait for one:
+/// counted under the same lock as the list, so that a return sees a
+/// waiter that found the list empty, and only then wakes one (a
+/// `Notify` without waiters still costs its state's atomics every time).
+struct Free {
+    /// Each with the spare `Vec` its posted receives travel in.
+    bufs: Vec<(BytesMut, Vec<BytesMut>)>,
+    waiting: usize,
+}
+
+/// A `get` counted among the waiters until it ends (with a buffer, an
+/// error, or dropped).
+struct Waiting<'a>(&'a PoolInner);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut g = self.0.free.lock();
+        g.waiting = g.waiting.saturating_sub(1);
+    }
 }
 
 impl fmt::Debug for BufferPool {
@@ -136,11 +157,14 @@ impl Domain {
                 count,
                 desc: mem.desc,
                 slots,
-                free: Mutex::new(mem.bufs.into_iter().map(|b| (b, Vec::new())).collect()),
+                free: FastMutex::new(Free {
+                    bufs: mem.bufs.into_iter().map(|b| (b, Vec::new())).collect(),
+                    waiting: 0,
+                }),
                 back: Notify::new(),
                 lost: AtomicUsize::new(0),
                 lent: AtomicUsize::new(0),
-                _keep: mem.keep,
+                keep: mem.keep,
             }),
         })
     }
@@ -164,16 +188,29 @@ impl BufferPool {
             Err(Error::Again) => {}
             r => return r,
         }
+        let mut counted = None;
         loop {
             let back = self.inner.back.notified();
             tokio::pin!(back);
             // In line before looking again: a buffer returned between the
             // look and the wait wakes this one.
             back.as_mut().enable();
-            match self.inner.take() {
-                Err(Error::Again) => back.await,
-                r => return r,
+            {
+                let mut g = self.inner.free.lock();
+                if let Some((buf, iov)) = g.bufs.pop() {
+                    drop(g);
+                    return Ok(self.inner.hand_out(buf, iov));
+                }
+                if self.inner.all_lost() {
+                    return Err(Error::NoBufs);
+                }
+                if counted.is_none() {
+                    // Under the lock a return takes: it sees this waiter.
+                    g.waiting += 1;
+                    counted = Some(Waiting(&self.inner));
+                }
             }
+            back.await;
         }
     }
 
@@ -197,7 +234,7 @@ impl BufferPool {
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             count: self.inner.count,
-            free: lock(&self.inner.free).len(),
+            free: self.inner.free.lock().bufs.len(),
             lost: self.inner.lost.load(Ordering::Acquire),
             lent: self.inner.lent.load(Ordering::Acquire),
         }
@@ -223,12 +260,7 @@ impl BufferPool {
             }
         };
         self.end_lend();
-        Some(PoolBuf {
-            buf,
-            iov,
-            pool: self.inner.clone(),
-            armed: true,
-        })
+        Some(PoolBuf::new(buf, iov, self.inner.clone()))
     }
 
     /// A posted receive's buffer that the provider did not hand back:
@@ -241,13 +273,11 @@ impl BufferPool {
     fn end_lend(&self) {
         // Only a posted receive lets a pool's buffer out as a `BytesMut`,
         // and one view of a slot exists at a time: this is that lend
-        // ending. Saturating all the same: a count is not worth a panic.
-        let _ = self
-            .inner
-            .lent
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                Some(n.saturating_sub(1))
-            });
+        // ending. Kept from wrapping all the same (one atomic, not a
+        // compare-and-swap loop: this is on every pool receive).
+        if self.inner.lent.fetch_sub(1, Ordering::AcqRel) == 0 {
+            self.inner.lent.fetch_add(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -255,32 +285,42 @@ impl PoolInner {
     /// A free buffer at its full size; `Again` when none is free,
     /// `NoBufs` when every buffer was lost.
     fn take(self: &Arc<Self>) -> Result<PoolBuf> {
-        let Some((mut buf, iov)) = lock(&self.free).pop() else {
-            return Err(if self.lost.load(Ordering::Acquire) >= self.count {
+        let Some((buf, iov)) = self.free.lock().bufs.pop() else {
+            return Err(if self.all_lost() {
                 Error::NoBufs
             } else {
                 Error::Again
             });
         };
-        // Within the buffer's own capacity: no allocation, and zeroes
-        // only what a short receive left out.
-        buf.resize(self.size, 0);
-        Ok(PoolBuf {
-            buf,
-            iov,
-            pool: self.clone(),
-            armed: true,
-        })
+        Ok(self.hand_out(buf, iov))
     }
 
-    /// Takes back one of its buffers (anything else counts as a lost
-    /// buffer: the pool's own never left its operation).
+    fn all_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire) >= self.count
+    }
+
+    /// A buffer taken from the free list, at its full size.
+    fn hand_out(self: &Arc<Self>, mut buf: BytesMut, iov: Vec<BytesMut>) -> PoolBuf {
+        // Within the buffer's own capacity: no allocation, and zeroes
+        // only what a short receive left out.
+        if buf.len() != self.size {
+            buf.resize(self.size, 0);
+        }
+        PoolBuf::new(buf, iov, self.clone())
+    }
+
+    /// Takes back one of its buffers: a `PoolBuf`'s or a `PoolSend`'s,
+    /// whose `BytesMut` no one else can reach or swap, so it is one of
+    /// the pool's slots (`reclaim` and `Lent::restore` checked that
+    /// before making the `PoolBuf`): no check here.
     fn put(&self, buf: BytesMut, iov: Vec<BytesMut>) {
-        if self.slots.index(&buf).is_some() {
-            lock(&self.free).push((buf, iov));
+        debug_assert!(self.slots.index(&buf).is_some());
+        let mut g = self.free.lock();
+        g.bufs.push((buf, iov));
+        let wake = g.waiting > 0;
+        drop(g);
+        if wake {
             self.back.notify_one();
-        } else {
-            self.lose();
         }
     }
 
@@ -293,54 +333,81 @@ impl PoolInner {
     }
 }
 
+impl PoolHome for PoolInner {
+    fn put_back(&self, mut buf: Vec<BytesMut>) {
+        match buf.pop() {
+            Some(b) => self.put(b, buf),
+            // Not made by `PoolBuf::into_send`: nothing to take back.
+            None => self.lose(),
+        }
+    }
+
+    fn registration(&self) -> &(dyn Any + Send + Sync) {
+        &*self.keep
+    }
+}
+
 /// A buffer of a [`BufferPool`]: owned, filled through `&mut [u8]`, and
 /// back in its pool when dropped. Its length is at most the pool's buffer
 /// size ([`set_len`](Self::set_len)); a receive or read cuts it to the
 /// bytes that arrived.
-pub struct PoolBuf {
+pub struct PoolBuf(
+    /// `None` once lent to an operation or a send: the consuming methods
+    /// move it out whole, so the `PoolBuf` left behind has nothing to
+    /// drop (no emptied fields to put back or free). Never `None` in the
+    /// caller's hands.
+    Option<Slot>,
+);
+
+/// What a `PoolBuf` holds.
+struct Slot {
     buf: BytesMut,
     /// Empty; the `Vec` a posted receive takes the buffer in (kept with
     /// the buffer, so that posting allocates none).
     iov: Vec<BytesMut>,
     pool: Arc<PoolInner>,
-    /// False once lent to an operation (the buffer travels without it).
-    armed: bool,
 }
 
 impl fmt::Debug for PoolBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PoolBuf")
-            .field("len", &self.buf.len())
-            .field("desc", &self.pool.desc)
+            .field("len", &self.len())
+            .field("desc", &self.desc())
             .finish()
     }
 }
 
 impl PoolBuf {
+    fn new(buf: BytesMut, iov: Vec<BytesMut>, pool: Arc<PoolInner>) -> PoolBuf {
+        PoolBuf(Some(Slot { buf, iov, pool }))
+    }
+
     /// The local descriptor of its pool (`fi_mr_desc`).
     pub fn desc(&self) -> u64 {
-        self.pool.desc
+        self.0.as_ref().map_or(0, |s| s.pool.desc)
     }
 
     /// The pool's buffer size: the most [`set_len`](Self::set_len) takes.
     pub fn capacity(&self) -> usize {
-        self.pool.size
+        self.0.as_ref().map_or(0, |s| s.pool.size)
     }
 
     /// The object id of the domain its pool belongs to.
     pub fn domain_fid(&self) -> u64 {
-        self.pool.domain
+        self.0.as_ref().map_or(0, |s| s.pool.domain)
     }
 
     /// Makes the buffer `len` bytes long (new bytes are zero). `Inval`
     /// past [`capacity`](Self::capacity).
     pub fn set_len(&mut self, len: usize) -> Result<()> {
-        if len > self.pool.size {
-            return Err(Error::Inval);
+        match &mut self.0 {
+            Some(s) if len <= s.pool.size => {
+                // Within the buffer's capacity: never reallocates.
+                s.buf.resize(len, 0);
+                Ok(())
+            }
+            _ => Err(Error::Inval),
         }
-        // Within the buffer's capacity: never reallocates.
-        self.buf.resize(len, 0);
-        Ok(())
     }
 
     /// The buffer as shared, read-only `Bytes` for sends and RMA writes
@@ -351,64 +418,77 @@ impl PoolBuf {
         Bytes::from_owner(self)
     }
 
+    /// The buffer as a send's payload that the provider reads where it
+    /// is ([`SendReq::pool`](weft_core::provider::SendReq::pool)); back in
+    /// the pool when the provider drops it. Allocates nothing.
+    pub(crate) fn into_send(mut self) -> Option<PoolSend> {
+        let Slot { buf, iov, pool } = self.0.take()?;
+        Some(PoolSend::new(buf, iov, pool))
+    }
+
     /// The buffer itself for a posted receive (in its `Vec`), and its
     /// pool, which takes
     /// it back from the completion ([`BufferPool::reclaim`]); lent until
     /// then.
-    pub(crate) fn lend_posted(mut self) -> (Vec<BytesMut>, BufferPool) {
-        self.armed = false;
-        self.pool.lent.fetch_add(1, Ordering::AcqRel);
-        let mut iov = std::mem::take(&mut self.iov);
+    pub(crate) fn lend_posted(mut self) -> Option<(Vec<BytesMut>, BufferPool)> {
+        let Slot {
+            buf,
+            mut iov,
+            pool: inner,
+        } = self.0.take()?;
+        inner.lent.fetch_add(1, Ordering::AcqRel);
         iov.clear();
-        iov.push(std::mem::take(&mut self.buf));
-        let pool = BufferPool {
-            inner: self.pool.clone(),
-        };
-        (iov, pool)
+        iov.push(buf);
+        Some((iov, BufferPool { inner }))
     }
 
     /// The buffer itself, for an operation that gives it back, and the
     /// claim that returns it to the pool then.
     pub(crate) fn lend(mut self) -> (BytesMut, Lent) {
-        self.armed = false;
-        let buf = std::mem::take(&mut self.buf);
-        let lent = Lent {
-            pool: Some(self.pool.clone()),
-        };
-        (buf, lent)
+        match self.0.take() {
+            Some(Slot { buf, iov: _, pool }) => (buf, Lent { pool: Some(pool) }),
+            None => (BytesMut::new(), Lent { pool: None }),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.0.as_ref().map_or(&[], |s| &s.buf[..])
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.0.as_mut().map_or(&mut [], |s| &mut s.buf[..])
     }
 }
 
 impl Deref for PoolBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.buf
+        self.bytes()
     }
 }
 
 impl DerefMut for PoolBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.buf
+        self.bytes_mut()
     }
 }
 
 impl AsRef<[u8]> for PoolBuf {
     fn as_ref(&self) -> &[u8] {
-        &self.buf
+        self.bytes()
     }
 }
 
 impl AsMut<[u8]> for PoolBuf {
     fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.buf
+        self.bytes_mut()
     }
 }
 
 impl Drop for PoolBuf {
     fn drop(&mut self) {
-        if self.armed {
-            self.pool
-                .put(std::mem::take(&mut self.buf), std::mem::take(&mut self.iov));
+        if let Some(Slot { buf, iov, pool }) = self.0.take() {
+            pool.put(buf, iov);
         }
     }
 }
@@ -434,12 +514,7 @@ impl Lent {
             pool.lose();
             return None;
         }
-        Some(PoolBuf {
-            buf,
-            iov: Vec::new(),
-            pool,
-            armed: true,
-        })
+        Some(PoolBuf::new(buf, Vec::new(), pool))
     }
 }
 

@@ -44,7 +44,7 @@ impl Endpoint {
         buf: PoolBuf,
         context: u64,
     ) -> std::result::Result<(), SendRefused> {
-        self.post_pooled_send(buf, |b| self.post_send(dest, b, context))
+        self.post_pooled_send(dest, buf, None, context)
     }
 
     /// Tagged [`post_send_pooled`](Self::post_send_pooled) (`fi_tsend`).
@@ -55,22 +55,25 @@ impl Endpoint {
         tag: u64,
         context: u64,
     ) -> std::result::Result<(), SendRefused> {
-        self.post_pooled_send(buf, |b| self.post_tsend(dest, b, tag, context))
+        self.post_pooled_send(dest, buf, Some(tag), context)
     }
 
     fn post_pooled_send(
         &self,
+        dest: FiAddr,
         buf: PoolBuf,
-        post: impl FnOnce(Bytes) -> weft_core::Result<()>,
+        tag: Option<u64>,
+        context: u64,
     ) -> std::result::Result<(), SendRefused> {
-        let own = self.owns_pool_buf(&buf);
-        let bytes = buf.freeze();
-        if !own {
-            return Err((Error::Inval, bytes));
+        if !self.owns_pool_buf(&buf) {
+            return Err((Error::Inval, buf.freeze()));
         }
-        // A clone (a count) to hand back if the post is refused: the
-        // refused request is dropped inside the post.
-        post(bytes.clone()).map_err(|e| (e, bytes))
+        match buf.into_send() {
+            Some(send) => self.post_pool_send(dest, send, tag, context),
+            // Only a buffer already lent has no pool: never one of the
+            // caller's.
+            None => Err((Error::Inval, Bytes::new())),
+        }
     }
 
     /// `fi_recv` into a pool buffer (up to its length); the completion
@@ -160,7 +163,11 @@ impl Endpoint {
         if let Err(e) = self.pool_recv_allowed() {
             return Err((e, Some(buf)));
         }
-        let (view, pool) = buf.lend_posted();
+        let Some((view, pool)) = buf.lend_posted() else {
+            // Only a buffer already lent has no pool: never one of the
+            // caller's.
+            return Err((Error::Inval, None));
+        };
         // Reported whatever the queue's selectivity: the completion is
         // the only way the buffer comes back.
         match self.post_recvmsg(msg(view), OpFlags::COMPLETION) {

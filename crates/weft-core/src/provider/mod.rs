@@ -22,7 +22,9 @@ use crate::error::{Error, Result};
 use crate::eventq::{ConnHandle, EqErrEntry, EqEvent, EqEventKind, EqShared};
 use crate::progress::Progress;
 
+mod pool_send;
 mod requests;
+pub use pool_send::{PoolHome, PoolSend};
 pub use requests::*;
 
 /// The memory a registration covers.
@@ -542,6 +544,13 @@ pub trait ProviderEndpoint: Send + Sync + Debug {
     }
     /// Posts a send; gives it back on failure to post.
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>>;
+    /// Whether [`post_send`](Self::post_send) takes a message held in
+    /// [`SendReq::pool`] (reading the pool buffer where it is). Providers
+    /// that keep this default (`false`) never see one: the API hands
+    /// them the buffer as `Bytes`.
+    fn takes_pool_sends(&self) -> bool {
+        false
+    }
     /// Posts a receive (or a peek/claim when the flags say so).
     fn post_recv(&self, req: RecvReq) -> std::result::Result<(), Rejected<RecvReq>>;
     /// Posts an RMA read, write or atomic. Providers without them

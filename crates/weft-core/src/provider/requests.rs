@@ -26,8 +26,13 @@ pub fn iov1(b: Bytes) -> Iov {
 pub struct SendReq {
     /// Destination (ignored by connected endpoints).
     pub dest: FiAddr,
-    /// The message, gathered from these buffers in order.
+    /// The message, gathered from these buffers in order (empty when
+    /// `pool` holds it).
     pub iov: Iov,
+    /// The message as one pool buffer instead of `iov`: only for
+    /// endpoints whose [`takes_pool_sends`](super::ProviderEndpoint::takes_pool_sends)
+    /// says so; `None` for every other send.
+    pub pool: Option<super::PoolSend>,
     /// `Some(tag)` for a tagged send.
     pub tag: Option<u64>,
     /// Remote CQ data.
@@ -43,6 +48,9 @@ impl SendReq {
     /// the summing loop (a dozen instructions a send).
     #[inline]
     pub fn len(&self) -> usize {
+        if let Some(p) = &self.pool {
+            return p.len();
+        }
         if let [b] = self.iov.as_slice() {
             return b.len();
         }

@@ -548,6 +548,11 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         stream::take(&self.shared)
     }
 
+    fn takes_pool_sends(&self) -> bool {
+        // `send_on` posts a pool buffer under its pool's key.
+        true
+    }
+
     fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         if self.shared.is_stream() {
             // Its data moves through the stream only.

@@ -7,9 +7,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use weft_core::flags::Mode;
-use weft_core::provider::{RecvReq, Rejected, RmaOp, RmaReq, SendReq};
+use weft_core::provider::{PoolSend, RecvReq, Rejected, RmaOp, RmaReq, SendReq};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
@@ -82,6 +82,14 @@ impl MsgShared {
         let mut g = lock(&self.inflight);
         match send_on(&link, &req, op, (wr_id, wr_flags(req.flags))) {
             Ok(op) => {
+                // A pool buffer posted as it is stays with the operation.
+                let op = match op {
+                    Held::SendPool { len, .. } => Held::SendPool {
+                        len,
+                        _buf: req.pool,
+                    },
+                    op => op,
+                };
                 g.insert(wr_id, Inflight { done: req.done, op });
                 Ok(())
             }
@@ -217,7 +225,9 @@ impl RecvSide<'_> {
     }
 }
 
-/// Posts the send of `req` as `op` and says what now holds its bytes.
+/// Posts the send of `req` as `op` and says what now holds its bytes
+/// (`Held::SendPool` without its buffer: the caller moves the request's
+/// pool buffer in).
 fn send_on(
     link: &Link,
     req: &SendReq,
@@ -229,10 +239,23 @@ fn send_on(
         link.qp
             .post_send(&SendRequest::new(wr_id, op, payload).flags(flags))
     };
+    match &req.pool {
+        Some(buf) => send_pool_buf(link, buf, len, post),
+        None => send_iov(link, &req.iov, len, post),
+    }
+}
+
+/// Posts a send of the buffers `iov`, `len` bytes in all.
+fn send_iov(
+    link: &Link,
+    iov: &[Bytes],
+    len: usize,
+    post: impl Fn(Payload<'_>) -> Result<()>,
+) -> Result<Held> {
     if len > 0 && len <= link.qp.caps().max_inline_data as usize {
         // The device copies inline data during the post: one buffer is
         // handed over as it is, several are gathered first.
-        match &req.iov[..] {
+        match iov {
             [one] => post(Payload::Inline(one))?,
             many => post(Payload::Inline(&gather(many, len)))?,
         }
@@ -241,7 +264,7 @@ fn send_on(
     // One buffer, the usual case: its pool looked up once, and its
     // element on the stack. A pool buffer goes as it is: copying it into
     // a slot would only add a copy.
-    let single = match &req.iov[..] {
+    let single = match iov {
         [one] if !one.is_empty() => Some(one),
         _ => None,
     };
@@ -249,9 +272,9 @@ fn send_on(
         post(Payload::Sges(&[src.sge()?]))?;
         return Ok(Held::SendOne { len, _src: src });
     }
-    if len > 0 && len <= SLOT && (single.is_some() || !all_pooled(&link.pd, &req.iov)) {
+    if len > 0 && len <= SLOT && (single.is_some() || !all_pooled(&link.pd, iov)) {
         if let Some(slot) = link.send_pool.take() {
-            let parts = req.iov.iter().map(|b| &b[..]);
+            let parts = iov.iter().map(|b| &b[..]);
             link.send_pool
                 .post_from(slot, parts, |sge| post(Payload::Sges(&[sge])))?;
             return Ok(Held::SendSlot { len, slot });
@@ -267,8 +290,7 @@ fn send_on(
         post(Payload::Sges(&[src.sge()?]))?;
         return Ok(Held::SendOne { len, _src: src });
     }
-    let mrs = req
-        .iov
+    let mrs = iov
         .iter()
         .filter(|b| !b.is_empty())
         .map(|b| register_source(link.cache.as_ref(), &link.pd, b))
@@ -280,6 +302,36 @@ fn send_on(
     post(Payload::Sges(&sges))?;
     drop(sges);
     Ok(Held::SendRegistered { len, _mrs: mrs })
+}
+
+/// Posts a send whose message is a pool buffer the request carries
+/// (`SendReq::pool`): inline when it fits (the buffer goes back to its
+/// pool with the request), else under the key of the pool's
+/// registration, read from the buffer itself (no lookup by address). A
+/// buffer this connection cannot post under its pool's key (a pool of
+/// another protection domain: an endpoint with its own authorization
+/// key; an empty message) goes as a copy, as any other bytes would.
+fn send_pool_buf(
+    link: &Link,
+    buf: &PoolSend,
+    len: usize,
+    post: impl Fn(Payload<'_>) -> Result<()>,
+) -> Result<Held> {
+    if len > 0 && len <= link.qp.caps().max_inline_data as usize {
+        post(Payload::Inline(buf.bytes()))?;
+        return Ok(Held::SendInline { len });
+    }
+    let mr = buf
+        .registration()
+        .downcast_ref::<Arc<PoolMr>>()
+        .filter(|mr| len > 0 && mr.is_on(&link.pd));
+    match mr {
+        Some(mr) => {
+            post(Payload::Sges(&[mr.sge_of(buf.bytes())?]))?;
+            Ok(Held::SendPool { len, _buf: None })
+        }
+        None => send_iov(link, &[Bytes::copy_from_slice(buf.bytes())], len, post),
+    }
 }
 
 /// A receive post that failed: the error, and the buffers back.

@@ -370,6 +370,7 @@ impl RdmShared {
                         SendReq {
                             dest,
                             iov,
+                            pool: None,
                             tag,
                             data,
                             flags,

@@ -186,6 +186,11 @@ pub(super) struct RawMr {
 }
 
 impl RawMr {
+    /// Whether this region was registered on `pd`.
+    pub(super) fn is_on(&self, pd: &ProtectionDomain) -> bool {
+        std::ptr::eq(&*self._pd, pd)
+    }
+
     /// `ibv_reg_mr`.
     ///
     /// # Safety

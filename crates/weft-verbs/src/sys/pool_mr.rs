@@ -83,6 +83,12 @@ impl PoolMr {
         self.mr.lkey
     }
 
+    /// Whether the pool is registered on `pd` (its key means nothing on
+    /// another protection domain).
+    pub fn is_on(&self, pd: &ProtectionDomain) -> bool {
+        self.mr.is_on(pd)
+    }
+
     /// Whether `addr..addr + len` lies in this pool's buffers.
     pub fn contains(&self, addr: usize, len: usize) -> bool {
         self.slots.contains(addr, len)

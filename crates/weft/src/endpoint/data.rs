@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use weft_core::addr::{FiAddr, FI_ADDR_UNSPEC};
 use weft_core::completion::{CqEntry, CqErrEntry, Waiter};
 use weft_core::flags::{Caps, OpFlags};
-use weft_core::provider::{RecvReq, Rejected, SendReq};
+use weft_core::provider::{Iov, PoolSend, RecvReq, Rejected, SendReq};
 use weft_core::{Error, Result};
 
 use super::{async_op, op_done, Endpoint, Live};
@@ -96,6 +96,7 @@ impl Endpoint {
         &self,
         live: &Live,
         msg: SendParts,
+        pool: Option<PoolSend>,
         flags: OpFlags,
         waiter: Option<Waiter>,
     ) -> SendReq {
@@ -114,6 +115,7 @@ impl Endpoint {
         SendReq {
             dest: msg.dest,
             iov: msg.iov,
+            pool,
             tag: msg.tag,
             data: msg.data,
             flags,
@@ -175,8 +177,64 @@ impl Endpoint {
     fn post_parts(&self, msg: SendParts, flags: OpFlags) -> Result<()> {
         let live = self.live()?;
         self.check_send(&msg, flags)?;
-        let req = self.send_req(live, msg, flags, None);
+        let req = self.send_req(live, msg, None, flags, None);
         live.prov.post_send(req).map_err(|r| r.err)
+    }
+
+    /// A send whose message is one pool buffer: handed to the provider
+    /// as the buffer itself where it takes one
+    /// ([`takes_pool_sends`](weft_core::provider::ProviderEndpoint::takes_pool_sends):
+    /// no allocation, the pool's key read from the buffer), as `Bytes`
+    /// (a boxed owner, back in the pool when dropped) elsewhere. Refused,
+    /// the message comes back as such `Bytes`.
+    pub(crate) fn post_pool_send(
+        &self,
+        dest: FiAddr,
+        buf: PoolSend,
+        tag: Option<u64>,
+        context: u64,
+    ) -> std::result::Result<(), (Error, Bytes)> {
+        let live = match self.live() {
+            Ok(l) => l,
+            Err(e) => return Err((e, buf.into_bytes())),
+        };
+        if !live.prov.takes_pool_sends() {
+            let bytes = buf.into_bytes();
+            // A clone (a count) to hand back if the post is refused: the
+            // refused request is dropped inside the post.
+            let parts = SendParts::one(dest, bytes.clone(), tag, None, context);
+            return self
+                .post_parts(parts, OpFlags::empty())
+                .map_err(|e| (e, bytes));
+        }
+        let parts = SendParts {
+            dest,
+            iov: Iov::new(),
+            tag,
+            data: None,
+            context,
+        };
+        let checked = self.check_send(&parts, OpFlags::empty()).and_then(|()| {
+            if buf.len() > self.inner.info.ep_attr.max_msg_size {
+                Err(Error::MsgSize)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = checked {
+            return Err((e, buf.into_bytes()));
+        }
+        // Into the request as it is built: set afterwards, the request
+        // was copied once more on its way to the provider.
+        let req = self.send_req(live, parts, Some(buf), OpFlags::empty(), None);
+        live.prov.post_send(req).map_err(|Rejected { err, req }| {
+            // The provider may have turned it into `Bytes` already.
+            let back = match req.pool {
+                Some(p) => p.into_bytes(),
+                None => req.iov.into_iter().next().unwrap_or_default(),
+            };
+            (err, back)
+        })
     }
 
     /// `fi_send`.
@@ -304,7 +362,7 @@ impl Endpoint {
         let mut msg = msg;
         msg.context = ctx;
         // The waiter takes the completion; the CQ never sees it.
-        let req = self.send_req(live, msg, flags & !OpFlags::INJECT, Some(tx));
+        let req = self.send_req(live, msg, None, flags & !OpFlags::INJECT, Some(tx));
         match live.prov.post_send(req) {
             Ok(()) => Started::Posted(live.op_future(ctx, rx, OnDrop::Nothing)),
             Err(Rejected {

@@ -10,6 +10,7 @@ mod rx_queue;
 
 use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
 use weft_core::flags::OpFlags;
+use weft_core::provider::PoolSend;
 use weft_core::sync::lock;
 use weft_core::Error;
 
@@ -48,6 +49,9 @@ pub(super) enum Held {
     /// A send from one buffer of the caller's, registered (or a pool
     /// buffer).
     SendOne { len: usize, _src: Src },
+    /// A send of a pool buffer the request carried itself
+    /// (`SendReq::pool`): back in its pool when this is dropped.
+    SendPool { len: usize, _buf: Option<PoolSend> },
     /// An RMA write or read of `len` bytes.
     Rma {
         len: usize,
@@ -96,7 +100,8 @@ impl CqSink for MsgShared {
             Held::Rma { len, kind, local } => return self.finish_rma(wc, done, len, kind, local),
             Held::SendInline { len }
             | Held::SendRegistered { len, .. }
-            | Held::SendOne { len, .. } => len,
+            | Held::SendOne { len, .. }
+            | Held::SendPool { len, .. } => len,
             Held::SendSlot { len, slot } => {
                 if let Some(l) = lock(&self.link).as_ref() {
                     l.send_pool.put(slot);
