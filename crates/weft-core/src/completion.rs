@@ -191,7 +191,7 @@ impl CqShared {
     }
 
     /// Wakes the readers registered in `g`, after letting the lock go.
-    /// Kept out of [`push`](Self::push) so that the push inlines.
+    /// Kept out of [`PushLock::push`] so that the push inlines.
     #[cold]
     #[inline(never)]
     fn wake_readers(mut g: crate::sync::FastGuard<'_, CqInner>) {

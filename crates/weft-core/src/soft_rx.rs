@@ -132,7 +132,7 @@ pub fn lock_plain<'m, U, S>(
     matcher: &'m FastMutex<Matcher<RecvReq, U, S>>,
     req: &RecvReq,
     iov_limit: usize,
-) -> Option<FastGuard<'m, Matcher<RecvReq, U, S>>> {
+) -> Option<PlainLocked<'m, U, S>> {
     let rare = OpFlags::AUTH_KEY | OpFlags::PEEK | OpFlags::CLAIM;
     if req.flags.intersects(rare)
         || req.bufs.len() > iov_limit
@@ -141,7 +141,19 @@ pub fn lock_plain<'m, U, S>(
     {
         return None;
     }
-    Some(lock(matcher))
+    Some(PlainLocked(lock(matcher)))
+}
+
+/// What [`lock_plain`] gives [`post_locked`]: the matcher, locked, with a
+/// receive credit taken for the request. Dropped without
+/// [`post_locked`], that credit would be lost.
+#[must_use = "the receive credit taken is lost unless post_locked queues the request"]
+pub struct PlainLocked<'m, U, S>(FastGuard<'m, Matcher<RecvReq, U, S>>);
+
+impl<U, S> std::fmt::Debug for PlainLocked<'_, U, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PlainLocked")
+    }
 }
 
 /// Posts a plain receive (its credit taken) into the matcher `m`,
@@ -149,7 +161,7 @@ pub fn lock_plain<'m, U, S>(
 /// the lock is let go.
 #[inline(always)]
 pub fn post_locked<U, S>(
-    mut m: FastGuard<'_, Matcher<RecvReq, U, S>>,
+    PlainLocked(mut m): PlainLocked<'_, U, S>,
     req: RecvReq,
     resolve: &dyn Fn(&S) -> FiAddr,
     deliver: &dyn Fn(RecvReq, MsgInfo, U),
@@ -241,7 +253,7 @@ fn post_recv_other<U, S>(
         });
     }
     if !multi_recv::is_buffer(&req) {
-        post_locked(lock(matcher), req, resolve, deliver);
+        post_locked(PlainLocked(lock(matcher)), req, resolve, deliver);
         return Ok(());
     }
     // All the held messages a buffer takes are taken under one hold of

@@ -273,11 +273,10 @@ impl BufferPool {
     fn end_lend(&self) {
         // Only a posted receive lets a pool's buffer out as a `BytesMut`,
         // and one view of a slot exists at a time: this is that lend
-        // ending. Kept from wrapping all the same (one atomic, not a
+        // ending, so the count is above zero (one atomic, not a
         // compare-and-swap loop: this is on every pool receive).
-        if self.inner.lent.fetch_sub(1, Ordering::AcqRel) == 0 {
-            self.inner.lent.fetch_add(1, Ordering::AcqRel);
-        }
+        let before = self.inner.lent.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "a lend ended that did not begin");
     }
 }
 

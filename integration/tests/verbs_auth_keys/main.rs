@@ -27,7 +27,7 @@ use weft::{
     AddressVector, AvAttr, BindFlags, CompletionQueue, ConnRequest, CqAttr, Domain, Endpoint,
     EpType, EqEventKind, Error, EventQueue, Fabric, FiAddr, Info, MrAccess, MrAttr, FI_ADDR_UNSPEC,
 };
-use weft_integration::{verbs_offer_with, QUIET};
+use weft_integration::{next_cq, verbs_offer_with, QUIET};
 
 const SERVER_DEV: &str = "rxe1";
 const CLIENT_DEV: &str = "rxe2";
@@ -430,6 +430,36 @@ async fn msg_connects(l: &Listener, key: Option<&[u8]>, cm: &[u8]) {
         sent.unwrap();
         assert_eq!(&got.unwrap().into_bytes()[..], what);
     }
+    // Posted sends of pool buffers of the client's domain. Under a key
+    // of its own the endpoint has a protection domain of its own, where
+    // the pool's registration does not apply: the buffers go as bytes
+    // (inline, through a bounce slot, registered). Unkeyed, as they are.
+    let pool = c._domain.buffer_pool(2, 64 << 10).unwrap();
+    for (i, len) in [16usize, 2048, 64 << 10].into_iter().enumerate() {
+        let (mark, ctx) = (i as u8 + 1, 40 + i as u64);
+        let mut b = pool.try_get().unwrap();
+        b.set_len(len).unwrap();
+        b.fill(mark);
+        let recv = s.ep.recv(BytesMut::zeroed(len));
+        c.ep.post_send_pooled(FI_ADDR_UNSPEC, b, ctx).unwrap();
+        let got = within("a pool buffer's message", recv).await.unwrap();
+        assert_eq!(got.len, len);
+        assert!(
+            got.into_bytes().iter().all(|&x| x == mark),
+            "{len} B intact"
+        );
+        within("its send's completion", async {
+            while next_cq(&c._cq).await.unwrap().context != ctx {}
+        })
+        .await;
+    }
+    within("every pool buffer back", async {
+        while pool.stats().free != pool.stats().count {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert_eq!(pool.stats().lent, 0);
 }
 
 /// A client holding `key` is refused by `l` with `KeyRejected` on both

@@ -27,9 +27,9 @@ pub trait PoolHome: Send + Sync {
 /// goes back to its pool when dropped, so a provider holds it until the
 /// device or peer no longer reads it.
 pub struct PoolSend {
-    /// The buffer, alone in the `Vec` the pool keeps with it: one
-    /// pointer here rather than a buffer and a spare list (a smaller
-    /// request, and a smaller in-flight entry in the provider).
+    /// The buffer, alone in the `Vec` the pool keeps with it: one `Vec`
+    /// here rather than a buffer and a spare list (a smaller request,
+    /// and a smaller in-flight entry in the provider).
     buf: Vec<BytesMut>,
     home: Arc<dyn PoolHome>,
 }

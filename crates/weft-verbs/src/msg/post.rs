@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use weft_core::flags::Mode;
-use weft_core::provider::{PoolSend, RecvReq, Rejected, RmaOp, RmaReq, SendReq};
+use weft_core::provider::{iov1, PoolSend, RecvReq, Rejected, RmaOp, RmaReq, SendReq};
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
@@ -64,12 +64,25 @@ impl MsgShared {
         Ok(link)
     }
 
-    pub(super) fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
+    pub(super) fn post_send(&self, mut req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         let reject = |err, req| Err(Rejected { err, req });
         let link = match self.admit(req.len(), req.iov.len()) {
             Ok(l) => l,
             Err(e) => return reject(e, req),
         };
+        // A pool of another protection domain (an endpoint with its own
+        // authorization key): its key does not apply here, so its buffer
+        // goes as the bytes of any other send (a bounce slot, or
+        // registered), not as a copy made first.
+        if req
+            .pool
+            .as_ref()
+            .is_some_and(|b| pool_mr_on(b, &link.pd).is_none())
+        {
+            if let Some(b) = req.pool.take() {
+                req.iov = iov1(b.into_bytes());
+            }
+        }
         let op = match imm_data(req.data) {
             Ok(None) => SendOp::Send,
             Ok(Some(imm)) => SendOp::SendWithImm(imm),
@@ -307,10 +320,9 @@ fn send_iov(
 /// Posts a send whose message is a pool buffer the request carries
 /// (`SendReq::pool`): inline when it fits (the buffer goes back to its
 /// pool with the request), else under the key of the pool's
-/// registration, read from the buffer itself (no lookup by address). A
-/// buffer this connection cannot post under its pool's key (a pool of
-/// another protection domain: an endpoint with its own authorization
-/// key; an empty message) goes as a copy, as any other bytes would.
+/// registration, read from the buffer itself (no lookup by address).
+/// `post_send` has turned a pool of another protection domain into bytes
+/// before; an empty message goes as one.
 fn send_pool_buf(
     link: &Link,
     buf: &PoolSend,
@@ -321,17 +333,20 @@ fn send_pool_buf(
         post(Payload::Inline(buf.bytes()))?;
         return Ok(Held::SendInline { len });
     }
-    let mr = buf
-        .registration()
-        .downcast_ref::<Arc<PoolMr>>()
-        .filter(|mr| len > 0 && mr.is_on(&link.pd));
-    match mr {
+    match pool_mr_on(buf, &link.pd).filter(|_| len > 0) {
         Some(mr) => {
             post(Payload::Sges(&[mr.sge_of(buf.bytes())?]))?;
             Ok(Held::SendPool { len, _buf: None })
         }
-        None => send_iov(link, &[Bytes::copy_from_slice(buf.bytes())], len, post),
+        None => send_iov(link, &[Bytes::new()], 0, post),
     }
+}
+
+/// The registration of `buf`'s pool, if it is on `pd`.
+fn pool_mr_on<'a>(buf: &'a PoolSend, pd: &Arc<ProtectionDomain>) -> Option<&'a Arc<PoolMr>> {
+    buf.registration()
+        .downcast_ref::<Arc<PoolMr>>()
+        .filter(|mr| mr.is_on(pd))
 }
 
 /// A receive post that failed: the error, and the buffers back.

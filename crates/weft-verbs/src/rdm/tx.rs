@@ -330,6 +330,9 @@ impl RdmShared {
         mr: Option<Arc<BytesMr>>,
     ) -> std::result::Result<(), (Error, SendReq)> {
         let wr_id = h.cookie;
+        // RDM takes frozen bytes (`takes_pool_sends` is false): nothing
+        // the `..` below drops is a pool buffer the device may still read.
+        debug_assert!(req.pool.is_none());
         let SendReq {
             dest,
             tag,
