@@ -81,20 +81,28 @@ pub fn start(ep: &Arc<EpShared>) -> Result<()> {
 /// only at the channels in use, and at all of them every
 /// `FULL_EVERY` passes. Returns the work done.
 pub fn poll_once(ep: &EpShared, now: u64, full: bool) -> usize {
+    let k = ep.passes.load(Ordering::Relaxed);
+    ep.passes.store(k.wrapping_add(1), Ordering::Relaxed);
+    pass_at(ep, now, full || k % FULL_EVERY == 0, false)
+}
+
+/// [`poll_once`] whose caller counts its own passes (the inline hook:
+/// one count for the clock and the full passes, which then coincide).
+/// `looked`: the caller found something published or parked just now
+/// ([`quiet`]), so the receive pass goes ahead without looking again.
+fn pass_at(ep: &EpShared, now: u64, full: bool, looked: bool) -> usize {
     let last = ep.last_sweep.load(Ordering::Relaxed);
     let sweep = now.saturating_sub(last) >= sweep_ns()
         && ep
             .last_sweep
             .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok();
-    let k = ep.passes.load(Ordering::Relaxed);
-    ep.passes.store(k.wrapping_add(1), Ordering::Relaxed);
-    let full = full || sweep || k % FULL_EVERY == 0;
+    let full = full || sweep;
     let mut n = ep.flush();
     if sweep {
         n += ep.sweep_peers();
     }
-    if !full && !ep.parked.load(Ordering::Acquire) && !published(ep) {
+    if !full && !looked && !ep.parked.load(Ordering::Acquire) && !published(ep) {
         return n;
     }
     if let Some(mut st) = ep.rx_state.try_lock() {
@@ -109,6 +117,10 @@ pub fn poll_once(ep: &EpShared, now: u64, full: bool) -> usize {
 /// waits a few passes at most (the driver task's passes are all full).
 pub const FULL_EVERY: u32 = 16;
 
+// The inline hook's quiet passes skip `poll_once` between clock reads,
+// so its full passes must fall on clock passes.
+const _: () = assert!(FULL_EVERY % CLOCK_EVERY == 0);
+
 /// Whether a channel in use has records past what we consumed, looked at
 /// without taking the receive state: the tail a sender published against
 /// the head we published (which equals ours after every pass). A
@@ -116,6 +128,7 @@ pub const FULL_EVERY: u32 = 16;
 /// (taking and releasing it was a quarter of an empty pass). A sender
 /// that writes our head word only delays its own channel to the next
 /// full pass.
+#[inline(always)]
 fn published(ep: &EpShared) -> bool {
     let mut live = ep.live.load(Ordering::Relaxed);
     while live != 0 {
@@ -130,6 +143,14 @@ fn published(ep: &EpShared) -> bool {
         }
     }
     false
+}
+
+/// Whether a spinning pass would find nothing to do, as far as the
+/// words it looks at first tell: no send queued, no channel parked,
+/// nothing published on a channel in use.
+#[inline(always)]
+fn quiet(ep: &EpShared) -> bool {
+    !ep.tx_pending.load(Ordering::Acquire) && !ep.parked.load(Ordering::Acquire) && !published(ep)
 }
 
 fn set_sleeping(ep: &EpShared, on: bool) {
@@ -200,6 +221,23 @@ pub struct InlineProgress {
     pub ep: Arc<EpShared>,
 }
 
+impl InlineProgress {
+    /// After a pass that found nothing at `now`.
+    #[inline(always)]
+    fn empty_pass(&self, now: u64) {
+        if now.saturating_sub(self.ep.last_work.load(Ordering::Relaxed)) > YIELD_AFTER_NS {
+            // The peer is another process: with fewer cores than
+            // runnable threads, a spin that never enters the kernel holds
+            // the core for a whole time slice while the peer waits for it
+            // (on two loaded cores, 64 B round trips took 130–370 µs).
+            // After a short spin with nothing found, each empty pass
+            // yields; sched_yield costs under a microsecond when nothing
+            // else wants the core.
+            std::thread::yield_now();
+        }
+    }
+}
+
 impl weft_core::progress::Progress for InlineProgress {
     fn progress(&self) -> usize {
         if self.ep.is_closed() {
@@ -211,7 +249,19 @@ impl weft_core::progress::Progress for InlineProgress {
         // is coarser than a few passes.
         let k = self.ep.spins.load(Ordering::Relaxed);
         self.ep.spins.store(k.wrapping_add(1), Ordering::Relaxed);
-        let now = if k % CLOCK_EVERY == 0 {
+        let clock = k % CLOCK_EVERY == 0;
+        if !clock && quiet(&self.ep) {
+            // Between two clock reads nothing timed falls due (the sweep
+            // and the hold look at `now`, which only the clock pass
+            // moves, and that pass always takes the long way), and full
+            // passes are on clock passes too (`FULL_EVERY` is a multiple
+            // of `CLOCK_EVERY`): with nothing queued to send, no channel
+            // parked and nothing published, the pass would find nothing.
+            // Only the yield is left to decide.
+            self.empty_pass(self.ep.spin_now.load(Ordering::Relaxed));
+            return 0;
+        }
+        let now = if clock {
             let t = clock_ns();
             self.ep.spin_now.store(t, Ordering::Relaxed);
             self.ep.hold.waiter_active_at(t);
@@ -226,21 +276,16 @@ impl weft_core::progress::Progress for InlineProgress {
         // empty saved `epoll_wait` calls but held back the waiting task's
         // own send, making a 64 B round trip 2.8x slower
         // (`docs/benchmarks.md`, "shm RDM").
-        let n = poll_once(&self.ep, now, false);
+        // A pass between clock reads is here because `quiet` found
+        // something (or a send queued, for which the look is cheap).
+        let n = pass_at(&self.ep, now, k % FULL_EVERY == 0, !clock);
         if n > 0 {
             // Stamped at the next clock read: `now` may be from before a
             // pause of the waiter, and work stamped with it would look
             // old at once (a yield right after work).
             self.ep.last_work.store(WORK_UNSTAMPED, Ordering::Relaxed);
-        } else if now.saturating_sub(self.ep.last_work.load(Ordering::Relaxed)) > YIELD_AFTER_NS {
-            // The peer is another process: with fewer cores than
-            // runnable threads, a spin that never enters the kernel holds
-            // the core for a whole time slice while the peer waits for it
-            // (on two loaded cores, 64 B round trips took 130–370 µs).
-            // After a short spin with nothing found, each empty pass
-            // yields; sched_yield costs under a microsecond when nothing
-            // else wants the core.
-            std::thread::yield_now();
+        } else {
+            self.empty_pass(now);
         }
         n
     }
