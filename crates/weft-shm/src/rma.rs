@@ -353,21 +353,26 @@ pub fn answer_start(
             .and_then(Error::from_code)
             .unwrap_or(Error::Io)),
     };
+    // `pending_for` marked the peer answering; the mark is cleared once
+    // the operation has ended, here or when its bytes are in.
+    let ended = |ep: &EpShared| lock(&ep.peers).set_answering(from, false);
     match status {
         Err(e) if total == 0 => {
             p.fail(ep, e);
+            ended(ep);
             Ok(None)
         }
         Ok(()) if fits => {
             if total == 0 {
                 p.complete(ep);
+                ended(ep);
                 return Ok(None);
             }
-            lock(&ep.peers).set_answering(from, true);
             Ok(Some(p))
         }
         _ => {
             p.fail(ep, Error::Io);
+            ended(ep);
             Err(())
         }
     }

@@ -132,9 +132,17 @@ impl Peers {
     }
 
     /// The oldest RMA operation sent to the endpoint at `addr` and not
-    /// answered yet.
+    /// answered yet, its answer now arriving: under the same lock the
+    /// peer is marked answering, so that a fence never sees the
+    /// operation neither pending nor answering before it completes (a
+    /// fenced send slipped through there and completed first). The
+    /// caller clears the mark with [`set_answering`](Self::set_answering)
+    /// once the operation has completed or failed.
     pub fn pending_for(&mut self, addr: &[u8]) -> Option<crate::rma::Pending> {
-        self.map.get_mut(addr)?.pending.pop_front()
+        let peer = self.map.get_mut(addr)?;
+        let p = peer.pending.pop_front()?;
+        peer.answering = true;
+        Some(p)
     }
 
     /// Whether the answer to the peer at `addr`'s oldest operation is
