@@ -176,12 +176,21 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()
                 // placed and completed here: no partial message built and
                 // moved to `finish`, no clone of the sender's names.
                 // `check_first` held it to exactly its total.
-                if !place(&ep.seg, req, 0, r.payload, len) {
-                    return Err(());
-                }
+                let who = match lc.who.as_ref() {
+                    Some(who) if place(&ep.seg, req, 0, r.payload, len) => who,
+                    _ => {
+                        // The sender broke the rules: the receive goes
+                        // to the channel, whose freeing fails it.
+                        lc.partial = got.map(|req| Partial {
+                            info,
+                            sink: Sink::Recv(req),
+                            got: 0,
+                        });
+                        return Err(());
+                    }
+                };
                 let placed = total.min(req.capacity());
                 let known = lc.src.map(|(_, h, shown)| (h, shown));
-                let who = lc.who.as_ref().ok_or(())?;
                 // `complete`'s usual case written out here: handing the
                 // request to its parameter copies it.
                 match known.filter(|(h, _)| *h == info.src) {
@@ -232,48 +241,50 @@ fn record_rest(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
 /// begins), which ends with its last record.
 #[inline(never)]
 fn more(ep: &EpShared, lc: &mut RxChan, r: &Rec, mut p: Partial) -> Result<bool, ()> {
-    let h = &r.head;
-    let len = h.len as usize;
-    let last = h.has(F_LAST);
-    let now = crate::ring::check_next(h, p.got, p.info.len).ok_or(())?;
-    match &mut p.sink {
-        Sink::Recv(req) => {
-            if !place(&ep.seg, req, p.got, r.payload, len) {
-                return Err(());
-            }
+    let last = r.head.has(F_LAST);
+    let names = match feed(ep, r, &mut p) {
+        Some(now) if !last => {
+            p.got = now;
+            lc.partial = Some(p);
+            return Ok(true);
         }
-        Sink::Buf(b, _) => {
-            let at = b.len();
-            b.resize(at + len, 0);
-            if !ep.seg.read(r.payload, &mut b[at..]) {
-                return Err(());
-            }
+        Some(now) => {
+            p.got = now;
+            lc.from.clone().zip(lc.who.clone())
         }
-        Sink::Write(w) => {
-            if !crate::rma::write_feed(ep, w, p.got, r.payload, len) {
-                return Err(());
-            }
-        }
-        Sink::Answer(pending) => {
-            if !pending.place(&ep.seg, r.payload, len) {
-                return Err(());
-            }
-        }
-        Sink::Atomic(a) => {
-            if !crate::atomic::feed(ep, a, r.payload, len) {
-                return Err(());
-            }
-        }
-    }
-    p.got = now;
-    if !last {
+        None => None,
+    };
+    let Some((from, who)) = names else {
+        // The sender broke the rules mid-message: the message goes back
+        // to the channel, whose freeing (`Stop::Corrupt`) fails its
+        // receive, RMA operation or answer and clears what waits on it.
+        // Dropped here, a receive would never complete and a fence
+        // behind an answer would wait for good.
         lc.partial = Some(p);
-        return Ok(true);
-    }
-    let (from, who) = (lc.from.clone().ok_or(())?, lc.who.clone().ok_or(())?);
+        return Err(());
+    };
     let known = lc.src.map(|(_, h, shown)| (h, shown));
     finish(ep, p, from, who, known);
     Ok(true)
+}
+
+/// Record `r`'s bytes into the message `p`: what `p` will have got
+/// with them, or `None` when the record breaks the rules.
+fn feed(ep: &EpShared, r: &Rec, p: &mut Partial) -> Option<usize> {
+    let len = r.head.len as usize;
+    let now = crate::ring::check_next(&r.head, p.got, p.info.len)?;
+    let ok = match &mut p.sink {
+        Sink::Recv(req) => place(&ep.seg, req, p.got, r.payload, len),
+        Sink::Buf(b, _) => {
+            let at = b.len();
+            b.resize(at + len, 0);
+            ep.seg.read(r.payload, &mut b[at..])
+        }
+        Sink::Write(w) => crate::rma::write_feed(ep, w, p.got, r.payload, len),
+        Sink::Answer(pending) => pending.place(&ep.seg, r.payload, len),
+        Sink::Atomic(a) => crate::atomic::feed(ep, a, r.payload, len),
+    };
+    ok.then_some(now)
 }
 
 /// The first record of a message no receive takes: held (whole, or
