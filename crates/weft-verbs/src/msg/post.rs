@@ -70,6 +70,14 @@ impl MsgShared {
             Ok(l) => l,
             Err(e) => return reject(e, req),
         };
+        let op = match imm_data(req.data) {
+            Ok(None) => SendOp::Send,
+            Ok(Some(imm)) => SendOp::SendWithImm(imm),
+            Err(e) => return reject(e, req),
+        };
+        if !self.tx.try_take() {
+            return reject(Error::Again, req);
+        }
         // A pool of another protection domain (an endpoint with its own
         // authorization key): its key does not apply here, so its buffer
         // goes as the bytes of any other send (a bounce slot, or
@@ -82,14 +90,6 @@ impl MsgShared {
             if let Some(b) = req.pool.take() {
                 req.iov = iov1(b.into_bytes());
             }
-        }
-        let op = match imm_data(req.data) {
-            Ok(None) => SendOp::Send,
-            Ok(Some(imm)) => SendOp::SendWithImm(imm),
-            Err(e) => return reject(e, req),
-        };
-        if !self.tx.try_take() {
-            return reject(Error::Again, req);
         }
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
