@@ -21,6 +21,13 @@ pub(crate) type OpResult = std::result::Result<CqEntry, CqErrEntry>;
 
 impl Endpoint {
     fn check_send(&self, msg: &SendParts, flags: OpFlags) -> Result<()> {
+        self.check_send_of(msg, msg.iov.iter().map(|b| b.len()).sum(), flags)
+    }
+
+    /// [`check_send`](Self::check_send) of a message of `len` bytes
+    /// that `msg.iov` does not carry (a pool buffer).
+    #[inline]
+    fn check_send_of(&self, msg: &SendParts, len: usize, flags: OpFlags) -> Result<()> {
         let info = &self.inner.info;
         // A flag the provider would not honour is refused, never ignored.
         if !info.tx_attr.op_flags_supported.contains(flags)
@@ -39,7 +46,6 @@ impl Endpoint {
         if msg.iov.len() > info.tx_attr.iov_limit.max(1) {
             return Err(Error::Inval);
         }
-        let len: usize = msg.iov.iter().map(|b| b.len()).sum();
         if len > info.ep_attr.max_msg_size {
             return Err(Error::MsgSize);
         }
@@ -175,7 +181,11 @@ impl Endpoint {
     }
 
     fn post_parts(&self, msg: SendParts, flags: OpFlags) -> Result<()> {
-        let live = self.live()?;
+        self.post_parts_on(self.live()?, msg, flags)
+    }
+
+    #[inline]
+    fn post_parts_on(&self, live: &Live, msg: SendParts, flags: OpFlags) -> Result<()> {
         self.check_send(&msg, flags)?;
         let req = self.send_req(live, msg, None, flags, None);
         live.prov.post_send(req).map_err(|r| r.err)
@@ -204,7 +214,7 @@ impl Endpoint {
             // refused request is dropped inside the post.
             let parts = SendParts::one(dest, bytes.clone(), tag, None, context);
             return self
-                .post_parts(parts, OpFlags::empty())
+                .post_parts_on(live, parts, OpFlags::empty())
                 .map_err(|e| (e, bytes));
         }
         let parts = SendParts {
@@ -214,14 +224,7 @@ impl Endpoint {
             data: None,
             context,
         };
-        let checked = self.check_send(&parts, OpFlags::empty()).and_then(|()| {
-            if buf.len() > self.inner.info.ep_attr.max_msg_size {
-                Err(Error::MsgSize)
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(e) = checked {
+        if let Err(e) = self.check_send_of(&parts, buf.len(), OpFlags::empty()) {
             return Err((e, buf.into_bytes()));
         }
         // Into the request as it is built: set afterwards, the request
