@@ -381,7 +381,17 @@ impl MsgShared {
     /// side): the QP flushes what is posted (each fails with `Canceled`),
     /// and the EQ hears `FI_SHUTDOWN` once.
     pub(super) fn peer_gone(&self) {
-        if self.is_closed() || self.ended.swap(true, Ordering::AcqRel) {
+        if self.is_closed() || self.ended.load(Ordering::Acquire) {
+            return;
+        }
+        // A work request of ours that failed before the disconnect came
+        // (a receive too short for what landed in it: the very reason the
+        // peer, told by the NAK, disconnected) is on the CQ already and
+        // makes this a critical error, not an orderly end: hear it first.
+        if let Some(p) = lock(&self.poller).clone() {
+            p.drain(true);
+        }
+        if self.ended.swap(true, Ordering::AcqRel) {
             return;
         }
         if let Some(l) = lock(&self.link).clone() {
