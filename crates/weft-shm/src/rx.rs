@@ -171,10 +171,10 @@ pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool, full: bool) -> usize {
 
 /// Of the channels `idle` (none with a sender we know: `RxState::live`
 /// is exactly the channels whose `RxChan::active` is set), those whose
-/// state is anything but `FREE`: a new claim, or a channel freed under
-/// us. A full pass visits only these besides the live ones: visiting
-/// each of the fifteen idle channels of a spinning full pass cost about
-/// 26 instructions, this look about a third of that.
+/// state is anything but `FREE`: a claim begun or made, or a word no
+/// sender should write there. A full pass visits only these besides the
+/// live ones: visiting each of the fifteen idle channels of a spinning
+/// full pass, to skip it, cost about 26 instructions.
 #[inline(always)]
 fn claimed(ep: &EpShared, mut idle: u64) -> u64 {
     let mut found = 0;
