@@ -161,9 +161,13 @@ impl Geometry {
         HEADER + i * CTL
     }
 
-    /// Offset of the first ring (page aligned).
+    /// Offset of the first ring (page aligned). Rounded up by a mask:
+    /// `next_multiple_of` takes a remainder, a test and a conditional
+    /// move, and this is worked out on every send and every drain of a
+    /// channel. (The sum is small: at most `CHANNELS_MAX` blocks.)
+    #[inline(always)]
     pub fn rings(&self) -> usize {
-        (HEADER + self.channels * CTL).next_multiple_of(4096)
+        (HEADER + self.channels * CTL + 4095) & !4095
     }
 
     /// Offset of channel `i`'s ring.
@@ -202,9 +206,12 @@ const _: () = {
     assert!(C_TX_WAIT + 4 <= CTL && C_HEAD + 8 <= C_CMA);
 };
 
-/// A record's size in the ring for `payload` bytes.
+/// A record's size in the ring for `payload` bytes. Rounded up by a
+/// mask, as `Geometry::rings`: every record sent and read works it out.
+/// Payloads are record lengths (`u32`), far from overflowing.
+#[inline(always)]
 pub fn rec_len(payload: usize) -> usize {
-    REC_HDR + payload.next_multiple_of(8)
+    REC_HDR + ((payload + 7) & !7)
 }
 
 #[cfg(test)]
@@ -221,6 +228,17 @@ mod tests {
         assert_eq!(Geometry::check(1, 32 << 20), None);
         let g = Geometry::OURS;
         assert_eq!(g.rings(), 8192);
+        for payload in [0, 1, 7, 8, 9, 64, 65, RING_MAX / 4, u32::MAX as usize] {
+            assert_eq!(rec_len(payload), REC_HDR + payload.next_multiple_of(8));
+        }
+        // The mask rounds as `next_multiple_of` does, for every shape.
+        for channels in 1..=CHANNELS_MAX {
+            let g = Geometry {
+                channels,
+                ring: RING_MIN,
+            };
+            assert_eq!(g.rings(), (HEADER + channels * CTL).next_multiple_of(4096));
+        }
         assert_eq!(g.bytes(), 8192 + 16 * (256 << 10));
         // The largest declared shape stays far from overflow.
         let big = Geometry::check(64, 16 << 20).unwrap_or(g);

@@ -125,12 +125,12 @@ enum Stop {
 /// records consumed.
 pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool, full: bool) -> usize {
     let full = full || sweep;
-    let count = st.chans.len().min(ep.g.channels).min(64);
-    let mut todo = if full {
-        u64::MAX.checked_shr(64 - count as u32).unwrap_or(0)
-    } else {
-        st.live
-    };
+    let mut todo = st.live;
+    if full {
+        let count = st.chans.len().min(ep.g.channels).min(64);
+        let all = u64::MAX.checked_shr(64 - count as u32).unwrap_or(0);
+        todo |= claimed(ep, all & !st.live);
+    }
     let mut n = 0;
     let mut parked = false;
     while todo != 0 {
@@ -144,9 +144,9 @@ pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool, full: bool) -> usize {
         // channel in use reads and writes five of them a message.
         let b = c.block(&ep.seg);
         let state = b.and_then(|b| b.load32(C_STATE, Ordering::Acquire));
-        // Most channels of a full pass: free, and nothing of ours in
-        // them. `channel` would find nothing to do, and its visit cost a
-        // spinning pass about 16 instructions a round trip.
+        // Free, and nothing of ours in it (`claimed` saw it otherwise a
+        // moment ago: only a broken sender frees a channel it holds):
+        // `channel` would find nothing to do.
         if lc.active.is_none() && state == Some(FREE) {
             continue;
         }
@@ -167,6 +167,24 @@ pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool, full: bool) -> usize {
     ep.parked.store(parked, Ordering::Release);
     ep.live.store(st.live, Ordering::Relaxed);
     n
+}
+
+/// Of the channels `idle` (none with a sender we know: `RxState::live`
+/// is exactly the channels whose `RxChan::active` is set), those whose
+/// state is anything but `FREE`: a claim begun or made, or a word no
+/// sender should write there. A full pass visits only these besides the
+/// live ones: visiting each of the fifteen idle channels of a spinning
+/// full pass, to skip it, cost about 26 instructions.
+#[inline(always)]
+fn claimed(ep: &EpShared, mut idle: u64) -> u64 {
+    let mut found = 0;
+    while idle != 0 {
+        let i = idle.trailing_zeros() as usize;
+        idle &= idle - 1;
+        let state = ep.seg.load32(ep.g.ctl(i) + C_STATE, Ordering::Acquire);
+        found |= u64::from(state.is_none_or(|s| s != FREE)) << i;
+    }
+    found
 }
 
 /// One channel's share of a pass: its `state` (read from its control
