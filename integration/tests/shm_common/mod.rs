@@ -14,12 +14,6 @@ use weft_shm::segment::Segment;
 /// user could (this test), with this process's real probe word when
 /// `probe`, and waits for the owner's look at it.
 pub fn hostile_claim(b: &weft::Endpoint, i: usize, probe: bool) -> (Segment, Chan) {
-    claim_as(b, i, b"hostile", probe)
-}
-
-/// As [`hostile_claim`], under the sender name `name` (another
-/// endpoint's, as a process of the same user could forge it).
-pub fn claim_as(b: &weft::Endpoint, i: usize, name: &[u8], probe: bool) -> (Segment, Chan) {
     let g = Geometry::OURS;
     let seg = segment_of(b);
     let c = Chan { g, i };
@@ -31,8 +25,8 @@ pub fn claim_as(b: &weft::Endpoint, i: usize, name: &[u8], probe: bool) -> (Segm
     );
     seg.store32(c.ctl(C_PID), me.0, Release);
     seg.store64(c.ctl(C_START), me.1, Release);
-    seg.store32(c.ctl(C_NAME_LEN), name.len() as u32, Release);
-    seg.write(c.ctl(C_NAME), name);
+    seg.store32(c.ctl(C_NAME_LEN), 7, Release);
+    seg.write(c.ctl(C_NAME), b"hostile");
     let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
     seg.store32(c.ctl(C_GEN), gen, Release);
     seg.store64(c.ctl(C_TAIL), 0, Release);
