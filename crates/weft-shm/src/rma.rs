@@ -121,13 +121,6 @@ impl Pending {
     /// Fails it on the target's answer, handing a read's buffers back.
     pub fn fail(mut self, ep: &EpShared, err: Error) {
         self.answered();
-        self.abandon(ep, err);
-    }
-
-    /// Fails it without an answer that counts: a read's ring buffers
-    /// are handed back, but a direct operation's stay exposed (and are
-    /// leaked with it), since the target may still be moving bytes.
-    pub fn abandon(self, ep: &EpShared, err: Error) {
         ep.tx.release(1);
         let mut e = CqErrEntry::new(0, OpFlags::empty(), err);
         e.bufs = self.bufs;
@@ -334,30 +327,17 @@ pub fn read(ep: &EpShared, h: &RecHead, payload: usize, from: &Arc<[u8]>) -> boo
 /// Initiator: an answer's first record, from the endpoint at `from`:
 /// the operation it answers (the oldest sent there), to complete now or
 /// once its bytes arrived. `Err`: no operation waits, or the answer
-/// breaks the rules or does not fit it — the target broke the rules,
-/// and the operation has failed (`Io`).
+/// does not fit it — the target broke the rules.
 pub fn answer_start(
     ep: &EpShared,
     h: &RecHead,
     from: &[u8],
 ) -> std::result::Result<Option<Pending>, ()> {
-    // The operation is taken before the header is judged: an answer
-    // that breaks the rules still ends the operation it stands for,
-    // which nothing else would (the channel's freeing fails only those
-    // still waiting).
-    let mut p = lock(&ep.peers).pending_for(from).ok_or(())?;
-    // `pending_for` marked the peer answering; the mark is cleared once
-    // the operation has ended, here or when its bytes are in.
-    let ended = |ep: &EpShared| lock(&ep.peers).set_answering(from, false);
-    let total = usize::try_from(h.total)
-        .ok()
-        .filter(|&t| h.len == 0 && h.has(F_LAST) == (t == 0));
-    let Some(total) = total else {
-        // Not an answer: a direct operation's buffers stay exposed.
-        p.abandon(ep, Error::Io);
-        ended(ep);
+    let total = usize::try_from(h.total).map_err(|_| ())?;
+    if h.len != 0 || h.has(F_LAST) != (total == 0) {
         return Err(());
-    };
+    }
+    let mut p = lock(&ep.peers).pending_for(from).ok_or(())?;
     // A direct read's bytes are in already; a target that could not
     // write them sends them through the ring instead.
     let fits = if p.read {
@@ -373,6 +353,9 @@ pub fn answer_start(
             .and_then(Error::from_code)
             .unwrap_or(Error::Io)),
     };
+    // `pending_for` marked the peer answering; the mark is cleared once
+    // the operation has ended, here or when its bytes are in.
+    let ended = |ep: &EpShared| lock(&ep.peers).set_answering(from, false);
     match status {
         Err(e) if total == 0 => {
             p.fail(ep, e);

@@ -145,20 +145,6 @@ impl Peers {
         Some(p)
     }
 
-    /// Takes every operation sent to the endpoint at `addr` that waits
-    /// for its answer (the channel its answers came on was freed as
-    /// broken), marking the peer answering until the caller has failed
-    /// them and clears the mark, as [`pending_for`](Self::pending_for).
-    pub fn strand(&mut self, addr: &[u8]) -> std::collections::VecDeque<crate::rma::Pending> {
-        let Some(peer) = self.map.get_mut(addr) else {
-            return Default::default();
-        };
-        if !peer.pending.is_empty() {
-            peer.answering = true;
-        }
-        std::mem::take(&mut peer.pending)
-    }
-
     /// Whether the answer to the peer at `addr`'s oldest operation is
     /// arriving: its operation has not completed, and a fence waits.
     pub fn set_answering(&mut self, addr: &[u8], on: bool) {

@@ -103,20 +103,8 @@ fn cma_probe(ep: &EpShared, c: &Chan) -> Option<u32> {
 }
 
 /// Frees a channel for the next sender: a message it had begun fails
-/// its receive; `broken` counts it as malformed, and fails the RMA
-/// operations we sent that sender and it has not answered.
+/// its receive; `broken` counts it as malformed.
 pub(super) fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
-    // A broken channel was the sender's way of answering us: the answers
-    // behind the bad record go with it (the sender, finding the channel
-    // gone, drops what it had queued), so the operations waiting for them
-    // would wait for good. They leave the wait list under the answering
-    // mark, which a fence sees until they have failed.
-    let from = lc.from.clone();
-    let stranded = match (&from, broken) {
-        (Some(f), true) => lock(&ep.peers).strand(f),
-        _ => Default::default(),
-    };
-    let mut marked = !stranded.is_empty();
     if let Some(p) = lc.partial.take() {
         match p.sink {
             Sink::Recv(mut req) => {
@@ -126,16 +114,12 @@ pub(super) fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
             }
             Sink::Answer(pending) => {
                 pending.fail(ep, Error::ConnAborted);
-                marked = true;
+                if let Some(from) = &lc.from {
+                    lock(&ep.peers).set_answering(from, false);
+                }
             }
             Sink::Buf(..) | Sink::Write(_) | Sink::Atomic(_) => {}
         }
-    }
-    for p in stranded {
-        p.abandon(ep, Error::ConnAborted);
-    }
-    if let (Some(f), true) = (&from, marked) {
-        lock(&ep.peers).set_answering(f, false);
     }
     if broken {
         ep.malformed.fetch_add(1, Ordering::Relaxed);
