@@ -391,7 +391,9 @@ impl MsgShared {
         if let Some(p) = lock(&self.poller).clone() {
             p.drain(true);
         }
-        if self.ended.swap(true, Ordering::AcqRel) {
+        // The drain may have waited behind another (a busy-poll pass):
+        // a close meanwhile ends it too.
+        if self.is_closed() || self.ended.swap(true, Ordering::AcqRel) {
             return;
         }
         if let Some(l) = lock(&self.link).clone() {
