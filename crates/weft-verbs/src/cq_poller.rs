@@ -22,14 +22,14 @@
 //! endpoint in the order the CQ gave them whoever polls.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::task::Poll;
 
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use weft_core::completion::WaitMode;
 use weft_core::progress::{Progress, SpinHold};
-use weft_core::sync::lock;
+use weft_core::sync::{lock, FastMutex};
 use weft_core::Result;
 
 use crate::sys::{CompChannel, Cq, WorkCompletion};
@@ -46,7 +46,7 @@ pub trait CqSink: Send + Sync {
 /// A CQ and the lock that orders its polling.
 pub struct CqPoller {
     cq: Arc<Cq>,
-    buf: Mutex<Vec<WorkCompletion>>,
+    buf: FastMutex<Vec<WorkCompletion>>,
     sink: Weak<dyn CqSink>,
     /// Busy-poll: the spinning thread parks while a waiter polls. Inline:
     /// the CQ stays unarmed while a waiter polls.
@@ -66,15 +66,22 @@ impl CqPoller {
     /// A poller that finds another one at work returns at once unless
     /// `wait` (that one is draining the same queue).
     pub fn drain(&self, wait: bool) -> Option<usize> {
-        let sink = self.sink.upgrade()?;
+        // The sink is upgraded only once there is something to hand it:
+        // most inline passes find the CQ empty, and an upgrade is a
+        // compare-and-swap and a release per pass. Whether it is gone
+        // at all is one load.
+        if self.sink.strong_count() == 0 {
+            return None;
+        }
         let mut buf = if wait {
             lock(&self.buf)
         } else {
             match self.buf.try_lock() {
-                Ok(g) => g,
-                Err(_) => return Some(0),
+                Some(g) => g,
+                None => return Some(0),
             }
         };
+        let mut sink = None;
         let mut total = 0;
         loop {
             buf.clear();
@@ -85,8 +92,17 @@ impl CqPoller {
                     return Some(total);
                 }
             };
-            for wc in buf.iter() {
-                sink.on_completion(wc);
+            if n > 0 {
+                if sink.is_none() {
+                    // Gone since the check above: its completions have
+                    // nobody to reach.
+                    sink = Some(self.sink.upgrade()?);
+                }
+                if let Some(sink) = &sink {
+                    for wc in buf.iter() {
+                        sink.on_completion(wc);
+                    }
+                }
             }
             total += n;
             if n < BATCH {
@@ -97,7 +113,13 @@ impl CqPoller {
 }
 
 /// The slot through which inline waiters find the CQ once it exists.
-pub type PollerSlot = Arc<Mutex<Option<Arc<CqPoller>>>>;
+/// Locked on every inline pass: a lock without poisoning.
+pub type PollerSlot = Arc<FastMutex<Option<Arc<CqPoller>>>>;
+
+/// An empty [`PollerSlot`].
+pub fn new_slot() -> PollerSlot {
+    Arc::new(FastMutex::new(None))
+}
 
 /// Inline passes between two clock reads for the hold: far fewer than a
 /// hold lasts (a pass is a CQ poll, the hold a millisecond).
@@ -199,7 +221,7 @@ pub fn start<S: CqSink + 'static>(
     let sink: Weak<dyn CqSink> = sink;
     let poller = Arc::new(CqPoller {
         cq: cq.clone(),
-        buf: Mutex::new(Vec::with_capacity(BATCH)),
+        buf: FastMutex::new(Vec::with_capacity(BATCH)),
         sink,
         hold: SpinHold::default(),
         waiter_idle: Notify::new(),

@@ -8,10 +8,10 @@
 //! time. When the slots run out, operations fall back to registering the
 //! caller's buffer.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::BytesMut;
-use weft_core::sync::lock;
+use weft_core::sync::{lock, FastMutex};
 use weft_core::{Error, Result};
 
 use crate::sys::{AccessFlags, OwnedMr, ProtectionDomain, Sge};
@@ -25,8 +25,8 @@ pub const SLOTS: usize = 256;
 /// A registered region cut into equal slots.
 pub struct SlotPool {
     slot: usize,
-    mr: Mutex<OwnedMr>,
-    free: Mutex<Vec<u32>>,
+    mr: FastMutex<OwnedMr>,
+    free: FastMutex<Vec<u32>>,
 }
 
 impl std::fmt::Debug for SlotPool {
@@ -53,8 +53,8 @@ impl SlotPool {
         let mr = OwnedMr::new(pd, count * slot, access)?;
         Ok(SlotPool {
             slot,
-            mr: Mutex::new(mr),
-            free: Mutex::new((0..count as u32).rev().collect()),
+            mr: FastMutex::new(mr),
+            free: FastMutex::new((0..count as u32).rev().collect()),
         })
     }
 

@@ -231,7 +231,7 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
         rxq: Mutex::new(RxQueue::default()),
         inflight: Mutex::new(fast_map()),
         next_wr: AtomicU64::new(1),
-        poller: Arc::new(Mutex::new(None)),
+        poller: cq_poller::new_slot(),
         closed: AtomicBool::new(false),
         tasks: Mutex::new(Vec::new()),
         tos,

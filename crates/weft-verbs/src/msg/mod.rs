@@ -88,7 +88,7 @@ use weft_core::progress::Progress;
 use weft_core::provider::{
     EpConfig, EpStats, ProviderEndpoint, RecvReq, Rejected, RmaReq, SendReq,
 };
-use weft_core::sync::lock;
+use weft_core::sync::{lock, FastMutex};
 use weft_core::{Error, Result};
 
 use crate::cm_events::{self, CmChannel};
@@ -144,7 +144,7 @@ pub struct MsgShared {
     pub rt: Handle,
     /// The key it proves (its own, else its domain's).
     key: Option<AuthKey>,
-    pub link: Mutex<Option<Arc<Link>>>,
+    pub link: FastMutex<Option<Arc<Link>>>,
     /// The channel whose events concern our id (ours, or the listener's).
     pub cm: Mutex<Option<Arc<CmChannel>>>,
     /// The CQ poller, for inline waiters.
@@ -152,9 +152,9 @@ pub struct MsgShared {
     /// Receives posted before the QP existed.
     early_recvs: Mutex<Vec<RecvReq>>,
     /// Sends and RMA operations on the device.
-    inflight: Mutex<post::InflightQueue>,
+    inflight: FastMutex<post::InflightQueue>,
     /// The receives of the connection's own receive queue.
-    rxq: Mutex<RxQueue<RecvMem>>,
+    rxq: FastMutex<RxQueue<RecvMem>>,
     next_wr: AtomicUsize,
     tx: Credits,
     rx: Credits,
@@ -192,12 +192,12 @@ impl MsgShared {
             cfg,
             rt,
             key,
-            link: Mutex::new(None),
+            link: FastMutex::new(None),
             cm: Mutex::new(None),
-            poller: Arc::new(Mutex::new(None)),
+            poller: cq_poller::new_slot(),
             early_recvs: Mutex::new(Vec::new()),
-            inflight: Mutex::new(post::InflightQueue::default()),
-            rxq: Mutex::new(RxQueue::default()),
+            inflight: FastMutex::new(post::InflightQueue::default()),
+            rxq: FastMutex::new(RxQueue::default()),
             next_wr: AtomicUsize::new(1),
             tx: Credits::new(tx),
             rx: Credits::new(rx),

@@ -18,13 +18,13 @@
 //! reported on the CQ of the endpoint it arrived at.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use weft_core::completion::{CqErrEntry, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::provider::{EpConfig, ProviderSrx, RecvReq, Rejected};
-use weft_core::sync::lock;
+use weft_core::sync::{lock, FastMutex};
 use weft_core::{Error, Result};
 
 use super::complete::{RecvMem, RecvSide, Route, RxQueue};
@@ -45,7 +45,7 @@ pub struct MsgSrx {
     pub(super) pd: Arc<ProtectionDomain>,
     pub(super) srq: Arc<Srq>,
     pool: SlotPool,
-    rxq: Mutex<RxQueue<RecvMem>>,
+    rxq: FastMutex<RxQueue<RecvMem>>,
     next_wr: AtomicU64,
     credits: Credits,
     size: usize,
@@ -70,7 +70,7 @@ impl MsgSrx {
             pd: pd.clone(),
             srq,
             pool: SlotPool::new(pd, SLOTS, AccessFlags::LOCAL_WRITE)?,
-            rxq: Mutex::new(RxQueue::default()),
+            rxq: FastMutex::new(RxQueue::default()),
             next_wr: AtomicU64::new(SRX_WR_BIT),
             credits: Credits::new(size),
             size,

@@ -66,7 +66,7 @@ pub(crate) fn open_shared(cfg: EpConfig, rt: Handle, scalable: bool) -> Result<A
         inflight: Arc::new(Mutex::new(fast_map())),
         rndv: Arc::new(Mutex::new(fast_map())),
         res: Arc::new(res),
-        poller: Arc::new(Mutex::new(None)),
+        poller: cq_poller::new_slot(),
         ep_sq: Arc::new(Credits::new(EP_SEND_WR)),
         backlogged: Arc::new(AtomicUsize::new(0)),
         next_wr: Arc::new(AtomicU64::new(1)),

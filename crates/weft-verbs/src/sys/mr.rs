@@ -311,7 +311,10 @@ struct Backing {
     memory: Option<Memory>,
     /// Serialises CPU copies in and out, which the registrations of one
     /// backing (a region and its sub-regions) would otherwise race on.
-    cpu: std::sync::Mutex<()>,
+    /// Taken for every bounce-slot copy: a lock without poisoning (a copy
+    /// cannot leave the memory half-updated in a way a poison flag would
+    /// tell anyone about, and the flag was ignored anyway).
+    cpu: weft_core::sync::FastMutex<()>,
 }
 
 enum Memory {
@@ -328,7 +331,7 @@ unsafe impl Sync for Backing {}
 impl Backing {
     /// Runs `f` with CPU copies of this memory excluded elsewhere.
     fn with_cpu<R>(&self, f: impl FnOnce() -> R) -> R {
-        let _g = self.cpu.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = self.cpu.lock();
         f()
     }
 }
@@ -381,7 +384,7 @@ impl OwnedMr {
             base: buf.ptr,
             len,
             memory: Some(Memory::Aligned(buf)),
-            cpu: std::sync::Mutex::new(()),
+            cpu: weft_core::sync::FastMutex::new(()),
         });
         Self::over(pd, backing, 0, len, access)
     }
@@ -414,7 +417,7 @@ impl OwnedMr {
                 base,
                 len,
                 memory: Some(Memory::Buffer(buf)),
-                cpu: std::sync::Mutex::new(()),
+                cpu: weft_core::sync::FastMutex::new(()),
             })),
             offset: 0,
             access,

@@ -39,7 +39,6 @@ use std::collections::VecDeque;
 use bytes::BytesMut;
 use weft_core::completion::OpDone;
 use weft_core::credits::Credits;
-use weft_core::hash::{fast_map, FastMap};
 
 use super::recv_mem::{Arrived, Shape};
 
@@ -85,12 +84,48 @@ pub(super) struct PostedWr<M> {
     owned: bool,
 }
 
+/// The work requests posted on one receive queue, in post order. The
+/// device consumes a receive queue in that order, so the one a
+/// completion names is the oldest (a shared queue's completions, handled
+/// through several CQs, may come a little out of order: those are found
+/// by a search). No hashing per message.
+pub(super) struct PostedWrs<M>(VecDeque<(u64, PostedWr<M>)>);
+
+impl<M> PostedWrs<M> {
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn insert(&mut self, id: u64, wr: PostedWr<M>) {
+        self.0.push_back((id, wr));
+    }
+
+    // Always inlined: out of line its answer (120 bytes) was copied
+    // once more per completion.
+    #[inline(always)]
+    fn remove(&mut self, id: u64) -> Option<PostedWr<M>> {
+        let at = match self.0.front() {
+            Some((front, _)) if *front == id => return self.0.pop_front().map(|(_, wr)| wr),
+            _ => self.0.iter().position(|(w, _)| *w == id)?,
+        };
+        self.0.remove(at).map(|(_, wr)| wr)
+    }
+
+    fn get_mut(&mut self, id: u64) -> Option<&mut PostedWr<M>> {
+        self.0.iter_mut().find(|(w, _)| *w == id).map(|(_, wr)| wr)
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut PostedWr<M>> {
+        self.0.iter_mut().map(|(_, wr)| wr)
+    }
+}
+
 /// The receives of one receive queue of the device: those waiting, in
-/// post order; the work requests posted, by id; and the messages held
-/// for the next receive, in arrival order. While a message is held no
-/// receive waits (a receive that finds one takes it).
+/// post order; the work requests posted, in post order; and the messages
+/// held for the next receive, in arrival order. While a message is held
+/// no receive waits (a receive that finds one takes it).
 pub(in crate::msg) struct RxQueue<M> {
-    pub(super) wrs: FastMap<u64, PostedWr<M>>,
+    pub(super) wrs: PostedWrs<M>,
     pub(super) waiting: VecDeque<Waiting>,
     pub(super) held: VecDeque<Arrived>,
 }
@@ -98,7 +133,7 @@ pub(in crate::msg) struct RxQueue<M> {
 impl<M: Shape> Default for RxQueue<M> {
     fn default() -> Self {
         RxQueue {
-            wrs: fast_map(),
+            wrs: PostedWrs(VecDeque::new()),
             waiting: VecDeque::new(),
             held: VecDeque::new(),
         }
@@ -119,6 +154,9 @@ impl<M: Shape> RxQueue<M> {
     }
 
     /// Queues a receive; `mem`: the work request `id` it posted.
+    // Always inlined: its receive and memory (about 200 bytes) are then
+    // moved into the queues once, not into its parameters first.
+    #[inline(always)]
     pub fn push(&mut self, id: u64, done: OpDone, bufs: Option<Vec<BytesMut>>, mem: Option<M>) {
         let own_wr = mem.is_some();
         if let Some(mem) = mem {
@@ -136,19 +174,25 @@ impl<M: Shape> RxQueue<M> {
     /// Work request `id` completed: its memory, with its receive when
     /// that still waits for it (the message is that receive's). `None`
     /// for an id that is not posted here.
+    // Always inlined into its one caller: out of line its answer (about
+    // 200 bytes) was built and then copied (a `memcpy` per receive).
+    #[inline(always)]
     pub fn landed(&mut self, id: u64, credits: &Credits) -> Option<(M, Option<Waiting>)> {
-        let wr = self.wrs.remove(&id)?;
+        let wr = self.wrs.remove(id)?;
         if !wr.owned {
             return Some((wr.mem, None));
         }
         // On a queue pair the owner is the oldest waiting receive; a
         // shared queue's completions reach different CQs and may be
         // handled out of post order.
-        let at = match self.waiting.front() {
-            Some(w) if w.id == id => Some(0),
-            _ => self.waiting.iter().position(|w| w.id == id),
+        let w = match self.waiting.front() {
+            Some(w) if w.id == id => self.waiting.pop_front(),
+            _ => match self.waiting.iter().position(|w| w.id == id) {
+                Some(i) => self.waiting.remove(i),
+                None => None,
+            },
         };
-        let Some(w) = at.and_then(|i| self.waiting.remove(i)) else {
+        let Some(w) = w else {
             return Some((wr.mem, None));
         };
         if w.gone() {
@@ -206,7 +250,7 @@ impl<M: Shape> RxQueue<M> {
         if !w.own_wr {
             return Vec::new();
         }
-        match self.wrs.get_mut(&w.id) {
+        match self.wrs.get_mut(w.id) {
             Some(wr) => {
                 wr.owned = false;
                 wr.mem.shape()
@@ -277,7 +321,7 @@ impl<M: Shape> RxQueue<M> {
             .into_iter()
             .map(|w| {
                 let mem = if w.own_wr {
-                    self.wrs.remove(&w.id).map(|wr| wr.mem)
+                    self.wrs.remove(w.id).map(|wr| wr.mem)
                 } else {
                     None
                 };
