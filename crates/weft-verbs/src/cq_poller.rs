@@ -73,6 +73,9 @@ impl CqPoller {
         if self.sink.strong_count() == 0 {
             return None;
         }
+        // Before the batch's guard: dropped after it, so an endpoint whose
+        // last handle this is tears down with the batch unlocked.
+        let mut sink: Option<Arc<dyn CqSink>> = None;
         let mut buf = if wait {
             lock(&self.buf)
         } else {
@@ -81,7 +84,6 @@ impl CqPoller {
                 None => return Some(0),
             }
         };
-        let mut sink = None;
         let mut total = 0;
         loop {
             buf.clear();
