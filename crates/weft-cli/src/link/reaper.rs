@@ -237,14 +237,16 @@ impl Reaper {
     }
 
     /// [`take_batched`](Self::take_batched) of a completion nobody
-    /// looks at: the last one is dropped where it is, not moved out.
+    /// looks at.
     #[inline(always)]
     fn drop_batched(&mut self, want: &impl Fn(&CqEntry) -> bool) -> bool {
         let Some(i) = self.find_batched(want) else {
             return false;
         };
         if i + 1 == self.batch.len() {
-            self.batch.truncate(i);
+            // Not `truncate`: that drops through a loop over a slice,
+            // out of line (about 38 instructions a message).
+            drop(self.batch.pop());
         } else {
             drop(self.take_batched_at(i));
         }
