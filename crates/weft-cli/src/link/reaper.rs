@@ -20,8 +20,9 @@ pub struct Reaper {
     /// What the last read brought and nobody took yet, in order; no
     /// error entries (a read fails on one, see [`check`](Self::check)).
     /// Taken from where it is: moved through the stash, every completion
-    /// was copied twice more (112 bytes each time, about 60 instructions
-    /// a ping-pong round trip). Shelved into the stash before the next
+    /// was copied twice more (112 bytes each time; net of the batch's
+    /// own work, about 10 instructions a ping-pong round trip,
+    /// `docs/benchmarks.md`). Shelved into the stash before the next
     /// read.
     batch: Vec<CqItem>,
     busy: bool,
