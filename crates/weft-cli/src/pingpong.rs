@@ -57,14 +57,17 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                     fail_or_wait_send(link, e, sbuf.clone()).await?;
                 }
                 // Mostly both completions are there already: taken
-                // without building the waits' futures.
+                // without building the waits' futures. The answer first:
+                // it is the batch's last, taken without moving the
+                // send's, which is then the last (`Reaper::take_batched`).
+                let got = match reaper.try_wait(RECV_CTX)? {
+                    Some(e) => e,
+                    None => reaper.wait_unread(RECV_CTX).await?,
+                };
                 if !reaper.try_done(SEND_CTX)? {
                     reaper.wait_unread(SEND_CTX).await?;
                 }
-                match reaper.try_wait(RECV_CTX)? {
-                    Some(e) => e,
-                    None => reaper.wait_unread(RECV_CTX).await?,
-                }
+                got
             }
             // Pool runs in `pooled_client` / `pooled_server`.
             Api::Async | Api::Pool => {

@@ -15,7 +15,15 @@ use crate::fail::{Failure, Res};
 #[derive(Debug)]
 pub struct Reaper {
     cq: CompletionQueue,
+    /// Completions read before the ones in `batch`, in order.
     stash: VecDeque<CqEntry>,
+    /// What the last read brought and nobody took yet, in order; no
+    /// error entries (a read fails on one, see [`check`](Self::check)).
+    /// Taken from where it is: moved through the stash, every completion
+    /// was copied twice more (112 bytes each time; net of the batch's
+    /// own work, about 10 instructions a ping-pong round trip,
+    /// `docs/benchmarks.md`). Shelved into the stash before the next
+    /// read.
     batch: Vec<CqItem>,
     busy: bool,
     /// DGRAM: how long to wait for a completion before giving up.
@@ -65,16 +73,62 @@ impl Reaper {
     /// no read future is built or polled, and no clock is read for the
     /// give-up timer (about 150 instructions a message,
     /// `docs/benchmarks.md`).
-    fn try_read(&mut self) -> bool {
-        // Empty already: every read's batch is drained where it is
-        // sorted (and a drain dropped early empties it as well).
-        debug_assert!(self.batch.is_empty());
-        self.cq.try_read_batch(&mut self.batch, 64) > 0
+    fn try_read(&mut self) -> Res<bool> {
+        // Empty, mostly: a ping-pong takes all it read.
+        self.shelve()?;
+        if self.cq.try_read_batch(&mut self.batch, 64) == 0 {
+            return Ok(false);
+        }
+        self.check()?;
+        Ok(true)
+    }
+
+    /// Fails on the first error entry the last read brought (before its
+    /// other completions are taken: none is left lying in the batch,
+    /// where a run's last read would lose it).
+    #[inline(always)]
+    fn check(&mut self) -> Res<()> {
+        if self.batch.iter().any(Result::is_err) {
+            return self.fail_first();
+        }
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fail_first(&mut self) -> Res<()> {
+        if let Some(i) = self.batch.iter().position(Result::is_err) {
+            if let Err(e) = self.batch.remove(i) {
+                return Err(Failure::new("completion", e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves what is left of the last read into the stash, behind what
+    /// is there, so that a read into the batch finds it empty (as the
+    /// queue's trade of buffers wants it).
+    #[inline(always)]
+    fn shelve(&mut self) -> Res<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        self.shelve_all()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn shelve_all(&mut self) -> Res<()> {
+        for item in self.batch.drain(..) {
+            self.stash
+                .push_back(item.map_err(|e| Failure::new("completion", e))?);
+        }
+        Ok(())
     }
 
     /// Reads the next batch of completions (at least one) into `batch`.
     async fn read(&mut self) -> Res<()> {
-        if self.try_read() {
+        if self.try_read()? {
             return Ok(());
         }
         self.read_wait().await
@@ -83,7 +137,7 @@ impl Reaper {
     /// [`read`](Self::read) once a read that does not wait found
     /// nothing.
     async fn read_wait(&mut self) -> Res<()> {
-        self.batch.clear();
+        self.shelve()?;
         if self.busy {
             let deadline = self.idle.map(|d| (Instant::now() + d, d));
             // Busy-poll's reader spins, sharing its core by the library's
@@ -109,18 +163,12 @@ impl Reaper {
                 return Err(Failure::new("read completion queue", "queue closed"));
             }
         }
-        Ok(())
+        self.check()
     }
 
     async fn fill(&mut self) -> Res<()> {
         self.read().await?;
-        for item in self.batch.drain(..) {
-            match item {
-                Ok(e) => self.stash.push_back(e),
-                Err(e) => return Err(Failure::new("completion", e)),
-            }
-        }
-        Ok(())
+        self.shelve()
     }
 
     /// The next completion, whichever it is.
@@ -129,7 +177,11 @@ impl Reaper {
             if let Some(e) = self.stash.pop_front() {
                 return Ok(e);
             }
-            self.fill().await?;
+            if self.batch.is_empty() {
+                self.fill().await?;
+            } else {
+                self.shelve()?;
+            }
         }
     }
 
@@ -138,14 +190,68 @@ impl Reaper {
         self.wait_for(|e| e.context == ctx).await
     }
 
+    /// The first completion read already that `want` accepts: the
+    /// stash's (the older ones) before the batch's.
+    #[inline(always)]
+    fn take_read(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Option<CqEntry> {
+        if !self.stash.is_empty() {
+            if let Some(e) = self.take_stashed(want) {
+                return Some(e);
+            }
+        }
+        self.take_batched(want)
+    }
+
     /// The first stashed completion `want` accepts; the front (the
     /// common case) without a search.
-    fn take_stashed(&mut self, want: impl Fn(&CqEntry) -> bool) -> Option<CqEntry> {
+    fn take_stashed(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Option<CqEntry> {
         if want(self.stash.front()?) {
             return self.stash.pop_front();
         }
         let i = self.stash.iter().position(want)?;
         self.stash.remove(i)
+    }
+
+    /// Where in the batch the first completion `want` accepts is.
+    #[inline(always)]
+    fn find_batched(&self, want: &impl Fn(&CqEntry) -> bool) -> Option<usize> {
+        self.batch
+            .iter()
+            .position(|it| matches!(it, Ok(e) if want(e)))
+    }
+
+    /// The first completion in the batch `want` accepts; the last one
+    /// (a ping-pong's answer, taken first) without moving the others.
+    #[inline(always)]
+    fn take_batched(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Option<CqEntry> {
+        let i = self.find_batched(want)?;
+        if i + 1 == self.batch.len() {
+            return self.batch.pop()?.ok();
+        }
+        self.take_batched_at(i)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_batched_at(&mut self, i: usize) -> Option<CqEntry> {
+        self.batch.remove(i).ok()
+    }
+
+    /// [`take_batched`](Self::take_batched) of a completion nobody
+    /// looks at.
+    #[inline(always)]
+    fn drop_batched(&mut self, want: &impl Fn(&CqEntry) -> bool) -> bool {
+        let Some(i) = self.find_batched(want) else {
+            return false;
+        };
+        if i + 1 == self.batch.len() {
+            // Not `truncate`: that drops through a loop over a slice,
+            // out of line (about 38 instructions a message).
+            drop(self.batch.pop());
+        } else {
+            drop(self.take_batched_at(i));
+        }
+        true
     }
 
     /// The target completion of the peer's next write with remote CQ
@@ -166,52 +272,28 @@ impl Reaper {
     }
 
     /// [`try_wait`](Self::try_wait) for a completion whose entry the
-    /// caller has no use for (a send's): true once it was read. The entry
-    /// is dropped where it is found instead of being moved out.
+    /// caller has no use for (a send's): true once it was read.
     pub fn try_done(&mut self, ctx: u64) -> Res<bool> {
         let want = |e: &CqEntry| e.context == ctx;
-        if self.take_stashed(want).is_some() {
+        if !self.stash.is_empty() && self.take_stashed(&want).is_some() {
             return Ok(true);
         }
-        Ok(self.try_read() && self.sort(&want, drop)?)
+        if self.drop_batched(&want) {
+            return Ok(true);
+        }
+        Ok(self.try_read()? && self.drop_batched(&want))
     }
 
     /// [`try_wait`](Self::try_wait) for any completion `want` accepts.
+    #[inline(always)]
     fn try_take(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Res<Option<CqEntry>> {
-        if let Some(e) = self.take_stashed(want) {
+        if let Some(e) = self.take_read(want) {
             return Ok(Some(e));
         }
-        if !self.try_read() {
+        if !self.try_read()? {
             return Ok(None);
         }
-        self.sort_out(want)
-    }
-
-    /// Empties the batch: the first completion `want` accepts goes to
-    /// `found`, the others are kept, in order. True if one was found.
-    fn sort(
-        &mut self,
-        want: &impl Fn(&CqEntry) -> bool,
-        mut found: impl FnMut(CqEntry),
-    ) -> Res<bool> {
-        let mut hit = false;
-        for item in self.batch.drain(..) {
-            let e = item.map_err(|e| Failure::new("completion", e))?;
-            if !hit && want(&e) {
-                hit = true;
-                found(e);
-            } else {
-                self.stash.push_back(e);
-            }
-        }
-        Ok(hit)
-    }
-
-    /// [`sort`](Self::sort), handing the completion found to the caller.
-    fn sort_out(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Res<Option<CqEntry>> {
-        let mut out = None;
-        self.sort(want, |e| out = Some(e))?;
-        Ok(out)
+        Ok(self.take_batched(want))
     }
 
     /// [`wait`](Self::wait) once [`try_wait`](Self::try_wait) or
@@ -234,7 +316,7 @@ impl Reaper {
     async fn read_until(&mut self, want: impl Fn(&CqEntry) -> bool) -> Res<CqEntry> {
         loop {
             self.read_wait().await?;
-            if let Some(e) = self.sort_out(&want)? {
+            if let Some(e) = self.take_batched(&want) {
                 return Ok(e);
             }
         }
