@@ -18,7 +18,8 @@ pub struct Reaper {
     /// Completions read before the ones in `batch`, in order.
     stash: VecDeque<CqEntry>,
     /// What the last read brought and nobody took yet, in order; no
-    /// error entries (a read fails on one, see [`check`](Self::check)).
+    /// error entries (a read fails on one and its batch is dropped, see
+    /// [`check`](Self::check)).
     /// Taken from where it is: moved through the stash, every completion
     /// was copied twice more (112 bytes each time; net of the batch's
     /// own work, about 10 instructions a ping-pong round trip,
@@ -97,12 +98,14 @@ impl Reaper {
     #[cold]
     #[inline(never)]
     fn fail_first(&mut self) -> Res<()> {
-        if let Some(i) = self.batch.iter().position(Result::is_err) {
-            if let Err(e) = self.batch.remove(i) {
-                return Err(Failure::new("completion", e));
-            }
+        // The whole batch goes with its first error: every caller ends
+        // the run on it, and a batch left holding a second error would
+        // make the next shelve stop there and drop what follows it.
+        let first = self.batch.drain(..).find_map(Result::err);
+        match first {
+            Some(e) => Err(Failure::new("completion", e)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Moves what is left of the last read into the stash, behind what
