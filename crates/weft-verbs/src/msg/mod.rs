@@ -388,7 +388,9 @@ impl MsgShared {
         // (a receive too short for what landed in it: the very reason the
         // peer, told by the NAK, disconnected) is on the CQ already and
         // makes this a critical error, not an orderly end: hear it first.
-        if let Some(p) = lock(&self.poller).clone() {
+        // The slot's guard is not held through the drain.
+        let poller = lock(&self.poller).clone();
+        if let Some(p) = poller {
             p.drain(true);
         }
         // The drain may have waited behind another (a busy-poll pass):
@@ -403,7 +405,8 @@ impl MsgShared {
             // What arrived before the disconnect is on the CQ by now (the
             // peer disconnects after its sends completed): in the stream
             // before its end.
-            if let Some(p) = lock(&self.poller).clone() {
+            let poller = lock(&self.poller).clone();
+            if let Some(p) = poller {
                 p.drain(true);
             }
             core.ended(false);
