@@ -105,6 +105,7 @@ use crate::sys::{
 
 mod complete;
 mod post;
+mod post_order;
 mod probe;
 mod srx;
 pub mod stream;

@@ -4,7 +4,6 @@
 //! which another thread may poll the moment the post returns — finds its
 //! entry.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -26,29 +25,8 @@ use crate::user_bufs::unregister_before;
 use crate::user_bufs::{cached_source, gather, imm_data, post_rma, register_source, wr_flags};
 
 /// The sends and RMA operations on the device, in the order they were
-/// posted (each is added with the table locked across its post). An RC
-/// queue pair completes its send queue's work requests in that order,
-/// so the one a completion names is the oldest: no lookup by id.
-#[derive(Default)]
-pub(super) struct InflightQueue(VecDeque<(u64, Inflight)>);
-
-impl InflightQueue {
-    /// Work request `id`, just posted.
-    pub(super) fn insert(&mut self, id: u64, op: Inflight) {
-        self.0.push_back((id, op));
-    }
-
-    /// Work request `id` completed: what it held, if it is here.
-    pub(super) fn remove(&mut self, id: u64) -> Option<Inflight> {
-        // `pop_front` for the front: `remove(0)` takes the general path
-        // (a `wrap_copy` per completion).
-        let at = match self.0.front() {
-            Some((front, _)) if *front == id => return self.0.pop_front().map(|(_, op)| op),
-            _ => self.0.iter().position(|(w, _)| *w == id)?,
-        };
-        self.0.remove(at).map(|(_, op)| op)
-    }
-}
+/// posted (each is added with the table locked across its post).
+pub(super) type InflightQueue = super::post_order::PostOrder<Inflight>;
 
 impl MsgShared {
     /// The checks every post shares: the endpoint is open and connected,
@@ -540,6 +518,6 @@ mod tests {
         assert_eq!(len_of(q.remove(9)), None, "never posted");
         assert_eq!(len_of(q.remove(2)), Some(20));
         assert_eq!(len_of(q.remove(4)), Some(40));
-        assert!(q.0.is_empty());
+        assert!(q.is_empty());
     }
 }

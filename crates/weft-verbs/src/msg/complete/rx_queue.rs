@@ -84,41 +84,8 @@ pub(super) struct PostedWr<M> {
     owned: bool,
 }
 
-/// The work requests posted on one receive queue, in post order. The
-/// device consumes a receive queue in that order, so the one a
-/// completion names is the oldest (a shared queue's completions, handled
-/// through several CQs, may come a little out of order: those are found
-/// by a search). No hashing per message.
-pub(super) struct PostedWrs<M>(VecDeque<(u64, PostedWr<M>)>);
-
-impl<M> PostedWrs<M> {
-    pub(super) fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn insert(&mut self, id: u64, wr: PostedWr<M>) {
-        self.0.push_back((id, wr));
-    }
-
-    // Always inlined: out of line its answer (120 bytes) was copied
-    // once more per completion.
-    #[inline(always)]
-    fn remove(&mut self, id: u64) -> Option<PostedWr<M>> {
-        let at = match self.0.front() {
-            Some((front, _)) if *front == id => return self.0.pop_front().map(|(_, wr)| wr),
-            _ => self.0.iter().position(|(w, _)| *w == id)?,
-        };
-        self.0.remove(at).map(|(_, wr)| wr)
-    }
-
-    fn get_mut(&mut self, id: u64) -> Option<&mut PostedWr<M>> {
-        self.0.iter_mut().find(|(w, _)| *w == id).map(|(_, wr)| wr)
-    }
-
-    fn values_mut(&mut self) -> impl Iterator<Item = &mut PostedWr<M>> {
-        self.0.iter_mut().map(|(_, wr)| wr)
-    }
-}
+/// The work requests posted on one receive queue, in post order.
+pub(super) type PostedWrs<M> = crate::msg::post_order::PostOrder<PostedWr<M>>;
 
 /// The receives of one receive queue of the device: those waiting, in
 /// post order; the work requests posted, in post order; and the messages
@@ -133,7 +100,7 @@ pub(in crate::msg) struct RxQueue<M> {
 impl<M: Shape> Default for RxQueue<M> {
     fn default() -> Self {
         RxQueue {
-            wrs: PostedWrs(VecDeque::new()),
+            wrs: PostedWrs::default(),
             waiting: VecDeque::new(),
             held: VecDeque::new(),
         }
