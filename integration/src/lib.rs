@@ -683,6 +683,53 @@ pub async fn under_timeout<F: std::future::Future>(f: F, us: u64) -> Option<F::O
     }
 }
 
+/// The senders' window of a cancel-safety soak: a permit per message a
+/// sender may have in flight, handed back as the receiver takes each one.
+///
+/// How often a receive times out by chance depends on the machine's
+/// speed (a CI run once saw 60 in 4,000, where the soaks ask for one in
+/// 50). So every [`Self::STARVE_EVERY`] deliveries the window holds its
+/// permits back until one of the receiver's receives times out: at most
+/// the window's messages can still come, so a withdrawal is certain.
+/// The random timeouts still give the races between a message's arrival
+/// and its receive's drop.
+#[derive(Debug)]
+pub struct SoakWindow {
+    /// What the senders acquire, one permit per message.
+    pub permits: std::sync::Arc<tokio::sync::Semaphore>,
+    delivered: u64,
+    held: usize,
+}
+
+impl SoakWindow {
+    /// Deliveries between two starved spells.
+    pub const STARVE_EVERY: u64 = 25;
+
+    /// A window of `n` messages.
+    pub fn new(n: usize) -> Self {
+        SoakWindow {
+            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(n)),
+            delivered: 0,
+            held: 0,
+        }
+    }
+
+    /// The receiver took a message.
+    pub fn delivered(&mut self) {
+        self.delivered += 1;
+        if self.held > 0 || self.delivered % Self::STARVE_EVERY == 0 {
+            self.held += 1;
+        } else {
+            self.permits.add_permits(1);
+        }
+    }
+
+    /// A receive timed out: the senders may go on.
+    pub fn withdrawn(&mut self) {
+        self.permits.add_permits(std::mem::take(&mut self.held));
+    }
+}
+
 /// Both ends of a byte stream trade `data`: `c` writes it and shuts its
 /// side, `s` reads to the end and answers with the same bytes, then `c`
 /// reads those. Returns what `s` and what `c` read.

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use weft::{
     AvFlags, BindFlags, CompletionQueue, ConnRequest, CqAttr, CqEntry, CqErrEntry, Domain,
     Endpoint, EpType, EqEventKind, Error, EventQueue, Fabric, FiAddr, Info, PassiveEndpoint,
@@ -44,7 +44,7 @@ use weft::{
 };
 use weft_integration::{
     assert_cq_quiet, next_cq, next_eq, under_timeout, verbs_offer, within, Harness, Node, Provider,
-    Rng, Until, QUIET,
+    Rng, SoakWindow, Until, QUIET,
 };
 
 const SERVER_DEV: &str = "rxe1";
@@ -118,10 +118,10 @@ where
 {
     let mut rng = Rng::seeded("WEFT_CANCEL_SEED");
     let mut gaps = Rng(rng.0.rotate_left(17) | 1);
-    let permits = Arc::new(Semaphore::new(window));
+    let mut window = SoakWindow::new(window);
     let posted = Arc::new(Notify::new());
     let sender = tokio::spawn({
-        let (permits, posted) = (permits.clone(), posted.clone());
+        let (permits, posted) = (window.permits.clone(), posted.clone());
         async move {
             for i in 0..n {
                 permits.acquire().await.unwrap().forget();
@@ -145,7 +145,7 @@ where
                  sender finished: {}, permits {}, receiver {:?}",
                 got.len(),
                 sender.is_finished(),
-                permits.available_permits(),
+                window.permits.available_permits(),
                 rx_ep.map(|e| e.stats())
             );
         }
@@ -164,13 +164,16 @@ where
             Some(Ok(e)) => {
                 got.push(number(e));
                 progress = Instant::now();
-                permits.add_permits(1);
+                window.delivered();
                 if got.len() as u64 % (n / 4).max(1) == 0 {
                     eprintln!("  {} of {n} after {:.2?}", got.len(), start.elapsed());
                 }
             }
             Some(Err(e)) => panic!("receive {} failed: {e:?}", got.len()),
-            None => withdrawn += 1,
+            None => {
+                withdrawn += 1;
+                window.withdrawn();
+            }
         }
     }
     within("the sender", sender).await.unwrap();

@@ -24,11 +24,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::Semaphore;
 use weft::{CqEntry, SharedRxContext, SHARED_CONTEXT};
 use weft_integration::srx::srx_rdm_ep;
 use weft_integration::{
-    assert_cq_quiet, under_timeout, within, Harness, Provider, RdmEp, Rng, Until, QUIET,
+    assert_cq_quiet, under_timeout, within, Harness, Provider, RdmEp, Rng, SoakWindow, Until, QUIET,
 };
 
 /// Bytes per message.
@@ -123,13 +122,13 @@ struct Soak {
 async fn soak(name: &'static str, window: usize, lossy: bool) -> (Rig, Soak) {
     let (r, peers) = rig(name);
     let mut rng = Rng::seeded("WEFT_CANCEL_SEED");
-    let permits = Arc::new(Semaphore::new(window));
+    let mut window = SoakWindow::new(window);
     let sent: Arc<Vec<AtomicU64>> = Arc::new((0..PEERS).map(|_| AtomicU64::new(0)).collect());
     let senders: Vec<_> = peers
         .into_iter()
         .enumerate()
         .map(|(k, (c, to))| {
-            let (permits, sent) = (permits.clone(), sent.clone());
+            let (permits, sent) = (window.permits.clone(), sent.clone());
             let mut gaps = Rng(rng.0.rotate_left(17 + k as u32) | 1);
             tokio::spawn(async move {
                 for i in 0..PER_PEER {
@@ -167,12 +166,16 @@ async fn soak(name: &'static str, window: usize, lossy: bool) -> (Rig, Soak) {
                 got[k].push(i);
                 n += 1;
                 progress = Instant::now();
-                permits.add_permits(1);
+                window.delivered();
             }
             Some(Err(e)) => panic!("receive {n} failed: {e:?}"),
-            None => withdrawn += 1,
+            None => {
+                withdrawn += 1;
+                window.withdrawn();
+            }
         }
     }
+    window.withdrawn();
     for s in senders {
         if lossy && !s.is_finished() {
             // Stalled on a window that lost datagrams: what it sent counts.
