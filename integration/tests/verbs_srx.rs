@@ -326,3 +326,44 @@ async fn binding_rules_and_close() {
     let (e, bufs) = srx.post_recvmsg(tagged, OpFlags::empty()).unwrap_err();
     assert_eq!((e, bufs.len()), (Error::NoSys, 1));
 }
+
+/// A message that takes one of the context's receives just as its
+/// endpoint closes reaches that receive: the close hands what its CQ
+/// still holds for the context over before it stops polling. The test
+/// runs on a current-thread runtime and blocks its one thread while the
+/// message lands, so the endpoint's CQ driver cannot have polled it.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test]
+async fn a_message_taken_as_its_endpoint_closes_reaches_the_context() {
+    let (Some(s), Some(c)) = (side("rxe1"), side("rxe2")) else {
+        return;
+    };
+    let srx = s.domain.srx_context(0).unwrap();
+    let (conns, _pep) = serve(&s, &c, &srx, 2).await;
+    srx.post_recv(BytesMut::zeroed(32), 7).unwrap();
+    let mut send = pin!(conns[0].cep.send(0, Bytes::from_static(b"as it closed")));
+    let _ = poll!(send.as_mut());
+    // The device takes the message meanwhile; nothing on this thread runs.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    conns[0].sep.close().unwrap();
+    let CqItem::Ok(e) = within("the context's receive", next_cq(&conns[0].scq)).await else {
+        panic!("error completion");
+    };
+    assert_eq!((e.context, &e.bufs[0][..]), (7, &b"as it closed"[..]));
+    within("the send", send).await.unwrap();
+    assert_eq!(srx.rx_size_left().unwrap(), s.info.rx_attr.size);
+    // The other connection goes on with the context.
+    srx.post_recv(BytesMut::zeroed(32), 8).unwrap();
+    conns[1]
+        .cep
+        .send(0, Bytes::from_static(b"the other one"))
+        .await
+        .unwrap();
+    let CqItem::Ok(e) = within("after the close", next_cq(&conns[1].scq)).await else {
+        panic!("error completion");
+    };
+    assert_eq!((e.context, &e.bufs[0][..]), (8, &b"the other one"[..]));
+}

@@ -84,10 +84,45 @@ impl CqPoller {
                 None => return Some(0),
             }
         };
+        self.poll_empty(&mut buf, |wcs| {
+            if sink.is_none() {
+                // Gone since the check above: its completions have
+                // nobody to reach.
+                sink = Some(self.sink.upgrade()?);
+            }
+            if let Some(sink) = &sink {
+                for wc in wcs {
+                    sink.on_completion(wc);
+                }
+            }
+            Some(())
+        })
+    }
+
+    /// Polls the CQ empty one last time, after its endpoint closed (the
+    /// sink may be gone), handing each completion to `f` instead of the
+    /// sink: what the closing endpoint still owes to others (a shared
+    /// receive context's receives) goes there.
+    pub fn drain_into(&self, f: &dyn Fn(&WorkCompletion)) -> usize {
+        let mut buf = lock(&self.buf);
+        self.poll_empty(&mut buf, |wcs| {
+            wcs.iter().for_each(f);
+            Some(())
+        })
+        .unwrap_or(0)
+    }
+
+    /// Polls into `buf` until the CQ is empty, handing each non-empty
+    /// batch to `each`; `None` when `each` gives up.
+    fn poll_empty(
+        &self,
+        buf: &mut Vec<WorkCompletion>,
+        mut each: impl FnMut(&[WorkCompletion]) -> Option<()>,
+    ) -> Option<usize> {
         let mut total = 0;
         loop {
             buf.clear();
-            let n = match self.cq.poll(&mut buf, BATCH) {
+            let n = match self.cq.poll(buf, BATCH) {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "ibv_poll_cq failed");
@@ -95,16 +130,7 @@ impl CqPoller {
                 }
             };
             if n > 0 {
-                if sink.is_none() {
-                    // Gone since the check above: its completions have
-                    // nobody to reach.
-                    sink = Some(self.sink.upgrade()?);
-                }
-                if let Some(sink) = &sink {
-                    for wc in buf.iter() {
-                        sink.on_completion(wc);
-                    }
-                }
+                each(buf)?;
             }
             total += n;
             if n < BATCH {
@@ -178,12 +204,12 @@ async fn stand_aside(p: &CqPoller) {
 }
 
 /// Empties `slot` at close: a busy-poll thread ends at once, even one
-/// parked beside a waiter.
-pub fn stop(slot: &PollerSlot) {
-    if let Some(p) = lock(slot).take() {
-        p.hold.waiter_idle();
-        p.waiter_idle.notify_waiters();
-    }
+/// parked beside a waiter. Returns the poller, for a last drain.
+pub fn stop(slot: &PollerSlot) -> Option<Arc<CqPoller>> {
+    let p = lock(slot).take()?;
+    p.hold.waiter_idle();
+    p.waiter_idle.notify_waiters();
+    Some(p)
 }
 
 /// Returns after the tasks woken so far have run: wakes itself once and

@@ -800,7 +800,23 @@ impl MsgShared {
         for t in lock(&ep.tasks).drain(..) {
             t.abort();
         }
-        cq_poller::stop(&ep.poller);
+        let poller = cq_poller::stop(&ep.poller);
+        if let (Some(p), Some(srx)) = (poller, ep.srx()) {
+            // A message that arrived as the endpoint closed took one of
+            // the context's receives, and its completion waits on this
+            // CQ, which nobody polls from now on: hand it to the context,
+            // or that receive would wait for good (and its work request
+            // count as posted). The queue pair is in the error state, so
+            // it takes no more; a receive it held mid-message is flushed,
+            // and the flush ends that receive (`Canceled`). Completions
+            // of the endpoint's own operations are dropped, as the rest
+            // of what it had posted.
+            p.drain_into(&|wc| {
+                if wc.wr_id & srx::SRX_WR_BIT != 0 {
+                    srx.on_completion(wc, &ep.cfg);
+                }
+            });
+        }
         // Outstanding operations are discarded without completions; their
         // buffers stay registered until the link (and QP) is gone.
         lock(&ep.early_recvs).clear();
