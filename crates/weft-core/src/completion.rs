@@ -624,7 +624,12 @@ impl OpDone {
     /// The operation succeeded. For operations whose completion may be
     /// dropped unread (a send: the data went); receives use
     /// [`complete_from`](Self::complete_from).
-    #[inline]
+    // Always: out of line (a send's completion, from the provider's
+    // send path), the entry came in behind a pointer and was copied
+    // into the item on this frame and from there into the queue, 112
+    // bytes twice; inlined, the item is built where the caller builds
+    // the entry (mostly defaults and a length).
+    #[inline(always)]
     pub fn complete(self, entry: CqEntry) {
         // The queue's item from the start, as in `complete_from`.
         let mut item: CqItem = Ok(entry);
