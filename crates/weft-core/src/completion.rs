@@ -684,6 +684,26 @@ impl OpDone {
         None
     }
 
+    /// [`complete_from`](Self::complete_from) of a completion that stays
+    /// where it lies (in a receive request its caller keeps, see
+    /// `recv_completion::deliver_in`): only its handles (queue, counter,
+    /// waiter) are taken out, and what is left holds nothing. Taking the
+    /// whole completion out first ([`take`](Self::take)) copied it onto
+    /// the stack and wrote an empty one back.
+    #[must_use = "a returned message must go to the next receive"]
+    #[inline(always)]
+    pub fn complete_from_in(&mut self, entry: CqEntry, src: FiAddr) -> Option<Returned> {
+        OpDone {
+            context: self.context,
+            flags: self.flags,
+            report: self.report,
+            cq: self.cq.take(),
+            cntr: self.cntr.take(),
+            waiter: self.waiter.take(),
+        }
+        .complete_from(entry, src)
+    }
+
     /// The operation failed; `e.context`/`e.flags` are filled in here.
     pub fn fail(self, mut e: CqErrEntry) {
         e.context = self.context;
