@@ -152,7 +152,7 @@ pub fn deliver(ep: &dyn RecvCtx, mut req: RecvReq, info: MsgInfo, placed: usize)
     let piece = multi_recv::is_piece(&req);
     let after = multi_recv::finishing(ep, &mut req);
     trim_bufs(&mut req.bufs, placed);
-    report(ep, req.bufs, req.done, piece, after, &info, placed);
+    report(ep, req.bufs, &mut req.done, piece, after, &info, placed);
 }
 
 /// [`deliver`] of a request the caller keeps: everything it owns (its
@@ -180,20 +180,16 @@ pub fn deliver_in(ep: &dyn RecvCtx, req: &mut RecvReq, info: &MsgInfo, placed: u
     } = req;
     let _part = multi.take();
     trim_bufs(bufs, placed);
-    report(
-        ep,
-        std::mem::take(bufs),
-        done.take(),
-        piece,
-        after,
-        info,
-        placed,
-    );
+    // The completion stays in the request: `report` takes only its
+    // handles out, which leaves it owning nothing.
+    report(ep, std::mem::take(bufs), done, piece, after, info, placed);
 }
 
 /// The part [`deliver`] and [`deliver_in`] share once the request's
-/// buffers and completion are out of it: the entry (or the `Trunc`
-/// error) reported, a message whose future is gone handed back, and a
+/// buffers are out of it: the entry (or the `Trunc` error) reported
+/// through `done`, whose handles are taken out of it (so a request it
+/// lies in owns nothing after), a message whose future is gone handed
+/// back, and a
 /// finished multi-receive buffer's release reported after it. Always
 /// inlined: both callers are on the per-message path, and out of line
 /// its arguments were copied (about 14 instructions a message).
@@ -201,7 +197,7 @@ pub fn deliver_in(ep: &dyn RecvCtx, req: &mut RecvReq, info: &MsgInfo, placed: u
 fn report(
     ep: &dyn RecvCtx,
     bufs: Vec<BytesMut>,
-    done: OpDone,
+    done: &mut OpDone,
     piece: bool,
     after: Option<multi_recv::After>,
     info: &MsgInfo,
@@ -216,7 +212,7 @@ fn report(
         ee.data = info.data.unwrap_or(0);
         ee.tag = info.tag;
         ee.src = src;
-        done.fail(ee);
+        done.take().fail(ee);
     } else {
         let entry = CqEntry {
             context: 0,
@@ -227,7 +223,7 @@ fn report(
             tag: info.tag,
             src,
         };
-        if let Some(back) = done.complete_from(entry, info.src) {
+        if let Some(back) = done.complete_from_in(entry, info.src) {
             hand_back(ep, back, piece);
         }
     }
