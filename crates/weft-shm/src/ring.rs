@@ -32,6 +32,11 @@ impl RecHead {
         self.word & f != 0
     }
 
+    /// A request's id (`ID_MASK`; 0 for other records).
+    pub fn id(&self) -> u32 {
+        self.word >> ID_SHIFT
+    }
+
     fn encode(&self) -> [u8; REC_HDR] {
         let mut b = [0u8; REC_HDR];
         b[0..4].copy_from_slice(&self.word.to_ne_bytes());
@@ -212,7 +217,10 @@ impl Chan {
                     | K_ATOMIC
                     | K_RMA_WD
                     | K_RMA_RD
-            ) && h.word & !0xff & !F_ALL == 0;
+            ) && (h.word & !0xff & !F_ALL == 0
+                // Only a request may set its id's bits (`ID_MASK`); a
+                // message's record stops at the test before.
+                || h.word & !0xff & !word_bits(h.kind()) == 0);
             if !kind_ok || to_end < REC_HDR || len > self.g.chunk() || size > to_end {
                 return Next::Corrupt;
             }
@@ -442,5 +450,35 @@ mod tests {
         // A head the consumer published beyond the ring is a broken one.
         c.consume(&seg, 1 << 40);
         assert_eq!(c.room(&seg, 0), None);
+    }
+
+    /// A request's id bits pass on requests only; every other bit past
+    /// the kind and flags (bit 11; id bits on a message, an answer, a
+    /// continuation) still breaks the rules.
+    #[test]
+    fn only_requests_carry_an_id() {
+        let id = ID_MAX << ID_SHIFT;
+        for (word, ok) in [
+            (K_RMA_R | F_LAST | id, true),
+            (K_RMA_W | (5 << ID_SHIFT), true),
+            (K_ATOMIC | id, true),
+            (K_RMA_WD | F_LAST | id, true),
+            (K_RMA_RD | F_LAST | (1 << ID_SHIFT), true),
+            (K_RMA_R | F_LAST | (1 << 11), false),
+            (K_FIRST | F_LAST | (1 << ID_SHIFT), false),
+            (K_FIRST | F_LAST | (1 << 11), false),
+            (K_RESP | F_LAST | (1 << ID_SHIFT), false),
+            (K_CONT | F_LAST | id, false),
+            (K_CMA | F_LAST | (1 << 31), false),
+        ] {
+            let (seg, c) = small();
+            let mut tail = 0;
+            assert!(put(&c, &seg, &mut tail, &[0u8; 8], word));
+            let got = c.next(&seg, 0);
+            assert_eq!(matches!(got, Next::Rec(_)), ok, "{word:#x}");
+            if let Next::Rec(r) = got {
+                assert_eq!(r.head.id(), word >> ID_SHIFT);
+            }
+        }
     }
 }
