@@ -89,6 +89,18 @@ pub enum Next {
     Corrupt,
 }
 
+/// Whether the bits of `word` past its kind and flags are a request's id
+/// (`ID_MASK`, on request kinds only): a message's record stops at the
+/// test before. Out of line and cold: tested inline, it made the receive
+/// pass keep its registers worse, 5.5 instructions more on a 64 B round
+/// trip; out of line 3.3 remain (`docs/benchmarks.md`, "shm request
+/// ids").
+#[cold]
+#[inline(never)]
+fn request_bits(word: u32) -> bool {
+    word & !0xff & !word_bits(word & 0xff) == 0
+}
+
 /// The first record of a message: its total length, if the record keeps
 /// the rules (the total within `max_msg`, the record within the total,
 /// a single record exactly the total).
@@ -217,10 +229,7 @@ impl Chan {
                     | K_ATOMIC
                     | K_RMA_WD
                     | K_RMA_RD
-            ) && (h.word & !0xff & !F_ALL == 0
-                // Only a request may set its id's bits (`ID_MASK`); a
-                // message's record stops at the test before.
-                || h.word & !0xff & !word_bits(h.kind()) == 0);
+            ) && (h.word & !0xff & !F_ALL == 0 || request_bits(h.word));
             if !kind_ok || to_end < REC_HDR || len > self.g.chunk() || size > to_end {
                 return Next::Corrupt;
             }
