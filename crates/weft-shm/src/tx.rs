@@ -205,7 +205,7 @@ impl Peers {
         ring
     }
 
-    /// Whether the answer to the peer at `addr`'s oldest operation is
+    /// Whether the answer to an operation sent to the peer at `addr` is
     /// arriving: its operation has not completed, and a fence waits.
     pub fn set_answering(&mut self, addr: &[u8], on: bool) {
         if let Some(p) = self.map.get_mut(addr) {
