@@ -244,7 +244,7 @@ async fn a_target_in_another_process_and_its_death() {
     assert_eq!(after, before.wrapping_add(5));
     // Stopped: a read waits; our channel freed under it (as a broken
     // owner would): it fails; killed: the next one fails too.
-    stop(peer.0.id()).await;
+    shm_common::stop(peer.0.id()).await;
     let read = a.read(to, BytesMut::zeroed(8), 0, 42);
     tokio::pin!(read);
     if let Ok(r) = tokio::time::timeout(Duration::from_millis(300), &mut read).await {
@@ -290,39 +290,6 @@ async fn a_target_in_another_process_and_its_death() {
         "{:?}",
         killed.elapsed()
     );
-}
-
-/// Stops process `pid` (SIGSTOP) and waits until every thread of it is
-/// stopped: kill(2) returns before they all are, and one still running
-/// could answer what the test expects to wait.
-async fn stop(pid: u32) {
-    let pid = pid.to_string();
-    let stopped = std::process::Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    within("the target stops", async {
-        while !all_stopped(&pid) {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
-}
-
-/// Whether every thread of process `pid` is stopped (state `T` in
-/// `/proc/<pid>/task/*/stat`).
-fn all_stopped(pid: &str) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().all(|t| {
-        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
-            st.rfind(')')
-                .and_then(|i| st[i + 1..].split_whitespace().next())
-                .is_some_and(|state| state == "T" || state == "t")
-        })
-    })
 }
 
 /// Transfers from `cma::rma_min()` up go direct where cross-memory
@@ -488,7 +455,7 @@ async fn large_transfers_with_a_target_in_another_process() {
         if path == "copy" {
             continue;
         }
-        stop(peer.0.id()).await;
+        shm_common::stop(peer.0.id()).await;
         let read = a.read(to, BytesMut::zeroed(2 << 20), 0, 42);
         tokio::pin!(read);
         assert!(

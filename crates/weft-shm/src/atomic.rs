@@ -84,6 +84,8 @@ pub struct AtomicIn {
     data: Vec<u8>,
     /// Bytes of arrays to come in all.
     total: usize,
+    /// The request's id, for its answer.
+    id: u32,
 }
 
 /// Target: an atomic request's lead record. `None`: it breaks the rules
@@ -113,6 +115,7 @@ pub fn start(ep: &EpShared, h: &RecHead, payload: usize, who: &[u8]) -> Option<A
         to,
         data: Vec::with_capacity(total),
         total,
+        id: h.id(),
     })
 }
 
@@ -146,8 +149,8 @@ pub fn end(ep: &EpShared, a: AtomicIn, from: &[u8]) {
         })
     });
     match old {
-        Ok(v) if hdr.kind.fetches() => ep.answer(from, Ok(()), Some(v.into())),
-        Ok(_) => ep.answer(from, Ok(()), None),
-        Err(e) => ep.answer(from, Err(e), None),
+        Ok(v) if hdr.kind.fetches() => ep.answer(from, a.id, Ok(()), Some(v.into())),
+        Ok(_) => ep.answer(from, a.id, Ok(()), None),
+        Err(e) => ep.answer(from, a.id, Err(e), None),
     }
 }

@@ -7,8 +7,9 @@
 /// "WEFTSHM1" as a little-endian u64; written last when a segment is
 /// created, so a segment without it is not ready (or not one of ours).
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
-/// Layout version (3: the key proof fields; 4: the key id, direct RMA).
-pub const VERSION: u32 = 4;
+/// Layout version (3: the key proof fields; 4: the key id, direct RMA;
+/// 5: RMA request ids).
+pub const VERSION: u32 = 5;
 
 /// Header fields.
 pub const H_MAGIC: usize = 0;
@@ -121,6 +122,25 @@ pub const F_DATA: u32 = 1 << 9;
 pub const F_LAST: u32 = 1 << 10;
 /// Every flag a record may carry.
 pub const F_ALL: u32 = F_TAGGED | F_DATA | F_LAST;
+/// An RMA or atomic request's id (kinds 5, 6, 8, 9, 10 only; every other
+/// kind keeps these bits 0): bits 12–31 of its first word, echoed by its
+/// answer's `tag`, so that an answer finds its own operation rather than
+/// the oldest one (`docs/design.md`, "RMA: executed at the target").
+/// Bit 11 stays free (0) for a later flag.
+pub const ID_SHIFT: u32 = 12;
+pub const ID_MASK: u32 = !0 << ID_SHIFT;
+/// The largest id; ids wrap around past it.
+pub const ID_MAX: u32 = ID_MASK >> ID_SHIFT;
+
+/// The bits of a record's first word past its kind that a record of
+/// kind `kind` may set: the flags, and for requests their id.
+#[inline(always)]
+pub fn word_bits(kind: u32) -> u32 {
+    match kind {
+        K_RMA_W | K_RMA_R | K_ATOMIC | K_RMA_WD | K_RMA_RD => F_ALL | ID_MASK,
+        _ => F_ALL,
+    }
+}
 
 /// Ring sizes a segment may declare (powers of two).
 pub const RING_MIN: usize = 4096;

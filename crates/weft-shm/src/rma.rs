@@ -3,8 +3,8 @@
 //! into its channel of the target's segment; the target's receive pass
 //! checks the key, range and right against its domain's regions and does
 //! the access itself, under the region's lock, then answers over its own
-//! channel in the initiator's segment. The initiator matches answers to
-//! its requests in order (one target answers in the order it read them)
+//! channel in the initiator's segment. Each request carries an id its
+//! answer echoes; the initiator matches answers to its requests by it
 //! and completes them: `FI_EACCES` for a refusal, the region untouched.
 
 use std::sync::Arc;
@@ -41,6 +41,9 @@ pub struct Pending {
     /// Went direct (`K_RMA_WD`/`K_RMA_RD`): the target moves the bytes
     /// from or into our buffers, which stay exposed until it answers.
     pub direct: Option<Exposed>,
+    /// Its request's id (`ID_MASK`), given when the request begins and
+    /// echoed by the answer.
+    pub id: u32,
 }
 
 /// Buffers a target moves bytes from or into by CMA (`docs/design.md`,
@@ -87,6 +90,7 @@ impl Pending {
             read,
             got: 0,
             direct: None,
+            id: 0,
         }
     }
 
@@ -186,15 +190,16 @@ impl EpShared {
 
     /// Answers the initiator `to` (`keys::ident`: its address, and the
     /// AV key handle its channel proved, which the answer's channel
-    /// proves back): `status` 0 or an error's code, and a read's bytes.
-    pub fn answer(&self, to: &[u8], status: Result<()>, data: Option<Bytes>) {
+    /// proves back) for its request `id` (echoed in the answer's `tag`):
+    /// `status` 0 or an error's code, and a read's bytes.
+    pub fn answer(&self, to: &[u8], id: u32, status: Result<()>, data: Option<Bytes>) {
         let (to, proves) = crate::keys::split(to);
         let code = match status {
             Ok(()) => 0,
             Err(e) => e.code() as u64,
         };
         let len = data.as_ref().map_or(0, |d| d.len());
-        let lead = Lead::new(K_RESP, 0, code, &[]);
+        let lead = Lead::new(K_RESP, u64::from(id), code, &[]);
         let iov: Iov = data.into_iter().collect();
         let out = EpShared::rma_out(lead, iov, len).proving(proves);
         self.enqueue(to, out, None);
@@ -232,6 +237,8 @@ pub struct WriteIn {
     /// refused (its bytes are then read past).
     pub to: Result<(Arc<Region>, usize)>,
     pub data: Option<u64>,
+    /// The request's id, for its answer.
+    pub id: u32,
 }
 
 /// The 8-byte argument of a lead record at segment offset `payload` of
@@ -255,7 +262,8 @@ pub fn write_start(
         .region(h.tag, off, total, MrAccess::REMOTE_WRITE, who)
         .map(|r| (r, off as usize));
     let data = h.has(F_DATA).then_some(h.data);
-    Some((WriteIn { to, data }, total))
+    let id = h.id();
+    Some((WriteIn { to, data, id }, total))
 }
 
 /// Target: `n` bytes of a write at message offset `at`, from segment
@@ -279,12 +287,19 @@ pub fn write_feed(ep: &EpShared, w: &mut WriteIn, at: usize, off: usize, n: usiz
 /// Target: the write's last byte arrived: the target's completion for
 /// remote CQ data, then the answer.
 pub fn write_end(ep: &EpShared, w: WriteIn, len: usize, from: &Arc<[u8]>) {
-    write_done(ep, w.to.map(|_| ()), w.data, len, from);
+    write_done(ep, w.id, w.to.map(|_| ()), w.data, len, from);
 }
 
-/// Target: a write of `len` bytes ended with `status`: the completion for
-/// remote CQ data `data` if it succeeded, then the answer.
-fn write_done(ep: &EpShared, status: Result<()>, data: Option<u64>, len: usize, from: &[u8]) {
+/// Target: the write request `id` of `len` bytes ended with `status`: the
+/// completion for remote CQ data `data` if it succeeded, then the answer.
+fn write_done(
+    ep: &EpShared,
+    id: u32,
+    status: Result<()>,
+    data: Option<u64>,
+    len: usize,
+    from: &[u8],
+) {
     if let (Ok(()), Some(data), Some(cq)) = (&status, data, &ep.cfg.rx_cq) {
         cq.push(Ok(CqEntry {
             context: 0,
@@ -296,7 +311,7 @@ fn write_done(ep: &EpShared, status: Result<()>, data: Option<u64>, len: usize, 
             src: ep.reported_addr(ep.resolve_src(from)),
         }));
     }
-    ep.answer(from, status, None);
+    ep.answer(from, id, status, None);
 }
 
 /// Target: a read request (one record). False when it breaks the rules.
@@ -318,26 +333,55 @@ pub fn read(ep: &EpShared, h: &RecHead, payload: usize, from: &Arc<[u8]>) -> boo
             Ok(b.freeze())
         });
     match got {
-        Ok(b) => ep.answer(from, Ok(()), Some(b)),
-        Err(e) => ep.answer(from, Err(e), None),
+        Ok(b) => ep.answer(from, h.id(), Ok(()), Some(b)),
+        Err(e) => ep.answer(from, h.id(), Err(e), None),
     }
     true
 }
 
+/// What an answer's first record leaves to come.
+#[derive(Debug)]
+pub enum AnswerStart {
+    /// Nothing: the answer is whole (its operation ended, or the answer
+    /// was dropped).
+    Done,
+    /// Its bytes follow, into this operation.
+    Bytes(Pending),
+    /// Its `usize` bytes follow, to be read past: no operation waits for
+    /// its id.
+    Skip(usize),
+}
+
 /// Initiator: an answer's first record, from the endpoint at `from`:
-/// the operation it answers (the oldest sent there), to complete now or
-/// once its bytes arrived. `Err`: no operation waits, or the answer
-/// does not fit it — the target broke the rules.
+/// the operation it answers (the one whose request carried the id its
+/// `tag` echoes), to complete now or once its bytes arrived. An answer
+/// whose id no waiting operation holds is dropped: its operation failed
+/// already (`Peers::strand`, `Answered::lost`), or it is not ours; it
+/// must not complete another one, which would hand back buffers a
+/// target may still write (`docs/design.md`, "RMA: executed at the
+/// target"). `Err`: we send nothing to `from`, or the answer does not
+/// fit its operation — the target broke the rules.
 pub fn answer_start(
     ep: &EpShared,
     h: &RecHead,
     from: &[u8],
-) -> std::result::Result<Option<Pending>, ()> {
+) -> std::result::Result<AnswerStart, ()> {
     let total = usize::try_from(h.total).map_err(|_| ())?;
     if h.len != 0 || h.has(F_LAST) != (total == 0) {
         return Err(());
     }
-    let mut p = lock(&ep.peers).pending_for(from).ok_or(())?;
+    let found = lock(&ep.peers).answered(from, h.tag)?;
+    let Some(crate::tx::Answered { op: mut p, lost }) = found else {
+        tracing::debug!(id = h.tag, "shm: an answer no operation waits for; dropped");
+        return Ok(if total == 0 {
+            AnswerStart::Done
+        } else {
+            AnswerStart::Skip(total)
+        });
+    };
+    for l in lost {
+        l.fail(ep, Error::ConnAborted);
+    }
     // A direct read's bytes are in already; a target that could not
     // write them sends them through the ring instead.
     let fits = if p.read {
@@ -353,22 +397,22 @@ pub fn answer_start(
             .and_then(Error::from_code)
             .unwrap_or(Error::Io)),
     };
-    // `pending_for` marked the peer answering; the mark is cleared once
-    // the operation has ended, here or when its bytes are in.
+    // `answered` marked the peer answering; the mark is cleared once the
+    // operation has ended, here or when its bytes are in.
     let ended = |ep: &EpShared| lock(&ep.peers).set_answering(from, false);
     match status {
         Err(e) if total == 0 => {
             p.fail(ep, e);
             ended(ep);
-            Ok(None)
+            Ok(AnswerStart::Done)
         }
         Ok(()) if fits => {
             if total == 0 {
                 p.complete(ep);
                 ended(ep);
-                return Ok(None);
+                return Ok(AnswerStart::Done);
             }
-            Ok(Some(p))
+            Ok(AnswerStart::Bytes(p))
         }
         _ => {
             p.fail(ep, Error::Io);
@@ -512,7 +556,7 @@ pub fn direct(ep: &EpShared, pid: Option<u32>, h: &RecHead, payload: usize, who:
     };
     if write {
         let data = h.has(F_DATA).then_some(h.data);
-        write_done(ep, status, data, total, who);
+        write_done(ep, h.id(), status, data, total, who);
         return true;
     }
     if let (Err(Error::Access), Ok(r)) = (status, &region) {
@@ -521,10 +565,10 @@ pub fn direct(ep: &EpShared, pid: Option<u32>, h: &RecHead, payload: usize, who:
         // ring's way.
         let mut b = BytesMut::zeroed(total);
         if r.get(req.off as usize, &mut b).is_ok() {
-            ep.answer(who, Ok(()), Some(b.freeze()));
+            ep.answer(who, h.id(), Ok(()), Some(b.freeze()));
             return true;
         }
     }
-    ep.answer(who, status, None);
+    ep.answer(who, h.id(), status, None);
     true
 }

@@ -70,12 +70,18 @@ pub struct Peer {
     bell: Option<File>,
     queue: VecDeque<Out>,
     delivering: VecDeque<Delivering>,
-    /// RMA operations sent to this peer, waiting for its responses (it
-    /// answers in order).
+    /// RMA operations sent to this peer, waiting for its responses, in
+    /// the order their requests began (it answers in that order; each
+    /// answer names its request by id).
     pub pending: VecDeque<crate::rma::Pending>,
     /// An answer's bytes are arriving (its operation left `pending`
     /// when they began).
     answering: bool,
+    /// That operation's request id, not to be given again meanwhile.
+    answering_id: u32,
+    /// The id the next request to this peer takes, if no operation
+    /// waiting here holds it (`new_id`).
+    next_id: u32,
     /// The claimed channel waits for the owner's verdict on the key
     /// (`keyproof`): nothing is written before it.
     awaiting: Option<crate::keyproof::Awaiting>,
@@ -90,6 +96,23 @@ pub struct Peer {
     /// transfers go through the ring unless the receiver sleeps
     /// (`cma::pays`).
     spins: bool,
+}
+
+/// An answer's operation, found by its request's id
+/// ([`Peers::answered`]).
+#[derive(Debug)]
+pub struct Answered {
+    pub op: crate::rma::Pending,
+    /// Operations sent to the same peer before it that still waited. A
+    /// target takes one initiator's requests in order (they come on one
+    /// channel, and ours to it is never replaced while any waits: a
+    /// freed one fails them all) and answers each only once done with
+    /// its bytes, in that order; so having answered a later request, it
+    /// is done with these, and their answers were lost (queued behind a
+    /// record that broke, on a channel freed for it). They fail
+    /// (`FI_ECONNABORTED`), direct ones handing their buffers back: the
+    /// target writes them no more.
+    pub lost: Vec<crate::rma::Pending>,
 }
 
 /// The peers sent to, by address.
@@ -131,21 +154,58 @@ impl Peers {
             .map_or(0, |p| p.queue.iter().map(|o| o.len - o.off).sum())
     }
 
-    /// The oldest RMA operation sent to the endpoint at `addr` and not
-    /// answered yet, its answer now arriving: under the same lock the
-    /// peer is marked answering, so that a fence never sees the
-    /// operation neither pending nor answering before it completes (a
-    /// fenced send slipped through there and completed first). The
-    /// caller clears the mark with [`set_answering`](Self::set_answering)
-    /// once the operation has completed or failed.
-    pub fn pending_for(&mut self, addr: &[u8]) -> Option<crate::rma::Pending> {
-        let peer = self.map.get_mut(addr)?;
-        let p = peer.pending.pop_front()?;
+    /// The RMA operation sent to the endpoint at `addr` whose request
+    /// carried `id`, its answer now arriving, and those sent there
+    /// before it that still wait (their answers were lost: see
+    /// [`Answered`]). Under the same lock the peer is marked answering,
+    /// so that a fence never sees the operation neither pending nor
+    /// answering before it completes (a fenced send slipped through
+    /// there and completed first). The caller clears the mark with
+    /// [`set_answering`](Self::set_answering) once the operation has
+    /// completed or failed. `Ok(None)`: no operation waits for `id` (it
+    /// failed already, or the id is not one we gave); `Err`: we send
+    /// nothing to `addr`.
+    pub fn answered(&mut self, addr: &[u8], id: u64) -> Result<Option<Answered>, ()> {
+        let peer = self.map.get_mut(addr).ok_or(())?;
+        let Some(at) = peer.pending.iter().position(|p| u64::from(p.id) == id) else {
+            return Ok(None);
+        };
+        let lost = peer.pending.drain(..at).collect();
+        let Some(p) = peer.pending.pop_front() else {
+            return Ok(None);
+        };
         peer.answering = true;
-        Some(p)
+        peer.answering_id = p.id;
+        Ok(Some(Answered { op: p, lost }))
     }
 
-    /// Whether the answer to the peer at `addr`'s oldest operation is
+    /// The answer channel of the endpoint at `addr` was freed as broken
+    /// (`rx::lifecycle::free`): the answers queued behind the bad record
+    /// are gone, so its operations whose buffers the target cannot
+    /// touch (their bytes travel in records) fail now
+    /// (`FI_ECONNABORTED`); should the target answer one of them still,
+    /// the answer's id finds nothing and is dropped. Direct operations
+    /// stay: the target may not have read their request yet, and would
+    /// then still move bytes from or into their buffers; they end by
+    /// their own answer, by the answer to a later request
+    /// ([`answered`](Self::answered)), or as the target dies or the
+    /// endpoint closes, each of which leaves their buffers safe.
+    pub fn strand(&mut self, addr: &[u8]) -> Vec<crate::rma::Pending> {
+        let Some(peer) = self.map.get_mut(addr) else {
+            return Vec::new();
+        };
+        let mut ring = Vec::new();
+        for p in std::mem::take(&mut peer.pending) {
+            if p.direct.is_some() {
+                peer.pending.push_back(p);
+            } else {
+                ring.push(p);
+            }
+        }
+        ring
+    }
+
+    /// Whether the answer to an operation sent to the peer at `addr` is
     /// arriving: its operation has not completed, and a fence waits.
     pub fn set_answering(&mut self, addr: &[u8], on: bool) {
         if let Some(p) = self.map.get_mut(addr) {
@@ -201,6 +261,8 @@ impl Peer {
             delivering: VecDeque::new(),
             pending: VecDeque::new(),
             answering: false,
+            answering_id: 0,
+            next_id: 0,
             awaiting: None,
             refused: false,
             proves: None,
@@ -622,7 +684,8 @@ impl Peer {
     /// `o` begins: its answer is waited for from now. An RMA request
     /// with a direct form goes direct if the owner read our probe: its
     /// lead is the direct one, nothing follows it, and its buffers stay
-    /// exposed in the operation until the answer.
+    /// exposed in the operation until the answer. The request takes its
+    /// id here, in the order requests enter the ring.
     fn begin(&mut self, o: &mut Out) {
         if let Some(mut p) = o.answer.take() {
             if let Some(d) = o.direct.take() {
@@ -632,8 +695,30 @@ impl Peer {
                     p.go_direct(std::mem::take(&mut o.iov));
                 }
             }
+            p.id = self.new_id();
+            if let Some(l) = o.lead.as_deref_mut() {
+                l.word = (l.word & !ID_MASK) | (p.id << ID_SHIFT);
+            }
             self.pending.push_back(*p);
         }
+    }
+
+    /// A request id that no operation waiting for this peer holds, so an
+    /// answer names exactly one. Ids count up and wrap; one still held
+    /// is passed over. At most `tx_attr.size` (1024) operations wait, far
+    /// below the ids there are, so one is free within that many steps.
+    fn new_id(&mut self) -> u32 {
+        let mut id = self.next_id;
+        for _ in 0..=self.pending.len() + 1 {
+            let held = (self.answering && self.answering_id == id)
+                || self.pending.iter().any(|p| p.id == id);
+            if !held {
+                break;
+            }
+            id = if id >= ID_MAX { 0 } else { id + 1 };
+        }
+        self.next_id = if id >= ID_MAX { 0 } else { id + 1 };
+        id
     }
 
     /// Whether the owner accepted our claim and can read our memory.

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use weft_integration::TIMEOUT;
+use weft_integration::{within, TIMEOUT};
 use weft_shm::layout::*;
 use weft_shm::ring::Chan;
 use weft_shm::segment::Segment;
@@ -14,6 +14,12 @@ use weft_shm::segment::Segment;
 /// user could (this test), with this process's real probe word when
 /// `probe`, and waits for the owner's look at it.
 pub fn hostile_claim(b: &weft::Endpoint, i: usize, probe: bool) -> (Segment, Chan) {
+    claim_as(b, i, b"hostile", probe)
+}
+
+/// As [`hostile_claim`], under the sender name `name` (another
+/// endpoint's, as a process of the same user could forge it).
+pub fn claim_as(b: &weft::Endpoint, i: usize, name: &[u8], probe: bool) -> (Segment, Chan) {
     let g = Geometry::OURS;
     let seg = segment_of(b);
     let c = Chan { g, i };
@@ -25,8 +31,8 @@ pub fn hostile_claim(b: &weft::Endpoint, i: usize, probe: bool) -> (Segment, Cha
     );
     seg.store32(c.ctl(C_PID), me.0, Release);
     seg.store64(c.ctl(C_START), me.1, Release);
-    seg.store32(c.ctl(C_NAME_LEN), 7, Release);
-    seg.write(c.ctl(C_NAME), b"hostile");
+    seg.store32(c.ctl(C_NAME_LEN), name.len() as u32, Release);
+    seg.write(c.ctl(C_NAME), name);
     let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
     seg.store32(c.ctl(C_GEN), gen, Release);
     seg.store64(c.ctl(C_TAIL), 0, Release);
@@ -74,4 +80,46 @@ pub fn cma_denied(then: &str) -> bool {
         eprintln!("CMA denied here: {then}");
     }
     denied
+}
+
+/// Stops process `pid` (SIGSTOP) and waits until every thread of it is
+/// stopped: kill(2) returns before they all are, and one still running
+/// could answer what the test expects to wait.
+pub async fn stop(pid: u32) {
+    let pid = pid.to_string();
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    within("the target stops", async {
+        while !all_stopped(&pid) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+}
+
+/// Lets process `pid`, stopped by [`stop`], run again (SIGCONT).
+pub fn resume(pid: u32) {
+    let resumed = std::process::Command::new("kill")
+        .args(["-CONT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(resumed.success());
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in
+/// `/proc/<pid>/task/*/stat`).
+fn all_stopped(pid: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
+            st.rfind(')')
+                .and_then(|i| st[i + 1..].split_whitespace().next())
+                .is_some_and(|state| state == "T" || state == "t")
+        })
+    })
 }

@@ -118,7 +118,16 @@ pub(super) fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
                     lock(&ep.peers).set_answering(from, false);
                 }
             }
-            Sink::Buf(..) | Sink::Write(_) | Sink::Atomic(_) => {}
+            Sink::Buf(..) | Sink::Write(_) | Sink::Atomic(_) | Sink::Skip => {}
+        }
+    }
+    if let (true, Some(from)) = (broken, &lc.from) {
+        // Answers of its sender's may have been queued behind the bad
+        // record: what waits for them and can fail safely does now
+        // (`Peers::strand`).
+        let stranded = lock(&ep.peers).strand(from);
+        for p in stranded {
+            p.fail(ep, Error::ConnAborted);
         }
     }
     if broken {

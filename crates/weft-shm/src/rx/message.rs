@@ -34,6 +34,9 @@ pub(super) enum Sink {
     Write(crate::rma::WriteIn),
     /// A read's answer at the initiator.
     Answer(crate::rma::Pending),
+    /// An answer no operation waits for (`rma::AnswerStart::Skip`): its
+    /// bytes are read past.
+    Skip,
     /// An atomic's arrays at the target.
     Atomic(crate::atomic::AtomicIn),
 }
@@ -282,6 +285,7 @@ fn feed(ep: &EpShared, r: &Rec, p: &mut Partial) -> Option<usize> {
         }
         Sink::Write(w) => crate::rma::write_feed(ep, w, p.got, r.payload, len),
         Sink::Answer(pending) => pending.place(&ep.seg, r.payload, len),
+        Sink::Skip => true,
         Sink::Atomic(a) => crate::atomic::feed(ep, a, r.payload, len),
     };
     ok.then_some(now)
@@ -344,6 +348,7 @@ fn finish(
             lock(&ep.peers).set_answering(&from, false);
         }
         Sink::Atomic(a) => crate::atomic::end(ep, a, &who),
+        Sink::Skip => {}
         Sink::Recv(req) => {
             let placed = p.info.len.min(req.capacity());
             complete(ep, req, p.info, placed, &who, known);

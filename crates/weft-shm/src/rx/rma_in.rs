@@ -72,13 +72,17 @@ pub(super) fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool
             }
         }
         _ => {
-            if let Some(p) = crate::rma::answer_start(ep, h, &from)? {
-                lc.partial = Some(Partial {
-                    info: rma_info(p.len),
-                    sink: Sink::Answer(p),
-                    got: 0,
-                });
-            }
+            use crate::rma::AnswerStart;
+            let (len, sink) = match crate::rma::answer_start(ep, h, &from)? {
+                AnswerStart::Done => return Ok(true),
+                AnswerStart::Bytes(p) => (p.len, Sink::Answer(p)),
+                AnswerStart::Skip(n) => (n, Sink::Skip),
+            };
+            lc.partial = Some(Partial {
+                info: rma_info(len),
+                sink,
+                got: 0,
+            });
         }
     }
     Ok(true)

@@ -1,0 +1,287 @@
+//! shm RMA answers name their request (`docs/design.md`, "RMA: executed
+//! at the target"; `docs/wire.md` section 16, "RMA records"): an answer
+//! whose id no operation waits for is dropped without completing
+//! another one, and after an answer channel freed as broken the
+//! operations it strands end — those whose bytes travel in records fail
+//! at once (`FI_ECONNABORTED`), direct ones (cross-memory attach) end by
+//! their own answer — while later operations get their own answers; an
+//! answer to a later request ends the earlier ones whose answers were
+//! lost.
+//! The target is another process, stopped while the test writes records
+//! on a channel claimed under its name in the initiator's segment, as a
+//! process of the same user could.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use weft::{CompletionQueue, CqItem, EpType, Error, WaitMode};
+use weft_integration::child::spawn_peer;
+use weft_integration::{enabled_endpoint, next_cq, payload, within, Harness, Provider};
+use weft_shm::layout::*;
+use weft_shm::ring::{Chan, RecHead};
+use weft_shm::segment::Segment;
+
+mod shm_common;
+
+/// The target's region: `payload(size, 7)` under key 42.
+const KEY: u64 = 42;
+
+/// How long the tests watch for a completion that must not come.
+const QUIET: Duration = Duration::from_millis(300);
+
+/// Posts a read of `len` bytes at `off` of the target's region.
+fn post_read(a: &weft::Endpoint, to: weft::FiAddr, len: usize, off: u64, context: u64) {
+    a.post_read(to, BytesMut::zeroed(len), off, KEY, context)
+        .unwrap();
+}
+
+/// Fails the test if a completion arrives within [`QUIET`].
+async fn quiet(cq: &CompletionQueue, what: &str) {
+    if let Ok(c) = tokio::time::timeout(QUIET, next_cq(cq)).await {
+        panic!("{what}: {c:?}");
+    }
+}
+
+/// The bytes a read completion handed back.
+fn read_bytes(c: CqItem) -> Vec<u8> {
+    let e = c.unwrap_or_else(|e| panic!("the read failed: {:?}", e.err));
+    e.bufs.iter().flat_map(|b| b.iter().copied()).collect()
+}
+
+/// Claims a free channel of `a`'s segment under the endpoint name of
+/// `addr` (the target's).
+fn claim_as_target(a: &weft::Endpoint, addr: &str) -> (Segment, Chan) {
+    let name = addr.trim_start_matches("fi_shm://").as_bytes();
+    let g = Geometry::OURS;
+    let seg = shm_common::segment_of(a);
+    let free = (0..g.channels)
+        .find(|&i| seg.load32(Chan { g, i }.ctl(C_STATE), Ordering::Acquire) == Some(FREE))
+        .expect("a free channel in our segment");
+    shm_common::claim_as(a, free, name, false)
+}
+
+/// Writes record `h` with `payload` at `tail` of `c` and publishes it;
+/// returns the new tail.
+fn put(seg: &Segment, c: &Chan, tail: u64, h: &RecHead, payload: &[u8]) -> u64 {
+    let (at, tail) = c.write_head(seg, tail, h);
+    seg.write(at, payload);
+    c.publish(seg, tail);
+    tail
+}
+
+/// An initiator in interrupt mode (so transfers from `cma::rma_min()`
+/// go direct where CMA is permitted) and a target process with a region
+/// of `size` bytes, answered once (the peer known, its channels set up,
+/// request id 0 used and answered).
+async fn setup(
+    size: usize,
+) -> (
+    Harness,
+    weft::Endpoint,
+    CompletionQueue,
+    weft_integration::child::Reap,
+    String,
+    weft::FiAddr,
+) {
+    let p = Provider::named("shm");
+    let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
+    let av = h.av();
+    let (a, acq) = enabled_endpoint(&h.domain, &h.info, &av, WaitMode::Interrupt);
+    let sz = size.to_string();
+    let (peer, addr) = spawn_peer(env!("CARGO_BIN_EXE_shm-peer"), &["target", &sz]).await;
+    let to = av
+        .insert_sync(&[addr.clone().into_bytes()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    post_read(&a, to, 8, 0, 100);
+    let first = within("the first read", next_cq(&acq)).await;
+    assert_eq!(read_bytes(first), payload(size, 7)[..8]);
+    (h, a, acq, peer, addr, to)
+}
+
+/// Answers that name no waiting request — the first read's id, answered
+/// already, and an id never given, one of them with bytes — are dropped
+/// (the channel they came on stays, nothing counted malformed) and
+/// complete nothing; the waiting read then gets its own answer. Before
+/// ids, the first of them completed the waiting read (by order) and, not
+/// fitting it, failed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_naming_no_waiting_request_is_dropped() {
+    let size = 4096;
+    let (_h, a, acq, mut peer, addr, to) = setup(size).await;
+    shm_common::stop(peer.0.id()).await;
+    post_read(&a, to, 8, 8, 1);
+    quiet(&acq, "a completion while the target is stopped").await;
+    let (seg, c) = claim_as_target(&a, &addr);
+    // The first read's id (0): a stale answer.
+    let stale = RecHead {
+        word: K_RESP | F_LAST,
+        tag: 0,
+        ..RecHead::default()
+    };
+    let tail = put(&seg, &c, 0, &stale, &[]);
+    // An id never given, with 8 bytes of a read's answer.
+    let unknown = RecHead {
+        word: K_RESP,
+        tag: u64::from(ID_MAX),
+        total: 8,
+        ..RecHead::default()
+    };
+    let tail = put(&seg, &c, tail, &unknown, &[]);
+    let bytes = RecHead {
+        word: K_CONT | F_LAST,
+        len: 8,
+        total: 8,
+        ..RecHead::default()
+    };
+    let tail = put(&seg, &c, tail, &bytes, b"forged!!");
+    // And a refusal under an id past any an initiator gives.
+    let beyond = RecHead {
+        word: K_RESP | F_LAST,
+        tag: u64::MAX,
+        data: 13,
+        ..RecHead::default()
+    };
+    let tail = put(&seg, &c, tail, &beyond, &[]);
+    within("the forged answers read", async {
+        while c.head(&seg) != tail && seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    quiet(&acq, "a forged answer completed the waiting read").await;
+    assert_eq!(a.stats().unwrap().rx_malformed, 0);
+    assert_eq!(seg.load32(c.ctl(C_STATE), Ordering::Acquire), Some(ACTIVE));
+    shm_common::resume(peer.0.id());
+    let own = within("the read's own answer", next_cq(&acq)).await;
+    assert_eq!(read_bytes(own), payload(size, 7)[8..16]);
+    peer.0.kill().unwrap();
+    peer.0.wait().unwrap();
+}
+
+/// An answer channel freed as broken (a record on a channel under the
+/// target's name that breaks the rules), with three operations waiting
+/// for a stopped target: the read and write whose bytes travel in
+/// records fail at once (`FI_ECONNABORTED`); a large read that went
+/// direct waits on — the target, not having read its request yet, will
+/// still write its buffers — and, the target resumed, ends with its own
+/// answer and the region's bytes. The target's late answers to the
+/// failed two are dropped, and a read posted after them gets its own
+/// bytes, not the failed read's (same length, other offset).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_answer_channel_ends_what_it_strands() {
+    let size = 4usize << 20;
+    let big = 1usize << 20;
+    let (_h, a, acq, mut peer, addr, to) = setup(size).await;
+    let direct = weft_shm::cma::mode() == weft_shm::cma::Mode::Permitted;
+    if !direct {
+        eprintln!("CMA not permitted here: the large read takes the rings and fails too");
+    }
+    let initial = payload(size, 7);
+    shm_common::stop(peer.0.id()).await;
+    post_read(&a, to, 8, 8, 1);
+    a.post_write(to, payload(8, 99), 64, KEY, 2).unwrap();
+    post_read(&a, to, big, 4096, 3);
+    quiet(&acq, "a completion while the target is stopped").await;
+    let (seg, c) = claim_as_target(&a, &addr);
+    // An answer carries no payload: this one does.
+    let bad = RecHead {
+        word: K_RESP | F_LAST,
+        len: 8,
+        ..RecHead::default()
+    };
+    put(&seg, &c, 0, &bad, &[0u8; 8]);
+    let mut failed = Vec::new();
+    let stranded = if direct { 2 } else { 3 };
+    for _ in 0..stranded {
+        let e = within("a stranded operation", next_cq(&acq))
+            .await
+            .unwrap_err();
+        assert_eq!(e.err, Error::ConnAborted, "context {}", e.context);
+        failed.push(e.context);
+    }
+    failed.sort_unstable();
+    let want: &[u64] = if direct { &[1, 2] } else { &[1, 2, 3] };
+    assert_eq!(failed, want);
+    assert_eq!(a.stats().unwrap().rx_malformed, 1);
+    assert_eq!(seg.load32(c.ctl(C_STATE), Ordering::Acquire), Some(FREE));
+    if direct {
+        quiet(&acq, "the direct read ended while its target is stopped").await;
+    }
+    shm_common::resume(peer.0.id());
+    if direct {
+        let e = within("the direct read's own answer", next_cq(&acq)).await;
+        assert!(
+            read_bytes(e) == initial[4096..4096 + big],
+            "the direct read's bytes"
+        );
+    }
+    post_read(&a, to, 8, 16, 4);
+    let e = within("the later read", next_cq(&acq)).await;
+    assert_eq!(e.as_ref().map(|e| e.context).ok(), Some(4));
+    assert_eq!(read_bytes(e), initial[16..24]);
+    quiet(&acq, "a late answer completed something").await;
+    assert_eq!(a.stats().unwrap().rx_malformed, 1);
+    peer.0.kill().unwrap();
+    peer.0.wait().unwrap();
+}
+
+/// An answer to a later request ends the earlier ones still waiting:
+/// the target takes requests in order and answers each once done with
+/// it, so their answers were lost (here: the test answers the second
+/// of two reads to a stopped target as the target would, the first
+/// answer never written). The first read fails (`FI_ECONNABORTED`), the
+/// second completes with the answer's bytes; the target, resumed,
+/// answers both again, and those answers are dropped; a read after them
+/// gets its own bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_to_a_later_request_ends_the_earlier_ones() {
+    let size = 4096;
+    let (_h, a, acq, mut peer, addr, to) = setup(size).await;
+    let initial = payload(size, 7);
+    shm_common::stop(peer.0.id()).await;
+    post_read(&a, to, 8, 8, 1);
+    post_read(&a, to, 8, 16, 2);
+    quiet(&acq, "a completion while the target is stopped").await;
+    let (seg, c) = claim_as_target(&a, &addr);
+    // Request ids 1 and 2 (0 was the first read's): the answer to 2.
+    let second = RecHead {
+        word: K_RESP,
+        tag: 2,
+        total: 8,
+        ..RecHead::default()
+    };
+    let tail = put(&seg, &c, 0, &second, &[]);
+    let bytes = RecHead {
+        word: K_CONT | F_LAST,
+        len: 8,
+        total: 8,
+        ..RecHead::default()
+    };
+    put(&seg, &c, tail, &bytes, &initial[16..24]);
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        got.push(within("the two reads", next_cq(&acq)).await);
+    }
+    got.sort_by_key(|c| match c {
+        Ok(e) => e.context,
+        Err(e) => e.context,
+    });
+    let second = got.pop().unwrap();
+    let first = got.pop().unwrap().unwrap_err();
+    assert_eq!((first.context, first.err), (1, Error::ConnAborted));
+    assert_eq!(read_bytes(second), initial[16..24]);
+    assert_eq!(a.stats().unwrap().rx_malformed, 0);
+    shm_common::resume(peer.0.id());
+    post_read(&a, to, 8, 24, 3);
+    let e = within("the later read", next_cq(&acq)).await;
+    assert_eq!(e.as_ref().map(|e| e.context).ok(), Some(3));
+    assert_eq!(read_bytes(e), initial[24..32]);
+    quiet(&acq, "a late answer completed something").await;
+    assert_eq!(a.stats().unwrap().rx_malformed, 0);
+    peer.0.kill().unwrap();
+    peer.0.wait().unwrap();
+}
