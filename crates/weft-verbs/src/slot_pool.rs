@@ -25,14 +25,21 @@ pub const SLOTS: usize = 256;
 /// A registered region cut into equal slots.
 pub struct SlotPool {
     slot: usize,
-    mr: FastMutex<OwnedMr>,
-    free: FastMutex<Vec<u32>>,
+    /// The region and its free slots behind one lock: a receive's post
+    /// (a slot taken, its element made) and its completion (the copy out,
+    /// the slot given back) each lock once.
+    inner: FastMutex<Slots>,
+}
+
+struct Slots {
+    mr: OwnedMr,
+    free: Vec<u32>,
 }
 
 impl std::fmt::Debug for SlotPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SlotPool")
-            .field("free", &lock(&self.free).len())
+            .field("free", &lock(&self.inner).free.len())
             .finish()
     }
 }
@@ -53,19 +60,55 @@ impl SlotPool {
         let mr = OwnedMr::new(pd, count * slot, access)?;
         Ok(SlotPool {
             slot,
-            mr: FastMutex::new(mr),
-            free: FastMutex::new((0..count as u32).rev().collect()),
+            inner: FastMutex::new(Slots {
+                mr,
+                free: (0..count as u32).rev().collect(),
+            }),
         })
     }
 
     /// A free slot, if any.
     pub fn take(&self) -> Option<u32> {
-        lock(&self.free).pop()
+        lock(&self.inner).free.pop()
     }
 
     /// Gives a slot back (after its work request completed).
     pub fn put(&self, slot: u32) {
-        lock(&self.free).push(slot);
+        lock(&self.inner).free.push(slot);
+    }
+
+    /// Takes a free slot and hands `post` the scatter/gather element over
+    /// its first `len` bytes, all under one lock. `None` when no slot is
+    /// free; on failure the slot is free again.
+    pub fn take_post(
+        &self,
+        len: usize,
+        post: impl FnOnce(Sge<'_>) -> Result<()>,
+    ) -> Option<Result<u32>> {
+        let mut g = lock(&self.inner);
+        let slot = g.free.pop()?;
+        let posted = g.mr.sge(self.offset(slot), len).and_then(post);
+        Some(match posted {
+            Ok(()) => Ok(slot),
+            Err(e) => {
+                g.free.push(slot);
+                Err(e)
+            }
+        })
+    }
+
+    /// [`scatter`](Self::scatter) from the start of `slot`, which is then
+    /// free again: one lock for both.
+    pub fn scatter_put(
+        &self,
+        slot: u32,
+        len: usize,
+        bufs: &mut [BytesMut],
+    ) -> std::result::Result<usize, (Error, usize)> {
+        let mut g = lock(&self.inner);
+        let r = scatter_in(&g.mr, self.offset(slot), len, bufs);
+        g.free.push(slot);
+        r
     }
 
     /// Byte offset of `slot` in the region.
@@ -101,27 +144,36 @@ impl SlotPool {
     /// with the bytes placed before it.
     pub fn scatter(
         &self,
-        mut at: usize,
+        at: usize,
         len: usize,
         bufs: &mut [BytesMut],
     ) -> std::result::Result<usize, (Error, usize)> {
-        let mut placed = 0;
-        self.with(|mr| {
-            for b in bufs.iter_mut() {
-                let n = b.len().min(len - placed);
-                if n > 0 {
-                    mr.read_at(at, &mut b[..n]).map_err(|e| (e, placed))?;
-                }
-                placed += n;
-                at += n;
-            }
-            Ok(placed)
-        })
+        self.with(|mr| scatter_in(mr, at, len, bufs))
     }
 
     /// Runs `f` with the region locked (copies in, scatter/gather elements
     /// for a post).
     pub fn with<R>(&self, f: impl FnOnce(&mut OwnedMr) -> R) -> R {
-        f(&mut lock(&self.mr))
+        f(&mut lock(&self.inner).mr)
     }
+}
+
+/// Copies up to `len` bytes from `mr` at `at` into `bufs` (see
+/// [`SlotPool::scatter`]).
+fn scatter_in(
+    mr: &OwnedMr,
+    mut at: usize,
+    len: usize,
+    bufs: &mut [BytesMut],
+) -> std::result::Result<usize, (Error, usize)> {
+    let mut placed = 0;
+    for b in bufs.iter_mut() {
+        let n = b.len().min(len - placed);
+        if n > 0 {
+            mr.read_at(at, &mut b[..n]).map_err(|e| (e, placed))?;
+        }
+        placed += n;
+        at += n;
+    }
+    Ok(placed)
 }

@@ -382,21 +382,16 @@ impl RecvTarget<'_> {
         }
         let cap: usize = bufs.iter().map(|b| b.len()).sum();
         if cap > 0 && cap <= SLOT && (bufs.len() == 1 || !all_pooled(self.pd, &bufs)) {
-            if let Some(slot) = self.pool.take() {
-                let posted = self.pool.with(|mr| {
-                    let sge = mr.sge(self.pool.offset(slot), cap)?;
-                    (self.post)(&RecvRequest {
-                        wr_id,
-                        sges: &[sge],
-                    })
-                });
-                return match posted {
-                    Ok(()) => Ok((RecvMem::Slot(slot), Some(bufs))),
-                    Err(e) => {
-                        self.pool.put(slot);
-                        Err((e, bufs))
-                    }
-                };
+            let posted = self.pool.take_post(cap, |sge| {
+                (self.post)(&RecvRequest {
+                    wr_id,
+                    sges: &[sge],
+                })
+            });
+            match posted {
+                Some(Ok(slot)) => return Ok((RecvMem::Slot(slot), Some(bufs))),
+                Some(Err(e)) => return Err((e, bufs)),
+                None => {}
             }
         }
         self.post_registered(bufs, wr_id)

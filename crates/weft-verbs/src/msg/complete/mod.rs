@@ -87,7 +87,11 @@ impl CqSink for MsgShared {
             return;
         }
         if wc.wr_id & RECV_WR_BIT != 0 {
-            if let Some(l) = lock(&self.link).clone() {
+            // Borrowed, not cloned: the guard, a temporary of the
+            // condition, is held through the block either way (as it was
+            // with a clone of the `Arc`), so this only saves its count's
+            // increment and decrement.
+            if let Some(l) = lock(&self.link).as_ref() {
                 self.recv_side(&l.recv_pool)
                     .on_completion(wc, &Route::default());
             }

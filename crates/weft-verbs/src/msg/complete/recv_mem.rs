@@ -78,9 +78,9 @@ impl RecvMem {
             let bufs = match self {
                 RecvMem::Slot(slot) => {
                     let mut b = vec![BytesMut::zeroed(len)];
-                    let copied = pool.scatter(pool.offset(slot), len, &mut b);
-                    pool.put(slot);
-                    copied.map(|_| b).map_err(|(e, _)| e)
+                    pool.scatter_put(slot, len, &mut b)
+                        .map(|_| b)
+                        .map_err(|(e, _)| e)
                 }
                 RecvMem::Registered { mrs, empty } => {
                     let (n, k) = (mrs.len(), empty.len());

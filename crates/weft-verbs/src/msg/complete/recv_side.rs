@@ -208,13 +208,13 @@ fn finish_in_place(
                 finish_remote_write(done, bufs, wc.byte_len as usize, wc.imm_data)
             } else {
                 let err = recv_error(wc);
-                let mut placed = 0;
-                if err.is_none() {
-                    placed = pool
-                        .scatter(pool.offset(slot), wc.byte_len as usize, &mut bufs)
-                        .unwrap_or_else(|(_, placed)| placed);
-                }
-                pool.put(slot);
+                let placed = if err.is_none() {
+                    pool.scatter_put(slot, wc.byte_len as usize, &mut bufs)
+                        .unwrap_or_else(|(_, placed)| placed)
+                } else {
+                    pool.put(slot);
+                    0
+                };
                 finish_recv(done, bufs, placed, err, wc.imm_data)
             }
         }
