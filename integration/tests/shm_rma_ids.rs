@@ -143,6 +143,22 @@ async fn setup(
     String,
     weft::FiAddr,
 ) {
+    let (h, a, acq, peer, addr, to, _av) = setup_av(size).await;
+    (h, a, acq, peer, addr, to)
+}
+
+/// [`setup`], and the initiator's AV.
+async fn setup_av(
+    size: usize,
+) -> (
+    Harness,
+    weft::Endpoint,
+    CompletionQueue,
+    weft_integration::child::Reap,
+    String,
+    weft::FiAddr,
+    weft::AddressVector,
+) {
     let p = Provider::named("shm");
     let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
     let av = h.av();
@@ -156,7 +172,7 @@ async fn setup(
     post_read(&a, to, 8, 0, 100);
     let first = within("the first read", next_cq(&acq)).await;
     assert_eq!(read_bytes(first), payload(size, 7)[..8]);
-    (h, a, acq, peer, addr, to)
+    (h, a, acq, peer, addr, to, av)
 }
 
 /// Answers that name no waiting request — the first read's id, answered
@@ -460,6 +476,40 @@ async fn a_broken_later_answer_ends_no_earlier_operation() {
         shm_common::resume(peer.0.id());
     }
     quiet(&acq, "a late answer completed something").await;
+    peer.0.kill().unwrap();
+    peer.0.wait().unwrap();
+}
+
+/// Two spellings of one address — with and without the trailing NUL C
+/// callers pass — are one peer: reads through either, interleaved, get
+/// their own bytes and nothing breaks. (The API strips the NUL on string
+/// domains; the provider, keying its peer records by address, takes the
+/// plain spelling too: `name::canonical`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_spellings_of_an_address_are_one_peer() {
+    let size = 4096;
+    let (_h, a, acq, mut peer, addr, to, av) = setup_av(size).await;
+    let initial = payload(size, 7);
+    let nul = av
+        .insert_sync(&[format!("{addr}\0").into_bytes()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    for (i, dest) in [nul, to, nul, to].into_iter().enumerate() {
+        let off = 8 * (i as u64 + 1);
+        post_read(&a, dest, 8, off, i as u64 + 1);
+    }
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let e = within("the reads", next_cq(&acq)).await;
+        let ctx = e.as_ref().map(|e| e.context).unwrap_or(0);
+        got.push((ctx, read_bytes(e)));
+    }
+    got.sort();
+    for (i, (ctx, b)) in got.into_iter().enumerate() {
+        assert_eq!(ctx, i as u64 + 1);
+        assert_eq!(b, initial[8 * (i + 1)..8 * (i + 2)]);
+    }
+    assert_eq!(a.stats().unwrap().rx_malformed, 0);
     peer.0.kill().unwrap();
     peer.0.wait().unwrap();
 }

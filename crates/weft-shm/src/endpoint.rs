@@ -342,7 +342,7 @@ impl EpShared {
     pub fn dest(&self, dest: FiAddr) -> Result<(crate::tx::Addr, Option<FiAddr>)> {
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
         let (addr, key) = match lock_synced(av).lookup_keyed(dest) {
-            Ok((b, k)) => (crate::tx::Addr::from_slice(b), k),
+            Ok((b, k)) => (crate::tx::Addr::from_slice(crate::name::canonical(b)), k),
             Err(_) => return Err(Error::AddrNotAvail),
         };
         Ok((addr, self.keys.for_dest(key)?))

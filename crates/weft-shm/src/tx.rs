@@ -111,7 +111,7 @@ pub struct Peers {
     last: Option<post::LastDest>,
     /// The sequence number the next RMA request takes, whatever its
     /// peer: endpoint-wide, so a peer record made again for a target
-    /// does not give its first ids again (`answers::new_id`).
+    /// does not give its first ids again (`answers::fresh_id`).
     pub(crate) next_seq: u64,
 }
 

@@ -134,7 +134,7 @@ impl EpShared {
             let t = lock_synced(av);
             let version = t.version();
             let (b, key) = t.lookup_keyed(dest).map_err(|_| Error::AddrNotAvail)?;
-            let addr = Addr::from_slice(b);
+            let addr = Addr::from_slice(crate::name::canonical(b));
             drop(t);
             let proves = self.keys.for_dest(key)?;
             *last = Some(LastDest {
