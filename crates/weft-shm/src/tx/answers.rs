@@ -63,10 +63,13 @@ impl Peer {
     /// answer names exactly one ([`fresh_id`]), from the endpoint's
     /// sequence `next`.
     pub(super) fn new_id(&self, next: &mut u64) -> (u64, u32) {
-        let oldest = if self.answering {
-            Some(self.answering_seq)
-        } else {
-            self.pending.front().map(|p| p.seq)
+        // The operation answering is mostly older than all waiting, but
+        // not when a broken answer took it from their midst (`answered`).
+        let answering = self.answering.then_some(self.answering_seq);
+        let front = self.pending.front().map(|p| p.seq);
+        let oldest = match (answering, front) {
+            (Some(a), Some(f)) => Some(a.min(f)),
+            (a, f) => a.or(f),
         };
         fresh_id(next, oldest, |id| {
             (self.answering && self.answering_id == id) || self.pending.iter().any(|p| p.id == id)
