@@ -6,7 +6,9 @@
 //! at once (`FI_ECONNABORTED`), direct ones (cross-memory attach) end by
 //! their own answer — while later operations get their own answers; an
 //! answer to a later request ends the earlier ones whose answers were
-//! lost.
+//! lost. Answers on a channel claimed under the target's name by
+//! another instance (one that had the name before, its answers to its
+//! own requests still in our segment) end and strand nothing.
 //! The target is another process, stopped while the test writes records
 //! on a channel claimed under its name in the initiator's segment, as a
 //! process of the same user could.
@@ -40,7 +42,11 @@ fn post_read(a: &weft::Endpoint, to: weft::FiAddr, len: usize, off: u64, context
 /// Fails the test if a completion arrives within [`QUIET`].
 async fn quiet(cq: &CompletionQueue, what: &str) {
     if let Ok(c) = tokio::time::timeout(QUIET, next_cq(cq)).await {
-        panic!("{what}: {c:?}");
+        // Not the entry itself: a read's carries its buffers.
+        match c {
+            Ok(e) => panic!("{what}: context {} completed", e.context),
+            Err(e) => panic!("{what}: context {} failed: {}", e.context, e.err),
+        }
     }
 }
 
@@ -51,15 +57,67 @@ fn read_bytes(c: CqItem) -> Vec<u8> {
 }
 
 /// Claims a free channel of `a`'s segment under the endpoint name of
-/// `addr` (the target's).
+/// `addr` (the target's) as the target instance itself.
 fn claim_as_target(a: &weft::Endpoint, addr: &str) -> (Segment, Chan) {
+    claim_as_instance(a, addr, shm_common::instance_of(addr))
+}
+
+/// Claims a free channel of `a`'s segment under the endpoint name of
+/// `addr`, as the endpoint instance `inst`.
+fn claim_as_instance(
+    a: &weft::Endpoint,
+    addr: &str,
+    inst: weft_shm::live::Instance,
+) -> (Segment, Chan) {
     let name = addr.trim_start_matches("fi_shm://").as_bytes();
     let g = Geometry::OURS;
     let seg = shm_common::segment_of(a);
     let free = (0..g.channels)
         .find(|&i| seg.load32(Chan { g, i }.ctl(C_STATE), Ordering::Acquire) == Some(FREE))
         .expect("a free channel in our segment");
-    shm_common::claim_as(a, free, name, false)
+    shm_common::claim_as_instance(a, free, name, false, inst)
+}
+
+/// Whether one of the requests `a` wrote to the (stopped) target at
+/// `addr`, not yet read, is a direct read (`K_RMA_RD`): what the
+/// initiator did, whatever this process's CMA mode or thresholds.
+fn sent_direct_read(a: &weft::Endpoint, addr: &str) -> bool {
+    let me = String::from_utf8(a.local_addr().unwrap()).unwrap();
+    let me = me.trim_start_matches("fi_shm://").as_bytes();
+    let seg = shm_common::segment_named(addr);
+    let g = Geometry::OURS;
+    let c = (0..g.channels)
+        .map(|i| Chan { g, i })
+        .find(|c| {
+            let len = seg.load32(c.ctl(C_NAME_LEN), Ordering::Acquire).unwrap() as usize;
+            let mut name = vec![0u8; len.min(NAME_MAX)];
+            seg.read(c.ctl(C_NAME), &mut name);
+            seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE) && name == me
+        })
+        .expect("our channel in the target's segment");
+    let tail = seg.load64(c.ctl(C_TAIL), Ordering::Acquire).unwrap();
+    let mut head = c.head(&seg);
+    while let weft_shm::ring::Next::Rec(r) = c.next_below(&seg, head, tail) {
+        if r.head.kind() == K_RMA_RD {
+            return true;
+        }
+        head = r.next;
+    }
+    false
+}
+
+/// Waits (bounded) until `a` has counted `n` malformed channels and
+/// channel `c` of `seg` is free again: the count and the state follow
+/// the failures the freeing pushes.
+async fn freed_as_broken(a: &weft::Endpoint, seg: &Segment, c: &Chan, n: u64) {
+    within("the channel freed and counted", async {
+        while a.stats().unwrap().rx_malformed != n
+            || seg.load32(c.ctl(C_STATE), Ordering::Acquire) != Some(FREE)
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
 }
 
 /// Writes record `h` with `payload` at `tail` of `c` and publishes it;
@@ -85,6 +143,22 @@ async fn setup(
     String,
     weft::FiAddr,
 ) {
+    let (h, a, acq, peer, addr, to, _av) = setup_av(size).await;
+    (h, a, acq, peer, addr, to)
+}
+
+/// [`setup`], and the initiator's AV.
+async fn setup_av(
+    size: usize,
+) -> (
+    Harness,
+    weft::Endpoint,
+    CompletionQueue,
+    weft_integration::child::Reap,
+    String,
+    weft::FiAddr,
+    weft::AddressVector,
+) {
     let p = Provider::named("shm");
     let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
     let av = h.av();
@@ -98,7 +172,7 @@ async fn setup(
     post_read(&a, to, 8, 0, 100);
     let first = within("the first read", next_cq(&acq)).await;
     assert_eq!(read_bytes(first), payload(size, 7)[..8]);
-    (h, a, acq, peer, addr, to)
+    (h, a, acq, peer, addr, to, av)
 }
 
 /// Answers that name no waiting request — the first read's id, answered
@@ -176,16 +250,16 @@ async fn a_broken_answer_channel_ends_what_it_strands() {
     let size = 4usize << 20;
     let big = 1usize << 20;
     let (_h, a, acq, mut peer, addr, to) = setup(size).await;
-    let direct = weft_shm::cma::mode() == weft_shm::cma::Mode::Permitted;
-    if !direct {
-        eprintln!("CMA not permitted here: the large read takes the rings and fails too");
-    }
     let initial = payload(size, 7);
     shm_common::stop(peer.0.id()).await;
     post_read(&a, to, 8, 8, 1);
     a.post_write(to, payload(8, 99), 64, KEY, 2).unwrap();
     post_read(&a, to, big, 4096, 3);
     quiet(&acq, "a completion while the target is stopped").await;
+    let direct = sent_direct_read(&a, &addr);
+    if !direct {
+        eprintln!("the large read took the rings here (CMA mode, threshold): it fails too");
+    }
     let (seg, c) = claim_as_target(&a, &addr);
     // An answer carries no payload: this one does.
     let bad = RecHead {
@@ -206,8 +280,7 @@ async fn a_broken_answer_channel_ends_what_it_strands() {
     failed.sort_unstable();
     let want: &[u64] = if direct { &[1, 2] } else { &[1, 2, 3] };
     assert_eq!(failed, want);
-    assert_eq!(a.stats().unwrap().rx_malformed, 1);
-    assert_eq!(seg.load32(c.ctl(C_STATE), Ordering::Acquire), Some(FREE));
+    freed_as_broken(&a, &seg, &c, 1).await;
     if direct {
         quiet(&acq, "the direct read ended while its target is stopped").await;
     }
@@ -281,6 +354,161 @@ async fn an_answer_to_a_later_request_ends_the_earlier_ones() {
     assert_eq!(e.as_ref().map(|e| e.context).ok(), Some(3));
     assert_eq!(read_bytes(e), initial[24..32]);
     quiet(&acq, "a late answer completed something").await;
+    assert_eq!(a.stats().unwrap().rx_malformed, 0);
+    peer.0.kill().unwrap();
+    peer.0.wait().unwrap();
+}
+
+/// Answers on a channel claimed under the target's name by another
+/// instance — as a target that closed, or whose process ended, leaves
+/// its answers in a channel we drain later, while a new endpoint took
+/// its name — end nothing, even under the id a waiting request holds:
+/// the ids are the other instance's. Nor does the later-answer rule
+/// fail the waiting ones, nor does that channel, freed as broken,
+/// strand them. The target, resumed, answers both reads with their own
+/// bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_from_another_instance_of_the_name_end_nothing() {
+    let size = 4096;
+    let (_h, a, acq, mut peer, addr, to) = setup(size).await;
+    let initial = payload(size, 7);
+    let target = shm_common::instance_of(&addr);
+    shm_common::stop(peer.0.id()).await;
+    post_read(&a, to, 8, 8, 1);
+    post_read(&a, to, 8, 16, 2);
+    quiet(&acq, "a completion while the target is stopped").await;
+    // The same process, another endpoint of it under the same name.
+    let other = (target.0, target.1, target.2.wrapping_add(1));
+    let (seg, c) = claim_as_instance(&a, &addr, other);
+    // The answer to request 2 (the second read's id here), as the other
+    // instance answered its own request 2.
+    let second = RecHead {
+        word: K_RESP,
+        tag: 2,
+        total: 8,
+        ..RecHead::default()
+    };
+    let tail = put(&seg, &c, 0, &second, &[]);
+    let bytes = RecHead {
+        word: K_CONT | F_LAST,
+        len: 8,
+        total: 8,
+        ..RecHead::default()
+    };
+    let tail = put(&seg, &c, tail, &bytes, b"forged!!");
+    within("the other instance's answer read", async {
+        while c.head(&seg) != tail {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    quiet(&acq, "another instance's answer ended a read").await;
+    assert_eq!(a.stats().unwrap().rx_malformed, 0);
+    // A record breaking the rules frees that channel: nothing of ours
+    // was on it, so nothing is stranded.
+    let bad = RecHead {
+        word: K_RESP | F_LAST,
+        len: 8,
+        ..RecHead::default()
+    };
+    put(&seg, &c, tail, &bad, &[0u8; 8]);
+    freed_as_broken(&a, &seg, &c, 1).await;
+    quiet(&acq, "another instance's broken channel stranded a read").await;
+    shm_common::resume(peer.0.id());
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let e = within("the reads' own answers", next_cq(&acq)).await;
+        let ctx = e.as_ref().map(|e| e.context).unwrap_or(0);
+        got.push((ctx, read_bytes(e)));
+    }
+    got.sort();
+    assert_eq!(got[0], (1, initial[8..16].to_vec()));
+    assert_eq!(got[1], (2, initial[16..24].to_vec()));
+    peer.0.kill().unwrap();
+    peer.0.wait().unwrap();
+}
+
+/// An answer that does not fit its operation (8 bytes asked, 16
+/// announced) fails that operation (`FI_EIO`) and frees its channel as
+/// broken, but proves nothing of the operations before it: a direct
+/// read waiting there is not ended by the later-answer rule — the
+/// target, not having read its request yet, will still write its
+/// buffers — and, the target resumed, gets its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_later_answer_ends_no_earlier_operation() {
+    let size = 4usize << 20;
+    let big = 1usize << 20;
+    let (_h, a, acq, mut peer, addr, to) = setup(size).await;
+    let initial = payload(size, 7);
+    shm_common::stop(peer.0.id()).await;
+    post_read(&a, to, big, 4096, 1);
+    post_read(&a, to, 8, 8, 2);
+    quiet(&acq, "a completion while the target is stopped").await;
+    let direct = sent_direct_read(&a, &addr);
+    let (seg, c) = claim_as_target(&a, &addr);
+    // Request 2 read 8 bytes; its answer announces 16.
+    let wrong = RecHead {
+        word: K_RESP,
+        tag: 2,
+        total: 16,
+        ..RecHead::default()
+    };
+    put(&seg, &c, 0, &wrong, &[]);
+    let e = within("the badly answered read", next_cq(&acq))
+        .await
+        .unwrap_err();
+    assert_eq!((e.context, e.err), (2, Error::Io));
+    freed_as_broken(&a, &seg, &c, 1).await;
+    if direct {
+        quiet(&acq, "the direct read ended while its target is stopped").await;
+        shm_common::resume(peer.0.id());
+        let e = within("the direct read's own answer", next_cq(&acq)).await;
+        assert!(
+            read_bytes(e) == initial[4096..4096 + big],
+            "the direct read's bytes"
+        );
+    } else {
+        eprintln!("the large read took the rings here (CMA mode, threshold): stranded");
+        let e = within("the stranded read", next_cq(&acq))
+            .await
+            .unwrap_err();
+        assert_eq!((e.context, e.err), (1, Error::ConnAborted));
+        shm_common::resume(peer.0.id());
+    }
+    quiet(&acq, "a late answer completed something").await;
+    peer.0.kill().unwrap();
+    peer.0.wait().unwrap();
+}
+
+/// Two spellings of one address — with and without the trailing NUL C
+/// callers pass — are one peer: reads through either, interleaved, get
+/// their own bytes and nothing breaks. (The API strips the NUL on string
+/// domains; the provider, keying its peer records by address, takes the
+/// plain spelling too: `name::canonical`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_spellings_of_an_address_are_one_peer() {
+    let size = 4096;
+    let (_h, a, acq, mut peer, addr, to, av) = setup_av(size).await;
+    let initial = payload(size, 7);
+    let nul = av
+        .insert_sync(&[format!("{addr}\0").into_bytes()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    for (i, dest) in [nul, to, nul, to].into_iter().enumerate() {
+        let off = 8 * (i as u64 + 1);
+        post_read(&a, dest, 8, off, i as u64 + 1);
+    }
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let e = within("the reads", next_cq(&acq)).await;
+        let ctx = e.as_ref().map(|e| e.context).unwrap_or(0);
+        got.push((ctx, read_bytes(e)));
+    }
+    got.sort();
+    for (i, (ctx, b)) in got.into_iter().enumerate() {
+        assert_eq!(ctx, i as u64 + 1);
+        assert_eq!(b, initial[8 * (i + 1)..8 * (i + 2)]);
+    }
     assert_eq!(a.stats().unwrap().rx_malformed, 0);
     peer.0.kill().unwrap();
     peer.0.wait().unwrap();

@@ -66,6 +66,8 @@ pub struct EpShared {
     pub abell: Option<pipe::Receiver>,
     /// This process (pid, start time).
     pub me: (u32, u64),
+    /// This endpoint's serial in its process (`layout::H_SERIAL`).
+    pub serial: u64,
     pub max_msg: usize,
     pub inject: usize,
     pub iov_limit: usize,
@@ -173,6 +175,12 @@ fn create_segment(name: &str, g: Geometry) -> Result<Segment> {
 }
 
 impl EpShared {
+    /// This endpoint instance, as its claims name it (`C_PID`, `C_START`,
+    /// `C_SERIAL`).
+    pub fn instance(&self) -> crate::live::Instance {
+        (self.me.0, self.me.1, self.serial)
+    }
+
     /// Creates the segment and doorbell and builds the state. Must run
     /// inside the runtime (the reactor registration).
     pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<EpShared>> {
@@ -184,6 +192,7 @@ impl EpShared {
         let g = Geometry::OURS;
         let seg = create_segment(&name, g)?;
         let me = crate::live::me();
+        let serial = crate::live::serial();
         let made = (|| {
             // Held before the header names us: from then on, a process in
             // another pid namespace sees us alive by the lock.
@@ -213,6 +222,7 @@ impl EpShared {
         seg.store32(H_RING, g.ring as u32, Release);
         seg.store32(H_PID, me.0, Release);
         seg.store64(H_START, me.1, Release);
+        seg.store64(H_SERIAL, serial, Release);
         let mut rx_state = RxState::new(g.channels);
         if keys.keyed() {
             seg.store32(H_KEYED, 1, Release);
@@ -259,6 +269,7 @@ impl EpShared {
             _held: held,
             abell,
             me,
+            serial,
             max_msg,
             inject,
             iov_limit,
@@ -331,7 +342,7 @@ impl EpShared {
     pub fn dest(&self, dest: FiAddr) -> Result<(crate::tx::Addr, Option<FiAddr>)> {
         let av = self.cfg.av.as_ref().ok_or(Error::NoAv)?;
         let (addr, key) = match lock_synced(av).lookup_keyed(dest) {
-            Ok((b, k)) => (crate::tx::Addr::from_slice(b), k),
+            Ok((b, k)) => (crate::tx::Addr::from_slice(crate::name::canonical(b)), k),
             Err(_) => return Err(Error::AddrNotAvail),
         };
         Ok((addr, self.keys.for_dest(key)?))

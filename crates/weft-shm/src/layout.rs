@@ -8,8 +8,8 @@
 /// created, so a segment without it is not ready (or not one of ours).
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Layout version (3: the key proof fields; 4: the key id, direct RMA;
-/// 5: RMA request ids).
-pub const VERSION: u32 = 5;
+/// 5: RMA request ids; 6: endpoint serials).
+pub const VERSION: u32 = 6;
 
 /// Header fields.
 pub const H_MAGIC: usize = 0;
@@ -22,6 +22,13 @@ pub const H_START: usize = 32;
 /// verdict before writing (`keyproof`). Only advice for senders: what the
 /// owner enforces is its own key.
 pub const H_KEYED: usize = 40;
+/// The owner's endpoint serial (`live::serial`): with its pid and start
+/// time, it tells this endpoint from any other that had or will have the
+/// name, in this process too. A sender writes its own at `C_SERIAL` when
+/// it claims a channel, so an initiator knows which target instance an
+/// answer channel speaks for (`docs/design.md`, "RMA: executed at the
+/// target").
+pub const H_SERIAL: usize = 48;
 /// The owner sleeps on its doorbell: a sender that publishes a record
 /// rings it (once: the sender that swaps it from 1 to 0 does).
 pub const H_SLEEPING: usize = 64;
@@ -36,6 +43,8 @@ pub const C_PID: usize = 4;
 pub const C_GEN: usize = 8;
 pub const C_NAME_LEN: usize = 12;
 pub const C_NAME: usize = 16;
+/// Written by the sender at its claim: its endpoint's serial (`H_SERIAL`).
+pub const C_SERIAL: usize = 64;
 pub const C_START: usize = 80;
 /// Key proof, written by the sender at its claim (`keyproof`): its nonce,
 /// whether it proves a key (1) or not (0), and its MAC.
@@ -218,7 +227,9 @@ const _: () = {
     assert!(C_CMA_PROBE + 8 <= C_TX_PROOF && C_TX_PROOF + MAC_LEN <= C_HEAD);
     assert!(C_CMA + 4 <= C_AUTH && C_AUTH + 4 <= C_RX_NONCE);
     assert!(C_RX_NONCE + NONCE_LEN <= C_RX_PROOF && C_RX_PROOF + MAC_LEN <= CTL);
-    assert!(H_START + 8 <= H_KEYED && H_KEYED + 4 <= H_SLEEPING);
+    assert!(H_START + 8 <= H_KEYED && H_KEYED + 4 <= H_SERIAL);
+    assert!(H_SERIAL + 8 <= H_SLEEPING);
+    assert!(C_NAME + NAME_MAX <= C_SERIAL && C_SERIAL + 8 <= C_START);
     // The words a channel's `segment::Block` reads and writes lie inside
     // the control block (a word past it would read as `None`, not fail
     // to build: `Block`'s checks are made at run time and folded away).

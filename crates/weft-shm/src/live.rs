@@ -20,6 +20,19 @@ pub fn me() -> (u32, u64) {
     (pid, start_time(pid).unwrap_or(0))
 }
 
+/// One endpoint instance: its process's pid and start time, and its
+/// serial in that process (`serial`).
+pub type Instance = (u32, u64, u64);
+
+/// A new endpoint serial, unique in this process (never 0): with the
+/// process's pid and start time (`me`), it names one endpoint instance
+/// on this host, even when the process closes an endpoint and opens
+/// another under the same name (`layout::H_SERIAL`).
+pub fn serial() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The start time of process `pid`, if it exists and `/proc` says.
 pub fn start_time(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

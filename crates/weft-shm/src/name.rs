@@ -31,12 +31,20 @@ pub fn valid(name: &[u8]) -> bool {
 /// The name an address carries (`Inval` if it is not a valid one). A
 /// trailing NUL, as C callers pass strings, is accepted.
 pub fn parse(addr: &[u8]) -> Result<&str> {
-    let a = addr.strip_suffix(&[0]).unwrap_or(addr);
+    let a = canonical(addr);
     let n = a.strip_prefix(SCHEME.as_bytes()).ok_or(Error::Inval)?;
     if !valid(n) {
         return Err(Error::Inval);
     }
     std::str::from_utf8(n).map_err(|_| Error::Inval)
+}
+
+/// `addr` without the trailing NUL [`parse`] accepts: one spelling per
+/// endpoint, so that peer records, keyed by address, are one per
+/// endpoint (two would give two id spaces to one target's answers, which
+/// name us by the plain address).
+pub fn canonical(addr: &[u8]) -> &[u8] {
+    addr.strip_suffix(&[0]).unwrap_or(addr)
 }
 
 /// The address of `name`.
@@ -79,6 +87,8 @@ mod tests {
     fn names_and_addresses() {
         assert_eq!(parse(b"fi_shm://a-1.b_2"), Ok("a-1.b_2"));
         assert_eq!(parse(b"fi_shm://a\0"), Ok("a"));
+        assert_eq!(canonical(b"fi_shm://a\0"), b"fi_shm://a");
+        assert_eq!(canonical(b"fi_shm://a"), b"fi_shm://a");
         assert_eq!(parse(b"fi_shm://"), Err(Error::Inval));
         assert_eq!(parse(b"fi_shm://../x"), Err(Error::Inval));
         assert_eq!(parse(b"fi_shm://a/b"), Err(Error::Inval));

@@ -42,8 +42,10 @@ pub struct Pending {
     /// from or into our buffers, which stay exposed until it answers.
     pub direct: Option<Exposed>,
     /// Its request's id (`ID_MASK`), given when the request begins and
-    /// echoed by the answer.
+    /// echoed by the answer, and the endpoint-wide sequence number it
+    /// was taken from (`tx::answers::fresh_id`).
     pub id: u32,
+    pub seq: u64,
 }
 
 /// Buffers a target moves bytes from or into by CMA (`docs/design.md`,
@@ -91,6 +93,7 @@ impl Pending {
             got: 0,
             direct: None,
             id: 0,
+            seq: 0,
         }
     }
 
@@ -352,25 +355,40 @@ pub enum AnswerStart {
     Skip(usize),
 }
 
-/// Initiator: an answer's first record, from the endpoint at `from`:
-/// the operation it answers (the one whose request carried the id its
-/// `tag` echoes), to complete now or once its bytes arrived. An answer
-/// whose id no waiting operation holds is dropped: its operation failed
-/// already (`Peers::strand`, `Answered::lost`), or it is not ours; it
-/// must not complete another one, which would hand back buffers a
-/// target may still write (`docs/design.md`, "RMA: executed at the
-/// target"). `Err`: we send nothing to `from`, or the answer does not
-/// fit its operation — the target broke the rules.
+/// Initiator: an answer's first record, from the endpoint at `from`
+/// over a channel the instance `by` claimed (`RxChan::claimer`): the
+/// operation it answers (the one whose request carried the id its `tag`
+/// echoes), to complete now or once its bytes arrived. An answer whose
+/// id no waiting operation holds is dropped: its operation failed
+/// already (`Peers::strand`, `Answered::lost`), or it is not ours; so is
+/// one from another instance than our requests' target (one that had
+/// the name before). Neither must complete another operation, which
+/// would hand back buffers a target may still write (`docs/design.md`,
+/// "RMA: executed at the target"). `Err`: we send nothing to `from`, or
+/// the answer does not fit its operation — the target broke the rules;
+/// the operations before it then stay (a broken answer says nothing of
+/// them) for the channel's freeing to strand.
 pub fn answer_start(
     ep: &EpShared,
     h: &RecHead,
     from: &[u8],
+    by: Option<crate::live::Instance>,
 ) -> std::result::Result<AnswerStart, ()> {
     let total = usize::try_from(h.total).map_err(|_| ())?;
     if h.len != 0 || h.has(F_LAST) != (total == 0) {
         return Err(());
     }
-    let found = lock(&ep.peers).answered(from, h.tag)?;
+    // A direct read's bytes are in already; a target that could not
+    // write them sends them through the ring instead.
+    let fits = |p: &Pending| {
+        if p.read {
+            total == p.len || (total == 0 && p.direct.is_some())
+        } else {
+            total == 0
+        }
+    };
+    let well_formed = |p: &Pending| if h.data == 0 { fits(p) } else { total == 0 };
+    let found = lock(&ep.peers).answered(from, h.tag, by, well_formed)?;
     let Some(crate::tx::Answered { op: mut p, lost }) = found else {
         tracing::debug!(id = h.tag, "shm: an answer no operation waits for; dropped");
         return Ok(if total == 0 {
@@ -382,13 +400,7 @@ pub fn answer_start(
     for l in lost {
         l.fail(ep, Error::ConnAborted);
     }
-    // A direct read's bytes are in already; a target that could not
-    // write them sends them through the ring instead.
-    let fits = if p.read {
-        total == p.len || (total == 0 && p.direct.is_some())
-    } else {
-        total == 0
-    };
+    let fits = fits(&p);
     p.answered();
     let status = match h.data {
         0 => Ok(()),

@@ -65,6 +65,10 @@ pub struct RxChan {
     bell: Option<File>,
     /// A claim in progress seen by the last sweep (the claimer's pid).
     claim_seen: Option<u32>,
+    /// The instance that claimed the channel (`C_PID`, `C_START`,
+    /// `C_SERIAL`): answers on it are taken only for requests sent to
+    /// that instance (`Peers::answered`).
+    claimer: Option<crate::live::Instance>,
     /// The sender's pid, when its probe showed we can read its memory
     /// (CMA records are accepted only then).
     cma_pid: Option<u32>,

@@ -34,7 +34,9 @@ use crate::rma::Lead;
 use crate::segment::Segment;
 pub use crate::tx_drive::finish;
 
+mod answers;
 mod post;
+pub use answers::Answered;
 pub use post::Offered;
 
 /// A delivery-complete send wholly in the ring, waiting for the
@@ -67,6 +69,10 @@ pub struct Peer {
     head_seen: u64,
     /// The segment's owner when mapped.
     pub(crate) owner: (u32, u64),
+    /// Its endpoint serial (`H_SERIAL`): with `owner`, the target
+    /// instance our requests go to, which an answer channel must name
+    /// (`Peers::answered`).
+    serial: u64,
     bell: Option<File>,
     queue: VecDeque<Out>,
     delivering: VecDeque<Delivering>,
@@ -77,11 +83,10 @@ pub struct Peer {
     /// An answer's bytes are arriving (its operation left `pending`
     /// when they began).
     answering: bool,
-    /// That operation's request id, not to be given again meanwhile.
+    /// That operation's request id and sequence number, not to be given
+    /// again meanwhile.
     answering_id: u32,
-    /// The id the next request to this peer takes, if no operation
-    /// waiting here holds it (`new_id`).
-    next_id: u32,
+    answering_seq: u64,
     /// The claimed channel waits for the owner's verdict on the key
     /// (`keyproof`): nothing is written before it.
     awaiting: Option<crate::keyproof::Awaiting>,
@@ -98,29 +103,16 @@ pub struct Peer {
     spins: bool,
 }
 
-/// An answer's operation, found by its request's id
-/// ([`Peers::answered`]).
-#[derive(Debug)]
-pub struct Answered {
-    pub op: crate::rma::Pending,
-    /// Operations sent to the same peer before it that still waited. A
-    /// target takes one initiator's requests in order (they come on one
-    /// channel, and ours to it is never replaced while any waits: a
-    /// freed one fails them all) and answers each only once done with
-    /// its bytes, in that order; so having answered a later request, it
-    /// is done with these, and their answers were lost (queued behind a
-    /// record that broke, on a channel freed for it). They fail
-    /// (`FI_ECONNABORTED`), direct ones handing their buffers back: the
-    /// target writes them no more.
-    pub lost: Vec<crate::rma::Pending>,
-}
-
 /// The peers sent to, by address.
 #[derive(Debug, Default)]
 pub struct Peers {
     pub(crate) map: crate::by_addr::ByAddr<Peer>,
     /// The destination resolved last (`post.rs`).
     last: Option<post::LastDest>,
+    /// The sequence number the next RMA request takes, whatever its
+    /// peer: endpoint-wide, so a peer record made again for a target
+    /// does not give its first ids again (`answers::fresh_id`).
+    pub(crate) next_seq: u64,
 }
 
 /// How long closing waits for a receiver to read CMA sends out: a
@@ -152,57 +144,6 @@ impl Peers {
         self.map
             .get_mut(addr)
             .map_or(0, |p| p.queue.iter().map(|o| o.len - o.off).sum())
-    }
-
-    /// The RMA operation sent to the endpoint at `addr` whose request
-    /// carried `id`, its answer now arriving, and those sent there
-    /// before it that still wait (their answers were lost: see
-    /// [`Answered`]). Under the same lock the peer is marked answering,
-    /// so that a fence never sees the operation neither pending nor
-    /// answering before it completes (a fenced send slipped through
-    /// there and completed first). The caller clears the mark with
-    /// [`set_answering`](Self::set_answering) once the operation has
-    /// completed or failed. `Ok(None)`: no operation waits for `id` (it
-    /// failed already, or the id is not one we gave); `Err`: we send
-    /// nothing to `addr`.
-    pub fn answered(&mut self, addr: &[u8], id: u64) -> Result<Option<Answered>, ()> {
-        let peer = self.map.get_mut(addr).ok_or(())?;
-        let Some(at) = peer.pending.iter().position(|p| u64::from(p.id) == id) else {
-            return Ok(None);
-        };
-        let lost = peer.pending.drain(..at).collect();
-        let Some(p) = peer.pending.pop_front() else {
-            return Ok(None);
-        };
-        peer.answering = true;
-        peer.answering_id = p.id;
-        Ok(Some(Answered { op: p, lost }))
-    }
-
-    /// The answer channel of the endpoint at `addr` was freed as broken
-    /// (`rx::lifecycle::free`): the answers queued behind the bad record
-    /// are gone, so its operations whose buffers the target cannot
-    /// touch (their bytes travel in records) fail now
-    /// (`FI_ECONNABORTED`); should the target answer one of them still,
-    /// the answer's id finds nothing and is dropped. Direct operations
-    /// stay: the target may not have read their request yet, and would
-    /// then still move bytes from or into their buffers; they end by
-    /// their own answer, by the answer to a later request
-    /// ([`answered`](Self::answered)), or as the target dies or the
-    /// endpoint closes, each of which leaves their buffers safe.
-    pub fn strand(&mut self, addr: &[u8]) -> Vec<crate::rma::Pending> {
-        let Some(peer) = self.map.get_mut(addr) else {
-            return Vec::new();
-        };
-        let mut ring = Vec::new();
-        for p in std::mem::take(&mut peer.pending) {
-            if p.direct.is_some() {
-                peer.pending.push_back(p);
-            } else {
-                ring.push(p);
-            }
-        }
-        ring
     }
 
     /// Whether the answer to an operation sent to the peer at `addr` is
@@ -244,6 +185,9 @@ impl Peer {
             e => e,
         })?;
         let owner = crate::live::owner_of(&seg).ok_or(Error::ConnRefused)?;
+        let serial = seg
+            .load64(H_SERIAL, Ordering::Acquire)
+            .ok_or(Error::ConnRefused)?;
         let g = crate::ring::header_geometry(&seg).ok_or(Error::ConnRefused)?;
         if !crate::live::owner_runs(name, owner.0, owner.1) {
             return Err(Error::ConnRefused);
@@ -256,13 +200,14 @@ impl Peer {
             tail: 0,
             head_seen: 0,
             owner,
+            serial,
             bell: crate::bell::open_remote(name),
             queue: VecDeque::new(),
             delivering: VecDeque::new(),
             pending: VecDeque::new(),
             answering: false,
             answering_id: 0,
-            next_id: 0,
+            answering_seq: 0,
             awaiting: None,
             refused: false,
             proves: None,
@@ -297,7 +242,7 @@ impl Peer {
 
     /// Claims a free channel, if there is one, proving the key `keys`
     /// hold for [`proves`](Self::proves).
-    fn claim(&mut self, me: (u32, u64), my_name: &str, keys: &EpKeys) -> bool {
+    fn claim(&mut self, me: crate::live::Instance, my_name: &str, keys: &EpKeys) -> bool {
         if self.chan.is_some() {
             return true;
         }
@@ -313,6 +258,7 @@ impl Peer {
             let s = &self.seg;
             s.store32(c.ctl(C_PID), me.0, Release);
             s.store64(c.ctl(C_START), me.1, Release);
+            s.store64(c.ctl(C_SERIAL), me.2, Release);
             s.store32(c.ctl(C_NAME_LEN), my_name.len() as u32, Release);
             s.write(c.ctl(C_NAME), my_name.as_bytes());
             let gen = s.load32(c.ctl(C_GEN), Acquire).unwrap_or(0).wrapping_add(1);
@@ -685,8 +631,9 @@ impl Peer {
     /// with a direct form goes direct if the owner read our probe: its
     /// lead is the direct one, nothing follows it, and its buffers stay
     /// exposed in the operation until the answer. The request takes its
-    /// id here, in the order requests enter the ring.
-    fn begin(&mut self, o: &mut Out) {
+    /// id here, in the order requests enter the ring, from the
+    /// endpoint's sequence `seq` (`Peers::next_seq`).
+    fn begin(&mut self, o: &mut Out, seq: &mut u64) {
         if let Some(mut p) = o.answer.take() {
             if let Some(d) = o.direct.take() {
                 if self.direct_ready() && self.cma_pays() {
@@ -695,30 +642,12 @@ impl Peer {
                     p.go_direct(std::mem::take(&mut o.iov));
                 }
             }
-            p.id = self.new_id();
+            (p.seq, p.id) = self.new_id(seq);
             if let Some(l) = o.lead.as_deref_mut() {
                 l.word = (l.word & !ID_MASK) | (p.id << ID_SHIFT);
             }
             self.pending.push_back(*p);
         }
-    }
-
-    /// A request id that no operation waiting for this peer holds, so an
-    /// answer names exactly one. Ids count up and wrap; one still held
-    /// is passed over. At most `tx_attr.size` (1024) operations wait, far
-    /// below the ids there are, so one is free within that many steps.
-    fn new_id(&mut self) -> u32 {
-        let mut id = self.next_id;
-        for _ in 0..=self.pending.len() + 1 {
-            let held = (self.answering && self.answering_id == id)
-                || self.pending.iter().any(|p| p.id == id);
-            if !held {
-                break;
-            }
-            id = if id >= ID_MAX { 0 } else { id + 1 };
-        }
-        self.next_id = if id >= ID_MAX { 0 } else { id + 1 };
-        id
     }
 
     /// Whether the owner accepted our claim and can read our memory.
@@ -732,9 +661,10 @@ impl Peer {
     /// Sends queued sends while the ring takes them.
     pub(crate) fn flush(
         &mut self,
-        me: (u32, u64),
+        me: crate::live::Instance,
         my_name: &str,
         keys: &EpKeys,
+        seq: &mut u64,
         ended: &mut EndedList,
     ) {
         if let Some((c, gen)) = self.chan {
@@ -759,7 +689,7 @@ impl Peer {
                 }
                 o.fence = false;
             }
-            self.begin(&mut o);
+            self.begin(&mut o, seq);
             match self.advance(&mut o) {
                 Ok(true) => self.written(o, ended),
                 Ok(false) => {

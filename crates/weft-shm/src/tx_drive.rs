@@ -67,10 +67,11 @@ impl EpShared {
         let mut ended = EndedList::new();
         let mut refused: SmallVec<[Vec<u8>; 1]> = SmallVec::new();
         {
-            let mut peers = lock(&self.peers);
-            let mut pending = false;
+            let mut guard = lock(&self.peers);
+            let peers = &mut *guard;
+            let (me, mut pending) = (self.instance(), false);
             for (addr, p) in peers.map.iter_mut() {
-                p.flush(self.me, &self.name, &self.keys, &mut ended);
+                p.flush(me, &self.name, &self.keys, &mut peers.next_seq, &mut ended);
                 pending |= p.busy();
                 if std::mem::take(&mut p.refused) {
                     refused.push(addr.clone());

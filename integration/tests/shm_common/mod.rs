@@ -20,10 +20,25 @@ pub fn hostile_claim(b: &weft::Endpoint, i: usize, probe: bool) -> (Segment, Cha
 /// As [`hostile_claim`], under the sender name `name` (another
 /// endpoint's, as a process of the same user could forge it).
 pub fn claim_as(b: &weft::Endpoint, i: usize, name: &[u8], probe: bool) -> (Segment, Chan) {
+    let me = weft_shm::live::me();
+    // Serial 0: no endpoint's.
+    claim_as_instance(b, i, name, probe, (me.0, me.1, 0))
+}
+
+/// As [`claim_as`], naming the claimer instance `inst` (pid, start time,
+/// endpoint serial: `C_PID`, `C_START`, `C_SERIAL`) — another process's,
+/// as a process of the same user could forge it.
+pub fn claim_as_instance(
+    b: &weft::Endpoint,
+    i: usize,
+    name: &[u8],
+    probe: bool,
+    inst: weft_shm::live::Instance,
+) -> (Segment, Chan) {
     let g = Geometry::OURS;
     let seg = segment_of(b);
     let c = Chan { g, i };
-    let me = weft_shm::live::me();
+    let me = inst;
     use Ordering::Release;
     assert!(
         seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | me.0),
@@ -31,6 +46,7 @@ pub fn claim_as(b: &weft::Endpoint, i: usize, name: &[u8], probe: bool) -> (Segm
     );
     seg.store32(c.ctl(C_PID), me.0, Release);
     seg.store64(c.ctl(C_START), me.1, Release);
+    seg.store64(c.ctl(C_SERIAL), me.2, Release);
     seg.store32(c.ctl(C_NAME_LEN), name.len() as u32, Release);
     seg.write(c.ctl(C_NAME), name);
     let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
@@ -60,6 +76,22 @@ pub fn chan_word(b: &weft::Endpoint, off: usize) -> Option<u32> {
         .map(|i| Chan { g, i })
         .find(|c| seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE))
         .and_then(|c| seg.load32(c.ctl(off), Ordering::Acquire))
+}
+
+/// The endpoint instance that owns the segment of `addr`
+/// (`fi_shm://<name>`), as its header says.
+pub fn instance_of(addr: &str) -> weft_shm::live::Instance {
+    let seg = segment_named(addr);
+    let pid = seg.load32(H_PID, Ordering::Acquire).unwrap();
+    let start = seg.load64(H_START, Ordering::Acquire).unwrap();
+    (pid, start, seg.load64(H_SERIAL, Ordering::Acquire).unwrap())
+}
+
+/// The segment of the endpoint at `addr` (`fi_shm://<name>`).
+pub fn segment_named(addr: &str) -> Segment {
+    let seg_name = weft_shm::name::seg_name(addr.trim_start_matches("fi_shm://"));
+    let g = Geometry::OURS;
+    Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap()
 }
 
 /// `b`'s segment, mapped by its name as any process of the same user

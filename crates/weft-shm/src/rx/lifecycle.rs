@@ -63,6 +63,7 @@ pub(super) fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bo
     let from = crate::name::addr(name);
     // A refused sender's memory is not probed: nothing of it is read.
     let cma_pid = accepted.then(|| cma_probe(ep, c)).flatten();
+    let claimer = claimer(ep, c);
     let word = if cma_pid.is_some() { CMA_OK } else { CMA_NO };
     ep.seg.store32(c.ctl(C_CMA), word, Ordering::Release);
     *lc = RxChan {
@@ -75,6 +76,7 @@ pub(super) fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bo
         partial: None,
         bell: crate::bell::open_remote(name),
         claim_seen: None,
+        claimer,
         cma_pid,
         nonce: lc.nonce,
         refused: u8::from(!accepted),
@@ -89,6 +91,14 @@ pub(super) fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bo
         }
     }
     true
+}
+
+/// The instance that claimed channel `c`, as it wrote itself there.
+fn claimer(ep: &EpShared, c: &Chan) -> Option<crate::live::Instance> {
+    use Ordering::Acquire;
+    let pid = ep.seg.load32(c.ctl(C_PID), Acquire)?;
+    let start = ep.seg.load64(c.ctl(C_START), Acquire)?;
+    Some((pid, start, ep.seg.load64(c.ctl(C_SERIAL), Acquire)?))
 }
 
 /// The sender's pid if we can read its memory: its probe word, at the
@@ -125,7 +135,7 @@ pub(super) fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
         // Answers of its sender's may have been queued behind the bad
         // record: what waits for them and can fail safely does now
         // (`Peers::strand`).
-        let stranded = lock(&ep.peers).strand(from);
+        let stranded = lock(&ep.peers).strand(from, lc.claimer);
         for p in stranded {
             p.fail(ep, Error::ConnAborted);
         }

@@ -73,7 +73,7 @@ pub(super) fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool
         }
         _ => {
             use crate::rma::AnswerStart;
-            let (len, sink) = match crate::rma::answer_start(ep, h, &from)? {
+            let (len, sink) = match crate::rma::answer_start(ep, h, &from, lc.claimer)? {
                 AnswerStart::Done => return Ok(true),
                 AnswerStart::Bytes(p) => (p.len, Sink::Answer(p)),
                 AnswerStart::Skip(n) => (n, Sink::Skip),

@@ -66,7 +66,7 @@ impl EpShared {
         // takes them the other way round: the AV calls no provider code
         // while it holds its lock.
         let mut peers = lock(&self.peers);
-        let Peers { map, last } = &mut *peers;
+        let Peers { map, last, .. } = &mut *peers;
         let d = self.dest_cached(last, req.dest)?;
         // A send written into the ring below ends at once: it needs a free
         // slot of the transmit queue but never holds one, so it takes
@@ -134,7 +134,7 @@ impl EpShared {
             let t = lock_synced(av);
             let version = t.version();
             let (b, key) = t.lookup_keyed(dest).map_err(|_| Error::AddrNotAvail)?;
-            let addr = Addr::from_slice(b);
+            let addr = Addr::from_slice(crate::name::canonical(b));
             drop(t);
             let proves = self.keys.for_dest(key)?;
             *last = Some(LastDest {
@@ -198,20 +198,21 @@ impl EpShared {
     /// an RMA request: written now if the ring takes it, else queued in
     /// order. A peer that cannot be reached fails it (`ConnRefused`).
     pub fn enqueue(&self, addr: &[u8], o: Out, pending: Option<crate::rma::Pending>) {
-        let mut peers = lock(&self.peers);
+        let mut guard = lock(&self.peers);
+        let peers = &mut *guard;
         // Filled in place: returned, it was copied out on every send.
         let mut after = AfterEnqueue::default();
         // One lookup of a known peer: hashing the address twice (whether
         // it is there, then to take it) was a tenth of a send.
         match peers.map.get_mut(addr) {
-            Some(peer) => self.enqueue_to(peer, o, pending, &mut after),
+            Some(peer) => self.enqueue_to(peer, o, pending, &mut peers.next_seq, &mut after),
             None => match crate::name::parse(addr).and_then(|n| self.open_peer(n)) {
                 Ok(mut p) => {
-                    self.enqueue_to(&mut p, o, pending, &mut after);
+                    self.enqueue_to(&mut p, o, pending, &mut peers.next_seq, &mut after);
                     peers.map.insert(addr, p);
                 }
                 Err(e) => {
-                    drop(peers);
+                    drop(guard);
                     finish(self, (o.done, o.len, Err(e)));
                     if let Some(p) = pending {
                         finish(self, (Some(p.done), p.len, Err(e)));
@@ -223,7 +224,7 @@ impl EpShared {
         if after.forget {
             peers.map.remove(addr);
         }
-        drop(peers);
+        drop(guard);
         if after.refused {
             self.key_refused(addr);
         }
@@ -243,6 +244,7 @@ impl EpShared {
         peer: &mut Peer,
         mut o: Out,
         pending: Option<crate::rma::Pending>,
+        seq: &mut u64,
         after: &mut AfterEnqueue,
     ) {
         let len = o.len;
@@ -283,8 +285,8 @@ impl EpShared {
             after.forget = true;
             return;
         }
-        if !gated && peer.queue.is_empty() && peer.claim(self.me, &self.name, &self.keys) {
-            peer.begin(&mut o);
+        if !gated && peer.queue.is_empty() && peer.claim(self.instance(), &self.name, &self.keys) {
+            peer.begin(&mut o, seq);
             match peer.advance(&mut o) {
                 Ok(true) => {
                     peer.written(o, &mut after.ended);
