@@ -137,7 +137,7 @@ impl Peer {
     }
 
     /// The target instance our requests go to.
-    fn instance(&self) -> Instance {
+    pub(super) fn instance(&self) -> Instance {
         (self.owner.0, self.owner.1, self.serial)
     }
 }
