@@ -8,7 +8,9 @@
 //! answer to a later request ends the earlier ones whose answers were
 //! lost. Answers on a channel claimed under the target's name by
 //! another instance (one that had the name before, its answers to its
-//! own requests still in our segment) end and strand nothing.
+//! own requests still in our segment) end and strand nothing; and a
+//! target answers a request only to the instance that claimed the
+//! channel it came on, not to another that holds its name now.
 //! The target is another process, stopped while the test writes records
 //! on a channel claimed under its name in the initiator's segment, as a
 //! process of the same user could.
@@ -509,6 +511,88 @@ async fn both_spellings_of_an_address_are_one_peer() {
         assert_eq!(ctx, i as u64 + 1);
         assert_eq!(b, initial[8 * (i + 1)..8 * (i + 2)]);
     }
+    assert_eq!(a.stats().unwrap().rx_malformed, 0);
+    peer.0.kill().unwrap();
+    peer.0.wait().unwrap();
+}
+
+/// A free channel of `seg`, claimed under the name `name` as the
+/// instance `inst`.
+fn claim_free_in(seg: Segment, name: &[u8], inst: weft_shm::live::Instance) -> (Segment, Chan) {
+    let g = Geometry::OURS;
+    let free = (0..g.channels)
+        .find(|&i| seg.load32(Chan { g, i }.ctl(C_STATE), Ordering::Acquire) == Some(FREE))
+        .expect("a free channel");
+    shm_common::claim_in(seg, free, name, false, inst)
+}
+
+/// The tail of the channel the endpoint named `from` claimed in `seg`.
+fn tail_from(seg: &Segment, from: &str) -> u64 {
+    let from = from.trim_start_matches("fi_shm://").as_bytes();
+    let g = Geometry::OURS;
+    let c = (0..g.channels)
+        .map(|i| Chan { g, i })
+        .find(|c| {
+            let len = seg.load32(c.ctl(C_NAME_LEN), Ordering::Acquire).unwrap() as usize;
+            let mut name = vec![0u8; len.min(NAME_MAX)];
+            seg.read(c.ctl(C_NAME), &mut name);
+            seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE) && name == from
+        })
+        .expect("the sender's channel");
+    seg.load64(c.ctl(C_TAIL), Ordering::Acquire).unwrap()
+}
+
+/// A target answers a request only to the instance that claimed the
+/// channel it came on. A read request on a channel claimed under our
+/// name by another instance (as an endpoint that closed leaves its
+/// requests in a channel the target still drains, while a new endpoint
+/// — here: us — took its name and restarted its ids) gets no answer
+/// into our segment: it would have ended our operation holding its id.
+/// The same request on a channel our own instance claimed is answered
+/// (an id nothing waits for: dropped here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_goes_only_to_the_requesting_instance() {
+    let size = 4096;
+    let (_h, a, acq, mut peer, addr, _to) = setup(size).await;
+    let me = String::from_utf8(a.local_addr().unwrap()).unwrap();
+    let name = me.trim_start_matches("fi_shm://").as_bytes().to_vec();
+    let mine = shm_common::instance_of(&me);
+    let ours = shm_common::segment_of(&a);
+    let before = tail_from(&ours, &addr);
+    let request = RecHead {
+        word: K_RMA_R | F_LAST | (ID_MAX << ID_SHIFT),
+        tag: KEY,
+        data: 8,
+        len: 8,
+        ..RecHead::default()
+    };
+    let sent = |inst| {
+        let (seg, c) = claim_free_in(shm_common::segment_named(&addr), &name, inst);
+        let tail = put(&seg, &c, 0, &request, &0u64.to_ne_bytes());
+        (seg, c, tail)
+    };
+    let other = (mine.0, mine.1, mine.2.wrapping_add(1));
+    let (seg, c, tail) = sent(other);
+    within("the other instance's request read", async {
+        while c.head(&seg) != tail {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(
+        tail_from(&ours, &addr),
+        before,
+        "an answer to another instance's request came to us"
+    );
+    let (seg, c, tail) = sent(mine);
+    within("our instance's request answered", async {
+        while c.head(&seg) != tail || tail_from(&ours, &addr) == before {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    quiet(&acq, "a dropped answer completed something").await;
     assert_eq!(a.stats().unwrap().rx_malformed, 0);
     peer.0.kill().unwrap();
     peer.0.wait().unwrap();

@@ -86,11 +86,20 @@ pub struct AtomicIn {
     total: usize,
     /// The request's id, for its answer.
     id: u32,
+    /// The instance that claimed its channel, the only one the answer
+    /// may go to (`EpShared::answer`).
+    by: Option<crate::live::Instance>,
 }
 
 /// Target: an atomic request's lead record. `None`: it breaks the rules
 /// (a prefix that does not decode, or arrays of another length).
-pub fn start(ep: &EpShared, h: &RecHead, payload: usize, who: &[u8]) -> Option<AtomicIn> {
+pub fn start(
+    ep: &EpShared,
+    h: &RecHead,
+    payload: usize,
+    who: &[u8],
+    by: Option<crate::live::Instance>,
+) -> Option<AtomicIn> {
     let mut b = [0u8; ATOMIC_HDR_LEN];
     if h.len as usize != ATOMIC_HDR_LEN || !ep.seg.read(payload, &mut b) {
         return None;
@@ -116,6 +125,7 @@ pub fn start(ep: &EpShared, h: &RecHead, payload: usize, who: &[u8]) -> Option<A
         data: Vec::with_capacity(total),
         total,
         id: h.id(),
+        by,
     })
 }
 
@@ -149,8 +159,8 @@ pub fn end(ep: &EpShared, a: AtomicIn, from: &[u8]) {
         })
     });
     match old {
-        Ok(v) if hdr.kind.fetches() => ep.answer(from, a.id, Ok(()), Some(v.into())),
-        Ok(_) => ep.answer(from, a.id, Ok(()), None),
-        Err(e) => ep.answer(from, a.id, Err(e), None),
+        Ok(v) if hdr.kind.fetches() => ep.answer(from, a.by, a.id, Ok(()), Some(v.into())),
+        Ok(_) => ep.answer(from, a.by, a.id, Ok(()), None),
+        Err(e) => ep.answer(from, a.by, a.id, Err(e), None),
     }
 }

@@ -194,8 +194,20 @@ impl EpShared {
     /// Answers the initiator `to` (`keys::ident`: its address, and the
     /// AV key handle its channel proved, which the answer's channel
     /// proves back) for its request `id` (echoed in the answer's `tag`):
-    /// `status` 0 or an error's code, and a read's bytes.
-    pub fn answer(&self, to: &[u8], id: u32, status: Result<()>, data: Option<Bytes>) {
+    /// `status` 0 or an error's code, and a read's bytes. The request
+    /// came on a channel claimed by the instance `by`: the answer goes
+    /// only to that instance, and is dropped if the name `to` is now
+    /// another's (the channel, closed, was drained after its claimer
+    /// left; the new holder of the name restarted its ids, and would take
+    /// the answer for one of its own operations).
+    pub fn answer(
+        &self,
+        to: &[u8],
+        by: Option<crate::live::Instance>,
+        id: u32,
+        status: Result<()>,
+        data: Option<Bytes>,
+    ) {
         let (to, proves) = crate::keys::split(to);
         let code = match status {
             Ok(()) => 0,
@@ -205,7 +217,7 @@ impl EpShared {
         let lead = Lead::new(K_RESP, u64::from(id), code, &[]);
         let iov: Iov = data.into_iter().collect();
         let out = EpShared::rma_out(lead, iov, len).proving(proves);
-        self.enqueue(to, out, None);
+        self.enqueue_answer(to, out, by);
     }
 
     /// The region under `key` for `len` bytes at `off`, needing `need`,
@@ -242,6 +254,9 @@ pub struct WriteIn {
     pub data: Option<u64>,
     /// The request's id, for its answer.
     pub id: u32,
+    /// The instance that claimed the request's channel, the only one
+    /// its answer may go to (`EpShared::answer`).
+    pub by: Option<crate::live::Instance>,
 }
 
 /// The 8-byte argument of a lead record at segment offset `payload` of
@@ -258,6 +273,7 @@ pub fn write_start(
     h: &RecHead,
     payload: usize,
     who: &[u8],
+    by: Option<crate::live::Instance>,
 ) -> Option<(WriteIn, usize)> {
     let off = arg(&ep.seg, payload, h.len)?;
     let total = usize::try_from(h.total).ok().filter(|&t| t <= ep.max_msg)?;
@@ -266,7 +282,7 @@ pub fn write_start(
         .map(|r| (r, off as usize));
     let data = h.has(F_DATA).then_some(h.data);
     let id = h.id();
-    Some((WriteIn { to, data, id }, total))
+    Some((WriteIn { to, data, id, by }, total))
 }
 
 /// Target: `n` bytes of a write at message offset `at`, from segment
@@ -290,14 +306,15 @@ pub fn write_feed(ep: &EpShared, w: &mut WriteIn, at: usize, off: usize, n: usiz
 /// Target: the write's last byte arrived: the target's completion for
 /// remote CQ data, then the answer.
 pub fn write_end(ep: &EpShared, w: WriteIn, len: usize, from: &Arc<[u8]>) {
-    write_done(ep, w.id, w.to.map(|_| ()), w.data, len, from);
+    write_done(ep, (w.id, w.by), w.to.map(|_| ()), w.data, len, from);
 }
 
-/// Target: the write request `id` of `len` bytes ended with `status`: the
-/// completion for remote CQ data `data` if it succeeded, then the answer.
+/// Target: the write request `id` (on a channel claimed by `by`) of `len`
+/// bytes ended with `status`: the completion for remote CQ data `data` if
+/// it succeeded, then the answer.
 fn write_done(
     ep: &EpShared,
-    id: u32,
+    (id, by): (u32, Option<crate::live::Instance>),
     status: Result<()>,
     data: Option<u64>,
     len: usize,
@@ -314,11 +331,18 @@ fn write_done(
             src: ep.reported_addr(ep.resolve_src(from)),
         }));
     }
-    ep.answer(from, id, status, None);
+    ep.answer(from, by, id, status, None);
 }
 
-/// Target: a read request (one record). False when it breaks the rules.
-pub fn read(ep: &EpShared, h: &RecHead, payload: usize, from: &Arc<[u8]>) -> bool {
+/// Target: a read request (one record), on a channel claimed by `by`.
+/// False when it breaks the rules.
+pub fn read(
+    ep: &EpShared,
+    h: &RecHead,
+    payload: usize,
+    from: &Arc<[u8]>,
+    by: Option<crate::live::Instance>,
+) -> bool {
     let Some(off) = arg(&ep.seg, payload, h.len) else {
         return false;
     };
@@ -336,8 +360,8 @@ pub fn read(ep: &EpShared, h: &RecHead, payload: usize, from: &Arc<[u8]>) -> boo
             Ok(b.freeze())
         });
     match got {
-        Ok(b) => ep.answer(from, h.id(), Ok(()), Some(b)),
-        Err(e) => ep.answer(from, h.id(), Err(e), None),
+        Ok(b) => ep.answer(from, by, h.id(), Ok(()), Some(b)),
+        Err(e) => ep.answer(from, by, h.id(), Err(e), None),
     }
     true
 }
@@ -516,7 +540,13 @@ fn direct_lead(
 /// read) — and answers. A read the kernel refuses (`EPERM`, `ENOSYS`)
 /// is answered through the ring with the bytes. False when the request
 /// breaks the rules.
-pub fn direct(ep: &EpShared, pid: Option<u32>, h: &RecHead, payload: usize, who: &[u8]) -> bool {
+pub fn direct(
+    ep: &EpShared,
+    (pid, by): (Option<u32>, Option<crate::live::Instance>),
+    h: &RecHead,
+    payload: usize,
+    who: &[u8],
+) -> bool {
     use crate::cma::{PullError, DIRECT_MAX};
     let Some(pid) = pid else {
         return false;
@@ -568,7 +598,7 @@ pub fn direct(ep: &EpShared, pid: Option<u32>, h: &RecHead, payload: usize, who:
     };
     if write {
         let data = h.has(F_DATA).then_some(h.data);
-        write_done(ep, h.id(), status, data, total, who);
+        write_done(ep, (h.id(), by), status, data, total, who);
         return true;
     }
     if let (Err(Error::Access), Ok(r)) = (status, &region) {
@@ -577,10 +607,10 @@ pub fn direct(ep: &EpShared, pid: Option<u32>, h: &RecHead, payload: usize, who:
         // ring's way.
         let mut b = BytesMut::zeroed(total);
         if r.get(req.off as usize, &mut b).is_ok() {
-            ep.answer(who, h.id(), Ok(()), Some(b.freeze()));
+            ep.answer(who, by, h.id(), Ok(()), Some(b.freeze()));
             return true;
         }
     }
-    ep.answer(who, h.id(), status, None);
+    ep.answer(who, by, h.id(), status, None);
     true
 }

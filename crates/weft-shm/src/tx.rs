@@ -87,6 +87,11 @@ pub struct Peer {
     /// again meanwhile.
     answering_id: u32,
     answering_seq: u64,
+    /// Stranded operations' sequence numbers and ids, oldest first,
+    /// whose requests the target may still answer (`Peers::strand`):
+    /// their ids are not given again until that answer, or one to a
+    /// later request, arrives (`answers.rs`).
+    ghosts: answers::Ghosts,
     /// The claimed channel waits for the owner's verdict on the key
     /// (`keyproof`): nothing is written before it.
     awaiting: Option<crate::keyproof::Awaiting>,
@@ -208,6 +213,7 @@ impl Peer {
             answering: false,
             answering_id: 0,
             answering_seq: 0,
+            ghosts: answers::Ghosts::default(),
             awaiting: None,
             refused: false,
             proves: None,

@@ -35,8 +35,19 @@ pub fn claim_as_instance(
     probe: bool,
     inst: weft_shm::live::Instance,
 ) -> (Segment, Chan) {
+    claim_in(segment_of(b), i, name, probe, inst)
+}
+
+/// As [`claim_as_instance`], in the segment `seg` (any endpoint's, this
+/// process's or another's).
+pub fn claim_in(
+    seg: Segment,
+    i: usize,
+    name: &[u8],
+    probe: bool,
+    inst: weft_shm::live::Instance,
+) -> (Segment, Chan) {
     let g = Geometry::OURS;
-    let seg = segment_of(b);
     let c = Chan { g, i };
     let me = inst;
     use Ordering::Release;

@@ -23,7 +23,8 @@ pub(super) fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool
     let who = lc.who.clone().ok_or(())?;
     match h.kind() {
         K_RMA_W => {
-            let (w, total) = crate::rma::write_start(ep, h, r.payload, &who).ok_or(())?;
+            let (w, total) =
+                crate::rma::write_start(ep, h, r.payload, &who, lc.claimer).ok_or(())?;
             if h.has(F_LAST) != (total == 0) {
                 return Err(());
             }
@@ -38,7 +39,7 @@ pub(super) fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool
             }
         }
         K_ATOMIC => {
-            let a = crate::atomic::start(ep, h, r.payload, &who).ok_or(())?;
+            let a = crate::atomic::start(ep, h, r.payload, &who, lc.claimer).ok_or(())?;
             let total = usize::try_from(h.total).map_err(|_| ())?;
             if total == 0 {
                 crate::atomic::end(ep, a, &who);
@@ -58,16 +59,16 @@ pub(super) fn rma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool
                 return Ok(false);
             }
             let ok = if h.kind() == K_RMA_R {
-                crate::rma::read(ep, h, r.payload, &who)
+                crate::rma::read(ep, h, r.payload, &who, lc.claimer)
             } else {
-                crate::rma::direct(ep, lc.cma_pid, h, r.payload, &who)
+                crate::rma::direct(ep, (lc.cma_pid, lc.claimer), h, r.payload, &who)
             };
             if !ok {
                 return Err(());
             }
         }
         K_RMA_WD => {
-            if !crate::rma::direct(ep, lc.cma_pid, h, r.payload, &who) {
+            if !crate::rma::direct(ep, (lc.cma_pid, lc.claimer), h, r.payload, &who) {
                 return Err(());
             }
         }

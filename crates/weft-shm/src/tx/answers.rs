@@ -3,6 +3,8 @@
 //! which waiting operation an answer ends, and what a broken answer
 //! channel strands.
 
+use std::collections::VecDeque;
+
 use super::{Peer, Peers};
 use crate::layout::ID_MAX;
 use crate::live::Instance;
@@ -27,6 +29,14 @@ pub struct Answered {
 
 /// Ids a request may take: `ID_MAX + 1`, the wire's id bits.
 const IDS: u64 = ID_MAX as u64 + 1;
+
+/// The most ghosts a peer keeps (`Peers::strand`): with at most
+/// `tx_attr.size` operations waiting, far fewer ids are held than there
+/// are, so `fresh_id` finds a free one within that many steps. Only a
+/// target that breaks its answer channel again and again without ever
+/// answering reaches it; the oldest ghosts are then forgotten, and their
+/// ids may be given again (`docs/design.md`, still open).
+const GHOSTS_MAX: usize = 1 << 16;
 
 /// The sequence number and id of a new request: the next of `next` (the
 /// endpoint's sequence, advanced past it) whose id (its low bits) no
@@ -58,26 +68,76 @@ pub(super) fn fresh_id(
     (seq, id_of(seq))
 }
 
+/// A peer's stranded requests, oldest first, as (sequence number, id):
+/// their operations failed (`Peers::strand`), but the target may not
+/// have read them yet, and would answer them late. Their ids count as
+/// held, and the oldest as waiting, for [`fresh_id`] — else a new
+/// request could take one after a round of ids sent elsewhere, and the
+/// late answer end it (and, being a later answer, fail the direct ones
+/// before it while the target still writes their buffers). A ghost ends
+/// nothing: an answer with its id is dropped.
+#[derive(Debug, Default)]
+pub(super) struct Ghosts(VecDeque<(u64, u32)>);
+
+impl Ghosts {
+    /// A request that failed stranded, after every ghost kept (its
+    /// sequence number is above theirs: those stranded before it left
+    /// `pending` then, and it came after).
+    pub(super) fn strand(&mut self, seq: u64, id: u32) {
+        self.0.push_back((seq, id));
+        let over = self.0.len().saturating_sub(GHOSTS_MAX);
+        self.0.drain(..over);
+    }
+
+    /// An answer carrying `id` arrived: whether it is a ghost's. The
+    /// target answers in order, so it is done with that request and
+    /// every earlier one: their ghosts go.
+    pub(super) fn answer(&mut self, id: u64) -> bool {
+        let Some(at) = self.0.iter().position(|g| u64::from(g.1) == id) else {
+            return false;
+        };
+        self.0.drain(..=at);
+        true
+    }
+
+    /// The request numbered `seq` was answered (well formed): no answer
+    /// comes to one before it any more.
+    pub(super) fn passed(&mut self, seq: u64) {
+        while self.0.front().is_some_and(|g| g.0 < seq) {
+            self.0.pop_front();
+        }
+    }
+
+    pub(super) fn oldest(&self) -> Option<u64> {
+        self.0.front().map(|g| g.0)
+    }
+
+    pub(super) fn holds(&self, id: u32) -> bool {
+        self.0.iter().any(|g| g.1 == id)
+    }
+}
+
 impl Peer {
     /// A request id that no operation waiting for this peer holds, so an
     /// answer names exactly one ([`fresh_id`]), from the endpoint's
     /// sequence `next`.
     pub(super) fn new_id(&self, next: &mut u64) -> (u64, u32) {
         // The operation answering is mostly older than all waiting, but
-        // not when a broken answer took it from their midst (`answered`).
+        // not when a broken answer took it from their midst (`answered`);
+        // a ghost may be older than both.
         let answering = self.answering.then_some(self.answering_seq);
         let front = self.pending.front().map(|p| p.seq);
-        let oldest = match (answering, front) {
-            (Some(a), Some(f)) => Some(a.min(f)),
-            (a, f) => a.or(f),
-        };
+        let ghost = self.ghosts.oldest();
+        let oldest = [answering, front, ghost].into_iter().flatten().min();
         fresh_id(next, oldest, |id| {
-            (self.answering && self.answering_id == id) || self.pending.iter().any(|p| p.id == id)
+            (self.answering && self.answering_id == id)
+                || self.pending.iter().any(|p| p.id == id)
+                || self.ghosts.holds(id)
         })
     }
 
     /// The target instance our requests go to.
-    fn instance(&self) -> Instance {
+    pub(super) fn instance(&self) -> Instance {
         (self.owner.0, self.owner.1, self.serial)
     }
 }
@@ -94,8 +154,8 @@ impl Peers {
     /// with [`set_answering`](Self::set_answering) once the operation
     /// has completed or failed.
     ///
-    /// `Ok(None)`: no operation waits for `id` (it failed already, or
-    /// the id is not one we gave), or the answer comes from another
+    /// `Ok(None)`: no operation waits for `id` (it failed already — a
+    /// ghost's answer —, or the id is not one we gave), or the answer comes from another
     /// instance than the one our requests to `addr` go to — one that had
     /// the name before (its channel, closed, is still drained) — whose
     /// ids mean nothing here: it must neither end an operation nor fail
@@ -111,19 +171,26 @@ impl Peers {
         if by != Some(peer.instance()) {
             return Ok(None);
         }
+        if peer.ghosts.answer(id) {
+            return Ok(None);
+        }
         let Some(at) = peer.pending.iter().position(|p| u64::from(p.id) == id) else {
             return Ok(None);
         };
-        let (op, lost) = match peer.pending.get(at).map(well_formed) {
-            Some(true) => {
-                let lost = peer.pending.drain(..at).collect();
-                (peer.pending.pop_front(), lost)
-            }
-            _ => (peer.pending.remove(at), Vec::new()),
+        let fits = peer.pending.get(at).is_some_and(well_formed);
+        let (op, lost) = if fits {
+            let lost = peer.pending.drain(..at).collect();
+            (peer.pending.pop_front(), lost)
+        } else {
+            (peer.pending.remove(at), Vec::new())
         };
         let Some(op) = op else {
             return Ok(None);
         };
+        if fits {
+            // A broken answer proves nothing, and keeps them.
+            peer.ghosts.passed(op.seq);
+        }
         peer.answering = true;
         peer.answering_id = op.id;
         peer.answering_seq = op.seq;
@@ -134,8 +201,9 @@ impl Peers {
     /// instance `by`, was freed as broken (`rx::lifecycle::free`): the
     /// answers queued behind the bad record are gone, so its operations
     /// whose buffers the target cannot touch (their bytes travel in
-    /// records) fail now (`FI_ECONNABORTED`); should the target answer
-    /// one of them still, the answer's id finds nothing and is dropped.
+    /// records) fail now (`FI_ECONNABORTED`). Their ids stay taken as
+    /// [`Ghosts`]: should the target answer one of them still, the answer
+    /// finds its ghost and is dropped, and no new request had its id.
     /// Direct operations stay: the target may not have read their
     /// request yet, and would then still move bytes from or into their
     /// buffers; they end by their own answer, by the answer to a later
@@ -155,6 +223,7 @@ impl Peers {
             if p.direct.is_some() {
                 peer.pending.push_back(p);
             } else {
+                peer.ghosts.strand(p.seq, p.id);
                 ring.push(p);
             }
         }
@@ -199,5 +268,63 @@ mod tests {
         assert_eq!(next, seq + 1);
         let (_, id) = fresh_id(&mut next, Some(oldest), |i| held.contains(&i));
         assert_eq!(id, 11);
+    }
+
+    /// A stranded request's id is not given again, however many requests
+    /// went elsewhere, until the target answered it: its late answer
+    /// finds the ghost, not a new operation.
+    #[test]
+    fn ghost_id_not_reused() {
+        let mut ghosts = Ghosts::default();
+        ghosts.strand(5, 5);
+        ghosts.strand(6, 6);
+        // A round of ids later, with nothing else waiting for the peer.
+        let mut next = 5 + IDS;
+        let (seq, id) = fresh_id(&mut next, ghosts.oldest(), |i| ghosts.holds(i));
+        assert_eq!((seq, id), (7 + IDS, 7));
+        // The late answer to the first: dropped, its ghost gone, the
+        // second's still held.
+        assert!(ghosts.answer(5));
+        assert!(!ghosts.holds(5));
+        assert!(ghosts.holds(6));
+        assert_eq!(ghosts.oldest(), Some(6));
+        // An id no ghost holds is no ghost's answer.
+        assert!(!ghosts.answer(7));
+        assert!(ghosts.holds(6));
+    }
+
+    /// An answer to a ghost ends the ghosts before it (answers come in
+    /// order); an answer to a later request ends all before that.
+    #[test]
+    fn ghosts_pass() {
+        let mut ghosts = Ghosts::default();
+        for s in [3u64, 4, 9, 12] {
+            ghosts.strand(s, s as u32);
+        }
+        assert!(ghosts.answer(4));
+        assert_eq!(ghosts.oldest(), Some(9));
+        assert!(!ghosts.holds(3));
+        ghosts.passed(10);
+        assert_eq!(ghosts.oldest(), Some(12));
+        ghosts.passed(12);
+        assert_eq!(ghosts.oldest(), Some(12));
+        ghosts.passed(13);
+        assert_eq!(ghosts.oldest(), None);
+        let mut next = 13 + IDS;
+        assert_eq!(fresh_id(&mut next, ghosts.oldest(), |_| true).1, 13);
+    }
+
+    /// Ghosts are bounded: the oldest are forgotten past the cap, so the
+    /// held ids stay far fewer than the ids there are.
+    #[test]
+    fn ghosts_bounded() {
+        let mut ghosts = Ghosts::default();
+        let n = GHOSTS_MAX as u64 + 3;
+        for s in 0..n {
+            ghosts.strand(s, (s % IDS) as u32);
+        }
+        assert_eq!(ghosts.oldest(), Some(3));
+        assert!(!ghosts.holds(2));
+        assert!(ghosts.holds(3));
     }
 }

@@ -198,6 +198,27 @@ impl EpShared {
     /// an RMA request: written now if the ring takes it, else queued in
     /// order. A peer that cannot be reached fails it (`ConnRefused`).
     pub fn enqueue(&self, addr: &[u8], o: Out, pending: Option<crate::rma::Pending>) {
+        self.enqueue_if(addr, o, pending, |_| true);
+    }
+
+    /// Sends the answer `o` to the endpoint at `addr` if that is the
+    /// instance `by` (whose request it answers); else drops it: no
+    /// operation of the endpoint now holding the name waits for it
+    /// (`EpShared::answer`).
+    pub fn enqueue_answer(&self, addr: &[u8], o: Out, by: Option<crate::live::Instance>) {
+        self.enqueue_if(addr, o, None, |p| by == Some(p.instance()));
+    }
+
+    /// [`enqueue`](Self::enqueue) if the peer at `addr` passes `ok`;
+    /// else `o` is dropped (an answer: nothing waits for it here).
+    #[inline]
+    fn enqueue_if(
+        &self,
+        addr: &[u8],
+        o: Out,
+        pending: Option<crate::rma::Pending>,
+        ok: impl Fn(&Peer) -> bool,
+    ) {
         let mut guard = lock(&self.peers);
         let peers = &mut *guard;
         // Filled in place: returned, it was copied out on every send.
@@ -205,8 +226,16 @@ impl EpShared {
         // One lookup of a known peer: hashing the address twice (whether
         // it is there, then to take it) was a tenth of a send.
         match peers.map.get_mut(addr) {
+            Some(peer) if !ok(peer) => {
+                tracing::debug!("shm: an answer for an instance gone from its name; dropped");
+                return;
+            }
             Some(peer) => self.enqueue_to(peer, o, pending, &mut peers.next_seq, &mut after),
             None => match crate::name::parse(addr).and_then(|n| self.open_peer(n)) {
+                Ok(p) if !ok(&p) => {
+                    tracing::debug!("shm: an answer for an instance gone from its name; dropped");
+                    return;
+                }
                 Ok(mut p) => {
                     self.enqueue_to(&mut p, o, pending, &mut peers.next_seq, &mut after);
                     peers.map.insert(addr, p);
