@@ -41,6 +41,25 @@ fn post_read(a: &weft::Endpoint, to: weft::FiAddr, len: usize, off: u64, context
         .unwrap();
 }
 
+/// A read of 8 bytes at `off` posted after the target resumed gets its
+/// own bytes of `initial` under `context`, and no late answer completes
+/// anything after it.
+async fn a_later_read_gets_its_own(
+    a: &weft::Endpoint,
+    acq: &CompletionQueue,
+    to: weft::FiAddr,
+    initial: &[u8],
+    off: u64,
+    context: u64,
+) {
+    post_read(a, to, 8, off, context);
+    let e = within("the later read", next_cq(acq)).await;
+    assert_eq!(e.as_ref().map(|e| e.context).ok(), Some(context));
+    let at = off as usize;
+    assert_eq!(read_bytes(e), initial[at..at + 8]);
+    quiet(acq, "a late answer completed something").await;
+}
+
 /// Fails the test if a completion arrives within [`QUIET`].
 async fn quiet(cq: &CompletionQueue, what: &str) {
     if let Ok(c) = tokio::time::timeout(QUIET, next_cq(cq)).await {
@@ -294,11 +313,7 @@ async fn a_broken_answer_channel_ends_what_it_strands() {
             "the direct read's bytes"
         );
     }
-    post_read(&a, to, 8, 16, 4);
-    let e = within("the later read", next_cq(&acq)).await;
-    assert_eq!(e.as_ref().map(|e| e.context).ok(), Some(4));
-    assert_eq!(read_bytes(e), initial[16..24]);
-    quiet(&acq, "a late answer completed something").await;
+    a_later_read_gets_its_own(&a, &acq, to, &initial, 16, 4).await;
     assert_eq!(a.stats().unwrap().rx_malformed, 1);
     peer.0.kill().unwrap();
     peer.0.wait().unwrap();
@@ -351,11 +366,7 @@ async fn an_answer_to_a_later_request_ends_the_earlier_ones() {
     assert_eq!(read_bytes(second), initial[16..24]);
     assert_eq!(a.stats().unwrap().rx_malformed, 0);
     shm_common::resume(peer.0.id());
-    post_read(&a, to, 8, 24, 3);
-    let e = within("the later read", next_cq(&acq)).await;
-    assert_eq!(e.as_ref().map(|e| e.context).ok(), Some(3));
-    assert_eq!(read_bytes(e), initial[24..32]);
-    quiet(&acq, "a late answer completed something").await;
+    a_later_read_gets_its_own(&a, &acq, to, &initial, 24, 3).await;
     assert_eq!(a.stats().unwrap().rx_malformed, 0);
     peer.0.kill().unwrap();
     peer.0.wait().unwrap();
