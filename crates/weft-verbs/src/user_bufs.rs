@@ -153,9 +153,10 @@ impl RmaLocal {
                 if ok {
                     // The slot holds exactly `len` bytes, which fit the
                     // buffers (checked at post).
-                    let _ = pool.scatter(pool.offset(slot), len, &mut bufs);
+                    let _ = pool.scatter_put(slot, len, &mut bufs);
+                } else {
+                    pool.put(slot);
                 }
-                pool.put(slot);
                 bufs
             }
             RmaLocal::Inline | RmaLocal::Source(_) => Vec::new(),
