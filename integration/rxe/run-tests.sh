@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Runs inside the rxe VM (started by integration/run-rxe): runs every test
-# executable listed in LIST, one after the other, each in its package's
+# Runs inside the rxe VM (started by integration/run-rxe): runs the test
+# executables listed in LIST, one after the other, each in its package's
 # directory like `cargo test` does, with --test-threads=1 and TEST-ARGS.
 # Prints a result line per executable and a summary; exits 1 if any failed.
 #
 # Usage: run-tests.sh LIST [TEST-ARGS...]
-#   LIST: lines "executable<TAB>package directory<TAB>label"
+#   LIST: lines "executable<TAB>package directory<TAB>label<TAB>reason";
+#   a non-empty reason says why the executable runs on the host only.
 set -uo pipefail
 { # one compound command: editing this file cannot break a run in progress
 
@@ -27,10 +28,10 @@ t0=$(now)
 # Executables that run in the host's test command only, with the reason:
 # lines "label<TAB>reason" (integration/rxe/host-only).
 host_only=$(dirname "${BASH_SOURCE[0]}")/host-only
-while IFS=$'\t' read -r -u 3 exe dir label; do
+while IFS=$'\t' read -r -u 3 exe dir label reason; do
   [ -n "$exe" ] || continue
   n=$((n + 1))
-  reason=$(awk -F'\t' -v l="$label" '$1 == l { print $2 }' "$host_only" 2>/dev/null)
+  [ -n "$reason" ] || reason=$(awk -F'\t' -v l="$label" '$1 == l { print $2 }' "$host_only" 2>/dev/null)
   if [ -n "$reason" ]; then
     skipped=$((skipped + 1))
     line="skipped       $label (host only: $reason)"
