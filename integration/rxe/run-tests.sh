@@ -5,16 +5,23 @@
 # Prints a result line per executable and a summary; exits 1 if any failed.
 #
 # Usage: run-tests.sh LIST [TEST-ARGS...]
-#   LIST: lines "executable<TAB>package directory<TAB>label<TAB>reason";
-#   a non-empty reason says why the executable runs on the host only.
+#   LIST: lines "executable<TAB>package directory<TAB>label<TAB>reason
+#   <TAB>filter"; a non-empty reason says why the executable runs on the
+#   host only; a non-empty filter is the name filter it runs with when
+#   TEST-ARGS hold none (an argument not starting with "-").
 set -uo pipefail
 { # one compound command: editing this file cannot break a run in progress
 
 LIST=$1
 shift
 threads=(--test-threads=1)
+own_filter=
 for a in "$@"; do
-  case "$a" in --test-threads|--test-threads=*) threads=() ;; esac
+  case "$a" in
+    --test-threads|--test-threads=*) threads=() ;;
+    -*) ;;
+    *) own_filter=1 ;;
+  esac
 done
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
 log=$(mktemp)
@@ -28,7 +35,7 @@ t0=$(now)
 # Executables that run in the host's test command only, with the reason:
 # lines "label<TAB>reason" (integration/rxe/host-only).
 host_only=$(dirname "${BASH_SOURCE[0]}")/host-only
-while IFS=$'\t' read -r -u 3 exe dir label reason; do
+while IFS=$'\t' read -r -u 3 exe dir label reason filter; do
   [ -n "$exe" ] || continue
   n=$((n + 1))
   [ -n "$reason" ] || reason=$(awk -F'\t' -v l="$label" '$1 == l { print $2 }' "$host_only" 2>/dev/null)
@@ -39,9 +46,11 @@ while IFS=$'\t' read -r -u 3 exe dir label reason; do
     echo "=== [$n/$total] $line"
     continue
   fi
-  echo "=== [$n/$total] $label"
+  args=("$@")
+  [ -n "$filter" ] && [ -z "$own_filter" ] && args+=("$filter")
+  echo "=== [$n/$total] $label${args[*]:+ (${args[*]})}"
   t=$(now)
-  (cd "$dir" && CARGO_MANIFEST_DIR=$dir exec "$exe" "${threads[@]}" "$@") </dev/null | tee "$log"
+  (cd "$dir" && CARGO_MANIFEST_DIR=$dir exec "$exe" "${threads[@]}" "${args[@]}") </dev/null | tee "$log"
   rc=${PIPESTATUS[0]}
   dt=$(secs $(($(now) - t)))
   # libtest: "test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; ..."
