@@ -18,7 +18,8 @@ use crate::ring::Chan;
 /// Whether the process that claimed the channel still runs: by its pid,
 /// or, where that pid means nothing here (another pid namespace), by the
 /// lock it holds on its own segment, named by the address it claimed
-/// with.
+/// with — while that segment is still the claimer's (`live::held_by`): a
+/// new endpoint under the name does not keep a dead claimer's channel.
 pub(super) fn sender_alive(ep: &EpShared, c: &Chan, lc: &RxChan) -> bool {
     let pid = ep.seg.load32(c.ctl(C_PID), Ordering::Acquire).unwrap_or(0);
     let start = ep
@@ -28,10 +29,11 @@ pub(super) fn sender_alive(ep: &EpShared, c: &Chan, lc: &RxChan) -> bool {
     if crate::live::alive(pid, start) {
         return true;
     }
-    lc.from
-        .as_deref()
-        .and_then(|a| crate::name::parse(a).ok())
-        .is_some_and(|n| crate::live::held(n) == Some(true))
+    let name = lc.from.as_deref().and_then(|a| crate::name::parse(a).ok());
+    match (name, lc.claimer) {
+        (Some(n), Some(by)) => crate::live::held_by(n, by),
+        _ => false,
+    }
 }
 
 /// A sender claimed the channel: reads its name. False when the name is
