@@ -35,21 +35,33 @@ pub fn serial() -> u64 {
 
 /// The start time of process `pid`, if it exists and `/proc` says.
 pub fn start_time(pid: u32) -> Option<u64> {
+    stat(pid).map(|(_, t)| t)
+}
+
+/// Process `pid`'s state letter and start time (fields 3 and 22 of
+/// `/proc/<pid>/stat`), if it exists and `/proc` says.
+fn stat(pid: u32) -> Option<(u8, u64)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: the
     // fields after the last ')' are fixed.
-    let rest = &s[s.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    let mut rest = s[s.rfind(')')? + 1..].split_ascii_whitespace();
+    let state = *rest.next()?.as_bytes().first()?;
+    Some((state, rest.nth(18)?.parse().ok()?))
 }
 
 /// Whether the process `pid` that started at `start` still runs. A start
-/// time of 0 (not known when recorded) checks the pid only.
+/// time of 0 (not known when recorded) checks the pid only. A zombie
+/// (`Z`, or `X` on its way out) runs no more: it holds no locks, writes
+/// nothing, and its parent may take long to reap it — meanwhile a new
+/// endpoint may take its name, and our records of it must go. (A
+/// process whose main thread alone exited shows a zombie leader too; its
+/// lock, which `owner_runs` also asks, still says it runs.)
 pub fn alive(pid: u32, start: u64) -> bool {
     if pid == 0 {
         return false;
     }
-    match start_time(pid) {
-        Some(t) => start == 0 || t == start,
+    match stat(pid) {
+        Some((state, t)) => !matches!(state, b'Z' | b'X') && (start == 0 || t == start),
         None => {
             let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
                 return false;
@@ -237,6 +249,30 @@ mod tests {
         assert!(!alive(pid, start + 1), "a reused pid is another process");
         assert!(!alive(0, 0));
         assert!(!alive(u32::MAX, 0));
+    }
+
+    /// A child killed and not yet reaped is a zombie: dead to us,
+    /// though its pid and start time are still there.
+    #[test]
+    fn a_zombie_is_not_alive() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let start = start_time(pid).unwrap();
+        assert!(alive(pid, start));
+        // SIGKILL, not reaped (`wait` below does).
+        child.kill().unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while stat(pid).map(|s| s.0) != Some(b'Z') {
+            assert!(std::time::Instant::now() < until, "no zombie");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(start_time(pid), Some(start), "its pid and start remain");
+        assert!(!alive(pid, start));
+        child.wait().unwrap();
+        assert!(!alive(pid, start));
     }
 
     /// A segment file header naming the instance `i`.

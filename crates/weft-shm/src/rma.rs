@@ -217,26 +217,7 @@ impl EpShared {
         let lead = Lead::new(K_RESP, u64::from(id), code, &[]);
         let iov: Iov = data.into_iter().collect();
         let out = EpShared::rma_out(lead, iov, len).proving(proves);
-        self.forget_if_gone(to, by);
         self.enqueue_answer(to, out, by);
-    }
-
-    /// Before an answer for the instance `by` goes to `to`: if our record
-    /// for `to` names another instance that is gone (it died, and `by`
-    /// took its name before our sweep saw it), the sweep runs now, so
-    /// the answer finds a record made anew for the name rather than
-    /// being dropped as the old instance's — a new initiator's request
-    /// in that window would otherwise wait for an answer forever. A
-    /// record of an instance still running stays: the answer is then
-    /// the one dropped (`enqueue_answer`).
-    fn forget_if_gone(&self, to: &[u8], by: Option<crate::live::Instance>) {
-        let stale = lock(&self.peers)
-            .map
-            .get_mut(to)
-            .is_some_and(|p| by.is_some() && by != Some(p.instance()) && !p.alive());
-        if stale {
-            self.sweep_peers();
-        }
     }
 
     /// The region under `key` for `len` bytes at `off`, needing `need`,
