@@ -13,8 +13,9 @@
 //!   reading from us: the new one gets its answer (before, our record
 //!   for the name still mapped the dead one, and the answer was dropped
 //!   as another instance's), and the dead one's channel in our segment
-//!   is freed.
-//!
+//!   is freed. Its request comes at once, mostly before our sweep saw
+//!   the old one die: the look at its claim (`forget_if_gone`) is what
+//!   answers it then.
 //! - An answer on a channel claimed under a name we keep no record for,
 //!   by an instance gone from that name, is dropped: the messages behind
 //!   it on the channel are delivered.
