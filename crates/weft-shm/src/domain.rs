@@ -37,8 +37,7 @@ pub fn present(addr: &[u8]) -> bool {
     let Ok(n) = name::parse(addr) else {
         return false;
     };
-    crate::live::owner_of_file(&crate::live::seg_path(n))
-        .is_some_and(|(pid, start)| crate::live::owner_runs(n, pid, start))
+    crate::live::instance_of_name(n).is_some_and(|i| crate::live::owner_runs(n, i))
 }
 
 /// The domain object.

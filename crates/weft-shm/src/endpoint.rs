@@ -159,10 +159,8 @@ fn create_segment(name: &str, g: Geometry) -> Result<Segment> {
     let seg_name = name::seg_name(name);
     match Segment::create(&seg_name, g.bytes()) {
         Err(Error::AddrInUse) => {
-            match crate::live::owner_of_file(&crate::live::seg_path(name)) {
-                Some((pid, start)) if crate::live::owner_runs(name, pid, start) => {
-                    Err(Error::AddrInUse)
-                }
+            match crate::live::instance_of_name(name) {
+                Some(i) if crate::live::owner_runs(name, i) => Err(Error::AddrInUse),
                 // Dead, or never finished by its creator: ours now.
                 _ => {
                     Segment::unlink(&seg_name);

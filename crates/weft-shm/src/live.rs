@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use rustix::process::Pid;
 
-use crate::layout::{H_MAGIC, H_PID, H_START, MAGIC};
+use crate::layout::{H_MAGIC, H_PID, H_SERIAL, H_START, MAGIC};
 use crate::name::{bell_path, seg_name, BELL_PREFIX, SEG_PREFIX, SHM_DIR};
 use crate::segment::Segment;
 
@@ -35,21 +35,33 @@ pub fn serial() -> u64 {
 
 /// The start time of process `pid`, if it exists and `/proc` says.
 pub fn start_time(pid: u32) -> Option<u64> {
+    stat(pid).map(|(_, t)| t)
+}
+
+/// Process `pid`'s state letter and start time (fields 3 and 22 of
+/// `/proc/<pid>/stat`), if it exists and `/proc` says.
+fn stat(pid: u32) -> Option<(u8, u64)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: the
     // fields after the last ')' are fixed.
-    let rest = &s[s.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    let mut rest = s[s.rfind(')')? + 1..].split_ascii_whitespace();
+    let state = *rest.next()?.as_bytes().first()?;
+    Some((state, rest.nth(18)?.parse().ok()?))
 }
 
 /// Whether the process `pid` that started at `start` still runs. A start
-/// time of 0 (not known when recorded) checks the pid only.
+/// time of 0 (not known when recorded) checks the pid only. A zombie
+/// (`Z`, or `X` on its way out) runs no more: it holds no locks, writes
+/// nothing, and its parent may take long to reap it — meanwhile a new
+/// endpoint may take its name, and our records of it must go. (A
+/// process whose main thread alone exited shows a zombie leader too; its
+/// lock, which `owner_runs` also asks, still says it runs.)
 pub fn alive(pid: u32, start: u64) -> bool {
     if pid == 0 {
         return false;
     }
-    match start_time(pid) {
-        Some(t) => start == 0 || t == start,
+    match stat(pid) {
+        Some((state, t)) => !matches!(state, b'Z' | b'X') && (start == 0 || t == start),
         None => {
             let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
                 return false;
@@ -95,23 +107,60 @@ pub fn held(name: &str) -> Option<bool> {
     }
 }
 
-/// Whether the owner of `name`'s segment, recorded as `pid` and `start`,
-/// still runs: its pid says so in this pid namespace, or its lock on the
-/// segment does (the owner may live in another pid namespace, where the
-/// pid names nobody or somebody else).
-pub fn owner_runs(name: &str, pid: u32, start: u64) -> bool {
-    alive(pid, start) || held(name) == Some(true)
+/// Whether the endpoint instance `inst` (pid, start time, serial), which
+/// had or has the name `name`, still runs: its pid says so in this pid
+/// namespace, or its lock on its own segment does (it may live in
+/// another pid namespace, where the pid names nobody or somebody else).
+///
+/// The lock counts only while the segment file under `name` is still
+/// `inst`'s: once a new endpoint holds the name (a process restarted
+/// after a crash), the lock is that one's and says nothing of `inst`,
+/// which is then dead to us (`docs/design.md`, "The shm provider").
+pub fn owner_runs(name: &str, inst: Instance) -> bool {
+    alive(inst.0, inst.1) || held_by(name, inst)
+}
+
+/// Whether `name`'s segment file is `inst`'s own — its header names that
+/// instance — and some live process holds it (see [`hold`]). The header
+/// and the lock are read through one open file, so both are of the same
+/// segment even if the name changes hands meanwhile.
+pub fn held_by(name: &str, inst: Instance) -> bool {
+    let Ok(mut f) = std::fs::File::open(seg_path(name)) else {
+        return false;
+    };
+    if instance_in(&mut f) != Some(inst) {
+        return false;
+    }
+    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {
+            let _ = rustix::fs::flock(&f, rustix::fs::FlockOperation::Unlock);
+            false
+        }
+        Err(e) => e == rustix::io::Errno::WOULDBLOCK,
+    }
+}
+
+/// The instance a segment file's header names (`H_PID`, `H_START`,
+/// `H_SERIAL`); `None` when the header is not (yet) valid.
+fn instance_in(f: &mut std::fs::File) -> Option<Instance> {
+    let mut h = [0u8; H_SERIAL + 8];
+    f.read_exact(&mut h).ok()?;
+    let u64_at = |o: usize| h.get(o..o + 8)?.try_into().ok().map(u64::from_ne_bytes);
+    let u32_at = |o: usize| h.get(o..o + 4)?.try_into().ok().map(u32::from_ne_bytes);
+    (u64_at(H_MAGIC)? == MAGIC).then_some((u32_at(H_PID)?, u64_at(H_START)?, u64_at(H_SERIAL)?))
+}
+
+/// The instance the segment file under `name` names now: the endpoint
+/// that holds the name, or held it last.
+pub fn instance_of_name(name: &str) -> Option<Instance> {
+    instance_in(&mut std::fs::File::open(seg_path(name)).ok()?)
 }
 
 /// The owner (pid, start time) a segment file's header names, read with
 /// plain file I/O; `None` when the header is not (yet) valid.
 pub fn owner_of_file(path: &std::path::Path) -> Option<(u32, u64)> {
-    let mut f = std::fs::File::open(path).ok()?;
-    let mut h = [0u8; 40];
-    f.read_exact(&mut h).ok()?;
-    let u64_at = |o: usize| h.get(o..o + 8)?.try_into().ok().map(u64::from_ne_bytes);
-    let u32_at = |o: usize| h.get(o..o + 4)?.try_into().ok().map(u32::from_ne_bytes);
-    (u64_at(H_MAGIC)? == MAGIC).then_some((u32_at(H_PID)?, u64_at(H_START)?))
+    let (pid, start, _) = instance_in(&mut std::fs::File::open(path).ok()?)?;
+    Some((pid, start))
 }
 
 /// The owner a mapped segment's header names.
@@ -202,6 +251,40 @@ mod tests {
         assert!(!alive(u32::MAX, 0));
     }
 
+    /// A child killed and not yet reaped is a zombie: dead to us,
+    /// though its pid and start time are still there.
+    #[test]
+    fn a_zombie_is_not_alive() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let start = start_time(pid).unwrap();
+        assert!(alive(pid, start));
+        // SIGKILL, not reaped (`wait` below does).
+        child.kill().unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while stat(pid).map(|s| s.0) != Some(b'Z') {
+            assert!(std::time::Instant::now() < until, "no zombie");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(start_time(pid), Some(start), "its pid and start remain");
+        assert!(!alive(pid, start));
+        child.wait().unwrap();
+        assert!(!alive(pid, start));
+    }
+
+    /// A segment file header naming the instance `i`.
+    fn header(i: Instance) -> Vec<u8> {
+        let mut h = vec![0u8; 64];
+        h[H_MAGIC..H_MAGIC + 8].copy_from_slice(&MAGIC.to_ne_bytes());
+        h[H_PID..H_PID + 4].copy_from_slice(&i.0.to_ne_bytes());
+        h[H_START..H_START + 8].copy_from_slice(&i.1.to_ne_bytes());
+        h[H_SERIAL..H_SERIAL + 8].copy_from_slice(&i.2.to_ne_bytes());
+        h
+    }
+
     /// The lock says whether the owner runs where its pid cannot: here
     /// the header names a pid that is not running, as a process in
     /// another pid namespace would look.
@@ -209,19 +292,59 @@ mod tests {
     fn a_held_segment_runs_whatever_its_pid_says() {
         let name = format!("live-test-{}", crate::name::unique());
         let path = seg_path(&name);
-        std::fs::write(&path, [0u8; 64]).unwrap();
+        let inst = (u32::MAX, 0, 5);
+        std::fs::write(&path, header(inst)).unwrap();
         assert_eq!(held(&name), Some(false));
-        assert!(!owner_runs(&name, u32::MAX, 0));
+        assert!(!owner_runs(&name, inst));
+        assert_eq!(instance_of_name(&name), Some(inst));
+        assert_eq!(owner_of_file(&path), Some((inst.0, inst.1)));
         let h = hold(&name).unwrap();
         assert_eq!(held(&name), Some(true));
-        assert!(owner_runs(&name, u32::MAX, 0));
+        assert!(owner_runs(&name, inst));
         // Another holder of a shared lock does not make it look free.
         let h2 = hold(&name).unwrap();
         drop(h);
         assert_eq!(held(&name), Some(true));
+        assert!(owner_runs(&name, inst));
         drop(h2);
         assert_eq!(held(&name), Some(false), "the kernel lets go with the file");
+        assert!(!owner_runs(&name, inst));
         assert_eq!(held("live-test-no-such-segment"), None);
+        assert!(!held_by("live-test-no-such-segment", inst));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A crashed instance's name taken by a new endpoint (its own segment
+    /// file under the name, held): the lock is the new one's, and says
+    /// nothing of the old instance — nor of another serial of the same
+    /// pid — which is dead to us; the new one runs.
+    #[test]
+    fn a_name_held_by_another_instance_does_not_keep_the_old_one_running() {
+        let name = format!("live-test-{}", crate::name::unique());
+        let path = seg_path(&name);
+        let old = (u32::MAX, 7, 1);
+        let new = (u32::MAX - 1, 8, 1);
+        std::fs::write(&path, header(old)).unwrap();
+        let h = hold(&name).unwrap();
+        assert!(owner_runs(&name, old));
+        drop(h);
+        // The old one died; the new one replaced its file and holds it.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, header(new)).unwrap();
+        let h = hold(&name).unwrap();
+        assert_eq!(held(&name), Some(true), "the name alone looks held");
+        assert!(!owner_runs(&name, old), "the old instance is dead");
+        assert!(owner_runs(&name, new));
+        assert!(
+            !owner_runs(&name, (new.0, new.1, 2)),
+            "another endpoint of the same process"
+        );
+        // A file with no valid header yet (its creator is still writing
+        // it) names nobody.
+        std::fs::write(&path, [0u8; 64]).unwrap();
+        assert!(!owner_runs(&name, new));
+        assert_eq!(instance_of_name(&name), None);
+        drop(h);
         std::fs::remove_file(&path).unwrap();
     }
 }

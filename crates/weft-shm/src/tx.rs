@@ -194,7 +194,7 @@ impl Peer {
             .load64(H_SERIAL, Ordering::Acquire)
             .ok_or(Error::ConnRefused)?;
         let g = crate::ring::header_geometry(&seg).ok_or(Error::ConnRefused)?;
-        if !crate::live::owner_runs(name, owner.0, owner.1) {
+        if !crate::live::owner_runs(name, (owner.0, owner.1, serial)) {
             return Err(Error::ConnRefused);
         }
         Ok(Peer {
@@ -563,10 +563,11 @@ impl Peer {
         self.seg.load32(H_PID, Ordering::Relaxed) == Some(self.owner.0)
     }
 
-    /// Whether the segment's owner is the one mapped and still runs.
+    /// Whether the instance mapped still owns its segment and runs (not
+    /// whoever holds the name now: `live::owner_runs`).
     pub(crate) fn alive(&self) -> bool {
         crate::live::owner_of(&self.seg) == Some(self.owner)
-            && crate::live::owner_runs(&self.name, self.owner.0, self.owner.1)
+            && crate::live::owner_runs(&self.name, self.instance())
     }
 
     /// A send is wholly in the ring: it ends now, or (delivery-complete)

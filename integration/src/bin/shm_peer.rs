@@ -21,6 +21,15 @@
 //!   prints its address and waits: an RMA target in another process
 //!   (`tests/shm_rma.rs`). With `copy`, cross-memory attach is off in
 //!   it (`WEFT_SHM_CMA=0`): its RMA goes through the rings.
+//! - `shm-peer named NAME SEED`: `target 4096` under the endpoint name
+//!   `NAME`, its region holding `weft_integration::payload(4096, SEED)`:
+//!   a target restarted under its name (`tests/shm_restart.rs`).
+//! - `shm-peer reader NAME ADDR KEY AT AFTER`: opens an shm RDM endpoint
+//!   under the name `NAME`, prints `ready`, waits until process `AFTER`
+//!   is gone (0: no wait), reads 4096 bytes at `AT` under `KEY` from the
+//!   endpoint at `ADDR` (at most 10 s), prints `read` and the first 8
+//!   bytes in hex, or `failed` and why, and waits: an initiator
+//!   restarted under its name (`tests/shm_restart.rs`).
 
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -46,11 +55,19 @@ struct Ep {
 }
 
 fn open_ep() -> Res<Ep> {
+    open_named(None)
+}
+
+/// [`open_ep`] under the endpoint name `name`, if given.
+fn open_named(name: Option<&str>) -> Res<Ep> {
     let mut hints = Info::default();
     hints.ep_attr.ep_type = EpType::Rdm;
     hints.fabric_attr.prov_name = Some("shm".into());
     let mut info = weft::getinfo(Some(&hints))?.remove(0);
     info.rx_attr.total_buffered_recv = 64 << 10;
+    if let Some(n) = name {
+        info.src_addr = Some(format!("fi_shm://{n}").into_bytes());
+    }
     let fabric = weft::Fabric::open(&info)?;
     let domain = fabric.domain(&info)?;
     let av = domain.av(AvAttr::default())?;
@@ -81,19 +98,50 @@ fn idle() -> Res<()> {
     })
 }
 
-fn target(size: usize) -> Res<()> {
+fn target(size: usize, name: Option<&str>, seed: u8) -> Res<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let e = open_ep()?;
+        let e = open_named(name)?;
         let rw = weft::MrAccess::REMOTE_READ | weft::MrAccess::REMOTE_WRITE;
         let mr = e
             .domain
             .mr_regattr(weft::MrAttr::alloc(size, rw).requested_key(42))
             .map_err(|r| format!("register: {:?}", r.error))?;
-        mr.write_at(0, &weft_integration::payload(size, 7))?;
+        mr.write_at(0, &weft_integration::payload(size, seed))?;
         say(&String::from_utf8_lossy(&e.ep.local_addr()?))?;
         tokio::time::sleep(LIFE).await;
         drop(mr);
+        Ok(())
+    })
+}
+
+fn reader(name: &str, addr: &str, key: u64, at: u64, after: u32) -> Res<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let e = open_named(Some(name))?;
+        say("ready")?;
+        let gone = std::path::PathBuf::from(format!("/proc/{after}"));
+        let until = std::time::Instant::now() + LIFE;
+        while after != 0 && gone.exists() && std::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let to =
+            e.av.insert_sync(&[addr.as_bytes().to_vec()], Default::default())?
+                .fi_addrs
+                .first()
+                .copied()
+                .ok_or("insert failed")?;
+        let read = e.ep.read(to, bytes::BytesMut::zeroed(4096), at, key);
+        match tokio::time::timeout(Duration::from_secs(10), read).await {
+            Ok(Ok(c)) => {
+                let b = c.into_bytes();
+                let hex: String = b.iter().take(8).map(|x| format!("{x:02x}")).collect();
+                say(&format!("read {hex}"))?;
+            }
+            Ok(Err(c)) => say(&format!("failed {:?}", c.err))?,
+            Err(_) => say("failed: no answer in 10 s")?,
+        }
+        tokio::time::sleep(LIFE).await;
         Ok(())
     })
 }
@@ -178,15 +226,21 @@ fn main() -> Res<()> {
         ["idle"] => idle(),
         ["partial", addr] => partial(addr),
         ["send", addr, n, size] => send(addr, n.parse()?, size.parse()?),
-        ["target"] => target(4096),
-        ["target", size] => target(size.parse()?),
+        ["target"] => target(4096, None, 7),
+        ["target", size] => target(size.parse()?, None, 7),
         ["target", size, "copy"] => {
             // Before anything reads it (the mode is found once).
             std::env::set_var("WEFT_SHM_CMA", "0");
-            target(size.parse()?)
+            target(size.parse()?, None, 7)
+        }
+        ["named", name, seed] => target(4096, Some(name), seed.parse()?),
+        ["reader", name, addr, key, at, after] => {
+            reader(name, addr, key.parse()?, at.parse()?, after.parse()?)
         }
         _ => Err(
-            "usage: shm-peer idle | partial ADDR | send ADDR N SIZE | target [SIZE [copy]]".into(),
+            "usage: shm-peer idle | partial ADDR | send ADDR N SIZE | target [SIZE [copy]] \
+             | named NAME SEED | reader NAME ADDR KEY AT AFTER"
+                .into(),
         ),
     }
 }

@@ -18,7 +18,8 @@ use crate::ring::Chan;
 /// Whether the process that claimed the channel still runs: by its pid,
 /// or, where that pid means nothing here (another pid namespace), by the
 /// lock it holds on its own segment, named by the address it claimed
-/// with.
+/// with — while that segment is still the claimer's (`live::held_by`): a
+/// new endpoint under the name does not keep a dead claimer's channel.
 pub(super) fn sender_alive(ep: &EpShared, c: &Chan, lc: &RxChan) -> bool {
     let pid = ep.seg.load32(c.ctl(C_PID), Ordering::Acquire).unwrap_or(0);
     let start = ep
@@ -28,10 +29,11 @@ pub(super) fn sender_alive(ep: &EpShared, c: &Chan, lc: &RxChan) -> bool {
     if crate::live::alive(pid, start) {
         return true;
     }
-    lc.from
-        .as_deref()
-        .and_then(|a| crate::name::parse(a).ok())
-        .is_some_and(|n| crate::live::held(n) == Some(true))
+    let name = lc.from.as_deref().and_then(|a| crate::name::parse(a).ok());
+    match (name, lc.claimer) {
+        (Some(n), Some(by)) => crate::live::held_by(n, by),
+        _ => false,
+    }
 }
 
 /// A sender claimed the channel: reads its name. False when the name is
@@ -64,6 +66,7 @@ pub(super) fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bo
     // A refused sender's memory is not probed: nothing of it is read.
     let cma_pid = accepted.then(|| cma_probe(ep, c)).flatten();
     let claimer = claimer(ep, c);
+    forget_if_gone(ep, &from, claimer);
     let word = if cma_pid.is_some() { CMA_OK } else { CMA_NO };
     ep.seg.store32(c.ctl(C_CMA), word, Ordering::Release);
     *lc = RxChan {
@@ -91,6 +94,28 @@ pub(super) fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bo
         }
     }
     true
+}
+
+/// A channel under the name of `from` is claimed by the instance `by`:
+/// if our record for `from` maps another instance that is gone (it died,
+/// and `by` took its name before our sweep saw it), the sweep runs now —
+/// what waited for the gone one fails, as it would at the sweep — so
+/// that our answers to `by`'s requests, about to come on this channel,
+/// find a record made anew for it instead of being dropped as the gone
+/// one's (`enqueue_answer`): `by`'s operations would wait for them
+/// forever. Every new instance claims before it asks anything, so this
+/// one look per claim covers all, and answers pay nothing for it.
+fn forget_if_gone(ep: &EpShared, from: &[u8], by: Option<crate::live::Instance>) {
+    let Some(by) = by else {
+        return;
+    };
+    let stale = lock(&ep.peers)
+        .map
+        .get_mut(from)
+        .is_some_and(|p| p.instance() != by && !p.alive());
+    if stale {
+        ep.sweep_peers();
+    }
 }
 
 /// The instance that claimed channel `c`, as it wrote itself there.

@@ -117,6 +117,24 @@ impl Ghosts {
     }
 }
 
+/// Whether `by`, the claimer of an answer channel under the name of
+/// `addr`, is an instance that is gone from that name: a new endpoint
+/// holds it now (the segment file names another instance), or `by` no
+/// longer runs (it died or closed; its answers, queued before, still
+/// drain). Its answers are dropped: a record for it, and what waited
+/// there, went when it left, so they end nothing, and freeing the
+/// channel instead would lose the messages queued behind them. A
+/// running claimer under a name whose segment is its own or missing
+/// gets an answer we never asked for: that still breaks the rules. Read
+/// from the name's segment file: only on this rare path.
+fn gone_instance(addr: &[u8], by: Option<Instance>) -> bool {
+    let (Some(by), Ok(name)) = (by, crate::name::parse(addr)) else {
+        return false;
+    };
+    let replaced = crate::live::instance_of_name(name).is_some_and(|now| now != by);
+    replaced || !crate::live::owner_runs(name, by)
+}
+
 impl Peer {
     /// A request id that no operation waiting for this peer holds, so an
     /// answer names exactly one ([`fresh_id`]), from the endpoint's
@@ -137,7 +155,7 @@ impl Peer {
     }
 
     /// The target instance our requests go to.
-    pub(super) fn instance(&self) -> Instance {
+    pub(crate) fn instance(&self) -> Instance {
         (self.owner.0, self.owner.1, self.serial)
     }
 }
@@ -159,7 +177,12 @@ impl Peers {
     /// instance than the one our requests to `addr` go to — one that had
     /// the name before (its channel, closed, is still drained) — whose
     /// ids mean nothing here: it must neither end an operation nor fail
-    /// older ones. `Err`: we send nothing to `addr`.
+    /// older ones. So is one when we keep no record for `addr` at all
+    /// and `by` is not the instance holding the name now: its record was
+    /// swept (it died or closed, and its answers queued before still
+    /// drain), and what waited for it failed then ([`gone_instance`]).
+    /// `Err`: we send nothing to `addr`, and the answer comes from the
+    /// instance that holds the name.
     pub fn answered(
         &mut self,
         addr: &[u8],
@@ -167,7 +190,13 @@ impl Peers {
         by: Option<Instance>,
         well_formed: impl FnOnce(&crate::rma::Pending) -> bool,
     ) -> Result<Option<Answered>, ()> {
-        let peer = self.map.get_mut(addr).ok_or(())?;
+        let Some(peer) = self.map.get_mut(addr) else {
+            return if gone_instance(addr, by) {
+                Ok(None)
+            } else {
+                Err(())
+            };
+        };
         if by != Some(peer.instance()) {
             return Ok(None);
         }

@@ -1,0 +1,335 @@
+//! shm peers restarted under their name (issue #21): a peer record
+//! names one endpoint instance (pid, start time, serial), and its
+//! liveness is that instance's, not that of whoever holds the name now.
+//!
+//! - A target process killed with SIGKILL while reads and a
+//!   delivery-complete send wait for it, a new process already holding
+//!   its name: they fail within a second
+//!   (`FI_ECONNRESET`, as for any dead target), its record goes, and the
+//!   next read reaches the new process. Before, the new process's lock
+//!   on the name kept the dead one's record "alive": they waited
+//!   forever, and later ones went into the orphaned segment.
+//! - An initiator process killed the same way, a new one under its name
+//!   reading from us: the new one gets its answer (before, our record
+//!   for the name still mapped the dead one, and the answer was dropped
+//!   as another instance's), and the dead one's channel in our segment
+//!   is freed. Its request comes at once, mostly before our sweep saw
+//!   the old one die: the look at its claim (`forget_if_gone`) is what
+//!   answers it then.
+//! - An answer on a channel claimed under a name we keep no record for,
+//!   by an instance gone from that name, is dropped: the messages behind
+//!   it on the channel are delivered.
+//!
+//! The new process takes the name while the old one is stopped (its
+//! segment file removed by the test), and the old one is killed after:
+//! so the name is never free between the two, whatever the timing of
+//! our sweeps — a restart racing a sweep, made certain.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use weft::{EpType, Error, MrAccess, MrAttr, WaitMode};
+use weft_integration::child::{Reap, START_LIMIT};
+use weft_integration::{enabled_endpoint, next_cq, payload, within, within_for, Harness, Provider};
+use weft_shm::layout::*;
+use weft_shm::ring::{Chan, RecHead};
+use weft_shm::segment::Segment;
+
+mod shm_common;
+
+/// Within how long a dead peer's operations must fail (`SWEEP_EVERY`
+/// is 100 ms).
+const DETECT: Duration = Duration::from_secs(1);
+
+/// The target's region key.
+const KEY: u64 = 42;
+
+/// A peer process and the lines it prints, read as they come.
+struct Child {
+    proc: Reap,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl Child {
+    fn start(args: &[&str]) -> Child {
+        let mut proc = Reap(
+            Command::new(env!("CARGO_BIN_EXE_shm-peer"))
+                .args(args)
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("the peer starts"),
+        );
+        let out = proc.0.stdout.take().expect("a piped stdout");
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines() {
+                let Ok(l) = l else { return };
+                if tx.send(l.trim().to_owned()).is_err() {
+                    return;
+                }
+            }
+        });
+        Child { proc, lines }
+    }
+
+    /// Its next line, waiting at most `limit`.
+    async fn line(&mut self, limit: Duration, what: &str) -> String {
+        within_for(limit, what, self.lines.recv())
+            .await
+            .unwrap_or_else(|| panic!("the peer ended before {what}"))
+    }
+
+    fn pid(&self) -> u32 {
+        self.proc.0.id()
+    }
+
+    /// SIGKILL, and the zombie reaped (so its pid is gone from `/proc`).
+    fn kill9(&mut self) -> Instant {
+        self.proc.0.kill().unwrap();
+        let t = Instant::now();
+        self.proc.0.wait().unwrap();
+        t
+    }
+}
+
+/// A name of our own for the restarted peer.
+fn fresh_name() -> String {
+    format!("rs-{}", weft_shm::name::unique())
+}
+
+/// Removes `name`'s segment file and doorbell (their mappings stay), so
+/// that a new endpoint can take the name while its owner is stopped.
+fn unlink(name: &str) {
+    std::fs::remove_file(format!("/dev/shm/weft-shm.{name}")).unwrap();
+    let _ = std::fs::remove_file(format!("/dev/shm/weft-shmbell.{name}"));
+}
+
+fn hex8(b: &[u8]) -> String {
+    b.iter().take(8).map(|x| format!("{x:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_killed_and_restarted_under_its_name_fails_what_waited() {
+    let p = Provider::named("shm");
+    let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
+    let av = h.av();
+    let (a, acq) = enabled_endpoint(&h.domain, &h.info, &av, WaitMode::Interrupt);
+    let name = fresh_name();
+    let mut old = Child::start(&["named", &name, "7"]);
+    let addr = old.line(START_LIMIT, "the old target's address").await;
+    assert_eq!(addr, format!("fi_shm://{name}"));
+    let to = av
+        .insert_sync(&[addr.clone().into_bytes()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    let first = within("the first read", a.read(to, BytesMut::zeroed(8), 0, KEY))
+        .await
+        .unwrap();
+    assert_eq!(first.into_bytes()[..], payload(4096, 7)[..8]);
+
+    // Stopped, it answers nothing and consumes nothing: a ring read, a
+    // large one (direct where CMA is permitted) and a delivery-complete
+    // send wait.
+    shm_common::stop(old.pid()).await;
+    a.post_read(to, BytesMut::zeroed(8), 8, KEY, 1).unwrap();
+    a.post_read(to, BytesMut::zeroed(4096), 0, KEY, 2).unwrap();
+    let dc = weft::SendMsg {
+        dest: to,
+        iov: vec![payload(64, 3)],
+        tag: None,
+        data: None,
+        context: 3,
+    };
+    a.post_sendmsg(dc, weft::OpFlags::DELIVERY_COMPLETE)
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), next_cq(&acq))
+            .await
+            .is_err(),
+        "a read completed while the target is stopped"
+    );
+    // A new process takes the name, then the old one dies.
+    unlink(&name);
+    let mut new = Child::start(&["named", &name, "9"]);
+    let again = new.line(START_LIMIT, "the new target's address").await;
+    assert_eq!(again, addr);
+    let killed = old.kill9();
+    let mut failed = Vec::new();
+    for _ in 0..3 {
+        let e = within_for(DETECT * 3, "a waiting operation to end", next_cq(&acq))
+            .await
+            .expect_err("an operation waiting for a dead target failed");
+        failed.push((e.context, e.err));
+    }
+    assert!(
+        killed.elapsed() < DETECT,
+        "the waiting operations failed {:?} after the kill",
+        killed.elapsed()
+    );
+    failed.sort_by_key(|f| f.0);
+    assert_eq!(
+        failed,
+        [
+            (1, Error::ConnReset),
+            (2, Error::ConnReset),
+            (3, Error::ConnReset)
+        ]
+    );
+    assert_eq!(a.stats().unwrap().peers, 0, "the dead one's record went");
+    // The name now resolves to the new process.
+    let r = within(
+        "a read of the new target",
+        a.read(to, BytesMut::zeroed(4096), 0, KEY),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.into_bytes()[..], payload(4096, 9)[..]);
+    let s = within("a send to the new target", a.send(to, payload(64, 1))).await;
+    assert!(s.is_ok(), "{:?}", s.err().map(|e| e.err));
+    assert_eq!(a.stats().unwrap().peers, 1);
+    new.kill9();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_initiator_killed_and_restarted_under_its_name_gets_its_answers() {
+    let p = Provider::named("shm");
+    let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
+    let (b, _bcq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
+    let rw = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
+    let mr = h
+        .domain
+        .mr_regattr(MrAttr::alloc(4096, rw).requested_key(KEY))
+        .map_err(|r| r.error)
+        .unwrap();
+    mr.write_at(0, &payload(4096, 5)).unwrap();
+    let me = String::from_utf8(b.local_addr().unwrap()).unwrap();
+    let (key, at) = (mr.key().to_string(), mr.addr().to_string());
+    let want = format!("read {}", hex8(&payload(4096, 5)));
+    let name = fresh_name();
+
+    let mut old = Child::start(&["reader", &name, &me, &key, &at, "0"]);
+    assert_eq!(old.line(START_LIMIT, "the old initiator").await, "ready");
+    assert_eq!(old.line(START_LIMIT, "the old read").await, want);
+    assert_eq!(b.stats().unwrap().peers, 1, "we answered it");
+    shm_common::stop(old.pid()).await;
+    unlink(&name);
+    // The new one reads once the old one is gone.
+    let mut new = Child::start(&["reader", &name, &me, &key, &at, &old.pid().to_string()]);
+    assert_eq!(new.line(START_LIMIT, "the new initiator").await, "ready");
+    old.kill9();
+    // It reads at once, maybe before our sweep saw the old one die.
+    assert_eq!(
+        new.line(Duration::from_secs(15), "the new read").await,
+        want
+    );
+    // The old one's channel in our segment is freed (within a sweep).
+    within("the dead initiator's channel freed", async {
+        while b.stats().unwrap().conns != 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    new.kill9();
+}
+
+/// Writes record `h` with `payload` at `tail` of `c` and publishes it;
+/// returns the new tail.
+fn put(seg: &Segment, c: &Chan, tail: u64, h: &RecHead, payload: &[u8]) -> u64 {
+    let (at, tail) = c.write_head(seg, tail, h);
+    seg.write(at, payload);
+    c.publish(seg, tail);
+    tail
+}
+
+/// Claims the first free channel of `a`'s segment under `name` as the
+/// instance `inst`, its records `recs` already in the ring when the claim
+/// shows: `a` reads them in the pass that sees it, before any sweep could
+/// free the channel of a claimer that does not run.
+fn claim_with(
+    a: &weft::Endpoint,
+    name: &[u8],
+    inst: weft_shm::live::Instance,
+    recs: &[(RecHead, &[u8])],
+) -> (Segment, Chan) {
+    use Ordering::{Acquire, Release};
+    let g = Geometry::OURS;
+    let seg = shm_common::segment_of(a);
+    let c = (0..g.channels)
+        .map(|i| Chan { g, i })
+        .find(|c| seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | inst.0))
+        .expect("a free channel in our segment");
+    seg.store32(c.ctl(C_PID), inst.0, Release);
+    seg.store64(c.ctl(C_START), inst.1, Release);
+    seg.store64(c.ctl(C_SERIAL), inst.2, Release);
+    seg.store32(c.ctl(C_NAME_LEN), name.len() as u32, Release);
+    seg.write(c.ctl(C_NAME), name);
+    let gen = seg.load32(c.ctl(C_GEN), Acquire).unwrap() + 1;
+    seg.store32(c.ctl(C_GEN), gen, Release);
+    seg.store64(c.ctl(C_CMA_PROBE), 0, Release);
+    let mut tail = 0;
+    for (h, payload) in recs {
+        tail = put(&seg, &c, tail, h, payload);
+    }
+    seg.store32(c.ctl(C_STATE), ACTIVE, Release);
+    (seg, c)
+}
+
+/// An answer on a channel claimed under a name we keep no record for,
+/// by an instance gone from that name — another instance of it than the
+/// one holding it now (the one before), or a process that no longer
+/// runs, its segment gone — is dropped, and the message queued behind it
+/// on that channel is delivered; before, the answer broke the rules, its
+/// channel was freed as broken and the message lost. From the instance
+/// holding the name, whom we never sent anything, it still breaks them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_from_an_instance_gone_from_its_name_is_dropped() {
+    let p = Provider::named("shm");
+    let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
+    let (a, acq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
+    // An endpoint holding a name `a` never sends to.
+    let held = format!("fi_shm://{}", fresh_name());
+    let mut info = h.info.clone();
+    info.src_addr = Some(held.clone().into_bytes());
+    let (_c, _ccq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
+    let now = shm_common::instance_of(&held);
+    let name = held.trim_start_matches("fi_shm://").as_bytes();
+    // Above any pid the kernel gives (`pid_max` is at most 2^22).
+    let dead = ((1 << 22) + 1, 1, 1);
+    let answer = RecHead {
+        word: K_RESP | F_LAST,
+        ..RecHead::default()
+    };
+    let message = RecHead {
+        word: K_FIRST | F_LAST,
+        len: 8,
+        total: 8,
+        ..RecHead::default()
+    };
+    let gone: [(&[u8], weft_shm::live::Instance); 2] = [
+        (name, (now.0, now.1, now.2.wrapping_add(1))),
+        (b"rs-gone-for-good", dead),
+    ];
+    for (ctx, (from, inst)) in gone.into_iter().enumerate() {
+        a.post_recv(BytesMut::zeroed(8), ctx as u64).unwrap();
+        claim_with(&a, from, inst, &[(answer, b""), (message, b"behind!!")]);
+        let got = within("the message behind the answer", next_cq(&acq))
+            .await
+            .unwrap_or_else(|e| panic!("the receive failed: {:?}", e.err));
+        assert_eq!(got.context, ctx as u64);
+        let bytes: Vec<u8> = got.bufs.iter().flat_map(|b| b.iter().copied()).collect();
+        assert_eq!(bytes, b"behind!!");
+        assert_eq!(a.stats().unwrap().rx_malformed, 0);
+    }
+    // The holder of the name answering what we never asked.
+    claim_with(&a, name, now, &[(answer, b"")]);
+    within("the holder's answer breaking its channel", async {
+        while a.stats().unwrap().rx_malformed != 1 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+}
