@@ -6,8 +6,8 @@
 #
 # Usage: run-tests.sh LIST [TEST-ARGS...]
 #   LIST: lines "executable<TAB>package directory<TAB>label<TAB>reason
-#   <TAB>filter"; a non-empty reason says why the executable runs on the
-#   host only; a non-empty filter is the name filter it runs with when
+#   <TAB>filter", "-" for an empty field; a reason says why the executable
+#   runs on the host only; a filter is the name filter it runs with when
 #   TEST-ARGS hold none (an argument not starting with "-").
 set -uo pipefail
 { # one compound command: editing this file cannot break a run in progress
@@ -38,6 +38,8 @@ host_only=$(dirname "${BASH_SOURCE[0]}")/host-only
 while IFS=$'\t' read -r -u 3 exe dir label reason filter; do
   [ -n "$exe" ] || continue
   n=$((n + 1))
+  [ "$reason" = - ] && reason=
+  [ "$filter" = - ] && filter=
   [ -n "$reason" ] || reason=$(awk -F'\t' -v l="$label" '$1 == l { print $2 }' "$host_only" 2>/dev/null)
   if [ -n "$reason" ]; then
     skipped=$((skipped + 1))
