@@ -274,7 +274,7 @@ impl CqShared {
     /// wait does ([`ProgressHooks::single`]): the upgrade per
     /// `pop_batch` (a compare-and-swap, and a decrement at its drop) was
     /// most of what made busy-poll's empty spinning pass dearer than
-    /// inline's (`docs/benchmarks.md`, "busy-poll's empty pass"). The
+    /// inline's (`docs/benchmarks.md`, "the busy reader's empty pass"). The
     /// hook is held for these passes only, so a closed endpoint is let
     /// go of within microseconds, as by the inline wait. Returns the
     /// items taken; 0 after `passes` passes found nothing.
