@@ -267,6 +267,50 @@ impl CqShared {
         self.take(&mut lock(&self.inner), out, max)
     }
 
+    /// [`pop_batch`](Self::pop_batch) made again while it finds nothing,
+    /// `passes` times at most: for a reader that polls an empty queue in
+    /// a loop (`weft::read_batch_spinning`, busy-poll's reader). A lone
+    /// hook is upgraded once for all the passes, as an inline reader's
+    /// wait does ([`ProgressHooks::single`]): the upgrade per
+    /// `pop_batch` (a compare-and-swap, and a decrement at its drop) was
+    /// most of what made busy-poll's empty spinning pass dearer than
+    /// inline's (`docs/benchmarks.md`, "the busy reader's empty pass"). The
+    /// hook is held for these passes only, so a closed endpoint is let
+    /// go of within microseconds, as by the inline wait. Returns the
+    /// items taken; 0 after `passes` passes found nothing.
+    #[inline]
+    pub fn pop_batch_passes(&self, out: &mut Vec<CqItem>, max: usize, passes: u32) -> usize {
+        if max == 0 {
+            return 0;
+        }
+        if (self.len.load(Ordering::Acquire) as usize) < max {
+            let one = self.hooks.single();
+            let mut left = passes.max(1);
+            loop {
+                match &one {
+                    Some(p) => {
+                        p.progress();
+                    }
+                    None => {
+                        if !self.hooks.is_empty() {
+                            self.hooks.drive();
+                        }
+                    }
+                }
+                if self.len.load(Ordering::Acquire) > 0 {
+                    break;
+                }
+                left -= 1;
+                if left == 0 {
+                    return 0;
+                }
+            }
+        }
+        // One call of `take` for both ways here: with two, it was not
+        // inlined.
+        self.take(&mut lock(&self.inner), out, max)
+    }
+
     /// Moves up to `max` items from `g`, in order, into `out`; returns
     /// how many.
     #[inline]

@@ -390,3 +390,66 @@ fn batches_keep_order_whether_they_trade_buffers_or_not() {
     cq.push(Ok(entry(201)));
     assert_eq!(cq.read(1).unwrap()[0].context, 201);
 }
+
+/// Counts its passes; pushes one entry into its queue on pass `at`.
+#[derive(Debug)]
+struct AnswerAt {
+    cq: std::sync::Weak<CqShared>,
+    passes: std::sync::atomic::AtomicU32,
+    at: u32,
+}
+
+impl Progress for AnswerAt {
+    fn progress(&self) -> usize {
+        let k = self.passes.fetch_add(1, Ordering::SeqCst) + 1;
+        match self.cq.upgrade() {
+            Some(cq) if k == self.at => {
+                cq.push(Ok(entry(u64::from(k))));
+                1
+            }
+            _ => 0,
+        }
+    }
+}
+
+#[test]
+fn pop_batch_passes_passes_until_something_is_queued() {
+    let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::BusyPoll, 4);
+    let hook = Arc::new(AnswerAt {
+        cq: Arc::downgrade(&cq),
+        passes: Default::default(),
+        at: 5,
+    });
+    let dyn_hook: Arc<dyn Progress> = hook.clone();
+    cq.add_progress(&dyn_hook);
+    let mut out = Vec::new();
+    // Nothing in three passes: three passes made, nothing taken.
+    assert_eq!(cq.pop_batch_passes(&mut out, 8, 3), 0);
+    assert_eq!(hook.passes.load(Ordering::SeqCst), 3);
+    assert!(out.is_empty());
+    // The fifth pass brings an entry: taken at once, no pass after it.
+    assert_eq!(cq.pop_batch_passes(&mut out, 8, 16), 1);
+    assert_eq!(hook.passes.load(Ordering::SeqCst), 5);
+    assert_eq!(contexts(&out), [5]);
+    // A queue holding `max` items already is taken without a pass.
+    out.clear();
+    cq.push(Ok(entry(6)));
+    cq.push(Ok(entry(7)));
+    assert_eq!(cq.pop_batch_passes(&mut out, 2, 16), 2);
+    assert_eq!(hook.passes.load(Ordering::SeqCst), 5);
+    assert_eq!(contexts(&out), [6, 7]);
+    // Fewer queued than `max`: one pass first, as `pop_batch` makes.
+    out.clear();
+    cq.push(Ok(entry(8)));
+    assert_eq!(cq.pop_batch_passes(&mut out, 8, 16), 1);
+    assert_eq!(hook.passes.load(Ordering::SeqCst), 6);
+    // The hook is not held past the call: the endpoint's drop is seen.
+    assert_eq!(Arc::strong_count(&hook), 2);
+    drop(dyn_hook);
+    drop(hook);
+    assert_eq!(cq.pop_batch_passes(&mut out, 8, 4), 0);
+    // No hook bound: passes look at the queue only.
+    let bare = CqShared::new(2, CqFormat::Tagged, WaitMode::BusyPoll, 4);
+    assert_eq!(bare.pop_batch_passes(&mut out, 8, 4), 0);
+    assert_eq!(bare.pop_batch_passes(&mut out, 0, 4), 0);
+}

@@ -69,8 +69,15 @@ impl SpinPolicy {
     /// Counts one poll that found nothing; `true` when the thread should
     /// now be yielded (and any deadline checked).
     pub fn empty_poll(&mut self) -> bool {
-        self.empty = self.empty.wrapping_add(1);
-        self.empty % Self::YIELD_EVERY == 0
+        self.empty_polls(1)
+    }
+
+    /// [`empty_poll`](Self::empty_poll) of `n` polls at once: `true` when
+    /// one of them was a multiple of [`YIELD_EVERY`](Self::YIELD_EVERY).
+    fn empty_polls(&mut self, n: u32) -> bool {
+        let before = self.empty;
+        self.empty = self.empty.wrapping_add(n);
+        before % Self::YIELD_EVERY + n >= Self::YIELD_EVERY
     }
 }
 
@@ -86,20 +93,23 @@ pub async fn read_batch_spinning(
     deadline: Option<Instant>,
 ) -> Option<usize> {
     let mut spin = SpinPolicy::default();
+    // A few polls before going back to the runtime: each return re-polls
+    // every future this one is nested in, which cost more than a poll of
+    // the queue (`weft_core::progress::PASSES_PER_POLL`). The queue makes
+    // them itself, with the endpoint's hook looked up once for all.
+    const POLLS: u32 = weft_core::progress::PASSES_PER_POLL;
+    const _: () = assert!(SpinPolicy::YIELD_EVERY % POLLS == 0);
     loop {
-        // A few polls before going back to the runtime: each return
-        // re-polls every future this one is nested in, which cost more
-        // than a poll of the queue (`weft_core::progress::PASSES_PER_POLL`).
-        for _ in 0..weft_core::progress::PASSES_PER_POLL {
-            let n = cq.try_read_batch(out, max);
-            if n > 0 {
-                return Some(n);
-            }
-            if spin.empty_poll() {
-                std::thread::yield_now();
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return None;
-                }
+        let n = cq.shared.pop_batch_passes(out, max, POLLS);
+        if n > 0 {
+            return Some(n);
+        }
+        // The yield falls after the same empty polls as when they were
+        // counted one by one (every `YIELD_EVERY`th is a batch's last).
+        if spin.empty_polls(POLLS) {
+            std::thread::yield_now();
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
             }
         }
         requeue().await;
@@ -258,6 +268,21 @@ mod tests {
         // The count wraps rather than overflowing on a long spin.
         let mut s = SpinPolicy { empty: u32::MAX };
         assert!(s.empty_poll());
+        // Counted sixteen at a time (`read_batch_spinning`), the yields
+        // fall on the same polls.
+        let mut one = SpinPolicy::default();
+        let mut many = SpinPolicy::default();
+        for _ in 0..40 {
+            let mut any = false;
+            for _ in 0..16 {
+                any |= one.empty_poll();
+            }
+            assert_eq!(many.empty_polls(16), any);
+        }
+        let mut s = SpinPolicy {
+            empty: u32::MAX - 15,
+        };
+        assert!(s.empty_polls(16), "a wrap is a multiple");
     }
 
     #[test]
