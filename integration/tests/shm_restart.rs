@@ -4,8 +4,8 @@
 //!
 //! - A target process killed with SIGKILL while reads and a
 //!   delivery-complete send wait for it, a new process already holding
-//!   its name: they fail within a second
-//!   (`FI_ECONNRESET`, as for any dead target), its record goes, and the
+//!   its name: they fail (within a sweep or two when the machine is
+//!   idle; no speed is asserted) (`FI_ECONNRESET`, as for any dead target), its record goes, and the
 //!   next read reaches the new process. Before, the new process's lock
 //!   on the name kept the dead one's record "alive": they waited
 //!   forever, and later ones went into the orphaned segment.
@@ -15,10 +15,14 @@
 //!   as another instance's), and the dead one's channel in our segment
 //!   is freed. Its request comes at once, mostly before our sweep saw
 //!   the old one die: the look at its claim (`forget_if_gone`) is what
-//!   answers it then.
+//!   answers it then (made certain in `shm_restart_nosweep.rs`).
 //! - An answer on a channel claimed under a name we keep no record for,
-//!   by an instance gone from that name, is dropped: the messages behind
-//!   it on the channel are delivered.
+//!   by an instance gone from that name — replaced, crashed, or closed
+//!   in a process that runs on — is dropped: the messages behind it on
+//!   the channel are delivered.
+//! - A segment file without a header yet (a creator between its create
+//!   and its header) is not taken over by another endpoint opening under
+//!   the name while it is young; once old, it is.
 //!
 //! The new process takes the name while the old one is stopped (its
 //! segment file removed by the test), and the old one is killed after:
@@ -26,91 +30,26 @@
 //! our sweeps — a restart racing a sweep, made certain.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime};
 
 use bytes::BytesMut;
-use weft::{EpType, Error, MrAccess, MrAttr, WaitMode};
-use weft_integration::child::{Reap, START_LIMIT};
+use weft::{EpType, Error, WaitMode};
+use weft_integration::child::START_LIMIT;
 use weft_integration::{enabled_endpoint, next_cq, payload, within, within_for, Harness, Provider};
 use weft_shm::layout::*;
 use weft_shm::ring::{Chan, RecHead};
 use weft_shm::segment::Segment;
 
 mod shm_common;
+mod shm_restart_common;
 
-/// Within how long a dead peer's operations must fail (`SWEEP_EVERY`
-/// is 100 ms).
-const DETECT: Duration = Duration::from_secs(1);
+use shm_restart_common::{fresh_name, unlink, Child, KEY};
 
-/// The target's region key.
-const KEY: u64 = 42;
-
-/// A peer process and the lines it prints, read as they come.
-struct Child {
-    proc: Reap,
-    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
-}
-
-impl Child {
-    fn start(args: &[&str]) -> Child {
-        let mut proc = Reap(
-            Command::new(env!("CARGO_BIN_EXE_shm-peer"))
-                .args(args)
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("the peer starts"),
-        );
-        let out = proc.0.stdout.take().expect("a piped stdout");
-        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines() {
-                let Ok(l) = l else { return };
-                if tx.send(l.trim().to_owned()).is_err() {
-                    return;
-                }
-            }
-        });
-        Child { proc, lines }
-    }
-
-    /// Its next line, waiting at most `limit`.
-    async fn line(&mut self, limit: Duration, what: &str) -> String {
-        within_for(limit, what, self.lines.recv())
-            .await
-            .unwrap_or_else(|| panic!("the peer ended before {what}"))
-    }
-
-    fn pid(&self) -> u32 {
-        self.proc.0.id()
-    }
-
-    /// SIGKILL, and the zombie reaped (so its pid is gone from `/proc`).
-    fn kill9(&mut self) -> Instant {
-        self.proc.0.kill().unwrap();
-        let t = Instant::now();
-        self.proc.0.wait().unwrap();
-        t
-    }
-}
-
-/// A name of our own for the restarted peer.
-fn fresh_name() -> String {
-    format!("rs-{}", weft_shm::name::unique())
-}
-
-/// Removes `name`'s segment file and doorbell (their mappings stay), so
-/// that a new endpoint can take the name while its owner is stopped.
-fn unlink(name: &str) {
-    std::fs::remove_file(format!("/dev/shm/weft-shm.{name}")).unwrap();
-    let _ = std::fs::remove_file(format!("/dev/shm/weft-shmbell.{name}"));
-}
-
-fn hex8(b: &[u8]) -> String {
-    b.iter().take(8).map(|x| format!("{x:02x}")).collect()
-}
+/// How long a dead peer's waiting operations may take to fail: no
+/// speed is asserted (it is `SWEEP_EVERY`, 100 ms, when the machine is
+/// idle), only that they fail, on a loaded machine too.
+const FAILS_WITHIN: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_killed_and_restarted_under_its_name_fails_what_waited() {
@@ -157,19 +96,14 @@ async fn a_target_killed_and_restarted_under_its_name_fails_what_waited() {
     let mut new = Child::start(&["named", &name, "9"]);
     let again = new.line(START_LIMIT, "the new target's address").await;
     assert_eq!(again, addr);
-    let killed = old.kill9();
+    old.kill9();
     let mut failed = Vec::new();
     for _ in 0..3 {
-        let e = within_for(DETECT * 3, "a waiting operation to end", next_cq(&acq))
+        let e = within_for(FAILS_WITHIN, "a waiting operation to end", next_cq(&acq))
             .await
             .expect_err("an operation waiting for a dead target failed");
         failed.push((e.context, e.err));
     }
-    assert!(
-        killed.elapsed() < DETECT,
-        "the waiting operations failed {:?} after the kill",
-        killed.elapsed()
-    );
     failed.sort_by_key(|f| f.0);
     assert_eq!(
         failed,
@@ -194,46 +128,13 @@ async fn a_target_killed_and_restarted_under_its_name_fails_what_waited() {
     new.kill9();
 }
 
+/// Before, the new initiator got no answer. Its request comes at once,
+/// mostly before our sweep saw the old one die — but not always: here
+/// either path may answer it. `shm_restart_nosweep.rs` runs it with no
+/// periodic sweep, so that only the look at the claim can.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_initiator_killed_and_restarted_under_its_name_gets_its_answers() {
-    let p = Provider::named("shm");
-    let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
-    let (b, _bcq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
-    let rw = MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE;
-    let mr = h
-        .domain
-        .mr_regattr(MrAttr::alloc(4096, rw).requested_key(KEY))
-        .map_err(|r| r.error)
-        .unwrap();
-    mr.write_at(0, &payload(4096, 5)).unwrap();
-    let me = String::from_utf8(b.local_addr().unwrap()).unwrap();
-    let (key, at) = (mr.key().to_string(), mr.addr().to_string());
-    let want = format!("read {}", hex8(&payload(4096, 5)));
-    let name = fresh_name();
-
-    let mut old = Child::start(&["reader", &name, &me, &key, &at, "0"]);
-    assert_eq!(old.line(START_LIMIT, "the old initiator").await, "ready");
-    assert_eq!(old.line(START_LIMIT, "the old read").await, want);
-    assert_eq!(b.stats().unwrap().peers, 1, "we answered it");
-    shm_common::stop(old.pid()).await;
-    unlink(&name);
-    // The new one reads once the old one is gone.
-    let mut new = Child::start(&["reader", &name, &me, &key, &at, &old.pid().to_string()]);
-    assert_eq!(new.line(START_LIMIT, "the new initiator").await, "ready");
-    old.kill9();
-    // It reads at once, maybe before our sweep saw the old one die.
-    assert_eq!(
-        new.line(Duration::from_secs(15), "the new read").await,
-        want
-    );
-    // The old one's channel in our segment is freed (within a sweep).
-    within("the dead initiator's channel freed", async {
-        while b.stats().unwrap().conns != 1 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    new.kill9();
+    shm_restart_common::restarted_initiator_is_answered(true).await;
 }
 
 /// Writes record `h` with `payload` at `tail` of `c` and publishes it;
@@ -332,4 +233,90 @@ async fn an_answer_from_an_instance_gone_from_its_name_is_dropped() {
         }
     })
     .await;
+}
+
+/// An endpoint that closed while its process runs on — the common case —
+/// with answers it had queued on its channel into our segment: they are
+/// dropped, and the message queued behind them is delivered, the channel
+/// not broken. Its record in our endpoint (none here) went at its close;
+/// its file is unlinked, so the name's segment names nobody. Before,
+/// the pid and start time said the closer still ran (they ignore the
+/// serial), the answer broke the rules, and the message was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_of_an_endpoint_closed_in_a_running_process_are_dropped() {
+    let p = Provider::named("shm");
+    let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
+    let (a, acq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
+    let closed = format!("fi_shm://{}", fresh_name());
+    let mut info = h.info.clone();
+    info.src_addr = Some(closed.clone().into_bytes());
+    let (c, _ccq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
+    let inst = shm_common::instance_of(&closed);
+    c.close().unwrap();
+    assert_eq!(weft_shm::live::me(), (inst.0, inst.1), "its process runs");
+    let answer = RecHead {
+        word: K_RESP | F_LAST,
+        ..RecHead::default()
+    };
+    let message = RecHead {
+        word: K_FIRST | F_LAST,
+        len: 8,
+        total: 8,
+        ..RecHead::default()
+    };
+    a.post_recv(BytesMut::zeroed(8), 1).unwrap();
+    let name = closed.trim_start_matches("fi_shm://").as_bytes();
+    let (seg, ch) = claim_with(
+        &a,
+        name,
+        inst,
+        &[(answer, b""), (answer, b""), (message, b"behind!!")],
+    );
+    let got = within("the message behind the answers", next_cq(&acq))
+        .await
+        .unwrap_or_else(|e| panic!("the receive failed: {:?}", e.err));
+    let bytes: Vec<u8> = got.bufs.iter().flat_map(|b| b.iter().copied()).collect();
+    assert_eq!(bytes, b"behind!!");
+    assert_eq!(a.stats().unwrap().rx_malformed, 0);
+    assert_eq!(
+        seg.load32(ch.ctl(C_STATE), Ordering::Acquire),
+        Some(ACTIVE),
+        "the channel is not freed as broken"
+    );
+}
+
+/// A segment file under a name with no valid header yet — a creator
+/// between its create and its header — is not taken over while young:
+/// the endpoint opening under the name gets `FI_EADDRINUSE`, and the
+/// file stays (before, it was unlinked and taken: two live instances of
+/// one name). Once older than `live::HALF_MADE` (its creator died making
+/// it), it is taken over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_made_segment_is_taken_over_only_when_old() {
+    let p = Provider::named("shm");
+    let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
+    let name = fresh_name();
+    let path = format!("/dev/shm/weft-shm.{name}");
+    std::fs::write(&path, vec![0u8; 4096]).unwrap();
+    let addr = format!("fi_shm://{name}");
+    let mut info = h.info.clone();
+    info.src_addr = Some(addr.clone().into_bytes());
+    let ep = h.domain.endpoint(&info).unwrap();
+    ep.bind_av(&h.av()).unwrap();
+    ep.bind_cq(&h.cq(), weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)
+        .unwrap();
+    assert_eq!(ep.enable().unwrap_err(), Error::AddrInUse);
+    assert!(
+        std::path::Path::new(&path).exists(),
+        "the creator's file stays"
+    );
+    let old = SystemTime::now() - weft_shm::live::HALF_MADE - Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let (taken, _tcq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
+    assert_eq!(taken.local_addr().unwrap(), addr.as_bytes());
 }

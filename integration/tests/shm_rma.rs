@@ -153,23 +153,32 @@ async fn ordered_and_long_transfers_in_every_mode() {
 }
 
 /// An answer nobody asked for (here written by the test, as a hostile
-/// process of the same user could): the channel is freed and counted.
+/// process of the same user could), under the name and instance of a
+/// live endpoint we never sent anything to: the channel is freed and
+/// counted. (Under a name no running instance holds, the answer would be
+/// one queued by an instance gone from it, and dropped harmlessly:
+/// `shm_restart.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_answer_frees_the_channel() {
     let h = harness();
     let (b, _bcq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::BusyPoll);
+    // The endpoint whose name and instance the forger claims with.
+    let (f, _fcq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::BusyPoll);
+    let forged = String::from_utf8(f.local_addr().unwrap()).unwrap();
+    let forged = forged.trim_start_matches("fi_shm://");
+    let inst = weft_shm::live::instance_of_name(forged).unwrap();
     let name = String::from_utf8(b.local_addr().unwrap()).unwrap();
     let seg_name = weft_shm::name::seg_name(name.trim_start_matches("fi_shm://"));
     let g = Geometry::OURS;
     let seg = Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap();
     let c = Chan { g, i: 3 };
-    let me = weft_shm::live::me();
     use Ordering::Release;
-    assert!(seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | me.0));
-    seg.store32(c.ctl(C_PID), me.0, Release);
-    seg.store64(c.ctl(C_START), me.1, Release);
-    seg.store32(c.ctl(C_NAME_LEN), 6, Release);
-    seg.write(c.ctl(C_NAME), b"forger");
+    assert!(seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | inst.0));
+    seg.store32(c.ctl(C_PID), inst.0, Release);
+    seg.store64(c.ctl(C_START), inst.1, Release);
+    seg.store64(c.ctl(C_SERIAL), inst.2, Release);
+    seg.store32(c.ctl(C_NAME_LEN), forged.len() as u32, Release);
+    seg.write(c.ctl(C_NAME), forged.as_bytes());
     let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
     seg.store32(c.ctl(C_GEN), gen, Release);
     seg.store64(c.ctl(C_TAIL), 0, Release);

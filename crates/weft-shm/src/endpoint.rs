@@ -154,19 +154,21 @@ fn own_name(cfg: &EpConfig) -> Result<String> {
     }
 }
 
-/// Creates `name`'s segment, taking over one whose owner is dead.
+/// Creates `name`'s segment, taking over one whose owner is dead, or
+/// one that never got a valid header and is older than
+/// `live::HALF_MADE` (its creator died making it), if nobody holds it. A
+/// younger file without a header is a concurrent creator's, between its
+/// create and its header: `AddrInUse`, as for a live owner — taking it
+/// over would leave two live instances of one name. Created again even
+/// when we removed nothing: another process may have been removing the
+/// file just then (`live::remove_if` holds its lock), and if it is still
+/// there the create says `AddrInUse` again.
 fn create_segment(name: &str, g: Geometry) -> Result<Segment> {
     let seg_name = name::seg_name(name);
     match Segment::create(&seg_name, g.bytes()) {
         Err(Error::AddrInUse) => {
-            match crate::live::instance_of_name(name) {
-                Some(i) if crate::live::owner_runs(name, i) => Err(Error::AddrInUse),
-                // Dead, or never finished by its creator: ours now.
-                _ => {
-                    Segment::unlink(&seg_name);
-                    Segment::create(&seg_name, g.bytes())
-                }
-            }
+            crate::live::remove_if(name, crate::live::abandoned);
+            Segment::create(&seg_name, g.bytes())
         }
         r => r,
     }

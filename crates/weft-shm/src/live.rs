@@ -5,7 +5,6 @@
 //!
 //! Also the clean-up of segments that crashed runs left behind.
 
-use std::io::Read;
 use std::time::{Duration, SystemTime};
 
 use rustix::process::Pid;
@@ -92,74 +91,108 @@ pub fn hold(name: &str) -> weft_core::Result<std::fs::File> {
     Ok(f)
 }
 
-/// Whether some live process holds `name`'s segment (see [`hold`]);
-/// `None` when the file cannot be opened. A test lock is taken and let go
-/// at once when nobody does.
-pub fn held(name: &str) -> Option<bool> {
-    let f = std::fs::File::open(seg_path(name)).ok()?;
-    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+/// What a test of a segment file's lock found ([`held_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// Some live process holds it.
+    Yes,
+    /// Nobody does, or the file is not the instance's asked about (gone,
+    /// no valid header, another instance's).
+    No,
+    /// The test failed for want of resources (`EMFILE`, `ENFILE`,
+    /// `ENOMEM`, `ENOLCK`, an I/O error): nothing learnt. A caller
+    /// deciding whether a peer died keeps it this round.
+    Unknown,
+}
+
+/// A non-blocking exclusive test lock on `f`, let go at once when taken.
+/// Only ever taken on a file that looks left behind or whose header
+/// names an instance (`held_by_file`, [`remove_if`]): a new endpoint
+/// takes its shared lock before writing its header (`hold`), so the
+/// test never makes that fail.
+fn lock_test(f: &std::fs::File) -> Held {
+    match rustix::fs::flock(f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {
-            let _ = rustix::fs::flock(&f, rustix::fs::FlockOperation::Unlock);
-            Some(false)
+            let _ = rustix::fs::flock(f, rustix::fs::FlockOperation::Unlock);
+            Held::No
         }
-        Err(rustix::io::Errno::WOULDBLOCK) => Some(true),
-        Err(_) => None,
+        Err(rustix::io::Errno::WOULDBLOCK) => Held::Yes,
+        Err(_) => Held::Unknown,
     }
 }
 
 /// Whether the endpoint instance `inst` (pid, start time, serial), which
-/// had or has the name `name`, still runs: its pid says so in this pid
-/// namespace, or its lock on its own segment does (it may live in
-/// another pid namespace, where the pid names nobody or somebody else).
+/// had or has the name `name`, may still run: its pid and start time say
+/// so in this pid namespace, or its lock on its own segment does (it may
+/// live in another pid namespace, where the pid names nobody or somebody
+/// else), or the lock could not be tested ([`Held::Unknown`]: a live
+/// peer is not declared dead for want of a file descriptor).
 ///
-/// The lock counts only while the segment file under `name` is still
-/// `inst`'s: once a new endpoint holds the name (a process restarted
-/// after a crash), the lock is that one's and says nothing of `inst`,
-/// which is then dead to us (`docs/design.md`, "The shm provider").
+/// The pid path does not look at the serial: another endpoint of a
+/// running process runs by it, closed or not. What tells a closed
+/// instance of a running process is elsewhere: its header's pid cleared
+/// at close (`Peer::alive`, `alive_now` read the mapping) and its file
+/// unlinked (`Peers::gone_from_name`). The serial counts on the lock
+/// path only: the lock counts only while the segment file under `name`
+/// is still `inst`'s — once a new endpoint holds the name (a process
+/// restarted after a crash), the lock is that one's and says nothing of
+/// `inst` (`docs/design.md`, "The shm provider").
 pub fn owner_runs(name: &str, inst: Instance) -> bool {
-    alive(inst.0, inst.1) || held_by(name, inst)
+    alive(inst.0, inst.1) || held_by(name, inst) != Held::No
 }
 
 /// Whether `name`'s segment file is `inst`'s own — its header names that
-/// instance — and some live process holds it (see [`hold`]). The header
-/// and the lock are read through one open file, so both are of the same
-/// segment even if the name changes hands meanwhile.
-pub fn held_by(name: &str, inst: Instance) -> bool {
-    let Ok(mut f) = std::fs::File::open(seg_path(name)) else {
-        return false;
-    };
-    if instance_in(&mut f) != Some(inst) {
-        return false;
+/// instance — and some live process holds it (see [`hold`]). Only a
+/// missing file or a header naming another instance (or none) is
+/// [`Held::No`]; any other failure is [`Held::Unknown`].
+pub fn held_by(name: &str, inst: Instance) -> Held {
+    match std::fs::File::open(seg_path(name)) {
+        Ok(f) => held_by_file(&f, inst),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Held::No,
+        Err(_) => Held::Unknown,
     }
-    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => {
-            let _ = rustix::fs::flock(&f, rustix::fs::FlockOperation::Unlock);
-            false
-        }
-        Err(e) => e == rustix::io::Errno::WOULDBLOCK,
+}
+
+/// [`held_by`] of an open segment file: the header and the lock are read
+/// through it, so both are of the same segment even if the name changes
+/// hands meanwhile.
+pub fn held_by_file(f: &std::fs::File, inst: Instance) -> Held {
+    match read_instance(f) {
+        Ok(Some(i)) if i == inst => lock_test(f),
+        Ok(_) => Held::No,
+        Err(_) => Held::Unknown,
     }
 }
 
 /// The instance a segment file's header names (`H_PID`, `H_START`,
-/// `H_SERIAL`); `None` when the header is not (yet) valid.
-fn instance_in(f: &mut std::fs::File) -> Option<Instance> {
+/// `H_SERIAL`); `Ok(None)` when the header is not (yet) valid (too short
+/// a file, or no magic). Read at offset 0 whatever the file's position.
+fn read_instance(f: &std::fs::File) -> std::io::Result<Option<Instance>> {
+    use std::os::unix::fs::FileExt;
     let mut h = [0u8; H_SERIAL + 8];
-    f.read_exact(&mut h).ok()?;
+    match f.read_exact_at(&mut h, 0) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
     let u64_at = |o: usize| h.get(o..o + 8)?.try_into().ok().map(u64::from_ne_bytes);
     let u32_at = |o: usize| h.get(o..o + 4)?.try_into().ok().map(u32::from_ne_bytes);
-    (u64_at(H_MAGIC)? == MAGIC).then_some((u32_at(H_PID)?, u64_at(H_START)?, u64_at(H_SERIAL)?))
+    Ok((u64_at(H_MAGIC) == Some(MAGIC))
+        .then(|| Some((u32_at(H_PID)?, u64_at(H_START)?, u64_at(H_SERIAL)?)))
+        .flatten())
 }
 
 /// The instance the segment file under `name` names now: the endpoint
-/// that holds the name, or held it last.
+/// that holds the name, or held it last. `None` also when the file
+/// cannot be read.
 pub fn instance_of_name(name: &str) -> Option<Instance> {
-    instance_in(&mut std::fs::File::open(seg_path(name)).ok()?)
+    read_instance(&std::fs::File::open(seg_path(name)).ok()?).ok()?
 }
 
 /// The owner (pid, start time) a segment file's header names, read with
 /// plain file I/O; `None` when the header is not (yet) valid.
 pub fn owner_of_file(path: &std::path::Path) -> Option<(u32, u64)> {
-    let (pid, start, _) = instance_in(&mut std::fs::File::open(path).ok()?)?;
+    let (pid, start, _) = read_instance(&std::fs::File::open(path).ok()?).ok()??;
     Some((pid, start))
 }
 
@@ -171,20 +204,80 @@ pub fn owner_of(seg: &Segment) -> Option<(u32, u64)> {
         .flatten()
 }
 
+/// Removes `name`'s segment and doorbell if `stale` says so of the
+/// segment file now under the name (given the instance its header names,
+/// if valid, and the file's age) and nobody holds that file: every
+/// removal of a segment not our own goes through here. The header and
+/// age are looked at first, so the test lock is only ever taken on a
+/// file that looks left behind — never on a new endpoint's, whose shared
+/// `hold` would fail against it. The test lock is then kept until the
+/// file is unlinked, and the name checked to still be that file: two
+/// processes removing one name at once (say, two endpoints restarting
+/// under it) cannot both remove — the second would unlink the first's
+/// new segment — since whoever takes the lock second finds it held, or
+/// finds the name moved on. Whether it removed them.
+pub fn remove_if(name: &str, stale: impl Fn(Option<Instance>, Option<Duration>) -> bool) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let path = seg_path(name);
+    let Ok(f) = std::fs::File::open(&path) else {
+        return false;
+    };
+    let judge = || {
+        let Ok(inst) = read_instance(&f) else {
+            return false;
+        };
+        let age = f
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| SystemTime::now().duration_since(t).ok());
+        stale(inst, age)
+    };
+    if !judge() {
+        return false;
+    }
+    if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        return false;
+    }
+    // Under the lock: still the file under the name, and still stale
+    // (its creator may have finished its header meanwhile).
+    let same = match (f.metadata(), std::fs::metadata(&path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    };
+    if !same || !judge() {
+        return false;
+    }
+    // The doorbell first: while the segment is still there, no new
+    // endpoint can take the name (its create fails, and its take-over
+    // finds our lock), so the doorbell removed is not a new one's.
+    let _ = std::fs::remove_file(bell_path(name));
+    Segment::unlink(&seg_name(name));
+    true
+}
+
+/// Whether a segment file left behind may go: its owner is dead, or it
+/// never got a valid header and is older than [`HALF_MADE`] (`remove_if`
+/// then checks that nobody holds it).
+pub fn abandoned(inst: Option<Instance>, age: Option<Duration>) -> bool {
+    match inst {
+        Some((pid, start, _)) => !alive(pid, start),
+        None => age.is_some_and(|a| a > HALF_MADE),
+    }
+}
+
 /// Removes `name`'s segment and doorbell if the files still belong to
 /// the dead owner `pid` (a new process may have taken the name since).
 pub fn remove_if_owned(name: &str, pid: u32, start: u64) {
-    let path = seg_path(name);
-    if owner_of_file(&path) == Some((pid, start)) && held(name) != Some(true) {
-        Segment::unlink(&seg_name(name));
-        let _ = std::fs::remove_file(bell_path(name));
+    if remove_if(name, |i, _| i.is_some_and(|i| (i.0, i.1) == (pid, start))) {
         tracing::debug!(name, pid, "shm: removed a dead peer's segment");
     }
 }
 
 /// How old a segment without a valid header must be to count as left
-/// behind by a creator that died while making it.
-const HALF_MADE: Duration = Duration::from_secs(60);
+/// behind by a creator that died while making it: a live creator writes
+/// its header right after creating the file.
+pub const HALF_MADE: Duration = Duration::from_secs(60);
 
 /// Removes the segments (and doorbells) in `/dev/shm` whose owners are
 /// dead, and those that never got a valid header and are old. Run once
@@ -201,20 +294,7 @@ pub fn reclaim_stale() -> usize {
         let Some(name) = f.strip_prefix(SEG_PREFIX) else {
             continue;
         };
-        let path = e.path();
-        let stale = held(name) == Some(false)
-            && match owner_of_file(&path) {
-                Some((pid, start)) => !alive(pid, start),
-                None => e
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| SystemTime::now().duration_since(t).ok())
-                    .is_some_and(|age| age > HALF_MADE),
-            };
-        if stale {
-            Segment::unlink(&seg_name(name));
-            let _ = std::fs::remove_file(bell_path(name));
+        if remove_if(name, abandoned) {
             removed += 1;
         }
     }
@@ -285,32 +365,53 @@ mod tests {
         h
     }
 
+    /// A file outside `/dev/shm`'s segment prefix, so that no shm domain
+    /// opening meanwhile (another test binary's `reclaim_stale`) takes
+    /// it for a dead owner's segment and removes it.
+    fn temp_file(bytes: &[u8]) -> (std::path::PathBuf, std::fs::File) {
+        let path = std::env::temp_dir().join(format!("weft-live-test-{}", crate::name::unique()));
+        std::fs::write(&path, bytes).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        (path, f)
+    }
+
+    /// What `hold` does, on any file.
+    fn hold_file(path: &std::path::Path) -> std::fs::File {
+        let f = std::fs::File::open(path).unwrap();
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
+        f
+    }
+
     /// The lock says whether the owner runs where its pid cannot: here
     /// the header names a pid that is not running, as a process in
     /// another pid namespace would look.
     #[test]
     fn a_held_segment_runs_whatever_its_pid_says() {
-        let name = format!("live-test-{}", crate::name::unique());
-        let path = seg_path(&name);
         let inst = (u32::MAX, 0, 5);
-        std::fs::write(&path, header(inst)).unwrap();
-        assert_eq!(held(&name), Some(false));
-        assert!(!owner_runs(&name, inst));
-        assert_eq!(instance_of_name(&name), Some(inst));
+        let (path, f) = temp_file(&header(inst));
+        assert!(!alive(inst.0, inst.1));
+        assert_eq!(held_by_file(&f, inst), Held::No);
+        assert_eq!(read_instance(&f).unwrap(), Some(inst));
         assert_eq!(owner_of_file(&path), Some((inst.0, inst.1)));
-        let h = hold(&name).unwrap();
-        assert_eq!(held(&name), Some(true));
-        assert!(owner_runs(&name, inst));
+        let h = hold_file(&path);
+        assert_eq!(held_by_file(&f, inst), Held::Yes);
         // Another holder of a shared lock does not make it look free.
-        let h2 = hold(&name).unwrap();
+        let h2 = hold_file(&path);
         drop(h);
-        assert_eq!(held(&name), Some(true));
-        assert!(owner_runs(&name, inst));
+        assert_eq!(held_by_file(&f, inst), Held::Yes);
         drop(h2);
-        assert_eq!(held(&name), Some(false), "the kernel lets go with the file");
-        assert!(!owner_runs(&name, inst));
-        assert_eq!(held("live-test-no-such-segment"), None);
-        assert!(!held_by("live-test-no-such-segment", inst));
+        assert_eq!(
+            held_by_file(&f, inst),
+            Held::No,
+            "the kernel lets go with the file"
+        );
+        // A failure to look is no answer: a live peer is not declared
+        // dead for it (here the header cannot be read).
+        let unreadable = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        assert_eq!(held_by_file(&unreadable, inst), Held::Unknown);
+        // Only a missing file is not held.
+        assert_eq!(held_by("live-test-no-such-segment", inst), Held::No);
+        assert!(!owner_runs("live-test-no-such-segment", inst));
         std::fs::remove_file(&path).unwrap();
     }
 
@@ -320,31 +421,56 @@ mod tests {
     /// pid — which is dead to us; the new one runs.
     #[test]
     fn a_name_held_by_another_instance_does_not_keep_the_old_one_running() {
-        let name = format!("live-test-{}", crate::name::unique());
-        let path = seg_path(&name);
         let old = (u32::MAX, 7, 1);
         let new = (u32::MAX - 1, 8, 1);
-        std::fs::write(&path, header(old)).unwrap();
-        let h = hold(&name).unwrap();
-        assert!(owner_runs(&name, old));
+        let (old_path, old_f) = temp_file(&header(old));
+        let h = hold_file(&old_path);
+        assert_eq!(held_by_file(&old_f, old), Held::Yes);
         drop(h);
-        // The old one died; the new one replaced its file and holds it.
-        std::fs::remove_file(&path).unwrap();
-        std::fs::write(&path, header(new)).unwrap();
-        let h = hold(&name).unwrap();
-        assert_eq!(held(&name), Some(true), "the name alone looks held");
-        assert!(!owner_runs(&name, old), "the old instance is dead");
-        assert!(owner_runs(&name, new));
-        assert!(
-            !owner_runs(&name, (new.0, new.1, 2)),
-            "another endpoint of the same process"
+        // The old one died; the new one made its own file, and holds it.
+        let (path, f) = temp_file(&header(new));
+        let h = hold_file(&path);
+        assert_eq!(lock_test(&f), Held::Yes, "the file alone looks held");
+        assert_eq!(held_by_file(&f, old), Held::No, "the old instance is dead");
+        assert_eq!(held_by_file(&f, new), Held::Yes);
+        assert_eq!(
+            held_by_file(&f, (new.0, new.1, 2)),
+            Held::No,
+            "another endpoint of the same process, on the lock path"
         );
         // A file with no valid header yet (its creator is still writing
         // it) names nobody.
         std::fs::write(&path, [0u8; 64]).unwrap();
-        assert!(!owner_runs(&name, new));
-        assert_eq!(instance_of_name(&name), None);
+        assert_eq!(held_by_file(&f, new), Held::No);
+        assert_eq!(read_instance(&f).unwrap(), None);
         drop(h);
         std::fs::remove_file(&path).unwrap();
+        std::fs::remove_file(&old_path).unwrap();
+    }
+
+    /// The pid path does not look at the serial: another endpoint of a
+    /// running process runs by it, whether or not any segment file names
+    /// it (a closed instance of a running process is told by its header's
+    /// pid, cleared at close, and its file gone — not here).
+    #[test]
+    fn the_pid_path_ignores_the_serial() {
+        let (pid, start) = me();
+        let none = "live-test-no-such-segment";
+        assert_eq!(held_by(none, (pid, start, u64::MAX)), Held::No);
+        assert!(owner_runs(none, (pid, start, u64::MAX)));
+        assert!(!owner_runs(none, (pid, start + 1, 1)), "another process");
+    }
+
+    /// A young file without a header is a creator's between its create and
+    /// its header: never removed, and no test lock is taken on it (its
+    /// creator's shared lock would fail against one).
+    #[test]
+    fn a_young_half_made_segment_stays() {
+        assert!(!abandoned(None, Some(Duration::from_secs(1))));
+        assert!(!abandoned(None, None));
+        assert!(abandoned(None, Some(HALF_MADE + Duration::from_secs(1))));
+        let (pid, start) = me();
+        assert!(!abandoned(Some((pid, start, 1)), None));
+        assert!(abandoned(Some((u32::MAX, 0, 1)), None));
     }
 }

@@ -388,7 +388,10 @@ pub enum AnswerStart {
 /// one from another instance than our requests' target (one that had
 /// the name before). Neither must complete another operation, which
 /// would hand back buffers a target may still write (`docs/design.md`,
-/// "RMA: executed at the target"). `Err`: we send nothing to `from`, or
+/// "RMA: executed at the target"). So is one on a channel of an instance
+/// gone from its name, for which we keep no record
+/// (`Peers::gone_from_name`). `Err`: we send nothing to `from` and the
+/// answer comes from the instance holding the name, or
 /// the answer does not fit its operation — the target broke the rules;
 /// the operations before it then stay (a broken answer says nothing of
 /// them) for the channel's freeing to strand.
@@ -412,7 +415,13 @@ pub fn answer_start(
         }
     };
     let well_formed = |p: &Pending| if h.data == 0 { fits(p) } else { total == 0 };
-    let found = lock(&ep.peers).answered(from, h.tag, by, well_formed)?;
+    let found = lock(&ep.peers).answered(from, h.tag, by, well_formed);
+    let found = match found {
+        Ok(f) => f,
+        // No record for `from`: looked at without the peers' lock.
+        Err(()) if crate::tx::Peers::gone_from_name(from, by) => None,
+        Err(()) => return Err(()),
+    };
     let Some(crate::tx::Answered { op: mut p, lost }) = found else {
         tracing::debug!(id = h.tag, "shm: an answer no operation waits for; dropped");
         return Ok(if total == 0 {

@@ -31,7 +31,8 @@ pub(super) fn sender_alive(ep: &EpShared, c: &Chan, lc: &RxChan) -> bool {
     }
     let name = lc.from.as_deref().and_then(|a| crate::name::parse(a).ok());
     match (name, lc.claimer) {
-        (Some(n), Some(by)) => crate::live::held_by(n, by),
+        // Not known (a failed test): kept this round.
+        (Some(n), Some(by)) => crate::live::held_by(n, by) != crate::live::Held::No,
         _ => false,
     }
 }
@@ -104,7 +105,10 @@ pub(super) fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bo
 /// find a record made anew for it instead of being dropped as the gone
 /// one's (`enqueue_answer`): `by`'s operations would wait for them
 /// forever. Every new instance claims before it asks anything, so this
-/// one look per claim covers all, and answers pay nothing for it.
+/// one look per claim covers it unless the old one still looked alive
+/// then (it died or closed just after): the answer that would be dropped
+/// looks again (`EpShared::enqueue_renewed`). Answers to a record's own
+/// instance pay nothing for either.
 fn forget_if_gone(ep: &EpShared, from: &[u8], by: Option<crate::live::Instance>) {
     let Some(by) = by else {
         return;

@@ -117,24 +117,6 @@ impl Ghosts {
     }
 }
 
-/// Whether `by`, the claimer of an answer channel under the name of
-/// `addr`, is an instance that is gone from that name: a new endpoint
-/// holds it now (the segment file names another instance), or `by` no
-/// longer runs (it died or closed; its answers, queued before, still
-/// drain). Its answers are dropped: a record for it, and what waited
-/// there, went when it left, so they end nothing, and freeing the
-/// channel instead would lose the messages queued behind them. A
-/// running claimer under a name whose segment is its own or missing
-/// gets an answer we never asked for: that still breaks the rules. Read
-/// from the name's segment file: only on this rare path.
-fn gone_instance(addr: &[u8], by: Option<Instance>) -> bool {
-    let (Some(by), Ok(name)) = (by, crate::name::parse(addr)) else {
-        return false;
-    };
-    let replaced = crate::live::instance_of_name(name).is_some_and(|now| now != by);
-    replaced || !crate::live::owner_runs(name, by)
-}
-
 impl Peer {
     /// A request id that no operation waiting for this peer holds, so an
     /// answer names exactly one ([`fresh_id`]), from the endpoint's
@@ -161,6 +143,36 @@ impl Peer {
 }
 
 impl Peers {
+    /// Whether `by`, the claimer of an answer channel under the name of
+    /// `addr`, for which we keep no record, is an instance gone from that
+    /// name: the name's segment file does not name it (another instance
+    /// holds the name, or nobody: `by` closed, its file unlinked, though
+    /// its process may run on — the common case), or it names it and `by`
+    /// no longer runs (it crashed). Its answers, queued before it left,
+    /// still drain: they are dropped. A record for it, and what waited
+    /// there, went when it left (a send found its header's pid cleared,
+    /// or the sweep did), so they end nothing; freeing the channel
+    /// instead would lose the messages queued behind them. Only the
+    /// running instance whose segment file holds the name, to whom we
+    /// sent nothing, answers what we never asked: that breaks the rules.
+    /// When unsure (the file cannot be read, its lock not tested), the
+    /// answer is dropped: a dropped answer that nothing waits for is
+    /// harmless, a wrongly broken channel is not.
+    ///
+    /// Up to a handful of syscalls, on this rare path only, outside the
+    /// peers' lock: once per answer a gone instance had queued (a bounded
+    /// number: it sends no more), not once per claim — whether the
+    /// claimer is gone can change during a claim (it closes), so a value
+    /// taken at the claim would be stale.
+    pub fn gone_from_name(addr: &[u8], by: Option<Instance>) -> bool {
+        let (Some(by), Ok(name)) = (by, crate::name::parse(addr)) else {
+            return false;
+        };
+        crate::live::instance_of_name(name) != Some(by)
+            || (!crate::live::alive(by.0, by.1)
+                && crate::live::held_by(name, by) != crate::live::Held::Yes)
+    }
+
     /// The RMA operation sent to the endpoint at `addr` whose request
     /// carried `id`, its answer now arriving on a channel claimed by the
     /// instance `by`, and those sent there before it that still wait
@@ -173,16 +185,14 @@ impl Peers {
     /// has completed or failed.
     ///
     /// `Ok(None)`: no operation waits for `id` (it failed already — a
-    /// ghost's answer —, or the id is not one we gave), or the answer comes from another
-    /// instance than the one our requests to `addr` go to — one that had
-    /// the name before (its channel, closed, is still drained) — whose
-    /// ids mean nothing here: it must neither end an operation nor fail
-    /// older ones. So is one when we keep no record for `addr` at all
-    /// and `by` is not the instance holding the name now: its record was
-    /// swept (it died or closed, and its answers queued before still
-    /// drain), and what waited for it failed then ([`gone_instance`]).
-    /// `Err`: we send nothing to `addr`, and the answer comes from the
-    /// instance that holds the name.
+    /// ghost's answer —, or the id is not one we gave), or the answer
+    /// comes from another instance than the one our requests to `addr`
+    /// go to — one that had the name before (its channel, closed, is
+    /// still drained) — whose ids mean nothing here: it must neither end
+    /// an operation nor fail older ones. `Err`: we keep no record for
+    /// `addr` at all; the caller asks [`gone_from_name`](Self::gone_from_name)
+    /// — outside the lock: it reads the segment file — whether to drop
+    /// the answer or break the channel.
     pub fn answered(
         &mut self,
         addr: &[u8],
@@ -191,11 +201,7 @@ impl Peers {
         well_formed: impl FnOnce(&crate::rma::Pending) -> bool,
     ) -> Result<Option<Answered>, ()> {
         let Some(peer) = self.map.get_mut(addr) else {
-            return if gone_instance(addr, by) {
-                Ok(None)
-            } else {
-                Err(())
-            };
+            return Err(());
         };
         if by != Some(peer.instance()) {
             return Ok(None);

@@ -204,7 +204,8 @@ impl EpShared {
     /// Sends the answer `o` to the endpoint at `addr` if that is the
     /// instance `by` (whose request it answers); else drops it: no
     /// operation of the endpoint now holding the name waits for it
-    /// (`EpShared::answer`).
+    /// (`EpShared::answer`) — unless our record maps a gone instance
+    /// ([`enqueue_renewed`](Self::enqueue_renewed)).
     pub fn enqueue_answer(&self, addr: &[u8], o: Out, by: Option<crate::live::Instance>) {
         self.enqueue_if(addr, o, None, |p| by == Some(p.instance()));
     }
@@ -227,8 +228,11 @@ impl EpShared {
         // it is there, then to take it) was a tenth of a send.
         match peers.map.get_mut(addr) {
             Some(peer) if !ok(peer) => {
-                tracing::debug!("shm: an answer for an instance gone from its name; dropped");
-                return;
+                if peer.alive() {
+                    tracing::debug!("shm: an answer for an instance gone from its name; dropped");
+                    return;
+                }
+                self.enqueue_renewed(peers, addr, o, ok, &mut after);
             }
             Some(peer) => self.enqueue_to(peer, o, pending, &mut peers.next_seq, &mut after),
             None => match crate::name::parse(addr).and_then(|n| self.open_peer(n)) {
@@ -263,6 +267,35 @@ impl EpShared {
         if after.kick {
             self.tx_pending.store(true, Ordering::Release);
             self.kick.notify_one();
+        }
+    }
+
+    /// The answer `o` for the instance now under the name of `addr`,
+    /// whose record still maps another, gone one: the claim's look
+    /// (`rx::lifecycle::forget_if_gone`) saw that one still alive (it
+    /// died or closed just after). Its record goes here as at the sweep
+    /// (what waited there fails, `FI_ECONNRESET`), and one is made anew
+    /// for the name — else every answer to the new instance would be
+    /// dropped for as long as our record stayed. Rare: off the hot path.
+    #[cold]
+    #[inline(never)]
+    fn enqueue_renewed(
+        &self,
+        peers: &mut Peers,
+        addr: &[u8],
+        o: Out,
+        ok: impl Fn(&Peer) -> bool,
+        after: &mut AfterEnqueue,
+    ) {
+        if let Some(mut old) = peers.map.remove(addr) {
+            old.fail_all(Error::ConnReset, &mut after.ended);
+        }
+        match crate::name::parse(addr).and_then(|n| self.open_peer(n)) {
+            Ok(mut p) if ok(&p) => {
+                self.enqueue_to(&mut p, o, None, &mut peers.next_seq, after);
+                peers.map.insert(addr, p);
+            }
+            _ => tracing::debug!("shm: an answer for an instance gone from its name; dropped"),
         }
     }
 
