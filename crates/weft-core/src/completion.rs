@@ -268,13 +268,14 @@ impl CqShared {
     }
 
     /// [`pop_batch`](Self::pop_batch) made again while it finds nothing,
-    /// `passes` times at most: for a reader that polls an empty queue in
-    /// a loop (`weft::read_batch_spinning`, busy-poll's reader). A lone
-    /// hook is upgraded once for all the passes, as an inline reader's
-    /// wait does ([`ProgressHooks::single`]): the upgrade per
-    /// `pop_batch` (a compare-and-swap, and a decrement at its drop) was
-    /// most of what made busy-poll's empty spinning pass dearer than
-    /// inline's (`docs/benchmarks.md`, "the busy reader's empty pass"). The
+    /// at least once and `passes` times at most: for a reader that polls
+    /// an empty queue in a loop (`weft::read_batch_spinning`, busy-poll's
+    /// reader). A lone hook is upgraded once for all the passes, as an
+    /// inline reader's wait does ([`ProgressHooks::single`]), instead of
+    /// once a `pop_batch`: that upgrade (a compare-and-swap, and a
+    /// decrement at its drop), the call and its checks were what made
+    /// busy-poll's empty spinning pass dearer than inline's
+    /// (`docs/benchmarks.md`, "the busy reader's empty pass"). The
     /// hook is held for these passes only, so a closed endpoint is let
     /// go of within microseconds, as by the inline wait. Returns the
     /// items taken; 0 after `passes` passes found nothing.
@@ -307,7 +308,7 @@ impl CqShared {
             }
         }
         // One call of `take` for both ways here: with two, it was not
-        // inlined.
+        // inlined (in the build measured).
         self.take(&mut lock(&self.inner), out, max)
     }
 
