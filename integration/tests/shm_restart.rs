@@ -320,3 +320,74 @@ async fn a_half_made_segment_is_taken_over_only_when_old() {
     let (taken, _tcq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
     assert_eq!(taken.local_addr().unwrap(), addr.as_bytes());
 }
+
+/// An initiator whose name a new instance took while the old one still
+/// runs (the old one's file unlinked by hand, both in this process): at
+/// the new one's claim, the old one looks alive, so our record for the
+/// name still maps it when its request comes. The answer to the new one
+/// renews the record (`enqueue_renewed`) — the new one holds the name,
+/// so the old one certainly left it — instead of being dropped, which
+/// left the new one's read waiting forever; and the old one's clean-up
+/// there does not remove the new one's segment (same pid and start, its
+/// own serial).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_to_a_new_instance_renews_a_record_of_a_live_old_one() {
+    let p = Provider::named("shm");
+    let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
+    let (b, _bcq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
+    let rw = weft::MrAccess::REMOTE_READ | weft::MrAccess::REMOTE_WRITE;
+    let mr = h
+        .domain
+        .mr_regattr(weft::MrAttr::alloc(4096, rw).requested_key(KEY))
+        .map_err(|r| r.error)
+        .unwrap();
+    mr.write_at(0, &payload(4096, 4)).unwrap();
+    let baddr = b.local_addr().unwrap();
+    let name = fresh_name();
+    let addr = format!("fi_shm://{name}");
+    let mut info = h.info.clone();
+    info.src_addr = Some(addr.clone().into_bytes());
+    let old_av = h.av();
+    let (old, _ocq) = enabled_endpoint(&h.domain, &info, &old_av, WaitMode::Interrupt);
+    let to = old_av
+        .insert_sync(std::slice::from_ref(&baddr), Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    let got = within(
+        "the old instance's read",
+        old.read(to, BytesMut::zeroed(8), 0, KEY),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.into_bytes()[..], payload(4096, 4)[..8]);
+    assert_eq!(b.stats().unwrap().peers, 1, "we answered it");
+    let old_inst = shm_common::instance_of(&addr);
+
+    unlink(&name);
+    let new_av = h.av();
+    let (new, _ncq) = enabled_endpoint(&h.domain, &info, &new_av, WaitMode::Interrupt);
+    let new_inst = shm_common::instance_of(&addr);
+    assert_ne!(new_inst, old_inst);
+    assert_eq!((new_inst.0, new_inst.1), (old_inst.0, old_inst.1));
+    let to = new_av
+        .insert_sync(std::slice::from_ref(&baddr), Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    let got = within(
+        "the new instance's read",
+        new.read(to, BytesMut::zeroed(8), 0, KEY),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.into_bytes()[..], payload(4096, 4)[..8]);
+    assert_eq!(b.stats().unwrap().peers, 1, "one record, renewed");
+    assert!(
+        std::path::Path::new(&format!("/dev/shm/weft-shm.{name}")).exists(),
+        "the new instance's segment stays"
+    );
+    assert_eq!(shm_common::instance_of(&addr), new_inst);
+    // The new one first: the old one's close unlinks whatever file is
+    // under the name.
+    new.close().unwrap();
+    old.close().unwrap();
+}

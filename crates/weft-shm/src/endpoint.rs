@@ -159,19 +159,29 @@ fn own_name(cfg: &EpConfig) -> Result<String> {
 /// `live::HALF_MADE` (its creator died making it), if nobody holds it. A
 /// younger file without a header is a concurrent creator's, between its
 /// create and its header: `AddrInUse`, as for a live owner — taking it
-/// over would leave two live instances of one name. Created again even
-/// when we removed nothing: another process may have been removing the
-/// file just then (`live::remove_if` holds its lock), and if it is still
-/// there the create says `AddrInUse` again.
+/// over would leave two live instances of one name. Another process
+/// removing the file just then (`live::Removal::Busy`: it holds its lock
+/// until it unlinks) frees the name in a moment: we try again, a bounded
+/// number of times. An error looking at the file (`EMFILE`) is returned
+/// as it is, not as `AddrInUse`.
 fn create_segment(name: &str, g: Geometry) -> Result<Segment> {
+    use crate::live::Removal;
+    const TRIES: u32 = 10;
     let seg_name = name::seg_name(name);
-    match Segment::create(&seg_name, g.bytes()) {
-        Err(Error::AddrInUse) => {
-            crate::live::remove_if(name, crate::live::abandoned);
-            Segment::create(&seg_name, g.bytes())
+    for _ in 0..TRIES {
+        match Segment::create(&seg_name, g.bytes()) {
+            Err(Error::AddrInUse) => {}
+            r => return r,
         }
-        r => r,
+        match crate::live::remove_if(name, crate::live::abandoned)? {
+            Removal::NotStale => return Err(Error::AddrInUse),
+            Removal::Removed | Removal::Gone => {}
+            // Rare (two processes taking one dead name at once), and
+            // before the endpoint exists: a short blocking wait.
+            Removal::Busy => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
     }
+    Err(Error::AddrInUse)
 }
 
 impl EpShared {
@@ -189,6 +199,9 @@ impl EpShared {
         // Checked before anything is created (a bad key leaves nothing);
         // AV keys are held from here until the endpoint closes.
         let keys = crate::keys::EpKeys::for_endpoint(info, cfg.av.as_ref())?;
+        // Before anything is created too: a failure after the header
+        // would leave a file naming us, unheld, for our whole life.
+        let srx = SoftSrx::of(&cfg.srx)?;
         let g = Geometry::OURS;
         let seg = create_segment(&name, g)?;
         let me = crate::live::me();
@@ -212,6 +225,7 @@ impl EpShared {
         let (held, bell, abell) = match made {
             Ok(b) => b,
             Err(e) => {
+                let _ = std::fs::remove_file(name::bell_path(&name));
                 Segment::unlink(&name::seg_name(&name));
                 return Err(e);
             }
@@ -243,7 +257,6 @@ impl EpShared {
             0 => crate::BUFFERED_RECV,
             n => n,
         };
-        let srx = SoftSrx::of(&cfg.srx)?;
         let side = match &srx {
             Some(c) => c.side.clone(),
             None => RxSide::new(info.rx_attr.size, buffered_limit),
@@ -544,8 +557,11 @@ impl ProviderEndpoint for ShmEndpoint {
         // Peers sending here see the owner gone (pid 0) at their next
         // liveness check and fail what they still hold for us.
         ep.seg.store32(H_PID, 0, Ordering::Release);
-        Segment::unlink(&name::seg_name(&ep.name));
+        // The doorbell before the segment: once the segment is gone a
+        // new endpoint may take the name and make its own doorbell,
+        // which ours removed after would be.
         let _ = std::fs::remove_file(name::bell_path(&ep.name));
+        Segment::unlink(&name::seg_name(&ep.name));
         weft_core::soft_srx::close_side(&**ep, &ep.side, ep.srx.as_deref());
         let peers = std::mem::take(&mut *lock(&ep.peers));
         peers.release();

@@ -138,7 +138,11 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
     let _g = rt.enter();
     let _span = tracing::debug_span!("shm_open", fid = cfg.fid).entered();
     let shared = endpoint::EpShared::open(cfg, rt.clone())?;
-    driver::start(&shared)?;
     let inline: Arc<dyn Progress> = Arc::new(driver::InlineProgress { ep: shared.clone() });
-    Ok(Arc::new(endpoint::ShmEndpoint { shared, inline }))
+    let ep = endpoint::ShmEndpoint { shared, inline };
+    // On failure `ep` drops, and its close removes the segment and
+    // doorbell: else they would stay under our name, naming a live
+    // process, unheld, for as long as it runs.
+    driver::start(&ep.shared)?;
+    Ok(Arc::new(ep))
 }

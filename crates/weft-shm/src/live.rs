@@ -99,10 +99,44 @@ pub enum Held {
     /// Nobody does, or the file is not the instance's asked about (gone,
     /// no valid header, another instance's).
     No,
-    /// The test failed for want of resources (`EMFILE`, `ENFILE`,
-    /// `ENOMEM`, `ENOLCK`, an I/O error): nothing learnt. A caller
-    /// deciding whether a peer died keeps it this round.
+    /// The test failed for a passing reason ([`transient`]: `EMFILE`,
+    /// `ENFILE`, `ENOMEM`, `ENOLCK`, `EINTR`, `EAGAIN`, `EIO`): nothing
+    /// learnt. A caller deciding whether a peer died keeps it this
+    /// round. A lasting failure (`EACCES`, say) is [`Held::No`]: kept as
+    /// `Unknown`, a dead peer's record, operations and channel would
+    /// stay for ever.
     Unknown,
+}
+
+/// Whether `e` may go away by itself (a want of resources, an
+/// interrupted call, an I/O error), so that a test failing with it says
+/// nothing ([`Held::Unknown`]); any other failure lasts and is taken as
+/// an answer.
+pub fn transient(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    let Some(raw) = e.raw_os_error() else {
+        return false;
+    };
+    [
+        Errno::MFILE,
+        Errno::NFILE,
+        Errno::NOMEM,
+        Errno::NOLCK,
+        Errno::INTR,
+        Errno::AGAIN,
+        Errno::IO,
+    ]
+    .iter()
+    .any(|x| x.raw_os_error() == raw)
+}
+
+/// [`Held`] of a failed test.
+fn failed(e: &std::io::Error) -> Held {
+    if transient(e) {
+        Held::Unknown
+    } else {
+        Held::No
+    }
 }
 
 /// A non-blocking exclusive test lock on `f`, let go at once when taken.
@@ -110,14 +144,39 @@ pub enum Held {
 /// names an instance (`held_by_file`, [`remove_if`]): a new endpoint
 /// takes its shared lock before writing its header (`hold`), so the
 /// test never makes that fail.
+///
+/// An exclusive lock refused is not yet an owner: another process may
+/// be inside [`remove_if`], holding its exclusive lock on a dead
+/// instance's file until it unlinks it. A shared test lock tells the
+/// two apart ([`shared_test`]).
 fn lock_test(f: &std::fs::File) -> Held {
-    match rustix::fs::flock(f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+    use rustix::fs::{flock, FlockOperation};
+    match flock(f, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {
-            let _ = rustix::fs::flock(f, rustix::fs::FlockOperation::Unlock);
+            let _ = flock(f, FlockOperation::Unlock);
             Held::No
         }
-        Err(rustix::io::Errno::WOULDBLOCK) => Held::Yes,
-        Err(_) => Held::Unknown,
+        Err(rustix::io::Errno::WOULDBLOCK) => shared_test(f),
+        Err(e) => failed(&e.into()),
+    }
+}
+
+/// After an exclusive test lock on `f` was refused: a shared one taken
+/// means only shared holders — the owner's `hold` — so [`Held::Yes`];
+/// refused too, somebody holds it exclusively, which only a remover
+/// does, and only once nobody held it shared (its own exclusive lock
+/// succeeded): the owner let go, [`Held::No`]. An owner never takes its
+/// lock again once it let go (the kernel dropped it with the process,
+/// or the endpoint closed).
+fn shared_test(f: &std::fs::File) -> Held {
+    use rustix::fs::{flock, FlockOperation};
+    match flock(f, FlockOperation::NonBlockingLockShared) {
+        Ok(()) => {
+            let _ = flock(f, FlockOperation::Unlock);
+            Held::Yes
+        }
+        Err(rustix::io::Errno::WOULDBLOCK) => Held::No,
+        Err(e) => failed(&e.into()),
     }
 }
 
@@ -142,14 +201,14 @@ pub fn owner_runs(name: &str, inst: Instance) -> bool {
 }
 
 /// Whether `name`'s segment file is `inst`'s own — its header names that
-/// instance — and some live process holds it (see [`hold`]). Only a
-/// missing file or a header naming another instance (or none) is
-/// [`Held::No`]; any other failure is [`Held::Unknown`].
+/// instance — and some live process holds it (see [`hold`]). A missing
+/// file, a header naming another instance (or none), or a lasting
+/// failure to look (`EACCES`) is [`Held::No`]; a passing one
+/// ([`transient`]) is [`Held::Unknown`].
 pub fn held_by(name: &str, inst: Instance) -> Held {
     match std::fs::File::open(seg_path(name)) {
         Ok(f) => held_by_file(&f, inst),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Held::No,
-        Err(_) => Held::Unknown,
+        Err(e) => failed(&e),
     }
 }
 
@@ -160,7 +219,7 @@ pub fn held_by_file(f: &std::fs::File, inst: Instance) -> Held {
     match read_instance(f) {
         Ok(Some(i)) if i == inst => lock_test(f),
         Ok(_) => Held::No,
-        Err(_) => Held::Unknown,
+        Err(e) => failed(&e),
     }
 }
 
@@ -215,12 +274,18 @@ pub fn owner_of(seg: &Segment) -> Option<(u32, u64)> {
 /// processes removing one name at once (say, two endpoints restarting
 /// under it) cannot both remove — the second would unlink the first's
 /// new segment — since whoever takes the lock second finds it held, or
-/// finds the name moved on. Whether it removed them.
-pub fn remove_if(name: &str, stale: impl Fn(Option<Instance>, Option<Duration>) -> bool) -> bool {
+/// finds the name moved on. What it did ([`Removal`]); an error opening
+/// the file other than its absence is returned as it is.
+pub fn remove_if(
+    name: &str,
+    stale: impl Fn(Option<Instance>, Option<Duration>) -> bool,
+) -> std::io::Result<Removal> {
     use std::os::unix::fs::MetadataExt;
     let path = seg_path(name);
-    let Ok(f) = std::fs::File::open(&path) else {
-        return false;
+    let f = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Removal::Gone),
+        Err(e) => return Err(e),
     };
     let judge = || {
         let Ok(inst) = read_instance(&f) else {
@@ -234,10 +299,17 @@ pub fn remove_if(name: &str, stale: impl Fn(Option<Instance>, Option<Duration>) 
         stale(inst, age)
     };
     if !judge() {
-        return false;
+        return Ok(Removal::NotStale);
     }
-    if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-        return false;
+    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        // Another remover holds it exclusively (between its lock and its
+        // unlink), or its owner holds it shared (alive in another pid
+        // namespace).
+        Err(rustix::io::Errno::WOULDBLOCK) if shared_test(&f) == Held::No => {
+            return Ok(Removal::Busy)
+        }
+        Err(_) => return Ok(Removal::NotStale),
     }
     // Under the lock: still the file under the name, and still stale
     // (its creator may have finished its header meanwhile).
@@ -245,15 +317,34 @@ pub fn remove_if(name: &str, stale: impl Fn(Option<Instance>, Option<Duration>) 
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
     };
-    if !same || !judge() {
-        return false;
+    if !same {
+        return Ok(Removal::Gone);
+    }
+    if !judge() {
+        return Ok(Removal::NotStale);
     }
     // The doorbell first: while the segment is still there, no new
     // endpoint can take the name (its create fails, and its take-over
     // finds our lock), so the doorbell removed is not a new one's.
     let _ = std::fs::remove_file(bell_path(name));
     Segment::unlink(&seg_name(name));
-    true
+    Ok(Removal::Removed)
+}
+
+/// What [`remove_if`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// It removed the segment file under the name (and its doorbell).
+    Removed,
+    /// The file under the name is not stale, or is held by its owner:
+    /// left alone.
+    NotStale,
+    /// Another process is removing the file (it holds its exclusive
+    /// lock, between its lock and its unlink): the name is free in a
+    /// moment.
+    Busy,
+    /// No file under the name, or no longer the one it looked at.
+    Gone,
 }
 
 /// Whether a segment file left behind may go: its owner is dead, or it
@@ -267,10 +358,12 @@ pub fn abandoned(inst: Option<Instance>, age: Option<Duration>) -> bool {
 }
 
 /// Removes `name`'s segment and doorbell if the files still belong to
-/// the dead owner `pid` (a new process may have taken the name since).
-pub fn remove_if_owned(name: &str, pid: u32, start: u64) {
-    if remove_if(name, |i, _| i.is_some_and(|i| (i.0, i.1) == (pid, start))) {
-        tracing::debug!(name, pid, "shm: removed a dead peer's segment");
+/// the gone instance `inst` — serial included: the same process may
+/// have opened a new endpoint under the name since, or a new process
+/// taken it.
+pub fn remove_if_owned(name: &str, inst: Instance) {
+    if let Ok(Removal::Removed) = remove_if(name, |i, _| i == Some(inst)) {
+        tracing::debug!(name, pid = inst.0, "shm: removed a dead peer's segment");
     }
 }
 
@@ -294,19 +387,21 @@ pub fn reclaim_stale() -> usize {
         let Some(name) = f.strip_prefix(SEG_PREFIX) else {
             continue;
         };
-        if remove_if(name, abandoned) {
+        if let Ok(Removal::Removed) = remove_if(name, abandoned) {
             removed += 1;
         }
     }
-    // Doorbells whose segment is gone.
+    // Doorbells whose segment is gone, and old: a new endpoint creates
+    // its segment, then its doorbell, so between our look at the
+    // segment and the removal one may have made both — its doorbell is
+    // young and stays.
     if let Ok(dir) = std::fs::read_dir(SHM_DIR) {
         for e in dir.flatten() {
             let file = e.file_name();
             let Some(name) = file.to_str().and_then(|f| f.strip_prefix(BELL_PREFIX)) else {
                 continue;
             };
-            let seg = seg_path(name);
-            if !seg.exists() {
+            if !seg_path(name).exists() && bell_is_old(&e.path()) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
@@ -315,6 +410,16 @@ pub fn reclaim_stale() -> usize {
         tracing::info!(removed, "shm: reclaimed segments of dead processes");
     }
     removed
+}
+
+/// Whether the doorbell at `path` was last changed more than
+/// [`HALF_MADE`] ago.
+fn bell_is_old(path: &std::path::Path) -> bool {
+    std::fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .is_some_and(|a| a > HALF_MADE)
 }
 
 #[cfg(test)]
@@ -369,7 +474,10 @@ mod tests {
     /// opening meanwhile (another test binary's `reclaim_stale`) takes
     /// it for a dead owner's segment and removes it.
     fn temp_file(bytes: &[u8]) -> (std::path::PathBuf, std::fs::File) {
-        let path = std::env::temp_dir().join(format!("weft-live-test-{}", crate::name::unique()));
+        // `/dev/shm`, not `temp_dir()`: a `TMPDIR` on a file system
+        // without `flock` (some container storage) would fail the locks.
+        let path =
+            std::path::Path::new(SHM_DIR).join(format!("weft-live-test-{}", crate::name::unique()));
         std::fs::write(&path, bytes).unwrap();
         let f = std::fs::File::open(&path).unwrap();
         (path, f)
@@ -405,10 +513,11 @@ mod tests {
             Held::No,
             "the kernel lets go with the file"
         );
-        // A failure to look is no answer: a live peer is not declared
-        // dead for it (here the header cannot be read).
+        // A lasting failure to look (here the header cannot be read
+        // through a write-only file) is an answer: else a dead peer's
+        // record would stay for ever.
         let unreadable = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        assert_eq!(held_by_file(&unreadable, inst), Held::Unknown);
+        assert_eq!(held_by_file(&unreadable, inst), Held::No);
         // Only a missing file is not held.
         assert_eq!(held_by("live-test-no-such-segment", inst), Held::No);
         assert!(!owner_runs("live-test-no-such-segment", inst));
@@ -472,5 +581,83 @@ mod tests {
         let (pid, start) = me();
         assert!(!abandoned(Some((pid, start, 1)), None));
         assert!(abandoned(Some((u32::MAX, 0, 1)), None));
+    }
+
+    /// Only failures that may pass say nothing; lasting ones answer.
+    #[test]
+    fn only_passing_failures_are_unknown() {
+        use rustix::io::Errno;
+        for e in [
+            Errno::MFILE,
+            Errno::NFILE,
+            Errno::NOMEM,
+            Errno::NOLCK,
+            Errno::INTR,
+            Errno::AGAIN,
+            Errno::IO,
+        ] {
+            assert!(transient(&e.into()), "{e:?}");
+            assert_eq!(failed(&e.into()), Held::Unknown);
+        }
+        for e in [
+            Errno::ACCESS,
+            Errno::PERM,
+            Errno::BADF,
+            Errno::NOTDIR,
+            Errno::OPNOTSUPP,
+        ] {
+            assert!(!transient(&e.into()), "{e:?}");
+            assert_eq!(failed(&e.into()), Held::No);
+        }
+        assert!(!transient(&std::io::Error::other("no errno")));
+    }
+
+    /// A remover's exclusive lock on a dead instance's file (held from
+    /// its test to its unlink) is not an owner's: the instance is dead
+    /// to a concurrent look, not alive.
+    #[test]
+    fn a_removers_lock_is_not_an_owner() {
+        let inst = (u32::MAX, 0, 9);
+        let (path, f) = temp_file(&header(inst));
+        let remover = std::fs::File::open(&path).unwrap();
+        rustix::fs::flock(
+            &remover,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        )
+        .unwrap();
+        assert_eq!(held_by_file(&f, inst), Held::No);
+        drop(remover);
+        let h = hold_file(&path);
+        assert_eq!(held_by_file(&f, inst), Held::Yes, "an owner's shared lock");
+        drop(h);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// `remove_if` meeting another remover between its lock and its
+    /// unlink says `Busy` (the creator retries), and leaves a held file
+    /// alone. The header names this process, so no other test binary's
+    /// `reclaim_stale` removes the file meanwhile.
+    #[test]
+    fn remove_if_tells_busy_from_held() {
+        let name = format!("live-test-{}", crate::name::unique());
+        let path = seg_path(&name);
+        let (pid, start) = me();
+        std::fs::write(&path, header((pid, start, serial()))).unwrap();
+        let always = |_: Option<Instance>, _: Option<Duration>| true;
+        let remover = std::fs::File::open(&path).unwrap();
+        rustix::fs::flock(
+            &remover,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        )
+        .unwrap();
+        assert_eq!(remove_if(&name, always).unwrap(), Removal::Busy);
+        drop(remover);
+        let h = hold_file(&path);
+        assert_eq!(remove_if(&name, always).unwrap(), Removal::NotStale);
+        assert_eq!(remove_if(&name, abandoned).unwrap(), Removal::NotStale);
+        drop(h);
+        assert_eq!(remove_if(&name, always).unwrap(), Removal::Removed);
+        assert!(!path.exists());
+        assert_eq!(remove_if(&name, always).unwrap(), Removal::Gone);
     }
 }

@@ -106,7 +106,7 @@ impl EpShared {
     /// (removing their segments); returns the sends failed.
     pub fn sweep_peers(&self) -> usize {
         let mut ended = EndedList::new();
-        let mut gone: SmallVec<[(String, (u32, u64)); 2]> = SmallVec::new();
+        let mut gone: SmallVec<[(String, crate::live::Instance); 2]> = SmallVec::new();
         {
             let mut peers = lock(&self.peers);
             peers.map.retain(|p| {
@@ -114,13 +114,13 @@ impl EpShared {
                     return true;
                 }
                 p.fail_all(Error::ConnReset, &mut ended);
-                gone.push((p.name.clone(), p.owner));
+                gone.push((p.name.clone(), p.instance()));
                 false
             });
         }
-        for (name, (pid, start)) in gone {
-            tracing::debug!(%name, pid, "shm: peer process gone");
-            crate::live::remove_if_owned(&name, pid, start);
+        for (name, inst) in gone {
+            tracing::debug!(%name, pid = inst.0, "shm: peer process gone");
+            crate::live::remove_if_owned(&name, inst);
         }
         let n = ended.len();
         for e in ended {

@@ -198,7 +198,7 @@ impl EpShared {
     /// an RMA request: written now if the ring takes it, else queued in
     /// order. A peer that cannot be reached fails it (`ConnRefused`).
     pub fn enqueue(&self, addr: &[u8], o: Out, pending: Option<crate::rma::Pending>) {
-        self.enqueue_if(addr, o, pending, |_| true);
+        self.enqueue_if(addr, o, pending, None, |_| true);
     }
 
     /// Sends the answer `o` to the endpoint at `addr` if that is the
@@ -207,17 +207,19 @@ impl EpShared {
     /// (`EpShared::answer`) — unless our record maps a gone instance
     /// ([`enqueue_renewed`](Self::enqueue_renewed)).
     pub fn enqueue_answer(&self, addr: &[u8], o: Out, by: Option<crate::live::Instance>) {
-        self.enqueue_if(addr, o, None, |p| by == Some(p.instance()));
+        self.enqueue_if(addr, o, None, by, |p| by == Some(p.instance()));
     }
 
     /// [`enqueue`](Self::enqueue) if the peer at `addr` passes `ok`;
-    /// else `o` is dropped (an answer: nothing waits for it here).
+    /// else `o` is dropped (an answer: nothing waits for it here). `by`:
+    /// the instance an answer is for.
     #[inline]
     fn enqueue_if(
         &self,
         addr: &[u8],
         o: Out,
         pending: Option<crate::rma::Pending>,
+        by: Option<crate::live::Instance>,
         ok: impl Fn(&Peer) -> bool,
     ) {
         let mut guard = lock(&self.peers);
@@ -228,7 +230,12 @@ impl EpShared {
         // it is there, then to take it) was a tenth of a send.
         match peers.map.get_mut(addr) {
             Some(peer) if !ok(peer) => {
-                if peer.alive() {
+                // The instance answered holds the name: the record's has
+                // certainly left it, whatever `alive` could not tell
+                // (a lock test that failed for want of resources).
+                if peer.alive()
+                    && by.is_none_or(|b| crate::live::instance_of_name(&peer.name) != Some(b))
+                {
                     tracing::debug!("shm: an answer for an instance gone from its name; dropped");
                     return;
                 }
@@ -289,6 +296,10 @@ impl EpShared {
     ) {
         if let Some(mut old) = peers.map.remove(addr) {
             old.fail_all(Error::ConnReset, &mut after.ended);
+            // As at the sweep: its segment goes if still its own (a
+            // crash left it). Under the peers' lock, but this path is
+            // rare and a few syscalls long.
+            crate::live::remove_if_owned(&old.name, old.instance());
         }
         match crate::name::parse(addr).and_then(|n| self.open_peer(n)) {
             Ok(mut p) if ok(&p) => {
