@@ -162,12 +162,19 @@ fn own_name(cfg: &EpConfig) -> Result<String> {
 /// over would leave two live instances of one name. Another process
 /// removing the file just then (`live::Removal::Busy`: it holds its lock
 /// until it unlinks) frees the name in a moment: we try again, a bounded
-/// number of times. An error looking at the file (`EMFILE`) is returned
-/// as it is, not as `AddrInUse`.
+/// number of times. A dead owner's file whose lock a peer's probe held
+/// for an instant (`live::Removal::Held`: our exclusive lock refused, a
+/// shared one then taken) looks like a live owner's in another pid
+/// namespace: tried again too, a few times — an owner's lock lasts, a
+/// probe's does not — before `AddrInUse`. An error looking at the file
+/// (`EMFILE`) is returned as it is, not as `AddrInUse`.
 fn create_segment(name: &str, g: Geometry) -> Result<Segment> {
     use crate::live::Removal;
+    use std::time::Duration;
     const TRIES: u32 = 10;
+    const HELD_TRIES: u32 = 3;
     let seg_name = name::seg_name(name);
+    let mut held = 0;
     for _ in 0..TRIES {
         match Segment::create(&seg_name, g.bytes()) {
             Err(Error::AddrInUse) => {}
@@ -175,10 +182,18 @@ fn create_segment(name: &str, g: Geometry) -> Result<Segment> {
         }
         match crate::live::remove_if(name, crate::live::abandoned)? {
             Removal::NotStale => return Err(Error::AddrInUse),
+            Removal::Held if held == HELD_TRIES => return Err(Error::AddrInUse),
+            // Rare (a probe's instant, or a live owner elsewhere), and
+            // before the endpoint exists: short blocking waits, 1, 2 and
+            // 4 ms.
+            Removal::Held => {
+                std::thread::sleep(Duration::from_millis(1 << held));
+                held += 1;
+            }
             Removal::Removed | Removal::Gone => {}
             // Rare (two processes taking one dead name at once), and
             // before the endpoint exists: a short blocking wait.
-            Removal::Busy => std::thread::sleep(std::time::Duration::from_millis(1)),
+            Removal::Busy => std::thread::sleep(Duration::from_millis(1)),
         }
     }
     Err(Error::AddrInUse)
@@ -206,10 +221,18 @@ impl EpShared {
         let seg = create_segment(&name, g)?;
         let me = crate::live::me();
         let serial = crate::live::serial();
+        // Held before the header names us: from then on, a process in
+        // another pid namespace sees us alive by the lock. Failing, the
+        // segment under the name is still ours to unlink: young and
+        // without a header, nobody else removes it (`live::abandoned`).
+        let held = match crate::live::hold(&name) {
+            Ok(h) => h,
+            Err(e) => {
+                Segment::unlink(&name::seg_name(&name));
+                return Err(e);
+            }
+        };
         let made = (|| {
-            // Held before the header names us: from then on, a process in
-            // another pid namespace sees us alive by the lock.
-            let held = crate::live::hold(&name)?;
             let bell = crate::bell::create(&name)?;
             let abell = if cfg.wait == WaitMode::BusyPoll {
                 None
@@ -220,13 +243,17 @@ impl EpShared {
                         .open_receiver(name::bell_path(&name))?,
                 )
             };
-            Ok::<_, Error>((held, bell, abell))
+            Ok::<_, Error>((bell, abell))
         })();
-        let (held, bell, abell) = match made {
+        let (bell, abell) = match made {
             Ok(b) => b,
             Err(e) => {
-                let _ = std::fs::remove_file(name::bell_path(&name));
-                Segment::unlink(&name::seg_name(&name));
+                // Only while the name is still our segment's: then the
+                // doorbell under it is ours (or a stale one) too.
+                if crate::live::is_under(&held, &crate::live::seg_path(&name)) {
+                    let _ = std::fs::remove_file(name::bell_path(&name));
+                    Segment::unlink(&name::seg_name(&name));
+                }
                 return Err(e);
             }
         };
@@ -559,9 +586,19 @@ impl ProviderEndpoint for ShmEndpoint {
         ep.seg.store32(H_PID, 0, Ordering::Release);
         // The doorbell before the segment: once the segment is gone a
         // new endpoint may take the name and make its own doorbell,
-        // which ours removed after would be.
-        let _ = std::fs::remove_file(name::bell_path(&ep.name));
-        Segment::unlink(&name::seg_name(&ep.name));
+        // which ours removed after would be. Each only if the file under
+        // the name is still ours (same device and inode): had another
+        // endpoint taken the name, its files are not ours to remove.
+        // While our segment is under the name and we hold its lock,
+        // nobody else removes it or makes a doorbell, so nothing changes
+        // between the look and the unlink.
+        if crate::live::is_under(&ep._held, &crate::live::seg_path(&ep.name)) {
+            let bell = name::bell_path(&ep.name);
+            if crate::live::is_under(&ep._bell, std::path::Path::new(bell.as_str())) {
+                let _ = std::fs::remove_file(&bell);
+            }
+            Segment::unlink(&name::seg_name(&ep.name));
+        }
         weft_core::soft_srx::close_side(&**ep, &ep.side, ep.srx.as_deref());
         let peers = std::mem::take(&mut *lock(&ep.peers));
         peers.release();

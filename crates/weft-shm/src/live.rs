@@ -146,9 +146,9 @@ fn failed(e: &std::io::Error) -> Held {
 /// test never makes that fail.
 ///
 /// An exclusive lock refused is not yet an owner: another process may
-/// be inside [`remove_if`], holding its exclusive lock on a dead
-/// instance's file until it unlinks it. A shared test lock tells the
-/// two apart ([`shared_test`]).
+/// hold its own exclusive test lock — a prober here for an instant, or
+/// a remover inside [`remove_if`] until it unlinks the file. A shared
+/// test lock tells an owner from those ([`shared_test`]).
 fn lock_test(f: &std::fs::File) -> Held {
     use rustix::fs::{flock, FlockOperation};
     match flock(f, FlockOperation::NonBlockingLockExclusive) {
@@ -161,19 +161,27 @@ fn lock_test(f: &std::fs::File) -> Held {
     }
 }
 
-/// After an exclusive test lock on `f` was refused: a shared one taken
-/// means only shared holders — the owner's `hold` — so [`Held::Yes`];
-/// refused too, somebody holds it exclusively, which only a remover
-/// does, and only once nobody held it shared (its own exclusive lock
-/// succeeded): the owner let go, [`Held::No`]. An owner never takes its
-/// lock again once it let go (the kernel dropped it with the process,
-/// or the endpoint closed).
+/// After an exclusive test lock on `f` was refused: refused too,
+/// somebody holds it exclusively — a prober's or a remover's test lock —
+/// which they got only once nobody held it shared: the owner let go,
+/// [`Held::No`]. An owner never takes its lock again once it let go (the
+/// kernel dropped it with the process, or the endpoint closed). Taken,
+/// only shared holders remain — the owner's `hold` — so [`Held::Yes`],
+/// unless the file was unlinked meanwhile: the exclusive holder may have
+/// been a remover that unlinked it and let go between our two locks, and
+/// an unlinked file is nobody's segment (an owner unlinks its own only
+/// at close).
 fn shared_test(f: &std::fs::File) -> Held {
     use rustix::fs::{flock, FlockOperation};
+    use std::os::unix::fs::MetadataExt;
     match flock(f, FlockOperation::NonBlockingLockShared) {
         Ok(()) => {
             let _ = flock(f, FlockOperation::Unlock);
-            Held::Yes
+            match f.metadata() {
+                Ok(m) if m.nlink() == 0 => Held::No,
+                Ok(_) => Held::Yes,
+                Err(e) => failed(&e),
+            }
         }
         Err(rustix::io::Errno::WOULDBLOCK) => Held::No,
         Err(e) => failed(&e.into()),
@@ -280,7 +288,6 @@ pub fn remove_if(
     name: &str,
     stale: impl Fn(Option<Instance>, Option<Duration>) -> bool,
 ) -> std::io::Result<Removal> {
-    use std::os::unix::fs::MetadataExt;
     let path = seg_path(name);
     let f = match std::fs::File::open(&path) {
         Ok(f) => f,
@@ -303,21 +310,28 @@ pub fn remove_if(
     }
     match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
-        // Another remover holds it exclusively (between its lock and its
-        // unlink), or its owner holds it shared (alive in another pid
-        // namespace).
-        Err(rustix::io::Errno::WOULDBLOCK) if shared_test(&f) == Held::No => {
-            return Ok(Removal::Busy)
+        // Refused: another process's exclusive test lock (a remover's,
+        // or a prober's for an instant), or a shared one (its owner,
+        // alive in another pid namespace — or, an instant, a prober's
+        // shared test after its exclusive one was refused).
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            let held = shared_test(&f);
+            // Unlinked or replaced meanwhile (a remover finished):
+            // the name is free, or another file's.
+            if !is_under(&f, &path) {
+                return Ok(Removal::Gone);
+            }
+            return Ok(match held {
+                Held::No => Removal::Busy,
+                Held::Yes => Removal::Held,
+                Held::Unknown => Removal::NotStale,
+            });
         }
         Err(_) => return Ok(Removal::NotStale),
     }
     // Under the lock: still the file under the name, and still stale
     // (its creator may have finished its header meanwhile).
-    let same = match (f.metadata(), std::fs::metadata(&path)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
-    };
-    if !same {
+    if !is_under(&f, &path) {
         return Ok(Removal::Gone);
     }
     if !judge() {
@@ -331,17 +345,36 @@ pub fn remove_if(
     Ok(Removal::Removed)
 }
 
+/// Whether `f` is the file now at `path` (same device and inode): not
+/// unlinked, nor replaced by another. `false` when either cannot be
+/// looked at.
+pub fn is_under(f: &std::fs::File, path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 /// What [`remove_if`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Removal {
     /// It removed the segment file under the name (and its doorbell).
     Removed,
-    /// The file under the name is not stale, or is held by its owner:
-    /// left alone.
+    /// The file under the name is not stale (or its lock could not be
+    /// tested, [`Held::Unknown`]): left alone.
     NotStale,
-    /// Another process is removing the file (it holds its exclusive
-    /// lock, between its lock and its unlink): the name is free in a
-    /// moment.
+    /// The file under the name was judged stale, but its
+    /// exclusive lock was refused and a shared one then taken: its owner
+    /// holds it (alive in another pid namespace) — or, for an instant,
+    /// a prober did ([`lock_test`]) and let go between our two locks. An
+    /// owner's lock lasts, a probe's does not: a caller that must have
+    /// the name tries again a few times before giving up on it.
+    Held,
+    /// Another process holds the file's exclusive lock: a remover,
+    /// between its lock and its unlink (the name is free in a moment),
+    /// or, for an instant, a prober ([`lock_test`]; the file stays).
+    /// Either way, trying again soon tells more.
     Busy,
     /// No file under the name, or no longer the one it looked at.
     Gone,
@@ -361,8 +394,20 @@ pub fn abandoned(inst: Option<Instance>, age: Option<Duration>) -> bool {
 /// the gone instance `inst` — serial included: the same process may
 /// have opened a new endpoint under the name since, or a new process
 /// taken it.
+///
+/// Tried a second time if the first met another process's lock
+/// (`Busy`, `Held`): a probe's lasts an instant, and the segment would
+/// otherwise stay until some process's next [`reclaim_stale`]. No
+/// wait: this runs on the sweep, and a remover's lock ends with its
+/// unlink, which is the outcome wanted anyway.
 pub fn remove_if_owned(name: &str, inst: Instance) {
-    if let Ok(Removal::Removed) = remove_if(name, |i, _| i == Some(inst)) {
+    let owned = |i: Option<Instance>, _: Option<Duration>| i == Some(inst);
+    let mut r = remove_if(name, owned);
+    if let Ok(Removal::Busy | Removal::Held) = r {
+        std::thread::yield_now();
+        r = remove_if(name, owned);
+    }
+    if let Ok(Removal::Removed) = r {
         tracing::debug!(name, pid = inst.0, "shm: removed a dead peer's segment");
     }
 }
@@ -391,17 +436,20 @@ pub fn reclaim_stale() -> usize {
             removed += 1;
         }
     }
-    // Doorbells whose segment is gone, and old: a new endpoint creates
-    // its segment, then its doorbell, so between our look at the
-    // segment and the removal one may have made both — its doorbell is
-    // young and stays.
+    // Doorbells whose segment is gone, and old. A new endpoint creates
+    // its segment, then its doorbell: one it made before our look at the
+    // doorbell is young and stays, and the segment is looked at last, so
+    // one made before that look keeps it. A window of a few system calls
+    // remains — a whole endpoint creation (segment, doorbell) between
+    // our look at the segment and our unlink — in which we would remove
+    // the new endpoint's doorbell (`docs/design.md`, "Stale segments").
     if let Ok(dir) = std::fs::read_dir(SHM_DIR) {
         for e in dir.flatten() {
             let file = e.file_name();
             let Some(name) = file.to_str().and_then(|f| f.strip_prefix(BELL_PREFIX)) else {
                 continue;
             };
-            if !seg_path(name).exists() && bell_is_old(&e.path()) {
+            if bell_is_old(&e.path()) && !seg_path(name).exists() {
                 let _ = std::fs::remove_file(e.path());
             }
         }
@@ -518,7 +566,7 @@ mod tests {
         // record would stay for ever.
         let unreadable = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         assert_eq!(held_by_file(&unreadable, inst), Held::No);
-        // Only a missing file is not held.
+        // A missing file is not held either.
         assert_eq!(held_by("live-test-no-such-segment", inst), Held::No);
         assert!(!owner_runs("live-test-no-such-segment", inst));
         std::fs::remove_file(&path).unwrap();
@@ -653,11 +701,55 @@ mod tests {
         assert_eq!(remove_if(&name, always).unwrap(), Removal::Busy);
         drop(remover);
         let h = hold_file(&path);
-        assert_eq!(remove_if(&name, always).unwrap(), Removal::NotStale);
+        assert_eq!(remove_if(&name, always).unwrap(), Removal::Held);
         assert_eq!(remove_if(&name, abandoned).unwrap(), Removal::NotStale);
         drop(h);
         assert_eq!(remove_if(&name, always).unwrap(), Removal::Removed);
         assert!(!path.exists());
         assert_eq!(remove_if(&name, always).unwrap(), Removal::Gone);
+    }
+
+    /// A remover unlinks the file and lets go between a prober's refused
+    /// exclusive lock and its shared one: the shared one is then taken on
+    /// an unlinked file — here while another shared holder keeps the
+    /// exclusive test refused — which is nobody's segment: not held.
+    #[test]
+    fn an_unlinked_file_is_not_held() {
+        let inst = (u32::MAX, 0, 11);
+        let (path, f) = temp_file(&header(inst));
+        let h = hold_file(&path);
+        assert_eq!(held_by_file(&f, inst), Held::Yes);
+        assert!(is_under(&f, &path));
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(held_by_file(&f, inst), Held::No, "unlinked while held");
+        assert!(!is_under(&f, &path));
+        // Another file under the name now: still not the one we hold.
+        std::fs::write(&path, header(inst)).unwrap();
+        assert!(!is_under(&f, &path));
+        assert_eq!(held_by_file(&f, inst), Held::No);
+        drop(h);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// `remove_if_owned` leaves a file its owner holds, and removes it
+    /// once let go; the doorbell goes with it.
+    #[test]
+    fn remove_if_owned_removes_only_an_unheld_owned_file() {
+        let name = format!("live-test-{}", crate::name::unique());
+        let path = seg_path(&name);
+        let (pid, start) = me();
+        let inst = (pid, start, serial());
+        std::fs::write(&path, header(inst)).unwrap();
+        std::fs::write(bell_path(&name), b"").unwrap();
+        let h = hold_file(&path);
+        remove_if_owned(&name, (pid, start, inst.2 + 1));
+        remove_if_owned(&name, inst);
+        assert!(path.exists(), "held by its owner");
+        drop(h);
+        remove_if_owned(&name, (pid, start, inst.2 + 1));
+        assert!(path.exists(), "another instance's");
+        remove_if_owned(&name, inst);
+        assert!(!path.exists());
+        assert!(!std::path::Path::new(&bell_path(&name)).exists());
     }
 }
