@@ -349,17 +349,7 @@ async fn an_answer_to_a_new_instance_renews_a_record_of_a_live_old_one() {
     info.src_addr = Some(addr.clone().into_bytes());
     let old_av = h.av();
     let (old, _ocq) = enabled_endpoint(&h.domain, &info, &old_av, WaitMode::Interrupt);
-    let to = old_av
-        .insert_sync(std::slice::from_ref(&baddr), Default::default())
-        .unwrap()
-        .fi_addrs[0];
-    let got = within(
-        "the old instance's read",
-        old.read(to, BytesMut::zeroed(8), 0, KEY),
-    )
-    .await
-    .unwrap();
-    assert_eq!(got.into_bytes()[..], payload(4096, 4)[..8]);
+    reads_b(&old, &old_av, &baddr, "the old instance's read").await;
     assert_eq!(b.stats().unwrap().peers, 1, "we answered it");
     let old_inst = shm_common::instance_of(&addr);
 
@@ -369,17 +359,7 @@ async fn an_answer_to_a_new_instance_renews_a_record_of_a_live_old_one() {
     let new_inst = shm_common::instance_of(&addr);
     assert_ne!(new_inst, old_inst);
     assert_eq!((new_inst.0, new_inst.1), (old_inst.0, old_inst.1));
-    let to = new_av
-        .insert_sync(std::slice::from_ref(&baddr), Default::default())
-        .unwrap()
-        .fi_addrs[0];
-    let got = within(
-        "the new instance's read",
-        new.read(to, BytesMut::zeroed(8), 0, KEY),
-    )
-    .await
-    .unwrap();
-    assert_eq!(got.into_bytes()[..], payload(4096, 4)[..8]);
+    reads_b(&new, &new_av, &baddr, "the new instance's read").await;
     assert_eq!(b.stats().unwrap().peers, 1, "one record, renewed");
     assert!(
         std::path::Path::new(&format!("/dev/shm/weft-shm.{name}")).exists(),
@@ -390,4 +370,17 @@ async fn an_answer_to_a_new_instance_renews_a_record_of_a_live_old_one() {
     // under the name.
     new.close().unwrap();
     old.close().unwrap();
+}
+
+/// `ep` inserts `b` into `av` and reads the first 8 bytes of its region
+/// (`payload(4096, 4)` under `KEY`).
+async fn reads_b(ep: &weft::Endpoint, av: &weft::AddressVector, b: &[u8], what: &str) {
+    let to = av
+        .insert_sync(&[b.to_vec()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    let got = within(what, ep.read(to, BytesMut::zeroed(8), 0, KEY))
+        .await
+        .unwrap();
+    assert_eq!(got.into_bytes()[..], payload(4096, 4)[..8]);
 }

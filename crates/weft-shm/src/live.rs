@@ -532,6 +532,12 @@ mod tests {
     }
 
     /// What `hold` does, on any file.
+    /// Takes `f`'s exclusive lock, as a remover between its test and its
+    /// unlink holds it.
+    fn lock_out(f: &std::fs::File) {
+        rustix::fs::flock(f, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+    }
+
     fn hold_file(path: &std::path::Path) -> std::fs::File {
         let f = std::fs::File::open(path).unwrap();
         rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
@@ -668,11 +674,7 @@ mod tests {
         let inst = (u32::MAX, 0, 9);
         let (path, f) = temp_file(&header(inst));
         let remover = std::fs::File::open(&path).unwrap();
-        rustix::fs::flock(
-            &remover,
-            rustix::fs::FlockOperation::NonBlockingLockExclusive,
-        )
-        .unwrap();
+        lock_out(&remover);
         assert_eq!(held_by_file(&f, inst), Held::No);
         drop(remover);
         let h = hold_file(&path);
@@ -693,11 +695,7 @@ mod tests {
         std::fs::write(&path, header((pid, start, serial()))).unwrap();
         let always = |_: Option<Instance>, _: Option<Duration>| true;
         let remover = std::fs::File::open(&path).unwrap();
-        rustix::fs::flock(
-            &remover,
-            rustix::fs::FlockOperation::NonBlockingLockExclusive,
-        )
-        .unwrap();
+        lock_out(&remover);
         assert_eq!(remove_if(&name, always).unwrap(), Removal::Busy);
         drop(remover);
         let h = hold_file(&path);
