@@ -367,13 +367,13 @@ pub enum Removal {
     /// The file under the name was judged stale, but its
     /// exclusive lock was refused and a shared one then taken: its owner
     /// holds it (alive in another pid namespace) — or, for an instant,
-    /// a prober did ([`lock_test`]) and let go between our two locks. An
+    /// a prober did (`lock_test`) and let go between our two locks. An
     /// owner's lock lasts, a probe's does not: a caller that must have
     /// the name tries again a few times before giving up on it.
     Held,
     /// Another process holds the file's exclusive lock: a remover,
     /// between its lock and its unlink (the name is free in a moment),
-    /// or, for an instant, a prober ([`lock_test`]; the file stays).
+    /// or, for an instant, a prober (`lock_test`; the file stays).
     /// Either way, trying again soon tells more.
     Busy,
     /// No file under the name, or no longer the one it looked at.
