@@ -192,24 +192,12 @@ async fn an_answer_from_an_instance_gone_from_its_name_is_dropped() {
     let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
     let (a, acq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
     // An endpoint holding a name `a` never sends to.
-    let held = format!("fi_shm://{}", fresh_name());
-    let mut info = h.info.clone();
-    info.src_addr = Some(held.clone().into_bytes());
-    let (_c, _ccq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
+    let (held, _c, _ccq) = under_a_fresh_name(&h);
     let now = shm_common::instance_of(&held);
     let name = held.trim_start_matches("fi_shm://").as_bytes();
     // Above any pid the kernel gives (`pid_max` is at most 2^22).
     let dead = ((1 << 22) + 1, 1, 1);
-    let answer = RecHead {
-        word: K_RESP | F_LAST,
-        ..RecHead::default()
-    };
-    let message = RecHead {
-        word: K_FIRST | F_LAST,
-        len: 8,
-        total: 8,
-        ..RecHead::default()
-    };
+    let (answer, message) = answer_and_message();
     let gone: [(&[u8], weft_shm::live::Instance); 2] = [
         (name, (now.0, now.1, now.2.wrapping_add(1))),
         (b"rs-gone-for-good", dead),
@@ -217,13 +205,8 @@ async fn an_answer_from_an_instance_gone_from_its_name_is_dropped() {
     for (ctx, (from, inst)) in gone.into_iter().enumerate() {
         a.post_recv(BytesMut::zeroed(8), ctx as u64).unwrap();
         claim_with(&a, from, inst, &[(answer, b""), (message, b"behind!!")]);
-        let got = within("the message behind the answer", next_cq(&acq))
-            .await
-            .unwrap_or_else(|e| panic!("the receive failed: {:?}", e.err));
-        assert_eq!(got.context, ctx as u64);
-        let bytes: Vec<u8> = got.bufs.iter().flat_map(|b| b.iter().copied()).collect();
-        assert_eq!(bytes, b"behind!!");
-        assert_eq!(a.stats().unwrap().rx_malformed, 0);
+        let got = the_message_behind(&a, &acq, "the message behind the answer").await;
+        assert_eq!(got, ctx as u64);
     }
     // The holder of the name answering what we never asked.
     claim_with(&a, name, now, &[(answer, b"")]);
@@ -247,23 +230,11 @@ async fn answers_of_an_endpoint_closed_in_a_running_process_are_dropped() {
     let p = Provider::named("shm");
     let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
     let (a, acq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
-    let closed = format!("fi_shm://{}", fresh_name());
-    let mut info = h.info.clone();
-    info.src_addr = Some(closed.clone().into_bytes());
-    let (c, _ccq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
+    let (closed, c, _ccq) = under_a_fresh_name(&h);
     let inst = shm_common::instance_of(&closed);
     c.close().unwrap();
     assert_eq!(weft_shm::live::me(), (inst.0, inst.1), "its process runs");
-    let answer = RecHead {
-        word: K_RESP | F_LAST,
-        ..RecHead::default()
-    };
-    let message = RecHead {
-        word: K_FIRST | F_LAST,
-        len: 8,
-        total: 8,
-        ..RecHead::default()
-    };
+    let (answer, message) = answer_and_message();
     a.post_recv(BytesMut::zeroed(8), 1).unwrap();
     let name = closed.trim_start_matches("fi_shm://").as_bytes();
     let (seg, ch) = claim_with(
@@ -272,12 +243,7 @@ async fn answers_of_an_endpoint_closed_in_a_running_process_are_dropped() {
         inst,
         &[(answer, b""), (answer, b""), (message, b"behind!!")],
     );
-    let got = within("the message behind the answers", next_cq(&acq))
-        .await
-        .unwrap_or_else(|e| panic!("the receive failed: {:?}", e.err));
-    let bytes: Vec<u8> = got.bufs.iter().flat_map(|b| b.iter().copied()).collect();
-    assert_eq!(bytes, b"behind!!");
-    assert_eq!(a.stats().unwrap().rx_malformed, 0);
+    the_message_behind(&a, &acq, "the message behind the answers").await;
     assert_eq!(
         seg.load32(ch.ctl(C_STATE), Ordering::Acquire),
         Some(ACTIVE),
@@ -299,8 +265,7 @@ async fn a_half_made_segment_is_taken_over_only_when_old() {
     let path = format!("/dev/shm/weft-shm.{name}");
     std::fs::write(&path, vec![0u8; 4096]).unwrap();
     let addr = format!("fi_shm://{name}");
-    let mut info = h.info.clone();
-    info.src_addr = Some(addr.clone().into_bytes());
+    let info = info_under(&h, &addr);
     let ep = h.domain.endpoint(&info).unwrap();
     ep.bind_av(&h.av()).unwrap();
     ep.bind_cq(&h.cq(), weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)
@@ -345,8 +310,7 @@ async fn an_answer_to_a_new_instance_renews_a_record_of_a_live_old_one() {
     let baddr = b.local_addr().unwrap();
     let name = fresh_name();
     let addr = format!("fi_shm://{name}");
-    let mut info = h.info.clone();
-    info.src_addr = Some(addr.clone().into_bytes());
+    let info = info_under(&h, &addr);
     let old_av = h.av();
     let (old, _ocq) = enabled_endpoint(&h.domain, &info, &old_av, WaitMode::Interrupt);
     reads_b(&old, &old_av, &baddr, "the old instance's read").await;
@@ -383,4 +347,51 @@ async fn reads_b(ep: &weft::Endpoint, av: &weft::AddressVector, b: &[u8], what: 
         .await
         .unwrap();
     assert_eq!(got.into_bytes()[..], payload(4096, 4)[..8]);
+}
+
+/// `h`'s info with the endpoint address `addr`.
+fn info_under(h: &Harness, addr: &str) -> weft::Info {
+    let mut info = h.info.clone();
+    info.src_addr = Some(addr.as_bytes().to_vec());
+    info
+}
+
+/// An enabled endpoint of `h` under a name no other test uses: its
+/// address, the endpoint and its CQ.
+fn under_a_fresh_name(h: &Harness) -> (String, weft::Endpoint, weft::CompletionQueue) {
+    let addr = format!("fi_shm://{}", fresh_name());
+    let (ep, cq) = enabled_endpoint(
+        &h.domain,
+        &info_under(h, &addr),
+        &h.av(),
+        WaitMode::Interrupt,
+    );
+    (addr, ep, cq)
+}
+
+/// An answer record (no payload) and the head of an 8-byte message.
+fn answer_and_message() -> (RecHead, RecHead) {
+    let answer = RecHead {
+        word: K_RESP | F_LAST,
+        ..RecHead::default()
+    };
+    let message = RecHead {
+        word: K_FIRST | F_LAST,
+        len: 8,
+        total: 8,
+        ..RecHead::default()
+    };
+    (answer, message)
+}
+
+/// The message `behind!!` queued behind dropped answers reaches `a`'s
+/// posted receive, nothing counted malformed; its receive's context.
+async fn the_message_behind(a: &weft::Endpoint, acq: &weft::CompletionQueue, what: &str) -> u64 {
+    let got = within(what, next_cq(acq))
+        .await
+        .unwrap_or_else(|e| panic!("the receive failed: {:?}", e.err));
+    let bytes: Vec<u8> = got.bufs.iter().flat_map(|b| b.iter().copied()).collect();
+    assert_eq!(bytes, b"behind!!");
+    assert_eq!(a.stats().unwrap().rx_malformed, 0);
+    got.context
 }

@@ -57,10 +57,10 @@ pub struct EpShared {
     pub g: Geometry,
     /// The doorbell, held open for reading so that peers can open it for
     /// writing (a FIFO without a reader refuses them).
-    pub _bell: File,
+    pub bell: File,
     /// The segment file with this process's shared lock on it (see
     /// `live::hold`): how peers in other pid namespaces know it runs.
-    pub _held: File,
+    pub held: File,
     /// The doorbell registered with the reactor (interrupt and inline
     /// modes; busy-poll has none).
     pub abell: Option<pipe::Receiver>,
@@ -251,8 +251,7 @@ impl EpShared {
                 // Only while the name is still our segment's: then the
                 // doorbell under it is ours (or a stale one) too.
                 if crate::live::is_under(&held, &crate::live::seg_path(&name)) {
-                    let _ = std::fs::remove_file(name::bell_path(&name));
-                    Segment::unlink(&name::seg_name(&name));
+                    crate::live::unlink_files(&name);
                 }
                 return Err(e);
             }
@@ -305,8 +304,8 @@ impl EpShared {
             name,
             seg,
             g,
-            _bell: bell,
-            _held: held,
+            bell,
+            held,
             abell,
             me,
             serial,
@@ -592,9 +591,9 @@ impl ProviderEndpoint for ShmEndpoint {
         // While our segment is under the name and we hold its lock,
         // nobody else removes it or makes a doorbell, so nothing changes
         // between the look and the unlink.
-        if crate::live::is_under(&ep._held, &crate::live::seg_path(&ep.name)) {
+        if crate::live::is_under(&ep.held, &crate::live::seg_path(&ep.name)) {
             let bell = name::bell_path(&ep.name);
-            if crate::live::is_under(&ep._bell, std::path::Path::new(bell.as_str())) {
+            if crate::live::is_under(&ep.bell, std::path::Path::new(bell.as_str())) {
                 let _ = std::fs::remove_file(&bell);
             }
             Segment::unlink(&name::seg_name(&ep.name));

@@ -108,15 +108,9 @@ pub enum Held {
     Unknown,
 }
 
-/// Whether `e` may go away by itself (a want of resources, an
-/// interrupted call, an I/O error), so that a test failing with it says
-/// nothing ([`Held::Unknown`]); any other failure lasts and is taken as
-/// an answer.
-pub fn transient(e: &std::io::Error) -> bool {
+/// The failures that may go away by themselves ([`transient`]).
+const TRANSIENT: [rustix::io::Errno; 7] = {
     use rustix::io::Errno;
-    let Some(raw) = e.raw_os_error() else {
-        return false;
-    };
     [
         Errno::MFILE,
         Errno::NFILE,
@@ -126,8 +120,17 @@ pub fn transient(e: &std::io::Error) -> bool {
         Errno::AGAIN,
         Errno::IO,
     ]
-    .iter()
-    .any(|x| x.raw_os_error() == raw)
+};
+
+/// Whether `e` may go away by itself (a want of resources, an
+/// interrupted call, an I/O error), so that a test failing with it says
+/// nothing ([`Held::Unknown`]); any other failure lasts and is taken as
+/// an answer.
+pub fn transient(e: &std::io::Error) -> bool {
+    let Some(raw) = e.raw_os_error() else {
+        return false;
+    };
+    TRANSIENT.iter().any(|x| x.raw_os_error() == raw)
 }
 
 /// [`Held`] of a failed test.
@@ -256,13 +259,6 @@ pub fn instance_of_name(name: &str) -> Option<Instance> {
     read_instance(&std::fs::File::open(seg_path(name)).ok()?).ok()?
 }
 
-/// The owner (pid, start time) a segment file's header names, read with
-/// plain file I/O; `None` when the header is not (yet) valid.
-pub fn owner_of_file(path: &std::path::Path) -> Option<(u32, u64)> {
-    let (pid, start, _) = read_instance(&std::fs::File::open(path).ok()?).ok()??;
-    Some((pid, start))
-}
-
 /// The owner a mapped segment's header names.
 pub fn owner_of(seg: &Segment) -> Option<(u32, u64)> {
     use std::sync::atomic::Ordering::Acquire;
@@ -298,12 +294,7 @@ pub fn remove_if(
         let Ok(inst) = read_instance(&f) else {
             return false;
         };
-        let age = f
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| SystemTime::now().duration_since(t).ok());
-        stale(inst, age)
+        stale(inst, age(f.metadata()))
     };
     if !judge() {
         return Ok(Removal::NotStale);
@@ -337,12 +328,20 @@ pub fn remove_if(
     if !judge() {
         return Ok(Removal::NotStale);
     }
-    // The doorbell first: while the segment is still there, no new
-    // endpoint can take the name (its create fails, and its take-over
-    // finds our lock), so the doorbell removed is not a new one's.
+    // While the segment is still there, no new endpoint can take the
+    // name (its create fails, and its take-over finds our lock), so the
+    // doorbell removed first is not a new one's.
+    unlink_files(name);
+    Ok(Removal::Removed)
+}
+
+/// Removes `name`'s doorbell, then its segment: in that order, so that
+/// no new endpoint can have taken the name (and made its own doorbell)
+/// before the doorbell goes. For a caller that knows both are its to
+/// remove.
+pub fn unlink_files(name: &str) {
     let _ = std::fs::remove_file(bell_path(name));
     Segment::unlink(&seg_name(name));
-    Ok(Removal::Removed)
 }
 
 /// Whether `f` is the file now at `path` (same device and inode): not
@@ -463,11 +462,14 @@ pub fn reclaim_stale() -> usize {
 /// Whether the doorbell at `path` was last changed more than
 /// [`HALF_MADE`] ago.
 fn bell_is_old(path: &std::path::Path) -> bool {
-    std::fs::symlink_metadata(path)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| SystemTime::now().duration_since(t).ok())
-        .is_some_and(|a| a > HALF_MADE)
+    age(std::fs::symlink_metadata(path)).is_some_and(|a| a > HALF_MADE)
+}
+
+/// How long ago a file was last changed; `None` when not known (or in
+/// the future: a clock stepped back).
+fn age(m: std::io::Result<std::fs::Metadata>) -> Option<Duration> {
+    let t = m.and_then(|m| m.modified()).ok()?;
+    SystemTime::now().duration_since(t).ok()
 }
 
 #[cfg(test)]
@@ -532,6 +534,18 @@ mod tests {
     }
 
     /// What `hold` does, on any file.
+    /// A segment file under a fresh name whose header names a new
+    /// instance of this process (so no other test binary's
+    /// `reclaim_stale` removes it): the name, its path, the instance.
+    fn own_segment() -> (String, std::path::PathBuf, Instance) {
+        let name = format!("live-test-{}", crate::name::unique());
+        let path = seg_path(&name);
+        let (pid, start) = me();
+        let inst = (pid, start, serial());
+        std::fs::write(&path, header(inst)).unwrap();
+        (name, path, inst)
+    }
+
     /// Takes `f`'s exclusive lock, as a remover between its test and its
     /// unlink holds it.
     fn lock_out(f: &std::fs::File) {
@@ -554,7 +568,6 @@ mod tests {
         assert!(!alive(inst.0, inst.1));
         assert_eq!(held_by_file(&f, inst), Held::No);
         assert_eq!(read_instance(&f).unwrap(), Some(inst));
-        assert_eq!(owner_of_file(&path), Some((inst.0, inst.1)));
         let h = hold_file(&path);
         assert_eq!(held_by_file(&f, inst), Held::Yes);
         // Another holder of a shared lock does not make it look free.
@@ -641,15 +654,7 @@ mod tests {
     #[test]
     fn only_passing_failures_are_unknown() {
         use rustix::io::Errno;
-        for e in [
-            Errno::MFILE,
-            Errno::NFILE,
-            Errno::NOMEM,
-            Errno::NOLCK,
-            Errno::INTR,
-            Errno::AGAIN,
-            Errno::IO,
-        ] {
+        for e in TRANSIENT {
             assert!(transient(&e.into()), "{e:?}");
             assert_eq!(failed(&e.into()), Held::Unknown);
         }
@@ -689,10 +694,7 @@ mod tests {
     /// `reclaim_stale` removes the file meanwhile.
     #[test]
     fn remove_if_tells_busy_from_held() {
-        let name = format!("live-test-{}", crate::name::unique());
-        let path = seg_path(&name);
-        let (pid, start) = me();
-        std::fs::write(&path, header((pid, start, serial()))).unwrap();
+        let (name, path, _) = own_segment();
         let always = |_: Option<Instance>, _: Option<Duration>| true;
         let remover = std::fs::File::open(&path).unwrap();
         lock_out(&remover);
@@ -733,11 +735,8 @@ mod tests {
     /// once let go; the doorbell goes with it.
     #[test]
     fn remove_if_owned_removes_only_an_unheld_owned_file() {
-        let name = format!("live-test-{}", crate::name::unique());
-        let path = seg_path(&name);
-        let (pid, start) = me();
-        let inst = (pid, start, serial());
-        std::fs::write(&path, header(inst)).unwrap();
+        let (name, path, inst) = own_segment();
+        let (pid, start, _) = inst;
         std::fs::write(bell_path(&name), b"").unwrap();
         let h = hold_file(&path);
         remove_if_owned(&name, (pid, start, inst.2 + 1));

@@ -54,6 +54,19 @@ struct Ep {
     _fabric: weft::Fabric,
 }
 
+impl Ep {
+    /// `addr` inserted into the endpoint's AV.
+    fn insert(&self, addr: &str) -> Res<weft::FiAddr> {
+        Ok(self
+            .av
+            .insert_sync(&[addr.as_bytes().to_vec()], Default::default())?
+            .fi_addrs
+            .first()
+            .copied()
+            .ok_or("insert failed")?)
+    }
+}
+
 fn open_ep() -> Res<Ep> {
     open_named(None)
 }
@@ -125,12 +138,7 @@ fn reader(name: &str, addr: &str, key: u64, at: u64, after: u32) -> Res<()> {
         while after != 0 && gone.exists() && std::time::Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        let to =
-            e.av.insert_sync(&[addr.as_bytes().to_vec()], Default::default())?
-                .fi_addrs
-                .first()
-                .copied()
-                .ok_or("insert failed")?;
+        let to = e.insert(addr)?;
         let read = e.ep.read(to, bytes::BytesMut::zeroed(4096), at, key);
         match tokio::time::timeout(Duration::from_secs(10), read).await {
             Ok(Ok(c)) => {
@@ -150,12 +158,7 @@ fn send(addr: &str, n: u64, size: usize) -> Res<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let e = open_ep()?;
-        let to =
-            e.av.insert_sync(&[addr.as_bytes().to_vec()], Default::default())?
-                .fi_addrs
-                .first()
-                .copied()
-                .ok_or("insert failed")?;
+        let to = e.insert(addr)?;
         let warm = weft::SendMsg {
             dest: to,
             iov: vec![bytes::Bytes::from_static(b"w")],
