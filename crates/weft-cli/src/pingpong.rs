@@ -3,6 +3,10 @@
 //! before the send that provokes the peer's message, so payloads land in
 //! posted buffers instead of taking the provider's unexpected path.
 //!
+//! With `WEFT_PINGPONG_INJECT` set, `--api post` sends the messages
+//! below the inject size with `fi_inject`, as `fi_pingpong` does: no send
+//! completion is made or read ([`inject_for`]).
+//!
 //! `--api pool` sends from and receives into buffers of a pool registered
 //! before the clock starts (as fi_pingpong uses its own registered
 //! buffers), posted as `--api post` posts and with completions read the
@@ -31,6 +35,7 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
     let total = p.total()?;
     let fixed = negotiate::pattern(size, 0);
     let mut reaper = link.reaper();
+    let inject = inject_for(link, size);
     let mut rbuf = vec![BytesMut::zeroed(size)];
     let mut start = Instant::now();
     for i in 0..total {
@@ -53,8 +58,12 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                 if let Err((e, back)) = link.post_recv_now(rbuf, RECV_CTX) {
                     fail_or_wait_recv(link, e, back).await?;
                 }
-                if let Err(e) = link.post_send_now(sbuf, SEND_CTX) {
-                    fail_or_wait_send(link, e, sbuf.clone()).await?;
+                // A refused inject (a full queue) goes as a send.
+                let inj = inject && link.inject_now(sbuf).is_ok();
+                if !inj {
+                    if let Err(e) = link.post_send_now(sbuf, SEND_CTX) {
+                        fail_or_wait_send(link, e, sbuf.clone()).await?;
+                    }
                 }
                 // Mostly both completions are there already: taken
                 // without building the waits' futures. The answer first:
@@ -64,7 +73,7 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                     Some(e) => e,
                     None => reaper.wait_unread(RECV_CTX).await?,
                 };
-                if !reaper.try_done(SEND_CTX)? {
+                if !inj && !reaper.try_done(SEND_CTX)? {
                     reaper.wait_unread(SEND_CTX).await?;
                 }
                 got
@@ -96,6 +105,7 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
     }
     let total = p.total()?;
     let mut reaper = link.reaper();
+    let inject = inject_for(link, size);
     // Two buffers circulate: one being echoed, one posted for the next
     // message. The receive `Vec`s circulate with them.
     let mut spare = vec![BytesMut::zeroed(size)];
@@ -132,11 +142,13 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                         fail_or_wait_recv(link, e, back).await?;
                     }
                 }
-                if let Err(e) = link.post_send_now(&data, SEND_CTX) {
-                    fail_or_wait_send(link, e, data.clone()).await?;
-                }
-                if !reaper.try_done(SEND_CTX)? {
-                    reaper.wait_unread(SEND_CTX).await?;
+                if !(inject && link.inject_now(&data).is_ok()) {
+                    if let Err(e) = link.post_send_now(&data, SEND_CTX) {
+                        fail_or_wait_send(link, e, data.clone()).await?;
+                    }
+                    if !reaper.try_done(SEND_CTX)? {
+                        reaper.wait_unread(SEND_CTX).await?;
+                    }
                 }
             }
             Api::Async | Api::Pool if last => {
@@ -262,6 +274,15 @@ async fn fail_or_wait_pooled_recv(link: &Link, e: weft::Error, back: Option<Pool
 /// about to give back.
 async fn pool_buf(pool: &BufferPool) -> Res<PoolBuf> {
     pool.get().await.ctx("pool buffer")
+}
+
+/// Whether `--api post` sends a message of `size` bytes with `fi_inject`
+/// (no send completion to make or read): with `WEFT_PINGPONG_INJECT` set
+/// (on each side, which decides for its own sends), below the
+/// endpoint's `inject_size`, as `fi_pingpong` sends every message below
+/// it. Off by default, so that runs stay comparable with earlier ones.
+fn inject_for(link: &Link, size: usize) -> bool {
+    std::env::var_os("WEFT_PINGPONG_INJECT").is_some() && size < link.ep.info().tx_attr.inject_size
 }
 
 /// What arrived: its length, and with --verify its bytes.

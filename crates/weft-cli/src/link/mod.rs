@@ -139,6 +139,15 @@ impl Link {
         }
     }
 
+    /// `fi_inject` / `fi_tinject` of `buf`: no completion.
+    pub fn inject_now(&self, buf: &Bytes) -> weft::Result<()> {
+        if self.tagged {
+            self.ep.tinject(self.peer, buf.clone(), DATA_TAG)
+        } else {
+            self.ep.inject(self.peer, buf.clone())
+        }
+    }
+
     /// Posts `buf` once the transmit queue has room.
     pub async fn post_send_full(&self, buf: Bytes, ctx: u64) -> Res<()> {
         weft::post_when_room(|| self.post_send_now(&buf, ctx))
