@@ -695,6 +695,31 @@ impl OpDone {
         }
     }
 
+    /// [`complete`](Self::complete) of a success whose entry carries its
+    /// length and nothing else (a send). When nothing takes the entry (an
+    /// inject, or a send without `FI_COMPLETION` under selective
+    /// completion) only the counter moves, as `settle` moves it, and the
+    /// entry is never built: built into an item for nothing, and the
+    /// whole `OpDone` dropped out of line, that was about 25 instructions
+    /// an inject.
+    #[inline(always)]
+    pub fn complete_len(self, len: usize) {
+        if !self.report && self.waiter.is_none() {
+            let OpDone {
+                cq, cntr, waiter, ..
+            } = self;
+            if let Some(c) = &cntr {
+                c.add(1);
+            }
+            drop((cq, cntr, waiter));
+            return;
+        }
+        self.complete(CqEntry {
+            len,
+            ..CqEntry::default()
+        });
+    }
+
     /// A receive succeeded with a message from `src` (the raw AV handle).
     /// If the future awaiting it is already gone the message comes back,
     /// uncounted, for the endpoint to hand to the next receive.

@@ -75,6 +75,40 @@ fn selective_completion_suppresses_success_not_errors() {
     assert!(e.flags.contains(OpFlags::SEND | OpFlags::MSG));
 }
 
+/// `complete_len` does what `complete` of a length-only entry does: an
+/// unreported success only moves the counter; a reported one queues the
+/// entry with the operation's context, flags and length.
+#[test]
+fn complete_len_is_complete_of_a_length() {
+    let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);
+    let cntr = CounterShared::new(2);
+    let mk = |report| OpDone {
+        context: 7,
+        flags: OpFlags::SEND | OpFlags::MSG,
+        report,
+        cq: Some(cq.clone()),
+        cntr: Some(cntr.clone()),
+        waiter: None,
+    };
+    mk(false).complete_len(64);
+    assert!(cq.is_empty());
+    assert_eq!(cntr.read(), 1);
+    mk(true).complete_len(64);
+    assert_eq!(cntr.read(), 2);
+    let e = cq.read(1).unwrap().pop().unwrap();
+    assert_eq!((e.context, e.len), (7, 64));
+    assert_eq!(e.flags, OpFlags::SEND | OpFlags::MSG);
+    // An awaited send's entry goes to its future, not the queue.
+    let (tx, mut rx) = oneshot::channel();
+    OpDone {
+        waiter: Some(tx),
+        ..mk(false)
+    }
+    .complete_len(8);
+    assert!(cq.is_empty());
+    assert!(rx.try_recv().is_ok());
+}
+
 #[test]
 fn a_receive_whose_future_is_gone_hands_its_message_back() {
     let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 4);

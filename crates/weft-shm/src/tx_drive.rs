@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use smallvec::SmallVec;
-use weft_core::completion::{CqEntry, CqErrEntry, OpDone};
+use weft_core::completion::{CqErrEntry, OpDone};
 use weft_core::flags::OpFlags;
 use weft_core::sync::lock;
 use weft_core::Error;
@@ -25,10 +25,7 @@ pub fn finish_ok(ep: &EpShared, done: OpDone, len: usize) {
 /// the transmit queue, if it took one, is the caller's to give back.
 #[inline(always)]
 pub fn complete_ok(done: OpDone, len: usize) {
-    done.complete(CqEntry {
-        len,
-        ..CqEntry::default()
-    });
+    done.complete_len(len);
 }
 
 /// Ends a send: its credit back first, then its completion.
