@@ -5,11 +5,9 @@
 //!
 //! Also the clean-up of segments that crashed runs left behind.
 
-use std::time::{Duration, SystemTime};
-
 use rustix::process::Pid;
 
-use crate::layout::{H_MAGIC, H_PID, H_SERIAL, H_START, MAGIC};
+use crate::layout::{H_MAGIC, H_PID, H_SERIAL, H_START, H_VERSION, MAGIC};
 use crate::name::{bell_path, seg_name, BELL_PREFIX, SEG_PREFIX, SHM_DIR};
 use crate::segment::Segment;
 
@@ -79,18 +77,6 @@ pub fn seg_path(name: &str) -> std::path::PathBuf {
     std::path::Path::new(SHM_DIR).join(format!("{SEG_PREFIX}{name}"))
 }
 
-/// Holds a shared lock on `name`'s segment file for as long as the
-/// returned file stays open: the kernel drops it when the process ends,
-/// however it ends. Unlike a pid, the lock means the same thing in every
-/// pid namespace that sees the file (containers that share `/dev/shm` but
-/// not their pids).
-pub fn hold(name: &str) -> weft_core::Result<std::fs::File> {
-    let f = std::fs::File::open(seg_path(name))?;
-    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared)
-        .map_err(std::io::Error::from)?;
-    Ok(f)
-}
-
 /// What a test of a segment file's lock found ([`held_by`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Held {
@@ -143,10 +129,9 @@ fn failed(e: &std::io::Error) -> Held {
 }
 
 /// A non-blocking exclusive test lock on `f`, let go at once when taken.
-/// Only ever taken on a file that looks left behind or whose header
-/// names an instance (`held_by_file`, [`remove_if`]): a new endpoint
-/// takes its shared lock before writing its header (`hold`), so the
-/// test never makes that fail.
+/// Taken on a file under a real name only: its creator took its shared
+/// lock on it under a private name, before linking it under the real
+/// one (`create::create_segment`), so the test never makes that fail.
 ///
 /// An exclusive lock refused is not yet an owner: another process may
 /// hold its own exclusive test lock — a prober here for an instant, or
@@ -212,7 +197,8 @@ pub fn owner_runs(name: &str, inst: Instance) -> bool {
 }
 
 /// Whether `name`'s segment file is `inst`'s own — its header names that
-/// instance — and some live process holds it (see [`hold`]). A missing
+/// instance — and some live process holds it (its owner's shared lock,
+/// taken when it made the file: `create::Made::held`). A missing
 /// file, a header naming another instance (or none), or a lasting
 /// failure to look (`EACCES`) is [`Held::No`]; a passing one
 /// ([`transient`]) is [`Held::Unknown`].
@@ -259,6 +245,18 @@ pub fn instance_of_name(name: &str) -> Option<Instance> {
     read_instance(&std::fs::File::open(seg_path(name)).ok()?).ok()?
 }
 
+/// [`instance_of_name`], once the endpoint is ready to be sent to: its
+/// doorbell made and its version (`H_VERSION`) stored, the last word of
+/// its header, after the file took its name (`EpShared::open`).
+pub fn ready_instance_of_name(name: &str) -> Option<Instance> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(seg_path(name)).ok()?;
+    let inst = read_instance(&f).ok()??;
+    let mut v = [0u8; 4];
+    f.read_exact_at(&mut v, H_VERSION as u64).ok()?;
+    (u32::from_ne_bytes(v) != 0).then_some(inst)
+}
+
 /// The owner a mapped segment's header names.
 pub fn owner_of(seg: &Segment) -> Option<(u32, u64)> {
     use std::sync::atomic::Ordering::Acquire;
@@ -269,21 +267,17 @@ pub fn owner_of(seg: &Segment) -> Option<(u32, u64)> {
 
 /// Removes `name`'s segment and doorbell if `stale` says so of the
 /// segment file now under the name (given the instance its header names,
-/// if valid, and the file's age) and nobody holds that file: every
-/// removal of a segment not our own goes through here. The header and
-/// age are looked at first, so the test lock is only ever taken on a
-/// file that looks left behind — never on a new endpoint's, whose shared
-/// `hold` would fail against it. The test lock is then kept until the
+/// if valid) and nobody holds that file: every removal of a segment not
+/// our own goes through here. The header is looked at first, so the
+/// test lock is only taken on a file that looks left behind. The test
+/// lock is then kept until the
 /// file is unlinked, and the name checked to still be that file: two
 /// processes removing one name at once (say, two endpoints restarting
 /// under it) cannot both remove — the second would unlink the first's
 /// new segment — since whoever takes the lock second finds it held, or
 /// finds the name moved on. What it did ([`Removal`]); an error opening
 /// the file other than its absence is returned as it is.
-pub fn remove_if(
-    name: &str,
-    stale: impl Fn(Option<Instance>, Option<Duration>) -> bool,
-) -> std::io::Result<Removal> {
+pub fn remove_if(name: &str, stale: impl Fn(Option<Instance>) -> bool) -> std::io::Result<Removal> {
     let path = seg_path(name);
     let f = match std::fs::File::open(&path) {
         Ok(f) => f,
@@ -294,7 +288,7 @@ pub fn remove_if(
         let Ok(inst) = read_instance(&f) else {
             return false;
         };
-        stale(inst, age(f.metadata()))
+        stale(inst)
     };
     if !judge() {
         return Ok(Removal::NotStale);
@@ -321,7 +315,8 @@ pub fn remove_if(
         Err(_) => return Ok(Removal::NotStale),
     }
     // Under the lock: still the file under the name, and still stale
-    // (its creator may have finished its header meanwhile).
+    // (judged again, as the file was: cheap, and a file written in place
+    // by an older version's creator may have got its header meanwhile).
     if !is_under(&f, &path) {
         return Ok(Removal::Gone);
     }
@@ -379,13 +374,17 @@ pub enum Removal {
     Gone,
 }
 
-/// Whether a segment file left behind may go: its owner is dead, or it
-/// never got a valid header and is older than [`HALF_MADE`] (`remove_if`
-/// then checks that nobody holds it).
-pub fn abandoned(inst: Option<Instance>, age: Option<Duration>) -> bool {
+/// Whether a segment file under a real name may go: its owner is dead,
+/// or it has no valid header (`remove_if` then checks that nobody holds
+/// it). A creator gives its file its whole header before the file takes
+/// the name (`create::create_segment`), so a file under a name without
+/// one is none of ours in the making: an older version's — made in
+/// place, which took its lock before writing its header, so held if its
+/// creator runs — or a damaged one. No age rule.
+pub fn abandoned(inst: Option<Instance>) -> bool {
     match inst {
         Some((pid, start, _)) => !alive(pid, start),
-        None => age.is_some_and(|a| a > HALF_MADE),
+        None => true,
     }
 }
 
@@ -400,7 +399,7 @@ pub fn abandoned(inst: Option<Instance>, age: Option<Duration>) -> bool {
 /// wait: this runs on the sweep, and a remover's lock ends with its
 /// unlink, which is the outcome wanted anyway.
 pub fn remove_if_owned(name: &str, inst: Instance) {
-    let owned = |i: Option<Instance>, _: Option<Duration>| i == Some(inst);
+    let owned = |i: Option<Instance>| i == Some(inst);
     let mut r = remove_if(name, owned);
     if let Ok(Removal::Busy | Removal::Held) = r {
         std::thread::yield_now();
@@ -411,16 +410,14 @@ pub fn remove_if_owned(name: &str, inst: Instance) {
     }
 }
 
-/// How old a segment without a valid header must be to count as left
-/// behind by a creator that died while making it: a live creator writes
-/// its header right after creating the file.
-pub const HALF_MADE: Duration = Duration::from_secs(60);
-
 /// Removes the segments (and doorbells) in `/dev/shm` whose owners are
-/// dead, and those that never got a valid header and are old. Run once
-/// per process, when its first shm domain opens. Returns how many
-/// segments it removed.
+/// dead, or that have no valid header, if nobody holds them; the private
+/// files of segments being made whose creators died
+/// (`create::reclaim_drafts`); and doorbells whose segment is gone. Run
+/// once per process, when its first shm domain opens. Returns how many
+/// segments it removed (private files not counted).
 pub fn reclaim_stale() -> usize {
+    let drafts = crate::create::reclaim_drafts();
     let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
         return 0;
     };
@@ -435,46 +432,36 @@ pub fn reclaim_stale() -> usize {
             removed += 1;
         }
     }
-    // Doorbells whose segment is gone, and old. A new endpoint creates
-    // its segment, then its doorbell: one it made before our look at the
-    // doorbell is young and stays, and the segment is looked at last, so
-    // one made before that look keeps it. A window of a few system calls
-    // remains — a whole endpoint creation (segment, doorbell) between
-    // our look at the segment and our unlink — in which we would remove
-    // the new endpoint's doorbell (`docs/design.md`, "Stale segments").
+    // Doorbells whose segment is gone. A running endpoint's segment is
+    // under its name from before its doorbell is made (the segment takes
+    // the name, then the doorbell is made) until after it is removed
+    // (closing removes the doorbell first): a doorbell seen with no
+    // segment is no running endpoint's, whatever its age. A window of a
+    // few system calls remains — a whole endpoint creation (segment,
+    // doorbell) between our look at the segment and our unlink — in
+    // which we would remove the new endpoint's doorbell (`docs/design.md`,
+    // "Stale segments").
     if let Ok(dir) = std::fs::read_dir(SHM_DIR) {
         for e in dir.flatten() {
             let file = e.file_name();
             let Some(name) = file.to_str().and_then(|f| f.strip_prefix(BELL_PREFIX)) else {
                 continue;
             };
-            if bell_is_old(&e.path()) && !seg_path(name).exists() {
+            if !seg_path(name).exists() {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
-    if removed > 0 {
-        tracing::info!(removed, "shm: reclaimed segments of dead processes");
+    if removed > 0 || drafts > 0 {
+        tracing::info!(removed, drafts, "shm: reclaimed segments of dead processes");
     }
     removed
-}
-
-/// Whether the doorbell at `path` was last changed more than
-/// [`HALF_MADE`] ago.
-fn bell_is_old(path: &std::path::Path) -> bool {
-    age(std::fs::symlink_metadata(path)).is_some_and(|a| a > HALF_MADE)
-}
-
-/// How long ago a file was last changed; `None` when not known (or in
-/// the future: a clock stepped back).
-fn age(m: std::io::Result<std::fs::Metadata>) -> Option<Duration> {
-    let t = m.and_then(|m| m.modified()).ok()?;
-    SystemTime::now().duration_since(t).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn this_process_is_alive_and_pid_zero_is_not() {
@@ -637,17 +624,46 @@ mod tests {
         assert!(!owner_runs(none, (pid, start + 1, 1)), "another process");
     }
 
-    /// A young file without a header is a creator's between its create and
-    /// its header: never removed, and no test lock is taken on it (its
-    /// creator's shared lock would fail against one).
+    /// A file under a real name without a valid header is no creator's
+    /// in the making (they link theirs whole): abandoned at once,
+    /// whatever its age, and removed unless somebody holds it — an
+    /// older version's creator, which locked its file before writing
+    /// its header.
     #[test]
-    fn a_young_half_made_segment_stays() {
-        assert!(!abandoned(None, Some(Duration::from_secs(1))));
-        assert!(!abandoned(None, None));
-        assert!(abandoned(None, Some(HALF_MADE + Duration::from_secs(1))));
+    fn a_headerless_segment_goes_at_once_unless_held() {
+        assert!(abandoned(None));
         let (pid, start) = me();
-        assert!(!abandoned(Some((pid, start, 1)), None));
-        assert!(abandoned(Some((u32::MAX, 0, 1)), None));
+        assert!(!abandoned(Some((pid, start, 1))));
+        assert!(abandoned(Some((u32::MAX, 0, 1))));
+        let name = format!("live-test-{}", crate::name::unique());
+        let path = seg_path(&name);
+        // Held before it takes the name: another test binary's sweep
+        // would remove it at once otherwise.
+        let (made, _) = temp_file(&[0u8; 64]);
+        let h = hold_file(&made);
+        std::fs::rename(&made, &path).unwrap();
+        std::fs::write(bell_path(&name), b"").unwrap();
+        assert_eq!(remove_if(&name, abandoned).unwrap(), Removal::Held);
+        assert!(path.exists(), "held: its creator runs");
+        drop(h);
+        assert_eq!(remove_if(&name, abandoned).unwrap(), Removal::Removed);
+        assert!(!path.exists());
+        assert!(!std::path::Path::new(&bell_path(&name)).exists());
+    }
+
+    /// A file under a real name is ready to be sent to only once its
+    /// version is stored, after its doorbell is made.
+    #[test]
+    fn a_segment_is_ready_once_its_version_is_stored() {
+        let (name, path, inst) = own_segment();
+        assert_eq!(instance_of_name(&name), Some(inst));
+        assert_eq!(ready_instance_of_name(&name), None);
+        let mut h = header(inst);
+        h[H_VERSION..H_VERSION + 4].copy_from_slice(&crate::layout::VERSION.to_ne_bytes());
+        std::fs::write(&path, h).unwrap();
+        assert_eq!(ready_instance_of_name(&name), Some(inst));
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(ready_instance_of_name(&name), None);
     }
 
     /// Only failures that may pass say nothing; lasting ones answer.
@@ -695,7 +711,7 @@ mod tests {
     #[test]
     fn remove_if_tells_busy_from_held() {
         let (name, path, _) = own_segment();
-        let always = |_: Option<Instance>, _: Option<Duration>| true;
+        let always = |_: Option<Instance>| true;
         let remover = std::fs::File::open(&path).unwrap();
         lock_out(&remover);
         assert_eq!(remove_if(&name, always).unwrap(), Removal::Busy);

@@ -15,7 +15,7 @@
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
-use std::os::fd::OwnedFd;
+use std::os::fd::AsFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -44,27 +44,6 @@ fn io(e: rustix::io::Errno) -> Error {
 }
 
 impl Segment {
-    /// Creates `/dev/shm/<name>` (which must not exist) of `len` zeroed
-    /// bytes, readable and writable by this user only, and maps it.
-    pub fn create(name: &str, len: usize) -> Result<Segment> {
-        let fd = shm::open(
-            name,
-            shm::OFlags::CREATE | shm::OFlags::EXCL | shm::OFlags::RDWR,
-            Mode::RUSR | Mode::WUSR,
-        )
-        .map_err(|e| match e {
-            rustix::io::Errno::EXIST => Error::AddrInUse,
-            e => io(e),
-        })?;
-        let mapped = rustix::fs::ftruncate(&fd, len as u64)
-            .map_err(io)
-            .and_then(|()| Segment::map(&fd, len));
-        if mapped.is_err() {
-            let _ = shm::unlink(name);
-        }
-        mapped
-    }
-
     /// Maps the existing `/dev/shm/<name>` if its size is between `min`
     /// and `max` bytes. `NoEnt` when there is no such segment.
     pub fn open(name: &str, min: usize, max: usize) -> Result<Segment> {
@@ -78,6 +57,14 @@ impl Segment {
             return Err(Error::Inval);
         }
         Segment::map(&fd, len)
+    }
+
+    /// Maps the whole of the open file `f`, `len` bytes (its size): a
+    /// segment its creator made and sized under a private name
+    /// (`create::create_segment`), mapped through the descriptor that
+    /// holds its lock rather than by a name that may change hands.
+    pub fn map_file(f: &std::fs::File, len: usize) -> Result<Segment> {
+        Segment::map(f, len)
     }
 
     /// An anonymous shared mapping holding `bytes` (tests and fuzzing:
@@ -101,7 +88,7 @@ impl Segment {
         Ok(s)
     }
 
-    fn map(fd: &OwnedFd, len: usize) -> Result<Segment> {
+    fn map(fd: impl AsFd, len: usize) -> Result<Segment> {
         if len == 0 {
             return Err(Error::Inval);
         }
