@@ -230,6 +230,25 @@ mod tests {
         format!("create-test-{}", name::unique())
     }
 
+    /// A path outside every prefix the sweep looks at, for a file only
+    /// this test removes (another test binary's sweep may run at any
+    /// time).
+    fn own_path() -> PathBuf {
+        Path::new(SHM_DIR).join(format!("weft-create-test-{}", name::unique()))
+    }
+
+    /// A file of `n` bytes at `path`, made elsewhere and locked before it
+    /// takes the name, as a creator's is from its making: no sweep finds
+    /// it unlocked. The file holding the lock.
+    fn locked_at(path: &Path, n: usize) -> File {
+        let made = own_path();
+        std::fs::write(&made, vec![0u8; n]).unwrap();
+        let f = File::open(&made).unwrap();
+        flock(&f, FlockOperation::NonBlockingLockShared).unwrap();
+        std::fs::rename(&made, path).unwrap();
+        f
+    }
+
     /// The private files of `name` in the directory.
     fn privates(name: &str) -> Vec<PathBuf> {
         let prefix = format!("{TMP_PREFIX}{name}.");
@@ -273,16 +292,14 @@ mod tests {
         let dead = private_path(&name);
         std::fs::write(&dead, [0u8; 64]).unwrap();
         let live_one = private_path(&name);
-        std::fs::write(&live_one, [0u8; 64]).unwrap();
-        let f = File::open(&live_one).unwrap();
-        flock(&f, FlockOperation::NonBlockingLockShared).unwrap();
-        assert!(remove_draft(&dead));
-        assert!(!dead.exists());
-        assert!(!remove_draft(&live_one), "its creator holds it");
+        let f = locked_at(&live_one, 64);
+        // Another test binary's sweep may have got there first.
         reclaim_drafts();
+        assert!(!dead.exists(), "nobody holds it");
+        assert!(!remove_draft(&live_one), "its creator holds it");
         assert!(live_one.exists());
         drop(f);
-        assert!(remove_draft(&live_one));
+        reclaim_drafts();
         assert!(privates(&name).is_empty());
     }
 
@@ -292,7 +309,7 @@ mod tests {
     fn a_linked_private_file_loses_only_its_private_name() {
         let name = fresh();
         let made = create_segment(&name, g(), header).unwrap();
-        let private = private_path(&name);
+        let private = own_path();
         std::fs::hard_link(live::seg_path(&name), &private).unwrap();
         assert!(!remove_draft(&private), "locked while its owner runs");
         drop(made);
@@ -308,12 +325,17 @@ mod tests {
     #[test]
     fn a_draft_taken_by_a_sweep_is_given_up() {
         let name = fresh();
-        let d = draft(&name, g().bytes()).unwrap().unwrap();
+        // `None`: another test binary's sweep took it before our lock.
+        let d = loop {
+            if let Some(d) = draft(&name, g().bytes()).unwrap() {
+                break d;
+            }
+        };
         assert!(!remove_draft(&d.path.0), "locked from its making");
         drop(d);
         assert!(privates(&name).is_empty(), "a dropped draft goes");
 
-        let path = private_path(&name);
+        let path = own_path();
         std::fs::write(&path, [0u8; 64]).unwrap();
         let creator = File::open(&path).unwrap();
         let sweep = File::open(&path).unwrap();
@@ -322,7 +344,7 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         drop(sweep);
         assert!(!lock_new(&creator, &path).unwrap(), "unlinked meanwhile");
-        let path = private_path(&name);
+        let path = own_path();
         std::fs::write(&path, [0u8; 64]).unwrap();
         let creator = File::open(&path).unwrap();
         assert!(lock_new(&creator, &path).unwrap());

@@ -646,7 +646,9 @@ mod tests {
         assert_eq!(remove_if(&name, abandoned).unwrap(), Removal::Held);
         assert!(path.exists(), "held: its creator runs");
         drop(h);
-        assert_eq!(remove_if(&name, abandoned).unwrap(), Removal::Removed);
+        // Another test binary's sweep may get there first.
+        let r = remove_if(&name, abandoned).unwrap();
+        assert!(matches!(r, Removal::Removed | Removal::Gone), "{r:?}");
         assert!(!path.exists());
         assert!(!std::path::Path::new(&bell_path(&name)).exists());
     }
