@@ -275,7 +275,7 @@ async fn a_headerless_segment_is_taken_over_at_once_unless_held() {
     let made = format!("/dev/shm/weft-restart-test-{name}");
     std::fs::write(&made, vec![0u8; 4096]).unwrap();
     let creator = std::fs::File::open(&made).unwrap();
-    creator.try_lock_shared().unwrap();
+    rustix::fs::flock(&creator, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
     std::fs::rename(&made, &path).unwrap();
     let addr = format!("fi_shm://{name}");
     let info = info_under(&h, &addr);
@@ -317,7 +317,7 @@ async fn private_files_go_only_when_unlocked_and_never_block() {
     let made = format!("/dev/shm/weft-restart-test-{name}");
     std::fs::write(&made, vec![0u8; 4096]).unwrap();
     let creator = std::fs::File::open(&made).unwrap();
-    creator.try_lock_shared().unwrap();
+    rustix::fs::flock(&creator, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
     std::fs::rename(&made, &making).unwrap();
     let addr = format!("fi_shm://{name}");
     let info = info_under(&h, &addr);
@@ -386,6 +386,104 @@ async fn of_two_concurrent_opens_under_one_name_one_wins() {
             );
         }
     }
+}
+
+/// A FIFO planted under a creator's private name or under a segment's
+/// name (`weft-shmtmp.<name>.*`, `weft-shm.<name>`), by hand or by
+/// another process of the user, hangs neither a sweep, nor an AV
+/// insert's look, nor an endpoint's open: each opened the file for
+/// reading without `O_NONBLOCK`, which waits for a writer. It is none of
+/// ours and stays: under the segment's name it keeps the name
+/// (`FI_EADDRINUSE`); under a private name it keeps nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_fifo_hangs_no_sweep_nor_open() {
+    let p = Provider::named("shm");
+    let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
+    let name = fresh_name();
+    let addr = format!("fi_shm://{name}");
+    let seg = format!("/dev/shm/weft-shm.{name}");
+    let private = format!("/dev/shm/{}{name}.planted", weft_shm::name::TMP_PREFIX);
+    for f in [&seg, &private] {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            f.as_str(),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .unwrap();
+    }
+    let info = info_under(&h, &addr);
+    without_waiting_on(&[&seg, &private], || {
+        weft_shm::live::reclaim_stale();
+        assert_eq!(
+            h.av()
+                .insert_sync(&[addr.clone().into_bytes()], Default::default())
+                .unwrap_err(),
+            Error::Again
+        );
+        let ep = h.domain.endpoint(&info).unwrap();
+        ep.bind_av(&h.av()).unwrap();
+        ep.bind_cq(&h.cq(), weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)
+            .unwrap();
+        assert_eq!(ep.enable().unwrap_err(), Error::AddrInUse);
+        assert!(std::fs::symlink_metadata(&seg).is_ok(), "left there");
+        std::fs::remove_file(&seg).unwrap();
+        let (ep, _cq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
+        assert_eq!(ep.local_addr().unwrap(), addr.as_bytes());
+        weft_shm::live::reclaim_stale();
+        ep.close().unwrap();
+    });
+    assert_eq!(
+        private_files(&name),
+        [format!("{}{name}.planted", weft_shm::name::TMP_PREFIX)]
+    );
+    std::fs::remove_file(&private).unwrap();
+}
+
+/// Runs `f`, which must not wait on the FIFOs `fifos`: a failure, not a
+/// hang, if it does — after 10 s a watchdog opens them for writing,
+/// which releases an open waiting for a writer.
+fn without_waiting_on(fifos: &[&str], f: impl FnOnce()) {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::atomic::AtomicBool;
+    struct Done<'a>(&'a AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let done = AtomicBool::new(false);
+    let released = std::thread::scope(|s| {
+        let watchdog = s.spawn(|| {
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            let mut released = false;
+            while !done.load(Ordering::SeqCst) {
+                if std::time::Instant::now() > until {
+                    released = true;
+                    for p in fifos {
+                        let _ = std::fs::OpenOptions::new()
+                            .write(true)
+                            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                            .open(p);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            released
+        });
+        let guard = Done(&done);
+        f();
+        drop(guard);
+        watchdog.join().unwrap()
+    });
+    if released {
+        // Not left for a build that would hang on them.
+        for p in fifos {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    assert!(!released, "waited on a FIFO");
 }
 
 /// The private files of `name`'s segments being made.

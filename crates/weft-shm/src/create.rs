@@ -98,7 +98,8 @@ fn lock_new(f: &File, path: &Path) -> Result<bool> {
 /// owner is dead, or with no valid header — which no creator of this
 /// version leaves under a real name: an older version's, or a damaged
 /// one — is removed if nobody holds its lock, and the link tried again;
-/// a live owner's is `AddrInUse`. Another process removing the file
+/// a live owner's is `AddrInUse`, and so is anything under the name that
+/// is not a regular file (a FIFO: left, not waited on). Another process removing the file
 /// just then (`Removal::Busy`: it holds its lock until it unlinks)
 /// frees the name in a moment: tried again, a bounded number of times. A
 /// dead owner's file whose lock a peer's probe held for an instant
@@ -195,9 +196,11 @@ pub fn reclaim_drafts() -> usize {
 }
 
 /// Removes the private file at `path` if nobody holds its lock (see
-/// [`reclaim_drafts`]).
+/// [`reclaim_drafts`]). Anything but a regular file under a private
+/// name (a FIFO, a link) is not ours: left, not waited on
+/// (`live::open_regular`).
 fn remove_draft(path: &Path) -> bool {
-    let Ok(f) = File::open(path) else {
+    let Ok(Some(f)) = live::open_regular(path) else {
         return false;
     };
     if flock(&f, FlockOperation::NonBlockingLockExclusive).is_err() {
