@@ -414,6 +414,55 @@ async fn insert_waits_for_a_peer_that_appears() {
     assert_eq!(r.count, 0);
 }
 
+/// An endpoint whose segment is under its name, its header whole but
+/// for its version — stored last, once its doorbell is made — is not
+/// there yet to an AV insert: the insert waits, and resolves once the
+/// version is stored. Made by hand here, naming this process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insert_waits_for_the_version() {
+    use std::sync::atomic::Ordering::Release;
+    use weft_shm::layout::*;
+    let h = harness();
+    let name = format!("unversioned-{}", weft_shm::name::unique());
+    let addr = format!("fi_shm://{name}").into_bytes();
+    let g = Geometry::check(1, RING_MIN as u32).unwrap();
+    let made = format!("weft-shm-test-{name}");
+    std::fs::write(format!("/dev/shm/{made}"), vec![0u8; g.bytes()]).unwrap();
+    let seg = weft_shm::segment::Segment::open(&made, g.bytes(), g.bytes()).unwrap();
+    let (pid, start) = weft_shm::live::me();
+    seg.store32(H_CHANNELS, g.channels as u32, Release);
+    seg.store32(H_RING, g.ring as u32, Release);
+    seg.store32(H_PID, pid, Release);
+    seg.store64(H_START, start, Release);
+    seg.store64(H_SERIAL, weft_shm::live::serial(), Release);
+    seg.store64(H_MAGIC, MAGIC, Release);
+    // Whole but its version before it takes the name, as a creator's:
+    // no sweep finds a file without a header under the name.
+    let path = format!("/dev/shm/weft-shm.{name}");
+    std::fs::rename(format!("/dev/shm/{made}"), &path).unwrap();
+    let av = h.av();
+    assert_eq!(
+        av.insert_sync(std::slice::from_ref(&addr), Default::default())
+            .unwrap_err(),
+        Error::Again,
+        "no version yet"
+    );
+    let ins = av
+        .insert(std::slice::from_ref(&addr), Default::default(), 0)
+        .unwrap();
+    tokio::pin!(ins);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), &mut ins)
+            .await
+            .is_err(),
+        "resolved before its version"
+    );
+    seg.store32(H_VERSION, VERSION, Release);
+    let r = within("insert", ins).await;
+    assert_eq!(r.count, 1);
+    std::fs::remove_file(&path).unwrap();
+}
+
 /// Garbage written into an endpoint's segment (every channel's control
 /// words and rings, as a hostile process of the same user could) frees
 /// the channels it touched, counted, and never stops the endpoint: a

@@ -20,9 +20,11 @@
 //!   by an instance gone from that name — replaced, crashed, or closed
 //!   in a process that runs on — is dropped: the messages behind it on
 //!   the channel are delivered.
-//! - A segment file without a header yet (a creator between its create
-//!   and its header) is not taken over by another endpoint opening under
-//!   the name while it is young; once old, it is.
+//! - A segment file under a name without a header (which a creator now
+//!   never leaves there: it links its file under the name whole) is
+//!   taken over at once unless somebody holds its lock; creators'
+//!   private files never block an open and go, unlocked, at the sweep;
+//!   of two endpoints opening under one name at once, one wins.
 //!
 //! The new process takes the name while the old one is stopped (its
 //! segment file removed by the test), and the old one is killed after:
@@ -31,7 +33,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use weft::{EpType, Error, WaitMode};
@@ -251,19 +253,30 @@ async fn answers_of_an_endpoint_closed_in_a_running_process_are_dropped() {
     );
 }
 
-/// A segment file under a name with no valid header yet — a creator
-/// between its create and its header — is not taken over while young:
-/// the endpoint opening under the name gets `FI_EADDRINUSE`, and the
-/// file stays (before, it was unlinked and taken: two live instances of
-/// one name). Once older than `live::HALF_MADE` (its creator died making
-/// it), it is taken over.
+/// A segment file under a name with no valid header — which no creator
+/// of this version leaves there (it links its file under the name
+/// whole): an older version's creator between its create and its
+/// header, or a damaged file — is taken over at once by an endpoint
+/// opening under the name, whatever its age, unless somebody holds its
+/// lock (that older creator, which locked its file before writing its
+/// header): then `FI_EADDRINUSE`, and the file stays. Before, a file
+/// without a header younger than a minute (by its mtime) was never
+/// taken, so a creator killed between its create and its header kept
+/// its name from restarts for that long, and one older was taken even
+/// if its creator still ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_half_made_segment_is_taken_over_only_when_old() {
+async fn a_headerless_segment_is_taken_over_at_once_unless_held() {
     let p = Provider::named("shm");
     let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
     let name = fresh_name();
     let path = format!("/dev/shm/weft-shm.{name}");
-    std::fs::write(&path, vec![0u8; 4096]).unwrap();
+    // Locked before it takes the name: another test binary's sweep
+    // would otherwise remove it at once.
+    let made = format!("/dev/shm/weft-restart-test-{name}");
+    std::fs::write(&made, vec![0u8; 4096]).unwrap();
+    let creator = std::fs::File::open(&made).unwrap();
+    rustix::fs::flock(&creator, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
+    std::fs::rename(&made, &path).unwrap();
     let addr = format!("fi_shm://{name}");
     let info = info_under(&h, &addr);
     let ep = h.domain.endpoint(&info).unwrap();
@@ -271,19 +284,217 @@ async fn a_half_made_segment_is_taken_over_only_when_old() {
     ep.bind_cq(&h.cq(), weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)
         .unwrap();
     assert_eq!(ep.enable().unwrap_err(), Error::AddrInUse);
+    assert!(std::path::Path::new(&path).exists(), "the held file stays");
     assert!(
-        std::path::Path::new(&path).exists(),
-        "the creator's file stays"
+        private_files(&name).is_empty(),
+        "the loser's private file went"
     );
-    let old = SystemTime::now() - weft_shm::live::HALF_MADE - Duration::from_secs(60);
-    std::fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    drop(creator);
     let (taken, _tcq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
     assert_eq!(taken.local_addr().unwrap(), addr.as_bytes());
+    assert_eq!(
+        shm_common::instance_of(&addr).0,
+        std::process::id(),
+        "ours now"
+    );
+}
+
+/// The private files of segments being made (`weft-shmtmp.<name>.*`)
+/// never keep an endpoint from opening under the name. One left behind
+/// by a creator that died (made by hand here, unlocked) is removed by
+/// the sweep at once, whatever its age; one whose lock is held (a
+/// creator still making it) stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_files_go_only_when_unlocked_and_never_block() {
+    let p = Provider::named("shm");
+    let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
+    let name = fresh_name();
+    let private = |tag: &str| format!("/dev/shm/{}{name}.{tag}", weft_shm::name::TMP_PREFIX);
+    let (dead, making) = (private("dead"), private("making"));
+    std::fs::write(&dead, vec![0u8; 4096]).unwrap();
+    // Locked before it takes its private name, as a creator's is but
+    // for an instant: the sweep must not find it unlocked.
+    let made = format!("/dev/shm/weft-restart-test-{name}");
+    std::fs::write(&made, vec![0u8; 4096]).unwrap();
+    let creator = std::fs::File::open(&made).unwrap();
+    rustix::fs::flock(&creator, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
+    std::fs::rename(&made, &making).unwrap();
+    let addr = format!("fi_shm://{name}");
+    let info = info_under(&h, &addr);
+    let (ep, _cq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
+    assert_eq!(ep.local_addr().unwrap(), addr.as_bytes());
+    weft_shm::live::reclaim_stale();
+    assert!(
+        !std::path::Path::new(&dead).exists(),
+        "an unlocked one goes"
+    );
+    assert!(std::path::Path::new(&making).exists(), "a locked one stays");
+    assert!(
+        std::path::Path::new(&format!("/dev/shm/weft-shm.{name}")).exists(),
+        "the endpoint's segment stays"
+    );
+    drop(creator);
+    weft_shm::live::reclaim_stale();
+    assert!(private_files(&name).is_empty());
+    ep.close().unwrap();
+}
+
+/// Two endpoints opening under one name at once: exactly one gets it,
+/// the other `FI_EADDRINUSE`, and neither leaves a file behind once the
+/// winner closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_concurrent_opens_under_one_name_one_wins() {
+    let p = Provider::named("shm");
+    let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
+    for _ in 0..10 {
+        let name = fresh_name();
+        let info = info_under(&h, &format!("fi_shm://{name}"));
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let mut opens = Vec::new();
+        for _ in 0..2 {
+            let ep = h.domain.endpoint(&info).unwrap();
+            let cq = h.cq();
+            ep.bind_av(&h.av()).unwrap();
+            ep.bind_cq(&cq, weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)
+                .unwrap();
+            let b = barrier.clone();
+            opens.push(tokio::task::spawn_blocking(move || {
+                b.wait();
+                let r = ep.enable();
+                (ep, cq, r)
+            }));
+        }
+        let mut won = Vec::new();
+        let mut lost = Vec::new();
+        for o in opens {
+            let (ep, cq, r) = o.await.unwrap();
+            match r {
+                Ok(()) => won.push((ep, cq)),
+                Err(e) => lost.push(e),
+            }
+        }
+        assert_eq!(won.len(), 1, "one winner");
+        assert_eq!(lost, [Error::AddrInUse]);
+        assert!(private_files(&name).is_empty());
+        for (ep, _) in won {
+            ep.close().unwrap();
+        }
+        for f in ["weft-shm.", "weft-shmbell."] {
+            assert!(
+                !std::path::Path::new(&format!("/dev/shm/{f}{name}")).exists(),
+                "{f}{name} left behind"
+            );
+        }
+    }
+}
+
+/// A FIFO planted under a creator's private name or under a segment's
+/// name (`weft-shmtmp.<name>.*`, `weft-shm.<name>`), by hand or by
+/// another process of the user, hangs neither a sweep, nor an AV
+/// insert's look, nor an endpoint's open: each opened the file for
+/// reading without `O_NONBLOCK`, which waits for a writer. It is none of
+/// ours and stays: under the segment's name it keeps the name
+/// (`FI_EADDRINUSE`); under a private name it keeps nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_fifo_hangs_no_sweep_nor_open() {
+    let p = Provider::named("shm");
+    let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
+    let name = fresh_name();
+    let addr = format!("fi_shm://{name}");
+    let seg = format!("/dev/shm/weft-shm.{name}");
+    let private = format!("/dev/shm/{}{name}.planted", weft_shm::name::TMP_PREFIX);
+    for f in [&seg, &private] {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            f.as_str(),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .unwrap();
+    }
+    let info = info_under(&h, &addr);
+    without_waiting_on(&[&seg, &private], || {
+        weft_shm::live::reclaim_stale();
+        assert_eq!(
+            h.av()
+                .insert_sync(&[addr.clone().into_bytes()], Default::default())
+                .unwrap_err(),
+            Error::Again
+        );
+        let ep = h.domain.endpoint(&info).unwrap();
+        ep.bind_av(&h.av()).unwrap();
+        ep.bind_cq(&h.cq(), weft::BindFlags::TRANSMIT | weft::BindFlags::RECV)
+            .unwrap();
+        assert_eq!(ep.enable().unwrap_err(), Error::AddrInUse);
+        assert!(std::fs::symlink_metadata(&seg).is_ok(), "left there");
+        std::fs::remove_file(&seg).unwrap();
+        let (ep, _cq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
+        assert_eq!(ep.local_addr().unwrap(), addr.as_bytes());
+        weft_shm::live::reclaim_stale();
+        ep.close().unwrap();
+    });
+    assert_eq!(
+        private_files(&name),
+        [format!("{}{name}.planted", weft_shm::name::TMP_PREFIX)]
+    );
+    std::fs::remove_file(&private).unwrap();
+}
+
+/// Runs `f`, which must not wait on the FIFOs `fifos`: a failure, not a
+/// hang, if it does — after 10 s a watchdog opens them for writing,
+/// which releases an open waiting for a writer.
+fn without_waiting_on(fifos: &[&str], f: impl FnOnce()) {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::atomic::AtomicBool;
+    struct Done<'a>(&'a AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let done = AtomicBool::new(false);
+    let released = std::thread::scope(|s| {
+        let watchdog = s.spawn(|| {
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            let mut released = false;
+            while !done.load(Ordering::SeqCst) {
+                if std::time::Instant::now() > until {
+                    released = true;
+                    for p in fifos {
+                        let _ = std::fs::OpenOptions::new()
+                            .write(true)
+                            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                            .open(p);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            released
+        });
+        let guard = Done(&done);
+        f();
+        drop(guard);
+        watchdog.join().unwrap()
+    });
+    if released {
+        // Not left for a build that would hang on them.
+        for p in fifos {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    assert!(!released, "waited on a FIFO");
+}
+
+/// The private files of `name`'s segments being made.
+fn private_files(name: &str) -> Vec<String> {
+    let prefix = format!("{}{name}.", weft_shm::name::TMP_PREFIX);
+    std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|f| f.starts_with(&prefix))
+        .collect()
 }
 
 /// An initiator whose name a new instance took while the old one still

@@ -42,13 +42,17 @@ pub fn create(name: &str) -> Result<File> {
 }
 
 /// Opens peer `name`'s doorbell for ringing; `None` if it cannot be (the
-/// peer is gone: its liveness check says so in time).
+/// peer is gone: its liveness check says so in time), or if what is
+/// under the name is not a FIFO: a link is not followed, and a regular
+/// file is nobody's doorbell (ringing would write into it).
 pub fn open_remote(name: &str) -> Option<File> {
-    OpenOptions::new()
+    use std::os::unix::fs::FileTypeExt;
+    let f = OpenOptions::new()
         .write(true)
-        .custom_flags(nonblock())
+        .custom_flags(nonblock() | OFlags::NOFOLLOW.bits() as i32)
         .open(bell_path(name))
-        .ok()
+        .ok()?;
+    f.metadata().ok()?.file_type().is_fifo().then_some(f)
 }
 
 /// Rings: one byte. A full FIFO (`EAGAIN`) has a wake-up pending already.

@@ -32,12 +32,12 @@ pub fn resolve_timeout() -> Duration {
 }
 
 /// Whether the endpoint at `addr` exists now: its segment has a valid
-/// header and its owner runs.
+/// header, its doorbell is made (its version stored) and its owner runs.
 pub fn present(addr: &[u8]) -> bool {
     let Ok(n) = name::parse(addr) else {
         return false;
     };
-    crate::live::instance_of_name(n).is_some_and(|i| crate::live::owner_runs(n, i))
+    crate::live::ready_instance_of_name(n).is_some_and(|i| crate::live::owner_runs(n, i))
 }
 
 /// The domain object.

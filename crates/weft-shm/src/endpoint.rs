@@ -58,8 +58,9 @@ pub struct EpShared {
     /// The doorbell, held open for reading so that peers can open it for
     /// writing (a FIFO without a reader refuses them).
     pub bell: File,
-    /// The segment file with this process's shared lock on it (see
-    /// `live::hold`): how peers in other pid namespaces know it runs.
+    /// The segment file with this process's shared lock on it, taken
+    /// when the file was made (`create::create_segment`): how peers in
+    /// other pid namespaces know it runs.
     pub held: File,
     /// The doorbell registered with the reactor (interrupt and inline
     /// modes; busy-poll has none).
@@ -154,51 +155,6 @@ fn own_name(cfg: &EpConfig) -> Result<String> {
     }
 }
 
-/// Creates `name`'s segment, taking over one whose owner is dead, or
-/// one that never got a valid header and is older than
-/// `live::HALF_MADE` (its creator died making it), if nobody holds it. A
-/// younger file without a header is a concurrent creator's, between its
-/// create and its header: `AddrInUse`, as for a live owner — taking it
-/// over would leave two live instances of one name. Another process
-/// removing the file just then (`live::Removal::Busy`: it holds its lock
-/// until it unlinks) frees the name in a moment: we try again, a bounded
-/// number of times. A dead owner's file whose lock a peer's probe held
-/// for an instant (`live::Removal::Held`: our exclusive lock refused, a
-/// shared one then taken) looks like a live owner's in another pid
-/// namespace: tried again too, a few times — an owner's lock lasts, a
-/// probe's does not — before `AddrInUse`. An error looking at the file
-/// (`EMFILE`) is returned as it is, not as `AddrInUse`.
-fn create_segment(name: &str, g: Geometry) -> Result<Segment> {
-    use crate::live::Removal;
-    use std::time::Duration;
-    const TRIES: u32 = 10;
-    const HELD_TRIES: u32 = 3;
-    let seg_name = name::seg_name(name);
-    let mut held = 0;
-    for _ in 0..TRIES {
-        match Segment::create(&seg_name, g.bytes()) {
-            Err(Error::AddrInUse) => {}
-            r => return r,
-        }
-        match crate::live::remove_if(name, crate::live::abandoned)? {
-            Removal::NotStale => return Err(Error::AddrInUse),
-            Removal::Held if held == HELD_TRIES => return Err(Error::AddrInUse),
-            // Rare (a probe's instant, or a live owner elsewhere), and
-            // before the endpoint exists: short blocking waits, 1, 2 and
-            // 4 ms.
-            Removal::Held => {
-                std::thread::sleep(Duration::from_millis(1 << held));
-                held += 1;
-            }
-            Removal::Removed | Removal::Gone => {}
-            // Rare (two processes taking one dead name at once), and
-            // before the endpoint exists: a short blocking wait.
-            Removal::Busy => std::thread::sleep(Duration::from_millis(1)),
-        }
-    }
-    Err(Error::AddrInUse)
-}
-
 impl EpShared {
     /// This endpoint instance, as its claims name it (`C_PID`, `C_START`,
     /// `C_SERIAL`).
@@ -218,20 +174,27 @@ impl EpShared {
         // would leave a file naming us, unheld, for our whole life.
         let srx = SoftSrx::of(&cfg.srx)?;
         let g = Geometry::OURS;
-        let seg = create_segment(&name, g)?;
         let me = crate::live::me();
         let serial = crate::live::serial();
-        // Held before the header names us: from then on, a process in
-        // another pid namespace sees us alive by the lock. Failing, the
-        // segment under the name is still ours to unlink: young and
-        // without a header, nobody else removes it (`live::abandoned`).
-        let held = match crate::live::hold(&name) {
-            Ok(h) => h,
-            Err(e) => {
-                Segment::unlink(&name::seg_name(&name));
-                return Err(e);
+        let mut rx_state = RxState::new(g.channels);
+        // The whole header but the version, written before the file
+        // takes the name, locked since it was made
+        // (`create::create_segment`): from the first instant under the
+        // name, the file names us and a process in another pid
+        // namespace sees us alive by the lock.
+        let crate::create::Made { seg, held } = crate::create::create_segment(&name, g, |seg| {
+            use Ordering::Release;
+            seg.store32(H_CHANNELS, g.channels as u32, Release);
+            seg.store32(H_RING, g.ring as u32, Release);
+            seg.store32(H_PID, me.0, Release);
+            seg.store64(H_START, me.1, Release);
+            seg.store64(H_SERIAL, serial, Release);
+            if keys.keyed() {
+                seg.store32(H_KEYED, 1, Release);
+                rx_state.publish_nonces(seg, g);
             }
-        };
+            seg.store64(H_MAGIC, MAGIC, Release);
+        })?;
         let made = (|| {
             let bell = crate::bell::create(&name)?;
             let abell = if cfg.wait == WaitMode::BusyPoll {
@@ -256,20 +219,11 @@ impl EpShared {
                 return Err(e);
             }
         };
-        use Ordering::Release;
-        seg.store32(H_VERSION, VERSION, Release);
-        seg.store32(H_CHANNELS, g.channels as u32, Release);
-        seg.store32(H_RING, g.ring as u32, Release);
-        seg.store32(H_PID, me.0, Release);
-        seg.store64(H_START, me.1, Release);
-        seg.store64(H_SERIAL, serial, Release);
-        let mut rx_state = RxState::new(g.channels);
-        if keys.keyed() {
-            seg.store32(H_KEYED, 1, Release);
-            rx_state.publish_nonces(&seg, g);
-        }
-        // Last: peers treat a segment without it as not there yet.
-        seg.store64(H_MAGIC, MAGIC, Release);
+        // Last, once the doorbell is there: peers take a segment without
+        // it for one not there yet (`ring::header_geometry`,
+        // `domain::present`), as they open the doorbell when they map
+        // the segment.
+        seg.store32(H_VERSION, VERSION, Ordering::Release);
         let max_msg = match info.ep_attr.max_msg_size {
             0 => crate::MAX_MSG_SIZE,
             m => m.min(crate::MAX_MSG_SIZE),

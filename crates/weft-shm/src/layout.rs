@@ -4,12 +4,19 @@
 //!
 //! All integers are in the host's byte order: both sides are on one host.
 
-/// "WEFTSHM1" as a little-endian u64; written last when a segment is
-/// created, so a segment without it is not ready (or not one of ours).
+/// "WEFTSHM1" as a little-endian u64; written with the rest of the
+/// header but the version before the segment takes its name
+/// (`create::create_segment`), so a file under a segment name without it
+/// is none of ours being made.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Layout version (3: the key proof fields; 4: the key id, direct RMA;
-/// 5: RMA request ids; 6: endpoint serials).
-pub const VERSION: u32 = 6;
+/// 5: RMA request ids; 6: endpoint serials; 7: the segment made under a
+/// private name and linked under its own with its header but the
+/// version, the version stored last, once the doorbell is made — a
+/// segment whose version is 0 is not ready). Versions do not read each
+/// other's segments: a peer of another version is refused
+/// (`ring::header_geometry`), whatever it wrote.
+pub const VERSION: u32 = 7;
 
 /// Header fields.
 pub const H_MAGIC: usize = 0;

@@ -39,6 +39,7 @@ mod atomic;
 mod bell;
 mod by_addr;
 pub mod cma;
+mod create;
 mod domain;
 mod driver;
 mod endpoint;

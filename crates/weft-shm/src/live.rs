@@ -5,11 +5,9 @@
 //!
 //! Also the clean-up of segments that crashed runs left behind.
 
-use std::time::{Duration, SystemTime};
-
 use rustix::process::Pid;
 
-use crate::layout::{H_MAGIC, H_PID, H_SERIAL, H_START, MAGIC};
+use crate::layout::{H_MAGIC, H_PID, H_SERIAL, H_START, H_VERSION, MAGIC, VERSION};
 use crate::name::{bell_path, seg_name, BELL_PREFIX, SEG_PREFIX, SHM_DIR};
 use crate::segment::Segment;
 
@@ -79,18 +77,6 @@ pub fn seg_path(name: &str) -> std::path::PathBuf {
     std::path::Path::new(SHM_DIR).join(format!("{SEG_PREFIX}{name}"))
 }
 
-/// Holds a shared lock on `name`'s segment file for as long as the
-/// returned file stays open: the kernel drops it when the process ends,
-/// however it ends. Unlike a pid, the lock means the same thing in every
-/// pid namespace that sees the file (containers that share `/dev/shm` but
-/// not their pids).
-pub fn hold(name: &str) -> weft_core::Result<std::fs::File> {
-    let f = std::fs::File::open(seg_path(name))?;
-    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared)
-        .map_err(std::io::Error::from)?;
-    Ok(f)
-}
-
 /// What a test of a segment file's lock found ([`held_by`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Held {
@@ -143,10 +129,9 @@ fn failed(e: &std::io::Error) -> Held {
 }
 
 /// A non-blocking exclusive test lock on `f`, let go at once when taken.
-/// Only ever taken on a file that looks left behind or whose header
-/// names an instance (`held_by_file`, [`remove_if`]): a new endpoint
-/// takes its shared lock before writing its header (`hold`), so the
-/// test never makes that fail.
+/// Taken on a file under a real name only: its creator took its shared
+/// lock on it under a private name, before linking it under the real
+/// one (`create::create_segment`), so the test never makes that fail.
 ///
 /// An exclusive lock refused is not yet an owner: another process may
 /// hold its own exclusive test lock — a prober here for an instant, or
@@ -169,7 +154,8 @@ fn lock_test(f: &std::fs::File) -> Held {
 /// which they got only once nobody held it shared: the owner let go,
 /// [`Held::No`]. An owner never takes its lock again once it let go (the
 /// kernel dropped it with the process, or the endpoint closed). Taken,
-/// only shared holders remain — the owner's `hold` — so [`Held::Yes`],
+/// only shared holders remain — the owner's lock, taken when it made the
+/// file (`create::Made::held`) — so [`Held::Yes`],
 /// unless the file was unlinked meanwhile: the exclusive holder may have
 /// been a remover that unlinked it and let go between our two locks, and
 /// an unlinked file is nobody's segment (an owner unlinks its own only
@@ -212,15 +198,51 @@ pub fn owner_runs(name: &str, inst: Instance) -> bool {
 }
 
 /// Whether `name`'s segment file is `inst`'s own — its header names that
-/// instance — and some live process holds it (see [`hold`]). A missing
-/// file, a header naming another instance (or none), or a lasting
+/// instance — and some live process holds it (its owner's shared lock,
+/// taken when it made the file: `create::Made::held`). A missing
+/// file, something not a regular file ([`open_regular`]), a header
+/// naming another instance (or none), or a lasting
 /// failure to look (`EACCES`) is [`Held::No`]; a passing one
 /// ([`transient`]) is [`Held::Unknown`].
 pub fn held_by(name: &str, inst: Instance) -> Held {
-    match std::fs::File::open(seg_path(name)) {
-        Ok(f) => held_by_file(&f, inst),
+    match open_regular(&seg_path(name)) {
+        Ok(Some(f)) => held_by_file(&f, inst),
+        Ok(None) => Held::No,
         Err(e) => failed(&e),
     }
+}
+
+/// Opens the file at `path` for reading, if it is a regular file:
+/// `Ok(None)` when something else is there — a FIFO, a socket, a
+/// directory, a symbolic link, put there by hand or by another process
+/// of the user — which is none of ours and is left as it is. The open
+/// neither waits (`O_NONBLOCK`: a FIFO without a writer would block a
+/// plain open for reading until one came, hanging a sweep or a domain's
+/// open) nor follows a link (`O_NOFOLLOW`: our lock tests and removals
+/// are of the file under the name, not of whatever it points at).
+/// Every open of a segment or private file by its path goes through
+/// here.
+pub fn open_regular(path: &std::path::Path) -> std::io::Result<Option<std::fs::File>> {
+    use rustix::fs::OFlags;
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = (OFlags::NONBLOCK | OFlags::NOFOLLOW).bits() as i32;
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+    {
+        Ok(f) => f,
+        // A symbolic link (`O_NOFOLLOW`), a socket.
+        Err(e)
+            if [rustix::io::Errno::LOOP, rustix::io::Errno::NXIO]
+                .iter()
+                .any(|x| e.raw_os_error() == Some(x.raw_os_error())) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(f.metadata()?.file_type().is_file().then_some(f))
 }
 
 /// [`held_by`] of an open segment file: the header and the lock are read
@@ -256,7 +278,21 @@ fn read_instance(f: &std::fs::File) -> std::io::Result<Option<Instance>> {
 /// that holds the name, or held it last. `None` also when the file
 /// cannot be read.
 pub fn instance_of_name(name: &str) -> Option<Instance> {
-    read_instance(&std::fs::File::open(seg_path(name)).ok()?).ok()?
+    read_instance(&open_regular(&seg_path(name)).ok()??).ok()?
+}
+
+/// [`instance_of_name`], once the endpoint is ready to be sent to: its
+/// doorbell made and its version (`H_VERSION`) stored, the last word of
+/// its header, after the file took its name (`EpShared::open`). Our
+/// version only: another version's segment is never ready to us
+/// (`ring::header_geometry` refuses it), whatever it stored.
+pub fn ready_instance_of_name(name: &str) -> Option<Instance> {
+    use std::os::unix::fs::FileExt;
+    let f = open_regular(&seg_path(name)).ok()??;
+    let inst = read_instance(&f).ok()??;
+    let mut v = [0u8; 4];
+    f.read_exact_at(&mut v, H_VERSION as u64).ok()?;
+    (u32::from_ne_bytes(v) == VERSION).then_some(inst)
 }
 
 /// The owner a mapped segment's header names.
@@ -269,24 +305,29 @@ pub fn owner_of(seg: &Segment) -> Option<(u32, u64)> {
 
 /// Removes `name`'s segment and doorbell if `stale` says so of the
 /// segment file now under the name (given the instance its header names,
-/// if valid, and the file's age) and nobody holds that file: every
-/// removal of a segment not our own goes through here. The header and
-/// age are looked at first, so the test lock is only ever taken on a
-/// file that looks left behind — never on a new endpoint's, whose shared
-/// `hold` would fail against it. The test lock is then kept until the
+/// if valid) and nobody holds that file: every removal of a segment not
+/// our own goes through here. The header is looked at first, so the
+/// test lock is only taken on a file that looks left behind. The test
+/// lock is then kept until the
 /// file is unlinked, and the name checked to still be that file: two
 /// processes removing one name at once (say, two endpoints restarting
 /// under it) cannot both remove — the second would unlink the first's
 /// new segment — since whoever takes the lock second finds it held, or
-/// finds the name moved on. What it did ([`Removal`]); an error opening
-/// the file other than its absence is returned as it is.
-pub fn remove_if(
-    name: &str,
-    stale: impl Fn(Option<Instance>, Option<Duration>) -> bool,
-) -> std::io::Result<Removal> {
+/// finds the name moved on. Something under the name that is not a
+/// regular file (a FIFO, a link: [`open_regular`]) is no segment of
+/// ours and is left, `NotStale`, without waiting on it. What it did
+/// ([`Removal`]); an error opening the file other than its absence is
+/// returned as it is.
+///
+/// Only the real name goes: a creator that died between its link and
+/// the removal of its private name (`create::create_segment`) leaves
+/// the file under that private name too, which the next sweep removes
+/// (`create::reclaim_drafts`: nobody holds it).
+pub fn remove_if(name: &str, stale: impl Fn(Option<Instance>) -> bool) -> std::io::Result<Removal> {
     let path = seg_path(name);
-    let f = match std::fs::File::open(&path) {
-        Ok(f) => f,
+    let f = match open_regular(&path) {
+        Ok(Some(f)) => f,
+        Ok(None) => return Ok(Removal::NotStale),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Removal::Gone),
         Err(e) => return Err(e),
     };
@@ -294,7 +335,7 @@ pub fn remove_if(
         let Ok(inst) = read_instance(&f) else {
             return false;
         };
-        stale(inst, age(f.metadata()))
+        stale(inst)
     };
     if !judge() {
         return Ok(Removal::NotStale);
@@ -321,7 +362,8 @@ pub fn remove_if(
         Err(_) => return Ok(Removal::NotStale),
     }
     // Under the lock: still the file under the name, and still stale
-    // (its creator may have finished its header meanwhile).
+    // (judged again, as the file was: cheap, and a file written in place
+    // by an older version's creator may have got its header meanwhile).
     if !is_under(&f, &path) {
         return Ok(Removal::Gone);
     }
@@ -379,13 +421,17 @@ pub enum Removal {
     Gone,
 }
 
-/// Whether a segment file left behind may go: its owner is dead, or it
-/// never got a valid header and is older than [`HALF_MADE`] (`remove_if`
-/// then checks that nobody holds it).
-pub fn abandoned(inst: Option<Instance>, age: Option<Duration>) -> bool {
+/// Whether a segment file under a real name may go: its owner is dead,
+/// or it has no valid header (`remove_if` then checks that nobody holds
+/// it). A creator gives its file its whole header before the file takes
+/// the name (`create::create_segment`), so a file under a name without
+/// one is none of ours in the making: an older version's — made in
+/// place, which took its lock before writing its header, so held if its
+/// creator runs — or a damaged one. No age rule.
+pub fn abandoned(inst: Option<Instance>) -> bool {
     match inst {
         Some((pid, start, _)) => !alive(pid, start),
-        None => age.is_some_and(|a| a > HALF_MADE),
+        None => true,
     }
 }
 
@@ -400,7 +446,7 @@ pub fn abandoned(inst: Option<Instance>, age: Option<Duration>) -> bool {
 /// wait: this runs on the sweep, and a remover's lock ends with its
 /// unlink, which is the outcome wanted anyway.
 pub fn remove_if_owned(name: &str, inst: Instance) {
-    let owned = |i: Option<Instance>, _: Option<Duration>| i == Some(inst);
+    let owned = |i: Option<Instance>| i == Some(inst);
     let mut r = remove_if(name, owned);
     if let Ok(Removal::Busy | Removal::Held) = r {
         std::thread::yield_now();
@@ -411,16 +457,14 @@ pub fn remove_if_owned(name: &str, inst: Instance) {
     }
 }
 
-/// How old a segment without a valid header must be to count as left
-/// behind by a creator that died while making it: a live creator writes
-/// its header right after creating the file.
-pub const HALF_MADE: Duration = Duration::from_secs(60);
-
 /// Removes the segments (and doorbells) in `/dev/shm` whose owners are
-/// dead, and those that never got a valid header and are old. Run once
-/// per process, when its first shm domain opens. Returns how many
-/// segments it removed.
+/// dead, or that have no valid header, if nobody holds them; the private
+/// files of segments being made whose creators died
+/// (`create::reclaim_drafts`); and doorbells whose segment is gone. Run
+/// once per process, when its first shm domain opens. Returns how many
+/// segments it removed (private files not counted).
 pub fn reclaim_stale() -> usize {
+    let drafts = crate::create::reclaim_drafts();
     let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
         return 0;
     };
@@ -435,318 +479,31 @@ pub fn reclaim_stale() -> usize {
             removed += 1;
         }
     }
-    // Doorbells whose segment is gone, and old. A new endpoint creates
-    // its segment, then its doorbell: one it made before our look at the
-    // doorbell is young and stays, and the segment is looked at last, so
-    // one made before that look keeps it. A window of a few system calls
-    // remains — a whole endpoint creation (segment, doorbell) between
-    // our look at the segment and our unlink — in which we would remove
-    // the new endpoint's doorbell (`docs/design.md`, "Stale segments").
+    // Doorbells whose segment is gone. A running endpoint's segment is
+    // under its name from before its doorbell is made (the segment takes
+    // the name, then the doorbell is made) until after it is removed
+    // (closing removes the doorbell first): a doorbell seen with no
+    // segment is no running endpoint's, whatever its age. A window of a
+    // few system calls remains — a whole endpoint creation (segment,
+    // doorbell) between our look at the segment and our unlink — in
+    // which we would remove the new endpoint's doorbell (`docs/design.md`,
+    // "Stale segments").
     if let Ok(dir) = std::fs::read_dir(SHM_DIR) {
         for e in dir.flatten() {
             let file = e.file_name();
             let Some(name) = file.to_str().and_then(|f| f.strip_prefix(BELL_PREFIX)) else {
                 continue;
             };
-            if bell_is_old(&e.path()) && !seg_path(name).exists() {
+            if !seg_path(name).exists() {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
-    if removed > 0 {
-        tracing::info!(removed, "shm: reclaimed segments of dead processes");
+    if removed > 0 || drafts > 0 {
+        tracing::info!(removed, drafts, "shm: reclaimed segments of dead processes");
     }
     removed
 }
 
-/// Whether the doorbell at `path` was last changed more than
-/// [`HALF_MADE`] ago.
-fn bell_is_old(path: &std::path::Path) -> bool {
-    age(std::fs::symlink_metadata(path)).is_some_and(|a| a > HALF_MADE)
-}
-
-/// How long ago a file was last changed; `None` when not known (or in
-/// the future: a clock stepped back).
-fn age(m: std::io::Result<std::fs::Metadata>) -> Option<Duration> {
-    let t = m.and_then(|m| m.modified()).ok()?;
-    SystemTime::now().duration_since(t).ok()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn this_process_is_alive_and_pid_zero_is_not() {
-        let (pid, start) = me();
-        assert!(start > 0);
-        assert!(alive(pid, start));
-        assert!(!alive(pid, start + 1), "a reused pid is another process");
-        assert!(!alive(0, 0));
-        assert!(!alive(u32::MAX, 0));
-    }
-
-    /// A child killed and not yet reaped is a zombie: dead to us,
-    /// though its pid and start time are still there.
-    #[test]
-    fn a_zombie_is_not_alive() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let start = start_time(pid).unwrap();
-        assert!(alive(pid, start));
-        // SIGKILL, not reaped (`wait` below does).
-        child.kill().unwrap();
-        let until = std::time::Instant::now() + Duration::from_secs(5);
-        while stat(pid).map(|s| s.0) != Some(b'Z') {
-            assert!(std::time::Instant::now() < until, "no zombie");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        assert_eq!(start_time(pid), Some(start), "its pid and start remain");
-        assert!(!alive(pid, start));
-        child.wait().unwrap();
-        assert!(!alive(pid, start));
-    }
-
-    /// A segment file header naming the instance `i`.
-    fn header(i: Instance) -> Vec<u8> {
-        let mut h = vec![0u8; 64];
-        h[H_MAGIC..H_MAGIC + 8].copy_from_slice(&MAGIC.to_ne_bytes());
-        h[H_PID..H_PID + 4].copy_from_slice(&i.0.to_ne_bytes());
-        h[H_START..H_START + 8].copy_from_slice(&i.1.to_ne_bytes());
-        h[H_SERIAL..H_SERIAL + 8].copy_from_slice(&i.2.to_ne_bytes());
-        h
-    }
-
-    /// A file outside `/dev/shm`'s segment prefix, so that no shm domain
-    /// opening meanwhile (another test binary's `reclaim_stale`) takes
-    /// it for a dead owner's segment and removes it.
-    fn temp_file(bytes: &[u8]) -> (std::path::PathBuf, std::fs::File) {
-        // `/dev/shm`, not `temp_dir()`: a `TMPDIR` on a file system
-        // without `flock` (some container storage) would fail the locks.
-        let path =
-            std::path::Path::new(SHM_DIR).join(format!("weft-live-test-{}", crate::name::unique()));
-        std::fs::write(&path, bytes).unwrap();
-        let f = std::fs::File::open(&path).unwrap();
-        (path, f)
-    }
-
-    /// What `hold` does, on any file.
-    /// A segment file under a fresh name whose header names a new
-    /// instance of this process (so no other test binary's
-    /// `reclaim_stale` removes it): the name, its path, the instance.
-    fn own_segment() -> (String, std::path::PathBuf, Instance) {
-        let name = format!("live-test-{}", crate::name::unique());
-        let path = seg_path(&name);
-        let (pid, start) = me();
-        let inst = (pid, start, serial());
-        std::fs::write(&path, header(inst)).unwrap();
-        (name, path, inst)
-    }
-
-    /// Takes `f`'s exclusive lock, as a remover between its test and its
-    /// unlink holds it.
-    fn lock_out(f: &std::fs::File) {
-        rustix::fs::flock(f, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
-    }
-
-    fn hold_file(path: &std::path::Path) -> std::fs::File {
-        let f = std::fs::File::open(path).unwrap();
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
-        f
-    }
-
-    /// The lock says whether the owner runs where its pid cannot: here
-    /// the header names a pid that is not running, as a process in
-    /// another pid namespace would look.
-    #[test]
-    fn a_held_segment_runs_whatever_its_pid_says() {
-        let inst = (u32::MAX, 0, 5);
-        let (path, f) = temp_file(&header(inst));
-        assert!(!alive(inst.0, inst.1));
-        assert_eq!(held_by_file(&f, inst), Held::No);
-        assert_eq!(read_instance(&f).unwrap(), Some(inst));
-        let h = hold_file(&path);
-        assert_eq!(held_by_file(&f, inst), Held::Yes);
-        // Another holder of a shared lock does not make it look free.
-        let h2 = hold_file(&path);
-        drop(h);
-        assert_eq!(held_by_file(&f, inst), Held::Yes);
-        drop(h2);
-        assert_eq!(
-            held_by_file(&f, inst),
-            Held::No,
-            "the kernel lets go with the file"
-        );
-        // A lasting failure to look (here the header cannot be read
-        // through a write-only file) is an answer: else a dead peer's
-        // record would stay for ever.
-        let unreadable = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        assert_eq!(held_by_file(&unreadable, inst), Held::No);
-        // A missing file is not held either.
-        assert_eq!(held_by("live-test-no-such-segment", inst), Held::No);
-        assert!(!owner_runs("live-test-no-such-segment", inst));
-        std::fs::remove_file(&path).unwrap();
-    }
-
-    /// A crashed instance's name taken by a new endpoint (its own segment
-    /// file under the name, held): the lock is the new one's, and says
-    /// nothing of the old instance — nor of another serial of the same
-    /// pid — which is dead to us; the new one runs.
-    #[test]
-    fn a_name_held_by_another_instance_does_not_keep_the_old_one_running() {
-        let old = (u32::MAX, 7, 1);
-        let new = (u32::MAX - 1, 8, 1);
-        let (old_path, old_f) = temp_file(&header(old));
-        let h = hold_file(&old_path);
-        assert_eq!(held_by_file(&old_f, old), Held::Yes);
-        drop(h);
-        // The old one died; the new one made its own file, and holds it.
-        let (path, f) = temp_file(&header(new));
-        let h = hold_file(&path);
-        assert_eq!(lock_test(&f), Held::Yes, "the file alone looks held");
-        assert_eq!(held_by_file(&f, old), Held::No, "the old instance is dead");
-        assert_eq!(held_by_file(&f, new), Held::Yes);
-        assert_eq!(
-            held_by_file(&f, (new.0, new.1, 2)),
-            Held::No,
-            "another endpoint of the same process, on the lock path"
-        );
-        // A file with no valid header yet (its creator is still writing
-        // it) names nobody.
-        std::fs::write(&path, [0u8; 64]).unwrap();
-        assert_eq!(held_by_file(&f, new), Held::No);
-        assert_eq!(read_instance(&f).unwrap(), None);
-        drop(h);
-        std::fs::remove_file(&path).unwrap();
-        std::fs::remove_file(&old_path).unwrap();
-    }
-
-    /// The pid path does not look at the serial: another endpoint of a
-    /// running process runs by it, whether or not any segment file names
-    /// it (a closed instance of a running process is told by its header's
-    /// pid, cleared at close, and its file gone — not here).
-    #[test]
-    fn the_pid_path_ignores_the_serial() {
-        let (pid, start) = me();
-        let none = "live-test-no-such-segment";
-        assert_eq!(held_by(none, (pid, start, u64::MAX)), Held::No);
-        assert!(owner_runs(none, (pid, start, u64::MAX)));
-        assert!(!owner_runs(none, (pid, start + 1, 1)), "another process");
-    }
-
-    /// A young file without a header is a creator's between its create and
-    /// its header: never removed, and no test lock is taken on it (its
-    /// creator's shared lock would fail against one).
-    #[test]
-    fn a_young_half_made_segment_stays() {
-        assert!(!abandoned(None, Some(Duration::from_secs(1))));
-        assert!(!abandoned(None, None));
-        assert!(abandoned(None, Some(HALF_MADE + Duration::from_secs(1))));
-        let (pid, start) = me();
-        assert!(!abandoned(Some((pid, start, 1)), None));
-        assert!(abandoned(Some((u32::MAX, 0, 1)), None));
-    }
-
-    /// Only failures that may pass say nothing; lasting ones answer.
-    #[test]
-    fn only_passing_failures_are_unknown() {
-        use rustix::io::Errno;
-        for e in TRANSIENT {
-            assert!(transient(&e.into()), "{e:?}");
-            assert_eq!(failed(&e.into()), Held::Unknown);
-        }
-        for e in [
-            Errno::ACCESS,
-            Errno::PERM,
-            Errno::BADF,
-            Errno::NOTDIR,
-            Errno::OPNOTSUPP,
-        ] {
-            assert!(!transient(&e.into()), "{e:?}");
-            assert_eq!(failed(&e.into()), Held::No);
-        }
-        assert!(!transient(&std::io::Error::other("no errno")));
-    }
-
-    /// A remover's exclusive lock on a dead instance's file (held from
-    /// its test to its unlink) is not an owner's: the instance is dead
-    /// to a concurrent look, not alive.
-    #[test]
-    fn a_removers_lock_is_not_an_owner() {
-        let inst = (u32::MAX, 0, 9);
-        let (path, f) = temp_file(&header(inst));
-        let remover = std::fs::File::open(&path).unwrap();
-        lock_out(&remover);
-        assert_eq!(held_by_file(&f, inst), Held::No);
-        drop(remover);
-        let h = hold_file(&path);
-        assert_eq!(held_by_file(&f, inst), Held::Yes, "an owner's shared lock");
-        drop(h);
-        std::fs::remove_file(&path).unwrap();
-    }
-
-    /// `remove_if` meeting another remover between its lock and its
-    /// unlink says `Busy` (the creator retries), and leaves a held file
-    /// alone. The header names this process, so no other test binary's
-    /// `reclaim_stale` removes the file meanwhile.
-    #[test]
-    fn remove_if_tells_busy_from_held() {
-        let (name, path, _) = own_segment();
-        let always = |_: Option<Instance>, _: Option<Duration>| true;
-        let remover = std::fs::File::open(&path).unwrap();
-        lock_out(&remover);
-        assert_eq!(remove_if(&name, always).unwrap(), Removal::Busy);
-        drop(remover);
-        let h = hold_file(&path);
-        assert_eq!(remove_if(&name, always).unwrap(), Removal::Held);
-        assert_eq!(remove_if(&name, abandoned).unwrap(), Removal::NotStale);
-        drop(h);
-        assert_eq!(remove_if(&name, always).unwrap(), Removal::Removed);
-        assert!(!path.exists());
-        assert_eq!(remove_if(&name, always).unwrap(), Removal::Gone);
-    }
-
-    /// A remover unlinks the file and lets go between a prober's refused
-    /// exclusive lock and its shared one: the shared one is then taken on
-    /// an unlinked file — here while another shared holder keeps the
-    /// exclusive test refused — which is nobody's segment: not held.
-    #[test]
-    fn an_unlinked_file_is_not_held() {
-        let inst = (u32::MAX, 0, 11);
-        let (path, f) = temp_file(&header(inst));
-        let h = hold_file(&path);
-        assert_eq!(held_by_file(&f, inst), Held::Yes);
-        assert!(is_under(&f, &path));
-        std::fs::remove_file(&path).unwrap();
-        assert_eq!(held_by_file(&f, inst), Held::No, "unlinked while held");
-        assert!(!is_under(&f, &path));
-        // Another file under the name now: still not the one we hold.
-        std::fs::write(&path, header(inst)).unwrap();
-        assert!(!is_under(&f, &path));
-        assert_eq!(held_by_file(&f, inst), Held::No);
-        drop(h);
-        std::fs::remove_file(&path).unwrap();
-    }
-
-    /// `remove_if_owned` leaves a file its owner holds, and removes it
-    /// once let go; the doorbell goes with it.
-    #[test]
-    fn remove_if_owned_removes_only_an_unheld_owned_file() {
-        let (name, path, inst) = own_segment();
-        let (pid, start, _) = inst;
-        std::fs::write(bell_path(&name), b"").unwrap();
-        let h = hold_file(&path);
-        remove_if_owned(&name, (pid, start, inst.2 + 1));
-        remove_if_owned(&name, inst);
-        assert!(path.exists(), "held by its owner");
-        drop(h);
-        remove_if_owned(&name, (pid, start, inst.2 + 1));
-        assert!(path.exists(), "another instance's");
-        remove_if_owned(&name, inst);
-        assert!(!path.exists());
-        assert!(!std::path::Path::new(&bell_path(&name)).exists());
-    }
-}
+mod tests;

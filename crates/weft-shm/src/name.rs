@@ -13,6 +13,12 @@ use crate::layout::NAME_MAX;
 pub const SCHEME: &str = "fi_shm://";
 /// Prefix of segment files in `/dev/shm`.
 pub const SEG_PREFIX: &str = "weft-shm.";
+/// Prefix of segment files being made, in `/dev/shm`:
+/// `weft-shmtmp.<name>.<unique>` (`create::create_segment`). No segment
+/// path (`weft-shm.<name>`) starts with it, whatever the name, so a file
+/// under it is never taken for an endpoint's segment, and the sweep
+/// tells the two apart by the prefix alone.
+pub const TMP_PREFIX: &str = "weft-shmtmp.";
 /// Prefix of doorbell FIFOs in `/dev/shm`.
 pub const BELL_PREFIX: &str = "weft-shmbell.";
 /// Where POSIX shared memory lives on Linux.

@@ -490,4 +490,27 @@ mod tests {
             }
         }
     }
+
+    /// A segment is ready only once its version is stored, last: with
+    /// its magic and geometry but a version of 0 (its doorbell not made
+    /// yet) it is refused, as is another version's; the size must match.
+    #[test]
+    fn a_segment_without_its_version_is_not_ready() {
+        let (seg, c) = small();
+        seg.store32(H_CHANNELS, c.g.channels as u32, Release);
+        seg.store32(H_RING, c.g.ring as u32, Release);
+        seg.store64(H_MAGIC, MAGIC, Release);
+        assert_eq!(header_geometry(&seg), None, "version 0");
+        for other in [VERSION - 1, VERSION + 1] {
+            seg.store32(H_VERSION, other, Release);
+            assert_eq!(header_geometry(&seg), None, "version {other}");
+        }
+        seg.store32(H_VERSION, VERSION, Release);
+        assert_eq!(header_geometry(&seg), Some(c.g));
+        seg.store64(H_MAGIC, 0, Release);
+        assert_eq!(header_geometry(&seg), None, "no magic");
+        seg.store64(H_MAGIC, MAGIC, Release);
+        seg.store32(H_CHANNELS, 1, Release);
+        assert_eq!(header_geometry(&seg), None, "a size that does not match");
+    }
 }

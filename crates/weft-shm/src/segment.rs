@@ -15,11 +15,11 @@
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
-use std::os::fd::OwnedFd;
+use std::os::fd::AsFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use rustix::fs::Mode;
+use rustix::fs::{FileType, Mode, OFlags};
 use rustix::mm::{MapFlags, ProtFlags};
 use rustix::shm;
 use weft_core::{Error, Result};
@@ -44,40 +44,49 @@ fn io(e: rustix::io::Errno) -> Error {
 }
 
 impl Segment {
-    /// Creates `/dev/shm/<name>` (which must not exist) of `len` zeroed
-    /// bytes, readable and writable by this user only, and maps it.
-    pub fn create(name: &str, len: usize) -> Result<Segment> {
-        let fd = shm::open(
-            name,
-            shm::OFlags::CREATE | shm::OFlags::EXCL | shm::OFlags::RDWR,
-            Mode::RUSR | Mode::WUSR,
-        )
-        .map_err(|e| match e {
-            rustix::io::Errno::EXIST => Error::AddrInUse,
-            e => io(e),
-        })?;
-        let mapped = rustix::fs::ftruncate(&fd, len as u64)
-            .map_err(io)
-            .and_then(|()| Segment::map(&fd, len));
-        if mapped.is_err() {
-            let _ = shm::unlink(name);
-        }
-        mapped
-    }
-
-    /// Maps the existing `/dev/shm/<name>` if its size is between `min`
-    /// and `max` bytes. `NoEnt` when there is no such segment.
+    /// Maps the existing `/dev/shm/<name>` if it is a regular file whose
+    /// size is between `min` and `max` bytes. `NoEnt` when there is no
+    /// such segment; `Inval` when something else is under the name (a
+    /// FIFO, a symbolic link, a directory: not a segment, whoever put it
+    /// there), which is neither followed nor waited on.
     pub fn open(name: &str, min: usize, max: usize) -> Result<Segment> {
-        let fd = shm::open(name, shm::OFlags::RDWR, Mode::empty()).map_err(|e| match e {
+        // As `shm_open(3)`: leading slashes, then one file name.
+        let name = name.trim_start_matches('/');
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            return Err(Error::Inval);
+        }
+        let path = format!("{}/{name}", crate::name::SHM_DIR);
+        let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(path.as_str(), flags, Mode::empty()).map_err(|e| match e {
             rustix::io::Errno::NOENT => Error::NoEnt,
+            // A symbolic link (`O_NOFOLLOW`), a socket.
+            rustix::io::Errno::LOOP | rustix::io::Errno::NXIO => Error::Inval,
             e => io(e),
         })?;
         let st = rustix::fs::fstat(&fd).map_err(io)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(Error::Inval);
+        }
         let len = usize::try_from(st.st_size).map_err(|_| Error::Inval)?;
         if len < min || len > max {
             return Err(Error::Inval);
         }
         Segment::map(&fd, len)
+    }
+
+    /// Maps the whole of the open file `f`, whose size is taken from the
+    /// file itself (`fstat`) and must be at least `min` bytes (`Inval`
+    /// otherwise): no byte of the mapping lies past its end when mapped.
+    /// For a segment its creator made and sized under a private name
+    /// (`create::create_segment`), mapped through the descriptor that
+    /// holds its lock rather than by a name that may change hands.
+    pub fn map_file(f: &std::fs::File, min: usize) -> Result<Segment> {
+        let st = rustix::fs::fstat(f).map_err(io)?;
+        let len = usize::try_from(st.st_size).map_err(|_| Error::Inval)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || len < min {
+            return Err(Error::Inval);
+        }
+        Segment::map(f, len)
     }
 
     /// An anonymous shared mapping holding `bytes` (tests and fuzzing:
@@ -101,7 +110,7 @@ impl Segment {
         Ok(s)
     }
 
-    fn map(fd: &OwnedFd, len: usize) -> Result<Segment> {
+    fn map(fd: impl AsFd, len: usize) -> Result<Segment> {
         if len == 0 {
             return Err(Error::Inval);
         }
@@ -354,5 +363,63 @@ mod tests {
         assert!(s.store32(56, 7, Ordering::Release));
         assert_eq!(b.swap32(24, 4), Some(7));
         assert_eq!(b.load32(24, Ordering::Acquire), Some(4));
+    }
+
+    /// A name outside every prefix a sweep looks at.
+    fn test_name() -> String {
+        format!("weft-segment-test-{}", crate::name::unique())
+    }
+
+    /// `map_file` maps what the file holds, never a caller's length: a
+    /// file shorter than needed is refused, not mapped past its end.
+    #[test]
+    fn map_file_takes_the_size_from_the_file() {
+        let path = std::path::Path::new(crate::name::SHM_DIR).join(test_name());
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        let f = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(Segment::map_file(&f, 4097).unwrap_err(), Error::Inval);
+        let s = Segment::map_file(&f, 4096).unwrap();
+        assert_eq!(s.size(), 4096);
+        f.set_len(8192).unwrap();
+        assert_eq!(Segment::map_file(&f, 1).unwrap().size(), 8192);
+        f.set_len(0).unwrap();
+        assert_eq!(Segment::map_file(&f, 0).unwrap_err(), Error::Inval);
+    }
+
+    /// A FIFO or a symbolic link under a segment's name is not a
+    /// segment: refused at once, not waited on (a FIFO) nor followed.
+    #[test]
+    fn open_refuses_what_is_not_a_regular_file() {
+        let dir = std::path::Path::new(crate::name::SHM_DIR);
+        let (fifo, link, file) = (test_name(), test_name(), test_name());
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            dir.join(&fifo),
+            FileType::Fifo,
+            Mode::RUSR | Mode::WUSR,
+            0,
+        )
+        .unwrap();
+        std::fs::write(dir.join(&file), [0u8; 4096]).unwrap();
+        std::os::unix::fs::symlink(dir.join(&file), dir.join(&link)).unwrap();
+        assert_eq!(Segment::open(&fifo, 0, 1 << 20).unwrap_err(), Error::Inval);
+        assert_eq!(Segment::open(&link, 0, 1 << 20).unwrap_err(), Error::Inval);
+        assert_eq!(Segment::open(&file, 0, 1 << 20).unwrap().size(), 4096);
+        let slashed = format!("/{file}");
+        assert_eq!(Segment::open(&slashed, 0, 1 << 20).unwrap().size(), 4096);
+        assert_eq!(
+            Segment::open(&file, 4097, 1 << 20).unwrap_err(),
+            Error::Inval
+        );
+        assert_eq!(Segment::open(&test_name(), 0, 1).unwrap_err(), Error::NoEnt);
+        assert_eq!(Segment::open("a/b", 0, 1).unwrap_err(), Error::Inval);
+        for n in [fifo, link, file] {
+            std::fs::remove_file(dir.join(n)).unwrap();
+        }
     }
 }
