@@ -30,7 +30,7 @@ use weft_core::{Error, Result};
 use super::complete::{RecvMem, RecvSide, Route, RxQueue};
 use super::post::RecvTarget;
 use crate::slot_pool::{SlotPool, SLOTS};
-use crate::sys::{AccessFlags, ProtectionDomain, Srq, WorkCompletion};
+use crate::sys::{AccessFlags, ProtectionDomain, Srq, WcStatus, WorkCompletion};
 use crate::user_bufs::unregister_before;
 
 /// Work request ids of shared receives have the top bit set, so they never
@@ -105,11 +105,50 @@ impl MsgSrx {
     /// A work completion of one of its receives, seen on the CQ of the
     /// endpoint configured by `ep`: completes the receive there.
     pub(super) fn on_completion(&self, wc: &WorkCompletion, ep: &EpConfig) {
-        let route = Route {
-            cq: ep.rx_cq.clone(),
-            cntr: ep.rx_cntr.clone(),
-        };
-        self.side().on_completion(wc, &route);
+        self.complete(wc, &route_of(ep));
+    }
+
+    /// A work completion of one of its receives, at an endpoint whose
+    /// queues are `route` (it may be closed by now).
+    ///
+    /// A flushed receive (`WrFlushErr`) had no message: the queue pair
+    /// that held it left the error state's way (its connection ended or
+    /// its endpoint closed) while it filled it, or before it took a
+    /// message into it. The receive is the context's, not that endpoint's,
+    /// so it is posted again on the shared queue and goes on waiting: the
+    /// device keeps the context's full count of receives, and none ends
+    /// for an endpoint it was never given to. Only if that post fails does
+    /// the flush end a receive (`Canceled`), as it did before.
+    pub(super) fn complete(&self, wc: &WorkCompletion, route: &Route) {
+        if wc.status == WcStatus::WrFlushErr && self.repost(wc.wr_id) {
+            return;
+        }
+        self.side().on_completion(wc, route);
+    }
+
+    /// Posts flushed work request `id` again; false when it is not posted
+    /// here, the context is closed, or the post failed.
+    fn repost(&self, id: u64) -> bool {
+        if self.closed.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut q = lock(&self.rxq);
+        let post = |wr: &crate::sys::RecvRequest<'_>| self.srq.post_recv(wr);
+        match q.repost(id, |mem| mem.repost(&self.pool, id, &post)) {
+            Ok(again) => again,
+            Err(e) => {
+                tracing::warn!(error = %e, "verbs srx: a flushed receive could not be posted again");
+                false
+            }
+        }
+    }
+}
+
+/// The queues a completion at the endpoint configured by `ep` reports to.
+pub(super) fn route_of(ep: &EpConfig) -> Route {
+    Route {
+        cq: ep.rx_cq.clone(),
+        cntr: ep.rx_cntr.clone(),
     }
 }
 
