@@ -174,7 +174,8 @@ impl Router {
         let wait = self.next.fetch_add(1, Ordering::Relaxed);
         lock(&self.waiters).insert(qp_num, (wait, tx));
         LastWqe {
-            rx,
+            rx: Some(rx),
+            heard: false,
             qp_num,
             wait,
             waiters: self.waiters.clone(),
@@ -228,7 +229,8 @@ impl Router {
 /// otherwise (await it under a bound). Dropping it withdraws the wait.
 #[derive(Debug)]
 pub struct LastWqe {
-    rx: oneshot::Receiver<()>,
+    rx: Option<oneshot::Receiver<()>>,
+    heard: bool,
     qp_num: u32,
     wait: u64,
     waiters: Arc<Waiters>,
@@ -238,11 +240,26 @@ impl Future for LastWqe {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        match Pin::new(&mut self.rx).poll(cx) {
-            Poll::Ready(Ok(())) => Poll::Ready(()),
+        if self.heard {
+            return Poll::Ready(());
+        }
+        // A receiver that has answered is not polled again (Tokio's
+        // oneshot panics then).
+        let Some(rx) = self.rx.as_mut() else {
+            return Poll::Pending;
+        };
+        match Pin::new(rx).poll(cx) {
+            Poll::Ready(Ok(())) => {
+                self.rx = None;
+                self.heard = true;
+                Poll::Ready(())
+            }
             // Replaced by a later wait for the same number: not this
             // queue pair's event any more.
-            Poll::Ready(Err(_)) => Poll::Pending,
+            Poll::Ready(Err(_)) => {
+                self.rx = None;
+                Poll::Pending
+            }
             Poll::Pending => Poll::Pending,
         }
     }
