@@ -19,7 +19,7 @@ use weft::{
     BindFlags, CompletionQueue, ConnRequest, CqAttr, CqItem, Domain, Endpoint, EpType, EqEventKind,
     Error, EventQueue, Fabric, Info, OpFlags, SharedRxContext, WaitMode, SHARED_CONTEXT,
 };
-use weft_integration::{next_cq, next_eq, payload, verbs_offer, within};
+use weft_integration::{next_cq, next_eq, payload, verbs_offer, within, within_for};
 
 /// One side's objects.
 struct Side {
@@ -372,64 +372,84 @@ async fn a_message_taken_as_its_endpoint_closes_reaches_the_context() {
 /// A shared receive its queue pair was filling when its endpoint closed
 /// is flushed by the device after the close, onto the closed endpoint's
 /// CQ: it goes back to the context's shared queue, so the context still
-/// takes as many messages as it has receives. A large message is in
-/// flight when the server endpoint closes (rxe in the emulated VM moves
-/// it in thousands of packets over a good part of a second), so its
-/// queue pair holds a receive mid-message; should the message have
-/// landed first the test says so and checks the rest all the same.
+/// takes one message per receive. A large message is in flight when the
+/// server endpoint closes: the same message is timed over the other
+/// connection first, and the close comes half that time after the send.
+/// Should the message have landed first the test says so and checks the
+/// rest all the same.
 #[cfg_attr(
     not(feature = "verbs"),
     ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receive_flushed_mid_message_by_a_close_goes_back_to_the_context() {
-    const BIG: usize = 8 << 20;
-    const K: u64 = 3;
+    const SMALL: usize = 1000;
+    let long = Duration::from_secs(60);
     let (Some(s), Some(c)) = (side("rxe1"), side("rxe2")) else {
         return;
     };
     let srx = s.domain.srx_context(0).unwrap();
     let (conns, _pep) = serve(&s, &c, &srx, 2).await;
-    for i in 0..K {
-        srx.post_recv(BytesMut::zeroed(BIG), 10 + i).unwrap();
-    }
+    // As large as the endpoints take, up to 32 MiB.
+    let max = c.info.ep_attr.max_msg_size.min(s.info.ep_attr.max_msg_size);
+    let big_len = max.min(32 << 20);
+    assert!(big_len >= 1 << 20, "max_msg_size {max}");
+    let big = payload(big_len, 1);
+    srx.post_recv(BytesMut::zeroed(big_len), 1).unwrap();
+    let t0 = std::time::Instant::now();
+    within_for(long, "the timed send", conns[1].cep.send(0, big.clone()))
+        .await
+        .unwrap();
+    let took = t0.elapsed();
+    let CqItem::Ok(e) = within_for(long, "the timed receive", next_cq(&conns[1].scq)).await else {
+        panic!("error completion");
+    };
+    assert_eq!((e.context, e.len), (1, big_len));
+    // The oldest receive takes the large message; two small ones after.
+    srx.post_recv(BytesMut::zeroed(big_len), 10).unwrap();
+    srx.post_recv(BytesMut::zeroed(SMALL), 11).unwrap();
+    srx.post_recv(BytesMut::zeroed(SMALL), 12).unwrap();
     let cep0 = conns[0].cep.clone();
-    let sending = tokio::spawn(async move { cep0.send(0, payload(BIG, 1)).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sending = tokio::spawn(async move { cep0.send(0, big).await });
+    tokio::time::sleep(took / 2).await;
     conns[0].sep.close().unwrap();
     // Past the close's wait for the device (half a second): whatever it
     // reports on the closed endpoint's CQ is there by now.
-    let mut left = K;
+    let mut left = 3;
     match conns[0].scq.next_timeout(Duration::from_secs(2)).await {
-        None => eprintln!("the close caught the queue pair mid-message"),
+        None => eprintln!(
+            "closed {:?} into a send of {big_len} bytes that takes {took:?}",
+            took / 2
+        ),
         Some(CqItem::Ok(e)) => {
-            assert_eq!(e.len, BIG);
+            assert_eq!((e.context, e.len), (10, big_len));
             eprintln!("the message landed before the close: the flush was not provoked");
             left -= 1;
         }
         Some(CqItem::Err(e)) => panic!("the close ended a receive of the context: {e:?}"),
     }
     // Every receive left is on the device: as many messages from the
-    // other connection all land (one without a receive would wait in
-    // RNR retries, and its send would not complete).
+    // other connection all land, the last in the large receive posted
+    // again (one without a receive would wait in RNR retries, and its
+    // send would not complete).
     let mut got = Vec::new();
     for i in 0..left {
-        within(
-            "a send after the close",
-            conns[1].cep.send(0, payload(1000, i as u8)),
-        )
-        .await
-        .unwrap();
+        let msg = payload(SMALL, i as u8);
+        within("a send after the close", conns[1].cep.send(0, msg.clone()))
+            .await
+            .unwrap();
         let CqItem::Ok(e) = within("its receive", next_cq(&conns[1].scq)).await else {
             panic!("error completion");
         };
-        assert_eq!(&e.bufs[0][..1000], &payload(1000, i as u8)[..]);
+        assert_eq!(&e.bufs[0][..SMALL], &msg[..]);
         got.push(e.context);
     }
-    got.sort_unstable();
-    got.dedup();
-    assert_eq!(got.len() as u64, left);
-    assert!(got.iter().all(|c| (10..10 + K).contains(c)), "{got:?}");
+    match got[..] {
+        [11, 12, 10] => eprintln!("the receive the close flushed was posted again"),
+        [10, 11, 12] => eprintln!("the message had not reached the closed endpoint"),
+        [11, 12] if left == 2 => {}
+        _ => panic!("{got:?}"),
+    }
     assert_eq!(srx.rx_size_left().unwrap(), s.info.rx_attr.size);
     assert!(conns[0]
         .scq
