@@ -15,9 +15,19 @@
 //!   until the device says it consumes nothing more from the shared
 //!   queue (`IBV_EVENT_QP_LAST_WQE_REACHED`, from the device's async
 //!   events: `crate::async_reader`), or [`LAST_WQE_WAIT`] passes, then
-//!   polls the CQ empty once more, and lets them go. A flushed receive is
-//!   posted again on the shared queue (`MsgSrx::complete`), a filled one
-//!   completes as above.
+//!   polls the CQ empty once more, and lets them go. What it finds
+//!   completes as above, on the closed endpoint's rx CQ: a flushed
+//!   receive ends `Canceled`, a filled one with its message (lost if the
+//!   user closed that CQ meanwhile).
+//!
+//! The task keeps only what that poll needs: the queue pair (which holds
+//! its CQ, protection domain, SRQ and the cm id's C object alive), the
+//! poller of its CQ, the shared receive context (whose receives the poll
+//! completes) and the device's event reader. The endpoint's slot pools, the
+//! registrations of a megabyte or more each, go when the endpoint is
+//! dropped, as before: deregistering memory under a queue pair in the
+//! error state is safe (a late access of the device fails, it does not
+//! land).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -29,10 +39,11 @@ use weft_core::sync::lock;
 
 use super::complete::Route;
 use super::srx::{route_of, MsgSrx, SRX_WR_BIT};
-use super::{Link, MsgShared};
+use super::MsgShared;
 use crate::async_reader::DeviceEvents;
 use crate::cq_poller::{self, CqPoller};
 use crate::device_events::LastWqe;
+use crate::sys::QueuePair;
 
 /// How long a closed endpoint bound to a shared receive context waits
 /// for its queue pair's last-WQE event before the last poll. A device
@@ -42,8 +53,8 @@ use crate::device_events::LastWqe;
 /// milliseconds in an emulated VM), so there this is the wait, and it
 /// must cover that task being scheduled late on a loaded machine. Half a
 /// second does, with room; what it costs is a queue pair and CQ kept
-/// that long after the close, and nothing waits for the task: neither
-/// the close, nor the context's close (whose receives end `Canceled`
+/// that long after the close (the whole half second on soft-RoCE), and
+/// nothing waits for the task: neither the close, nor the context's close (whose receives end `Canceled`
 /// meanwhile as always; a completion the task finds then belongs to no
 /// receive), nor a runtime dropped meanwhile (the task is dropped with
 /// it, and the queue pair and CQ with the task).
@@ -92,7 +103,7 @@ impl MsgShared {
                 &ep.rt,
                 Leftover {
                     poller: p,
-                    link: l,
+                    qp: l.qp.clone(),
                     srx: x,
                     route: route_of(&ep.cfg),
                     last_wqe,
@@ -117,9 +128,9 @@ impl MsgShared {
 /// its last poll.
 struct Leftover {
     poller: Arc<CqPoller>,
-    /// Its queue pair and CQ, destroyed when this goes (unless the
-    /// endpoint, not dropped yet, still holds them).
-    link: Arc<Link>,
+    /// Its queue pair, and with it its CQ, destroyed when this goes
+    /// (unless the endpoint, not dropped yet, still holds them).
+    qp: Arc<QueuePair>,
     srx: Arc<dyn ProviderSrx>,
     route: Route,
     last_wqe: Option<LastWqe>,
@@ -148,7 +159,7 @@ fn last_poll(rt: &Handle, left: Leftover) {
             }
         });
         tracing::debug!(
-            qp = left.link.qp.qp_num(),
+            qp = left.qp.qp_num(),
             last_wqe = heard,
             completions = n,
             "verbs msg: closed endpoint's last poll"

@@ -178,7 +178,8 @@ pub struct MsgShared {
     /// silent peer (a stream has its own).
     probe: Probe,
     /// The async events of the device of its queue pair, read while it
-    /// lives (`None` until the link is built, or if no reader could be
+    /// lives, when it is bound to a shared receive context (`None`
+    /// otherwise, until the link is built, or if no reader could be
     /// started).
     events: FastMutex<Option<Arc<DeviceEvents>>>,
 }
@@ -262,12 +263,16 @@ impl MsgShared {
     /// reaches the domain's regions under that key and no others).
     fn build_link(self: &Arc<Self>, id: CmId, key: Option<&AuthKey>) -> Result<Arc<Link>> {
         let ctx = id.context()?;
-        // Before the queue pair exists: an event about it finds a reader.
-        *lock(&self.events) = crate::async_reader::watch(&ctx, &self.rt);
         let pd = crate::domain::endpoint_pd(&self.cfg, &ctx, key)?;
         let chan = CompChannel::new(&ctx)?;
         let info = &self.cfg.info;
         let srx = self.srx();
+        if srx.is_some() {
+            // Only an endpoint on a shared receive context waits for a
+            // last-WQE event (at its close). Started before the queue
+            // pair exists: an event about it finds a reader.
+            *lock(&self.events) = crate::async_reader::watch(&ctx);
+        }
         if let Some(x) = srx {
             // The shared queue's receives name the context's registrations,
             // which only queue pairs of its protection domain can use: the
@@ -313,7 +318,11 @@ impl MsgShared {
         // pinned for nothing.
         let slots = if self.is_stream() { 1 } else { SLOTS };
         let send_pool = SlotPool::new(&pd, slots, AccessFlags::NONE)?;
-        let recv_pool = SlotPool::new(&pd, slots, AccessFlags::LOCAL_WRITE)?;
+        // Nor does a connection on a shared receive context receive into
+        // slots of its own: its queue pair has no receive queue (its
+        // receives are the context's, in the context's slots).
+        let rx_slots = if srx.is_some() { 1 } else { slots };
+        let recv_pool = SlotPool::new(&pd, rx_slots, AccessFlags::LOCAL_WRITE)?;
         let read_pool = crate::user_bufs::read_pool(&pd)?;
         if self.is_stream() {
             let core = stream::StreamCore::new(&pd, qp.clone())?;

@@ -389,7 +389,7 @@ impl RecvTarget<'_> {
                 })
             });
             match posted {
-                Some(Ok(slot)) => return Ok((RecvMem::Slot(slot, cap as u32), Some(bufs))),
+                Some(Ok(slot)) => return Ok((RecvMem::Slot(slot), Some(bufs))),
                 Some(Err(e)) => return Err((e, bufs)),
                 None => {}
             }

@@ -8,7 +8,9 @@
 //! the CQ of the endpoint it arrived at, which hands it here by its
 //! `wr_id`; the completion then goes to that endpoint's receive CQ and
 //! counter. A connection that ends does not flush the shared queue: its
-//! receives stay for the other endpoints.
+//! receives stay for the other endpoints, in their order; only the one
+//! its queue pair was filling, if any, is flushed, and ends `Canceled`
+//! (see `MsgSrx::complete`).
 //!
 //! A receive can be withdrawn without losing a message, as on an
 //! endpoint's own queue (see [`super::complete`]): by `cancel`, or by
@@ -30,7 +32,7 @@ use weft_core::{Error, Result};
 use super::complete::{RecvMem, RecvSide, Route, RxQueue};
 use super::post::RecvTarget;
 use crate::slot_pool::{SlotPool, SLOTS};
-use crate::sys::{AccessFlags, ProtectionDomain, Srq, WcStatus, WorkCompletion};
+use crate::sys::{AccessFlags, ProtectionDomain, Srq, WorkCompletion};
 use crate::user_bufs::unregister_before;
 
 /// Work request ids of shared receives have the top bit set, so they never
@@ -109,38 +111,14 @@ impl MsgSrx {
     }
 
     /// A work completion of one of its receives, at an endpoint whose
-    /// queues are `route` (it may be closed by now).
-    ///
-    /// A flushed receive (`WrFlushErr`) had no message: the queue pair
-    /// that held it left the error state's way (its connection ended or
-    /// its endpoint closed) while it filled it, or before it took a
-    /// message into it. The receive is the context's, not that endpoint's,
-    /// so it is posted again on the shared queue and goes on waiting: the
-    /// device keeps the context's full count of receives, and none ends
-    /// for an endpoint it was never given to. Only if that post fails does
-    /// the flush end a receive (`Canceled`), as it did before.
+    /// queues are `route` (it may be closed by now). A flushed receive
+    /// (`WrFlushErr`: the queue pair holding it went to the error state,
+    /// its connection ended or its endpoint closed) ends `Canceled`
+    /// there; posting it again would put it behind receives posted after
+    /// it while it stays first in line for a message, and a message
+    /// takes the oldest receive posted.
     pub(super) fn complete(&self, wc: &WorkCompletion, route: &Route) {
-        if wc.status == WcStatus::WrFlushErr && self.repost(wc.wr_id) {
-            return;
-        }
         self.side().on_completion(wc, route);
-    }
-
-    /// Posts flushed work request `id` again; false when it is not posted
-    /// here, the context is closed, or the post failed.
-    fn repost(&self, id: u64) -> bool {
-        if self.closed.load(Ordering::Acquire) {
-            return false;
-        }
-        let mut q = lock(&self.rxq);
-        let post = |wr: &crate::sys::RecvRequest<'_>| self.srq.post_recv(wr);
-        match q.repost(id, |mem| mem.repost(&self.pool, id, &post)) {
-            Ok(again) => again,
-            Err(e) => {
-                tracing::warn!(error = %e, "verbs srx: a flushed receive could not be posted again");
-                false
-            }
-        }
     }
 }
 

@@ -12,14 +12,13 @@ use weft_core::Error;
 use super::recv_finish::{is_remote_write, recv_error};
 use crate::local_mem::RecvTargets;
 use crate::slot_pool::SlotPool;
-use crate::sys::{RecvRequest, Sge, WorkCompletion};
+use crate::sys::WorkCompletion;
 use crate::user_bufs::unregister_before;
 
 /// The memory a receive work request fills.
 pub(in crate::msg) enum RecvMem {
-    /// A bounce slot and the length posted of it (at most a slot); the
-    /// receive keeps its own buffers.
-    Slot(u32, u32),
+    /// A bounce slot; the receive keeps its own buffers.
+    Slot(u32),
     /// The receive's own buffers, registered (zero-length ones are not
     /// registered and are given back as they were).
     Registered {
@@ -37,7 +36,7 @@ pub(in crate::msg) trait Shape {
 impl Shape for RecvMem {
     fn shape(&self) -> Vec<usize> {
         match self {
-            RecvMem::Slot(..) => Vec::new(),
+            RecvMem::Slot(_) => Vec::new(),
             RecvMem::Registered { mrs, empty } => mrs
                 .iter()
                 .map(|m| m.len())
@@ -51,7 +50,7 @@ impl RecvMem {
     /// The caller's buffers back (a slot goes back to `pool`).
     pub(super) fn into_bufs(self, pool: &SlotPool) -> Vec<BytesMut> {
         match self {
-            RecvMem::Slot(slot, _) => {
+            RecvMem::Slot(slot) => {
                 pool.put(slot);
                 Vec::new()
             }
@@ -77,7 +76,7 @@ impl RecvMem {
             Body::Failed(e)
         } else {
             let bufs = match self {
-                RecvMem::Slot(slot, _) => {
+                RecvMem::Slot(slot) => {
                     let mut b = vec![BytesMut::zeroed(len)];
                     pool.scatter_put(slot, len, &mut b)
                         .map(|_| b)
@@ -105,34 +104,6 @@ impl RecvMem {
             body,
             imm: wc.imm_data,
             route: route.clone(),
-        }
-    }
-}
-
-impl RecvMem {
-    /// Posts this memory again as work request `wr_id`, as it was first
-    /// posted (the device flushed it without a message in it).
-    pub(in crate::msg) fn repost(
-        &self,
-        pool: &SlotPool,
-        wr_id: u64,
-        post: &dyn Fn(&RecvRequest<'_>) -> Result<(), Error>,
-    ) -> Result<(), Error> {
-        match self {
-            RecvMem::Slot(slot, len) => pool.with(|mr| {
-                let sge = mr.sge(pool.offset(*slot), *len as usize)?;
-                post(&RecvRequest {
-                    wr_id,
-                    sges: &[sge],
-                })
-            }),
-            RecvMem::Registered { mrs, .. } => {
-                let sges = mrs
-                    .iter()
-                    .map(|m| m.sge())
-                    .collect::<Result<Vec<Sge<'_>>, Error>>()?;
-                post(&RecvRequest { wr_id, sges: &sges })
-            }
         }
     }
 }

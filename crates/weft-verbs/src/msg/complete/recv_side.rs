@@ -200,7 +200,7 @@ fn finish_in_place(
 ) -> Option<Arrived> {
     let Waiting { done, bufs, .. } = w;
     let back = match mem {
-        RecvMem::Slot(slot, _) => {
+        RecvMem::Slot(slot) => {
             let mut bufs = bufs.unwrap_or_default();
             if is_remote_write(wc) {
                 // Nothing landed in the slot: it is free again.

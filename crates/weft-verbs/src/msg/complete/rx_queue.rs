@@ -169,25 +169,6 @@ impl<M: Shape> RxQueue<M> {
         Some((wr.mem, Some(w)))
     }
 
-    /// Work request `id`, flushed by the device without a message, posted
-    /// again by `post` with its memory: whatever receive it was spoken
-    /// for goes on waiting for it. Ok(false) when it is not posted here;
-    /// on failure it stays in the table (its completion is then handled
-    /// as any other).
-    pub fn repost(
-        &mut self,
-        id: u64,
-        post: impl FnOnce(&M) -> weft_core::Result<()>,
-    ) -> weft_core::Result<bool> {
-        let Some(wr) = self.wrs.remove(id) else {
-            return Ok(false);
-        };
-        // Last in the table, as it now is on the device.
-        let r = post(&wr.mem);
-        self.wrs.insert(id, wr);
-        r.map(|()| true)
-    }
-
     /// Hands a message that is not its work request's receive's to the
     /// oldest waiting receive, or holds it. `first`: it is older than
     /// any held message (it comes back from a receive whose future went).

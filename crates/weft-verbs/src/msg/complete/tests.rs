@@ -137,46 +137,6 @@ fn a_spare_work_request_is_reused_by_the_next_receive() {
     assert!(q.take_wrless(&credits).is_none());
 }
 
-#[test]
-fn a_flushed_work_request_posted_again_keeps_its_receive_waiting() {
-    let credits = Credits::new(4);
-    let mut q: RxQueue<Fake> = RxQueue::default();
-    let (d1, mut r1) = awaited(1);
-    let (d2, _r2) = awaited(2);
-    for (id, d) in [(10, d1), (11, d2)] {
-        assert!(credits.try_take());
-        q.push(id, d, None, Some(Fake(vec![8])));
-    }
-    // Flushed and posted again: nothing ends, the device holds as many
-    // work requests as before, and its receive is still its owner.
-    let mut shapes = Vec::new();
-    assert_eq!(
-        q.repost(10, |m| {
-            shapes.push(m.shape());
-            Ok(())
-        }),
-        Ok(true)
-    );
-    assert_eq!(shapes, vec![vec![8]]);
-    // Still one work request per waiting receive, none spare.
-    assert!(q.needs_wr());
-    assert_eq!(q.waiting(), 2);
-    assert!(r1.try_recv().unwrap().is_none());
-    // An id not posted here is not posted again.
-    assert_eq!(q.repost(99, |_| Ok(())), Ok(false));
-    // A post that fails leaves the request in the table, for its
-    // completion to be handled as any other.
-    assert_eq!(
-        q.repost(11, |_| Err(weft_core::Error::Again)),
-        Err(weft_core::Error::Again)
-    );
-    let (_, own) = q.landed(11, &credits).unwrap();
-    assert_eq!(own.map(|w| w.done.context), Some(2));
-    // The re-posted request's message is its receive's own.
-    let (_, own) = q.landed(10, &credits).unwrap();
-    assert_eq!(own.map(|w| w.done.context), Some(1));
-}
-
 /// A queue pair in miniature: receives posted, cancelled and dropped
 /// at random while messages land in work requests in post order;
 /// every message reaches exactly one receive that is still awaited,
