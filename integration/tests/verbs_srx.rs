@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::pin::pin;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::poll;
@@ -18,7 +19,7 @@ use weft::{
     BindFlags, CompletionQueue, ConnRequest, CqAttr, CqItem, Domain, Endpoint, EpType, EqEventKind,
     Error, EventQueue, Fabric, Info, OpFlags, SharedRxContext, WaitMode, SHARED_CONTEXT,
 };
-use weft_integration::{next_cq, next_eq, payload, verbs_offer, within};
+use weft_integration::{next_cq, next_eq, payload, verbs_offer, within, within_for};
 
 /// One side's objects.
 struct Side {
@@ -366,4 +367,129 @@ async fn a_message_taken_as_its_endpoint_closes_reaches_the_context() {
         panic!("error completion");
     };
     assert_eq!((e.context, &e.bufs[0][..]), (8, &b"the other one"[..]));
+}
+
+/// A shared receive its queue pair was filling when its endpoint closed
+/// is flushed by the device after the close, onto the closed endpoint's
+/// CQ, where the close's last poll finds it: it ends `Canceled` there,
+/// at once rather than when the context closes, and the receives posted
+/// after it stay on the shared queue in their order. A large message is
+/// in flight when the server endpoint closes: the same message is timed
+/// over the other connection first, and the close comes part of that
+/// time after the send. The close can miss the message (it landed
+/// first, or had not started): each such attempt is undone with fresh
+/// endpoints and the delay moved (a binary search between "too early"
+/// and "too late"), up to `ATTEMPTS` times; never hitting the message
+/// fails the test, which would otherwise pass having shown nothing.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_flushed_mid_message_by_a_close_ends_canceled_at_once() {
+    const SMALL: usize = 1000;
+    const ATTEMPTS: u64 = 6;
+    let long = Duration::from_secs(60);
+    let (Some(s), Some(c)) = (side("rxe1"), side("rxe2")) else {
+        return;
+    };
+    let srx = s.domain.srx_context(0).unwrap();
+    // As large as the endpoints take, up to 32 MiB.
+    let max = c.info.ep_attr.max_msg_size.min(s.info.ep_attr.max_msg_size);
+    let big_len = max.min(32 << 20);
+    assert!(big_len >= 1 << 20, "max_msg_size {max}");
+    let big = payload(big_len, 1);
+    // The delay from the send to the close, as a fraction of the time
+    // the message takes: between `lo` (the close came before it) and
+    // `hi` (it landed first).
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    let mut tried = Vec::new();
+    for attempt in 0..ATTEMPTS {
+        let base = 1000 * (attempt + 1);
+        let (conns, _pep) = serve(&s, &c, &srx, 2).await;
+        srx.post_recv(BytesMut::zeroed(big_len), base + 1).unwrap();
+        let t0 = std::time::Instant::now();
+        within_for(long, "the timed send", conns[1].cep.send(0, big.clone()))
+            .await
+            .unwrap();
+        let took = t0.elapsed();
+        let CqItem::Ok(e) = within_for(long, "the timed receive", next_cq(&conns[1].scq)).await
+        else {
+            panic!("error completion");
+        };
+        assert_eq!((e.context, e.len), (base + 1, big_len));
+        // The oldest receive takes the large message; two small ones after.
+        let (r10, r11, r12) = (base + 10, base + 11, base + 12);
+        srx.post_recv(BytesMut::zeroed(big_len), r10).unwrap();
+        srx.post_recv(BytesMut::zeroed(SMALL), r11).unwrap();
+        srx.post_recv(BytesMut::zeroed(SMALL), r12).unwrap();
+        let at = (lo + hi) / 2.0;
+        let delay = took.mul_f64(at);
+        let cep0 = conns[0].cep.clone();
+        let sending = tokio::spawn({
+            let big = big.clone();
+            async move { cep0.send(0, big).await }
+        });
+        tokio::time::sleep(delay).await;
+        conns[0].sep.close().unwrap();
+        // Past the close's wait for the device (half a second): whatever
+        // it reports on the closed endpoint's CQ is there by now.
+        let closed = conns[0].scq.next_timeout(Duration::from_secs(2)).await;
+        // The small messages the receives left on the device take, in
+        // post order, from the other connection.
+        let expect: &[u64] = match &closed {
+            None => &[r10, r11, r12],
+            Some(CqItem::Ok(e)) => {
+                assert_eq!((e.context, e.len), (r10, big_len));
+                &[r11, r12]
+            }
+            Some(CqItem::Err(e)) => {
+                assert_eq!((e.context, e.err), (r10, Error::Canceled), "{e:?}");
+                &[r11, r12]
+            }
+        };
+        for (i, &want) in expect.iter().enumerate() {
+            let msg = payload(SMALL, i as u8);
+            within("a send after the close", conns[1].cep.send(0, msg.clone()))
+                .await
+                .unwrap();
+            let CqItem::Ok(e) = within("its receive", next_cq(&conns[1].scq)).await else {
+                panic!("error completion");
+            };
+            assert_eq!(
+                e.context, want,
+                "attempt {attempt}: receives out of post order"
+            );
+            assert_eq!(&e.bufs[0][..SMALL], &msg[..]);
+        }
+        // Every receive accounted for, nothing else reported.
+        assert_eq!(srx.rx_size_left().unwrap(), s.info.rx_attr.size);
+        for q in [&conns[0].scq, &conns[1].scq] {
+            if let Some(it) = q.next_timeout(Duration::from_millis(10)).await {
+                panic!("attempt {attempt}: a completion too many: {it:?}");
+            }
+        }
+        sending.abort();
+        match closed {
+            Some(CqItem::Err(_)) => {
+                eprintln!(
+                    "attempt {attempt}: closed {delay:?} into a send of {big_len} bytes that \
+                     takes {took:?}: the flushed receive ended Canceled"
+                );
+                return;
+            }
+            Some(CqItem::Ok(_)) => {
+                tried.push(format!("{delay:?} of {took:?}: landed first"));
+                hi = at;
+            }
+            None => {
+                tried.push(format!("{delay:?} of {took:?}: not reached"));
+                lo = at;
+            }
+        }
+    }
+    panic!(
+        "the close never came while the message was landing, so the flush was never \
+         provoked (the timing never hit): {tried:?}"
+    );
 }

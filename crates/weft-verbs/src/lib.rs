@@ -30,6 +30,8 @@ pub mod sys;
 
 // Plain and keyed private data, and the key proof's logic, build and are
 // unit-tested without the RDMA stack too.
+#[cfg(feature = "rdma")]
+mod async_reader;
 #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
 mod cm_data;
 #[cfg(feature = "rdma")]
@@ -58,6 +60,10 @@ mod user_bufs;
 // builds and is unit-tested without the RDMA stack too.
 #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
 mod dev_nodes;
+// What a device's async events do (routing and logging) is pure logic,
+// unit-tested without the RDMA stack too.
+#[cfg_attr(not(feature = "rdma"), allow(dead_code))]
+mod device_events;
 #[cfg(feature = "rdma")]
 mod passive;
 pub mod private_data_check;

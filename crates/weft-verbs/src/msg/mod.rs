@@ -91,6 +91,7 @@ use weft_core::provider::{
 use weft_core::sync::{lock, FastMutex};
 use weft_core::{Error, Result};
 
+use crate::async_reader::DeviceEvents;
 use crate::cm_events::{self, CmChannel};
 use crate::cq_poller::{self, PollerSlot};
 use crate::keyproof::dial::{self, OpeningId};
@@ -103,6 +104,7 @@ use crate::sys::{
     QpCaps, QpInitAttr, QpType, QueuePair,
 };
 
+mod closing;
 mod complete;
 mod post;
 mod post_order;
@@ -175,6 +177,11 @@ pub struct MsgShared {
     /// The liveness probe of a connection whose receives wait on a
     /// silent peer (a stream has its own).
     probe: Probe,
+    /// The async events of the device of its queue pair, read while it
+    /// lives, when it is bound to a shared receive context (`None`
+    /// otherwise, until the link is built, or if no reader could be
+    /// started).
+    events: FastMutex<Option<Arc<DeviceEvents>>>,
 }
 
 impl std::fmt::Debug for MsgShared {
@@ -210,6 +217,7 @@ impl MsgShared {
             stream_taken: AtomicBool::new(false),
             key_rejected: AtomicU64::new(0),
             probe: Probe::default(),
+            events: FastMutex::new(None),
         })
     }
 
@@ -259,6 +267,12 @@ impl MsgShared {
         let chan = CompChannel::new(&ctx)?;
         let info = &self.cfg.info;
         let srx = self.srx();
+        if srx.is_some() {
+            // Only an endpoint on a shared receive context waits for a
+            // last-WQE event (at its close). Started before the queue
+            // pair exists: an event about it finds a reader.
+            *lock(&self.events) = crate::async_reader::watch(&ctx);
+        }
         if let Some(x) = srx {
             // The shared queue's receives name the context's registrations,
             // which only queue pairs of its protection domain can use: the
@@ -304,7 +318,11 @@ impl MsgShared {
         // pinned for nothing.
         let slots = if self.is_stream() { 1 } else { SLOTS };
         let send_pool = SlotPool::new(&pd, slots, AccessFlags::NONE)?;
-        let recv_pool = SlotPool::new(&pd, slots, AccessFlags::LOCAL_WRITE)?;
+        // Nor does a connection on a shared receive context receive into
+        // slots of its own: its queue pair has no receive queue (its
+        // receives are the context's, in the context's slots).
+        let rx_slots = if srx.is_some() { 1 } else { slots };
+        let recv_pool = SlotPool::new(&pd, rx_slots, AccessFlags::LOCAL_WRITE)?;
         let read_pool = crate::user_bufs::read_pool(&pd)?;
         if self.is_stream() {
             let core = stream::StreamCore::new(&pd, qp.clone())?;
@@ -782,50 +800,6 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         // A stream handed out owns the connection from then on.
         if !self.shared.stream_taken.load(Ordering::Acquire) {
             self.shared.close_now();
-        }
-    }
-}
-
-impl MsgShared {
-    /// Ends the connection and drops what is posted.
-    fn close_now(&self) {
-        let ep = self;
-        if ep.closed.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        if let Some(l) = lock(&ep.link).as_ref() {
-            let _ = l.id.disconnect();
-            let _ = l.qp.to_error();
-        }
-        for t in lock(&ep.tasks).drain(..) {
-            t.abort();
-        }
-        let poller = cq_poller::stop(&ep.poller);
-        if let (Some(p), Some(srx)) = (poller, ep.srx()) {
-            // A message that arrived as the endpoint closed took one of
-            // the context's receives, and its completion waits on this
-            // CQ, which nobody polls from now on: hand it to the context,
-            // or that receive would wait for good (and its work request
-            // count as posted). The queue pair is in the error state, so
-            // it takes no more; a receive it held mid-message is flushed,
-            // and the flush ends that receive (`Canceled`). Completions
-            // of the endpoint's own operations are dropped, as the rest
-            // of what it had posted.
-            p.drain_into(&|wc| {
-                if wc.wr_id & srx::SRX_WR_BIT != 0 {
-                    srx.on_completion(wc, &ep.cfg);
-                }
-            });
-        }
-        // Outstanding operations are discarded without completions; their
-        // buffers stay registered until the link (and QP) is gone.
-        lock(&ep.early_recvs).clear();
-        let waiting = lock(&ep.rxq).forget();
-        drop(waiting);
-        if let Some(c) = lock(&ep.cm).take() {
-            if let Some(l) = lock(&ep.link).as_ref() {
-                c.unsubscribe(l.id.token());
-            }
         }
     }
 }

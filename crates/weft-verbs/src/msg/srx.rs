@@ -8,7 +8,9 @@
 //! the CQ of the endpoint it arrived at, which hands it here by its
 //! `wr_id`; the completion then goes to that endpoint's receive CQ and
 //! counter. A connection that ends does not flush the shared queue: its
-//! receives stay for the other endpoints.
+//! receives stay for the other endpoints, in their order; only the one
+//! its queue pair was filling, if any, is flushed, and ends `Canceled`
+//! (see `MsgSrx::complete`).
 //!
 //! A receive can be withdrawn without losing a message, as on an
 //! endpoint's own queue (see [`super::complete`]): by `cancel`, or by
@@ -105,11 +107,26 @@ impl MsgSrx {
     /// A work completion of one of its receives, seen on the CQ of the
     /// endpoint configured by `ep`: completes the receive there.
     pub(super) fn on_completion(&self, wc: &WorkCompletion, ep: &EpConfig) {
-        let route = Route {
-            cq: ep.rx_cq.clone(),
-            cntr: ep.rx_cntr.clone(),
-        };
-        self.side().on_completion(wc, &route);
+        self.complete(wc, &route_of(ep));
+    }
+
+    /// A work completion of one of its receives, at an endpoint whose
+    /// queues are `route` (it may be closed by now). A flushed receive
+    /// (`WrFlushErr`: the queue pair holding it went to the error state,
+    /// its connection ended or its endpoint closed) ends `Canceled`
+    /// there; posting it again would put it behind receives posted after
+    /// it while it stays first in line for a message, and a message
+    /// takes the oldest receive posted.
+    pub(super) fn complete(&self, wc: &WorkCompletion, route: &Route) {
+        self.side().on_completion(wc, route);
+    }
+}
+
+/// The queues a completion at the endpoint configured by `ep` reports to.
+pub(super) fn route_of(ep: &EpConfig) -> Route {
+    Route {
+        cq: ep.rx_cq.clone(),
+        cntr: ep.rx_cntr.clone(),
     }
 }
 

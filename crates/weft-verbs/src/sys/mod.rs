@@ -30,6 +30,7 @@ use std::time::Duration;
 use weft_core::Error;
 
 pub mod ah;
+pub mod async_event;
 pub mod cm;
 pub mod cm_event;
 pub mod cq;
@@ -41,6 +42,7 @@ pub mod qp;
 pub mod wr;
 
 pub use ah::{AddressHandle, AhAttr};
+pub use async_event::AsyncEvents;
 pub use cm::{CmId, ConnParam, EventChannel, PortSpace};
 pub use cm_event::{CmEvent, CmEventKind, ConnInfo, UdParam};
 pub use cq::{CompChannel, Cq, CqEvents, WcFlags, WcOpcode, WcStatus, WorkCompletion};

@@ -1,0 +1,280 @@
+//! A device's asynchronous events, and who hears them.
+//!
+//! The device reports some things through its context's async event fd,
+//! not on a CQ: a queue pair on a shared receive queue that has reached
+//! its last work request after the move to the error state
+//! (`IBV_EVENT_QP_LAST_WQE_REACHED`), queue pair and device errors, port
+//! state. [`Router`] is what is done with each one, apart from reading
+//! them (`crate::async_reader` reads, `crate::sys::async_event` calls C):
+//!
+//! * Last WQE reached wakes whoever waits for that queue pair ([`LastWqe`],
+//!   registered by its number before the move to the error state): the
+//!   close of a MSG endpoint bound to a shared receive context, which
+//!   then polls the CQ one last time (see `msg::closing`). An event for a
+//!   queue pair nobody waits for is logged at debug level.
+//! * Every other event is logged with `tracing`: errors of a queue pair
+//!   (fatal, request, access), of a shared receive queue or CQ, and a
+//!   device fatal error at `warn`; port and path changes and the SRQ
+//!   limit at `info`; communication established and SQ drained at
+//!   `debug`. None of them changes an endpoint's state: a queue pair
+//!   error also fails the work request that caused it (or flushes what
+//!   is posted), and that completion is what disables the endpoint and
+//!   reports on its EQ (`msg::complete`'s `fatal`), so the event would
+//!   say the same thing a second time.
+//!
+//! The router is routed to before the event is acknowledged (see
+//! `crate::sys::async_event`): until then the queue pair it names cannot
+//! be destroyed, so its number cannot name a newer queue pair yet.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::sync::oneshot;
+use weft_core::sync::{lock, FastMutex};
+
+/// What an asynchronous event reports (`enum ibv_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEventKind {
+    CqErr,
+    QpFatal,
+    QpReqErr,
+    QpAccessErr,
+    CommEst,
+    SqDrained,
+    PathMig,
+    PathMigErr,
+    DeviceFatal,
+    PortActive,
+    PortErr,
+    LidChange,
+    PkeyChange,
+    SmChange,
+    SrqErr,
+    SrqLimitReached,
+    QpLastWqeReached,
+    ClientReregister,
+    GidChange,
+    WqFatal,
+    /// A value this build does not know.
+    Other(u32),
+}
+
+impl AsyncEventKind {
+    /// The kind of `ibv_event_type` value `v` (the values are the
+    /// positions in that enum, from 0).
+    pub fn from_raw(v: u32) -> AsyncEventKind {
+        use AsyncEventKind::*;
+        const KINDS: [AsyncEventKind; 20] = [
+            CqErr,
+            QpFatal,
+            QpReqErr,
+            QpAccessErr,
+            CommEst,
+            SqDrained,
+            PathMig,
+            PathMigErr,
+            DeviceFatal,
+            PortActive,
+            PortErr,
+            LidChange,
+            PkeyChange,
+            SmChange,
+            SrqErr,
+            SrqLimitReached,
+            QpLastWqeReached,
+            ClientReregister,
+            GidChange,
+            WqFatal,
+        ];
+        usize::try_from(v)
+            .ok()
+            .and_then(|i| KINDS.get(i).copied())
+            .unwrap_or(Other(v))
+    }
+
+    /// What the event's element is.
+    pub fn element(self) -> ElementKind {
+        use AsyncEventKind::*;
+        match self {
+            CqErr => ElementKind::Cq,
+            QpFatal | QpReqErr | QpAccessErr | CommEst | SqDrained | PathMig | PathMigErr
+            | QpLastWqeReached => ElementKind::Qp,
+            SrqErr | SrqLimitReached => ElementKind::Srq,
+            PortActive | PortErr | LidChange | PkeyChange | SmChange | ClientReregister
+            | GidChange => ElementKind::Port,
+            WqFatal => ElementKind::Wq,
+            DeviceFatal | Other(_) => ElementKind::Device,
+        }
+    }
+}
+
+/// Which member of `ibv_async_event::element` an event fills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElementKind {
+    Qp,
+    Srq,
+    Cq,
+    Wq,
+    Port,
+    Device,
+}
+
+/// One asynchronous event, read out of the device's `ibv_async_event`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AsyncEvent {
+    pub kind: AsyncEventKind,
+    /// The queue pair's number, for a queue pair's event.
+    pub qp_num: Option<u32>,
+    /// The port, for a port's event.
+    pub port: Option<u32>,
+}
+
+/// What [`Router::route`] did with an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routed {
+    /// Woke the waiter for the queue pair's last WQE.
+    Woke,
+    /// Logged only.
+    Logged,
+}
+
+/// Per queue pair number: which wait (a number of [`Router::next`]) and
+/// its sender.
+type Waiters = FastMutex<HashMap<u32, (u64, oneshot::Sender<()>)>>;
+
+/// The queue pairs waiting for their last-WQE event, and the logging of
+/// everything else, for one device.
+#[derive(Debug, Default)]
+pub struct Router {
+    device: String,
+    waiters: Arc<Waiters>,
+    next: AtomicU64,
+}
+
+impl Router {
+    /// The router of the device called `device` (for the logs).
+    pub fn new(device: &str) -> Router {
+        Router {
+            device: device.to_owned(),
+            waiters: Arc::default(),
+            next: AtomicU64::new(0),
+        }
+    }
+
+    /// Waits for the last-WQE event of queue pair `qp_num`. Registered
+    /// before the queue pair moves to the error state, so the event
+    /// cannot come first. A second wait for the same queue pair replaces
+    /// the first (which then never resolves).
+    pub fn last_wqe(&self, qp_num: u32) -> LastWqe {
+        let (tx, rx) = oneshot::channel();
+        let wait = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.waiters).insert(qp_num, (wait, tx));
+        LastWqe {
+            rx: Some(rx),
+            heard: false,
+            qp_num,
+            wait,
+            waiters: self.waiters.clone(),
+        }
+    }
+
+    /// Queue pairs waited for.
+    #[cfg(test)]
+    pub fn waiting(&self) -> usize {
+        lock(&self.waiters).len()
+    }
+
+    /// Hands `ev` to whoever waits for it, or logs it.
+    pub fn route(&self, ev: &AsyncEvent) -> Routed {
+        use AsyncEventKind::*;
+        let dev = self.device.as_str();
+        let (qp, port) = (ev.qp_num, ev.port);
+        match ev.kind {
+            QpLastWqeReached => {
+                let tx = qp.and_then(|n| lock(&self.waiters).remove(&n));
+                if let Some((_, tx)) = tx {
+                    // A waiter that gave up meanwhile (its bound passed)
+                    // does not need it.
+                    let _ = tx.send(());
+                    return Routed::Woke;
+                }
+                tracing::debug!(device = dev, ?qp, "verbs: last WQE reached, nobody waits");
+            }
+            QpFatal | QpReqErr | QpAccessErr | PathMigErr => {
+                tracing::warn!(device = dev, ?qp, kind = ?ev.kind, "verbs: queue pair error event");
+            }
+            SrqErr | CqErr | WqFatal | DeviceFatal | Other(_) => {
+                tracing::warn!(device = dev, kind = ?ev.kind, "verbs: device async error event");
+            }
+            PortActive | PortErr | LidChange | PkeyChange | SmChange | ClientReregister
+            | GidChange => {
+                tracing::info!(device = dev, ?port, kind = ?ev.kind, "verbs: port event");
+            }
+            SrqLimitReached | PathMig => {
+                tracing::info!(device = dev, ?qp, kind = ?ev.kind, "verbs: async event");
+            }
+            CommEst | SqDrained => {
+                tracing::debug!(device = dev, ?qp, kind = ?ev.kind, "verbs: async event");
+            }
+        }
+        Routed::Logged
+    }
+}
+
+/// The last-WQE event of one queue pair: resolves when it comes, never
+/// otherwise (await it under a bound). Dropping it withdraws the wait.
+#[derive(Debug)]
+pub struct LastWqe {
+    rx: Option<oneshot::Receiver<()>>,
+    heard: bool,
+    qp_num: u32,
+    wait: u64,
+    waiters: Arc<Waiters>,
+}
+
+impl Future for LastWqe {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.heard {
+            return Poll::Ready(());
+        }
+        // A receiver that has answered is not polled again (Tokio's
+        // oneshot panics then).
+        let Some(rx) = self.rx.as_mut() else {
+            return Poll::Pending;
+        };
+        match Pin::new(rx).poll(cx) {
+            Poll::Ready(Ok(())) => {
+                self.rx = None;
+                self.heard = true;
+                Poll::Ready(())
+            }
+            // Replaced by a later wait for the same number: not this
+            // queue pair's event any more.
+            Poll::Ready(Err(_)) => {
+                self.rx = None;
+                Poll::Pending
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for LastWqe {
+    fn drop(&mut self) {
+        let mut w = lock(&self.waiters);
+        // Only our own entry: a later wait for a reused number stays.
+        if w.get(&self.qp_num).is_some_and(|(k, _)| *k == self.wait) {
+            w.remove(&self.qp_num);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "device_events_tests.rs"]
+mod tests;

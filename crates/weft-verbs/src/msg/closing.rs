@@ -1,0 +1,168 @@
+//! The close of a MSG endpoint, and the last poll of one bound to a
+//! shared receive context.
+//!
+//! A close moves the queue pair to the error state and stops the CQ
+//! driver; what the endpoint had posted is discarded without completions.
+//! A shared receive context's receives are not the endpoint's, though,
+//! and its queue pair may hold some:
+//!
+//! * one a message filled just before the close: its completion is on
+//!   the CQ already, and the close polls the CQ once at once, handing it
+//!   to the context;
+//! * one it was filling at the move to the error state: the device
+//!   flushes it later, onto the CQ nobody polls any more. So the queue
+//!   pair and CQ are not dropped with the endpoint: a task keeps them
+//!   until the device says it consumes nothing more from the shared
+//!   queue (`IBV_EVENT_QP_LAST_WQE_REACHED`, from the device's async
+//!   events: `crate::async_reader`), or [`LAST_WQE_WAIT`] passes, then
+//!   polls the CQ empty once more, and lets them go. What it finds
+//!   completes as above, on the closed endpoint's rx CQ: a flushed
+//!   receive ends `Canceled`, a filled one with its message (lost if the
+//!   user closed that CQ meanwhile).
+//!
+//! The task keeps only what that poll needs: the queue pair (which holds
+//! its CQ, protection domain, SRQ and the cm id's C object alive), the
+//! poller of its CQ, the shared receive context (whose receives the poll
+//! completes) and the device's event reader. The endpoint's slot pools, the
+//! registrations of a megabyte or more each, go when the endpoint is
+//! dropped, as before: deregistering memory under a queue pair in the
+//! error state is safe (a late access of the device fails, it does not
+//! land).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use weft_core::provider::ProviderSrx;
+use weft_core::sync::lock;
+
+use super::complete::Route;
+use super::srx::{route_of, MsgSrx, SRX_WR_BIT};
+use super::MsgShared;
+use crate::async_reader::DeviceEvents;
+use crate::cq_poller::{self, CqPoller};
+use crate::device_events::LastWqe;
+use crate::sys::QueuePair;
+
+/// How long a closed endpoint bound to a shared receive context waits
+/// for its queue pair's last-WQE event before the last poll. A device
+/// that raises the event ends the wait at once; soft-RoCE raises none
+/// (its responder flushes the receive it holds as it handles the move to
+/// the error state, in its own task: microseconds on a host, a few
+/// milliseconds in an emulated VM), so there this is the wait, and it
+/// must cover that task being scheduled late on a loaded machine. Half a
+/// second does, with room; what it costs is a queue pair and CQ kept
+/// that long after the close (the whole half second on soft-RoCE), and
+/// nothing waits for the task: neither the close, nor the context's close (whose receives end `Canceled`
+/// meanwhile as always; a completion the task finds then belongs to no
+/// receive), nor a runtime dropped meanwhile (the task is dropped with
+/// it, and the queue pair and CQ with the task).
+pub(super) const LAST_WQE_WAIT: Duration = Duration::from_millis(500);
+
+impl MsgShared {
+    /// Ends the connection and drops what is posted.
+    pub(super) fn close_now(&self) {
+        let ep = self;
+        if ep.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let link = lock(&ep.link).clone();
+        let srx = ep.cfg.srx.clone().filter(|_| ep.srx().is_some());
+        let events = lock(&ep.events).clone();
+        // Waited for before the move to the error state, which raises it.
+        let last_wqe = match (&link, &srx, &events) {
+            (Some(l), Some(_), Some(ev)) => Some(ev.last_wqe(l.qp.qp_num())),
+            _ => None,
+        };
+        if let Some(l) = &link {
+            let _ = l.id.disconnect();
+            let _ = l.qp.to_error();
+        }
+        for t in lock(&ep.tasks).drain(..) {
+            t.abort();
+        }
+        let poller = cq_poller::stop(&ep.poller);
+        if let (Some(p), Some(x)) = (&poller, ep.srx()) {
+            // A message that arrived as the endpoint closed took one of
+            // the context's receives, and its completion waits on this
+            // CQ, which nobody polls from now on: hand it to the context,
+            // or that receive would wait for good (and its work request
+            // count as posted). The queue pair is in the error state, so
+            // it takes no more. Completions of the endpoint's own
+            // operations are dropped, as the rest of what it had posted.
+            p.drain_into(&|wc| {
+                if wc.wr_id & SRX_WR_BIT != 0 {
+                    x.on_completion(wc, &ep.cfg);
+                }
+            });
+        }
+        if let (Some(p), Some(l), Some(x)) = (poller, link, srx) {
+            // What the device flushes later is found by the last poll.
+            last_poll(
+                &ep.rt,
+                Leftover {
+                    poller: p,
+                    qp: l.qp.clone(),
+                    srx: x,
+                    route: route_of(&ep.cfg),
+                    last_wqe,
+                    _events: events,
+                },
+            );
+        }
+        // Outstanding operations are discarded without completions; their
+        // buffers stay registered until the link (and QP) is gone.
+        lock(&ep.early_recvs).clear();
+        let waiting = lock(&ep.rxq).forget();
+        drop(waiting);
+        if let Some(c) = lock(&ep.cm).take() {
+            if let Some(l) = lock(&ep.link).as_ref() {
+                c.unsubscribe(l.id.token());
+            }
+        }
+    }
+}
+
+/// What a closed endpoint bound to a shared receive context keeps for
+/// its last poll.
+struct Leftover {
+    poller: Arc<CqPoller>,
+    /// Its queue pair, and with it its CQ, destroyed when this goes
+    /// (unless the endpoint, not dropped yet, still holds them).
+    qp: Arc<QueuePair>,
+    srx: Arc<dyn ProviderSrx>,
+    route: Route,
+    last_wqe: Option<LastWqe>,
+    /// Keeps the device's event reader running through the wait.
+    _events: Option<Arc<DeviceEvents>>,
+}
+
+/// Waits for the queue pair's last WQE (at most [`LAST_WQE_WAIT`]), then
+/// hands every shared receive's completion left on the CQ to the context.
+fn last_poll(rt: &Handle, left: Leftover) {
+    rt.spawn(async move {
+        let heard = match left.last_wqe {
+            Some(w) => tokio::time::timeout(LAST_WQE_WAIT, w).await.is_ok(),
+            None => {
+                tokio::time::sleep(LAST_WQE_WAIT).await;
+                false
+            }
+        };
+        let Some(x) = left.srx.as_any().downcast_ref::<MsgSrx>() else {
+            return;
+        };
+        let route = &left.route;
+        let n = left.poller.drain_into(&|wc| {
+            if wc.wr_id & SRX_WR_BIT != 0 {
+                x.complete(wc, route);
+            }
+        });
+        tracing::debug!(
+            qp = left.qp.qp_num(),
+            last_wqe = heard,
+            completions = n,
+            "verbs msg: closed endpoint's last poll"
+        );
+    });
+}
