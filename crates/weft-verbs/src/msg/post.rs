@@ -29,67 +29,28 @@ use crate::user_bufs::{cached_source, gather, imm_data, post_rma, register_sourc
 pub(super) type InflightQueue = super::post_order::PostOrder<Inflight>;
 
 impl MsgShared {
-    /// The checks every post shares (a send makes them in `post_send`,
-    /// which may keep the link borrowed): the endpoint is open and
-    /// connected, and `len` bytes in `iovs` buffers fit its limits.
+    /// The checks every post shares: the endpoint is open and connected,
+    /// and `len` bytes in `iovs` buffers fit its limits.
     fn admit(&self, len: usize, iovs: usize) -> Result<Arc<Link>> {
         if self.is_closed() {
             return Err(Error::OpBadState);
         }
         let link = lock(&self.link).clone().ok_or(Error::NotConn)?;
-        self.fits(len, iovs)?;
-        Ok(link)
-    }
-
-    /// `len` bytes in `iovs` buffers fit the endpoint's limits.
-    fn fits(&self, len: usize, iovs: usize) -> Result<()> {
         if len > self.cfg.info.ep_attr.max_msg_size {
             return Err(Error::MsgSize);
         }
         if iovs > self.cfg.info.tx_attr.iov_limit.max(1) {
             return Err(Error::Inval);
         }
-        Ok(())
+        Ok(link)
     }
 
-    pub(super) fn post_send(&self, req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
-        if self.is_closed() {
-            return Err(Rejected {
-                err: Error::OpBadState,
-                req,
-            });
-        }
-        let g = lock(&self.link);
-        let Some(link) = g.as_ref() else {
-            return Err(Rejected {
-                err: Error::NotConn,
-                req,
-            });
-        };
-        if let Err(err) = self.fits(req.len(), req.iov.len()) {
-            return Err(Rejected { err, req });
-        }
-        // A send that goes inline (the device copies it during the post)
-        // is posted with the link borrowed under its lock, not cloned (an
-        // `Arc` increment and decrement a send); the receive completion
-        // holds the link as long. Any other send may register memory,
-        // which is not done under the link's lock.
-        if req.len() <= link.qp.caps().max_inline_data as usize {
-            return self.post_send_on(link, req);
-        }
-        let link = link.clone();
-        drop(g);
-        self.post_send_on(&link, req)
-    }
-
-    /// [`post_send`](Self::post_send) on `link`, the request admitted.
-    #[inline(always)]
-    fn post_send_on(
-        &self,
-        link: &Link,
-        mut req: SendReq,
-    ) -> std::result::Result<(), Rejected<SendReq>> {
+    pub(super) fn post_send(&self, mut req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         let reject = |err, req| Err(Rejected { err, req });
+        let link = match self.admit(req.len(), req.iov.len()) {
+            Ok(l) => l,
+            Err(e) => return reject(e, req),
+        };
         let op = match imm_data(req.data) {
             Ok(None) => SendOp::Send,
             Ok(Some(imm)) => SendOp::SendWithImm(imm),
@@ -113,7 +74,7 @@ impl MsgShared {
         }
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
-        match send_on(link, &req, op, (wr_id, wr_flags(req.flags))) {
+        match send_on(&link, &req, op, (wr_id, wr_flags(req.flags))) {
             Ok(op) => {
                 // A pool buffer posted as it is stays with the operation.
                 let op = match op {
