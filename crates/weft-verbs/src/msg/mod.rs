@@ -648,9 +648,16 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
                 req,
             });
         }
-        let link = lock(&ep.link).clone();
-        match link {
-            Some(l) => ep.post_recv_on(&l, req).inspect_err(|_| ep.rx.release(1)),
+        // The link is borrowed under its lock through the post, not
+        // cloned (an `Arc` increment and decrement a receive). The order
+        // link, receive queue, slot pool is the receive completion's,
+        // which holds the link as long; the queue's lock was held across
+        // the verb call already. Held through the early push too: a link
+        // built meanwhile (`build_link` sets it, then takes the early
+        // receives) cannot miss this one.
+        let g = lock(&ep.link);
+        match g.as_ref() {
+            Some(l) => ep.post_recv_on(l, req).inspect_err(|_| ep.rx.release(1)),
             None => {
                 lock(&ep.early_recvs).push(req);
                 Ok(())
