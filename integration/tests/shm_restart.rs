@@ -46,6 +46,7 @@ use weft_shm::segment::Segment;
 mod shm_common;
 mod shm_restart_common;
 
+use shm_common::fifo::{without_waiting_on, Fifo};
 use shm_restart_common::{fresh_name, unlink, Child, KEY};
 
 /// How long a dead peer's waiting operations may take to fail: no
@@ -403,18 +404,10 @@ async fn a_planted_fifo_hangs_no_sweep_nor_open() {
     let addr = format!("fi_shm://{name}");
     let seg = format!("/dev/shm/weft-shm.{name}");
     let private = format!("/dev/shm/{}{name}.planted", weft_shm::name::TMP_PREFIX);
-    for f in [&seg, &private] {
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            f.as_str(),
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
-            0,
-        )
-        .unwrap();
-    }
+    let seg_fifo = Fifo::make(&seg);
+    let private_fifo = Fifo::make(&private);
     let info = info_under(&h, &addr);
-    without_waiting_on(&[&seg, &private], || {
+    without_waiting_on(&[&seg_fifo, &private_fifo], || {
         weft_shm::live::reclaim_stale();
         assert_eq!(
             h.av()
@@ -428,7 +421,8 @@ async fn a_planted_fifo_hangs_no_sweep_nor_open() {
             .unwrap();
         assert_eq!(ep.enable().unwrap_err(), Error::AddrInUse);
         assert!(std::fs::symlink_metadata(&seg).is_ok(), "left there");
-        std::fs::remove_file(&seg).unwrap();
+        seg_fifo.remove();
+        assert!(std::fs::symlink_metadata(&seg).is_err());
         let (ep, _cq) = enabled_endpoint(&h.domain, &info, &h.av(), WaitMode::Interrupt);
         assert_eq!(ep.local_addr().unwrap(), addr.as_bytes());
         weft_shm::live::reclaim_stale();
@@ -438,52 +432,58 @@ async fn a_planted_fifo_hangs_no_sweep_nor_open() {
         private_files(&name),
         [format!("{}{name}.planted", weft_shm::name::TMP_PREFIX)]
     );
-    std::fs::remove_file(&private).unwrap();
+    drop(private_fifo);
+    assert!(private_files(&name).is_empty());
 }
 
-/// Runs `f`, which must not wait on the FIFOs `fifos`: a failure, not a
-/// hang, if it does — after 10 s a watchdog opens them for writing,
-/// which releases an open waiting for a writer.
-fn without_waiting_on(fifos: &[&str], f: impl FnOnce()) {
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::sync::atomic::AtomicBool;
-    struct Done<'a>(&'a AtomicBool);
-    impl Drop for Done<'_> {
+/// A peer gone, and under its segment's name a FIFO or a directory (by
+/// hand, or by another process of the user): a send to it fails
+/// `FI_ECONNREFUSED` at once, as to no endpoint, without waiting on the
+/// FIFO. Before, the FIFO failed it `FI_EINVAL` and the directory with
+/// an I/O error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_to_a_name_whose_file_is_no_segment_is_refused() {
+    /// The directory goes whatever the test's outcome.
+    struct Dir(String);
+    impl Drop for Dir {
         fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
+            let _ = std::fs::remove_dir(&self.0);
         }
     }
-    let done = AtomicBool::new(false);
-    let released = std::thread::scope(|s| {
-        let watchdog = s.spawn(|| {
-            let until = std::time::Instant::now() + Duration::from_secs(10);
-            let mut released = false;
-            while !done.load(Ordering::SeqCst) {
-                if std::time::Instant::now() > until {
-                    released = true;
-                    for p in fifos {
-                        let _ = std::fs::OpenOptions::new()
-                            .write(true)
-                            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-                            .open(p);
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            released
-        });
-        let guard = Done(&done);
-        f();
-        drop(guard);
-        watchdog.join().unwrap()
-    });
-    if released {
-        // Not left for a build that would hang on them.
-        for p in fifos {
-            let _ = std::fs::remove_file(p);
-        }
+    let p = Provider::named("shm");
+    let h = Harness::new(&p, EpType::Rdm);
+    for fifo in [true, false] {
+        let a = h.rdm_ep();
+        let b = h.rdm_ep();
+        let to = a.insert(&b);
+        let b_addr = b.addr();
+        let name = weft_shm::name::parse(&b_addr).unwrap();
+        let seg = format!(
+            "{}{}",
+            weft_shm::name::SHM_DIR,
+            weft_shm::name::seg_name(name)
+        );
+        b.ep.close().unwrap();
+        assert!(std::fs::symlink_metadata(&seg).is_err(), "closed: gone");
+        let send = || {
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current()
+                    .block_on(within("a send to no segment", a.ep.send(to, payload(8, 0))))
+            })
+        };
+        let e = if fifo {
+            let f = Fifo::make(&seg);
+            let mut r = None;
+            without_waiting_on(&[&f], || r = Some(send()));
+            r.unwrap().unwrap_err()
+        } else {
+            std::fs::create_dir(&seg).unwrap();
+            let _dir = Dir(seg.clone());
+            send().unwrap_err()
+        };
+        assert_eq!(e.err, Error::ConnRefused, "a FIFO: {fifo}");
+        a.ep.close().unwrap();
     }
-    assert!(!released, "waited on a FIFO");
 }
 
 /// The private files of `name`'s segments being made.

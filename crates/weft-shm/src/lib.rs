@@ -58,6 +58,8 @@ mod rx_done;
 pub mod scan;
 pub mod segment;
 mod srx;
+#[cfg(test)]
+mod test_fifo;
 mod tx;
 mod tx_drive;
 

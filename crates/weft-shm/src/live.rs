@@ -494,7 +494,13 @@ pub fn reclaim_stale() -> usize {
             let Some(name) = file.to_str().and_then(|f| f.strip_prefix(BELL_PREFIX)) else {
                 continue;
             };
-            if !seg_path(name).exists() {
+            // Not `exists`, which follows a symbolic link: what is under
+            // the segment's name is looked at as everywhere else here.
+            let gone = matches!(
+                std::fs::symlink_metadata(seg_path(name)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound
+            );
+            if gone {
                 let _ = std::fs::remove_file(e.path());
             }
         }

@@ -59,8 +59,11 @@ impl Segment {
         let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         let fd = rustix::fs::open(path.as_str(), flags, Mode::empty()).map_err(|e| match e {
             rustix::io::Errno::NOENT => Error::NoEnt,
-            // A symbolic link (`O_NOFOLLOW`), a socket.
-            rustix::io::Errno::LOOP | rustix::io::Errno::NXIO => Error::Inval,
+            // A symbolic link (`O_NOFOLLOW`), a socket, a directory
+            // (which opens for reading only).
+            rustix::io::Errno::LOOP | rustix::io::Errno::NXIO | rustix::io::Errno::ISDIR => {
+                Error::Inval
+            }
             e => io(e),
         })?;
         let st = rustix::fs::fstat(&fd).map_err(io)?;
@@ -391,24 +394,21 @@ mod tests {
         assert_eq!(Segment::map_file(&f, 0).unwrap_err(), Error::Inval);
     }
 
-    /// A FIFO or a symbolic link under a segment's name is not a
-    /// segment: refused at once, not waited on (a FIFO) nor followed.
+    /// A FIFO, a symbolic link or a directory under a segment's name is
+    /// not a segment: refused at once, not waited on (a FIFO) nor
+    /// followed.
     #[test]
     fn open_refuses_what_is_not_a_regular_file() {
         let dir = std::path::Path::new(crate::name::SHM_DIR);
-        let (fifo, link, file) = (test_name(), test_name(), test_name());
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            dir.join(&fifo),
-            FileType::Fifo,
-            Mode::RUSR | Mode::WUSR,
-            0,
-        )
-        .unwrap();
+        let (fifo, link, file, sub) = (test_name(), test_name(), test_name(), test_name());
+        let _fifo = crate::test_fifo::Fifo::make(dir.join(&fifo));
+        std::fs::create_dir(dir.join(&sub)).unwrap();
         std::fs::write(dir.join(&file), [0u8; 4096]).unwrap();
         std::os::unix::fs::symlink(dir.join(&file), dir.join(&link)).unwrap();
         assert_eq!(Segment::open(&fifo, 0, 1 << 20).unwrap_err(), Error::Inval);
         assert_eq!(Segment::open(&link, 0, 1 << 20).unwrap_err(), Error::Inval);
+        assert_eq!(Segment::open(&sub, 0, 1 << 20).unwrap_err(), Error::Inval);
+        std::fs::remove_dir(dir.join(&sub)).unwrap();
         assert_eq!(Segment::open(&file, 0, 1 << 20).unwrap().size(), 4096);
         let slashed = format!("/{file}");
         assert_eq!(Segment::open(&slashed, 0, 1 << 20).unwrap().size(), 4096);
@@ -418,7 +418,7 @@ mod tests {
         );
         assert_eq!(Segment::open(&test_name(), 0, 1).unwrap_err(), Error::NoEnt);
         assert_eq!(Segment::open("a/b", 0, 1).unwrap_err(), Error::Inval);
-        for n in [fifo, link, file] {
+        for n in [link, file] {
             std::fs::remove_file(dir.join(n)).unwrap();
         }
     }

@@ -177,7 +177,9 @@ impl Peers {
 impl Peer {
     /// Maps `name`'s segment and checks its header, for an endpoint that
     /// `spins` (not interrupt mode). `ConnRefused` when there is no such
-    /// endpoint (any more).
+    /// endpoint (any more), or what is under its segment's name is no
+    /// segment (a FIFO, a directory, a file of no segment's size:
+    /// `Segment::open`'s `Inval`, the name being valid).
     fn open(name: &str, spins: bool) -> Result<Peer> {
         let min = Geometry::check(1, RING_MIN as u32)
             .map(|g| g.bytes())
@@ -186,7 +188,7 @@ impl Peer {
             .map(|g| g.bytes())
             .unwrap_or(HEADER);
         let seg = Segment::open(&crate::name::seg_name(name), min, max).map_err(|e| match e {
-            Error::NoEnt => Error::ConnRefused,
+            Error::NoEnt | Error::Inval => Error::ConnRefused,
             e => e,
         })?;
         let owner = crate::live::owner_of(&seg).ok_or(Error::ConnRefused)?;

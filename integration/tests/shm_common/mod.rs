@@ -10,6 +10,8 @@ use weft_shm::layout::*;
 use weft_shm::ring::Chan;
 use weft_shm::segment::Segment;
 
+pub mod fifo;
+
 /// Claims channel `i` of `b`'s segment as a hostile process of the same
 /// user could (this test), with this process's real probe word when
 /// `probe`, and waits for the owner's look at it.

@@ -1,6 +1,7 @@
 //! Tests of `live`: liveness, lock tests, removals and the sweep.
 
 use super::*;
+use crate::test_fifo::{without_waiting_on, Fifo};
 use std::time::Duration;
 
 #[test]
@@ -307,58 +308,6 @@ fn remove_if_owned_removes_only_an_unheld_owned_file() {
     assert!(!std::path::Path::new(&bell_path(&name)).exists());
 }
 
-/// Makes a FIFO at `path`, as a hostile or careless process of the user
-/// could under any of our prefixes.
-fn mkfifo(path: &std::path::Path) {
-    use rustix::fs::{FileType, Mode, CWD};
-    rustix::fs::mknodat(CWD, path, FileType::Fifo, Mode::RUSR | Mode::WUSR, 0).unwrap();
-}
-
-/// Runs `f`, which must not wait on the FIFOs `fifos`: a failure, not a
-/// hang, if it does — after 10 s a watchdog opens them for writing,
-/// which releases an open waiting for a writer.
-fn without_waiting_on(fifos: &[&std::path::Path], f: impl FnOnce()) {
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-    struct Done<'a>(&'a AtomicBool);
-    impl Drop for Done<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, SeqCst);
-        }
-    }
-    let done = AtomicBool::new(false);
-    let released = std::thread::scope(|s| {
-        let watchdog = s.spawn(|| {
-            let until = std::time::Instant::now() + Duration::from_secs(10);
-            let mut released = false;
-            while !done.load(SeqCst) {
-                if std::time::Instant::now() > until {
-                    released = true;
-                    for p in fifos {
-                        let _ = std::fs::OpenOptions::new()
-                            .write(true)
-                            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-                            .open(p);
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            released
-        });
-        let guard = Done(&done);
-        f();
-        drop(guard);
-        watchdog.join().unwrap()
-    });
-    if released {
-        // Not left for a build that would hang on them.
-        for p in fifos {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-    assert!(!released, "waited on a FIFO");
-}
-
 /// A FIFO under a segment's name or a private name is none of ours:
 /// looked at without waiting on it (a plain open for reading blocks
 /// until a writer comes), by the sweep too, and left there. A symbolic
@@ -373,9 +322,9 @@ fn what_is_not_a_regular_file_is_left_without_waiting() {
         crate::name::TMP_PREFIX,
         crate::name::unique()
     ));
-    mkfifo(&path);
-    mkfifo(&private);
-    without_waiting_on(&[&path, &private], || {
+    let fifo = Fifo::make(&path);
+    let private_fifo = Fifo::make(&private);
+    without_waiting_on(&[&fifo, &private_fifo], || {
         assert!(open_regular(&path).unwrap().is_none());
         assert_eq!(held_by(&name, (u32::MAX, 0, 1)), Held::No);
         assert_eq!(instance_of_name(&name), None);
@@ -389,8 +338,10 @@ fn what_is_not_a_regular_file_is_left_without_waiting() {
         .file_type()
         .is_fifo());
     assert!(std::fs::symlink_metadata(&private).is_ok());
-    std::fs::remove_file(&path).unwrap();
-    std::fs::remove_file(&private).unwrap();
+    drop(fifo);
+    drop(private_fifo);
+    assert!(std::fs::symlink_metadata(&path).is_err());
+    assert!(std::fs::symlink_metadata(&private).is_err());
 
     let dead = (u32::MAX, 0, 13);
     let (target, _f) = temp_file(&header(dead));
