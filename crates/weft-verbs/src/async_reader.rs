@@ -1,4 +1,4 @@
-//! The reader of a device context's async events: one OS thread
+//! The reader of a device context's async events: at most one OS thread
 //! (`weft-verbs-async-ev`) per `ibv_context` in the process, started by
 //! the first user that needs it and stopped when the last one lets it go.
 //! What an event does is `device_events`'s.
@@ -10,17 +10,25 @@
 //! the last user's drop writes the stop fd and does not wait for the
 //! thread (it may be on a Tokio worker), which ends on its own.
 //!
-//! One reader per context at a time: the context has one async fd and
-//! each event is read once. Each context has one [`Router`], shared by
-//! its waiters and by successive readers: a reader started while the one
-//! before has not seen its stop yet waits for that one to end (`turn`)
-//! before it polls, and whichever reads an event routes it to the same
-//! waiters. The thread holds the context open (a context librdmacm
-//! closes once unused could otherwise be closed, its fd reused, under
-//! the reader).
+//! One thread per context: the context has one async fd and each event
+//! is read once. A user that comes while the thread has been told to
+//! stop but has not acted on it yet takes that thread back (the count of
+//! users under `Reader::state`, which the thread checks under the same
+//! lock before it ends); only once the thread has decided to end, and
+//! reads no more, is a new one started. So a context never has two
+//! threads reading, nor a thread queued behind another. The thread holds
+//! the context open (a context librdmacm closes once unused could
+//! otherwise be closed, its fd reused, under the reader).
+//!
+//! A thread that ended on an error of the fd (the device removed) is not
+//! started again for the same context: its slot remembers the failure
+//! and [`watch`] answers `None` (its users fall back to their bound),
+//! and the thread logs the failure once. The failed slot keeps a handle
+//! of the context for the process's life, so its pointer can never name
+//! another context (a device added again gets a new one, and a reader):
+//! a few hundred bytes and librdmacm's reference per removed device.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use weft_core::Result;
 
@@ -28,35 +36,44 @@ use crate::device_events::{LastWqe, Router};
 use crate::sys::async_event::Woken;
 use crate::sys::{AsyncEvents, Context};
 
-/// One context's: its router, and the turn its readers take.
-#[derive(Debug)]
-struct PerContext {
-    router: Router,
-    /// Held by a reader thread for its whole life.
-    turn: Mutex<()>,
-}
-
 /// A context the process reads the events of, by its pointer.
 struct Slot {
     key: usize,
-    users: Weak<DeviceEvents>,
-    shared: Weak<PerContext>,
+    /// The thread's, which holds the context open while it lives.
+    reader: Weak<Reader>,
+    /// A reader of this context ended on an error: none is started
+    /// again. Held so that the key names this context for good.
+    failed: Option<Arc<Context>>,
 }
 
 static READERS: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
 
-/// One reader thread's, shared with it.
+/// One reader thread's, shared with it and its users.
 #[derive(Debug)]
 struct Reader {
     events: AsyncEvents,
-    /// The thread has ended (an error, or its stop).
-    ended: AtomicBool,
+    router: Router,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Live [`DeviceEvents`] of this reader.
+    users: usize,
+    /// The thread has decided to end (its stop with no users, or an
+    /// error): it reads no more.
+    ended: bool,
+}
+
+impl Reader {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A device context's async events, read for as long as this is held.
 #[derive(Debug)]
 pub struct DeviceEvents {
-    shared: Arc<PerContext>,
     reader: Arc<Reader>,
 }
 
@@ -64,46 +81,52 @@ impl DeviceEvents {
     /// Waits for queue pair `qp_num`'s last-WQE event (see
     /// [`Router::last_wqe`]).
     pub fn last_wqe(&self, qp_num: u32) -> LastWqe {
-        self.shared.router.last_wqe(qp_num)
+        self.reader.router.last_wqe(qp_num)
     }
 }
 
 impl Drop for DeviceEvents {
     fn drop(&mut self) {
-        self.reader.events.stop();
+        let mut s = self.reader.state();
+        s.users -= 1;
+        if s.users == 0 {
+            // Under the lock: a user taking the thread back meanwhile is
+            // seen by the thread when it wakes for this stop.
+            self.reader.events.stop();
+        }
     }
 }
 
 /// The events of `ctx`, read by a thread unless one already reads them.
-/// `None` when no reader can be started (logged): its users then fall
-/// back to what they do without events.
+/// `None` when no reader can be started (logged), or one of this context
+/// failed before: its users then fall back to what they do without
+/// events.
 pub fn watch(ctx: &Arc<Context>) -> Option<Arc<DeviceEvents>> {
     let key = ctx.as_ptr() as usize;
     let mut readers = READERS.lock().unwrap_or_else(PoisonError::into_inner);
-    readers.retain(|s| s.users.strong_count() > 0 || s.shared.strong_count() > 0);
+    readers.retain(|s| s.failed.is_some() || s.reader.strong_count() > 0);
     let slot = readers.iter().position(|s| s.key == key);
-    if let Some(d) = slot
-        .and_then(|i| readers[i].users.upgrade())
-        .filter(|d| !d.reader.ended.load(Ordering::Acquire))
-    {
-        return Some(d);
+    if let Some(s) = slot.map(|i| &readers[i]) {
+        if s.failed.is_some() {
+            return None;
+        }
+        if let Some(r) = s.reader.upgrade() {
+            let mut st = r.state();
+            if !st.ended {
+                // Running, or told to stop and not acted on it yet: it
+                // sees the user when it wakes, and goes on.
+                st.users += 1;
+                drop(st);
+                return Some(Arc::new(DeviceEvents { reader: r }));
+            }
+        }
     }
-    // The router of the reader still ending, if one is: a wait it hears
-    // the event of still wakes.
-    let shared = slot
-        .and_then(|i| readers[i].shared.upgrade())
-        .unwrap_or_else(|| {
-            Arc::new(PerContext {
-                router: Router::new(ctx.name()),
-                turn: Mutex::new(()),
-            })
-        });
-    match start(ctx, &shared) {
+    match start(ctx) {
         Ok(d) => {
             let entry = Slot {
                 key,
-                users: Arc::downgrade(&d),
-                shared: Arc::downgrade(&shared),
+                reader: Arc::downgrade(&d.reader),
+                failed: None,
             };
             match slot {
                 Some(i) => readers[i] = entry,
@@ -118,54 +141,87 @@ pub fn watch(ctx: &Arc<Context>) -> Option<Arc<DeviceEvents>> {
     }
 }
 
-/// Marks the reader ended however its thread ends.
+/// Marks the reader ended however its thread ends (a panic included).
 struct Ended(Arc<Reader>);
 
 impl Drop for Ended {
     fn drop(&mut self) {
-        self.0.ended.store(true, Ordering::Release);
+        self.0.state().ended = true;
     }
 }
 
-fn start(ctx: &Arc<Context>, shared: &Arc<PerContext>) -> Result<Arc<DeviceEvents>> {
+fn start(ctx: &Arc<Context>) -> Result<Arc<DeviceEvents>> {
     let reader = Arc::new(Reader {
         events: AsyncEvents::new(ctx)?,
-        ended: AtomicBool::new(false),
+        router: Router::new(ctx.name()),
+        state: Mutex::new(State {
+            users: 1,
+            ended: false,
+        }),
     });
-    let (r, sh) = (reader.clone(), shared.clone());
+    let r = reader.clone();
     let device = ctx.name().to_owned();
     std::thread::Builder::new()
         .name("weft-verbs-async-ev".into())
         .spawn(move || {
             let ended = Ended(r);
-            // The reader before this one (stopped) reads no more once it
-            // lets go of the turn.
-            let _turn = sh.turn.lock().unwrap_or_else(PoisonError::into_inner);
-            run(&ended.0.events, &sh.router, &device);
+            if let Err(what) = run(&ended.0) {
+                tracing::warn!(
+                    device,
+                    "verbs: async event reader stops: {what}; none is started again for this \
+                     device context (closes of SRX-bound endpoints wait their bound)"
+                );
+            }
         })
         .map_err(|e| weft_core::Error::from_io(&e))?;
-    Ok(Arc::new(DeviceEvents {
-        shared: shared.clone(),
-        reader,
-    }))
+    Ok(Arc::new(DeviceEvents { reader }))
 }
 
-/// Reads, routes and acknowledges events until stopped or the fd fails.
-fn run(events: &AsyncEvents, router: &Router, device: &str) {
+/// Reads, routes and acknowledges events until stopped with no users
+/// left, or the fd fails (what failed, with the error).
+fn run(r: &Reader) -> std::result::Result<(), String> {
     loop {
-        match events.wait() {
-            Ok(Woken::Stop) => return,
+        match r.events.wait() {
+            Ok(Woken::Stop) => {
+                let mut st = r.state();
+                if st.users == 0 {
+                    st.ended = true;
+                    return Ok(());
+                }
+                // Taken back after the stop: rearm and go on.
+                r.events.clear_stop();
+                continue;
+            }
             Ok(Woken::Event) => {}
             Err(e) => {
-                tracing::warn!(device, error = %e, "verbs: async event reader stops: wait failed");
-                return;
+                failed(r);
+                return Err(format!("wait failed: {e}"));
             }
         }
-        if let Err(e) = events.read(|ev| {
-            router.route(ev);
+        if let Err(e) = r.events.read(|ev| {
+            r.router.route(ev);
         }) {
-            tracing::warn!(device, error = %e, "verbs: async event reader stops: read failed");
-            return;
+            failed(r);
+            return Err(format!("read failed: {e}"));
         }
     }
+}
+
+/// Remembers that `r`'s context failed, then ends `r`: [`watch`], which
+/// holds `READERS` while it looks at both, never sees the reader ended
+/// without the failure and starts another.
+fn failed(r: &Reader) {
+    let ctx = r.events.context();
+    let key = ctx.as_ptr() as usize;
+    let mut readers = READERS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(s) = readers.iter_mut().find(|s| s.key == key) {
+        s.failed = Some(ctx.clone());
+    } else {
+        readers.push(Slot {
+            key,
+            reader: Weak::new(),
+            failed: Some(ctx.clone()),
+        });
+    }
+    r.state().ended = true;
 }

@@ -23,23 +23,39 @@
 //! The task keeps only what that poll needs: the queue pair (which holds
 //! its CQ, protection domain, SRQ and the cm id's C object alive), the
 //! poller of its CQ, the shared receive context (whose receives the poll
-//! completes) and the device's event reader. The endpoint's slot pools, the
-//! registrations of a megabyte or more each, go when the endpoint is
+//! completes) and the device's event reader. The endpoint's slot pools,
+//! the registrations of a megabyte or more each, go when the endpoint is
 //! dropped, as before: deregistering memory under a queue pair in the
 //! error state is safe (a late access of the device fails, it does not
 //! land).
+//!
+//! A connection that ended before the close (the peer's disconnect, a
+//! critical error) moved its queue pair to the error state then
+//! ([`MsgShared::end_qp`]), and the last-WQE event may have come before
+//! the close. So the wait is registered at that move, not at the close,
+//! and the bound counts from it: the device flushes in answer to the move
+//! to the error state, not to the close, and until the close the
+//! endpoint's own CQ driver still runs and hands such a flush to the
+//! context as any completion. A close more than [`LAST_WQE_WAIT`] after
+//! the end (or after the event) polls the CQ at once, as much as a fresh
+//! close would have waited. Where the device moved the queue pair to the
+//! error state itself before we did (a failed work request, or the kernel
+//! on the peer's disconnect request), its event may precede the wait:
+//! the bound, from our move, then stands in, as on a device without the
+//! event.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
+use tokio::time::Instant;
 use weft_core::provider::ProviderSrx;
 use weft_core::sync::lock;
 
 use super::complete::Route;
 use super::srx::{route_of, MsgSrx, SRX_WR_BIT};
-use super::MsgShared;
+use super::{Link, MsgShared};
 use crate::async_reader::DeviceEvents;
 use crate::cq_poller::{self, CqPoller};
 use crate::device_events::LastWqe;
@@ -54,13 +70,42 @@ use crate::sys::QueuePair;
 /// must cover that task being scheduled late on a loaded machine. Half a
 /// second does, with room; what it costs is a queue pair and CQ kept
 /// that long after the close (the whole half second on soft-RoCE), and
-/// nothing waits for the task: neither the close, nor the context's close (whose receives end `Canceled`
-/// meanwhile as always; a completion the task finds then belongs to no
-/// receive), nor a runtime dropped meanwhile (the task is dropped with
-/// it, and the queue pair and CQ with the task).
+/// nothing waits for the task: neither the close, nor the context's
+/// close (whose receives end `Canceled` meanwhile as always; a
+/// completion the task finds then belongs to no receive), nor a runtime
+/// dropped meanwhile (the task is dropped with it, and the queue pair
+/// and CQ with the task). Counted from the queue pair's move to the
+/// error state, which may precede the close (see the module).
 pub(super) const LAST_WQE_WAIT: Duration = Duration::from_millis(500);
 
+/// The end of a connection before its close: when its queue pair went
+/// to the error state, and the wait for its last WQE registered before.
+#[derive(Debug)]
+pub(super) struct LinkEnd {
+    at: Instant,
+    last_wqe: Option<LastWqe>,
+}
+
 impl MsgShared {
+    /// Moves the queue pair of a connection that ended (not closed) to
+    /// the error state, waiting for its last WQE first if the close will.
+    pub(super) fn end_qp(&self, l: &Link) {
+        let last_wqe = self.last_wqe_of(l);
+        let _ = l.qp.to_error();
+        *lock(&self.link_end) = Some(LinkEnd {
+            at: Instant::now(),
+            last_wqe,
+        });
+    }
+
+    /// The wait for `l`'s last WQE, if its close waits for one: bound to a
+    /// shared receive context whose device's events are read.
+    fn last_wqe_of(&self, l: &Link) -> Option<LastWqe> {
+        self.srx()?;
+        let events = lock(&self.events).clone()?;
+        Some(events.last_wqe(l.qp.qp_num()))
+    }
+
     /// Ends the connection and drops what is posted.
     pub(super) fn close_now(&self) {
         let ep = self;
@@ -70,10 +115,14 @@ impl MsgShared {
         let link = lock(&ep.link).clone();
         let srx = ep.cfg.srx.clone().filter(|_| ep.srx().is_some());
         let events = lock(&ep.events).clone();
-        // Waited for before the move to the error state, which raises it.
-        let last_wqe = match (&link, &srx, &events) {
-            (Some(l), Some(_), Some(ev)) => Some(ev.last_wqe(l.qp.qp_num())),
-            _ => None,
+        // Waited for before the move to the error state, which raises it:
+        // at the end of the connection if it ended first.
+        let (last_wqe, since) = match lock(&ep.link_end).take() {
+            Some(end) => (end.last_wqe, end.at),
+            None => (
+                link.as_ref().and_then(|l| ep.last_wqe_of(l)),
+                Instant::now(),
+            ),
         };
         if let Some(l) = &link {
             let _ = l.id.disconnect();
@@ -107,12 +156,13 @@ impl MsgShared {
                     srx: x,
                     route: route_of(&ep.cfg),
                     last_wqe,
+                    until: since + LAST_WQE_WAIT,
                     _events: events,
                 },
             );
         }
         // Outstanding operations are discarded without completions; their
-        // buffers stay registered until the link (and QP) is gone.
+        // buffers stay registered until the endpoint, and its link, go.
         lock(&ep.early_recvs).clear();
         let waiting = lock(&ep.rxq).forget();
         drop(waiting);
@@ -134,18 +184,23 @@ struct Leftover {
     srx: Arc<dyn ProviderSrx>,
     route: Route,
     last_wqe: Option<LastWqe>,
+    /// The end of the wait: [`LAST_WQE_WAIT`] after the move to the
+    /// error state.
+    until: Instant,
     /// Keeps the device's event reader running through the wait.
     _events: Option<Arc<DeviceEvents>>,
 }
 
-/// Waits for the queue pair's last WQE (at most [`LAST_WQE_WAIT`]), then
-/// hands every shared receive's completion left on the CQ to the context.
+/// Waits for the queue pair's last WQE (until [`LAST_WQE_WAIT`] after
+/// its move to the error state), then hands every shared receive's
+/// completion left on the CQ to the context.
 fn last_poll(rt: &Handle, left: Leftover) {
     rt.spawn(async move {
+        let until = left.until;
         let heard = match left.last_wqe {
-            Some(w) => tokio::time::timeout(LAST_WQE_WAIT, w).await.is_ok(),
+            Some(w) => tokio::time::timeout_at(until, w).await.is_ok(),
             None => {
-                tokio::time::sleep(LAST_WQE_WAIT).await;
+                tokio::time::sleep_until(until).await;
                 false
             }
         };

@@ -182,6 +182,9 @@ pub struct MsgShared {
     /// otherwise, until the link is built, or if no reader could be
     /// started).
     events: FastMutex<Option<Arc<DeviceEvents>>>,
+    /// The connection ended before any close: when the queue pair went
+    /// to the error state, and its last-WQE wait (`closing`).
+    link_end: FastMutex<Option<closing::LinkEnd>>,
 }
 
 impl std::fmt::Debug for MsgShared {
@@ -218,6 +221,7 @@ impl MsgShared {
             key_rejected: AtomicU64::new(0),
             probe: Probe::default(),
             events: FastMutex::new(None),
+            link_end: FastMutex::new(None),
         })
     }
 
@@ -267,12 +271,6 @@ impl MsgShared {
         let chan = CompChannel::new(&ctx)?;
         let info = &self.cfg.info;
         let srx = self.srx();
-        if srx.is_some() {
-            // Only an endpoint on a shared receive context waits for a
-            // last-WQE event (at its close). Started before the queue
-            // pair exists: an event about it finds a reader.
-            *lock(&self.events) = crate::async_reader::watch(&ctx);
-        }
         if let Some(x) = srx {
             // The shared queue's receives name the context's registrations,
             // which only queue pairs of its protection domain can use: the
@@ -285,6 +283,11 @@ impl MsgShared {
                     Error::Domain
                 });
             }
+            // Only an endpoint on a shared receive context waits for a
+            // last-WQE event (at its close). Started after the checks (a
+            // refused endpoint starts no thread), before the queue pair
+            // exists: an event about it finds a reader.
+            *lock(&self.events) = crate::async_reader::watch(&ctx);
         }
         // Every receive of a shared context may complete on this CQ.
         let rx_depth = srx.map_or(info.rx_attr.size, |x| x.size().max(info.rx_attr.size));
@@ -418,7 +421,7 @@ impl MsgShared {
             return;
         }
         if let Some(l) = lock(&self.link).clone() {
-            let _ = l.qp.to_error();
+            self.end_qp(&l);
         }
         if let Some(core) = self.stream_core() {
             // What arrived before the disconnect is on the CQ by now (the
@@ -446,7 +449,7 @@ impl MsgShared {
         }
         self.cfg.fault.raise();
         if let Some(l) = lock(&self.link).clone() {
-            let _ = l.qp.to_error();
+            self.end_qp(&l);
             let _ = l.id.disconnect();
         }
         if let Some(core) = self.stream_core() {
@@ -622,6 +625,16 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         if ep.is_closed() {
             return Err(Rejected {
                 err: Error::OpBadState,
+                req,
+            });
+        }
+        if ep.cfg.srx.is_some() {
+            // Its receives are the shared context's (the front end posts
+            // them there); its queue pair has no receive queue to take
+            // one, so a receive here would never complete. As weft's
+            // async receive of such an endpoint answers.
+            return Err(Rejected {
+                err: Error::OpNotSupp,
                 req,
             });
         }

@@ -8,10 +8,14 @@
 //! names cannot be destroyed yet (see `crate::device_events`).
 //!
 //! The reader is a thread of its own (`crate::async_reader`) blocked in
-//! `poll(2)` on the context's async fd and a stop eventfd of ours; the
-//! async fd keeps the flags libibverbs gave it (it is the context's, and
-//! other code in the process may use it): it is read only after `poll`
-//! says it is readable, so a blocking read returns at once.
+//! `poll(2)` on the context's async fd and a stop eventfd of ours. The
+//! async fd is made non-blocking: it is the context's, and other code in
+//! the process may read it too, taking between our `poll` and our read
+//! the event `poll` saw; a blocking read would then wait where the stop
+//! fd cannot reach it. Non-blocking, that read answers "none" and the
+//! thread polls again. (Another reader of the same context then sees a
+//! non-blocking fd too: its `ibv_get_async_event` fails with `EAGAIN`
+//! when nothing is pending, instead of waiting.)
 
 use std::fmt;
 use std::io;
@@ -22,7 +26,7 @@ use rdma_sys::{ibv_context, ibv_qp};
 use weft_core::Error;
 
 use super::device::Context;
-use super::last_error_or;
+use super::{last_error_or, set_nonblocking};
 use crate::device_events::{AsyncEvent, AsyncEventKind, ElementKind};
 
 /// `struct ibv_async_event`, with the event type read as the plain
@@ -58,8 +62,8 @@ extern "C" {
 pub struct AsyncEvents {
     ctx: Arc<Context>,
     fd: RawFd,
-    /// An eventfd: written once by [`stop`](Self::stop), never read, so
-    /// it stays readable.
+    /// An eventfd: written by [`stop`](Self::stop), and readable until
+    /// [`clear_stop`](Self::clear_stop) reads it.
     stop: OwnedFd,
 }
 
@@ -112,6 +116,7 @@ impl AsyncEvents {
         // SAFETY: the context is open (we hold an Arc of it); `async_fd`
         // is set when it is opened and never changes.
         let fd = unsafe { (*ctx.as_ptr()).async_fd };
+        set_nonblocking(fd)?;
         // SAFETY: eventfd takes no pointers.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if efd < 0 {
@@ -126,7 +131,13 @@ impl AsyncEvents {
         })
     }
 
-    /// Wakes [`wait`](Self::wait), now and every time after.
+    /// The context whose events these are.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// Wakes [`wait`](Self::wait), now and every time after until
+    /// [`clear_stop`](Self::clear_stop).
     pub fn stop(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our own eventfd. It
@@ -136,6 +147,21 @@ impl AsyncEvents {
             libc::write(
                 self.stop.as_raw_fd(),
                 (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+
+    /// Takes back every [`stop`](Self::stop) so far: `wait` blocks again.
+    pub fn clear_stop(&self) {
+        let mut n: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our own eventfd,
+        // which is non-blocking: a counter of zero fails with EAGAIN,
+        // which leaves it as wanted.
+        let _ = unsafe {
+            libc::read(
+                self.stop.as_raw_fd(),
+                (&mut n as *mut u64).cast(),
                 std::mem::size_of::<u64>(),
             )
         };
@@ -181,8 +207,12 @@ impl AsyncEvents {
         }
     }
 
-    /// Reads one event, hands it to `route` and acknowledges it. False
-    /// when none was pending.
+    /// Reads one event if one is pending, hands it to `route` while it is
+    /// unacknowledged, then acknowledges it. `Ok(false)`: none was
+    /// pending (another reader of the context may have taken the one
+    /// [`wait`](Self::wait) saw), `route` not called. `Ok(true)`: one was
+    /// routed, or the read was interrupted; either way, read again after
+    /// the next `wait`. An error: the fd failed (the device gone).
     pub fn read(&self, route: impl FnOnce(&AsyncEvent)) -> Result<bool, Error> {
         let mut raw = RawAsyncEvent {
             element: RawElement {
