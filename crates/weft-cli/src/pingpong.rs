@@ -142,13 +142,15 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                         fail_or_wait_recv(link, e, back).await?;
                     }
                 }
-                if !(inject && link.inject_now(&data).is_ok()) {
+                // A refused inject (a full queue) goes as a send.
+                let inj = inject && link.inject_now(&data).is_ok();
+                if !inj {
                     if let Err(e) = link.post_send_now(&data, SEND_CTX) {
                         fail_or_wait_send(link, e, data.clone()).await?;
                     }
-                    if !reaper.try_done(SEND_CTX)? {
-                        reaper.wait_unread(SEND_CTX).await?;
-                    }
+                }
+                if !inj && !reaper.try_done(SEND_CTX)? {
+                    reaper.wait_unread(SEND_CTX).await?;
                 }
             }
             Api::Async | Api::Pool if last => {

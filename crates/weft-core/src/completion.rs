@@ -705,13 +705,10 @@ impl OpDone {
     #[inline(always)]
     pub fn complete_len(self, len: usize) {
         if !self.report && self.waiter.is_none() {
-            let OpDone {
-                cq, cntr, waiter, ..
-            } = self;
+            let OpDone { cntr, .. } = self;
             if let Some(c) = &cntr {
                 c.add(1);
             }
-            drop((cq, cntr, waiter));
             return;
         }
         self.complete(CqEntry {

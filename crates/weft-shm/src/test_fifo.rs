@@ -1,7 +1,7 @@
-//! Planted FIFOs for the tests of `live` and `segment`: made, waited on by
-//! nothing, and gone whatever the test's outcome. The integration tests
-//! keep a copy (`integration/tests/shm_common/fifo.rs`): they cannot
-//! reach this crate's test modules.
+//! Planted FIFOs for the shm tests (`live`, `segment`, and the
+//! integration tests, which compile this file by path): made, waited on
+//! by nothing, and gone whatever the test's outcome. Std and rustix only,
+//! so that it builds in either crate.
 
 /// A FIFO made under `/dev/shm` by a test, as a hostile or careless
 /// process of the user could make one under any of our prefixes; gone

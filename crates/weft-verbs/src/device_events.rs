@@ -148,7 +148,7 @@ type Waiters = FastMutex<HashMap<u32, (u64, oneshot::Sender<()>)>>;
 
 /// The queue pairs waiting for their last-WQE event, and the logging of
 /// everything else, for one device.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Router {
     device: String,
     waiters: Arc<Waiters>,

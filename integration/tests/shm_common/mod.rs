@@ -10,6 +10,9 @@ use weft_shm::layout::*;
 use weft_shm::ring::Chan;
 use weft_shm::segment::Segment;
 
+// One source for weft-shm's unit tests and these: its test module is
+// out of reach of another crate, so it is compiled here by path.
+#[path = "../../../crates/weft-shm/src/test_fifo.rs"]
 pub mod fifo;
 
 /// Claims channel `i` of `b`'s segment as a hostile process of the same

@@ -113,7 +113,8 @@ impl MsgShared {
             return;
         }
         let link = lock(&ep.link).clone();
-        let srx = ep.cfg.srx.clone().filter(|_| ep.srx().is_some());
+        let msg_srx = ep.srx();
+        let srx = ep.cfg.srx.clone().filter(|_| msg_srx.is_some());
         let events = lock(&ep.events).clone();
         // Waited for before the move to the error state, which raises it:
         // at the end of the connection if it ended first.
@@ -132,7 +133,7 @@ impl MsgShared {
             t.abort();
         }
         let poller = cq_poller::stop(&ep.poller);
-        if let (Some(p), Some(x)) = (&poller, ep.srx()) {
+        if let (Some(p), Some(x)) = (&poller, msg_srx) {
             // A message that arrived as the endpoint closed took one of
             // the context's receives, and its completion waits on this
             // CQ, which nobody polls from now on: hand it to the context,

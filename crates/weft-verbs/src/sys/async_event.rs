@@ -208,12 +208,12 @@ impl AsyncEvents {
     }
 
     /// Reads one event if one is pending, hands it to `route` while it is
-    /// unacknowledged, then acknowledges it. `Ok(false)`: none was
+    /// unacknowledged, then acknowledges it. `Ok` also when none was
     /// pending (another reader of the context may have taken the one
-    /// [`wait`](Self::wait) saw), `route` not called. `Ok(true)`: one was
-    /// routed, or the read was interrupted; either way, read again after
-    /// the next `wait`. An error: the fd failed (the device gone).
-    pub fn read(&self, route: impl FnOnce(&AsyncEvent)) -> Result<bool, Error> {
+    /// [`wait`](Self::wait) saw; `route` not called) or the read was
+    /// interrupted: the caller reads again after the next `wait` either
+    /// way. An error: the fd failed (the device gone).
+    pub fn read(&self, route: impl FnOnce(&AsyncEvent)) -> Result<(), Error> {
         let mut raw = RawAsyncEvent {
             element: RawElement {
                 ptr: std::ptr::null_mut(),
@@ -226,8 +226,7 @@ impl AsyncEvents {
         if ret != 0 {
             let err = std::io::Error::last_os_error();
             return match err.raw_os_error() {
-                Some(libc::EAGAIN) => Ok(false),
-                Some(libc::EINTR) => Ok(true),
+                Some(libc::EAGAIN | libc::EINTR) => Ok(()),
                 _ => Err(last_error_or(Error::Io)),
             };
         }
@@ -258,6 +257,6 @@ impl AsyncEvents {
         }
         route(&ev);
         drop(ack);
-        Ok(true)
+        Ok(())
     }
 }
