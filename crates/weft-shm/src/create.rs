@@ -181,17 +181,13 @@ pub fn create_segment(name: &str, g: Geometry, mut header: impl FnMut(&Segment))
 /// lock is kept until the unlink, and the name checked to still be the
 /// file locked. Only the private name goes: a file also linked under its
 /// real name stays there, judged by its header like any other segment.
-pub fn reclaim_drafts() -> usize {
-    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
-        return 0;
-    };
-    dir.flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|f| f.starts_with(TMP_PREFIX))
-        })
-        .filter(|e| remove_draft(&e.path()))
+/// `names`: the sweep's one listing of `/dev/shm` (`live::reclaim_stale`),
+/// of which the private names are looked at.
+pub fn reclaim_drafts(names: &[String]) -> usize {
+    names
+        .iter()
+        .filter(|f| f.starts_with(TMP_PREFIX))
+        .filter(|f| remove_draft(&Path::new(SHM_DIR).join(f)))
         .count()
 }
 
@@ -297,13 +293,21 @@ mod tests {
         let live_one = private_path(&name);
         let f = locked_at(&live_one, 64);
         // Another test binary's sweep may have got there first.
-        reclaim_drafts();
+        reclaim_drafts(&live::shm_names());
         assert!(!dead.exists(), "nobody holds it");
         assert!(!remove_draft(&live_one), "its creator holds it");
         assert!(live_one.exists());
         drop(f);
-        reclaim_drafts();
+        // Only the private names in the listing are looked at: another
+        // unlocked file listed beside them is no draft, and stays.
+        let other = own_path();
+        std::fs::write(&other, [0u8; 64]).unwrap();
+        let file = |p: &Path| p.file_name().unwrap().to_str().unwrap().to_owned();
+        // At most one: another test binary's sweep may take `live_one`.
+        assert!(reclaim_drafts(&[file(&other), file(&live_one)]) <= 1);
         assert!(privates(&name).is_empty());
+        assert!(other.exists(), "not a private name");
+        std::fs::remove_file(&other).unwrap();
     }
 
     /// A private file whose creator died after linking it holds the real

@@ -38,6 +38,35 @@ fn a_zombie_is_not_alive() {
     assert!(!alive(pid, start));
 }
 
+/// A process whose command name (the file name it ran) holds bytes that
+/// are not UTF-8, a ')' and a space is still known to `/proc`: told
+/// from a reused pid by its start time, and dead once a zombie — not
+/// judged by its pid alone.
+#[test]
+fn a_process_whose_name_is_not_utf8_is_known() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = std::env::temp_dir().join(format!("weft-live-test-{}", crate::name::unique()));
+    std::fs::create_dir(&dir).unwrap();
+    let exe = dir.join(std::ffi::OsStr::from_bytes(b"sl\xffep) x"));
+    std::os::unix::fs::symlink("/bin/sleep", &exe).unwrap();
+    let mut child = std::process::Command::new(&exe).arg("30").spawn().unwrap();
+    let pid = child.id();
+    let raw = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
+    assert!(std::str::from_utf8(&raw).is_err(), "the name as run");
+    let start = start_time(pid).unwrap();
+    assert!(alive(pid, start));
+    assert!(!alive(pid, start + 1), "a reused pid is another process");
+    child.kill().unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while stat(pid).map(|s| s.0) != Some(b'Z') {
+        assert!(std::time::Instant::now() < until, "no zombie");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(!alive(pid, start), "a zombie");
+    child.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A segment file header naming the instance `i`.
 fn header(i: Instance) -> Vec<u8> {
     let mut h = vec![0u8; 64];
