@@ -436,18 +436,36 @@ pub enum Removal {
     Gone,
 }
 
-/// Whether a segment file under a real name may go: its owner is dead,
-/// or it has no valid header (`remove_if` then checks that nobody holds
-/// it). A creator gives its file its whole header before the file takes
-/// the name (`create::create_segment`), so a file under a name without
-/// one is none of ours in the making: an older version's — made in
-/// place, which took its lock before writing its header, so held if its
-/// creator runs — or a damaged one. No age rule.
+/// Whether an endpoint opening under a name may take over the segment
+/// file there (`create::create_segment`): its owner is dead, or it has
+/// no valid header (`remove_if` then checks that nobody holds it). A
+/// creator gives its file its whole header before the file takes the
+/// name (`create::create_segment`), so a file under a name without one
+/// is none of ours in the making: an older version's — made in place,
+/// which took its lock before writing its header, so held if its
+/// creator runs, save in the instant between its create and its lock —
+/// or a damaged one. No age rule. The sweep does not remove the second
+/// kind ([`owner_dead`]).
 pub fn abandoned(inst: Option<Instance>) -> bool {
-    match inst {
-        Some((pid, start, _)) => !alive(pid, start),
-        None => true,
-    }
+    inst.is_none_or(|(pid, start, _)| !alive(pid, start))
+}
+
+/// Whether the sweep ([`reclaim_stale`]) may remove a segment file: its
+/// header names an owner that is dead (`remove_if` then checks that
+/// nobody holds it). A file without a valid header is left to an open
+/// under its name, which takes it over ([`abandoned`]): it may be an
+/// older version's creator's (layout 6 and before), made in place under
+/// the name, in the instant between its create and its lock, in which
+/// nothing in the file or its lock tells it from one whose creator
+/// died. A sweep runs in every process that opens a domain, for every
+/// name, so it would break that creator's open — which then fails, or
+/// in the narrowest case succeeds with a segment under no name, which
+/// no peer can reach — though the two builds never meant to meet; an
+/// open under the same name meets only a creator of that very name,
+/// one of the two bound to lose it (`docs/design.md`, "Making a
+/// segment").
+pub fn owner_dead(inst: Option<Instance>) -> bool {
+    inst.is_some_and(|(pid, start, _)| !alive(pid, start))
 }
 
 /// Removes `name`'s segment and doorbell if the files still belong to
@@ -472,8 +490,9 @@ pub fn remove_if_owned(name: &str, inst: Instance) {
     }
 }
 
-/// Removes the segments (and doorbells) in `/dev/shm` whose owners are
-/// dead, or that have no valid header, if nobody holds them; the private
+/// Removes the segments (and doorbells) in `/dev/shm` whose headers name
+/// a dead owner, if nobody holds them ([`owner_dead`]: a file without a
+/// valid header is left to an open under its name); the private
 /// files of segments being made whose creators died
 /// (`create::reclaim_drafts`); and doorbells whose segment is gone. Run
 /// once per process, when its first shm domain opens. Returns how many
@@ -487,11 +506,24 @@ pub fn remove_if_owned(name: &str, inst: Instance) {
 pub fn reclaim_stale() -> usize {
     let names = shm_names();
     let drafts = crate::create::reclaim_drafts(&names);
-    let removed = names
-        .iter()
-        .filter_map(|f| f.strip_prefix(SEG_PREFIX))
-        .filter(|name| matches!(remove_if(name, abandoned), Ok(Removal::Removed)))
-        .count();
+    let mut removed = 0;
+    for name in names.iter().filter_map(|f| f.strip_prefix(SEG_PREFIX)) {
+        // Noted only to say why such a file stays; `stale` runs once
+        // for it (`remove_if` judges again only what it found stale).
+        let headerless = std::cell::Cell::new(false);
+        let stale = |inst: Option<Instance>| {
+            headerless.set(inst.is_none());
+            owner_dead(inst)
+        };
+        match remove_if(name, stale) {
+            Ok(Removal::Removed) => removed += 1,
+            _ if headerless.get() => tracing::debug!(
+                name,
+                "shm: a segment file without a valid header left to an open under its name"
+            ),
+            _ => {}
+        }
+    }
     reclaim_bells(&names);
     if removed > 0 || drafts > 0 {
         tracing::info!(removed, drafts, "shm: reclaimed segments of dead processes");
