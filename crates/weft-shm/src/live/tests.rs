@@ -45,11 +45,23 @@ fn a_zombie_is_not_alive() {
 #[test]
 fn a_process_whose_name_is_not_utf8_is_known() {
     use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
     let dir = std::env::temp_dir().join(format!("weft-live-test-{}", crate::name::unique()));
     std::fs::create_dir(&dir).unwrap();
     let exe = dir.join(std::ffi::OsStr::from_bytes(b"sl\xffep) x"));
-    std::os::unix::fs::symlink("/bin/sleep", &exe).unwrap();
-    let mut child = std::process::Command::new(&exe).arg("30").spawn().unwrap();
+    // `sleep` as `a_zombie_is_not_alive` runs it: from the `PATH`.
+    let sleep = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join("sleep"))
+        .find(|p| p.is_file())
+        .unwrap();
+    std::os::unix::fs::symlink(sleep, &exe).unwrap();
+    // The command name is the file name run; `argv[0]` stays `sleep`,
+    // for a multi-call binary that dispatches on it.
+    let mut child = std::process::Command::new(&exe)
+        .arg0("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
     let pid = child.id();
     let raw = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
     assert!(std::str::from_utf8(&raw).is_err(), "the name as run");
