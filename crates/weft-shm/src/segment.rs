@@ -47,8 +47,8 @@ fn io(e: rustix::io::Errno) -> Error {
 /// what is under the path is not a regular file: a symbolic link
 /// (`ELOOP`, not followed), a socket (`ENXIO`), a directory opened for
 /// writing (`EISDIR`). None of ours, whoever put it there: every open of
-/// a segment or private file by its path (here, `live::open_regular`)
-/// takes it so.
+/// a segment or private file by its path (`Segment::open`,
+/// `live::open_regular`) takes it so.
 pub(crate) fn not_a_file(e: rustix::io::Errno) -> bool {
     use rustix::io::Errno;
     matches!(e, Errno::LOOP | Errno::NXIO | Errno::ISDIR)
