@@ -181,6 +181,7 @@ pub fn create_segment(name: &str, g: Geometry, mut header: impl FnMut(&Segment))
 /// lock is kept until the unlink, and the name checked to still be the
 /// file locked. Only the private name goes: a file also linked under its
 /// real name stays there, judged by its header like any other segment.
+///
 /// `names`: the sweep's one listing of `/dev/shm` (`live::reclaim_stale`),
 /// of which the private names are looked at.
 pub fn reclaim_drafts(names: &[String]) -> usize {
@@ -254,8 +255,11 @@ mod tests {
         std::fs::read_dir(SHM_DIR)
             .unwrap()
             .flatten()
-            .filter(|e| e.file_name().to_str().unwrap().starts_with(&prefix))
-            .map(|e| e.path())
+            // Not `to_str().unwrap()`: anyone may put a name that is not
+            // UTF-8 there, and it is none of ours.
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|f| f.starts_with(&prefix))
+            .map(|f| Path::new(SHM_DIR).join(f))
             .collect()
     }
 
@@ -298,16 +302,41 @@ mod tests {
         assert!(!remove_draft(&live_one), "its creator holds it");
         assert!(live_one.exists());
         drop(f);
-        // Only the private names in the listing are looked at: another
-        // unlocked file listed beside them is no draft, and stays.
-        let other = own_path();
-        std::fs::write(&other, [0u8; 64]).unwrap();
+        // Only the private names in the listing are looked at: a segment
+        // and a doorbell listed beside them, unlocked, are no drafts, and
+        // stay. The segment's header names this process, so no sweep of
+        // another test binary (of this build or an older one) removes it,
+        // nor the doorbell beside it; both go at the end, whatever the
+        // outcome.
+        let mut leftovers = crate::test_files::Leftovers::default();
+        let other = fresh();
+        let seg = leftovers.add(live::seg_path(&other));
+        let bell = leftovers.add(name::bell_path(&other));
+        // Whole before it takes the name, as a creator's is.
+        let made = leftovers.add(own_path());
+        std::fs::write(&made, live_header()).unwrap();
+        std::fs::rename(&made, &seg).unwrap();
+        std::fs::write(&bell, b"").unwrap();
         let file = |p: &Path| p.file_name().unwrap().to_str().unwrap().to_owned();
         // At most one: another test binary's sweep may take `live_one`.
-        assert!(reclaim_drafts(&[file(&other), file(&live_one)]) <= 1);
+        let listed = [file(&seg), file(&bell), file(&live_one)];
+        assert!(reclaim_drafts(&listed) <= 1);
         assert!(privates(&name).is_empty());
-        assert!(other.exists(), "not a private name");
-        std::fs::remove_file(&other).unwrap();
+        assert!(seg.exists(), "a segment's name is no private name");
+        assert!(bell.exists(), "a doorbell's name is no private name");
+    }
+
+    /// A segment file's first bytes, with a header naming a new instance
+    /// of this process.
+    fn live_header() -> Vec<u8> {
+        use crate::layout::{H_MAGIC, H_PID, H_SERIAL, H_START, MAGIC};
+        let (pid, start) = live::me();
+        let mut h = vec![0u8; 64];
+        h[H_MAGIC..H_MAGIC + 8].copy_from_slice(&MAGIC.to_ne_bytes());
+        h[H_PID..H_PID + 4].copy_from_slice(&pid.to_ne_bytes());
+        h[H_START..H_START + 8].copy_from_slice(&start.to_ne_bytes());
+        h[H_SERIAL..H_SERIAL + 8].copy_from_slice(&live::serial().to_ne_bytes());
+        h
     }
 
     /// A private file whose creator died after linking it holds the real

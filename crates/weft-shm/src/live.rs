@@ -499,10 +499,15 @@ pub fn remove_if_owned(name: &str, inst: Instance) {
 /// segments it removed (private files not counted).
 ///
 /// The directory is listed once, and the three passes work from that
-/// listing: what appears after it waits for the next sweep, and each
-/// file is looked at anew (opened, judged, locked, compared by device
-/// and inode) when its turn comes, so an entry that changed hands or
-/// went since the listing is judged as it is then, or skipped.
+/// listing: what appears after it waits for the next sweep. Each
+/// segment and private file is looked at anew when its turn comes —
+/// opened, locked and compared by device and inode with what is under
+/// the name then, a segment also judged by its header — so one that
+/// changed hands or went since the listing is judged as it is then, or
+/// skipped. A doorbell is not opened, locked nor compared: it is
+/// unlinked by its name if nothing is under its segment's name when
+/// its turn comes (`reclaim_bells`, which says what window that
+/// leaves).
 pub fn reclaim_stale() -> usize {
     let names = shm_names();
     let drafts = crate::create::reclaim_drafts(&names);
