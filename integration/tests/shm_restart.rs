@@ -267,14 +267,36 @@ async fn answers_of_an_endpoint_closed_in_a_running_process_are_dropped() {
 /// if its creator still ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_headerless_segment_is_taken_over_at_once_unless_held() {
+    /// The header-less file goes whatever the test's outcome (no sweep
+    /// of this build removes it), under either of its names: only while
+    /// it is the file there (device and inode), not the endpoint's file
+    /// that took the name over.
+    struct Planted([String; 2], (u64, u64));
+    fn id(p: &str) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(p)
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    }
+    impl Drop for Planted {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                if id(p) == Some(self.1) {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+        }
+    }
     let p = Provider::named("shm");
     let h = Harness::with_info(&p, p.rma_info(EpType::Rdm));
     let name = fresh_name();
     let path = format!("/dev/shm/weft-shm.{name}");
-    // Locked before it takes the name: another test binary's sweep
-    // would otherwise remove it at once.
+    // Locked before it takes the name: the sweep of another test
+    // binary of an older build (before issue #21's, which leaves a
+    // header-less file to a take-over) would otherwise remove it at once.
     let made = format!("/dev/shm/weft-restart-test-{name}");
     std::fs::write(&made, vec![0u8; 4096]).unwrap();
+    let _planted = Planted([made.clone(), path.clone()], id(&made).unwrap());
     let creator = std::fs::File::open(&made).unwrap();
     rustix::fs::flock(&creator, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
     std::fs::rename(&made, &path).unwrap();

@@ -181,17 +181,14 @@ pub fn create_segment(name: &str, g: Geometry, mut header: impl FnMut(&Segment))
 /// lock is kept until the unlink, and the name checked to still be the
 /// file locked. Only the private name goes: a file also linked under its
 /// real name stays there, judged by its header like any other segment.
-pub fn reclaim_drafts() -> usize {
-    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
-        return 0;
-    };
-    dir.flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|f| f.starts_with(TMP_PREFIX))
-        })
-        .filter(|e| remove_draft(&e.path()))
+///
+/// `names`: the sweep's one listing of `/dev/shm` (`live::reclaim_stale`),
+/// of which the private names are looked at.
+pub fn reclaim_drafts(names: &[String]) -> usize {
+    names
+        .iter()
+        .filter(|f| f.starts_with(TMP_PREFIX))
+        .filter(|f| remove_draft(&Path::new(SHM_DIR).join(f)))
         .count()
 }
 
@@ -258,8 +255,11 @@ mod tests {
         std::fs::read_dir(SHM_DIR)
             .unwrap()
             .flatten()
-            .filter(|e| e.file_name().to_str().unwrap().starts_with(&prefix))
-            .map(|e| e.path())
+            // Not `to_str().unwrap()`: anyone may put a name that is not
+            // UTF-8 there, and it is none of ours.
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|f| f.starts_with(&prefix))
+            .map(|f| Path::new(SHM_DIR).join(f))
             .collect()
     }
 
@@ -297,13 +297,46 @@ mod tests {
         let live_one = private_path(&name);
         let f = locked_at(&live_one, 64);
         // Another test binary's sweep may have got there first.
-        reclaim_drafts();
+        reclaim_drafts(&live::shm_names());
         assert!(!dead.exists(), "nobody holds it");
         assert!(!remove_draft(&live_one), "its creator holds it");
         assert!(live_one.exists());
         drop(f);
-        reclaim_drafts();
+        // Only the private names in the listing are looked at: a segment
+        // and a doorbell listed beside them, unlocked, are no drafts, and
+        // stay. The segment's header names this process, so no sweep of
+        // another test binary (of this build or an older one) removes it,
+        // nor the doorbell beside it; both go at the end, whatever the
+        // outcome.
+        let mut leftovers = crate::test_files::Leftovers::default();
+        let other = fresh();
+        let seg = leftovers.add(live::seg_path(&other));
+        let bell = leftovers.add(name::bell_path(&other));
+        // Whole before it takes the name, as a creator's is.
+        let made = leftovers.add(own_path());
+        std::fs::write(&made, live_header()).unwrap();
+        std::fs::rename(&made, &seg).unwrap();
+        std::fs::write(&bell, b"").unwrap();
+        let file = |p: &Path| p.file_name().unwrap().to_str().unwrap().to_owned();
+        // At most one: another test binary's sweep may take `live_one`.
+        let listed = [file(&seg), file(&bell), file(&live_one)];
+        assert!(reclaim_drafts(&listed) <= 1);
         assert!(privates(&name).is_empty());
+        assert!(seg.exists(), "a segment's name is no private name");
+        assert!(bell.exists(), "a doorbell's name is no private name");
+    }
+
+    /// A segment file's first bytes, with a header naming a new instance
+    /// of this process.
+    fn live_header() -> Vec<u8> {
+        use crate::layout::{H_MAGIC, H_PID, H_SERIAL, H_START, MAGIC};
+        let (pid, start) = live::me();
+        let mut h = vec![0u8; 64];
+        h[H_MAGIC..H_MAGIC + 8].copy_from_slice(&MAGIC.to_ne_bytes());
+        h[H_PID..H_PID + 4].copy_from_slice(&pid.to_ne_bytes());
+        h[H_START..H_START + 8].copy_from_slice(&start.to_ne_bytes());
+        h[H_SERIAL..H_SERIAL + 8].copy_from_slice(&live::serial().to_ne_bytes());
+        h
     }
 
     /// A private file whose creator died after linking it holds the real

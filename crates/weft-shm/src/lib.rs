@@ -60,6 +60,8 @@ pub mod segment;
 mod srx;
 #[cfg(test)]
 mod test_fifo;
+#[cfg(test)]
+mod test_files;
 mod tx;
 mod tx_drive;
 

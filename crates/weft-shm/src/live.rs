@@ -8,7 +8,7 @@
 use rustix::process::Pid;
 
 use crate::layout::{H_MAGIC, H_PID, H_SERIAL, H_START, H_VERSION, MAGIC, VERSION};
-use crate::name::{bell_path, seg_name, BELL_PREFIX, SEG_PREFIX, SHM_DIR};
+use crate::name::{bell_path, seg_name, BELL_PREFIX, SEG_PREFIX, SHM_DIR, TMP_PREFIX};
 use crate::segment::Segment;
 
 /// This process's pid and start time.
@@ -38,10 +38,14 @@ pub fn start_time(pid: u32) -> Option<u64> {
 /// Process `pid`'s state letter and start time (fields 3 and 22 of
 /// `/proc/<pid>/stat`), if it exists and `/proc` says.
 fn stat(pid: u32) -> Option<(u8, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: the
-    // fields after the last ')' are fixed.
-    let mut rest = s[s.rfind(')')? + 1..].split_ascii_whitespace();
+    let s = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces, parentheses and bytes
+    // that are not UTF-8 (it is the file name the process ran, or what
+    // it set): the fields after the last ')' are fixed, and ASCII. Read
+    // as a string whole, such a name made the process unknown to
+    // `/proc`, judged by its pid alone (a reused pid ran, a zombie ran).
+    let after = s.get(s.iter().rposition(|&b| b == b')')? + 1..)?;
+    let mut rest = std::str::from_utf8(after).ok()?.split_ascii_whitespace();
     let state = *rest.next()?.as_bytes().first()?;
     Some((state, rest.nth(18)?.parse().ok()?))
 }
@@ -232,12 +236,7 @@ pub fn open_regular(path: &std::path::Path) -> std::io::Result<Option<std::fs::F
         .open(path)
     {
         Ok(f) => f,
-        // A symbolic link (`O_NOFOLLOW`), a socket.
-        Err(e)
-            if [rustix::io::Errno::LOOP, rustix::io::Errno::NXIO]
-                .iter()
-                .any(|x| e.raw_os_error() == Some(x.raw_os_error())) =>
-        {
+        Err(e) if rustix::io::Errno::from_io_error(&e).is_some_and(crate::segment::not_a_file) => {
             return Ok(None)
         }
         Err(e) => return Err(e),
@@ -256,12 +255,28 @@ pub fn held_by_file(f: &std::fs::File, inst: Instance) -> Held {
     }
 }
 
+/// The end of the last header word [`read_instance`] reads, wherever
+/// the layout puts them: a word past the bytes read would make every
+/// header look invalid.
+const INSTANCE_END: usize = {
+    let ends = [H_MAGIC + 8, H_PID + 4, H_START + 8, H_SERIAL + 8];
+    let mut end = 0;
+    let mut i = 0;
+    while i < ends.len() {
+        if ends[i] > end {
+            end = ends[i];
+        }
+        i += 1;
+    }
+    end
+};
+
 /// The instance a segment file's header names (`H_PID`, `H_START`,
 /// `H_SERIAL`); `Ok(None)` when the header is not (yet) valid (too short
 /// a file, or no magic). Read at offset 0 whatever the file's position.
 fn read_instance(f: &std::fs::File) -> std::io::Result<Option<Instance>> {
     use std::os::unix::fs::FileExt;
-    let mut h = [0u8; H_SERIAL + 8];
+    let mut h = [0u8; INSTANCE_END];
     match f.read_exact_at(&mut h, 0) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
@@ -421,18 +436,36 @@ pub enum Removal {
     Gone,
 }
 
-/// Whether a segment file under a real name may go: its owner is dead,
-/// or it has no valid header (`remove_if` then checks that nobody holds
-/// it). A creator gives its file its whole header before the file takes
-/// the name (`create::create_segment`), so a file under a name without
-/// one is none of ours in the making: an older version's — made in
-/// place, which took its lock before writing its header, so held if its
-/// creator runs — or a damaged one. No age rule.
+/// Whether an endpoint opening under a name may take over the segment
+/// file there (`create::create_segment`): its owner is dead, or it has
+/// no valid header (`remove_if` then checks that nobody holds it). A
+/// creator gives its file its whole header before the file takes the
+/// name (`create::create_segment`), so a file under a name without one
+/// is none of ours in the making: an older version's — made in place,
+/// which took its lock before writing its header, so held if its
+/// creator runs, save in the instant between its create and its lock —
+/// or a damaged one. No age rule. The sweep does not remove the second
+/// kind ([`owner_dead`]).
 pub fn abandoned(inst: Option<Instance>) -> bool {
-    match inst {
-        Some((pid, start, _)) => !alive(pid, start),
-        None => true,
-    }
+    inst.is_none_or(|(pid, start, _)| !alive(pid, start))
+}
+
+/// Whether the sweep ([`reclaim_stale`]) may remove a segment file: its
+/// header names an owner that is dead (`remove_if` then checks that
+/// nobody holds it). A file without a valid header is left to an open
+/// under its name, which takes it over ([`abandoned`]): it may be an
+/// older version's creator's (layout 6 and before), made in place under
+/// the name, in the instant between its create and its lock, in which
+/// nothing in the file or its lock tells it from one whose creator
+/// died. A sweep runs in every process that opens a domain, for every
+/// name, so it would break that creator's open — which then fails, or
+/// in the narrowest case succeeds with a segment under no name, which
+/// no peer can reach — though the two builds never meant to meet; an
+/// open under the same name meets only a creator of that very name,
+/// one of the two bound to lose it (`docs/design.md`, "Making a
+/// segment").
+pub fn owner_dead(inst: Option<Instance>) -> bool {
+    inst.is_some_and(|(pid, start, _)| !alive(pid, start))
 }
 
 /// Removes `name`'s segment and doorbell if the files still belong to
@@ -457,58 +490,87 @@ pub fn remove_if_owned(name: &str, inst: Instance) {
     }
 }
 
-/// Removes the segments (and doorbells) in `/dev/shm` whose owners are
-/// dead, or that have no valid header, if nobody holds them; the private
+/// Removes the segments (and doorbells) in `/dev/shm` whose headers name
+/// a dead owner, if nobody holds them ([`owner_dead`]: a file without a
+/// valid header is left to an open under its name); the private
 /// files of segments being made whose creators died
 /// (`create::reclaim_drafts`); and doorbells whose segment is gone. Run
 /// once per process, when its first shm domain opens. Returns how many
 /// segments it removed (private files not counted).
+///
+/// The directory is listed once, and the three passes work from that
+/// listing: what appears after it waits for the next sweep. Each
+/// segment and private file is looked at anew when its turn comes —
+/// opened, locked and compared by device and inode with what is under
+/// the name then, a segment also judged by its header — so one that
+/// changed hands or went since the listing is judged as it is then, or
+/// skipped. A doorbell is not opened, locked nor compared: it is
+/// unlinked by its name if nothing is under its segment's name when
+/// its turn comes (`reclaim_bells`, which says what window that
+/// leaves).
 pub fn reclaim_stale() -> usize {
-    let drafts = crate::create::reclaim_drafts();
-    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
-        return 0;
-    };
+    let names = shm_names();
+    let drafts = crate::create::reclaim_drafts(&names);
     let mut removed = 0;
-    for e in dir.flatten() {
-        let file = e.file_name();
-        let Some(f) = file.to_str() else { continue };
-        let Some(name) = f.strip_prefix(SEG_PREFIX) else {
-            continue;
+    for name in names.iter().filter_map(|f| f.strip_prefix(SEG_PREFIX)) {
+        // Noted only to say why such a file stays; `stale` runs once
+        // for it (`remove_if` judges again only what it found stale).
+        let headerless = std::cell::Cell::new(false);
+        let stale = |inst: Option<Instance>| {
+            headerless.set(inst.is_none());
+            owner_dead(inst)
         };
-        if let Ok(Removal::Removed) = remove_if(name, abandoned) {
-            removed += 1;
+        match remove_if(name, stale) {
+            Ok(Removal::Removed) => removed += 1,
+            _ if headerless.get() => tracing::debug!(
+                name,
+                "shm: a segment file without a valid header left to an open under its name"
+            ),
+            _ => {}
         }
     }
-    // Doorbells whose segment is gone. A running endpoint's segment is
-    // under its name from before its doorbell is made (the segment takes
-    // the name, then the doorbell is made) until after it is removed
-    // (closing removes the doorbell first): a doorbell seen with no
-    // segment is no running endpoint's, whatever its age. A window of a
-    // few system calls remains — a whole endpoint creation (segment,
-    // doorbell) between our look at the segment and our unlink — in
-    // which we would remove the new endpoint's doorbell (`docs/design.md`,
-    // "Stale segments").
-    if let Ok(dir) = std::fs::read_dir(SHM_DIR) {
-        for e in dir.flatten() {
-            let file = e.file_name();
-            let Some(name) = file.to_str().and_then(|f| f.strip_prefix(BELL_PREFIX)) else {
-                continue;
-            };
-            // Not `exists`, which follows a symbolic link: what is under
-            // the segment's name is looked at as everywhere else here.
-            let gone = matches!(
-                std::fs::symlink_metadata(seg_path(name)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound
-            );
-            if gone {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
+    reclaim_bells(&names);
     if removed > 0 || drafts > 0 {
         tracing::info!(removed, drafts, "shm: reclaimed segments of dead processes");
     }
     removed
+}
+
+/// The names in `/dev/shm` that start with one of our prefixes
+/// (segments, private files, doorbells all start `weft-shm`); none when
+/// it cannot be listed. A name that is not UTF-8 is none of ours.
+pub(crate) fn shm_names() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
+        return Vec::new();
+    };
+    let ours = [SEG_PREFIX, TMP_PREFIX, BELL_PREFIX];
+    dir.flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|f| ours.iter().any(|p| f.starts_with(p)))
+        .collect()
+}
+
+/// Removes the doorbells among `names` whose segment is gone. A running
+/// endpoint's segment is under its name from before its doorbell is
+/// made (the segment takes the name, then the doorbell is made) until
+/// after it is removed (closing removes the doorbell first): a doorbell
+/// seen with no segment is no running endpoint's, whatever its age. A
+/// window of a few system calls remains — a whole endpoint creation
+/// (segment, doorbell) between our look at the segment and our unlink —
+/// in which we would remove the new endpoint's doorbell
+/// (`docs/design.md`, "Stale segments").
+fn reclaim_bells(names: &[String]) {
+    for name in names.iter().filter_map(|f| f.strip_prefix(BELL_PREFIX)) {
+        // Not `exists`, which follows a symbolic link: what is under
+        // the segment's name is looked at as everywhere else here.
+        let gone = matches!(
+            std::fs::symlink_metadata(seg_path(name)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        );
+        if gone {
+            let _ = std::fs::remove_file(bell_path(name));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,17 @@ fn io(e: rustix::io::Errno) -> Error {
     Error::from(std::io::Error::from(e))
 }
 
+/// Whether an open by path (`O_NOFOLLOW | O_NONBLOCK`) failed because
+/// what is under the path is not a regular file: a symbolic link
+/// (`ELOOP`, not followed), a socket (`ENXIO`), a directory opened for
+/// writing (`EISDIR`). None of ours, whoever put it there: every open of
+/// a segment or private file by its path (`Segment::open`,
+/// `live::open_regular`) takes it so.
+pub(crate) fn not_a_file(e: rustix::io::Errno) -> bool {
+    use rustix::io::Errno;
+    matches!(e, Errno::LOOP | Errno::NXIO | Errno::ISDIR)
+}
+
 impl Segment {
     /// Maps the existing `/dev/shm/<name>` if it is a regular file whose
     /// size is between `min` and `max` bytes. `NoEnt` when there is no
@@ -59,22 +70,10 @@ impl Segment {
         let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         let fd = rustix::fs::open(path.as_str(), flags, Mode::empty()).map_err(|e| match e {
             rustix::io::Errno::NOENT => Error::NoEnt,
-            // A symbolic link (`O_NOFOLLOW`), a socket, a directory
-            // (which opens for reading only).
-            rustix::io::Errno::LOOP | rustix::io::Errno::NXIO | rustix::io::Errno::ISDIR => {
-                Error::Inval
-            }
+            e if not_a_file(e) => Error::Inval,
             e => io(e),
         })?;
-        let st = rustix::fs::fstat(&fd).map_err(io)?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            return Err(Error::Inval);
-        }
-        let len = usize::try_from(st.st_size).map_err(|_| Error::Inval)?;
-        if len < min || len > max {
-            return Err(Error::Inval);
-        }
-        Segment::map(&fd, len)
+        Segment::map_regular(&fd, min, max)
     }
 
     /// Maps the whole of the open file `f`, whose size is taken from the
@@ -84,12 +83,23 @@ impl Segment {
     /// (`create::create_segment`), mapped through the descriptor that
     /// holds its lock rather than by a name that may change hands.
     pub fn map_file(f: &std::fs::File, min: usize) -> Result<Segment> {
-        let st = rustix::fs::fstat(f).map_err(io)?;
-        let len = usize::try_from(st.st_size).map_err(|_| Error::Inval)?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || len < min {
+        Segment::map_regular(f, min, usize::MAX)
+    }
+
+    /// Maps the whole of the open file `fd` if it is a regular file
+    /// (`Inval` otherwise) whose size, as `fstat` says now, is between
+    /// `min` and `max` bytes (and not 0): the one check of what a
+    /// descriptor holds before it is mapped, whoever opened it.
+    fn map_regular(fd: impl AsFd, min: usize, max: usize) -> Result<Segment> {
+        let st = rustix::fs::fstat(&fd).map_err(io)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(Error::Inval);
         }
-        Segment::map(f, len)
+        let len = usize::try_from(st.st_size).map_err(|_| Error::Inval)?;
+        if len < min || len > max {
+            return Err(Error::Inval);
+        }
+        Segment::map(fd, len)
     }
 
     /// An anonymous shared mapping holding `bytes` (tests and fuzzing:
@@ -392,6 +402,25 @@ mod tests {
         assert_eq!(Segment::map_file(&f, 1).unwrap().size(), 8192);
         f.set_len(0).unwrap();
         assert_eq!(Segment::map_file(&f, 0).unwrap_err(), Error::Inval);
+    }
+
+    /// `map_file` checks the descriptor as `open` does (`map_regular`):
+    /// what is not a regular file is not mapped, whatever its size says.
+    #[test]
+    fn map_file_refuses_what_is_not_a_regular_file() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::path::Path::new(crate::name::SHM_DIR);
+        let fifo = crate::test_fifo::Fifo::make(dir.join(test_name()));
+        // Read and write, without waiting: a FIFO opened so never blocks.
+        let f = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .custom_flags(OFlags::NONBLOCK.bits() as i32)
+            .open(fifo.path())
+            .unwrap();
+        assert_eq!(Segment::map_file(&f, 0).unwrap_err(), Error::Inval);
+        let d = std::fs::File::open(dir).unwrap();
+        assert_eq!(Segment::map_file(&d, 0).unwrap_err(), Error::Inval);
     }
 
     /// A FIFO, a symbolic link or a directory under a segment's name is

@@ -733,13 +733,18 @@ fn parse_memlock(limits: &str) -> Option<Option<u64>> {
 
 /// Whether `CapEff` in `/proc/self/status` has `CAP_IPC_LOCK`.
 fn has_cap_ipc_lock() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| parse_cap_ipc_lock(&s))
+    // Bytes, not a string: the `Name:` line holds the command name,
+    // which may be any bytes, and a name that is not UTF-8 would make
+    // the whole file unreadable as a string (the capability then
+    // reported absent).
+    std::fs::read("/proc/self/status").is_ok_and(|s| parse_cap_ipc_lock(&s))
 }
 
-fn parse_cap_ipc_lock(status: &str) -> bool {
+fn parse_cap_ipc_lock(status: &[u8]) -> bool {
     status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"CapEff:"))
+        .and_then(|v| std::str::from_utf8(v).ok())
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
 }

@@ -47,6 +47,19 @@ fn memlock_parsing() {
         .contains("CAP_IPC_LOCK"));
     assert_eq!(memlock_message(Some(64 << 20), false), None);
     assert_eq!(memlock_message(None, false), None);
-    assert!(parse_cap_ipc_lock("CapEff:\t000001fffeffffff\n"));
-    assert!(!parse_cap_ipc_lock("CapEff:\t0000000000000000\n"));
+    assert!(parse_cap_ipc_lock(b"CapEff:\t000001fffeffffff\n"));
+    assert!(!parse_cap_ipc_lock(b"CapEff:\t0000000000000000\n"));
+    assert!(!parse_cap_ipc_lock(b"CapPrm:\t000001fffeffffff\n"));
+}
+
+/// The command name in `Name:` may be any bytes (the file name the
+/// process ran): one that is not UTF-8 leaves `CapEff:` readable.
+#[test]
+fn cap_ipc_lock_beside_a_name_that_is_not_utf8() {
+    let status = b"Name:\tsl\xffep) x\nUmask:\t0022\nState:\tR (running)\n\
+                   CapInh:\t0000000000000000\nCapPrm:\t0000000000004000\n\
+                   CapEff:\t0000000000004000\nCapBnd:\t000001ffffffffff\n";
+    assert!(parse_cap_ipc_lock(status));
+    let without = b"Name:\t\xff\xfe\nCapEff:\t0000000000000000\n";
+    assert!(!parse_cap_ipc_lock(without));
 }

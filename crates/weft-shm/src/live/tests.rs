@@ -2,7 +2,19 @@
 
 use super::*;
 use crate::test_fifo::{without_waiting_on, Fifo};
-use std::time::Duration;
+use crate::test_files::Leftovers;
+use std::time::{Duration, Instant};
+
+/// A child process killed and reaped when dropped, whatever the test's
+/// outcome: a failed assertion would otherwise leave it running.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 #[test]
 fn this_process_is_alive_and_pid_zero_is_not() {
@@ -18,24 +30,69 @@ fn this_process_is_alive_and_pid_zero_is_not() {
 /// though its pid and start time are still there.
 #[test]
 fn a_zombie_is_not_alive() {
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let mut child = Child(
+        std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
     let start = start_time(pid).unwrap();
     assert!(alive(pid, start));
     // SIGKILL, not reaped (`wait` below does).
-    child.kill().unwrap();
-    let until = std::time::Instant::now() + Duration::from_secs(5);
+    child.0.kill().unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
     while stat(pid).map(|s| s.0) != Some(b'Z') {
-        assert!(std::time::Instant::now() < until, "no zombie");
+        assert!(Instant::now() < until, "no zombie");
         std::thread::sleep(Duration::from_millis(2));
     }
     assert_eq!(start_time(pid), Some(start), "its pid and start remain");
     assert!(!alive(pid, start));
-    child.wait().unwrap();
+    child.0.wait().unwrap();
     assert!(!alive(pid, start));
+}
+
+/// A process whose command name (the file name it ran) holds bytes that
+/// are not UTF-8, a ')' and a space is still known to `/proc`: told
+/// from a reused pid by its start time, and dead once a zombie — not
+/// judged by its pid alone.
+#[test]
+fn a_process_whose_name_is_not_utf8_is_known() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    let dir = std::env::temp_dir().join(format!("weft-live-test-{}", crate::name::unique()));
+    std::fs::create_dir(&dir).unwrap();
+    let exe = dir.join(std::ffi::OsStr::from_bytes(b"sl\xffep) x"));
+    // `sleep` as `a_zombie_is_not_alive` runs it: from the `PATH`.
+    let sleep = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join("sleep"))
+        .find(|p| p.is_file())
+        .unwrap();
+    std::os::unix::fs::symlink(sleep, &exe).unwrap();
+    // The command name is the file name run; `argv[0]` stays `sleep`,
+    // for a multi-call binary that dispatches on it.
+    let mut child = Child(
+        std::process::Command::new(&exe)
+            .arg0("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let raw = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
+    assert!(std::str::from_utf8(&raw).is_err(), "the name as run");
+    let start = start_time(pid).unwrap();
+    assert!(alive(pid, start));
+    assert!(!alive(pid, start + 1), "a reused pid is another process");
+    child.0.kill().unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while stat(pid).map(|s| s.0) != Some(b'Z') {
+        assert!(Instant::now() < until, "no zombie");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(!alive(pid, start), "a zombie");
+    child.0.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A segment file header naming the instance `i`.
@@ -83,6 +140,42 @@ fn hold_file(path: &std::path::Path) -> std::fs::File {
     let f = std::fs::File::open(path).unwrap();
     rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
     f
+}
+
+/// `remove_if(name, stale)` on a file nobody holds, tried again for up
+/// to 5 s while it meets another process's lock: another test binary's
+/// sweep may be removing the same file (`Busy`, between its lock and
+/// its unlink), or have taken its shared test lock for an instant after
+/// its exclusive one was refused (`Held`). What it last said.
+fn remove_meeting_sweeps(name: &str, stale: impl Fn(Option<Instance>) -> bool) -> Removal {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = remove_if(name, &stale).unwrap();
+        if !matches!(r, Removal::Busy | Removal::Held) || Instant::now() >= until {
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The paths among `paths` still there after up to 5 s of waiting for
+/// them all to go: another test binary's sweep, between its lock and
+/// its unlink when ours met it, removes them in a moment.
+fn left_after_sweeps(paths: &[std::path::PathBuf]) -> Vec<&std::path::PathBuf> {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<_> = paths
+            .iter()
+            .filter(|p| {
+                !matches!(std::fs::symlink_metadata(p),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+            })
+            .collect();
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// The lock says whether the owner runs where its pid cannot: here
@@ -165,10 +258,10 @@ fn the_pid_path_ignores_the_serial() {
 }
 
 /// A file under a real name without a valid header is no creator's
-/// in the making (they link theirs whole): abandoned at once,
-/// whatever its age, and removed unless somebody holds it — an
-/// older version's creator, which locked its file before writing
-/// its header.
+/// in the making (they link theirs whole): abandoned to a take-over
+/// under the name at once, whatever its age, and removed unless
+/// somebody holds it — an older version's creator, which locked its
+/// file before writing its header.
 #[test]
 fn a_headerless_segment_goes_at_once_unless_held() {
     assert!(abandoned(None));
@@ -176,21 +269,101 @@ fn a_headerless_segment_goes_at_once_unless_held() {
     assert!(!abandoned(Some((pid, start, 1))));
     assert!(abandoned(Some((u32::MAX, 0, 1))));
     let name = format!("live-test-{}", crate::name::unique());
-    let path = seg_path(&name);
-    // Held before it takes the name: another test binary's sweep
-    // would remove it at once otherwise.
+    // No sweep removes a header-less file: gone whatever the outcome.
+    let mut leftovers = Leftovers::default();
+    let path = leftovers.add(seg_path(&name));
+    leftovers.add(bell_path(&name));
+    // Held before it takes the name: a take-over by another test (or
+    // the sweep of a build before the sweep left such files) would
+    // remove it at once otherwise.
     let (made, _) = temp_file(&[0u8; 64]);
+    leftovers.add(&made);
     let h = hold_file(&made);
     std::fs::rename(&made, &path).unwrap();
     std::fs::write(bell_path(&name), b"").unwrap();
     assert_eq!(remove_if(&name, abandoned).unwrap(), Removal::Held);
     assert!(path.exists(), "held: its creator runs");
     drop(h);
-    // Another test binary's sweep may get there first.
-    let r = remove_if(&name, abandoned).unwrap();
+    // Another test binary's sweep (an older build's) may get there
+    // first, or be removing it.
+    let r = remove_meeting_sweeps(&name, abandoned);
     assert!(matches!(r, Removal::Removed | Removal::Gone), "{r:?}");
     assert!(!path.exists());
     assert!(!std::path::Path::new(&bell_path(&name)).exists());
+}
+
+/// The sweep removes only a file whose header names a dead owner: one
+/// without a valid header — perhaps an older version's creator's, made
+/// in place, in the instant between its create and its lock — is not
+/// even lock-tested (`NotStale`), where a take-over under the name
+/// judges it stale and finds it held (`Held`). Held here so that the
+/// sweep of an older build of these tests, which removes such a file
+/// when nobody holds it, does not take it meanwhile.
+#[test]
+fn the_sweep_leaves_a_headerless_segment_to_a_take_over() {
+    let (pid, start) = me();
+    assert!(!owner_dead(None), "no header: not the sweep's");
+    assert!(!owner_dead(Some((pid, start, 1))));
+    assert!(owner_dead(Some((u32::MAX, 0, 1))));
+    let name = format!("live-test-{}", crate::name::unique());
+    // No sweep removes a header-less file: gone whatever the outcome.
+    let mut leftovers = Leftovers::default();
+    let path = leftovers.add(seg_path(&name));
+    leftovers.add(bell_path(&name));
+    let (made, _) = temp_file(&[0u8; 64]);
+    leftovers.add(&made);
+    let h = hold_file(&made);
+    std::fs::rename(&made, &path).unwrap();
+    std::fs::write(bell_path(&name), b"").unwrap();
+    assert_eq!(remove_if(&name, owner_dead).unwrap(), Removal::NotStale);
+    assert_eq!(remove_if(&name, abandoned).unwrap(), Removal::Held);
+    reclaim_stale();
+    assert!(path.exists());
+    assert!(
+        std::path::Path::new(&bell_path(&name)).exists(),
+        "its segment is there"
+    );
+    // The same file with a header naming a dead owner is the sweep's,
+    // once nobody holds it.
+    std::fs::write(&path, header((u32::MAX, 0, 1))).unwrap();
+    assert_eq!(remove_if(&name, owner_dead).unwrap(), Removal::Held);
+    drop(h);
+    // Now every sweep's: another test binary's may get there first, or
+    // be between its lock and its unlink (`Busy`) when we look.
+    let r = remove_meeting_sweeps(&name, owner_dead);
+    assert!(matches!(r, Removal::Removed | Removal::Gone), "{r:?}");
+    assert!(!path.exists());
+    assert!(!std::path::Path::new(&bell_path(&name)).exists());
+}
+
+/// The sweep itself removes a dead owner's files when nobody holds
+/// them, with their doorbells: one killed during its close (its
+/// header's pid already cleared to 0, `endpoint.rs`) and one whose pid
+/// runs nowhere (as one in another pid namespace would look, dead and
+/// unlocked). Another test binary's sweep may remove them first, or be
+/// removing one when ours looks (ours then leaves it, `Busy`): all gone
+/// in a moment, whoever removed them.
+#[test]
+fn the_sweep_removes_a_dead_owners_files() {
+    let (_, start) = me();
+    let mut leftovers = Leftovers::default();
+    let mut paths = Vec::new();
+    for inst in [(0, start, serial()), (u32::MAX, 0, 1)] {
+        assert!(owner_dead(Some(inst)), "{inst:?}");
+        let name = format!("live-test-{}", crate::name::unique());
+        let path = leftovers.add(seg_path(&name));
+        let bell = leftovers.add(bell_path(&name));
+        // Whole before it takes the name, as a creator's is; the
+        // doorbell after it, as an endpoint makes its own.
+        let (made, _) = temp_file(&header(inst));
+        leftovers.add(&made);
+        std::fs::rename(&made, &path).unwrap();
+        std::fs::write(&bell, b"").unwrap();
+        paths.extend([path, bell]);
+    }
+    reclaim_stale();
+    let left = left_after_sweeps(&paths);
+    assert!(left.is_empty(), "left: {left:?}");
 }
 
 /// A file under a real name is ready to be sent to only once its
