@@ -33,10 +33,14 @@
 //! critical error) moved its queue pair to the error state then
 //! ([`MsgShared::end_qp`]), and the last-WQE event may have come before
 //! the close. So the wait is registered at that move, not at the close,
-//! and the bound counts from it: the device flushes in answer to the move
-//! to the error state, not to the close, and until the close the
-//! endpoint's own CQ driver still runs and hands such a flush to the
-//! context as any completion. A close more than [`LAST_WQE_WAIT`] after
+//! and the bound counts from it. Which of the two registers is decided
+//! under one lock ([`QpEnd`](crate::device_events::QpEnd)): the first to
+//! come registers the one wait (and the end moves the queue pair), the
+//! close takes it whichever came first, and the other registers nothing
+//! (a close racing the peer's disconnect keeps its wait). The device
+//! flushes in answer to the move to the error state, not to the close,
+//! and until the close the endpoint's own CQ driver still runs and hands
+//! such a flush to the context as any completion. A close more than [`LAST_WQE_WAIT`] after
 //! the end (or after the event) polls the CQ at once, as much as a fresh
 //! close would have waited. Where the device moved the queue pair to the
 //! error state itself before we did (a failed work request, or the kernel
@@ -58,7 +62,7 @@ use super::srx::{route_of, MsgSrx, SRX_WR_BIT};
 use super::{Link, MsgShared};
 use crate::async_reader::DeviceEvents;
 use crate::cq_poller::{self, CqPoller};
-use crate::device_events::LastWqe;
+use crate::device_events::{Closing, LastWqe};
 use crate::sys::QueuePair;
 
 /// How long a closed endpoint bound to a shared receive context waits
@@ -78,30 +82,23 @@ use crate::sys::QueuePair;
 /// error state, which may precede the close (see the module).
 pub(super) const LAST_WQE_WAIT: Duration = Duration::from_millis(500);
 
-/// The end of a connection before its close: when its queue pair went
-/// to the error state, and the wait for its last WQE registered before.
-#[derive(Debug)]
-pub(super) struct LinkEnd {
-    at: Instant,
-    last_wqe: Option<LastWqe>,
-}
-
 impl MsgShared {
     /// Moves the queue pair of a connection that ended (not closed) to
-    /// the error state, waiting for its last WQE first if the close will.
+    /// the error state, waiting for its last WQE first if the close will;
+    /// nothing if the close came first (it moves the queue pair itself).
     pub(super) fn end_qp(&self, l: &Link) {
-        let last_wqe = self.last_wqe_of(l);
-        let _ = l.qp.to_error();
-        *lock(&self.link_end) = Some(LinkEnd {
-            at: Instant::now(),
-            last_wqe,
-        });
+        lock(&self.qp_end).end(
+            || self.last_wqe_of(l),
+            || {
+                let _ = l.qp.to_error();
+            },
+        );
     }
 
     /// The wait for `l`'s last WQE, if its close waits for one: bound to a
-    /// shared receive context whose device's events are read.
+    /// shared receive context whose device's events are read (`events`
+    /// is set only for an endpoint bound to one).
     fn last_wqe_of(&self, l: &Link) -> Option<LastWqe> {
-        self.srx()?;
         let events = lock(&self.events).clone()?;
         Some(events.last_wqe(l.qp.qp_num()))
     }
@@ -117,18 +114,18 @@ impl MsgShared {
         let srx = ep.cfg.srx.clone().filter(|_| msg_srx.is_some());
         let events = lock(&ep.events).clone();
         // Waited for before the move to the error state, which raises it:
-        // at the end of the connection if it ended first.
-        let (last_wqe, since) = match lock(&ep.link_end).take() {
-            Some(end) => (end.last_wqe, end.at),
-            None => (
-                link.as_ref().and_then(|l| ep.last_wqe_of(l)),
-                Instant::now(),
-            ),
-        };
+        // at the end of the connection if it ended first. Registered under
+        // the lock the end takes, so an end racing this close registers
+        // nothing over it.
+        let closing = lock(&ep.qp_end).close(|| link.as_ref().and_then(|l| ep.last_wqe_of(l)));
+        let Closing { last_wqe, moved_at } = closing.unwrap_or_default();
         if let Some(l) = &link {
             let _ = l.id.disconnect();
             let _ = l.qp.to_error();
         }
+        // From the move to the error state (this one's, unless the end's
+        // came first): the bound never counts from before it.
+        let since = moved_at.unwrap_or_else(Instant::now);
         for t in lock(&ep.tasks).drain(..) {
             t.abort();
         }

@@ -182,9 +182,9 @@ pub struct MsgShared {
     /// otherwise, until the link is built, or if no reader could be
     /// started).
     events: FastMutex<Option<Arc<DeviceEvents>>>,
-    /// The connection ended before any close: when the queue pair went
-    /// to the error state, and its last-WQE wait (`closing`).
-    link_end: FastMutex<Option<closing::LinkEnd>>,
+    /// Whether the connection's end or its close moved the queue pair to
+    /// the error state first, and the one last-WQE wait (`closing`).
+    qp_end: FastMutex<crate::device_events::QpEnd>,
 }
 
 impl std::fmt::Debug for MsgShared {
@@ -221,7 +221,7 @@ impl MsgShared {
             key_rejected: AtomicU64::new(0),
             probe: Probe::default(),
             events: FastMutex::new(None),
-            link_end: FastMutex::new(None),
+            qp_end: FastMutex::default(),
         })
     }
 
@@ -271,6 +271,7 @@ impl MsgShared {
         let chan = CompChannel::new(&ctx)?;
         let info = &self.cfg.info;
         let srx = self.srx();
+        let mut events = None;
         if let Some(x) = srx {
             // The shared queue's receives name the context's registrations,
             // which only queue pairs of its protection domain can use: the
@@ -286,8 +287,9 @@ impl MsgShared {
             // Only an endpoint on a shared receive context waits for a
             // last-WQE event (at its close). Started after the checks (a
             // refused endpoint starts no thread), before the queue pair
-            // exists: an event about it finds a reader.
-            *lock(&self.events) = crate::async_reader::watch(&ctx);
+            // exists: an event about it finds a reader. Held here until
+            // the link is set: a failure on the way lets it go.
+            events = crate::async_reader::watch(&ctx);
         }
         // Every receive of a shared context may complete on this CQ.
         let rx_depth = srx.map_or(info.rx_attr.size, |x| x.size().max(info.rx_attr.size));
@@ -342,6 +344,8 @@ impl MsgShared {
             recv_pool,
             read_pool,
         });
+        // Before the link: a close that finds the link finds its reader.
+        *lock(&self.events) = events;
         *lock(&self.link) = Some(link.clone());
         // Receives posted while unconnected go to the new QP first, so the
         // peer's first message finds them.
@@ -537,6 +541,7 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
                 Ok(pd) => pd,
                 Err(e) => {
                     *lock(&ep.link) = None;
+                    *lock(&ep.events) = None;
                     ep.report_failed(e, Vec::new());
                     return Err(e);
                 }
@@ -556,6 +561,7 @@ async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Re
             // that does not hold, with a rejection of its own.
             let e = payload::rejection(e, &data);
             *lock(&ep.link) = None;
+            *lock(&ep.events) = None;
             ep.report_failed(e, cm_decode(&data));
             Err(e)
         }
