@@ -200,10 +200,14 @@ fn run(r: &Reader) -> std::result::Result<(), String> {
             Ok(Woken::Event) => match r.events.read(|ev| {
                 r.router.route(ev);
             }) {
-                Ok(()) => {
+                // Only an event read shows the fd working again: a read
+                // that found none (`EAGAIN`, `EINTR`) says nothing of it,
+                // so it leaves the count of failures in a row as it was.
+                Ok(true) => {
                     backoff.reset();
                     continue;
                 }
+                Ok(false) => continue,
                 Err(f) => ("read", f),
             },
             Err(f) => ("wait", f),

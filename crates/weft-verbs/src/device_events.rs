@@ -363,6 +363,38 @@ impl QpEnd {
     }
 }
 
+impl QpEnd {
+    /// A connect or accept that failed after building its queue pair
+    /// gives it up without a close (which then finds no queue pair): takes
+    /// the end's wait and time if the connection ended (then `Live` again,
+    /// for the next connection's queue pair), else registers the wait and
+    /// moves the queue pair as the end does, leaving the state as it was
+    /// (a close that came meanwhile found no queue pair, and registered
+    /// nothing). The caller owns the queue pair: it took it from the
+    /// endpoint, under the lock the close takes it with.
+    pub fn abandon(
+        &mut self,
+        register: impl FnOnce() -> Option<LastWqe>,
+        to_error: impl FnOnce(),
+    ) -> Closing {
+        match std::mem::take(self) {
+            QpEnd::Ended { at, last_wqe } => Closing {
+                last_wqe,
+                moved_at: Some(at),
+            },
+            kept => {
+                *self = kept;
+                let last_wqe = register();
+                to_error();
+                Closing {
+                    last_wqe,
+                    moved_at: Some(Instant::now()),
+                }
+            }
+        }
+    }
+}
+
 /// Why the async fd could not be waited on or read.
 #[derive(Debug)]
 pub enum FdFault {
@@ -404,7 +436,8 @@ impl FdFault {
 /// ([`FdFault::is_transient`]) is retried after a pause that doubles from
 /// [`FIRST`](Self::FIRST) up to [`MAX_DELAY`](Self::MAX_DELAY), at most
 /// [`MAX_RETRIES`](Self::MAX_RETRIES) times in a row (about four seconds
-/// in all); a successful read starts the count again. Past that, or at
+/// in all); a read that returns an event starts the count again (one
+/// that finds none proves nothing). Past that, or at
 /// once for any other failure, the reader gives up for good.
 ///
 /// Giving up costs little and loses nothing (the closes on that context
@@ -414,7 +447,7 @@ impl FdFault {
 /// and persists still ends it, logged, instead of looping unseen.
 #[derive(Debug, Default)]
 pub struct Backoff {
-    /// Transient failures since the last successful read.
+    /// Transient failures since the last event read.
     failures: u32,
 }
 
@@ -440,7 +473,7 @@ impl Backoff {
         Some(delay)
     }
 
-    /// A read succeeded: the fd works again.
+    /// A read returned an event: the fd works again.
     pub fn reset(&mut self) {
         self.failures = 0;
     }

@@ -234,20 +234,32 @@ fn without_a_reader_the_close_still_gets_the_move_time() {
 /// An end racing the close under one lock (as `msg::closing` holds it):
 /// whichever wins, one wait is registered, the close gets it, and the
 /// event wakes it; the queue pair is moved by the end only if the end
-/// came first.
+/// came first. Registrations are counted, not read off the router: both
+/// sides name the same queue pair, so a second registration would
+/// replace the first there and still leave one waiting.
 #[test]
 fn an_end_racing_the_close_leaves_the_close_one_wait() {
     for round in 0..500u32 {
         let r = Arc::new(Router::new("test0"));
         let end = Arc::new(FastMutex::new(QpEnd::default()));
         let moved = Arc::new(AtomicUsize::new(0));
+        let registered = Arc::new(AtomicUsize::new(0));
         let go = Arc::new(Barrier::new(2));
         let ender = std::thread::spawn({
-            let (r, end, moved, go) = (r.clone(), end.clone(), moved.clone(), go.clone());
+            let (r, end, moved, registered, go) = (
+                r.clone(),
+                end.clone(),
+                moved.clone(),
+                registered.clone(),
+                go.clone(),
+            );
             move || {
                 go.wait();
                 lock(&end).end(
-                    || Some(r.last_wqe(round)),
+                    || {
+                        registered.fetch_add(1, Ordering::Relaxed);
+                        Some(r.last_wqe(round))
+                    },
                     || {
                         moved.fetch_add(1, Ordering::Relaxed);
                     },
@@ -256,9 +268,17 @@ fn an_end_racing_the_close_leaves_the_close_one_wait() {
         });
         go.wait();
         let c = lock(&end)
-            .close(|| Some(r.last_wqe(round)))
+            .close(|| {
+                registered.fetch_add(1, Ordering::Relaxed);
+                Some(r.last_wqe(round))
+            })
             .expect("the first close");
         let ended = ender.join().expect("the end's thread");
+        assert_eq!(
+            registered.load(Ordering::Relaxed),
+            1,
+            "round {round}: one registration"
+        );
         assert_eq!(r.waiting(), 1, "round {round}: one wait registered");
         assert_eq!(c.moved_at.is_some(), ended);
         assert_eq!(moved.load(Ordering::Relaxed), usize::from(ended));
@@ -335,4 +355,79 @@ fn backoff_gives_up_at_once_on_a_permanent_fault() {
     // Nor does a permanent fault in the middle of transient ones wait.
     assert_eq!(b.after(&os(ENOMEM)), Some(Backoff::FIRST));
     assert_eq!(b.after(&os(EIO)), None);
+}
+
+/// A connect or accept that failed gives its queue pair up: the wait is
+/// registered before the move, the bound counts from the move, and the
+/// state stays `Live` for the next connection's queue pair (whose close
+/// must register its own wait, not find this one's).
+#[test]
+fn abandon_of_a_live_queue_pair_registers_then_moves_and_stays_live() {
+    let r = Router::new("test0");
+    let mut end = QpEnd::default();
+    let moved = AtomicUsize::new(0);
+    let before = Instant::now();
+    let c = end.abandon(
+        || {
+            assert_eq!(
+                moved.load(Ordering::Relaxed),
+                0,
+                "registered after the move"
+            );
+            Some(r.last_wqe(7))
+        },
+        || {
+            moved.fetch_add(1, Ordering::Relaxed);
+        },
+    );
+    assert_eq!(moved.load(Ordering::Relaxed), 1);
+    assert!(c.moved_at.is_some_and(|at| at >= before));
+    assert!(matches!(end, QpEnd::Live));
+    let mut w = pin!(c.last_wqe.expect("registered"));
+    assert_eq!(
+        r.route(&ev(AsyncEventKind::QpLastWqeReached, 7)),
+        Routed::Woke
+    );
+    assert!(ready(w.as_mut()));
+    // The next queue pair's close registers its own.
+    let next = end.close(|| Some(r.last_wqe(8))).expect("the first close");
+    assert!(next.moved_at.is_none() && next.last_wqe.is_some());
+}
+
+/// A queue pair whose connection ended before the failure was reported
+/// keeps the end's wait and time; nothing registers or moves twice.
+#[test]
+fn abandon_after_an_end_takes_its_wait_and_resets() {
+    let r = Router::new("test0");
+    let mut end = QpEnd::default();
+    assert!(end.end(|| Some(r.last_wqe(3)), || {}));
+    let c = end.abandon(
+        || panic!("registered over the end's wait"),
+        || panic!("moved twice"),
+    );
+    assert!(c.moved_at.is_some() && c.last_wqe.is_some());
+    assert!(matches!(end, QpEnd::Live));
+    assert_eq!(r.waiting(), 1);
+}
+
+/// A close that came after the failure took the link found no queue
+/// pair and registered nothing: the failure still registers and moves
+/// the one it owns, and the endpoint stays closed.
+#[test]
+fn abandon_after_a_close_without_a_queue_pair_still_hands_off() {
+    let r = Router::new("test0");
+    let mut end = QpEnd::default();
+    let closing = end.close(|| None).expect("the first close");
+    assert!(closing.last_wqe.is_none());
+    let moved = AtomicUsize::new(0);
+    let c = end.abandon(
+        || Some(r.last_wqe(5)),
+        || {
+            moved.fetch_add(1, Ordering::Relaxed);
+        },
+    );
+    assert_eq!(moved.load(Ordering::Relaxed), 1);
+    assert!(c.last_wqe.is_some() && c.moved_at.is_some());
+    assert!(matches!(end, QpEnd::Closed));
+    assert!(!end.end(|| panic!("registered"), || panic!("moved")));
 }

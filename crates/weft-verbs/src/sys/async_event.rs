@@ -56,7 +56,7 @@ extern "C" {
 }
 
 /// The async event fd of a device context, and a stop fd to wake a
-/// reader blocked on it ([`wait`](Self::wait), [`stop`](Self::stop)).
+/// reader blocked on it (`wait`, [`stop`](Self::stop)).
 ///
 /// A context has one such fd and each event is read once: the caller
 /// makes sure one reader per `ibv_context` reads at a time.
@@ -68,7 +68,7 @@ pub struct AsyncEvents {
     stop: OwnedFd,
 }
 
-/// What [`AsyncEvents::wait`] saw.
+/// What `AsyncEvents::wait` saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Woken {
     /// An event may be read.
@@ -141,7 +141,7 @@ impl AsyncEvents {
         &self.ctx
     }
 
-    /// Wakes [`wait`](Self::wait), now and every time after until
+    /// Wakes `wait`, now and every time after until
     /// [`clear_stop`](Self::clear_stop).
     pub fn stop(&self) {
         let one: u64 = 1;
@@ -174,9 +174,11 @@ impl AsyncEvents {
 
     /// Blocks until the async fd is readable or [`stop`](Self::stop) is
     /// called (stop first when both). An error or hang-up on the async
-    /// fd (the device gone) is [`FdFault::Hangup`]; a failed `poll` is
-    /// its error, which the caller may retry ([`FdFault::is_transient`]).
-    pub fn wait(&self) -> Result<Woken, FdFault> {
+    /// fd (the device gone) is `FdFault::Hangup`; a failed `poll` is
+    /// its error, which the caller may retry (`FdFault::is_transient`).
+    /// Crate-only, as [`read`](Self::read) and [`pause`](Self::pause):
+    /// their fault type is the crate's own.
+    pub(crate) fn wait(&self) -> Result<Woken, FdFault> {
         let mut fds = [
             libc::pollfd {
                 fd: self.stop.as_raw_fd(),
@@ -217,7 +219,7 @@ impl AsyncEvents {
     /// [`stop`](Self::stop) is called: the stop fd stays readable, so the
     /// next [`wait`](Self::wait) sees it. Where even that `poll` fails
     /// (the shortage the caller backs off from), it sleeps instead.
-    pub fn pause(&self, d: Duration) {
+    pub(crate) fn pause(&self, d: Duration) {
         let mut fd = libc::pollfd {
             fd: self.stop.as_raw_fd(),
             events: libc::POLLIN,
@@ -233,13 +235,14 @@ impl AsyncEvents {
     }
 
     /// Reads one event if one is pending, hands it to `route` while it is
-    /// unacknowledged, then acknowledges it. `Ok` also when none was
-    /// pending (another reader of the context may have taken the one
-    /// [`wait`](Self::wait) saw; `route` not called) or the read was
+    /// unacknowledged, then acknowledges it: `Ok(true)`. `Ok(false)` when
+    /// none was pending (another reader of the context may have taken the
+    /// one [`wait`](Self::wait) saw; `route` not called) or the read was
     /// interrupted: the caller reads again after the next `wait` either
-    /// way. An error: the read failed (`EIO`: the device gone; the caller
-    /// retries what [`FdFault::is_transient`] says may pass).
-    pub fn read(&self, route: impl FnOnce(&AsyncEvent)) -> Result<(), FdFault> {
+    /// way, and has learnt nothing about whether the fd works. An error:
+    /// the read failed (`EIO`: the device gone; the caller retries what
+    /// `FdFault::is_transient` says may pass).
+    pub(crate) fn read(&self, route: impl FnOnce(&AsyncEvent)) -> Result<bool, FdFault> {
         let mut raw = RawAsyncEvent {
             element: RawElement {
                 ptr: std::ptr::null_mut(),
@@ -252,7 +255,7 @@ impl AsyncEvents {
         if ret != 0 {
             let err = io::Error::last_os_error();
             return match err.raw_os_error() {
-                Some(libc::EAGAIN | libc::EINTR) => Ok(()),
+                Some(libc::EAGAIN | libc::EINTR) => Ok(false),
                 // libibverbs failed without an errno (a short read):
                 // nothing says it may pass.
                 Some(0) | None => Err(FdFault::Os(io::Error::from_raw_os_error(libc::EIO))),
@@ -289,6 +292,6 @@ impl AsyncEvents {
         }
         route(&ev);
         drop(ack);
-        Ok(())
+        Ok(true)
     }
 }
