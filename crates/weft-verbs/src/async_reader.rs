@@ -20,10 +20,14 @@
 //! the context open (a context librdmacm closes once unused could
 //! otherwise be closed, its fd reused, under the reader).
 //!
-//! A thread that ended on an error of the fd (the device removed) is not
-//! started again for the same context: its slot remembers the failure
-//! and [`watch`] answers `None` (its users fall back to their bound),
-//! and the thread logs the failure once. The failed slot keeps a handle
+//! A failed `poll` or read of the fd that may pass (`ENOMEM`: see
+//! [`FdFault::is_transient`]) is retried after a pause that doubles
+//! from 1 ms to 500 ms, up to 16 times in a row ([`Backoff`]; a stop
+//! ends the pause). A thread that ended on an error of the fd (the
+//! device removed: a hang-up, `EIO`; `EBADF`; or transient failures past
+//! the retries) is not started again for the same context: its slot
+//! remembers the failure and [`watch`] answers `None` (its users fall
+//! back to their bound), and the thread logs the failure once. The failed slot keeps a handle
 //! of the context for the process's life, so its pointer can never name
 //! another context (a device added again gets a new one, and a reader):
 //! a few hundred bytes and librdmacm's reference per removed device.
@@ -32,7 +36,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use weft_core::Result;
 
-use crate::device_events::{LastWqe, Router};
+use crate::device_events::{Backoff, FdFault, LastWqe, Router};
 use crate::sys::async_event::Woken;
 use crate::sys::{AsyncEvents, Context};
 
@@ -178,10 +182,11 @@ fn start(ctx: &Arc<Context>) -> Result<Arc<DeviceEvents>> {
 }
 
 /// Reads, routes and acknowledges events until stopped with no users
-/// left, or the fd fails (what failed, with the error).
+/// left, or the fd fails past its retries (what failed, with the error).
 fn run(r: &Reader) -> std::result::Result<(), String> {
+    let mut backoff = Backoff::default();
     loop {
-        match r.events.wait() {
+        let (what, fault) = match r.events.wait() {
             Ok(Woken::Stop) => {
                 let mut st = r.state();
                 if st.users == 0 {
@@ -192,18 +197,45 @@ fn run(r: &Reader) -> std::result::Result<(), String> {
                 r.events.clear_stop();
                 continue;
             }
-            Ok(Woken::Event) => {}
-            Err(e) => {
+            Ok(Woken::Event) => match r.events.read(|ev| {
+                r.router.route(ev);
+            }) {
+                // Only an event read shows the fd working again: a read
+                // that found none (`EAGAIN`, `EINTR`) says nothing of it,
+                // so it leaves the count of failures in a row as it was.
+                Ok(true) => {
+                    backoff.reset();
+                    continue;
+                }
+                Ok(false) => continue,
+                Err(f) => ("read", f),
+            },
+            Err(f) => ("wait", f),
+        };
+        match backoff.after(&fault) {
+            Some(pause) => {
+                tracing::debug!(
+                    device = r.events.context().name(),
+                    error = %fault,
+                    ?pause,
+                    "verbs: async event {what} failed, retried"
+                );
+                r.events.pause(pause);
+            }
+            None => {
                 failed(r);
-                return Err(format!("wait failed: {e}"));
+                return Err(format!("{what} failed: {}", describe(&fault)));
             }
         }
-        if let Err(e) = r.events.read(|ev| {
-            r.router.route(ev);
-        }) {
-            failed(r);
-            return Err(format!("read failed: {e}"));
-        }
+    }
+}
+
+/// `fault`, saying whether it was the last of the retries.
+fn describe(fault: &FdFault) -> String {
+    if fault.is_transient() {
+        format!("{fault} (after {} retries)", Backoff::MAX_RETRIES)
+    } else {
+        fault.to_string()
     }
 }
 
@@ -214,14 +246,13 @@ fn failed(r: &Reader) {
     let ctx = r.events.context();
     let key = ctx.as_ptr() as usize;
     let mut readers = READERS.lock().unwrap_or_else(PoisonError::into_inner);
+    // The slot is there: `watch` put it in, naming this reader, before
+    // the thread could take `READERS`; only a slot with neither a failure
+    // nor a live reader is removed, and this thread holds its reader; a
+    // slot is handed to another reader only once this one has ended,
+    // which it does below, under the same lock.
     if let Some(s) = readers.iter_mut().find(|s| s.key == key) {
         s.failed = Some(ctx.clone());
-    } else {
-        readers.push(Slot {
-            key,
-            reader: Weak::new(),
-            failed: Some(ctx.clone()),
-        });
     }
     r.state().ended = true;
 }

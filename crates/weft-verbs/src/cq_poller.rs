@@ -212,6 +212,24 @@ pub fn stop(slot: &PollerSlot) -> Option<Arc<CqPoller>> {
     Some(p)
 }
 
+/// A poller of `cq` that no driver runs and no sink hears, for the last
+/// polls ([`CqPoller::drain_into`]) of a queue pair whose driver never
+/// started (a close or failure during connection setup).
+pub fn detached(cq: Arc<Cq>) -> Arc<CqPoller> {
+    struct NoSink;
+    impl CqSink for NoSink {
+        fn on_completion(&self, _: &WorkCompletion) {}
+    }
+    let sink: Weak<dyn CqSink> = Weak::<NoSink>::new();
+    Arc::new(CqPoller {
+        cq,
+        buf: FastMutex::new(Vec::with_capacity(BATCH)),
+        sink,
+        hold: SpinHold::default(),
+        waiter_idle: Notify::new(),
+    })
+}
+
 /// Returns after the tasks woken so far have run: wakes itself once and
 /// yields, which queues this task behind them on both Tokio schedulers
 /// (a task woken while it runs is queued at the back, not in the slot

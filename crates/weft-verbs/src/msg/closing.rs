@@ -20,6 +20,12 @@
 //!   receive ends `Canceled`, a filled one with its message (lost if the
 //!   user closed that CQ meanwhile).
 //!
+//! A connect or accept that fails after building its queue pair hands
+//! it off the same way ([`MsgShared::give_up_link`]): librdmacm moves it
+//! to RTR before the connection is established, so it may hold shared
+//! receives although no CQ driver ever ran. For the same reason a close
+//! with no driver polls through a driverless poller of the CQ.
+//!
 //! The task keeps only what that poll needs: the queue pair (which holds
 //! its CQ, protection domain, SRQ and the cm id's C object alive), the
 //! poller of its CQ, the shared receive context (whose receives the poll
@@ -33,10 +39,14 @@
 //! critical error) moved its queue pair to the error state then
 //! ([`MsgShared::end_qp`]), and the last-WQE event may have come before
 //! the close. So the wait is registered at that move, not at the close,
-//! and the bound counts from it: the device flushes in answer to the move
-//! to the error state, not to the close, and until the close the
-//! endpoint's own CQ driver still runs and hands such a flush to the
-//! context as any completion. A close more than [`LAST_WQE_WAIT`] after
+//! and the bound counts from it. Which of the two registers is decided
+//! under one lock ([`QpEnd`](crate::device_events::QpEnd)): the first to
+//! come registers the one wait (and the end moves the queue pair), the
+//! close takes it whichever came first, and the other registers nothing
+//! (a close racing the peer's disconnect keeps its wait). The device
+//! flushes in answer to the move to the error state, not to the close,
+//! and until the close the endpoint's own CQ driver still runs and hands
+//! such a flush to the context as any completion. A close more than [`LAST_WQE_WAIT`] after
 //! the end (or after the event) polls the CQ at once, as much as a fresh
 //! close would have waited. Where the device moved the queue pair to the
 //! error state itself before we did (a failed work request, or the kernel
@@ -58,7 +68,7 @@ use super::srx::{route_of, MsgSrx, SRX_WR_BIT};
 use super::{Link, MsgShared};
 use crate::async_reader::DeviceEvents;
 use crate::cq_poller::{self, CqPoller};
-use crate::device_events::LastWqe;
+use crate::device_events::{Closing, LastWqe};
 use crate::sys::QueuePair;
 
 /// How long a closed endpoint bound to a shared receive context waits
@@ -78,30 +88,23 @@ use crate::sys::QueuePair;
 /// error state, which may precede the close (see the module).
 pub(super) const LAST_WQE_WAIT: Duration = Duration::from_millis(500);
 
-/// The end of a connection before its close: when its queue pair went
-/// to the error state, and the wait for its last WQE registered before.
-#[derive(Debug)]
-pub(super) struct LinkEnd {
-    at: Instant,
-    last_wqe: Option<LastWqe>,
-}
-
 impl MsgShared {
     /// Moves the queue pair of a connection that ended (not closed) to
-    /// the error state, waiting for its last WQE first if the close will.
+    /// the error state, waiting for its last WQE first if the close will;
+    /// nothing if the close came first (it moves the queue pair itself).
     pub(super) fn end_qp(&self, l: &Link) {
-        let last_wqe = self.last_wqe_of(l);
-        let _ = l.qp.to_error();
-        *lock(&self.link_end) = Some(LinkEnd {
-            at: Instant::now(),
-            last_wqe,
-        });
+        lock(&self.qp_end).end(
+            || self.last_wqe_of(l),
+            || {
+                let _ = l.qp.to_error();
+            },
+        );
     }
 
     /// The wait for `l`'s last WQE, if its close waits for one: bound to a
-    /// shared receive context whose device's events are read.
+    /// shared receive context whose device's events are read (`events`
+    /// is set only for an endpoint bound to one).
     fn last_wqe_of(&self, l: &Link) -> Option<LastWqe> {
-        self.srx()?;
         let events = lock(&self.events).clone()?;
         Some(events.last_wqe(l.qp.qp_num()))
     }
@@ -114,64 +117,142 @@ impl MsgShared {
         }
         let link = lock(&ep.link).clone();
         let msg_srx = ep.srx();
-        let srx = ep.cfg.srx.clone().filter(|_| msg_srx.is_some());
         let events = lock(&ep.events).clone();
         // Waited for before the move to the error state, which raises it:
-        // at the end of the connection if it ended first.
-        let (last_wqe, since) = match lock(&ep.link_end).take() {
-            Some(end) => (end.last_wqe, end.at),
-            None => (
-                link.as_ref().and_then(|l| ep.last_wqe_of(l)),
-                Instant::now(),
-            ),
-        };
+        // at the end of the connection if it ended first. Registered under
+        // the lock the end takes, so an end racing this close registers
+        // nothing over it.
+        let closing = lock(&ep.qp_end).close(|| link.as_ref().and_then(|l| ep.last_wqe_of(l)));
+        let Closing { last_wqe, moved_at } = closing.unwrap_or_default();
         if let Some(l) = &link {
             let _ = l.id.disconnect();
             let _ = l.qp.to_error();
         }
+        // From the move to the error state (this one's, unless the end's
+        // came first): the bound never counts from before it.
+        let since = moved_at.unwrap_or_else(Instant::now);
         for t in lock(&ep.tasks).drain(..) {
             t.abort();
         }
-        let poller = cq_poller::stop(&ep.poller);
-        if let (Some(p), Some(x)) = (&poller, msg_srx) {
-            // A message that arrived as the endpoint closed took one of
-            // the context's receives, and its completion waits on this
-            // CQ, which nobody polls from now on: hand it to the context,
-            // or that receive would wait for good (and its work request
-            // count as posted). The queue pair is in the error state, so
-            // it takes no more. Completions of the endpoint's own
-            // operations are dropped, as the rest of what it had posted.
-            p.drain_into(&|wc| {
-                if wc.wr_id & SRX_WR_BIT != 0 {
-                    x.on_completion(wc, &ep.cfg);
-                }
-            });
-        }
-        if let (Some(p), Some(l), Some(x)) = (poller, link, srx) {
-            // What the device flushes later is found by the last poll.
-            last_poll(
-                &ep.rt,
-                Leftover {
-                    poller: p,
-                    qp: l.qp.clone(),
-                    srx: x,
-                    route: route_of(&ep.cfg),
-                    last_wqe,
-                    until: since + LAST_WQE_WAIT,
-                    _events: events,
-                },
-            );
+        // No driver ran yet (a close during a connect or accept; one that
+        // fails after this close leaves its link to it): librdmacm moves
+        // the queue pair to RTR as it handles the reply or the accept, so
+        // it may have taken shared receives all the same, and only a
+        // poller of our own finds them.
+        let poller = cq_poller::stop(&ep.poller).or_else(|| {
+            link.as_ref()
+                .filter(|_| msg_srx.is_some())
+                .map(|l| cq_poller::detached(l.cq.clone()))
+        });
+        if let (Some(p), Some(l)) = (poller, &link) {
+            ep.hand_off(p, l, last_wqe, since, events);
         }
         // Outstanding operations are discarded without completions; their
         // buffers stay registered until the endpoint, and its link, go.
         lock(&ep.early_recvs).clear();
         let waiting = lock(&ep.rxq).forget();
         drop(waiting);
-        if let Some(c) = lock(&ep.cm).take() {
-            if let Some(l) = lock(&ep.link).as_ref() {
+        let cm = lock(&ep.cm).take();
+        if let Some(c) = cm {
+            let link = lock(&ep.link).clone();
+            if let Some(l) = link {
                 c.unsubscribe(l.id.token());
             }
         }
+    }
+}
+
+impl MsgShared {
+    /// Hands what `l`'s queue pair, in the error state since `since`,
+    /// took of the shared receive context back to it: what is on the CQ
+    /// at once, what the device flushes later by the last poll. Nothing
+    /// for an endpoint with its own receive queue (its receives go with
+    /// it).
+    fn hand_off(
+        &self,
+        p: Arc<CqPoller>,
+        l: &Link,
+        last_wqe: Option<LastWqe>,
+        since: Instant,
+        events: Option<Arc<DeviceEvents>>,
+    ) {
+        let (Some(x), Some(srx)) = (self.srx(), self.cfg.srx.clone()) else {
+            return;
+        };
+        // A message that arrived before the move took one of the
+        // context's receives, and its completion waits on this CQ, which
+        // nobody polls from now on: hand it to the context, or that
+        // receive would wait for good (and its work request count as
+        // posted). The queue pair is in the error state, so it takes no
+        // more. Completions of the endpoint's own operations are
+        // dropped, as the rest of what it had posted.
+        p.drain_into(&|wc| {
+            if wc.wr_id & SRX_WR_BIT != 0 {
+                x.on_completion(wc, &self.cfg);
+            }
+        });
+        // What the device flushes later is found by the last poll.
+        last_poll(
+            &self.rt,
+            Leftover {
+                poller: p,
+                qp: l.qp.clone(),
+                srx,
+                route: route_of(&self.cfg),
+                last_wqe,
+                until: since + LAST_WQE_WAIT,
+                _events: events,
+            },
+        );
+    }
+
+    /// A connect or accept that failed after building its link (every
+    /// exit from then on): lets the link and the event reader go, so a
+    /// later connect finds none. Unless the close came first: it owns
+    /// them then (it takes the link after marking the endpoint closed,
+    /// and this decides under the link's lock, so exactly one of the two
+    /// has it). The queue pair may have passed RTR (librdmacm moves it
+    /// as it handles the reply, or in `rdma_accept`) and taken shared
+    /// receives: it goes to the error state, its last-WQE wait
+    /// registered first, and is handed off as a closed one's. The
+    /// connection never started, so no end will come for it.
+    pub(super) fn give_up_link(&self) {
+        let taken = {
+            let mut g = lock(&self.link);
+            if self.is_closed() {
+                None
+            } else {
+                g.take()
+            }
+        };
+        let Some(l) = taken else { return };
+        // While the id lives (its token cannot name a newer one yet): the
+        // close, finding no link, no longer can.
+        let cm = lock(&self.cm).clone();
+        if let Some(c) = cm {
+            c.unsubscribe(l.id.token());
+        }
+        let events = lock(&self.events).take();
+        // A driver only if `start` failed after starting it.
+        let poller = cq_poller::stop(&self.poller);
+        if self.srx().is_none() {
+            return;
+        }
+        let Closing { last_wqe, moved_at } = lock(&self.qp_end).abandon(
+            || events.as_ref().map(|e| e.last_wqe(l.qp.qp_num())),
+            || {
+                let _ = l.qp.to_error();
+            },
+        );
+        let _ = l.id.disconnect();
+        let p = poller.unwrap_or_else(|| cq_poller::detached(l.cq.clone()));
+        self.hand_off(
+            p,
+            &l,
+            last_wqe,
+            moved_at.unwrap_or_else(Instant::now),
+            events,
+        );
     }
 }
 

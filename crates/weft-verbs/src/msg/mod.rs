@@ -71,7 +71,6 @@
 //! accepting endpoint sets its own on its id before `rdma_accept` too,
 //! which (measured on rxe, Linux 6.1) does not change its queue pair.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -80,7 +79,7 @@ use futures::FutureExt;
 use tokio::runtime::Handle;
 use weft_core::addr::{decode_sockaddr, encode_sockaddr};
 use weft_core::attr::EpType;
-use weft_core::auth::{AuthKey, ConnKind};
+use weft_core::auth::AuthKey;
 use weft_core::completion::{CqErrEntry, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
@@ -92,20 +91,19 @@ use weft_core::sync::{lock, FastMutex};
 use weft_core::{Error, Result};
 
 use crate::async_reader::DeviceEvents;
-use crate::cm_events::{self, CmChannel};
+use crate::cm_events::CmChannel;
 use crate::cq_poller::{self, PollerSlot};
-use crate::keyproof::dial::{self, OpeningId};
 use crate::keyproof::payload::{self, PROOF_DATA_MAX};
-use crate::keyproof::Dialer;
 use crate::liveness::Probe;
 use crate::slot_pool::{SlotPool, SLOTS};
 use crate::sys::{
-    AccessFlags, CmEventKind, CmId, CompChannel, ConnParam, Cq, PortSpace, ProtectionDomain,
-    QpCaps, QpInitAttr, QpType, QueuePair,
+    AccessFlags, CmEventKind, CmId, CompChannel, ConnParam, Cq, ProtectionDomain, QpCaps,
+    QpInitAttr, QpType, QueuePair,
 };
 
 mod closing;
 mod complete;
+mod connect;
 mod post;
 mod post_order;
 mod probe;
@@ -182,9 +180,9 @@ pub struct MsgShared {
     /// otherwise, until the link is built, or if no reader could be
     /// started).
     events: FastMutex<Option<Arc<DeviceEvents>>>,
-    /// The connection ended before any close: when the queue pair went
-    /// to the error state, and its last-WQE wait (`closing`).
-    link_end: FastMutex<Option<closing::LinkEnd>>,
+    /// Whether the connection's end or its close moved the queue pair to
+    /// the error state first, and the one last-WQE wait (`closing`).
+    qp_end: FastMutex<crate::device_events::QpEnd>,
 }
 
 impl std::fmt::Debug for MsgShared {
@@ -221,7 +219,7 @@ impl MsgShared {
             key_rejected: AtomicU64::new(0),
             probe: Probe::default(),
             events: FastMutex::new(None),
-            link_end: FastMutex::new(None),
+            qp_end: FastMutex::default(),
         })
     }
 
@@ -271,6 +269,7 @@ impl MsgShared {
         let chan = CompChannel::new(&ctx)?;
         let info = &self.cfg.info;
         let srx = self.srx();
+        let mut events = None;
         if let Some(x) = srx {
             // The shared queue's receives name the context's registrations,
             // which only queue pairs of its protection domain can use: the
@@ -286,8 +285,9 @@ impl MsgShared {
             // Only an endpoint on a shared receive context waits for a
             // last-WQE event (at its close). Started after the checks (a
             // refused endpoint starts no thread), before the queue pair
-            // exists: an event about it finds a reader.
-            *lock(&self.events) = crate::async_reader::watch(&ctx);
+            // exists: an event about it finds a reader. Held here until
+            // the link is set: a failure on the way lets it go.
+            events = crate::async_reader::watch(&ctx);
         }
         // Every receive of a shared context may complete on this CQ.
         let rx_depth = srx.map_or(info.rx_attr.size, |x| x.size().max(info.rx_attr.size));
@@ -342,6 +342,8 @@ impl MsgShared {
             recv_pool,
             read_pool,
         });
+        // Before the link: a close that finds the link finds its reader.
+        *lock(&self.events) = events;
         *lock(&self.link) = Some(link.clone());
         // Receives posted while unconnected go to the new QP first, so the
         // peer's first message finds them.
@@ -420,7 +422,10 @@ impl MsgShared {
         if self.is_closed() || self.ended.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Some(l) = lock(&self.link).clone() {
+        // Cloned in a statement of its own: an `if let` on the guard's
+        // temporary would hold the link's lock through the verbs calls.
+        let link = lock(&self.link).clone();
+        if let Some(l) = link {
             self.end_qp(&l);
         }
         if let Some(core) = self.stream_core() {
@@ -448,7 +453,8 @@ impl MsgShared {
             return;
         }
         self.cfg.fault.raise();
-        if let Some(l) = lock(&self.link).clone() {
+        let link = lock(&self.link).clone();
+        if let Some(l) = link {
             self.end_qp(&l);
             let _ = l.id.disconnect();
         }
@@ -458,18 +464,6 @@ impl MsgShared {
         tracing::debug!(error = %err, "verbs msg: critical error, endpoint disabled");
         self.cfg.eq_error(err, Vec::new());
     }
-}
-
-/// Waits for `Established` on `events`, at most the endpoint's handshake
-/// timeout.
-async fn established(
-    ep: &MsgShared,
-    events: &mut tokio::sync::mpsc::UnboundedReceiver<crate::sys::CmEvent>,
-) -> std::result::Result<crate::sys::CmEvent, (Error, Vec<u8>)> {
-    let t = ep.cfg.limits.handshake_timeout;
-    tokio::time::timeout(t, cm_events::expect(events, CmEventKind::Established))
-        .await
-        .unwrap_or(Err((Error::TimedOut, Vec::new())))
 }
 
 /// The `ProviderEndpoint` handle.
@@ -488,78 +482,6 @@ pub fn open(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoint>> {
     let shared = MsgShared::new(cfg, rt, key);
     let inline: Arc<dyn Progress> = Arc::new(cq_poller::InlinePoll::new(shared.poller.clone()));
     Ok(Arc::new(VerbsMsgEndpoint { shared, inline }))
-}
-
-async fn active_connect(ep: Arc<MsgShared>, dest: SocketAddr, cm: Vec<u8>) -> Result<Vec<u8>> {
-    let tos = crate::tos_of(&ep.cfg.info)?;
-    let chan = CmChannel::open(&ep.rt)?;
-    let id = CmId::new(&chan.ch, PortSpace::Tcp)?;
-    if let Some(t) = tos {
-        // Before route resolution, which turns it into the route's (and
-        // so the QP's) traffic class.
-        id.set_tos(t)?;
-    }
-    let mut events = chan.subscribe(id.token());
-    *lock(&ep.cm) = Some(chan.clone());
-    let src = ep
-        .cfg
-        .src_addr
-        .as_deref()
-        .or(ep.cfg.info.src_addr.as_deref())
-        .and_then(|a| decode_sockaddr(a).ok());
-    // A keyed connect opens on an id of its own, resolved beside the one
-    // that will carry the connection.
-    let mut opening = match &ep.key {
-        Some(k) => Some((
-            Dialer::new(k.clone(), ConnKind::Msg)?,
-            OpeningId::new(&chan, tos)?,
-        )),
-        None => None,
-    };
-    match &mut opening {
-        Some((_, o)) => {
-            let (a, b) = tokio::join!(
-                cm_events::resolve(&id, &mut events, src, dest),
-                o.resolve(src, dest)
-            );
-            a.and(b).map_err(|(e, _)| e)?;
-        }
-        None => cm_events::resolve(&id, &mut events, src, dest)
-            .await
-            .map_err(|(e, _)| e)?,
-    }
-    let link = ep.build_link(id, ep.key.as_ref())?;
-    let pd = match opening {
-        Some((d, o)) => {
-            let t = ep.cfg.limits.handshake_timeout;
-            let qpn = link.qp.qp_num();
-            match dial::prove(&d, o, &link.id, &mut events, qpn, dest, &cm, t).await {
-                Ok(pd) => pd,
-                Err(e) => {
-                    *lock(&ep.link) = None;
-                    ep.report_failed(e, Vec::new());
-                    return Err(e);
-                }
-            }
-        }
-        None => cm_encode(&cm)?,
-    };
-    link.id.connect(&ConnParam::new(&pd))?;
-    match established(&ep, &mut events).await {
-        Ok(ev) => {
-            let peer_cm = cm_decode(&ev.private_data);
-            ep.start(&link, events)?;
-            Ok(peer_cm)
-        }
-        Err((e, data)) => {
-            // A keyed listener refuses an unkeyed request, or a proof
-            // that does not hold, with a rejection of its own.
-            let e = payload::rejection(e, &data);
-            *lock(&ep.link) = None;
-            ep.report_failed(e, cm_decode(&data));
-            Err(e)
-        }
-    }
 }
 
 impl ProviderEndpoint for VerbsMsgEndpoint {
@@ -755,7 +677,7 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
             if lock(&ep.link).is_some() || ep.connecting.swap(true, Ordering::AcqRel) {
                 return Err(Error::IsConn);
             }
-            let r = active_connect(ep.clone(), dest, cm_data).await;
+            let r = connect::active_connect(ep.clone(), dest, cm_data).await;
             ep.connecting.store(false, Ordering::Release);
             match &r {
                 Ok(cm) => ep.cfg.eq_connected(cm.clone()),
@@ -795,15 +717,29 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
             let mut events = chan.subscribe(id.token());
             *lock(&ep.cm) = Some(chan.clone());
             let link = ep.build_link(id, proven.as_ref())?;
-            link.id.accept(&ConnParam::new(&pd))?;
-            match established(&ep, &mut events).await {
-                Ok(_) => {
-                    ep.start(&link, events)?;
+            // As in a connect: every error from here on lets the link go
+            // (its queue pair past RTR once `rdma_accept` returns).
+            let r = async {
+                link.id
+                    .accept(&ConnParam::new(&pd))
+                    .map_err(|e| (e, None))?;
+                connect::established(&ep, &mut events)
+                    .await
+                    .map_err(|(e, data)| (e, Some(cm_decode(&data))))?;
+                Ok(())
+            }
+            .await
+            .and_then(|()| ep.start(&link, events).map_err(|e| (e, None)));
+            match r {
+                Ok(()) => {
                     ep.cfg.eq_connected(Vec::new());
                     Ok(())
                 }
-                Err((e, data)) => {
-                    ep.cfg.eq_error(e, cm_decode(&data));
+                Err((e, heard)) => {
+                    ep.give_up_link();
+                    if let Some(data) = heard {
+                        ep.cfg.eq_error(e, data);
+                    }
                     Err(e)
                 }
             }

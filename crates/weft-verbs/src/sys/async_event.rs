@@ -21,13 +21,14 @@ use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rdma_sys::{ibv_context, ibv_qp};
 use weft_core::Error;
 
 use super::device::Context;
 use super::{last_error_or, set_nonblocking};
-use crate::device_events::{AsyncEvent, AsyncEventKind, ElementKind};
+use crate::device_events::{AsyncEvent, AsyncEventKind, ElementKind, FdFault};
 
 /// `struct ibv_async_event`, with the event type read as the plain
 /// integer it is in C: a value this build's bindings do not list must
@@ -55,7 +56,7 @@ extern "C" {
 }
 
 /// The async event fd of a device context, and a stop fd to wake a
-/// reader blocked on it ([`wait`](Self::wait), [`stop`](Self::stop)).
+/// reader blocked on it (`wait`, [`stop`](Self::stop)).
 ///
 /// A context has one such fd and each event is read once: the caller
 /// makes sure one reader per `ibv_context` reads at a time.
@@ -67,7 +68,7 @@ pub struct AsyncEvents {
     stop: OwnedFd,
 }
 
-/// What [`AsyncEvents::wait`] saw.
+/// What `AsyncEvents::wait` saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Woken {
     /// An event may be read.
@@ -86,7 +87,11 @@ impl fmt::Debug for AsyncEvents {
 }
 
 /// Acknowledges the event on every way out of [`AsyncEvents::read`].
-struct Ack(RawAsyncEvent);
+struct Ack {
+    raw: RawAsyncEvent,
+    /// Which member of `raw.element` the event fills.
+    element: ElementKind,
+}
 
 impl Drop for Ack {
     fn drop(&mut self) {
@@ -95,18 +100,18 @@ impl Drop for Ack {
         // could be waiting for its acknowledgement). Other kinds name
         // no object, and their ack touches none.
         let names_object = matches!(
-            AsyncEventKind::from_raw(self.0.event_type).element(),
+            self.element,
             ElementKind::Qp | ElementKind::Cq | ElementKind::Srq | ElementKind::Wq
         );
         // SAFETY: the element was initialised as a null pointer and
         // libibverbs writes a pointer or an int into it; it is only
         // compared with null.
-        if names_object && unsafe { self.0.element.ptr }.is_null() {
+        if names_object && unsafe { self.raw.element.ptr }.is_null() {
             return;
         }
         // SAFETY: filled by a successful ibv_get_async_event and
         // acknowledged once, here.
-        unsafe { ack_async_event(&mut self.0) }
+        unsafe { ack_async_event(&mut self.raw) }
     }
 }
 
@@ -136,7 +141,7 @@ impl AsyncEvents {
         &self.ctx
     }
 
-    /// Wakes [`wait`](Self::wait), now and every time after until
+    /// Wakes `wait`, now and every time after until
     /// [`clear_stop`](Self::clear_stop).
     pub fn stop(&self) {
         let one: u64 = 1;
@@ -169,8 +174,11 @@ impl AsyncEvents {
 
     /// Blocks until the async fd is readable or [`stop`](Self::stop) is
     /// called (stop first when both). An error or hang-up on the async
-    /// fd (the device gone) is an error: nothing more will come.
-    pub fn wait(&self) -> Result<Woken, Error> {
+    /// fd (the device gone) is `FdFault::Hangup`; a failed `poll` is
+    /// its error, which the caller may retry (`FdFault::is_transient`).
+    /// Crate-only, as [`read`](Self::read) and [`pause`](Self::pause):
+    /// their fault type is the crate's own.
+    pub(crate) fn wait(&self) -> Result<Woken, FdFault> {
         let mut fds = [
             libc::pollfd {
                 fd: self.stop.as_raw_fd(),
@@ -192,7 +200,7 @@ impl AsyncEvents {
                 if err.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                return Err(Error::from_io(&err));
+                return Err(FdFault::Os(err));
             }
             if fds[0].revents != 0 {
                 return Ok(Woken::Stop);
@@ -202,18 +210,39 @@ impl AsyncEvents {
                 return Ok(Woken::Event);
             }
             if ev & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
-                return Err(Error::Io);
+                return Err(FdFault::Hangup(ev));
             }
         }
     }
 
+    /// Pauses the caller up to `d` (a retry's backoff), ending early if
+    /// [`stop`](Self::stop) is called: the stop fd stays readable, so the
+    /// next [`wait`](Self::wait) sees it. Where even that `poll` fails
+    /// (the shortage the caller backs off from), it sleeps instead.
+    pub(crate) fn pause(&self, d: Duration) {
+        let mut fd = libc::pollfd {
+            fd: self.stop.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(d.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd; the stop fd stays open during the
+        // call (owned by `self.stop`).
+        let n = unsafe { libc::poll(&mut fd, 1, ms) };
+        if n < 0 {
+            std::thread::sleep(d);
+        }
+    }
+
     /// Reads one event if one is pending, hands it to `route` while it is
-    /// unacknowledged, then acknowledges it. `Ok` also when none was
-    /// pending (another reader of the context may have taken the one
-    /// [`wait`](Self::wait) saw; `route` not called) or the read was
+    /// unacknowledged, then acknowledges it: `Ok(true)`. `Ok(false)` when
+    /// none was pending (another reader of the context may have taken the
+    /// one [`wait`](Self::wait) saw; `route` not called) or the read was
     /// interrupted: the caller reads again after the next `wait` either
-    /// way. An error: the fd failed (the device gone).
-    pub fn read(&self, route: impl FnOnce(&AsyncEvent)) -> Result<(), Error> {
+    /// way, and has learnt nothing about whether the fd works. An error:
+    /// the read failed (`EIO`: the device gone; the caller retries what
+    /// `FdFault::is_transient` says may pass).
+    pub(crate) fn read(&self, route: impl FnOnce(&AsyncEvent)) -> Result<bool, FdFault> {
         let mut raw = RawAsyncEvent {
             element: RawElement {
                 ptr: std::ptr::null_mut(),
@@ -224,23 +253,29 @@ impl AsyncEvents {
         // ibv_async_event.
         let ret = unsafe { get_async_event(self.ctx.as_ptr(), &mut raw) };
         if ret != 0 {
-            let err = std::io::Error::last_os_error();
+            let err = io::Error::last_os_error();
             return match err.raw_os_error() {
-                Some(libc::EAGAIN | libc::EINTR) => Ok(()),
-                _ => Err(last_error_or(Error::Io)),
+                Some(libc::EAGAIN | libc::EINTR) => Ok(false),
+                // libibverbs failed without an errno (a short read):
+                // nothing says it may pass.
+                Some(0) | None => Err(FdFault::Os(io::Error::from_raw_os_error(libc::EIO))),
+                Some(_) => Err(FdFault::Os(err)),
             };
         }
-        let ack = Ack(raw);
-        let kind = AsyncEventKind::from_raw(ack.0.event_type);
+        let kind = AsyncEventKind::from_raw(raw.event_type);
+        let ack = Ack {
+            raw,
+            element: kind.element(),
+        };
         let mut ev = AsyncEvent {
             kind,
             qp_num: None,
             port: None,
         };
-        match kind.element() {
+        match ack.element {
             ElementKind::Qp => {
                 // SAFETY: a queue pair's event fills `element.qp`.
-                let qp = unsafe { ack.0.element.ptr } as *mut ibv_qp;
+                let qp = unsafe { ack.raw.element.ptr } as *mut ibv_qp;
                 if !qp.is_null() {
                     // SAFETY: the queue pair cannot be destroyed before
                     // this event is acknowledged (ibv_destroy_qp waits for
@@ -250,13 +285,13 @@ impl AsyncEvents {
             }
             ElementKind::Port => {
                 // SAFETY: a port's event fills `element.port_num`.
-                let port = unsafe { ack.0.element.port_num };
+                let port = unsafe { ack.raw.element.port_num };
                 ev.port = u32::try_from(port).ok();
             }
             _ => {}
         }
         route(&ev);
         drop(ack);
-        Ok(())
+        Ok(true)
     }
 }
