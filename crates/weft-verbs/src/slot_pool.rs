@@ -99,6 +99,7 @@ impl SlotPool {
 
     /// [`scatter`](Self::scatter) from the start of `slot`, which is then
     /// free again: one lock for both.
+    #[inline]
     pub fn scatter_put(
         &self,
         slot: u32,

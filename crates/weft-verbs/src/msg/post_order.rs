@@ -43,6 +43,18 @@ impl<T> PostOrder<T> {
         self.0.remove(at).map(|(_, v)| v)
     }
 
+    /// The oldest work request, with its id.
+    #[inline(always)]
+    pub(super) fn front(&self) -> Option<(u64, &T)> {
+        self.0.front().map(|(id, v)| (*id, v))
+    }
+
+    /// Drops the oldest work request.
+    #[inline(always)]
+    pub(super) fn pop_front(&mut self) -> Option<T> {
+        self.0.pop_front().map(|(_, v)| v)
+    }
+
     pub(super) fn get_mut(&mut self, id: u64) -> Option<&mut T> {
         self.0.iter_mut().find(|(w, _)| *w == id).map(|(_, v)| v)
     }

@@ -47,6 +47,15 @@ impl Shape for RecvMem {
 }
 
 impl RecvMem {
+    /// Its bounce slot, if it is one.
+    #[inline(always)]
+    pub(super) fn slot(&self) -> Option<u32> {
+        match self {
+            RecvMem::Slot(s) => Some(*s),
+            RecvMem::Registered { .. } => None,
+        }
+    }
+
     /// The caller's buffers back (a slot goes back to `pool`).
     pub(super) fn into_bufs(self, pool: &SlotPool) -> Vec<BytesMut> {
         match self {

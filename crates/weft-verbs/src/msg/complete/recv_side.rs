@@ -2,7 +2,7 @@
 //! place, or is copied into the oldest waiting one, or is held.
 
 use bytes::BytesMut;
-use weft_core::completion::{trim_bufs, CqErrEntry, OpDone, Returned};
+use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry, OpDone, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::sync::{lock, FastMutex};
@@ -29,7 +29,27 @@ pub(in crate::msg) struct RecvSide<'a> {
 impl RecvSide<'_> {
     /// A work completion of one of its receives, at an endpoint whose
     /// queues are `route`. False when the id is not posted here.
+    // Always inlined: the usual case (a message in the bounce slot of
+    // the oldest receive, which still waits for it) is handled in its
+    // caller, everything else out of line.
+    #[inline(always)]
     pub fn on_completion(&self, wc: &WorkCompletion, route: &Route) -> bool {
+        let own = lock(self.q).take_own_front(wc.wr_id, RecvMem::slot);
+        let Some((slot, mut done, bufs)) = own else {
+            return self.on_other_completion(wc, route);
+        };
+        self.credits.release(1);
+        route.apply(&mut done);
+        let back = finish_slot(done, bufs.unwrap_or_default(), slot, wc, self.pool);
+        if let Some(e) = back {
+            self.reroute(arrived_back(e, route.clone()), true);
+        }
+        true
+    }
+
+    /// [`on_completion`](Self::on_completion) of any but the usual case.
+    #[inline(never)]
+    fn on_other_completion(&self, wc: &WorkCompletion, route: &Route) -> bool {
         let landed = lock(self.q).landed(wc.wr_id, self.credits);
         let Some((mem, own)) = landed else {
             return false;
@@ -185,6 +205,34 @@ pub(super) fn fail(done: OpDone, mut bufs: Vec<BytesMut>, err: Error) {
     done.fail(CqErrEntry::new(0, OpFlags::RECV | OpFlags::MSG, err).with_bufs(bufs));
 }
 
+/// Ends a receive with the completion of its own work request, whose
+/// memory is bounce slot `slot` of `pool` (free again afterwards): the
+/// message is copied into `bufs`. The entry comes back if the receive's
+/// future is gone by now.
+#[inline(always)]
+fn finish_slot(
+    done: OpDone,
+    mut bufs: Vec<BytesMut>,
+    slot: u32,
+    wc: &WorkCompletion,
+    pool: &SlotPool,
+) -> Option<CqEntry> {
+    if is_remote_write(wc) {
+        // Nothing landed in the slot: it is free again.
+        pool.put(slot);
+        return finish_remote_write(done, bufs, wc.byte_len as usize, wc.imm_data);
+    }
+    let err = recv_error(wc);
+    let placed = if err.is_none() {
+        pool.scatter_put(slot, wc.byte_len as usize, &mut bufs)
+            .unwrap_or_else(|(_, placed)| placed)
+    } else {
+        pool.put(slot);
+        0
+    };
+    finish_recv(done, bufs, placed, err, wc.imm_data)
+}
+
 /// Ends receive `w` with the completion of its own work request, whose
 /// memory is `mem` (the fast path: no copy beyond a slot's). The message
 /// comes back if the receive's future is gone by now.
@@ -200,24 +248,7 @@ fn finish_in_place(
 ) -> Option<Arrived> {
     let Waiting { done, bufs, .. } = w;
     let back = match mem {
-        RecvMem::Slot(slot) => {
-            let mut bufs = bufs.unwrap_or_default();
-            if is_remote_write(wc) {
-                // Nothing landed in the slot: it is free again.
-                pool.put(slot);
-                finish_remote_write(done, bufs, wc.byte_len as usize, wc.imm_data)
-            } else {
-                let err = recv_error(wc);
-                let placed = if err.is_none() {
-                    pool.scatter_put(slot, wc.byte_len as usize, &mut bufs)
-                        .unwrap_or_else(|(_, placed)| placed)
-                } else {
-                    pool.put(slot);
-                    0
-                };
-                finish_recv(done, bufs, placed, err, wc.imm_data)
-            }
-        }
+        RecvMem::Slot(slot) => finish_slot(done, bufs.unwrap_or_default(), slot, wc, pool),
         RecvMem::Registered { mrs, empty } => {
             let (n, k) = (mrs.len(), empty.len());
             let bufs = unregister_before(mrs, empty);

@@ -169,6 +169,37 @@ impl<M: Shape> RxQueue<M> {
         Some((wr.mem, Some(w)))
     }
 
+    /// The usual completion, taken apart where it lies: work request
+    /// `id` is the oldest posted, still its receive's, `pick` takes what
+    /// it needs of its memory (a bounce slot's number), and that receive
+    /// is the oldest waiting and still awaited. Both leave the queue; the
+    /// receive's completion and buffers come out with what `pick` took.
+    /// `None`, and nothing changed, for any other case ([`landed`]).
+    ///
+    /// [`landed`]: Self::landed
+    // Always inlined: only the completion, the buffers and the slot move,
+    // not the whole receive and memory (about 170 bytes) through
+    // `landed`'s answer.
+    #[inline(always)]
+    pub fn take_own_front<T>(
+        &mut self,
+        id: u64,
+        pick: impl FnOnce(&M) -> Option<T>,
+    ) -> Option<(T, OpDone, Option<Vec<BytesMut>>)> {
+        let (front, wr) = self.wrs.front()?;
+        if front != id || !wr.owned {
+            return None;
+        }
+        let w = self.waiting.front()?;
+        if w.id != id || w.gone() {
+            return None;
+        }
+        let t = pick(&wr.mem)?;
+        drop(self.wrs.pop_front());
+        let w = self.waiting.pop_front()?;
+        Some((t, w.done, w.bufs))
+    }
+
     /// Hands a message that is not its work request's receive's to the
     /// oldest waiting receive, or holds it. `first`: it is older than
     /// any held message (it comes back from a receive whose future went).

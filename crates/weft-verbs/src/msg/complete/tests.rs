@@ -282,3 +282,35 @@ fn random_withdrawals_lose_nothing_and_keep_order() {
         "credits match waiting receives"
     );
 }
+
+/// The fast path of a completion takes only the oldest receive's own
+/// work request while that receive is awaited; everything else is left
+/// as it was, for `landed`.
+#[test]
+fn the_own_front_path_takes_only_the_usual_case() {
+    let credits = Credits::new(4);
+    let mut q: RxQueue<Fake> = RxQueue::default();
+    let pick = |m: &Fake| m.0.first().copied();
+    let (d1, _r1) = awaited(1);
+    let (d2, r2) = awaited(2);
+    let (d3, _r3) = awaited(3);
+    for (id, d) in [(10, d1), (11, d2), (12, d3)] {
+        assert!(credits.try_take());
+        q.push(id, d, Some(vec![BytesMut::zeroed(8)]), Some(Fake(vec![8])));
+    }
+    assert!(q.take_own_front(11, pick).is_none(), "not the oldest");
+    let (n, done, bufs) = q.take_own_front(10, pick).expect("the usual case");
+    assert_eq!((n, done.context, bufs.map(|b| b.len())), (8, 1, Some(1)));
+    assert_eq!(q.waiting(), 2);
+    // A receive whose future is gone is left to `landed`, which gives
+    // its credit back and its message to the next receive.
+    drop(r2);
+    assert!(q.take_own_front(11, pick).is_none(), "gone");
+    assert_eq!(q.waiting(), 2, "untouched");
+    let (_, own) = q.landed(11, &credits).unwrap();
+    assert!(own.is_none());
+    assert_eq!(credits.left(), 2);
+    // Memory `pick` refuses (registered, not a slot) is left too.
+    assert!(q.take_own_front(12, |_| None::<usize>).is_none());
+    assert!(q.landed(12, &credits).unwrap().1.is_some());
+}
