@@ -46,9 +46,9 @@
 //! (a close racing the peer's disconnect keeps its wait). The device
 //! flushes in answer to the move to the error state, not to the close,
 //! and until the close the endpoint's own CQ driver still runs and hands
-//! such a flush to the context as any completion. A close more than [`LAST_WQE_WAIT`] after
-//! the end (or after the event) polls the CQ at once, as much as a fresh
-//! close would have waited. Where the device moved the queue pair to the
+//! such a flush to the context as any completion. A close more than
+//! [`LAST_WQE_WAIT`] after the end (or after the event) polls the CQ at
+//! once, as much as a fresh close would have waited. Where the device moved the queue pair to the
 //! error state itself before we did (a failed work request, or the kernel
 //! on the peer's disconnect request), its event may precede the wait:
 //! the bound, from our move, then stands in, as on a device without the
