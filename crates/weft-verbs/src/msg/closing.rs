@@ -46,9 +46,9 @@
 //! (a close racing the peer's disconnect keeps its wait). The device
 //! flushes in answer to the move to the error state, not to the close,
 //! and until the close the endpoint's own CQ driver still runs and hands
-//! such a flush to the context as any completion. A close more than [`LAST_WQE_WAIT`] after
-//! the end (or after the event) polls the CQ at once, as much as a fresh
-//! close would have waited. Where the device moved the queue pair to the
+//! such a flush to the context as any completion. A close more than
+//! [`LAST_WQE_WAIT`] after the end (or after the event) polls the CQ at
+//! once, as much as a fresh close would have waited. Where the device moved the queue pair to the
 //! error state itself before we did (a failed work request, or the kernel
 //! on the peer's disconnect request), its event may precede the wait:
 //! the bound, from our move, then stands in, as on a device without the
@@ -63,13 +63,21 @@ use tokio::time::Instant;
 use weft_core::provider::ProviderSrx;
 use weft_core::sync::lock;
 
-use super::complete::Route;
+use weft_core::completion::CqErrEntry;
+use weft_core::credits::Credits;
+use weft_core::flags::OpFlags;
+use weft_core::sync::FastMutex;
+use weft_core::Error;
+
+use super::complete::{RecvMem, Route, RxQueue};
 use super::srx::{route_of, MsgSrx, SRX_WR_BIT};
-use super::{Link, MsgShared};
+use super::{stream, Link, MsgShared};
 use crate::async_reader::DeviceEvents;
+use crate::cm_events::CmChannel;
 use crate::cq_poller::{self, CqPoller};
 use crate::device_events::{Closing, LastWqe};
 use crate::sys::QueuePair;
+use crate::user_bufs::unregister_before;
 
 /// How long a closed endpoint bound to a shared receive context waits
 /// for its queue pair's last-WQE event before the last poll. A device
@@ -208,15 +216,23 @@ impl MsgShared {
 
     /// A connect or accept that failed after building its link (every
     /// exit from then on): lets the link and the event reader go, so a
-    /// later connect finds none. Unless the close came first: it owns
-    /// them then (it takes the link after marking the endpoint closed,
-    /// and this decides under the link's lock, so exactly one of the two
-    /// has it). The queue pair may have passed RTR (librdmacm moves it
-    /// as it handles the reply, or in `rdma_accept`) and taken shared
-    /// receives: it goes to the error state, its last-WQE wait
-    /// registered first, and is handed off as a closed one's. The
+    /// later connect finds none, and the route of its id on `chan` (the
+    /// channel the caller subscribed it on: a close racing this may have
+    /// taken the endpoint's already). Unless the close came first: it
+    /// owns them then (it takes the link after marking the endpoint
+    /// closed, and this decides under the link's lock, so exactly one of
+    /// the two has it). The queue pair may have passed RTR (librdmacm
+    /// moves it as it handles the reply, or in `rdma_accept`): it goes to
+    /// the error state, its last-WQE wait registered first if the
+    /// endpoint is bound to a shared receive context, whose receives it
+    /// may have taken: it is then handed off as a closed one's. The
     /// connection never started, so no end will come for it.
-    pub(super) fn give_up_link(&self) {
+    ///
+    /// An endpoint with its own receive queue fails the receives posted
+    /// on the given-up queue pair `Canceled` ([`cancel_waiting`]); a
+    /// stream's state, which holds the queue pair and its pinned buffers,
+    /// goes too.
+    pub(super) fn give_up_link(&self, chan: &CmChannel) {
         let taken = {
             let mut g = lock(&self.link);
             if self.is_closed() {
@@ -226,17 +242,18 @@ impl MsgShared {
             }
         };
         let Some(l) = taken else { return };
-        // While the id lives (its token cannot name a newer one yet): the
-        // close, finding no link, no longer can.
-        let cm = lock(&self.cm).clone();
-        if let Some(c) = cm {
-            c.unsubscribe(l.id.token());
-        }
+        // While the id lives (its token cannot name a newer one yet).
+        chan.unsubscribe(l.id.token());
         let events = lock(&self.events).take();
         // A driver only if `start` failed after starting it.
         let poller = cq_poller::stop(&self.poller);
-        if self.srx().is_none() {
-            return;
+        {
+            // Only a connection that failed has a stream still `Built`;
+            // a later connect builds its own.
+            let mut s = lock(&self.stream);
+            if matches!(*s, stream::Slot::Built(_)) {
+                *s = stream::Slot::None;
+            }
         }
         let Closing { last_wqe, moved_at } = lock(&self.qp_end).abandon(
             || events.as_ref().map(|e| e.last_wqe(l.qp.qp_num())),
@@ -245,6 +262,17 @@ impl MsgShared {
             },
         );
         let _ = l.id.disconnect();
+        if self.srx().is_none() {
+            // After the move to the error state: the queue pair writes
+            // into none of their memory any more.
+            let old = cancel_waiting(&self.rxq, &self.rx);
+            // The work requests withdrawn receives left posted keep their
+            // memory (registrations of the application's buffers, slots
+            // of the link's pool) until the link is gone from here.
+            drop(l);
+            drop(old);
+            return;
+        }
         let p = poller.unwrap_or_else(|| cq_poller::detached(l.cq.clone()));
         self.hand_off(
             p,
@@ -254,6 +282,37 @@ impl MsgShared {
             events,
         );
     }
+}
+
+/// The receives posted on a queue pair that was given up, in the error
+/// state: each waiting one fails `Canceled` with its buffers, its credit
+/// released; `rxq` is left empty for the next queue pair. What comes
+/// back is the old queue, with the work requests no receive waits for
+/// any more (withdrawn receives'), to be dropped by the caller once the
+/// queue pair is gone.
+///
+/// Failed rather than kept for the next connection: they would have to
+/// be posted again as the requests they were, and the queue keeps only
+/// their completion and buffers. A retry posts its receives anew, on an
+/// empty queue: none counts a dead work request as spare, and no slot
+/// index names the old pool.
+pub(super) fn cancel_waiting(
+    rxq: &FastMutex<RxQueue<RecvMem>>,
+    credits: &Credits,
+) -> RxQueue<RecvMem> {
+    let mut old = std::mem::take(&mut *lock(rxq));
+    for (mut w, mem) in old.drain() {
+        let mut bufs = w.bufs.take().unwrap_or_default();
+        if let Some(RecvMem::Registered { mrs, mut empty }) = mem {
+            bufs = unregister_before(mrs, Vec::new());
+            bufs.append(&mut empty);
+        }
+        credits.release(1);
+        w.done.fail(
+            CqErrEntry::new(0, OpFlags::RECV | OpFlags::MSG, Error::Canceled).with_bufs(bufs),
+        );
+    }
+    old
 }
 
 /// What a closed endpoint bound to a shared receive context keeps for
@@ -302,4 +361,65 @@ fn last_poll(rt: &Handle, left: Leftover) {
             "verbs msg: closed endpoint's last poll"
         );
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use futures::channel::oneshot;
+    use weft_core::completion::{Finished, OpDone};
+
+    use super::*;
+
+    fn awaited(context: u64) -> (OpDone, oneshot::Receiver<Finished>) {
+        let (tx, rx) = oneshot::channel();
+        let done = OpDone {
+            context,
+            flags: OpFlags::RECV | OpFlags::MSG,
+            report: true,
+            cq: None,
+            cntr: None,
+            waiter: Some(tx),
+        };
+        (done, rx)
+    }
+
+    #[test]
+    fn given_up_receives_fail_canceled_and_the_queue_starts_empty() {
+        let credits = Credits::new(4);
+        let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+        let (d1, mut r1) = awaited(1);
+        let (d2, mut r2) = awaited(2);
+        let (d3, _r3) = awaited(3);
+        {
+            let mut q = lock(&rxq);
+            for (id, d) in [(10, d1), (11, d2), (12, d3)] {
+                assert!(credits.try_take() && q.needs_wr());
+                q.push(
+                    id,
+                    d,
+                    Some(vec![BytesMut::zeroed(8)]),
+                    Some(RecvMem::Slot(id as u32)),
+                );
+            }
+            // Receive 3 withdrawn: its work request stays posted, spare.
+            assert!(q.cancel(3, &credits).is_some());
+            assert!(!q.needs_wr());
+        }
+        assert_eq!(credits.left(), 2);
+        let old = cancel_waiting(&rxq, &credits);
+        assert_eq!(credits.left(), 4, "every credit back");
+        for r in [&mut r1, &mut r2] {
+            let done = r.try_recv().unwrap().expect("completed");
+            let e = done.into_result(0).expect_err("failed");
+            assert_eq!(e.err, Error::Canceled);
+            assert_eq!(e.bufs.len(), 1, "its buffers back");
+        }
+        assert_eq!(old.waiting(), 0);
+        // The next queue pair's first receive posts a work request: the
+        // dead one is not counted spare.
+        let q = lock(&rxq);
+        assert_eq!(q.waiting(), 0);
+        assert!(q.needs_wr());
+    }
 }

@@ -1,5 +1,6 @@
-//! The connecting side of a MSG endpoint's connection setup, and the
-//! wait for `Established` both sides share.
+//! The connecting side of a MSG endpoint's connection setup, and what
+//! both sides share: the wait for `Established` and the start of the
+//! connection's drivers.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,8 +10,9 @@ use weft_core::auth::ConnKind;
 use weft_core::sync::lock;
 use weft_core::{Error, Result};
 
-use super::{cm_decode, cm_encode, MsgShared};
+use super::{cm_decode, cm_encode, stream, Link, MsgShared};
 use crate::cm_events::{self, CmChannel};
+use crate::cq_poller;
 use crate::keyproof::dial::{self, OpeningId};
 use crate::keyproof::payload;
 use crate::keyproof::Dialer;
@@ -73,7 +75,11 @@ pub(super) async fn active_connect(
             .await
             .map_err(|(e, _)| e)?,
     }
-    let link = ep.build_link(id, ep.key.as_ref())?;
+    // A failure to build drops the id: its route goes with it.
+    let token = id.token();
+    let link = ep
+        .build_link(id, ep.key.as_ref())
+        .inspect_err(|_| chan.unsubscribe(token))?;
     // Every exit from here on with an error goes through one arm, which
     // lets the link go: the error, and what the EQ hears of it (if
     // anything: the CM data of a rejection).
@@ -106,11 +112,74 @@ pub(super) async fn active_connect(
     match r {
         Ok(peer_cm) => Ok(peer_cm),
         Err((e, heard)) => {
-            ep.give_up_link();
+            ep.give_up_link(&chan);
             if let Some(data) = heard {
                 ep.report_failed(e, data);
             }
             Err(e)
         }
+    }
+}
+
+impl MsgShared {
+    /// Starts the completion driver and the connection watcher.
+    pub(super) fn start(
+        self: &Arc<Self>,
+        link: &Arc<Link>,
+        mut events: tokio::sync::mpsc::UnboundedReceiver<crate::sys::CmEvent>,
+    ) -> Result<()> {
+        if self.is_closed() {
+            return Err(Error::OpBadState);
+        }
+        let h = cq_poller::start(
+            &self.rt,
+            self.cfg.wait,
+            (link.cq.clone(), link.chan.clone()),
+            self,
+            &self.poller,
+        )?;
+        lock(&self.tasks).extend(h);
+        let me = Arc::downgrade(self);
+        let t = self.rt.spawn(async move {
+            while let Some(ev) = events.recv().await {
+                let Some(ep) = me.upgrade() else { return };
+                match ev.kind {
+                    CmEventKind::Disconnected => {
+                        ep.peer_gone();
+                        return;
+                    }
+                    // The device went away, or rdma_cm reports the
+                    // established connection broken: nothing orderly.
+                    CmEventKind::DeviceRemoval
+                    | CmEventKind::ConnectError
+                    | CmEventKind::Unreachable => {
+                        ep.critical(ev.error().unwrap_or(Error::ConnAborted));
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        });
+        lock(&self.tasks).push(t.abort_handle());
+        // A close that came meanwhile may have drained the tasks before
+        // ours were pushed, and stopped the poller slot before the driver
+        // filled it. It marks the endpoint closed before it drains them,
+        // so seen closed here it may have missed them (seen open, it did
+        // not: it drains after our push). Its link was ours (`build_link`
+        // published it), so it moved and handed off the queue pair: only
+        // the driver and the watcher are left to stop.
+        if self.is_closed() {
+            for t in lock(&self.tasks).drain(..) {
+                t.abort();
+            }
+            let _ = cq_poller::stop(&self.poller);
+            return Err(Error::OpBadState);
+        }
+        if !self.is_stream() {
+            // A stream's probe starts with the stream.
+            self.start_probe();
+        }
+        stream::established(self);
+        Ok(())
     }
 }

@@ -97,8 +97,8 @@ use crate::keyproof::payload::{self, PROOF_DATA_MAX};
 use crate::liveness::Probe;
 use crate::slot_pool::{SlotPool, SLOTS};
 use crate::sys::{
-    AccessFlags, CmEventKind, CmId, CompChannel, ConnParam, Cq, ProtectionDomain, QpCaps,
-    QpInitAttr, QpType, QueuePair,
+    AccessFlags, CmId, CompChannel, ConnParam, Cq, ProtectionDomain, QpCaps, QpInitAttr, QpType,
+    QueuePair,
 };
 
 mod closing;
@@ -327,10 +327,11 @@ impl MsgShared {
         let rx_slots = if srx.is_some() { 1 } else { slots };
         let recv_pool = SlotPool::new(&pd, rx_slots, AccessFlags::LOCAL_WRITE)?;
         let read_pool = crate::user_bufs::read_pool(&pd)?;
-        if self.is_stream() {
-            let core = stream::StreamCore::new(&pd, qp.clone())?;
-            *lock(&self.stream) = stream::Slot::Built(core);
-        }
+        let core = if self.is_stream() {
+            Some(stream::StreamCore::new(&pd, qp.clone())?)
+        } else {
+            None
+        };
         let link = Arc::new(Link {
             cache: crate::domain::endpoint_cache(&self.cfg, &pd),
             id,
@@ -342,9 +343,26 @@ impl MsgShared {
             recv_pool,
             read_pool,
         });
-        // Before the link: a close that finds the link finds its reader.
-        *lock(&self.events) = events;
-        *lock(&self.link) = Some(link.clone());
+        {
+            // Published only on an endpoint not closed, decided under the
+            // link's lock as `give_up_link` decides: the close marks the
+            // endpoint closed before it takes the link, so either it finds
+            // this link (and moves, hands off and unsubscribes it) or the
+            // link is never set. A closed endpoint's fresh queue pair never
+            // reached RTR (no connect or accept ran on it): dropping it here
+            // loses nothing.
+            let mut g = lock(&self.link);
+            if self.is_closed() {
+                return Err(Error::OpBadState);
+            }
+            // Before the link: a close that finds the link finds its reader.
+            *lock(&self.events) = events;
+            *g = Some(link.clone());
+        }
+        if let Some(core) = core {
+            // Taken back by `give_up_link` should the connection fail.
+            *lock(&self.stream) = stream::Slot::Built(core);
+        }
         // Receives posted while unconnected go to the new QP first, so the
         // peer's first message finds them.
         let early = std::mem::take(&mut *lock(&self.early_recvs));
@@ -355,50 +373,6 @@ impl MsgShared {
             }
         }
         Ok(link)
-    }
-
-    /// Starts the completion driver and the connection watcher.
-    fn start(
-        self: &Arc<Self>,
-        link: &Arc<Link>,
-        mut events: tokio::sync::mpsc::UnboundedReceiver<crate::sys::CmEvent>,
-    ) -> Result<()> {
-        let h = cq_poller::start(
-            &self.rt,
-            self.cfg.wait,
-            (link.cq.clone(), link.chan.clone()),
-            self,
-            &self.poller,
-        )?;
-        lock(&self.tasks).extend(h);
-        let me = Arc::downgrade(self);
-        let t = self.rt.spawn(async move {
-            while let Some(ev) = events.recv().await {
-                let Some(ep) = me.upgrade() else { return };
-                match ev.kind {
-                    CmEventKind::Disconnected => {
-                        ep.peer_gone();
-                        return;
-                    }
-                    // The device went away, or rdma_cm reports the
-                    // established connection broken: nothing orderly.
-                    CmEventKind::DeviceRemoval
-                    | CmEventKind::ConnectError
-                    | CmEventKind::Unreachable => {
-                        ep.critical(ev.error().unwrap_or(Error::ConnAborted));
-                        return;
-                    }
-                    _ => {}
-                }
-            }
-        });
-        lock(&self.tasks).push(t.abort_handle());
-        if !self.is_stream() {
-            // A stream's probe starts with the stream.
-            self.start_probe();
-        }
-        stream::established(self);
-        Ok(())
     }
 
     /// The connection ended in order (`rdma_disconnect` by either
@@ -674,6 +648,9 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
                 return Err(Error::Inval);
             }
             let dest = decode_sockaddr(&dest)?;
+            if ep.is_closed() {
+                return Err(Error::OpBadState);
+            }
             if lock(&ep.link).is_some() || ep.connecting.swap(true, Ordering::AcqRel) {
                 return Err(Error::IsConn);
             }
@@ -695,6 +672,9 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         let ep = self.shared.clone();
         async move {
             let pd = cm_encode(&cm_data)?;
+            if ep.is_closed() {
+                return Err(Error::OpBadState);
+            }
             let h = ep.cfg.conn.clone().ok_or(Error::OpBadState)?;
             let req = crate::passive::request_of(&h)?;
             let tos = crate::tos_of(&ep.cfg.info)?;
@@ -711,12 +691,18 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
             // proved: its queue pair goes where that key's do.
             let proven = req.proven().cloned();
             let (id, chan) = req.take()?;
+            // The route the request left on the listener's channel goes
+            // on every exit before the link is built (`give_up_link` lets
+            // it go after).
+            let token = id.token();
             if let Some(t) = tos {
-                id.set_tos(t)?;
+                id.set_tos(t).inspect_err(|_| chan.unsubscribe(token))?;
             }
-            let mut events = chan.subscribe(id.token());
+            let mut events = chan.subscribe(token);
             *lock(&ep.cm) = Some(chan.clone());
-            let link = ep.build_link(id, proven.as_ref())?;
+            let link = ep
+                .build_link(id, proven.as_ref())
+                .inspect_err(|_| chan.unsubscribe(token))?;
             // As in a connect: every error from here on lets the link go
             // (its queue pair past RTR once `rdma_accept` returns).
             let r = async {
@@ -736,7 +722,7 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
                     Ok(())
                 }
                 Err((e, heard)) => {
-                    ep.give_up_link();
+                    ep.give_up_link(&chan);
                     if let Some(data) = heard {
                         ep.cfg.eq_error(e, data);
                     }
