@@ -253,7 +253,7 @@ fn forge_claim(seg: &Segment, i: usize, name: &str, nonce: &[u8], proof: &[u8]) 
     seg.write(c.ctl(C_NAME), name.as_bytes());
     let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
     seg.store32(c.ctl(C_GEN), gen, Release);
-    seg.store64(c.ctl(C_TAIL), 0, Release);
+    c.clear_start(seg);
     seg.write(c.ctl(C_TX_NONCE), nonce);
     seg.write(c.ctl(C_TX_PROOF), proof);
     seg.store32(c.ctl(C_PROVES), u32::from(!proof.is_empty()), Release);
@@ -264,9 +264,9 @@ fn forge_claim(seg: &Segment, i: usize, name: &str, nonce: &[u8], proof: &[u8]) 
         total: 5,
         ..RecHead::default()
     };
-    let (at, tail) = c.write_head(seg, 0, &h);
+    let (at, _) = c.write_head(seg, 0, &h);
     seg.write(at, b"forge");
-    c.publish(seg, tail);
+    c.publish(seg, 0, h.word);
     seg.store32(c.ctl(C_STATE), ACTIVE, Release);
     c
 }

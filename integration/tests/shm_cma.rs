@@ -156,9 +156,9 @@ fn hostile_record(b: &weft::Endpoint, i: usize, total: u64, ann: &[u8]) {
         data: 0,
         total,
     };
-    let (at, tail) = c.write_head(&seg, 0, &h);
+    let (at, _) = c.write_head(&seg, 0, &h);
     seg.write(at, ann);
-    c.publish(&seg, tail);
+    c.publish(&seg, 0, h.word);
 }
 
 async fn malformed_until(ep: &weft::Endpoint, n: u64) {

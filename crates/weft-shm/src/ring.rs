@@ -1,11 +1,15 @@
 //! One channel's ring: a single-producer, single-consumer byte ring of
 //! records (`docs/wire.md`, "The shm segment"). The producer owns `tail`
 //! and the consumer `head`; each keeps its own position and never trusts
-//! the other's word beyond what the checks here allow: a record is
-//! accepted only if it lies wholly between the consumer's head and the
-//! producer's tail, inside the ring, with a known kind and flags.
+//! the other's word beyond what the checks here allow. Records are
+//! published in band (layout version 8): a record's first word, written
+//! last, says it is there, and the consumer polls the word at its head
+//! rather than a tail word in the control block, so a message moves no
+//! cache line besides its own. A record is accepted only if it lies
+//! inside the ring, with a known kind and flags and a length within the
+//! chunk.
 
-use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use crate::layout::*;
 use crate::segment::{Block, Segment};
@@ -162,9 +166,11 @@ impl Chan {
         (at & (self.g.ring as u64 - 1)) as usize
     }
 
-    /// The producer's published tail.
-    pub fn tail(&self, seg: &Segment) -> u64 {
-        seg.load64(self.ctl(C_TAIL), Acquire).unwrap_or(0)
+    /// Segment offset of the first word of the record or padding at
+    /// position `at`.
+    #[inline(always)]
+    fn word_at(&self, at: u64) -> usize {
+        self.ring() + self.pos(at)
     }
 
     /// The consumer's published head.
@@ -172,50 +178,63 @@ impl Chan {
         seg.load64(self.ctl(C_HEAD), Acquire).unwrap_or(0)
     }
 
-    /// Consumer: the record at `head` (the consumer's own position),
-    /// skipping padding.
-    pub fn next(&self, seg: &Segment, head: u64) -> Next {
-        let tail = self.tail(seg);
-        self.next_below(seg, head, tail)
+    /// Whether the word at `head` is set: a record (or padding) published
+    /// there, as far as a look without the checks tells. `None`: the word
+    /// is not a word inside the segment (a misaligned head).
+    #[inline(always)]
+    pub fn published_at(&self, seg: &Segment, head: u64) -> Option<bool> {
+        seg.load32(self.word_at(head), Relaxed).map(|w| w != 0)
     }
 
-    /// [`next`](Self::next) against a tail read already. Inlined into
-    /// the reader's loop: called, the record it found was built and
-    /// copied out once more per message.
+    /// Producer, at a claim, before the channel goes `ACTIVE`: the word
+    /// at position 0, where the consumer starts, reads 0 whatever an
+    /// earlier claim left there (the invariant [`next`](Self::next)
+    /// relies on: the word at the consumer's head is 0 or published).
+    pub fn clear_start(&self, seg: &Segment) {
+        seg.store32(self.word_at(0), 0, Release);
+    }
+
+    /// Consumer: the record at `head` (the consumer's own position),
+    /// skipping padding. Published in band: a record's first word (never
+    /// 0) is stored last, with release, after the word at the position
+    /// after the record was set to 0; so the word at `head` is 0 (nothing
+    /// yet) or a record whose bytes are all written, whatever an earlier
+    /// lap of the ring left past it. Inlined into the reader's loop:
+    /// called, the record it found was built and copied out once more per
+    /// message.
     #[inline]
-    pub fn next_below(&self, seg: &Segment, mut head: u64, tail: u64) -> Next {
-        let r = self.g.ring as u64;
+    pub fn next(&self, seg: &Segment, mut head: u64) -> Next {
         for _ in 0..2 {
-            let avail = tail.wrapping_sub(head);
-            if avail == 0 {
-                return Next::Empty;
-            }
-            if avail > r || head % 8 != 0 || avail % 8 != 0 {
-                return Next::Corrupt;
-            }
             let pos = self.pos(head);
             let to_end = self.g.ring - pos;
-            let mut hb = [0u8; REC_HDR];
-            // A whole header in one fixed-size read (inlined moves, not a
-            // call of `memcpy`); only padding can start nearer the end.
-            let ok = if to_end >= REC_HDR {
-                seg.read(self.ring() + pos, &mut hb)
-            } else {
-                seg.read(self.ring() + pos, &mut hb[..to_end])
-            };
-            if !ok {
+            // The acquire pairs with the producer's release of the word:
+            // everything the record holds is read after it.
+            let Some(word) = seg.load32(self.ring() + pos, Acquire) else {
                 return Next::Corrupt;
+            };
+            if word == 0 {
+                return Next::Empty;
             }
-            let h = RecHead::decode(&hb);
-            if h.kind() == K_PAD && h.word & !0xff == 0 {
+            if word == K_PAD {
                 // The rest of the ring is padding; the next record starts
                 // at the ring's beginning.
-                if (to_end as u64) > avail {
-                    return Next::Corrupt;
-                }
                 head = head.wrapping_add(to_end as u64);
                 continue;
             }
+            if to_end < REC_HDR {
+                // Only padding starts nearer the end.
+                return Next::Corrupt;
+            }
+            let mut hb = [0u8; REC_HDR];
+            // A whole header in one fixed-size read (inlined moves, not a
+            // call of `memcpy`).
+            if !seg.read(self.ring() + pos, &mut hb) {
+                return Next::Corrupt;
+            }
+            let mut h = RecHead::decode(&hb);
+            // The word judged is the one whose release the rest was read
+            // after, not the copy's.
+            h.word = word;
             let len = h.len as usize;
             let size = rec_len(len);
             let kind_ok = matches!(
@@ -230,10 +249,7 @@ impl Chan {
                     | K_RMA_WD
                     | K_RMA_RD
             ) && (h.word & !0xff & !F_ALL == 0 || request_bits(h.word));
-            if !kind_ok || to_end < REC_HDR || len > self.g.chunk() || size > to_end {
-                return Next::Corrupt;
-            }
-            if size as u64 > avail {
+            if !kind_ok || len > self.g.chunk() || size > to_end {
                 return Next::Corrupt;
             }
             return Next::Rec(Rec {
@@ -260,10 +276,16 @@ impl Chan {
 
     /// [`room`](Self::room) against a head read earlier (the producer
     /// keeps the last one it read: the head only moves forward, so the
-    /// room it gives is never more than there is).
+    /// room it gives is never more than there is). The last 8 bytes
+    /// before the head are never room: every record written is followed
+    /// by the 0 word at the position after it (`write_head`), which must
+    /// not land on a record the consumer has not read. So a producer's
+    /// tail is never more than `ring - 8` ahead of the head, and a head
+    /// that says otherwise is a broken one.
     pub fn room_after(&self, head: u64, tail: u64) -> Option<usize> {
         let used = tail.wrapping_sub(head);
-        (used <= self.g.ring as u64).then(|| self.g.ring - used as usize)
+        let cap = self.g.ring - WORD_AHEAD;
+        (used <= cap as u64).then(|| cap - used as usize)
     }
 
     /// Producer: the payload room of the next record at `tail` with
@@ -286,40 +308,51 @@ impl Chan {
         Some((pad, payload))
     }
 
-    /// Producer: writes padding of `pad` bytes (to the ring's end) at
-    /// `tail` and returns the tail after it.
+    /// Producer: writes and publishes padding of `pad` bytes (to the
+    /// ring's end) at `tail` and returns the tail after it. The word after
+    /// it, at the ring's beginning, is set to 0 first, as after a record:
+    /// the caller's room covers it (the record that follows padding
+    /// starts there).
     pub fn write_pad(&self, seg: &Segment, tail: u64, pad: usize) -> u64 {
         if pad == 0 {
             return tail;
         }
-        let pos = self.pos(tail);
-        let h = RecHead {
-            word: K_PAD,
-            ..RecHead::default()
-        };
-        let b = h.encode();
-        seg.write(self.ring() + pos, &b[..pad.min(REC_HDR)]);
+        seg.store32(self.word_at(0), 0, Relaxed);
+        seg.store32(self.word_at(tail), K_PAD, Release);
         tail.wrapping_add(pad as u64)
     }
 
-    /// Producer: writes a record's header at `tail` (whose payload the
-    /// caller writes at the returned offset) and returns (payload offset,
-    /// tail after the record). The caller checked the room with
-    /// [`fit`](Self::fit).
+    /// Producer: writes a record's header at `tail` but its first word,
+    /// and 0 into the first word at the position after the record, and
+    /// returns (payload offset, tail after the record). The caller writes
+    /// the payload at the returned offset, then publishes the record with
+    /// [`publish`](Self::publish). The caller checked the room with
+    /// [`fit`](Self::fit), which keeps the word after the record free.
     pub fn write_head(&self, seg: &Segment, tail: u64, h: &RecHead) -> (usize, u64) {
-        let pos = self.pos(tail);
-        seg.write(self.ring() + pos, &h.encode());
-        (
-            self.ring() + pos + REC_HDR,
-            tail.wrapping_add(rec_len(h.len as usize) as u64),
-        )
+        let at = self.word_at(tail);
+        let next = tail.wrapping_add(rec_len(h.len as usize) as u64);
+        // Set before the record's word is released, so the consumer that
+        // reads the record reads 0 after it until the next is published,
+        // not a record of an earlier lap.
+        seg.store32(self.word_at(next), 0, Relaxed);
+        seg.write(at + 4, &h.encode()[4..]);
+        (at + REC_HDR, next)
     }
 
-    /// Producer: publishes `tail`.
-    pub fn publish(&self, seg: &Segment, tail: u64) {
-        seg.store64(self.ctl(C_TAIL), tail, Release);
+    /// Producer: publishes the record written at `tail` (its header by
+    /// [`write_head`](Self::write_head), its payload by the caller) by
+    /// storing its first word `word`, never 0.
+    #[inline(always)]
+    pub fn publish(&self, seg: &Segment, tail: u64, word: u32) {
+        debug_assert!(word & 0xff != 0, "a record's word is never 0");
+        seg.store32(self.word_at(tail), word, Release);
     }
 }
+
+/// Bytes the producer keeps free before the consumer's head: the word
+/// after its last record (`Chan::room_after`), rounded to the records'
+/// alignment.
+pub const WORD_AHEAD: usize = 8;
 
 /// Copies bytes `off..off + n` of the message in `iov` to segment offset
 /// `at`.
@@ -382,9 +415,13 @@ mod tests {
         };
         let (off, t) = c.write_head(seg, *tail, &h);
         seg.write(off, payload);
+        c.publish(seg, *tail, word);
         *tail = t;
-        c.publish(seg, *tail);
         true
+    }
+
+    fn word(seg: &Segment, c: &Chan, at: u64) -> u32 {
+        seg.load32(c.word_at(at), Acquire).unwrap()
     }
 
     #[test]
@@ -414,9 +451,12 @@ mod tests {
                 };
                 let (at, t) = c.write_head(&seg, tail, &h);
                 seg.write(at, &p[off..off + n]);
+                // Written but not published: nothing to read yet, however
+                // many laps the ring made.
+                assert_eq!(c.next(&seg, head), Next::Empty, "record {i}");
+                c.publish(&seg, tail, word);
                 tail = t;
                 off += n;
-                c.publish(&seg, tail);
                 let Next::Rec(r) = c.next(&seg, head) else {
                     panic!("record {i}")
                 };
@@ -435,6 +475,105 @@ mod tests {
         }
     }
 
+    /// The word after the last record is 0 whatever an earlier lap left
+    /// there: records of one lap whose boundaries fall inside the last
+    /// lap's records (and on their old first words, still set) are read
+    /// exactly as written, and nothing past the last.
+    #[test]
+    fn an_earlier_laps_words_are_never_published() {
+        let (seg, c) = small();
+        let (mut tail, mut head) = (0u64, 0u64);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut sent = std::collections::VecDeque::new();
+        for n in 0..4000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 700) as usize;
+            let p = vec![n as u8; len];
+            // The receiver lags by a few records (and at times drains).
+            if put(&c, &seg, &mut tail, &p, K_FIRST | F_LAST) {
+                sent.push_back(p);
+            }
+            // The word after the last record is always 0.
+            assert_eq!(word(&seg, &c, tail), 0, "message {n}");
+            let keep = if x % 5 == 0 { 0 } else { (x % 4) as usize };
+            while sent.len() > keep {
+                let Next::Rec(r) = c.next(&seg, head) else {
+                    panic!("message {n}: no record")
+                };
+                let want = sent.pop_front().unwrap();
+                let mut b = vec![0u8; r.head.len as usize];
+                assert!(seg.read(r.payload, &mut b));
+                assert_eq!(b, want, "message {n}");
+                head = r.next;
+                c.consume(&seg, head);
+            }
+            if sent.is_empty() {
+                assert_eq!(c.next(&seg, head), Next::Empty, "message {n}");
+            }
+        }
+        assert!(tail > 100 * c.g.ring as u64, "many laps");
+    }
+
+    /// A full ring keeps the word after its last record free: the 0
+    /// written ahead never lands on the record at the head, unread.
+    #[test]
+    fn a_full_ring_keeps_the_head_record() {
+        let (seg, c) = small();
+        for first in [0u64, 8, 96, 4000] {
+            // Start anywhere in the ring, as after earlier laps.
+            let mut tail = first;
+            c.consume(&seg, first);
+            // As a claim clears position 0: the word at the tail is 0.
+            seg.store32(c.word_at(first), 0, Release);
+            let mut n = 0;
+            let mut p = vec![1u8; 1000];
+            while put(&c, &seg, &mut tail, &p, K_FIRST | F_LAST) {
+                n += 1;
+            }
+            // Then smaller records, down to empty ones.
+            for len in [200, 64, 8, 0] {
+                p.truncate(len);
+                while put(&c, &seg, &mut tail, &p, K_FIRST | F_LAST) {
+                    n += 1;
+                }
+            }
+            let used = tail - first;
+            assert!(used <= (c.g.ring - WORD_AHEAD) as u64, "{used}");
+            assert!(n >= 3);
+            let mut head = first;
+            let mut read = 0;
+            while let Next::Rec(r) = c.next(&seg, head) {
+                head = r.next;
+                read += 1;
+            }
+            assert_eq!((read, head), (n, tail), "from {first}");
+            // What was written stays readable until it is consumed.
+            assert!(matches!(c.next(&seg, first), Next::Rec(_)));
+        }
+    }
+
+    /// A claim clears the word at position 0, where the consumer starts:
+    /// an earlier claim's records there are not read as this one's.
+    #[test]
+    fn a_claim_starts_at_a_clear_word() {
+        let (seg, c) = small();
+        let mut tail = 0;
+        assert!(put(&c, &seg, &mut tail, &[7u8; 64], K_FIRST | F_LAST));
+        assert!(matches!(c.next(&seg, 0), Next::Rec(_)));
+        c.clear_start(&seg);
+        assert_eq!(c.next(&seg, 0), Next::Empty);
+        assert_eq!(c.published_at(&seg, 0), Some(false));
+        let mut tail = 0;
+        assert!(put(&c, &seg, &mut tail, &[8u8; 8], K_FIRST | F_LAST));
+        assert_eq!(c.published_at(&seg, 0), Some(true));
+        let Next::Rec(r) = c.next(&seg, 0) else {
+            panic!("the new record")
+        };
+        assert_eq!(r.head.len, 8);
+    }
+
     #[test]
     fn a_full_ring_refuses_and_lies_are_corrupt() {
         let (seg, c) = small();
@@ -445,20 +584,34 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 3, "three records of 1032 bytes fill 4 KiB");
-        // A tail more than a ring ahead of the head.
-        assert_eq!(c.next_below(&seg, 0, 8192), Next::Corrupt);
-        // A tail behind the head.
-        assert_eq!(c.next_below(&seg, 64, 8), Next::Corrupt);
         // An unknown kind.
-        seg.write(c.g.ring_at(1), &11u32.to_ne_bytes());
+        seg.store32(c.g.ring_at(1), 11, Release);
         assert_eq!(c.next(&seg, 0), Next::Corrupt);
-        // A length past the published tail.
-        seg.write(c.g.ring_at(1), &(K_FIRST | F_LAST).to_ne_bytes());
-        seg.write(c.g.ring_at(1) + 4, &2000u32.to_ne_bytes());
-        assert_eq!(c.next_below(&seg, 0, 1032), Next::Corrupt);
-        // A head the consumer published beyond the ring is a broken one.
+        // A length past the ring's end, or past the chunk.
+        seg.store32(c.g.ring_at(1), K_FIRST | F_LAST, Release);
+        assert!(matches!(c.next(&seg, 0), Next::Rec(_)));
+        seg.store32(c.g.ring_at(1) + 3584, K_FIRST | F_LAST, Release);
+        seg.write(c.g.ring_at(1) + 3588, &1000u32.to_ne_bytes());
+        assert_eq!(c.next(&seg, 3584), Next::Corrupt, "past the end");
+        seg.write(c.g.ring_at(1) + 4, &1025u32.to_ne_bytes());
+        assert_eq!(c.next(&seg, 0), Next::Corrupt, "past the chunk");
+        // A record header that would cross the ring's end.
+        seg.store32(c.g.ring_at(1) + 4088, K_FIRST | F_LAST, Release);
+        assert_eq!(c.next(&seg, 4088), Next::Corrupt);
+        // Padding, then padding again.
+        seg.store32(c.g.ring_at(1) + 4088, K_PAD, Release);
+        seg.store32(c.g.ring_at(1), K_PAD, Release);
+        assert_eq!(c.next(&seg, 4088), Next::Corrupt);
+        // Padding with flags is no padding.
+        seg.store32(c.g.ring_at(1) + 4088, K_PAD | F_LAST, Release);
+        assert_eq!(c.next(&seg, 4088), Next::Corrupt);
+        // A head the consumer published beyond the ring is a broken one,
+        // as is one that leaves less than the word ahead.
         c.consume(&seg, 1 << 40);
         assert_eq!(c.room(&seg, 0), None);
+        c.consume(&seg, 0);
+        assert_eq!(c.room(&seg, 4096), None);
+        assert_eq!(c.room(&seg, 4088), Some(0));
     }
 
     /// A request's id bits pass on requests only; every other bit past

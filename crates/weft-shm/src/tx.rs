@@ -271,7 +271,9 @@ impl Peer {
             s.write(c.ctl(C_NAME), my_name.as_bytes());
             let gen = s.load32(c.ctl(C_GEN), Acquire).unwrap_or(0).wrapping_add(1);
             s.store32(c.ctl(C_GEN), gen, Release);
-            s.store64(c.ctl(C_TAIL), 0, Release);
+            // Before `ACTIVE`: the receiver starts at position 0, whose
+            // word must be 0 or a record of this claim's.
+            c.clear_start(s);
             // A random source that failed (no nonce): the channel is
             // given straight back and the sends wait for the next try.
             let key = keys.key_for(self.proves);
@@ -370,17 +372,13 @@ impl Peer {
                 data: o.data,
                 total: o.len as u64,
             };
+            // Published record by record (`put_record`): the receiver
+            // drains while the rest is written.
             self.put_record(&c, pad, &h, &o.iov, o.off, n);
             o.off += n;
             o.started = true;
-            if !last {
-                // Published record by record: the receiver drains while
-                // the rest is written.
-                c.publish(&self.seg, self.tail);
-            }
         };
         if self.tail != start {
-            c.publish(&self.seg, self.tail);
             self.wake();
         }
         r
@@ -410,7 +408,6 @@ impl Peer {
             total: len as u64,
         };
         self.put_record(&c, pad, &h, iov, 0, len);
-        c.publish(&self.seg, self.tail);
         self.wake();
         true
     }
@@ -420,13 +417,15 @@ impl Peer {
     /// when that leaves too little room, the head read again; `None` when
     /// the head read lies (more than a ring behind the tail).
     /// Writes the padding `pad` (to the ring's end), the record header
-    /// `h` and `n` bytes of `iov` from `off`, and moves the tail past
-    /// them; publishing is the caller's.
+    /// `h` and `n` bytes of `iov` from `off`, publishes the record (its
+    /// first word, last) and moves the tail past it; ringing the
+    /// receiver is the caller's.
     #[inline]
     fn put_record(&mut self, c: &Chan, pad: usize, h: &RecHead, iov: &Iov, off: usize, n: usize) {
         self.tail = c.write_pad(&self.seg, self.tail, pad);
         let (at, next) = c.write_head(&self.seg, self.tail, h);
         crate::ring::copy_out(&self.seg, at, iov, off, n);
+        c.publish(&self.seg, self.tail, h.word);
         self.tail = next;
     }
 
@@ -527,6 +526,7 @@ impl Peer {
         };
         let (at, next) = c.write_head(&self.seg, self.tail, &h);
         self.seg.write(at, &p);
+        c.publish(&self.seg, self.tail, h.word);
         self.tail = next;
         o.started = true;
         if o.lead.is_none() {
