@@ -554,6 +554,98 @@ mod tests {
         }
     }
 
+    /// A producer and a consumer on two threads, the consumer polling
+    /// only the word at its head: every message arrives whole and in
+    /// order over many laps of the ring (records of varied sizes, so
+    /// positions fall on an earlier lap's words), and the consumer never
+    /// sees a record before its bytes.
+    #[test]
+    fn two_threads_in_band() {
+        let (seg, c) = small();
+        const N: u32 = 20_000;
+        let len = |i: u32| (i as usize * 37) % 600;
+        let (t0, limit) = (
+            std::time::Instant::now(),
+            std::time::Duration::from_secs(60),
+        );
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Split where the ring's end or the room says, as a
+                // sender does.
+                let mut tail = 0u64;
+                for i in 0..N {
+                    let p: Vec<u8> = (0..len(i)).map(|k| (i as usize + k) as u8).collect();
+                    let mut off = 0;
+                    loop {
+                        let free = c.room(&seg, tail).unwrap();
+                        let fit = c.fit(tail, free);
+                        let n = fit.map_or(0, |(_, max)| max.min(p.len() - off));
+                        let Some((pad, _)) = fit.filter(|_| n > 0 || p.len() == off) else {
+                            // A consumer that failed consumes no more.
+                            assert!(t0.elapsed() < limit, "no room for ever");
+                            std::thread::yield_now();
+                            continue;
+                        };
+                        tail = c.write_pad(&seg, tail, pad);
+                        let last = off + n == p.len();
+                        let word =
+                            if off == 0 { K_FIRST } else { K_CONT } | if last { F_LAST } else { 0 };
+                        let h = RecHead {
+                            word,
+                            len: n as u32,
+                            tag: i as u64,
+                            data: 0,
+                            total: p.len() as u64,
+                        };
+                        let (at, t) = c.write_head(&seg, tail, &h);
+                        seg.write(at, &p[off..off + n]);
+                        c.publish(&seg, tail, word);
+                        tail = t;
+                        off += n;
+                        if last {
+                            break;
+                        }
+                    }
+                }
+            });
+            s.spawn(|| {
+                let mut head = 0u64;
+                let mut b = vec![0u8; 1024];
+                for i in 0..N {
+                    let mut got = Vec::new();
+                    loop {
+                        let r = match c.next(&seg, head) {
+                            Next::Rec(r) => r,
+                            Next::Empty => {
+                                assert!(t0.elapsed() < limit, "message {i} never came");
+                                std::thread::yield_now();
+                                continue;
+                            }
+                            Next::Corrupt => panic!("message {i}: corrupt"),
+                        };
+                        assert_eq!(r.head.tag, i as u64, "message {i}");
+                        let n = r.head.len as usize;
+                        assert!(seg.read(r.payload, &mut b[..n]));
+                        got.extend_from_slice(&b[..n]);
+                        head = r.next;
+                        c.consume(&seg, head);
+                        if r.head.has(F_LAST) {
+                            break;
+                        }
+                    }
+                    assert_eq!(got.len(), len(i), "message {i}");
+                    assert!(
+                        got.iter()
+                            .enumerate()
+                            .all(|(k, &x)| x == (i as usize + k) as u8),
+                        "message {i}"
+                    );
+                }
+                assert_eq!(c.next(&seg, head), Next::Empty);
+            });
+        });
+    }
+
     /// A claim clears the word at position 0, where the consumer starts:
     /// an earlier claim's records there are not read as this one's.
     #[test]
