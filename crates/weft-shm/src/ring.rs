@@ -12,7 +12,7 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use crate::layout::*;
-use crate::segment::{Block, Segment};
+use crate::segment::{Block, Ring, Segment};
 
 /// A record's header, as written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -159,6 +159,21 @@ impl Chan {
         self.g.ring_at(self.i)
     }
 
+    /// The channel's ring, checked against the mapping (`None`: it is
+    /// not inside, which a checked geometry rules out). Its words are
+    /// then reached by a mask and an alignment test, no bound per word.
+    /// The rings a segment's owner and its senders recorded
+    /// (`Segment::set_rings`, from the geometry this channel's came from)
+    /// take an index test; a segment without (tests, the fuzz target) is
+    /// checked here.
+    #[inline(always)]
+    pub fn area<'a>(&self, seg: &'a Segment) -> Option<Ring<'a>> {
+        match seg.ring_of(self.i) {
+            Some(r) => Some(r),
+            None => seg.ring(self.ring(), self.g.ring),
+        }
+    }
+
     /// Where position `at` falls in the ring. A mask, not `%`: the ring
     /// size is a power of two (`Geometry::check`), and a division by a
     /// size known only at run time took a `div` several times a message.
@@ -183,7 +198,7 @@ impl Chan {
     /// is not a word inside the segment (a misaligned head).
     #[inline(always)]
     pub fn published_at(&self, seg: &Segment, head: u64) -> Option<bool> {
-        seg.load32(self.word_at(head), Relaxed).map(|w| w != 0)
+        self.area(seg)?.load32(head, Relaxed).map(|w| w != 0)
     }
 
     /// Producer, at a claim, before the channel goes `ACTIVE`: the word
@@ -203,13 +218,24 @@ impl Chan {
     /// called, the record it found was built and copied out once more per
     /// message.
     #[inline]
-    pub fn next(&self, seg: &Segment, mut head: u64) -> Next {
+    pub fn next(&self, seg: &Segment, head: u64) -> Next {
+        match self.area(seg) {
+            Some(ring) => self.next_in(&ring, head),
+            None => Next::Corrupt,
+        }
+    }
+
+    /// [`next`](Self::next) in the channel's ring checked already
+    /// ([`area`](Self::area)): a reader draining several records checks
+    /// the ring against the mapping once.
+    #[inline]
+    pub fn next_in(&self, ring: &Ring<'_>, mut head: u64) -> Next {
         for _ in 0..2 {
-            let pos = self.pos(head);
-            let to_end = self.g.ring - pos;
+            let pos = ring.pos(head);
+            let to_end = ring.size() - pos;
             // The acquire pairs with the producer's release of the word:
             // everything the record holds is read after it.
-            let Some(word) = seg.load32(self.ring() + pos, Acquire) else {
+            let Some(word) = ring.load32(head, Acquire) else {
                 return Next::Corrupt;
             };
             if word == 0 {
@@ -228,7 +254,7 @@ impl Chan {
             let mut hb = [0u8; REC_HDR];
             // A whole header in one fixed-size read (inlined moves, not a
             // call of `memcpy`).
-            if !seg.read(self.ring() + pos, &mut hb) {
+            if !ring.read(pos, &mut hb) {
                 return Next::Corrupt;
             }
             let mut h = RecHead::decode(&hb);
@@ -249,12 +275,13 @@ impl Chan {
                     | K_RMA_WD
                     | K_RMA_RD
             ) && (h.word & !0xff & !F_ALL == 0 || request_bits(h.word));
-            if !kind_ok || len > self.g.chunk() || size > to_end {
+            // The chunk (`Geometry::chunk`) of this ring's size.
+            if !kind_ok || len > ring.size() / 4 || size > to_end {
                 return Next::Corrupt;
             }
             return Next::Rec(Rec {
                 head: h,
-                payload: self.ring() + pos + REC_HDR,
+                payload: ring.seg_off(pos + REC_HDR),
                 next: head.wrapping_add(size as u64),
             });
         }
@@ -314,12 +341,10 @@ impl Chan {
     /// the caller's room covers it (the record that follows padding
     /// starts there).
     pub fn write_pad(&self, seg: &Segment, tail: u64, pad: usize) -> u64 {
-        if pad == 0 {
-            return tail;
+        match self.area(seg) {
+            Some(ring) => write_pad_in(&ring, tail, pad),
+            None => tail.wrapping_add(pad as u64),
         }
-        seg.store32(self.word_at(0), 0, Relaxed);
-        seg.store32(self.word_at(tail), K_PAD, Release);
-        tail.wrapping_add(pad as u64)
     }
 
     /// Producer: writes a record's header at `tail` but its first word,
@@ -329,14 +354,13 @@ impl Chan {
     /// [`publish`](Self::publish). The caller checked the room with
     /// [`fit`](Self::fit), which keeps the word after the record free.
     pub fn write_head(&self, seg: &Segment, tail: u64, h: &RecHead) -> (usize, u64) {
-        let at = self.word_at(tail);
-        let next = tail.wrapping_add(rec_len(h.len as usize) as u64);
-        // Set before the record's word is released, so the consumer that
-        // reads the record reads 0 after it until the next is published,
-        // not a record of an earlier lap.
-        seg.store32(self.word_at(next), 0, Relaxed);
-        seg.write(at + 4, &h.encode()[4..]);
-        (at + REC_HDR, next)
+        match self.area(seg) {
+            Some(ring) => write_head_in(&ring, tail, h),
+            None => (
+                self.word_at(tail) + REC_HDR,
+                tail.wrapping_add(rec_len(h.len as usize) as u64),
+            ),
+        }
     }
 
     /// Producer: publishes the record written at `tail` (its header by
@@ -344,9 +368,41 @@ impl Chan {
     /// storing its first word `word`, never 0.
     #[inline(always)]
     pub fn publish(&self, seg: &Segment, tail: u64, word: u32) {
-        debug_assert!(word & 0xff != 0, "a record's word is never 0");
-        seg.store32(self.word_at(tail), word, Release);
+        if let Some(ring) = self.area(seg) {
+            publish_in(&ring, tail, word);
+        }
     }
+}
+
+/// [`Chan::write_pad`] in the channel's ring ([`Chan::area`]).
+#[inline(always)]
+pub fn write_pad_in(ring: &Ring<'_>, tail: u64, pad: usize) -> u64 {
+    if pad == 0 {
+        return tail;
+    }
+    ring.store32(0, 0, Relaxed);
+    ring.store32(tail, K_PAD, Release);
+    tail.wrapping_add(pad as u64)
+}
+
+/// [`Chan::write_head`] in the channel's ring ([`Chan::area`]).
+#[inline(always)]
+pub fn write_head_in(ring: &Ring<'_>, tail: u64, h: &RecHead) -> (usize, u64) {
+    let pos = ring.pos(tail);
+    let next = tail.wrapping_add(rec_len(h.len as usize) as u64);
+    // Set before the record's word is released, so the consumer that
+    // reads the record reads 0 after it until the next is published,
+    // not a record of an earlier lap.
+    ring.store32(next, 0, Relaxed);
+    ring.write(pos + 4, &h.encode()[4..]);
+    (ring.seg_off(pos + REC_HDR), next)
+}
+
+/// [`Chan::publish`] in the channel's ring ([`Chan::area`]).
+#[inline(always)]
+pub fn publish_in(ring: &Ring<'_>, tail: u64, word: u32) {
+    debug_assert!(word & 0xff != 0, "a record's word is never 0");
+    ring.store32(tail, word, Release);
 }
 
 /// Bytes the producer keeps free before the consumer's head: the word
@@ -393,7 +449,10 @@ mod tests {
 
     fn small() -> (Segment, Chan) {
         let g = Geometry::check(2, 4096).unwrap();
-        let seg = Segment::anonymous(&vec![0u8; g.bytes()]).unwrap();
+        let mut seg = Segment::anonymous(&vec![0u8; g.bytes()]).unwrap();
+        // As an endpoint and its senders do (the fuzz target's and
+        // `scan`'s segments check each ring at its use instead).
+        assert!(seg.set_rings(g.rings(), g.channels, g.ring));
         (seg, Chan { g, i: 1 })
     }
 

@@ -282,13 +282,18 @@ pub fn abandon(ep: &EpShared, st: RxState) {
 /// Reads a channel's records up to the limit; `b` is its control block.
 fn drain(ep: &EpShared, c: &Chan, b: &Block<'_, CTL>, lc: &mut RxChan) -> (usize, Stop) {
     let mut n = 0;
+    // The ring checked once for the drain (`Chan::area`), as `next` would
+    // at each record.
+    let Some(ring) = c.area(&ep.seg) else {
+        return (0, Stop::Corrupt);
+    };
     let stop = loop {
         if n == PASS_LIMIT {
             break Stop::Limit;
         }
         // The word at our head says what is published (in band: no tail
         // word to read first).
-        let r = match c.next(&ep.seg, lc.head) {
+        let r = match c.next_in(&ring, lc.head) {
             Next::Empty => break Stop::Empty,
             Next::Corrupt => break Stop::Corrupt,
             Next::Rec(r) => r,

@@ -187,15 +187,19 @@ impl Peer {
         let max = Geometry::check(CHANNELS_MAX as u32, RING_MAX as u32)
             .map(|g| g.bytes())
             .unwrap_or(HEADER);
-        let seg = Segment::open(&crate::name::seg_name(name), min, max).map_err(|e| match e {
-            Error::NoEnt | Error::Inval => Error::ConnRefused,
-            e => e,
-        })?;
+        let mut seg =
+            Segment::open(&crate::name::seg_name(name), min, max).map_err(|e| match e {
+                Error::NoEnt | Error::Inval => Error::ConnRefused,
+                e => e,
+            })?;
         let owner = crate::live::owner_of(&seg).ok_or(Error::ConnRefused)?;
         let serial = seg
             .load64(H_SERIAL, Ordering::Acquire)
             .ok_or(Error::ConnRefused)?;
         let g = crate::ring::header_geometry(&seg).ok_or(Error::ConnRefused)?;
+        // Its rings checked against the mapping once (`Chan::area`); a
+        // geometry whose rings would not fit was refused just above.
+        seg.set_rings(g.rings(), g.channels, g.ring);
         if !crate::live::owner_runs(name, (owner.0, owner.1, serial)) {
             return Err(Error::ConnRefused);
         }
@@ -422,10 +426,17 @@ impl Peer {
     /// receiver is the caller's.
     #[inline]
     fn put_record(&mut self, c: &Chan, pad: usize, h: &RecHead, iov: &Iov, off: usize, n: usize) {
-        self.tail = c.write_pad(&self.seg, self.tail, pad);
-        let (at, next) = c.write_head(&self.seg, self.tail, h);
+        // The ring taken once for the padding, the header, the word ahead
+        // and the record's word: each then a mask and an alignment test.
+        let Some(ring) = c.area(&self.seg) else {
+            // Not reached: the peer's geometry was checked against its
+            // mapping (`header_geometry`), and its rings lie inside.
+            return;
+        };
+        self.tail = crate::ring::write_pad_in(&ring, self.tail, pad);
+        let (at, next) = crate::ring::write_head_in(&ring, self.tail, h);
         crate::ring::copy_out(&self.seg, at, iov, off, n);
-        c.publish(&self.seg, self.tail, h.word);
+        crate::ring::publish_in(&ring, self.tail, h.word);
         self.tail = next;
     }
 
