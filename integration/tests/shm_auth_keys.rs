@@ -414,3 +414,38 @@ async fn regions_keyed_with_another_key_refuse_rma() {
     .await;
     assert_eq!(w.unwrap_err().err, Error::Access);
 }
+
+/// A claim clears the word at position 0 of its channel's ring, where
+/// the owner starts reading each claim: a channel freed after its sender
+/// closed and claimed again delivers the new sender's message once and
+/// the old one's not again (it would take the receive first). Keyed, the new sender writes nothing until
+/// the owner has accepted its claim, and the owner reads the ring in the
+/// pass that accepts it: without the clear it read the last claim's
+/// record still at position 0, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_after_a_close_reads_only_its_own_records() {
+    let d = domain(None);
+    let b = Ep::open(&d, Some(JOB_A));
+    let seg = b.segment();
+    let g = Geometry::OURS;
+    let active = || {
+        (0..g.channels)
+            .filter(|&i| seg.load32(Chan { g, i }.ctl(C_STATE), Ordering::Acquire) != Some(FREE))
+            .count()
+    };
+    for (round, ctx) in [(1u8, 10u64), (2, 20)] {
+        let a = Ep::open(&d, Some(JOB_A));
+        let to_b = a.insert(&b);
+        b.ep.post_recv(BytesMut::zeroed(64), ctx).unwrap();
+        a.ep.post_send(to_b, payload(64, round), ctx).unwrap();
+        let r = within("the message", next_cq(&b.cq)).await.unwrap();
+        assert_eq!(r.context, ctx, "round {round}");
+        assert_eq!(&r.into_bytes()[..], &payload(64, round)[..]);
+        within("the send", next_cq(&a.cq)).await.unwrap();
+        a.ep.close().unwrap();
+        until("the owner frees the closed sender's channel", || {
+            active() == 0
+        })
+        .await;
+    }
+}

@@ -555,10 +555,11 @@ fn tail_from(seg: &Segment, from: &str) -> u64 {
     for _ in 0..g.ring / REC_HDR {
         match c.next(seg, head) {
             weft_shm::ring::Next::Rec(r) => head = r.next,
-            _ => break,
+            weft_shm::ring::Next::Empty => return head,
+            weft_shm::ring::Next::Corrupt => panic!("the channel's records break the rules"),
         }
     }
-    head
+    panic!("more records than a ring holds")
 }
 
 /// A target answers a request only to the instance that claimed the

@@ -179,7 +179,7 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
         if let Some(free) = c.room(seg, tail) {
             assert!(free + crate::ring::WORD_AHEAD <= g.ring);
             if let Some((pad, max)) = c.fit(tail, free) {
-                assert!(pad + rec_len(max) <= free.max(pad + REC_HDR));
+                assert!(pad + rec_len(max) <= free);
                 assert!(max <= g.chunk());
             }
         }

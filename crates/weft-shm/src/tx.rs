@@ -333,6 +333,16 @@ impl Peer {
             if o.started && o.off == o.len {
                 break Ok(true);
             }
+            // Looked at again before each record after the first: an
+            // owner may free the channel (a broken read, a sweep) while
+            // this loop writes, and a new claimer's records then lie
+            // where our tail points; the word each record zeroes ahead
+            // of itself would unpublish one of theirs, which nothing
+            // reports (`docs/design.md`, "Publishing in band").
+            if self.tail != start && !self.still_ours(&c, gen) {
+                self.chan = None;
+                break Err(Error::ConnAborted);
+            }
             if !o.started && (o.lead.is_some() || self.cma_ok(&c, o)) {
                 match self.write_one(&c, o) {
                     Some(true) => continue,
@@ -515,13 +525,17 @@ impl Peer {
             // A broken head: the copy path fails the send.
             return Some(false);
         };
-        let (pad, max) = fit?;
+        let (mut pad, max) = fit?;
         if max < p.len() {
-            return if p.len() > self.g.chunk() {
-                Some(false)
-            } else {
-                None
-            };
+            if p.len() > self.g.chunk() {
+                return Some(false);
+            }
+            // Not split, so it goes whole: at the ring's beginning when it
+            // does not fit before the end (`fit` pads only when less than
+            // a small record's room is left), else when there is room.
+            // `fit_for` read the head again for it.
+            let free = c.room_after(self.head_seen, self.tail)?;
+            pad = c.pad_whole(self.tail, free, p.len())?;
         }
         self.tail = c.write_pad(&self.seg, self.tail, pad);
         let h = RecHead {
@@ -723,6 +737,40 @@ impl Peer {
                 }
             }
         }
+    }
+
+    /// Gives up a channel a record of ours was unpublished in under us,
+    /// failing what waits (`FI_ECONNABORTED`, as when the owner frees a
+    /// channel it finds broken); true if it did. Every record from the
+    /// owner's head to our tail is ours and published, and the 0 we store
+    /// after a record lands only at our tail, so a 0 at that head is
+    /// another writer's store: a sender that lost the channel before our
+    /// claim writing on (`advance` looks before each record, which
+    /// narrows that to the record it is writing). The owner would wait at
+    /// the word forever and our ring would fill. Given back `CLOSED`, the
+    /// owner frees it (drained up to the 0) and our next send claims
+    /// anew. Called by the sweep: off the message path.
+    pub(crate) fn drop_if_unpublished(&mut self, ended: &mut EndedList) -> bool {
+        let Some((c, gen)) = self.chan else {
+            return false;
+        };
+        if self.awaiting.is_some() || !self.still_ours(&c, gen) {
+            return false;
+        }
+        let head = c.head(&self.seg);
+        let lost = head != self.tail
+            && c.room_after(head, self.tail).is_some()
+            && c.published_at(&self.seg, head) == Some(false)
+            // Looked at again: freed meanwhile, the head read may be the
+            // next claim's 0 (`flush` ends what waits then).
+            && self.still_ours(&c, gen);
+        if lost {
+            tracing::debug!(peer = %self.name, "shm: a record of ours unpublished; channel given back");
+            self.seg.cas32(c.ctl(C_STATE), ACTIVE, CLOSED);
+            self.chan = None;
+            self.fail_all(Error::ConnAborted, ended);
+        }
+        lost
     }
 
     pub(crate) fn fail_all(&mut self, e: Error, ended: &mut EndedList) {
