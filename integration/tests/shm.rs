@@ -727,3 +727,65 @@ async fn the_transmit_queue_counts_the_sends_that_wait() {
     }
     assert_eq!(a.tx_size_left().unwrap(), depth, "the depth comes back");
 }
+
+/// A record of a sender's the receiver has not read, unpublished under
+/// it — its word set to 0, as a sender that lost the channel before this
+/// claim and wrote on would: the receiver would wait at that word
+/// forever, the sender's ring full. The sender's sweep finds the 0 at
+/// the receiver's head, fails what waits (`FI_ECONNABORTED`) and gives
+/// the channel back; the receiver frees it, and the next send claims
+/// anew and arrives. Nothing hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_unpublished_under_its_sender_fails_what_waits() {
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    use weft_shm::layout::*;
+    let per = 1000 + weft::UNEXPECTED_OVERHEAD;
+    let info = info_with(|h| h.rx_attr.total_buffered_recv = 4 * per);
+    let p = pair_of(
+        Harness::with_info(&shm(), info.clone()),
+        &info,
+        WaitMode::Interrupt,
+    );
+    let n = 600u64;
+    for i in 0..n {
+        p.a.post_send(p.b_in_a, payload(1000, i as u8), i).unwrap();
+    }
+    stats_until(&p.b, "budget full", |s| s.unexpected_bytes == 4 * per).await;
+    // The fifth message waits at the receiver's head, unread.
+    let seg = shm_common::segment_of(&p.b);
+    let g = Geometry::OURS;
+    let c = (0..g.channels)
+        .map(|i| weft_shm::ring::Chan { g, i })
+        .find(|c| seg.load32(c.ctl(C_STATE), Acquire) == Some(ACTIVE))
+        .expect("the sender's channel");
+    let head = c.head(&seg);
+    assert_eq!(c.published_at(&seg, head), Some(true));
+    assert!(seg.store32(g.ring_at(c.i) + (head as usize & (g.ring - 1)), 0, Release));
+    let (mut ok, mut aborted) = (0, 0);
+    while ok + aborted < n {
+        match within("every send ends", next_cq(&p.acq)).await {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                assert_eq!(e.err, Error::ConnAborted);
+                aborted += 1;
+            }
+        }
+    }
+    assert!(aborted > 0, "sends waited for room in the full ring");
+    for i in 0..4u64 {
+        let got = within("a message held", p.b.recv(BytesMut::zeroed(1000)))
+            .await
+            .unwrap();
+        assert_eq!(&got.into_bytes()[..], &payload(1000, i as u8)[..]);
+    }
+    let got = within("the next send, on a new claim", async {
+        let (got, sent) = tokio::join!(
+            p.b.recv(BytesMut::zeroed(1000)),
+            p.a.send(p.b_in_a, payload(1000, 77))
+        );
+        sent.unwrap();
+        got.unwrap()
+    })
+    .await;
+    assert_eq!(&got.into_bytes()[..], &payload(1000, 77)[..]);
+}

@@ -253,7 +253,7 @@ fn forge_claim(seg: &Segment, i: usize, name: &str, nonce: &[u8], proof: &[u8]) 
     seg.write(c.ctl(C_NAME), name.as_bytes());
     let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
     seg.store32(c.ctl(C_GEN), gen, Release);
-    seg.store64(c.ctl(C_TAIL), 0, Release);
+    c.clear_start(seg);
     seg.write(c.ctl(C_TX_NONCE), nonce);
     seg.write(c.ctl(C_TX_PROOF), proof);
     seg.store32(c.ctl(C_PROVES), u32::from(!proof.is_empty()), Release);
@@ -264,9 +264,9 @@ fn forge_claim(seg: &Segment, i: usize, name: &str, nonce: &[u8], proof: &[u8]) 
         total: 5,
         ..RecHead::default()
     };
-    let (at, tail) = c.write_head(seg, 0, &h);
+    let (at, _) = c.write_head(seg, 0, &h);
     seg.write(at, b"forge");
-    c.publish(seg, tail);
+    c.publish(seg, 0, h.word);
     seg.store32(c.ctl(C_STATE), ACTIVE, Release);
     c
 }
@@ -413,4 +413,39 @@ async fn regions_keyed_with_another_key_refuse_rma() {
     )
     .await;
     assert_eq!(w.unwrap_err().err, Error::Access);
+}
+
+/// A claim clears the word at position 0 of its channel's ring, where
+/// the owner starts reading each claim: a channel freed after its sender
+/// closed and claimed again delivers the new sender's message once and
+/// the old one's not again (it would take the receive first). Keyed, the new sender writes nothing until
+/// the owner has accepted its claim, and the owner reads the ring in the
+/// pass that accepts it: without the clear it read the last claim's
+/// record still at position 0, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_after_a_close_reads_only_its_own_records() {
+    let d = domain(None);
+    let b = Ep::open(&d, Some(JOB_A));
+    let seg = b.segment();
+    let g = Geometry::OURS;
+    let active = || {
+        (0..g.channels)
+            .filter(|&i| seg.load32(Chan { g, i }.ctl(C_STATE), Ordering::Acquire) != Some(FREE))
+            .count()
+    };
+    for (round, ctx) in [(1u8, 10u64), (2, 20)] {
+        let a = Ep::open(&d, Some(JOB_A));
+        let to_b = a.insert(&b);
+        b.ep.post_recv(BytesMut::zeroed(64), ctx).unwrap();
+        a.ep.post_send(to_b, payload(64, round), ctx).unwrap();
+        let r = within("the message", next_cq(&b.cq)).await.unwrap();
+        assert_eq!(r.context, ctx, "round {round}");
+        assert_eq!(&r.into_bytes()[..], &payload(64, round)[..]);
+        within("the send", next_cq(&a.cq)).await.unwrap();
+        a.ep.close().unwrap();
+        until("the owner frees the closed sender's channel", || {
+            active() == 0
+        })
+        .await;
+    }
 }

@@ -143,10 +143,10 @@ async fn an_initiator_killed_and_restarted_under_its_name_gets_its_answers() {
 /// Writes record `h` with `payload` at `tail` of `c` and publishes it;
 /// returns the new tail.
 fn put(seg: &Segment, c: &Chan, tail: u64, h: &RecHead, payload: &[u8]) -> u64 {
-    let (at, tail) = c.write_head(seg, tail, h);
+    let (at, next) = c.write_head(seg, tail, h);
     seg.write(at, payload);
-    c.publish(seg, tail);
-    tail
+    c.publish(seg, tail, h.word);
+    next
 }
 
 /// Claims the first free channel of `a`'s segment under `name` as the
@@ -174,6 +174,7 @@ fn claim_with(
     let gen = seg.load32(c.ctl(C_GEN), Acquire).unwrap() + 1;
     seg.store32(c.ctl(C_GEN), gen, Release);
     seg.store64(c.ctl(C_CMA_PROBE), 0, Release);
+    c.clear_start(&seg);
     let mut tail = 0;
     for (h, payload) in recs {
         tail = put(&seg, &c, tail, h, payload);

@@ -181,14 +181,14 @@ async fn a_forged_answer_frees_the_channel() {
     seg.write(c.ctl(C_NAME), forged.as_bytes());
     let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
     seg.store32(c.ctl(C_GEN), gen, Release);
-    seg.store64(c.ctl(C_TAIL), 0, Release);
+    c.clear_start(&seg);
     seg.store32(c.ctl(C_STATE), ACTIVE, Release);
     let h0 = RecHead {
         word: K_RESP | F_LAST,
         ..RecHead::default()
     };
-    let (_, tail) = c.write_head(&seg, 0, &h0);
-    c.publish(&seg, tail);
+    c.write_head(&seg, 0, &h0);
+    c.publish(&seg, 0, h0.word);
     let start = Instant::now();
     while b.stats().unwrap().rx_malformed == 0 {
         assert!(start.elapsed() < TIMEOUT, "the forged answer was taken");
@@ -275,7 +275,6 @@ async fn a_target_in_another_process_and_its_death() {
         .expect("our channel in the target's segment");
     // As the owner's `free` does.
     seg.store64(mine.ctl(C_HEAD), 0, Ordering::Release);
-    seg.store64(mine.ctl(C_TAIL), 0, Ordering::Release);
     seg.store32(mine.ctl(C_STATE), FREE, Ordering::Release);
     let e = within("the read on a freed channel", read)
         .await
@@ -502,7 +501,7 @@ fn hostile_direct(
     };
     let (at, next) = c.write_head(seg, tail, &h);
     seg.write(at, req);
-    c.publish(seg, next);
+    c.publish(seg, tail, h.word);
     next
 }
 

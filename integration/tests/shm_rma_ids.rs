@@ -116,9 +116,8 @@ fn sent_direct_read(a: &weft::Endpoint, addr: &str) -> bool {
             seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE) && name == me
         })
         .expect("our channel in the target's segment");
-    let tail = seg.load64(c.ctl(C_TAIL), Ordering::Acquire).unwrap();
     let mut head = c.head(&seg);
-    while let weft_shm::ring::Next::Rec(r) = c.next_below(&seg, head, tail) {
+    while let weft_shm::ring::Next::Rec(r) = c.next(&seg, head) {
         if r.head.kind() == K_RMA_RD {
             return true;
         }
@@ -144,10 +143,10 @@ async fn freed_as_broken(a: &weft::Endpoint, seg: &Segment, c: &Chan, n: u64) {
 /// Writes record `h` with `payload` at `tail` of `c` and publishes it;
 /// returns the new tail.
 fn put(seg: &Segment, c: &Chan, tail: u64, h: &RecHead, payload: &[u8]) -> u64 {
-    let (at, tail) = c.write_head(seg, tail, h);
+    let (at, next) = c.write_head(seg, tail, h);
     seg.write(at, payload);
-    c.publish(seg, tail);
-    tail
+    c.publish(seg, tail, h.word);
+    next
 }
 
 /// An initiator in interrupt mode (so transfers from `cma::rma_min()`
@@ -537,7 +536,9 @@ fn claim_free_in(seg: Segment, name: &[u8], inst: weft_shm::live::Instance) -> (
     shm_common::claim_in(seg, free, name, false, inst)
 }
 
-/// The tail of the channel the endpoint named `from` claimed in `seg`.
+/// The tail of the channel the endpoint named `from` claimed in `seg`:
+/// where the records published past its head end (in band: the word
+/// there is 0).
 fn tail_from(seg: &Segment, from: &str) -> u64 {
     let from = from.trim_start_matches("fi_shm://").as_bytes();
     let g = Geometry::OURS;
@@ -550,7 +551,15 @@ fn tail_from(seg: &Segment, from: &str) -> u64 {
             seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE) && name == from
         })
         .expect("the sender's channel");
-    seg.load64(c.ctl(C_TAIL), Ordering::Acquire).unwrap()
+    let mut head = c.head(seg);
+    for _ in 0..g.ring / REC_HDR {
+        match c.next(seg, head) {
+            weft_shm::ring::Next::Rec(r) => head = r.next,
+            weft_shm::ring::Next::Empty => return head,
+            weft_shm::ring::Next::Corrupt => panic!("the channel's records break the rules"),
+        }
+    }
+    panic!("more records than a ring holds")
 }
 
 /// A target answers a request only to the instance that claimed the

@@ -21,7 +21,7 @@ use weft_core::sync::lock;
 use weft_core::Result;
 
 use crate::endpoint::EpShared;
-use crate::layout::{C_HEAD, C_TAIL, H_SLEEPING};
+use crate::layout::{C_HEAD, H_SLEEPING};
 use crate::ring::Chan;
 
 /// How often the liveness of peers and senders is checked: a killed peer's
@@ -122,23 +122,26 @@ pub const FULL_EVERY: u32 = 16;
 const _: () = assert!(FULL_EVERY % CLOCK_EVERY == 0);
 
 /// Whether a channel in use has records past what we consumed, looked at
-/// without taking the receive state: the tail a sender published against
-/// the head we published (which equals ours after every pass). A
-/// spinning pass that finds none skips the rest, its lock included
-/// (taking and releasing it was a quarter of an empty pass). A sender
-/// that writes our head word only delays its own channel to the next
-/// full pass.
+/// without taking the receive state: the word at the head we published
+/// (which equals ours after every pass) is set, a record or padding
+/// published in band (`ring::Chan::next`). A spinning pass that finds
+/// none skips the rest, its lock included (taking and releasing it was a
+/// quarter of an empty pass). A sender that writes our head word only
+/// delays its own channel to the next full pass, or makes every pass
+/// look at it; a head word that names no word at all counts as
+/// published, so the pass sees the channel.
 #[inline(always)]
 fn published(ep: &EpShared) -> bool {
     let mut live = ep.live.load(Ordering::Relaxed);
     while live != 0 {
         let i = live.trailing_zeros() as usize;
         live &= live - 1;
-        let Some(b) = (Chan { g: ep.g, i }).block(&ep.seg) else {
+        let c = Chan { g: ep.g, i };
+        let Some(b) = c.block(&ep.seg) else {
             continue;
         };
-        let tail = b.load64(C_TAIL, Ordering::Acquire).unwrap_or(0);
-        if tail != b.load64(C_HEAD, Ordering::Relaxed).unwrap_or(0) {
+        let head = b.load64(C_HEAD, Ordering::Relaxed).unwrap_or(0);
+        if c.published_at(&ep.seg, head) != Some(false) {
             return true;
         }
     }

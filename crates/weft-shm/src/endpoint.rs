@@ -224,6 +224,12 @@ impl EpShared {
         // `domain::present`), as they open the doorbell when they map
         // the segment.
         seg.store32(H_VERSION, VERSION, Ordering::Release);
+        // Our rings checked against the mapping once: the receive pass
+        // and its quiet look reach a channel's ring by an index test
+        // (`Chan::area`; false, which our own geometry rules out, would
+        // leave each ring checked at every use).
+        let mut seg = seg;
+        seg.set_rings(g.rings(), g.channels, g.ring);
         let max_msg = match info.ep_attr.max_msg_size {
             0 => crate::MAX_MSG_SIZE,
             m => m.min(crate::MAX_MSG_SIZE),

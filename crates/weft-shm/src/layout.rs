@@ -13,10 +13,13 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// 5: RMA request ids; 6: endpoint serials; 7: the segment made under a
 /// private name and linked under its own with its header but the
 /// version, the version stored last, once the doorbell is made — a
-/// segment whose version is 0 is not ready). Versions do not read each
-/// other's segments: a peer of another version is refused
+/// segment whose version is 0 is not ready; 8: records published in
+/// band, by their first word written last, and no tail word — bytes
+/// 128–135 of a control block are unused, and a version-7 sender's
+/// records would never be seen). Versions do not read each other's
+/// segments: a peer of another version is refused
 /// (`ring::header_geometry`), whatever it wrote.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 
 /// Header fields.
 pub const H_MAGIC: usize = 0;
@@ -62,8 +65,9 @@ pub const C_PROVES: usize = 104;
 /// to check the MAC with.
 pub const C_KEY_ID: usize = 112;
 pub const C_TX_PROOF: usize = 152;
-/// Written by the sender only: bytes produced (monotonic).
-pub const C_TAIL: usize = 128;
+/// Bytes 128–135 are unused (0): the tail word of versions before 8.
+/// The receiver learns what is published from the word at its head
+/// (`ring::Chan::next`); nothing read per message lives in this line.
 /// The sender waits for room: the receiver rings the sender's doorbell
 /// when it consumes.
 pub const C_TX_WAIT: usize = 136;
@@ -102,7 +106,9 @@ pub const CLAIMING: u32 = 1 << 31;
 /// Longest endpoint name, bytes.
 pub const NAME_MAX: usize = 48;
 
-/// Record header bytes; payload follows, the record padded to 8.
+/// Record header bytes; payload follows, the record padded to 8. The
+/// first 4 are the record's word (kind, flags, id), never 0: stored last,
+/// with release, it publishes the record (`ring::Chan::publish`).
 pub const REC_HDR: usize = 32;
 /// Record kinds (low byte of the first word).
 pub const K_FIRST: u32 = 1;
@@ -224,13 +230,13 @@ impl Geometry {
 }
 
 // The key proof's fields fit where nothing else is, checked when this
-// compiles: the sender's before its tail's line and after its probe, the
+// compiles: the sender's before the unused word and after its probe, the
 // owner's after its cma word, the header's before `sleeping`.
 const _: () = {
     use weft_core::auth::MAC_LEN;
     use weft_core::wire::claim::NONCE_LEN;
     assert!(C_START + 8 <= C_TX_NONCE && C_TX_NONCE + NONCE_LEN <= C_PROVES);
-    assert!(C_PROVES + 4 <= C_KEY_ID && C_KEY_ID + crate::keys::KEY_ID_LEN <= C_TAIL);
+    assert!(C_PROVES + 4 <= C_KEY_ID && C_KEY_ID + crate::keys::KEY_ID_LEN <= 128);
     assert!(C_CMA_PROBE + 8 <= C_TX_PROOF && C_TX_PROOF + MAC_LEN <= C_HEAD);
     assert!(C_CMA + 4 <= C_AUTH && C_AUTH + 4 <= C_RX_NONCE);
     assert!(C_RX_NONCE + NONCE_LEN <= C_RX_PROOF && C_RX_PROOF + MAC_LEN <= CTL);
@@ -240,7 +246,7 @@ const _: () = {
     // The words a channel's `segment::Block` reads and writes lie inside
     // the control block (a word past it would read as `None`, not fail
     // to build: `Block`'s checks are made at run time and folded away).
-    assert!(C_STATE + 4 <= CTL && C_GEN + 4 <= CTL && C_TAIL + 8 <= CTL);
+    assert!(C_STATE + 4 <= CTL && C_GEN + 4 <= CTL && 128 + 8 <= C_TX_WAIT);
     assert!(C_TX_WAIT + 4 <= CTL && C_HEAD + 8 <= C_CMA);
 };
 

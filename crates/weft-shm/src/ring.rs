@@ -1,14 +1,18 @@
 //! One channel's ring: a single-producer, single-consumer byte ring of
 //! records (`docs/wire.md`, "The shm segment"). The producer owns `tail`
 //! and the consumer `head`; each keeps its own position and never trusts
-//! the other's word beyond what the checks here allow: a record is
-//! accepted only if it lies wholly between the consumer's head and the
-//! producer's tail, inside the ring, with a known kind and flags.
+//! the other's word beyond what the checks here allow. Records are
+//! published in band (layout version 8): a record's first word, written
+//! last, says it is there, and the consumer polls the word at its head
+//! rather than a tail word in the control block, so a message moves no
+//! cache line besides its own. A record is accepted only if it lies
+//! inside the ring, with a known kind and flags and a length within the
+//! chunk.
 
-use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use crate::layout::*;
-use crate::segment::{Block, Segment};
+use crate::segment::{Block, Ring, Segment};
 
 /// A record's header, as written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -155,6 +159,21 @@ impl Chan {
         self.g.ring_at(self.i)
     }
 
+    /// The channel's ring, checked against the mapping (`None`: it is
+    /// not inside, which a checked geometry rules out). Its words are
+    /// then reached by a mask and an alignment test, no bound per word.
+    /// The rings a segment's owner and its senders recorded
+    /// (`Segment::set_rings`, from the geometry this channel's came from)
+    /// take an index test; a segment without (tests, the fuzz target) is
+    /// checked here.
+    #[inline(always)]
+    pub fn area<'a>(&self, seg: &'a Segment) -> Option<Ring<'a>> {
+        match seg.ring_of(self.i) {
+            Some(r) => Some(r),
+            None => seg.ring(self.ring(), self.g.ring),
+        }
+    }
+
     /// Where position `at` falls in the ring. A mask, not `%`: the ring
     /// size is a power of two (`Geometry::check`), and a division by a
     /// size known only at run time took a `div` several times a message.
@@ -162,9 +181,11 @@ impl Chan {
         (at & (self.g.ring as u64 - 1)) as usize
     }
 
-    /// The producer's published tail.
-    pub fn tail(&self, seg: &Segment) -> u64 {
-        seg.load64(self.ctl(C_TAIL), Acquire).unwrap_or(0)
+    /// Segment offset of the first word of the record or padding at
+    /// position `at`.
+    #[inline(always)]
+    fn word_at(&self, at: u64) -> usize {
+        self.ring() + self.pos(at)
     }
 
     /// The consumer's published head.
@@ -172,52 +193,75 @@ impl Chan {
         seg.load64(self.ctl(C_HEAD), Acquire).unwrap_or(0)
     }
 
-    /// Consumer: the record at `head` (the consumer's own position),
-    /// skipping padding.
-    pub fn next(&self, seg: &Segment, head: u64) -> Next {
-        let tail = self.tail(seg);
-        self.next_below(seg, head, tail)
+    /// Whether the word at `head` is set: a record (or padding) published
+    /// there, as far as a look without the checks tells. `None`: the word
+    /// is not a word inside the segment (a misaligned head).
+    #[inline(always)]
+    pub fn published_at(&self, seg: &Segment, head: u64) -> Option<bool> {
+        self.area(seg)?.load32(head, Relaxed).map(|w| w != 0)
     }
 
-    /// [`next`](Self::next) against a tail read already. Inlined into
-    /// the reader's loop: called, the record it found was built and
-    /// copied out once more per message.
+    /// Producer, at a claim, before the channel goes `ACTIVE`: the word
+    /// at position 0, where the consumer starts, reads 0 whatever an
+    /// earlier claim left there (the invariant [`next`](Self::next)
+    /// relies on: the word at the consumer's head is 0 or published).
+    pub fn clear_start(&self, seg: &Segment) {
+        seg.store32(self.word_at(0), 0, Release);
+    }
+
+    /// Consumer: the record at `head` (the consumer's own position),
+    /// skipping padding. Published in band: a record's first word (never
+    /// 0) is stored last, with release, after the word at the position
+    /// after the record was set to 0; so the word at `head` is 0 (nothing
+    /// yet) or a record whose bytes are all written, whatever an earlier
+    /// lap of the ring left past it. Inlined into the reader's loop:
+    /// called, the record it found was built and copied out once more per
+    /// message.
     #[inline]
-    pub fn next_below(&self, seg: &Segment, mut head: u64, tail: u64) -> Next {
-        let r = self.g.ring as u64;
+    pub fn next(&self, seg: &Segment, head: u64) -> Next {
+        match self.area(seg) {
+            Some(ring) => self.next_in(&ring, head),
+            None => Next::Corrupt,
+        }
+    }
+
+    /// [`next`](Self::next) in the channel's ring checked already
+    /// ([`area`](Self::area)): a reader draining several records checks
+    /// the ring against the mapping once.
+    #[inline]
+    pub fn next_in(&self, ring: &Ring<'_>, mut head: u64) -> Next {
         for _ in 0..2 {
-            let avail = tail.wrapping_sub(head);
-            if avail == 0 {
+            let pos = ring.pos(head);
+            let to_end = ring.size() - pos;
+            // The acquire pairs with the producer's release of the word:
+            // everything the record holds is read after it.
+            let Some(word) = ring.load32(head, Acquire) else {
+                return Next::Corrupt;
+            };
+            if word == 0 {
                 return Next::Empty;
             }
-            if avail > r || head % 8 != 0 || avail % 8 != 0 {
-                return Next::Corrupt;
-            }
-            let pos = self.pos(head);
-            let to_end = self.g.ring - pos;
-            let mut hb = [0u8; REC_HDR];
-            // A whole header in one fixed-size read (inlined moves, not a
-            // call of `memcpy`); only padding can start nearer the end.
-            let ok = if to_end >= REC_HDR {
-                seg.read(self.ring() + pos, &mut hb)
-            } else {
-                seg.read(self.ring() + pos, &mut hb[..to_end])
-            };
-            if !ok {
-                return Next::Corrupt;
-            }
-            let h = RecHead::decode(&hb);
-            if h.kind() == K_PAD && h.word & !0xff == 0 {
+            if word == K_PAD {
                 // The rest of the ring is padding; the next record starts
                 // at the ring's beginning.
-                if (to_end as u64) > avail {
-                    return Next::Corrupt;
-                }
                 head = head.wrapping_add(to_end as u64);
                 continue;
             }
+            if to_end < REC_HDR {
+                // Only padding starts nearer the end.
+                return Next::Corrupt;
+            }
+            let mut hb = [0u8; REC_HDR];
+            // A whole header in one fixed-size read (inlined moves, not a
+            // call of `memcpy`).
+            if !ring.read(pos, &mut hb) {
+                return Next::Corrupt;
+            }
+            let mut h = RecHead::decode(&hb);
+            // The word judged is the one whose release the rest was read
+            // after, not the copy's.
+            h.word = word;
             let len = h.len as usize;
-            let size = rec_len(len);
             let kind_ok = matches!(
                 h.kind(),
                 K_FIRST
@@ -230,15 +274,19 @@ impl Chan {
                     | K_RMA_WD
                     | K_RMA_RD
             ) && (h.word & !0xff & !F_ALL == 0 || request_bits(h.word));
-            if !kind_ok || to_end < REC_HDR || len > self.g.chunk() || size > to_end {
+            // The chunk (`Geometry::chunk`) of this ring's size, checked
+            // before the record's size is reckoned from it: a hostile
+            // length would overflow it.
+            if !kind_ok || len > ring.size() / 4 {
                 return Next::Corrupt;
             }
-            if size as u64 > avail {
+            let size = rec_len(len);
+            if size > to_end {
                 return Next::Corrupt;
             }
             return Next::Rec(Rec {
                 head: h,
-                payload: self.ring() + pos + REC_HDR,
+                payload: ring.seg_off(pos + REC_HDR),
                 next: head.wrapping_add(size as u64),
             });
         }
@@ -260,10 +308,16 @@ impl Chan {
 
     /// [`room`](Self::room) against a head read earlier (the producer
     /// keeps the last one it read: the head only moves forward, so the
-    /// room it gives is never more than there is).
+    /// room it gives is never more than there is). The last 8 bytes
+    /// before the head are never room: every record written is followed
+    /// by the 0 word at the position after it (`write_head`), which must
+    /// not land on a record the consumer has not read. So a producer's
+    /// tail is never more than `ring - 8` ahead of the head, and a head
+    /// that says otherwise is a broken one.
     pub fn room_after(&self, head: u64, tail: u64) -> Option<usize> {
         let used = tail.wrapping_sub(head);
-        (used <= self.g.ring as u64).then(|| self.g.ring - used as usize)
+        let cap = self.g.ring - WORD_AHEAD;
+        (used <= cap as u64).then(|| cap - used as usize)
     }
 
     /// Producer: the payload room of the next record at `tail` with
@@ -286,40 +340,93 @@ impl Chan {
         Some((pad, payload))
     }
 
-    /// Producer: writes padding of `pad` bytes (to the ring's end) at
-    /// `tail` and returns the tail after it.
+    /// Producer: the padding that puts a record of `len` payload bytes,
+    /// which may not be split (a lead or CMA record), whole at the ring's
+    /// beginning, when [`fit`](Self::fit) gave no padding yet the record
+    /// does not fit before the ring's end, and `free` covers both; `None`
+    /// otherwise (it waits for room). Without it such a record with
+    /// 96..112 bytes before the end waited for room the receiver, already
+    /// drained, never made.
+    pub fn pad_whole(&self, tail: u64, free: usize, len: usize) -> Option<usize> {
+        let to_end = self.g.ring - self.pos(tail);
+        let size = rec_len(len);
+        (len <= self.g.chunk() && size > to_end && to_end + size <= free).then_some(to_end)
+    }
+
+    /// Producer: writes and publishes padding of `pad` bytes (to the
+    /// ring's end) at `tail` and returns the tail after it. The word after
+    /// it, at the ring's beginning, is set to 0 first, as after a record:
+    /// the caller's room covers it (the record that follows padding
+    /// starts there).
     pub fn write_pad(&self, seg: &Segment, tail: u64, pad: usize) -> u64 {
-        if pad == 0 {
-            return tail;
+        match self.area(seg) {
+            Some(ring) => write_pad_in(&ring, tail, pad),
+            None => tail.wrapping_add(pad as u64),
         }
-        let pos = self.pos(tail);
-        let h = RecHead {
-            word: K_PAD,
-            ..RecHead::default()
-        };
-        let b = h.encode();
-        seg.write(self.ring() + pos, &b[..pad.min(REC_HDR)]);
-        tail.wrapping_add(pad as u64)
     }
 
-    /// Producer: writes a record's header at `tail` (whose payload the
-    /// caller writes at the returned offset) and returns (payload offset,
-    /// tail after the record). The caller checked the room with
-    /// [`fit`](Self::fit).
+    /// Producer: writes a record's header at `tail` but its first word,
+    /// and 0 into the first word at the position after the record, and
+    /// returns (payload offset, tail after the record). The caller writes
+    /// the payload at the returned offset, then publishes the record with
+    /// [`publish`](Self::publish). The caller checked the room with
+    /// [`fit`](Self::fit), which keeps the word after the record free.
     pub fn write_head(&self, seg: &Segment, tail: u64, h: &RecHead) -> (usize, u64) {
-        let pos = self.pos(tail);
-        seg.write(self.ring() + pos, &h.encode());
-        (
-            self.ring() + pos + REC_HDR,
-            tail.wrapping_add(rec_len(h.len as usize) as u64),
-        )
+        match self.area(seg) {
+            Some(ring) => write_head_in(&ring, tail, h),
+            None => (
+                self.word_at(tail) + REC_HDR,
+                tail.wrapping_add(rec_len(h.len as usize) as u64),
+            ),
+        }
     }
 
-    /// Producer: publishes `tail`.
-    pub fn publish(&self, seg: &Segment, tail: u64) {
-        seg.store64(self.ctl(C_TAIL), tail, Release);
+    /// Producer: publishes the record written at `tail` (its header by
+    /// [`write_head`](Self::write_head), its payload by the caller) by
+    /// storing its first word `word`, never 0.
+    #[inline(always)]
+    pub fn publish(&self, seg: &Segment, tail: u64, word: u32) {
+        if let Some(ring) = self.area(seg) {
+            publish_in(&ring, tail, word);
+        }
     }
 }
+
+/// [`Chan::write_pad`] in the channel's ring ([`Chan::area`]).
+#[inline(always)]
+pub fn write_pad_in(ring: &Ring<'_>, tail: u64, pad: usize) -> u64 {
+    if pad == 0 {
+        return tail;
+    }
+    ring.store32(0, 0, Relaxed);
+    ring.store32(tail, K_PAD, Release);
+    tail.wrapping_add(pad as u64)
+}
+
+/// [`Chan::write_head`] in the channel's ring ([`Chan::area`]).
+#[inline(always)]
+pub fn write_head_in(ring: &Ring<'_>, tail: u64, h: &RecHead) -> (usize, u64) {
+    let pos = ring.pos(tail);
+    let next = tail.wrapping_add(rec_len(h.len as usize) as u64);
+    // Set before the record's word is released, so the consumer that
+    // reads the record reads 0 after it until the next is published,
+    // not a record of an earlier lap.
+    ring.store32(next, 0, Relaxed);
+    ring.write(pos + 4, &h.encode()[4..]);
+    (ring.seg_off(pos + REC_HDR), next)
+}
+
+/// [`Chan::publish`] in the channel's ring ([`Chan::area`]).
+#[inline(always)]
+pub fn publish_in(ring: &Ring<'_>, tail: u64, word: u32) {
+    debug_assert!(word & 0xff != 0, "a record's word is never 0");
+    ring.store32(tail, word, Release);
+}
+
+/// Bytes the producer keeps free before the consumer's head: the word
+/// after its last record (`Chan::room_after`), rounded to the records'
+/// alignment.
+pub const WORD_AHEAD: usize = 8;
 
 /// Copies bytes `off..off + n` of the message in `iov` to segment offset
 /// `at`.
@@ -354,163 +461,4 @@ pub fn copy_out(
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::panic)]
-    use super::*;
-
-    fn small() -> (Segment, Chan) {
-        let g = Geometry::check(2, 4096).unwrap();
-        let seg = Segment::anonymous(&vec![0u8; g.bytes()]).unwrap();
-        (seg, Chan { g, i: 1 })
-    }
-
-    fn put(c: &Chan, seg: &Segment, tail: &mut u64, payload: &[u8], word: u32) -> bool {
-        let free = c.room(seg, *tail).unwrap();
-        let Some((pad, max)) = c.fit(*tail, free) else {
-            return false;
-        };
-        if max < payload.len() {
-            return false;
-        }
-        *tail = c.write_pad(seg, *tail, pad);
-        let h = RecHead {
-            word,
-            len: payload.len() as u32,
-            tag: 9,
-            data: 8,
-            total: payload.len() as u64,
-        };
-        let (off, t) = c.write_head(seg, *tail, &h);
-        seg.write(off, payload);
-        *tail = t;
-        c.publish(seg, *tail);
-        true
-    }
-
-    #[test]
-    fn records_go_round_the_ring_in_order() {
-        let (seg, c) = small();
-        let (mut tail, mut head) = (0u64, 0u64);
-        for i in 0..500u32 {
-            let p = vec![i as u8; (i as usize * 7) % 3000];
-            // The sender splits where the ring's end or the chunk limit
-            // says; the receiver reassembles.
-            let mut off = 0;
-            let mut got = Vec::new();
-            loop {
-                let free = c.room(&seg, tail).unwrap();
-                let (pad, max) = c.fit(tail, free).unwrap();
-                let n = max.min(p.len() - off);
-                tail = c.write_pad(&seg, tail, pad);
-                let last = off + n == p.len();
-                let word = if off == 0 { K_FIRST | F_TAGGED } else { K_CONT }
-                    | if last { F_LAST } else { 0 };
-                let h = RecHead {
-                    word,
-                    len: n as u32,
-                    tag: 9,
-                    data: 8,
-                    total: p.len() as u64,
-                };
-                let (at, t) = c.write_head(&seg, tail, &h);
-                seg.write(at, &p[off..off + n]);
-                tail = t;
-                off += n;
-                c.publish(&seg, tail);
-                let Next::Rec(r) = c.next(&seg, head) else {
-                    panic!("record {i}")
-                };
-                assert_eq!(r.head, h);
-                let mut b = vec![0u8; n];
-                assert!(seg.read(r.payload, &mut b));
-                got.extend_from_slice(&b);
-                head = r.next;
-                c.consume(&seg, head);
-                if last {
-                    break;
-                }
-            }
-            assert_eq!(got, p);
-            assert_eq!(c.next(&seg, head), Next::Empty);
-        }
-    }
-
-    #[test]
-    fn a_full_ring_refuses_and_lies_are_corrupt() {
-        let (seg, c) = small();
-        let mut tail = 0;
-        let p = vec![1u8; 1000];
-        let mut n = 0;
-        while put(&c, &seg, &mut tail, &p, K_FIRST | F_LAST) {
-            n += 1;
-        }
-        assert_eq!(n, 3, "three records of 1032 bytes fill 4 KiB");
-        // A tail more than a ring ahead of the head.
-        assert_eq!(c.next_below(&seg, 0, 8192), Next::Corrupt);
-        // A tail behind the head.
-        assert_eq!(c.next_below(&seg, 64, 8), Next::Corrupt);
-        // An unknown kind.
-        seg.write(c.g.ring_at(1), &11u32.to_ne_bytes());
-        assert_eq!(c.next(&seg, 0), Next::Corrupt);
-        // A length past the published tail.
-        seg.write(c.g.ring_at(1), &(K_FIRST | F_LAST).to_ne_bytes());
-        seg.write(c.g.ring_at(1) + 4, &2000u32.to_ne_bytes());
-        assert_eq!(c.next_below(&seg, 0, 1032), Next::Corrupt);
-        // A head the consumer published beyond the ring is a broken one.
-        c.consume(&seg, 1 << 40);
-        assert_eq!(c.room(&seg, 0), None);
-    }
-
-    /// A request's id bits pass on requests only; every other bit past
-    /// the kind and flags (bit 11; id bits on a message, an answer, a
-    /// continuation) still breaks the rules.
-    #[test]
-    fn only_requests_carry_an_id() {
-        let id = ID_MAX << ID_SHIFT;
-        for (word, ok) in [
-            (K_RMA_R | F_LAST | id, true),
-            (K_RMA_W | (5 << ID_SHIFT), true),
-            (K_ATOMIC | id, true),
-            (K_RMA_WD | F_LAST | id, true),
-            (K_RMA_RD | F_LAST | (1 << ID_SHIFT), true),
-            (K_RMA_R | F_LAST | (1 << 11), false),
-            (K_FIRST | F_LAST | (1 << ID_SHIFT), false),
-            (K_FIRST | F_LAST | (1 << 11), false),
-            (K_RESP | F_LAST | (1 << ID_SHIFT), false),
-            (K_CONT | F_LAST | id, false),
-            (K_CMA | F_LAST | (1 << 31), false),
-        ] {
-            let (seg, c) = small();
-            let mut tail = 0;
-            assert!(put(&c, &seg, &mut tail, &[0u8; 8], word));
-            let got = c.next(&seg, 0);
-            assert_eq!(matches!(got, Next::Rec(_)), ok, "{word:#x}");
-            if let Next::Rec(r) = got {
-                assert_eq!(r.head.id(), word >> ID_SHIFT);
-            }
-        }
-    }
-
-    /// A segment is ready only once its version is stored, last: with
-    /// its magic and geometry but a version of 0 (its doorbell not made
-    /// yet) it is refused, as is another version's; the size must match.
-    #[test]
-    fn a_segment_without_its_version_is_not_ready() {
-        let (seg, c) = small();
-        seg.store32(H_CHANNELS, c.g.channels as u32, Release);
-        seg.store32(H_RING, c.g.ring as u32, Release);
-        seg.store64(H_MAGIC, MAGIC, Release);
-        assert_eq!(header_geometry(&seg), None, "version 0");
-        for other in [VERSION - 1, VERSION + 1] {
-            seg.store32(H_VERSION, other, Release);
-            assert_eq!(header_geometry(&seg), None, "version {other}");
-        }
-        seg.store32(H_VERSION, VERSION, Release);
-        assert_eq!(header_geometry(&seg), Some(c.g));
-        seg.store64(H_MAGIC, 0, Release);
-        assert_eq!(header_geometry(&seg), None, "no magic");
-        seg.store64(H_MAGIC, MAGIC, Release);
-        seg.store32(H_CHANNELS, 1, Release);
-        assert_eq!(header_geometry(&seg), None, "a size that does not match");
-    }
-}
+mod tests;

@@ -282,17 +282,18 @@ pub fn abandon(ep: &EpShared, st: RxState) {
 /// Reads a channel's records up to the limit; `b` is its control block.
 fn drain(ep: &EpShared, c: &Chan, b: &Block<'_, CTL>, lc: &mut RxChan) -> (usize, Stop) {
     let mut n = 0;
-    let tail = b.load64(C_TAIL, Ordering::Acquire).unwrap_or(0);
+    // The ring checked once for the drain (`Chan::area`), as `next` would
+    // at each record.
+    let Some(ring) = c.area(&ep.seg) else {
+        return (0, Stop::Corrupt);
+    };
     let stop = loop {
         if n == PASS_LIMIT {
             break Stop::Limit;
         }
-        // Drained: what `next_below` would say first, without the call
-        // (a pass that took a record made it once more for this).
-        if lc.head == tail {
-            break Stop::Empty;
-        }
-        let r = match c.next_below(&ep.seg, lc.head, tail) {
+        // The word at our head says what is published (in band: no tail
+        // word to read first).
+        let r = match c.next_in(&ring, lc.head) {
             Next::Empty => break Stop::Empty,
             Next::Corrupt => break Stop::Corrupt,
             Next::Rec(r) => r,

@@ -2,10 +2,12 @@
 //! fuzz target (`fuzz/fuzz_targets/shm_segment.rs`) feeds arbitrary
 //! segment contents to. It takes the same steps, through the same
 //! checks, as an endpoint's receive pass and a sender's look at a peer:
-//! the header, each channel's claim and sender name, its records (padding,
-//! kinds, lengths against the published tail) and the message rules
+//! the header, each channel's claim and sender name, its records (each
+//! published in band by its first word; padding, kinds, lengths within
+//! the ring and the chunk) and the message rules
 //! (first, continuation and last records against the total), and the
-//! room a sender would compute from the receiver's head; CMA records and
+//! room a sender would compute from the receiver's head at the end of the
+//! records read; CMA records and
 //! direct RMA requests have their announcements parsed against their
 //! totals. Each named channel's key proof is judged as a keyed owner
 //! would judge it (`keyproof`), by one key and by two AV keys looked up
@@ -89,20 +91,10 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
             assert!(ok.is_none(), "a proof of a key nobody else holds accepted");
         }
         out.refused += 1;
-        // A sender's view of the same channel: the room it would write
-        // into, from a head it cannot trust.
-        let tail = c.tail(seg);
-        if let Some(free) = c.room(seg, tail) {
-            assert!(free <= g.ring);
-            if let Some((pad, max)) = c.fit(tail, free) {
-                assert!(pad + rec_len(max) <= free.max(pad + REC_HDR));
-                assert!(max <= g.chunk());
-            }
-        }
         let mut head = 0u64;
         let mut msg: Option<(usize, usize)> = None;
         for _ in 0..limit {
-            let r = match c.next_below(seg, head, tail) {
+            let r = match c.next(seg, head) {
                 Next::Empty => break,
                 Next::Corrupt => {
                     out.corrupt += 1;
@@ -179,6 +171,17 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
                 msg = Some((got, total));
             }
             head = r.next;
+        }
+        // A sender's view of the same channel, its tail where the records
+        // read end: the room it would write into, from a head it cannot
+        // trust, never reaches the word before that head.
+        let tail = head;
+        if let Some(free) = c.room(seg, tail) {
+            assert!(free + crate::ring::WORD_AHEAD <= g.ring);
+            if let Some((pad, max)) = c.fit(tail, free) {
+                assert!(pad + rec_len(max) <= free);
+                assert!(max <= g.chunk());
+            }
         }
     }
     out
@@ -298,8 +301,8 @@ mod tests {
             if word & 0xff == K_RMA_WD {
                 seg.write(at, &direct);
             }
+            c.publish(&seg, tail, word);
             tail = t;
-            c.publish(&seg, tail);
         }
         let s = scan(&seg, g, 1 << 20, 64);
         let bytes = 2048 + ann.len() + 100 + 16 + direct.len();

@@ -29,6 +29,18 @@ use weft_core::{Error, Result};
 pub struct Segment {
     ptr: NonNull<u8>,
     len: usize,
+    /// Where its rings lie, once known and checked against the mapping
+    /// ([`set_rings`](Segment::set_rings)): `count` rings of
+    /// `1 << shift` bytes from `first` (`count` 0 until then).
+    rings: Rings,
+}
+
+/// A segment's rings, as [`Segment::set_rings`] checked them.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rings {
+    first: usize,
+    count: usize,
+    shift: u32,
 }
 
 // SAFETY: the mapping is plain shared memory, reached only through the
@@ -118,7 +130,11 @@ impl Segment {
         }
         .map_err(io)?;
         let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::NoMem)?;
-        let s = Segment { ptr, len };
+        let s = Segment {
+            ptr,
+            len,
+            rings: Rings::default(),
+        };
         s.write(0, bytes);
         Ok(s)
     }
@@ -142,7 +158,11 @@ impl Segment {
         }
         .map_err(io)?;
         let ptr = NonNull::new(p.cast::<u8>()).ok_or(Error::NoMem)?;
-        Ok(Segment { ptr, len })
+        Ok(Segment {
+            ptr,
+            len,
+            rings: Rings::default(),
+        })
     }
 
     /// Removes `/dev/shm/<name>` (mappings stay valid).
@@ -218,6 +238,73 @@ impl Segment {
         let ptr = unsafe { self.ptr.add(off) };
         Some(Block {
             ptr,
+            _seg: PhantomData,
+        })
+    }
+
+    /// Records where the segment's rings lie: `count` rings of `size`
+    /// bytes each from `first`, if `size` is a power of two of at least
+    /// 8, `first` is 8-aligned and all of them lie inside the mapping
+    /// (false, nothing recorded, otherwise). Then [`ring_of`](Self::ring_of)
+    /// reaches ring `i` by an index test alone: its send and receive
+    /// paths take a channel's ring once a message, and its quiet look
+    /// once a pass.
+    pub fn set_rings(&mut self, first: usize, count: usize, size: usize) -> bool {
+        let end = count.checked_mul(size).and_then(|n| n.checked_add(first));
+        let ok = first % 8 == 0
+            && size >= 8
+            && size.is_power_of_two()
+            && end.is_some_and(|end| end <= self.len);
+        if ok {
+            self.rings = Rings {
+                first,
+                count,
+                shift: size.trailing_zeros(),
+            };
+        }
+        ok
+    }
+
+    /// Ring `i` of those [`set_rings`](Self::set_rings) recorded (`None`:
+    /// past them, or none recorded).
+    #[inline(always)]
+    pub fn ring_of(&self, i: usize) -> Option<Ring<'_>> {
+        let r = self.rings;
+        if i >= r.count {
+            return None;
+        }
+        let off = r.first + (i << r.shift);
+        // SAFETY: `set_rings` checked that `count` rings of `1 << shift`
+        // bytes from `first` (8-aligned) lie inside the mapping, and
+        // `i < count`: ring `i`'s bytes are inside, 8-aligned (the
+        // mapping is page-aligned, `first` 8-aligned, the size a power
+        // of two of at least 8).
+        let ptr = unsafe { self.ptr.add(off) };
+        Some(Ring {
+            ptr,
+            off,
+            mask: (1 << r.shift) - 1,
+            _seg: PhantomData,
+        })
+    }
+
+    /// The `size` bytes at `off` as a [`Ring`], if `size` is a power of
+    /// two of at least 8, `off` is 8-aligned and the bytes lie inside the
+    /// mapping: the one check a channel's ring needs, made once for a
+    /// drain or a send rather than at every word.
+    #[inline]
+    pub fn ring(&self, off: usize, size: usize) -> Option<Ring<'_>> {
+        if off % 8 != 0 || size < 8 || !size.is_power_of_two() || !self.within(off, size) {
+            return None;
+        }
+        // SAFETY: `off + size <= len` (`within`, checked above): the
+        // pointer and the `size` bytes after it lie in the mapping; `off`
+        // is 8-aligned and the mapping page-aligned.
+        let ptr = unsafe { self.ptr.add(off) };
+        Some(Ring {
+            ptr,
+            off,
+            mask: size - 1,
             _seg: PhantomData,
         })
     }
@@ -308,6 +395,105 @@ impl<'a, const N: usize> Block<'a, N> {
     }
 }
 
+/// A ring's bytes, checked to lie inside the mapping once, when made
+/// ([`Segment::ring`]), and reached by ring position: a position (any
+/// `u64`, read from shared memory or not) is masked to an offset below
+/// the ring's size, so only its alignment is left to check per access.
+#[derive(Debug, Clone, Copy)]
+pub struct Ring<'a> {
+    /// The ring's first byte, 8-aligned.
+    ptr: NonNull<u8>,
+    /// The segment offset of that byte.
+    off: usize,
+    /// The ring's size less one; the size is a power of two, at least 8.
+    mask: usize,
+    /// The mapping stays mapped while the ring is used.
+    _seg: PhantomData<&'a Segment>,
+}
+
+impl<'a> Ring<'a> {
+    /// The ring offset of position `at`.
+    #[inline(always)]
+    pub fn pos(&self, at: u64) -> usize {
+        at as usize & self.mask
+    }
+
+    /// The segment offset of ring offset `pos`.
+    #[inline(always)]
+    pub fn seg_off(&self, pos: usize) -> usize {
+        self.off + pos
+    }
+
+    /// The ring's size.
+    #[inline(always)]
+    pub fn size(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// The u32 at position `at` (`None`: not 4-aligned). No bound to
+    /// check: the offset is at most `size - 1` and a multiple of 4, and
+    /// `size` is a multiple of 8, so its word ends inside the ring.
+    #[inline(always)]
+    fn u32_at(&self, at: u64) -> Option<&'a AtomicU32> {
+        let off = self.pos(at);
+        if off % 4 != 0 {
+            return None;
+        }
+        // SAFETY: `off + 4 <= size` (above) and the ring's `size` bytes
+        // lie inside the mapping (`Segment::ring`), mapped for `'a`; the
+        // ring starts 8-aligned, so `off` 4-aligned is an aligned word.
+        Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU32>() })
+    }
+
+    /// The u32 at position `at` (`None`: misaligned).
+    #[inline(always)]
+    pub fn load32(&self, at: u64, o: Ordering) -> Option<u32> {
+        self.u32_at(at).map(|a| a.load(o))
+    }
+
+    /// Stores a u32 at position `at`; false when misaligned.
+    #[inline(always)]
+    pub fn store32(&self, at: u64, v: u32, o: Ordering) -> bool {
+        self.u32_at(at).map(|a| a.store(v, o)).is_some()
+    }
+
+    /// Whether `n` bytes from ring offset `pos` stay inside the ring.
+    #[inline(always)]
+    fn fits(&self, pos: usize, n: usize) -> bool {
+        pos <= self.mask && n <= self.mask + 1 - pos
+    }
+
+    /// Copies `out.len()` bytes from ring offset `pos`; false (nothing
+    /// copied) when they would pass the ring's end.
+    #[inline(always)]
+    pub fn read(&self, pos: usize, out: &mut [u8]) -> bool {
+        if !self.fits(pos, out.len()) {
+            return false;
+        }
+        // SAFETY: `pos..pos + len` lies inside the ring (checked above),
+        // which lies inside the mapping; the destination is our own
+        // buffer. No reference to the shared bytes is formed.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(pos), out.as_mut_ptr(), out.len())
+        };
+        true
+    }
+
+    /// Copies `data` in at ring offset `pos`; false (nothing written) when
+    /// it would pass the ring's end.
+    #[inline(always)]
+    pub fn write(&self, pos: usize, data: &[u8]) -> bool {
+        if !self.fits(pos, data.len()) {
+            return false;
+        }
+        // SAFETY: as in `read`, the other way round.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(pos), data.len())
+        };
+        true
+    }
+}
+
 /// The atomic `T` (`AtomicU32`, `AtomicU64`) at `base + off`, when it
 /// lies within the `limit` bytes from `base` and `off` is aligned to it
 /// (`None` otherwise: no offset read from shared memory reaches past
@@ -376,6 +562,48 @@ mod tests {
         assert!(s.store32(56, 7, Ordering::Release));
         assert_eq!(b.swap32(24, 4), Some(7));
         assert_eq!(b.load32(24, Ordering::Acquire), Some(4));
+    }
+
+    #[test]
+    fn rings_stay_inside_the_mapping() {
+        let mut s = Segment::anonymous(&[0u8; 256]).unwrap();
+        assert!(s.ring(0, 24).is_none(), "not a power of two");
+        assert!(s.ring(4, 64).is_none(), "misaligned");
+        assert!(s.ring(0, 4).is_none(), "smaller than a word pair");
+        assert!(s.ring(224, 64).is_none(), "past the end");
+        assert!(s.ring(usize::MAX - 7, 64).is_none());
+        assert!(s.ring_of(0).is_none(), "none recorded");
+        assert!(!s.set_rings(64, 4, 64), "past the end");
+        assert!(!s.set_rings(64, usize::MAX, 64), "overflowing");
+        assert!(!s.set_rings(60, 2, 64), "misaligned");
+        assert!(!s.set_rings(64, 2, 48), "not a power of two");
+        assert!(s.ring_of(0).is_none(), "nothing recorded by a refusal");
+        assert!(s.set_rings(64, 3, 64));
+        assert!(s.ring_of(3).is_none(), "past the rings");
+        let r = s.ring_of(2).unwrap();
+        assert_eq!((r.size(), r.seg_off(8)), (64, 200));
+        // Any position is masked into the ring; only misaligned ones are
+        // refused.
+        assert!(r.store32(u64::MAX - 3, 7, Ordering::Release));
+        assert_eq!(s.load32(252, Ordering::Acquire), Some(7));
+        assert_eq!(r.load32(60 + 64 * 1000, Ordering::Acquire), Some(7));
+        assert_eq!(r.load32(62, Ordering::Acquire), None, "misaligned");
+        assert!(!r.store32(2, 1, Ordering::Release));
+        let mut b = [0u8; 8];
+        assert!(r.read(56, &mut b));
+        assert!(!r.read(57, &mut b), "past the ring's end");
+        assert!(!r.read(usize::MAX, &mut b));
+        assert!(!r.write(60, &b));
+        assert!(r.write(0, &[1u8; 64]));
+        assert_eq!(
+            s.load32(188, Ordering::Acquire),
+            Some(0),
+            "ring 1 untouched"
+        );
+        assert_eq!(
+            s.ring(192, 64).unwrap().load32(4, Ordering::Acquire),
+            Some(0x0101_0101)
+        );
     }
 
     /// A name outside every prefix a sweep looks at.

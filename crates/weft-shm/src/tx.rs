@@ -187,15 +187,19 @@ impl Peer {
         let max = Geometry::check(CHANNELS_MAX as u32, RING_MAX as u32)
             .map(|g| g.bytes())
             .unwrap_or(HEADER);
-        let seg = Segment::open(&crate::name::seg_name(name), min, max).map_err(|e| match e {
-            Error::NoEnt | Error::Inval => Error::ConnRefused,
-            e => e,
-        })?;
+        let mut seg =
+            Segment::open(&crate::name::seg_name(name), min, max).map_err(|e| match e {
+                Error::NoEnt | Error::Inval => Error::ConnRefused,
+                e => e,
+            })?;
         let owner = crate::live::owner_of(&seg).ok_or(Error::ConnRefused)?;
         let serial = seg
             .load64(H_SERIAL, Ordering::Acquire)
             .ok_or(Error::ConnRefused)?;
         let g = crate::ring::header_geometry(&seg).ok_or(Error::ConnRefused)?;
+        // Its rings checked against the mapping once (`Chan::area`); a
+        // geometry whose rings would not fit was refused just above.
+        seg.set_rings(g.rings(), g.channels, g.ring);
         if !crate::live::owner_runs(name, (owner.0, owner.1, serial)) {
             return Err(Error::ConnRefused);
         }
@@ -271,7 +275,9 @@ impl Peer {
             s.write(c.ctl(C_NAME), my_name.as_bytes());
             let gen = s.load32(c.ctl(C_GEN), Acquire).unwrap_or(0).wrapping_add(1);
             s.store32(c.ctl(C_GEN), gen, Release);
-            s.store64(c.ctl(C_TAIL), 0, Release);
+            // Before `ACTIVE`: the receiver starts at position 0, whose
+            // word must be 0 or a record of this claim's.
+            c.clear_start(s);
             // A random source that failed (no nonce): the channel is
             // given straight back and the sends wait for the next try.
             let key = keys.key_for(self.proves);
@@ -327,6 +333,16 @@ impl Peer {
             if o.started && o.off == o.len {
                 break Ok(true);
             }
+            // Looked at again before each record after the first: an
+            // owner may free the channel (a broken read, a sweep) while
+            // this loop writes, and a new claimer's records then lie
+            // where our tail points; the word each record zeroes ahead
+            // of itself would unpublish one of theirs, which nothing
+            // reports (`docs/design.md`, "Publishing in band").
+            if self.tail != start && !self.still_ours(&c, gen) {
+                self.chan = None;
+                break Err(Error::ConnAborted);
+            }
             if !o.started && (o.lead.is_some() || self.cma_ok(&c, o)) {
                 match self.write_one(&c, o) {
                     Some(true) => continue,
@@ -370,17 +386,13 @@ impl Peer {
                 data: o.data,
                 total: o.len as u64,
             };
+            // Published record by record (`put_record`): the receiver
+            // drains while the rest is written.
             self.put_record(&c, pad, &h, &o.iov, o.off, n);
             o.off += n;
             o.started = true;
-            if !last {
-                // Published record by record: the receiver drains while
-                // the rest is written.
-                c.publish(&self.seg, self.tail);
-            }
         };
         if self.tail != start {
-            c.publish(&self.seg, self.tail);
             self.wake();
         }
         r
@@ -410,7 +422,6 @@ impl Peer {
             total: len as u64,
         };
         self.put_record(&c, pad, &h, iov, 0, len);
-        c.publish(&self.seg, self.tail);
         self.wake();
         true
     }
@@ -420,13 +431,22 @@ impl Peer {
     /// when that leaves too little room, the head read again; `None` when
     /// the head read lies (more than a ring behind the tail).
     /// Writes the padding `pad` (to the ring's end), the record header
-    /// `h` and `n` bytes of `iov` from `off`, and moves the tail past
-    /// them; publishing is the caller's.
+    /// `h` and `n` bytes of `iov` from `off`, publishes the record (its
+    /// first word, last) and moves the tail past it; ringing the
+    /// receiver is the caller's.
     #[inline]
     fn put_record(&mut self, c: &Chan, pad: usize, h: &RecHead, iov: &Iov, off: usize, n: usize) {
-        self.tail = c.write_pad(&self.seg, self.tail, pad);
-        let (at, next) = c.write_head(&self.seg, self.tail, h);
+        // The ring taken once for the padding, the header, the word ahead
+        // and the record's word: each then a mask and an alignment test.
+        let Some(ring) = c.area(&self.seg) else {
+            // Not reached: the peer's geometry was checked against its
+            // mapping (`header_geometry`), and its rings lie inside.
+            return;
+        };
+        self.tail = crate::ring::write_pad_in(&ring, self.tail, pad);
+        let (at, next) = crate::ring::write_head_in(&ring, self.tail, h);
         crate::ring::copy_out(&self.seg, at, iov, off, n);
+        crate::ring::publish_in(&ring, self.tail, h.word);
         self.tail = next;
     }
 
@@ -505,13 +525,17 @@ impl Peer {
             // A broken head: the copy path fails the send.
             return Some(false);
         };
-        let (pad, max) = fit?;
+        let (mut pad, max) = fit?;
         if max < p.len() {
-            return if p.len() > self.g.chunk() {
-                Some(false)
-            } else {
-                None
-            };
+            if p.len() > self.g.chunk() {
+                return Some(false);
+            }
+            // Not split, so it goes whole: at the ring's beginning when it
+            // does not fit before the end (`fit` pads only when less than
+            // a small record's room is left), else when there is room.
+            // `fit_for` read the head again for it.
+            let free = c.room_after(self.head_seen, self.tail)?;
+            pad = c.pad_whole(self.tail, free, p.len())?;
         }
         self.tail = c.write_pad(&self.seg, self.tail, pad);
         let h = RecHead {
@@ -527,6 +551,7 @@ impl Peer {
         };
         let (at, next) = c.write_head(&self.seg, self.tail, &h);
         self.seg.write(at, &p);
+        c.publish(&self.seg, self.tail, h.word);
         self.tail = next;
         o.started = true;
         if o.lead.is_none() {
@@ -712,6 +737,40 @@ impl Peer {
                 }
             }
         }
+    }
+
+    /// Gives up a channel a record of ours was unpublished in under us,
+    /// failing what waits (`FI_ECONNABORTED`, as when the owner frees a
+    /// channel it finds broken); true if it did. Every record from the
+    /// owner's head to our tail is ours and published, and the 0 we store
+    /// after a record lands only at our tail, so a 0 at that head is
+    /// another writer's store: a sender that lost the channel before our
+    /// claim writing on (`advance` looks before each record, which
+    /// narrows that to the record it is writing). The owner would wait at
+    /// the word forever and our ring would fill. Given back `CLOSED`, the
+    /// owner frees it (drained up to the 0) and our next send claims
+    /// anew. Called by the sweep: off the message path.
+    pub(crate) fn drop_if_unpublished(&mut self, ended: &mut EndedList) -> bool {
+        let Some((c, gen)) = self.chan else {
+            return false;
+        };
+        if self.awaiting.is_some() || !self.still_ours(&c, gen) {
+            return false;
+        }
+        let head = c.head(&self.seg);
+        let lost = head != self.tail
+            && c.room_after(head, self.tail).is_some()
+            && c.published_at(&self.seg, head) == Some(false)
+            // Looked at again: freed meanwhile, the head read may be the
+            // next claim's 0 (`flush` ends what waits then).
+            && self.still_ours(&c, gen);
+        if lost {
+            tracing::debug!(peer = %self.name, "shm: a record of ours unpublished; channel given back");
+            self.seg.cas32(c.ctl(C_STATE), ACTIVE, CLOSED);
+            self.chan = None;
+            self.fail_all(Error::ConnAborted, ended);
+        }
+        lost
     }
 
     pub(crate) fn fail_all(&mut self, e: Error, ended: &mut EndedList) {

@@ -100,7 +100,9 @@ impl EpShared {
     }
 
     /// Fails what waits for peers whose process is gone and forgets them
-    /// (removing their segments); returns the sends failed.
+    /// (removing their segments), and gives up channels whose records
+    /// another writer unpublished (`Peer::drop_if_unpublished`); returns
+    /// the sends failed.
     pub fn sweep_peers(&self) -> usize {
         let mut ended = EndedList::new();
         let mut gone: SmallVec<[(String, crate::live::Instance); 2]> = SmallVec::new();
@@ -108,6 +110,7 @@ impl EpShared {
             let mut peers = lock(&self.peers);
             peers.map.retain(|p| {
                 if p.alive() {
+                    p.drop_if_unpublished(&mut ended);
                     return true;
                 }
                 p.fail_all(Error::ConnReset, &mut ended);

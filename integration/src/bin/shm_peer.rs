@@ -205,6 +205,7 @@ fn partial(addr: &str) -> Res<()> {
     seg.write(c.ctl(C_NAME), me.as_bytes());
     let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap_or(0) + 1;
     seg.store32(c.ctl(C_GEN), gen, Ordering::Release);
+    c.clear_start(&seg);
     seg.store32(c.ctl(C_STATE), ACTIVE, Ordering::Release);
     let h = RecHead {
         word: K_FIRST | F_TAGGED,
@@ -213,9 +214,9 @@ fn partial(addr: &str) -> Res<()> {
         data: 0,
         total: 1 << 20,
     };
-    let (at, tail) = c.write_head(&seg, 0, &h);
+    let (at, _) = c.write_head(&seg, 0, &h);
     seg.write(at, &[0xAB; 4096]);
-    c.publish(&seg, tail);
+    c.publish(&seg, 0, h.word);
     let mut out = std::io::stdout();
     writeln!(out, "ready")?;
     out.flush()?;

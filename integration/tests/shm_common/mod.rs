@@ -67,7 +67,7 @@ pub fn claim_in(
     seg.write(c.ctl(C_NAME), name);
     let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
     seg.store32(c.ctl(C_GEN), gen, Release);
-    seg.store64(c.ctl(C_TAIL), 0, Release);
+    c.clear_start(&seg);
     let addr = if probe {
         weft_shm::cma::probe_addr()
     } else {

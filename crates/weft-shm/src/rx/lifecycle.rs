@@ -183,7 +183,6 @@ pub(super) fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
     }
     use Ordering::Release;
     ep.seg.store64(c.ctl(C_HEAD), 0, Release);
-    ep.seg.store64(c.ctl(C_TAIL), 0, Release);
     ep.seg.store32(c.ctl(C_TX_WAIT), 0, Release);
     ep.seg.store32(c.ctl(C_CMA), CMA_UNKNOWN, Release);
     ep.seg.store32(c.ctl(C_AUTH), AUTH_UNKNOWN, Release);
