@@ -256,7 +256,23 @@ async fn after_woken() {
 /// The driver holds `sink` weakly, so the endpoint's drop ends it. Returns
 /// the task to abort when the endpoint closes (busy-poll threads stop by
 /// themselves once the sink is gone or `slot` is emptied).
+/// On failure `slot` is left empty: no driver runs, and a later poll of
+/// the CQ makes its own poller.
 pub fn start<S: CqSink + 'static>(
+    rt: &Handle,
+    wait: WaitMode,
+    cq_chan: (Arc<Cq>, Arc<CompChannel>),
+    sink: &Arc<S>,
+    slot: &PollerSlot,
+) -> Result<Option<tokio::task::AbortHandle>> {
+    let started = start_in(rt, wait, cq_chan, sink, slot);
+    if started.is_err() {
+        lock(slot).take();
+    }
+    started
+}
+
+fn start_in<S: CqSink + 'static>(
     rt: &Handle,
     wait: WaitMode,
     (cq, chan): (Arc<Cq>, Arc<CompChannel>),

@@ -58,6 +58,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
+
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 use weft_core::provider::ProviderSrx;
@@ -69,7 +71,7 @@ use weft_core::flags::OpFlags;
 use weft_core::sync::FastMutex;
 use weft_core::Error;
 
-use super::complete::{RecvMem, Route, RxQueue};
+use super::complete::{RecvMem, Route, RxQueue, Waiting, RECV_WR_BIT};
 use super::srx::{route_of, MsgSrx, SRX_WR_BIT};
 use super::{stream, Link, MsgShared};
 use crate::async_reader::DeviceEvents;
@@ -77,7 +79,6 @@ use crate::cm_events::CmChannel;
 use crate::cq_poller::{self, CqPoller};
 use crate::device_events::{Closing, LastWqe};
 use crate::sys::QueuePair;
-use crate::user_bufs::unregister_before;
 
 /// How long a closed endpoint bound to a shared receive context waits
 /// for its queue pair's last-WQE event before the last poll. A device
@@ -245,16 +246,21 @@ impl MsgShared {
         // While the id lives (its token cannot name a newer one yet).
         chan.unsubscribe(l.id.token());
         let events = lock(&self.events).take();
-        // A driver only if `start` failed after starting it.
+        // A driver only if a step of `start` after the driver's start
+        // failed (a failed driver start leaves none).
         let poller = cq_poller::stop(&self.poller);
-        {
-            // Only a connection that failed has a stream still `Built`;
-            // a later connect builds its own.
+        // Only a connection that failed has a stream still `Built`; a
+        // later connect builds its own. Its core (pinned receive buffers
+        // the queue pair may write) is dropped with the link, after the
+        // move to the error state, not here.
+        let core = {
             let mut s = lock(&self.stream);
             if matches!(*s, stream::Slot::Built(_)) {
-                *s = stream::Slot::None;
+                Some(std::mem::take(&mut *s))
+            } else {
+                None
             }
-        }
+        };
         let Closing { last_wqe, moved_at } = lock(&self.qp_end).abandon(
             || events.as_ref().map(|e| e.last_wqe(l.qp.qp_num())),
             || {
@@ -262,18 +268,33 @@ impl MsgShared {
             },
         );
         let _ = l.id.disconnect();
+        let p = poller.unwrap_or_else(|| cq_poller::detached(l.cq.clone()));
         if self.srx().is_none() {
-            // After the move to the error state: the queue pair writes
-            // into none of their memory any more.
+            // On accept the queue pair was ready to send after
+            // `rdma_accept`, and the peer may send as soon as it sees the
+            // connection established: a message acked to it may have
+            // filled a receive already. Its completion is on the CQ, which
+            // nobody polls from now on: deliver it (or hold it, if no
+            // receive waits) before the rest is failed. Only the receives'
+            // completions: the link is no longer the endpoint's, so the
+            // sink's own routing would drop them.
+            let side = self.recv_side(&l.recv_pool);
+            let route = Route::default();
+            p.drain_into(&|wc| {
+                if wc.wr_id & RECV_WR_BIT != 0 {
+                    side.on_completion(wc, &route);
+                }
+            });
             let old = cancel_waiting(&self.rxq, &self.rx);
-            // The work requests withdrawn receives left posted keep their
-            // memory (registrations of the application's buffers, slots
-            // of the link's pool) until the link is gone from here.
+            // The work requests still posted (withdrawn receives', failed
+            // ones') keep their memory (registrations of the application's
+            // buffers, pool buffers, slots of the link's pool) until the
+            // queue pair is gone with the link.
             drop(l);
             drop(old);
+            drop(core);
             return;
         }
-        let p = poller.unwrap_or_else(|| cq_poller::detached(l.cq.clone()));
         self.hand_off(
             p,
             &l,
@@ -281,38 +302,85 @@ impl MsgShared {
             moved_at.unwrap_or_else(Instant::now),
             events,
         );
+        drop(l);
+        drop(core);
     }
 }
 
+/// What [`cancel_waiting`] leaves to drop once the queue pair is gone:
+/// the old queue (the work requests no receive waits for any more) and
+/// the memory of the failed receives' own work requests.
+pub(super) struct Withdrawn {
+    _queue: RxQueue<RecvMem>,
+    _mem: Vec<RecvMem>,
+}
+
 /// The receives posted on a queue pair that was given up, in the error
-/// state: each waiting one fails `Canceled` with its buffers, its credit
-/// released; `rxq` is left empty for the next queue pair. What comes
-/// back is the old queue, with the work requests no receive waits for
-/// any more (withdrawn receives'), to be dropped by the caller once the
-/// queue pair is gone.
+/// state: each waiting one fails `Canceled`, its credit released; `rxq`
+/// is left empty for the next queue pair but for the messages it held
+/// (they arrived and no receive took them: the next receive does). What
+/// comes back is to be dropped by the caller once the queue pair is
+/// gone: the device may still be flushing (or, on soft-RoCE, filling)
+/// those work requests, as it handles the move to the error state
+/// asynchronously.
 ///
 /// Failed rather than kept for the next connection: they would have to
 /// be posted again as the requests they were, and the queue keeps only
 /// their completion and buffers. A retry posts its receives anew, on an
 /// empty queue: none counts a dead work request as spare, and no slot
 /// index names the old pool.
-pub(super) fn cancel_waiting(
-    rxq: &FastMutex<RxQueue<RecvMem>>,
-    credits: &Credits,
-) -> RxQueue<RecvMem> {
-    let mut old = std::mem::take(&mut *lock(rxq));
-    for (mut w, mem) in old.drain() {
-        let mut bufs = w.bufs.take().unwrap_or_default();
-        if let Some(RecvMem::Registered { mrs, mut empty }) = mem {
-            bufs = unregister_before(mrs, Vec::new());
-            bufs.append(&mut empty);
+pub(super) fn cancel_waiting(rxq: &FastMutex<RxQueue<RecvMem>>, credits: &Credits) -> Withdrawn {
+    let waiting = {
+        let mut g = lock(rxq);
+        let mut old = std::mem::take(&mut *g);
+        // A queue holds messages only while no receive waits, and the new
+        // one has none: each is held again, in order.
+        while let Some(a) = old.take_held() {
+            let none = g.route(a, false, credits);
+            debug_assert!(none.is_none(), "a fresh queue has no receive");
         }
-        credits.release(1);
+        let waiting = old.drain();
+        (old, waiting)
+    };
+    let (old, waiting) = waiting;
+    let n = waiting.len();
+    let mem = fail_withdrawn(waiting);
+    credits.release(n);
+    Withdrawn {
+        _queue: old,
+        _mem: mem,
+    }
+}
+
+/// Fails each of `waiting` `Canceled` with its buffers; a receive whose
+/// buffers are its work request's memory (registered: its own, or a pool
+/// buffer, which is not deregistered and would go back to the
+/// application) gets buffers like them instead, as a withdrawn receive
+/// does, since that work request is still posted. Returns that memory,
+/// and the bounce slots, for the caller to keep until the device is done
+/// with the work requests.
+pub(super) fn fail_withdrawn(waiting: Vec<(Waiting, Option<RecvMem>)>) -> Vec<RecvMem> {
+    let mut kept = Vec::new();
+    for (mut w, mem) in waiting {
+        let mut bufs = w.bufs.take().unwrap_or_default();
+        match mem {
+            Some(RecvMem::Registered { mrs, empty }) => {
+                bufs = mrs.iter().map(|m| BytesMut::zeroed(m.len())).collect();
+                // Zero-length ones were never registered.
+                bufs.extend(empty);
+                kept.push(RecvMem::Registered {
+                    mrs,
+                    empty: Vec::new(),
+                });
+            }
+            Some(m @ RecvMem::Slot(_)) => kept.push(m),
+            None => {}
+        }
         w.done.fail(
             CqErrEntry::new(0, OpFlags::RECV | OpFlags::MSG, Error::Canceled).with_bufs(bufs),
         );
     }
-    old
+    kept
 }
 
 /// What a closed endpoint bound to a shared receive context keeps for
@@ -415,7 +483,11 @@ mod tests {
             assert_eq!(e.err, Error::Canceled);
             assert_eq!(e.bufs.len(), 1, "its buffers back");
         }
-        assert_eq!(old.waiting(), 0);
+        assert_eq!(old._queue.waiting(), 0);
+        // Their slots stay posted: kept until the queue pair is gone,
+        // not put back in a pool a next receive could take them from.
+        assert_eq!(old._mem.len(), 2);
+        assert!(old._mem.iter().all(|m| matches!(m, RecvMem::Slot(_))));
         // The next queue pair's first receive posts a work request: the
         // dead one is not counted spare.
         let q = lock(&rxq);

@@ -575,9 +575,16 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
     }
 
     fn give_back(&self, r: Returned) {
-        // Without a link the endpoint is closed: nothing will be received.
-        let link = lock(&self.shared.link).clone();
-        if let Some(l) = link {
+        // Under the link's lock, as a receive completion (the order link,
+        // receive queue): a connect given up meanwhile takes the link
+        // under it, so the message either reaches the link's queue before
+        // the give-up polls and empties it (a held message is carried to
+        // the next queue), or finds no link. Without a link the endpoint
+        // is closed or its connection given up: it is dropped, as at a
+        // close (a clone of the link, used after the lock, could put an
+        // old connection's message into the next one's queue).
+        let g = lock(&self.shared.link);
+        if let Some(l) = g.as_ref() {
             self.shared.recv_side(&l.recv_pool).give_back(r);
         }
     }

@@ -22,18 +22,17 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use weft_core::completion::{CqErrEntry, Returned};
+use weft_core::completion::Returned;
 use weft_core::credits::Credits;
-use weft_core::flags::OpFlags;
 use weft_core::provider::{EpConfig, ProviderSrx, RecvReq, Rejected};
 use weft_core::sync::{lock, FastMutex};
 use weft_core::{Error, Result};
 
+use super::closing::fail_withdrawn;
 use super::complete::{RecvMem, RecvSide, Route, RxQueue};
 use super::post::RecvTarget;
 use crate::slot_pool::{SlotPool, SLOTS};
 use crate::sys::{AccessFlags, ProtectionDomain, Srq, WorkCompletion};
-use crate::user_bufs::unregister_before;
 
 /// Work request ids of shared receives have the top bit set, so they never
 /// collide with an endpoint's own.
@@ -52,6 +51,11 @@ pub struct MsgSrx {
     credits: Credits,
     size: usize,
     closed: AtomicBool,
+    /// The memory of the work requests its close withdrew (registered
+    /// receives' own buffers, bounce slots): posted still, so kept until
+    /// the context is dropped, after the last poll of every endpoint
+    /// bound to it (each holds the context).
+    retired: FastMutex<Vec<RecvMem>>,
 }
 
 impl std::fmt::Debug for MsgSrx {
@@ -77,6 +81,7 @@ impl MsgSrx {
             credits: Credits::new(size),
             size,
             closed: AtomicBool::new(false),
+            retired: FastMutex::new(Vec::new()),
         }))
     }
 
@@ -172,19 +177,14 @@ impl ProviderSrx for MsgSrx {
             return;
         }
         // No endpoint is bound any more; the receives still waiting end
-        // with Canceled. Registered buffers come back deregistered (the
-        // device is fenced off them); slot receives never lent theirs.
+        // with Canceled. Their work requests stay posted on the shared
+        // queue, which a bound queue pair's device may still be filling
+        // (the move to the error state is handled asynchronously, and
+        // the last poll comes later): a registered receive gets buffers
+        // like its own, whose memory stays here until the context goes.
         let waiting = lock(&self.rxq).drain();
-        for (mut w, mem) in waiting {
-            let mut bufs = w.bufs.take().unwrap_or_default();
-            if let Some(RecvMem::Registered { mrs, mut empty }) = mem {
-                bufs = unregister_before(mrs, Vec::new());
-                bufs.append(&mut empty);
-            }
-            w.done.fail(
-                CqErrEntry::new(0, OpFlags::RECV | OpFlags::MSG, Error::Canceled).with_bufs(bufs),
-            );
-        }
+        let kept = fail_withdrawn(waiting);
+        lock(&self.retired).extend(kept);
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
