@@ -16,7 +16,7 @@ use weft::{
     FI_ADDR_UNSPEC,
 };
 use weft_integration::{
-    enabled_endpoint, next_cq, payload, stats_until, within, Harness, Provider,
+    enabled_endpoint, next_cq, payload, stats_until, within, within_for, Harness, Provider,
 };
 
 mod shm_common;
@@ -739,6 +739,8 @@ async fn the_transmit_queue_counts_the_sends_that_wait() {
 async fn a_record_unpublished_under_its_sender_fails_what_waits() {
     use std::sync::atomic::Ordering::{Acquire, Release};
     use weft_shm::layout::*;
+    // Each step takes milliseconds; the caps are for a loaded CI machine.
+    let cap = Duration::from_secs(20);
     let per = 1000 + weft::UNEXPECTED_OVERHEAD;
     let info = info_with(|h| h.rx_attr.total_buffered_recv = 4 * per);
     let p = pair_of(
@@ -750,7 +752,12 @@ async fn a_record_unpublished_under_its_sender_fails_what_waits() {
     for i in 0..n {
         p.a.post_send(p.b_in_a, payload(1000, i as u8), i).unwrap();
     }
-    stats_until(&p.b, "budget full", |s| s.unexpected_bytes == 4 * per).await;
+    within_for(cap, "budget full", async {
+        while p.b.stats().unwrap().unexpected_bytes != 4 * per {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
     // The fifth message waits at the receiver's head, unread.
     let seg = shm_common::segment_of(&p.b);
     let g = Geometry::OURS;
@@ -758,12 +765,21 @@ async fn a_record_unpublished_under_its_sender_fails_what_waits() {
         .map(|i| weft_shm::ring::Chan { g, i })
         .find(|c| seg.load32(c.ctl(C_STATE), Acquire) == Some(ACTIVE))
         .expect("the sender's channel");
-    let head = c.head(&seg);
+    // The budget is charged as each record is taken, the head stored
+    // after the drain's loop: wait for it, or the 0 would land on a
+    // record already consumed and nothing would be detected.
+    let head = 4 * rec_len(1000) as u64;
+    within_for(cap, "the four held records consumed", async {
+        while c.head(&seg) != head {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
     assert_eq!(c.published_at(&seg, head), Some(true));
     assert!(seg.store32(g.ring_at(c.i) + (head as usize & (g.ring - 1)), 0, Release));
     let (mut ok, mut aborted) = (0, 0);
     while ok + aborted < n {
-        match within("every send ends", next_cq(&p.acq)).await {
+        match within_for(cap, "every send ends", next_cq(&p.acq)).await {
             Ok(_) => ok += 1,
             Err(e) => {
                 assert_eq!(e.err, Error::ConnAborted);
@@ -773,12 +789,12 @@ async fn a_record_unpublished_under_its_sender_fails_what_waits() {
     }
     assert!(aborted > 0, "sends waited for room in the full ring");
     for i in 0..4u64 {
-        let got = within("a message held", p.b.recv(BytesMut::zeroed(1000)))
+        let got = within_for(cap, "a message held", p.b.recv(BytesMut::zeroed(1000)))
             .await
             .unwrap();
         assert_eq!(&got.into_bytes()[..], &payload(1000, i as u8)[..]);
     }
-    let got = within("the next send, on a new claim", async {
+    let got = within_for(cap, "the next send, on a new claim", async {
         let (got, sent) = tokio::join!(
             p.b.recv(BytesMut::zeroed(1000)),
             p.a.send(p.b_in_a, payload(1000, 77))

@@ -623,6 +623,11 @@ impl Peer {
             return;
         };
         let head = c.head(&self.seg);
+        self.delivered_to(head, ended);
+    }
+
+    /// [`delivered`](Self::delivered) against a head already read.
+    fn delivered_to(&mut self, head: u64, ended: &mut EndedList) {
         while let Some(d) = self.delivering.front() {
             // Within one ring behind the tail: a head elsewhere is the
             // receiver resetting a freed channel, not progress.
@@ -741,15 +746,32 @@ impl Peer {
 
     /// Gives up a channel a record of ours was unpublished in under us,
     /// failing what waits (`FI_ECONNABORTED`, as when the owner frees a
-    /// channel it finds broken); true if it did. Every record from the
-    /// owner's head to our tail is ours and published, and the 0 we store
-    /// after a record lands only at our tail, so a 0 at that head is
-    /// another writer's store: a sender that lost the channel before our
-    /// claim writing on (`advance` looks before each record, which
-    /// narrows that to the record it is writing). The owner would wait at
-    /// the word forever and our ring would fill. Given back `CLOSED`, the
-    /// owner frees it (drained up to the 0) and our next send claims
-    /// anew. Called by the sweep: off the message path.
+    /// channel it finds broken); true if it did. Called by the sweep,
+    /// off the message path, under the peers lock. The crux: every write
+    /// of ours to the ring (records, pads, the 0 after each) happens under
+    /// that same lock, so none is half done while we look. Every record
+    /// from the owner's head to our tail is ours and published, and the 0
+    /// we store after a record lands only at our tail; the one other 0 of
+    /// ours is the one at ring offset 0 (`clear_start` at the claim, and
+    /// `write_pad` wrapping to the ring's start), and that too is the
+    /// word at our tail then, never between the head and it. So a 0 at that
+    /// head is another writer's store: a sender that lost the channel
+    /// before our claim writing on (`advance` looks before each record,
+    /// which narrows that to the record it is writing, but does not close
+    /// it: its header or payload stores can still land in our records).
+    /// The owner would wait at the word forever and our ring would fill.
+    /// Given back `CLOSED`, the owner frees it (drained up to the 0) and
+    /// our next send claims anew.
+    ///
+    /// Known window: the give-back CAS covers `C_STATE` only, not
+    /// `C_GEN` (the words are not adjacent, offsets 0 and 8, so one
+    /// 64-bit CAS cannot take both). Should the owner free our channel
+    /// and another sender claim it between the re-check and the CAS, we
+    /// close that sender's channel; it sees `CLOSED`, fails what waits
+    /// with `FI_ECONNABORTED` and claims anew. The window is a few
+    /// instructions against a free and a whole claim, and the damage is
+    /// an abort, never a wrong completion; `Peers::release` and the
+    /// key-proof `Refused` path share it.
     pub(crate) fn drop_if_unpublished(&mut self, ended: &mut EndedList) -> bool {
         let Some((c, gen)) = self.chan else {
             return false;
@@ -758,17 +780,27 @@ impl Peer {
             return false;
         }
         let head = c.head(&self.seg);
-        let lost = head != self.tail
+        let unpublished = head != self.tail
             && c.room_after(head, self.tail).is_some()
-            && c.published_at(&self.seg, head) == Some(false)
-            // Looked at again: freed meanwhile, the head read may be the
-            // next claim's 0 (`flush` ends what waits then).
-            && self.still_ours(&c, gen);
+            && c.published_at(&self.seg, head) == Some(false);
+        // The word's load is Relaxed (it is the receiver's hot-path
+        // look); without this fence it could be satisfied after the
+        // re-check's load of the state on a weak-memory CPU, and the
+        // re-check would not cover a free and a new claim before it.
+        fence(Ordering::Acquire);
+        // Looked at again: freed meanwhile, the head read may be the
+        // next claim's 0 (`flush` ends what waits then).
+        let lost = unpublished && self.still_ours(&c, gen);
         if lost {
             tracing::debug!(peer = %self.name, "shm: a record of ours unpublished; channel given back");
+            // The sends the head already passed arrived: they complete.
+            self.delivered_to(head, ended);
             self.seg.cas32(c.ctl(C_STATE), ACTIVE, CLOSED);
             self.chan = None;
             self.fail_all(Error::ConnAborted, ended);
+            // A sleeping owner frees the channel now, not at its next
+            // wake-up.
+            self.wake();
         }
         lost
     }
