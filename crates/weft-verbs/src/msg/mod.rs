@@ -579,10 +579,9 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         // receive queue): a connect given up meanwhile takes the link
         // under it, so the message either reaches the link's queue before
         // the give-up polls and empties it (a held message is carried to
-        // the next queue), or finds no link. Without a link the endpoint
-        // is closed or its connection given up: it is dropped, as at a
-        // close (a clone of the link, used after the lock, could put an
-        // old connection's message into the next one's queue).
+        // the next queue like any held message), or finds no link.
+        // Without a link the endpoint is closed or its connection given
+        // up: it is dropped, as at a close.
         let g = lock(&self.shared.link);
         if let Some(l) = g.as_ref() {
             self.shared.recv_side(&l.recv_pool).give_back(r);
