@@ -257,6 +257,25 @@ fn the_pid_path_ignores_the_serial() {
     assert!(!owner_runs(none, (pid, start + 1, 1)), "another process");
 }
 
+/// A header-less segment file (64 zero bytes) under a fresh real name,
+/// with a doorbell beside it, held (shared lock) before it takes the
+/// name: a take-over by another test, or the sweep of a build before
+/// the sweep left such files, would remove it at once otherwise. No
+/// sweep of this build removes a header-less file, so the returned
+/// guard removes both whatever the test's outcome.
+fn plant_held_headerless() -> (String, std::path::PathBuf, Leftovers, std::fs::File) {
+    let name = format!("live-test-{}", crate::name::unique());
+    let mut leftovers = Leftovers::default();
+    let path = leftovers.add(seg_path(&name));
+    leftovers.add(bell_path(&name));
+    let (made, _) = temp_file(&[0u8; 64]);
+    leftovers.add(&made);
+    let h = hold_file(&made);
+    std::fs::rename(&made, &path).unwrap();
+    std::fs::write(bell_path(&name), b"").unwrap();
+    (name, path, leftovers, h)
+}
+
 /// A file under a real name without a valid header is no creator's
 /// in the making (they link theirs whole): abandoned to a take-over
 /// under the name at once, whatever its age, and removed unless
@@ -268,19 +287,7 @@ fn a_headerless_segment_goes_at_once_unless_held() {
     let (pid, start) = me();
     assert!(!abandoned(Some((pid, start, 1))));
     assert!(abandoned(Some((u32::MAX, 0, 1))));
-    let name = format!("live-test-{}", crate::name::unique());
-    // No sweep removes a header-less file: gone whatever the outcome.
-    let mut leftovers = Leftovers::default();
-    let path = leftovers.add(seg_path(&name));
-    leftovers.add(bell_path(&name));
-    // Held before it takes the name: a take-over by another test (or
-    // the sweep of a build before the sweep left such files) would
-    // remove it at once otherwise.
-    let (made, _) = temp_file(&[0u8; 64]);
-    leftovers.add(&made);
-    let h = hold_file(&made);
-    std::fs::rename(&made, &path).unwrap();
-    std::fs::write(bell_path(&name), b"").unwrap();
+    let (name, path, _leftovers, h) = plant_held_headerless();
     assert_eq!(remove_if(&name, abandoned).unwrap(), Removal::Held);
     assert!(path.exists(), "held: its creator runs");
     drop(h);
@@ -305,16 +312,7 @@ fn the_sweep_leaves_a_headerless_segment_to_a_take_over() {
     assert!(!owner_dead(None), "no header: not the sweep's");
     assert!(!owner_dead(Some((pid, start, 1))));
     assert!(owner_dead(Some((u32::MAX, 0, 1))));
-    let name = format!("live-test-{}", crate::name::unique());
-    // No sweep removes a header-less file: gone whatever the outcome.
-    let mut leftovers = Leftovers::default();
-    let path = leftovers.add(seg_path(&name));
-    leftovers.add(bell_path(&name));
-    let (made, _) = temp_file(&[0u8; 64]);
-    leftovers.add(&made);
-    let h = hold_file(&made);
-    std::fs::rename(&made, &path).unwrap();
-    std::fs::write(bell_path(&name), b"").unwrap();
+    let (name, path, _leftovers, h) = plant_held_headerless();
     assert_eq!(remove_if(&name, owner_dead).unwrap(), Removal::NotStale);
     assert_eq!(remove_if(&name, abandoned).unwrap(), Removal::Held);
     reclaim_stale();

@@ -434,23 +434,9 @@ fn last_poll(rt: &Handle, left: Leftover) {
 #[cfg(test)]
 mod tests {
     use bytes::BytesMut;
-    use futures::channel::oneshot;
-    use weft_core::completion::{Finished, OpDone};
 
     use super::*;
-
-    fn awaited(context: u64) -> (OpDone, oneshot::Receiver<Finished>) {
-        let (tx, rx) = oneshot::channel();
-        let done = OpDone {
-            context,
-            flags: OpFlags::RECV | OpFlags::MSG,
-            report: true,
-            cq: None,
-            cntr: None,
-            waiter: Some(tx),
-        };
-        (done, rx)
-    }
+    use crate::msg::complete::tests::awaited;
 
     #[test]
     fn given_up_receives_fail_canceled_and_the_queue_starts_empty() {

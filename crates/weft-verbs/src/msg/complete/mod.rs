@@ -164,4 +164,4 @@ fn fatal(wc: &WorkCompletion) -> Option<Error> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -19,7 +19,8 @@ impl Shape for Fake {
     }
 }
 
-fn awaited(context: u64) -> (OpDone, oneshot::Receiver<Finished>) {
+/// A receive's completion that a future awaits, and that future's end.
+pub(in crate::msg) fn awaited(context: u64) -> (OpDone, oneshot::Receiver<Finished>) {
     let (tx, rx) = oneshot::channel();
     let done = OpDone {
         context,
