@@ -274,10 +274,9 @@ impl Chan {
                     | K_RMA_WD
                     | K_RMA_RD
             ) && (h.word & !0xff & !F_ALL == 0 || request_bits(h.word));
-            // The chunk (`Geometry::chunk`) of this ring's size, checked
-            // before the record's size is reckoned from it: a hostile
-            // length would overflow it.
-            if !kind_ok || len > ring.size() / 4 {
+            // The chunk, checked before the record's size is reckoned
+            // from it: a hostile length would overflow it.
+            if !kind_ok || len > self.g.chunk() {
                 return Next::Corrupt;
             }
             let size = rec_len(len);

@@ -93,8 +93,11 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
         out.refused += 1;
         let mut head = 0u64;
         let mut msg: Option<(usize, usize)> = None;
+        // The ring checked once, as `drain` takes it (`Chan::next` per
+        // record would check it again each time).
+        let ring = c.area(seg);
         for _ in 0..limit {
-            let r = match c.next(seg, head) {
+            let r = match ring.as_ref().map_or(Next::Corrupt, |r| c.next_in(r, head)) {
                 Next::Empty => break,
                 Next::Corrupt => {
                     out.corrupt += 1;

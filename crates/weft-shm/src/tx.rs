@@ -537,7 +537,13 @@ impl Peer {
             let free = c.room_after(self.head_seen, self.tail)?;
             pad = c.pad_whole(self.tail, free, p.len())?;
         }
-        self.tail = c.write_pad(&self.seg, self.tail, pad);
+        // The ring taken once, as `put_record` does.
+        let Some(ring) = c.area(&self.seg) else {
+            // Not reached: the peer's rings were checked against its
+            // mapping (`header_geometry`).
+            return Some(false);
+        };
+        self.tail = crate::ring::write_pad_in(&ring, self.tail, pad);
         let h = RecHead {
             word,
             len: p.len() as u32,
@@ -549,9 +555,9 @@ impl Peer {
                 .and_then(|l| l.total)
                 .unwrap_or(o.len as u64),
         };
-        let (at, next) = c.write_head(&self.seg, self.tail, &h);
+        let (at, next) = crate::ring::write_head_in(&ring, self.tail, &h);
         self.seg.write(at, &p);
-        c.publish(&self.seg, self.tail, h.word);
+        crate::ring::publish_in(&ring, self.tail, h.word);
         self.tail = next;
         o.started = true;
         if o.lead.is_none() {

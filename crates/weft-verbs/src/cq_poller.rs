@@ -220,7 +220,10 @@ pub fn detached(cq: Arc<Cq>) -> Arc<CqPoller> {
     impl CqSink for NoSink {
         fn on_completion(&self, _: &WorkCompletion) {}
     }
-    let sink: Weak<dyn CqSink> = Weak::<NoSink>::new();
+    poller_of(cq, Weak::<NoSink>::new())
+}
+
+fn poller_of(cq: Arc<Cq>, sink: Weak<dyn CqSink>) -> Arc<CqPoller> {
     Arc::new(CqPoller {
         cq,
         buf: FastMutex::new(Vec::with_capacity(BATCH)),
@@ -281,13 +284,7 @@ fn start_in<S: CqSink + 'static>(
 ) -> Result<Option<tokio::task::AbortHandle>> {
     let sink: Weak<S> = Arc::downgrade(sink);
     let sink: Weak<dyn CqSink> = sink;
-    let poller = Arc::new(CqPoller {
-        cq: cq.clone(),
-        buf: FastMutex::new(Vec::with_capacity(BATCH)),
-        sink,
-        hold: SpinHold::default(),
-        waiter_idle: Notify::new(),
-    });
+    let poller = poller_of(cq.clone(), sink);
     *lock(slot) = Some(poller.clone());
     if wait == WaitMode::BusyPoll {
         let slot = slot.clone();

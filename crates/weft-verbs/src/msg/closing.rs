@@ -140,15 +140,12 @@ impl MsgShared {
         // From the move to the error state (this one's, unless the end's
         // came first): the bound never counts from before it.
         let since = moved_at.unwrap_or_else(Instant::now);
-        for t in lock(&ep.tasks).drain(..) {
-            t.abort();
-        }
         // No driver ran yet (a close during a connect or accept; one that
         // fails after this close leaves its link to it): librdmacm moves
         // the queue pair to RTR as it handles the reply or the accept, so
         // it may have taken shared receives all the same, and only a
         // poller of our own finds them.
-        let poller = cq_poller::stop(&ep.poller).or_else(|| {
+        let poller = ep.stop_drivers().or_else(|| {
             link.as_ref()
                 .filter(|_| msg_srx.is_some())
                 .map(|l| cq_poller::detached(l.cq.clone()))
@@ -161,17 +158,26 @@ impl MsgShared {
         lock(&ep.early_recvs).clear();
         let waiting = lock(&ep.rxq).forget();
         drop(waiting);
+        // The link read above: once closed, neither `build_link` nor
+        // `give_up_link` changes it (both look under its lock).
         let cm = lock(&ep.cm).take();
-        if let Some(c) = cm {
-            let link = lock(&ep.link).clone();
-            if let Some(l) = link {
-                c.unsubscribe(l.id.token());
-            }
+        if let (Some(c), Some(l)) = (cm, &link) {
+            c.unsubscribe(l.id.token());
         }
     }
 }
 
 impl MsgShared {
+    /// Aborts the endpoint's tasks (the CQ driver's, the watcher's) and
+    /// stops its poller, which it returns: a close and a `start` that
+    /// finds itself closed both stop them so.
+    pub(super) fn stop_drivers(&self) -> Option<Arc<CqPoller>> {
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+        cq_poller::stop(&self.poller)
+    }
+
     /// Hands what `l`'s queue pair, in the error state since `since`,
     /// took of the shared receive context back to it: what is on the CQ
     /// at once, what the device flushes later by the last poll. Nothing
@@ -330,7 +336,7 @@ pub(super) struct Withdrawn {
 /// empty queue: none counts a dead work request as spare, and no slot
 /// index names the old pool.
 pub(super) fn cancel_waiting(rxq: &FastMutex<RxQueue<RecvMem>>, credits: &Credits) -> Withdrawn {
-    let waiting = {
+    let (old, waiting) = {
         let mut g = lock(rxq);
         let mut old = std::mem::take(&mut *g);
         // A queue holds messages only while no receive waits, and the new
@@ -342,7 +348,6 @@ pub(super) fn cancel_waiting(rxq: &FastMutex<RxQueue<RecvMem>>, credits: &Credit
         let waiting = old.drain();
         (old, waiting)
     };
-    let (old, waiting) = waiting;
     let n = waiting.len();
     let mem = fail_withdrawn(waiting);
     credits.release(n);

@@ -169,10 +169,7 @@ impl MsgShared {
         // published it), so it moved and handed off the queue pair: only
         // the driver and the watcher are left to stop.
         if self.is_closed() {
-            for t in lock(&self.tasks).drain(..) {
-                t.abort();
-            }
-            let _ = cq_poller::stop(&self.poller);
+            let _ = self.stop_drivers();
             return Err(Error::OpBadState);
         }
         if !self.is_stream() {
