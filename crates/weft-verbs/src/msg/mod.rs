@@ -104,6 +104,7 @@ use crate::sys::{
 mod closing;
 mod complete;
 mod connect;
+mod give_up;
 mod post;
 mod post_order;
 mod probe;
@@ -129,6 +130,10 @@ pub struct Link {
     pub read_pool: Arc<SlotPool>,
     /// The domain's registration cache (when `pd` is the domain's).
     pub cache: Option<Arc<crate::user_bufs::SourceCache>>,
+    /// Given up: no send or RMA operation is posted on it any more.
+    /// Set and read under the endpoint's in-flight table's lock
+    /// (`give_up::retire_sends`).
+    retired: AtomicBool,
 }
 
 impl std::fmt::Debug for Link {
@@ -342,6 +347,7 @@ impl MsgShared {
             send_pool,
             recv_pool,
             read_pool,
+            retired: AtomicBool::new(false),
         });
         {
             // Published only on an endpoint not closed, decided under the
@@ -578,8 +584,8 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         // Under the link's lock, as a receive completion (the order link,
         // receive queue): a connect given up meanwhile takes the link
         // under it, so the message either reaches the link's queue before
-        // the give-up polls and empties it (a held message is carried to
-        // the next queue like any held message), or finds no link.
+        // the give-up takes that queue (a held message is carried to the
+        // next queue like any held message), or finds no link.
         // Without a link the endpoint is closed or its connection given
         // up: it is dropped, as at a close.
         let g = lock(&self.shared.link);

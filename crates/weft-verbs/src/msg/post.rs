@@ -4,6 +4,7 @@
 //! which another thread may poll the moment the post returns — finds its
 //! entry.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -76,6 +77,12 @@ impl MsgShared {
         }
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
+        if link.retired.load(Ordering::Relaxed) {
+            // Given up since `admit`: its operations were taken already.
+            drop(g);
+            self.tx.release(1);
+            return reject(Error::NotConn, req);
+        }
         match send_on(&link, &req, op, (wr_id, wr_flags(req.flags))) {
             Ok(op) => {
                 // A pool buffer posted as it is stays with the operation.
@@ -130,6 +137,11 @@ impl MsgShared {
         }
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
+        if link.retired.load(Ordering::Relaxed) {
+            drop(g);
+            self.tx.release(1);
+            return reject(Error::NotConn, req);
+        }
         let kind = req.op.flags();
         let len = req.len();
         let inline_max = link.qp.caps().max_inline_data as usize;

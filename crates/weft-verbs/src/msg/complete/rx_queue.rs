@@ -339,6 +339,11 @@ impl<M: Shape> RxQueue<M> {
         self.waiting.drain(..).collect()
     }
 
+    /// Work requests posted and not reported yet.
+    pub fn posted(&self) -> usize {
+        self.wrs.len()
+    }
+
     /// Receives waiting (including withdrawn ones not yet found out).
     pub fn waiting(&self) -> usize {
         self.waiting.len()

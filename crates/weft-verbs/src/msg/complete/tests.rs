@@ -33,7 +33,7 @@ pub(in crate::msg) fn awaited(context: u64) -> (OpDone, oneshot::Receiver<Finish
     (done, rx)
 }
 
-fn message(n: u64) -> Arrived {
+pub(in crate::msg) fn message(n: u64) -> Arrived {
     Arrived {
         body: Body::Data {
             bufs: vec![BytesMut::from(&n.to_le_bytes()[..])],
@@ -44,7 +44,7 @@ fn message(n: u64) -> Arrived {
     }
 }
 
-fn number_of(done: Finished) -> u64 {
+pub(in crate::msg) fn number_of(done: Finished) -> u64 {
     let e = done.into_result(0).expect("a message");
     let b = e.into_bytes();
     u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))

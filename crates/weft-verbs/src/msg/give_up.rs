@@ -1,0 +1,465 @@
+//! The give-up of a connection that failed after its link was built
+//! ([`MsgShared::give_up_link`]), and the task that ends what was posted
+//! on its queue pair.
+//!
+//! librdmacm moves the queue pair to RTR and RTS as it handles the reply
+//! (connect) or in `rdma_accept`, before `Established`, and `admit`
+//! checks only that the endpoint is open and has a link: sends, RMA
+//! operations and receives may be on the queue pair when it is given up,
+//! and the device may still be working on them (soft-RoCE handles the
+//! move to the error state in its own tasks). So nothing posted is ended
+//! at the give-up itself. The queue pair goes to the error state, where
+//! the device reports every work request it holds, each with its own
+//! completion (a flush, or what it did before the move), and a task
+//! ([`GivenUp`]) polls the CQ until every work request posted on it has
+//! reported, at most [`LAST_WQE_WAIT`] after the move:
+//!
+//! * a send or RMA operation ends with its completion: a flush fails it
+//!   `Canceled`, one the device completed before (a message the peer
+//!   acked) succeeds; its credit and buffers come back then;
+//! * a receive of the endpoint's own queue ends as on a live connection:
+//!   a message that filled it (acked to its sender) completes it, a flush
+//!   fails it `Canceled` with its own buffers (a pool buffer among them:
+//!   the device is done with it, so `BufferPool::reclaim` takes it back);
+//! * a shared receive context's receive that the queue pair took goes
+//!   back to the context (as at a close: see `closing`).
+//!
+//! What has not reported by the bound (a device that neither flushes nor
+//! answers in half a second) ends once the queue pair is destroyed: the
+//! task drops the link when it holds the last reference (the connect or
+//! accept that gave up holds one until it returns; `admit`, `cancel` or
+//! the probe only for an instant), and only then hands back that memory.
+//! Should the link still be held another [`LAST_WQE_WAIT`] later, those
+//! operations fail without their memory, which is kept until the link
+//! goes (receives get zeroed buffers like their own, as a withdrawn
+//! receive does: a pool buffer among them stays lent).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry};
+use weft_core::credits::Credits;
+use weft_core::flags::OpFlags;
+use weft_core::provider::ProviderSrx;
+use weft_core::sync::{lock, FastMutex};
+use weft_core::Error;
+
+use super::closing::{fail_withdrawn, LAST_WQE_WAIT};
+use super::complete::{Held, Inflight, RecvMem, RecvSide, Route, RxQueue, RECV_WR_BIT};
+use super::post::InflightQueue;
+use super::srx::{route_of, MsgSrx, SRX_WR_BIT};
+use super::{stream, Link, MsgShared};
+use crate::async_reader::DeviceEvents;
+use crate::cm_events::CmChannel;
+use crate::cq_poller::{self, CqPoller};
+use crate::device_events::{Closing, LastWqe};
+use crate::slot_pool::SlotPool;
+use crate::sys::WorkCompletion;
+use crate::user_bufs::unregister_before;
+
+/// How often the task polls the CQ while work requests of the endpoint's
+/// own are outstanding: soft-RoCE flushes within milliseconds, and a
+/// device that raises no event for a flush leaves nothing to wait on.
+const POLL_TICK: Duration = Duration::from_millis(1);
+
+impl MsgShared {
+    /// A connect or accept that failed after building its link (every
+    /// exit from then on): lets the link and the event reader go, so a
+    /// later connect finds none, and the route of its id on `chan` (the
+    /// channel the caller subscribed it on: a close racing this may have
+    /// taken the endpoint's already). Unless the close came first: it
+    /// owns them then (it takes the link after marking the endpoint
+    /// closed, and this decides under the link's lock, so exactly one of
+    /// the two has it). The queue pair may have passed RTR (librdmacm
+    /// moves it as it handles the reply, or in `rdma_accept`): it goes to
+    /// the error state, its last-WQE wait registered first if the
+    /// endpoint is bound to a shared receive context. The connection
+    /// never started, so no end will come for it.
+    ///
+    /// What was posted on the queue pair is ended by a task once the
+    /// device reported it (see the module): the sends and RMA operations
+    /// (none is posted on it any more), the receives of the endpoint's
+    /// own queue (the messages it held go to the next queue at once), the
+    /// shared receives it took. A stream's state, which holds the queue
+    /// pair and its pinned buffers, goes with the link.
+    pub(super) fn give_up_link(self: &Arc<Self>, chan: &CmChannel) {
+        let taken = {
+            let mut g = lock(&self.link);
+            if self.is_closed() {
+                None
+            } else {
+                g.take()
+            }
+        };
+        let Some(l) = taken else { return };
+        // While the id lives (its token cannot name a newer one yet).
+        chan.unsubscribe(l.id.token());
+        let sends = retire_sends(&self.inflight, &l.retired);
+        let events = lock(&self.events).take();
+        // A driver only if a step of `start` after the driver's start
+        // failed (a failed driver start leaves none).
+        let poller = cq_poller::stop(&self.poller);
+        // Only a connection that failed has a stream still `Built`; a
+        // later connect builds its own. Its core (pinned receive buffers
+        // the queue pair may write) is dropped after the link.
+        let core = {
+            let mut s = lock(&self.stream);
+            if matches!(*s, stream::Slot::Built(_)) {
+                Some(std::mem::take(&mut *s))
+            } else {
+                None
+            }
+        };
+        let Closing { last_wqe, moved_at } = lock(&self.qp_end).abandon(
+            || events.as_ref().map(|e| e.last_wqe(l.qp.qp_num())),
+            || {
+                let _ = l.qp.to_error();
+            },
+        );
+        let _ = l.id.disconnect();
+        let since = moved_at.unwrap_or_else(Instant::now);
+        let poller = poller.unwrap_or_else(|| cq_poller::detached(l.cq.clone()));
+        // The endpoint's own receives are ended by the task; the messages
+        // the queue held (arrived, no receive waiting) are the next
+        // queue's at once, in order.
+        let rxq = self
+            .srx()
+            .is_none()
+            .then(|| retire_queue(&self.rxq, &self.rx));
+        let srx = self.cfg.srx.clone().filter(|_| self.srx().is_some());
+        let task = GivenUp {
+            ep: self.clone(),
+            link: l,
+            poller,
+            sends: FastMutex::new(sends),
+            rxq,
+            srx,
+            route: route_of(&self.cfg),
+            last_wqe,
+            until: since + LAST_WQE_WAIT,
+            core,
+            _events: events,
+        };
+        self.rt.spawn(task.run());
+    }
+}
+
+/// Takes the sends and RMA operations posted on `l`'s queue pair, and
+/// closes it to new ones: `post_send` and `post_rma` look at the mark
+/// under the same lock before posting, so every operation on the queue
+/// pair is either taken here or never posted (refused `NotConn`, as
+/// without a link). Every entry in the table is `l`'s: a link is only
+/// given up before its connection started, and each connect or accept
+/// builds its link on an endpoint that had none.
+pub(super) fn retire_sends(
+    inflight: &FastMutex<InflightQueue>,
+    retired: &AtomicBool,
+) -> InflightQueue {
+    let mut g = lock(inflight);
+    // Under the table's lock, which orders it with the posts.
+    retired.store(true, Ordering::Relaxed);
+    std::mem::take(&mut *g)
+}
+
+/// The receive queue of a queue pair that was given up, taken out of
+/// `rxq` with its waiting receives and posted work requests (their
+/// completions end them, on the old queue); `rxq` is left empty for the
+/// next queue pair but for the messages the old queue held (they arrived
+/// and no receive took them: the next receive does), each held again, in
+/// order.
+///
+/// A fresh queue rather than the old one kept for the next connection:
+/// a retry posts its receives anew, none counts a dead work request as
+/// spare, and no slot index names the old pool.
+pub(super) fn retire_queue(
+    rxq: &FastMutex<RxQueue<RecvMem>>,
+    credits: &Credits,
+) -> FastMutex<RxQueue<RecvMem>> {
+    let mut g = lock(rxq);
+    let mut old = std::mem::take(&mut *g);
+    // A queue holds messages only while no receive waits, and the new
+    // one has none.
+    while let Some(a) = old.take_held() {
+        let none = g.route(a, false, credits);
+        debug_assert!(none.is_none(), "a fresh queue has no receive");
+    }
+    FastMutex::new(old)
+}
+
+/// What a given-up queue pair still owes: the task that ends it.
+struct GivenUp {
+    ep: Arc<MsgShared>,
+    /// The given-up link: its queue pair (in the error state), its CQ and
+    /// the slots its operations use.
+    link: Arc<Link>,
+    poller: Arc<CqPoller>,
+    /// The sends and RMA operations posted on it ([`retire_sends`]).
+    sends: FastMutex<InflightQueue>,
+    /// The endpoint's own receive queue of the connection
+    /// ([`retire_queue`]); `None` on a shared receive context.
+    rxq: Option<FastMutex<RxQueue<RecvMem>>>,
+    /// The shared receive context the queue pair took receives of.
+    srx: Option<Arc<dyn ProviderSrx>>,
+    route: Route,
+    last_wqe: Option<LastWqe>,
+    /// [`LAST_WQE_WAIT`] after the move to the error state.
+    until: Instant,
+    /// A stream's state: dropped after the link.
+    core: Option<stream::Slot>,
+    /// Keeps the device's event reader running through the wait.
+    _events: Option<Arc<DeviceEvents>>,
+}
+
+impl GivenUp {
+    async fn run(mut self) {
+        // Only a queue pair of a shared receive context waits for its
+        // last WQE: the shared receives it took are not counted here.
+        let mut heard = self.srx.is_none();
+        loop {
+            self.poll();
+            let own = self.outstanding();
+            if own == 0 && heard {
+                break;
+            }
+            let now = Instant::now();
+            if now >= self.until {
+                break;
+            }
+            // Ticks while operations of ours are out; else only the event
+            // (or the bound) ends the wait.
+            let next = if own > 0 {
+                (now + POLL_TICK).min(self.until)
+            } else {
+                self.until
+            };
+            match self.last_wqe.as_mut().filter(|_| !heard) {
+                Some(w) => {
+                    if tokio::time::timeout_at(next, w).await.is_ok() {
+                        heard = true;
+                    }
+                }
+                None => tokio::time::sleep_until(next).await,
+            }
+        }
+        // What the event (or the bound) says is on the CQ by now.
+        self.poll();
+        tracing::debug!(
+            qp = self.link.qp.qp_num(),
+            last_wqe = heard,
+            outstanding = self.outstanding(),
+            "verbs msg: given-up queue pair polled"
+        );
+        self.finish().await;
+    }
+
+    /// Work requests of the endpoint's own not reported yet.
+    fn outstanding(&self) -> usize {
+        lock(&self.sends).len() + self.rxq.as_ref().map_or(0, |q| lock(q).posted())
+    }
+
+    /// Polls the CQ empty, ending what each completion reports.
+    fn poll(&self) {
+        let x = self
+            .srx
+            .as_ref()
+            .and_then(|s| s.as_any().downcast_ref::<MsgSrx>());
+        let side = self.rxq.as_ref().map(|q| RecvSide {
+            q,
+            credits: &self.ep.rx,
+            pool: &self.link.recv_pool,
+        });
+        let own_route = Route::default();
+        self.poller.drain_into(&|wc| {
+            if wc.wr_id & SRX_WR_BIT != 0 {
+                if let Some(x) = x {
+                    x.complete(wc, &self.route);
+                }
+            } else if wc.wr_id & RECV_WR_BIT != 0 {
+                if let Some(side) = &side {
+                    side.on_completion(wc, &own_route);
+                }
+            } else if wc.wr_id & super::stream::STREAM_WR_BIT != 0
+                || wc.wr_id == super::probe::PROBE_WR_ID
+            {
+                // The stream goes with the link; the probe never ran.
+            } else {
+                let op = lock(&self.sends).remove(wc.wr_id);
+                if let Some(op) = op {
+                    end_op(op, Some(wc), Some(&self.link.send_pool), &self.ep.tx);
+                }
+            }
+        });
+    }
+
+    /// Ends what is left once the polls are over: the messages the old
+    /// queue holds go to the endpoint's queue; operations the device did
+    /// not report end once the queue pair is destroyed.
+    async fn finish(self) {
+        let GivenUp {
+            ep,
+            link,
+            sends,
+            rxq,
+            core,
+            ..
+        } = self;
+        let mut sends = sends.into_inner();
+        let mut old = rxq.map(|q| q.into_inner()).unwrap_or_default();
+        // Late messages of the failed connection, after those carried at
+        // the give-up (unless the endpoint closed: dropped as at a close).
+        if !ep.is_closed() {
+            let next = ep.recv_side(&link.recv_pool);
+            while let Some(a) = old.take_held() {
+                next.reroute(a, false);
+            }
+        }
+        if sends.is_empty() && old.posted() == 0 {
+            // Every work request reported: the device is done with all
+            // their memory. Receives still waiting got no message and no
+            // flush of their own (none should be left).
+            fail_left(old.drain(), &ep.rx);
+            drop(link);
+            drop(core);
+            return;
+        }
+        // The device has not reported them all: their memory is handed
+        // back only once the queue pair is destroyed. The stream's state
+        // holds it too (its buffers are its own registrations).
+        drop(core);
+        let kept = destroy(link).await;
+        let waiting = old.drain();
+        let Some(link) = kept else {
+            tracing::debug!("verbs msg: given-up queue pair destroyed before its last reports");
+            while let Some(op) = sends.pop_front() {
+                end_op(op, None, None, &ep.tx);
+            }
+            fail_left(waiting, &ep.rx);
+            return;
+        };
+        tracing::warn!(
+            qp = link.qp.qp_num(),
+            "verbs msg: given-up queue pair still held: its operations fail without their memory"
+        );
+        let mut memory = Vec::new();
+        while let Some(Inflight { done, op }) = sends.pop_front() {
+            ep.tx.release(1);
+            let kind = match &op {
+                Held::Rma { kind, .. } => *kind,
+                _ => OpFlags::SEND | OpFlags::MSG,
+            };
+            memory.push(op);
+            done.fail(CqErrEntry::new(0, kind, Error::Canceled));
+        }
+        let n = waiting.len();
+        let mem = fail_withdrawn(waiting);
+        ep.rx.release(n);
+        // The memory after the queue pair, when this was its last
+        // reference.
+        drop(link);
+        drop((memory, mem, old));
+    }
+}
+
+/// Waits until `link` is the last reference to its queue pair and drops
+/// it (the queue pair destroyed with it), at most [`LAST_WQE_WAIT`];
+/// `None` once destroyed, else the link back.
+async fn destroy(mut link: Arc<Link>) -> Option<Arc<Link>> {
+    let deadline = Instant::now() + LAST_WQE_WAIT;
+    loop {
+        // The queue pair's only other holders are the link's (the
+        // stream's state went first).
+        if Arc::strong_count(&link.qp) == 1 {
+            match Arc::try_unwrap(link) {
+                Ok(l) => {
+                    drop(l);
+                    return None;
+                }
+                Err(back) => link = back,
+            }
+        }
+        if Instant::now() >= deadline {
+            return Some(link);
+        }
+        tokio::time::sleep(POLL_TICK).await;
+    }
+}
+
+/// Fails each receive of `waiting` `Canceled` with its buffers (a
+/// registered receive's own, taken from their registrations), its credit
+/// released: the device is done with them (every work request reported,
+/// or the queue pair destroyed). A bounce slot is dropped with its pool.
+fn fail_left(waiting: Vec<(super::complete::Waiting, Option<RecvMem>)>, credits: &Credits) {
+    let n = waiting.len();
+    for (mut w, mem) in waiting {
+        let mut bufs = w.bufs.take().unwrap_or_default();
+        if let Some(RecvMem::Registered { mrs, empty }) = mem {
+            bufs = unregister_before(mrs, empty);
+        }
+        trim_bufs(&mut bufs, 0);
+        w.done.fail(
+            CqErrEntry::new(0, OpFlags::RECV | OpFlags::MSG, Error::Canceled).with_bufs(bufs),
+        );
+    }
+    credits.release(n);
+}
+
+/// Ends a send or RMA operation of a given-up queue pair with its work
+/// completion, or `Canceled` without one (the queue pair destroyed
+/// first): its credit and memory come back (a bounce slot to
+/// `send_pool`, while it exists). A completion the device made before the
+/// flush stands: the peer acked that message.
+pub(super) fn end_op(
+    op: Inflight,
+    wc: Option<&WorkCompletion>,
+    send_pool: Option<&SlotPool>,
+    tx: &Credits,
+) {
+    let Inflight { done, op } = op;
+    tx.release(1);
+    let err = match wc {
+        Some(wc) => wc.to_error(),
+        None => Some(Error::Canceled),
+    };
+    let len = match op {
+        Held::Rma { len, kind, local } => {
+            let bufs = local.into_bufs(err.is_none());
+            match err {
+                None => done.complete(CqEntry {
+                    len,
+                    bufs,
+                    ..CqEntry::default()
+                }),
+                Some(e) => done.fail(CqErrEntry::new(0, kind, e).with_bufs(bufs)),
+            }
+            return;
+        }
+        // Its memory (registrations, a pool buffer) goes before the
+        // completion is reported: whoever hears of it may reuse it.
+        send => match send {
+            Held::SendSlot { len, slot } => {
+                if let Some(p) = send_pool {
+                    p.put(slot);
+                }
+                len
+            }
+            Held::SendInline { len }
+            | Held::SendRegistered { len, .. }
+            | Held::SendOne { len, .. }
+            | Held::SendPool { len, .. } => len,
+            Held::Rma { len, .. } => len,
+        },
+    };
+    match err {
+        None => done.complete(CqEntry {
+            len,
+            ..CqEntry::default()
+        }),
+        Some(e) => done.fail(CqErrEntry::new(0, OpFlags::SEND | OpFlags::MSG, e)),
+    }
+}
+
+#[cfg(test)]
+#[path = "give_up_tests.rs"]
+mod tests;

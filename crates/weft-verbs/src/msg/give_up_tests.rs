@@ -1,0 +1,193 @@
+use std::any::Any;
+use std::sync::Mutex;
+
+use bytes::BytesMut;
+use weft_core::provider::{PoolHome, PoolSend};
+
+use super::*;
+use crate::msg::complete::tests::{awaited, message, number_of};
+use crate::msg::complete::Waiting;
+use crate::sys::{WcFlags, WcOpcode, WcStatus};
+
+fn wc(wr_id: u64, status: WcStatus) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        status,
+        opcode: WcOpcode::Send,
+        vendor_err: 0,
+        byte_len: 0,
+        imm_data: None,
+        qp_num: 1,
+        src_qp: 0,
+        wc_flags: WcFlags::default(),
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    }
+}
+
+fn send(context: u64, op: Held) -> (Inflight, futures::channel::oneshot::Receiver<Finished>) {
+    let (done, rx) = awaited(context);
+    (Inflight { done, op }, rx)
+}
+
+use weft_core::completion::Finished;
+
+#[test]
+fn a_given_up_queue_keeps_its_receives_until_their_work_requests_report() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    let (d1, mut r1) = awaited(1);
+    let (d2, mut r2) = awaited(2);
+    let (d3, _r3) = awaited(3);
+    {
+        let mut q = lock(&rxq);
+        for (id, d) in [(10, d1), (11, d2), (12, d3)] {
+            assert!(credits.try_take() && q.needs_wr());
+            q.push(
+                id,
+                d,
+                Some(vec![BytesMut::zeroed(8)]),
+                Some(RecvMem::Slot(id as u32)),
+            );
+        }
+        // Receive 3 withdrawn: its work request stays posted, spare.
+        assert!(q.cancel(3, &credits).is_some());
+        assert!(!q.needs_wr());
+    }
+    let old = retire_queue(&rxq, &credits);
+    // Nothing ends at the give-up: the device may still fill them.
+    assert!(r1.try_recv().unwrap().is_none() && r2.try_recv().unwrap().is_none());
+    assert_eq!(credits.left(), 2, "the waiting receives keep their credits");
+    {
+        let o = lock(&old);
+        assert_eq!((o.waiting(), o.posted()), (2, 3));
+    }
+    // The next queue pair's first receive posts a work request: the dead
+    // one is not counted spare.
+    {
+        let q = lock(&rxq);
+        assert_eq!((q.waiting(), q.posted()), (0, 0));
+        assert!(q.needs_wr());
+    }
+    // The task's last step, every work request reported (here: none did,
+    // the queue pair destroyed): each waiting receive fails `Canceled`
+    // with its own buffers and its credit.
+    let mut o = old.into_inner();
+    fail_left(o.drain(), &credits);
+    assert_eq!(credits.left(), 4, "every credit back");
+    for r in [&mut r1, &mut r2] {
+        let done = r.try_recv().unwrap().expect("completed");
+        let e = done.into_result(0).expect_err("failed");
+        assert_eq!(e.err, Error::Canceled);
+        assert_eq!(e.bufs.len(), 1, "its buffers back");
+    }
+}
+
+#[test]
+fn messages_a_given_up_queue_held_go_to_the_next_in_order() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    {
+        let mut q = lock(&rxq);
+        for n in [1, 2] {
+            assert!(q.route(message(n), false, &credits).is_none(), "held");
+        }
+    }
+    let old = retire_queue(&rxq, &credits);
+    assert_eq!(lock(&old).take_held().map(|_| ()), None, "all carried");
+    let mut q = lock(&rxq);
+    for n in [1, 2] {
+        let a = q.take_held().expect("carried");
+        let (done, mut r) = awaited(n);
+        let w = Waiting::new(n, done, Some(vec![BytesMut::zeroed(8)]));
+        assert!(crate::msg::complete::deliver(w, a).is_none());
+        assert_eq!(number_of(r.try_recv().unwrap().unwrap()), n);
+    }
+    assert!(q.take_held().is_none());
+}
+
+#[test]
+fn retired_sends_are_taken_and_none_is_posted_after() {
+    let inflight = FastMutex::new(InflightQueue::default());
+    let retired = AtomicBool::new(false);
+    let mut keep = Vec::new();
+    for id in 1..=3 {
+        let (op, r) = send(id, Held::SendInline { len: 8 });
+        lock(&inflight).insert(id, op);
+        keep.push(r);
+    }
+    let taken = retire_sends(&inflight, &retired);
+    assert_eq!(taken.len(), 3);
+    assert!(
+        lock(&inflight).is_empty(),
+        "the next link's table starts empty"
+    );
+    assert!(
+        retired.load(Ordering::Relaxed),
+        "posts look at it under the lock"
+    );
+}
+
+#[test]
+fn a_given_up_send_ends_with_its_completion_and_gives_back_its_credit() {
+    let tx = Credits::new(4);
+    let cases = [
+        (Some(wc(1, WcStatus::WrFlushErr)), Err(Error::Canceled)),
+        // Acked by the peer before the move: delivered, so a success.
+        (Some(wc(2, WcStatus::Success)), Ok(8)),
+        (Some(wc(3, WcStatus::RetryExcErr)), Err(Error::TimedOut)),
+        // Never reported, the queue pair destroyed.
+        (None, Err(Error::Canceled)),
+    ];
+    for (i, (c, want)) in cases.into_iter().enumerate() {
+        assert!(tx.try_take());
+        let (op, mut r) = send(i as u64, Held::SendInline { len: 8 });
+        end_op(op, c.as_ref(), None, &tx);
+        assert_eq!(tx.left(), 4, "credit back");
+        let got = r
+            .try_recv()
+            .unwrap()
+            .expect("completed")
+            .into_result(0)
+            .map(|e| e.len)
+            .map_err(|e| e.err);
+        assert_eq!(got, want, "case {i}");
+    }
+}
+
+/// A pool that records what comes back.
+struct Home(Mutex<Vec<Vec<BytesMut>>>);
+
+impl PoolHome for Home {
+    fn put_back(&self, buf: Vec<BytesMut>) {
+        self.0.lock().unwrap().push(buf);
+    }
+    fn registration(&self) -> &(dyn Any + Send + Sync) {
+        &()
+    }
+}
+
+#[test]
+fn a_given_up_pool_send_is_back_in_its_pool_before_it_is_reported() {
+    let tx = Credits::new(1);
+    let home = Arc::new(Home(Mutex::new(Vec::new())));
+    let buf = PoolSend::new(BytesMut::zeroed(64), Vec::new(), home.clone());
+    assert!(tx.try_take());
+    let (op, mut r) = send(
+        1,
+        Held::SendPool {
+            len: 64,
+            _buf: Some(buf),
+        },
+    );
+    assert!(
+        home.0.lock().unwrap().is_empty(),
+        "the device's until it reports"
+    );
+    end_op(op, Some(&wc(1, WcStatus::WrFlushErr)), None, &tx);
+    assert_eq!(home.0.lock().unwrap().len(), 1, "back in its pool");
+    let e = r.try_recv().unwrap().unwrap().into_result(1).unwrap_err();
+    assert_eq!(e.err, Error::Canceled);
+}
