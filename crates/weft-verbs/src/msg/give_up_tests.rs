@@ -4,6 +4,8 @@ use std::sync::Mutex;
 use bytes::BytesMut;
 use weft_core::provider::{PoolHome, PoolSend};
 
+use weft_core::completion::Finished;
+
 use super::*;
 use crate::msg::complete::tests::{awaited, message, number_of};
 use crate::msg::complete::Waiting;
@@ -31,8 +33,6 @@ fn send(context: u64, op: Held) -> (Inflight, futures::channel::oneshot::Receive
     let (done, rx) = awaited(context);
     (Inflight { done, op }, rx)
 }
-
-use weft_core::completion::Finished;
 
 #[test]
 fn a_given_up_queue_keeps_its_receives_until_their_work_requests_report() {
@@ -157,12 +157,26 @@ fn a_given_up_send_ends_with_its_completion_and_gives_back_its_credit() {
     }
 }
 
-/// A pool that records what comes back.
-struct Home(Mutex<Vec<Vec<BytesMut>>>);
+/// A pool that records what comes back, and whether the send's
+/// completion was out by then.
+#[derive(Default)]
+struct Home {
+    back: Mutex<usize>,
+    /// The send's completion, looked at as its buffer comes back.
+    done: Mutex<Option<futures::channel::oneshot::Receiver<Finished>>>,
+    reported_first: Mutex<Option<bool>>,
+}
 
 impl PoolHome for Home {
-    fn put_back(&self, buf: Vec<BytesMut>) {
-        self.0.lock().unwrap().push(buf);
+    fn put_back(&self, _buf: Vec<BytesMut>) {
+        *self.back.lock().unwrap() += 1;
+        let seen = self
+            .done
+            .lock()
+            .unwrap()
+            .as_mut()
+            .map(|r| r.try_recv().unwrap().is_some());
+        *self.reported_first.lock().unwrap() = seen;
     }
     fn registration(&self) -> &(dyn Any + Send + Sync) {
         &()
@@ -172,22 +186,30 @@ impl PoolHome for Home {
 #[test]
 fn a_given_up_pool_send_is_back_in_its_pool_before_it_is_reported() {
     let tx = Credits::new(1);
-    let home = Arc::new(Home(Mutex::new(Vec::new())));
+    let home = Arc::new(Home::default());
     let buf = PoolSend::new(BytesMut::zeroed(64), Vec::new(), home.clone());
     assert!(tx.try_take());
-    let (op, mut r) = send(
+    let (op, r) = send(
         1,
         Held::SendPool {
             len: 64,
             _buf: Some(buf),
         },
     );
-    assert!(
-        home.0.lock().unwrap().is_empty(),
+    *home.done.lock().unwrap() = Some(r);
+    assert_eq!(
+        *home.back.lock().unwrap(),
+        0,
         "the device's until it reports"
     );
     end_op(op, Some(&wc(1, WcStatus::WrFlushErr)), None, &tx);
-    assert_eq!(home.0.lock().unwrap().len(), 1, "back in its pool");
+    assert_eq!(*home.back.lock().unwrap(), 1, "back in its pool");
+    assert_eq!(
+        *home.reported_first.lock().unwrap(),
+        Some(false),
+        "back before its completion is out"
+    );
+    let mut r = home.done.lock().unwrap().take().unwrap();
     let e = r.try_recv().unwrap().unwrap().into_result(1).unwrap_err();
     assert_eq!(e.err, Error::Canceled);
 }
