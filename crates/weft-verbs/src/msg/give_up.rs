@@ -47,7 +47,7 @@ use weft_core::sync::{lock, FastMutex};
 use weft_core::Error;
 
 use super::closing::{fail_withdrawn, LAST_WQE_WAIT};
-use super::complete::{Held, Inflight, RecvMem, RecvSide, Route, RxQueue, RECV_WR_BIT};
+use super::complete::{reroute_on, Held, Inflight, RecvMem, RecvSide, Route, RxQueue, RECV_WR_BIT};
 use super::post::InflightQueue;
 use super::srx::{route_of, MsgSrx, SRX_WR_BIT};
 use super::{stream, Link, MsgShared};
@@ -124,14 +124,18 @@ impl MsgShared {
         // The endpoint's own receives are ended by the task; the messages
         // the queue held (arrived, no receive waiting) are the next
         // queue's at once, in order.
-        let rxq = self
-            .srx()
-            .is_none()
-            .then(|| retire_queue(&self.rxq, &self.rx));
+        // Under the link's lock, which a message given back takes first:
+        // it finds the queue either live or retired (`give_back`).
+        let rxq = self.srx().is_none().then(|| {
+            let _g = lock(&self.link);
+            let q = Arc::new(retire_queue(&self.rxq, &self.rx));
+            *lock(&self.retired_rx) = Some(q.clone());
+            q
+        });
         let srx = self.cfg.srx.clone().filter(|_| self.srx().is_some());
         let task = GivenUp {
             ep: self.clone(),
-            link: l,
+            link: Some(l),
             poller,
             sends: FastMutex::new(sends),
             rxq,
@@ -144,6 +148,18 @@ impl MsgShared {
         };
         self.rt.spawn(task.run());
     }
+}
+
+/// The in-flight table, locked, to post an operation on the link whose
+/// `retired` mark this is: `None` once the link was given up
+/// ([`retire_sends`] took its operations), and the operation is refused.
+pub(super) fn open_table<'a>(
+    inflight: &'a FastMutex<InflightQueue>,
+    retired: &AtomicBool,
+) -> Option<weft_core::sync::FastGuard<'a, InflightQueue>> {
+    let g = lock(inflight);
+    // Read under the table's lock, as `retire_sends` sets it.
+    (!retired.load(Ordering::Relaxed)).then_some(g)
 }
 
 /// Takes the sends and RMA operations posted on `l`'s queue pair, and
@@ -182,6 +198,12 @@ pub(super) fn retire_queue(
     // A queue holds messages only while no receive waits, and the new
     // one has none.
     while let Some(a) = old.take_held() {
+        // A failed receive or a write's notification belongs to the
+        // failed connection: it would fail or misreport the next one's
+        // first receive.
+        if !a.is_message() {
+            continue;
+        }
         let none = g.route(a, false, credits);
         debug_assert!(none.is_none(), "a fresh queue has no receive");
     }
@@ -193,13 +215,14 @@ struct GivenUp {
     ep: Arc<MsgShared>,
     /// The given-up link: its queue pair (in the error state), its CQ and
     /// the slots its operations use.
-    link: Arc<Link>,
+    /// `None` once the task destroyed it.
+    link: Option<Arc<Link>>,
     poller: Arc<CqPoller>,
     /// The sends and RMA operations posted on it ([`retire_sends`]).
     sends: FastMutex<InflightQueue>,
     /// The endpoint's own receive queue of the connection
     /// ([`retire_queue`]); `None` on a shared receive context.
-    rxq: Option<FastMutex<RxQueue<RecvMem>>>,
+    rxq: Option<Arc<FastMutex<RxQueue<RecvMem>>>>,
     /// The shared receive context the queue pair took receives of.
     srx: Option<Arc<dyn ProviderSrx>>,
     route: Route,
@@ -246,7 +269,7 @@ impl GivenUp {
         // What the event (or the bound) says is on the CQ by now.
         self.poll();
         tracing::debug!(
-            qp = self.link.qp.qp_num(),
+            qp = self.link.as_ref().map(|l| l.qp.qp_num()),
             last_wqe = heard,
             outstanding = self.outstanding(),
             "verbs msg: given-up queue pair polled"
@@ -259,8 +282,25 @@ impl GivenUp {
         lock(&self.sends).len() + self.rxq.as_ref().map_or(0, |q| lock(q).posted())
     }
 
-    /// Polls the CQ empty, ending what each completion reports.
+    /// Polls the CQ empty while the task holds the link.
     fn poll(&self) {
+        if let Some(l) = &self.link {
+            self.poll_on(&l.send_pool, &l.recv_pool);
+        }
+    }
+
+    /// Polls the CQ empty, ending what each completion reports; the
+    /// memory of a bounce slot goes back to `send_pool` or `recv_pool`.
+    /// Once the application closed the endpoint, its operations end
+    /// without completions, as at a close (their memory still comes back
+    /// only as the device reports them).
+    fn poll_on(&self, send_pool: &SlotPool, recv_pool: &SlotPool) {
+        let report = !self.ep.is_closed();
+        if let (false, Some(q)) = (report, &self.rxq) {
+            // Their work requests stay posted: a completion only hands
+            // their memory back.
+            drop(lock(q).forget());
+        }
         let x = self
             .srx
             .as_ref()
@@ -268,7 +308,7 @@ impl GivenUp {
         let side = self.rxq.as_ref().map(|q| RecvSide {
             q,
             credits: &self.ep.rx,
-            pool: &self.link.recv_pool,
+            pool: recv_pool,
         });
         let own_route = Route::default();
         self.poller.drain_into(&|wc| {
@@ -287,16 +327,73 @@ impl GivenUp {
             } else {
                 let op = lock(&self.sends).remove(wc.wr_id);
                 if let Some(op) = op {
-                    end_op(op, Some(wc), Some(&self.link.send_pool), &self.ep.tx);
+                    end_op(op, Some(wc), Some(send_pool), &self.ep.tx, report);
                 }
             }
         });
     }
 
+    /// Waits, polling the CQ, until every work request of ours reported
+    /// (`None`, the link still held by the task), or the task holds the
+    /// last reference to the link, at most [`LAST_WQE_WAIT`]. Holding the
+    /// last, it destroys the queue pair, then polls the CQ a last time
+    /// (what the device reported up to the destruction is there: the
+    /// poller holds the CQ) with the slot pools still alive, and returns
+    /// them: the memory of what is left may go now. `None` with work
+    /// requests outstanding: the link is still held elsewhere.
+    async fn destroy(&mut self) -> Option<(SlotPool, SlotPool)> {
+        let deadline = Instant::now() + LAST_WQE_WAIT;
+        loop {
+            self.poll();
+            if self.outstanding() == 0 {
+                return None;
+            }
+            // The queue pair's only other holders are the link's (the
+            // stream's state went first).
+            let last = self
+                .link
+                .as_ref()
+                .is_some_and(|l| Arc::strong_count(&l.qp) == 1 && Arc::strong_count(l) == 1);
+            if let Some(l) = self.link.take_if(|_| last) {
+                match Arc::try_unwrap(l) {
+                    Ok(l) => {
+                        let Link {
+                            qp,
+                            send_pool,
+                            recv_pool,
+                            parked,
+                            ..
+                        } = l;
+                        drop(qp);
+                        self.poll_on(&send_pool, &recv_pool);
+                        drop(parked);
+                        return Some((send_pool, recv_pool));
+                    }
+                    Err(back) => self.link = Some(back),
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(POLL_TICK).await;
+        }
+    }
+
     /// Ends what is left once the polls are over: the messages the old
     /// queue holds go to the endpoint's queue; operations the device did
-    /// not report end once the queue pair is destroyed.
-    async fn finish(self) {
+    /// not report end once the queue pair is destroyed, or, should the
+    /// link still be held by then, at once with their memory parked on
+    /// the link.
+    async fn finish(mut self) {
+        let mut pools = None;
+        if self.outstanding() > 0 {
+            // Their memory is handed back only once the queue pair is
+            // destroyed. The stream's state holds it too (its buffers are
+            // its own registrations).
+            drop(self.core.take());
+            pools = self.destroy().await;
+        }
+        let report = !self.ep.is_closed();
         let GivenUp {
             ep,
             link,
@@ -306,83 +403,93 @@ impl GivenUp {
             ..
         } = self;
         let mut sends = sends.into_inner();
-        let mut old = rxq.map(|q| q.into_inner()).unwrap_or_default();
+        // From now on a message given back goes to the endpoint's queue
+        // (unless a later give-up's queue took the slot).
+        let mut old = rxq
+            .map(|q| {
+                let mut slot = lock(&ep.retired_rx);
+                if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &q)) {
+                    *slot = None;
+                }
+                drop(slot);
+                let mut g = lock(&q);
+                std::mem::take(&mut *g)
+            })
+            .unwrap_or_default();
         // Late messages of the failed connection, after those carried at
-        // the give-up (unless the endpoint closed: dropped as at a close).
-        if !ep.is_closed() {
-            let next = ep.recv_side(&link.recv_pool);
-            while let Some(a) = old.take_held() {
-                next.reroute(a, false);
-            }
+        // the give-up (unless the endpoint closed: dropped as at a close,
+        // its receives forgotten).
+        if report {
+            carry_held(&mut old, &ep.rxq, &ep.rx);
+        } else {
+            drop(old.forget());
         }
-        if sends.is_empty() && old.posted() == 0 {
-            // Every work request reported: the device is done with all
-            // their memory. Receives still waiting got no message and no
-            // flush of their own (none should be left).
-            fail_left(old.drain(), &ep.rx);
-            drop(link);
-            drop(core);
-            return;
-        }
-        // The device has not reported them all: their memory is handed
-        // back only once the queue pair is destroyed. The stream's state
-        // holds it too (its buffers are its own registrations).
-        drop(core);
-        let kept = destroy(link).await;
+        let all = sends.is_empty() && old.posted() == 0;
         let waiting = old.drain();
-        let Some(link) = kept else {
-            tracing::debug!("verbs msg: given-up queue pair destroyed before its last reports");
-            while let Some(op) = sends.pop_front() {
-                end_op(op, None, None, &ep.tx);
+        match link {
+            None => {
+                tracing::debug!("verbs msg: given-up queue pair destroyed before its last reports");
+                let send_pool = pools.as_ref().map(|(s, _)| s);
+                while let Some(op) = sends.pop_front() {
+                    end_op(op, None, send_pool, &ep.tx, report);
+                }
+                fail_left(waiting, &ep.rx, report);
+                drop(old);
+                drop(pools);
             }
-            fail_left(waiting, &ep.rx);
-            return;
-        };
-        tracing::warn!(
-            qp = link.qp.qp_num(),
-            "verbs msg: given-up queue pair still held: its operations fail without their memory"
-        );
-        let mut memory = Vec::new();
-        while let Some(Inflight { done, op }) = sends.pop_front() {
-            ep.tx.release(1);
-            let kind = match &op {
-                Held::Rma { kind, .. } => *kind,
-                _ => OpFlags::SEND | OpFlags::MSG,
-            };
-            memory.push(op);
-            done.fail(CqErrEntry::new(0, kind, Error::Canceled));
+            Some(link) if all => {
+                // Every work request reported: the device is done with
+                // all their memory. Receives still waiting got no message
+                // and no flush of their own (none should be left).
+                fail_left(waiting, &ep.rx, report);
+                drop(link);
+                drop(core);
+            }
+            Some(link) => {
+                tracing::warn!(
+                    qp = link.qp.qp_num(),
+                    "verbs msg: given-up queue pair still held: its operations fail without their memory"
+                );
+                let mut memory: Vec<Box<dyn Send>> = Vec::new();
+                while let Some(Inflight { done, op }) = sends.pop_front() {
+                    ep.tx.release(1);
+                    let kind = match &op {
+                        Held::Rma { kind, .. } => *kind,
+                        _ => OpFlags::SEND | OpFlags::MSG,
+                    };
+                    memory.push(Box::new(op));
+                    if report {
+                        done.fail(CqErrEntry::new(0, kind, Error::Canceled));
+                    }
+                }
+                let n = waiting.len();
+                // Empty once closed (forgotten above).
+                memory.push(Box::new(fail_withdrawn(waiting)));
+                ep.rx.release(n);
+                // The withdrawn work requests' memory is in the queue.
+                memory.push(Box::new(old));
+                // Dropped with the link, after its queue pair: a pool
+                // buffer among it stays lent until then.
+                lock(&link.parked).extend(memory);
+                drop(link);
+                drop(core);
+            }
         }
-        let n = waiting.len();
-        let mem = fail_withdrawn(waiting);
-        ep.rx.release(n);
-        // The memory after the queue pair, when this was its last
-        // reference.
-        drop(link);
-        drop((memory, mem, old));
     }
 }
 
-/// Waits until `link` is the last reference to its queue pair and drops
-/// it (the queue pair destroyed with it), at most [`LAST_WQE_WAIT`];
-/// `None` once destroyed, else the link back.
-async fn destroy(mut link: Arc<Link>) -> Option<Arc<Link>> {
-    let deadline = Instant::now() + LAST_WQE_WAIT;
-    loop {
-        // The queue pair's only other holders are the link's (the
-        // stream's state went first).
-        if Arc::strong_count(&link.qp) == 1 {
-            match Arc::try_unwrap(link) {
-                Ok(l) => {
-                    drop(l);
-                    return None;
-                }
-                Err(back) => link = back,
-            }
+/// Hands the messages `old` holds to `next` (its oldest waiting receive,
+/// or held), in order; an arrival that is no message (a failed receive,
+/// a write with remote CQ data) is the failed connection's and goes.
+pub(super) fn carry_held(
+    old: &mut RxQueue<RecvMem>,
+    next: &FastMutex<RxQueue<RecvMem>>,
+    credits: &Credits,
+) {
+    while let Some(a) = old.take_held() {
+        if a.is_message() {
+            reroute_on(next, credits, a, false);
         }
-        if Instant::now() >= deadline {
-            return Some(link);
-        }
-        tokio::time::sleep(POLL_TICK).await;
     }
 }
 
@@ -390,9 +497,18 @@ async fn destroy(mut link: Arc<Link>) -> Option<Arc<Link>> {
 /// registered receive's own, taken from their registrations), its credit
 /// released: the device is done with them (every work request reported,
 /// or the queue pair destroyed). A bounce slot is dropped with its pool.
-fn fail_left(waiting: Vec<(super::complete::Waiting, Option<RecvMem>)>, credits: &Credits) {
+fn fail_left(
+    waiting: Vec<(super::complete::Waiting, Option<RecvMem>)>,
+    credits: &Credits,
+    report: bool,
+) {
     let n = waiting.len();
     for (mut w, mem) in waiting {
+        if !report {
+            // Closed: its memory goes, without a completion.
+            drop((w, mem));
+            continue;
+        }
         let mut bufs = w.bufs.take().unwrap_or_default();
         if let Some(RecvMem::Registered { mrs, empty }) = mem {
             bufs = unregister_before(mrs, empty);
@@ -415,9 +531,12 @@ pub(super) fn end_op(
     wc: Option<&WorkCompletion>,
     send_pool: Option<&SlotPool>,
     tx: &Credits,
+    report: bool,
 ) {
     let Inflight { done, op } = op;
     tx.release(1);
+    // Closed: ends as its memory goes, without a completion.
+    let done = Some(done).filter(|_| report);
     let err = match wc {
         Some(wc) => wc.to_error(),
         None => Some(Error::Canceled),
@@ -426,12 +545,20 @@ pub(super) fn end_op(
         Held::Rma { len, kind, local } => {
             let bufs = local.into_bufs(err.is_none());
             match err {
-                None => done.complete(CqEntry {
-                    len,
-                    bufs,
-                    ..CqEntry::default()
-                }),
-                Some(e) => done.fail(CqErrEntry::new(0, kind, e).with_bufs(bufs)),
+                None => {
+                    if let Some(d) = done {
+                        d.complete(CqEntry {
+                            len,
+                            bufs,
+                            ..CqEntry::default()
+                        });
+                    }
+                }
+                Some(e) => {
+                    if let Some(d) = done {
+                        d.fail(CqErrEntry::new(0, kind, e).with_bufs(bufs));
+                    }
+                }
             }
             return;
         }
@@ -452,11 +579,19 @@ pub(super) fn end_op(
         },
     };
     match err {
-        None => done.complete(CqEntry {
-            len,
-            ..CqEntry::default()
-        }),
-        Some(e) => done.fail(CqErrEntry::new(0, OpFlags::SEND | OpFlags::MSG, e)),
+        None => {
+            if let Some(d) = done {
+                d.complete(CqEntry {
+                    len,
+                    ..CqEntry::default()
+                });
+            }
+        }
+        Some(e) => {
+            if let Some(d) = done {
+                d.fail(CqErrEntry::new(0, OpFlags::SEND | OpFlags::MSG, e));
+            }
+        }
     }
 }
 

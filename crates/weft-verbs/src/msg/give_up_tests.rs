@@ -7,7 +7,9 @@ use weft_core::provider::{PoolHome, PoolSend};
 use weft_core::completion::Finished;
 
 use super::*;
-use crate::msg::complete::tests::{awaited, message, number_of};
+use crate::msg::complete::tests::{
+    awaited, failed_arrival, message, number_of, remote_write_arrival,
+};
 use crate::msg::complete::Waiting;
 use crate::sys::{WcFlags, WcOpcode, WcStatus};
 
@@ -75,7 +77,7 @@ fn a_given_up_queue_keeps_its_receives_until_their_work_requests_report() {
     // the queue pair destroyed): each waiting receive fails `Canceled`
     // with its own buffers and its credit.
     let mut o = old.into_inner();
-    fail_left(o.drain(), &credits);
+    fail_left(o.drain(), &credits, true);
     assert_eq!(credits.left(), 4, "every credit back");
     for r in [&mut r1, &mut r2] {
         let done = r.try_recv().unwrap().expect("completed");
@@ -118,8 +120,17 @@ fn retired_sends_are_taken_and_none_is_posted_after() {
         lock(&inflight).insert(id, op);
         keep.push(r);
     }
+    assert!(
+        open_table(&inflight, &retired).is_some(),
+        "a live link's posts go on"
+    );
     let taken = retire_sends(&inflight, &retired);
     assert_eq!(taken.len(), 3);
+    // What `post_send` and `post_rma` ask before posting: refused.
+    assert!(
+        open_table(&inflight, &retired).is_none(),
+        "no post on a given-up link"
+    );
     assert!(
         lock(&inflight).is_empty(),
         "the next link's table starts empty"
@@ -144,7 +155,7 @@ fn a_given_up_send_ends_with_its_completion_and_gives_back_its_credit() {
     for (i, (c, want)) in cases.into_iter().enumerate() {
         assert!(tx.try_take());
         let (op, mut r) = send(i as u64, Held::SendInline { len: 8 });
-        end_op(op, c.as_ref(), None, &tx);
+        end_op(op, c.as_ref(), None, &tx, true);
         assert_eq!(tx.left(), 4, "credit back");
         let got = r
             .try_recv()
@@ -202,7 +213,7 @@ fn a_given_up_pool_send_is_back_in_its_pool_before_it_is_reported() {
         0,
         "the device's until it reports"
     );
-    end_op(op, Some(&wc(1, WcStatus::WrFlushErr)), None, &tx);
+    end_op(op, Some(&wc(1, WcStatus::WrFlushErr)), None, &tx, true);
     assert_eq!(*home.back.lock().unwrap(), 1, "back in its pool");
     assert_eq!(
         *home.reported_first.lock().unwrap(),
@@ -212,4 +223,90 @@ fn a_given_up_pool_send_is_back_in_its_pool_before_it_is_reported() {
     let mut r = home.done.lock().unwrap().take().unwrap();
     let e = r.try_recv().unwrap().unwrap().into_result(1).unwrap_err();
     assert_eq!(e.err, Error::Canceled);
+}
+
+#[test]
+fn only_messages_a_given_up_queue_held_are_carried() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    {
+        let mut q = lock(&rxq);
+        for a in [
+            failed_arrival(Error::Trunc),
+            message(1),
+            remote_write_arrival(16),
+            message(2),
+        ] {
+            assert!(q.route(a, false, &credits).is_none(), "held");
+        }
+    }
+    let _old = retire_queue(&rxq, &credits);
+    let mut q = lock(&rxq);
+    for n in [1, 2] {
+        let a = q.take_held().expect("carried");
+        assert!(a.is_message(), "no failed receive nor write carried");
+        let (done, mut r) = awaited(n);
+        let w = Waiting::new(n, done, Some(vec![BytesMut::zeroed(8)]));
+        assert!(crate::msg::complete::deliver(w, a).is_none());
+        assert_eq!(number_of(r.try_recv().unwrap().unwrap()), n);
+    }
+    assert!(q.take_held().is_none());
+}
+
+#[test]
+fn a_message_given_back_to_a_retired_queue_is_carried_first() {
+    let credits = Credits::new(4);
+    let old = FastMutex::new(RxQueue::<RecvMem>::default());
+    assert!(lock(&old).route(message(2), false, &credits).is_none());
+    // The receive of message 1 completed, its future dropped: given back
+    // while the task lives, it goes ahead of the held one.
+    let entry = CqEntry {
+        len: 8,
+        bufs: vec![BytesMut::from(&1u64.to_le_bytes()[..])],
+        ..CqEntry::default()
+    };
+    let r = weft_core::completion::Returned {
+        entry,
+        src: weft_core::addr::FI_ADDR_NOTAVAIL,
+        origin: weft_core::completion::Origin {
+            cq: None,
+            cntr: None,
+        },
+        raw: Vec::new(),
+    };
+    crate::msg::complete::give_back_to(&old, &credits, r);
+    // The task's end: carried in order, with late failures dropped.
+    assert!(lock(&old)
+        .route(failed_arrival(Error::Trunc), false, &credits)
+        .is_none());
+    let next = FastMutex::new(RxQueue::<RecvMem>::default());
+    carry_held(&mut lock(&old), &next, &credits);
+    let mut q = lock(&next);
+    for n in [1, 2] {
+        let a = q.take_held().expect("carried");
+        let (done, mut rx) = awaited(n);
+        let w = Waiting::new(n, done, Some(vec![BytesMut::zeroed(8)]));
+        assert!(crate::msg::complete::deliver(w, a).is_none());
+        assert_eq!(number_of(rx.try_recv().unwrap().unwrap()), n);
+    }
+    assert!(q.take_held().is_none());
+}
+
+#[test]
+fn once_closed_a_given_up_operation_ends_without_a_completion() {
+    let tx = Credits::new(2);
+    assert!(tx.try_take());
+    let (op, mut r) = send(1, Held::SendInline { len: 8 });
+    end_op(op, Some(&wc(1, WcStatus::Success)), None, &tx, false);
+    assert_eq!(tx.left(), 2, "credit back");
+    assert!(r.try_recv().is_err(), "no completion: its sender went");
+
+    let rx = Credits::new(2);
+    let q = FastMutex::new(RxQueue::<RecvMem>::default());
+    assert!(rx.try_take());
+    let (d, mut rr) = awaited(2);
+    lock(&q).push(2, d, Some(vec![BytesMut::zeroed(8)]), None);
+    fail_left(lock(&q).drain(), &rx, false);
+    assert_eq!(rx.left(), 2);
+    assert!(rr.try_recv().is_err(), "no completion");
 }

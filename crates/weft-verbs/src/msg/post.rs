@@ -4,7 +4,6 @@
 //! which another thread may poll the moment the post returns — finds its
 //! entry.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -76,13 +75,11 @@ impl MsgShared {
             }
         }
         let wr_id = self.wr_id();
-        let mut g = lock(&self.inflight);
-        if link.retired.load(Ordering::Relaxed) {
+        let Some(mut g) = super::give_up::open_table(&self.inflight, &link.retired) else {
             // Given up since `admit`: its operations were taken already.
-            drop(g);
             self.tx.release(1);
             return reject(Error::NotConn, req);
-        }
+        };
         match send_on(&link, &req, op, (wr_id, wr_flags(req.flags))) {
             Ok(op) => {
                 // A pool buffer posted as it is stays with the operation.
@@ -136,12 +133,10 @@ impl MsgShared {
             return reject(Error::Again, req);
         }
         let wr_id = self.wr_id();
-        let mut g = lock(&self.inflight);
-        if link.retired.load(Ordering::Relaxed) {
-            drop(g);
+        let Some(mut g) = super::give_up::open_table(&self.inflight, &link.retired) else {
             self.tx.release(1);
             return reject(Error::NotConn, req);
-        }
+        };
         let kind = req.op.flags();
         let len = req.len();
         let inline_max = link.qp.caps().max_inline_data as usize;
