@@ -27,10 +27,12 @@
 //! shared receives although no CQ driver ever ran. For the same reason a
 //! close with no driver polls through a driverless poller of the CQ.
 //!
-//! The task keeps only what that poll needs: the queue pair (which holds
-//! its CQ, protection domain, SRQ and the cm id's C object alive), the
-//! poller of its CQ, the shared receive context (whose receives the poll
-//! completes) and the device's event reader. The endpoint's slot pools,
+//! A close's last-poll task (not the give-up's, which holds the whole
+//! link and destroys its queue pair itself: `give_up`) keeps only what
+//! that poll needs: the queue pair (which holds its CQ, protection
+//! domain, SRQ and the cm id's C object alive), the poller of its CQ,
+//! the shared receive context (whose receives the poll completes) and
+//! the device's event reader. The endpoint's slot pools,
 //! the registrations of a megabyte or more each, go when the endpoint is
 //! dropped, as before: deregistering memory under a queue pair in the
 //! error state is safe (a late access of the device fails, it does not

@@ -26,13 +26,21 @@
 //!
 //! What has not reported by the bound (a device that neither flushes nor
 //! answers in half a second) ends once the queue pair is destroyed: the
-//! task drops the link when it holds the last reference (the connect or
-//! accept that gave up holds one until it returns; `admit`, `cancel` or
-//! the probe only for an instant), and only then hands back that memory.
-//! Should the link still be held another [`LAST_WQE_WAIT`] later, those
-//! operations fail without their memory, which is kept until the link
-//! goes (receives get zeroed buffers like their own, as a withdrawn
-//! receive does: a pool buffer among them stays lent).
+//! task, still polling the CQ, waits a second [`LAST_WQE_WAIT`] at most
+//! until every work request reported or it holds the last reference to
+//! the link (the connect or accept that gave up holds one until it
+//! returns; `admit`, `cancel` or the probe only for an instant). Holding
+//! the last, it destroys the queue pair, polls the CQ once more (what the
+//! device completed up to then counts) and only then hands back the
+//! memory of what is left. Should the link still be held then, those
+//! operations fail without their memory, which is parked on the link and
+//! goes after its queue pair (receives get zeroed buffers like their
+//! own, as a withdrawn receive does: a pool buffer among that memory
+//! stays lent until the link goes).
+//!
+//! Once the application closed the endpoint, the task ends its
+//! operations without completions, as the close does; their memory still
+//! comes back only as the device reports them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
