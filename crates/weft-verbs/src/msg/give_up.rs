@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry};
+use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry, Returned};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::provider::ProviderSrx;
@@ -55,7 +55,10 @@ use weft_core::sync::{lock, FastMutex};
 use weft_core::Error;
 
 use super::closing::{fail_withdrawn, LAST_WQE_WAIT};
-use super::complete::{reroute_on, Held, Inflight, RecvMem, RecvSide, Route, RxQueue, RECV_WR_BIT};
+use super::complete::{
+    offer_to_waiting, reroute_on, returned_arrival, Held, Inflight, RecvMem, RecvSide, Route,
+    RxQueue, RECV_WR_BIT,
+};
 use super::post::InflightQueue;
 use super::srx::{route_of, MsgSrx, SRX_WR_BIT};
 use super::{stream, Link, MsgShared};
@@ -132,13 +135,18 @@ impl MsgShared {
         // The endpoint's own receives are ended by the task; the messages
         // the queue held (arrived, no receive waiting) are the next
         // queue's at once, in order.
-        // Under the link's lock, which a message given back takes first:
-        // it finds the queue either live or retired (`give_back`).
+        // Under the link's lock, which `give_back` holds throughout: a
+        // message given back goes either before the move (held first,
+        // moved first) or after it with `retired_rx` set.
         let rxq = self.srx().is_none().then(|| {
             let _g = lock(&self.link);
             let q = Arc::new(retire_queue(&self.rxq, &self.rx));
             *lock(&self.retired_rx) = Some(q.clone());
             q
+        });
+        let slot = rxq.clone().map(|q| RetiredSlot {
+            ep: self.clone(),
+            q,
         });
         let srx = self.cfg.srx.clone().filter(|_| self.srx().is_some());
         let task = GivenUp {
@@ -152,6 +160,7 @@ impl MsgShared {
             last_wqe,
             until: since + LAST_WQE_WAIT,
             core,
+            slot,
             _events: events,
         };
         self.rt.spawn(task.run());
@@ -241,6 +250,27 @@ struct GivenUp {
     core: Option<stream::Slot>,
     /// Keeps the device's event reader running through the wait.
     _events: Option<Arc<DeviceEvents>>,
+    /// `rxq`'s place in `retired_rx`, given up with the task.
+    slot: Option<RetiredSlot>,
+}
+
+/// The retired queue in the endpoint's `retired_rx`, taken out when the
+/// task ends, or is dropped unfinished (its runtime shut down): a
+/// message given back later would otherwise be offered to receives no
+/// task ends.
+struct RetiredSlot {
+    ep: Arc<MsgShared>,
+    q: Arc<FastMutex<RxQueue<RecvMem>>>,
+}
+
+impl Drop for RetiredSlot {
+    fn drop(&mut self) {
+        let mut slot = lock(&self.ep.retired_rx);
+        // Unless a later give-up's queue took the place.
+        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &self.q)) {
+            *slot = None;
+        }
+    }
 }
 
 impl GivenUp {
@@ -282,7 +312,7 @@ impl GivenUp {
             outstanding = self.outstanding(),
             "verbs msg: given-up queue pair polled"
         );
-        self.finish().await;
+        self.finish(heard).await;
     }
 
     /// Work requests of the endpoint's own not reported yet.
@@ -303,12 +333,21 @@ impl GivenUp {
     /// without completions, as at a close (their memory still comes back
     /// only as the device reports them).
     fn poll_on(&self, send_pool: &SlotPool, recv_pool: &SlotPool) {
-        let report = !self.ep.is_closed();
-        if let (false, Some(q)) = (report, &self.rxq) {
-            // Their work requests stay posted: a completion only hands
-            // their memory back.
-            drop(lock(q).forget());
-        }
+        // Read again for each completion (an atomic load): a close
+        // during the drain leaves only the window a live connection's
+        // completion has, not the rest of the drain.
+        let forgotten = std::cell::Cell::new(false);
+        let forget_if_closed = || {
+            let closed = self.ep.is_closed();
+            if let (true, false, Some(q)) = (closed, forgotten.get(), &self.rxq) {
+                // Their work requests stay posted: a completion only
+                // hands their memory back.
+                drop(lock(q).forget());
+                forgotten.set(true);
+            }
+            closed
+        };
+        forget_if_closed();
         let x = self
             .srx
             .as_ref()
@@ -326,6 +365,7 @@ impl GivenUp {
                 }
             } else if wc.wr_id & RECV_WR_BIT != 0 {
                 if let Some(side) = &side {
+                    forget_if_closed();
                     side.on_completion(wc, &own_route);
                 }
             } else if wc.wr_id & super::stream::STREAM_WR_BIT != 0
@@ -335,6 +375,7 @@ impl GivenUp {
             } else {
                 let op = lock(&self.sends).remove(wc.wr_id);
                 if let Some(op) = op {
+                    let report = !forget_if_closed();
                     end_op(op, Some(wc), Some(send_pool), &self.ep.tx, report);
                 }
             }
@@ -387,12 +428,55 @@ impl GivenUp {
         }
     }
 
+    /// Destroys the queue pair at once if the task holds the last
+    /// reference to it (the stream's state it holds may hold the other:
+    /// that state goes right after the link's reference, its queue pair
+    /// first, so its buffers outlive the queue pair), then drains the CQ
+    /// as [`destroy`](Self::destroy) does. `None`, nothing done, if the
+    /// link is held elsewhere.
+    fn destroy_if_last(&mut self) -> Option<(SlotPool, SlotPool)> {
+        let l = self.link.as_ref()?;
+        let by_core = self
+            .core
+            .as_ref()
+            .and_then(stream::Slot::core)
+            .is_some_and(|c| Arc::strong_count(c) == 1 && c.holds(&l.qp));
+        let last =
+            Arc::strong_count(l) == 1 && Arc::strong_count(&l.qp) == 1 + usize::from(by_core);
+        let l = self.link.take_if(|_| last)?;
+        match Arc::try_unwrap(l) {
+            Ok(l) => {
+                let Link {
+                    qp,
+                    send_pool,
+                    recv_pool,
+                    parked,
+                    ..
+                } = l;
+                drop(qp);
+                drop(self.core.take());
+                self.poll_on(&send_pool, &recv_pool);
+                drop(parked);
+                Some((send_pool, recv_pool))
+            }
+            Err(back) => {
+                self.link = Some(back);
+                None
+            }
+        }
+    }
+
     /// Ends what is left once the polls are over: the messages the old
     /// queue holds go to the endpoint's queue; operations the device did
     /// not report end once the queue pair is destroyed, or, should the
     /// link still be held by then, at once with their memory parked on
     /// the link.
-    async fn finish(mut self) {
+    ///
+    /// `heard`: false while a queue pair of a shared receive context
+    /// never had its last-WQE event: shared receives it took may be
+    /// reported yet, so it is destroyed and the CQ drained even with none
+    /// of ours outstanding, when the task holds the last reference.
+    async fn finish(mut self, heard: bool) {
         let mut pools = None;
         if self.outstanding() > 0 {
             // Their memory is handed back only once the queue pair is
@@ -400,6 +484,8 @@ impl GivenUp {
             // its own registrations).
             drop(self.core.take());
             pools = self.destroy().await;
+        } else if !heard {
+            pools = self.destroy_if_last();
         }
         let report = !self.ep.is_closed();
         let GivenUp {
@@ -408,18 +494,15 @@ impl GivenUp {
             sends,
             rxq,
             core,
+            slot,
             ..
         } = self;
         let mut sends = sends.into_inner();
         // From now on a message given back goes to the endpoint's queue
-        // (unless a later give-up's queue took the slot).
+        // only (its receives are about to end).
+        drop(slot);
         let mut old = rxq
             .map(|q| {
-                let mut slot = lock(&ep.retired_rx);
-                if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &q)) {
-                    *slot = None;
-                }
-                drop(slot);
                 let mut g = lock(&q);
                 std::mem::take(&mut *g)
             })
@@ -499,6 +582,41 @@ pub(super) fn carry_held(
             reroute_on(next, credits, a, false);
         }
     }
+}
+
+/// Where a message given back goes (its receive completed, the
+/// receive's future dropped before it was read): the endpoint's queue,
+/// `rxq`, ahead of every message it holds, unless no link is current and
+/// a receive still waits in the queue a give-up retired (`retired`, while
+/// its task lives): that receive takes it.
+///
+/// With a link the queue is the link's own: the retired one holds
+/// nothing for the new connection's receives. Without one, the messages
+/// held at the give-up are already in `rxq` (`retire_queue`), and this
+/// one arrived before them; the retired queue's late messages are
+/// carried behind them when its task ends. Dropped once the endpoint is
+/// closed with no link, as at a close.
+pub(super) fn give_back_routed(
+    linked: bool,
+    retired: Option<&FastMutex<RxQueue<RecvMem>>>,
+    rxq: &FastMutex<RxQueue<RecvMem>>,
+    credits: &Credits,
+    closed: bool,
+    r: Returned,
+) {
+    let mut a = returned_arrival(r);
+    if !linked {
+        if let Some(q) = retired {
+            match offer_to_waiting(q, credits, a) {
+                Some(back) => a = back,
+                None => return,
+            }
+        }
+        if closed {
+            return;
+        }
+    }
+    reroute_on(rxq, credits, a, true);
 }
 
 /// Fails each receive of `waiting` `Canceled` with its buffers (a

@@ -253,19 +253,14 @@ fn only_messages_a_given_up_queue_held_are_carried() {
     assert!(q.take_held().is_none());
 }
 
-#[test]
-fn a_message_given_back_to_a_retired_queue_is_carried_first() {
-    let credits = Credits::new(4);
-    let old = FastMutex::new(RxQueue::<RecvMem>::default());
-    assert!(lock(&old).route(message(2), false, &credits).is_none());
-    // The receive of message 1 completed, its future dropped: given back
-    // while the task lives, it goes ahead of the held one.
+/// Message `n` as its receive's completion gives it back.
+fn returned(n: u64) -> weft_core::completion::Returned {
     let entry = CqEntry {
         len: 8,
-        bufs: vec![BytesMut::from(&1u64.to_le_bytes()[..])],
+        bufs: vec![BytesMut::from(&n.to_le_bytes()[..])],
         ..CqEntry::default()
     };
-    let r = weft_core::completion::Returned {
+    weft_core::completion::Returned {
         entry,
         src: weft_core::addr::FI_ADDR_NOTAVAIL,
         origin: weft_core::completion::Origin {
@@ -273,23 +268,82 @@ fn a_message_given_back_to_a_retired_queue_is_carried_first() {
             cntr: None,
         },
         raw: Vec::new(),
-    };
-    crate::msg::complete::give_back_to(&old, &credits, r);
-    // The task's end: carried in order, with late failures dropped.
-    assert!(lock(&old)
-        .route(failed_arrival(Error::Trunc), false, &credits)
-        .is_none());
-    let next = FastMutex::new(RxQueue::<RecvMem>::default());
-    carry_held(&mut lock(&old), &next, &credits);
-    let mut q = lock(&next);
-    for n in [1, 2] {
-        let a = q.take_held().expect("carried");
+    }
+}
+
+/// The messages `q` holds, read by receives in turn, are `numbers`.
+fn holds_in_order(q: &FastMutex<RxQueue<RecvMem>>, numbers: &[u64]) {
+    let mut q = lock(q);
+    for &n in numbers {
+        let a = q.take_held().expect("held");
         let (done, mut rx) = awaited(n);
         let w = Waiting::new(n, done, Some(vec![BytesMut::zeroed(8)]));
         assert!(crate::msg::complete::deliver(w, a).is_none());
         assert_eq!(number_of(rx.try_recv().unwrap().unwrap()), n);
     }
     assert!(q.take_held().is_none());
+}
+
+#[test]
+fn a_message_given_back_after_the_give_up_goes_ahead_of_those_carried() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    // Messages 2 and 3 arrived with no receive waiting; message 1's
+    // receive completed, its future not yet dropped.
+    for n in [2, 3] {
+        assert!(lock(&rxq).route(message(n), false, &credits).is_none());
+    }
+    // The give-up: 2 and 3 are the endpoint's queue's at once.
+    let old = retire_queue(&rxq, &credits);
+    // Message 1 given back while the task lives, no link current and no
+    // receive waiting in the retired queue.
+    give_back_routed(false, Some(&old), &rxq, &credits, false, returned(1));
+    // A late message of the failed connection, carried at the task's end.
+    assert!(lock(&old).route(message(4), false, &credits).is_none());
+    carry_held(&mut lock(&old), &rxq, &credits);
+    holds_in_order(&rxq, &[1, 2, 3, 4]);
+}
+
+#[test]
+fn a_message_given_back_takes_a_receive_still_waiting_in_the_retired_queue() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    let old = FastMutex::new(RxQueue::<RecvMem>::default());
+    assert!(credits.try_take());
+    let (d, mut r) = awaited(7);
+    lock(&old).push(7, d, Some(vec![BytesMut::zeroed(8)]), None);
+    give_back_routed(false, Some(&old), &rxq, &credits, false, returned(1));
+    assert_eq!(number_of(r.try_recv().unwrap().unwrap()), 1);
+    assert_eq!(credits.left(), 4, "its credit back");
+    assert!(lock(&rxq).take_held().is_none());
+}
+
+#[test]
+fn with_a_link_a_message_given_back_never_goes_to_the_retired_queue() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    assert!(lock(&rxq).route(message(2), false, &credits).is_none());
+    // A receive of the failed connection still waits in the retired
+    // queue (its task lives); the new connection is established.
+    let old = FastMutex::new(RxQueue::<RecvMem>::default());
+    assert!(credits.try_take());
+    let (d, mut r) = awaited(7);
+    lock(&old).push(7, d, Some(vec![BytesMut::zeroed(8)]), None);
+    give_back_routed(true, Some(&old), &rxq, &credits, false, returned(1));
+    assert!(
+        r.try_recv().unwrap().is_none(),
+        "the old receive still waits"
+    );
+    assert_eq!(lock(&old).waiting(), 1);
+    holds_in_order(&rxq, &[1, 2]);
+}
+
+#[test]
+fn closed_with_no_link_a_message_given_back_is_dropped() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    give_back_routed(false, None, &rxq, &credits, true, returned(1));
+    assert!(lock(&rxq).take_held().is_none());
 }
 
 #[test]

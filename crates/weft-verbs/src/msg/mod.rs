@@ -169,7 +169,8 @@ pub struct MsgShared {
     /// The receives of the connection's own receive queue.
     rxq: FastMutex<RxQueue<RecvMem>>,
     /// The receive queue of a given-up queue pair while its task lives
-    /// (`give_up`): a message given back goes there.
+    /// (`give_up`): a message given back with no link current goes to a
+    /// receive still waiting there (`give_up::give_back_routed`).
     retired_rx: FastMutex<Option<Arc<FastMutex<RxQueue<RecvMem>>>>>,
     next_wr: AtomicUsize,
     tx: Credits,
@@ -594,30 +595,25 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
 
     fn give_back(&self, r: Returned) {
         // Under the link's lock, as a receive completion (the order link,
-        // receive queue): a connect given up meanwhile takes the link and
-        // retires its queue under it, so the message either reaches the
-        // link's queue before the give-up takes that queue (a held
-        // message is carried to the next queue like any held message),
-        // or finds the retired queue.
+        // receive queue): with a link the message goes to its queue,
+        // whose receives are the connection's. A give-up takes the link
+        // in one critical section and retires its queue (moving the
+        // messages held to `rxq`, setting `retired_rx`) in a later one,
+        // under this lock too: a message given back between the two finds
+        // neither link nor retired queue and is held first in `rxq` (or
+        // taken by a receive still waiting there), so the retirement
+        // carries it ahead of the others; after the retirement it is
+        // held ahead of those moved.
         let g = lock(&self.shared.link);
-        // While the task of a given-up queue pair lives, its queue takes
-        // it (ahead of the messages it holds, carried in order to the
-        // next queue when the task ends). Set under the link's lock with
-        // the link taken, so no message falls between the two.
-        if let Some(q) = lock(&self.shared.retired_rx).as_ref() {
-            complete::give_back_to(q, &self.shared.rx, r);
-            return;
-        }
-        match g.as_ref() {
-            Some(l) => self.shared.recv_side(&l.recv_pool).give_back(r),
-            // Given up, its task done: the next connection's first
-            // receive takes it, as it takes the messages carried.
-            None if !self.shared.is_closed() => {
-                complete::give_back_to(&self.shared.rxq, &self.shared.rx, r)
-            }
-            // Closed: dropped, as at a close.
-            None => {}
-        }
+        let retired = lock(&self.shared.retired_rx).clone();
+        give_up::give_back_routed(
+            g.is_some(),
+            retired.as_deref(),
+            &self.shared.rxq,
+            &self.shared.rx,
+            self.shared.is_closed(),
+            r,
+        );
     }
 
     fn cancel(&self, context: u64) -> bool {

@@ -49,11 +49,33 @@ pub(in crate::msg) fn give_back_to(
     credits: &Credits,
     r: Returned,
 ) {
+    reroute_on(q, credits, returned_arrival(r), true);
+}
+
+/// Hands a message given back to the oldest receive of `q` still
+/// awaited (again, should that receive's future be gone by the
+/// hand-over); the message comes back if none waits, and `q` holds
+/// nothing of it.
+pub(in crate::msg) fn offer_to_waiting(
+    q: &FastMutex<RxQueue<RecvMem>>,
+    credits: &Credits,
+    mut a: Arrived,
+) -> Option<Arrived> {
+    loop {
+        let next = lock(q).next_live(credits);
+        let Some(w) = next else { return Some(a) };
+        credits.release(1);
+        a = deliver(w, a)?;
+    }
+}
+
+/// A message given back, as the queue it goes to holds it.
+pub(in crate::msg) fn returned_arrival(r: Returned) -> Arrived {
     let route = Route {
         cq: r.origin.cq,
         cntr: r.origin.cntr,
     };
-    reroute_on(q, credits, arrived_back(r.entry, route), true);
+    arrived_back(r.entry, route)
 }
 
 /// A receive queue on the device with what completing its receives
