@@ -20,16 +20,19 @@
 //!   receive ends `Canceled`, a filled one with its message (lost if the
 //!   user closed that CQ meanwhile).
 //!
-//! A connect or accept that fails after building its queue pair hands
-//! it off the same way ([`MsgShared::give_up_link`]): librdmacm moves it
-//! to RTR before the connection is established, so it may hold shared
-//! receives although no CQ driver ever ran. For the same reason a close
-//! with no driver polls through a driverless poller of the CQ.
+//! A connect or accept that fails after building its queue pair
+//! (`give_up`) waits for the same event and bound, in a task of its own
+//! that also ends what the endpoint posted on the queue pair: librdmacm
+//! moves it to RTR before the connection is established, so it may hold
+//! shared receives although no CQ driver ever ran. For the same reason a
+//! close with no driver polls through a driverless poller of the CQ.
 //!
-//! The task keeps only what that poll needs: the queue pair (which holds
-//! its CQ, protection domain, SRQ and the cm id's C object alive), the
-//! poller of its CQ, the shared receive context (whose receives the poll
-//! completes) and the device's event reader. The endpoint's slot pools,
+//! A close's last-poll task (not the give-up's, which holds the whole
+//! link and destroys its queue pair itself: `give_up`) keeps only what
+//! that poll needs: the queue pair (which holds its CQ, protection
+//! domain, SRQ and the cm id's C object alive), the poller of its CQ,
+//! the shared receive context (whose receives the poll completes) and
+//! the device's event reader. The endpoint's slot pools,
 //! the registrations of a megabyte or more each, go when the endpoint is
 //! dropped, as before: deregistering memory under a queue pair in the
 //! error state is safe (a late access of the device fails, it does not
@@ -66,16 +69,13 @@ use weft_core::provider::ProviderSrx;
 use weft_core::sync::lock;
 
 use weft_core::completion::CqErrEntry;
-use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
-use weft_core::sync::FastMutex;
 use weft_core::Error;
 
-use super::complete::{RecvMem, Route, RxQueue, Waiting, RECV_WR_BIT};
+use super::complete::{RecvMem, Route, Waiting};
 use super::srx::{route_of, MsgSrx, SRX_WR_BIT};
-use super::{stream, Link, MsgShared};
+use super::{Link, MsgShared};
 use crate::async_reader::DeviceEvents;
-use crate::cm_events::CmChannel;
 use crate::cq_poller::{self, CqPoller};
 use crate::device_events::{Closing, LastWqe};
 use crate::sys::QueuePair;
@@ -220,141 +220,6 @@ impl MsgShared {
             },
         );
     }
-
-    /// A connect or accept that failed after building its link (every
-    /// exit from then on): lets the link and the event reader go, so a
-    /// later connect finds none, and the route of its id on `chan` (the
-    /// channel the caller subscribed it on: a close racing this may have
-    /// taken the endpoint's already). Unless the close came first: it
-    /// owns them then (it takes the link after marking the endpoint
-    /// closed, and this decides under the link's lock, so exactly one of
-    /// the two has it). The queue pair may have passed RTR (librdmacm
-    /// moves it as it handles the reply, or in `rdma_accept`): it goes to
-    /// the error state, its last-WQE wait registered first if the
-    /// endpoint is bound to a shared receive context, whose receives it
-    /// may have taken: it is then handed off as a closed one's. The
-    /// connection never started, so no end will come for it.
-    ///
-    /// An endpoint with its own receive queue fails the receives posted
-    /// on the given-up queue pair `Canceled` ([`cancel_waiting`]); a
-    /// stream's state, which holds the queue pair and its pinned buffers,
-    /// goes too.
-    pub(super) fn give_up_link(&self, chan: &CmChannel) {
-        let taken = {
-            let mut g = lock(&self.link);
-            if self.is_closed() {
-                None
-            } else {
-                g.take()
-            }
-        };
-        let Some(l) = taken else { return };
-        // While the id lives (its token cannot name a newer one yet).
-        chan.unsubscribe(l.id.token());
-        let events = lock(&self.events).take();
-        // A driver only if a step of `start` after the driver's start
-        // failed (a failed driver start leaves none).
-        let poller = cq_poller::stop(&self.poller);
-        // Only a connection that failed has a stream still `Built`; a
-        // later connect builds its own. Its core (pinned receive buffers
-        // the queue pair may write) is dropped with the link, after the
-        // move to the error state, not here.
-        let core = {
-            let mut s = lock(&self.stream);
-            if matches!(*s, stream::Slot::Built(_)) {
-                Some(std::mem::take(&mut *s))
-            } else {
-                None
-            }
-        };
-        let Closing { last_wqe, moved_at } = lock(&self.qp_end).abandon(
-            || events.as_ref().map(|e| e.last_wqe(l.qp.qp_num())),
-            || {
-                let _ = l.qp.to_error();
-            },
-        );
-        let _ = l.id.disconnect();
-        let p = poller.unwrap_or_else(|| cq_poller::detached(l.cq.clone()));
-        if self.srx().is_none() {
-            // On accept the queue pair was ready to send after
-            // `rdma_accept`, and the peer may send as soon as it sees the
-            // connection established: a message acked to it may have
-            // filled a receive already. Its completion is on the CQ, which
-            // nobody polls from now on: deliver it (or hold it, if no
-            // receive waits) before the rest is failed. Only the receives'
-            // completions: the link is no longer the endpoint's, so the
-            // sink's own routing would drop them.
-            let side = self.recv_side(&l.recv_pool);
-            let route = Route::default();
-            p.drain_into(&|wc| {
-                if wc.wr_id & RECV_WR_BIT != 0 {
-                    side.on_completion(wc, &route);
-                }
-            });
-            let old = cancel_waiting(&self.rxq, &self.rx);
-            // The work requests still posted (withdrawn receives', failed
-            // ones') keep their memory (registrations of the application's
-            // buffers, pool buffers, slots of the link's pool) until the
-            // queue pair is gone with the link.
-            drop(l);
-            drop(old);
-            drop(core);
-            return;
-        }
-        self.hand_off(
-            p,
-            &l,
-            last_wqe,
-            moved_at.unwrap_or_else(Instant::now),
-            events,
-        );
-        drop(l);
-        drop(core);
-    }
-}
-
-/// What [`cancel_waiting`] leaves to drop once the queue pair is gone:
-/// the old queue (the work requests no receive waits for any more) and
-/// the memory of the failed receives' own work requests.
-pub(super) struct Withdrawn {
-    _queue: RxQueue<RecvMem>,
-    _mem: Vec<RecvMem>,
-}
-
-/// The receives posted on a queue pair that was given up, in the error
-/// state: each waiting one fails `Canceled`, its credit released; `rxq`
-/// is left empty for the next queue pair but for the messages it held
-/// (they arrived and no receive took them: the next receive does). What
-/// comes back is to be dropped by the caller once the queue pair is
-/// gone: the device may still be flushing (or, on soft-RoCE, filling)
-/// those work requests, as it handles the move to the error state
-/// asynchronously.
-///
-/// Failed rather than kept for the next connection: they would have to
-/// be posted again as the requests they were, and the queue keeps only
-/// their completion and buffers. A retry posts its receives anew, on an
-/// empty queue: none counts a dead work request as spare, and no slot
-/// index names the old pool.
-pub(super) fn cancel_waiting(rxq: &FastMutex<RxQueue<RecvMem>>, credits: &Credits) -> Withdrawn {
-    let (old, waiting) = {
-        let mut g = lock(rxq);
-        let mut old = std::mem::take(&mut *g);
-        // A queue holds messages only while no receive waits, and the new
-        // one has none: each is held again, in order.
-        while let Some(a) = old.take_held() {
-            let none = g.route(a, false, credits);
-            debug_assert!(none.is_none(), "a fresh queue has no receive");
-        }
-        let waiting = old.drain();
-        (old, waiting)
-    };
-    let n = waiting.len();
-    let mem = fail_withdrawn(waiting);
-    credits.release(n);
-    Withdrawn {
-        _queue: old,
-        _mem: mem,
-    }
 }
 
 /// Fails each of `waiting` `Canceled` with its buffers; a receive whose
@@ -434,55 +299,4 @@ fn last_poll(rt: &Handle, left: Leftover) {
             "verbs msg: closed endpoint's last poll"
         );
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use bytes::BytesMut;
-
-    use super::*;
-    use crate::msg::complete::tests::awaited;
-
-    #[test]
-    fn given_up_receives_fail_canceled_and_the_queue_starts_empty() {
-        let credits = Credits::new(4);
-        let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
-        let (d1, mut r1) = awaited(1);
-        let (d2, mut r2) = awaited(2);
-        let (d3, _r3) = awaited(3);
-        {
-            let mut q = lock(&rxq);
-            for (id, d) in [(10, d1), (11, d2), (12, d3)] {
-                assert!(credits.try_take() && q.needs_wr());
-                q.push(
-                    id,
-                    d,
-                    Some(vec![BytesMut::zeroed(8)]),
-                    Some(RecvMem::Slot(id as u32)),
-                );
-            }
-            // Receive 3 withdrawn: its work request stays posted, spare.
-            assert!(q.cancel(3, &credits).is_some());
-            assert!(!q.needs_wr());
-        }
-        assert_eq!(credits.left(), 2);
-        let old = cancel_waiting(&rxq, &credits);
-        assert_eq!(credits.left(), 4, "every credit back");
-        for r in [&mut r1, &mut r2] {
-            let done = r.try_recv().unwrap().expect("completed");
-            let e = done.into_result(0).expect_err("failed");
-            assert_eq!(e.err, Error::Canceled);
-            assert_eq!(e.bufs.len(), 1, "its buffers back");
-        }
-        assert_eq!(old._queue.waiting(), 0);
-        // Their slots stay posted: kept until the queue pair is gone,
-        // not put back in a pool a next receive could take them from.
-        assert_eq!(old._mem.len(), 2);
-        assert!(old._mem.iter().all(|m| matches!(m, RecvMem::Slot(_))));
-        // The next queue pair's first receive posts a work request: the
-        // dead one is not counted spare.
-        let q = lock(&rxq);
-        assert_eq!(q.waiting(), 0);
-        assert!(q.needs_wr());
-    }
 }

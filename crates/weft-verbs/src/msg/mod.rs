@@ -104,6 +104,7 @@ use crate::sys::{
 mod closing;
 mod complete;
 mod connect;
+mod give_up;
 mod post;
 mod post_order;
 mod probe;
@@ -129,6 +130,17 @@ pub struct Link {
     pub read_pool: Arc<SlotPool>,
     /// The domain's registration cache (when `pd` is the domain's).
     pub cache: Option<Arc<crate::user_bufs::SourceCache>>,
+    /// Given up: no send or RMA operation is posted on it any more.
+    /// Set and read under the endpoint's in-flight table's lock
+    /// (`give_up::retire_sends`).
+    retired: AtomicBool,
+    /// Memory of operations a give-up failed while the link was still
+    /// held elsewhere (`give_up`): the device may still use it, so it
+    /// goes with the link. Declared after `qp`, and `Link` has no `Drop`
+    /// of its own: the fields drop in order, so this memory goes after
+    /// the link's reference to the queue pair (its last, once the stream
+    /// that also held it went).
+    parked: FastMutex<Vec<Box<dyn Send>>>,
 }
 
 impl std::fmt::Debug for Link {
@@ -156,6 +168,10 @@ pub struct MsgShared {
     inflight: FastMutex<post::InflightQueue>,
     /// The receives of the connection's own receive queue.
     rxq: FastMutex<RxQueue<RecvMem>>,
+    /// The receive queue of a given-up queue pair while its task lives
+    /// (`give_up`): a message given back with no link current goes to a
+    /// receive still waiting there (`give_up::give_back_routed`).
+    retired_rx: FastMutex<Option<Arc<FastMutex<RxQueue<RecvMem>>>>>,
     next_wr: AtomicUsize,
     tx: Credits,
     rx: Credits,
@@ -207,6 +223,7 @@ impl MsgShared {
             early_recvs: Mutex::new(Vec::new()),
             inflight: FastMutex::new(post::InflightQueue::default()),
             rxq: FastMutex::new(RxQueue::default()),
+            retired_rx: FastMutex::new(None),
             next_wr: AtomicUsize::new(1),
             tx: Credits::new(tx),
             rx: Credits::new(rx),
@@ -342,6 +359,8 @@ impl MsgShared {
             send_pool,
             recv_pool,
             read_pool,
+            retired: AtomicBool::new(false),
+            parked: FastMutex::new(Vec::new()),
         });
         {
             // Published only on an endpoint not closed, decided under the
@@ -576,16 +595,25 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
 
     fn give_back(&self, r: Returned) {
         // Under the link's lock, as a receive completion (the order link,
-        // receive queue): a connect given up meanwhile takes the link
-        // under it, so the message either reaches the link's queue before
-        // the give-up polls and empties it (a held message is carried to
-        // the next queue like any held message), or finds no link.
-        // Without a link the endpoint is closed or its connection given
-        // up: it is dropped, as at a close.
+        // receive queue): with a link the message goes to its queue,
+        // whose receives are the connection's. A give-up takes the link
+        // in one critical section and retires its queue (moving the
+        // messages held to `rxq`, setting `retired_rx`) in a later one,
+        // under this lock too: a message given back between the two finds
+        // neither link nor retired queue and is held first in `rxq` (or
+        // taken by a receive still waiting there), so the retirement
+        // carries it ahead of the others; after the retirement it is
+        // held ahead of those moved.
         let g = lock(&self.shared.link);
-        if let Some(l) = g.as_ref() {
-            self.shared.recv_side(&l.recv_pool).give_back(r);
-        }
+        let retired = lock(&self.shared.retired_rx).clone();
+        give_up::give_back_routed(
+            g.is_some(),
+            retired.as_deref(),
+            &self.shared.rxq,
+            &self.shared.rx,
+            self.shared.is_closed(),
+            r,
+        );
     }
 
     fn cancel(&self, context: u64) -> bool {
@@ -681,60 +709,71 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
             if ep.is_closed() {
                 return Err(Error::OpBadState);
             }
-            let h = ep.cfg.conn.clone().ok_or(Error::OpBadState)?;
-            let req = crate::passive::request_of(&h)?;
-            let tos = crate::tos_of(&ep.cfg.info)?;
-            if ep.key.is_some() && ep.key.as_ref() != req.proven() {
-                // The connection would join a job whose key it did not
-                // prove (on a keyed domain: reach its regions).
-                let (id, chan) = req.take()?;
-                let _ = id.reject(&payload::refused());
-                chan.unsubscribe(id.token());
-                ep.report_failed(Error::KeyRejected, Vec::new());
-                return Err(Error::KeyRejected);
+            // As a connect: an endpoint with a link (or building one) is
+            // connected, and a give-up of this accept's link would retire
+            // the other's operations.
+            if lock(&ep.link).is_some() || ep.connecting.swap(true, Ordering::AcqRel) {
+                return Err(Error::IsConn);
             }
-            // An unkeyed endpoint may take a request its listener's key
-            // proved: its queue pair goes where that key's do.
-            let proven = req.proven().cloned();
-            let (id, chan) = req.take()?;
-            // The route the request left on the listener's channel goes
-            // on every exit before the link is built (`give_up_link` lets
-            // it go after).
-            let token = id.token();
-            if let Some(t) = tos {
-                id.set_tos(t).inspect_err(|_| chan.unsubscribe(token))?;
-            }
-            let mut events = chan.subscribe(token);
-            *lock(&ep.cm) = Some(chan.clone());
-            let link = ep
-                .build_link(id, proven.as_ref())
-                .inspect_err(|_| chan.unsubscribe(token))?;
-            // As in a connect: every error from here on lets the link go
-            // (its queue pair past RTR once `rdma_accept` returns).
             let r = async {
-                link.id
-                    .accept(&ConnParam::new(&pd))
-                    .map_err(|e| (e, None))?;
-                connect::established(&ep, &mut events)
-                    .await
-                    .map_err(|(e, data)| (e, Some(cm_decode(&data))))?;
-                Ok(())
-            }
-            .await
-            .and_then(|()| ep.start(&link, events).map_err(|e| (e, None)));
-            match r {
-                Ok(()) => {
-                    ep.cfg.eq_connected(Vec::new());
+                let h = ep.cfg.conn.clone().ok_or(Error::OpBadState)?;
+                let req = crate::passive::request_of(&h)?;
+                let tos = crate::tos_of(&ep.cfg.info)?;
+                if ep.key.is_some() && ep.key.as_ref() != req.proven() {
+                    // The connection would join a job whose key it did not
+                    // prove (on a keyed domain: reach its regions).
+                    let (id, chan) = req.take()?;
+                    let _ = id.reject(&payload::refused());
+                    chan.unsubscribe(id.token());
+                    ep.report_failed(Error::KeyRejected, Vec::new());
+                    return Err(Error::KeyRejected);
+                }
+                // An unkeyed endpoint may take a request its listener's key
+                // proved: its queue pair goes where that key's do.
+                let proven = req.proven().cloned();
+                let (id, chan) = req.take()?;
+                // The route the request left on the listener's channel goes
+                // on every exit before the link is built (`give_up_link` lets
+                // it go after).
+                let token = id.token();
+                if let Some(t) = tos {
+                    id.set_tos(t).inspect_err(|_| chan.unsubscribe(token))?;
+                }
+                let mut events = chan.subscribe(token);
+                *lock(&ep.cm) = Some(chan.clone());
+                let link = ep
+                    .build_link(id, proven.as_ref())
+                    .inspect_err(|_| chan.unsubscribe(token))?;
+                // As in a connect: every error from here on lets the link go
+                // (its queue pair past RTR once `rdma_accept` returns).
+                let r = async {
+                    link.id
+                        .accept(&ConnParam::new(&pd))
+                        .map_err(|e| (e, None))?;
+                    connect::established(&ep, &mut events)
+                        .await
+                        .map_err(|(e, data)| (e, Some(cm_decode(&data))))?;
                     Ok(())
                 }
-                Err((e, heard)) => {
-                    ep.give_up_link(&chan);
-                    if let Some(data) = heard {
-                        ep.cfg.eq_error(e, data);
+                .await
+                .and_then(|()| ep.start(&link, events).map_err(|e| (e, None)));
+                match r {
+                    Ok(()) => {
+                        ep.cfg.eq_connected(Vec::new());
+                        Ok(())
                     }
-                    Err(e)
+                    Err((e, heard)) => {
+                        ep.give_up_link(&chan);
+                        if let Some(data) = heard {
+                            ep.cfg.eq_error(e, data);
+                        }
+                        Err(e)
+                    }
                 }
             }
+            .await;
+            ep.connecting.store(false, Ordering::Release);
+            r
         }
         .boxed()
     }

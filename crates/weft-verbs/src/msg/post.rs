@@ -75,7 +75,11 @@ impl MsgShared {
             }
         }
         let wr_id = self.wr_id();
-        let mut g = lock(&self.inflight);
+        let Some(mut g) = super::give_up::open_table(&self.inflight, &link.retired) else {
+            // Given up since `admit`: its operations were taken already.
+            self.tx.release(1);
+            return reject(Error::NotConn, req);
+        };
         match send_on(&link, &req, op, (wr_id, wr_flags(req.flags))) {
             Ok(op) => {
                 // A pool buffer posted as it is stays with the operation.
@@ -129,7 +133,10 @@ impl MsgShared {
             return reject(Error::Again, req);
         }
         let wr_id = self.wr_id();
-        let mut g = lock(&self.inflight);
+        let Some(mut g) = super::give_up::open_table(&self.inflight, &link.retired) else {
+            self.tx.release(1);
+            return reject(Error::NotConn, req);
+        };
         let kind = req.op.flags();
         let len = req.len();
         let inline_max = link.qp.caps().max_inline_data as usize;

@@ -19,7 +19,6 @@ impl<T> PostOrder<T> {
         self.0.len()
     }
 
-    #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -119,6 +119,13 @@ pub(super) struct StreamCore {
     probe: Probe,
 }
 
+impl StreamCore {
+    /// Whether it holds a reference to `qp`.
+    pub(super) fn holds(&self, qp: &Arc<QueuePair>) -> bool {
+        Arc::ptr_eq(&self.qp, qp)
+    }
+}
+
 impl std::fmt::Debug for StreamCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StreamCore")

@@ -146,6 +146,13 @@ pub(in crate::msg) struct Arrived {
     pub(super) route: Route,
 }
 
+impl Arrived {
+    /// A message (not a failed receive, nor a write's notification).
+    pub(in crate::msg) fn is_message(&self) -> bool {
+        matches!(self.body, Body::Data { .. })
+    }
+}
+
 pub(super) enum Body {
     /// `len` bytes, in `bufs` (cut to what they hold).
     Data { bufs: Vec<BytesMut>, len: usize },

@@ -17,6 +17,67 @@ use crate::slot_pool::SlotPool;
 use crate::sys::{WcStatus, WorkCompletion};
 use crate::user_bufs::unregister_before;
 
+/// Hands `a` to the oldest waiting receive of `q` (held if none waits;
+/// `first`: ahead of the messages held), and on to the next should that
+/// receive's future have gone meanwhile.
+pub(in crate::msg) fn reroute_on(
+    q: &FastMutex<RxQueue<RecvMem>>,
+    credits: &Credits,
+    mut a: Arrived,
+    mut first: bool,
+) {
+    loop {
+        let next = lock(q).route(a, first, credits);
+        let Some((w, msg)) = next else { return };
+        credits.release(1);
+        match deliver(w, msg) {
+            Some(back) => {
+                a = back;
+                first = true;
+            }
+            None => return,
+        }
+    }
+}
+
+/// Takes back into `q` a message whose receive's future was dropped
+/// after the message reached it: the oldest waiting receive gets it, or
+/// it is held ahead of every other message. Needs no slot pool: the
+/// message is in memory of its own by now.
+pub(in crate::msg) fn give_back_to(
+    q: &FastMutex<RxQueue<RecvMem>>,
+    credits: &Credits,
+    r: Returned,
+) {
+    reroute_on(q, credits, returned_arrival(r), true);
+}
+
+/// Hands a message given back to the oldest receive of `q` still
+/// awaited (again, should that receive's future be gone by the
+/// hand-over); the message comes back if none waits, and `q` holds
+/// nothing of it.
+pub(in crate::msg) fn offer_to_waiting(
+    q: &FastMutex<RxQueue<RecvMem>>,
+    credits: &Credits,
+    mut a: Arrived,
+) -> Option<Arrived> {
+    loop {
+        let next = lock(q).next_live(credits);
+        let Some(w) = next else { return Some(a) };
+        credits.release(1);
+        a = deliver(w, a)?;
+    }
+}
+
+/// A message given back, as the queue it goes to holds it.
+pub(in crate::msg) fn returned_arrival(r: Returned) -> Arrived {
+    let route = Route {
+        cq: r.origin.cq,
+        cntr: r.origin.cntr,
+    };
+    arrived_back(r.entry, route)
+}
+
 /// A receive queue on the device with what completing its receives
 /// needs: a queue pair's own, or a shared receive context's.
 pub(in crate::msg) struct RecvSide<'a> {
@@ -82,30 +143,15 @@ impl RecvSide<'_> {
 
     /// Hands `a` to the oldest waiting receive (again, should that
     /// receive's future be gone by the hand-over) or holds it.
-    pub fn reroute(&self, mut a: Arrived, mut first: bool) {
-        loop {
-            let next = lock(self.q).route(a, first, self.credits);
-            let Some((w, msg)) = next else { return };
-            self.credits.release(1);
-            match deliver(w, msg) {
-                Some(back) => {
-                    a = back;
-                    first = true;
-                }
-                None => return,
-            }
-        }
+    pub fn reroute(&self, a: Arrived, first: bool) {
+        reroute_on(self.q, self.credits, a, first);
     }
 
     /// Takes back a message whose receive's future was dropped after the
     /// message reached it: the oldest waiting receive gets it, or it is
     /// held ahead of every other message.
     pub fn give_back(&self, r: Returned) {
-        let route = Route {
-            cq: r.origin.cq,
-            cntr: r.origin.cntr,
-        };
-        self.reroute(arrived_back(r.entry, route), true);
+        give_back_to(self.q, self.credits, r);
     }
 
     /// Withdraws the waiting receive with `context`; it ends with

@@ -224,7 +224,7 @@ impl<M: Shape> RxQueue<M> {
 
     /// The oldest waiting receive that is still awaited, out of the
     /// queue, with buffers to copy into.
-    fn next_live(&mut self, credits: &Credits) -> Option<Waiting> {
+    pub fn next_live(&mut self, credits: &Credits) -> Option<Waiting> {
         while let Some(mut w) = self.waiting.pop_front() {
             let gone = w.gone();
             let shape = self.disown(&w);
@@ -337,6 +337,11 @@ impl<M: Shape> RxQueue<M> {
             wr.owned = false;
         }
         self.waiting.drain(..).collect()
+    }
+
+    /// Work requests posted and not reported yet.
+    pub fn posted(&self) -> usize {
+        self.wrs.len()
     }
 
     /// Receives waiting (including withdrawn ones not yet found out).

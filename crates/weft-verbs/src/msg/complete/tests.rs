@@ -33,7 +33,7 @@ pub(in crate::msg) fn awaited(context: u64) -> (OpDone, oneshot::Receiver<Finish
     (done, rx)
 }
 
-fn message(n: u64) -> Arrived {
+pub(in crate::msg) fn message(n: u64) -> Arrived {
     Arrived {
         body: Body::Data {
             bufs: vec![BytesMut::from(&n.to_le_bytes()[..])],
@@ -44,7 +44,25 @@ fn message(n: u64) -> Arrived {
     }
 }
 
-fn number_of(done: Finished) -> u64 {
+/// A receive the device failed (`err`), held as an arrival.
+pub(in crate::msg) fn failed_arrival(err: Error) -> Arrived {
+    Arrived {
+        body: Body::Failed(err),
+        imm: None,
+        route: Route::default(),
+    }
+}
+
+/// A write with remote CQ data that consumed a receive, held.
+pub(in crate::msg) fn remote_write_arrival(len: usize) -> Arrived {
+    Arrived {
+        body: Body::RemoteWrite { len },
+        imm: Some(7),
+        route: Route::default(),
+    }
+}
+
+pub(in crate::msg) fn number_of(done: Finished) -> u64 {
     let e = done.into_result(0).expect("a message");
     let b = e.into_bytes();
     u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))

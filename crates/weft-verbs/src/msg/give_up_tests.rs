@@ -1,0 +1,366 @@
+use std::any::Any;
+use std::sync::Mutex;
+
+use bytes::BytesMut;
+use weft_core::provider::{PoolHome, PoolSend};
+
+use weft_core::completion::Finished;
+
+use super::*;
+use crate::msg::complete::tests::{
+    awaited, failed_arrival, message, number_of, remote_write_arrival,
+};
+use crate::msg::complete::Waiting;
+use crate::sys::{WcFlags, WcOpcode, WcStatus};
+
+fn wc(wr_id: u64, status: WcStatus) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        status,
+        opcode: WcOpcode::Send,
+        vendor_err: 0,
+        byte_len: 0,
+        imm_data: None,
+        qp_num: 1,
+        src_qp: 0,
+        wc_flags: WcFlags::default(),
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    }
+}
+
+fn send(context: u64, op: Held) -> (Inflight, futures::channel::oneshot::Receiver<Finished>) {
+    let (done, rx) = awaited(context);
+    (Inflight { done, op }, rx)
+}
+
+#[test]
+fn a_given_up_queue_keeps_its_receives_until_their_work_requests_report() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    let (d1, mut r1) = awaited(1);
+    let (d2, mut r2) = awaited(2);
+    let (d3, _r3) = awaited(3);
+    {
+        let mut q = lock(&rxq);
+        for (id, d) in [(10, d1), (11, d2), (12, d3)] {
+            assert!(credits.try_take() && q.needs_wr());
+            q.push(
+                id,
+                d,
+                Some(vec![BytesMut::zeroed(8)]),
+                Some(RecvMem::Slot(id as u32)),
+            );
+        }
+        // Receive 3 withdrawn: its work request stays posted, spare.
+        assert!(q.cancel(3, &credits).is_some());
+        assert!(!q.needs_wr());
+    }
+    let old = retire_queue(&rxq, &credits);
+    // Nothing ends at the give-up: the device may still fill them.
+    assert!(r1.try_recv().unwrap().is_none() && r2.try_recv().unwrap().is_none());
+    assert_eq!(credits.left(), 2, "the waiting receives keep their credits");
+    {
+        let o = lock(&old);
+        assert_eq!((o.waiting(), o.posted()), (2, 3));
+    }
+    // The next queue pair's first receive posts a work request: the dead
+    // one is not counted spare.
+    {
+        let q = lock(&rxq);
+        assert_eq!((q.waiting(), q.posted()), (0, 0));
+        assert!(q.needs_wr());
+    }
+    // The task's last step, every work request reported (here: none did,
+    // the queue pair destroyed): each waiting receive fails `Canceled`
+    // with its own buffers and its credit.
+    let mut o = old.into_inner();
+    fail_left(o.drain(), &credits, true);
+    assert_eq!(credits.left(), 4, "every credit back");
+    for r in [&mut r1, &mut r2] {
+        let done = r.try_recv().unwrap().expect("completed");
+        let e = done.into_result(0).expect_err("failed");
+        assert_eq!(e.err, Error::Canceled);
+        assert_eq!(e.bufs.len(), 1, "its buffers back");
+    }
+}
+
+#[test]
+fn messages_a_given_up_queue_held_go_to_the_next_in_order() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    {
+        let mut q = lock(&rxq);
+        for n in [1, 2] {
+            assert!(q.route(message(n), false, &credits).is_none(), "held");
+        }
+    }
+    let old = retire_queue(&rxq, &credits);
+    assert_eq!(lock(&old).take_held().map(|_| ()), None, "all carried");
+    let mut q = lock(&rxq);
+    for n in [1, 2] {
+        let a = q.take_held().expect("carried");
+        let (done, mut r) = awaited(n);
+        let w = Waiting::new(n, done, Some(vec![BytesMut::zeroed(8)]));
+        assert!(crate::msg::complete::deliver(w, a).is_none());
+        assert_eq!(number_of(r.try_recv().unwrap().unwrap()), n);
+    }
+    assert!(q.take_held().is_none());
+}
+
+#[test]
+fn retired_sends_are_taken_and_none_is_posted_after() {
+    let inflight = FastMutex::new(InflightQueue::default());
+    let retired = AtomicBool::new(false);
+    let mut keep = Vec::new();
+    for id in 1..=3 {
+        let (op, r) = send(id, Held::SendInline { len: 8 });
+        lock(&inflight).insert(id, op);
+        keep.push(r);
+    }
+    assert!(
+        open_table(&inflight, &retired).is_some(),
+        "a live link's posts go on"
+    );
+    let taken = retire_sends(&inflight, &retired);
+    assert_eq!(taken.len(), 3);
+    // What `post_send` and `post_rma` ask before posting: refused.
+    assert!(
+        open_table(&inflight, &retired).is_none(),
+        "no post on a given-up link"
+    );
+    assert!(
+        lock(&inflight).is_empty(),
+        "the next link's table starts empty"
+    );
+    assert!(
+        retired.load(Ordering::Relaxed),
+        "posts look at it under the lock"
+    );
+}
+
+#[test]
+fn a_given_up_send_ends_with_its_completion_and_gives_back_its_credit() {
+    let tx = Credits::new(4);
+    let cases = [
+        (Some(wc(1, WcStatus::WrFlushErr)), Err(Error::Canceled)),
+        // Acked by the peer before the move: delivered, so a success.
+        (Some(wc(2, WcStatus::Success)), Ok(8)),
+        (Some(wc(3, WcStatus::RetryExcErr)), Err(Error::TimedOut)),
+        // Never reported, the queue pair destroyed.
+        (None, Err(Error::Canceled)),
+    ];
+    for (i, (c, want)) in cases.into_iter().enumerate() {
+        assert!(tx.try_take());
+        let (op, mut r) = send(i as u64, Held::SendInline { len: 8 });
+        end_op(op, c.as_ref(), None, &tx, true);
+        assert_eq!(tx.left(), 4, "credit back");
+        let got = r
+            .try_recv()
+            .unwrap()
+            .expect("completed")
+            .into_result(0)
+            .map(|e| e.len)
+            .map_err(|e| e.err);
+        assert_eq!(got, want, "case {i}");
+    }
+}
+
+/// A pool that records what comes back, and whether the send's
+/// completion was out by then.
+#[derive(Default)]
+struct Home {
+    back: Mutex<usize>,
+    /// The send's completion, looked at as its buffer comes back.
+    done: Mutex<Option<futures::channel::oneshot::Receiver<Finished>>>,
+    reported_first: Mutex<Option<bool>>,
+}
+
+impl PoolHome for Home {
+    fn put_back(&self, _buf: Vec<BytesMut>) {
+        *self.back.lock().unwrap() += 1;
+        let seen = self
+            .done
+            .lock()
+            .unwrap()
+            .as_mut()
+            .map(|r| r.try_recv().unwrap().is_some());
+        *self.reported_first.lock().unwrap() = seen;
+    }
+    fn registration(&self) -> &(dyn Any + Send + Sync) {
+        &()
+    }
+}
+
+#[test]
+fn a_given_up_pool_send_is_back_in_its_pool_before_it_is_reported() {
+    let tx = Credits::new(1);
+    let home = Arc::new(Home::default());
+    let buf = PoolSend::new(BytesMut::zeroed(64), Vec::new(), home.clone());
+    assert!(tx.try_take());
+    let (op, r) = send(
+        1,
+        Held::SendPool {
+            len: 64,
+            _buf: Some(buf),
+        },
+    );
+    *home.done.lock().unwrap() = Some(r);
+    assert_eq!(
+        *home.back.lock().unwrap(),
+        0,
+        "the device's until it reports"
+    );
+    end_op(op, Some(&wc(1, WcStatus::WrFlushErr)), None, &tx, true);
+    assert_eq!(*home.back.lock().unwrap(), 1, "back in its pool");
+    assert_eq!(
+        *home.reported_first.lock().unwrap(),
+        Some(false),
+        "back before its completion is out"
+    );
+    let mut r = home.done.lock().unwrap().take().unwrap();
+    let e = r.try_recv().unwrap().unwrap().into_result(1).unwrap_err();
+    assert_eq!(e.err, Error::Canceled);
+}
+
+#[test]
+fn only_messages_a_given_up_queue_held_are_carried() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    {
+        let mut q = lock(&rxq);
+        for a in [
+            failed_arrival(Error::Trunc),
+            message(1),
+            remote_write_arrival(16),
+            message(2),
+        ] {
+            assert!(q.route(a, false, &credits).is_none(), "held");
+        }
+    }
+    let _old = retire_queue(&rxq, &credits);
+    let mut q = lock(&rxq);
+    for n in [1, 2] {
+        let a = q.take_held().expect("carried");
+        assert!(a.is_message(), "no failed receive nor write carried");
+        let (done, mut r) = awaited(n);
+        let w = Waiting::new(n, done, Some(vec![BytesMut::zeroed(8)]));
+        assert!(crate::msg::complete::deliver(w, a).is_none());
+        assert_eq!(number_of(r.try_recv().unwrap().unwrap()), n);
+    }
+    assert!(q.take_held().is_none());
+}
+
+/// Message `n` as its receive's completion gives it back.
+fn returned(n: u64) -> weft_core::completion::Returned {
+    let entry = CqEntry {
+        len: 8,
+        bufs: vec![BytesMut::from(&n.to_le_bytes()[..])],
+        ..CqEntry::default()
+    };
+    weft_core::completion::Returned {
+        entry,
+        src: weft_core::addr::FI_ADDR_NOTAVAIL,
+        origin: weft_core::completion::Origin {
+            cq: None,
+            cntr: None,
+        },
+        raw: Vec::new(),
+    }
+}
+
+/// The messages `q` holds, read by receives in turn, are `numbers`.
+fn holds_in_order(q: &FastMutex<RxQueue<RecvMem>>, numbers: &[u64]) {
+    let mut q = lock(q);
+    for &n in numbers {
+        let a = q.take_held().expect("held");
+        let (done, mut rx) = awaited(n);
+        let w = Waiting::new(n, done, Some(vec![BytesMut::zeroed(8)]));
+        assert!(crate::msg::complete::deliver(w, a).is_none());
+        assert_eq!(number_of(rx.try_recv().unwrap().unwrap()), n);
+    }
+    assert!(q.take_held().is_none());
+}
+
+#[test]
+fn a_message_given_back_after_the_give_up_goes_ahead_of_those_carried() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    // Messages 2 and 3 arrived with no receive waiting; message 1's
+    // receive completed, its future not yet dropped.
+    for n in [2, 3] {
+        assert!(lock(&rxq).route(message(n), false, &credits).is_none());
+    }
+    // The give-up: 2 and 3 are the endpoint's queue's at once.
+    let old = retire_queue(&rxq, &credits);
+    // Message 1 given back while the task lives, no link current and no
+    // receive waiting in the retired queue.
+    give_back_routed(false, Some(&old), &rxq, &credits, false, returned(1));
+    // A late message of the failed connection, carried at the task's end.
+    assert!(lock(&old).route(message(4), false, &credits).is_none());
+    carry_held(&mut lock(&old), &rxq, &credits);
+    holds_in_order(&rxq, &[1, 2, 3, 4]);
+}
+
+#[test]
+fn a_message_given_back_takes_a_receive_still_waiting_in_the_retired_queue() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    let old = FastMutex::new(RxQueue::<RecvMem>::default());
+    assert!(credits.try_take());
+    let (d, mut r) = awaited(7);
+    lock(&old).push(7, d, Some(vec![BytesMut::zeroed(8)]), None);
+    give_back_routed(false, Some(&old), &rxq, &credits, false, returned(1));
+    assert_eq!(number_of(r.try_recv().unwrap().unwrap()), 1);
+    assert_eq!(credits.left(), 4, "its credit back");
+    assert!(lock(&rxq).take_held().is_none());
+}
+
+#[test]
+fn with_a_link_a_message_given_back_never_goes_to_the_retired_queue() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    assert!(lock(&rxq).route(message(2), false, &credits).is_none());
+    // A receive of the failed connection still waits in the retired
+    // queue (its task lives); the new connection is established.
+    let old = FastMutex::new(RxQueue::<RecvMem>::default());
+    assert!(credits.try_take());
+    let (d, mut r) = awaited(7);
+    lock(&old).push(7, d, Some(vec![BytesMut::zeroed(8)]), None);
+    give_back_routed(true, Some(&old), &rxq, &credits, false, returned(1));
+    assert!(
+        r.try_recv().unwrap().is_none(),
+        "the old receive still waits"
+    );
+    assert_eq!(lock(&old).waiting(), 1);
+    holds_in_order(&rxq, &[1, 2]);
+}
+
+#[test]
+fn closed_with_no_link_a_message_given_back_is_dropped() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    give_back_routed(false, None, &rxq, &credits, true, returned(1));
+    assert!(lock(&rxq).take_held().is_none());
+}
+
+#[test]
+fn once_closed_a_given_up_operation_ends_without_a_completion() {
+    let tx = Credits::new(2);
+    assert!(tx.try_take());
+    let (op, mut r) = send(1, Held::SendInline { len: 8 });
+    end_op(op, Some(&wc(1, WcStatus::Success)), None, &tx, false);
+    assert_eq!(tx.left(), 2, "credit back");
+    assert!(r.try_recv().is_err(), "no completion: its sender went");
+
+    let rx = Credits::new(2);
+    let q = FastMutex::new(RxQueue::<RecvMem>::default());
+    assert!(rx.try_take());
+    let (d, mut rr) = awaited(2);
+    lock(&q).push(2, d, Some(vec![BytesMut::zeroed(8)]), None);
+    fail_left(lock(&q).drain(), &rx, false);
+    assert_eq!(rx.left(), 2);
+    assert!(rr.try_recv().is_err(), "no completion");
+}
