@@ -265,11 +265,19 @@ struct RetiredSlot {
 
 impl Drop for RetiredSlot {
     fn drop(&mut self) {
-        let mut slot = lock(&self.ep.retired_rx);
-        // Unless a later give-up's queue took the place.
-        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &self.q)) {
-            *slot = None;
-        }
+        clear_retired(&self.ep.retired_rx, &self.q);
+    }
+}
+
+/// Empties `slot` if it holds `q`; unless a later give-up's queue took
+/// the place, which stays.
+fn clear_retired(
+    slot: &FastMutex<Option<Arc<FastMutex<RxQueue<RecvMem>>>>>,
+    q: &Arc<FastMutex<RxQueue<RecvMem>>>,
+) {
+    let mut slot = lock(slot);
+    if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, q)) {
+        *slot = None;
     }
 }
 
@@ -397,12 +405,17 @@ impl GivenUp {
             if self.outstanding() == 0 {
                 return None;
             }
-            // The queue pair's only other holders are the link's (the
-            // stream's state went first).
-            let last = self
-                .link
-                .as_ref()
-                .is_some_and(|l| Arc::strong_count(&l.qp) == 1 && Arc::strong_count(l) == 1);
+            // The queue pair's other holders are the link's and the
+            // stream's state the task holds (dropped right after the
+            // queue pair, so its buffers outlive it).
+            let last = self.link.as_ref().is_some_and(|l| {
+                let by_core = self
+                    .core
+                    .as_ref()
+                    .and_then(stream::Slot::core)
+                    .is_some_and(|c| Arc::strong_count(c) == 1 && c.holds(&l.qp));
+                Arc::strong_count(l) == 1 && Arc::strong_count(&l.qp) == 1 + usize::from(by_core)
+            });
             if let Some(l) = self.link.take_if(|_| last) {
                 match Arc::try_unwrap(l) {
                     Ok(l) => {
@@ -413,7 +426,14 @@ impl GivenUp {
                             parked,
                             ..
                         } = l;
+                        // Polled right before the destruction too: some
+                        // providers (mlx4, mlx5) clean a destroyed queue
+                        // pair's entries from the CQ, so the poll after
+                        // it finds only what the provider left (rxe
+                        // leaves them).
+                        self.poll_on(&send_pool, &recv_pool);
                         drop(qp);
+                        drop(self.core.take());
                         self.poll_on(&send_pool, &recv_pool);
                         drop(parked);
                         return Some((send_pool, recv_pool));
@@ -429,20 +449,14 @@ impl GivenUp {
     }
 
     /// Destroys the queue pair at once if the task holds the last
-    /// reference to it (the stream's state it holds may hold the other:
-    /// that state goes right after the link's reference, its queue pair
-    /// first, so its buffers outlive the queue pair), then drains the CQ
-    /// as [`destroy`](Self::destroy) does. `None`, nothing done, if the
-    /// link is held elsewhere.
+    /// reference to it, polling the CQ right before and draining it
+    /// after, as [`destroy`](Self::destroy) does. `None`, nothing done,
+    /// if the link is held elsewhere. Runs for a queue pair of a shared
+    /// receive context only, which never has a stream (refused on a
+    /// stream endpoint): no stream state holds the queue pair.
     fn destroy_if_last(&mut self) -> Option<(SlotPool, SlotPool)> {
         let l = self.link.as_ref()?;
-        let by_core = self
-            .core
-            .as_ref()
-            .and_then(stream::Slot::core)
-            .is_some_and(|c| Arc::strong_count(c) == 1 && c.holds(&l.qp));
-        let last =
-            Arc::strong_count(l) == 1 && Arc::strong_count(&l.qp) == 1 + usize::from(by_core);
+        let last = Arc::strong_count(l) == 1 && Arc::strong_count(&l.qp) == 1;
         let l = self.link.take_if(|_| last)?;
         match Arc::try_unwrap(l) {
             Ok(l) => {
@@ -453,8 +467,8 @@ impl GivenUp {
                     parked,
                     ..
                 } = l;
+                self.poll_on(&send_pool, &recv_pool);
                 drop(qp);
-                drop(self.core.take());
                 self.poll_on(&send_pool, &recv_pool);
                 drop(parked);
                 Some((send_pool, recv_pool))
@@ -480,10 +494,14 @@ impl GivenUp {
         let mut pools = None;
         if self.outstanding() > 0 {
             // Their memory is handed back only once the queue pair is
-            // destroyed. The stream's state holds it too (its buffers are
-            // its own registrations).
-            drop(self.core.take());
+            // destroyed (the stream's state, whose buffers are its own
+            // registrations, goes right after it).
             pools = self.destroy().await;
+            // Our sends may all report during the wait, with the
+            // shared receives the queue pair took still unheard of.
+            if pools.is_none() && !heard {
+                pools = self.destroy_if_last();
+            }
         } else if !heard {
             pools = self.destroy_if_last();
         }
@@ -559,11 +577,15 @@ impl GivenUp {
                 ep.rx.release(n);
                 // The withdrawn work requests' memory is in the queue.
                 memory.push(Box::new(old));
+                // The stream's state: its buffers may be on the queue
+                // pair yet.
+                if let Some(core) = core {
+                    memory.push(Box::new(core));
+                }
                 // Dropped with the link, after its queue pair: a pool
                 // buffer among it stays lent until then.
                 lock(&link.parked).extend(memory);
                 drop(link);
-                drop(core);
             }
         }
     }
@@ -585,17 +607,19 @@ pub(super) fn carry_held(
 }
 
 /// Where a message given back goes (its receive completed, the
-/// receive's future dropped before it was read): the endpoint's queue,
-/// `rxq`, ahead of every message it holds, unless no link is current and
-/// a receive still waits in the queue a give-up retired (`retired`, while
-/// its task lives): that receive takes it.
+/// receive's future dropped before it was read): to the oldest receive
+/// still waiting in the queue a give-up retired (`retired`, while its
+/// task lives), link or not: every receive there was posted before every
+/// receive in `rxq`. Else to `rxq` (the current link's, or the
+/// endpoint's), ahead of every message it holds: without a link the
+/// messages held at the give-up are already there (`retire_queue`) and
+/// this one arrived before them; the retired queue's late messages are
+/// carried behind them when its task ends.
 ///
-/// With a link the queue is the link's own: the retired one holds
-/// nothing for the new connection's receives. Without one, the messages
-/// held at the give-up are already in `rxq` (`retire_queue`), and this
-/// one arrived before them; the retired queue's late messages are
-/// carried behind them when its task ends. Dropped once the endpoint is
-/// closed with no link, as at a close.
+/// Without a link, an arrival that is no message (a write with remote
+/// CQ data) is the failed connection's and goes rather than reach the
+/// next connection's first receive; once the endpoint is closed with no
+/// link the arrival is dropped, offered to nothing, as at a close.
 pub(super) fn give_back_routed(
     linked: bool,
     retired: Option<&FastMutex<RxQueue<RecvMem>>>,
@@ -604,17 +628,18 @@ pub(super) fn give_back_routed(
     closed: bool,
     r: Returned,
 ) {
+    if closed && !linked {
+        return;
+    }
     let mut a = returned_arrival(r);
-    if !linked {
-        if let Some(q) = retired {
-            match offer_to_waiting(q, credits, a) {
-                Some(back) => a = back,
-                None => return,
-            }
+    if let Some(q) = retired {
+        match offer_to_waiting(q, credits, a) {
+            Some(back) => a = back,
+            None => return,
         }
-        if closed {
-            return;
-        }
+    }
+    if !linked && !a.is_message() {
+        return;
     }
     reroute_on(rxq, credits, a, true);
 }

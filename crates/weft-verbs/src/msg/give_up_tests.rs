@@ -319,23 +319,83 @@ fn a_message_given_back_takes_a_receive_still_waiting_in_the_retired_queue() {
 }
 
 #[test]
-fn with_a_link_a_message_given_back_never_goes_to_the_retired_queue() {
+fn with_a_link_a_message_given_back_still_takes_a_receive_waiting_in_the_retired_queue() {
     let credits = Credits::new(4);
     let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
-    assert!(lock(&rxq).route(message(2), false, &credits).is_none());
     // A receive of the failed connection still waits in the retired
-    // queue (its task lives); the new connection is established.
+    // queue (its task lives); the new connection is established and a
+    // newer receive waits in its queue.
     let old = FastMutex::new(RxQueue::<RecvMem>::default());
     assert!(credits.try_take());
     let (d, mut r) = awaited(7);
     lock(&old).push(7, d, Some(vec![BytesMut::zeroed(8)]), None);
+    assert!(credits.try_take());
+    let (d, mut newer) = awaited(8);
+    lock(&rxq).push(8, d, Some(vec![BytesMut::zeroed(8)]), None);
+    // Message 1 given back, then message 2 arrives on the new link.
     give_back_routed(true, Some(&old), &rxq, &credits, false, returned(1));
-    assert!(
-        r.try_recv().unwrap().is_none(),
-        "the old receive still waits"
+    assert_eq!(
+        number_of(r.try_recv().unwrap().unwrap()),
+        1,
+        "the receive posted first reads the message that arrived first"
     );
+    assert_eq!(lock(&old).waiting(), 0);
+    assert!(newer.try_recv().unwrap().is_none(), "the newer still waits");
+    // With none waiting there any more, the link's queue takes it.
+    give_back_routed(true, Some(&old), &rxq, &credits, false, returned(2));
+    assert_eq!(number_of(newer.try_recv().unwrap().unwrap()), 2);
+    assert_eq!(credits.left(), 4);
+}
+
+fn returned_write() -> weft_core::completion::Returned {
+    let mut r = returned(0);
+    r.entry.flags = OpFlags::REMOTE_WRITE | OpFlags::REMOTE_CQ_DATA;
+    r.entry.bufs = Vec::new();
+    r
+}
+
+#[test]
+fn without_a_link_a_write_notification_given_back_is_not_carried() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    let old = FastMutex::new(RxQueue::<RecvMem>::default());
+    give_back_routed(false, Some(&old), &rxq, &credits, false, returned_write());
+    // The next connection's first receive reads its first message.
+    assert!(lock(&rxq).route(message(3), false, &credits).is_none());
+    holds_in_order(&rxq, &[3]);
+}
+
+#[test]
+fn closed_with_no_link_a_given_back_message_completes_no_retired_receive() {
+    let credits = Credits::new(4);
+    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
+    let old = FastMutex::new(RxQueue::<RecvMem>::default());
+    assert!(credits.try_take());
+    let (d, mut r) = awaited(7);
+    lock(&old).push(7, d, Some(vec![BytesMut::zeroed(8)]), None);
+    give_back_routed(false, Some(&old), &rxq, &credits, true, returned(1));
+    assert!(r.try_recv().unwrap().is_none(), "no completion once closed");
     assert_eq!(lock(&old).waiting(), 1);
-    holds_in_order(&rxq, &[1, 2]);
+    assert!(lock(&rxq).take_held().is_none());
+}
+
+#[test]
+fn a_retired_slot_is_cleared_unless_a_later_queue_took_it() {
+    let slot = FastMutex::new(None);
+    let first = Arc::new(FastMutex::new(RxQueue::<RecvMem>::default()));
+    *lock(&slot) = Some(first.clone());
+    clear_retired(&slot, &first);
+    assert!(lock(&slot).is_none());
+
+    let second = Arc::new(FastMutex::new(RxQueue::<RecvMem>::default()));
+    *lock(&slot) = Some(second.clone());
+    clear_retired(&slot, &first);
+    assert!(
+        lock(&slot)
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &second)),
+        "the later give-up's queue stays"
+    );
 }
 
 #[test]

@@ -595,15 +595,18 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
 
     fn give_back(&self, r: Returned) {
         // Under the link's lock, as a receive completion (the order link,
-        // receive queue): with a link the message goes to its queue,
-        // whose receives are the connection's. A give-up takes the link
-        // in one critical section and retires its queue (moving the
-        // messages held to `rxq`, setting `retired_rx`) in a later one,
-        // under this lock too: a message given back between the two finds
-        // neither link nor retired queue and is held first in `rxq` (or
-        // taken by a receive still waiting there), so the retirement
-        // carries it ahead of the others; after the retirement it is
-        // held ahead of those moved.
+        // receive queue): a receive still waiting in a retired queue is
+        // older than any in `rxq` and takes the message first; else it
+        // goes to `rxq`. A give-up takes the link in one critical section
+        // and retires its queue (moving the messages held to `rxq`,
+        // setting `retired_rx`) in a later one, under this lock too: a
+        // message given back between the two finds no link, and in
+        // `retired_rx` at most an earlier give-up's queue whose task
+        // still lives; untaken, it is held first in `rxq` (or taken by a
+        // receive still waiting there), so the retirement carries it
+        // ahead of the others; after the retirement it is held ahead of
+        // those moved. A later give-up replaces the slot: the earlier
+        // queue's waiting receives are then offered nothing.
         let g = lock(&self.shared.link);
         let retired = lock(&self.shared.retired_rx).clone();
         give_up::give_back_routed(
