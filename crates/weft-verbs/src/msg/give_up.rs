@@ -619,7 +619,8 @@ pub(super) fn carry_held(
 /// Without a link, an arrival that is no message (a write with remote
 /// CQ data) is the failed connection's and goes rather than reach the
 /// next connection's first receive; once the endpoint is closed with no
-/// link the arrival is dropped, offered to nothing, as at a close.
+/// link the arrival is dropped, offered to nothing, as at a close (with
+/// a link, not offered to the retired queue: no completion once closed).
 pub(super) fn give_back_routed(
     linked: bool,
     retired: Option<&FastMutex<RxQueue<RecvMem>>>,
@@ -632,7 +633,9 @@ pub(super) fn give_back_routed(
         return;
     }
     let mut a = returned_arrival(r);
-    if let Some(q) = retired {
+    // A close keeps the link in its slot: closed with one, the retired
+    // queue's receives are offered nothing either.
+    if let Some(q) = retired.filter(|_| !closed) {
         match offer_to_waiting(q, credits, a) {
             Some(back) => a = back,
             None => return,

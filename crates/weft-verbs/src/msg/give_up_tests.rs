@@ -377,6 +377,11 @@ fn closed_with_no_link_a_given_back_message_completes_no_retired_receive() {
     assert!(r.try_recv().unwrap().is_none(), "no completion once closed");
     assert_eq!(lock(&old).waiting(), 1);
     assert!(lock(&rxq).take_held().is_none());
+    // A close leaves the link in its slot: closed with a link, the
+    // retired receive is not completed either.
+    give_back_routed(true, Some(&old), &rxq, &credits, true, returned(2));
+    assert!(r.try_recv().unwrap().is_none(), "no completion once closed");
+    assert_eq!(lock(&old).waiting(), 1);
 }
 
 #[test]
