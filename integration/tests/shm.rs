@@ -737,7 +737,7 @@ async fn the_transmit_queue_counts_the_sends_that_wait() {
 /// anew and arrives. Nothing hangs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_unpublished_under_its_sender_fails_what_waits() {
-    use std::sync::atomic::Ordering::{Acquire, Release};
+    use std::sync::atomic::Ordering::Release;
     use weft_shm::layout::*;
     // Each step takes milliseconds; the caps are for a loaded CI machine.
     let cap = Duration::from_secs(20);
@@ -763,7 +763,7 @@ async fn a_record_unpublished_under_its_sender_fails_what_waits() {
     let g = Geometry::OURS;
     let c = (0..g.channels)
         .map(|i| weft_shm::ring::Chan { g, i })
-        .find(|c| seg.load32(c.ctl(C_STATE), Acquire) == Some(ACTIVE))
+        .find(|c| c.state(&seg) == Some(ACTIVE))
         .expect("the sender's channel");
     // The budget is charged as each record is taken, the head stored
     // after the drain's loop: wait for it, or the 0 would land on a
