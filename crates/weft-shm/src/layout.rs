@@ -17,8 +17,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// band, by their first word written last, and no tail word — bytes
 /// 128–135 of a control block are unused, and a version-7 sender's
 /// records would never be seen; 9: a channel's state and claim count
-/// one 64-bit word, `C_STATE_GEN`, and its pid after it — a version-8
-/// peer would take the count for half the state). Versions do not read
+/// one 64-bit word, `C_STATE_GEN`, and its pid after it, where version 8
+/// kept the count). Versions do not read
 /// each other's segments: a peer of another version is refused
 /// (`ring::header_geometry`), whatever it wrote.
 pub const VERSION: u32 = 9;
@@ -280,6 +280,10 @@ const _: () = {
     assert!(C_STATE_GEN + 8 <= C_PID && C_PID + 4 <= C_NAME_LEN && C_NAME_LEN + 4 <= C_NAME);
     assert!(128 + 8 <= C_TX_WAIT);
     assert!(C_TX_WAIT + 4 <= CTL && C_HEAD + 8 <= C_CMA);
+    // The state word is reached by 64-bit atomics, which need it 8-aligned
+    // in the mapping: the header and every control block start at a
+    // multiple of 8 (the mapping is page-aligned).
+    assert!(C_STATE_GEN % 8 == 0 && CTL % 8 == 0 && HEADER % 8 == 0);
 };
 
 /// A record's size in the ring for `payload` bytes. Rounded up by a

@@ -240,11 +240,14 @@ fn channel(
             // claimer in another pid namespace has a pid that names
             // nobody here, and the lock that would say it runs is on a
             // segment whose name it has not written yet. The same claim:
-            // the same word, pid and count.
+            // the same word, pid and count. Freed only if taken from
+            // that word: the claimer may finish its claim while we judge.
             let pid = s & !CLAIMING;
             if sweep {
                 if lc.claim_seen == Some(word) && !crate::live::alive(pid, 0) {
-                    free(ep, c, lc, false);
+                    if c.take(&ep.seg, word) {
+                        free(ep, c, lc, false);
+                    }
                 } else {
                     lc.claim_seen = Some(word);
                 }
@@ -253,9 +256,12 @@ fn channel(
         }
         // Anything else, `FREE` included: the pass skips a free channel
         // with nothing of ours, so this one was freed under us, which
-        // only a broken sender does.
+        // only a broken sender does. Freed only if taken from the word
+        // seen: a claim made since is left alone (the next pass sees it).
         _ => {
-            free(ep, c, lc, true);
+            if c.take(&ep.seg, word) {
+                free(ep, c, lc, true);
+            }
             0
         }
     }

@@ -36,8 +36,9 @@ pub struct Segment {
 }
 
 /// A segment's rings, as [`Segment::rings_at`] checked them against its
-/// mapping; made nowhere else (the default holds none), so a `Rings` is
-/// the proof [`Segment::ring_in`] builds a ring on.
+/// mapping (the default holds none). Nothing in the type ties it to the
+/// mapping it was checked against, so [`Segment::ring_in`], which builds
+/// a ring on it, is `unsafe`: its callers vouch for where it came from.
 #[derive(Debug, Clone, Copy, Default)]
 struct Rings {
     first: usize,
@@ -282,7 +283,9 @@ impl Segment {
     /// past them, or none recorded).
     #[inline(always)]
     pub fn ring_of(&self, i: usize) -> Option<Ring<'_>> {
-        self.ring_in(self.rings, i)
+        // SAFETY: `self.rings` is the default (no ring) or what
+        // `rings_at` of this segment returned (`set_rings`).
+        unsafe { self.ring_in(self.rings, i) }
     }
 
     /// The `size` bytes at `off` as a [`Ring`], if `size` is a power of
@@ -291,7 +294,9 @@ impl Segment {
     /// drain or a send rather than at every word.
     #[inline]
     pub fn ring(&self, off: usize, size: usize) -> Option<Ring<'_>> {
-        self.ring_in(self.rings_at(off, 1, size)?, 0)
+        let r = self.rings_at(off, 1, size)?;
+        // SAFETY: `r` is what `rings_at` of this segment just returned.
+        unsafe { self.ring_in(r, 0) }
     }
 
     /// `count` rings of `size` bytes from `first`, if `size` is a power of
@@ -307,15 +312,21 @@ impl Segment {
     /// Ring `i` of `r`, rings of this mapping that
     /// [`rings_at`](Self::rings_at) checked (`None`: past them; none in
     /// the default, empty `Rings`).
+    ///
+    /// # Safety
+    ///
+    /// `r` is `Rings::default()` or was returned by `rings_at` of this
+    /// very segment (`self`): a `Rings` built otherwise, or checked
+    /// against another mapping, would give a ring outside this one.
     #[inline(always)]
-    fn ring_in(&self, r: Rings, i: usize) -> Option<Ring<'_>> {
+    unsafe fn ring_in(&self, r: Rings, i: usize) -> Option<Ring<'_>> {
         if i >= r.count {
             return None;
         }
         let off = r.first + i * r.size;
         // SAFETY: a `Rings` that holds any ring comes from `rings_at` of
-        // this segment (`self.rings`, or made by the caller just now),
-        // which checked that its `count` rings of `size` bytes from
+        // this segment (the caller's contract: `self.rings`, or made by
+        // the caller just now), which checked that its `count` rings of `size` bytes from
         // `first` (8-aligned) lie inside the mapping; `i < count`, so ring
         // `i`'s bytes are inside, 8-aligned (the mapping is page-aligned,
         // `first` 8-aligned, the size a power of two of at least 8).

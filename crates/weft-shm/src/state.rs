@@ -63,6 +63,28 @@ impl Chan {
         self.move_state(seg, gen, ACTIVE, CLOSED)
     }
 
+    /// Sender: whether its claim `gen`, begun by process `pid`, is still
+    /// being made — the owner has not voided it (a claim that outlasted a
+    /// sweep interval is taken for a dead claimer's). Checked before each
+    /// group of the claim's writes: a voided claimer that goes on writing
+    /// would overwrite the next claimer's fields. This narrows that window
+    /// to the writes between one check and the next, it does not close it
+    /// (`docs/design.md`, "The state word").
+    pub fn still_claiming(&self, seg: &Segment, pid: u32, gen: u32) -> bool {
+        self.state_word(seg) == Some(state_gen(claiming(pid), gen))
+    }
+
+    /// Owner: takes the channel to free it, from the exact word `seen` it
+    /// judged (a stale claim, or a state only a broken sender writes) to
+    /// `CLOSED` at that word's count. False, nothing moved, when the word
+    /// moved since: the claimer finished its claim (its channel is live),
+    /// or the channel was claimed anew — left for the next pass. Only
+    /// after a take does the owner reset the channel and free it: its
+    /// resets would otherwise wipe a live sender's head and verdict.
+    pub fn take(&self, seg: &Segment, seen: u64) -> bool {
+        seg.cas64(self.ctl(C_STATE_GEN), seen, state_gen(CLOSED, gen_of(seen)))
+    }
+
     /// Owner: frees the channel (`FREE`), keeping its count, in one
     /// atomic step: whatever the word held, the next claim counts on from
     /// it, and a sender's move on an earlier claim fails.
@@ -115,6 +137,40 @@ mod tests {
         assert_eq!(c.state(&seg), Some(ACTIVE));
         assert!(c.give_back(&seg, third));
         assert_eq!(c.state_word(&seg), Some(state_gen(CLOSED, third)));
+    }
+
+    /// The owner judged a claim stale (its claimer looked dead) while
+    /// the claimer finished it: the owner's take, from the word it judged,
+    /// fails and the channel stays active, as its sender left it. Likewise
+    /// a channel seen free under us and claimed anew before the take; and
+    /// a take from the word still there succeeds, voiding the claim.
+    #[test]
+    fn the_owner_takes_only_the_word_it_judged() {
+        let (seg, c) = seg();
+        let gen = c.begin_claim(&seg, 7).unwrap();
+        let seen = c.state_word(&seg).unwrap();
+        assert!(c.still_claiming(&seg, 7, gen));
+        // The claimer activates between the owner's load and its take.
+        assert!(c.move_state(&seg, gen, claiming(7), ACTIVE));
+        assert!(!c.take(&seg, seen));
+        assert_eq!(c.state_word(&seg), Some(state_gen(ACTIVE, gen)));
+        // A channel freed under us (a broken sender), then claimed anew
+        // after the pass's load: the take from FREE fails.
+        assert!(c.give_back(&seg, gen));
+        c.set_free(&seg);
+        let seen = c.state_word(&seg).unwrap();
+        assert_eq!(seen, state_gen(FREE, gen));
+        let next = c.begin_claim(&seg, 8).unwrap();
+        assert!(!c.take(&seg, seen));
+        assert_eq!(c.state_word(&seg), Some(state_gen(claiming(8), next)));
+        // The word unchanged: taken, and the claim is void for its maker.
+        let seen = c.state_word(&seg).unwrap();
+        assert!(c.take(&seg, seen));
+        assert_eq!(c.state_word(&seg), Some(state_gen(CLOSED, next)));
+        assert!(!c.still_claiming(&seg, 8, next));
+        assert!(!c.move_state(&seg, next, claiming(8), ACTIVE));
+        c.set_free(&seg);
+        assert_eq!(c.state_word(&seg), Some(state_gen(FREE, next)));
     }
 
     /// A claim takes only a free channel and counts on from its last

@@ -265,13 +265,26 @@ impl Peer {
             s.store32(c.ctl(C_PID), me.0, Release);
             s.store64(c.ctl(C_START), me.1, Release);
             s.store64(c.ctl(C_SERIAL), me.2, Release);
+            // Each group of writes only while the claim is still ours: a
+            // claim the owner voided (it took us for dead) may be the
+            // next claimer's channel now. Narrowed, not closed: the owner
+            // can void it right after a check (`Chan::still_claiming`).
+            if !c.still_claiming(s, me.0, gen) {
+                return false;
+            }
             s.store32(c.ctl(C_NAME_LEN), my_name.len() as u32, Release);
             s.write(c.ctl(C_NAME), my_name.as_bytes());
+            if !c.still_claiming(s, me.0, gen) {
+                return false;
+            }
             // Before `ACTIVE`: the receiver starts at position 0, whose
             // word must be 0 or a record of this claim's.
             c.clear_start(s);
             // A random source that failed (no nonce): the channel is
             // given straight back and the sends wait for the next try.
+            if !c.still_claiming(s, me.0, gen) {
+                return false;
+            }
             let key = keys.key_for(self.proves);
             let Ok(awaiting) = crate::keyproof::claim(s, &c, key, my_name, &self.name, gen) else {
                 c.move_state(s, gen, claiming(me.0), CLOSED);

@@ -201,8 +201,15 @@ fn partial(addr: &str) -> Res<()> {
         .ok_or("no free channel")?;
     seg.store32(c.ctl(C_PID), pid, Ordering::Release);
     seg.store64(c.ctl(C_START), start, Ordering::Release);
+    // As `Peer::claim`: each group of writes only while the claim holds.
+    if !c.still_claiming(&seg, pid, gen) {
+        return Err("the claim was freed".into());
+    }
     seg.store32(c.ctl(C_NAME_LEN), me.len() as u32, Ordering::Release);
     seg.write(c.ctl(C_NAME), me.as_bytes());
+    if !c.still_claiming(&seg, pid, gen) {
+        return Err("the claim was freed".into());
+    }
     c.clear_start(&seg);
     if !c.move_state(&seg, gen, claiming(pid), ACTIVE) {
         return Err("the claim was freed".into());
