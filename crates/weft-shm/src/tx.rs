@@ -280,11 +280,11 @@ impl Peer {
             // Before `ACTIVE`: the receiver starts at position 0, whose
             // word must be 0 or a record of this claim's.
             c.clear_start(s);
-            // A random source that failed (no nonce): the channel is
-            // given straight back and the sends wait for the next try.
             if !c.still_claiming(s, me.0, gen) {
                 return false;
             }
+            // A random source that failed (no nonce): the channel is
+            // given straight back and the sends wait for the next try.
             let key = keys.key_for(self.proves);
             let Ok(awaiting) = crate::keyproof::claim(s, &c, key, my_name, &self.name, gen) else {
                 c.move_state(s, gen, claiming(me.0), CLOSED);
