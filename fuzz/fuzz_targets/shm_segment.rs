@@ -1,8 +1,8 @@
 //! Fuzzes the shm provider's reading of a shared segment
 //! (`weft_shm::scan`, `docs/wire.md` "The shm segment"): the input is
 //! taken as the whole contents of a segment that a hostile process of the
-//! same user wrote — header, channel control blocks (states, sender
-//! names, heads) and rings (records published in band, by their first
+//! same user wrote — header, channel control blocks (state words: state
+//! and claim count in one 64-bit word; sender names, heads) and rings (records published in band, by their first
 //! word) — and read the way an endpoint's receive pass and a sender's
 //! look at a peer read it, through the same checks (`weft_shm::ring`).
 //!

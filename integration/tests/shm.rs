@@ -737,7 +737,7 @@ async fn the_transmit_queue_counts_the_sends_that_wait() {
 /// anew and arrives. Nothing hangs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_unpublished_under_its_sender_fails_what_waits() {
-    use std::sync::atomic::Ordering::{Acquire, Release};
+    use std::sync::atomic::Ordering::Release;
     use weft_shm::layout::*;
     // Each step takes milliseconds; the caps are for a loaded CI machine.
     let cap = Duration::from_secs(20);
@@ -763,8 +763,11 @@ async fn a_record_unpublished_under_its_sender_fails_what_waits() {
     let g = Geometry::OURS;
     let c = (0..g.channels)
         .map(|i| weft_shm::ring::Chan { g, i })
-        .find(|c| seg.load32(c.ctl(C_STATE), Acquire) == Some(ACTIVE))
+        .find(|c| c.state(&seg) == Some(ACTIVE))
         .expect("the sender's channel");
+    // The claim's count, read while it is the sender's: its give-back
+    // must close this claim, and the owner free it keeping the count.
+    let gen = c.state_word(&seg).map(gen_of).expect("the channel's word");
     // The budget is charged as each record is taken, the head stored
     // after the drain's loop: wait for it, or the 0 would land on a
     // record already consumed and nothing would be detected.
@@ -788,6 +791,16 @@ async fn a_record_unpublished_under_its_sender_fails_what_waits() {
         }
     }
     assert!(aborted > 0, "sends waited for room in the full ring");
+    // The give-back moved this claim (a wrong count would move nothing,
+    // the channel staying active at the 0 with its sender alive), and
+    // the owner freed it: free at the claim's count, before any new
+    // claim (no send is out).
+    within_for(cap, "the channel given back and freed", async {
+        while c.state_word(&seg) != Some(state_gen(FREE, gen)) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
     for i in 0..4u64 {
         let got = within_for(cap, "a message held", p.b.recv(BytesMut::zeroed(1000)))
             .await

@@ -246,13 +246,11 @@ fn forge_claim(seg: &Segment, i: usize, name: &str, nonce: &[u8], proof: &[u8]) 
     let c = Chan { g, i };
     let me = weft_shm::live::me();
     use Ordering::Release;
-    assert!(seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | me.0));
+    let gen = c.begin_claim(seg, me.0).expect("a free channel");
     seg.store32(c.ctl(C_PID), me.0, Release);
     seg.store64(c.ctl(C_START), me.1, Release);
     seg.store32(c.ctl(C_NAME_LEN), name.len() as u32, Release);
     seg.write(c.ctl(C_NAME), name.as_bytes());
-    let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
-    seg.store32(c.ctl(C_GEN), gen, Release);
     c.clear_start(seg);
     seg.write(c.ctl(C_TX_NONCE), nonce);
     seg.write(c.ctl(C_TX_PROOF), proof);
@@ -267,7 +265,7 @@ fn forge_claim(seg: &Segment, i: usize, name: &str, nonce: &[u8], proof: &[u8]) 
     let (at, _) = c.write_head(seg, 0, &h);
     seg.write(at, b"forge");
     c.publish(seg, 0, h.word);
-    seg.store32(c.ctl(C_STATE), ACTIVE, Release);
+    assert!(c.move_state(seg, gen, claiming(me.0), ACTIVE));
     c
 }
 
@@ -287,7 +285,7 @@ async fn forged_replayed_and_missing_proofs_are_refused() {
             g: Geometry::OURS,
             i,
         })
-        .find(|c| seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE))
+        .find(|c| c.state(&seg) == Some(ACTIVE))
         .expect("the friend's channel");
     let mut nonce = [0u8; 16];
     let mut proof = [0u8; 32];
@@ -338,9 +336,7 @@ async fn forged_replayed_and_missing_proofs_are_refused() {
     // Refused channels nobody gives up are freed within two sweeps, each
     // with a fresh nonce for the next claim.
     until("refused channels freed", || {
-        chans
-            .iter()
-            .all(|c| seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(FREE))
+        chans.iter().all(|c| c.state(&seg) == Some(FREE))
     })
     .await;
     let mut fresh = [0u8; 16];
@@ -430,7 +426,7 @@ async fn a_claim_after_a_close_reads_only_its_own_records() {
     let g = Geometry::OURS;
     let active = || {
         (0..g.channels)
-            .filter(|&i| seg.load32(Chan { g, i }.ctl(C_STATE), Ordering::Acquire) != Some(FREE))
+            .filter(|&i| Chan { g, i }.state(&seg) != Some(FREE))
             .count()
     };
     for (round, ctx) in [(1u8, 10u64), (2, 20)] {

@@ -366,9 +366,7 @@ async fn a_cma_send_of_four_buffers_near_the_rings_end_goes() {
         at += weft_shm::layout::rec_len(len) as u64;
         let c = (0..g.channels)
             .map(|i| weft_shm::ring::Chan { g, i })
-            .find(|c| {
-                seg.load32(c.ctl(C_STATE), std::sync::atomic::Ordering::Acquire) == Some(ACTIVE)
-            })
+            .find(|c| c.state(&seg) == Some(ACTIVE))
             .expect("the sender's channel");
         within("the message consumed", async {
             while c.head(&seg) != at {

@@ -159,27 +159,25 @@ fn claim_with(
     inst: weft_shm::live::Instance,
     recs: &[(RecHead, &[u8])],
 ) -> (Segment, Chan) {
-    use Ordering::{Acquire, Release};
+    use Ordering::Release;
     let g = Geometry::OURS;
     let seg = shm_common::segment_of(a);
-    let c = (0..g.channels)
+    let (c, gen) = (0..g.channels)
         .map(|i| Chan { g, i })
-        .find(|c| seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | inst.0))
+        .find_map(|c| Some((c, c.begin_claim(&seg, inst.0)?)))
         .expect("a free channel in our segment");
     seg.store32(c.ctl(C_PID), inst.0, Release);
     seg.store64(c.ctl(C_START), inst.1, Release);
     seg.store64(c.ctl(C_SERIAL), inst.2, Release);
     seg.store32(c.ctl(C_NAME_LEN), name.len() as u32, Release);
     seg.write(c.ctl(C_NAME), name);
-    let gen = seg.load32(c.ctl(C_GEN), Acquire).unwrap() + 1;
-    seg.store32(c.ctl(C_GEN), gen, Release);
     seg.store64(c.ctl(C_CMA_PROBE), 0, Release);
     c.clear_start(&seg);
     let mut tail = 0;
     for (h, payload) in recs {
         tail = put(&seg, &c, tail, h, payload);
     }
-    seg.store32(c.ctl(C_STATE), ACTIVE, Release);
+    assert!(c.move_state(&seg, gen, claiming(inst.0), ACTIVE));
     (seg, c)
 }
 
@@ -249,7 +247,7 @@ async fn answers_of_an_endpoint_closed_in_a_running_process_are_dropped() {
     );
     the_message_behind(&a, &acq, "the message behind the answers").await;
     assert_eq!(
-        seg.load32(ch.ctl(C_STATE), Ordering::Acquire),
+        ch.state(&seg),
         Some(ACTIVE),
         "the channel is not freed as broken"
     );

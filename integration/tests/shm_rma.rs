@@ -173,16 +173,14 @@ async fn a_forged_answer_frees_the_channel() {
     let seg = Segment::open(&seg_name, g.bytes(), g.bytes()).unwrap();
     let c = Chan { g, i: 3 };
     use Ordering::Release;
-    assert!(seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | inst.0));
+    let gen = c.begin_claim(&seg, inst.0).expect("channel 3 free");
     seg.store32(c.ctl(C_PID), inst.0, Release);
     seg.store64(c.ctl(C_START), inst.1, Release);
     seg.store64(c.ctl(C_SERIAL), inst.2, Release);
     seg.store32(c.ctl(C_NAME_LEN), forged.len() as u32, Release);
     seg.write(c.ctl(C_NAME), forged.as_bytes());
-    let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
-    seg.store32(c.ctl(C_GEN), gen, Release);
     c.clear_start(&seg);
-    seg.store32(c.ctl(C_STATE), ACTIVE, Release);
+    assert!(c.move_state(&seg, gen, claiming(inst.0), ACTIVE));
     let h0 = RecHead {
         word: K_RESP | F_LAST,
         ..RecHead::default()
@@ -194,7 +192,7 @@ async fn a_forged_answer_frees_the_channel() {
         assert!(start.elapsed() < TIMEOUT, "the forged answer was taken");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(seg.load32(c.ctl(C_STATE), Ordering::Acquire), Some(FREE));
+    assert_eq!(c.state(&seg), Some(FREE));
 }
 
 /// RMA and atomics against a target in another process; stopped, a
@@ -275,7 +273,7 @@ async fn a_target_in_another_process_and_its_death() {
         .expect("our channel in the target's segment");
     // As the owner's `free` does.
     seg.store64(mine.ctl(C_HEAD), 0, Ordering::Release);
-    seg.store32(mine.ctl(C_STATE), FREE, Ordering::Release);
+    mine.set_free(&seg);
     let e = within("the read on a freed channel", read)
         .await
         .unwrap_err();

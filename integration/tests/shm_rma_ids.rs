@@ -94,7 +94,7 @@ fn claim_as_instance(
     let g = Geometry::OURS;
     let seg = shm_common::segment_of(a);
     let free = (0..g.channels)
-        .find(|&i| seg.load32(Chan { g, i }.ctl(C_STATE), Ordering::Acquire) == Some(FREE))
+        .find(|&i| Chan { g, i }.state(&seg) == Some(FREE))
         .expect("a free channel in our segment");
     shm_common::claim_as_instance(a, free, name, false, inst)
 }
@@ -113,7 +113,7 @@ fn sent_direct_read(a: &weft::Endpoint, addr: &str) -> bool {
             let len = seg.load32(c.ctl(C_NAME_LEN), Ordering::Acquire).unwrap() as usize;
             let mut name = vec![0u8; len.min(NAME_MAX)];
             seg.read(c.ctl(C_NAME), &mut name);
-            seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE) && name == me
+            c.state(&seg) == Some(ACTIVE) && name == me
         })
         .expect("our channel in the target's segment");
     let mut head = c.head(&seg);
@@ -131,9 +131,7 @@ fn sent_direct_read(a: &weft::Endpoint, addr: &str) -> bool {
 /// the failures the freeing pushes.
 async fn freed_as_broken(a: &weft::Endpoint, seg: &Segment, c: &Chan, n: u64) {
     within("the channel freed and counted", async {
-        while a.stats().unwrap().rx_malformed != n
-            || seg.load32(c.ctl(C_STATE), Ordering::Acquire) != Some(FREE)
-        {
+        while a.stats().unwrap().rx_malformed != n || c.state(seg) != Some(FREE) {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
@@ -240,15 +238,14 @@ async fn an_answer_naming_no_waiting_request_is_dropped() {
     };
     let tail = put(&seg, &c, tail, &beyond, &[]);
     within("the forged answers read", async {
-        while c.head(&seg) != tail && seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE)
-        {
+        while c.head(&seg) != tail && c.state(&seg) == Some(ACTIVE) {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
     .await;
     quiet(&acq, "a forged answer completed the waiting read").await;
     assert_eq!(a.stats().unwrap().rx_malformed, 0);
-    assert_eq!(seg.load32(c.ctl(C_STATE), Ordering::Acquire), Some(ACTIVE));
+    assert_eq!(c.state(&seg), Some(ACTIVE));
     shm_common::resume(peer.0.id());
     let own = within("the read's own answer", next_cq(&acq)).await;
     assert_eq!(read_bytes(own), payload(size, 7)[8..16]);
@@ -531,7 +528,7 @@ async fn both_spellings_of_an_address_are_one_peer() {
 fn claim_free_in(seg: Segment, name: &[u8], inst: weft_shm::live::Instance) -> (Segment, Chan) {
     let g = Geometry::OURS;
     let free = (0..g.channels)
-        .find(|&i| seg.load32(Chan { g, i }.ctl(C_STATE), Ordering::Acquire) == Some(FREE))
+        .find(|&i| Chan { g, i }.state(&seg) == Some(FREE))
         .expect("a free channel");
     shm_common::claim_in(seg, free, name, false, inst)
 }
@@ -548,7 +545,7 @@ fn tail_from(seg: &Segment, from: &str) -> u64 {
             let len = seg.load32(c.ctl(C_NAME_LEN), Ordering::Acquire).unwrap() as usize;
             let mut name = vec![0u8; len.min(NAME_MAX)];
             seg.read(c.ctl(C_NAME), &mut name);
-            seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE) && name == from
+            c.state(seg) == Some(ACTIVE) && name == from
         })
         .expect("the sender's channel");
     let mut head = c.head(seg);

@@ -148,9 +148,9 @@ pub async fn server(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                     if let Err(e) = link.post_send_now(&data, SEND_CTX) {
                         fail_or_wait_send(link, e, data.clone()).await?;
                     }
-                }
-                if !inj && !reaper.try_done(SEND_CTX)? {
-                    reaper.wait_unread(SEND_CTX).await?;
+                    if !reaper.try_done(SEND_CTX)? {
+                        reaper.wait_unread(SEND_CTX).await?;
+                    }
                 }
             }
             Api::Async | Api::Pool if last => {

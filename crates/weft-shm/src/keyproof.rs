@@ -173,7 +173,7 @@ pub enum Verdict {
     Refused,
 }
 
-/// Sender, during its claim of `c` (before `state` = active): writes its
+/// Sender, during its claim of `c` (before its claim's word goes `ACTIVE`): writes its
 /// proof (or that it proves nothing) and returns what it must wait for,
 /// `None` when it may write at once (neither side keyed).
 pub fn claim(

@@ -16,10 +16,12 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// segment whose version is 0 is not ready; 8: records published in
 /// band, by their first word written last, and no tail word — bytes
 /// 128–135 of a control block are unused, and a version-7 sender's
-/// records would never be seen). Versions do not read each other's
-/// segments: a peer of another version is refused
+/// records would never be seen; 9: a channel's state and claim count
+/// one 64-bit word, `C_STATE_GEN`, and its pid after it, where version 8
+/// kept the count). Versions do not read
+/// each other's segments: a peer of another version is refused
 /// (`ring::header_geometry`), whatever it wrote.
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 
 /// Header fields.
 pub const H_MAGIC: usize = 0;
@@ -47,10 +49,15 @@ pub const HEADER: usize = 256;
 
 /// Bytes of one channel's control block.
 pub const CTL: usize = 256;
-/// Channel control fields (offsets within the block).
-pub const C_STATE: usize = 0;
-pub const C_PID: usize = 4;
-pub const C_GEN: usize = 8;
+// Channel control fields (offsets within the block).
+/// The channel's state (bits 0–31: `FREE`, `CLAIMING | pid`, `ACTIVE`,
+/// `CLOSED`) and its claim count (bits 32–63), one 64-bit word: every
+/// move a sender makes on its own claim is one compare-and-swap of both,
+/// so it never moves a later claim's state (`state.rs`; `docs/design.md`,
+/// "The state word"). Only ever read and written whole: a 32-bit look at
+/// either half would depend on the host's byte order.
+pub const C_STATE_GEN: usize = 0;
+pub const C_PID: usize = 8;
 pub const C_NAME_LEN: usize = 12;
 pub const C_NAME: usize = 16;
 /// Written by the sender at its claim: its endpoint's serial (`H_SERIAL`).
@@ -102,6 +109,30 @@ pub const CLOSED: u32 = 3;
 /// compare-and-swap that takes a free channel, so the owner can tell a
 /// claim whose process died before finishing it.
 pub const CLAIMING: u32 = 1 << 31;
+
+/// The state of a claim being made by process `pid`.
+#[inline(always)]
+pub const fn claiming(pid: u32) -> u32 {
+    CLAIMING | (pid & !CLAIMING)
+}
+
+/// The state word (`C_STATE_GEN`) of `state` at claim count `gen`.
+#[inline(always)]
+pub const fn state_gen(state: u32, gen: u32) -> u64 {
+    ((gen as u64) << 32) | state as u64
+}
+
+/// A state word's state.
+#[inline(always)]
+pub const fn state_of(word: u64) -> u32 {
+    word as u32
+}
+
+/// A state word's claim count.
+#[inline(always)]
+pub const fn gen_of(word: u64) -> u32 {
+    (word >> 32) as u32
+}
 
 /// Longest endpoint name, bytes.
 pub const NAME_MAX: usize = 48;
@@ -246,8 +277,13 @@ const _: () = {
     // The words a channel's `segment::Block` reads and writes lie inside
     // the control block (a word past it would read as `None`, not fail
     // to build: `Block`'s checks are made at run time and folded away).
-    assert!(C_STATE + 4 <= CTL && C_GEN + 4 <= CTL && 128 + 8 <= C_TX_WAIT);
+    assert!(C_STATE_GEN + 8 <= C_PID && C_PID + 4 <= C_NAME_LEN && C_NAME_LEN + 4 <= C_NAME);
+    assert!(128 + 8 <= C_TX_WAIT);
     assert!(C_TX_WAIT + 4 <= CTL && C_HEAD + 8 <= C_CMA);
+    // The state word is reached by 64-bit atomics, which need it 8-aligned
+    // in the mapping: the header and every control block start at a
+    // multiple of 8 (the mapping is page-aligned).
+    assert!(C_STATE_GEN % 8 == 0 && CTL % 8 == 0 && HEADER % 8 == 0);
 };
 
 /// A record's size in the ring for `payload` bytes. Rounded up by a
@@ -287,5 +323,15 @@ mod tests {
         // The largest declared shape stays far from overflow.
         let big = Geometry::check(64, 16 << 20).unwrap_or(g);
         assert_eq!(big.bytes(), 20480 + (1 << 30));
+    }
+
+    #[test]
+    fn a_state_word_holds_both_halves() {
+        let w = state_gen(claiming(u32::MAX), u32::MAX);
+        assert_eq!((state_of(w), gen_of(w)), (u32::MAX, u32::MAX));
+        let w = state_gen(ACTIVE, 7);
+        assert_eq!((state_of(w), gen_of(w)), (ACTIVE, 7));
+        assert_eq!(state_gen(FREE, 0), 0, "a new segment's channels are free");
+        assert_eq!(claiming(5), CLAIMING | 5);
     }
 }

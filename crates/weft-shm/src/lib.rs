@@ -58,6 +58,7 @@ mod rx_done;
 pub mod scan;
 pub mod segment;
 mod srx;
+mod state;
 #[cfg(test)]
 mod test_fifo;
 #[cfg(test)]

@@ -342,14 +342,16 @@ impl Chan {
     /// Producer: the padding that puts a record of `len` payload bytes,
     /// which may not be split (a lead or CMA record), whole at the ring's
     /// beginning, when [`fit`](Self::fit) gave no padding yet the record
-    /// does not fit before the ring's end, and `free` covers both; `None`
-    /// otherwise (it waits for room). Without it such a record with
-    /// 96..112 bytes before the end waited for room the receiver, already
-    /// drained, never made.
+    /// does not fit before the ring's end, and `free` (the room `fit` was
+    /// given) covers both; `None` otherwise (it waits for room). `len` is
+    /// at most the chunk: the caller's test, a longer record being never
+    /// whole. Without it such a record with 96..112 bytes before the end
+    /// waited for room the receiver, already drained, never made.
     pub fn pad_whole(&self, tail: u64, free: usize, len: usize) -> Option<usize> {
+        debug_assert!(len <= self.g.chunk(), "a record over the chunk is split");
         let to_end = self.g.ring - self.pos(tail);
         let size = rec_len(len);
-        (len <= self.g.chunk() && size > to_end && to_end + size <= free).then_some(to_end)
+        (size > to_end && to_end + size <= free).then_some(to_end)
     }
 
     /// Producer: writes and publishes padding of `pad` bytes (to the

@@ -63,8 +63,9 @@ pub struct RxChan {
     partial: Option<Partial>,
     /// The sender's doorbell, for telling it there is room.
     bell: Option<File>,
-    /// A claim in progress seen by the last sweep (the claimer's pid).
-    claim_seen: Option<u32>,
+    /// A claim in progress seen by the last sweep (its state word: the
+    /// claimer's pid and the claim's count).
+    claim_seen: Option<u64>,
     /// The instance that claimed the channel (`C_PID`, `C_START`,
     /// `C_SERIAL`): answers on it are taken only for requests sent to
     /// that instance (`Peers::answered`).
@@ -147,17 +148,17 @@ pub fn pass(ep: &EpShared, st: &mut RxState, sweep: bool, full: bool) -> usize {
         // Control words are read through the block, checked once: a
         // channel in use reads and writes five of them a message.
         let b = c.block(&ep.seg);
-        let state = b.and_then(|b| b.load32(C_STATE, Ordering::Acquire));
+        let word = b.and_then(|b| b.load64(C_STATE_GEN, Ordering::Acquire));
         // Free, and nothing of ours in it (`claimed` saw it otherwise a
         // moment ago: only a broken sender frees a channel it holds):
         // `channel` would find nothing to do.
-        if lc.active.is_none() && state == Some(FREE) {
+        if lc.active.is_none() && word.map(state_of) == Some(FREE) {
             continue;
         }
-        n += match b {
-            Some(b) => channel(ep, &c, b, state, lc, sweep, &mut parked),
+        n += match (b, word) {
+            (Some(b), Some(word)) => channel(ep, &c, b, word, lc, sweep, &mut parked),
             // Outside the mapping, which a checked geometry rules out.
-            None => {
+            _ => {
                 free(ep, &c, lc, true);
                 0
             }
@@ -185,27 +186,29 @@ fn claimed(ep: &EpShared, mut idle: u64) -> u64 {
     while idle != 0 {
         let i = idle.trailing_zeros() as usize;
         idle &= idle - 1;
-        let state = ep.seg.load32(ep.g.ctl(i) + C_STATE, Ordering::Acquire);
-        found |= u64::from(state.is_none_or(|s| s != FREE)) << i;
+        let word = ep.seg.load64(ep.g.ctl(i) + C_STATE_GEN, Ordering::Acquire);
+        found |= u64::from(word.is_none_or(|w| state_of(w) != FREE)) << i;
     }
     found
 }
 
-/// One channel's share of a pass: its `state` (read from its control
-/// block `b` by the pass), then its records. Returns the records
-/// consumed; sets `parked` when its next message waits.
+/// One channel's share of a pass: its state `word` (read from its
+/// control block `b` by the pass: the state and the claim count of one
+/// load), then its records. Returns the records consumed; sets `parked`
+/// when its next message waits.
 fn channel(
     ep: &EpShared,
     c: &Chan,
     b: Block<'_, CTL>,
-    state: Option<u32>,
+    word: u64,
     lc: &mut RxChan,
     sweep: bool,
     parked: &mut bool,
 ) -> usize {
+    let state = state_of(word);
     match state {
-        Some(ACTIVE) | Some(CLOSED) => {
-            let gen = b.load32(C_GEN, Ordering::Acquire).unwrap_or(0);
+        ACTIVE | CLOSED => {
+            let gen = gen_of(word);
             if lc.active != Some(gen) && !activate(ep, c, lc, gen) {
                 free(ep, c, lc, true);
                 return 0;
@@ -213,7 +216,7 @@ fn channel(
             if lc.refused != 0 {
                 // Nothing of it is read. Freed when its sender gives
                 // it up, or after a whole sweep interval.
-                if state == Some(CLOSED) || (sweep && lc.refused > 1) {
+                if state == CLOSED || (sweep && lc.refused > 1) {
                     free(ep, c, lc, false);
                 } else if sweep {
                     lc.refused = 2;
@@ -224,34 +227,41 @@ fn channel(
             match stop {
                 Stop::Corrupt => free(ep, c, lc, true),
                 Stop::Parked => *parked = true,
-                Stop::Empty if state == Some(CLOSED) => free(ep, c, lc, false),
+                Stop::Empty if state == CLOSED => free(ep, c, lc, false),
                 Stop::Empty if sweep && !sender_alive(ep, c, lc) => free(ep, c, lc, false),
                 _ => {}
             }
             k
         }
-        Some(s) if s & CLAIMING != 0 => {
+        s if s & CLAIMING != 0 => {
             // A claimer that died before finishing its claim. A claim
             // takes microseconds; its pid is judged only once the same
             // claim has outlasted a whole sweep interval, because a
             // claimer in another pid namespace has a pid that names
             // nobody here, and the lock that would say it runs is on a
-            // segment whose name it has not written yet.
+            // segment whose name it has not written yet. The same claim:
+            // the same word, pid and count. Freed only if taken from
+            // that word: the claimer may finish its claim while we judge.
             let pid = s & !CLAIMING;
             if sweep {
-                if lc.claim_seen == Some(pid) && !crate::live::alive(pid, 0) {
-                    free(ep, c, lc, false);
+                if lc.claim_seen == Some(word) && !crate::live::alive(pid, 0) {
+                    if c.take(&ep.seg, word) {
+                        free(ep, c, lc, false);
+                    }
                 } else {
-                    lc.claim_seen = Some(pid);
+                    lc.claim_seen = Some(word);
                 }
             }
             0
         }
         // Anything else, `FREE` included: the pass skips a free channel
         // with nothing of ours, so this one was freed under us, which
-        // only a broken sender does.
+        // only a broken sender does. Freed only if taken from the word
+        // seen: a claim made since is left alone (the next pass sees it).
         _ => {
-            free(ep, c, lc, true);
+            if c.take(&ep.seg, word) {
+                free(ep, c, lc, true);
+            }
             0
         }
     }

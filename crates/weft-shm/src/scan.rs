@@ -68,8 +68,11 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
     let owners = scan_keys();
     for i in 0..g.channels {
         let c = Chan { g, i };
-        let state = seg.load32(c.ctl(C_STATE), Acquire);
-        if !matches!(state, Some(ACTIVE | CLOSED)) {
+        // State and count from one load, as a receive pass reads them.
+        let Some(word) = c.state_word(seg) else {
+            continue;
+        };
+        if !matches!(state_of(word), ACTIVE | CLOSED) {
             continue;
         }
         let len = seg.load32(c.ctl(C_NAME_LEN), Acquire).unwrap_or(0) as usize;
@@ -85,7 +88,7 @@ pub fn scan(seg: &Segment, g: Geometry, max_msg: usize, limit: usize) -> Scan {
         // owner's verdict and proof words): by one key, and by several
         // named by the claim's key id (`FI_AV_AUTH_KEY`).
         let sender = std::str::from_utf8(&name[..len]).unwrap_or("");
-        let gen = seg.load32(c.ctl(C_GEN), Acquire).unwrap_or(0);
+        let gen = gen_of(word);
         for keys in &owners {
             let ok = crate::keyproof::judge(seg, &c, keys, Some([0; 16]), "scan", sender, gen);
             assert!(ok.is_none(), "a proof of a key nobody else holds accepted");
@@ -257,7 +260,12 @@ mod tests {
             return;
         };
         let c = Chan { g, i: 1 };
-        seg.store32(c.ctl(C_STATE), ACTIVE, std::sync::atomic::Ordering::Release);
+        let active = state_gen(ACTIVE, 1);
+        seg.store64(
+            c.ctl(C_STATE_GEN),
+            active,
+            std::sync::atomic::Ordering::Release,
+        );
         seg.store32(c.ctl(C_NAME_LEN), 1, std::sync::atomic::Ordering::Release);
         seg.write(c.ctl(C_NAME), b"p");
         let mut tail = 0;

@@ -30,17 +30,22 @@ pub struct Segment {
     ptr: NonNull<u8>,
     len: usize,
     /// Where its rings lie, once known and checked against the mapping
-    /// ([`set_rings`](Segment::set_rings)): `count` rings of
-    /// `1 << shift` bytes from `first` (`count` 0 until then).
+    /// ([`set_rings`](Segment::set_rings)): `count` rings of `size`
+    /// bytes from `first` (`count` 0 until then).
     rings: Rings,
 }
 
-/// A segment's rings, as [`Segment::set_rings`] checked them.
+/// A segment's rings, as [`Segment::rings_at`] checked them against its
+/// mapping (the default holds none). Nothing in the type ties it to the
+/// mapping it was checked against, so [`Segment::ring_in`], which builds
+/// a ring on it, is `unsafe`: its callers vouch for where it came from.
 #[derive(Debug, Clone, Copy, Default)]
 struct Rings {
     first: usize,
     count: usize,
-    shift: u32,
+    /// A power of two of at least 8 (0 in the default, which holds no
+    /// ring).
+    size: usize,
 }
 
 // SAFETY: the mapping is plain shared memory, reached only through the
@@ -223,6 +228,21 @@ impl Segment {
         })
     }
 
+    /// Compare-and-swap of a u64; true when it was `old`.
+    pub fn cas64(&self, off: usize, old: u64, new: u64) -> bool {
+        self.u64_at(off).is_some_and(|a| {
+            a.compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        })
+    }
+
+    /// Keeps only the bits of the u64 at `off` that `mask` has, in one
+    /// atomic step; the old value.
+    pub fn and64(&self, off: usize, mask: u64) -> Option<u64> {
+        self.u64_at(off)
+            .map(|a| a.fetch_and(mask, Ordering::AcqRel))
+    }
+
     /// The `N` bytes at `off` as a [`Block`], if they lie inside the
     /// mapping and `off` is 8-aligned.
     #[inline]
@@ -245,47 +265,27 @@ impl Segment {
     /// Records where the segment's rings lie: `count` rings of `size`
     /// bytes each from `first`, if `size` is a power of two of at least
     /// 8, `first` is 8-aligned and all of them lie inside the mapping
-    /// (false, nothing recorded, otherwise). Then [`ring_of`](Self::ring_of)
-    /// reaches ring `i` by an index test alone: its send and receive
-    /// paths take a channel's ring once a message, and its quiet look
-    /// once a pass.
+    /// (false, nothing recorded, otherwise). Then
+    /// [`ring_of`](Self::ring_of) reaches ring `i` by an index test alone:
+    /// its send and receive paths take a channel's ring once a message,
+    /// and its quiet look once a pass.
     pub fn set_rings(&mut self, first: usize, count: usize, size: usize) -> bool {
-        let end = count.checked_mul(size).and_then(|n| n.checked_add(first));
-        let ok = first % 8 == 0
-            && size >= 8
-            && size.is_power_of_two()
-            && end.is_some_and(|end| end <= self.len);
-        if ok {
-            self.rings = Rings {
-                first,
-                count,
-                shift: size.trailing_zeros(),
-            };
+        match self.rings_at(first, count, size) {
+            Some(r) => {
+                self.rings = r;
+                true
+            }
+            None => false,
         }
-        ok
     }
 
     /// Ring `i` of those [`set_rings`](Self::set_rings) recorded (`None`:
     /// past them, or none recorded).
     #[inline(always)]
     pub fn ring_of(&self, i: usize) -> Option<Ring<'_>> {
-        let r = self.rings;
-        if i >= r.count {
-            return None;
-        }
-        let off = r.first + (i << r.shift);
-        // SAFETY: `set_rings` checked that `count` rings of `1 << shift`
-        // bytes from `first` (8-aligned) lie inside the mapping, and
-        // `i < count`: ring `i`'s bytes are inside, 8-aligned (the
-        // mapping is page-aligned, `first` 8-aligned, the size a power
-        // of two of at least 8).
-        let ptr = unsafe { self.ptr.add(off) };
-        Some(Ring {
-            ptr,
-            off,
-            mask: (1 << r.shift) - 1,
-            _seg: PhantomData,
-        })
+        // SAFETY: `self.rings` is the default (no ring) or what
+        // `rings_at` of this segment returned (`set_rings`).
+        unsafe { self.ring_in(self.rings, i) }
     }
 
     /// The `size` bytes at `off` as a [`Ring`], if `size` is a power of
@@ -294,17 +294,47 @@ impl Segment {
     /// drain or a send rather than at every word.
     #[inline]
     pub fn ring(&self, off: usize, size: usize) -> Option<Ring<'_>> {
-        if off % 8 != 0 || size < 8 || !size.is_power_of_two() || !self.within(off, size) {
+        let r = self.rings_at(off, 1, size)?;
+        // SAFETY: `r` is what `rings_at` of this segment just returned.
+        unsafe { self.ring_in(r, 0) }
+    }
+
+    /// `count` rings of `size` bytes from `first`, if `size` is a power of
+    /// two of at least 8, `first` is 8-aligned and all of them lie inside
+    /// the mapping: the one check of a ring's shape, whose result alone
+    /// [`ring_in`](Self::ring_in) takes.
+    fn rings_at(&self, first: usize, count: usize, size: usize) -> Option<Rings> {
+        let span = count.checked_mul(size)?;
+        let ok = first % 8 == 0 && size >= 8 && size.is_power_of_two() && self.within(first, span);
+        ok.then_some(Rings { first, count, size })
+    }
+
+    /// Ring `i` of `r`, rings of this mapping that
+    /// [`rings_at`](Self::rings_at) checked (`None`: past them; none in
+    /// the default, empty `Rings`).
+    ///
+    /// # Safety
+    ///
+    /// `r` is `Rings::default()` or was returned by `rings_at` of this
+    /// very segment (`self`): a `Rings` built otherwise, or checked
+    /// against another mapping, would give a ring outside this one.
+    #[inline(always)]
+    unsafe fn ring_in(&self, r: Rings, i: usize) -> Option<Ring<'_>> {
+        if i >= r.count {
             return None;
         }
-        // SAFETY: `off + size <= len` (`within`, checked above): the
-        // pointer and the `size` bytes after it lie in the mapping; `off`
-        // is 8-aligned and the mapping page-aligned.
+        let off = r.first + i * r.size;
+        // SAFETY: a `Rings` that holds any ring comes from `rings_at` of
+        // this segment (the caller's contract: `self.rings`, or made by
+        // the caller just now), which checked that its `count` rings of `size` bytes from
+        // `first` (8-aligned) lie inside the mapping; `i < count`, so ring
+        // `i`'s bytes are inside, 8-aligned (the mapping is page-aligned,
+        // `first` 8-aligned, the size a power of two of at least 8).
         let ptr = unsafe { self.ptr.add(off) };
         Some(Ring {
             ptr,
             off,
-            mask: size - 1,
+            mask: r.size - 1,
             _seg: PhantomData,
         })
     }
@@ -440,7 +470,7 @@ impl<'a> Ring<'a> {
             return None;
         }
         // SAFETY: `off + 4 <= size` (above) and the ring's `size` bytes
-        // lie inside the mapping (`Segment::ring`), mapped for `'a`; the
+        // lie inside the mapping (`Segment::ring_in`), mapped for `'a`; the
         // ring starts 8-aligned, so `off` 4-aligned is an aligned word.
         Some(unsafe { &*self.ptr.as_ptr().add(off).cast::<AtomicU32>() })
     }
@@ -545,6 +575,12 @@ mod tests {
         assert!(s.cas32(0, 0, 5));
         assert!(!s.cas32(0, 0, 6));
         assert_eq!(s.swap32(0, 1), Some(5));
+        assert!(s.cas64(8, 0, u64::MAX));
+        assert!(!s.cas64(8, 0, 1));
+        assert_eq!(s.and64(8, 0xff << 32), Some(u64::MAX));
+        assert_eq!(s.load64(8, Ordering::Acquire), Some(0xff << 32));
+        assert!(!s.cas64(4, 0, 1), "misaligned");
+        assert_eq!(s.and64(64, 0), None, "past the end");
     }
 
     #[test]

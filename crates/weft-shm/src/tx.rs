@@ -165,10 +165,7 @@ impl Peers {
         for p in self.map.into_values() {
             p.settle_cma();
             if let Some((c, gen)) = p.chan {
-                let mine = p.seg.load32(c.ctl(C_GEN), Ordering::Acquire) == Some(gen);
-                if mine {
-                    p.seg.cas32(c.ctl(C_STATE), ACTIVE, CLOSED);
-                }
+                c.give_back(&p.seg, gen);
             }
         }
     }
@@ -258,42 +255,55 @@ impl Peer {
         if self.chan.is_some() {
             return true;
         }
-        use Ordering::{Acquire, Release};
+        use Ordering::Release;
         for i in 0..self.g.channels {
             let c = Chan { g: self.g, i };
-            if !self
-                .seg
-                .cas32(c.ctl(C_STATE), FREE, CLAIMING | (me.0 & !CLAIMING))
-            {
+            let Some(gen) = c.begin_claim(&self.seg, me.0) else {
                 continue;
-            }
+            };
             let s = &self.seg;
             s.store32(c.ctl(C_PID), me.0, Release);
             s.store64(c.ctl(C_START), me.1, Release);
             s.store64(c.ctl(C_SERIAL), me.2, Release);
+            // Each group of writes only while the claim is still ours: a
+            // claim the owner voided (it took us for dead) may be the
+            // next claimer's channel now. Narrowed, not closed: the owner
+            // can void it right after a check (`Chan::still_claiming`).
+            if !c.still_claiming(s, me.0, gen) {
+                return false;
+            }
             s.store32(c.ctl(C_NAME_LEN), my_name.len() as u32, Release);
             s.write(c.ctl(C_NAME), my_name.as_bytes());
-            let gen = s.load32(c.ctl(C_GEN), Acquire).unwrap_or(0).wrapping_add(1);
-            s.store32(c.ctl(C_GEN), gen, Release);
+            if !c.still_claiming(s, me.0, gen) {
+                return false;
+            }
             // Before `ACTIVE`: the receiver starts at position 0, whose
             // word must be 0 or a record of this claim's.
             c.clear_start(s);
+            if !c.still_claiming(s, me.0, gen) {
+                return false;
+            }
             // A random source that failed (no nonce): the channel is
             // given straight back and the sends wait for the next try.
             let key = keys.key_for(self.proves);
             let Ok(awaiting) = crate::keyproof::claim(s, &c, key, my_name, &self.name, gen) else {
-                s.store32(c.ctl(C_STATE), CLOSED, Release);
+                c.move_state(s, gen, claiming(me.0), CLOSED);
                 return false;
             };
             // Waiting for the verdict: the owner rings us when it is in.
             s.store32(c.ctl(C_TX_WAIT), u32::from(awaiting.is_some()), Release);
-            self.awaiting = awaiting;
             let probe = match crate::cma::mode() {
                 crate::cma::Mode::Denied => 0,
                 _ => crate::cma::probe_addr(),
             };
             s.store64(c.ctl(C_CMA_PROBE), probe, Release);
-            s.store32(c.ctl(C_STATE), ACTIVE, Release);
+            if !c.move_state(s, gen, claiming(me.0), ACTIVE) {
+                // The owner freed the claim, taking us for dead (a claim
+                // that outlasted a sweep interval): not ours to finish;
+                // the sends wait for the next try.
+                return false;
+            }
+            self.awaiting = awaiting;
             self.chan = Some((c, gen));
             self.tail = 0;
             self.head_seen = 0;
@@ -319,7 +329,7 @@ impl Peer {
                 Verdict::Accepted => self.awaiting = None,
                 Verdict::Refused => {
                     // Given back unused; the owner frees it.
-                    self.seg.cas32(c.ctl(C_STATE), ACTIVE, CLOSED);
+                    c.give_back(&self.seg, gen);
                     self.chan = None;
                     self.awaiting = None;
                     self.refused = true;
@@ -357,7 +367,7 @@ impl Peer {
                     }
                 }
             }
-            let fit = self.fit_for(&c, o.len - o.off).ok_or(Error::Io)?;
+            let (_, fit) = self.fit_for(&c, o.len - o.off).ok_or(Error::Io)?;
             let n = fit.map_or(0, |(_, max)| max.min(o.len - o.off));
             if fit.is_none() || (n == 0 && o.len > o.off) {
                 // A spinning endpoint looks again on its next pass; its
@@ -408,7 +418,7 @@ impl Peer {
         if !self.still_ours(&c, gen) || len > self.g.chunk() {
             return false;
         }
-        let Some(Some((pad, max))) = self.fit_for(&c, len) else {
+        let Some((_, Some((pad, max)))) = self.fit_for(&c, len) else {
             return false;
         };
         if max < len {
@@ -426,10 +436,6 @@ impl Peer {
         true
     }
 
-    /// Where the next record of up to `want` payload bytes goes:
-    /// `Some(fit)` as [`Chan::fit`] says, against the head last read and,
-    /// when that leaves too little room, the head read again; `None` when
-    /// the head read lies (more than a ring behind the tail).
     /// Writes the padding `pad` (to the ring's end), the record header
     /// `h` and `n` bytes of `iov` from `off`, publishes the record (its
     /// first word, last) and moves the tail past it; ringing the
@@ -450,17 +456,25 @@ impl Peer {
         self.tail = next;
     }
 
-    fn fit_for(&mut self, c: &Chan, want: usize) -> Option<Option<(usize, usize)>> {
+    /// Where the next record of up to `want` payload bytes goes:
+    /// `Some((free, fit))`, `fit` as [`Chan::fit`] says with `free` bytes
+    /// free, against the head last read and, when that leaves too little
+    /// room, the head read again; `None` when the head read lies (more
+    /// than a ring behind the tail). Inlined: called, with the room in
+    /// its answer, it cost a 64 B round trip about 36 instructions more
+    /// (callgrind, `docs/benchmarks.md`, "shm state word").
+    #[inline(always)]
+    fn fit_for(&mut self, c: &Chan, want: usize) -> Option<(usize, Option<(usize, usize)>)> {
         let want = want.min(self.g.chunk());
         if let Some(free) = c.room_after(self.head_seen, self.tail) {
             let fit = c.fit(self.tail, free);
             if fit.is_some_and(|(_, max)| max >= want) {
-                return Some(fit);
+                return Some((free, fit));
             }
         }
         self.head_seen = c.head(&self.seg);
         let free = c.room_after(self.head_seen, self.tail)?;
-        Some(c.fit(self.tail, free))
+        Some((free, c.fit(self.tail, free)))
     }
 
     /// Whether `o` goes as a CMA record: of the sizes where it pays, few
@@ -521,7 +535,7 @@ impl Peer {
                 )
             }
         };
-        let Some(fit) = self.fit_for(c, p.len()) else {
+        let Some((free, fit)) = self.fit_for(c, p.len()) else {
             // A broken head: the copy path fails the send.
             return Some(false);
         };
@@ -532,9 +546,8 @@ impl Peer {
             }
             // Not split, so it goes whole: at the ring's beginning when it
             // does not fit before the end (`fit` pads only when less than
-            // a small record's room is left), else when there is room.
-            // `fit_for` read the head again for it.
-            let free = c.room_after(self.head_seen, self.tail)?;
+            // a small record's room is left), else when there is room, in
+            // the room `fit_for` found (with the head read again).
             pad = c.pad_whole(self.tail, free, p.len())?;
         }
         // The ring taken once, as `put_record` does.
@@ -569,12 +582,11 @@ impl Peer {
 
     /// Whether the claimed channel `c` (claim count `gen`) is still ours:
     /// an owner that freed it (it took us for dead or broken) may have
-    /// given it to another sender. Its two words are read through the
+    /// given it to another sender. Its state word is read through the
     /// control block, checked against the mapping once.
     fn still_ours(&self, c: &Chan, gen: u32) -> bool {
         c.block(&self.seg).is_some_and(|b| {
-            b.load32(C_STATE, Ordering::Acquire) == Some(ACTIVE)
-                && b.load32(C_GEN, Ordering::Relaxed) == Some(gen)
+            b.load64(C_STATE_GEN, Ordering::Acquire) == Some(state_gen(ACTIVE, gen))
         })
     }
 
@@ -767,17 +779,10 @@ impl Peer {
     /// it: its header or payload stores can still land in our records).
     /// The owner would wait at the word forever and our ring would fill.
     /// Given back `CLOSED`, the owner frees it (drained up to the 0) and
-    /// our next send claims anew.
-    ///
-    /// Known window: the give-back CAS covers `C_STATE` only, not
-    /// `C_GEN` (the words are not adjacent, offsets 0 and 8, so one
-    /// 64-bit CAS cannot take both). Should the owner free our channel
-    /// and another sender claim it between the re-check and the CAS, we
-    /// close that sender's channel; it sees `CLOSED`, fails what waits
-    /// with `FI_ECONNABORTED` and claims anew. The window is a few
-    /// instructions against a free and a whole claim, and the damage is
-    /// an abort, never a wrong completion; `Peers::release` and the
-    /// key-proof `Refused` path share it.
+    /// our next send claims anew. The give-back compares the state word
+    /// at our claim's count (`Chan::give_back`): should the owner free
+    /// the channel and another sender claim it between the re-check and
+    /// the give-back, the word is at a later count and nothing moves.
     pub(crate) fn drop_if_unpublished(&mut self, ended: &mut EndedList) -> bool {
         let Some((c, gen)) = self.chan else {
             return false;
@@ -801,7 +806,7 @@ impl Peer {
             tracing::debug!(peer = %self.name, "shm: a record of ours unpublished; channel given back");
             // The sends the head already passed arrived: they complete.
             self.delivered_to(head, ended);
-            self.seg.cas32(c.ctl(C_STATE), ACTIVE, CLOSED);
+            c.give_back(&self.seg, gen);
             self.chan = None;
             self.fail_all(Error::ConnAborted, ended);
             // A sleeping owner frees the channel now, not at its next

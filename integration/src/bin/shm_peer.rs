@@ -195,18 +195,25 @@ fn partial(addr: &str) -> Res<()> {
     .ok_or("bad geometry")?;
     let (pid, start) = weft_shm::live::me();
     let me = format!("partial-{pid}");
-    let c = (0..g.channels)
+    let (c, gen) = (0..g.channels)
         .map(|i| Chan { g, i })
-        .find(|c| seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | pid))
+        .find_map(|c| Some((c, c.begin_claim(&seg, pid)?)))
         .ok_or("no free channel")?;
     seg.store32(c.ctl(C_PID), pid, Ordering::Release);
     seg.store64(c.ctl(C_START), start, Ordering::Release);
+    // As `Peer::claim`: each group of writes only while the claim holds.
+    if !c.still_claiming(&seg, pid, gen) {
+        return Err("the claim was freed".into());
+    }
     seg.store32(c.ctl(C_NAME_LEN), me.len() as u32, Ordering::Release);
     seg.write(c.ctl(C_NAME), me.as_bytes());
-    let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap_or(0) + 1;
-    seg.store32(c.ctl(C_GEN), gen, Ordering::Release);
+    if !c.still_claiming(&seg, pid, gen) {
+        return Err("the claim was freed".into());
+    }
     c.clear_start(&seg);
-    seg.store32(c.ctl(C_STATE), ACTIVE, Ordering::Release);
+    if !c.move_state(&seg, gen, claiming(pid), ACTIVE) {
+        return Err("the claim was freed".into());
+    }
     let h = RecHead {
         word: K_FIRST | F_TAGGED,
         len: 4096,

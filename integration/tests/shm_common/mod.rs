@@ -56,17 +56,12 @@ pub fn claim_in(
     let c = Chan { g, i };
     let me = inst;
     use Ordering::Release;
-    assert!(
-        seg.cas32(c.ctl(C_STATE), FREE, CLAIMING | me.0),
-        "channel {i} free"
-    );
+    let gen = c.begin_claim(&seg, me.0).expect("a free channel");
     seg.store32(c.ctl(C_PID), me.0, Release);
     seg.store64(c.ctl(C_START), me.1, Release);
     seg.store64(c.ctl(C_SERIAL), me.2, Release);
     seg.store32(c.ctl(C_NAME_LEN), name.len() as u32, Release);
     seg.write(c.ctl(C_NAME), name);
-    let gen = seg.load32(c.ctl(C_GEN), Ordering::Acquire).unwrap() + 1;
-    seg.store32(c.ctl(C_GEN), gen, Release);
     c.clear_start(&seg);
     let addr = if probe {
         weft_shm::cma::probe_addr()
@@ -74,7 +69,7 @@ pub fn claim_in(
         0
     };
     seg.store64(c.ctl(C_CMA_PROBE), addr, Release);
-    seg.store32(c.ctl(C_STATE), ACTIVE, Release);
+    assert!(c.move_state(&seg, gen, claiming(me.0), ACTIVE));
     let want = if probe { CMA_OK } else { CMA_NO };
     let start = Instant::now();
     while seg.load32(c.ctl(C_CMA), Ordering::Acquire) != Some(want) {
@@ -90,7 +85,7 @@ pub fn chan_word(b: &weft::Endpoint, off: usize) -> Option<u32> {
     let seg = segment_of(b);
     (0..g.channels)
         .map(|i| Chan { g, i })
-        .find(|c| seg.load32(c.ctl(C_STATE), Ordering::Acquire) == Some(ACTIVE))
+        .find(|c| c.state(&seg) == Some(ACTIVE))
         .and_then(|c| seg.load32(c.ctl(off), Ordering::Acquire))
 }
 

@@ -186,5 +186,7 @@ pub(super) fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
     ep.seg.store32(c.ctl(C_TX_WAIT), 0, Release);
     ep.seg.store32(c.ctl(C_CMA), CMA_UNKNOWN, Release);
     ep.seg.store32(c.ctl(C_AUTH), AUTH_UNKNOWN, Release);
-    ep.seg.store32(c.ctl(C_STATE), FREE, Release);
+    // The count kept: a sender's move on its claim, which compares it,
+    // fails from now on (`state.rs`).
+    c.set_free(&ep.seg);
 }
