@@ -418,26 +418,7 @@ impl GivenUp {
             });
             if let Some(l) = self.link.take_if(|_| last) {
                 match Arc::try_unwrap(l) {
-                    Ok(l) => {
-                        let Link {
-                            qp,
-                            send_pool,
-                            recv_pool,
-                            parked,
-                            ..
-                        } = l;
-                        // Polled right before the destruction too: some
-                        // providers (mlx4, mlx5) clean a destroyed queue
-                        // pair's entries from the CQ, so the poll after
-                        // it finds only what the provider left (rxe
-                        // leaves them).
-                        self.poll_on(&send_pool, &recv_pool);
-                        drop(qp);
-                        drop(self.core.take());
-                        self.poll_on(&send_pool, &recv_pool);
-                        drop(parked);
-                        return Some((send_pool, recv_pool));
-                    }
+                    Ok(l) => return Some(self.destroy_link(l)),
                     Err(back) => self.link = Some(back),
                 }
             }
@@ -459,25 +440,36 @@ impl GivenUp {
         let last = Arc::strong_count(l) == 1 && Arc::strong_count(&l.qp) == 1;
         let l = self.link.take_if(|_| last)?;
         match Arc::try_unwrap(l) {
-            Ok(l) => {
-                let Link {
-                    qp,
-                    send_pool,
-                    recv_pool,
-                    parked,
-                    ..
-                } = l;
-                self.poll_on(&send_pool, &recv_pool);
-                drop(qp);
-                self.poll_on(&send_pool, &recv_pool);
-                drop(parked);
-                Some((send_pool, recv_pool))
-            }
+            Ok(l) => Some(self.destroy_link(l)),
             Err(back) => {
                 self.link = Some(back);
                 None
             }
         }
+    }
+
+    /// Destroys the queue pair of a link the task holds alone: the CQ
+    /// polled right before (some providers, mlx4 and mlx5, clean a
+    /// destroyed queue pair's entries from the CQ, so the poll after it
+    /// finds only what the provider left; rxe leaves them), the queue
+    /// pair dropped, then a stream's state that held it (its buffers
+    /// outlive the queue pair), the CQ drained again, then the memory
+    /// parked on the link. The slot pools are handed back for what is
+    /// left to end.
+    fn destroy_link(&mut self, l: Link) -> (SlotPool, SlotPool) {
+        let Link {
+            qp,
+            send_pool,
+            recv_pool,
+            parked,
+            ..
+        } = l;
+        self.poll_on(&send_pool, &recv_pool);
+        drop(qp);
+        drop(self.core.take());
+        self.poll_on(&send_pool, &recv_pool);
+        drop(parked);
+        (send_pool, recv_pool)
     }
 
     /// Ends what is left once the polls are over: the messages the old
