@@ -818,3 +818,30 @@ async fn a_record_unpublished_under_its_sender_fails_what_waits() {
     .await;
     assert_eq!(&got.into_bytes()[..], &payload(1000, 77)[..]);
 }
+
+/// A sender frees its own channel under the owner (only a broken one
+/// does) and another claims it before the owner's next pass sees the
+/// free word: the old claim goes, counted as malformed, and the new one
+/// is activated and kept. Before, the owner freed the new claimer's
+/// channel as broken along with the old claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_over_a_channel_freed_under_the_owner_is_kept() {
+    use weft_shm::layout::{gen_of, state_gen, state_of, ACTIVE};
+    let p = pair(WaitMode::Interrupt);
+    let (seg, c) = shm_common::hostile_claim(&p.b, 5, false);
+    let word = c.state_word(&seg).expect("the channel's word");
+    assert_eq!(state_of(word), ACTIVE);
+    let gen = gen_of(word);
+    // Freed and claimed again at once (the owner sweeps every 100 ms:
+    // it sees the new claim, not the free word, in all but a
+    // microsecond-wide window).
+    c.set_free(&seg);
+    let (seg, c) = shm_common::claim_as(&p.b, 5, b"second", false);
+    let new = state_gen(ACTIVE, gen.wrapping_add(1));
+    assert_eq!(c.state_word(&seg), Some(new));
+    stats_until(&p.b, "the old claim counted", |s| s.rx_malformed == 1).await;
+    // Two sweeps later the new claim still holds the channel.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(c.state_word(&seg), Some(new), "the new claim kept");
+    assert_eq!(p.b.stats().unwrap().rx_malformed, 1);
+}

@@ -31,7 +31,7 @@ use crate::layout::*;
 use crate::ring::{Chan, Next};
 pub use crate::rx_done::deliver_held;
 use crate::segment::{Block, Segment};
-use lifecycle::{activate, free, sender_alive};
+use lifecycle::{activate, free, retire, sender_alive};
 pub use message::place_into;
 use message::{record, Partial, Sink};
 
@@ -209,9 +209,19 @@ fn channel(
     match state {
         ACTIVE | CLOSED => {
             let gen = gen_of(word);
-            if lc.active != Some(gen) && !activate(ep, c, lc, gen) {
-                free(ep, c, lc, true);
-                return 0;
+            if lc.active != Some(gen) {
+                if lc.active.is_some() {
+                    // A newer claim than the one we knew, and we never
+                    // freed that one: its sender freed the channel under
+                    // us (only a broken one does) and another claimed it
+                    // between two of our passes. The old claim goes,
+                    // counted; the new one is judged as any.
+                    retire(ep, c, lc, true);
+                }
+                if !activate(ep, c, lc, gen) {
+                    free(ep, c, lc, true);
+                    return 0;
+                }
             }
             if lc.refused != 0 {
                 // Nothing of it is read. Freed when its sender gives
@@ -243,6 +253,11 @@ fn channel(
             // the same word, pid and count. Freed only if taken from
             // that word: the claimer may finish its claim while we judge.
             let pid = s & !CLAIMING;
+            if lc.active.is_some() {
+                // A claim begun over one we knew and never freed: as in
+                // the `ACTIVE` arm, the old one goes, counted.
+                retire(ep, c, lc, true);
+            }
             if sweep {
                 if lc.claim_seen == Some(word) && !crate::live::alive(pid, 0) {
                     if c.take(&ep.seg, word) {
@@ -257,10 +272,13 @@ fn channel(
         // Anything else, `FREE` included: the pass skips a free channel
         // with nothing of ours, so this one was freed under us, which
         // only a broken sender does. Freed only if taken from the word
-        // seen: a claim made since is left alone (the next pass sees it).
+        // seen; a claim made since is left alone, and only what we knew
+        // of the old one goes (the next pass judges the new one).
         _ => {
             if c.take(&ep.seg, word) {
                 free(ep, c, lc, true);
+            } else {
+                retire(ep, c, lc, true);
             }
             0
         }

@@ -42,7 +42,8 @@ pub(super) fn sender_alive(ep: &EpShared, c: &Chan, lc: &RxChan) -> bool {
 #[inline(never)]
 pub(super) fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
     if lc.active.is_some() || lc.partial.is_some() {
-        // A new claim without our freeing the old one: broken sender.
+        // A new claim without our freeing the old one: broken sender
+        // (the pass retires such a claim first; kept as a guard).
         return false;
     }
     let len = ep
@@ -141,9 +142,33 @@ fn cma_probe(ep: &EpShared, c: &Chan) -> Option<u32> {
     (addr != 0 && crate::cma::probe(pid, addr)).then_some(pid)
 }
 
-/// Frees a channel for the next sender: a message it had begun fails
-/// its receive; `broken` counts it as malformed.
+/// Frees a channel for the next sender: what we knew of its claim goes
+/// ([`retire`]), then the shared words are reset and the channel set
+/// free at its count.
 pub(super) fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
+    retire(ep, c, lc, broken);
+    if ep.keys.keyed() {
+        // A fresh nonce for the next claim: an old proof is worth nothing.
+        lc.nonce = crate::keyproof::publish_nonce(&ep.seg, c);
+    }
+    use Ordering::Release;
+    ep.seg.store64(c.ctl(C_HEAD), 0, Release);
+    ep.seg.store32(c.ctl(C_TX_WAIT), 0, Release);
+    ep.seg.store32(c.ctl(C_CMA), CMA_UNKNOWN, Release);
+    ep.seg.store32(c.ctl(C_AUTH), AUTH_UNKNOWN, Release);
+    // The count kept: a sender's move on its claim, which compares it,
+    // fails from now on (`state.rs`).
+    c.set_free(&ep.seg);
+}
+
+/// Forgets the claim we knew on channel `c`, touching nothing shared: a
+/// message it had begun fails its receive; `broken` counts it as
+/// malformed. Alone (without [`free`]) where the channel's word already
+/// names a newer claim than the one we knew (its sender freed it under
+/// us, which only a broken one does, and another claimed it since): the
+/// words are the new claimer's then, and the nonce it may have read for
+/// its proof is kept.
+pub(super) fn retire(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
     if let Some(p) = lc.partial.take() {
         match p.sink {
             Sink::Recv(mut req) => {
@@ -176,17 +201,8 @@ pub(super) fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
             "shm: channel broke the layout's rules; freed"
         );
     }
-    *lc = RxChan::default();
-    if ep.keys.keyed() {
-        // A fresh nonce for the next claim: an old proof is worth nothing.
-        lc.nonce = crate::keyproof::publish_nonce(&ep.seg, c);
-    }
-    use Ordering::Release;
-    ep.seg.store64(c.ctl(C_HEAD), 0, Release);
-    ep.seg.store32(c.ctl(C_TX_WAIT), 0, Release);
-    ep.seg.store32(c.ctl(C_CMA), CMA_UNKNOWN, Release);
-    ep.seg.store32(c.ctl(C_AUTH), AUTH_UNKNOWN, Release);
-    // The count kept: a sender's move on its claim, which compares it,
-    // fails from now on (`state.rs`).
-    c.set_free(&ep.seg);
+    *lc = RxChan {
+        nonce: lc.nonce,
+        ..RxChan::default()
+    };
 }
