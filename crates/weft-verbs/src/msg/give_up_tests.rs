@@ -296,14 +296,27 @@ fn a_message_given_back_after_the_give_up_goes_ahead_of_those_carried() {
     holds_in_order(&rxq, &[1, 2, 3, 4]);
 }
 
+type Queue = FastMutex<RxQueue<RecvMem>>;
+
+/// A fresh endpoint queue and a retired queue in which receive 7 (its
+/// credit taken from 4) still waits, with that receive's completion.
+fn one_waiting_in_retired() -> (
+    Credits,
+    Queue,
+    Queue,
+    futures::channel::oneshot::Receiver<Finished>,
+) {
+    let credits = Credits::new(4);
+    let old = Queue::default();
+    assert!(credits.try_take());
+    let (d, r) = awaited(7);
+    lock(&old).push(7, d, Some(vec![BytesMut::zeroed(8)]), None);
+    (credits, Queue::default(), old, r)
+}
+
 #[test]
 fn a_message_given_back_takes_a_receive_still_waiting_in_the_retired_queue() {
-    let credits = Credits::new(4);
-    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
-    let old = FastMutex::new(RxQueue::<RecvMem>::default());
-    assert!(credits.try_take());
-    let (d, mut r) = awaited(7);
-    lock(&old).push(7, d, Some(vec![BytesMut::zeroed(8)]), None);
+    let (credits, rxq, old, mut r) = one_waiting_in_retired();
     give_back_routed(false, Some(&old), &rxq, &credits, false, returned(1));
     assert_eq!(number_of(r.try_recv().unwrap().unwrap()), 1);
     assert_eq!(credits.left(), 4, "its credit back");
@@ -312,15 +325,10 @@ fn a_message_given_back_takes_a_receive_still_waiting_in_the_retired_queue() {
 
 #[test]
 fn with_a_link_a_message_given_back_still_takes_a_receive_waiting_in_the_retired_queue() {
-    let credits = Credits::new(4);
-    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
     // A receive of the failed connection still waits in the retired
     // queue (its task lives); the new connection is established and a
     // newer receive waits in its queue.
-    let old = FastMutex::new(RxQueue::<RecvMem>::default());
-    assert!(credits.try_take());
-    let (d, mut r) = awaited(7);
-    lock(&old).push(7, d, Some(vec![BytesMut::zeroed(8)]), None);
+    let (credits, rxq, old, mut r) = one_waiting_in_retired();
     assert!(credits.try_take());
     let (d, mut newer) = awaited(8);
     lock(&rxq).push(8, d, Some(vec![BytesMut::zeroed(8)]), None);
@@ -359,12 +367,7 @@ fn without_a_link_a_write_notification_given_back_is_not_carried() {
 
 #[test]
 fn closed_with_no_link_a_given_back_message_completes_no_retired_receive() {
-    let credits = Credits::new(4);
-    let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
-    let old = FastMutex::new(RxQueue::<RecvMem>::default());
-    assert!(credits.try_take());
-    let (d, mut r) = awaited(7);
-    lock(&old).push(7, d, Some(vec![BytesMut::zeroed(8)]), None);
+    let (credits, rxq, old, mut r) = one_waiting_in_retired();
     give_back_routed(false, Some(&old), &rxq, &credits, true, returned(1));
     assert!(r.try_recv().unwrap().is_none(), "no completion once closed");
     assert_eq!(lock(&old).waiting(), 1);
