@@ -845,3 +845,37 @@ async fn a_claim_over_a_channel_freed_under_the_owner_is_kept() {
     assert_eq!(c.state_word(&seg), Some(new), "the new claim kept");
     assert_eq!(p.b.stats().unwrap().rx_malformed, 1);
 }
+
+/// A claim left unfinished by a process whose pid now names another
+/// (this one: its pid, with a start time that is not ours) is judged
+/// dead by pid and start time, and freed after two sweeps. Before, the
+/// owner judged a claimer by its pid alone, and a reused pid kept the
+/// channel claimed for as long as the unrelated process lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_left_under_a_reused_pid_is_freed() {
+    use std::sync::atomic::Ordering::Release;
+    use weft_shm::layout::{gen_of, state_gen, C_PID, C_START, FREE};
+    let p = pair(WaitMode::Interrupt);
+    let seg = shm_common::segment_of(&p.b);
+    let c = weft_shm::ring::Chan {
+        g: weft_shm::layout::Geometry::OURS,
+        i: 6,
+    };
+    let (pid, start) = weft_shm::live::me();
+    let gen = c.begin_claim(&seg, pid).expect("a free channel");
+    seg.store32(c.ctl(C_PID), pid, Release);
+    seg.store64(c.ctl(C_START), start.wrapping_add(1), Release);
+    let freed = state_gen(FREE, gen);
+    within_for(Duration::from_secs(20), "the dead claim freed", async {
+        while c.state_word(&seg) != Some(freed) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(c.state_word(&seg).map(gen_of), Some(gen));
+    assert_eq!(
+        p.b.stats().unwrap().rx_malformed,
+        0,
+        "a dead claimer is no broken one"
+    );
+}
