@@ -26,7 +26,7 @@ use weft_core::auth::{AuthKey, Role, Tag, MAC_LEN};
 use weft_core::wire::claim::{fresh_nonce, Nonce, NONCE_LEN};
 use weft_core::Result;
 
-use crate::keys::{EpKeys, HeldKey, KEY_ID_LEN};
+use crate::keys::{EpKeys, HeldKey, KeyId, KEY_ID_LEN};
 use crate::layout::*;
 use crate::ring::Chan;
 use crate::segment::Segment;
@@ -175,7 +175,10 @@ pub enum Verdict {
 
 /// Sender, during its claim of `c` (before its claim's word goes `ACTIVE`): writes its
 /// proof (or that it proves nothing) and returns what it must wait for,
-/// `None` when it may write at once (neither side keyed).
+/// `None` when it may write at once (neither side keyed). The tests'
+/// one step; a claimer re-checks its claim between [`prepare`] and
+/// [`Prepared::write`].
+#[cfg(test)]
 pub fn claim(
     seg: &Segment,
     c: &Chan,
@@ -184,10 +187,36 @@ pub fn claim(
     owner: &str,
     gen: u32,
 ) -> Result<Option<Awaiting>> {
+    Ok(prepare(seg, c, key, me, owner, gen)?.write(seg, c))
+}
+
+/// A claim's proof, computed but not written yet: the fresh nonce (a
+/// system call) and the MAC take microseconds, the writes nanoseconds,
+/// so a claimer checks that its claim is still its own between the two
+/// (`tx::Peer::claim`), and a claim the owner voided meanwhile writes
+/// nothing over the next claimer's fields.
+#[derive(Debug)]
+pub struct Prepared {
+    owner_keyed: bool,
+    proof: Option<(AuthKey, ChanTranscript, KeyId, Tag)>,
+}
+
+/// [`claim`]'s computation: reads the owner's nonce and keyedness,
+/// draws our nonce and computes the proof, writing nothing.
+pub fn prepare(
+    seg: &Segment,
+    c: &Chan,
+    key: Option<&HeldKey>,
+    me: &str,
+    owner: &str,
+    gen: u32,
+) -> Result<Prepared> {
     let owner_keyed = seg.load32(H_KEYED, Acquire) == Some(1);
     let Some(HeldKey { key: k, id, .. }) = key else {
-        seg.store32(c.ctl(C_PROVES), 0, Release);
-        return Ok(owner_keyed.then_some(Awaiting { proof: None }));
+        return Ok(Prepared {
+            owner_keyed,
+            proof: None,
+        });
     };
     let t = ChanTranscript {
         rx_nonce: read_nonce(seg, c.ctl(C_RX_NONCE)).unwrap_or([0; NONCE_LEN]),
@@ -198,13 +227,29 @@ pub fn claim(
         gen,
     };
     let p = t.prove(k, Role::Connector)?;
-    seg.write(c.ctl(C_TX_NONCE), &t.tx_nonce);
-    seg.write(c.ctl(C_KEY_ID), id);
-    seg.write(c.ctl(C_TX_PROOF), &p);
-    seg.store32(c.ctl(C_PROVES), 1, Release);
-    Ok(Some(Awaiting {
-        proof: Some((k.clone(), t)),
-    }))
+    Ok(Prepared {
+        owner_keyed,
+        proof: Some((k.clone(), t, *id, p)),
+    })
+}
+
+impl Prepared {
+    /// Writes the proof (or that there is none) into `c`'s control block
+    /// and returns what the claimer must wait for, `None` when it may
+    /// write at once (neither side keyed).
+    pub fn write(self, seg: &Segment, c: &Chan) -> Option<Awaiting> {
+        let Some((k, t, id, p)) = self.proof else {
+            seg.store32(c.ctl(C_PROVES), 0, Release);
+            return self.owner_keyed.then_some(Awaiting { proof: None });
+        };
+        seg.write(c.ctl(C_TX_NONCE), &t.tx_nonce);
+        seg.write(c.ctl(C_KEY_ID), &id);
+        seg.write(c.ctl(C_TX_PROOF), &p);
+        seg.store32(c.ctl(C_PROVES), 1, Release);
+        Some(Awaiting {
+            proof: Some((k, t)),
+        })
+    }
 }
 
 /// Sender: the owner's verdict on its claim, its proof checked in

@@ -280,16 +280,22 @@ impl Peer {
             // Before `ACTIVE`: the receiver starts at position 0, whose
             // word must be 0 or a record of this claim's.
             c.clear_start(s);
-            if !c.still_claiming(s, me.0, gen) {
-                return false;
-            }
             // A random source that failed (no nonce): the channel is
             // given straight back and the sends wait for the next try.
             let key = keys.key_for(self.proves);
-            let Ok(awaiting) = crate::keyproof::claim(s, &c, key, my_name, &self.name, gen) else {
+            let Ok(proof) = crate::keyproof::prepare(s, &c, key, my_name, &self.name, gen) else {
                 c.move_state(s, gen, claiming(me.0), CLOSED);
                 return false;
             };
+            // Checked after the proof's computation (a system call and a
+            // MAC), right before its writes.
+            if !c.still_claiming(s, me.0, gen) {
+                return false;
+            }
+            let awaiting = proof.write(s, &c);
+            if !c.still_claiming(s, me.0, gen) {
+                return false;
+            }
             // Waiting for the verdict: the owner rings us when it is in.
             s.store32(c.ctl(C_TX_WAIT), u32::from(awaiting.is_some()), Release);
             let probe = match crate::cma::mode() {
