@@ -173,23 +173,6 @@ pub enum Verdict {
     Refused,
 }
 
-/// Sender, during its claim of `c` (before its claim's word goes `ACTIVE`): writes its
-/// proof (or that it proves nothing) and returns what it must wait for,
-/// `None` when it may write at once (neither side keyed). The tests'
-/// one step; a claimer re-checks its claim between [`prepare`] and
-/// [`Prepared::write`].
-#[cfg(test)]
-pub fn claim(
-    seg: &Segment,
-    c: &Chan,
-    key: Option<&HeldKey>,
-    me: &str,
-    owner: &str,
-    gen: u32,
-) -> Result<Option<Awaiting>> {
-    Ok(prepare(seg, c, key, me, owner, gen)?.write(seg, c))
-}
-
 /// A claim's proof, computed but not written yet: the fresh nonce (a
 /// system call) and the MAC take microseconds, the writes nanoseconds,
 /// so a claimer checks that its claim is still its own between the two
@@ -201,8 +184,9 @@ pub struct Prepared {
     proof: Option<(AuthKey, ChanTranscript, KeyId, Tag)>,
 }
 
-/// [`claim`]'s computation: reads the owner's nonce and keyedness,
-/// draws our nonce and computes the proof, writing nothing.
+/// Sender, during its claim of `c` (before its claim's word goes
+/// `ACTIVE`): reads the owner's nonce and keyedness, draws our nonce and
+/// computes the proof, writing nothing ([`Prepared::write`] writes it).
 pub fn prepare(
     seg: &Segment,
     c: &Chan,
@@ -330,7 +314,9 @@ mod tests {
         let nonce = publish_nonce(&s, &c);
         let ok = owner_key.map(key);
         let sk = sender_key.map(key);
-        let w = claim(&s, &c, sk.as_ref(), "snd", "own", 5).unwrap();
+        let w = prepare(&s, &c, sk.as_ref(), "snd", "own", 5)
+            .unwrap()
+            .write(&s, &c);
         tamper(&s, &c);
         let accepted = judge(&s, &c, &owner(ok.as_ref()), nonce, "own", "snd", 5).is_some();
         let v = w.map_or(Verdict::Accepted, |w| verdict(&s, &c, &w));
@@ -378,19 +364,25 @@ mod tests {
         let k = key(b"k");
         let nonce = publish_nonce(&s, &c);
         s.write(c.ctl(C_RX_NONCE), &[0; NONCE_LEN]);
-        claim(&s, &c, Some(&k), "snd", "own", 5).unwrap();
+        prepare(&s, &c, Some(&k), "snd", "own", 5)
+            .unwrap()
+            .write(&s, &c);
         assert!(judge(&s, &c, &owner(Some(&k)), nonce, "own", "snd", 5).is_none());
         // A proof made for another claim count, or another channel.
         let (s, c) = seg();
         let nonce = publish_nonce(&s, &c);
-        claim(&s, &c, Some(&k), "snd", "own", 5).unwrap();
+        prepare(&s, &c, Some(&k), "snd", "own", 5)
+            .unwrap()
+            .write(&s, &c);
         assert!(judge(&s, &c, &owner(Some(&k)), nonce, "own", "snd", 6).is_none());
         let other = Chan { g: c.g, i: 0 };
         assert!(judge(&s, &other, &owner(Some(&k)), nonce, "own", "snd", 5).is_none());
         // A whole proof replayed against a fresh owner nonce.
         let (s, c) = seg();
         let first = publish_nonce(&s, &c);
-        claim(&s, &c, Some(&k), "snd", "own", 5).unwrap();
+        prepare(&s, &c, Some(&k), "snd", "own", 5)
+            .unwrap()
+            .write(&s, &c);
         let mut old = [0u8; 64];
         s.read(c.ctl(C_TX_NONCE), &mut old[..16]);
         s.read(c.ctl(C_TX_PROOF), &mut old[16..48]);
@@ -410,7 +402,10 @@ mod tests {
         let (s, c) = seg();
         let k = key(b"k");
         let nonce = publish_nonce(&s, &c);
-        let w = claim(&s, &c, Some(&k), "snd", "own", 5).unwrap().unwrap();
+        let w = prepare(&s, &c, Some(&k), "snd", "own", 5)
+            .unwrap()
+            .write(&s, &c)
+            .unwrap();
         assert_eq!(verdict(&s, &c, &w), Verdict::Pending);
         // An owner (or anyone) saying yes without the key's proof.
         s.store32(c.ctl(C_AUTH), AUTH_OK, Release);
@@ -434,7 +429,10 @@ mod tests {
             let (s, c) = seg();
             s.store32(H_KEYED, 1, Release);
             let nonce = publish_nonce(&s, &c);
-            let w = claim(&s, &c, Some(k), "snd", "own", 5).unwrap().unwrap();
+            let w = prepare(&s, &c, Some(k), "snd", "own", 5)
+                .unwrap()
+                .write(&s, &c)
+                .unwrap();
             tamper(&s, &c);
             let got = judge(&s, &c, &av, nonce, "own", "snd", 5);
             (got, verdict(&s, &c, &w))
@@ -461,10 +459,16 @@ mod tests {
     #[test]
     fn unkeyed_senders_wait_only_for_keyed_owners() {
         let (s, c) = seg();
-        assert!(claim(&s, &c, None, "snd", "own", 1).unwrap().is_none());
+        assert!(prepare(&s, &c, None, "snd", "own", 1)
+            .unwrap()
+            .write(&s, &c)
+            .is_none());
         assert_eq!(s.load32(c.ctl(C_PROVES), Acquire), Some(0));
         s.store32(H_KEYED, 1, Release);
-        let w = claim(&s, &c, None, "snd", "own", 2).unwrap().unwrap();
+        let w = prepare(&s, &c, None, "snd", "own", 2)
+            .unwrap()
+            .write(&s, &c)
+            .unwrap();
         s.store32(c.ctl(C_AUTH), AUTH_REFUSED, Release);
         assert_eq!(verdict(&s, &c, &w), Verdict::Refused);
     }

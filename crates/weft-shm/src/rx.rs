@@ -253,23 +253,13 @@ fn channel(
             // the same word, pid and count. Freed only if taken from
             // that word: the claimer may finish its claim while we judge.
             let pid = s & !CLAIMING;
-            // Its start time too when it wrote its pid (right after the
-            // claim): a claimer that died long ago may have left its
-            // pid to another process, which by pid alone looks alive.
-            let start = if ep.seg.load32(c.ctl(C_PID), Ordering::Acquire) == Some(pid) {
-                ep.seg
-                    .load64(c.ctl(C_START), Ordering::Acquire)
-                    .unwrap_or(0)
-            } else {
-                0
-            };
             if lc.active.is_some() {
                 // A claim begun over one we knew and never freed: as in
                 // the `ACTIVE` arm, the old one goes, counted.
                 retire(ep, c, lc, true);
             }
             if sweep {
-                if lc.claim_seen == Some(word) && !crate::live::alive(pid, start) {
+                if lc.claim_seen == Some(word) && !claimer_alive(ep, c, pid) {
                     if c.take(&ep.seg, word) {
                         free(ep, c, lc, false);
                     }
@@ -293,6 +283,21 @@ fn channel(
             0
         }
     }
+}
+
+/// Whether the claimer `pid` of a claim in progress on `c` runs: by its
+/// start time too when it wrote its pid (right after the claim), since a
+/// claimer that died long ago may have left its pid to another process,
+/// which by pid alone looks alive. Read only when a sweep judges a claim.
+fn claimer_alive(ep: &EpShared, c: &Chan, pid: u32) -> bool {
+    let start = if ep.seg.load32(c.ctl(C_PID), Ordering::Acquire) == Some(pid) {
+        ep.seg
+            .load64(c.ctl(C_START), Ordering::Acquire)
+            .unwrap_or(0)
+    } else {
+        0
+    };
+    crate::live::alive(pid, start)
 }
 
 /// The endpoint closes: a shared context's receive that a message
