@@ -16,6 +16,8 @@ mod cma_in;
 mod lifecycle;
 mod message;
 mod rma_in;
+#[cfg(test)]
+mod tests;
 
 use std::fs::File;
 use std::sync::atomic::{fence, Ordering};
@@ -258,14 +260,12 @@ fn channel(
                 // the `ACTIVE` arm, the old one goes, counted.
                 retire(ep, c, lc, true);
             }
-            if sweep {
-                if lc.claim_seen == Some(word) && !claimer_alive(ep, c, pid) {
-                    if c.take(&ep.seg, word) {
-                        free(ep, c, lc, false);
-                    }
-                } else {
-                    lc.claim_seen = Some(word);
-                }
+            if sweep
+                && sweep_claim(&ep.seg, c, &mut lc.claim_seen, word, || {
+                    claimer_alive(ep, c, pid)
+                })
+            {
+                free(ep, c, lc, false);
             }
             0
         }
@@ -282,6 +282,30 @@ fn channel(
             }
             0
         }
+    }
+}
+
+/// A sweep's judgement of the claim in progress on `c` it read as
+/// `word`: true when the owner took it to free (`Chan::take`) — the same
+/// claim, word for word, as the last sweep's (`seen`), and its claimer
+/// not `alive`. Otherwise `seen` records the word, so a claim is judged
+/// only after a whole sweep interval; a take that fails (the claimer
+/// finished its claim while `alive` looked, or the channel moved on to a
+/// newer claim) leaves the channel and `seen` as they are: the next pass
+/// reads the new word, and a newer claim is judged from its own first
+/// sighting.
+fn sweep_claim(
+    seg: &Segment,
+    c: &Chan,
+    seen: &mut Option<u64>,
+    word: u64,
+    alive: impl FnOnce() -> bool,
+) -> bool {
+    if *seen == Some(word) && !alive() {
+        c.take(seg, word)
+    } else {
+        *seen = Some(word);
+        false
     }
 }
 

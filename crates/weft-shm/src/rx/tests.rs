@@ -1,0 +1,162 @@
+//! The owner's sweep of a claim in progress against a claimer that
+//! moves between the owner's load of the word and its take: each
+//! interleaving driven step by step (no timing), the claimer's moves run
+//! inside the owner's liveness look, where a real claimer's may fall (a
+//! `/proc` read).
+#![allow(clippy::unwrap_used)]
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering::{Acquire, Release};
+
+use super::sweep_claim;
+use crate::layout::*;
+use crate::ring::Chan;
+use crate::segment::Segment;
+
+fn seg() -> (Segment, Chan) {
+    let g = Geometry::check(2, RING_MIN as u32).unwrap();
+    let seg = Segment::anonymous(&vec![0u8; g.bytes()]).unwrap();
+    (seg, Chan { g, i: 1 })
+}
+
+/// A claim begun by process `pid`, with the first fields `Peer::claim`
+/// writes after its claim's swap: its count.
+fn begin(seg: &Segment, c: &Chan, pid: u32) -> u32 {
+    let gen = c.begin_claim(seg, pid).unwrap();
+    assert!(seg.store32(c.ctl(C_PID), pid, Release));
+    assert!(seg.store64(c.ctl(C_START), u64::from(pid) + 1000, Release));
+    assert!(seg.store64(c.ctl(C_SERIAL), 1, Release));
+    gen
+}
+
+/// One sweep of the owner over the claim in progress on `c`: it loads
+/// the word, and if it judges it (the same word as the last sweep's),
+/// `between` runs while it looks whether the claimer lives, and the
+/// claimer is found dead. Whether the owner took the channel.
+fn sweep(seg: &Segment, c: &Chan, seen: &mut Option<u64>, between: impl FnOnce()) -> bool {
+    let word = c.state_word(seg).unwrap();
+    assert_ne!(state_of(word) & CLAIMING, 0, "the sweep's arm: a claim");
+    sweep_claim(seg, c, seen, word, || {
+        between();
+        false
+    })
+}
+
+/// A claim is judged only at the second sweep that sees it, word for
+/// word; the first only records it.
+#[test]
+fn a_claim_is_judged_only_after_a_whole_sweep_interval() {
+    let (seg, c) = seg();
+    let gen = begin(&seg, &c, 7);
+    let mut seen = None;
+    let looked = Cell::new(false);
+    assert!(!sweep(&seg, &c, &mut seen, || looked.set(true)));
+    assert!(!looked.get(), "a claim first seen is not judged");
+    assert_eq!(seen, Some(state_gen(claiming(7), gen)));
+    assert!(c.still_claiming(&seg, 7, gen));
+}
+
+/// The claimer finishes its claim while the owner judges it: the take,
+/// from the word judged, fails; the channel stays active, the claimer's
+/// fields as it wrote them, and its claim is its own to give back. The
+/// owner's record of the judged word stays as it was: the next pass
+/// reads an active word and activates it as any claim (which clears the
+/// record), and no later claim's word equals it before the count wraps.
+#[test]
+fn a_claim_finished_while_the_owner_judges_it_is_kept() {
+    let (seg, c) = seg();
+    let gen = begin(&seg, &c, 7);
+    let mut seen = None;
+    assert!(!sweep(&seg, &c, &mut seen, || {}));
+    let judged = seen;
+    assert!(!sweep(&seg, &c, &mut seen, || {
+        assert!(c.move_state(&seg, gen, claiming(7), ACTIVE));
+    }));
+    assert_eq!(c.state_word(&seg), Some(state_gen(ACTIVE, gen)));
+    assert_eq!(seg.load32(c.ctl(C_PID), Acquire), Some(7));
+    assert_eq!(seen, judged, "nothing recorded of a word not judged");
+    // The sender's moves on its claim still work: the channel is its.
+    assert!(c.give_back(&seg, gen));
+    assert_eq!(c.state_word(&seg), Some(state_gen(CLOSED, gen)));
+}
+
+/// The claimer finishes its claim and closes it (its endpoint closed at
+/// once) while the owner judges it: the take fails, and the channel is
+/// left `CLOSED` at the claim's count, for the owner to drain and free
+/// as any closed channel, not as a dead claimer's.
+#[test]
+fn a_claim_finished_and_given_back_while_judged_is_not_taken() {
+    let (seg, c) = seg();
+    let gen = begin(&seg, &c, 7);
+    let mut seen = None;
+    assert!(!sweep(&seg, &c, &mut seen, || {}));
+    assert!(!sweep(&seg, &c, &mut seen, || {
+        assert!(c.move_state(&seg, gen, claiming(7), ACTIVE));
+        assert!(c.give_back(&seg, gen));
+    }));
+    assert_eq!(c.state_word(&seg), Some(state_gen(CLOSED, gen)));
+}
+
+/// While the owner judges a claim, the channel is freed under it (only a
+/// broken sender does) and claimed anew at a newer count — by another
+/// process, or by the same pid: the take from the judged word fails, and
+/// the new claim is judged from its own first sighting, a whole sweep
+/// interval later, not on the old claim's record; a take then voids it.
+#[test]
+fn a_claim_made_anew_while_the_owner_judges_is_judged_afresh() {
+    for pid in [8, 7] {
+        let (seg, c) = seg();
+        let gen = begin(&seg, &c, 7);
+        let mut seen = None;
+        assert!(!sweep(&seg, &c, &mut seen, || {}));
+        let mut next = 0;
+        assert!(!sweep(&seg, &c, &mut seen, || {
+            c.set_free(&seg);
+            next = begin(&seg, &c, pid);
+        }));
+        assert_eq!(next, gen.wrapping_add(1));
+        let word = state_gen(claiming(pid), next);
+        assert_eq!(c.state_word(&seg), Some(word));
+        assert!(c.still_claiming(&seg, pid, next));
+        // The next sweep sees a word it never judged: recorded only.
+        let looked = Cell::new(false);
+        assert!(!sweep(&seg, &c, &mut seen, || looked.set(true)));
+        assert!(!looked.get());
+        assert_eq!(seen, Some(word));
+        assert!(c.still_claiming(&seg, pid, next));
+        // The old claimer's re-check fails: its count is gone, even when
+        // the new claim is under its pid.
+        assert!(!c.still_claiming(&seg, 7, gen));
+        assert!(!c.move_state(&seg, gen, claiming(7), ACTIVE));
+        // The sweep after judges it.
+        assert!(sweep(&seg, &c, &mut seen, || {}));
+        assert_eq!(c.state_word(&seg), Some(state_gen(CLOSED, next)));
+        assert!(!c.still_claiming(&seg, pid, next));
+    }
+}
+
+/// The take from the word still there voids the claim: every re-check
+/// of its claimer (`Chan::still_claiming`, before each group of its
+/// writes) fails from then on — after the owner's free and after a new
+/// claim at the next count too, under the same pid or another — and so
+/// does its activation, so it writes nothing more into the channel.
+#[test]
+fn a_taken_claim_fails_its_claimers_re_checks() {
+    for pid in [8, 7] {
+        let (seg, c) = seg();
+        let gen = begin(&seg, &c, 7);
+        let mut seen = None;
+        assert!(!sweep(&seg, &c, &mut seen, || {}));
+        assert!(sweep(&seg, &c, &mut seen, || {}));
+        assert_eq!(c.state_word(&seg), Some(state_gen(CLOSED, gen)));
+        assert!(!c.still_claiming(&seg, 7, gen));
+        // The owner frees it (`lifecycle::free`).
+        c.set_free(&seg);
+        assert!(!c.still_claiming(&seg, 7, gen));
+        let next = begin(&seg, &c, pid);
+        assert!(!c.still_claiming(&seg, 7, gen));
+        assert!(!c.move_state(&seg, gen, claiming(7), ACTIVE));
+        assert!(!c.give_back(&seg, gen));
+        assert_eq!(c.state_word(&seg), Some(state_gen(claiming(pid), next)));
+    }
+}
