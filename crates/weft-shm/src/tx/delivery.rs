@@ -1,0 +1,99 @@
+//! Sends wholly in the ring: ended at once, or (delivery-complete)
+//! once the receiver's head passes them; asking the receiver to ring us
+//! when it consumes, and waiting at closing for CMA sends to be read.
+
+use std::sync::atomic::Ordering;
+
+use super::{Delivering, EndedList, Out, Peer};
+use crate::layout::*;
+
+/// How long closing waits for a receiver to read CMA sends out: a
+/// receiver that takes longer reads freed memory (its receive gets
+/// garbage or fails; our memory is not written).
+const CMA_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
+impl Peer {
+    /// Waits (a bounded time) for the receiver to have read the CMA sends
+    /// still out: their buffers are freed after this.
+    pub(super) fn settle_cma(&self) {
+        let Some((c, _)) = self.chan else {
+            return;
+        };
+        let Some(end) = self
+            .delivering
+            .iter()
+            .rev()
+            .find(|d| d.keep.is_some())
+            .map(|d| d.end)
+        else {
+            return;
+        };
+        let until = std::time::Instant::now() + CMA_SETTLE;
+        while std::time::Instant::now() < until && self.alive() {
+            let head = c.head(&self.seg);
+            if self.tail.wrapping_sub(head) <= self.tail.wrapping_sub(end) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
+    /// A send is wholly in the ring: it ends now, or (delivery-complete)
+    /// once the receiver's head passes it.
+    pub(super) fn written(&mut self, o: Out, ended: &mut EndedList) {
+        if !o.waits() {
+            ended.push((o.done, o.len, Ok(())));
+            return;
+        }
+        self.delivering.push_back(Delivering {
+            end: self.tail,
+            len: o.len,
+            done: o.done,
+            keep: o.cma.then_some(o.iov),
+        });
+        // No ask to be rung here: whoever drives us polls the head while
+        // it spins, and asks (`ask_ring`) only before it sleeps. Asked
+        // here, the receiver rang once a large message in spinning modes
+        // too (`docs/benchmarks.md`, "shm RDM").
+        self.delivered(ended);
+    }
+
+    /// Ends the delivery-complete sends the receiver's head has passed.
+    pub(super) fn delivered(&mut self, ended: &mut EndedList) {
+        let Some((c, _)) = self.chan else {
+            return;
+        };
+        let head = c.head(&self.seg);
+        self.delivered_to(head, ended);
+    }
+
+    /// [`delivered`](Self::delivered) against a head already read.
+    pub(super) fn delivered_to(&mut self, head: u64, ended: &mut EndedList) {
+        while let Some(d) = self.delivering.front() {
+            // Within one ring behind the tail: a head elsewhere is the
+            // receiver resetting a freed channel, not progress.
+            let behind = self.tail.wrapping_sub(head);
+            let passed = behind <= self.tail.wrapping_sub(d.end);
+            if !passed {
+                return;
+            }
+            if let Some(d) = self.delivering.pop_front() {
+                ended.push((d.done, d.len, Ok(())));
+            }
+        }
+    }
+
+    /// The driver is about to sleep: if a send waits for the receiver's
+    /// head (for delivery, or for room: a spinning endpoint does not ask
+    /// when it finds the ring full), the receiver is asked to ring us
+    /// when it consumes. The caller fences and polls once more after
+    /// asking (pairing with the receiver's fence between consuming and
+    /// reading the ask), so a head that moved before the ask was seen is
+    /// found by that poll.
+    pub(crate) fn ask_ring(&self) {
+        let waits = !self.delivering.is_empty() || !self.queue.is_empty();
+        if let (Some((c, _)), true) = (self.chan, waits) {
+            self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
+        }
+    }
+}
