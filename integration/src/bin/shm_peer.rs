@@ -5,10 +5,13 @@
 //! - `shm-peer idle`: opens an shm RDM endpoint whose unexpected budget
 //!   is 64 KiB, prints its address and receives nothing, so senders'
 //!   messages pile up in its rings and their sends wait.
-//! - `shm-peer partial ADDR`: maps the segment of the endpoint at `ADDR`,
-//!   claims a channel as an endpoint does, publishes the first record of
-//!   a 1 MiB message and never the rest, prints `ready` and waits: a
-//!   sender killed in the middle of a message.
+//! - `shm-peer partial ADDR`: opens an shm RDM endpoint, maps the
+//!   segment of the endpoint at `ADDR` and claims a channel there under
+//!   its endpoint's name, writing what a real claim writes (its pid,
+//!   start time and endpoint serial, its name, no key proof, its CMA
+//!   probe), publishes the first record of a 1 MiB message and never the
+//!   rest, prints `ready` and waits: a sender killed in the middle of a
+//!   message, judged dead as a real one is.
 //! - `shm-peer send ADDR N SIZE`: opens an shm RDM endpoint, sends one
 //!   byte with delivery-complete (so the receiver has seen, and probed,
 //!   its channel before the rest), posts `N` sends of `SIZE` bytes (`weft_integration::payload(SIZE, i)` for the
@@ -186,33 +189,77 @@ fn send(addr: &str, n: u64, size: usize) -> Res<()> {
 }
 
 fn partial(addr: &str) -> Res<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        // An endpoint of ours, as a real sender has: its name and serial
+        // are what the claim names, and its segment, locked while we
+        // run, is what the owner's judgement of a claimer whose pid says
+        // nothing looks at (`live::held_by`).
+        let e = open_ep()?;
+        partial_claim(addr, &e)?;
+        say("ready")?;
+        tokio::time::sleep(LIFE).await;
+        Ok(())
+    })
+}
+
+/// Claims a channel of the endpoint at `addr` for our endpoint `e`,
+/// writing what `Peer::claim` writes for an unkeyed sender, in its
+/// order, and publishes the first record of a 1 MiB message.
+fn partial_claim(addr: &str, e: &Ep) -> Res<()> {
+    use Ordering::{Acquire, Release};
     let name = addr.strip_prefix("fi_shm://").ok_or("not an shm address")?;
+    let local = String::from_utf8(e.ep.local_addr()?)?;
+    let me = local
+        .strip_prefix("fi_shm://")
+        .ok_or("not an shm address")?;
+    // Our endpoint's serial, as its segment's header holds it (what a
+    // real claim writes at `C_SERIAL`).
+    let own = Segment::open(&weft_shm::name::seg_name(me), HEADER, 1 << 31)?;
+    let serial = own.load64(H_SERIAL, Acquire).ok_or("no serial")?;
     let seg = Segment::open(&weft_shm::name::seg_name(name), HEADER, 1 << 31)?;
     let g = Geometry::check(
-        seg.load32(H_CHANNELS, Ordering::Acquire).unwrap_or(0),
-        seg.load32(H_RING, Ordering::Acquire).unwrap_or(0),
+        seg.load32(H_CHANNELS, Acquire).unwrap_or(0),
+        seg.load32(H_RING, Acquire).unwrap_or(0),
     )
     .ok_or("bad geometry")?;
     let (pid, start) = weft_shm::live::me();
-    let me = format!("partial-{pid}");
     let (c, gen) = (0..g.channels)
         .map(|i| Chan { g, i })
         .find_map(|c| Some((c, c.begin_claim(&seg, pid)?)))
         .ok_or("no free channel")?;
-    seg.store32(c.ctl(C_PID), pid, Ordering::Release);
-    seg.store64(c.ctl(C_START), start, Ordering::Release);
+    let freed = || -> Res<()> { Err("the claim was freed".into()) };
+    seg.store32(c.ctl(C_PID), pid, Release);
+    seg.store64(c.ctl(C_START), start, Release);
+    seg.store64(c.ctl(C_SERIAL), serial, Release);
     // As `Peer::claim`: each group of writes only while the claim holds.
     if !c.still_claiming(&seg, pid, gen) {
-        return Err("the claim was freed".into());
+        return freed();
     }
-    seg.store32(c.ctl(C_NAME_LEN), me.len() as u32, Ordering::Release);
+    seg.store32(c.ctl(C_NAME_LEN), me.len() as u32, Release);
     seg.write(c.ctl(C_NAME), me.as_bytes());
     if !c.still_claiming(&seg, pid, gen) {
-        return Err("the claim was freed".into());
+        return freed();
     }
     c.clear_start(&seg);
+    if !c.still_claiming(&seg, pid, gen) {
+        return freed();
+    }
+    // No key: the proof says it proves none (`keyproof::Prepared::write`).
+    seg.store32(c.ctl(C_PROVES), 0, Release);
+    if !c.still_claiming(&seg, pid, gen) {
+        return freed();
+    }
+    // An unkeyed owner: no verdict to wait for.
+    let keyed = seg.load32(H_KEYED, Acquire) == Some(1);
+    seg.store32(c.ctl(C_TX_WAIT), u32::from(keyed), Release);
+    let probe = match weft_shm::cma::mode() {
+        weft_shm::cma::Mode::Denied => 0,
+        _ => weft_shm::cma::probe_addr(),
+    };
+    seg.store64(c.ctl(C_CMA_PROBE), probe, Release);
     if !c.move_state(&seg, gen, claiming(pid), ACTIVE) {
-        return Err("the claim was freed".into());
+        return freed();
     }
     let h = RecHead {
         word: K_FIRST | F_TAGGED,
@@ -224,10 +271,6 @@ fn partial(addr: &str) -> Res<()> {
     let (at, _) = c.write_head(&seg, 0, &h);
     seg.write(at, &[0xAB; 4096]);
     c.publish(&seg, 0, h.word);
-    let mut out = std::io::stdout();
-    writeln!(out, "ready")?;
-    out.flush()?;
-    std::thread::sleep(LIFE);
     Ok(())
 }
 
