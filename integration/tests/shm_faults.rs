@@ -3,7 +3,9 @@
 //! sender killed in the middle of a message (the receive it had begun
 //! fails within a second and its channel is freed), a segment left by a
 //! killed process (reclaimed), and an insert of a name nobody takes (it
-//! fails after `FI_SHM_RESOLVE_TIMEOUT`). The peer is the `shm-peer`
+//! fails after `FI_SHM_RESOLVE_TIMEOUT`), and a claimer in another pid
+//! namespace descheduled mid-claim (never voided while it holds its
+//! claim lock; freed once the lock is gone). The peer is the `shm-peer`
 //! binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -13,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use weft::{CqItem, EpType, Error, WaitMode};
 use weft_integration::child::{spawn_peer, Reap};
-use weft_integration::{enabled_endpoint, next_cq, payload, within, Harness, Provider};
+use weft_integration::{enabled_endpoint, next_cq, payload, within, within_for, Harness, Provider};
 
 /// Within how long a killed peer's operations must fail.
 const DETECT: Duration = Duration::from_secs(1);
@@ -153,4 +155,64 @@ async fn an_insert_of_a_name_nobody_takes_times_out() {
     assert_eq!(r.count, 0);
     assert_eq!(r.results[0], Err(Error::TimedOut));
     assert!(t.elapsed() >= Duration::from_millis(300));
+}
+
+/// A claim in progress whose claimer's pid names nobody here (above any
+/// pid the kernel gives: another pid namespace's) and which holds its
+/// claim lock, as a live claimer descheduled mid-claim does: the owner
+/// leaves it alone across many sweep intervals (version 9 freed it after
+/// two, and the claimer's late writes could land in the next claim).
+/// Once the lock goes with its claimer's descriptor and mapping (as at
+/// its exit), the claim is freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimer_holding_its_claim_lock_is_never_voided() {
+    use std::os::fd::AsFd;
+    use std::sync::atomic::Ordering::Release;
+    use weft_shm::claim_lock::ClaimLock;
+    use weft_shm::layout::{claiming, state_gen, Geometry, C_PID, C_START, C_STATE_GEN, FREE};
+    use weft_shm::ring::Chan;
+    use weft_shm::segment::Segment;
+    let h = harness();
+    let (ep, _cq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
+    let addr = String::from_utf8(ep.local_addr().unwrap()).unwrap();
+    let name = weft_shm::name::seg_name(addr.trim_start_matches("fi_shm://"));
+    let g = Geometry::OURS;
+    // The claimer's view, mapped through the descriptor it locks by.
+    let (seg, file) = Segment::open_held(&name, g.bytes(), g.bytes()).unwrap();
+    // The test's own view, to watch the word after the claimer is gone.
+    let watch = Segment::open(&name, g.bytes(), g.bytes()).unwrap();
+    let c = Chan { g, i: 3 };
+    let lock = ClaimLock::try_take(file.as_fd(), c.ctl(C_STATE_GEN) as u64)
+        .unwrap()
+        .expect("nobody claims this channel");
+    let pid = 1 << 23;
+    let gen = c.begin_claim(&seg, pid).expect("a free channel");
+    seg.store32(c.ctl(C_PID), pid, Release);
+    seg.store64(c.ctl(C_START), 1, Release);
+    let claimed = state_gen(claiming(pid), gen);
+    // Ten sweep intervals (100 ms each): judged at every one but the
+    // first, never taken.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        watch.load64(c.ctl(C_STATE_GEN), std::sync::atomic::Ordering::Acquire),
+        Some(claimed)
+    );
+    // The claimer dies: its lock goes with its description (its
+    // descriptor and its mapping), never let go by hand.
+    std::mem::forget(lock);
+    drop(file);
+    drop(seg);
+    let freed = state_gen(FREE, gen);
+    within_for(Duration::from_secs(20), "the dead claim freed", async {
+        while watch.load64(c.ctl(C_STATE_GEN), std::sync::atomic::Ordering::Acquire) != Some(freed)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(
+        ep.stats().unwrap().rx_malformed,
+        0,
+        "a dead claimer is no broken one"
+    );
 }

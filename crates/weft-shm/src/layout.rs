@@ -18,10 +18,14 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// 128–135 of a control block are unused, and a version-7 sender's
 /// records would never be seen; 9: a channel's state and claim count
 /// one 64-bit word, `C_STATE_GEN`, and its pid after it, where version 8
-/// kept the count). Versions do not read
+/// kept the count; 10: a claimer holds its channel's claim lock, a byte
+/// lock on the segment file at the channel's control block, from before
+/// its claim's swap until after its last, and the owner never voids a
+/// claim whose lock is held (`claim_lock`) — a version-9 claimer takes
+/// none, and a version-9 owner would void a live one). Versions do not read
 /// each other's segments: a peer of another version is refused
 /// (`ring::header_geometry`), whatever it wrote.
-pub const VERSION: u32 = 9;
+pub const VERSION: u32 = 10;
 
 /// Header fields.
 pub const H_MAGIC: usize = 0;

@@ -38,6 +38,7 @@
 mod atomic;
 mod bell;
 mod by_addr;
+pub mod claim_lock;
 pub mod cma;
 mod create;
 mod domain;

@@ -20,6 +20,7 @@ mod rma_in;
 mod tests;
 
 use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -247,13 +248,12 @@ fn channel(
         }
         s if s & CLAIMING != 0 => {
             // A claimer that died before finishing its claim. A claim
-            // takes microseconds; its pid is judged only once the same
-            // claim has outlasted a whole sweep interval, because a
-            // claimer in another pid namespace has a pid that names
-            // nobody here, and the lock that would say it runs is on a
-            // segment whose name it has not written yet. The same claim:
-            // the same word, pid and count. Freed only if taken from
-            // that word: the claimer may finish its claim while we judge.
+            // takes microseconds; it is judged only once the same claim
+            // (the same word, pid and count) has outlasted a whole sweep
+            // interval, and a claimer that holds the channel's claim
+            // lock runs, whatever its pid says here (another pid
+            // namespace: `claimer_alive`). Freed only if taken from that
+            // word: the claimer may finish its claim while we judge.
             let pid = s & !CLAIMING;
             if lc.active.is_some() {
                 // A claim begun over one we knew and never freed: as in
@@ -294,7 +294,7 @@ fn channel(
 /// newer claim) leaves the channel and `seen` as they are: the next pass
 /// reads the new word, and a newer claim is judged from its own first
 /// sighting.
-fn sweep_claim(
+pub(crate) fn sweep_claim(
     seg: &Segment,
     c: &Chan,
     seen: &mut Option<u64>,
@@ -309,11 +309,34 @@ fn sweep_claim(
     }
 }
 
-/// Whether the claimer `pid` of a claim in progress on `c` runs: by its
-/// start time too when it wrote its pid (right after the claim), since a
-/// claimer that died long ago may have left its pid to another process,
-/// which by pid alone looks alive. Read only when a sweep judges a claim.
+/// Whether the claimer `pid` of a claim in progress on `c` runs: it
+/// holds the channel's claim lock ([`claim_held`]), or else its pid says
+/// so — by its start time too when it wrote its pid (right after the
+/// claim), since a claimer that died long ago may have left its pid to
+/// another process, which by pid alone looks alive. Read only when a
+/// sweep judges a claim.
 fn claimer_alive(ep: &EpShared, c: &Chan, pid: u32) -> bool {
+    claim_held(ep.held.as_fd(), c) || pid_alive(ep, c, pid)
+}
+
+/// Whether somebody holds the claim lock of channel `c` (`claim_lock`),
+/// seen through the owner's own descriptor `fd` of its segment (the
+/// owner takes no claim lock, so whoever holds it is another): a claimer
+/// holds it from before its claim's swap until after its last, so a
+/// claim whose lock is held is a live claimer's, in whatever pid
+/// namespace — never voided (a voided live claimer's late writes would
+/// land in the next claimer's channel). Not held: the claimer is gone,
+/// or finished its claim (the word then moved, and the owner's take
+/// fails). A failed look (a kernel without `F_OFD_*` locks, where no
+/// claimer could have taken one) says nothing, and the pid is judged.
+pub(crate) fn claim_held(fd: BorrowedFd<'_>, c: &Chan) -> bool {
+    crate::claim_lock::held(fd, c.ctl(C_STATE_GEN) as u64).unwrap_or(false)
+}
+
+/// The claimer's liveness by its pid (and start time), as
+/// [`claimer_alive`] falls back to: a claimer in another pid namespace
+/// has a pid that names nobody here.
+fn pid_alive(ep: &EpShared, c: &Chan, pid: u32) -> bool {
     let start = if ep.seg.load32(c.ctl(C_PID), Ordering::Acquire) == Some(pid) {
         ep.seg
             .load64(c.ctl(C_START), Ordering::Acquire)

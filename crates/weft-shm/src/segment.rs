@@ -15,7 +15,7 @@
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -78,6 +78,14 @@ impl Segment {
     /// FIFO, a symbolic link, a directory: not a segment, whoever put it
     /// there), which is neither followed nor waited on.
     pub fn open(name: &str, min: usize, max: usize) -> Result<Segment> {
+        Segment::open_held(name, min, max).map(|(seg, _)| seg)
+    }
+
+    /// [`open`](Self::open), keeping the descriptor the segment was
+    /// mapped through: a sender takes its claim locks through it
+    /// (`claim_lock`), on the very file it mapped — opened again by name,
+    /// it might be a newer segment's.
+    pub fn open_held(name: &str, min: usize, max: usize) -> Result<(Segment, OwnedFd)> {
         // As `shm_open(3)`: leading slashes, then one file name.
         let name = name.trim_start_matches('/');
         if name.is_empty() || name == "." || name == ".." || name.contains('/') {
@@ -90,7 +98,8 @@ impl Segment {
             e if not_a_file(e) => Error::Inval,
             e => io(e),
         })?;
-        Segment::map_regular(&fd, min, max)
+        let seg = Segment::map_regular(&fd, min, max)?;
+        Ok((seg, fd))
     }
 
     /// Maps the whole of the open file `f`, whose size is taken from the

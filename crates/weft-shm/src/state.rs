@@ -64,12 +64,12 @@ impl Chan {
     }
 
     /// Sender: whether its claim `gen`, begun by process `pid`, is still
-    /// being made — the owner has not voided it (a claim that outlasted a
-    /// sweep interval is taken for a dead claimer's). Checked before each
-    /// group of the claim's writes: a voided claimer that goes on writing
-    /// would overwrite the next claimer's fields. This narrows that window
-    /// to the writes between one check and the next, it does not close it
-    /// (`docs/design.md`, "The state word").
+    /// being made — nobody moved it: not the owner (which since version
+    /// 10 takes a claim only once its claimer's claim lock is gone, so
+    /// never a live claimer's), not a broken sender freeing the channel.
+    /// Checked before each group of the claim's writes: a claimer whose
+    /// claim moved that goes on writing would overwrite the next
+    /// claimer's fields (`docs/design.md`, "The state word").
     pub fn still_claiming(&self, seg: &Segment, pid: u32, gen: u32) -> bool {
         self.state_word(seg) == Some(state_gen(claiming(pid), gen))
     }

@@ -57,6 +57,11 @@ struct Delivering {
 pub struct Peer {
     pub(crate) name: String,
     seg: Segment,
+    /// The descriptor `seg` was mapped through, kept for the peer's
+    /// lifetime: every claim takes its channel's claim lock through it
+    /// (`claim_lock`), on the file mapped, not whatever the name holds
+    /// by then. One descriptor a peer, besides its doorbell's.
+    file: std::os::fd::OwnedFd,
     g: Geometry,
     /// The claimed channel and its claim count; `None` while all are
     /// taken.

@@ -4,11 +4,13 @@
 //! the peer still are what we took them for.
 
 use std::collections::VecDeque;
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 
 use weft_core::{Error, Result};
 
 use super::{answers, Peer};
+use crate::claim_lock::ClaimLock;
 use crate::keys::EpKeys;
 use crate::layout::*;
 use crate::ring::Chan;
@@ -32,8 +34,8 @@ impl Peer {
         let max = Geometry::check(CHANNELS_MAX as u32, RING_MAX as u32)
             .map(|g| g.bytes())
             .unwrap_or(HEADER);
-        let mut seg =
-            Segment::open(&crate::name::seg_name(name), min, max).map_err(|e| match e {
+        let (mut seg, file) =
+            Segment::open_held(&crate::name::seg_name(name), min, max).map_err(|e| match e {
                 Error::NoEnt | Error::Inval => Error::ConnRefused,
                 e => e,
             })?;
@@ -51,6 +53,7 @@ impl Peer {
         Ok(Peer {
             name: name.to_owned(),
             seg,
+            file,
             g,
             chan: None,
             tail: 0,
@@ -100,6 +103,30 @@ impl Peer {
         use Ordering::Release;
         for i in 0..self.g.channels {
             let c = Chan { g: self.g, i };
+            // A channel in use is passed over without a system call.
+            if c.state(&self.seg) != Some(FREE) {
+                continue;
+            }
+            // The claim lock, before the claim's swap and held until its
+            // last: while we hold it the owner never takes our claim for
+            // a dead claimer's, whatever our pid says to it, so no group
+            // of our writes lands in the next claimer's channel
+            // (`docs/design.md`, "The state word"). Refused: another
+            // claims this channel, as a failed swap.
+            let at = c.ctl(C_STATE_GEN) as u64;
+            let lock = match ClaimLock::try_take(self.file.as_fd(), at) {
+                Ok(Some(lock)) => lock,
+                Ok(None) => continue,
+                Err(e) => {
+                    // No claim without its lock (a kernel without
+                    // `F_OFD_*` locks, before Linux 3.15): the sends wait.
+                    static ONCE: std::sync::Once = std::sync::Once::new();
+                    ONCE.call_once(|| {
+                        tracing::warn!(error = ?e, peer = %self.name, "shm: cannot take a claim lock");
+                    });
+                    return false;
+                }
+            };
             let Some(gen) = c.begin_claim(&self.seg, me.0) else {
                 continue;
             };
@@ -107,10 +134,10 @@ impl Peer {
             s.store32(c.ctl(C_PID), me.0, Release);
             s.store64(c.ctl(C_START), me.1, Release);
             s.store64(c.ctl(C_SERIAL), me.2, Release);
-            // Each group of writes only while the claim is still ours: a
-            // claim the owner voided (it took us for dead) may be the
-            // next claimer's channel now. Narrowed, not closed: the owner
-            // can void it right after a check (`Chan::still_claiming`).
+            // Each group of writes only while the claim is still ours.
+            // Our claim lock keeps the owner from voiding it; a claim
+            // still moves under us if a broken sender frees the channel,
+            // and then the next group must not land in another's.
             between(0, s, &c);
             if !c.still_claiming(s, me.0, gen) {
                 return false;
@@ -151,11 +178,15 @@ impl Peer {
             s.store64(c.ctl(C_CMA_PROBE), probe, Release);
             between(4, s, &c);
             if !c.move_state(s, gen, claiming(me.0), ACTIVE) {
-                // The owner freed the claim, taking us for dead (a claim
-                // that outlasted a sweep interval): not ours to finish;
-                // the sends wait for the next try.
+                // The claim moved under us (the owner took it, which it
+                // does only once our lock is gone, or a broken sender
+                // freed the channel): not ours to finish; the sends wait
+                // for the next try.
                 return false;
             }
+            // Let go only after the claim's last swap: from here on the
+            // channel is judged as an active one (`sender_alive`).
+            drop(lock);
             self.awaiting = awaiting;
             self.chan = Some((c, gen));
             self.tail = 0;
@@ -192,18 +223,32 @@ impl Peer {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use std::fs::File;
     use std::sync::atomic::Ordering::{Acquire, Release};
 
     use super::*;
+    use crate::rx::{claim_held, sweep_claim};
 
-    /// A peer record over a segment in memory with one channel, as
-    /// `Peer::open` makes it for an unkeyed owner.
-    fn peer() -> Peer {
+    /// A peer record over a segment file with one channel, as
+    /// `Peer::open` makes it for an unkeyed owner (the segment mapped
+    /// through the descriptor it keeps), and the owner's own descriptor
+    /// of that file (as its `EpShared::held`): another open file
+    /// description. The file's name is gone at once.
+    fn peer_and_owner() -> (Peer, File) {
         let g = Geometry::check(1, RING_MIN as u32).unwrap();
-        let seg = Segment::anonymous(&vec![0u8; g.bytes()]).unwrap();
-        Peer {
+        let mut gone = crate::test_files::Leftovers::default();
+        let path = gone.add(
+            std::path::Path::new(crate::name::SHM_DIR)
+                .join(format!("weft-claim-test-{}", crate::name::unique())),
+        );
+        std::fs::write(&path, vec![0u8; g.bytes()]).unwrap();
+        let open = || File::options().read(true).write(true).open(&path).unwrap();
+        let (mine, owner) = (open(), open());
+        let seg = Segment::map_file(&mine, g.bytes()).unwrap();
+        let p = Peer {
             name: "owner".into(),
             seg,
+            file: mine.into(),
             g,
             chan: None,
             tail: 0,
@@ -222,7 +267,17 @@ mod tests {
             refused: false,
             proves: None,
             spins: false,
-        }
+        };
+        (p, owner)
+    }
+
+    fn peer() -> Peer {
+        peer_and_owner().0
+    }
+
+    /// The byte of channel `c`'s claim lock.
+    fn lock_at(c: &Chan) -> u64 {
+        c.ctl(C_STATE_GEN) as u64
     }
 
     /// What the next claimer (process 8) writes in its claim, after the
@@ -298,5 +353,100 @@ mod tests {
         assert_eq!(s.load32(c.ctl(C_PID), Acquire), Some(7));
         assert_eq!(s.load64(c.ctl(C_SERIAL), Acquire), Some(777));
         assert_eq!(c.published_at(s, 0), Some(false));
+    }
+
+    /// A live claimer in another pid namespace — its pid names nobody
+    /// the owner can judge, so the owner's look by pid says dead — whose
+    /// claim outlasts several sweep intervals at each of its looks: it
+    /// holds its claim lock, so the owner's sweeps (`sweep_claim` with
+    /// the owner's liveness look, the lock through its own descriptor
+    /// first) never take its claim; it activates, and lets the lock go
+    /// (another description takes the byte at once).
+    #[test]
+    fn a_claimer_holding_its_lock_is_never_voided() {
+        let keys = EpKeys::single(None).unwrap();
+        for k in 0..CLAIM_LOOKS {
+            let (mut p, owner) = peer_and_owner();
+            let mut seen = None;
+            let mut sweeps = 0;
+            let claimed = p.claim_with((7, 77, 777), "me", &keys, |at, s, c| {
+                if at != k {
+                    return;
+                }
+                for _ in 0..4 {
+                    let word = c.state_word(s).unwrap();
+                    assert_eq!(state_of(word), claiming(7));
+                    let pid_says_alive = || false;
+                    let alive = || claim_held(owner.as_fd(), c) || pid_says_alive();
+                    assert!(!sweep_claim(s, c, &mut seen, word, alive));
+                    sweeps += 1;
+                }
+            });
+            assert_eq!(sweeps, 4);
+            assert!(claimed, "held through look {k}, it was voided");
+            let (c, gen) = p.chan.unwrap();
+            assert_eq!(c.state_word(&p.seg), Some(state_gen(ACTIVE, gen)));
+            // Let go after the activation: nobody holds it, and another
+            // description (a next claimer's) can take it.
+            assert!(!claim_held(owner.as_fd(), &c));
+            assert!(ClaimLock::try_take(owner.as_fd(), lock_at(&c))
+                .unwrap()
+                .is_some());
+        }
+    }
+
+    /// A claimer that dies in its claim (the lock never let go by hand;
+    /// its descriptors closed and its mapping gone, as at its exit — the
+    /// mapping too holds the open file description, and with it the
+    /// lock): while held, the claim is never taken, whatever its pid
+    /// says; once gone, the next sweep takes it (the same word seen a
+    /// sweep interval before) and the owner can free it.
+    #[test]
+    fn a_claim_whose_lock_went_with_its_claimer_is_taken() {
+        let (p, owner) = peer_and_owner();
+        let s = Segment::map_file(&owner, p.g.bytes()).unwrap();
+        let c = Chan { g: p.g, i: 0 };
+        let lock = ClaimLock::try_take(p.file.as_fd(), lock_at(&c))
+            .unwrap()
+            .unwrap();
+        let gen = c.begin_claim(&p.seg, 7).unwrap();
+        assert!(p.seg.store32(c.ctl(C_PID), 7, Release));
+        let word = c.state_word(&s).unwrap();
+        let mut seen = None;
+        // Its pid judged dead: another namespace's, or gone.
+        let pid_says_alive = || false;
+        let alive = || claim_held(owner.as_fd(), &c) || pid_says_alive();
+        for _ in 0..4 {
+            assert!(!sweep_claim(&s, &c, &mut seen, word, alive));
+        }
+        assert!(c.still_claiming(&s, 7, gen));
+        // The claimer dies: its descriptor closes, its mapping goes.
+        std::mem::forget(lock);
+        drop(p);
+        assert!(!claim_held(owner.as_fd(), &c));
+        assert!(sweep_claim(&s, &c, &mut seen, word, alive));
+        assert_eq!(c.state_word(&s), Some(state_gen(CLOSED, gen)));
+        c.set_free(&s);
+        assert_eq!(c.state_word(&s), Some(state_gen(FREE, gen)));
+    }
+
+    /// A channel whose claim lock another description holds (another
+    /// claimer between its lock and its swap) is passed over as a failed
+    /// swap: nothing written, the channel free; once let go, the claim
+    /// goes through.
+    #[test]
+    fn a_channel_whose_lock_is_held_is_passed_over() {
+        let keys = EpKeys::single(None).unwrap();
+        let (mut p, other) = peer_and_owner();
+        let c = Chan { g: p.g, i: 0 };
+        let lock = ClaimLock::try_take(other.as_fd(), lock_at(&c))
+            .unwrap()
+            .unwrap();
+        assert!(!p.claim((7, 77, 777), "me", &keys));
+        assert_eq!(c.state_word(&p.seg), Some(state_gen(FREE, 0)));
+        assert_eq!(p.seg.load32(c.ctl(C_PID), Acquire), Some(0));
+        drop(lock);
+        assert!(p.claim((7, 77, 777), "me", &keys));
+        assert_eq!(c.state(&p.seg), Some(ACTIVE));
     }
 }

@@ -1,0 +1,175 @@
+//! A channel's claim lock (layout version 10): an open-file-description
+//! write lock (`fcntl` `F_OFD_SETLK`) on the one byte of the owner's
+//! segment file at the channel's control block. A claimer holds it from
+//! before its claim's swap to after its claim's last swap, so the owner,
+//! judging a claim that outlasted a sweep interval, can tell a live
+//! claimer from a dead one (`F_OFD_GETLK`) whatever pid namespace the
+//! claimer runs in: a lock goes with the last reference to its open file
+//! description — its descriptors and its mappings, all gone at its
+//! holder's exit — so only a live process (or a child it forked while
+//! claiming) holds one. `docs/design.md`, "The state word".
+//!
+//! Not `flock`: the owner's whole-file `flock` (`create`, `live`) and
+//! these `fcntl` byte locks live apart on Linux — neither ever refuses
+//! the other (`flock_and_byte_locks_do_not_interact` checks it here) —
+//! so the owner's shared lock and a prober's exclusive test lock leave
+//! every claim lock as it is, and the reverse. rustix has only whole-file
+//! `fcntl` locks; this module calls `fcntl` through `libc`.
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use weft_core::{Error, Result};
+
+/// One byte at `at`, for `F_OFD_*` with lock type `kind`.
+fn one_byte(kind: libc::c_int, at: u64) -> Result<libc::flock> {
+    let l_type = libc::c_short::try_from(kind).map_err(|_| Error::Inval)?;
+    let l_whence = libc::c_short::try_from(libc::SEEK_SET).map_err(|_| Error::Inval)?;
+    let l_start = libc::off_t::try_from(at).map_err(|_| Error::Inval)?;
+    // SAFETY: `flock` is a plain C struct of integers, for which all
+    // zeroes is a valid value; `l_pid` must be 0 for the `F_OFD_*`
+    // commands, and any padding a target has stays 0.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = l_type;
+    fl.l_whence = l_whence;
+    fl.l_start = l_start;
+    fl.l_len = 1;
+    Ok(fl)
+}
+
+/// `fcntl(fd, cmd, fl)` for a lock command, again when interrupted.
+fn lock_cmd(fd: BorrowedFd<'_>, cmd: libc::c_int, fl: &mut libc::flock) -> std::io::Result<()> {
+    loop {
+        // SAFETY: `fd` is open for the borrow's lifetime; `fl` is a valid
+        // `flock` we hold exclusively, which the kernel reads (and for
+        // `F_OFD_GETLK` writes) during the call only; the lock commands
+        // take a pointer to a `flock` as their third argument.
+        let r = unsafe { libc::fcntl(fd.as_raw_fd(), cmd, std::ptr::from_mut(fl)) };
+        if r != -1 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// A channel's claim lock held through `fd`'s open file description,
+/// let go when dropped.
+#[derive(Debug)]
+pub struct ClaimLock<'a> {
+    fd: BorrowedFd<'a>,
+    at: u64,
+}
+
+impl ClaimLock<'_> {
+    /// Takes the lock on the byte at `at` of `fd`'s file (a channel's
+    /// control block offset), without waiting: `None` when another open
+    /// file description holds it — a claimer of that channel, here or in
+    /// another process. The lock of `fd`'s own description is taken again
+    /// (it never refuses itself). Errors: the kernel has no `F_OFD_*`
+    /// locks (before Linux 3.15), `fd` is not open for writing.
+    pub fn try_take(fd: BorrowedFd<'_>, at: u64) -> Result<Option<ClaimLock<'_>>> {
+        let mut fl = one_byte(libc::F_WRLCK, at)?;
+        match lock_cmd(fd, libc::F_OFD_SETLK, &mut fl) {
+            Ok(()) => Ok(Some(ClaimLock { fd, at })),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Drop for ClaimLock<'_> {
+    fn drop(&mut self) {
+        let done = one_byte(libc::F_UNLCK, self.at)
+            .and_then(|mut fl| lock_cmd(self.fd, libc::F_OFD_SETLK, &mut fl).map_err(Error::from));
+        if let Err(e) = done {
+            // Not seen on a valid descriptor. The lock then stays until
+            // the descriptor closes: claims of that channel by others are
+            // refused and the owner never voids one — a channel held
+            // longer, nothing lost.
+            tracing::warn!(error = ?e, at = self.at, "shm: a claim lock not let go");
+        }
+    }
+}
+
+/// Whether another open file description than `fd`'s holds a lock on the
+/// byte at `at` of `fd`'s file (`F_OFD_GETLK`): the owner's look whether
+/// a claimer of that channel still runs. The owner takes no claim lock
+/// itself, so through its own descriptor every holder is another's.
+pub fn held(fd: BorrowedFd<'_>, at: u64) -> Result<bool> {
+    let mut fl = one_byte(libc::F_WRLCK, at)?;
+    lock_cmd(fd, libc::F_OFD_GETLK, &mut fl)?;
+    Ok(libc::c_int::from(fl.l_type) != libc::F_UNLCK)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::fs::File;
+    use std::os::fd::AsFd;
+
+    use rustix::fs::{flock, FlockOperation};
+
+    use super::*;
+
+    /// A file of 4 KiB under `/dev/shm`, opened twice (two open file
+    /// descriptions, as a claimer's and the owner's), its name removed.
+    fn two_opens() -> (File, File) {
+        let path = std::path::Path::new(crate::name::SHM_DIR)
+            .join(format!("weft-claimlock-test-{}", crate::name::unique()));
+        let mut gone = crate::test_files::Leftovers::default();
+        let path = gone.add(path);
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        let open = || File::options().read(true).write(true).open(&path).unwrap();
+        (open(), open())
+    }
+
+    /// A byte locked through one description is held for the other, and
+    /// refused to it; only that byte; free again once let go — or once
+    /// the holder's descriptor closes without letting go.
+    #[test]
+    fn a_claim_lock_is_seen_and_refused_by_another_description() {
+        let (a, b) = two_opens();
+        let l = ClaimLock::try_take(a.as_fd(), 512).unwrap().unwrap();
+        assert!(held(b.as_fd(), 512).unwrap());
+        assert!(!held(a.as_fd(), 512).unwrap(), "its own never conflicts");
+        assert!(!held(b.as_fd(), 511).unwrap());
+        assert!(!held(b.as_fd(), 513).unwrap());
+        assert!(ClaimLock::try_take(b.as_fd(), 512).unwrap().is_none());
+        let other = ClaimLock::try_take(b.as_fd(), 768).unwrap().unwrap();
+        drop(l);
+        assert!(!held(b.as_fd(), 512).unwrap());
+        drop(other);
+        let l = ClaimLock::try_take(a.as_fd(), 512).unwrap().unwrap();
+        std::mem::forget(l);
+        assert!(held(b.as_fd(), 512).unwrap());
+        drop(a);
+        assert!(!held(b.as_fd(), 512).unwrap(), "gone with its descriptor");
+        assert!(ClaimLock::try_take(b.as_fd(), 512).unwrap().is_some());
+    }
+
+    /// The owner's whole-file `flock` (shared while it runs, a prober's
+    /// exclusive test lock for an instant) and a claim lock neither
+    /// refuse nor show each other, in either order.
+    #[test]
+    fn flock_and_byte_locks_do_not_interact() {
+        let (a, b) = two_opens();
+        flock(&a, FlockOperation::NonBlockingLockExclusive).unwrap();
+        let l = ClaimLock::try_take(b.as_fd(), 256).unwrap().unwrap();
+        assert!(held(a.as_fd(), 256).unwrap());
+        flock(&a, FlockOperation::Unlock).unwrap();
+        flock(&a, FlockOperation::NonBlockingLockShared).unwrap();
+        flock(&a, FlockOperation::NonBlockingLockExclusive).unwrap();
+        // The claim lock's description can take the whole-file lock too
+        // (refused only by `a`'s, not by its own byte lock).
+        assert!(flock(&b, FlockOperation::NonBlockingLockShared).is_err());
+        flock(&a, FlockOperation::Unlock).unwrap();
+        flock(&b, FlockOperation::NonBlockingLockExclusive).unwrap();
+        drop(l);
+        let l = ClaimLock::try_take(a.as_fd(), 256).unwrap().unwrap();
+        assert!(held(b.as_fd(), 256).unwrap());
+        drop(l);
+    }
+}
