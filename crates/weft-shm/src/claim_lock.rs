@@ -162,8 +162,8 @@ mod tests {
         flock(&a, FlockOperation::Unlock).unwrap();
         flock(&a, FlockOperation::NonBlockingLockShared).unwrap();
         flock(&a, FlockOperation::NonBlockingLockExclusive).unwrap();
-        // The claim lock's description can take the whole-file lock too
-        // (refused only by `a`'s, not by its own byte lock).
+        // `b`'s whole-file lock is refused by `a`'s exclusive one alone;
+        // once that goes, `b` takes it, its byte lock held all along.
         assert!(flock(&b, FlockOperation::NonBlockingLockShared).is_err());
         flock(&a, FlockOperation::Unlock).unwrap();
         flock(&b, FlockOperation::NonBlockingLockExclusive).unwrap();
