@@ -223,6 +223,9 @@ fn partial_claim(addr: &str, e: &Ep) -> Res<()> {
         seg.load32(H_RING, Acquire).unwrap_or(0),
     )
     .ok_or("bad geometry")?;
+    if seg.load32(H_KEYED, Acquire) != Some(0) {
+        return Err("a partial claim needs an unkeyed owner".into());
+    }
     let (pid, start) = weft_shm::live::me();
     let (c, gen) = (0..g.channels)
         .map(|i| Chan { g, i })
@@ -250,9 +253,9 @@ fn partial_claim(addr: &str, e: &Ep) -> Res<()> {
     if !c.still_claiming(&seg, pid, gen) {
         return freed();
     }
-    // An unkeyed owner: no verdict to wait for.
-    let keyed = seg.load32(H_KEYED, Acquire) == Some(1);
-    seg.store32(c.ctl(C_TX_WAIT), u32::from(keyed), Release);
+    // An unkeyed owner gives no verdict to wait for (`tx_wait` 0); a
+    // keyed one would, and a real sender publishes nothing before it.
+    seg.store32(c.ctl(C_TX_WAIT), 0, Release);
     let probe = match weft_shm::cma::mode() {
         weft_shm::cma::Mode::Denied => 0,
         _ => weft_shm::cma::probe_addr(),

@@ -32,13 +32,20 @@ fn begin(seg: &Segment, c: &Chan, pid: u32) -> u32 {
 /// One sweep of the owner over the claim in progress on `c`: it loads
 /// the word, and if it judges it (the same word as the last sweep's),
 /// `between` runs while it looks whether the claimer lives, and the
-/// claimer is found dead. Whether the owner took the channel.
-fn sweep(seg: &Segment, c: &Chan, seen: &mut Option<u64>, between: impl FnOnce()) -> bool {
+/// claimer is found alive or not as `alive` says. Whether the owner took
+/// the channel.
+fn sweep(
+    seg: &Segment,
+    c: &Chan,
+    seen: &mut Option<u64>,
+    alive: bool,
+    between: impl FnOnce(),
+) -> bool {
     let word = c.state_word(seg).unwrap();
     assert_ne!(state_of(word) & CLAIMING, 0, "the sweep's arm: a claim");
     sweep_claim(seg, c, seen, word, || {
         between();
-        false
+        alive
     })
 }
 
@@ -50,10 +57,34 @@ fn a_claim_is_judged_only_after_a_whole_sweep_interval() {
     let gen = begin(&seg, &c, 7);
     let mut seen = None;
     let looked = Cell::new(false);
-    assert!(!sweep(&seg, &c, &mut seen, || looked.set(true)));
+    assert!(!sweep(&seg, &c, &mut seen, false, || looked.set(true)));
     assert!(!looked.get(), "a claim first seen is not judged");
     assert_eq!(seen, Some(state_gen(claiming(7), gen)));
     assert!(c.still_claiming(&seg, 7, gen));
+}
+
+/// A claim judged while its claimer lives is kept, sweep after sweep,
+/// with nothing of it changed (the word, the owner's record, the
+/// claimer's re-check); once its claimer is found gone, the next sweep
+/// takes it.
+#[test]
+fn a_claim_whose_claimer_lives_is_kept_until_it_is_gone() {
+    let (seg, c) = seg();
+    let gen = begin(&seg, &c, 7);
+    let word = state_gen(claiming(7), gen);
+    let mut seen = None;
+    assert!(!sweep(&seg, &c, &mut seen, true, || {}));
+    for _ in 0..3 {
+        let looked = Cell::new(false);
+        assert!(!sweep(&seg, &c, &mut seen, true, || looked.set(true)));
+        assert!(looked.get(), "a claim seen twice is judged");
+        assert_eq!(c.state_word(&seg), Some(word));
+        assert_eq!(seen, Some(word));
+        assert!(c.still_claiming(&seg, 7, gen));
+    }
+    assert!(sweep(&seg, &c, &mut seen, false, || {}));
+    assert_eq!(c.state_word(&seg), Some(state_gen(CLOSED, gen)));
+    assert!(!c.still_claiming(&seg, 7, gen));
 }
 
 /// The claimer finishes its claim while the owner judges it: the take,
@@ -67,9 +98,9 @@ fn a_claim_finished_while_the_owner_judges_it_is_kept() {
     let (seg, c) = seg();
     let gen = begin(&seg, &c, 7);
     let mut seen = None;
-    assert!(!sweep(&seg, &c, &mut seen, || {}));
+    assert!(!sweep(&seg, &c, &mut seen, false, || {}));
     let judged = seen;
-    assert!(!sweep(&seg, &c, &mut seen, || {
+    assert!(!sweep(&seg, &c, &mut seen, false, || {
         assert!(c.move_state(&seg, gen, claiming(7), ACTIVE));
     }));
     assert_eq!(c.state_word(&seg), Some(state_gen(ACTIVE, gen)));
@@ -89,8 +120,8 @@ fn a_claim_finished_and_given_back_while_judged_is_not_taken() {
     let (seg, c) = seg();
     let gen = begin(&seg, &c, 7);
     let mut seen = None;
-    assert!(!sweep(&seg, &c, &mut seen, || {}));
-    assert!(!sweep(&seg, &c, &mut seen, || {
+    assert!(!sweep(&seg, &c, &mut seen, false, || {}));
+    assert!(!sweep(&seg, &c, &mut seen, false, || {
         assert!(c.move_state(&seg, gen, claiming(7), ACTIVE));
         assert!(c.give_back(&seg, gen));
     }));
@@ -108,9 +139,9 @@ fn a_claim_made_anew_while_the_owner_judges_is_judged_afresh() {
         let (seg, c) = seg();
         let gen = begin(&seg, &c, 7);
         let mut seen = None;
-        assert!(!sweep(&seg, &c, &mut seen, || {}));
+        assert!(!sweep(&seg, &c, &mut seen, false, || {}));
         let mut next = 0;
-        assert!(!sweep(&seg, &c, &mut seen, || {
+        assert!(!sweep(&seg, &c, &mut seen, false, || {
             c.set_free(&seg);
             next = begin(&seg, &c, pid);
         }));
@@ -120,7 +151,7 @@ fn a_claim_made_anew_while_the_owner_judges_is_judged_afresh() {
         assert!(c.still_claiming(&seg, pid, next));
         // The next sweep sees a word it never judged: recorded only.
         let looked = Cell::new(false);
-        assert!(!sweep(&seg, &c, &mut seen, || looked.set(true)));
+        assert!(!sweep(&seg, &c, &mut seen, false, || looked.set(true)));
         assert!(!looked.get());
         assert_eq!(seen, Some(word));
         assert!(c.still_claiming(&seg, pid, next));
@@ -129,7 +160,7 @@ fn a_claim_made_anew_while_the_owner_judges_is_judged_afresh() {
         assert!(!c.still_claiming(&seg, 7, gen));
         assert!(!c.move_state(&seg, gen, claiming(7), ACTIVE));
         // The sweep after judges it.
-        assert!(sweep(&seg, &c, &mut seen, || {}));
+        assert!(sweep(&seg, &c, &mut seen, false, || {}));
         assert_eq!(c.state_word(&seg), Some(state_gen(CLOSED, next)));
         assert!(!c.still_claiming(&seg, pid, next));
     }
@@ -146,8 +177,8 @@ fn a_taken_claim_fails_its_claimers_re_checks() {
         let (seg, c) = seg();
         let gen = begin(&seg, &c, 7);
         let mut seen = None;
-        assert!(!sweep(&seg, &c, &mut seen, || {}));
-        assert!(sweep(&seg, &c, &mut seen, || {}));
+        assert!(!sweep(&seg, &c, &mut seen, false, || {}));
+        assert!(sweep(&seg, &c, &mut seen, false, || {}));
         assert_eq!(c.state_word(&seg), Some(state_gen(CLOSED, gen)));
         assert!(!c.still_claiming(&seg, 7, gen));
         // The owner frees it (`lifecycle::free`).

@@ -339,7 +339,7 @@ mod tests {
     }
 
     /// Unvoided, the same claim finishes: active at its count, with its
-    /// fields — the looks cost nothing but the loads.
+    /// fields; the hook runs once at each of its `CLAIM_LOOKS` looks.
     #[test]
     fn a_claim_left_alone_activates() {
         let keys = EpKeys::single(None).unwrap();
