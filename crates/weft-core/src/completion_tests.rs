@@ -1,7 +1,15 @@
 //! Tests of `completion.rs`.
 
 use super::*;
-use crate::progress::InlineWait;
+use crate::addr::FI_ADDR_NOTAVAIL;
+use crate::counter::CounterShared;
+use crate::error::Error;
+use crate::flags::OpFlags;
+use crate::progress::{InlineWait, Progress};
+use crate::sync::lock;
+use futures::channel::oneshot;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// A receive with context 1 reporting to `cq`, awaited through `tx`.

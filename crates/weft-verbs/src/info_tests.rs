@@ -1,8 +1,10 @@
 //! Tests of `info.rs`.
 #![allow(clippy::unwrap_used)]
 
-use super::*;
-use crate::sys::Gid;
+use super::diagnose::{memlock_message, parse_cap_ipc_lock, parse_memlock};
+use super::probe::port_ips;
+use crate::sys::{Gid, GidEntry, LinkLayer};
+use std::net::IpAddr;
 
 fn entry(ip: &str, index: u32, roce_v2: bool) -> GidEntry {
     GidEntry {
