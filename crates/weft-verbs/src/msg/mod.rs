@@ -597,29 +597,13 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
 
     fn give_back(&self, r: Returned) {
         // Under the link's lock, as a receive completion (the order link,
-        // receive queue): a receive still waiting in a retired queue is
-        // older than any in `rxq` and takes the message first; else it
-        // goes to `rxq`. A give-up takes the link in one critical section
-        // and retires its queue (moving the messages held to `rxq`,
-        // adding it to `retired_rx`) in a later one, under this lock
-        // too: a message given back between the two finds no link, and
-        // in `retired_rx` only earlier give-ups' queues whose tasks still
-        // live; untaken, it is held first in `rxq` (or taken by a
-        // receive still waiting there), so the retirement carries it
-        // ahead of the others; after the retirement it is held ahead of
-        // those moved. Every retired queue whose task lives is offered
-        // it, the oldest give-up's first. Cloned (no allocation while
-        // none is retired): no list lock is held through a completion.
-        let g = lock(&self.shared.link);
-        let retired = lock(&self.shared.retired_rx).clone();
-        retired::give_back_routed(
-            g.is_some(),
-            &retired,
-            &self.shared.rxq,
-            &self.shared.rx,
-            self.shared.is_closed(),
-            r,
-        );
+        // receive queue), which orders it with a give-up's retirement
+        // (see `retired`). The list is cloned (no allocation while it is
+        // empty): no lock of it is held through a completion.
+        let ep = &self.shared;
+        let g = lock(&ep.link);
+        let retired = lock(&ep.retired_rx).clone();
+        retired::give_back_routed(g.is_some(), &retired, &ep.rxq, &ep.rx, ep.is_closed(), r);
     }
 
     fn cancel(&self, context: u64) -> bool {

@@ -7,6 +7,17 @@
 //! dropped unfinished with its runtime ([`RetiredSlot`]), whatever the
 //! order in which the tasks end: a later give-back or cancel is then
 //! offered nothing no task ends.
+//!
+//! `give_back` routes under the link's lock, as a receive completion
+//! does (the order link, receive queue). A give-up takes the link in one
+//! critical section of that lock and retires its queue (moving the
+//! messages held to `rxq`, adding it to the list) in a later one: a
+//! message given back between the two finds no link, and in the list
+//! only earlier give-ups' queues whose tasks still live (their waiting
+//! receives, older still, may take it); untaken, it is held first in
+//! `rxq` (or taken by a receive still waiting there), so the retirement
+//! moves it ahead of the others; one given back after the retirement is
+//! held ahead of those moved.
 
 use std::sync::Arc;
 
