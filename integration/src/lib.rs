@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use weft::{
-    AddressVector, AvAttr, BindFlags, CompletionQueue, CqAttr, CqItem, Domain, EpType, EqItem,
-    Error, EventQueue, Fabric, FiAddr, Info,
+    AddressVector, AvAttr, BindFlags, CompletionQueue, ConnLimits, ConnRequest, CqAttr, CqItem,
+    Domain, EpType, EqItem, Error, EventQueue, Fabric, FiAddr, Info,
 };
 
 /// How long any single await in a test may take before the test fails.
@@ -484,6 +484,28 @@ pub fn enabled_endpoint_with_eq(
     ep.set_wait_mode(wait).unwrap();
     ep.enable().unwrap();
     (ep, cq)
+}
+
+/// An endpoint of `domain` for the connection request `req`, before its
+/// `accept`: bound to an EQ of its own (`fabric`'s, 8 entries) and to
+/// one CQ for both directions (default attributes), `limits` set,
+/// enabled.
+pub fn accepted_endpoint(
+    fabric: &Fabric,
+    domain: &Domain,
+    info: &Info,
+    req: &ConnRequest,
+    limits: ConnLimits,
+) -> (weft::Endpoint, EventQueue, CompletionQueue) {
+    let ep = domain.accept_endpoint(info, req).unwrap();
+    let eq = fabric.eq(8).unwrap();
+    let cq = domain.cq(CqAttr::default()).unwrap();
+    ep.bind_eq(&eq).unwrap();
+    ep.bind_cq(&cq, BindFlags::TRANSMIT | BindFlags::RECV)
+        .unwrap();
+    ep.set_conn_limits(limits).unwrap();
+    ep.enable().unwrap();
+    (ep, eq, cq)
 }
 
 /// An enabled connectionless endpoint (RDM or DGRAM) of its own fabric

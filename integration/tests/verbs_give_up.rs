@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use weft::{
     BindFlags, ConnLimits, ConnRequest, CqAttr, EpType, EqEventKind, Error, Fabric, OpFlags,
 };
-use weft_integration::{next_eq, verbs_offer, within};
+use weft_integration::{accepted_endpoint, next_eq, verbs_offer, within};
 
 const SERVER_DEV: &str = "rxe1";
 const CLIENT_DEV: &str = "rxe2";
@@ -98,17 +98,8 @@ fn verbs_given_up_accept_ends_what_was_posted() {
         let ev = within("the request", next_eq(&peq)).await.unwrap();
         assert_eq!(ev.kind, EqEventKind::ConnReq);
         let req = ConnRequest::from_event(&ev).unwrap();
-        let server = domain.accept_endpoint(&sinfo, &req).unwrap();
-        let seq = fabric.eq(8).unwrap();
-        let scq = domain.cq(CqAttr::default()).unwrap();
-        server.bind_eq(&seq).unwrap();
-        server
-            .bind_cq(&scq, BindFlags::TRANSMIT | BindFlags::RECV)
-            .unwrap();
-        server
-            .set_conn_limits(ConnLimits::default().with_handshake_timeout(HANDSHAKE))
-            .unwrap();
-        server.enable().unwrap();
+        let limits = ConnLimits::default().with_handshake_timeout(HANDSHAKE);
+        let (server, _seq, scq) = accepted_endpoint(&fabric, &domain, &sinfo, &req, limits);
         let (tx0, rx0) = (
             server.tx_size_left().unwrap(),
             server.rx_size_left().unwrap(),

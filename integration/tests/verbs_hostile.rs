@@ -34,7 +34,7 @@ use weft::{
     Endpoint, EpStats, EpType, EqEventKind, Error, EventQueue, Fabric, FiAddr, Info, OpFlags,
     RecvMsg, FI_ADDR_UNSPEC,
 };
-use weft_integration::{payload, verbs_offer};
+use weft_integration::{accepted_endpoint, payload, verbs_offer};
 
 const SERVER_DEV: &str = "rxe1";
 const CLIENT_DEV: &str = "rxe2";
@@ -800,15 +800,7 @@ async fn verbs_hostile_passive_request_flood() {
         .unwrap();
     let req = ConnRequest::from_event(&ev).unwrap();
     assert_eq!(req.cm_data, b"hello");
-    let server = domain.accept_endpoint(&sinfo, &req).unwrap();
-    let seq = fabric.eq(8).unwrap();
-    let scq = domain.cq(CqAttr::default()).unwrap();
-    server.bind_eq(&seq).unwrap();
-    server
-        .bind_cq(&scq, BindFlags::TRANSMIT | BindFlags::RECV)
-        .unwrap();
-    server.set_conn_limits(limits(16, T)).unwrap();
-    server.enable().unwrap();
+    let (server, _seq, _scq) = accepted_endpoint(&fabric, &domain, &sinfo, &req, limits(16, T));
     within("accept", server.accept(Vec::new())).await.unwrap();
     within("connect", connecting).await.unwrap().unwrap();
     let data = payload(3000, 7);

@@ -21,6 +21,8 @@
 //!   a message that filled it (acked to its sender) completes it, a flush
 //!   fails it `Canceled` with its own buffers (a pool buffer among them:
 //!   the device is done with it, so `BufferPool::reclaim` takes it back);
+//!   until then `cancel` withdraws it as on a live connection, its work
+//!   request left to the task ([`super::retired`]);
 //! * a shared receive context's receive that the queue pair took goes
 //!   back to the context (as at a close: see `closing`).
 //!
@@ -47,7 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry, Returned};
+use weft_core::completion::{trim_bufs, CqEntry, CqErrEntry};
 use weft_core::credits::Credits;
 use weft_core::flags::OpFlags;
 use weft_core::provider::ProviderSrx;
@@ -55,11 +57,9 @@ use weft_core::sync::{lock, FastMutex};
 use weft_core::Error;
 
 use super::closing::{fail_withdrawn, LAST_WQE_WAIT};
-use super::complete::{
-    offer_to_waiting, reroute_on, returned_arrival, Held, Inflight, RecvMem, RecvSide, Route,
-    RxQueue, RECV_WR_BIT,
-};
+use super::complete::{reroute_on, Held, Inflight, RecvMem, RecvSide, Route, RxQueue, RECV_WR_BIT};
 use super::post::InflightQueue;
+use super::retired::{push_retired, RetiredSlot};
 use super::srx::{route_of, MsgSrx, SRX_WR_BIT};
 use super::{stream, Link, MsgShared};
 use crate::async_reader::DeviceEvents;
@@ -137,11 +137,12 @@ impl MsgShared {
         // queue's at once, in order.
         // Under the link's lock, which `give_back` holds throughout: a
         // message given back goes either before the move (held first,
-        // moved first) or after it with `retired_rx` set.
+        // moved first) or after it with this queue in `retired_rx`
+        // (after the queues of earlier give-ups whose tasks still live).
         let rxq = self.srx().is_none().then(|| {
             let _g = lock(&self.link);
             let q = Arc::new(retire_queue(&self.rxq, &self.rx));
-            *lock(&self.retired_rx) = Some(q.clone());
+            push_retired(&self.retired_rx, q.clone());
             q
         });
         let slot = rxq.clone().map(|q| RetiredSlot {
@@ -250,35 +251,9 @@ struct GivenUp {
     core: Option<stream::Slot>,
     /// Keeps the device's event reader running through the wait.
     _events: Option<Arc<DeviceEvents>>,
-    /// `rxq`'s place in `retired_rx`, given up with the task.
+    /// `rxq`'s place in `retired_rx`, given up with the task (or when
+    /// its last step takes the queue to end what it holds).
     slot: Option<RetiredSlot>,
-}
-
-/// The retired queue in the endpoint's `retired_rx`, taken out when the
-/// task ends, or is dropped unfinished (its runtime shut down): a
-/// message given back later would otherwise be offered to receives no
-/// task ends.
-struct RetiredSlot {
-    ep: Arc<MsgShared>,
-    q: Arc<FastMutex<RxQueue<RecvMem>>>,
-}
-
-impl Drop for RetiredSlot {
-    fn drop(&mut self) {
-        clear_retired(&self.ep.retired_rx, &self.q);
-    }
-}
-
-/// Empties `slot` if it holds `q`; unless a later give-up's queue took
-/// the place, which stays.
-fn clear_retired(
-    slot: &FastMutex<Option<Arc<FastMutex<RxQueue<RecvMem>>>>>,
-    q: &Arc<FastMutex<RxQueue<RecvMem>>>,
-) {
-    let mut slot = lock(slot);
-    if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, q)) {
-        *slot = None;
-    }
 }
 
 impl GivenUp {
@@ -508,8 +483,9 @@ impl GivenUp {
             ..
         } = self;
         let mut sends = sends.into_inner();
-        // From now on a message given back goes to the endpoint's queue
-        // only (its receives are about to end).
+        // From now on a message given back goes to the other retired
+        // queues or the endpoint's queue only, and `cancel` looks no more
+        // here (its receives are about to end, `Canceled` or completed).
         drop(slot);
         let mut old = rxq
             .map(|q| {
@@ -596,47 +572,6 @@ pub(super) fn carry_held(
             reroute_on(next, credits, a, false);
         }
     }
-}
-
-/// Where a message given back goes (its receive completed, the
-/// receive's future dropped before it was read): to the oldest receive
-/// still waiting in the queue a give-up retired (`retired`, while its
-/// task lives), link or not: every receive there was posted before every
-/// receive in `rxq`. Else to `rxq` (the current link's, or the
-/// endpoint's), ahead of every message it holds: without a link the
-/// messages held at the give-up are already there (`retire_queue`) and
-/// this one arrived before them; the retired queue's late messages are
-/// carried behind them when its task ends.
-///
-/// Without a link, an arrival that is no message (a write with remote
-/// CQ data) is the failed connection's and goes rather than reach the
-/// next connection's first receive; once the endpoint is closed with no
-/// link the arrival is dropped, offered to nothing, as at a close (with
-/// a link, not offered to the retired queue: no completion once closed).
-pub(super) fn give_back_routed(
-    linked: bool,
-    retired: Option<&FastMutex<RxQueue<RecvMem>>>,
-    rxq: &FastMutex<RxQueue<RecvMem>>,
-    credits: &Credits,
-    closed: bool,
-    r: Returned,
-) {
-    if closed && !linked {
-        return;
-    }
-    let mut a = returned_arrival(r);
-    // A close keeps the link in its slot: closed with one, the retired
-    // queue's receives are offered nothing either.
-    if let Some(q) = retired.filter(|_| !closed) {
-        match offer_to_waiting(q, credits, a) {
-            Some(back) => a = back,
-            None => return,
-        }
-    }
-    if !linked && !a.is_message() {
-        return;
-    }
-    reroute_on(rxq, credits, a, true);
 }
 
 /// Fails each receive of `waiting` `Canceled` with its buffers (a

@@ -11,6 +11,9 @@ use crate::msg::complete::tests::{
     awaited, failed_arrival, message, number_of, remote_write_arrival,
 };
 use crate::msg::complete::Waiting;
+use crate::msg::retired::{
+    cancel_retired, clear_retired, give_back_routed, push_retired, RetiredList, RetiredQueue,
+};
 use crate::sys::{WcFlags, WcOpcode, WcStatus};
 
 fn wc(wr_id: u64, status: WcStatus) -> WorkCompletion {
@@ -80,10 +83,7 @@ fn a_given_up_queue_keeps_its_receives_until_their_work_requests_report() {
     fail_left(o.drain(), &credits, true);
     assert_eq!(credits.left(), 4, "every credit back");
     for r in [&mut r1, &mut r2] {
-        let done = r.try_recv().unwrap().expect("completed");
-        let e = done.into_result(0).expect_err("failed");
-        assert_eq!(e.err, Error::Canceled);
-        assert_eq!(e.bufs.len(), 1, "its buffers back");
+        canceled_once(r);
     }
 }
 
@@ -286,10 +286,10 @@ fn a_message_given_back_after_the_give_up_goes_ahead_of_those_carried() {
         assert!(lock(&rxq).route(message(n), false, &credits).is_none());
     }
     // The give-up: 2 and 3 are the endpoint's queue's at once.
-    let old = retire_queue(&rxq, &credits);
+    let old = Arc::new(retire_queue(&rxq, &credits));
     // Message 1 given back while the task lives, no link current and no
     // receive waiting in the retired queue.
-    give_back_routed(false, Some(&old), &rxq, &credits, false, returned(1));
+    back_via(&old, false, &rxq, &credits, false, returned(1));
     // A late message of the failed connection, carried at the task's end.
     assert!(lock(&old).route(message(4), false, &credits).is_none());
     carry_held(&mut lock(&old), &rxq, &credits);
@@ -298,16 +298,28 @@ fn a_message_given_back_after_the_give_up_goes_ahead_of_those_carried() {
 
 type Queue = FastMutex<RxQueue<RecvMem>>;
 
+/// [`give_back_routed`] with `old` the one retired queue.
+fn back_via(
+    old: &RetiredQueue,
+    linked: bool,
+    rxq: &Queue,
+    credits: &Credits,
+    closed: bool,
+    r: weft_core::completion::Returned,
+) {
+    give_back_routed(linked, std::slice::from_ref(old), rxq, credits, closed, r);
+}
+
 /// A fresh endpoint queue and a retired queue in which receive 7 (its
 /// credit taken from 4) still waits, with that receive's completion.
 fn one_waiting_in_retired() -> (
     Credits,
     Queue,
-    Queue,
+    RetiredQueue,
     futures::channel::oneshot::Receiver<Finished>,
 ) {
     let credits = Credits::new(4);
-    let old = Queue::default();
+    let old = RetiredQueue::default();
     assert!(credits.try_take());
     let (d, r) = awaited(7);
     lock(&old).push(7, d, Some(vec![BytesMut::zeroed(8)]), None);
@@ -317,7 +329,7 @@ fn one_waiting_in_retired() -> (
 #[test]
 fn a_message_given_back_takes_a_receive_still_waiting_in_the_retired_queue() {
     let (credits, rxq, old, mut r) = one_waiting_in_retired();
-    give_back_routed(false, Some(&old), &rxq, &credits, false, returned(1));
+    back_via(&old, false, &rxq, &credits, false, returned(1));
     assert_eq!(number_of(r.try_recv().unwrap().unwrap()), 1);
     assert_eq!(credits.left(), 4, "its credit back");
     assert!(lock(&rxq).take_held().is_none());
@@ -333,7 +345,7 @@ fn with_a_link_a_message_given_back_still_takes_a_receive_waiting_in_the_retired
     let (d, mut newer) = awaited(8);
     lock(&rxq).push(8, d, Some(vec![BytesMut::zeroed(8)]), None);
     // Message 1 given back, then message 2 arrives on the new link.
-    give_back_routed(true, Some(&old), &rxq, &credits, false, returned(1));
+    back_via(&old, true, &rxq, &credits, false, returned(1));
     assert_eq!(
         number_of(r.try_recv().unwrap().unwrap()),
         1,
@@ -342,7 +354,7 @@ fn with_a_link_a_message_given_back_still_takes_a_receive_waiting_in_the_retired
     assert_eq!(lock(&old).waiting(), 0);
     assert!(newer.try_recv().unwrap().is_none(), "the newer still waits");
     // With none waiting there any more, the link's queue takes it.
-    give_back_routed(true, Some(&old), &rxq, &credits, false, returned(2));
+    back_via(&old, true, &rxq, &credits, false, returned(2));
     assert_eq!(number_of(newer.try_recv().unwrap().unwrap()), 2);
     assert_eq!(credits.left(), 4);
 }
@@ -358,8 +370,8 @@ fn returned_write() -> weft_core::completion::Returned {
 fn without_a_link_a_write_notification_given_back_is_not_carried() {
     let credits = Credits::new(4);
     let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
-    let old = FastMutex::new(RxQueue::<RecvMem>::default());
-    give_back_routed(false, Some(&old), &rxq, &credits, false, returned_write());
+    let old = RetiredQueue::default();
+    back_via(&old, false, &rxq, &credits, false, returned_write());
     // The next connection's first receive reads its first message.
     assert!(lock(&rxq).route(message(3), false, &credits).is_none());
     holds_in_order(&rxq, &[3]);
@@ -368,41 +380,49 @@ fn without_a_link_a_write_notification_given_back_is_not_carried() {
 #[test]
 fn closed_with_no_link_a_given_back_message_completes_no_retired_receive() {
     let (credits, rxq, old, mut r) = one_waiting_in_retired();
-    give_back_routed(false, Some(&old), &rxq, &credits, true, returned(1));
+    back_via(&old, false, &rxq, &credits, true, returned(1));
     assert!(r.try_recv().unwrap().is_none(), "no completion once closed");
     assert_eq!(lock(&old).waiting(), 1);
     assert!(lock(&rxq).take_held().is_none());
     // A close leaves the link in its slot: closed with a link, the
     // retired receive is not completed either.
-    give_back_routed(true, Some(&old), &rxq, &credits, true, returned(2));
+    back_via(&old, true, &rxq, &credits, true, returned(2));
     assert!(r.try_recv().unwrap().is_none(), "no completion once closed");
     assert_eq!(lock(&old).waiting(), 1);
 }
 
 #[test]
-fn a_retired_slot_is_cleared_unless_a_later_queue_took_it() {
-    let slot = FastMutex::new(None);
-    let first = Arc::new(FastMutex::new(RxQueue::<RecvMem>::default()));
-    *lock(&slot) = Some(first.clone());
-    clear_retired(&slot, &first);
-    assert!(lock(&slot).is_none());
-
-    let second = Arc::new(FastMutex::new(RxQueue::<RecvMem>::default()));
-    *lock(&slot) = Some(second.clone());
-    clear_retired(&slot, &first);
-    assert!(
-        lock(&slot)
-            .as_ref()
-            .is_some_and(|s| Arc::ptr_eq(s, &second)),
-        "the later give-up's queue stays"
-    );
+fn a_retired_queue_leaves_the_list_alone_in_whatever_order_the_tasks_end() {
+    let list = RetiredList::default();
+    let first = RetiredQueue::default();
+    let second = RetiredQueue::default();
+    push_retired(&list, first.clone());
+    push_retired(&list, second.clone());
+    // The second give-up's task ends first: the first queue stays.
+    clear_retired(&list, &second);
+    {
+        let l = lock(&list);
+        assert_eq!(l.len(), 1);
+        assert!(Arc::ptr_eq(&l[0], &first), "the earlier give-up's stays");
+    }
+    // Cleared twice (the task's end, then its guard): nothing else goes.
+    push_retired(&list, second.clone());
+    clear_retired(&list, &first);
+    clear_retired(&list, &first);
+    {
+        let l = lock(&list);
+        assert_eq!(l.len(), 1);
+        assert!(Arc::ptr_eq(&l[0], &second));
+    }
+    clear_retired(&list, &second);
+    assert!(lock(&list).is_empty());
 }
 
 #[test]
 fn closed_with_no_link_a_message_given_back_is_dropped() {
     let credits = Credits::new(4);
     let rxq = FastMutex::new(RxQueue::<RecvMem>::default());
-    give_back_routed(false, None, &rxq, &credits, true, returned(1));
+    give_back_routed(false, &[], &rxq, &credits, true, returned(1));
     assert!(lock(&rxq).take_held().is_none());
 }
 
@@ -423,4 +443,185 @@ fn once_closed_a_given_up_operation_ends_without_a_completion() {
     fail_left(lock(&q).drain(), &rx, false);
     assert_eq!(rx.left(), 2);
     assert!(rr.try_recv().is_err(), "no completion");
+}
+
+/// A retired queue in which each receive of `contexts` waits with a work
+/// request of its own (a bounce slot, id `100 + context`), credits taken
+/// from `credits`, with the receives' completions.
+fn retired_with(
+    credits: &Credits,
+    contexts: &[u64],
+) -> (
+    RetiredQueue,
+    Vec<futures::channel::oneshot::Receiver<Finished>>,
+) {
+    let q = RetiredQueue::default();
+    let mut rs = Vec::new();
+    for &c in contexts {
+        assert!(credits.try_take());
+        let (d, r) = awaited(c);
+        let id = 100 + c;
+        lock(&q).push(
+            id,
+            d,
+            Some(vec![BytesMut::zeroed(8)]),
+            Some(RecvMem::Slot(id as u32)),
+        );
+        rs.push(r);
+    }
+    (q, rs)
+}
+
+fn canceled_once(r: &mut futures::channel::oneshot::Receiver<Finished>) {
+    let done = r.try_recv().unwrap().expect("ended");
+    let e = done.into_result(0).expect_err("failed");
+    assert_eq!(e.err, Error::Canceled);
+    assert_eq!(e.bufs.len(), 1, "its buffers back");
+}
+
+#[test]
+fn a_message_given_back_goes_to_the_oldest_give_ups_waiting_receive_first() {
+    let credits = Credits::new(8);
+    // Two give-ups whose tasks both live: receive 1 waits in the first
+    // queue, receive 2 in the second; receive 3 in the current link's.
+    let (first, mut r1) = retired_with(&credits, &[1]);
+    let (second, mut r2) = retired_with(&credits, &[2]);
+    let list = RetiredList::default();
+    push_retired(&list, first.clone());
+    push_retired(&list, second.clone());
+    let rxq = Queue::default();
+    assert!(credits.try_take());
+    let (d, mut r3) = awaited(3);
+    lock(&rxq).push(3, d, Some(vec![BytesMut::zeroed(8)]), None);
+    let retired = lock(&list).clone();
+    for n in [11, 12, 13] {
+        give_back_routed(true, &retired, &rxq, &credits, false, returned(n));
+    }
+    assert_eq!(number_of(r1[0].try_recv().unwrap().unwrap()), 11);
+    assert_eq!(number_of(r2[0].try_recv().unwrap().unwrap()), 12);
+    assert_eq!(number_of(r3.try_recv().unwrap().unwrap()), 13);
+    assert_eq!(credits.left(), 8, "every credit back");
+    // Their work requests stay for the tasks to see reported.
+    assert_eq!((lock(&first).posted(), lock(&second).posted()), (1, 1));
+}
+
+#[test]
+fn a_first_retired_queue_with_none_waiting_passes_a_message_given_back_on() {
+    let credits = Credits::new(8);
+    // The first queue's receives: one withdrawn (its work request stays
+    // posted, spare), one whose future went.
+    let (first, mut rs) = retired_with(&credits, &[1, 2]);
+    assert!(lock(&first).cancel(1, &credits).is_some());
+    drop(rs.pop());
+    let (second, mut r3) = retired_with(&credits, &[3]);
+    let retired = [first.clone(), second.clone()];
+    let rxq = Queue::default();
+    give_back_routed(false, &retired, &rxq, &credits, false, returned(21));
+    assert_eq!(number_of(r3[0].try_recv().unwrap().unwrap()), 21);
+    assert_eq!(lock(&first).waiting(), 0, "the gone receive found out");
+    assert_eq!(credits.left(), 8, "every credit back");
+    // None waits anywhere now: with no link it is held first in the
+    // endpoint's queue, ahead of what a give-up moved there.
+    assert!(lock(&rxq).route(message(23), false, &credits).is_none());
+    give_back_routed(false, &retired, &rxq, &credits, false, returned(22));
+    holds_in_order(&rxq, &[22, 23]);
+}
+
+#[test]
+fn without_a_link_a_write_notification_given_back_takes_a_retired_receive_or_goes() {
+    let credits = Credits::new(8);
+    let first = RetiredQueue::default();
+    let (second, mut r) = retired_with(&credits, &[5]);
+    let retired = [first, second];
+    let rxq = Queue::default();
+    give_back_routed(false, &retired, &rxq, &credits, false, returned_write());
+    let e = r[0]
+        .try_recv()
+        .unwrap()
+        .unwrap()
+        .into_result(0)
+        .expect("a write");
+    assert!(e.flags.contains(OpFlags::REMOTE_WRITE));
+    // None waits now: the next one is the failed connection's, dropped.
+    give_back_routed(false, &retired, &rxq, &credits, false, returned_write());
+    assert!(lock(&rxq).take_held().is_none());
+    assert_eq!(credits.left(), 8);
+}
+
+#[test]
+fn once_closed_no_retired_queue_is_offered_a_message_given_back() {
+    let credits = Credits::new(8);
+    let (first, mut r1) = retired_with(&credits, &[1]);
+    let (second, mut r2) = retired_with(&credits, &[2]);
+    let retired = [first, second];
+    let rxq = Queue::default();
+    // With a link (a close leaves it in its slot): held in its queue.
+    give_back_routed(true, &retired, &rxq, &credits, true, returned(31));
+    // Without: dropped.
+    give_back_routed(false, &retired, &rxq, &credits, true, returned(32));
+    assert!(r1[0].try_recv().unwrap().is_none() && r2[0].try_recv().unwrap().is_none());
+    holds_in_order(&rxq, &[31]);
+}
+
+#[test]
+fn cancel_ends_a_receive_of_a_retired_queue_once_and_its_work_request_stays() {
+    let credits = Credits::new(8);
+    let (first, mut r1) = retired_with(&credits, &[1, 2]);
+    let (second, mut r2) = retired_with(&credits, &[3]);
+    let retired = [first.clone(), second.clone()];
+    assert!(cancel_retired(&retired, &credits, false, 3));
+    canceled_once(&mut r2[0]);
+    assert_eq!(credits.left(), 6, "its credit back at once");
+    assert!(
+        !cancel_retired(&retired, &credits, false, 3),
+        "withdrawn once"
+    );
+    assert_eq!(credits.left(), 6);
+    // Its work request is still the device's: the task waits for it.
+    {
+        let q = lock(&second);
+        assert_eq!((q.waiting(), q.posted()), (0, 1));
+    }
+    // Its flush hands back only its memory: no receive ends with it.
+    let (mem, own) = lock(&second).landed(103, &credits).expect("posted");
+    assert!(own.is_none() && matches!(mem, RecvMem::Slot(103)));
+    assert!(lock(&second).take_wrless(&credits).is_none());
+    // A message that lands in it instead goes to the queue's next
+    // waiting receive, or is held and carried at the task's end.
+    assert!(cancel_retired(&retired, &credits, false, 1));
+    canceled_once(&mut r1[0]);
+    let (_, own) = lock(&first).landed(101, &credits).expect("posted");
+    assert!(own.is_none());
+    reroute_on(&first, &credits, message(41), false);
+    assert_eq!(number_of(r1[1].try_recv().unwrap().unwrap()), 41);
+    assert_eq!(credits.left(), 8, "every credit back, each once");
+    // The task's last step finds nothing left to end.
+    assert!(lock(&first).drain().is_empty() && lock(&second).drain().is_empty());
+}
+
+#[test]
+fn cancel_takes_the_oldest_retired_receive_and_leaves_the_task_the_rest() {
+    let credits = Credits::new(8);
+    // The same context in both queues: the oldest give-up's goes.
+    let (first, mut r1) = retired_with(&credits, &[4]);
+    let (second, mut r2) = retired_with(&credits, &[4]);
+    let retired = [first.clone(), second.clone()];
+    assert!(cancel_retired(&retired, &credits, false, 4));
+    canceled_once(&mut r1[0]);
+    assert!(r2[0].try_recv().unwrap().is_none(), "the newer still waits");
+    // Unknown context: nothing withdrawn.
+    assert!(!cancel_retired(&retired, &credits, false, 9));
+    // Once closed the tasks end them without completions.
+    assert!(!cancel_retired(&retired, &credits, true, 4));
+    assert!(r2[0].try_recv().unwrap().is_none());
+    // The second task's last step (its work request reported): the
+    // receive still waiting fails `Canceled` there, its credit back.
+    let (_, own) = lock(&second).landed(104, &credits).expect("posted");
+    let w = own.expect("still its receive's");
+    fail_left(vec![(w, None)], &credits, true);
+    canceled_once(&mut r2[0]);
+    assert_eq!(credits.left(), 8);
+    // The first task's: its withdrawn receive's memory only.
+    assert!(lock(&first).drain().is_empty());
+    assert_eq!(lock(&first).posted(), 1);
 }

@@ -108,6 +108,7 @@ mod give_up;
 mod post;
 mod post_order;
 mod probe;
+mod retired;
 mod srx;
 pub mod stream;
 
@@ -168,10 +169,11 @@ pub struct MsgShared {
     inflight: FastMutex<post::InflightQueue>,
     /// The receives of the connection's own receive queue.
     rxq: FastMutex<RxQueue<RecvMem>>,
-    /// The receive queue of a given-up queue pair while its task lives
-    /// (`give_up`): a message given back with no link current goes to a
-    /// receive still waiting there (`give_up::give_back_routed`).
-    retired_rx: FastMutex<Option<Arc<FastMutex<RxQueue<RecvMem>>>>>,
+    /// The receive queues of given-up queue pairs while their tasks
+    /// live (`give_up`), oldest give-up first: a message given back goes
+    /// to the oldest receive still waiting there
+    /// (`retired::give_back_routed`), and `cancel` finds receives there.
+    retired_rx: retired::RetiredList,
     next_wr: AtomicUsize,
     tx: Credits,
     rx: Credits,
@@ -223,7 +225,7 @@ impl MsgShared {
             early_recvs: Mutex::new(Vec::new()),
             inflight: FastMutex::new(post::InflightQueue::default()),
             rxq: FastMutex::new(RxQueue::default()),
-            retired_rx: FastMutex::new(None),
+            retired_rx: FastMutex::new(Vec::new()),
             next_wr: AtomicUsize::new(1),
             tx: Credits::new(tx),
             rx: Credits::new(rx),
@@ -595,31 +597,25 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
 
     fn give_back(&self, r: Returned) {
         // Under the link's lock, as a receive completion (the order link,
-        // receive queue): a receive still waiting in a retired queue is
-        // older than any in `rxq` and takes the message first; else it
-        // goes to `rxq`. A give-up takes the link in one critical section
-        // and retires its queue (moving the messages held to `rxq`,
-        // setting `retired_rx`) in a later one, under this lock too: a
-        // message given back between the two finds no link, and in
-        // `retired_rx` at most an earlier give-up's queue whose task
-        // still lives; untaken, it is held first in `rxq` (or taken by a
-        // receive still waiting there), so the retirement carries it
-        // ahead of the others; after the retirement it is held ahead of
-        // those moved. A later give-up replaces the slot: the earlier
-        // queue's waiting receives are then offered nothing.
-        let g = lock(&self.shared.link);
-        let retired = lock(&self.shared.retired_rx).clone();
-        give_up::give_back_routed(
-            g.is_some(),
-            retired.as_deref(),
-            &self.shared.rxq,
-            &self.shared.rx,
-            self.shared.is_closed(),
-            r,
-        );
+        // receive queue), which orders it with a give-up's retirement
+        // (see `retired`). The list is cloned (no allocation while it is
+        // empty): no lock of it is held through a completion.
+        let ep = &self.shared;
+        let g = lock(&ep.link);
+        let retired = lock(&ep.retired_rx).clone();
+        retired::give_back_routed(g.is_some(), &retired, &ep.rxq, &ep.rx, ep.is_closed(), r);
     }
 
     fn cancel(&self, context: u64) -> bool {
+        // In post order: a retired queue's receives (oldest give-up
+        // first) were posted before the link's, and those before the
+        // receives still waiting for a link. Once closed, the give-up
+        // tasks end theirs without completions.
+        let ep = &self.shared;
+        let retired = lock(&ep.retired_rx).clone();
+        if retired::cancel_retired(&retired, &ep.rx, ep.is_closed(), context) {
+            return true;
+        }
         let link = lock(&self.shared.link).clone();
         if let Some(l) = link {
             if self.shared.recv_side(&l.recv_pool).cancel(context) {

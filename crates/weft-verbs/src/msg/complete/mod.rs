@@ -23,7 +23,9 @@ use crate::user_bufs::RmaLocal;
 use recv_finish::recv_error;
 
 pub(super) use recv_mem::{RecvMem, Route};
-pub(super) use recv_side::{deliver, offer_to_waiting, reroute_on, returned_arrival, RecvSide};
+pub(super) use recv_side::{
+    cancel_on, deliver, offer_to_waiting, reroute_on, returned_arrival, RecvSide,
+};
 pub(super) use rx_queue::{RxQueue, Waiting};
 
 /// Work request ids of an endpoint's own receives carry this bit (those

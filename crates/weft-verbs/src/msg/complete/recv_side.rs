@@ -157,15 +157,28 @@ impl RecvSide<'_> {
     /// Withdraws the waiting receive with `context`; it ends with
     /// `Canceled` and its buffers. False if none waits.
     pub fn cancel(&self, context: u64) -> bool {
-        let w = lock(self.q).cancel(context, self.credits);
-        match w {
-            Some(mut w) => {
-                let bufs = w.bufs.take().unwrap_or_default();
-                fail(w.done, bufs, Error::Canceled);
-                true
-            }
-            None => false,
+        cancel_on(self.q, self.credits, context)
+    }
+}
+
+/// Withdraws the waiting receive of `q` with `context`: it ends with
+/// `Canceled` and its buffers (or zeroed ones like them while its own are
+/// its work request's), its credit back. Its work request, if it posted
+/// one, stays in `q` with its memory until the device reports it (it now
+/// only catches a later message). False if none waits.
+pub(in crate::msg) fn cancel_on(
+    q: &FastMutex<RxQueue<RecvMem>>,
+    credits: &Credits,
+    context: u64,
+) -> bool {
+    let w = lock(q).cancel(context, credits);
+    match w {
+        Some(mut w) => {
+            let bufs = w.bufs.take().unwrap_or_default();
+            fail(w.done, bufs, Error::Canceled);
+            true
         }
+        None => false,
     }
 }
 
