@@ -87,6 +87,7 @@ pub struct CqShared {
     /// Endpoints bound to the queue.
     pub bound: crate::sync::BindCount,
 }
+
 /// Cuts each buffer to the bytes it holds, `placed` in total, in order.
 #[inline]
 pub fn trim_bufs(bufs: &mut [BytesMut], placed: usize) {
@@ -102,6 +103,7 @@ pub fn trim_bufs(bufs: &mut [BytesMut], placed: usize) {
         left -= n;
     }
 }
+
 #[cfg(test)]
 #[path = "completion_tests.rs"]
 mod tests;

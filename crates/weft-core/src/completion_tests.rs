@@ -1,4 +1,4 @@
-//! Tests of `completion.rs`.
+//! Tests of `completion` and its modules.
 
 use super::*;
 use crate::addr::FI_ADDR_NOTAVAIL;

@@ -180,6 +180,7 @@ impl Conn {
     pub fn add_task(&self, t: tokio::task::AbortHandle) {
         lock(&self.tasks).push(t);
     }
+
     /// Nothing queued to send and no acknowledgement awaited.
     pub fn tx_idle(&self) -> bool {
         let idle = {
@@ -210,6 +211,7 @@ impl Conn {
         };
         let _ = tokio::time::timeout(limit, wait).await;
     }
+
     /// Ends the connection: queued frames and pending acks fail with `err`.
     /// Idempotent. When an RDM connection ends in order (`Shutdown`: the
     /// peer's end of the stream), requests not yet begun go to the peer

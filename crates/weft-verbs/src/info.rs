@@ -4,7 +4,7 @@
 //! offers are built from: port state, link layer, the IP addresses of the
 //! port's RoCE GIDs, the device limits and the largest inline send the
 //! device accepts. Probing costs a few milliseconds (it creates throw-away
-//! QPs), so [`offers`] works from [`discover_cached`], probed once per
+//! QPs), so [`offers()`] works from [`discover_cached`], probed once per
 //! process.
 //!
 //! The offers are an `FI_EP_MSG` and an `FI_EP_RDM` info per active port:
@@ -17,7 +17,7 @@
 //! an endpoint gets, capped by the device).
 //!
 //! When there is nothing to offer, [`no_device_reason`] says why in terms a
-//! user can act on, and [`describe`] prints what was found.
+//! user can act on, and [`describe()`] prints what was found.
 
 mod attrs;
 mod describe;

@@ -1,4 +1,4 @@
-//! Tests of `info.rs`.
+//! Tests of `info` and its modules.
 #![allow(clippy::unwrap_used)]
 
 use super::diagnose::{memlock_message, parse_cap_ipc_lock, parse_memlock};

@@ -98,6 +98,7 @@ impl Conn {
         let since = *m.gone_since.get_or_insert(now);
         Some(now.saturating_duration_since(since))
     }
+
     /// Bytes read so far (a retiring connection still receiving is not
     /// waited out as if it had stalled).
     pub fn rx_total(&self) -> u64 {

@@ -135,6 +135,7 @@ impl Conn {
             ..CqEntry::default()
         });
     }
+
     /// Writes queued frames, in order, while the socket takes them; the
     /// frame being written stays at the head of the queue, so whoever
     /// flushes next (the writer task, or an inline waiter) continues it.
@@ -203,6 +204,7 @@ impl Conn {
         }
         r
     }
+
     /// Inline progress: flushes what the writer task would, if anything is
     /// queued. A failure is left to the writer task, which fails the
     /// connection (see `send` for why not here).
@@ -247,6 +249,7 @@ impl Conn {
             }
         }
     }
+
     /// Has the writer task run a flush even with nothing queued.
     pub(super) fn kick_writer(&self) {
         let mut g = lock(&self.tx);
@@ -267,6 +270,7 @@ impl Conn {
         }
     }
 }
+
 /// Fails a frame's completion (a read request's read, if it was never
 /// queued on a connection). The caller accounts for its credit.
 pub fn fail_frame_done(f: TxFrame, err: Error) {

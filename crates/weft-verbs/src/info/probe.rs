@@ -95,8 +95,9 @@ pub(super) fn port_ips(link_layer: LinkLayer, gids: &[GidEntry]) -> Vec<IpAddr> 
 
 /// Probes every port of every device. Devices that cannot be opened or
 /// queried are skipped (with a `tracing` warning;
-/// [`no_device_reason`](super::no_device_reason) explains them). An error means libibverbs could not list devices at all
-/// (usually: no RDMA support in the kernel).
+/// [`no_device_reason`](super::no_device_reason) explains them). An
+/// error means libibverbs could not list devices at all (usually: no
+/// RDMA support in the kernel).
 pub fn discover() -> Result<Vec<DeviceReport>, Error> {
     let mut out = Vec::new();
     for dev in list_devices()? {
