@@ -625,3 +625,45 @@ fn cancel_takes_the_oldest_retired_receive_and_leaves_the_task_the_rest() {
     assert!(lock(&first).drain().is_empty());
     assert_eq!(lock(&first).posted(), 1);
 }
+
+/// A retired receive whose buffers are its work request's memory (a
+/// registered or pool receive) is found by cancel but left to its flush,
+/// which ends it `Canceled` with its own buffers: withdrawn at once it
+/// would get stand-ins, and its own (a pool buffer among them) would stay
+/// on a work request that can only be flushed.
+#[test]
+fn cancel_leaves_a_retired_receive_in_its_own_memory_to_its_flush() {
+    let credits = Credits::new(4);
+    let q = RetiredQueue::default();
+    assert!(credits.try_take());
+    let (d, mut r) = awaited(6);
+    let own = BytesMut::from(&b"own-mem!"[..]);
+    let at = own.as_ptr();
+    let mem = RecvMem::Registered {
+        mrs: Default::default(),
+        empty: vec![own],
+    };
+    lock(&q).push(106, d, None, Some(mem));
+    let retired = [q.clone()];
+    assert!(cancel_retired(&retired, &credits, false, 6), "found");
+    assert!(r.try_recv().unwrap().is_none(), "not ended with stand-ins");
+    assert_eq!(credits.left(), 3, "its credit stays with it");
+    assert_eq!(lock(&q).waiting(), 1);
+    // Its flush reaches the task, whose last step ends it.
+    let (mem, w) = lock(&q).landed(106, &credits).expect("posted");
+    fail_left(
+        vec![(w.expect("still its receive's"), Some(mem))],
+        &credits,
+        true,
+    );
+    let e = r
+        .try_recv()
+        .unwrap()
+        .expect("ended")
+        .into_result(0)
+        .expect_err("failed");
+    assert_eq!(e.err, Error::Canceled);
+    assert_eq!(e.bufs.len(), 1);
+    assert_eq!(e.bufs[0].as_ptr(), at, "its own buffer, not a stand-in");
+    assert_eq!(credits.left(), 4);
+}

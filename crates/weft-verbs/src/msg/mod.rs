@@ -114,7 +114,7 @@ pub mod stream;
 
 pub use srx::MsgSrx;
 
-use complete::{RecvMem, RxQueue};
+use complete::{cancel_flushing_on, RecvMem, RxQueue};
 
 pub use crate::cm_data::{cm_decode, cm_encode, CM_DATA_SIZE};
 
@@ -607,20 +607,22 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
     }
 
     fn cancel(&self, context: u64) -> bool {
-        // In post order: a retired queue's receives (oldest give-up
-        // first) were posted before the link's, and those before the
-        // receives still waiting for a link. Once closed, the give-up
-        // tasks end theirs without completions.
+        // In post order: retired queues' receives (oldest first), the
+        // link's, those still waiting for a link. Under the link's lock:
+        // a give-up takes the link, then retires the queue in a later
+        // hold of it; in between, `rxq` with no link holds receives of
+        // the queue pair given up. Closed: the tasks end them silently.
         let ep = &self.shared;
+        let g = lock(&ep.link);
         let retired = lock(&ep.retired_rx).clone();
-        if retired::cancel_retired(&retired, &ep.rx, ep.is_closed(), context) {
+        let found = retired::cancel_retired(&retired, &ep.rx, ep.is_closed(), context)
+            || match g.as_ref() {
+                Some(l) => ep.recv_side(&l.recv_pool).cancel(context),
+                None => !ep.is_closed() && cancel_flushing_on(&ep.rxq, &ep.rx, context),
+            };
+        drop(g);
+        if found {
             return true;
-        }
-        let link = lock(&self.shared.link).clone();
-        if let Some(l) = link {
-            if self.shared.recv_side(&l.recv_pool).cancel(context) {
-                return true;
-            }
         }
         let req = {
             let mut g = lock(&self.shared.early_recvs);

@@ -26,7 +26,7 @@ use weft_core::credits::Credits;
 use weft_core::sync::{lock, FastMutex};
 
 use super::complete::{
-    cancel_on, offer_to_waiting, reroute_on, returned_arrival, RecvMem, RxQueue,
+    cancel_flushing_on, offer_to_waiting, reroute_on, returned_arrival, RecvMem, RxQueue,
 };
 use super::MsgShared;
 
@@ -109,23 +109,28 @@ pub(super) fn give_back_routed(
     reroute_on(rxq, credits, a, true);
 }
 
-/// Withdraws the receive with `context` still waiting in a retired
-/// queue (the oldest give-up's first): it ends `Canceled` at once with
-/// its buffers (zeroed ones like its own while those are its work
-/// request's memory), its credit back, as a receive withdrawn on a live
-/// queue pair. Its work request stays in the queue with its memory: the
-/// task still counts it and waits for the device to report it (a flush,
-/// or a message that then goes to the queue's next waiting receive or is
-/// held and carried), or hands that memory back only once the queue pair
-/// is destroyed or, the link still held, parks it on the link. False if
-/// no retired queue has it waiting (its task may have taken the queue
-/// to end it: it ends `Canceled` there anyway). Once the endpoint is
-/// closed none is withdrawn: the tasks end them without completions.
+/// Cancels the receive with `context` still waiting in a retired queue
+/// (the oldest give-up's first). One whose buffers are in hand (a bounce
+/// slot's receive, or one without a work request of its own) ends
+/// `Canceled` at once with them, its credit back; its work request stays
+/// in the queue with its memory for the task, which waits for the device
+/// to report it. One whose buffers are its work request's memory is left
+/// waiting: the flush the task awaits ends it `Canceled` with its own
+/// buffers (a pool buffer back to its pool), or a message that landed
+/// before the queue pair's move completes it — a withdrawal now would
+/// hand out stand-ins and strand its own memory with a work request that
+/// can only be flushed. False if no retired queue has it waiting (its
+/// task may have taken the queue to end it: it ends `Canceled` there
+/// anyway). Once the endpoint is closed none is cancelled: the tasks end
+/// them without completions.
 pub(super) fn cancel_retired(
     retired: &[RetiredQueue],
     credits: &Credits,
     closed: bool,
     context: u64,
 ) -> bool {
-    !closed && retired.iter().any(|q| cancel_on(q, credits, context))
+    !closed
+        && retired
+            .iter()
+            .any(|q| cancel_flushing_on(q, credits, context))
 }

@@ -24,7 +24,7 @@ use recv_finish::recv_error;
 
 pub(super) use recv_mem::{RecvMem, Route};
 pub(super) use recv_side::{
-    cancel_on, deliver, offer_to_waiting, reroute_on, returned_arrival, RecvSide,
+    cancel_flushing_on, deliver, offer_to_waiting, reroute_on, returned_arrival, RecvSide,
 };
 pub(super) use rx_queue::{RxQueue, Waiting};
 

@@ -162,10 +162,11 @@ impl RecvSide<'_> {
 }
 
 /// Withdraws the waiting receive of `q` with `context`: it ends with
-/// `Canceled` and its buffers (or zeroed ones like them while its own are
-/// its work request's), its credit back. Its work request, if it posted
-/// one, stays in `q` with its memory until the device reports it (it now
-/// only catches a later message). False if none waits.
+/// `Canceled` and its buffers (while its own are its work request's:
+/// zeroed ones like them, or none for an awaited receive), its credit
+/// back. Its work request, if it posted one, stays in `q` with its
+/// memory until the device reports it (it now only catches a later
+/// message). False if none waits.
 pub(in crate::msg) fn cancel_on(
     q: &FastMutex<RxQueue<RecvMem>>,
     credits: &Credits,
@@ -178,6 +179,27 @@ pub(in crate::msg) fn cancel_on(
             fail(w.done, bufs, Error::Canceled);
             true
         }
+        None => false,
+    }
+}
+
+/// As [`cancel_on`] on the queue of a queue pair being flushed
+/// ([`RxQueue::cancel_in_hand`]): a receive whose buffers are its work
+/// request's memory is found but left to end `Canceled` at its flush,
+/// with them. False if none waits.
+pub(in crate::msg) fn cancel_flushing_on(
+    q: &FastMutex<RxQueue<RecvMem>>,
+    credits: &Credits,
+    context: u64,
+) -> bool {
+    let found = lock(q).cancel_in_hand(context, credits);
+    match found {
+        Some(Some(mut w)) => {
+            let bufs = w.bufs.take().unwrap_or_default();
+            fail(w.done, bufs, Error::Canceled);
+            true
+        }
+        Some(None) => true,
         None => false,
     }
 }

@@ -279,8 +279,8 @@ impl<M: Shape> RxQueue<M> {
         credits.release(1);
         let shape = self.disown(&w);
         if w.bufs.is_none() {
-            // An awaited receive is withdrawn because its future is gone:
-            // nobody would see the buffers.
+            // An awaited receive is withdrawn for its future (dropped, or
+            // reclaiming its buffers): stand-ins would be no use to it.
             w.bufs = Some(if w.done.waiter.is_some() {
                 Vec::new()
             } else {
@@ -288,6 +288,22 @@ impl<M: Shape> RxQueue<M> {
             });
         }
         Some(w)
+    }
+
+    /// As [`cancel`](Self::cancel) on a queue whose queue pair is being
+    /// flushed (a given-up connection's): a receive whose own buffers are
+    /// its work request's memory is left waiting, for the flush (due
+    /// within the give-up's bounds) to end it `Canceled` with them — a
+    /// withdrawal would hand out stand-ins and strand its own, a pool
+    /// buffer among them, with a work request that can only be flushed.
+    /// `None`: no receive with `context` waits; `Some(None)`: left for
+    /// its flush; `Some(Some(w))`: withdrawn.
+    pub fn cancel_in_hand(&mut self, context: u64, credits: &Credits) -> Option<Option<Waiting>> {
+        let w = self.waiting.iter().find(|w| w.done.context == context)?;
+        if w.bufs.is_none() {
+            return Some(None);
+        }
+        Some(self.cancel(context, credits))
     }
 
     /// Withdraws every receive whose future is gone; how many.
