@@ -162,8 +162,8 @@ async fn an_insert_of_a_name_nobody_takes_times_out() {
 /// claim lock, as a live claimer descheduled mid-claim does: the owner
 /// leaves it alone across many sweep intervals (version 9 freed it after
 /// two, and the claimer's late writes could land in the next claim).
-/// Once the lock goes with its claimer's descriptor and mapping (as at
-/// its exit), the claim is freed.
+/// Once the lock goes with the description its claimer took it through
+/// (a claim's own, closed at its exit), the claim is freed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claimer_holding_its_claim_lock_is_never_voided() {
     use std::os::fd::AsFd;
@@ -177,8 +177,10 @@ async fn a_claimer_holding_its_claim_lock_is_never_voided() {
     let addr = String::from_utf8(ep.local_addr().unwrap()).unwrap();
     let name = weft_shm::name::seg_name(addr.trim_start_matches("fi_shm://"));
     let g = Geometry::OURS;
-    // The claimer's view, mapped through the descriptor it locks by.
-    let (seg, file) = Segment::open_held(&name, g.bytes(), g.bytes()).unwrap();
+    // The claimer's view, and the description it locks through: the
+    // segment opened again by name for the claim, as `Peer::claim` does.
+    let seg = Segment::open(&name, g.bytes(), g.bytes()).unwrap();
+    let file = Segment::open_fd(&name).unwrap();
     // The test's own view, to watch the word after the claimer is gone.
     let watch = Segment::open(&name, g.bytes(), g.bytes()).unwrap();
     let c = Chan { g, i: 3 };
@@ -197,8 +199,8 @@ async fn a_claimer_holding_its_claim_lock_is_never_voided() {
         watch.load64(c.ctl(C_STATE_GEN), std::sync::atomic::Ordering::Acquire),
         Some(claimed)
     );
-    // The claimer dies: its lock goes with its description (its
-    // descriptor and its mapping), never let go by hand.
+    // The claimer dies: its lock goes with its claim's description,
+    // never let go by hand.
     std::mem::forget(lock);
     drop(file);
     drop(seg);

@@ -4,10 +4,27 @@
 //! before its claim's swap to after its claim's last swap, so the owner,
 //! judging a claim that outlasted a sweep interval, can tell a live
 //! claimer from a dead one (`F_OFD_GETLK`) whatever pid namespace the
-//! claimer runs in: a lock goes with the last reference to its open file
-//! description — its descriptors and its mappings, all gone at its
-//! holder's exit — so only a live process (or a child it forked while
-//! claiming) holds one. `docs/design.md`, "The state word".
+//! claimer runs in. `docs/design.md`, "The state word".
+//!
+//! A lock lives as long as its open file description, which every
+//! descriptor and every mapping of it keeps — and a `fork` child
+//! inherits both (`O_CLOEXEC` acts only at `exec`). So the lock is taken
+//! through a description opened for that one claim (`Peer::claim`: the
+//! segment opened again by name, checked to be the file mapped), never
+//! mapped and closed right after the claim: a child forked at any other
+//! time holds no reference to it, and one forked during the claim itself
+//! shares the description only until the parent lets the lock go
+//! (`F_UNLCK` acts on the description, whoever else holds it). Had the
+//! lock been taken through the descriptor the segment is mapped with, a
+//! child forked any time later would keep it alive after a parent that
+//! died mid-claim, and the owner would keep that claim until the child
+//! exited.
+//!
+//! Open-file-description locks, not the classic `F_SETLK` ones: classic
+//! locks belong to a process, so two endpoints of one process claiming
+//! one channel would never refuse each other, an owner looking in the
+//! same process as a claimer would not see its lock, and closing any
+//! descriptor of the file would drop them all.
 //!
 //! Not `flock`: the owner's whole-file `flock` (`create`, `live`) and
 //! these `fcntl` byte locks live apart on Linux — neither ever refuses
@@ -17,7 +34,7 @@
 //! `fcntl` locks; this module calls `fcntl` through `libc`.
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use weft_core::{Error, Result};
 
@@ -28,7 +45,8 @@ fn one_byte(kind: libc::c_int, at: u64) -> Result<libc::flock> {
     let l_start = libc::off_t::try_from(at).map_err(|_| Error::Inval)?;
     // SAFETY: `flock` is a plain C struct of integers, for which all
     // zeroes is a valid value; `l_pid` must be 0 for the `F_OFD_*`
-    // commands, and any padding a target has stays 0.
+    // commands (the zeroing sees to it), and the kernel ignores any
+    // padding a target has.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = l_type;
     fl.l_whence = l_whence;
@@ -55,40 +73,52 @@ fn lock_cmd(fd: BorrowedFd<'_>, cmd: libc::c_int, fl: &mut libc::flock) -> std::
     }
 }
 
-/// A channel's claim lock held through `fd`'s open file description,
-/// let go when dropped.
+/// A channel's claim lock held through the open file description of the
+/// descriptor `F` (the guard's own, for a claim), let go when dropped.
 #[derive(Debug)]
-pub struct ClaimLock<'a> {
-    fd: BorrowedFd<'a>,
+pub struct ClaimLock<F: AsFd> {
+    fd: F,
     at: u64,
 }
 
-impl ClaimLock<'_> {
+impl<F: AsFd> ClaimLock<F> {
     /// Takes the lock on the byte at `at` of `fd`'s file (a channel's
     /// control block offset), without waiting: `None` when another open
     /// file description holds it — a claimer of that channel, here or in
-    /// another process. The lock of `fd`'s own description is taken again
-    /// (it never refuses itself). Errors: the kernel has no `F_OFD_*`
-    /// locks (before Linux 3.15), `fd` is not open for writing.
-    pub fn try_take(fd: BorrowedFd<'_>, at: u64) -> Result<Option<ClaimLock<'_>>> {
+    /// another process — or the kernel is out of lock records (`ENOLCK`,
+    /// which passes: the channel is passed over as a taken one, and tried
+    /// again at the next send). The lock of `fd`'s own description is
+    /// taken again (it never refuses itself). Errors: the kernel has no
+    /// `F_OFD_*` locks (before Linux 3.15: `Inval`), a filter forbids the
+    /// call, `fd` is not open for writing (`BadF`).
+    pub fn try_take(fd: F, at: u64) -> Result<Option<ClaimLock<F>>> {
         let mut fl = one_byte(libc::F_WRLCK, at)?;
-        match lock_cmd(fd, libc::F_OFD_SETLK, &mut fl) {
+        match lock_cmd(fd.as_fd(), libc::F_OFD_SETLK, &mut fl) {
             Ok(()) => Ok(Some(ClaimLock { fd, at })),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => Ok(None),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAGAIN | libc::EACCES | libc::ENOLCK)
+                ) =>
+            {
+                Ok(None)
+            }
             Err(e) => Err(e.into()),
         }
     }
 }
 
-impl Drop for ClaimLock<'_> {
+impl<F: AsFd> Drop for ClaimLock<F> {
     fn drop(&mut self) {
-        let done = one_byte(libc::F_UNLCK, self.at)
-            .and_then(|mut fl| lock_cmd(self.fd, libc::F_OFD_SETLK, &mut fl).map_err(Error::from));
+        let done = one_byte(libc::F_UNLCK, self.at).and_then(|mut fl| {
+            lock_cmd(self.fd.as_fd(), libc::F_OFD_SETLK, &mut fl).map_err(Error::from)
+        });
         if let Err(e) = done {
             // Not seen on a valid descriptor. The lock then stays until
-            // the descriptor closes: claims of that channel by others are
-            // refused and the owner never voids one — a channel held
-            // longer, nothing lost.
+            // its description closes — for a claim's, which the guard
+            // owns, right after this — and meanwhile claims of that
+            // channel by others are refused and the owner voids none: a
+            // channel held longer, nothing lost.
             tracing::warn!(error = ?e, at = self.at, "shm: a claim lock not let go");
         }
     }
@@ -102,6 +132,44 @@ pub fn held(fd: BorrowedFd<'_>, at: u64) -> Result<bool> {
     let mut fl = one_byte(libc::F_WRLCK, at)?;
     lock_cmd(fd, libc::F_OFD_GETLK, &mut fl)?;
     Ok(libc::c_int::from(fl.l_type) != libc::F_UNLCK)
+}
+
+/// Whether claim locks work through `fd` (a segment file open for
+/// reading and writing that nobody else locks: a new one, before it
+/// takes its name): looked at, taken and let go on byte 0, in the header,
+/// which no channel's lock covers. An shm endpoint cannot work without
+/// them — a sender could claim no channel, and its sends would wait
+/// forever — so one is made only after this passes: `NoSys` otherwise
+/// (a kernel before Linux 3.15, a seccomp filter refusing the calls), the
+/// cause logged.
+pub fn probe(fd: BorrowedFd<'_>) -> Result<()> {
+    let works = held(fd, 0).and_then(|_| match ClaimLock::try_take(fd, 0)? {
+        Some(_) => Ok(()),
+        // Nobody else has the file: a refusal is no working lock.
+        None => Err(Error::Busy),
+    });
+    works.map_err(|e| {
+        tracing::warn!(
+            error = %e,
+            "shm: open-file-description locks (fcntl F_OFD_SETLK, Linux 3.15 or later) do not work here; the shm provider needs them"
+        );
+        Error::NoSys
+    })
+}
+
+/// Whether claim locks work in this process, probed once on an
+/// anonymous file ([`probe`]): what the provider offers hangs on it. A
+/// probe that cannot be made (no anonymous file) says yes — endpoint
+/// creation probes again on its own segment, and fails there.
+pub fn usable() -> bool {
+    static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *USABLE.get_or_init(|| {
+        use rustix::fs::{memfd_create, MemfdFlags};
+        match memfd_create("weft-shm-lock-probe", MemfdFlags::CLOEXEC) {
+            Ok(fd) => probe(fd.as_fd()).is_ok(),
+            Err(_) => true,
+        }
+    })
 }
 
 #[cfg(test)]
@@ -148,6 +216,26 @@ mod tests {
         drop(a);
         assert!(!held(b.as_fd(), 512).unwrap(), "gone with its descriptor");
         assert!(ClaimLock::try_take(b.as_fd(), 512).unwrap().is_some());
+    }
+
+    /// A descriptor that cannot take a write lock (open only for
+    /// reading: `EBADF`) is an error, not a refusal; the probe an
+    /// endpoint's creation makes says `NoSys` for it, and passes where
+    /// the locks work.
+    #[test]
+    fn a_lock_that_cannot_be_taken_is_an_error() {
+        let (a, _b) = two_opens();
+        // The file's name is gone: opened again through `/proc`, as a
+        // new description.
+        let ro = File::open(format!("/proc/self/fd/{}", a.as_raw_fd())).unwrap();
+        assert_eq!(
+            ClaimLock::try_take(ro.as_fd(), 512).unwrap_err(),
+            Error::BadF
+        );
+        assert_eq!(probe(ro.as_fd()), Err(Error::NoSys));
+        assert_eq!(probe(a.as_fd()), Ok(()));
+        assert!(!held(a.as_fd(), 0).unwrap(), "the probe let go");
+        assert!(usable());
     }
 
     /// The owner's whole-file `flock` (shared while it runs, a prober's

@@ -74,6 +74,9 @@ fn draft(name: &str, len: usize) -> Result<Option<Draft>> {
     if !lock_new(&file, &path.0)? {
         return Ok(None);
     }
+    // Before the file has a header, let alone the real name: without
+    // working claim locks no sender could ever claim a channel here.
+    crate::claim_lock::probe(std::os::fd::AsFd::as_fd(&file))?;
     file.set_len(len as u64)?;
     let seg = Segment::map_file(&file, len)?;
     Ok(Some(Draft { path, file, seg }))

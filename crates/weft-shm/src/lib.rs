@@ -21,8 +21,9 @@
 //!
 //! Everything read from a segment is checked before use: a peer writing
 //! garbage there gets its channel freed (`EpStats::rx_malformed`), never
-//! an access outside the segment or a panic. The unsafe code (the
-//! mapping and its accessors) is confined to one module, `segment`.
+//! an access outside the segment or a panic. The unsafe code is confined
+//! to two modules: `segment` (the mapping and its accessors) and
+//! `claim_lock` (the `fcntl` byte-lock calls, which rustix lacks).
 //!
 //! Progress follows the other providers' three wait modes; in interrupt
 //! mode the driver sleeps in the Tokio reactor on a doorbell FIFO that

@@ -42,8 +42,12 @@ pub fn fabric_name() -> String {
     format!("{NAME}-{}", crate::cma::mode().label())
 }
 
-/// Every offer.
+/// Every offer: none where claim locks do not work
+/// (`claim_lock::usable`), as an endpoint could not be made.
 pub fn offers() -> Vec<Info> {
+    if !crate::claim_lock::usable() {
+        return Vec::new();
+    }
     vec![offer()]
 }
 

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use weft_core::addr::FiAddr;
 use weft_core::recv_completion::fail_recv;
 use weft_core::soft_srx::SrxEp;
-use weft_core::Error;
+use weft_core::{Error, Result};
 
 use crate::endpoint::EpShared;
 use crate::layout::*;
@@ -250,10 +250,11 @@ fn channel(
             // A claimer that died before finishing its claim. A claim
             // takes microseconds; it is judged only once the same claim
             // (the same word, pid and count) has outlasted a whole sweep
-            // interval, and a claimer that holds the channel's claim
-            // lock runs, whatever its pid says here (another pid
-            // namespace: `claimer_alive`). Freed only if taken from that
-            // word: the claimer may finish its claim while we judge.
+            // interval, and by the channel's claim lock: held, its
+            // claimer runs, whatever its pid says here (another pid
+            // namespace); not held, it is gone, whoever has its pid now
+            // (`claimer_alive`). Freed only if taken from that word: the
+            // claimer may finish its claim while we judge.
             let pid = s & !CLAIMING;
             if lc.active.is_some() {
                 // A claim begun over one we knew and never freed: as in
@@ -309,14 +310,22 @@ pub(crate) fn sweep_claim(
     }
 }
 
-/// Whether the claimer `pid` of a claim in progress on `c` runs: it
-/// holds the channel's claim lock ([`claim_held`]), or else its pid says
-/// so — by its start time too when it wrote its pid (right after the
+/// Whether the claimer `pid` of a claim in progress on `c` runs. The
+/// claim lock says it ([`claim_held`]) whenever it can be looked at:
+/// every claimer of this layout holds it from before its claim's swap
+/// until after its last, so a claim whose word has not moved in a sweep
+/// interval and whose lock nobody holds is a dead claimer's — whatever
+/// its pid names now (another process may have it: a pid look would
+/// keep that claim). Only when the look fails is the pid judged — by
+/// its start time too when the claimer wrote its pid (right after the
 /// claim), since a claimer that died long ago may have left its pid to
 /// another process, which by pid alone looks alive. Read only when a
 /// sweep judges a claim.
 fn claimer_alive(ep: &EpShared, c: &Chan, pid: u32) -> bool {
-    claim_held(ep.held.as_fd(), c) || pid_alive(ep, c, pid)
+    match claim_held(ep.held.as_fd(), c) {
+        Ok(held) => held,
+        Err(_) => pid_alive(ep, c, pid),
+    }
 }
 
 /// Whether somebody holds the claim lock of channel `c` (`claim_lock`),
@@ -325,12 +334,14 @@ fn claimer_alive(ep: &EpShared, c: &Chan, pid: u32) -> bool {
 /// holds it from before its claim's swap until after its last, so a
 /// claim whose lock is held is a live claimer's, in whatever pid
 /// namespace — never voided (a voided live claimer's late writes would
-/// land in the next claimer's channel). Not held: the claimer is gone,
-/// or finished its claim (the word then moved, and the owner's take
-/// fails). A failed look (a kernel without `F_OFD_*` locks, where no
-/// claimer could have taken one) says nothing, and the pid is judged.
-pub(crate) fn claim_held(fd: BorrowedFd<'_>, c: &Chan) -> bool {
-    crate::claim_lock::held(fd, c.ctl(C_STATE_GEN) as u64).unwrap_or(false)
+/// land in the next claimer's channel). Not held: the claimer is gone
+/// (its lock went with its claim's open file description), or finished
+/// its claim (the word then moved, and the owner's take fails). An
+/// error when the look fails (not seen once the endpoint's creation
+/// probed the locks: `claim_lock::probe`): [`claimer_alive`] then
+/// judges by pid.
+pub(crate) fn claim_held(fd: BorrowedFd<'_>, c: &Chan) -> Result<bool> {
+    crate::claim_lock::held(fd, c.ctl(C_STATE_GEN) as u64)
 }
 
 /// The claimer's liveness by its pid (and start time), as

@@ -71,6 +71,29 @@ pub(crate) fn not_a_file(e: rustix::io::Errno) -> bool {
     matches!(e, Errno::LOOP | Errno::NXIO | Errno::ISDIR)
 }
 
+/// Which file a descriptor holds: its device and inode (`fstat`),
+/// unique among the files that exist at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    /// The identity in `st`.
+    pub fn of(st: &rustix::fs::Stat) -> FileId {
+        FileId {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        }
+    }
+
+    /// The identity of the file `fd` holds.
+    pub fn of_fd(fd: impl AsFd) -> Result<FileId> {
+        rustix::fs::fstat(fd).map(|st| FileId::of(&st)).map_err(io)
+    }
+}
+
 impl Segment {
     /// Maps the existing `/dev/shm/<name>` if it is a regular file whose
     /// size is between `min` and `max` bytes. `NoEnt` when there is no
@@ -78,14 +101,25 @@ impl Segment {
     /// FIFO, a symbolic link, a directory: not a segment, whoever put it
     /// there), which is neither followed nor waited on.
     pub fn open(name: &str, min: usize, max: usize) -> Result<Segment> {
-        Segment::open_held(name, min, max).map(|(seg, _)| seg)
+        Segment::open_id(name, min, max).map(|(seg, _)| seg)
     }
 
-    /// [`open`](Self::open), keeping the descriptor the segment was
-    /// mapped through: a sender takes its claim locks through it
-    /// (`claim_lock`), on the very file it mapped — opened again by name,
-    /// it might be a newer segment's.
-    pub fn open_held(name: &str, min: usize, max: usize) -> Result<(Segment, OwnedFd)> {
+    /// [`open`](Self::open), with the identity of the file mapped: a
+    /// sender opening the segment again by name for a claim's lock
+    /// (`Peer::claim`) checks that it is the very file it mapped, not a
+    /// newer segment under the name. The descriptor is closed.
+    pub fn open_id(name: &str, min: usize, max: usize) -> Result<(Segment, FileId)> {
+        let fd = Segment::open_fd(name)?;
+        let st = rustix::fs::fstat(&fd).map_err(io)?;
+        let seg = Segment::map_stat(&fd, &st, min, max)?;
+        Ok((seg, FileId::of(&st)))
+    }
+
+    /// Opens the existing `/dev/shm/<name>` for reading and writing, as
+    /// every open of a segment by name: never following a symbolic link
+    /// nor waiting on a FIFO, closed at `exec`. `NoEnt` when nothing is
+    /// under the name; `Inval` when what is there cannot be a segment.
+    pub fn open_fd(name: &str) -> Result<OwnedFd> {
         // As `shm_open(3)`: leading slashes, then one file name.
         let name = name.trim_start_matches('/');
         if name.is_empty() || name == "." || name == ".." || name.contains('/') {
@@ -93,13 +127,11 @@ impl Segment {
         }
         let path = format!("{}/{name}", crate::name::SHM_DIR);
         let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(path.as_str(), flags, Mode::empty()).map_err(|e| match e {
+        rustix::fs::open(path.as_str(), flags, Mode::empty()).map_err(|e| match e {
             rustix::io::Errno::NOENT => Error::NoEnt,
             e if not_a_file(e) => Error::Inval,
             e => io(e),
-        })?;
-        let seg = Segment::map_regular(&fd, min, max)?;
-        Ok((seg, fd))
+        })
     }
 
     /// Maps the whole of the open file `f`, whose size is taken from the
@@ -118,6 +150,11 @@ impl Segment {
     /// descriptor holds before it is mapped, whoever opened it.
     fn map_regular(fd: impl AsFd, min: usize, max: usize) -> Result<Segment> {
         let st = rustix::fs::fstat(&fd).map_err(io)?;
+        Segment::map_stat(fd, &st, min, max)
+    }
+
+    /// [`map_regular`](Self::map_regular) by the `fstat` `st` of `fd`.
+    fn map_stat(fd: impl AsFd, st: &rustix::fs::Stat, min: usize, max: usize) -> Result<Segment> {
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(Error::Inval);
         }

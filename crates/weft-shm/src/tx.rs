@@ -57,11 +57,11 @@ struct Delivering {
 pub struct Peer {
     pub(crate) name: String,
     seg: Segment,
-    /// The descriptor `seg` was mapped through, kept for the peer's
-    /// lifetime: every claim takes its channel's claim lock through it
-    /// (`claim_lock`), on the file mapped, not whatever the name holds
-    /// by then. One descriptor a peer, besides its doorbell's.
-    file: std::os::fd::OwnedFd,
+    /// Which file `seg` maps: a claim takes its channel's claim lock
+    /// (`claim_lock`) through a description of its own, opened by name
+    /// for that claim, and goes on only if the name still holds this
+    /// file. No descriptor is kept besides the doorbell's.
+    file: crate::segment::FileId,
     g: Geometry,
     /// The claimed channel and its claim count; `None` while all are
     /// taken.

@@ -4,7 +4,7 @@
 //! the peer still are what we took them for.
 
 use std::collections::VecDeque;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
 use weft_core::{Error, Result};
@@ -14,12 +14,17 @@ use crate::claim_lock::ClaimLock;
 use crate::keys::EpKeys;
 use crate::layout::*;
 use crate::ring::Chan;
-use crate::segment::Segment;
+use crate::segment::{FileId, Segment};
 
 /// How many looks [`Peer::claim`] takes whether its claim is still ours,
 /// its activation's swap the last: one before each group of its writes.
 #[cfg(test)]
 const CLAIM_LOOKS: usize = 5;
+
+/// How many points [`Peer::claim_with`] runs its hook at: right after
+/// the claim's swap, then before each look.
+#[cfg(test)]
+const CLAIM_HOOKS: usize = CLAIM_LOOKS + 1;
 
 impl Peer {
     /// Maps `name`'s segment and checks its header, for an endpoint that
@@ -35,7 +40,7 @@ impl Peer {
             .map(|g| g.bytes())
             .unwrap_or(HEADER);
         let (mut seg, file) =
-            Segment::open_held(&crate::name::seg_name(name), min, max).map_err(|e| match e {
+            Segment::open_id(&crate::name::seg_name(name), min, max).map_err(|e| match e {
                 Error::NoEnt | Error::Inval => Error::ConnRefused,
                 e => e,
             })?;
@@ -76,61 +81,96 @@ impl Peer {
     }
 
     /// Claims a free channel, if there is one, proving the key `keys`
-    /// hold for [`proves`](Self::proves).
+    /// hold for [`proves`](Self::proves): true once one is ours, false
+    /// when none could be had now (all taken, or a claim moved under
+    /// us: the sends wait for the next try). An error ends the sends
+    /// waiting for this peer (`fail_all`): its segment is gone from its
+    /// name, or replaced (`ConnReset`, as for a peer found dead), or a
+    /// claim lock cannot be taken here (a kernel or a seccomp filter
+    /// refusing `F_OFD_SETLK`, a descriptor limit): no claim could ever
+    /// be made, and the sends would wait forever.
     pub(super) fn claim(
         &mut self,
         me: crate::live::Instance,
         my_name: &str,
         keys: &EpKeys,
-    ) -> bool {
-        self.claim_with(me, my_name, keys, |_, _, _| {})
+    ) -> Result<bool> {
+        self.claim_with(me, my_name, keys, Peer::claim_fd, |_, _, _| {})
     }
 
-    /// [`claim`](Self::claim), running `between(k, segment, channel)`
-    /// right before its `k`th look whether the claim is still ours (`k`
-    /// from 0 to `CLAIM_LOOKS` − 1, the last its activation's swap):
-    /// where a test voids the claim as an owner can. A no-op otherwise.
+    /// The segment opened again by name, for one claim's lock: the claim
+    /// lock goes with the last reference to its open file description,
+    /// so it is taken through a description nothing else holds — never
+    /// mapped, closed once the claim is over — which a `fork` child
+    /// shares only if forked during the claim itself (`claim_lock`).
+    /// `ConnReset` when the name holds no segment or another file than
+    /// the one mapped (the owner closed; a newer one took the name): no
+    /// lock there says anything about our claim.
+    fn claim_fd(&self) -> Result<OwnedFd> {
+        let gone = |why: &str| {
+            tracing::debug!(peer = %self.name, why, "shm: peer segment gone from its name");
+            Error::ConnReset
+        };
+        let fd = Segment::open_fd(&crate::name::seg_name(&self.name)).map_err(|e| match e {
+            Error::NoEnt | Error::Inval => gone("no segment under the name"),
+            e => e,
+        })?;
+        if FileId::of_fd(&fd)? != self.file {
+            return Err(gone("another file under the name"));
+        }
+        Ok(fd)
+    }
+
+    /// [`claim`](Self::claim), its locks taken through what `open` opens
+    /// ([`claim_fd`](Self::claim_fd)), running `between(k, segment,
+    /// channel)` at `k` = 0 right after the claim's swap, and at `k` = 1
+    /// to `CLAIM_LOOKS` right before the (`k` − 1)th look whether the
+    /// claim is still ours (the last its activation's swap): where a test
+    /// voids the claim as an owner can, looks at its lock, or gives it a
+    /// descriptor that cannot lock. A no-op otherwise.
     fn claim_with(
         &mut self,
         me: crate::live::Instance,
         my_name: &str,
         keys: &EpKeys,
+        open: impl FnOnce(&Peer) -> Result<OwnedFd>,
         mut between: impl FnMut(usize, &Segment, &Chan),
-    ) -> bool {
+    ) -> Result<bool> {
         if self.chan.is_some() {
-            return true;
+            return Ok(true);
         }
         use Ordering::Release;
+        // Opened at the first free channel, for every try of this call;
+        // closed as it returns, after the lock is let go.
+        let (mut open, mut opened) = (Some(open), None::<OwnedFd>);
         for i in 0..self.g.channels {
             let c = Chan { g: self.g, i };
             // A channel in use is passed over without a system call.
             if c.state(&self.seg) != Some(FREE) {
                 continue;
             }
+            if let Some(open) = open.take() {
+                opened = Some(open(self)?);
+            }
+            let Some(fd) = &opened else {
+                continue;
+            };
             // The claim lock, before the claim's swap and held until its
             // last: while we hold it the owner never takes our claim for
             // a dead claimer's, whatever our pid says to it, so no group
             // of our writes lands in the next claimer's channel
             // (`docs/design.md`, "The state word"). Refused: another
-            // claims this channel, as a failed swap.
+            // claims this channel, as a failed swap. Failed: no claim
+            // can be made without it, ever — an error, not a wait.
             let at = c.ctl(C_STATE_GEN) as u64;
-            let lock = match ClaimLock::try_take(self.file.as_fd(), at) {
-                Ok(Some(lock)) => lock,
-                Ok(None) => continue,
-                Err(e) => {
-                    // No claim without its lock (a kernel without
-                    // `F_OFD_*` locks, before Linux 3.15): the sends wait.
-                    static ONCE: std::sync::Once = std::sync::Once::new();
-                    ONCE.call_once(|| {
-                        tracing::warn!(error = ?e, peer = %self.name, "shm: cannot take a claim lock");
-                    });
-                    return false;
-                }
+            let Some(lock) = ClaimLock::try_take(fd.as_fd(), at)? else {
+                continue;
             };
             let Some(gen) = c.begin_claim(&self.seg, me.0) else {
                 continue;
             };
             let s = &self.seg;
+            between(0, s, &c);
             s.store32(c.ctl(C_PID), me.0, Release);
             s.store64(c.ctl(C_START), me.1, Release);
             s.store64(c.ctl(C_SERIAL), me.2, Release);
@@ -138,15 +178,15 @@ impl Peer {
             // Our claim lock keeps the owner from voiding it; a claim
             // still moves under us if a broken sender frees the channel,
             // and then the next group must not land in another's.
-            between(0, s, &c);
+            between(1, s, &c);
             if !c.still_claiming(s, me.0, gen) {
-                return false;
+                return Ok(false);
             }
             s.store32(c.ctl(C_NAME_LEN), my_name.len() as u32, Release);
             s.write(c.ctl(C_NAME), my_name.as_bytes());
-            between(1, s, &c);
+            between(2, s, &c);
             if !c.still_claiming(s, me.0, gen) {
-                return false;
+                return Ok(false);
             }
             // Before `ACTIVE`: the receiver starts at position 0, whose
             // word must be 0 or a record of this claim's.
@@ -156,18 +196,18 @@ impl Peer {
             let key = keys.key_for(self.proves);
             let Ok(proof) = crate::keyproof::prepare(s, &c, key, my_name, &self.name, gen) else {
                 c.move_state(s, gen, claiming(me.0), CLOSED);
-                return false;
+                return Ok(false);
             };
             // Checked after the proof's computation (a system call and a
             // MAC), right before its writes.
-            between(2, s, &c);
-            if !c.still_claiming(s, me.0, gen) {
-                return false;
-            }
-            let awaiting = proof.write(s, &c);
             between(3, s, &c);
             if !c.still_claiming(s, me.0, gen) {
-                return false;
+                return Ok(false);
+            }
+            let awaiting = proof.write(s, &c);
+            between(4, s, &c);
+            if !c.still_claiming(s, me.0, gen) {
+                return Ok(false);
             }
             // Waiting for the verdict: the owner rings us when it is in.
             s.store32(c.ctl(C_TX_WAIT), u32::from(awaiting.is_some()), Release);
@@ -176,13 +216,13 @@ impl Peer {
                 _ => crate::cma::probe_addr(),
             };
             s.store64(c.ctl(C_CMA_PROBE), probe, Release);
-            between(4, s, &c);
+            between(5, s, &c);
             if !c.move_state(s, gen, claiming(me.0), ACTIVE) {
                 // The claim moved under us (the owner took it, which it
                 // does only once our lock is gone, or a broken sender
                 // freed the channel): not ours to finish; the sends wait
                 // for the next try.
-                return false;
+                return Ok(false);
             }
             // Let go only after the claim's last swap: from here on the
             // channel is judged as an active one (`sender_alive`).
@@ -191,9 +231,9 @@ impl Peer {
             self.chan = Some((c, gen));
             self.tail = 0;
             self.head_seen = 0;
-            return true;
+            return Ok(true);
         }
-        false
+        Ok(false)
     }
 
     /// Whether the claimed channel `c` (claim count `gen`) is still ours:
@@ -228,27 +268,26 @@ mod tests {
 
     use super::*;
     use crate::rx::{claim_held, sweep_claim};
+    use crate::test_files::Leftovers;
 
-    /// A peer record over a segment file with one channel, as
-    /// `Peer::open` makes it for an unkeyed owner (the segment mapped
-    /// through the descriptor it keeps), and the owner's own descriptor
-    /// of that file (as its `EpShared::held`): another open file
-    /// description. The file's name is gone at once.
-    fn peer_and_owner() -> (Peer, File) {
-        let g = Geometry::check(1, RING_MIN as u32).unwrap();
-        let mut gone = crate::test_files::Leftovers::default();
-        let path = gone.add(
-            std::path::Path::new(crate::name::SHM_DIR)
-                .join(format!("weft-claim-test-{}", crate::name::unique())),
-        );
+    /// A peer record over a segment file with `channels` channels under
+    /// the peer's segment name, as `Peer::open` makes it for an unkeyed
+    /// owner (the segment mapped, the file's identity noted), the owner's
+    /// own descriptor of that file (as its `EpShared::held`: another
+    /// open file description), and what removes the file.
+    fn peer_and_owner_of(channels: u32) -> (Peer, File, Leftovers) {
+        let g = Geometry::check(channels, RING_MIN as u32).unwrap();
+        let name = format!("ct-{}", crate::name::unique());
+        let mut gone = Leftovers::default();
+        let path = gone.add(seg_path(&name));
         std::fs::write(&path, vec![0u8; g.bytes()]).unwrap();
         let open = || File::options().read(true).write(true).open(&path).unwrap();
         let (mine, owner) = (open(), open());
         let seg = Segment::map_file(&mine, g.bytes()).unwrap();
         let p = Peer {
-            name: "owner".into(),
+            name,
             seg,
-            file: mine.into(),
+            file: FileId::of_fd(&mine).unwrap(),
             g,
             chan: None,
             tail: 0,
@@ -268,16 +307,30 @@ mod tests {
             proves: None,
             spins: false,
         };
-        (p, owner)
+        (p, owner, gone)
     }
 
-    fn peer() -> Peer {
-        peer_and_owner().0
+    /// Where `name`'s segment file is.
+    fn seg_path(name: &str) -> String {
+        format!("{}{}", crate::name::SHM_DIR, crate::name::seg_name(name))
+    }
+
+    fn peer_and_owner() -> (Peer, File, Leftovers) {
+        peer_and_owner_of(1)
     }
 
     /// The byte of channel `c`'s claim lock.
     fn lock_at(c: &Chan) -> u64 {
         c.ctl(C_STATE_GEN) as u64
+    }
+
+    /// `p.claim_with` as `claim` makes it, with the hook `between`.
+    fn claim_hooked(
+        p: &mut Peer,
+        keys: &EpKeys,
+        between: impl FnMut(usize, &Segment, &Chan),
+    ) -> Result<bool> {
+        p.claim_with((7, 77, 777), "me", keys, Peer::claim_fd, between)
     }
 
     /// What the next claimer (process 8) writes in its claim, after the
@@ -298,18 +351,19 @@ mod tests {
     }
 
     /// The owner voids the claim before each of the claimer's looks
-    /// whether it is still its own — it takes the claim from the word it
-    /// judged (`Chan::take`), frees it and another sender claims the
-    /// channel: the voided claimer gives up at that look, writes nothing
-    /// further into the channel (every field of the next claim stays as
-    /// that claimer wrote it) and never activates it.
+    /// whether it is still its own (hook points 1 to `CLAIM_LOOKS`) — it
+    /// takes the claim from the word it judged (`Chan::take`), frees it
+    /// and another sender claims the channel: the voided claimer gives
+    /// up at that look, writes nothing further into the channel (every
+    /// field of the next claim stays as that claimer wrote it) and never
+    /// activates it.
     #[test]
     fn a_claim_voided_before_a_look_writes_nothing_further() {
         let keys = EpKeys::single(None).unwrap();
-        for k in 0..CLAIM_LOOKS {
-            let mut p = peer();
+        for k in 1..CLAIM_HOOKS {
+            let (mut p, _owner, _gone) = peer_and_owner();
             let mut next = None;
-            let claimed = p.claim_with((7, 77, 777), "me", &keys, |at, s, c| {
+            let claimed = claim_hooked(&mut p, &keys, |at, s, c| {
                 if at != k {
                     return;
                 }
@@ -318,8 +372,9 @@ mod tests {
                 assert!(c.take(s, word));
                 c.set_free(s);
                 next = Some(next_claim(s, c));
-            });
-            assert!(!claimed, "voided before look {k}, it claimed");
+            })
+            .unwrap();
+            assert!(!claimed, "voided before look {}, it claimed", k - 1);
             assert!(p.chan.is_none());
             let (s, c) = (&p.seg, Chan { g: p.g, i: 0 });
             let gen = next.unwrap();
@@ -339,56 +394,69 @@ mod tests {
     }
 
     /// Unvoided, the same claim finishes: active at its count, with its
-    /// fields; the hook runs once at each of its `CLAIM_LOOKS` looks.
+    /// fields; the hook runs once at each of its `CLAIM_HOOKS` points,
+    /// and at every one — from right after the claim's swap to right
+    /// before the activation's — the claim lock is held, as another
+    /// description (the owner's) sees it; let go once active.
     #[test]
-    fn a_claim_left_alone_activates() {
+    fn a_claim_left_alone_activates_holding_its_lock_throughout() {
         let keys = EpKeys::single(None).unwrap();
-        let mut p = peer();
-        let mut looks = 0;
-        assert!(p.claim_with((7, 77, 777), "me", &keys, |_, _, _| looks += 1));
-        assert_eq!(looks, CLAIM_LOOKS);
+        let (mut p, owner, _gone) = peer_and_owner();
+        let mut looks = Vec::new();
+        assert!(claim_hooked(&mut p, &keys, |at, _, c| {
+            assert!(claim_held(owner.as_fd(), c).unwrap(), "not held at {at}");
+            looks.push(at);
+        })
+        .unwrap());
+        assert_eq!(looks, (0..CLAIM_HOOKS).collect::<Vec<_>>());
         let (c, gen) = p.chan.unwrap();
         let s = &p.seg;
         assert_eq!(c.state_word(s), Some(state_gen(ACTIVE, gen)));
         assert_eq!(s.load32(c.ctl(C_PID), Acquire), Some(7));
         assert_eq!(s.load64(c.ctl(C_SERIAL), Acquire), Some(777));
         assert_eq!(c.published_at(s, 0), Some(false));
+        assert!(!claim_held(owner.as_fd(), &c).unwrap());
+    }
+
+    /// The owner's judgement of a claimer, as `rx::claimer_alive` makes
+    /// it: the lock when it can be looked at, else `pid_says`.
+    fn owner_judges(owner: &File, c: &Chan, pid_says: bool) -> bool {
+        claim_held(owner.as_fd(), c).unwrap_or(pid_says)
     }
 
     /// A live claimer in another pid namespace — its pid names nobody
     /// the owner can judge, so the owner's look by pid says dead — whose
-    /// claim outlasts several sweep intervals at each of its looks: it
+    /// claim outlasts several sweep intervals at each hook point: it
     /// holds its claim lock, so the owner's sweeps (`sweep_claim` with
-    /// the owner's liveness look, the lock through its own descriptor
-    /// first) never take its claim; it activates, and lets the lock go
-    /// (another description takes the byte at once).
+    /// the owner's liveness look) never take its claim; it activates,
+    /// and lets the lock go (another description takes the byte at once).
     #[test]
     fn a_claimer_holding_its_lock_is_never_voided() {
         let keys = EpKeys::single(None).unwrap();
-        for k in 0..CLAIM_LOOKS {
-            let (mut p, owner) = peer_and_owner();
+        for k in 0..CLAIM_HOOKS {
+            let (mut p, owner, _gone) = peer_and_owner();
             let mut seen = None;
             let mut sweeps = 0;
-            let claimed = p.claim_with((7, 77, 777), "me", &keys, |at, s, c| {
+            let claimed = claim_hooked(&mut p, &keys, |at, s, c| {
                 if at != k {
                     return;
                 }
                 for _ in 0..4 {
                     let word = c.state_word(s).unwrap();
                     assert_eq!(state_of(word), claiming(7));
-                    let pid_says_alive = || false;
-                    let alive = || claim_held(owner.as_fd(), c) || pid_says_alive();
+                    let alive = || owner_judges(&owner, c, false);
                     assert!(!sweep_claim(s, c, &mut seen, word, alive));
                     sweeps += 1;
                 }
-            });
+            })
+            .unwrap();
             assert_eq!(sweeps, 4);
-            assert!(claimed, "held through look {k}, it was voided");
+            assert!(claimed, "held through hook {k}, it was voided");
             let (c, gen) = p.chan.unwrap();
             assert_eq!(c.state_word(&p.seg), Some(state_gen(ACTIVE, gen)));
             // Let go after the activation: nobody holds it, and another
             // description (a next claimer's) can take it.
-            assert!(!claim_held(owner.as_fd(), &c));
+            assert!(!claim_held(owner.as_fd(), &c).unwrap());
             assert!(ClaimLock::try_take(owner.as_fd(), lock_at(&c))
                 .unwrap()
                 .is_some());
@@ -396,17 +464,18 @@ mod tests {
     }
 
     /// A claimer that dies in its claim (the lock never let go by hand;
-    /// its descriptors closed and its mapping gone, as at its exit — the
-    /// mapping too holds the open file description, and with it the
-    /// lock): while held, the claim is never taken, whatever its pid
-    /// says; once gone, the next sweep takes it (the same word seen a
-    /// sweep interval before) and the owner can free it.
+    /// the description it was taken through closed, as at its exit):
+    /// while held, the claim is never taken, whatever its pid says;
+    /// once gone, the next sweep takes it (the same word seen a sweep
+    /// interval before) even though its pid still says alive (another
+    /// process has it now) and the owner can free it.
     #[test]
     fn a_claim_whose_lock_went_with_its_claimer_is_taken() {
-        let (p, owner) = peer_and_owner();
+        let (p, owner, _gone) = peer_and_owner();
         let s = Segment::map_file(&owner, p.g.bytes()).unwrap();
         let c = Chan { g: p.g, i: 0 };
-        let lock = ClaimLock::try_take(p.file.as_fd(), lock_at(&c))
+        let claimer = p.claim_fd().unwrap();
+        let lock = ClaimLock::try_take(claimer.as_fd(), lock_at(&c))
             .unwrap()
             .unwrap();
         let gen = c.begin_claim(&p.seg, 7).unwrap();
@@ -414,39 +483,73 @@ mod tests {
         let word = c.state_word(&s).unwrap();
         let mut seen = None;
         // Its pid judged dead: another namespace's, or gone.
-        let pid_says_alive = || false;
-        let alive = || claim_held(owner.as_fd(), &c) || pid_says_alive();
         for _ in 0..4 {
+            let alive = || owner_judges(&owner, &c, false);
             assert!(!sweep_claim(&s, &c, &mut seen, word, alive));
         }
         assert!(c.still_claiming(&s, 7, gen));
-        // The claimer dies: its descriptor closes, its mapping goes.
+        // The claimer dies: its claim's description closes.
         std::mem::forget(lock);
-        drop(p);
-        assert!(!claim_held(owner.as_fd(), &c));
+        drop(claimer);
+        assert!(!claim_held(owner.as_fd(), &c).unwrap());
+        // Its pid reused: the lock look, which worked, decides.
+        let alive = || owner_judges(&owner, &c, true);
         assert!(sweep_claim(&s, &c, &mut seen, word, alive));
         assert_eq!(c.state_word(&s), Some(state_gen(CLOSED, gen)));
         c.set_free(&s);
         assert_eq!(c.state_word(&s), Some(state_gen(FREE, gen)));
     }
 
-    /// A channel whose claim lock another description holds (another
-    /// claimer between its lock and its swap) is passed over as a failed
-    /// swap: nothing written, the channel free; once let go, the claim
-    /// goes through.
+    /// With two channels and channel 0's claim lock held by another
+    /// description (another claimer between its lock and its swap),
+    /// channel 0 is passed over as a failed swap — nothing written, the
+    /// channel free — and channel 1 is claimed.
     #[test]
     fn a_channel_whose_lock_is_held_is_passed_over() {
         let keys = EpKeys::single(None).unwrap();
-        let (mut p, other) = peer_and_owner();
-        let c = Chan { g: p.g, i: 0 };
-        let lock = ClaimLock::try_take(other.as_fd(), lock_at(&c))
+        let (mut p, other, _gone) = peer_and_owner_of(2);
+        let (c0, c1) = (Chan { g: p.g, i: 0 }, Chan { g: p.g, i: 1 });
+        let lock = ClaimLock::try_take(other.as_fd(), lock_at(&c0))
             .unwrap()
             .unwrap();
-        assert!(!p.claim((7, 77, 777), "me", &keys));
-        assert_eq!(c.state_word(&p.seg), Some(state_gen(FREE, 0)));
-        assert_eq!(p.seg.load32(c.ctl(C_PID), Acquire), Some(0));
+        assert!(p.claim((7, 77, 777), "me", &keys).unwrap());
+        assert_eq!(p.chan.map(|(c, _)| c.i), Some(1));
+        assert_eq!(c1.state(&p.seg), Some(ACTIVE));
+        assert_eq!(c0.state_word(&p.seg), Some(state_gen(FREE, 0)));
+        assert_eq!(p.seg.load32(c0.ctl(C_PID), Acquire), Some(0));
         drop(lock);
-        assert!(p.claim((7, 77, 777), "me", &keys));
-        assert_eq!(c.state(&p.seg), Some(ACTIVE));
+    }
+
+    /// A claim lock that cannot be taken (here through a descriptor open
+    /// only for reading: `EBADF` for a write lock; a kernel before Linux
+    /// 3.15 or a seccomp filter likewise) is the claim's error — no
+    /// channel touched — not a claim that waits for ever.
+    #[test]
+    fn a_claim_lock_that_fails_is_the_claims_error() {
+        let keys = EpKeys::single(None).unwrap();
+        let (mut p, _owner, _gone) = peer_and_owner();
+        let path = seg_path(&p.name);
+        let read_only = |_: &Peer| Ok(OwnedFd::from(File::open(&path).unwrap()));
+        let r = p.claim_with((7, 77, 777), "me", &keys, read_only, |_, _, _| {});
+        assert_eq!(r, Err(Error::BadF));
+        assert!(p.chan.is_none());
+        let c = Chan { g: p.g, i: 0 };
+        assert_eq!(c.state_word(&p.seg), Some(state_gen(FREE, 0)));
+    }
+
+    /// The peer's segment gone from its name, or another file under it
+    /// (its owner closed; a new one took the name): the claim fails
+    /// `ConnReset`, no lock taken in the other file, no channel touched.
+    #[test]
+    fn a_claim_on_a_segment_gone_from_its_name_fails() {
+        let keys = EpKeys::single(None).unwrap();
+        let (mut p, _owner, _gone) = peer_and_owner();
+        let path = seg_path(&p.name);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(p.claim((7, 77, 777), "me", &keys), Err(Error::ConnReset));
+        std::fs::write(&path, vec![0u8; p.g.bytes()]).unwrap();
+        assert_eq!(p.claim((7, 77, 777), "me", &keys), Err(Error::ConnReset));
+        let c = Chan { g: p.g, i: 0 };
+        assert_eq!(c.state_word(&p.seg), Some(state_gen(FREE, 0)));
     }
 }

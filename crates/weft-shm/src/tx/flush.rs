@@ -72,8 +72,17 @@ impl Peer {
             }
         }
         self.delivered(ended);
-        if self.queue.is_empty() || !self.claim(me, my_name, keys) {
+        if self.queue.is_empty() {
             return;
+        }
+        match self.claim(me, my_name, keys) {
+            Ok(true) => {}
+            Ok(false) => return,
+            // No claim can be made: what waits would wait forever.
+            Err(e) => {
+                self.fail_all(e, ended);
+                return;
+            }
         }
         while let Some(mut o) = self.queue.pop_front() {
             if o.fence {

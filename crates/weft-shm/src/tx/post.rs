@@ -358,7 +358,29 @@ impl EpShared {
             after.forget = true;
             return;
         }
-        if !gated && peer.queue.is_empty() && peer.claim(self.instance(), &self.name, &self.keys) {
+        let claimed = if !gated && peer.queue.is_empty() {
+            peer.claim(self.instance(), &self.name, &self.keys)
+        } else {
+            Ok(false)
+        };
+        let claimed = match claimed {
+            Ok(c) => c,
+            // No claim can be made (the peer's segment gone from its
+            // name, claim locks refused): this send fails, and so does
+            // what waits; the record goes, and the next send opens the
+            // peer anew (refused if it is gone).
+            Err(e) => {
+                peer.fail_all(e, &mut after.ended);
+                after.ended.push((o.done, len, Err(e)));
+                if let Some(p) = o.answer.take() {
+                    let p = *p;
+                    after.ended.push((Some(p.done), p.len, Err(e)));
+                }
+                after.forget = true;
+                return;
+            }
+        };
+        if claimed {
             peer.begin(&mut o, seq);
             match peer.advance(&mut o) {
                 Ok(true) => {
