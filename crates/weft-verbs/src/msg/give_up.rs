@@ -21,8 +21,9 @@
 //!   a message that filled it (acked to its sender) completes it, a flush
 //!   fails it `Canceled` with its own buffers (a pool buffer among them:
 //!   the device is done with it, so `BufferPool::reclaim` takes it back);
-//!   until then `cancel` withdraws it as on a live connection, its work
-//!   request left to the task ([`super::retired`]);
+//!   until then `cancel` withdraws it at once if its buffers are in hand
+//!   (a bounce slot's), its work request left to the task, and leaves one
+//!   in its own memory to that flush ([`super::retired`]);
 //! * a shared receive context's receive that the queue pair took goes
 //!   back to the context (as at a close: see `closing`).
 //!
@@ -31,7 +32,7 @@
 //! task, still polling the CQ, waits a second [`LAST_WQE_WAIT`] at most
 //! until every work request reported or it holds the last reference to
 //! the link (the connect or accept that gave up holds one until it
-//! returns; `admit`, `cancel` or the probe only for an instant). Holding
+//! returns; `admit` or the probe only for an instant). Holding
 //! the last, it destroys the queue pair, polls the CQ once more (what the
 //! device completed up to then counts) and only then hands back the
 //! memory of what is left. Should the link still be held then, those

@@ -667,3 +667,56 @@ fn cancel_leaves_a_retired_receive_in_its_own_memory_to_its_flush() {
     assert_eq!(e.bufs[0].as_ptr(), at, "its own buffer, not a stand-in");
     assert_eq!(credits.left(), 4);
 }
+
+/// A receive left to its flush by a cancel is handed no other message:
+/// one that landed in a withdrawn receive's work request is held (the
+/// task carries it on at its end), and the left receive still ends
+/// `Canceled` with its own buffer when its flush comes.
+#[test]
+fn a_receive_left_to_its_flush_is_handed_no_other_message() {
+    let credits = Credits::new(4);
+    let q = RetiredQueue::default();
+    // Receive 1 with a bounce slot, receive 2 in its own memory.
+    assert!(credits.try_take() && credits.try_take());
+    let (d1, mut r1) = awaited(1);
+    lock(&q).push(
+        101,
+        d1,
+        Some(vec![BytesMut::zeroed(8)]),
+        Some(RecvMem::Slot(101)),
+    );
+    let (d2, mut r2) = awaited(2);
+    let own = BytesMut::from(&b"own-mem!"[..]);
+    let at = own.as_ptr();
+    let mem = RecvMem::Registered {
+        mrs: Default::default(),
+        empty: vec![own],
+    };
+    lock(&q).push(102, d2, None, Some(mem));
+    let retired = [q.clone()];
+    assert!(cancel_retired(&retired, &credits, false, 1));
+    canceled_once(&mut r1);
+    assert!(cancel_retired(&retired, &credits, false, 2));
+    assert!(r2.try_recv().unwrap().is_none());
+    // A message lands in receive 1's work request before the move.
+    let (_, w) = lock(&q).landed(101, &credits).expect("posted");
+    assert!(w.is_none(), "withdrawn");
+    reroute_on(&q, &credits, message(51), false);
+    assert!(
+        r2.try_recv().unwrap().is_none(),
+        "not handed to the left one"
+    );
+    holds_in_order(&q, &[51]);
+    // Its flush ends it with its own buffer.
+    let (mem, w) = lock(&q).landed(102, &credits).expect("posted");
+    fail_left(vec![(w.expect("its receive's"), Some(mem))], &credits, true);
+    let e = r2
+        .try_recv()
+        .unwrap()
+        .expect("ended")
+        .into_result(0)
+        .expect_err("failed");
+    assert_eq!(e.err, Error::Canceled);
+    assert_eq!(e.bufs[0].as_ptr(), at, "its own buffer");
+    assert_eq!(credits.left(), 4);
+}

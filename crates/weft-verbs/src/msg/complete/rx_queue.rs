@@ -22,9 +22,12 @@
 //!   message gets the memory that message landed in, when the message
 //!   fits its length (else buffers of its own lengths, copied into): its
 //!   own stay with the device until its work request completes. A
-//!   cancelled one gets buffers of its own lengths back at once, rather
-//!   than its own when a message (or the close) finally ends its work
-//!   request, which could be never.
+//!   cancelled one gets buffers of its own lengths back at once (an
+//!   awaited one none), rather than its own when a message (or the close)
+//!   finally ends its work request, which could be never — except on a
+//!   queue pair being flushed (a given-up connection's), where its flush
+//!   is due: there it waits for that, handed no other message
+//!   (`cancel_in_hand`).
 //! * A new receive posts a work request only when no posted one is
 //!   spare (every posted one is spoken for by a waiting receive), so the
 //!   device never holds more than the receive queue's size and a
@@ -55,6 +58,11 @@ pub(in crate::msg) struct Waiting {
     /// message that landed elsewhere may be handed over in the memory it
     /// landed in instead of copied into them (`recv_side::deliver`).
     pub like: bool,
+    /// Cancelled while its buffers are its work request's memory on a
+    /// queue pair being flushed ([`RxQueue::cancel_in_hand`]): it waits
+    /// for that flush (or a message in its own work request) and is
+    /// handed no other message, whose memory would replace its own.
+    pub(super) cancel_asked: bool,
 }
 
 impl Waiting {
@@ -66,6 +74,7 @@ impl Waiting {
             done,
             bufs,
             like: false,
+            cancel_asked: false,
         }
     }
 
@@ -135,6 +144,7 @@ impl<M: Shape> RxQueue<M> {
             done,
             bufs,
             like: false,
+            cancel_asked: false,
         });
     }
 
@@ -225,7 +235,15 @@ impl<M: Shape> RxQueue<M> {
     /// The oldest waiting receive that is still awaited, out of the
     /// queue, with buffers to copy into.
     pub fn next_live(&mut self, credits: &Credits) -> Option<Waiting> {
-        while let Some(mut w) = self.waiting.pop_front() {
+        let mut i = 0;
+        while let Some(asked) = self.waiting.get(i).map(|w| w.cancel_asked) {
+            if asked {
+                i += 1;
+                continue;
+            }
+            let Some(mut w) = self.waiting.remove(i) else {
+                break;
+            };
             let gone = w.gone();
             let shape = self.disown(&w);
             if gone {
@@ -299,8 +317,14 @@ impl<M: Shape> RxQueue<M> {
     /// `None`: no receive with `context` waits; `Some(None)`: left for
     /// its flush; `Some(Some(w))`: withdrawn.
     pub fn cancel_in_hand(&mut self, context: u64, credits: &Credits) -> Option<Option<Waiting>> {
-        let w = self.waiting.iter().find(|w| w.done.context == context)?;
+        let w = self
+            .waiting
+            .iter_mut()
+            .find(|w| w.done.context == context)?;
         if w.bufs.is_none() {
+            // Held messages may now outwait it (no other receive posts
+            // to a flushed queue; the task carries them on at its end).
+            w.cancel_asked = true;
             return Some(None);
         }
         Some(self.cancel(context, credits))
