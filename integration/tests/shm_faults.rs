@@ -218,3 +218,52 @@ async fn a_claimer_holding_its_claim_lock_is_never_voided() {
         "a dead claimer is no broken one"
     );
 }
+
+/// A claim in progress whose claimer's pid and start time are this very
+/// process's (`live::me`: alive by any pid look) is kept while its claim
+/// lock is held, and freed within a few sweep intervals once the lock is
+/// let go — its pid still alive: the owner's lock look, which worked,
+/// decides, not the pid (`rx::claimer_alive`). Judged by pid the claim
+/// would be kept for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_lock_is_let_go_is_freed_though_its_pid_lives() {
+    use std::os::fd::AsFd;
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    use weft_shm::claim_lock::ClaimLock;
+    use weft_shm::layout::{claiming, state_gen, Geometry, C_PID, C_START, C_STATE_GEN, FREE};
+    use weft_shm::ring::Chan;
+    use weft_shm::segment::Segment;
+    let h = harness();
+    let (ep, _cq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
+    let addr = String::from_utf8(ep.local_addr().unwrap()).unwrap();
+    let name = weft_shm::name::seg_name(addr.trim_start_matches("fi_shm://"));
+    let g = Geometry::OURS;
+    let seg = Segment::open(&name, g.bytes(), g.bytes()).unwrap();
+    let file = Segment::open_fd(&name).unwrap();
+    let c = Chan { g, i: 5 };
+    let lock = ClaimLock::try_take(file.as_fd(), c.ctl(C_STATE_GEN) as u64)
+        .unwrap()
+        .expect("nobody claims this channel");
+    let (pid, start) = weft_shm::live::me();
+    assert!(weft_shm::live::alive(pid, start), "this process, alive");
+    let gen = c.begin_claim(&seg, pid).expect("a free channel");
+    seg.store32(c.ctl(C_PID), pid, Release);
+    seg.store64(c.ctl(C_START), start, Release);
+    let claimed = state_gen(claiming(pid), gen);
+    // Held: kept across ten sweep intervals (100 ms each).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(seg.load64(c.ctl(C_STATE_GEN), Acquire), Some(claimed));
+    // Let go by hand (`F_UNLCK`), the description still open and the
+    // claimer's pid alive: freed within a few sweep intervals (two looks
+    // at the same word, 100 ms apart; generous for a loaded machine).
+    drop(lock);
+    let freed = state_gen(FREE, gen);
+    within_for(Duration::from_secs(3), "the unlocked claim freed", async {
+        while seg.load64(c.ctl(C_STATE_GEN), Acquire) != Some(freed) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    drop(file);
+    assert_eq!(ep.stats().unwrap().rx_malformed, 0);
+}

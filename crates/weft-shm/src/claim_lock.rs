@@ -139,28 +139,55 @@ pub fn held(fd: BorrowedFd<'_>, at: u64) -> Result<bool> {
 /// takes its name): looked at, taken and let go on byte 0, in the header,
 /// which no channel's lock covers. An shm endpoint cannot work without
 /// them — a sender could claim no channel, and its sends would wait
-/// forever — so one is made only after this passes: `NoSys` otherwise
-/// (a kernel before Linux 3.15, a seccomp filter refusing the calls), the
-/// cause logged.
+/// forever — so one is made only after this passes: `NoSys` otherwise,
+/// the cause logged. Only an error that says the calls cannot work means
+/// that: `EINVAL` (a kernel before Linux 3.15 knows no `F_OFD_*`
+/// command), `EPERM` or `ENOSYS` (a seccomp filter refusing them), and
+/// `EBADF` (`fd` cannot take a write lock). Any other outcome shows the
+/// kernel took the command and passes: `ENOLCK` (out of lock records
+/// just now — a claim then passes the channel over and tries again at
+/// its next send) or a lock refused (somebody else has the file after
+/// all) are transient, and failing the endpoint, or (through [`usable`])
+/// the provider for the whole process, on them would be wrong.
 pub fn probe(fd: BorrowedFd<'_>) -> Result<()> {
-    let works = held(fd, 0).and_then(|_| match ClaimLock::try_take(fd, 0)? {
-        Some(_) => Ok(()),
-        // Nobody else has the file: a refusal is no working lock.
-        None => Err(Error::Busy),
-    });
-    works.map_err(|e| {
-        tracing::warn!(
-            error = %e,
-            "shm: open-file-description locks (fcntl F_OFD_SETLK, Linux 3.15 or later) do not work here; the shm provider needs them"
-        );
-        Error::NoSys
-    })
+    let (mut look, mut take, mut free) = (
+        one_byte(libc::F_WRLCK, 0)?,
+        one_byte(libc::F_WRLCK, 0)?,
+        one_byte(libc::F_UNLCK, 0)?,
+    );
+    let calls = lock_cmd(fd, libc::F_OFD_GETLK, &mut look)
+        .and_then(|()| lock_cmd(fd, libc::F_OFD_SETLK, &mut take))
+        .and_then(|()| lock_cmd(fd, libc::F_OFD_SETLK, &mut free));
+    match calls {
+        Ok(()) => Ok(()),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EINVAL | libc::EPERM | libc::ENOSYS | libc::EBADF)
+            ) =>
+        {
+            tracing::warn!(
+                error = %e,
+                "shm: open-file-description locks (fcntl F_OFD_SETLK, Linux 3.15 or later) do not work here; the shm provider needs them"
+            );
+            Err(Error::NoSys)
+        }
+        Err(e) => {
+            // A lock left on byte 0 (its release failing) covers no
+            // channel, and goes with the descriptor.
+            tracing::debug!(error = %e, "shm: lock probe met a passing error; the locks work");
+            Ok(())
+        }
+    }
 }
 
 /// Whether claim locks work in this process, probed once on an
 /// anonymous file ([`probe`]): what the provider offers hangs on it. A
 /// probe that cannot be made (no anonymous file) says yes — endpoint
-/// creation probes again on its own segment, and fails there.
+/// creation probes again on its own segment, and fails there. The answer
+/// is kept for the process; a no only as [`probe`] gives it, for an
+/// error that says the calls cannot work — a passing one (`ENOLCK`) is a
+/// yes.
 pub fn usable() -> bool {
     static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *USABLE.get_or_init(|| {
@@ -224,7 +251,7 @@ mod tests {
     /// the locks work.
     #[test]
     fn a_lock_that_cannot_be_taken_is_an_error() {
-        let (a, _b) = two_opens();
+        let (a, b) = two_opens();
         // The file's name is gone: opened again through `/proc`, as a
         // new description.
         let ro = File::open(format!("/proc/self/fd/{}", a.as_raw_fd())).unwrap();
@@ -234,8 +261,23 @@ mod tests {
         );
         assert_eq!(probe(ro.as_fd()), Err(Error::NoSys));
         assert_eq!(probe(a.as_fd()), Ok(()));
-        assert!(!held(a.as_fd(), 0).unwrap(), "the probe let go");
+        // Through the other description: a description's own lock
+        // never shows to its own look.
+        assert!(!held(b.as_fd(), 0).unwrap(), "the probe let go");
         assert!(usable());
+    }
+
+    /// A lock the probe is refused (another description holds byte 0)
+    /// shows the calls work: the probe passes, as for any passing error
+    /// (`ENOLCK`), and only an error saying the calls cannot work
+    /// (`EBADF` above) makes it `NoSys`.
+    #[test]
+    fn a_probe_refused_a_lock_passes() {
+        let (a, b) = two_opens();
+        let l = ClaimLock::try_take(a.as_fd(), 0).unwrap().unwrap();
+        assert_eq!(probe(b.as_fd()), Ok(()));
+        assert!(held(b.as_fd(), 0).unwrap(), "the holder's lock stays");
+        drop(l);
     }
 
     /// The owner's whole-file `flock` (shared while it runs, a prober's

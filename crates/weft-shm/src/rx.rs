@@ -322,9 +322,17 @@ pub(crate) fn sweep_claim(
 /// another process, which by pid alone looks alive. Read only when a
 /// sweep judges a claim.
 fn claimer_alive(ep: &EpShared, c: &Chan, pid: u32) -> bool {
-    match claim_held(ep.held.as_fd(), c) {
+    judge(claim_held(ep.held.as_fd(), c), || pid_alive(ep, c, pid))
+}
+
+/// The owner's judgement of a claimer from the look at its claim lock
+/// (`look`) and, only when that look failed, its pid (`pid_alive`,
+/// asked then alone): held, it lives; not held, it is dead, whatever its
+/// pid says ([`claimer_alive`]).
+pub(crate) fn judge(look: Result<bool>, pid_alive: impl FnOnce() -> bool) -> bool {
+    match look {
         Ok(held) => held,
-        Err(_) => pid_alive(ep, c, pid),
+        Err(_) => pid_alive(),
     }
 }
 

@@ -71,8 +71,12 @@ pub(crate) fn not_a_file(e: rustix::io::Errno) -> bool {
     matches!(e, Errno::LOOP | Errno::NXIO | Errno::ISDIR)
 }
 
-/// Which file a descriptor holds: its device and inode (`fstat`),
-/// unique among the files that exist at once.
+/// Which file a descriptor holds: its device and inode (`fstat`). Not
+/// unique on tmpfs: without `inode64` its inode numbers wrap at 32 bits
+/// (before Linux 5.9 from one counter shared by every tmpfs), so a newer
+/// file under a name may repeat an older one's identity. A check that
+/// must tell two segments apart compares their headers' owner instance
+/// too (`Peer::claim_fd`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileId {
     dev: u64,
@@ -117,8 +121,10 @@ impl Segment {
 
     /// Opens the existing `/dev/shm/<name>` for reading and writing, as
     /// every open of a segment by name: never following a symbolic link
-    /// nor waiting on a FIFO, closed at `exec`. `NoEnt` when nothing is
-    /// under the name; `Inval` when what is there cannot be a segment.
+    /// nor waiting on a FIFO (`O_NONBLOCK`, which does nothing to a
+    /// regular file), closed at `exec`. `NoEnt` when nothing is under the
+    /// name; `Inval` when what is there cannot be a segment; `MFile` out
+    /// of descriptors (the process's or the system's).
     pub fn open_fd(name: &str) -> Result<OwnedFd> {
         // As `shm_open(3)`: leading slashes, then one file name.
         let name = name.trim_start_matches('/');
@@ -129,6 +135,9 @@ impl Segment {
         let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         rustix::fs::open(path.as_str(), flags, Mode::empty()).map_err(|e| match e {
             rustix::io::Errno::NOENT => Error::NoEnt,
+            // Out of descriptors, the system's rather than the process's:
+            // the same shortage to a caller (`Io` would hide it).
+            rustix::io::Errno::NFILE => Error::MFile,
             e if not_a_file(e) => Error::Inval,
             e => io(e),
         })

@@ -191,3 +191,25 @@ fn a_taken_claim_fails_its_claimers_re_checks() {
         assert_eq!(c.state_word(&seg), Some(state_gen(claiming(pid), next)));
     }
 }
+
+/// The owner's judgement of a claimer (`judge`, as `claimer_alive`
+/// makes it): a lock look that worked decides alone — held alive, not
+/// held dead even where the pid says alive (a reused pid) — and the pid
+/// is asked only when the look failed.
+#[test]
+fn a_lock_look_decides_and_the_pid_only_when_it_fails() {
+    let asked = Cell::new(0);
+    let pid = |says: bool| {
+        let asked = &asked;
+        move || {
+            asked.set(asked.get() + 1);
+            says
+        }
+    };
+    assert!(super::judge(Ok(true), pid(false)));
+    assert!(!super::judge(Ok(false), pid(true)));
+    assert_eq!(asked.get(), 0, "a look that worked asks no pid");
+    assert!(super::judge(Err(weft_core::Error::Inval), pid(true)));
+    assert!(!super::judge(Err(weft_core::Error::Inval), pid(false)));
+    assert_eq!(asked.get(), 2);
+}

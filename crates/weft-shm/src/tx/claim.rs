@@ -105,7 +105,12 @@ impl Peer {
     /// shares only if forked during the claim itself (`claim_lock`).
     /// `ConnReset` when the name holds no segment or another file than
     /// the one mapped (the owner closed; a newer one took the name): no
-    /// lock there says anything about our claim.
+    /// lock there says anything about our claim. Another file is told by
+    /// its identity (`FileId`) and then by the owner instance its header
+    /// names: device and inode alone can repeat on tmpfs. A name we may
+    /// not open (`EACCES`/`EPERM`: another user's file under it now) is
+    /// likewise no segment of our peer's. Out of descriptors (`MFile`,
+    /// for the process's limit or the system's) is the claim's error.
     fn claim_fd(&self) -> Result<OwnedFd> {
         let gone = |why: &str| {
             tracing::debug!(peer = %self.name, why, "shm: peer segment gone from its name");
@@ -113,10 +118,14 @@ impl Peer {
         };
         let fd = Segment::open_fd(&crate::name::seg_name(&self.name)).map_err(|e| match e {
             Error::NoEnt | Error::Inval => gone("no segment under the name"),
+            Error::Access | Error::Perm => gone("a file we may not open under the name"),
             e => e,
         })?;
         if FileId::of_fd(&fd)? != self.file {
             return Err(gone("another file under the name"));
+        }
+        if header_owner(&fd) != Some(self.instance()) {
+            return Err(gone("another owner in the file under the name"));
         }
         Ok(fd)
     }
@@ -260,6 +269,30 @@ impl Peer {
     }
 }
 
+/// The owner instance (`H_PID`, `H_START`, `H_SERIAL`) the header of
+/// the segment file `fd` names, read through the descriptor (`pread`):
+/// `None` when it cannot be read whole. Read without atomics, as the
+/// claim's check of which file it opened, not of a word that moves: an
+/// owner writes them before its segment takes its name, and clears
+/// only its pid as it closes (then no claim is wanted there anyway).
+fn header_owner(fd: &OwnedFd) -> Option<crate::live::Instance> {
+    let mut h = [0u8; H_SERIAL + 8];
+    let mut got = 0;
+    while got < h.len() {
+        let at = u64::try_from(got).ok()?;
+        match rustix::io::pread(fd, &mut h[got..], at) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+    let pid = u32::from_ne_bytes(h.get(H_PID..H_PID + 4)?.try_into().ok()?);
+    let start = u64::from_ne_bytes(h.get(H_START..H_START + 8)?.try_into().ok()?);
+    let serial = u64::from_ne_bytes(h.get(H_SERIAL..H_SERIAL + 8)?.try_into().ok()?);
+    Some((pid, start, serial))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -267,7 +300,7 @@ mod tests {
     use std::sync::atomic::Ordering::{Acquire, Release};
 
     use super::*;
-    use crate::rx::{claim_held, sweep_claim};
+    use crate::rx::{claim_held, judge, sweep_claim};
     use crate::test_files::Leftovers;
 
     /// A peer record over a segment file with `channels` channels under
@@ -280,7 +313,7 @@ mod tests {
         let name = format!("ct-{}", crate::name::unique());
         let mut gone = Leftovers::default();
         let path = gone.add(seg_path(&name));
-        std::fs::write(&path, vec![0u8; g.bytes()]).unwrap();
+        std::fs::write(&path, with_owner(g.bytes(), (1, 1, 1))).unwrap();
         let open = || File::options().read(true).write(true).open(&path).unwrap();
         let (mine, owner) = (open(), open());
         let seg = Segment::map_file(&mine, g.bytes()).unwrap();
@@ -308,6 +341,16 @@ mod tests {
             spins: false,
         };
         (p, owner, gone)
+    }
+
+    /// A segment file's bytes, `len` of them, its header naming the
+    /// owner instance `(pid, start, serial)` and nothing else.
+    fn with_owner(len: usize, (pid, start, serial): crate::live::Instance) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        b[H_PID..H_PID + 4].copy_from_slice(&pid.to_ne_bytes());
+        b[H_START..H_START + 8].copy_from_slice(&start.to_ne_bytes());
+        b[H_SERIAL..H_SERIAL + 8].copy_from_slice(&serial.to_ne_bytes());
+        b
     }
 
     /// Where `name`'s segment file is.
@@ -419,9 +462,10 @@ mod tests {
     }
 
     /// The owner's judgement of a claimer, as `rx::claimer_alive` makes
-    /// it: the lock when it can be looked at, else `pid_says`.
+    /// it (`rx::judge`): the lock when it can be looked at, else
+    /// `pid_says`.
     fn owner_judges(owner: &File, c: &Chan, pid_says: bool) -> bool {
-        claim_held(owner.as_fd(), c).unwrap_or(pid_says)
+        judge(claim_held(owner.as_fd(), c), || pid_says)
     }
 
     /// A live claimer in another pid namespace — its pid names nobody
@@ -547,9 +591,91 @@ mod tests {
         let path = seg_path(&p.name);
         std::fs::remove_file(&path).unwrap();
         assert_eq!(p.claim((7, 77, 777), "me", &keys), Err(Error::ConnReset));
-        std::fs::write(&path, vec![0u8; p.g.bytes()]).unwrap();
+        std::fs::write(&path, with_owner(p.g.bytes(), p.instance())).unwrap();
         assert_eq!(p.claim((7, 77, 777), "me", &keys), Err(Error::ConnReset));
         let c = Chan { g: p.g, i: 0 };
         assert_eq!(c.state_word(&p.seg), Some(state_gen(FREE, 0)));
+    }
+
+    /// A queued send of `n` bytes, its completion's context `n`.
+    fn queued(n: u64) -> crate::out::Out {
+        crate::out::Out {
+            flags: 0,
+            tag: 0,
+            data: 0,
+            iov: weft_core::provider::Iov::new(),
+            len: n as usize,
+            off: 0,
+            started: false,
+            dc: false,
+            cma: false,
+            lead: None,
+            done: Some(weft_core::completion::OpDone {
+                context: n,
+                flags: weft_core::flags::OpFlags::empty(),
+                report: true,
+                cq: None,
+                cntr: None,
+                waiter: None,
+            }),
+            fence: false,
+            answer: None,
+            proves: None,
+            direct: None,
+        }
+    }
+
+    /// A claim that fails with an error at a flush (here the peer's
+    /// segment gone from its name) ends every send queued for that peer
+    /// once, in order, `ConnReset` — none left waiting for a claim that
+    /// cannot come, none ended twice (a later flush ends nothing).
+    #[test]
+    fn a_claim_that_fails_ends_each_queued_send_once() {
+        let keys = EpKeys::single(None).unwrap();
+        let (mut p, _owner, _gone) = peer_and_owner();
+        p.queue.extend((1..=3).map(queued));
+        std::fs::remove_file(seg_path(&p.name)).unwrap();
+        let (mut seq, mut ended) = (0, crate::out::EndedList::new());
+        p.flush((7, 77, 777), "me", &keys, &mut seq, &mut ended);
+        let got: Vec<_> = ended
+            .drain(..)
+            .map(|(done, len, r)| (done.map(|d| d.context), len, r))
+            .collect();
+        let reset = Err(Error::ConnReset);
+        assert_eq!(
+            got,
+            vec![
+                (Some(1), 1, reset),
+                (Some(2), 2, reset),
+                (Some(3), 3, reset)
+            ]
+        );
+        assert!(p.queue.is_empty() && p.chan.is_none());
+        p.flush((7, 77, 777), "me", &keys, &mut seq, &mut ended);
+        assert!(ended.is_empty());
+        let c = Chan { g: p.g, i: 0 };
+        assert_eq!(c.state_word(&p.seg), Some(state_gen(FREE, 0)));
+    }
+
+    /// The very file mapped, its header naming another owner instance
+    /// than the peer record's (as a newer segment whose device and inode
+    /// repeat the old one's would, on tmpfs): `ConnReset`, no channel
+    /// touched; each of pid, start time and serial is checked.
+    #[test]
+    fn a_claim_on_a_file_naming_another_owner_fails() {
+        let keys = EpKeys::single(None).unwrap();
+        for field in [H_PID, H_START, H_SERIAL] {
+            let (mut p, _owner, _gone) = peer_and_owner();
+            if field == H_PID {
+                assert!(p.seg.store32(field, 2, Release));
+            } else {
+                assert!(p.seg.store64(field, 2, Release));
+            }
+            assert_eq!(p.claim((7, 77, 777), "me", &keys), Err(Error::ConnReset));
+            let c = Chan { g: p.g, i: 0 };
+            assert_eq!(c.state_word(&p.seg), Some(state_gen(FREE, 0)));
+        }
+        let (p, _owner, _gone) = peer_and_owner();
+        assert_eq!(header_owner(&p.claim_fd().unwrap()), Some((1, 1, 1)));
     }
 }
