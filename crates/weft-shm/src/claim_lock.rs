@@ -139,64 +139,75 @@ pub fn held(fd: BorrowedFd<'_>, at: u64) -> Result<bool> {
 /// takes its name): looked at, taken and let go on byte 0, in the header,
 /// which no channel's lock covers. An shm endpoint cannot work without
 /// them — a sender could claim no channel, and its sends would wait
-/// forever — so one is made only after this passes: `NoSys` otherwise,
-/// the cause logged. Only an error that says the calls cannot work means
-/// that: `EINVAL` (a kernel before Linux 3.15 knows no `F_OFD_*`
-/// command), `EPERM` or `ENOSYS` (a seccomp filter refusing them), and
-/// `EBADF` (`fd` cannot take a write lock). Any other outcome shows the
-/// kernel took the command and passes: `ENOLCK` (out of lock records
-/// just now — a claim then passes the channel over and tries again at
-/// its next send) or a lock refused (somebody else has the file after
-/// all) are transient, and failing the endpoint, or (through [`usable`])
-/// the provider for the whole process, on them would be wrong.
+/// forever — so one is made only after this passes. Only the calls
+/// working passes: the look, the take and the release succeeding, or
+/// the look showing another holder (the take's refusal is then that
+/// holder's). A refusal with no holder shown is a filter's answer, and
+/// would refuse every claim alike (each channel passed over as taken:
+/// sends waiting forever), so it fails as every other error does:
+/// `NoSys`, the cause logged (`EINVAL`: a kernel before Linux 3.15;
+/// `EPERM`/`ENOSYS`/`EACCES`: a filter; `EBADF`: `fd` cannot take a
+/// write lock). `ENOLCK` (the kernel out of lock records just now) is
+/// `Again`: try later; not kept by [`usable`].
 pub fn probe(fd: BorrowedFd<'_>) -> Result<()> {
     let (mut look, mut take, mut free) = (
         one_byte(libc::F_WRLCK, 0)?,
         one_byte(libc::F_WRLCK, 0)?,
         one_byte(libc::F_UNLCK, 0)?,
     );
-    let calls = lock_cmd(fd, libc::F_OFD_GETLK, &mut look)
-        .and_then(|()| lock_cmd(fd, libc::F_OFD_SETLK, &mut take))
-        .and_then(|()| lock_cmd(fd, libc::F_OFD_SETLK, &mut free));
+    let calls = lock_cmd(fd, libc::F_OFD_GETLK, &mut look).and_then(|()| {
+        if libc::c_int::from(look.l_type) != libc::F_UNLCK {
+            // Another description holds byte 0: the calls work.
+            return Ok(());
+        }
+        lock_cmd(fd, libc::F_OFD_SETLK, &mut take)
+            .and_then(|()| lock_cmd(fd, libc::F_OFD_SETLK, &mut free))
+    });
     match calls {
         Ok(()) => Ok(()),
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EINVAL | libc::EPERM | libc::ENOSYS | libc::EBADF)
-            ) =>
-        {
+        Err(e) if e.raw_os_error() == Some(libc::ENOLCK) => {
+            tracing::debug!(error = %e, "shm: lock probe: the kernel is out of lock records");
+            Err(Error::Again)
+        }
+        Err(e) => {
             tracing::warn!(
                 error = %e,
                 "shm: open-file-description locks (fcntl F_OFD_SETLK, Linux 3.15 or later) do not work here; the shm provider needs them"
             );
             Err(Error::NoSys)
         }
-        Err(e) => {
-            // A lock left on byte 0 (its release failing) covers no
-            // channel, and goes with the descriptor.
-            tracing::debug!(error = %e, "shm: lock probe met a passing error; the locks work");
-            Ok(())
-        }
     }
 }
 
-/// Whether claim locks work in this process, probed once on an
-/// anonymous file ([`probe`]): what the provider offers hangs on it. A
-/// probe that cannot be made (no anonymous file) says yes — endpoint
-/// creation probes again on its own segment, and fails there. The answer
-/// is kept for the process; a no only as [`probe`] gives it, for an
-/// error that says the calls cannot work — a passing one (`ENOLCK`) is a
-/// yes.
+/// Whether claim locks work in this process, probed on an anonymous file
+/// ([`probe`]): what the provider offers hangs on it. A probe that cannot
+/// be made (no anonymous file) or meets a passing shortage (`Again`)
+/// says yes for now — endpoint creation probes again on its own segment,
+/// and fails there; only a definite answer is kept for the process.
 pub fn usable() -> bool {
-    static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *USABLE.get_or_init(|| {
-        use rustix::fs::{memfd_create, MemfdFlags};
-        match memfd_create("weft-shm-lock-probe", MemfdFlags::CLOEXEC) {
-            Ok(fd) => probe(fd.as_fd()).is_ok(),
-            Err(_) => true,
+    use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+    // 0: not known yet; 1: they work; 2: they do not.
+    static USABLE: AtomicU8 = AtomicU8::new(0);
+    match USABLE.load(Relaxed) {
+        1 => return true,
+        2 => return false,
+        _ => {}
+    }
+    use rustix::fs::{memfd_create, MemfdFlags};
+    let Ok(fd) = memfd_create("weft-shm-lock-probe", MemfdFlags::CLOEXEC) else {
+        return true;
+    };
+    match probe(fd.as_fd()) {
+        Ok(()) => {
+            USABLE.store(1, Relaxed);
+            true
         }
-    })
+        Err(Error::Again) => true,
+        Err(_) => {
+            USABLE.store(2, Relaxed);
+            false
+        }
+    }
 }
 
 #[cfg(test)]
@@ -272,7 +283,7 @@ mod tests {
     /// (`ENOLCK`), and only an error saying the calls cannot work
     /// (`EBADF` above) makes it `NoSys`.
     #[test]
-    fn a_probe_refused_a_lock_passes() {
+    fn a_probe_that_sees_another_holder_passes() {
         let (a, b) = two_opens();
         let l = ClaimLock::try_take(a.as_fd(), 0).unwrap().unwrap();
         assert_eq!(probe(b.as_fd()), Ok(()));

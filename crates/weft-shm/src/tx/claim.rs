@@ -44,7 +44,10 @@ impl Peer {
                 Error::NoEnt | Error::Inval => Error::ConnRefused,
                 e => e,
             })?;
-        let owner = crate::live::owner_of(&seg).ok_or(Error::ConnRefused)?;
+        // Pid 0: an owner closing (its pid cleared before its name goes).
+        let owner = crate::live::owner_of(&seg)
+            .filter(|o| o.0 != 0)
+            .ok_or(Error::ConnRefused)?;
         let serial = seg
             .load64(H_SERIAL, Ordering::Acquire)
             .ok_or(Error::ConnRefused)?;
