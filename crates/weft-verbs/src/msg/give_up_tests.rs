@@ -626,36 +626,37 @@ fn cancel_takes_the_oldest_retired_receive_and_leaves_the_task_the_rest() {
     assert_eq!(lock(&first).posted(), 1);
 }
 
-/// A retired receive whose buffers are its work request's memory (a
-/// registered or pool receive) is found by cancel but left to its flush,
-/// which ends it `Canceled` with its own buffers: withdrawn at once it
-/// would get stand-ins, and its own (a pool buffer among them) would stay
-/// on a work request that can only be flushed.
-#[test]
-fn cancel_leaves_a_retired_receive_in_its_own_memory_to_its_flush() {
-    let credits = Credits::new(4);
-    let q = RetiredQueue::default();
+/// Pushes on `q` receive `context` whose buffer is its work request's
+/// memory (work request `100 + context`), its credit taken: its
+/// completion and where its buffer's bytes lie.
+fn push_in_own_memory(
+    q: &RetiredQueue,
+    credits: &Credits,
+    context: u64,
+) -> (futures::channel::oneshot::Receiver<Finished>, *const u8) {
     assert!(credits.try_take());
-    let (d, mut r) = awaited(6);
+    let (d, r) = awaited(context);
     let own = BytesMut::from(&b"own-mem!"[..]);
     let at = own.as_ptr();
     let mem = RecvMem::Registered {
         mrs: Default::default(),
         empty: vec![own],
     };
-    lock(&q).push(106, d, None, Some(mem));
-    let retired = [q.clone()];
-    assert!(cancel_retired(&retired, &credits, false, 6), "found");
-    assert!(r.try_recv().unwrap().is_none(), "not ended with stand-ins");
-    assert_eq!(credits.left(), 3, "its credit stays with it");
-    assert_eq!(lock(&q).waiting(), 1);
-    // Its flush reaches the task, whose last step ends it.
-    let (mem, w) = lock(&q).landed(106, &credits).expect("posted");
-    fail_left(
-        vec![(w.expect("still its receive's"), Some(mem))],
-        &credits,
-        true,
-    );
+    lock(q).push(100 + context, d, None, Some(mem));
+    (r, at)
+}
+
+/// Ends the receive of work request `id` of `q` as the task's last step
+/// does, and checks it failed `Canceled` with its own buffer (at `at`).
+fn flushed_with_own(
+    q: &RetiredQueue,
+    credits: &Credits,
+    id: u64,
+    r: &mut futures::channel::oneshot::Receiver<Finished>,
+    at: *const u8,
+) {
+    let (mem, w) = lock(q).landed(id, credits).expect("posted");
+    fail_left(vec![(w.expect("its receive's"), Some(mem))], credits, true);
     let e = r
         .try_recv()
         .unwrap()
@@ -665,6 +666,25 @@ fn cancel_leaves_a_retired_receive_in_its_own_memory_to_its_flush() {
     assert_eq!(e.err, Error::Canceled);
     assert_eq!(e.bufs.len(), 1);
     assert_eq!(e.bufs[0].as_ptr(), at, "its own buffer, not a stand-in");
+}
+
+/// A retired receive whose buffers are its work request's memory (a
+/// registered or pool receive) is found by cancel but left to its flush,
+/// which ends it `Canceled` with its own buffers: withdrawn at once it
+/// would get stand-ins, and its own (a pool buffer among them) would stay
+/// on a work request that can only be flushed.
+#[test]
+fn cancel_leaves_a_retired_receive_in_its_own_memory_to_its_flush() {
+    let credits = Credits::new(4);
+    let q = RetiredQueue::default();
+    let (mut r, at) = push_in_own_memory(&q, &credits, 6);
+    let retired = [q.clone()];
+    assert!(cancel_retired(&retired, &credits, false, 6), "found");
+    assert!(r.try_recv().unwrap().is_none(), "not ended with stand-ins");
+    assert_eq!(credits.left(), 3, "its credit stays with it");
+    assert_eq!(lock(&q).waiting(), 1);
+    // Its flush reaches the task, whose last step ends it.
+    flushed_with_own(&q, &credits, 106, &mut r, at);
     assert_eq!(credits.left(), 4);
 }
 
@@ -677,7 +697,7 @@ fn a_receive_left_to_its_flush_is_handed_no_other_message() {
     let credits = Credits::new(4);
     let q = RetiredQueue::default();
     // Receive 1 with a bounce slot, receive 2 in its own memory.
-    assert!(credits.try_take() && credits.try_take());
+    assert!(credits.try_take());
     let (d1, mut r1) = awaited(1);
     lock(&q).push(
         101,
@@ -685,14 +705,7 @@ fn a_receive_left_to_its_flush_is_handed_no_other_message() {
         Some(vec![BytesMut::zeroed(8)]),
         Some(RecvMem::Slot(101)),
     );
-    let (d2, mut r2) = awaited(2);
-    let own = BytesMut::from(&b"own-mem!"[..]);
-    let at = own.as_ptr();
-    let mem = RecvMem::Registered {
-        mrs: Default::default(),
-        empty: vec![own],
-    };
-    lock(&q).push(102, d2, None, Some(mem));
+    let (mut r2, at) = push_in_own_memory(&q, &credits, 2);
     let retired = [q.clone()];
     assert!(cancel_retired(&retired, &credits, false, 1));
     canceled_once(&mut r1);
@@ -708,15 +721,6 @@ fn a_receive_left_to_its_flush_is_handed_no_other_message() {
     );
     holds_in_order(&q, &[51]);
     // Its flush ends it with its own buffer.
-    let (mem, w) = lock(&q).landed(102, &credits).expect("posted");
-    fail_left(vec![(w.expect("its receive's"), Some(mem))], &credits, true);
-    let e = r2
-        .try_recv()
-        .unwrap()
-        .expect("ended")
-        .into_result(0)
-        .expect_err("failed");
-    assert_eq!(e.err, Error::Canceled);
-    assert_eq!(e.bufs[0].as_ptr(), at, "its own buffer");
+    flushed_with_own(&q, &credits, 102, &mut r2, at);
     assert_eq!(credits.left(), 4);
 }
