@@ -119,9 +119,18 @@ impl Peer {
             tracing::debug!(peer = %self.name, why, "shm: peer segment gone from its name");
             Error::ConnReset
         };
-        let fd = Segment::open_fd(&crate::name::seg_name(&self.name)).map_err(|e| match e {
+        let seg = crate::name::seg_name(&self.name);
+        let fd = Segment::open_fd(&seg).map_err(|e| match e {
             Error::NoEnt | Error::Inval => gone("no segment under the name"),
-            Error::Access | Error::Perm => gone("a file we may not open under the name"),
+            // Refused: another user's file under the name, or ours with
+            // our permission on it lost (that one is said as it is).
+            Error::Access | Error::Perm => match Segment::id_by_name(&seg) {
+                Ok(id) if id == self.file => {
+                    tracing::warn!(peer = %self.name, error = ?e, "shm: the peer's segment may no longer be opened");
+                    e
+                }
+                _ => gone("a file we may not open under the name"),
+            },
             e => e,
         })?;
         if FileId::of_fd(&fd)? != self.file {
