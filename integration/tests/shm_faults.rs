@@ -168,31 +168,21 @@ async fn an_insert_of_a_name_nobody_takes_times_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claimer_holding_its_claim_lock_is_never_voided() {
     use std::os::fd::AsFd;
-    use std::sync::atomic::Ordering::Release;
     use weft_shm::claim_lock::ClaimLock;
-    use weft_shm::layout::{claiming, state_gen, Geometry, C_PID, C_START, C_STATE_GEN, FREE};
+    use weft_shm::layout::{state_gen, Geometry, C_STATE_GEN, FREE};
     use weft_shm::ring::Chan;
     use weft_shm::segment::Segment;
     let h = harness();
     let (ep, _cq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
-    let addr = String::from_utf8(ep.local_addr().unwrap()).unwrap();
-    let name = weft_shm::name::seg_name(addr.trim_start_matches("fi_shm://"));
+    let (name, seg, file) = claimer_view(&ep);
     let g = Geometry::OURS;
-    // The claimer's view, and the description it locks through: the
-    // segment opened again by name for the claim, as `Peer::claim` does.
-    let seg = Segment::open(&name, g.bytes(), g.bytes()).unwrap();
-    let file = Segment::open_fd(&name).unwrap();
     // The test's own view, to watch the word after the claimer is gone.
     let watch = Segment::open(&name, g.bytes(), g.bytes()).unwrap();
     let c = Chan { g, i: 3 };
     let lock = ClaimLock::try_take(file.as_fd(), c.ctl(C_STATE_GEN) as u64)
         .unwrap()
         .expect("nobody claims this channel");
-    let pid = 1 << 23;
-    let gen = c.begin_claim(&seg, pid).expect("a free channel");
-    seg.store32(c.ctl(C_PID), pid, Release);
-    seg.store64(c.ctl(C_START), 1, Release);
-    let claimed = state_gen(claiming(pid), gen);
+    let (gen, claimed) = begin_as(&seg, &c, 1 << 23, 1);
     // Ten sweep intervals (100 ms each): judged at every one but the
     // first, never taken.
     tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -229,28 +219,23 @@ async fn a_claimer_holding_its_claim_lock_is_never_voided() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_whose_lock_is_let_go_is_freed_though_its_pid_lives() {
     use std::os::fd::AsFd;
-    use std::sync::atomic::Ordering::{Acquire, Release};
+    use std::sync::atomic::Ordering::Acquire;
     use weft_shm::claim_lock::ClaimLock;
-    use weft_shm::layout::{claiming, state_gen, Geometry, C_PID, C_START, C_STATE_GEN, FREE};
+    use weft_shm::layout::{state_gen, Geometry, C_STATE_GEN, FREE};
     use weft_shm::ring::Chan;
-    use weft_shm::segment::Segment;
     let h = harness();
     let (ep, _cq) = enabled_endpoint(&h.domain, &h.info, &h.av(), WaitMode::Interrupt);
-    let addr = String::from_utf8(ep.local_addr().unwrap()).unwrap();
-    let name = weft_shm::name::seg_name(addr.trim_start_matches("fi_shm://"));
-    let g = Geometry::OURS;
-    let seg = Segment::open(&name, g.bytes(), g.bytes()).unwrap();
-    let file = Segment::open_fd(&name).unwrap();
-    let c = Chan { g, i: 5 };
+    let (_, seg, file) = claimer_view(&ep);
+    let c = Chan {
+        g: Geometry::OURS,
+        i: 5,
+    };
     let lock = ClaimLock::try_take(file.as_fd(), c.ctl(C_STATE_GEN) as u64)
         .unwrap()
         .expect("nobody claims this channel");
     let (pid, start) = weft_shm::live::me();
     assert!(weft_shm::live::alive(pid, start), "this process, alive");
-    let gen = c.begin_claim(&seg, pid).expect("a free channel");
-    seg.store32(c.ctl(C_PID), pid, Release);
-    seg.store64(c.ctl(C_START), start, Release);
-    let claimed = state_gen(claiming(pid), gen);
+    let (gen, claimed) = begin_as(&seg, &c, pid, start);
     // Held: kept across ten sweep intervals (100 ms each).
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(seg.load64(c.ctl(C_STATE_GEN), Acquire), Some(claimed));
@@ -269,4 +254,34 @@ async fn a_claim_whose_lock_is_let_go_is_freed_though_its_pid_lives() {
     .await;
     drop(file);
     assert_eq!(ep.stats().unwrap().rx_malformed, 0);
+}
+
+/// `ep`'s segment as a claimer sees it: its name, a mapping, and the
+/// description it locks through (the segment opened again by name for
+/// the claim, as `Peer::claim` does).
+fn claimer_view(ep: &weft::Endpoint) -> (String, weft_shm::segment::Segment, std::os::fd::OwnedFd) {
+    use weft_shm::segment::Segment;
+    let addr = String::from_utf8(ep.local_addr().unwrap()).unwrap();
+    let name = weft_shm::name::seg_name(addr.trim_start_matches("fi_shm://"));
+    let g = weft_shm::layout::Geometry::OURS;
+    let seg = Segment::open(&name, g.bytes(), g.bytes()).unwrap();
+    let file = Segment::open_fd(&name).unwrap();
+    (name, seg, file)
+}
+
+/// Begins a claim of `c` under `pid` and `start` as a claimer's first
+/// writes do (the claim's swap, its pid and start time): the claim's
+/// count and the word it made.
+fn begin_as(
+    seg: &weft_shm::segment::Segment,
+    c: &weft_shm::ring::Chan,
+    pid: u32,
+    start: u64,
+) -> (u32, u64) {
+    use std::sync::atomic::Ordering::Release;
+    use weft_shm::layout::{claiming, state_gen, C_PID, C_START};
+    let gen = c.begin_claim(seg, pid).expect("a free channel");
+    seg.store32(c.ctl(C_PID), pid, Release);
+    seg.store64(c.ctl(C_START), start, Release);
+    (gen, state_gen(claiming(pid), gen))
 }

@@ -274,13 +274,17 @@ const INSTANCE_END: usize = {
 /// The instance a segment file's header names (`H_PID`, `H_START`,
 /// `H_SERIAL`); `Ok(None)` when the header is not (yet) valid (too short
 /// a file, or no magic). Read at offset 0 whatever the file's position.
-fn read_instance(f: &std::fs::File) -> std::io::Result<Option<Instance>> {
-    use std::os::unix::fs::FileExt;
+pub(crate) fn read_instance(f: impl std::os::fd::AsFd) -> std::io::Result<Option<Instance>> {
     let mut h = [0u8; INSTANCE_END];
-    match f.read_exact_at(&mut h, 0) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    let mut got = 0;
+    while got < h.len() {
+        let at = u64::try_from(got).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        match rustix::io::pread(&f, &mut h[got..], at) {
+            Ok(0) => return Ok(None),
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     let u64_at = |o: usize| h.get(o..o + 8)?.try_into().ok().map(u64::from_ne_bytes);
     let u32_at = |o: usize| h.get(o..o + 4)?.try_into().ok().map(u32::from_ne_bytes);

@@ -59,7 +59,25 @@ impl Peer {
             return Err(Error::ConnRefused);
         }
         Ok(Peer {
-            name: name.to_owned(),
+            bell: crate::bell::open_remote(name),
+            spins,
+            ..Peer::unclaimed(name.to_owned(), seg, file, g, owner, serial)
+        })
+    }
+
+    /// The record of a peer mapped as `seg` (file `file`, geometry `g`),
+    /// whose owner instance is `owner` and `serial`: no channel, nothing
+    /// queued, no doorbell, not spinning.
+    fn unclaimed(
+        name: String,
+        seg: Segment,
+        file: FileId,
+        g: Geometry,
+        owner: (u32, u64),
+        serial: u64,
+    ) -> Peer {
+        Peer {
+            name,
             seg,
             file,
             g,
@@ -68,7 +86,7 @@ impl Peer {
             head_seen: 0,
             owner,
             serial,
-            bell: crate::bell::open_remote(name),
+            bell: None,
             queue: VecDeque::new(),
             delivering: VecDeque::new(),
             pending: VecDeque::new(),
@@ -79,8 +97,8 @@ impl Peer {
             awaiting: None,
             refused: false,
             proves: None,
-            spins,
-        })
+            spins: false,
+        }
     }
 
     /// Claims a free channel, if there is one, proving the key `keys`
@@ -282,27 +300,14 @@ impl Peer {
 }
 
 /// The owner instance (`H_PID`, `H_START`, `H_SERIAL`) the header of
-/// the segment file `fd` names, read through the descriptor (`pread`):
-/// `None` when it cannot be read whole. Read without atomics, as the
+/// the segment file `fd` names, read through the descriptor
+/// (`live::read_instance`): `None` when it cannot be read whole or is no
+/// segment's header. Read without atomics, as the
 /// claim's check of which file it opened, not of a word that moves: an
 /// owner writes them before its segment takes its name, and clears
 /// only its pid as it closes (then no claim is wanted there anyway).
 fn header_owner(fd: &OwnedFd) -> Option<crate::live::Instance> {
-    let mut h = [0u8; H_SERIAL + 8];
-    let mut got = 0;
-    while got < h.len() {
-        let at = u64::try_from(got).ok()?;
-        match rustix::io::pread(fd, &mut h[got..], at) {
-            Ok(0) => return None,
-            Ok(n) => got += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(_) => return None,
-        }
-    }
-    let pid = u32::from_ne_bytes(h.get(H_PID..H_PID + 4)?.try_into().ok()?);
-    let start = u64::from_ne_bytes(h.get(H_START..H_START + 8)?.try_into().ok()?);
-    let serial = u64::from_ne_bytes(h.get(H_SERIAL..H_SERIAL + 8)?.try_into().ok()?);
-    Some((pid, start, serial))
+    crate::live::read_instance(fd).ok().flatten()
 }
 
 #[cfg(test)]
@@ -329,36 +334,16 @@ mod tests {
         let open = || File::options().read(true).write(true).open(&path).unwrap();
         let (mine, owner) = (open(), open());
         let seg = Segment::map_file(&mine, g.bytes()).unwrap();
-        let p = Peer {
-            name,
-            seg,
-            file: FileId::of_fd(&mine).unwrap(),
-            g,
-            chan: None,
-            tail: 0,
-            head_seen: 0,
-            owner: (1, 1),
-            serial: 1,
-            bell: None,
-            queue: VecDeque::new(),
-            delivering: VecDeque::new(),
-            pending: VecDeque::new(),
-            answering: false,
-            answering_id: 0,
-            answering_seq: 0,
-            ghosts: answers::Ghosts::default(),
-            awaiting: None,
-            refused: false,
-            proves: None,
-            spins: false,
-        };
+        let p = Peer::unclaimed(name, seg, FileId::of_fd(&mine).unwrap(), g, (1, 1), 1);
         (p, owner, gone)
     }
 
-    /// A segment file's bytes, `len` of them, its header naming the
-    /// owner instance `(pid, start, serial)` and nothing else.
+    /// A segment file's bytes, `len` of them, its header a segment's
+    /// (its magic) naming the owner instance `(pid, start, serial)` and
+    /// nothing else.
     fn with_owner(len: usize, (pid, start, serial): crate::live::Instance) -> Vec<u8> {
         let mut b = vec![0u8; len];
+        b[H_MAGIC..H_MAGIC + 8].copy_from_slice(&MAGIC.to_ne_bytes());
         b[H_PID..H_PID + 4].copy_from_slice(&pid.to_ne_bytes());
         b[H_START..H_START + 8].copy_from_slice(&start.to_ne_bytes());
         b[H_SERIAL..H_SERIAL + 8].copy_from_slice(&serial.to_ne_bytes());

@@ -289,10 +289,17 @@ impl<M: Shape> RxQueue<M> {
     /// Withdraws the waiting receive with `context`, with its buffers (or
     /// buffers like them, while its own are the device's).
     pub fn cancel(&mut self, context: u64, credits: &Credits) -> Option<Waiting> {
-        let i = self
-            .waiting
-            .iter()
-            .position(|w| w.done.context == context)?;
+        let i = self.position_of(context)?;
+        self.withdraw(i, credits)
+    }
+
+    /// Where the waiting receive with `context` is.
+    fn position_of(&self, context: u64) -> Option<usize> {
+        self.waiting.iter().position(|w| w.done.context == context)
+    }
+
+    /// Withdraws waiting receive `i` ([`cancel`](Self::cancel)).
+    fn withdraw(&mut self, i: usize, credits: &Credits) -> Option<Waiting> {
         let mut w = self.waiting.remove(i)?;
         credits.release(1);
         let shape = self.disown(&w);
@@ -317,17 +324,15 @@ impl<M: Shape> RxQueue<M> {
     /// `None`: no receive with `context` waits; `Some(None)`: left for
     /// its flush; `Some(Some(w))`: withdrawn.
     pub fn cancel_in_hand(&mut self, context: u64, credits: &Credits) -> Option<Option<Waiting>> {
-        let w = self
-            .waiting
-            .iter_mut()
-            .find(|w| w.done.context == context)?;
+        let i = self.position_of(context)?;
+        let w = self.waiting.get_mut(i)?;
         if w.bufs.is_none() {
             // Held messages may now outwait it (no other receive posts
             // to a flushed queue; the task carries them on at its end).
             w.cancel_asked = true;
             return Some(None);
         }
-        Some(self.cancel(context, credits))
+        Some(self.withdraw(i, credits))
     }
 
     /// Withdraws every receive whose future is gone; how many.
