@@ -22,18 +22,31 @@
 //! message was truncated) fails the placeholder, which withdraws it (its
 //! receive goes on to the next message).
 //!
+//! A part's message that reaches its stream's reader is no longer
+//! arriving: the part leaves the registry in the same hold of the
+//! registry's lock as its completion goes into the stream
+//! ([`deliver_registered`]). Unregistered only when its read job ended,
+//! a part whose message the reader had already taken could be given a
+//! placeholder by a drop of the stream meanwhile: a phantom message at
+//! the head of the unexpected queue (charged, seen by the matcher)
+//! until the job's end withdrew it.
+//!
 //! On a scalable endpoint all of this is the receive context's: its
 //! parts register with it (the read job and the pull run on the context),
 //! its dropped streams give back to it, and a placeholder is owned by it
 //! ([`rx::Pull::held_on`]), so the read's end, polled by the endpoint's
 //! CQ driver, fills it on the context it was cut on.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 
+use weft_core::addr::FiAddr;
 use weft_core::completion::Returned;
+use weft_core::credits::Credits;
 use weft_core::multi_recv::MultiShared;
 use weft_core::provider::RecvReq;
+use weft_core::recv_completion::RecvCtx;
 use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 use weft_core::Error;
@@ -203,6 +216,85 @@ impl RdmShared {
     /// message given back before.
     pub(crate) fn hold_all_places(&self) {
         self.hold_places_before(None);
+    }
+}
+
+/// Completes a receive through `deliver`: when `guard` registers it (a
+/// part of an awaited buffer), under the registry's lock, the part
+/// leaving the registry in that same hold if its completion reached the
+/// stream. Whether it did is decided by the stream's slot (a drop closes
+/// the slots in order, then gives back), so a drop either finds the
+/// message in the slot or the part still registered, never a part whose
+/// message its reader has. A message whose stream is gone comes out of
+/// the delivery and is given back once the lock is let go, the part
+/// still registered: it fills the placeholder holding its place, if one
+/// does. (A placeholder made while the message was on its way into the
+/// slot stays too: the drop that finds the message fills it.)
+pub(crate) fn deliver_registered(
+    ep: &RdmShared,
+    guard: Option<Guard>,
+    deliver: impl FnOnce(&dyn RecvCtx),
+) {
+    let Some((guard, reg)) = guard.and_then(|g| g.ep.upgrade().map(|r| (g, r))) else {
+        deliver(ep);
+        return;
+    };
+    let ctx = Deferring {
+        ep,
+        back: Cell::new(Vec::new()),
+    };
+    {
+        let mut g = lock(&reg.arriving);
+        deliver(&ctx);
+        let back = ctx.back.take();
+        if back.is_empty() && lock(&guard.part.held).is_none() {
+            g.retain(|p| !Arc::ptr_eq(p, &guard.part));
+        }
+        ctx.back.set(back);
+    }
+    for (r, after) in ctx.back.take() {
+        if after {
+            ep.give_back_in_order(r);
+        } else {
+            ep.take_back(r, false);
+        }
+    }
+    drop(guard);
+}
+
+/// The endpoint as a delivery under the registry's lock sees it: what it
+/// would give back is kept, for [`deliver_registered`] to give back once
+/// that lock is let go (giving back takes it).
+struct Deferring<'a> {
+    ep: &'a RdmShared,
+    /// Messages to give back, and whether each goes behind those given
+    /// back before it.
+    back: Cell<Vec<(Returned, bool)>>,
+}
+
+impl Deferring<'_> {
+    fn keep(&self, r: Returned, after: bool) {
+        let mut v = self.back.take();
+        v.push((r, after));
+        self.back.set(v);
+    }
+}
+
+impl RecvCtx for Deferring<'_> {
+    fn rx_credits(&self) -> &Credits {
+        RecvCtx::rx_credits(self.ep)
+    }
+
+    fn reported_addr(&self, a: FiAddr) -> FiAddr {
+        RecvCtx::reported_addr(self.ep, a)
+    }
+
+    fn give_back(&self, r: Returned) {
+        self.keep(r, false);
+    }
+
+    fn give_back_after(&self, r: Returned) {
+        self.keep(r, true);
     }
 }
 

@@ -20,7 +20,7 @@ use weft_core::{Error, Result};
 use super::RDM_SLOT;
 use super::{Conn, Deferred, Op, RdmShared, ReadJob, Sender, Unexp};
 use weft_core::addr::{encode_sockaddr, FI_ADDR_NOTAVAIL};
-use weft_core::recv_completion::{copy_in, deliver_unknown};
+use weft_core::recv_completion::{copy_in, deliver_unknown, RecvCtx};
 
 /// [`deliver`], or for a sender not in the AV on an `FI_SOURCE_ERR`
 /// endpoint the `AddrNotAvail` error entry that carries the message and
@@ -30,6 +30,19 @@ use weft_core::recv_completion::{copy_in, deliver_unknown};
 pub(crate) fn deliver_from(
     ep: &RdmShared,
     req: RecvReq,
+    info: MsgInfo,
+    placed: usize,
+    from: Sender,
+) {
+    deliver_from_via(ep, ep, req, info, placed, from);
+}
+
+/// [`deliver_from`] completing through `ctx` (`ep` as a delivery into a
+/// registered part sees it, [`super::arriving::deliver_registered`]).
+fn deliver_from_via(
+    ep: &RdmShared,
+    ctx: &dyn RecvCtx,
+    req: RecvReq,
     mut info: MsgInfo,
     placed: usize,
     from: Sender,
@@ -38,11 +51,18 @@ pub(crate) fn deliver_from(
         info.src = ep.resolve_src(&from.addr, from.key);
         if info.src == FI_ADDR_NOTAVAIL {
             let reported = ep.key_reported(from.key);
-            deliver_unknown(ep, req, info, placed, reported, encode_sockaddr(&from.addr));
+            deliver_unknown(
+                ctx,
+                req,
+                info,
+                placed,
+                reported,
+                encode_sockaddr(&from.addr),
+            );
             return;
         }
     }
-    deliver(ep, req, info, placed);
+    deliver(ctx, req, info, placed);
 }
 
 /// Copies a whole message into a receive and completes it as
@@ -56,6 +76,22 @@ pub(crate) fn copy_and_deliver_from(
 ) {
     let placed = copy_in(&mut req, data);
     deliver_from(ep, req, info, placed, from);
+}
+
+/// [`copy_and_deliver_from`] into a receive `arriving` may register, as
+/// [`super::arriving::deliver_registered`] delivers.
+fn copy_and_deliver_registered(
+    ep: &RdmShared,
+    mut req: RecvReq,
+    info: MsgInfo,
+    data: &[u8],
+    from: Sender,
+    arriving: Option<super::arriving::Guard>,
+) {
+    let placed = copy_in(&mut req, data);
+    super::arriving::deliver_registered(ep, arriving, |ctx| {
+        deliver_from_via(ep, ctx, req, info, placed, from);
+    });
 }
 use crate::cq_poller::CqSink;
 use crate::sys::{RecvRequest, WorkCompletion};
@@ -133,11 +169,7 @@ impl Pull {
             }
         };
         match waiter {
-            Some((w, r)) => {
-                self.hand(ep, w.req, w.info, w.claimed, r);
-                // Unregistered once its message was handed on.
-                drop(w.arriving);
-            }
+            Some((w, r)) => self.hand(ep, w.req, w.info, w.claimed, r, w.arriving),
             None if failed => {
                 // Nobody matched it and it will never arrive: it leaves
                 // the unexpected queue rather than wait there for a
@@ -174,10 +206,11 @@ impl Pull {
                 }
             }
         };
-        drop(arriving);
-        self.hand(ep, req, info, claimed, r);
+        self.hand(ep, req, info, claimed, r, arriving);
     }
 
+    /// Ends the receive that took it; its part, if `arriving` registers
+    /// one, is unregistered as the message goes into its stream.
     fn hand(
         &self,
         ep: &RdmShared,
@@ -185,9 +218,10 @@ impl Pull {
         info: MsgInfo,
         claimed: bool,
         r: std::result::Result<BytesMut, Error>,
+        arriving: Option<super::arriving::Guard>,
     ) {
         match r {
-            Ok(d) => copy_and_deliver_from(ep, req, info, &d, self.from),
+            Ok(d) => copy_and_deliver_registered(ep, req, info, &d, self.from, arriving),
             Err(e) if claimed => fail_recv(ep, req, info, 0, e),
             // Never delivered: the receive goes on to the next message,
             // ahead of those posted after it.
@@ -505,7 +539,10 @@ impl RdmShared {
         let cookie = job.hdr.cookie;
         match (wc.to_error(), lost) {
             (None, false) => {
-                deliver_from(self, job.req, job.info, placed, from);
+                let (req, info) = (job.req, job.info);
+                super::arriving::deliver_registered(self, job.arriving.take(), |ctx| {
+                    deliver_from_via(self, ctx, req, info, placed, from);
+                });
                 self.send_fin(peer, cookie, false);
             }
             // The connection is dead (the failed completion killed it):
