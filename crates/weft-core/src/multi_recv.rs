@@ -81,6 +81,10 @@ pub struct MultiShared {
     cntr: Option<Arc<CounterShared>>,
     /// The awaited form: each completion gets a slot of the stream.
     sink: Option<Arc<MultiSink>>,
+    /// Where the buffer lies (start, length), set when its first part is
+    /// cut (its parts are cut from it): which buffer a given-back message
+    /// was in.
+    span: std::sync::OnceLock<(usize, usize)>,
     st: Mutex<ReleaseState>,
 }
 
@@ -142,6 +146,21 @@ impl MultiShared {
     /// (`ProviderEndpoint::give_back_after`).
     pub fn is_abandoned(&self) -> bool {
         self.abandoned()
+    }
+
+    /// Whether its stream was dropped and the drop has given back every
+    /// message its slots held ([`MultiSink::given_back`]): every part not
+    /// yet completed then finds its slot closed.
+    pub fn is_drained(&self) -> bool {
+        self.sink.as_ref().is_some_and(|s| s.is_drained())
+    }
+
+    /// Whether `addr` lies in this buffer (always false before a part
+    /// was cut from it).
+    pub fn holds(&self, addr: usize) -> bool {
+        self.span
+            .get()
+            .is_some_and(|&(start, len)| addr >= start && addr - start < len)
     }
 
     /// The buffer is released with `tail` unused; `Some` when no part is
@@ -215,6 +234,7 @@ pub fn buffer(done: &OpDone, min: usize, sink: Option<Arc<MultiSink>>) -> MultiP
         cq: done.cq.clone(),
         cntr: done.cntr.clone(),
         sink,
+        span: std::sync::OnceLock::new(),
         st: Mutex::new(ReleaseState::default()),
     });
     MultiPart::Buffer(Box::new(MultiBuf {
@@ -275,6 +295,10 @@ fn take_part(req: &mut RecvReq, info: &crate::tagmatch::MsgInfo) -> Take<RecvReq
     let Some(done) = mb.shared.part_done() else {
         return Take::End;
     };
+    if mb.used == 0 {
+        // Nothing cut yet: the free space is the whole buffer.
+        let _ = mb.shared.span.set((free.as_ptr() as usize, free.len()));
+    }
     // A message larger than the whole unused buffer takes all of it and
     // is truncated, as in any receive: skipping it would let later
     // messages from its sender overtake it.
@@ -447,6 +471,8 @@ struct SinkState {
     closed: bool,
     /// Nothing will add a slot any more.
     gone: bool,
+    /// The reader's drop gave back what its slots held.
+    drained: bool,
 }
 
 impl MultiSink {
@@ -519,6 +545,17 @@ impl MultiSink {
                 Poll::Pending => return Poll::Pending,
             }
         }
+    }
+
+    /// The reader's drop has given back every message its slots held
+    /// (after [`close`](Self::close)): a provider may now take the places
+    /// of the buffer's parts still arriving without passing one of them.
+    pub fn given_back(&self) {
+        lock(&self.st).drained = true;
+    }
+
+    fn is_drained(&self) -> bool {
+        lock(&self.st).drained
     }
 
     /// The reader goes: later completions find their slots closed (and

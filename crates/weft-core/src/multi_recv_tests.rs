@@ -276,6 +276,36 @@ fn no_part_is_cut_once_the_stream_is_dropped() {
     assert_eq!(ep.0.left(), 4, "released once both parts are in");
 }
 
+/// What a provider taking the places of a dropped stream's parts still
+/// arriving needs to know (`weft-verbs`' RDM endpoint): which buffer a
+/// given-back message lies in, and whether the drop has given back what
+/// its slots held (until then nobody else may take those places).
+#[test]
+fn a_buffer_knows_its_span_and_when_its_drop_has_given_back() {
+    let cq = CqShared::new(1, CqFormat::Tagged, WaitMode::Interrupt, 8);
+    let sink = MultiSink::new();
+    let mut b = buffer(&cq, 100, 10);
+    if let Some(MultiPart::Buffer(mb)) = &mut b.multi {
+        Arc::get_mut(&mut mb.shared).expect("unshared").sink = Some(sink.clone());
+    }
+    let start = b.bufs[0].as_ptr() as usize;
+    let (p1, _) = part(take(&mut b, &msg(20)));
+    let (p2, _) = part(take(&mut b, &msg(30)));
+    let shared = buffer_of(&p2).expect("a part of a buffer");
+    let at = |p: &RecvReq| p.bufs[0].as_ptr() as usize;
+    assert_eq!(at(&p1), start);
+    assert!(shared.holds(at(&p1)) && shared.holds(at(&p2)));
+    assert!(shared.holds(start + 99), "the last byte");
+    assert!(!shared.holds(start + 100) && !shared.holds(start.wrapping_sub(1)));
+    assert!(!shared.is_abandoned() && !shared.is_drained());
+    let slots = sink.close();
+    assert!(shared.is_abandoned());
+    assert!(!shared.is_drained(), "closed, not yet given back");
+    drop(slots);
+    sink.given_back();
+    assert!(shared.is_drained());
+}
+
 /// `deliver_in` (the by-reference form the providers' arrival paths use)
 /// reports exactly what `deliver` reports, for a receive that fits and
 /// one that truncates, and leaves a request that owns nothing.

@@ -22,6 +22,14 @@
 //! message was truncated) fails the placeholder, which withdraws it (its
 //! receive goes on to the next message).
 //!
+//! Only the drop of a stream takes the places of its parts until it has
+//! given back what its slots held (a give-back of its own takes those
+//! before the message given back; the sink says when it is done,
+//! `MultiSink::given_back`, and its withdrawal takes the rest). Taken
+//! by anyone else meanwhile — a cancel, a give-back of another buffer on
+//! another thread — a later part's placeholder would pass an earlier
+//! message of the same sender that the drop had still to give back.
+//!
 //! A part's message that reaches its stream's reader is no longer
 //! arriving: the part leaves the registry in the same hold of the
 //! registry's lock as its completion goes into the stream
@@ -126,16 +134,29 @@ impl RdmShared {
     }
 
     /// Takes the places of the parts of dropped streams still arriving
-    /// that lie before `before` in their buffer (all of them with
-    /// `None`), in buffer order. Called with the registry's lock held,
-    /// which orders this with the messages given back around it; what
-    /// the placeholders are matched to is done by [`Placed::finish`]
-    /// once that lock is let go.
+    /// that lie before `before` in its buffer, and of every part of the
+    /// dropped streams whose drop has given back what their slots held
+    /// (with `None`, only the latter), in buffer order. Called with the
+    /// registry's lock held, which orders this with the messages given
+    /// back around it; what the placeholders are matched to is done by
+    /// [`Placed::finish`] once that lock is let go.
+    ///
+    /// A message given back from a buffer comes after every earlier slot
+    /// of it was settled (the drop closes the slots in order, giving
+    /// back what each holds), so an earlier part still registered will
+    /// not reach its slot. A stream still being drained is left alone by
+    /// everyone else (a cancel, another buffer's give-back on another
+    /// thread): a later part of it placed then would pass the earlier
+    /// messages its drop has still to give back.
     fn hold_places(&self, parts: &[Arc<Arriving>], before: Option<usize>, out: &mut Placed) {
+        let settled = |p: &Arriving| match before {
+            Some(b) if p.buffer.holds(b) => p.addr < b,
+            _ => p.buffer.is_drained(),
+        };
         let mut due: Vec<&Arc<Arriving>> = parts
             .iter()
-            .filter(|p| before.is_none_or(|b| p.addr < b))
-            .filter(|p| p.buffer.is_abandoned() && lock(&p.held).is_none())
+            .filter(|p| p.buffer.is_abandoned() && settled(p))
+            .filter(|p| lock(&p.held).is_none())
             .collect();
         due.sort_by_key(|p| p.addr);
         for p in due {
@@ -221,15 +242,15 @@ impl RdmShared {
 
 /// Completes a receive through `deliver`: when `guard` registers it (a
 /// part of an awaited buffer), under the registry's lock, the part
-/// leaving the registry in that same hold if its completion reached the
-/// stream. Whether it did is decided by the stream's slot (a drop closes
-/// the slots in order, then gives back), so a drop either finds the
-/// message in the slot or the part still registered, never a part whose
-/// message its reader has. A message whose stream is gone comes out of
-/// the delivery and is given back once the lock is let go, the part
-/// still registered: it fills the placeholder holding its place, if one
-/// does. (A placeholder made while the message was on its way into the
-/// slot stays too: the drop that finds the message fills it.)
+/// leaving the registry in that same hold unless the delivery gave its
+/// message back. Whether it did is decided by the stream's slot, which a
+/// drop closes before it gives back what the slots before it held and
+/// before anyone may take the part's place (`hold_places`): so a part
+/// whose message its reader has is never given a placeholder, and a
+/// part with a placeholder finds its slot closed. A message given back
+/// comes out of the delivery and goes back once the lock is let go
+/// (giving back takes it), the part still registered, so that it fills
+/// its placeholder if one holds its place.
 pub(crate) fn deliver_registered(
     ep: &RdmShared,
     guard: Option<Guard>,
@@ -243,20 +264,21 @@ pub(crate) fn deliver_registered(
         ep,
         back: Cell::new(Vec::new()),
     };
-    {
+    let back = {
         let mut g = lock(&reg.arriving);
         deliver(&ctx);
-        let back = ctx.back.take();
-        if back.is_empty() && lock(&guard.part.held).is_none() {
+        let back = ctx.back.into_inner();
+        if back.is_empty() {
             g.retain(|p| !Arc::ptr_eq(p, &guard.part));
         }
-        ctx.back.set(back);
-    }
-    for (r, after) in ctx.back.take() {
+        back
+    };
+    // Given back where the part was registered: its place is kept there.
+    for (r, after) in back {
         if after {
-            ep.give_back_in_order(r);
+            reg.give_back_in_order(r);
         } else {
-            ep.take_back(r, false);
+            reg.take_back(r, false);
         }
     }
     drop(guard);

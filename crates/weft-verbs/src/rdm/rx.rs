@@ -19,8 +19,11 @@ use weft_core::{Error, Result};
 
 use super::RDM_SLOT;
 use super::{Conn, Deferred, Op, RdmShared, ReadJob, Sender, Unexp};
+use crate::cq_poller::CqSink;
+use crate::sys::{RecvRequest, WorkCompletion};
 use weft_core::addr::{encode_sockaddr, FI_ADDR_NOTAVAIL};
 use weft_core::recv_completion::{copy_in, deliver_unknown, RecvCtx};
+use weft_core::wire::rdm::{Header, Op as WireOp, HDR};
 
 /// [`deliver`], or for a sender not in the AV on an `FI_SOURCE_ERR`
 /// endpoint the `AddrNotAvail` error entry that carries the message and
@@ -69,13 +72,12 @@ fn deliver_from_via(
 /// [`deliver_from`] does.
 pub(crate) fn copy_and_deliver_from(
     ep: &RdmShared,
-    mut req: RecvReq,
+    req: RecvReq,
     info: MsgInfo,
     data: &[u8],
     from: Sender,
 ) {
-    let placed = copy_in(&mut req, data);
-    deliver_from(ep, req, info, placed, from);
+    copy_and_deliver_registered(ep, req, info, data, from, None);
 }
 
 /// [`copy_and_deliver_from`] into a receive `arriving` may register, as
@@ -93,9 +95,6 @@ fn copy_and_deliver_registered(
         deliver_from_via(ep, ctx, req, info, placed, from);
     });
 }
-use crate::cq_poller::CqSink;
-use crate::sys::{RecvRequest, WorkCompletion};
-use weft_core::wire::rdm::{Header, Op as WireOp, HDR};
 
 /// Most bytes pulled for one unexpected delivery-complete message; a
 /// larger one waits at the sender for its receive (its send then
@@ -153,7 +152,8 @@ impl Pull {
     }
 
     /// The read ended. Takes the matcher's lock (and, through a receive
-    /// going back to it, the peers'): never call it holding either.
+    /// going back to it, the peers'), and the registry of arriving parts'
+    /// (delivering into a waiting part): never call it holding any.
     pub(crate) fn finish(&self, ep: &RdmShared, r: std::result::Result<BytesMut, Error>) {
         let owner = self.owner.get().and_then(std::sync::Weak::upgrade);
         let ep = owner.as_deref().unwrap_or(ep);
@@ -222,10 +222,18 @@ impl Pull {
     ) {
         match r {
             Ok(d) => copy_and_deliver_registered(ep, req, info, &d, self.from, arriving),
-            Err(e) if claimed => fail_recv(ep, req, info, 0, e),
+            Err(e) if claimed => {
+                super::arriving::deliver_registered(ep, arriving, |ctx| {
+                    fail_recv(ctx, req, info, 0, e);
+                });
+            }
             // Never delivered: the receive goes on to the next message,
-            // ahead of those posted after it.
-            Err(_) => ep.repost_front(req),
+            // ahead of those posted after it (a part leaves its range
+            // unused, and the registry first).
+            Err(_) => {
+                drop(arriving);
+                ep.repost_front(req);
+            }
         }
     }
 }
@@ -549,7 +557,10 @@ impl RdmShared {
             // the message is gone with it, the receive goes on.
             (Some(_), _) => self.orphan(job),
             (None, true) => {
-                fail_recv(self, job.req, job.info, 0, Error::Io);
+                let (req, info) = (job.req, job.info);
+                super::arriving::deliver_registered(self, job.arriving.take(), |ctx| {
+                    fail_recv(ctx, req, info, 0, Error::Io);
+                });
                 self.send_fin(peer, cookie, true);
             }
         }

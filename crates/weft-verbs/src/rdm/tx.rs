@@ -129,9 +129,13 @@ impl RdmShared {
             }
             // The receive's buffers could not be registered, or the like.
             Deferred::Read(job) => {
-                let job = *job;
+                let mut job = *job;
                 let rxc = job.rxc.clone();
-                rx::fail_recv(rxc.as_deref().unwrap_or(self), job.req, job.info, 0, err);
+                let at = rxc.as_deref().unwrap_or(self);
+                let (req, info) = (job.req, job.info);
+                super::arriving::deliver_registered(at, job.arriving.take(), |ctx| {
+                    rx::fail_recv(ctx, req, info, 0, err);
+                });
             }
             Deferred::Pull(pull, ..) => {
                 if let Some(ep) = self.me.upgrade() {

@@ -490,7 +490,10 @@ impl Drop for MultiRecv {
         }
         // Withdrawn last: a provider whose parts may still be arriving
         // then knows every message already in has been given back, and
-        // keeps the places of the ones still arriving behind them.
+        // keeps the places of the ones still arriving behind them. Said
+        // first to the sink, for a provider taking places on another
+        // thread meanwhile (a cancel, another stream's give-back).
+        self.sink.given_back();
         self.owner.cancel(self.context);
     }
 }
