@@ -110,13 +110,37 @@ impl Drop for Guard {
 
 impl RdmShared {
     /// Registers `req`, a part about to be read into, if it is a part of
-    /// an awaited buffer (`None` otherwise).
+    /// an awaited buffer (`None` otherwise). A part is cut before it is
+    /// registered, with no lock held in between: if its stream's drop ran
+    /// meanwhile (to its end: nobody took this part's place), its place
+    /// is taken now, ahead of its sender's messages still to come.
     pub(crate) fn register_arriving(
         &self,
         req: &RecvReq,
         info: MsgInfo,
         from: SocketAddr,
     ) -> Option<Guard> {
+        let (part, guard) = self.new_part(req, info, from)?;
+        let mut placed = Placed::default();
+        {
+            let mut g = lock(&self.arriving);
+            g.push(part.clone());
+            if part.buffer.is_drained() {
+                self.hold_places(&mut g, None, &mut placed);
+            }
+        }
+        placed.finish(self);
+        Some(guard)
+    }
+
+    /// The registry entry for `req` and the guard that removes it, if
+    /// `req` is a part of an awaited buffer; not yet registered.
+    fn new_part(
+        &self,
+        req: &RecvReq,
+        info: MsgInfo,
+        from: SocketAddr,
+    ) -> Option<(Arc<Arriving>, Guard)> {
         let buffer = weft_core::multi_recv::buffer_of(req).filter(|b| b.is_awaited())?;
         let addr = req.bufs.first()?.as_ptr() as usize;
         let part = Arc::new(Arriving {
@@ -126,17 +150,17 @@ impl RdmShared {
             from,
             held: Mutex::new(None),
         });
-        lock(&self.arriving).push(part.clone());
-        Some(Guard {
+        let guard = Guard {
             ep: self.me.clone(),
-            part,
-        })
+            part: part.clone(),
+        };
+        Some((part, guard))
     }
 
     /// Takes the places of the parts of dropped streams still arriving
     /// that lie before `before` in its buffer, and of every part of the
-    /// dropped streams whose drop has given back what their slots held
-    /// (with `None`, only the latter), in buffer order. Called with the
+    /// other dropped streams whose drop has given back what their slots
+    /// held (with `None`, only the latter), in buffer order. Called with the
     /// registry's lock held, which orders this with the messages given
     /// back around it; what the placeholders are matched to is done by
     /// [`Placed::finish`] once that lock is let go.
@@ -148,15 +172,20 @@ impl RdmShared {
     /// everyone else (a cancel, another buffer's give-back on another
     /// thread): a later part of it placed then would pass the earlier
     /// messages its drop has still to give back.
-    fn hold_places(&self, parts: &[Arc<Arriving>], before: Option<usize>, out: &mut Placed) {
+    ///
+    /// A placeholder a receive takes is a part of that receive's buffer
+    /// too when it is awaited: registered here, in the same hold, so that
+    /// a drop of that stream never finds it cut and unregistered.
+    fn hold_places(&self, reg: &mut Vec<Arc<Arriving>>, before: Option<usize>, out: &mut Placed) {
         let settled = |p: &Arriving| match before {
             Some(b) if p.buffer.holds(b) => p.addr < b,
             _ => p.buffer.is_drained(),
         };
-        let mut due: Vec<&Arc<Arriving>> = parts
+        let mut due: Vec<Arc<Arriving>> = reg
             .iter()
             .filter(|p| p.buffer.is_abandoned() && settled(p))
             .filter(|p| lock(&p.held).is_none())
+            .cloned()
             .collect();
         due.sort_by_key(|p| p.addr);
         for p in due {
@@ -173,7 +202,14 @@ impl RdmShared {
             let mut m = lock(&self.side.matcher);
             match multi::match_arrival(&mut m, &p.info, &mut out.ended) {
                 // No bytes yet: the receive will wait for them.
-                Some(req) => out.matched.push((pull, req, p.info)),
+                Some(req) => {
+                    drop(m);
+                    let part = self.new_part(&req, p.info, p.from).map(|(part, guard)| {
+                        reg.push(part);
+                        guard
+                    });
+                    out.matched.push((pull, req, p.info, part));
+                }
                 None => m.push_unexpected_front_after(
                     self.src(p.from, p.info.key),
                     p.info,
@@ -197,7 +233,7 @@ impl RdmShared {
         let mut placed = Placed::default();
         let (fill, deliver) = {
             let mut g = lock(&self.arriving);
-            self.hold_places(&g, addr, &mut placed);
+            self.hold_places(&mut g, addr, &mut placed);
             let own = g
                 .iter()
                 .position(|p| Some(p.addr) == addr)
@@ -223,11 +259,11 @@ impl RdmShared {
     pub(crate) fn hold_places_before(&self, before: Option<usize>) {
         let mut placed = Placed::default();
         {
-            let g = lock(&self.arriving);
+            let mut g = lock(&self.arriving);
             if g.is_empty() {
                 return;
             }
-            self.hold_places(&g, before, &mut placed);
+            self.hold_places(&mut g, before, &mut placed);
         }
         placed.finish(self);
     }
@@ -244,7 +280,7 @@ impl RdmShared {
 /// part of an awaited buffer), under the registry's lock, the part
 /// leaving the registry in that same hold unless the delivery gave its
 /// message back. Whether it did is decided by the stream's slot, which a
-/// drop closes before it gives back what the slots before it held and
+/// drop closes after giving back what the slots before it held and
 /// before anyone may take the part's place (`hold_places`): so a part
 /// whose message its reader has is never given a placeholder, and a
 /// part with a placeholder finds its slot closed. A message given back
@@ -323,8 +359,9 @@ impl RecvCtx for Deferring<'_> {
 /// What taking places left to do with no lock held.
 #[derive(Default)]
 struct Placed {
-    /// Placeholders and the receives that took them.
-    matched: Vec<(Arc<rx::Pull>, RecvReq, MsgInfo)>,
+    /// Placeholders and the receives that took them (registered, if
+    /// parts of awaited buffers).
+    matched: Vec<(Arc<rx::Pull>, RecvReq, MsgInfo, Option<Guard>)>,
     /// Buffers that ended without the message they were offered.
     ended: Vec<RecvReq>,
 }
@@ -332,8 +369,8 @@ struct Placed {
 impl Placed {
     fn finish(self, ep: &RdmShared) {
         ep.end_buffers(self.ended);
-        for (pull, req, info) in self.matched {
-            pull.matched(ep, req, info, false);
+        for (pull, req, info, part) in self.matched {
+            pull.matched_as(ep, req, info, false, part);
         }
     }
 }

@@ -188,9 +188,21 @@ impl Pull {
     /// A receive matched it. Takes the registry of arriving parts'
     /// lock: never call it holding that.
     pub(crate) fn matched(&self, ep: &RdmShared, req: RecvReq, info: MsgInfo, claimed: bool) {
-        // Registered before the look (dropped again if the bytes are
-        // there): a part never waits unregistered.
+        // Registered before the look: a part never waits unregistered.
         let arriving = ep.register_arriving(&req, info, ep.key_of(info.src));
+        self.matched_as(ep, req, info, claimed, arriving);
+    }
+
+    /// [`matched`](Self::matched) of a receive that `arriving` registers
+    /// already, if it is a part of an awaited buffer.
+    pub(crate) fn matched_as(
+        &self,
+        ep: &RdmShared,
+        req: RecvReq,
+        info: MsgInfo,
+        claimed: bool,
+        arriving: Option<super::arriving::Guard>,
+    ) {
         let r = {
             let mut g = lock(&self.st);
             match g.data.take() {
