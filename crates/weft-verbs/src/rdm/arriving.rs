@@ -30,6 +30,13 @@
 //! another thread — a later part's placeholder would pass an earlier
 //! message of the same sender that the drop had still to give back.
 //!
+//! Every part of an awaited buffer cut for a message whose bytes are to
+//! come (a placeholder's, a given-back message's) is registered in the
+//! hold of the registry's lock that cut it; a part cut on the CQ path
+//! (a read started) is registered just after, before the next completion
+//! is dispatched, and gets its place then if its stream's drop ran in
+//! between.
+//!
 //! A part's message that reaches its stream's reader is no longer
 //! arriving: the part leaves the registry in the same hold of the
 //! registry's lock as its completion goes into the stream
@@ -188,6 +195,12 @@ impl RdmShared {
             .cloned()
             .collect();
         due.sort_by_key(|p| p.addr);
+        if due.is_empty() {
+            return;
+        }
+        // One hold of the matcher for them all: an arrival matched
+        // between two placeholders of its sender would pass the second.
+        let mut m = lock(&self.side.matcher);
         for p in due {
             // Owned by this endpoint (a receive context: the one the
             // part was cut on), where its read's end fills it.
@@ -199,15 +212,10 @@ impl RdmShared {
                 },
             );
             *lock(&p.held) = Some(pull.clone());
-            let mut m = lock(&self.side.matcher);
             match multi::match_arrival(&mut m, &p.info, &mut out.ended) {
                 // No bytes yet: the receive will wait for them.
                 Some(req) => {
-                    drop(m);
-                    let part = self.new_part(&req, p.info, p.from).map(|(part, guard)| {
-                        reg.push(part);
-                        guard
-                    });
+                    let part = self.register_cut(reg, &req, p.info, p.from);
                     out.matched.push((pull, req, p.info, part));
                 }
                 None => m.push_unexpected_front_after(
@@ -240,16 +248,54 @@ impl RdmShared {
                 .map(|i| g.swap_remove(i));
             match own.and_then(|p| lock(&p.held).take()) {
                 Some(pull) => (Some((pull, r)), None),
-                None => (None, self.put_back(r, true)),
+                None => (None, self.put_back_registered(&mut g, r, true)),
             }
         };
         placed.finish(self);
         if let Some((pull, mut r)) = fill {
             pull.finish(self, Ok(r.take_bytes()));
         }
-        if let Some((req, info, data, from)) = deliver {
-            rx::copy_and_deliver_from(self, req, info, &data, from);
+        if let Some(d) = deliver {
+            d.deliver(self);
         }
+    }
+
+    /// [`put_back`](Self::put_back) under the registry's lock (`reg`): a
+    /// receive that takes the message and is a part of an awaited buffer
+    /// is registered in the same hold, so that a drop of its stream
+    /// before the delivery holds its place (its message, on its way,
+    /// would otherwise come back behind its sender's later ones).
+    pub(crate) fn put_back_registered(
+        &self,
+        reg: &mut Vec<Arc<Arriving>>,
+        r: Returned,
+        after: bool,
+    ) -> Option<GivenTo> {
+        let (req, info, data, from) = self.put_back(r, after)?;
+        let part = self.register_cut(reg, &req, info, from.addr);
+        Some(GivenTo {
+            req,
+            info,
+            data,
+            from,
+            part,
+        })
+    }
+
+    /// Registers in `reg` (the registry, its lock held) `req`, a part just
+    /// cut for a message whose bytes are to come, if it is a part of an
+    /// awaited buffer.
+    fn register_cut(
+        &self,
+        reg: &mut Vec<Arc<Arriving>>,
+        req: &RecvReq,
+        info: MsgInfo,
+        from: SocketAddr,
+    ) -> Option<Guard> {
+        self.new_part(req, info, from).map(|(part, guard)| {
+            reg.push(part);
+            guard
+        })
     }
 
     /// The places of the dropped streams' parts still arriving here that
@@ -353,6 +399,22 @@ impl RecvCtx for Deferring<'_> {
 
     fn give_back_after(&self, r: Returned) {
         self.keep(r, true);
+    }
+}
+
+/// A given-back message and the receive that took it, registered if a
+/// part of an awaited buffer: delivered with no lock held.
+pub(crate) struct GivenTo {
+    req: RecvReq,
+    info: MsgInfo,
+    data: bytes::Bytes,
+    from: super::Sender,
+    part: Option<Guard>,
+}
+
+impl GivenTo {
+    pub(crate) fn deliver(self, ep: &RdmShared) {
+        rx::copy_and_deliver_registered(ep, self.req, self.info, &self.data, self.from, self.part);
     }
 }
 

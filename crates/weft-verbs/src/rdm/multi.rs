@@ -35,7 +35,7 @@ use weft_core::sync::lock;
 use weft_core::tagmatch::MsgInfo;
 
 use super::srx::Src;
-use super::{rx, spec_of, RdmMatcher, RdmShared, Sender, Unexp};
+use super::{spec_of, RdmMatcher, RdmShared, Sender, Unexp};
 
 /// The receive (or part of a multi-receive buffer) that takes an
 /// arriving message, if one does. Buffers that end without it (it does
@@ -101,8 +101,11 @@ impl RdmShared {
         if self.is_closed() {
             return;
         }
-        if let Some((req, info, data, from)) = self.put_back(r, after) {
-            rx::copy_and_deliver_from(self, req, info, &data, from);
+        // Under the registry's lock: the receive that takes it is
+        // registered if a part of an awaited buffer (`arriving`).
+        let given = self.put_back_registered(&mut lock(&self.arriving), r, after);
+        if let Some(d) = given {
+            d.deliver(self);
         }
     }
 

@@ -80,9 +80,20 @@ pub(crate) fn copy_and_deliver_from(
     copy_and_deliver_registered(ep, req, info, data, from, None);
 }
 
+/// The error a receive fails with when its message could not be had
+/// for `e`: never `AddrNotAvail`, which on a receive's entry means a
+/// message from a sender not in the AV (`FI_SOURCE_ERR`) — a dropped
+/// future or stream would give such an entry back as a message.
+pub(crate) fn recv_error(e: Error) -> Error {
+    match e {
+        Error::AddrNotAvail => Error::ConnReset,
+        e => e,
+    }
+}
+
 /// [`copy_and_deliver_from`] into a receive `arriving` may register, as
 /// [`super::arriving::deliver_registered`] delivers.
-fn copy_and_deliver_registered(
+pub(crate) fn copy_and_deliver_registered(
     ep: &RdmShared,
     mut req: RecvReq,
     info: MsgInfo,
@@ -185,11 +196,12 @@ impl Pull {
         }
     }
 
-    /// A receive matched it. Takes the registry of arriving parts'
-    /// lock: never call it holding that.
+    /// A receive matched it. Takes the registry of arriving parts', the
+    /// matcher's and (a receive going back to the matcher, a read
+    /// started) the peers' locks: never call it holding any.
     pub(crate) fn matched(&self, ep: &RdmShared, req: RecvReq, info: MsgInfo, claimed: bool) {
         // Registered before the look: a part never waits unregistered.
-        let arriving = ep.register_arriving(&req, info, ep.key_of(info.src));
+        let arriving = ep.register_arriving(&req, info, self.from.addr);
         self.matched_as(ep, req, info, claimed, arriving);
     }
 
@@ -235,6 +247,7 @@ impl Pull {
         match r {
             Ok(d) => copy_and_deliver_registered(ep, req, info, &d, self.from, arriving),
             Err(e) if claimed => {
+                let e = recv_error(e);
                 super::arriving::deliver_registered(ep, arriving, |ctx| {
                     fail_recv(ctx, req, info, 0, e);
                 });

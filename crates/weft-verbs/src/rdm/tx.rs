@@ -130,13 +130,7 @@ impl RdmShared {
             // The receive's buffers could not be registered, or the like.
             Deferred::Read(job) => {
                 let mut job = *job;
-                // `AddrNotAvail` on a receive is a message from a sender
-                // not in the AV (`FI_SOURCE_ERR`), which a dropped stream
-                // would give back (here, under the peers' lock).
-                let err = match err {
-                    Error::AddrNotAvail => Error::ConnReset,
-                    e => e,
-                };
+                let err = rx::recv_error(err);
                 let rxc = job.rxc.clone();
                 let at = rxc.as_deref().unwrap_or(self);
                 let (req, info) = (job.req, job.info);
