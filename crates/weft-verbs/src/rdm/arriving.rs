@@ -30,12 +30,16 @@
 //! another thread — a later part's placeholder would pass an earlier
 //! message of the same sender that the drop had still to give back.
 //!
-//! Every part of an awaited buffer cut for a message whose bytes are to
-//! come (a placeholder's, a given-back message's) is registered in the
-//! hold of the registry's lock that cut it; a part cut on the CQ path
-//! (a read started) is registered just after, before the next completion
-//! is dispatched, and gets its place then if its stream's drop ran in
-//! between.
+//! Every part of an awaited buffer cut off the CQ path (for a
+//! placeholder, or a given-back message, delivered once the lock is let
+//! go while the CQ goes on dispatching its sender's later messages) is
+//! registered in the hold of the registry's lock that cut it; a part cut
+//! on the CQ path (a read started) is registered just after, before the
+//! next completion is dispatched, and gets its place then if its
+//! stream's drop ran in between. Parts cut when a buffer is posted are
+//! delivered before its stream exists (nothing can drop it meanwhile).
+//! Zero-length parts are not registered (they share the address of the
+//! next part cut).
 //!
 //! A part's message that reaches its stream's reader is no longer
 //! arriving: the part leaves the registry in the same hold of the
@@ -149,7 +153,10 @@ impl RdmShared {
         from: SocketAddr,
     ) -> Option<(Arc<Arriving>, Guard)> {
         let buffer = weft_core::multi_recv::buffer_of(req).filter(|b| b.is_awaited())?;
-        let addr = req.bufs.first()?.as_ptr() as usize;
+        // A zero-length part is not registered: it lies at the address
+        // of the next part cut (parts are found by address), and a
+        // message that fits it is whole at once.
+        let addr = req.bufs.first().filter(|b| !b.is_empty())?.as_ptr() as usize;
         let part = Arc::new(Arriving {
             addr,
             buffer,
@@ -234,17 +241,32 @@ impl RdmShared {
     /// time from another thread (one still arriving when its slot was
     /// closed) cannot pass it.
     pub(crate) fn give_back_in_order(&self, r: Returned) {
+        self.give_back_of(r, None);
+    }
+
+    /// [`give_back_in_order`](Self::give_back_in_order) of the message of
+    /// `part` when the caller knows it; else the part is the registered
+    /// one at the message's address. Only parts with room register
+    /// (`new_part`), and those never share an address; a zero-length
+    /// part shares its address with the next part cut, so a zero-length
+    /// message is never taken for a registered part's.
+    fn give_back_of(&self, r: Returned, part: Option<&Arc<Arriving>>) {
         if self.is_closed() {
             return;
         }
-        let addr = r.entry.bufs.first().map(|b| b.as_ptr() as usize);
+        let first = r.entry.bufs.first();
+        let addr = first.map(|b| b.as_ptr() as usize);
+        let whole = first.is_some_and(|b| !b.is_empty());
         let mut placed = Placed::default();
         let (fill, deliver) = {
             let mut g = lock(&self.arriving);
             self.hold_places(&mut g, addr, &mut placed);
             let own = g
                 .iter()
-                .position(|p| Some(p.addr) == addr)
+                .position(|p| match part {
+                    Some(q) => Arc::ptr_eq(p, q),
+                    None => whole && Some(p.addr) == addr,
+                })
                 .map(|i| g.swap_remove(i));
             match own.and_then(|p| lock(&p.held).take()) {
                 Some(pull) => (Some((pull, r)), None),
@@ -358,7 +380,7 @@ pub(crate) fn deliver_registered(
     // Given back where the part was registered: its place is kept there.
     for (r, after) in back {
         if after {
-            reg.give_back_in_order(r);
+            reg.give_back_of(r, Some(&guard.part));
         } else {
             reg.take_back(r, false);
         }

@@ -130,6 +130,10 @@ impl RdmShared {
             // The receive's buffers could not be registered, or the like.
             Deferred::Read(job) => {
                 let mut job = *job;
+                // Never `AddrNotAvail`: an error entry of any other kind
+                // is given back by nothing, so the delivery below gives
+                // back nothing here, under the peers' lock (a give-back
+                // may start a read, which takes that lock).
                 let err = rx::recv_error(err);
                 let rxc = job.rxc.clone();
                 let at = rxc.as_deref().unwrap_or(self);
