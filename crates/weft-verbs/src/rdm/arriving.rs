@@ -36,8 +36,10 @@
 //! registered in the hold of the registry's lock that cut it; a part cut
 //! on the CQ path (a read started) is registered just after, before the
 //! next completion is dispatched, and gets its place then if its
-//! stream's drop ran in between. Parts cut when a buffer is posted are
-//! delivered before its stream exists (nothing can drop it meanwhile).
+//! stream's drop ran in between. Parts cut when a buffer is posted
+//! either take a whole message, delivered before the stream exists
+//! (nothing can drop it meanwhile), or wait for a read or a pull, and
+//! register when that starts (`start_read`, `Pull::matched`).
 //! Zero-length parts are not registered (they share the address of the
 //! next part cut).
 //!
@@ -154,8 +156,9 @@ impl RdmShared {
     ) -> Option<(Arc<Arriving>, Guard)> {
         let buffer = weft_core::multi_recv::buffer_of(req).filter(|b| b.is_awaited())?;
         // A zero-length part is not registered: it lies at the address
-        // of the next part cut (parts are found by address), and a
-        // message that fits it is whole at once.
+        // of the next part cut (parts are found by address). Only a
+        // zero-byte buffer's part waits for bytes (a pulled message
+        // truncated into it), and that one then holds no place.
         let addr = req.bufs.first().filter(|b| !b.is_empty())?.as_ptr() as usize;
         let part = Arc::new(Arriving {
             addr,

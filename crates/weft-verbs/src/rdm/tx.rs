@@ -130,10 +130,12 @@ impl RdmShared {
             // The receive's buffers could not be registered, or the like.
             Deferred::Read(job) => {
                 let mut job = *job;
-                // Never `AddrNotAvail`: an error entry of any other kind
-                // is given back by nothing, so the delivery below gives
-                // back nothing here, under the peers' lock (a give-back
-                // may start a read, which takes that lock).
+                // Never `AddrNotAvail` (`rx::recv_error`): a drop of the
+                // stream or future would give such an entry back as a
+                // message. The delivery below gives back nothing here,
+                // under the peers' lock, as it must (a give-back may start
+                // a read, which takes that lock): a failure whose slot is
+                // closed is dropped, only a completion is handed back.
                 let err = rx::recv_error(err);
                 let rxc = job.rxc.clone();
                 let at = rxc.as_deref().unwrap_or(self);
