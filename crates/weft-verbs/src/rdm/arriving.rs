@@ -133,27 +133,22 @@ impl RdmShared {
         info: MsgInfo,
         from: SocketAddr,
     ) -> Option<Guard> {
-        let (part, guard) = self.new_part(req, info, from)?;
         let mut placed = Placed::default();
-        {
+        let guard = {
             let mut g = lock(&self.arriving);
-            g.push(part.clone());
-            if part.buffer.is_drained() {
+            let guard = self.register_cut(&mut g, req, info, from)?;
+            if guard.part.buffer.is_drained() {
                 self.hold_places(&mut g, None, &mut placed);
             }
-        }
+            guard
+        };
         placed.finish(self);
         Some(guard)
     }
 
-    /// The registry entry for `req` and the guard that removes it, if
-    /// `req` is a part of an awaited buffer; not yet registered.
-    fn new_part(
-        &self,
-        req: &RecvReq,
-        info: MsgInfo,
-        from: SocketAddr,
-    ) -> Option<(Arc<Arriving>, Guard)> {
+    /// The guard of a registry entry for `req` (its `part`), if `req` is
+    /// a part of an awaited buffer; not yet registered.
+    fn new_part(&self, req: &RecvReq, info: MsgInfo, from: SocketAddr) -> Option<Guard> {
         let buffer = weft_core::multi_recv::buffer_of(req).filter(|b| b.is_awaited())?;
         // A zero-length part is not registered: it lies at the address
         // of the next part cut (parts are found by address). Only a
@@ -167,11 +162,10 @@ impl RdmShared {
             from,
             held: Mutex::new(None),
         });
-        let guard = Guard {
+        Some(Guard {
             ep: self.me.clone(),
-            part: part.clone(),
-        };
-        Some((part, guard))
+            part,
+        })
     }
 
     /// Takes the places of the parts of dropped streams still arriving
@@ -317,10 +311,9 @@ impl RdmShared {
         info: MsgInfo,
         from: SocketAddr,
     ) -> Option<Guard> {
-        self.new_part(req, info, from).map(|(part, guard)| {
-            reg.push(part);
-            guard
-        })
+        let guard = self.new_part(req, info, from)?;
+        reg.push(guard.part.clone());
+        Some(guard)
     }
 
     /// The places of the dropped streams' parts still arriving here that

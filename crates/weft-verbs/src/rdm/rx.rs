@@ -84,11 +84,26 @@ pub(crate) fn copy_and_deliver_from(
 /// for `e`: never `AddrNotAvail`, which on a receive's entry means a
 /// message from a sender not in the AV (`FI_SOURCE_ERR`) — a dropped
 /// future or stream would give such an entry back as a message.
-pub(crate) fn recv_error(e: Error) -> Error {
+fn recv_error(e: Error) -> Error {
     match e {
         Error::AddrNotAvail => Error::ConnReset,
         e => e,
     }
+}
+
+/// Fails a receive (`arriving` may register it) that took a message it
+/// will not have, for `e` ([`recv_error`]), unregistering it as its
+/// error goes into its stream. Gives nothing back (a failure whose slot
+/// is closed is dropped), so it may run under the peers' lock.
+pub(crate) fn fail_registered(
+    ep: &RdmShared,
+    arriving: Option<super::arriving::Guard>,
+    req: RecvReq,
+    info: MsgInfo,
+    e: Error,
+) {
+    let e = recv_error(e);
+    super::arriving::deliver_registered(ep, arriving, |ctx| fail_recv(ctx, req, info, 0, e));
 }
 
 /// [`copy_and_deliver_from`] into a receive `arriving` may register, as
@@ -246,12 +261,7 @@ impl Pull {
     ) {
         match r {
             Ok(d) => copy_and_deliver_registered(ep, req, info, &d, self.from, arriving),
-            Err(e) if claimed => {
-                let e = recv_error(e);
-                super::arriving::deliver_registered(ep, arriving, |ctx| {
-                    fail_recv(ctx, req, info, 0, e);
-                });
-            }
+            Err(e) if claimed => fail_registered(ep, arriving, req, info, e),
             // Never delivered: the receive goes on to the next message,
             // ahead of those posted after it (a part leaves its range
             // unused, and the registry first).
@@ -582,10 +592,7 @@ impl RdmShared {
             // the message is gone with it, the receive goes on.
             (Some(_), _) => self.orphan(job),
             (None, true) => {
-                let (req, info) = (job.req, job.info);
-                super::arriving::deliver_registered(self, job.arriving.take(), |ctx| {
-                    fail_recv(ctx, req, info, 0, Error::Io);
-                });
+                fail_registered(self, job.arriving.take(), job.req, job.info, Error::Io);
                 self.send_fin(peer, cookie, true);
             }
         }

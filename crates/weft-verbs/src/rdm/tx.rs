@@ -129,20 +129,20 @@ impl RdmShared {
             }
             // The receive's buffers could not be registered, or the like.
             Deferred::Read(job) => {
-                let mut job = *job;
-                // Never `AddrNotAvail` (`rx::recv_error`): a drop of the
+                // Never `AddrNotAvail` (`fail_registered`): a drop of the
                 // stream or future would give such an entry back as a
-                // message. The delivery below gives back nothing here,
-                // under the peers' lock, as it must (a give-back may start
-                // a read, which takes that lock): a failure whose slot is
-                // closed is dropped, only a completion is handed back.
-                let err = rx::recv_error(err);
-                let rxc = job.rxc.clone();
+                // message. Nothing is given back here, under the peers'
+                // lock, as it must not be (a give-back may start a read,
+                // which takes that lock).
+                let ReadJob {
+                    req,
+                    info,
+                    arriving,
+                    rxc,
+                    ..
+                } = *job;
                 let at = rxc.as_deref().unwrap_or(self);
-                let (req, info) = (job.req, job.info);
-                super::arriving::deliver_registered(at, job.arriving.take(), |ctx| {
-                    rx::fail_recv(ctx, req, info, 0, err);
-                });
+                rx::fail_registered(at, arriving, req, info, err);
             }
             Deferred::Pull(pull, ..) => {
                 if let Some(ep) = self.me.upgrade() {
