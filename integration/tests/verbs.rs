@@ -362,6 +362,88 @@ async fn msg_cancel_reaches_receives_not_yet_on_the_qp() {
     assert_eq!(p.server.0.cancel(9).unwrap_err(), Error::NoEnt);
 }
 
+/// Receives posted before the connection, cancelled one after another
+/// while the connection is being built: each cancel finds its receive
+/// (waiting for the link, or moved onto the new queue pair), never
+/// `NoEnt`, and each ends once, `Canceled`. The move of the waiting
+/// receives onto the queue pair shares the link's publication's hold of
+/// its lock, which `cancel` looks under (a cancel falling between the two
+/// found the receive in neither place). The cancels are spread over the
+/// connect (one every 50 µs from its start, two rounds), so that some
+/// land while the queue pair is built; which ones do is the scheduler's.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_cancel_during_the_connect_finds_every_early_receive() {
+    const N: u64 = 128;
+    for round in 0..2u64 {
+        let (Some(si), Some(ci)) = (offer(SERVER_DEV), offer(CLIENT_DEV)) else {
+            return;
+        };
+        let (srv, cli) = (side(si), side(ci));
+        let (pep, peq) = listen(&srv);
+        let addr = pep.local_addr().unwrap();
+        let (c, ceq, ccq) = ep(&cli, None, WaitMode::Interrupt);
+        let n = N.min(c.rx_size_left().unwrap() as u64);
+        assert!(n >= 16, "room for {n} receives only");
+        for i in 0..n {
+            c.post_recv(BytesMut::zeroed(64), 1000 + i).unwrap();
+        }
+        let canceller = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let mut refused = Vec::new();
+                for i in 0..n {
+                    if let Err(e) = c.cancel(1000 + i) {
+                        refused.push((1000 + i, e));
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                refused
+            })
+        };
+        let cc = c.clone();
+        let connecting = tokio::spawn(async move { cc.connect(addr, Vec::new()).await });
+        let ev = within("connection request", next_eq(&peq)).await.unwrap();
+        let req = ConnRequest::from_event(&ev).unwrap();
+        let (s, _seq, scq) = ep(&srv, Some(&req), WaitMode::Interrupt);
+        within("accept", s.accept(Vec::new())).await.unwrap();
+        within("connect", connecting).await.unwrap().unwrap();
+        let ev = within("connected event", next_eq(&ceq)).await.unwrap();
+        assert_eq!(ev.kind, EqEventKind::Connected);
+        let refused = canceller.join().unwrap();
+        assert!(
+            refused.is_empty(),
+            "round {round}: cancels of receives that had not ended were refused: {refused:?}"
+        );
+        let mut ended = Vec::new();
+        for _ in 0..n {
+            let e = within("a cancelled early receive", next_cq(&ccq))
+                .await
+                .unwrap_err();
+            assert_eq!(e.err, Error::Canceled, "receive {}", e.context);
+            ended.push(e.context);
+        }
+        ended.sort_unstable();
+        assert_eq!(
+            ended,
+            (1000..1000 + n).collect::<Vec<_>>(),
+            "each ends once"
+        );
+        assert!(c.rx_size_left().unwrap() as u64 >= n, "every credit back");
+        // The connection works: a message lands in a withdrawn work
+        // request and reaches the receive posted now.
+        c.post_recv(BytesMut::zeroed(64), 7).unwrap();
+        s.post_send(0, payload(64, 3), 8).unwrap();
+        assert_eq!(within("send", next_cq(&scq)).await.unwrap().context, 8);
+        let got = within("the message", next_cq(&ccq)).await.unwrap();
+        assert_eq!(got.context, 7);
+        assert_eq!(&got.bufs[0][..64], &payload(64, 3)[..]);
+    }
+}
+
 /// Pool buffers (`Domain::buffer_pool`) on MSG: messages of every path
 /// (inline, below and above a bounce slot, 1 MiB) go out of and into
 /// them intact, and the sender registers nothing: its registration cache

@@ -364,6 +364,7 @@ impl MsgShared {
             retired: AtomicBool::new(false),
             parked: FastMutex::new(Vec::new()),
         });
+        let mut refused = Vec::new();
         {
             // Published only on an endpoint not closed, decided under the
             // link's lock as `give_up_link` decides: the close marks the
@@ -379,19 +380,25 @@ impl MsgShared {
             // Before the link: a close that finds the link finds its reader.
             *lock(&self.events) = events;
             *g = Some(link.clone());
+            // Receives posted while unconnected go to the new QP first, so
+            // the peer's first message finds them; moved in the same hold
+            // of the link's lock that publishes it, so that a `cancel`
+            // (which looks under that lock) finds each either waiting for
+            // a link or on the queue pair, never between the two.
+            let early = std::mem::take(&mut *lock(&self.early_recvs));
+            for r in early {
+                if let Err(rej) = self.post_recv_on(&link, r) {
+                    refused.push(rej);
+                }
+            }
+        }
+        for rej in refused {
+            self.rx.release(1);
+            rej.req.done.fail_with(rej.err);
         }
         if let Some(core) = core {
             // Taken back by `give_up_link` should the connection fail.
             *lock(&self.stream) = stream::Slot::Built(core);
-        }
-        // Receives posted while unconnected go to the new QP first, so the
-        // peer's first message finds them.
-        let early = std::mem::take(&mut *lock(&self.early_recvs));
-        for r in early {
-            if let Err(rej) = self.post_recv_on(&link, r) {
-                self.rx.release(1);
-                rej.req.done.fail_with(rej.err);
-            }
         }
         Ok(link)
     }
@@ -583,8 +590,8 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         // link, receive queue, slot pool is the receive completion's,
         // which holds the link as long; the queue's lock was held across
         // the verb call already. Held through the early push too: a link
-        // built meanwhile (`build_link` sets it, then takes the early
-        // receives) cannot miss this one.
+        // built meanwhile (`build_link` sets it and takes the early
+        // receives in one hold) cannot miss this one.
         let g = lock(&ep.link);
         match g.as_ref() {
             Some(l) => ep.post_recv_on(l, req).inspect_err(|_| ep.rx.release(1)),
@@ -612,6 +619,11 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
         // a give-up takes the link, then retires the queue in a later
         // hold of it; in between, `rxq` with no link holds receives of
         // the queue pair given up. Closed: the tasks end them silently.
+        // The receives waiting for a link are looked at in the same hold:
+        // `build_link` moves them onto its queue pair in the hold that
+        // publishes the link, so each is in exactly one of the places
+        // looked at (looked at after the lock was let go, one moved
+        // meanwhile was in neither, and its cancel failed `NoEnt`).
         let ep = &self.shared;
         let g = lock(&ep.link);
         let retired = lock(&ep.retired_rx).clone();
@@ -620,16 +632,17 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
                 Some(l) => ep.recv_side(&l.recv_pool).cancel(context),
                 None => !ep.is_closed() && cancel_flushing_on(&ep.rxq, &ep.rx, context),
             };
-        drop(g);
         if found {
             return true;
         }
         let req = {
-            let mut g = lock(&self.shared.early_recvs);
-            g.iter()
+            let mut early = lock(&ep.early_recvs);
+            early
+                .iter()
                 .position(|r| r.done.context == context)
-                .map(|i| g.remove(i))
+                .map(|i| early.remove(i))
         };
+        drop(g);
         match req {
             Some(r) => {
                 self.shared.rx.release(1);
