@@ -362,15 +362,15 @@ async fn msg_cancel_reaches_receives_not_yet_on_the_qp() {
     assert_eq!(p.server.0.cancel(9).unwrap_err(), Error::NoEnt);
 }
 
-/// Receives posted before the connection, cancelled one after another
-/// while the connection is being built: each cancel finds its receive
-/// (waiting for the link, or moved onto the new queue pair), never
-/// `NoEnt`, and each ends once, `Canceled`. The move of the waiting
-/// receives onto the queue pair shares the link's publication's hold of
-/// its lock, which `cancel` looks under (a cancel falling between the two
-/// found the receive in neither place). The cancels are spread over the
-/// connect (one every 50 µs from its start, two rounds), so that some
-/// land while the queue pair is built; which ones do is the scheduler's.
+/// Receives posted before the connection, cancelled while the connection
+/// is being built: each cancel finds its receive (waiting for the link,
+/// or moved onto the new queue pair), never `NoEnt`, and each ends once,
+/// `Canceled`. The canceller waits for the link to appear (the endpoint's
+/// peer address comes from it) and cancels at once, the last-posted
+/// receive first: before the move of the waiting receives onto the queue
+/// pair shared the link's publication's hold of its lock, that receive
+/// was in neither place `cancel` looked while the ones before it were
+/// posted (a window of `N` posts), and its cancel failed `NoEnt`.
 #[cfg_attr(
     not(feature = "verbs"),
     ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
@@ -378,7 +378,7 @@ async fn msg_cancel_reaches_receives_not_yet_on_the_qp() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msg_cancel_during_the_connect_finds_every_early_receive() {
     const N: u64 = 128;
-    for round in 0..2u64 {
+    for round in 0..3u64 {
         let (Some(si), Some(ci)) = (offer(SERVER_DEV), offer(CLIENT_DEV)) else {
             return;
         };
@@ -394,14 +394,15 @@ async fn msg_cancel_during_the_connect_finds_every_early_receive() {
         let canceller = {
             let c = c.clone();
             std::thread::spawn(move || {
-                let mut refused = Vec::new();
-                for i in 0..n {
-                    if let Err(e) = c.cancel(1000 + i) {
-                        refused.push((1000 + i, e));
-                    }
-                    std::thread::sleep(Duration::from_micros(50));
+                let limit = Instant::now() + Duration::from_secs(60);
+                while c.peer_addr().is_err() {
+                    assert!(Instant::now() < limit, "no link within 60 s");
+                    std::thread::yield_now();
                 }
-                refused
+                (0..n)
+                    .rev()
+                    .filter_map(|i| c.cancel(1000 + i).err().map(|e| (1000 + i, e)))
+                    .collect::<Vec<_>>()
             })
         };
         let cc = c.clone();
@@ -433,8 +434,9 @@ async fn msg_cancel_during_the_connect_finds_every_early_receive() {
             "each ends once"
         );
         assert!(c.rx_size_left().unwrap() as u64 >= n, "every credit back");
-        // The connection works: a message lands in a withdrawn work
-        // request and reaches the receive posted now.
+        // The connection works: the message lands in a withdrawn work
+        // request (every early receive was on the queue pair when
+        // cancelled) and reaches the receive posted now.
         c.post_recv(BytesMut::zeroed(64), 7).unwrap();
         s.post_send(0, payload(64, 3), 8).unwrap();
         assert_eq!(within("send", next_cq(&scq)).await.unwrap().context, 8);

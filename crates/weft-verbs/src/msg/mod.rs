@@ -364,7 +364,6 @@ impl MsgShared {
             retired: AtomicBool::new(false),
             parked: FastMutex::new(Vec::new()),
         });
-        let mut refused = Vec::new();
         {
             // Published only on an endpoint not closed, decided under the
             // link's lock as `give_up_link` decides: the close marks the
@@ -385,16 +384,15 @@ impl MsgShared {
             // of the link's lock that publishes it, so that a `cancel`
             // (which looks under that lock) finds each either waiting for
             // a link or on the queue pair, never between the two.
+            // One the queue pair refuses ends in the same hold, as a
+            // cancel under this lock ends a receive.
             let early = std::mem::take(&mut *lock(&self.early_recvs));
             for r in early {
                 if let Err(rej) = self.post_recv_on(&link, r) {
-                    refused.push(rej);
+                    self.rx.release(1);
+                    rej.req.done.fail_with(rej.err);
                 }
             }
-        }
-        for rej in refused {
-            self.rx.release(1);
-            rej.req.done.fail_with(rej.err);
         }
         if let Some(core) = core {
             // Taken back by `give_up_link` should the connection fail.
