@@ -20,7 +20,7 @@ use weft::{BufferPool, PoolBuf};
 
 use crate::args::Api;
 use crate::fail::{Context, Failure, Res};
-use crate::link::{payload_keep, reclaim, recycle, Link};
+use crate::link::{payload_keep, reclaim, recycle, Link, Received};
 use crate::meter::Meter;
 use crate::negotiate::{self, Params};
 
@@ -68,10 +68,10 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                 // Mostly both completions are there already: taken
                 // without building the waits' futures. The answer first:
                 // it is the batch's last, taken without moving the
-                // send's, which is then the last (`Reaper::take_batched`).
-                let got = match reaper.try_wait(RECV_CTX)? {
-                    Some(e) => e,
-                    None => reaper.wait_unread(RECV_CTX).await?,
+                // send's, which is then the last (`Reaper::take_batched_received`).
+                let got = match reaper.try_wait_received(RECV_CTX)? {
+                    Some(r) => r,
+                    None => reaper.wait_unread(RECV_CTX).await?.into(),
                 };
                 if !inj && !reaper.try_done(SEND_CTX)? {
                     reaper.wait_unread(SEND_CTX).await?;
@@ -84,11 +84,11 @@ pub async fn client(link: &Link, p: &Params, size: usize, api: Api, m: &Meter) -
                 let buf = rbuf.pop().unwrap_or_default();
                 let (r, s) = tokio::join!(link.recv(buf), link.send(sbuf.clone()));
                 s?;
-                r?
+                Received::from(r?)
             }
         };
         if p.verify {
-            negotiate::check(&payload_ref(&got), size, i as u64)?;
+            negotiate::check(&payload_ref(&got.bufs, got.len), size, i as u64)?;
         } else {
             negotiate::check_len(got.len, size, i as u64)?;
         }
@@ -313,11 +313,11 @@ async fn fail_or_wait_send(link: &Link, e: weft::Error, buf: Bytes) -> Res<()> {
     }
 }
 
-fn payload_ref(e: &weft::CqEntry) -> Bytes {
-    let mut out = BytesMut::with_capacity(e.len);
-    for b in &e.bufs {
+fn payload_ref(bufs: &[BytesMut], len: usize) -> Bytes {
+    let mut out = BytesMut::with_capacity(len);
+    for b in bufs {
         out.extend_from_slice(b);
     }
-    out.truncate(e.len);
+    out.truncate(len);
     out.freeze()
 }

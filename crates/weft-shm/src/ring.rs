@@ -430,21 +430,30 @@ pub fn publish_in(ring: &Ring<'_>, tail: u64, word: u32) {
 pub const WORD_AHEAD: usize = 8;
 
 /// Copies bytes `off..off + n` of the message in `iov` to segment offset
-/// `at`.
-pub fn copy_out(
-    seg: &Segment,
-    mut at: usize,
-    iov: &weft_core::provider::Iov,
-    mut off: usize,
-    mut n: usize,
-) {
-    // The common case, one buffer: one copy, no walk of the list.
+/// `at`. The common case, one buffer, is inlined into the writer (one
+/// copy, no walk of the list): called, it cost a send the call's saving
+/// and restoring of registers.
+#[inline(always)]
+pub fn copy_out(seg: &Segment, at: usize, iov: &weft_core::provider::Iov, off: usize, n: usize) {
     if let [b] = iov.as_slice() {
         if let Some(part) = b.get(off..off + n) {
             seg.write(at, part);
             return;
         }
     }
+    copy_out_walk(seg, at, iov, off, n);
+}
+
+/// [`copy_out`] of a message in several buffers (or a range past its
+/// one buffer's end).
+#[inline(never)]
+fn copy_out_walk(
+    seg: &Segment,
+    mut at: usize,
+    iov: &weft_core::provider::Iov,
+    mut off: usize,
+    mut n: usize,
+) {
     for b in iov.iter() {
         if n == 0 {
             break;

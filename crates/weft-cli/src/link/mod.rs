@@ -37,7 +37,7 @@ pub use buffers::{payload, payload_keep, reclaim, recycle};
 pub use fabric::Fab;
 pub(crate) use fabric::CONNECT_PATIENCE;
 pub use offer::has_rma;
-pub use reaper::Reaper;
+pub use reaper::{Reaper, Received};
 pub use setup::self_pair;
 pub(crate) use setup::{conn_req, connless_link};
 

@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use weft::{CompletionQueue, CqEntry, CqItem};
 
 use super::lost;
@@ -34,6 +35,26 @@ pub struct Reaper {
     /// registration in the runtime's timer wheel and its removal on every
     /// message, on the latency path of a DGRAM ping-pong.
     guard: Option<(Pin<Box<tokio::time::Sleep>>, Instant)>,
+}
+
+/// What a ping-pong reads of its receive's completion: how many bytes
+/// came and the buffers they are in. Taken out of the batch in place
+/// instead of moving the whole entry out (112 bytes as a batch item, 72
+/// as an entry) and on through the results and the caller's state: each
+/// move of it cost about 13 instructions, five of them a round trip.
+#[derive(Debug)]
+pub struct Received {
+    pub len: usize,
+    pub bufs: Vec<BytesMut>,
+}
+
+impl From<CqEntry> for Received {
+    fn from(e: CqEntry) -> Received {
+        Received {
+            len: e.len,
+            bufs: e.bufs,
+        }
+    }
 }
 
 /// How stale the give-up timer may get: it fires between `idle - REARM`
@@ -240,6 +261,28 @@ impl Reaper {
         self.batch.remove(i).ok()
     }
 
+    /// [`take_batched`](Self::take_batched) of the length and buffers
+    /// of a completion ([`Received`]): the last one's are taken out of it
+    /// where it lies, and what is left of it (it owns nothing then) is
+    /// dropped there.
+    #[inline(always)]
+    fn take_batched_received(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Option<Received> {
+        let i = self.find_batched(want)?;
+        if i + 1 == self.batch.len() {
+            let got = match self.batch.last_mut() {
+                Some(Ok(e)) => Received {
+                    len: e.len,
+                    bufs: std::mem::take(&mut e.bufs),
+                },
+                // `find_batched` found an entry there.
+                _ => return None,
+            };
+            drop(self.batch.pop());
+            return Some(got);
+        }
+        self.take_batched_at(i).map(Received::from)
+    }
+
     /// [`take_batched`](Self::take_batched) of a completion nobody
     /// looks at.
     #[inline(always)]
@@ -272,6 +315,25 @@ impl Reaper {
     /// taken without building and polling the waits' futures.
     pub fn try_wait(&mut self, ctx: u64) -> Res<Option<CqEntry>> {
         self.try_take(&|e: &CqEntry| e.context == ctx)
+    }
+
+    /// [`try_wait`](Self::try_wait) for a completion of which the
+    /// caller uses the length and the buffers only (a ping-pong's
+    /// receive): see [`Received`].
+    pub fn try_wait_received(&mut self, ctx: u64) -> Res<Option<Received>> {
+        let want = |e: &CqEntry| e.context == ctx;
+        if !self.stash.is_empty() {
+            if let Some(e) = self.take_stashed(&want) {
+                return Ok(Some(e.into()));
+            }
+        }
+        if let Some(r) = self.take_batched_received(&want) {
+            return Ok(Some(r));
+        }
+        if !self.try_read()? {
+            return Ok(None);
+        }
+        Ok(self.take_batched_received(&want))
     }
 
     /// [`try_wait`](Self::try_wait) for a completion whose entry the

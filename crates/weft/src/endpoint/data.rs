@@ -184,7 +184,10 @@ impl Endpoint {
         self.post_parts_on(self.live()?, msg, flags)
     }
 
-    #[inline]
+    // Always: left to the compiler it stayed out of line under
+    // `post_parts`, one more call (its register saves and the message's
+    // hand-over) on every send.
+    #[inline(always)]
     fn post_parts_on(&self, live: &Live, msg: SendParts, flags: OpFlags) -> Result<()> {
         self.check_send(&msg, flags)?;
         let req = self.send_req(live, msg, None, flags, None);
