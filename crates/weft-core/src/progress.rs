@@ -66,8 +66,15 @@ pub const HOLD_NS: u64 = 1_000_000;
 
 /// The longest a busy-poll thread parked beside a waiter that keeps
 /// renewing its hold sleeps before it looks again
-/// ([`SpinHold::park_while_held_backoff`]).
-pub const MAX_NAP_NS: u64 = 32 * HOLD_NS;
+/// ([`SpinHold::park_while_held_backoff`]). It bounds the takeover when
+/// nobody else wakes the thread at the hold's end (its watcher runs on
+/// the endpoint's runtime, which a current-thread runtime runs only
+/// while the application drives it): 8 holds, not more, so a waiter
+/// that stops polling while its runtime is not driven leaves the
+/// endpoint without progress for at most that long (a thread waking
+/// once a hold, as before, cost the waiter's core two context switches
+/// a millisecond).
+pub const MAX_NAP_NS: u64 = 8 * HOLD_NS;
 
 /// Monotonic nanoseconds since the first call in this process.
 pub fn clock_ns() -> u64 {
@@ -171,9 +178,11 @@ impl SpinHold {
         }
     }
 
-    /// Registered before the hold is read again: a waiter that goes
-    /// idle in between then finds this thread and unparks it.
-    fn register_spinner(&self) {
+    /// Makes the calling thread the one a waiter going idle, or
+    /// [`unpark_spinner`](Self::unpark_spinner), unparks. Called before
+    /// the hold is read again: a waiter that goes idle in between then
+    /// finds this thread and unparks it.
+    pub fn register_spinner(&self) {
         let me = std::thread::current();
         let mut t = self.spinner.lock().unwrap_or_else(|p| p.into_inner());
         if t.as_ref().map(Thread::id) != Some(me.id()) {

@@ -25,8 +25,12 @@
 //! interrupt and two context switches on the waiter's core a
 //! millisecond, which with one CPU per process in the rxe VM (round trips
 //! of hundreds of microseconds) is about one a round trip. Its own naps
-//! grow while the hold is renewed (up to `MAX_NAP_NS`): they bound the
-//! takeover only when the runtime does not run the task.
+//! grow while the hold is renewed (up to `MAX_NAP_NS`, 8 ms): they bound
+//! the takeover only when the runtime does not run the task (a
+//! current-thread runtime the application does not drive just then).
+//! The watcher's timer is the runtime's (whole milliseconds, looked at
+//! between tasks), so the takeover after a hold lapses takes 1–2 ms
+//! where the thread's own timeout took 1.
 //!
 //! Polling and dispatch happen under one lock, so completions reach the
 //! endpoint in the order the CQ gave them whoever polls.
@@ -66,6 +70,10 @@ pub struct CqPoller {
     /// Busy-poll: told when the spinning thread parks beside a waiter
     /// (and when it ends), so that `watch_holds` times the hold's end.
     parked: Notify,
+    /// Tests: the shortest nap beside a renewed hold, so that only the
+    /// watcher can end one in time.
+    #[cfg(test)]
+    nap_floor: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for CqPoller {
@@ -267,6 +275,8 @@ fn poller_of(cq: Arc<Cq>, sink: Weak<dyn CqSink>) -> Arc<CqPoller> {
         hold: SpinHold::default(),
         waiter_idle: Notify::new(),
         parked: Notify::new(),
+        #[cfg(test)]
+        nap_floor: std::sync::atomic::AtomicU64::new(0),
     })
 }
 
@@ -418,11 +428,21 @@ fn busy_loop(slot: &PollerSlot, poller: &Arc<CqPoller>) {
         }
         if poller.hold.remaining_ns() > 0 {
             // The watcher times this hold's end from here. Said before
-            // the thread parks: a hold that ends meanwhile is seen by
-            // the park's own look, or by the watcher's unpark, which a
-            // park not begun yet still takes.
+            // the thread parks, and after it is registered as the one to
+            // unpark: a hold that ends meanwhile is seen by the park's
+            // own look, or by the watcher's unpark, which a park not
+            // begun yet still takes.
+            poller.hold.register_spinner();
             poller.parked.notify_one();
-            if poller.hold.park_while_held_backoff(&mut nap, MAX_NAP_NS) {
+            #[cfg(test)]
+            let max = {
+                let floor = poller.nap_floor.load(std::sync::atomic::Ordering::Relaxed);
+                nap = nap.max(floor);
+                MAX_NAP_NS.max(floor)
+            };
+            #[cfg(not(test))]
+            let max = MAX_NAP_NS;
+            if poller.hold.park_while_held_backoff(&mut nap, max) {
                 continue;
             }
         } else {

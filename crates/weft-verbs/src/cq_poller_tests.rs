@@ -245,6 +245,10 @@ fn busy_poll_thread_takes_over_after_a_hold() {
     for i in 0..50 {
         one(i);
     }
+    // From here the thread's naps beside a hold last 10 minutes: a
+    // message after the hold arrives in time only if the watcher wakes
+    // the thread at the hold's end.
+    poller.nap_floor.store(600_000_000_000, Ordering::Relaxed);
     let until = Instant::now() + Duration::from_millis(100);
     while Instant::now() < until {
         poller.hold.waiter_active();
@@ -268,6 +272,14 @@ fn busy_poll_thread_takes_over_after_a_hold() {
         assert!(
             Instant::now() < deadline,
             "the watcher did not end within {TIMEOUT:?} of the close"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The thread ended too (it held the last other reference).
+    while Arc::strong_count(&poller) > 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the busy-poll thread did not end within {TIMEOUT:?} of the close"
         );
         std::thread::sleep(Duration::from_millis(1));
     }
