@@ -64,6 +64,18 @@ pub fn spin_budget() -> Duration {
 /// the gap between one awaited operation and the next.
 pub const HOLD_NS: u64 = 1_000_000;
 
+/// The longest a busy-poll thread parked beside a waiter that keeps
+/// renewing its hold sleeps before it looks again
+/// ([`SpinHold::park_while_held_backoff`]). It bounds the takeover when
+/// nobody else wakes the thread at the hold's end (its watcher runs on
+/// the endpoint's runtime, which a current-thread runtime runs only
+/// while the application drives it): 8 holds, not more, so a waiter
+/// that stops polling while its runtime is not driven leaves the
+/// endpoint without progress for at most that long (a thread waking
+/// once a hold, as before, cost the waiter's core two context switches
+/// a millisecond).
+pub const MAX_NAP_NS: u64 = 8 * HOLD_NS;
+
 /// Monotonic nanoseconds since the first call in this process.
 pub fn clock_ns() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
@@ -118,21 +130,64 @@ impl SpinHold {
         if self.remaining_ns() == 0 {
             return false;
         }
-        // Registered before the hold is read again: a waiter that goes
-        // idle in between then finds this thread and unparks it.
-        {
-            let me = std::thread::current();
-            let mut t = self.spinner.lock().unwrap_or_else(|p| p.into_inner());
-            if t.as_ref().map(Thread::id) != Some(me.id()) {
-                *t = Some(me);
-            }
-        }
+        self.register_spinner();
         let left = self.remaining_ns();
         if left == 0 {
             return false;
         }
         std::thread::park_timeout(Duration::from_nanos(left));
         true
+    }
+
+    /// [`park_while_held`](Self::park_while_held) for a spinner whose
+    /// wake-up at the hold's end someone else sees to
+    /// ([`unpark_spinner`](Self::unpark_spinner), from a timer that
+    /// costs no thread switch): the first nap of a hold lasts what is
+    /// left of it, and each nap after it that finds the hold renewed
+    /// twice the one before, up to `max_ns`. Parking for what is left
+    /// each time woke the spinner once a [`HOLD_NS`] for as long as a
+    /// waiter spun: a timer interrupt and two context switches on the
+    /// waiter's core, about once a round trip where round trips take
+    /// hundreds of microseconds (the rxe VM under emulation). The naps
+    /// are what bounds the takeover if nobody wakes the spinner. `nap`: the
+    /// last nap in nanoseconds, kept by the caller between calls (0 when
+    /// the hold was not taken at the last look).
+    pub fn park_while_held_backoff(&self, nap: &mut u64, max_ns: u64) -> bool {
+        if self.remaining_ns() == 0 {
+            *nap = 0;
+            return false;
+        }
+        self.register_spinner();
+        let left = self.remaining_ns();
+        if left == 0 {
+            *nap = 0;
+            return false;
+        }
+        *nap = next_nap(*nap, left, max_ns);
+        std::thread::park_timeout(Duration::from_nanos(*nap));
+        true
+    }
+
+    /// Wakes the parked spinner without ending the hold: it looks at
+    /// the hold again (the hold's watcher found it ended, or the
+    /// endpoint closes).
+    pub fn unpark_spinner(&self) {
+        let t = self.spinner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = t.as_ref() {
+            t.unpark();
+        }
+    }
+
+    /// Makes the calling thread the one a waiter going idle, or
+    /// [`unpark_spinner`](Self::unpark_spinner), unparks. Called before
+    /// the hold is read again: a waiter that goes idle in between then
+    /// finds this thread and unparks it.
+    pub fn register_spinner(&self) {
+        let me = std::thread::current();
+        let mut t = self.spinner.lock().unwrap_or_else(|p| p.into_inner());
+        if t.as_ref().map(Thread::id) != Some(me.id()) {
+            *t = Some(me);
+        }
     }
 
     /// A busy-poll thread's loop: `poll` (the work it did) until
@@ -150,6 +205,17 @@ impl SpinHold {
             }
         }
     }
+}
+
+/// The next nap of a spinner parked beside a hold ([`SpinHold::park_while_held_backoff`]):
+/// what is left of the hold at the first nap (`last` 0), twice the last
+/// one (at least a [`HOLD_NS`]) after it, never more than `max_ns` nor
+/// less than what is left.
+fn next_nap(last: u64, left: u64, max_ns: u64) -> u64 {
+    if last == 0 {
+        return left;
+    }
+    last.saturating_mul(2).max(HOLD_NS).min(max_ns).max(left)
 }
 
 /// The progress hooks of the endpoints bound to one queue. Weak, so a
@@ -570,6 +636,33 @@ mod tests {
         spinner.join().unwrap();
         assert_eq!(hold.remaining_ns(), 0);
         assert!(!hold.park_while_held());
+    }
+
+    #[test]
+    fn a_spinner_naps_longer_while_the_hold_is_renewed() {
+        let max = MAX_NAP_NS;
+        // The first nap of a hold: what is left of it.
+        assert_eq!(next_nap(0, 300_000, max), 300_000);
+        // Renewed since: at least a hold, then doubling, up to the cap.
+        assert_eq!(next_nap(300_000, HOLD_NS, max), HOLD_NS);
+        assert_eq!(next_nap(HOLD_NS, 900_000, max), 2 * HOLD_NS);
+        let mut nap = HOLD_NS;
+        let mut naps = 1;
+        while nap < max {
+            nap = next_nap(nap, HOLD_NS, max);
+            naps += 1;
+        }
+        assert_eq!(nap, max);
+        assert_eq!(naps, 4, "1, 2, 4, 8 holds");
+        assert_eq!(next_nap(max, HOLD_NS, max), max, "capped");
+        // Never shorter than what is left (a hold taken far ahead).
+        assert_eq!(next_nap(max, 10 * max, max), 10 * max);
+
+        // No hold: no nap, and the next hold starts from its remainder.
+        let hold = SpinHold::default();
+        let mut nap = 5 * HOLD_NS;
+        assert!(!hold.park_while_held_backoff(&mut nap, max));
+        assert_eq!(nap, 0);
     }
 
     #[test]

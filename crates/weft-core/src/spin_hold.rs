@@ -3,6 +3,10 @@
 //! and a driver woken for it would only find it gone (and, on a small
 //! machine, cost the spinner or the peer its core).
 //!
+//! [`wake_at_lapse`] is the same stand for a busy-poll thread parked
+//! beside a waiter: it times the hold's end on the runtime and wakes the
+//! thread then, so that the thread need not wake itself to look.
+//!
 //! Runtime-free like the rest of the crate: the caller brings the idle
 //! signal and the timer.
 
@@ -37,6 +41,40 @@ where
             return;
         }
         let _ = select(pin!(idle), pin!(sleep(Duration::from_nanos(left)))).await;
+    }
+}
+
+/// The watcher of a busy-poll thread that parks with
+/// [`SpinHold::park_while_held_backoff`]: each time `parked()` ends (the
+/// thread parked beside a waiter and said so), it stands aside as long as
+/// the hold lasts ([`stand_aside`]) and then wakes the thread to take
+/// over ([`SpinHold::unpark_spinner`]). Returns when `live()` is false
+/// after `parked()` ended.
+///
+/// Run on the waiter's runtime, the hold's end is a timer of that
+/// runtime: while the waiter spins on a current-thread runtime it is
+/// looked at during the runtime's own driver polls, on the waiter's
+/// thread, with no thread switch. The thread's own timed wake-up at each
+/// hold's end was two context switches on the waiter's core a
+/// [`HOLD_NS`](crate::progress::HOLD_NS).
+pub async fn wake_at_lapse<P, I, S>(
+    hold: &SpinHold,
+    parked: impl Fn() -> P,
+    live: impl Fn() -> bool,
+    idle: impl Fn() -> I,
+    sleep: impl Fn(Duration) -> S,
+) where
+    P: Future,
+    I: Future,
+    S: Future,
+{
+    loop {
+        parked().await;
+        if !live() {
+            return;
+        }
+        stand_aside(hold, &idle, &sleep).await;
+        hold.unpark_spinner();
     }
 }
 
@@ -76,6 +114,54 @@ mod tests {
             },
             |_| pending::<()>(),
         ));
+        assert_eq!(hold.remaining_ns(), 0);
+    }
+
+    #[test]
+    fn the_watcher_wakes_a_napping_spinner_when_the_hold_ends() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+        use std::time::Instant;
+
+        let hold = Arc::new(SpinHold::default());
+        // Long enough for the spinner to park before it ends, however
+        // slow the machine is to start the thread (the watcher wakes it
+        // only once the hold is over).
+        let end = crate::progress::clock_ns() + 1_000_000_000;
+        hold.waiter_active_at(end);
+        // A spinner whose hold was renewed many times: its next nap is
+        // the longest there is, so only the watcher ends it early.
+        let h2 = hold.clone();
+        let napped = Arc::new(AtomicU64::new(0));
+        let n2 = napped.clone();
+        let spinner = std::thread::spawn(move || {
+            let mut nap = 60_000_000_000;
+            let t = Instant::now();
+            let parked = h2.park_while_held_backoff(&mut nap, 120_000_000_000);
+            n2.store(nap, Ordering::Relaxed);
+            (parked, t.elapsed())
+        });
+        let rounds = Cell::new(0);
+        block_on(wake_at_lapse(
+            &hold,
+            || ready(()),
+            || {
+                rounds.set(rounds.get() + 1);
+                rounds.get() == 1
+            },
+            pending::<()>,
+            |d| {
+                std::thread::sleep(d);
+                ready(())
+            },
+        ));
+        let (parked, took) = spinner.join().unwrap();
+        assert!(parked, "the spinner parked beside the hold");
+        assert_eq!(napped.load(Ordering::Relaxed), 120_000_000_000);
+        assert!(
+            took < Duration::from_secs(30),
+            "woken by the watcher at the hold's end, not by its nap"
+        );
         assert_eq!(hold.remaining_ns(), 0);
     }
 

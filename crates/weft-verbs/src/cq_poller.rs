@@ -18,6 +18,20 @@
 //! stops polling (its hold lapses), the driver re-arms and polls again,
 //! so a completion that landed in between is found by that poll.
 //!
+//! In busy-poll mode the spinning thread parks while a waiter holds the
+//! CQ (`SpinHold`) and is woken when the hold ends by a task on the
+//! runtime (`watch_holds`), not by a timeout of its own: a thread that
+//! woke at the end of each hold to find it renewed cost a timer
+//! interrupt and two context switches on the waiter's core a
+//! millisecond, which with one CPU per process in the rxe VM (round trips
+//! of hundreds of microseconds) is about one a round trip. Its own naps
+//! grow while the hold is renewed (up to `MAX_NAP_NS`, 8 ms): they bound
+//! the takeover only when the runtime does not run the task (a
+//! current-thread runtime the application does not drive just then).
+//! The watcher's timer is the runtime's (whole milliseconds, looked at
+//! between tasks), so the takeover after a hold lapses takes 1–2 ms
+//! where the thread's own timeout took 1.
+//!
 //! Polling and dispatch happen under one lock, so completions reach the
 //! endpoint in the order the CQ gave them whoever polls.
 
@@ -28,7 +42,7 @@ use std::task::Poll;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use weft_core::completion::WaitMode;
-use weft_core::progress::{Progress, SpinHold};
+use weft_core::progress::{Progress, SpinHold, MAX_NAP_NS};
 use weft_core::sync::{lock, FastMutex};
 use weft_core::Result;
 
@@ -53,6 +67,13 @@ pub struct CqPoller {
     hold: SpinHold,
     /// Inline: told when the waiter stops spinning and sleeps.
     waiter_idle: Notify,
+    /// Busy-poll: told when the spinning thread parks beside a waiter
+    /// (and when it ends), so that `watch_holds` times the hold's end.
+    parked: Notify,
+    /// Tests: the shortest nap beside a renewed hold, so that only the
+    /// watcher can end one in time.
+    #[cfg(test)]
+    nap_floor: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for CqPoller {
@@ -203,12 +224,35 @@ async fn stand_aside(p: &CqPoller) {
         .await;
 }
 
+/// Busy-poll: wakes the spinning thread of `poller` each time a hold it
+/// parked beside ends (the waiter stopped polling without going idle),
+/// on a timer of the runtime instead of one of the thread's own. Ends
+/// with the thread (its poller gone from `slot`, or its sink dropped).
+async fn watch_holds(slot: PollerSlot, poller: Arc<CqPoller>) {
+    let p = &poller;
+    weft_core::spin_hold::wake_at_lapse(
+        &p.hold,
+        || p.parked.notified(),
+        || is_live(&slot, p) && p.sink.strong_count() > 0,
+        || p.waiter_idle.notified(),
+        tokio::time::sleep,
+    )
+    .await;
+}
+
+/// Whether `slot` still holds `poller` (a close empties it).
+fn is_live(slot: &PollerSlot, poller: &Arc<CqPoller>) -> bool {
+    lock(slot).as_ref().is_some_and(|p| Arc::ptr_eq(p, poller))
+}
+
 /// Empties `slot` at close: a busy-poll thread ends at once, even one
-/// parked beside a waiter. Returns the poller, for a last drain.
+/// parked beside a waiter, and its watcher with it. Returns the poller,
+/// for a last drain.
 pub fn stop(slot: &PollerSlot) -> Option<Arc<CqPoller>> {
     let p = lock(slot).take()?;
     p.hold.waiter_idle();
     p.waiter_idle.notify_waiters();
+    p.parked.notify_one();
     Some(p)
 }
 
@@ -230,6 +274,9 @@ fn poller_of(cq: Arc<Cq>, sink: Weak<dyn CqSink>) -> Arc<CqPoller> {
         sink,
         hold: SpinHold::default(),
         waiter_idle: Notify::new(),
+        parked: Notify::new(),
+        #[cfg(test)]
+        nap_floor: std::sync::atomic::AtomicU64::new(0),
     })
 }
 
@@ -257,8 +304,9 @@ async fn after_woken() {
 
 /// Starts the driver of `cq` for `wait` and puts its poller in `slot`.
 /// The driver holds `sink` weakly, so the endpoint's drop ends it. Returns
-/// the task to abort when the endpoint closes (busy-poll threads stop by
-/// themselves once the sink is gone or `slot` is emptied).
+/// the task to abort when the endpoint closes (busy-poll: the thread's
+/// watcher; the thread and its watcher also stop by themselves once the
+/// sink is gone or `slot` is emptied).
 /// On failure `slot` is left empty: no driver runs, and a later poll of
 /// the CQ makes its own poller.
 pub fn start<S: CqSink + 'static>(
@@ -287,29 +335,20 @@ fn start_in<S: CqSink + 'static>(
     let poller = poller_of(cq.clone(), sink);
     *lock(slot) = Some(poller.clone());
     if wait == WaitMode::BusyPoll {
+        let watch = rt.spawn(watch_holds(slot.clone(), poller.clone()));
         let slot = slot.clone();
-        std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name("weft-verbs-busy".into())
-            .spawn(move || loop {
-                let live = lock(&slot)
-                    .as_ref()
-                    .is_some_and(|p| Arc::ptr_eq(p, &poller));
-                if !live {
-                    return;
-                }
-                if poller.hold.park_while_held() {
-                    continue;
-                }
-                if poller.drain(true).is_none() {
-                    return;
-                }
-                // Give the core away between passes: on a machine with
-                // fewer cores than spinners a bare spin starves the very
-                // threads it completes work for.
-                std::thread::yield_now();
-            })
-            .map_err(|_| weft_core::Error::NoMem)?;
-        return Ok(None);
+            .spawn(move || {
+                busy_loop(&slot, &poller);
+                // The watcher ends with the thread.
+                poller.parked.notify_one();
+            });
+        if spawned.is_err() {
+            watch.abort();
+            return Err(weft_core::Error::NoMem);
+        }
+        return Ok(Some(watch.abort_handle()));
     }
     let afd = {
         let _g = rt.enter();
@@ -376,6 +415,47 @@ fn start_in<S: CqSink + 'static>(
         }
     });
     Ok(Some(t.abort_handle()))
+}
+
+/// The busy-poll thread: polls the CQ while no waiter does, parks while
+/// one does, until `slot` no longer holds `poller` or the sink is gone.
+fn busy_loop(slot: &PollerSlot, poller: &Arc<CqPoller>) {
+    // The length of the last nap beside a hold (0: not parked).
+    let mut nap = 0;
+    loop {
+        if !is_live(slot, poller) {
+            return;
+        }
+        if poller.hold.remaining_ns() > 0 {
+            // The watcher times this hold's end from here. Said before
+            // the thread parks, and after it is registered as the one to
+            // unpark: a hold that ends meanwhile is seen by the park's
+            // own look, or by the watcher's unpark, which a park not
+            // begun yet still takes.
+            poller.hold.register_spinner();
+            poller.parked.notify_one();
+            #[cfg(test)]
+            let max = {
+                let floor = poller.nap_floor.load(std::sync::atomic::Ordering::Relaxed);
+                nap = nap.max(floor);
+                MAX_NAP_NS.max(floor)
+            };
+            #[cfg(not(test))]
+            let max = MAX_NAP_NS;
+            if poller.hold.park_while_held_backoff(&mut nap, max) {
+                continue;
+            }
+        } else {
+            nap = 0;
+        }
+        if poller.drain(true).is_none() {
+            return;
+        }
+        // Give the core away between passes: on a machine with fewer
+        // cores than spinners a bare spin starves the very threads it
+        // completes work for.
+        std::thread::yield_now();
+    }
 }
 
 #[cfg(all(test, feature = "rdma"))]

@@ -1,6 +1,9 @@
 //! The CQ driver in interrupt mode on a real device (rxe0, loopback RC
 //! queue pairs): every completion reaches the sink, including those that
 //! land just as the driver takes an event, re-arms or goes to sleep.
+//! In busy-poll mode, the spinning thread delivers what nobody waits for,
+//! takes over again when a waiter leaves without going idle, and ends
+//! with its watcher at close.
 //! Run in the rxe VM (`integration/run-rxe`); outside it there is no
 //! device and the test fails saying so, as `tests/sys.rs` does.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -10,6 +13,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use weft_core::completion::WaitMode;
+use weft_core::sync::lock;
 
 use super::{start, CqSink, PollerSlot};
 use crate::sys::{
@@ -188,4 +192,97 @@ fn interrupt_driver_delivers_every_completion() {
         .build()
         .unwrap();
     ping(mt.handle(), &ctx);
+}
+
+/// Busy-poll on a current-thread runtime of its own thread (as in
+/// `weft pingpong`): messages nobody waits for are delivered by the
+/// spinning thread, before and after a waiter held the CQ (renewing the
+/// hold as `InlinePoll` does, long enough for the thread's naps to grow
+/// past a hold) and left without going idle; `stop` ends the thread's
+/// watcher.
+#[test]
+fn busy_poll_thread_takes_over_after_a_hold() {
+    let ctx = Context::open("rxe0").unwrap_or_else(|e| {
+        panic!("no RDMA device rxe0 ({e}): run this test in the rxe VM (integration/run-rxe)")
+    });
+    let ct = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let handle = ct.handle().clone();
+    let t = std::thread::spawn(move || {
+        ct.block_on(async {
+            let _ = stopped.await;
+        })
+    });
+    let ch = CompChannel::new(&ctx).unwrap();
+    let cq_b = Cq::new(&ctx, 256, Some(&ch)).unwrap();
+    let p = pair(&ctx, &cq_b);
+    let buf = OwnedMr::new(&p.pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let sink = Arc::new(Counter::default());
+    let slot: PollerSlot = Arc::default();
+    let watch = start(&handle, WaitMode::BusyPoll, (cq_b, ch), &sink, &slot)
+        .unwrap()
+        .expect("busy-poll runs a watcher task");
+    let poller = lock(&slot).clone().expect("the poller is in its slot");
+    let mut sent = Vec::new();
+    let mut one = |i: u64| {
+        p.b.post_recv(&RecvRequest {
+            wr_id: i,
+            sges: &[buf.sge(0, 64).unwrap()],
+        })
+        .unwrap();
+        p.a.post_send(&SendRequest::new(i, SendOp::Send, Payload::Inline(b"ping")))
+            .unwrap();
+        assert!(
+            sink.wait_for(i + 1),
+            "message {i} completed but the busy-poll thread did not deliver it within {TIMEOUT:?}"
+        );
+        sent.clear();
+        p.cq_a.poll(&mut sent, 16).unwrap();
+    };
+    for i in 0..50 {
+        one(i);
+    }
+    // From here the thread's naps beside a hold last 10 minutes: a
+    // message after the hold arrives in time only if the watcher wakes
+    // the thread at the hold's end.
+    poller.nap_floor.store(600_000_000_000, Ordering::Relaxed);
+    let until = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < until {
+        poller.hold.waiter_active();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    for i in 50..100 {
+        one(i);
+    }
+    assert_eq!(
+        sink.bad.load(Ordering::Relaxed),
+        0,
+        "receives out of order or failed"
+    );
+    assert!(
+        !watch.is_finished(),
+        "the watcher runs while the thread does"
+    );
+    super::stop(&slot);
+    let deadline = Instant::now() + TIMEOUT;
+    while !watch.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the watcher did not end within {TIMEOUT:?} of the close"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The thread ended too (it held the last other reference).
+    while Arc::strong_count(&poller) > 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the busy-poll thread did not end within {TIMEOUT:?} of the close"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let _ = stop.send(());
+    t.join().unwrap();
 }
