@@ -127,16 +127,8 @@ impl SpinHold {
     /// ends). Returns true when it parked, so the caller re-checks
     /// whether it should still run before polling.
     pub fn park_while_held(&self) -> bool {
-        if self.remaining_ns() == 0 {
-            return false;
-        }
-        self.register_spinner();
-        let left = self.remaining_ns();
-        if left == 0 {
-            return false;
-        }
-        std::thread::park_timeout(Duration::from_nanos(left));
-        true
+        // A first nap every time: what is left of the hold.
+        self.park_while_held_backoff(&mut 0, 0)
     }
 
     /// [`park_while_held`](Self::park_while_held) for a spinner whose

@@ -172,20 +172,9 @@ fn interrupt_driver_delivers_every_completion() {
     // A current-thread runtime on a thread of its own (the driver and the
     // reactor on one thread, as in `weft pingpong`), then a multi-thread
     // one (the reactor on whichever worker parks).
-    let ct = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let handle = ct.handle().clone();
-    let t = std::thread::spawn(move || {
-        ct.block_on(async {
-            let _ = stopped.await;
-        })
-    });
-    ping(&handle, &ctx);
-    let _ = stop.send(());
-    t.join().unwrap();
+    let ct = CurrentThread::start();
+    ping(&ct.handle, &ctx);
+    ct.end();
     let mt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -205,17 +194,8 @@ fn busy_poll_thread_takes_over_after_a_hold() {
     let ctx = Context::open("rxe0").unwrap_or_else(|e| {
         panic!("no RDMA device rxe0 ({e}): run this test in the rxe VM (integration/run-rxe)")
     });
-    let ct = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let handle = ct.handle().clone();
-    let t = std::thread::spawn(move || {
-        ct.block_on(async {
-            let _ = stopped.await;
-        })
-    });
+    let ct = CurrentThread::start();
+    let handle = ct.handle.clone();
     let ch = CompChannel::new(&ctx).unwrap();
     let cq_b = Cq::new(&ctx, 256, Some(&ch)).unwrap();
     let p = pair(&ctx, &cq_b);
@@ -283,6 +263,38 @@ fn busy_poll_thread_takes_over_after_a_hold() {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    let _ = stop.send(());
-    t.join().unwrap();
+    ct.end();
+}
+
+/// A current-thread runtime driven by a thread of its own until `end`.
+struct CurrentThread {
+    handle: tokio::runtime::Handle,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl CurrentThread {
+    fn start() -> CurrentThread {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let handle = rt.handle().clone();
+        let thread = std::thread::spawn(move || {
+            rt.block_on(async {
+                let _ = stopped.await;
+            })
+        });
+        CurrentThread {
+            handle,
+            stop,
+            thread,
+        }
+    }
+
+    fn end(self) {
+        let _ = self.stop.send(());
+        self.thread.join().unwrap();
+    }
 }
