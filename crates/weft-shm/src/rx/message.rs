@@ -197,11 +197,12 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: Rec) -> Result<bool, ()>
                     }
                 };
                 let placed = total.min(req.capacity());
-                let known = lc.src.map(|(_, h, shown)| (h, shown));
                 // `complete`'s usual case written out here: handing the
-                // request to its parameter copies it.
-                match known.filter(|(h, _)| *h == info.src) {
-                    Some((handle, shown)) if !unknown(ep, &info) => {
+                // request to its parameter copies it. The channel's known
+                // source is read where it is compared: built as `complete`'s
+                // `Option` first, it went onto the stack on this path too.
+                match lc.src {
+                    Some((_, handle, shown)) if handle == info.src && !unknown(ep, &info) => {
                         ep.report_here(req);
                         deliver_in(&KnownSource { ep, handle, shown }, req, &info, placed);
                         // What `deliver_in` left owns nothing.
@@ -209,6 +210,7 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: Rec) -> Result<bool, ()>
                         std::mem::forget(got);
                     }
                     _ => {
+                        let known = lc.src.map(|(_, h, shown)| (h, shown));
                         if let Some(req) = got.take() {
                             complete(ep, req, info, placed, who, known);
                         }
