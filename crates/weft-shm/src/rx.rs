@@ -407,7 +407,7 @@ fn drain(ep: &EpShared, c: &Chan, b: &Block<'_, CTL>, lc: &mut RxChan) -> (usize
             Next::Corrupt => break Stop::Corrupt,
             Next::Rec(r) => r,
         };
-        match record(ep, lc, &r) {
+        match record(ep, lc, r) {
             Ok(true) => {
                 lc.head = r.next;
                 n += 1;

@@ -144,8 +144,12 @@ pub fn place_into(
 }
 
 /// Handles one record. `Ok(false)`: it must wait (budget or receive);
-/// `Err`: the sender broke the rules.
-pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
+/// `Err`: the sender broke the rules. The record comes by value, and so
+/// goes to the out-of-line paths: handed on by reference, it had to lie
+/// in memory, and the reader's loop stored each one found onto the
+/// stack (eight stores a message) for paths a one-record message never
+/// takes.
+pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: Rec) -> Result<bool, ()> {
     let h = &r.head;
     let len = h.len as usize;
     let last = h.has(F_LAST);
@@ -193,11 +197,12 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()
                     }
                 };
                 let placed = total.min(req.capacity());
-                let known = lc.src.map(|(_, h, shown)| (h, shown));
                 // `complete`'s usual case written out here: handing the
-                // request to its parameter copies it.
-                match known.filter(|(h, _)| *h == info.src) {
-                    Some((handle, shown)) if !unknown(ep, &info) => {
+                // request to its parameter copies it. The channel's known
+                // source is read where it is compared: built as `complete`'s
+                // `Option` first, it went onto the stack on this path too.
+                match lc.src {
+                    Some((_, handle, shown)) if handle == info.src && !unknown(ep, &info) => {
                         ep.report_here(req);
                         deliver_in(&KnownSource { ep, handle, shown }, req, &info, placed);
                         // What `deliver_in` left owns nothing.
@@ -205,6 +210,7 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()
                         std::mem::forget(got);
                     }
                     _ => {
+                        let known = lc.src.map(|(_, h, shown)| (h, shown));
                         if let Some(req) = got.take() {
                             complete(ep, req, info, placed, who, known);
                         }
@@ -228,14 +234,14 @@ pub(super) fn record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()
 /// CMA and RMA. Out of line: inlined, their code made the reader's loop
 /// keep more of its state on the stack for the one-record message.
 #[inline(never)]
-fn record_rest(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
+fn record_rest(ep: &EpShared, lc: &mut RxChan, r: Rec) -> Result<bool, ()> {
     match r.head.kind() {
         K_CONT => {
             let p = lc.partial.take().ok_or(())?;
             more(ep, lc, r, p)
         }
-        K_CMA => cma_record(ep, lc, r),
-        K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC | K_RMA_WD | K_RMA_RD => rma_record(ep, lc, r),
+        K_CMA => cma_record(ep, lc, &r),
+        K_RMA_W | K_RMA_R | K_RESP | K_ATOMIC | K_RMA_WD | K_RMA_RD => rma_record(ep, lc, &r),
         _ => Err(()),
     }
 }
@@ -243,9 +249,9 @@ fn record_rest(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool, ()> {
 /// The bytes of record `r` added to the message `p` it continues (or
 /// begins), which ends with its last record.
 #[inline(never)]
-fn more(ep: &EpShared, lc: &mut RxChan, r: &Rec, mut p: Partial) -> Result<bool, ()> {
+fn more(ep: &EpShared, lc: &mut RxChan, r: Rec, mut p: Partial) -> Result<bool, ()> {
     let last = r.head.has(F_LAST);
-    let names = match feed(ep, r, &mut p) {
+    let names = match feed(ep, &r, &mut p) {
         Some(now) if !last => {
             p.got = now;
             lc.partial = Some(p);
@@ -300,7 +306,7 @@ fn hold_first(
     ep: &EpShared,
     m: &mut crate::endpoint::ShmMatcher,
     lc: &mut RxChan,
-    r: &Rec,
+    r: Rec,
     info: MsgInfo,
     total: usize,
     from: Arc<[u8]>,
