@@ -84,10 +84,20 @@ struct Pair {
 }
 
 async fn connect(wait: WaitMode) -> Option<Pair> {
+    connect_after(wait, |_| ()).await.map(|(p, ())| p)
+}
+
+/// [`connect`], with `before` run on the client's endpoint just before
+/// it connects; what `before` returns comes back beside the pair.
+async fn connect_after<T>(
+    wait: WaitMode,
+    before: impl FnOnce(&Endpoint) -> T,
+) -> Option<(Pair, T)> {
     let (srv, cli) = (side(offer(SERVER_DEV)?), side(offer(CLIENT_DEV)?));
     let (pep, peq) = listen(&srv);
     let addr = pep.local_addr().unwrap();
     let client = ep(&cli, None, wait);
+    let before = before(&client.0);
     let c = client.0.clone();
     let connecting = tokio::spawn(async move { c.connect(addr, b"hello server".to_vec()).await });
     let ev = within("connection request", next_eq(&peq)).await.unwrap();
@@ -107,12 +117,13 @@ async fn connect(wait: WaitMode) -> Option<Pair> {
         let ev = within("connected event", next_eq(q)).await.unwrap();
         assert_eq!((ev.kind, ev.fid), (EqEventKind::Connected, e.fid()));
     }
-    Some(Pair {
+    let pair = Pair {
         client,
         server,
         _pep: pep,
         domains: (cli.domain, srv.domain),
-    })
+    };
+    Some((pair, before))
 }
 
 /// Messages of every path (inline, registered, multi-megabyte, empty),
@@ -382,21 +393,14 @@ async fn msg_cancel_reaches_receives_not_yet_on_the_qp() {
 async fn msg_cancel_during_the_connect_finds_every_early_receive() {
     const N: u64 = 128;
     for round in 0..5u64 {
-        let (Some(si), Some(ci)) = (offer(SERVER_DEV), offer(CLIENT_DEV)) else {
-            return;
-        };
-        let (srv, cli) = (side(si), side(ci));
-        let (pep, peq) = listen(&srv);
-        let addr = pep.local_addr().unwrap();
-        let (c, ceq, ccq) = ep(&cli, None, WaitMode::Interrupt);
-        let n = N.min(c.rx_size_left().unwrap() as u64);
-        assert!(n >= 16, "room for {n} receives only");
-        for i in 0..n {
-            c.post_recv(BytesMut::zeroed(64), 1000 + i).unwrap();
-        }
-        let canceller = {
+        let early = connect_after(WaitMode::Interrupt, |c| {
+            let n = N.min(c.rx_size_left().unwrap() as u64);
+            assert!(n >= 16, "room for {n} receives only");
+            for i in 0..n {
+                c.post_recv(BytesMut::zeroed(64), 1000 + i).unwrap();
+            }
             let c = c.clone();
-            std::thread::spawn(move || {
+            let canceller = std::thread::spawn(move || {
                 let limit = Instant::now() + Duration::from_secs(60);
                 // Looked for every 10 µs, spinning in between: a look
                 // contends for the link's lock, and one that blocked on it
@@ -413,17 +417,15 @@ async fn msg_cancel_during_the_connect_finds_every_early_receive() {
                     .rev()
                     .filter_map(|i| c.cancel(1000 + i).err().map(|e| (1000 + i, e)))
                     .collect::<Vec<_>>()
-            })
+            });
+            (n, canceller)
+        })
+        .await;
+        let Some((p, (n, canceller))) = early else {
+            return;
         };
-        let cc = c.clone();
-        let connecting = tokio::spawn(async move { cc.connect(addr, Vec::new()).await });
-        let ev = within("connection request", next_eq(&peq)).await.unwrap();
-        let req = ConnRequest::from_event(&ev).unwrap();
-        let (s, _seq, scq) = ep(&srv, Some(&req), WaitMode::Interrupt);
-        within("accept", s.accept(Vec::new())).await.unwrap();
-        within("connect", connecting).await.unwrap().unwrap();
-        let ev = within("connected event", next_eq(&ceq)).await.unwrap();
-        assert_eq!(ev.kind, EqEventKind::Connected);
+        let (c, ccq) = (&p.client.0, &p.client.2);
+        let (s, scq) = (&p.server.0, &p.server.2);
         let refused = canceller.join().unwrap();
         assert!(
             refused.is_empty(),
@@ -431,7 +433,7 @@ async fn msg_cancel_during_the_connect_finds_every_early_receive() {
         );
         let mut ended = Vec::new();
         for _ in 0..n {
-            let e = within("a cancelled early receive", next_cq(&ccq))
+            let e = within("a cancelled early receive", next_cq(ccq))
                 .await
                 .unwrap_err();
             assert_eq!(e.err, Error::Canceled, "receive {}", e.context);
@@ -449,8 +451,8 @@ async fn msg_cancel_during_the_connect_finds_every_early_receive() {
         // cancelled) and reaches the receive posted now.
         c.post_recv(BytesMut::zeroed(64), 7).unwrap();
         s.post_send(0, payload(64, 3), 8).unwrap();
-        assert_eq!(within("send", next_cq(&scq)).await.unwrap().context, 8);
-        let got = within("the message", next_cq(&ccq)).await.unwrap();
+        assert_eq!(within("send", next_cq(scq)).await.unwrap().context, 8);
+        let got = within("the message", next_cq(ccq)).await.unwrap();
         assert_eq!(got.context, 7);
         assert_eq!(&got.bufs[0][..64], &payload(64, 3)[..]);
     }

@@ -120,55 +120,97 @@ fn pair(ctx: &Arc<Context>, cq_b: &Arc<Cq>) -> Pair {
     Pair { pd, cq_a, a, b }
 }
 
+/// The device the tests run on (rxe0, in the rxe VM).
+fn rxe0() -> Arc<Context> {
+    Context::open("rxe0").unwrap_or_else(|e| {
+        panic!("no RDMA device rxe0 ({e}): run this test in the rxe VM (integration/run-rxe)")
+    })
+}
+
+/// A [`Pair`] whose receiver's CQ a driver started for `wait` polls,
+/// delivering to `sink`, and the buffer its receives land in.
+// Fields drop in this order: the driver's slot before the sink, the
+// buffer before the queue pairs and their protection domain.
+struct Rig {
+    sent: Vec<WorkCompletion>,
+    /// The driver's task ([`start`]'s).
+    task: Option<tokio::task::AbortHandle>,
+    slot: PollerSlot,
+    sink: Arc<Counter>,
+    buf: OwnedMr,
+    p: Pair,
+}
+
+impl Rig {
+    fn start(rt: &tokio::runtime::Handle, ctx: &Arc<Context>, wait: WaitMode) -> Rig {
+        let ch = CompChannel::new(ctx).unwrap();
+        let cq_b = Cq::new(ctx, 256, Some(&ch)).unwrap();
+        let p = pair(ctx, &cq_b);
+        let buf = OwnedMr::new(&p.pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let sink = Arc::new(Counter::default());
+        let slot: PollerSlot = Arc::default();
+        let task = start(rt, wait, (cq_b, ch), &sink, &slot).unwrap();
+        Rig {
+            sent: Vec::new(),
+            task,
+            slot,
+            sink,
+            buf,
+            p,
+        }
+    }
+
+    /// Receive `i` posted, its message sent `pause` later, and delivered
+    /// by `driver` (named in the failure) within [`TIMEOUT`].
+    fn message(&mut self, i: u64, pause: Duration, driver: &str) {
+        let p = &self.p;
+        p.b.post_recv(&RecvRequest {
+            wr_id: i,
+            sges: &[self.buf.sge(0, 64).unwrap()],
+        })
+        .unwrap();
+        let until = Instant::now() + pause;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        p.a.post_send(&SendRequest::new(i, SendOp::Send, Payload::Inline(b"ping")))
+            .unwrap();
+        assert!(
+            self.sink.wait_for(i + 1),
+            "message {i} completed but {driver} did not deliver it within {TIMEOUT:?}"
+        );
+        self.sent.clear();
+        p.cq_a.poll(&mut self.sent, 16).unwrap();
+    }
+
+    fn assert_in_order(&self) {
+        assert_eq!(
+            self.sink.bad.load(Ordering::Relaxed),
+            0,
+            "receives out of order or failed"
+        );
+    }
+}
+
 /// Sends `MESSAGES` one at a time, each only after the driver delivered
 /// the previous one (so it is on its way to sleep, or asleep), after a
 /// pause that varies from none to a few tens of microseconds: the
 /// completions land at every point of the driver's
 /// drain / read / re-arm / drain / sleep sequence.
 fn ping(rt: &tokio::runtime::Handle, ctx: &Arc<Context>) {
-    let ch = CompChannel::new(ctx).unwrap();
-    let cq_b = Cq::new(ctx, 256, Some(&ch)).unwrap();
-    let p = pair(ctx, &cq_b);
-    let buf = OwnedMr::new(&p.pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let sink = Arc::new(Counter::default());
-    let slot: PollerSlot = Arc::default();
-    let task = start(rt, WaitMode::Interrupt, (cq_b, ch), &sink, &slot)
-        .unwrap()
-        .expect("interrupt mode runs a driver task");
-    let mut sent = Vec::new();
+    let mut r = Rig::start(rt, ctx, WaitMode::Interrupt);
+    let task = r.task.take().expect("interrupt mode runs a driver task");
     for i in 0..MESSAGES {
-        p.b.post_recv(&RecvRequest {
-            wr_id: i,
-            sges: &[buf.sge(0, 64).unwrap()],
-        })
-        .unwrap();
-        let pause = Instant::now() + Duration::from_micros((i * 7) % 40);
-        while Instant::now() < pause {
-            std::hint::spin_loop();
-        }
-        p.a.post_send(&SendRequest::new(i, SendOp::Send, Payload::Inline(b"ping")))
-            .unwrap();
-        assert!(
-            sink.wait_for(i + 1),
-            "message {i} completed but the driver did not deliver it within {TIMEOUT:?}"
-        );
-        sent.clear();
-        p.cq_a.poll(&mut sent, 16).unwrap();
+        r.message(i, Duration::from_micros((i * 7) % 40), "the driver");
     }
-    assert_eq!(
-        sink.bad.load(Ordering::Relaxed),
-        0,
-        "receives out of order or failed"
-    );
+    r.assert_in_order();
     task.abort();
-    super::stop(&slot);
+    super::stop(&r.slot);
 }
 
 #[test]
 fn interrupt_driver_delivers_every_completion() {
-    let ctx = Context::open("rxe0").unwrap_or_else(|e| {
-        panic!("no RDMA device rxe0 ({e}): run this test in the rxe VM (integration/run-rxe)")
-    });
+    let ctx = rxe0();
     // A current-thread runtime on a thread of its own (the driver and the
     // reactor on one thread, as in `weft pingpong`), then a multi-thread
     // one (the reactor on whichever worker parks).
@@ -191,39 +233,14 @@ fn interrupt_driver_delivers_every_completion() {
 /// watcher.
 #[test]
 fn busy_poll_thread_takes_over_after_a_hold() {
-    let ctx = Context::open("rxe0").unwrap_or_else(|e| {
-        panic!("no RDMA device rxe0 ({e}): run this test in the rxe VM (integration/run-rxe)")
-    });
+    let ctx = rxe0();
     let ct = CurrentThread::start();
-    let handle = ct.handle.clone();
-    let ch = CompChannel::new(&ctx).unwrap();
-    let cq_b = Cq::new(&ctx, 256, Some(&ch)).unwrap();
-    let p = pair(&ctx, &cq_b);
-    let buf = OwnedMr::new(&p.pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let sink = Arc::new(Counter::default());
-    let slot: PollerSlot = Arc::default();
-    let watch = start(&handle, WaitMode::BusyPoll, (cq_b, ch), &sink, &slot)
-        .unwrap()
-        .expect("busy-poll runs a watcher task");
-    let poller = lock(&slot).clone().expect("the poller is in its slot");
-    let mut sent = Vec::new();
-    let mut one = |i: u64| {
-        p.b.post_recv(&RecvRequest {
-            wr_id: i,
-            sges: &[buf.sge(0, 64).unwrap()],
-        })
-        .unwrap();
-        p.a.post_send(&SendRequest::new(i, SendOp::Send, Payload::Inline(b"ping")))
-            .unwrap();
-        assert!(
-            sink.wait_for(i + 1),
-            "message {i} completed but the busy-poll thread did not deliver it within {TIMEOUT:?}"
-        );
-        sent.clear();
-        p.cq_a.poll(&mut sent, 16).unwrap();
-    };
+    let mut r = Rig::start(&ct.handle, &ctx, WaitMode::BusyPoll);
+    let watch = r.task.take().expect("busy-poll runs a watcher task");
+    let poller = lock(&r.slot).clone().expect("the poller is in its slot");
+    let thread = "the busy-poll thread";
     for i in 0..50 {
-        one(i);
+        r.message(i, Duration::ZERO, thread);
     }
     // From here the thread's naps beside a hold last 10 minutes: a
     // message after the hold arrives in time only if the watcher wakes
@@ -235,18 +252,14 @@ fn busy_poll_thread_takes_over_after_a_hold() {
         std::thread::sleep(Duration::from_micros(200));
     }
     for i in 50..100 {
-        one(i);
+        r.message(i, Duration::ZERO, thread);
     }
-    assert_eq!(
-        sink.bad.load(Ordering::Relaxed),
-        0,
-        "receives out of order or failed"
-    );
+    r.assert_in_order();
     assert!(
         !watch.is_finished(),
         "the watcher runs while the thread does"
     );
-    super::stop(&slot);
+    super::stop(&r.slot);
     let deadline = Instant::now() + TIMEOUT;
     while !watch.is_finished() {
         assert!(
