@@ -214,6 +214,18 @@ impl Reaper {
         self.wait_for(|e| e.context == ctx).await
     }
 
+    /// The first completion read already that `want` accepts: the
+    /// stash's (the older ones) before the batch's.
+    #[inline(always)]
+    fn take_read(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Option<CqEntry> {
+        if !self.stash.is_empty() {
+            if let Some(e) = self.take_stashed(want) {
+                return Some(e);
+            }
+        }
+        self.take_batched(want)
+    }
+
     /// The first stashed completion `want` accepts; the front (the
     /// common case) without a search.
     fn take_stashed(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Option<CqEntry> {
@@ -310,46 +322,43 @@ impl Reaper {
     /// receive): see [`Received`].
     pub fn try_wait_received(&mut self, ctx: u64) -> Res<Option<Received>> {
         let want = |e: &CqEntry| e.context == ctx;
-        self.try_take_with(&want, Received::from, |r| r.take_batched_received(&want))
+        if !self.stash.is_empty() {
+            if let Some(e) = self.take_stashed(&want) {
+                return Ok(Some(e.into()));
+            }
+        }
+        if let Some(r) = self.take_batched_received(&want) {
+            return Ok(Some(r));
+        }
+        if !self.try_read()? {
+            return Ok(None);
+        }
+        Ok(self.take_batched_received(&want))
     }
 
     /// [`try_wait`](Self::try_wait) for a completion whose entry the
     /// caller has no use for (a send's): true once it was read.
     pub fn try_done(&mut self, ctx: u64) -> Res<bool> {
         let want = |e: &CqEntry| e.context == ctx;
-        let done = self.try_take_with(&want, drop, |r| r.drop_batched(&want).then_some(()))?;
-        Ok(done.is_some())
+        if !self.stash.is_empty() && self.take_stashed(&want).is_some() {
+            return Ok(true);
+        }
+        if self.drop_batched(&want) {
+            return Ok(true);
+        }
+        Ok(self.try_read()? && self.drop_batched(&want))
     }
 
     /// [`try_wait`](Self::try_wait) for any completion `want` accepts.
     #[inline(always)]
     fn try_take(&mut self, want: &impl Fn(&CqEntry) -> bool) -> Res<Option<CqEntry>> {
-        self.try_take_with(want, |e| e, |r| r.take_batched(want))
-    }
-
-    /// What every `try_*` does: the first completion `want` accepts
-    /// among those read already — the stash's (the older ones) as
-    /// `stashed` makes it, then the batch's as `batched` takes it —
-    /// else, after one read that does not wait, the batch's.
-    #[inline(always)]
-    fn try_take_with<R>(
-        &mut self,
-        want: &impl Fn(&CqEntry) -> bool,
-        stashed: impl FnOnce(CqEntry) -> R,
-        batched: impl Fn(&mut Self) -> Option<R>,
-    ) -> Res<Option<R>> {
-        if !self.stash.is_empty() {
-            if let Some(e) = self.take_stashed(want) {
-                return Ok(Some(stashed(e)));
-            }
-        }
-        if let Some(r) = batched(self) {
-            return Ok(Some(r));
+        if let Some(e) = self.take_read(want) {
+            return Ok(Some(e));
         }
         if !self.try_read()? {
             return Ok(None);
         }
-        Ok(batched(self))
+        Ok(self.take_batched(want))
     }
 
     /// [`wait`](Self::wait) once [`try_wait`](Self::try_wait) or
