@@ -31,9 +31,9 @@ use weft_core::{Error, Result};
 
 use crate::endpoint::EpShared;
 use crate::layout::*;
-use crate::ring::{Chan, Next};
+use crate::ring::{Chan, Next, Rec};
 pub use crate::rx_done::deliver_held;
-use crate::segment::{Block, Segment};
+use crate::segment::{Block, Ring, Segment};
 use lifecycle::{activate, free, retire, sender_alive};
 pub use message::place_into;
 use message::{record, Partial, Sink};
@@ -390,32 +390,14 @@ pub fn abandon(ep: &EpShared, st: RxState) {
 
 /// Reads a channel's records up to the limit; `b` is its control block.
 fn drain(ep: &EpShared, c: &Chan, b: &Block<'_, CTL>, lc: &mut RxChan) -> (usize, Stop) {
-    let mut n = 0;
     // The ring checked once for the drain (`Chan::area`), as `next` would
     // at each record.
     let Some(ring) = c.area(&ep.seg) else {
         return (0, Stop::Corrupt);
     };
-    let stop = loop {
-        if n == PASS_LIMIT {
-            break Stop::Limit;
-        }
-        // The word at our head says what is published (in band: no tail
-        // word to read first).
-        let r = match c.next_in(&ring, lc.head) {
-            Next::Empty => break Stop::Empty,
-            Next::Corrupt => break Stop::Corrupt,
-            Next::Rec(r) => r,
-        };
-        match record(ep, lc, r) {
-            Ok(true) => {
-                lc.head = r.next;
-                n += 1;
-            }
-            Ok(false) => break Stop::Parked,
-            Err(()) => break Stop::Corrupt,
-        }
-    };
+    let mut head = lc.head;
+    let (n, stop) = drain_ring(c, &ring, b, &mut head, |r| record(ep, lc, r));
+    lc.head = head;
     if n > 0 {
         b.store64(C_HEAD, lc.head, Ordering::Release);
         // Pairs with the sender's fence between raising `tx_wait` and
@@ -427,5 +409,55 @@ fn drain(ep: &EpShared, c: &Chan, b: &Block<'_, CTL>, lc: &mut RxChan) -> (usize
             }
         }
     }
+    (n, stop)
+}
+
+/// [`drain`]'s loop: the records published at `head`, each handed to
+/// `on` (true: taken, `head` moves past it; false: parked), up to
+/// [`PASS_LIMIT`]. Once a chunk's worth (a quarter of the ring) has been
+/// taken since the head was last published, the head is published at
+/// once, before the next record is read: a large message's records give their
+/// room back one by one, so a sender refills the ring while we copy out
+/// the next record. Published only at the drain's end, the two sides
+/// took turns — the sender, its ring full, waited for the whole drain —
+/// and a 1 MiB ping-pong through the ring took 1.18x as long
+/// (`docs/benchmarks.md`, "shm: the ring's room given back record by
+/// record"). Small records never reach a chunk in one drain (64 of
+/// them at most), so they publish once, at the end, as before.
+#[inline(always)]
+fn drain_ring(
+    c: &Chan,
+    ring: &Ring<'_>,
+    b: &Block<'_, CTL>,
+    head: &mut u64,
+    mut on: impl FnMut(Rec) -> std::result::Result<bool, ()>,
+) -> (usize, Stop) {
+    let mut n = 0;
+    let mut given = *head;
+    let chunk = c.g.chunk() as u64;
+    let stop = loop {
+        if n == PASS_LIMIT {
+            break Stop::Limit;
+        }
+        // The word at our head says what is published (in band: no tail
+        // word to read first).
+        let r = match c.next_in(ring, *head) {
+            Next::Empty => break Stop::Empty,
+            Next::Corrupt => break Stop::Corrupt,
+            Next::Rec(r) => r,
+        };
+        match on(r) {
+            Ok(true) => {
+                *head = r.next;
+                n += 1;
+                if r.next.wrapping_sub(given) >= chunk {
+                    b.store64(C_HEAD, r.next, Ordering::Release);
+                    given = r.next;
+                }
+            }
+            Ok(false) => break Stop::Parked,
+            Err(()) => break Stop::Corrupt,
+        }
+    };
     (n, stop)
 }

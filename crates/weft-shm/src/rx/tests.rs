@@ -213,3 +213,72 @@ fn a_lock_look_decides_and_the_pid_only_when_it_fails() {
     assert!(!super::judge(Err(weft_core::Error::Inval), pid(false)));
     assert_eq!(asked.get(), 2);
 }
+
+/// Writes a record of `len` payload bytes at `tail`, as a sender does
+/// (`len` within the ring's chunk and room); the tail after it.
+fn put(seg: &Segment, c: &Chan, tail: u64, len: usize, word: u32) -> u64 {
+    let free = c.room(seg, tail).unwrap();
+    let (pad, max) = c.fit(tail, free).unwrap();
+    assert!(max >= len, "room for the record");
+    let tail = c.write_pad(seg, tail, pad);
+    let h = crate::ring::RecHead {
+        word,
+        len: len as u32,
+        tag: 0,
+        data: 0,
+        total: 3 * len as u64,
+    };
+    let (off, next) = c.write_head(seg, tail, &h);
+    assert!(seg.write(off, &vec![7u8; len]));
+    c.publish(seg, tail, word);
+    next
+}
+
+/// A drain gives a large message's room back record by record: reading
+/// each record after the first, the head the sender sees is already past
+/// the record before it (with the head published only at the drain's
+/// end, a sender with a full ring waited for the whole drain). Small
+/// records are not published one by one: a drain's 64 never make a
+/// chunk, and the head stays where it was until the drain ends.
+#[test]
+fn a_drain_gives_large_records_room_back_one_by_one() {
+    let (mut seg, c) = seg();
+    assert!(seg.set_rings(c.g.rings(), c.g.channels, c.g.ring));
+    let b = c.block(&seg).unwrap();
+    let chunk = c.g.chunk();
+    // Three records of a chunk each (a sender's split of a large message).
+    let mut tail = 0;
+    let mut ends = Vec::new();
+    for word in [K_FIRST, K_CONT, K_CONT | F_LAST] {
+        tail = put(&seg, &c, tail, chunk, word);
+        ends.push(tail);
+    }
+    let ring = c.area(&seg).unwrap();
+    let mut head = 0;
+    let mut seen = Vec::new();
+    let (n, stop) = super::drain_ring(&c, &ring, &b, &mut head, |_| {
+        seen.push(b.load64(C_HEAD, Acquire).unwrap());
+        Ok(true)
+    });
+    assert_eq!((n, matches!(stop, super::Stop::Empty)), (3, true));
+    assert_eq!(head, tail);
+    assert_eq!(
+        seen,
+        vec![0, ends[0], ends[1]],
+        "published before each next record"
+    );
+
+    // Small records: nothing published during the drain.
+    assert!(b.store64(C_HEAD, head, Release));
+    let start = head;
+    for _ in 0..10 {
+        tail = put(&seg, &c, tail, 64, K_FIRST | F_LAST);
+    }
+    let mut seen = Vec::new();
+    let (n, _) = super::drain_ring(&c, &ring, &b, &mut head, |_| {
+        seen.push(b.load64(C_HEAD, Acquire).unwrap());
+        Ok(true)
+    });
+    assert_eq!((n, head), (10, tail));
+    assert!(seen.iter().all(|&h| h == start), "{seen:?}");
+}
