@@ -395,9 +395,14 @@ fn drain(ep: &EpShared, c: &Chan, b: &Block<'_, CTL>, lc: &mut RxChan) -> (usize
     let Some(ring) = c.area(&ep.seg) else {
         return (0, Stop::Corrupt);
     };
-    let mut head = lc.head;
-    let (n, stop) = drain_ring(c, &ring, b, &mut head, |r| record(ep, lc, r));
-    lc.head = head;
+    let (n, stop) = drain_ring(
+        c,
+        &ring,
+        b,
+        lc,
+        |lc| &mut lc.head,
+        |lc, r| record(ep, lc, r),
+    );
     if n > 0 {
         b.store64(C_HEAD, lc.head, Ordering::Release);
         // Pairs with the sender's fence between raising `tx_wait` and
@@ -414,26 +419,39 @@ fn drain(ep: &EpShared, c: &Chan, b: &Block<'_, CTL>, lc: &mut RxChan) -> (usize
 
 /// [`drain`]'s loop: the records published at `head`, each handed to
 /// `on` (true: taken, `head` moves past it; false: parked), up to
-/// [`PASS_LIMIT`]. Once a chunk's worth (a quarter of the ring) has been
-/// taken since the head was last published, the head is published at
-/// once, before the next record is read: a large message's records give their
-/// room back one by one, so a sender refills the ring while we copy out
-/// the next record. Published only at the drain's end, the two sides
-/// took turns — the sender, its ring full, waited for the whole drain —
-/// and a 1 MiB ping-pong through the ring took 1.18x as long
-/// (`docs/benchmarks.md`, "shm: the ring's room given back record by
-/// record"). Small records never reach a chunk in one drain (64 of
-/// them at most), so they publish once, at the end, as before.
+/// [`PASS_LIMIT`] records or one ring's worth of bytes. Once a chunk's
+/// worth (a quarter of the ring) has been taken since the head was last
+/// published, the head is published at once, before the next record is
+/// read: a large message's records (a chunk each, but for one cut short
+/// by the ring's end or the room, which gives its room back with the
+/// next) give their room back one by one, so a spinning sender refills
+/// the ring while we copy out the next record. Published only at the
+/// drain's end, the two sides took turns — the sender, its ring full,
+/// waited for the whole drain — and a 1 MiB ping-pong through the ring
+/// took 1.18x as long (`docs/benchmarks.md`, "shm on a new machine, and
+/// the ring's room given back record by record"). Records under a 64th
+/// of a chunk (about 1 KiB with the 256 KiB ring: a 64 B message's 96)
+/// never make a chunk in one drain, so they publish once, at the end, as
+/// before. Refilled as it drains, one drain could copy 64 chunks; the
+/// ring's worth bounds it as the ring's size did, so that one sender's
+/// stream does not hold the other channels back.
+///
+/// `head` finds the head in `st`, which `on` is handed with each record:
+/// the head moves with each record taken, so a handler that unwound
+/// leaves it where the published one is or ahead, never behind (the next
+/// pass would read again what the sender may have overwritten).
 #[inline(always)]
-fn drain_ring(
+fn drain_ring<S>(
     c: &Chan,
     ring: &Ring<'_>,
     b: &Block<'_, CTL>,
-    head: &mut u64,
-    mut on: impl FnMut(Rec) -> std::result::Result<bool, ()>,
+    st: &mut S,
+    head: impl Fn(&mut S) -> &mut u64,
+    mut on: impl FnMut(&mut S, Rec) -> std::result::Result<bool, ()>,
 ) -> (usize, Stop) {
     let mut n = 0;
-    let mut given = *head;
+    let start = *head(st);
+    let mut given = start;
     let chunk = c.g.chunk() as u64;
     let stop = loop {
         if n == PASS_LIMIT {
@@ -441,18 +459,21 @@ fn drain_ring(
         }
         // The word at our head says what is published (in band: no tail
         // word to read first).
-        let r = match c.next_in(ring, *head) {
+        let r = match c.next_in(ring, *head(st)) {
             Next::Empty => break Stop::Empty,
             Next::Corrupt => break Stop::Corrupt,
             Next::Rec(r) => r,
         };
-        match on(r) {
+        match on(st, r) {
             Ok(true) => {
-                *head = r.next;
+                *head(st) = r.next;
                 n += 1;
                 if r.next.wrapping_sub(given) >= chunk {
                     b.store64(C_HEAD, r.next, Ordering::Release);
                     given = r.next;
+                    if r.next.wrapping_sub(start) >= c.g.ring as u64 {
+                        break Stop::Limit;
+                    }
                 }
             }
             Ok(false) => break Stop::Parked,

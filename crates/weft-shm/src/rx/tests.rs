@@ -214,52 +214,69 @@ fn a_lock_look_decides_and_the_pid_only_when_it_fails() {
     assert_eq!(asked.get(), 2);
 }
 
-/// Writes a record of `len` payload bytes at `tail`, as a sender does
-/// (`len` within the ring's chunk and room); the tail after it.
-fn put(seg: &Segment, c: &Chan, tail: u64, len: usize, word: u32) -> u64 {
+/// Writes a record of up to `len` payload bytes at `tail` (less where
+/// the room or the ring's end cuts it, as a sender splits), if there is
+/// room for any; the tail after it.
+fn put(seg: &Segment, c: &Chan, tail: u64, len: usize, word: u32) -> Option<u64> {
     let free = c.room(seg, tail).unwrap();
-    let (pad, max) = c.fit(tail, free).unwrap();
-    assert!(max >= len, "room for the record");
+    let (pad, max) = c.fit(tail, free)?;
+    let len = len.min(max);
+    if len == 0 {
+        return None;
+    }
     let tail = c.write_pad(seg, tail, pad);
     let h = crate::ring::RecHead {
         word,
         len: len as u32,
         tag: 0,
         data: 0,
-        total: 3 * len as u64,
+        total: 1 << 30,
     };
     let (off, next) = c.write_head(seg, tail, &h);
     assert!(seg.write(off, &vec![7u8; len]));
     c.publish(seg, tail, word);
-    next
+    Some(next)
+}
+
+fn ringed() -> (Segment, Chan) {
+    let (mut seg, c) = seg();
+    assert!(seg.set_rings(c.g.rings(), c.g.channels, c.g.ring));
+    (seg, c)
 }
 
 /// A drain gives a large message's room back record by record: reading
 /// each record after the first, the head the sender sees is already past
 /// the record before it (with the head published only at the drain's
-/// end, a sender with a full ring waited for the whole drain). Small
-/// records are not published one by one: a drain's 64 never make a
-/// chunk, and the head stays where it was until the drain ends.
+/// end, a sender with a full ring waited for the whole drain). Records
+/// that together make less than a chunk publish nothing during the drain.
 #[test]
 fn a_drain_gives_large_records_room_back_one_by_one() {
-    let (mut seg, c) = seg();
-    assert!(seg.set_rings(c.g.rings(), c.g.channels, c.g.ring));
+    let (seg, c) = ringed();
     let b = c.block(&seg).unwrap();
     let chunk = c.g.chunk();
     // Three records of a chunk each (a sender's split of a large message).
     let mut tail = 0;
     let mut ends = Vec::new();
     for word in [K_FIRST, K_CONT, K_CONT | F_LAST] {
-        tail = put(&seg, &c, tail, chunk, word);
+        let next = put(&seg, &c, tail, chunk, word).unwrap();
+        assert_eq!(next - tail, (chunk + REC_HDR) as u64, "a whole chunk");
+        tail = next;
         ends.push(tail);
     }
     let ring = c.area(&seg).unwrap();
     let mut head = 0;
     let mut seen = Vec::new();
-    let (n, stop) = super::drain_ring(&c, &ring, &b, &mut head, |_| {
-        seen.push(b.load64(C_HEAD, Acquire).unwrap());
-        Ok(true)
-    });
+    let (n, stop) = super::drain_ring(
+        &c,
+        &ring,
+        &b,
+        &mut head,
+        |h| h,
+        |_, _| {
+            seen.push(b.load64(C_HEAD, Acquire).unwrap());
+            Ok(true)
+        },
+    );
     assert_eq!((n, matches!(stop, super::Stop::Empty)), (3, true));
     assert_eq!(head, tail);
     assert_eq!(
@@ -268,17 +285,52 @@ fn a_drain_gives_large_records_room_back_one_by_one() {
         "published before each next record"
     );
 
-    // Small records: nothing published during the drain.
+    // Small records, less than a chunk in all (8 of 96 bytes, no padding
+    // before them): nothing published during the drain.
     assert!(b.store64(C_HEAD, head, Release));
     let start = head;
-    for _ in 0..10 {
-        tail = put(&seg, &c, tail, 64, K_FIRST | F_LAST);
+    for _ in 0..8 {
+        tail = put(&seg, &c, tail, 64, K_FIRST | F_LAST).unwrap();
     }
-    let mut seen = Vec::new();
-    let (n, _) = super::drain_ring(&c, &ring, &b, &mut head, |_| {
-        seen.push(b.load64(C_HEAD, Acquire).unwrap());
-        Ok(true)
-    });
-    assert_eq!((n, head), (10, tail));
-    assert!(seen.iter().all(|&h| h == start), "{seen:?}");
+    assert!(tail - start < chunk as u64);
+    let (n, _) = super::drain_ring(&c, &ring, &b, &mut head, |h| h, |_, _| Ok(true));
+    assert_eq!((n, head), (8, tail));
+    assert_eq!(b.load64(C_HEAD, Acquire), Some(start));
+}
+
+/// A sender that refills the ring as the drain gives room back does not
+/// keep one drain going: it stops once a ring's worth is taken, well
+/// before the record limit, so the pass moves on to the other channels.
+#[test]
+fn a_refilled_drain_stops_after_a_rings_worth() {
+    let (seg, c) = ringed();
+    let b = c.block(&seg).unwrap();
+    let chunk = c.g.chunk();
+    let mut tail = 0;
+    while let Some(t) = put(&seg, &c, tail, chunk, K_CONT) {
+        tail = t;
+    }
+    let ring = c.area(&seg).unwrap();
+    let mut head = 0;
+    let mut refills = 0;
+    let (n, stop) = super::drain_ring(
+        &c,
+        &ring,
+        &b,
+        &mut head,
+        |h| h,
+        |_, _| {
+            // The sender, at each record: whatever room the published head
+            // gives.
+            while let Some(t) = put(&seg, &c, tail, chunk, K_CONT) {
+                tail = t;
+                refills += 1;
+            }
+            Ok(true)
+        },
+    );
+    assert!(matches!(stop, super::Stop::Limit), "{n} records");
+    assert!(refills > 0, "the sender refilled during the drain");
+    assert!(n < super::PASS_LIMIT);
+    assert!(head >= c.g.ring as u64 && head < (c.g.ring + 2 * (chunk + REC_HDR)) as u64);
 }
