@@ -86,6 +86,19 @@ impl EpShared {
         n
     }
 
+    /// Our CMA sends not read yet, [`Peer::cma_out`] over every peer
+    /// (`None`: none): what the driver stays awake for before it sleeps.
+    pub fn cma_out(&self) -> Option<u64> {
+        if !self.tx_pending.load(Ordering::Acquire) {
+            return None;
+        }
+        lock(&self.peers)
+            .map
+            .iter_mut()
+            .filter_map(|(_, p)| p.cma_out())
+            .fold(None, |sum, v| Some(sum.unwrap_or(0u64).wrapping_add(v)))
+    }
+
     /// The driver is about to sleep: every peer with a send waiting for
     /// delivery or queued (for room: a spinning endpoint does not ask
     /// when it finds the ring full) asks its receiver to ring us

@@ -38,6 +38,16 @@ impl Peer {
         }
     }
 
+    /// Our CMA sends the receiver has not read yet, as the sum of their
+    /// end positions (another value once another is written; positions
+    /// only grow); `None`: none.
+    pub(crate) fn cma_out(&self) -> Option<u64> {
+        self.delivering
+            .iter()
+            .filter(|d| d.keep.is_some())
+            .fold(None, |sum, d| Some(sum.unwrap_or(0u64).wrapping_add(d.end)))
+    }
+
     /// A send is wholly in the ring: it ends now, or (delivery-complete)
     /// once the receiver's head passes it.
     pub(super) fn written(&mut self, o: Out, ended: &mut EndedList) {
