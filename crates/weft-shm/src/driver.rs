@@ -164,8 +164,8 @@ async fn run(ep: Arc<EpShared>) {
     let Some(bell) = ep.abell.as_ref() else {
         return;
     };
-    // The unread CMA sends the driver last stayed awake for.
-    let mut awake_for = None;
+    // The window the driver last stayed awake in (`stay_awake`).
+    let mut window = None;
     loop {
         if ep.is_closed() {
             return;
@@ -176,7 +176,9 @@ async fn run(ep: Arc<EpShared>) {
             tokio::task::yield_now().await;
             continue;
         }
-        if stay_awake(&ep, &mut awake_for).await {
+        if stay_awake(&ep, &mut window).await {
+            // The tasks it woke answer first, as after any pass.
+            tokio::task::yield_now().await;
             continue;
         }
         set_sleeping(&ep, true);
@@ -215,25 +217,24 @@ pub const STAY_AWAKE: Duration = Duration::from_micros(500);
 /// Before the driver task sleeps with CMA sends of ours unread
 /// (`EpShared::cma_out`): it keeps passing, yielding to the runtime's
 /// other tasks between passes, until a pass finds work (true: the loop
-/// goes on as after any pass), the sends are read, or [`STAY_AWAKE`]
-/// has passed (false: it sleeps, asking to be rung, as before). Why: the
-/// receiver reads a CMA message straight from our memory, and on the
-/// machines measured that read took 2.5x as long while our CPU was idle
-/// (`process_vm_readv` of 1 MiB: 190–210 µs with the sender asleep, 70–80
-/// with its CPU busy, in a VM whose idle vCPUs halt), and the send's end
-/// then cost a doorbell and a wake-up more; awake, an interrupt-mode
-/// 1 MiB ping-pong took 0.4x as long (`docs/benchmarks.md`, "shm
-/// interrupt mode: staying awake while a CMA send is read"). Once for
-/// each new set of unread sends ([`new_window`]), so a receiver that does
-/// not read (no receive, no budget) costs one window, not one a wake-up.
-async fn stay_awake(ep: &EpShared, seen: &mut Option<u64>) -> bool {
-    if !new_window(seen, ep.cma_out()) {
+/// goes on as after any pass), an inline waiter takes over (true: the
+/// loop stands aside), nothing of ours is unread, or the window (see
+/// [`window_until`]) has closed (false: it sleeps, asking to be rung, as
+/// before). Why: the receiver reads a CMA message straight from our
+/// memory, and on the machines measured that read took 2.5x as long
+/// while our CPU was idle (`process_vm_readv` of 1 MiB: 190–210 µs with
+/// the sender asleep, 70–80 with its CPU busy, in a VM whose idle vCPUs
+/// halt), and the send's end then cost a doorbell and a wake-up more;
+/// awake, an interrupt-mode 1 MiB ping-pong took 0.4x as long
+/// (`docs/benchmarks.md`, "shm interrupt mode: staying awake while a CMA
+/// send is read").
+async fn stay_awake(ep: &EpShared, window: &mut Option<(u64, u64)>) -> bool {
+    let Some(until) = window_until(window, ep.cma_out(), clock_ns()) else {
         return false;
-    }
-    let until = clock_ns().saturating_add(STAY_AWAKE.as_nanos() as u64);
+    };
     loop {
         tokio::task::yield_now().await;
-        if poll_once(ep, clock_ns(), false) > 0 {
+        if poll_once(ep, clock_ns(), false) > 0 || ep.hold.remaining_ns() > 0 {
             return true;
         }
         if ep.cma_out().is_none() || clock_ns() >= until {
@@ -242,15 +243,26 @@ async fn stay_awake(ep: &EpShared, seen: &mut Option<u64>) -> bool {
     }
 }
 
-/// Whether the unread CMA sends `out` (`EpShared::cma_out`) open a
-/// window to stay awake in: some are out, and not the very set the last
-/// window (`seen`) was for, which it then records.
-fn new_window(seen: &mut Option<u64>, out: Option<u64>) -> bool {
-    if out.is_none() || out == *seen {
-        return false;
-    }
-    *seen = out;
-    true
+/// The end of the window to stay awake in, at `now`, for the newest
+/// unread CMA send `newest` (its stamp; `None`: none unread), given the
+/// last window (`window`: the stamp it opened for and its end), or
+/// `None` for none. A newer send than the last window's opens a window of
+/// [`STAY_AWAKE`]; the same send goes on in its window until it ends
+/// (work found in between does not cost it the rest); only older sends
+/// left unread — a receiver that does not read them (no receive, no
+/// budget) — open none, so they cost one window each, not one a wake-up.
+fn window_until(window: &mut Option<(u64, u64)>, newest: Option<u64>, now: u64) -> Option<u64> {
+    let newest = newest?;
+    let until = match *window {
+        Some((stamp, until)) if stamp == newest => until,
+        Some((stamp, _)) if stamp > newest => return None,
+        _ => {
+            let until = now.saturating_add(STAY_AWAKE.as_nanos() as u64);
+            *window = Some((newest, until));
+            until
+        }
+    };
+    (now < until).then_some(until)
 }
 
 /// While an inline waiter spins on this endpoint it polls the rings
@@ -371,22 +383,49 @@ impl InlineProgress {
 
 #[cfg(test)]
 mod tests {
-    use super::new_window;
+    use super::{window_until, STAY_AWAKE};
 
-    /// A window opens for each new set of unread CMA sends, once: not
-    /// again for the same set at the next wake-up, not with none out.
+    const W: u64 = STAY_AWAKE.as_nanos() as u64;
+
+    /// A window opens for each newer unread CMA send, goes on for the
+    /// same send until it ends, and none opens for older sends left
+    /// unread, nor with none unread.
     #[test]
-    fn a_window_opens_once_for_each_new_set_of_unread_sends() {
-        let mut seen = None;
-        assert!(!new_window(&mut seen, None), "nothing out");
-        assert!(new_window(&mut seen, Some(100)), "a send out");
-        assert!(!new_window(&mut seen, Some(100)), "the same send, later");
-        assert!(
-            new_window(&mut seen, Some(100 + 250)),
-            "a second one written"
+    fn a_window_for_each_newer_send_and_none_for_older_ones_left() {
+        let mut w = None;
+        assert_eq!(window_until(&mut w, None, 0), None, "nothing unread");
+        assert_eq!(
+            window_until(&mut w, Some(5), 1_000),
+            Some(1_000 + W),
+            "a send out"
         );
-        assert!(!new_window(&mut seen, None), "all read");
-        assert_eq!(seen, Some(350), "the last window's set kept");
-        assert!(new_window(&mut seen, Some(400)), "a new send after");
+        assert_eq!(
+            window_until(&mut w, Some(5), 2_000),
+            Some(1_000 + W),
+            "the same send: the same window, resumed"
+        );
+        assert_eq!(window_until(&mut w, Some(5), 1_000 + W), None, "ended");
+        assert_eq!(
+            window_until(&mut w, Some(5), 9 * W),
+            None,
+            "not again, later"
+        );
+        assert_eq!(
+            window_until(&mut w, Some(7), 10 * W),
+            Some(11 * W),
+            "a newer send: a new window"
+        );
+        assert_eq!(
+            window_until(&mut w, Some(6), 10 * W + 1),
+            None,
+            "read, an older one left unread: none"
+        );
+        assert_eq!(w, Some((7, 11 * W)), "the newest window kept");
+        assert_eq!(window_until(&mut w, None, 10 * W + 2), None, "all read");
+        assert_eq!(
+            window_until(&mut w, Some(8), 12 * W),
+            Some(13 * W),
+            "and the next"
+        );
     }
 }

@@ -50,6 +50,9 @@ struct Delivering {
     /// A CMA send's buffers: the receiver reads them until it consumes
     /// the record.
     keep: Option<Iov>,
+    /// A CMA send's place in the order of this process's CMA sends
+    /// ([`delivery::CMA_STAMP`]): what the driver stays awake for.
+    stamp: u64,
 }
 
 /// A peer this endpoint sends to.

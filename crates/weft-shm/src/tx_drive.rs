@@ -86,8 +86,9 @@ impl EpShared {
         n
     }
 
-    /// Our CMA sends not read yet, [`Peer::cma_out`] over every peer
-    /// (`None`: none): what the driver stays awake for before it sleeps.
+    /// The stamp of our newest CMA send not read yet, over every peer
+    /// (`Peer::cma_out`; `None`: none): what the driver stays awake for
+    /// before it sleeps.
     pub fn cma_out(&self) -> Option<u64> {
         if !self.tx_pending.load(Ordering::Acquire) {
             return None;
@@ -96,7 +97,7 @@ impl EpShared {
             .map
             .iter_mut()
             .filter_map(|(_, p)| p.cma_out())
-            .fold(None, |sum, v| Some(sum.unwrap_or(0u64).wrapping_add(v)))
+            .max()
     }
 
     /// The driver is about to sleep: every peer with a send waiting for

@@ -2,7 +2,7 @@
 //! once the receiver's head passes them; asking the receiver to ring us
 //! when it consumes, and waiting at closing for CMA sends to be read.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Delivering, EndedList, Out, Peer};
 use crate::layout::*;
@@ -11,6 +11,11 @@ use crate::layout::*;
 /// receiver that takes longer reads freed memory (its receive gets
 /// garbage or fails; our memory is not written).
 const CMA_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Stamps CMA sends in the order they are written, across the process's
+/// endpoints and peers (a peer record made again starts no count of its
+/// own): a newer unread send has a higher stamp.
+pub(crate) static CMA_STAMP: AtomicU64 = AtomicU64::new(1);
 
 impl Peer {
     /// Waits (a bounded time) for the receiver to have read the CMA sends
@@ -38,14 +43,14 @@ impl Peer {
         }
     }
 
-    /// Our CMA sends the receiver has not read yet, as the sum of their
-    /// end positions (another value once another is written; positions
-    /// only grow); `None`: none.
+    /// The stamp of our newest CMA send the receiver has not read yet
+    /// (`None`: none unread).
     pub(crate) fn cma_out(&self) -> Option<u64> {
         self.delivering
             .iter()
-            .filter(|d| d.keep.is_some())
-            .fold(None, |sum, d| Some(sum.unwrap_or(0u64).wrapping_add(d.end)))
+            .rev()
+            .find(|d| d.keep.is_some())
+            .map(|d| d.stamp)
     }
 
     /// A send is wholly in the ring: it ends now, or (delivery-complete)
@@ -55,11 +60,17 @@ impl Peer {
             ended.push((o.done, o.len, Ok(())));
             return;
         }
+        let stamp = if o.cma {
+            CMA_STAMP.fetch_add(1, Ordering::Relaxed)
+        } else {
+            0
+        };
         self.delivering.push_back(Delivering {
             end: self.tail,
             len: o.len,
             done: o.done,
             keep: o.cma.then_some(o.iov),
+            stamp,
         });
         // No ask to be rung here: whoever drives us polls the head while
         // it spins, and asks (`ask_ring`) only before it sleeps. Asked
