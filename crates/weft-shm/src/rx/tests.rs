@@ -244,6 +244,28 @@ fn ringed() -> (Segment, Chan) {
     (seg, c)
 }
 
+/// One drain of `c` from `head`, every record taken; `at_each` runs as
+/// each is handed over, with the head the sender sees then.
+fn drain_taking(
+    seg: &Segment,
+    c: &Chan,
+    head: &mut u64,
+    mut at_each: impl FnMut(u64),
+) -> (usize, super::Stop) {
+    let (ring, b) = (c.area(seg).unwrap(), c.block(seg).unwrap());
+    super::drain_ring(
+        c,
+        &ring,
+        &b,
+        head,
+        |h| h,
+        |_, _| {
+            at_each(b.load64(C_HEAD, Acquire).unwrap());
+            Ok(true)
+        },
+    )
+}
+
 /// A drain gives a large message's room back record by record: reading
 /// each record after the first, the head the sender sees is already past
 /// the record before it (with the head published only at the drain's
@@ -252,7 +274,6 @@ fn ringed() -> (Segment, Chan) {
 #[test]
 fn a_drain_gives_large_records_room_back_one_by_one() {
     let (seg, c) = ringed();
-    let b = c.block(&seg).unwrap();
     let chunk = c.g.chunk();
     // Three records of a chunk each (a sender's split of a large message).
     let mut tail = 0;
@@ -263,20 +284,9 @@ fn a_drain_gives_large_records_room_back_one_by_one() {
         tail = next;
         ends.push(tail);
     }
-    let ring = c.area(&seg).unwrap();
     let mut head = 0;
     let mut seen = Vec::new();
-    let (n, stop) = super::drain_ring(
-        &c,
-        &ring,
-        &b,
-        &mut head,
-        |h| h,
-        |_, _| {
-            seen.push(b.load64(C_HEAD, Acquire).unwrap());
-            Ok(true)
-        },
-    );
+    let (n, stop) = drain_taking(&seg, &c, &mut head, |h| seen.push(h));
     assert_eq!((n, matches!(stop, super::Stop::Empty)), (3, true));
     assert_eq!(head, tail);
     assert_eq!(
@@ -287,15 +297,17 @@ fn a_drain_gives_large_records_room_back_one_by_one() {
 
     // Small records, less than a chunk in all (8 of 96 bytes, no padding
     // before them): nothing published during the drain.
-    assert!(b.store64(C_HEAD, head, Release));
+    assert!(c.block(&seg).unwrap().store64(C_HEAD, head, Release));
     let start = head;
     for _ in 0..8 {
         tail = put(&seg, &c, tail, 64, K_FIRST | F_LAST).unwrap();
     }
     assert!(tail - start < chunk as u64);
-    let (n, _) = super::drain_ring(&c, &ring, &b, &mut head, |h| h, |_, _| Ok(true));
+    let mut seen = Vec::new();
+    let (n, _) = drain_taking(&seg, &c, &mut head, |h| seen.push(h));
     assert_eq!((n, head), (8, tail));
-    assert_eq!(b.load64(C_HEAD, Acquire), Some(start));
+    assert!(seen.iter().all(|&h| h == start), "{seen:?}");
+    assert_eq!(c.block(&seg).unwrap().load64(C_HEAD, Acquire), Some(start));
 }
 
 /// A sender that refills the ring as the drain gives room back does not
@@ -304,31 +316,21 @@ fn a_drain_gives_large_records_room_back_one_by_one() {
 #[test]
 fn a_refilled_drain_stops_after_a_rings_worth() {
     let (seg, c) = ringed();
-    let b = c.block(&seg).unwrap();
     let chunk = c.g.chunk();
     let mut tail = 0;
     while let Some(t) = put(&seg, &c, tail, chunk, K_CONT) {
         tail = t;
     }
-    let ring = c.area(&seg).unwrap();
     let mut head = 0;
     let mut refills = 0;
-    let (n, stop) = super::drain_ring(
-        &c,
-        &ring,
-        &b,
-        &mut head,
-        |h| h,
-        |_, _| {
-            // The sender, at each record: whatever room the published head
-            // gives.
-            while let Some(t) = put(&seg, &c, tail, chunk, K_CONT) {
-                tail = t;
-                refills += 1;
-            }
-            Ok(true)
-        },
-    );
+    let (n, stop) = drain_taking(&seg, &c, &mut head, |_| {
+        // The sender, at each record: whatever room the published head
+        // gives.
+        while let Some(t) = put(&seg, &c, tail, chunk, K_CONT) {
+            tail = t;
+            refills += 1;
+        }
+    });
     assert!(matches!(stop, super::Stop::Limit), "{n} records");
     assert!(refills > 0, "the sender refilled during the drain");
     assert!(n < super::PASS_LIMIT);
