@@ -225,7 +225,7 @@ pub const STAY_AWAKE: Duration = Duration::from_micros(500);
 /// while our CPU was idle (`process_vm_readv` of 1 MiB: 190–210 µs with
 /// the sender asleep, 70–80 with its CPU busy, in a VM whose idle vCPUs
 /// halt), and the send's end then cost a doorbell and a wake-up more;
-/// awake, an interrupt-mode 1 MiB ping-pong took 0.4x as long
+/// awake, an interrupt-mode 1 MiB ping-pong took 0.4–0.7x as long
 /// (`docs/benchmarks.md`, "shm interrupt mode: staying awake while a CMA
 /// send is read").
 async fn stay_awake(ep: &EpShared, window: &mut Option<(u64, u64)>) -> bool {
