@@ -47,12 +47,11 @@ struct Delivering {
     end: u64,
     len: usize,
     done: Option<OpDone>,
-    /// A CMA send's buffers: the receiver reads them until it consumes
-    /// the record.
-    keep: Option<Iov>,
-    /// A CMA send's place in the order of this process's CMA sends
-    /// ([`delivery::CMA_STAMP`]): what the driver stays awake for.
-    stamp: u64,
+    /// A CMA send's buffers, which the receiver reads until it consumes
+    /// the record, and the send's place in the order of this process's
+    /// CMA sends ([`delivery::CMA_STAMP`]: what the driver stays awake
+    /// for).
+    keep: Option<(Iov, u64)>,
 }
 
 /// A peer this endpoint sends to.

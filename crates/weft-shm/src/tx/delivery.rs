@@ -24,13 +24,7 @@ impl Peer {
         let Some((c, _)) = self.chan else {
             return;
         };
-        let Some(end) = self
-            .delivering
-            .iter()
-            .rev()
-            .find(|d| d.keep.is_some())
-            .map(|d| d.end)
-        else {
+        let Some((end, _)) = self.newest_cma() else {
             return;
         };
         let until = std::time::Instant::now() + CMA_SETTLE;
@@ -46,11 +40,16 @@ impl Peer {
     /// The stamp of our newest CMA send the receiver has not read yet
     /// (`None`: none unread).
     pub(crate) fn cma_out(&self) -> Option<u64> {
+        self.newest_cma().map(|(_, stamp)| stamp)
+    }
+
+    /// Our newest CMA send the receiver has not read yet: where it ends
+    /// in the ring, and its stamp.
+    fn newest_cma(&self) -> Option<(u64, u64)> {
         self.delivering
             .iter()
             .rev()
-            .find(|d| d.keep.is_some())
-            .map(|d| d.stamp)
+            .find_map(|d| d.keep.as_ref().map(|(_, stamp)| (d.end, *stamp)))
     }
 
     /// A send is wholly in the ring: it ends now, or (delivery-complete)
@@ -60,17 +59,14 @@ impl Peer {
             ended.push((o.done, o.len, Ok(())));
             return;
         }
-        let stamp = if o.cma {
-            CMA_STAMP.fetch_add(1, Ordering::Relaxed)
-        } else {
-            0
-        };
+        let keep = o
+            .cma
+            .then(|| (o.iov, CMA_STAMP.fetch_add(1, Ordering::Relaxed)));
         self.delivering.push_back(Delivering {
             end: self.tail,
             len: o.len,
             done: o.done,
-            keep: o.cma.then_some(o.iov),
-            stamp,
+            keep,
         });
         // No ask to be rung here: whoever drives us polls the head while
         // it spins, and asks (`ask_ring`) only before it sleeps. Asked
