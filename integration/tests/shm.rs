@@ -586,11 +586,14 @@ async fn small_sends_past_a_full_ring_busy_poll() {
 /// While both sides spin (busy-poll: no thread of theirs sleeps), large
 /// messages and RMA go through the ring, not by cross-memory attach:
 /// there the ring's two pipelined copies on two cores are faster
-/// (`weft_shm::cma::pays`, `docs/benchmarks.md`). Nothing in this test
-/// binary turns CMA on for spinning endpoints.
+/// (`weft_shm::cma::pays`, `docs/benchmarks.md`) — but for messages from
+/// `split::spin_min()` up, which go by CMA to be split, each side
+/// copying half (`weft_shm::split`). Nothing in this test binary turns
+/// CMA on for spinning endpoints.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_transfers_take_the_ring_while_both_sides_spin() {
     use weft_shm::cma::{when_spinning, CMA_MIN};
+    use weft_shm::split::spin_min;
     assert!(!when_spinning(), "WEFT_SHM_CMA_SPIN set for this test");
     if cma_denied() {
         return;
@@ -601,7 +604,8 @@ async fn large_transfers_take_the_ring_while_both_sides_spin() {
     within("first", p.b.recv(BytesMut::zeroed(8)))
         .await
         .unwrap();
-    for (i, len) in [CMA_MIN, 1 << 20, 3 << 20].into_iter().enumerate() {
+    let sizes = [CMA_MIN, spin_min() - 1, spin_min(), 3 << 20];
+    for (i, len) in sizes.into_iter().enumerate() {
         let msg = payload(len, i as u8 + 2);
         p.b.post_recv(BytesMut::zeroed(len), 0).unwrap();
         within("send", p.a.send(p.b_in_a, msg.clone()))
@@ -609,8 +613,13 @@ async fn large_transfers_take_the_ring_while_both_sides_spin() {
             .unwrap();
         let r = within("receive", next_cq(&p.bcq)).await.unwrap();
         assert!(r.into_bytes()[..] == msg[..], "{len} B arrived whole");
+        let direct = p.b.stats().unwrap().rx_direct;
+        assert_eq!(
+            direct,
+            i.saturating_sub(1) as u64,
+            "{len} B: by CMA only to be split"
+        );
     }
-    assert_eq!(p.b.stats().unwrap().rx_direct, 0, "none went by CMA");
 }
 
 /// CMA denied: a test that tells the ring from CMA by `rx_direct` has

@@ -25,7 +25,10 @@ use nix::sys::uio::{process_vm_readv, process_vm_writev, RemoteIoVec};
 use nix::unistd::Pid;
 
 /// Messages of `CMA_MIN..=CMA_MAX` bytes go by CMA where it is
-/// permitted and [`pays`] (a side sleeps; while both spin, the ring).
+/// permitted and [`pays`] (a side sleeps; while both spin, the ring —
+/// unless the sender can write the receiver's memory and the message is
+/// `split::spin_min()` or more, when the two sides share the copy:
+/// `crate::split`).
 /// Below, the two copies through the ring cost less than the system call
 /// and the page walks; above, the receiver's one core doing
 /// the whole copy loses to the ring's two copies on two cores while
@@ -71,6 +74,8 @@ pub fn idle_large() -> bool {
 /// messages while both sides spin"); CMA pays where a side sleeps, since
 /// it costs one wake-up a message where the ring costs one a ring's
 /// worth. [`pays`] applies it; [`set_when_spinning`] overrides it.
+/// (Messages split between both sides' copies go by CMA while both spin
+/// whatever this says, from `split::spin_min()` up: `crate::split`.)
 pub fn when_spinning() -> bool {
     match SPIN_CMA.load(Ordering::Relaxed) {
         SPIN_UNREAD => {

@@ -93,6 +93,9 @@ pub struct EpShared {
     /// Messages read from their sender's memory (CMA records), and RMA
     /// transfers moved directly (`rma::direct`): `EpStats::rx_direct`.
     pub direct: AtomicU64,
+    /// Of those, messages whose sender wrote its part itself
+    /// (`split`): `EpStats::rx_split`.
+    pub split: AtomicU64,
     /// The endpoint's authorization keys: its own (`ep_attr.auth_key`,
     /// else the domain's) or its AV's (`FI_AV_AUTH_KEY`). Its channels
     /// take only senders that prove one, and it sends only to owners that
@@ -189,6 +192,7 @@ impl EpShared {
             seg.store32(H_PID, me.0, Release);
             seg.store64(H_START, me.1, Release);
             seg.store64(H_SERIAL, serial, Release);
+            seg.store64(H_CMA_PROBE, crate::cma::probe_addr(), Release);
             if keys.keyed() {
                 seg.store32(H_KEYED, 1, Release);
                 rx_state.publish_nonces(seg, g);
@@ -282,6 +286,7 @@ impl EpShared {
             parked: AtomicBool::new(false),
             malformed: AtomicU64::new(0),
             direct: AtomicU64::new(0),
+            split: AtomicU64::new(0),
             keys,
             key_rejected: AtomicU64::new(0),
             regions,
@@ -438,6 +443,7 @@ impl ProviderEndpoint for ShmEndpoint {
         s.conns = lock(&ep.rx_state).active();
         s.rx_malformed = ep.malformed.load(Ordering::Relaxed);
         s.rx_direct = ep.direct.load(Ordering::Relaxed);
+        s.rx_split = ep.split.load(Ordering::Relaxed);
         s.rx_key_rejected = ep.key_rejected.load(Ordering::Relaxed);
         s
     }

@@ -22,10 +22,13 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// lock on the segment file at the channel's control block, from before
 /// its claim's swap until after its last, and the owner never voids a
 /// claim whose lock is held (`claim_lock`) — a version-9 claimer takes
-/// none, and a version-9 owner would void a live one). Versions do not read
+/// none, and a version-9 owner would void a live one; 11: the owner's
+/// CMA probe word in the header (`H_CMA_PROBE`), an offer block per
+/// channel after the control blocks (`Geometry::offer`), and `F_SPLIT`
+/// on CMA records: a large message copied half by each side). Versions do not read
 /// each other's segments: a peer of another version is refused
 /// (`ring::header_geometry`), whatever it wrote.
-pub const VERSION: u32 = 10;
+pub const VERSION: u32 = 11;
 
 /// Header fields.
 pub const H_MAGIC: usize = 0;
@@ -48,6 +51,10 @@ pub const H_SERIAL: usize = 48;
 /// The owner sleeps on its doorbell: a sender that publishes a record
 /// rings it (once: the sender that swaps it from 1 to 0 does).
 pub const H_SLEEPING: usize = 64;
+/// The address of the owner's CMA probe word (`cma::PROBE_MAGIC`): a
+/// sender that can read it may write the owner's memory too, and so
+/// take a split offer (`split`).
+pub const H_CMA_PROBE: usize = 72;
 /// Bytes of the header.
 pub const HEADER: usize = 256;
 
@@ -104,6 +111,38 @@ pub const C_RX_PROOF: usize = 224;
 pub const AUTH_UNKNOWN: u32 = 0;
 pub const AUTH_OK: u32 = 1;
 pub const AUTH_REFUSED: u32 = 2;
+
+/// Bytes of one channel's offer block (`Geometry::offer`): two lines.
+pub const OFFER: usize = 128;
+/// Offer fields (offsets within the block). The state word: a split
+/// state (`O_OFFERED` ...) in bits 0–2 and, above, the ring position
+/// that ends the CMA record it is about (`split_word`).
+pub const O_STATE: usize = 0;
+/// Where in the message the sender's part begins (bytes).
+pub const O_AT: usize = 8;
+/// How many ranges of the owner's memory follow (at most `O_MAX`).
+pub const O_N: usize = 16;
+/// The ranges (address, length; 16 bytes each) the sender's part goes
+/// to, in order, their lengths the part's length.
+pub const O_RANGES: usize = 24;
+/// Ranges an offer lists at most.
+pub const O_MAX: usize = 4;
+/// Split states. Written by the owner: `O_OFFERED`, `O_REVOKED`; by the
+/// sender: `O_TAKEN` (a compare-and-swap from `O_OFFERED`), then
+/// `O_DONE` or `O_FAILED` (it could not write: the owner copies the part
+/// itself).
+pub const O_OFFERED: u64 = 1;
+pub const O_TAKEN: u64 = 2;
+pub const O_DONE: u64 = 3;
+pub const O_FAILED: u64 = 4;
+pub const O_REVOKED: u64 = 5;
+
+/// The offer state word for split state `state` about the CMA record
+/// that ends at ring position `end`.
+#[inline(always)]
+pub const fn split_word(end: u64, state: u64) -> u64 {
+    (end << 3) | state
+}
 
 /// Channel states.
 pub const FREE: u32 = 0;
@@ -179,11 +218,16 @@ pub const F_DATA: u32 = 1 << 9;
 pub const F_LAST: u32 = 1 << 10;
 /// Every flag a record may carry.
 pub const F_ALL: u32 = F_TAGGED | F_DATA | F_LAST;
+/// On a CMA record only: its sender can write the owner's memory and
+/// looks for a split offer (`Geometry::offer`) while the record waits,
+/// so the owner may ask it to copy the message's back part itself
+/// (`split`).
+pub const F_SPLIT: u32 = 1 << 11;
 /// An RMA or atomic request's id (kinds 5, 6, 8, 9, 10 only; every other
 /// kind keeps these bits 0): bits 12–31 of its first word, echoed by its
 /// answer's `tag`, so that an answer finds its own operation rather than
 /// the oldest one (`docs/design.md`, "RMA: executed at the target").
-/// Bit 11 stays free (0) for a later flag.
+/// Bit 11 is `F_SPLIT`, on CMA records only.
 pub const ID_SHIFT: u32 = 12;
 pub const ID_MASK: u32 = !0 << ID_SHIFT;
 /// The largest id; ids wrap around past it.
@@ -195,6 +239,7 @@ pub const ID_MAX: u32 = ID_MASK >> ID_SHIFT;
 pub fn word_bits(kind: u32) -> u32 {
     match kind {
         K_RMA_W | K_RMA_R | K_ATOMIC | K_RMA_WD | K_RMA_RD => F_ALL | ID_MASK,
+        K_CMA => F_ALL | F_SPLIT,
         _ => F_ALL,
     }
 }
@@ -238,13 +283,21 @@ impl Geometry {
         HEADER + i * CTL
     }
 
+    /// Offset of channel `i`'s offer block ([`OFFER`] bytes, after every
+    /// control block): the owner's offer to a CMA sender of a part of
+    /// its message to write (`split`). Apart from the control blocks, so
+    /// nothing of it shares a line the message path reads.
+    pub fn offer(&self, i: usize) -> usize {
+        HEADER + self.channels * CTL + i * OFFER
+    }
+
     /// Offset of the first ring (page aligned). Rounded up by a mask:
     /// `next_multiple_of` takes a remainder, a test and a conditional
     /// move, and this is worked out on every send and every drain of a
     /// channel. (The sum is small: at most `CHANNELS_MAX` blocks.)
     #[inline(always)]
     pub fn rings(&self) -> usize {
-        (HEADER + self.channels * CTL + 4095) & !4095
+        (HEADER + self.channels * (CTL + OFFER) + 4095) & !4095
     }
 
     /// Offset of channel `i`'s ring.
@@ -276,7 +329,9 @@ const _: () = {
     assert!(C_CMA + 4 <= C_AUTH && C_AUTH + 4 <= C_RX_NONCE);
     assert!(C_RX_NONCE + NONCE_LEN <= C_RX_PROOF && C_RX_PROOF + MAC_LEN <= CTL);
     assert!(H_START + 8 <= H_KEYED && H_KEYED + 4 <= H_SERIAL);
-    assert!(H_SERIAL + 8 <= H_SLEEPING);
+    assert!(H_SERIAL + 8 <= H_SLEEPING && H_SLEEPING + 4 <= H_CMA_PROBE);
+    assert!(H_CMA_PROBE + 8 <= HEADER);
+    assert!(O_RANGES + 16 * O_MAX <= OFFER && OFFER % 8 == 0);
     assert!(C_NAME + NAME_MAX <= C_SERIAL && C_SERIAL + 8 <= C_START);
     // The words a channel's `segment::Block` reads and writes lie inside
     // the control block (a word past it would read as `None`, not fail
@@ -312,6 +367,8 @@ mod tests {
         assert_eq!(Geometry::check(1, 32 << 20), None);
         let g = Geometry::OURS;
         assert_eq!(g.rings(), 8192);
+        assert_eq!(g.offer(0), HEADER + CHANNELS * CTL);
+        assert!(g.offer(CHANNELS - 1) + OFFER <= g.rings());
         for payload in [0, 1, 7, 8, 9, 64, 65, RING_MAX / 4, u32::MAX as usize] {
             assert_eq!(rec_len(payload), REC_HDR + payload.next_multiple_of(8));
         }
@@ -321,12 +378,13 @@ mod tests {
                 channels,
                 ring: RING_MIN,
             };
-            assert_eq!(g.rings(), (HEADER + channels * CTL).next_multiple_of(4096));
+            let blocks = HEADER + channels * (CTL + OFFER);
+            assert_eq!(g.rings(), blocks.next_multiple_of(4096));
         }
         assert_eq!(g.bytes(), 8192 + 16 * (256 << 10));
         // The largest declared shape stays far from overflow.
         let big = Geometry::check(64, 16 << 20).unwrap_or(g);
-        assert_eq!(big.bytes(), 20480 + (1 << 30));
+        assert_eq!(big.bytes(), 28672 + (1 << 30));
     }
 
     #[test]

@@ -59,6 +59,7 @@ mod rx;
 mod rx_done;
 pub mod scan;
 pub mod segment;
+pub mod split;
 mod srx;
 mod state;
 #[cfg(test)]

@@ -94,8 +94,8 @@ pub enum Next {
 }
 
 /// Whether the bits of `word` past its kind and flags are a request's id
-/// (`ID_MASK`, on request kinds only): a message's record stops at the
-/// test before. Out of line and cold: tested inline, it made the receive
+/// (`ID_MASK`, on request kinds only) or a CMA record's `F_SPLIT`: a
+/// message's record stops at the test before. Out of line and cold: tested inline, it made the receive
 /// pass keep its registers worse, 5.5 instructions more on a 64 B round
 /// trip; out of line 3.3 remain (`docs/benchmarks.md`, "shm request
 /// ids").

@@ -64,6 +64,9 @@ pub struct RxChan {
     /// (`reported_addr`), as of an AV version.
     src: Option<(u64, FiAddr, FiAddr)>,
     partial: Option<Partial>,
+    /// A CMA message whose back part its sender was offered, waiting for
+    /// that part (`split`); its record stays at our head meanwhile.
+    split: Option<cma_in::Split>,
     /// The sender's doorbell, for telling it there is room.
     bell: Option<File>,
     /// A claim in progress seen by the last sweep (its state word: the
@@ -239,6 +242,14 @@ fn channel(
             let (k, stop) = drain(ep, c, &b, lc);
             match stop {
                 Stop::Corrupt => free(ep, c, lc, true),
+                Stop::Parked if sweep && lc.split.is_some() && !sender_alive(ep, c, lc) => {
+                    // Gone while its part of a split was taken: it
+                    // writes no more, so the buffers go back.
+                    if let Some(s) = lc.split.take() {
+                        s.fail(ep, Error::ConnReset, true);
+                    }
+                    free(ep, c, lc, false);
+                }
                 Stop::Parked => *parked = true,
                 Stop::Empty if state == CLOSED => free(ep, c, lc, false),
                 Stop::Empty if sweep && !sender_alive(ep, c, lc) => free(ep, c, lc, false),
@@ -374,7 +385,11 @@ pub fn abandon(ep: &EpShared, st: RxState) {
     if ep.srx.is_none() {
         return;
     }
-    for lc in st.chans {
+    for mut lc in st.chans {
+        if let Some(s) = lc.split.take() {
+            let safe = !s.writing(ep);
+            s.fail(ep, Error::ConnAborted, safe);
+        }
         if let Some(Partial {
             info,
             sink: Sink::Recv(mut req),

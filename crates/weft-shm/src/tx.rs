@@ -52,6 +52,9 @@ struct Delivering {
     /// CMA sends ([`delivery::CMA_STAMP`]: what the driver stays awake
     /// for).
     keep: Option<(Iov, u64)>,
+    /// A CMA send whose record offers to write a part (`F_SPLIT`): we
+    /// look for the owner's offer while it waits.
+    split: bool,
 }
 
 /// A peer this endpoint sends to.
@@ -110,6 +113,13 @@ pub struct Peer {
     /// once claimed). One key per peer at a time: an operation under
     /// another key fails (`KeyRejected`) while the channel lives.
     proves: Option<FiAddr>,
+    /// We can write the owner's memory (we read its probe word at
+    /// `H_CMA_PROBE`): our CMA records offer to write a part of their
+    /// message (`split`).
+    split_ok: bool,
+    /// Sends in `delivering` that offer a split: while any does, each
+    /// pass looks at the channel's offer block.
+    splits: usize,
     /// Our endpoint spins (inline or busy-poll progress): large
     /// transfers go through the ring unless the receiver sleeps
     /// (`cma::pays`).

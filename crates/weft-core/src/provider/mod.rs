@@ -472,6 +472,10 @@ pub struct EpStats {
     /// Messages received by reading the sender's memory directly, in one
     /// copy (shm cross-memory attach).
     pub rx_direct: u64,
+    /// Of those, messages whose sender wrote part of them into the
+    /// receive itself while the receiver read the rest (shm split
+    /// copies).
+    pub rx_split: u64,
     /// Messages dropped on arrival because they named a receive context
     /// the endpoint does not have, or one not enabled (tcp; scalable
     /// endpoints, `fi_rx_addr`).

@@ -362,10 +362,10 @@ fn a_segment_without_its_version_is_not_ready() {
     seg.store32(H_RING, c.g.ring as u32, Release);
     seg.store64(H_MAGIC, MAGIC, Release);
     assert_eq!(header_geometry(&seg), None, "version 0");
-    // 9: the version before claim locks (a version-9 claimer takes none,
-    // and a version-9 owner voids a live claimer it cannot judge).
-    assert_eq!(VERSION, 10);
-    for other in [9, VERSION - 1, VERSION + 1] {
+    // 10: the version before split offers (a version-10 owner refuses
+    // a record with `F_SPLIT`, and its header names no probe word).
+    assert_eq!(VERSION, 11);
+    for other in [9, 10, VERSION - 1, VERSION + 1] {
         seg.store32(H_VERSION, other, Release);
         assert_eq!(header_geometry(&seg), None, "version {other}");
     }

@@ -41,7 +41,7 @@ pub(super) fn sender_alive(ep: &EpShared, c: &Chan, lc: &RxChan) -> bool {
 /// not one.
 #[inline(never)]
 pub(super) fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bool {
-    if lc.active.is_some() || lc.partial.is_some() {
+    if lc.active.is_some() || lc.partial.is_some() || lc.split.is_some() {
         // A new claim without our freeing the old one: broken sender
         // (the pass retires such a claim first; kept as a guard).
         return false;
@@ -79,6 +79,7 @@ pub(super) fn activate(ep: &EpShared, c: &Chan, lc: &mut RxChan, gen: u32) -> bo
         from: Some(from.into()),
         src: None,
         partial: None,
+        split: None,
         bell: crate::bell::open_remote(name),
         claim_seen: None,
         claimer,
@@ -156,6 +157,7 @@ pub(super) fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
     ep.seg.store32(c.ctl(C_TX_WAIT), 0, Release);
     ep.seg.store32(c.ctl(C_CMA), CMA_UNKNOWN, Release);
     ep.seg.store32(c.ctl(C_AUTH), AUTH_UNKNOWN, Release);
+    crate::split::clear(&ep.seg, ep.g, c.i);
     // The count kept: a sender's move on its claim, which compares it,
     // fails from now on (`state.rs`).
     c.set_free(&ep.seg);
@@ -169,6 +171,13 @@ pub(super) fn free(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
 /// words are the new claimer's then, and the nonce it may have read for
 /// its proof is kept.
 pub(super) fn retire(ep: &EpShared, c: &Chan, lc: &mut RxChan, broken: bool) {
+    if let Some(s) = lc.split.take() {
+        // Its sender lives (a dead one's split was failed before the
+        // free): a part it took and has not finished may still be
+        // written, so those buffers are leaked, not handed back.
+        let safe = !s.writing(ep);
+        s.fail(ep, Error::ConnAborted, safe);
+    }
     if let Some(p) = lc.partial.take() {
         match p.sink {
             Sink::Recv(mut req) => {

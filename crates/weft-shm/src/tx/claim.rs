@@ -18,6 +18,20 @@ use crate::segment::{FileId, Segment};
 
 /// How many looks [`Peer::claim`] takes whether its claim is still ours,
 /// its activation's swap the last: one before each group of its writes.
+/// Whether we may write the memory of the owner `pid` of segment `seg`
+/// (split copies): CMA works here and we can read the probe word its
+/// header names. Reading and writing another process's memory need the
+/// same right (`PTRACE_MODE_ATTACH`), so a read that works says a write
+/// will; a seccomp filter allowing one call only makes the write fail,
+/// and the owner then copies the part itself.
+fn can_write(seg: &Segment, pid: u32) -> bool {
+    if crate::cma::mode() == crate::cma::Mode::Denied || crate::split::split_min() == usize::MAX {
+        return false;
+    }
+    let addr = seg.load64(H_CMA_PROBE, Ordering::Acquire).unwrap_or(0);
+    addr != 0 && crate::cma::probe(pid, addr)
+}
+
 #[cfg(test)]
 const CLAIM_LOOKS: usize = 5;
 
@@ -58,9 +72,11 @@ impl Peer {
         if !crate::live::owner_runs(name, (owner.0, owner.1, serial)) {
             return Err(Error::ConnRefused);
         }
+        let split_ok = can_write(&seg, owner.0);
         Ok(Peer {
             bell: crate::bell::open_remote(name),
             spins,
+            split_ok,
             ..Peer::unclaimed(name.to_owned(), seg, file, g, owner, serial)
         })
     }
@@ -97,6 +113,8 @@ impl Peer {
             awaiting: None,
             refused: false,
             proves: None,
+            split_ok: false,
+            splits: 0,
             spins: false,
         }
     }

@@ -4,6 +4,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use smallvec::SmallVec;
+
 use super::{Delivering, EndedList, Out, Peer};
 use crate::layout::*;
 
@@ -59,14 +61,17 @@ impl Peer {
             ended.push((o.done, o.len, Ok(())));
             return;
         }
+        let split = o.cma && self.offers_split(o.len);
         let keep = o
             .cma
             .then(|| (o.iov, CMA_STAMP.fetch_add(1, Ordering::Relaxed)));
+        self.splits += usize::from(split);
         self.delivering.push_back(Delivering {
             end: self.tail,
             len: o.len,
             done: o.done,
             keep,
+            split,
         });
         // No ask to be rung here: whoever drives us polls the head while
         // it spins, and asks (`ask_ring`) only before it sleeps. Asked
@@ -80,6 +85,9 @@ impl Peer {
         let Some((c, _)) = self.chan else {
             return;
         };
+        if self.splits > 0 {
+            self.write_offered(c.i);
+        }
         let head = c.head(&self.seg);
         self.delivered_to(head, ended);
     }
@@ -95,6 +103,7 @@ impl Peer {
                 return;
             }
             if let Some(d) = self.delivering.pop_front() {
+                self.splits -= usize::from(d.split);
                 ended.push((d.done, d.len, Ok(())));
             }
         }
@@ -112,5 +121,49 @@ impl Peer {
         if let (Some((c, _)), true) = (self.chan, waits) {
             self.seg.store32(c.ctl(C_TX_WAIT), 1, Ordering::Relaxed);
         }
+    }
+}
+
+impl Peer {
+    /// Whether a CMA send of `len` bytes offers to write a part of its
+    /// message (`F_SPLIT`).
+    pub(super) fn offers_split(&self, len: usize) -> bool {
+        self.split_ok && len >= crate::split::split_min()
+    }
+
+    /// Writes the part of a CMA send the owner offered us on channel
+    /// `i`, if it offered one for a send of ours that waits, and says
+    /// so. A write the kernel refuses (seccomp, a changed ptrace right)
+    /// is given back to the owner to copy, and we offer no more.
+    fn write_offered(&mut self, i: usize) {
+        let Some(end) = crate::split::offered(&self.seg, self.g, i) else {
+            return;
+        };
+        let Some(d) = self.delivering.iter().find(|d| d.split && d.end == end) else {
+            return;
+        };
+        let Some((iov, _)) = &d.keep else {
+            return;
+        };
+        let Some(offer) = crate::split::take(&self.seg, self.g, i, end, d.len) else {
+            return;
+        };
+        let wrote = offer.map(|o| {
+            let lens: SmallVec<[usize; 4]> = iov.iter().map(|b| b.len()).collect();
+            let local: SmallVec<[&[u8]; 4]> =
+                crate::cma::pieces(&lens, o.at as usize, o.len() as usize)
+                    .into_iter()
+                    .map(|(k, at, n)| &iov[k][at..at + n])
+                    .collect();
+            (crate::cma::push(self.owner.0, &o.ranges, &local), o.len())
+        });
+        let ok = matches!(wrote, Some((Ok(n), len)) if n as u64 == len);
+        if let Some((Err(crate::cma::PullError::Sys(e)), _)) = wrote {
+            if matches!(e, nix::errno::Errno::EPERM | nix::errno::Errno::ENOSYS) {
+                self.split_ok = false;
+            }
+        }
+        crate::split::finish(&self.seg, self.g, i, end, ok);
+        self.wake();
     }
 }

@@ -171,6 +171,7 @@ impl Peer {
             }
         }
         ended.extend(self.delivering.drain(..).map(|d| (d.done, d.len, Err(e))));
+        self.splits = 0;
         ended.extend(
             self.pending
                 .drain(..)

@@ -207,7 +207,7 @@ impl Peer {
                     && c.head(&self.seg) == self.tail));
         size_ok
             && o.iov.len() <= crate::cma::MAX_RANGES
-            && self.cma_pays()
+            && (self.cma_pays() || self.split_pays(o.len))
             && self.seg.load32(c.ctl(C_CMA), Ordering::Acquire) == Some(CMA_OK)
     }
 
@@ -215,6 +215,13 @@ impl Peer {
     /// ring: not while both sides spin ([`crate::cma::pays`]).
     pub(super) fn cma_pays(&self) -> bool {
         crate::cma::pays(self.spins, self.receiver_sleeps())
+    }
+
+    /// Whether a CMA send of `len` bytes pays although both sides spin:
+    /// the owner and we each copy half (`split`), which beats the ring's
+    /// pipelined two copies from [`crate::split::spin_min`] up.
+    fn split_pays(&self, len: usize) -> bool {
+        len >= crate::split::spin_min() && self.offers_split(len)
     }
 
     /// The receiver's header says its task sleeps (`H_SLEEPING`).
@@ -242,8 +249,9 @@ impl Peer {
                         .map(|b| (b.as_ptr() as usize as u64, b.len() as u64))
                         .collect(),
                 };
+                let split = if self.offers_split(o.len) { F_SPLIT } else { 0 };
                 (
-                    K_CMA | o.flags | F_LAST,
+                    K_CMA | o.flags | F_LAST | split,
                     o.tag,
                     o.data,
                     a.encode().into_iter().collect(),

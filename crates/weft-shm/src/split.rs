@@ -1,0 +1,347 @@
+//! A large CMA message copied by both sides at once (`docs/design.md`,
+//! "Split copies"; `docs/wire.md`, "Offer blocks").
+//!
+//! A CMA message is one copy, made by the receiver with
+//! `process_vm_readv` while the sender waits. When the sender can also
+//! write the receiver's memory (it read the owner's probe word:
+//! `F_SPLIT` on its record) and waits awake, the receiver offers it the
+//! message's back part — where in the message it begins and the ranges
+//! of the receive's buffers it goes to — in the channel's offer block,
+//! then reads the front part itself. The sender takes the offer (a
+//! compare-and-swap), writes its part with `process_vm_writev`, and
+//! says it is done; the receiver, its part read, revokes an offer not
+//! taken (and copies that part too) or waits for one taken. Two cores
+//! each copy half: a 1 MiB message in about half the time of one copy.
+//!
+//! What each side trusts of the other: the receiver reads back only the
+//! state word, and keeps what it offered to itself; a sender that writes
+//! garbage there breaks the channel's rules. The sender checks every
+//! offer against its own message (the part within the bytes it sent, the
+//! ranges' lengths adding up to the part) before writing; its local side
+//! is its own send buffers, so an offer cannot make it read anything
+//! else, and the kernel writes only where the owner named in the owner's
+//! own memory. A receive's buffers stay held until the sender's part is
+//! done or revoked, or the sender is gone: an honest sender never writes
+//! after that (a dishonest one could write the receiver's memory anyway:
+//! it passed a probe that needs the same rights).
+
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+
+use bytes::BytesMut;
+use smallvec::SmallVec;
+
+use crate::layout::*;
+use crate::segment::Segment;
+
+/// Messages of at least this many bytes are split when their sender
+/// offers (`F_SPLIT`): every CMA message (`cma::CMA_MIN`). Split, a
+/// 32 KiB ping-pong in interrupt mode took 0.83x the time of one copy by
+/// the receiver, 64 KiB 0.6x, 1 MiB 0.5-0.6x (`docs/benchmarks.md`,
+/// "Split copies").
+pub const SPLIT_MIN: usize = crate::cma::CMA_MIN;
+
+/// The smallest message split: `WEFT_SHM_SPLIT_MIN` (bytes) if set to a
+/// number (the benchmark sets it past every size to compare), else
+/// [`SPLIT_MIN`].
+pub fn split_min() -> usize {
+    static MIN: OnceLock<usize> = OnceLock::new();
+    *MIN.get_or_init(|| crate::cma::env_num("WEFT_SHM_SPLIT_MIN", SPLIT_MIN as u64) as usize)
+}
+
+/// Messages of at least this many bytes go by CMA, to be split, even
+/// while both sides spin, where the ring's two copies on two cores,
+/// pipelined, beat one copy by the receiver (`cma::pays`). Split, the
+/// copy is shared too, and beats the ring from 64 KiB (0.8x the time of
+/// a ping-pong through the ring; 1 MiB 0.45-0.5x); at 32 KiB the ring
+/// is still ahead (1.05-1.15x) (`docs/benchmarks.md`, "Split copies").
+pub const SPIN_MIN: usize = 64 << 10;
+
+/// The smallest message sent by CMA to be split while both sides spin:
+/// `WEFT_SHM_SPLIT_SPIN_MIN` (bytes) if set to a number, else
+/// [`SPIN_MIN`].
+pub fn spin_min() -> usize {
+    static MIN: OnceLock<usize> = OnceLock::new();
+    *MIN.get_or_init(|| crate::cma::env_num("WEFT_SHM_SPLIT_SPIN_MIN", SPIN_MIN as u64) as usize)
+}
+
+/// How long the receiver spins for a taken part before it parks the
+/// channel (and looks again at its next passes): a part takes tens of
+/// microseconds, and a sender stopped mid-write must not hold the other
+/// channels.
+pub const SPIN: std::time::Duration = std::time::Duration::from_micros(500);
+
+const _: () = assert!(O_MAX == crate::cma::MAX_RANGES);
+
+/// The part of a message offered to its sender: where in the message it
+/// begins, and the ranges (address, length) of the receiver's memory it
+/// goes to, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    pub at: u64,
+    pub ranges: SmallVec<[(u64, u64); O_MAX]>,
+}
+
+impl Offer {
+    /// The part of a receive's buffers `bufs` from byte `at` to byte
+    /// `end` of their concatenation, if it lies in at most [`O_MAX`]
+    /// ranges.
+    pub fn of(bufs: &[BytesMut], at: usize, end: usize) -> Option<Offer> {
+        let lens: SmallVec<[usize; O_MAX]> = bufs.iter().map(|b| b.len()).collect();
+        if lens.len() > O_MAX || at >= end {
+            return None;
+        }
+        let ranges = crate::cma::pieces(&lens, at, end - at)
+            .into_iter()
+            .map(|(i, off, k)| ((bufs[i].as_ptr() as usize + off) as u64, k as u64))
+            .collect::<SmallVec<[(u64, u64); O_MAX]>>();
+        let len: u64 = ranges.iter().map(|r| r.1).sum();
+        (len == (end - at) as u64).then_some(Offer {
+            at: at as u64,
+            ranges,
+        })
+    }
+
+    /// Bytes of the part.
+    pub fn len(&self) -> u64 {
+        self.ranges.iter().map(|r| r.1).sum()
+    }
+}
+
+/// Where a split's message is cut: about half, at a page boundary (the
+/// sender's part starts on a fresh page of the receive where the buffer
+/// is page-aligned).
+pub fn cut(placed: usize) -> usize {
+    (placed / 2) & !4095
+}
+
+/// The offer block of channel `i` of a segment of geometry `g`.
+fn at(g: Geometry, i: usize, field: usize) -> usize {
+    g.offer(i) + field
+}
+
+/// Owner: publishes `o` for the CMA record of channel `i` that ends at
+/// ring position `end`. The fields first, the state word last (release),
+/// so a sender that sees the offer sees them.
+pub fn publish(seg: &Segment, g: Geometry, i: usize, end: u64, o: &Offer) {
+    let mut b = [0u8; O_RANGES + 16 * O_MAX];
+    b[O_AT..O_AT + 8].copy_from_slice(&o.at.to_ne_bytes());
+    b[O_N..O_N + 8].copy_from_slice(&(o.ranges.len() as u64).to_ne_bytes());
+    for (k, (a, l)) in o.ranges.iter().enumerate() {
+        let p = O_RANGES + 16 * k;
+        b[p..p + 8].copy_from_slice(&a.to_ne_bytes());
+        b[p + 8..p + 16].copy_from_slice(&l.to_ne_bytes());
+    }
+    seg.write(at(g, i, O_AT), &b[O_AT..]);
+    seg.store64(
+        at(g, i, O_STATE),
+        split_word(end, O_OFFERED),
+        Ordering::Release,
+    );
+}
+
+/// The offer block's state word of channel `i` (acquire: a sender's
+/// `O_DONE` orders its writes before it).
+pub fn state(seg: &Segment, g: Geometry, i: usize) -> Option<u64> {
+    seg.load64(at(g, i, O_STATE), Ordering::Acquire)
+}
+
+/// Owner: takes back the offer about the record ending at `end` if the
+/// sender has not taken it. Returns the state word found otherwise.
+pub fn revoke(seg: &Segment, g: Geometry, i: usize, end: u64) -> Result<(), Option<u64>> {
+    let off = at(g, i, O_STATE);
+    if seg.cas64(off, split_word(end, O_OFFERED), split_word(end, O_REVOKED)) {
+        Ok(())
+    } else {
+        Err(seg.load64(off, Ordering::Acquire))
+    }
+}
+
+/// Owner: no offer on channel `i` (the channel is freed: the next
+/// claim's positions start again at 0, and must not meet an old word).
+pub fn clear(seg: &Segment, g: Geometry, i: usize) {
+    seg.store64(at(g, i, O_STATE), 0, Ordering::Release);
+}
+
+/// What became of an offer, as its state word says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Offered and not taken yet (the receiver revokes it).
+    Offered,
+    /// Taken: the sender writes now.
+    Taken,
+    /// The sender wrote its part.
+    Done,
+    /// The sender could not write it, or the receiver took it back: the
+    /// receiver copies it.
+    Own,
+    /// A word no side of this offer writes: the sender broke the rules.
+    Broken,
+}
+
+/// The outcome the state word `w` gives for the offer about the record
+/// ending at `end`.
+pub fn outcome(w: Option<u64>, end: u64) -> Outcome {
+    let Some(w) = w else {
+        return Outcome::Broken;
+    };
+    if w >> 3 != end & (u64::MAX >> 3) {
+        return Outcome::Broken;
+    }
+    match w & 7 {
+        O_OFFERED => Outcome::Offered,
+        O_TAKEN => Outcome::Taken,
+        O_DONE => Outcome::Done,
+        O_FAILED | O_REVOKED => Outcome::Own,
+        _ => Outcome::Broken,
+    }
+}
+
+/// Sender: the offer waiting on channel `i`, if any: the end of the
+/// record it is about. Relaxed: only a look (a taker's swap acquires).
+pub fn offered(seg: &Segment, g: Geometry, i: usize) -> Option<u64> {
+    let w = seg.load64(at(g, i, O_STATE), Ordering::Relaxed)?;
+    (w & 7 == O_OFFERED).then_some(w >> 3)
+}
+
+/// Sender: takes the offer about the record ending at `end` (whose
+/// message is `len` bytes), and reads it: `None` if the owner revoked it
+/// meanwhile. An offer that does not check out (more ranges than
+/// [`O_MAX`], a part past the message, lengths that do not add up) is
+/// taken and answered `O_FAILED` at once: the owner copies the part.
+pub fn take(seg: &Segment, g: Geometry, i: usize, end: u64, len: usize) -> Option<Option<Offer>> {
+    if !seg.cas64(
+        at(g, i, O_STATE),
+        split_word(end, O_OFFERED),
+        split_word(end, O_TAKEN),
+    ) {
+        return None;
+    }
+    let mut b = [0u8; O_RANGES + 16 * O_MAX];
+    if !seg.read(at(g, i, O_AT), &mut b[O_AT..]) {
+        return Some(None);
+    }
+    let word = |p: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[p..p + 8]);
+        u64::from_ne_bytes(w)
+    };
+    let (off, n) = (word(O_AT), word(O_N));
+    let Some(n) = usize::try_from(n).ok().filter(|n| (1..=O_MAX).contains(n)) else {
+        return Some(None);
+    };
+    let ranges: SmallVec<[(u64, u64); O_MAX]> = (0..n)
+        .map(|k| (word(O_RANGES + 16 * k), word(O_RANGES + 16 * k + 8)))
+        .collect();
+    let sum = ranges
+        .iter()
+        .try_fold(0u64, |s, r| s.checked_add(r.1))
+        .filter(|&s| s > 0);
+    let fits = sum
+        .and_then(|s| s.checked_add(off))
+        .is_some_and(|e| e <= len as u64);
+    Some(fits.then_some(Offer { at: off, ranges }))
+}
+
+/// Sender: says the part of the offer about the record ending at `end`
+/// is written (`ok`) or could not be (the owner copies it). Release: the
+/// owner that reads it reads our writes too.
+pub fn finish(seg: &Segment, g: Geometry, i: usize, end: u64, ok: bool) {
+    let state = if ok { O_DONE } else { O_FAILED };
+    seg.store64(at(g, i, O_STATE), split_word(end, state), Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg() -> (Segment, Geometry) {
+        let g = Geometry::OURS;
+        let seg = Segment::anonymous(&vec![0u8; g.rings()]).expect("segment");
+        (seg, g)
+    }
+
+    #[test]
+    fn an_offer_covers_the_part_across_buffers() {
+        let bufs = vec![BytesMut::zeroed(100), BytesMut::zeroed(50)];
+        let o = Offer::of(&bufs, 80, 130).expect("two ranges");
+        let a0 = bufs[0].as_ptr() as u64;
+        let a1 = bufs[1].as_ptr() as u64;
+        assert_eq!(o.ranges.as_slice(), &[(a0 + 80, 20), (a1, 30)]);
+        assert_eq!((o.at, o.len()), (80, 50));
+        assert_eq!(Offer::of(&bufs, 130, 130), None, "an empty part");
+        assert_eq!(Offer::of(&bufs, 100, 200), None, "past the buffers");
+    }
+
+    #[test]
+    fn the_cut_is_half_at_a_page() {
+        assert_eq!(cut(1 << 20), 512 << 10);
+        assert_eq!(cut((1 << 20) + 12288), 516 << 10);
+        assert_eq!(cut((1 << 20) + 8191), 512 << 10);
+        assert_eq!(cut(4095), 0);
+    }
+
+    #[test]
+    fn a_taken_offer_reads_as_published_and_ends_done() {
+        let (seg, g) = seg();
+        let o = Offer {
+            at: 4096,
+            ranges: [(0x1000, 2048), (0x9000, 2048)].into_iter().collect(),
+        };
+        publish(&seg, g, 3, 777, &o);
+        assert_eq!(offered(&seg, g, 3), Some(777));
+        assert_eq!(offered(&seg, g, 2), None, "another channel's block");
+        assert_eq!(outcome(state(&seg, g, 3), 777), Outcome::Offered);
+        assert_eq!(take(&seg, g, 3, 776, 8192), None, "another record's");
+        assert_eq!(take(&seg, g, 3, 777, 8192), Some(Some(o)));
+        assert_eq!(revoke(&seg, g, 3, 777), Err(Some(split_word(777, O_TAKEN))));
+        assert_eq!(outcome(state(&seg, g, 3), 777), Outcome::Taken);
+        finish(&seg, g, 3, 777, true);
+        assert_eq!(outcome(state(&seg, g, 3), 777), Outcome::Done);
+        assert_eq!(outcome(state(&seg, g, 3), 778), Outcome::Broken);
+        clear(&seg, g, 3);
+        assert_eq!(outcome(state(&seg, g, 3), 777), Outcome::Broken);
+    }
+
+    #[test]
+    fn a_revoked_offer_cannot_be_taken() {
+        let (seg, g) = seg();
+        let o = Offer {
+            at: 0,
+            ranges: [(0x1000, 10)].into_iter().collect(),
+        };
+        publish(&seg, g, 0, 40, &o);
+        assert_eq!(revoke(&seg, g, 0, 40), Ok(()));
+        assert_eq!(take(&seg, g, 0, 40, 10), None);
+        assert_eq!(outcome(state(&seg, g, 0), 40), Outcome::Own);
+    }
+
+    #[test]
+    fn an_offer_past_the_message_is_taken_and_refused() {
+        let (seg, g) = seg();
+        let part = |at: u64, ranges: &[(u64, u64)]| Offer {
+            at,
+            ranges: ranges.iter().copied().collect(),
+        };
+        for (o, len) in [
+            (part(8, &[(0x1000, 10)]), 17),
+            (part(u64::MAX, &[(0x1000, 1)]), 100),
+            (part(0, &[(0x1000, u64::MAX), (0x2000, 2)]), 100),
+            (part(0, &[(0x1000, 0)]), 100),
+        ] {
+            publish(&seg, g, 1, 8, &o);
+            assert_eq!(take(&seg, g, 1, 8, len), Some(None), "{o:?}");
+        }
+        // Too many ranges: the count is read, never the ranges past O_MAX.
+        let o = part(0, &[(0x1000, 1)]);
+        publish(&seg, g, 1, 16, &o);
+        seg.write(g.offer(1) + O_N, &((O_MAX as u64 + 1).to_ne_bytes()));
+        assert_eq!(take(&seg, g, 1, 16, 100), Some(None));
+        publish(&seg, g, 1, 24, &o);
+        assert_eq!(
+            take(&seg, g, 1, 24, 1),
+            Some(Some(o)),
+            "the part exactly the message"
+        );
+    }
+}
