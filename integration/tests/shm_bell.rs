@@ -30,6 +30,9 @@ const NO_SWEEP: Duration = Duration::from_secs(3600);
 async fn a_spinning_sender_asks_to_be_rung_before_its_driver_sleeps() {
     use weft_shm::layout::{C_TX_WAIT, RING};
     weft_shm::set_sweep_every(NO_SWEEP);
+    // The ring's path is the one under test: no message goes by CMA to
+    // be split while both sides spin.
+    weft_shm::split::set_spin_min(usize::MAX);
     let shm = Provider::named("shm");
     let info = shm
         .try_info_with(EpType::Rdm, |i| i.rx_attr.total_buffered_recv = 1000)

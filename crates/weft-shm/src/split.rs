@@ -25,7 +25,7 @@
 //! after that (a dishonest one could write the receiver's memory anyway:
 //! it passed a probe that needs the same rights).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use bytes::BytesMut;
@@ -58,12 +58,27 @@ pub fn split_min() -> usize {
 pub const SPIN_MIN: usize = 64 << 10;
 
 /// The smallest message sent by CMA to be split while both sides spin:
-/// `WEFT_SHM_SPLIT_SPIN_MIN` (bytes) if set to a number, else
-/// [`SPIN_MIN`].
+/// what [`set_spin_min`] set, else `WEFT_SHM_SPLIT_SPIN_MIN` (bytes) if
+/// set to a number, else [`SPIN_MIN`].
 pub fn spin_min() -> usize {
     static MIN: OnceLock<usize> = OnceLock::new();
-    *MIN.get_or_init(|| crate::cma::env_num("WEFT_SHM_SPLIT_SPIN_MIN", SPIN_MIN as u64) as usize)
+    match SPIN_SET.load(Ordering::Relaxed) {
+        0 => *MIN.get_or_init(|| {
+            crate::cma::env_num("WEFT_SHM_SPLIT_SPIN_MIN", SPIN_MIN as u64) as usize
+        }),
+        n => n,
+    }
 }
+
+/// Sets [`spin_min`] for this process, whatever the environment says:
+/// for tests of the ring path while both sides spin, whose process other
+/// tests share (`usize::MAX`: the ring at every size).
+pub fn set_spin_min(n: usize) {
+    SPIN_SET.store(n.max(1), Ordering::Relaxed);
+}
+
+/// [`set_spin_min`]'s value; 0 when not set.
+static SPIN_SET: AtomicUsize = AtomicUsize::new(0);
 
 /// How long the receiver spins for a taken part before it parks the
 /// channel (and looks again at its next passes): a part takes tens of
