@@ -446,3 +446,76 @@ async fn a_sender_gone_with_its_part_taken_fails_the_receive() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// An owner in this very process: its sender writes only an offer the
+/// owner stands for. A process of the same user forges one in the
+/// owner's offer block while a split-able CMA send waits there (parked:
+/// no receive, no budget), naming a buffer of ours: the sender takes it,
+/// writes nothing, and answers it failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_offer_in_our_own_process_is_not_written() {
+    if !can_split() {
+        return;
+    }
+    let h = Harness::new(&Provider::named("shm"), EpType::Rdm);
+    let mut info = h.info.clone();
+    info.rx_attr.total_buffered_recv = 4096;
+    let (aav, bav) = (h.av(), h.av());
+    let (a, _acq) = enabled_endpoint(&h.domain, &info, &aav, WaitMode::BusyPoll);
+    let (b, _bcq) = enabled_endpoint(&h.domain, &info, &bav, WaitMode::BusyPoll);
+    let b_in_a = aav
+        .insert_sync(&[b.local_addr().unwrap()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    let p = Pair {
+        a,
+        b,
+        bcq: _bcq,
+        b_in_a,
+        _h: h,
+    };
+    warm_up(&p).await;
+    let msg = payload(1 << 20, 8);
+    p.a.post_send(p.b_in_a, msg.clone(), 3).unwrap();
+    // The CMA record at the head of a's channel in b, parked.
+    let seg = shm_common::segment_of(&p.b);
+    let g = Geometry::OURS;
+    let start = Instant::now();
+    let (c, end) = loop {
+        assert!(start.elapsed() < TIMEOUT, "no CMA record");
+        let found = (0..g.channels).map(|i| Chan { g, i }).find_map(|c| {
+            if c.state(&seg) != Some(ACTIVE) {
+                return None;
+            }
+            match c.next(&seg, c.head(&seg)) {
+                weft_shm::ring::Next::Rec(r) if r.head.kind() == K_CMA => Some((c, r.next)),
+                _ => None,
+            }
+        });
+        if let Some(f) = found {
+            break f;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let victim = BytesMut::zeroed(4096);
+    let off = g.offer(c.i);
+    seg.store64(off + O_AT, 0, Ordering::Relaxed);
+    seg.store64(off + O_N, 1, Ordering::Relaxed);
+    seg.store64(off + O_RANGES, victim.as_ptr() as u64, Ordering::Relaxed);
+    seg.store64(off + O_RANGES + 8, 4096, Ordering::Relaxed);
+    seg.store64(off + O_STATE, split_word(end, O_OFFERED), Ordering::Release);
+    let start = Instant::now();
+    while seg.load64(off + O_STATE, Ordering::Acquire) != Some(split_word(end, O_FAILED)) {
+        assert!(start.elapsed() < TIMEOUT, "the forged offer never answered");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(
+        victim.iter().all(|&x| x == 0),
+        "wrote where a forged offer said"
+    );
+    // The message still arrives whole once a receive is posted.
+    let got = within("the parked message", p.b.recv(BytesMut::zeroed(1 << 20)))
+        .await
+        .unwrap();
+    assert!(got.into_bytes()[..] == msg[..]);
+}

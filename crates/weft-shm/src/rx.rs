@@ -242,9 +242,15 @@ fn channel(
             let (k, stop) = drain(ep, c, &b, lc);
             match stop {
                 Stop::Corrupt => free(ep, c, lc, true),
-                Stop::Parked if sweep && lc.split.is_some() && !sender_alive(ep, c, lc) => {
+                Stop::Parked
+                    if sweep
+                        && lc.split.as_ref().is_some_and(|s| s.writing(ep))
+                        && !sender_alive(ep, c, lc) =>
+                {
                     // Gone while its part of a split was taken: it
-                    // writes no more, so the buffers go back.
+                    // writes no more, so the buffers go back. (Done or
+                    // given back since the drain: the next pass settles
+                    // it as any.)
                     if let Some(s) = lc.split.take() {
                         s.fail(ep, Error::ConnReset, true);
                     }

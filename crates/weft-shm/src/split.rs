@@ -26,10 +26,11 @@
 //! it passed a probe that needs the same rights).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use bytes::BytesMut;
 use smallvec::SmallVec;
+use weft_core::sync::lock;
 
 use crate::layout::*;
 use crate::segment::Segment;
@@ -121,6 +122,34 @@ impl Offer {
     pub fn len(&self) -> u64 {
         self.ranges.iter().map(|r| r.1).sum()
     }
+}
+
+/// The offers standing from owners in this process: (owner serial,
+/// channel, record end, offer). A sender whose owner is this very
+/// process (its header names our pid) writes only an offer found here:
+/// any process of the user can write an offer block, and a forged one
+/// would otherwise have us write our own memory where it chose — which
+/// the kernel lets a process do to itself whatever ptrace allows others.
+static LOCAL: Mutex<Vec<(u64, usize, u64, Offer)>> = Mutex::new(Vec::new());
+
+/// Owner: `o` stands for the record ending at `end` on channel `chan`
+/// of the endpoint whose serial is `serial` (before it is published).
+pub fn vouch(serial: u64, chan: usize, end: u64, o: &Offer) {
+    lock(&LOCAL).push((serial, chan, end, o.clone()));
+}
+
+/// Owner: the offer for that record is settled (before the receive
+/// ends): it stands no more.
+pub fn unvouch(serial: u64, chan: usize, end: u64) {
+    lock(&LOCAL).retain(|e| (e.0, e.1, e.2) != (serial, chan, end));
+}
+
+/// Sender: whether an owner of this process stands for offer `o` for the
+/// record ending at `end` on channel `chan` of its endpoint `serial`.
+pub fn vouched(serial: u64, chan: usize, end: u64, o: &Offer) -> bool {
+    lock(&LOCAL)
+        .iter()
+        .any(|e| (e.0, e.1, e.2) == (serial, chan, end) && e.3 == *o)
 }
 
 /// Where a split's message is cut: about half, at a page boundary (the
@@ -286,6 +315,25 @@ mod tests {
         assert_eq!((o.at, o.len()), (80, 50));
         assert_eq!(Offer::of(&bufs, 130, 130), None, "an empty part");
         assert_eq!(Offer::of(&bufs, 100, 200), None, "past the buffers");
+    }
+
+    #[test]
+    fn an_offer_is_vouched_for_only_while_it_stands() {
+        let o = Offer {
+            at: 8,
+            ranges: [(0x1000, 8)].into_iter().collect(),
+        };
+        let other = Offer {
+            at: 8,
+            ranges: [(0x2000, 8)].into_iter().collect(),
+        };
+        vouch(u64::MAX, 2, 64, &o);
+        assert!(vouched(u64::MAX, 2, 64, &o));
+        assert!(!vouched(u64::MAX, 2, 64, &other), "other ranges");
+        assert!(!vouched(u64::MAX, 3, 64, &o), "another channel");
+        assert!(!vouched(u64::MAX, 2, 72, &o), "another record");
+        unvouch(u64::MAX, 2, 64);
+        assert!(!vouched(u64::MAX, 2, 64, &o));
     }
 
     #[test]

@@ -72,6 +72,7 @@ pub(super) fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool
         let at = split::cut(placed);
         if let Some(offer) = Offer::of(&req.bufs, at, placed) {
             let s = Split {
+                serial: ep.serial,
                 req: Some(req),
                 info,
                 placed,
@@ -135,6 +136,9 @@ fn hold_cma(
 /// are leaked, not freed: the sender may still be writing them.
 #[derive(Debug)]
 pub(crate) struct Split {
+    /// Our endpoint's serial: with the channel and `end`, the offer as
+    /// this process vouches for it (`split::vouch`).
+    serial: u64,
     /// `None` once settled.
     req: Option<RecvReq>,
     info: MsgInfo,
@@ -155,6 +159,7 @@ pub(crate) struct Split {
 
 impl Drop for Split {
     fn drop(&mut self) {
+        self.settled();
         if let Some(mut req) = self.req.take() {
             std::mem::forget(std::mem::take(&mut req.bufs));
         }
@@ -162,10 +167,16 @@ impl Drop for Split {
 }
 
 impl Split {
+    /// The offer stands no more (before the receive ends either way).
+    fn settled(&self) {
+        split::unvouch(self.serial, self.chan, self.end);
+    }
+
     /// The receive ends in error `e`, unsettled. `safe`: the sender
     /// writes no more (it is gone, or its part is done or given back),
     /// so the buffers go back with the error; else they are leaked.
     pub(crate) fn fail(mut self, ep: &EpShared, e: Error, safe: bool) {
+        self.settled();
         let Some(mut req) = self.req.take() else {
             return;
         };
@@ -182,13 +193,16 @@ impl Split {
     }
 }
 
-/// The channel whose ring holds record `r`.
+/// The channel whose ring holds record `r`: its payload lies in that
+/// ring (a CMA record's is never empty), `Chan::area` having checked
+/// the ring against the mapping.
 fn chan_of(ep: &EpShared, r: &Rec) -> usize {
     r.payload.saturating_sub(ep.g.rings()) / ep.g.ring
 }
 
 /// Offers the sender its part, reads ours, then settles.
 fn begin(ep: &EpShared, lc: &mut RxChan, mut s: Split, offer: &Offer) -> Result<bool, ()> {
+    split::vouch(s.serial, s.chan, s.end, offer);
     split::publish(&ep.seg, ep.g, s.chan, s.end, offer);
     let at = s.at;
     s.front = copy(&mut s, 0, at);
@@ -275,6 +289,7 @@ fn finish(
     back: bool,
     theirs: bool,
 ) -> Result<bool, ()> {
+    s.settled();
     let Some(req) = s.req.take() else {
         return Err(());
     };
@@ -299,6 +314,7 @@ fn finish(
 /// back, as for any broken message (a sender that writes our memory
 /// against the rules could write any of it).
 fn broken(lc: &mut RxChan, mut s: Split) -> Result<bool, ()> {
+    s.settled();
     if let Some(req) = s.req.take() {
         lc.partial = Some(Partial {
             info: s.info,

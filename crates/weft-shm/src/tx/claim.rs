@@ -16,22 +16,29 @@ use crate::layout::*;
 use crate::ring::Chan;
 use crate::segment::{FileId, Segment};
 
-/// How many looks [`Peer::claim`] takes whether its claim is still ours,
-/// its activation's swap the last: one before each group of its writes.
 /// Whether we may write the memory of the owner `pid` of segment `seg`
-/// (split copies): CMA works here and we can read the probe word its
-/// header names. Reading and writing another process's memory need the
-/// same right (`PTRACE_MODE_ATTACH`), so a read that works says a write
-/// will; a seccomp filter allowing one call only makes the write fail,
-/// and the owner then copies the part itself.
+/// (split copies): CMA is permitted outright here (Yama's
+/// `ptrace_scope` 0 or no Yama: any process of this user may write any
+/// other's memory already, so an offer forged in a segment by a third
+/// process buys it nothing it could not do itself; under
+/// `ptrace_scope` 1 it could make us write where it may not) and we can
+/// read the probe word the header names. Reading and writing another
+/// process's memory need the same right (`PTRACE_MODE_ATTACH`), so a
+/// read that works says a write will; a seccomp filter allowing one call
+/// only makes the write fail, and the owner then copies the part itself.
+/// An owner in this process is checked offer by offer
+/// (`split::vouched`).
 fn can_write(seg: &Segment, pid: u32) -> bool {
-    if crate::cma::mode() == crate::cma::Mode::Denied || crate::split::split_min() == usize::MAX {
+    if crate::cma::mode() != crate::cma::Mode::Permitted || crate::split::split_min() == usize::MAX
+    {
         return false;
     }
     let addr = seg.load64(H_CMA_PROBE, Ordering::Acquire).unwrap_or(0);
     addr != 0 && crate::cma::probe(pid, addr)
 }
 
+/// How many looks [`Peer::claim`] takes whether its claim is still ours,
+/// its activation's swap the last: one before each group of its writes.
 #[cfg(test)]
 const CLAIM_LOOKS: usize = 5;
 

@@ -148,6 +148,10 @@ impl Peer {
         let Some(offer) = crate::split::take(&self.seg, self.g, i, end, d.len) else {
             return;
         };
+        // An owner in this process: only an offer it stands for (a
+        // forged one would have us write our own memory).
+        let mine = self.owner.0 == std::process::id();
+        let offer = offer.filter(|o| !mine || crate::split::vouched(self.serial, i, end, o));
         let wrote = offer.map(|o| {
             let lens: SmallVec<[usize; 4]> = iov.iter().map(|b| b.len()).collect();
             let local: SmallVec<[&[u8]; 4]> =
