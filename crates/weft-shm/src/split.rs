@@ -37,8 +37,8 @@ use crate::segment::Segment;
 
 /// Messages of at least this many bytes are split when their sender
 /// offers (`F_SPLIT`): every CMA message (`cma::CMA_MIN`). Split, a
-/// 32 KiB ping-pong in interrupt mode took 0.83x the time of one copy by
-/// the receiver, 64 KiB 0.6x, 1 MiB 0.5-0.6x (`docs/benchmarks.md`,
+/// 32 KiB ping-pong in interrupt mode took 0.83-0.85x the time of one
+/// copy by the receiver, 64 KiB to 1 MiB 0.5-0.75x (`docs/benchmarks.md`,
 /// "Split copies").
 pub const SPLIT_MIN: usize = crate::cma::CMA_MIN;
 
@@ -53,9 +53,10 @@ pub fn split_min() -> usize {
 /// Messages of at least this many bytes go by CMA, to be split, even
 /// while both sides spin, where the ring's two copies on two cores,
 /// pipelined, beat one copy by the receiver (`cma::pays`). Split, the
-/// copy is shared too, and beats the ring from 64 KiB (0.8x the time of
-/// a ping-pong through the ring; 1 MiB 0.45-0.5x); at 32 KiB the ring
-/// is still ahead (1.05-1.15x) (`docs/benchmarks.md`, "Split copies").
+/// copy is shared too, and beats the ring from 64 KiB (0.8-0.85x the
+/// time of a ping-pong through the ring; 1 MiB 0.4-0.8x); at 32 KiB the
+/// ring is still ahead (1.04-1.15x) (`docs/benchmarks.md`, "Split
+/// copies").
 pub const SPIN_MIN: usize = 64 << 10;
 
 /// The smallest message sent by CMA to be split while both sides spin:
