@@ -120,7 +120,7 @@ impl Offer {
     }
 
     /// Bytes of the part.
-    pub fn len(&self) -> u64 {
+    pub fn bytes(&self) -> u64 {
         self.ranges.iter().map(|r| r.1).sum()
     }
 }
@@ -313,7 +313,7 @@ mod tests {
         let a0 = bufs[0].as_ptr() as u64;
         let a1 = bufs[1].as_ptr() as u64;
         assert_eq!(o.ranges.as_slice(), &[(a0 + 80, 20), (a1, 30)]);
-        assert_eq!((o.at, o.len()), (80, 50));
+        assert_eq!((o.at, o.bytes()), (80, 50));
         assert_eq!(Offer::of(&bufs, 130, 130), None, "an empty part");
         assert_eq!(Offer::of(&bufs, 100, 200), None, "past the buffers");
     }

@@ -155,11 +155,11 @@ impl Peer {
         let wrote = offer.map(|o| {
             let lens: SmallVec<[usize; 4]> = iov.iter().map(|b| b.len()).collect();
             let local: SmallVec<[&[u8]; 4]> =
-                crate::cma::pieces(&lens, o.at as usize, o.len() as usize)
+                crate::cma::pieces(&lens, o.at as usize, o.bytes() as usize)
                     .into_iter()
                     .map(|(k, at, n)| &iov[k][at..at + n])
                     .collect();
-            (crate::cma::push(self.owner.0, &o.ranges, &local), o.len())
+            (crate::cma::push(self.owner.0, &o.ranges, &local), o.bytes())
         });
         let ok = matches!(wrote, Some((Ok(n), len)) if n as u64 == len);
         if let Some((Err(crate::cma::PullError::Sys(e)), _)) = wrote {
