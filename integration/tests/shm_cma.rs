@@ -41,15 +41,7 @@ fn pair(mode: WaitMode) -> Pair {
 }
 
 fn pair_of(h: Harness, mode: WaitMode) -> Pair {
-    let (aav, bav) = (h.av(), h.av());
-    let (a, acq) = enabled_endpoint(&h.domain, &h.info, &aav, mode);
-    let (b, bcq) = enabled_endpoint(&h.domain, &h.info, &bav, mode);
-    let b_in_a = aav
-        .insert_sync(&[b.local_addr().unwrap()], Default::default())
-        .unwrap()
-        .fi_addrs[0];
-    bav.insert_sync(&[a.local_addr().unwrap()], Default::default())
-        .unwrap();
+    let (a, acq, b, bcq, b_in_a) = shm_common::two(&h, &h.info, mode);
     Pair {
         a,
         acq,

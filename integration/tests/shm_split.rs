@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use weft::{EpType, Error, OpFlags, RecvMsg, SendMsg, WaitMode};
-use weft_integration::{enabled_endpoint, next_cq, payload, within, Harness, Provider, TIMEOUT};
+use weft_integration::{next_cq, payload, within, Harness, Provider, TIMEOUT};
 use weft_shm::cma::{self, Announce, Mode};
 use weft_shm::layout::*;
 use weft_shm::ring::{Chan, RecHead};
@@ -33,15 +33,12 @@ struct Pair {
 
 fn pair(mode: WaitMode) -> Pair {
     let h = Harness::new(&Provider::named("shm"), EpType::Rdm);
-    let (aav, bav) = (h.av(), h.av());
-    let (a, _acq) = enabled_endpoint(&h.domain, &h.info, &aav, mode);
-    let (b, bcq) = enabled_endpoint(&h.domain, &h.info, &bav, mode);
-    let b_in_a = aav
-        .insert_sync(&[b.local_addr().unwrap()], Default::default())
-        .unwrap()
-        .fi_addrs[0];
-    bav.insert_sync(&[a.local_addr().unwrap()], Default::default())
-        .unwrap();
+    pair_with(h.info.clone(), h, mode)
+}
+
+/// A pair made with `info` (a changed copy of `h.info`).
+fn pair_with(info: weft::Info, h: Harness, mode: WaitMode) -> Pair {
+    let (a, _acq, b, bcq, b_in_a) = shm_common::two(&h, &info, mode);
     Pair {
         a,
         b,
@@ -460,20 +457,7 @@ async fn a_forged_offer_in_our_own_process_is_not_written() {
     let h = Harness::new(&Provider::named("shm"), EpType::Rdm);
     let mut info = h.info.clone();
     info.rx_attr.total_buffered_recv = 4096;
-    let (aav, bav) = (h.av(), h.av());
-    let (a, _acq) = enabled_endpoint(&h.domain, &info, &aav, WaitMode::BusyPoll);
-    let (b, _bcq) = enabled_endpoint(&h.domain, &info, &bav, WaitMode::BusyPoll);
-    let b_in_a = aav
-        .insert_sync(&[b.local_addr().unwrap()], Default::default())
-        .unwrap()
-        .fi_addrs[0];
-    let p = Pair {
-        a,
-        b,
-        bcq: _bcq,
-        b_in_a,
-        _h: h,
-    };
+    let p = pair_with(info, h, WaitMode::BusyPoll);
     warm_up(&p).await;
     let msg = payload(1 << 20, 8);
     p.a.post_send(p.b_in_a, msg.clone(), 3).unwrap();

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use weft_integration::{within, TIMEOUT};
+use weft_integration::{enabled_endpoint, within, Harness, TIMEOUT};
 use weft_shm::layout::*;
 use weft_shm::ring::Chan;
 use weft_shm::segment::Segment;
@@ -165,4 +165,30 @@ fn all_stopped(pid: &str) -> bool {
                 .is_some_and(|state| state == "T" || state == "t")
         })
     })
+}
+
+/// Two endpoints of `h`'s domain made with `info` in wait mode `mode`,
+/// each in the other's AV: `a`, its CQ, `b`, its CQ, and `b`'s handle in
+/// `a`'s AV.
+pub fn two(
+    h: &Harness,
+    info: &weft::Info,
+    mode: weft::WaitMode,
+) -> (
+    weft::Endpoint,
+    weft::CompletionQueue,
+    weft::Endpoint,
+    weft::CompletionQueue,
+    weft::FiAddr,
+) {
+    let (aav, bav) = (h.av(), h.av());
+    let (a, acq) = enabled_endpoint(&h.domain, info, &aav, mode);
+    let (b, bcq) = enabled_endpoint(&h.domain, info, &bav, mode);
+    let b_in_a = aav
+        .insert_sync(&[b.local_addr().unwrap()], Default::default())
+        .unwrap()
+        .fi_addrs[0];
+    bav.insert_sync(&[a.local_addr().unwrap()], Default::default())
+        .unwrap();
+    (a, acq, b, bcq, b_in_a)
 }
