@@ -69,6 +69,9 @@ pub struct EpShared {
     pub me: (u32, u64),
     /// This endpoint's serial in its process (`layout::H_SERIAL`).
     pub serial: u64,
+    /// Which file our segment is (`held`'s): with `serial`, the owner a
+    /// split offer of ours is vouched for as (`split::vouch`).
+    pub seg_id: Option<crate::segment::FileId>,
     pub max_msg: usize,
     pub inject: usize,
     pub iov_limit: usize,
@@ -269,6 +272,7 @@ impl EpShared {
             seg,
             g,
             bell,
+            seg_id: crate::segment::FileId::of_fd(&held).ok(),
             held,
             abell,
             me,

@@ -125,32 +125,117 @@ impl Offer {
     }
 }
 
-/// The offers standing from owners in this process: (owner serial,
-/// channel, record end, offer). A sender whose owner is this very
-/// process (its header names our pid) writes only an offer found here:
-/// any process of the user can write an offer block, and a forged one
-/// would otherwise have us write our own memory where it chose — which
-/// the kernel lets a process do to itself whatever ptrace allows others.
-static LOCAL: Mutex<Vec<(u64, usize, u64, Offer)>> = Mutex::new(Vec::new());
+/// The owner of an offer as this process knows it: its endpoint's
+/// serial and which file its segment is (a forged segment naming our
+/// pid and a real endpoint's serial is another file).
+pub type Owner = (u64, crate::segment::FileId);
 
-/// Owner: `o` stands for the record ending at `end` on channel `chan`
-/// of the endpoint whose serial is `serial` (before it is published).
-pub fn vouch(serial: u64, chan: usize, end: u64, o: &Offer) {
-    lock(&LOCAL).push((serial, chan, end, o.clone()));
+/// An offer standing from an owner in this process: whose, for which
+/// channel and record, what, and whether a sender of ours is writing it
+/// now.
+struct Standing {
+    owner: Owner,
+    chan: usize,
+    end: u64,
+    offer: Offer,
+    writing: bool,
+}
+
+/// The offers standing from owners in this process. A sender whose
+/// owner shares our memory (`shares_memory`) writes only an offer found
+/// here, and marks it while it writes: any process of the user can
+/// write an offer block, and a forged one would otherwise have us write
+/// our own memory where it chose — which the kernel lets a process do
+/// to itself whatever ptrace allows others; and a state word a third
+/// process sets to done would otherwise end the receive while we still
+/// write into it (`unvouch` waits for the mark).
+static LOCAL: Mutex<Vec<Standing>> = Mutex::new(Vec::new());
+
+/// Owner: `o` stands for the record ending at `end` on channel `chan` of
+/// `owner` (before it is published).
+pub fn vouch(owner: Owner, chan: usize, end: u64, o: &Offer) {
+    lock(&LOCAL).push(Standing {
+        owner,
+        chan,
+        end,
+        offer: o.clone(),
+        writing: false,
+    });
 }
 
 /// Owner: the offer for that record is settled (before the receive
-/// ends): it stands no more.
-pub fn unvouch(serial: u64, chan: usize, end: u64) {
-    lock(&LOCAL).retain(|e| (e.0, e.1, e.2) != (serial, chan, end));
+/// ends): it stands no more — once a sender of ours writing it is done.
+pub fn unvouch(owner: Owner, chan: usize, end: u64) {
+    loop {
+        {
+            let mut l = lock(&LOCAL);
+            let at = l
+                .iter()
+                .position(|e| (e.owner, e.chan, e.end) == (owner, chan, end));
+            match at {
+                None => return,
+                Some(i) if !l[i].writing => {
+                    l.swap_remove(i);
+                    return;
+                }
+                Some(_) => {}
+            }
+        }
+        // A sender of this process is inside its write (tens of
+        // microseconds): the receive must not end before it.
+        std::thread::yield_now();
+    }
 }
 
 /// Sender: whether an owner of this process stands for offer `o` for the
-/// record ending at `end` on channel `chan` of its endpoint `serial`.
-pub fn vouched(serial: u64, chan: usize, end: u64, o: &Offer) -> bool {
-    lock(&LOCAL)
-        .iter()
-        .any(|e| (e.0, e.1, e.2) == (serial, chan, end) && e.3 == *o)
+/// record ending at `end` on channel `chan` of `owner`; if so it is
+/// marked as being written until [`written`].
+pub fn begin_write(owner: Owner, chan: usize, end: u64, o: &Offer) -> bool {
+    let mut l = lock(&LOCAL);
+    let found = l
+        .iter_mut()
+        .find(|e| (e.owner, e.chan, e.end) == (owner, chan, end) && e.offer == *o);
+    match found {
+        Some(e) => {
+            e.writing = true;
+            true
+        }
+        None => false,
+    }
+}
+
+/// Sender: done writing the offer [`begin_write`] marked.
+pub fn written(owner: Owner, chan: usize, end: u64) {
+    let mut l = lock(&LOCAL);
+    for e in l.iter_mut() {
+        if (e.owner, e.chan, e.end) == (owner, chan, end) {
+            e.writing = false;
+        }
+    }
+}
+
+/// A word at its own address, random per process: a process from which
+/// we read it back there shares our memory (is us, by any of our thread
+/// ids, or a child forked from us, which is treated alike).
+static TOKEN: OnceLock<u64> = OnceLock::new();
+
+/// Whether process (or thread) `pid` shares our memory: it holds our
+/// [`TOKEN`] at its address. Any id of one of our threads names us to
+/// the kernel, so comparing `pid` with our own would not do.
+pub fn shares_memory(pid: u32) -> bool {
+    // Without a random source, a constant: another process of this
+    // program holding it at the same address is then taken for us, which
+    // only makes its offers need vouching (they fail, the owner copies).
+    let token = TOKEN.get_or_init(|| {
+        let n = weft_core::wire::claim::fresh_nonce().unwrap_or([0x5a; 16]);
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&n[..8]);
+        u64::from_ne_bytes(w) | 1
+    });
+    let mut w = [0u8; 8];
+    let addr = token as *const u64 as usize as u64;
+    let r = crate::cma::pull(pid, &[(addr, 8)], &mut [&mut w[..]]);
+    r == Ok(8) && u64::from_ne_bytes(w) == *token
 }
 
 /// Where a split's message is cut: about half, at a page boundary (the
@@ -328,13 +413,51 @@ mod tests {
             at: 8,
             ranges: [(0x2000, 8)].into_iter().collect(),
         };
-        vouch(u64::MAX, 2, 64, &o);
-        assert!(vouched(u64::MAX, 2, 64, &o));
-        assert!(!vouched(u64::MAX, 2, 64, &other), "other ranges");
-        assert!(!vouched(u64::MAX, 3, 64, &o), "another channel");
-        assert!(!vouched(u64::MAX, 2, 72, &o), "another record");
-        unvouch(u64::MAX, 2, 64);
-        assert!(!vouched(u64::MAX, 2, 64, &o));
+        let me = test_file();
+        let owner = (u64::MAX, me);
+        vouch(owner, 2, 64, &o);
+        assert!(!begin_write(owner, 2, 64, &other), "other ranges");
+        assert!(!begin_write(owner, 3, 64, &o), "another channel");
+        assert!(!begin_write(owner, 2, 72, &o), "another record");
+        assert!(!begin_write((u64::MAX - 1, me), 2, 64, &o), "another owner");
+        assert!(begin_write(owner, 2, 64, &o));
+        // Settling waits for the write to end.
+        let t = std::thread::spawn(move || unvouch(owner, 2, 64));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!t.is_finished(), "settled while a sender writes");
+        written(owner, 2, 64);
+        t.join().expect("unvouch");
+        assert!(!begin_write(owner, 2, 64, &o), "stands no more");
+    }
+
+    /// A file identity for the registry's tests (this test binary's).
+    fn test_file() -> crate::segment::FileId {
+        let f = std::fs::File::open("/proc/self/exe").expect("exe");
+        crate::segment::FileId::of_fd(&f).expect("fstat")
+    }
+
+    #[test]
+    fn we_share_our_memory_and_a_child_process_does_not() {
+        assert!(shares_memory(std::process::id()));
+        // Any of our threads' ids names us to the kernel.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let _ = tx.send(nix::unistd::gettid().as_raw() as u32);
+            let _ = stop_rx.recv();
+        });
+        let live = rx.recv().expect("tid");
+        assert!(shares_memory(live), "a live thread of ours: {live}");
+        let _ = stop_tx.send(());
+        t.join().expect("thread");
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        let shares = shares_memory(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(!shares, "an exec'd child has its own memory");
     }
 
     #[test]

@@ -117,6 +117,10 @@ pub struct Peer {
     /// `H_CMA_PROBE`): our CMA records offer to write a part of their
     /// message (`split`).
     split_ok: bool,
+    /// The owner shares our memory (`split::shares_memory`: it is this
+    /// process, by whatever id): its offers are written only if it
+    /// vouched for them.
+    mine: bool,
     /// Sends in `delivering` that offer a split: while any does, each
     /// pass looks at the channel's offer block.
     splits: usize,

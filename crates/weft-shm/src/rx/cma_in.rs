@@ -72,7 +72,7 @@ pub(super) fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool
         let at = split::cut(placed);
         if let Some(offer) = Offer::of(&req.bufs, at, placed) {
             let s = Split {
-                serial: ep.serial,
+                owner: ep.seg_id.map(|f| (ep.serial, f)),
                 req: Some(req),
                 info,
                 placed,
@@ -136,9 +136,11 @@ fn hold_cma(
 /// are leaked, not freed: the sender may still be writing them.
 #[derive(Debug)]
 pub(crate) struct Split {
-    /// Our endpoint's serial: with the channel and `end`, the offer as
-    /// this process vouches for it (`split::vouch`).
-    serial: u64,
+    /// Our endpoint as this process vouches for its offers
+    /// (`split::vouch`): `None` when our segment's file could not be
+    /// looked at (then nothing is vouched, and a sender of this process
+    /// leaves its part to us).
+    owner: Option<split::Owner>,
     /// `None` once settled.
     req: Option<RecvReq>,
     info: MsgInfo,
@@ -168,8 +170,10 @@ impl Drop for Split {
 
 impl Split {
     /// The offer stands no more (before the receive ends either way).
-    fn settled(&self) {
-        split::unvouch(self.serial, self.chan, self.end);
+    fn settled(&mut self) {
+        if let Some(o) = self.owner.take() {
+            split::unvouch(o, self.chan, self.end);
+        }
     }
 
     /// The receive ends in error `e`, unsettled. `safe`: the sender
@@ -202,7 +206,9 @@ fn chan_of(ep: &EpShared, r: &Rec) -> usize {
 
 /// Offers the sender its part, reads ours, then settles.
 fn begin(ep: &EpShared, lc: &mut RxChan, mut s: Split, offer: &Offer) -> Result<bool, ()> {
-    split::vouch(s.serial, s.chan, s.end, offer);
+    if let Some(o) = s.owner {
+        split::vouch(o, s.chan, s.end, offer);
+    }
     split::publish(&ep.seg, ep.g, s.chan, s.end, offer);
     let at = s.at;
     s.front = copy(&mut s, 0, at);

@@ -26,8 +26,8 @@ use crate::segment::{FileId, Segment};
 /// process's memory need the same right (`PTRACE_MODE_ATTACH`), so a
 /// read that works says a write will; a seccomp filter allowing one call
 /// only makes the write fail, and the owner then copies the part itself.
-/// An owner in this process is checked offer by offer
-/// (`split::vouched`).
+/// An owner that shares our memory is checked offer by offer
+/// (`split::begin_write`).
 fn can_write(seg: &Segment, pid: u32) -> bool {
     if crate::cma::mode() != crate::cma::Mode::Permitted || crate::split::split_min() == usize::MAX
     {
@@ -80,10 +80,12 @@ impl Peer {
             return Err(Error::ConnRefused);
         }
         let split_ok = can_write(&seg, owner.0);
+        let mine = split_ok && crate::split::shares_memory(owner.0);
         Ok(Peer {
             bell: crate::bell::open_remote(name),
             spins,
             split_ok,
+            mine,
             ..Peer::unclaimed(name.to_owned(), seg, file, g, owner, serial)
         })
     }
@@ -121,6 +123,7 @@ impl Peer {
             refused: false,
             proves: None,
             split_ok: false,
+            mine: false,
             splits: 0,
             spins: false,
         }

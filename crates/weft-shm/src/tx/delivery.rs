@@ -148,10 +148,11 @@ impl Peer {
         let Some(offer) = crate::split::take(&self.seg, self.g, i, end, d.len) else {
             return;
         };
-        // An owner in this process: only an offer it stands for (a
-        // forged one would have us write our own memory).
-        let mine = self.owner.0 == std::process::id();
-        let offer = offer.filter(|o| !mine || crate::split::vouched(self.serial, i, end, o));
+        // An owner that shares our memory: only an offer it stands for,
+        // marked while we write it (a forged one would have us write our
+        // own memory; `split::LOCAL`).
+        let owner = self.mine.then_some((self.serial, self.file));
+        let offer = offer.filter(|o| owner.is_none_or(|w| crate::split::begin_write(w, i, end, o)));
         let wrote = offer.map(|o| {
             let lens: SmallVec<[usize; 4]> = iov.iter().map(|b| b.len()).collect();
             let local: SmallVec<[&[u8]; 4]> =
@@ -159,7 +160,11 @@ impl Peer {
                     .into_iter()
                     .map(|(k, at, n)| &iov[k][at..at + n])
                     .collect();
-            (crate::cma::push(self.owner.0, &o.ranges, &local), o.bytes())
+            let r = (crate::cma::push(self.owner.0, &o.ranges, &local), o.bytes());
+            if let Some(w) = owner {
+                crate::split::written(w, i, end);
+            }
+            r
         });
         let ok = matches!(wrote, Some((Ok(n), len)) if n as u64 == len);
         if let Some((Err(crate::cma::PullError::Sys(e)), _)) = wrote {
