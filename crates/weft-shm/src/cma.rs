@@ -39,7 +39,8 @@ pub const CMA_MIN: usize = 32 << 10;
 /// See [`CMA_MIN`]; [`max_len`] is what applies.
 pub const CMA_MAX: usize = 256 << 10;
 
-/// The largest message sent by CMA whatever the channel does:
+/// The largest message sent by CMA whatever the channel does, unless
+/// its copy is split between both sides (`split`), which has no bound:
 /// `WEFT_SHM_CMA_MAX` (bytes) if set to a number, else [`CMA_MAX`] (the
 /// benchmark sets it to compare both paths at every size).
 pub fn max_len() -> usize {

@@ -198,10 +198,13 @@ impl Peer {
     /// consumed all we wrote and nothing waits behind `o` — as in a
     /// ping-pong, where one copy on the receiver's core beats two; while
     /// messages stream, the ring's two copies on two cores pipeline and
-    /// win (`docs/benchmarks.md`, "Where CMA pays").
+    /// win (`docs/benchmarks.md`, "Where CMA pays") — unless the copy is
+    /// split between both cores (`offers_split`), which wins streamed
+    /// too (`docs/benchmarks.md`, "Split copies").
     fn cma_ok(&self, c: &Chan, o: &Out) -> bool {
         let size_ok = o.len >= crate::cma::CMA_MIN
             && (o.len <= crate::cma::max_len()
+                || self.offers_split(o.len)
                 || (crate::cma::idle_large()
                     && self.queue.is_empty()
                     && c.head(&self.seg) == self.tail));
