@@ -220,7 +220,7 @@ pub fn written(owner: Owner, chan: usize, end: u64) {
 static TOKEN: OnceLock<u64> = OnceLock::new();
 
 /// Whether process (or thread) `pid` shares our memory: it holds our
-/// [`TOKEN`] at its address. Any id of one of our threads names us to
+/// `TOKEN` at its address. Any id of one of our threads names us to
 /// the kernel, so comparing `pid` with our own would not do.
 pub fn shares_memory(pid: u32) -> bool {
     // Without a random source, a constant: another process of this
