@@ -79,8 +79,15 @@ impl Peer {
         if !crate::live::owner_runs(name, (owner.0, owner.1, serial)) {
             return Err(Error::ConnRefused);
         }
-        let split_ok = can_write(&seg, owner.0);
-        let mine = split_ok && crate::split::shares_memory(owner.0);
+        // Whether the owner shares our memory must be known for certain
+        // before we write it (`split::shares_memory`): if not, no splits.
+        let (split_ok, mine) = match can_write(&seg, owner.0) {
+            false => (false, false),
+            true => match crate::split::shares_memory(owner.0) {
+                Some(mine) => (true, mine),
+                None => (false, false),
+            },
+        };
         Ok(Peer {
             bell: crate::bell::open_remote(name),
             spins,

@@ -152,7 +152,13 @@ impl Peer {
         // marked while we write it (a forged one would have us write our
         // own memory; `split::LOCAL`).
         let owner = self.mine.then_some((self.serial, self.file));
-        let offer = offer.filter(|o| owner.is_none_or(|w| crate::split::begin_write(w, i, end, o)));
+        let mut mark = None;
+        let offer = offer.filter(|o| {
+            owner.is_none_or(|w| {
+                mark = crate::split::begin_write(w, i, end, o);
+                mark.is_some()
+            })
+        });
         let wrote = offer.map(|o| {
             let lens: SmallVec<[usize; 4]> = iov.iter().map(|b| b.len()).collect();
             let local: SmallVec<[&[u8]; 4]> =
@@ -160,12 +166,9 @@ impl Peer {
                     .into_iter()
                     .map(|(k, at, n)| &iov[k][at..at + n])
                     .collect();
-            let r = (crate::cma::push(self.owner.0, &o.ranges, &local), o.bytes());
-            if let Some(w) = owner {
-                crate::split::written(w, i, end);
-            }
-            r
+            (crate::cma::push(self.owner.0, &o.ranges, &local), o.bytes())
         });
+        drop(mark);
         let ok = matches!(wrote, Some((Ok(n), len)) if n as u64 == len);
         if let Some((Err(crate::cma::PullError::Sys(e)), _)) = wrote {
             if matches!(e, nix::errno::Errno::EPERM | nix::errno::Errno::ENOSYS) {
