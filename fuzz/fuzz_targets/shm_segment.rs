@@ -49,6 +49,7 @@ fuzz_target!(|data: &[u8]| {
                 let sum: u64 = a.ranges.iter().map(|r| r.1).sum();
                 assert_eq!(sum as usize, t);
                 assert!(a.ranges.iter().all(|r| r.0.checked_add(r.1).is_some()));
+                assert!(a.pool.is_none_or(|p| p.holds(&a.ranges)), "a pool holds its ranges");
             }
         }
     }

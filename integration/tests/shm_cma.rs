@@ -176,6 +176,7 @@ async fn hostile_announcements_stay_in_the_posted_buffer() {
     p.b.post_recv(whole, 1).unwrap();
     let ann = Announce {
         ranges: [(src.as_ptr() as u64, 1u64 << 20)].into_iter().collect(),
+        pool: None,
     };
     hostile_record(&p.b, 5, 1 << 20, &ann.encode());
     let e = within("truncated", next_cq(&p.bcq)).await.unwrap_err();
@@ -188,6 +189,7 @@ async fn hostile_announcements_stay_in_the_posted_buffer() {
     p.b.post_recv(BytesMut::zeroed(100), 2).unwrap();
     let bad = Announce {
         ranges: [(0x1000u64, 100u64)].into_iter().collect(),
+        pool: None,
     };
     hostile_record(&p.b, 6, 100, &bad.encode());
     let e = within("unmapped", next_cq(&p.bcq)).await.unwrap_err();

@@ -531,6 +531,7 @@ async fn hostile_direct_requests_stay_in_the_region() {
             off,
             ann: Announce {
                 ranges: ranges.iter().copied().collect(),
+                pool: None,
             },
         }
         .encode()

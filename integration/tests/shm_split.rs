@@ -228,6 +228,7 @@ fn split_record(b: &weft::Endpoint, i: usize, src: &Bytes, take: bool) -> Hostil
         ranges: [(src.as_ptr() as u64, src.len() as u64)]
             .into_iter()
             .collect(),
+        pool: None,
     }
     .encode();
     let h = RecHead {

@@ -135,6 +135,9 @@ pub const MAX_RANGES: usize = crate::IOV_LIMIT;
 pub const fn announce_len(n: usize) -> usize {
     8 + 16 * n
 }
+/// Most payload bytes of an announcement: [`MAX_RANGES`] ranges and a
+/// pool reference.
+pub const ANNOUNCE_MAX: usize = announce_len(MAX_RANGES) + crate::pool::POOL_REF_LEN;
 
 /// What a probing receiver must read at the address a sender announces.
 pub const PROBE_MAGIC: u64 = u64::from_le_bytes(*b"WEFTCMA1");
@@ -340,7 +343,7 @@ pub const DIRECT_MAX: usize = 8 + announce_len(MAX_RANGES);
 
 impl DirectReq {
     /// The offset (u64, host byte order), then the announcement.
-    pub fn encode(&self) -> smallvec::SmallVec<[u8; DIRECT_MAX]> {
+    pub fn encode(&self) -> smallvec::SmallVec<[u8; ANNOUNCE_MAX + 8]> {
         let mut b = smallvec::SmallVec::new();
         b.extend_from_slice(&self.off.to_ne_bytes());
         b.extend_from_slice(&self.ann.encode());
@@ -351,7 +354,9 @@ impl DirectReq {
     /// keeps [`Announce::parse`]'s rules.
     pub fn parse(b: &[u8], total: usize) -> Option<DirectReq> {
         let off = u64::from_ne_bytes(b.get(..8)?.try_into().ok()?);
-        let ann = Announce::parse(b.get(8..)?, total)?;
+        // A direct request's buffers are read by cross-memory attach
+        // only: an announcement naming a pool is not one.
+        let ann = Announce::parse(b.get(8..)?, total).filter(|a| a.pool.is_none())?;
         Some(DirectReq { off, ann })
     }
 }
@@ -361,26 +366,35 @@ impl DirectReq {
 pub struct Announce {
     /// (address, length) in the sender, in message order.
     pub ranges: smallvec::SmallVec<[(u64, u64); MAX_RANGES]>,
+    /// The sender's shared pool holding every range, if one does
+    /// (`pool`): the receiver may map it and copy without the kernel.
+    pub pool: Option<crate::pool::PoolRef>,
 }
 
 impl Announce {
-    /// The payload as written: range count (u32), zero (u32), then each
-    /// range's address and length (u64 each), host byte order.
-    pub fn encode(&self) -> smallvec::SmallVec<[u8; announce_len(MAX_RANGES)]> {
+    /// The payload as written: range count (u32), whether a pool
+    /// reference follows (u32: 0 or 1), each range's address and length
+    /// (u64 each), then the pool reference if any; host byte order.
+    pub fn encode(&self) -> smallvec::SmallVec<[u8; ANNOUNCE_MAX]> {
         let mut b = smallvec::SmallVec::new();
         b.extend_from_slice(&(self.ranges.len() as u32).to_ne_bytes());
-        b.extend_from_slice(&0u32.to_ne_bytes());
+        b.extend_from_slice(&u32::from(self.pool.is_some()).to_ne_bytes());
         for (a, l) in &self.ranges {
             b.extend_from_slice(&a.to_ne_bytes());
             b.extend_from_slice(&l.to_ne_bytes());
+        }
+        if let Some(p) = &self.pool {
+            b.extend_from_slice(&p.encode());
         }
         b
     }
 
     /// Reads an announcement for a message of `total` bytes, if it keeps
-    /// the rules: its length exactly that of its count of ranges, 1 to
-    /// [`MAX_RANGES`] of them, the reserved word zero, no range wrapping
-    /// the address space, and the lengths adding up to `total`.
+    /// the rules: its length exactly that of its count of ranges (and
+    /// pool reference), 1 to [`MAX_RANGES`] of them, the pool word 0 or 1,
+    /// no range wrapping the address space, the lengths adding up to
+    /// `total`, and a pool reference that keeps `PoolRef::parse`'s rules
+    /// and holds every range.
     pub fn parse(b: &[u8], total: usize) -> Option<Announce> {
         let w4 = |o: usize| -> Option<u32> {
             Some(u32::from_ne_bytes(b.get(o..o + 4)?.try_into().ok()?))
@@ -389,7 +403,13 @@ impl Announce {
             Some(u64::from_ne_bytes(b.get(o..o + 8)?.try_into().ok()?))
         };
         let n = w4(0)? as usize;
-        if !(1..=MAX_RANGES).contains(&n) || b.len() != announce_len(n) || w4(4)? != 0 {
+        let pooled = match w4(4)? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let len = announce_len(n) + if pooled { crate::pool::POOL_REF_LEN } else { 0 };
+        if !(1..=MAX_RANGES).contains(&n) || b.len() != len {
             return None;
         }
         let mut ranges = smallvec::SmallVec::new();
@@ -400,7 +420,15 @@ impl Announce {
             sum = sum.checked_add(l)?;
             ranges.push((a, l));
         }
-        (usize::try_from(sum).ok()? == total).then_some(Announce { ranges })
+        let pool = match pooled {
+            true => Some(crate::pool::PoolRef::parse(b.get(announce_len(n)..)?)?)
+                .filter(|p| p.holds(&ranges)),
+            false => None,
+        };
+        if pooled && pool.is_none() {
+            return None;
+        }
+        (usize::try_from(sum).ok()? == total).then_some(Announce { ranges, pool })
     }
 }
 
@@ -413,6 +441,7 @@ mod tests {
     fn announcements_round_trip_and_lies_are_refused() {
         let a = Announce {
             ranges: [(0x1000u64, 10u64), (0x9000, 6)].into_iter().collect(),
+            pool: None,
         };
         let b = a.encode();
         assert_eq!(b.len(), announce_len(2));
@@ -427,13 +456,45 @@ mod tests {
         // A range wrapping the address space.
         let w = Announce {
             ranges: [(u64::MAX - 2, 16u64)].into_iter().collect(),
+            pool: None,
         };
         assert_eq!(Announce::parse(&w.encode(), 16), None);
         // Overflowing lengths.
         let o = Announce {
             ranges: [(0u64, u64::MAX), (0, 2)].into_iter().collect(),
+            pool: None,
         };
         assert_eq!(Announce::parse(&o.encode(), 1), None);
+        // A pool reference: round trips, and must hold every range.
+        let r = crate::pool::PoolRef {
+            fd: 5,
+            ino: 9,
+            base: 0x1000,
+            len: 0x9000,
+        };
+        let p = Announce {
+            pool: Some(r),
+            ..a.clone()
+        };
+        let b = p.encode();
+        assert_eq!(b.len(), announce_len(2) + crate::pool::POOL_REF_LEN);
+        assert_eq!(Announce::parse(&b, 16), Some(p.clone()));
+        let short = Announce {
+            pool: Some(crate::pool::PoolRef { len: 0x8000, ..r }),
+            ..a.clone()
+        };
+        assert_eq!(
+            Announce::parse(&short.encode(), 16),
+            None,
+            "a range outside"
+        );
+        let mut two = b.clone();
+        two[4..8].copy_from_slice(&2u32.to_ne_bytes());
+        assert_eq!(Announce::parse(&two, 16), None, "pool word 2");
+        assert_eq!(Announce::parse(&b[..b.len() - 8], 16), None, "cut short");
+        // A direct request never names a pool.
+        let d = DirectReq { off: 0, ann: p };
+        assert_eq!(DirectReq::parse(&d.encode(), 16), None);
     }
 
     #[test]
@@ -488,6 +549,7 @@ mod tests {
             off: 5,
             ann: Announce {
                 ranges: [(d, 10u64)].into_iter().collect(),
+                pool: None,
             },
         };
         assert_eq!(DirectReq::parse(&r.encode(), 10), Some(r.clone()));

@@ -81,6 +81,22 @@ impl ProviderDomain for ShmDomain {
         Some(self.resolver.clone())
     }
 
+    /// Shared memory a peer can map where peers may attach to us anyway
+    /// (`pool`): large messages to and from its buffers are then copied
+    /// by plain loads and stores. Plain memory otherwise, or if the
+    /// kernel will not make the file (no `memfd`, a seccomp filter).
+    fn pool_alloc(&self, count: usize, size: usize) -> Result<weft_core::pool::PoolMemory> {
+        if crate::pool::enabled() {
+            match crate::pool::alloc(count, size) {
+                Ok(m) => return Ok(m),
+                Err(Error::Inval) => return Err(Error::Inval),
+                // Past the size limit, plain memory says so too.
+                Err(e) => tracing::debug!(error = %e, "shm pool not shared: plain memory"),
+            }
+        }
+        weft_core::pool::PoolMemory::plain(count, size)
+    }
+
     fn srx_open(&self, size: usize) -> Result<Arc<dyn ProviderSrx>> {
         self.srx_open_attr(&RxAttr {
             size,

@@ -25,10 +25,14 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// none, and a version-9 owner would void a live one; 11: the owner's
 /// CMA probe word in the header (`H_CMA_PROBE`), an offer block per
 /// channel after the control blocks (`Geometry::offer`), and `F_SPLIT`
-/// on CMA records: a large message copied half by each side). Versions do not read
+/// on CMA records: a large message copied half by each side; 12: a CMA
+/// announcement's second word says whether a shared pool reference
+/// follows its ranges, and an offer block names the owner's pool at
+/// `O_POOL`: both sides of a message between shared pools copy through
+/// mappings of them, `pool`). Versions do not read
 /// each other's segments: a peer of another version is refused
 /// (`ring::header_geometry`), whatever it wrote.
-pub const VERSION: u32 = 11;
+pub const VERSION: u32 = 12;
 
 /// Header fields.
 pub const H_MAGIC: usize = 0;
@@ -127,6 +131,10 @@ pub const O_N: usize = 16;
 pub const O_RANGES: usize = 24;
 /// Ranges an offer lists at most.
 pub const O_MAX: usize = 4;
+/// The owner's shared pool holding every range, if one does
+/// (`pool::PoolRef`, 32 bytes; a length of 0 when none): the sender may
+/// map it and write its part without the kernel.
+pub const O_POOL: usize = O_RANGES + 16 * O_MAX;
 /// Split states. Written by the owner: `O_OFFERED`, `O_REVOKED`; by the
 /// sender: `O_TAKEN` (a compare-and-swap from `O_OFFERED`), then
 /// `O_DONE` or `O_FAILED` (it could not write: the owner copies the part
@@ -331,7 +339,7 @@ const _: () = {
     assert!(H_START + 8 <= H_KEYED && H_KEYED + 4 <= H_SERIAL);
     assert!(H_SERIAL + 8 <= H_SLEEPING && H_SLEEPING + 4 <= H_CMA_PROBE);
     assert!(H_CMA_PROBE + 8 <= HEADER);
-    assert!(O_RANGES + 16 * O_MAX <= OFFER && OFFER % 8 == 0);
+    assert!(O_POOL + crate::pool::POOL_REF_LEN <= OFFER && OFFER % 8 == 0);
     assert!(C_NAME + NAME_MAX <= C_SERIAL && C_SERIAL + 8 <= C_START);
     // The words a channel's `segment::Block` reads and writes lie inside
     // the control block (a word past it would read as `None`, not fail

@@ -53,6 +53,8 @@ mod mr;
 pub mod name;
 mod offer;
 mod out;
+pub mod pool;
+mod pool_map;
 pub mod ring;
 mod rma;
 mod rx;

@@ -533,7 +533,7 @@ fn direct_lead(
     }
     let req = crate::cma::DirectReq {
         off,
-        ann: crate::cma::Announce { ranges },
+        ann: crate::cma::Announce { ranges, pool: None },
     };
     let mut l = Lead::new(word | F_LAST, key, data, &req.encode());
     l.total = Some(len as u64);

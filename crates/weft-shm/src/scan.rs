@@ -271,12 +271,14 @@ mod tests {
         let mut tail = 0;
         let ann = crate::cma::Announce {
             ranges: [(4096u64, 1 << 20)].into_iter().collect(),
+            pool: None,
         }
         .encode();
         let direct = crate::cma::DirectReq {
             off: 64,
             ann: crate::cma::Announce {
                 ranges: [(4096u64, 1 << 20)].into_iter().collect(),
+                pool: None,
             },
         }
         .encode();

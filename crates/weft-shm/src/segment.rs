@@ -186,6 +186,19 @@ impl Segment {
         Segment::map(fd, len)
     }
 
+    /// Maps a peer's shared pool (`pool_map`): `fd` must be a regular
+    /// file of inode `ino` and exactly `len` bytes, sealed against
+    /// shrinking (so that no access of ours can fault past its end,
+    /// whatever its owner does later). `Inval` otherwise.
+    pub fn map_sealed(fd: &OwnedFd, ino: u64, len: usize) -> Result<Segment> {
+        let st = rustix::fs::fstat(fd).map_err(io)?;
+        let seals = rustix::fs::fcntl_get_seals(fd).map_err(io)?;
+        if st.st_ino != ino || !seals.contains(rustix::fs::SealFlags::SHRINK) {
+            return Err(Error::Inval);
+        }
+        Segment::map_stat(fd, &st, len, len)
+    }
+
     /// An anonymous shared mapping holding `bytes` (tests and fuzzing:
     /// the same accessors over contents nobody vouches for).
     pub fn anonymous(bytes: &[u8]) -> Result<Segment> {

@@ -33,6 +33,7 @@ use smallvec::SmallVec;
 use weft_core::sync::lock;
 
 use crate::layout::*;
+use crate::pool::POOL_REF_LEN;
 use crate::segment::Segment;
 
 /// Messages of at least this many bytes are split when their sender
@@ -97,6 +98,8 @@ const _: () = assert!(O_MAX == crate::cma::MAX_RANGES);
 pub struct Offer {
     pub at: u64,
     pub ranges: SmallVec<[(u64, u64); O_MAX]>,
+    /// The receiver's shared pool holding every range, if one does.
+    pub pool: Option<crate::pool::PoolRef>,
 }
 
 impl Offer {
@@ -113,9 +116,11 @@ impl Offer {
             .map(|(i, off, k)| ((bufs[i].as_ptr() as usize + off) as u64, k as u64))
             .collect::<SmallVec<[(u64, u64); O_MAX]>>();
         let len: u64 = ranges.iter().map(|r| r.1).sum();
+        let pool = crate::pool::lookup(&ranges);
         (len == (end - at) as u64).then_some(Offer {
             at: at as u64,
             ranges,
+            pool,
         })
     }
 
@@ -273,8 +278,11 @@ fn at(g: Geometry, i: usize, field: usize) -> usize {
 /// ring position `end`. The fields first, the state word last (release),
 /// so a sender that sees the offer sees them.
 pub fn publish(seg: &Segment, g: Geometry, i: usize, end: u64, o: &Offer) {
-    let mut b = [0u8; O_RANGES + 16 * O_MAX];
+    let mut b = [0u8; O_POOL + POOL_REF_LEN];
     b[O_AT..O_AT + 8].copy_from_slice(&o.at.to_ne_bytes());
+    if let Some(p) = &o.pool {
+        b[O_POOL..].copy_from_slice(&p.encode());
+    }
     b[O_N..O_N + 8].copy_from_slice(&(o.ranges.len() as u64).to_ne_bytes());
     for (k, (a, l)) in o.ranges.iter().enumerate() {
         let p = O_RANGES + 16 * k;
@@ -366,7 +374,7 @@ pub fn take(seg: &Segment, g: Geometry, i: usize, end: u64, len: usize) -> Optio
     ) {
         return None;
     }
-    let mut b = [0u8; O_RANGES + 16 * O_MAX];
+    let mut b = [0u8; O_POOL + POOL_REF_LEN];
     if !seg.read(at(g, i, O_AT), &mut b[O_AT..]) {
         return Some(None);
     }
@@ -389,7 +397,20 @@ pub fn take(seg: &Segment, g: Geometry, i: usize, end: u64, len: usize) -> Optio
     let fits = sum
         .and_then(|s| s.checked_add(off))
         .is_some_and(|e| e <= len as u64);
-    Some(fits.then_some(Offer { at: off, ranges }))
+    // A pool reference, if any (a length of 0: none), must keep its rules
+    // and hold every range, or the offer is refused.
+    let pool = match word(O_POOL + 24) {
+        0 => None,
+        _ => match crate::pool::PoolRef::parse(&b[O_POOL..]).filter(|p| p.holds(&ranges)) {
+            Some(p) => Some(p),
+            None => return Some(None),
+        },
+    };
+    Some(fits.then_some(Offer {
+        at: off,
+        ranges,
+        pool,
+    }))
 }
 
 /// Sender: says the part of the offer about the record ending at `end`
@@ -427,10 +448,12 @@ mod tests {
         let o = Offer {
             at: 8,
             ranges: [(0x1000, 8)].into_iter().collect(),
+            pool: None,
         };
         let other = Offer {
             at: 8,
             ranges: [(0x2000, 8)].into_iter().collect(),
+            pool: None,
         };
         let me = test_file();
         let owner = (u64::MAX, me);
@@ -455,6 +478,7 @@ mod tests {
         let o = Offer {
             at: 0,
             ranges: [(0x3000, 8)].into_iter().collect(),
+            pool: None,
         };
         let owner = (u64::MAX - 2, test_file());
         vouch(owner, 1, 8, &o);
@@ -529,6 +553,7 @@ mod tests {
         let o = Offer {
             at: 4096,
             ranges: [(0x1000, 2048), (0x9000, 2048)].into_iter().collect(),
+            pool: None,
         };
         publish(&seg, g, 3, 777, &o);
         assert_eq!(offered(&seg, g, 3), Some(777));
@@ -551,6 +576,7 @@ mod tests {
         let o = Offer {
             at: 0,
             ranges: [(0x1000, 10)].into_iter().collect(),
+            pool: None,
         };
         publish(&seg, g, 0, 40, &o);
         assert_eq!(revoke(&seg, g, 0, 40), Ok(()));
@@ -559,11 +585,44 @@ mod tests {
     }
 
     #[test]
+    fn an_offer_names_its_pool_and_a_pool_not_holding_it_is_refused() {
+        let (seg, g) = seg();
+        let r = crate::pool::PoolRef {
+            fd: 3,
+            ino: 77,
+            base: 0x10000,
+            len: 0x10000,
+        };
+        let o = Offer {
+            at: 8,
+            ranges: [(0x10100, 10)].into_iter().collect(),
+            pool: Some(r),
+        };
+        publish(&seg, g, 1, 40, &o);
+        assert_eq!(take(&seg, g, 1, 40, 18), Some(Some(o.clone())));
+        // The same ranges with a pool that does not hold them.
+        let far = Offer {
+            pool: Some(crate::pool::PoolRef { base: 0x40000, ..r }),
+            ..o.clone()
+        };
+        publish(&seg, g, 1, 48, &far);
+        assert_eq!(take(&seg, g, 1, 48, 18), Some(None));
+        // A reference that breaks its own rules (unaligned).
+        let odd = Offer {
+            pool: Some(crate::pool::PoolRef { base: 0x10001, ..r }),
+            ..o
+        };
+        publish(&seg, g, 1, 56, &odd);
+        assert_eq!(take(&seg, g, 1, 56, 18), Some(None));
+    }
+
+    #[test]
     fn an_offer_past_the_message_is_taken_and_refused() {
         let (seg, g) = seg();
         let part = |at: u64, ranges: &[(u64, u64)]| Offer {
             at,
             ranges: ranges.iter().copied().collect(),
+            pool: None,
         };
         for (o, len) in [
             (part(8, &[(0x1000, 10)]), 17),

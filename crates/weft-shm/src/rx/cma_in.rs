@@ -46,7 +46,7 @@ pub(super) fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool
     if total > ep.max_msg {
         return Err(());
     }
-    let mut raw = [0u8; crate::cma::announce_len(crate::cma::MAX_RANGES)];
+    let mut raw = [0u8; crate::cma::ANNOUNCE_MAX];
     let n = (h.len as usize).min(raw.len());
     if h.len as usize != n || !ep.seg.read(r.payload, &mut raw[..n]) {
         return Err(());
@@ -82,6 +82,7 @@ pub(super) fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool
                 at,
                 pid,
                 ranges: a.ranges,
+                pool: a.pool,
                 front: false,
             };
             return begin(ep, lc, s, &offer);
@@ -89,7 +90,7 @@ pub(super) fn cma_record(ep: &EpShared, lc: &mut RxChan, r: &Rec) -> Result<bool
     }
     let got = {
         let mut local: SmallVec<[&mut [u8]; 4]> = req.bufs.iter_mut().map(|b| &mut b[..]).collect();
-        crate::cma::pull(pid, &a.ranges, &mut local)
+        crate::pool_map::pull(pid, a.pool.as_ref(), &a.ranges, &mut local)
     };
     if got != Ok(placed) {
         // Failed by `free` as a message begun and broken off.
@@ -121,7 +122,7 @@ fn hold_cma(
         return Ok(false);
     };
     let mut b = BytesMut::zeroed(total);
-    if crate::cma::pull(pid, &a.ranges, &mut [&mut b[..]]) != Ok(total) {
+    if crate::pool_map::pull(pid, a.pool.as_ref(), &a.ranges, &mut [&mut b[..]]) != Ok(total) {
         return Err(());
     }
     let held = Held::new(ep, b, from.clone(), c);
@@ -155,6 +156,8 @@ pub(crate) struct Split {
     pid: u32,
     /// The sender's announcement (what we copy from).
     ranges: SmallVec<[(u64, u64); crate::cma::MAX_RANGES]>,
+    /// The sender's shared pool holding them, if it named one.
+    pool: Option<crate::pool::PoolRef>,
     /// Our part read whole.
     front: bool,
 }
@@ -282,7 +285,7 @@ fn copy(s: &mut Split, from: usize, to: usize) -> bool {
             local.push(&mut b[at..at + k]);
         }
     }
-    crate::cma::pull(s.pid, &remote, &mut local) == Ok(to - from)
+    crate::pool_map::pull(s.pid, s.pool.as_ref(), &remote, &mut local) == Ok(to - from)
 }
 
 /// Both parts settled: the receive completes if both arrived whole

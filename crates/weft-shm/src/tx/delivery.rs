@@ -166,7 +166,8 @@ impl Peer {
                     .into_iter()
                     .map(|(k, at, n)| &iov[k][at..at + n])
                     .collect();
-            (crate::cma::push(self.owner.0, &o.ranges, &local), o.bytes())
+            let pushed = crate::pool_map::push(self.owner.0, o.pool.as_ref(), &o.ranges, &local);
+            (pushed, o.bytes())
         });
         drop(mark);
         let ok = matches!(wrote, Some((Ok(n), len)) if n as u64 == len);

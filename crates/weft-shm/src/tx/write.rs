@@ -241,17 +241,18 @@ impl Peer {
         let (word, tag, data, p) = match o.lead.as_deref() {
             Some(l) => {
                 let last = if o.len == 0 { F_LAST } else { 0 };
-                let p: SmallVec<[u8; crate::cma::DIRECT_MAX]> = l.arg().iter().copied().collect();
+                let p: SmallVec<[u8; crate::cma::ANNOUNCE_MAX]> = l.arg().iter().copied().collect();
                 (l.word | last, l.tag, l.data, p)
             }
             None => {
-                let a = crate::cma::Announce {
-                    ranges: o
-                        .iov
-                        .iter()
-                        .map(|b| (b.as_ptr() as usize as u64, b.len() as u64))
-                        .collect(),
-                };
+                let ranges: SmallVec<[(u64, u64); crate::cma::MAX_RANGES]> = o
+                    .iov
+                    .iter()
+                    .map(|b| (b.as_ptr() as usize as u64, b.len() as u64))
+                    .collect();
+                // From one of our shared pools: the receiver may map it.
+                let pool = crate::pool::lookup(&ranges);
+                let a = crate::cma::Announce { ranges, pool };
                 let split = if self.offers_split(o.len) { F_SPLIT } else { 0 };
                 (
                     K_CMA | o.flags | F_LAST | split,

@@ -1,0 +1,254 @@
+//! Peers' shared pools, mapped here (`pool`): a message whose sender
+//! announced it lies in one of its pools is read with plain copies from
+//! our mapping of that pool, and a split part whose owner offered a
+//! receive in one of its pools is written so — no system call per
+//! message once the pool is mapped. Anything that does not map (the
+//! right to attach refused, a file that is not the one named, not sealed,
+//! of another size) falls back to cross-memory attach, which the caller
+//! had the right to use anyway.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags};
+
+use crate::cma::PullError;
+use crate::pool::PoolRef;
+use crate::segment::Segment;
+
+/// Mappings kept at once (least recently used dropped past it): each
+/// holds a peer's pool memory alive while kept.
+const KEEP: usize = 32;
+
+/// A peer's pool as named (its pid and reference), and what mapping it
+/// gave: `None` when it could not be mapped (not tried again while
+/// kept).
+struct Entry {
+    pid: u32,
+    r: PoolRef,
+    seg: Option<Arc<Segment>>,
+    used: u64,
+    /// The process, to see it gone (`sweep`).
+    pidfd: Option<OwnedFd>,
+}
+
+struct Cache {
+    entries: Vec<Entry>,
+    clock: u64,
+}
+
+/// Copies made through a mapped pool (`pool::mapped_copies`).
+pub(crate) static COPIES: AtomicU64 = AtomicU64::new(0);
+
+static CACHE: Mutex<Cache> = Mutex::new(Cache {
+    entries: Vec::new(),
+    clock: 0,
+});
+
+/// Our mapping of pool `r` of process `pid`, made now if not kept.
+fn mapping(pid: u32, r: &PoolRef) -> Option<Arc<Segment>> {
+    let mut c = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    c.clock += 1;
+    let now = c.clock;
+    if let Some(e) = c.entries.iter_mut().find(|e| e.pid == pid && e.r == *r) {
+        e.used = now;
+        return e.seg.clone();
+    }
+    sweep(&mut c.entries);
+    let (seg, pidfd) = match map(pid, r) {
+        Ok((s, p)) => (Some(Arc::new(s)), Some(p)),
+        Err(()) => (None, None),
+    };
+    if c.entries.len() >= KEEP {
+        if let Some(i) = c
+            .entries
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, e)| e.used)
+            .map(|(i, _)| i)
+        {
+            c.entries.swap_remove(i);
+        }
+    }
+    c.entries.push(Entry {
+        pid,
+        r: *r,
+        seg: seg.clone(),
+        used: now,
+        pidfd,
+    });
+    seg
+}
+
+/// Drops the mappings of processes that are gone (their pidfd readable)
+/// and the failures kept: made at each new mapping, so a dead peer's pool
+/// is let go by the next one, not only when pushed out.
+fn sweep(entries: &mut Vec<Entry>) {
+    use rustix::event::{PollFd, PollFlags};
+    let gone: Vec<bool> = {
+        let mut fds: Vec<PollFd<'_>> = entries
+            .iter()
+            .filter_map(|e| e.pidfd.as_ref())
+            .map(|p| PollFd::new(p, PollFlags::IN))
+            .collect();
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        if rustix::event::poll(&mut fds, Some(&zero)).is_err() {
+            return;
+        }
+        fds.iter().map(|f| !f.revents().is_empty()).collect()
+    };
+    let mut k = 0;
+    entries.retain(|e| {
+        if e.pidfd.is_none() {
+            return false;
+        }
+        let dead = gone.get(k).copied().unwrap_or(false);
+        k += 1;
+        !dead
+    });
+}
+
+/// Takes a copy of descriptor `r.fd` of `pid` and maps it if it is the
+/// pool named: its inode, its size, sealed against shrinking.
+fn map(pid: u32, r: &PoolRef) -> Result<(Segment, OwnedFd), ()> {
+    let pid = Pid::from_raw(i32::try_from(pid).map_err(|_| ())?).ok_or(())?;
+    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|_| ())?;
+    let fd: OwnedFd = rustix::process::pidfd_getfd(
+        &pidfd,
+        i32::try_from(r.fd).map_err(|_| ())?,
+        PidfdGetfdFlags::empty(),
+    )
+    .map_err(|_| ())?;
+    let len = usize::try_from(r.len).map_err(|_| ())?;
+    let seg = Segment::map_sealed(&fd, r.ino, len).map_err(|_| ())?;
+    Ok((seg, pidfd))
+}
+
+/// Reads the ranges `remote` of process `pid` into `local`, as
+/// `cma::pull` does: from our mapping of its pool `pool` when the ranges
+/// lie in it and it maps, else by cross-memory attach.
+pub fn pull(
+    pid: u32,
+    pool: Option<&PoolRef>,
+    remote: &[(u64, u64)],
+    local: &mut [&mut [u8]],
+) -> Result<usize, PullError> {
+    let mapped = pool
+        .filter(|r| r.holds(remote))
+        .and_then(|r| mapping(pid, r).map(|s| (s, r.base)));
+    if let Some((seg, base)) = mapped {
+        let lens: smallvec::SmallVec<[usize; 4]> = local.iter().map(|b| b.len()).collect();
+        COPIES.fetch_add(1, Ordering::Relaxed);
+        return Ok(copy(remote, base, &lens, |off, k, at, n| {
+            seg.read(off, &mut local[k][at..at + n])
+        }));
+    }
+    crate::cma::pull(pid, remote, local)
+}
+
+/// Writes `local` into the ranges `remote` of process `pid`, as
+/// `cma::push` does: into our mapping of its pool `pool` when the ranges
+/// lie in it and it maps, else by cross-memory attach.
+pub fn push(
+    pid: u32,
+    pool: Option<&PoolRef>,
+    remote: &[(u64, u64)],
+    local: &[&[u8]],
+) -> Result<usize, PullError> {
+    let mapped = pool
+        .filter(|r| r.holds(remote))
+        .and_then(|r| mapping(pid, r).map(|s| (s, r.base)));
+    if let Some((seg, base)) = mapped {
+        let lens: smallvec::SmallVec<[usize; 4]> = local.iter().map(|b| b.len()).collect();
+        COPIES.fetch_add(1, Ordering::Relaxed);
+        return Ok(copy(remote, base, &lens, |off, k, at, n| {
+            seg.write(off, &local[k][at..at + n])
+        }));
+    }
+    crate::cma::push(pid, remote, local)
+}
+
+/// Walks `remote` (addresses from `base` in a mapping) against local
+/// buffers of lengths `lens`, in order, until either ends, calling
+/// `step(offset in the mapping, local buffer, offset in it, bytes)` for
+/// each piece; returns the bytes the steps moved (stopping at the first
+/// that fails).
+fn copy(
+    remote: &[(u64, u64)],
+    base: u64,
+    lens: &[usize],
+    mut step: impl FnMut(usize, usize, usize, usize) -> bool,
+) -> usize {
+    let (mut k, mut at) = (0usize, 0usize);
+    let mut done = 0usize;
+    for &(a, l) in remote {
+        let (mut off, mut left) = ((a - base) as usize, l as usize);
+        while left > 0 {
+            while k < lens.len() && at == lens[k] {
+                k += 1;
+                at = 0;
+            }
+            let Some(&room) = lens.get(k) else {
+                return done;
+            };
+            let n = left.min(room - at);
+            if !step(off, k, at, n) {
+                return done;
+            }
+            (off, left, at, done) = (off + n, left - n, at + n, done + n);
+        }
+    }
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn pieces_follow_both_sides() {
+        let mut seen = Vec::new();
+        let n = copy(&[(100, 10), (200, 5)], 100, &[4, 0, 20], |o, k, a, n| {
+            seen.push((o, k, a, n));
+            true
+        });
+        assert_eq!(n, 15);
+        assert_eq!(seen, vec![(0, 0, 0, 4), (4, 2, 0, 6), (100, 2, 6, 5)]);
+        // Local side shorter: stops where it ends.
+        let n = copy(&[(0, 10)], 0, &[3], |_, _, _, _| true);
+        assert_eq!(n, 3);
+    }
+
+    #[test]
+    fn our_own_pool_maps_and_copies_without_the_kernel() {
+        if !crate::pool::enabled() {
+            eprintln!("skipped: cross-memory attach is not permitted here");
+            return;
+        }
+        let mem = crate::pool::alloc(2, 8192).expect("pool");
+        let mut bufs = mem.bufs;
+        bufs[1][..5].copy_from_slice(b"hello");
+        let a = bufs[1].as_ptr() as u64;
+        let r = crate::pool::lookup(&[(a, 8192)]).expect("ours");
+        let me = std::process::id();
+        let mut out = [0u8; 5];
+        assert_eq!(pull(me, Some(&r), &[(a, 5)], &mut [&mut out[..]]), Ok(5));
+        assert_eq!(&out, b"hello");
+        assert_eq!(push(me, Some(&r), &[(a + 8, 3)], &[b"abc"]), Ok(3));
+        assert_eq!(&bufs[1][8..11], b"abc");
+        // Another inode under the number: not mapped, the kernel copies.
+        let lie = PoolRef {
+            ino: r.ino ^ 1,
+            ..r
+        };
+        assert!(mapping(me, &lie).is_none());
+        assert_eq!(pull(me, Some(&lie), &[(a, 5)], &mut [&mut out[..]]), Ok(5));
+        drop(bufs);
+        drop(mem.keep);
+    }
+}
