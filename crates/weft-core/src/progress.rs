@@ -76,6 +76,32 @@ pub const HOLD_NS: u64 = 1_000_000;
 /// a millisecond).
 pub const MAX_NAP_NS: u64 = 8 * HOLD_NS;
 
+/// Lets the tasks woken so far run, then resumes: the task wakes itself
+/// once and yields, which queues it behind them on both Tokio
+/// schedulers (a task woken while it runs goes to the back of the run
+/// queue). Not `tokio::task::yield_now`, which defers the task until the
+/// scheduler has polled its I/O driver — an `epoll_wait` with a zero
+/// timeout each time on a current-thread runtime, and there a write to
+/// the runtime's own wake-up eventfd, answered by one more
+/// `epoll_wait`, once the deferred task is woken (`docs/benchmarks.md`,
+/// "shm interrupt mode: the driver's yields"). The runtime still polls
+/// its driver on its own schedule (every 61 tasks), so a task that
+/// requeues itself in a loop does not starve I/O. On a multi-thread
+/// runtime an idle worker may take the task meanwhile, so there the
+/// order is likely, not certain.
+pub async fn requeue() {
+    let mut queued = false;
+    std::future::poll_fn(|cx| {
+        if queued {
+            return std::task::Poll::Ready(());
+        }
+        queued = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
+}
+
 /// Monotonic nanoseconds since the first call in this process.
 pub fn clock_ns() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();

@@ -59,3 +59,25 @@ pub fn open_remote(name: &str) -> Option<File> {
 pub fn ring(mut f: &File) {
     let _ = f.write(&[1]);
 }
+
+/// Opens `name`'s doorbell again for its owner's reactor (interrupt and
+/// inline modes): read-write, as [`create`] opens it (never end-of-file
+/// while no writer has it), registered for readability. Not a Tokio pipe:
+/// the driver clears its readiness itself after a short read
+/// (`driver::drain`), which saves the failing `read` a wake-up would
+/// otherwise end with.
+pub fn register(name: &str) -> Result<tokio::io::unix::AsyncFd<File>> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(nonblock())
+        .open(bell_path(name))?;
+    // SAFETY: `File` owns its descriptor: it stays open and the same
+    // file description, and `as_raw_fd` returns it, until the `AsyncFd`
+    // holding the `File` drops it.
+    #[allow(unsafe_code)]
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(f, tokio::io::Interest::READABLE)
+    };
+    fd.map_err(|e| Error::from(std::io::Error::from(e)))
+}

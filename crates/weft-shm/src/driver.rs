@@ -173,12 +173,12 @@ async fn run(ep: Arc<EpShared>) {
         stand_aside(&ep).await;
         if poll_once(&ep, clock_ns(), true) > 0 {
             // The tasks it woke answer first.
-            tokio::task::yield_now().await;
+            weft_core::progress::requeue().await;
             continue;
         }
         if stay_awake(&ep, &mut window).await {
             // The tasks it woke answer first, as after any pass.
-            tokio::task::yield_now().await;
+            weft_core::progress::requeue().await;
             continue;
         }
         set_sleeping(&ep, true);
@@ -195,17 +195,36 @@ async fn run(ep: Arc<EpShared>) {
         }
         tokio::select! {
             r = bell.readable() => {
-                if r.is_err() {
+                let Ok(guard) = r else {
                     return;
-                }
-                // Every pending wake-up: one pass serves them all.
-                let mut b = [0u8; 64];
-                while matches!(bell.try_read(&mut b), Ok(n) if n > 0) {}
+                };
+                drain(guard);
             }
             _ = ep.kick.notified() => {}
             _ = tokio::time::sleep(Duration::from_nanos(sweep_ns())) => {}
         }
         set_sleeping(&ep, false);
+    }
+}
+
+/// Takes every pending wake-up from the doorbell (one pass serves them
+/// all). A read short of the buffer emptied the FIFO, so its readiness
+/// is cleared there, without the read that would fail: a byte written
+/// since keeps it set (Tokio clears it only if no event came after the
+/// one this guard was made from).
+fn drain(mut guard: tokio::io::unix::AsyncFdReadyGuard<'_, std::fs::File>) {
+    use std::io::Read;
+    let mut b = [0u8; 64];
+    loop {
+        match guard.get_inner().read(&mut b) {
+            Ok(n) if n == b.len() => {}
+            Ok(_) => return guard.clear_ready(),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return guard.clear_ready(),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // Another error leaves the readiness set: the next wait
+            // returns at once, and its read says again.
+            Err(_) => return,
+        }
     }
 }
 
@@ -233,7 +252,7 @@ async fn stay_awake(ep: &EpShared, window: &mut Option<(u64, u64)>) -> bool {
         return false;
     };
     loop {
-        tokio::task::yield_now().await;
+        weft_core::progress::requeue().await;
         if poll_once(ep, clock_ns(), false) > 0 || ep.hold.remaining_ns() > 0 {
             return true;
         }

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::net::unix::pipe;
+use tokio::io::unix::AsyncFd;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use weft_core::addr::{FiAddr, FI_ADDR_NOTAVAIL};
@@ -64,7 +64,7 @@ pub struct EpShared {
     pub held: File,
     /// The doorbell registered with the reactor (interrupt and inline
     /// modes; busy-poll has none).
-    pub abell: Option<pipe::Receiver>,
+    pub abell: Option<AsyncFd<File>>,
     /// This process (pid, start time).
     pub me: (u32, u64),
     /// This endpoint's serial in its process (`layout::H_SERIAL`).
@@ -207,11 +207,7 @@ impl EpShared {
             let abell = if cfg.wait == WaitMode::BusyPoll {
                 None
             } else {
-                Some(
-                    pipe::OpenOptions::new()
-                        .read_write(true)
-                        .open_receiver(name::bell_path(&name))?,
-                )
+                Some(crate::bell::register(&name)?)
             };
             Ok::<_, Error>((bell, abell))
         })();

@@ -22,8 +22,12 @@
 //! Everything read from a segment is checked before use: a peer writing
 //! garbage there gets its channel freed (`EpStats::rx_malformed`), never
 //! an access outside the segment or a panic. The unsafe code is confined
-//! to two modules: `segment` (the mapping and its accessors) and
-//! `claim_lock` (the `fcntl` byte-lock calls, which rustix lacks).
+//! to three modules: `segment` (the mapping and its accessors),
+//! `claim_lock` (the `fcntl` byte-lock calls, which rustix lacks) and
+//! [`pool`] (a buffer pool's memory put under a shared mapping a peer may
+//! map, so large messages between pools are copied without the kernel),
+//! and one call in `bell` (registering the doorbell with Tokio's
+//! reactor, whose safe form is deprecated).
 //!
 //! Progress follows the other providers' three wait modes; in interrupt
 //! mode the driver sleeps in the Tokio reactor on a doorbell FIFO that

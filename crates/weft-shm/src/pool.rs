@@ -285,7 +285,7 @@ mod tests {
         };
         assert_eq!(PoolRef::parse(&odd.encode()), None, "unaligned");
         let wrap = PoolRef {
-            base: u64::MAX & !4095,
+            base: !4095,
             ..r
         };
         assert_eq!(PoolRef::parse(&wrap.encode()), None, "wraps");

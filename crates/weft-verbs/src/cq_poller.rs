@@ -37,7 +37,6 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
-use std::task::Poll;
 
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
@@ -280,28 +279,6 @@ fn poller_of(cq: Arc<Cq>, sink: Weak<dyn CqSink>) -> Arc<CqPoller> {
     })
 }
 
-/// Returns after the tasks woken so far have run: wakes itself once and
-/// yields, which queues this task behind them on both Tokio schedulers
-/// (a task woken while it runs is queued at the back, not in the slot
-/// for woken tasks that runs next). Not `tokio::task::yield_now`: that
-/// defers the task until the scheduler polls its I/O driver, an
-/// `epoll_wait` with a zero timeout on a current-thread runtime. On a
-/// multi-thread runtime an idle worker may take this task meanwhile, so
-/// there the order is likely, not certain: only how soon the answer
-/// leaves depends on it, never what is delivered.
-async fn after_woken() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if yielded {
-            return Poll::Ready(());
-        }
-        yielded = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    })
-    .await;
-}
-
 /// Starts the driver of `cq` for `wait` and puts its poller in `slot`.
 /// The driver holds `sink` weakly, so the endpoint's drop ends it. Returns
 /// the task to abort when the endpoint closes (busy-poll: the thread's
@@ -388,7 +365,7 @@ fn start_in<S: CqSink + 'static>(
             match poller.drain(true) {
                 None => return,
                 Some(0) => {}
-                Some(_) => after_woken().await,
+                Some(_) => weft_core::progress::requeue().await,
             }
             // The channel is this CQ's alone and the CQ is re-armed only
             // once its event is taken, so one read takes every event there

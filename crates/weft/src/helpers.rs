@@ -7,6 +7,8 @@
 use std::fmt;
 use std::time::Instant;
 
+use weft_core::progress::requeue;
+
 use crate::{Caps, CompletionQueue, CqItem, EpType, Error, Info, Result};
 
 /// Calls `post` until the provider takes the operation. `Again` is a
@@ -114,27 +116,6 @@ pub async fn read_batch_spinning(
         }
         requeue().await;
     }
-}
-
-/// Lets the runtime's other tasks run, then resumes: the task wakes
-/// itself and goes to the back of the run queue. Not
-/// `tokio::task::yield_now`, which defers the wake-up until the runtime
-/// has polled its I/O driver: one `epoll_wait` per empty poll, which was
-/// most of a busy-poll spin's time (2.25 `epoll_wait` per 64 B udp
-/// message beside 3.3 `recvfrom`, `docs/benchmarks.md`). The runtime
-/// still polls the driver on its own schedule (every 61 tasks on Tokio's
-/// schedulers), so a spinner does not starve I/O.
-async fn requeue() {
-    let mut queued = false;
-    std::future::poll_fn(|cx| {
-        if queued {
-            return std::task::Poll::Ready(());
-        }
-        queued = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    })
-    .await
 }
 
 /// The endpoint types `prov` offers here (on `domain`, when given) with

@@ -385,6 +385,86 @@ fn run_wake(iters: u64) -> io::Result<f64> {
     Ok(secs)
 }
 
+/// The interrupt floor as the ping-pongs run: two threads, each pinned
+/// to a CPU of its own (the first two this process may use, as the
+/// benchmarks pin server and client), each blocked until the other
+/// wakes it through an eventfd — in `read`, or (`epoll`) in
+/// `epoll_wait` then `read`, as a Tokio reactor sleeps. `wake` leaves
+/// its two threads to the scheduler, which may run both on one CPU (a
+/// local switch, no cross-CPU wake-up); a ping-pong between processes
+/// pinned apart cannot.
+fn run_wake_pinned(iters: u64, epoll: bool) -> io::Result<f64> {
+    use rustix::event::{eventfd, EventfdFlags};
+    use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+    let allowed = sched_getaffinity(None)?;
+    let cpus: Vec<usize> = (0..CpuSet::MAX_CPU)
+        .filter(|&c| allowed.is_set(c))
+        .take(2)
+        .collect();
+    let (ping, pong) = (
+        eventfd(0, EventfdFlags::CLOEXEC)?,
+        eventfd(0, EventfdFlags::CLOEXEC)?,
+    );
+    let pin = |k: usize| -> io::Result<()> {
+        if let Some(&c) = cpus.get(k) {
+            let mut set = CpuSet::new();
+            set.set(c);
+            sched_setaffinity(None, &set)?;
+        }
+        Ok(())
+    };
+    // Waits for the counter of `fd` to be set, and takes it.
+    let wait =
+        move |fd: &std::os::fd::OwnedFd, ep: Option<&std::os::fd::OwnedFd>| -> io::Result<()> {
+            if let Some(ep) = ep {
+                let mut events = Vec::with_capacity(1);
+                rustix::event::epoll::wait(ep, rustix::buffer::spare_capacity(&mut events), None)?;
+            }
+            let mut b = [0u8; 8];
+            rustix::io::read(fd, &mut b)?;
+            Ok(())
+        };
+    let poller = |fd: &std::os::fd::OwnedFd| -> io::Result<Option<std::os::fd::OwnedFd>> {
+        if !epoll {
+            return Ok(None);
+        }
+        use rustix::event::epoll;
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(&ep, fd, epoll::EventData::new_u64(0), epoll::EventFlags::IN)?;
+        Ok(Some(ep))
+    };
+    let one = 1u64.to_ne_bytes();
+    let server = {
+        let (ping, pong) = (ping.try_clone()?, pong.try_clone()?);
+        let ep = poller(&ping)?;
+        let cpu = cpus.get(1).copied();
+        std::thread::spawn(move || -> io::Result<()> {
+            if let Some(c) = cpu {
+                let mut set = CpuSet::new();
+                set.set(c);
+                sched_setaffinity(None, &set)?;
+            }
+            for _ in 0..iters {
+                wait(&ping, ep.as_ref())?;
+                rustix::io::write(&pong, &one)?;
+            }
+            Ok(())
+        })
+    };
+    pin(0)?;
+    let ep = poller(&pong)?;
+    let t = Instant::now();
+    for _ in 0..iters {
+        rustix::io::write(&ping, &one)?;
+        wait(&pong, ep.as_ref())?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    server
+        .join()
+        .map_err(|_| io::Error::other("server thread failed"))??;
+    Ok(secs)
+}
+
 /// `2 * iters` copies of `size` bytes (so that, like the ping-pongs,
 /// the time per transfer is the total over `2 * iters`).
 fn run_memcpy(size: usize, iters: u64) -> io::Result<f64> {
@@ -483,7 +563,7 @@ fn run_cma(size: usize, iters: u64) -> io::Result<f64> {
 
 const USAGE: &str = "usage: raw-pingpong MODE SIZE ITERS [-B PORT | -P PORT HOST]
   MODE: block|spin|tokio|udp-spin|udp-spin-unconn|udp-block|udp-self|udp-self-unconn|
-        udp-self-unconn-epoll|memcpy|xcopy|cma|wake
+        udp-self-unconn-epoll|memcpy|xcopy|cma|wake|wake-pinned|wake-epoll-pinned
   (-B/-P: udp-spin and udp-spin-unconn only, one side per process)";
 
 /// The mode, size, iterations and (two-process floors) the side.
@@ -506,6 +586,8 @@ fn parse(args: &[String]) -> Option<(String, usize, u64, Option<Side>)> {
             | "cma"
             | "xcopy"
             | "wake"
+            | "wake-pinned"
+            | "wake-epoll-pinned"
             | "udp-spin"
             | "udp-spin-unconn"
             | "udp-block"
@@ -548,6 +630,8 @@ fn main() -> ExitCode {
         ("cma", _) => run_cma(size, iters),
         ("xcopy", _) => run_xcopy(size, iters),
         ("wake", _) => run_wake(iters),
+        ("wake-pinned", _) => run_wake_pinned(iters, false),
+        ("wake-epoll-pinned", _) => run_wake_pinned(iters, true),
         (m, _) => run(m == "spin", size, iters),
     };
     match res {
