@@ -78,6 +78,37 @@ async fn pool_messages_arrive_whole_through_the_mapping() {
                 }
             }
         }
+        if shared() && mode == WaitMode::BusyPoll {
+            // A plain send into a pool receive: the sender's part, when it
+            // takes it (a busy-poll sender's thread is awake for the
+            // offer unless the machine keeps it off a core for the whole
+            // of the receiver's half), is written through its mapping of
+            // the receiver's pool — the only mapped copy of such a
+            // message. More rounds, bounded, until one is.
+            let msg = payload(big, 9);
+            let mut pushed = false;
+            for _ in 0..1000 {
+                let (split, copies) =
+                    (b.stats().unwrap().rx_split, weft_shm::pool::mapped_copies());
+                let mut buf = pool.get().await.expect("get");
+                buf.set_len(big).expect("len");
+                let (got, sent) = within("pushed part", async {
+                    tokio::join!(b.recv_pooled(buf), a.send(b_in_a, msg.clone()))
+                })
+                .await;
+                sent.expect("send");
+                assert!(got.expect("recv").buf[..] == msg[..], "plain to pool");
+                if b.stats().unwrap().rx_split > split {
+                    assert!(
+                        weft_shm::pool::mapped_copies() > copies,
+                        "the sender's part was written by the kernel"
+                    );
+                    pushed = true;
+                    break;
+                }
+            }
+            assert!(pushed, "no part written by the sender");
+        }
         let s = b.stats().unwrap();
         assert_eq!(s.rx_malformed, 0);
         drop((a, b));

@@ -12,11 +12,14 @@
 //! pools"). The file is sealed against shrinking and growing, so no peer
 //! can make our accesses fault by truncating it.
 //!
-//! When the pool goes, the stretch is made private again with its
-//! contents (copied to a fresh anonymous mapping moved over it with
-//! `mremap`) before the allocation can go back to the allocator: the heap
-//! must never hold shared pages (a `fork` would share them with the
-//! child), and a buffer still lent out keeps what it holds.
+//! When the pool goes with every buffer back (the allocation's last
+//! view is the pool's own), the stretch is made private again — fresh
+//! anonymous pages mapped over it — before the allocation can go back to
+//! the allocator: the heap must never hold shared pages (a `fork` would
+//! share them with the child). If a buffer is still out (lent to a
+//! posted receive, lost with a closed endpoint, or held in a completion),
+//! something may still write it through the file, so the stretch stays
+//! shared and the allocation is never given back (leaked, not reused).
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
@@ -26,7 +29,7 @@ use std::sync::Mutex;
 
 use bytes::BytesMut;
 use rustix::fs::{MemfdFlags, SealFlags};
-use rustix::mm::{MapFlags, MremapFlags, ProtFlags};
+use rustix::mm::{MapFlags, ProtFlags};
 use weft_core::pool::{PoolMemory, MAX_POOL_BYTES};
 use weft_core::{Error, Result};
 
@@ -138,47 +141,37 @@ impl Drop for Shared {
             l.retain(|p| *p != self.r);
             COUNT.store(l.len(), Ordering::Relaxed);
         }
-        let (base, len) = (self.r.base as usize as *mut c_void, self.r.len as usize);
-        if !privatize(base, len) {
-            // The stretch could not be made private: the allocation must
-            // then never go back to the allocator (leaked, not shared).
-            std::mem::forget(self.keeper.take());
+        crate::pool_map::forget(&self.r);
+        let Some(keeper) = self.keeper.take() else {
+            return;
+        };
+        let all = keeper.freeze();
+        let base = self.r.base as usize as *mut c_void;
+        if !all.is_unique() || !unshare(base, self.r.len as usize) {
+            // A buffer is still out, or the stretch could not be made
+            // private: the allocation must never go back to the allocator
+            // with shared pages under it.
+            std::mem::forget(all);
         }
     }
 }
 
-/// Replaces the shared mapping at `base` (`len` bytes) by a private one
-/// holding the same bytes.
-fn privatize(base: *mut c_void, len: usize) -> bool {
-    // SAFETY: a fresh anonymous private mapping at an address the kernel
-    // chooses; it overlaps nothing of ours.
-    let fresh = unsafe {
+/// Maps fresh private anonymous pages over the stretch at `base` (`len`
+/// bytes): what was there, our shared mapping of the pool's file, goes.
+fn unshare(base: *mut c_void, len: usize) -> bool {
+    // SAFETY: `base..base + len` is the stretch `alloc` mapped, inside an
+    // allocation nothing but the caller's last view holds any more (so no
+    // buffer reads or writes it); the new pages are zero, as the
+    // allocator's own would be after a fresh `mmap`.
+    let p = unsafe {
         rustix::mm::mmap_anonymous(
-            std::ptr::null_mut(),
+            base,
             len,
             ProtFlags::READ | ProtFlags::WRITE,
-            MapFlags::PRIVATE,
+            MapFlags::PRIVATE | MapFlags::FIXED,
         )
     };
-    let Ok(fresh) = fresh else {
-        return false;
-    };
-    // SAFETY: `base..base + len` is the stretch `alloc` mapped, inside an
-    // allocation the keeper still holds; `fresh` is the new mapping. The
-    // two do not overlap. Copied through raw pointers: a buffer's bytes
-    // may be changing under us (a peer's late write), which only changes
-    // what is copied.
-    unsafe { std::ptr::copy_nonoverlapping(base.cast::<u8>(), fresh.cast::<u8>(), len) };
-    // SAFETY: moves the fresh mapping over the stretch, atomically
-    // replacing the shared pages there (`MREMAP_FIXED` unmaps what was
-    // at the target); both ranges are page-aligned, `len` bytes, ours.
-    let moved = unsafe { rustix::mm::mremap_fixed(fresh, len, len, MremapFlags::MAYMOVE, base) };
-    if moved.is_err() {
-        // SAFETY: the fresh mapping is still where mmap put it, ours.
-        let _ = unsafe { rustix::mm::munmap(fresh, len) };
-        return false;
-    }
-    true
+    matches!(p, Ok(p) if p == base)
 }
 
 /// `count` buffers of `size` bytes in one allocation whose buffers a peer
@@ -201,6 +194,9 @@ pub fn alloc(count: usize, size: usize) -> Result<PoolMemory> {
     rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
         .map_err(io)?;
     let ino = rustix::fs::fstat(&fd).map_err(io)?.st_ino;
+    // A child forked from now on shares the pool's pages: it must hold
+    // our token too, to be taken for us (`split::token`).
+    crate::split::token();
     // A page of room to align the buffers' start, and the keeper's byte
     // past the stretch.
     let mut all = BytesMut::zeroed(len + PAGE + 1);
@@ -224,10 +220,14 @@ pub fn alloc(count: usize, size: usize) -> Result<PoolMemory> {
     };
     match mapped {
         Ok(p) if p as usize == base => {}
-        Ok(_) | Err(_) => {
-            // A failed MAP_FIXED may have unmapped the stretch: the
-            // allocation is leaked rather than given back with a hole.
-            std::mem::forget(all);
+        _ => {
+            // A failed MAP_FIXED may have unmapped the stretch: private
+            // pages over it again make the allocation whole (zero, as it
+            // was); if even that fails it is leaked, never given back with
+            // a hole.
+            if !unshare(base as *mut c_void, len) {
+                std::mem::forget(all);
+            }
             return Err(Error::NoMem);
         }
     }
@@ -284,10 +284,7 @@ mod tests {
             ..r
         };
         assert_eq!(PoolRef::parse(&odd.encode()), None, "unaligned");
-        let wrap = PoolRef {
-            base: !4095,
-            ..r
-        };
+        let wrap = PoolRef { base: !4095, ..r };
         assert_eq!(PoolRef::parse(&wrap.encode()), None, "wraps");
         let empty = PoolRef { len: 0, ..r };
         assert_eq!(PoolRef::parse(&empty.encode()), None, "empty");
@@ -297,7 +294,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pool_is_shared_memory_found_by_address_and_private_again_after() {
+    fn a_pool_is_shared_memory_found_by_address_and_stays_shared_while_a_buffer_is_out() {
         let mem = alloc(3, 5000).expect("pool");
         let mut bufs = mem.bufs;
         assert_eq!(bufs.len(), 3);
@@ -311,16 +308,98 @@ mod tests {
         let mut got = [0u8; 4];
         std::os::unix::fs::FileExt::read_exact_at(&f, &mut got, 5000).expect("read");
         assert_eq!(&got, b"weft");
-        // A lent buffer outlives its pool, with its bytes, in private
-        // memory.
+        // A buffer still out when the pool goes: the stretch stays shared
+        // (the file sees what it holds), its bytes kept.
         let lent = bufs.pop().expect("buf");
         drop(bufs);
         drop(mem.keep);
         assert_eq!(lookup(&[(a, 1)]), None, "gone from the table");
         let mut lent = lent;
-        lent[0] = 1;
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut got[..1], 10000).expect("read");
-        assert_eq!(got[0], 0, "the file no longer sees our writes");
+        lent[7] = 9;
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut got[..1], 10007).expect("read");
+        assert_eq!(got[0], 9, "still the file's pages");
+        assert_eq!(mapped_at(r.base), Some(true));
+    }
+
+    #[test]
+    fn a_pool_with_every_buffer_back_is_private_again() {
+        let mem = alloc(2, 4096).expect("pool");
+        let r = lookup(&[(mem.bufs[0].as_ptr() as u64, 1)]).expect("found");
+        assert_eq!(mapped_at(r.base), Some(true));
+        drop(mem.bufs);
+        drop(mem.keep);
+        assert_ne!(mapped_at(r.base), Some(true), "still the pool's file");
+    }
+
+    /// Whether the page at `addr` is a mapping of a pool's file
+    /// (`/proc/self/maps`), `None` if nothing is mapped there.
+    fn mapped_at(addr: u64) -> Option<bool> {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        maps.lines().find_map(|l| {
+            let range = l.split_whitespace().next()?;
+            let (lo, hi) = range.split_once('-')?;
+            let (lo, hi) = (
+                u64::from_str_radix(lo, 16).ok()?,
+                u64::from_str_radix(hi, 16).ok()?,
+            );
+            (lo..hi).contains(&addr).then(|| l.contains("weft-pool"))
+        })
+    }
+
+    #[test]
+    fn writes_to_a_lent_buffer_while_the_pool_goes_are_kept() {
+        let mem = alloc(1, 16 << 20).expect("pool");
+        let mut bufs = mem.bufs;
+        let mut lent = bufs.pop().expect("buf");
+        let started = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = started.clone();
+        let t = std::thread::spawn(move || {
+            let pages = lent.len() / 4096;
+            for i in 0..pages {
+                lent[i * 4096] = 1;
+                if i == 16 {
+                    s2.store(true, Ordering::Relaxed);
+                }
+            }
+            lent
+        });
+        while !started.load(Ordering::Relaxed) && !t.is_finished() {
+            std::hint::spin_loop();
+        }
+        drop(mem.keep);
+        let lent = t.join().expect("writer");
+        let lost = (0..lent.len() / 4096)
+            .filter(|&i| lent[i * 4096] != 1)
+            .count();
+        assert_eq!(lost, 0, "writes lost while the pool went");
+    }
+
+    #[test]
+    fn a_dropped_pool_of_ours_is_not_kept_mapped() {
+        if !enabled() {
+            eprintln!("skipped: cross-memory attach is not permitted here");
+            return;
+        }
+        let mem = alloc(1, 8 << 20).expect("pool");
+        let a = mem.bufs[0].as_ptr() as u64;
+        let r = lookup(&[(a, 8)]).expect("ours");
+        let mut out = [0u8; 8];
+        let me = std::process::id();
+        assert_eq!(
+            crate::pool_map::pull(me, Some(&r), &[(a, 8)], &mut [&mut out[..]]),
+            Ok(8)
+        );
+        drop(mem.bufs);
+        drop(mem.keep);
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let ino = r.ino.to_string();
+        let held = maps
+            .lines()
+            .filter(|l| {
+                l.contains("weft-pool") && l.split_whitespace().nth(4) == Some(ino.as_str())
+            })
+            .count();
+        assert_eq!(held, 0, "the dropped pool's file is still mapped");
     }
 
     /// The descriptor the table names (a test of our own pool).

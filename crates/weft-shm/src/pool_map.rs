@@ -21,9 +21,12 @@ use crate::segment::Segment;
 /// holds a peer's pool memory alive while kept.
 const KEEP: usize = 32;
 
+/// A failure to map is remembered this long (no system calls per
+/// message for a pool that does not map), then tried again.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A peer's pool as named (its pid and reference), and what mapping it
-/// gave: `None` when it could not be mapped (not tried again while
-/// kept).
+/// gave: `None` when it could not be mapped (then `failed` says when).
 struct Entry {
     pid: u32,
     r: PoolRef,
@@ -31,6 +34,7 @@ struct Entry {
     used: u64,
     /// The process, to see it gone (`sweep`).
     pidfd: Option<OwnedFd>,
+    failed: Option<std::time::Instant>,
 }
 
 struct Cache {
@@ -46,20 +50,33 @@ static CACHE: Mutex<Cache> = Mutex::new(Cache {
     clock: 0,
 });
 
-/// Our mapping of pool `r` of process `pid`, made now if not kept.
+fn cache() -> std::sync::MutexGuard<'static, Cache> {
+    CACHE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Our mapping of pool `r` of process `pid`, made now if not kept (and
+/// not failed within [`RETRY`]). The mapping is made outside the cache's
+/// lock: it takes a file from the peer, which other copies need not wait
+/// for.
 fn mapping(pid: u32, r: &PoolRef) -> Option<Arc<Segment>> {
-    let mut c = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    c.clock += 1;
-    let now = c.clock;
-    if let Some(e) = c.entries.iter_mut().find(|e| e.pid == pid && e.r == *r) {
-        e.used = now;
-        return e.seg.clone();
+    {
+        let mut c = cache();
+        c.clock += 1;
+        let now = c.clock;
+        if let Some(e) = c.entries.iter_mut().find(|e| e.pid == pid && e.r == *r) {
+            if e.failed.is_none_or(|t| t.elapsed() < RETRY) {
+                e.used = now;
+                return e.seg.clone();
+            }
+        }
     }
-    sweep(&mut c.entries);
-    let (seg, pidfd) = match map(pid, r) {
-        Ok((s, p)) => (Some(Arc::new(s)), Some(p)),
-        Err(()) => (None, None),
+    let (seg, pidfd, failed) = match map(pid, r) {
+        Ok((s, p)) => (Some(Arc::new(s)), Some(p), None),
+        Err(()) => (None, None, Some(std::time::Instant::now())),
     };
+    let mut c = cache();
+    sweep(&mut c.entries);
+    c.entries.retain(|e| !(e.pid == pid && e.r == *r));
     if c.entries.len() >= KEEP {
         if let Some(i) = c
             .entries
@@ -71,18 +88,26 @@ fn mapping(pid: u32, r: &PoolRef) -> Option<Arc<Segment>> {
             c.entries.swap_remove(i);
         }
     }
+    let used = c.clock;
     c.entries.push(Entry {
         pid,
         r: *r,
         seg: seg.clone(),
-        used: now,
+        used,
         pidfd,
+        failed,
     });
     seg
 }
 
+/// Drops our mappings of pool `r` (one of ours that goes: the file is
+/// not held on here).
+pub(crate) fn forget(r: &PoolRef) {
+    cache().entries.retain(|e| e.r != *r);
+}
+
 /// Drops the mappings of processes that are gone (their pidfd readable)
-/// and the failures kept: made at each new mapping, so a dead peer's pool
+/// and expired failures: made at each new mapping, so a dead peer's pool
 /// is let go by the next one, not only when pushed out.
 fn sweep(entries: &mut Vec<Entry>) {
     use rustix::event::{PollFd, PollFlags};
@@ -104,7 +129,7 @@ fn sweep(entries: &mut Vec<Entry>) {
     let mut k = 0;
     entries.retain(|e| {
         if e.pidfd.is_none() {
-            return false;
+            return e.failed.is_some_and(|t| t.elapsed() < RETRY);
         }
         let dead = gone.get(k).copied().unwrap_or(false);
         k += 1;
@@ -113,8 +138,20 @@ fn sweep(entries: &mut Vec<Entry>) {
 }
 
 /// Takes a copy of descriptor `r.fd` of `pid` and maps it if it is the
-/// pool named: its inode, its size, sealed against shrinking.
+/// pool named (`Segment::map_sealed`: a sealed `memfd` on tmpfs, of its
+/// inode and size). The peer chooses the number, so what we would take
+/// is looked at first by its name in `/proc` (a `memfd`'s starts with
+/// `/memfd:`): a file of another kind is never taken, and so never
+/// closed by us (a close that could block on a network or FUSE file, or
+/// drop our process's POSIX locks on it). The look and the take are not
+/// one step; a peer racing them can make us take and close a file of its
+/// own, nothing more.
 fn map(pid: u32, r: &PoolRef) -> Result<(Segment, OwnedFd), ()> {
+    let link =
+        rustix::fs::readlink(format!("/proc/{pid}/fd/{}", r.fd), Vec::new()).map_err(|_| ())?;
+    if !link.as_bytes().starts_with(b"/memfd:") {
+        return Err(());
+    }
     let pid = Pid::from_raw(i32::try_from(pid).map_err(|_| ())?).ok_or(())?;
     let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|_| ())?;
     let fd: OwnedFd = rustix::process::pidfd_getfd(
@@ -222,6 +259,44 @@ mod tests {
         // Local side shorter: stops where it ends.
         let n = copy(&[(0, 10)], 0, &[3], |_, _, _, _| true);
         assert_eq!(n, 3);
+    }
+
+    #[test]
+    fn only_a_sealed_memfd_of_its_size_is_mapped() {
+        if !crate::pool::enabled() {
+            eprintln!("skipped: cross-memory attach is not permitted here");
+            return;
+        }
+        use std::os::fd::AsRawFd;
+        let me = std::process::id();
+        let of = |fd: &OwnedFd, len: u64| PoolRef {
+            fd: fd.as_raw_fd() as u32,
+            ino: rustix::fs::fstat(fd).expect("fstat").st_ino,
+            base: 0x10_0000,
+            len,
+        };
+        // A memfd without seals: its owner could shrink it under us.
+        let open =
+            rustix::fs::memfd_create("weft-test", rustix::fs::MemfdFlags::CLOEXEC).expect("memfd");
+        rustix::fs::ftruncate(&open, 8192).expect("size");
+        assert!(mapping(me, &of(&open, 8192)).is_none(), "unsealed");
+        // Sealed, but named with another size.
+        let sealed = rustix::fs::memfd_create(
+            "weft-test",
+            rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+        )
+        .expect("memfd");
+        rustix::fs::ftruncate(&sealed, 8192).expect("size");
+        rustix::fs::fcntl_add_seals(&sealed, rustix::fs::SealFlags::SHRINK).expect("seal");
+        assert!(mapping(me, &of(&sealed, 4096)).is_none(), "another size");
+        assert!(mapping(me, &of(&sealed, 8192)).is_some(), "the real one");
+        // Not a memfd at all (a file in /dev/shm): never taken.
+        let path = format!("/dev/shm/weft-pool-map-test-{me}");
+        let f = std::fs::File::create(&path).expect("file");
+        let _ = std::fs::remove_file(&path);
+        let f = OwnedFd::from(f);
+        assert!(mapping(me, &of(&f, 4096)).is_none(), "not a memfd");
+        cache().entries.retain(|e| e.pid != me);
     }
 
     #[test]

@@ -186,14 +186,27 @@ impl Segment {
         Segment::map(fd, len)
     }
 
-    /// Maps a peer's shared pool (`pool_map`): `fd` must be a regular
-    /// file of inode `ino` and exactly `len` bytes, sealed against
-    /// shrinking (so that no access of ours can fault past its end,
-    /// whatever its owner does later). `Inval` otherwise.
+    /// Maps a peer's shared pool (`pool_map`): `fd` must be a `memfd` on
+    /// tmpfs (`F_GET_SEALS` answers only for `memfd`s, without asking a
+    /// file system anything; hugetlbfs, whose pages can run out under a
+    /// mapping, is refused), sealed against shrinking (so that no access
+    /// of ours can fault past its end, whatever its owner does later), a
+    /// regular file of inode `ino` and exactly `len` bytes. `Inval`
+    /// otherwise.
     pub fn map_sealed(fd: &OwnedFd, ino: u64, len: usize) -> Result<Segment> {
+        /// `TMPFS_MAGIC` (linux/magic.h): shmem, where a `memfd` lives.
+        const TMPFS_MAGIC: i64 = 0x0102_1994;
+        let seals = rustix::fs::fcntl_get_seals(fd).map_err(|_| Error::Inval)?;
+        if !seals.contains(rustix::fs::SealFlags::SHRINK) {
+            return Err(Error::Inval);
+        }
+        let fs = rustix::fs::fstatfs(fd).map_err(io)?;
+        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+        if i64::from(fs.f_type) != TMPFS_MAGIC {
+            return Err(Error::Inval);
+        }
         let st = rustix::fs::fstat(fd).map_err(io)?;
-        let seals = rustix::fs::fcntl_get_seals(fd).map_err(io)?;
-        if st.st_ino != ino || !seals.contains(rustix::fs::SealFlags::SHRINK) {
+        if st.st_ino != ino {
             return Err(Error::Inval);
         }
         Segment::map_stat(fd, &st, len, len)

@@ -232,6 +232,22 @@ impl Drop for Writing {
 /// ids, or a child forked from us, which is treated alike).
 static TOKEN: OnceLock<u64> = OnceLock::new();
 
+/// Our `TOKEN`, drawn now if not yet. Drawn before a shared pool is made
+/// (`pool::alloc`), so that a child forked after it, which shares the
+/// pool's pages, holds the token too and is taken for us (its offers
+/// must then be vouched for here, which they are not).
+pub fn token() -> &'static u64 {
+    // Without a random source, a constant: another process of this
+    // program holding it at the same address is then taken for us, which
+    // only makes its offers need vouching (they fail, the owner copies).
+    TOKEN.get_or_init(|| {
+        let n = weft_core::wire::claim::fresh_nonce().unwrap_or([0x5a; 16]);
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&n[..8]);
+        u64::from_ne_bytes(w) | 1
+    })
+}
+
 /// Whether process (or thread) `pid` shares our memory: it holds our
 /// `TOKEN` at its address. Any id of one of our threads names us to
 /// the kernel, so comparing `pid` with our own would not do.
@@ -243,15 +259,7 @@ static TOKEN: OnceLock<u64> = OnceLock::new();
 /// at all, since a wrong "not us" would let a forged offer aim our own
 /// writes at our own memory.
 pub fn shares_memory(pid: u32) -> Option<bool> {
-    // Without a random source, a constant: another process of this
-    // program holding it at the same address is then taken for us, which
-    // only makes its offers need vouching (they fail, the owner copies).
-    let token = TOKEN.get_or_init(|| {
-        let n = weft_core::wire::claim::fresh_nonce().unwrap_or([0x5a; 16]);
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&n[..8]);
-        u64::from_ne_bytes(w) | 1
-    });
+    let token = token();
     let mut w = [0u8; 8];
     let addr = token as *const u64 as usize as u64;
     match crate::cma::pull(pid, &[(addr, 8)], &mut [&mut w[..]]) {
