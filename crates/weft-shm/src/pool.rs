@@ -5,8 +5,8 @@
 //! allocation, as `weft_core::pool::Carved` makes them; here the
 //! page-aligned stretch under them is then replaced, in place, by a
 //! shared mapping of a sealed `memfd` (`MAP_FIXED`). The process sees the
-//! same addresses and bytes; a peer allowed to attach to it
-//! (`pidfd_getfd`, the right cross-memory attach needs) maps the same
+//! same addresses and bytes; a peer allowed to look at its descriptors
+//! (part of the right cross-memory attach needs) maps the same
 //! file and copies a message's bytes with plain loads and stores, no
 //! system call per message (`pool_map`, `docs/design.md`, "Shared
 //! pools"). The file is sealed against shrinking and growing, so no peer
@@ -147,7 +147,11 @@ impl Drop for Shared {
         };
         let all = keeper.freeze();
         let base = self.r.base as usize as *mut c_void;
-        if !all.is_unique() || !unshare(base, self.r.len as usize) {
+        let unique = all.is_unique();
+        // `is_unique` reads the count relaxed: the other views' last
+        // accesses must be seen before their pages are replaced.
+        std::sync::atomic::fence(Ordering::Acquire);
+        if !unique || !unshare(base, self.r.len as usize) {
             // A buffer is still out, or the stretch could not be made
             // private: the allocation must never go back to the allocator
             // with shared pages under it.
@@ -177,8 +181,8 @@ fn unshare(base: *mut c_void, len: usize) -> bool {
 /// `count` buffers of `size` bytes in one allocation whose buffers a peer
 /// can map (see the module). `Inval` for no buffers or empty ones,
 /// `NoMem` past `MAX_POOL_BYTES`; an error from the kernel making the
-/// file or the mapping is returned as is (the caller may fall back to a
-/// plain pool).
+/// file is returned as is, a mapping that could not be made is `NoMem`
+/// (either way the caller may fall back to a plain pool).
 pub fn alloc(count: usize, size: usize) -> Result<PoolMemory> {
     if count == 0 || size == 0 {
         return Err(Error::Inval);

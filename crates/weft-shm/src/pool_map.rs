@@ -11,7 +11,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags};
+use rustix::process::{Pid, PidfdFlags};
 
 use crate::cma::PullError;
 use crate::pool::PoolRef;
@@ -40,6 +40,9 @@ struct Entry {
 struct Cache {
     entries: Vec<Entry>,
     clock: u64,
+    /// Bumped by every [`forget`]: a mapping made meanwhile (outside the
+    /// lock) may be of the pool forgotten, and is not kept.
+    generation: u64,
 }
 
 /// Copies made through a mapped pool (`pool::mapped_copies`).
@@ -48,6 +51,7 @@ pub(crate) static COPIES: AtomicU64 = AtomicU64::new(0);
 static CACHE: Mutex<Cache> = Mutex::new(Cache {
     entries: Vec::new(),
     clock: 0,
+    generation: 0,
 });
 
 fn cache() -> std::sync::MutexGuard<'static, Cache> {
@@ -56,10 +60,12 @@ fn cache() -> std::sync::MutexGuard<'static, Cache> {
 
 /// Our mapping of pool `r` of process `pid`, made now if not kept (and
 /// not failed within [`RETRY`]). The mapping is made outside the cache's
-/// lock: it takes a file from the peer, which other copies need not wait
-/// for.
+/// lock: it opens a file of the peer's, which other copies need not wait
+/// for. Live mappings and failures are kept apart, [`KEEP`] of each, so
+/// failures (a peer naming files that do not map) never push out a
+/// mapping.
 fn mapping(pid: u32, r: &PoolRef) -> Option<Arc<Segment>> {
-    {
+    let generation = {
         let mut c = cache();
         c.clock += 1;
         let now = c.clock;
@@ -69,19 +75,35 @@ fn mapping(pid: u32, r: &PoolRef) -> Option<Arc<Segment>> {
                 return e.seg.clone();
             }
         }
-    }
+        c.generation
+    };
     let (seg, pidfd, failed) = match map(pid, r) {
         Ok((s, p)) => (Some(Arc::new(s)), Some(p), None),
         Err(()) => (None, None, Some(std::time::Instant::now())),
     };
     let mut c = cache();
+    if c.generation != generation {
+        // A pool was forgotten meanwhile: perhaps this one.
+        return seg;
+    }
     sweep(&mut c.entries);
+    // Another thread mapped it meanwhile: its mapping stands.
+    let live = c
+        .entries
+        .iter()
+        .find(|e| e.pid == pid && e.r == *r && e.seg.is_some())
+        .and_then(|e| e.seg.clone());
+    if live.is_some() {
+        return live;
+    }
     c.entries.retain(|e| !(e.pid == pid && e.r == *r));
-    if c.entries.len() >= KEEP {
+    let ok = seg.is_some();
+    if c.entries.iter().filter(|e| e.seg.is_some() == ok).count() >= KEEP {
         if let Some(i) = c
             .entries
             .iter()
             .enumerate()
+            .filter(|(_, e)| e.seg.is_some() == ok)
             .min_by_key(|(_, e)| e.used)
             .map(|(i, _)| i)
         {
@@ -103,7 +125,9 @@ fn mapping(pid: u32, r: &PoolRef) -> Option<Arc<Segment>> {
 /// Drops our mappings of pool `r` (one of ours that goes: the file is
 /// not held on here).
 pub(crate) fn forget(r: &PoolRef) {
-    cache().entries.retain(|e| e.r != *r);
+    let mut c = cache();
+    c.generation += 1;
+    c.entries.retain(|e| e.r != *r);
 }
 
 /// Drops the mappings of processes that are gone (their pidfd readable)
@@ -137,32 +161,54 @@ fn sweep(entries: &mut Vec<Entry>) {
     });
 }
 
-/// Takes a copy of descriptor `r.fd` of `pid` and maps it if it is the
-/// pool named (`Segment::map_sealed`: a sealed `memfd` on tmpfs, of its
-/// inode and size). The peer chooses the number, so what we would take
-/// is looked at first by its name in `/proc` (a `memfd`'s starts with
-/// `/memfd:`): a file of another kind is never taken, and so never
-/// closed by us (a close that could block on a network or FUSE file, or
-/// drop our process's POSIX locks on it). The look and the take are not
-/// one step; a peer racing them can make us take and close a file of its
-/// own, nothing more.
+/// Opens the file behind descriptor `r.fd` of `pid` and maps it if it is
+/// the pool named. The peer chooses the number, so the file is first
+/// reached without being opened: `/proc/<pid>/fd/<n>` with `O_PATH`
+/// (no file system's open is called, and closing it neither flushes
+/// nor drops any lock of ours). Only if that file is a `memfd` — on the
+/// kernel's internal tmpfs mount, the device our own `memfd`s are on,
+/// so no file of a mounted file system — of the inode named is it
+/// opened for reading and writing (through `/proc/self/fd`) and mapped
+/// (`Segment::map_sealed`: sealed against shrinking, its exact size).
+/// Needs the right to look at the peer's descriptors (`ptrace` read),
+/// which the CMA right this path is taken under includes. Returns the
+/// peer's pidfd with the mapping, to see it gone.
 fn map(pid: u32, r: &PoolRef) -> Result<(Segment, OwnedFd), ()> {
-    let link =
-        rustix::fs::readlink(format!("/proc/{pid}/fd/{}", r.fd), Vec::new()).map_err(|_| ())?;
-    if !link.as_bytes().starts_with(b"/memfd:") {
+    use rustix::fs::{Mode, OFlags};
+    let raw_pid = i32::try_from(pid).map_err(|_| ())?;
+    let n = i32::try_from(r.fd).map_err(|_| ())?;
+    let dev = memfd_dev().ok_or(())?;
+    let at = rustix::fs::open(
+        format!("/proc/{raw_pid}/fd/{n}"),
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|_| ())?;
+    let st = rustix::fs::fstat(&at).map_err(|_| ())?;
+    if st.st_dev != dev || st.st_ino != r.ino {
         return Err(());
     }
-    let pid = Pid::from_raw(i32::try_from(pid).map_err(|_| ())?).ok_or(())?;
-    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|_| ())?;
-    let fd: OwnedFd = rustix::process::pidfd_getfd(
-        &pidfd,
-        i32::try_from(r.fd).map_err(|_| ())?,
-        PidfdGetfdFlags::empty(),
+    let fd = rustix::fs::open(
+        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&at)),
+        OFlags::RDWR | OFlags::CLOEXEC,
+        Mode::empty(),
     )
     .map_err(|_| ())?;
     let len = usize::try_from(r.len).map_err(|_| ())?;
     let seg = Segment::map_sealed(&fd, r.ino, len).map_err(|_| ())?;
+    let pid = Pid::from_raw(raw_pid).ok_or(())?;
+    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|_| ())?;
     Ok((seg, pidfd))
+}
+
+/// The device of the kernel's internal mount that every `memfd` lives
+/// on (learned once from a `memfd` of our own).
+fn memfd_dev() -> Option<u64> {
+    static DEV: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *DEV.get_or_init(|| {
+        let fd = rustix::fs::memfd_create("weft-probe", rustix::fs::MemfdFlags::CLOEXEC).ok()?;
+        Some(rustix::fs::fstat(&fd).ok()?.st_dev)
+    })
 }
 
 /// Reads the ranges `remote` of process `pid` into `local`, as

@@ -186,13 +186,12 @@ impl Segment {
         Segment::map(fd, len)
     }
 
-    /// Maps a peer's shared pool (`pool_map`): `fd` must be a `memfd` on
-    /// tmpfs (`F_GET_SEALS` answers only for `memfd`s, without asking a
-    /// file system anything; hugetlbfs, whose pages can run out under a
-    /// mapping, is refused), sealed against shrinking (so that no access
-    /// of ours can fault past its end, whatever its owner does later), a
-    /// regular file of inode `ino` and exactly `len` bytes. `Inval`
-    /// otherwise.
+    /// Maps a peer's shared pool (`pool_map`): `fd` must be a file on
+    /// tmpfs (hugetlbfs, whose pages can run out under a mapping, is
+    /// refused) sealed against shrinking (so that no access of ours can
+    /// fault past its end, whatever its owner does later: only a
+    /// `memfd` carries that seal), a regular file of inode `ino` and
+    /// exactly `len` bytes. `Inval` otherwise.
     pub fn map_sealed(fd: &OwnedFd, ino: u64, len: usize) -> Result<Segment> {
         /// `TMPFS_MAGIC` (linux/magic.h): shmem, where a `memfd` lives.
         const TMPFS_MAGIC: i64 = 0x0102_1994;
