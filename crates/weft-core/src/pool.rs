@@ -72,17 +72,23 @@ pub struct Carved {
     pub span: usize,
 }
 
+/// Bytes `count` buffers of `size` take together: `Inval` for no
+/// buffers or empty ones, `NoMem` past [`MAX_POOL_BYTES`].
+pub fn span(count: usize, size: usize) -> Result<usize> {
+    if count == 0 || size == 0 {
+        return Err(Error::Inval);
+    }
+    count
+        .checked_mul(size)
+        .filter(|&s| s <= MAX_POOL_BYTES)
+        .ok_or(Error::NoMem)
+}
+
 impl Carved {
     /// `count` buffers of `size` bytes. `Inval` for no buffers or empty
     /// ones, `NoMem` past [`MAX_POOL_BYTES`].
     pub fn new(count: usize, size: usize) -> Result<Carved> {
-        if count == 0 || size == 0 {
-            return Err(Error::Inval);
-        }
-        let span = count
-            .checked_mul(size)
-            .filter(|&s| s <= MAX_POOL_BYTES)
-            .ok_or(Error::NoMem)?;
+        let span = span(count, size)?;
         let mut all = BytesMut::zeroed(span + 1);
         let mut bufs = Vec::with_capacity(count);
         for _ in 0..count {

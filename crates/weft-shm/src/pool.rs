@@ -184,14 +184,7 @@ fn unshare(base: *mut c_void, len: usize) -> bool {
 /// file is returned as is, a mapping that could not be made is `NoMem`
 /// (either way the caller may fall back to a plain pool).
 pub fn alloc(count: usize, size: usize) -> Result<PoolMemory> {
-    if count == 0 || size == 0 {
-        return Err(Error::Inval);
-    }
-    let span = count
-        .checked_mul(size)
-        .filter(|&s| s <= MAX_POOL_BYTES)
-        .ok_or(Error::NoMem)?;
-    let len = span.next_multiple_of(PAGE);
+    let len = weft_core::pool::span(count, size)?.next_multiple_of(PAGE);
     let fd = rustix::fs::memfd_create("weft-pool", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
         .map_err(io)?;
     rustix::fs::ftruncate(&fd, len as u64).map_err(io)?;

@@ -211,6 +211,16 @@ fn memfd_dev() -> Option<u64> {
     })
 }
 
+/// Our mapping of `pool` of `pid` and its base, if it holds every range
+/// of `remote` and maps (counted as a copy made through it).
+fn mapped(pid: u32, pool: Option<&PoolRef>, remote: &[(u64, u64)]) -> Option<(Arc<Segment>, u64)> {
+    let m = pool
+        .filter(|r| r.holds(remote))
+        .and_then(|r| mapping(pid, r).map(|s| (s, r.base)))?;
+    COPIES.fetch_add(1, Ordering::Relaxed);
+    Some(m)
+}
+
 /// Reads the ranges `remote` of process `pid` into `local`, as
 /// `cma::pull` does: from our mapping of its pool `pool` when the ranges
 /// lie in it and it maps, else by cross-memory attach.
@@ -220,12 +230,8 @@ pub fn pull(
     remote: &[(u64, u64)],
     local: &mut [&mut [u8]],
 ) -> Result<usize, PullError> {
-    let mapped = pool
-        .filter(|r| r.holds(remote))
-        .and_then(|r| mapping(pid, r).map(|s| (s, r.base)));
-    if let Some((seg, base)) = mapped {
+    if let Some((seg, base)) = mapped(pid, pool, remote) {
         let lens: smallvec::SmallVec<[usize; 4]> = local.iter().map(|b| b.len()).collect();
-        COPIES.fetch_add(1, Ordering::Relaxed);
         return Ok(copy(remote, base, &lens, |off, k, at, n| {
             seg.read(off, &mut local[k][at..at + n])
         }));
@@ -242,12 +248,8 @@ pub fn push(
     remote: &[(u64, u64)],
     local: &[&[u8]],
 ) -> Result<usize, PullError> {
-    let mapped = pool
-        .filter(|r| r.holds(remote))
-        .and_then(|r| mapping(pid, r).map(|s| (s, r.base)));
-    if let Some((seg, base)) = mapped {
+    if let Some((seg, base)) = mapped(pid, pool, remote) {
         let lens: smallvec::SmallVec<[usize; 4]> = local.iter().map(|b| b.len()).collect();
-        COPIES.fetch_add(1, Ordering::Relaxed);
         return Ok(copy(remote, base, &lens, |off, k, at, n| {
             seg.write(off, &local[k][at..at + n])
         }));
