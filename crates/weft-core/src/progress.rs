@@ -84,7 +84,7 @@ pub const MAX_NAP_NS: u64 = 8 * HOLD_NS;
 /// timeout each time on a current-thread runtime, and there a write to
 /// the runtime's own wake-up eventfd, answered by one more
 /// `epoll_wait`, once the deferred task is woken (`docs/benchmarks.md`,
-/// "shm interrupt mode: the driver's yields"). The runtime still polls
+/// "Interrupt mode at 64 B: the driver's yields"). The runtime still polls
 /// its driver on its own schedule (every 61 tasks), so a task that
 /// requeues itself in a loop does not starve I/O. On a multi-thread
 /// runtime an idle worker may take the task meanwhile, so there the

@@ -60,18 +60,13 @@ pub fn ring(mut f: &File) {
     let _ = f.write(&[1]);
 }
 
-/// Opens `name`'s doorbell again for its owner's reactor (interrupt and
-/// inline modes): read-write, as [`create`] opens it (never end-of-file
-/// while no writer has it), registered for readability. Not a Tokio pipe:
-/// the driver clears its readiness itself after a short read
-/// (`driver::drain`), which saves the failing `read` a wake-up would
-/// otherwise end with.
-pub fn register(name: &str) -> Result<tokio::io::unix::AsyncFd<File>> {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(nonblock())
-        .open(bell_path(name))?;
+/// The owner's doorbell `bell` ([`create`]'s) for its reactor
+/// (interrupt and inline modes): another descriptor of the same open
+/// FIFO, registered for readability. Not a Tokio pipe: the driver
+/// clears its readiness itself after a short read (`driver::drain`),
+/// which saves the failing `read` a wake-up would otherwise end with.
+pub fn register(bell: &File) -> Result<tokio::io::unix::AsyncFd<File>> {
+    let f = bell.try_clone()?;
     // SAFETY: `File` owns its descriptor: it stays open and the same
     // file description, and `as_raw_fd` returns it, until the `AsyncFd`
     // holding the `File` drops it.

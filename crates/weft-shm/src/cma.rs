@@ -343,7 +343,7 @@ pub const DIRECT_MAX: usize = 8 + announce_len(MAX_RANGES);
 
 impl DirectReq {
     /// The offset (u64, host byte order), then the announcement.
-    pub fn encode(&self) -> smallvec::SmallVec<[u8; ANNOUNCE_MAX + 8]> {
+    pub fn encode(&self) -> smallvec::SmallVec<[u8; DIRECT_MAX]> {
         let mut b = smallvec::SmallVec::new();
         b.extend_from_slice(&self.off.to_ne_bytes());
         b.extend_from_slice(&self.ann.encode());
@@ -421,13 +421,12 @@ impl Announce {
             ranges.push((a, l));
         }
         let pool = match pooled {
-            true => Some(crate::pool::PoolRef::parse(b.get(announce_len(n)..)?)?)
-                .filter(|p| p.holds(&ranges)),
+            true => Some(
+                crate::pool::PoolRef::parse(b.get(announce_len(n)..)?)
+                    .filter(|p| p.holds(&ranges))?,
+            ),
             false => None,
         };
-        if pooled && pool.is_none() {
-            return None;
-        }
         (usize::try_from(sum).ok()? == total).then_some(Announce { ranges, pool })
     }
 }

@@ -207,7 +207,7 @@ impl EpShared {
             let abell = if cfg.wait == WaitMode::BusyPoll {
                 None
             } else {
-                Some(crate::bell::register(&name)?)
+                Some(crate::bell::register(&bell)?)
             };
             Ok::<_, Error>((bell, abell))
         })();

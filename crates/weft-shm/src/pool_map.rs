@@ -25,16 +25,34 @@ const KEEP: usize = 32;
 /// message for a pool that does not map), then tried again.
 const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A peer's pool as named (its pid and reference), and what mapping it
-/// gave: `None` when it could not be mapped (then `failed` says when).
+/// A peer's pool as named (its pid and reference), and what came of
+/// mapping it.
 struct Entry {
     pid: u32,
     r: PoolRef,
-    seg: Option<Arc<Segment>>,
+    state: State,
     used: u64,
-    /// The process, to see it gone (`sweep`).
-    pidfd: Option<OwnedFd>,
-    failed: Option<std::time::Instant>,
+}
+
+enum State {
+    /// Mapped; the peer's pidfd, to see it gone (`sweep`).
+    Mapped(Arc<Segment>, OwnedFd),
+    /// Could not be mapped, at that instant.
+    Failed(std::time::Instant),
+}
+
+impl Entry {
+    fn seg(&self) -> Option<Arc<Segment>> {
+        match &self.state {
+            State::Mapped(seg, _) => Some(seg.clone()),
+            State::Failed(_) => None,
+        }
+    }
+
+    /// A failure remembered past [`RETRY`], to be tried again.
+    fn stale(&self) -> bool {
+        matches!(self.state, State::Failed(t) if t.elapsed() >= RETRY)
+    }
 }
 
 struct Cache {
@@ -70,55 +88,51 @@ fn mapping(pid: u32, r: &PoolRef) -> Option<Arc<Segment>> {
         c.clock += 1;
         let now = c.clock;
         if let Some(e) = c.entries.iter_mut().find(|e| e.pid == pid && e.r == *r) {
-            if e.failed.is_none_or(|t| t.elapsed() < RETRY) {
+            if !e.stale() {
                 e.used = now;
-                return e.seg.clone();
+                return e.seg();
             }
         }
         c.generation
     };
-    let (seg, pidfd, failed) = match map(pid, r) {
-        Ok((s, p)) => (Some(Arc::new(s)), Some(p), None),
-        Err(()) => (None, None, Some(std::time::Instant::now())),
+    let state = match map(pid, r) {
+        Ok((seg, pidfd)) => State::Mapped(Arc::new(seg), pidfd),
+        Err(()) => State::Failed(std::time::Instant::now()),
     };
     let mut c = cache();
+    let ok = matches!(state, State::Mapped(..));
+    let entry = Entry {
+        pid,
+        r: *r,
+        state,
+        used: c.clock,
+    };
     if c.generation != generation {
         // A pool was forgotten meanwhile: perhaps this one.
-        return seg;
+        return entry.seg();
     }
     sweep(&mut c.entries);
     // Another thread mapped it meanwhile: its mapping stands.
-    let live = c
-        .entries
-        .iter()
-        .find(|e| e.pid == pid && e.r == *r && e.seg.is_some())
-        .and_then(|e| e.seg.clone());
-    if live.is_some() {
-        return live;
+    let mut same = c.entries.iter().filter(|e| e.pid == pid && e.r == *r);
+    if let Some(live) = same.find_map(|e| e.seg()) {
+        return Some(live);
     }
     c.entries.retain(|e| !(e.pid == pid && e.r == *r));
-    let ok = seg.is_some();
-    if c.entries.iter().filter(|e| e.seg.is_some() == ok).count() >= KEEP {
-        if let Some(i) = c
+    let kind = |e: &Entry| matches!(e.state, State::Mapped(..)) == ok;
+    if c.entries.iter().filter(|e| kind(e)).count() >= KEEP {
+        let oldest = c
             .entries
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.seg.is_some() == ok)
+            .filter(|(_, e)| kind(e))
             .min_by_key(|(_, e)| e.used)
-            .map(|(i, _)| i)
-        {
+            .map(|(i, _)| i);
+        if let Some(i) = oldest {
             c.entries.swap_remove(i);
         }
     }
-    let used = c.clock;
-    c.entries.push(Entry {
-        pid,
-        r: *r,
-        seg: seg.clone(),
-        used,
-        pidfd,
-        failed,
-    });
+    let seg = entry.seg();
+    c.entries.push(entry);
     seg
 }
 
@@ -138,8 +152,10 @@ fn sweep(entries: &mut Vec<Entry>) {
     let gone: Vec<bool> = {
         let mut fds: Vec<PollFd<'_>> = entries
             .iter()
-            .filter_map(|e| e.pidfd.as_ref())
-            .map(|p| PollFd::new(p, PollFlags::IN))
+            .filter_map(|e| match &e.state {
+                State::Mapped(_, pidfd) => Some(PollFd::new(pidfd, PollFlags::IN)),
+                State::Failed(_) => None,
+            })
             .collect();
         let zero = rustix::event::Timespec {
             tv_sec: 0,
@@ -150,14 +166,10 @@ fn sweep(entries: &mut Vec<Entry>) {
         }
         fds.iter().map(|f| !f.revents().is_empty()).collect()
     };
-    let mut k = 0;
-    entries.retain(|e| {
-        if e.pidfd.is_none() {
-            return e.failed.is_some_and(|t| t.elapsed() < RETRY);
-        }
-        let dead = gone.get(k).copied().unwrap_or(false);
-        k += 1;
-        !dead
+    let mut gone = gone.into_iter();
+    entries.retain(|e| match e.state {
+        State::Mapped(..) => !gone.next().unwrap_or(false),
+        State::Failed(_) => !e.stale(),
     });
 }
 

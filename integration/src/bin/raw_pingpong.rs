@@ -395,74 +395,73 @@ fn run_wake(iters: u64) -> io::Result<f64> {
 /// pinned apart cannot.
 fn run_wake_pinned(iters: u64, epoll: bool) -> io::Result<f64> {
     use rustix::event::{eventfd, EventfdFlags};
-    use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use rustix::thread::{sched_getaffinity, CpuSet};
     let allowed = sched_getaffinity(None)?;
-    let cpus: Vec<usize> = (0..CpuSet::MAX_CPU)
-        .filter(|&c| allowed.is_set(c))
-        .take(2)
-        .collect();
+    let mut cpus = (0..CpuSet::MAX_CPU).filter(|&c| allowed.is_set(c));
+    let (client_cpu, server_cpu) = (cpus.next(), cpus.next());
     let (ping, pong) = (
         eventfd(0, EventfdFlags::CLOEXEC)?,
         eventfd(0, EventfdFlags::CLOEXEC)?,
     );
-    let pin = |k: usize| -> io::Result<()> {
-        if let Some(&c) = cpus.get(k) {
-            let mut set = CpuSet::new();
-            set.set(c);
-            sched_setaffinity(None, &set)?;
-        }
-        Ok(())
-    };
-    // Waits for the counter of `fd` to be set, and takes it.
-    let wait =
-        move |fd: &std::os::fd::OwnedFd, ep: Option<&std::os::fd::OwnedFd>| -> io::Result<()> {
-            if let Some(ep) = ep {
-                let mut events = Vec::with_capacity(1);
-                rustix::event::epoll::wait(ep, rustix::buffer::spare_capacity(&mut events), None)?;
-            }
-            let mut b = [0u8; 8];
-            rustix::io::read(fd, &mut b)?;
-            Ok(())
-        };
-    let poller = |fd: &std::os::fd::OwnedFd| -> io::Result<Option<std::os::fd::OwnedFd>> {
-        if !epoll {
-            return Ok(None);
-        }
-        use rustix::event::epoll;
-        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-        epoll::add(&ep, fd, epoll::EventData::new_u64(0), epoll::EventFlags::IN)?;
-        Ok(Some(ep))
-    };
     let one = 1u64.to_ne_bytes();
     let server = {
         let (ping, pong) = (ping.try_clone()?, pong.try_clone()?);
-        let ep = poller(&ping)?;
-        let cpu = cpus.get(1).copied();
+        let ep = wake_poller(&ping, epoll)?;
         std::thread::spawn(move || -> io::Result<()> {
-            if let Some(c) = cpu {
-                let mut set = CpuSet::new();
-                set.set(c);
-                sched_setaffinity(None, &set)?;
-            }
+            pin_to(server_cpu)?;
             for _ in 0..iters {
-                wait(&ping, ep.as_ref())?;
+                wake_wait(&ping, ep.as_ref())?;
                 rustix::io::write(&pong, &one)?;
             }
             Ok(())
         })
     };
-    pin(0)?;
-    let ep = poller(&pong)?;
+    pin_to(client_cpu)?;
+    let ep = wake_poller(&pong, epoll)?;
     let t = Instant::now();
     for _ in 0..iters {
         rustix::io::write(&ping, &one)?;
-        wait(&pong, ep.as_ref())?;
+        wake_wait(&pong, ep.as_ref())?;
     }
     let secs = t.elapsed().as_secs_f64();
     server
         .join()
         .map_err(|_| io::Error::other("server thread failed"))??;
     Ok(secs)
+}
+
+/// Pins the calling thread to `cpu` (none: left where it is).
+fn pin_to(cpu: Option<usize>) -> io::Result<()> {
+    use rustix::thread::{sched_setaffinity, CpuSet};
+    if let Some(c) = cpu {
+        let mut set = CpuSet::new();
+        set.set(c);
+        sched_setaffinity(None, &set)?;
+    }
+    Ok(())
+}
+
+/// An epoll set watching eventfd `fd` for [`wake_wait`], if `epoll`.
+fn wake_poller(fd: &std::os::fd::OwnedFd, epoll: bool) -> io::Result<Option<std::os::fd::OwnedFd>> {
+    use rustix::event::epoll;
+    if !epoll {
+        return Ok(None);
+    }
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+    epoll::add(&ep, fd, epoll::EventData::new_u64(0), epoll::EventFlags::IN)?;
+    Ok(Some(ep))
+}
+
+/// Waits for the counter of eventfd `fd` to be set (in `epoll_wait` on
+/// `ep` first, when given) and takes it.
+fn wake_wait(fd: &std::os::fd::OwnedFd, ep: Option<&std::os::fd::OwnedFd>) -> io::Result<()> {
+    if let Some(ep) = ep {
+        let mut events = Vec::with_capacity(1);
+        rustix::event::epoll::wait(ep, rustix::buffer::spare_capacity(&mut events), None)?;
+    }
+    let mut b = [0u8; 8];
+    rustix::io::read(fd, &mut b)?;
+    Ok(())
 }
 
 /// `2 * iters` copies of `size` bytes (so that, like the ping-pongs,
