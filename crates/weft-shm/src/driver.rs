@@ -11,8 +11,11 @@
 //! (`EpShared::ask_rings`), never in busy-poll mode, whose thread does
 //! not sleep.
 
+use std::future::Future;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use weft_core::completion::WaitMode;
@@ -166,14 +169,28 @@ async fn run(ep: Arc<EpShared>) {
     };
     // The window the driver last stayed awake in (`stay_awake`).
     let mut window = None;
+    // What a sleep also ends on, kept from one sleep to the next (see
+    // [`sleep`]).
+    let mut sweep = pin!(tokio::time::sleep(Duration::from_nanos(sweep_ns())));
+    let mut kicked = pin!(ep.kick.notified());
+    // The last pass found work and the tasks it woke have run since.
+    let mut answered = false;
     loop {
         if ep.is_closed() {
             return;
         }
         stand_aside(&ep).await;
-        if poll_once(&ep, clock_ns(), true) > 0 {
+        // After an answer with nothing seen since, the pass before
+        // sleeping (below) is the next look: a pass here too found
+        // nothing in a ping-pong (the peer is still on its way), for a
+        // full pass's instructions a wake-up. A stream keeps passing
+        // here, awake, so that its senders do not find it asleep and
+        // ring.
+        let look = !std::mem::take(&mut answered) || !quiet(&ep);
+        if look && poll_once(&ep, clock_ns(), true) > 0 {
             // The tasks it woke answer first.
             weft_core::progress::requeue().await;
+            answered = true;
             continue;
         }
         if stay_awake(&ep, &mut window).await {
@@ -193,18 +210,59 @@ async fn run(ep: Arc<EpShared>) {
             set_sleeping(&ep, false);
             continue;
         }
-        tokio::select! {
-            r = bell.readable() => {
-                let Ok(guard) = r else {
-                    return;
-                };
-                drain(guard);
-            }
-            _ = ep.kick.notified() => {}
-            _ = tokio::time::sleep(Duration::from_nanos(sweep_ns())) => {}
+        if sleep(&ep, bell, sweep.as_mut(), kicked.as_mut())
+            .await
+            .is_err()
+        {
+            return;
         }
         set_sleeping(&ep, false);
     }
+}
+
+/// The driver task's sleep: until its doorbell rings, it is kicked
+/// (`EpShared::kick`), or the next sweep of its peers is due; `Err` if
+/// the doorbell cannot be waited on. The sweep's timer and the kick's
+/// waiter are the caller's, kept from one sleep to the next: made for
+/// each sleep and dropped at its end, they were entered into and taken
+/// out of the runtime's timer wheel and the `Notify`'s list of waiters on
+/// every wake-up. The doorbell is waited on by `poll_read_ready`, which
+/// keeps the waker in the reactor's slot for one reader, instead of a
+/// `readable()` future linked into its list of waiters and unlinked at
+/// the end. Together about 1,200 of the 8,500 instructions of a 64 B
+/// interrupt-mode round trip (`docs/benchmarks.md`, "Interrupt mode:
+/// the sleep's own cost").
+async fn sleep<'a>(
+    ep: &'a EpShared,
+    bell: &tokio::io::unix::AsyncFd<std::fs::File>,
+    mut sweep: Pin<&mut tokio::time::Sleep>,
+    mut kicked: Pin<&mut tokio::sync::futures::Notified<'a>>,
+) -> std::io::Result<()> {
+    if sweep.is_elapsed() {
+        // Due one period after the last sweep (any pass's, this task's
+        // or an inline waiter's), at once if that is past: the task
+        // sleeps at most a period, and a sweep comes at most a period
+        // late.
+        let due = ep
+            .last_sweep
+            .load(Ordering::Relaxed)
+            .saturating_add(sweep_ns());
+        let wait = Duration::from_nanos(due.saturating_sub(clock_ns()));
+        sweep.as_mut().reset(tokio::time::Instant::now() + wait);
+    }
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = bell.poll_read_ready(cx) {
+            drain(r?);
+            return Poll::Ready(Ok(()));
+        }
+        if kicked.as_mut().poll(cx).is_ready() {
+            // Spent: the next sleep waits for the next kick.
+            kicked.set(ep.kick.notified());
+            return Poll::Ready(Ok(()));
+        }
+        sweep.as_mut().poll(cx).map(Ok)
+    })
+    .await
 }
 
 /// Takes every pending wake-up from the doorbell (one pass serves them
@@ -248,7 +306,11 @@ pub const STAY_AWAKE: Duration = Duration::from_micros(500);
 /// (`docs/benchmarks.md`, "shm interrupt mode: staying awake while a CMA
 /// send is read").
 async fn stay_awake(ep: &EpShared, window: &mut Option<(u64, u64)>) -> bool {
-    let Some(until) = window_until(window, ep.cma_out(), clock_ns()) else {
+    // Nothing unread, mostly: then no clock is read.
+    let Some(newest) = ep.cma_out() else {
+        return false;
+    };
+    let Some(until) = window_until(window, Some(newest), clock_ns()) else {
         return false;
     };
     loop {

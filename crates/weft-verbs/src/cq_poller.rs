@@ -347,7 +347,13 @@ fn start_in<S: CqSink + 'static>(
             if poller.drain(true).is_none() {
                 return;
             }
-            let mut guard = match afd.readable().await {
+            // `poll_read_ready`, not `readable()`: the waker is kept in the
+            // reactor's slot for the one reader (this task is the channel's
+            // only one), where a `readable()` future is linked into the
+            // list of waiters under its lock and unlinked at its end, on
+            // every wake-up (`docs/benchmarks.md`, "Interrupt mode: the
+            // sleep's own cost").
+            let mut guard = match std::future::poll_fn(|cx| afd.poll_read_ready(cx)).await {
                 Ok(g) => g,
                 Err(e) => {
                     tracing::error!(error = %e, "CQ driver stops: channel wait failed");
