@@ -6,7 +6,9 @@
 //!   the remote-data field when no data was flagged (the encoder writes
 //!   zero there), and decodes again to the same `Header`;
 //! - trailing bytes (the eager payload) never change the header;
-//! - input shorter than the header is always refused.
+//! - input shorter than the header is always refused;
+//! - the first four bytes as a bare send's immediate data: accepted only
+//!   as what `bare_imm` makes of the header it decodes to.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -28,6 +30,13 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(_) => {
             // Refusals are fine; a short input must always be one.
+        }
+    }
+    if let Some(b) = data.get(..4) {
+        let imm = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        if let Ok(h) = Header::from_bare(imm, data.len() as u64) {
+            assert_eq!(h.bare_imm(), Some(imm), "bare form does not round-trip");
+            assert_eq!(h.len, data.len() as u64, "bare length is not the byte count");
         }
     }
     if data.len() < HDR {

@@ -118,6 +118,98 @@ async fn rdm_exchange_busy_poll() {
     exchange(WaitMode::BusyPoll).await;
 }
 
+/// The header's forms for eager messages: sent bare (without the header,
+/// `docs/wire.md` section 12) when untagged or with a tag below 2^16 and
+/// no CQ data, with the header otherwise; each at the sizes around the
+/// inline limit and the 4096-byte MTU, its receive posted before (matched
+/// at arrival) or after (buffered, then matched) the message lands. What
+/// arrives is the same whichever form carried it.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_bare_and_headed_forms() {
+    // Interrupt mode: the receiver's CQ driver takes a message in as it
+    // lands, whether or not a receive waits for it.
+    let Some((s, c, to_s, to_c)) = pair(WaitMode::Interrupt) else {
+        return;
+    };
+    // (tag, CQ data): bare untagged, bare tagged (smallest and largest
+    // tag that fits), headed for a wider tag and for CQ data.
+    let forms: [(Option<u64>, Option<u64>); 5] = [
+        (None, None),
+        (Some(0), None),
+        (Some(0xffff), None),
+        (Some(0x1_0000), None),
+        (Some(0x7a), Some(0xC0DE)),
+    ];
+    let mut k = 0u8;
+    for len in [0usize, 1, 200, 256, 257, 4000, 4048, 4096] {
+        for (tag, data) in forms {
+            for early in [true, false] {
+                k = k.wrapping_add(1);
+                let body = payload(len, k);
+                // Each builder posts when called: the order of the calls
+                // is the order of the posts.
+                let send = || {
+                    c.ep.sendmsg(
+                        SendMsg {
+                            dest: to_s,
+                            iov: vec![body.clone()],
+                            tag,
+                            data,
+                            ..SendMsg::default()
+                        },
+                        OpFlags::empty(),
+                    )
+                };
+                let recv = || {
+                    s.ep.recvmsg(
+                        RecvMsg {
+                            src: FI_ADDR_UNSPEC,
+                            bufs: vec![BytesMut::zeroed(len.max(1))],
+                            tagged: tag.is_some(),
+                            tag: tag.unwrap_or(0),
+                            ..RecvMsg::default()
+                        },
+                        OpFlags::empty(),
+                    )
+                };
+                let got = within("rdm header forms", async {
+                    if early {
+                        let r = recv();
+                        let (got, sent) = tokio::join!(r, send());
+                        sent.unwrap();
+                        got
+                    } else {
+                        // The send completes once the peer's device has
+                        // the message; the pause lets the peer's driver
+                        // take it in, unexpected, before the receive.
+                        send().await.unwrap();
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        recv().await
+                    }
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{len} bytes, tag {tag:?}, data {data:?}: {e:?}"));
+                let what = format!("{len} bytes, tag {tag:?}, data {data:?}, early {early}");
+                assert_eq!(got.len, len, "{what}");
+                assert_eq!(got.src, to_c, "{what}");
+                assert_eq!(got.flags.contains(OpFlags::TAGGED), tag.is_some(), "{what}");
+                assert_eq!(got.tag, tag.unwrap_or(0), "{what}");
+                assert_eq!(
+                    got.flags.contains(OpFlags::REMOTE_CQ_DATA),
+                    data.is_some(),
+                    "{what}"
+                );
+                assert_eq!(got.data, data.unwrap_or(0), "{what}");
+                assert_eq!(&got.into_bytes()[..], &body[..], "{what}");
+            }
+        }
+    }
+}
+
 /// Messages that arrive before their receives (eager ones buffered,
 /// rendezvous ones announced) are matched by tag later, in any order;
 /// peek and claim see them too.

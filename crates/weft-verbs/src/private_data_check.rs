@@ -6,6 +6,7 @@
 
 use crate::cm_data::{
     cm_decode, cm_encode, hello, parse_hello, parse_keyed_hello, KEYED_HELLO_LEN,
+    KEYED_HELLO_V1_LEN,
 };
 use crate::keyproof::payload::{self, CmAuth, PROOF_DATA_MAX};
 
@@ -17,14 +18,18 @@ pub fn check(pd: &[u8]) -> Result<(), String> {
     plain_forms(pd)?;
     let from = std::net::IpAddr::from([127, 0, 0, 1]);
     match parse_keyed_hello(pd, from) {
-        Ok(_) if pd.len() != KEYED_HELLO_LEN => Err("keyed hello of another length".into()),
-        Ok((addr, inc)) => {
-            let again = crate::cm_data::keyed_hello(addr.port(), inc);
-            (again[..] == pd[..])
+        Ok(_) if pd.len() != KEYED_HELLO_LEN && pd.len() != KEYED_HELLO_V1_LEN => {
+            Err("keyed hello of another length".into())
+        }
+        Ok((addr, inc, features)) => {
+            let again = crate::cm_data::keyed_hello(addr.port(), inc, features);
+            (again[..pd.len()] == pd[..] && (pd.len() == KEYED_HELLO_LEN || features == 0))
                 .then_some(())
                 .ok_or_else(|| "keyed hello round trip".to_string())
         }
-        Err(_) if pd.len() == KEYED_HELLO_LEN => Err("keyed hello of its length refused".into()),
+        Err(_) if pd.len() == KEYED_HELLO_LEN || pd.len() == KEYED_HELLO_V1_LEN => {
+            Err("keyed hello of its length refused".into())
+        }
         Err(_) => Ok(()),
     }
 }
@@ -63,9 +68,9 @@ fn plain_forms(pd: &[u8]) -> Result<(), String> {
             return Err("cm data round trip".into());
         }
     }
-    if let Ok((addr, inc)) = parse_hello(pd) {
-        let again = hello(&addr, inc).map_err(|e| format!("hello re-encode: {e}"))?;
-        if parse_hello(&again).ok() != Some((addr, inc)) {
+    if let Ok((addr, inc, features)) = parse_hello(pd) {
+        let again = hello(&addr, inc, features).map_err(|e| format!("hello re-encode: {e}"))?;
+        if parse_hello(&again).ok() != Some((addr, inc, features)) {
             return Err("hello round trip".into());
         }
     }

@@ -26,6 +26,15 @@
 //! (a delivery-complete send) is answered with "finished" as soon as it is
 //! matched or buffered at the receiver; an announced one is then pulled
 //! into a buffer at once rather than when a receive matches.
+//!
+//! **Bare eager sends.** A message that needs none of the header's
+//! fields but its length, receive context and a tag below 2^16 (no
+//! remote CQ data, no acknowledgement) may go without the header, as a
+//! send with immediate data ([`Header::bare_imm`]): the completion's byte
+//! count is the length, the immediate says the rest. A page-sized payload then
+//! fits one packet of a 4096-byte path MTU, where with the header it
+//! takes two. A sender uses the form only towards a peer whose hello
+//! said it takes it.
 
 use crate::{Error, Result};
 
@@ -181,6 +190,50 @@ impl Header {
     }
 }
 
+/// The immediate data's top byte on a bare eager send: what the send
+/// is (untagged, or tagged with a tag below 2^16), and the form's version.
+const BARE_UNTAGGED: u32 = 0xB1;
+const BARE_TAGGED: u32 = 0xB2;
+
+impl Header {
+    /// The immediate data that sends this header's message bare (without
+    /// the header), if its fields allow it: an eager message, untagged or
+    /// with a tag below 2^16, without remote CQ data or acknowledgement.
+    /// Bits 24..32 are `0xB1` (untagged) or `0xB2` (tagged), 16..24 the
+    /// receive context, 0..16 the tag (zero when untagged).
+    pub fn bare_imm(&self) -> Option<u32> {
+        let plain = self.op == Op::Eager
+            && self.data.is_none()
+            && !self.ack
+            && !self.failed
+            && !self.no_ctx;
+        let (mark, tag) = match (self.tagged, u16::try_from(self.tag)) {
+            (false, _) => (BARE_UNTAGGED, 0),
+            (true, Ok(t)) => (BARE_TAGGED, u32::from(t)),
+            (true, Err(_)) => return None,
+        };
+        plain.then(|| (mark << 24) | (u32::from(self.rx_ctx) << 16) | tag)
+    }
+
+    /// The header of a bare eager message of `len` bytes that arrived
+    /// with immediate data `imm`; anything but a well-formed bare mark is
+    /// `Io` (the connection that sent it is torn down).
+    pub fn from_bare(imm: u32, len: u64) -> Result<Header> {
+        let mut h = Header::new(Op::Eager);
+        match imm >> 24 {
+            BARE_UNTAGGED if imm & 0xffff == 0 => {}
+            BARE_TAGGED => {
+                h.tagged = true;
+                h.tag = u64::from(imm & 0xffff);
+            }
+            _ => return Err(Error::Io),
+        }
+        h.rx_ctx = (imm >> 16) as u8;
+        h.len = len;
+        Ok(h)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +256,42 @@ mod tests {
         f.no_ctx = true;
         f.cookie = 7;
         assert_eq!(Header::decode(&f.encode()), Ok(f));
+    }
+
+    #[test]
+    fn bare_form_round_trip_and_limits() {
+        let mut h = Header::new(Op::Eager);
+        h.len = 4096;
+        h.rx_ctx = 7;
+        let imm = h.bare_imm().unwrap_or_default();
+        assert_eq!(imm, 0xB107_0000);
+        assert_eq!(Header::from_bare(imm, 4096), Ok(h));
+        // Tags below 2^16 fit beside the receive context.
+        let mut t = h;
+        t.tagged = true;
+        t.tag = 0xffff;
+        assert_eq!(t.bare_imm(), Some(0xB207_ffff));
+        assert_eq!(Header::from_bare(0xB207_ffff, 4096), Ok(t));
+        t.tag = 0;
+        assert_eq!(
+            Header::from_bare(t.bare_imm().unwrap_or_default(), 4096),
+            Ok(t)
+        );
+        // Anything the immediate cannot carry keeps the header.
+        t.tag = 1 << 16;
+        assert_eq!(t.bare_imm(), None);
+        let mut d = h;
+        d.data = Some(0);
+        assert_eq!(d.bare_imm(), None);
+        let mut a = h;
+        a.ack = true;
+        assert_eq!(a.bare_imm(), None);
+        assert_eq!(Header::new(Op::Rts).bare_imm(), None);
+        assert_eq!(Header::new(Op::Fin).bare_imm(), None);
+        // Another mark, or an untagged form with tag bits set, is refused.
+        assert_eq!(Header::from_bare(0xB307_0000, 1), Err(Error::Io));
+        assert_eq!(Header::from_bare(0xB107_0001, 1), Err(Error::Io));
+        assert_eq!(Header::from_bare(0, 1), Err(Error::Io));
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! software tag matcher.
 //!
 //! Messages up to a slot are sent eagerly (header and payload in one send,
-//! inline when small); larger ones announce the sender's registered buffer
+//! inline when small; one without CQ data or acknowledgement, untagged
+//! or with a small tag, bare, without the header, to a peer that takes
+//! that); larger ones announce the sender's registered buffer
 //! (request-to-send), the receiver reads it with RDMA read into the
 //! matched receive's buffers and answers "finished" (see [`weft_core::wire::rdm`]). The
 //! sender's buffer stays registered and owned by the endpoint until then.
@@ -148,6 +150,9 @@ pub(crate) struct Conn {
     pub peer: SocketAddr,
     /// The peer endpoint's incarnation (from its CM data).
     pub peer_nonce_cell: AtomicU64,
+    /// The peer takes bare eager sends (its hello's feature byte; set
+    /// before the connection carries anything).
+    pub peer_bare: AtomicBool,
     /// Send work requests this QP may still take.
     pub sq: Credits,
     pub dead: AtomicBool,
@@ -186,8 +191,17 @@ impl Conn {
         self.peer_nonce_cell.load(Ordering::Acquire)
     }
 
-    pub(crate) fn peer_nonce_set(&self, n: u64) {
+    /// The peer's incarnation and feature byte, from its hello.
+    pub(crate) fn peer_hello_set(&self, n: u64, features: u8) {
         self.peer_nonce_cell.store(n, Ordering::Release);
+        self.peer_bare
+            .store(features & crate::cm_data::FEAT_BARE != 0, Ordering::Release);
+    }
+
+    /// Whether a message may go without its header (see
+    /// [`weft_core::wire::rdm`]).
+    fn takes_bare(&self) -> bool {
+        self.peer_bare.load(Ordering::Relaxed)
     }
 
     /// The AV key handle the connection proved (`FI_AV_AUTH_KEY`), as

@@ -63,7 +63,7 @@ pub(super) fn listen(ep: &Arc<RdmShared>) {
 /// Our CM data: where we listen, and which incarnation of the endpoint
 /// this is.
 fn hello(ep: &RdmShared) -> Result<Vec<u8>> {
-    crate::cm_data::hello(&ep.local, ep.nonce)
+    crate::cm_data::hello(&ep.local, ep.nonce, crate::cm_data::FEATURES)
 }
 
 impl RdmShared {
@@ -119,7 +119,7 @@ fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
         ep.report(Error::ConnRefused, from);
         return;
     };
-    let Ok((peer, nonce)) = claimed else {
+    let Ok((peer, nonce, features)) = claimed else {
         // Not a Weft RDM endpoint: it did not say where it listens.
         tracing::debug!(peer = ?from, "verbs rdm request without a hello; refused");
         refuse(ep, id, &[]);
@@ -158,7 +158,7 @@ fn on_request(ep: &Arc<RdmShared>, id: CmId, private: &[u8]) {
     let t = ep.rt.spawn(async move {
         let token = id.token();
         let mut events = ep2.cm.subscribe(token);
-        let r = accept(&ep2, id, (peer, lane), nonce, slot, &mut events).await;
+        let r = accept(&ep2, id, (peer, lane), (nonce, features), slot, &mut events).await;
         conn_done(&ep2, peer, false, r, events, Some(token));
     });
     lock(&ep.tasks).push(t.abort_handle());
@@ -180,7 +180,7 @@ async fn accept(
     ep: &Arc<RdmShared>,
     id: CmId,
     (peer, lane): (SocketAddr, usize),
-    nonce: u64,
+    (nonce, features): (u64, u8),
     slot: ConnSlot,
     events: &mut Events,
 ) -> Attempt {
@@ -188,6 +188,7 @@ async fn accept(
         id.set_tos(t).map_err(|e| (e, Vec::new(), None))?;
     }
     let conn = new_conn(ep, id, (peer, lane), nonce, slot).map_err(|e| (e, Vec::new(), None))?;
+    conn.peer_hello_set(nonce, features);
     let fail = |e: Error, d: Vec<u8>| (e, d, Some(conn.clone()));
     let pd = hello(ep).map_err(|e| fail(e, Vec::new()))?;
     conn.id
@@ -263,7 +264,7 @@ async fn active(
         Some((d, o)) => {
             let t = ep.cfg.limits.handshake_timeout;
             let qpn = conn.qp.qp_num();
-            let data = keyed_hello(ep.local.port(), ep.nonce);
+            let data = keyed_hello(ep.local.port(), ep.nonce, crate::cm_data::FEATURES);
             dial::prove(&d, o, &conn.id, events, qpn, peer, &data, t)
                 .await
                 .map_err(|e| fail(e, Vec::new()))?
@@ -276,8 +277,8 @@ async fn active(
     let ev = established(ep, events)
         .await
         .map_err(|(e, d)| fail(payload::rejection(e, &d), d))?;
-    let (_, nonce) = parse_hello(&ev.private_data).map_err(|e| fail(e, Vec::new()))?;
-    conn.peer_nonce_set(nonce);
+    let (_, nonce, features) = parse_hello(&ev.private_data).map_err(|e| fail(e, Vec::new()))?;
+    conn.peer_hello_set(nonce, features);
     Ok(conn)
 }
 
@@ -318,6 +319,7 @@ fn new_conn(
         qp,
         peer,
         peer_nonce_cell: std::sync::atomic::AtomicU64::new(nonce),
+        peer_bare: std::sync::atomic::AtomicBool::new(false),
         sq: Credits::new(QP_SEND_WR),
         dead: std::sync::atomic::AtomicBool::new(false),
         reads: std::sync::atomic::AtomicUsize::new(0),

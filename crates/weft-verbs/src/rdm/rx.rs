@@ -308,12 +308,16 @@ impl RdmShared {
         }
         let n = wc.byte_len as usize;
         let base = self.slot_offset(slot);
-        let mut hb = [0u8; HDR];
-        let hdr = if n >= HDR {
-            self.read_slots(base, &mut hb)
-                .and_then(|()| Header::decode(&hb))
-        } else {
-            Err(Error::Io)
+        // A bare eager message (immediate data, no header) is all payload.
+        let head = if wc.imm_data.is_some() { 0 } else { HDR };
+        let hdr = match wc.imm_data {
+            Some(imm) => Header::from_bare(imm, n as u64),
+            None if n >= HDR => {
+                let mut hb = [0u8; HDR];
+                self.read_slots(base, &mut hb)
+                    .and_then(|()| Header::decode(&hb))
+            }
+            None => Err(Error::Io),
         };
         let conn = lock(&self.by_qp).get(&wc.qp_num).cloned();
         let (hdr, conn) = match (hdr, conn) {
@@ -346,7 +350,7 @@ impl RdmShared {
         };
         let at: &RdmShared = rxc.as_deref().unwrap_or(self);
         match hdr.op {
-            WireOp::Eager => at.on_eager(slot, base, n - HDR, hdr, conn),
+            WireOp::Eager => at.on_eager(slot, base + head, n - head, hdr, conn),
             WireOp::Rts => at.on_rts(slot, hdr, conn),
             WireOp::Fin => {
                 self.repost_slot(slot);
@@ -359,9 +363,9 @@ impl RdmShared {
         }
     }
 
-    /// A message of `plen` bytes whole in `slot` (at `base`): to the
-    /// receive it matches, or buffered.
-    fn on_eager(&self, slot: u32, base: usize, plen: usize, hdr: Header, conn: Arc<Conn>) {
+    /// A message of `plen` bytes whole in `slot`, its payload at region
+    /// offset `data`: to the receive it matches, or buffered.
+    fn on_eager(&self, slot: u32, data: usize, plen: usize, hdr: Header, conn: Arc<Conn>) {
         if hdr.len != plen as u64 {
             tracing::warn!(peer = %conn.peer, "eager message length mismatch; dropped");
             self.repost_slot(slot);
@@ -377,7 +381,7 @@ impl RdmShared {
                 drop(m);
                 self.report_here(&mut req);
                 self.end_buffers(ended);
-                let req = self.copy_from_slot(req, base + HDR, plen);
+                let req = self.copy_from_slot(req, data, plen);
                 self.repost_slot(slot);
                 let placed = plen.min(req.capacity());
                 deliver_from(self, req, info, placed, conn.sender());
@@ -393,7 +397,7 @@ impl RdmShared {
                     // slot, which is not reposted. Once every slot is
                     // held, the peers' sends wait (RNR retries) until
                     // receives free slots.
-                    let hold = super::srx::SlotHold::new(self, slot, base + HDR, plen);
+                    let hold = super::srx::SlotHold::new(self, slot, data, plen);
                     let held = self.held(Unexp::Slot(hold, conn.sender()), None);
                     m.push_unexpected(self.src(conn.peer, conn.key()), info, held);
                     drop(m);
@@ -403,10 +407,10 @@ impl RdmShared {
                     }
                     return;
                 };
-                let mut data = vec![0u8; plen];
-                let ok = self.read_slots(base + HDR, &mut data);
+                let mut copy = vec![0u8; plen];
+                let ok = self.read_slots(data, &mut copy);
                 if ok.is_ok() {
-                    let held = self.held(Unexp::Eager(data.into(), conn.sender()), Some(charge));
+                    let held = self.held(Unexp::Eager(copy.into(), conn.sender()), Some(charge));
                     m.push_unexpected(self.src(conn.peer, conn.key()), info, held);
                 }
                 drop(m);

@@ -223,22 +223,30 @@ impl RdmShared {
     }
 
     /// Posts the header (and payload) as one send: inline when it fits,
-    /// else through a bounce slot, else from a registered copy.
+    /// else through a bounce slot, else from a registered copy. A header
+    /// the peer takes bare goes as the send's immediate data instead.
     fn post_msg(
         &self,
         c: &Conn,
         (wr_id, flags): (u64, SendFlags),
-        hdr: &[u8; HDR],
+        h: &Header,
         payload: &[Bytes],
     ) -> Result<TxHeld> {
-        let len = HDR + payload.iter().map(|b| b.len()).sum::<usize>();
-        let post = |p: Payload<'_>| {
-            c.qp.post_send(&SendRequest::new(wr_id, SendOp::Send, p).flags(flags))
+        let bare = if c.takes_bare() { h.bare_imm() } else { None };
+        let enc;
+        let (head, op): (&[u8], SendOp) = match bare {
+            Some(imm) => (&[], SendOp::SendWithImm(imm)),
+            None => {
+                enc = h.encode();
+                (&enc, SendOp::Send)
+            }
         };
+        let len = head.len() + payload.iter().map(|b| b.len()).sum::<usize>();
+        let post = |p: Payload<'_>| c.qp.post_send(&SendRequest::new(wr_id, op, p).flags(flags));
         if len <= c.inline_max().min(QP_INLINE) {
             let mut buf = [0u8; QP_INLINE];
-            buf[..HDR].copy_from_slice(hdr);
-            let mut off = HDR;
+            buf[..head.len()].copy_from_slice(head);
+            let mut off = head.len();
             for b in payload {
                 buf[off..off + b.len()].copy_from_slice(b);
                 off += b.len();
@@ -248,7 +256,7 @@ impl RdmShared {
         }
         if len <= RDM_SLOT {
             if let Some(slot) = c.lane.send_pool.take() {
-                let parts = std::iter::once(&hdr[..]).chain(payload.iter().map(|b| &b[..]));
+                let parts = std::iter::once(head).chain(payload.iter().map(|b| &b[..]));
                 c.lane
                     .send_pool
                     .post_from(slot, parts, |sge| post(Payload::Sges(&[sge])))?;
@@ -256,7 +264,7 @@ impl RdmShared {
             }
         }
         let mut v = BytesMut::with_capacity(len);
-        v.extend_from_slice(hdr);
+        v.extend_from_slice(head);
         for b in payload {
             v.extend_from_slice(b);
         }
@@ -289,7 +297,7 @@ impl RdmShared {
         }
         if len <= EAGER_MAX {
             let mut g = lock(&self.inflight);
-            return match self.post_msg(c, (wr_id, wr_flags(req.flags)), &h.encode(), &req.iov) {
+            return match self.post_msg(c, (wr_id, wr_flags(req.flags)), &h, &req.iov) {
                 Ok(held) => {
                     // The device has what it needs (copied or registered):
                     // the caller's buffers go now, not at completion.
@@ -363,7 +371,7 @@ impl RdmShared {
             },
         );
         let mut g = lock(&self.inflight);
-        match self.post_msg(c, (wr_id, wr_flags(flags)), &h.encode(), payload) {
+        match self.post_msg(c, (wr_id, wr_flags(flags)), h, payload) {
             Ok(held) => {
                 g.insert(
                     wr_id,
@@ -402,7 +410,7 @@ impl RdmShared {
     fn post_fin_on(&self, c: &Arc<Conn>, h: Header) -> Result<()> {
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
-        let held = self.post_msg(c, (wr_id, SendFlags::SIGNALED), &h.encode(), &[])?;
+        let held = self.post_msg(c, (wr_id, SendFlags::SIGNALED), &h, &[])?;
         g.insert(
             wr_id,
             Op::Fin {
