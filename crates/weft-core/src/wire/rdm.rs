@@ -31,10 +31,10 @@
 //! fields but its length, receive context and a tag below 2^16 (no
 //! remote CQ data, no acknowledgement) may go without the header, as a
 //! send with immediate data ([`Header::bare_imm`]): the completion's byte
-//! count is the length, the immediate says the rest. A page-sized payload then
-//! fits one packet of a 4096-byte path MTU, where with the header it
-//! takes two. A sender uses the form only towards a peer whose hello
-//! said it takes it.
+//! count is the length, the immediate says the rest. A page-sized
+//! payload then fits one packet of a 4096-byte path MTU, where with the
+//! header it takes two. A sender uses the form only towards a peer whose
+//! hello said it takes it.
 
 use crate::{Error, Result};
 

@@ -60,8 +60,8 @@ pub(super) fn listen(ep: &Arc<RdmShared>) {
     lock(&ep.tasks).push(t.abort_handle());
 }
 
-/// Our CM data: where we listen, and which incarnation of the endpoint
-/// this is.
+/// Our CM data: where we listen, which incarnation of the endpoint this
+/// is, and what we take (the feature byte).
 fn hello(ep: &RdmShared) -> Result<Vec<u8>> {
     crate::cm_data::hello(&ep.local, ep.nonce, crate::cm_data::FEATURES)
 }
