@@ -270,8 +270,8 @@ mod tests {
         let mut t = h;
         t.tagged = true;
         t.tag = 0xffff;
-        assert_eq!(t.bare_imm(), Some(0xB207_ffff));
-        assert_eq!(Header::from_bare(0xB207_ffff, 4096), Ok(t));
+        assert_eq!(t.bare_imm(), Some(0xB207_FFFF));
+        assert_eq!(Header::from_bare(0xB207_FFFF, 4096), Ok(t));
         t.tag = 0;
         assert_eq!(
             Header::from_bare(t.bare_imm().unwrap_or_default(), 4096),
