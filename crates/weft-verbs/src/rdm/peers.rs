@@ -187,8 +187,8 @@ async fn accept(
     if let Some(t) = ep.tos {
         id.set_tos(t).map_err(|e| (e, Vec::new(), None))?;
     }
-    let conn = new_conn(ep, id, (peer, lane), nonce, slot).map_err(|e| (e, Vec::new(), None))?;
-    conn.peer_hello_set(nonce, features);
+    let conn = new_conn(ep, id, (peer, lane), (nonce, features), slot)
+        .map_err(|e| (e, Vec::new(), None))?;
     let fail = |e: Error, d: Vec<u8>| (e, d, Some(conn.clone()));
     let pd = hello(ep).map_err(|e| fail(e, Vec::new()))?;
     conn.id
@@ -258,7 +258,8 @@ async fn active(
             .await
             .map_err(plain)?,
     }
-    let conn = new_conn(ep, id, (peer, lane), 0, slot).map_err(bare)?;
+    // The peer's hello comes with the accept: set once established.
+    let conn = new_conn(ep, id, (peer, lane), (0, 0), slot).map_err(bare)?;
     let fail = |e: Error, d: Vec<u8>| (e, d, Some(conn.clone()));
     let pd = match opening {
         Some((d, o)) => {
@@ -283,12 +284,13 @@ async fn active(
 }
 
 /// A QP for `id` on the endpoint's CQ and the protection domain and
-/// shared receive queue of `lane`'s key.
+/// shared receive queue of `lane`'s key; `(nonce, features)` is the
+/// peer's hello, (0, 0) until it is known.
 fn new_conn(
     ep: &RdmShared,
     id: CmId,
     (peer, lane): (SocketAddr, usize),
-    nonce: u64,
+    (nonce, features): (u64, u8),
     slot: ConnSlot,
 ) -> Result<Arc<Conn>> {
     let info = &ep.cfg.info;
@@ -319,7 +321,7 @@ fn new_conn(
         qp,
         peer,
         peer_nonce_cell: std::sync::atomic::AtomicU64::new(nonce),
-        peer_bare: std::sync::atomic::AtomicBool::new(false),
+        peer_bare: std::sync::atomic::AtomicBool::new(features & crate::cm_data::FEAT_BARE != 0),
         sq: Credits::new(QP_SEND_WR),
         dead: std::sync::atomic::AtomicBool::new(false),
         reads: std::sync::atomic::AtomicUsize::new(0),

@@ -308,16 +308,18 @@ impl RdmShared {
         }
         let n = wc.byte_len as usize;
         let base = self.slot_offset(slot);
-        // A bare eager message (immediate data, no header) is all payload.
-        let head = if wc.imm_data.is_some() { 0 } else { HDR };
-        let hdr = match wc.imm_data {
-            Some(imm) => Header::from_bare(imm, n as u64),
+        // A bare eager message (immediate data, no header) is all payload:
+        // `head` is where the payload starts.
+        let (hdr, head) = match wc.imm_data {
+            Some(imm) => (Header::from_bare(imm, n as u64), 0),
             None if n >= HDR => {
                 let mut hb = [0u8; HDR];
-                self.read_slots(base, &mut hb)
-                    .and_then(|()| Header::decode(&hb))
+                let h = self
+                    .read_slots(base, &mut hb)
+                    .and_then(|()| Header::decode(&hb));
+                (h, HDR)
             }
-            None => Err(Error::Io),
+            None => (Err(Error::Io), HDR),
         };
         let conn = lock(&self.by_qp).get(&wc.qp_num).cloned();
         let (hdr, conn) = match (hdr, conn) {
