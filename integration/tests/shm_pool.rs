@@ -80,11 +80,14 @@ async fn pool_messages_arrive_whole_through_the_mapping() {
         }
         if shared() && mode == WaitMode::BusyPoll {
             // A plain send into a pool receive: the sender's part, when it
-            // takes it (a busy-poll sender's thread is awake for the
-            // offer unless the machine keeps it off a core for the whole
-            // of the receiver's half), is written through its mapping of
-            // the receiver's pool — the only mapped copy of such a
-            // message. More rounds, bounded, until one is.
+            // takes it, is written through its mapping of the receiver's
+            // pool — the only mapped copy of such a message. A busy-poll
+            // sender's thread is awake for the offer, but a loaded
+            // machine can keep it off a core for the whole of the
+            // receiver's half, round after round: the receiver waits for
+            // the take (bounded; an offer not taken is still copied by
+            // the receiver), and more rounds, bounded, until one is.
+            weft_shm::split::set_take_grace(std::time::Duration::from_millis(200));
             let msg = payload(big, 9);
             let mut pushed = false;
             for _ in 0..1000 {
@@ -107,6 +110,7 @@ async fn pool_messages_arrive_whole_through_the_mapping() {
                     break;
                 }
             }
+            weft_shm::split::set_take_grace(std::time::Duration::ZERO);
             assert!(pushed, "no part written by the sender");
         }
         let s = b.stats().unwrap();

@@ -163,13 +163,17 @@ async fn split_copies_arrive_whole_in_every_mode_and_shape() {
             // A sender asleep when the offer comes leaves its part to
             // the receiver; a busy-poll sender's thread spins, awake for
             // it, unless the machine's load keeps it off a core for the
-            // whole of the receiver's half (a few tens of microseconds):
-            // more rounds, bounded, until one part is written by the
-            // sender. (An inline sender is driven by the task awaiting
-            // its send, which a loaded machine may not run in time.)
+            // whole of the receiver's half (a few tens of microseconds),
+            // round after round: the receiver waits for the take
+            // (bounded), and more rounds, bounded, until one part is
+            // written by the sender. (An inline sender is driven by the
+            // task awaiting its send, which a loaded machine may not run
+            // in time.)
+            weft_shm::split::set_take_grace(Duration::from_millis(200));
             let msg = payload(big, 9);
             for round in 0.. {
                 if p.b.stats().unwrap().rx_split > 0 {
+                    weft_shm::split::set_take_grace(Duration::ZERO);
                     break;
                 }
                 assert!(round < 1000, "{mode:?}: no part written by the sender");

@@ -25,7 +25,7 @@
 //! after that (a dishonest one could write the receiver's memory anyway:
 //! it passed a probe that needs the same rights).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use bytes::BytesMut;
@@ -90,6 +90,37 @@ static SPIN_SET: AtomicUsize = AtomicUsize::new(0);
 pub const SPIN: std::time::Duration = std::time::Duration::from_micros(500);
 
 const _: () = assert!(O_MAX == crate::cma::MAX_RANGES);
+
+/// Sets how long a receiver waits for its offer to be taken before it
+/// reads its own part, for this process (zero, the default: it does
+/// not wait). For tests that must see a sender write its part: on a
+/// loaded machine the sender's thread may be off its core for the whole
+/// of the receiver's half, in round after round, and the receiver then
+/// revokes every offer. The wait ends as soon as the offer is taken, or
+/// settled otherwise; an offer not taken by then is copied by the
+/// receiver as always.
+pub fn set_take_grace(d: std::time::Duration) {
+    let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    TAKE_GRACE_NS.store(ns, Ordering::Relaxed);
+}
+
+/// [`set_take_grace`]'s value in nanoseconds; 0 when not set.
+static TAKE_GRACE_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Owner: waits out [`set_take_grace`]'s time while the offer about the
+/// record ending at `end` is neither taken nor settled. Not on any path
+/// unless a test set it.
+pub fn await_take(seg: &Segment, g: Geometry, i: usize, end: u64) {
+    let ns = TAKE_GRACE_NS.load(Ordering::Relaxed);
+    if ns == 0 {
+        return;
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_nanos(ns);
+    while outcome(state(seg, g, i), end) == Outcome::Offered && std::time::Instant::now() < until {
+        // The sender may need this core.
+        std::thread::yield_now();
+    }
+}
 
 /// The part of a message offered to its sender: where in the message it
 /// begins, and the ranges (address, length) of the receiver's memory it

@@ -213,6 +213,7 @@ fn begin(ep: &EpShared, lc: &mut RxChan, mut s: Split, offer: &Offer) -> Result<
         split::vouch(o, s.chan, s.end, offer);
     }
     split::publish(&ep.seg, ep.g, s.chan, s.end, offer);
+    split::await_take(&ep.seg, ep.g, s.chan, s.end);
     let at = s.at;
     s.front = copy(&mut s, 0, at);
     match split::revoke(&ep.seg, ep.g, s.chan, s.end) {
