@@ -321,6 +321,115 @@ async fn rdm_truncation() {
     }
 }
 
+/// Rendezvous reads up to 128 KiB land in a staging slot and are copied
+/// into the receive's buffers; larger ones, and those that find every
+/// staging slot taken, read into the buffers registered. Both sides of
+/// the limit, receives cut into several buffers (the copy crosses them)
+/// or too short (truncated), and more concurrent reads than there are
+/// staging slots, all arrive whole and in order; so do delivery-complete
+/// messages pulled before any receive takes them.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_staged_and_registered_reads() {
+    let Some((s, c, to_s, _)) = pair(WaitMode::Interrupt) else {
+        return;
+    };
+    let cuts: [&[usize]; 3] = [&[], &[1], &[1000, 2000, 1095]];
+    for (i, len) in [4097usize, 65536, 131_072, 131_073, 300_000]
+        .into_iter()
+        .enumerate()
+    {
+        for (k, cut) in cuts.iter().enumerate() {
+            let data = payload(len, (i * 3 + k) as u8);
+            let mut bufs: Vec<BytesMut> = cut.iter().map(|&n| BytesMut::zeroed(n)).collect();
+            let rest = len - cut.iter().sum::<usize>();
+            bufs.push(BytesMut::zeroed(rest));
+            let (got, sent) = within("staged read", async {
+                tokio::join!(
+                    s.ep.recvmsg(
+                        RecvMsg {
+                            bufs,
+                            ..RecvMsg::default()
+                        },
+                        OpFlags::empty()
+                    ),
+                    c.ep.send(to_s, data.clone())
+                )
+            })
+            .await;
+            sent.unwrap_or_else(|e| panic!("send of {len} bytes: {e:?}"));
+            let got = got.unwrap_or_else(|e| panic!("receive of {len} bytes ({cut:?}): {e:?}"));
+            assert_eq!(got.len, len);
+            assert!(got.into_bytes()[..] == data[..], "{len} bytes cut {cut:?}");
+        }
+        // Truncated, into two buffers: the first `cap` bytes only.
+        let cap = len / 2 + 3;
+        let data = payload(len, 0xA0 ^ i as u8);
+        let bufs = vec![BytesMut::zeroed(7), BytesMut::zeroed(cap - 7)];
+        let (got, sent) = within("truncated staged read", async {
+            tokio::join!(
+                s.ep.recvmsg(
+                    RecvMsg {
+                        bufs,
+                        ..RecvMsg::default()
+                    },
+                    OpFlags::empty()
+                ),
+                c.ep.send(to_s, data.clone())
+            )
+        })
+        .await;
+        sent.unwrap();
+        let e = got.expect_err("a truncated receive is an error completion");
+        assert_eq!((e.err, e.len, e.olen), (Error::Trunc, cap, len - cap));
+        let b: Vec<u8> = e.bufs.iter().flat_map(|b| b.iter().copied()).collect();
+        assert!(b[..] == data[..cap], "{len} bytes truncated to {cap}");
+    }
+    // Delivery-complete and unexpected: pulled into the receiver's own
+    // buffer at once (staged up to the limit, registered past it), the
+    // sends complete before any receive exists.
+    let lens = [8192usize, 131_072, 131_073];
+    for (i, &len) in lens.iter().enumerate() {
+        let m = SendMsg {
+            dest: to_s,
+            iov: vec![payload(len, 0x60 + i as u8)],
+            context: 900 + i as u64,
+            ..SendMsg::default()
+        };
+        c.ep.post_sendmsg(m, OpFlags::DELIVERY_COMPLETE).unwrap();
+    }
+    for _ in &lens {
+        let e = within("pulled", next_cq(&c.cq)).await.unwrap();
+        assert!((900..903).contains(&e.context), "send {}", e.context);
+    }
+    for (i, &len) in lens.iter().enumerate() {
+        let got = within("pulled message", s.ep.recv(BytesMut::zeroed(len))).await;
+        let got = got.unwrap_or_else(|e| panic!("pulled {len} bytes: {e:?}"));
+        assert!(
+            got.into_bytes()[..] == payload(len, 0x60 + i as u8)[..],
+            "pulled {len}"
+        );
+    }
+    // Sixteen reads at once, more than a lane's staging slots: those that
+    // find none free register their buffers; none is lost or reordered.
+    let n = 16usize;
+    let msgs: Vec<_> = (0..n).map(|i| payload(65536, 0x40 + i as u8)).collect();
+    let recvs = futures::future::join_all((0..n).map(|_| s.ep.recv(BytesMut::zeroed(65536))));
+    let sends = futures::future::join_all(msgs.iter().map(|m| c.ep.send(to_s, m.clone())));
+    let (got, sent) = within("concurrent staged reads", async {
+        tokio::join!(recvs, sends)
+    })
+    .await;
+    for (i, (g, r)) in got.into_iter().zip(sent).enumerate() {
+        r.unwrap_or_else(|e| panic!("send {i}: {e:?}"));
+        let g = g.unwrap_or_else(|e| panic!("receive {i}: {e:?}"));
+        assert!(g.into_bytes()[..] == msgs[i][..], "message {i} of {n}");
+    }
+}
+
 /// Two endpoints that send to each other at the same moment connect once
 /// (the crossing connects are resolved) and lose nothing; then many
 /// messages each way stay in order.

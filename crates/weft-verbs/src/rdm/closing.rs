@@ -123,9 +123,16 @@ impl RdmShared {
         };
         match op {
             Op::Read {
-                mut job, mrs, conn, ..
+                mut job,
+                mrs,
+                stage,
+                conn,
+                ..
             } => {
                 conn.reads.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                if let Some(s) = stage {
+                    s.pool.put(s.slot);
+                }
                 let mut bufs: Vec<_> = mrs
                     .into_iter()
                     .filter_map(|m| m.into_inner().ok())
@@ -134,7 +141,12 @@ impl RdmShared {
                 job.req.bufs = bufs;
                 self.cancel_read(job);
             }
-            Op::Pull { pull, .. } => pull.finish(self, Err(Error::Canceled)),
+            Op::Pull { pull, into, .. } => {
+                if let super::PullInto::Staged(s) = into {
+                    s.pool.put(s.slot);
+                }
+                pull.finish(self, Err(Error::Canceled));
+            }
             // Dropped here: the device is done with what it held.
             _ => {}
         }

@@ -67,6 +67,38 @@ pub(crate) struct Lane {
     pub recv_pool: SlotPool,
     /// Slots for small RDMA reads.
     pub read_pool: Arc<SlotPool>,
+    /// Staging slots for rendezvous reads up to [`STAGE_MAX`], made at
+    /// the first such read (`None` once making them failed).
+    stage: OnceLock<Option<Arc<SlotPool>>>,
+}
+
+/// The largest rendezvous read landed in a staging slot and copied into
+/// the receive's buffers, rather than read into them registered for it.
+/// Registering and deregistering a receive's buffers cost two system
+/// calls that pin and unpin its pages, more than copying this much
+/// (`docs/benchmarks.md`, "verbs RDM: staged rendezvous reads");
+/// libfabric's rxm copies through bounce buffers below 128 KiB too.
+pub(crate) const STAGE_MAX: usize = 128 << 10;
+/// Staging slots per lane: 512 KiB pinned, once used. Reads that find
+/// none free register their receive's buffers as larger ones do.
+const STAGE_SLOTS: usize = 4;
+
+impl Lane {
+    /// The lane's staging slots, made on first use; `None` when they
+    /// could not be (the locked-memory limit): reads then register.
+    pub(crate) fn stage_pool(&self) -> Option<&Arc<SlotPool>> {
+        self.stage
+            .get_or_init(|| {
+                match SlotPool::with_slot(&self.pd, STAGE_SLOTS, STAGE_MAX, AccessFlags::LOCAL_WRITE) {
+                    Ok(p) => Some(Arc::new(p)),
+                    Err(e) => {
+                        tracing::debug!(lane = self.idx, error = %e, "no staging slots: reads register");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
 }
 
 impl std::fmt::Debug for Lane {
@@ -134,6 +166,7 @@ impl RdmShared {
             send_pool: SlotPool::with_slot(&pd, n, RDM_SLOT, AccessFlags::NONE)?,
             recv_pool: SlotPool::with_slot(&pd, n, RDM_SLOT, AccessFlags::LOCAL_WRITE)?,
             read_pool: crate::user_bufs::read_pool(&pd)?,
+            stage: OnceLock::new(),
             pd,
         });
         let _ = cell.set(lane.clone());

@@ -302,6 +302,23 @@ pub(crate) struct Orphan {
     pub rxc: Option<Arc<RdmShared>>,
 }
 
+/// A staging slot a rendezvous read lands in. It goes back to its pool
+/// only once the read's completion is in (the device is done with it):
+/// one whose operation is dropped without one, at teardown, stays taken.
+pub(crate) struct Staged {
+    pub pool: Arc<crate::slot_pool::SlotPool>,
+    pub slot: u32,
+}
+
+/// Where a pull's read lands.
+pub(crate) enum PullInto {
+    /// A buffer of the endpoint's, registered for it.
+    Registered(BytesMutMr),
+    /// A staging slot, copied into a buffer of the endpoint's at the
+    /// completion.
+    Staged(Staged),
+}
+
 /// What holds a send's bytes while the device may read them.
 pub(crate) enum TxHeld {
     Inline,
@@ -332,13 +349,15 @@ pub(crate) enum Op {
     Pull {
         pull: Arc<rx::Pull>,
         hdr: Header,
-        mr: BytesMutMr,
+        into: PullInto,
         conn: Arc<Conn>,
     },
-    /// A rendezvous read into a receive's registered buffers.
+    /// A rendezvous read into a receive's registered buffers, or into a
+    /// staging slot (`mrs` empty) copied into them at completion.
     Read {
         job: ReadJob,
         mrs: Vec<crate::local_mem::Dst>,
+        stage: Option<Staged>,
         placed: usize,
         conn: Arc<Conn>,
     },

@@ -571,18 +571,31 @@ impl RdmShared {
         wc: &WorkCompletion,
         mut job: ReadJob,
         mrs: Vec<crate::local_mem::Dst>,
+        stage: Option<super::Staged>,
         placed: usize,
     ) {
-        let mut bufs: Vec<BytesMut> = Vec::with_capacity(mrs.len() + job.req.bufs.len());
         let mut lost = false;
-        for m in mrs {
-            match m.into_inner() {
-                Ok(b) => bufs.push(b),
-                Err(_) => lost = true,
+        if !mrs.is_empty() {
+            let mut bufs: Vec<BytesMut> = Vec::with_capacity(mrs.len() + job.req.bufs.len());
+            for m in mrs {
+                match m.into_inner() {
+                    Ok(b) => bufs.push(b),
+                    Err(_) => lost = true,
+                }
+            }
+            bufs.append(&mut job.req.bufs);
+            job.req.bufs = bufs;
+        }
+        // The device is done with a staging slot once the completion is
+        // in, whatever it says; a read that failed leaves nothing to copy.
+        if let Some(s) = stage {
+            if wc.to_error().is_none() {
+                let copied = s.pool.scatter_put(s.slot, placed, &mut job.req.bufs);
+                lost |= copied != Ok(placed);
+            } else {
+                s.pool.put(s.slot);
             }
         }
-        bufs.append(&mut job.req.bufs);
-        job.req.bufs = bufs;
         let peer = job.conn.peer;
         let from = job.conn.sender();
         let cookie = job.hdr.cookie;
@@ -660,14 +673,26 @@ impl CqSink for RdmShared {
             Op::Pull {
                 pull,
                 hdr,
-                mr,
+                into,
                 conn,
             } => {
                 self.release_wr(&conn, super::TxHeld::Inline);
-                let r = match (wc.to_error(), mr.into_inner()) {
-                    (None, Ok(b)) => Ok(b),
-                    (Some(e), _) => Err(e),
-                    (None, Err(e)) => Err(e),
+                let r = match (wc.to_error(), into) {
+                    (None, super::PullInto::Registered(mr)) => mr.into_inner(),
+                    (None, super::PullInto::Staged(s)) => {
+                        let mut b = [BytesMut::zeroed(hdr.len as usize)];
+                        match s.pool.scatter_put(s.slot, b[0].len(), &mut b) {
+                            Ok(_) => Ok(std::mem::take(&mut b[0])),
+                            Err((e, _)) => Err(e),
+                        }
+                    }
+                    (Some(e), into) => {
+                        // The device is done with the slot either way.
+                        if let super::PullInto::Staged(s) = into {
+                            s.pool.put(s.slot);
+                        }
+                        Err(e)
+                    }
                 };
                 let failed = r.is_err();
                 pull.finish(self, r);
@@ -676,6 +701,7 @@ impl CqSink for RdmShared {
             Op::Read {
                 job,
                 mrs,
+                stage,
                 placed,
                 conn,
             } => {
@@ -684,7 +710,7 @@ impl CqSink for RdmShared {
                 let rxc = job.rxc.clone();
                 rxc.as_deref()
                     .unwrap_or(self)
-                    .on_read_done(wc, job, mrs, placed);
+                    .on_read_done(wc, job, mrs, stage, placed);
                 if conn.is_dead() {
                     self.settle_orphans(&conn);
                 }

@@ -430,6 +430,22 @@ impl RdmShared {
         mut job: ReadJob,
     ) -> std::result::Result<(), (Error, ReadJob)> {
         let want = (job.hdr.len as usize).min(job.req.capacity());
+        // Pool buffers need no registration: read into them directly.
+        let registers = || {
+            job.req.bufs.iter().any(|b| {
+                !b.is_empty() && c.lane.pd.pool_for(b.as_ptr() as usize, b.len()).is_none()
+            })
+        };
+        if want <= super::lanes::STAGE_MAX && registers() {
+            if let Some(pool) = c.lane.stage_pool() {
+                match self.post_staged_read(c, pool, job, want) {
+                    Ok(()) => return Ok(()),
+                    Err((Some(e), job)) => return Err((e, job)),
+                    // No slot free: the receive's buffers are registered.
+                    Err((None, j)) => job = j,
+                }
+            }
+        }
         let bufs = std::mem::take(&mut job.req.bufs);
         let mut mrs = Vec::with_capacity(bufs.len());
         let mut failed = None;
@@ -468,14 +484,7 @@ impl RdmShared {
                 sges.push(m.sge_range(0, n)?);
                 left -= n;
             }
-            c.qp.post_send(&SendRequest::new(
-                wr_id,
-                SendOp::RdmaRead {
-                    remote_addr: job.hdr.addr,
-                    rkey: job.hdr.rkey,
-                },
-                Payload::Sges(&sges),
-            ))
+            read_announced(c, &job.hdr, wr_id, &sges)
         })();
         match posted {
             Ok(()) => {
@@ -485,6 +494,7 @@ impl RdmShared {
                     Op::Read {
                         job,
                         mrs,
+                        stage: None,
                         placed: want,
                         conn: c.clone(),
                     },
@@ -498,29 +508,74 @@ impl RdmShared {
         }
     }
 
-    /// Reads an announced payload into a buffer of our own.
+    /// Reads `want` bytes of the announced payload into a staging slot of
+    /// `pool` (copied into the receive's buffers at completion). Gives the
+    /// job back with no error when no slot is free.
+    fn post_staged_read(
+        &self,
+        c: &Arc<Conn>,
+        pool: &Arc<crate::slot_pool::SlotPool>,
+        job: ReadJob,
+        want: usize,
+    ) -> std::result::Result<(), (Option<Error>, ReadJob)> {
+        let wr_id = self.wr_id();
+        let mut g = lock(&self.inflight);
+        let posted = pool.take_post(want, |sge| read_announced(c, &job.hdr, wr_id, &[sge]));
+        match posted {
+            None => Err((None, job)),
+            Some(Err(e)) => Err((Some(e), job)),
+            Some(Ok(slot)) => {
+                c.reads.fetch_add(1, Ordering::AcqRel);
+                g.insert(
+                    wr_id,
+                    Op::Read {
+                        job,
+                        mrs: Vec::new(),
+                        stage: Some(super::Staged {
+                            pool: pool.clone(),
+                            slot,
+                        }),
+                        placed: want,
+                        conn: c.clone(),
+                    },
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads an announced payload into a buffer of our own: through a
+    /// staging slot up to [`super::lanes::STAGE_MAX`] when one is free,
+    /// else into the buffer registered for the read.
     fn post_pull_on(&self, c: &Arc<Conn>, pull: &Arc<rx::Pull>, h: Header) -> Result<()> {
-        let buf = BytesMut::zeroed(h.len as usize);
+        let len = h.len as usize;
+        let op = |into| Op::Pull {
+            pull: pull.clone(),
+            hdr: h,
+            into,
+            conn: c.clone(),
+        };
+        if len <= super::lanes::STAGE_MAX {
+            if let Some(pool) = c.lane.stage_pool() {
+                let wr_id = self.wr_id();
+                let mut g = lock(&self.inflight);
+                if let Some(slot) = pool.take_post(len, |sge| read_announced(c, &h, wr_id, &[sge]))
+                {
+                    let staged = super::Staged {
+                        pool: pool.clone(),
+                        slot: slot?,
+                    };
+                    g.insert(wr_id, op(super::PullInto::Staged(staged)));
+                    return Ok(());
+                }
+            }
+        }
+        let buf = BytesMut::zeroed(len);
         let mr = BytesMutMr::new(&c.lane.pd, buf, AccessFlags::LOCAL_WRITE)?;
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
-        c.qp.post_send(&SendRequest::new(
-            wr_id,
-            SendOp::RdmaRead {
-                remote_addr: h.addr,
-                rkey: h.rkey,
-            },
-            Payload::Sges(&[mr.sge()?]),
-        ))?;
-        g.insert(
-            wr_id,
-            Op::Pull {
-                pull: pull.clone(),
-                hdr: h,
-                mr,
-                conn: c.clone(),
-            },
-        );
+        read_announced(c, &h, wr_id, &[mr.sge()?])?;
+        g.insert(wr_id, op(super::PullInto::Registered(mr)));
         Ok(())
     }
 
@@ -566,4 +621,16 @@ impl RdmShared {
             }
         }
     }
+}
+
+/// Posts the RDMA read of the payload announced by `h` into `sges`.
+fn read_announced(c: &Conn, h: &Header, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+    c.qp.post_send(&SendRequest::new(
+        wr_id,
+        SendOp::RdmaRead {
+            remote_addr: h.addr,
+            rkey: h.rkey,
+        },
+        Payload::Sges(sges),
+    ))
 }
