@@ -321,6 +321,30 @@ async fn rdm_truncation() {
     }
 }
 
+/// What `s` receives into `bufs` while `c` sends it `data` (the send
+/// must succeed).
+async fn recv_as_sent(
+    s: &Node,
+    c: &Node,
+    to_s: FiAddr,
+    bufs: Vec<BytesMut>,
+    data: &bytes::Bytes,
+) -> Result<weft::CqEntry, weft::CqErrEntry> {
+    let recv = s.ep.recvmsg(
+        RecvMsg {
+            bufs,
+            ..RecvMsg::default()
+        },
+        OpFlags::empty(),
+    );
+    let (got, sent) = within("receive while sending", async {
+        tokio::join!(recv, c.ep.send(to_s, data.clone()))
+    })
+    .await;
+    sent.unwrap_or_else(|e| panic!("send of {} bytes: {e:?}", data.len()));
+    got
+}
+
 /// Rendezvous reads up to 128 KiB land in a staging slot and are copied
 /// into the receive's buffers; larger ones, and those that find every
 /// staging slot taken, read into the buffers registered. Both sides of
@@ -347,20 +371,7 @@ async fn rdm_staged_and_registered_reads() {
             let mut bufs: Vec<BytesMut> = cut.iter().map(|&n| BytesMut::zeroed(n)).collect();
             let rest = len - cut.iter().sum::<usize>();
             bufs.push(BytesMut::zeroed(rest));
-            let (got, sent) = within("staged read", async {
-                tokio::join!(
-                    s.ep.recvmsg(
-                        RecvMsg {
-                            bufs,
-                            ..RecvMsg::default()
-                        },
-                        OpFlags::empty()
-                    ),
-                    c.ep.send(to_s, data.clone())
-                )
-            })
-            .await;
-            sent.unwrap_or_else(|e| panic!("send of {len} bytes: {e:?}"));
+            let got = recv_as_sent(&s, &c, to_s, bufs, &data).await;
             let got = got.unwrap_or_else(|e| panic!("receive of {len} bytes ({cut:?}): {e:?}"));
             assert_eq!(got.len, len);
             assert!(got.into_bytes()[..] == data[..], "{len} bytes cut {cut:?}");
@@ -369,20 +380,7 @@ async fn rdm_staged_and_registered_reads() {
         let cap = len / 2 + 3;
         let data = payload(len, 0xA0 ^ i as u8);
         let bufs = vec![BytesMut::zeroed(7), BytesMut::zeroed(cap - 7)];
-        let (got, sent) = within("truncated staged read", async {
-            tokio::join!(
-                s.ep.recvmsg(
-                    RecvMsg {
-                        bufs,
-                        ..RecvMsg::default()
-                    },
-                    OpFlags::empty()
-                ),
-                c.ep.send(to_s, data.clone())
-            )
-        })
-        .await;
-        sent.unwrap();
+        let got = recv_as_sent(&s, &c, to_s, bufs, &data).await;
         let e = got.expect_err("a truncated receive is an error completion");
         assert_eq!((e.err, e.len, e.olen), (Error::Trunc, cap, len - cap));
         let b: Vec<u8> = e.bufs.iter().flat_map(|b| b.iter().copied()).collect();
