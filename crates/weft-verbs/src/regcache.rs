@@ -91,6 +91,23 @@ impl CacheLimits {
     }
 }
 
+/// A cached registration that can tell when the buffer it owns is held
+/// by nobody else: the application dropped every handle to it, so no
+/// send can name it again, and the entry only keeps dead memory pinned.
+pub trait Owns {
+    /// Whether the entry's own handle is the buffer's last one.
+    fn only_owner(&self) -> bool;
+}
+
+/// How many of the most recently used entries a miss looks at for dead
+/// ones. An application that sends a buffer once and drops it (an echo
+/// of what it received, a message built per send) leaves one dead entry
+/// per send, the most recent ones: dropped at the next miss, its memory
+/// goes back to the allocator (to be handed out again, warm) and its
+/// pages are unpinned, instead of both waiting for the least recently
+/// used end of a 32 MiB cache.
+const RECENT: usize = 4;
+
 /// The cache key: start address, length and access rights of a buffer.
 pub type Key = (usize, usize, u32);
 
@@ -105,6 +122,18 @@ struct Inner<T> {
     lru: BTreeMap<u64, Key>,
     next: u64,
     stats: CacheStats,
+}
+
+impl<T> Inner<T> {
+    /// Takes the entry of `key` out of the map (its use stamp is the
+    /// caller's to take out of `lru`), counted as an eviction.
+    fn remove(&mut self, key: &Key) -> Option<Entry<T>> {
+        let e = self.map.remove(key)?;
+        self.stats.entries -= 1;
+        self.stats.bytes -= key.1;
+        self.stats.evictions += 1;
+        Some(e)
+    }
 }
 
 /// A bounded LRU map from buffers to registrations `T`.
@@ -150,8 +179,12 @@ impl<T> RegCache<T> {
     /// miss. Buffers too large for the cache, or all buffers when it is
     /// disabled, are registered for this one use. A registration that
     /// fails for lack of memory is retried once after emptying the cache,
-    /// whose entries hold pinned pages.
-    pub fn get(&self, key: Key, register: impl Fn() -> Result<T>) -> Result<Arc<T>> {
+    /// whose entries hold pinned pages. A miss also drops the most recent
+    /// entries whose buffers nobody else holds any more ([`RECENT`]).
+    pub fn get(&self, key: Key, register: impl Fn() -> Result<T>) -> Result<Arc<T>>
+    where
+        T: Owns,
+    {
         let len = key.1;
         if self.limits.max_count == 0 || len > self.limits.max_size {
             return register().map(Arc::new);
@@ -196,16 +229,33 @@ impl<T> RegCache<T> {
         g.lru.insert(stamp, key);
         g.stats.bytes += len;
         g.stats.entries += 1;
+        // Dropped after the lock: a deregistration is a system call.
+        let mut gone: Vec<Entry<T>> = Vec::new();
+        let dead: Vec<(u64, Key)> = g
+            .lru
+            .iter()
+            .rev()
+            .skip(1)
+            .take(RECENT)
+            .filter(|(_, k)| {
+                g.map
+                    .get(*k)
+                    .is_some_and(|e| Arc::strong_count(&e.reg) == 1 && e.reg.only_owner())
+            })
+            .map(|(st, k)| (*st, *k))
+            .collect();
+        for (st, k) in dead {
+            g.lru.remove(&st);
+            gone.extend(g.remove(&k));
+        }
         while g.stats.entries > self.limits.max_count || g.stats.bytes > self.limits.max_size {
             let Some((_, oldest)) = g.lru.pop_first() else {
                 break;
             };
-            if g.map.remove(&oldest).is_some() {
-                g.stats.entries -= 1;
-                g.stats.bytes -= oldest.1;
-                g.stats.evictions += 1;
-            }
+            gone.extend(g.remove(&oldest));
         }
+        drop(g);
+        drop(gone);
         Ok(reg)
     }
 
@@ -224,6 +274,66 @@ impl<T> RegCache<T> {
 mod tests {
     use super::*;
     use std::cell::Cell;
+
+    // The plain values these tests cache are always held elsewhere too.
+    impl Owns for usize {
+        fn only_owner(&self) -> bool {
+            false
+        }
+    }
+    impl Owns for u8 {
+        fn only_owner(&self) -> bool {
+            false
+        }
+    }
+    impl Owns for String {
+        fn only_owner(&self) -> bool {
+            false
+        }
+    }
+
+    /// A buffer as the cache holds it: an `Arc` whose other handles are
+    /// the application's.
+    struct Buf(Arc<()>);
+    impl Owns for Buf {
+        fn only_owner(&self) -> bool {
+            Arc::strong_count(&self.0) == 1
+        }
+    }
+
+    #[test]
+    fn a_miss_drops_recent_entries_nobody_else_holds() {
+        let c: RegCache<Buf> = RegCache::new(limits(100, 1 << 20));
+        let held = Arc::new(());
+        let dropped = Arc::new(());
+        let watch = Arc::downgrade(&dropped);
+        c.get((1, 10, 0), || Ok(Buf(held.clone()))).unwrap();
+        c.get((2, 10, 0), || Ok(Buf(dropped.clone()))).unwrap();
+        // In use by an operation: kept whoever else holds the buffer.
+        let used = Arc::new(());
+        let op = c.get((3, 10, 0), || Ok(Buf(used.clone()))).unwrap();
+        drop((dropped, used));
+        c.get((4, 10, 0), || Ok(Buf(Arc::new(())))).unwrap();
+        let s = c.stats();
+        assert_eq!((s.entries, s.evictions), (3, 1), "only the dead entry went");
+        assert!(watch.upgrade().is_none(), "its buffer is freed");
+        // The entry just made is never the one dropped, and a hit finds
+        // what is left.
+        c.get((1, 10, 0), || unreachable!()).unwrap();
+        c.get((3, 10, 0), || unreachable!()).unwrap();
+        c.get((4, 10, 0), || unreachable!()).unwrap();
+        drop(op);
+        // Dead now: entry 3 (its operation ended, nobody holds its
+        // buffer) and entry 4 (nobody did but the cache, which a miss
+        // never drops in the same breath as it makes it). The next miss
+        // drops both; the live one stays.
+        c.get((5, 10, 0), || Ok(Buf(held.clone()))).unwrap();
+        let s = c.stats();
+        assert_eq!((s.entries, s.evictions), (2, 3), "entries 3 and 4 went");
+        assert_eq!(s.bytes, 20);
+        c.get((1, 10, 0), || unreachable!()).unwrap();
+        c.get((5, 10, 0), || unreachable!()).unwrap();
+    }
 
     fn limits(max_count: usize, max_size: usize) -> CacheLimits {
         CacheLimits {

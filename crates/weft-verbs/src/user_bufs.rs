@@ -77,6 +77,12 @@ pub(crate) fn cached_source(
 /// The registration cache of send sources.
 pub(crate) type SourceCache = crate::regcache::RegCache<BytesMr>;
 
+impl crate::regcache::Owns for BytesMr {
+    fn only_owner(&self) -> bool {
+        self.bytes().is_unique()
+    }
+}
+
 /// Registers each buffer for the device to write into. On failure every
 /// buffer comes back, in order, with the error.
 pub(crate) fn register_targets(
