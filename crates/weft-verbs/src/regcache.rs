@@ -12,7 +12,8 @@
 //! there is no window in which a stale registration could be used.
 //!
 //! The price is that cached buffers stay allocated (and pinned) until
-//! evicted — at most `FI_MR_CACHE_MAX_SIZE` bytes per domain, 32 MiB by
+//! evicted (or, once the application holds them no more, until the next
+//! miss: [`Owns`]) — at most `FI_MR_CACHE_MAX_SIZE` bytes per domain, 32 MiB by
 //! default — and that `Bytes::try_into_mut` cannot reclaim a cached
 //! buffer meanwhile. Limits follow libfabric's variables: `FI_MR_CACHE_MAX_COUNT`
 //! entries (0 disables the cache), `FI_MR_CACHE_MAX_SIZE` bytes, and
