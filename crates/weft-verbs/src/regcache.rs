@@ -181,7 +181,7 @@ impl<T> RegCache<T> {
     /// disabled, are registered for this one use. A registration that
     /// fails for lack of memory is retried once after emptying the cache,
     /// whose entries hold pinned pages. A miss also drops the most recent
-    /// entries whose buffers nobody else holds any more ([`RECENT`]).
+    /// entries whose buffers nobody else holds any more ([`Owns`]).
     pub fn get(&self, key: Key, register: impl Fn() -> Result<T>) -> Result<Arc<T>>
     where
         T: Owns,
