@@ -159,6 +159,28 @@ impl SlotPool {
     }
 }
 
+/// A slot taken from `pool` for a read the device writes into. It goes
+/// back only once the read's completion is in (the device is done with
+/// it); one whose owner is dropped without a completion, at teardown,
+/// stays taken.
+pub struct Loan {
+    pub pool: Arc<SlotPool>,
+    pub slot: u32,
+}
+
+impl Loan {
+    /// At the read's completion: copies the slot's first `len` bytes into
+    /// `bufs` if the read succeeded (`ok`), then gives the slot back.
+    /// Whether all `len` bytes landed.
+    pub fn land(self, ok: bool, len: usize, bufs: &mut [BytesMut]) -> bool {
+        if !ok {
+            self.pool.put(self.slot);
+            return false;
+        }
+        self.pool.scatter_put(self.slot, len, bufs) == Ok(len)
+    }
+}
+
 /// Copies up to `len` bytes from `mr` at `at` into `bufs` (see
 /// [`SlotPool::scatter`]).
 fn scatter_in(

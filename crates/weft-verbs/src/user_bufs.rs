@@ -137,8 +137,7 @@ pub(crate) enum RmaLocal {
     /// A small read landing in a slot of `pool`, copied into `bufs` at
     /// completion (no registration per read).
     ReadSlot {
-        pool: Arc<SlotPool>,
-        slot: u32,
+        loan: crate::slot_pool::Loan,
         len: usize,
         bufs: Vec<BytesMut>,
     },
@@ -151,18 +150,13 @@ impl RmaLocal {
         match self {
             RmaLocal::Targets(mrs) => unregister(mrs),
             RmaLocal::ReadSlot {
-                pool,
-                slot,
+                loan,
                 len,
                 mut bufs,
             } => {
-                if ok {
-                    // The slot holds exactly `len` bytes, which fit the
-                    // buffers (checked at post).
-                    let _ = pool.scatter_put(slot, len, &mut bufs);
-                } else {
-                    pool.put(slot);
-                }
+                // The slot holds exactly `len` bytes, which fit the
+                // buffers (checked at post).
+                loan.land(ok, len, &mut bufs);
                 bufs
             }
             RmaLocal::Inline | RmaLocal::Source(_) => Vec::new(),
@@ -328,8 +322,10 @@ impl Posting<'_> {
                 pool.with(|mr| self.post(op(), Payload::Sges(&[mr.sge(pool.offset(slot), len)?])));
             return match posted {
                 Ok(()) => Ok(RmaLocal::ReadSlot {
-                    pool: pool.clone(),
-                    slot,
+                    loan: crate::slot_pool::Loan {
+                        pool: pool.clone(),
+                        slot,
+                    },
                     len,
                     bufs,
                 }),

@@ -124,26 +124,24 @@ impl RdmShared {
         match op {
             Op::Read {
                 mut job,
-                mrs,
-                stage,
+                into,
                 conn,
                 ..
             } => {
                 conn.reads.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-                if let Some(s) = stage {
-                    s.pool.put(s.slot);
+                match into {
+                    super::ReadInto::Registered(mrs) => {
+                        job.req.bufs = crate::user_bufs::unregister_before(mrs, job.req.bufs);
+                    }
+                    super::ReadInto::Staged(loan) => {
+                        loan.land(false, 0, &mut []);
+                    }
                 }
-                let mut bufs: Vec<_> = mrs
-                    .into_iter()
-                    .filter_map(|m| m.into_inner().ok())
-                    .collect();
-                bufs.append(&mut job.req.bufs);
-                job.req.bufs = bufs;
                 self.cancel_read(job);
             }
             Op::Pull { pull, into, .. } => {
-                if let super::PullInto::Staged(s) = into {
-                    s.pool.put(s.slot);
+                if let super::PullInto::Staged(loan) = into {
+                    loan.land(false, 0, &mut []);
                 }
                 pull.finish(self, Err(Error::Canceled));
             }

@@ -121,6 +121,7 @@ use weft_core::{Error, Result};
 
 use crate::cm_events::CmChannel;
 use crate::cq_poller::{self, PollerSlot};
+use crate::slot_pool::Loan;
 use crate::sys::{BytesMr, BytesMutMr, CmId, CompChannel, Cq, PortSpace, QueuePair};
 use weft_core::limits::ConnSlot;
 
@@ -302,12 +303,12 @@ pub(crate) struct Orphan {
     pub rxc: Option<Arc<RdmShared>>,
 }
 
-/// A staging slot a rendezvous read lands in. It goes back to its pool
-/// only once the read's completion is in (the device is done with it):
-/// one whose operation is dropped without one, at teardown, stays taken.
-pub(crate) struct Staged {
-    pub pool: Arc<crate::slot_pool::SlotPool>,
-    pub slot: u32,
+/// Where a rendezvous read into a receive lands.
+pub(crate) enum ReadInto {
+    /// The receive's buffers, registered for it.
+    Registered(Vec<crate::local_mem::Dst>),
+    /// A staging slot, copied into them at the completion.
+    Staged(Loan),
 }
 
 /// Where a pull's read lands.
@@ -316,7 +317,7 @@ pub(crate) enum PullInto {
     Registered(BytesMutMr),
     /// A staging slot, copied into a buffer of the endpoint's at the
     /// completion.
-    Staged(Staged),
+    Staged(Loan),
 }
 
 /// What holds a send's bytes while the device may read them.
@@ -352,12 +353,10 @@ pub(crate) enum Op {
         into: PullInto,
         conn: Arc<Conn>,
     },
-    /// A rendezvous read into a receive's registered buffers, or into a
-    /// staging slot (`mrs` empty) copied into them at completion.
+    /// A rendezvous read for a matched receive.
     Read {
         job: ReadJob,
-        mrs: Vec<crate::local_mem::Dst>,
-        stage: Option<Staged>,
+        into: ReadInto,
         placed: usize,
         conn: Arc<Conn>,
     },

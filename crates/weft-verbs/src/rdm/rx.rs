@@ -570,30 +570,25 @@ impl RdmShared {
         &self,
         wc: &WorkCompletion,
         mut job: ReadJob,
-        mrs: Vec<crate::local_mem::Dst>,
-        stage: Option<super::Staged>,
+        into: super::ReadInto,
         placed: usize,
     ) {
         let mut lost = false;
-        if !mrs.is_empty() {
-            let mut bufs: Vec<BytesMut> = Vec::with_capacity(mrs.len() + job.req.bufs.len());
-            for m in mrs {
-                match m.into_inner() {
-                    Ok(b) => bufs.push(b),
-                    Err(_) => lost = true,
+        match into {
+            super::ReadInto::Registered(mrs) => {
+                let mut bufs: Vec<BytesMut> = Vec::with_capacity(mrs.len() + job.req.bufs.len());
+                for m in mrs {
+                    match m.into_inner() {
+                        Ok(b) => bufs.push(b),
+                        Err(_) => lost = true,
+                    }
                 }
+                bufs.append(&mut job.req.bufs);
+                job.req.bufs = bufs;
             }
-            bufs.append(&mut job.req.bufs);
-            job.req.bufs = bufs;
-        }
-        // The device is done with a staging slot once the completion is
-        // in, whatever it says; a read that failed leaves nothing to copy.
-        if let Some(s) = stage {
-            if wc.to_error().is_none() {
-                let copied = s.pool.scatter_put(s.slot, placed, &mut job.req.bufs);
-                lost |= copied != Ok(placed);
-            } else {
-                s.pool.put(s.slot);
+            // A failed read lands nothing (the error below decides).
+            super::ReadInto::Staged(loan) => {
+                lost = !loan.land(wc.to_error().is_none(), placed, &mut job.req.bufs);
             }
         }
         let peer = job.conn.peer;
@@ -679,20 +674,16 @@ impl CqSink for RdmShared {
                 self.release_wr(&conn, super::TxHeld::Inline);
                 let r = match (wc.to_error(), into) {
                     (None, super::PullInto::Registered(mr)) => mr.into_inner(),
-                    (None, super::PullInto::Staged(s)) => {
+                    (err, super::PullInto::Staged(loan)) => {
                         let mut b = [BytesMut::zeroed(hdr.len as usize)];
-                        match s.pool.scatter_put(s.slot, b[0].len(), &mut b) {
-                            Ok(_) => Ok(std::mem::take(&mut b[0])),
-                            Err((e, _)) => Err(e),
+                        let len = b[0].len();
+                        match (loan.land(err.is_none(), len, &mut b), err) {
+                            (_, Some(e)) => Err(e),
+                            (true, None) => Ok(std::mem::take(&mut b[0])),
+                            (false, None) => Err(Error::Io),
                         }
                     }
-                    (Some(e), into) => {
-                        // The device is done with the slot either way.
-                        if let super::PullInto::Staged(s) = into {
-                            s.pool.put(s.slot);
-                        }
-                        Err(e)
-                    }
+                    (Some(e), super::PullInto::Registered(_)) => Err(e),
                 };
                 let failed = r.is_err();
                 pull.finish(self, r);
@@ -700,8 +691,7 @@ impl CqSink for RdmShared {
             }
             Op::Read {
                 job,
-                mrs,
-                stage,
+                into,
                 placed,
                 conn,
             } => {
@@ -710,7 +700,7 @@ impl CqSink for RdmShared {
                 let rxc = job.rxc.clone();
                 rxc.as_deref()
                     .unwrap_or(self)
-                    .on_read_done(wc, job, mrs, stage, placed);
+                    .on_read_done(wc, job, into, placed);
                 if conn.is_dead() {
                     self.settle_orphans(&conn);
                 }

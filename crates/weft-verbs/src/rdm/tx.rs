@@ -17,7 +17,8 @@ use weft_core::{Error, Result};
 
 use super::RDM_SLOT;
 use super::{rx, Conn, Deferred, Op, PeerState, RdmShared, ReadJob, RndvSend, TxHeld, QP_INLINE};
-use crate::local_mem::Dst;
+use crate::local_mem::{all_pooled, Dst};
+use crate::slot_pool::{Loan, SlotPool};
 use crate::sys::{AccessFlags, BytesMr, BytesMutMr, Payload, SendFlags, SendOp, SendRequest, Sge};
 use crate::user_bufs::wr_flags;
 use weft_core::wire::rdm::{Header, Op as WireOp, HDR};
@@ -431,12 +432,7 @@ impl RdmShared {
     ) -> std::result::Result<(), (Error, ReadJob)> {
         let want = (job.hdr.len as usize).min(job.req.capacity());
         // Pool buffers need no registration: read into them directly.
-        let registers = || {
-            job.req.bufs.iter().any(|b| {
-                !b.is_empty() && c.lane.pd.pool_for(b.as_ptr() as usize, b.len()).is_none()
-            })
-        };
-        if want <= super::lanes::STAGE_MAX && registers() {
+        if want <= super::lanes::STAGE_MAX && !all_pooled(&c.lane.pd, &job.req.bufs) {
             if let Some(pool) = c.lane.stage_pool() {
                 match self.post_staged_read(c, pool, job, want) {
                     Ok(()) => return Ok(()),
@@ -493,8 +489,7 @@ impl RdmShared {
                     wr_id,
                     Op::Read {
                         job,
-                        mrs,
-                        stage: None,
+                        into: super::ReadInto::Registered(mrs),
                         placed: want,
                         conn: c.clone(),
                     },
@@ -514,7 +509,7 @@ impl RdmShared {
     fn post_staged_read(
         &self,
         c: &Arc<Conn>,
-        pool: &Arc<crate::slot_pool::SlotPool>,
+        pool: &Arc<SlotPool>,
         job: ReadJob,
         want: usize,
     ) -> std::result::Result<(), (Option<Error>, ReadJob)> {
@@ -530,8 +525,7 @@ impl RdmShared {
                     wr_id,
                     Op::Read {
                         job,
-                        mrs: Vec::new(),
-                        stage: Some(super::Staged {
+                        into: super::ReadInto::Staged(Loan {
                             pool: pool.clone(),
                             slot,
                         }),
@@ -561,11 +555,11 @@ impl RdmShared {
                 let mut g = lock(&self.inflight);
                 if let Some(slot) = pool.take_post(len, |sge| read_announced(c, &h, wr_id, &[sge]))
                 {
-                    let staged = super::Staged {
+                    let loan = Loan {
                         pool: pool.clone(),
                         slot: slot?,
                     };
-                    g.insert(wr_id, op(super::PullInto::Staged(staged)));
+                    g.insert(wr_id, op(super::PullInto::Staged(loan)));
                     return Ok(());
                 }
             }
