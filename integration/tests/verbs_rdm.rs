@@ -652,3 +652,113 @@ async fn rdm_silent_peer_fails_owed_sends() {
         .expect_err("a send owed by a silent peer fails");
     assert_eq!((e.context, e.err), (7, Error::ConnReset), "{e:?}");
 }
+
+/// Rendezvous payloads up to 128 KiB that the caller does not keep are
+/// copied into a source slot and read through a memory window; each
+/// window is revoked by the receiver's answer, so its slot comes back for
+/// the next send (sequential sends all take one), even when the receive
+/// took only part of the message. Buffers the caller keeps, and larger
+/// payloads, are registered instead. Concurrent sends past the slots
+/// register too; nothing is lost or reordered either way.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_sources_through_windows() {
+    let Some((s, c, to_s, to_c)) = pair(WaitMode::Interrupt) else {
+        return;
+    };
+    let windowed = |n: &Node| n.ep.stats().unwrap().tx_windowed;
+    // Sizes that shrink and grow again: a slot's stale tail is cleared,
+    // the bytes read are this message's.
+    let sizes = [4097usize, 131_072, 10_000, 70_000, 65_536];
+    for i in 0..20usize {
+        let len = sizes[i % sizes.len()];
+        let got = within("windowed send", async {
+            tokio::join!(
+                s.ep.recv(BytesMut::zeroed(len)),
+                c.ep.send(to_s, payload(len, i as u8))
+            )
+        })
+        .await;
+        got.1
+            .unwrap_or_else(|e| panic!("send {i} of {len} bytes: {e:?}"));
+        let g = got.0.unwrap_or_else(|e| panic!("receive {i}: {e:?}"));
+        assert_eq!(g.len, len);
+        assert!(
+            g.into_bytes()[..] == payload(len, i as u8)[..],
+            "message {i}"
+        );
+    }
+    assert_eq!(windowed(&c), 20, "every sequential send took a window");
+    assert_eq!(windowed(&s), 0);
+
+    // Truncated receives read part of the slot and still revoke it.
+    for i in 0..8u8 {
+        let (got, sent) = within("truncated windowed send", async {
+            tokio::join!(
+                s.ep.recv(BytesMut::zeroed(1000)),
+                c.ep.send(to_s, payload(65_536, 0x30 + i))
+            )
+        })
+        .await;
+        sent.unwrap();
+        let e = got.expect_err("truncated");
+        assert_eq!((e.err, e.len, e.olen), (Error::Trunc, 1000, 64_536));
+        let b: Vec<u8> = e.bufs.iter().flat_map(|b| b.iter().copied()).collect();
+        assert!(b[..] == payload(65_536, 0x30 + i)[..1000]);
+    }
+    assert_eq!(windowed(&c), 28, "truncated receives gave their slots back");
+
+    // Kept by the caller, or past a slot: registered.
+    let kept = payload(65_536, 0x51);
+    let big = 131_073usize;
+    for (data, keep) in [(kept.clone(), Some(kept)), (payload(big, 0x52), None)] {
+        let want = data.clone();
+        let (got, sent) = within("registered send", async {
+            tokio::join!(
+                s.ep.recv(BytesMut::zeroed(data.len())),
+                c.ep.send(to_s, data)
+            )
+        })
+        .await;
+        sent.unwrap();
+        assert!(got.unwrap().into_bytes()[..] == want[..]);
+        drop(keep);
+    }
+    assert_eq!(windowed(&c), 28, "kept and large buffers are registered");
+
+    // Twelve at once each way: more than a lane's slots.
+    let n = 12usize;
+    let recvs_s = futures::future::join_all((0..n).map(|_| s.ep.recv(BytesMut::zeroed(65_536))));
+    let recvs_c = futures::future::join_all((0..n).map(|_| c.ep.recv(BytesMut::zeroed(65_536))));
+    let sends_c =
+        futures::future::join_all((0..n).map(|i| c.ep.send(to_s, payload(65_536, 0x80 + i as u8))));
+    let sends_s =
+        futures::future::join_all((0..n).map(|i| s.ep.send(to_c, payload(65_536, 0xA0 + i as u8))));
+    let (at_s, at_c, from_c, from_s) = within("concurrent windowed sends", async {
+        tokio::join!(recvs_s, recvs_c, sends_c, sends_s)
+    })
+    .await;
+    for (i, r) in from_c.into_iter().chain(from_s).enumerate() {
+        r.unwrap_or_else(|e| panic!("send {i}: {e:?}"));
+    }
+    for (i, g) in at_s.into_iter().enumerate() {
+        let g = g.unwrap_or_else(|e| panic!("receive {i} at the server: {e:?}"));
+        assert!(
+            g.into_bytes()[..] == payload(65_536, 0x80 + i as u8)[..],
+            "to s {i}"
+        );
+    }
+    for (i, g) in at_c.into_iter().enumerate() {
+        let g = g.unwrap_or_else(|e| panic!("receive {i} at the client: {e:?}"));
+        assert!(
+            g.into_bytes()[..] == payload(65_536, 0xA0 + i as u8)[..],
+            "to c {i}"
+        );
+    }
+    let (wc, ws) = (windowed(&c) - 28, windowed(&s));
+    assert!((4..=12).contains(&wc), "client windowed {wc} of {n}");
+    assert!((4..=12).contains(&ws), "server windowed {ws} of {n}");
+}

@@ -36,7 +36,14 @@ pub fn cm_decode(pd: &[u8]) -> Vec<u8> {
 /// data). Other bits are ignored on receipt: a later peer may set them.
 pub const FEAT_BARE: u8 = 1;
 
-/// The features this build's RDM endpoints announce.
+/// Feature bit of an RDM hello: the sender answers a request-to-send
+/// that announces a memory window with a "finished" that revokes it
+/// (a send with invalidate, on the connection it came on). Announced
+/// only where the device takes such sends.
+pub const FEAT_WINDOWS: u8 = 2;
+
+/// The features every RDM endpoint of this build announces; windows
+/// depend on the device (`rdm::lanes`).
 pub const FEATURES: u8 = FEAT_BARE;
 
 /// The RDM hello: where the sender listens (an encoded sockaddr), which

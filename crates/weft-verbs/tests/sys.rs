@@ -30,6 +30,8 @@ use weft_verbs::sys::{
 
 #[path = "sys/cm.rs"]
 mod cm;
+#[path = "sys/mw.rs"]
+mod mw;
 #[path = "sys/qp.rs"]
 mod qp;
 #[path = "sys/wake.rs"]

@@ -490,6 +490,10 @@ pub struct EpStats {
     /// Datagrams dropped on arrival because their key proof was one
     /// already seen, or older than the sender's replay window (udp DGRAM).
     pub rx_replayed: u64,
+    /// Rendezvous sends whose payload the peer read through a memory
+    /// window over a pre-registered slot of the sender's, rather than
+    /// from the caller's buffer registered for it (verbs RDM).
+    pub tx_windowed: u64,
 }
 
 /// A connected byte stream (`FI_EP_SOCK_STREAM`), in the poll form of an

@@ -9,7 +9,7 @@
 //! | bytes | field |
 //! |---|---|
 //! | 0 | op: 1 eager, 2 request-to-send, 3 finished |
-//! | 1 | flags: 1 tagged, 2 CQ data, 4 failed (finished only), 8 acknowledge, 16 no such receive context (finished only) |
+//! | 1 | flags: 1 tagged, 2 CQ data, 4 failed (finished only), 8 acknowledge, 16 no such receive context (finished only), 32 window (request-to-send and finished) |
 //! | 2 | version (1) |
 //! | 3 | receive context of a scalable endpoint the message is for (`fi_rx_addr`; 0 otherwise) |
 //! | 4..8 | rkey of the sender's buffer (request-to-send) |
@@ -26,6 +26,14 @@
 //! (a delivery-complete send) is answered with "finished" as soon as it is
 //! matched or buffered at the receiver; an announced one is then pulled
 //! into a buffer at once rather than when a receive matches.
+//!
+//! **Windows.** A request-to-send flagged "window" announces a memory
+//! window bound to the connection it came on, rather than a registered
+//! region: its "finished" carries the flag and the same rkey and goes,
+//! on that connection, as a send with invalidate of that rkey, so that
+//! the window is revoked by the time the sender learns the transfer is
+//! over. A sender flags windows only towards a peer whose hello said it
+//! answers them so.
 //!
 //! **Bare eager sends.** A message that needs none of the header's
 //! fields but its length, receive context and a tag below 2^16 (no
@@ -47,6 +55,7 @@ const F_DATA: u8 = 2;
 const F_FAILED: u8 = 4;
 const F_ACK: u8 = 8;
 const F_NO_CTX: u8 = 16;
+const F_WINDOW: u8 = 32;
 
 /// What a message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +88,9 @@ pub struct Header {
     /// The transfer failed because the receiver has no receive context
     /// `rx_ctx` (`Fin` only, with `failed`).
     pub no_ctx: bool,
+    /// The announced buffer is a memory window, revoked by the `Fin`
+    /// (request-to-send, and its `Fin`).
+    pub window: bool,
     /// The receive context of a scalable endpoint the message is for.
     pub rx_ctx: u8,
     /// Key of the sender's buffer (request-to-send).
@@ -103,6 +115,7 @@ impl Header {
             failed: false,
             ack: false,
             no_ctx: false,
+            window: false,
             rx_ctx: 0,
             rkey: 0,
             tag: 0,
@@ -137,6 +150,9 @@ impl Header {
         if self.no_ctx {
             f |= F_NO_CTX;
         }
+        if self.window {
+            f |= F_WINDOW;
+        }
         b[1] = f;
         b[2] = VERSION;
         b[3] = self.rx_ctx;
@@ -163,7 +179,7 @@ impl Header {
             _ => return Err(Error::Io),
         };
         let f = b[1];
-        if f & !(F_TAGGED | F_DATA | F_FAILED | F_ACK | F_NO_CTX) != 0 {
+        if f & !(F_TAGGED | F_DATA | F_FAILED | F_ACK | F_NO_CTX | F_WINDOW) != 0 {
             return Err(Error::Io);
         }
         let u64_at = |i: usize| {
@@ -180,6 +196,7 @@ impl Header {
             failed: f & F_FAILED != 0,
             ack: f & F_ACK != 0,
             no_ctx: f & F_NO_CTX != 0,
+            window: f & F_WINDOW != 0,
             rx_ctx: b[3],
             rkey: u32::from_le_bytes(rk),
             tag: u64_at(8),
@@ -206,7 +223,8 @@ impl Header {
             && self.data.is_none()
             && !self.ack
             && !self.failed
-            && !self.no_ctx;
+            && !self.no_ctx
+            && !self.window;
         let (mark, tag) = match (self.tagged, u16::try_from(self.tag)) {
             (false, _) => (BARE_UNTAGGED, 0),
             (true, Ok(t)) => (BARE_TAGGED, u32::from(t)),
@@ -250,6 +268,9 @@ mod tests {
         h.cookie = 42;
         h.ack = true;
         h.rx_ctx = 200;
+        assert_eq!(Header::decode(&h.encode()), Ok(h));
+        h.window = true;
+        assert_eq!(h.encode()[1] & 32, 32);
         assert_eq!(Header::decode(&h.encode()), Ok(h));
         let mut f = Header::new(Op::Fin);
         f.failed = true;

@@ -27,6 +27,7 @@ fn wc(wr_id: u64, status: WcStatus) -> WorkCompletion {
         qp_num: 1,
         src_qp: 0,
         wc_flags: WcFlags::default(),
+        invalidated_rkey: None,
         pkey_index: 0,
         slid: 0,
         sl: 0,

@@ -70,6 +70,9 @@ pub(crate) struct Lane {
     /// Staging slots for rendezvous reads up to [`STAGE_MAX`], made at
     /// the first such read (`None` once making them failed).
     stage: OnceLock<Option<Arc<SlotPool>>>,
+    /// Slots rendezvous sources up to [`STAGE_MAX`] are copied into and
+    /// read from through windows (`None` where windows are off).
+    pub sources: Option<Arc<super::windows::SourceSlots>>,
 }
 
 /// The largest rendezvous read landed in a staging slot and copied into
@@ -119,17 +122,34 @@ pub(crate) struct Lanes {
     making: Mutex<()>,
     /// Slots per lane.
     slots: usize,
+    /// Rendezvous sources go through memory windows ([`super::windows`]).
+    windows: bool,
 }
 
 impl Lanes {
     /// Room for `n` lanes on device context `ctx`.
     pub(crate) fn new(ctx: Arc<Context>, n: usize) -> Lanes {
         Lanes {
-            ctx,
             all: (0..n).map(|_| OnceLock::new()).collect(),
             making: Mutex::new(()),
             slots: if n > 1 { KEYED_SLOTS } else { SLOTS },
+            windows: windows_on(&ctx),
+            ctx,
         }
+    }
+
+    /// The feature byte of this endpoint's hellos.
+    pub(crate) fn features(&self) -> u8 {
+        if self.windows {
+            crate::cm_data::FEATURES | crate::cm_data::FEAT_WINDOWS
+        } else {
+            crate::cm_data::FEATURES
+        }
+    }
+
+    /// Whether windows are used, and answered, here.
+    pub(crate) fn windows(&self) -> bool {
+        self.windows
     }
 
     /// Receive completions all lanes together may have outstanding.
@@ -141,6 +161,15 @@ impl Lanes {
     pub(crate) fn get(&self, idx: usize) -> Option<&Arc<Lane>> {
         self.all.get(idx)?.get()
     }
+}
+
+/// Whether the device binds type 2 windows and takes sends with
+/// invalidate, and `WEFT_VERBS_WINDOWS` does not turn windows off (`0`).
+fn windows_on(ctx: &Context) -> bool {
+    if std::env::var("WEFT_VERBS_WINDOWS").as_deref() == Ok("0") {
+        return false;
+    }
+    ctx.query_device().is_ok_and(|a| a.has_windows())
 }
 
 impl RdmShared {
@@ -167,6 +196,7 @@ impl RdmShared {
             recv_pool: SlotPool::with_slot(&pd, n, RDM_SLOT, AccessFlags::LOCAL_WRITE)?,
             read_pool: crate::user_bufs::read_pool(&pd)?,
             stage: OnceLock::new(),
+            sources: lanes.windows.then(|| super::windows::SourceSlots::new(&pd)),
             pd,
         });
         let _ = cell.set(lane.clone());

@@ -95,13 +95,14 @@ mod sources;
 pub(crate) mod srx;
 mod tasks;
 mod tx;
+mod windows;
 
 pub(crate) use sources::Sender;
 pub(crate) use tasks::Tasks;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
@@ -151,9 +152,9 @@ pub(crate) struct Conn {
     pub peer: SocketAddr,
     /// The peer endpoint's incarnation (from its CM data).
     pub peer_nonce_cell: AtomicU64,
-    /// The peer takes bare eager sends (its hello's feature byte; set
+    /// The feature byte of the peer's hello (`cm_data::FEAT_*`; set
     /// before the connection carries anything).
-    pub peer_bare: AtomicBool,
+    pub peer_features: AtomicU8,
     /// Send work requests this QP may still take.
     pub sq: Credits,
     pub dead: AtomicBool,
@@ -169,6 +170,9 @@ pub(crate) struct Conn {
     pub lane: Arc<lanes::Lane>,
     /// Its liveness probe ([`probe`]).
     pub probe: crate::liveness::Probe,
+    /// Source slots whose windows the peer did not revoke: given back
+    /// once the queue pair they are bound to is destroyed.
+    pub parked: Mutex<Vec<windows::Parked>>,
     /// Its place in the endpoint's connection count, given back after the
     /// QP and id (declared before it) are destroyed.
     pub _slot: ConnSlot,
@@ -195,14 +199,24 @@ impl Conn {
     /// The peer's incarnation and feature byte, from its hello.
     pub(crate) fn peer_hello_set(&self, n: u64, features: u8) {
         self.peer_nonce_cell.store(n, Ordering::Release);
-        self.peer_bare
-            .store(features & crate::cm_data::FEAT_BARE != 0, Ordering::Release);
+        self.peer_features.store(features, Ordering::Release);
     }
 
     /// Whether a message may go without its header (see
     /// [`weft_core::wire::rdm`]).
     fn takes_bare(&self) -> bool {
-        self.peer_bare.load(Ordering::Relaxed)
+        self.peer_features.load(Ordering::Relaxed) & crate::cm_data::FEAT_BARE != 0
+    }
+
+    /// Whether the peer revokes the windows it reads through ([`windows`]).
+    pub(crate) fn takes_windows(&self) -> bool {
+        self.peer_features.load(Ordering::Relaxed) & crate::cm_data::FEAT_WINDOWS != 0
+    }
+
+    /// Keeps a source slot the peer may still read until the connection
+    /// (and its queue pair, declared before) is gone.
+    pub(crate) fn park(&self, p: windows::Parked) {
+        lock(&self.parked).push(p);
     }
 
     /// The AV key handle the connection proved (`FI_AV_AUTH_KEY`), as
@@ -228,8 +242,10 @@ impl Conn {
 pub(crate) enum Deferred {
     /// A send (no connection yet, or no room on it).
     Send(SendReq),
-    /// A "finished" for a transfer the peer waits on.
-    Fin(Header),
+    /// A "finished" for a transfer the peer waits on, and the connection
+    /// the transfer was announced on (a window's "finished" revokes it
+    /// only there).
+    Fin(Header, Weak<Conn>),
     /// A rendezvous read for a matched receive.
     Read(Box<ReadJob>),
     /// A rendezvous read into a buffer of the endpoint's own (a
@@ -392,12 +408,14 @@ impl Op {
 }
 
 /// A send waiting for the peer's "finished": a rendezvous one (whose
-/// buffer stays registered, and owned here, until then) or a
-/// delivery-complete one.
+/// buffer stays registered, or whose source slot stays lent, and owned
+/// here, until then) or a delivery-complete one.
 pub(crate) struct RndvSend {
     pub done: OpDone,
     pub len: usize,
     pub _mr: Option<Arc<BytesMr>>,
+    /// The source slot the peer reads through a window ([`windows`]).
+    pub loan: Option<windows::SourceLoan>,
     pub conn: Arc<Conn>,
 }
 
@@ -461,6 +479,8 @@ pub struct RdmShared {
     /// Connections refused for their key, either way
     /// (`EpStats::rx_key_rejected`).
     pub(crate) key_rejected: Arc<AtomicU64>,
+    /// Rendezvous sends through memory windows (`EpStats::tx_windowed`).
+    pub(crate) tx_windowed: Arc<AtomicU64>,
     /// A scalable endpoint's receive contexts (`scalable`); `None`
     /// elsewhere.
     pub(crate) ctxs: Option<Arc<scalable::Contexts>>,
@@ -686,6 +706,7 @@ impl ProviderEndpoint for VerbsRdmEndpoint {
         let conns: Vec<Arc<Conn>> = lock(&ep.by_qp).values().cloned().collect();
         s.tclass = crate::qp_tclass(conns.iter().map(|c| &*c.qp));
         s.rx_key_rejected = ep.key_rejected.load(Ordering::Relaxed);
+        s.tx_windowed = ep.tx_windowed.load(Ordering::Relaxed);
         s.rx_bad_ctx = self.bad_ctx_count();
         s
     }

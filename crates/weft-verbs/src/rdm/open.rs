@@ -75,6 +75,7 @@ pub(crate) fn open_shared(cfg: EpConfig, rt: Handle, scalable: bool) -> Result<A
         tasks: Arc::new(Mutex::new(Tasks::default())),
         conn_count: Arc::new(AtomicUsize::new(0)),
         key_rejected: Arc::new(AtomicU64::new(0)),
+        tx_windowed: Arc::new(AtomicU64::new(0)),
         ctxs,
         rxc_closed: None,
         rx_bits,

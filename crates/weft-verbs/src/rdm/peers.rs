@@ -63,7 +63,7 @@ pub(super) fn listen(ep: &Arc<RdmShared>) {
 /// Our CM data: where we listen, which incarnation of the endpoint this
 /// is, and what we take (the feature byte).
 fn hello(ep: &RdmShared) -> Result<Vec<u8>> {
-    crate::cm_data::hello(&ep.local, ep.nonce, crate::cm_data::FEATURES)
+    crate::cm_data::hello(&ep.local, ep.nonce, ep.res.lanes.features())
 }
 
 impl RdmShared {
@@ -265,7 +265,7 @@ async fn active(
         Some((d, o)) => {
             let t = ep.cfg.limits.handshake_timeout;
             let qpn = conn.qp.qp_num();
-            let data = keyed_hello(ep.local.port(), ep.nonce, crate::cm_data::FEATURES);
+            let data = keyed_hello(ep.local.port(), ep.nonce, ep.res.lanes.features());
             dial::prove(&d, o, &conn.id, events, qpn, peer, &data, t)
                 .await
                 .map_err(|e| fail(e, Vec::new()))?
@@ -304,8 +304,9 @@ fn new_conn(
             recv_cq: ep.res.cq.clone(),
             srq: Some(lane.srq.clone()),
             caps: QpCaps {
-                // A write with remote CQ data takes two work requests
-                // on one credit.
+                // A write with remote CQ data, and a request-to-send
+                // behind its window's bind, take two work requests on
+                // one credit.
                 max_send_wr: 2 * QP_SEND_WR as u32,
                 max_recv_wr: 0,
                 max_send_sge: sge,
@@ -321,13 +322,14 @@ fn new_conn(
         qp,
         peer,
         peer_nonce_cell: std::sync::atomic::AtomicU64::new(nonce),
-        peer_bare: std::sync::atomic::AtomicBool::new(features & crate::cm_data::FEAT_BARE != 0),
+        peer_features: std::sync::atomic::AtomicU8::new(features),
         sq: Credits::new(QP_SEND_WR),
         dead: std::sync::atomic::AtomicBool::new(false),
         reads: std::sync::atomic::AtomicUsize::new(0),
         orphans: std::sync::Mutex::new(Vec::new()),
         lane,
         probe: crate::liveness::Probe::default(),
+        parked: std::sync::Mutex::new(Vec::new()),
         _slot: slot,
     });
     lock(&ep.by_qp).insert(conn.qp.qp_num(), conn.clone());

@@ -356,7 +356,7 @@ impl RdmShared {
             WireOp::Rts => at.on_rts(slot, hdr, conn),
             WireOp::Fin => {
                 self.repost_slot(slot);
-                self.on_fin(&hdr, &conn);
+                self.on_fin(&hdr, &conn, wc.invalidated_rkey);
             }
             WireOp::WriteData => {
                 self.repost_slot(slot);
@@ -405,7 +405,7 @@ impl RdmShared {
                     drop(m);
                     self.end_buffers(ended);
                     if hdr.ack {
-                        self.send_fin(conn.peer, hdr.cookie, false);
+                        self.send_fin(&conn, &hdr, false);
                     }
                     return;
                 };
@@ -421,7 +421,7 @@ impl RdmShared {
             }
         }
         if hdr.ack {
-            self.send_fin(conn.peer, hdr.cookie, false);
+            self.send_fin(&conn, &hdr, false);
         }
     }
 
@@ -499,10 +499,15 @@ impl RdmShared {
     }
 
     /// The peer is done with one of our announced buffers: the send ends.
-    fn on_fin(&self, hdr: &Header, conn: &Conn) {
+    /// A window it revoked with the answer (`invalidated`) goes back to
+    /// the pool with its slot.
+    fn on_fin(&self, hdr: &Header, conn: &Conn, invalidated: Option<u32>) {
         let r = lock(&self.rndv).remove(&hdr.cookie);
         match r {
-            Some(r) if r.conn.peer == conn.peer => {
+            Some(mut r) if r.conn.peer == conn.peer => {
+                if let Some(loan) = r.loan.take() {
+                    loan.settle(invalidated);
+                }
                 self.tx.release(1);
                 if hdr.failed {
                     // Nothing took it: the receiver has no such context.
@@ -591,23 +596,22 @@ impl RdmShared {
                 lost = !loan.land(wc.to_error().is_none(), placed, &mut job.req.bufs);
             }
         }
-        let peer = job.conn.peer;
         let from = job.conn.sender();
-        let cookie = job.hdr.cookie;
+        let (conn, hdr) = (job.conn.clone(), job.hdr);
         match (wc.to_error(), lost) {
             (None, false) => {
                 let (req, info) = (job.req, job.info);
                 super::arriving::deliver_registered(self, job.arriving.take(), |ctx| {
                     deliver_from_via(self, ctx, req, info, placed, from);
                 });
-                self.send_fin(peer, cookie, false);
+                self.send_fin(&conn, &hdr, false);
             }
             // The connection is dead (the failed completion killed it):
             // the message is gone with it, the receive goes on.
             (Some(_), _) => self.orphan(job),
             (None, true) => {
                 fail_registered(self, job.arriving.take(), job.req, job.info, Error::Io);
-                self.send_fin(peer, cookie, true);
+                self.send_fin(&conn, &hdr, true);
             }
         }
     }
@@ -687,7 +691,7 @@ impl CqSink for RdmShared {
                 };
                 let failed = r.is_err();
                 pull.finish(self, r);
-                self.send_fin(conn.peer, hdr.cookie, failed);
+                self.send_fin(&conn, &hdr, failed);
             }
             Op::Read {
                 job,

@@ -60,7 +60,7 @@ use weft_core::sync::lock;
 use weft_core::wire::rdm::{Header, Op as WireOp};
 use weft_core::{Error, Result};
 
-use super::{srx, Deferred, RdmShared, VerbsRdmEndpoint};
+use super::{srx, RdmShared, VerbsRdmEndpoint};
 use crate::cq_poller;
 
 /// The most transmit or receive contexts one scalable endpoint has
@@ -130,23 +130,16 @@ impl RdmShared {
     /// counted, reported on the EQ; a sender waiting for the answer (a
     /// delivery-complete or announced message) is told. No log line: a
     /// peer could send many, and the EQ report is bounded.
-    pub(crate) fn bad_ctx(&self, hdr: &Header, conn: &super::Conn) {
+    pub(crate) fn bad_ctx(&self, hdr: &Header, conn: &Arc<super::Conn>) {
         if let Some(c) = &self.ctxs {
             c.dropped.fetch_add(1, Ordering::Relaxed);
         }
         self.cfg
             .eq_peer_error(Error::AddrNotAvail, sockaddr_bytes(&conn.peer).to_vec());
         if hdr.ack || hdr.op == WireOp::Rts {
-            let mut h = Header::new(WireOp::Fin);
-            h.cookie = hdr.cookie;
-            h.failed = true;
+            let mut h = self.fin_of(hdr, true);
             h.no_ctx = true;
-            let mut peers = lock(&self.peers);
-            if let Some(p) = peers.get_mut(&conn.peer) {
-                if p.conn.is_some() || p.connecting || p.accepting {
-                    self.submit_locked(p, Deferred::Fin(h));
-                }
-            }
+            self.send_note(conn, h);
         }
     }
 
@@ -200,6 +193,7 @@ impl RdmShared {
             tasks: self.tasks.clone(),
             conn_count: self.conn_count.clone(),
             key_rejected: self.key_rejected.clone(),
+            tx_windowed: self.tx_windowed.clone(),
             ctxs: None,
             rxc_closed: Some(AtomicBool::new(false)),
             rx_bits: self.rx_bits,
@@ -368,6 +362,7 @@ impl ProviderEndpoint for VerbsTxCtx {
     fn stats(&self) -> EpStats {
         let mut s = EpStats::default();
         s.conns = self.sep.conn_count.load(Ordering::Acquire);
+        s.tx_windowed = self.sep.tx_windowed.load(Ordering::Relaxed);
         s
     }
 

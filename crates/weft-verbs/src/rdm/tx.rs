@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use bytes::{Bytes, BytesMut};
 use weft_core::completion::CqErrEntry;
@@ -121,7 +121,7 @@ impl RdmShared {
                 req.done.fail(e);
             }
             // The peer is unreachable: nobody is left to tell.
-            Deferred::Fin(_) => {}
+            Deferred::Fin(..) => {}
             // Its connection is gone: the message with it.
             Deferred::Read(job) if job.conn.is_dead() => {
                 let c = job.conn.clone();
@@ -205,7 +205,9 @@ impl RdmShared {
             Deferred::Send(req) => self
                 .post_send_on(c, req)
                 .map_err(|(e, r)| (Deferred::Send(r), e)),
-            Deferred::Fin(h) => self.post_fin_on(c, h).map_err(|e| (Deferred::Fin(h), e)),
+            Deferred::Fin(h, from) => self
+                .post_fin_on(c, h, &from)
+                .map_err(|e| (Deferred::Fin(h, from), e)),
             Deferred::Read(job) => self
                 .post_read_on(c, *job)
                 .map_err(|(e, j)| (Deferred::Read(Box::new(j)), e)),
@@ -239,7 +241,13 @@ impl RdmShared {
             Some(imm) => (&[], SendOp::SendWithImm(imm)),
             None => {
                 enc = h.encode();
-                (&enc, SendOp::Send)
+                // A window's "finished" revokes it as it arrives.
+                let op = if h.op == WireOp::Fin && h.window {
+                    SendOp::SendWithInv(h.rkey)
+                } else {
+                    SendOp::Send
+                };
+                (&enc, op)
             }
         };
         let len = head.len() + payload.iter().map(|b| b.len()).sum::<usize>();
@@ -316,7 +324,19 @@ impl RdmShared {
                 Err(e) => Err((e, req)),
             };
         }
-        // Rendezvous: the peer reads the payload from our registered copy
+        h.cookie = wr_id;
+        // Rendezvous. A payload the caller does not keep (or a gathered
+        // copy) that fits a source slot is copied there and read through
+        // a window; registering it would cost two system calls for one
+        // use. A buffer the caller keeps, likely to be sent again, is
+        // registered and cached.
+        let kept = matches!(&req.iov[..], [b] if !b.is_unique());
+        if !kept && super::windows::fits(c, len) {
+            if let Some(loan) = c.lane.sources.as_ref().and_then(|s| s.take()) {
+                return self.post_windowed(c, h, req, loan);
+            }
+        }
+        // Otherwise the peer reads the payload from our registered copy
         // of the caller's bytes (one buffer, gathered if need be).
         let data = crate::user_bufs::gather(&req.iov, len);
         let mr = match crate::user_bufs::cached_source(
@@ -331,9 +351,49 @@ impl RdmShared {
         h.op = WireOp::Rts;
         h.addr = mr.addr();
         h.rkey = mr.rkey();
-        h.cookie = wr_id;
         let iov = std::mem::take(&mut req.iov);
         self.post_announced(c, &h, &[], req, iov, Some(mr))
+    }
+
+    /// Posts a request-to-send `h` whose payload, `req`'s bytes, is copied
+    /// into the source slot `loan` and read through its window. The
+    /// transfer's entry is made before the in-flight lock is let go, so
+    /// the answer (whose completion takes that lock first) finds it.
+    fn post_windowed(
+        &self,
+        c: &Arc<Conn>,
+        mut h: Header,
+        req: SendReq,
+        mut loan: super::windows::SourceLoan,
+    ) -> std::result::Result<(), (Error, SendReq)> {
+        let wr_id = h.cookie;
+        let len = req.len();
+        let mut g = lock(&self.inflight);
+        if let Err(e) = loan.post(c, &req.iov, &mut h, (wr_id, wr_flags(req.flags))) {
+            return Err((e, req));
+        }
+        // The caller's bytes are copied: they go now.
+        let SendReq { done, .. } = req;
+        lock(&self.rndv).insert(
+            wr_id,
+            RndvSend {
+                done,
+                len,
+                _mr: None,
+                loan: Some(loan),
+                conn: c.clone(),
+            },
+        );
+        g.insert(
+            wr_id,
+            Op::Rts {
+                cookie: wr_id,
+                held: TxHeld::Inline,
+                conn: c.clone(),
+            },
+        );
+        self.tx_windowed.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Posts a message whose send ends with the peer's "finished": `req`
@@ -368,6 +428,7 @@ impl RdmShared {
                 done,
                 len,
                 _mr: mr,
+                loan: None,
                 conn: c.clone(),
             },
         );
@@ -408,7 +469,14 @@ impl RdmShared {
         }
     }
 
-    fn post_fin_on(&self, c: &Arc<Conn>, h: Header) -> Result<()> {
+    /// Posts a "finished" on `c`; one for a window announced on another
+    /// connection (`from`, now replaced) goes plain, since only the
+    /// connection it is bound to can revoke it.
+    fn post_fin_on(&self, c: &Arc<Conn>, mut h: Header, from: &Weak<Conn>) -> Result<()> {
+        if h.window && !std::ptr::eq(from.as_ptr(), Arc::as_ptr(c)) {
+            h.window = false;
+            h.rkey = 0;
+        }
         let wr_id = self.wr_id();
         let mut g = lock(&self.inflight);
         let held = self.post_msg(c, (wr_id, SendFlags::SIGNALED), &h, &[])?;
@@ -580,10 +648,8 @@ impl RdmShared {
         // read ends on the context (`scalable`).
         job.rxc = self.as_rxc();
         if job.hdr.len == 0 || job.req.capacity() == 0 {
-            let cookie = job.hdr.cookie;
-            let peer = job.conn.peer;
             rx::deliver_from(self, job.req, job.info, 0, job.conn.sender());
-            self.send_fin(peer, cookie, false);
+            self.send_fin(&job.conn, &job.hdr, false);
             return;
         }
         let peer = job.conn.peer;
@@ -603,15 +669,32 @@ impl RdmShared {
         }
     }
 
-    /// Tells the peer a transfer is over (its buffer is free).
-    pub(crate) fn send_fin(&self, peer: SocketAddr, cookie: u64, failed: bool) {
+    /// The "finished" answering `of`: it revokes the window `of`
+    /// announced, when windows are answered here.
+    pub(crate) fn fin_of(&self, of: &Header, failed: bool) -> Header {
         let mut h = Header::new(WireOp::Fin);
-        h.cookie = cookie;
+        h.cookie = of.cookie;
         h.failed = failed;
+        if of.window && of.op == WireOp::Rts && self.res.lanes.windows() {
+            h.window = true;
+            h.rkey = of.rkey;
+        }
+        h
+    }
+
+    /// Tells the peer a transfer announced (by `of`) on `from` is over:
+    /// its buffer is free, its window revoked.
+    pub(crate) fn send_fin(&self, from: &Arc<Conn>, of: &Header, failed: bool) {
+        let h = self.fin_of(of, failed);
+        self.send_note(from, h);
+    }
+
+    /// Queues the "finished" `h` for the transfer announced on `from`.
+    pub(crate) fn send_note(&self, from: &Arc<Conn>, h: Header) {
         let mut peers = lock(&self.peers);
-        if let Some(p) = peers.get_mut(&peer) {
+        if let Some(p) = peers.get_mut(&from.peer) {
             if p.conn.is_some() || p.connecting || p.accepting {
-                self.submit_locked(p, Deferred::Fin(h));
+                self.submit_locked(p, Deferred::Fin(h, Arc::downgrade(from)));
             }
         }
     }

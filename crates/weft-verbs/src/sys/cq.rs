@@ -207,6 +207,28 @@ pub struct Cq {
     capacity: u32,
     channel: Option<Arc<CompChannel>>,
     ctx: Arc<Context>,
+    /// The provider hands the kernel's `wc_flags` through unchanged (see
+    /// [`kernel_wc_flags`]).
+    kernel_flags: bool,
+}
+
+/// The vendor id soft-RoCE (rxe) reports.
+const RXE_VENDOR_ID: u32 = 0x00ff_ffff;
+
+/// `wc_flags` in libibverbs' numbering from the kernel's: rxe's user
+/// library copies the kernel's flags, in which "with invalidate" is bit 2
+/// and "IP checksum OK" bit 3, the other way round from libibverbs.
+fn kernel_wc_flags(k: u32) -> u32 {
+    const K_WITH_INV: u32 = 1 << 2;
+    const K_IP_CSUM_OK: u32 = 1 << 3;
+    let mut f = k & !(K_WITH_INV | K_IP_CSUM_OK);
+    if k & K_WITH_INV != 0 {
+        f |= ibv_wc_flags::IBV_WC_WITH_INV.0;
+    }
+    if k & K_IP_CSUM_OK != 0 {
+        f |= ibv_wc_flags::IBV_WC_IP_CSUM_OK.0;
+    }
+    f
 }
 
 // SAFETY: ibv_poll_cq / ibv_req_notify_cq are thread-safe in libibverbs
@@ -250,12 +272,16 @@ impl Cq {
         let cq = NonNull::new(cq).ok_or_else(|| last_error_or(Error::NoMem))?;
         // SAFETY: valid CQ; `cqe` is set at creation.
         let capacity = u32::try_from(unsafe { (*cq.as_ptr()).cqe }).unwrap_or(0);
+        let kernel_flags = ctx
+            .query_device()
+            .is_ok_and(|a| a.vendor_id == RXE_VENDOR_ID);
         Ok(Arc::new(Cq {
             cq,
             id,
             capacity,
             channel: channel.cloned(),
             ctx: Arc::clone(ctx),
+            kernel_flags,
         }))
     }
 
@@ -317,7 +343,8 @@ impl Cq {
             out.reserve(n);
             for wc in &wcs[..n] {
                 // SAFETY: the provider initialised the first `n` entries.
-                out.push(WorkCompletion::from_raw(unsafe { wc.assume_init_ref() }));
+                let wc = unsafe { wc.assume_init_ref() };
+                out.push(WorkCompletion::from_raw(wc, self.kernel_flags));
             }
             total += n;
             if n < want {
@@ -363,8 +390,11 @@ pub struct WorkCompletion {
     pub qp_num: u32,
     /// Source QP (UD receives).
     pub src_qp: u32,
-    /// Flags.
+    /// Flags (in libibverbs' numbering whatever the provider).
     pub wc_flags: WcFlags,
+    /// The rkey a send with invalidate revoked, when `wc_flags` has
+    /// `WITH_INV`.
+    pub invalidated_rkey: Option<u32>,
     /// P_Key index (GSI QPs).
     pub pkey_index: u16,
     /// Source LID (IB; 0 on RoCE).
@@ -376,8 +406,16 @@ pub struct WorkCompletion {
 }
 
 impl WorkCompletion {
-    fn from_raw(wc: &ibv_wc) -> WorkCompletion {
-        let wc_flags = WcFlags(wc.wc_flags);
+    fn from_raw(wc: &ibv_wc, kernel_flags: bool) -> WorkCompletion {
+        let wc_flags = WcFlags(if kernel_flags {
+            kernel_wc_flags(wc.wc_flags)
+        } else {
+            wc.wc_flags
+        });
+        let invalidated_rkey = wc_flags.contains(WcFlags::WITH_INV).then(|| {
+            // SAFETY: both union members are plain u32s.
+            unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey }
+        });
         let imm_data = if wc_flags.contains(WcFlags::WITH_IMM) {
             // SAFETY: both union members are plain u32s.
             Some(u32::from_be(unsafe {
@@ -396,6 +434,7 @@ impl WorkCompletion {
             qp_num: wc.qp_num,
             src_qp: wc.src_qp,
             wc_flags,
+            invalidated_rkey,
             pkey_index: wc.pkey_index,
             slid: wc.slid,
             sl: wc.sl,
@@ -559,4 +598,23 @@ wc_status! {
     TmErr = IBV_WC_TM_ERR => Some(Error::Io),
     /// Tag matching rendezvous incomplete.
     TmRndvIncomplete = IBV_WC_TM_RNDV_INCOMPLETE => Some(Error::Io),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_flags_renumbered() {
+        // The kernel's "with invalidate" (bit 2) and "IP checksum OK"
+        // (bit 3) swap places; GRH and immediate keep theirs.
+        let f = WcFlags(kernel_wc_flags(1 << 2));
+        assert!(f.contains(WcFlags::WITH_INV));
+        assert!(!f.contains(WcFlags::IP_CSUM_OK));
+        let f = WcFlags(kernel_wc_flags(1 << 3));
+        assert!(f.contains(WcFlags::IP_CSUM_OK));
+        assert!(!f.contains(WcFlags::WITH_INV));
+        let f = WcFlags(kernel_wc_flags(0b11));
+        assert_eq!(f, WcFlags(WcFlags::GRH.0 | WcFlags::WITH_IMM.0));
+    }
 }

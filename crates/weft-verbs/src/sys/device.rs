@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use rdma_sys::{
     ibv_atomic_cap, ibv_close_device, ibv_context, ibv_device, ibv_device_attr,
-    ibv_free_device_list, ibv_get_device_guid, ibv_get_device_list, ibv_get_device_name, ibv_gid,
-    ibv_gid_entry, ibv_mtu, ibv_open_device, ibv_port_attr, ibv_port_state, ibv_query_device,
-    ibv_query_gid, rdma_free_devices, rdma_get_devices,
+    ibv_device_cap_flags, ibv_free_device_list, ibv_get_device_guid, ibv_get_device_list,
+    ibv_get_device_name, ibv_gid, ibv_gid_entry, ibv_mtu, ibv_open_device, ibv_port_attr,
+    ibv_port_state, ibv_query_device, ibv_query_gid, rdma_free_devices, rdma_get_devices,
 };
 use weft_core::Error;
 
@@ -512,6 +512,21 @@ pub struct DeviceAttr {
     pub max_pkeys: u16,
     pub local_ca_ack_delay: u8,
     pub phys_port_cnt: u8,
+}
+
+impl DeviceAttr {
+    /// `device_cap_flags` bit: type 2B memory windows.
+    pub const MEM_WINDOW_TYPE_2B: u32 = ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0;
+    /// `device_cap_flags` bit: memory management extensions (binds and
+    /// invalidations posted as work requests).
+    pub const MEM_MGT_EXTENSIONS: u32 = ibv_device_cap_flags::IBV_DEVICE_MEM_MGT_EXTENSIONS.0;
+
+    /// Whether the device binds type 2 windows through its send queues
+    /// and takes sends with invalidate.
+    pub fn has_windows(&self) -> bool {
+        let need = Self::MEM_WINDOW_TYPE_2B | Self::MEM_MGT_EXTENSIONS;
+        self.device_cap_flags & need == need && self.max_mw > 0
+    }
 }
 
 /// Atomic operation support.

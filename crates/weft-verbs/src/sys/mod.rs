@@ -16,6 +16,12 @@
 //!   returned (after which the device can no longer access it; an operation
 //!   still in flight then fails with a protection error completion instead
 //!   of touching freed memory). Inline sends copy their data at post time.
+//! * **A window exposes only memory a region owns, and only until it is
+//!   revoked.** A [`MemoryWindow`] is bound over part of an [`OwnedMr`]
+//!   (borrowed for the post) by
+//!   [`QueuePair::post_bind_then_send`]; a region with windows bound
+//!   cannot be deregistered, so its memory is leaked rather than freed
+//!   if it is dropped first, and dropping the window revokes it.
 //! * **librdmacm calls are serialised per event channel** (see [`cm`]),
 //!   because librdmacm mutates ids while it processes events.
 //!
@@ -36,6 +42,7 @@ pub mod cm_event;
 pub mod cq;
 pub mod device;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod pool_mr;
 pub mod qp;
@@ -51,6 +58,7 @@ pub use device::{
     GidLocation, LinkLayer, Mtu, PortAttr, PortState,
 };
 pub use mr::{AccessFlags, BytesMr, BytesMutMr, OwnedMr, Sge};
+pub use mw::MemoryWindow;
 pub use pd::ProtectionDomain;
 pub use pool_mr::{in_any_pool, PoolMr};
 pub use qp::{

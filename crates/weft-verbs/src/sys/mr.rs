@@ -55,6 +55,9 @@ impl AccessFlags {
     /// Peers may perform atomics.
     pub const REMOTE_ATOMIC: AccessFlags =
         AccessFlags(ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0);
+    /// Memory windows may be bound over the region
+    /// ([`super::MemoryWindow`]).
+    pub const MW_BIND: AccessFlags = AccessFlags(ibv_access_flags::IBV_ACCESS_MW_BIND.0);
 
     /// The raw `IBV_ACCESS_*` bits.
     pub const fn bits(self) -> u32 {
@@ -92,6 +95,7 @@ impl fmt::Debug for AccessFlags {
             (Self::REMOTE_WRITE, "REMOTE_WRITE"),
             (Self::REMOTE_READ, "REMOTE_READ"),
             (Self::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+            (Self::MW_BIND, "MW_BIND"),
         ];
         let set: Vec<&str> = names
             .iter()
@@ -242,6 +246,11 @@ impl RawMr {
             tracing::error!(%err, "ibv_dereg_mr failed; leaking the region");
             Err(err)
         }
+    }
+
+    /// The `ibv_mr`, while registered.
+    pub(super) fn ptr(&self) -> Option<NonNull<ibv_mr>> {
+        self.mr
     }
 
     pub(super) fn sge(&self, offset: usize, len: usize) -> Result<Sge<'_>, Error> {
@@ -472,6 +481,27 @@ impl OwnedMr {
     /// Local key.
     pub fn lkey(&self) -> u32 {
         self.mr.lkey
+    }
+
+    /// Whether this region was registered on `pd`.
+    pub fn is_on(&self, pd: &ProtectionDomain) -> bool {
+        self.mr.is_on(pd)
+    }
+
+    /// The `ibv_mr` and device address of `offset..offset + len`, for a
+    /// window binding: `Inval` outside the region or without
+    /// [`AccessFlags::MW_BIND`].
+    pub(super) fn bind_range(
+        &self,
+        offset: usize,
+        len: usize,
+    ) -> Result<(NonNull<ibv_mr>, u64), Error> {
+        let end = offset.checked_add(len).ok_or(Error::Inval)?;
+        if end > self.mr.len || len == 0 || !self.access.contains(AccessFlags::MW_BIND) {
+            return Err(Error::Inval);
+        }
+        let mr = self.mr.ptr().ok_or(Error::Inval)?;
+        Ok((mr, self.mr.addr + offset as u64))
     }
 
     /// Remote key (give it to peers for RDMA/atomics).

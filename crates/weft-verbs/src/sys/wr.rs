@@ -9,12 +9,14 @@ use std::mem::MaybeUninit;
 use std::ptr;
 
 use rdma_sys::{
-    atomic_t, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wr_opcode, rdma_t, ud_t,
+    atomic_t, bind_mw_t, ibv_mw_bind_info, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge,
+    ibv_wr_opcode, rdma_t, ud_t,
 };
 use weft_core::Error;
 
 use super::ah::AddressHandle;
-use super::mr::Sge;
+use super::mr::{AccessFlags, OwnedMr, Sge};
+use super::mw::MemoryWindow;
 use super::qp::{QpType, QueuePair, Srq};
 use super::{errno_error, ret_errno};
 
@@ -26,6 +28,10 @@ pub enum SendOp {
     Send,
     /// Send with 32-bit immediate data (host order).
     SendWithImm(u32),
+    /// Send that revokes the peer's memory window with this rkey once it
+    /// arrives (the peer's completion names it). The window must be bound
+    /// to the connection the send arrives on.
+    SendWithInv(u32),
     /// RDMA write.
     RdmaWrite {
         /// Peer address.
@@ -81,7 +87,10 @@ impl SendOp {
     }
 
     fn is_send(self) -> bool {
-        matches!(self, SendOp::Send | SendOp::SendWithImm(_))
+        matches!(
+            self,
+            SendOp::Send | SendOp::SendWithImm(_) | SendOp::SendWithInv(_)
+        )
     }
 }
 
@@ -298,6 +307,10 @@ impl QueuePair {
                 raw.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
                 raw.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
             }
+            SendOp::SendWithInv(rkey) => {
+                raw.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
+                raw.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+            }
             SendOp::RdmaWrite { remote_addr, rkey } => {
                 raw.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
                 raw.wr.rdma = rdma(remote_addr, rkey);
@@ -391,6 +404,68 @@ impl QueuePair {
         let mut raw = zeroed_send_wr();
         Self::fill_send(wr, &mut raw, sg);
         self.call_post_send(&mut raw, 1).map_err(|e| e.error)
+    }
+
+    /// Binds `window` over `len` bytes at `offset` of `mr` for remote
+    /// reads under the key `rkey`, then posts `wr` after it, in one
+    /// `ibv_post_send`: the peer learns the key from `wr` and can use it
+    /// as soon as it arrives, since a queue pair executes its requests in
+    /// order. The bind is unsignaled and carries `wr`'s id, so a failed
+    /// bind is reported under `wr`'s id. `Inval` unless the QP is RC, the
+    /// window and region are on its PD, the region allows
+    /// [`AccessFlags::MW_BIND`] and holds the range, and `rkey` names the
+    /// window with a new key byte. On success the window's key is `rkey`.
+    pub fn post_bind_then_send(
+        &self,
+        (window, rkey): (&mut MemoryWindow, u32),
+        (mr, offset, len): (&OwnedMr, usize, usize),
+        wr: &SendRequest<'_>,
+    ) -> Result<(), Error> {
+        if self.qp_type() != QpType::Rc
+            || window.pd().as_ptr() != self.pd().as_ptr()
+            || !mr.is_on(self.pd())
+            || rkey & !0xff != window.rkey() & !0xff
+            || rkey == window.rkey()
+            || wr.num_sge() > ONE_WR_SGES
+        {
+            return Err(Error::Inval);
+        }
+        let (raw_mr, addr) = mr.bind_range(offset, len)?;
+        self.check_send(wr)?;
+        let mut sges = [EMPTY_SGE; ONE_WR_SGES];
+        for (d, s) in sges.iter_mut().zip(Self::raw_sges(wr)) {
+            *d = s;
+        }
+        let sg = if wr.num_sge() == 0 {
+            ptr::null_mut()
+        } else {
+            sges.as_mut_ptr()
+        };
+        let mut chain = [zeroed_send_wr(), zeroed_send_wr()];
+        Self::fill_send(wr, &mut chain[1], sg);
+        let bind = &mut chain[0];
+        bind.wr_id = wr.wr_id;
+        bind.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
+        bind.bind_mw_tso_union.bind_mw = bind_mw_t {
+            mw: window.as_ptr(),
+            rkey,
+            bind_info: ibv_mw_bind_info {
+                mr: raw_mr.as_ptr(),
+                addr,
+                length: len as u64,
+                mw_access_flags: AccessFlags::REMOTE_READ.bits(),
+            },
+        };
+        let base = chain.as_mut_ptr();
+        // SAFETY: both indices are in bounds of `chain`, which outlives
+        // the post below.
+        unsafe { (*base).next = base.add(1) };
+        // The region is borrowed for the call; afterwards the window keeps
+        // the device's access to it only while the region stays
+        // registered (see the module's invariants).
+        self.call_post_send(base, 2).map_err(|e| e.error)?;
+        window.set_rkey(rkey);
+        Ok(())
     }
 
     /// Posts a list of send work requests with one `ibv_post_send`.
