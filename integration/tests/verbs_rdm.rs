@@ -653,13 +653,14 @@ async fn rdm_silent_peer_fails_owed_sends() {
     assert_eq!((e.context, e.err), (7, Error::ConnReset), "{e:?}");
 }
 
-/// Rendezvous payloads up to 128 KiB that the caller does not keep are
-/// copied into a source slot and read through a memory window; each
-/// window is revoked by the receiver's answer, so its slot comes back for
-/// the next send (sequential sends all take one), even when the receive
-/// took only part of the message. Buffers the caller keeps, and larger
-/// payloads, are registered instead. Concurrent sends past the slots
-/// register too; nothing is lost or reordered either way.
+/// Rendezvous payloads up to 128 KiB that the registration cache does
+/// not hold are copied into a source slot and read through a memory
+/// window; each window is revoked by the receiver's answer, so its slot
+/// comes back for the next send (sequential sends all take one), even
+/// when the receive took only part of the message. Larger payloads are
+/// registered; so are sends that find every slot lent, after which a
+/// buffer the cache registered that way goes from the cache. Nothing is
+/// lost or reordered either way.
 #[cfg_attr(
     not(feature = "verbs"),
     ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
@@ -670,21 +671,24 @@ async fn rdm_sources_through_windows() {
         return;
     };
     let windowed = |n: &Node| n.ep.stats().unwrap().tx_windowed;
+    let one = |data: bytes::Bytes, cap: usize| {
+        let (s, c) = (&s, &c);
+        async move {
+            let (got, sent) = within("windowed send", async {
+                tokio::join!(s.ep.recv(BytesMut::zeroed(cap)), c.ep.send(to_s, data))
+            })
+            .await;
+            sent.unwrap();
+            got
+        }
+    };
     // Sizes that shrink and grow again: a slot's stale tail is cleared,
     // the bytes read are this message's.
     let sizes = [4097usize, 131_072, 10_000, 70_000, 65_536];
     for i in 0..20usize {
         let len = sizes[i % sizes.len()];
-        let got = within("windowed send", async {
-            tokio::join!(
-                s.ep.recv(BytesMut::zeroed(len)),
-                c.ep.send(to_s, payload(len, i as u8))
-            )
-        })
-        .await;
-        got.1
-            .unwrap_or_else(|e| panic!("send {i} of {len} bytes: {e:?}"));
-        let g = got.0.unwrap_or_else(|e| panic!("receive {i}: {e:?}"));
+        let g = one(payload(len, i as u8), len).await;
+        let g = g.unwrap_or_else(|e| panic!("receive {i} of {len} bytes: {e:?}"));
         assert_eq!(g.len, len);
         assert!(
             g.into_bytes()[..] == payload(len, i as u8)[..],
@@ -696,45 +700,36 @@ async fn rdm_sources_through_windows() {
 
     // Truncated receives read part of the slot and still revoke it.
     for i in 0..8u8 {
-        let (got, sent) = within("truncated windowed send", async {
-            tokio::join!(
-                s.ep.recv(BytesMut::zeroed(1000)),
-                c.ep.send(to_s, payload(65_536, 0x30 + i))
-            )
-        })
-        .await;
-        sent.unwrap();
-        let e = got.expect_err("truncated");
+        let e = one(payload(65_536, 0x30 + i), 1000).await;
+        let e = e.expect_err("truncated");
         assert_eq!((e.err, e.len, e.olen), (Error::Trunc, 1000, 64_536));
         let b: Vec<u8> = e.bufs.iter().flat_map(|b| b.iter().copied()).collect();
         assert!(b[..] == payload(65_536, 0x30 + i)[..1000]);
     }
     assert_eq!(windowed(&c), 28, "truncated receives gave their slots back");
 
-    // Kept by the caller, or past a slot: registered.
+    // A buffer the caller keeps and sends again is copied each time; a
+    // payload past a slot is registered.
     let kept = payload(65_536, 0x51);
-    let big = 131_073usize;
-    for (data, keep) in [(kept.clone(), Some(kept)), (payload(big, 0x52), None)] {
-        let want = data.clone();
-        let (got, sent) = within("registered send", async {
-            tokio::join!(
-                s.ep.recv(BytesMut::zeroed(data.len())),
-                c.ep.send(to_s, data)
-            )
-        })
-        .await;
-        sent.unwrap();
-        assert!(got.unwrap().into_bytes()[..] == want[..]);
-        drop(keep);
+    for _ in 0..3 {
+        assert!(one(kept.clone(), 65_536).await.unwrap().into_bytes()[..] == kept[..]);
     }
-    assert_eq!(windowed(&c), 28, "kept and large buffers are registered");
+    assert_eq!(
+        windowed(&c),
+        31,
+        "a kept buffer the cache does not hold is copied"
+    );
+    let big = payload(131_073, 0x52);
+    assert!(one(big.clone(), big.len()).await.unwrap().into_bytes()[..] == big[..]);
+    assert_eq!(windowed(&c), 31, "past a slot: registered");
 
-    // Twelve at once each way: more than a lane's slots.
+    // Twelve at once each way, more than a lane's slots; the client sends
+    // one buffer twelve times, so those that find no slot register it.
     let n = 12usize;
+    let same = payload(65_536, 0x80);
     let recvs_s = futures::future::join_all((0..n).map(|_| s.ep.recv(BytesMut::zeroed(65_536))));
     let recvs_c = futures::future::join_all((0..n).map(|_| c.ep.recv(BytesMut::zeroed(65_536))));
-    let sends_c =
-        futures::future::join_all((0..n).map(|i| c.ep.send(to_s, payload(65_536, 0x80 + i as u8))));
+    let sends_c = futures::future::join_all((0..n).map(|_| c.ep.send(to_s, same.clone())));
     let sends_s =
         futures::future::join_all((0..n).map(|i| s.ep.send(to_c, payload(65_536, 0xA0 + i as u8))));
     let (at_s, at_c, from_c, from_s) = within("concurrent windowed sends", async {
@@ -746,10 +741,7 @@ async fn rdm_sources_through_windows() {
     }
     for (i, g) in at_s.into_iter().enumerate() {
         let g = g.unwrap_or_else(|e| panic!("receive {i} at the server: {e:?}"));
-        assert!(
-            g.into_bytes()[..] == payload(65_536, 0x80 + i as u8)[..],
-            "to s {i}"
-        );
+        assert!(g.into_bytes()[..] == same[..], "to s {i}");
     }
     for (i, g) in at_c.into_iter().enumerate() {
         let g = g.unwrap_or_else(|e| panic!("receive {i} at the client: {e:?}"));
@@ -758,7 +750,20 @@ async fn rdm_sources_through_windows() {
             "to c {i}"
         );
     }
-    let (wc, ws) = (windowed(&c) - 28, windowed(&s));
+    let (wc, ws) = (windowed(&c) - 31, windowed(&s));
     assert!((4..=12).contains(&wc), "client windowed {wc} of {n}");
     assert!((4..=12).contains(&ws), "server windowed {ws} of {n}");
+    // Registered by a send that found no slot, the buffer now goes from
+    // the cache.
+    assert!(one(same.clone(), 65_536).await.unwrap().into_bytes()[..] == same[..]);
+    let after = windowed(&c) - 31;
+    if wc < 12 {
+        assert_eq!(after, wc, "a cached buffer is not copied");
+    } else {
+        assert_eq!(
+            after,
+            wc + 1,
+            "no send found the slots lent: nothing cached"
+        );
+    }
 }

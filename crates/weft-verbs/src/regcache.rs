@@ -190,18 +190,8 @@ impl<T> RegCache<T> {
         if self.limits.max_count == 0 || len > self.limits.max_size {
             return register().map(Arc::new);
         }
-        {
-            let mut g = lock(&self.inner);
-            let g = &mut *g;
-            let stamp = g.next;
-            if let Some(e) = g.map.get_mut(&key) {
-                g.lru.remove(&e.stamp);
-                e.stamp = stamp;
-                g.lru.insert(stamp, key);
-                g.next += 1;
-                g.stats.hits += 1;
-                return Ok(e.reg.clone());
-            }
+        if let Some(reg) = self.peek(key) {
+            return Ok(reg);
         }
         // Registration is a system call: not under the lock.
         let reg = match register() {
@@ -258,6 +248,22 @@ impl<T> RegCache<T> {
         drop(g);
         drop(gone);
         Ok(reg)
+    }
+
+    /// The registration for `key` if the cache holds one (a hit, counted
+    /// and made the most recent); nothing is registered on a miss, which
+    /// is not counted.
+    pub fn peek(&self, key: Key) -> Option<Arc<T>> {
+        let mut g = lock(&self.inner);
+        let g = &mut *g;
+        let stamp = g.next;
+        let e = g.map.get_mut(&key)?;
+        g.lru.remove(&e.stamp);
+        e.stamp = stamp;
+        g.lru.insert(stamp, key);
+        g.next += 1;
+        g.stats.hits += 1;
+        Some(e.reg.clone())
     }
 
     /// Drops every entry (registrations in use live on until their
@@ -334,6 +340,28 @@ mod tests {
         assert_eq!(s.bytes, 20);
         c.get((1, 10, 0), || unreachable!()).unwrap();
         c.get((5, 10, 0), || unreachable!()).unwrap();
+    }
+
+    #[test]
+    fn peek_finds_only_what_is_cached_and_registers_nothing() {
+        let c: RegCache<usize> = RegCache::new(limits(2, 1 << 20));
+        assert!(c.peek((1, 10, 0)).is_none());
+        assert_eq!(
+            (c.stats().hits, c.stats().misses, c.stats().entries),
+            (0, 0, 0)
+        );
+        c.get((1, 10, 0), || Ok(7)).unwrap();
+        c.get((2, 10, 0), || Ok(8)).unwrap();
+        assert_eq!(c.peek((1, 10, 0)).as_deref(), Some(&7));
+        assert!(
+            c.peek((1, 11, 0)).is_none(),
+            "another length is another buffer"
+        );
+        // The peek made entry 1 the most recent: the next miss evicts 2.
+        c.get((3, 10, 0), || Ok(9)).unwrap();
+        assert!(c.peek((2, 10, 0)).is_none());
+        assert_eq!(c.peek((1, 10, 0)).as_deref(), Some(&7));
+        assert_eq!(c.stats().hits, 2);
     }
 
     fn limits(max_count: usize, max_size: usize) -> CacheLimits {

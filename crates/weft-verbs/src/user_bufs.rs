@@ -74,6 +74,16 @@ pub(crate) fn cached_source(
     }
 }
 
+/// The cached registration of `buf`, if the cache holds one: nothing is
+/// registered on a miss.
+pub(crate) fn cached_hit(
+    cache: Option<&Arc<SourceCache>>,
+    buf: &Bytes,
+    access: AccessFlags,
+) -> Option<Arc<BytesMr>> {
+    cache?.peek((buf.as_ptr() as usize, buf.len(), access.bits()))
+}
+
 /// The registration cache of send sources.
 pub(crate) type SourceCache = crate::regcache::RegCache<BytesMr>;
 

@@ -325,28 +325,41 @@ impl RdmShared {
             };
         }
         h.cookie = wr_id;
-        // Rendezvous. A payload the caller does not keep (or a gathered
-        // copy) that fits a source slot is copied there and read through
-        // a window; registering it would cost two system calls for one
-        // use. A buffer the caller keeps, likely to be sent again, is
-        // registered and cached.
-        let kept = matches!(&req.iov[..], [b] if !b.is_unique());
-        if !kept && super::windows::fits(c, len) {
-            if let Some(loan) = c.lane.sources.as_ref().and_then(|s| s.take()) {
-                return self.post_windowed(c, h, req, loan);
+        // Rendezvous. A buffer the registration cache holds goes from
+        // there: no copy, no system call. Any other payload that fits a
+        // source slot is copied there and read through a window, as rxm
+        // copies through bounce buffers at these sizes: registering it
+        // would cost two system calls that pin and unpin its pages.
+        let mut hit = None;
+        if super::windows::fits(c, len) {
+            hit = match &req.iov[..] {
+                [b] => {
+                    crate::user_bufs::cached_hit(c.lane.cache.as_ref(), b, AccessFlags::REMOTE_READ)
+                }
+                _ => None,
+            };
+            if hit.is_none() {
+                if let Some(loan) = c.lane.sources.as_ref().and_then(|s| s.take()) {
+                    return self.post_windowed(c, h, req, loan);
+                }
             }
         }
         // Otherwise the peer reads the payload from our registered copy
         // of the caller's bytes (one buffer, gathered if need be).
-        let data = crate::user_bufs::gather(&req.iov, len);
-        let mr = match crate::user_bufs::cached_source(
-            c.lane.cache.as_ref(),
-            &c.lane.pd,
-            &data,
-            AccessFlags::REMOTE_READ,
-        ) {
-            Ok(m) => m,
-            Err(e) => return Err((e, req)),
+        let mr = match hit {
+            Some(m) => m,
+            None => {
+                let data = crate::user_bufs::gather(&req.iov, len);
+                match crate::user_bufs::cached_source(
+                    c.lane.cache.as_ref(),
+                    &c.lane.pd,
+                    &data,
+                    AccessFlags::REMOTE_READ,
+                ) {
+                    Ok(m) => m,
+                    Err(e) => return Err((e, req)),
+                }
+            }
         };
         h.op = WireOp::Rts;
         h.addr = mr.addr();

@@ -412,10 +412,9 @@ impl WorkCompletion {
         } else {
             wc.wc_flags
         });
-        let invalidated_rkey = wc_flags.contains(WcFlags::WITH_INV).then(|| {
-            // SAFETY: both union members are plain u32s.
-            unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey }
-        });
+        // SAFETY: both union members are plain u32s.
+        let rkey = unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey };
+        let invalidated_rkey = wc_flags.contains(WcFlags::WITH_INV).then_some(rkey);
         let imm_data = if wc_flags.contains(WcFlags::WITH_IMM) {
             // SAFETY: both union members are plain u32s.
             Some(u32::from_be(unsafe {
