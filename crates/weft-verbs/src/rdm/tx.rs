@@ -380,9 +380,14 @@ impl RdmShared {
         mut loan: super::windows::SourceLoan,
     ) -> std::result::Result<(), (Error, SendReq)> {
         let wr_id = h.cookie;
-        let len = req.len();
+        // The copy is made before the in-flight lock is taken: completions
+        // wait for that lock.
+        let len = match loan.fill(&req.iov) {
+            Ok(n) => n,
+            Err(e) => return Err((e, req)),
+        };
         let mut g = lock(&self.inflight);
-        if let Err(e) = loan.post(c, &req.iov, &mut h, (wr_id, wr_flags(req.flags))) {
+        if let Err(e) = loan.post(c, len, &mut h, (wr_id, wr_flags(req.flags))) {
             return Err((e, req));
         }
         // The caller's bytes are copied: they go now.

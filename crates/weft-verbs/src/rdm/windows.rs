@@ -140,34 +140,44 @@ pub(crate) struct SourceLoan {
 }
 
 impl SourceLoan {
-    /// Copies `iov` into the slot, binds the window over it for `c`'s
-    /// peer and posts the request-to-send `h` (whose address, key and
-    /// window flag are set here) behind the bind, in one post. On failure
-    /// nothing was announced and the window is deallocated (a bind that
-    /// went without its send is revoked so).
-    pub(crate) fn post(
-        &mut self,
-        c: &Arc<Conn>,
-        iov: &[Bytes],
-        h: &mut Header,
-        (wr_id, flags): (u64, SendFlags),
-    ) -> Result<()> {
+    /// Copies `iov` into the slot (clearing what an earlier, longer
+    /// payload left past it); returns the payload's length.
+    pub(crate) fn fill(&mut self, iov: &[Bytes]) -> Result<usize> {
         let held = self.held.as_mut().ok_or(Error::Inval)?;
-        let mut len = 0;
-        for b in iov {
-            held.mr.write_at(len, b)?;
-            len += b.len();
-        }
+        let len: usize = iov.iter().map(Bytes::len).sum();
         if len == 0 || len > STAGE_MAX {
             return Err(Error::Inval);
         }
-        let mut at = len;
+        let mut at = 0;
+        for b in iov {
+            held.mr.write_at(at, b)?;
+            at += b.len();
+        }
         while at < held.dirty {
             let n = (held.dirty - at).min(ZEROS.len());
             held.mr.write_at(at, &ZEROS[..n])?;
             at += n;
         }
         held.dirty = len;
+        Ok(len)
+    }
+
+    /// Binds the window over the slot's first `len` bytes (filled by
+    /// [`fill`](Self::fill)) for `c`'s peer and posts the request-to-send
+    /// `h` (whose address, key and window flag are set here) behind the
+    /// bind, in one post. On failure nothing was announced and the window
+    /// is deallocated (a bind that went without its send is revoked so).
+    pub(crate) fn post(
+        &mut self,
+        c: &Arc<Conn>,
+        len: usize,
+        h: &mut Header,
+        (wr_id, flags): (u64, SendFlags),
+    ) -> Result<()> {
+        let held = self.held.as_mut().ok_or(Error::Inval)?;
+        if len == 0 || len > held.dirty {
+            return Err(Error::Inval);
+        }
         let mut window = match held.window.take() {
             Some(w) => w,
             None => MemoryWindow::new(&c.lane.pd)?,
