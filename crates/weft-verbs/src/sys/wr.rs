@@ -393,6 +393,14 @@ impl QueuePair {
         }
         self.check_send(wr)?;
         let mut sges = [EMPTY_SGE; ONE_WR_SGES];
+        let mut raw = zeroed_send_wr();
+        Self::fill_one(wr, &mut raw, &mut sges);
+        self.call_post_send(&mut raw, 1).map_err(|e| e.error)
+    }
+
+    /// Fills `raw` from `wr` (at most [`ONE_WR_SGES`] elements), its
+    /// elements in `sges`, which must outlive the post.
+    fn fill_one(wr: &SendRequest<'_>, raw: &mut ibv_send_wr, sges: &mut [ibv_sge; ONE_WR_SGES]) {
         for (d, s) in sges.iter_mut().zip(Self::raw_sges(wr)) {
             *d = s;
         }
@@ -401,9 +409,7 @@ impl QueuePair {
         } else {
             sges.as_mut_ptr()
         };
-        let mut raw = zeroed_send_wr();
-        Self::fill_send(wr, &mut raw, sg);
-        self.call_post_send(&mut raw, 1).map_err(|e| e.error)
+        Self::fill_send(wr, raw, sg);
     }
 
     /// Binds `window` over `len` bytes at `offset` of `mr` for remote
@@ -433,16 +439,8 @@ impl QueuePair {
         let (raw_mr, addr) = mr.bind_range(offset, len)?;
         self.check_send(wr)?;
         let mut sges = [EMPTY_SGE; ONE_WR_SGES];
-        for (d, s) in sges.iter_mut().zip(Self::raw_sges(wr)) {
-            *d = s;
-        }
-        let sg = if wr.num_sge() == 0 {
-            ptr::null_mut()
-        } else {
-            sges.as_mut_ptr()
-        };
         let mut chain = [zeroed_send_wr(), zeroed_send_wr()];
-        Self::fill_send(wr, &mut chain[1], sg);
+        Self::fill_one(wr, &mut chain[1], &mut sges);
         let bind = &mut chain[0];
         bind.wr_id = wr.wr_id;
         bind.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
