@@ -69,8 +69,10 @@ async fn send_checked(c: &Node, s: &Node, to_s: FiAddr, buf: &Bytes) {
     assert!(got.bufs[0][..] == buf[..], "received bytes differ");
 }
 
-/// Rendezvous sends (64 KiB) of one buffer register it once; with room
-/// for two entries, a third buffer evicts the least recently used.
+/// Rendezvous sends (256 KiB: past the source slots, below which a
+/// buffer the cache does not hold is copied, not registered) of one
+/// buffer register it once; with room for two entries, a third buffer
+/// evicts the least recently used.
 #[cfg_attr(
     not(feature = "verbs"),
     ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
@@ -80,7 +82,7 @@ async fn rdm_sends_reuse_and_evict_registrations() {
     let Some((s, c, to_s)) = rdm_pair(&[("FI_MR_CACHE_MAX_COUNT", "2")]) else {
         return;
     };
-    let [a, b, d] = [1u8, 2, 3].map(|k| payload(64 << 10, k));
+    let [a, b, d] = [1u8, 2, 3].map(|k| payload(256 << 10, k));
     for _ in 0..3 {
         send_checked(&c, &s, to_s, &a).await;
     }
@@ -93,7 +95,7 @@ async fn rdm_sends_reuse_and_evict_registrations() {
     send_checked(&c, &s, to_s, &b).await; // registered again
     let st = c.domain.mr_cache_stats().unwrap();
     assert_eq!((st.misses, st.hits, st.evictions), (4, 4, 2), "{st:?}");
-    assert_eq!((st.entries, st.bytes), (2, 128 << 10));
+    assert_eq!((st.entries, st.bytes), (2, 512 << 10));
 }
 
 /// Buffers allocated, sent and dropped in a loop: evicted entries free

@@ -260,7 +260,8 @@ async fn msg_rma_pair(fabric: &Fabric, domain: &Domain, key: Option<&[u8]>) -> M
 
 /// A keyed endpoint of an unkeyed domain sends from its key's protection
 /// domain, through that key's registration cache: rendezvous sends
-/// (64 KiB) of one buffer register it once, as on the domain's own.
+/// (256 KiB, past the source slots) of one buffer register it once, as
+/// on the domain's own.
 #[cfg_attr(
     not(feature = "verbs"),
     ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
@@ -274,7 +275,7 @@ async fn keyed_endpoints_of_unkeyed_domains_cache_their_registrations() {
     assert!(c.domain.info().domain_attr.auth_key.is_none());
     let before = c.domain.mr_cache_stats().unwrap();
     let dest = c.handle_of(&s);
-    let buf = Bytes::from(vec![0x5a; 64 << 10]);
+    let buf = Bytes::from(vec![0x5a; 256 << 10]);
     for i in 0..3 {
         let (got, sent) = within("a rendezvous send", async {
             tokio::join!(
