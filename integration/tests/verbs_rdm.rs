@@ -767,3 +767,51 @@ async fn rdm_sources_through_windows() {
         );
     }
 }
+
+/// A peer whose hello does not offer windows (here its endpoint opened
+/// with `WEFT_VERBS_WINDOWS=0`, as a build or device without them would)
+/// is sent registered buffers, and sends registered buffers itself; every
+/// size arrives whole both ways.
+#[cfg_attr(
+    not(feature = "verbs"),
+    ignore = "needs an RDMA device: built without the verbs feature (integration/run-rxe runs it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_peer_without_windows() {
+    let (Some(si), Some(ci)) = (
+        verbs_offer(SERVER_DEV, EpType::Rdm),
+        verbs_offer(CLIENT_DEV, EpType::Rdm),
+    ) else {
+        return;
+    };
+    let s = Node::open(&si, WaitMode::Interrupt);
+    // Read when the endpoint opens; the tests of this file run one at a
+    // time in the VM.
+    std::env::set_var("WEFT_VERBS_WINDOWS", "0");
+    let c = Node::open(&ci, WaitMode::Interrupt);
+    std::env::remove_var("WEFT_VERBS_WINDOWS");
+    let (to_s, to_c) = (c.handle_of(&s), s.handle_of(&c));
+    for (i, len) in [4097usize, 65_536, 131_072].into_iter().enumerate() {
+        for (from, to, dest) in [(&c, &s, to_s), (&s, &c, to_c)] {
+            let seed = i as u8 ^ 0x5c;
+            let (got, sent) = within("send to or from a peer without windows", async {
+                tokio::join!(
+                    to.ep.recv(BytesMut::zeroed(len)),
+                    from.ep.send(dest, payload(len, seed))
+                )
+            })
+            .await;
+            sent.unwrap();
+            assert!(
+                got.unwrap().into_bytes()[..] == payload(len, seed)[..],
+                "{len} bytes"
+            );
+        }
+    }
+    assert_eq!(
+        s.ep.stats().unwrap().tx_windowed,
+        0,
+        "the peer takes no windows"
+    );
+    assert_eq!(c.ep.stats().unwrap().tx_windowed, 0, "windows are off here");
+}
