@@ -671,23 +671,13 @@ async fn rdm_sources_through_windows() {
         return;
     };
     let windowed = |n: &Node| n.ep.stats().unwrap().tx_windowed;
-    let one = |data: bytes::Bytes, cap: usize| {
-        let (s, c) = (&s, &c);
-        async move {
-            let (got, sent) = within("windowed send", async {
-                tokio::join!(s.ep.recv(BytesMut::zeroed(cap)), c.ep.send(to_s, data))
-            })
-            .await;
-            sent.unwrap();
-            got
-        }
-    };
     // Sizes that shrink and grow again: a slot's stale tail is cleared,
     // the bytes read are this message's.
     let sizes = [4097usize, 131_072, 10_000, 70_000, 65_536];
     for i in 0..20usize {
         let len = sizes[i % sizes.len()];
-        let g = one(payload(len, i as u8), len).await;
+        let data = payload(len, i as u8);
+        let g = recv_as_sent(&s, &c, to_s, vec![BytesMut::zeroed(len)], &data).await;
         let g = g.unwrap_or_else(|e| panic!("receive {i} of {len} bytes: {e:?}"));
         assert_eq!(g.len, len);
         assert!(
@@ -700,7 +690,8 @@ async fn rdm_sources_through_windows() {
 
     // Truncated receives read part of the slot and still revoke it.
     for i in 0..8u8 {
-        let e = one(payload(65_536, 0x30 + i), 1000).await;
+        let data = payload(65_536, 0x30 + i);
+        let e = recv_as_sent(&s, &c, to_s, vec![BytesMut::zeroed(1000)], &data).await;
         let e = e.expect_err("truncated");
         assert_eq!((e.err, e.len, e.olen), (Error::Trunc, 1000, 64_536));
         let b: Vec<u8> = e.bufs.iter().flat_map(|b| b.iter().copied()).collect();
@@ -712,7 +703,8 @@ async fn rdm_sources_through_windows() {
     // payload past a slot is registered.
     let kept = payload(65_536, 0x51);
     for _ in 0..3 {
-        assert!(one(kept.clone(), 65_536).await.unwrap().into_bytes()[..] == kept[..]);
+        let g = recv_as_sent(&s, &c, to_s, vec![BytesMut::zeroed(65_536)], &kept).await;
+        assert!(g.unwrap().into_bytes()[..] == kept[..]);
     }
     assert_eq!(
         windowed(&c),
@@ -720,7 +712,8 @@ async fn rdm_sources_through_windows() {
         "a kept buffer the cache does not hold is copied"
     );
     let big = payload(131_073, 0x52);
-    assert!(one(big.clone(), big.len()).await.unwrap().into_bytes()[..] == big[..]);
+    let g = recv_as_sent(&s, &c, to_s, vec![BytesMut::zeroed(big.len())], &big).await;
+    assert!(g.unwrap().into_bytes()[..] == big[..]);
     assert_eq!(windowed(&c), 31, "past a slot: registered");
 
     // Twelve at once each way, more than a lane's slots; the client sends
@@ -755,7 +748,8 @@ async fn rdm_sources_through_windows() {
     assert!((4..=12).contains(&ws), "server windowed {ws} of {n}");
     // Registered by a send that found no slot, the buffer now goes from
     // the cache.
-    assert!(one(same.clone(), 65_536).await.unwrap().into_bytes()[..] == same[..]);
+    let g = recv_as_sent(&s, &c, to_s, vec![BytesMut::zeroed(65_536)], &same).await;
+    assert!(g.unwrap().into_bytes()[..] == same[..]);
     let after = windowed(&c) - 31;
     if wc < 12 {
         assert_eq!(after, wc, "a cached buffer is not copied");
@@ -793,19 +787,9 @@ async fn rdm_peer_without_windows() {
     let (to_s, to_c) = (c.handle_of(&s), s.handle_of(&c));
     for (i, len) in [4097usize, 65_536, 131_072].into_iter().enumerate() {
         for (from, to, dest) in [(&c, &s, to_s), (&s, &c, to_c)] {
-            let seed = i as u8 ^ 0x5c;
-            let (got, sent) = within("send to or from a peer without windows", async {
-                tokio::join!(
-                    to.ep.recv(BytesMut::zeroed(len)),
-                    from.ep.send(dest, payload(len, seed))
-                )
-            })
-            .await;
-            sent.unwrap();
-            assert!(
-                got.unwrap().into_bytes()[..] == payload(len, seed)[..],
-                "{len} bytes"
-            );
+            let data = payload(len, i as u8 ^ 0x5c);
+            let got = recv_as_sent(to, from, dest, vec![BytesMut::zeroed(len)], &data).await;
+            assert!(got.unwrap().into_bytes()[..] == data[..], "{len} bytes");
         }
     }
     assert_eq!(

@@ -69,9 +69,14 @@ pub(crate) fn cached_source(
     let reg = || BytesMr::new(pd, buf.clone(), access);
     let cache = cache.filter(|_| !crate::sys::in_any_pool(buf.as_ptr() as usize, buf.len()));
     match cache {
-        Some(c) => c.get((buf.as_ptr() as usize, buf.len(), access.bits()), reg),
+        Some(c) => c.get(source_key(buf, access), reg),
         None => reg().map(Arc::new),
     }
+}
+
+/// The cache key of `buf` registered with `access`.
+fn source_key(buf: &Bytes, access: AccessFlags) -> crate::regcache::Key {
+    (buf.as_ptr() as usize, buf.len(), access.bits())
 }
 
 /// The cached registration of `buf`, if the cache holds one: nothing is
@@ -81,7 +86,7 @@ pub(crate) fn cached_hit(
     buf: &Bytes,
     access: AccessFlags,
 ) -> Option<Arc<BytesMr>> {
-    cache?.peek((buf.as_ptr() as usize, buf.len(), access.bits()))
+    cache?.peek(source_key(buf, access))
 }
 
 /// The registration cache of send sources.

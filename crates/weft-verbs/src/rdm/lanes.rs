@@ -24,7 +24,7 @@ use weft_core::{Error, Result};
 
 use super::{RdmShared, RDM_SLOT};
 use crate::slot_pool::{SlotPool, SLOTS};
-use crate::sys::{AccessFlags, Context, ProtectionDomain, Srq};
+use crate::sys::{AccessFlags, Context, DeviceAttr, ProtectionDomain, Srq};
 
 /// Receive (and send) slots of a lane of an AV-keyed endpoint: the
 /// endpoint's CQ takes every lane's receives, and each lane pins its
@@ -169,7 +169,7 @@ fn windows_on(ctx: &Context) -> bool {
     if std::env::var("WEFT_VERBS_WINDOWS").as_deref() == Ok("0") {
         return false;
     }
-    ctx.query_device().is_ok_and(|a| a.has_windows())
+    ctx.device_attr().is_ok_and(DeviceAttr::has_windows)
 }
 
 impl RdmShared {

@@ -330,18 +330,16 @@ impl RdmShared {
         // source slot is copied there and read through a window, as rxm
         // copies through bounce buffers at these sizes: registering it
         // would cost two system calls that pin and unpin its pages.
-        let mut hit = None;
-        if super::windows::fits(c, len) {
-            hit = match &req.iov[..] {
-                [b] => {
-                    crate::user_bufs::cached_hit(c.lane.cache.as_ref(), b, AccessFlags::REMOTE_READ)
-                }
-                _ => None,
-            };
-            if hit.is_none() {
-                if let Some(loan) = c.lane.sources.as_ref().and_then(|s| s.take()) {
-                    return self.post_windowed(c, h, req, loan);
-                }
+        let windowed = super::windows::fits(c, len);
+        let hit = match &req.iov[..] {
+            [b] if windowed => {
+                crate::user_bufs::cached_hit(c.lane.cache.as_ref(), b, AccessFlags::REMOTE_READ)
+            }
+            _ => None,
+        };
+        if windowed && hit.is_none() {
+            if let Some(loan) = c.lane.sources.as_ref().and_then(|s| s.take()) {
+                return self.post_windowed(c, h, req, loan);
             }
         }
         // Otherwise the peer reads the payload from our registered copy
@@ -387,7 +385,7 @@ impl RdmShared {
             Err(e) => return Err((e, req)),
         };
         let mut g = lock(&self.inflight);
-        if let Err(e) = loan.post(c, len, &mut h, (wr_id, wr_flags(req.flags))) {
+        if let Err(e) = loan.post(c, &mut h, (wr_id, wr_flags(req.flags))) {
             return Err((e, req));
         }
         // The caller's bytes are copied: they go now.

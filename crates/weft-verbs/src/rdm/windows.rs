@@ -89,32 +89,38 @@ impl SourceSlots {
         let mut g = lock(&self.inner);
         let held = match g.free.pop() {
             Some(h) => h,
-            None if g.made < SOURCE_SLOTS => {
-                match OwnedMr::new(&self.pd, STAGE_MAX, AccessFlags::MW_BIND) {
-                    Ok(mr) => {
-                        g.made += 1;
-                        Held {
-                            window: None,
-                            mr,
-                            dirty: 0,
-                        }
-                    }
-                    Err(e) => {
-                        // The locked-memory limit, most likely: sends
-                        // register their buffers from now on.
-                        g.made = SOURCE_SLOTS;
-                        tracing::debug!(error = %e, "no source slot: rendezvous sends register");
-                        return None;
-                    }
-                }
-            }
-            None => return None,
+            None => self.make(&mut g)?,
         };
         Some(SourceLoan {
             held: Some(held),
             home: self.clone(),
             bound: None,
         })
+    }
+
+    /// A new slot, unless [`SOURCE_SLOTS`] exist or making one failed
+    /// before.
+    fn make(&self, pool: &mut Pool) -> Option<Held> {
+        if pool.made >= SOURCE_SLOTS {
+            return None;
+        }
+        match OwnedMr::new(&self.pd, STAGE_MAX, AccessFlags::MW_BIND) {
+            Ok(mr) => {
+                pool.made += 1;
+                Some(Held {
+                    window: None,
+                    mr,
+                    dirty: 0,
+                })
+            }
+            Err(e) => {
+                // The locked-memory limit, most likely: sends register
+                // their buffers from now on.
+                pool.made = SOURCE_SLOTS;
+                tracing::debug!(error = %e, "no source slot: rendezvous sends register");
+                None
+            }
+        }
     }
 
     fn put(&self, held: Held) {
@@ -162,22 +168,20 @@ impl SourceLoan {
         Ok(len)
     }
 
-    /// Binds the window over the slot's first `len` bytes (filled by
-    /// [`fill`](Self::fill)) for `c`'s peer and posts the request-to-send
-    /// `h` (whose address, key and window flag are set here) behind the
-    /// bind, in one post. On failure nothing was announced and the window
-    /// is deallocated (a bind that went without its send is revoked so).
+    /// Binds the window over the payload [`fill`](Self::fill) copied for
+    /// `c`'s peer and posts the request-to-send `h` (whose address, key
+    /// and window flag are set here) behind the bind, in one post. On
+    /// failure nothing was announced and the window is deallocated (a
+    /// bind that went without its send is revoked so).
     pub(crate) fn post(
         &mut self,
         c: &Arc<Conn>,
-        len: usize,
         h: &mut Header,
         (wr_id, flags): (u64, SendFlags),
     ) -> Result<()> {
         let held = self.held.as_mut().ok_or(Error::Inval)?;
-        if len == 0 || len > held.dirty {
-            return Err(Error::Inval);
-        }
+        // What `fill` wrote: the payload.
+        let len = held.dirty;
         let mut window = match held.window.take() {
             Some(w) => w,
             None => MemoryWindow::new(&c.lane.pd)?,
@@ -187,7 +191,6 @@ impl SourceLoan {
         h.addr = held.mr.addr();
         h.rkey = rkey;
         h.window = true;
-        h.len = len as u64;
         let enc = h.encode();
         let send = SendRequest::new(wr_id, SendOp::Send, Payload::Inline(&enc)).flags(flags);
         c.qp.post_bind_then_send((&mut window, rkey), (&held.mr, 0, len), &send)?;

@@ -273,7 +273,7 @@ impl Cq {
         // SAFETY: valid CQ; `cqe` is set at creation.
         let capacity = u32::try_from(unsafe { (*cq.as_ptr()).cqe }).unwrap_or(0);
         let kernel_flags = ctx
-            .query_device()
+            .device_attr()
             .is_ok_and(|a| a.vendor_id == RXE_VENDOR_ID);
         Ok(Arc::new(Cq {
             cq,

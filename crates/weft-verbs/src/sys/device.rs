@@ -6,7 +6,7 @@ use std::fmt;
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rdma_sys::{
     ibv_atomic_cap, ibv_close_device, ibv_context, ibv_device, ibv_device_attr,
@@ -121,6 +121,9 @@ pub struct Context {
     ctx: NonNull<ibv_context>,
     owner: Owner,
     name: String,
+    /// The device's attributes, queried once (they do not change while
+    /// the device is open).
+    attr: OnceLock<DeviceAttr>,
 }
 
 // SAFETY: libibverbs is thread-safe: every verb may be called on a context
@@ -152,6 +155,7 @@ impl Context {
                 ctx,
                 owner: Owner::Opened,
                 name: name.to_owned(),
+                attr: OnceLock::new(),
             }));
         }
         Err(Error::NoDev)
@@ -185,6 +189,7 @@ impl Context {
             ctx: unsafe { NonNull::new_unchecked(verbs) },
             owner: Owner::RdmaCm(list),
             name,
+            attr: OnceLock::new(),
         }))
     }
 
@@ -201,6 +206,16 @@ impl Context {
     /// used with the other).
     pub fn same_context(&self, other: &Context) -> bool {
         self.ctx == other.ctx
+    }
+
+    /// The device's attributes: [`query_device`](Self::query_device) the
+    /// first time, the same answer after that.
+    pub fn device_attr(&self) -> Result<&DeviceAttr, Error> {
+        if let Some(a) = self.attr.get() {
+            return Ok(a);
+        }
+        let a = self.query_device()?;
+        Ok(self.attr.get_or_init(|| a))
     }
 
     /// `ibv_query_device`.
