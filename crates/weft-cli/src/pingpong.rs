@@ -3,9 +3,9 @@
 //! before the send that provokes the peer's message, so payloads land in
 //! posted buffers instead of taking the provider's unexpected path.
 //!
-//! With `WEFT_PINGPONG_INJECT` set, `--api post` sends the messages
-//! below the inject size with `fi_inject`, as `fi_pingpong` does: no send
-//! completion is made or read ([`inject_for`]).
+//! `--api post` sends the messages below the inject size with
+//! `fi_inject`, as `fi_pingpong` does: no send completion is made or read
+//! ([`inject_for`]; `WEFT_PINGPONG_INJECT=0` sends them with completions).
 //!
 //! `--api pool` sends from and receives into buffers of a pool registered
 //! before the clock starts (as fi_pingpong uses its own registered
@@ -279,12 +279,13 @@ async fn pool_buf(pool: &BufferPool) -> Res<PoolBuf> {
 }
 
 /// Whether `--api post` sends a message of `size` bytes with `fi_inject`
-/// (no send completion to make or read): with `WEFT_PINGPONG_INJECT` set
-/// (on each side, which decides for its own sends), below the
-/// endpoint's `inject_size`, as `fi_pingpong` sends every message below
-/// it. Off by default, so that runs stay comparable with earlier ones.
+/// (no send completion to make or read): below the endpoint's
+/// `inject_size`, as `fi_pingpong` sends every message below it, unless
+/// `WEFT_PINGPONG_INJECT=0` (each side decides for its own sends; runs
+/// before 2026-12-03 sent every message with a completion).
 fn inject_for(link: &Link, size: usize) -> bool {
-    std::env::var_os("WEFT_PINGPONG_INJECT").is_some() && size < link.ep.info().tx_attr.inject_size
+    let off = std::env::var_os("WEFT_PINGPONG_INJECT").is_some_and(|v| v == "0");
+    !off && size < link.ep.info().tx_attr.inject_size
 }
 
 /// What arrived: its length, and with --verify its bytes.

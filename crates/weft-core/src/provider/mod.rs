@@ -494,6 +494,10 @@ pub struct EpStats {
     /// window over a pre-registered slot of the sender's, rather than
     /// from the caller's buffer registered for it (verbs RDM).
     pub tx_windowed: u64,
+    /// Sends posted without a completion of their own, ended by a later
+    /// one of the same queue (verbs MSG: injects and sends whose success
+    /// nothing takes).
+    pub tx_unsignaled: u64,
 }
 
 /// A connected byte stream (`FI_EP_SOCK_STREAM`), in the poll form of an

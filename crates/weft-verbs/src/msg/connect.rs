@@ -176,6 +176,10 @@ impl MsgShared {
             // A stream's probe starts with the stream.
             self.start_probe();
         }
+        // From here no give-up can end this queue pair (see `give_up`):
+        // sends may go unsignaled.
+        self.quiet_ok
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         stream::established(self);
         Ok(())
     }

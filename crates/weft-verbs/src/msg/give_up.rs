@@ -654,6 +654,7 @@ pub(super) fn end_op(
                 len
             }
             Held::SendInline { len }
+            | Held::SendQuiet { len }
             | Held::SendRegistered { len, .. }
             | Held::SendOne { len, .. }
             | Held::SendPool { len, .. } => len,

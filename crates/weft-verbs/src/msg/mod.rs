@@ -49,6 +49,14 @@
 //! buffers ends the connection with a length error, as it would have
 //! ended it had the receive stayed; receives of one size never meet it.
 //!
+//! Sends whose success nothing takes (an inject, a send without
+//! `FI_COMPLETION` under selective completion; no counter bound) and that
+//! go inline are posted unsignaled, as libfabric's verbs provider posts
+//! its injects: the device makes no completion for them unless they fail,
+//! and the next signaled completion of the send queue, which an RC queue
+//! pair completes in order, ends them (`complete::end_quiet_before`). At
+//! most [`QUIET_RUN`] go in a row, so their credits come back.
+//!
 //! Critical errors (fi_endpoint(3)): a work request that fails other than
 //! by a flush (a bad key or address at the peer, a message longer than the
 //! receive it lands in, at either end; retries exhausted), or an rdma_cm
@@ -118,6 +126,12 @@ use complete::{cancel_flushing_on, RecvMem, RxQueue};
 
 pub use crate::cm_data::{cm_decode, cm_encode, CM_DATA_SIZE};
 
+/// The longest run of unsignaled sends (`post::quiet_turn`): one send in
+/// this many at least is signaled when nothing else is, which bounds the
+/// credits quiet sends hold until a completion ends them, at the cost of
+/// a completion per run.
+const QUIET_RUN: usize = 16;
+
 /// The verbs resources of one connection, children after parents.
 pub struct Link {
     pub id: CmId,
@@ -176,6 +190,18 @@ pub struct MsgShared {
     retired_rx: retired::RetiredList,
     next_wr: AtomicUsize,
     tx: Credits,
+    /// Sends may go unsignaled (`post::quiet_turn`): set once the
+    /// connection is established and its drivers run.
+    quiet_ok: AtomicBool,
+    /// Quiet sends posted since the last signaled send or RMA operation
+    /// (changed under the in-flight table's lock).
+    quiet_run: AtomicUsize,
+    /// The longest run of quiet sends: a quarter of the transmit
+    /// queue's credits, at most [`QUIET_RUN`].
+    quiet_max: usize,
+    /// Quiet sends posted (`EpStats::tx_unsignaled`; changed under the
+    /// in-flight table's lock).
+    quiet_sent: AtomicU64,
     rx: Credits,
     connecting: AtomicBool,
     closed: AtomicBool,
@@ -228,6 +254,10 @@ impl MsgShared {
             retired_rx: FastMutex::new(Vec::new()),
             next_wr: AtomicUsize::new(1),
             tx: Credits::new(tx),
+            quiet_ok: AtomicBool::new(false),
+            quiet_run: AtomicUsize::new(0),
+            quiet_max: (tx / 4).min(QUIET_RUN),
+            quiet_sent: AtomicU64::new(0),
             rx: Credits::new(rx),
             connecting: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -497,6 +527,7 @@ impl ProviderEndpoint for VerbsMsgEndpoint {
             s.tclass = crate::qp_tclass(link.as_ref().map(|l| &*l.qp));
         }
         s.rx_key_rejected = ep.key_rejected.load(Ordering::Relaxed);
+        s.tx_unsignaled = ep.quiet_sent.load(Ordering::Relaxed);
         s
     }
 

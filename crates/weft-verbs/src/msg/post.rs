@@ -4,6 +4,7 @@
 //! which another thread may poll the moment the post returns — finds its
 //! entry.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -80,14 +81,24 @@ impl MsgShared {
             self.tx.release(1);
             return reject(Error::NotConn, req);
         };
-        match send_on(&link, &req, op, (wr_id, wr_flags(req.flags))) {
+        // Under the table's lock: the run of quiet sends is counted in
+        // the order they are posted.
+        let quiet = self.quiet_turn(&req, &link);
+        let flags = if quiet {
+            wr_flags(req.flags).unsignaled()
+        } else {
+            wr_flags(req.flags)
+        };
+        match send_on(&link, &req, op, (wr_id, flags)) {
             Ok(op) => {
+                self.quiet_posted(quiet);
                 // A pool buffer posted as it is stays with the operation.
                 let op = match op {
                     Held::SendPool { len, .. } => Held::SendPool {
                         len,
                         _buf: req.pool,
                     },
+                    Held::SendInline { len } if quiet => Held::SendQuiet { len },
                     op => op,
                 };
                 g.insert(wr_id, Inflight { done: req.done, op });
@@ -150,6 +161,7 @@ impl MsgShared {
             (wr_id, wr_flags(req.flags)),
         ) {
             Ok(local) => {
+                self.quiet_posted(false);
                 let op = Held::Rma { len, kind, local };
                 g.insert(wr_id, Inflight { done: req.done, op });
                 Ok(())
@@ -160,6 +172,44 @@ impl MsgShared {
                 reject(err, RmaReq { op, ..req })
             }
         }
+    }
+
+    /// Whether the send `req` goes unsignaled (the caller holds the
+    /// in-flight table's lock). Only a send copied inline whose success
+    /// nothing takes — no entry (an inject, or no `FI_COMPLETION` under
+    /// selective completion), no counter, no future — on an established
+    /// connection (a give-up, before it, waits for every work request to
+    /// report), and not more than [`MsgShared::quiet_max`] in a row: the
+    /// credits of quiet sends come back with the next signaled
+    /// completion, so a run of them is closed by a signaled one before
+    /// it can hold the queue's credits.
+    #[inline(always)]
+    fn quiet_turn(&self, req: &SendReq, link: &Link) -> bool {
+        let len = req.len();
+        let done = &req.done;
+        !done.report
+            && done.waiter.is_none()
+            && done.cntr.is_none()
+            && len > 0
+            && len <= link.qp.caps().max_inline_data as usize
+            && self.quiet_ok.load(Ordering::Relaxed)
+            && self.quiet_run.load(Ordering::Relaxed) < self.quiet_max
+    }
+
+    /// Counts a posted send or RMA operation into the run of quiet sends
+    /// (the caller holds the in-flight table's lock).
+    #[inline(always)]
+    fn quiet_posted(&self, quiet: bool) {
+        // Loads and stores, not read-modify-writes: the lock orders them,
+        // and a locked add per send is what this path saves elsewhere.
+        let run = if quiet {
+            let sent = self.quiet_sent.load(Ordering::Relaxed);
+            self.quiet_sent.store(sent + 1, Ordering::Relaxed);
+            self.quiet_run.load(Ordering::Relaxed) + 1
+        } else {
+            0
+        };
+        self.quiet_run.store(run, Ordering::Relaxed);
     }
 
     /// Posts `req` on the connection's receive queue (the caller took
@@ -516,6 +566,43 @@ mod tests {
             Held::SendInline { len } => Some(len),
             _ => None,
         }
+    }
+
+    fn quiet(len: usize) -> Inflight {
+        Inflight {
+            op: Held::SendQuiet { len },
+            ..op(len)
+        }
+    }
+
+    #[test]
+    fn a_completion_ends_the_quiet_sends_before_it_and_no_other() {
+        use super::super::complete::end_quiet_before;
+        let mut q = InflightQueue::default();
+        q.insert(1, quiet(1));
+        q.insert(2, quiet(2));
+        q.insert(3, op(3));
+        q.insert(4, quiet(4));
+        q.insert(5, op(5));
+        assert_eq!(end_quiet_before(&mut q, 3), 2, "the two quiet sends ahead");
+        assert_eq!(len_of(q.remove(3)), Some(3));
+        // A quiet send that fails is reported by its own id: nothing
+        // ahead of it is ended, and it is found.
+        assert_eq!(end_quiet_before(&mut q, 4), 0);
+        assert!(matches!(
+            q.remove(4).map(|i| i.op),
+            Some(Held::SendQuiet { len: 4 })
+        ));
+        // A signaled send at the front stops the sweep even for a later id.
+        q.insert(6, quiet(6));
+        assert_eq!(end_quiet_before(&mut q, 6), 0, "5 is ahead, unreported");
+        assert_eq!(q.len(), 2);
+        assert_eq!(len_of(q.remove(5)), Some(5));
+        // A quiet send left at the back waits for the next completion.
+        q.insert(7, op(7));
+        assert_eq!(end_quiet_before(&mut q, 7), 1);
+        assert_eq!(len_of(q.remove(7)), Some(7));
+        assert!(q.is_empty());
     }
 
     #[test]

@@ -112,6 +112,12 @@ impl SendFlags {
     pub fn contains(self, other: SendFlags) -> bool {
         self.0 & other.0 == other.0
     }
+
+    /// These flags without `SIGNALED`: the request makes a completion
+    /// only if it fails.
+    pub fn unsignaled(self) -> SendFlags {
+        SendFlags(self.0 & !Self::SIGNALED.0)
+    }
 }
 
 impl std::ops::BitOr for SendFlags {

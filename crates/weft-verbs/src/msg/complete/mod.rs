@@ -44,6 +44,11 @@ pub(super) struct Inflight {
 pub(super) enum Held {
     /// A send of `len` bytes, copied inline into the work request.
     SendInline { len: usize },
+    /// A send copied inline and posted unsignaled: nothing waits for it
+    /// (an inject, or a send without `FI_COMPLETION`, with no counter),
+    /// so the device reports it only if it fails; it ends with the next
+    /// signaled work request's completion ([`end_quiet_before`]).
+    SendQuiet { len: usize },
     /// A send copied into a bounce slot.
     SendSlot { len: usize, slot: u32 },
     /// A send from the caller's buffers, registered.
@@ -99,12 +104,21 @@ impl CqSink for MsgShared {
             }
             return;
         }
-        let Some(Inflight { done, op }) = lock(&self.inflight).remove(wc.wr_id) else {
+        let (entry, quiet) = {
+            let mut g = lock(&self.inflight);
+            let quiet = end_quiet_before(&mut g, wc.wr_id);
+            (g.remove(wc.wr_id), quiet)
+        };
+        if quiet > 0 {
+            self.tx.release(quiet);
+        }
+        let Some(Inflight { done, op }) = entry else {
             return;
         };
         let len = match op {
             Held::Rma { len, kind, local } => return self.finish_rma(wc, done, len, kind, local),
             Held::SendInline { len }
+            | Held::SendQuiet { len }
             | Held::SendRegistered { len, .. }
             | Held::SendOne { len, .. }
             | Held::SendPool { len, .. } => len,
@@ -125,6 +139,33 @@ impl CqSink for MsgShared {
             Some(e) => done.fail(CqErrEntry::new(0, OpFlags::SEND | OpFlags::MSG, e)),
         }
     }
+}
+
+/// Ends the unsignaled sends posted before work request `id`, whose
+/// completion this is, and says how many (their credits come back).
+/// An RC queue pair completes its send queue in order, and an unsignaled
+/// request that fails is reported all the same (a completion in error is
+/// always made, and takes its own entry by its id first): the quiet sends
+/// ahead of a completed request succeeded. Nothing takes their success
+/// (no entry, counter or future), so they are only dropped.
+#[inline(always)]
+pub(super) fn end_quiet_before(q: &mut super::post::InflightQueue, id: u64) -> usize {
+    let mut n = 0;
+    while let Some((
+        front,
+        Inflight {
+            op: Held::SendQuiet { .. },
+            ..
+        },
+    )) = q.front()
+    {
+        if front == id {
+            break;
+        }
+        q.pop_front();
+        n += 1;
+    }
+    n
 }
 
 impl MsgShared {
