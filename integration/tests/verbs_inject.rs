@@ -26,6 +26,12 @@ async fn pair(tx: usize) -> Option<MsgPair> {
     Some(msg_pair(&si, &ci).await)
 }
 
+/// The size of the tests' injects: what the client's device copies
+/// inline, at most 64 bytes.
+fn inline_len(p: &MsgPair) -> usize {
+    p.cep.info().tx_attr.inject_size.min(64)
+}
+
 /// Many more injects than the client has credits, each waited out when
 /// refused (`Again`): all arrive, in order and intact; none leaves an
 /// entry on the client's CQ; the credits of the unsignaled ones come back
@@ -42,7 +48,7 @@ async fn injects_lose_nothing_and_give_their_credits_back() {
     let Some(p) = pair(TX).await else {
         return;
     };
-    let inline = p.cep.info().tx_attr.inject_size.min(64);
+    let inline = inline_len(&p);
     assert!(inline > 0, "the device takes inline data");
     for round in 0..2u8 {
         // Posted in order before the first message, so message i lands in
@@ -107,7 +113,7 @@ async fn a_failed_unsignaled_inject_is_reported() {
     let Some(p) = pair(64).await else {
         return;
     };
-    let inline = p.cep.info().tx_attr.inject_size.min(64);
+    let inline = inline_len(&p);
     assert!(inline > 8, "the device takes inline data");
     // A first inject that fits: it goes unsignaled (and so, by the rule
     // of runs, does the next).

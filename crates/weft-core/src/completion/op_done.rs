@@ -128,7 +128,7 @@ impl OpDone {
     /// an inject.
     #[inline(always)]
     pub fn complete_len(self, len: usize) {
-        if !self.report && self.waiter.is_none() {
+        if !self.wants_entry() {
             let OpDone { cntr, .. } = self;
             if let Some(c) = &cntr {
                 c.add(1);
@@ -139,6 +139,15 @@ impl OpDone {
             len,
             ..CqEntry::default()
         });
+    }
+
+    /// Whether a success makes an entry: reported to the CQ, or handed
+    /// to an awaiting future. Not for an inject, nor for a send without
+    /// `FI_COMPLETION` under selective completion (errors are reported
+    /// either way).
+    #[inline(always)]
+    pub fn wants_entry(&self) -> bool {
+        self.report || self.waiter.is_some()
     }
 
     /// A receive succeeded with a message from `src` (the raw AV handle).

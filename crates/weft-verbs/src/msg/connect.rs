@@ -3,6 +3,7 @@
 //! connection's drivers.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use weft_core::addr::decode_sockaddr;
@@ -178,8 +179,7 @@ impl MsgShared {
         }
         // From here no give-up can end this queue pair (see `give_up`):
         // sends may go unsignaled.
-        self.quiet_ok
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.quiet_ok.store(true, Ordering::Relaxed);
         stream::established(self);
         Ok(())
     }

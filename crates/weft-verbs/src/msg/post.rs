@@ -50,7 +50,10 @@ impl MsgShared {
 
     pub(super) fn post_send(&self, mut req: SendReq) -> std::result::Result<(), Rejected<SendReq>> {
         let reject = |err, req| Err(Rejected { err, req });
-        let link = match self.admit(req.len(), req.iov.len()) {
+        // Summed once: a pool buffer of another domain, turned into bytes
+        // below, keeps its length.
+        let len = req.len();
+        let link = match self.admit(len, req.iov.len()) {
             Ok(l) => l,
             Err(e) => return reject(e, req),
         };
@@ -83,13 +86,13 @@ impl MsgShared {
         };
         // Under the table's lock: the run of quiet sends is counted in
         // the order they are posted.
-        let quiet = self.quiet_turn(&req, &link);
+        let quiet = self.quiet_turn(&req.done, len, &link);
         let flags = if quiet {
             wr_flags(req.flags).unsignaled()
         } else {
             wr_flags(req.flags)
         };
-        match send_on(&link, &req, op, (wr_id, flags)) {
+        match send_on(&link, &req, len, op, (wr_id, flags)) {
             Ok(op) => {
                 self.quiet_posted(quiet);
                 // A pool buffer posted as it is stays with the operation.
@@ -184,14 +187,10 @@ impl MsgShared {
     /// completion, so a run of them is closed by a signaled one before
     /// it can hold the queue's credits.
     #[inline(always)]
-    fn quiet_turn(&self, req: &SendReq, link: &Link) -> bool {
-        let len = req.len();
-        let done = &req.done;
-        !done.report
-            && done.waiter.is_none()
+    fn quiet_turn(&self, done: &OpDone, len: usize, link: &Link) -> bool {
+        !done.wants_entry()
             && done.cntr.is_none()
-            && len > 0
-            && len <= link.qp.caps().max_inline_data as usize
+            && fits_inline(link, len)
             && self.quiet_ok.load(Ordering::Relaxed)
             && self.quiet_run.load(Ordering::Relaxed) < self.quiet_max
     }
@@ -300,16 +299,24 @@ impl RecvSide<'_> {
     }
 }
 
-/// Posts the send of `req` as `op` and says what now holds its bytes
+/// Whether a message of `len` bytes goes inline in the work request (the
+/// device copies it during the post). An empty one never does: it has
+/// nothing to copy.
+#[inline(always)]
+fn fits_inline(link: &Link, len: usize) -> bool {
+    len > 0 && len <= link.qp.caps().max_inline_data as usize
+}
+
+/// Posts the send of `req` (`len` bytes) as `op` and says what now holds its bytes
 /// (`Held::SendPool` without its buffer: the caller moves the request's
 /// pool buffer in).
 fn send_on(
     link: &Link,
     req: &SendReq,
+    len: usize,
     op: SendOp,
     (wr_id, flags): (u64, SendFlags),
 ) -> Result<Held> {
-    let len = req.len();
     let post = |payload: Payload<'_>| {
         link.qp
             .post_send(&SendRequest::new(wr_id, op, payload).flags(flags))
@@ -318,7 +325,7 @@ fn send_on(
         (Some(buf), _) => send_pool_buf(link, buf, len, post),
         // The usual small send, one buffer copied inline, without the
         // call of the general path.
-        (None, [one]) if len > 0 && len <= link.qp.caps().max_inline_data as usize => {
+        (None, [one]) if fits_inline(link, len) => {
             post(Payload::Inline(one))?;
             Ok(Held::SendInline { len })
         }
@@ -333,7 +340,7 @@ fn send_iov(
     len: usize,
     post: impl Fn(Payload<'_>) -> Result<()>,
 ) -> Result<Held> {
-    if len > 0 && len <= link.qp.caps().max_inline_data as usize {
+    if fits_inline(link, len) {
         // The device copies inline data during the post: one buffer is
         // handed over as it is, several are gathered first.
         match iov {
@@ -397,7 +404,7 @@ fn send_pool_buf(
     len: usize,
     post: impl Fn(Payload<'_>) -> Result<()>,
 ) -> Result<Held> {
-    if len > 0 && len <= link.qp.caps().max_inline_data as usize {
+    if fits_inline(link, len) {
         post(Payload::Inline(buf.bytes()))?;
         return Ok(Held::SendInline { len });
     }
