@@ -269,7 +269,9 @@ struct PerfCli {
     /// interrupt: reactor wake-ups, no CPU while idle. busy-poll: the
     /// waiter polls itself; a provider thread spins whenever no waiter
     /// does. inline: the waiting task polls the sockets itself until
-    /// WEFT_INLINE_SPIN_US=200 us pass without progress, then sleeps.
+    /// its budget passes without progress, then sleeps (a CQ reader's
+    /// budget: 8x its usual wait, 200 us to 2 ms; WEFT_INLINE_SPIN_US
+    /// fixes it).
     #[arg(long, value_name = "m", value_parser = modes(), default_value = "interrupt", allow_hyphen_values = true)]
     mode: WaitMode,
     /// post: post_* and a CQ stream; async: awaited tsend/trecv; pool:

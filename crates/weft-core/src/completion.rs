@@ -84,6 +84,8 @@ pub struct CqShared {
     closed: AtomicBool,
     // Inline mode: the bound endpoints, driven by readers of an empty queue.
     hooks: ProgressHooks,
+    // Inline mode: how long its readers' waits last, for their spin budget.
+    spin_hint: crate::progress::SpinHint,
     /// Endpoints bound to the queue.
     pub bound: crate::sync::BindCount,
 }

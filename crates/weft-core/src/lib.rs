@@ -31,6 +31,7 @@ pub mod provider;
 pub mod recv_completion;
 pub mod soft_rx;
 pub mod soft_srx;
+pub mod spin_hint;
 pub mod spin_hold;
 pub mod sync;
 pub mod tagmatch;

@@ -39,26 +39,16 @@ pub trait Progress: Send + Sync + Debug {
     fn cheap_pass(&self) -> bool {
         false
     }
+
+    /// What the awaited operations of this endpoint have learned of how
+    /// long their waits last, for their spin budget ([`SpinHint`]);
+    /// `None`: the configured budget.
+    fn spin_hint(&self) -> Option<&SpinHint> {
+        None
+    }
 }
 
-/// Default spin budget of an inline waiter, in microseconds of no
-/// progress: a little over a loopback round trip, so a ping-pong reply is
-/// caught while spinning, while a waiter with nothing coming gives its
-/// thread back quickly. Passes that move bytes start the budget again.
-pub const DEFAULT_SPIN_US: u64 = 200;
-
-/// The spin budget: `WEFT_INLINE_SPIN_US` when set (0 disables spinning),
-/// else [`DEFAULT_SPIN_US`]. Read once per process.
-pub fn spin_budget() -> Duration {
-    static BUDGET: OnceLock<Duration> = OnceLock::new();
-    *BUDGET.get_or_init(|| {
-        let us = std::env::var("WEFT_INLINE_SPIN_US")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(DEFAULT_SPIN_US);
-        Duration::from_micros(us)
-    })
-}
+pub use crate::spin_hint::{spin_budget, SpinHint, DEFAULT_SPIN_US};
 
 /// How long after its last pass a waiter still counts as spinning: covers
 /// the gap between one awaited operation and the next.
@@ -354,6 +344,12 @@ pub struct InlineWait {
     /// [`PASSES_PER_POLL`] when its endpoint makes cheap passes
     /// ([`Progress::cheap_pass`]).
     passes: u32,
+    /// Nanoseconds since `since` at the last clock read: how long the
+    /// wait had lasted when it was last looked at, for a [`SpinHint`]
+    /// (no clock read of its own).
+    seen_ns: u64,
+    /// The wait went to sleep (its budget ran out).
+    slept: bool,
 }
 
 impl Default for InlineWait {
@@ -362,6 +358,8 @@ impl Default for InlineWait {
             since: None,
             budget: None,
             passes: 1,
+            seen_ns: 0,
+            slept: false,
         }
     }
 }
@@ -443,7 +441,20 @@ impl InlineWait {
         ready: impl FnMut(&mut Context<'_>) -> Option<T>,
         idle: impl FnOnce(),
     ) -> Option<T> {
-        match self.spin(cx, drive, ready, idle) {
+        self.poll_hinted(cx, None, drive, ready, idle)
+    }
+
+    /// [`poll`](Self::poll) with the budget `hint` has learned
+    /// ([`spin_hinted`](Self::spin_hinted)).
+    pub fn poll_hinted<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        hint: Option<&SpinHint>,
+        drive: impl FnMut() -> usize,
+        ready: impl FnMut(&mut Context<'_>) -> Option<T>,
+        idle: impl FnOnce(),
+    ) -> Option<T> {
+        match self.spin_hinted(cx, hint, drive, ready, idle) {
             Spun::Ready(v) => Some(v),
             Spun::Again | Spun::Sleep => None,
         }
@@ -456,11 +467,29 @@ impl InlineWait {
     pub fn spin<T>(
         &mut self,
         cx: &mut Context<'_>,
+        drive: impl FnMut() -> usize,
+        ready: impl FnMut(&mut Context<'_>) -> Option<T>,
+        idle: impl FnOnce(),
+    ) -> Spun<T> {
+        self.spin_hinted(cx, None, drive, ready, idle)
+    }
+
+    /// [`spin`](Self::spin) with the budget `hint` has learned (and
+    /// teaching it how long this wait lasted when it ends here; a wait
+    /// that ends elsewhere is reported with [`finish`](Self::finish)).
+    pub fn spin_hinted<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        hint: Option<&SpinHint>,
         mut drive: impl FnMut() -> usize,
         mut ready: impl FnMut(&mut Context<'_>) -> Option<T>,
         idle: impl FnOnce(),
     ) -> Spun<T> {
-        let budget = self.budget.unwrap_or_else(spin_budget);
+        let budget = match (self.budget, hint) {
+            (Some(b), _) => b,
+            (None, Some(h)) => h.budget(),
+            (None, None) => spin_budget(),
+        };
         if budget.is_zero() {
             return Spun::Sleep;
         }
@@ -470,7 +499,7 @@ impl InlineWait {
                 continue;
             }
             if let Some(v) = ready(cx) {
-                self.since = None;
+                self.finish(hint);
                 return Spun::Ready(v);
             }
             // Work was done but the awaited completion is not there yet
@@ -492,12 +521,17 @@ impl InlineWait {
                 self.since = Some(Instant::now());
                 true
             }
-            Some(since) => since.elapsed() < budget,
+            Some(since) => {
+                let waited = since.elapsed();
+                self.seen_ns = waited.as_nanos() as u64;
+                waited < budget
+            }
         };
         if within {
             cx.waker().wake_by_ref();
             Spun::Again
         } else {
+            self.slept = true;
             idle();
             Spun::Sleep
         }
@@ -507,12 +541,32 @@ impl InlineWait {
     /// fresh budget.
     pub fn reset(&mut self) {
         self.since = None;
+        self.seen_ns = 0;
+        self.slept = false;
+    }
+
+    /// [`reset`](Self::reset), first telling `hint` how long the wait
+    /// lasted: a wait that spun, from its last clock read; one that
+    /// slept, from a clock read now (its wake-up's delay included). A
+    /// wait that ended before any clock read (its first pass found the
+    /// completion) teaches nothing, and costs nothing.
+    #[inline]
+    pub fn finish(&mut self, hint: Option<&SpinHint>) {
+        if let (Some(h), Some(since)) = (hint, self.since) {
+            if self.slept {
+                h.ended(since.elapsed());
+            } else {
+                h.ended(Duration::from_nanos(self.seen_ns));
+            }
+        }
+        self.reset();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spin_hint;
 
     #[derive(Debug, Default)]
     struct Count(AtomicUsize);
@@ -692,6 +746,7 @@ mod tests {
             since: Some(Instant::now() - spin_budget() - Duration::from_millis(1)),
             budget: None,
             passes: FEW_PASSES_PER_POLL,
+            ..InlineWait::default()
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
@@ -716,6 +771,7 @@ mod tests {
             since: Some(start),
             budget: Some(Duration::from_secs(3600)),
             passes: FEW_PASSES_PER_POLL,
+            ..InlineWait::default()
         };
         let idled = std::cell::Cell::new(false);
         let got: Option<()> = w.poll(&mut cx, || 4096, |_| None, || idled.set(true));
@@ -732,6 +788,59 @@ mod tests {
         let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
         assert_eq!(got, None);
         assert!(idled.get());
+    }
+
+    #[test]
+    fn a_wait_that_spun_or_slept_teaches_its_hint() {
+        let woken = Arc::new(AtomicUsize::new(0));
+        let waker = counting_waker(woken);
+        let mut cx = Context::from_waker(&waker);
+        let base = Duration::from_micros(DEFAULT_SPIN_US);
+        // A wait under way for 300 µs: the poll that finds nothing reads
+        // the clock, the next one finds the completion and reports it.
+        let hint = SpinHint::default();
+        let mut w = InlineWait {
+            since: Some(Instant::now() - Duration::from_micros(300)),
+            budget: Some(Duration::from_secs(3600)),
+            passes: FEW_PASSES_PER_POLL,
+            ..InlineWait::default()
+        };
+        let spun: Spun<()> = w.spin_hinted(&mut cx, Some(&hint), || 0, |_| None, || {});
+        assert_eq!(spun, Spun::Again);
+        let done = w.spin_hinted(&mut cx, Some(&hint), || 1, |_| Some(()), || {});
+        assert_eq!(done, Spun::Ready(()));
+        assert!(w.since.is_none(), "the next wait starts afresh");
+        assert_eq!(
+            hint.budget_from(base, false),
+            spin_hint::MAX_HINTED,
+            "8 x 300 µs, capped"
+        );
+
+        // A wait that slept 500 µs: learned from a clock read at its end.
+        let hint = SpinHint::default();
+        let mut w = InlineWait {
+            since: Some(Instant::now() - Duration::from_micros(500)),
+            budget: Some(Duration::from_nanos(1)),
+            passes: FEW_PASSES_PER_POLL,
+            ..InlineWait::default()
+        };
+        let slept: Spun<()> = w.spin_hinted(&mut cx, Some(&hint), || 0, |_| None, || {});
+        assert_eq!(slept, Spun::Sleep);
+        w.finish(Some(&hint));
+        assert_eq!(hint.budget_from(base, false), spin_hint::MAX_HINTED);
+
+        // One that slept through an idle spell teaches nothing.
+        let hint = SpinHint::default();
+        let mut w = InlineWait {
+            since: Some(Instant::now() - Duration::from_secs(3)),
+            budget: Some(Duration::from_nanos(1)),
+            passes: FEW_PASSES_PER_POLL,
+            ..InlineWait::default()
+        };
+        let slept: Spun<()> = w.spin_hinted(&mut cx, Some(&hint), || 0, |_| None, || {});
+        assert_eq!(slept, Spun::Sleep);
+        w.finish(Some(&hint));
+        assert_eq!(hint.budget_from(base, false), base);
     }
 
     fn counting_waker(n: Arc<AtomicUsize>) -> std::task::Waker {

@@ -366,6 +366,8 @@ fn busy_loop(ep: Arc<EpShared>) {
 #[derive(Debug)]
 pub struct InlineProgress {
     pub ep: Arc<EpShared>,
+    /// How long the endpoint's awaited operations wait.
+    pub hint: weft_core::progress::SpinHint,
 }
 
 impl InlineProgress {
@@ -386,6 +388,10 @@ impl InlineProgress {
 }
 
 impl weft_core::progress::Progress for InlineProgress {
+    fn spin_hint(&self) -> Option<&weft_core::progress::SpinHint> {
+        Some(&self.hint)
+    }
+
     fn progress(&self) -> usize {
         if self.ep.is_closed() {
             return 0;

@@ -153,7 +153,10 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
     let _g = rt.enter();
     let _span = tracing::debug_span!("shm_open", fid = cfg.fid).entered();
     let shared = endpoint::EpShared::open(cfg, rt.clone())?;
-    let inline: Arc<dyn Progress> = Arc::new(driver::InlineProgress { ep: shared.clone() });
+    let inline: Arc<dyn Progress> = Arc::new(driver::InlineProgress {
+        ep: shared.clone(),
+        hint: Default::default(),
+    });
     let ep = endpoint::ShmEndpoint { shared, inline };
     // On failure `ep` drops, and its close removes the segment and
     // doorbell: else they would stay under our name, naming a live

@@ -179,6 +179,8 @@ pub struct InlinePoll {
     slot: PollerSlot,
     /// Passes since the hold was last taken.
     passes: AtomicU32,
+    /// How long the endpoint's awaited operations wait.
+    hint: weft_core::progress::SpinHint,
 }
 
 impl InlinePoll {
@@ -187,11 +189,16 @@ impl InlinePoll {
         InlinePoll {
             slot,
             passes: AtomicU32::new(0),
+            hint: Default::default(),
         }
     }
 }
 
 impl Progress for InlinePoll {
+    fn spin_hint(&self) -> Option<&weft_core::progress::SpinHint> {
+        Some(&self.hint)
+    }
+
     fn progress(&self) -> usize {
         let p = lock(&self.slot).clone();
         p.and_then(|p| {

@@ -271,12 +271,13 @@ impl Future for OpFuture {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut polled = Pin::new(&mut self.rx).poll(cx);
+        let this = &mut *self;
         if polled.is_pending() {
-            let this = &mut *self;
             if let Some(p) = &this.progress {
                 let rx = &mut this.rx;
-                if let Some(r) = this.wait.poll(
+                if let Some(r) = this.wait.poll_hinted(
                     cx,
+                    p.spin_hint(),
                     || p.progress(),
                     |cx| match Pin::new(&mut *rx).poll(cx) {
                         Poll::Ready(r) => Some(r),
@@ -287,6 +288,10 @@ impl Future for OpFuture {
                     polled = Poll::Ready(r);
                 }
             }
+        } else if let Some(p) = &this.progress {
+            // Delivered by another path (the reactor, after a sleep):
+            // the wait still tells the hint how long it took.
+            this.wait.finish(p.spin_hint());
         }
         match polled {
             Poll::Ready(Ok(done)) => {

@@ -60,6 +60,7 @@ impl CqShared {
             len: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             hooks: ProgressHooks::default(),
+            spin_hint: Default::default(),
             bound: crate::sync::BindCount::default(),
         })
     }

@@ -41,7 +41,7 @@ impl CqShared {
             let mut g = lock(&self.inner);
             let n = self.take(&mut g, out, max);
             if n > 0 {
-                wait.reset();
+                wait.finish(Some(&self.spin_hint));
                 return Poll::Ready(n);
             }
             self.poll_wait(g, cx, wait)
@@ -76,7 +76,7 @@ impl CqShared {
         // is taken inline; waiting is out of line.
         let mut g = lock(&self.inner);
         if let Some(it) = self.pop_front(&mut g) {
-            wait.reset();
+            wait.finish(Some(&self.spin_hint));
             return Poll::Ready(Some(it));
         }
         self.poll_wait(g, cx, wait)
@@ -118,7 +118,7 @@ impl CqShared {
     fn sleep(&self, cx: &mut Context<'_>, wait: &mut InlineWait) -> Poll<Option<CqItem>> {
         let mut g = lock(&self.inner);
         if let Some(it) = self.pop_front(&mut g) {
-            wait.reset();
+            wait.finish(Some(&self.spin_hint));
             return Poll::Ready(Some(it));
         }
         if g.closed {
@@ -142,8 +142,9 @@ impl CqShared {
         // let go of at once.
         let one = self.hooks.single();
         wait.cheap_passes(one.as_ref().is_some_and(|p| p.cheap_pass()));
-        match wait.spin(
+        match wait.spin_hinted(
             cx,
+            Some(&self.spin_hint),
             || match &one {
                 Some(p) => p.progress(),
                 None => self.hooks.drive(),

@@ -440,8 +440,9 @@ impl Stream for MultiRecv {
             if polled.is_pending() {
                 if let Some(p) = &this.progress {
                     let sink = &this.sink;
-                    if let Some(r) = this.wait.poll(
+                    if let Some(r) = this.wait.poll_hinted(
                         cx,
+                        p.spin_hint(),
                         || p.progress(),
                         |cx| match sink.poll_next(cx) {
                             Poll::Ready(r) => Some(r),
@@ -457,7 +458,8 @@ impl Stream for MultiRecv {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => this.ended = true,
                 Poll::Ready(Some(f)) => {
-                    this.wait.reset();
+                    this.wait
+                        .finish(this.progress.as_ref().and_then(|p| p.spin_hint()));
                     if let Some(item) = this.on_finished(f) {
                         return Poll::Ready(Some(item));
                     }
