@@ -510,6 +510,7 @@ impl InlineWait {
             // libfabric's bandwidth against 1.45x for busy-poll). Bytes
             // moving, the task's other futures get their turn now.
             self.since = Some(Instant::now());
+            self.seen_ns = 0;
             cx.waker().wake_by_ref();
             return Spun::Again;
         }

@@ -2,13 +2,13 @@
 //! long its waits last.
 //!
 //! A fixed budget is either short enough to give an idle thread back
-//! quickly, or long enough to ride out a round trip that is slow for a
-//! while; not both. A waiter whose answers take 150 µs (a 4 KiB verbs
-//! ping-pong under the rxe VM's emulation) and whose budget is 200 µs
-//! sleeps in the few waits a moment of host load stretches, and each such
-//! wait then costs a completion event, a wake-up and the re-arming
-//! (`docs/benchmarks.md`, "Inline mode: the spin budget learns the
-//! round trip"). A [`SpinHint`] keeps a moving average of the waits that
+//! quickly, or long enough to ride out a slow round trip; not both. A
+//! waiter whose answers take half a millisecond or more (a verbs
+//! ping-pong of 16 KiB and up under the rxe VM's emulation) slept in
+//! every wait of a 200 µs budget, each time paying a completion event, a
+//! wake-up and the re-arming (`docs/benchmarks.md`, "Inline mode: the
+//! spin budget learns the round trip"). A [`SpinHint`] keeps a moving
+//! average of the waits that
 //! ended within reach, and the budget becomes [`HINT_FACTOR`] times it,
 //! never below the configured budget and never above [`MAX_HINTED`]: a
 //! fast link keeps the configured 200 µs, a slow one spins through its
