@@ -42,7 +42,12 @@ pub trait Progress: Send + Sync + Debug {
 
     /// What the awaited operations of this endpoint have learned of how
     /// long their waits last, for their spin budget ([`SpinHint`]);
-    /// `None`: the configured budget.
+    /// `None`: the configured budget, for them and for the completion
+    /// queue readers that drive this endpoint alone. A provider whose
+    /// pass polls memory (a CQ ring, a shared segment) learns; one whose
+    /// pass reads sockets does not: a reader that keeps reading a
+    /// socket the sender is filling costs the sender (tcp at 1 MiB lost
+    /// 7 % of its bandwidth with a learned budget, `docs/benchmarks.md`).
     fn spin_hint(&self) -> Option<&SpinHint> {
         None
     }

@@ -227,8 +227,6 @@ fn busy_loop(ep: Arc<EpShared>) {
 #[derive(Debug)]
 pub struct InlineProgress {
     pub ep: Arc<EpShared>,
-    /// How long the endpoint's awaited operations wait.
-    pub hint: weft_core::progress::SpinHint,
 }
 
 /// Lets go of connections that died since the inline cache was filled,
@@ -243,10 +241,6 @@ pub fn trim_inline_cache(ep: &EpShared) {
 }
 
 impl weft_core::progress::Progress for InlineProgress {
-    fn spin_hint(&self) -> Option<&weft_core::progress::SpinHint> {
-        Some(&self.hint)
-    }
-
     fn progress(&self) -> usize {
         if self.ep.is_closed() {
             return 0;
@@ -266,9 +260,6 @@ impl weft_core::progress::Progress for InlineProgress {
 
 impl InlineProgress {
     pub fn new(ep: Arc<EpShared>) -> InlineProgress {
-        InlineProgress {
-            ep,
-            hint: Default::default(),
-        }
+        InlineProgress { ep }
     }
 }

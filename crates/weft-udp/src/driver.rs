@@ -252,15 +252,9 @@ const CLOCK_EVERY: u32 = 8;
 #[derive(Debug)]
 pub struct InlineProgress {
     pub ep: Arc<EpShared>,
-    /// How long the endpoint's awaited operations wait.
-    pub hint: weft_core::progress::SpinHint,
 }
 
 impl weft_core::progress::Progress for InlineProgress {
-    fn spin_hint(&self) -> Option<&weft_core::progress::SpinHint> {
-        Some(&self.hint)
-    }
-
     fn progress(&self) -> usize {
         if self.ep.is_closed() {
             return 0;

@@ -116,9 +116,6 @@ pub fn open_endpoint(cfg: EpConfig, rt: Handle) -> Result<Arc<dyn ProviderEndpoi
     let _span = tracing::debug_span!("udp_open", fid = cfg.fid).entered();
     let shared = endpoint::EpShared::open(cfg, rt.clone())?;
     driver::start(&shared)?;
-    let inline: Arc<dyn Progress> = Arc::new(driver::InlineProgress {
-        ep: shared.clone(),
-        hint: Default::default(),
-    });
+    let inline: Arc<dyn Progress> = Arc::new(driver::InlineProgress { ep: shared.clone() });
     Ok(Arc::new(endpoint::UdpEndpoint { shared, inline }))
 }

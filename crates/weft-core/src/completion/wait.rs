@@ -142,9 +142,15 @@ impl CqShared {
         // let go of at once.
         let one = self.hooks.single();
         wait.cheap_passes(one.as_ref().is_some_and(|p| p.cheap_pass()));
+        // The queue's budget is learned only when the one endpoint it
+        // drives learns its own (`Progress::spin_hint`).
+        let hint = one
+            .as_ref()
+            .and_then(|p| p.spin_hint())
+            .map(|_| &self.spin_hint);
         match wait.spin_hinted(
             cx,
-            Some(&self.spin_hint),
+            hint,
             || match &one {
                 Some(p) => p.progress(),
                 None => self.hooks.drive(),
