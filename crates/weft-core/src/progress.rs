@@ -438,20 +438,11 @@ impl InlineWait {
     /// `cx` for an immediate re-poll while the budget lasts; past the
     /// budget `idle` runs and the caller sleeps. A completion another
     /// thread delivers meanwhile wakes the caller through the waker it
-    /// registered.
+    /// registered. `hint`: the budget it has learned (`None`: the
+    /// configured one), told how long the wait lasted when it ends here;
+    /// a wait that ends elsewhere is reported with
+    /// [`finish`](Self::finish).
     pub fn poll<T>(
-        &mut self,
-        cx: &mut Context<'_>,
-        drive: impl FnMut() -> usize,
-        ready: impl FnMut(&mut Context<'_>) -> Option<T>,
-        idle: impl FnOnce(),
-    ) -> Option<T> {
-        self.poll_hinted(cx, None, drive, ready, idle)
-    }
-
-    /// [`poll`](Self::poll) with the budget `hint` has learned
-    /// ([`spin_hinted`](Self::spin_hinted)).
-    pub fn poll_hinted<T>(
         &mut self,
         cx: &mut Context<'_>,
         hint: Option<&SpinHint>,
@@ -459,7 +450,7 @@ impl InlineWait {
         ready: impl FnMut(&mut Context<'_>) -> Option<T>,
         idle: impl FnOnce(),
     ) -> Option<T> {
-        match self.spin_hinted(cx, hint, drive, ready, idle) {
+        match self.spin(cx, hint, drive, ready, idle) {
             Spun::Ready(v) => Some(v),
             Spun::Again | Spun::Sleep => None,
         }
@@ -470,19 +461,6 @@ impl InlineWait {
     /// at once) from one that sleeps (`Sleep`: the budget is spent or
     /// zero; the caller must register to be woken).
     pub fn spin<T>(
-        &mut self,
-        cx: &mut Context<'_>,
-        drive: impl FnMut() -> usize,
-        ready: impl FnMut(&mut Context<'_>) -> Option<T>,
-        idle: impl FnOnce(),
-    ) -> Spun<T> {
-        self.spin_hinted(cx, None, drive, ready, idle)
-    }
-
-    /// [`spin`](Self::spin) with the budget `hint` has learned (and
-    /// teaching it how long this wait lasted when it ends here; a wait
-    /// that ends elsewhere is reported with [`finish`](Self::finish)).
-    pub fn spin_hinted<T>(
         &mut self,
         cx: &mut Context<'_>,
         hint: Option<&SpinHint>,
@@ -618,7 +596,7 @@ mod tests {
             budget: Some(Duration::from_secs(3600)),
             ..InlineWait::new()
         };
-        let got: Option<()> = w.poll(&mut cx, || c.progress(), |_| None, || {});
+        let got: Option<()> = w.poll(&mut cx, None, || c.progress(), |_| None, || {});
         assert_eq!(got, None);
         assert_eq!(
             c.0.load(Ordering::Relaxed),
@@ -630,7 +608,7 @@ mod tests {
             1,
             "re-polled at once within the budget"
         );
-        let got = w.poll(&mut cx, || c.progress(), |_| Some(5), || {});
+        let got = w.poll(&mut cx, None, || c.progress(), |_| Some(5), || {});
         assert_eq!(got, Some(5));
         assert!(w.since.is_none(), "a delivery resets the budget");
     }
@@ -650,8 +628,8 @@ mod tests {
             budget: Some(Duration::from_secs(3600)),
             ..InlineWait::new()
         };
-        let _: Option<()> = op.poll(&mut cx, drive, |_| None, || {});
-        let _: Option<()> = op.poll(&mut cx, drive, |_| None, || {});
+        let _: Option<()> = op.poll(&mut cx, None, drive, |_| None, || {});
+        let _: Option<()> = op.poll(&mut cx, None, drive, |_| None, || {});
         assert_eq!(passes.load(Ordering::Relaxed), 2, "one pass per poll");
         passes.store(0, Ordering::Relaxed);
         woken.store(0, Ordering::Relaxed);
@@ -659,14 +637,14 @@ mod tests {
             budget: Some(Duration::from_secs(3600)),
             ..InlineWait::reader()
         };
-        let got: Option<()> = w.poll(&mut cx, drive, |_| None, || {});
+        let got: Option<()> = w.poll(&mut cx, None, drive, |_| None, || {});
         assert_eq!(got, None);
         assert_eq!(
             passes.load(Ordering::Relaxed),
             1,
             "a wait's first poll: one pass"
         );
-        let got: Option<()> = w.poll(&mut cx, drive, |_| None, || {});
+        let got: Option<()> = w.poll(&mut cx, None, drive, |_| None, || {});
         assert_eq!(got, None);
         assert_eq!(
             passes.load(Ordering::Relaxed),
@@ -674,7 +652,7 @@ mod tests {
             "under way: several passes while nothing moves"
         );
         w.cheap_passes(true);
-        let got: Option<()> = w.poll(&mut cx, drive, |_| None, || {});
+        let got: Option<()> = w.poll(&mut cx, None, drive, |_| None, || {});
         assert_eq!(got, None);
         assert_eq!(
             passes.load(Ordering::Relaxed),
@@ -686,6 +664,7 @@ mod tests {
         let n = AtomicUsize::new(0);
         let got = w.poll(
             &mut cx,
+            None,
             || n.fetch_add(1, Ordering::Relaxed) / 2,
             |_| Some(7),
             || {},
@@ -755,7 +734,7 @@ mod tests {
             ..InlineWait::default()
         };
         let idled = std::cell::Cell::new(false);
-        let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
+        let got: Option<()> = w.poll(&mut cx, None, || 0, |_| None, || idled.set(true));
         assert_eq!(got, None);
         assert!(idled.get(), "the provider hears that nobody spins any more");
         assert_eq!(
@@ -780,7 +759,7 @@ mod tests {
             ..InlineWait::default()
         };
         let idled = std::cell::Cell::new(false);
-        let got: Option<()> = w.poll(&mut cx, || 4096, |_| None, || idled.set(true));
+        let got: Option<()> = w.poll(&mut cx, None, || 4096, |_| None, || idled.set(true));
         assert_eq!(got, None);
         assert!(!idled.get(), "bytes moved: still spinning");
         assert_eq!(woken.load(Ordering::Relaxed), 1, "re-polled at once");
@@ -791,7 +770,7 @@ mod tests {
         // Nothing more moves: past the budget the waiter sleeps.
         w.budget = Some(Duration::from_nanos(1));
         w.since = Some(start);
-        let got: Option<()> = w.poll(&mut cx, || 0, |_| None, || idled.set(true));
+        let got: Option<()> = w.poll(&mut cx, None, || 0, |_| None, || idled.set(true));
         assert_eq!(got, None);
         assert!(idled.get());
     }
@@ -811,9 +790,9 @@ mod tests {
             passes: FEW_PASSES_PER_POLL,
             ..InlineWait::default()
         };
-        let spun: Spun<()> = w.spin_hinted(&mut cx, Some(&hint), || 0, |_| None, || {});
+        let spun: Spun<()> = w.spin(&mut cx, Some(&hint), || 0, |_| None, || {});
         assert_eq!(spun, Spun::Again);
-        let done = w.spin_hinted(&mut cx, Some(&hint), || 1, |_| Some(()), || {});
+        let done = w.spin(&mut cx, Some(&hint), || 1, |_| Some(()), || {});
         assert_eq!(done, Spun::Ready(()));
         assert!(w.since.is_none(), "the next wait starts afresh");
         assert_eq!(
@@ -830,7 +809,7 @@ mod tests {
             passes: FEW_PASSES_PER_POLL,
             ..InlineWait::default()
         };
-        let slept: Spun<()> = w.spin_hinted(&mut cx, Some(&hint), || 0, |_| None, || {});
+        let slept: Spun<()> = w.spin(&mut cx, Some(&hint), || 0, |_| None, || {});
         assert_eq!(slept, Spun::Sleep);
         w.finish(Some(&hint));
         assert_eq!(hint.budget_from(base, false), spin_hint::MAX_HINTED);
@@ -843,7 +822,7 @@ mod tests {
             passes: FEW_PASSES_PER_POLL,
             ..InlineWait::default()
         };
-        let slept: Spun<()> = w.spin_hinted(&mut cx, Some(&hint), || 0, |_| None, || {});
+        let slept: Spun<()> = w.spin(&mut cx, Some(&hint), || 0, |_| None, || {});
         assert_eq!(slept, Spun::Sleep);
         w.finish(Some(&hint));
         assert_eq!(hint.budget_from(base, false), base);

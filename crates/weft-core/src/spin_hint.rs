@@ -116,6 +116,13 @@ mod tests {
 
     const BASE: Duration = Duration::from_micros(DEFAULT_SPIN_US);
 
+    /// `h` after `n` waits of `us` microseconds each.
+    fn fed(h: &SpinHint, us: u64, n: usize) {
+        for _ in 0..n {
+            h.ended(Duration::from_micros(us));
+        }
+    }
+
     #[test]
     fn nothing_learned_keeps_the_configured_budget() {
         let h = SpinHint::default();
@@ -125,9 +132,7 @@ mod tests {
     #[test]
     fn short_waits_keep_the_configured_budget() {
         let h = SpinHint::default();
-        for _ in 0..32 {
-            h.ended(Duration::from_micros(5));
-        }
+        fed(&h, 5, 32);
         // 8 x 5 µs is below the floor.
         assert_eq!(h.budget_from(BASE, false), BASE);
     }
@@ -135,26 +140,20 @@ mod tests {
     #[test]
     fn slow_round_trips_lengthen_the_budget_up_to_the_cap() {
         let h = SpinHint::default();
-        for _ in 0..32 {
-            h.ended(Duration::from_micros(150));
-        }
+        fed(&h, 150, 32);
         let b = h.budget_from(BASE, false);
         assert!(
             b >= Duration::from_micros(1_100) && b <= Duration::from_micros(1_250),
             "about 8 x 150 µs: {b:?}"
         );
-        for _ in 0..32 {
-            h.ended(Duration::from_micros(1_900));
-        }
+        fed(&h, 1_900, 32);
         assert_eq!(h.budget_from(BASE, false), MAX_HINTED);
     }
 
     #[test]
     fn idle_spells_are_not_learned() {
         let h = SpinHint::default();
-        for _ in 0..8 {
-            h.ended(Duration::from_micros(20));
-        }
+        fed(&h, 20, 8);
         let before = h.budget_from(BASE, false);
         for _ in 0..100 {
             h.ended(Duration::from_secs(3));
@@ -165,22 +164,16 @@ mod tests {
     #[test]
     fn the_average_follows_a_change_of_pace() {
         let h = SpinHint::default();
-        for _ in 0..32 {
-            h.ended(Duration::from_micros(200));
-        }
+        fed(&h, 200, 32);
         assert!(h.budget_from(BASE, false) > Duration::from_micros(1_500));
-        for _ in 0..32 {
-            h.ended(Duration::from_micros(2));
-        }
+        fed(&h, 2, 32);
         assert_eq!(h.budget_from(BASE, false), BASE, "back to the floor");
     }
 
     #[test]
     fn an_explicit_or_zero_budget_is_kept() {
         let h = SpinHint::default();
-        for _ in 0..32 {
-            h.ended(Duration::from_micros(150));
-        }
+        fed(&h, 150, 32);
         let set = Duration::from_micros(50);
         assert_eq!(h.budget_from(set, true), set);
         assert_eq!(h.budget_from(Duration::ZERO, false), Duration::ZERO);

@@ -275,7 +275,7 @@ impl Future for OpFuture {
         if polled.is_pending() {
             if let Some(p) = &this.progress {
                 let rx = &mut this.rx;
-                if let Some(r) = this.wait.poll_hinted(
+                if let Some(r) = this.wait.poll(
                     cx,
                     p.spin_hint(),
                     || p.progress(),

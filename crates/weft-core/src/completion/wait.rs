@@ -148,7 +148,7 @@ impl CqShared {
             .as_ref()
             .and_then(|p| p.spin_hint())
             .map(|_| &self.spin_hint);
-        match wait.spin_hinted(
+        match wait.spin(
             cx,
             hint,
             || match &one {

@@ -440,7 +440,7 @@ impl Stream for MultiRecv {
             if polled.is_pending() {
                 if let Some(p) = &this.progress {
                     let sink = &this.sink;
-                    if let Some(r) = this.wait.poll_hinted(
+                    if let Some(r) = this.wait.poll(
                         cx,
                         p.spin_hint(),
                         || p.progress(),
