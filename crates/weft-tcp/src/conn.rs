@@ -31,6 +31,7 @@ use crate::tls::{HsStream, Session};
 use weft_core::limits::ConnSlot;
 
 mod acks;
+pub(crate) mod congestion;
 mod liveness;
 mod read;
 mod tclass;
@@ -141,6 +142,7 @@ impl Conn {
         let (stream, tls) = stream.into_parts();
         stream.set_nodelay(true)?;
         mark(&stream, ep.dscp)?;
+        congestion::choose(&stream);
         let peer = stream.peer_addr()?;
         let std = stream.into_std()?;
         std.set_nonblocking(true)?;

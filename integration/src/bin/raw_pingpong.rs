@@ -23,8 +23,10 @@
 //! registered with an epoll instance never waited on (as a socket a Tokio
 //! reactor watches): what the kernel's wake-up callback adds per datagram.
 //! Prints `usec/xfer` (half a round trip) and MB/s the way `fi_pingpong`
-//! does. `memcpy` is the floor of
-//! the shm provider's large messages: one core copying `SIZE` bytes
+//! does. The TCP modes run the congestion control weft's tcp provider
+//! gives a loopback connection (`cubic` where the system's is BBR;
+//! `RAW_CC=system` keeps the system's, `RAW_CC=NAME` sets NAME).
+//! `memcpy` is the floor of the shm provider's large messages: one core copying `SIZE` bytes
 //! between two buffers (each "transfer" one copy), what moving a message
 //! through memory costs at the least, with both buffers in that core's
 //! cache. `xcopy` is the same copy of bytes another core has just
@@ -80,7 +82,25 @@ fn write_full(s: &mut TcpStream, buf: &[u8]) -> io::Result<()> {
 
 fn prepare(s: &TcpStream, spin: bool) -> io::Result<()> {
     s.set_nodelay(true)?;
+    unpaced(s)?;
     s.set_nonblocking(spin)
+}
+
+/// The floor's sockets run the congestion control weft's tcp provider
+/// gives a loopback connection: where the system's algorithm paces
+/// (BBR), `cubic`; `RAW_CC=system` keeps the system's, `RAW_CC=NAME`
+/// sets NAME. Under BBR's pacing a loopback 1 MiB ping-pong made half
+/// the bandwidth, so a floor with it would not be the floor of the same
+/// socket.
+fn unpaced(s: &TcpStream) -> io::Result<()> {
+    use rustix::net::sockopt::{set_tcp_congestion, tcp_congestion};
+    let now = tcp_congestion(s)?;
+    match std::env::var("RAW_CC").ok().as_deref() {
+        Some("system") => Ok(()),
+        Some(name) => Ok(set_tcp_congestion(s, name)?),
+        None if now.starts_with("bbr") => Ok(set_tcp_congestion(s, "cubic")?),
+        None => Ok(()),
+    }
 }
 
 fn run(spin: bool, size: usize, iters: u64) -> io::Result<f64> {
