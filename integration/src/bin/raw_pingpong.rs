@@ -26,20 +26,20 @@
 //! does. The TCP modes run the congestion control weft's tcp provider
 //! gives a loopback connection (`cubic` where the system's is BBR;
 //! `RAW_CC=system` keeps the system's, `RAW_CC=NAME` sets NAME).
-//! `memcpy` is the floor of the shm provider's large messages: one core copying `SIZE` bytes
-//! between two buffers (each "transfer" one copy), what moving a message
-//! through memory costs at the least, with both buffers in that core's
-//! cache. `xcopy` is the same copy of bytes another core has just
-//! written (two threads taking turns: one writes its message, the other
-//! copies it out; only the copies are timed): what a transfer between
-//! two cores costs at the least. `wake` is the floor of the shm
+//! `memcpy` is the floor of the shm provider's large messages: one core
+//! copying `SIZE` bytes between two buffers (each "transfer" one copy),
+//! what moving a message through memory costs at the least, with both
+//! buffers in that core's cache. `xcopy` is the same copy of bytes another
+//! core has just written (two threads taking turns: one writes its message,
+//! the other copies it out; only the copies are timed): what a transfer
+//! between two cores costs at the least. `wake` is the floor of the shm
 //! provider's interrupt mode: two threads that sleep in the kernel until
-//! the other wakes them, trading one byte over a Unix socket pair
-//! (blocking `read`/`write`; `SIZE` is ignored) — a sleep and a wake-up
-//! per transfer, what an eventfd or FIFO ping-pong costs, with no data
-//! moved. `cma` is the floor of the shm provider's cross-memory attach:
-//! one `process_vm_readv` of `SIZE` bytes per transfer (of this process's
-//! own memory, which the kernel walks and pins as it does another's).
+//! the other wakes them, trading one byte over a Unix socket pair (blocking
+//! `read`/`write`; `SIZE` is ignored) — a sleep and a wake-up per transfer,
+//! what an eventfd or FIFO ping-pong costs, with no data moved. `cma` is
+//! the floor of the shm provider's cross-memory attach: one
+//! `process_vm_readv` of `SIZE` bytes per transfer (of this process's own
+//! memory, which the kernel walks and pins as it does another's).
 //!
 //! usage: raw-pingpong MODE SIZE ITERS [-B PORT | -P PORT HOST]
 //!   MODE: block|spin|tokio|udp-spin|udp-spin-unconn|udp-block|udp-self|
@@ -88,8 +88,8 @@ fn prepare(s: &TcpStream, spin: bool) -> io::Result<()> {
 
 /// The floor's sockets run the congestion control weft's tcp provider
 /// gives a loopback connection: where the system's algorithm paces
-/// (BBR), `cubic`; `RAW_CC=system` keeps the system's, `RAW_CC=NAME`
-/// sets NAME. Under BBR's pacing a loopback 1 MiB ping-pong made half
+/// (BBR), `cubic` (`reno` where `cubic` is refused); `RAW_CC=system`
+/// keeps the system's, `RAW_CC=NAME` sets NAME. Under BBR's pacing a loopback 1 MiB ping-pong made half
 /// the bandwidth, so a floor with it would not be the floor of the same
 /// socket.
 fn unpaced(s: &TcpStream) -> io::Result<()> {
@@ -98,7 +98,9 @@ fn unpaced(s: &TcpStream) -> io::Result<()> {
     match std::env::var("RAW_CC").ok().as_deref() {
         Some("system") => Ok(()),
         Some(name) => Ok(set_tcp_congestion(s, name)?),
-        None if now.starts_with("bbr") => Ok(set_tcp_congestion(s, "cubic")?),
+        None if now.starts_with("bbr") => {
+            Ok(set_tcp_congestion(s, "cubic").or_else(|_| set_tcp_congestion(s, "reno"))?)
+        }
         None => Ok(()),
     }
 }
