@@ -412,7 +412,11 @@ mod tests {
         assert_eq!(verdict(&s, &c, &w), Verdict::Refused);
         assert!(judge(&s, &c, &owner(Some(&k)), nonce, "own", "snd", 5).is_some());
         assert_eq!(verdict(&s, &c, &w), Verdict::Accepted);
-        s.write(c.ctl(C_RX_PROOF + 31), &[0x55]);
+        // Flipped, not overwritten: a fixed byte equals the proof's own
+        // one time in 256, and the proof would stand (this test failed so).
+        let mut b = [0u8; 1];
+        s.read(c.ctl(C_RX_PROOF + 31), &mut b);
+        s.write(c.ctl(C_RX_PROOF + 31), &[b[0] ^ 0x55]);
         assert_eq!(verdict(&s, &c, &w), Verdict::Refused);
         s.store32(c.ctl(C_AUTH), 77, Release);
         assert_eq!(verdict(&s, &c, &w), Verdict::Refused);
