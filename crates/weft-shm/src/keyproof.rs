@@ -347,15 +347,20 @@ mod tests {
         }
     }
 
+    /// Changes the byte at `at`. Flipped, not overwritten: a fixed byte
+    /// equals a proof's own one time in 256, and the proof would stand
+    /// (a test failed so).
+    fn flip(s: &Segment, at: usize) {
+        let mut b = [0u8; 1];
+        s.read(at, &mut b);
+        s.write(at, &[b[0] ^ 0x55]);
+    }
+
     #[test]
     fn forged_and_replayed_proofs_are_refused() {
         // Garbage in the sender's proof or its nonce.
         for at in [C_TX_PROOF, C_TX_PROOF + 31, C_TX_NONCE + 3] {
-            let r = run(Some(b"k"), Some(b"k"), |s, c| {
-                let mut b = [0u8; 1];
-                s.read(c.ctl(at), &mut b);
-                s.write(c.ctl(at), &[b[0] ^ 1]);
-            });
+            let r = run(Some(b"k"), Some(b"k"), |s, c| flip(s, c.ctl(at)));
             assert!(!r.0, "field {at}");
         }
         // The owner's nonce changed in the segment before the claim: the
@@ -412,11 +417,7 @@ mod tests {
         assert_eq!(verdict(&s, &c, &w), Verdict::Refused);
         assert!(judge(&s, &c, &owner(Some(&k)), nonce, "own", "snd", 5).is_some());
         assert_eq!(verdict(&s, &c, &w), Verdict::Accepted);
-        // Flipped, not overwritten: a fixed byte equals the proof's own
-        // one time in 256, and the proof would stand (this test failed so).
-        let mut b = [0u8; 1];
-        s.read(c.ctl(C_RX_PROOF + 31), &mut b);
-        s.write(c.ctl(C_RX_PROOF + 31), &[b[0] ^ 0x55]);
+        flip(&s, c.ctl(C_RX_PROOF + 31));
         assert_eq!(verdict(&s, &c, &w), Verdict::Refused);
         s.store32(c.ctl(C_AUTH), 77, Release);
         assert_eq!(verdict(&s, &c, &w), Verdict::Refused);

@@ -142,8 +142,8 @@ impl Conn {
         let (stream, tls) = stream.into_parts();
         stream.set_nodelay(true)?;
         mark(&stream, ep.dscp)?;
-        congestion::choose(&stream);
         let peer = stream.peer_addr()?;
+        congestion::choose(&stream, peer);
         let std = stream.into_std()?;
         std.set_nonblocking(true)?;
         let dup = std.try_clone()?;

@@ -45,7 +45,7 @@ impl SockSlot {
             return Err(Error::NoSys);
         };
         s.set_nodelay(true)?;
-        crate::conn::congestion::choose(&s);
+        crate::conn::congestion::choose(&s, s.peer_addr()?);
         let mut g = lock(&self.0);
         if !matches!(*g, State::Unconnected) {
             return Err(Error::IsConn);

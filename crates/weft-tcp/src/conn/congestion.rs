@@ -71,12 +71,12 @@ fn current(s: &socket2::SockRef<'_>) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&raw[..end]).into_owned())
 }
 
-/// Applies [`choice`] to an established connection. Failing leaves the
-/// system's algorithm, never the connection: a kernel without the
-/// algorithm, or one that refuses it to this user, costs bandwidth only
-/// (said once, in the log).
-pub fn choose(stream: &tokio::net::TcpStream) {
-    let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) else {
+/// Applies [`choice`] to an established connection to `peer` (the
+/// caller has it already). Failing leaves the system's algorithm, never
+/// the connection: a kernel without the algorithm, or one that refuses
+/// it to this user, costs bandwidth only (said once, in the log).
+pub fn choose(stream: &tokio::net::TcpStream, peer: SocketAddr) {
+    let Ok(local) = stream.local_addr() else {
         return;
     };
     apply(
