@@ -32,7 +32,10 @@
 //! buffers in that core's cache. `xcopy` is the same copy of bytes another
 //! core has just written (two threads taking turns: one writes its message,
 //! the other copies it out; only the copies are timed): what a transfer
-//! between two cores costs at the least. `wake` is the floor of the shm
+//! between two cores costs at the least. `xcopy-split` is `xcopy` with
+//! both cores copying half of each message at once, as the shm
+//! provider's split copies do: the least a transfer between two cores
+//! costs when both copy. `wake` is the floor of the shm
 //! provider's interrupt mode: two threads that sleep in the kernel until
 //! the other wakes them, trading one byte over a Unix socket pair (blocking
 //! `read`/`write`; `SIZE` is ignored) — a sleep and a wake-up per transfer,
@@ -43,7 +46,8 @@
 //!
 //! usage: raw-pingpong MODE SIZE ITERS [-B PORT | -P PORT HOST]
 //!   MODE: block|spin|tokio|udp-spin|udp-spin-unconn|udp-block|udp-self|
-//!         udp-self-unconn|udp-self-unconn-epoll|memcpy|xcopy|cma|wake
+//!         udp-self-unconn|udp-self-unconn-epoll|memcpy|xcopy|xcopy-split|cma|
+//!         wake
 //!         (-B/-P: udp-spin* only)
 
 use std::io::{self, Read, Write};
@@ -565,6 +569,77 @@ fn run_xcopy(size: usize, iters: u64) -> io::Result<f64> {
     Ok(mine + theirs)
 }
 
+/// The cross-core floor of a message both cores copy (weft-shm's split
+/// copies): as [`run_xcopy`], two threads take turns writing every byte
+/// of their `size`-byte message, but then both copy it out at once, the
+/// writer its back half into the other's buffer, the other its front
+/// half. Returns the time from the other side seeing the message written
+/// until both halves are copied, over the `2 * iters` transfers: the
+/// least a transfer between two cores costs when each copies half, so a
+/// process-to-process message on two cores cannot beat it.
+fn run_xcopy_split(size: usize, iters: u64) -> io::Result<f64> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Mutex, RwLock};
+    let half = size / 2;
+    // Turn t begins at step 3t; the writer's message is written at 3t + 1;
+    // each finished half adds one, so the turn ends at 3t + 3.
+    let step = AtomicU64::new(0);
+    let msgs = [RwLock::new(vec![1u8; size]), RwLock::new(vec![2u8; size])];
+    let fronts = [Mutex::new(vec![0u8; half]), Mutex::new(vec![0u8; half])];
+    let backs = [
+        Mutex::new(vec![0u8; size - half]),
+        Mutex::new(vec![0u8; size - half]),
+    ];
+    let failed = || io::Error::other("xcopy-split: a side failed");
+    let wait = |at_least: u64| -> io::Result<()> {
+        let deadline = Instant::now() + SPIN_LIMIT;
+        while step.load(Ordering::Acquire) < at_least {
+            if Instant::now() > deadline {
+                return Err(io::Error::other("xcopy-split: the other side stopped"));
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    };
+    let side = |me: usize| -> io::Result<f64> {
+        let mut copying = std::time::Duration::ZERO;
+        for t in 0..2 * iters {
+            let base = 3 * t;
+            wait(base)?;
+            if t % 2 == me as u64 {
+                msgs[me].write().map_err(|_| failed())?.fill(t as u8);
+                step.store(base + 1, Ordering::Release);
+                let src = msgs[me].read().map_err(|_| failed())?;
+                let mut dst = backs[1 - me].lock().map_err(|_| failed())?;
+                dst.copy_from_slice(&src[half..]);
+                std::hint::black_box(&mut *dst);
+                step.fetch_add(1, Ordering::AcqRel);
+            } else {
+                wait(base + 1)?;
+                let at = Instant::now();
+                {
+                    let src = msgs[1 - me].read().map_err(|_| failed())?;
+                    let mut dst = fronts[me].lock().map_err(|_| failed())?;
+                    dst.copy_from_slice(&src[..half]);
+                    std::hint::black_box(&mut *dst);
+                }
+                step.fetch_add(1, Ordering::AcqRel);
+                wait(base + 3)?;
+                copying += at.elapsed();
+            }
+        }
+        Ok(copying.as_secs_f64())
+    };
+    std::thread::scope(|s| {
+        let other = s.spawn(|| side(1));
+        let mine = side(0)?;
+        let theirs = other
+            .join()
+            .map_err(|_| io::Error::other("xcopy-split thread failed"))??;
+        Ok(mine + theirs)
+    })
+}
+
 /// `2 * iters` reads of `size` bytes by `process_vm_readv`, as
 /// [`run_memcpy`] copies.
 fn run_cma(size: usize, iters: u64) -> io::Result<f64> {
@@ -584,7 +659,8 @@ fn run_cma(size: usize, iters: u64) -> io::Result<f64> {
 
 const USAGE: &str = "usage: raw-pingpong MODE SIZE ITERS [-B PORT | -P PORT HOST]
   MODE: block|spin|tokio|udp-spin|udp-spin-unconn|udp-block|udp-self|udp-self-unconn|
-        udp-self-unconn-epoll|memcpy|xcopy|cma|wake|wake-pinned|wake-epoll-pinned
+        udp-self-unconn-epoll|memcpy|xcopy|xcopy-split|cma|wake|wake-pinned|
+        wake-epoll-pinned
   (-B/-P: udp-spin and udp-spin-unconn only, one side per process)";
 
 /// The mode, size, iterations and (two-process floors) the side.
@@ -606,6 +682,7 @@ fn parse(args: &[String]) -> Option<(String, usize, u64, Option<Side>)> {
             | "memcpy"
             | "cma"
             | "xcopy"
+            | "xcopy-split"
             | "wake"
             | "wake-pinned"
             | "wake-epoll-pinned"
@@ -650,6 +727,7 @@ fn main() -> ExitCode {
         ("memcpy", _) => run_memcpy(size, iters),
         ("cma", _) => run_cma(size, iters),
         ("xcopy", _) => run_xcopy(size, iters),
+        ("xcopy-split", _) => run_xcopy_split(size, iters),
         ("wake", _) => run_wake(iters),
         ("wake-pinned", _) => run_wake_pinned(iters, false),
         ("wake-epoll-pinned", _) => run_wake_pinned(iters, true),
