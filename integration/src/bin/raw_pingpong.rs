@@ -506,6 +506,20 @@ fn run_memcpy(size: usize, iters: u64) -> io::Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
+/// Spins until `done` holds, or fails once it has not for
+/// [`SPIN_LIMIT`] (the other side of a two-thread floor stopped). Each
+/// wait has its own limit: a long run is not a stopped side.
+fn spin_until(floor: &str, done: impl Fn() -> bool) -> io::Result<()> {
+    let deadline = Instant::now() + SPIN_LIMIT;
+    while !done() {
+        if Instant::now() > deadline {
+            return Err(io::Error::other(format!("{floor}: the other side stopped")));
+        }
+        std::hint::spin_loop();
+    }
+    Ok(())
+}
+
 /// The cross-core floor of large messages: two threads take turns, each
 /// writing every byte of its `size`-byte message, then the other copying
 /// it out into its own buffer (`2 * iters` transfers). Returns the time
@@ -532,17 +546,7 @@ fn run_xcopy(size: usize, iters: u64) -> io::Result<f64> {
                     .map_err(|_| io::Error::other("a side failed"))
             };
             for t in 0..2 * iters {
-                // Each wait, not the run: a long run is not a stopped side.
-                let wait = |v: u64| -> io::Result<()> {
-                    let deadline = Instant::now() + SPIN_LIMIT;
-                    while turn.load(Ordering::Acquire) != v {
-                        if Instant::now() > deadline {
-                            return Err(io::Error::other("xcopy: the other side stopped"));
-                        }
-                        std::hint::spin_loop();
-                    }
-                    Ok(())
-                };
+                let wait = |v: u64| spin_until("xcopy", || turn.load(Ordering::Acquire) == v);
                 if t % 2 == me {
                     wait(2 * t)?;
                     lock(me as usize)?.fill(t as u8);
@@ -585,22 +589,16 @@ fn run_xcopy_split(size: usize, iters: u64) -> io::Result<f64> {
     // each finished half adds one, so the turn ends at 3t + 3.
     let step = AtomicU64::new(0);
     let msgs = [RwLock::new(vec![1u8; size]), RwLock::new(vec![2u8; size])];
-    let fronts = [Mutex::new(vec![0u8; half]), Mutex::new(vec![0u8; half])];
+    // Filled, not zeroed: a zeroed allocation is mapped on first write,
+    // and page faults are not the floor (as `run_memcpy` warms its own).
+    let fronts = [Mutex::new(vec![3u8; half]), Mutex::new(vec![3u8; half])];
     let backs = [
-        Mutex::new(vec![0u8; size - half]),
-        Mutex::new(vec![0u8; size - half]),
+        Mutex::new(vec![3u8; size - half]),
+        Mutex::new(vec![3u8; size - half]),
     ];
     let failed = || io::Error::other("xcopy-split: a side failed");
-    let wait = |at_least: u64| -> io::Result<()> {
-        let deadline = Instant::now() + SPIN_LIMIT;
-        while step.load(Ordering::Acquire) < at_least {
-            if Instant::now() > deadline {
-                return Err(io::Error::other("xcopy-split: the other side stopped"));
-            }
-            std::hint::spin_loop();
-        }
-        Ok(())
-    };
+    let wait =
+        |at_least: u64| spin_until("xcopy-split", || step.load(Ordering::Acquire) >= at_least);
     let side = |me: usize| -> io::Result<f64> {
         let mut copying = std::time::Duration::ZERO;
         for t in 0..2 * iters {
